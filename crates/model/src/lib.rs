@@ -1,0 +1,25 @@
+//! Tandem's domain model: nodes and their resources, job and service-replica requests, cluster
+//! configuration (partitions, QOS, accounts) and the lifecycle state machines.
+//!
+//! **Invariant:** this crate is plain data plus pure functions. It performs no IO, reads no clock
+//! and draws no randomness; times are plain seconds ([`Time`]) handed in by the caller.
+
+mod config;
+mod job;
+mod node;
+mod reason;
+
+pub use config::{Account, ClusterConfig, Partition, Qos};
+pub use job::{
+    ArrayTask, DepKind, DepStatus, Dependency, GpuPer, GpuRequest, InvalidTransition, JobEvent,
+    JobId, JobRequest, JobState, MemRequest, RequestKind, Shape,
+};
+pub use node::{Node, NodeEvent, NodeState};
+pub use reason::PendingReason;
+
+/// Seconds. Absolute times are seconds since an epoch the caller chooses (the Unix epoch in the
+/// daemons, the trace's time zero in the simulator); durations use the same unit.
+pub type Time = i64;
+
+/// Milli-GPUs in one whole GPU: a request of 500 is half a GPU (shared, as in the Alibaba trace).
+pub const GPU_MILLI: u32 = 1000;

@@ -1,0 +1,58 @@
+//! Why a pending job waits, in Slurm's reason codes.
+
+use serde::{Deserialize, Serialize};
+
+/// Slurm's pending reasons (`squeue -o %r`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum PendingReason {
+    /// Not yet considered by the scheduler.
+    None,
+    /// Higher-priority jobs come first (and may hold reservations).
+    Priority,
+    /// The job is next, waiting for resources to free up.
+    Resources,
+    /// Waiting on another job.
+    Dependency,
+    /// A dependency can never be satisfied.
+    DependencyNeverSatisfied,
+    /// `--begin` is in the future.
+    BeginTime,
+    /// The time limit exceeds the partition's maximum.
+    PartitionTimeLimit,
+    /// Required nodes (`-w`) are down or drained, or no node matches the request now.
+    ReqNodeNotAvail,
+    /// The QOS's per-user job limit is reached.
+    QosMaxJobsPerUserLimit,
+    /// The QOS's per-user GPU limit is reached.
+    QosMaxGpusPerUserLimit,
+    /// Held by the user (`--hold`, `scontrol hold`).
+    JobHeldUser,
+    /// No node of the partition can ever hold the request (more GPUs than any node has, ...).
+    BadConstraints,
+}
+
+impl PendingReason {
+    /// The string Slurm prints.
+    pub fn code(self) -> &'static str {
+        match self {
+            PendingReason::None => "None",
+            PendingReason::Priority => "Priority",
+            PendingReason::Resources => "Resources",
+            PendingReason::Dependency => "Dependency",
+            PendingReason::DependencyNeverSatisfied => "DependencyNeverSatisfied",
+            PendingReason::BeginTime => "BeginTime",
+            PendingReason::PartitionTimeLimit => "PartitionTimeLimit",
+            PendingReason::ReqNodeNotAvail => "ReqNodeNotAvail",
+            PendingReason::QosMaxJobsPerUserLimit => "QOSMaxJobsPerUserLimit",
+            PendingReason::QosMaxGpusPerUserLimit => "QOSMaxGRESPerUser",
+            PendingReason::JobHeldUser => "JobHeldUser",
+            PendingReason::BadConstraints => "BadConstraints",
+        }
+    }
+}
+
+impl std::fmt::Display for PendingReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.code())
+    }
+}

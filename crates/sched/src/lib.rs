@@ -1,0 +1,717 @@
+//! Tandem's scheduler: one pure function, [`schedule`], from a snapshot of the cluster, the
+//! current time and a seed to a [`Plan`] (jobs to start and where, jobs to preempt, and why every
+//! other pending job waits). The controller and the simulator call this same function.
+//!
+//! **Invariant:** no IO, no clock reads, no unseeded randomness, no async runtime. Everything the
+//! decision depends on is in its arguments, so the same arguments give the same plan.
+//!
+//! A pass: resolve each pending job's shape into nodes × per-node demand and check the reasons it
+//! cannot run at all; order the rest by the priority policy; walk that order placing gangs
+//! all-or-nothing; when a job does not fit, the backfill mode decides what may still start.
+
+mod alloc;
+mod conservative;
+mod preempt;
+mod priority;
+mod view;
+
+use model::{ClusterConfig, DepStatus, JobId, JobRequest, MemRequest, Node, PendingReason, RequestKind, Time};
+use rustc_hash::{FxHashMap, FxHashSet};
+use serde::{Deserialize, Serialize};
+
+pub use alloc::{Alloc, NodeUsage};
+pub use preempt::{Preemption, Victim, plan_preemption};
+pub use priority::{Breakdown, FairShare, Policy, Weights};
+use view::{Demand, Filter, Strategy, View};
+
+/// Backfill modes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Backfill {
+    /// Strict priority order: nothing starts past the first job that does not fit.
+    None,
+    /// RLScheduler's greedy variant (SC'20 artifact): a one-time shadow time for the committed
+    /// head job, candidates scanned in FCFS order, a candidate starts only if it ends strictly
+    /// before the shadow time, no "extra nodes" rule.
+    Rls,
+    /// EASY: the first blocked job gets a reservation; later jobs start if they do not delay it.
+    Easy,
+    /// Conservative: every blocked job (up to a bound) gets a reservation that no later job delays.
+    Conservative,
+}
+
+impl Backfill {
+    /// Parses `none`, `rls`, `easy` or `conservative`.
+    pub fn parse(s: &str) -> Option<Backfill> {
+        Some(match s {
+            "none" => Backfill::None,
+            "rls" => Backfill::Rls,
+            "easy" => Backfill::Easy,
+            "conservative" => Backfill::Conservative,
+            _ => return None,
+        })
+    }
+}
+
+/// Scheduler settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Config {
+    /// How pending jobs are ordered.
+    pub policy: Policy,
+    /// What may start past a blocked job.
+    pub backfill: Backfill,
+    /// RLScheduler's committed head: once the first job does not fit, it stays first (no
+    /// re-prioritisation) until it starts. Implied by [`Backfill::Rls`].
+    pub commit_head: bool,
+    /// Most reservations conservative backfill makes per pass (Slurm's bf_max_job_test plays
+    /// this part); later jobs may still start if they delay none of them.
+    pub max_reservations: usize,
+    /// Most jobs a pass looks at (a bound, as every loop here has one).
+    pub max_considered: usize,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            policy: Policy::parse("default").expect("default policy exists"),
+            backfill: Backfill::Easy,
+            commit_head: false,
+            max_reservations: 256,
+            max_considered: usize::MAX,
+        }
+    }
+}
+
+/// A job waiting to run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Pending {
+    /// The request.
+    pub req: JobRequest,
+    /// Arrival order (ties in priority go to the earlier arrival).
+    pub seq: u64,
+    /// Where its dependencies stand.
+    pub dep: DepStatus,
+}
+
+/// A job holding resources.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Running {
+    /// The request.
+    pub req: JobRequest,
+    /// When it started.
+    pub start: Time,
+    /// What it holds.
+    pub allocs: Vec<Alloc>,
+}
+
+impl Running {
+    /// When the scheduler expects it to end: its time limit, or `now` if it has overrun it.
+    pub fn expected_end(&self, now: Time) -> Time {
+        (self.start + self.req.time_limit.max(1)).max(now)
+    }
+}
+
+/// Scheduler state carried from one pass to the next by the caller.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Carry {
+    /// The committed head job (with `commit_head`).
+    pub committed: Option<JobId>,
+    /// Its shadow time, computed once (with [`Backfill::Rls`]).
+    pub shadow: Option<Time>,
+    /// Arrival sequence number of the first job that arrived after the commitment: RLScheduler
+    /// scans jobs of equal submit time in the priority order they had when the head was
+    /// committed, and later arrivals after them.
+    pub commit_seq: Option<u64>,
+}
+
+/// Everything a pass reads.
+#[derive(Debug, Clone, Copy)]
+pub struct Snapshot<'a> {
+    /// Nodes.
+    pub nodes: &'a [Node],
+    /// Usage per node, parallel to `nodes`.
+    pub usage: &'a [NodeUsage],
+    /// Pending jobs, in any order.
+    pub pending: &'a [Pending],
+    /// Running jobs.
+    pub running: &'a [Running],
+    /// Partitions, QOS, accounts.
+    pub config: &'a ClusterConfig,
+    /// Decayed usage for fair-share.
+    pub fairshare: &'a FairShare,
+    /// State carried from the previous pass.
+    pub carry: &'a Carry,
+}
+
+/// A job to start now.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Start {
+    /// The job.
+    pub job: JobId,
+    /// Where, node by node.
+    pub allocs: Vec<Alloc>,
+    /// Started out of priority order by backfill.
+    pub backfilled: bool,
+}
+
+/// A job that stays pending, with why and (under backfill) when it is expected to start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Waiting {
+    /// The job.
+    pub job: JobId,
+    /// Slurm reason code.
+    pub reason: PendingReason,
+    /// Expected start (`squeue --start`), when a reservation gives one.
+    pub expected_start: Option<Time>,
+}
+
+/// A job that can never run as asked.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Rejected {
+    /// The job.
+    pub job: JobId,
+    /// Reason code.
+    pub reason: PendingReason,
+    /// What is wrong, for the user.
+    pub message: String,
+}
+
+/// Counters of one pass.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PassStats {
+    /// Pending jobs looked at.
+    pub considered: usize,
+    /// Jobs started in priority order.
+    pub started: usize,
+    /// Jobs started by backfill.
+    pub backfilled: usize,
+    /// Reservations made.
+    pub reservations: usize,
+}
+
+/// The output of a pass: a proposal the caller applies.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Plan {
+    /// Jobs to start now.
+    pub starts: Vec<Start>,
+    /// Jobs that wait, with reasons.
+    pub waiting: Vec<Waiting>,
+    /// Jobs that can never run as asked: the caller fails them instead of letting them block.
+    pub rejected: Vec<Rejected>,
+    /// Lower-tier work to preempt for higher-tier jobs that cannot otherwise start.
+    pub preemptions: Vec<Preemption>,
+    /// State for the next pass.
+    pub carry: Carry,
+    /// Counters.
+    pub stats: PassStats,
+}
+
+/// A pending job resolved against the cluster for this pass.
+#[derive(Debug, Clone)]
+pub(crate) struct Resolved<'a> {
+    pub idx: usize,
+    pub req: &'a JobRequest,
+    pub nodes: u32,
+    pub demand: Demand,
+    pub filter: Filter,
+    pub limit: Time,
+}
+
+/// Cluster-wide facts computed once per pass.
+pub(crate) struct Facts<'a> {
+    pub max_cpus: u32,
+    pub max_gpus: u32,
+    pub total_nodes: u32,
+    pub name_index: FxHashMap<&'a str, u32>,
+    pub partition_all: FxHashMap<&'a str, bool>,
+}
+
+impl<'a> Facts<'a> {
+    pub fn new(nodes: &'a [Node], config: &'a ClusterConfig) -> Facts<'a> {
+        let mut partition_all = FxHashMap::default();
+        for p in &config.partitions {
+            partition_all.insert(p.name.as_str(), nodes.iter().all(|n| n.in_partition(&p.name)));
+        }
+        Facts {
+            max_cpus: nodes.iter().map(|n| n.cpus).max().unwrap_or(0),
+            max_gpus: nodes.iter().map(|n| n.gpus).max().unwrap_or(0),
+            total_nodes: nodes.len() as u32,
+            name_index: nodes.iter().enumerate().map(|(i, n)| (n.name.as_str(), i as u32)).collect(),
+            partition_all,
+        }
+    }
+
+    /// Resolves the shape: node count, per-node demand and node filter.
+    pub fn resolve(&self, idx: usize, req: &'a JobRequest, config: &ClusterConfig) -> Result<Resolved<'a>, (PendingReason, String)> {
+        let s = &req.shape;
+        let nodes = if s.nodes_min > 0 {
+            s.nodes_min
+        } else if let Some(t) = s.ntasks_per_node {
+            s.ntasks.max(1).div_ceil(t.max(1))
+        } else {
+            let cpus = s.ntasks.max(1) * s.cpus_per_task.max(1);
+            let mut k = cpus.div_ceil(self.max_cpus.max(1)).max(1);
+            if let Some(g) = &s.gpus {
+                if let model::GpuPer::Task(n) = g.per {
+                    k = k.max((s.ntasks.max(1) * n).div_ceil(self.max_gpus.max(1)));
+                }
+            }
+            k
+        };
+        if nodes > self.total_nodes {
+            return Err((PendingReason::BadConstraints, format!("requests {nodes} nodes but the cluster has {}", self.total_nodes)));
+        }
+        let cpus = s.tasks_per_node(nodes) * s.cpus_per_task.max(1);
+        let memory = match s.mem {
+            MemRequest::PerNode(m) => m,
+            MemRequest::PerCpu(m) => m.saturating_mul(cpus as u64),
+        };
+        let demand = Demand {
+            cpus,
+            memory,
+            gpus: s.gpus_per_node(nodes),
+            gpu_milli: s.gpus.as_ref().map_or(model::GPU_MILLI, |g| g.milli.clamp(1, model::GPU_MILLI)),
+            other: s.other.clone(),
+            exclusive: s.exclusive,
+        };
+        let partition = match &req.partition {
+            None => None,
+            Some(p) => match self.partition_all.get(p.as_str()) {
+                None => return Err((PendingReason::BadConstraints, format!("invalid partition specified: {p}"))),
+                Some(true) => None,
+                Some(false) => Some(p.clone()),
+            },
+        };
+        let lookup = |names: &[String]| -> Result<Vec<u32>, (PendingReason, String)> {
+            names
+                .iter()
+                .map(|n| self.name_index.get(n.as_str()).copied().ok_or((PendingReason::BadConstraints, format!("invalid node name specified: {n}"))))
+                .collect()
+        };
+        let gpu_type = s.gpus.as_ref().and_then(|g| g.gpu_type.clone());
+        let filter = Filter {
+            all: partition.is_none() && req.features.is_empty() && gpu_type.is_none() && req.nodelist.is_empty() && req.exclude.is_empty(),
+            partition,
+            features: req.features.clone(),
+            gpu_type,
+            include: lookup(&req.nodelist)?,
+            exclude: lookup(&req.exclude)?,
+            mask: None,
+        };
+        if !filter.include.is_empty() && (filter.include.len() as u32) > nodes {
+            return Err((PendingReason::BadConstraints, format!("{} nodes required by -w but only {nodes} requested", filter.include.len())));
+        }
+        let _ = config;
+        Ok(Resolved { idx, req, nodes, demand, filter, limit: req.time_limit })
+    }
+}
+
+/// Memo of "can this shape ever fit on this cluster", so a pass checks each distinct shape once.
+#[derive(Default)]
+struct EverFits(FxHashMap<(Demand, u32, Vec<u32>, Option<String>, Vec<String>, Option<String>, Vec<u32>), bool>);
+
+impl EverFits {
+    fn check(&mut self, nodes: &[Node], r: &Resolved) -> bool {
+        let f = &r.filter;
+        let key = (r.demand.clone(), r.nodes, f.include.clone(), f.partition.clone(), f.features.clone(), f.gpu_type.clone(), f.exclude.clone());
+        *self.0.entry(key).or_insert_with(|| {
+            let n = nodes.iter().enumerate().filter(|(i, n)| f.ok(*i as u32, n) && View::could_ever_fit(n, &r.demand)).count();
+            n >= r.nodes as usize
+        })
+    }
+}
+
+/// Runs one scheduling pass. Pure: the same arguments give the same plan.
+pub fn schedule(snap: &Snapshot, now: Time, seed: u64, cfg: &Config) -> Plan {
+    let _ = seed; // ties are broken by arrival order and job id; the seed is reserved for shuffles
+    let mut plan = Plan::default();
+    let facts = Facts::new(snap.nodes, snap.config);
+    let mut ever = EverFits::default();
+    let mut view = View::new(snap.nodes, snap.usage);
+
+    // Per-user running counts for QOS limits.
+    let mut user_jobs: FxHashMap<(&str, &str), (u32, u32)> = FxHashMap::default();
+    for r in snap.running {
+        let q = snap.config.qos(r.req.qos.as_deref()).map_or("", |q| q.name.as_str());
+        let e = user_jobs.entry((r.req.user.as_str(), q)).or_default();
+        e.0 += 1;
+        e.1 += r.allocs.iter().map(|a| a.gpus.len() as u32).sum::<u32>();
+    }
+
+    // Resolve and filter.
+    let mut ready: Vec<Resolved> = Vec::with_capacity(snap.pending.len());
+    for (idx, p) in snap.pending.iter().enumerate() {
+        let req = &p.req;
+        let wait = |plan: &mut Plan, reason| plan.waiting.push(Waiting { job: req.id, reason, expected_start: None });
+        if req.held {
+            wait(&mut plan, PendingReason::JobHeldUser);
+            continue;
+        }
+        let r = match facts.resolve(idx, req, snap.config) {
+            Ok(r) => r,
+            Err((reason, message)) => {
+                plan.rejected.push(Rejected { job: req.id, reason, message });
+                continue;
+            }
+        };
+        if !ever.check(snap.nodes, &r) {
+            let message = format!(
+                "requested node configuration is not available: {} node(s) with {} CPUs, {} bytes memory, {} GPUs each",
+                r.nodes, r.demand.cpus, r.demand.memory, r.demand.gpus
+            );
+            plan.rejected.push(Rejected { job: req.id, reason: PendingReason::BadConstraints, message });
+            continue;
+        }
+        match p.dep {
+            DepStatus::Satisfied => {}
+            DepStatus::Waiting => {
+                wait(&mut plan, PendingReason::Dependency);
+                continue;
+            }
+            DepStatus::Never => {
+                wait(&mut plan, PendingReason::DependencyNeverSatisfied);
+                continue;
+            }
+        }
+        if req.begin_time.is_some_and(|b| b > now) {
+            wait(&mut plan, PendingReason::BeginTime);
+            continue;
+        }
+        let Some(part) = snap.config.partition(req.partition.as_deref()) else {
+            plan.rejected.push(Rejected { job: req.id, reason: PendingReason::BadConstraints, message: "no partition configured".into() });
+            continue;
+        };
+        if req.time_limit > part.max_time {
+            wait(&mut plan, PendingReason::PartitionTimeLimit);
+            continue;
+        }
+        let Some(qos) = snap.config.qos(req.qos.as_deref()) else {
+            plan.rejected.push(Rejected {
+                job: req.id,
+                reason: PendingReason::BadConstraints,
+                message: format!("invalid qos specification: {}", req.qos.as_deref().unwrap_or("")),
+            });
+            continue;
+        };
+        let used = user_jobs.get(&(req.user.as_str(), qos.name.as_str())).copied().unwrap_or((0, 0));
+        if qos.max_jobs_per_user.is_some_and(|m| used.0 >= m) {
+            wait(&mut plan, PendingReason::QosMaxJobsPerUserLimit);
+            continue;
+        }
+        if qos.max_gpus_per_user.is_some_and(|m| used.1 + r.demand.gpus * r.nodes > m) {
+            wait(&mut plan, PendingReason::QosMaxGpusPerUserLimit);
+            continue;
+        }
+        if !r.filter.include.is_empty() && r.filter.include.iter().any(|&i| !snap.nodes[i as usize].state.schedulable()) {
+            wait(&mut plan, PendingReason::ReqNodeNotAvail);
+            continue;
+        }
+        ready.push(r);
+    }
+
+    // Order.
+    let ctx = priority::PriorityContext {
+        now,
+        config: snap.config,
+        fairshare: snap.fairshare,
+        total_nodes: facts.total_nodes,
+        max_part_tier: snap.config.partitions.iter().map(|p| p.priority_tier).max().unwrap_or(0),
+        max_qos: snap.config.qos.iter().map(|q| q.priority).max().unwrap_or(0),
+        total_shares: {
+            let mut seen = FxHashSet::default();
+            let mut t = 0;
+            for p in snap.pending.iter().map(|p| &p.req).chain(snap.running.iter().map(|r| &r.req)) {
+                if seen.insert(p.account.as_str()) {
+                    t += snap.config.shares(&p.account);
+                }
+            }
+            t
+        },
+    };
+    let mut keyed: Vec<(priority::Key, u64, JobId, usize)> = ready
+        .iter()
+        .enumerate()
+        .map(|(i, r)| (priority::key(&cfg.policy, &ctx, r.req, r.nodes), snap.pending[r.idx].seq, r.req.id, i))
+        .collect();
+    keyed.sort_unstable_by(|a, b| a.0.partial_cmp(&b.0).unwrap_or(std::cmp::Ordering::Equal).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
+    let mut order: Vec<usize> = keyed.into_iter().map(|k| k.3).collect();
+    order.truncate(cfg.max_considered);
+
+    let commit = cfg.commit_head || cfg.backfill == Backfill::Rls;
+    if commit {
+        if let Some(c) = snap.carry.committed {
+            if let Some(pos) = order.iter().position(|&i| ready[i].req.id == c) {
+                let i = order.remove(pos);
+                order.insert(0, i);
+            }
+        }
+    }
+
+    match cfg.backfill {
+        Backfill::Conservative => conservative::run(snap, now, cfg, &ready, &order, &mut view, &mut plan),
+        _ => walk(snap, now, cfg, commit, &ready, &order, &mut view, &mut plan),
+    }
+    plan
+}
+
+fn strategy_maps(snap: &Snapshot, view: &View, service: &str) -> [FxHashMap<u32, u32>; 3] {
+    let mut m: [FxHashMap<u32, u32>; 3] = Default::default();
+    for r in snap.running {
+        if matches!(&r.req.kind, RequestKind::Replica { service: s } if s == service) {
+            for a in &r.allocs {
+                *m[0].entry(a.node).or_default() += 1;
+                *m[1].entry(view.switch_of(a.node)).or_default() += 1;
+                *m[2].entry(snap.nodes[a.node as usize].block).or_default() += 1;
+            }
+        }
+    }
+    m
+}
+
+/// Places `r` on `view` if it fits now; returns the allocations.
+pub(crate) fn try_place(snap: &Snapshot, view: &mut View, r: &Resolved, placed_replicas: &mut FxHashMap<String, Vec<u32>>) -> Option<Vec<Alloc>> {
+    let nodes = match &r.req.kind {
+        RequestKind::Batch => view.place(&r.demand, r.nodes, &r.filter, &Strategy::Pack, r.req.max_switches)?,
+        RequestKind::Replica { service } => {
+            if !view.maybe(&r.demand, r.nodes) {
+                return None;
+            }
+            let [mut n, mut s, mut b] = strategy_maps(snap, view, service);
+            for &node in placed_replicas.get(service).map(|v| v.as_slice()).unwrap_or(&[]) {
+                *n.entry(node).or_default() += 1;
+                *s.entry(view.switch_of(node)).or_default() += 1;
+                *b.entry(snap.nodes[node as usize].block).or_default() += 1;
+            }
+            let chosen = view.place(&r.demand, r.nodes, &r.filter, &Strategy::Spread { per_node: &n, per_switch: &s, per_block: &b }, r.req.max_switches)?;
+            placed_replicas.entry(service.clone()).or_default().extend(&chosen);
+            chosen
+        }
+    };
+    Some(nodes.into_iter().map(|i| view.take(i, &r.demand)).collect())
+}
+
+/// The EASY / none / RLS walk over the priority order.
+#[allow(clippy::too_many_arguments)]
+fn walk(snap: &Snapshot, now: Time, cfg: &Config, commit: bool, ready: &[Resolved], order: &[usize], view: &mut View, plan: &mut Plan) {
+    let mut replicas: FxHashMap<String, Vec<u32>> = FxHashMap::default();
+    // EASY state: shadow time, the view at the shadow time with the reservation taken out, the
+    // set of reserved nodes, and the view for jobs that would outlive the shadow time.
+    struct Easy<'n> {
+        shadow: Time,
+        proj: View<'n>,
+        reserved: FxHashSet<u32>,
+        long: View<'n>,
+    }
+    let mut easy: Option<Easy> = None;
+    let mut rls_shadow: Option<Time> = None;
+    let mut blocked: Option<usize> = None; // position in `order` of the first job that did not fit
+    let mut preempt_victims: FxHashSet<JobId> = FxHashSet::default();
+
+    for (pos, &i) in order.iter().enumerate() {
+        let r = &ready[i];
+        plan.stats.considered += 1;
+        if blocked.is_none() {
+            if let Some(allocs) = try_place(snap, view, r, &mut replicas) {
+                plan.starts.push(Start { job: r.req.id, allocs, backfilled: false });
+                plan.stats.started += 1;
+                continue;
+            }
+            blocked = Some(pos);
+            // Higher-tier work that cannot start may preempt lower tiers.
+            let my_tier = snap.config.qos(r.req.qos.as_deref()).map_or(0, |q| q.preempt_tier);
+            let overrides = match preempt::preempt_for(snap, view, r, now, my_tier, &preempt_victims) {
+                Some(p) => {
+                    let o: FxHashMap<JobId, Time> = p.victims.iter().map(|v| (v.job, now + v.grace)).collect();
+                    preempt_victims.extend(p.victims.iter().map(|v| v.job));
+                    plan.preemptions.push(p);
+                    o
+                }
+                None => FxHashMap::default(),
+            };
+            match cfg.backfill {
+                Backfill::None => {
+                    plan.waiting.push(Waiting { job: r.req.id, reason: PendingReason::Resources, expected_start: None });
+                    if commit {
+                        plan.carry.committed = Some(r.req.id);
+                    }
+                }
+                Backfill::Rls => {
+                    let same = snap.carry.committed == Some(r.req.id);
+                    let commit_seq = match snap.carry.commit_seq {
+                        Some(c) if same => c,
+                        _ => snap.pending.iter().map(|p| p.seq + 1).max().unwrap_or(0),
+                    };
+                    let shadow = match (snap.carry.committed, snap.carry.shadow) {
+                        (Some(c), Some(s)) if c == r.req.id => s,
+                        _ => {
+                            let this_pass = started_this_pass(plan, ready, order, pos, now, true);
+                            reservation(snap, now, view, r, &overrides, true, &this_pass).map_or(Time::MAX, |(t, _, _)| t)
+                        }
+                    };
+                    rls_shadow = Some(shadow);
+                    plan.carry = Carry { committed: Some(r.req.id), shadow: Some(shadow), commit_seq: Some(commit_seq) };
+                    plan.waiting.push(Waiting { job: r.req.id, reason: PendingReason::Resources, expected_start: Some(shadow) });
+                    plan.stats.reservations += 1;
+                }
+                Backfill::Easy => {
+                    if commit {
+                        plan.carry.committed = Some(r.req.id);
+                    }
+                    let this_pass = started_this_pass(plan, ready, order, pos, now, false);
+                    match reservation(snap, now, view, r, &overrides, false, &this_pass) {
+                        Some((shadow, proj, reserved)) => {
+                            let mut long = view.clone();
+                            for &n in &reserved {
+                                long.clamp_to(n, &proj);
+                            }
+                            plan.waiting.push(Waiting { job: r.req.id, reason: PendingReason::Resources, expected_start: Some(shadow) });
+                            plan.stats.reservations += 1;
+                            easy = Some(Easy { shadow, proj, reserved, long });
+                        }
+                        None => plan.waiting.push(Waiting { job: r.req.id, reason: PendingReason::Resources, expected_start: None }),
+                    }
+                }
+                Backfill::Conservative => unreachable!("conservative backfill has its own walk"),
+            }
+            continue;
+        }
+        // Past the first blocked job: backfill, by mode.
+        let limit = r.limit.max(1);
+        let started = match cfg.backfill {
+            Backfill::None => None,
+            Backfill::Rls => None, // RLS scans in FCFS order below
+            Backfill::Conservative => unreachable!(),
+            Backfill::Easy => match easy.as_mut() {
+                None => None,
+                Some(e) => {
+                    if now + limit <= e.shadow {
+                        let a = try_place(snap, view, r, &mut replicas);
+                        if let Some(a) = &a {
+                            for al in a {
+                                if e.reserved.contains(&al.node) {
+                                    e.long.reset_node(al.node, view);
+                                    e.long.clamp_to(al.node, &e.proj);
+                                } else {
+                                    e.long.hold(al);
+                                }
+                            }
+                        }
+                        a
+                    } else {
+                        let a = try_place(snap, &mut e.long, r, &mut replicas);
+                        if let Some(a) = &a {
+                            for al in a {
+                                view.hold(al);
+                                if e.reserved.contains(&al.node) {
+                                    e.proj.hold(al);
+                                }
+                            }
+                        }
+                        a
+                    }
+                }
+            },
+        };
+        match started {
+            Some(allocs) => {
+                plan.starts.push(Start { job: r.req.id, allocs, backfilled: true });
+                plan.stats.backfilled += 1;
+            }
+            None => {
+                if cfg.backfill != Backfill::Rls {
+                    plan.waiting.push(Waiting { job: r.req.id, reason: PendingReason::Priority, expected_start: None });
+                }
+            }
+        }
+    }
+
+    // RLS: scan everything behind the committed job in FCFS order, strictly before the shadow.
+    if let (Some(shadow), Some(b)) = (rls_shadow, blocked) {
+        let cut = plan.carry.commit_seq.unwrap_or(u64::MAX);
+        let mut rest: Vec<(usize, usize)> = order[b + 1..].iter().copied().enumerate().collect();
+        rest.sort_by_key(|&(rank, i)| {
+            let seq = snap.pending[ready[i].idx].seq;
+            let later = seq >= cut;
+            (ready[i].req.submit_time, later, if later { seq } else { rank as u64 }, seq)
+        });
+        let rest: Vec<usize> = rest.into_iter().map(|(_, i)| i).collect();
+        for i in rest {
+            let r = &ready[i];
+            let fits_time = now.saturating_add(r.limit) < shadow;
+            let started = if fits_time { try_place(snap, view, r, &mut replicas) } else { None };
+            match started {
+                Some(allocs) => {
+                    plan.starts.push(Start { job: r.req.id, allocs, backfilled: true });
+                    plan.stats.backfilled += 1;
+                }
+                None => plan.waiting.push(Waiting { job: r.req.id, reason: PendingReason::Priority, expected_start: None }),
+            }
+        }
+    }
+}
+
+/// Jobs started earlier in this pass (all before position `pos` in `order`), with their
+/// expected ends, for the reservation's projection.
+fn started_this_pass<'p>(plan: &'p Plan, ready: &[Resolved], order: &[usize], pos: usize, now: Time, raw: bool) -> Vec<(Time, &'p [Alloc])> {
+    let limits: FxHashMap<JobId, Time> = order[..pos].iter().map(|&i| (ready[i].req.id, ready[i].limit)).collect();
+    plan.starts
+        .iter()
+        .map(|s| {
+            let l = limits.get(&s.job).copied().unwrap_or(1);
+            (if raw { now + l } else { now + l.max(1) }, s.allocs.as_slice())
+        })
+        .collect()
+}
+
+/// Finds when `r` could start if running work ended at its requested times: walks completions in
+/// order of expected end, giving back their resources on a copy of the view, until the gang can
+/// be placed. Returns the shadow time, the projected view with the reservation taken out, and the
+/// reserved nodes. `raw_ends` uses start + limit even when past (RLScheduler's rule).
+pub(crate) fn reservation<'n>(
+    snap: &Snapshot,
+    now: Time,
+    view: &View<'n>,
+    r: &Resolved,
+    overrides: &FxHashMap<JobId, Time>,
+    raw_ends: bool,
+    this_pass: &[(Time, &[Alloc])],
+) -> Option<(Time, View<'n>, FxHashSet<u32>)> {
+    let n_running = snap.running.len();
+    let mut ends: Vec<(Time, usize)> = snap
+        .running
+        .iter()
+        .enumerate()
+        .map(|(k, run)| {
+            let end = match overrides.get(&run.req.id) {
+                Some(&t) => t,
+                None if raw_ends => run.start + run.req.time_limit,
+                None => run.expected_end(now),
+            };
+            (end, k)
+        })
+        .chain(this_pass.iter().enumerate().map(|(k, (end, _))| (*end, n_running + k)))
+        .collect();
+    ends.sort_by_key(|&(t, k)| (t, k));
+    let mut proj = view.clone();
+    let mut no_replicas = FxHashMap::default();
+    let mut idx = 0;
+    while idx < ends.len() {
+        let t = ends[idx].0;
+        while idx < ends.len() && ends[idx].0 == t {
+            let k = ends[idx].1;
+            let allocs: &[Alloc] = if k < n_running { &snap.running[k].allocs } else { this_pass[k - n_running].1 };
+            for a in allocs {
+                proj.give(a);
+            }
+            idx += 1;
+        }
+        if !proj.maybe(&r.demand, r.nodes) {
+            continue;
+        }
+        let mut trial = proj.clone();
+        if let Some(allocs) = try_place(snap, &mut trial, r, &mut no_replicas) {
+            let reserved = allocs.iter().map(|a| a.node).collect();
+            return Some((t, trial, reserved));
+        }
+    }
+    None
+}

@@ -1,0 +1,210 @@
+//! Priority policies: FCFS, SJF, F1 and Slurm-style multifactor, with each factor visible.
+
+use model::{ClusterConfig, JobRequest, Time};
+use rustc_hash::FxHashMap;
+use serde::{Deserialize, Serialize};
+
+/// Weights of the multifactor policy. Each factor is in 0..=1 and is multiplied by its weight;
+/// the nice value is subtracted; the sum is the job's priority (higher runs first).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Weights {
+    /// Weight of age (time eligible, capped at `max_age`).
+    pub age: f64,
+    /// Weight of fair-share (2^(-usage/shares), Slurm's classic formula).
+    pub fairshare: f64,
+    /// Weight of job size (favouring small jobs: 1 − nodes/cluster nodes).
+    pub job_size: f64,
+    /// Weight of the time-limit factor (favouring short limits: 1 − log(limit)/log(max_limit)).
+    pub time_limit: f64,
+    /// Weight of the partition's priority tier.
+    pub partition: f64,
+    /// Weight of the QOS priority.
+    pub qos: f64,
+    /// Age at which the age factor reaches 1, seconds (Slurm's PriorityMaxAge, default 7 days).
+    pub max_age: Time,
+    /// Time limit at which the time-limit factor reaches 0, seconds.
+    pub max_time_limit: Time,
+}
+
+impl Weights {
+    /// Plain Slurm multifactor with Slurm-like weights: age, fair-share, job size, partition and
+    /// QOS, no time-limit factor.
+    pub fn slurm() -> Weights {
+        Weights {
+            age: 1000.0,
+            fairshare: 1000.0,
+            job_size: 1000.0,
+            time_limit: 0.0,
+            partition: 1000.0,
+            qos: 1000.0,
+            max_age: 7 * 86400,
+            max_time_limit: 7 * 86400,
+        }
+    }
+
+    /// Tandem's production default (what `tandem server` uses and `--policy default` names).
+    /// Short requested time limits and small gangs first, with age strong enough that no job
+    /// starves: a job eligible for `max_age` outranks any fresh job of its partition and QOS.
+    pub fn default_production() -> Weights {
+        Weights {
+            age: 10_000.0,
+            fairshare: 2_000.0,
+            job_size: 1_000.0,
+            time_limit: 8_000.0,
+            partition: 100_000.0,
+            qos: 200_000.0,
+            max_age: 2 * 86400,
+            max_time_limit: 7 * 86400,
+        }
+    }
+}
+
+/// How pending jobs are ordered.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Policy {
+    /// First come, first served (submit time).
+    Fcfs,
+    /// Shortest (requested) job first, then submit time.
+    Sjf,
+    /// Carastan-Santos & de Camargo's F1: log10(r)·n + 870·log10(s), smallest first.
+    F1,
+    /// Slurm-style multifactor with these weights.
+    Multifactor(Weights),
+}
+
+impl Policy {
+    /// Parses a policy name: `fcfs`, `sjf`, `f1`, `multifactor` (Slurm-like weights) or
+    /// `default` (Tandem's production weights).
+    pub fn parse(name: &str) -> Option<Policy> {
+        Some(match name {
+            "fcfs" => Policy::Fcfs,
+            "sjf" => Policy::Sjf,
+            "f1" => Policy::F1,
+            "multifactor" => Policy::Multifactor(Weights::slurm()),
+            "default" => Policy::Multifactor(Weights::default_production()),
+            _ => return None,
+        })
+    }
+}
+
+/// Decayed usage per account, for fair-share. The caller accrues usage as jobs run
+/// ([`FairShare::accrue`]) and decays it with a half-life ([`FairShare::decay`]).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct FairShare {
+    usage: FxHashMap<String, f64>,
+    total: f64,
+}
+
+impl FairShare {
+    /// Adds `amount` (resource-seconds) of usage to `account`.
+    pub fn accrue(&mut self, account: &str, amount: f64) {
+        *self.usage.entry(account.to_string()).or_default() += amount;
+        self.total += amount;
+    }
+
+    /// Decays all usage by `elapsed` seconds with the given half-life.
+    pub fn decay(&mut self, elapsed: Time, half_life: Time) {
+        if elapsed <= 0 || half_life <= 0 {
+            return;
+        }
+        let f = 0.5f64.powf(elapsed as f64 / half_life as f64);
+        for v in self.usage.values_mut() {
+            *v *= f;
+        }
+        self.total *= f;
+    }
+
+    /// Slurm's classic fair-share factor: 2^(-(usage share)/(shares share)).
+    pub fn factor(&self, account: &str, shares: u32, total_shares: u32) -> f64 {
+        if self.total <= 0.0 {
+            return 1.0;
+        }
+        let u = self.usage.get(account).copied().unwrap_or(0.0) / self.total;
+        let s = shares.max(1) as f64 / total_shares.max(1) as f64;
+        2f64.powf(-u / s)
+    }
+}
+
+/// One job's priority, factor by factor (what `tandem priority` / `sprio` shows).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Breakdown {
+    /// Weighted age contribution.
+    pub age: f64,
+    /// Weighted fair-share contribution.
+    pub fairshare: f64,
+    /// Weighted job-size contribution.
+    pub job_size: f64,
+    /// Weighted time-limit contribution.
+    pub time_limit: f64,
+    /// Weighted partition contribution.
+    pub partition: f64,
+    /// Weighted QOS contribution.
+    pub qos: f64,
+    /// Nice (subtracted).
+    pub nice: f64,
+    /// The sum.
+    pub total: f64,
+}
+
+/// Everything priority depends on besides the job itself.
+pub(crate) struct PriorityContext<'a> {
+    pub now: Time,
+    pub config: &'a ClusterConfig,
+    pub fairshare: &'a FairShare,
+    pub total_nodes: u32,
+    pub max_part_tier: u32,
+    pub max_qos: u32,
+    pub total_shares: u32,
+}
+
+impl PriorityContext<'_> {
+    pub fn breakdown(&self, w: &Weights, job: &JobRequest, nodes: u32) -> Breakdown {
+        let age = ((self.now - job.eligible_time()).max(0) as f64 / w.max_age.max(1) as f64).min(1.0);
+        let fs = self.fairshare.factor(&job.account, self.config.shares(&job.account), self.total_shares);
+        let size = 1.0 - (nodes as f64 / self.total_nodes.max(1) as f64).min(1.0);
+        let limit = job.time_limit.max(1) as f64;
+        let tl = 1.0 - (limit.ln() / (w.max_time_limit.max(2) as f64).ln()).clamp(0.0, 1.0);
+        let part = self.config.partition(job.partition.as_deref()).map_or(0, |p| p.priority_tier);
+        let part = if self.max_part_tier == 0 { 0.0 } else { part as f64 / self.max_part_tier as f64 };
+        let qos = self.config.qos(job.qos.as_deref()).map_or(0, |q| q.priority);
+        let qos = if self.max_qos == 0 { 0.0 } else { qos as f64 / self.max_qos as f64 };
+        let mut b = Breakdown {
+            age: w.age * age,
+            fairshare: w.fairshare * fs,
+            job_size: w.job_size * size,
+            time_limit: w.time_limit * tl,
+            partition: w.partition * part,
+            qos: w.qos * qos,
+            nice: job.nice as f64,
+            total: 0.0,
+        };
+        b.total = b.age + b.fairshare + b.job_size + b.time_limit + b.partition + b.qos - b.nice;
+        b
+    }
+}
+
+/// Sort key: smaller runs first. Ties fall to arrival order, then job id.
+#[derive(Debug, Clone, Copy, PartialEq, PartialOrd)]
+pub(crate) struct Key(pub f64, pub f64);
+
+/// Processors a job asks for (what F1's `n` counts).
+pub(crate) fn processors(job: &JobRequest) -> f64 {
+    let s = &job.shape;
+    let nodes = s.nodes_min.max(1);
+    (s.tasks_per_node(nodes) * nodes * s.cpus_per_task.max(1)) as f64
+}
+
+pub(crate) fn key(policy: &Policy, ctx: &PriorityContext, job: &JobRequest, nodes: u32) -> Key {
+    match policy {
+        Policy::Fcfs => Key(job.submit_time as f64, 0.0),
+        Policy::Sjf => Key(job.time_limit as f64, job.submit_time as f64),
+        Policy::F1 => {
+            let r = job.time_limit as f64;
+            let s = job.submit_time as f64;
+            let r = if r > 0.0 { r } else { 0.1 };
+            let s = if s > 0.0 { s } else { 0.1 };
+            Key(r.log10() * processors(job) + 870.0 * s.log10(), 0.0)
+        }
+        Policy::Multifactor(w) => Key(-ctx.breakdown(w, job, nodes).total, 0.0),
+    }
+}

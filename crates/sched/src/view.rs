@@ -1,0 +1,525 @@
+//! A pass-local view of free capacity, with the aggregates that let placement skip whole
+//! switches, and gang placement itself (all-or-nothing, topology-aware, pack or spread).
+
+use model::{GPU_MILLI, Node};
+use rustc_hash::FxHashMap;
+
+use crate::alloc::{Alloc, NodeUsage};
+
+/// Histogram buckets of whole free GPUs per node (the last bucket means "this many or more").
+const HIST: usize = 9;
+
+/// What a request needs on each of its nodes.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct Demand {
+    pub cpus: u32,
+    pub memory: u64,
+    pub gpus: u32,
+    pub gpu_milli: u32,
+    pub other: Vec<(String, u64)>,
+    pub exclusive: bool,
+}
+
+/// Static eligibility of nodes for one request (partition, features, GPU model, -w/-x).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Filter {
+    /// Every node is eligible: the common case, checked without touching nodes.
+    pub all: bool,
+    pub partition: Option<String>,
+    pub features: Vec<String>,
+    pub gpu_type: Option<String>,
+    pub include: Vec<u32>,
+    pub exclude: Vec<u32>,
+    /// Extra per-node mask (conservative backfill: nodes free for the whole window).
+    pub mask: Option<Vec<bool>>,
+}
+
+impl Filter {
+    pub fn ok(&self, i: u32, node: &Node) -> bool {
+        if let Some(m) = &self.mask {
+            if !m[i as usize] {
+                return false;
+            }
+        }
+        if self.all {
+            return true;
+        }
+        if let Some(p) = &self.partition {
+            if !node.in_partition(p) {
+                return false;
+            }
+        }
+        if !self.features.iter().all(|f| node.features.iter().any(|nf| nf == f)) {
+            return false;
+        }
+        if let Some(t) = &self.gpu_type {
+            match &node.gpu_type {
+                Some(nt) if nt.eq_ignore_ascii_case(t) => {}
+                _ => return false,
+            }
+        }
+        if !self.include.is_empty() && !self.include.contains(&i) {
+            return false;
+        }
+        !self.exclude.contains(&i)
+    }
+}
+
+/// How to choose among feasible nodes.
+#[derive(Debug, Clone)]
+pub(crate) enum Strategy<'a> {
+    /// Best fit: fill nodes up, fewest switches and blocks (batch gangs).
+    Pack,
+    /// Spread over failure domains: fewest replicas of the same service on the node, switch and
+    /// block, then the emptiest node (service replicas).
+    Spread { per_node: &'a FxHashMap<u32, u32>, per_switch: &'a FxHashMap<u32, u32>, per_block: &'a FxHashMap<u32, u32> },
+}
+
+/// Free capacity of every node, as the pass sees it.
+#[derive(Debug, Clone)]
+pub(crate) struct View<'n> {
+    pub nodes: &'n [Node],
+    up: Vec<bool>,
+    free_cpus: Vec<u32>,
+    free_mem: Vec<u64>,
+    gpu_off: Vec<u32>,
+    gpu_free: Vec<u32>,
+    other_free: Vec<Vec<u64>>,
+    jobs: Vec<u32>,
+    excl: Vec<bool>,
+    whole: Vec<u8>,
+    // aggregates over up nodes
+    switch_of: Vec<u32>,
+    switches: Vec<Vec<u32>>,
+    sw_idle: Vec<u32>,
+    sw_hist: Vec<[u32; HIST]>,
+    idle: usize,
+    hist: [usize; HIST],
+}
+
+fn bucket(w: u8) -> usize {
+    (w as usize).min(HIST - 1)
+}
+
+impl<'n> View<'n> {
+    /// Builds the view from node definitions and their usage.
+    pub fn new(nodes: &'n [Node], usage: &[NodeUsage]) -> View<'n> {
+        assert_eq!(nodes.len(), usage.len(), "one usage per node");
+        let n = nodes.len();
+        // Dense switch numbering over (block, switch) pairs, in order of first appearance.
+        let mut sw_index: FxHashMap<(u32, u32), u32> = FxHashMap::default();
+        let mut switch_of = Vec::with_capacity(n);
+        let mut switches: Vec<Vec<u32>> = Vec::new();
+        for (i, node) in nodes.iter().enumerate() {
+            let next = sw_index.len() as u32;
+            let s = *sw_index.entry((node.block, node.switch)).or_insert(next);
+            if s as usize == switches.len() {
+                switches.push(Vec::new());
+            }
+            switches[s as usize].push(i as u32);
+            switch_of.push(s);
+        }
+        let mut v = View {
+            nodes,
+            up: Vec::with_capacity(n),
+            free_cpus: Vec::with_capacity(n),
+            free_mem: Vec::with_capacity(n),
+            gpu_off: Vec::with_capacity(n + 1),
+            gpu_free: Vec::new(),
+            other_free: Vec::with_capacity(n),
+            jobs: Vec::with_capacity(n),
+            excl: Vec::with_capacity(n),
+            whole: Vec::with_capacity(n),
+            sw_idle: vec![0; switches.len()],
+            sw_hist: vec![[0; HIST]; switches.len()],
+            switch_of,
+            switches,
+            idle: 0,
+            hist: [0; HIST],
+        };
+        for (node, u) in nodes.iter().zip(usage) {
+            v.up.push(node.state.schedulable());
+            v.free_cpus.push(node.cpus.saturating_sub(u.cpus));
+            v.free_mem.push(node.memory.saturating_sub(u.memory));
+            v.gpu_off.push(v.gpu_free.len() as u32);
+            let mut whole = 0u8;
+            for g in 0..node.gpus as usize {
+                let used = u.gpu_milli.get(g).copied().unwrap_or(0);
+                let f = GPU_MILLI.saturating_sub(used);
+                if f == GPU_MILLI {
+                    whole = whole.saturating_add(1);
+                }
+                v.gpu_free.push(f);
+            }
+            v.whole.push(whole);
+            v.other_free.push(
+                node.other.iter().enumerate().map(|(i, (_, c))| c.saturating_sub(u.other.get(i).copied().unwrap_or(0))).collect(),
+            );
+            v.jobs.push(u.jobs);
+            v.excl.push(u.exclusive);
+        }
+        v.gpu_off.push(v.gpu_free.len() as u32);
+        for i in 0..n {
+            v.count(i, 1);
+        }
+        v
+    }
+
+    fn count(&mut self, i: usize, sign: i64) {
+        if !self.up[i] {
+            return;
+        }
+        let s = self.switch_of[i] as usize;
+        let add = |x: &mut u32| *x = (*x as i64 + sign) as u32;
+        if self.jobs[i] == 0 {
+            add(&mut self.sw_idle[s]);
+            self.idle = (self.idle as i64 + sign) as usize;
+        }
+        let b = bucket(self.whole[i]);
+        add(&mut self.sw_hist[s][b]);
+        self.hist[b] = (self.hist[b] as i64 + sign) as usize;
+    }
+
+    /// Number of nodes.
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// Whether the node can take `d` now.
+    pub fn fits(&self, i: u32, d: &Demand) -> bool {
+        let i = i as usize;
+        if !self.up[i] || self.excl[i] {
+            return false;
+        }
+        if d.exclusive {
+            return self.jobs[i] == 0;
+        }
+        if self.free_cpus[i] < d.cpus || self.free_mem[i] < d.memory {
+            return false;
+        }
+        if d.gpus > 0 {
+            if d.gpu_milli >= GPU_MILLI {
+                if (self.whole[i] as u32) < d.gpus {
+                    return false;
+                }
+            } else {
+                let r = self.gpu_off[i] as usize..self.gpu_off[i + 1] as usize;
+                let n = self.gpu_free[r].iter().filter(|&&f| f >= d.gpu_milli).count() as u32;
+                if n < d.gpus {
+                    return false;
+                }
+            }
+        }
+        for (name, need) in &d.other {
+            match self.nodes[i].other.iter().position(|(n, _)| n == name) {
+                Some(k) if self.other_free[i][k] >= *need => {}
+                _ => return false,
+            }
+        }
+        true
+    }
+
+    /// Whether a node of this definition could ever hold `d` (ignoring what runs there now).
+    pub fn could_ever_fit(node: &Node, d: &Demand) -> bool {
+        if d.exclusive {
+            return node.gpus >= d.gpus && d.other.iter().all(|(n, c)| node.other.iter().any(|(m, k)| m == n && k >= c));
+        }
+        node.cpus >= d.cpus
+            && node.memory >= d.memory
+            && node.gpus >= d.gpus
+            && d.other.iter().all(|(n, c)| node.other.iter().any(|(m, k)| m == n && k >= c))
+    }
+
+    /// Quick necessary condition: can `k` nodes possibly hold `d` now? O(1).
+    pub fn maybe(&self, d: &Demand, k: u32) -> bool {
+        if d.exclusive {
+            return self.idle >= k as usize;
+        }
+        if d.gpus > 0 && d.gpu_milli >= GPU_MILLI {
+            let b = bucket(d.gpus.min(255) as u8);
+            return self.hist[b..].iter().sum::<usize>() >= k as usize;
+        }
+        true
+    }
+
+    fn switch_maybe(&self, s: usize, d: &Demand) -> bool {
+        if d.exclusive {
+            return self.sw_idle[s] > 0;
+        }
+        if d.gpus > 0 && d.gpu_milli >= GPU_MILLI {
+            let b = bucket(d.gpus.min(255) as u8);
+            return self.sw_hist[s][b..].iter().any(|&c| c > 0);
+        }
+        true
+    }
+
+    /// Leftover-capacity score of node `i` after taking `d`: lower is a tighter fit.
+    fn leftover(&self, i: usize, d: &Demand) -> u64 {
+        if d.exclusive {
+            return 0;
+        }
+        let gpus_left = (self.whole[i] as u64).saturating_sub(d.gpus as u64);
+        let cpus_left = (self.free_cpus[i] - d.cpus) as u64;
+        (gpus_left << 32) | cpus_left
+    }
+
+    /// Chooses `k` nodes for `d`, or `None` if they cannot all be had now (all or nothing).
+    pub fn place(&self, d: &Demand, k: u32, filter: &Filter, strategy: &Strategy, max_switches: Option<u32>) -> Option<Vec<u32>> {
+        if k == 0 || !self.maybe(d, k) {
+            return None;
+        }
+        match strategy {
+            Strategy::Spread { per_node, per_switch, per_block } => {
+                let mut cands: Vec<(u32, u32, u32, u64, u32)> = Vec::new();
+                for (s, members) in self.switches.iter().enumerate() {
+                    if !self.switch_maybe(s, d) {
+                        continue;
+                    }
+                    for &i in members {
+                        if filter.ok(i, &self.nodes[i as usize]) && self.fits(i, d) {
+                            let node = &self.nodes[i as usize];
+                            let b = per_block.get(&node.block).copied().unwrap_or(0);
+                            let sw = per_switch.get(&(s as u32)).copied().unwrap_or(0);
+                            let nn = per_node.get(&i).copied().unwrap_or(0);
+                            let room = u64::MAX - self.leftover(i as usize, d);
+                            cands.push((b, sw, nn, room, i));
+                        }
+                    }
+                }
+                if (cands.len() as u32) < k {
+                    return None;
+                }
+                cands.sort_unstable_by_key(|&(b, sw, nn, room, i)| (nn, sw, b, std::cmp::Reverse(room), i));
+                Some(cands.into_iter().take(k as usize).map(|c| c.4).collect())
+            }
+            Strategy::Pack => self.pack(d, k, filter, max_switches),
+        }
+    }
+
+    fn pack(&self, d: &Demand, k: u32, filter: &Filter, max_switches: Option<u32>) -> Option<Vec<u32>> {
+        // Feasible nodes per switch, each list sorted by tightest fit.
+        let mut per_switch: Vec<(usize, Vec<(u64, u32)>)> = Vec::new();
+        let mut total = 0usize;
+        for (s, members) in self.switches.iter().enumerate() {
+            if !self.switch_maybe(s, d) {
+                continue;
+            }
+            let mut c: Vec<(u64, u32)> = Vec::new();
+            for &i in members {
+                if filter.ok(i, &self.nodes[i as usize]) && self.fits(i, d) {
+                    c.push((self.leftover(i as usize, d), i));
+                }
+            }
+            if !c.is_empty() {
+                total += c.len();
+                per_switch.push((s, c));
+            }
+            if k == 1 && per_switch.last().is_some_and(|(_, c)| c.iter().any(|&(l, _)| l == 0)) {
+                break; // a perfect fit for a single node: nothing can beat it
+            }
+        }
+        if total < k as usize {
+            return None;
+        }
+        let k = k as usize;
+        for (_, c) in per_switch.iter_mut() {
+            c.sort_unstable();
+        }
+        if k == 1 {
+            let best = per_switch.iter().flat_map(|(_, c)| c.first()).min()?;
+            return Some(vec![best.1]);
+        }
+        // One switch holds it all: the switch with the fewest feasible nodes that suffices.
+        if let Some((_, c)) = per_switch.iter().filter(|(_, c)| c.len() >= k).min_by_key(|(s, c)| (c.len(), *s)) {
+            return Some(c.iter().take(k).map(|&(_, i)| i).collect());
+        }
+        // Otherwise group switches by block; prefer the tightest single block, then fewest blocks.
+        let mut blocks: FxHashMap<u32, Vec<usize>> = FxHashMap::default();
+        for (idx, (s, _)) in per_switch.iter().enumerate() {
+            let first = self.switches[*s][0] as usize;
+            blocks.entry(self.nodes[first].block).or_default().push(idx);
+        }
+        let mut blocks: Vec<(u32, usize, Vec<usize>)> = blocks
+            .into_iter()
+            .map(|(b, sws)| {
+                let n = sws.iter().map(|&x| per_switch[x].1.len()).sum();
+                (b, n, sws)
+            })
+            .collect();
+        blocks.sort_unstable_by_key(|(b, n, _)| (std::cmp::Reverse(*n), *b));
+        let order: Vec<usize> = match blocks.iter().filter(|(_, n, _)| *n >= k).min_by_key(|(b, n, _)| (*n, *b)) {
+            Some((_, _, sws)) => {
+                let mut sws = sws.clone();
+                sws.sort_unstable_by_key(|&x| (std::cmp::Reverse(per_switch[x].1.len()), per_switch[x].0));
+                sws
+            }
+            None => blocks
+                .iter()
+                .flat_map(|(_, _, sws)| {
+                    let mut sws = sws.clone();
+                    sws.sort_unstable_by_key(|&x| (std::cmp::Reverse(per_switch[x].1.len()), per_switch[x].0));
+                    sws
+                })
+                .collect(),
+        };
+        let mut out = Vec::with_capacity(k);
+        let mut used_switches = 0u32;
+        for x in order {
+            used_switches += 1;
+            for &(_, i) in &per_switch[x].1 {
+                out.push(i);
+                if out.len() == k {
+                    if max_switches.is_some_and(|m| used_switches > m) {
+                        return None;
+                    }
+                    return Some(out);
+                }
+            }
+        }
+        None
+    }
+
+    /// Takes `d` on node `i` and returns the allocation (GPU indices chosen best-fit).
+    pub fn take(&mut self, i: u32, d: &Demand) -> Alloc {
+        debug_assert!(self.fits(i, d));
+        let iu = i as usize;
+        self.count(iu, -1);
+        let node = &self.nodes[iu];
+        let (cpus, memory, gpus_needed, milli) = if d.exclusive {
+            (node.cpus, node.memory, node.gpus, GPU_MILLI)
+        } else {
+            (d.cpus, d.memory, d.gpus, d.gpu_milli.min(GPU_MILLI))
+        };
+        let r = self.gpu_off[iu] as usize..self.gpu_off[iu + 1] as usize;
+        let mut idx: Vec<(u32, u8)> = self.gpu_free[r.clone()]
+            .iter()
+            .enumerate()
+            .filter(|&(_, &f)| f >= milli)
+            .map(|(g, &f)| (f, g as u8))
+            .collect();
+        idx.sort_unstable(); // least free first: shared GPUs fill up before whole ones are cut
+        let gpus: Vec<u8> = idx.into_iter().take(gpus_needed as usize).map(|(_, g)| g).collect();
+        assert_eq!(gpus.len() as u32, gpus_needed, "placement chose a node without the GPUs");
+        let mut whole_lost = 0u8;
+        for &g in &gpus {
+            let f = &mut self.gpu_free[r.start + g as usize];
+            if *f == GPU_MILLI {
+                whole_lost += 1;
+            }
+            *f -= milli;
+        }
+        self.whole[iu] -= whole_lost;
+        let other: Vec<(u16, u64)> = if d.exclusive {
+            node.other.iter().enumerate().map(|(k, (_, c))| (k as u16, *c)).collect()
+        } else {
+            d.other
+                .iter()
+                .map(|(n, c)| (node.other.iter().position(|(m, _)| m == n).expect("fits checked the resource") as u16, *c))
+                .collect()
+        };
+        for &(k, c) in &other {
+            self.other_free[iu][k as usize] -= c;
+        }
+        self.free_cpus[iu] -= cpus;
+        self.free_mem[iu] -= memory;
+        self.jobs[iu] += 1;
+        self.excl[iu] = d.exclusive;
+        self.count(iu, 1);
+        Alloc { node: i, cpus, memory, gpus, gpu_milli: milli, other, exclusive: d.exclusive }
+    }
+
+    /// Gives an allocation's resources back (a projected release, for reservations).
+    pub fn give(&mut self, a: &Alloc) {
+        let iu = a.node as usize;
+        self.count(iu, -1);
+        self.free_cpus[iu] += a.cpus;
+        self.free_mem[iu] += a.memory;
+        let off = self.gpu_off[iu] as usize;
+        for &g in &a.gpus {
+            let f = &mut self.gpu_free[off + g as usize];
+            *f += a.gpu_milli;
+            if *f == GPU_MILLI {
+                self.whole[iu] += 1;
+            }
+        }
+        for &(k, c) in &a.other {
+            self.other_free[iu][k as usize] += c;
+        }
+        self.jobs[iu] -= 1;
+        if a.exclusive {
+            self.excl[iu] = false;
+        }
+        self.count(iu, 1);
+    }
+
+    /// Applies an allocation decided elsewhere (the same resources `take` would remove).
+    pub fn hold(&mut self, a: &Alloc) {
+        let iu = a.node as usize;
+        self.count(iu, -1);
+        self.free_cpus[iu] -= a.cpus;
+        self.free_mem[iu] -= a.memory;
+        let off = self.gpu_off[iu] as usize;
+        for &g in &a.gpus {
+            let f = &mut self.gpu_free[off + g as usize];
+            if *f == GPU_MILLI {
+                self.whole[iu] -= 1;
+            }
+            *f -= a.gpu_milli;
+        }
+        for &(k, c) in &a.other {
+            self.other_free[iu][k as usize] -= c;
+        }
+        self.jobs[iu] += 1;
+        self.excl[iu] = a.exclusive;
+        self.count(iu, 1);
+    }
+
+    /// Restricts node `i` so that what remains free is at most what `cap` leaves free
+    /// (used to protect a reservation from backfilled jobs that outlive its start).
+    pub fn clamp_to(&mut self, i: u32, cap: &View) {
+        let iu = i as usize;
+        self.count(iu, -1);
+        self.free_cpus[iu] = self.free_cpus[iu].min(cap.free_cpus[iu]);
+        self.free_mem[iu] = self.free_mem[iu].min(cap.free_mem[iu]);
+        let r = self.gpu_off[iu] as usize..self.gpu_off[iu + 1] as usize;
+        let mut whole = 0;
+        for g in r {
+            self.gpu_free[g] = self.gpu_free[g].min(cap.gpu_free[g]);
+            if self.gpu_free[g] == GPU_MILLI {
+                whole += 1;
+            }
+        }
+        self.whole[iu] = whole;
+        for k in 0..self.other_free[iu].len() {
+            self.other_free[iu][k] = self.other_free[iu][k].min(cap.other_free[iu][k]);
+        }
+        // A node the reservation needs whole cannot take anything that outlives the reservation.
+        if cap.excl[iu] {
+            self.excl[iu] = true;
+        }
+        self.jobs[iu] = self.jobs[iu].max(cap.jobs[iu]);
+        self.count(iu, 1);
+    }
+
+    /// Switch index of node `i` (dense numbering over (block, switch)).
+    pub fn switch_of(&self, i: u32) -> u32 {
+        self.switch_of[i as usize]
+    }
+}
+
+impl View<'_> {
+    /// Resets node `i` to what `from` shows for it.
+    pub fn reset_node(&mut self, i: u32, from: &View) {
+        let iu = i as usize;
+        self.count(iu, -1);
+        self.free_cpus[iu] = from.free_cpus[iu];
+        self.free_mem[iu] = from.free_mem[iu];
+        let r = self.gpu_off[iu] as usize..self.gpu_off[iu + 1] as usize;
+        self.gpu_free[r.clone()].copy_from_slice(&from.gpu_free[r]);
+        self.whole[iu] = from.whole[iu];
+        self.other_free[iu].clone_from(&from.other_free[iu]);
+        self.jobs[iu] = from.jobs[iu];
+        self.excl[iu] = from.excl[iu];
+        self.count(iu, 1);
+    }
+}
