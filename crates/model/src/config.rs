@@ -102,6 +102,9 @@ impl ClusterConfig {
 
     /// Shares of an account (1 when it is not configured).
     pub fn shares(&self, account: &str) -> u32 {
-        self.accounts.iter().find(|a| a.name == account).map_or(1, |a| a.shares.max(1))
+        self.accounts
+            .iter()
+            .find(|a| a.name == account)
+            .map_or(1, |a| a.shares.max(1))
     }
 }

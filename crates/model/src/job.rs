@@ -250,7 +250,8 @@ impl JobRequest {
 
     /// The time from which the job is eligible to start (its age counts from here).
     pub fn eligible_time(&self) -> Time {
-        self.begin_time.map_or(self.submit_time, |b| b.max(self.submit_time))
+        self.begin_time
+            .map_or(self.submit_time, |b| b.max(self.submit_time))
     }
 }
 
@@ -324,7 +325,8 @@ impl JobState {
     pub fn step(self, event: JobEvent) -> Result<JobState, InvalidTransition> {
         use JobEvent as E;
         use JobState as S;
-        let bad = |from: &'static str, ev: &'static str| Err(InvalidTransition::new("job", from, ev));
+        let bad =
+            |from: &'static str, ev: &'static str| Err(InvalidTransition::new("job", from, ev));
         match self {
             S::Pending => match event {
                 E::Start => Ok(S::Running),
@@ -345,21 +347,18 @@ impl JobState {
                 E::Requeue => Ok(S::Pending),
                 E::NodeFail => Ok(S::NodeFail),
             },
-            S::Completed
-            | S::Failed
-            | S::Cancelled
-            | S::Timeout
-            | S::OutOfMemory
-            | S::NodeFail => match event {
-                // Slurm allows requeueing a finished batch job.
-                E::Requeue => Ok(S::Pending),
-                E::Start => bad(self.name(), "Start"),
-                E::Exit(_) => bad(self.name(), "Exit"),
-                E::TimeLimit => bad(self.name(), "TimeLimit"),
-                E::OutOfMemory => bad(self.name(), "OutOfMemory"),
-                E::Cancel => bad(self.name(), "Cancel"),
-                E::NodeFail => bad(self.name(), "NodeFail"),
-            },
+            S::Completed | S::Failed | S::Cancelled | S::Timeout | S::OutOfMemory | S::NodeFail => {
+                match event {
+                    // Slurm allows requeueing a finished batch job.
+                    E::Requeue => Ok(S::Pending),
+                    E::Start => bad(self.name(), "Start"),
+                    E::Exit(_) => bad(self.name(), "Exit"),
+                    E::TimeLimit => bad(self.name(), "TimeLimit"),
+                    E::OutOfMemory => bad(self.name(), "OutOfMemory"),
+                    E::Cancel => bad(self.name(), "Cancel"),
+                    E::NodeFail => bad(self.name(), "NodeFail"),
+                }
+            }
         }
     }
 
@@ -423,10 +422,18 @@ mod tests {
     fn shape_arithmetic() {
         let mut s = Shape::single();
         s.ntasks = 8;
-        s.gpus = Some(GpuRequest { per: GpuPer::Task(1), gpu_type: None, milli: 1000 });
+        s.gpus = Some(GpuRequest {
+            per: GpuPer::Task(1),
+            gpu_type: None,
+            milli: 1000,
+        });
         assert_eq!(s.tasks_per_node(2), 4);
         assert_eq!(s.gpus_per_node(2), 4);
-        s.gpus = Some(GpuRequest { per: GpuPer::Job(6), gpu_type: None, milli: 1000 });
+        s.gpus = Some(GpuRequest {
+            per: GpuPer::Job(6),
+            gpu_type: None,
+            milli: 1000,
+        });
         assert_eq!(s.gpus_per_node(4), 2);
         assert_eq!(s.total_gpus(4), 8);
     }

@@ -11,15 +11,19 @@
 
 mod alloc;
 mod conservative;
+mod incremental;
 mod preempt;
 mod priority;
 mod view;
 
-use model::{ClusterConfig, DepStatus, JobId, JobRequest, MemRequest, Node, PendingReason, RequestKind, Time};
+use model::{
+    ClusterConfig, DepStatus, JobId, JobRequest, MemRequest, Node, PendingReason, RequestKind, Time,
+};
 use rustc_hash::{FxHashMap, FxHashSet};
 use serde::{Deserialize, Serialize};
 
 pub use alloc::{Alloc, NodeUsage};
+pub use incremental::Scheduler;
 pub use preempt::{Preemption, Victim, plan_preemption};
 pub use priority::{Breakdown, FairShare, Policy, Weights};
 use view::{Demand, Filter, Strategy, View};
@@ -222,26 +226,42 @@ pub(crate) struct Facts<'a> {
     pub max_gpus: u32,
     pub total_nodes: u32,
     pub name_index: FxHashMap<&'a str, u32>,
-    pub partition_all: FxHashMap<&'a str, bool>,
+    pub partition_all: FxHashMap<String, bool>,
 }
 
 impl<'a> Facts<'a> {
-    pub fn new(nodes: &'a [Node], config: &'a ClusterConfig) -> Facts<'a> {
+    pub fn new(nodes: &'a [Node], config: &ClusterConfig, with_names: bool) -> Facts<'a> {
         let mut partition_all = FxHashMap::default();
         for p in &config.partitions {
-            partition_all.insert(p.name.as_str(), nodes.iter().all(|n| n.in_partition(&p.name)));
+            partition_all.insert(
+                p.name.clone(),
+                nodes.iter().all(|n| n.in_partition(&p.name)),
+            );
         }
         Facts {
             max_cpus: nodes.iter().map(|n| n.cpus).max().unwrap_or(0),
             max_gpus: nodes.iter().map(|n| n.gpus).max().unwrap_or(0),
             total_nodes: nodes.len() as u32,
-            name_index: nodes.iter().enumerate().map(|(i, n)| (n.name.as_str(), i as u32)).collect(),
+            name_index: if with_names {
+                nodes
+                    .iter()
+                    .enumerate()
+                    .map(|(i, n)| (n.name.as_str(), i as u32))
+                    .collect()
+            } else {
+                FxHashMap::default()
+            },
             partition_all,
         }
     }
 
     /// Resolves the shape: node count, per-node demand and node filter.
-    pub fn resolve(&self, idx: usize, req: &'a JobRequest, config: &ClusterConfig) -> Result<Resolved<'a>, (PendingReason, String)> {
+    pub fn resolve<'r>(
+        &self,
+        idx: usize,
+        req: &'r JobRequest,
+        config: &ClusterConfig,
+    ) -> Result<Resolved<'r>, (PendingReason, String)> {
         let s = &req.shape;
         let nodes = if s.nodes_min > 0 {
             s.nodes_min
@@ -258,7 +278,13 @@ impl<'a> Facts<'a> {
             k
         };
         if nodes > self.total_nodes {
-            return Err((PendingReason::BadConstraints, format!("requests {nodes} nodes but the cluster has {}", self.total_nodes)));
+            return Err((
+                PendingReason::BadConstraints,
+                format!(
+                    "requests {nodes} nodes but the cluster has {}",
+                    self.total_nodes
+                ),
+            ));
         }
         let cpus = s.tasks_per_node(nodes) * s.cpus_per_task.max(1);
         let memory = match s.mem {
@@ -269,14 +295,22 @@ impl<'a> Facts<'a> {
             cpus,
             memory,
             gpus: s.gpus_per_node(nodes),
-            gpu_milli: s.gpus.as_ref().map_or(model::GPU_MILLI, |g| g.milli.clamp(1, model::GPU_MILLI)),
+            gpu_milli: s
+                .gpus
+                .as_ref()
+                .map_or(model::GPU_MILLI, |g| g.milli.clamp(1, model::GPU_MILLI)),
             other: s.other.clone(),
             exclusive: s.exclusive,
         };
         let partition = match &req.partition {
             None => None,
-            Some(p) => match self.partition_all.get(p.as_str()) {
-                None => return Err((PendingReason::BadConstraints, format!("invalid partition specified: {p}"))),
+            Some(p) => match self.partition_all.get(p) {
+                None => {
+                    return Err((
+                        PendingReason::BadConstraints,
+                        format!("invalid partition specified: {p}"),
+                    ));
+                }
                 Some(true) => None,
                 Some(false) => Some(p.clone()),
             },
@@ -284,12 +318,21 @@ impl<'a> Facts<'a> {
         let lookup = |names: &[String]| -> Result<Vec<u32>, (PendingReason, String)> {
             names
                 .iter()
-                .map(|n| self.name_index.get(n.as_str()).copied().ok_or((PendingReason::BadConstraints, format!("invalid node name specified: {n}"))))
+                .map(|n| {
+                    self.name_index.get(n.as_str()).copied().ok_or((
+                        PendingReason::BadConstraints,
+                        format!("invalid node name specified: {n}"),
+                    ))
+                })
                 .collect()
         };
         let gpu_type = s.gpus.as_ref().and_then(|g| g.gpu_type.clone());
         let filter = Filter {
-            all: partition.is_none() && req.features.is_empty() && gpu_type.is_none() && req.nodelist.is_empty() && req.exclude.is_empty(),
+            all: partition.is_none()
+                && req.features.is_empty()
+                && gpu_type.is_none()
+                && req.nodelist.is_empty()
+                && req.exclude.is_empty(),
             partition,
             features: req.features.clone(),
             gpu_type,
@@ -298,23 +341,73 @@ impl<'a> Facts<'a> {
             mask: None,
         };
         if !filter.include.is_empty() && (filter.include.len() as u32) > nodes {
-            return Err((PendingReason::BadConstraints, format!("{} nodes required by -w but only {nodes} requested", filter.include.len())));
+            return Err((
+                PendingReason::BadConstraints,
+                format!(
+                    "{} nodes required by -w but only {nodes} requested",
+                    filter.include.len()
+                ),
+            ));
         }
         let _ = config;
-        Ok(Resolved { idx, req, nodes, demand, filter, limit: req.time_limit })
+        Ok(Resolved {
+            idx,
+            req,
+            nodes,
+            demand,
+            filter,
+            limit: req.time_limit,
+        })
     }
 }
 
 /// Memo of "can this shape ever fit on this cluster", so a pass checks each distinct shape once.
 #[derive(Default)]
-struct EverFits(FxHashMap<(Demand, u32, Vec<u32>, Option<String>, Vec<String>, Option<String>, Vec<u32>), bool>);
+pub(crate) struct EverFits {
+    plain: FxHashMap<view::ShapeKey, bool>,
+    full: FxHashMap<
+        (
+            Demand,
+            u32,
+            Vec<u32>,
+            Option<String>,
+            Vec<String>,
+            Option<String>,
+            Vec<u32>,
+        ),
+        bool,
+    >,
+}
 
 impl EverFits {
-    fn check(&mut self, nodes: &[Node], r: &Resolved) -> bool {
+    pub(crate) fn check(&mut self, nodes: &[Node], r: &Resolved) -> bool {
         let f = &r.filter;
-        let key = (r.demand.clone(), r.nodes, f.include.clone(), f.partition.clone(), f.features.clone(), f.gpu_type.clone(), f.exclude.clone());
-        *self.0.entry(key).or_insert_with(|| {
-            let n = nodes.iter().enumerate().filter(|(i, n)| f.ok(*i as u32, n) && View::could_ever_fit(n, &r.demand)).count();
+        if f.all {
+            if let Some(key) = view::ShapeKey::of(&r.demand, r.nodes) {
+                return *self.plain.entry(key).or_insert_with(|| {
+                    nodes
+                        .iter()
+                        .filter(|n| View::could_ever_fit(n, &r.demand))
+                        .count()
+                        >= r.nodes as usize
+                });
+            }
+        }
+        let key = (
+            r.demand.clone(),
+            r.nodes,
+            f.include.clone(),
+            f.partition.clone(),
+            f.features.clone(),
+            f.gpu_type.clone(),
+            f.exclude.clone(),
+        );
+        *self.full.entry(key).or_insert_with(|| {
+            let n = nodes
+                .iter()
+                .enumerate()
+                .filter(|(i, n)| f.ok(*i as u32, n) && View::could_ever_fit(n, &r.demand))
+                .count();
             n >= r.nodes as usize
         })
     }
@@ -322,118 +415,91 @@ impl EverFits {
 
 /// Runs one scheduling pass. Pure: the same arguments give the same plan.
 pub fn schedule(snap: &Snapshot, now: Time, seed: u64, cfg: &Config) -> Plan {
+    schedule_inner(snap.nodes, snap, now, seed, cfg).0
+}
+
+/// What a full EASY pass leaves behind for the submit fast path.
+pub(crate) struct PassMemo<'n> {
+    pub view: View<'n>,
+    /// The reserved job's sort key, arrival seq and id, its shadow time and reserved nodes.
+    pub top: Option<(priority::Key, u64, JobId, Time, FxHashSet<u32>)>,
+    pub total_shares: u32,
+    pub accounts: FxHashSet<String>,
+    pub facts: Facts<'n>,
+    pub ever: EverFits,
+}
+
+pub(crate) fn schedule_inner<'n>(
+    nodes: &'n [Node],
+    snap: &Snapshot,
+    now: Time,
+    seed: u64,
+    cfg: &Config,
+) -> (Plan, PassMemo<'n>) {
+    assert!(
+        std::ptr::eq(nodes, snap.nodes),
+        "the scheduler's nodes are the snapshot's nodes"
+    );
     let _ = seed; // ties are broken by arrival order and job id; the seed is reserved for shuffles
     let mut plan = Plan::default();
-    let facts = Facts::new(snap.nodes, snap.config);
+    let names = snap
+        .pending
+        .iter()
+        .any(|p| !p.req.nodelist.is_empty() || !p.req.exclude.is_empty());
+    let facts = Facts::new(nodes, snap.config, names);
     let mut ever = EverFits::default();
-    let mut view = View::new(snap.nodes, snap.usage);
+    let mut view = View::new(nodes, snap.usage);
 
-    // Per-user running counts for QOS limits.
-    let mut user_jobs: FxHashMap<(&str, &str), (u32, u32)> = FxHashMap::default();
-    for r in snap.running {
-        let q = snap.config.qos(r.req.qos.as_deref()).map_or("", |q| q.name.as_str());
-        let e = user_jobs.entry((r.req.user.as_str(), q)).or_default();
-        e.0 += 1;
-        e.1 += r.allocs.iter().map(|a| a.gpus.len() as u32).sum::<u32>();
-    }
+    let user_jobs = user_usage(snap);
 
     // Resolve and filter.
     let mut ready: Vec<Resolved> = Vec::with_capacity(snap.pending.len());
     for (idx, p) in snap.pending.iter().enumerate() {
-        let req = &p.req;
-        let wait = |plan: &mut Plan, reason| plan.waiting.push(Waiting { job: req.id, reason, expected_start: None });
-        if req.held {
-            wait(&mut plan, PendingReason::JobHeldUser);
-            continue;
+        match admit(snap, &facts, &mut ever, &user_jobs, now, idx, p) {
+            Admit::Ready(r) => ready.push(r),
+            Admit::Wait(reason) => plan.waiting.push(Waiting {
+                job: p.req.id,
+                reason,
+                expected_start: None,
+            }),
+            Admit::Reject(reason, message) => plan.rejected.push(Rejected {
+                job: p.req.id,
+                reason,
+                message,
+            }),
         }
-        let r = match facts.resolve(idx, req, snap.config) {
-            Ok(r) => r,
-            Err((reason, message)) => {
-                plan.rejected.push(Rejected { job: req.id, reason, message });
-                continue;
-            }
-        };
-        if !ever.check(snap.nodes, &r) {
-            let message = format!(
-                "requested node configuration is not available: {} node(s) with {} CPUs, {} bytes memory, {} GPUs each",
-                r.nodes, r.demand.cpus, r.demand.memory, r.demand.gpus
-            );
-            plan.rejected.push(Rejected { job: req.id, reason: PendingReason::BadConstraints, message });
-            continue;
-        }
-        match p.dep {
-            DepStatus::Satisfied => {}
-            DepStatus::Waiting => {
-                wait(&mut plan, PendingReason::Dependency);
-                continue;
-            }
-            DepStatus::Never => {
-                wait(&mut plan, PendingReason::DependencyNeverSatisfied);
-                continue;
-            }
-        }
-        if req.begin_time.is_some_and(|b| b > now) {
-            wait(&mut plan, PendingReason::BeginTime);
-            continue;
-        }
-        let Some(part) = snap.config.partition(req.partition.as_deref()) else {
-            plan.rejected.push(Rejected { job: req.id, reason: PendingReason::BadConstraints, message: "no partition configured".into() });
-            continue;
-        };
-        if req.time_limit > part.max_time {
-            wait(&mut plan, PendingReason::PartitionTimeLimit);
-            continue;
-        }
-        let Some(qos) = snap.config.qos(req.qos.as_deref()) else {
-            plan.rejected.push(Rejected {
-                job: req.id,
-                reason: PendingReason::BadConstraints,
-                message: format!("invalid qos specification: {}", req.qos.as_deref().unwrap_or("")),
-            });
-            continue;
-        };
-        let used = user_jobs.get(&(req.user.as_str(), qos.name.as_str())).copied().unwrap_or((0, 0));
-        if qos.max_jobs_per_user.is_some_and(|m| used.0 >= m) {
-            wait(&mut plan, PendingReason::QosMaxJobsPerUserLimit);
-            continue;
-        }
-        if qos.max_gpus_per_user.is_some_and(|m| used.1 + r.demand.gpus * r.nodes > m) {
-            wait(&mut plan, PendingReason::QosMaxGpusPerUserLimit);
-            continue;
-        }
-        if !r.filter.include.is_empty() && r.filter.include.iter().any(|&i| !snap.nodes[i as usize].state.schedulable()) {
-            wait(&mut plan, PendingReason::ReqNodeNotAvail);
-            continue;
-        }
-        ready.push(r);
     }
 
     // Order.
-    let ctx = priority::PriorityContext {
-        now,
-        config: snap.config,
-        fairshare: snap.fairshare,
-        total_nodes: facts.total_nodes,
-        max_part_tier: snap.config.partitions.iter().map(|p| p.priority_tier).max().unwrap_or(0),
-        max_qos: snap.config.qos.iter().map(|q| q.priority).max().unwrap_or(0),
-        total_shares: {
-            let mut seen = FxHashSet::default();
-            let mut t = 0;
-            for p in snap.pending.iter().map(|p| &p.req).chain(snap.running.iter().map(|r| &r.req)) {
-                if seen.insert(p.account.as_str()) {
-                    t += snap.config.shares(&p.account);
-                }
-            }
-            t
-        },
-    };
-    let mut keyed: Vec<(priority::Key, u64, JobId, usize)> = ready
+    let mut seen: FxHashSet<&str> = FxHashSet::default();
+    let mut total_shares = 0;
+    for p in snap
+        .pending
+        .iter()
+        .map(|p| &p.req)
+        .chain(snap.running.iter().map(|r| &r.req))
+    {
+        if seen.insert(p.account.as_str()) {
+            total_shares += snap.config.shares(&p.account);
+        }
+    }
+    let ctx = priority_context(snap, &facts, now, total_shares);
+    let mut keyed: Vec<(u64, u64, u64, JobId, usize)> = ready
         .iter()
         .enumerate()
-        .map(|(i, r)| (priority::key(&cfg.policy, &ctx, r.req, r.nodes), snap.pending[r.idx].seq, r.req.id, i))
+        .map(|(i, r)| {
+            let k = priority::key(&cfg.policy, &ctx, r.req, r.nodes);
+            (
+                sortable(k.0),
+                sortable(k.1),
+                snap.pending[r.idx].seq,
+                r.req.id,
+                i,
+            )
+        })
         .collect();
-    keyed.sort_unstable_by(|a, b| a.0.partial_cmp(&b.0).unwrap_or(std::cmp::Ordering::Equal).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
-    let mut order: Vec<usize> = keyed.into_iter().map(|k| k.3).collect();
+    keyed.sort_unstable();
+    let mut order: Vec<usize> = keyed.into_iter().map(|k| k.4).collect();
     order.truncate(cfg.max_considered);
 
     let commit = cfg.commit_head || cfg.backfill == Backfill::Rls;
@@ -446,11 +512,255 @@ pub fn schedule(snap: &Snapshot, now: Time, seed: u64, cfg: &Config) -> Plan {
         }
     }
 
+    let mut top = None;
+    let mut limits = Limits::new(snap);
     match cfg.backfill {
-        Backfill::Conservative => conservative::run(snap, now, cfg, &ready, &order, &mut view, &mut plan),
-        _ => walk(snap, now, cfg, commit, &ready, &order, &mut view, &mut plan),
+        Backfill::Conservative => conservative::run(
+            snap,
+            now,
+            cfg,
+            &ready,
+            &order,
+            &mut view,
+            &mut plan,
+            &mut limits,
+        ),
+        _ => {
+            if let Some((pos, shadow, reserved)) = walk(
+                snap,
+                now,
+                cfg,
+                commit,
+                &ready,
+                &order,
+                &mut view,
+                &mut plan,
+                &mut limits,
+            ) {
+                let r = &ready[order[pos]];
+                top = Some((
+                    priority::key(&cfg.policy, &ctx, r.req, r.nodes),
+                    snap.pending[r.idx].seq,
+                    r.req.id,
+                    shadow,
+                    reserved,
+                ));
+            }
+        }
     }
-    plan
+    let accounts = seen.into_iter().map(str::to_string).collect();
+    let total_shares = ctx.total_shares;
+    drop(ctx);
+    (
+        plan,
+        PassMemo {
+            view,
+            top,
+            total_shares,
+            accounts,
+            facts,
+            ever,
+        },
+    )
+}
+
+/// Maps an f64 to a u64 with the same order (total order; NaN sorts last).
+fn sortable(f: f64) -> u64 {
+    let f = if f.is_nan() { f64::INFINITY } else { f + 0.0 };
+    let b = f.to_bits();
+    if b >> 63 == 1 { !b } else { b | (1 << 63) }
+}
+
+pub(crate) fn priority_context<'a>(
+    snap: &Snapshot<'a>,
+    facts: &Facts,
+    now: Time,
+    total_shares: u32,
+) -> priority::PriorityContext<'a> {
+    priority::PriorityContext {
+        now,
+        config: snap.config,
+        fairshare: snap.fairshare,
+        total_nodes: facts.total_nodes,
+        max_part_tier: snap
+            .config
+            .partitions
+            .iter()
+            .map(|p| p.priority_tier)
+            .max()
+            .unwrap_or(0),
+        max_qos: snap
+            .config
+            .qos
+            .iter()
+            .map(|q| q.priority)
+            .max()
+            .unwrap_or(0),
+        total_shares,
+    }
+}
+
+/// Running jobs and GPUs per (user, QOS), for QOS limits.
+pub(crate) fn user_usage<'a>(snap: &Snapshot<'a>) -> FxHashMap<(&'a str, &'a str), (u32, u32)> {
+    let mut user_jobs: FxHashMap<(&str, &str), (u32, u32)> = FxHashMap::default();
+    for r in snap.running {
+        let q = snap
+            .config
+            .qos(r.req.qos.as_deref())
+            .map_or("", |q| q.name.as_str());
+        let e = user_jobs.entry((r.req.user.as_str(), q)).or_default();
+        e.0 += 1;
+        e.1 += r.allocs.iter().map(|a| a.gpus.len() as u32).sum::<u32>();
+    }
+    user_jobs
+}
+
+/// QOS per-user limits as a pass goes: running counts plus what this pass started.
+pub(crate) struct Limits<'a> {
+    used: FxHashMap<(&'a str, &'a str), (u32, u32)>,
+    config: &'a ClusterConfig,
+    any: bool,
+}
+
+impl<'a> Limits<'a> {
+    pub fn new(snap: &Snapshot<'a>) -> Limits<'a> {
+        let any = snap
+            .config
+            .qos
+            .iter()
+            .any(|q| q.max_jobs_per_user.is_some() || q.max_gpus_per_user.is_some());
+        Limits {
+            used: if any {
+                user_usage(snap)
+            } else {
+                FxHashMap::default()
+            },
+            config: snap.config,
+            any,
+        }
+    }
+
+    /// The limit that keeps `r` from starting now, if any.
+    pub fn blocks(&self, r: &Resolved) -> Option<PendingReason> {
+        if !self.any {
+            return None;
+        }
+        let qos = self.config.qos(r.req.qos.as_deref())?;
+        let used = self
+            .used
+            .get(&(r.req.user.as_str(), qos.name.as_str()))
+            .copied()
+            .unwrap_or((0, 0));
+        if qos.max_jobs_per_user.is_some_and(|m| used.0 >= m) {
+            return Some(PendingReason::QosMaxJobsPerUserLimit);
+        }
+        if qos
+            .max_gpus_per_user
+            .is_some_and(|m| used.1 + r.demand.gpus * r.nodes > m)
+        {
+            return Some(PendingReason::QosMaxGpusPerUserLimit);
+        }
+        None
+    }
+
+    /// Counts a start.
+    pub fn add(&mut self, r: &Resolved<'a>) {
+        if !self.any {
+            return;
+        }
+        let Some(qos) = self.config.qos(r.req.qos.as_deref()) else {
+            return;
+        };
+        let e = self
+            .used
+            .entry((r.req.user.as_str(), qos.name.as_str()))
+            .or_default();
+        e.0 += 1;
+        e.1 += r.demand.gpus * r.nodes;
+    }
+}
+
+/// The verdict on one pending job before ordering.
+pub(crate) enum Admit<'a> {
+    Ready(Resolved<'a>),
+    Wait(PendingReason),
+    Reject(PendingReason, String),
+}
+
+/// Checks everything that keeps a job out of this pass: holds, impossible shapes, dependencies,
+/// begin time, partition and QOS limits, required nodes down.
+pub(crate) fn admit<'a>(
+    snap: &Snapshot<'a>,
+    facts: &Facts,
+    ever: &mut EverFits,
+    user_jobs: &FxHashMap<(&str, &str), (u32, u32)>,
+    now: Time,
+    idx: usize,
+    p: &'a Pending,
+) -> Admit<'a> {
+    let req = &p.req;
+    if req.held {
+        return Admit::Wait(PendingReason::JobHeldUser);
+    }
+    let r = match facts.resolve(idx, req, snap.config) {
+        Ok(r) => r,
+        Err((reason, message)) => return Admit::Reject(reason, message),
+    };
+    if !ever.check(snap.nodes, &r) {
+        let message = format!(
+            "requested node configuration is not available: {} node(s) with {} CPUs, {} bytes memory, {} GPUs each",
+            r.nodes, r.demand.cpus, r.demand.memory, r.demand.gpus
+        );
+        return Admit::Reject(PendingReason::BadConstraints, message);
+    }
+    match p.dep {
+        DepStatus::Satisfied => {}
+        DepStatus::Waiting => return Admit::Wait(PendingReason::Dependency),
+        DepStatus::Never => return Admit::Wait(PendingReason::DependencyNeverSatisfied),
+    }
+    if req.begin_time.is_some_and(|b| b > now) {
+        return Admit::Wait(PendingReason::BeginTime);
+    }
+    let Some(part) = snap.config.partition(req.partition.as_deref()) else {
+        return Admit::Reject(
+            PendingReason::BadConstraints,
+            "no partition configured".into(),
+        );
+    };
+    if req.time_limit > part.max_time {
+        return Admit::Wait(PendingReason::PartitionTimeLimit);
+    }
+    let Some(qos) = snap.config.qos(req.qos.as_deref()) else {
+        return Admit::Reject(
+            PendingReason::BadConstraints,
+            format!(
+                "invalid qos specification: {}",
+                req.qos.as_deref().unwrap_or("")
+            ),
+        );
+    };
+    let used = user_jobs
+        .get(&(req.user.as_str(), qos.name.as_str()))
+        .copied()
+        .unwrap_or((0, 0));
+    if qos.max_jobs_per_user.is_some_and(|m| used.0 >= m) {
+        return Admit::Wait(PendingReason::QosMaxJobsPerUserLimit);
+    }
+    if qos
+        .max_gpus_per_user
+        .is_some_and(|m| used.1 + r.demand.gpus * r.nodes > m)
+    {
+        return Admit::Wait(PendingReason::QosMaxGpusPerUserLimit);
+    }
+    if !r.filter.include.is_empty()
+        && r.filter
+            .include
+            .iter()
+            .any(|&i| !snap.nodes[i as usize].state.schedulable())
+    {
+        return Admit::Wait(PendingReason::ReqNodeNotAvail);
+    }
+    Admit::Ready(r)
 }
 
 fn strategy_maps(snap: &Snapshot, view: &View, service: &str) -> [FxHashMap<u32, u32>; 3] {
@@ -468,21 +778,49 @@ fn strategy_maps(snap: &Snapshot, view: &View, service: &str) -> [FxHashMap<u32,
 }
 
 /// Places `r` on `view` if it fits now; returns the allocations.
-pub(crate) fn try_place(snap: &Snapshot, view: &mut View, r: &Resolved, placed_replicas: &mut FxHashMap<String, Vec<u32>>) -> Option<Vec<Alloc>> {
+pub(crate) fn try_place(
+    snap: &Snapshot,
+    view: &mut View,
+    r: &Resolved,
+    placed_replicas: &mut FxHashMap<String, Vec<u32>>,
+) -> Option<Vec<Alloc>> {
     let nodes = match &r.req.kind {
-        RequestKind::Batch => view.place(&r.demand, r.nodes, &r.filter, &Strategy::Pack, r.req.max_switches)?,
+        RequestKind::Batch => view.place(
+            &r.demand,
+            r.nodes,
+            &r.filter,
+            &Strategy::Pack,
+            r.req.max_switches,
+        )?,
         RequestKind::Replica { service } => {
             if !view.maybe(&r.demand, r.nodes) {
                 return None;
             }
             let [mut n, mut s, mut b] = strategy_maps(snap, view, service);
-            for &node in placed_replicas.get(service).map(|v| v.as_slice()).unwrap_or(&[]) {
+            for &node in placed_replicas
+                .get(service)
+                .map(|v| v.as_slice())
+                .unwrap_or(&[])
+            {
                 *n.entry(node).or_default() += 1;
                 *s.entry(view.switch_of(node)).or_default() += 1;
                 *b.entry(snap.nodes[node as usize].block).or_default() += 1;
             }
-            let chosen = view.place(&r.demand, r.nodes, &r.filter, &Strategy::Spread { per_node: &n, per_switch: &s, per_block: &b }, r.req.max_switches)?;
-            placed_replicas.entry(service.clone()).or_default().extend(&chosen);
+            let chosen = view.place(
+                &r.demand,
+                r.nodes,
+                &r.filter,
+                &Strategy::Spread {
+                    per_node: &n,
+                    per_switch: &s,
+                    per_block: &b,
+                },
+                r.req.max_switches,
+            )?;
+            placed_replicas
+                .entry(service.clone())
+                .or_default()
+                .extend(&chosen);
             chosen
         }
     };
@@ -491,7 +829,17 @@ pub(crate) fn try_place(snap: &Snapshot, view: &mut View, r: &Resolved, placed_r
 
 /// The EASY / none / RLS walk over the priority order.
 #[allow(clippy::too_many_arguments)]
-fn walk(snap: &Snapshot, now: Time, cfg: &Config, commit: bool, ready: &[Resolved], order: &[usize], view: &mut View, plan: &mut Plan) {
+fn walk<'a>(
+    snap: &Snapshot<'a>,
+    now: Time,
+    cfg: &Config,
+    commit: bool,
+    ready: &[Resolved<'a>],
+    order: &[usize],
+    view: &mut View,
+    plan: &mut Plan,
+    limits: &mut Limits<'a>,
+) -> Option<(usize, Time, FxHashSet<u32>)> {
     let mut replicas: FxHashMap<String, Vec<u32>> = FxHashMap::default();
     // EASY state: shadow time, the view at the shadow time with the reservation taken out, the
     // set of reserved nodes, and the view for jobs that would outlive the shadow time.
@@ -509,27 +857,49 @@ fn walk(snap: &Snapshot, now: Time, cfg: &Config, commit: bool, ready: &[Resolve
     for (pos, &i) in order.iter().enumerate() {
         let r = &ready[i];
         plan.stats.considered += 1;
+        if let Some(reason) = limits.blocks(r) {
+            plan.waiting.push(Waiting {
+                job: r.req.id,
+                reason,
+                expected_start: None,
+            });
+            continue;
+        }
         if blocked.is_none() {
             if let Some(allocs) = try_place(snap, view, r, &mut replicas) {
-                plan.starts.push(Start { job: r.req.id, allocs, backfilled: false });
+                limits.add(r);
+                plan.starts.push(Start {
+                    job: r.req.id,
+                    allocs,
+                    backfilled: false,
+                });
                 plan.stats.started += 1;
                 continue;
             }
             blocked = Some(pos);
             // Higher-tier work that cannot start may preempt lower tiers.
-            let my_tier = snap.config.qos(r.req.qos.as_deref()).map_or(0, |q| q.preempt_tier);
-            let overrides = match preempt::preempt_for(snap, view, r, now, my_tier, &preempt_victims) {
-                Some(p) => {
-                    let o: FxHashMap<JobId, Time> = p.victims.iter().map(|v| (v.job, now + v.grace)).collect();
-                    preempt_victims.extend(p.victims.iter().map(|v| v.job));
-                    plan.preemptions.push(p);
-                    o
-                }
-                None => FxHashMap::default(),
-            };
+            let my_tier = snap
+                .config
+                .qos(r.req.qos.as_deref())
+                .map_or(0, |q| q.preempt_tier);
+            let overrides =
+                match preempt::preempt_for(snap, view, r, now, my_tier, &preempt_victims) {
+                    Some(p) => {
+                        let o: FxHashMap<JobId, Time> =
+                            p.victims.iter().map(|v| (v.job, now + v.grace)).collect();
+                        preempt_victims.extend(p.victims.iter().map(|v| v.job));
+                        plan.preemptions.push(p);
+                        o
+                    }
+                    None => FxHashMap::default(),
+                };
             match cfg.backfill {
                 Backfill::None => {
-                    plan.waiting.push(Waiting { job: r.req.id, reason: PendingReason::Resources, expected_start: None });
+                    plan.waiting.push(Waiting {
+                        job: r.req.id,
+                        reason: PendingReason::Resources,
+                        expected_start: None,
+                    });
                     if commit {
                         plan.carry.committed = Some(r.req.id);
                     }
@@ -544,12 +914,21 @@ fn walk(snap: &Snapshot, now: Time, cfg: &Config, commit: bool, ready: &[Resolve
                         (Some(c), Some(s)) if c == r.req.id => s,
                         _ => {
                             let this_pass = started_this_pass(plan, ready, order, pos, now, true);
-                            reservation(snap, now, view, r, &overrides, true, &this_pass).map_or(Time::MAX, |(t, _, _)| t)
+                            reservation(snap, now, view, r, &overrides, true, &this_pass)
+                                .map_or(Time::MAX, |(t, _, _)| t)
                         }
                     };
                     rls_shadow = Some(shadow);
-                    plan.carry = Carry { committed: Some(r.req.id), shadow: Some(shadow), commit_seq: Some(commit_seq) };
-                    plan.waiting.push(Waiting { job: r.req.id, reason: PendingReason::Resources, expected_start: Some(shadow) });
+                    plan.carry = Carry {
+                        committed: Some(r.req.id),
+                        shadow: Some(shadow),
+                        commit_seq: Some(commit_seq),
+                    };
+                    plan.waiting.push(Waiting {
+                        job: r.req.id,
+                        reason: PendingReason::Resources,
+                        expected_start: Some(shadow),
+                    });
                     plan.stats.reservations += 1;
                 }
                 Backfill::Easy => {
@@ -563,11 +942,24 @@ fn walk(snap: &Snapshot, now: Time, cfg: &Config, commit: bool, ready: &[Resolve
                             for &n in &reserved {
                                 long.clamp_to(n, &proj);
                             }
-                            plan.waiting.push(Waiting { job: r.req.id, reason: PendingReason::Resources, expected_start: Some(shadow) });
+                            plan.waiting.push(Waiting {
+                                job: r.req.id,
+                                reason: PendingReason::Resources,
+                                expected_start: Some(shadow),
+                            });
                             plan.stats.reservations += 1;
-                            easy = Some(Easy { shadow, proj, reserved, long });
+                            easy = Some(Easy {
+                                shadow,
+                                proj,
+                                reserved,
+                                long,
+                            });
                         }
-                        None => plan.waiting.push(Waiting { job: r.req.id, reason: PendingReason::Resources, expected_start: None }),
+                        None => plan.waiting.push(Waiting {
+                            job: r.req.id,
+                            reason: PendingReason::Resources,
+                            expected_start: None,
+                        }),
                     }
                 }
                 Backfill::Conservative => unreachable!("conservative backfill has its own walk"),
@@ -613,17 +1005,30 @@ fn walk(snap: &Snapshot, now: Time, cfg: &Config, commit: bool, ready: &[Resolve
         };
         match started {
             Some(allocs) => {
-                plan.starts.push(Start { job: r.req.id, allocs, backfilled: true });
+                limits.add(r);
+                plan.starts.push(Start {
+                    job: r.req.id,
+                    allocs,
+                    backfilled: true,
+                });
                 plan.stats.backfilled += 1;
             }
             None => {
                 if cfg.backfill != Backfill::Rls {
-                    plan.waiting.push(Waiting { job: r.req.id, reason: PendingReason::Priority, expected_start: None });
+                    plan.waiting.push(Waiting {
+                        job: r.req.id,
+                        reason: PendingReason::Priority,
+                        expected_start: None,
+                    });
                 }
             }
         }
     }
 
+    let easy_top = match (easy, blocked) {
+        (Some(e), Some(b)) => Some((b, e.shadow, e.reserved)),
+        _ => None,
+    };
     // RLS: scan everything behind the committed job in FCFS order, strictly before the shadow.
     if let (Some(shadow), Some(b)) = (rls_shadow, blocked) {
         let cut = plan.carry.commit_seq.unwrap_or(u64::MAX);
@@ -631,33 +1036,65 @@ fn walk(snap: &Snapshot, now: Time, cfg: &Config, commit: bool, ready: &[Resolve
         rest.sort_by_key(|&(rank, i)| {
             let seq = snap.pending[ready[i].idx].seq;
             let later = seq >= cut;
-            (ready[i].req.submit_time, later, if later { seq } else { rank as u64 }, seq)
+            (
+                ready[i].req.submit_time,
+                later,
+                if later { seq } else { rank as u64 },
+                seq,
+            )
         });
         let rest: Vec<usize> = rest.into_iter().map(|(_, i)| i).collect();
         for i in rest {
             let r = &ready[i];
-            let fits_time = now.saturating_add(r.limit) < shadow;
-            let started = if fits_time { try_place(snap, view, r, &mut replicas) } else { None };
+            let fits_time = now.saturating_add(r.limit) < shadow && limits.blocks(r).is_none();
+            let started = if fits_time {
+                try_place(snap, view, r, &mut replicas)
+            } else {
+                None
+            };
             match started {
                 Some(allocs) => {
-                    plan.starts.push(Start { job: r.req.id, allocs, backfilled: true });
+                    limits.add(r);
+                    plan.starts.push(Start {
+                        job: r.req.id,
+                        allocs,
+                        backfilled: true,
+                    });
                     plan.stats.backfilled += 1;
                 }
-                None => plan.waiting.push(Waiting { job: r.req.id, reason: PendingReason::Priority, expected_start: None }),
+                None => plan.waiting.push(Waiting {
+                    job: r.req.id,
+                    reason: PendingReason::Priority,
+                    expected_start: None,
+                }),
             }
         }
     }
+    easy_top
 }
 
 /// Jobs started earlier in this pass (all before position `pos` in `order`), with their
 /// expected ends, for the reservation's projection.
-fn started_this_pass<'p>(plan: &'p Plan, ready: &[Resolved], order: &[usize], pos: usize, now: Time, raw: bool) -> Vec<(Time, &'p [Alloc])> {
-    let limits: FxHashMap<JobId, Time> = order[..pos].iter().map(|&i| (ready[i].req.id, ready[i].limit)).collect();
+fn started_this_pass<'p>(
+    plan: &'p Plan,
+    ready: &[Resolved],
+    order: &[usize],
+    pos: usize,
+    now: Time,
+    raw: bool,
+) -> Vec<(Time, &'p [Alloc])> {
+    let limits: FxHashMap<JobId, Time> = order[..pos]
+        .iter()
+        .map(|&i| (ready[i].req.id, ready[i].limit))
+        .collect();
     plan.starts
         .iter()
         .map(|s| {
             let l = limits.get(&s.job).copied().unwrap_or(1);
-            (if raw { now + l } else { now + l.max(1) }, s.allocs.as_slice())
+            (
+                if raw { now + l } else { now + l.max(1) },
+                s.allocs.as_slice(),
+            )
         })
         .collect()
 }
@@ -688,7 +1125,12 @@ pub(crate) fn reservation<'n>(
             };
             (end, k)
         })
-        .chain(this_pass.iter().enumerate().map(|(k, (end, _))| (*end, n_running + k)))
+        .chain(
+            this_pass
+                .iter()
+                .enumerate()
+                .map(|(k, (end, _))| (*end, n_running + k)),
+        )
         .collect();
     ends.sort_by_key(|&(t, k)| (t, k));
     let mut proj = view.clone();
@@ -698,7 +1140,11 @@ pub(crate) fn reservation<'n>(
         let t = ends[idx].0;
         while idx < ends.len() && ends[idx].0 == t {
             let k = ends[idx].1;
-            let allocs: &[Alloc] = if k < n_running { &snap.running[k].allocs } else { this_pass[k - n_running].1 };
+            let allocs: &[Alloc] = if k < n_running {
+                &snap.running[k].allocs
+            } else {
+                this_pass[k - n_running].1
+            };
             for a in allocs {
                 proj.give(a);
             }
@@ -714,4 +1160,37 @@ pub(crate) fn reservation<'n>(
         }
     }
     None
+}
+
+/// Each pending job's priority, factor by factor (what `tandem priority` / `sprio` shows), in
+/// priority order. For policies other than multifactor the breakdown is all zeros.
+pub fn priority_breakdown(snap: &Snapshot, now: Time, policy: &Policy) -> Vec<(JobId, Breakdown)> {
+    let facts = Facts::new(snap.nodes, snap.config, false);
+    let mut seen: FxHashSet<&str> = FxHashSet::default();
+    let mut total_shares = 0;
+    for p in snap
+        .pending
+        .iter()
+        .map(|p| &p.req)
+        .chain(snap.running.iter().map(|r| &r.req))
+    {
+        if seen.insert(p.account.as_str()) {
+            total_shares += snap.config.shares(&p.account);
+        }
+    }
+    let ctx = priority_context(snap, &facts, now, total_shares);
+    let mut out: Vec<(JobId, Breakdown)> = snap
+        .pending
+        .iter()
+        .map(|p| {
+            let nodes = facts.resolve(0, &p.req, snap.config).map_or(1, |r| r.nodes);
+            let b = match policy {
+                Policy::Multifactor(w) => ctx.breakdown(w, &p.req, nodes),
+                Policy::Fcfs | Policy::Sjf | Policy::F1 => Breakdown::default(),
+            };
+            (p.req.id, b)
+        })
+        .collect();
+    out.sort_by(|a, b| b.1.total.total_cmp(&a.1.total).then(a.0.cmp(&b.0)));
+    out
 }

@@ -12,10 +12,18 @@ pub struct Weights {
     pub age: f64,
     /// Weight of fair-share (2^(-usage/shares), Slurm's classic formula).
     pub fairshare: f64,
-    /// Weight of job size (favouring small jobs: 1 − nodes/cluster nodes).
+    /// Weight of job size: nodes/cluster nodes, or 1 − that with `favor_small`.
     pub job_size: f64,
+    /// Whether the job-size factor favours small jobs (Slurm's PriorityFavorSmall).
+    pub favor_small: bool,
     /// Weight of the time-limit factor (favouring short limits: 1 − log(limit)/log(max_limit)).
     pub time_limit: f64,
+    /// Weight of the expansion factor (Maui/Moab's XFactor): (wait + limit) / limit, capped at
+    /// `xfactor_cap` and scaled to 0..=1. Short jobs that have waited long relative to their
+    /// length rise fastest.
+    pub xfactor: f64,
+    /// Expansion factor at which the xfactor factor reaches 1.
+    pub xfactor_cap: f64,
     /// Weight of the partition's priority tier.
     pub partition: f64,
     /// Weight of the QOS priority.
@@ -34,7 +42,10 @@ impl Weights {
             age: 1000.0,
             fairshare: 1000.0,
             job_size: 1000.0,
+            favor_small: false,
             time_limit: 0.0,
+            xfactor: 0.0,
+            xfactor_cap: 100.0,
             partition: 1000.0,
             qos: 1000.0,
             max_age: 7 * 86400,
@@ -50,7 +61,10 @@ impl Weights {
             age: 10_000.0,
             fairshare: 2_000.0,
             job_size: 1_000.0,
+            favor_small: true,
             time_limit: 8_000.0,
+            xfactor: 0.0,
+            xfactor_cap: 100.0,
             partition: 100_000.0,
             qos: 200_000.0,
             max_age: 2 * 86400,
@@ -136,6 +150,8 @@ pub struct Breakdown {
     pub job_size: f64,
     /// Weighted time-limit contribution.
     pub time_limit: f64,
+    /// Weighted expansion-factor contribution.
+    pub xfactor: f64,
     /// Weighted partition contribution.
     pub partition: f64,
     /// Weighted QOS contribution.
@@ -159,26 +175,51 @@ pub(crate) struct PriorityContext<'a> {
 
 impl PriorityContext<'_> {
     pub fn breakdown(&self, w: &Weights, job: &JobRequest, nodes: u32) -> Breakdown {
-        let age = ((self.now - job.eligible_time()).max(0) as f64 / w.max_age.max(1) as f64).min(1.0);
-        let fs = self.fairshare.factor(&job.account, self.config.shares(&job.account), self.total_shares);
-        let size = 1.0 - (nodes as f64 / self.total_nodes.max(1) as f64).min(1.0);
+        let age =
+            ((self.now - job.eligible_time()).max(0) as f64 / w.max_age.max(1) as f64).min(1.0);
+        let fs = self.fairshare.factor(
+            &job.account,
+            self.config.shares(&job.account),
+            self.total_shares,
+        );
+        let share = (nodes as f64 / self.total_nodes.max(1) as f64).min(1.0);
+        let size = if w.favor_small { 1.0 - share } else { share };
         let limit = job.time_limit.max(1) as f64;
         let tl = 1.0 - (limit.ln() / (w.max_time_limit.max(2) as f64).ln()).clamp(0.0, 1.0);
-        let part = self.config.partition(job.partition.as_deref()).map_or(0, |p| p.priority_tier);
-        let part = if self.max_part_tier == 0 { 0.0 } else { part as f64 / self.max_part_tier as f64 };
-        let qos = self.config.qos(job.qos.as_deref()).map_or(0, |q| q.priority);
-        let qos = if self.max_qos == 0 { 0.0 } else { qos as f64 / self.max_qos as f64 };
+        let wait = (self.now - job.eligible_time()).max(0) as f64;
+        let cap = w.xfactor_cap.max(1.0 + 1e-9);
+        let xf = (((wait + limit) / limit).min(cap) - 1.0) / (cap - 1.0);
+        let part = self
+            .config
+            .partition(job.partition.as_deref())
+            .map_or(0, |p| p.priority_tier);
+        let part = if self.max_part_tier == 0 {
+            0.0
+        } else {
+            part as f64 / self.max_part_tier as f64
+        };
+        let qos = self
+            .config
+            .qos(job.qos.as_deref())
+            .map_or(0, |q| q.priority);
+        let qos = if self.max_qos == 0 {
+            0.0
+        } else {
+            qos as f64 / self.max_qos as f64
+        };
         let mut b = Breakdown {
             age: w.age * age,
             fairshare: w.fairshare * fs,
             job_size: w.job_size * size,
             time_limit: w.time_limit * tl,
+            xfactor: w.xfactor * xf,
             partition: w.partition * part,
             qos: w.qos * qos,
             nice: job.nice as f64,
             total: 0.0,
         };
-        b.total = b.age + b.fairshare + b.job_size + b.time_limit + b.partition + b.qos - b.nice;
+        b.total = b.age + b.fairshare + b.job_size + b.time_limit + b.xfactor + b.partition + b.qos
+            - b.nice;
         b
     }
 }

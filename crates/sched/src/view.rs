@@ -49,7 +49,11 @@ impl Filter {
                 return false;
             }
         }
-        if !self.features.iter().all(|f| node.features.iter().any(|nf| nf == f)) {
+        if !self
+            .features
+            .iter()
+            .all(|f| node.features.iter().any(|nf| nf == f))
+        {
             return false;
         }
         if let Some(t) = &self.gpu_type {
@@ -72,7 +76,11 @@ pub(crate) enum Strategy<'a> {
     Pack,
     /// Spread over failure domains: fewest replicas of the same service on the node, switch and
     /// block, then the emptiest node (service replicas).
-    Spread { per_node: &'a FxHashMap<u32, u32>, per_switch: &'a FxHashMap<u32, u32>, per_block: &'a FxHashMap<u32, u32> },
+    Spread {
+        per_node: &'a FxHashMap<u32, u32>,
+        per_switch: &'a FxHashMap<u32, u32>,
+        per_block: &'a FxHashMap<u32, u32>,
+    },
 }
 
 /// Free capacity of every node, as the pass sees it.
@@ -95,6 +103,45 @@ pub(crate) struct View<'n> {
     sw_hist: Vec<[u32; HIST]>,
     idle: usize,
     hist: [usize; HIST],
+    /// Shapes that failed to place since capacity last grew: any shape at least as large fails
+    /// too, so a pass over thousands of similar jobs does not rescan the cluster for each.
+    failed: Vec<ShapeKey>,
+}
+
+/// A plain demand shape (no filter, no other resources), for the failure cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct ShapeKey {
+    pub cpus: u32,
+    pub memory: u64,
+    pub gpus: u32,
+    pub gpu_milli: u32,
+    pub exclusive: bool,
+    pub nodes: u32,
+}
+
+impl ShapeKey {
+    /// The key of `d` on `k` nodes, if it has no other resources.
+    pub fn of(d: &Demand, k: u32) -> Option<ShapeKey> {
+        d.other.is_empty().then_some(ShapeKey {
+            cpus: d.cpus,
+            memory: d.memory,
+            gpus: d.gpus,
+            gpu_milli: d.gpu_milli,
+            exclusive: d.exclusive,
+            nodes: k,
+        })
+    }
+
+    /// Whether `self` needs at least what `small` needs on every node and at least as many nodes.
+    fn dominates(&self, small: &ShapeKey) -> bool {
+        self.nodes >= small.nodes
+            && self.exclusive == small.exclusive
+            && (self.exclusive
+                || (self.cpus >= small.cpus
+                    && self.memory >= small.memory
+                    && self.gpus >= small.gpus
+                    && self.gpu_milli >= small.gpu_milli))
+    }
 }
 
 fn bucket(w: u8) -> usize {
@@ -136,6 +183,7 @@ impl<'n> View<'n> {
             switches,
             idle: 0,
             hist: [0; HIST],
+            failed: Vec::new(),
         };
         for (node, u) in nodes.iter().zip(usage) {
             v.up.push(node.state.schedulable());
@@ -153,7 +201,11 @@ impl<'n> View<'n> {
             }
             v.whole.push(whole);
             v.other_free.push(
-                node.other.iter().enumerate().map(|(i, (_, c))| c.saturating_sub(u.other.get(i).copied().unwrap_or(0))).collect(),
+                node.other
+                    .iter()
+                    .enumerate()
+                    .map(|(i, (_, c))| c.saturating_sub(u.other.get(i).copied().unwrap_or(0)))
+                    .collect(),
             );
             v.jobs.push(u.jobs);
             v.excl.push(u.exclusive);
@@ -204,7 +256,10 @@ impl<'n> View<'n> {
                 }
             } else {
                 let r = self.gpu_off[i] as usize..self.gpu_off[i + 1] as usize;
-                let n = self.gpu_free[r].iter().filter(|&&f| f >= d.gpu_milli).count() as u32;
+                let n = self.gpu_free[r]
+                    .iter()
+                    .filter(|&&f| f >= d.gpu_milli)
+                    .count() as u32;
                 if n < d.gpus {
                     return false;
                 }
@@ -222,12 +277,17 @@ impl<'n> View<'n> {
     /// Whether a node of this definition could ever hold `d` (ignoring what runs there now).
     pub fn could_ever_fit(node: &Node, d: &Demand) -> bool {
         if d.exclusive {
-            return node.gpus >= d.gpus && d.other.iter().all(|(n, c)| node.other.iter().any(|(m, k)| m == n && k >= c));
+            return node.gpus >= d.gpus
+                && d.other
+                    .iter()
+                    .all(|(n, c)| node.other.iter().any(|(m, k)| m == n && k >= c));
         }
         node.cpus >= d.cpus
             && node.memory >= d.memory
             && node.gpus >= d.gpus
-            && d.other.iter().all(|(n, c)| node.other.iter().any(|(m, k)| m == n && k >= c))
+            && d.other
+                .iter()
+                .all(|(n, c)| node.other.iter().any(|(m, k)| m == n && k >= c))
     }
 
     /// Quick necessary condition: can `k` nodes possibly hold `d` now? O(1).
@@ -264,12 +324,50 @@ impl<'n> View<'n> {
     }
 
     /// Chooses `k` nodes for `d`, or `None` if they cannot all be had now (all or nothing).
-    pub fn place(&self, d: &Demand, k: u32, filter: &Filter, strategy: &Strategy, max_switches: Option<u32>) -> Option<Vec<u32>> {
+    pub fn place(
+        &mut self,
+        d: &Demand,
+        k: u32,
+        filter: &Filter,
+        strategy: &Strategy,
+        max_switches: Option<u32>,
+    ) -> Option<Vec<u32>> {
         if k == 0 || !self.maybe(d, k) {
             return None;
         }
+        let cacheable = filter.all
+            && filter.mask.is_none()
+            && max_switches.is_none()
+            && matches!(strategy, Strategy::Pack);
+        let key = if cacheable { ShapeKey::of(d, k) } else { None };
+        if let Some(key) = key {
+            if self.failed.iter().any(|f| key.dominates(f)) {
+                return None;
+            }
+        }
+        let r = self.place_uncached(d, k, filter, strategy, max_switches);
+        if let (None, Some(key)) = (&r, key) {
+            if self.failed.len() < 64 {
+                self.failed.push(key);
+            }
+        }
+        r
+    }
+
+    fn place_uncached(
+        &self,
+        d: &Demand,
+        k: u32,
+        filter: &Filter,
+        strategy: &Strategy,
+        max_switches: Option<u32>,
+    ) -> Option<Vec<u32>> {
         match strategy {
-            Strategy::Spread { per_node, per_switch, per_block } => {
+            Strategy::Spread {
+                per_node,
+                per_switch,
+                per_block,
+            } => {
                 let mut cands: Vec<(u32, u32, u32, u64, u32)> = Vec::new();
                 for (s, members) in self.switches.iter().enumerate() {
                     if !self.switch_maybe(s, d) {
@@ -289,14 +387,57 @@ impl<'n> View<'n> {
                 if (cands.len() as u32) < k {
                     return None;
                 }
-                cands.sort_unstable_by_key(|&(b, sw, nn, room, i)| (nn, sw, b, std::cmp::Reverse(room), i));
+                cands.sort_unstable_by_key(|&(b, sw, nn, room, i)| {
+                    (nn, sw, b, std::cmp::Reverse(room), i)
+                });
                 Some(cands.into_iter().take(k as usize).map(|c| c.4).collect())
             }
             Strategy::Pack => self.pack(d, k, filter, max_switches),
         }
     }
 
-    fn pack(&self, d: &Demand, k: u32, filter: &Filter, max_switches: Option<u32>) -> Option<Vec<u32>> {
+    fn pack(
+        &self,
+        d: &Demand,
+        k: u32,
+        filter: &Filter,
+        max_switches: Option<u32>,
+    ) -> Option<Vec<u32>> {
+        if k == 1
+            && d.gpus > 0
+            && d.gpu_milli >= GPU_MILLI
+            && !d.exclusive
+            && (d.gpus as usize) < HIST
+        {
+            // Tightest fit by whole free GPUs: look in the smallest bucket first, touching only
+            // switches whose histogram says they hold such a node.
+            for b in bucket(d.gpus as u8)..HIST {
+                let mut best: Option<(u64, u32)> = None;
+                for (s, members) in self.switches.iter().enumerate() {
+                    if self.sw_hist[s][b] == 0 {
+                        continue;
+                    }
+                    for &i in members {
+                        if bucket(self.whole[i as usize]) == b
+                            && filter.ok(i, &self.nodes[i as usize])
+                            && self.fits(i, d)
+                        {
+                            let l = self.leftover(i as usize, d);
+                            if best.is_none_or(|x| (l, i) < x) {
+                                best = Some((l, i));
+                            }
+                        }
+                    }
+                    if best.is_some() {
+                        break; // every node of this bucket fits the GPUs equally tightly
+                    }
+                }
+                if let Some((_, i)) = best {
+                    return Some(vec![i]);
+                }
+            }
+            return None;
+        }
         // Feasible nodes per switch, each list sorted by tightest fit.
         let mut per_switch: Vec<(usize, Vec<(u64, u32)>)> = Vec::new();
         let mut total = 0usize;
@@ -314,7 +455,11 @@ impl<'n> View<'n> {
                 total += c.len();
                 per_switch.push((s, c));
             }
-            if k == 1 && per_switch.last().is_some_and(|(_, c)| c.iter().any(|&(l, _)| l == 0)) {
+            if k == 1
+                && per_switch
+                    .last()
+                    .is_some_and(|(_, c)| c.iter().any(|&(l, _)| l == 0))
+            {
                 break; // a perfect fit for a single node: nothing can beat it
             }
         }
@@ -330,7 +475,11 @@ impl<'n> View<'n> {
             return Some(vec![best.1]);
         }
         // One switch holds it all: the switch with the fewest feasible nodes that suffices.
-        if let Some((_, c)) = per_switch.iter().filter(|(_, c)| c.len() >= k).min_by_key(|(s, c)| (c.len(), *s)) {
+        if let Some((_, c)) = per_switch
+            .iter()
+            .filter(|(_, c)| c.len() >= k)
+            .min_by_key(|(s, c)| (c.len(), *s))
+        {
             return Some(c.iter().take(k).map(|&(_, i)| i).collect());
         }
         // Otherwise group switches by block; prefer the tightest single block, then fewest blocks.
@@ -347,17 +496,25 @@ impl<'n> View<'n> {
             })
             .collect();
         blocks.sort_unstable_by_key(|(b, n, _)| (std::cmp::Reverse(*n), *b));
-        let order: Vec<usize> = match blocks.iter().filter(|(_, n, _)| *n >= k).min_by_key(|(b, n, _)| (*n, *b)) {
+        let order: Vec<usize> = match blocks
+            .iter()
+            .filter(|(_, n, _)| *n >= k)
+            .min_by_key(|(b, n, _)| (*n, *b))
+        {
             Some((_, _, sws)) => {
                 let mut sws = sws.clone();
-                sws.sort_unstable_by_key(|&x| (std::cmp::Reverse(per_switch[x].1.len()), per_switch[x].0));
+                sws.sort_unstable_by_key(|&x| {
+                    (std::cmp::Reverse(per_switch[x].1.len()), per_switch[x].0)
+                });
                 sws
             }
             None => blocks
                 .iter()
                 .flat_map(|(_, _, sws)| {
                     let mut sws = sws.clone();
-                    sws.sort_unstable_by_key(|&x| (std::cmp::Reverse(per_switch[x].1.len()), per_switch[x].0));
+                    sws.sort_unstable_by_key(|&x| {
+                        (std::cmp::Reverse(per_switch[x].1.len()), per_switch[x].0)
+                    });
                     sws
                 })
                 .collect(),
@@ -398,8 +555,16 @@ impl<'n> View<'n> {
             .map(|(g, &f)| (f, g as u8))
             .collect();
         idx.sort_unstable(); // least free first: shared GPUs fill up before whole ones are cut
-        let gpus: Vec<u8> = idx.into_iter().take(gpus_needed as usize).map(|(_, g)| g).collect();
-        assert_eq!(gpus.len() as u32, gpus_needed, "placement chose a node without the GPUs");
+        let gpus: Vec<u8> = idx
+            .into_iter()
+            .take(gpus_needed as usize)
+            .map(|(_, g)| g)
+            .collect();
+        assert_eq!(
+            gpus.len() as u32,
+            gpus_needed,
+            "placement chose a node without the GPUs"
+        );
         let mut whole_lost = 0u8;
         for &g in &gpus {
             let f = &mut self.gpu_free[r.start + g as usize];
@@ -410,11 +575,23 @@ impl<'n> View<'n> {
         }
         self.whole[iu] -= whole_lost;
         let other: Vec<(u16, u64)> = if d.exclusive {
-            node.other.iter().enumerate().map(|(k, (_, c))| (k as u16, *c)).collect()
+            node.other
+                .iter()
+                .enumerate()
+                .map(|(k, (_, c))| (k as u16, *c))
+                .collect()
         } else {
             d.other
                 .iter()
-                .map(|(n, c)| (node.other.iter().position(|(m, _)| m == n).expect("fits checked the resource") as u16, *c))
+                .map(|(n, c)| {
+                    (
+                        node.other
+                            .iter()
+                            .position(|(m, _)| m == n)
+                            .expect("fits checked the resource") as u16,
+                        *c,
+                    )
+                })
                 .collect()
         };
         for &(k, c) in &other {
@@ -425,11 +602,20 @@ impl<'n> View<'n> {
         self.jobs[iu] += 1;
         self.excl[iu] = d.exclusive;
         self.count(iu, 1);
-        Alloc { node: i, cpus, memory, gpus, gpu_milli: milli, other, exclusive: d.exclusive }
+        Alloc {
+            node: i,
+            cpus,
+            memory,
+            gpus,
+            gpu_milli: milli,
+            other,
+            exclusive: d.exclusive,
+        }
     }
 
     /// Gives an allocation's resources back (a projected release, for reservations).
     pub fn give(&mut self, a: &Alloc) {
+        self.failed.clear();
         let iu = a.node as usize;
         self.count(iu, -1);
         self.free_cpus[iu] += a.cpus;
@@ -510,6 +696,7 @@ impl<'n> View<'n> {
 impl View<'_> {
     /// Resets node `i` to what `from` shows for it.
     pub fn reset_node(&mut self, i: u32, from: &View) {
+        self.failed.clear();
         let iu = i as usize;
         self.count(iu, -1);
         self.free_cpus[iu] = from.free_cpus[iu];

@@ -55,7 +55,14 @@ pub struct SimConfig {
 impl SimConfig {
     /// Production-like settings around a scheduler config.
     pub fn new(sched: Config, seed: u64) -> SimConfig {
-        SimConfig { sched, order: EventOrder::Batched, seed, half_life: 7 * 86400, stop_at_last_start: false, record_series: false }
+        SimConfig {
+            sched,
+            order: EventOrder::Batched,
+            seed,
+            half_life: 7 * 86400,
+            stop_at_last_start: false,
+            record_series: false,
+        }
     }
 }
 
@@ -137,9 +144,17 @@ struct State<'w> {
 
 impl<'w> State<'w> {
     fn arrive(&mut self, j: usize) {
-        debug_assert_eq!(j, self.base + self.next_seq as usize, "arrivals come in trace order");
+        debug_assert_eq!(
+            j,
+            self.base + self.next_seq as usize,
+            "arrivals come in trace order"
+        );
         let req = self.w.jobs[j].req.clone();
-        self.pending.push(Pending { req, seq: self.next_seq, dep: DepStatus::Satisfied });
+        self.pending.push(Pending {
+            req,
+            seq: self.next_seq,
+            dep: DepStatus::Satisfied,
+        });
         self.next_seq += 1;
     }
 
@@ -150,8 +165,14 @@ impl<'w> State<'w> {
         if idx.iter().enumerate().all(|(a, &b)| a == b) {
             return;
         }
-        let mut running: Vec<Option<Running>> = std::mem::take(&mut self.running).into_iter().map(Some).collect();
-        self.running = idx.iter().map(|&i| running[i].take().expect("permutation")).collect();
+        let mut running: Vec<Option<Running>> = std::mem::take(&mut self.running)
+            .into_iter()
+            .map(Some)
+            .collect();
+        self.running = idx
+            .iter()
+            .map(|&i| running[i].take().expect("permutation"))
+            .collect();
         self.meta = idx.iter().map(|&i| self.meta[i]).collect();
     }
 
@@ -163,7 +184,8 @@ impl<'w> State<'w> {
         }
         self.busy_units -= m.units;
         let job = &self.w.jobs[m.job];
-        self.fairshare.accrue(&job.req.account, (job.units as f64) * job.runtime as f64);
+        self.fairshare
+            .accrue(&job.req.account, (job.units as f64) * job.runtime as f64);
     }
 
     fn pass(&mut self, now: Time, cfg: &SimConfig, clock: &mut dyn FnMut() -> u64) -> Plan {
@@ -189,7 +211,9 @@ impl<'w> State<'w> {
     /// are re-sorted by requested end (stably) when a new reservation is made, between the
     /// in-order starts and the backfilled ones, as RLScheduler's simulator does.
     fn apply(&mut self, plan: Plan, now: Time, rls_sort: bool) -> Vec<(Time, u64)> {
-        let new_reservation = rls_sort && plan.carry.committed.is_some() && plan.carry.committed != self.carry.committed;
+        let new_reservation = rls_sort
+            && plan.carry.committed.is_some()
+            && plan.carry.committed != self.carry.committed;
         let mut remove: Vec<usize> = Vec::new();
         for r in &plan.rejected {
             if let Some(p) = self.pending.iter().position(|p| p.req.id == r.job) {
@@ -202,7 +226,11 @@ impl<'w> State<'w> {
         let pos: rustc_hash::FxHashMap<JobId, usize> = if plan.starts.is_empty() {
             Default::default()
         } else {
-            self.pending.iter().enumerate().map(|(i, p)| (p.req.id, i)).collect()
+            self.pending
+                .iter()
+                .enumerate()
+                .map(|(i, p)| (p.req.id, i))
+                .collect()
         };
         for s in plan.starts {
             if new_reservation && s.backfilled && !sorted {
@@ -218,12 +246,28 @@ impl<'w> State<'w> {
                 self.usage[a.node as usize].apply(&self.nodes[a.node as usize], a);
             }
             self.busy_units += job.units;
-            self.out.jobs.push(JobOutcome { id: s.job, submit: job.req.submit_time, start: now, run: job.runtime, units: job.units, backfilled: s.backfilled });
+            self.out.jobs.push(JobOutcome {
+                id: s.job,
+                submit: job.req.submit_time,
+                start: now,
+                run: job.runtime,
+                units: job.units,
+                backfilled: s.backfilled,
+            });
             self.out.last_start = now;
             let end = now + job.runtime;
             started.push((end, s.job.0));
-            self.meta.push(Meta { end, req_end: now + job.req.time_limit, units: job.units, job: j });
-            self.running.push(Running { req: pending.req.clone(), start: now, allocs: s.allocs });
+            self.meta.push(Meta {
+                end,
+                req_end: now + job.req.time_limit,
+                units: job.units,
+                job: j,
+            });
+            self.running.push(Running {
+                req: pending.req.clone(),
+                start: now,
+                allocs: s.allocs,
+            });
         }
         if new_reservation && !sorted {
             self.sort_running(|m| m.req_end);
@@ -246,10 +290,16 @@ impl<'w> State<'w> {
     }
 }
 
-static DEFAULT_CONFIG: std::sync::LazyLock<model::ClusterConfig> = std::sync::LazyLock::new(model::ClusterConfig::default);
+static DEFAULT_CONFIG: std::sync::LazyLock<model::ClusterConfig> =
+    std::sync::LazyLock::new(model::ClusterConfig::default);
 
 /// Runs jobs `range` of the workload on an empty cluster.
-pub fn run(w: &Workload, range: std::ops::Range<usize>, cfg: &SimConfig, clock: &mut dyn FnMut() -> u64) -> Outcome {
+pub fn run(
+    w: &Workload,
+    range: std::ops::Range<usize>,
+    cfg: &SimConfig,
+    clock: &mut dyn FnMut() -> u64,
+) -> Outcome {
     let mut st = State {
         w,
         nodes: &w.nodes,
@@ -281,12 +331,21 @@ pub fn run(w: &Workload, range: std::ops::Range<usize>, cfg: &SimConfig, clock: 
 fn sample(st: &mut State, now: Time, cfg: &SimConfig) {
     if cfg.record_series {
         let util = st.busy_units as f64 / st.w.capacity.max(1) as f64;
-        st.out.series.push(Sample { t: now, queue: st.pending.len(), util });
+        st.out.series.push(Sample {
+            t: now,
+            queue: st.pending.len(),
+            util,
+        });
     }
 }
 
 /// RLScheduler's event order: one event per pass.
-fn run_rls(st: &mut State, range: std::ops::Range<usize>, cfg: &SimConfig, clock: &mut dyn FnMut() -> u64) {
+fn run_rls(
+    st: &mut State,
+    range: std::ops::Range<usize>,
+    cfg: &SimConfig,
+    clock: &mut dyn FnMut() -> u64,
+) {
     let mut next = range.start;
     let mut now = st.w.jobs[next].req.submit_time;
     st.arrive(next);
@@ -300,7 +359,11 @@ fn run_rls(st: &mut State, range: std::ops::Range<usize>, cfg: &SimConfig, clock
         }
         // Next event: an arrival no later than the next completion goes first.
         st.sort_running(|m| m.end);
-        let arrival = next < range.end && st.meta.first().is_none_or(|m| st.w.jobs[next].req.submit_time <= m.end);
+        let arrival = next < range.end
+            && st
+                .meta
+                .first()
+                .is_none_or(|m| st.w.jobs[next].req.submit_time <= m.end);
         if arrival {
             now = now.max(st.w.jobs[next].req.submit_time);
             st.arrive(next);
@@ -318,7 +381,12 @@ fn run_rls(st: &mut State, range: std::ops::Range<usize>, cfg: &SimConfig, clock
 }
 
 /// Production order: every event at an instant, then one pass.
-fn run_batched(st: &mut State, range: std::ops::Range<usize>, cfg: &SimConfig, clock: &mut dyn FnMut() -> u64) {
+fn run_batched(
+    st: &mut State,
+    range: std::ops::Range<usize>,
+    cfg: &SimConfig,
+    clock: &mut dyn FnMut() -> u64,
+) {
     let mut next = range.start;
     let mut ends: BinaryHeap<Reverse<(Time, u64)>> = BinaryHeap::new();
     let mut now = st.w.jobs[next].req.submit_time;
@@ -332,7 +400,11 @@ fn run_batched(st: &mut State, range: std::ops::Range<usize>, cfg: &SimConfig, c
                 break;
             }
             ends.pop();
-            let k = st.running.iter().position(|r| r.req.id.0 == id).expect("completion of a running job");
+            let k = st
+                .running
+                .iter()
+                .position(|r| r.req.id.0 == id)
+                .expect("completion of a running job");
             st.finish(k);
         }
         let plan = st.pass(now, cfg, clock);
@@ -354,11 +426,21 @@ fn run_batched(st: &mut State, range: std::ops::Range<usize>, cfg: &SimConfig, c
             (None, None) => break, // pending jobs that can never start (e.g. all nodes down)
         };
     }
-    st.out.end = if cfg.stop_at_last_start { st.out.last_start } else { now.max(st.out.last_start) };
+    st.out.end = if cfg.stop_at_last_start {
+        st.out.last_start
+    } else {
+        now.max(st.out.last_start)
+    };
 }
 
 /// Accumulates free GPU capacity left idle while GPU jobs wait, until the next event.
-fn stranded(st: &mut State, now: Time, next: usize, range: &std::ops::Range<usize>, ends: &BinaryHeap<Reverse<(Time, u64)>>) {
+fn stranded(
+    st: &mut State,
+    now: Time,
+    next: usize,
+    range: &std::ops::Range<usize>,
+    ends: &BinaryHeap<Reverse<(Time, u64)>>,
+) {
     if !st.w.gpu || !st.pending.iter().any(|p| p.req.shape.gpus.is_some()) {
         return;
     }
@@ -370,12 +452,18 @@ fn stranded(st: &mut State, now: Time, next: usize, range: &std::ops::Range<usiz
         (None, Some(e)) => e,
         (None, None) => return,
     };
-    let free: u64 = st.usage.iter().zip(st.nodes).map(|(u, n)| n.gpus as u64 * 1000 - u.gpu_milli.iter().map(|&m| m as u64).sum::<u64>()).sum();
+    let free: u64 = st
+        .usage
+        .iter()
+        .zip(st.nodes)
+        .map(|(u, n)| n.gpus as u64 * 1000 - u.gpu_milli.iter().map(|&m| m as u64).sum::<u64>())
+        .sum();
     st.out.stranded_gpu_milli_s += free as f64 * (until - now) as f64;
 }
 
 /// The start indices of RLScheduler's ten test windows (gym seed 1; BASELINES.md §1).
-pub const RLSCHEDULER_STARTS: [usize; 10] = [1981, 2756, 4299, 8850, 3316, 2714, 5228, 7762, 4022, 7085];
+pub const RLSCHEDULER_STARTS: [usize; 10] =
+    [1981, 2756, 4299, 8850, 3316, 2714, 5228, 7762, 4022, 7085];
 /// Jobs per RLScheduler window.
 pub const RLSCHEDULER_LEN: usize = 1024;
 
@@ -386,7 +474,11 @@ pub fn rlscheduler_config(mut sched: Config, seed: u64) -> SimConfig {
     sched.commit_head = quirks;
     SimConfig {
         sched,
-        order: if quirks { EventOrder::RlScheduler } else { EventOrder::Batched },
+        order: if quirks {
+            EventOrder::RlScheduler
+        } else {
+            EventOrder::Batched
+        },
         seed,
         half_life: 7 * 86400,
         stop_at_last_start: true,
@@ -395,10 +487,18 @@ pub fn rlscheduler_config(mut sched: Config, seed: u64) -> SimConfig {
 }
 
 /// Runs the ten RLScheduler windows; returns each window's metrics, in window order.
-pub fn rlscheduler_windows(w: &Workload, cfg: &SimConfig, clock: &mut dyn FnMut() -> u64) -> Result<Vec<Metrics>, String> {
+pub fn rlscheduler_windows(
+    w: &Workload,
+    cfg: &SimConfig,
+    clock: &mut dyn FnMut() -> u64,
+) -> Result<Vec<Metrics>, String> {
     let need = RLSCHEDULER_STARTS.iter().max().copied().unwrap_or(0) + RLSCHEDULER_LEN;
     if w.jobs.len() < need {
-        return Err(format!("--windows rlscheduler needs at least {need} jobs; {} has {}", w.name, w.jobs.len()));
+        return Err(format!(
+            "--windows rlscheduler needs at least {need} jobs; {} has {}",
+            w.name,
+            w.jobs.len()
+        ));
     }
     Ok(RLSCHEDULER_STARTS
         .iter()

@@ -70,11 +70,19 @@ pub fn summarize(o: &Outcome, capacity: u64, gpu: bool) -> Metrics {
     let cap = capacity.max(1) as f64;
     let span_start = (o.last_start - o.first_submit) as f64;
     let span_end = (o.end - o.first_submit) as f64;
-    let avg_wait = if n == 0 { 0.0 } else { waits.iter().sum::<f64>() / n as f64 };
+    let avg_wait = if n == 0 {
+        0.0
+    } else {
+        waits.iter().sum::<f64>() / n as f64
+    };
     waits.sort_by(f64::total_cmp);
     let mut pass: Vec<f64> = o.pass_ns.iter().map(|&x| x as f64 / 1000.0).collect();
     pass.sort_by(f64::total_cmp);
-    let util_ms = if span_end > 0.0 { work / (span_end * cap) } else { 0.0 };
+    let util_ms = if span_end > 0.0 {
+        work / (span_end * cap)
+    } else {
+        0.0
+    };
     Metrics {
         jobs: n,
         rejected: o.rejected.len(),
@@ -83,13 +91,27 @@ pub fn summarize(o: &Outcome, capacity: u64, gpu: bool) -> Metrics {
         p95_wait_s: pct(&waits, 95.0),
         p99_wait_s: pct(&waits, 99.0),
         avg_bounded_slowdown: if n == 0 { 0.0 } else { bsld / n as f64 },
-        utilization: if span_start > 0.0 { work / (span_start * cap) } else { 0.0 },
+        utilization: if span_start > 0.0 {
+            work / (span_start * cap)
+        } else {
+            0.0
+        },
         utilization_makespan: util_ms,
         gpu_allocation_rate: gpu.then_some(util_ms),
-        gpu_fragmentation: gpu.then(|| if span_end > 0.0 { o.stranded_gpu_milli_s / (span_end * cap) } else { 0.0 }),
+        gpu_fragmentation: gpu.then(|| {
+            if span_end > 0.0 {
+                o.stranded_gpu_milli_s / (span_end * cap)
+            } else {
+                0.0
+            }
+        }),
         backfilled: o.jobs.iter().filter(|j| j.backfilled).count(),
         passes: o.pass_ns.len(),
-        pass_us_mean: if pass.is_empty() { 0.0 } else { pass.iter().sum::<f64>() / pass.len() as f64 },
+        pass_us_mean: if pass.is_empty() {
+            0.0
+        } else {
+            pass.iter().sum::<f64>() / pass.len() as f64
+        },
         pass_us_p99: pct(&pass, 99.0),
         pass_us_max: pass.last().copied().unwrap_or(0.0),
     }

@@ -35,7 +35,15 @@ pub struct SyntheticSpec {
 
 impl Default for SyntheticSpec {
     fn default() -> Self {
-        SyntheticSpec { nodes: 1024, gpus: 8, jobs: 10_000, load: 0.9, cpus: 64, mem_gib: 1024, users: 64 }
+        SyntheticSpec {
+            nodes: 1024,
+            gpus: 8,
+            jobs: 10_000,
+            load: 0.9,
+            cpus: 64,
+            mem_gib: 1024,
+            users: 64,
+        }
     }
 }
 
@@ -45,33 +53,57 @@ impl std::str::FromStr for SyntheticSpec {
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let mut spec = SyntheticSpec::default();
         for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-            let (k, v) = part.split_once('=').ok_or_else(|| TraceError::Spec(format!("{part:?} is not key=value")))?;
+            let (k, v) = part
+                .split_once('=')
+                .ok_or_else(|| TraceError::Spec(format!("{part:?} is not key=value")))?;
             let int = |v: &str| -> Result<u64, TraceError> {
                 let v = v.replace('_', "");
                 let (n, mult) = match v.strip_suffix(['k', 'K']) {
                     Some(n) => (n.to_string(), 1000),
                     None => (v.clone(), 1),
                 };
-                n.parse::<u64>().map(|x| x * mult).map_err(|_| TraceError::Spec(format!("{k}: {v:?} is not a whole number")))
+                n.parse::<u64>()
+                    .map(|x| x * mult)
+                    .map_err(|_| TraceError::Spec(format!("{k}: {v:?} is not a whole number")))
             };
             match k {
-                "nodes" => spec.nodes = int(v)?.try_into().map_err(|_| TraceError::Spec("nodes too large".into()))?,
+                "nodes" => {
+                    spec.nodes = int(v)?
+                        .try_into()
+                        .map_err(|_| TraceError::Spec("nodes too large".into()))?
+                }
                 "gpus" => spec.gpus = int(v)?.min(64) as u32,
-                "jobs" => spec.jobs = int(v)?.try_into().map_err(|_| TraceError::Spec("jobs too large".into()))?,
-                "cpus" => spec.cpus = int(v)?.try_into().map_err(|_| TraceError::Spec("cpus too large".into()))?,
+                "jobs" => {
+                    spec.jobs = int(v)?
+                        .try_into()
+                        .map_err(|_| TraceError::Spec("jobs too large".into()))?
+                }
+                "cpus" => {
+                    spec.cpus = int(v)?
+                        .try_into()
+                        .map_err(|_| TraceError::Spec("cpus too large".into()))?
+                }
                 "mem_gib" => spec.mem_gib = int(v)?,
                 "users" => spec.users = int(v)?.max(1) as u32,
                 "load" => {
-                    spec.load = v.parse::<f64>().map_err(|_| TraceError::Spec(format!("load: {v:?} is not a number")))?;
+                    spec.load = v
+                        .parse::<f64>()
+                        .map_err(|_| TraceError::Spec(format!("load: {v:?} is not a number")))?;
                     if !(spec.load > 0.0 && spec.load <= 10.0) {
                         return Err(TraceError::Spec(format!("load: {v} is outside (0, 10]")));
                     }
                 }
-                _ => return Err(TraceError::Spec(format!("unknown key {k:?} (known: nodes, gpus, jobs, load, cpus, mem_gib, users)"))),
+                _ => {
+                    return Err(TraceError::Spec(format!(
+                        "unknown key {k:?} (known: nodes, gpus, jobs, load, cpus, mem_gib, users)"
+                    )));
+                }
             }
         }
         if spec.nodes == 0 || spec.jobs == 0 || spec.cpus == 0 {
-            return Err(TraceError::Spec("nodes, jobs and cpus must be positive".into()));
+            return Err(TraceError::Spec(
+                "nodes, jobs and cpus must be positive".into(),
+            ));
         }
         Ok(spec)
     }
@@ -81,7 +113,12 @@ impl std::str::FromStr for SyntheticSpec {
 pub fn cluster(spec: &SyntheticSpec) -> Vec<Node> {
     (0..spec.nodes)
         .map(|i| {
-            let mut n = Node::new(format!("gpu{i:06}"), spec.cpus, spec.mem_gib << 30, spec.gpus);
+            let mut n = Node::new(
+                format!("gpu{i:06}"),
+                spec.cpus,
+                spec.mem_gib << 30,
+                spec.gpus,
+            );
             n.gpu_type = (spec.gpus > 0).then(|| "h100".to_string());
             n.switch = i / 32;
             n.block = i / 256;
@@ -141,7 +178,11 @@ pub fn generate(spec: &SyntheticSpec, seed: u64) -> Workload {
             shape.ntasks = gpus;
             shape.cpus_per_task = (spec.cpus / g).max(1);
             shape.mem = MemRequest::PerCpu(4 << 30);
-            shape.gpus = Some(GpuRequest { per: GpuPer::Task(1), gpu_type: None, milli: 1000 });
+            shape.gpus = Some(GpuRequest {
+                per: GpuPer::Task(1),
+                gpu_type: None,
+                milli: 1000,
+            });
         } else {
             let k = gpus.div_ceil(g);
             shape.nodes_min = k;
@@ -150,15 +191,33 @@ pub fn generate(spec: &SyntheticSpec, seed: u64) -> Workload {
             shape.ntasks_per_node = Some(g);
             shape.cpus_per_task = (spec.cpus / g).max(1);
             shape.mem = MemRequest::PerCpu(4 << 30);
-            shape.gpus = Some(GpuRequest { per: GpuPer::Task(1), gpu_type: None, milli: 1000 });
+            shape.gpus = Some(GpuRequest {
+                per: GpuPer::Task(1),
+                gpu_type: None,
+                milli: 1000,
+            });
         }
         let mut req = JobRequest::new(i as u64 + 1, t as i64, limit, shape);
         let user = zipf_user(&mut rng, spec.users);
         req.user = format!("user{user}");
         req.account = format!("acct{}", user % 8);
-        jobs.push(TraceJob { req, runtime: run, units: gpus as u64 });
+        jobs.push(TraceJob {
+            req,
+            runtime: run,
+            units: gpus as u64,
+        });
     }
-    Workload { name: format!("synthetic({} nodes x {} GPUs, {} jobs)", spec.nodes, spec.gpus, spec.jobs), nodes, jobs, capacity: capacity as u64, gpu: spec.gpus > 0, skipped: 0 }
+    Workload {
+        name: format!(
+            "synthetic({} nodes x {} GPUs, {} jobs)",
+            spec.nodes, spec.gpus, spec.jobs
+        ),
+        nodes,
+        jobs,
+        capacity: capacity as u64,
+        gpu: spec.gpus > 0,
+        skipped: 0,
+    }
 }
 
 fn normal(rng: &mut SmallRng) -> f64 {
@@ -188,8 +247,20 @@ mod tests {
     fn spec_parsing() {
         let s: SyntheticSpec = "nodes=30k,gpus=8,jobs=1000,load=0.8".parse().unwrap();
         assert_eq!((s.nodes, s.gpus, s.jobs), (30_000, 8, 1000));
-        assert!("nodes=abc".parse::<SyntheticSpec>().unwrap_err().to_string().contains("not a whole number"));
-        assert!("color=red".parse::<SyntheticSpec>().unwrap_err().to_string().contains("unknown key"));
+        assert!(
+            "nodes=abc"
+                .parse::<SyntheticSpec>()
+                .unwrap_err()
+                .to_string()
+                .contains("not a whole number")
+        );
+        assert!(
+            "color=red"
+                .parse::<SyntheticSpec>()
+                .unwrap_err()
+                .to_string()
+                .contains("unknown key")
+        );
         assert!("load=-1".parse::<SyntheticSpec>().is_err());
         assert!("nodes".parse::<SyntheticSpec>().is_err());
     }

@@ -1,0 +1,313 @@
+//! `tandem bench sched`: times scheduling passes on large synthetic clusters.
+//!
+//! The state is built the way a cluster gets there: jobs of the synthetic mix are started by
+//! the scheduler itself (start times spread over their time limits in the past) until the
+//! cluster is nearly full, then `--pending` more jobs wait. The figures are the wall time of a
+//! full pass over that snapshot (median of `--repeat` runs of the same pure function), and of
+//! the submit fast path for typical new jobs that do not change the top reservation.
+
+use anyhow::{Result, bail};
+use clap::Subcommand;
+use model::{ClusterConfig, DepStatus, Time};
+use sched::{
+    Backfill, Carry, Config, FairShare, NodeUsage, Pending, Plan, Running, Scheduler, Snapshot,
+};
+use serde::Serialize;
+use std::time::Instant;
+
+/// Benchmarks.
+#[derive(Subcommand)]
+pub enum BenchCmd {
+    /// Time one full scheduling pass, and the pass after a new submission, on a synthetic cluster.
+    Sched {
+        /// Nodes.
+        #[arg(long, default_value_t = 30_000)]
+        nodes: u32,
+        /// GPUs per node.
+        #[arg(long, default_value_t = 8)]
+        gpus_per_node: u32,
+        /// Pending jobs during the measured pass.
+        #[arg(long, default_value_t = 100_000)]
+        pending: u32,
+        /// Backfill mode of the measured pass: easy or conservative.
+        #[arg(long, default_value = "easy")]
+        backfill: String,
+        /// Timed repetitions of the full pass.
+        #[arg(long, default_value_t = 5)]
+        repeat: u32,
+        /// New submissions timed through the fast path.
+        #[arg(long, default_value_t = 200)]
+        submissions: u32,
+        /// Seed.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Serialize)]
+struct SchedReport {
+    nodes: u32,
+    gpus_per_node: u32,
+    pending: usize,
+    running: usize,
+    gpu_busy_fraction: f64,
+    policy: &'static str,
+    backfill: String,
+    seed: u64,
+    full_pass_ms_median: f64,
+    full_pass_ms_min: f64,
+    full_pass_started: usize,
+    full_pass_reservations: usize,
+    submit_pass_us_median: f64,
+    submit_pass_us_p99: f64,
+    submit_fast_path_share: f64,
+    setup_s: f64,
+}
+
+/// Runs a benchmark.
+pub fn run(cmd: BenchCmd) -> Result<()> {
+    match cmd {
+        BenchCmd::Sched {
+            nodes,
+            gpus_per_node,
+            pending,
+            backfill,
+            repeat,
+            submissions,
+            seed,
+            json,
+        } => {
+            let bf = match Backfill::parse(&backfill) {
+                Some(b @ (Backfill::Easy | Backfill::Conservative)) => b,
+                _ => {
+                    bail!("--backfill for the benchmark is easy or conservative (got {backfill:?})")
+                }
+            };
+            if nodes == 0 || pending == 0 || repeat == 0 {
+                bail!("--nodes, --pending and --repeat must be positive");
+            }
+            let r = sched_bench(nodes, gpus_per_node, pending, bf, repeat, submissions, seed)?;
+            if json {
+                println!("{}", serde_json::to_string(&r)?);
+            } else {
+                println!(
+                    "cluster                    {} nodes x {} GPUs ({} running jobs, {:.1}% of GPUs busy)",
+                    r.nodes,
+                    r.gpus_per_node,
+                    r.running,
+                    100.0 * r.gpu_busy_fraction
+                );
+                println!("pending                    {}", r.pending);
+                println!("policy / backfill          {} / {}", r.policy, r.backfill);
+                println!(
+                    "full pass (median of {repeat})   {:.2} ms (min {:.2}); it started {} jobs, made {} reservation(s)",
+                    r.full_pass_ms_median,
+                    r.full_pass_ms_min,
+                    r.full_pass_started,
+                    r.full_pass_reservations
+                );
+                println!(
+                    "pass after a submission    {:.1} us median, {:.1} us p99 ({:.0}% on the fast path)",
+                    r.submit_pass_us_median,
+                    r.submit_pass_us_p99,
+                    100.0 * r.submit_fast_path_share
+                );
+                println!(
+                    "setup                      {:.1} s (seed {})",
+                    r.setup_s, r.seed
+                );
+            }
+            Ok(())
+        }
+    }
+}
+
+struct World<'n> {
+    nodes: &'n [model::Node],
+    usage: Vec<NodeUsage>,
+    running: Vec<Running>,
+    pending: Vec<Pending>,
+}
+
+impl World<'_> {
+    fn snapshot<'a>(
+        &'a self,
+        config: &'a ClusterConfig,
+        fs: &'a FairShare,
+        carry: &'a Carry,
+    ) -> Snapshot<'a> {
+        Snapshot {
+            nodes: self.nodes,
+            usage: &self.usage,
+            pending: &self.pending,
+            running: &self.running,
+            config,
+            fairshare: fs,
+            carry,
+        }
+    }
+
+    fn apply(&mut self, plan: &Plan, now: Time, past: bool) {
+        let started: std::collections::HashMap<_, _> =
+            plan.starts.iter().map(|s| (s.job, s)).collect();
+        let mut keep = Vec::with_capacity(self.pending.len());
+        for p in std::mem::take(&mut self.pending) {
+            match started.get(&p.req.id) {
+                Some(s) => {
+                    for a in &s.allocs {
+                        self.usage[a.node as usize].apply(&self.nodes[a.node as usize], a);
+                    }
+                    // Spread start times over the past so completions are staggered.
+                    let start = if past {
+                        now - (p.req.id.0 as i64 * 7919) % p.req.time_limit.max(1)
+                    } else {
+                        now
+                    };
+                    self.running.push(Running {
+                        req: p.req,
+                        start,
+                        allocs: s.allocs.clone(),
+                    });
+                }
+                None => keep.push(p),
+            }
+        }
+        self.pending = keep;
+    }
+}
+
+fn pct(v: &mut [f64], p: f64) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[((p / 100.0) * (v.len() - 1) as f64).round() as usize]
+}
+
+fn sched_bench(
+    nodes: u32,
+    gpus: u32,
+    pending: u32,
+    bf: Backfill,
+    repeat: u32,
+    submissions: u32,
+    seed: u64,
+) -> Result<SchedReport> {
+    let t_setup = Instant::now();
+    let spec = trace::SyntheticSpec {
+        nodes,
+        gpus,
+        jobs: 1,
+        ..Default::default()
+    };
+    let per_job = 5.0f64; // mean GPUs per job of the mix, roughly
+    let fill_jobs = ((nodes as f64 * gpus.max(1) as f64) / per_job * 1.3) as u32;
+    let total = fill_jobs + pending + submissions;
+    let w = trace::generate(
+        &trace::SyntheticSpec {
+            jobs: total,
+            ..spec
+        },
+        seed,
+    );
+    let config = ClusterConfig::default();
+    let fs = FairShare::default();
+    let carry = Carry::default();
+    let now: Time = w.jobs.last().map_or(0, |j| j.req.submit_time) + 1;
+    let node_list = w.nodes;
+    let mut world = World {
+        usage: node_list.iter().map(NodeUsage::for_node).collect(),
+        nodes: &node_list,
+        running: Vec::new(),
+        pending: Vec::new(),
+    };
+    let mut jobs = w.jobs.into_iter().enumerate().map(|(i, j)| Pending {
+        req: j.req,
+        seq: i as u64,
+        dep: DepStatus::Satisfied,
+    });
+    // Fill: the scheduler itself packs the cluster.
+    let fill_cfg = Config {
+        backfill: Backfill::Easy,
+        ..Config::default()
+    };
+    world.pending.extend(jobs.by_ref().take(fill_jobs as usize));
+    let plan = sched::schedule(&world.snapshot(&config, &fs, &carry), now, seed, &fill_cfg);
+    world.apply(&plan, now, true);
+    world.pending.clear();
+    world.pending.extend(jobs.by_ref().take(pending as usize));
+    let extra: Vec<Pending> = jobs.collect();
+    let total_gpus = (nodes as u64 * gpus as u64).max(1);
+    let busy: u64 = world
+        .usage
+        .iter()
+        .map(|u| u.gpu_milli.iter().map(|&m| m as u64).sum::<u64>())
+        .sum::<u64>()
+        / 1000;
+    let setup = t_setup.elapsed().as_secs_f64();
+
+    // Full pass, timed on the same snapshot.
+    let cfg = Config {
+        backfill: bf,
+        ..Config::default()
+    };
+    let mut times = Vec::new();
+    let mut last = Plan::default();
+    for _ in 0..repeat {
+        let t = Instant::now();
+        last = sched::schedule(&world.snapshot(&config, &fs, &carry), now, seed, &cfg);
+        times.push(t.elapsed().as_secs_f64() * 1000.0);
+    }
+    let full_min = times.iter().copied().fold(f64::INFINITY, f64::min);
+    let full_med = pct(&mut times, 50.0);
+
+    // Submissions: apply the full pass, then each new job through the fast path.
+    let mut sub_times = Vec::new();
+    let mut fast = 0usize;
+    if bf == Backfill::Easy {
+        let mut s = Scheduler::new(cfg.clone(), &node_list);
+        let plan = s.pass(&world.snapshot(&config, &fs, &carry), now, seed);
+        world.apply(&plan, now, false);
+        // Re-run the pass on the applied state so the scheduler's memo matches it.
+        let plan = s.pass(&world.snapshot(&config, &fs, &carry), now, seed);
+        world.apply(&plan, now, false);
+        for mut p in extra {
+            p.req.submit_time = now;
+            let starts_before = p.req.id;
+            world.pending.push(p);
+            let idx = world.pending.len() - 1;
+            let t = Instant::now();
+            let plan = s.submitted(&world.snapshot(&config, &fs, &carry), now, seed, &[idx]);
+            sub_times.push(t.elapsed().as_secs_f64() * 1e6);
+            if s.last_was_fast() {
+                fast += 1;
+            }
+            let _ = starts_before;
+            world.apply(&plan, now, false);
+        }
+    }
+    let n_sub = sub_times.len().max(1);
+    let (sub_med, sub_p99) = if sub_times.is_empty() {
+        (0.0, 0.0)
+    } else {
+        (pct(&mut sub_times.clone(), 50.0), pct(&mut sub_times, 99.0))
+    };
+    Ok(SchedReport {
+        nodes,
+        gpus_per_node: gpus,
+        pending: pending as usize,
+        running: world.running.len(),
+        gpu_busy_fraction: busy as f64 / total_gpus as f64,
+        policy: "default",
+        backfill: format!("{bf:?}").to_lowercase(),
+        seed,
+        full_pass_ms_median: full_med,
+        full_pass_ms_min: full_min,
+        full_pass_started: last.starts.len(),
+        full_pass_reservations: last.stats.reservations,
+        submit_pass_us_median: sub_med,
+        submit_pass_us_p99: sub_p99,
+        submit_fast_path_share: fast as f64 / n_sub as f64,
+        setup_s: setup,
+    })
+}

@@ -1,0 +1,301 @@
+//! `tandem sim`: load a trace, run the simulator, print a table, JSON and/or a plot.
+
+use anyhow::{Context, Result, bail};
+use clap::Args;
+use sched::{Backfill, Config, Policy};
+use serde::Serialize;
+use sim::{Metrics, SimConfig};
+use std::path::PathBuf;
+use std::time::Instant;
+
+const SYNTHETIC_HELP: &str = "Synthetic GPU workload instead of a trace: comma-separated key=value \
+pairs, all optional: nodes (default 1024), gpus per node (8), jobs (10000), load (offered load, 0.9), \
+cpus per node (64), mem_gib per node (1024), users (64); counts accept a k suffix. \
+Example: --synthetic nodes=30k,gpus=8,jobs=100k,load=0.95";
+
+/// Arguments of `tandem sim`.
+#[derive(Args, Debug)]
+#[command(
+    after_help = "Examples:\n  tandem sim --trace ../shared/traces/lublin_256.swf --windows rlscheduler --policy sjf --backfill rls\n  tandem sim --trace ../shared/traces/HPC2N-2002-2.2-cln.swf.gz --policy default --backfill easy --json\n  tandem sim --trace ../shared/traces/openb_pod_list_default.csv --nodes-file ../shared/traces/openb_node_list_gpu_node.csv\n  tandem sim --synthetic nodes=1024,gpus=8,jobs=20000 --plot queue.svg"
+)]
+pub struct SimArgs {
+    /// Trace file: SWF (plain or gzip) or the Alibaba pod list (CSV, with --nodes-file).
+    #[arg(
+        long,
+        required_unless_present = "synthetic",
+        conflicts_with = "synthetic"
+    )]
+    trace: Option<PathBuf>,
+    /// Node list for the Alibaba trace (openb_node_list_*.csv).
+    #[arg(long)]
+    nodes_file: Option<PathBuf>,
+    #[arg(long, help = SYNTHETIC_HELP)]
+    synthetic: Option<String>,
+    /// Priority policy: fcfs, sjf, f1, multifactor (Slurm-like weights) or default (Tandem's production weights).
+    #[arg(long, default_value = "default")]
+    policy: String,
+    /// Override multifactor weights: comma-separated key=value among age, fairshare, job_size,
+    /// time_limit, partition, qos, max_age (s), max_time_limit (s), favor_small (0 or 1), xfactor, xfactor_cap. Applies to multifactor and default.
+    #[arg(long)]
+    weights: Option<String>,
+    /// Backfill: none, rls (RLScheduler's variant), easy or conservative.
+    #[arg(long, default_value = "easy")]
+    backfill: String,
+    /// Run a fixed set of windows instead of the whole trace: `rlscheduler` (its ten 1,024-job windows).
+    #[arg(long)]
+    windows: Option<String>,
+    /// Seed for the scheduler and the synthetic generator.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// Write an SVG plot of queue length and utilisation over time.
+    #[arg(long)]
+    plot: Option<PathBuf>,
+    /// Skip malformed trace lines (counted) instead of failing on the first.
+    #[arg(long)]
+    lenient: bool,
+    /// Machine size in processors, for SWF files whose header lacks MaxNodes/MaxProcs.
+    #[arg(long)]
+    procs: Option<u64>,
+    /// Replay only the first N jobs.
+    #[arg(long)]
+    limit: Option<usize>,
+}
+
+#[derive(Serialize)]
+struct Report<'a> {
+    trace: &'a str,
+    nodes: usize,
+    capacity: u64,
+    policy: &'a str,
+    backfill: &'a str,
+    seed: u64,
+    windows: Option<&'a str>,
+    skipped_lines: usize,
+    #[serde(flatten)]
+    metrics: &'a Metrics,
+    per_window_bounded_slowdown: Option<Vec<f64>>,
+    wall_s: f64,
+}
+
+fn load(a: &SimArgs) -> Result<trace::Workload> {
+    if let Some(spec) = &a.synthetic {
+        let spec: trace::SyntheticSpec = spec.parse()?;
+        return Ok(trace::generate(&spec, a.seed));
+    }
+    let path = a
+        .trace
+        .as_ref()
+        .expect("clap requires --trace or --synthetic");
+    let name = path.display().to_string();
+    let is_csv = path
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("csv"));
+    if is_csv {
+        let Some(nf) = &a.nodes_file else {
+            bail!("{name} is a CSV pod list: give its node list with --nodes-file");
+        };
+        let nodes = trace::parse_nodes(trace::open(nf)?, &nf.display().to_string())?;
+        return Ok(trace::parse_pods(
+            trace::open(path)?,
+            &name,
+            nodes,
+            a.lenient,
+        )?);
+    }
+    if a.nodes_file.is_some() {
+        bail!("--nodes-file goes with the Alibaba pod list (a .csv trace), not with {name}");
+    }
+    let swf = trace::parse_swf(trace::open(path)?, &name, a.lenient)?;
+    Ok(swf.into_workload(&name, a.procs)?)
+}
+
+/// Runs `tandem sim`.
+pub fn run(a: SimArgs) -> Result<()> {
+    let policy = Policy::parse(&a.policy).with_context(|| {
+        format!(
+            "unknown --policy {:?} (fcfs, sjf, f1, multifactor, default)",
+            a.policy
+        )
+    })?;
+    let policy = match (&a.weights, policy) {
+        (None, p) => p,
+        (Some(w), Policy::Multifactor(base)) => Policy::Multifactor(parse_weights(w, base)?),
+        (Some(_), _) => bail!("--weights applies to --policy multifactor or default"),
+    };
+    let backfill = Backfill::parse(&a.backfill).with_context(|| {
+        format!(
+            "unknown --backfill {:?} (none, rls, easy, conservative)",
+            a.backfill
+        )
+    })?;
+    if let Some(w) = &a.windows {
+        if w != "rlscheduler" {
+            bail!("unknown --windows {w:?} (rlscheduler)");
+        }
+    }
+    if let Some(p) = &a.plot {
+        if !p.extension().is_some_and(|e| e.eq_ignore_ascii_case("svg")) {
+            bail!(
+                "--plot writes SVG: give a file name ending in .svg (got {})",
+                p.display()
+            );
+        }
+        if a.windows.is_some() {
+            bail!("--plot draws one run over time; it cannot be combined with --windows");
+        }
+    }
+    let mut w = load(&a)?;
+    if let Some(n) = a.limit {
+        w.jobs.truncate(n);
+    }
+    if w.jobs.is_empty() {
+        bail!("{}: no jobs to simulate", w.name);
+    }
+    let cfg = Config {
+        policy,
+        backfill,
+        ..Config::default()
+    };
+    let origin = Instant::now();
+    let mut clock = move || origin.elapsed().as_nanos() as u64;
+    let started = Instant::now();
+    let (metrics, per_window, series) = if a.windows.is_some() {
+        let sc = sim::rlscheduler_config(cfg, a.seed);
+        let per = sim::rlscheduler_windows(&w, &sc, &mut clock).map_err(anyhow::Error::msg)?;
+        let bs = per.iter().map(|m| m.avg_bounded_slowdown).collect();
+        (Metrics::mean(&per), Some(bs), Vec::new())
+    } else {
+        let mut sc = SimConfig::new(cfg, a.seed);
+        sc.record_series = a.plot.is_some();
+        let out = sim::run(&w, 0..w.jobs.len(), &sc, &mut clock);
+        (sim::summarize(&out, w.capacity, w.gpu), None, out.series)
+    };
+    let wall = started.elapsed().as_secs_f64();
+    if let Some(p) = &a.plot {
+        let title = format!("{} — {} / {}", w.name, a.policy, a.backfill);
+        std::fs::write(p, sim::svg(&title, &series))
+            .with_context(|| format!("writing {}", p.display()))?;
+    }
+    let report = Report {
+        trace: &w.name,
+        nodes: w.nodes.len(),
+        capacity: w.capacity,
+        policy: &a.policy,
+        backfill: &a.backfill,
+        seed: a.seed,
+        windows: a.windows.as_deref(),
+        skipped_lines: w.skipped,
+        metrics: &metrics,
+        per_window_bounded_slowdown: per_window,
+        wall_s: wall,
+    };
+    if a.json {
+        println!("{}", serde_json::to_string(&report)?);
+    } else {
+        print_table(&report);
+    }
+    Ok(())
+}
+
+fn parse_weights(spec: &str, mut w: sched::Weights) -> Result<sched::Weights> {
+    for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (k, v) = part
+            .split_once('=')
+            .with_context(|| format!("--weights: {part:?} is not key=value"))?;
+        let x: f64 = v
+            .parse()
+            .ok()
+            .filter(|x: &f64| x.is_finite() && *x >= 0.0)
+            .with_context(|| format!("--weights: {k}={v:?} is not a non-negative number"))?;
+        match k {
+            "age" => w.age = x,
+            "fairshare" => w.fairshare = x,
+            "job_size" => w.job_size = x,
+            "time_limit" => w.time_limit = x,
+            "partition" => w.partition = x,
+            "qos" => w.qos = x,
+            "max_age" => w.max_age = x as i64,
+            "max_time_limit" => w.max_time_limit = x as i64,
+            "favor_small" => w.favor_small = x != 0.0,
+            "xfactor" => w.xfactor = x,
+            "xfactor_cap" => w.xfactor_cap = x.max(1.0),
+            _ => bail!(
+                "--weights: unknown key {k:?} (age, fairshare, job_size, time_limit, partition, qos, max_age, max_time_limit, favor_small, xfactor, xfactor_cap)"
+            ),
+        }
+    }
+    Ok(w)
+}
+
+fn print_table(r: &Report) {
+    let m = r.metrics;
+    let rows: Vec<(&str, String)> = vec![
+        ("trace", r.trace.to_string()),
+        (
+            "cluster",
+            format!("{} nodes, capacity {}", r.nodes, r.capacity),
+        ),
+        (
+            "policy / backfill",
+            format!("{} / {}", r.policy, r.backfill),
+        ),
+        ("seed", r.seed.to_string()),
+        ("windows", r.windows.unwrap_or("whole trace").to_string()),
+        (
+            "jobs",
+            format!(
+                "{} started, {} rejected, {} skipped lines",
+                m.jobs, m.rejected, r.skipped_lines
+            ),
+        ),
+        (
+            "avg bounded slowdown",
+            format!("{:.2}", m.avg_bounded_slowdown),
+        ),
+        ("utilization (RLScheduler)", format!("{:.3}", m.utilization)),
+        (
+            "utilization (busy/makespan)",
+            format!("{:.3}", m.utilization_makespan),
+        ),
+        (
+            "wait avg / p50 / p95 / p99 (s)",
+            format!(
+                "{:.0} / {:.0} / {:.0} / {:.0}",
+                m.avg_wait_s, m.p50_wait_s, m.p95_wait_s, m.p99_wait_s
+            ),
+        ),
+        ("backfilled jobs", m.backfilled.to_string()),
+        ("scheduling passes", m.passes.to_string()),
+        (
+            "pass time mean / p99 / max (us)",
+            format!(
+                "{:.1} / {:.1} / {:.1}",
+                m.pass_us_mean, m.pass_us_p99, m.pass_us_max
+            ),
+        ),
+        ("wall time (s)", format!("{:.2}", r.wall_s)),
+    ];
+    let mut rows = rows;
+    if let Some(g) = m.gpu_allocation_rate {
+        rows.push(("GPU allocation rate", format!("{g:.3}")));
+    }
+    if let Some(f) = m.gpu_fragmentation {
+        rows.push(("GPU idle while GPU jobs wait", format!("{f:.3}")));
+    }
+    if let Some(pw) = &r.per_window_bounded_slowdown {
+        rows.push((
+            "per-window bounded slowdown",
+            pw.iter()
+                .map(|x| format!("{x:.2}"))
+                .collect::<Vec<_>>()
+                .join(" "),
+        ));
+    }
+    let width = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
+    for (k, v) in rows {
+        println!("{k:<width$}  {v}");
+    }
+}
