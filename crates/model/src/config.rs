@@ -37,14 +37,7 @@ pub struct Qos {
 impl Qos {
     /// The default QOS: `normal`, priority 0, tier 0, no limits.
     pub fn normal() -> Qos {
-        Qos {
-            name: "normal".into(),
-            priority: 0,
-            preempt_tier: 0,
-            grace_time: 60,
-            max_jobs_per_user: None,
-            max_gpus_per_user: None,
-        }
+        Qos { name: "normal".into(), priority: 0, preempt_tier: 0, grace_time: 60, max_jobs_per_user: None, max_gpus_per_user: None }
     }
 }
 
@@ -71,12 +64,7 @@ pub struct ClusterConfig {
 impl Default for ClusterConfig {
     fn default() -> Self {
         ClusterConfig {
-            partitions: vec![Partition {
-                name: "batch".into(),
-                default_time: 3600,
-                max_time: Time::MAX / 4,
-                priority_tier: 1,
-            }],
+            partitions: vec![Partition { name: "batch".into(), default_time: 3600, max_time: Time::MAX / 4, priority_tier: 1 }],
             qos: vec![Qos::normal()],
             accounts: Vec::new(),
         }
@@ -102,9 +90,6 @@ impl ClusterConfig {
 
     /// Shares of an account (1 when it is not configured).
     pub fn shares(&self, account: &str) -> u32 {
-        self.accounts
-            .iter()
-            .find(|a| a.name == account)
-            .map_or(1, |a| a.shares.max(1))
+        self.accounts.iter().find(|a| a.name == account).map_or(1, |a| a.shares.max(1))
     }
 }

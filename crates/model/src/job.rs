@@ -98,14 +98,7 @@ impl Shape {
 
     /// `n` whole nodes (what a rigid SWF job of `n` processors on single-processor nodes asks).
     pub fn whole_nodes(n: u32) -> Shape {
-        Shape {
-            nodes_min: n,
-            nodes_max: n,
-            ntasks: n,
-            ntasks_per_node: Some(1),
-            exclusive: true,
-            ..Shape::single()
-        }
+        Shape { nodes_min: n, nodes_max: n, ntasks: n, ntasks_per_node: Some(1), exclusive: true, ..Shape::single() }
     }
 
     /// Tasks placed on each node when the job runs on `nodes` nodes.
@@ -250,8 +243,7 @@ impl JobRequest {
 
     /// The time from which the job is eligible to start (its age counts from here).
     pub fn eligible_time(&self) -> Time {
-        self.begin_time
-            .map_or(self.submit_time, |b| b.max(self.submit_time))
+        self.begin_time.map_or(self.submit_time, |b| b.max(self.submit_time))
     }
 }
 
@@ -325,8 +317,7 @@ impl JobState {
     pub fn step(self, event: JobEvent) -> Result<JobState, InvalidTransition> {
         use JobEvent as E;
         use JobState as S;
-        let bad =
-            |from: &'static str, ev: &'static str| Err(InvalidTransition::new("job", from, ev));
+        let bad = |from: &'static str, ev: &'static str| Err(InvalidTransition::new("job", from, ev));
         match self {
             S::Pending => match event {
                 E::Start => Ok(S::Running),
@@ -422,18 +413,10 @@ mod tests {
     fn shape_arithmetic() {
         let mut s = Shape::single();
         s.ntasks = 8;
-        s.gpus = Some(GpuRequest {
-            per: GpuPer::Task(1),
-            gpu_type: None,
-            milli: 1000,
-        });
+        s.gpus = Some(GpuRequest { per: GpuPer::Task(1), gpu_type: None, milli: 1000 });
         assert_eq!(s.tasks_per_node(2), 4);
         assert_eq!(s.gpus_per_node(2), 4);
-        s.gpus = Some(GpuRequest {
-            per: GpuPer::Job(6),
-            gpu_type: None,
-            milli: 1000,
-        });
+        s.gpus = Some(GpuRequest { per: GpuPer::Job(6), gpu_type: None, milli: 1000 });
         assert_eq!(s.gpus_per_node(4), 2);
         assert_eq!(s.total_gpus(4), 8);
     }

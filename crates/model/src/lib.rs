@@ -11,8 +11,8 @@ mod reason;
 
 pub use config::{Account, ClusterConfig, Partition, Qos};
 pub use job::{
-    ArrayTask, DepKind, DepStatus, Dependency, GpuPer, GpuRequest, InvalidTransition, JobEvent,
-    JobId, JobRequest, JobState, MemRequest, RequestKind, Shape,
+    ArrayTask, DepKind, DepStatus, Dependency, GpuPer, GpuRequest, InvalidTransition, JobEvent, JobId, JobRequest, JobState, MemRequest,
+    RequestKind, Shape,
 };
 pub use node::{Node, NodeEvent, NodeState};
 pub use reason::PendingReason;

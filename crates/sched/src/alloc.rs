@@ -46,46 +46,26 @@ pub struct NodeUsage {
 impl NodeUsage {
     /// Empty usage shaped for `node`.
     pub fn for_node(node: &Node) -> NodeUsage {
-        NodeUsage {
-            gpu_milli: vec![0; node.gpus as usize],
-            other: vec![0; node.other.len()],
-            ..NodeUsage::default()
-        }
+        NodeUsage { gpu_milli: vec![0; node.gpus as usize], other: vec![0; node.other.len()], ..NodeUsage::default() }
     }
 
     /// Adds an allocation. Panics if it over-commits the node (a scheduler bug, never input).
     pub fn apply(&mut self, node: &Node, a: &Alloc) {
         self.cpus += a.cpus;
         self.memory += a.memory;
-        assert!(
-            self.cpus <= node.cpus,
-            "node {} over-committed on CPUs",
-            node.name
-        );
-        assert!(
-            self.memory <= node.memory,
-            "node {} over-committed on memory",
-            node.name
-        );
+        assert!(self.cpus <= node.cpus, "node {} over-committed on CPUs", node.name);
+        assert!(self.memory <= node.memory, "node {} over-committed on memory", node.name);
         for &g in &a.gpus {
             let slot = &mut self.gpu_milli[g as usize];
             *slot += a.gpu_milli;
-            assert!(
-                *slot <= GPU_MILLI,
-                "node {} GPU {g} over-committed",
-                node.name
-            );
+            assert!(*slot <= GPU_MILLI, "node {} GPU {g} over-committed", node.name);
         }
         for &(i, n) in &a.other {
             self.other[i as usize] += n;
             assert!(self.other[i as usize] <= node.other[i as usize].1);
         }
         assert!(!self.exclusive, "node {} is held exclusively", node.name);
-        assert!(
-            !a.exclusive || self.jobs == 0,
-            "exclusive allocation on a busy node {}",
-            node.name
-        );
+        assert!(!a.exclusive || self.jobs == 0, "exclusive allocation on a busy node {}", node.name);
         self.jobs += 1;
         self.exclusive = a.exclusive;
     }

@@ -96,14 +96,7 @@ impl Timeline<'_> {
 
 /// The earliest time at least `k` eligible nodes can hold `d` for `len`, not before `from`,
 /// and which nodes can then.
-fn earliest(
-    tl: &Timeline,
-    snap: &Snapshot,
-    r: &Resolved,
-    now: Time,
-    from: Time,
-    len: Time,
-) -> Option<(Time, Vec<bool>)> {
+fn earliest(tl: &Timeline, snap: &Snapshot, r: &Resolved, now: Time, from: Time, len: Time) -> Option<(Time, Vec<bool>)> {
     let mut events: Vec<(Time, i32)> = Vec::new();
     let mut per_node: Vec<Vec<(Time, Time)>> = vec![Vec::new(); snap.nodes.len()];
     let mut buf = Vec::new();
@@ -134,10 +127,7 @@ fn earliest(
             i += 1;
         }
         if count >= r.nodes as i64 {
-            let mask = per_node
-                .iter()
-                .map(|iv| iv.iter().any(|&(a, b)| a <= t && t < b))
-                .collect();
+            let mask = per_node.iter().map(|iv| iv.iter().any(|&(a, b)| a <= t && t < b)).collect();
             return Some((t, mask));
         }
     }
@@ -155,10 +145,7 @@ pub(crate) fn run<'a>(
     plan: &mut Plan,
     limits: &mut Limits<'a>,
 ) {
-    let mut tl = Timeline {
-        nodes: snap.nodes,
-        busy: vec![Vec::new(); snap.nodes.len()],
-    };
+    let mut tl = Timeline { nodes: snap.nodes, busy: vec![Vec::new(); snap.nodes.len()] };
     for r in snap.running {
         let end = r.expected_end(now).max(now + 1);
         for a in &r.allocs {
@@ -173,21 +160,19 @@ pub(crate) fn run<'a>(
         plan.stats.considered += 1;
         let len = r.limit.max(1);
         if let Some(reason) = limits.blocks(r) {
-            plan.waiting.push(Waiting {
-                job: r.req.id,
-                reason,
-                expected_start: None,
-            });
+            plan.waiting.push(Waiting { job: r.req.id, reason, expected_start: None });
             continue;
         }
-        let reason = if blocked_any {
-            PendingReason::Priority
-        } else {
-            PendingReason::Resources
-        };
-        // Past the reservation bound, a job may only start now without touching reservations.
+        let reason = if blocked_any { PendingReason::Priority } else { PendingReason::Resources };
+        // Past the reservation bound, a job may only start now without touching reservations;
+        // one that cannot fit now at all is skipped without looking at the timelines.
         let mut from = now;
         let mut outcome = None;
+        if reservations >= cfg.max_reservations && !view.maybe(&r.demand, r.nodes) {
+            plan.waiting.push(Waiting { job: r.req.id, reason, expected_start: None });
+            blocked_any = true;
+            continue;
+        }
         while let Some((t, mask)) = earliest(&tl, snap, r, now, from, len) {
             if t == now {
                 let mut masked = r.clone();
@@ -201,13 +186,7 @@ pub(crate) fn run<'a>(
                 continue;
             }
             if reservations < cfg.max_reservations {
-                let chosen: Vec<usize> = mask
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, m)| **m)
-                    .map(|(n, _)| n)
-                    .take(r.nodes as usize)
-                    .collect();
+                let chosen: Vec<usize> = mask.iter().enumerate().filter(|(_, m)| **m).map(|(n, _)| n).take(r.nodes as usize).collect();
                 outcome = Some((t, None));
                 for n in chosen {
                     let node = &snap.nodes[n];
@@ -242,11 +221,7 @@ pub(crate) fn run<'a>(
                 for a in &allocs {
                     tl.add(a.node as usize, busy_of(a, now, now + len));
                 }
-                plan.starts.push(Start {
-                    job: r.req.id,
-                    allocs,
-                    backfilled: blocked_any,
-                });
+                plan.starts.push(Start { job: r.req.id, allocs, backfilled: blocked_any });
                 if blocked_any {
                     plan.stats.backfilled += 1;
                 } else {
@@ -256,19 +231,11 @@ pub(crate) fn run<'a>(
             Some((t, None)) => {
                 reservations += 1;
                 plan.stats.reservations += 1;
-                plan.waiting.push(Waiting {
-                    job: r.req.id,
-                    reason,
-                    expected_start: Some(t),
-                });
+                plan.waiting.push(Waiting { job: r.req.id, reason, expected_start: Some(t) });
                 blocked_any = true;
             }
             None => {
-                plan.waiting.push(Waiting {
-                    job: r.req.id,
-                    reason,
-                    expected_start: None,
-                });
+                plan.waiting.push(Waiting { job: r.req.id, reason, expected_start: None });
                 blocked_any = true;
             }
         }
@@ -276,12 +243,5 @@ pub(crate) fn run<'a>(
 }
 
 fn busy_of(a: &crate::Alloc, start: Time, end: Time) -> Busy {
-    Busy {
-        start,
-        end,
-        cpus: a.cpus,
-        memory: a.memory,
-        gpu_milli: a.gpus.len() as u32 * a.gpu_milli,
-        exclusive: a.exclusive,
-    }
+    Busy { start, end, cpus: a.cpus, memory: a.memory, gpu_milli: a.gpus.len() as u32 * a.gpu_milli, exclusive: a.exclusive }
 }

@@ -13,8 +13,8 @@ use rustc_hash::FxHashMap;
 
 use crate::view::Filter;
 use crate::{
-    Admit, Backfill, Config, PassMemo, Plan, Snapshot, Start, Waiting, admit, priority,
-    priority_context, schedule_inner, try_place, user_usage,
+    Admit, Backfill, Config, PassMemo, Plan, Snapshot, Start, Waiting, admit, priority, priority_context, schedule_inner, try_place,
+    user_usage,
 };
 use model::PendingReason;
 
@@ -22,17 +22,25 @@ use model::PendingReason;
 pub struct Scheduler<'n> {
     cfg: Config,
     nodes: &'n [model::Node],
+    topo: std::sync::Arc<crate::Topology>,
+    facts: Option<crate::Facts<'n>>,
+    ever: crate::EverFits,
     memo: Option<PassMemo<'n>>,
     last_fast: bool,
 }
 
 impl<'n> Scheduler<'n> {
     /// A scheduler with these settings for this node list (every snapshot passed in must use
-    /// this very slice).
+    /// this very slice; node states may change, node definitions may not: make a new scheduler
+    /// when nodes are added or redefined). Topology and "can this shape ever fit" are computed
+    /// once and kept.
     pub fn new(cfg: Config, nodes: &'n [model::Node]) -> Scheduler<'n> {
         Scheduler {
             cfg,
             nodes,
+            topo: std::sync::Arc::new(crate::Topology::new(nodes)),
+            facts: None,
+            ever: crate::EverFits::default(),
             memo: None,
             last_fast: false,
         }
@@ -45,7 +53,12 @@ impl<'n> Scheduler<'n> {
 
     /// A full pass (same result as [`crate::schedule`]); remembers what it leaves behind.
     pub fn pass(&mut self, snap: &Snapshot, now: Time, seed: u64) -> Plan {
-        let (plan, memo) = schedule_inner(self.nodes, snap, now, seed, &self.cfg);
+        let stale = self.facts.as_ref().is_none_or(|f| !f.partitions.iter().eq(snap.config.partitions.iter().map(|p| &p.name)));
+        if stale {
+            self.facts = Some(crate::Facts::new(self.nodes, snap.config, true));
+        }
+        let facts = self.facts.as_ref().expect("facts were just built");
+        let (plan, memo) = schedule_inner(self.nodes, self.topo.clone(), facts, &mut self.ever, snap, now, seed, &self.cfg);
         self.memo = (self.cfg.backfill == Backfill::Easy && !self.cfg.commit_head).then_some(memo);
         plan
     }
@@ -79,14 +92,9 @@ impl<'n> Scheduler<'n> {
     fn fast(&mut self, snap: &Snapshot, now: Time, new: &[usize]) -> Option<Plan> {
         let memo = self.memo.as_mut()?;
         let (top_key, top_seq, _, shadow, reserved) = memo.top.as_ref()?;
-        let facts = &memo.facts;
-        let ever = &mut memo.ever;
-        let user_jobs = if snap
-            .config
-            .qos
-            .iter()
-            .any(|q| q.max_jobs_per_user.is_some() || q.max_gpus_per_user.is_some())
-        {
+        let facts = self.facts.as_ref()?;
+        let ever = &mut self.ever;
+        let user_jobs = if snap.config.qos.iter().any(|q| q.max_jobs_per_user.is_some() || q.max_gpus_per_user.is_some()) {
             user_usage(snap)
         } else {
             FxHashMap::default()
@@ -95,9 +103,7 @@ impl<'n> Scheduler<'n> {
         let mut replicas = FxHashMap::default();
         for &idx in new {
             let p = snap.pending.get(idx)?;
-            if (!p.req.nodelist.is_empty() || !p.req.exclude.is_empty())
-                && facts.name_index.is_empty()
-            {
+            if (!p.req.nodelist.is_empty() || !p.req.exclude.is_empty()) && facts.name_index.is_empty() {
                 return None; // the last pass built no node-name index
             }
             if !memo.accounts.contains(&p.req.account) {
@@ -106,39 +112,26 @@ impl<'n> Scheduler<'n> {
             let r = match admit(snap, facts, ever, &user_jobs, now, idx, p) {
                 Admit::Ready(r) => r,
                 Admit::Wait(reason) => {
-                    plan.waiting.push(Waiting {
-                        job: p.req.id,
-                        reason,
-                        expected_start: None,
-                    });
+                    plan.waiting.push(Waiting { job: p.req.id, reason, expected_start: None });
                     continue;
                 }
                 Admit::Reject(reason, message) => {
-                    plan.rejected.push(crate::Rejected {
-                        job: p.req.id,
-                        reason,
-                        message,
-                    });
+                    plan.rejected.push(crate::Rejected { job: p.req.id, reason, message });
                     continue;
                 }
             };
             let ctx = priority_context(snap, facts, now, memo.total_shares);
             let key = priority::key(&self.cfg.policy, &ctx, r.req, r.nodes);
-            let outranks = key.partial_cmp(top_key).is_none_or(|o| {
-                o == std::cmp::Ordering::Less
-                    || (o == std::cmp::Ordering::Equal && p.seq < *top_seq)
-            });
+            let outranks = key
+                .partial_cmp(top_key)
+                .is_none_or(|o| o == std::cmp::Ordering::Less || (o == std::cmp::Ordering::Equal && p.seq < *top_seq));
             if outranks {
                 return None;
             }
             plan.stats.considered += 1;
             let limits = crate::Limits::new(snap);
             if let Some(reason) = limits.blocks(&r) {
-                plan.waiting.push(Waiting {
-                    job: r.req.id,
-                    reason,
-                    expected_start: None,
-                });
+                plan.waiting.push(Waiting { job: r.req.id, reason, expected_start: None });
                 continue;
             }
             let started = if now + r.limit.max(1) <= *shadow {
@@ -149,27 +142,15 @@ impl<'n> Scheduler<'n> {
                 for &n in reserved {
                     mask[n as usize] = false;
                 }
-                outside.filter = Filter {
-                    mask: Some(mask),
-                    all: false,
-                    ..r.filter.clone()
-                };
+                outside.filter = Filter { mask: Some(mask), all: false, ..r.filter.clone() };
                 try_place(snap, &mut memo.view, &outside, &mut replicas)
             };
             match started {
                 Some(allocs) => {
                     plan.stats.backfilled += 1;
-                    plan.starts.push(Start {
-                        job: r.req.id,
-                        allocs,
-                        backfilled: true,
-                    });
+                    plan.starts.push(Start { job: r.req.id, allocs, backfilled: true });
                 }
-                None => plan.waiting.push(Waiting {
-                    job: r.req.id,
-                    reason: PendingReason::Priority,
-                    expected_start: None,
-                }),
+                None => plan.waiting.push(Waiting { job: r.req.id, reason: PendingReason::Priority, expected_start: None }),
             }
         }
         Some(plan)

@@ -16,9 +16,7 @@ mod preempt;
 mod priority;
 mod view;
 
-use model::{
-    ClusterConfig, DepStatus, JobId, JobRequest, MemRequest, Node, PendingReason, RequestKind, Time,
-};
+use model::{ClusterConfig, DepStatus, JobId, JobRequest, MemRequest, Node, PendingReason, RequestKind, Time};
 use rustc_hash::{FxHashMap, FxHashSet};
 use serde::{Deserialize, Serialize};
 
@@ -26,6 +24,7 @@ pub use alloc::{Alloc, NodeUsage};
 pub use incremental::Scheduler;
 pub use preempt::{Preemption, Victim, plan_preemption};
 pub use priority::{Breakdown, FairShare, Policy, Weights};
+pub use view::Topology;
 use view::{Demand, Filter, Strategy, View};
 
 /// Backfill modes.
@@ -220,8 +219,9 @@ pub(crate) struct Resolved<'a> {
     pub limit: Time,
 }
 
-/// Cluster-wide facts computed once per pass.
+/// Cluster-wide facts: per pass for [`schedule`], kept by a [`Scheduler`].
 pub(crate) struct Facts<'a> {
+    pub partitions: Vec<String>,
     pub max_cpus: u32,
     pub max_gpus: u32,
     pub total_nodes: u32,
@@ -233,21 +233,15 @@ impl<'a> Facts<'a> {
     pub fn new(nodes: &'a [Node], config: &ClusterConfig, with_names: bool) -> Facts<'a> {
         let mut partition_all = FxHashMap::default();
         for p in &config.partitions {
-            partition_all.insert(
-                p.name.clone(),
-                nodes.iter().all(|n| n.in_partition(&p.name)),
-            );
+            partition_all.insert(p.name.clone(), nodes.iter().all(|n| n.in_partition(&p.name)));
         }
         Facts {
+            partitions: config.partitions.iter().map(|p| p.name.clone()).collect(),
             max_cpus: nodes.iter().map(|n| n.cpus).max().unwrap_or(0),
             max_gpus: nodes.iter().map(|n| n.gpus).max().unwrap_or(0),
             total_nodes: nodes.len() as u32,
             name_index: if with_names {
-                nodes
-                    .iter()
-                    .enumerate()
-                    .map(|(i, n)| (n.name.as_str(), i as u32))
-                    .collect()
+                nodes.iter().enumerate().map(|(i, n)| (n.name.as_str(), i as u32)).collect()
             } else {
                 FxHashMap::default()
             },
@@ -256,12 +250,7 @@ impl<'a> Facts<'a> {
     }
 
     /// Resolves the shape: node count, per-node demand and node filter.
-    pub fn resolve<'r>(
-        &self,
-        idx: usize,
-        req: &'r JobRequest,
-        config: &ClusterConfig,
-    ) -> Result<Resolved<'r>, (PendingReason, String)> {
+    pub fn resolve<'r>(&self, idx: usize, req: &'r JobRequest, config: &ClusterConfig) -> Result<Resolved<'r>, (PendingReason, String)> {
         let s = &req.shape;
         let nodes = if s.nodes_min > 0 {
             s.nodes_min
@@ -278,13 +267,7 @@ impl<'a> Facts<'a> {
             k
         };
         if nodes > self.total_nodes {
-            return Err((
-                PendingReason::BadConstraints,
-                format!(
-                    "requests {nodes} nodes but the cluster has {}",
-                    self.total_nodes
-                ),
-            ));
+            return Err((PendingReason::BadConstraints, format!("requests {nodes} nodes but the cluster has {}", self.total_nodes)));
         }
         let cpus = s.tasks_per_node(nodes) * s.cpus_per_task.max(1);
         let memory = match s.mem {
@@ -295,10 +278,7 @@ impl<'a> Facts<'a> {
             cpus,
             memory,
             gpus: s.gpus_per_node(nodes),
-            gpu_milli: s
-                .gpus
-                .as_ref()
-                .map_or(model::GPU_MILLI, |g| g.milli.clamp(1, model::GPU_MILLI)),
+            gpu_milli: s.gpus.as_ref().map_or(model::GPU_MILLI, |g| g.milli.clamp(1, model::GPU_MILLI)),
             other: s.other.clone(),
             exclusive: s.exclusive,
         };
@@ -306,10 +286,7 @@ impl<'a> Facts<'a> {
             None => None,
             Some(p) => match self.partition_all.get(p) {
                 None => {
-                    return Err((
-                        PendingReason::BadConstraints,
-                        format!("invalid partition specified: {p}"),
-                    ));
+                    return Err((PendingReason::BadConstraints, format!("invalid partition specified: {p}")));
                 }
                 Some(true) => None,
                 Some(false) => Some(p.clone()),
@@ -319,20 +296,16 @@ impl<'a> Facts<'a> {
             names
                 .iter()
                 .map(|n| {
-                    self.name_index.get(n.as_str()).copied().ok_or((
-                        PendingReason::BadConstraints,
-                        format!("invalid node name specified: {n}"),
-                    ))
+                    self.name_index
+                        .get(n.as_str())
+                        .copied()
+                        .ok_or((PendingReason::BadConstraints, format!("invalid node name specified: {n}")))
                 })
                 .collect()
         };
         let gpu_type = s.gpus.as_ref().and_then(|g| g.gpu_type.clone());
         let filter = Filter {
-            all: partition.is_none()
-                && req.features.is_empty()
-                && gpu_type.is_none()
-                && req.nodelist.is_empty()
-                && req.exclude.is_empty(),
+            all: partition.is_none() && req.features.is_empty() && gpu_type.is_none() && req.nodelist.is_empty() && req.exclude.is_empty(),
             partition,
             features: req.features.clone(),
             gpu_type,
@@ -343,21 +316,11 @@ impl<'a> Facts<'a> {
         if !filter.include.is_empty() && (filter.include.len() as u32) > nodes {
             return Err((
                 PendingReason::BadConstraints,
-                format!(
-                    "{} nodes required by -w but only {nodes} requested",
-                    filter.include.len()
-                ),
+                format!("{} nodes required by -w but only {nodes} requested", filter.include.len()),
             ));
         }
         let _ = config;
-        Ok(Resolved {
-            idx,
-            req,
-            nodes,
-            demand,
-            filter,
-            limit: req.time_limit,
-        })
+        Ok(Resolved { idx, req, nodes, demand, filter, limit: req.time_limit })
     }
 }
 
@@ -365,18 +328,7 @@ impl<'a> Facts<'a> {
 #[derive(Default)]
 pub(crate) struct EverFits {
     plain: FxHashMap<view::ShapeKey, bool>,
-    full: FxHashMap<
-        (
-            Demand,
-            u32,
-            Vec<u32>,
-            Option<String>,
-            Vec<String>,
-            Option<String>,
-            Vec<u32>,
-        ),
-        bool,
-    >,
+    full: FxHashMap<(Demand, u32, Vec<u32>, Option<String>, Vec<String>, Option<String>, Vec<u32>), bool>,
 }
 
 impl EverFits {
@@ -384,30 +336,16 @@ impl EverFits {
         let f = &r.filter;
         if f.all {
             if let Some(key) = view::ShapeKey::of(&r.demand, r.nodes) {
-                return *self.plain.entry(key).or_insert_with(|| {
-                    nodes
-                        .iter()
-                        .filter(|n| View::could_ever_fit(n, &r.demand))
-                        .count()
-                        >= r.nodes as usize
-                });
+                return *self
+                    .plain
+                    .entry(key)
+                    .or_insert_with(|| nodes.iter().filter(|n| View::could_ever_fit(n, &r.demand)).count() >= r.nodes as usize);
             }
         }
-        let key = (
-            r.demand.clone(),
-            r.nodes,
-            f.include.clone(),
-            f.partition.clone(),
-            f.features.clone(),
-            f.gpu_type.clone(),
-            f.exclude.clone(),
-        );
+        let key =
+            (r.demand.clone(), r.nodes, f.include.clone(), f.partition.clone(), f.features.clone(), f.gpu_type.clone(), f.exclude.clone());
         *self.full.entry(key).or_insert_with(|| {
-            let n = nodes
-                .iter()
-                .enumerate()
-                .filter(|(i, n)| f.ok(*i as u32, n) && View::could_ever_fit(n, &r.demand))
-                .count();
+            let n = nodes.iter().enumerate().filter(|(i, n)| f.ok(*i as u32, n) && View::could_ever_fit(n, &r.demand)).count();
             n >= r.nodes as usize
         })
     }
@@ -415,7 +353,10 @@ impl EverFits {
 
 /// Runs one scheduling pass. Pure: the same arguments give the same plan.
 pub fn schedule(snap: &Snapshot, now: Time, seed: u64, cfg: &Config) -> Plan {
-    schedule_inner(snap.nodes, snap, now, seed, cfg).0
+    let topo = std::sync::Arc::new(view::Topology::new(snap.nodes));
+    let names = snap.pending.iter().any(|p| !p.req.nodelist.is_empty() || !p.req.exclude.is_empty());
+    let facts = Facts::new(snap.nodes, snap.config, names);
+    schedule_inner(snap.nodes, topo, &facts, &mut EverFits::default(), snap, now, seed, cfg).0
 }
 
 /// What a full EASY pass leaves behind for the submit fast path.
@@ -425,77 +366,50 @@ pub(crate) struct PassMemo<'n> {
     pub top: Option<(priority::Key, u64, JobId, Time, FxHashSet<u32>)>,
     pub total_shares: u32,
     pub accounts: FxHashSet<String>,
-    pub facts: Facts<'n>,
-    pub ever: EverFits,
 }
 
 pub(crate) fn schedule_inner<'n>(
     nodes: &'n [Node],
+    topo: std::sync::Arc<view::Topology>,
+    facts: &Facts,
+    ever: &mut EverFits,
     snap: &Snapshot,
     now: Time,
     seed: u64,
     cfg: &Config,
 ) -> (Plan, PassMemo<'n>) {
-    assert!(
-        std::ptr::eq(nodes, snap.nodes),
-        "the scheduler's nodes are the snapshot's nodes"
-    );
+    assert!(std::ptr::eq(nodes, snap.nodes), "the scheduler's nodes are the snapshot's nodes");
     let _ = seed; // ties are broken by arrival order and job id; the seed is reserved for shuffles
     let mut plan = Plan::default();
-    let names = snap
-        .pending
-        .iter()
-        .any(|p| !p.req.nodelist.is_empty() || !p.req.exclude.is_empty());
-    let facts = Facts::new(nodes, snap.config, names);
-    let mut ever = EverFits::default();
-    let mut view = View::new(nodes, snap.usage);
+    let mut view = View::new(nodes, topo, snap.usage);
 
     let user_jobs = user_usage(snap);
 
     // Resolve and filter.
     let mut ready: Vec<Resolved> = Vec::with_capacity(snap.pending.len());
     for (idx, p) in snap.pending.iter().enumerate() {
-        match admit(snap, &facts, &mut ever, &user_jobs, now, idx, p) {
+        match admit(snap, facts, ever, &user_jobs, now, idx, p) {
             Admit::Ready(r) => ready.push(r),
-            Admit::Wait(reason) => plan.waiting.push(Waiting {
-                job: p.req.id,
-                reason,
-                expected_start: None,
-            }),
-            Admit::Reject(reason, message) => plan.rejected.push(Rejected {
-                job: p.req.id,
-                reason,
-                message,
-            }),
+            Admit::Wait(reason) => plan.waiting.push(Waiting { job: p.req.id, reason, expected_start: None }),
+            Admit::Reject(reason, message) => plan.rejected.push(Rejected { job: p.req.id, reason, message }),
         }
     }
 
     // Order.
     let mut seen: FxHashSet<&str> = FxHashSet::default();
     let mut total_shares = 0;
-    for p in snap
-        .pending
-        .iter()
-        .map(|p| &p.req)
-        .chain(snap.running.iter().map(|r| &r.req))
-    {
+    for p in snap.pending.iter().map(|p| &p.req).chain(snap.running.iter().map(|r| &r.req)) {
         if seen.insert(p.account.as_str()) {
             total_shares += snap.config.shares(&p.account);
         }
     }
-    let ctx = priority_context(snap, &facts, now, total_shares);
+    let ctx = priority_context(snap, facts, now, total_shares);
     let mut keyed: Vec<(u64, u64, u64, JobId, usize)> = ready
         .iter()
         .enumerate()
         .map(|(i, r)| {
             let k = priority::key(&cfg.policy, &ctx, r.req, r.nodes);
-            (
-                sortable(k.0),
-                sortable(k.1),
-                snap.pending[r.idx].seq,
-                r.req.id,
-                i,
-            )
+            (sortable(k.0), sortable(k.1), snap.pending[r.idx].seq, r.req.id, i)
         })
         .collect();
     keyed.sort_unstable();
@@ -515,53 +429,18 @@ pub(crate) fn schedule_inner<'n>(
     let mut top = None;
     let mut limits = Limits::new(snap);
     match cfg.backfill {
-        Backfill::Conservative => conservative::run(
-            snap,
-            now,
-            cfg,
-            &ready,
-            &order,
-            &mut view,
-            &mut plan,
-            &mut limits,
-        ),
+        Backfill::Conservative => conservative::run(snap, now, cfg, &ready, &order, &mut view, &mut plan, &mut limits),
         _ => {
-            if let Some((pos, shadow, reserved)) = walk(
-                snap,
-                now,
-                cfg,
-                commit,
-                &ready,
-                &order,
-                &mut view,
-                &mut plan,
-                &mut limits,
-            ) {
+            if let Some((pos, shadow, reserved)) = walk(snap, now, cfg, commit, &ready, &order, &mut view, &mut plan, &mut limits) {
                 let r = &ready[order[pos]];
-                top = Some((
-                    priority::key(&cfg.policy, &ctx, r.req, r.nodes),
-                    snap.pending[r.idx].seq,
-                    r.req.id,
-                    shadow,
-                    reserved,
-                ));
+                top = Some((priority::key(&cfg.policy, &ctx, r.req, r.nodes), snap.pending[r.idx].seq, r.req.id, shadow, reserved));
             }
         }
     }
     let accounts = seen.into_iter().map(str::to_string).collect();
     let total_shares = ctx.total_shares;
     drop(ctx);
-    (
-        plan,
-        PassMemo {
-            view,
-            top,
-            total_shares,
-            accounts,
-            facts,
-            ever,
-        },
-    )
+    (plan, PassMemo { view, top, total_shares, accounts })
 }
 
 /// Maps an f64 to a u64 with the same order (total order; NaN sorts last).
@@ -571,31 +450,14 @@ fn sortable(f: f64) -> u64 {
     if b >> 63 == 1 { !b } else { b | (1 << 63) }
 }
 
-pub(crate) fn priority_context<'a>(
-    snap: &Snapshot<'a>,
-    facts: &Facts,
-    now: Time,
-    total_shares: u32,
-) -> priority::PriorityContext<'a> {
+pub(crate) fn priority_context<'a>(snap: &Snapshot<'a>, facts: &Facts, now: Time, total_shares: u32) -> priority::PriorityContext<'a> {
     priority::PriorityContext {
         now,
         config: snap.config,
         fairshare: snap.fairshare,
         total_nodes: facts.total_nodes,
-        max_part_tier: snap
-            .config
-            .partitions
-            .iter()
-            .map(|p| p.priority_tier)
-            .max()
-            .unwrap_or(0),
-        max_qos: snap
-            .config
-            .qos
-            .iter()
-            .map(|q| q.priority)
-            .max()
-            .unwrap_or(0),
+        max_part_tier: snap.config.partitions.iter().map(|p| p.priority_tier).max().unwrap_or(0),
+        max_qos: snap.config.qos.iter().map(|q| q.priority).max().unwrap_or(0),
         total_shares,
     }
 }
@@ -604,10 +466,7 @@ pub(crate) fn priority_context<'a>(
 pub(crate) fn user_usage<'a>(snap: &Snapshot<'a>) -> FxHashMap<(&'a str, &'a str), (u32, u32)> {
     let mut user_jobs: FxHashMap<(&str, &str), (u32, u32)> = FxHashMap::default();
     for r in snap.running {
-        let q = snap
-            .config
-            .qos(r.req.qos.as_deref())
-            .map_or("", |q| q.name.as_str());
+        let q = snap.config.qos(r.req.qos.as_deref()).map_or("", |q| q.name.as_str());
         let e = user_jobs.entry((r.req.user.as_str(), q)).or_default();
         e.0 += 1;
         e.1 += r.allocs.iter().map(|a| a.gpus.len() as u32).sum::<u32>();
@@ -624,20 +483,8 @@ pub(crate) struct Limits<'a> {
 
 impl<'a> Limits<'a> {
     pub fn new(snap: &Snapshot<'a>) -> Limits<'a> {
-        let any = snap
-            .config
-            .qos
-            .iter()
-            .any(|q| q.max_jobs_per_user.is_some() || q.max_gpus_per_user.is_some());
-        Limits {
-            used: if any {
-                user_usage(snap)
-            } else {
-                FxHashMap::default()
-            },
-            config: snap.config,
-            any,
-        }
+        let any = snap.config.qos.iter().any(|q| q.max_jobs_per_user.is_some() || q.max_gpus_per_user.is_some());
+        Limits { used: if any { user_usage(snap) } else { FxHashMap::default() }, config: snap.config, any }
     }
 
     /// The limit that keeps `r` from starting now, if any.
@@ -646,18 +493,11 @@ impl<'a> Limits<'a> {
             return None;
         }
         let qos = self.config.qos(r.req.qos.as_deref())?;
-        let used = self
-            .used
-            .get(&(r.req.user.as_str(), qos.name.as_str()))
-            .copied()
-            .unwrap_or((0, 0));
+        let used = self.used.get(&(r.req.user.as_str(), qos.name.as_str())).copied().unwrap_or((0, 0));
         if qos.max_jobs_per_user.is_some_and(|m| used.0 >= m) {
             return Some(PendingReason::QosMaxJobsPerUserLimit);
         }
-        if qos
-            .max_gpus_per_user
-            .is_some_and(|m| used.1 + r.demand.gpus * r.nodes > m)
-        {
+        if qos.max_gpus_per_user.is_some_and(|m| used.1 + r.demand.gpus * r.nodes > m) {
             return Some(PendingReason::QosMaxGpusPerUserLimit);
         }
         None
@@ -671,10 +511,7 @@ impl<'a> Limits<'a> {
         let Some(qos) = self.config.qos(r.req.qos.as_deref()) else {
             return;
         };
-        let e = self
-            .used
-            .entry((r.req.user.as_str(), qos.name.as_str()))
-            .or_default();
+        let e = self.used.entry((r.req.user.as_str(), qos.name.as_str())).or_default();
         e.0 += 1;
         e.1 += r.demand.gpus * r.nodes;
     }
@@ -722,42 +559,22 @@ pub(crate) fn admit<'a>(
         return Admit::Wait(PendingReason::BeginTime);
     }
     let Some(part) = snap.config.partition(req.partition.as_deref()) else {
-        return Admit::Reject(
-            PendingReason::BadConstraints,
-            "no partition configured".into(),
-        );
+        return Admit::Reject(PendingReason::BadConstraints, "no partition configured".into());
     };
     if req.time_limit > part.max_time {
         return Admit::Wait(PendingReason::PartitionTimeLimit);
     }
     let Some(qos) = snap.config.qos(req.qos.as_deref()) else {
-        return Admit::Reject(
-            PendingReason::BadConstraints,
-            format!(
-                "invalid qos specification: {}",
-                req.qos.as_deref().unwrap_or("")
-            ),
-        );
+        return Admit::Reject(PendingReason::BadConstraints, format!("invalid qos specification: {}", req.qos.as_deref().unwrap_or("")));
     };
-    let used = user_jobs
-        .get(&(req.user.as_str(), qos.name.as_str()))
-        .copied()
-        .unwrap_or((0, 0));
+    let used = user_jobs.get(&(req.user.as_str(), qos.name.as_str())).copied().unwrap_or((0, 0));
     if qos.max_jobs_per_user.is_some_and(|m| used.0 >= m) {
         return Admit::Wait(PendingReason::QosMaxJobsPerUserLimit);
     }
-    if qos
-        .max_gpus_per_user
-        .is_some_and(|m| used.1 + r.demand.gpus * r.nodes > m)
-    {
+    if qos.max_gpus_per_user.is_some_and(|m| used.1 + r.demand.gpus * r.nodes > m) {
         return Admit::Wait(PendingReason::QosMaxGpusPerUserLimit);
     }
-    if !r.filter.include.is_empty()
-        && r.filter
-            .include
-            .iter()
-            .any(|&i| !snap.nodes[i as usize].state.schedulable())
-    {
+    if !r.filter.include.is_empty() && r.filter.include.iter().any(|&i| !snap.nodes[i as usize].state.schedulable()) {
         return Admit::Wait(PendingReason::ReqNodeNotAvail);
     }
     Admit::Ready(r)
@@ -785,23 +602,13 @@ pub(crate) fn try_place(
     placed_replicas: &mut FxHashMap<String, Vec<u32>>,
 ) -> Option<Vec<Alloc>> {
     let nodes = match &r.req.kind {
-        RequestKind::Batch => view.place(
-            &r.demand,
-            r.nodes,
-            &r.filter,
-            &Strategy::Pack,
-            r.req.max_switches,
-        )?,
+        RequestKind::Batch => view.place(&r.demand, r.nodes, &r.filter, &Strategy::Pack, r.req.max_switches)?,
         RequestKind::Replica { service } => {
             if !view.maybe(&r.demand, r.nodes) {
                 return None;
             }
             let [mut n, mut s, mut b] = strategy_maps(snap, view, service);
-            for &node in placed_replicas
-                .get(service)
-                .map(|v| v.as_slice())
-                .unwrap_or(&[])
-            {
+            for &node in placed_replicas.get(service).map(|v| v.as_slice()).unwrap_or(&[]) {
                 *n.entry(node).or_default() += 1;
                 *s.entry(view.switch_of(node)).or_default() += 1;
                 *b.entry(snap.nodes[node as usize].block).or_default() += 1;
@@ -810,17 +617,10 @@ pub(crate) fn try_place(
                 &r.demand,
                 r.nodes,
                 &r.filter,
-                &Strategy::Spread {
-                    per_node: &n,
-                    per_switch: &s,
-                    per_block: &b,
-                },
+                &Strategy::Spread { per_node: &n, per_switch: &s, per_block: &b },
                 r.req.max_switches,
             )?;
-            placed_replicas
-                .entry(service.clone())
-                .or_default()
-                .extend(&chosen);
+            placed_replicas.entry(service.clone()).or_default().extend(&chosen);
             chosen
         }
     };
@@ -858,48 +658,31 @@ fn walk<'a>(
         let r = &ready[i];
         plan.stats.considered += 1;
         if let Some(reason) = limits.blocks(r) {
-            plan.waiting.push(Waiting {
-                job: r.req.id,
-                reason,
-                expected_start: None,
-            });
+            plan.waiting.push(Waiting { job: r.req.id, reason, expected_start: None });
             continue;
         }
         if blocked.is_none() {
             if let Some(allocs) = try_place(snap, view, r, &mut replicas) {
                 limits.add(r);
-                plan.starts.push(Start {
-                    job: r.req.id,
-                    allocs,
-                    backfilled: false,
-                });
+                plan.starts.push(Start { job: r.req.id, allocs, backfilled: false });
                 plan.stats.started += 1;
                 continue;
             }
             blocked = Some(pos);
             // Higher-tier work that cannot start may preempt lower tiers.
-            let my_tier = snap
-                .config
-                .qos(r.req.qos.as_deref())
-                .map_or(0, |q| q.preempt_tier);
-            let overrides =
-                match preempt::preempt_for(snap, view, r, now, my_tier, &preempt_victims) {
-                    Some(p) => {
-                        let o: FxHashMap<JobId, Time> =
-                            p.victims.iter().map(|v| (v.job, now + v.grace)).collect();
-                        preempt_victims.extend(p.victims.iter().map(|v| v.job));
-                        plan.preemptions.push(p);
-                        o
-                    }
-                    None => FxHashMap::default(),
-                };
+            let my_tier = snap.config.qos(r.req.qos.as_deref()).map_or(0, |q| q.preempt_tier);
+            let overrides = match preempt::preempt_for(snap, view, r, now, my_tier, &preempt_victims) {
+                Some(p) => {
+                    let o: FxHashMap<JobId, Time> = p.victims.iter().map(|v| (v.job, now + v.grace)).collect();
+                    preempt_victims.extend(p.victims.iter().map(|v| v.job));
+                    plan.preemptions.push(p);
+                    o
+                }
+                None => FxHashMap::default(),
+            };
             match cfg.backfill {
                 Backfill::None => {
-                    plan.waiting.push(Waiting {
-                        job: r.req.id,
-                        reason: PendingReason::Resources,
-                        expected_start: None,
-                    });
+                    plan.waiting.push(Waiting { job: r.req.id, reason: PendingReason::Resources, expected_start: None });
                     if commit {
                         plan.carry.committed = Some(r.req.id);
                     }
@@ -914,21 +697,12 @@ fn walk<'a>(
                         (Some(c), Some(s)) if c == r.req.id => s,
                         _ => {
                             let this_pass = started_this_pass(plan, ready, order, pos, now, true);
-                            reservation(snap, now, view, r, &overrides, true, &this_pass)
-                                .map_or(Time::MAX, |(t, _, _)| t)
+                            reservation(snap, now, view, r, &overrides, true, &this_pass).map_or(Time::MAX, |(t, _, _)| t)
                         }
                     };
                     rls_shadow = Some(shadow);
-                    plan.carry = Carry {
-                        committed: Some(r.req.id),
-                        shadow: Some(shadow),
-                        commit_seq: Some(commit_seq),
-                    };
-                    plan.waiting.push(Waiting {
-                        job: r.req.id,
-                        reason: PendingReason::Resources,
-                        expected_start: Some(shadow),
-                    });
+                    plan.carry = Carry { committed: Some(r.req.id), shadow: Some(shadow), commit_seq: Some(commit_seq) };
+                    plan.waiting.push(Waiting { job: r.req.id, reason: PendingReason::Resources, expected_start: Some(shadow) });
                     plan.stats.reservations += 1;
                 }
                 Backfill::Easy => {
@@ -942,24 +716,11 @@ fn walk<'a>(
                             for &n in &reserved {
                                 long.clamp_to(n, &proj);
                             }
-                            plan.waiting.push(Waiting {
-                                job: r.req.id,
-                                reason: PendingReason::Resources,
-                                expected_start: Some(shadow),
-                            });
+                            plan.waiting.push(Waiting { job: r.req.id, reason: PendingReason::Resources, expected_start: Some(shadow) });
                             plan.stats.reservations += 1;
-                            easy = Some(Easy {
-                                shadow,
-                                proj,
-                                reserved,
-                                long,
-                            });
+                            easy = Some(Easy { shadow, proj, reserved, long });
                         }
-                        None => plan.waiting.push(Waiting {
-                            job: r.req.id,
-                            reason: PendingReason::Resources,
-                            expected_start: None,
-                        }),
+                        None => plan.waiting.push(Waiting { job: r.req.id, reason: PendingReason::Resources, expected_start: None }),
                     }
                 }
                 Backfill::Conservative => unreachable!("conservative backfill has its own walk"),
@@ -1006,20 +767,12 @@ fn walk<'a>(
         match started {
             Some(allocs) => {
                 limits.add(r);
-                plan.starts.push(Start {
-                    job: r.req.id,
-                    allocs,
-                    backfilled: true,
-                });
+                plan.starts.push(Start { job: r.req.id, allocs, backfilled: true });
                 plan.stats.backfilled += 1;
             }
             None => {
                 if cfg.backfill != Backfill::Rls {
-                    plan.waiting.push(Waiting {
-                        job: r.req.id,
-                        reason: PendingReason::Priority,
-                        expected_start: None,
-                    });
+                    plan.waiting.push(Waiting { job: r.req.id, reason: PendingReason::Priority, expected_start: None });
                 }
             }
         }
@@ -1036,37 +789,20 @@ fn walk<'a>(
         rest.sort_by_key(|&(rank, i)| {
             let seq = snap.pending[ready[i].idx].seq;
             let later = seq >= cut;
-            (
-                ready[i].req.submit_time,
-                later,
-                if later { seq } else { rank as u64 },
-                seq,
-            )
+            (ready[i].req.submit_time, later, if later { seq } else { rank as u64 }, seq)
         });
         let rest: Vec<usize> = rest.into_iter().map(|(_, i)| i).collect();
         for i in rest {
             let r = &ready[i];
             let fits_time = now.saturating_add(r.limit) < shadow && limits.blocks(r).is_none();
-            let started = if fits_time {
-                try_place(snap, view, r, &mut replicas)
-            } else {
-                None
-            };
+            let started = if fits_time { try_place(snap, view, r, &mut replicas) } else { None };
             match started {
                 Some(allocs) => {
                     limits.add(r);
-                    plan.starts.push(Start {
-                        job: r.req.id,
-                        allocs,
-                        backfilled: true,
-                    });
+                    plan.starts.push(Start { job: r.req.id, allocs, backfilled: true });
                     plan.stats.backfilled += 1;
                 }
-                None => plan.waiting.push(Waiting {
-                    job: r.req.id,
-                    reason: PendingReason::Priority,
-                    expected_start: None,
-                }),
+                None => plan.waiting.push(Waiting { job: r.req.id, reason: PendingReason::Priority, expected_start: None }),
             }
         }
     }
@@ -1083,18 +819,12 @@ fn started_this_pass<'p>(
     now: Time,
     raw: bool,
 ) -> Vec<(Time, &'p [Alloc])> {
-    let limits: FxHashMap<JobId, Time> = order[..pos]
-        .iter()
-        .map(|&i| (ready[i].req.id, ready[i].limit))
-        .collect();
+    let limits: FxHashMap<JobId, Time> = order[..pos].iter().map(|&i| (ready[i].req.id, ready[i].limit)).collect();
     plan.starts
         .iter()
         .map(|s| {
             let l = limits.get(&s.job).copied().unwrap_or(1);
-            (
-                if raw { now + l } else { now + l.max(1) },
-                s.allocs.as_slice(),
-            )
+            (if raw { now + l } else { now + l.max(1) }, s.allocs.as_slice())
         })
         .collect()
 }
@@ -1125,12 +855,7 @@ pub(crate) fn reservation<'n>(
             };
             (end, k)
         })
-        .chain(
-            this_pass
-                .iter()
-                .enumerate()
-                .map(|(k, (end, _))| (*end, n_running + k)),
-        )
+        .chain(this_pass.iter().enumerate().map(|(k, (end, _))| (*end, n_running + k)))
         .collect();
     ends.sort_by_key(|&(t, k)| (t, k));
     let mut proj = view.clone();
@@ -1140,11 +865,7 @@ pub(crate) fn reservation<'n>(
         let t = ends[idx].0;
         while idx < ends.len() && ends[idx].0 == t {
             let k = ends[idx].1;
-            let allocs: &[Alloc] = if k < n_running {
-                &snap.running[k].allocs
-            } else {
-                this_pass[k - n_running].1
-            };
+            let allocs: &[Alloc] = if k < n_running { &snap.running[k].allocs } else { this_pass[k - n_running].1 };
             for a in allocs {
                 proj.give(a);
             }
@@ -1168,12 +889,7 @@ pub fn priority_breakdown(snap: &Snapshot, now: Time, policy: &Policy) -> Vec<(J
     let facts = Facts::new(snap.nodes, snap.config, false);
     let mut seen: FxHashSet<&str> = FxHashSet::default();
     let mut total_shares = 0;
-    for p in snap
-        .pending
-        .iter()
-        .map(|p| &p.req)
-        .chain(snap.running.iter().map(|r| &r.req))
-    {
+    for p in snap.pending.iter().map(|p| &p.req).chain(snap.running.iter().map(|r| &r.req)) {
         if seen.insert(p.account.as_str()) {
             total_shares += snap.config.shares(&p.account);
         }

@@ -34,30 +34,19 @@ pub struct Preemption {
 }
 
 fn tier(snap: &Snapshot, req: &JobRequest) -> u32 {
-    snap.config
-        .qos(req.qos.as_deref())
-        .map_or(0, |q| q.preempt_tier)
+    snap.config.qos(req.qos.as_deref()).map_or(0, |q| q.preempt_tier)
 }
 
 /// Plans evictions for `req` against the snapshot, excluding jobs already chosen as victims.
 /// `None` when no lower-tier work could make room (or none is needed).
-pub fn plan_preemption(
-    snap: &Snapshot,
-    req: &JobRequest,
-    now: Time,
-    excluded: &FxHashSet<JobId>,
-) -> Option<Preemption> {
+pub fn plan_preemption(snap: &Snapshot, req: &JobRequest, now: Time, excluded: &FxHashSet<JobId>) -> Option<Preemption> {
     let my_tier = tier(snap, req);
     if my_tier == 0 || !snap.running.iter().any(|r| tier(snap, &r.req) < my_tier) {
         return None;
     }
-    let facts = Facts::new(
-        snap.nodes,
-        snap.config,
-        !req.nodelist.is_empty() || !req.exclude.is_empty(),
-    );
+    let facts = Facts::new(snap.nodes, snap.config, !req.nodelist.is_empty() || !req.exclude.is_empty());
     let r = facts.resolve(0, req, snap.config).ok()?;
-    let mut view = View::new(snap.nodes, snap.usage);
+    let mut view = View::new(snap.nodes, std::sync::Arc::new(crate::view::Topology::new(snap.nodes)), snap.usage);
     preempt_for(snap, &mut view, &r, now, my_tier, excluded)
 }
 
@@ -78,11 +67,7 @@ pub(crate) fn preempt_for(
         if tier(snap, &run.req) >= my_tier || excluded.contains(&run.req.id) {
             continue;
         }
-        let size: f64 = run
-            .allocs
-            .iter()
-            .map(|a| a.cpus as f64 + 1000.0 * a.gpus.len() as f64)
-            .sum();
+        let size: f64 = run.allocs.iter().map(|a| a.cpus as f64 + 1000.0 * a.gpus.len() as f64).sum();
         let cost = (now - run.start).max(0) as f64 * size;
         for a in &run.allocs {
             on_node.entry(a.node).or_default().push((cost, k));
@@ -128,22 +113,14 @@ pub(crate) fn preempt_for(
     options.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
     // Also count nodes that fit without eviction and have no candidates at all.
     let free_now = (0..view.len() as u32)
-        .filter(|&n| {
-            !on_node.contains_key(&n)
-                && r.filter.ok(n, &snap.nodes[n as usize])
-                && view.fits(n, &r.demand)
-        })
+        .filter(|&n| !on_node.contains_key(&n) && r.filter.ok(n, &snap.nodes[n as usize]) && view.fits(n, &r.demand))
         .take(r.nodes as usize)
         .count();
     let need = (r.nodes as usize).saturating_sub(free_now);
     if need == 0 || options.len() < need {
         return None;
     }
-    let mut chosen: Vec<usize> = options
-        .iter()
-        .take(need)
-        .flat_map(|o| o.2.iter().copied())
-        .collect();
+    let mut chosen: Vec<usize> = options.iter().take(need).flat_map(|o| o.2.iter().copied()).collect();
     chosen.sort_unstable();
     chosen.dedup();
     if chosen.is_empty() {
@@ -162,11 +139,7 @@ pub(crate) fn preempt_for(
         .iter()
         .map(|&k| {
             let run = &snap.running[k];
-            let size: f64 = run
-                .allocs
-                .iter()
-                .map(|a| a.cpus as f64 + 1000.0 * a.gpus.len() as f64)
-                .sum();
+            let size: f64 = run.allocs.iter().map(|a| a.cpus as f64 + 1000.0 * a.gpus.len() as f64).sum();
             (now - run.start).max(0) as f64 * size
         })
         .sum();
@@ -174,19 +147,9 @@ pub(crate) fn preempt_for(
         .into_iter()
         .map(|k| {
             let run = &snap.running[k];
-            let grace = snap
-                .config
-                .qos(run.req.qos.as_deref())
-                .map_or(0, |q| q.grace_time);
-            Victim {
-                job: run.req.id,
-                grace,
-            }
+            let grace = snap.config.qos(run.req.qos.as_deref()).map_or(0, |q| q.grace_time);
+            Victim { job: run.req.id, grace }
         })
         .collect();
-    Some(Preemption {
-        for_job: r.req.id,
-        victims,
-        cost,
-    })
+    Some(Preemption { for_job: r.req.id, victims, cost })
 }

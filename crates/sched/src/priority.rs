@@ -24,6 +24,9 @@ pub struct Weights {
     pub xfactor: f64,
     /// Expansion factor at which the xfactor factor reaches 1.
     pub xfactor_cap: f64,
+    /// Starvation guard: a job eligible for longer than this many seconds outranks every job
+    /// of its partition and QOS that has not (0 turns the guard off).
+    pub starve_after: Time,
     /// Weight of the partition's priority tier.
     pub partition: f64,
     /// Weight of the QOS priority.
@@ -46,6 +49,7 @@ impl Weights {
             time_limit: 0.0,
             xfactor: 0.0,
             xfactor_cap: 100.0,
+            starve_after: 0,
             partition: 1000.0,
             qos: 1000.0,
             max_age: 7 * 86400,
@@ -54,20 +58,25 @@ impl Weights {
     }
 
     /// Tandem's production default (what `tandem server` uses and `--policy default` names).
-    /// Short requested time limits and small gangs first, with age strong enough that no job
-    /// starves: a job eligible for `max_age` outranks any fresh job of its partition and QOS.
+    /// Short requested time limits first (time-limit factor), jobs that have waited long
+    /// relative to their limit next (expansion factor), large gangs favoured over small ones at
+    /// equal length (as Slurm's default PriorityFavorSmall=NO, so that wide jobs are not left
+    /// to backfill's leftovers), a little age, and a starvation guard: after 7 days eligible a
+    /// job outranks every job of its partition and QOS that has not waited that long. Partition
+    /// tier and QOS dominate everything else. Fair-share is available but off by default.
     pub fn default_production() -> Weights {
         Weights {
-            age: 10_000.0,
-            fairshare: 2_000.0,
+            age: 1_000.0,
+            fairshare: 0.0,
             job_size: 1_000.0,
-            favor_small: true,
-            time_limit: 8_000.0,
-            xfactor: 0.0,
+            favor_small: false,
+            time_limit: 12_000.0,
+            xfactor: 2_500.0,
             xfactor_cap: 100.0,
-            partition: 100_000.0,
-            qos: 200_000.0,
-            max_age: 2 * 86400,
+            starve_after: 7 * 86400,
+            partition: 10_000_000.0,
+            qos: 1_000_000.0,
+            max_age: 7 * 86400,
             max_time_limit: 7 * 86400,
         }
     }
@@ -139,6 +148,10 @@ impl FairShare {
     }
 }
 
+/// What the starvation guard adds: more than all time-dependent and shape factors together,
+/// less than one step of QOS or partition tier at their default weights.
+pub const STARVING_BOOST: f64 = 100_000.0;
+
 /// One job's priority, factor by factor (what `tandem priority` / `sprio` shows).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Breakdown {
@@ -152,6 +165,8 @@ pub struct Breakdown {
     pub time_limit: f64,
     /// Weighted expansion-factor contribution.
     pub xfactor: f64,
+    /// Starvation-guard boost (0 or the guard's fixed amount).
+    pub starving: f64,
     /// Weighted partition contribution.
     pub partition: f64,
     /// Weighted QOS contribution.
@@ -175,13 +190,8 @@ pub(crate) struct PriorityContext<'a> {
 
 impl PriorityContext<'_> {
     pub fn breakdown(&self, w: &Weights, job: &JobRequest, nodes: u32) -> Breakdown {
-        let age =
-            ((self.now - job.eligible_time()).max(0) as f64 / w.max_age.max(1) as f64).min(1.0);
-        let fs = self.fairshare.factor(
-            &job.account,
-            self.config.shares(&job.account),
-            self.total_shares,
-        );
+        let age = ((self.now - job.eligible_time()).max(0) as f64 / w.max_age.max(1) as f64).min(1.0);
+        let fs = self.fairshare.factor(&job.account, self.config.shares(&job.account), self.total_shares);
         let share = (nodes as f64 / self.total_nodes.max(1) as f64).min(1.0);
         let size = if w.favor_small { 1.0 - share } else { share };
         let limit = job.time_limit.max(1) as f64;
@@ -189,37 +199,23 @@ impl PriorityContext<'_> {
         let wait = (self.now - job.eligible_time()).max(0) as f64;
         let cap = w.xfactor_cap.max(1.0 + 1e-9);
         let xf = (((wait + limit) / limit).min(cap) - 1.0) / (cap - 1.0);
-        let part = self
-            .config
-            .partition(job.partition.as_deref())
-            .map_or(0, |p| p.priority_tier);
-        let part = if self.max_part_tier == 0 {
-            0.0
-        } else {
-            part as f64 / self.max_part_tier as f64
-        };
-        let qos = self
-            .config
-            .qos(job.qos.as_deref())
-            .map_or(0, |q| q.priority);
-        let qos = if self.max_qos == 0 {
-            0.0
-        } else {
-            qos as f64 / self.max_qos as f64
-        };
+        let part = self.config.partition(job.partition.as_deref()).map_or(0, |p| p.priority_tier);
+        let part = if self.max_part_tier == 0 { 0.0 } else { part as f64 / self.max_part_tier as f64 };
+        let qos = self.config.qos(job.qos.as_deref()).map_or(0, |q| q.priority);
+        let qos = if self.max_qos == 0 { 0.0 } else { qos as f64 / self.max_qos as f64 };
         let mut b = Breakdown {
             age: w.age * age,
             fairshare: w.fairshare * fs,
             job_size: w.job_size * size,
             time_limit: w.time_limit * tl,
             xfactor: w.xfactor * xf,
+            starving: if w.starve_after > 0 && wait as Time > w.starve_after { STARVING_BOOST } else { 0.0 },
             partition: w.partition * part,
             qos: w.qos * qos,
             nice: job.nice as f64,
             total: 0.0,
         };
-        b.total = b.age + b.fairshare + b.job_size + b.time_limit + b.xfactor + b.partition + b.qos
-            - b.nice;
+        b.total = b.age + b.fairshare + b.job_size + b.time_limit + b.xfactor + b.partition + b.qos - b.nice;
         b
     }
 }

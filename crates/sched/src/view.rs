@@ -49,11 +49,7 @@ impl Filter {
                 return false;
             }
         }
-        if !self
-            .features
-            .iter()
-            .all(|f| node.features.iter().any(|nf| nf == f))
-        {
+        if !self.features.iter().all(|f| node.features.iter().any(|nf| nf == f)) {
             return false;
         }
         if let Some(t) = &self.gpu_type {
@@ -76,11 +72,48 @@ pub(crate) enum Strategy<'a> {
     Pack,
     /// Spread over failure domains: fewest replicas of the same service on the node, switch and
     /// block, then the emptiest node (service replicas).
-    Spread {
-        per_node: &'a FxHashMap<u32, u32>,
-        per_switch: &'a FxHashMap<u32, u32>,
-        per_block: &'a FxHashMap<u32, u32>,
-    },
+    Spread { per_node: &'a FxHashMap<u32, u32>, per_switch: &'a FxHashMap<u32, u32>, per_block: &'a FxHashMap<u32, u32> },
+}
+
+/// Where nodes sit: a dense switch number per node and the members of each switch. Depends
+/// only on the node definitions, so a [`crate::Scheduler`] computes it once.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Topology {
+    switch_of: Vec<u32>,
+    switches: Vec<Vec<u32>>,
+    other_off: Vec<u32>,
+}
+
+impl Topology {
+    /// Computes the topology of a node list.
+    pub fn new(nodes: &[Node]) -> Topology {
+        let mut sw_index: FxHashMap<(u32, u32), u32> = FxHashMap::default();
+        let mut switch_of = Vec::with_capacity(nodes.len());
+        let mut switches: Vec<Vec<u32>> = Vec::new();
+        let mut other_off = Vec::with_capacity(nodes.len() + 1);
+        let mut off = 0u32;
+        let mut last: Option<((u32, u32), u32)> = None;
+        for (i, node) in nodes.iter().enumerate() {
+            let key = (node.block, node.switch);
+            let s = match last {
+                Some((k, s)) if k == key => s,
+                _ => {
+                    let next = sw_index.len() as u32;
+                    *sw_index.entry(key).or_insert(next)
+                }
+            };
+            last = Some((key, s));
+            if s as usize == switches.len() {
+                switches.push(Vec::new());
+            }
+            switches[s as usize].push(i as u32);
+            switch_of.push(s);
+            other_off.push(off);
+            off += node.other.len() as u32;
+        }
+        other_off.push(off);
+        Topology { switch_of, switches, other_off }
+    }
 }
 
 /// Free capacity of every node, as the pass sees it.
@@ -92,13 +125,12 @@ pub(crate) struct View<'n> {
     free_mem: Vec<u64>,
     gpu_off: Vec<u32>,
     gpu_free: Vec<u32>,
-    other_free: Vec<Vec<u64>>,
+    other_free: Vec<u64>,
     jobs: Vec<u32>,
     excl: Vec<bool>,
     whole: Vec<u8>,
     // aggregates over up nodes
-    switch_of: Vec<u32>,
-    switches: Vec<Vec<u32>>,
+    topo: std::sync::Arc<Topology>,
     sw_idle: Vec<u32>,
     sw_hist: Vec<[u32; HIST]>,
     idle: usize,
@@ -137,10 +169,7 @@ impl ShapeKey {
         self.nodes >= small.nodes
             && self.exclusive == small.exclusive
             && (self.exclusive
-                || (self.cpus >= small.cpus
-                    && self.memory >= small.memory
-                    && self.gpus >= small.gpus
-                    && self.gpu_milli >= small.gpu_milli))
+                || (self.cpus >= small.cpus && self.memory >= small.memory && self.gpus >= small.gpus && self.gpu_milli >= small.gpu_milli))
     }
 }
 
@@ -149,23 +178,12 @@ fn bucket(w: u8) -> usize {
 }
 
 impl<'n> View<'n> {
-    /// Builds the view from node definitions and their usage.
-    pub fn new(nodes: &'n [Node], usage: &[NodeUsage]) -> View<'n> {
+    /// Builds the view from node definitions, their topology and their usage.
+    pub fn new(nodes: &'n [Node], topo: std::sync::Arc<Topology>, usage: &[NodeUsage]) -> View<'n> {
         assert_eq!(nodes.len(), usage.len(), "one usage per node");
+        assert_eq!(nodes.len(), topo.switch_of.len(), "topology of these nodes");
         let n = nodes.len();
-        // Dense switch numbering over (block, switch) pairs, in order of first appearance.
-        let mut sw_index: FxHashMap<(u32, u32), u32> = FxHashMap::default();
-        let mut switch_of = Vec::with_capacity(n);
-        let mut switches: Vec<Vec<u32>> = Vec::new();
-        for (i, node) in nodes.iter().enumerate() {
-            let next = sw_index.len() as u32;
-            let s = *sw_index.entry((node.block, node.switch)).or_insert(next);
-            if s as usize == switches.len() {
-                switches.push(Vec::new());
-            }
-            switches[s as usize].push(i as u32);
-            switch_of.push(s);
-        }
+        let nsw = topo.switches.len();
         let mut v = View {
             nodes,
             up: Vec::with_capacity(n),
@@ -173,14 +191,13 @@ impl<'n> View<'n> {
             free_mem: Vec::with_capacity(n),
             gpu_off: Vec::with_capacity(n + 1),
             gpu_free: Vec::new(),
-            other_free: Vec::with_capacity(n),
+            other_free: Vec::with_capacity(topo.other_off[n] as usize),
             jobs: Vec::with_capacity(n),
             excl: Vec::with_capacity(n),
             whole: Vec::with_capacity(n),
-            sw_idle: vec![0; switches.len()],
-            sw_hist: vec![[0; HIST]; switches.len()],
-            switch_of,
-            switches,
+            sw_idle: vec![0; nsw],
+            sw_hist: vec![[0; HIST]; nsw],
+            topo,
             idle: 0,
             hist: [0; HIST],
             failed: Vec::new(),
@@ -200,13 +217,9 @@ impl<'n> View<'n> {
                 v.gpu_free.push(f);
             }
             v.whole.push(whole);
-            v.other_free.push(
-                node.other
-                    .iter()
-                    .enumerate()
-                    .map(|(i, (_, c))| c.saturating_sub(u.other.get(i).copied().unwrap_or(0)))
-                    .collect(),
-            );
+            for (i, (_, c)) in node.other.iter().enumerate() {
+                v.other_free.push(c.saturating_sub(u.other.get(i).copied().unwrap_or(0)));
+            }
             v.jobs.push(u.jobs);
             v.excl.push(u.exclusive);
         }
@@ -217,11 +230,15 @@ impl<'n> View<'n> {
         v
     }
 
+    fn other(&self, i: usize) -> std::ops::Range<usize> {
+        self.topo.other_off[i] as usize..self.topo.other_off[i + 1] as usize
+    }
+
     fn count(&mut self, i: usize, sign: i64) {
         if !self.up[i] {
             return;
         }
-        let s = self.switch_of[i] as usize;
+        let s = self.topo.switch_of[i] as usize;
         let add = |x: &mut u32| *x = (*x as i64 + sign) as u32;
         if self.jobs[i] == 0 {
             add(&mut self.sw_idle[s]);
@@ -256,10 +273,7 @@ impl<'n> View<'n> {
                 }
             } else {
                 let r = self.gpu_off[i] as usize..self.gpu_off[i + 1] as usize;
-                let n = self.gpu_free[r]
-                    .iter()
-                    .filter(|&&f| f >= d.gpu_milli)
-                    .count() as u32;
+                let n = self.gpu_free[r].iter().filter(|&&f| f >= d.gpu_milli).count() as u32;
                 if n < d.gpus {
                     return false;
                 }
@@ -267,7 +281,7 @@ impl<'n> View<'n> {
         }
         for (name, need) in &d.other {
             match self.nodes[i].other.iter().position(|(n, _)| n == name) {
-                Some(k) if self.other_free[i][k] >= *need => {}
+                Some(k) if self.other_free[self.other(i).start + k] >= *need => {}
                 _ => return false,
             }
         }
@@ -277,17 +291,12 @@ impl<'n> View<'n> {
     /// Whether a node of this definition could ever hold `d` (ignoring what runs there now).
     pub fn could_ever_fit(node: &Node, d: &Demand) -> bool {
         if d.exclusive {
-            return node.gpus >= d.gpus
-                && d.other
-                    .iter()
-                    .all(|(n, c)| node.other.iter().any(|(m, k)| m == n && k >= c));
+            return node.gpus >= d.gpus && d.other.iter().all(|(n, c)| node.other.iter().any(|(m, k)| m == n && k >= c));
         }
         node.cpus >= d.cpus
             && node.memory >= d.memory
             && node.gpus >= d.gpus
-            && d.other
-                .iter()
-                .all(|(n, c)| node.other.iter().any(|(m, k)| m == n && k >= c))
+            && d.other.iter().all(|(n, c)| node.other.iter().any(|(m, k)| m == n && k >= c))
     }
 
     /// Quick necessary condition: can `k` nodes possibly hold `d` now? O(1).
@@ -324,21 +333,11 @@ impl<'n> View<'n> {
     }
 
     /// Chooses `k` nodes for `d`, or `None` if they cannot all be had now (all or nothing).
-    pub fn place(
-        &mut self,
-        d: &Demand,
-        k: u32,
-        filter: &Filter,
-        strategy: &Strategy,
-        max_switches: Option<u32>,
-    ) -> Option<Vec<u32>> {
+    pub fn place(&mut self, d: &Demand, k: u32, filter: &Filter, strategy: &Strategy, max_switches: Option<u32>) -> Option<Vec<u32>> {
         if k == 0 || !self.maybe(d, k) {
             return None;
         }
-        let cacheable = filter.all
-            && filter.mask.is_none()
-            && max_switches.is_none()
-            && matches!(strategy, Strategy::Pack);
+        let cacheable = filter.all && filter.mask.is_none() && max_switches.is_none() && matches!(strategy, Strategy::Pack);
         let key = if cacheable { ShapeKey::of(d, k) } else { None };
         if let Some(key) = key {
             if self.failed.iter().any(|f| key.dominates(f)) {
@@ -354,22 +353,11 @@ impl<'n> View<'n> {
         r
     }
 
-    fn place_uncached(
-        &self,
-        d: &Demand,
-        k: u32,
-        filter: &Filter,
-        strategy: &Strategy,
-        max_switches: Option<u32>,
-    ) -> Option<Vec<u32>> {
+    fn place_uncached(&self, d: &Demand, k: u32, filter: &Filter, strategy: &Strategy, max_switches: Option<u32>) -> Option<Vec<u32>> {
         match strategy {
-            Strategy::Spread {
-                per_node,
-                per_switch,
-                per_block,
-            } => {
+            Strategy::Spread { per_node, per_switch, per_block } => {
                 let mut cands: Vec<(u32, u32, u32, u64, u32)> = Vec::new();
-                for (s, members) in self.switches.iter().enumerate() {
+                for (s, members) in self.topo.switches.iter().enumerate() {
                     if !self.switch_maybe(s, d) {
                         continue;
                     }
@@ -387,41 +375,25 @@ impl<'n> View<'n> {
                 if (cands.len() as u32) < k {
                     return None;
                 }
-                cands.sort_unstable_by_key(|&(b, sw, nn, room, i)| {
-                    (nn, sw, b, std::cmp::Reverse(room), i)
-                });
+                cands.sort_unstable_by_key(|&(b, sw, nn, room, i)| (nn, sw, b, std::cmp::Reverse(room), i));
                 Some(cands.into_iter().take(k as usize).map(|c| c.4).collect())
             }
             Strategy::Pack => self.pack(d, k, filter, max_switches),
         }
     }
 
-    fn pack(
-        &self,
-        d: &Demand,
-        k: u32,
-        filter: &Filter,
-        max_switches: Option<u32>,
-    ) -> Option<Vec<u32>> {
-        if k == 1
-            && d.gpus > 0
-            && d.gpu_milli >= GPU_MILLI
-            && !d.exclusive
-            && (d.gpus as usize) < HIST
-        {
+    fn pack(&self, d: &Demand, k: u32, filter: &Filter, max_switches: Option<u32>) -> Option<Vec<u32>> {
+        if k == 1 && d.gpus > 0 && d.gpu_milli >= GPU_MILLI && !d.exclusive && (d.gpus as usize) < HIST {
             // Tightest fit by whole free GPUs: look in the smallest bucket first, touching only
             // switches whose histogram says they hold such a node.
             for b in bucket(d.gpus as u8)..HIST {
                 let mut best: Option<(u64, u32)> = None;
-                for (s, members) in self.switches.iter().enumerate() {
+                for (s, members) in self.topo.switches.iter().enumerate() {
                     if self.sw_hist[s][b] == 0 {
                         continue;
                     }
                     for &i in members {
-                        if bucket(self.whole[i as usize]) == b
-                            && filter.ok(i, &self.nodes[i as usize])
-                            && self.fits(i, d)
-                        {
+                        if bucket(self.whole[i as usize]) == b && filter.ok(i, &self.nodes[i as usize]) && self.fits(i, d) {
                             let l = self.leftover(i as usize, d);
                             if best.is_none_or(|x| (l, i) < x) {
                                 best = Some((l, i));
@@ -441,7 +413,7 @@ impl<'n> View<'n> {
         // Feasible nodes per switch, each list sorted by tightest fit.
         let mut per_switch: Vec<(usize, Vec<(u64, u32)>)> = Vec::new();
         let mut total = 0usize;
-        for (s, members) in self.switches.iter().enumerate() {
+        for (s, members) in self.topo.switches.iter().enumerate() {
             if !self.switch_maybe(s, d) {
                 continue;
             }
@@ -455,11 +427,7 @@ impl<'n> View<'n> {
                 total += c.len();
                 per_switch.push((s, c));
             }
-            if k == 1
-                && per_switch
-                    .last()
-                    .is_some_and(|(_, c)| c.iter().any(|&(l, _)| l == 0))
-            {
+            if k == 1 && per_switch.last().is_some_and(|(_, c)| c.iter().any(|&(l, _)| l == 0)) {
                 break; // a perfect fit for a single node: nothing can beat it
             }
         }
@@ -475,17 +443,13 @@ impl<'n> View<'n> {
             return Some(vec![best.1]);
         }
         // One switch holds it all: the switch with the fewest feasible nodes that suffices.
-        if let Some((_, c)) = per_switch
-            .iter()
-            .filter(|(_, c)| c.len() >= k)
-            .min_by_key(|(s, c)| (c.len(), *s))
-        {
+        if let Some((_, c)) = per_switch.iter().filter(|(_, c)| c.len() >= k).min_by_key(|(s, c)| (c.len(), *s)) {
             return Some(c.iter().take(k).map(|&(_, i)| i).collect());
         }
         // Otherwise group switches by block; prefer the tightest single block, then fewest blocks.
         let mut blocks: FxHashMap<u32, Vec<usize>> = FxHashMap::default();
         for (idx, (s, _)) in per_switch.iter().enumerate() {
-            let first = self.switches[*s][0] as usize;
+            let first = self.topo.switches[*s][0] as usize;
             blocks.entry(self.nodes[first].block).or_default().push(idx);
         }
         let mut blocks: Vec<(u32, usize, Vec<usize>)> = blocks
@@ -496,25 +460,17 @@ impl<'n> View<'n> {
             })
             .collect();
         blocks.sort_unstable_by_key(|(b, n, _)| (std::cmp::Reverse(*n), *b));
-        let order: Vec<usize> = match blocks
-            .iter()
-            .filter(|(_, n, _)| *n >= k)
-            .min_by_key(|(b, n, _)| (*n, *b))
-        {
+        let order: Vec<usize> = match blocks.iter().filter(|(_, n, _)| *n >= k).min_by_key(|(b, n, _)| (*n, *b)) {
             Some((_, _, sws)) => {
                 let mut sws = sws.clone();
-                sws.sort_unstable_by_key(|&x| {
-                    (std::cmp::Reverse(per_switch[x].1.len()), per_switch[x].0)
-                });
+                sws.sort_unstable_by_key(|&x| (std::cmp::Reverse(per_switch[x].1.len()), per_switch[x].0));
                 sws
             }
             None => blocks
                 .iter()
                 .flat_map(|(_, _, sws)| {
                     let mut sws = sws.clone();
-                    sws.sort_unstable_by_key(|&x| {
-                        (std::cmp::Reverse(per_switch[x].1.len()), per_switch[x].0)
-                    });
+                    sws.sort_unstable_by_key(|&x| (std::cmp::Reverse(per_switch[x].1.len()), per_switch[x].0));
                     sws
                 })
                 .collect(),
@@ -548,23 +504,11 @@ impl<'n> View<'n> {
             (d.cpus, d.memory, d.gpus, d.gpu_milli.min(GPU_MILLI))
         };
         let r = self.gpu_off[iu] as usize..self.gpu_off[iu + 1] as usize;
-        let mut idx: Vec<(u32, u8)> = self.gpu_free[r.clone()]
-            .iter()
-            .enumerate()
-            .filter(|&(_, &f)| f >= milli)
-            .map(|(g, &f)| (f, g as u8))
-            .collect();
+        let mut idx: Vec<(u32, u8)> =
+            self.gpu_free[r.clone()].iter().enumerate().filter(|&(_, &f)| f >= milli).map(|(g, &f)| (f, g as u8)).collect();
         idx.sort_unstable(); // least free first: shared GPUs fill up before whole ones are cut
-        let gpus: Vec<u8> = idx
-            .into_iter()
-            .take(gpus_needed as usize)
-            .map(|(_, g)| g)
-            .collect();
-        assert_eq!(
-            gpus.len() as u32,
-            gpus_needed,
-            "placement chose a node without the GPUs"
-        );
+        let gpus: Vec<u8> = idx.into_iter().take(gpus_needed as usize).map(|(_, g)| g).collect();
+        assert_eq!(gpus.len() as u32, gpus_needed, "placement chose a node without the GPUs");
         let mut whole_lost = 0u8;
         for &g in &gpus {
             let f = &mut self.gpu_free[r.start + g as usize];
@@ -575,42 +519,23 @@ impl<'n> View<'n> {
         }
         self.whole[iu] -= whole_lost;
         let other: Vec<(u16, u64)> = if d.exclusive {
-            node.other
-                .iter()
-                .enumerate()
-                .map(|(k, (_, c))| (k as u16, *c))
-                .collect()
+            node.other.iter().enumerate().map(|(k, (_, c))| (k as u16, *c)).collect()
         } else {
             d.other
                 .iter()
-                .map(|(n, c)| {
-                    (
-                        node.other
-                            .iter()
-                            .position(|(m, _)| m == n)
-                            .expect("fits checked the resource") as u16,
-                        *c,
-                    )
-                })
+                .map(|(n, c)| (node.other.iter().position(|(m, _)| m == n).expect("fits checked the resource") as u16, *c))
                 .collect()
         };
+        let base = self.other(iu).start;
         for &(k, c) in &other {
-            self.other_free[iu][k as usize] -= c;
+            self.other_free[base + k as usize] -= c;
         }
         self.free_cpus[iu] -= cpus;
         self.free_mem[iu] -= memory;
         self.jobs[iu] += 1;
         self.excl[iu] = d.exclusive;
         self.count(iu, 1);
-        Alloc {
-            node: i,
-            cpus,
-            memory,
-            gpus,
-            gpu_milli: milli,
-            other,
-            exclusive: d.exclusive,
-        }
+        Alloc { node: i, cpus, memory, gpus, gpu_milli: milli, other, exclusive: d.exclusive }
     }
 
     /// Gives an allocation's resources back (a projected release, for reservations).
@@ -628,8 +553,9 @@ impl<'n> View<'n> {
                 self.whole[iu] += 1;
             }
         }
+        let base = self.other(iu).start;
         for &(k, c) in &a.other {
-            self.other_free[iu][k as usize] += c;
+            self.other_free[base + k as usize] += c;
         }
         self.jobs[iu] -= 1;
         if a.exclusive {
@@ -652,8 +578,9 @@ impl<'n> View<'n> {
             }
             *f -= a.gpu_milli;
         }
+        let base = self.other(iu).start;
         for &(k, c) in &a.other {
-            self.other_free[iu][k as usize] -= c;
+            self.other_free[base + k as usize] -= c;
         }
         self.jobs[iu] += 1;
         self.excl[iu] = a.exclusive;
@@ -676,8 +603,8 @@ impl<'n> View<'n> {
             }
         }
         self.whole[iu] = whole;
-        for k in 0..self.other_free[iu].len() {
-            self.other_free[iu][k] = self.other_free[iu][k].min(cap.other_free[iu][k]);
+        for k in self.other(iu) {
+            self.other_free[k] = self.other_free[k].min(cap.other_free[k]);
         }
         // A node the reservation needs whole cannot take anything that outlives the reservation.
         if cap.excl[iu] {
@@ -689,7 +616,7 @@ impl<'n> View<'n> {
 
     /// Switch index of node `i` (dense numbering over (block, switch)).
     pub fn switch_of(&self, i: u32) -> u32 {
-        self.switch_of[i as usize]
+        self.topo.switch_of[i as usize]
     }
 }
 
@@ -704,7 +631,8 @@ impl View<'_> {
         let r = self.gpu_off[iu] as usize..self.gpu_off[iu + 1] as usize;
         self.gpu_free[r.clone()].copy_from_slice(&from.gpu_free[r]);
         self.whole[iu] = from.whole[iu];
-        self.other_free[iu].clone_from(&from.other_free[iu]);
+        let r = self.other(iu);
+        self.other_free[r.clone()].copy_from_slice(&from.other_free[r]);
         self.jobs[iu] = from.jobs[iu];
         self.excl[iu] = from.excl[iu];
         self.count(iu, 1);

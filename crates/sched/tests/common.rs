@@ -3,9 +3,7 @@
 
 #![allow(dead_code, missing_docs)]
 
-use model::{
-    ClusterConfig, DepStatus, GpuPer, GpuRequest, JobRequest, MemRequest, Node, Shape, Time,
-};
+use model::{ClusterConfig, DepStatus, GpuPer, GpuRequest, JobRequest, MemRequest, Node, Shape, Time};
 use sched::{Carry, Config, FairShare, NodeUsage, Pending, Plan, Running, Snapshot};
 
 pub const GIB: u64 = 1 << 30;
@@ -33,11 +31,7 @@ pub fn job(id: u64, submit: Time, limit: Time, k: u32, g: u32, c: u32) -> JobReq
     s.cpus_per_task = c.max(1);
     s.mem = MemRequest::PerNode(GIB);
     if g > 0 {
-        s.gpus = Some(GpuRequest {
-            per: GpuPer::Node(g),
-            gpu_type: None,
-            milli: 1000,
-        });
+        s.gpus = Some(GpuRequest { per: GpuPer::Node(g), gpu_type: None, milli: 1000 });
     }
     JobRequest::new(id, submit, limit, s)
 }
@@ -69,11 +63,7 @@ impl World {
     }
 
     pub fn submit(&mut self, req: JobRequest) {
-        self.pending.push(Pending {
-            req,
-            seq: self.seq,
-            dep: DepStatus::Satisfied,
-        });
+        self.pending.push(Pending { req, seq: self.seq, dep: DepStatus::Satisfied });
         self.seq += 1;
     }
 
@@ -96,20 +86,12 @@ impl World {
     /// Applies the plan's starts (asserting no node is over-committed) and carry.
     pub fn apply(&mut self, plan: &Plan, now: Time) {
         for s in &plan.starts {
-            let i = self
-                .pending
-                .iter()
-                .position(|p| p.req.id == s.job)
-                .expect("started job was pending");
+            let i = self.pending.iter().position(|p| p.req.id == s.job).expect("started job was pending");
             let p = self.pending.remove(i);
             for a in &s.allocs {
                 self.usage[a.node as usize].apply(&self.nodes[a.node as usize], a);
             }
-            self.running.push(Running {
-                req: p.req,
-                start: now,
-                allocs: s.allocs.clone(),
-            });
+            self.running.push(Running { req: p.req, start: now, allocs: s.allocs.clone() });
         }
         for r in &plan.rejected {
             self.pending.retain(|p| p.req.id != r.job);
@@ -119,11 +101,7 @@ impl World {
 
     /// Ends a running job.
     pub fn finish(&mut self, id: u64) {
-        let i = self
-            .running
-            .iter()
-            .position(|r| r.req.id.0 == id)
-            .expect("running");
+        let i = self.running.iter().position(|r| r.req.id.0 == id).expect("running");
         let r = self.running.remove(i);
         for a in &r.allocs {
             self.usage[a.node as usize].release(a);

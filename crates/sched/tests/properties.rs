@@ -22,21 +22,10 @@ fn case() -> impl Strategy<Value = Case> {
         prop::collection::vec((1u32..=16, 0u32..=4, 0u32..3), 1..10),
         prop::collection::vec((1u32..=3, 0u32..=4, 1u32..=8, 1i64..500), 0..12),
         prop::collection::vec((1u32..=4, 0u32..=4, 1u32..=16, 1i64..1000, 0i64..50), 1..25),
-        prop_oneof![
-            Just(Backfill::None),
-            Just(Backfill::Easy),
-            Just(Backfill::Conservative),
-            Just(Backfill::Rls)
-        ],
+        prop_oneof![Just(Backfill::None), Just(Backfill::Easy), Just(Backfill::Conservative), Just(Backfill::Rls)],
         0usize..4,
     )
-        .prop_map(|(nodes, running, pending, backfill, policy)| Case {
-            nodes,
-            running,
-            pending,
-            backfill,
-            policy,
-        })
+        .prop_map(|(nodes, running, pending, backfill, policy)| Case { nodes, running, pending, backfill, policy })
 }
 
 fn world(c: &Case) -> World {
@@ -55,14 +44,7 @@ fn world(c: &Case) -> World {
     for (k, &(n, g, cpus, limit)) in c.running.iter().enumerate() {
         w.submit(job(1000 + k as u64, 0, limit, n, g, cpus));
     }
-    let fill = w.pass(
-        0,
-        &Config {
-            policy: Policy::Fcfs,
-            backfill: Backfill::Easy,
-            ..Config::default()
-        },
-    );
+    let fill = w.pass(0, &Config { policy: Policy::Fcfs, backfill: Backfill::Easy, ..Config::default() });
     w.apply(&fill, 0);
     w.pending.clear();
     for (k, &(n, g, cpus, limit, submit)) in c.pending.iter().enumerate() {

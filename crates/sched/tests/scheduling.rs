@@ -7,19 +7,11 @@ use model::{DepStatus, PendingReason, Qos, RequestKind};
 use sched::{Backfill, Config, Policy};
 
 fn easy() -> Config {
-    Config {
-        policy: Policy::Fcfs,
-        backfill: Backfill::Easy,
-        ..Config::default()
-    }
+    Config { policy: Policy::Fcfs, backfill: Backfill::Easy, ..Config::default() }
 }
 
 fn reason(plan: &sched::Plan, id: u64) -> PendingReason {
-    plan.waiting
-        .iter()
-        .find(|w| w.job.0 == id)
-        .map(|w| w.reason)
-        .unwrap_or_else(|| panic!("job {id} not waiting: {plan:?}"))
+    plan.waiting.iter().find(|w| w.job.0 == id).map(|w| w.reason).unwrap_or_else(|| panic!("job {id} not waiting: {plan:?}"))
 }
 
 #[test]
@@ -53,10 +45,7 @@ fn gpu_type_and_share_are_matched() {
     half.id = model::JobId(3);
     w.submit(half);
     let plan = w.pass(0, &easy());
-    assert_eq!(
-        plan.starts[0].allocs[0].node, 1,
-        "a100 job on the a100 node"
-    );
+    assert_eq!(plan.starts[0].allocs[0].node, 1, "a100 job on the a100 node");
     // the two half-GPU jobs share one GPU (best fit) instead of cutting two whole ones
     let g2 = &plan.starts[1].allocs[0];
     let g3 = &plan.starts[2].allocs[0];
@@ -73,28 +62,13 @@ fn multi_node_job_uses_fewest_switches() {
     w.apply(&p, 0);
     w.submit(job(2, 1, 1000, 4, 0, 8));
     let p = w.pass(1, &easy());
-    let switches: std::collections::BTreeSet<u32> = p.starts[0]
-        .allocs
-        .iter()
-        .map(|a| w.nodes[a.node as usize].switch)
-        .collect();
-    assert_eq!(
-        switches.len(),
-        1,
-        "a 4-node job fits in one switch: {switches:?}"
-    );
+    let switches: std::collections::BTreeSet<u32> = p.starts[0].allocs.iter().map(|a| w.nodes[a.node as usize].switch).collect();
+    assert_eq!(switches.len(), 1, "a 4-node job fits in one switch: {switches:?}");
     w.submit(job(3, 2, 1000, 3, 0, 8));
     let p2 = w.pass(2, &easy());
     // the three-node job takes the switch with exactly three free nodes (best fit)
-    let sw: std::collections::BTreeSet<u32> = p2
-        .starts
-        .iter()
-        .find(|s| s.job.0 == 3)
-        .unwrap()
-        .allocs
-        .iter()
-        .map(|a| w.nodes[a.node as usize].switch)
-        .collect();
+    let sw: std::collections::BTreeSet<u32> =
+        p2.starts.iter().find(|s| s.job.0 == 3).unwrap().allocs.iter().map(|a| w.nodes[a.node as usize].switch).collect();
     assert_eq!(sw.into_iter().collect::<Vec<_>>(), vec![0]);
 }
 
@@ -106,16 +80,8 @@ fn impossible_job_is_rejected_not_queued() {
     w.submit(job(3, 0, 100, 1, 1, 1));
     let plan = w.pass(0, &easy());
     assert_eq!(plan.rejected.len(), 2);
-    assert!(
-        plan.rejected[0].message.contains("16 GPUs"),
-        "{}",
-        plan.rejected[0].message
-    );
-    assert!(
-        plan.rejected[1].message.contains("3 nodes"),
-        "{}",
-        plan.rejected[1].message
-    );
+    assert!(plan.rejected[0].message.contains("16 GPUs"), "{}", plan.rejected[0].message);
+    assert!(plan.rejected[1].message.contains("3 nodes"), "{}", plan.rejected[1].message);
     assert_eq!(plan.starts.len(), 1, "the possible job still runs");
 }
 
@@ -123,11 +89,7 @@ fn impossible_job_is_rejected_not_queued() {
 fn every_waiting_job_has_a_slurm_reason() {
     let mut w = World::new(nodes(1, 4, 0, 1));
     w.config.partitions[0].max_time = 1000;
-    w.config.qos.push(Qos {
-        name: "limited".into(),
-        max_jobs_per_user: Some(1),
-        ..Qos::normal()
-    });
+    w.config.qos.push(Qos { name: "limited".into(), max_jobs_per_user: Some(1), ..Qos::normal() });
     w.submit(job(1, 0, 100, 1, 0, 4)); // runs, fills the node
     let mut held = job(2, 0, 100, 1, 0, 1);
     held.held = true;
@@ -143,33 +105,18 @@ fn every_waiting_job_has_a_slurm_reason() {
     let mut bad = job(8, 0, 100, 1, 0, 1);
     bad.partition = Some("nope".into());
     w.submit(bad);
-    let plan = w.pass(
-        0,
-        &Config {
-            policy: Policy::Fcfs,
-            backfill: Backfill::None,
-            ..Config::default()
-        },
-    );
+    let plan = w.pass(0, &Config { policy: Policy::Fcfs, backfill: Backfill::None, ..Config::default() });
     assert_eq!(reason(&plan, 2), PendingReason::JobHeldUser);
     assert_eq!(reason(&plan, 3), PendingReason::Dependency);
     assert_eq!(reason(&plan, 4), PendingReason::BeginTime);
     assert_eq!(reason(&plan, 5), PendingReason::PartitionTimeLimit);
     assert_eq!(reason(&plan, 6), PendingReason::Resources);
     assert_eq!(reason(&plan, 7), PendingReason::Priority);
-    assert!(
-        plan.rejected
-            .iter()
-            .any(|r| r.job.0 == 8 && r.message.contains("invalid partition"))
-    );
+    assert!(plan.rejected.iter().any(|r| r.job.0 == 8 && r.message.contains("invalid partition")));
     w.apply(&plan, 0);
     // QOS limit: a second job of the same user in the limited QOS waits with its reason
     let mut w2 = World::new(nodes(2, 4, 0, 1));
-    w2.config.qos.push(Qos {
-        name: "limited".into(),
-        max_jobs_per_user: Some(1),
-        ..Qos::normal()
-    });
+    w2.config.qos.push(Qos { name: "limited".into(), max_jobs_per_user: Some(1), ..Qos::normal() });
     for id in [1, 2] {
         let mut j = job(id, 0, 100, 1, 0, 1);
         j.qos = Some("limited".into());
@@ -196,10 +143,7 @@ fn easy_backfills_short_jobs_and_protects_the_reservation() {
     assert_eq!(started, vec![3]);
     assert!(p.starts[0].backfilled);
     let top = p.waiting.iter().find(|x| x.job.0 == 2).unwrap();
-    assert_eq!(
-        (top.reason, top.expected_start),
-        (PendingReason::Resources, Some(100))
-    );
+    assert_eq!((top.reason, top.expected_start), (PendingReason::Resources, Some(100)));
     assert_eq!(reason(&p, 4), PendingReason::Priority);
 }
 
@@ -227,19 +171,9 @@ fn conservative_gives_every_blocked_job_a_start_time() {
     w.submit(job(2, 1, 50, 2, 0, 1));
     w.submit(job(3, 2, 50, 1, 0, 1));
     w.submit(job(4, 3, 10, 1, 0, 1));
-    let cfg = Config {
-        policy: Policy::Fcfs,
-        backfill: Backfill::Conservative,
-        ..Config::default()
-    };
+    let cfg = Config { policy: Policy::Fcfs, backfill: Backfill::Conservative, ..Config::default() };
     let p = w.pass(10, &cfg);
-    let start = |id: u64| {
-        p.waiting
-            .iter()
-            .find(|x| x.job.0 == id)
-            .unwrap()
-            .expected_start
-    };
+    let start = |id: u64| p.waiting.iter().find(|x| x.job.0 == id).unwrap().expected_start;
     assert_eq!(start(2), Some(100));
     assert_eq!(start(3), Some(150));
     assert_eq!(start(4), Some(150));
@@ -250,30 +184,18 @@ fn replicas_spread_over_switches() {
     let mut w = World::new(nodes(8, 8, 4, 2));
     for id in 1..=4 {
         let mut r = job(id, 0, 1_000_000, 1, 1, 1);
-        r.kind = RequestKind::Replica {
-            service: "llm".into(),
-        };
+        r.kind = RequestKind::Replica { service: "llm".into() };
         w.submit(r);
     }
     let p = w.pass(0, &easy());
-    let switches: std::collections::BTreeSet<u32> = p
-        .starts
-        .iter()
-        .map(|s| w.nodes[s.allocs[0].node as usize].switch)
-        .collect();
+    let switches: std::collections::BTreeSet<u32> = p.starts.iter().map(|s| w.nodes[s.allocs[0].node as usize].switch).collect();
     assert_eq!(switches.len(), 4, "four replicas on four switches");
 }
 
 #[test]
 fn higher_tier_preempts_the_cheapest_lower_tier_work() {
     let mut w = World::new(nodes(2, 8, 2, 2));
-    w.config.qos.push(Qos {
-        name: "serve".into(),
-        priority: 100,
-        preempt_tier: 1,
-        grace_time: 30,
-        ..Qos::normal()
-    });
+    w.config.qos.push(Qos { name: "serve".into(), priority: 100, preempt_tier: 1, grace_time: 30, ..Qos::normal() });
     w.submit(job(1, 0, 10_000, 1, 2, 1));
     let p = w.pass(0, &easy());
     w.apply(&p, 0);
@@ -282,9 +204,7 @@ fn higher_tier_preempts_the_cheapest_lower_tier_work() {
     w.apply(&p, 500);
     // job 1 has run 1000 s at t=1000, job 2 only 500 s: job 2 is the cheaper victim
     let mut r = job(3, 1000, 1_000_000, 1, 2, 1);
-    r.kind = RequestKind::Replica {
-        service: "llm".into(),
-    };
+    r.kind = RequestKind::Replica { service: "llm".into() };
     r.qos = Some("serve".into());
     w.submit(r);
     let p = w.pass(1000, &easy());
@@ -292,13 +212,7 @@ fn higher_tier_preempts_the_cheapest_lower_tier_work() {
     assert_eq!(p.preemptions.len(), 1);
     let pre = &p.preemptions[0];
     assert_eq!(pre.for_job.0, 3);
-    assert_eq!(
-        pre.victims
-            .iter()
-            .map(|v| (v.job.0, v.grace))
-            .collect::<Vec<_>>(),
-        vec![(2, 60)]
-    );
+    assert_eq!(pre.victims.iter().map(|v| (v.job.0, v.grace)).collect::<Vec<_>>(), vec![(2, 60)]);
     // a job of the same tier never preempts
     let mut w2 = World::new(nodes(1, 8, 2, 1));
     w2.submit(job(1, 0, 10_000, 1, 2, 1));
@@ -318,19 +232,11 @@ fn multifactor_breakdown_adds_up_and_orders() {
     w.submit(job(3, 100, 60, 1, 0, 1)); // short, later
     let cfg = Config::default(); // the production default ordering
     let p = w.pass(200, &cfg);
-    assert_eq!(
-        p.waiting[0].job.0, 3,
-        "short job first under the default weights: {:?}",
-        p.waiting
-    );
+    assert_eq!(p.waiting[0].job.0, 3, "short job first under the default weights: {:?}", p.waiting);
     let b = sched::priority_breakdown(&w.snap(), 200, &Policy::parse("default").unwrap());
     for (_, x) in &b {
-        let sum = x.age + x.fairshare + x.job_size + x.time_limit + x.xfactor + x.partition + x.qos
-            - x.nice;
+        let sum = x.age + x.fairshare + x.job_size + x.time_limit + x.xfactor + x.partition + x.qos - x.nice;
         assert!((sum - x.total).abs() < 1e-9);
     }
-    assert!(
-        b.iter().find(|(j, _)| j.0 == 3).unwrap().1.total
-            > b.iter().find(|(j, _)| j.0 == 2).unwrap().1.total
-    );
+    assert!(b.iter().find(|(j, _)| j.0 == 3).unwrap().1.total > b.iter().find(|(j, _)| j.0 == 2).unwrap().1.total);
 }

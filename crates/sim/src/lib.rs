@@ -50,19 +50,15 @@ pub struct SimConfig {
     pub stop_at_last_start: bool,
     /// Record queue length and utilisation over time (for `--plot`).
     pub record_series: bool,
+    /// Placement mode (as the FGD simulator of the Alibaba trace): jobs never end, the run
+    /// stops once every job has arrived, and the GPU figures describe the final packing.
+    pub no_departures: bool,
 }
 
 impl SimConfig {
     /// Production-like settings around a scheduler config.
     pub fn new(sched: Config, seed: u64) -> SimConfig {
-        SimConfig {
-            sched,
-            order: EventOrder::Batched,
-            seed,
-            half_life: 7 * 86400,
-            stop_at_last_start: false,
-            record_series: false,
-        }
+        SimConfig { sched, order: EventOrder::Batched, seed, half_life: 7 * 86400, stop_at_last_start: false, record_series: false, no_departures: false }
     }
 }
 
@@ -113,6 +109,15 @@ pub struct Outcome {
     pub series: Vec<Sample>,
     /// Time-integral of free-but-stranded GPU capacity while GPU jobs waited (milli-GPU·s).
     pub stranded_gpu_milli_s: f64,
+    /// Whether this was a placement-mode run (no departures).
+    pub no_departures: bool,
+    /// Capacity units in use at the end of the run.
+    pub final_busy_units: u64,
+    /// Jobs still pending at the end of the run.
+    pub pending_at_end: usize,
+    /// Free milli-GPUs at the end on nodes that cannot host the smallest GPU request still
+    /// pending (or, with none pending, the smallest GPU request of the run).
+    pub final_fragmented_milli: u64,
 }
 
 /// What the simulator knows about a running job beyond what the scheduler sees.
@@ -134,6 +139,7 @@ struct State<'w> {
     running: Vec<Running>,
     meta: Vec<Meta>,
     carry: Carry,
+    scheduler: sched::Scheduler<'w>,
     fairshare: FairShare,
     last_decay: Time,
     busy_units: u64,
@@ -144,17 +150,9 @@ struct State<'w> {
 
 impl<'w> State<'w> {
     fn arrive(&mut self, j: usize) {
-        debug_assert_eq!(
-            j,
-            self.base + self.next_seq as usize,
-            "arrivals come in trace order"
-        );
+        debug_assert_eq!(j, self.base + self.next_seq as usize, "arrivals come in trace order");
         let req = self.w.jobs[j].req.clone();
-        self.pending.push(Pending {
-            req,
-            seq: self.next_seq,
-            dep: DepStatus::Satisfied,
-        });
+        self.pending.push(Pending { req, seq: self.next_seq, dep: DepStatus::Satisfied });
         self.next_seq += 1;
     }
 
@@ -165,14 +163,8 @@ impl<'w> State<'w> {
         if idx.iter().enumerate().all(|(a, &b)| a == b) {
             return;
         }
-        let mut running: Vec<Option<Running>> = std::mem::take(&mut self.running)
-            .into_iter()
-            .map(Some)
-            .collect();
-        self.running = idx
-            .iter()
-            .map(|&i| running[i].take().expect("permutation"))
-            .collect();
+        let mut running: Vec<Option<Running>> = std::mem::take(&mut self.running).into_iter().map(Some).collect();
+        self.running = idx.iter().map(|&i| running[i].take().expect("permutation")).collect();
         self.meta = idx.iter().map(|&i| self.meta[i]).collect();
     }
 
@@ -184,11 +176,14 @@ impl<'w> State<'w> {
         }
         self.busy_units -= m.units;
         let job = &self.w.jobs[m.job];
-        self.fairshare
-            .accrue(&job.req.account, (job.units as f64) * job.runtime as f64);
+        self.fairshare.accrue(&job.req.account, (job.units as f64) * job.runtime as f64);
     }
 
     fn pass(&mut self, now: Time, cfg: &SimConfig, clock: &mut dyn FnMut() -> u64) -> Plan {
+        if self.pending.is_empty() {
+            // Nothing waits: a pass would decide nothing (and carry nothing forward).
+            return Plan { carry: self.carry.clone(), ..Plan::default() };
+        }
         self.fairshare.decay(now - self.last_decay, cfg.half_life);
         self.last_decay = now;
         let snap = Snapshot {
@@ -201,7 +196,7 @@ impl<'w> State<'w> {
             carry: &self.carry,
         };
         let t0 = clock();
-        let plan = sched::schedule(&snap, now, cfg.seed, &cfg.sched);
+        let plan = self.scheduler.pass(&snap, now, cfg.seed);
         let t1 = clock();
         self.out.pass_ns.push(t1.saturating_sub(t0));
         plan
@@ -211,9 +206,7 @@ impl<'w> State<'w> {
     /// are re-sorted by requested end (stably) when a new reservation is made, between the
     /// in-order starts and the backfilled ones, as RLScheduler's simulator does.
     fn apply(&mut self, plan: Plan, now: Time, rls_sort: bool) -> Vec<(Time, u64)> {
-        let new_reservation = rls_sort
-            && plan.carry.committed.is_some()
-            && plan.carry.committed != self.carry.committed;
+        let new_reservation = rls_sort && plan.carry.committed.is_some() && plan.carry.committed != self.carry.committed;
         let mut remove: Vec<usize> = Vec::new();
         for r in &plan.rejected {
             if let Some(p) = self.pending.iter().position(|p| p.req.id == r.job) {
@@ -223,15 +216,8 @@ impl<'w> State<'w> {
         }
         let mut started = Vec::with_capacity(plan.starts.len());
         let mut sorted = false;
-        let pos: rustc_hash::FxHashMap<JobId, usize> = if plan.starts.is_empty() {
-            Default::default()
-        } else {
-            self.pending
-                .iter()
-                .enumerate()
-                .map(|(i, p)| (p.req.id, i))
-                .collect()
-        };
+        let pos: rustc_hash::FxHashMap<JobId, usize> =
+            if plan.starts.is_empty() { Default::default() } else { self.pending.iter().enumerate().map(|(i, p)| (p.req.id, i)).collect() };
         for s in plan.starts {
             if new_reservation && s.backfilled && !sorted {
                 self.sort_running(|m| m.req_end);
@@ -257,17 +243,8 @@ impl<'w> State<'w> {
             self.out.last_start = now;
             let end = now + job.runtime;
             started.push((end, s.job.0));
-            self.meta.push(Meta {
-                end,
-                req_end: now + job.req.time_limit,
-                units: job.units,
-                job: j,
-            });
-            self.running.push(Running {
-                req: pending.req.clone(),
-                start: now,
-                allocs: s.allocs,
-            });
+            self.meta.push(Meta { end, req_end: now + job.req.time_limit, units: job.units, job: j });
+            self.running.push(Running { req: pending.req.clone(), start: now, allocs: s.allocs });
         }
         if new_reservation && !sorted {
             self.sort_running(|m| m.req_end);
@@ -290,16 +267,10 @@ impl<'w> State<'w> {
     }
 }
 
-static DEFAULT_CONFIG: std::sync::LazyLock<model::ClusterConfig> =
-    std::sync::LazyLock::new(model::ClusterConfig::default);
+static DEFAULT_CONFIG: std::sync::LazyLock<model::ClusterConfig> = std::sync::LazyLock::new(model::ClusterConfig::default);
 
 /// Runs jobs `range` of the workload on an empty cluster.
-pub fn run(
-    w: &Workload,
-    range: std::ops::Range<usize>,
-    cfg: &SimConfig,
-    clock: &mut dyn FnMut() -> u64,
-) -> Outcome {
+pub fn run(w: &Workload, range: std::ops::Range<usize>, cfg: &SimConfig, clock: &mut dyn FnMut() -> u64) -> Outcome {
     let mut st = State {
         w,
         nodes: &w.nodes,
@@ -309,6 +280,7 @@ pub fn run(
         meta: Vec::new(),
         base: range.start,
         carry: Carry::default(),
+        scheduler: sched::Scheduler::new(cfg.sched.clone(), &w.nodes),
         fairshare: FairShare::default(),
         last_decay: 0,
         busy_units: 0,
@@ -321,31 +293,47 @@ pub fn run(
     let first = w.jobs[range.start].req.submit_time;
     st.out.first_submit = first;
     st.last_decay = first;
+    let jobs = &w.jobs[range.clone()];
     match cfg.order {
         EventOrder::RlScheduler => run_rls(&mut st, range, cfg, clock),
         EventOrder::Batched => run_batched(&mut st, range, cfg, clock),
     }
+    st.out.no_departures = cfg.no_departures;
+    st.out.final_busy_units = st.busy_units;
+    st.out.pending_at_end = st.pending.len();
+    if w.gpu {
+        st.out.final_fragmented_milli = fragmented(&st, jobs);
+    }
     st.out
+}
+
+/// Free milli-GPUs on nodes that cannot host the smallest GPU request still pending (or the
+/// smallest GPU request of the run when none is pending): capacity that nothing can use.
+fn fragmented(st: &State, jobs: &[trace::TraceJob]) -> u64 {
+    let need = |req: &model::JobRequest| req.shape.gpus.as_ref().map(|g| (req.shape.gpus_per_node(req.shape.nodes_min.max(1)), g.milli));
+    let smallest = st.pending.iter().filter_map(|p| need(&p.req)).min().or_else(|| jobs.iter().filter_map(|j| need(&j.req)).min());
+    let Some((count, milli)) = smallest else { return 0 };
+    let mut stranded = 0u64;
+    for (node, u) in st.nodes.iter().zip(&st.usage) {
+        let free: Vec<u32> = u.gpu_milli.iter().map(|&m| 1000 - m).collect();
+        let usable = free.iter().filter(|&&f| f >= milli).count() as u32;
+        if usable < count || node.state != model::NodeState::Up {
+            stranded += free.iter().map(|&f| f as u64).sum::<u64>();
+        }
+    }
+    let _ = st.nodes.len();
+    stranded
 }
 
 fn sample(st: &mut State, now: Time, cfg: &SimConfig) {
     if cfg.record_series {
         let util = st.busy_units as f64 / st.w.capacity.max(1) as f64;
-        st.out.series.push(Sample {
-            t: now,
-            queue: st.pending.len(),
-            util,
-        });
+        st.out.series.push(Sample { t: now, queue: st.pending.len(), util });
     }
 }
 
 /// RLScheduler's event order: one event per pass.
-fn run_rls(
-    st: &mut State,
-    range: std::ops::Range<usize>,
-    cfg: &SimConfig,
-    clock: &mut dyn FnMut() -> u64,
-) {
+fn run_rls(st: &mut State, range: std::ops::Range<usize>, cfg: &SimConfig, clock: &mut dyn FnMut() -> u64) {
     let mut next = range.start;
     let mut now = st.w.jobs[next].req.submit_time;
     st.arrive(next);
@@ -359,11 +347,7 @@ fn run_rls(
         }
         // Next event: an arrival no later than the next completion goes first.
         st.sort_running(|m| m.end);
-        let arrival = next < range.end
-            && st
-                .meta
-                .first()
-                .is_none_or(|m| st.w.jobs[next].req.submit_time <= m.end);
+        let arrival = next < range.end && st.meta.first().is_none_or(|m| st.w.jobs[next].req.submit_time <= m.end);
         if arrival {
             now = now.max(st.w.jobs[next].req.submit_time);
             st.arrive(next);
@@ -381,12 +365,7 @@ fn run_rls(
 }
 
 /// Production order: every event at an instant, then one pass.
-fn run_batched(
-    st: &mut State,
-    range: std::ops::Range<usize>,
-    cfg: &SimConfig,
-    clock: &mut dyn FnMut() -> u64,
-) {
+fn run_batched(st: &mut State, range: std::ops::Range<usize>, cfg: &SimConfig, clock: &mut dyn FnMut() -> u64) {
     let mut next = range.start;
     let mut ends: BinaryHeap<Reverse<(Time, u64)>> = BinaryHeap::new();
     let mut now = st.w.jobs[next].req.submit_time;
@@ -400,16 +379,14 @@ fn run_batched(
                 break;
             }
             ends.pop();
-            let k = st
-                .running
-                .iter()
-                .position(|r| r.req.id.0 == id)
-                .expect("completion of a running job");
+            let k = st.running.iter().position(|r| r.req.id.0 == id).expect("completion of a running job");
             st.finish(k);
         }
         let plan = st.pass(now, cfg, clock);
         for e in st.apply(plan, now, false) {
-            ends.push(Reverse(e));
+            if !cfg.no_departures {
+                ends.push(Reverse(e));
+            }
         }
         stranded(st, now, next, &range, &ends);
         sample(st, now, cfg);
@@ -426,21 +403,11 @@ fn run_batched(
             (None, None) => break, // pending jobs that can never start (e.g. all nodes down)
         };
     }
-    st.out.end = if cfg.stop_at_last_start {
-        st.out.last_start
-    } else {
-        now.max(st.out.last_start)
-    };
+    st.out.end = if cfg.stop_at_last_start { st.out.last_start } else { now.max(st.out.last_start) };
 }
 
 /// Accumulates free GPU capacity left idle while GPU jobs wait, until the next event.
-fn stranded(
-    st: &mut State,
-    now: Time,
-    next: usize,
-    range: &std::ops::Range<usize>,
-    ends: &BinaryHeap<Reverse<(Time, u64)>>,
-) {
+fn stranded(st: &mut State, now: Time, next: usize, range: &std::ops::Range<usize>, ends: &BinaryHeap<Reverse<(Time, u64)>>) {
     if !st.w.gpu || !st.pending.iter().any(|p| p.req.shape.gpus.is_some()) {
         return;
     }
@@ -452,18 +419,13 @@ fn stranded(
         (None, Some(e)) => e,
         (None, None) => return,
     };
-    let free: u64 = st
-        .usage
-        .iter()
-        .zip(st.nodes)
-        .map(|(u, n)| n.gpus as u64 * 1000 - u.gpu_milli.iter().map(|&m| m as u64).sum::<u64>())
-        .sum();
+    let free: u64 =
+        st.usage.iter().zip(st.nodes).map(|(u, n)| n.gpus as u64 * 1000 - u.gpu_milli.iter().map(|&m| m as u64).sum::<u64>()).sum();
     st.out.stranded_gpu_milli_s += free as f64 * (until - now) as f64;
 }
 
 /// The start indices of RLScheduler's ten test windows (gym seed 1; BASELINES.md §1).
-pub const RLSCHEDULER_STARTS: [usize; 10] =
-    [1981, 2756, 4299, 8850, 3316, 2714, 5228, 7762, 4022, 7085];
+pub const RLSCHEDULER_STARTS: [usize; 10] = [1981, 2756, 4299, 8850, 3316, 2714, 5228, 7762, 4022, 7085];
 /// Jobs per RLScheduler window.
 pub const RLSCHEDULER_LEN: usize = 1024;
 
@@ -474,31 +436,20 @@ pub fn rlscheduler_config(mut sched: Config, seed: u64) -> SimConfig {
     sched.commit_head = quirks;
     SimConfig {
         sched,
-        order: if quirks {
-            EventOrder::RlScheduler
-        } else {
-            EventOrder::Batched
-        },
+        order: if quirks { EventOrder::RlScheduler } else { EventOrder::Batched },
         seed,
         half_life: 7 * 86400,
         stop_at_last_start: true,
         record_series: false,
+        no_departures: false,
     }
 }
 
 /// Runs the ten RLScheduler windows; returns each window's metrics, in window order.
-pub fn rlscheduler_windows(
-    w: &Workload,
-    cfg: &SimConfig,
-    clock: &mut dyn FnMut() -> u64,
-) -> Result<Vec<Metrics>, String> {
+pub fn rlscheduler_windows(w: &Workload, cfg: &SimConfig, clock: &mut dyn FnMut() -> u64) -> Result<Vec<Metrics>, String> {
     let need = RLSCHEDULER_STARTS.iter().max().copied().unwrap_or(0) + RLSCHEDULER_LEN;
     if w.jobs.len() < need {
-        return Err(format!(
-            "--windows rlscheduler needs at least {need} jobs; {} has {}",
-            w.name,
-            w.jobs.len()
-        ));
+        return Err(format!("--windows rlscheduler needs at least {need} jobs; {} has {}", w.name, w.jobs.len()));
     }
     Ok(RLSCHEDULER_STARTS
         .iter()

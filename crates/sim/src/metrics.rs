@@ -28,12 +28,15 @@ pub struct Metrics {
     pub utilization: f64,
     /// Busy time ÷ makespan: Σ(run × units) / ((last end − first submit) × capacity).
     pub utilization_makespan: f64,
-    /// For GPU traces: GPU capacity allocated ÷ available over the makespan (same as the above,
-    /// in GPUs).
+    /// For GPU traces: GPU capacity allocated ÷ available, over the makespan; in placement mode
+    /// (no departures), at the end, as the FGD simulator reports it.
     pub gpu_allocation_rate: Option<f64>,
-    /// For GPU traces: share of GPU capacity left free while GPU jobs were waiting
-    /// (capacity stranded by fragmentation or by the jobs' shapes), time-averaged.
+    /// For GPU traces: share of GPU capacity left free while GPU jobs were waiting (stranded by
+    /// fragmentation or by the jobs' shapes), time-averaged; in placement mode, the share of
+    /// capacity free at the end on nodes that cannot host the smallest waiting request.
     pub gpu_fragmentation: Option<f64>,
+    /// Jobs still waiting when the run ended (placement mode: the jobs that did not fit).
+    pub pending_at_end: usize,
     /// Jobs started by backfill.
     pub backfilled: usize,
     /// Scheduling passes.
@@ -70,19 +73,11 @@ pub fn summarize(o: &Outcome, capacity: u64, gpu: bool) -> Metrics {
     let cap = capacity.max(1) as f64;
     let span_start = (o.last_start - o.first_submit) as f64;
     let span_end = (o.end - o.first_submit) as f64;
-    let avg_wait = if n == 0 {
-        0.0
-    } else {
-        waits.iter().sum::<f64>() / n as f64
-    };
+    let avg_wait = if n == 0 { 0.0 } else { waits.iter().sum::<f64>() / n as f64 };
     waits.sort_by(f64::total_cmp);
     let mut pass: Vec<f64> = o.pass_ns.iter().map(|&x| x as f64 / 1000.0).collect();
     pass.sort_by(f64::total_cmp);
-    let util_ms = if span_end > 0.0 {
-        work / (span_end * cap)
-    } else {
-        0.0
-    };
+    let util_ms = if span_end > 0.0 { work / (span_end * cap) } else { 0.0 };
     Metrics {
         jobs: n,
         rejected: o.rejected.len(),
@@ -91,27 +86,22 @@ pub fn summarize(o: &Outcome, capacity: u64, gpu: bool) -> Metrics {
         p95_wait_s: pct(&waits, 95.0),
         p99_wait_s: pct(&waits, 99.0),
         avg_bounded_slowdown: if n == 0 { 0.0 } else { bsld / n as f64 },
-        utilization: if span_start > 0.0 {
-            work / (span_start * cap)
-        } else {
-            0.0
-        },
+        utilization: if span_start > 0.0 { work / (span_start * cap) } else { 0.0 },
         utilization_makespan: util_ms,
-        gpu_allocation_rate: gpu.then_some(util_ms),
+        gpu_allocation_rate: gpu.then(|| if o.no_departures { o.final_busy_units as f64 / cap } else { util_ms }),
         gpu_fragmentation: gpu.then(|| {
-            if span_end > 0.0 {
+            if o.no_departures {
+                o.final_fragmented_milli as f64 / cap
+            } else if span_end > 0.0 {
                 o.stranded_gpu_milli_s / (span_end * cap)
             } else {
                 0.0
             }
         }),
+        pending_at_end: o.pending_at_end,
         backfilled: o.jobs.iter().filter(|j| j.backfilled).count(),
         passes: o.pass_ns.len(),
-        pass_us_mean: if pass.is_empty() {
-            0.0
-        } else {
-            pass.iter().sum::<f64>() / pass.len() as f64
-        },
+        pass_us_mean: if pass.is_empty() { 0.0 } else { pass.iter().sum::<f64>() / pass.len() as f64 },
         pass_us_p99: pct(&pass, 99.0),
         pass_us_max: pass.last().copied().unwrap_or(0.0),
     }
@@ -138,6 +128,7 @@ impl Metrics {
             utilization_makespan: avg(&|m| m.utilization_makespan),
             gpu_allocation_rate: avg_opt(&|m| m.gpu_allocation_rate),
             gpu_fragmentation: avg_opt(&|m| m.gpu_fragmentation),
+            pending_at_end: all.iter().map(|m| m.pending_at_end).sum(),
             backfilled: all.iter().map(|m| m.backfilled).sum(),
             passes: all.iter().map(|m| m.passes).sum(),
             pass_us_mean: avg(&|m| m.pass_us_mean),

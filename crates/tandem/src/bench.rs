@@ -9,9 +9,7 @@
 use anyhow::{Result, bail};
 use clap::Subcommand;
 use model::{ClusterConfig, DepStatus, Time};
-use sched::{
-    Backfill, Carry, Config, FairShare, NodeUsage, Pending, Plan, Running, Scheduler, Snapshot,
-};
+use sched::{Backfill, Carry, Config, FairShare, NodeUsage, Pending, Plan, Running, Scheduler, Snapshot};
 use serde::Serialize;
 use std::time::Instant;
 
@@ -70,16 +68,7 @@ struct SchedReport {
 /// Runs a benchmark.
 pub fn run(cmd: BenchCmd) -> Result<()> {
     match cmd {
-        BenchCmd::Sched {
-            nodes,
-            gpus_per_node,
-            pending,
-            backfill,
-            repeat,
-            submissions,
-            seed,
-            json,
-        } => {
+        BenchCmd::Sched { nodes, gpus_per_node, pending, backfill, repeat, submissions, seed, json } => {
             let bf = match Backfill::parse(&backfill) {
                 Some(b @ (Backfill::Easy | Backfill::Conservative)) => b,
                 _ => {
@@ -104,10 +93,7 @@ pub fn run(cmd: BenchCmd) -> Result<()> {
                 println!("policy / backfill          {} / {}", r.policy, r.backfill);
                 println!(
                     "full pass (median of {repeat})   {:.2} ms (min {:.2}); it started {} jobs, made {} reservation(s)",
-                    r.full_pass_ms_median,
-                    r.full_pass_ms_min,
-                    r.full_pass_started,
-                    r.full_pass_reservations
+                    r.full_pass_ms_median, r.full_pass_ms_min, r.full_pass_started, r.full_pass_reservations
                 );
                 println!(
                     "pass after a submission    {:.1} us median, {:.1} us p99 ({:.0}% on the fast path)",
@@ -115,10 +101,7 @@ pub fn run(cmd: BenchCmd) -> Result<()> {
                     r.submit_pass_us_p99,
                     100.0 * r.submit_fast_path_share
                 );
-                println!(
-                    "setup                      {:.1} s (seed {})",
-                    r.setup_s, r.seed
-                );
+                println!("setup                      {:.1} s (seed {})", r.setup_s, r.seed);
             }
             Ok(())
         }
@@ -133,26 +116,12 @@ struct World<'n> {
 }
 
 impl World<'_> {
-    fn snapshot<'a>(
-        &'a self,
-        config: &'a ClusterConfig,
-        fs: &'a FairShare,
-        carry: &'a Carry,
-    ) -> Snapshot<'a> {
-        Snapshot {
-            nodes: self.nodes,
-            usage: &self.usage,
-            pending: &self.pending,
-            running: &self.running,
-            config,
-            fairshare: fs,
-            carry,
-        }
+    fn snapshot<'a>(&'a self, config: &'a ClusterConfig, fs: &'a FairShare, carry: &'a Carry) -> Snapshot<'a> {
+        Snapshot { nodes: self.nodes, usage: &self.usage, pending: &self.pending, running: &self.running, config, fairshare: fs, carry }
     }
 
     fn apply(&mut self, plan: &Plan, now: Time, past: bool) {
-        let started: std::collections::HashMap<_, _> =
-            plan.starts.iter().map(|s| (s.job, s)).collect();
+        let started: std::collections::HashMap<_, _> = plan.starts.iter().map(|s| (s.job, s)).collect();
         let mut keep = Vec::with_capacity(self.pending.len());
         for p in std::mem::take(&mut self.pending) {
             match started.get(&p.req.id) {
@@ -161,16 +130,8 @@ impl World<'_> {
                         self.usage[a.node as usize].apply(&self.nodes[a.node as usize], a);
                     }
                     // Spread start times over the past so completions are staggered.
-                    let start = if past {
-                        now - (p.req.id.0 as i64 * 7919) % p.req.time_limit.max(1)
-                    } else {
-                        now
-                    };
-                    self.running.push(Running {
-                        req: p.req,
-                        start,
-                        allocs: s.allocs.clone(),
-                    });
+                    let start = if past { now - (p.req.id.0 as i64 * 7919) % p.req.time_limit.max(1) } else { now };
+                    self.running.push(Running { req: p.req, start, allocs: s.allocs.clone() });
                 }
                 None => keep.push(p),
             }
@@ -184,53 +145,23 @@ fn pct(v: &mut [f64], p: f64) -> f64 {
     v[((p / 100.0) * (v.len() - 1) as f64).round() as usize]
 }
 
-fn sched_bench(
-    nodes: u32,
-    gpus: u32,
-    pending: u32,
-    bf: Backfill,
-    repeat: u32,
-    submissions: u32,
-    seed: u64,
-) -> Result<SchedReport> {
+fn sched_bench(nodes: u32, gpus: u32, pending: u32, bf: Backfill, repeat: u32, submissions: u32, seed: u64) -> Result<SchedReport> {
     let t_setup = Instant::now();
-    let spec = trace::SyntheticSpec {
-        nodes,
-        gpus,
-        jobs: 1,
-        ..Default::default()
-    };
+    let spec = trace::SyntheticSpec { nodes, gpus, jobs: 1, ..Default::default() };
     let per_job = 5.0f64; // mean GPUs per job of the mix, roughly
     let fill_jobs = ((nodes as f64 * gpus.max(1) as f64) / per_job * 1.3) as u32;
     let total = fill_jobs + pending + submissions;
-    let w = trace::generate(
-        &trace::SyntheticSpec {
-            jobs: total,
-            ..spec
-        },
-        seed,
-    );
+    let w = trace::generate(&trace::SyntheticSpec { jobs: total, ..spec }, seed);
     let config = ClusterConfig::default();
     let fs = FairShare::default();
     let carry = Carry::default();
     let now: Time = w.jobs.last().map_or(0, |j| j.req.submit_time) + 1;
     let node_list = w.nodes;
-    let mut world = World {
-        usage: node_list.iter().map(NodeUsage::for_node).collect(),
-        nodes: &node_list,
-        running: Vec::new(),
-        pending: Vec::new(),
-    };
-    let mut jobs = w.jobs.into_iter().enumerate().map(|(i, j)| Pending {
-        req: j.req,
-        seq: i as u64,
-        dep: DepStatus::Satisfied,
-    });
+    let mut world =
+        World { usage: node_list.iter().map(NodeUsage::for_node).collect(), nodes: &node_list, running: Vec::new(), pending: Vec::new() };
+    let mut jobs = w.jobs.into_iter().enumerate().map(|(i, j)| Pending { req: j.req, seq: i as u64, dep: DepStatus::Satisfied });
     // Fill: the scheduler itself packs the cluster.
-    let fill_cfg = Config {
-        backfill: Backfill::Easy,
-        ..Config::default()
-    };
+    let fill_cfg = Config { backfill: Backfill::Easy, ..Config::default() };
     world.pending.extend(jobs.by_ref().take(fill_jobs as usize));
     let plan = sched::schedule(&world.snapshot(&config, &fs, &carry), now, seed, &fill_cfg);
     world.apply(&plan, now, true);
@@ -238,19 +169,11 @@ fn sched_bench(
     world.pending.extend(jobs.by_ref().take(pending as usize));
     let extra: Vec<Pending> = jobs.collect();
     let total_gpus = (nodes as u64 * gpus as u64).max(1);
-    let busy: u64 = world
-        .usage
-        .iter()
-        .map(|u| u.gpu_milli.iter().map(|&m| m as u64).sum::<u64>())
-        .sum::<u64>()
-        / 1000;
+    let busy: u64 = world.usage.iter().map(|u| u.gpu_milli.iter().map(|&m| m as u64).sum::<u64>()).sum::<u64>() / 1000;
     let setup = t_setup.elapsed().as_secs_f64();
 
     // Full pass, timed on the same snapshot.
-    let cfg = Config {
-        backfill: bf,
-        ..Config::default()
-    };
+    let cfg = Config { backfill: bf, ..Config::default() };
     let mut times = Vec::new();
     let mut last = Plan::default();
     for _ in 0..repeat {
@@ -287,11 +210,7 @@ fn sched_bench(
         }
     }
     let n_sub = sub_times.len().max(1);
-    let (sub_med, sub_p99) = if sub_times.is_empty() {
-        (0.0, 0.0)
-    } else {
-        (pct(&mut sub_times.clone(), 50.0), pct(&mut sub_times, 99.0))
-    };
+    let (sub_med, sub_p99) = if sub_times.is_empty() { (0.0, 0.0) } else { (pct(&mut sub_times.clone(), 50.0), pct(&mut sub_times, 99.0)) };
     Ok(SchedReport {
         nodes,
         gpus_per_node: gpus,

@@ -20,11 +20,7 @@ Example: --synthetic nodes=30k,gpus=8,jobs=100k,load=0.95";
 )]
 pub struct SimArgs {
     /// Trace file: SWF (plain or gzip) or the Alibaba pod list (CSV, with --nodes-file).
-    #[arg(
-        long,
-        required_unless_present = "synthetic",
-        conflicts_with = "synthetic"
-    )]
+    #[arg(long, required_unless_present = "synthetic", conflicts_with = "synthetic")]
     trace: Option<PathBuf>,
     /// Node list for the Alibaba trace (openb_node_list_*.csv).
     #[arg(long)]
@@ -35,7 +31,7 @@ pub struct SimArgs {
     #[arg(long, default_value = "default")]
     policy: String,
     /// Override multifactor weights: comma-separated key=value among age, fairshare, job_size,
-    /// time_limit, partition, qos, max_age (s), max_time_limit (s), favor_small (0 or 1), xfactor, xfactor_cap. Applies to multifactor and default.
+    /// time_limit, partition, qos, max_age (s), max_time_limit (s), favor_small (0 or 1), xfactor, xfactor_cap, starve_after (s, 0 = off). Applies to multifactor and default.
     #[arg(long)]
     weights: Option<String>,
     /// Backfill: none, rls (RLScheduler's variant), easy or conservative.
@@ -59,6 +55,10 @@ pub struct SimArgs {
     /// Machine size in processors, for SWF files whose header lacks MaxNodes/MaxProcs.
     #[arg(long)]
     procs: Option<u64>,
+    /// Placement mode (as the FGD simulator): jobs never end; report the GPU allocation rate and
+    /// fragmentation once every job has arrived.
+    #[arg(long)]
+    no_departures: bool,
     /// Replay only the first N jobs.
     #[arg(long)]
     limit: Option<usize>,
@@ -85,25 +85,15 @@ fn load(a: &SimArgs) -> Result<trace::Workload> {
         let spec: trace::SyntheticSpec = spec.parse()?;
         return Ok(trace::generate(&spec, a.seed));
     }
-    let path = a
-        .trace
-        .as_ref()
-        .expect("clap requires --trace or --synthetic");
+    let path = a.trace.as_ref().expect("clap requires --trace or --synthetic");
     let name = path.display().to_string();
-    let is_csv = path
-        .extension()
-        .is_some_and(|e| e.eq_ignore_ascii_case("csv"));
+    let is_csv = path.extension().is_some_and(|e| e.eq_ignore_ascii_case("csv"));
     if is_csv {
         let Some(nf) = &a.nodes_file else {
             bail!("{name} is a CSV pod list: give its node list with --nodes-file");
         };
         let nodes = trace::parse_nodes(trace::open(nf)?, &nf.display().to_string())?;
-        return Ok(trace::parse_pods(
-            trace::open(path)?,
-            &name,
-            nodes,
-            a.lenient,
-        )?);
+        return Ok(trace::parse_pods(trace::open(path)?, &name, nodes, a.lenient)?);
     }
     if a.nodes_file.is_some() {
         bail!("--nodes-file goes with the Alibaba pod list (a .csv trace), not with {name}");
@@ -114,34 +104,26 @@ fn load(a: &SimArgs) -> Result<trace::Workload> {
 
 /// Runs `tandem sim`.
 pub fn run(a: SimArgs) -> Result<()> {
-    let policy = Policy::parse(&a.policy).with_context(|| {
-        format!(
-            "unknown --policy {:?} (fcfs, sjf, f1, multifactor, default)",
-            a.policy
-        )
-    })?;
+    let policy =
+        Policy::parse(&a.policy).with_context(|| format!("unknown --policy {:?} (fcfs, sjf, f1, multifactor, default)", a.policy))?;
     let policy = match (&a.weights, policy) {
         (None, p) => p,
         (Some(w), Policy::Multifactor(base)) => Policy::Multifactor(parse_weights(w, base)?),
         (Some(_), _) => bail!("--weights applies to --policy multifactor or default"),
     };
-    let backfill = Backfill::parse(&a.backfill).with_context(|| {
-        format!(
-            "unknown --backfill {:?} (none, rls, easy, conservative)",
-            a.backfill
-        )
-    })?;
+    let backfill =
+        Backfill::parse(&a.backfill).with_context(|| format!("unknown --backfill {:?} (none, rls, easy, conservative)", a.backfill))?;
     if let Some(w) = &a.windows {
         if w != "rlscheduler" {
             bail!("unknown --windows {w:?} (rlscheduler)");
         }
     }
+    if a.no_departures && a.windows.is_some() {
+        bail!("--no-departures is a whole-trace placement run; it cannot be combined with --windows");
+    }
     if let Some(p) = &a.plot {
         if !p.extension().is_some_and(|e| e.eq_ignore_ascii_case("svg")) {
-            bail!(
-                "--plot writes SVG: give a file name ending in .svg (got {})",
-                p.display()
-            );
+            bail!("--plot writes SVG: give a file name ending in .svg (got {})", p.display());
         }
         if a.windows.is_some() {
             bail!("--plot draws one run over time; it cannot be combined with --windows");
@@ -154,11 +136,7 @@ pub fn run(a: SimArgs) -> Result<()> {
     if w.jobs.is_empty() {
         bail!("{}: no jobs to simulate", w.name);
     }
-    let cfg = Config {
-        policy,
-        backfill,
-        ..Config::default()
-    };
+    let cfg = Config { policy, backfill, ..Config::default() };
     let origin = Instant::now();
     let mut clock = move || origin.elapsed().as_nanos() as u64;
     let started = Instant::now();
@@ -170,14 +148,14 @@ pub fn run(a: SimArgs) -> Result<()> {
     } else {
         let mut sc = SimConfig::new(cfg, a.seed);
         sc.record_series = a.plot.is_some();
+        sc.no_departures = a.no_departures;
         let out = sim::run(&w, 0..w.jobs.len(), &sc, &mut clock);
         (sim::summarize(&out, w.capacity, w.gpu), None, out.series)
     };
     let wall = started.elapsed().as_secs_f64();
     if let Some(p) = &a.plot {
         let title = format!("{} — {} / {}", w.name, a.policy, a.backfill);
-        std::fs::write(p, sim::svg(&title, &series))
-            .with_context(|| format!("writing {}", p.display()))?;
+        std::fs::write(p, sim::svg(&title, &series)).with_context(|| format!("writing {}", p.display()))?;
     }
     let report = Report {
         trace: &w.name,
@@ -202,9 +180,7 @@ pub fn run(a: SimArgs) -> Result<()> {
 
 fn parse_weights(spec: &str, mut w: sched::Weights) -> Result<sched::Weights> {
     for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        let (k, v) = part
-            .split_once('=')
-            .with_context(|| format!("--weights: {part:?} is not key=value"))?;
+        let (k, v) = part.split_once('=').with_context(|| format!("--weights: {part:?} is not key=value"))?;
         let x: f64 = v
             .parse()
             .ok()
@@ -222,6 +198,7 @@ fn parse_weights(spec: &str, mut w: sched::Weights) -> Result<sched::Weights> {
             "favor_small" => w.favor_small = x != 0.0,
             "xfactor" => w.xfactor = x,
             "xfactor_cap" => w.xfactor_cap = x.max(1.0),
+            "starve_after" => w.starve_after = x as i64,
             _ => bail!(
                 "--weights: unknown key {k:?} (age, fairshare, job_size, time_limit, partition, qos, max_age, max_time_limit, favor_small, xfactor, xfactor_cap)"
             ),
@@ -234,48 +211,22 @@ fn print_table(r: &Report) {
     let m = r.metrics;
     let rows: Vec<(&str, String)> = vec![
         ("trace", r.trace.to_string()),
-        (
-            "cluster",
-            format!("{} nodes, capacity {}", r.nodes, r.capacity),
-        ),
-        (
-            "policy / backfill",
-            format!("{} / {}", r.policy, r.backfill),
-        ),
+        ("cluster", format!("{} nodes, capacity {}", r.nodes, r.capacity)),
+        ("policy / backfill", format!("{} / {}", r.policy, r.backfill)),
         ("seed", r.seed.to_string()),
         ("windows", r.windows.unwrap_or("whole trace").to_string()),
-        (
-            "jobs",
-            format!(
-                "{} started, {} rejected, {} skipped lines",
-                m.jobs, m.rejected, r.skipped_lines
-            ),
-        ),
-        (
-            "avg bounded slowdown",
-            format!("{:.2}", m.avg_bounded_slowdown),
-        ),
+        ("jobs", format!("{} started, {} rejected, {} skipped lines", m.jobs, m.rejected, r.skipped_lines)),
+        ("avg bounded slowdown", format!("{:.2}", m.avg_bounded_slowdown)),
         ("utilization (RLScheduler)", format!("{:.3}", m.utilization)),
-        (
-            "utilization (busy/makespan)",
-            format!("{:.3}", m.utilization_makespan),
-        ),
+        ("utilization (busy/makespan)", format!("{:.3}", m.utilization_makespan)),
         (
             "wait avg / p50 / p95 / p99 (s)",
-            format!(
-                "{:.0} / {:.0} / {:.0} / {:.0}",
-                m.avg_wait_s, m.p50_wait_s, m.p95_wait_s, m.p99_wait_s
-            ),
+            format!("{:.0} / {:.0} / {:.0} / {:.0}", m.avg_wait_s, m.p50_wait_s, m.p95_wait_s, m.p99_wait_s),
         ),
         ("backfilled jobs", m.backfilled.to_string()),
+        ("pending at the end", m.pending_at_end.to_string()),
         ("scheduling passes", m.passes.to_string()),
-        (
-            "pass time mean / p99 / max (us)",
-            format!(
-                "{:.1} / {:.1} / {:.1}",
-                m.pass_us_mean, m.pass_us_p99, m.pass_us_max
-            ),
-        ),
+        ("pass time mean / p99 / max (us)", format!("{:.1} / {:.1} / {:.1}", m.pass_us_mean, m.pass_us_p99, m.pass_us_max)),
         ("wall time (s)", format!("{:.2}", r.wall_s)),
     ];
     let mut rows = rows;
@@ -283,16 +234,10 @@ fn print_table(r: &Report) {
         rows.push(("GPU allocation rate", format!("{g:.3}")));
     }
     if let Some(f) = m.gpu_fragmentation {
-        rows.push(("GPU idle while GPU jobs wait", format!("{f:.3}")));
+        rows.push(("GPU fragmentation", format!("{f:.3}")));
     }
     if let Some(pw) = &r.per_window_bounded_slowdown {
-        rows.push((
-            "per-window bounded slowdown",
-            pw.iter()
-                .map(|x| format!("{x:.2}"))
-                .collect::<Vec<_>>()
-                .join(" "),
-        ));
+        rows.push(("per-window bounded slowdown", pw.iter().map(|x| format!("{x:.2}")).collect::<Vec<_>>().join(" ")));
     }
     let width = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
     for (k, v) in rows {

@@ -14,62 +14,35 @@ use crate::{TraceError, TraceJob, Workload};
 
 const MIB: u64 = 1 << 20;
 
-fn header(
-    lines: &mut impl Iterator<Item = (usize, std::io::Result<String>)>,
-    file: &str,
-    want: &[&str],
-) -> Result<(), TraceError> {
-    let (_, first) = lines.next().ok_or_else(|| TraceError::File {
-        file: file.into(),
-        message: "empty file".into(),
-    })?;
-    let first = first.map_err(|source| TraceError::Io {
-        file: file.into(),
-        source,
-    })?;
+fn header(lines: &mut impl Iterator<Item = (usize, std::io::Result<String>)>, file: &str, want: &[&str]) -> Result<(), TraceError> {
+    let (_, first) = lines.next().ok_or_else(|| TraceError::File { file: file.into(), message: "empty file".into() })?;
+    let first = first.map_err(|source| TraceError::Io { file: file.into(), source })?;
     let cols: Vec<&str> = first.trim().split(',').collect();
     if cols != want {
         return Err(TraceError::Line {
             file: file.into(),
             line: 1,
-            message: format!(
-                "expected header {:?}, found {:?}",
-                want.join(","),
-                first.trim()
-            ),
+            message: format!("expected header {:?}, found {:?}", want.join(","), first.trim()),
         });
     }
     Ok(())
 }
 
 fn num(tok: &str, col: &str) -> Result<u64, String> {
-    tok.trim()
-        .parse::<u64>()
-        .map_err(|_| format!("column {col}: {tok:?} is not a non-negative integer"))
+    tok.trim().parse::<u64>().map_err(|_| format!("column {col}: {tok:?} is not a non-negative integer"))
 }
 
 /// Parses the node list: `sn,cpu_milli,memory_mib,gpu,model`. Nodes are placed 16 to a switch.
 pub fn parse_nodes(reader: impl BufRead, file: &str) -> Result<Vec<Node>, TraceError> {
     let mut lines = reader.lines().enumerate();
-    header(
-        &mut lines,
-        file,
-        &["sn", "cpu_milli", "memory_mib", "gpu", "model"],
-    )?;
+    header(&mut lines, file, &["sn", "cpu_milli", "memory_mib", "gpu", "model"])?;
     let mut nodes = Vec::new();
     for (n, line) in lines {
-        let line = line.map_err(|source| TraceError::Io {
-            file: file.into(),
-            source,
-        })?;
+        let line = line.map_err(|source| TraceError::Io { file: file.into(), source })?;
         if line.trim().is_empty() {
             continue;
         }
-        let err = |message| TraceError::Line {
-            file: file.into(),
-            line: n + 1,
-            message,
-        };
+        let err = |message| TraceError::Line { file: file.into(), line: n + 1, message };
         let c: Vec<&str> = line.trim().split(',').collect();
         if c.len() != 5 {
             return Err(err(format!("expected 5 columns, found {}", c.len())));
@@ -88,22 +61,14 @@ pub fn parse_nodes(reader: impl BufRead, file: &str) -> Result<Vec<Node>, TraceE
         nodes.push(node);
     }
     if nodes.is_empty() {
-        return Err(TraceError::File {
-            file: file.into(),
-            message: "no nodes".into(),
-        });
+        return Err(TraceError::File { file: file.into(), message: "no nodes".into() });
     }
     Ok(nodes)
 }
 
 /// Parses the pod list and builds a workload on `nodes`. With `lenient`, malformed lines are
 /// skipped and counted instead of failing.
-pub fn parse_pods(
-    reader: impl BufRead,
-    file: &str,
-    nodes: Vec<Node>,
-    lenient: bool,
-) -> Result<Workload, TraceError> {
+pub fn parse_pods(reader: impl BufRead, file: &str, nodes: Vec<Node>, lenient: bool) -> Result<Workload, TraceError> {
     let mut lines = reader.lines().enumerate();
     let cols = [
         "name",
@@ -122,10 +87,7 @@ pub fn parse_pods(
     let mut jobs = Vec::new();
     let mut skipped = 0;
     for (n, line) in lines {
-        let line = line.map_err(|source| TraceError::Io {
-            file: file.into(),
-            source,
-        })?;
+        let line = line.map_err(|source| TraceError::Io { file: file.into(), source })?;
         if line.trim().is_empty() {
             continue;
         }
@@ -134,25 +96,14 @@ pub fn parse_pods(
             Ok(None) => skipped += 1,
             Err(_) if lenient => skipped += 1,
             Err(message) => {
-                return Err(TraceError::Line {
-                    file: file.into(),
-                    line: n + 1,
-                    message,
-                });
+                return Err(TraceError::Line { file: file.into(), line: n + 1, message });
             }
         }
     }
     jobs.sort_by_key(|j: &TraceJob| (j.req.submit_time, j.req.id));
     // Utilisation is counted in milli-GPUs, so shared GPUs count by their share.
     let capacity = nodes.iter().map(|n| n.gpus as u64 * 1000).sum();
-    Ok(Workload {
-        name: file.into(),
-        nodes,
-        jobs,
-        capacity,
-        gpu: true,
-        skipped,
-    })
+    Ok(Workload { name: file.into(), nodes, jobs, capacity, gpu: true, skipped })
 }
 
 fn pod(line: &str, id: u64) -> Result<Option<TraceJob>, String> {
@@ -174,9 +125,7 @@ fn pod(line: &str, id: u64) -> Result<Option<TraceJob>, String> {
     }
     let scheduled = num(c[10], "scheduled_time")? as i64;
     if deleted < scheduled {
-        return Err(format!(
-            "deletion_time {deleted} is before scheduled_time {scheduled}"
-        ));
+        return Err(format!("deletion_time {deleted} is before scheduled_time {scheduled}"));
     }
     let runtime = (deleted - scheduled).max(1);
     let mut shape = Shape::single();
@@ -186,19 +135,14 @@ fn pod(line: &str, id: u64) -> Result<Option<TraceJob>, String> {
         let spec = c[5].trim();
         shape.gpus = Some(GpuRequest {
             per: GpuPer::Node(ngpu as u32),
-            gpu_type: (!spec.is_empty())
-                .then(|| spec.split('|').next().unwrap_or(spec).to_string()),
+            gpu_type: (!spec.is_empty()).then(|| spec.split('|').next().unwrap_or(spec).to_string()),
             milli: milli.clamp(1, 1000) as u32,
         });
     }
     let mut req = JobRequest::new(id, created, runtime, shape);
     req.name = c[0].to_string();
     req.qos = None;
-    Ok(Some(TraceJob {
-        req,
-        runtime,
-        units: ngpu * milli,
-    }))
+    Ok(Some(TraceJob { req, runtime, units: ngpu * milli }))
 }
 
 #[cfg(test)]
@@ -207,11 +151,7 @@ mod tests {
 
     #[test]
     fn nodes_and_pods() {
-        let nodes = parse_nodes(
-            "sn,cpu_milli,memory_mib,gpu,model\nn0,64000,262144,2,P100\n".as_bytes(),
-            "n.csv",
-        )
-        .unwrap();
+        let nodes = parse_nodes("sn,cpu_milli,memory_mib,gpu,model\nn0,64000,262144,2,P100\n".as_bytes(), "n.csv").unwrap();
         assert_eq!((nodes[0].cpus, nodes[0].gpus), (64000, 2));
         let pods = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time\n\
                     p0,12000,16384,1,500,,LS,Running,0,100,10\np1,1000,10,0,0,,BE,Pending,5,50,\n";
@@ -219,16 +159,9 @@ mod tests {
         assert_eq!((w.jobs.len(), w.skipped), (1, 1));
         assert_eq!(w.jobs[0].runtime, 90);
         let bad = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time\np0,x,1,1,1,,LS,Running,0,1,0\n";
-        let e = parse_pods(bad.as_bytes(), "p.csv", nodes.clone(), false)
-            .unwrap_err()
-            .to_string();
-        assert_eq!(
-            e,
-            "p.csv:2: column cpu_milli: \"x\" is not a non-negative integer"
-        );
-        let e = parse_nodes("a,b\n".as_bytes(), "n.csv")
-            .unwrap_err()
-            .to_string();
+        let e = parse_pods(bad.as_bytes(), "p.csv", nodes.clone(), false).unwrap_err().to_string();
+        assert_eq!(e, "p.csv:2: column cpu_milli: \"x\" is not a non-negative integer");
+        let e = parse_nodes("a,b\n".as_bytes(), "n.csv").unwrap_err().to_string();
         assert!(e.starts_with("n.csv:1: expected header"), "{e}");
     }
 }

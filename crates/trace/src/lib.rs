@@ -81,27 +81,15 @@ pub struct Workload {
 /// Opens a file for reading, transparently decompressing gzip (detected by its magic bytes).
 pub fn open(path: &Path) -> Result<Box<dyn BufRead>, TraceError> {
     let file = path.display().to_string();
-    let io = |source| TraceError::Io {
-        file: file.clone(),
-        source,
-    };
+    let io = |source| TraceError::Io { file: file.clone(), source };
     let mut f = BufReader::new(std::fs::File::open(path).map_err(io)?);
     let magic = f.fill_buf().map_err(io)?;
-    if magic.starts_with(&[0x1f, 0x8b]) {
-        Ok(Box::new(BufReader::new(
-            flate2::bufread::MultiGzDecoder::new(f),
-        )))
-    } else {
-        Ok(Box::new(f))
-    }
+    if magic.starts_with(&[0x1f, 0x8b]) { Ok(Box::new(BufReader::new(flate2::bufread::MultiGzDecoder::new(f)))) } else { Ok(Box::new(f)) }
 }
 
 /// Reads a whole stream into a string, naming the file on error (bad gzip, not UTF-8).
 pub fn read_all(mut r: impl Read, file: &str) -> Result<String, TraceError> {
     let mut s = String::new();
-    r.read_to_string(&mut s).map_err(|source| TraceError::Io {
-        file: file.to_string(),
-        source,
-    })?;
+    r.read_to_string(&mut s).map_err(|source| TraceError::Io { file: file.to_string(), source })?;
     Ok(s)
 }

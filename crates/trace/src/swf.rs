@@ -47,11 +47,7 @@ pub struct Swf {
 }
 
 fn leading_int(v: &str) -> Option<u64> {
-    let digits: String = v
-        .trim()
-        .chars()
-        .take_while(|c| c.is_ascii_digit())
-        .collect();
+    let digits: String = v.trim().chars().take_while(|c| c.is_ascii_digit()).collect();
     digits.parse().ok()
 }
 
@@ -68,20 +64,10 @@ fn field(tok: &str, name: &str) -> Result<i64, String> {
 /// Parses SWF text. A malformed line is an error naming `file` and the line, or with `lenient`
 /// is skipped and counted.
 pub fn parse_swf(reader: impl BufRead, file: &str, lenient: bool) -> Result<Swf, TraceError> {
-    let mut swf = Swf {
-        max_nodes: None,
-        max_procs: None,
-        jobs: Vec::new(),
-        dropped: 0,
-        malformed: 0,
-    };
+    let mut swf = Swf { max_nodes: None, max_procs: None, jobs: Vec::new(), dropped: 0, malformed: 0 };
     for (n, line) in reader.lines().enumerate() {
         let lineno = n + 1;
-        let line = line.map_err(|e| TraceError::Line {
-            file: file.into(),
-            line: lineno,
-            message: format!("unreadable: {e}"),
-        })?;
+        let line = line.map_err(|e| TraceError::Line { file: file.into(), line: lineno, message: format!("unreadable: {e}") })?;
         let t = line.trim();
         if t.is_empty() {
             continue;
@@ -104,11 +90,7 @@ pub fn parse_swf(reader: impl BufRead, file: &str, lenient: bool) -> Result<Swf,
                 swf.malformed += 1;
             }
             Err(message) => {
-                return Err(TraceError::Line {
-                    file: file.into(),
-                    line: lineno,
-                    message,
-                });
+                return Err(TraceError::Line { file: file.into(), line: lineno, message });
             }
         }
     }
@@ -137,24 +119,12 @@ fn parse_line(t: &str) -> Result<Option<SwfJob>, String> {
     let user = f(11, "12 (user)")?;
     let group = f(12, "13 (group)")?;
     let queue = f(14, "15 (queue)")?;
-    for (i, name) in [
-        (2, "3"),
-        (5, "6"),
-        (6, "7"),
-        (9, "10"),
-        (10, "11"),
-        (13, "14"),
-        (15, "16"),
-        (16, "17"),
-        (17, "18"),
-    ] {
+    for (i, name) in [(2, "3"), (5, "6"), (6, "7"), (9, "10"), (10, "11"), (13, "14"), (15, "16"), (16, "17"), (17, "18")] {
         field(toks[i], name)?;
     }
     let procs = alloc.max(req_procs);
     if procs <= 0 {
-        return Err(format!(
-            "fields 5 and 8 (processors): no positive processor count ({alloc}, {req_procs})"
-        ));
+        return Err(format!("fields 5 and 8 (processors): no positive processor count ({alloc}, {req_procs})"));
     }
     if procs > u32::MAX as i64 {
         return Err(format!("fields 5 and 8 (processors): {procs} is too large"));
@@ -168,27 +138,14 @@ fn parse_line(t: &str) -> Result<Option<SwfJob>, String> {
     if run == 0 {
         return Ok(None);
     }
-    Ok(Some(SwfJob {
-        id: id as u64,
-        submit,
-        run,
-        procs: procs as u32,
-        requested,
-        user,
-        group,
-        queue,
-    }))
+    Ok(Some(SwfJob { id: id as u64, submit, run, procs: procs as u32, requested, user, group, queue }))
 }
 
 impl Swf {
     /// Turns the trace into a workload on `MaxNodes` nodes of `MaxProcs / MaxNodes` processors
     /// each (either defaults to the other; `procs_override` replaces both when the header lacks
     /// them). A job of `p` processors asks for ceil(p / procs per node) whole nodes.
-    pub fn into_workload(
-        self,
-        name: &str,
-        procs_override: Option<u64>,
-    ) -> Result<Workload, TraceError> {
+    pub fn into_workload(self, name: &str, procs_override: Option<u64>) -> Result<Workload, TraceError> {
         let (nodes, procs) = match (procs_override, self.max_nodes, self.max_procs) {
             (Some(p), _, _) => (p, p),
             (None, Some(n), Some(p)) => (n, p),
@@ -197,17 +154,12 @@ impl Swf {
             (None, None, None) => {
                 return Err(TraceError::File {
                     file: name.into(),
-                    message:
-                        "no MaxNodes or MaxProcs in the header: give the machine size with --procs"
-                            .into(),
+                    message: "no MaxNodes or MaxProcs in the header: give the machine size with --procs".into(),
                 });
             }
         };
         if nodes == 0 || procs < nodes {
-            return Err(TraceError::File {
-                file: name.into(),
-                message: format!("bad machine size: {nodes} nodes, {procs} processors"),
-            });
+            return Err(TraceError::File { file: name.into(), message: format!("bad machine size: {nodes} nodes, {procs} processors") });
         }
         let ppn = (procs / nodes) as u32;
         let cluster: Vec<Node> = (0..nodes)
@@ -227,20 +179,9 @@ impl Swf {
             let mut req = JobRequest::new(j.id, j.submit, j.requested, shape);
             req.user = format!("u{}", j.user);
             req.account = format!("g{}", j.group);
-            jobs.push(TraceJob {
-                req,
-                runtime: j.run,
-                units: j.procs as u64,
-            });
+            jobs.push(TraceJob { req, runtime: j.run, units: j.procs as u64 });
         }
-        Ok(Workload {
-            name: name.into(),
-            nodes: cluster,
-            jobs,
-            capacity: procs,
-            gpu: false,
-            skipped: self.dropped + self.malformed,
-        })
+        Ok(Workload { name: name.into(), nodes: cluster, jobs, capacity: procs, gpu: false, skipped: self.dropped + self.malformed })
     }
 }
 
@@ -267,39 +208,22 @@ mod tests {
     #[test]
     fn malformed_lines_name_file_and_line() {
         let text = format!("{HEAD}1 0 5 100 4 -1 -1 8 -1 -1 1 3 1 -1 1 -1 -1 -1\n2 5 0 abc 1\n");
-        let e = parse_swf(text.as_bytes(), "t.swf", false)
-            .unwrap_err()
-            .to_string();
+        let e = parse_swf(text.as_bytes(), "t.swf", false).unwrap_err().to_string();
         assert_eq!(e, "t.swf:4: expected 18 fields, found 5");
         let text = format!("{HEAD}2 5 0 1x 1 -1 -1 -1 50 -1 1 1 1 -1 1 -1 -1 -1\n");
-        let e = parse_swf(text.as_bytes(), "t.swf", false)
-            .unwrap_err()
-            .to_string();
+        let e = parse_swf(text.as_bytes(), "t.swf", false).unwrap_err().to_string();
         assert!(e.starts_with("t.swf:3: field 4 (run time)"), "{e}");
         let s = parse_swf(text.as_bytes(), "t.swf", true).unwrap();
         assert_eq!((s.jobs.len(), s.malformed), (0, 1));
         let text = format!("{HEAD}1 0 5 100 0 -1 -1 -1 -1 -1 1 3 1 -1 1 -1 -1 -1\n");
-        let e = parse_swf(text.as_bytes(), "t.swf", false)
-            .unwrap_err()
-            .to_string();
+        let e = parse_swf(text.as_bytes(), "t.swf", false).unwrap_err().to_string();
         assert!(e.contains("no positive processor count"), "{e}");
     }
 
     #[test]
     fn machine_size_required() {
-        let s = parse_swf(
-            "1 0 5 100 4 -1 -1 8 -1 -1 1 3 1 -1 1 -1 -1 -1\n".as_bytes(),
-            "x",
-            false,
-        )
-        .unwrap();
-        assert!(
-            s.clone()
-                .into_workload("x", None)
-                .unwrap_err()
-                .to_string()
-                .contains("--procs")
-        );
+        let s = parse_swf("1 0 5 100 4 -1 -1 8 -1 -1 1 3 1 -1 1 -1 -1 -1\n".as_bytes(), "x", false).unwrap();
+        assert!(s.clone().into_workload("x", None).unwrap_err().to_string().contains("--procs"));
         let w = s.into_workload("x", Some(16)).unwrap();
         assert_eq!(w.nodes.len(), 16);
         assert_eq!(w.jobs[0].req.shape.nodes_min, 8);

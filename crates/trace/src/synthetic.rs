@@ -35,15 +35,7 @@ pub struct SyntheticSpec {
 
 impl Default for SyntheticSpec {
     fn default() -> Self {
-        SyntheticSpec {
-            nodes: 1024,
-            gpus: 8,
-            jobs: 10_000,
-            load: 0.9,
-            cpus: 64,
-            mem_gib: 1024,
-            users: 64,
-        }
+        SyntheticSpec { nodes: 1024, gpus: 8, jobs: 10_000, load: 0.9, cpus: 64, mem_gib: 1024, users: 64 }
     }
 }
 
@@ -53,57 +45,35 @@ impl std::str::FromStr for SyntheticSpec {
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let mut spec = SyntheticSpec::default();
         for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-            let (k, v) = part
-                .split_once('=')
-                .ok_or_else(|| TraceError::Spec(format!("{part:?} is not key=value")))?;
+            let (k, v) = part.split_once('=').ok_or_else(|| TraceError::Spec(format!("{part:?} is not key=value")))?;
             let int = |v: &str| -> Result<u64, TraceError> {
                 let v = v.replace('_', "");
                 let (n, mult) = match v.strip_suffix(['k', 'K']) {
                     Some(n) => (n.to_string(), 1000),
                     None => (v.clone(), 1),
                 };
-                n.parse::<u64>()
-                    .map(|x| x * mult)
-                    .map_err(|_| TraceError::Spec(format!("{k}: {v:?} is not a whole number")))
+                n.parse::<u64>().map(|x| x * mult).map_err(|_| TraceError::Spec(format!("{k}: {v:?} is not a whole number")))
             };
             match k {
-                "nodes" => {
-                    spec.nodes = int(v)?
-                        .try_into()
-                        .map_err(|_| TraceError::Spec("nodes too large".into()))?
-                }
+                "nodes" => spec.nodes = int(v)?.try_into().map_err(|_| TraceError::Spec("nodes too large".into()))?,
                 "gpus" => spec.gpus = int(v)?.min(64) as u32,
-                "jobs" => {
-                    spec.jobs = int(v)?
-                        .try_into()
-                        .map_err(|_| TraceError::Spec("jobs too large".into()))?
-                }
-                "cpus" => {
-                    spec.cpus = int(v)?
-                        .try_into()
-                        .map_err(|_| TraceError::Spec("cpus too large".into()))?
-                }
+                "jobs" => spec.jobs = int(v)?.try_into().map_err(|_| TraceError::Spec("jobs too large".into()))?,
+                "cpus" => spec.cpus = int(v)?.try_into().map_err(|_| TraceError::Spec("cpus too large".into()))?,
                 "mem_gib" => spec.mem_gib = int(v)?,
                 "users" => spec.users = int(v)?.max(1) as u32,
                 "load" => {
-                    spec.load = v
-                        .parse::<f64>()
-                        .map_err(|_| TraceError::Spec(format!("load: {v:?} is not a number")))?;
+                    spec.load = v.parse::<f64>().map_err(|_| TraceError::Spec(format!("load: {v:?} is not a number")))?;
                     if !(spec.load > 0.0 && spec.load <= 10.0) {
                         return Err(TraceError::Spec(format!("load: {v} is outside (0, 10]")));
                     }
                 }
                 _ => {
-                    return Err(TraceError::Spec(format!(
-                        "unknown key {k:?} (known: nodes, gpus, jobs, load, cpus, mem_gib, users)"
-                    )));
+                    return Err(TraceError::Spec(format!("unknown key {k:?} (known: nodes, gpus, jobs, load, cpus, mem_gib, users)")));
                 }
             }
         }
         if spec.nodes == 0 || spec.jobs == 0 || spec.cpus == 0 {
-            return Err(TraceError::Spec(
-                "nodes, jobs and cpus must be positive".into(),
-            ));
+            return Err(TraceError::Spec("nodes, jobs and cpus must be positive".into()));
         }
         Ok(spec)
     }
@@ -113,12 +83,7 @@ impl std::str::FromStr for SyntheticSpec {
 pub fn cluster(spec: &SyntheticSpec) -> Vec<Node> {
     (0..spec.nodes)
         .map(|i| {
-            let mut n = Node::new(
-                format!("gpu{i:06}"),
-                spec.cpus,
-                spec.mem_gib << 30,
-                spec.gpus,
-            );
+            let mut n = Node::new(format!("gpu{i:06}"), spec.cpus, spec.mem_gib << 30, spec.gpus);
             n.gpu_type = (spec.gpus > 0).then(|| "h100".to_string());
             n.switch = i / 32;
             n.block = i / 256;
@@ -156,9 +121,9 @@ pub fn generate(spec: &SyntheticSpec, seed: u64) -> Workload {
     let mut work = 0f64;
     for _ in 0..spec.jobs {
         let gpus = gpus_for(&mut rng, g, spec.nodes);
-        // log-normal: median e^mu = 120 s, sigma 2.2 (mean ≈ 1,350 s); 10 s .. 14 days
+        // log-normal: median e^mu = 120 s, sigma 2.2, cut at 10 s and 1 day (mean ≈ 1,200 s)
         let z = normal(&mut rng);
-        let run = (120f64.ln() + 2.2 * z).exp().clamp(10.0, 14.0 * 86400.0) as i64;
+        let run = (120f64.ln() + 2.2 * z).exp().clamp(10.0, 86400.0) as i64;
         work += gpus as f64 * run as f64;
         raw.push((gpus, run));
     }
@@ -178,11 +143,7 @@ pub fn generate(spec: &SyntheticSpec, seed: u64) -> Workload {
             shape.ntasks = gpus;
             shape.cpus_per_task = (spec.cpus / g).max(1);
             shape.mem = MemRequest::PerCpu(4 << 30);
-            shape.gpus = Some(GpuRequest {
-                per: GpuPer::Task(1),
-                gpu_type: None,
-                milli: 1000,
-            });
+            shape.gpus = Some(GpuRequest { per: GpuPer::Task(1), gpu_type: None, milli: 1000 });
         } else {
             let k = gpus.div_ceil(g);
             shape.nodes_min = k;
@@ -191,30 +152,21 @@ pub fn generate(spec: &SyntheticSpec, seed: u64) -> Workload {
             shape.ntasks_per_node = Some(g);
             shape.cpus_per_task = (spec.cpus / g).max(1);
             shape.mem = MemRequest::PerCpu(4 << 30);
-            shape.gpus = Some(GpuRequest {
-                per: GpuPer::Task(1),
-                gpu_type: None,
-                milli: 1000,
-            });
+            shape.gpus = Some(GpuRequest { per: GpuPer::Task(1), gpu_type: None, milli: 1000 });
         }
         let mut req = JobRequest::new(i as u64 + 1, t as i64, limit, shape);
         let user = zipf_user(&mut rng, spec.users);
         req.user = format!("user{user}");
         req.account = format!("acct{}", user % 8);
-        jobs.push(TraceJob {
-            req,
-            runtime: run,
-            units: gpus as u64,
-        });
+        // GPU workloads count capacity in milli-GPUs (as the Alibaba trace, where GPUs are shared).
+        let units = if spec.gpus == 0 { gpus as u64 } else { gpus as u64 * 1000 };
+        jobs.push(TraceJob { req, runtime: run, units });
     }
     Workload {
-        name: format!(
-            "synthetic({} nodes x {} GPUs, {} jobs)",
-            spec.nodes, spec.gpus, spec.jobs
-        ),
+        name: format!("synthetic({} nodes x {} GPUs, {} jobs)", spec.nodes, spec.gpus, spec.jobs),
         nodes,
         jobs,
-        capacity: capacity as u64,
+        capacity: if spec.gpus == 0 { capacity as u64 } else { capacity as u64 * 1000 },
         gpu: spec.gpus > 0,
         skipped: 0,
     }
@@ -247,20 +199,8 @@ mod tests {
     fn spec_parsing() {
         let s: SyntheticSpec = "nodes=30k,gpus=8,jobs=1000,load=0.8".parse().unwrap();
         assert_eq!((s.nodes, s.gpus, s.jobs), (30_000, 8, 1000));
-        assert!(
-            "nodes=abc"
-                .parse::<SyntheticSpec>()
-                .unwrap_err()
-                .to_string()
-                .contains("not a whole number")
-        );
-        assert!(
-            "color=red"
-                .parse::<SyntheticSpec>()
-                .unwrap_err()
-                .to_string()
-                .contains("unknown key")
-        );
+        assert!("nodes=abc".parse::<SyntheticSpec>().unwrap_err().to_string().contains("not a whole number"));
+        assert!("color=red".parse::<SyntheticSpec>().unwrap_err().to_string().contains("unknown key"));
         assert!("load=-1".parse::<SyntheticSpec>().is_err());
         assert!("nodes".parse::<SyntheticSpec>().is_err());
     }
@@ -273,7 +213,7 @@ mod tests {
         assert_ne!(a.jobs, generate(&s, 8).jobs);
         let mut g: Vec<u64> = a.jobs.iter().map(|j| j.units).collect();
         g.sort();
-        assert_eq!(g[g.len() / 2], 1, "median job uses one GPU");
+        assert_eq!(g[g.len() / 2], 1000, "median job uses one GPU (1000 milli-GPUs)");
         assert!(a.jobs.iter().all(|j| j.req.time_limit >= j.runtime));
     }
 }

@@ -17,15 +17,5 @@ pub const ARROWS: &[(&str, &[&str])] = &[
 pub const PURE: &[&str] = &["model", "sched", "sim"];
 
 /// Strings that must not appear in a pure crate's source.
-pub const BANNED: &[&str] = &[
-    "std::fs",
-    "std::net",
-    "tokio",
-    "Instant::now",
-    "SystemTime",
-    "thread_rng",
-    "rand::rng(",
-    "std::process",
-    "std::env",
-    "File::open",
-];
+pub const BANNED: &[&str] =
+    &["std::fs", "std::net", "tokio", "Instant::now", "SystemTime", "thread_rng", "rand::rng(", "std::process", "std::env", "File::open"];

@@ -4,46 +4,24 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
-        .canonicalize()
-        .unwrap()
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
 }
 
 #[test]
 fn dependency_arrows_match_architecture() {
-    let out = Command::new(env!("CARGO"))
-        .args(["metadata", "--format-version", "1", "--no-deps"])
-        .current_dir(root())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "cargo metadata failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = Command::new(env!("CARGO")).args(["metadata", "--format-version", "1", "--no-deps"]).current_dir(root()).output().unwrap();
+    assert!(out.status.success(), "cargo metadata failed: {}", String::from_utf8_lossy(&out.stderr));
     let meta: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let members: Vec<&str> = meta["packages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p["name"].as_str().unwrap())
-        .collect();
+    let members: Vec<&str> = meta["packages"].as_array().unwrap().iter().map(|p| p["name"].as_str().unwrap()).collect();
     let mut errors = Vec::new();
     for name in &members {
         if !xtask::ARROWS.iter().any(|(n, _)| n == name) {
-            errors.push(format!(
-                "crate {name} is not in the ARROWS table (and ARCHITECTURE.md)"
-            ));
+            errors.push(format!("crate {name} is not in the ARROWS table (and ARCHITECTURE.md)"));
         }
     }
     for p in meta["packages"].as_array().unwrap() {
         let name = p["name"].as_str().unwrap();
-        let allowed = xtask::ARROWS
-            .iter()
-            .find(|(n, _)| *n == name)
-            .map(|(_, a)| *a)
-            .unwrap_or(&[]);
+        let allowed = xtask::ARROWS.iter().find(|(n, _)| *n == name).map(|(_, a)| *a).unwrap_or(&[]);
         for d in p["dependencies"].as_array().unwrap() {
             let dep = d["name"].as_str().unwrap();
             let normal = d["kind"].is_null();
@@ -101,17 +79,8 @@ fn every_source_file_starts_with_a_module_doc() {
     rust_files(&root().join("crates"), &mut files);
     let missing: Vec<String> = files
         .iter()
-        .filter(|f| {
-            !std::fs::read_to_string(f)
-                .unwrap()
-                .trim_start()
-                .starts_with("//!")
-        })
+        .filter(|f| !std::fs::read_to_string(f).unwrap().trim_start().starts_with("//!"))
         .map(|f| f.display().to_string())
         .collect();
-    assert!(
-        missing.is_empty(),
-        "files without a //! doc:\n{}",
-        missing.join("\n")
-    );
+    assert!(missing.is_empty(), "files without a //! doc:\n{}", missing.join("\n"));
 }

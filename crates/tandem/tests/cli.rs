@@ -1,0 +1,155 @@
+//! End-to-end tests of the `tandem` binary: real processes, real files, the shared traces.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn traces() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/traces")
+}
+
+fn tandem(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_tandem")).args(args).output().expect("run tandem")
+}
+
+fn ok_json(args: &[&str]) -> serde_json::Value {
+    let out = tandem(args);
+    assert!(out.status.success(), "tandem {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)))
+}
+
+fn err(args: &[&str]) -> String {
+    let out = tandem(args);
+    assert!(!out.status.success(), "tandem {args:?} should fail");
+    assert_eq!(out.status.code(), Some(2));
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn tmp(name: &str, body: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("tandem-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join(name);
+    std::fs::write(&p, body).unwrap();
+    p
+}
+
+fn path(p: &PathBuf) -> &str {
+    p.to_str().unwrap()
+}
+
+#[test]
+fn windows_reproduce_rlscheduler_through_the_binary() {
+    let lublin = traces().join("lublin_256.swf");
+    let v = ok_json(&["sim", "--trace", path(&lublin), "--windows", "rlscheduler", "--policy", "fcfs", "--backfill", "rls", "--json"]);
+    assert_eq!(format!("{:.2}", v["avg_bounded_slowdown"].as_f64().unwrap()), "235.82");
+    assert_eq!(format!("{:.3}", v["utilization"].as_f64().unwrap()), "0.868");
+    assert_eq!(v["jobs"].as_u64(), Some(10 * 1024));
+    assert!(v["avg_wait_s"].as_f64().unwrap() > 0.0);
+    assert_eq!(v["per_window_bounded_slowdown"].as_array().unwrap().len(), 10);
+}
+
+#[test]
+fn whole_gzip_trace_table_and_plot() {
+    let sdsc = traces().join("SDSC-SP2-1998-4.2-cln.swf.gz");
+    let plot = std::env::temp_dir().join(format!("tandem-plot-{}.svg", std::process::id()));
+    let out = tandem(&["sim", "--trace", path(&sdsc), "--limit", "3000", "--plot", plot.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let table = String::from_utf8_lossy(&out.stdout);
+    for row in ["avg bounded slowdown", "utilization (RLScheduler)", "wait avg / p50 / p95 / p99", "pass time mean"] {
+        assert!(table.contains(row), "missing {row:?} in\n{table}");
+    }
+    let svg = std::fs::read_to_string(&plot).unwrap();
+    assert!(svg.starts_with("<svg") && svg.contains("polyline") && svg.trim_end().ends_with("</svg>"));
+    std::fs::remove_file(plot).ok();
+}
+
+#[test]
+fn alibaba_gpu_trace_reports_gpu_metrics() {
+    let pods = traces().join("openb_pod_list_default.csv");
+    let nodes = traces().join("openb_node_list_gpu_node.csv");
+    let v = ok_json(&["sim", "--trace", path(&pods), "--nodes-file", path(&nodes), "--json"]);
+    assert_eq!(v["nodes"].as_u64(), Some(1213));
+    assert_eq!(v["skipped_lines"].as_u64(), Some(897), "the 897 never-scheduled pods are skipped");
+    let alloc = v["gpu_allocation_rate"].as_f64().unwrap();
+    assert!(alloc > 0.0 && alloc <= 1.0);
+    assert!(v["gpu_fragmentation"].as_f64().is_some());
+    assert!(err(&["sim", "--trace", path(&pods)]).contains("--nodes-file"));
+    // Placement mode (as the FGD simulator): pods never leave; the figures describe the packing.
+    let p = ok_json(&["sim", "--trace", path(&pods), "--nodes-file", path(&nodes), "--no-departures", "--json"]);
+    let packed = p["gpu_allocation_rate"].as_f64().unwrap();
+    assert!(packed > alloc && packed <= 1.0, "packing {packed} vs time-averaged {alloc}");
+    assert_eq!(p["jobs"].as_u64().unwrap() + p["pending_at_end"].as_u64().unwrap(), 7255);
+    assert!(err(&["sim", "--trace", path(&pods), "--nodes-file", path(&nodes), "--no-departures", "--windows", "rlscheduler"]).contains("--no-departures"));
+}
+
+#[test]
+fn synthetic_runs_are_reproducible_from_the_seed() {
+    let run = |seed: &str| {
+        let mut v = ok_json(&["sim", "--synthetic", "nodes=64,gpus=8,jobs=3000", "--seed", seed, "--json"]);
+        for k in ["wall_s", "pass_us_mean", "pass_us_p99", "pass_us_max"] {
+            v.as_object_mut().unwrap().remove(k);
+        }
+        v
+    };
+    assert_eq!(run("5"), run("5"));
+    assert_ne!(run("5")["avg_wait_s"], run("6")["avg_wait_s"]);
+}
+
+#[test]
+fn malformed_traces_name_the_file_and_line() {
+    let good = "1 0 -1 100 4 -1 -1 4 200 -1 1 1 1 -1 0 -1 -1 -1\n";
+    let bad = tmp("bad.swf", &format!("; MaxNodes: 8\n{good}2 5 -1 1x0 4 -1 -1 4 200 -1 1 1 1 -1 0 -1 -1 -1\n3 9 -1 10\n"));
+    let e = err(&["sim", "--trace", path(&bad)]);
+    assert!(e.contains("bad.swf:3: field 4 (run time)"), "{e}");
+    let v = ok_json(&["sim", "--trace", path(&bad), "--lenient", "--json"]);
+    assert_eq!((v["jobs"].as_u64(), v["skipped_lines"].as_u64()), (Some(1), Some(2)));
+    let truncated = tmp("trunc.swf", &format!("; MaxNodes: 8\n{good}2 5 -1 100 4 -1"));
+    assert!(err(&["sim", "--trace", path(&truncated)]).contains("trunc.swf:3: expected 18 fields, found 6"));
+    let headless = tmp("nohead.swf", good);
+    assert!(err(&["sim", "--trace", path(&headless)]).contains("--procs"));
+    assert_eq!(ok_json(&["sim", "--trace", path(&headless), "--procs", "8", "--json"])["jobs"].as_u64(), Some(1));
+    let gz = tmp("notgz.swf.gz", "\u{1f}\u{8b}garbage");
+    assert!(err(&["sim", "--trace", path(&gz)]).contains("notgz.swf.gz"));
+    assert!(err(&["sim", "--trace", "/nonexistent/x.swf"]).contains("/nonexistent/x.swf"));
+    let badcsv = tmp("nodes.csv", "sn,cpu_milli,memory_mib,gpu,model\nn0,64000,-5,2,P100\n");
+    let pods = traces().join("openb_pod_list_default.csv");
+    assert!(err(&["sim", "--trace", path(&pods), "--nodes-file", path(&badcsv)]).contains("nodes.csv:2: column memory_mib"));
+}
+
+#[test]
+fn impossible_jobs_are_rejected_not_blocking() {
+    // 8 processors; job 2 asks for 64: rejected with a reason, job 3 still runs.
+    let t = tmp(
+        "big.swf",
+        "; MaxNodes: 8\n1 0 -1 100 4 -1 -1 4 200 -1 1 1 1 -1 0 -1 -1 -1\n2 1 -1 100 64 -1 -1 64 200 -1 1 1 1 -1 0 -1 -1 -1\n3 2 -1 100 2 -1 -1 2 200 -1 1 1 1 -1 0 -1 -1 -1\n",
+    );
+    let v = ok_json(&["sim", "--trace", path(&t), "--json"]);
+    assert_eq!((v["jobs"].as_u64(), v["rejected"].as_u64()), (Some(2), Some(1)));
+}
+
+#[test]
+fn bad_flags_get_clear_errors() {
+    let lublin = traces().join("lublin_256.swf");
+    let l = path(&lublin);
+    assert!(err(&["sim", "--trace", l, "--policy", "lifo"]).contains("unknown --policy \"lifo\""));
+    assert!(err(&["sim", "--trace", l, "--backfill", "greedy"]).contains("unknown --backfill"));
+    assert!(err(&["sim", "--trace", l, "--windows", "ten"]).contains("unknown --windows"));
+    assert!(err(&["sim", "--trace", l, "--plot", "x.png"]).contains("SVG"));
+    assert!(err(&["sim", "--trace", l, "--policy", "sjf", "--weights", "age=1"]).contains("--weights applies"));
+    assert!(err(&["sim", "--trace", l, "--weights", "age=-1"]).contains("non-negative"));
+    assert!(err(&["sim", "--trace", l, "--weights", "speed=1"]).contains("unknown key"));
+    assert!(err(&["sim", "--synthetic", "nodes=x"]).contains("not a whole number"));
+    assert!(err(&["sim", "--synthetic", "nodes=8,jobs=100", "--windows", "rlscheduler"]).contains("needs at least"));
+    let out = tandem(&["sim"]);
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("--trace"));
+}
+
+#[test]
+fn bench_sched_smoke() {
+    let v = ok_json(&["bench", "sched", "--nodes", "200", "--pending", "2000", "--repeat", "2", "--submissions", "20", "--json"]);
+    assert!(v["full_pass_ms_median"].as_f64().unwrap() > 0.0);
+    assert_eq!(v["pending"].as_u64(), Some(2000));
+    assert!(v["submit_fast_path_share"].as_f64().unwrap() > 0.0);
+    let c = ok_json(&["bench", "sched", "--nodes", "100", "--pending", "300", "--repeat", "1", "--backfill", "conservative", "--json"]);
+    assert!(c["full_pass_ms_median"].as_f64().unwrap() > 0.0);
+    assert!(err(&["bench", "sched", "--backfill", "rls"]).contains("easy or conservative"));
+}
