@@ -259,10 +259,10 @@ impl<'a> Facts<'a> {
         } else {
             let cpus = s.ntasks.max(1) * s.cpus_per_task.max(1);
             let mut k = cpus.div_ceil(self.max_cpus.max(1)).max(1);
-            if let Some(g) = &s.gpus {
-                if let model::GpuPer::Task(n) = g.per {
-                    k = k.max((s.ntasks.max(1) * n).div_ceil(self.max_gpus.max(1)));
-                }
+            if let Some(g) = &s.gpus
+                && let model::GpuPer::Task(n) = g.per
+            {
+                k = k.max((s.ntasks.max(1) * n).div_ceil(self.max_gpus.max(1)));
             }
             k
         };
@@ -334,13 +334,13 @@ pub(crate) struct EverFits {
 impl EverFits {
     pub(crate) fn check(&mut self, nodes: &[Node], r: &Resolved) -> bool {
         let f = &r.filter;
-        if f.all {
-            if let Some(key) = view::ShapeKey::of(&r.demand, r.nodes) {
-                return *self
-                    .plain
-                    .entry(key)
-                    .or_insert_with(|| nodes.iter().filter(|n| View::could_ever_fit(n, &r.demand)).count() >= r.nodes as usize);
-            }
+        if f.all
+            && let Some(key) = view::ShapeKey::of(&r.demand, r.nodes)
+        {
+            return *self
+                .plain
+                .entry(key)
+                .or_insert_with(|| nodes.iter().filter(|n| View::could_ever_fit(n, &r.demand)).count() >= r.nodes as usize);
         }
         let key =
             (r.demand.clone(), r.nodes, f.include.clone(), f.partition.clone(), f.features.clone(), f.gpu_type.clone(), f.exclude.clone());
@@ -396,13 +396,7 @@ pub(crate) fn schedule_inner<'n>(
     }
 
     // Order.
-    let mut seen: FxHashSet<&str> = FxHashSet::default();
-    let mut total_shares = 0;
-    for p in snap.pending.iter().map(|p| &p.req).chain(snap.running.iter().map(|r| &r.req)) {
-        if seen.insert(p.account.as_str()) {
-            total_shares += snap.config.shares(&p.account);
-        }
-    }
+    let (seen, total_shares) = accounts(snap);
     let ctx = priority_context(snap, facts, now, total_shares);
     let mut keyed: Vec<(u64, u64, u64, JobId, usize)> = ready
         .iter()
@@ -417,13 +411,12 @@ pub(crate) fn schedule_inner<'n>(
     order.truncate(cfg.max_considered);
 
     let commit = cfg.commit_head || cfg.backfill == Backfill::Rls;
-    if commit {
-        if let Some(c) = snap.carry.committed {
-            if let Some(pos) = order.iter().position(|&i| ready[i].req.id == c) {
-                let i = order.remove(pos);
-                order.insert(0, i);
-            }
-        }
+    if commit
+        && let Some(c) = snap.carry.committed
+        && let Some(pos) = order.iter().position(|&i| ready[i].req.id == c)
+    {
+        let i = order.remove(pos);
+        order.insert(0, i);
     }
 
     let mut top = None;
@@ -439,8 +432,20 @@ pub(crate) fn schedule_inner<'n>(
     }
     let accounts = seen.into_iter().map(str::to_string).collect();
     let total_shares = ctx.total_shares;
-    drop(ctx);
     (plan, PassMemo { view, top, total_shares, accounts })
+}
+
+/// The accounts with pending or running work, and their shares summed (fair-share's
+/// denominator).
+fn accounts<'a>(snap: &Snapshot<'a>) -> (FxHashSet<&'a str>, u32) {
+    let mut seen: FxHashSet<&str> = FxHashSet::default();
+    let mut total = 0;
+    for p in snap.pending.iter().map(|p| &p.req).chain(snap.running.iter().map(|r| &r.req)) {
+        if seen.insert(p.account.as_str()) {
+            total += snap.config.shares(&p.account);
+        }
+    }
+    (seen, total)
 }
 
 /// Maps an f64 to a u64 with the same order (total order; NaN sorts last).
@@ -887,13 +892,7 @@ pub(crate) fn reservation<'n>(
 /// priority order. For policies other than multifactor the breakdown is all zeros.
 pub fn priority_breakdown(snap: &Snapshot, now: Time, policy: &Policy) -> Vec<(JobId, Breakdown)> {
     let facts = Facts::new(snap.nodes, snap.config, false);
-    let mut seen: FxHashSet<&str> = FxHashSet::default();
-    let mut total_shares = 0;
-    for p in snap.pending.iter().map(|p| &p.req).chain(snap.running.iter().map(|r| &r.req)) {
-        if seen.insert(p.account.as_str()) {
-            total_shares += snap.config.shares(&p.account);
-        }
-    }
+    let (_, total_shares) = accounts(snap);
     let ctx = priority_context(snap, &facts, now, total_shares);
     let mut out: Vec<(JobId, Breakdown)> = snap
         .pending

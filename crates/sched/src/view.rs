@@ -36,18 +36,18 @@ pub(crate) struct Filter {
 
 impl Filter {
     pub fn ok(&self, i: u32, node: &Node) -> bool {
-        if let Some(m) = &self.mask {
-            if !m[i as usize] {
-                return false;
-            }
+        if let Some(m) = &self.mask
+            && !m[i as usize]
+        {
+            return false;
         }
         if self.all {
             return true;
         }
-        if let Some(p) = &self.partition {
-            if !node.in_partition(p) {
-                return false;
-            }
+        if let Some(p) = &self.partition
+            && !node.in_partition(p)
+        {
+            return false;
         }
         if !self.features.iter().all(|f| node.features.iter().any(|nf| nf == f)) {
             return false;
@@ -339,16 +339,16 @@ impl<'n> View<'n> {
         }
         let cacheable = filter.all && filter.mask.is_none() && max_switches.is_none() && matches!(strategy, Strategy::Pack);
         let key = if cacheable { ShapeKey::of(d, k) } else { None };
-        if let Some(key) = key {
-            if self.failed.iter().any(|f| key.dominates(f)) {
-                return None;
-            }
+        if let Some(key) = key
+            && self.failed.iter().any(|f| key.dominates(f))
+        {
+            return None;
         }
         let r = self.place_uncached(d, k, filter, strategy, max_switches);
-        if let (None, Some(key)) = (&r, key) {
-            if self.failed.len() < 64 {
-                self.failed.push(key);
-            }
+        if let (None, Some(key)) = (&r, key)
+            && self.failed.len() < 64
+        {
+            self.failed.push(key);
         }
         r
     }

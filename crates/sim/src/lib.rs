@@ -58,7 +58,15 @@ pub struct SimConfig {
 impl SimConfig {
     /// Production-like settings around a scheduler config.
     pub fn new(sched: Config, seed: u64) -> SimConfig {
-        SimConfig { sched, order: EventOrder::Batched, seed, half_life: 7 * 86400, stop_at_last_start: false, record_series: false, no_departures: false }
+        SimConfig {
+            sched,
+            order: EventOrder::Batched,
+            seed,
+            half_life: 7 * 86400,
+            stop_at_last_start: false,
+            record_series: false,
+            no_departures: false,
+        }
     }
 }
 
@@ -321,7 +329,6 @@ fn fragmented(st: &State, jobs: &[trace::TraceJob]) -> u64 {
             stranded += free.iter().map(|&f| f as u64).sum::<u64>();
         }
     }
-    let _ = st.nodes.len();
     stranded
 }
 
@@ -394,16 +401,22 @@ fn run_batched(st: &mut State, range: std::ops::Range<usize>, cfg: &SimConfig, c
         if all_started && (cfg.stop_at_last_start || ends.is_empty()) {
             break;
         }
-        let t_arr = (next < range.end).then(|| st.w.jobs[next].req.submit_time);
-        let t_end = ends.peek().map(|Reverse((t, _))| *t);
-        now = match (t_arr, t_end) {
-            (Some(a), Some(e)) => a.min(e),
-            (Some(a), None) => a,
-            (None, Some(e)) => e,
-            (None, None) => break, // pending jobs that can never start (e.g. all nodes down)
+        now = match next_event(st, next, &range, &ends) {
+            Some(t) => t,
+            None => break, // pending jobs that can never start (e.g. all nodes down)
         };
     }
     st.out.end = if cfg.stop_at_last_start { st.out.last_start } else { now.max(st.out.last_start) };
+}
+
+/// The time of the next arrival or completion, whichever comes first.
+fn next_event(st: &State, next: usize, range: &std::ops::Range<usize>, ends: &BinaryHeap<Reverse<(Time, u64)>>) -> Option<Time> {
+    let t_arr = (next < range.end).then(|| st.w.jobs[next].req.submit_time);
+    let t_end = ends.peek().map(|Reverse((t, _))| *t);
+    match (t_arr, t_end) {
+        (Some(a), Some(e)) => Some(a.min(e)),
+        (a, e) => a.or(e),
+    }
 }
 
 /// Accumulates free GPU capacity left idle while GPU jobs wait, until the next event.
@@ -411,14 +424,7 @@ fn stranded(st: &mut State, now: Time, next: usize, range: &std::ops::Range<usiz
     if !st.w.gpu || !st.pending.iter().any(|p| p.req.shape.gpus.is_some()) {
         return;
     }
-    let t_arr = (next < range.end).then(|| st.w.jobs[next].req.submit_time);
-    let t_end = ends.peek().map(|Reverse((t, _))| *t);
-    let until = match (t_arr, t_end) {
-        (Some(a), Some(e)) => a.min(e),
-        (Some(a), None) => a,
-        (None, Some(e)) => e,
-        (None, None) => return,
-    };
+    let Some(until) = next_event(st, next, range, ends) else { return };
     let free: u64 =
         st.usage.iter().zip(st.nodes).map(|(u, n)| n.gpus as u64 * 1000 - u.gpu_milli.iter().map(|&m| m as u64).sum::<u64>()).sum();
     st.out.stranded_gpu_milli_s += free as f64 * (until - now) as f64;

@@ -196,7 +196,6 @@ fn sched_bench(nodes: u32, gpus: u32, pending: u32, bf: Backfill, repeat: u32, s
         world.apply(&plan, now, false);
         for mut p in extra {
             p.req.submit_time = now;
-            let starts_before = p.req.id;
             world.pending.push(p);
             let idx = world.pending.len() - 1;
             let t = Instant::now();
@@ -205,7 +204,6 @@ fn sched_bench(nodes: u32, gpus: u32, pending: u32, bf: Backfill, repeat: u32, s
             if s.last_was_fast() {
                 fast += 1;
             }
-            let _ = starts_before;
             world.apply(&plan, now, false);
         }
     }

@@ -113,10 +113,10 @@ pub fn run(a: SimArgs) -> Result<()> {
     };
     let backfill =
         Backfill::parse(&a.backfill).with_context(|| format!("unknown --backfill {:?} (none, rls, easy, conservative)", a.backfill))?;
-    if let Some(w) = &a.windows {
-        if w != "rlscheduler" {
-            bail!("unknown --windows {w:?} (rlscheduler)");
-        }
+    if let Some(w) = &a.windows
+        && w != "rlscheduler"
+    {
+        bail!("unknown --windows {w:?} (rlscheduler)");
     }
     if a.no_departures && a.windows.is_some() {
         bail!("--no-departures is a whole-trace placement run; it cannot be combined with --windows");

@@ -78,7 +78,10 @@ fn alibaba_gpu_trace_reports_gpu_metrics() {
     let packed = p["gpu_allocation_rate"].as_f64().unwrap();
     assert!(packed > alloc && packed <= 1.0, "packing {packed} vs time-averaged {alloc}");
     assert_eq!(p["jobs"].as_u64().unwrap() + p["pending_at_end"].as_u64().unwrap(), 7255);
-    assert!(err(&["sim", "--trace", path(&pods), "--nodes-file", path(&nodes), "--no-departures", "--windows", "rlscheduler"]).contains("--no-departures"));
+    assert!(
+        err(&["sim", "--trace", path(&pods), "--nodes-file", path(&nodes), "--no-departures", "--windows", "rlscheduler"])
+            .contains("--no-departures")
+    );
 }
 
 #[test]
