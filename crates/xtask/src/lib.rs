@@ -8,13 +8,14 @@ pub const ARROWS: &[(&str, &[&str])] = &[
     ("model", &[]),
     ("sched", &["model"]),
     ("trace", &["model"]),
+    ("slurmcli", &["model"]),
     ("sim", &["sched", "trace", "model"]),
     ("tandem", &["sim", "sched", "trace", "model"]),
     ("xtask", &[]),
 ];
 
 /// Crates that must stay pure: no IO, no clock, no unseeded randomness, no async runtime.
-pub const PURE: &[&str] = &["model", "sched", "sim"];
+pub const PURE: &[&str] = &["model", "sched", "sim", "slurmcli"];
 
 /// Strings that must not appear in a pure crate's source.
 pub const BANNED: &[&str] =

@@ -1,0 +1,31 @@
+//! Slurm-compatible command semantics, as pure functions: what `sbatch` accepts on its command
+//! line and in `#SBATCH` lines, Slurm's time, memory and GRES formats, job arrays,
+//! dependencies, signals, hostlists, output-file patterns, and the environment a task sees
+//! (`SLURM_*`, the same under `TANDEM_*`, and PyTorch's rendezvous variables).
+//!
+//! **Invariant:** no IO, no clock, no environment reads: the caller passes the script text, the
+//! arguments and the current time; errors are values whose messages read like Slurm's.
+
+mod env;
+mod formats;
+mod hostlist;
+mod options;
+
+pub use env::{TaskEnv, task_env};
+pub use formats::{
+    ArraySpec, Signal, format_time, parse_array, parse_begin, parse_dependency, parse_gpus, parse_gres, parse_memory, parse_signal,
+    parse_time, signal_number,
+};
+pub use hostlist::{compress, expand};
+pub use options::{BatchSpec, expand_pattern, parse_sbatch};
+
+/// A user error in a command line, script or value. The message says what to fix.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Invalid(pub String);
+
+impl Invalid {
+    pub(crate) fn new(msg: impl Into<String>) -> Invalid {
+        Invalid(msg.into())
+    }
+}

@@ -1,0 +1,606 @@
+//! `sbatch` options, from the command line and from `#SBATCH` lines (Slurm's rule: read until
+//! the first line that is neither blank nor a comment; command-line values override).
+
+use model::{Dependency, GpuPer, GpuRequest, JobRequest, MemRequest, Shape, Time};
+use serde::{Deserialize, Serialize};
+
+use crate::Invalid;
+use crate::formats::{
+    ArraySpec, Signal, parse_array, parse_begin, parse_dependency, parse_gpus, parse_gres, parse_memory, parse_signal, parse_time,
+};
+use crate::hostlist::expand;
+
+/// A submission as `sbatch` describes it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct BatchSpec {
+    /// `-J`.
+    pub job_name: Option<String>,
+    /// `-p`.
+    pub partition: Option<String>,
+    /// `-A`.
+    pub account: Option<String>,
+    /// `-q`.
+    pub qos: Option<String>,
+    /// `--nice`.
+    pub nice: i32,
+    /// `-N min[-max]`.
+    pub nodes: Option<(u32, u32)>,
+    /// `-n`.
+    pub ntasks: Option<u32>,
+    /// `--ntasks-per-node`.
+    pub ntasks_per_node: Option<u32>,
+    /// `-c`.
+    pub cpus_per_task: Option<u32>,
+    /// `--mem` / `--mem-per-cpu`, bytes (0 = all of the node's memory).
+    pub mem: Option<MemRequest>,
+    /// `--gpus`, `--gpus-per-node`, `--gpus-per-task`, `--gres=gpu...`.
+    pub gpus: Option<GpuRequest>,
+    /// Other `--gres` resources per node.
+    pub gres_other: Vec<(String, u64)>,
+    /// `-C` features (all required).
+    pub constraint: Vec<String>,
+    /// `-w`.
+    pub nodelist: Vec<String>,
+    /// `-x`.
+    pub exclude: Vec<String>,
+    /// `-t`: `None` not given, `Some(None)` unlimited.
+    pub time: Option<Option<Time>>,
+    /// `--time-min`.
+    pub time_min: Option<Time>,
+    /// `-o` pattern.
+    pub output: Option<String>,
+    /// `-e` pattern.
+    pub error: Option<String>,
+    /// `--array`.
+    pub array: Option<ArraySpec>,
+    /// `--dependency`.
+    pub dependency: Vec<Dependency>,
+    /// `--requeue` / `--no-requeue` (None: the cluster default, requeue on).
+    pub requeue: Option<bool>,
+    /// `--signal`.
+    pub signal: Option<Signal>,
+    /// `--exclusive`.
+    pub exclusive: bool,
+    /// `--hold`.
+    pub hold: bool,
+    /// `--begin`, resolved to Unix seconds.
+    pub begin: Option<Time>,
+    /// `-D`.
+    pub chdir: Option<String>,
+    /// `--export`.
+    pub export: Option<String>,
+    /// `--parsable`.
+    pub parsable: bool,
+    /// `--test-only`.
+    pub test_only: bool,
+    /// `--switches=N[@wait]`: at most N leaf switches.
+    pub switches: Option<u32>,
+    /// The batch script's text (the file's, or one made from `--wrap`).
+    pub script: String,
+    /// Path of the script as given, if any.
+    pub script_path: Option<String>,
+    /// Arguments after the script path.
+    pub script_args: Vec<String>,
+}
+
+struct Opt {
+    long: &'static str,
+    short: Option<char>,
+    arg: Arg,
+}
+
+#[derive(PartialEq)]
+enum Arg {
+    Required,
+    Optional,
+    None,
+}
+
+const OPTS: &[Opt] = &[
+    Opt { long: "job-name", short: Some('J'), arg: Arg::Required },
+    Opt { long: "partition", short: Some('p'), arg: Arg::Required },
+    Opt { long: "account", short: Some('A'), arg: Arg::Required },
+    Opt { long: "qos", short: Some('q'), arg: Arg::Required },
+    Opt { long: "nice", short: None, arg: Arg::Optional },
+    Opt { long: "nodes", short: Some('N'), arg: Arg::Required },
+    Opt { long: "ntasks", short: Some('n'), arg: Arg::Required },
+    Opt { long: "ntasks-per-node", short: None, arg: Arg::Required },
+    Opt { long: "cpus-per-task", short: Some('c'), arg: Arg::Required },
+    Opt { long: "mem", short: None, arg: Arg::Required },
+    Opt { long: "mem-per-cpu", short: None, arg: Arg::Required },
+    Opt { long: "gpus", short: Some('G'), arg: Arg::Required },
+    Opt { long: "gpus-per-node", short: None, arg: Arg::Required },
+    Opt { long: "gpus-per-task", short: None, arg: Arg::Required },
+    Opt { long: "gres", short: None, arg: Arg::Required },
+    Opt { long: "constraint", short: Some('C'), arg: Arg::Required },
+    Opt { long: "nodelist", short: Some('w'), arg: Arg::Required },
+    Opt { long: "exclude", short: Some('x'), arg: Arg::Required },
+    Opt { long: "time", short: Some('t'), arg: Arg::Required },
+    Opt { long: "time-min", short: None, arg: Arg::Required },
+    Opt { long: "output", short: Some('o'), arg: Arg::Required },
+    Opt { long: "error", short: Some('e'), arg: Arg::Required },
+    Opt { long: "array", short: Some('a'), arg: Arg::Required },
+    Opt { long: "dependency", short: Some('d'), arg: Arg::Required },
+    Opt { long: "requeue", short: None, arg: Arg::None },
+    Opt { long: "no-requeue", short: None, arg: Arg::None },
+    Opt { long: "signal", short: None, arg: Arg::Required },
+    Opt { long: "exclusive", short: None, arg: Arg::Optional },
+    Opt { long: "hold", short: Some('H'), arg: Arg::None },
+    Opt { long: "begin", short: Some('b'), arg: Arg::Required },
+    Opt { long: "chdir", short: Some('D'), arg: Arg::Required },
+    Opt { long: "export", short: None, arg: Arg::Required },
+    Opt { long: "parsable", short: None, arg: Arg::None },
+    Opt { long: "test-only", short: None, arg: Arg::None },
+    Opt { long: "wrap", short: None, arg: Arg::Required },
+    Opt { long: "switches", short: None, arg: Arg::Required },
+];
+
+fn find_long(name: &str) -> Result<&'static Opt, Invalid> {
+    OPTS.iter().find(|o| o.long == name).ok_or_else(|| Invalid::new(format!("unrecognized option '--{name}'")))
+}
+
+fn find_short(c: char) -> Result<&'static Opt, Invalid> {
+    OPTS.iter().find(|o| o.short == Some(c)).ok_or_else(|| Invalid::new(format!("invalid option -- '{c}'")))
+}
+
+/// Splits an `#SBATCH` line's text into words: quotes group, nothing is expanded, a word
+/// starting with `#` ends the line.
+fn words(line: &str) -> Result<Vec<String>, Invalid> {
+    let mut out = Vec::new();
+    let mut cur = String::new();
+    let mut quote: Option<char> = None;
+    let mut in_word = false;
+    for c in line.chars() {
+        match (quote, c) {
+            (Some(q), c) if c == q => quote = None,
+            (Some(_), c) => cur.push(c),
+            (None, '"' | '\'') => {
+                quote = Some(c);
+                in_word = true;
+            }
+            (None, c) if c.is_whitespace() => {
+                if in_word {
+                    out.push(std::mem::take(&mut cur));
+                    in_word = false;
+                }
+            }
+            (None, '#') if !in_word => break,
+            (None, c) => {
+                cur.push(c);
+                in_word = true;
+            }
+        }
+    }
+    if quote.is_some() {
+        return Err(Invalid::new("unterminated quote"));
+    }
+    if in_word {
+        out.push(cur);
+    }
+    Ok(out)
+}
+
+/// Parses option words into (option, value) pairs; returns the index of the first positional
+/// word (the script) when `stop_at_positional`.
+fn pairs(argv: &[String], stop_at_positional: bool) -> Result<(Vec<(&'static Opt, Option<String>)>, usize), Invalid> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < argv.len() {
+        let a = &argv[i];
+        if a == "--" {
+            return Ok((out, i + 1));
+        }
+        if let Some(rest) = a.strip_prefix("--") {
+            let (name, val) = match rest.split_once('=') {
+                Some((n, v)) => (n, Some(v.to_string())),
+                None => (rest, None),
+            };
+            let opt = find_long(name)?;
+            let val = match (&opt.arg, val) {
+                (Arg::None, Some(_)) => return Err(Invalid::new(format!("option '--{name}' doesn't allow an argument"))),
+                (Arg::None, None) | (Arg::Optional, None) => None,
+                (_, Some(v)) => Some(v),
+                (Arg::Required, None) => {
+                    i += 1;
+                    Some(argv.get(i).cloned().ok_or_else(|| Invalid::new(format!("option '--{name}' requires an argument")))?)
+                }
+            };
+            out.push((opt, val));
+        } else if a.len() > 1 && a.starts_with('-') {
+            let mut chars = a[1..].chars();
+            let c = chars.next().expect("non-empty");
+            let opt = find_short(c)?;
+            let attached: String = chars.collect();
+            let val = match opt.arg {
+                Arg::None if !attached.is_empty() => return Err(Invalid::new(format!("option '-{c}' doesn't allow an argument"))),
+                Arg::None | Arg::Optional => (!attached.is_empty()).then_some(attached),
+                Arg::Required if !attached.is_empty() => Some(attached),
+                Arg::Required => {
+                    i += 1;
+                    Some(argv.get(i).cloned().ok_or_else(|| Invalid::new(format!("option requires an argument -- '{c}'")))?)
+                }
+            };
+            out.push((opt, val));
+        } else if stop_at_positional {
+            return Ok((out, i));
+        } else {
+            return Err(Invalid::new(format!("unexpected word {a:?} (each #SBATCH line holds options only)")));
+        }
+        i += 1;
+    }
+    Ok((out, argv.len()))
+}
+
+fn name_like(v: &str, what: &str) -> Result<String, Invalid> {
+    if v.is_empty() || v.len() > 64 || !v.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-' || c == '.') {
+        return Err(Invalid::new(format!("invalid {what} {v:?}: letters, digits, '_', '-' and '.' only")));
+    }
+    Ok(v.to_string())
+}
+
+fn count(v: &str, what: &str, max: u32) -> Result<u32, Invalid> {
+    match v.trim().parse::<u32>() {
+        Ok(n) if n >= 1 && n <= max => Ok(n),
+        _ => Err(Invalid::new(format!("invalid {what} {v:?}: a whole number from 1 to {max}"))),
+    }
+}
+
+fn text(v: &str, what: &str) -> Result<String, Invalid> {
+    if v.contains('\0') || v.contains('\n') || v.len() > 4096 {
+        return Err(Invalid::new(format!("invalid {what}: no newlines or NUL bytes, at most 4096 bytes")));
+    }
+    Ok(v.to_string())
+}
+
+impl BatchSpec {
+    fn set(&mut self, opt: &Opt, v: Option<String>, now: Time) -> Result<(), Invalid> {
+        let val = || v.clone().unwrap_or_default();
+        match opt.long {
+            "job-name" => {
+                let n = text(&val(), "job name")?;
+                if n.is_empty() || n.len() > 200 {
+                    return Err(Invalid::new("invalid job name: 1 to 200 characters"));
+                }
+                self.job_name = Some(n);
+            }
+            "partition" => self.partition = Some(name_like(&val(), "partition")?),
+            "account" => self.account = Some(name_like(&val(), "account")?),
+            "qos" => self.qos = Some(name_like(&val(), "qos")?),
+            "nice" => {
+                self.nice = match &v {
+                    None => 100,
+                    Some(s) => match s.parse::<i32>() {
+                        Ok(n) if (-10_000..=10_000).contains(&n) => n,
+                        _ => return Err(Invalid::new(format!("invalid --nice {s:?}: an integer from -10000 to 10000"))),
+                    },
+                }
+            }
+            "nodes" => {
+                let s = val();
+                let (a, b) = s.split_once('-').unwrap_or((&s, &s));
+                let (a, b) = (count(a, "node count", 100_000)?, count(b, "node count", 100_000)?);
+                if a > b {
+                    return Err(Invalid::new(format!("invalid node count {s:?}: min is larger than max")));
+                }
+                self.nodes = Some((a, b));
+            }
+            "ntasks" => self.ntasks = Some(count(&val(), "number of tasks", 10_000_000)?),
+            "ntasks-per-node" => self.ntasks_per_node = Some(count(&val(), "--ntasks-per-node", 100_000)?),
+            "cpus-per-task" => self.cpus_per_task = Some(count(&val(), "--cpus-per-task", 100_000)?),
+            "mem" => self.mem = Some(MemRequest::PerNode(parse_memory(&val())?)),
+            "mem-per-cpu" => self.mem = Some(MemRequest::PerCpu(parse_memory(&val())?)),
+            "gpus" => {
+                let (t, n) = parse_gpus(&val())?;
+                self.gpus = Some(GpuRequest { per: GpuPer::Job(n), gpu_type: t, milli: 1000 });
+            }
+            "gpus-per-node" => {
+                let (t, n) = parse_gpus(&val())?;
+                self.gpus = Some(GpuRequest { per: GpuPer::Node(n), gpu_type: t, milli: 1000 });
+            }
+            "gpus-per-task" => {
+                let (t, n) = parse_gpus(&val())?;
+                self.gpus = Some(GpuRequest { per: GpuPer::Task(n), gpu_type: t, milli: 1000 });
+            }
+            "gres" => {
+                self.gres_other.clear();
+                for (name, ty, n) in parse_gres(&val())? {
+                    if name == "gpu" {
+                        let n = u32::try_from(n).map_err(|_| Invalid::new("gres gpu count too large"))?;
+                        self.gpus = Some(GpuRequest { per: GpuPer::Node(n), gpu_type: ty, milli: 1000 });
+                    } else if ty.is_some() {
+                        return Err(Invalid::new(format!("invalid --gres {name}: only gpu takes a type")));
+                    } else {
+                        self.gres_other.push((name, n));
+                    }
+                }
+            }
+            "constraint" => {
+                let s = val();
+                if s.contains('|') || s.contains('[') {
+                    return Err(Invalid::new(format!("invalid --constraint {s:?}: only features joined by '&' or ',' are supported")));
+                }
+                self.constraint = s.split(['&', ',']).map(|f| name_like(f.trim(), "feature")).collect::<Result<_, _>>()?;
+            }
+            "nodelist" => self.nodelist = expand(&val(), 100_000)?,
+            "exclude" => self.exclude = expand(&val(), 100_000)?,
+            "time" => self.time = Some(parse_time(&val())?),
+            "time-min" => self.time_min = parse_time(&val())?,
+            "output" => self.output = Some(text(&val(), "--output")?),
+            "error" => self.error = Some(text(&val(), "--error")?),
+            "array" => self.array = Some(parse_array(&val())?),
+            "dependency" => self.dependency = parse_dependency(&val())?,
+            "requeue" => self.requeue = Some(true),
+            "no-requeue" => self.requeue = Some(false),
+            "signal" => self.signal = Some(parse_signal(&val())?),
+            "exclusive" => {
+                match v.as_deref() {
+                    None | Some("user") | Some("mcs") | Some("topo") => {}
+                    Some(o) => return Err(Invalid::new(format!("invalid --exclusive={o}: user, mcs or topo"))),
+                }
+                self.exclusive = true;
+            }
+            "hold" => self.hold = true,
+            "begin" => self.begin = Some(parse_begin(&val(), now)?),
+            "chdir" => self.chdir = Some(text(&val(), "--chdir")?),
+            "export" => self.export = Some(text(&val(), "--export")?),
+            "parsable" => self.parsable = true,
+            "test-only" => self.test_only = true,
+            "wrap" => {
+                let w = val();
+                if w.trim().is_empty() || w.contains('\0') {
+                    return Err(Invalid::new("--wrap needs a command"));
+                }
+                self.script = format!("#!/bin/sh\n# This script was created by sbatch --wrap.\n\n{w}\n");
+                self.script_path = None;
+            }
+            "switches" => {
+                let s = val();
+                let n = s.split_once('@').map_or(s.as_str(), |(n, _)| n);
+                self.switches = Some(count(n, "--switches", 100_000)?);
+            }
+            other => unreachable!("option table and setter disagree on {other}"),
+        }
+        Ok(())
+    }
+
+    /// The script's `#SBATCH` options, in order, with their 1-based line numbers.
+    fn script_options(script: &str) -> Result<Vec<(usize, Vec<String>)>, Invalid> {
+        let mut out = Vec::new();
+        for (n, line) in script.lines().enumerate().skip(1) {
+            let t = line.trim_start();
+            if let Some(rest) = t.strip_prefix("#SBATCH") {
+                if !rest.is_empty() && !rest.starts_with(char::is_whitespace) {
+                    continue; // "#SBATCHED" is only a comment
+                }
+                out.push((n + 1, words(rest).map_err(|e| Invalid::new(format!("script line {}: {}", n + 1, e.0)))?));
+            } else if t.is_empty() || t.starts_with('#') {
+                continue;
+            } else {
+                break; // Slurm stops at the first command
+            }
+        }
+        Ok(out)
+    }
+
+    /// Resolves the request shape Slurm would: nodes, tasks, CPUs, memory, GPUs.
+    pub fn shape(&self) -> Shape {
+        let (nmin, nmax) = self.nodes.unwrap_or((0, 0));
+        let ntasks = self.ntasks.unwrap_or_else(|| match (self.ntasks_per_node, nmin) {
+            (Some(t), n) if n > 0 => t * n,
+            _ => nmin.max(1),
+        });
+        Shape {
+            nodes_min: nmin,
+            nodes_max: nmax.max(nmin),
+            ntasks,
+            ntasks_per_node: self.ntasks_per_node,
+            cpus_per_task: self.cpus_per_task.unwrap_or(1),
+            mem: self.mem.unwrap_or(MemRequest::PerNode(0)),
+            gpus: self.gpus.clone(),
+            other: self.gres_other.clone(),
+            exclusive: self.exclusive,
+        }
+    }
+
+    /// The scheduler's request for this submission (partition and QOS defaults are the
+    /// controller's to fill in; `default_time` applies when `-t` was not given).
+    pub fn to_request(&self, id: u64, user: &str, submit_time: Time, default_time: Time) -> JobRequest {
+        let limit = match self.time {
+            None => default_time,
+            Some(None) => Time::MAX / 4,
+            Some(Some(t)) => t,
+        };
+        let mut r = JobRequest::new(id, submit_time, limit, self.shape());
+        r.name = self.job_name.clone().unwrap_or_else(|| self.script_path.as_deref().map_or("wrap", base_name).to_string());
+        r.user = user.to_string();
+        r.account = self.account.clone().unwrap_or_else(|| user.to_string());
+        r.partition = self.partition.clone();
+        r.qos = self.qos.clone();
+        r.nice = self.nice;
+        r.begin_time = self.begin;
+        r.features = self.constraint.clone();
+        r.nodelist = self.nodelist.clone();
+        r.exclude = self.exclude.clone();
+        r.max_switches = self.switches;
+        r.dependencies = self.dependency.clone();
+        r.held = self.hold;
+        r
+    }
+}
+
+fn base_name(p: &str) -> &str {
+    p.rsplit('/').next().unwrap_or(p)
+}
+
+/// Parses `sbatch` arguments. The first word that is not an option is the script path; the
+/// words after it are the script's arguments. `read_script` reads the script (the caller's IO);
+/// its `#SBATCH` lines apply first and the command line overrides them. `now` resolves
+/// `--begin`. Errors read like sbatch's.
+pub fn parse_sbatch(
+    argv: &[String],
+    now: Time,
+    read_script: &mut dyn FnMut(&str) -> Result<String, Invalid>,
+) -> Result<BatchSpec, Invalid> {
+    let (cli, pos) = pairs(argv, true)?;
+    let mut spec = BatchSpec::default();
+    let wrap = cli.iter().any(|(o, _)| o.long == "wrap");
+    if pos < argv.len() {
+        if wrap {
+            return Err(Invalid::new("cannot use --wrap together with a batch script"));
+        }
+        let path = argv[pos].clone();
+        let text = read_script(&path)?;
+        if !text.starts_with("#!") {
+            return Err(Invalid::new(
+                "This does not look like a batch script. The first line must start with #! followed by the path to an interpreter.",
+            ));
+        }
+        if text.contains('\0') {
+            return Err(Invalid::new("the batch script contains NUL bytes"));
+        }
+        for (line, words) in BatchSpec::script_options(&text)? {
+            let (opts, _) = pairs(&words, false).map_err(|e| Invalid::new(format!("script line {line}: {}", e.0)))?;
+            for (opt, v) in opts {
+                if opt.long == "wrap" {
+                    return Err(Invalid::new(format!("script line {line}: --wrap cannot be used in a script")));
+                }
+                spec.set(opt, v, now).map_err(|e| Invalid::new(format!("script line {line}: {}", e.0)))?;
+            }
+        }
+        spec.script = text;
+        spec.script_path = Some(path);
+        spec.script_args = argv[pos + 1..].to_vec();
+    } else if !wrap {
+        return Err(Invalid::new("no batch script: give a script file or --wrap=\"command\""));
+    }
+    for (opt, v) in cli {
+        spec.set(opt, v, now)?;
+    }
+    if let (Some(GpuRequest { per: GpuPer::Task(_), .. }), None) = (&spec.gpus, spec.ntasks) {
+        if spec.ntasks_per_node.is_none() && spec.nodes.is_none() {
+            spec.ntasks = Some(1);
+        }
+    }
+    Ok(spec)
+}
+
+/// Expands an output pattern: `%j` job id, `%x` name, `%A` array job id, `%a` array task id,
+/// `%N` first node, `%u` user, `%%` a percent sign. For a plain job `%A` is the job id and
+/// `%a` is 4294967294, as in Slurm.
+pub fn expand_pattern(p: &str, job: u64, name: &str, array: Option<(u64, u32)>, node: &str, user: &str) -> String {
+    let mut out = String::new();
+    let mut chars = p.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c != '%' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('j') => out.push_str(&job.to_string()),
+            Some('x') => out.push_str(name),
+            Some('A') => out.push_str(&array.map_or(job, |a| a.0).to_string()),
+            Some('a') => out.push_str(&array.map_or(4_294_967_294u64, |a| a.1 as u64).to_string()),
+            Some('N') => out.push_str(node),
+            Some('u') => out.push_str(user),
+            Some('%') => out.push('%'),
+            Some(other) => {
+                out.push('%');
+                out.push(other);
+            }
+            None => out.push('%'),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn argv(s: &[&str]) -> Vec<String> {
+        s.iter().map(|x| x.to_string()).collect()
+    }
+
+    fn with_script(args: &[&str], script: &str) -> Result<BatchSpec, Invalid> {
+        let script = script.to_string();
+        parse_sbatch(&argv(args), 1_000_000, &mut |_| Ok(script.clone()))
+    }
+
+    const SCRIPT: &str = "#!/bin/bash\n#SBATCH -J train\n#SBATCH --nodes=2 --ntasks-per-node=4   # comment\n\n# plain comment\n#SBATCH --gres=gpu:h100:4\n#SBATCH -t 1-00:00:00\n#SBATCHED not an option\nsrun python train.py\n#SBATCH --partition=ignored-after-first-command\n";
+
+    #[test]
+    fn script_lines_then_command_line_overrides() {
+        let s = with_script(&["-t", "30", "job.sh", "--lr", "3"], SCRIPT).unwrap();
+        assert_eq!(s.job_name.as_deref(), Some("train"));
+        assert_eq!(s.nodes, Some((2, 2)));
+        assert_eq!(s.ntasks_per_node, Some(4));
+        assert_eq!(s.gpus, Some(GpuRequest { per: GpuPer::Node(4), gpu_type: Some("h100".into()), milli: 1000 }));
+        assert_eq!(s.time, Some(Some(1800)), "command line wins");
+        assert_eq!(s.partition, None, "lines after the first command are not read");
+        assert_eq!(s.script_args, argv(&["--lr", "3"]));
+        let shape = s.shape();
+        assert_eq!((shape.nodes_min, shape.ntasks, shape.gpus_per_node(2)), (2, 8, 4));
+        let r = s.to_request(7, "alice", 100, 3600);
+        assert_eq!((r.name.as_str(), r.user.as_str(), r.account.as_str(), r.time_limit), ("train", "alice", "alice", 1800));
+    }
+
+    #[test]
+    fn wrap_and_short_forms() {
+        let s = parse_sbatch(
+            &argv(&["-N2", "-n", "8", "-c4", "--mem=16G", "--wrap", "hostname", "--parsable", "-H"]),
+            0,
+            &mut |_| unreachable!(),
+        )
+        .unwrap();
+        assert_eq!((s.nodes, s.ntasks, s.cpus_per_task, s.mem), (Some((2, 2)), Some(8), Some(4), Some(MemRequest::PerNode(16 << 30))));
+        assert!(s.script.contains("hostname") && s.parsable && s.hold);
+        assert_eq!(s.to_request(1, "u", 0, 60).name, "wrap");
+        let s = parse_sbatch(
+            &argv(&["--array=1-4%2", "--dependency=afterok:3", "--signal=B:USR1@120", "--wrap=true"]),
+            0,
+            &mut |_| unreachable!(),
+        )
+        .unwrap();
+        assert_eq!(s.array.unwrap().indices, vec![1, 2, 3, 4]);
+        assert_eq!(s.signal.unwrap().before, 120);
+        assert_eq!(s.dependency.len(), 1);
+    }
+
+    #[test]
+    fn errors_read_like_sbatch() {
+        let e = |args: &[&str]| parse_sbatch(&argv(args), 0, &mut |p| Err(Invalid::new(format!("unable to open file {p}")))).unwrap_err().0;
+        assert_eq!(e(&["--frobnicate", "--wrap=x"]), "unrecognized option '--frobnicate'");
+        assert_eq!(e(&["-Z", "--wrap=x"]), "invalid option -- 'Z'");
+        assert_eq!(e(&["--wrap=x", "--time"]), "option '--time' requires an argument");
+        assert!(e(&["--time=abc", "--wrap=x"]).starts_with("invalid time limit \"abc\""));
+        assert!(e(&["-N", "0", "--wrap=x"]).contains("node count"));
+        assert!(e(&["-N", "4-2", "--wrap=x"]).contains("min is larger"));
+        assert!(e(&["--mem=lots", "--wrap=x"]).contains("memory"));
+        assert!(e(&["--gpus=h100:-1", "--wrap=x"]).contains("GPU"));
+        assert!(e(&["-p", "batch;rm", "--wrap=x"]).contains("invalid partition"));
+        assert!(e(&["--nice=99999", "--wrap=x"]).contains("--nice"));
+        assert!(e(&["--exclusive=everyone", "--wrap=x"]).contains("--exclusive"));
+        assert!(e(&["--requeue=yes", "--wrap=x"]).contains("doesn't allow an argument"));
+        assert!(e(&["--job-name", "a\nb", "--wrap=x"]).contains("job name"));
+        assert!(e(&[]).contains("no batch script"));
+        assert!(e(&["missing.sh"]).contains("unable to open file missing.sh"));
+        assert!(e(&["--wrap=x", "job.sh"]).contains("--wrap together"));
+        let bad = |script: &str| with_script(&["job.sh"], script).unwrap_err().0;
+        assert!(bad("echo hi\n").contains("#!"));
+        assert_eq!(
+            bad("#!/bin/sh\n#SBATCH --time=forever\n"),
+            "script line 2: invalid time limit \"forever\": use minutes, M:S, H:M:S, D-H, D-H:M or D-H:M:S"
+        );
+        assert_eq!(bad("#!/bin/sh\n\n#SBATCH --bogus\n"), "script line 3: unrecognized option '--bogus'");
+        assert!(bad("#!/bin/sh\n#SBATCH -J \"unterminated\n").contains("unterminated quote"));
+        assert!(bad("#!/bin/sh\n#SBATCH --wrap=ls\n").contains("--wrap cannot"));
+        assert!(bad("#!/bin/sh\n#SBATCH stray\n").contains("options only"));
+    }
+
+    #[test]
+    fn patterns() {
+        assert_eq!(expand_pattern("slurm-%j.out", 12, "x", None, "n1", "u"), "slurm-12.out");
+        assert_eq!(expand_pattern("%x_%A_%a.%N.%u.%%.%q", 12, "job", Some((10, 3)), "n1", "ann"), "job_10_3.n1.ann.%.%q");
+        assert_eq!(expand_pattern("%a", 5, "x", None, "n", "u"), "4294967294");
+    }
+}
