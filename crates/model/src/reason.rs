@@ -29,6 +29,8 @@ pub enum PendingReason {
     JobHeldUser,
     /// No node of the partition can ever hold the request (more GPUs than any node has, ...).
     BadConstraints,
+    /// The array's `%N` limit of running tasks is reached.
+    JobArrayTaskLimit,
 }
 
 impl PendingReason {
@@ -47,6 +49,7 @@ impl PendingReason {
             PendingReason::QosMaxGpusPerUserLimit => "QOSMaxGRESPerUser",
             PendingReason::JobHeldUser => "JobHeldUser",
             PendingReason::BadConstraints => "BadConstraints",
+            PendingReason::JobArrayTaskLimit => "JobArrayTaskLimit",
         }
     }
 }

@@ -909,3 +909,40 @@ pub fn priority_breakdown(snap: &Snapshot, now: Time, policy: &Policy) -> Vec<(J
     out.sort_by(|a, b| b.1.total.total_cmp(&a.1.total).then(a.0.cmp(&b.0)));
     out
 }
+
+/// Checks a request at submission: its partition and QOS exist, its time limit is within the
+/// partition's, and some set of nodes could ever hold it (ignoring what runs now; skipped
+/// while no node has registered). The error says what to fix, in Slurm's words.
+pub fn check_request(nodes: &[Node], config: &ClusterConfig, req: &JobRequest) -> Result<(), Rejected> {
+    let reject = |reason, message: String| Err(Rejected { job: req.id, reason, message });
+    let Some(part) = config.partition(req.partition.as_deref()) else {
+        return reject(PendingReason::BadConstraints, format!("invalid partition specified: {}", req.partition.as_deref().unwrap_or("")));
+    };
+    if config.qos(req.qos.as_deref()).is_none() {
+        return reject(PendingReason::BadConstraints, format!("invalid qos specification: {}", req.qos.as_deref().unwrap_or("")));
+    }
+    if req.time_limit > part.max_time {
+        return reject(
+            PendingReason::PartitionTimeLimit,
+            format!("requested time limit is invalid (exceeds the {} partition's limit of {} s)", part.name, part.max_time),
+        );
+    }
+    if nodes.is_empty() {
+        return Ok(());
+    }
+    let facts = Facts::new(nodes, config, true);
+    let r = facts.resolve(0, req, config).map_err(|(reason, message)| Rejected { job: req.id, reason, message })?;
+    if !EverFits::default().check(nodes, &r) {
+        let gpus = if r.demand.gpus > 0 { format!(", {} GPUs", r.demand.gpus) } else { String::new() };
+        return reject(
+            PendingReason::BadConstraints,
+            format!(
+                "requested node configuration is not available: {} node(s) with {} CPUs, {} MiB memory{gpus} each",
+                r.nodes,
+                r.demand.cpus,
+                r.demand.memory >> 20
+            ),
+        );
+    }
+    Ok(())
+}

@@ -9,13 +9,14 @@ pub const ARROWS: &[(&str, &[&str])] = &[
     ("sched", &["model"]),
     ("trace", &["model"]),
     ("slurmcli", &["model"]),
+    ("control", &["sched", "slurmcli", "model"]),
     ("sim", &["sched", "trace", "model"]),
     ("tandem", &["sim", "sched", "trace", "model"]),
     ("xtask", &[]),
 ];
 
 /// Crates that must stay pure: no IO, no clock, no unseeded randomness, no async runtime.
-pub const PURE: &[&str] = &["model", "sched", "sim", "slurmcli"];
+pub const PURE: &[&str] = &["model", "sched", "sim", "slurmcli", "control"];
 
 /// Strings that must not appear in a pure crate's source.
 pub const BANNED: &[&str] =

@@ -1,0 +1,958 @@
+//! The controller's decisions, sans IO: submissions, the job lifecycle, node registration and
+//! leases, dispatch of scheduler plans to node agents, time limits and `--signal`, job steps
+//! (`srun`), requeue on node failure, preemption by QOS tier, and authorisation by uid.
+//!
+//! **Invariant:** no IO, no clock, no randomness: every method takes `now`; the daemon persists
+//! what [`Controller::take_dirty`] returns before it acknowledges a request, and delivers the
+//! orders that heartbeats return.
+//!
+//! Fencing rule: a node's lease is renewed by each heartbeat (default 30 s). When it lapses the
+//! controller marks the node DOWN and requeues (or fails) its jobs, bumping their run number
+//! (`epoch`), so any report from the old run is ignored and any task of it still alive is killed
+//! when its agent comes back. The agent, for its part, kills every task once its own last
+//! successful heartbeat is older than the lease, so a job never runs twice at once, even across
+//! a partition. A restarted controller renews every lease it loads before it judges any.
+
+mod types;
+
+pub use types::{ArrayInfo, BATCH_STEP, Job, JobSpec, NodeRec, Order, Step, Task, TaskExit, TaskKey};
+
+use model::{ClusterConfig, DepKind, DepStatus, JobEvent, JobId, JobState, Node, NodeEvent, NodeState, PendingReason, Time};
+use sched::{Carry, FairShare, NodeUsage, Pending, Running, Snapshot};
+use serde::{Deserialize, Serialize};
+use slurmcli::BatchSpec;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+/// Controller settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Settings {
+    /// Cluster name (`SLURM_CLUSTER_NAME`).
+    pub cluster_name: String,
+    /// Partitions, QOS, accounts.
+    pub cluster: ClusterConfig,
+    /// Scheduler settings.
+    pub sched: sched::Config,
+    /// Node lease, seconds.
+    pub lease: Time,
+    /// Seconds between SIGTERM and SIGKILL at the time limit (Slurm's KillWait).
+    pub kill_wait: Time,
+    /// Most jobs one submission may create (array size bound).
+    pub max_array: u32,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            cluster_name: "tandem".into(),
+            cluster: ClusterConfig::default(),
+            sched: sched::Config::default(),
+            lease: 30,
+            kill_wait: 30,
+            max_array: slurmcli_max_array(),
+        }
+    }
+}
+
+fn slurmcli_max_array() -> u32 {
+    1001
+}
+
+/// A request the controller refuses. The message is for the user.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refused {
+    /// The submission can never run as asked.
+    #[error("{0}")]
+    Invalid(String),
+    /// No such job, node or step.
+    #[error("{0}")]
+    NotFound(String),
+    /// The caller may not do this.
+    #[error("{0}")]
+    Forbidden(String),
+    /// The object is not in a state that allows it.
+    #[error("{0}")]
+    Conflict(String),
+}
+
+/// What a scheduling tick did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TickInfo {
+    /// Jobs started.
+    pub started: usize,
+    /// Jobs requeued (node failure, preemption).
+    pub requeued: usize,
+    /// Nodes marked down.
+    pub nodes_down: usize,
+    /// Pending jobs after the tick.
+    pub pending: usize,
+}
+
+/// The controller.
+#[derive(Debug)]
+pub struct Controller {
+    settings: Settings,
+    jobs: BTreeMap<u64, Job>,
+    nodes: Vec<NodeRec>,
+    node_index: HashMap<String, usize>,
+    next_id: u64,
+    fairshare: FairShare,
+    carry: Carry,
+    dirty_jobs: BTreeSet<u64>,
+    dirty_nodes: BTreeSet<usize>,
+    next_id_dirty: bool,
+}
+
+/// What must be persisted since the last call.
+#[derive(Debug, Clone, Default)]
+pub struct Dirty {
+    /// Changed jobs.
+    pub jobs: Vec<Job>,
+    /// Changed nodes.
+    pub nodes: Vec<NodeRec>,
+    /// The next job id, if it changed.
+    pub next_id: Option<u64>,
+}
+
+fn is_final(s: JobState) -> bool {
+    s.is_final()
+}
+
+impl Controller {
+    /// An empty controller.
+    pub fn new(settings: Settings) -> Controller {
+        Controller {
+            settings,
+            jobs: BTreeMap::new(),
+            nodes: Vec::new(),
+            node_index: HashMap::new(),
+            next_id: 1,
+            fairshare: FairShare::default(),
+            carry: Carry::default(),
+            dirty_jobs: BTreeSet::new(),
+            dirty_nodes: BTreeSet::new(),
+            next_id_dirty: false,
+        }
+    }
+
+    /// Rebuilds the controller from persisted records. Every lease is renewed to `now + lease`
+    /// before any is judged, so a restart shorter than the lease stops nothing.
+    pub fn restore(settings: Settings, jobs: Vec<Job>, nodes: Vec<NodeRec>, next_id: u64, now: Time) -> Controller {
+        let mut c = Controller::new(settings);
+        c.next_id = next_id.max(jobs.iter().map(|j| j.req.id.0 + 1).max().unwrap_or(1));
+        for mut n in nodes {
+            n.lease_until = now + c.settings.lease;
+            n.usage = NodeUsage::for_node(&n.node);
+            n.orders.clear();
+            c.node_index.insert(n.node.name.clone(), c.nodes.len());
+            c.nodes.push(n);
+        }
+        for j in jobs {
+            c.jobs.insert(j.req.id.0, j);
+        }
+        // Re-apply running allocations to node usage.
+        let running: Vec<u64> = c.jobs.values().filter(|j| j.state == JobState::Running).map(|j| j.req.id.0).collect();
+        for id in running {
+            let allocs = c.jobs[&id].allocs.clone();
+            for (name, a) in &allocs {
+                if let Some(&i) = c.node_index.get(name) {
+                    let node = c.nodes[i].node.clone();
+                    c.nodes[i].usage.apply(&node, a);
+                }
+            }
+        }
+        c
+    }
+
+    /// Settings.
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    /// All jobs, by id.
+    pub fn jobs(&self) -> impl Iterator<Item = &Job> {
+        self.jobs.values()
+    }
+
+    /// One job.
+    pub fn job(&self, id: u64) -> Option<&Job> {
+        self.jobs.get(&id)
+    }
+
+    /// All nodes.
+    pub fn nodes(&self) -> &[NodeRec] {
+        &self.nodes
+    }
+
+    /// Records changed since the last call (to persist).
+    pub fn take_dirty(&mut self) -> Dirty {
+        let jobs = std::mem::take(&mut self.dirty_jobs).into_iter().filter_map(|id| self.jobs.get(&id).cloned()).collect();
+        let nodes = std::mem::take(&mut self.dirty_nodes).into_iter().filter_map(|i| self.nodes.get(i).cloned()).collect();
+        let next_id = std::mem::take(&mut self.next_id_dirty).then_some(self.next_id);
+        Dirty { jobs, nodes, next_id }
+    }
+
+    fn node_defs(&self) -> Vec<Node> {
+        self.nodes.iter().map(|n| n.node.clone()).collect()
+    }
+
+    /// Accepts a submission: validates it against the cluster (nothing is stored when it is
+    /// refused), expands arrays, and returns the new job ids.
+    pub fn submit(&mut self, now: Time, spec: JobSpec, batch: &BatchSpec, user: &str) -> Result<Vec<u64>, Refused> {
+        let part = self
+            .settings
+            .cluster
+            .partition(batch.partition.as_deref())
+            .ok_or_else(|| Refused::Invalid(format!("invalid partition specified: {}", batch.partition.as_deref().unwrap_or(""))))?;
+        let default_time = part.default_time;
+        let first = self.next_id;
+        let probe = batch.to_request(first, user, now, default_time);
+        sched::check_request(&self.node_defs(), &self.settings.cluster, &probe).map_err(|r| Refused::Invalid(r.message))?;
+        for d in &batch.dependency {
+            if let Some(j) = d.job {
+                if !self.jobs.contains_key(&j.0) {
+                    return Err(Refused::Invalid(format!("job dependency problem: job {} does not exist", j.0)));
+                }
+            }
+        }
+        let indices: Vec<Option<u32>> = match &batch.array {
+            None => vec![None],
+            Some(a) => a.indices.iter().map(|&i| Some(i)).collect(),
+        };
+        if indices.len() as u32 > self.settings.max_array {
+            return Err(Refused::Invalid(format!("job array of {} tasks exceeds the limit of {}", indices.len(), self.settings.max_array)));
+        }
+        let (min, max) = batch.array.as_ref().map_or((0, 0), |a| (a.indices[0], *a.indices.last().expect("non-empty")));
+        let mut ids = Vec::with_capacity(indices.len());
+        for (k, idx) in indices.iter().enumerate() {
+            let id = first + k as u64;
+            let mut req = batch.to_request(id, user, now, default_time);
+            let array = idx.map(|task| ArrayInfo {
+                array_job: first,
+                task,
+                count: indices.len() as u32,
+                min,
+                max,
+                max_running: batch.array.as_ref().and_then(|a| a.max_running),
+            });
+            req.array = array.map(|a| model::ArrayTask { array_job: JobId(a.array_job), task: a.task });
+            let job = Job {
+                req,
+                spec: spec.clone(),
+                state: JobState::Pending,
+                reason: if batch.hold { PendingReason::JobHeldUser } else { PendingReason::None },
+                expected_start: None,
+                start: None,
+                end: None,
+                exit_code: None,
+                exit_signal: None,
+                allocs: Vec::new(),
+                restart_count: 0,
+                array,
+                steps: Vec::new(),
+                epoch: 0,
+                cancelling: false,
+                timeout_at: None,
+                warned: false,
+                node_failed: false,
+                message: None,
+                preempt_at: None,
+                confirmed: false,
+            };
+            self.jobs.insert(id, job);
+            self.dirty_jobs.insert(id);
+            ids.push(id);
+        }
+        self.next_id = first + ids.len() as u64;
+        self.next_id_dirty = true;
+        Ok(ids)
+    }
+
+    fn owned(&self, uid: u32, id: u64) -> Result<&Job, Refused> {
+        let j = self.jobs.get(&id).ok_or_else(|| Refused::NotFound(format!("invalid job id specified: {id}")))?;
+        if uid != 0 && uid != j.spec.uid {
+            return Err(Refused::Forbidden(format!("access/permission denied: job {id} belongs to another user")));
+        }
+        Ok(j)
+    }
+
+    /// Cancels a job (or, with `signal`, only signals its running tasks).
+    pub fn cancel(&mut self, now: Time, uid: u32, id: u64, signal: Option<i32>) -> Result<(), Refused> {
+        let state = self.owned(uid, id)?.state;
+        match (state, signal) {
+            (s, _) if is_final(s) => Err(Refused::Conflict(format!("job {id} has already finished"))),
+            (JobState::Pending, Some(_)) => Err(Refused::Conflict(format!("job {id} is pending: nothing to signal"))),
+            (JobState::Pending, None) => {
+                let j = self.jobs.get_mut(&id).expect("checked");
+                j.state = j.state.step(JobEvent::Cancel).expect("pending can be cancelled");
+                j.end = Some(now);
+                self.dirty_jobs.insert(id);
+                Ok(())
+            }
+            (_, Some(sig)) => {
+                let j = &self.jobs[&id];
+                let (epoch, nodes) = (j.epoch, j.allocs.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>());
+                for n in nodes {
+                    self.order(&n, Order::Signal { job: id, epoch, signal: sig, batch_only: false });
+                }
+                Ok(())
+            }
+            (_, None) => {
+                let j = self.jobs.get_mut(&id).expect("checked");
+                j.cancelling = true;
+                let (epoch, nodes) = (j.epoch, j.allocs.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>());
+                self.dirty_jobs.insert(id);
+                for n in nodes {
+                    self.order(&n, Order::Kill { job: id, epoch });
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Holds a pending job (`scontrol hold`).
+    pub fn hold(&mut self, uid: u32, id: u64, hold: bool) -> Result<(), Refused> {
+        if self.owned(uid, id)?.state != JobState::Pending {
+            return Err(Refused::Conflict(format!("job {id} is not pending")));
+        }
+        let j = self.jobs.get_mut(&id).expect("checked");
+        j.req.held = hold;
+        self.dirty_jobs.insert(id);
+        Ok(())
+    }
+
+    /// Changes a pending job's time limit (`scontrol update JobId=.. TimeLimit=..`). Users may
+    /// only lower it; root may raise it within the partition's maximum.
+    pub fn set_time_limit(&mut self, uid: u32, id: u64, limit: Time) -> Result<(), Refused> {
+        let j = self.owned(uid, id)?;
+        if j.state != JobState::Pending {
+            return Err(Refused::Conflict(format!("job {id} is not pending")));
+        }
+        if uid != 0 && limit > j.req.time_limit {
+            return Err(Refused::Forbidden("only root can raise a job's time limit".into()));
+        }
+        let max = self.settings.cluster.partition(j.req.partition.as_deref()).map_or(Time::MAX, |p| p.max_time);
+        if limit > max {
+            return Err(Refused::Invalid(format!("requested time limit exceeds the partition's limit of {max} s")));
+        }
+        self.jobs.get_mut(&id).expect("checked").req.time_limit = limit;
+        self.dirty_jobs.insert(id);
+        Ok(())
+    }
+
+    /// Requeues a running (or finished) job (`scontrol requeue`).
+    pub fn requeue(&mut self, uid: u32, id: u64) -> Result<(), Refused> {
+        let s = self.owned(uid, id)?.state;
+        if s == JobState::Pending {
+            return Err(Refused::Conflict(format!("job {id} is already pending")));
+        }
+        self.requeue_job(id, true);
+        Ok(())
+    }
+
+    fn order(&mut self, node: &str, o: Order) {
+        if let Some(&i) = self.node_index.get(node) {
+            self.nodes[i].orders.push(o);
+        }
+    }
+
+    /// Releases a job's allocation and, for a running job, orders its tasks killed.
+    fn release(&mut self, id: u64) {
+        let Some(j) = self.jobs.get_mut(&id) else { return };
+        let allocs = std::mem::take(&mut j.allocs);
+        let epoch = j.epoch;
+        for (name, a) in &allocs {
+            if let Some(&i) = self.node_index.get(name) {
+                self.nodes[i].usage.release(a);
+                self.nodes[i].orders.push(Order::Kill { job: id, epoch });
+            }
+        }
+    }
+
+    /// Puts a running job back in the queue (same id, restart count + 1), or fails it as
+    /// NODE_FAIL when it may not be requeued and `force` is off.
+    fn requeue_job(&mut self, id: u64, force: bool) -> bool {
+        self.release(id);
+        let Some(j) = self.jobs.get_mut(&id) else { return false };
+        self.dirty_jobs.insert(id);
+        if !force && !j.spec.requeue {
+            j.state = j.state.step(JobEvent::NodeFail).unwrap_or(JobState::NodeFail);
+            j.end = Some(j.end.unwrap_or(0).max(j.start.unwrap_or(0)));
+            j.node_failed = true;
+            return false;
+        }
+        j.state = JobState::Pending;
+        j.restart_count += 1;
+        j.reason = PendingReason::None;
+        j.steps.clear();
+        j.start = None;
+        j.timeout_at = None;
+        j.warned = false;
+        j.cancelling = false;
+        j.preempt_at = None;
+        j.confirmed = false;
+        true
+    }
+
+    /// Registers (or re-registers) a node agent.
+    pub fn register(&mut self, now: Time, mut node: Node, addr: String) -> Result<(), Refused> {
+        if node.name.is_empty()
+            || node.name.len() > 64
+            || !node.name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.')
+        {
+            return Err(Refused::Invalid(format!("invalid node name {:?}", node.name)));
+        }
+        let lease_until = now + self.settings.lease;
+        match self.node_index.get(&node.name).copied() {
+            Some(i) => {
+                let rec = &mut self.nodes[i];
+                // Keep the state an operator set (drain); a node that was down comes back up.
+                node.state = match rec.node.state {
+                    NodeState::Drain => NodeState::Drain,
+                    NodeState::Up | NodeState::Down => NodeState::Up,
+                };
+                if rec.usage.jobs == 0 {
+                    rec.usage = NodeUsage::for_node(&node);
+                    rec.node = node;
+                } else {
+                    rec.node.state = node.state;
+                }
+                if rec.node.state == NodeState::Up {
+                    rec.reason = None;
+                }
+                rec.lease_until = lease_until;
+                rec.last_seen = now;
+                rec.addr = addr;
+                self.dirty_nodes.insert(i);
+            }
+            None => {
+                let i = self.nodes.len();
+                node.switch = i as u32 / 32;
+                node.block = i as u32 / 256;
+                node.state = NodeState::Up;
+                self.node_index.insert(node.name.clone(), i);
+                self.nodes.push(NodeRec {
+                    usage: NodeUsage::for_node(&node),
+                    node,
+                    reason: None,
+                    lease_until,
+                    last_seen: now,
+                    addr,
+                    orders: Vec::new(),
+                });
+                self.dirty_nodes.insert(i);
+            }
+        }
+        Ok(())
+    }
+
+    /// Drains or resumes a node (`scontrol update NodeName=.. State=DRAIN Reason=..`).
+    pub fn set_node_state(&mut self, uid: u32, name: &str, drain: bool, reason: Option<String>) -> Result<(), Refused> {
+        if uid != 0 {
+            return Err(Refused::Forbidden("only root can drain or resume nodes".into()));
+        }
+        let &i = self.node_index.get(name).ok_or_else(|| Refused::NotFound(format!("invalid node name specified: {name}")))?;
+        let rec = &mut self.nodes[i];
+        let ev = if drain { NodeEvent::Drain } else { NodeEvent::Resume };
+        rec.node.state = rec.node.state.step(ev).map_err(|e| Refused::Conflict(e.to_string()))?;
+        rec.reason = if drain { Some(reason.unwrap_or_else(|| "drained by root".into())) } else { None };
+        self.dirty_nodes.insert(i);
+        Ok(())
+    }
+
+    /// A heartbeat: renews the node's lease, takes task exits and the list of running tasks,
+    /// and returns the orders waiting for the node.
+    pub fn heartbeat(&mut self, now: Time, name: &str, running: &[TaskKey], exits: &[TaskExit]) -> Result<Vec<Order>, Refused> {
+        let &i = self.node_index.get(name).ok_or_else(|| Refused::NotFound(format!("node {name} is not registered")))?;
+        {
+            let rec = &mut self.nodes[i];
+            rec.lease_until = now + self.settings.lease;
+            rec.last_seen = now;
+            if rec.node.state == NodeState::Down {
+                rec.node.state = rec.node.state.step(NodeEvent::Resume).expect("down nodes resume");
+                rec.reason = None;
+                self.dirty_nodes.insert(i);
+            }
+        }
+        for e in exits {
+            self.task_exit(now, name, e);
+        }
+        for t in running {
+            let live = self
+                .jobs
+                .get(&t.job)
+                .is_some_and(|j| j.state == JobState::Running && j.epoch == t.epoch && j.allocs.iter().any(|(n, _)| n == name));
+            if live {
+                let j = self.jobs.get_mut(&t.job).expect("live");
+                if t.step == BATCH_STEP && !j.confirmed {
+                    j.confirmed = true;
+                    self.dirty_jobs.insert(t.job);
+                }
+            } else {
+                self.nodes[i].orders.push(Order::Kill { job: t.job, epoch: t.epoch });
+            }
+        }
+        let mut orders = std::mem::take(&mut self.nodes[i].orders);
+        orders.dedup();
+        Ok(orders)
+    }
+
+    fn task_exit(&mut self, now: Time, node: &str, e: &TaskExit) {
+        let Some(j) = self.jobs.get_mut(&e.job) else { return };
+        if j.epoch != e.epoch || j.state != JobState::Running {
+            return;
+        }
+        let code = e.code.unwrap_or(0).max(e.signal.map_or(0, |s| 128 + s));
+        if let Some(step) = j.steps.iter_mut().find(|s| s.id == e.step) {
+            step.remaining = step.remaining.saturating_sub(1);
+            step.exit = step.exit.max(code);
+            if step.remaining == 0 {
+                step.end = Some(now);
+            }
+        }
+        self.dirty_jobs.insert(e.job);
+        if e.step != BATCH_STEP {
+            return;
+        }
+        let _ = node;
+        j.confirmed = true;
+        j.exit_code = e.code;
+        j.exit_signal = e.signal;
+        j.end = Some(now);
+        let ev = if j.cancelling {
+            JobEvent::Cancel
+        } else if e.oom {
+            JobEvent::OutOfMemory
+        } else if j.timeout_at.is_some() {
+            JobEvent::TimeLimit
+        } else if j.preempt_at.is_some() {
+            // Preempted work that exits within its grace time is requeued.
+            let id = e.job;
+            self.requeue_job(id, true);
+            return;
+        } else {
+            JobEvent::Exit(code)
+        };
+        j.state = j.state.step(ev).expect("a running job can end");
+        let usage = self.job_usage(e.job);
+        let acct = self.jobs[&e.job].req.account.clone();
+        self.fairshare.accrue(&acct, usage);
+        self.release(e.job);
+    }
+
+    fn job_usage(&self, id: u64) -> f64 {
+        let j = &self.jobs[&id];
+        let secs = (j.end.unwrap_or(0) - j.start.unwrap_or(0)).max(0) as f64;
+        let size: f64 = j.allocs.iter().map(|(_, a)| a.cpus as f64 + 1000.0 * a.gpus.len() as f64).sum();
+        secs * size
+    }
+
+    fn dep_status(&self, j: &Job) -> DepStatus {
+        let mut status = DepStatus::Satisfied;
+        for d in &j.req.dependencies {
+            let s = match d.kind {
+                DepKind::Singleton => {
+                    let other = self.jobs.values().any(|o| {
+                        o.req.id != j.req.id && o.req.name == j.req.name && o.req.user == j.req.user && o.state == JobState::Running
+                    });
+                    if other { DepStatus::Waiting } else { DepStatus::Satisfied }
+                }
+                kind => match d.job.and_then(|id| self.jobs.get(&id.0)) {
+                    None => DepStatus::Never,
+                    Some(o) => match (kind, o.state) {
+                        (DepKind::After, JobState::Pending) => DepStatus::Waiting,
+                        (DepKind::After, _) => DepStatus::Satisfied,
+                        (_, JobState::Pending | JobState::Running) => DepStatus::Waiting,
+                        (DepKind::AfterAny, _) => DepStatus::Satisfied,
+                        (DepKind::AfterOk, JobState::Completed) => DepStatus::Satisfied,
+                        (DepKind::AfterOk, _) => DepStatus::Never,
+                        (DepKind::AfterNotOk, JobState::Completed) => DepStatus::Never,
+                        (DepKind::AfterNotOk, _) => DepStatus::Satisfied,
+                        (DepKind::Singleton, _) => unreachable!("handled above"),
+                    },
+                },
+            };
+            status = match (status, s) {
+                (DepStatus::Never, _) | (_, DepStatus::Never) => DepStatus::Never,
+                (DepStatus::Waiting, _) | (_, DepStatus::Waiting) => DepStatus::Waiting,
+                _ => DepStatus::Satisfied,
+            };
+        }
+        status
+    }
+
+    /// The periodic and event-driven work: leases, preemption grace, time limits, then a
+    /// scheduling pass and the dispatch of its plan.
+    pub fn tick(&mut self, now: Time) -> TickInfo {
+        let mut info = TickInfo::default();
+        // 1. Leases.
+        for i in 0..self.nodes.len() {
+            if self.nodes[i].node.state != NodeState::Down && self.nodes[i].lease_until < now {
+                let rec = &mut self.nodes[i];
+                rec.node.state = rec.node.state.step(NodeEvent::Fail).expect("any state can fail");
+                rec.reason = Some("not responding (lease expired)".into());
+                self.dirty_nodes.insert(i);
+                info.nodes_down += 1;
+                let name = rec.node.name.clone();
+                let hit: Vec<u64> = self
+                    .jobs
+                    .values()
+                    .filter(|j| j.state == JobState::Running && j.allocs.iter().any(|(n, _)| *n == name))
+                    .map(|j| j.req.id.0)
+                    .collect();
+                for id in hit {
+                    if let Some(j) = self.jobs.get_mut(&id) {
+                        j.end = Some(now);
+                    }
+                    if self.requeue_job(id, false) {
+                        info.requeued += 1;
+                    }
+                }
+            }
+        }
+        // 2. Preemption grace and time limits.
+        let running: Vec<u64> = self.jobs.values().filter(|j| j.state == JobState::Running).map(|j| j.req.id.0).collect();
+        for id in running {
+            let j = &self.jobs[&id];
+            let start = j.start.unwrap_or(now);
+            let end = start.saturating_add(j.req.time_limit);
+            let nodes: Vec<String> = j.allocs.iter().map(|(n, _)| n.clone()).collect();
+            let epoch = j.epoch;
+            if j.preempt_at.is_some_and(|t| t <= now) {
+                self.requeue_job(id, true);
+                info.requeued += 1;
+                continue;
+            }
+            if let Some((sig, before, batch_only)) = j.spec.signal {
+                if !j.warned && now >= end - before {
+                    for n in &nodes {
+                        self.order(n, Order::Signal { job: id, epoch, signal: sig, batch_only });
+                    }
+                    self.jobs.get_mut(&id).expect("running").warned = true;
+                    self.dirty_jobs.insert(id);
+                }
+            }
+            let j = &self.jobs[&id];
+            match j.timeout_at {
+                None if now >= end => {
+                    for n in &nodes {
+                        self.order(n, Order::Signal { job: id, epoch, signal: 15, batch_only: false });
+                    }
+                    self.jobs.get_mut(&id).expect("running").timeout_at = Some(now);
+                    self.dirty_jobs.insert(id);
+                }
+                Some(t) if now >= t + self.settings.kill_wait => {
+                    for n in &nodes {
+                        self.order(n, Order::Kill { job: id, epoch });
+                    }
+                }
+                _ => {}
+            }
+        }
+        // 3. Schedule.
+        info.started = self.schedule(now);
+        info.pending = self.jobs.values().filter(|j| j.state == JobState::Pending).count();
+        info
+    }
+
+    fn schedule(&mut self, now: Time) -> usize {
+        let node_defs = self.node_defs();
+        let usage: Vec<NodeUsage> = self.nodes.iter().map(|n| n.usage.clone()).collect();
+        let mut array_running: HashMap<u64, u32> = HashMap::new();
+        for j in self.jobs.values().filter(|j| j.state == JobState::Running) {
+            if let Some(a) = j.array {
+                *array_running.entry(a.array_job).or_default() += 1;
+            }
+        }
+        let mut pending = Vec::new();
+        let mut capped = Vec::new();
+        for j in self.jobs.values().filter(|j| j.state == JobState::Pending) {
+            if let Some(a) = j.array {
+                if let Some(m) = a.max_running {
+                    // The array's budget of starts: tasks beyond it wait with their reason.
+                    let used = array_running.entry(a.array_job).or_default();
+                    if *used >= m {
+                        capped.push(j.req.id.0);
+                        continue;
+                    }
+                    *used += 1;
+                }
+            }
+            pending.push(Pending { req: j.req.clone(), seq: j.req.id.0, dep: self.dep_status(j) });
+        }
+        let running: Vec<Running> = self
+            .jobs
+            .values()
+            .filter(|j| j.state == JobState::Running)
+            .map(|j| Running {
+                req: j.req.clone(),
+                start: j.start.unwrap_or(now),
+                allocs: j
+                    .allocs
+                    .iter()
+                    .filter_map(|(n, a)| self.node_index.get(n).map(|&i| sched::Alloc { node: i as u32, ..a.clone() }))
+                    .collect(),
+            })
+            .collect();
+        let snap = Snapshot {
+            nodes: &node_defs,
+            usage: &usage,
+            pending: &pending,
+            running: &running,
+            config: &self.settings.cluster,
+            fairshare: &self.fairshare,
+            carry: &self.carry,
+        };
+        let plan = sched::schedule(&snap, now, 0, &self.settings.sched);
+        self.carry = plan.carry.clone();
+        for id in capped {
+            self.set_reason(id, PendingReason::JobArrayTaskLimit, None);
+        }
+        for w in &plan.waiting {
+            self.set_reason(w.job.0, w.reason, w.expected_start);
+        }
+        for r in &plan.rejected {
+            if let Some(j) = self.jobs.get_mut(&r.job.0) {
+                j.state = JobState::Failed;
+                j.reason = r.reason;
+                j.message = Some(r.message.clone());
+                j.end = Some(now);
+                self.dirty_jobs.insert(r.job.0);
+            }
+        }
+        for p in &plan.preemptions {
+            for v in &p.victims {
+                let Some(j) = self.jobs.get_mut(&v.job.0) else { continue };
+                if j.preempt_at.is_none() && j.state == JobState::Running {
+                    j.preempt_at = Some(now + v.grace);
+                    let sig = j.spec.signal.map_or(15, |s| s.0);
+                    let (epoch, nodes) = (j.epoch, j.allocs.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>());
+                    self.dirty_jobs.insert(v.job.0);
+                    for n in nodes {
+                        self.order(&n, Order::Signal { job: v.job.0, epoch, signal: sig, batch_only: false });
+                    }
+                }
+            }
+        }
+        let n = plan.starts.len();
+        for s in plan.starts {
+            self.start_job(now, s.job.0, s.allocs);
+        }
+        n
+    }
+
+    fn set_reason(&mut self, id: u64, reason: PendingReason, expected: Option<Time>) {
+        if let Some(j) = self.jobs.get_mut(&id) {
+            if j.reason != reason || j.expected_start != expected {
+                j.reason = reason;
+                j.expected_start = expected;
+                self.dirty_jobs.insert(id);
+            }
+        }
+    }
+
+    fn start_job(&mut self, now: Time, id: u64, allocs: Vec<sched::Alloc>) {
+        let named: Vec<(String, sched::Alloc)> = allocs.into_iter().map(|a| (self.nodes[a.node as usize].node.name.clone(), a)).collect();
+        for (name, a) in &named {
+            let i = self.node_index[name];
+            let node = self.nodes[i].node.clone();
+            self.nodes[i].usage.apply(&node, a);
+        }
+        let j = self.jobs.get_mut(&id).expect("started job exists");
+        j.state = j.state.step(JobEvent::Start).expect("pending jobs start");
+        j.start = Some(now);
+        j.end = None;
+        j.epoch += 1;
+        j.allocs = named;
+        j.reason = PendingReason::None;
+        j.expected_start = None;
+        j.exit_code = None;
+        j.exit_signal = None;
+        let first = j.allocs[0].0.clone();
+        j.steps =
+            vec![Step { id: BATCH_STEP, argv: Vec::new(), layout: vec![(first.clone(), 1)], remaining: 1, exit: 0, start: now, end: None }];
+        self.dirty_jobs.insert(id);
+        let task = self.make_task(id, BATCH_STEP, 0, 0, 0, None, Vec::new());
+        self.order(&first, Order::Launch(task));
+    }
+
+    /// Builds one task of a job's current run.
+    #[allow(clippy::too_many_arguments)]
+    fn make_task(&self, id: u64, step: u32, node_index: usize, rank: u32, localid: u32, gpus: Option<Vec<u8>>, argv: Vec<String>) -> Task {
+        let j = &self.jobs[&id];
+        let names: Vec<String> = j.allocs.iter().map(|(n, _)| n.clone()).collect();
+        let tasks_per_node: Vec<u32> = (0..names.len() as u32).map(|_| j.req.shape.tasks_per_node(names.len() as u32)).collect();
+        let cpus_per_node: Vec<u32> = j.allocs.iter().map(|(_, a)| a.cpus).collect();
+        let node_gpus = j.allocs.get(node_index).map(|(_, a)| a.gpus.clone()).unwrap_or_default();
+        let part = j.req.partition.clone().or_else(|| self.settings.cluster.partitions.first().map(|p| p.name.clone())).unwrap_or_default();
+        let qos = j.req.qos.clone().or_else(|| self.settings.cluster.qos.first().map(|q| q.name.clone())).unwrap_or_default();
+        let master_addr: Vec<String> =
+            names.iter().map(|n| self.node_index.get(n).map_or(n.clone(), |&i| self.nodes[i].addr.clone())).collect();
+        let (mem_node, mem_cpu) = match j.req.shape.mem {
+            model::MemRequest::PerNode(0) => (None, None),
+            model::MemRequest::PerNode(b) => (Some(b >> 20), None),
+            model::MemRequest::PerCpu(b) => (None, Some(b >> 20)),
+        };
+        let env_in = slurmcli::TaskEnv {
+            job_id: id,
+            job_name: &j.req.name,
+            account: &j.req.account,
+            partition: &part,
+            qos: &qos,
+            cluster: &self.settings.cluster_name,
+            submit_dir: &j.spec.submit_dir,
+            submit_host: &j.spec.submit_host,
+            nodes: &names,
+            tasks_per_node: &tasks_per_node,
+            cpus_per_node: &cpus_per_node,
+            cpus_per_task: j.req.shape.cpus_per_task,
+            node_index,
+            procid: rank,
+            localid,
+            node_gpus: &node_gpus,
+            task_gpus: gpus.as_deref(),
+            mem_per_node_mb: mem_node,
+            mem_per_cpu_mb: mem_cpu,
+            restart_count: j.restart_count,
+            array: j.array.map(|a| (a.array_job, a.task, a.count, a.min, a.max, 1)),
+            step_id: (step != BATCH_STEP).then_some(step),
+            start_end: (j.start.unwrap_or(0), j.start.map(|s| s.saturating_add(j.req.time_limit))),
+            master_port: 20_000 + (id % 20_000) as u16,
+        };
+        let mut env = j.spec.env.clone();
+        let mut slurm = slurmcli::task_env(&env_in);
+        if let Some(addr) = master_addr.first() {
+            for (k, v) in slurm.iter_mut() {
+                if k == "MASTER_ADDR" {
+                    *v = addr.clone();
+                }
+            }
+        }
+        env.retain(|(k, _)| !slurm.iter().any(|(s, _)| s == k));
+        env.extend(slurm);
+        let node_name = names.get(node_index).cloned().unwrap_or_default();
+        let array = j.array.map(|a| (a.array_job, a.task));
+        let out_pat = j.spec.output.clone();
+        let err_pat = j.spec.error.clone().unwrap_or_else(|| out_pat.clone());
+        let abs = |p: String| if p.starts_with('/') { p } else { format!("{}/{}", j.spec.workdir.trim_end_matches('/'), p) };
+        let stdout = abs(slurmcli::expand_pattern(&out_pat, id, &j.req.name, array, &node_name, &j.req.user));
+        let stderr = abs(slurmcli::expand_pattern(&err_pat, id, &j.req.name, array, &node_name, &j.req.user));
+        let mem_limit = j.allocs.get(node_index).map_or(0, |(_, a)| a.memory);
+        Task {
+            job: id,
+            epoch: j.epoch,
+            step,
+            rank,
+            script: (step == BATCH_STEP).then(|| j.spec.script.clone()),
+            argv: if step == BATCH_STEP { j.spec.script_args.clone() } else { argv },
+            env,
+            workdir: j.spec.workdir.clone(),
+            stdout,
+            stderr,
+            uid: j.spec.uid,
+            gid: j.spec.gid,
+            gpus: gpus.unwrap_or(node_gpus),
+            mem_limit,
+        }
+    }
+
+    /// Creates a job step (`srun` inside an allocation): by default one task per allocated task
+    /// slot, spread as allocated; `nodes`, `ntasks` and `ntasks_per_node` pick a subset.
+    /// Returns the step id.
+    pub fn create_step(
+        &mut self,
+        now: Time,
+        uid: u32,
+        id: u64,
+        nodes: Option<u32>,
+        ntasks: Option<u32>,
+        ntasks_per_node: Option<u32>,
+        argv: Vec<String>,
+    ) -> Result<u32, Refused> {
+        let j = self.owned(uid, id)?;
+        if j.state != JobState::Running {
+            return Err(Refused::Conflict(format!("job {id} is not running")));
+        }
+        if argv.is_empty() {
+            return Err(Refused::Invalid("srun needs a command".into()));
+        }
+        let alloc_nodes = j.allocs.len() as u32;
+        let per_alloc = j.req.shape.tasks_per_node(alloc_nodes);
+        let n_nodes = nodes.unwrap_or(match (ntasks, ntasks_per_node) {
+            (Some(t), Some(p)) => t.div_ceil(p.max(1)),
+            (Some(t), None) => t.div_ceil(per_alloc.max(1)).min(alloc_nodes).max(1),
+            _ => alloc_nodes,
+        });
+        if n_nodes == 0 || n_nodes > alloc_nodes {
+            return Err(Refused::Invalid(format!("requested {n_nodes} nodes but the allocation has {alloc_nodes}")));
+        }
+        let per_node = ntasks_per_node.unwrap_or_else(|| match ntasks {
+            Some(t) => t.div_ceil(n_nodes),
+            None => per_alloc,
+        });
+        let total = ntasks.unwrap_or(per_node * n_nodes);
+        if total == 0 || total > per_node.saturating_mul(n_nodes) || per_node > 10_000 {
+            return Err(Refused::Invalid(format!("cannot lay out {total} tasks on {n_nodes} nodes with {per_node} per node")));
+        }
+        let step_id = j.steps.iter().filter(|s| s.id != BATCH_STEP).map(|s| s.id + 1).max().unwrap_or(0);
+        let epoch = j.epoch;
+        let mut layout = Vec::new();
+        let mut tasks = Vec::new();
+        let mut rank = 0;
+        for ni in 0..n_nodes as usize {
+            let here = per_node.min(total - rank);
+            if here == 0 {
+                break;
+            }
+            let (name, a) = &j.allocs[ni];
+            layout.push((name.clone(), here));
+            let g = &a.gpus;
+            for local in 0..here {
+                let gpus = if !g.is_empty() && g.len() as u32 % here == 0 {
+                    let k = g.len() / here as usize;
+                    Some(g[local as usize * k..(local as usize + 1) * k].to_vec())
+                } else {
+                    None
+                };
+                tasks.push((name.clone(), ni, rank, local, gpus));
+                rank += 1;
+            }
+        }
+        let built: Vec<(String, Task)> = tasks
+            .into_iter()
+            .map(|(name, ni, rank, local, gpus)| (name, self.make_task(id, step_id, ni, rank, local, gpus, argv.clone())))
+            .collect();
+        let j = self.jobs.get_mut(&id).expect("checked");
+        j.steps.push(Step { id: step_id, argv, layout, remaining: built.len() as u32, exit: 0, start: now, end: None });
+        self.dirty_jobs.insert(id);
+        let _ = epoch;
+        for (name, t) in built {
+            self.order(&name, Order::Launch(t));
+        }
+        Ok(step_id)
+    }
+
+    /// Per-factor priority of every pending job (`tandem priority` / `sprio`).
+    pub fn priorities(&self, now: Time) -> Vec<(u64, sched::Breakdown)> {
+        let node_defs = self.node_defs();
+        let usage: Vec<NodeUsage> = self.nodes.iter().map(|n| n.usage.clone()).collect();
+        let pending: Vec<Pending> = self
+            .jobs
+            .values()
+            .filter(|j| j.state == JobState::Pending)
+            .map(|j| Pending { req: j.req.clone(), seq: j.req.id.0, dep: DepStatus::Satisfied })
+            .collect();
+        let snap = Snapshot {
+            nodes: &node_defs,
+            usage: &usage,
+            pending: &pending,
+            running: &[],
+            config: &self.settings.cluster,
+            fairshare: &self.fairshare,
+            carry: &self.carry,
+        };
+        sched::priority_breakdown(&snap, now, &self.settings.sched.policy).into_iter().map(|(j, b)| (j.0, b)).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests;

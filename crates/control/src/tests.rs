@@ -1,0 +1,219 @@
+//! Controller unit tests: the lifecycle driven by hand-made heartbeats and ticks.
+
+use super::*;
+
+fn spec(uid: u32) -> JobSpec {
+    JobSpec {
+        script: "#!/bin/sh\necho hi\n".into(),
+        script_args: vec![],
+        workdir: "/tmp".into(),
+        submit_dir: "/tmp".into(),
+        submit_host: "h".into(),
+        env: vec![("PATH".into(), "/bin".into())],
+        output: "slurm-%j.out".into(),
+        error: None,
+        requeue: true,
+        signal: None,
+        uid,
+        gid: uid,
+    }
+}
+
+fn batch(args: &[&str]) -> BatchSpec {
+    let mut a: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+    a.push("--wrap=true".into());
+    slurmcli::parse_sbatch(&a, 0, &mut |_| unreachable!()).unwrap()
+}
+
+fn cluster(n: usize, gpus: u32) -> Controller {
+    let mut c = Controller::new(Settings::default());
+    for i in 0..n {
+        let mut node = Node::new(format!("n{i}"), 4, 8 << 30, gpus);
+        node.gpu_type = (gpus > 0).then(|| "h100".into());
+        c.register(0, node, format!("127.0.0.{}", i + 1)).unwrap();
+    }
+    c
+}
+
+fn launches(orders: &[Order]) -> Vec<&Task> {
+    orders.iter().filter_map(|o| if let Order::Launch(t) = o { Some(t) } else { None }).collect()
+}
+
+#[test]
+fn submit_dispatch_and_complete() {
+    let mut c = cluster(2, 0);
+    let ids = c.submit(0, spec(1000), &batch(&["-N2", "-n4"]), "alice").unwrap();
+    assert_eq!(ids, vec![1]);
+    assert_eq!(c.take_dirty().jobs.len(), 1, "the submission is persisted");
+    let info = c.tick(1);
+    assert_eq!(info.started, 1);
+    let orders = c.heartbeat(1, "n0", &[], &[]).unwrap();
+    let t = launches(&orders);
+    assert_eq!(t.len(), 1, "the batch script runs on the first node");
+    let env: HashMap<_, _> = t[0].env.iter().cloned().collect();
+    assert_eq!(env["SLURM_JOB_NODELIST"], "n[0-1]");
+    assert_eq!(env["SLURM_NTASKS"], "4");
+    assert_eq!(env["MASTER_ADDR"], "127.0.0.1");
+    assert_eq!(t[0].stdout, "/tmp/slurm-1.out");
+    assert!(c.heartbeat(1, "n1", &[], &[]).unwrap().is_empty());
+    let exit = TaskExit { job: 1, epoch: 1, step: BATCH_STEP, rank: 0, code: Some(0), signal: None, oom: false };
+    c.heartbeat(5, "n0", &[], &[exit]).unwrap();
+    let j = c.job(1).unwrap();
+    assert_eq!((j.state, j.exit_code, j.end), (JobState::Completed, Some(0), Some(5)));
+    assert!(c.nodes().iter().all(|n| n.usage.jobs == 0), "resources released");
+}
+
+#[test]
+fn impossible_submissions_are_refused_and_not_stored() {
+    let mut c = cluster(2, 4);
+    let e = c.submit(0, spec(1), &batch(&["--gpus-per-node=8"]), "a").unwrap_err();
+    assert!(e.to_string().contains("requested node configuration is not available"), "{e}");
+    let e = c.submit(0, spec(1), &batch(&["-p", "gpu"]), "a").unwrap_err();
+    assert!(e.to_string().contains("invalid partition"), "{e}");
+    c.settings.cluster.partitions[0].max_time = 3600;
+    let e = c.submit(0, spec(1), &batch(&["-t", "2:00:00"]), "a").unwrap_err();
+    assert!(e.to_string().contains("time limit"), "{e}");
+    let e = c.submit(0, spec(1), &batch(&["--dependency=afterok:99"]), "a").unwrap_err();
+    assert!(e.to_string().contains("dependency"), "{e}");
+    assert_eq!(c.jobs().count(), 0);
+    assert!(c.take_dirty().jobs.is_empty());
+}
+
+#[test]
+fn only_the_owner_or_root_cancels() {
+    let mut c = cluster(1, 0);
+    c.submit(0, spec(1000), &batch(&["--hold"]), "alice").unwrap();
+    assert!(matches!(c.cancel(1, 1001, 1, None), Err(Refused::Forbidden(_))));
+    c.cancel(1, 1000, 1, None).unwrap();
+    assert_eq!(c.job(1).unwrap().state, JobState::Cancelled);
+    c.submit(0, spec(1000), &batch(&[]), "alice").unwrap();
+    c.tick(1);
+    c.cancel(2, 0, 2, None).unwrap();
+    let orders = c.heartbeat(2, "n0", &[], &[]).unwrap();
+    assert!(orders.contains(&Order::Kill { job: 2, epoch: 1 }));
+    let exit = TaskExit { job: 2, epoch: 1, step: BATCH_STEP, rank: 0, code: None, signal: Some(9), oom: false };
+    c.heartbeat(3, "n0", &[], &[exit]).unwrap();
+    assert_eq!(c.job(2).unwrap().state, JobState::Cancelled);
+}
+
+#[test]
+fn time_limit_signals_then_kills_then_times_out() {
+    let mut c = cluster(1, 0);
+    let mut s = spec(1);
+    s.signal = Some((10, 60, false));
+    c.submit(0, s, &batch(&["-t", "2"]), "a").unwrap();
+    c.tick(0);
+    c.heartbeat(0, "n0", &[], &[]).unwrap();
+    for t in [20, 40] {
+        c.heartbeat(t, "n0", &[], &[]).unwrap();
+        c.tick(t);
+    }
+    c.heartbeat(59, "n0", &[], &[]).unwrap();
+    c.tick(60);
+    assert!(c.heartbeat(60, "n0", &[], &[]).unwrap().contains(&Order::Signal { job: 1, epoch: 1, signal: 10, batch_only: false }));
+    c.heartbeat(90, "n0", &[], &[]).unwrap();
+    c.tick(120);
+    assert!(c.heartbeat(120, "n0", &[], &[]).unwrap().contains(&Order::Signal { job: 1, epoch: 1, signal: 15, batch_only: false }));
+    c.tick(150);
+    assert!(c.heartbeat(150, "n0", &[], &[]).unwrap().contains(&Order::Kill { job: 1, epoch: 1 }));
+    let exit = TaskExit { job: 1, epoch: 1, step: BATCH_STEP, rank: 0, code: None, signal: Some(9), oom: false };
+    c.heartbeat(151, "n0", &[], &[exit]).unwrap();
+    assert_eq!(c.job(1).unwrap().state, JobState::Timeout);
+}
+
+#[test]
+fn a_lapsed_lease_requeues_and_old_reports_are_ignored() {
+    let mut c = cluster(2, 0);
+    c.submit(0, spec(1), &batch(&["-c4"]), "a").unwrap();
+    let mut s2 = spec(1);
+    s2.requeue = false;
+    c.submit(0, s2, &batch(&["-c4"]), "a").unwrap();
+    c.tick(0);
+    let on: Vec<String> = [1, 2].iter().map(|&id| c.job(id).unwrap().allocs[0].0.clone()).collect();
+    assert_ne!(on[0], on[1], "one job per node");
+    // n0 falls silent; n1 keeps beating.
+    let dead = on[0].clone();
+    let live = if dead == "n0" { "n1" } else { "n0" };
+    c.heartbeat(20, live, &[], &[]).unwrap();
+    let info = c.tick(31);
+    assert_eq!(info.nodes_down, 1);
+    let victim = if on[0] == dead { 1 } else { 2 };
+    let j = c.job(victim).unwrap();
+    if victim == 1 {
+        assert_eq!((j.state, j.restart_count), (JobState::Pending, 1));
+    } else {
+        assert_eq!(j.state, JobState::NodeFail);
+    }
+    // The dead node comes back and reports the old run: it is told to kill it.
+    let old = TaskKey { job: victim, epoch: 1, step: BATCH_STEP, rank: 0 };
+    let orders = c
+        .heartbeat(
+            40,
+            &dead,
+            &[old],
+            &[TaskExit { job: victim, epoch: 1, step: BATCH_STEP, rank: 0, code: Some(0), signal: None, oom: false }],
+        )
+        .unwrap();
+    assert!(orders.contains(&Order::Kill { job: victim, epoch: 1 }));
+    assert_ne!(c.job(victim).unwrap().state, JobState::Completed, "a report from the old run changes nothing");
+}
+
+#[test]
+fn restore_renews_leases_and_keeps_running_jobs() {
+    let mut c = cluster(1, 0);
+    c.submit(0, spec(1), &batch(&[]), "a").unwrap();
+    c.tick(0);
+    let _ = c.take_dirty();
+    let jobs: Vec<Job> = c.jobs().cloned().collect();
+    let nodes: Vec<NodeRec> = c.nodes().to_vec();
+    // The controller was down from t=0 to t=25 (lease 30): nothing is judged lapsed.
+    let mut r = Controller::restore(Settings::default(), jobs, nodes, 2, 25);
+    let info = r.tick(26);
+    assert_eq!(info.nodes_down, 0);
+    assert_eq!(r.job(1).unwrap().state, JobState::Running);
+    assert_eq!(r.nodes()[0].usage.jobs, 1, "usage rebuilt from allocations");
+    let id = r.submit(26, spec(1), &batch(&[]), "a").unwrap();
+    assert_eq!(id, vec![2], "ids continue");
+}
+
+#[test]
+fn steps_lay_out_tasks_with_disjoint_gpus() {
+    let mut c = cluster(2, 4);
+    c.submit(0, spec(1), &batch(&["-N2", "--ntasks-per-node=2", "--gpus-per-node=4"]), "a").unwrap();
+    c.tick(0);
+    c.heartbeat(0, "n0", &[], &[]).unwrap();
+    let step = c.create_step(1, 1, 1, None, None, None, vec!["env".into()]).unwrap();
+    assert_eq!(step, 0);
+    let mut all = launches(&c.heartbeat(1, "n0", &[], &[]).unwrap()).into_iter().cloned().collect::<Vec<_>>();
+    all.extend(launches(&c.heartbeat(1, "n1", &[], &[]).unwrap()).into_iter().cloned());
+    assert_eq!(all.len(), 4);
+    let ranks: Vec<u32> = all.iter().map(|t| t.rank).collect();
+    assert_eq!(ranks, vec![0, 1, 2, 3]);
+    assert_eq!(all[0].gpus, vec![0, 1]);
+    assert_eq!(all[1].gpus, vec![2, 3]);
+    let env: HashMap<_, _> = all[3].env.iter().cloned().collect();
+    assert_eq!((env["SLURM_PROCID"].as_str(), env["SLURM_LOCALID"].as_str(), env["SLURM_NODEID"].as_str()), ("3", "1", "1"));
+    assert_eq!(env["CUDA_VISIBLE_DEVICES"], "2,3");
+    assert!(matches!(c.create_step(1, 2, 1, None, None, None, vec!["x".into()]), Err(Refused::Forbidden(_))));
+    assert!(c.create_step(1, 1, 1, Some(3), None, None, vec!["x".into()]).is_err());
+}
+
+#[test]
+fn arrays_respect_their_limit_and_dependencies_wait() {
+    let mut c = cluster(4, 0);
+    let ids = c.submit(0, spec(1), &batch(&["--array=0-3%2"]), "a").unwrap();
+    assert_eq!(ids, vec![1, 2, 3, 4]);
+    c.tick(0);
+    let running = c.jobs().filter(|j| j.state == JobState::Running).count();
+    assert_eq!(running, 2);
+    assert_eq!(c.job(4).unwrap().reason, PendingReason::JobArrayTaskLimit);
+    let dep = c.submit(0, spec(1), &batch(&["--dependency=afterok:1"]), "a").unwrap()[0];
+    c.tick(1);
+    assert_eq!(c.job(dep).unwrap().reason, PendingReason::Dependency);
+    let exit = TaskExit { job: 1, epoch: 1, step: BATCH_STEP, rank: 0, code: Some(3), signal: None, oom: false };
+    let node = c.job(1).unwrap().allocs[0].0.clone();
+    c.heartbeat(2, &node, &[], &[exit]).unwrap();
+    assert_eq!(c.job(1).unwrap().state, JobState::Failed);
+    c.tick(3);
+    assert_eq!(c.job(dep).unwrap().reason, PendingReason::DependencyNeverSatisfied);
+}

@@ -1,0 +1,238 @@
+//! The controller's records: jobs, steps, nodes, and the orders and reports exchanged with
+//! node agents. These are what the store persists (as JSON) and what the API shows.
+
+use model::{JobRequest, JobState, Node, NodeState, PendingReason, Time};
+use sched::{Alloc, NodeUsage};
+use serde::{Deserialize, Serialize};
+
+/// The step id of a job's batch script (Slurm prints it as `.batch`).
+pub const BATCH_STEP: u32 = u32::MAX;
+
+/// What to run and how, beyond the scheduler's request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobSpec {
+    /// The batch script's text.
+    pub script: String,
+    /// Arguments to the script.
+    pub script_args: Vec<String>,
+    /// Working directory (`--chdir`, else the submit directory).
+    pub workdir: String,
+    /// Submit directory.
+    pub submit_dir: String,
+    /// Submit host.
+    pub submit_host: String,
+    /// Environment exported from the submitting shell (per `--export`).
+    pub env: Vec<(String, String)>,
+    /// `-o` pattern (default `slurm-%j.out`).
+    pub output: String,
+    /// `-e` pattern (default: same as output).
+    pub error: Option<String>,
+    /// Requeue on node failure or preemption.
+    pub requeue: bool,
+    /// `--signal`: signal number, seconds before the limit, batch shell only.
+    pub signal: Option<(i32, Time, bool)>,
+    /// Submitting user's uid and gid.
+    pub uid: u32,
+    /// Primary group.
+    pub gid: u32,
+}
+
+/// An array task's place in its array.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ArrayInfo {
+    /// The array job id (the first task's id).
+    pub array_job: u64,
+    /// This task's index.
+    pub task: u32,
+    /// Number of tasks, smallest and largest index, step.
+    pub count: u32,
+    /// Smallest index.
+    pub min: u32,
+    /// Largest index.
+    pub max: u32,
+    /// Most tasks of the array running at once.
+    pub max_running: Option<u32>,
+}
+
+/// A job step: the batch script, or one `srun`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Step {
+    /// Step id ([`BATCH_STEP`] for the batch script).
+    pub id: u32,
+    /// Command (for `srun` steps).
+    pub argv: Vec<String>,
+    /// Nodes used, by name, and tasks on each.
+    pub layout: Vec<(String, u32)>,
+    /// Tasks not yet exited.
+    pub remaining: u32,
+    /// Largest exit code so far (or 128 + signal).
+    pub exit: i32,
+    /// Started.
+    pub start: Time,
+    /// Ended.
+    pub end: Option<Time>,
+}
+
+/// A job as the controller keeps it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Job {
+    /// The scheduler's request (id, name, user, shape, limit, ...).
+    pub req: JobRequest,
+    /// How to run it.
+    pub spec: JobSpec,
+    /// Lifecycle state.
+    pub state: JobState,
+    /// Why it waits (pending jobs).
+    pub reason: PendingReason,
+    /// Expected start from the last pass (`squeue --start`).
+    pub expected_start: Option<Time>,
+    /// Start of the current run.
+    pub start: Option<Time>,
+    /// End.
+    pub end: Option<Time>,
+    /// Exit code of the batch script.
+    pub exit_code: Option<i32>,
+    /// Signal that ended the batch script.
+    pub exit_signal: Option<i32>,
+    /// Allocation of the current run: node name and what it holds there.
+    pub allocs: Vec<(String, Alloc)>,
+    /// Times requeued (`SLURM_RESTART_COUNT`).
+    pub restart_count: u32,
+    /// Array position.
+    pub array: Option<ArrayInfo>,
+    /// Steps of the current run.
+    pub steps: Vec<Step>,
+    /// Run number: bumped at each start, carried by tasks, so reports of an old run are ignored.
+    pub epoch: u32,
+    /// The user cancelled it while running.
+    pub cancelling: bool,
+    /// When the time-limit SIGTERM went out.
+    pub timeout_at: Option<Time>,
+    /// Whether `--signal` has been sent in this run.
+    pub warned: bool,
+    /// A node of the job failed and it was not requeued.
+    pub node_failed: bool,
+    /// Why it was rejected or failed, for the user.
+    pub message: Option<String>,
+    /// Preemption: requeue at this time (after its grace time) unless it exits first.
+    pub preempt_at: Option<Time>,
+    /// The agent confirmed the batch script started (reported it running or exited).
+    pub confirmed: bool,
+}
+
+/// A node as the controller keeps it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeRec {
+    /// Definition (resources, features, topology, state).
+    pub node: Node,
+    /// What its running jobs hold.
+    pub usage: NodeUsage,
+    /// Why it is drained or down.
+    pub reason: Option<String>,
+    /// Its lease: renewed by each heartbeat; when it lapses the node is down.
+    pub lease_until: Time,
+    /// Last heartbeat.
+    pub last_seen: Time,
+    /// Address other nodes reach it at (MASTER_ADDR).
+    pub addr: String,
+    /// Orders waiting for its next heartbeat (not persisted across restarts).
+    #[serde(skip)]
+    pub orders: Vec<Order>,
+}
+
+impl NodeRec {
+    /// Its state.
+    pub fn state(&self) -> NodeState {
+        self.node.state
+    }
+}
+
+/// One task to start on a node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Task {
+    /// Job.
+    pub job: u64,
+    /// Run number.
+    pub epoch: u32,
+    /// Step.
+    pub step: u32,
+    /// Global rank.
+    pub rank: u32,
+    /// The batch script's text (batch step), or `None` for a command.
+    pub script: Option<String>,
+    /// Command and arguments (script arguments for the batch step).
+    pub argv: Vec<String>,
+    /// Environment.
+    pub env: Vec<(String, String)>,
+    /// Working directory.
+    pub workdir: String,
+    /// Output file (absolute), appended to.
+    pub stdout: String,
+    /// Error file (absolute), appended to.
+    pub stderr: String,
+    /// Run as this uid/gid (when the agent is root).
+    pub uid: u32,
+    /// Group.
+    pub gid: u32,
+    /// GPU indices this task may see.
+    pub gpus: Vec<u8>,
+    /// Memory limit of the job on this node, bytes (0 = none).
+    pub mem_limit: u64,
+}
+
+/// What the controller asks of an agent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Order {
+    /// Start a task.
+    Launch(Task),
+    /// Send a signal to a job's tasks (one step, or all; the batch shell only with `batch_only`).
+    Signal {
+        /// Job.
+        job: u64,
+        /// Run.
+        epoch: u32,
+        /// Signal number.
+        signal: i32,
+        /// Only the batch script.
+        batch_only: bool,
+    },
+    /// Kill every task of a job's run.
+    Kill {
+        /// Job.
+        job: u64,
+        /// Run.
+        epoch: u32,
+    },
+}
+
+/// A task's end, as an agent reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskExit {
+    /// Job.
+    pub job: u64,
+    /// Run.
+    pub epoch: u32,
+    /// Step.
+    pub step: u32,
+    /// Rank.
+    pub rank: u32,
+    /// Exit code, if it exited.
+    pub code: Option<i32>,
+    /// Signal, if killed by one.
+    pub signal: Option<i32>,
+    /// Killed for exceeding its memory limit.
+    pub oom: bool,
+}
+
+/// A task an agent runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct TaskKey {
+    /// Job.
+    pub job: u64,
+    /// Run.
+    pub epoch: u32,
+    /// Step.
+    pub step: u32,
+    /// Rank.
+    pub rank: u32,
+}
