@@ -113,6 +113,12 @@ pub struct Dirty {
     pub next_id: Option<u64>,
 }
 
+/// Order sequence numbers start from the clock, so they keep growing across controller
+/// restarts (an agent acknowledges by the highest number it has seen).
+fn seq_base(now: Time) -> u64 {
+    ((now.max(0) as u64) << 20) + 1
+}
+
 fn is_final(s: JobState) -> bool {
     s.is_final()
 }
@@ -143,6 +149,7 @@ impl Controller {
             n.lease_until = now + c.settings.lease;
             n.usage = NodeUsage::for_node(&n.node);
             n.orders.clear();
+            n.next_seq = seq_base(now);
             c.node_index.insert(n.node.name.clone(), c.nodes.len());
             c.nodes.push(n);
         }
@@ -181,6 +188,11 @@ impl Controller {
     /// All nodes.
     pub fn nodes(&self) -> &[NodeRec] {
         &self.nodes
+    }
+
+    /// Names of nodes with orders waiting for their next heartbeat.
+    pub fn nodes_with_orders(&self) -> Vec<String> {
+        self.nodes.iter().filter(|n| !n.orders.is_empty()).map(|n| n.node.name.clone()).collect()
     }
 
     /// Records changed since the last call (to persist).
@@ -351,7 +363,7 @@ impl Controller {
 
     fn order(&mut self, node: &str, o: Order) {
         if let Some(&i) = self.node_index.get(node) {
-            self.nodes[i].orders.push(o);
+            self.nodes[i].push(o);
         }
     }
 
@@ -363,7 +375,7 @@ impl Controller {
         for (name, a) in &allocs {
             if let Some(&i) = self.node_index.get(name) {
                 self.nodes[i].usage.release(a);
-                self.nodes[i].orders.push(Order::Kill { job: id, epoch });
+                self.nodes[i].push(Order::Kill { job: id, epoch });
             }
         }
     }
@@ -438,6 +450,7 @@ impl Controller {
                     last_seen: now,
                     addr,
                     orders: Vec::new(),
+                    next_seq: seq_base(now),
                 });
                 self.dirty_nodes.insert(i);
             }
@@ -459,12 +472,21 @@ impl Controller {
         Ok(())
     }
 
-    /// A heartbeat: renews the node's lease, takes task exits and the list of running tasks,
-    /// and returns the orders waiting for the node.
-    pub fn heartbeat(&mut self, now: Time, name: &str, running: &[TaskKey], exits: &[TaskExit]) -> Result<Vec<Order>, Refused> {
+    /// A heartbeat: renews the node's lease, drops the orders the agent acknowledges (sequence
+    /// numbers up to `ack`), takes task exits and the list of running tasks, and returns every
+    /// order not yet acknowledged.
+    pub fn heartbeat(
+        &mut self,
+        now: Time,
+        name: &str,
+        ack: u64,
+        running: &[TaskKey],
+        exits: &[TaskExit],
+    ) -> Result<Vec<(u64, Order)>, Refused> {
         let &i = self.node_index.get(name).ok_or_else(|| Refused::NotFound(format!("node {name} is not registered")))?;
         {
             let rec = &mut self.nodes[i];
+            rec.orders.retain(|(seq, _)| *seq > ack);
             rec.lease_until = now + self.settings.lease;
             rec.last_seen = now;
             if rec.node.state == NodeState::Down {
@@ -488,12 +510,10 @@ impl Controller {
                     self.dirty_jobs.insert(t.job);
                 }
             } else {
-                self.nodes[i].orders.push(Order::Kill { job: t.job, epoch: t.epoch });
+                self.nodes[i].push(Order::Kill { job: t.job, epoch: t.epoch });
             }
         }
-        let mut orders = std::mem::take(&mut self.nodes[i].orders);
-        orders.dedup();
-        Ok(orders)
+        Ok(self.nodes[i].orders.clone())
     }
 
     fn task_exit(&mut self, now: Time, node: &str, e: &TaskExit) {

@@ -39,6 +39,26 @@ fn launches(orders: &[Order]) -> Vec<&Task> {
     orders.iter().filter_map(|o| if let Order::Launch(t) = o { Some(t) } else { None }).collect()
 }
 
+/// A heartbeat that acknowledges everything received before, as a well-behaved agent does.
+trait Beat {
+    fn hb(&mut self, now: Time, node: &str, running: &[TaskKey], exits: &[TaskExit]) -> Result<Vec<Order>, Refused>;
+}
+
+thread_local! {
+    /// The highest order sequence each node's agent has received (tests run one per thread).
+    static DELIVERED: std::cell::RefCell<HashMap<String, u64>> = std::cell::RefCell::new(HashMap::new());
+}
+
+impl Beat for Controller {
+    fn hb(&mut self, now: Time, node: &str, running: &[TaskKey], exits: &[TaskExit]) -> Result<Vec<Order>, Refused> {
+        let prev = DELIVERED.with(|d| d.borrow().get(node).copied().unwrap_or(0));
+        let out = self.heartbeat(now, node, prev, running, exits)?;
+        let max = out.iter().map(|(s, _)| *s).max().unwrap_or(prev);
+        DELIVERED.with(|d| d.borrow_mut().insert(node.to_string(), max));
+        Ok(out.into_iter().filter(|(s, _)| *s > prev).map(|(_, o)| o).collect())
+    }
+}
+
 #[test]
 fn submit_dispatch_and_complete() {
     let mut c = cluster(2, 0);
@@ -47,7 +67,7 @@ fn submit_dispatch_and_complete() {
     assert_eq!(c.take_dirty().jobs.len(), 1, "the submission is persisted");
     let info = c.tick(1);
     assert_eq!(info.started, 1);
-    let orders = c.heartbeat(1, "n0", &[], &[]).unwrap();
+    let orders = c.hb(1, "n0", &[], &[]).unwrap();
     let t = launches(&orders);
     assert_eq!(t.len(), 1, "the batch script runs on the first node");
     let env: HashMap<_, _> = t[0].env.iter().cloned().collect();
@@ -55,9 +75,9 @@ fn submit_dispatch_and_complete() {
     assert_eq!(env["SLURM_NTASKS"], "4");
     assert_eq!(env["MASTER_ADDR"], "127.0.0.1");
     assert_eq!(t[0].stdout, "/tmp/slurm-1.out");
-    assert!(c.heartbeat(1, "n1", &[], &[]).unwrap().is_empty());
+    assert!(c.hb(1, "n1", &[], &[]).unwrap().is_empty());
     let exit = TaskExit { job: 1, epoch: 1, step: BATCH_STEP, rank: 0, code: Some(0), signal: None, oom: false };
-    c.heartbeat(5, "n0", &[], &[exit]).unwrap();
+    c.hb(5, "n0", &[], &[exit]).unwrap();
     let j = c.job(1).unwrap();
     assert_eq!((j.state, j.exit_code, j.end), (JobState::Completed, Some(0), Some(5)));
     assert!(c.nodes().iter().all(|n| n.usage.jobs == 0), "resources released");
@@ -89,10 +109,10 @@ fn only_the_owner_or_root_cancels() {
     c.submit(0, spec(1000), &batch(&[]), "alice").unwrap();
     c.tick(1);
     c.cancel(2, 0, 2, None).unwrap();
-    let orders = c.heartbeat(2, "n0", &[], &[]).unwrap();
+    let orders = c.hb(2, "n0", &[], &[]).unwrap();
     assert!(orders.contains(&Order::Kill { job: 2, epoch: 1 }));
     let exit = TaskExit { job: 2, epoch: 1, step: BATCH_STEP, rank: 0, code: None, signal: Some(9), oom: false };
-    c.heartbeat(3, "n0", &[], &[exit]).unwrap();
+    c.hb(3, "n0", &[], &[exit]).unwrap();
     assert_eq!(c.job(2).unwrap().state, JobState::Cancelled);
 }
 
@@ -103,21 +123,21 @@ fn time_limit_signals_then_kills_then_times_out() {
     s.signal = Some((10, 60, false));
     c.submit(0, s, &batch(&["-t", "2"]), "a").unwrap();
     c.tick(0);
-    c.heartbeat(0, "n0", &[], &[]).unwrap();
+    c.hb(0, "n0", &[], &[]).unwrap();
     for t in [20, 40] {
-        c.heartbeat(t, "n0", &[], &[]).unwrap();
+        c.hb(t, "n0", &[], &[]).unwrap();
         c.tick(t);
     }
-    c.heartbeat(59, "n0", &[], &[]).unwrap();
+    c.hb(59, "n0", &[], &[]).unwrap();
     c.tick(60);
-    assert!(c.heartbeat(60, "n0", &[], &[]).unwrap().contains(&Order::Signal { job: 1, epoch: 1, signal: 10, batch_only: false }));
-    c.heartbeat(90, "n0", &[], &[]).unwrap();
+    assert!(c.hb(60, "n0", &[], &[]).unwrap().contains(&Order::Signal { job: 1, epoch: 1, signal: 10, batch_only: false }));
+    c.hb(90, "n0", &[], &[]).unwrap();
     c.tick(120);
-    assert!(c.heartbeat(120, "n0", &[], &[]).unwrap().contains(&Order::Signal { job: 1, epoch: 1, signal: 15, batch_only: false }));
+    assert!(c.hb(120, "n0", &[], &[]).unwrap().contains(&Order::Signal { job: 1, epoch: 1, signal: 15, batch_only: false }));
     c.tick(150);
-    assert!(c.heartbeat(150, "n0", &[], &[]).unwrap().contains(&Order::Kill { job: 1, epoch: 1 }));
+    assert!(c.hb(150, "n0", &[], &[]).unwrap().contains(&Order::Kill { job: 1, epoch: 1 }));
     let exit = TaskExit { job: 1, epoch: 1, step: BATCH_STEP, rank: 0, code: None, signal: Some(9), oom: false };
-    c.heartbeat(151, "n0", &[], &[exit]).unwrap();
+    c.hb(151, "n0", &[], &[exit]).unwrap();
     assert_eq!(c.job(1).unwrap().state, JobState::Timeout);
 }
 
@@ -134,7 +154,7 @@ fn a_lapsed_lease_requeues_and_old_reports_are_ignored() {
     // n0 falls silent; n1 keeps beating.
     let dead = on[0].clone();
     let live = if dead == "n0" { "n1" } else { "n0" };
-    c.heartbeat(20, live, &[], &[]).unwrap();
+    c.hb(20, live, &[], &[]).unwrap();
     let info = c.tick(31);
     assert_eq!(info.nodes_down, 1);
     let victim = if on[0] == dead { 1 } else { 2 };
@@ -147,12 +167,7 @@ fn a_lapsed_lease_requeues_and_old_reports_are_ignored() {
     // The dead node comes back and reports the old run: it is told to kill it.
     let old = TaskKey { job: victim, epoch: 1, step: BATCH_STEP, rank: 0 };
     let orders = c
-        .heartbeat(
-            40,
-            &dead,
-            &[old],
-            &[TaskExit { job: victim, epoch: 1, step: BATCH_STEP, rank: 0, code: Some(0), signal: None, oom: false }],
-        )
+        .hb(40, &dead, &[old], &[TaskExit { job: victim, epoch: 1, step: BATCH_STEP, rank: 0, code: Some(0), signal: None, oom: false }])
         .unwrap();
     assert!(orders.contains(&Order::Kill { job: victim, epoch: 1 }));
     assert_ne!(c.job(victim).unwrap().state, JobState::Completed, "a report from the old run changes nothing");
@@ -181,11 +196,11 @@ fn steps_lay_out_tasks_with_disjoint_gpus() {
     let mut c = cluster(2, 4);
     c.submit(0, spec(1), &batch(&["-N2", "--ntasks-per-node=2", "--gpus-per-node=4"]), "a").unwrap();
     c.tick(0);
-    c.heartbeat(0, "n0", &[], &[]).unwrap();
+    c.hb(0, "n0", &[], &[]).unwrap();
     let step = c.create_step(1, 1, 1, None, None, None, vec!["env".into()]).unwrap();
     assert_eq!(step, 0);
-    let mut all = launches(&c.heartbeat(1, "n0", &[], &[]).unwrap()).into_iter().cloned().collect::<Vec<_>>();
-    all.extend(launches(&c.heartbeat(1, "n1", &[], &[]).unwrap()).into_iter().cloned());
+    let mut all = launches(&c.hb(1, "n0", &[], &[]).unwrap()).into_iter().cloned().collect::<Vec<_>>();
+    all.extend(launches(&c.hb(1, "n1", &[], &[]).unwrap()).into_iter().cloned());
     assert_eq!(all.len(), 4);
     let ranks: Vec<u32> = all.iter().map(|t| t.rank).collect();
     assert_eq!(ranks, vec![0, 1, 2, 3]);
@@ -212,8 +227,22 @@ fn arrays_respect_their_limit_and_dependencies_wait() {
     assert_eq!(c.job(dep).unwrap().reason, PendingReason::Dependency);
     let exit = TaskExit { job: 1, epoch: 1, step: BATCH_STEP, rank: 0, code: Some(3), signal: None, oom: false };
     let node = c.job(1).unwrap().allocs[0].0.clone();
-    c.heartbeat(2, &node, &[], &[exit]).unwrap();
+    c.hb(2, &node, &[], &[exit]).unwrap();
     assert_eq!(c.job(1).unwrap().state, JobState::Failed);
     c.tick(3);
     assert_eq!(c.job(dep).unwrap().reason, PendingReason::DependencyNeverSatisfied);
+}
+
+#[test]
+fn orders_are_resent_until_acknowledged() {
+    let mut c = cluster(1, 0);
+    c.submit(0, spec(1), &batch(&[]), "a").unwrap();
+    c.tick(0);
+    let first = c.heartbeat(0, "n0", 0, &[], &[]).unwrap();
+    assert_eq!(first.len(), 1);
+    // The reply was lost: the next heartbeat (acknowledging nothing) gets the launch again.
+    let again = c.heartbeat(1, "n0", 0, &[], &[]).unwrap();
+    assert_eq!(again, first);
+    let acked = c.heartbeat(2, "n0", first[0].0, &[], &[]).unwrap();
+    assert!(acked.is_empty());
 }

@@ -135,12 +135,26 @@ pub struct NodeRec {
     pub last_seen: Time,
     /// Address other nodes reach it at (MASTER_ADDR).
     pub addr: String,
-    /// Orders waiting for its next heartbeat (not persisted across restarts).
+    /// Orders not yet acknowledged by the agent, with their sequence numbers (not persisted
+    /// across controller restarts). They are sent with every heartbeat reply until acknowledged,
+    /// so a reply lost on the way costs nothing.
     #[serde(skip)]
-    pub orders: Vec<Order>,
+    pub orders: Vec<(u64, Order)>,
+    /// Next order sequence number.
+    #[serde(skip)]
+    pub next_seq: u64,
 }
 
 impl NodeRec {
+    /// Queues an order (an identical one already waiting is not queued twice).
+    pub fn push(&mut self, o: Order) {
+        if self.orders.iter().any(|(_, x)| *x == o) {
+            return;
+        }
+        self.orders.push((self.next_seq, o));
+        self.next_seq += 1;
+    }
+
     /// Its state.
     pub fn state(&self) -> NodeState {
         self.node.state

@@ -1,10 +1,21 @@
-//! The `tandem` command. This binary is a thin shell: argument parsing, file IO, the wall
-//! clock and output formatting; the decisions live in the `sched` and `sim` crates.
+//! The `tandem` command. This binary is a thin shell: argument parsing, file and network IO,
+//! the wall clock and output formatting; the decisions live in `sched`, `control` and `sim`.
+//! Invoked as `sbatch`, `squeue`, `scancel`, `sinfo`, `sacct`, `srun`, `scontrol` or `sprio`
+//! (links that `tandem shims DIR` writes), it behaves as that Slurm command.
 
+mod agent;
+mod api;
 mod bench;
+mod cli;
+mod client;
+mod openapi;
+mod server;
 mod simcmd;
+mod up;
 
+use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
+use std::path::PathBuf;
 
 /// Tandem: one scheduler for training gangs and inference replicas.
 #[derive(Parser)]
@@ -16,6 +27,128 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
+    /// Start a whole local cluster: the controller and N agents, each its own process.
+    Up {
+        /// Node agents to start.
+        #[arg(long, default_value_t = 2)]
+        agents: u32,
+        /// GPUs each agent declares, as MODEL:COUNT or COUNT (e.g. h100:8).
+        #[arg(long)]
+        gpus_per_agent: Option<String>,
+        /// CPUs each agent declares (default: the machine's).
+        #[arg(long)]
+        cpus_per_agent: Option<u32>,
+        /// Memory each agent declares (e.g. 16G; default: the machine's).
+        #[arg(long)]
+        mem_per_agent: Option<String>,
+        /// Data directory (default: a new directory under the system temp dir, printed).
+        #[arg(long)]
+        data: Option<PathBuf>,
+        /// Controller TCP port (0 picks a free one).
+        #[arg(long, default_value_t = 7200)]
+        port: u16,
+        /// Node lease in seconds.
+        #[arg(long)]
+        lease: Option<u32>,
+    },
+    /// The controller daemon.
+    Server {
+        /// TCP address for agents (and `/metrics`, `/openapi.json`).
+        #[arg(long, default_value = "127.0.0.1:7200")]
+        listen: std::net::SocketAddr,
+        /// Data directory: database, Unix socket, cluster secret.
+        #[arg(long, default_value = "/var/lib/tandem")]
+        data: PathBuf,
+        /// Node lease in seconds.
+        #[arg(long, default_value_t = 30)]
+        lease: u32,
+        /// Seconds between SIGTERM and SIGKILL at a job's time limit.
+        #[arg(long, default_value_t = 30)]
+        kill_wait: u32,
+    },
+    /// The node daemon.
+    Agent {
+        /// Controller address, http://host:port.
+        #[arg(long, env = "TANDEM_SERVER")]
+        server: String,
+        /// Node name (default: the host name).
+        #[arg(long)]
+        name: Option<String>,
+        /// File holding the cluster secret (created by the controller at first start).
+        #[arg(long)]
+        secret_file: PathBuf,
+        /// GPUs to declare, as MODEL:COUNT or COUNT, when NVML does not report them.
+        #[arg(long)]
+        gpus: Option<String>,
+        /// CPUs to declare (default: the machine's).
+        #[arg(long)]
+        cpus: Option<u32>,
+        /// Memory to declare (default: the machine's).
+        #[arg(long)]
+        memory: Option<String>,
+        /// Features (comma-separated).
+        #[arg(long)]
+        features: Option<String>,
+        /// Data directory.
+        #[arg(long, default_value = "/var/lib/tandem-agent")]
+        data: PathBuf,
+        /// Address to advertise to jobs (MASTER_ADDR); default 127.0.0.1.
+        #[arg(long, default_value = "127.0.0.1")]
+        addr: String,
+    },
+    /// Write links named after Slurm's commands (sbatch, squeue, ...) to this binary.
+    Shims {
+        /// Directory for the links.
+        dir: PathBuf,
+    },
+    /// Submit a batch job (sbatch).
+    #[command(disable_help_flag = true)]
+    Submit {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// Show the queue (squeue).
+    #[command(disable_help_flag = true)]
+    Queue {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// Cancel or signal jobs (scancel).
+    #[command(disable_help_flag = true)]
+    Cancel {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// Show nodes (sinfo).
+    #[command(disable_help_flag = true)]
+    Nodes {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// Accounting history (sacct).
+    #[command(disable_help_flag = true)]
+    History {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// Show, hold, release, requeue, update (scontrol).
+    #[command(disable_help_flag = true)]
+    Show {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// Launch a job step inside an allocation (srun).
+    #[command(disable_help_flag = true)]
+    Run {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// Per-factor priority of pending jobs (sprio).
+    #[command(disable_help_flag = true)]
+    Priority {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
     /// Replay a workload trace (or a synthetic workload) through the scheduler in virtual time.
     Sim(simcmd::SimArgs),
     /// Benchmarks.
@@ -25,17 +158,124 @@ enum Cmd {
     },
 }
 
-fn main() -> std::process::ExitCode {
-    let cli = Cli::parse();
-    let r = match cli.cmd {
-        Cmd::Sim(a) => simcmd::run(a),
-        Cmd::Bench { which } => bench::run(which),
-    };
+const SHIMS: [&str; 8] = ["sbatch", "squeue", "scancel", "sinfo", "sacct", "srun", "scontrol", "sprio"];
+
+fn slurm(name: &str, args: &[String]) -> Option<Result<i32>> {
+    Some(match name {
+        "sbatch" => cli::sbatch(args),
+        "squeue" => cli::squeue(args),
+        "scancel" => cli::scancel(args),
+        "sinfo" => cli::sinfo(args),
+        "sacct" => cli::sacct(args),
+        "srun" => cli::srun(args),
+        "scontrol" => cli::scontrol(args),
+        "sprio" => cli::sprio(args),
+        _ => return None,
+    })
+}
+
+fn exit_with(name: &str, r: Result<i32>) -> std::process::ExitCode {
     match r {
-        Ok(()) => std::process::ExitCode::SUCCESS,
+        Ok(code) => std::process::ExitCode::from(code.clamp(0, 255) as u8),
         Err(e) => {
-            eprintln!("tandem: error: {e:#}");
-            std::process::ExitCode::from(2)
+            eprintln!("{name}: error: {e:#}");
+            std::process::ExitCode::from(1)
         }
     }
+}
+
+fn gpus_spec(s: &str) -> Result<(Option<String>, u32)> {
+    let (t, n) = slurmcli::parse_gpus(s).map_err(|e| anyhow::anyhow!("--gpus: {}", e.0))?;
+    Ok((t, n))
+}
+
+fn main() -> std::process::ExitCode {
+    let argv: Vec<String> = std::env::args().collect();
+    let invoked = argv.first().map(|a| a.rsplit('/').next().unwrap_or(a).to_string()).unwrap_or_default();
+    if let Some(r) = slurm(&invoked, &argv[1..]) {
+        return exit_with(&invoked, r);
+    }
+    let cli = Cli::parse();
+    let (name, r): (&str, Result<i32>) = match cli.cmd {
+        Cmd::Submit { args } => ("sbatch", cli::sbatch(&args)),
+        Cmd::Queue { args } => ("squeue", cli::squeue(&args)),
+        Cmd::Cancel { args } => ("scancel", cli::scancel(&args)),
+        Cmd::Nodes { args } => ("sinfo", cli::sinfo(&args)),
+        Cmd::History { args } => ("sacct", cli::sacct(&args)),
+        Cmd::Show { args } => ("scontrol", cli::scontrol(&args)),
+        Cmd::Run { args } => ("srun", cli::srun(&args)),
+        Cmd::Priority { args } => ("sprio", cli::sprio(&args)),
+        Cmd::Sim(a) => ("tandem", simcmd::run(a).map(|_| 0)),
+        Cmd::Bench { which } => ("tandem", bench::run(which).map(|_| 0)),
+        Cmd::Shims { dir } => ("tandem", shims(&dir).map(|_| 0)),
+        Cmd::Up { agents, gpus_per_agent, cpus_per_agent, mem_per_agent, data, port, lease } => (
+            "tandem up",
+            up::run(up::UpArgs { agents, gpus: gpus_per_agent, cpus: cpus_per_agent, memory: mem_per_agent, data, port, lease }).map(|_| 0),
+        ),
+        Cmd::Server { listen, data, lease, kill_wait } => ("tandem server", run_server(listen, data, lease, kill_wait)),
+        Cmd::Agent { server, name, secret_file, gpus, cpus, memory, features, data, addr } => {
+            ("tandem agent", run_agent(server, name, secret_file, gpus, cpus, memory, features, data, addr))
+        }
+    };
+    if name == "tandem" {
+        return match r {
+            Ok(_) => std::process::ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("tandem: error: {e:#}");
+                std::process::ExitCode::from(2)
+            }
+        };
+    }
+    exit_with(name, r)
+}
+
+fn shims(dir: &std::path::Path) -> Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let exe = std::env::current_exe()?;
+    for s in SHIMS {
+        let link = dir.join(s);
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(&exe, &link).with_context(|| format!("linking {}", link.display()))?;
+    }
+    println!("wrote {} in {}; add it to PATH", SHIMS.join(", "), dir.display());
+    Ok(())
+}
+
+fn run_server(listen: std::net::SocketAddr, data: PathBuf, lease: u32, kill_wait: u32) -> Result<i32> {
+    if lease == 0 {
+        bail!("--lease must be at least 1 second");
+    }
+    let settings = control::Settings { lease: lease as i64, kill_wait: kill_wait as i64, ..control::Settings::default() };
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    rt.block_on(server::run(server::ServerArgs { listen, data, settings }))?;
+    Ok(0)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_agent(
+    server: String,
+    name: Option<String>,
+    secret_file: PathBuf,
+    gpus: Option<String>,
+    cpus: Option<u32>,
+    memory: Option<String>,
+    features: Option<String>,
+    data: PathBuf,
+    addr: String,
+) -> Result<i32> {
+    let target = client::Target::parse(&server)?;
+    let name = match name {
+        Some(n) => n,
+        None => nix::unistd::gethostname()?.to_string_lossy().into_owned(),
+    };
+    let secret = std::fs::read_to_string(&secret_file)
+        .with_context(|| format!("reading the cluster secret from {}", secret_file.display()))?
+        .trim()
+        .to_string();
+    let gpus = gpus.as_deref().map(gpus_spec).transpose()?;
+    let memory = memory.as_deref().map(|m| slurmcli::parse_memory(m).map_err(|e| anyhow::anyhow!("--memory: {}", e.0))).transpose()?;
+    let features = features.map(|f| f.split(',').map(|x| x.trim().to_string()).filter(|x| !x.is_empty()).collect()).unwrap_or_default();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    rt.block_on(agent::run(agent::AgentArgs { server: target, name, gpus, cpus, memory, data, secret, addr, features }))?;
+    Ok(0)
 }

@@ -10,8 +10,9 @@ pub const ARROWS: &[(&str, &[&str])] = &[
     ("trace", &["model"]),
     ("slurmcli", &["model"]),
     ("control", &["sched", "slurmcli", "model"]),
+    ("store", &["control"]),
     ("sim", &["sched", "trace", "model"]),
-    ("tandem", &["sim", "sched", "trace", "model"]),
+    ("tandem", &["sim", "sched", "trace", "model", "slurmcli", "control", "store"]),
     ("xtask", &[]),
 ];
 

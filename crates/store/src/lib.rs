@@ -1,0 +1,174 @@
+//! Durable controller state in an embedded SQLite database: WAL journal with
+//! `synchronous=FULL`, so a commit that returned is on disk and survives `kill -9` of the
+//! controller (and a power loss). The controller persists what changed before it acknowledges a
+//! request; on start it loads everything back.
+//!
+//! Jobs and nodes are stored as JSON documents beside the columns that `sacct`-style queries
+//! filter on (state, user, end time).
+
+use control::{Dirty, Job, NodeRec};
+use rusqlite::{Connection, OptionalExtension, params};
+use std::path::Path;
+
+/// A storage error.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// SQLite failed.
+    #[error("database: {0}")]
+    Sql(#[from] rusqlite::Error),
+    /// A stored document does not decode.
+    #[error("database holds a record that does not decode: {0}")]
+    Decode(#[from] serde_json::Error),
+}
+
+/// The database.
+pub struct Store {
+    conn: Connection,
+}
+
+/// Everything loaded at start.
+pub struct Loaded {
+    /// Jobs.
+    pub jobs: Vec<Job>,
+    /// Nodes.
+    pub nodes: Vec<NodeRec>,
+    /// Next job id.
+    pub next_id: u64,
+    /// The cluster secret agents join with.
+    pub secret: Option<String>,
+}
+
+impl Store {
+    /// Opens (creating if needed) the database at `path`.
+    pub fn open(path: &Path) -> Result<Store, StoreError> {
+        let conn = Connection::open(path)?;
+        conn.pragma_update(None, "journal_mode", "WAL")?;
+        conn.pragma_update(None, "synchronous", "FULL")?;
+        conn.pragma_update(None, "busy_timeout", 5000)?;
+        conn.execute_batch(
+            "CREATE TABLE IF NOT EXISTS jobs (id INTEGER PRIMARY KEY, state TEXT NOT NULL, user TEXT NOT NULL, end_time INTEGER, data TEXT NOT NULL);
+             CREATE INDEX IF NOT EXISTS jobs_state ON jobs(state);
+             CREATE INDEX IF NOT EXISTS jobs_user ON jobs(user);
+             CREATE TABLE IF NOT EXISTS nodes (name TEXT PRIMARY KEY, data TEXT NOT NULL);
+             CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);",
+        )?;
+        Ok(Store { conn })
+    }
+
+    /// Writes the changes in one transaction; returns once they are durable.
+    pub fn persist(&mut self, d: &Dirty) -> Result<(), StoreError> {
+        if d.jobs.is_empty() && d.nodes.is_empty() && d.next_id.is_none() {
+            return Ok(());
+        }
+        let tx = self.conn.transaction()?;
+        {
+            let mut put = tx.prepare_cached("INSERT OR REPLACE INTO jobs (id, state, user, end_time, data) VALUES (?1, ?2, ?3, ?4, ?5)")?;
+            for j in &d.jobs {
+                put.execute(params![j.req.id.0 as i64, j.state.slurm_name(), j.req.user, j.end, serde_json::to_string(j)?])?;
+            }
+            let mut put = tx.prepare_cached("INSERT OR REPLACE INTO nodes (name, data) VALUES (?1, ?2)")?;
+            for n in &d.nodes {
+                put.execute(params![n.node.name, serde_json::to_string(n)?])?;
+            }
+            if let Some(id) = d.next_id {
+                tx.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('next_id', ?1)", params![id.to_string()])?;
+            }
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Stores the cluster secret (first start).
+    pub fn set_secret(&mut self, secret: &str) -> Result<(), StoreError> {
+        self.conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('secret', ?1)", params![secret])?;
+        Ok(())
+    }
+
+    /// Loads everything.
+    pub fn load(&self) -> Result<Loaded, StoreError> {
+        let mut jobs = Vec::new();
+        let mut stmt = self.conn.prepare("SELECT data FROM jobs ORDER BY id")?;
+        for row in stmt.query_map([], |r| r.get::<_, String>(0))? {
+            jobs.push(serde_json::from_str(&row?)?);
+        }
+        let mut nodes = Vec::new();
+        let mut stmt = self.conn.prepare("SELECT data FROM nodes ORDER BY rowid")?;
+        for row in stmt.query_map([], |r| r.get::<_, String>(0))? {
+            nodes.push(serde_json::from_str(&row?)?);
+        }
+        let meta = |k: &str| self.conn.query_row("SELECT value FROM meta WHERE key = ?1", params![k], |r| r.get::<_, String>(0)).optional();
+        let next_id = meta("next_id")?.and_then(|v| v.parse().ok()).unwrap_or(1);
+        let secret = meta("secret")?;
+        Ok(Loaded { jobs, nodes, next_id, secret })
+    }
+
+    /// Ids of finished jobs, optionally of one user, ended at or after `since` (for `sacct`).
+    pub fn history(&self, user: Option<&str>, since: i64) -> Result<Vec<Job>, StoreError> {
+        let mut stmt = self.conn.prepare(
+            "SELECT data FROM jobs WHERE state NOT IN ('PENDING', 'RUNNING') AND (?1 IS NULL OR user = ?1) AND COALESCE(end_time, 0) >= ?2 ORDER BY id",
+        )?;
+        let rows = stmt.query_map(params![user, since], |r| r.get::<_, String>(0))?;
+        let mut out = Vec::new();
+        for r in rows {
+            out.push(serde_json::from_str(&r?)?);
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use control::{Controller, JobSpec, Settings};
+
+    #[test]
+    fn round_trip_survives_reopen() {
+        let dir = std::env::temp_dir().join(format!("tandem-store-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("state.db");
+        let _ = std::fs::remove_file(&path);
+        let mut c = Controller::new(Settings::default());
+        c.register(0, model::Node::new("n0", 2, 1 << 30, 0), "127.0.0.1".into()).unwrap();
+        let spec = JobSpec {
+            script: "#!/bin/sh\ntrue\n".into(),
+            script_args: vec![],
+            workdir: "/tmp".into(),
+            submit_dir: "/tmp".into(),
+            submit_host: "h".into(),
+            env: vec![],
+            output: "slurm-%j.out".into(),
+            error: None,
+            requeue: true,
+            signal: None,
+            uid: 0,
+            gid: 0,
+        };
+        let b = slurmcli_batch();
+        c.submit(0, spec, &b, "root").unwrap();
+        {
+            let mut s = Store::open(&path).unwrap();
+            s.set_secret("s3cret").unwrap();
+            s.persist(&c.take_dirty()).unwrap();
+        }
+        let s = Store::open(&path).unwrap();
+        let l = s.load().unwrap();
+        assert_eq!((l.jobs.len(), l.nodes.len(), l.next_id, l.secret.as_deref()), (1, 1, 2, Some("s3cret")));
+        assert_eq!(l.jobs[0].req.id.0, 1);
+        let mode: String = s.conn.query_row("PRAGMA journal_mode", [], |r| r.get(0)).unwrap();
+        assert_eq!(mode, "wal");
+        let sync: i64 = s.conn.query_row("PRAGMA synchronous", [], |r| r.get(0)).unwrap();
+        assert_eq!(sync, 2, "FULL");
+        std::fs::remove_dir_all(dir).ok();
+    }
+
+    fn slurmcli_batch() -> control_batch::BatchSpec {
+        control_batch::parse()
+    }
+
+    mod control_batch {
+        pub use slurmcli::BatchSpec;
+        pub fn parse() -> BatchSpec {
+            slurmcli::parse_sbatch(&["--wrap=true".to_string()], 0, &mut |_| unreachable!()).unwrap()
+        }
+    }
+}

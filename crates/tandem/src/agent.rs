@@ -1,0 +1,328 @@
+//! `tandem agent`: the node daemon. Registers the node's resources, heartbeats (renewing its
+//! lease and long-polling for orders), launches tasks as real processes (each in its own process
+//! group, as the submitting user when running as root, output appended to files, memory limited
+//! by a cgroup v1 memory controller where one can be created), reports exits, and fences itself:
+//! when its last successful heartbeat is older than the lease, it kills every task.
+
+use anyhow::{Context, Result};
+use control::{BATCH_STEP, Order, Task, TaskExit, TaskKey};
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+use std::collections::HashMap;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc;
+
+use crate::api::*;
+use crate::client::{Target, send};
+
+/// Agent settings from the command line.
+pub struct AgentArgs {
+    /// Controller.
+    pub server: Target,
+    /// Node name.
+    pub name: String,
+    /// Declared GPUs: model and count.
+    pub gpus: Option<(Option<String>, u32)>,
+    /// CPUs (default: the machine's).
+    pub cpus: Option<u32>,
+    /// Memory in bytes (default: the machine's).
+    pub memory: Option<u64>,
+    /// Working directory (scripts).
+    pub data: PathBuf,
+    /// The cluster secret.
+    pub secret: String,
+    /// Address to advertise (MASTER_ADDR).
+    pub addr: String,
+    /// Features.
+    pub features: Vec<String>,
+}
+
+struct Running {
+    pgid: i32,
+    cgroup: Option<PathBuf>,
+}
+
+/// cgroup v1 memory hierarchy under the agent's own cgroup, when it can be used.
+struct Cgroups {
+    base: Option<PathBuf>,
+}
+
+impl Cgroups {
+    fn detect(name: &str) -> Cgroups {
+        let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+        let rel = own.lines().find_map(|l| {
+            let mut p = l.splitn(3, ':');
+            let (_, ctrls, path) = (p.next()?, p.next()?, p.next()?);
+            ctrls.split(',').any(|c| c == "memory").then(|| path.to_string())
+        });
+        let base = rel.map(|r| PathBuf::from("/sys/fs/cgroup/memory").join(r.trim_start_matches('/')).join(format!("tandem-{name}")));
+        match base {
+            Some(b) if std::fs::create_dir_all(&b).is_ok() && b.join("memory.limit_in_bytes").exists() => Cgroups { base: Some(b) },
+            _ => {
+                eprintln!(
+                    "tandem agent {name}: no writable cgroup memory controller here; tasks are tracked and killed by process group, without memory limits"
+                );
+                Cgroups { base: None }
+            }
+        }
+    }
+
+    fn create(&self, job: u64, epoch: u32, limit: u64) -> Option<PathBuf> {
+        let base = self.base.as_ref()?;
+        let dir = base.join(format!("job_{job}_{epoch}"));
+        std::fs::create_dir_all(&dir).ok()?;
+        if limit > 0 {
+            std::fs::write(dir.join("memory.limit_in_bytes"), limit.to_string()).ok()?;
+            let _ = std::fs::write(dir.join("memory.memsw.limit_in_bytes"), limit.to_string());
+        }
+        Some(dir)
+    }
+
+    fn oom(dir: &Path) -> bool {
+        let ctl = std::fs::read_to_string(dir.join("memory.oom_control")).unwrap_or_default();
+        ctl.lines().any(|l| l.strip_prefix("oom_kill ").is_some_and(|n| n.trim() != "0"))
+    }
+}
+
+fn machine_memory() -> u64 {
+    let m = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    m.lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or(1 << 30, |kb| kb << 10)
+}
+
+fn open_append(path: &str, uid: u32, gid: u32) -> std::io::Result<std::fs::File> {
+    let f = std::fs::OpenOptions::new().create(true).append(true).open(path)?;
+    if nix::unistd::geteuid().is_root() {
+        let _ = nix::unistd::chown(path, Some(nix::unistd::Uid::from_raw(uid)), Some(nix::unistd::Gid::from_raw(gid)));
+    }
+    Ok(f)
+}
+
+fn launch(t: &Task, spool: &Path, cg: &Cgroups) -> Result<(tokio::process::Child, Option<PathBuf>)> {
+    let (program, args): (String, Vec<String>) = match &t.script {
+        Some(text) => {
+            let path = spool.join(format!("job_{}_{}.sh", t.job, t.epoch));
+            std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755))?;
+            (path.display().to_string(), t.argv.clone())
+        }
+        None => (t.argv.first().cloned().context("empty command")?, t.argv[1..].to_vec()),
+    };
+    let out = open_append(&t.stdout, t.uid, t.gid).with_context(|| format!("cannot open output file {}", t.stdout))?;
+    let err = if t.stderr == t.stdout {
+        out.try_clone()?
+    } else {
+        open_append(&t.stderr, t.uid, t.gid).with_context(|| format!("cannot open error file {}", t.stderr))?
+    };
+    let mut cmd = tokio::process::Command::new(&program);
+    cmd.args(&args)
+        .env_clear()
+        .envs(t.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .stdin(std::process::Stdio::null())
+        .stdout(out)
+        .stderr(err);
+    cmd.current_dir(if Path::new(&t.workdir).is_dir() { t.workdir.as_str() } else { "/" });
+    cmd.process_group(0);
+    if nix::unistd::geteuid().is_root() && t.uid != 0 {
+        cmd.uid(t.uid).gid(t.gid);
+    }
+    let child = cmd.spawn().with_context(|| format!("cannot run {program}"))?;
+    let cgroup = cg.create(t.job, t.epoch, t.mem_limit);
+    if let (Some(dir), Some(pid)) = (&cgroup, child.id()) {
+        let _ = std::fs::write(dir.join("cgroup.procs"), pid.to_string());
+    }
+    Ok((child, cgroup))
+}
+
+fn kill_group(pgid: i32, sig: Signal) {
+    let _ = killpg(Pid::from_raw(pgid), sig);
+}
+
+/// Runs the agent until the process is stopped.
+pub async fn run(a: AgentArgs) -> Result<()> {
+    let spool = a.data.join("spool");
+    std::fs::create_dir_all(&spool).with_context(|| format!("creating {}", spool.display()))?;
+    std::fs::set_permissions(&spool, std::fs::Permissions::from_mode(0o755))?;
+    let cg = Cgroups::detect(&a.name);
+    let mut node = model::Node::new(
+        &a.name,
+        a.cpus.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get() as u32)),
+        a.memory.unwrap_or_else(machine_memory),
+        0,
+    );
+    if let Some((ty, n)) = &a.gpus {
+        node.gpus = *n;
+        node.gpu_type = ty.clone();
+    }
+    node.features = a.features.clone();
+    let secret = a.secret.clone();
+    let hdr = [("x-tandem-secret", secret.as_str())];
+    let reg = RegisterRequest { node: node.clone(), addr: a.addr.clone() };
+    let register = || async {
+        loop {
+            match send(&a.server, "POST", "/v1/agent/register", Some(&reg), &hdr).await.and_then(|r| r.json::<RegisterResponse>()) {
+                Ok(r) => return r,
+                Err(e) => {
+                    eprintln!("tandem agent {}: registering: {e:#}", a.name);
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+            }
+        }
+    };
+    let mut info = register().await;
+    eprintln!(
+        "tandem agent {}: registered ({} CPUs, {} MiB, {} GPUs), lease {} s",
+        a.name,
+        node.cpus,
+        node.memory >> 20,
+        node.gpus,
+        info.lease_s
+    );
+    let (tx, mut rx) = mpsc::unbounded_channel::<(TaskKey, std::process::ExitStatus)>();
+    let mut tasks: HashMap<TaskKey, Running> = HashMap::new();
+    let mut exits: Vec<TaskExit> = Vec::new();
+    let mut last_ok = Instant::now();
+    let mut ack: u64 = 0;
+    let mut launched: std::collections::HashSet<TaskKey> = std::collections::HashSet::new();
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
+    loop {
+        // Collect exits that happened meanwhile.
+        while let Ok((k, st)) = rx.try_recv() {
+            if let Some(r) = tasks.remove(&k) {
+                let oom = r.cgroup.as_deref().is_some_and(Cgroups::oom);
+                if let Some(dir) = r.cgroup {
+                    let _ = std::fs::remove_dir(&dir);
+                }
+                exits.push(TaskExit { job: k.job, epoch: k.epoch, step: k.step, rank: k.rank, code: st.code(), signal: st.signal(), oom });
+            }
+        }
+        // Fencing: without a renewed lease, nothing of ours may keep running.
+        if last_ok.elapsed() > Duration::from_secs(info.lease_s.max(1) as u64) && !tasks.is_empty() {
+            eprintln!("tandem agent {}: lease lapsed without contact; killing {} task(s)", a.name, tasks.len());
+            for r in tasks.values() {
+                kill_group(r.pgid, Signal::SIGKILL);
+            }
+        }
+        let hb = Heartbeat {
+            node: a.name.clone(),
+            ack,
+            running: tasks.keys().copied().collect(),
+            exits: exits.clone(),
+            wait_ms: if exits.is_empty() { info.heartbeat_ms } else { 0 },
+        };
+        let req = send(&a.server, "POST", "/v1/agent/heartbeat", Some(&hb), &hdr);
+        let reply = tokio::select! {
+            r = req => Some(r),
+            // A task ended during the long poll: report it now.
+            m = rx.recv() => {
+                if let Some((k, st)) = m {
+                    if let Some(r) = tasks.remove(&k) {
+                        let oom = r.cgroup.as_deref().is_some_and(Cgroups::oom);
+                        exits.push(TaskExit { job: k.job, epoch: k.epoch, step: k.step, rank: k.rank, code: st.code(), signal: st.signal(), oom });
+                    }
+                }
+                None
+            }
+            _ = term.recv() => { shutdown(&tasks); return Ok(()); }
+            _ = int.recv() => { shutdown(&tasks); return Ok(()); }
+        };
+        let Some(reply) = reply else { continue };
+        let orders = match reply {
+            Ok(r) if r.status == 404 => {
+                info = register().await;
+                ack = 0;
+                continue;
+            }
+            Ok(r) => match r.json::<Orders>() {
+                Ok(o) => o.orders,
+                Err(e) => {
+                    eprintln!("tandem agent {}: heartbeat refused: {e:#}", a.name);
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                    continue;
+                }
+            },
+            Err(e) => {
+                eprintln!("tandem agent {}: heartbeat failed: {e:#}", a.name);
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                continue;
+            }
+        };
+        last_ok = Instant::now();
+        exits.clear();
+        for (seq, o) in orders {
+            if seq <= ack {
+                continue; // already carried out; resent because our acknowledgement was lost
+            }
+            ack = seq;
+            match o {
+                Order::Launch(t) => {
+                    let key = TaskKey { job: t.job, epoch: t.epoch, step: t.step, rank: t.rank };
+                    if !launched.insert(key) {
+                        continue;
+                    }
+                    match launch(&t, &spool, &cg) {
+                        Ok((mut child, cgroup)) => {
+                            let pgid = child.id().map_or(0, |p| p as i32);
+                            tasks.insert(key, Running { pgid, cgroup });
+                            let tx = tx.clone();
+                            tokio::spawn(async move {
+                                let st = child.wait().await.unwrap_or_else(|_| std::process::ExitStatus::from_raw(1 << 8));
+                                let _ = tx.send((key, st));
+                            });
+                        }
+                        Err(e) => {
+                            eprintln!("tandem agent {}: job {} step {}: {e:#}", a.name, t.job, t.step);
+                            if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(&t.stderr) {
+                                use std::io::Write;
+                                let _ = writeln!(f, "tandem: error: could not start the task on {}: {e:#}", a.name);
+                            }
+                            exits.push(TaskExit {
+                                job: t.job,
+                                epoch: t.epoch,
+                                step: t.step,
+                                rank: t.rank,
+                                code: Some(1),
+                                signal: None,
+                                oom: false,
+                            });
+                        }
+                    }
+                }
+                Order::Signal { job, epoch, signal, batch_only } => {
+                    let Ok(sig) = Signal::try_from(signal) else { continue };
+                    for (k, r) in &tasks {
+                        if k.job == job && k.epoch == epoch && (!batch_only || k.step == BATCH_STEP) {
+                            kill_group(r.pgid, sig);
+                        }
+                    }
+                }
+                Order::Kill { job, epoch } => {
+                    for (k, r) in &tasks {
+                        if k.job == job && k.epoch == epoch {
+                            kill_group(r.pgid, Signal::SIGKILL);
+                            if let Some(dir) = &r.cgroup {
+                                for pid in std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default().lines() {
+                                    if let Ok(p) = pid.trim().parse::<i32>() {
+                                        let _ = nix::sys::signal::kill(Pid::from_raw(p), Signal::SIGKILL);
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn shutdown(tasks: &HashMap<TaskKey, Running>) {
+    for r in tasks.values() {
+        kill_group(r.pgid, Signal::SIGTERM);
+    }
+}

@@ -1,0 +1,738 @@
+//! The Slurm-compatible commands: `sbatch`, `squeue`, `scancel`, `sinfo`, `sacct`, `scontrol`,
+//! `srun`, `sprio` (also `tandem submit`, `queue`, `cancel`, `nodes`, `history`, `show`, `run`,
+//! `priority`). They parse Slurm's options, talk to the controller over its API, and print what
+//! Slurm prints. Errors go to stderr as `<command>: error: ...` with exit code 1.
+
+use anyhow::{Context, Result, bail};
+use std::collections::HashMap;
+
+use crate::api::*;
+use crate::client::{Target, send};
+
+fn now() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64)
+}
+
+/// `YYYY-MM-DDTHH:MM:SS` (UTC) for Unix seconds.
+pub fn iso(t: i64) -> String {
+    let days = t.div_euclid(86400);
+    let secs = t.rem_euclid(86400);
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = if m <= 2 { y + 1 } else { y };
+    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}", secs / 3600, (secs % 3600) / 60, secs % 60)
+}
+
+fn short_state(s: &str) -> &'static str {
+    match s {
+        "PENDING" => "PD",
+        "RUNNING" => "R",
+        "COMPLETED" => "CD",
+        "FAILED" => "F",
+        "CANCELLED" => "CA",
+        "TIMEOUT" => "TO",
+        "NODE_FAIL" => "NF",
+        "OUT_OF_MEMORY" => "OOM",
+        _ => "??",
+    }
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_current_thread().enable_all().build()?)
+}
+
+/// Takes an option's value from `--opt=value`, `--opt value`, `-o value` or `-ovalue`.
+struct Args {
+    v: Vec<String>,
+    i: usize,
+}
+
+impl Args {
+    fn new(v: &[String]) -> Args {
+        Args { v: v.to_vec(), i: 0 }
+    }
+
+    fn next(&mut self) -> Option<String> {
+        let a = self.v.get(self.i).cloned();
+        self.i += 1;
+        a
+    }
+
+    /// If `a` is one of the names, returns its value (consuming the next word if needed).
+    fn value(&mut self, a: &str, short: Option<&str>, long: &str) -> Result<Option<String>> {
+        if let Some(v) = a.strip_prefix(&format!("--{long}=")) {
+            return Ok(Some(v.to_string()));
+        }
+        if a == format!("--{long}") || short.is_some_and(|s| a == s) {
+            return self.next().map(Some).with_context(|| format!("option '{a}' requires an argument"));
+        }
+        if let Some(s) = short {
+            if let Some(v) = a.strip_prefix(s) {
+                if !v.is_empty() && s.len() == 2 {
+                    return Ok(Some(v.to_string()));
+                }
+            }
+        }
+        Ok(None)
+    }
+}
+
+/// `sbatch`.
+pub fn sbatch(args: &[String]) -> Result<i32> {
+    let batch = slurmcli::parse_sbatch(args, now(), &mut |p| {
+        std::fs::read_to_string(p).map_err(|e| slurmcli::Invalid(format!("Unable to open file {p}: {e}")))
+    })
+    .map_err(|e| anyhow::anyhow!("{}", e.0))?;
+    let cwd = std::env::current_dir().context("current directory")?.display().to_string();
+    let host = nix::unistd::gethostname().map(|h| h.to_string_lossy().into_owned()).unwrap_or_else(|_| "localhost".into());
+    let env: Vec<(String, String)> = std::env::vars().collect();
+    let parsable = batch.parsable;
+    let req = SubmitRequest { batch, cwd, host, env };
+    let t = Target::from_env()?;
+    let r: SubmitResponse = runtime()?.block_on(send(&t, "POST", "/v1/jobs", Some(&req), &[]))?.json()?;
+    if let Some(msg) = r.test_only {
+        eprintln!("sbatch: {msg}");
+        return Ok(0);
+    }
+    let first = r.job_ids.first().copied().context("no job id returned")?;
+    if parsable {
+        println!("{first}");
+    } else {
+        println!("Submitted batch job {first}");
+    }
+    Ok(0)
+}
+
+fn jobs(t: &Target, query: &str) -> Result<Vec<JobInfo>> {
+    runtime()?.block_on(send(t, "GET", &format!("/v1/jobs{query}"), None::<&()>, &[]))?.json()
+}
+
+fn field(j: &JobInfo, c: char, t: i64) -> String {
+    match c {
+        'i' | 'A' => j.display_id.clone(),
+        'j' => j.name.clone(),
+        'u' => j.user.clone(),
+        'a' => j.account.clone(),
+        'P' => j.partition.clone(),
+        'q' => j.qos.clone(),
+        't' => short_state(&j.state).into(),
+        'T' => j.state.clone(),
+        'M' => match (j.state.as_str(), j.start) {
+            ("RUNNING", Some(s)) => slurmcli::format_time(Some(t - s)),
+            (_, Some(s)) if j.end.is_some() && !j.start_estimated => slurmcli::format_time(Some(j.end.unwrap_or(s) - s)),
+            _ => "0:00".into(),
+        },
+        'l' => slurmcli::format_time(j.time_limit),
+        'D' => j.nodes.to_string(),
+        'C' => j.cpus.to_string(),
+        'b' => {
+            if j.gpus > 0 {
+                format!("gres/gpu:{}", j.gpus)
+            } else {
+                "N/A".into()
+            }
+        }
+        'N' => j.nodelist.clone(),
+        'r' => j.reason.clone(),
+        'R' => {
+            if j.state == "PENDING" {
+                format!("({})", j.reason)
+            } else {
+                j.nodelist.clone()
+            }
+        }
+        'S' => j.start.map_or("N/A".into(), iso),
+        'V' => iso(j.submit),
+        'Z' => j.workdir.clone(),
+        _ => String::new(),
+    }
+}
+
+fn header(c: char) -> &'static str {
+    match c {
+        'i' => "JOBID",
+        'A' => "JOBID",
+        'j' => "NAME",
+        'u' => "USER",
+        'a' => "ACCOUNT",
+        'P' => "PARTITION",
+        'q' => "QOS",
+        't' => "ST",
+        'T' => "STATE",
+        'M' => "TIME",
+        'l' => "TIME_LIMIT",
+        'D' => "NODES",
+        'C' => "CPUS",
+        'b' => "TRES_PER_NODE",
+        'N' => "NODELIST",
+        'r' => "REASON",
+        'R' => "NODELIST(REASON)",
+        'S' => "START_TIME",
+        'V' => "SUBMIT_TIME",
+        'Z' => "WORK_DIR",
+        _ => "?",
+    }
+}
+
+/// Parses a squeue `--format` string into (right-aligned, width, field) items and literals.
+fn parse_format(f: &str) -> Result<Vec<(bool, Option<usize>, Option<char>, String)>> {
+    let mut out = Vec::new();
+    let mut chars = f.chars().peekable();
+    let mut lit = String::new();
+    while let Some(c) = chars.next() {
+        if c != '%' {
+            lit.push(c);
+            continue;
+        }
+        if !lit.is_empty() {
+            out.push((false, None, None, std::mem::take(&mut lit)));
+        }
+        let right = chars.peek() == Some(&'.');
+        if right {
+            chars.next();
+        }
+        let mut w = String::new();
+        while chars.peek().is_some_and(|c| c.is_ascii_digit()) {
+            w.push(chars.next().expect("peeked"));
+        }
+        let code = chars.next().context("--format ends in '%'")?;
+        if header(code) == "?" {
+            bail!("invalid --format field '%{code}'");
+        }
+        out.push((right, w.parse().ok(), Some(code), String::new()));
+    }
+    if !lit.is_empty() {
+        out.push((false, None, None, lit));
+    }
+    Ok(out)
+}
+
+fn render(items: &[(bool, Option<usize>, Option<char>, String)], value: impl Fn(char) -> String) -> String {
+    let mut s = String::new();
+    for (right, w, code, lit) in items {
+        match code {
+            None => s.push_str(lit),
+            Some(c) => {
+                let mut v = value(*c);
+                if let Some(w) = w {
+                    v.truncate(*w);
+                    if *right {
+                        s.push_str(&format!("{v:>w$}"));
+                    } else {
+                        s.push_str(&format!("{v:<w$}"));
+                    }
+                } else {
+                    s.push_str(&v);
+                }
+            }
+        }
+    }
+    s.trim_end().to_string()
+}
+
+/// `squeue`.
+pub fn squeue(args: &[String]) -> Result<i32> {
+    let mut a = Args::new(args);
+    let (mut user, mut part, mut states, mut fmt, mut noheader, mut start, mut ids) = (None, None, None, None, false, false, None);
+    while let Some(x) = a.next() {
+        if let Some(v) = a.value(&x, Some("-u"), "user")? {
+            user = Some(v);
+        } else if let Some(v) = a.value(&x, Some("-p"), "partition")? {
+            part = Some(v);
+        } else if let Some(v) = a.value(&x, Some("-t"), "states")? {
+            states = Some(v);
+        } else if let Some(v) = a.value(&x, Some("-o"), "format")? {
+            fmt = Some(v);
+        } else if let Some(v) = a.value(&x, Some("-j"), "jobs")? {
+            ids = Some(v);
+        } else if x == "-h" || x == "--noheader" {
+            noheader = true;
+        } else if x == "--start" {
+            start = true;
+        } else if x == "--me" {
+            user = Some(nix::unistd::User::from_uid(nix::unistd::getuid()).ok().flatten().map_or_else(|| "root".into(), |u| u.name));
+        } else {
+            bail!("unrecognized option '{x}'\nUsage: squeue [-u user] [-p partition] [-t states] [-j ids] [--start] [-o format] [-h]");
+        }
+    }
+    let mut q = vec![];
+    if let Some(u) = &user {
+        q.push(format!("user={u}"));
+    }
+    if let Some(p) = &part {
+        q.push(format!("partition={p}"));
+    }
+    if let Some(s) = &states {
+        let norm: Vec<String> = s
+            .split(',')
+            .map(|x| match x.to_ascii_uppercase().as_str() {
+                "PD" => "PENDING".into(),
+                "R" => "RUNNING".into(),
+                o => o.to_string(),
+            })
+            .collect();
+        q.push(format!("state={}", norm.join(",")));
+    }
+    let query = if q.is_empty() { String::new() } else { format!("?{}", q.join("&")) };
+    let mut list = jobs(&Target::from_env()?, &query)?;
+    if let Some(ids) = ids {
+        let want: Vec<String> = ids.split(',').map(str::to_string).collect();
+        list.retain(|j| want.iter().any(|w| *w == j.display_id || *w == j.id.to_string()));
+    }
+    if start {
+        list.retain(|j| j.state == "PENDING");
+    }
+    let default = if start { "%.18i %.9P %.8j %.8u %.2t %.19S %.6D %R" } else { "%.18i %.9P %.8j %.8u %.2t %.10M %.6D %R" };
+    let items = parse_format(fmt.as_deref().unwrap_or(default))?;
+    let t = now();
+    if !noheader {
+        println!("{}", render(&items, |c| header(c).to_string()));
+    }
+    for j in &list {
+        println!("{}", render(&items, |c| field(j, c, t)));
+    }
+    Ok(0)
+}
+
+/// `scancel`.
+pub fn scancel(args: &[String]) -> Result<i32> {
+    let mut a = Args::new(args);
+    let (mut user, mut signal, mut targets) = (None, None, Vec::new());
+    while let Some(x) = a.next() {
+        if let Some(v) = a.value(&x, Some("-u"), "user")? {
+            user = Some(v);
+        } else if let Some(v) = a.value(&x, Some("-s"), "signal")? {
+            signal = Some(slurmcli::signal_number(&v).with_context(|| format!("Unknown job signal: {v}"))?);
+        } else if x.starts_with('-') {
+            bail!("unrecognized option '{x}'\nUsage: scancel [-s signal] [-u user] job_id[_array_id] ...");
+        } else {
+            targets.push(x);
+        }
+    }
+    let t = Target::from_env()?;
+    let all = jobs(&t, "")?;
+    let mut ids: Vec<u64> = Vec::new();
+    for x in &targets {
+        let (job, task) = match x.split_once('_') {
+            Some((j, k)) => (j, Some(k)),
+            None => (x.as_str(), None),
+        };
+        let jid: u64 = job.parse().with_context(|| format!("Invalid job id {x}"))?;
+        let matched: Vec<u64> = all
+            .iter()
+            .filter(|j| match task {
+                Some(k) => j.display_id == format!("{jid}_{k}"),
+                None => j.id == jid || j.display_id.starts_with(&format!("{jid}_")),
+            })
+            .map(|j| j.id)
+            .collect();
+        if matched.is_empty() {
+            ids.push(jid); // let the controller say why (finished, unknown)
+        } else {
+            ids.extend(matched);
+        }
+    }
+    if let Some(u) = &user {
+        ids.extend(all.iter().filter(|j| &j.user == u).map(|j| j.id));
+    }
+    if ids.is_empty() {
+        bail!("No job identification provided");
+    }
+    ids.sort_unstable();
+    ids.dedup();
+    let rt = runtime()?;
+    let mut rc = 0;
+    for id in ids {
+        let path = match signal {
+            Some(s) => format!("/v1/jobs/{id}?signal={s}"),
+            None => format!("/v1/jobs/{id}"),
+        };
+        let r = rt.block_on(send(&t, "DELETE", &path, None::<&()>, &[]))?;
+        if r.status >= 400 {
+            eprintln!("scancel: error: Kill job error on job id {id}: {}", r.error());
+            rc = 1;
+        }
+    }
+    Ok(rc)
+}
+
+fn nodes(t: &Target) -> Result<Vec<NodeInfo>> {
+    runtime()?.block_on(send(t, "GET", "/v1/nodes", None::<&()>, &[]))?.json()
+}
+
+/// `sinfo`.
+pub fn sinfo(args: &[String]) -> Result<i32> {
+    let (mut node_oriented, mut reasons) = (false, false);
+    for x in args {
+        match x.as_str() {
+            "-N" | "--Node" => node_oriented = true,
+            "-R" | "--list-reasons" => reasons = true,
+            "-l" | "--long" => {}
+            o => bail!("unrecognized option '{o}'\nUsage: sinfo [-N] [-R] [-l]"),
+        }
+    }
+    let list = nodes(&Target::from_env()?)?;
+    if reasons {
+        println!("{:<20} {:<9} {}", "REASON", "STATE", "NODELIST");
+        for n in list.iter().filter(|n| n.reason.is_some()) {
+            println!("{:<20} {:<9} {}", n.reason.clone().unwrap_or_default(), n.state, n.name);
+        }
+        return Ok(0);
+    }
+    if node_oriented {
+        println!(
+            "{:<12} {:>5} {:<9} {:<10} {:>9} {:>10} {:<16} {}",
+            "NODELIST", "NODES", "PARTITION", "STATE", "CPUS(A/T)", "MEMORY", "GRES", "REASON"
+        );
+        for n in &list {
+            let gres = if n.gpus.0 > 0 {
+                format!("gpu:{}:{}", n.gpus.2.clone().unwrap_or_else(|| "gpu".into()), n.gpus.0)
+            } else {
+                "(null)".into()
+            };
+            println!(
+                "{:<12} {:>5} {:<9} {:<10} {:>9} {:>10} {:<16} {}",
+                n.name,
+                1,
+                "batch*",
+                n.state,
+                format!("{}/{}", n.cpus.1, n.cpus.0),
+                n.memory_mb.0,
+                gres,
+                n.reason.clone().unwrap_or_else(|| "none".into())
+            );
+        }
+        return Ok(0);
+    }
+    println!("{:<9} {:>5} {:>10} {:>5} {:<6} {}", "PARTITION", "AVAIL", "TIMELIMIT", "NODES", "STATE", "NODELIST");
+    let mut by: Vec<(String, Vec<String>)> = Vec::new();
+    for n in &list {
+        match by.iter_mut().find(|(s, _)| *s == n.state) {
+            Some((_, v)) => v.push(n.name.clone()),
+            None => by.push((n.state.clone(), vec![n.name.clone()])),
+        }
+    }
+    for (state, names) in by {
+        println!("{:<9} {:>5} {:>10} {:>5} {:<6} {}", "batch*", "up", "infinite", names.len(), state, slurmcli::compress(&names));
+    }
+    Ok(0)
+}
+
+/// `sacct`.
+pub fn sacct(args: &[String]) -> Result<i32> {
+    let mut a = Args::new(args);
+    let (mut user, mut ids, mut fmt, mut noheader, mut parsable, mut no_steps, mut since) = (None, None, None, false, false, false, 0i64);
+    while let Some(x) = a.next() {
+        if let Some(v) = a.value(&x, Some("-u"), "user")? {
+            user = Some(v);
+        } else if let Some(v) = a.value(&x, Some("-j"), "jobs")? {
+            ids = Some(v);
+        } else if let Some(v) = a.value(&x, Some("-o"), "format")? {
+            fmt = Some(v);
+        } else if let Some(v) = a.value(&x, Some("-S"), "starttime")? {
+            since = slurmcli::parse_begin(&v, now()).map_err(|e| anyhow::anyhow!("{}", e.0))?;
+        } else if x == "-n" || x == "--noheader" {
+            noheader = true;
+        } else if x == "-P" || x == "--parsable2" || x == "-p" || x == "--parsable" {
+            parsable = true;
+        } else if x == "-X" || x == "--allocations" {
+            no_steps = true;
+        } else if x == "-a" || x == "--allusers" {
+        } else {
+            bail!("unrecognized option '{x}'\nUsage: sacct [-j ids] [-u user] [-S time] [-X] [-P] [-n] [--format=fields]");
+        }
+    }
+    let mut q = vec![format!("since={since}")];
+    if let Some(u) = &user {
+        q.push(format!("user={u}"));
+    }
+    let list: Vec<JobInfo> =
+        runtime()?.block_on(send(&Target::from_env()?, "GET", &format!("/v1/history?{}", q.join("&")), None::<&()>, &[]))?.json()?;
+    let want: Option<Vec<String>> = ids.map(|s| s.split(',').map(str::to_string).collect());
+    let fields: Vec<String> = fmt
+        .unwrap_or_else(|| "JobID,JobName,Partition,Account,AllocCPUS,State,ExitCode".into())
+        .split(',')
+        .map(|f| f.trim().to_string())
+        .collect();
+    let width = |f: &str| match f.to_ascii_lowercase().as_str() {
+        "jobid" => 12,
+        "nodelist" | "alloctres" => 20,
+        "start" | "end" | "submit" => 19,
+        _ => 10,
+    };
+    let t = now();
+    let row = |vals: Vec<String>| {
+        if parsable {
+            vals.join("|")
+        } else {
+            vals.iter()
+                .zip(&fields)
+                .map(|(v, f)| {
+                    let w = width(f);
+                    let mut v = v.clone();
+                    if v.len() > w {
+                        v.truncate(w - 1);
+                        v.push('+');
+                    }
+                    format!("{v:>w$}")
+                })
+                .collect::<Vec<_>>()
+                .join(" ")
+        }
+    };
+    if !noheader {
+        println!("{}", row(fields.clone()));
+        if !parsable {
+            println!("{}", fields.iter().map(|f| "-".repeat(width(f))).collect::<Vec<_>>().join(" "));
+        }
+    }
+    for j in list.iter().filter(|j| want.as_ref().is_none_or(|w| w.iter().any(|x| *x == j.display_id || *x == j.id.to_string()))) {
+        let elapsed = j.start.filter(|_| !j.start_estimated).map(|s| j.end.unwrap_or(t) - s).unwrap_or(0);
+        let val = |f: &str| -> String {
+            match f.to_ascii_lowercase().as_str() {
+                "jobid" => j.display_id.clone(),
+                "jobidraw" => j.id.to_string(),
+                "jobname" => j.name.clone(),
+                "partition" => j.partition.clone(),
+                "account" => j.account.clone(),
+                "user" => j.user.clone(),
+                "alloccpus" => j.cpus.to_string(),
+                "allocnodes" => j.nodes.to_string(),
+                "alloctres" => {
+                    format!("cpu={},node={}{}", j.cpus, j.nodes, if j.gpus > 0 { format!(",gres/gpu={}", j.gpus) } else { String::new() })
+                }
+                "state" => j.state.clone(),
+                "exitcode" => j.exit_code.clone(),
+                "elapsed" => slurmcli::format_time(Some(elapsed)),
+                "elapsedraw" => elapsed.to_string(),
+                "nodelist" => j.nodelist.clone(),
+                "start" => j.start.filter(|_| !j.start_estimated).map_or("Unknown".into(), iso),
+                "end" => j.end.map_or("Unknown".into(), iso),
+                "submit" => iso(j.submit),
+                "timelimit" => slurmcli::format_time(j.time_limit),
+                "restarts" => j.restarts.to_string(),
+                _ => String::new(),
+            }
+        };
+        println!("{}", row(fields.iter().map(|f| val(f)).collect()));
+        if !no_steps {
+            for s in &j.steps {
+                let sval = |f: &str| -> String {
+                    match f.to_ascii_lowercase().as_str() {
+                        "jobid" | "jobidraw" => format!("{}.{}", j.display_id, s.id),
+                        "jobname" => {
+                            if s.id == "batch" {
+                                "batch".into()
+                            } else {
+                                s.command.split_whitespace().next().unwrap_or("").to_string()
+                            }
+                        }
+                        "account" => j.account.clone(),
+                        "alloccpus" => j.cpus.to_string(),
+                        "state" => {
+                            if !s.done {
+                                "RUNNING".into()
+                            } else if s.exit_code == 0 {
+                                "COMPLETED".into()
+                            } else {
+                                "FAILED".into()
+                            }
+                        }
+                        "exitcode" => format!("{}:0", s.exit_code),
+                        "elapsed" => slurmcli::format_time(Some(s.end.unwrap_or(t) - s.start)),
+                        "nodelist" => s.nodelist.clone(),
+                        "start" => iso(s.start),
+                        "end" => s.end.map_or("Unknown".into(), iso),
+                        _ => String::new(),
+                    }
+                };
+                println!("{}", row(fields.iter().map(|f| sval(f)).collect()));
+            }
+        }
+    }
+    Ok(0)
+}
+
+/// `scontrol`.
+pub fn scontrol(args: &[String]) -> Result<i32> {
+    let t = Target::from_env()?;
+    let rt = runtime()?;
+    let kv: HashMap<String, String> =
+        args.iter().filter_map(|a| a.split_once('=').map(|(k, v)| (k.to_ascii_lowercase(), v.to_string()))).collect();
+    let action = |id: &str, body: serde_json::Value| -> Result<i32> {
+        let id: u64 = id.parse().with_context(|| format!("Invalid job id specified: {id}"))?;
+        rt.block_on(send(&t, "POST", &format!("/v1/jobs/{id}"), Some(&body), &[]))?.ok()?;
+        Ok(0)
+    };
+    match args.iter().map(String::as_str).collect::<Vec<_>>().as_slice() {
+        ["show", "job", id] | ["show", "jobs", id] => {
+            let id: u64 = id.parse().with_context(|| format!("Invalid job id specified: {id}"))?;
+            let j: JobInfo = rt.block_on(send(&t, "GET", &format!("/v1/jobs/{id}"), None::<&()>, &[]))?.json()?;
+            println!("JobId={} JobName={}", j.display_id, j.name);
+            println!("   UserId={} Account={} QOS={}", j.user, j.account, j.qos);
+            println!("   JobState={} Reason={} ExitCode={}", j.state, j.reason, j.exit_code);
+            println!("   RunTime={} TimeLimit={} Restarts={}", field(&j, 'M', now()), slurmcli::format_time(j.time_limit), j.restarts);
+            println!(
+                "   SubmitTime={} StartTime={} EndTime={}",
+                iso(j.submit),
+                j.start.map_or("Unknown".into(), iso),
+                j.end.map_or("Unknown".into(), iso)
+            );
+            println!(
+                "   Partition={} NodeList={} NumNodes={} NumCPUs={} NumTasks={}",
+                j.partition,
+                if j.nodelist.is_empty() { "(null)".into() } else { j.nodelist.clone() },
+                j.nodes,
+                j.cpus,
+                j.ntasks
+            );
+            if j.gpus > 0 {
+                println!("   TresPerJob=gres/gpu:{}", j.gpus);
+            }
+            println!("   WorkDir={} StdOut={}", j.workdir, j.output);
+            if let Some(m) = &j.message {
+                println!("   Message={m}");
+            }
+            Ok(0)
+        }
+        ["show", "node", name] | ["show", "nodes", name] => {
+            let list = nodes(&t)?;
+            let n = list.iter().find(|n| n.name == *name).with_context(|| format!("Node {name} not found"))?;
+            println!(
+                "NodeName={} State={} CPUAlloc={} CPUTot={} RealMemory={} AllocMem={} Gres=gpu:{} Reason={}",
+                n.name,
+                n.state.to_ascii_uppercase(),
+                n.cpus.1,
+                n.cpus.0,
+                n.memory_mb.0,
+                n.memory_mb.1,
+                n.gpus.0,
+                n.reason.clone().unwrap_or_default()
+            );
+            Ok(0)
+        }
+        ["hold", id] => action(id, serde_json::json!({"action": "hold"})),
+        ["release", id] => action(id, serde_json::json!({"action": "release"})),
+        ["requeue", id] => action(id, serde_json::json!({"action": "requeue"})),
+        ["update", ..] if kv.contains_key("jobid") => {
+            let limit = kv.get("timelimit").context("scontrol update JobId=.. needs TimeLimit=..")?;
+            let secs = slurmcli::parse_time(limit).map_err(|e| anyhow::anyhow!("{}", e.0))?.unwrap_or(i64::MAX / 4);
+            action(&kv["jobid"], serde_json::json!({"action": "update", "time_limit": secs}))
+        }
+        ["update", ..] if kv.contains_key("nodename") => {
+            let state = kv.get("state").context("scontrol update NodeName=.. needs State=DRAIN or State=RESUME")?;
+            let body = serde_json::json!({"state": state, "reason": kv.get("reason")});
+            rt.block_on(send(&t, "POST", &format!("/v1/nodes/{}", kv["nodename"]), Some(&body), &[]))?.ok()?;
+            Ok(0)
+        }
+        _ => bail!(
+            "unsupported scontrol command: {}\nSupported: show job ID, show node NAME, hold ID, release ID, requeue ID, update JobId=ID TimeLimit=T, update NodeName=N State=DRAIN|RESUME Reason=R",
+            args.join(" ")
+        ),
+    }
+}
+
+/// `srun` inside an allocation: launches a job step and waits for it.
+pub fn srun(args: &[String]) -> Result<i32> {
+    let job: u64 = std::env::var("SLURM_JOB_ID")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .context("not inside a job allocation (SLURM_JOB_ID is not set): submit with sbatch, then use srun in the script")?;
+    let mut a = Args::new(args);
+    let (mut nodes, mut ntasks, mut per_node) = (None, None, None);
+    let count =
+        |v: String, what: &str| -> Result<u32> { v.parse::<u32>().ok().filter(|n| *n > 0).with_context(|| format!("invalid {what}: {v}")) };
+    let mut argv = Vec::new();
+    while let Some(x) = a.next() {
+        if !x.starts_with('-') {
+            argv.push(x);
+            while let Some(r) = a.next() {
+                argv.push(r);
+            }
+            break;
+        }
+        if let Some(v) = a.value(&x, Some("-N"), "nodes")? {
+            nodes = Some(count(v, "node count")?);
+        } else if let Some(v) = a.value(&x, Some("-n"), "ntasks")? {
+            ntasks = Some(count(v, "number of tasks")?);
+        } else if let Some(v) = a.value(&x, None, "ntasks-per-node")? {
+            per_node = Some(count(v, "--ntasks-per-node")?);
+        } else if x == "--" {
+            while let Some(r) = a.next() {
+                argv.push(r);
+            }
+            break;
+        } else {
+            bail!("unrecognized option '{x}'\nUsage: srun [-N nodes] [-n ntasks] [--ntasks-per-node n] command [args...]");
+        }
+    }
+    if argv.is_empty() {
+        bail!("no command given");
+    }
+    let t = Target::from_env()?;
+    let rt = runtime()?;
+    let req = StepRequest { nodes, ntasks, ntasks_per_node: per_node, argv };
+    let step: StepResponse = rt.block_on(send(&t, "POST", &format!("/v1/jobs/{job}/steps"), Some(&req), &[]))?.json()?;
+    let id = step.step.to_string();
+    loop {
+        let j: JobInfo = rt.block_on(send(&t, "GET", &format!("/v1/jobs/{job}"), None::<&()>, &[]))?.json()?;
+        match j.steps.iter().find(|s| s.id == id) {
+            Some(s) if s.done => return Ok(s.exit_code.clamp(0, 255)),
+            Some(_) if j.state == "RUNNING" => std::thread::sleep(std::time::Duration::from_millis(100)),
+            _ => bail!("job {job} ended before step {id} finished"),
+        }
+    }
+}
+
+/// `sprio`.
+pub fn sprio(args: &[String]) -> Result<i32> {
+    if let Some(x) = args.first() {
+        bail!("unrecognized option '{x}'\nUsage: sprio");
+    }
+    let rows: Vec<(u64, sched::Breakdown)> =
+        runtime()?.block_on(send(&Target::from_env()?, "GET", "/v1/priority", None::<&()>, &[]))?.json()?;
+    println!(
+        "{:>10} {:>10} {:>8} {:>9} {:>8} {:>9} {:>8} {:>10} {:>8}",
+        "JOBID", "PRIORITY", "AGE", "FAIRSHARE", "JOBSIZE", "TIMELIMIT", "XFACTOR", "PARTITION", "QOS"
+    );
+    for (id, b) in rows {
+        println!(
+            "{:>10} {:>10.0} {:>8.0} {:>9.0} {:>8.0} {:>9.0} {:>8.0} {:>10.0} {:>8.0}",
+            id, b.total, b.age, b.fairshare, b.job_size, b.time_limit, b.xfactor, b.partition, b.qos
+        );
+    }
+    Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn iso_dates() {
+        assert_eq!(iso(0), "1970-01-01T00:00:00");
+        assert_eq!(iso(1_796_083_200 + 3661), "2026-12-01T01:01:01");
+    }
+
+    #[test]
+    fn squeue_formats() {
+        let items = parse_format("%.6i %j|%t").unwrap();
+        assert_eq!(
+            render(&items, |c| match c {
+                'i' => "42".into(),
+                'j' => "train".into(),
+                _ => "R".into(),
+            }),
+            "    42 train|R"
+        );
+        assert!(parse_format("%").is_err());
+        assert!(parse_format("%Y").is_err());
+    }
+}

@@ -1,0 +1,116 @@
+//! A minimal HTTP/1.1 client over TCP or a Unix socket (`TANDEM_SERVER=http://host:port` or
+//! `unix:///path/to/tandem.sock`), one connection per request.
+
+use anyhow::{Context, Result, bail};
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::Request;
+use hyper_util::rt::TokioIo;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+/// Where the controller is.
+#[derive(Clone, Debug)]
+pub enum Target {
+    /// TCP: host:port.
+    Tcp(String),
+    /// Unix socket path.
+    Unix(String),
+}
+
+impl Target {
+    /// Parses `http://host:port` or `unix:///path`.
+    pub fn parse(s: &str) -> Result<Target> {
+        if let Some(p) = s.strip_prefix("unix://") {
+            if p.is_empty() {
+                bail!("TANDEM_SERVER={s:?}: unix:// needs a socket path");
+            }
+            return Ok(Target::Unix(p.to_string()));
+        }
+        if let Some(h) = s.strip_prefix("http://") {
+            let h = h.trim_end_matches('/');
+            if h.is_empty() || h.contains('/') {
+                bail!("TANDEM_SERVER={s:?}: expected http://host:port");
+            }
+            return Ok(Target::Tcp(h.to_string()));
+        }
+        bail!("TANDEM_SERVER={s:?}: expected http://host:port or unix:///path/to/tandem.sock")
+    }
+
+    /// From `TANDEM_SERVER`, defaulting to the default address.
+    pub fn from_env() -> Result<Target> {
+        Target::parse(&std::env::var("TANDEM_SERVER").unwrap_or_else(|_| "http://127.0.0.1:7200".into()))
+    }
+}
+
+/// A response: status and body.
+pub struct Reply {
+    /// HTTP status.
+    pub status: u16,
+    /// Body.
+    pub body: Bytes,
+}
+
+impl Reply {
+    /// Decodes a JSON body, or turns an error body into an error.
+    pub fn json<T: DeserializeOwned>(&self) -> Result<T> {
+        if self.status >= 400 {
+            bail!("{}", self.error());
+        }
+        serde_json::from_slice(&self.body).with_context(|| format!("unexpected reply: {}", String::from_utf8_lossy(&self.body)))
+    }
+
+    /// The error message of an error reply.
+    pub fn error(&self) -> String {
+        serde_json::from_slice::<crate::api::ApiError>(&self.body)
+            .map(|e| e.error)
+            .unwrap_or_else(|_| format!("HTTP {}: {}", self.status, String::from_utf8_lossy(&self.body)))
+    }
+
+    /// Fails on an error status.
+    pub fn ok(self) -> Result<Reply> {
+        if self.status >= 400 {
+            bail!("{}", self.error());
+        }
+        Ok(self)
+    }
+}
+
+/// Sends one request.
+pub async fn send(t: &Target, method: &str, path: &str, body: Option<&impl Serialize>, headers: &[(&str, &str)]) -> Result<Reply> {
+    let bytes = match body {
+        Some(b) => Bytes::from(serde_json::to_vec(b)?),
+        None => Bytes::new(),
+    };
+    let mut req = Request::builder().method(method).uri(path).header("host", "tandem").header("content-type", "application/json");
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let req = req.body(Full::new(bytes))?;
+    let (status, body) = match t {
+        Target::Tcp(addr) => {
+            let s = tokio::net::TcpStream::connect(addr).await.with_context(|| format!("cannot reach the controller at http://{addr}"))?;
+            s.set_nodelay(true).ok();
+            exchange(s, req).await?
+        }
+        Target::Unix(p) => {
+            let s = tokio::net::UnixStream::connect(p).await.with_context(|| format!("cannot reach the controller at unix://{p}"))?;
+            exchange(s, req).await?
+        }
+    };
+    Ok(Reply { status, body })
+}
+
+async fn exchange<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static>(
+    s: S,
+    req: Request<Full<Bytes>>,
+) -> Result<(u16, Bytes)> {
+    let (mut tx, conn) = hyper::client::conn::http1::handshake(TokioIo::new(s)).await?;
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    let resp = tx.send_request(req).await?;
+    let status = resp.status().as_u16();
+    let body = resp.into_body().collect().await?.to_bytes();
+    Ok((status, body))
+}

@@ -1,0 +1,149 @@
+//! `tandem up`: a whole local cluster in one command: the controller and N node agents, each
+//! its own OS process with its own node name, in the foreground until Ctrl-C.
+
+use anyhow::{Context, Result, bail};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::time::{Duration, Instant};
+
+/// `tandem up` settings.
+pub struct UpArgs {
+    /// Number of agents.
+    pub agents: u32,
+    /// GPUs per agent (`h100:8`).
+    pub gpus: Option<String>,
+    /// CPUs per agent.
+    pub cpus: Option<u32>,
+    /// Memory per agent (`16G`).
+    pub memory: Option<String>,
+    /// Data directory.
+    pub data: Option<PathBuf>,
+    /// Controller TCP port (0: any free port).
+    pub port: u16,
+    /// Node lease, seconds.
+    pub lease: Option<u32>,
+}
+
+struct Kids(Vec<Child>);
+
+impl Drop for Kids {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(c.id() as i32), nix::sys::signal::Signal::SIGTERM);
+        }
+        let deadline = Instant::now() + Duration::from_secs(5);
+        for c in &mut self.0 {
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = c.try_wait() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn wait_for(path: &Path, kids: &mut Kids, what: &str) -> Result<String> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Ok(s) = std::fs::read_to_string(path) {
+            if !s.trim().is_empty() {
+                return Ok(s.trim().to_string());
+            }
+        }
+        for c in &mut kids.0 {
+            if let Ok(Some(st)) = c.try_wait() {
+                bail!("{what} exited early ({st})");
+            }
+        }
+        if Instant::now() > deadline {
+            bail!("{what} did not start within 30 s");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Runs the local cluster until SIGINT/SIGTERM.
+pub fn run(a: UpArgs) -> Result<()> {
+    if a.agents == 0 || a.agents > 1000 {
+        bail!("--agents must be between 1 and 1000");
+    }
+    let data = match a.data {
+        Some(d) => d,
+        None => std::env::temp_dir().join(format!("tandem-{}", std::process::id())),
+    };
+    std::fs::create_dir_all(&data).with_context(|| format!("creating {}", data.display()))?;
+    let data = data.canonicalize()?;
+    let exe = std::env::current_exe().context("locating the tandem binary")?;
+    let ctl_dir = data.join("controller");
+    std::fs::create_dir_all(&ctl_dir)?;
+    let _ = std::fs::remove_file(ctl_dir.join("addr"));
+    let mut kids = Kids(Vec::new());
+    let log = |name: &str| -> Result<std::fs::File> { Ok(std::fs::File::create(data.join(format!("{name}.log")))?) };
+    let mut server = Command::new(&exe);
+    server.args(["server", "--listen", &format!("127.0.0.1:{}", a.port), "--data"]).arg(&ctl_dir);
+    if let Some(l) = a.lease {
+        server.args(["--lease", &l.to_string()]);
+    }
+    kids.0.push(server.stdout(log("controller")?).stderr(log("controller")?.try_clone()?).spawn().context("starting the controller")?);
+    let addr = wait_for(&ctl_dir.join("addr"), &mut kids, "the controller")?;
+    for i in 1..=a.agents {
+        let name = format!("node{i}");
+        let dir = data.join(&name);
+        std::fs::create_dir_all(&dir)?;
+        let mut c = Command::new(&exe);
+        c.args(["agent", "--server", &format!("http://{addr}"), "--name", &name, "--secret-file"])
+            .arg(ctl_dir.join("secret"))
+            .arg("--data")
+            .arg(&dir);
+        if let Some(g) = &a.gpus {
+            c.args(["--gpus", g]);
+        }
+        if let Some(n) = a.cpus {
+            c.args(["--cpus", &n.to_string()]);
+        }
+        if let Some(m) = &a.memory {
+            c.args(["--memory", m]);
+        }
+        let f = log(&name)?;
+        kids.0.push(c.stdout(f.try_clone()?).stderr(f).spawn().with_context(|| format!("starting agent {name}"))?);
+    }
+    let env_line = format!("export TANDEM_SERVER=unix://{}", ctl_dir.join("tandem.sock").display());
+    std::fs::write(data.join("env"), format!("{env_line}\n"))?;
+    println!("Tandem is up: a controller on http://{addr} and {} agent(s) (node1..node{}), data in {}", a.agents, a.agents, data.display());
+    println!("In another shell:\n  {env_line}\n  (or: source {}/env)", data.display());
+    println!("Logs: {}/*.log. Ctrl-C stops the cluster.", data.display());
+    let mut signals = signal_hook();
+    loop {
+        if signals() {
+            println!("stopping");
+            return Ok(());
+        }
+        for c in &mut kids.0 {
+            if let Ok(Some(st)) = c.try_wait() {
+                bail!("a cluster process exited ({st}); see the logs in {}", data.display());
+            }
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// A poll for SIGINT/SIGTERM without a runtime: a thread waiting on a tokio signal.
+fn signal_hook() -> impl FnMut() -> bool {
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+        rt.block_on(async {
+            let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("signal");
+            let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt()).expect("signal");
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+        });
+        let _ = tx.send(());
+    });
+    move || rx.try_recv().is_ok()
+}
