@@ -113,6 +113,28 @@ pub struct Dirty {
     pub next_id: Option<u64>,
 }
 
+/// Sort key that orders `node2` before `node10` (the order of a hostlist).
+fn natural(name: &str) -> (&str, u64, &str) {
+    let digits = name.bytes().rev().take_while(u8::is_ascii_digit).count();
+    let (p, d) = name.split_at(name.len() - digits);
+    (p, d.parse().unwrap_or(0), name)
+}
+
+/// Whether a dependency of `kind` on a job in `state` is met, may be met, or never will be.
+fn dep_on(kind: DepKind, state: JobState) -> DepStatus {
+    match (kind, state) {
+        (DepKind::After, JobState::Pending) => DepStatus::Waiting,
+        (DepKind::After, _) => DepStatus::Satisfied,
+        (_, JobState::Pending | JobState::Running) => DepStatus::Waiting,
+        (DepKind::AfterAny, _) => DepStatus::Satisfied,
+        (DepKind::AfterOk, JobState::Completed) => DepStatus::Satisfied,
+        (DepKind::AfterOk, _) => DepStatus::Never,
+        (DepKind::AfterNotOk, JobState::Completed) => DepStatus::Never,
+        (DepKind::AfterNotOk, _) => DepStatus::Satisfied,
+        (DepKind::Singleton, _) => DepStatus::Satisfied,
+    }
+}
+
 /// Order sequence numbers start from the clock, so they keep growing across controller
 /// restarts (an agent acknowledges by the highest number it has seen).
 fn seq_base(now: Time) -> u64 {
@@ -164,6 +186,14 @@ impl Controller {
                 if let Some(&i) = c.node_index.get(name) {
                     let node = c.nodes[i].node.clone();
                     c.nodes[i].usage.apply(&node, a);
+                }
+            }
+            // A launch that no agent confirmed may have been lost with the old process: send it
+            // again, same run number; an agent that already has it ignores the repeat.
+            if !c.jobs[&id].confirmed {
+                if let Some(first) = allocs.first().map(|(n, _)| n.clone()) {
+                    let task = c.make_task(id, BATCH_STEP, 0, 0, 0, None, Vec::new());
+                    c.order(&first, Order::Launch(task));
                 }
             }
         }
@@ -258,6 +288,7 @@ impl Controller {
                 exit_code: None,
                 exit_signal: None,
                 allocs: Vec::new(),
+                last_allocs: Vec::new(),
                 restart_count: 0,
                 array,
                 steps: Vec::new(),
@@ -538,6 +569,15 @@ impl Controller {
         j.exit_code = e.code;
         j.exit_signal = e.signal;
         j.end = Some(now);
+        if e.fenced && !j.cancelling {
+            // Its node lost contact: the same as a node failure.
+            let id = e.job;
+            if let Some(j) = self.jobs.get_mut(&id) {
+                j.end = Some(now);
+            }
+            self.requeue_job(id, false);
+            return;
+        }
         let ev = if j.cancelling {
             JobEvent::Cancel
         } else if e.oom {
@@ -578,17 +618,19 @@ impl Controller {
                 }
                 kind => match d.job.and_then(|id| self.jobs.get(&id.0)) {
                     None => DepStatus::Never,
-                    Some(o) => match (kind, o.state) {
-                        (DepKind::After, JobState::Pending) => DepStatus::Waiting,
-                        (DepKind::After, _) => DepStatus::Satisfied,
-                        (_, JobState::Pending | JobState::Running) => DepStatus::Waiting,
-                        (DepKind::AfterAny, _) => DepStatus::Satisfied,
-                        (DepKind::AfterOk, JobState::Completed) => DepStatus::Satisfied,
-                        (DepKind::AfterOk, _) => DepStatus::Never,
-                        (DepKind::AfterNotOk, JobState::Completed) => DepStatus::Never,
-                        (DepKind::AfterNotOk, _) => DepStatus::Satisfied,
-                        (DepKind::Singleton, _) => unreachable!("handled above"),
-                    },
+                    Some(o) if o.array.is_some_and(|a| a.array_job == o.req.id.0) && j.array.is_none_or(|a| a.array_job != o.req.id.0) => {
+                        // A dependency on an array job is on every task of it.
+                        let tasks: Vec<&Job> = self.jobs.values().filter(|t| t.array.is_some_and(|a| a.array_job == o.req.id.0)).collect();
+                        let each: Vec<DepStatus> = tasks.iter().map(|t| dep_on(kind, t.state)).collect();
+                        if each.contains(&DepStatus::Never) {
+                            DepStatus::Never
+                        } else if each.contains(&DepStatus::Waiting) {
+                            DepStatus::Waiting
+                        } else {
+                            DepStatus::Satisfied
+                        }
+                    }
+                    Some(o) => dep_on(kind, o.state),
                 },
             };
             status = match (status, s) {
@@ -770,8 +812,14 @@ impl Controller {
         }
     }
 
-    fn start_job(&mut self, now: Time, id: u64, allocs: Vec<sched::Alloc>) {
-        let named: Vec<(String, sched::Alloc)> = allocs.into_iter().map(|a| (self.nodes[a.node as usize].node.name.clone(), a)).collect();
+    fn start_job(&mut self, now: Time, id: u64, mut allocs: Vec<sched::Alloc>) {
+        // The batch script runs on the first node, in node order (as Slurm's first node of the
+        // node list).
+        let named: Vec<(String, sched::Alloc)> = {
+            let mut v: Vec<(String, sched::Alloc)> = allocs.drain(..).map(|a| (self.nodes[a.node as usize].node.name.clone(), a)).collect();
+            v.sort_by(|a, b| natural(&a.0).cmp(&natural(&b.0)));
+            v
+        };
         for (name, a) in &named {
             let i = self.node_index[name];
             let node = self.nodes[i].node.clone();
@@ -782,6 +830,7 @@ impl Controller {
         j.start = Some(now);
         j.end = None;
         j.epoch += 1;
+        j.last_allocs = named.clone();
         j.allocs = named;
         j.reason = PendingReason::None;
         j.expected_start = None;

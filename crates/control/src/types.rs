@@ -96,6 +96,9 @@ pub struct Job {
     pub exit_signal: Option<i32>,
     /// Allocation of the current run: node name and what it holds there.
     pub allocs: Vec<(String, Alloc)>,
+    /// Allocation of the last run, kept after it ends (for accounting).
+    #[serde(default)]
+    pub last_allocs: Vec<(String, Alloc)>,
     /// Times requeued (`SLURM_RESTART_COUNT`).
     pub restart_count: u32,
     /// Array position.
@@ -236,6 +239,9 @@ pub struct TaskExit {
     pub signal: Option<i32>,
     /// Killed for exceeding its memory limit.
     pub oom: bool,
+    /// Killed by its agent's fencing (the agent lost contact for a lease).
+    #[serde(default)]
+    pub fenced: bool,
 }
 
 /// A task an agent runs.

@@ -186,7 +186,11 @@ pub async fn run(a: AgentArgs) -> Result<()> {
     let (tx, mut rx) = mpsc::unbounded_channel::<(TaskKey, std::process::ExitStatus)>();
     let mut tasks: HashMap<TaskKey, Running> = HashMap::new();
     let mut exits: Vec<TaskExit> = Vec::new();
+    // When the last heartbeat that got an answer was *sent*: the controller's lease for us runs
+    // from no earlier than that, so fencing a margin before it ends comes before the controller
+    // can give our jobs to another node.
     let mut last_ok = Instant::now();
+    let mut fenced: std::collections::HashSet<TaskKey> = std::collections::HashSet::new();
     let mut ack: u64 = 0;
     let mut launched: std::collections::HashSet<TaskKey> = std::collections::HashSet::new();
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
@@ -199,16 +203,34 @@ pub async fn run(a: AgentArgs) -> Result<()> {
                 if let Some(dir) = r.cgroup {
                     let _ = std::fs::remove_dir(&dir);
                 }
-                exits.push(TaskExit { job: k.job, epoch: k.epoch, step: k.step, rank: k.rank, code: st.code(), signal: st.signal(), oom });
+                exits.push(TaskExit {
+                    job: k.job,
+                    epoch: k.epoch,
+                    step: k.step,
+                    rank: k.rank,
+                    code: st.code(),
+                    signal: st.signal(),
+                    oom,
+                    fenced: fenced.remove(&k),
+                });
             }
         }
         // Fencing: without a renewed lease, nothing of ours may keep running.
-        if last_ok.elapsed() > Duration::from_secs(info.lease_s.max(1) as u64) && !tasks.is_empty() {
-            eprintln!("tandem agent {}: lease lapsed without contact; killing {} task(s)", a.name, tasks.len());
-            for r in tasks.values() {
+        let lease = Duration::from_millis(info.lease_s.max(1) as u64 * 1000);
+        let margin = (lease / 5).max(Duration::from_millis(500)).min(lease / 2);
+        if last_ok.elapsed() > lease - margin && tasks.keys().any(|k| !fenced.contains(k)) {
+            eprintln!(
+                "tandem agent {}: no contact with the controller for {:?}; fencing: killing {} task(s)",
+                a.name,
+                last_ok.elapsed(),
+                tasks.len()
+            );
+            for (k, r) in &tasks {
                 kill_group(r.pgid, Signal::SIGKILL);
+                fenced.insert(*k);
             }
         }
+        let sent = Instant::now();
         let hb = Heartbeat {
             node: a.name.clone(),
             ack,
@@ -224,7 +246,7 @@ pub async fn run(a: AgentArgs) -> Result<()> {
                 if let Some((k, st)) = m {
                     if let Some(r) = tasks.remove(&k) {
                         let oom = r.cgroup.as_deref().is_some_and(Cgroups::oom);
-                        exits.push(TaskExit { job: k.job, epoch: k.epoch, step: k.step, rank: k.rank, code: st.code(), signal: st.signal(), oom });
+                        exits.push(TaskExit { job: k.job, epoch: k.epoch, step: k.step, rank: k.rank, code: st.code(), signal: st.signal(), oom, fenced: fenced.remove(&k) });
                     }
                 }
                 None
@@ -253,7 +275,7 @@ pub async fn run(a: AgentArgs) -> Result<()> {
                 continue;
             }
         };
-        last_ok = Instant::now();
+        last_ok = sent;
         exits.clear();
         for (seq, o) in orders {
             if seq <= ack {
@@ -290,6 +312,7 @@ pub async fn run(a: AgentArgs) -> Result<()> {
                                 code: Some(1),
                                 signal: None,
                                 oom: false,
+                                fenced: false,
                             });
                         }
                     }

@@ -26,18 +26,18 @@ use crate::api::*;
 #[derive(Clone, Debug)]
 pub struct Peer {
     uid: Option<u32>,
-    addr: Option<SocketAddr>,
 }
 
 impl Connected<axum::serve::IncomingStream<'_, TcpListener>> for Peer {
     fn connect_info(s: axum::serve::IncomingStream<'_, TcpListener>) -> Self {
-        Peer { uid: None, addr: Some(*s.remote_addr()) }
+        let _ = s.remote_addr();
+        Peer { uid: None }
     }
 }
 
 impl Connected<axum::serve::IncomingStream<'_, UnixListener>> for Peer {
     fn connect_info(s: axum::serve::IncomingStream<'_, UnixListener>) -> Self {
-        Peer { uid: s.io().peer_cred().ok().map(|c| c.uid()), addr: None }
+        Peer { uid: s.io().peer_cred().ok().map(|c| c.uid()) }
     }
 }
 
@@ -138,14 +138,15 @@ fn primary_gid(uid: u32) -> u32 {
 
 /// Converts a job for display.
 pub fn job_info(j: &Job) -> JobInfo {
-    let names: Vec<String> = j.allocs.iter().map(|(n, _)| n.clone()).collect();
+    let allocs = if j.allocs.is_empty() && j.state.is_final() { &j.last_allocs } else { &j.allocs };
+    let names: Vec<String> = allocs.iter().map(|(n, _)| n.clone()).collect();
     let nodes = if names.is_empty() { j.req.shape.nodes_min.max(1) } else { names.len() as u32 };
-    let cpus = if j.allocs.is_empty() {
+    let cpus = if allocs.is_empty() {
         j.req.shape.ntasks.max(1) * j.req.shape.cpus_per_task.max(1)
     } else {
-        j.allocs.iter().map(|(_, a)| a.cpus).sum()
+        allocs.iter().map(|(_, a)| a.cpus).sum()
     };
-    let gpus = if j.allocs.is_empty() { j.req.shape.total_gpus(nodes) } else { j.allocs.iter().map(|(_, a)| a.gpus.len() as u32).sum() };
+    let gpus = if allocs.is_empty() { j.req.shape.total_gpus(nodes) } else { allocs.iter().map(|(_, a)| a.gpus.len() as u32).sum() };
     let display_id = match j.array {
         Some(a) => format!("{}_{}", a.array_job, a.task),
         None => j.req.id.0.to_string(),

@@ -1,0 +1,582 @@
+//! End-to-end tests of the batch system: a real controller and real agents (separate OS
+//! processes, each its own node name) on loopback, real jobs, real signals, `kill -9`.
+//! Every wait is bounded; no test asserts a duration.
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_tandem")
+}
+
+fn free_dir(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("tandem-e2e-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    // Tasks may run as another user (the permission test): let them in.
+    Command::new("chmod").args(["-R", "a+rwx"]).arg(&d).status().unwrap();
+    d
+}
+
+fn kill_tree(pid: u32, sig: &str) {
+    // Tasks are process-group leaders below the agent. Note them, kill the agent first (so it
+    // cannot report their deaths: the node dies as a whole), then their groups.
+    let kids: Vec<String> = Command::new("pgrep")
+        .args(["-P", &pid.to_string()])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).split_whitespace().map(str::to_string).collect())
+        .unwrap_or_default();
+    let _ = Command::new("kill").args([sig, &pid.to_string()]).status();
+    for c in kids {
+        let _ = Command::new("kill").args([sig, "--", &format!("-{c}")]).status();
+    }
+}
+
+struct Cluster {
+    dir: PathBuf,
+    work: PathBuf,
+    shims: PathBuf,
+    sock: String,
+    addr: String,
+    lease: u32,
+    server: Option<Child>,
+    agents: Vec<Option<Child>>,
+    gpus: Option<String>,
+    agent_server: Vec<String>,
+}
+
+impl Cluster {
+    fn new(tag: &str, agents: usize, gpus: Option<&str>, lease: u32) -> Cluster {
+        let dir = free_dir(tag);
+        let work = dir.join("work");
+        std::fs::create_dir_all(&work).unwrap();
+        Command::new("chmod").args(["a+rwx"]).arg(&work).status().unwrap();
+        let shims = dir.join("bin");
+        let st = Command::new(bin()).arg("shims").arg(&shims).stdout(Stdio::null()).status().unwrap();
+        assert!(st.success());
+        let mut c = Cluster {
+            sock: dir.join("controller/tandem.sock").display().to_string(),
+            dir,
+            work,
+            shims,
+            addr: String::new(),
+            lease,
+            server: None,
+            agents: Vec::new(),
+            gpus: gpus.map(str::to_string),
+            agent_server: Vec::new(),
+        };
+        c.start_server();
+        for i in 0..agents {
+            let a = format!("http://{}", c.addr);
+            c.start_agent(i, &a);
+        }
+        c.wait_nodes(agents);
+        c
+    }
+
+    fn start_server(&mut self) {
+        let ctl = self.dir.join("controller");
+        std::fs::create_dir_all(&ctl).unwrap();
+        let _ = std::fs::remove_file(ctl.join("addr"));
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(self.dir.join("controller.log")).unwrap();
+        let listen = if self.addr.is_empty() { "127.0.0.1:0".to_string() } else { self.addr.clone() };
+        let child = Command::new(bin())
+            .args(["server", "--listen", &listen, "--lease", &self.lease.to_string(), "--kill-wait", "2", "--data"])
+            .arg(&ctl)
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        self.server = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Ok(a) = std::fs::read_to_string(ctl.join("addr")) {
+                if !a.trim().is_empty() {
+                    self.addr = a.trim().to_string();
+                    break;
+                }
+            }
+            assert!(Instant::now() < deadline, "controller did not start: {}", self.log("controller"));
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn start_agent(&mut self, i: usize, server: &str) {
+        let name = format!("node{}", i + 1);
+        let data = self.dir.join(&name);
+        std::fs::create_dir_all(&data).unwrap();
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(self.dir.join(format!("{name}.log"))).unwrap();
+        let mut cmd = Command::new(bin());
+        cmd.args(["agent", "--server", server, "--name", &name, "--cpus", "4", "--memory", "4G", "--secret-file"])
+            .arg(self.dir.join("controller/secret"))
+            .arg("--data")
+            .arg(&data)
+            .stdout(log.try_clone().unwrap())
+            .stderr(log);
+        if let Some(g) = &self.gpus {
+            cmd.args(["--gpus", g]);
+        }
+        let child = cmd.spawn().unwrap();
+        if self.agents.len() <= i {
+            self.agents.resize_with(i + 1, || None);
+            self.agent_server.resize(i + 1, String::new());
+        }
+        self.agents[i] = Some(child);
+        self.agent_server[i] = server.to_string();
+    }
+
+    fn log(&self, name: &str) -> String {
+        std::fs::read_to_string(self.dir.join(format!("{name}.log"))).unwrap_or_default()
+    }
+
+    fn run(&self, cmd: &str, args: &[&str]) -> Output {
+        let path = format!("{}:{}", self.shims.display(), std::env::var("PATH").unwrap_or_default());
+        Command::new(self.shims.join(cmd))
+            .args(args)
+            .current_dir(&self.work)
+            .env("TANDEM_SERVER", format!("unix://{}", self.sock))
+            .env("PATH", path)
+            .output()
+            .unwrap()
+    }
+
+    fn ok(&self, cmd: &str, args: &[&str]) -> String {
+        let o = self.run(cmd, args);
+        assert!(o.status.success(), "{cmd} {args:?} failed: {}{}", String::from_utf8_lossy(&o.stderr), String::from_utf8_lossy(&o.stdout));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    }
+
+    fn sbatch(&self, args: &[&str]) -> u64 {
+        let mut a = vec!["--parsable"];
+        a.extend_from_slice(args);
+        self.ok("sbatch", &a).trim().parse().unwrap()
+    }
+
+    fn script(&self, name: &str, body: &str) -> String {
+        let p = self.work.join(name);
+        std::fs::write(&p, body).unwrap();
+        p.display().to_string()
+    }
+
+    fn job(&self, id: u64) -> HashMap<String, String> {
+        let out = self.ok("scontrol", &["show", "job", &id.to_string()]);
+        out.split_whitespace().filter_map(|kv| kv.split_once('=')).map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    fn wait_state(&self, id: u64, want: &[&str], secs: u64) -> HashMap<String, String> {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        loop {
+            let j = self.job(id);
+            if want.contains(&j["JobState"].as_str()) {
+                return j;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "job {id} stayed {:?} (wanted {want:?}); controller log:\n{}",
+                j["JobState"],
+                self.log("controller")
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn wait_nodes(&self, n: usize) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let out = self.ok("sinfo", &["-N"]);
+            if out.lines().skip(1).filter(|l| !l.contains(" down ")).count() >= n {
+                return;
+            }
+            assert!(Instant::now() < deadline, "nodes did not register:\n{out}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn kill_agent(&mut self, i: usize) {
+        if let Some(mut c) = self.agents[i].take() {
+            kill_tree(c.id(), "-9");
+            let _ = c.wait();
+        }
+    }
+
+    fn kill_server(&mut self) {
+        if let Some(mut c) = self.server.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for c in self.agents.iter_mut().flatten() {
+            kill_tree(c.id(), "-9");
+            let _ = c.wait();
+        }
+        self.kill_server();
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+#[test]
+fn two_nodes_two_tasks_see_their_ranks_nodes_and_disjoint_gpus() {
+    let c = Cluster::new("env", 2, Some("h100:4"), 30);
+    let s = c.script(
+        "env.sh",
+        "#!/bin/bash\n#SBATCH -J envtest\n#SBATCH -N 2\n#SBATCH --ntasks-per-node=2\n#SBATCH --gpus-per-node=4\n#SBATCH -o env-%j.out\n\
+         echo batch nodes=$SLURM_JOB_NODELIST ntasks=$SLURM_NTASKS\n\
+         srun bash -c 'echo task rank=$SLURM_PROCID local=$SLURM_LOCALID nodeid=$SLURM_NODEID node=$SLURMD_NODENAME cuda=$CUDA_VISIBLE_DEVICES world=$WORLD_SIZE rank2=$RANK local_rank=$LOCAL_RANK node_rank=$NODE_RANK master=$MASTER_ADDR:$MASTER_PORT tandem=$TANDEM_PROCID order=$CUDA_DEVICE_ORDER'\n",
+    );
+    let id = c.sbatch(&[&s]);
+    c.wait_state(id, &["COMPLETED"], 60);
+    let out = std::fs::read_to_string(c.work.join(format!("env-{id}.out"))).unwrap();
+    assert!(out.contains("batch nodes=node[1-2] ntasks=4"), "{out}");
+    let tasks: Vec<&str> = out.lines().filter(|l| l.starts_with("task ")).collect();
+    assert_eq!(tasks.len(), 4, "{out}");
+    for (rank, nodeid, local, cuda) in [(0, 0, 0, "0,1"), (1, 0, 1, "2,3"), (2, 1, 0, "0,1"), (3, 1, 1, "2,3")] {
+        let node = format!("node{}", nodeid + 1);
+        let line = format!(
+            "task rank={rank} local={local} nodeid={nodeid} node={node} cuda={cuda} world=4 rank2={rank} local_rank={local} node_rank={nodeid} master=127.0.0.1:"
+        );
+        assert!(
+            tasks.iter().any(|t| t.starts_with(&line) && t.ends_with(&format!("tandem={rank} order=PCI_BUS_ID"))),
+            "no line {line:?} in\n{out}"
+        );
+    }
+    let acct = c.ok("sacct", &["-j", &id.to_string(), "--format=JobID,State,ExitCode,NodeList", "-P"]);
+    assert!(acct.contains(&format!("{id}|COMPLETED|0:0|node[1-2]")), "{acct}");
+    assert!(acct.contains(&format!("{id}.batch|COMPLETED")) && acct.contains(&format!("{id}.0|COMPLETED")), "{acct}");
+}
+
+#[test]
+fn arrays_dependencies_and_output_patterns() {
+    let c = Cluster::new("array", 2, None, 30);
+    let arr =
+        c.sbatch(&["--array=1-3%2", "-J", "arr", "-o", "out_%A_%a.txt", "--wrap", "echo task $SLURM_ARRAY_TASK_ID of $SLURM_ARRAY_JOB_ID"]);
+    let after = c.sbatch(&["--dependency", &format!("afterok:{arr}"), "-o", "after_%j.txt", "--wrap", "cat out_*.txt | sort"]);
+    let fail = c.sbatch(&["--wrap", "exit 3"]);
+    let notok = c.sbatch(&["--dependency", &format!("afternotok:{fail}"), "--wrap", "echo rescued"]);
+    let never = c.sbatch(&["--dependency", &format!("afterok:{fail}"), "--wrap", "echo never"]);
+    c.wait_state(after, &["COMPLETED"], 60);
+    for k in 1..=3 {
+        let f = std::fs::read_to_string(c.work.join(format!("out_{arr}_{k}.txt"))).unwrap();
+        assert_eq!(f.trim(), format!("task {k} of {arr}"));
+    }
+    let merged = std::fs::read_to_string(c.work.join(format!("after_{after}.txt"))).unwrap();
+    assert_eq!(merged.lines().count(), 3, "{merged}");
+    let f = c.wait_state(fail, &["FAILED"], 30);
+    assert_eq!(f["ExitCode"], "3:0");
+    c.wait_state(notok, &["COMPLETED"], 30);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let j = c.job(never);
+        if j["Reason"] == "DependencyNeverSatisfied" {
+            assert_eq!(j["JobState"], "PENDING");
+            break;
+        }
+        assert!(Instant::now() < deadline, "{j:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let q = c.ok("squeue", &["-h", "-o", "%i %t %r"]);
+    assert!(q.contains(&format!("{never} PD DependencyNeverSatisfied")), "{q}");
+}
+
+#[test]
+fn cancel_and_time_limit_with_signal() {
+    let c = Cluster::new("limits", 1, None, 30);
+    let sleeper = c.sbatch(&["--wrap", "sleep 300"]);
+    c.wait_state(sleeper, &["RUNNING"], 30);
+    c.ok("scancel", &[&sleeper.to_string()]);
+    c.wait_state(sleeper, &["CANCELLED"], 30);
+    // -t 1 (one minute, Slurm's resolution) with USR1 50 s before the end: USR1 at ~10 s,
+    // SIGTERM at 60 s, SIGKILL 2 s later (the test controller's KillWait).
+    let s = c.script(
+        "limit.sh",
+        "#!/bin/bash\n#SBATCH -t 1\n#SBATCH --signal=B:USR1@50\n#SBATCH -o limit.out\n\
+         trap 'echo got USR1' USR1\ntrap 'echo got TERM' TERM\necho started\nfor i in $(seq 1 200); do sleep 1; done\n",
+    );
+    let id = c.sbatch(&[&s]);
+    c.wait_state(id, &["RUNNING"], 30);
+    c.wait_state(id, &["TIMEOUT"], 120);
+    let out = std::fs::read_to_string(c.work.join("limit.out")).unwrap();
+    assert!(out.contains("started") && out.contains("got USR1") && out.contains("got TERM"), "{out}");
+    let acct = c.ok("sacct", &["-j", &id.to_string(), "-X", "-P", "--format=State"]);
+    assert!(acct.contains("TIMEOUT"), "{acct}");
+}
+
+fn raw_http(sock: &str, req: &str) -> (u16, String) {
+    let mut s = std::os::unix::net::UnixStream::connect(sock).unwrap();
+    s.write_all(req.as_bytes()).unwrap();
+    let mut buf = String::new();
+    s.read_to_string(&mut buf).unwrap();
+    let status = buf.split_whitespace().nth(1).unwrap_or("0").parse().unwrap_or(0);
+    (status, buf)
+}
+
+#[test]
+fn bad_input_gets_clear_errors_and_stores_nothing() {
+    let c = Cluster::new("bad", 1, Some("h100:4"), 30);
+    let bad = c.script("bad.sh", "#!/bin/sh\n#SBATCH --time=soon\necho hi\n");
+    let o = c.run("sbatch", &[&bad]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("sbatch: error: script line 2: invalid time limit \"soon\""), "{o:?}");
+    let o = c.run("sbatch", &["--no-such-option", "--wrap", "true"]);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("unrecognized option '--no-such-option'"), "{o:?}");
+    let o = c.run("sbatch", &["--gpus-per-node=8", "--wrap", "true"]);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("requested node configuration is not available"), "{o:?}");
+    let o = c.run("sbatch", &["-p", "nope", "--wrap", "true"]);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("invalid partition specified: nope"), "{o:?}");
+    let o = c.run("sbatch", &["--dependency=afterok:4242", "--wrap", "true"]);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("dependency"), "{o:?}");
+    let noshebang = c.script("plain.sh", "echo hi\n");
+    assert!(String::from_utf8_lossy(&c.run("sbatch", &[&noshebang]).stderr).contains("#!"));
+    assert_eq!(c.ok("squeue", &["-h"]).trim(), "", "nothing was stored");
+    assert_eq!(c.ok("sacct", &["-n"]).trim(), "");
+    let body = "{\"batch\": 12";
+    let (status, text) = raw_http(
+        &c.sock,
+        &format!(
+            "POST /v1/jobs HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        ),
+    );
+    assert_eq!(status, 400, "{text}");
+    assert!(text.contains("malformed request"), "{text}");
+    let (status, _) = raw_http(&c.sock, "GET /openapi.json HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n");
+    assert_eq!(status, 200);
+    // Over TCP there is no user identity: state changes are refused.
+    let mut s = std::net::TcpStream::connect(&c.addr).unwrap();
+    let body = "{}";
+    s.write_all(
+        format!(
+            "POST /v1/jobs HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        )
+        .as_bytes(),
+    )
+    .unwrap();
+    let mut buf = String::new();
+    s.read_to_string(&mut buf).unwrap();
+    assert!(buf.starts_with("HTTP/1.1 401"), "{buf}");
+    let m = raw_http(&c.sock, "GET /metrics HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n").1;
+    assert!(m.contains("tandem_queue_length") && m.contains("tandem_scheduling_pass_seconds"), "{m}");
+}
+
+#[test]
+fn another_user_cannot_cancel_a_job() {
+    let c = Cluster::new("perm", 1, None, 30);
+    let id = c.sbatch(&["--wrap", "sleep 300"]);
+    c.wait_state(id, &["RUNNING"], 30);
+    let o = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(c.shims.join("scancel"))
+        .arg(id.to_string())
+        .env("TANDEM_SERVER", format!("unix://{}", c.sock))
+        .current_dir("/")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1), "{o:?}");
+    assert!(String::from_utf8_lossy(&o.stderr).contains("permission denied"), "{o:?}");
+    assert_eq!(c.job(id)["JobState"], "RUNNING");
+    c.ok("scancel", &[&id.to_string()]);
+    c.wait_state(id, &["CANCELLED"], 30);
+}
+
+#[test]
+fn a_dead_node_requeues_its_job_which_completes_elsewhere() {
+    let mut c = Cluster::new("nodefail", 2, None, 3);
+    let id = c.sbatch(&["-c4", "-o", "nf.out", "--wrap", "echo ran on $SLURMD_NODENAME restart=$SLURM_RESTART_COUNT; sleep 4"]);
+    let j = c.wait_state(id, &["RUNNING"], 30);
+    let first = j["NodeList"].clone();
+    let idx: usize = first.trim_start_matches("node").parse::<usize>().unwrap() - 1;
+    c.kill_agent(idx);
+    let j = c.wait_state(id, &["COMPLETED"], 60);
+    assert_eq!(j["Restarts"], "1");
+    assert_ne!(j["NodeList"], first);
+    let out = std::fs::read_to_string(c.work.join("nf.out")).unwrap();
+    assert!(out.contains(&format!("ran on {first} restart=0")) && out.contains("restart=1"), "{out}");
+    let nodes = c.ok("sinfo", &["-N"]);
+    assert!(nodes.lines().any(|l| l.starts_with(&first) && l.contains("down")), "{nodes}");
+}
+
+#[test]
+fn a_controller_restart_within_the_lease_leaves_running_jobs_running() {
+    let mut c = Cluster::new("restart", 1, None, 15);
+    let id = c.sbatch(&["-o", "r.out", "--wrap", "echo start; sleep 5; echo end"]);
+    c.wait_state(id, &["RUNNING"], 30);
+    c.kill_server();
+    std::thread::sleep(Duration::from_secs(2));
+    c.start_server();
+    let j = c.wait_state(id, &["COMPLETED"], 60);
+    assert_eq!(j["Restarts"], "0");
+    let out = std::fs::read_to_string(c.work.join("r.out")).unwrap();
+    assert_eq!(out, "start\nend\n");
+}
+
+#[test]
+fn acknowledged_submissions_survive_kill_9_and_run_exactly_once() {
+    let mut c = Cluster::new("durable", 2, None, 20);
+    let marks = c.work.join("marks");
+    let n = 300;
+    let mut acked = Vec::new();
+    let mut killed = false;
+    let mut i = 0;
+    while i < n {
+        if i == n / 3 && !killed {
+            c.kill_server(); // kill -9 in the middle of the stream of submissions
+            killed = true;
+            // submissions now fail until it is back
+            let o = c.run("sbatch", &["--wrap", "true"]);
+            assert!(!o.status.success());
+            c.start_server();
+        }
+        let o = c.run("sbatch", &["--parsable", "-o", "/dev/null", "--wrap", &format!("echo $SLURM_JOB_ID >> {}", marks.display())]);
+        if o.status.success() {
+            acked.push(String::from_utf8_lossy(&o.stdout).trim().parse::<u64>().unwrap());
+        }
+        i += 1;
+    }
+    assert!(acked.len() >= n - 1, "only {} of {n} acknowledged", acked.len());
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let q = c.ok("squeue", &["-h"]);
+        if q.trim().is_empty() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "queue did not drain:\n{q}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let acct = c.ok("sacct", &["-X", "-n", "-P", "--format=JobID,State"]);
+    let text = std::fs::read_to_string(&marks).unwrap();
+    let mut count: HashMap<u64, u32> = HashMap::new();
+    for l in text.lines() {
+        *count.entry(l.trim().parse().unwrap()).or_default() += 1;
+    }
+    for id in &acked {
+        assert!(acct.contains(&format!("{id}|COMPLETED")), "acknowledged job {id} missing or not completed:\n{acct}");
+        assert_eq!(count.get(id), Some(&1), "job {id} ran {:?} times", count.get(id));
+    }
+}
+
+/// A TCP forwarder the test can cut, standing for the network between one agent and the
+/// controller.
+struct Link {
+    addr: String,
+    up: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Link {
+    fn new(target: &str) -> Link {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        let up = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let target = target.to_string();
+        let flag = up.clone();
+        std::thread::spawn(move || {
+            for conn in l.incoming() {
+                let Ok(a) = conn else { continue };
+                if !flag.load(std::sync::atomic::Ordering::SeqCst) {
+                    continue; // dropped: the partition
+                }
+                let Ok(b) = std::net::TcpStream::connect(&target) else { continue };
+                for (mut r, mut w) in [(a.try_clone().unwrap(), b.try_clone().unwrap()), (b, a)] {
+                    let f = flag.clone();
+                    std::thread::spawn(move || {
+                        let mut buf = [0u8; 8192];
+                        while let Ok(n) = r.read(&mut buf) {
+                            if n == 0 || !f.load(std::sync::atomic::Ordering::SeqCst) || w.write_all(&buf[..n]).is_err() {
+                                break;
+                            }
+                        }
+                        let _ = w.shutdown(std::net::Shutdown::Both);
+                    });
+                }
+            }
+        });
+        Link { addr, up }
+    }
+
+    fn cut(&self) {
+        self.up.store(false, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+#[test]
+fn a_partitioned_agent_fences_itself_and_nothing_runs_twice() {
+    let mut c = Cluster::new("partition", 1, None, 4);
+    let link = Link::new(&c.addr);
+    c.start_agent(1, &format!("http://{}", link.addr));
+    c.wait_nodes(2);
+    // Fill node1 so the job lands on node2, behind the link.
+    c.ok("scontrol", &["update", "NodeName=node1", "State=DRAIN", "Reason=test"]);
+    let s = c.script(
+        "fence.sh",
+        "#!/bin/bash\n#SBATCH -o fence.out\n\
+         for p in $(grep -o 'pid=[0-9]*' fence.out | cut -d= -f2); do kill -0 $p 2>/dev/null && echo OVERLAP with $p; done\n\
+         echo start pid=$$ node=$SLURMD_NODENAME\nsleep 6\necho end node=$SLURMD_NODENAME\n",
+    );
+    let id = c.sbatch(&[&s]);
+    let j = c.wait_state(id, &["RUNNING"], 30);
+    assert_eq!(j["NodeList"], "node2");
+    c.ok("scontrol", &["update", "NodeName=node1", "State=RESUME"]);
+    link.cut();
+    let j = c.wait_state(id, &["COMPLETED"], 60);
+    assert_eq!((j["NodeList"].as_str(), j["Restarts"].as_str()), ("node1", "1"));
+    let out = std::fs::read_to_string(c.work.join("fence.out")).unwrap();
+    assert!(!out.contains("OVERLAP"), "the fenced copy was still alive:\n{out}");
+    assert!(!out.contains("end node=node2"), "the partitioned copy ran to the end:\n{out}");
+    assert!(out.contains("end node=node1"), "{out}");
+    assert!(c.log("node2").contains("fencing"), "{}", c.log("node2"));
+}
+
+#[test]
+fn tandem_up_starts_a_local_cluster() {
+    let dir = free_dir("up");
+    let mut up = Command::new(bin())
+        .args(["up", "--agents", "2", "--port", "0", "--data"])
+        .arg(&dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !dir.join("env").exists() {
+        assert!(Instant::now() < deadline, "tandem up did not write its env file");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let env = std::fs::read_to_string(dir.join("env")).unwrap();
+    let server = env.trim().strip_prefix("export TANDEM_SERVER=").unwrap().to_string();
+    let run = |args: &[&str]| Command::new(bin()).args(args).env("TANDEM_SERVER", &server).current_dir(&dir).output().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let o = run(&["nodes", "-N"]);
+        let text = String::from_utf8_lossy(&o.stdout).into_owned();
+        if text.contains("node1") && text.contains("node2") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{text}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let o = run(&["submit", "--wrap", "echo hello from $SLURMD_NODENAME"]);
+    let text = String::from_utf8_lossy(&o.stdout).into_owned();
+    let id: u64 = text.trim().strip_prefix("Submitted batch job ").unwrap().parse().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !std::fs::read_to_string(dir.join(format!("slurm-{id}.out"))).unwrap_or_default().contains("hello from node") {
+        assert!(Instant::now() < deadline);
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _ = Command::new("kill").args(["-INT", &up.id().to_string()]).status();
+    let st = up.wait().unwrap();
+    assert!(st.success(), "{st}");
+    let mut out = String::new();
+    up.stdout.take().unwrap().read_to_string(&mut out).unwrap();
+    assert!(out.contains("export TANDEM_SERVER=unix://"), "{out}");
+    let _ = std::fs::remove_dir_all(&dir);
+    let _ = Path::new("/");
+}
