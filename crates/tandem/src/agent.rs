@@ -103,6 +103,37 @@ fn open_append(path: &str, uid: u32, gid: u32) -> std::io::Result<std::fs::File>
     Ok(f)
 }
 
+/// The hidden first argument that turns `tandem` into the task launcher.
+pub const EXEC_SHIM: &str = "__exec-task";
+
+/// The task launcher, run by the agent as `tandem __exec-task CGROUP UID GID PROGRAM ARGS...`:
+/// joins the job's cgroup (`-` for none) while still root, drops to the user, then replaces
+/// itself with the program, so the task and everything it forks start inside the cgroup.
+pub fn exec_task(args: &[String]) -> anyhow::Error {
+    use std::os::unix::process::CommandExt;
+    let [cgroup, uid, gid, program, rest @ ..] = args else {
+        return anyhow::anyhow!("usage: tandem {EXEC_SHIM} CGROUP UID GID PROGRAM [ARGS...]");
+    };
+    if cgroup != "-" {
+        if let Err(e) = std::fs::write(Path::new(cgroup).join("cgroup.procs"), std::process::id().to_string()) {
+            return anyhow::anyhow!("joining cgroup {cgroup}: {e}");
+        }
+    }
+    let (Ok(uid), Ok(gid)) = (uid.parse::<u32>(), gid.parse::<u32>()) else {
+        return anyhow::anyhow!("bad uid/gid {uid}/{gid}");
+    };
+    if nix::unistd::geteuid().is_root() && uid != 0 {
+        if let Err(e) = nix::unistd::setgroups(&[nix::unistd::Gid::from_raw(gid)])
+            .and_then(|_| nix::unistd::setgid(nix::unistd::Gid::from_raw(gid)))
+            .and_then(|_| nix::unistd::setuid(nix::unistd::Uid::from_raw(uid)))
+        {
+            return anyhow::anyhow!("switching to uid {uid}: {e}");
+        }
+    }
+    let e = std::process::Command::new(program).args(rest).exec();
+    anyhow::anyhow!("cannot run {program}: {e}")
+}
+
 fn launch(t: &Task, spool: &Path, cg: &Cgroups) -> Result<(tokio::process::Child, Option<PathBuf>)> {
     let (program, args): (String, Vec<String>) = match &t.script {
         Some(text) => {
@@ -119,7 +150,14 @@ fn launch(t: &Task, spool: &Path, cg: &Cgroups) -> Result<(tokio::process::Child
     } else {
         open_append(&t.stderr, t.uid, t.gid).with_context(|| format!("cannot open error file {}", t.stderr))?
     };
-    let mut cmd = tokio::process::Command::new(&program);
+    let cgroup = cg.create(t.job, t.epoch, t.mem_limit);
+    let shim = std::env::current_exe().context("locating the tandem binary")?;
+    let mut cmd = tokio::process::Command::new(shim);
+    cmd.arg(EXEC_SHIM)
+        .arg(cgroup.as_deref().map_or_else(|| "-".to_string(), |p| p.display().to_string()))
+        .arg(t.uid.to_string())
+        .arg(t.gid.to_string())
+        .arg(&program);
     cmd.args(&args)
         .env_clear()
         .envs(t.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
@@ -128,14 +166,7 @@ fn launch(t: &Task, spool: &Path, cg: &Cgroups) -> Result<(tokio::process::Child
         .stderr(err);
     cmd.current_dir(if Path::new(&t.workdir).is_dir() { t.workdir.as_str() } else { "/" });
     cmd.process_group(0);
-    if nix::unistd::geteuid().is_root() && t.uid != 0 {
-        cmd.uid(t.uid).gid(t.gid);
-    }
     let child = cmd.spawn().with_context(|| format!("cannot run {program}"))?;
-    let cgroup = cg.create(t.job, t.epoch, t.mem_limit);
-    if let (Some(dir), Some(pid)) = (&cgroup, child.id()) {
-        let _ = std::fs::write(dir.join("cgroup.procs"), pid.to_string());
-    }
     Ok((child, cgroup))
 }
 
@@ -246,6 +277,9 @@ pub async fn run(a: AgentArgs) -> Result<()> {
                 if let Some((k, st)) = m {
                     if let Some(r) = tasks.remove(&k) {
                         let oom = r.cgroup.as_deref().is_some_and(Cgroups::oom);
+                        if let Some(dir) = r.cgroup {
+                            let _ = std::fs::remove_dir(&dir);
+                        }
                         exits.push(TaskExit { job: k.job, epoch: k.epoch, step: k.step, rank: k.rank, code: st.code(), signal: st.signal(), oom, fenced: fenced.remove(&k) });
                     }
                 }

@@ -386,6 +386,20 @@ fn another_user_cannot_cancel_a_job() {
     assert_eq!(c.job(id)["JobState"], "RUNNING");
     c.ok("scancel", &[&id.to_string()]);
     c.wait_state(id, &["CANCELLED"], 30);
+    // A job submitted by another user runs as that user, and root's jobs are out of its reach.
+    let o = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(c.shims.join("sbatch"))
+        .args(["--parsable", "-o", "nobody.out", "--wrap", "id -u; id -g"])
+        .env("TANDEM_SERVER", format!("unix://{}", c.sock))
+        .current_dir(&c.work)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{o:?}");
+    let theirs: u64 = String::from_utf8_lossy(&o.stdout).trim().parse().unwrap();
+    let j = c.wait_state(theirs, &["COMPLETED"], 30);
+    assert_eq!(j["UserId"], "nobody");
+    assert_eq!(std::fs::read_to_string(c.work.join("nobody.out")).unwrap(), "65534\n65534\n");
 }
 
 #[test]
@@ -579,4 +593,19 @@ fn tandem_up_starts_a_local_cluster() {
     assert!(out.contains("export TANDEM_SERVER=unix://"), "{out}");
     let _ = std::fs::remove_dir_all(&dir);
     let _ = Path::new("/");
+}
+
+#[test]
+fn a_memory_overrun_ends_as_out_of_memory() {
+    let c = Cluster::new("oom", 1, None, 30);
+    if c.log("node1").contains("no writable cgroup memory controller") {
+        eprintln!("skipped: this machine lets the agent set no memory limit ({})", c.log("node1").trim());
+        return;
+    }
+    // `tail` of an endless line keeps growing its buffer until the 64 MiB limit stops it.
+    let id = c.sbatch(&["--mem=64M", "-o", "oom.out", "--wrap", "tail /dev/zero"]);
+    let j = c.wait_state(id, &["OUT_OF_MEMORY", "FAILED", "COMPLETED"], 60);
+    assert_eq!(j["JobState"], "OUT_OF_MEMORY", "{j:?}");
+    let acct = c.ok("sacct", &["-j", &id.to_string(), "-X", "-P", "--format=State"]);
+    assert!(acct.contains("OUT_OF_MEMORY"), "{acct}");
 }
