@@ -16,6 +16,28 @@ use std::time::Instant;
 /// Benchmarks.
 #[derive(Subcommand)]
 pub enum BenchCmd {
+    /// Job throughput of a real local cluster: submissions per second (CLI loop and API),
+    /// completed jobs per second, controller RSS and `squeue` latency with many jobs pending.
+    Submit {
+        /// Jobs submitted through the API (and, held, for the squeue measurement).
+        #[arg(long, default_value_t = 10_000)]
+        jobs: u32,
+        /// Jobs submitted by a loop of the CLI (one process per submission).
+        #[arg(long, default_value_t = 1_000)]
+        cli_jobs: u32,
+        /// Node agents (separate processes).
+        #[arg(long, default_value_t = 4)]
+        agents: u32,
+        /// CPUs each agent declares (how many trivial jobs it runs at once).
+        #[arg(long, default_value_t = 16)]
+        cpus_per_agent: u32,
+        /// API requests in flight at once.
+        #[arg(long, default_value_t = 32)]
+        concurrency: u32,
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
     /// Time one full scheduling pass, and the pass after a new submission, on a synthetic cluster.
     Sched {
         /// Nodes.
@@ -68,6 +90,18 @@ struct SchedReport {
 /// Runs a benchmark.
 pub fn run(cmd: BenchCmd) -> Result<()> {
     match cmd {
+        BenchCmd::Submit { jobs, cli_jobs, agents, cpus_per_agent, concurrency, json } => {
+            if jobs == 0 || agents == 0 || concurrency == 0 {
+                bail!("--jobs, --agents and --concurrency must be positive");
+            }
+            let r = crate::benchsubmit::run(jobs, cli_jobs, agents, cpus_per_agent, concurrency)?;
+            if json {
+                println!("{}", serde_json::to_string(&r)?);
+            } else {
+                crate::benchsubmit::print(&r);
+            }
+            Ok(())
+        }
         BenchCmd::Sched { nodes, gpus_per_node, pending, backfill, repeat, submissions, seed, json } => {
             let bf = match Backfill::parse(&backfill) {
                 Some(b @ (Backfill::Easy | Backfill::Conservative)) => b,

@@ -6,6 +6,7 @@
 mod agent;
 mod api;
 mod bench;
+mod benchsubmit;
 mod cli;
 mod client;
 mod openapi;

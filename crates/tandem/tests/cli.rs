@@ -156,3 +156,12 @@ fn bench_sched_smoke() {
     assert!(c["full_pass_ms_median"].as_f64().unwrap() > 0.0);
     assert!(err(&["bench", "sched", "--backfill", "rls"]).contains("easy or conservative"));
 }
+
+#[test]
+fn bench_submit_smoke() {
+    let v = ok_json(&["bench", "submit", "--jobs", "10", "--cli-jobs", "3", "--agents", "2", "--cpus-per-agent", "4", "--json"]);
+    assert!(v["completed_jobs_per_s"].as_f64().unwrap() > 0.0, "{v}");
+    assert!(v["cli_submissions_per_s"].as_f64().unwrap() > 0.0);
+    assert_eq!(v["pending_for_squeue"].as_u64(), Some(10));
+    assert!(err(&["bench", "submit", "--jobs", "0"]).contains("must be positive"));
+}
