@@ -38,6 +38,8 @@ pub struct Settings {
     pub kill_wait: Time,
     /// Most jobs one submission may create (array size bound).
     pub max_array: u32,
+    /// Which nodes each partition holds, by name (`None`: every node).
+    pub partition_nodes: Vec<(String, Option<Vec<String>>)>,
 }
 
 impl Default for Settings {
@@ -49,6 +51,7 @@ impl Default for Settings {
             lease: 30,
             kill_wait: 30,
             max_array: slurmcli_max_array(),
+            partition_nodes: Vec::new(),
         }
     }
 }
@@ -436,8 +439,39 @@ impl Controller {
         true
     }
 
+    /// The partitions a node belongs to (empty: every partition).
+    fn partitions_of(&self, name: &str) -> Vec<String> {
+        let member: Vec<String> = self
+            .settings
+            .cluster
+            .partitions
+            .iter()
+            .filter(|p| {
+                self.settings
+                    .partition_nodes
+                    .iter()
+                    .find(|(n, _)| *n == p.name)
+                    .is_none_or(|(_, nodes)| nodes.as_ref().is_none_or(|l| l.iter().any(|x| x == name)))
+            })
+            .map(|p| p.name.clone())
+            .collect();
+        if member.len() == self.settings.cluster.partitions.len() { Vec::new() } else { member }
+    }
+
     /// Registers (or re-registers) a node agent.
     pub fn register(&mut self, now: Time, mut node: Node, addr: String) -> Result<(), Refused> {
+        node.partitions = self.partitions_of(&node.name);
+        if node.partitions.is_empty()
+            && !self.settings.partition_nodes.is_empty()
+            && self.settings.partition_nodes.iter().all(|(_, n)| n.is_some())
+        {
+            // Every partition lists its nodes and none lists this one.
+            let all: Vec<String> = self.settings.cluster.partitions.iter().map(|p| p.name.clone()).collect();
+            let listed = self.settings.partition_nodes.iter().any(|(_, n)| n.as_ref().is_some_and(|l| l.iter().any(|x| *x == node.name)));
+            if !listed {
+                node.partitions = vec![format!("(none of {})", all.join(","))];
+            }
+        }
         if node.name.is_empty()
             || node.name.len() > 64
             || !node.name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.')

@@ -282,7 +282,9 @@ impl<'a> Facts<'a> {
             other: s.other.clone(),
             exclusive: s.exclusive,
         };
-        let partition = match &req.partition {
+        // A job without -p is in the default partition (the first configured).
+        let named = req.partition.clone().or_else(|| config.partitions.first().map(|p| p.name.clone()));
+        let partition = match &named {
             None => None,
             Some(p) => match self.partition_all.get(p) {
                 None => {
@@ -319,7 +321,6 @@ impl<'a> Facts<'a> {
                 format!("{} nodes required by -w but only {nodes} requested", filter.include.len()),
             ));
         }
-        let _ = config;
         Ok(Resolved { idx, req, nodes, demand, filter, limit: req.time_limit })
     }
 }

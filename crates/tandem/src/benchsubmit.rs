@@ -44,7 +44,9 @@ impl Drop for Procs {
 fn rss_mib(pid: u32) -> f64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
-        .and_then(|s| s.lines().find_map(|l| l.strip_prefix("VmRSS:").map(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().unwrap_or(0.0))))
+        .and_then(|s| {
+            s.lines().find_map(|l| l.strip_prefix("VmRSS:").map(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().unwrap_or(0.0)))
+        })
         .map_or(0.0, |kb| kb / 1024.0)
 }
 
@@ -119,7 +121,18 @@ pub fn run(jobs: u32, cli_jobs: u32, agents: u32, cpus: u32, concurrency: u32) -
         std::fs::create_dir_all(&d)?;
         procs.0.push(
             Command::new(&exe)
-                .args(["agent", "--server", &format!("http://{addr}"), "--name", &format!("node{i}"), "--cpus", &cpus.to_string(), "--memory", "64G", "--secret-file"])
+                .args([
+                    "agent",
+                    "--server",
+                    &format!("http://{addr}"),
+                    "--name",
+                    &format!("node{i}"),
+                    "--cpus",
+                    &cpus.to_string(),
+                    "--memory",
+                    "64G",
+                    "--secret-file",
+                ])
                 .arg(dir.join("ctl/secret"))
                 .arg("--data")
                 .arg(&d)
@@ -168,7 +181,12 @@ pub fn run(jobs: u32, cli_jobs: u32, agents: u32, cpus: u32, concurrency: u32) -
         let mut args: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
         args.extend(["-o", "/dev/null", "--wrap", "true"].map(String::from));
         let b = slurmcli::parse_sbatch(&args, 0, &mut |_| unreachable!()).map_err(|e| anyhow::anyhow!("{}", e.0))?;
-        Ok(SubmitRequest { batch: b, cwd: work.display().to_string(), host: "bench".into(), env: vec![("PATH".into(), "/usr/bin:/bin".into())] })
+        Ok(SubmitRequest {
+            batch: b,
+            cwd: work.display().to_string(),
+            host: "bench".into(),
+            env: vec![("PATH".into(), "/usr/bin:/bin".into())],
+        })
     };
     let req = batch(&[])?;
     let started = Instant::now();
@@ -226,5 +244,8 @@ pub fn print(r: &Report) {
     println!("API submissions             {:.1} /s ({} jobs)", r.api_submissions_per_s, r.api_jobs);
     println!("API jobs all completed in   {:.1} s ({:.1} completed jobs/s)", r.all_completed_s, r.completed_jobs_per_s);
     println!("controller RSS (max)        {:.1} MiB", r.controller_rss_mib_max);
-    println!("squeue with {} pending   API {:.1} ms, CLI {:.1} ms (median)", r.pending_for_squeue, r.squeue_api_ms_median, r.squeue_cli_ms_median);
+    println!(
+        "squeue with {} pending   API {:.1} ms, CLI {:.1} ms (median)",
+        r.pending_for_squeue, r.squeue_api_ms_median, r.squeue_cli_ms_median
+    );
 }

@@ -9,6 +9,7 @@ mod bench;
 mod benchsubmit;
 mod cli;
 mod client;
+mod config;
 mod openapi;
 mod server;
 mod simcmd;
@@ -51,6 +52,9 @@ enum Cmd {
         /// Node lease in seconds.
         #[arg(long)]
         lease: Option<u32>,
+        /// Cluster configuration file (tandem.toml).
+        #[arg(long)]
+        config: Option<PathBuf>,
     },
     /// The controller daemon.
     Server {
@@ -60,12 +64,15 @@ enum Cmd {
         /// Data directory: database, Unix socket, cluster secret.
         #[arg(long, default_value = "/var/lib/tandem")]
         data: PathBuf,
-        /// Node lease in seconds.
-        #[arg(long, default_value_t = 30)]
-        lease: u32,
-        /// Seconds between SIGTERM and SIGKILL at a job's time limit.
-        #[arg(long, default_value_t = 30)]
-        kill_wait: u32,
+        /// Cluster configuration (default: DATA/tandem.toml when it exists, else built-in defaults).
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Node lease in seconds (overrides the configuration; default 30).
+        #[arg(long)]
+        lease: Option<u32>,
+        /// Seconds between SIGTERM and SIGKILL at a job's time limit (overrides; default 30).
+        #[arg(long)]
+        kill_wait: Option<u32>,
     },
     /// The node daemon.
     Agent {
@@ -96,6 +103,13 @@ enum Cmd {
         /// Address to advertise to jobs (MASTER_ADDR); default 127.0.0.1.
         #[arg(long, default_value = "127.0.0.1")]
         addr: String,
+    },
+    /// Issue a signed token for remote use of the API (as `scontrol token`): prints
+    /// `export TANDEM_TOKEN=...`.
+    Token {
+        /// Lifespan in seconds.
+        #[arg(long, default_value_t = 1800)]
+        lifespan: i64,
     },
     /// Write links named after Slurm's commands (sbatch, squeue, ...) to this binary.
     Shims {
@@ -215,11 +229,13 @@ fn main() -> std::process::ExitCode {
         Cmd::Sim(a) => ("tandem", simcmd::run(a).map(|_| 0)),
         Cmd::Bench { which } => ("tandem", bench::run(which).map(|_| 0)),
         Cmd::Shims { dir } => ("tandem", shims(&dir).map(|_| 0)),
-        Cmd::Up { agents, gpus_per_agent, cpus_per_agent, mem_per_agent, data, port, lease } => (
+        Cmd::Token { lifespan } => ("tandem token", get_token(lifespan)),
+        Cmd::Up { agents, gpus_per_agent, cpus_per_agent, mem_per_agent, data, port, lease, config } => (
             "tandem up",
-            up::run(up::UpArgs { agents, gpus: gpus_per_agent, cpus: cpus_per_agent, memory: mem_per_agent, data, port, lease }).map(|_| 0),
+            up::run(up::UpArgs { agents, gpus: gpus_per_agent, cpus: cpus_per_agent, memory: mem_per_agent, data, port, lease, config })
+                .map(|_| 0),
         ),
-        Cmd::Server { listen, data, lease, kill_wait } => ("tandem server", run_server(listen, data, lease, kill_wait)),
+        Cmd::Server { listen, data, config, lease, kill_wait } => ("tandem server", run_server(listen, data, config, lease, kill_wait)),
         Cmd::Agent { server, name, secret_file, gpus, cpus, memory, features, data, addr } => {
             ("tandem agent", run_agent(server, name, secret_file, gpus, cpus, memory, features, data, addr))
         }
@@ -236,6 +252,15 @@ fn main() -> std::process::ExitCode {
     exit_with(name, r)
 }
 
+fn get_token(lifespan: i64) -> Result<i32> {
+    let t = client::Target::from_env()?;
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let v: serde_json::Value =
+        rt.block_on(client::send(&t, "POST", &format!("/v1/token?lifespan={lifespan}"), None::<&()>, &[]))?.json()?;
+    println!("export TANDEM_TOKEN={}", v["token"].as_str().context("no token in the reply")?);
+    Ok(0)
+}
+
 fn shims(dir: &std::path::Path) -> Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let exe = std::env::current_exe()?;
@@ -248,11 +273,24 @@ fn shims(dir: &std::path::Path) -> Result<()> {
     Ok(())
 }
 
-fn run_server(listen: std::net::SocketAddr, data: PathBuf, lease: u32, kill_wait: u32) -> Result<i32> {
-    if lease == 0 {
-        bail!("--lease must be at least 1 second");
+fn run_server(
+    listen: std::net::SocketAddr,
+    data: PathBuf,
+    config: Option<PathBuf>,
+    lease: Option<u32>,
+    kill_wait: Option<u32>,
+) -> Result<i32> {
+    let path = config.or_else(|| Some(data.join("tandem.toml")).filter(|p| p.exists()));
+    let mut settings = config::load(path.as_deref())?;
+    if let Some(l) = lease {
+        if l == 0 {
+            bail!("--lease must be at least 1 second");
+        }
+        settings.lease = l as i64;
     }
-    let settings = control::Settings { lease: lease as i64, kill_wait: kill_wait as i64, ..control::Settings::default() };
+    if let Some(k) = kill_wait {
+        settings.kill_wait = k as i64;
+    }
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     rt.block_on(server::run(server::ServerArgs { listen, data, settings }))?;
     Ok(0)

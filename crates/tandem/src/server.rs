@@ -91,12 +91,69 @@ fn err(code: StatusCode, msg: impl Into<String>) -> Response {
     (code, Json(ApiError { error: msg.into() })).into_response()
 }
 
-/// The caller's uid: from the kernel on the Unix socket. Requests over TCP carry no user
-/// identity yet and may not act as a user.
-fn user(peer: &Peer) -> Result<u32, Response> {
-    peer.uid.ok_or_else(|| {
-        err(StatusCode::UNAUTHORIZED, "this request needs a user identity: use the controller's Unix socket (TANDEM_SERVER=unix://...)")
-    })
+/// Signs `uid.expiry` with the cluster secret (HMAC-SHA256).
+fn sign(secret: &str, uid: u32, expiry: i64) -> String {
+    use hmac::{KeyInit, Mac};
+    let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(secret.as_bytes()).expect("HMAC takes any key length");
+    mac.update(format!("{uid}.{expiry}").as_bytes());
+    mac.finalize().into_bytes().iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A token for `uid` valid until `expiry` (Unix seconds): `uid.expiry.signature`.
+pub fn token(secret: &str, uid: u32, expiry: i64) -> String {
+    format!("{uid}.{expiry}.{}", sign(secret, uid, expiry))
+}
+
+/// The uid a token stands for, if it is genuine and unexpired.
+pub fn verify(secret: &str, token: &str, now: i64) -> Option<u32> {
+    let mut p = token.splitn(3, '.');
+    let (uid, expiry, sig) = (p.next()?.parse::<u32>().ok()?, p.next()?.parse::<i64>().ok()?, p.next()?);
+    let want = sign(secret, uid, expiry);
+    // Constant-time comparison of the hex signatures.
+    let same = want.len() == sig.len() && want.bytes().zip(sig.bytes()).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0;
+    (same && expiry > now).then_some(uid)
+}
+
+/// The caller's uid: from the kernel on the Unix socket, else from a token (`tandem token`).
+/// A request with neither may not act as a user.
+fn user_of(app: &App, peer: &Peer, headers: &HeaderMap) -> Result<u32, Response> {
+    if let Some(uid) = peer.uid {
+        return Ok(uid);
+    }
+    let tok = headers.get("authorization").and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
+    match tok {
+        Some(t) => verify(&app.secret, t.trim(), now())
+            .ok_or_else(|| err(StatusCode::UNAUTHORIZED, "invalid or expired token (get a new one with `tandem token`)")),
+        None => Err(err(
+            StatusCode::UNAUTHORIZED,
+            "this request needs a user identity: use the controller's Unix socket (TANDEM_SERVER=unix://...) or a token (TANDEM_TOKEN, from `tandem token`)",
+        )),
+    }
+}
+
+#[derive(Deserialize)]
+struct TokenQuery {
+    lifespan: Option<i64>,
+}
+
+/// `POST /v1/token`: a signed token for the caller (Slurm's `scontrol token`; default
+/// lifespan 1,800 s, at most a week).
+async fn issue_token(
+    State(app): State<App>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+    headers: HeaderMap,
+    Query(q): Query<TokenQuery>,
+) -> Response {
+    let uid = match user_of(&app, &peer, &headers) {
+        Ok(u) => u,
+        Err(r) => return r,
+    };
+    let life = q.lifespan.unwrap_or(1800);
+    if !(1..=7 * 86400).contains(&life) {
+        return err(StatusCode::BAD_REQUEST, "lifespan must be between 1 s and 7 days");
+    }
+    let expiry = now() + life;
+    Json(serde_json::json!({"token": token(&app.secret, uid, expiry), "expires": expiry})).into_response()
 }
 
 fn agent_ok(app: &App, h: &HeaderMap) -> Result<(), Response> {
@@ -198,9 +255,10 @@ pub fn job_info(j: &Job) -> JobInfo {
 async fn submit(
     State(app): State<App>,
     ConnectInfo(peer): ConnectInfo<Peer>,
+    headers: HeaderMap,
     body: Result<Json<SubmitRequest>, axum::extract::rejection::JsonRejection>,
 ) -> Response {
-    let uid = match user(&peer) {
+    let uid = match user_of(&app, &peer, &headers) {
         Ok(u) => u,
         Err(r) => return r,
     };
@@ -311,10 +369,11 @@ struct CancelQuery {
 async fn cancel(
     State(app): State<App>,
     ConnectInfo(peer): ConnectInfo<Peer>,
+    headers: HeaderMap,
     Path(id): Path<u64>,
     Query(q): Query<CancelQuery>,
 ) -> Response {
-    let uid = match user(&peer) {
+    let uid = match user_of(&app, &peer, &headers) {
         Ok(u) => u,
         Err(r) => return r,
     };
@@ -339,10 +398,11 @@ struct Action {
 async fn job_action(
     State(app): State<App>,
     ConnectInfo(peer): ConnectInfo<Peer>,
+    headers: HeaderMap,
     Path(id): Path<u64>,
     body: Result<Json<Action>, axum::extract::rejection::JsonRejection>,
 ) -> Response {
-    let uid = match user(&peer) {
+    let uid = match user_of(&app, &peer, &headers) {
         Ok(u) => u,
         Err(r) => return r,
     };
@@ -374,10 +434,11 @@ async fn job_action(
 async fn create_step(
     State(app): State<App>,
     ConnectInfo(peer): ConnectInfo<Peer>,
+    headers: HeaderMap,
     Path(id): Path<u64>,
     body: Result<Json<StepRequest>, axum::extract::rejection::JsonRejection>,
 ) -> Response {
-    let uid = match user(&peer) {
+    let uid = match user_of(&app, &peer, &headers) {
         Ok(u) => u,
         Err(r) => return r,
     };
@@ -434,10 +495,11 @@ struct NodeAction {
 async fn node_action(
     State(app): State<App>,
     ConnectInfo(peer): ConnectInfo<Peer>,
+    headers: HeaderMap,
     Path(name): Path<String>,
     body: Result<Json<NodeAction>, axum::extract::rejection::JsonRejection>,
 ) -> Response {
-    let uid = match user(&peer) {
+    let uid = match user_of(&app, &peer, &headers) {
         Ok(u) => u,
         Err(r) => return r,
     };
@@ -603,6 +665,7 @@ fn router(app: App) -> Router {
         .route("/v1/nodes/{name}", post(node_action))
         .route("/v1/history", get(history))
         .route("/v1/priority", get(priorities))
+        .route("/v1/token", post(issue_token))
         .route("/v1/agent/register", post(register))
         .route("/v1/agent/heartbeat", post(heartbeat))
         .route("/metrics", get(metrics))

@@ -22,6 +22,8 @@ pub struct UpArgs {
     pub port: u16,
     /// Node lease, seconds.
     pub lease: Option<u32>,
+    /// Cluster configuration file.
+    pub config: Option<PathBuf>,
 }
 
 struct Kids(Vec<Child>);
@@ -86,6 +88,9 @@ pub fn run(a: UpArgs) -> Result<()> {
     server.args(["server", "--listen", &format!("127.0.0.1:{}", a.port), "--data"]).arg(&ctl_dir);
     if let Some(l) = a.lease {
         server.args(["--lease", &l.to_string()]);
+    }
+    if let Some(c) = &a.config {
+        server.arg("--config").arg(c.canonicalize().with_context(|| format!("reading {}", c.display()))?);
     }
     kids.0.push(server.stdout(log("controller")?).stderr(log("controller")?.try_clone()?).spawn().context("starting the controller")?);
     let addr = wait_for(&ctl_dir.join("addr"), &mut kids, "the controller")?;

@@ -50,7 +50,15 @@ struct Cluster {
 
 impl Cluster {
     fn new(tag: &str, agents: usize, gpus: Option<&str>, lease: u32) -> Cluster {
+        Cluster::with_config(tag, agents, gpus, lease, None)
+    }
+
+    fn with_config(tag: &str, agents: usize, gpus: Option<&str>, lease: u32, config: Option<&str>) -> Cluster {
         let dir = free_dir(tag);
+        if let Some(cfg) = config {
+            std::fs::create_dir_all(dir.join("controller")).unwrap();
+            std::fs::write(dir.join("controller/tandem.toml"), cfg).unwrap();
+        }
         let work = dir.join("work");
         std::fs::create_dir_all(&work).unwrap();
         Command::new("chmod").args(["a+rwx"]).arg(&work).status().unwrap();
@@ -608,4 +616,64 @@ fn a_memory_overrun_ends_as_out_of_memory() {
     assert_eq!(j["JobState"], "OUT_OF_MEMORY", "{j:?}");
     let acct = c.ok("sacct", &["-j", &id.to_string(), "-X", "-P", "--format=State"]);
     assert!(acct.contains("OUT_OF_MEMORY"), "{acct}");
+}
+
+#[test]
+fn configured_partitions_qos_limits_and_tokens() {
+    let cfg = "[[partition]]\nname = \"cpu\"\nnodes = \"node1\"\nmax_time = \"1:00:00\"\ndefault = true\n\
+               [[partition]]\nname = \"gpu\"\nnodes = \"node2\"\n\
+               [[qos]]\nname = \"small\"\nmax_jobs_per_user = 1\n";
+    let c = Cluster::with_config("config", 2, None, 30, Some(cfg));
+    let o = c.run("sbatch", &["-t", "2:00:00", "--wrap", "true"]);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("time limit"), "{o:?}");
+    let a = c.sbatch(&["-o", "a.out", "--wrap", "echo $SLURMD_NODENAME $SLURM_JOB_PARTITION"]);
+    let b = c.sbatch(&["-p", "gpu", "-o", "b.out", "--wrap", "echo $SLURMD_NODENAME $SLURM_JOB_PARTITION"]);
+    c.wait_state(a, &["COMPLETED"], 30);
+    c.wait_state(b, &["COMPLETED"], 30);
+    assert_eq!(std::fs::read_to_string(c.work.join("a.out")).unwrap(), "node1 cpu\n");
+    assert_eq!(std::fs::read_to_string(c.work.join("b.out")).unwrap(), "node2 gpu\n");
+    // QOS limit: one running job per user; the second waits with its reason.
+    let q1 = c.sbatch(&["-q", "small", "-p", "gpu", "--wrap", "sleep 30"]);
+    let q2 = c.sbatch(&["-q", "small", "-p", "gpu", "--wrap", "true"]);
+    c.wait_state(q1, &["RUNNING"], 30);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while c.job(q2)["Reason"] != "QOSMaxJobsPerUserLimit" {
+        assert!(Instant::now() < deadline, "{:?}", c.job(q2));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    c.ok("scancel", &[&q1.to_string()]);
+    c.wait_state(q2, &["COMPLETED"], 30);
+    // A token from the local socket lets a remote client act as the same user over TCP.
+    let line = String::from_utf8_lossy(
+        &Command::new(bin()).arg("token").env("TANDEM_SERVER", format!("unix://{}", c.sock)).output().unwrap().stdout,
+    )
+    .trim()
+    .to_string();
+    let token = line.strip_prefix("export TANDEM_TOKEN=").unwrap().to_string();
+    let remote = |tok: &str, args: &[&str]| {
+        Command::new(bin())
+            .args(args)
+            .env("TANDEM_SERVER", format!("http://{}", c.addr))
+            .env("TANDEM_TOKEN", tok)
+            .current_dir(&c.work)
+            .output()
+            .unwrap()
+    };
+    let o = remote(&token, &["submit", "--parsable", "--wrap", "true"]);
+    assert!(o.status.success(), "{o:?}");
+    let mut forged = token.clone();
+    forged.replace_range(0..1, if token.starts_with('0') { "1" } else { "0" });
+    let o = remote(&forged, &["submit", "--wrap", "true"]);
+    assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("invalid or expired token"), "{o:?}");
+}
+
+#[test]
+fn a_bad_configuration_stops_the_controller_with_a_clear_error() {
+    let dir = free_dir("badcfg");
+    std::fs::write(dir.join("tandem.toml"), "[[partition]]\nname = \"x\"\nmax_time = \"whenever\"\n").unwrap();
+    let o = Command::new(bin()).args(["server", "--listen", "127.0.0.1:0", "--data"]).arg(&dir).output().unwrap();
+    assert!(!o.status.success());
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(e.contains("tandem.toml") && e.contains("max_time"), "{e}");
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -1,0 +1,259 @@
+//! `tandem.toml`: the cluster configuration (partitions, QOS, accounts, scheduler, multifactor
+//! weights, lease). Every key is optional; unknown keys are errors. Absent file: defaults.
+//!
+//! ```toml
+//! cluster_name = "tandem"
+//! lease = 30              # seconds; a node whose heartbeats stop this long is DOWN
+//! kill_wait = 30          # seconds between SIGTERM and SIGKILL at a time limit
+//! [scheduler]
+//! policy = "default"      # fcfs, sjf, f1, multifactor, default
+//! backfill = "easy"       # none, easy, conservative
+//! [weights]               # multifactor weights (see README)
+//! age = 1000
+//! [[partition]]
+//! name = "gpu"
+//! nodes = "node[1-4]"     # hostlist; absent = every node
+//! default_time = "1:00:00"
+//! max_time = "7-0"
+//! priority_tier = 1
+//! default = true
+//! [[qos]]
+//! name = "serve"
+//! priority = 100
+//! preempt_tier = 1
+//! grace_time = 60
+//! max_jobs_per_user = 10
+//! max_gpus_per_user = 16
+//! [[account]]
+//! name = "research"
+//! shares = 10
+//! ```
+
+use anyhow::{Context, Result, bail};
+use serde::Deserialize;
+use std::path::Path;
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct File {
+    cluster_name: Option<String>,
+    lease: Option<u32>,
+    kill_wait: Option<u32>,
+    scheduler: Option<Sched>,
+    weights: Option<toml::Table>,
+    #[serde(default)]
+    partition: Vec<Part>,
+    #[serde(default)]
+    qos: Vec<Qos>,
+    #[serde(default)]
+    account: Vec<Account>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Sched {
+    policy: Option<String>,
+    backfill: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Part {
+    name: String,
+    nodes: Option<String>,
+    default_time: Option<String>,
+    max_time: Option<String>,
+    priority_tier: Option<u32>,
+    #[serde(default)]
+    default: bool,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Qos {
+    name: String,
+    priority: Option<u32>,
+    preempt_tier: Option<u32>,
+    grace_time: Option<u32>,
+    max_jobs_per_user: Option<u32>,
+    max_gpus_per_user: Option<u32>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Account {
+    name: String,
+    shares: u32,
+}
+
+fn time(v: &Option<String>, what: &str, default: i64) -> Result<i64> {
+    match v {
+        None => Ok(default),
+        Some(s) => Ok(slurmcli::parse_time(s).map_err(|e| anyhow::anyhow!("{what}: {}", e.0))?.unwrap_or(i64::MAX / 4)),
+    }
+}
+
+/// Reads the configuration; `None` or a missing default path gives the defaults.
+pub fn load(path: Option<&Path>) -> Result<control::Settings> {
+    let text = match path {
+        Some(p) => std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?,
+        None => return Ok(control::Settings::default()),
+    };
+    parse(&text).with_context(|| format!("in {}", path.map_or("tandem.toml".into(), |p| p.display().to_string())))
+}
+
+/// Parses configuration text.
+pub fn parse(text: &str) -> Result<control::Settings> {
+    let f: File = toml::from_str(text).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let mut s = control::Settings::default();
+    if let Some(n) = f.cluster_name {
+        s.cluster_name = n;
+    }
+    if let Some(l) = f.lease {
+        if l == 0 {
+            bail!("lease must be at least 1 second");
+        }
+        s.lease = l as i64;
+    }
+    if let Some(k) = f.kill_wait {
+        s.kill_wait = k as i64;
+    }
+    if let Some(sc) = f.scheduler {
+        if let Some(p) = sc.policy {
+            s.sched.policy =
+                sched::Policy::parse(&p).with_context(|| format!("scheduler.policy {p:?}: fcfs, sjf, f1, multifactor or default"))?;
+        }
+        if let Some(b) = sc.backfill {
+            s.sched.backfill = match sched::Backfill::parse(&b) {
+                Some(x @ (sched::Backfill::None | sched::Backfill::Easy | sched::Backfill::Conservative)) => x,
+                _ => bail!("scheduler.backfill {b:?}: none, easy or conservative"),
+            };
+        }
+    }
+    if let Some(w) = f.weights {
+        let sched::Policy::Multifactor(mut weights) = s.sched.policy.clone() else {
+            bail!("[weights] needs scheduler.policy = \"multifactor\" or \"default\"");
+        };
+        for (k, v) in w {
+            let x = v
+                .as_float()
+                .or_else(|| v.as_integer().map(|i| i as f64))
+                .filter(|x| *x >= 0.0)
+                .with_context(|| format!("weights.{k}: a non-negative number"))?;
+            match k.as_str() {
+                "age" => weights.age = x,
+                "fairshare" => weights.fairshare = x,
+                "job_size" => weights.job_size = x,
+                "time_limit" => weights.time_limit = x,
+                "xfactor" => weights.xfactor = x,
+                "partition" => weights.partition = x,
+                "qos" => weights.qos = x,
+                "max_age" => weights.max_age = x as i64,
+                "starve_after" => weights.starve_after = x as i64,
+                "favor_small" => weights.favor_small = x != 0.0,
+                other => bail!(
+                    "unknown key weights.{other} (age, fairshare, job_size, time_limit, xfactor, partition, qos, max_age, starve_after, favor_small)"
+                ),
+            }
+        }
+        s.sched.policy = sched::Policy::Multifactor(weights);
+    }
+    if !f.partition.is_empty() {
+        let mut parts = Vec::new();
+        for p in &f.partition {
+            if p.name.is_empty() || !p.name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') {
+                bail!("partition name {:?}: letters, digits, '_' and '-'", p.name);
+            }
+            let nodes = match &p.nodes {
+                None => None,
+                Some(h) => Some(slurmcli::expand(h, 1_000_000).map_err(|e| anyhow::anyhow!("partition {}: {}", p.name, e.0))?),
+            };
+            let default_time = time(&p.default_time, &format!("partition {} default_time", p.name), 3600)?;
+            let max_time = time(&p.max_time, &format!("partition {} max_time", p.name), i64::MAX / 4)?;
+            if default_time > max_time {
+                bail!("partition {}: default_time is longer than max_time", p.name);
+            }
+            parts.push((
+                p.default,
+                model::Partition { name: p.name.clone(), default_time, max_time, priority_tier: p.priority_tier.unwrap_or(1) },
+                nodes,
+            ));
+        }
+        if parts.iter().filter(|p| p.0).count() > 1 {
+            bail!("more than one partition has default = true");
+        }
+        let mut names: Vec<&str> = parts.iter().map(|p| p.1.name.as_str()).collect();
+        names.sort_unstable();
+        if names.windows(2).any(|w| w[0] == w[1]) {
+            bail!("two partitions share a name");
+        }
+        parts.sort_by_key(|p| !p.0); // the default partition first
+        s.cluster.partitions = parts.iter().map(|p| p.1.clone()).collect();
+        s.partition_nodes = parts.into_iter().map(|p| (p.1.name, p.2)).collect();
+    }
+    if !f.qos.is_empty() {
+        s.cluster.qos = f
+            .qos
+            .into_iter()
+            .map(|q| model::Qos {
+                name: q.name,
+                priority: q.priority.unwrap_or(0),
+                preempt_tier: q.preempt_tier.unwrap_or(0),
+                grace_time: q.grace_time.unwrap_or(60) as i64,
+                max_jobs_per_user: q.max_jobs_per_user,
+                max_gpus_per_user: q.max_gpus_per_user,
+            })
+            .collect();
+        if !s.cluster.qos.iter().any(|q| q.name == "normal") {
+            s.cluster.qos.insert(0, model::Qos::normal());
+        }
+    }
+    s.cluster.accounts = f.account.into_iter().map(|a| model::Account { name: a.name, shares: a.shares.max(1) }).collect();
+    Ok(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn full_and_empty() {
+        let s = parse("").unwrap();
+        assert_eq!(s.lease, 30);
+        let s = parse(
+            "lease = 5\n[scheduler]\nbackfill = \"conservative\"\n[weights]\nage = 7\n\
+             [[partition]]\nname = \"cpu\"\nmax_time = \"1:00:00\"\n[[partition]]\nname = \"gpu\"\nnodes = \"node[1-2]\"\ndefault = true\n\
+             [[qos]]\nname = \"serve\"\npreempt_tier = 1\n[[account]]\nname = \"a\"\nshares = 3\n",
+        )
+        .unwrap();
+        assert_eq!(s.lease, 5);
+        assert_eq!(s.cluster.partitions[0].name, "gpu", "default partition first");
+        assert_eq!(s.cluster.partitions[1].max_time, 3600);
+        assert_eq!(s.partition_nodes[0].1.as_ref().unwrap().len(), 2);
+        assert_eq!(s.cluster.qos.len(), 2, "normal is kept");
+        match &s.sched.policy {
+            sched::Policy::Multifactor(w) => assert_eq!(w.age, 7.0),
+            p => panic!("{p:?}"),
+        }
+    }
+
+    #[test]
+    fn bad_configs_say_what_is_wrong() {
+        let e = |t: &str| format!("{:#}", parse(t).unwrap_err());
+        assert!(e("leese = 3").contains("unknown field"));
+        assert!(e("lease = 0").contains("lease"));
+        assert!(e("lease = \"soon\"").contains("invalid type"));
+        assert!(e("[scheduler]\npolicy = \"lottery\"").contains("scheduler.policy"));
+        assert!(e("[scheduler]\nbackfill = \"rls\"").contains("scheduler.backfill"));
+        assert!(e("[weights]\nage = -1").contains("non-negative"));
+        assert!(e("[weights]\nluck = 1").contains("unknown key weights.luck"));
+        assert!(e("[[partition]]\nname = \"a\"\nmax_time = \"forever\"").contains("max_time"));
+        assert!(e("[[partition]]\nname = \"a\"\ndefault_time = \"2:00:00\"\nmax_time = \"1:00:00\"").contains("longer"));
+        assert!(e("[[partition]]\nname = \"a b\"").contains("partition name"));
+        assert!(e("[[partition]]\nname = \"a\"\nnodes = \"n[1-\"").contains("hostlist"));
+        assert!(e("[[partition]]\nname = \"a\"\n[[partition]]\nname = \"a\"").contains("share a name"));
+        assert!(e("[[partition]]\nname=\"a\"\ndefault=true\n[[partition]]\nname=\"b\"\ndefault=true").contains("more than one"));
+        assert!(e("[[qos]]\nname = \"x\"\nbogus = 1").contains("unknown field"));
+        assert!(e("not toml at all [").contains("TOML") || !e("not toml at all [").is_empty());
+    }
+}
