@@ -87,6 +87,25 @@ impl Cgroups {
     }
 }
 
+/// GPUs as NVML reports them (count and model, e.g. `h200`), when the NVIDIA driver's library
+/// is present; `None` otherwise (the library is loaded at run time, not linked).
+pub fn nvml_gpus() -> Option<(Option<String>, u32)> {
+    let nvml = nvml_wrapper::Nvml::init().ok()?;
+    let n = nvml.device_count().ok()?;
+    if n == 0 {
+        return None;
+    }
+    let name = nvml.device_by_index(0).ok().and_then(|d| d.name().ok());
+    Some((name.map(|n| gpu_model(&n)), n))
+}
+
+/// `NVIDIA H200` → `h200`, `NVIDIA A100-SXM4-80GB` → `a100`, `Tesla V100-SXM2-32GB` → `v100`.
+fn gpu_model(name: &str) -> String {
+    let last =
+        name.split_whitespace().filter(|w| !w.eq_ignore_ascii_case("nvidia") && !w.eq_ignore_ascii_case("tesla")).next().unwrap_or(name);
+    last.split('-').next().unwrap_or(last).to_ascii_lowercase()
+}
+
 fn machine_memory() -> u64 {
     let m = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
     m.lines()
@@ -186,9 +205,14 @@ pub async fn run(a: AgentArgs) -> Result<()> {
         a.memory.unwrap_or_else(machine_memory),
         0,
     );
-    if let Some((ty, n)) = &a.gpus {
-        node.gpus = *n;
-        node.gpu_type = ty.clone();
+    let (gpus, source) = match &a.gpus {
+        Some(g) => (Some(g.clone()), "declared"),
+        None => (nvml_gpus(), "NVML"),
+    };
+    if let Some((ty, n)) = gpus {
+        node.gpus = n;
+        node.gpu_type = ty;
+        eprintln!("tandem agent {}: {} GPU(s) ({}), {source}", a.name, n, node.gpu_type.as_deref().unwrap_or("any model"));
     }
     node.features = a.features.clone();
     let secret = a.secret.clone();
@@ -375,6 +399,16 @@ pub async fn run(a: AgentArgs) -> Result<()> {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn gpu_models() {
+        assert_eq!(super::gpu_model("NVIDIA H200"), "h200");
+        assert_eq!(super::gpu_model("NVIDIA A100-SXM4-80GB"), "a100");
+        assert_eq!(super::gpu_model("Tesla V100-SXM2-32GB"), "v100");
     }
 }
 

@@ -417,6 +417,12 @@ fn a_dead_node_requeues_its_job_which_completes_elsewhere() {
     let j = c.wait_state(id, &["RUNNING"], 30);
     let first = j["NodeList"].clone();
     let idx: usize = first.trim_start_matches("node").parse::<usize>().unwrap() - 1;
+    // RUNNING means dispatched; wait until the task has really started before the node dies.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !std::fs::read_to_string(c.work.join("nf.out")).unwrap_or_default().contains("restart=0") {
+        assert!(Instant::now() < deadline, "the task never started");
+        std::thread::sleep(Duration::from_millis(50));
+    }
     c.kill_agent(idx);
     let j = c.wait_state(id, &["COMPLETED"], 60);
     assert_eq!(j["Restarts"], "1");
@@ -546,6 +552,11 @@ fn a_partitioned_agent_fences_itself_and_nothing_runs_twice() {
     let id = c.sbatch(&[&s]);
     let j = c.wait_state(id, &["RUNNING"], 30);
     assert_eq!(j["NodeList"], "node2");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !std::fs::read_to_string(c.work.join("fence.out")).unwrap_or_default().contains("start pid=") {
+        assert!(Instant::now() < deadline, "the task never started");
+        std::thread::sleep(Duration::from_millis(50));
+    }
     c.ok("scontrol", &["update", "NodeName=node1", "State=RESUME"]);
     link.cut();
     let j = c.wait_state(id, &["COMPLETED"], 60);
