@@ -103,6 +103,7 @@ pub struct Controller {
     dirty_jobs: BTreeSet<u64>,
     dirty_nodes: BTreeSet<usize>,
     next_id_dirty: bool,
+    seq_base: u64,
 }
 
 /// What must be persisted since the last call.
@@ -138,12 +139,6 @@ fn dep_on(kind: DepKind, state: JobState) -> DepStatus {
     }
 }
 
-/// Order sequence numbers start from the clock, so they keep growing across controller
-/// restarts (an agent acknowledges by the highest number it has seen).
-fn seq_base(now: Time) -> u64 {
-    ((now.max(0) as u64) << 20) + 1
-}
-
 fn is_final(s: JobState) -> bool {
     s.is_final()
 }
@@ -162,19 +157,23 @@ impl Controller {
             dirty_jobs: BTreeSet::new(),
             dirty_nodes: BTreeSet::new(),
             next_id_dirty: false,
+            seq_base: 1,
         }
     }
 
     /// Rebuilds the controller from persisted records. Every lease is renewed to `now + lease`
-    /// before any is judged, so a restart shorter than the lease stops nothing.
-    pub fn restore(settings: Settings, jobs: Vec<Job>, nodes: Vec<NodeRec>, next_id: u64, now: Time) -> Controller {
+    /// before any is judged, so a restart shorter than the lease stops nothing. `boot` counts
+    /// controller starts (kept by the store): order sequence numbers start above every number an
+    /// earlier start could have used, so agents' acknowledgements stay meaningful.
+    pub fn restore(settings: Settings, jobs: Vec<Job>, nodes: Vec<NodeRec>, next_id: u64, now: Time, boot: u64) -> Controller {
         let mut c = Controller::new(settings);
+        c.seq_base = (boot << 40) + 1;
         c.next_id = next_id.max(jobs.iter().map(|j| j.req.id.0 + 1).max().unwrap_or(1));
         for mut n in nodes {
             n.lease_until = now + c.settings.lease;
             n.usage = NodeUsage::for_node(&n.node);
             n.orders.clear();
-            n.next_seq = seq_base(now);
+            n.next_seq = c.seq_base;
             c.node_index.insert(n.node.name.clone(), c.nodes.len());
             c.nodes.push(n);
         }
@@ -238,6 +237,26 @@ impl Controller {
 
     fn node_defs(&self) -> Vec<Node> {
         self.nodes.iter().map(|n| n.node.clone()).collect()
+    }
+
+    /// Checks a submission as [`Controller::submit`] would, storing nothing (`sbatch
+    /// --test-only`). Returns the partition it would run in.
+    pub fn check_submit(&self, now: Time, batch: &BatchSpec, user: &str) -> Result<String, Refused> {
+        let part = self
+            .settings
+            .cluster
+            .partition(batch.partition.as_deref())
+            .ok_or_else(|| Refused::Invalid(format!("invalid partition specified: {}", batch.partition.as_deref().unwrap_or(""))))?;
+        let probe = batch.to_request(self.next_id, user, now, part.default_time);
+        sched::check_request(&self.node_defs(), &self.settings.cluster, &probe).map_err(|r| Refused::Invalid(r.message))?;
+        for d in &batch.dependency {
+            if let Some(j) = d.job {
+                if !self.jobs.contains_key(&j.0) {
+                    return Err(Refused::Invalid(format!("job dependency problem: job {} does not exist", j.0)));
+                }
+            }
+        }
+        Ok(part.name.clone())
     }
 
     /// Accepts a submission: validates it against the cluster (nothing is stored when it is
@@ -515,7 +534,7 @@ impl Controller {
                     last_seen: now,
                     addr,
                     orders: Vec::new(),
-                    next_seq: seq_base(now),
+                    next_seq: self.seq_base,
                 });
                 self.dirty_nodes.insert(i);
             }

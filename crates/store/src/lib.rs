@@ -78,6 +78,21 @@ impl Store {
         Ok(())
     }
 
+    /// Counts this start of the controller and returns the count (1 for the first start). Order
+    /// sequence numbers are based on it, so they grow across restarts.
+    pub fn next_boot(&mut self) -> Result<u64, StoreError> {
+        let tx = self.conn.transaction()?;
+        let n: u64 = tx
+            .query_row("SELECT value FROM meta WHERE key = 'boot'", [], |r| r.get::<_, String>(0))
+            .optional()?
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+            + 1;
+        tx.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('boot', ?1)", params![n.to_string()])?;
+        tx.commit()?;
+        Ok(n)
+    }
+
     /// Stores the cluster secret (first start).
     pub fn set_secret(&mut self, secret: &str) -> Result<(), StoreError> {
         self.conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('secret', ?1)", params![secret])?;

@@ -58,7 +58,11 @@ impl Cgroups {
             let (_, ctrls, path) = (p.next()?, p.next()?, p.next()?);
             ctrls.split(',').any(|c| c == "memory").then(|| path.to_string())
         });
-        let base = rel.map(|r| PathBuf::from("/sys/fs/cgroup/memory").join(r.trim_start_matches('/')).join(format!("tandem-{name}")));
+        // One directory per agent process: several agents (a local cluster, tests) may share a
+        // node name on one machine, and must not share job cgroups.
+        let base = rel.map(|r| {
+            PathBuf::from("/sys/fs/cgroup/memory").join(r.trim_start_matches('/')).join(format!("tandem-{name}-{}", std::process::id()))
+        });
         match base {
             Some(b) if std::fs::create_dir_all(&b).is_ok() && b.join("memory.limit_in_bytes").exists() => Cgroups { base: Some(b) },
             _ => {
@@ -255,9 +259,7 @@ pub async fn run(a: AgentArgs) -> Result<()> {
         while let Ok((k, st)) = rx.try_recv() {
             if let Some(r) = tasks.remove(&k) {
                 let oom = r.cgroup.as_deref().is_some_and(Cgroups::oom);
-                if let Some(dir) = r.cgroup {
-                    let _ = std::fs::remove_dir(&dir);
-                }
+                release_cgroup(&tasks, &k, r.cgroup);
                 exits.push(TaskExit {
                     job: k.job,
                     epoch: k.epoch,
@@ -301,9 +303,7 @@ pub async fn run(a: AgentArgs) -> Result<()> {
                 if let Some((k, st)) = m {
                     if let Some(r) = tasks.remove(&k) {
                         let oom = r.cgroup.as_deref().is_some_and(Cgroups::oom);
-                        if let Some(dir) = r.cgroup {
-                            let _ = std::fs::remove_dir(&dir);
-                        }
+                        release_cgroup(&tasks, &k, r.cgroup);
                         exits.push(TaskExit { job: k.job, epoch: k.epoch, step: k.step, rank: k.rank, code: st.code(), signal: st.signal(), oom, fenced: fenced.remove(&k) });
                     }
                 }
@@ -409,6 +409,15 @@ mod tests {
         assert_eq!(super::gpu_model("NVIDIA H200"), "h200");
         assert_eq!(super::gpu_model("NVIDIA A100-SXM4-80GB"), "a100");
         assert_eq!(super::gpu_model("Tesla V100-SXM2-32GB"), "v100");
+    }
+}
+
+/// Removes a job run's cgroup once its last task on this node has ended.
+fn release_cgroup(tasks: &HashMap<TaskKey, Running>, k: &TaskKey, dir: Option<PathBuf>) {
+    if let Some(dir) = dir {
+        if !tasks.keys().any(|o| o.job == k.job && o.epoch == k.epoch) {
+            let _ = std::fs::remove_dir(&dir);
+        }
     }
 }
 

@@ -307,7 +307,16 @@ async fn submit(
         gid: primary_gid(uid),
     };
     if b.test_only {
-        return Json(SubmitResponse { job_ids: vec![], test_only: Some("Job would be accepted".into()) }).into_response();
+        let t = now();
+        let checked = app.inner.lock().expect("lock").ctl.check_submit(t, &b, &user);
+        return match checked {
+            Ok(part) => Json(SubmitResponse {
+                job_ids: vec![],
+                test_only: Some(format!("Job would be accepted in partition {part} (nothing was submitted)")),
+            })
+            .into_response(),
+            Err(e) => refused(e),
+        };
     }
     let t = now();
     let r = app.with(|c| c.submit(t, spec, &b, &user));
@@ -696,8 +705,9 @@ pub async fn run(args: ServerArgs) -> Result<()> {
     let mut db = store::Store::open(&args.data.join("state.db")).context("opening the database")?;
     let loaded = db.load().context("loading state")?;
     let secret = load_secret(&args.data, &mut db, loaded.secret.clone())?;
+    let boot = db.next_boot().context("recording this start")?;
     let t = now();
-    let ctl = Controller::restore(args.settings, loaded.jobs, loaded.nodes, loaded.next_id, t);
+    let ctl = Controller::restore(args.settings, loaded.jobs, loaded.nodes, loaded.next_id, t, boot);
     let app = App {
         inner: Arc::new(Mutex::new(Inner { ctl, db })),
         secret: Arc::new(secret),

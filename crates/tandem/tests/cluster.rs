@@ -342,6 +342,10 @@ fn bad_input_gets_clear_errors_and_stores_nothing() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("invalid partition specified: nope"), "{o:?}");
     let o = c.run("sbatch", &["--dependency=afterok:4242", "--wrap", "true"]);
     assert!(String::from_utf8_lossy(&o.stderr).contains("dependency"), "{o:?}");
+    let o = c.run("sbatch", &["--test-only", "--gpus-per-node=8", "--wrap", "true"]);
+    assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("not available"), "{o:?}");
+    let o = c.run("sbatch", &["--test-only", "--wrap", "true"]);
+    assert!(o.status.success() && String::from_utf8_lossy(&o.stderr).contains("would be accepted"), "{o:?}");
     let noshebang = c.script("plain.sh", "echo hi\n");
     assert!(String::from_utf8_lossy(&c.run("sbatch", &[&noshebang]).stderr).contains("#!"));
     assert_eq!(c.ok("squeue", &["-h"]).trim(), "", "nothing was stored");
@@ -451,7 +455,7 @@ fn a_controller_restart_within_the_lease_leaves_running_jobs_running() {
 fn acknowledged_submissions_survive_kill_9_and_run_exactly_once() {
     let mut c = Cluster::new("durable", 2, None, 20);
     let marks = c.work.join("marks");
-    let n = 300;
+    let n = 1000;
     let mut acked = Vec::new();
     let mut killed = false;
     let mut i = 0;
