@@ -192,11 +192,11 @@ impl Controller {
             }
             // A launch that no agent confirmed may have been lost with the old process: send it
             // again, same run number; an agent that already has it ignores the repeat.
-            if !c.jobs[&id].confirmed {
-                if let Some(first) = allocs.first().map(|(n, _)| n.clone()) {
-                    let task = c.make_task(id, BATCH_STEP, 0, 0, 0, None, Vec::new());
-                    c.order(&first, Order::Launch(task));
-                }
+            if !c.jobs[&id].confirmed
+                && let Some(first) = allocs.first().map(|(n, _)| n.clone())
+            {
+                let task = c.make_task(id, BATCH_STEP, 0, 0, 0, None, Vec::new());
+                c.order(&first, Order::Launch(task));
             }
         }
         c
@@ -250,10 +250,10 @@ impl Controller {
         let probe = batch.to_request(self.next_id, user, now, part.default_time);
         sched::check_request(&self.node_defs(), &self.settings.cluster, &probe).map_err(|r| Refused::Invalid(r.message))?;
         for d in &batch.dependency {
-            if let Some(j) = d.job {
-                if !self.jobs.contains_key(&j.0) {
-                    return Err(Refused::Invalid(format!("job dependency problem: job {} does not exist", j.0)));
-                }
+            if let Some(j) = d.job
+                && !self.jobs.contains_key(&j.0)
+            {
+                return Err(Refused::Invalid(format!("job dependency problem: job {} does not exist", j.0)));
             }
         }
         Ok(part.name.clone())
@@ -272,10 +272,10 @@ impl Controller {
         let probe = batch.to_request(first, user, now, default_time);
         sched::check_request(&self.node_defs(), &self.settings.cluster, &probe).map_err(|r| Refused::Invalid(r.message))?;
         for d in &batch.dependency {
-            if let Some(j) = d.job {
-                if !self.jobs.contains_key(&j.0) {
-                    return Err(Refused::Invalid(format!("job dependency problem: job {} does not exist", j.0)));
-                }
+            if let Some(j) = d.job
+                && !self.jobs.contains_key(&j.0)
+            {
+                return Err(Refused::Invalid(format!("job dependency problem: job {} does not exist", j.0)));
             }
         }
         let indices: Vec<Option<u32>> = match &batch.array {
@@ -486,7 +486,7 @@ impl Controller {
         {
             // Every partition lists its nodes and none lists this one.
             let all: Vec<String> = self.settings.cluster.partitions.iter().map(|p| p.name.clone()).collect();
-            let listed = self.settings.partition_nodes.iter().any(|(_, n)| n.as_ref().is_some_and(|l| l.iter().any(|x| *x == node.name)));
+            let listed = self.settings.partition_nodes.iter().any(|(_, n)| n.as_ref().is_some_and(|l| l.contains(&node.name)));
             if !listed {
                 node.partitions = vec![format!("(none of {})", all.join(","))];
             }
@@ -602,7 +602,8 @@ impl Controller {
 
     fn task_exit(&mut self, now: Time, node: &str, e: &TaskExit) {
         let Some(j) = self.jobs.get_mut(&e.job) else { return };
-        if j.epoch != e.epoch || j.state != JobState::Running {
+        // Only the run's own nodes report on it.
+        if j.epoch != e.epoch || j.state != JobState::Running || !j.allocs.iter().any(|(n, _)| n == node) {
             return;
         }
         let code = e.code.unwrap_or(0).max(e.signal.map_or(0, |s| 128 + s));
@@ -617,7 +618,6 @@ impl Controller {
         if e.step != BATCH_STEP {
             return;
         }
-        let _ = node;
         j.confirmed = true;
         j.exit_code = e.code;
         j.exit_signal = e.signal;
@@ -737,14 +737,15 @@ impl Controller {
                 info.requeued += 1;
                 continue;
             }
-            if let Some((sig, before, batch_only)) = j.spec.signal {
-                if !j.warned && now >= end - before {
-                    for n in &nodes {
-                        self.order(n, Order::Signal { job: id, epoch, signal: sig, batch_only });
-                    }
-                    self.jobs.get_mut(&id).expect("running").warned = true;
-                    self.dirty_jobs.insert(id);
+            if let Some((sig, before, batch_only)) = j.spec.signal
+                && !j.warned
+                && now >= end - before
+            {
+                for n in &nodes {
+                    self.order(n, Order::Signal { job: id, epoch, signal: sig, batch_only });
                 }
+                self.jobs.get_mut(&id).expect("running").warned = true;
+                self.dirty_jobs.insert(id);
             }
             let j = &self.jobs[&id];
             match j.timeout_at {
@@ -781,16 +782,16 @@ impl Controller {
         let mut pending = Vec::new();
         let mut capped = Vec::new();
         for j in self.jobs.values().filter(|j| j.state == JobState::Pending) {
-            if let Some(a) = j.array {
-                if let Some(m) = a.max_running {
-                    // The array's budget of starts: tasks beyond it wait with their reason.
-                    let used = array_running.entry(a.array_job).or_default();
-                    if *used >= m {
-                        capped.push(j.req.id.0);
-                        continue;
-                    }
-                    *used += 1;
+            if let Some(a) = j.array
+                && let Some(m) = a.max_running
+            {
+                // The array's budget of starts: tasks beyond it wait with their reason.
+                let used = array_running.entry(a.array_job).or_default();
+                if *used >= m {
+                    capped.push(j.req.id.0);
+                    continue;
                 }
+                *used += 1;
             }
             pending.push(Pending { req: j.req.clone(), seq: j.req.id.0, dep: self.dep_status(j) });
         }
@@ -856,12 +857,12 @@ impl Controller {
     }
 
     fn set_reason(&mut self, id: u64, reason: PendingReason, expected: Option<Time>) {
-        if let Some(j) = self.jobs.get_mut(&id) {
-            if j.reason != reason || j.expected_start != expected {
-                j.reason = reason;
-                j.expected_start = expected;
-                self.dirty_jobs.insert(id);
-            }
+        if let Some(j) = self.jobs.get_mut(&id)
+            && (j.reason != reason || j.expected_start != expected)
+        {
+            j.reason = reason;
+            j.expected_start = expected;
+            self.dirty_jobs.insert(id);
         }
     }
 
@@ -1016,7 +1017,6 @@ impl Controller {
             return Err(Refused::Invalid(format!("cannot lay out {total} tasks on {n_nodes} nodes with {per_node} per node")));
         }
         let step_id = j.steps.iter().filter(|s| s.id != BATCH_STEP).map(|s| s.id + 1).max().unwrap_or(0);
-        let epoch = j.epoch;
         let mut layout = Vec::new();
         let mut tasks = Vec::new();
         let mut rank = 0;
@@ -1029,7 +1029,7 @@ impl Controller {
             layout.push((name.clone(), here));
             let g = &a.gpus;
             for local in 0..here {
-                let gpus = if !g.is_empty() && g.len() as u32 % here == 0 {
+                let gpus = if !g.is_empty() && (g.len() as u32).is_multiple_of(here) {
                     let k = g.len() / here as usize;
                     Some(g[local as usize * k..(local as usize + 1) * k].to_vec())
                 } else {
@@ -1046,7 +1046,6 @@ impl Controller {
         let j = self.jobs.get_mut(&id).expect("checked");
         j.steps.push(Step { id: step_id, argv, layout, remaining: built.len() as u32, exit: 0, start: now, end: None });
         self.dirty_jobs.insert(id);
-        let _ = epoch;
         for (name, t) in built {
             self.order(&name, Order::Launch(t));
         }

@@ -82,6 +82,36 @@ impl Weights {
     }
 }
 
+impl Weights {
+    /// The keys [`Weights::set`] accepts.
+    pub const KEYS: &'static str =
+        "age, fairshare, job_size, favor_small, time_limit, xfactor, xfactor_cap, starve_after, partition, qos, max_age, max_time_limit";
+
+    /// Sets one weight by name (the keys of `--weights` and of `[weights]` in tandem.toml).
+    /// `value` must be finite and non-negative; times are seconds; `favor_small` is 0 or 1.
+    pub fn set(&mut self, key: &str, value: f64) -> Result<(), String> {
+        if !value.is_finite() || value < 0.0 {
+            return Err(format!("{key}: {value} is not a non-negative number"));
+        }
+        match key {
+            "age" => self.age = value,
+            "fairshare" => self.fairshare = value,
+            "job_size" => self.job_size = value,
+            "favor_small" => self.favor_small = value != 0.0,
+            "time_limit" => self.time_limit = value,
+            "xfactor" => self.xfactor = value,
+            "xfactor_cap" => self.xfactor_cap = value.max(1.0),
+            "starve_after" => self.starve_after = value as Time,
+            "partition" => self.partition = value,
+            "qos" => self.qos = value,
+            "max_age" => self.max_age = value as Time,
+            "max_time_limit" => self.max_time_limit = value as Time,
+            other => return Err(format!("unknown key {other:?} ({})", Weights::KEYS)),
+        }
+        Ok(())
+    }
+}
+
 /// How pending jobs are ordered.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Policy {

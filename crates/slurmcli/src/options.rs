@@ -476,10 +476,11 @@ pub fn parse_sbatch(
     for (opt, v) in cli {
         spec.set(opt, v, now)?;
     }
-    if let (Some(GpuRequest { per: GpuPer::Task(_), .. }), None) = (&spec.gpus, spec.ntasks) {
-        if spec.ntasks_per_node.is_none() && spec.nodes.is_none() {
-            spec.ntasks = Some(1);
-        }
+    if let (Some(GpuRequest { per: GpuPer::Task(_), .. }), None) = (&spec.gpus, spec.ntasks)
+        && spec.ntasks_per_node.is_none()
+        && spec.nodes.is_none()
+    {
+        spec.ntasks = Some(1);
     }
     Ok(spec)
 }

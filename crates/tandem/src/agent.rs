@@ -105,8 +105,7 @@ pub fn nvml_gpus() -> Option<(Option<String>, u32)> {
 
 /// `NVIDIA H200` → `h200`, `NVIDIA A100-SXM4-80GB` → `a100`, `Tesla V100-SXM2-32GB` → `v100`.
 fn gpu_model(name: &str) -> String {
-    let last =
-        name.split_whitespace().filter(|w| !w.eq_ignore_ascii_case("nvidia") && !w.eq_ignore_ascii_case("tesla")).next().unwrap_or(name);
+    let last = name.split_whitespace().find(|w| !w.eq_ignore_ascii_case("nvidia") && !w.eq_ignore_ascii_case("tesla")).unwrap_or(name);
     last.split('-').next().unwrap_or(last).to_ascii_lowercase()
 }
 
@@ -137,21 +136,21 @@ pub fn exec_task(args: &[String]) -> anyhow::Error {
     let [cgroup, uid, gid, program, rest @ ..] = args else {
         return anyhow::anyhow!("usage: tandem {EXEC_SHIM} CGROUP UID GID PROGRAM [ARGS...]");
     };
-    if cgroup != "-" {
-        if let Err(e) = std::fs::write(Path::new(cgroup).join("cgroup.procs"), std::process::id().to_string()) {
-            return anyhow::anyhow!("joining cgroup {cgroup}: {e}");
-        }
+    if cgroup != "-"
+        && let Err(e) = std::fs::write(Path::new(cgroup).join("cgroup.procs"), std::process::id().to_string())
+    {
+        return anyhow::anyhow!("joining cgroup {cgroup}: {e}");
     }
     let (Ok(uid), Ok(gid)) = (uid.parse::<u32>(), gid.parse::<u32>()) else {
         return anyhow::anyhow!("bad uid/gid {uid}/{gid}");
     };
-    if nix::unistd::geteuid().is_root() && uid != 0 {
-        if let Err(e) = nix::unistd::setgroups(&[nix::unistd::Gid::from_raw(gid)])
+    if nix::unistd::geteuid().is_root()
+        && uid != 0
+        && let Err(e) = nix::unistd::setgroups(&[nix::unistd::Gid::from_raw(gid)])
             .and_then(|_| nix::unistd::setgid(nix::unistd::Gid::from_raw(gid)))
             .and_then(|_| nix::unistd::setuid(nix::unistd::Uid::from_raw(uid)))
-        {
-            return anyhow::anyhow!("switching to uid {uid}: {e}");
-        }
+    {
+        return anyhow::anyhow!("switching to uid {uid}: {e}");
     }
     let e = std::process::Command::new(program).args(rest).exec();
     anyhow::anyhow!("cannot run {program}: {e}")
@@ -300,13 +299,12 @@ pub async fn run(a: AgentArgs) -> Result<()> {
             r = req => Some(r),
             // A task ended during the long poll: report it now.
             m = rx.recv() => {
-                if let Some((k, st)) = m {
-                    if let Some(r) = tasks.remove(&k) {
+                if let Some((k, st)) = m
+                    && let Some(r) = tasks.remove(&k) {
                         let oom = r.cgroup.as_deref().is_some_and(Cgroups::oom);
                         release_cgroup(&tasks, &k, r.cgroup);
                         exits.push(TaskExit { job: k.job, epoch: k.epoch, step: k.step, rank: k.rank, code: st.code(), signal: st.signal(), oom, fenced: fenced.remove(&k) });
                     }
-                }
                 None
             }
             _ = term.recv() => { shutdown(&tasks); return Ok(()); }
@@ -402,6 +400,21 @@ pub async fn run(a: AgentArgs) -> Result<()> {
     }
 }
 
+/// Removes a job run's cgroup once its last task on this node has ended.
+fn release_cgroup(tasks: &HashMap<TaskKey, Running>, k: &TaskKey, dir: Option<PathBuf>) {
+    if let Some(dir) = dir
+        && !tasks.keys().any(|o| o.job == k.job && o.epoch == k.epoch)
+    {
+        let _ = std::fs::remove_dir(&dir);
+    }
+}
+
+fn shutdown(tasks: &HashMap<TaskKey, Running>) {
+    for r in tasks.values() {
+        kill_group(r.pgid, Signal::SIGTERM);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -409,20 +422,5 @@ mod tests {
         assert_eq!(super::gpu_model("NVIDIA H200"), "h200");
         assert_eq!(super::gpu_model("NVIDIA A100-SXM4-80GB"), "a100");
         assert_eq!(super::gpu_model("Tesla V100-SXM2-32GB"), "v100");
-    }
-}
-
-/// Removes a job run's cgroup once its last task on this node has ended.
-fn release_cgroup(tasks: &HashMap<TaskKey, Running>, k: &TaskKey, dir: Option<PathBuf>) {
-    if let Some(dir) = dir {
-        if !tasks.keys().any(|o| o.job == k.job && o.epoch == k.epoch) {
-            let _ = std::fs::remove_dir(&dir);
-        }
-    }
-}
-
-fn shutdown(tasks: &HashMap<TaskKey, Running>) {
-    for r in tasks.values() {
-        kill_group(r.pgid, Signal::SIGTERM);
     }
 }

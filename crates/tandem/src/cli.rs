@@ -73,12 +73,12 @@ impl Args {
         if a == format!("--{long}") || short.is_some_and(|s| a == s) {
             return self.next().map(Some).with_context(|| format!("option '{a}' requires an argument"));
         }
-        if let Some(s) = short {
-            if let Some(v) = a.strip_prefix(s) {
-                if !v.is_empty() && s.len() == 2 {
-                    return Ok(Some(v.to_string()));
-                }
-            }
+        if let Some(s) = short
+            && let Some(v) = a.strip_prefix(s)
+            && !v.is_empty()
+            && s.len() == 2
+        {
+            return Ok(Some(v.to_string()));
         }
         Ok(None)
     }
@@ -380,7 +380,7 @@ pub fn sinfo(args: &[String]) -> Result<i32> {
     }
     let list = nodes(&Target::from_env()?)?;
     if reasons {
-        println!("{:<20} {:<9} {}", "REASON", "STATE", "NODELIST");
+        println!("{:<20} {:<9} NODELIST", "REASON", "STATE");
         for n in list.iter().filter(|n| n.reason.is_some()) {
             println!("{:<20} {:<9} {}", n.reason.clone().unwrap_or_default(), n.state, n.name);
         }
@@ -388,8 +388,8 @@ pub fn sinfo(args: &[String]) -> Result<i32> {
     }
     if node_oriented {
         println!(
-            "{:<12} {:>5} {:<9} {:<10} {:>9} {:>10} {:<16} {}",
-            "NODELIST", "NODES", "PARTITION", "STATE", "CPUS(A/T)", "MEMORY", "GRES", "REASON"
+            "{:<12} {:>5} {:<9} {:<10} {:>9} {:>10} {:<16} REASON",
+            "NODELIST", "NODES", "PARTITION", "STATE", "CPUS(A/T)", "MEMORY", "GRES"
         );
         for n in &list {
             let gres = if n.gpus.0 > 0 {
@@ -411,7 +411,7 @@ pub fn sinfo(args: &[String]) -> Result<i32> {
         }
         return Ok(0);
     }
-    println!("{:<9} {:>5} {:>10} {:>5} {:<6} {}", "PARTITION", "AVAIL", "TIMELIMIT", "NODES", "STATE", "NODELIST");
+    println!("{:<9} {:>5} {:>10} {:>5} {:<6} NODELIST", "PARTITION", "AVAIL", "TIMELIMIT", "NODES", "STATE");
     let mut by: Vec<(String, Vec<String>)> = Vec::new();
     for n in &list {
         match by.iter_mut().find(|(s, _)| *s == n.state) {

@@ -86,10 +86,10 @@ pub async fn send(t: &Target, method: &str, path: &str, body: Option<&impl Seria
     for (k, v) in headers {
         req = req.header(*k, *v);
     }
-    if let (Target::Tcp(_), Ok(tok)) = (t, std::env::var("TANDEM_TOKEN")) {
-        if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("authorization")) {
-            req = req.header("authorization", format!("Bearer {}", tok.trim()));
-        }
+    if let (Target::Tcp(_), Ok(tok)) = (t, std::env::var("TANDEM_TOKEN"))
+        && !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("authorization"))
+    {
+        req = req.header("authorization", format!("Bearer {}", tok.trim()));
     }
     let req = req.body(Full::new(bytes))?;
     let (status, body) = match t {

@@ -140,21 +140,7 @@ pub fn parse(text: &str) -> Result<control::Settings> {
                 .or_else(|| v.as_integer().map(|i| i as f64))
                 .filter(|x| *x >= 0.0)
                 .with_context(|| format!("weights.{k}: a non-negative number"))?;
-            match k.as_str() {
-                "age" => weights.age = x,
-                "fairshare" => weights.fairshare = x,
-                "job_size" => weights.job_size = x,
-                "time_limit" => weights.time_limit = x,
-                "xfactor" => weights.xfactor = x,
-                "partition" => weights.partition = x,
-                "qos" => weights.qos = x,
-                "max_age" => weights.max_age = x as i64,
-                "starve_after" => weights.starve_after = x as i64,
-                "favor_small" => weights.favor_small = x != 0.0,
-                other => bail!(
-                    "unknown key weights.{other} (age, fairshare, job_size, time_limit, xfactor, partition, qos, max_age, starve_after, favor_small)"
-                ),
-            }
+            weights.set(&k, x).map_err(|e| anyhow::anyhow!("weights.{e}"))?;
         }
         s.sched.policy = sched::Policy::Multifactor(weights);
     }
@@ -246,7 +232,7 @@ mod tests {
         assert!(e("[scheduler]\npolicy = \"lottery\"").contains("scheduler.policy"));
         assert!(e("[scheduler]\nbackfill = \"rls\"").contains("scheduler.backfill"));
         assert!(e("[weights]\nage = -1").contains("non-negative"));
-        assert!(e("[weights]\nluck = 1").contains("unknown key weights.luck"));
+        assert!(e("[weights]\nluck = 1").contains("unknown key \"luck\""));
         assert!(e("[[partition]]\nname = \"a\"\nmax_time = \"forever\"").contains("max_time"));
         assert!(e("[[partition]]\nname = \"a\"\ndefault_time = \"2:00:00\"\nmax_time = \"1:00:00\"").contains("longer"));
         assert!(e("[[partition]]\nname = \"a b\"").contains("partition name"));

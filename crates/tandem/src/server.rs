@@ -29,8 +29,7 @@ pub struct Peer {
 }
 
 impl Connected<axum::serve::IncomingStream<'_, TcpListener>> for Peer {
-    fn connect_info(s: axum::serve::IncomingStream<'_, TcpListener>) -> Self {
-        let _ = s.remote_addr();
+    fn connect_info(_: axum::serve::IncomingStream<'_, TcpListener>) -> Self {
         Peer { uid: None }
     }
 }
@@ -737,8 +736,8 @@ pub async fn run(args: ServerArgs) -> Result<()> {
             tokio::time::sleep(Duration::from_millis(5)).await;
             let started = std::time::Instant::now();
             let t = now();
-            let info = match sched_app.with(|c| c.tick(t)) {
-                Ok(i) => i,
+            match sched_app.with(|c| c.tick(t)) {
+                Ok(_) => {}
                 Err(_) => {
                     eprintln!("tandem server: failed to persist after a scheduling pass");
                     continue;
@@ -751,7 +750,6 @@ pub async fn run(args: ServerArgs) -> Result<()> {
                 m.pass_seconds_total += secs;
                 m.last_pass_seconds = secs;
             }
-            let _ = info;
             sched_app.wake_nodes();
         }
     });

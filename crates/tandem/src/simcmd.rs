@@ -186,23 +186,7 @@ fn parse_weights(spec: &str, mut w: sched::Weights) -> Result<sched::Weights> {
             .ok()
             .filter(|x: &f64| x.is_finite() && *x >= 0.0)
             .with_context(|| format!("--weights: {k}={v:?} is not a non-negative number"))?;
-        match k {
-            "age" => w.age = x,
-            "fairshare" => w.fairshare = x,
-            "job_size" => w.job_size = x,
-            "time_limit" => w.time_limit = x,
-            "partition" => w.partition = x,
-            "qos" => w.qos = x,
-            "max_age" => w.max_age = x as i64,
-            "max_time_limit" => w.max_time_limit = x as i64,
-            "favor_small" => w.favor_small = x != 0.0,
-            "xfactor" => w.xfactor = x,
-            "xfactor_cap" => w.xfactor_cap = x.max(1.0),
-            "starve_after" => w.starve_after = x as i64,
-            _ => bail!(
-                "--weights: unknown key {k:?} (age, fairshare, job_size, time_limit, partition, qos, max_age, max_time_limit, favor_small, xfactor, xfactor_cap)"
-            ),
-        }
+        w.set(k, x).map_err(|e| anyhow::anyhow!("--weights: {e}"))?;
     }
     Ok(w)
 }

@@ -50,10 +50,10 @@ impl Drop for Kids {
 fn wait_for(path: &Path, kids: &mut Kids, what: &str) -> Result<String> {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        if let Ok(s) = std::fs::read_to_string(path) {
-            if !s.trim().is_empty() {
-                return Ok(s.trim().to_string());
-            }
+        if let Ok(s) = std::fs::read_to_string(path)
+            && !s.trim().is_empty()
+        {
+            return Ok(s.trim().to_string());
         }
         for c in &mut kids.0 {
             if let Ok(Some(st)) = c.try_wait() {
