@@ -86,6 +86,21 @@ fn refused(e: Refused) -> Response {
     (code, Json(ApiError { error: e.to_string() })).into_response()
 }
 
+/// Unwraps a `Result<T, Response>` or returns the error response from the handler.
+macro_rules! or_reply {
+    ($e:expr) => {
+        match $e {
+            Ok(v) => v,
+            Err(r) => return r,
+        }
+    };
+}
+
+/// A JSON body, or a 400 that says what is malformed.
+fn json_body<T>(b: Result<Json<T>, axum::extract::rejection::JsonRejection>) -> Result<T, Response> {
+    b.map(|Json(x)| x).map_err(|e| err(StatusCode::BAD_REQUEST, format!("malformed request: {}", e.body_text())))
+}
+
 fn err(code: StatusCode, msg: impl Into<String>) -> Response {
     (code, Json(ApiError { error: msg.into() })).into_response()
 }
@@ -143,10 +158,7 @@ async fn issue_token(
     headers: HeaderMap,
     Query(q): Query<TokenQuery>,
 ) -> Response {
-    let uid = match user_of(&app, &peer, &headers) {
-        Ok(u) => u,
-        Err(r) => return r,
-    };
+    let uid = or_reply!(user_of(&app, &peer, &headers));
     let life = q.lifespan.unwrap_or(1800);
     if !(1..=7 * 86400).contains(&life) {
         return err(StatusCode::BAD_REQUEST, "lifespan must be between 1 s and 7 days");
@@ -257,14 +269,8 @@ async fn submit(
     headers: HeaderMap,
     body: Result<Json<SubmitRequest>, axum::extract::rejection::JsonRejection>,
 ) -> Response {
-    let uid = match user_of(&app, &peer, &headers) {
-        Ok(u) => u,
-        Err(r) => return r,
-    };
-    let Json(req) = match body {
-        Ok(b) => b,
-        Err(e) => return err(StatusCode::BAD_REQUEST, format!("malformed request: {}", e.body_text())),
-    };
+    let uid = or_reply!(user_of(&app, &peer, &headers));
+    let req = or_reply!(json_body(body));
     let b = req.batch;
     let user = user_name(uid);
     let workdir =
@@ -381,10 +387,7 @@ async fn cancel(
     Path(id): Path<u64>,
     Query(q): Query<CancelQuery>,
 ) -> Response {
-    let uid = match user_of(&app, &peer, &headers) {
-        Ok(u) => u,
-        Err(r) => return r,
-    };
+    let uid = or_reply!(user_of(&app, &peer, &headers));
     let t = now();
     match app.with(|c| c.cancel(t, uid, id, q.signal)) {
         Ok(Ok(())) => {
@@ -410,14 +413,8 @@ async fn job_action(
     Path(id): Path<u64>,
     body: Result<Json<Action>, axum::extract::rejection::JsonRejection>,
 ) -> Response {
-    let uid = match user_of(&app, &peer, &headers) {
-        Ok(u) => u,
-        Err(r) => return r,
-    };
-    let Json(a) = match body {
-        Ok(b) => b,
-        Err(e) => return err(StatusCode::BAD_REQUEST, format!("malformed request: {}", e.body_text())),
-    };
+    let uid = or_reply!(user_of(&app, &peer, &headers));
+    let a = or_reply!(json_body(body));
     let r = app.with(|c| match a.action.as_str() {
         "hold" => c.hold(uid, id, true),
         "release" => c.hold(uid, id, false),
@@ -446,14 +443,8 @@ async fn create_step(
     Path(id): Path<u64>,
     body: Result<Json<StepRequest>, axum::extract::rejection::JsonRejection>,
 ) -> Response {
-    let uid = match user_of(&app, &peer, &headers) {
-        Ok(u) => u,
-        Err(r) => return r,
-    };
-    let Json(s) = match body {
-        Ok(b) => b,
-        Err(e) => return err(StatusCode::BAD_REQUEST, format!("malformed request: {}", e.body_text())),
-    };
+    let uid = or_reply!(user_of(&app, &peer, &headers));
+    let s = or_reply!(json_body(body));
     let t = now();
     match app.with(|c| c.create_step(t, uid, id, s.nodes, s.ntasks, s.ntasks_per_node, s.argv)) {
         Ok(Ok(step)) => {
@@ -507,14 +498,8 @@ async fn node_action(
     Path(name): Path<String>,
     body: Result<Json<NodeAction>, axum::extract::rejection::JsonRejection>,
 ) -> Response {
-    let uid = match user_of(&app, &peer, &headers) {
-        Ok(u) => u,
-        Err(r) => return r,
-    };
-    let Json(a) = match body {
-        Ok(b) => b,
-        Err(e) => return err(StatusCode::BAD_REQUEST, format!("malformed request: {}", e.body_text())),
-    };
+    let uid = or_reply!(user_of(&app, &peer, &headers));
+    let a = or_reply!(json_body(body));
     let drain = match a.state.to_ascii_lowercase().as_str() {
         "drain" => true,
         "resume" | "idle" => false,
@@ -564,10 +549,7 @@ async fn register(
     if let Err(r) = agent_ok(&app, &headers) {
         return r;
     }
-    let Json(r) = match body {
-        Ok(b) => b,
-        Err(e) => return err(StatusCode::BAD_REQUEST, format!("malformed request: {}", e.body_text())),
-    };
+    let r = or_reply!(json_body(body));
     let t = now();
     let lease = app.inner.lock().expect("lock").ctl.settings().lease;
     match app.with(|c| c.register(t, r.node, r.addr)) {
@@ -588,10 +570,7 @@ async fn heartbeat(
     if let Err(r) = agent_ok(&app, &headers) {
         return r;
     }
-    let Json(hb) = match body {
-        Ok(b) => b,
-        Err(e) => return err(StatusCode::BAD_REQUEST, format!("malformed request: {}", e.body_text())),
-    };
+    let hb = or_reply!(json_body(body));
     let notify = app.node_wake.lock().expect("lock").entry(hb.node.clone()).or_insert_with(|| Arc::new(Notify::new())).clone();
     let had_exits = !hb.exits.is_empty();
     let t = now();
