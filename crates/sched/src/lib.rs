@@ -283,15 +283,15 @@ impl<'a> Facts<'a> {
             exclusive: s.exclusive,
         };
         // A job without -p is in the default partition (the first configured).
-        let named = req.partition.clone().or_else(|| config.partitions.first().map(|p| p.name.clone()));
-        let partition = match &named {
+        let named: Option<&str> = req.partition.as_deref().or_else(|| config.partitions.first().map(|p| p.name.as_str()));
+        let partition = match named {
             None => None,
             Some(p) => match self.partition_all.get(p) {
                 None => {
                     return Err((PendingReason::BadConstraints, format!("invalid partition specified: {p}")));
                 }
                 Some(true) => None,
-                Some(false) => Some(p.clone()),
+                Some(false) => Some(p.to_string()),
             },
         };
         let lookup = |names: &[String]| -> Result<Vec<u32>, (PendingReason, String)> {
