@@ -851,6 +851,9 @@ impl Controller {
         }
         let n = plan.starts.len();
         for s in plan.starts {
+            if let (Some(limit), Some(j)) = (s.time_limit, self.jobs.get_mut(&s.job.0)) {
+                j.req.time_limit = limit; // backfill cut it down towards --time-min
+            }
             self.start_job(now, s.job.0, s.allocs);
         }
         n

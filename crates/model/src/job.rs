@@ -197,6 +197,10 @@ pub struct JobRequest {
     pub begin_time: Option<Time>,
     /// Time limit in seconds (`-t`); the scheduler plans with this, never with actual run times.
     pub time_limit: Time,
+    /// Smallest acceptable time limit (`--time-min`): backfill may start the job with a limit
+    /// cut down to what fits before a reservation, but not below this.
+    #[serde(default)]
+    pub time_min: Option<Time>,
     /// Resource shape.
     pub shape: Shape,
     /// Required node features (`-C`), all must be present.
@@ -230,6 +234,7 @@ impl JobRequest {
             submit_time,
             begin_time: None,
             time_limit,
+            time_min: None,
             shape,
             features: Vec::new(),
             nodelist: Vec::new(),

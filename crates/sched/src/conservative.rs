@@ -221,7 +221,7 @@ pub(crate) fn run<'a>(
                 for a in &allocs {
                     tl.add(a.node as usize, busy_of(a, now, now + len));
                 }
-                plan.starts.push(Start { job: r.req.id, allocs, backfilled: blocked_any });
+                plan.starts.push(Start { job: r.req.id, allocs, backfilled: blocked_any, time_limit: None });
                 if blocked_any {
                     plan.stats.backfilled += 1;
                 } else {

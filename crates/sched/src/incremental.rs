@@ -148,7 +148,7 @@ impl<'n> Scheduler<'n> {
             match started {
                 Some(allocs) => {
                     plan.stats.backfilled += 1;
-                    plan.starts.push(Start { job: r.req.id, allocs, backfilled: true });
+                    plan.starts.push(Start { job: r.req.id, allocs, backfilled: true, time_limit: None });
                 }
                 None => plan.waiting.push(Waiting { job: r.req.id, reason: PendingReason::Priority, expected_start: None }),
             }

@@ -154,6 +154,9 @@ pub struct Start {
     pub allocs: Vec<Alloc>,
     /// Started out of priority order by backfill.
     pub backfilled: bool,
+    /// The time limit it starts with, when backfill cut it down towards `--time-min`.
+    #[serde(default)]
+    pub time_limit: Option<Time>,
 }
 
 /// A job that stays pending, with why and (under backfill) when it is expected to start.
@@ -670,7 +673,7 @@ fn walk<'a>(
         if blocked.is_none() {
             if let Some(allocs) = try_place(snap, view, r, &mut replicas) {
                 limits.add(r);
-                plan.starts.push(Start { job: r.req.id, allocs, backfilled: false });
+                plan.starts.push(Start { job: r.req.id, allocs, backfilled: false, time_limit: None });
                 plan.stats.started += 1;
                 continue;
             }
@@ -735,15 +738,18 @@ fn walk<'a>(
         }
         // Past the first blocked job: backfill, by mode.
         let limit = r.limit.max(1);
-        let started = match cfg.backfill {
+        let started: Option<(Vec<Alloc>, Option<Time>)> = match cfg.backfill {
             Backfill::None => None,
             Backfill::Rls => None, // RLS scans in FCFS order below
             Backfill::Conservative => unreachable!(),
             Backfill::Easy => match easy.as_mut() {
                 None => None,
                 Some(e) => {
-                    if now + limit <= e.shadow {
-                        let a = try_place(snap, view, r, &mut replicas);
+                    // A job that ends by the shadow time may use anything free now; one that
+                    // outlives it only what the reservation leaves. With --time-min, a job that
+                    // fits only short is started with its limit cut to end by the shadow time.
+                    let short = |e: &mut Easy, view: &mut View, replicas: &mut FxHashMap<String, Vec<u32>>| {
+                        let a = try_place(snap, view, r, replicas);
                         if let Some(a) = &a {
                             for al in a {
                                 if e.reserved.contains(&al.node) {
@@ -755,6 +761,9 @@ fn walk<'a>(
                             }
                         }
                         a
+                    };
+                    if now + limit <= e.shadow {
+                        short(e, view, &mut replicas).map(|a| (a, None))
                     } else {
                         let a = try_place(snap, &mut e.long, r, &mut replicas);
                         if let Some(a) = &a {
@@ -765,15 +774,20 @@ fn walk<'a>(
                                 }
                             }
                         }
-                        a
+                        let cut = (e.shadow - now) / 60 * 60;
+                        match (a, r.req.time_min) {
+                            (Some(a), _) => Some((a, None)),
+                            (None, Some(min)) if min >= 1 && cut >= min => short(e, view, &mut replicas).map(|a| (a, Some(cut))),
+                            (None, _) => None,
+                        }
                     }
                 }
             },
         };
         match started {
-            Some(allocs) => {
+            Some((allocs, time_limit)) => {
                 limits.add(r);
-                plan.starts.push(Start { job: r.req.id, allocs, backfilled: true });
+                plan.starts.push(Start { job: r.req.id, allocs, backfilled: true, time_limit });
                 plan.stats.backfilled += 1;
             }
             None => {
@@ -805,7 +819,7 @@ fn walk<'a>(
             match started {
                 Some(allocs) => {
                     limits.add(r);
-                    plan.starts.push(Start { job: r.req.id, allocs, backfilled: true });
+                    plan.starts.push(Start { job: r.req.id, allocs, backfilled: true, time_limit: None });
                     plan.stats.backfilled += 1;
                 }
                 None => plan.waiting.push(Waiting { job: r.req.id, reason: PendingReason::Priority, expected_start: None }),

@@ -148,6 +148,25 @@ fn easy_backfills_short_jobs_and_protects_the_reservation() {
 }
 
 #[test]
+fn time_min_lets_backfill_start_a_job_cut_short() {
+    let mut w = World::new(nodes(4, 1, 0, 4));
+    w.submit(job(1, 0, 100, 3, 0, 1));
+    let p = w.pass(0, &easy());
+    w.apply(&p, 0);
+    w.submit(job(2, 1, 100, 4, 0, 1)); // reserved at t=100
+    let mut j3 = job(3, 2, 1000, 1, 0, 1);
+    j3.time_min = Some(60); // fits in the 90 s before the reservation, cut to 60 s
+    w.submit(j3);
+    let mut j4 = job(4, 3, 1000, 1, 0, 1);
+    j4.time_min = Some(120); // would need 120 s: waits
+    w.submit(j4);
+    let p = w.pass(10, &easy());
+    assert_eq!(p.starts.len(), 1);
+    assert_eq!((p.starts[0].job.0, p.starts[0].time_limit), (3, Some(60)));
+    assert_eq!(reason(&p, 4), PendingReason::Priority);
+}
+
+#[test]
 fn easy_extra_nodes_rule_lets_long_jobs_use_what_the_reservation_does_not_need() {
     // 4 nodes; job 1 holds 2 until t=100; job 2 needs 3 nodes; one node is spare at t=100.
     let mut w = World::new(nodes(4, 1, 0, 4));

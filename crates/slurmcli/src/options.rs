@@ -417,6 +417,7 @@ impl BatchSpec {
         r.partition = self.partition.clone();
         r.qos = self.qos.clone();
         r.nice = self.nice;
+        r.time_min = self.time_min.map(|m| m.min(limit));
         r.begin_time = self.begin;
         r.features = self.constraint.clone();
         r.nodelist = self.nodelist.clone();
