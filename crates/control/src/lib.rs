@@ -50,14 +50,10 @@ impl Default for Settings {
             sched: sched::Config::default(),
             lease: 30,
             kill_wait: 30,
-            max_array: slurmcli_max_array(),
+            max_array: slurmcli::MAX_ARRAY_SIZE,
             partition_nodes: Vec::new(),
         }
     }
-}
-
-fn slurmcli_max_array() -> u32 {
-    1001
 }
 
 /// A request the controller refuses. The message is for the user.

@@ -14,7 +14,6 @@ use rustc_hash::FxHashMap;
 use crate::view::Filter;
 use crate::{
     Admit, Backfill, Config, PassMemo, Plan, Snapshot, Start, Waiting, admit, priority, priority_context, schedule_inner, try_place,
-    user_usage,
 };
 use model::PendingReason;
 
@@ -94,12 +93,8 @@ impl<'n> Scheduler<'n> {
         let (top_key, top_seq, _, shadow, reserved) = memo.top.as_ref()?;
         let facts = self.facts.as_ref()?;
         let ever = &mut self.ever;
-        let user_jobs = if snap.config.qos.iter().any(|q| q.max_jobs_per_user.is_some() || q.max_gpus_per_user.is_some()) {
-            user_usage(snap)
-        } else {
-            FxHashMap::default()
-        };
         let mut plan = Plan::default();
+        let limits = crate::Limits::new(snap);
         let mut replicas = FxHashMap::default();
         for &idx in new {
             let p = snap.pending.get(idx)?;
@@ -109,7 +104,7 @@ impl<'n> Scheduler<'n> {
             if !memo.accounts.contains(&p.req.account) {
                 return None; // a new account changes everyone's fair-share normalisation
             }
-            let r = match admit(snap, facts, ever, &user_jobs, now, idx, p) {
+            let r = match admit(snap, facts, ever, &limits.used, now, idx, p) {
                 Admit::Ready(r) => r,
                 Admit::Wait(reason) => {
                     plan.waiting.push(Waiting { job: p.req.id, reason, expected_start: None });
@@ -129,7 +124,6 @@ impl<'n> Scheduler<'n> {
                 return None;
             }
             plan.stats.considered += 1;
-            let limits = crate::Limits::new(snap);
             if let Some(reason) = limits.blocks(&r) {
                 plan.waiting.push(Waiting { job: r.req.id, reason, expected_start: None });
                 continue;

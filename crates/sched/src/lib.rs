@@ -387,12 +387,13 @@ pub(crate) fn schedule_inner<'n>(
     let mut plan = Plan::default();
     let mut view = View::new(nodes, topo, snap.usage);
 
-    let user_jobs = user_usage(snap);
+    // Per-user running counts for QOS limits, computed once (only when some QOS has limits).
+    let mut limits = Limits::new(snap);
 
     // Resolve and filter.
     let mut ready: Vec<Resolved> = Vec::with_capacity(snap.pending.len());
     for (idx, p) in snap.pending.iter().enumerate() {
-        match admit(snap, facts, ever, &user_jobs, now, idx, p) {
+        match admit(snap, facts, ever, &limits.used, now, idx, p) {
             Admit::Ready(r) => ready.push(r),
             Admit::Wait(reason) => plan.waiting.push(Waiting { job: p.req.id, reason, expected_start: None }),
             Admit::Reject(reason, message) => plan.rejected.push(Rejected { job: p.req.id, reason, message }),
@@ -424,7 +425,6 @@ pub(crate) fn schedule_inner<'n>(
     }
 
     let mut top = None;
-    let mut limits = Limits::new(snap);
     match cfg.backfill {
         Backfill::Conservative => conservative::run(snap, now, cfg, &ready, &order, &mut view, &mut plan, &mut limits),
         _ => {
@@ -485,7 +485,7 @@ pub(crate) fn user_usage<'a>(snap: &Snapshot<'a>) -> FxHashMap<(&'a str, &'a str
 
 /// QOS per-user limits as a pass goes: running counts plus what this pass started.
 pub(crate) struct Limits<'a> {
-    used: FxHashMap<(&'a str, &'a str), (u32, u32)>,
+    pub(crate) used: FxHashMap<(&'a str, &'a str), (u32, u32)>,
     config: &'a ClusterConfig,
     any: bool,
 }
