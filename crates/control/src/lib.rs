@@ -13,9 +13,15 @@
 //! successful heartbeat is older than the lease, so a job never runs twice at once, even across
 //! a partition. A restarted controller renews every lease it loads before it judges any.
 
+pub mod service;
+mod services;
 mod types;
 
-pub use types::{ArrayInfo, BATCH_STEP, Job, JobSpec, NodeRec, Order, Step, Task, TaskExit, TaskKey};
+pub use service::{Service, ServiceSpec};
+pub use services::{Endpoint, EndpointView, ProxyServiceStats, ServiceEndpoints};
+pub use types::{
+    ArrayInfo, BATCH_STEP, Job, JobSpec, NodeRec, Order, ReplicaInfo, ReplicaReport, ReplicaTask, Step, Task, TaskExit, TaskKey,
+};
 
 use model::{ClusterConfig, DepKind, DepStatus, JobEvent, JobId, JobState, Node, NodeEvent, NodeState, PendingReason, Time};
 use sched::{Carry, FairShare, NodeUsage, Pending, Running, Snapshot};
@@ -40,6 +46,11 @@ pub struct Settings {
     pub max_array: u32,
     /// Which nodes each partition holds, by name (`None`: every node).
     pub partition_nodes: Vec<(String, Option<Vec<String>>)>,
+    /// Agents' heartbeat interval, milliseconds.
+    pub heartbeat_ms: u64,
+    /// A node silent this long (milliseconds) loses its service replicas to replacements at
+    /// once, long before its lease lapses (batch jobs wait for the lease).
+    pub failover_ms: i64,
 }
 
 impl Default for Settings {
@@ -52,6 +63,8 @@ impl Default for Settings {
             kill_wait: 30,
             max_array: slurmcli::MAX_ARRAY_SIZE,
             partition_nodes: Vec::new(),
+            heartbeat_ms: 500,
+            failover_ms: 1500,
         }
     }
 }
@@ -100,6 +113,13 @@ pub struct Controller {
     dirty_nodes: BTreeSet<usize>,
     next_id_dirty: bool,
     seq_base: u64,
+    services: BTreeMap<String, Service>,
+    dirty_services: BTreeSet<String>,
+    removed_services: Vec<String>,
+    proxies: HashMap<String, services::ProxyState>,
+    ep_version: u64,
+    ep_view: Vec<ServiceEndpoints>,
+    now_ms: i64,
 }
 
 /// What must be persisted since the last call.
@@ -111,6 +131,10 @@ pub struct Dirty {
     pub nodes: Vec<NodeRec>,
     /// The next job id, if it changed.
     pub next_id: Option<u64>,
+    /// Changed services.
+    pub services: Vec<Service>,
+    /// Deleted services, by name.
+    pub removed_services: Vec<String>,
 }
 
 /// Sort key that orders `node2` before `node10` (the order of a hostlist).
@@ -154,6 +178,13 @@ impl Controller {
             dirty_nodes: BTreeSet::new(),
             next_id_dirty: false,
             seq_base: 1,
+            services: BTreeMap::new(),
+            dirty_services: BTreeSet::new(),
+            removed_services: Vec::new(),
+            proxies: HashMap::new(),
+            ep_version: 1,
+            ep_view: Vec::new(),
+            now_ms: 0,
         }
     }
 
@@ -161,15 +192,30 @@ impl Controller {
     /// before any is judged, so a restart shorter than the lease stops nothing. `boot` counts
     /// controller starts (kept by the store): order sequence numbers start above every number an
     /// earlier start could have used, so agents' acknowledgements stay meaningful.
-    pub fn restore(settings: Settings, jobs: Vec<Job>, nodes: Vec<NodeRec>, next_id: u64, now: Time, boot: u64) -> Controller {
+    pub fn restore(
+        settings: Settings,
+        jobs: Vec<Job>,
+        nodes: Vec<NodeRec>,
+        services: Vec<Service>,
+        next_id: u64,
+        now: Time,
+        boot: u64,
+    ) -> Controller {
         let mut c = Controller::new(settings);
         c.seq_base = (boot << 40) + 1;
+        c.now_ms = now * 1000;
+        // Endpoint versions only grow, across restarts too (proxies compare them).
+        c.ep_version = boot << 32;
+        for s in services {
+            c.services.insert(s.spec.name.clone(), s);
+        }
         c.next_id = next_id.max(jobs.iter().map(|j| j.req.id.0 + 1).max().unwrap_or(1));
         for mut n in nodes {
             n.lease_until = now + c.settings.lease;
             n.usage = NodeUsage::for_node(&n.node);
             n.orders.clear();
             n.next_seq = c.seq_base;
+            n.seen_ms = now * 1000;
             c.node_index.insert(n.node.name.clone(), c.nodes.len());
             c.nodes.push(n);
         }
@@ -228,7 +274,9 @@ impl Controller {
         let jobs = std::mem::take(&mut self.dirty_jobs).into_iter().filter_map(|id| self.jobs.get(&id).cloned()).collect();
         let nodes = std::mem::take(&mut self.dirty_nodes).into_iter().filter_map(|i| self.nodes.get(i).cloned()).collect();
         let next_id = std::mem::take(&mut self.next_id_dirty).then_some(self.next_id);
-        Dirty { jobs, nodes, next_id }
+        let services = std::mem::take(&mut self.dirty_services).into_iter().filter_map(|n| self.services.get(&n).cloned()).collect();
+        let removed_services = std::mem::take(&mut self.removed_services);
+        Dirty { jobs, nodes, next_id, services, removed_services }
     }
 
     fn node_defs(&self) -> Vec<Node> {
@@ -318,6 +366,7 @@ impl Controller {
                 message: None,
                 preempt_at: None,
                 confirmed: false,
+                replica: None,
             };
             self.jobs.insert(id, job);
             self.dirty_jobs.insert(id);
@@ -435,6 +484,14 @@ impl Controller {
         self.release(id);
         let Some(j) = self.jobs.get_mut(&id) else { return false };
         self.dirty_jobs.insert(id);
+        if let Some(r) = &mut j.replica {
+            // A replica is never requeued: its service makes a new one (already, if it was
+            // lost or drained first).
+            r.state = r.state.step(model::ReplicaEvent::Ended).unwrap_or(model::ReplicaState::Gone);
+            j.state = if j.cancelling || j.preempt_at.is_some() { JobState::Cancelled } else { JobState::NodeFail };
+            j.end = Some(j.end.unwrap_or(0).max(j.start.unwrap_or(0)));
+            return false;
+        }
         if !force && !j.spec.requeue {
             j.state = j.state.step(JobEvent::NodeFail).unwrap_or(JobState::NodeFail);
             j.end = Some(j.end.unwrap_or(0).max(j.start.unwrap_or(0)));
@@ -513,6 +570,7 @@ impl Controller {
                 }
                 rec.lease_until = lease_until;
                 rec.last_seen = now;
+                rec.seen_ms = self.now_ms.max(now * 1000);
                 rec.addr = addr;
                 self.dirty_nodes.insert(i);
             }
@@ -531,6 +589,7 @@ impl Controller {
                     addr,
                     orders: Vec::new(),
                     next_seq: self.seq_base,
+                    seen_ms: self.now_ms.max(now * 1000),
                 });
                 self.dirty_nodes.insert(i);
             }
@@ -618,6 +677,14 @@ impl Controller {
         j.exit_code = e.code;
         j.exit_signal = e.signal;
         j.end = Some(now);
+        if let Some(r) = &mut j.replica {
+            // A replica's process ends only when told to (its agent restarts it otherwise), or
+            // when its agent fenced: either way this replica is over.
+            r.state = r.state.step(model::ReplicaEvent::Ended).unwrap_or(model::ReplicaState::Gone);
+            j.state = j.state.step(JobEvent::Cancel).expect("a running job can end");
+            self.release(e.job);
+            return;
+        }
         if e.fenced && !j.cancelling {
             // Its node lost contact: the same as a node failure.
             let id = e.job;
@@ -767,7 +834,14 @@ impl Controller {
     }
 
     fn schedule(&mut self, now: Time) -> usize {
-        let node_defs = self.node_defs();
+        let mut node_defs = self.node_defs();
+        // Nodes silent beyond the failover time get nothing new (their replicas are being
+        // replaced elsewhere).
+        for (d, n) in node_defs.iter_mut().zip(&self.nodes) {
+            if self.suspect(n) && d.state == NodeState::Up {
+                d.state = NodeState::Down;
+            }
+        }
         let usage: Vec<NodeUsage> = self.nodes.iter().map(|n| n.usage.clone()).collect();
         let mut array_running: HashMap<u64, u32> = HashMap::new();
         for j in self.jobs.values().filter(|j| j.state == JobState::Running) {
@@ -836,6 +910,13 @@ impl Controller {
                 let Some(j) = self.jobs.get_mut(&v.job.0) else { continue };
                 if j.preempt_at.is_none() && j.state == JobState::Running {
                     j.preempt_at = Some(now + v.grace);
+                    if j.replica.is_some() {
+                        // A preempted replica drains first: out of the endpoint set, in-flight
+                        // requests finish, then it stops (at the latest when its grace ends).
+                        self.dirty_jobs.insert(v.job.0);
+                        self.drain_replica(v.job.0, self.now_ms);
+                        continue;
+                    }
                     let sig = j.spec.signal.map_or(15, |s| s.0);
                     let (epoch, nodes) = (j.epoch, j.allocs.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>());
                     self.dirty_jobs.insert(v.job.0);
@@ -893,6 +974,10 @@ impl Controller {
         j.steps =
             vec![Step { id: BATCH_STEP, argv: Vec::new(), layout: vec![(first.clone(), 1)], remaining: 1, exit: 0, start: now, end: None }];
         self.dirty_jobs.insert(id);
+        if let Some(r) = &mut j.replica {
+            r.state = r.state.step(model::ReplicaEvent::Placed).unwrap_or(model::ReplicaState::Starting);
+            r.since_ms = self.now_ms;
+        }
         let task = self.make_task(id, BATCH_STEP, 0, 0, 0, None, Vec::new());
         self.order(&first, Order::Launch(task));
     }
@@ -959,12 +1044,17 @@ impl Controller {
         let stdout = abs(slurmcli::expand_pattern(&out_pat, id, &j.req.name, array, &node_name, &j.req.user));
         let stderr = abs(slurmcli::expand_pattern(&err_pat, id, &j.req.name, array, &node_name, &j.req.user));
         let mem_limit = j.allocs.get(node_index).map_or(0, |(_, a)| a.memory);
+        let replica = self.replica_task(j);
+        if let Some(r) = &replica {
+            env.push(("TANDEM_SERVICE".into(), r.service.clone()));
+            env.push(("TANDEM_REPLICA".into(), r.replica.clone()));
+        }
         Task {
             job: id,
             epoch: j.epoch,
             step,
             rank,
-            script: (step == BATCH_STEP).then(|| j.spec.script.clone()),
+            script: (step == BATCH_STEP && replica.is_none()).then(|| j.spec.script.clone()),
             argv: if step == BATCH_STEP { j.spec.script_args.clone() } else { argv },
             env,
             workdir: j.spec.workdir.clone(),
@@ -974,6 +1064,7 @@ impl Controller {
             gid: j.spec.gid,
             gpus: gpus.unwrap_or(node_gpus),
             mem_limit,
+            replica,
         }
     }
 
@@ -1076,3 +1167,6 @@ impl Controller {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod tests_services;

@@ -187,7 +187,7 @@ fn restore_renews_leases_and_keeps_running_jobs() {
     let jobs: Vec<Job> = c.jobs().cloned().collect();
     let nodes: Vec<NodeRec> = c.nodes().to_vec();
     // The controller was down from t=0 to t=25 (lease 30): nothing is judged lapsed.
-    let mut r = Controller::restore(Settings::default(), jobs, nodes, 2, 25, 2);
+    let mut r = Controller::restore(Settings::default(), jobs, nodes, Vec::new(), 2, 25, 2);
     let info = r.tick(26);
     assert_eq!(info.nodes_down, 0);
     assert_eq!(r.job(1).unwrap().state, JobState::Running);

@@ -1,7 +1,9 @@
 //! The controller's records: jobs, steps, nodes, and the orders and reports exchanged with
 //! node agents. These are what the store persists (as JSON) and what the API shows.
 
-use model::{JobRequest, JobState, Node, NodeState, PendingReason, Time};
+use model::{JobRequest, JobState, Node, NodeState, PendingReason, ReplicaState, Time};
+
+use crate::service::Probe;
 use sched::{Alloc, NodeUsage};
 use serde::{Deserialize, Serialize};
 
@@ -121,6 +123,71 @@ pub struct Job {
     pub preempt_at: Option<Time>,
     /// The agent confirmed the batch script started (reported it running or exited).
     pub confirmed: bool,
+    /// For a service replica: its service and serving state.
+    #[serde(default)]
+    pub replica: Option<ReplicaInfo>,
+}
+
+/// A service replica's serving state (the job holds its allocation and run number).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReplicaInfo {
+    /// Service name.
+    pub service: String,
+    /// Service revision it runs.
+    pub revision: u32,
+    /// Lifecycle state.
+    pub state: ReplicaState,
+    /// Port its agent gave it.
+    pub port: Option<u16>,
+    /// Restarts by its agent (exits, liveness failures).
+    pub restarts: u32,
+    /// Last problem its agent reported.
+    pub message: Option<String>,
+    /// When it entered its state, milliseconds.
+    pub since_ms: i64,
+    /// The endpoint-view version that first left it out (draining).
+    pub drain_version: u64,
+    /// When SIGTERM went out, milliseconds.
+    pub stop_ms: Option<i64>,
+    /// The node it is on is drained: it is replaced, then removed when availability allows.
+    #[serde(default)]
+    pub evicting: bool,
+}
+
+/// The replica part of a task: what the agent needs to serve and supervise it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplicaTask {
+    /// Service name.
+    pub service: String,
+    /// Replica id (`SERVICE-JOBID`).
+    pub replica: String,
+    /// Readiness probe.
+    pub readiness: Option<Probe>,
+    /// Liveness probe.
+    pub liveness: Option<Probe>,
+    /// Startup probe.
+    pub startup: Option<Probe>,
+    /// SIGTERM-to-SIGKILL time when it stops, milliseconds.
+    pub grace_ms: u64,
+}
+
+/// What an agent reports of a replica it runs (with every heartbeat).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplicaReport {
+    /// Job.
+    pub job: u64,
+    /// Run.
+    pub epoch: u32,
+    /// Its port.
+    pub port: u16,
+    /// Passing its readiness probe (and startup probe).
+    pub ready: bool,
+    /// Restarts so far.
+    pub restarts: u32,
+    /// Waiting to be restarted after an exit or a liveness failure.
+    pub crashloop: bool,
+    /// What went wrong last.
+    pub message: Option<String>,
 }
 
 /// A node as the controller keeps it.
@@ -146,6 +213,9 @@ pub struct NodeRec {
     /// Next order sequence number.
     #[serde(skip)]
     pub next_seq: u64,
+    /// Last heartbeat, milliseconds (for replica failover; not persisted).
+    #[serde(skip)]
+    pub seen_ms: i64,
 }
 
 impl NodeRec {
@@ -195,6 +265,9 @@ pub struct Task {
     pub gpus: Vec<u8>,
     /// Memory limit of the job on this node, bytes (0 = none).
     pub mem_limit: u64,
+    /// For a service replica: probes and stop settings (the agent picks its port).
+    #[serde(default)]
+    pub replica: Option<ReplicaTask>,
 }
 
 /// What the controller asks of an agent.

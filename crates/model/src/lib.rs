@@ -8,6 +8,7 @@ mod config;
 mod job;
 mod node;
 mod reason;
+mod replica;
 
 pub use config::{Account, ClusterConfig, Partition, Qos};
 pub use job::{
@@ -16,6 +17,7 @@ pub use job::{
 };
 pub use node::{Node, NodeEvent, NodeState};
 pub use reason::PendingReason;
+pub use replica::{ReplicaEvent, ReplicaState};
 
 /// Seconds. Absolute times are seconds since an epoch the caller chooses (the Unix epoch in the
 /// daemons, the trace's time zero in the simulator); durations use the same unit.

@@ -36,6 +36,8 @@ pub struct Loaded {
     pub next_id: u64,
     /// The cluster secret agents join with.
     pub secret: Option<String>,
+    /// Services.
+    pub services: Vec<control::Service>,
 }
 
 impl Store {
@@ -50,6 +52,7 @@ impl Store {
              CREATE INDEX IF NOT EXISTS jobs_state ON jobs(state);
              CREATE INDEX IF NOT EXISTS jobs_user ON jobs(user);
              CREATE TABLE IF NOT EXISTS nodes (name TEXT PRIMARY KEY, data TEXT NOT NULL);
+             CREATE TABLE IF NOT EXISTS services (name TEXT PRIMARY KEY, data TEXT NOT NULL);
              CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);",
         )?;
         Ok(Store { conn })
@@ -57,7 +60,7 @@ impl Store {
 
     /// Writes the changes in one transaction; returns once they are durable.
     pub fn persist(&mut self, d: &Dirty) -> Result<(), StoreError> {
-        if d.jobs.is_empty() && d.nodes.is_empty() && d.next_id.is_none() {
+        if d.jobs.is_empty() && d.nodes.is_empty() && d.next_id.is_none() && d.services.is_empty() && d.removed_services.is_empty() {
             return Ok(());
         }
         let tx = self.conn.transaction()?;
@@ -69,6 +72,14 @@ impl Store {
             let mut put = tx.prepare_cached("INSERT OR REPLACE INTO nodes (name, data) VALUES (?1, ?2)")?;
             for n in &d.nodes {
                 put.execute(params![n.node.name, serde_json::to_string(n)?])?;
+            }
+            let mut put = tx.prepare_cached("INSERT OR REPLACE INTO services (name, data) VALUES (?1, ?2)")?;
+            for s in &d.services {
+                put.execute(params![s.spec.name, serde_json::to_string(s)?])?;
+            }
+            let mut del = tx.prepare_cached("DELETE FROM services WHERE name = ?1")?;
+            for n in &d.removed_services {
+                del.execute(params![n])?;
             }
             if let Some(id) = d.next_id {
                 tx.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('next_id', ?1)", params![id.to_string()])?;
@@ -111,10 +122,15 @@ impl Store {
         for row in stmt.query_map([], |r| r.get::<_, String>(0))? {
             nodes.push(serde_json::from_str(&row?)?);
         }
+        let mut services = Vec::new();
+        let mut stmt = self.conn.prepare("SELECT data FROM services ORDER BY name")?;
+        for row in stmt.query_map([], |r| r.get::<_, String>(0))? {
+            services.push(serde_json::from_str(&row?)?);
+        }
         let meta = |k: &str| self.conn.query_row("SELECT value FROM meta WHERE key = ?1", params![k], |r| r.get::<_, String>(0)).optional();
         let next_id = meta("next_id")?.and_then(|v| v.parse().ok()).unwrap_or(1);
         let secret = meta("secret")?;
-        Ok(Loaded { jobs, nodes, next_id, secret })
+        Ok(Loaded { jobs, nodes, next_id, secret, services })
     }
 
     /// Ids of finished jobs, optionally of one user, ended at or after `since` (for `sacct`).

@@ -685,7 +685,7 @@ pub async fn run(args: ServerArgs) -> Result<()> {
     let secret = load_secret(&args.data, &mut db, loaded.secret.clone())?;
     let boot = db.next_boot().context("recording this start")?;
     let t = now();
-    let ctl = Controller::restore(args.settings, loaded.jobs, loaded.nodes, loaded.next_id, t, boot);
+    let ctl = Controller::restore(args.settings, loaded.jobs, loaded.nodes, loaded.services, loaded.next_id, t, boot);
     let app = App {
         inner: Arc::new(Mutex::new(Inner { ctl, db })),
         secret: Arc::new(secret),

@@ -1,0 +1,680 @@
+//! The controller's service half: applying, scaling, undoing and deleting services; turning
+//! agents' replica reports into replica states; fast failover of replicas whose node went
+//! silent; draining before stopping; the autoscaler; and the endpoint view that proxies watch.
+//! Times here are milliseconds, handed in like every other time.
+
+use model::{JobEvent, JobRequest, JobState, MemRequest, NodeState, PendingReason, ReplicaEvent, ReplicaState, RequestKind, Shape, Time};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+use crate::service::{self, Actions, ReplicaView, Resolved, Service, ServiceSpec};
+use crate::{Controller, Job, JobSpec, NodeRec, Order, Refused, ReplicaInfo, ReplicaReport, ReplicaTask};
+
+/// One replica a proxy may send requests to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Endpoint {
+    /// Replica id (`SERVICE-JOBID`).
+    pub replica: String,
+    /// `host:port`.
+    pub addr: String,
+    /// Node.
+    pub node: String,
+}
+
+/// A service as proxies see it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ServiceEndpoints {
+    /// Name.
+    pub name: String,
+    /// Balancing policy.
+    pub balance: String,
+    /// How long to hold a request when there is no endpoint, milliseconds.
+    pub hold_ms: u64,
+    /// Retries.
+    pub retries: u32,
+    /// Ready replicas: the only ones that get new requests.
+    pub endpoints: Vec<Endpoint>,
+    /// Replicas leaving: no new requests; in-flight ones finish.
+    pub draining: Vec<String>,
+}
+
+/// What proxies watch: every service's endpoints, with a version that grows with each change.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EndpointView {
+    /// Version.
+    pub version: u64,
+    /// Services.
+    pub services: Vec<ServiceEndpoints>,
+}
+
+/// A proxy's gauges for one service.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ProxyServiceStats {
+    /// Requests in flight.
+    pub inflight: u64,
+    /// Requests held for want of a replica.
+    pub waiting: u64,
+    /// Requests so far.
+    pub requests: u64,
+    /// Failed requests so far.
+    pub failures: u64,
+    /// In-flight requests per replica.
+    pub replicas: BTreeMap<String, u64>,
+}
+
+/// What the controller remembers of a proxy.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ProxyState {
+    seen: u64,
+    last_ms: i64,
+    stats: BTreeMap<String, ProxyServiceStats>,
+}
+
+/// A proxy that has not synced for this long no longer counts (for draining and autoscaling).
+const PROXY_FRESH_MS: i64 = 3_000;
+
+/// Replica id as proxies and users see it.
+pub fn replica_id(service: &str, job: u64) -> String {
+    format!("{service}-{job}")
+}
+
+impl Controller {
+    /// Services, by name.
+    pub fn services(&self) -> impl Iterator<Item = &Service> {
+        self.services.values()
+    }
+
+    /// One service.
+    pub fn service(&self, name: &str) -> Option<&Service> {
+        self.services.get(name)
+    }
+
+    /// Replica jobs of a service (live and recent), by id.
+    pub fn replicas_of<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a Job> + 'a {
+        self.jobs.values().filter(move |j| j.replica.as_ref().is_some_and(|r| r.service == name))
+    }
+
+    /// Proxy gauges of a service, summed over the proxies that synced lately.
+    pub fn proxy_stats(&self, name: &str) -> ProxyServiceStats {
+        let mut sum = ProxyServiceStats::default();
+        for p in self.proxies.values().filter(|p| p.last_ms >= self.now_ms - PROXY_FRESH_MS) {
+            if let Some(s) = p.stats.get(name) {
+                sum.inflight += s.inflight;
+                sum.waiting += s.waiting;
+                sum.requests += s.requests;
+                sum.failures += s.failures;
+                for (r, n) in &s.replicas {
+                    *sum.replicas.entry(r.clone()).or_default() += n;
+                }
+            }
+        }
+        sum
+    }
+
+    fn owns(&self, uid: u32, name: &str) -> Result<&Service, Refused> {
+        let s = self.services.get(name).ok_or_else(|| Refused::NotFound(format!("no service named {name}")))?;
+        if uid != 0 && uid != s.uid {
+            return Err(Refused::Forbidden(format!("service {name} belongs to another user")));
+        }
+        Ok(s)
+    }
+
+    /// Checks a spec against the cluster: its values, its QOS and partition, and that one
+    /// replica fits some node.
+    fn check_spec(&self, spec: &ServiceSpec, user: &str) -> Result<Resolved, Refused> {
+        let r = spec.resolve().map_err(Refused::Invalid)?;
+        if let Some(q) = &spec.qos
+            && self.settings.cluster.qos(Some(q)).is_none()
+        {
+            return Err(Refused::Invalid(format!("invalid qos specified: {q}")));
+        }
+        if self.settings.cluster.partition(spec.partition.as_deref()).is_none() {
+            return Err(Refused::Invalid(format!("invalid partition specified: {}", spec.partition.as_deref().unwrap_or(""))));
+        }
+        let probe = self.replica_request(0, spec, &r, user, 0);
+        sched::check_request(&self.node_defs(), &self.settings.cluster, &probe).map_err(|e| Refused::Invalid(e.message))?;
+        Ok(r)
+    }
+
+    fn replica_request(&self, id: u64, spec: &ServiceSpec, r: &Resolved, user: &str, now: Time) -> JobRequest {
+        let shape = Shape {
+            cpus_per_task: r.cpus,
+            mem: MemRequest::PerNode(r.memory),
+            gpus: (r.gpus > 0).then(|| model::GpuRequest {
+                per: model::GpuPer::Node(r.gpus),
+                gpu_type: r.gpu_type.clone(),
+                milli: model::GPU_MILLI,
+            }),
+            ..Shape::single()
+        };
+        let mut req = JobRequest::new(id, now, Time::MAX / 4, shape);
+        req.name = spec.name.clone();
+        req.kind = RequestKind::Replica { service: spec.name.clone() };
+        req.user = user.to_string();
+        req.account = spec.account.clone().unwrap_or_else(|| user.to_string());
+        req.partition = spec.partition.clone();
+        req.qos = spec.qos.clone();
+        req
+    }
+
+    /// Creates or updates a service (`tandem service apply`). A change of what the replicas
+    /// run makes a new revision, rolled out within the surge and unavailability limits; a
+    /// change of count only scales. Returns the revision and whether anything changed.
+    pub fn apply_service(
+        &mut self,
+        now_ms: i64,
+        uid: u32,
+        gid: u32,
+        user: &str,
+        submit_dir: &str,
+        mut spec: ServiceSpec,
+    ) -> Result<(u32, bool), Refused> {
+        self.now_ms = self.now_ms.max(now_ms);
+        if spec.workdir.is_none() {
+            if !submit_dir.starts_with('/') {
+                return Err(Refused::Invalid("the service needs an absolute workdir".into()));
+            }
+            spec.workdir = Some(submit_dir.to_string());
+        }
+        let r = self.check_spec(&spec, user)?;
+        let name = spec.name.clone();
+        if let Some(old) = self.services.get(&name) {
+            if uid != 0 && uid != old.uid {
+                return Err(Refused::Forbidden(format!("service {name} belongs to another user")));
+            }
+            if old.deleting {
+                return Err(Refused::Conflict(format!("service {name} is being deleted; apply again once it is gone")));
+            }
+        }
+        let now = now_ms / 1000;
+        let svc = self.services.entry(name.clone()).or_insert_with(|| Service {
+            spec: spec.clone(),
+            revision: 0,
+            history: Vec::new(),
+            desired: 0,
+            uid,
+            gid,
+            user: user.to_string(),
+            submit_dir: submit_dir.to_string(),
+            created: now,
+            deleting: false,
+            scale_log: Vec::new(),
+            recommendations: Default::default(),
+        });
+        let mut changed = false;
+        if svc.revision == 0 {
+            svc.revision = 1;
+            changed = true;
+            svc.set_desired(now_ms, r.replicas);
+        } else {
+            if svc.spec.template_differs(&spec) {
+                let old = std::mem::replace(&mut svc.spec, spec.clone());
+                svc.history.push((svc.revision, old));
+                if svc.history.len() > service::HISTORY {
+                    svc.history.remove(0);
+                }
+                svc.revision += 1;
+                changed = true;
+            } else if svc.spec != spec {
+                svc.spec = spec.clone();
+                changed = true;
+            }
+            let desired = match &r.autoscale {
+                Some(a) => svc.desired.clamp(a.min, a.max),
+                None => r.replicas,
+            };
+            if desired != svc.desired {
+                svc.set_desired(now_ms, desired);
+                changed = true;
+            }
+        }
+        let rev = svc.revision;
+        self.dirty_services.insert(name);
+        Ok((rev, changed))
+    }
+
+    /// Sets a service's replica count (`tandem service scale`). With autoscaling on, the count
+    /// must lie within its bounds and the autoscaler may change it later.
+    pub fn scale_service(&mut self, now_ms: i64, uid: u32, name: &str, n: u32) -> Result<(), Refused> {
+        let s = self.owns(uid, name)?;
+        if n > service::MAX_REPLICAS {
+            return Err(Refused::Invalid(format!("at most {} replicas", service::MAX_REPLICAS)));
+        }
+        if let Ok(r) = s.spec.resolve()
+            && let Some(a) = r.autoscale
+            && (n < a.min || n > a.max)
+        {
+            return Err(Refused::Invalid(format!("{name} autoscales between {} and {} replicas", a.min, a.max)));
+        }
+        if s.deleting {
+            return Err(Refused::Conflict(format!("service {name} is being deleted")));
+        }
+        let s = self.services.get_mut(name).expect("checked");
+        s.set_desired(now_ms, n);
+        self.dirty_services.insert(name.to_string());
+        Ok(())
+    }
+
+    /// Rolls back to an earlier revision (`tandem service rollout undo`), by default the one
+    /// before the current; it becomes a new revision, rolled out like any other.
+    pub fn undo_service(&mut self, now_ms: i64, uid: u32, name: &str, to: Option<u32>) -> Result<u32, Refused> {
+        let s = self.owns(uid, name)?;
+        let prev = match to {
+            None => s.history.last().cloned(),
+            Some(r) => s.history.iter().find(|(n, _)| *n == r).cloned(),
+        };
+        let Some((_, spec)) = prev else {
+            return Err(Refused::Conflict(match to {
+                None => format!("service {name} has no earlier revision"),
+                Some(r) => format!("service {name} has no revision {r} to go back to"),
+            }));
+        };
+        let mut spec = spec;
+        // Keep today's count: an undo changes what runs, not how many.
+        spec.replicas = s.spec.replicas.clone();
+        spec.autoscale = s.spec.autoscale.clone();
+        let (gid, user, dir) = (s.gid, s.user.clone(), s.submit_dir.clone());
+        self.apply_service(now_ms, uid, gid, &user, &dir, spec).map(|(rev, _)| rev)
+    }
+
+    /// Deletes a service: its replicas drain and stop, then the record goes.
+    pub fn delete_service(&mut self, uid: u32, name: &str) -> Result<(), Refused> {
+        self.owns(uid, name)?;
+        let s = self.services.get_mut(name).expect("checked");
+        s.deleting = true;
+        self.dirty_services.insert(name.to_string());
+        Ok(())
+    }
+
+    /// Takes the replica reports of a heartbeat (and notes the heartbeat's time).
+    pub fn replica_reports(&mut self, now_ms: i64, node: &str, reports: &[ReplicaReport]) {
+        self.now_ms = self.now_ms.max(now_ms);
+        let Some(&i) = self.node_index.get(node) else { return };
+        let mut changed = self.suspect(&self.nodes[i]);
+        self.nodes[i].seen_ms = now_ms;
+        for rep in reports {
+            let Some(j) = self.jobs.get_mut(&rep.job) else { continue };
+            if j.epoch != rep.epoch || j.state != JobState::Running || !j.allocs.iter().any(|(n, _)| n == node) {
+                continue;
+            }
+            let Some(r) = &mut j.replica else { continue };
+            let ev = if rep.crashloop {
+                ReplicaEvent::Crashed
+            } else if rep.ready {
+                ReplicaEvent::Ready
+            } else {
+                ReplicaEvent::NotReady
+            };
+            let next = r.state.step(ev).unwrap_or(r.state);
+            let before = (r.state, r.port, r.restarts, r.message.clone());
+            if next != r.state {
+                r.since_ms = now_ms;
+            }
+            r.state = next;
+            r.port = Some(rep.port);
+            r.restarts = rep.restarts;
+            r.message = rep.message.clone();
+            if before != (r.state, r.port, r.restarts, r.message.clone()) {
+                changed |= before.0 != r.state || before.1 != r.port;
+                self.dirty_jobs.insert(rep.job);
+            }
+        }
+        if changed {
+            self.refresh_view();
+        }
+    }
+
+    /// A proxy's sync: records its gauges and the view version it holds, and returns the
+    /// current view.
+    pub fn proxy_sync(&mut self, now_ms: i64, proxy: &str, since: u64, stats: BTreeMap<String, ProxyServiceStats>) -> EndpointView {
+        self.now_ms = self.now_ms.max(now_ms);
+        if self.proxies.len() > 1000 && !self.proxies.contains_key(proxy) {
+            self.proxies.retain(|_, p| p.last_ms >= now_ms - 60_000);
+        }
+        let p = self.proxies.entry(proxy.to_string()).or_default();
+        p.seen = since;
+        p.last_ms = now_ms;
+        p.stats = stats;
+        self.endpoint_view()
+    }
+
+    /// The current endpoint view.
+    pub fn endpoint_view(&self) -> EndpointView {
+        EndpointView { version: self.ep_version, services: self.ep_view.clone() }
+    }
+
+    /// Version of the endpoint view.
+    pub fn endpoint_version(&self) -> u64 {
+        self.ep_version
+    }
+
+    pub(crate) fn suspect(&self, n: &NodeRec) -> bool {
+        n.node.state != NodeState::Down && self.now_ms > 0 && self.now_ms - n.seen_ms > self.settings.failover_ms
+    }
+
+    /// Recomputes the endpoint view; bumps its version when it changed.
+    pub(crate) fn refresh_view(&mut self) {
+        let mut by_service: BTreeMap<&str, (Vec<Endpoint>, Vec<String>)> = BTreeMap::new();
+        for j in self.jobs.values() {
+            let Some(r) = &j.replica else { continue };
+            if j.state != JobState::Running {
+                continue;
+            }
+            let node = j.allocs.first().map(|(n, _)| n.as_str()).unwrap_or("");
+            let rec = self.node_index.get(node).map(|&i| &self.nodes[i]);
+            let e = by_service.entry(r.service.as_str()).or_default();
+            match r.state {
+                ReplicaState::Ready => {
+                    if let (Some(rec), Some(port)) = (rec, r.port)
+                        && !self.suspect(rec)
+                    {
+                        e.0.push(Endpoint {
+                            replica: replica_id(&r.service, j.req.id.0),
+                            addr: format!("{}:{port}", rec.addr),
+                            node: node.to_string(),
+                        });
+                    }
+                }
+                ReplicaState::Draining | ReplicaState::Stopping => e.1.push(replica_id(&r.service, j.req.id.0)),
+                _ => {}
+            }
+        }
+        let mut view = Vec::with_capacity(self.services.len());
+        for s in self.services.values() {
+            let Ok(r) = s.spec.resolve() else { continue };
+            let (endpoints, draining) = by_service.remove(s.spec.name.as_str()).unwrap_or_default();
+            view.push(ServiceEndpoints {
+                name: s.spec.name.clone(),
+                balance: r.balance,
+                hold_ms: r.hold_ms,
+                retries: r.retries,
+                endpoints,
+                draining,
+            });
+        }
+        if view != self.ep_view {
+            self.ep_view = view;
+            self.ep_version += 1;
+        }
+    }
+
+    /// The replica part of a replica job's task.
+    pub(crate) fn replica_task(&self, j: &Job) -> Option<ReplicaTask> {
+        let info = j.replica.as_ref()?;
+        let svc = self.services.get(&info.service)?;
+        let spec = if svc.revision == info.revision {
+            &svc.spec
+        } else {
+            svc.history.iter().find(|(n, _)| *n == info.revision).map(|(_, s)| s).unwrap_or(&svc.spec)
+        };
+        let r = spec.resolve().ok()?;
+        Some(ReplicaTask {
+            service: info.service.clone(),
+            replica: replica_id(&info.service, j.req.id.0),
+            readiness: r.readiness,
+            liveness: r.liveness,
+            startup: r.startup,
+            grace_ms: r.grace_ms,
+        })
+    }
+
+    fn create_replica(&mut self, now_ms: i64, name: &str) -> Option<u64> {
+        let svc = self.services.get(name)?;
+        let spec = svc.spec.clone();
+        let r = spec.resolve().ok()?;
+        let id = self.next_id;
+        let now = now_ms / 1000;
+        let req = self.replica_request(id, &spec, &r, &svc.user, now);
+        let workdir = spec.workdir.clone().unwrap_or_else(|| svc.submit_dir.clone());
+        let output = r.output.replace("%x", name);
+        let mut argv = spec.command.clone();
+        argv.extend(spec.args.iter().cloned());
+        let job = Job {
+            req,
+            spec: JobSpec {
+                script: String::new(),
+                script_args: argv,
+                workdir: workdir.clone(),
+                submit_dir: svc.submit_dir.clone(),
+                submit_host: "localhost".into(),
+                env: spec.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+                output,
+                error: None,
+                requeue: false,
+                signal: None,
+                uid: svc.uid,
+                gid: svc.gid,
+            },
+            state: JobState::Pending,
+            reason: PendingReason::None,
+            expected_start: None,
+            start: None,
+            end: None,
+            exit_code: None,
+            exit_signal: None,
+            allocs: Vec::new(),
+            last_allocs: Vec::new(),
+            restart_count: 0,
+            array: None,
+            steps: Vec::new(),
+            epoch: 0,
+            cancelling: false,
+            timeout_at: None,
+            warned: false,
+            node_failed: false,
+            message: None,
+            preempt_at: None,
+            confirmed: false,
+            replica: Some(ReplicaInfo {
+                service: name.to_string(),
+                revision: svc.revision,
+                state: ReplicaState::Pending,
+                port: None,
+                restarts: 0,
+                message: None,
+                since_ms: now_ms,
+                drain_version: 0,
+                stop_ms: None,
+                evicting: false,
+            }),
+        };
+        self.jobs.insert(id, job);
+        self.dirty_jobs.insert(id);
+        self.next_id += 1;
+        self.next_id_dirty = true;
+        Some(id)
+    }
+
+    /// Takes a replica out of the endpoint set; it stops once proxies have seen the view
+    /// without it and finished its requests (or its grace time ends).
+    pub(crate) fn drain_replica(&mut self, id: u64, now_ms: i64) {
+        let Some(j) = self.jobs.get_mut(&id) else { return };
+        let Some(r) = &mut j.replica else { return };
+        let Ok(s) = r.state.step(ReplicaEvent::Drain) else { return };
+        r.state = s;
+        r.since_ms = now_ms;
+        self.dirty_jobs.insert(id);
+        self.refresh_view();
+        let version = self.ep_version;
+        if let Some(r) = self.jobs.get_mut(&id).and_then(|j| j.replica.as_mut()) {
+            r.drain_version = version;
+        }
+    }
+
+    /// Whether every live proxy has stopped sending to a draining replica and finished what it
+    /// had sent.
+    fn drained(&self, service: &str, replica: &str, drain_version: u64) -> bool {
+        self.proxies
+            .values()
+            .filter(|p| p.last_ms >= self.now_ms - PROXY_FRESH_MS)
+            .all(|p| p.seen >= drain_version && p.stats.get(service).and_then(|s| s.replicas.get(replica)).copied().unwrap_or(0) == 0)
+    }
+
+    /// Service work, run often (every few hundred milliseconds): failover of replicas whose
+    /// node went silent, draining and stopping, autoscaling, and reconciliation of every
+    /// service. Scheduling of the replicas it creates is `tick`'s.
+    pub fn services_tick(&mut self, now_ms: i64) -> usize {
+        self.now_ms = self.now_ms.max(now_ms);
+        let now_ms = self.now_ms;
+        let mut changes = 0;
+        // 1. Failover: replicas on silent nodes are lost now, replaced below.
+        let lost: Vec<(u64, String, u32)> = self
+            .jobs
+            .values()
+            .filter(|j| j.state == JobState::Running && j.replica.as_ref().is_some_and(|r| r.state != ReplicaState::Lost))
+            .filter_map(|j| {
+                let (node, _) = j.allocs.first()?;
+                let &i = self.node_index.get(node)?;
+                let rec = &self.nodes[i];
+                (self.suspect(rec) || rec.node.state == NodeState::Down).then(|| (j.req.id.0, node.clone(), j.epoch))
+            })
+            .collect();
+        for (id, node, epoch) in lost {
+            let j = self.jobs.get_mut(&id).expect("listed");
+            let r = j.replica.as_mut().expect("a replica");
+            r.state = r.state.step(ReplicaEvent::NodeLost).unwrap_or(ReplicaState::Lost);
+            r.since_ms = now_ms;
+            j.cancelling = true;
+            self.dirty_jobs.insert(id);
+            // Stopped when the node comes back (or fences itself at its lease).
+            self.order(&node, Order::Kill { job: id, epoch });
+            changes += 1;
+        }
+        // 2. Draining, stopping and pending replicas on their way out.
+        let leaving: Vec<(u64, ReplicaInfo, JobState, u32, Vec<String>)> = self
+            .jobs
+            .values()
+            .filter(|j| !j.state.is_final())
+            .filter_map(|j| {
+                let r = j.replica.as_ref()?;
+                matches!(r.state, ReplicaState::Draining | ReplicaState::Stopping)
+                    .then(|| (j.req.id.0, r.clone(), j.state, j.epoch, j.allocs.iter().map(|(n, _)| n.clone()).collect()))
+            })
+            .collect();
+        for (id, r, state, epoch, nodes) in leaving {
+            let grace = self.services.get(&r.service).and_then(|s| s.spec.resolve().ok()).map_or(30_000, |x| x.grace_ms) as i64;
+            if state == JobState::Pending {
+                let j = self.jobs.get_mut(&id).expect("listed");
+                j.state = j.state.step(JobEvent::Cancel).expect("pending can be cancelled");
+                j.end = Some(now_ms / 1000);
+                let ri = j.replica.as_mut().expect("a replica");
+                ri.state = ri.state.step(ReplicaEvent::Ended).unwrap_or(ReplicaState::Gone);
+                self.dirty_jobs.insert(id);
+                changes += 1;
+                continue;
+            }
+            match r.state {
+                ReplicaState::Draining => {
+                    let rid = replica_id(&r.service, id);
+                    let grace_over = now_ms >= r.since_ms + grace;
+                    // The view that leaves it out must exist before proxies can have seen it.
+                    if self.drained(&r.service, &rid, r.drain_version) || grace_over {
+                        let j = self.jobs.get_mut(&id).expect("listed");
+                        j.cancelling = true;
+                        let ri = j.replica.as_mut().expect("a replica");
+                        ri.state = ri.state.step(ReplicaEvent::Stop).unwrap_or(ReplicaState::Stopping);
+                        ri.stop_ms = Some(now_ms);
+                        self.dirty_jobs.insert(id);
+                        for n in &nodes {
+                            self.order(n, Order::Signal { job: id, epoch, signal: 15, batch_only: false });
+                        }
+                        changes += 1;
+                    }
+                }
+                ReplicaState::Stopping => {
+                    if r.stop_ms.is_none_or(|t| now_ms >= t + grace) {
+                        for n in &nodes {
+                            self.order(n, Order::Kill { job: id, epoch });
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        // 3. Each service: autoscale, then reconcile.
+        let names: Vec<String> = self.services.keys().cloned().collect();
+        for name in names {
+            changes += self.reconcile_service(now_ms, &name);
+        }
+        self.refresh_view();
+        changes
+    }
+
+    fn reconcile_service(&mut self, now_ms: i64, name: &str) -> usize {
+        let Some(svc) = self.services.get(name) else { return 0 };
+        let Ok(r) = svc.spec.resolve() else { return 0 };
+        let revision = svc.revision;
+        let mut replicas: Vec<(ReplicaView, bool)> = Vec::new();
+        let mut remaining = 0;
+        for j in self.replicas_of(name) {
+            if j.state.is_final() {
+                continue;
+            }
+            remaining += 1;
+            let ri = j.replica.as_ref().expect("replica");
+            if !ri.state.is_active() {
+                continue;
+            }
+            let on_drained =
+                j.allocs.first().and_then(|(n, _)| self.node_index.get(n)).is_some_and(|&i| self.nodes[i].node.state == NodeState::Drain);
+            replicas.push((ReplicaView { id: j.req.id.0, revision: ri.revision, state: ri.state }, on_drained));
+        }
+        if svc.deleting {
+            let ids: Vec<u64> = replicas.iter().map(|(v, _)| v.id).collect();
+            let n = ids.len();
+            for id in ids {
+                self.drain_replica(id, now_ms);
+            }
+            if remaining == 0 {
+                self.services.remove(name);
+                self.removed_services.push(name.to_string());
+                self.dirty_services.remove(name);
+                return 1;
+            }
+            return n;
+        }
+        if let Some(a) = &r.autoscale {
+            let st = self.proxy_stats(name);
+            let svc = self.services.get_mut(name).expect("exists");
+            let want = service::autoscale(svc, a, now_ms, st.inflight, st.waiting);
+            if want != svc.desired {
+                svc.set_desired(now_ms, want);
+                self.dirty_services.insert(name.to_string());
+            }
+        }
+        let svc = &self.services[name];
+        let desired = svc.desired;
+        // Replicas on drained nodes are replaced first, and leave once enough others are ready.
+        let (evicting, staying): (Vec<(ReplicaView, bool)>, Vec<(ReplicaView, bool)>) = replicas.into_iter().partition(|(_, d)| *d);
+        let active: Vec<ReplicaView> = staying.iter().map(|(v, _)| *v).collect();
+        let Actions { create, drain } = service::reconcile(&active, desired, revision, r.surge, r.unavailable);
+        let mut changes = create as usize + drain.len();
+        for id in drain {
+            self.drain_replica(id, now_ms);
+        }
+        for _ in 0..create {
+            self.create_replica(now_ms, name);
+        }
+        if !evicting.is_empty() {
+            let ready_others = active.iter().filter(|v| v.state == ReplicaState::Ready).count() as u32;
+            let floor = r.min_available.map_or(desired.min(1), |p| p.of(desired, true));
+            let mut spare = ready_others.saturating_sub(floor);
+            for (v, _) in evicting {
+                if v.state != ReplicaState::Ready || spare > 0 {
+                    if v.state == ReplicaState::Ready {
+                        spare -= 1;
+                    }
+                    self.drain_replica(v.id, now_ms);
+                    changes += 1;
+                } else if let Some(ri) = self.jobs.get_mut(&v.id).and_then(|j| j.replica.as_mut())
+                    && !ri.evicting
+                {
+                    ri.evicting = true;
+                    self.dirty_jobs.insert(v.id);
+                }
+            }
+        }
+        changes
+    }
+}

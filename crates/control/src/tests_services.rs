@@ -1,0 +1,360 @@
+//! Service unit tests: reconciliation, failover, draining, rolling updates, preemption and
+//! autoscaling, driven by hand-made heartbeats, proxy syncs and ticks (milliseconds).
+
+use super::*;
+use crate::service::{AutoscaleSpec, Quantity};
+use model::ReplicaState;
+use std::collections::BTreeMap;
+
+/// A cluster of `n` nodes and a fake agent per node that runs what it is told and reports
+/// every replica ready on a port.
+struct World {
+    c: Controller,
+    nodes: Vec<String>,
+    acked: HashMap<String, u64>,
+    /// Running tasks per node: (job, epoch) → port.
+    running: HashMap<String, BTreeMap<(u64, u32), u16>>,
+    signals: Vec<(u64, i32)>,
+    next_port: u16,
+    /// Nodes whose agent is dead (no heartbeats).
+    dead: Vec<String>,
+    now_ms: i64,
+}
+
+impl World {
+    fn new(n: usize, gpus: u32, settings: Settings) -> World {
+        let mut c = Controller::new(settings);
+        let mut nodes = Vec::new();
+        for i in 0..n {
+            let mut node = Node::new(format!("n{i}"), 8, 16 << 30, gpus);
+            node.gpu_type = (gpus > 0).then(|| "h100".into());
+            c.register(0, node, "127.0.0.1".into()).unwrap();
+            nodes.push(format!("n{i}"));
+        }
+        World { c, nodes, acked: HashMap::new(), running: HashMap::new(), signals: vec![], next_port: 10_000, dead: vec![], now_ms: 1_000 }
+    }
+
+    /// One round: every live agent heartbeats (carrying out orders), then the service tick and
+    /// the scheduling tick run.
+    fn round(&mut self, step_ms: i64) {
+        self.now_ms += step_ms;
+        let now = self.now_ms / 1000;
+        for name in self.nodes.clone() {
+            if self.dead.contains(&name) {
+                continue;
+            }
+            let running = self.running.entry(name.clone()).or_default();
+            let keys: Vec<TaskKey> = running.keys().map(|&(job, epoch)| TaskKey { job, epoch, step: BATCH_STEP, rank: 0 }).collect();
+            let reports: Vec<ReplicaReport> = running
+                .iter()
+                .map(|(&(job, epoch), &port)| ReplicaReport { job, epoch, port, ready: true, restarts: 0, crashloop: false, message: None })
+                .collect();
+            let prev = self.acked.get(&name).copied().unwrap_or(0);
+            let orders = self.c.heartbeat(now, &name, prev, &keys, &[]).unwrap();
+            self.c.replica_reports(self.now_ms, &name, &reports);
+            let mut exits = Vec::new();
+            for (seq, o) in orders {
+                if seq <= prev {
+                    continue;
+                }
+                self.acked.insert(name.clone(), seq);
+                let running = self.running.get_mut(&name).unwrap();
+                match o {
+                    Order::Launch(t) => {
+                        if t.replica.is_some() {
+                            running.insert((t.job, t.epoch), self.next_port);
+                            self.next_port += 1;
+                        }
+                    }
+                    Order::Signal { job, epoch, signal, .. } => {
+                        self.signals.push((job, signal));
+                        if running.remove(&(job, epoch)).is_some() {
+                            exits.push(TaskExit {
+                                job,
+                                epoch,
+                                step: BATCH_STEP,
+                                rank: 0,
+                                code: None,
+                                signal: Some(signal),
+                                oom: false,
+                                fenced: false,
+                            });
+                        }
+                    }
+                    Order::Kill { job, epoch } => {
+                        if running.remove(&(job, epoch)).is_some() {
+                            exits.push(TaskExit {
+                                job,
+                                epoch,
+                                step: BATCH_STEP,
+                                rank: 0,
+                                code: None,
+                                signal: Some(9),
+                                oom: false,
+                                fenced: false,
+                            });
+                        }
+                    }
+                }
+            }
+            if !exits.is_empty() {
+                let ack = self.acked.get(&name).copied().unwrap_or(0);
+                self.c.heartbeat(now, &name, ack, &[], &exits).unwrap();
+            }
+        }
+        self.c.services_tick(self.now_ms);
+        self.c.tick(now);
+        self.c.services_tick(self.now_ms);
+    }
+
+    fn apply(&mut self, toml_spec: ServiceSpec) -> Result<(u32, bool), Refused> {
+        self.c.apply_service(self.now_ms, 1000, 1000, "alice", "/tmp", toml_spec)
+    }
+
+    fn endpoints(&self, name: &str) -> Vec<Endpoint> {
+        self.c.endpoint_view().services.into_iter().find(|s| s.name == name).map(|s| s.endpoints).unwrap_or_default()
+    }
+
+    fn states(&self, name: &str) -> Vec<ReplicaState> {
+        self.c.replicas_of(name).filter(|j| !j.state.is_final()).map(|j| j.replica.as_ref().unwrap().state).collect()
+    }
+}
+
+fn echo(replicas: u32) -> ServiceSpec {
+    ServiceSpec {
+        name: "echo".into(),
+        command: vec!["python3".into(), "-m".into(), "http.server".into(), "$PORT".into()],
+        replicas: Some(Quantity::Num(replicas as f64)),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn replicas_spread_become_endpoints() {
+    let mut w = World::new(3, 0, Settings::default());
+    assert_eq!(w.apply(echo(3)).unwrap(), (1, true));
+    assert_eq!(w.apply(echo(3)).unwrap(), (1, false), "applying the same spec again changes nothing");
+    let v0 = w.c.endpoint_version();
+    for _ in 0..4 {
+        w.round(200);
+    }
+    let eps = w.endpoints("echo");
+    assert_eq!(eps.len(), 3, "{eps:?}");
+    let nodes: std::collections::BTreeSet<&str> = eps.iter().map(|e| e.node.as_str()).collect();
+    assert_eq!(nodes.len(), 3, "one replica per node: {eps:?}");
+    assert!(w.c.endpoint_version() > v0);
+    let t = w.c.jobs().find(|j| j.replica.is_some()).unwrap();
+    let task = w.c.replica_task(t).unwrap();
+    assert!(task.replica.starts_with("echo-"));
+}
+
+#[test]
+fn silent_node_loses_its_replica_at_once_and_it_is_replaced_elsewhere() {
+    let mut w = World::new(4, 0, Settings::default());
+    w.apply(echo(3)).unwrap();
+    for _ in 0..4 {
+        w.round(200);
+    }
+    let victim = w.endpoints("echo")[0].node.clone();
+    w.dead.push(victim.clone());
+    // 2 s of silence: past the 1.5 s failover time (and time for the replacement to report
+    // ready), far inside the 30 s lease.
+    for _ in 0..10 {
+        w.round(200);
+    }
+    let eps = w.endpoints("echo");
+    assert_eq!(eps.len(), 3, "replaced: {eps:?}");
+    assert!(eps.iter().all(|e| e.node != victim), "nothing on the silent node: {eps:?}");
+    assert!(w.states("echo").contains(&ReplicaState::Lost));
+    // The node comes back: its stale replica is stopped.
+    w.dead.clear();
+    for _ in 0..3 {
+        w.round(200);
+    }
+    assert!(!w.states("echo").contains(&ReplicaState::Lost), "{:?}", w.states("echo"));
+    assert!(w.running[&victim].is_empty());
+}
+
+#[test]
+fn draining_waits_for_the_proxy_then_stops() {
+    let mut w = World::new(2, 0, Settings::default());
+    w.apply(echo(2)).unwrap();
+    for _ in 0..4 {
+        w.round(200);
+    }
+    let sync = |w: &mut World, since: u64, inflight: &[(&str, u64)]| {
+        let mut st = ProxyServiceStats::default();
+        for (r, n) in inflight {
+            st.replicas.insert(r.to_string(), *n);
+            st.inflight += n;
+        }
+        let now = w.now_ms;
+        w.c.proxy_sync(now, "p1", since, BTreeMap::from([("echo".to_string(), st)]))
+    };
+    let v = sync(&mut w, 0, &[]);
+    let gone = v.services[0].endpoints[1].replica.clone();
+    // The proxy has 2 requests in flight on the replica that will go.
+    sync(&mut w, v.version, &[(&gone, 2)]);
+    w.c.scale_service(w.now_ms, 1000, "echo", 1).unwrap();
+    w.round(200);
+    let v2 = w.c.endpoint_view();
+    assert_eq!(v2.services[0].endpoints.len(), 1);
+    assert_eq!(v2.services[0].draining, vec![gone.clone()]);
+    // The proxy saw the new view but its requests are still running: no stop yet.
+    sync(&mut w, v2.version, &[(&gone, 2)]);
+    w.round(200);
+    assert!(w.signals.is_empty(), "stopped while requests were in flight");
+    sync(&mut w, v2.version, &[(&gone, 0)]);
+    w.round(200);
+    w.round(200);
+    assert_eq!(w.signals.len(), 1, "SIGTERM once drained");
+    assert_eq!(w.states("echo"), vec![ReplicaState::Ready]);
+}
+
+#[test]
+fn rolling_update_then_undo() {
+    let mut w = World::new(3, 0, Settings::default());
+    w.apply(echo(3)).unwrap();
+    for _ in 0..4 {
+        w.round(200);
+    }
+    let mut v2 = echo(3);
+    v2.env.insert("VERSION".into(), "2".into());
+    assert_eq!(w.apply(v2).unwrap(), (2, true));
+    let mut min_ready = usize::MAX;
+    for _ in 0..30 {
+        w.round(200);
+        min_ready = min_ready.min(w.endpoints("echo").len());
+    }
+    assert!(min_ready >= 2, "25% unavailable of 3 rounds down to 0: never fewer than 3 ready... got {min_ready}");
+    let revs: Vec<u32> = w.c.replicas_of("echo").filter(|j| !j.state.is_final()).map(|j| j.replica.as_ref().unwrap().revision).collect();
+    assert_eq!(revs, vec![2, 2, 2]);
+    assert_eq!(w.c.undo_service(w.now_ms, 1000, "echo", None).unwrap(), 3);
+    assert!(!w.c.service("echo").unwrap().spec.env.contains_key("VERSION"));
+    for _ in 0..30 {
+        w.round(200);
+    }
+    let live: Vec<&Job> = w.c.replicas_of("echo").filter(|j| !j.state.is_final()).collect();
+    assert_eq!(live.len(), 3);
+    assert!(live.iter().all(|j| !j.spec.env.iter().any(|(k, _)| k == "VERSION")));
+    assert_eq!(w.c.undo_service(w.now_ms, 1000, "echo", Some(9)).unwrap_err().to_string(), "service echo has no revision 9 to go back to");
+}
+
+#[test]
+fn gpu_service_preempts_lower_tier_training_only() {
+    let mut settings = Settings::default();
+    settings.cluster.qos = vec![
+        model::Qos { name: "low".into(), priority: 0, preempt_tier: 0, grace_time: 5, max_jobs_per_user: None, max_gpus_per_user: None },
+        model::Qos {
+            name: "serve".into(),
+            priority: 100,
+            preempt_tier: 2,
+            grace_time: 5,
+            max_jobs_per_user: None,
+            max_gpus_per_user: None,
+        },
+        model::Qos { name: "high".into(), priority: 200, preempt_tier: 3, grace_time: 5, max_jobs_per_user: None, max_gpus_per_user: None },
+    ];
+    let mut w = World::new(2, 2, settings);
+    let job = |q: &str| {
+        let mut a: Vec<String> = vec!["--gpus-per-node=2".into(), format!("--qos={q}"), "--wrap=sleep 100".into()];
+        a.push("-t".into());
+        a.push("60".into());
+        slurmcli::parse_sbatch(&a, 0, &mut |_| unreachable!()).unwrap()
+    };
+    let spec = |uid| JobSpec {
+        script: "#!/bin/sh\n".into(),
+        script_args: vec![],
+        workdir: "/tmp".into(),
+        submit_dir: "/tmp".into(),
+        submit_host: "h".into(),
+        env: vec![],
+        output: "o".into(),
+        error: None,
+        requeue: true,
+        signal: None,
+        uid,
+        gid: uid,
+    };
+    let low = w.c.submit(1, spec(1), &job("low"), "bob").unwrap()[0];
+    let high = w.c.submit(1, spec(1), &job("high"), "bob").unwrap()[0];
+    w.c.tick(1);
+    assert_eq!(w.c.job(low).unwrap().state, JobState::Running);
+    assert_eq!(w.c.job(high).unwrap().state, JobState::Running);
+    let mut svc = echo(1);
+    svc.qos = Some("serve".into());
+    svc.resources.gpus = Some(Quantity::Num(1.0));
+    w.apply(svc).unwrap();
+    w.round(200);
+    assert!(w.c.job(low).unwrap().preempt_at.is_some(), "the low-tier job was chosen");
+    assert!(w.c.job(high).unwrap().preempt_at.is_none(), "the high-tier job is never a victim of a lower tier");
+    // The batch job's launch was never delivered to the fake agent, so it is requeued when its
+    // grace time ends.
+    for _ in 0..40 {
+        w.round(200);
+    }
+    assert_eq!(w.c.job(low).unwrap().state, JobState::Pending);
+    assert_eq!(w.c.job(low).unwrap().restart_count, 1);
+    assert_eq!(w.endpoints("echo").len(), 1);
+    // The service goes away: the training job gets its GPUs back at once.
+    w.c.delete_service(1000, "echo").unwrap();
+    for _ in 0..5 {
+        w.round(200);
+    }
+    assert!(w.c.service("echo").is_none());
+    assert_eq!(w.c.job(low).unwrap().state, JobState::Running);
+}
+
+#[test]
+fn autoscaler_follows_the_proxies() {
+    let mut w = World::new(4, 0, Settings::default());
+    let spec = ServiceSpec {
+        name: "echo".into(),
+        command: vec!["x".into()],
+        autoscale: Some(AutoscaleSpec {
+            min: Some(Quantity::Num(1.0)),
+            max: Some(Quantity::Num(4.0)),
+            target_inflight: Some(Quantity::Num(2.0)),
+            scale_down_window: Some(Quantity::Text("2s".into())),
+        }),
+        ..Default::default()
+    };
+    w.apply(spec).unwrap();
+    w.round(200);
+    let load = |w: &mut World, n: u64| {
+        let now = w.now_ms;
+        let st = ProxyServiceStats { inflight: n, ..Default::default() };
+        let v = w.c.endpoint_version();
+        w.c.proxy_sync(now, "p", v, BTreeMap::from([("echo".to_string(), st)]));
+    };
+    load(&mut w, 7);
+    w.round(200);
+    assert_eq!(w.c.service("echo").unwrap().desired, 4);
+    load(&mut w, 0);
+    w.round(1000);
+    assert_eq!(w.c.service("echo").unwrap().desired, 4, "no scale-down inside the window");
+    for _ in 0..3 {
+        load(&mut w, 0);
+        w.round(1000);
+    }
+    assert_eq!(w.c.service("echo").unwrap().desired, 1);
+    let log = &w.c.service("echo").unwrap().scale_log;
+    assert_eq!(log.iter().map(|(_, n)| *n).collect::<Vec<_>>(), vec![1, 4, 1]);
+}
+
+#[test]
+fn refused_specs_store_nothing() {
+    let mut w = World::new(1, 0, Settings::default());
+    let mut s = echo(1);
+    s.qos = Some("nope".into());
+    assert!(w.apply(s).unwrap_err().to_string().contains("invalid qos"));
+    let mut s = echo(1);
+    s.resources.cpus = Some(Quantity::Num(64.0));
+    assert!(matches!(w.apply(s), Err(Refused::Invalid(_))));
+    assert!(w.c.services().next().is_none());
+    assert!(w.c.take_dirty().services.is_empty());
+    w.apply(echo(1)).unwrap();
+    assert!(matches!(w.c.apply_service(w.now_ms, 2000, 2000, "eve", "/tmp", echo(2)), Err(Refused::Forbidden(_))));
+    assert!(matches!(w.c.scale_service(w.now_ms, 2000, "echo", 3), Err(Refused::Forbidden(_))));
+    assert!(matches!(w.c.delete_service(2000, "echo"), Err(Refused::Forbidden(_))));
+}
