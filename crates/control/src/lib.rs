@@ -18,7 +18,7 @@ mod services;
 mod types;
 
 pub use service::{Service, ServiceSpec};
-pub use services::{Endpoint, EndpointView, ProxyServiceStats, ServiceEndpoints};
+pub use services::{Endpoint, EndpointView, ProxyServiceStats, ServiceEndpoints, replica_id};
 pub use types::{
     ArrayInfo, BATCH_STEP, Job, JobSpec, NodeRec, Order, ReplicaInfo, ReplicaReport, ReplicaTask, Step, Task, TaskExit, TaskKey,
 };

@@ -43,10 +43,19 @@ pub struct AgentArgs {
 struct Running {
     pgid: i32,
     cgroup: Option<PathBuf>,
+    /// A service replica, supervised (restarted, probed) by its own task.
+    replica: Option<std::sync::Arc<crate::replica::Ctl>>,
+}
+
+impl Running {
+    /// Its process group now (a replica's changes when it restarts).
+    fn pgid(&self) -> i32 {
+        self.replica.as_ref().map_or(self.pgid, |c| c.pgid.load(std::sync::atomic::Ordering::SeqCst))
+    }
 }
 
 /// cgroup v1 memory hierarchy under the agent's own cgroup, when it can be used.
-struct Cgroups {
+pub(crate) struct Cgroups {
     base: Option<PathBuf>,
 }
 
@@ -156,7 +165,7 @@ pub fn exec_task(args: &[String]) -> anyhow::Error {
     anyhow::anyhow!("cannot run {program}: {e}")
 }
 
-fn launch(t: &Task, spool: &Path, cg: &Cgroups) -> Result<(tokio::process::Child, Option<PathBuf>)> {
+pub(crate) fn launch(t: &Task, spool: &Path, cg: &Cgroups) -> Result<(tokio::process::Child, Option<PathBuf>)> {
     let (program, args): (String, Vec<String>) = match &t.script {
         Some(text) => {
             let path = spool.join(format!("job_{}_{}.sh", t.job, t.epoch));
@@ -192,7 +201,10 @@ fn launch(t: &Task, spool: &Path, cg: &Cgroups) -> Result<(tokio::process::Child
     Ok((child, cgroup))
 }
 
-fn kill_group(pgid: i32, sig: Signal) {
+pub(crate) fn kill_group(pgid: i32, sig: Signal) {
+    if pgid <= 0 {
+        return;
+    }
     let _ = killpg(Pid::from_raw(pgid), sig);
 }
 
@@ -201,7 +213,9 @@ pub async fn run(a: AgentArgs) -> Result<()> {
     let spool = a.data.join("spool");
     std::fs::create_dir_all(&spool).with_context(|| format!("creating {}", spool.display()))?;
     std::fs::set_permissions(&spool, std::fs::Permissions::from_mode(0o755))?;
-    let cg = Cgroups::detect(&a.name);
+    let cg = std::sync::Arc::new(Cgroups::detect(&a.name));
+    // Replica status changes: report them at once rather than at the next heartbeat.
+    let changed = std::sync::Arc::new(tokio::sync::Notify::new());
     let mut node = model::Node::new(
         &a.name,
         a.cpus.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get() as u32)),
@@ -282,7 +296,10 @@ pub async fn run(a: AgentArgs) -> Result<()> {
                 tasks.len()
             );
             for (k, r) in &tasks {
-                kill_group(r.pgid, Signal::SIGKILL);
+                match &r.replica {
+                    Some(c) => c.stop(Signal::SIGKILL),
+                    None => kill_group(r.pgid, Signal::SIGKILL),
+                }
                 fenced.insert(*k);
             }
         }
@@ -293,6 +310,7 @@ pub async fn run(a: AgentArgs) -> Result<()> {
             running: tasks.keys().copied().collect(),
             exits: exits.clone(),
             wait_ms: if exits.is_empty() { info.heartbeat_ms } else { 0 },
+            replicas: tasks.values().filter_map(|r| r.replica.as_ref().map(|c| c.status.lock().expect("lock").clone())).collect(),
         };
         let req = send(&a.server, "POST", "/v1/agent/heartbeat", Some(&hb), &hdr);
         let reply = tokio::select! {
@@ -307,6 +325,7 @@ pub async fn run(a: AgentArgs) -> Result<()> {
                     }
                 None
             }
+            _ = changed.notified() => None,
             _ = term.recv() => { shutdown(&tasks); return Ok(()); }
             _ = int.recv() => { shutdown(&tasks); return Ok(()); }
         };
@@ -344,10 +363,15 @@ pub async fn run(a: AgentArgs) -> Result<()> {
                     if !launched.insert(key) {
                         continue;
                     }
+                    if t.replica.is_some() {
+                        let ctl = crate::replica::spawn(t, spool.clone(), cg.clone(), tx.clone(), changed.clone());
+                        tasks.insert(key, Running { pgid: 0, cgroup: None, replica: Some(ctl) });
+                        continue;
+                    }
                     match launch(&t, &spool, &cg) {
                         Ok((mut child, cgroup)) => {
                             let pgid = child.id().map_or(0, |p| p as i32);
-                            tasks.insert(key, Running { pgid, cgroup });
+                            tasks.insert(key, Running { pgid, cgroup, replica: None });
                             let tx = tx.clone();
                             tokio::spawn(async move {
                                 let st = child.wait().await.unwrap_or_else(|_| std::process::ExitStatus::from_raw(1 << 8));
@@ -377,14 +401,21 @@ pub async fn run(a: AgentArgs) -> Result<()> {
                     let Ok(sig) = Signal::try_from(signal) else { continue };
                     for (k, r) in &tasks {
                         if k.job == job && k.epoch == epoch && (!batch_only || k.step == BATCH_STEP) {
-                            kill_group(r.pgid, sig);
+                            match &r.replica {
+                                // The controller signals a replica only to stop it.
+                                Some(c) => c.stop(sig),
+                                None => kill_group(r.pgid, sig),
+                            }
                         }
                     }
                 }
                 Order::Kill { job, epoch } => {
                     for (k, r) in &tasks {
                         if k.job == job && k.epoch == epoch {
-                            kill_group(r.pgid, Signal::SIGKILL);
+                            match &r.replica {
+                                Some(c) => c.stop(Signal::SIGKILL),
+                                None => kill_group(r.pgid, Signal::SIGKILL),
+                            }
                             if let Some(dir) = &r.cgroup {
                                 for pid in std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default().lines() {
                                     if let Ok(p) = pid.trim().parse::<i32>() {
@@ -411,7 +442,10 @@ fn release_cgroup(tasks: &HashMap<TaskKey, Running>, k: &TaskKey, dir: Option<Pa
 
 fn shutdown(tasks: &HashMap<TaskKey, Running>) {
     for r in tasks.values() {
-        kill_group(r.pgid, Signal::SIGTERM);
+        match &r.replica {
+            Some(c) => c.stop(Signal::SIGTERM),
+            None => kill_group(r.pgid(), Signal::SIGTERM),
+        }
     }
 }
 

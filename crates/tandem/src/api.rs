@@ -174,6 +174,9 @@ pub struct Heartbeat {
     pub exits: Vec<TaskExit>,
     /// Wait up to this long for orders before answering (long poll).
     pub wait_ms: u64,
+    /// Service replicas running here: port, readiness, restarts.
+    #[serde(default)]
+    pub replicas: Vec<control::ReplicaReport>,
 }
 
 /// Response to a heartbeat.
@@ -188,4 +191,113 @@ pub struct Orders {
 pub struct ApiError {
     /// Message for the user.
     pub error: String,
+}
+
+// ---- Services ----
+
+/// `POST /v1/services`: apply a service spec.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApplyRequest {
+    /// The spec.
+    pub spec: control::ServiceSpec,
+    /// Directory it was applied from (the default working directory).
+    pub cwd: String,
+}
+
+/// Response to an apply.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ApplyResponse {
+    /// Service.
+    pub name: String,
+    /// Its revision now.
+    pub revision: u32,
+    /// Whether anything changed.
+    pub changed: bool,
+}
+
+/// `POST /v1/services/{name}`: scale or undo.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "action", rename_all = "snake_case", deny_unknown_fields)]
+pub enum ServiceAction {
+    /// Set the replica count.
+    Scale {
+        /// Count.
+        replicas: u32,
+    },
+    /// Go back to an earlier revision (default: the previous one).
+    Undo {
+        /// Revision.
+        revision: Option<u32>,
+    },
+}
+
+/// One replica as `tandem service show` prints it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ReplicaRow {
+    /// Replica id.
+    pub id: String,
+    /// Its job id.
+    pub job: u64,
+    /// Replica state.
+    pub state: String,
+    /// Revision.
+    pub revision: u32,
+    /// Node.
+    pub node: Option<String>,
+    /// `host:port`.
+    pub addr: Option<String>,
+    /// Restarts by its agent.
+    pub restarts: u32,
+    /// Last problem.
+    pub message: Option<String>,
+    /// Why it waits (pending).
+    pub reason: String,
+    /// Output file.
+    pub log: String,
+}
+
+/// A service as `tandem service list/show` print it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ServiceInfo {
+    /// Name.
+    pub name: String,
+    /// Owner.
+    pub user: String,
+    /// Current revision.
+    pub revision: u32,
+    /// Earlier revisions kept for undo.
+    pub history: Vec<u32>,
+    /// Desired replicas.
+    pub desired: u32,
+    /// Ready replicas.
+    pub ready: u32,
+    /// Replicas of the current revision that are ready.
+    pub updated_ready: u32,
+    /// Replicas (live ones, and those on their way out).
+    pub replicas: Vec<ReplicaRow>,
+    /// Being deleted.
+    pub deleting: bool,
+    /// Desired count over time: (Unix milliseconds, count).
+    pub scale_log: Vec<(i64, u32)>,
+    /// Proxy gauges, summed.
+    pub stats: control::ProxyServiceStats,
+    /// The spec of the current revision.
+    pub spec: control::ServiceSpec,
+}
+
+/// `POST /v1/proxy/sync`: a proxy's long poll for the endpoint view, carrying its gauges.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ProxySync {
+    /// Proxy id (its listen address).
+    pub proxy: String,
+    /// The view version it holds; answered at once when the controller's is newer.
+    #[serde(default)]
+    pub since: u64,
+    /// Longest hold, milliseconds.
+    #[serde(default)]
+    pub wait_ms: u64,
+    /// Gauges per service.
+    #[serde(default)]
+    pub services: std::collections::BTreeMap<String, control::ProxyServiceStats>,
 }

@@ -5,6 +5,8 @@
 //! cluster_name = "tandem"
 //! lease = 30              # seconds; a node whose heartbeats stop this long is DOWN
 //! kill_wait = 30          # seconds between SIGTERM and SIGKILL at a time limit
+//! heartbeat_ms = 500      # agents' heartbeat interval
+//! failover_ms = 1500      # a node silent this long loses its service replicas to new ones
 //! [scheduler]
 //! policy = "default"      # fcfs, sjf, f1, multifactor, default
 //! backfill = "easy"       # none, easy, conservative
@@ -39,6 +41,8 @@ struct File {
     cluster_name: Option<String>,
     lease: Option<u32>,
     kill_wait: Option<u32>,
+    heartbeat_ms: Option<u64>,
+    failover_ms: Option<u64>,
     scheduler: Option<Sched>,
     weights: Option<toml::Table>,
     #[serde(default)]
@@ -117,6 +121,21 @@ pub fn parse(text: &str) -> Result<control::Settings> {
     }
     if let Some(k) = f.kill_wait {
         s.kill_wait = k as i64;
+    }
+    if let Some(h) = f.heartbeat_ms {
+        if !(50..=60_000).contains(&h) {
+            bail!("heartbeat_ms must be between 50 and 60000, got {h}");
+        }
+        s.heartbeat_ms = h;
+    }
+    if let Some(fo) = f.failover_ms {
+        s.failover_ms = fo.min(i64::MAX as u64) as i64;
+    }
+    if s.failover_ms <= s.heartbeat_ms as i64 {
+        bail!("failover_ms ({}) must be longer than heartbeat_ms ({})", s.failover_ms, s.heartbeat_ms);
+    }
+    if s.failover_ms > s.lease * 1000 {
+        bail!("failover_ms ({}) must not exceed the lease ({} s)", s.failover_ms, s.lease);
     }
     if let Some(sc) = f.scheduler {
         if let Some(p) = sc.policy {
@@ -228,6 +247,8 @@ mod tests {
         let e = |t: &str| format!("{:#}", parse(t).unwrap_err());
         assert!(e("leese = 3").contains("unknown field"));
         assert!(e("lease = 0").contains("lease"));
+        assert!(e("heartbeat_ms = 2000\nfailover_ms = 1000").contains("longer"));
+        assert!(e("heartbeat_ms = 1").contains("heartbeat_ms"));
         assert!(e("lease = \"soon\"").contains("invalid type"));
         assert!(e("[scheduler]\npolicy = \"lottery\"").contains("scheduler.policy"));
         assert!(e("[scheduler]\nbackfill = \"rls\"").contains("scheduler.backfill"));

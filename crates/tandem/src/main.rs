@@ -11,8 +11,10 @@ mod cli;
 mod client;
 mod config;
 mod openapi;
+mod replica;
 mod server;
 mod simcmd;
+mod svccli;
 mod up;
 
 use anyhow::{Context, Result, bail};
@@ -164,6 +166,11 @@ enum Cmd {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// Inference services: apply, list, show, scale, delete, rollout, logs.
+    Service {
+        #[command(subcommand)]
+        cmd: svccli::ServiceCmd,
+    },
     /// Replay a workload trace (or a synthetic workload) through the scheduler in virtual time.
     Sim(simcmd::SimArgs),
     /// Benchmarks.
@@ -227,6 +234,7 @@ fn main() -> std::process::ExitCode {
         Cmd::Run { args } => ("srun", cli::srun(&args)),
         Cmd::Priority { args } => ("sprio", cli::sprio(&args)),
         Cmd::Sim(a) => ("tandem", simcmd::run(a).map(|_| 0)),
+        Cmd::Service { cmd } => ("tandem service", svccli::run(cmd)),
         Cmd::Bench { which } => ("tandem", bench::run(which).map(|_| 0)),
         Cmd::Shims { dir } => ("tandem", shims(&dir).map(|_| 0)),
         Cmd::Token { lifespan } => ("tandem token", get_token(lifespan)),

@@ -52,6 +52,10 @@ struct App {
     wake: Arc<Notify>,
     node_wake: Arc<Mutex<HashMap<String, Arc<Notify>>>>,
     metrics: Arc<Mutex<Metrics>>,
+    /// Wakes the service loop.
+    service_wake: Arc<Notify>,
+    /// The endpoint view's version, watched by proxies' long polls.
+    ep_watch: Arc<tokio::sync::watch::Sender<u64>>,
 }
 
 #[derive(Default)]
@@ -95,6 +99,9 @@ macro_rules! or_reply {
         }
     };
 }
+
+// After the macro, which the module uses.
+mod services;
 
 /// A JSON body, or a 400 that says what is malformed.
 fn json_body<T>(b: Result<Json<T>, axum::extract::rejection::JsonRejection>) -> Result<T, Response> {
@@ -181,6 +188,8 @@ impl App {
         let out = f(&mut g.ctl);
         let dirty = g.ctl.take_dirty();
         g.db.persist(&dirty).map_err(|e| err(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+        let v = g.ctl.endpoint_version();
+        self.ep_watch.send_if_modified(|old| std::mem::replace(old, v) != v);
         Ok(out)
     }
 
@@ -551,11 +560,14 @@ async fn register(
     }
     let r = or_reply!(json_body(body));
     let t = now();
-    let lease = app.inner.lock().expect("lock").ctl.settings().lease;
+    let (lease, heartbeat_ms) = {
+        let g = app.inner.lock().expect("lock");
+        (g.ctl.settings().lease, g.ctl.settings().heartbeat_ms)
+    };
     match app.with(|c| c.register(t, r.node, r.addr)) {
         Ok(Ok(())) => {
             app.wake.notify_one();
-            Json(RegisterResponse { lease_s: lease, heartbeat_ms: ((lease * 1000) / 10).clamp(200, 10_000) as u64 }).into_response()
+            Json(RegisterResponse { lease_s: lease, heartbeat_ms }).into_response()
         }
         Ok(Err(e)) => refused(e),
         Err(r) => r,
@@ -574,7 +586,14 @@ async fn heartbeat(
     let notify = app.node_wake.lock().expect("lock").entry(hb.node.clone()).or_insert_with(|| Arc::new(Notify::new())).clone();
     let had_exits = !hb.exits.is_empty();
     let t = now();
-    let first = match app.with(|c| c.heartbeat(t, &hb.node, hb.ack, &hb.running, &hb.exits)) {
+    let t_ms = services::now_ms();
+    let first = match app.with(|c| {
+        let o = c.heartbeat(t, &hb.node, hb.ack, &hb.running, &hb.exits);
+        if o.is_ok() {
+            c.replica_reports(t_ms, &hb.node, &hb.replicas);
+        }
+        o
+    }) {
         Ok(Ok(o)) => o,
         Ok(Err(e)) => return refused(e),
         Err(r) => return r,
@@ -644,7 +663,7 @@ async fn openapi() -> Response {
 }
 
 fn router(app: App) -> Router {
-    Router::new()
+    services::routes(Router::new())
         .route("/v1/jobs", post(submit).get(list_jobs))
         .route("/v1/jobs/{id}", get(get_job).delete(cancel).post(job_action))
         .route("/v1/jobs/{id}/steps", post(create_step))
@@ -692,6 +711,8 @@ pub async fn run(args: ServerArgs) -> Result<()> {
         wake: Arc::new(Notify::new()),
         node_wake: Arc::new(Mutex::new(HashMap::new())),
         metrics: Arc::new(Mutex::new(Metrics::default())),
+        service_wake: Arc::new(Notify::new()),
+        ep_watch: Arc::new(tokio::sync::watch::channel(0).0),
     };
     let tcp = TcpListener::bind(args.listen).await.with_context(|| format!("binding {}", args.listen))?;
     let sock = args.data.join("tandem.sock");
@@ -732,7 +753,9 @@ pub async fn run(args: ServerArgs) -> Result<()> {
             sched_app.wake_nodes();
         }
     });
+    let t4 = tokio::spawn(services::service_loop(app.clone()));
     tokio::select! {
+        r = t4 => r?,
         r = t1 => r??,
         r = t2 => r??,
         r = t3 => r?,

@@ -1,0 +1,242 @@
+//! The agent's replica supervisor (the kubelet's job): gives a service replica a free port
+//! (`$PORT`), runs it, probes it (startup, liveness, readiness: HTTP GET or TCP connect), restarts
+//! it with a growing back-off when it exits or fails liveness (10 s doubling to 5 min, as
+//! Kubernetes' CrashLoopBackOff), and keeps a status that the agent sends with every heartbeat.
+
+use control::{ReplicaReport, Task, TaskKey};
+use control::service::{Probe, ProbeKind};
+use nix::sys::signal::Signal;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::{Notify, mpsc};
+
+use crate::agent::{Cgroups, kill_group, launch};
+
+/// First restart delay, and the cap (Kubernetes' CrashLoopBackOff).
+const BACKOFF_START: Duration = Duration::from_secs(10);
+const BACKOFF_MAX: Duration = Duration::from_secs(300);
+/// A replica that ran this long without trouble starts its back-off afresh.
+const BACKOFF_RESET: Duration = Duration::from_secs(600);
+
+/// What the agent's main loop holds of a supervised replica.
+pub struct Ctl {
+    /// Process group of the current process (0 between restarts).
+    pub pgid: AtomicI32,
+    /// Told to stop: no more restarts.
+    pub stopping: AtomicBool,
+    stop: Notify,
+    /// Status for the heartbeat.
+    pub status: Mutex<ReplicaReport>,
+}
+
+impl Ctl {
+    /// Stops the replica: no restart; `sig` goes to its process group now.
+    pub fn stop(&self, sig: Signal) {
+        self.stopping.store(true, Ordering::SeqCst);
+        self.stop.notify_one();
+        let pgid = self.pgid.load(Ordering::SeqCst);
+        if pgid > 0 {
+            kill_group(pgid, sig);
+        }
+    }
+}
+
+/// A free TCP port on this machine (the replica binds it a moment later).
+fn free_port() -> std::io::Result<u16> {
+    Ok(std::net::TcpListener::bind(("0.0.0.0", 0))?.local_addr()?.port())
+}
+
+/// One probe attempt.
+async fn probe_once(p: &Probe, port: u16) -> Result<(), String> {
+    let port = p.port.unwrap_or(port);
+    let attempt = async {
+        let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.map_err(|e| format!("connect to port {port}: {e}"))?;
+        let ProbeKind::Http(path) = &p.kind else { return Ok(()) };
+        let req = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUser-Agent: tandem-probe\r\nAccept: */*\r\nConnection: close\r\n\r\n");
+        s.write_all(req.as_bytes()).await.map_err(|e| format!("GET {path}: {e}"))?;
+        let mut buf = Vec::with_capacity(64);
+        let mut chunk = [0u8; 256];
+        while !buf.contains(&b'\n') && buf.len() < 4096 {
+            let n = s.read(&mut chunk).await.map_err(|e| format!("GET {path}: {e}"))?;
+            if n == 0 {
+                break;
+            }
+            buf.extend_from_slice(&chunk[..n]);
+        }
+        let line = String::from_utf8_lossy(&buf);
+        let code: u16 = line.split_whitespace().nth(1).and_then(|c| c.parse().ok()).ok_or_else(|| format!("GET {path}: not an HTTP answer"))?;
+        if (200..400).contains(&code) { Ok(()) } else { Err(format!("GET {path}: HTTP {code}")) }
+    };
+    match tokio::time::timeout(Duration::from_millis(p.timeout_ms), attempt).await {
+        Ok(r) => r,
+        Err(_) => Err(format!("no answer within {} ms", p.timeout_ms)),
+    }
+}
+
+/// Consecutive results of one probe.
+struct Counter {
+    probe: Probe,
+    next: Instant,
+    ok: u32,
+    failed: u32,
+    passed: bool,
+}
+
+impl Counter {
+    fn new(p: &Option<Probe>, start: Instant) -> Option<Counter> {
+        p.as_ref().map(|p| Counter { probe: p.clone(), next: start + Duration::from_millis(p.initial_delay_ms), ok: 0, failed: 0, passed: false })
+    }
+
+    /// Runs the probe if due; returns the error once failures reach the threshold.
+    async fn run(&mut self, port: u16, now: Instant) -> Option<String> {
+        if now < self.next {
+            return None;
+        }
+        self.next = now + Duration::from_millis(self.probe.period_ms);
+        match probe_once(&self.probe, port).await {
+            Ok(()) => {
+                self.ok += 1;
+                self.failed = 0;
+                if self.ok >= self.probe.success_threshold {
+                    self.passed = true;
+                }
+                None
+            }
+            Err(e) => {
+                self.ok = 0;
+                self.failed += 1;
+                (self.failed >= self.probe.failure_threshold).then(|| {
+                    self.passed = false;
+                    e
+                })
+            }
+        }
+    }
+}
+
+/// Starts supervising a replica task; its final exit goes to `done` once it was told to stop.
+pub fn spawn(
+    mut t: Task,
+    spool: PathBuf,
+    cg: Arc<Cgroups>,
+    done: mpsc::UnboundedSender<(TaskKey, std::process::ExitStatus)>,
+    changed: Arc<Notify>,
+) -> Arc<Ctl> {
+    let key = TaskKey { job: t.job, epoch: t.epoch, step: t.step, rank: t.rank };
+    let port = free_port().unwrap_or(0);
+    for a in &mut t.argv {
+        *a = a.replace("${PORT}", &port.to_string()).replace("$PORT", &port.to_string());
+    }
+    t.env.retain(|(k, _)| k != "PORT");
+    t.env.push(("PORT".into(), port.to_string()));
+    let ctl = Arc::new(Ctl {
+        pgid: AtomicI32::new(0),
+        stopping: AtomicBool::new(false),
+        stop: Notify::new(),
+        status: Mutex::new(ReplicaReport { job: t.job, epoch: t.epoch, port, ready: false, restarts: 0, crashloop: false, message: None }),
+    });
+    let c = ctl.clone();
+    tokio::spawn(async move {
+        let r = t.replica.clone().expect("a replica task");
+        let set = |f: &dyn Fn(&mut ReplicaReport)| {
+            let mut s = c.status.lock().expect("lock");
+            let before = s.clone();
+            f(&mut s);
+            if *s != before {
+                changed.notify_one();
+            }
+        };
+        let mut backoff = BACKOFF_START;
+        let mut last_exit = std::process::ExitStatus::default();
+        loop {
+            if c.stopping.load(Ordering::SeqCst) {
+                break;
+            }
+            let started = Instant::now();
+            let mut trouble: Option<String> = None;
+            match launch(&t, &spool, &cg) {
+                Err(e) => trouble = Some(format!("{e:#}")),
+                Ok((mut child, cgroup)) => {
+                    c.pgid.store(child.id().map_or(0, |p| p as i32), Ordering::SeqCst);
+                    set(&|s| s.crashloop = false);
+                    let mut startup = Counter::new(&r.startup, started);
+                    let mut live = Counter::new(&r.liveness, started);
+                    let mut ready = Counter::new(&r.readiness, started);
+                    let period = [&startup, &live, &ready].iter().filter_map(|x| x.as_ref().map(|x| x.probe.period_ms)).min().unwrap_or(1000);
+                    let tick = Duration::from_millis(period.clamp(50, 1000));
+                    last_exit = loop {
+                        tokio::select! {
+                            st = child.wait() => break st.unwrap_or_default(),
+                            _ = tokio::time::sleep(tick) => {}
+                        }
+                        if c.stopping.load(Ordering::SeqCst) {
+                            set(&|s| s.ready = false);
+                            continue;
+                        }
+                        let now = Instant::now();
+                        let pgid = c.pgid.load(Ordering::SeqCst);
+                        if let Some(p) = &mut startup
+                            && !p.passed
+                        {
+                            if let Some(e) = p.run(port, now).await {
+                                trouble = Some(format!("startup probe failed: {e}"));
+                                kill_group(pgid, Signal::SIGKILL);
+                            }
+                            continue;
+                        }
+                        if let Some(p) = &mut live
+                            && let Some(e) = p.run(port, now).await
+                        {
+                            trouble = Some(format!("liveness probe failed: {e}"));
+                            kill_group(pgid, Signal::SIGKILL);
+                            continue;
+                        }
+                        let is_ready = match &mut ready {
+                            None => true,
+                            Some(p) => {
+                                if let Some(e) = p.run(port, now).await {
+                                    set(&|s| s.message = Some(format!("readiness probe failed: {e}")));
+                                }
+                                p.passed
+                            }
+                        };
+                        set(&|s| s.ready = is_ready);
+                    };
+                    c.pgid.store(0, Ordering::SeqCst);
+                    if let Some(dir) = cgroup {
+                        let _ = std::fs::remove_dir(&dir);
+                    }
+                }
+            }
+            if c.stopping.load(Ordering::SeqCst) {
+                break;
+            }
+            if started.elapsed() > BACKOFF_RESET {
+                backoff = BACKOFF_START;
+            }
+            use std::os::unix::process::ExitStatusExt;
+            let why = trouble.unwrap_or_else(|| match (last_exit.code(), last_exit.signal()) {
+                (Some(code), _) => format!("exited with code {code}"),
+                (_, Some(sig)) => format!("killed by signal {sig}"),
+                _ => "exited".into(),
+            });
+            eprintln!("tandem agent: replica {}: {why}; restarting in {} s", r.replica, backoff.as_secs());
+            set(&|s| {
+                s.ready = false;
+                s.crashloop = true;
+                s.restarts += 1;
+                s.message = Some(format!("{why}; back-off {} s", backoff.as_secs()));
+            });
+            tokio::select! {
+                _ = tokio::time::sleep(backoff) => {}
+                _ = c.stop.notified() => {}
+            }
+            backoff = (backoff * 2).min(BACKOFF_MAX);
+        }
+        let _ = done.send((key, last_exit));
+    });
+    ctl
+}

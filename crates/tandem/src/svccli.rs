@@ -1,0 +1,297 @@
+//! `tandem service`: apply a service spec (TOML, YAML or JSON), list, show, scale and delete
+//! services, follow and undo rollouts, and print replica output.
+
+use anyhow::{Context, Result, bail};
+use clap::Subcommand;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use crate::api::{ApplyRequest, ApplyResponse, ServiceAction, ServiceInfo};
+use crate::client::{Target, send};
+
+/// `tandem service` subcommands.
+#[derive(Subcommand)]
+pub enum ServiceCmd {
+    /// Create or update a service from a spec file (TOML, YAML or JSON; `-` reads stdin).
+    Apply {
+        /// Spec file.
+        #[arg(short = 'f', long = "file")]
+        file: PathBuf,
+    },
+    /// List services.
+    List,
+    /// Show a service: replicas, revisions, replica count over time, proxy figures.
+    Show {
+        /// Service.
+        name: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Set the replica count.
+    Scale {
+        /// Service.
+        name: String,
+        /// Replicas.
+        replicas: u32,
+    },
+    /// Delete a service (its replicas drain, then stop).
+    Delete {
+        /// Service.
+        name: String,
+    },
+    /// Follow or undo a rollout.
+    Rollout {
+        #[command(subcommand)]
+        cmd: RolloutCmd,
+    },
+    /// Print replica output (each line prefixed with its replica).
+    Logs {
+        /// Service.
+        name: String,
+        /// Last lines of each replica.
+        #[arg(long, default_value_t = 100)]
+        tail: usize,
+    },
+}
+
+/// `tandem service rollout` subcommands.
+#[derive(Subcommand)]
+pub enum RolloutCmd {
+    /// Wait until every replica runs the current revision and is ready.
+    Status {
+        /// Service.
+        name: String,
+        /// Give up after this many seconds.
+        #[arg(long, default_value_t = 600)]
+        timeout: u64,
+    },
+    /// Go back to the previous revision (or `--to-revision`).
+    Undo {
+        /// Service.
+        name: String,
+        /// Revision to go back to.
+        #[arg(long)]
+        to_revision: Option<u32>,
+    },
+}
+
+/// Parses a spec text: JSON if it starts with `{`, YAML for `.yaml`/`.yml` files or text that
+/// is not TOML, else TOML. Unknown keys are errors in every format.
+pub fn parse_spec(text: &str, path: &str) -> Result<control::ServiceSpec> {
+    let lower = path.to_ascii_lowercase();
+    if text.trim_start().starts_with('{') || lower.ends_with(".json") {
+        return serde_json::from_str(text).map_err(|e| anyhow::anyhow!("{path}: {e}"));
+    }
+    if lower.ends_with(".yaml") || lower.ends_with(".yml") {
+        return yaml_serde::from_str(text).map_err(|e| anyhow::anyhow!("{path}: {e}"));
+    }
+    match toml::from_str(text) {
+        Ok(s) => Ok(s),
+        Err(te) => {
+            if lower.ends_with(".toml") {
+                bail!("{path}: {te}");
+            }
+            yaml_serde::from_str(text).map_err(|ye| anyhow::anyhow!("{path}: not valid TOML ({te}) nor YAML ({ye})"))
+        }
+    }
+}
+
+fn rt() -> Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_current_thread().enable_all().build()?)
+}
+
+fn get(t: &Target, name: &str) -> Result<ServiceInfo> {
+    rt()?.block_on(send(t, "GET", &format!("/v1/services/{name}"), None::<&()>, &[]))?.json()
+}
+
+fn age(ms: i64) -> String {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
+    let s = ((now - ms) / 1000).max(0);
+    match s {
+        0..120 => format!("{s}s"),
+        120..7200 => format!("{}m", s / 60),
+        _ => format!("{}h", s / 3600),
+    }
+}
+
+/// Runs a `tandem service` command.
+pub fn run(cmd: ServiceCmd) -> Result<i32> {
+    let t = Target::from_env()?;
+    match cmd {
+        ServiceCmd::Apply { file } => {
+            let path = file.display().to_string();
+            let text = if path == "-" {
+                let mut s = String::new();
+                std::io::Read::read_to_string(&mut std::io::stdin(), &mut s)?;
+                s
+            } else {
+                std::fs::read_to_string(&file).with_context(|| format!("reading {path}"))?
+            };
+            let spec = parse_spec(&text, &path)?;
+            spec.resolve().map_err(|e| anyhow::anyhow!("{path}: {e}"))?;
+            let cwd = std::env::current_dir()?.display().to_string();
+            let r: ApplyResponse = rt()?.block_on(send(&t, "POST", "/v1/services", Some(&ApplyRequest { spec, cwd }), &[]))?.json()?;
+            let what = match (r.changed, r.revision) {
+                (false, _) => "unchanged",
+                (true, 1) => "created",
+                (true, _) => "configured",
+            };
+            println!("service/{} {what} (revision {})", r.name, r.revision);
+        }
+        ServiceCmd::List => {
+            let all: Vec<ServiceInfo> = rt()?.block_on(send(&t, "GET", "/v1/services", None::<&()>, &[]))?.json()?;
+            println!("{:<24} {:>7} {:>10} {:>8} {:>9}  {:<10} AGE", "NAME", "READY", "UP-TO-DATE", "DESIRED", "REVISION", "USER");
+            for s in all {
+                let created = s.scale_log.first().map_or(0, |(t, _)| *t);
+                println!(
+                    "{:<24} {:>7} {:>10} {:>8} {:>9}  {:<10} {}{}",
+                    s.name,
+                    format!("{}/{}", s.ready, s.desired),
+                    s.updated_ready,
+                    s.desired,
+                    s.revision,
+                    s.user,
+                    age(created),
+                    if s.deleting { " (deleting)" } else { "" }
+                );
+            }
+        }
+        ServiceCmd::Show { name, json } => {
+            let s = get(&t, &name)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&s)?);
+                return Ok(0);
+            }
+            println!("Name:        {}", s.name);
+            println!("User:        {}", s.user);
+            println!("Revision:    {} (earlier: {:?})", s.revision, s.history);
+            println!("Replicas:    {} desired, {} ready, {} ready at the current revision", s.desired, s.ready, s.updated_ready);
+            println!("Command:     {}", s.spec.command.iter().chain(&s.spec.args).cloned().collect::<Vec<_>>().join(" "));
+            println!(
+                "Proxy:       {} in flight, {} held, {} requests, {} failed",
+                s.stats.inflight, s.stats.waiting, s.stats.requests, s.stats.failures
+            );
+            if s.deleting {
+                println!("Deleting:    yes");
+            }
+            println!("\n{:<20} {:<17} {:>4} {:<12} {:<22} {:>8}  MESSAGE", "REPLICA", "STATE", "REV", "NODE", "ADDRESS", "RESTARTS");
+            for r in &s.replicas {
+                println!(
+                    "{:<20} {:<17} {:>4} {:<12} {:<22} {:>8}  {}",
+                    r.id,
+                    r.state,
+                    r.revision,
+                    r.node.as_deref().unwrap_or("-"),
+                    r.addr.as_deref().unwrap_or("-"),
+                    r.restarts,
+                    r.message.as_deref().unwrap_or(if r.reason.is_empty() || r.reason == "None" { "" } else { &r.reason })
+                );
+            }
+            println!("\nReplica count over time:");
+            let t0 = s.scale_log.first().map_or(0, |(t, _)| *t);
+            for (t, n) in &s.scale_log {
+                println!("  +{:>8.1} s  {n}", (t - t0) as f64 / 1000.0);
+            }
+        }
+        ServiceCmd::Scale { name, replicas } => {
+            rt()?.block_on(send(&t, "POST", &format!("/v1/services/{name}"), Some(&ServiceAction::Scale { replicas }), &[]))?.ok()?;
+            println!("service/{name} scaled to {replicas}");
+        }
+        ServiceCmd::Delete { name } => {
+            rt()?.block_on(send(&t, "DELETE", &format!("/v1/services/{name}"), None::<&()>, &[]))?.ok()?;
+            println!("service/{name} deleted (its replicas drain, then stop)");
+        }
+        ServiceCmd::Rollout { cmd: RolloutCmd::Undo { name, to_revision } } => {
+            let v: serde_json::Value = rt()?
+                .block_on(send(&t, "POST", &format!("/v1/services/{name}"), Some(&ServiceAction::Undo { revision: to_revision }), &[]))?
+                .json()?;
+            println!("service/{name} rolled back (now revision {})", v["revision"]);
+        }
+        ServiceCmd::Rollout { cmd: RolloutCmd::Status { name, timeout } } => {
+            let deadline = Instant::now() + Duration::from_secs(timeout);
+            let mut last = String::new();
+            loop {
+                let s = get(&t, &name)?;
+                let live: Vec<_> = s.replicas.iter().filter(|r| !matches!(r.state.as_str(), "Draining" | "Stopping" | "Lost" | "Gone")).collect();
+                let old = live.iter().filter(|r| r.revision != s.revision).count();
+                let msg = if s.updated_ready < s.desired {
+                    format!("Waiting for rollout to finish: {} of {} updated replicas are ready...", s.updated_ready, s.desired)
+                } else if old > 0 {
+                    format!("Waiting for rollout to finish: {old} old replicas are pending termination...")
+                } else {
+                    String::new()
+                };
+                if msg.is_empty() {
+                    println!("service \"{name}\" successfully rolled out (revision {})", s.revision);
+                    return Ok(0);
+                }
+                if msg != last {
+                    println!("{msg}");
+                    last = msg;
+                }
+                if Instant::now() > deadline {
+                    bail!("rollout of {name} did not finish within {timeout} s");
+                }
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        }
+        ServiceCmd::Logs { name, tail } => {
+            let s = get(&t, &name)?;
+            for r in &s.replicas {
+                let text = match std::fs::read_to_string(&r.log) {
+                    Ok(x) => x,
+                    Err(e) => {
+                        eprintln!("[{}] cannot read {}: {e}", r.id, r.log);
+                        continue;
+                    }
+                };
+                let lines: Vec<&str> = text.lines().collect();
+                for l in &lines[lines.len().saturating_sub(tail)..] {
+                    println!("[{}] {l}", r.id);
+                }
+            }
+        }
+    }
+    Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_spec;
+
+    const MINIMAL: &str = r#"
+name = "echo"
+command = ["python3", "-m", "http.server", "--bind", "127.0.0.1", "$PORT"]
+replicas = 3
+[resources]
+cpus = 1
+memory = "256MiB"
+[readiness]
+http = "/"
+"#;
+
+    #[test]
+    fn toml_yaml_and_json_read_the_same() {
+        let a = parse_spec(MINIMAL, "echo.toml").unwrap();
+        let y = "name: echo\ncommand: [python3, -m, http.server, --bind, 127.0.0.1, $PORT]\nreplicas: 3\nresources:\n  cpus: 1\n  memory: 256MiB\nreadiness:\n  http: /\n";
+        let b = parse_spec(y, "echo.yaml").unwrap();
+        let j = serde_json::to_string(&a).unwrap();
+        let c = parse_spec(&j, "echo.json").unwrap();
+        assert_eq!(a.resolve().unwrap(), b.resolve().unwrap());
+        assert_eq!(a, c);
+        assert_eq!(a.resolve().unwrap().replicas, 3);
+        assert_eq!(a.resolve().unwrap().memory, 256 << 20);
+    }
+
+    #[test]
+    fn unknown_keys_are_errors() {
+        let e = parse_spec(&format!("{MINIMAL}\n[readiness2]\nhttp = \"/\"\n"), "x.toml").unwrap_err().to_string();
+        assert!(e.contains("readiness2"), "{e}");
+        let e = parse_spec("name: echo\ncommand: [x]\nreplica: 2\n", "x.yaml").unwrap_err().to_string();
+        assert!(e.contains("replica"), "{e}");
+        let e = parse_spec(&MINIMAL.replace("cpus = 1", "cpu = 1"), "x.toml").unwrap_err().to_string();
+        assert!(e.contains("cpu"), "{e}");
+        assert!(parse_spec("replicas = [", "x.toml").is_err());
+    }
+}
