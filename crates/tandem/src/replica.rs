@@ -3,8 +3,8 @@
 //! it with a growing back-off when it exits or fails liveness (10 s doubling to 5 min, as
 //! Kubernetes' CrashLoopBackOff), and keeps a status that the agent sends with every heartbeat.
 
-use control::{ReplicaReport, Task, TaskKey};
 use control::service::{Probe, ProbeKind};
+use control::{ReplicaReport, Task, TaskKey};
 use nix::sys::signal::Signal;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
@@ -55,7 +55,9 @@ async fn probe_once(p: &Probe, port: u16) -> Result<(), String> {
     let attempt = async {
         let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.map_err(|e| format!("connect to port {port}: {e}"))?;
         let ProbeKind::Http(path) = &p.kind else { return Ok(()) };
-        let req = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUser-Agent: tandem-probe\r\nAccept: */*\r\nConnection: close\r\n\r\n");
+        let req = format!(
+            "GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUser-Agent: tandem-probe\r\nAccept: */*\r\nConnection: close\r\n\r\n"
+        );
         s.write_all(req.as_bytes()).await.map_err(|e| format!("GET {path}: {e}"))?;
         let mut buf = Vec::with_capacity(64);
         let mut chunk = [0u8; 256];
@@ -67,7 +69,8 @@ async fn probe_once(p: &Probe, port: u16) -> Result<(), String> {
             buf.extend_from_slice(&chunk[..n]);
         }
         let line = String::from_utf8_lossy(&buf);
-        let code: u16 = line.split_whitespace().nth(1).and_then(|c| c.parse().ok()).ok_or_else(|| format!("GET {path}: not an HTTP answer"))?;
+        let code: u16 =
+            line.split_whitespace().nth(1).and_then(|c| c.parse().ok()).ok_or_else(|| format!("GET {path}: not an HTTP answer"))?;
         if (200..400).contains(&code) { Ok(()) } else { Err(format!("GET {path}: HTTP {code}")) }
     };
     match tokio::time::timeout(Duration::from_millis(p.timeout_ms), attempt).await {
@@ -87,7 +90,13 @@ struct Counter {
 
 impl Counter {
     fn new(p: &Option<Probe>, start: Instant) -> Option<Counter> {
-        p.as_ref().map(|p| Counter { probe: p.clone(), next: start + Duration::from_millis(p.initial_delay_ms), ok: 0, failed: 0, passed: false })
+        p.as_ref().map(|p| Counter {
+            probe: p.clone(),
+            next: start + Duration::from_millis(p.initial_delay_ms),
+            ok: 0,
+            failed: 0,
+            passed: false,
+        })
     }
 
     /// Runs the probe if due; returns the error once failures reach the threshold.
@@ -165,7 +174,8 @@ pub fn spawn(
                     let mut startup = Counter::new(&r.startup, started);
                     let mut live = Counter::new(&r.liveness, started);
                     let mut ready = Counter::new(&r.readiness, started);
-                    let period = [&startup, &live, &ready].iter().filter_map(|x| x.as_ref().map(|x| x.probe.period_ms)).min().unwrap_or(1000);
+                    let period =
+                        [&startup, &live, &ready].iter().filter_map(|x| x.as_ref().map(|x| x.probe.period_ms)).min().unwrap_or(1000);
                     let tick = Duration::from_millis(period.clamp(50, 1000));
                     last_exit = loop {
                         tokio::select! {

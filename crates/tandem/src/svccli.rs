@@ -213,7 +213,8 @@ pub fn run(cmd: ServiceCmd) -> Result<i32> {
             let mut last = String::new();
             loop {
                 let s = get(&t, &name)?;
-                let live: Vec<_> = s.replicas.iter().filter(|r| !matches!(r.state.as_str(), "Draining" | "Stopping" | "Lost" | "Gone")).collect();
+                let live: Vec<_> =
+                    s.replicas.iter().filter(|r| !matches!(r.state.as_str(), "Draining" | "Stopping" | "Lost" | "Gone")).collect();
                 let old = live.iter().filter(|r| r.revision != s.revision).count();
                 let msg = if s.updated_ready < s.desired {
                     format!("Waiting for rollout to finish: {} of {} updated replicas are ready...", s.updated_ready, s.desired)

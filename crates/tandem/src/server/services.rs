@@ -26,7 +26,8 @@ fn service_info(c: &Controller, s: &control::Service) -> ServiceInfo {
             }
         }
         let node = j.allocs.first().map(|(n, _)| n.clone());
-        let addr = node.as_ref().and_then(|n| c.nodes().iter().find(|x| &x.node.name == n)).zip(r.port).map(|(n, p)| format!("{}:{p}", n.addr));
+        let addr =
+            node.as_ref().and_then(|n| c.nodes().iter().find(|x| &x.node.name == n)).zip(r.port).map(|(n, p)| format!("{}:{p}", n.addr));
         let out = slurmcli::expand_pattern(&j.spec.output, j.req.id.0, &j.req.name, None, node.as_deref().unwrap_or(""), &j.req.user);
         let log = if out.starts_with('/') { out } else { format!("{}/{out}", j.spec.workdir.trim_end_matches('/')) };
         replicas.push(ReplicaRow {
@@ -130,7 +131,11 @@ async fn action(
 
 /// `POST /v1/proxy/sync`: records the proxy's gauges, then answers with the endpoint view at
 /// once when it is newer than the proxy's, else when it changes or `wait_ms` passes.
-async fn proxy_sync(State(app): State<App>, headers: HeaderMap, body: Result<Json<ProxySync>, axum::extract::rejection::JsonRejection>) -> Response {
+async fn proxy_sync(
+    State(app): State<App>,
+    headers: HeaderMap,
+    body: Result<Json<ProxySync>, axum::extract::rejection::JsonRejection>,
+) -> Response {
     if let Err(r) = agent_ok(&app, &headers) {
         return r;
     }

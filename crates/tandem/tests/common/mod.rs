@@ -1,0 +1,246 @@
+//! The end-to-end harness shared by the cluster and service tests: a real controller and real
+//! agents (separate OS processes, each its own node name) on loopback, driven through the
+//! Slurm-compatible commands. Every wait is bounded.
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+pub fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_tandem")
+}
+
+pub fn free_dir(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("tandem-e2e-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    // Tasks may run as another user (the permission test): let them in.
+    Command::new("chmod").args(["-R", "a+rwx"]).arg(&d).status().unwrap();
+    d
+}
+
+pub fn kill_tree(pid: u32, sig: &str) {
+    // Tasks are process-group leaders below the agent. Note them, kill the agent first (so it
+    // cannot report their deaths: the node dies as a whole), then their groups.
+    let kids: Vec<String> = Command::new("pgrep")
+        .args(["-P", &pid.to_string()])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).split_whitespace().map(str::to_string).collect())
+        .unwrap_or_default();
+    let _ = Command::new("kill").args([sig, &pid.to_string()]).status();
+    for c in kids {
+        let _ = Command::new("kill").args([sig, "--", &format!("-{c}")]).status();
+    }
+}
+
+pub struct Cluster {
+    pub dir: PathBuf,
+    pub work: PathBuf,
+    pub shims: PathBuf,
+    pub sock: String,
+    pub addr: String,
+    pub lease: u32,
+    pub server: Option<Child>,
+    pub agents: Vec<Option<Child>>,
+    pub gpus: Option<String>,
+    pub agent_server: Vec<String>,
+}
+
+impl Cluster {
+    pub fn new(tag: &str, agents: usize, gpus: Option<&str>, lease: u32) -> Cluster {
+        Cluster::with_config(tag, agents, gpus, lease, None)
+    }
+
+    pub fn with_config(tag: &str, agents: usize, gpus: Option<&str>, lease: u32, config: Option<&str>) -> Cluster {
+        let dir = free_dir(tag);
+        if let Some(cfg) = config {
+            std::fs::create_dir_all(dir.join("controller")).unwrap();
+            std::fs::write(dir.join("controller/tandem.toml"), cfg).unwrap();
+        }
+        let work = dir.join("work");
+        std::fs::create_dir_all(&work).unwrap();
+        Command::new("chmod").args(["a+rwx"]).arg(&work).status().unwrap();
+        let shims = dir.join("bin");
+        let st = Command::new(bin()).arg("shims").arg(&shims).stdout(Stdio::null()).status().unwrap();
+        assert!(st.success());
+        let mut c = Cluster {
+            sock: dir.join("controller/tandem.sock").display().to_string(),
+            dir,
+            work,
+            shims,
+            addr: String::new(),
+            lease,
+            server: None,
+            agents: Vec::new(),
+            gpus: gpus.map(str::to_string),
+            agent_server: Vec::new(),
+        };
+        c.start_server();
+        for i in 0..agents {
+            let a = format!("http://{}", c.addr);
+            c.start_agent(i, &a);
+        }
+        c.wait_nodes(agents);
+        c
+    }
+
+    pub fn start_server(&mut self) {
+        let ctl = self.dir.join("controller");
+        std::fs::create_dir_all(&ctl).unwrap();
+        let _ = std::fs::remove_file(ctl.join("addr"));
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(self.dir.join("controller.log")).unwrap();
+        let listen = if self.addr.is_empty() { "127.0.0.1:0".to_string() } else { self.addr.clone() };
+        let child = Command::new(bin())
+            .args(["server", "--listen", &listen, "--lease", &self.lease.to_string(), "--kill-wait", "2", "--data"])
+            .arg(&ctl)
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        self.server = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Ok(a) = std::fs::read_to_string(ctl.join("addr"))
+                && !a.trim().is_empty()
+            {
+                self.addr = a.trim().to_string();
+                break;
+            }
+            assert!(Instant::now() < deadline, "controller did not start: {}", self.log("controller"));
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    pub fn start_agent(&mut self, i: usize, server: &str) {
+        let name = format!("node{}", i + 1);
+        let data = self.dir.join(&name);
+        std::fs::create_dir_all(&data).unwrap();
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(self.dir.join(format!("{name}.log"))).unwrap();
+        let mut cmd = Command::new(bin());
+        cmd.args(["agent", "--server", server, "--name", &name, "--cpus", "4", "--memory", "4G", "--secret-file"])
+            .arg(self.dir.join("controller/secret"))
+            .arg("--data")
+            .arg(&data)
+            .stdout(log.try_clone().unwrap())
+            .stderr(log);
+        if let Some(g) = &self.gpus {
+            cmd.args(["--gpus", g]);
+        }
+        let child = cmd.spawn().unwrap();
+        if self.agents.len() <= i {
+            self.agents.resize_with(i + 1, || None);
+            self.agent_server.resize(i + 1, String::new());
+        }
+        self.agents[i] = Some(child);
+        self.agent_server[i] = server.to_string();
+    }
+
+    pub fn log(&self, name: &str) -> String {
+        std::fs::read_to_string(self.dir.join(format!("{name}.log"))).unwrap_or_default()
+    }
+
+    pub fn run(&self, cmd: &str, args: &[&str]) -> Output {
+        let path = format!("{}:{}", self.shims.display(), std::env::var("PATH").unwrap_or_default());
+        Command::new(self.shims.join(cmd))
+            .args(args)
+            .current_dir(&self.work)
+            .env("TANDEM_SERVER", format!("unix://{}", self.sock))
+            .env("PATH", path)
+            .output()
+            .unwrap()
+    }
+
+    pub fn ok(&self, cmd: &str, args: &[&str]) -> String {
+        let o = self.run(cmd, args);
+        assert!(o.status.success(), "{cmd} {args:?} failed: {}{}", String::from_utf8_lossy(&o.stderr), String::from_utf8_lossy(&o.stdout));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    }
+
+    /// Runs `tandem ARGS` against this cluster.
+    pub fn tandem(&self, args: &[&str]) -> Output {
+        Command::new(bin()).args(args).current_dir(&self.work).env("TANDEM_SERVER", format!("unix://{}", self.sock)).output().unwrap()
+    }
+
+    /// Runs `tandem ARGS`, which must succeed; returns its output.
+    pub fn tandem_ok(&self, args: &[&str]) -> String {
+        let o = self.tandem(args);
+        assert!(o.status.success(), "tandem {args:?} failed: {}{}", String::from_utf8_lossy(&o.stderr), String::from_utf8_lossy(&o.stdout));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    }
+
+    pub fn sbatch(&self, args: &[&str]) -> u64 {
+        let mut a = vec!["--parsable"];
+        a.extend_from_slice(args);
+        self.ok("sbatch", &a).trim().parse().unwrap()
+    }
+
+    pub fn script(&self, name: &str, body: &str) -> String {
+        let p = self.work.join(name);
+        std::fs::write(&p, body).unwrap();
+        p.display().to_string()
+    }
+
+    pub fn job(&self, id: u64) -> HashMap<String, String> {
+        let out = self.ok("scontrol", &["show", "job", &id.to_string()]);
+        out.split_whitespace().filter_map(|kv| kv.split_once('=')).map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    pub fn wait_state(&self, id: u64, want: &[&str], secs: u64) -> HashMap<String, String> {
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        loop {
+            let j = self.job(id);
+            if want.contains(&j["JobState"].as_str()) {
+                return j;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "job {id} stayed {:?} (wanted {want:?}); controller log:\n{}",
+                j["JobState"],
+                self.log("controller")
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    pub fn wait_nodes(&self, n: usize) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let out = self.ok("sinfo", &["-N"]);
+            if out.lines().skip(1).filter(|l| !l.contains(" down ")).count() >= n {
+                return;
+            }
+            assert!(Instant::now() < deadline, "nodes did not register:\n{out}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    pub fn kill_agent(&mut self, i: usize) {
+        if let Some(mut c) = self.agents[i].take() {
+            kill_tree(c.id(), "-9");
+            let _ = c.wait();
+        }
+    }
+
+    pub fn kill_server(&mut self) {
+        if let Some(mut c) = self.server.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for c in self.agents.iter_mut().flatten() {
+            kill_tree(c.id(), "-9");
+            let _ = c.wait();
+        }
+        self.kill_server();
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}

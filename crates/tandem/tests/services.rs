@@ -1,0 +1,192 @@
+//! End-to-end tests of inference services: a real controller and real agents on loopback,
+//! replicas that are real HTTP servers, real probes, real signals. Every wait is bounded; no
+//! test asserts a duration.
+
+mod common;
+
+use common::*;
+use std::time::{Duration, Instant};
+
+const ECHO: &str = r#"
+name = "echo"
+command = ["python3", "-m", "http.server", "--bind", "127.0.0.1", "$PORT"]
+replicas = 3
+[resources]
+cpus = 1
+memory = "256MiB"
+[readiness]
+http = "/"
+period = "500ms"
+"#;
+
+fn show(c: &Cluster, name: &str) -> serde_json::Value {
+    serde_json::from_str(&c.tandem_ok(&["service", "show", name, "--json"])).unwrap()
+}
+
+/// Waits until `f` holds of the service (shown as JSON), or fails with the last view.
+fn wait_service(c: &Cluster, name: &str, secs: u64, what: &str, f: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        let s = show(c, name);
+        if f(&s) {
+            return s;
+        }
+        assert!(Instant::now() < deadline, "service {name}: never {what}:\n{s:#}\ncontroller log:\n{}", c.log("controller"));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn ready(s: &serde_json::Value) -> usize {
+    s["replicas"].as_array().unwrap().iter().filter(|r| r["state"] == "Ready").count()
+}
+
+fn http_get(addr: &str) -> u16 {
+    let out = std::process::Command::new("curl")
+        .args(["-s", "-o", "/dev/null", "-w", "%{http_code}", &format!("http://{addr}/")])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).parse().unwrap_or(0)
+}
+
+#[test]
+fn replicas_spread_over_nodes_serve_scale_and_delete() {
+    let c = Cluster::new("svc", 3, None, 30);
+    std::fs::write(c.work.join("echo.toml"), ECHO).unwrap();
+    let out = c.tandem_ok(&["service", "apply", "-f", "echo.toml"]);
+    assert!(out.contains("service/echo created (revision 1)"), "{out}");
+    let out = c.tandem_ok(&["service", "apply", "-f", "echo.toml"]);
+    assert!(out.contains("unchanged"), "{out}");
+    let s = wait_service(&c, "echo", 60, "3 ready", |s| ready(s) == 3);
+    let reps = s["replicas"].as_array().unwrap();
+    let nodes: std::collections::BTreeSet<&str> = reps.iter().map(|r| r["node"].as_str().unwrap()).collect();
+    assert_eq!(nodes.len(), 3, "spread over the three nodes: {s:#}");
+    for r in reps {
+        assert_eq!(http_get(r["addr"].as_str().unwrap()), 200, "{r}");
+    }
+    let list = c.tandem_ok(&["service", "list"]);
+    assert!(list.lines().any(|l| l.starts_with("echo") && l.contains("3/3")), "{list}");
+    let logs = c.tandem_ok(&["service", "logs", "echo"]);
+    assert!(logs.lines().any(|l| l.starts_with("[echo-") && l.contains("\"GET / HTTP/1.1\" 200")), "{logs}");
+    // Replicas are jobs too: squeue shows them running, under the service's name.
+    let q = c.ok("squeue", &["-h", "-o", "%j %t"]);
+    assert_eq!(q.lines().filter(|l| *l == "echo R").count(), 3, "{q}");
+
+    c.tandem_ok(&["service", "scale", "echo", "1"]);
+    let s = wait_service(&c, "echo", 60, "scaled to 1", |s| s["replicas"].as_array().unwrap().len() == 1 && ready(s) == 1);
+    assert_eq!(s["scale_log"].as_array().unwrap().iter().map(|e| e[1].as_u64().unwrap()).collect::<Vec<_>>(), vec![3, 1]);
+    c.tandem_ok(&["service", "delete", "echo"]);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !c.tandem_ok(&["service", "list"]).lines().skip(1).next().is_none() {
+        assert!(Instant::now() < deadline, "not deleted: {}", c.tandem_ok(&["service", "list"]));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let q = c.ok("squeue", &["-h"]);
+    assert!(q.trim().is_empty(), "replica jobs left: {q}");
+}
+
+#[test]
+fn bad_specs_are_refused_and_crash_loops_back_off_without_disturbing_others() {
+    let c = Cluster::new("svcbad", 2, None, 30);
+    let apply = |name: &str, text: &str| {
+        std::fs::write(c.work.join(name), text).unwrap();
+        c.tandem(&["service", "apply", "-f", name])
+    };
+    let err = |o: std::process::Output| {
+        assert!(!o.status.success());
+        String::from_utf8_lossy(&o.stderr).into_owned()
+    };
+    let e = err(apply("neg.toml", &ECHO.replace("replicas = 3", "replicas = -1")));
+    assert!(e.contains("replicas must be 0 or more"), "{e}");
+    let e = err(apply("unknown.toml", &ECHO.replace("replicas = 3", "replicas = 3\nreplika = 2")));
+    assert!(e.contains("replika"), "{e}");
+    let e = err(apply("cpus.toml", &ECHO.replace("cpus = 1", "cpus = 64")));
+    assert!(e.contains("CPU") || e.contains("cpu") || e.contains("node"), "{e}");
+    let e = err(apply("name.toml", &ECHO.replace("name = \"echo\"", "name = \"Echo Server\"")));
+    assert!(e.contains("invalid service name"), "{e}");
+    let e = err(apply("yaml.yaml", "name: x\ncommand: [true]\nreplicas: [1]\n"));
+    assert!(e.contains("yaml.yaml"), "{e}");
+    // A malformed API body is a 400, not a crash.
+    let o = c.tandem(&["service", "list"]);
+    assert!(o.status.success());
+    assert!(c.tandem_ok(&["service", "list"]).lines().count() == 1, "nothing was stored");
+
+    // A healthy service beside the broken ones.
+    assert!(apply("ok.toml", &ECHO.replace("name = \"echo\"", "name = \"ok\"").replace("replicas = 3", "replicas = 2")).status.success());
+    // A command that exits at once: a visible crash loop with a growing back-off.
+    assert!(apply("crash.toml", "name = \"crash\"\ncommand = [\"sh\", \"-c\", \"echo dying; exit 3\"]\nreplicas = 1\n").status.success());
+    // A readiness probe on a port nothing listens on: never ready, never in the endpoint set.
+    assert!(
+        apply(
+            "deaf.toml",
+            "name = \"deaf\"\ncommand = [\"sleep\", \"600\"]\nreplicas = 1\n[readiness]\ntcp = true\nport = 9\nperiod = \"500ms\"\n"
+        )
+        .status
+        .success()
+    );
+    let s = wait_service(&c, "crash", 60, "crash-looping", |s| {
+        s["replicas"].as_array().unwrap().iter().any(|r| r["state"] == "CrashLoopBackOff" && r["restarts"].as_u64().unwrap() >= 1)
+    });
+    let r = &s["replicas"][0];
+    assert!(r["message"].as_str().unwrap().contains("exited with code 3"), "{r}");
+    assert!(r["message"].as_str().unwrap().contains("back-off 10 s"), "{r}");
+    let ok = wait_service(&c, "ok", 60, "2 ready", |s| ready(s) == 2);
+    std::thread::sleep(Duration::from_secs(5));
+    // Back-off, not a hot loop: 10 s before the first restart, 20 s before the second.
+    let s = show(&c, "crash");
+    assert!(s["replicas"][0]["restarts"].as_u64().unwrap() <= 2, "{s:#}");
+    let deaf = show(&c, "deaf");
+    assert_eq!(deaf["replicas"][0]["state"], "Starting", "{deaf:#}");
+    assert_eq!(ready(&show(&c, "ok")), 2, "the healthy service was not disturbed");
+    assert_eq!(show(&c, "ok")["replicas"], ok["replicas"]);
+    let logs = c.tandem_ok(&["service", "logs", "crash"]);
+    assert!(logs.contains("dying"), "{logs}");
+}
+
+#[test]
+fn a_gpu_service_preempts_lower_tier_training_which_resumes_after() {
+    let config = r#"
+[[qos]]
+name = "low"
+preempt_tier = 0
+grace_time = 10
+[[qos]]
+name = "serve"
+priority = 100
+preempt_tier = 2
+[[qos]]
+name = "high"
+priority = 200
+preempt_tier = 3
+"#;
+    let c = Cluster::with_config("svcpreempt", 2, Some("h100:2"), 30, Some(config));
+    // Training that checkpoints on its signal: SIGUSR1 (its --signal) ends the run cleanly.
+    let train = c.script(
+        "train.sh",
+        "#!/bin/bash\ntrap 'echo checkpoint run=$SLURM_RESTART_COUNT >> ckpt-$SLURM_JOB_ID.txt; exit 0' USR1 TERM\n\
+         if [ \"$SLURM_RESTART_COUNT\" -gt 0 ]; then echo resumed >> ckpt-$SLURM_JOB_ID.txt; exit 0; fi\n\
+         for i in $(seq 600); do sleep 0.1; done\n",
+    );
+    let low = c.sbatch(&["--qos=low", "--gpus-per-node=2", "--signal=USR1@30", "--requeue", &train]);
+    let high = c.sbatch(&["--qos=high", "--gpus-per-node=2", "--wrap", "sleep 120"]);
+    c.wait_state(low, &["RUNNING"], 30);
+    c.wait_state(high, &["RUNNING"], 30);
+    let svc = "name = \"llm\"\ncommand = [\"python3\", \"-m\", \"http.server\", \"--bind\", \"127.0.0.1\", \"$PORT\"]\nreplicas = 1\nqos = \"serve\"\n[resources]\ngpus = 1\n[readiness]\nhttp = \"/\"\nperiod = \"500ms\"\n";
+    std::fs::write(c.work.join("llm.toml"), svc).unwrap();
+    c.tandem_ok(&["service", "apply", "-f", "llm.toml"]);
+    let s = wait_service(&c, "llm", 60, "ready on the preempted GPUs", |s| ready(s) == 1);
+    let node = s["replicas"][0]["node"].as_str().unwrap().to_string();
+    let ckpt = std::fs::read_to_string(c.work.join(format!("ckpt-{low}.txt"))).unwrap();
+    assert!(ckpt.contains("checkpoint run=0"), "the training job got its signal: {ckpt}");
+    let j = c.job(low);
+    assert_eq!(j["JobState"], "PENDING", "{j:?}");
+    assert_eq!(j["Restarts"], "1", "{j:?}");
+    let h = c.job(high);
+    assert_eq!((h["JobState"].as_str(), h["Restarts"].as_str()), ("RUNNING", "0"), "the higher tier is untouched: {h:?}");
+    assert_ne!(h["NodeList"], node);
+    // The service goes: the training job takes the GPUs back and finishes.
+    c.tandem_ok(&["service", "delete", "llm"]);
+    c.wait_state(low, &["COMPLETED"], 60);
+    let ckpt = std::fs::read_to_string(c.work.join(format!("ckpt-{low}.txt"))).unwrap();
+    assert!(ckpt.contains("resumed"), "{ckpt}");
+    c.ok("scancel", &[&high.to_string()]);
+}
