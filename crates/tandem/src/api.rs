@@ -189,3 +189,98 @@ pub struct ApiError {
     /// Message for the user.
     pub error: String,
 }
+
+// ---- The inference proxy's contract with the controller: `POST /v1/proxy/sync` ----
+
+/// `POST /v1/proxy/sync` (header `x-tandem-secret`): a proxy's report, and its long poll for a
+/// newer endpoint view.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ProxySync {
+    /// The proxy's listen address (identifies the proxy).
+    pub proxy: String,
+    /// The view version the proxy holds (0: none yet).
+    #[serde(default)]
+    pub since: u64,
+    /// Hold the answer up to this long while the version is not newer than `since` (long poll).
+    #[serde(default)]
+    pub wait_ms: u64,
+    /// Gauges and counters per service.
+    #[serde(default)]
+    pub services: std::collections::BTreeMap<String, ProxyServiceStats>,
+}
+
+/// One service's figures in a `ProxySync`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ProxyServiceStats {
+    /// Requests in flight to replicas.
+    #[serde(default)]
+    pub inflight: u64,
+    /// Requests held because the service has no endpoint (scale from zero).
+    #[serde(default)]
+    pub waiting: u64,
+    /// Requests received (cumulative).
+    #[serde(default)]
+    pub requests: u64,
+    /// Requests answered with a proxy error (502/503/504) (cumulative).
+    #[serde(default)]
+    pub failures: u64,
+    /// In flight per replica, draining and no-longer-listed replicas included until 0.
+    #[serde(default)]
+    pub replicas: std::collections::BTreeMap<String, u64>,
+}
+
+/// Response to `POST /v1/proxy/sync`: every service's endpoints at a version.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct EndpointView {
+    /// Version of this view; increases with every change.
+    pub version: u64,
+    /// Every service the proxy may route to.
+    #[serde(default)]
+    pub services: Vec<ServiceEndpoints>,
+}
+
+/// One service in an `EndpointView`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ServiceEndpoints {
+    /// Service name (routing key: `/s/NAME/...` or `Host: NAME`).
+    pub name: String,
+    /// `round_robin` (default), `least_request` or `p2c`.
+    #[serde(default = "default_balance")]
+    pub balance: String,
+    /// How long to hold a request while the service has no endpoint, ms (then 503).
+    #[serde(default = "default_hold_ms")]
+    pub hold_ms: u64,
+    /// Retries on another replica after a retryable failure.
+    #[serde(default = "default_retries")]
+    pub retries: u32,
+    /// Ready, non-draining replicas: the only ones that get new requests.
+    #[serde(default)]
+    pub endpoints: Vec<Endpoint>,
+    /// Replicas being drained: no new requests; in-flight ones finish.
+    #[serde(default)]
+    pub draining: Vec<String>,
+}
+
+fn default_balance() -> String {
+    "round_robin".into()
+}
+
+fn default_hold_ms() -> u64 {
+    60_000
+}
+
+fn default_retries() -> u32 {
+    2
+}
+
+/// One ready replica of a service.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Endpoint {
+    /// Replica id (shown to clients in `x-tandem-replica`).
+    pub replica: String,
+    /// host:port to send requests to.
+    pub addr: String,
+    /// Node it runs on.
+    #[serde(default)]
+    pub node: String,
+}
