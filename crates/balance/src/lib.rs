@@ -264,6 +264,11 @@ impl<T> Pool<T> {
         !e.draining && !tried.contains(&e.key)
     }
 
+    /// Whether `pick` would find an endpoint not in `tried` (ejected ones included).
+    pub fn can_pick(&self, tried: &[Key]) -> bool {
+        (0..self.endpoints.len()).any(|i| self.candidate(i, tried))
+    }
+
     /// Picks an endpoint for a new attempt, skipping `tried`, and counts it in flight (call
     /// `finish` when the attempt ends). `None`: no endpoint may take it.
     pub fn pick(&mut self, now: u64, tried: &[Key]) -> Option<Key> {

@@ -55,6 +55,7 @@ fn retries_skip_tried_endpoints_and_run_out() {
     let a = p.pick(0, &[]).unwrap();
     let b = p.pick(0, &[a]).unwrap();
     assert_ne!(a, b);
+    assert!(p.can_pick(&[a]) && !p.can_pick(&[a, b]));
     assert_eq!(p.pick(0, &[a, b]), None);
 }
 

@@ -696,7 +696,11 @@ async fn handle(st: Arc<State>, peer: HeaderValue, req: Request<Incoming>) -> Re
             Ok(mut resp) => {
                 let status = resp.status();
                 let outcome = if status.is_server_error() { Outcome::ServerError(status.as_u16()) } else { Outcome::Ok };
-                let can_retry = attempts <= MAX_RETRIES && balance::should_retry(outcome, attempts, retries, replayable, false);
+                // Retry a 502/503 only where another replica can take it; else the client gets
+                // the replica's own answer.
+                let can_retry = attempts <= MAX_RETRIES
+                    && balance::should_retry(outcome, attempts, retries, replayable, false)
+                    && svc.lock().pool.can_pick(&tried[..attempts as usize]);
                 if !can_retry {
                     strip_hop_by_hop(resp.headers_mut());
                     resp.headers_mut().insert("x-tandem-replica", up.replica.clone());

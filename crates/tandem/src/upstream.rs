@@ -4,6 +4,7 @@
 //!   and the request body's length;
 //! - `/stream?n=N&ms=M`: N chunks `chunk I` with M ms between them (a token stream);
 //! - `/status/CODE`: an empty answer with that status;
+//! - `/fail-on/NAME/CODE`: that status from the server named NAME, `hello` from the others;
 //! - anything else: `hello from NAME` (the benchmark's request).
 
 use std::convert::Infallible;
@@ -38,6 +39,13 @@ async fn serve(name: std::sync::Arc<str>, req: Request<Incoming>) -> Result<Resp
     }
     if let Some(code) = path.strip_prefix("/status/") {
         let mut r = Response::new(full(Bytes::new()));
+        *r.status_mut() = code.parse::<u16>().ok().and_then(|c| StatusCode::from_u16(c).ok()).unwrap_or(StatusCode::BAD_REQUEST);
+        return Ok(r);
+    }
+    if let Some((who, code)) = path.strip_prefix("/fail-on/").and_then(|r| r.split_once('/'))
+        && who == &*name
+    {
+        let mut r = Response::new(full(format!("{name} fails on purpose\n")));
         *r.status_mut() = code.parse::<u16>().ok().and_then(|c| StatusCode::from_u16(c).ok()).unwrap_or(StatusCode::BAD_REQUEST);
         return Ok(r);
     }
