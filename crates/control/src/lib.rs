@@ -119,6 +119,7 @@ pub struct Controller {
     proxies: HashMap<String, services::ProxyState>,
     ep_version: u64,
     ep_view: Vec<ServiceEndpoints>,
+    ep_changed_ms: i64,
     now_ms: i64,
 }
 
@@ -184,6 +185,7 @@ impl Controller {
             proxies: HashMap::new(),
             ep_version: 1,
             ep_view: Vec::new(),
+            ep_changed_ms: 0,
             now_ms: 0,
         }
     }

@@ -13,38 +13,61 @@ use crate::{Controller, Job, JobSpec, NodeRec, Order, Refused, ReplicaInfo, Repl
 /// One replica a proxy may send requests to.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Endpoint {
-    /// Replica id (`SERVICE-JOBID`).
+    /// Replica id (`SERVICE-JOBID`; proxies show it to clients in `x-tandem-replica`).
     pub replica: String,
     /// `host:port`.
     pub addr: String,
     /// Node.
+    #[serde(default)]
     pub node: String,
 }
 
 /// A service as proxies see it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ServiceEndpoints {
-    /// Name.
+    /// Name (routing key: `/s/NAME/...` or `Host: NAME`).
     pub name: String,
-    /// Balancing policy.
+    /// Balancing policy: `round_robin`, `least_request` or `p2c`.
+    #[serde(default = "default_balance")]
     pub balance: String,
-    /// How long to hold a request when there is no endpoint, milliseconds.
+    /// How long to hold a request when there is no endpoint, milliseconds (then 503).
+    #[serde(default = "default_hold_ms")]
     pub hold_ms: u64,
-    /// Retries.
+    /// Retries on another replica after a retryable failure.
+    #[serde(default = "default_retries")]
     pub retries: u32,
     /// Ready replicas: the only ones that get new requests.
+    #[serde(default)]
     pub endpoints: Vec<Endpoint>,
     /// Replicas leaving: no new requests; in-flight ones finish.
+    #[serde(default)]
     pub draining: Vec<String>,
 }
 
+fn default_balance() -> String {
+    "round_robin".into()
+}
+
+fn default_hold_ms() -> u64 {
+    60_000
+}
+
+fn default_retries() -> u32 {
+    2
+}
+
 /// What proxies watch: every service's endpoints, with a version that grows with each change.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EndpointView {
     /// Version.
     pub version: u64,
     /// Services.
+    #[serde(default)]
     pub services: Vec<ServiceEndpoints>,
+    /// When this version was made (Unix milliseconds), so a proxy can tell how long the
+    /// change took to reach it.
+    #[serde(default)]
+    pub changed_ms: i64,
 }
 
 /// A proxy's gauges for one service.
@@ -341,7 +364,7 @@ impl Controller {
 
     /// The current endpoint view.
     pub fn endpoint_view(&self) -> EndpointView {
-        EndpointView { version: self.ep_version, services: self.ep_view.clone() }
+        EndpointView { version: self.ep_version, services: self.ep_view.clone(), changed_ms: self.ep_changed_ms }
     }
 
     /// Version of the endpoint view.
@@ -396,6 +419,7 @@ impl Controller {
         if view != self.ep_view {
             self.ep_view = view;
             self.ep_version += 1;
+            self.ep_changed_ms = self.now_ms;
         }
     }
 

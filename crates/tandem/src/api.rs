@@ -286,18 +286,24 @@ pub struct ServiceInfo {
     pub spec: control::ServiceSpec,
 }
 
-/// `POST /v1/proxy/sync`: a proxy's long poll for the endpoint view, carrying its gauges.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+// ---- The inference proxy's contract with the controller: `POST /v1/proxy/sync` ----
+
+/// `POST /v1/proxy/sync` (header `x-tandem-secret`): a proxy's report, and its long poll for a
+/// newer endpoint view.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ProxySync {
-    /// Proxy id (its listen address).
+    /// The proxy's listen address (identifies the proxy).
     pub proxy: String,
-    /// The view version it holds; answered at once when the controller's is newer.
+    /// The view version the proxy holds (0: none yet).
     #[serde(default)]
     pub since: u64,
-    /// Longest hold, milliseconds.
+    /// Hold the answer up to this long while the version is not newer than `since` (long poll).
     #[serde(default)]
     pub wait_ms: u64,
-    /// Gauges per service.
+    /// Gauges and counters per service.
     #[serde(default)]
-    pub services: std::collections::BTreeMap<String, control::ProxyServiceStats>,
+    pub services: std::collections::BTreeMap<String, ProxyServiceStats>,
 }
+
+/// The view types are the controller's own (the wire format is defined there).
+pub use control::{EndpointView, ProxyServiceStats, ServiceEndpoints};

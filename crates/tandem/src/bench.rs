@@ -16,6 +16,11 @@ use std::time::Instant;
 /// Benchmarks.
 #[derive(Subcommand)]
 pub enum BenchCmd {
+    /// HTTP load generator: closed loop (`--concurrency`) or open loop (`--rate`), latency
+    /// percentiles, failures by kind, answers per `x-tandem-replica`.
+    Load(crate::loadgen::LoadArgs),
+    /// `tandem proxy` against nginx in front of the same upstreams: throughput and latency.
+    Proxy(crate::benchproxy::BenchProxyArgs),
     /// Job throughput of a real local cluster: submissions per second (CLI loop and API),
     /// completed jobs per second, controller RSS and `squeue` latency with many jobs pending.
     Submit {
@@ -90,6 +95,17 @@ struct SchedReport {
 /// Runs a benchmark.
 pub fn run(cmd: BenchCmd) -> Result<()> {
     match cmd {
+        BenchCmd::Load(a) => crate::loadgen::run(a),
+        BenchCmd::Proxy(a) => {
+            let json = a.json;
+            let r = crate::benchproxy::run(a)?;
+            if json {
+                println!("{}", serde_json::to_string(&r)?);
+            } else {
+                crate::benchproxy::print(&r);
+            }
+            Ok(())
+        }
         BenchCmd::Submit { jobs, cli_jobs, agents, cpus_per_agent, concurrency, json } => {
             if jobs == 0 || agents == 0 || concurrency == 0 {
                 bail!("--jobs, --agents and --concurrency must be positive");

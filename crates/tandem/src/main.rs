@@ -6,16 +6,20 @@
 mod agent;
 mod api;
 mod bench;
+mod benchproxy;
 mod benchsubmit;
 mod cli;
 mod client;
 mod config;
+mod loadgen;
 mod openapi;
+mod proxy;
 mod replica;
 mod server;
 mod simcmd;
 mod svccli;
 mod up;
+mod upstream;
 
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
@@ -105,6 +109,32 @@ enum Cmd {
         /// Address to advertise to jobs (MASTER_ADDR); default 127.0.0.1.
         #[arg(long, default_value = "127.0.0.1")]
         addr: String,
+    },
+    /// The inference proxy: routes `/s/SERVICE/...` (or `Host: SERVICE`) to a ready replica,
+    /// with balancing, retries and passive ejection; endpoints from the controller or `--static`.
+    Proxy {
+        /// Address to listen on (HTTP/1.1 and HTTP/2 cleartext).
+        #[arg(long, default_value = "127.0.0.1:7280")]
+        listen: String,
+        /// Controller address, http://host:port (endpoints come from it).
+        #[arg(long)]
+        server: Option<String>,
+        /// File holding the cluster secret (with --server).
+        #[arg(long)]
+        secret_file: Option<PathBuf>,
+        /// A fixed service, NAME=HOST:PORT[,HOST:PORT...] (or NAME:POLICY=...; policies
+        /// round_robin, least_request, p2c); repeatable. Instead of --server.
+        #[arg(long = "static", value_name = "NAME=ADDRS")]
+        statics: Vec<String>,
+        /// Retries on another replica for --static services.
+        #[arg(long, default_value_t = 2)]
+        retries: u32,
+        /// Worker threads (default: the machine's cores).
+        #[arg(long)]
+        threads: Option<usize>,
+        /// Seed of the random choices (p2c).
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
     },
     /// Issue a signed token for remote use of the API (as `scontrol token`): prints
     /// `export TANDEM_TOKEN=...`.
@@ -217,6 +247,9 @@ fn main() -> std::process::ExitCode {
     if let Some(r) = slurm(&invoked, &argv[1..]) {
         return exit_with(&invoked, r);
     }
+    if argv.get(1).map(String::as_str) == Some(upstream::UPSTREAM_CMD) {
+        return exit_with("tandem __upstream", upstream::run(&argv[2..]).map(|_| 0));
+    }
     if argv.get(1).map(String::as_str) == Some(agent::EXEC_SHIM) {
         // Only returns on failure: it becomes the task.
         let e = agent::exec_task(&argv[2..]);
@@ -237,6 +270,9 @@ fn main() -> std::process::ExitCode {
         Cmd::Service { cmd } => ("tandem service", svccli::run(cmd)),
         Cmd::Bench { which } => ("tandem", bench::run(which).map(|_| 0)),
         Cmd::Shims { dir } => ("tandem", shims(&dir).map(|_| 0)),
+        Cmd::Proxy { listen, server, secret_file, statics, retries, threads, seed } => {
+            ("tandem proxy", run_proxy(&listen, server, secret_file, &statics, retries, threads, seed))
+        }
         Cmd::Token { lifespan } => ("tandem token", get_token(lifespan)),
         Cmd::Up { agents, gpus_per_agent, cpus_per_agent, mem_per_agent, data, port, lease, config } => (
             "tandem up",
@@ -330,5 +366,38 @@ fn run_agent(
     let features = features.map(|f| f.split(',').map(|x| x.trim().to_string()).filter(|x| !x.is_empty()).collect()).unwrap_or_default();
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     rt.block_on(agent::run(agent::AgentArgs { server: target, name, gpus, cpus, memory, data, secret, addr, features }))?;
+    Ok(0)
+}
+
+fn run_proxy(
+    listen: &str,
+    server: Option<String>,
+    secret_file: Option<PathBuf>,
+    statics: &[String],
+    retries: u32,
+    threads: Option<usize>,
+    seed: u64,
+) -> Result<i32> {
+    let listen: std::net::SocketAddr =
+        listen.parse().with_context(|| format!("--listen {listen:?}: expected IP:PORT, e.g. 127.0.0.1:7280"))?;
+    let statics = statics.iter().map(|s| proxy::parse_static(s)).collect::<Result<Vec<_>>>()?;
+    let controller = match (server, secret_file) {
+        (Some(_), _) if !statics.is_empty() => bail!("use either --server (endpoints from the controller) or --static, not both"),
+        (Some(s), Some(f)) => {
+            let secret =
+                std::fs::read_to_string(&f).with_context(|| format!("reading the cluster secret from {}", f.display()))?.trim().to_string();
+            Some((client::Target::parse(&s)?, secret))
+        }
+        (Some(_), None) => bail!("--server needs --secret-file (the cluster secret)"),
+        (None, Some(_)) => bail!("--secret-file goes with --server"),
+        (None, None) if statics.is_empty() => bail!("no upstreams: give --server URL --secret-file FILE, or --static NAME=HOST:PORT[,...]"),
+        (None, None) => None,
+    };
+    if retries > 7 {
+        bail!("--retries: at most 7");
+    }
+    let threads = threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get())).max(1);
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(threads).enable_all().build()?;
+    rt.block_on(proxy::run(proxy::ProxyArgs { listen, controller, statics, retries, seed }))?;
     Ok(0)
 }

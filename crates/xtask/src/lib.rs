@@ -12,12 +12,13 @@ pub const ARROWS: &[(&str, &[&str])] = &[
     ("control", &["sched", "slurmcli", "model"]),
     ("store", &["control"]),
     ("sim", &["sched", "trace", "model"]),
-    ("tandem", &["sim", "sched", "trace", "model", "slurmcli", "control", "store"]),
+    ("balance", &[]),
+    ("tandem", &["sim", "sched", "trace", "model", "slurmcli", "control", "store", "balance"]),
     ("xtask", &[]),
 ];
 
 /// Crates that must stay pure: no IO, no clock, no unseeded randomness, no async runtime.
-pub const PURE: &[&str] = &["model", "sched", "sim", "slurmcli", "control"];
+pub const PURE: &[&str] = &["model", "sched", "sim", "slurmcli", "control", "balance"];
 
 /// Strings that must not appear in a pure crate's source.
 pub const BANNED: &[&str] =

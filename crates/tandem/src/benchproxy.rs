@@ -1,0 +1,345 @@
+//! `tandem bench proxy`: `tandem proxy` against nginx, as round-robin reverse proxies in front of
+//! the same upstream servers (`tandem __upstream` child processes), measured by the same load
+//! generator: (a) throughput, closed loop at a fixed concurrency for a fixed time; (b) latency
+//! p50/p99 at the same open-loop offered load, half of nginx's throughput.
+//!
+//! nginx is Debian's; when it is missing and we are root it is installed with apt-get. It runs
+//! as a child with its own prefix, pid and temp directories under a temp directory, and is
+//! killed by pid at the end, as are the proxy and the upstreams.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use serde::Serialize;
+
+use crate::loadgen::{LoadArgs, LoadReport, run_load};
+
+/// `tandem bench proxy` settings.
+#[derive(clap::Args, Clone, Debug)]
+pub struct BenchProxyArgs {
+    /// Upstream servers.
+    #[arg(long, default_value_t = 4)]
+    pub upstreams: u32,
+    /// Closed-loop concurrency of the throughput run.
+    #[arg(long, default_value_t = 64)]
+    pub concurrency: u32,
+    /// Seconds of each measured run.
+    #[arg(long, default_value_t = 10.0)]
+    pub duration: f64,
+    /// Seconds of warm-up before each target's runs.
+    #[arg(long, default_value_t = 2.0)]
+    pub warmup: f64,
+    /// Worker threads of `tandem proxy` (default: the machine's cores).
+    #[arg(long)]
+    pub proxy_threads: Option<usize>,
+    /// nginx binary.
+    #[arg(long, default_value = "nginx")]
+    pub nginx: String,
+    /// Print one JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// One target's figures.
+#[derive(Serialize, Debug)]
+pub struct Figures {
+    /// Closed-loop throughput, requests/s.
+    pub throughput_rps: f64,
+    /// Failed requests in the throughput run.
+    pub throughput_failed: u64,
+    /// Latency at the fixed offered load, ms.
+    pub p50_ms: f64,
+    /// 99th percentile at the fixed offered load, ms.
+    pub p99_ms: f64,
+    /// Achieved rate of the latency run.
+    pub latency_run_rps: f64,
+    /// Failed requests in the latency run.
+    pub latency_failed: u64,
+}
+
+/// The benchmark's result.
+#[derive(Serialize, Debug)]
+pub struct Report {
+    /// nginx's figures.
+    pub nginx: Figures,
+    /// Tandem's figures.
+    pub tandem: Figures,
+    /// Offered load of the latency runs, requests/s.
+    pub offered_rps: f64,
+    /// nginx.conf as run.
+    pub nginx_conf: String,
+    /// The proxy's command line.
+    pub tandem_cmd: String,
+    /// nginx -v.
+    pub nginx_version: String,
+    /// Closed-loop concurrency.
+    pub concurrency: u32,
+    /// Seconds per run.
+    pub duration_s: f64,
+    /// Upstream servers.
+    pub upstreams: u32,
+}
+
+struct Kids(Vec<Child>);
+
+impl Drop for Kids {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(c.id() as i32), nix::sys::signal::Signal::SIGTERM);
+        }
+        let deadline = Instant::now() + Duration::from_secs(5);
+        for c in &mut self.0 {
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = c.try_wait() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Reads the first stdout line of a child (`listening on ADDR`) and returns ADDR.
+fn listening(c: &mut Child, what: &str) -> Result<String> {
+    use std::io::BufRead;
+    let out = c.stdout.take().context("no stdout")?;
+    let mut line = String::new();
+    std::io::BufReader::new(out).read_line(&mut line)?;
+    let addr = line.trim().rsplit(' ').next().unwrap_or("").to_string();
+    if !line.contains("listening on") || addr.is_empty() {
+        bail!("{what} did not start: {line:?}");
+    }
+    Ok(addr)
+}
+
+fn free_port() -> Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+fn find_nginx(bin: &str) -> Result<String> {
+    let ok = |b: &str| Command::new(b).arg("-v").stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok_and(|s| s.success());
+    for b in [bin, "/usr/sbin/nginx"] {
+        if ok(b) {
+            return Ok(b.to_string());
+        }
+    }
+    if nix::unistd::geteuid().is_root() {
+        eprintln!("nginx not found; installing it with apt-get (nginx-light, else nginx)");
+        let apt = |pkg: &str| {
+            Command::new("apt-get")
+                .args(["install", "-y", "-q", pkg])
+                .env("DEBIAN_FRONTEND", "noninteractive")
+                .stdout(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+        };
+        if !apt("nginx-light") && !apt("nginx") {
+            let _ = Command::new("apt-get").args(["update", "-q"]).stdout(Stdio::null()).status();
+            if !apt("nginx-light") {
+                apt("nginx");
+            }
+        }
+        for b in [bin, "/usr/sbin/nginx"] {
+            if ok(b) {
+                return Ok(b.to_string());
+            }
+        }
+        bail!("nginx could not be installed with apt-get (try `apt-get install nginx-light` by hand)");
+    }
+    bail!("nginx is not installed: run `sudo apt-get install -y nginx-light` (or pass --nginx PATH)")
+}
+
+fn nginx_conf(dir: &Path, port: u16, ups: &[String]) -> String {
+    let servers: String = ups.iter().map(|u| format!("        server {u};\n")).collect();
+    let d = dir.display();
+    format!(
+        "worker_processes auto;
+pid {d}/nginx.pid;
+error_log {d}/error.log warn;
+daemon off;
+events {{
+    worker_connections 4096;
+}}
+http {{
+    access_log off;
+    client_body_temp_path {d}/client_body;
+    proxy_temp_path {d}/proxy;
+    fastcgi_temp_path {d}/fastcgi;
+    uwsgi_temp_path {d}/uwsgi;
+    scgi_temp_path {d}/scgi;
+    keepalive_requests 100000;
+    upstream backends {{
+{servers}        keepalive 64;
+    }}
+    server {{
+        listen 127.0.0.1:{port};
+        location /s/bench/ {{
+            proxy_pass http://backends/;
+            proxy_http_version 1.1;
+            proxy_set_header Connection \"\";
+        }}
+    }}
+}}
+"
+    )
+}
+
+async fn measure(url: &str, a: &BenchProxyArgs, offered: Option<f64>) -> Result<LoadReport> {
+    let la = LoadArgs {
+        url: url.to_string(),
+        requests: None,
+        rate: offered.unwrap_or(0.0),
+        concurrency: if offered.is_some() { 1024 } else { a.concurrency },
+        duration: Some(a.duration),
+        http2: false,
+        headers: Vec::new(),
+        timeout: 10.0,
+        threads: None,
+        json: false,
+    };
+    run_load(&la).await
+}
+
+async fn warm(url: &str, a: &BenchProxyArgs) -> Result<()> {
+    if a.warmup > 0.0 {
+        let w = BenchProxyArgs { duration: a.warmup, ..a.clone() };
+        let r = measure(url, &w, None).await?;
+        if r.ok == 0 {
+            bail!("no successful request to {url} during warm-up: {:?} {:?}", r.errors, r.statuses);
+        }
+    }
+    Ok(())
+}
+
+/// Runs the benchmark.
+pub fn run(a: BenchProxyArgs) -> Result<Report> {
+    if a.upstreams == 0 || a.concurrency == 0 || a.duration <= 0.0 {
+        bail!("--upstreams, --concurrency and --duration must be positive");
+    }
+    let nginx = find_nginx(&a.nginx)?;
+    let nginx_version = Command::new(&nginx).arg("-v").output().map(|o| String::from_utf8_lossy(&o.stderr).trim().to_string())?;
+    let exe = std::env::current_exe()?;
+    let dir = std::env::temp_dir().join(format!("tandem-bench-proxy-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let mut kids = Kids(Vec::new());
+    let mut ups = Vec::new();
+    for i in 0..a.upstreams {
+        let mut c = Command::new(&exe)
+            .args([crate::upstream::UPSTREAM_CMD, "--port", "0", "--name", &format!("up{i}")])
+            .stdout(Stdio::piped())
+            .spawn()
+            .context("starting an upstream")?;
+        let addr = listening(&mut c, "an upstream");
+        kids.0.push(c);
+        ups.push(addr?);
+    }
+    // nginx.
+    let nport = free_port()?;
+    let conf = nginx_conf(&dir, nport, &ups);
+    let conf_path: PathBuf = dir.join("nginx.conf");
+    std::fs::write(&conf_path, &conf)?;
+    let ng = Command::new(&nginx)
+        .args([
+            "-p",
+            &dir.display().to_string(),
+            "-c",
+            &conf_path.display().to_string(),
+            "-e",
+            &dir.join("error.log").display().to_string(),
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .context("starting nginx")?;
+    kids.0.push(ng);
+    // Tandem.
+    let threads = a.proxy_threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()));
+    let spec = format!("bench={}", ups.join(","));
+    let targs = vec![
+        "proxy".to_string(),
+        "--listen".into(),
+        "127.0.0.1:0".into(),
+        "--threads".into(),
+        threads.to_string(),
+        "--static".into(),
+        spec,
+    ];
+    let tandem_cmd = format!("tandem {}", targs.join(" "));
+    let mut tp = Command::new(&exe).args(&targs).stdout(Stdio::piped()).spawn().context("starting tandem proxy")?;
+    let taddr = listening(&mut tp, "tandem proxy");
+    kids.0.push(tp);
+    let taddr = taddr?;
+
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let nurl = format!("http://127.0.0.1:{nport}/s/bench/hello");
+    let turl = format!("http://{taddr}/s/bench/hello");
+    let report = rt.block_on(async {
+        // Wait for nginx to answer.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if tokio::net::TcpStream::connect(("127.0.0.1", nport)).await.is_ok() {
+                break;
+            }
+            if Instant::now() > deadline {
+                bail!("nginx did not start listening on port {nport}; see {}", dir.join("error.log").display());
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        eprintln!("throughput runs: closed loop, concurrency {}, {} s each", a.concurrency, a.duration);
+        warm(&nurl, &a).await?;
+        let n_tp = measure(&nurl, &a, None).await?;
+        eprintln!("  nginx   {:.0} req/s", n_tp.achieved_rps);
+        warm(&turl, &a).await?;
+        let t_tp = measure(&turl, &a, None).await?;
+        eprintln!("  tandem  {:.0} req/s", t_tp.achieved_rps);
+        let offered = (n_tp.achieved_rps / 2.0).round().max(1.0);
+        eprintln!("latency runs: open loop at {offered} req/s");
+        let n_l = measure(&nurl, &a, Some(offered)).await?;
+        eprintln!("  nginx   p50 {:.3} ms p99 {:.3} ms", n_l.latency_ms.p50, n_l.latency_ms.p99);
+        let t_l = measure(&turl, &a, Some(offered)).await?;
+        eprintln!("  tandem  p50 {:.3} ms p99 {:.3} ms", t_l.latency_ms.p50, t_l.latency_ms.p99);
+        let fig = |tp: &LoadReport, l: &LoadReport| Figures {
+            throughput_rps: tp.achieved_rps,
+            throughput_failed: tp.failed,
+            p50_ms: l.latency_ms.p50,
+            p99_ms: l.latency_ms.p99,
+            latency_run_rps: l.achieved_rps,
+            latency_failed: l.failed,
+        };
+        Ok(Report {
+            nginx: fig(&n_tp, &n_l),
+            tandem: fig(&t_tp, &t_l),
+            offered_rps: offered,
+            nginx_conf: conf.clone(),
+            tandem_cmd: tandem_cmd.clone(),
+            nginx_version: nginx_version.clone(),
+            concurrency: a.concurrency,
+            duration_s: a.duration,
+            upstreams: a.upstreams,
+        })
+    });
+    drop(kids);
+    let _ = std::fs::remove_dir_all(&dir);
+    report
+}
+
+/// Prints the configurations and the table.
+pub fn print(r: &Report) {
+    println!("# nginx ({}) configuration\n{}", r.nginx_version, r.nginx_conf);
+    println!("# Tandem\n{}\n", r.tandem_cmd);
+    println!(
+        "{} upstreams, closed loop concurrency {}, {} s per run; latency at {} req/s offered (open loop)\n",
+        r.upstreams, r.concurrency, r.duration_s, r.offered_rps
+    );
+    println!("| figure | nginx | Tandem | Tandem / nginx |");
+    println!("|---|---|---|---|");
+    let (n, t) = (&r.nginx, &r.tandem);
+    println!("| throughput (req/s) | {:.0} | {:.0} | {:.2} |", n.throughput_rps, t.throughput_rps, t.throughput_rps / n.throughput_rps);
+    println!("| p50 at {} req/s (ms) | {:.3} | {:.3} | {:.2} |", r.offered_rps, n.p50_ms, t.p50_ms, t.p50_ms / n.p50_ms);
+    println!("| p99 at {} req/s (ms) | {:.3} | {:.3} | {:.2} |", r.offered_rps, n.p99_ms, t.p99_ms, t.p99_ms / n.p99_ms);
+    println!("| failed requests (all runs) | {} | {} | |", n.throughput_failed + n.latency_failed, t.throughput_failed + t.latency_failed);
+}

@@ -1,0 +1,936 @@
+//! `tandem proxy`: the data plane of inference services. An HTTP reverse proxy (hyper 1: HTTP/1.1
+//! and HTTP/2 with prior knowledge on one listener) that routes each request to a ready replica
+//! of its service, balanced by the `balance` crate, with bounded retries on another replica and
+//! passive ejection of failing ones. Bodies stream both ways; small request bodies are kept so
+//! a failed attempt can be replayed.
+//!
+//! Routing: `/s/<service>/rest` (the prefix is stripped), else the Host header `<service>` or
+//! `<service>.<anything>`. Endpoints come from `--static NAME=ADDR,...` or from the controller
+//! (`POST /v1/proxy/sync`, a long poll that also reports in-flight and waiting requests, which the
+//! controller uses to drain replicas and to scale from zero). `/_tandem/metrics` (Prometheus
+//! text) and `/_tandem/healthz` are answered by the proxy itself.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, RwLock};
+use std::task::{Context as TaskContext, Poll};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use balance::{Ejection, Key, Outcome, Policy, Pool};
+use bytes::Bytes;
+use http_body_util::BodyExt;
+use hyper::body::{Body, Frame, Incoming, SizeHint};
+use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
+use hyper::http::uri::{Authority, PathAndQuery};
+use hyper::{Request, Response, StatusCode, Uri, Version};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use tokio::sync::Notify;
+
+use crate::api::{EndpointView, ProxyServiceStats, ProxySync, ServiceEndpoints};
+use crate::client::{Target, send};
+
+/// Request bodies up to this size are kept in memory so the request can be retried; larger or
+/// unsized ones are streamed and not retried.
+pub const REPLAY_LIMIT: u64 = 1 << 20;
+/// Longest report interval: the controller autoscale on these gauges.
+const SYNC_WAIT_MS: u64 = 1000;
+/// Upper bound on retries, whatever a view says.
+const MAX_RETRIES: u32 = 7;
+
+/// `tandem proxy` settings.
+pub struct ProxyArgs {
+    /// Listen address.
+    pub listen: SocketAddr,
+    /// The controller and the cluster secret, when endpoints come from it.
+    pub controller: Option<(Target, String)>,
+    /// Fixed services (`--static`).
+    pub statics: Vec<StaticService>,
+    /// Retries for static services.
+    pub retries: u32,
+    /// Seed of the pickers' random choices.
+    pub seed: u64,
+}
+
+/// A `--static NAME=ADDR[,ADDR...]` service.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StaticService {
+    /// Service name.
+    pub name: String,
+    /// Upstream host:port addresses.
+    pub addrs: Vec<String>,
+    /// Balancing policy.
+    pub policy: Policy,
+}
+
+/// Parses `NAME=ADDR[,ADDR...]`, optionally `NAME:POLICY=...` (e.g. `echo:p2c=127.0.0.1:9000`).
+pub fn parse_static(s: &str) -> Result<StaticService> {
+    let Some((name, addrs)) = s.split_once('=') else {
+        bail!("--static {s:?}: expected NAME=HOST:PORT[,HOST:PORT...]");
+    };
+    let (name, policy) = match name.split_once(':') {
+        Some((n, p)) => (n, p.parse::<Policy>().map_err(|e| anyhow::anyhow!("--static {s:?}: {e}"))?),
+        None => (name, Policy::RoundRobin),
+    };
+    if !valid_service_name(name) {
+        bail!("--static {s:?}: service name {name:?} must be non-empty letters, digits, '-' or '_'");
+    }
+    let mut out = Vec::new();
+    for a in addrs.split(',') {
+        let a = a.trim();
+        let ok = a.rsplit_once(':').is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok_and(|p| p > 0))
+            && a.parse::<Authority>().is_ok();
+        if !ok {
+            bail!("--static {s:?}: upstream {a:?} is not HOST:PORT");
+        }
+        out.push(a.to_string());
+    }
+    Ok(StaticService { name: name.to_string(), addrs: out, policy })
+}
+
+fn valid_service_name(n: &str) -> bool {
+    !n.is_empty() && n.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
+// ---------------------------------------------------------------------------------------------
+// State
+
+/// Latency histogram bucket bounds, microseconds.
+const BUCKETS_US: [u64; 15] =
+    [500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 500_000, 1_000_000, 2_500_000, 5_000_000, 10_000_000, 30_000_000];
+
+#[derive(Default)]
+struct Histogram {
+    buckets: [AtomicU64; BUCKETS_US.len()],
+    count: AtomicU64,
+    sum_us: AtomicU64,
+}
+
+impl Histogram {
+    fn record(&self, us: u64) {
+        if let Some(i) = BUCKETS_US.iter().position(|&b| us <= b) {
+            self.buckets[i].fetch_add(1, Relaxed);
+        }
+        self.count.fetch_add(1, Relaxed);
+        self.sum_us.fetch_add(us, Relaxed);
+    }
+
+    fn write(&self, out: &mut String, name: &str, labels: &str) {
+        let mut acc = 0;
+        for (i, b) in BUCKETS_US.iter().enumerate() {
+            acc += self.buckets[i].load(Relaxed);
+            let _ = writeln!(out, "{name}_bucket{{{labels},le=\"{}\"}} {acc}", *b as f64 / 1e6);
+        }
+        let n = self.count.load(Relaxed);
+        let _ = writeln!(out, "{name}_bucket{{{labels},le=\"+Inf\"}} {n}");
+        let _ = writeln!(out, "{name}_sum{{{labels}}} {}", self.sum_us.load(Relaxed) as f64 / 1e6);
+        let _ = writeln!(out, "{name}_count{{{labels}}} {n}");
+    }
+}
+
+/// One replica as the proxy reaches it.
+struct Upstream {
+    addr: String,
+    authority: Authority,
+    replica: HeaderValue,
+    latency: Histogram,
+}
+
+struct SvcState {
+    pool: Pool<Arc<Upstream>>,
+    hold_ms: u64,
+    retries: u32,
+    listed: bool,
+}
+
+struct Service {
+    name: String,
+    state: Mutex<SvcState>,
+    changed: Notify,
+    requests: AtomicU64,
+    failures: AtomicU64,
+    retries: AtomicU64,
+    waiting: AtomicU64,
+    latency: Histogram,
+}
+
+impl Service {
+    fn new(name: &str, seed: u64) -> Service {
+        Service {
+            name: name.to_string(),
+            state: Mutex::new(SvcState {
+                pool: Pool::new(Policy::RoundRobin, Ejection::default(), seed),
+                hold_ms: 60_000,
+                retries: 2,
+                listed: true,
+            }),
+            changed: Notify::new(),
+            requests: AtomicU64::new(0),
+            failures: AtomicU64::new(0),
+            retries: AtomicU64::new(0),
+            waiting: AtomicU64::new(0),
+            latency: Histogram::default(),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, SvcState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Replaces the serving endpoints: (replica id, address).
+    fn set_endpoints(&self, eps: &[(String, String)]) -> Result<()> {
+        let mut fresh = HashMap::new();
+        for (id, addr) in eps {
+            let authority: Authority = addr.parse().with_context(|| format!("replica {id}: bad address {addr:?}"))?;
+            let replica = HeaderValue::from_str(id).with_context(|| format!("bad replica id {id:?}"))?;
+            fresh.insert(id.as_str(), (addr.as_str(), authority, replica));
+        }
+        let mut st = self.lock();
+        st.pool.set_endpoints(
+            eps.iter().map(|(id, _)| id.as_str()),
+            |up, id| fresh.get(id).is_some_and(|f| f.0 == up.addr),
+            |id| {
+                let (addr, authority, replica) = fresh[id].clone();
+                Arc::new(Upstream { addr: addr.to_string(), authority, replica, latency: Histogram::default() })
+            },
+        );
+        Ok(())
+    }
+}
+
+struct State {
+    services: RwLock<HashMap<String, Arc<Service>>>,
+    version: AtomicU64,
+    from_controller: bool,
+    client: Client<HttpConnector, ReqBody>,
+    start: Instant,
+    seed: u64,
+    push: Notify,
+    listen: String,
+    draining: AtomicBool,
+}
+
+impl State {
+    fn now_ms(&self) -> u64 {
+        self.start.elapsed().as_millis() as u64
+    }
+
+    fn service(&self, name: &str) -> Option<Arc<Service>> {
+        self.services.read().unwrap_or_else(|e| e.into_inner()).get(name).cloned()
+    }
+
+    /// Applies a controller view if it is newer than the one held.
+    fn apply(&self, view: &EndpointView) {
+        let mut map = self.services.write().unwrap_or_else(|e| e.into_inner());
+        if view.version <= self.version.load(Relaxed) && self.version.load(Relaxed) != 0 {
+            return;
+        }
+        self.version.store(view.version, Relaxed);
+        let mut seen = std::collections::HashSet::new();
+        for s in &view.services {
+            if !valid_service_name(&s.name) {
+                eprintln!("tandem proxy: ignoring service with a bad name {:?}", s.name);
+                continue;
+            }
+            seen.insert(s.name.clone());
+            let n = map.len() as u64;
+            let svc = map.entry(s.name.clone()).or_insert_with(|| Arc::new(Service::new(&s.name, self.seed ^ n))).clone();
+            apply_service(&svc, s);
+            svc.changed.notify_waiters();
+        }
+        for (name, svc) in map.iter() {
+            if !seen.contains(name) {
+                let mut st = svc.lock();
+                st.listed = false;
+                st.pool.set_endpoints(std::iter::empty(), |_, _| true, |_| unreachable!("no new endpoints"));
+                drop(st);
+                svc.changed.notify_waiters();
+            }
+        }
+        map.retain(|_, svc| {
+            let st = svc.lock();
+            st.listed || !st.pool.endpoints().is_empty() || svc.waiting.load(Relaxed) > 0
+        });
+    }
+
+    /// The report sent to the controller.
+    fn report(&self, wait_ms: u64) -> ProxySync {
+        let map = self.services.read().unwrap_or_else(|e| e.into_inner());
+        let mut services = std::collections::BTreeMap::new();
+        for (name, svc) in map.iter() {
+            let st = svc.lock();
+            let replicas = st.pool.endpoints().iter().map(|e| (e.id.clone(), e.inflight as u64)).collect();
+            services.insert(
+                name.clone(),
+                ProxyServiceStats {
+                    inflight: st.pool.inflight(),
+                    waiting: svc.waiting.load(Relaxed),
+                    requests: svc.requests.load(Relaxed),
+                    failures: svc.failures.load(Relaxed),
+                    replicas,
+                },
+            );
+        }
+        ProxySync { proxy: self.listen.clone(), since: self.version.load(Relaxed), wait_ms, services }
+    }
+
+    fn metrics(&self) -> String {
+        let map = self.services.read().unwrap_or_else(|e| e.into_inner());
+        let mut names: Vec<&String> = map.keys().collect();
+        names.sort();
+        let mut out = String::new();
+        let now = self.now_ms();
+        let _ = writeln!(out, "# HELP tandem_proxy_view_version Version of the endpoint view held (0 with --static).");
+        let _ = writeln!(out, "# TYPE tandem_proxy_view_version gauge\ntandem_proxy_view_version {}", self.version.load(Relaxed));
+        type Get = fn(&Service) -> u64;
+        let per_service: [(&str, &str, &str, Get); 4] = [
+            ("tandem_proxy_requests_total", "counter", "Requests received.", |s| s.requests.load(Relaxed)),
+            ("tandem_proxy_failures_total", "counter", "Requests answered with a 5xx (by the proxy or a replica).", |s| {
+                s.failures.load(Relaxed)
+            }),
+            ("tandem_proxy_retries_total", "counter", "Attempts retried on another replica.", |s| s.retries.load(Relaxed)),
+            ("tandem_proxy_waiting", "gauge", "Requests held because the service has no endpoint.", |s| s.waiting.load(Relaxed)),
+        ];
+        for (metric, kind, help, get) in per_service {
+            let _ = writeln!(out, "# HELP {metric} {help}\n# TYPE {metric} {kind}");
+            for n in &names {
+                let _ = writeln!(out, "{metric}{{service=\"{n}\"}} {}", get(&map[*n]));
+            }
+        }
+        let _ = writeln!(out, "# HELP tandem_proxy_inflight Requests in flight to replicas.\n# TYPE tandem_proxy_inflight gauge");
+        for n in &names {
+            let _ = writeln!(out, "tandem_proxy_inflight{{service=\"{n}\"}} {}", map[*n].lock().pool.inflight());
+        }
+        let _ = writeln!(out, "# HELP tandem_proxy_request_duration_seconds Time to the end of the response.");
+        let _ = writeln!(out, "# TYPE tandem_proxy_request_duration_seconds histogram");
+        for n in &names {
+            map[*n].latency.write(&mut out, "tandem_proxy_request_duration_seconds", &format!("service=\"{n}\""));
+        }
+        let mut rows = Vec::new();
+        for n in &names {
+            let st = map[*n].lock();
+            for e in st.pool.endpoints() {
+                rows.push((
+                    n.to_string(),
+                    e.id.clone(),
+                    e.requests,
+                    e.failures,
+                    e.inflight,
+                    e.ejected_until.is_some_and(|u| now < u),
+                    e.data.clone(),
+                ));
+            }
+        }
+        let heads = [
+            ("tandem_proxy_replica_requests_total", "counter", "Attempts sent to the replica."),
+            ("tandem_proxy_replica_failures_total", "counter", "Attempts that failed (transport error or 5xx)."),
+            ("tandem_proxy_replica_inflight", "gauge", "Requests in flight to the replica."),
+            ("tandem_proxy_replica_ejected", "gauge", "1 while the replica is ejected by outlier detection."),
+        ];
+        for (k, (metric, kind, help)) in heads.iter().enumerate() {
+            let _ = writeln!(out, "# HELP {metric} {help}\n# TYPE {metric} {kind}");
+            for (s, r, req, fail, infl, ej, _) in &rows {
+                let v = [*req, *fail, *infl as u64, *ej as u64][k];
+                let _ = writeln!(out, "{metric}{{service=\"{s}\",replica=\"{r}\"}} {v}");
+            }
+        }
+        let _ = writeln!(out, "# HELP tandem_proxy_replica_request_duration_seconds Time to the end of the response, per replica.");
+        let _ = writeln!(out, "# TYPE tandem_proxy_replica_request_duration_seconds histogram");
+        for (s, r, _, _, _, _, up) in &rows {
+            up.latency.write(&mut out, "tandem_proxy_replica_request_duration_seconds", &format!("service=\"{s}\",replica=\"{r}\""));
+        }
+        out
+    }
+}
+
+fn apply_service(svc: &Service, s: &ServiceEndpoints) {
+    let policy = s.balance.parse::<Policy>().unwrap_or_else(|e| {
+        eprintln!("tandem proxy: service {}: {e}; using round_robin", s.name);
+        Policy::RoundRobin
+    });
+    let eps: Vec<(String, String)> = s.endpoints.iter().map(|e| (e.replica.clone(), e.addr.clone())).collect();
+    {
+        let mut st = svc.lock();
+        st.pool.set_policy(policy);
+        st.hold_ms = s.hold_ms;
+        st.retries = s.retries.min(MAX_RETRIES);
+        st.listed = true;
+    }
+    if let Err(e) = svc.set_endpoints(&eps) {
+        eprintln!("tandem proxy: service {}: {e:#}", s.name);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Bodies
+
+/// The body sent upstream: kept in memory (replayable) or streamed from the client.
+enum ReqBody {
+    /// The whole body (or none), replayable.
+    Full(Option<Bytes>),
+    /// Streamed from the client, sent once.
+    Stream(Incoming),
+}
+
+impl Body for ReqBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        match self.get_mut() {
+            ReqBody::Full(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
+            ReqBody::Stream(s) => Pin::new(s).poll_frame(cx),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            ReqBody::Full(b) => b.is_none(),
+            ReqBody::Stream(s) => s.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            ReqBody::Full(b) => SizeHint::with_exact(b.as_ref().map_or(0, |b| b.len() as u64)),
+            ReqBody::Stream(s) => s.size_hint(),
+        }
+    }
+}
+
+/// Ends an attempt when the response body is done (or dropped): in-flight count, outcome for
+/// outlier detection, latency.
+struct Guard {
+    svc: Arc<Service>,
+    up: Arc<Upstream>,
+    key: Key,
+    outcome: Outcome,
+    start: Instant,
+    st: Arc<State>,
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let us = self.start.elapsed().as_micros() as u64;
+        self.up.latency.record(us);
+        self.svc.latency.record(us);
+        if self.outcome != Outcome::Ok {
+            self.svc.failures.fetch_add(1, Relaxed);
+        }
+        let now = self.st.now_ms();
+        if self.svc.lock().pool.finish(self.key, self.outcome, now) {
+            eprintln!("tandem proxy: service {}: replica {} ({}) ejected after repeated failures", self.svc.name, self.up.addr, self.key.0);
+        }
+    }
+}
+
+/// The body sent to the client: a replica's response, streamed, or the proxy's own.
+enum ProxyBody {
+    /// From a replica; the guard ends the attempt when the body ends.
+    Upstream(Incoming, Option<Guard>),
+    /// The proxy's own answer.
+    Full(Option<Bytes>),
+}
+
+impl Body for ProxyBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        match self.get_mut() {
+            ProxyBody::Full(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
+            ProxyBody::Upstream(body, guard) => {
+                let r = Pin::new(body).poll_frame(cx);
+                match &r {
+                    Poll::Ready(None) => drop(guard.take()),
+                    Poll::Ready(Some(Err(_))) => {
+                        if let Some(mut g) = guard.take() {
+                            g.outcome = Outcome::Reset;
+                        }
+                    }
+                    _ => {}
+                }
+                r
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            ProxyBody::Full(b) => b.is_none(),
+            ProxyBody::Upstream(b, _) => b.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            ProxyBody::Full(b) => SizeHint::with_exact(b.as_ref().map_or(0, |b| b.len() as u64)),
+            ProxyBody::Upstream(b, _) => b.size_hint(),
+        }
+    }
+}
+
+fn plain(status: StatusCode, msg: impl Into<String>) -> Response<ProxyBody> {
+    let mut msg = msg.into();
+    msg.push('\n');
+    let mut r = Response::new(ProxyBody::Full(Some(Bytes::from(msg))));
+    *r.status_mut() = status;
+    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+    r
+}
+
+// ---------------------------------------------------------------------------------------------
+// Routing and forwarding
+
+/// Splits a request into (service, path and query to send upstream). `/s/echo/a?x=1` →
+/// (`echo`, `/a?x=1`); `/s/echo` → (`echo`, `/`); otherwise the service is the Host's first label.
+pub fn route<'a>(uri: &'a Uri, host: Option<&'a str>) -> Option<(&'a str, Option<String>)> {
+    let path = uri.path();
+    if let Some(rest) = path.strip_prefix("/s/") {
+        let (svc, tail) = match rest.find('/') {
+            Some(i) => (&rest[..i], &rest[i..]),
+            None => (rest, "/"),
+        };
+        if svc.is_empty() {
+            return None;
+        }
+        let pq = match uri.query() {
+            Some(q) => format!("{tail}?{q}"),
+            None => tail.to_string(),
+        };
+        return Some((svc, Some(pq)));
+    }
+    let host = host.or_else(|| uri.authority().map(|a| a.as_str()))?;
+    if host.starts_with('[') {
+        return None;
+    }
+    let name = host.split(':').next()?.split('.').next()?;
+    if name.is_empty() { None } else { Some((name, None)) }
+}
+
+const HOP_BY_HOP: [HeaderName; 6] =
+    [header::CONNECTION, header::TE, header::TRAILER, header::TRANSFER_ENCODING, header::UPGRADE, header::PROXY_AUTHORIZATION];
+
+fn strip_hop_by_hop(h: &mut HeaderMap) {
+    if let Some(c) = h.get(header::CONNECTION).and_then(|v| v.to_str().ok()).map(str::to_string) {
+        for name in c.split(',') {
+            let name = name.trim();
+            if !name.is_empty() {
+                h.remove(name);
+            }
+        }
+    }
+    for n in &HOP_BY_HOP {
+        h.remove(n);
+    }
+    h.remove("keep-alive");
+    h.remove("proxy-connection");
+}
+
+fn classify(e: &hyper_util::client::legacy::Error) -> Outcome {
+    if e.is_connect() {
+        return Outcome::ConnectFailed;
+    }
+    let mut src: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(e);
+    while let Some(s) = src {
+        if let Some(io) = s.downcast_ref::<std::io::Error>()
+            && io.kind() == std::io::ErrorKind::TimedOut
+        {
+            return Outcome::Timeout;
+        }
+        src = s.source();
+    }
+    Outcome::Reset
+}
+
+fn describe(o: Outcome) -> String {
+    match o {
+        Outcome::Ok => "ok".into(),
+        Outcome::ConnectFailed => "connection failed".into(),
+        Outcome::Reset => "connection broken before a response".into(),
+        Outcome::Timeout => "timed out".into(),
+        Outcome::ServerError(s) => format!("answered {s}"),
+    }
+}
+
+/// Waits for an endpoint of `svc` (holding the request while the service has none).
+async fn acquire(
+    st: &State,
+    svc: &Arc<Service>,
+    tried: &[Key],
+    hold: &mut Option<WaitGuard>,
+) -> Result<(Key, Arc<Upstream>), Response<ProxyBody>> {
+    let mut deadline: Option<tokio::time::Instant> = None;
+    loop {
+        let notified = svc.changed.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        let hold_ms = {
+            let mut s = svc.lock();
+            if !s.listed {
+                return Err(plain(StatusCode::NOT_FOUND, format!("service {:?} no longer exists", svc.name)));
+            }
+            let now = st.now_ms();
+            if let Some(k) = s.pool.pick(now, tried) {
+                let up = s.pool.get(k).expect("picked").data.clone();
+                return Ok((k, up));
+            }
+            if s.pool.has_serving() || !tried.is_empty() {
+                return Err(plain(StatusCode::BAD_GATEWAY, format!("service {:?}: no other replica left to retry on", svc.name)));
+            }
+            s.hold_ms
+        };
+        let d = *deadline.get_or_insert_with(|| tokio::time::Instant::now() + Duration::from_millis(hold_ms));
+        if hold.is_none() {
+            svc.waiting.fetch_add(1, Relaxed);
+            *hold = Some(WaitGuard(svc.clone()));
+            // Tell the controller at once: it may be scaling from zero.
+            st.push.notify_one();
+        }
+        if st.draining.load(Relaxed) || tokio::time::timeout_at(d, notified).await.is_err() {
+            return Err(plain(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("service {:?} has no ready replica (held {} ms)", svc.name, hold_ms),
+            ));
+        }
+    }
+}
+
+/// Marks a held request; decrements the service's `waiting` gauge when dropped.
+struct WaitGuard(Arc<Service>);
+
+impl Drop for WaitGuard {
+    fn drop(&mut self) {
+        self.0.waiting.fetch_sub(1, Relaxed);
+    }
+}
+
+async fn handle(st: Arc<State>, peer: HeaderValue, req: Request<Incoming>) -> Result<Response<ProxyBody>, Infallible> {
+    if req.uri().path().starts_with("/_tandem/") {
+        return Ok(admin(&st, req.uri().path()));
+    }
+    let host = req.headers().get(header::HOST).and_then(|h| h.to_str().ok());
+    let Some((name, new_pq)) = route(req.uri(), host) else {
+        return Ok(plain(StatusCode::NOT_FOUND, "no service named: route with /s/SERVICE/... or Host: SERVICE"));
+    };
+    let Some(svc) = st.service(name) else {
+        let why = if st.from_controller && st.version.load(Relaxed) == 0 {
+            format!("unknown service {name:?}: no endpoint view from the controller yet")
+        } else {
+            format!("unknown service {name:?}")
+        };
+        return Ok(plain(StatusCode::NOT_FOUND, why));
+    };
+    let new_pq = new_pq.map(PathAndQuery::try_from);
+    svc.requests.fetch_add(1, Relaxed);
+    let (parts, body) = req.into_parts();
+    let pq = match new_pq {
+        Some(Ok(pq)) => pq,
+        Some(Err(_)) => return Ok(plain(StatusCode::BAD_REQUEST, "bad path")),
+        None => parts.uri.path_and_query().cloned().unwrap_or_else(|| PathAndQuery::from_static("/")),
+    };
+    // Keep small bodies so a failed attempt can be replayed.
+    let mut stream = None;
+    let full: Option<Option<Bytes>> = if body.is_end_stream() {
+        Some(None)
+    } else if body.size_hint().exact().is_some_and(|n| n <= REPLAY_LIMIT) {
+        match body.collect().await {
+            Ok(b) => Some(Some(b.to_bytes())),
+            Err(e) => return Ok(plain(StatusCode::BAD_REQUEST, format!("reading the request body: {e}"))),
+        }
+    } else {
+        stream = Some(body);
+        None
+    };
+    let replayable = full.is_some();
+    let mut headers = parts.headers;
+    strip_hop_by_hop(&mut headers);
+    let xff = match headers.get("x-forwarded-for").and_then(|v| v.to_str().ok()) {
+        Some(prev) => HeaderValue::from_str(&format!("{prev}, {}", peer.to_str().unwrap_or(""))).unwrap_or(peer),
+        None => peer,
+    };
+    headers.insert("x-forwarded-for", xff);
+
+    let mut tried = [Key(u64::MAX); MAX_RETRIES as usize + 1];
+    let mut attempts = 0u32;
+    let mut hold = None;
+    let mut last = String::new();
+    loop {
+        let (key, up) = match acquire(&st, &svc, &tried[..attempts as usize], &mut hold).await {
+            Ok(x) => x,
+            Err(resp) => {
+                drop(hold);
+                let resp = if resp.status() == StatusCode::BAD_GATEWAY && attempts > 0 {
+                    plain(StatusCode::BAD_GATEWAY, format!("service {:?}: {attempts} attempt(s) failed; last: {last}", svc.name))
+                } else {
+                    resp
+                };
+                if resp.status().is_server_error() {
+                    svc.failures.fetch_add(1, Relaxed);
+                }
+                return Ok(resp);
+            }
+        };
+        drop(hold.take());
+        tried[attempts as usize] = key;
+        attempts += 1;
+        let retries = svc.lock().retries;
+        let uri = Uri::from_parts({
+            let mut p = hyper::http::uri::Parts::default();
+            p.scheme = Some(hyper::http::uri::Scheme::HTTP);
+            p.authority = Some(up.authority.clone());
+            p.path_and_query = Some(pq.clone());
+            p
+        })
+        .expect("scheme, authority and path are set");
+        let body = match &full {
+            Some(b) => ReqBody::Full(b.clone()),
+            None => ReqBody::Stream(stream.take().expect("a streamed body is sent once")),
+        };
+        let mut out = Request::new(body);
+        *out.method_mut() = parts.method.clone();
+        *out.uri_mut() = uri;
+        *out.version_mut() = Version::HTTP_11;
+        *out.headers_mut() = headers.clone();
+        let start = Instant::now();
+        let outcome = match st.client.request(out).await {
+            Ok(mut resp) => {
+                let status = resp.status();
+                let outcome = if status.is_server_error() { Outcome::ServerError(status.as_u16()) } else { Outcome::Ok };
+                // Retry a 502/503 only where another replica can take it; else the client gets
+                // the replica's own answer.
+                let can_retry = attempts <= MAX_RETRIES
+                    && balance::should_retry(outcome, attempts, retries, replayable, false)
+                    && svc.lock().pool.can_pick(&tried[..attempts as usize]);
+                if !can_retry {
+                    strip_hop_by_hop(resp.headers_mut());
+                    resp.headers_mut().insert("x-tandem-replica", up.replica.clone());
+                    let (p, b) = resp.into_parts();
+                    let guard = Guard { svc: svc.clone(), up, key, outcome, start, st: st.clone() };
+                    return Ok(Response::from_parts(p, ProxyBody::Upstream(b, Some(guard))));
+                }
+                outcome
+            }
+            Err(e) => {
+                let outcome = classify(&e);
+                if !(attempts <= MAX_RETRIES && balance::should_retry(outcome, attempts, retries, replayable, false)) {
+                    let now = st.now_ms();
+                    svc.lock().pool.finish(key, outcome, now);
+                    svc.failures.fetch_add(1, Relaxed);
+                    let status = if outcome == Outcome::Timeout { StatusCode::GATEWAY_TIMEOUT } else { StatusCode::BAD_GATEWAY };
+                    let why = if replayable { "retries exhausted" } else { "request body streamed, not retried" };
+                    return Ok(plain(
+                        status,
+                        format!("service {:?}: replica {} {} ({e}); {attempts} attempt(s), {why}", svc.name, up.addr, describe(outcome)),
+                    ));
+                }
+                outcome
+            }
+        };
+        // Retry elsewhere.
+        let now = st.now_ms();
+        if svc.lock().pool.finish(key, outcome, now) {
+            eprintln!("tandem proxy: service {}: replica {} ejected after repeated failures", svc.name, up.addr);
+        }
+        last = format!("replica {} {}", up.addr, describe(outcome));
+        svc.retries.fetch_add(1, Relaxed);
+    }
+}
+
+fn admin(st: &State, path: &str) -> Response<ProxyBody> {
+    match path {
+        "/_tandem/healthz" => plain(StatusCode::OK, "ok"),
+        "/_tandem/metrics" => {
+            let mut r = Response::new(ProxyBody::Full(Some(Bytes::from(st.metrics()))));
+            r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4"));
+            r
+        }
+        _ => plain(StatusCode::NOT_FOUND, format!("unknown admin path {path} (try /_tandem/metrics or /_tandem/healthz)")),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Controller sync
+
+async fn sync_once(st: &State, target: &Target, secret: &str, wait_ms: u64) -> Result<()> {
+    let body = st.report(wait_ms);
+    let hdr = [("x-tandem-secret", secret)];
+    let reply = tokio::time::timeout(Duration::from_millis(wait_ms + 5000), send(target, "POST", "/v1/proxy/sync", Some(&body), &hdr))
+        .await
+        .context("the controller did not answer in time")??;
+    let view: EndpointView = reply.json()?;
+    st.apply(&view);
+    Ok(())
+}
+
+async fn sync_loop(st: Arc<State>, target: Target, secret: String) {
+    let mut backoff = Duration::from_millis(100);
+    let mut failing = false;
+    loop {
+        let t0 = Instant::now();
+        let before = st.version.load(Relaxed);
+        match sync_once(&st, &target, &secret, SYNC_WAIT_MS).await {
+            Ok(()) => {
+                if failing {
+                    eprintln!("tandem proxy: controller reachable again");
+                }
+                failing = false;
+                backoff = Duration::from_millis(100);
+                // A controller that answers at once without news must not make us spin.
+                let spent = t0.elapsed();
+                if st.version.load(Relaxed) == before && spent < Duration::from_millis(SYNC_WAIT_MS / 2) {
+                    tokio::time::sleep(Duration::from_millis(SYNC_WAIT_MS) - spent).await;
+                }
+            }
+            Err(e) => {
+                if !failing {
+                    eprintln!("tandem proxy: sync with the controller failed: {e:#}; serving the last view, retrying");
+                }
+                failing = true;
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+            }
+        }
+    }
+}
+
+async fn push_loop(st: Arc<State>, target: Target, secret: String) {
+    loop {
+        st.push.notified().await;
+        if let Err(e) = sync_once(&st, &target, &secret, 0).await {
+            eprintln!("tandem proxy: pushing a report failed: {e:#}");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Server
+
+/// Runs the proxy until SIGTERM or SIGINT, then lets in-flight requests finish (up to 30 s).
+pub async fn run(a: ProxyArgs) -> Result<()> {
+    let listener = tokio::net::TcpListener::bind(a.listen).await.with_context(|| format!("cannot listen on {}", a.listen))?;
+    let local = listener.local_addr()?;
+    let mut connector = HttpConnector::new();
+    connector.set_nodelay(true);
+    connector.set_connect_timeout(Some(Duration::from_secs(3)));
+    let client = Client::builder(TokioExecutor::new())
+        .pool_idle_timeout(Duration::from_secs(60))
+        .pool_max_idle_per_host(256)
+        .pool_timer(TokioTimer::new())
+        .build(connector);
+    let st = Arc::new(State {
+        services: RwLock::new(HashMap::new()),
+        version: AtomicU64::new(0),
+        from_controller: a.controller.is_some(),
+        client,
+        start: Instant::now(),
+        seed: a.seed,
+        push: Notify::new(),
+        listen: local.to_string(),
+        draining: AtomicBool::new(false),
+    });
+    {
+        let mut map = st.services.write().unwrap_or_else(|e| e.into_inner());
+        for (i, s) in a.statics.iter().enumerate() {
+            if map.contains_key(&s.name) {
+                bail!("--static: service {:?} given twice", s.name);
+            }
+            let svc = Service::new(&s.name, a.seed.wrapping_add(i as u64));
+            {
+                let mut ss = svc.lock();
+                ss.pool.set_policy(s.policy);
+                ss.retries = a.retries.min(MAX_RETRIES);
+            }
+            svc.set_endpoints(&s.addrs.iter().map(|x| (x.clone(), x.clone())).collect::<Vec<_>>())?;
+            map.insert(s.name.clone(), Arc::new(svc));
+        }
+    }
+    if let Some((target, secret)) = a.controller {
+        tokio::spawn(sync_loop(st.clone(), target.clone(), secret.clone()));
+        tokio::spawn(push_loop(st.clone(), target, secret));
+    }
+    println!("tandem proxy listening on {local}");
+    use std::io::Write as _;
+    std::io::stdout().flush().ok();
+
+    let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    builder.http1().timer(TokioTimer::new()).keep_alive(true);
+    builder.http2().timer(TokioTimer::new());
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
+    loop {
+        tokio::select! {
+            r = listener.accept() => {
+                let (stream, peer) = match r {
+                    Ok(x) => x,
+                    Err(e) => {
+                        eprintln!("tandem proxy: accept: {e}");
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                        continue;
+                    }
+                };
+                stream.set_nodelay(true).ok();
+                let st = st.clone();
+                let ip = HeaderValue::from_str(&peer.ip().to_string()).expect("an IP address is a valid header value");
+                let svc = hyper::service::service_fn(move |req| handle(st.clone(), ip.clone(), req));
+                let conn = builder.serve_connection(TokioIo::new(stream), svc).into_owned();
+                let conn = graceful.watch(conn);
+                tokio::spawn(async move {
+                    let _ = conn.await;
+                });
+            }
+            _ = term.recv() => break,
+            _ = int.recv() => break,
+        }
+    }
+    drop(listener);
+    st.draining.store(true, Relaxed);
+    eprintln!("tandem proxy: shutting down, letting in-flight requests finish");
+    if tokio::time::timeout(Duration::from_secs(30), graceful.shutdown()).await.is_err() {
+        eprintln!("tandem proxy: requests still in flight after 30 s; exiting");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routes_by_prefix_then_host() {
+        let u: Uri = "/s/echo/a/b?x=1".parse().unwrap();
+        assert_eq!(route(&u, Some("ignored")), Some(("echo", Some("/a/b?x=1".to_string()))));
+        let u: Uri = "/s/echo".parse().unwrap();
+        assert_eq!(route(&u, None), Some(("echo", Some("/".to_string()))));
+        let u: Uri = "/s/echo?q".parse().unwrap();
+        assert_eq!(route(&u, None), Some(("echo", Some("/?q".to_string()))));
+        let u: Uri = "/v1/chat".parse().unwrap();
+        assert_eq!(route(&u, Some("llama.svc.local:8080")), Some(("llama", None)));
+        assert_eq!(route(&u, Some("llama")), Some(("llama", None)));
+        assert_eq!(route(&u, None), None);
+        let u: Uri = "http://chat:80/x".parse().unwrap();
+        assert_eq!(route(&u, None), Some(("chat", None)), "HTTP/2 :authority");
+        let u: Uri = "/s//x".parse().unwrap();
+        assert_eq!(route(&u, None), None);
+    }
+
+    #[test]
+    fn static_specs() {
+        let s = parse_static("echo=127.0.0.1:9000,localhost:9001").unwrap();
+        assert_eq!(s.name, "echo");
+        assert_eq!(s.addrs, ["127.0.0.1:9000", "localhost:9001"]);
+        assert_eq!(parse_static("e:p2c=127.0.0.1:1").unwrap().policy, Policy::P2c);
+        for bad in ["echo", "=1.2.3.4:5", "echo=", "echo=1.2.3.4", "echo=1.2.3.4:x", "echo=1.2.3.4:0", "e/x=1.2.3.4:5", "e:rand=1.2.3.4:5"]
+        {
+            assert!(parse_static(bad).is_err(), "{bad}");
+        }
+    }
+}
