@@ -208,7 +208,9 @@ impl Controller {
         c.now_ms = now * 1000;
         // Endpoint versions only grow, across restarts too (proxies compare them).
         c.ep_version = boot << 32;
-        for s in services {
+        for mut s in services {
+            // Autoscaler history is not kept: the scale-down window starts again.
+            s.recommendations.push_back((now * 1000, s.desired));
             c.services.insert(s.spec.name.clone(), s);
         }
         c.next_id = next_id.max(jobs.iter().map(|j| j.req.id.0 + 1).max().unwrap_or(1));

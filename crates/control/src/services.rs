@@ -252,6 +252,11 @@ impl Controller {
                 changed = true;
             }
         }
+        if r.autoscale.is_some() && svc.recommendations.is_empty() {
+            // The scale-down window starts now: a new service is not scaled down before anyone
+            // could send it a request.
+            svc.recommendations.push_back((now_ms, svc.desired));
+        }
         let rev = svc.revision;
         self.dirty_services.insert(name);
         Ok((rev, changed))

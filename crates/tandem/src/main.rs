@@ -61,6 +61,12 @@ enum Cmd {
         /// Cluster configuration file (tandem.toml).
         #[arg(long)]
         config: Option<PathBuf>,
+        /// Inference proxy port on 127.0.0.1 (0 picks a free one).
+        #[arg(long, default_value_t = 7280)]
+        proxy_port: u16,
+        /// Start no inference proxy.
+        #[arg(long)]
+        no_proxy: bool,
     },
     /// The controller daemon.
     Server {
@@ -274,10 +280,20 @@ fn main() -> std::process::ExitCode {
             ("tandem proxy", run_proxy(&listen, server, secret_file, &statics, retries, threads, seed))
         }
         Cmd::Token { lifespan } => ("tandem token", get_token(lifespan)),
-        Cmd::Up { agents, gpus_per_agent, cpus_per_agent, mem_per_agent, data, port, lease, config } => (
+        Cmd::Up { agents, gpus_per_agent, cpus_per_agent, mem_per_agent, data, port, lease, config, proxy_port, no_proxy } => (
             "tandem up",
-            up::run(up::UpArgs { agents, gpus: gpus_per_agent, cpus: cpus_per_agent, memory: mem_per_agent, data, port, lease, config })
-                .map(|_| 0),
+            up::run(up::UpArgs {
+                agents,
+                gpus: gpus_per_agent,
+                cpus: cpus_per_agent,
+                memory: mem_per_agent,
+                data,
+                port,
+                lease,
+                config,
+                proxy_port: (!no_proxy).then_some(proxy_port),
+            })
+            .map(|_| 0),
         ),
         Cmd::Server { listen, data, config, lease, kill_wait } => ("tandem server", run_server(listen, data, config, lease, kill_wait)),
         Cmd::Agent { server, name, secret_file, gpus, cpus, memory, features, data, addr } => {

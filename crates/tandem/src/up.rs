@@ -24,6 +24,8 @@ pub struct UpArgs {
     pub lease: Option<u32>,
     /// Cluster configuration file.
     pub config: Option<PathBuf>,
+    /// Inference proxy port on 127.0.0.1 (0: any free port; `None`: no proxy).
+    pub proxy_port: Option<u16>,
 }
 
 struct Kids(Vec<Child>);
@@ -115,9 +117,25 @@ pub fn run(a: UpArgs) -> Result<()> {
         let f = log(&name)?;
         kids.0.push(c.stdout(f.try_clone()?).stderr(f).spawn().with_context(|| format!("starting agent {name}"))?);
     }
-    let env_line = format!("export TANDEM_SERVER=unix://{}", ctl_dir.join("tandem.sock").display());
+    let mut env_line = format!("export TANDEM_SERVER=unix://{}", ctl_dir.join("tandem.sock").display());
+    let mut proxy_line = String::new();
+    if let Some(port) = a.proxy_port {
+        let port = if port == 0 { std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port() } else { port };
+        let listen = format!("127.0.0.1:{port}");
+        let mut p = Command::new(&exe);
+        p.args(["proxy", "--listen", &listen, "--server", &format!("http://{addr}"), "--secret-file"]).arg(ctl_dir.join("secret"));
+        let f = log("proxy")?;
+        kids.0.push(p.stdout(f.try_clone()?).stderr(f).spawn().context("starting the proxy")?);
+        env_line.push_str(&format!("\nexport TANDEM_PROXY=http://{listen}"));
+        proxy_line = format!(", the inference proxy on http://{listen} (/s/SERVICE/...)");
+    }
     std::fs::write(data.join("env"), format!("{env_line}\n"))?;
-    println!("Tandem is up: a controller on http://{addr} and {} agent(s) (node1..node{}), data in {}", a.agents, a.agents, data.display());
+    println!(
+        "Tandem is up: a controller on http://{addr}{proxy_line} and {} agent(s) (node1..node{}), data in {}",
+        a.agents,
+        a.agents,
+        data.display()
+    );
     println!("In another shell:\n  {env_line}\n  (or: source {}/env)", data.display());
     println!("Logs: {}/*.log. Ctrl-C stops the cluster.", data.display());
     let mut signals = signal_hook();

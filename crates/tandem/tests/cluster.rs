@@ -355,7 +355,7 @@ fn a_partitioned_agent_fences_itself_and_nothing_runs_twice() {
 fn tandem_up_starts_a_local_cluster() {
     let dir = free_dir("up");
     let mut up = Command::new(bin())
-        .args(["up", "--agents", "2", "--port", "0", "--data"])
+        .args(["up", "--agents", "2", "--port", "0", "--proxy-port", "0", "--data"])
         .arg(&dir)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -367,7 +367,8 @@ fn tandem_up_starts_a_local_cluster() {
         std::thread::sleep(Duration::from_millis(50));
     }
     let env = std::fs::read_to_string(dir.join("env")).unwrap();
-    let server = env.trim().strip_prefix("export TANDEM_SERVER=").unwrap().to_string();
+    let server = env.lines().find_map(|l| l.strip_prefix("export TANDEM_SERVER=")).unwrap().to_string();
+    assert!(env.lines().any(|l| l.starts_with("export TANDEM_PROXY=http://127.0.0.1:")), "{env}");
     let run = |args: &[&str]| Command::new(bin()).args(args).env("TANDEM_SERVER", &server).current_dir(&dir).output().unwrap();
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {

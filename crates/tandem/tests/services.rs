@@ -190,3 +190,148 @@ preempt_tier = 3
     assert!(ckpt.contains("resumed"), "{ckpt}");
     c.ok("scancel", &[&high.to_string()]);
 }
+
+/// Answers every GET after a pause (a model that takes a while), with its `VERSION`.
+const SLOW: &str = r#"import http.server, os, time
+class H(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def do_GET(self):
+        time.sleep(float(os.environ.get("DELAY", "0")))
+        body = ("version=%s\n" % os.environ.get("VERSION", "")).encode()
+        self.send_response(200)
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a):
+        pass
+http.server.ThreadingHTTPServer(("127.0.0.1", int(os.environ["PORT"])), H).serve_forever()
+"#;
+
+fn slow_spec(name: &str, extra: &str) -> String {
+    format!(
+        "name = \"{name}\"\ncommand = [\"python3\", \"slow.py\"]\n{extra}\n[readiness]\nhttp = \"/\"\nperiod = \"300ms\"\n[resources]\ncpus = 1\n"
+    )
+}
+
+#[test]
+fn the_proxy_spreads_requests_and_a_dying_node_loses_none() {
+    let mut c = Cluster::new("svcfail", 3, None, 30);
+    std::fs::write(c.work.join("slow.py"), SLOW).unwrap();
+    std::fs::write(c.work.join("echo.toml"), slow_spec("echo", "replicas = 3")).unwrap();
+    c.tandem_ok(&["service", "apply", "-f", "echo.toml"]);
+    wait_service(&c, "echo", 60, "3 ready", |s| ready(s) == 3);
+    let p = Proxy::start(&c);
+    // Round robin: each replica in turn.
+    let r = p.load("/s/echo/", &["--requests", "30", "--concurrency", "1"]);
+    assert_eq!(r["failed"], 0, "{r:#}");
+    let per: Vec<u64> = r["replicas"].as_object().unwrap().values().map(|v| v.as_u64().unwrap()).collect();
+    assert_eq!(per, vec![10, 10, 10], "{r:#}");
+    // Host routing.
+    let r = p.load("/", &["--requests", "5", "--header", "Host:echo.cluster.local"]);
+    assert_eq!(r["ok"], 5, "{r:#}");
+
+    // A bounded stream of requests while a node dies with everything it runs.
+    let victim = show(&c, "echo")["replicas"][0]["node"].as_str().unwrap().to_string();
+    let idx: usize = victim.trim_start_matches("node").parse::<usize>().unwrap() - 1;
+    let url = format!("http://{}/s/echo/", p.addr);
+    let load = std::thread::spawn(move || {
+        let o = std::process::Command::new(bin())
+            .args(["bench", "load", &url, "--json", "--requests", "3000", "--rate", "300", "--concurrency", "64"])
+            .output()
+            .unwrap();
+        serde_json::from_slice::<serde_json::Value>(&o.stdout).unwrap()
+    });
+    std::thread::sleep(Duration::from_secs(3));
+    let killed = Instant::now();
+    c.kill_agent(idx);
+    let s = wait_service(&c, "echo", 60, "replaced", |s| {
+        s["replicas"].as_array().unwrap().iter().filter(|r| r["state"] == "Ready" && r["node"] != victim.as_str()).count() == 3
+    });
+    let replaced = killed.elapsed();
+    let r = load.join().unwrap();
+    eprintln!(
+        "failover: replica replaced and ready {:.2} s after kill -9 of {victim}; {} requests, {} failed, p50 {} ms, p99 {} ms, max {} ms",
+        replaced.as_secs_f64(),
+        r["sent"],
+        r["failed"],
+        r["latency_ms"]["p50"],
+        r["latency_ms"]["p99"],
+        r["latency_ms"]["max"]
+    );
+    assert_eq!(r["sent"], 3000, "{r:#}");
+    assert_eq!(r["failed"], 0, "requests failed while a node died: {r:#}\nproxy log:\n{}", c.log("proxy"));
+    assert!(s["replicas"].as_array().unwrap().iter().any(|r| r["state"] == "Lost"), "{s:#}");
+}
+
+#[test]
+fn a_rolling_update_and_its_undo_lose_no_request() {
+    let c = Cluster::new("svcroll", 3, None, 30);
+    std::fs::write(c.work.join("slow.py"), SLOW).unwrap();
+    std::fs::write(c.work.join("v1.toml"), slow_spec("web", "replicas = 3\n[env]\nVERSION = \"1\"\nDELAY = \"0.01\"")).unwrap();
+    std::fs::write(c.work.join("v2.toml"), slow_spec("web", "replicas = 3\n[env]\nVERSION = \"2\"\nDELAY = \"0.01\"")).unwrap();
+    c.tandem_ok(&["service", "apply", "-f", "v1.toml"]);
+    let out = c.tandem_ok(&["service", "rollout", "status", "web", "--timeout", "60"]);
+    assert!(out.contains("successfully rolled out (revision 1)"), "{out}");
+    let p = Proxy::start(&c);
+    let url = format!("http://{}/s/web/", p.addr);
+    let load = std::thread::spawn(move || {
+        let o = std::process::Command::new(bin())
+            .args(["bench", "load", &url, "--json", "--requests", "4000", "--rate", "250", "--concurrency", "64"])
+            .output()
+            .unwrap();
+        serde_json::from_slice::<serde_json::Value>(&o.stdout).unwrap()
+    });
+    std::thread::sleep(Duration::from_secs(1));
+    let out = c.tandem_ok(&["service", "apply", "-f", "v2.toml"]);
+    assert!(out.contains("configured (revision 2)"), "{out}");
+    let out = c.tandem_ok(&["service", "rollout", "status", "web", "--timeout", "60"]);
+    assert!(out.contains("successfully rolled out (revision 2)"), "{out}");
+    let body = std::process::Command::new("curl").args(["-s", &format!("http://{}/s/web/", p.addr)]).output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&body.stdout), "version=2\n");
+    let out = c.tandem_ok(&["service", "rollout", "undo", "web"]);
+    assert!(out.contains("now revision 3"), "{out}");
+    let out = c.tandem_ok(&["service", "rollout", "status", "web", "--timeout", "60"]);
+    assert!(out.contains("successfully rolled out (revision 3)"), "{out}");
+    let body = std::process::Command::new("curl").args(["-s", &format!("http://{}/s/web/", p.addr)]).output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&body.stdout), "version=1\n", "undo restored the first version");
+    let r = load.join().unwrap();
+    eprintln!("rolling update + undo under load: {} requests, {} failed, p99 {} ms", r["sent"], r["failed"], r["latency_ms"]["p99"]);
+    assert_eq!(r["failed"], 0, "{r:#}\nproxy log:\n{}", c.log("proxy"));
+    let s = show(&c, "web");
+    assert_eq!(s["history"], serde_json::json!([1, 2]), "{s:#}");
+}
+
+#[test]
+fn autoscaling_follows_load_up_and_down_and_scales_from_zero() {
+    let c = Cluster::new("svcauto", 3, None, 30);
+    std::fs::write(c.work.join("slow.py"), SLOW).unwrap();
+    let auto = "[env]\nDELAY = \"0.2\"\n[autoscale]\nmin = 0\nmax = 3\ntarget_inflight = 2\nscale_down_window = \"3s\"";
+    std::fs::write(c.work.join("auto.toml"), slow_spec("auto", auto)).unwrap();
+    c.tandem_ok(&["service", "apply", "-f", "auto.toml"]);
+    wait_service(&c, "auto", 60, "1 ready", |s| ready(s) == 1);
+    let p = Proxy::start(&c);
+    // 8 requests always in flight, 2 per replica wanted: up to the maximum of 3.
+    let url = format!("http://{}/s/auto/", p.addr);
+    let load = std::thread::spawn(move || {
+        let o = std::process::Command::new(bin())
+            .args(["bench", "load", &url, "--json", "--duration", "10", "--concurrency", "8"])
+            .output()
+            .unwrap();
+        serde_json::from_slice::<serde_json::Value>(&o.stdout).unwrap()
+    });
+    wait_service(&c, "auto", 30, "scaled up to 3 ready", |s| s["desired"] == 3 && ready(s) == 3);
+    let r = load.join().unwrap();
+    assert_eq!(r["failed"], 0, "{r:#}");
+    // Idle: down after the 3 s window, to zero (min = 0).
+    let s = wait_service(&c, "auto", 60, "scaled to zero", |s| s["desired"] == 0 && s["replicas"].as_array().unwrap().is_empty());
+    // A request to a service with no replica is held until one is ready.
+    let r = p.load("/s/auto/", &["--requests", "1"]);
+    assert_eq!(r["ok"], 1, "{r:#}");
+    let s2 = show(&c, "auto");
+    let counts: Vec<u64> = s2["scale_log"].as_array().unwrap().iter().map(|e| e[1].as_u64().unwrap()).collect();
+    eprintln!("autoscaler: replica count over time {:?}", s2["scale_log"]);
+    assert_eq!(counts.first(), Some(&1), "{counts:?}");
+    assert!(counts.contains(&3), "{counts:?}");
+    assert!(counts.windows(2).any(|w| w[0] > 0 && w[1] == 0), "{counts:?}");
+    assert_eq!(counts.last(), Some(&1), "{counts:?} (last view {s:#})");
+}

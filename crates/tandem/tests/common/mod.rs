@@ -244,3 +244,49 @@ impl Drop for Cluster {
         }
     }
 }
+
+/// A free TCP port on loopback (bound and released).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// A `tandem proxy` following a cluster's controller; killed on drop.
+pub struct Proxy {
+    pub child: Child,
+    pub addr: String,
+}
+
+impl Proxy {
+    pub fn start(c: &Cluster) -> Proxy {
+        let addr = format!("127.0.0.1:{}", free_port());
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(c.dir.join("proxy.log")).unwrap();
+        let child = Command::new(bin())
+            .args(["proxy", "--listen", &addr, "--server", &format!("http://{}", c.addr), "--secret-file"])
+            .arg(c.dir.join("controller/secret"))
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        let p = Proxy { child, addr };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while std::net::TcpStream::connect(&p.addr).is_err() {
+            assert!(Instant::now() < deadline, "the proxy did not start: {}", c.log("proxy"));
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        p
+    }
+
+    /// Runs `tandem bench load URL ARGS --json` against a path of the proxy; returns its report.
+    pub fn load(&self, path: &str, args: &[&str]) -> serde_json::Value {
+        let o = Command::new(bin()).args(["bench", "load", &format!("http://{}{path}", self.addr), "--json"]).args(args).output().unwrap();
+        assert!(o.status.success(), "bench load failed: {}", String::from_utf8_lossy(&o.stderr));
+        serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&o.stdout)))
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
