@@ -21,6 +21,9 @@ pub enum BenchCmd {
     Load(crate::loadgen::LoadArgs),
     /// `tandem proxy` against nginx in front of the same upstreams: throughput and latency.
     Proxy(crate::benchproxy::BenchProxyArgs),
+    /// A service behind the proxy on a local cluster while one node dies (`kill -9`): failed
+    /// requests, time to replace the replica, latency; beside Kubernetes' defaults.
+    Failover(crate::benchfailover::FailoverArgs),
     /// Job throughput of a real local cluster: submissions per second (CLI loop and API),
     /// completed jobs per second, controller RSS and `squeue` latency with many jobs pending.
     Submit {
@@ -96,6 +99,16 @@ struct SchedReport {
 pub fn run(cmd: BenchCmd) -> Result<()> {
     match cmd {
         BenchCmd::Load(a) => crate::loadgen::run(a),
+        BenchCmd::Failover(a) => {
+            let json = a.json;
+            let r = crate::benchfailover::run(a)?;
+            if json {
+                println!("{}", serde_json::to_string(&r)?);
+            } else {
+                crate::benchfailover::print(&r);
+            }
+            Ok(())
+        }
         BenchCmd::Proxy(a) => {
             let json = a.json;
             let r = crate::benchproxy::run(a)?;

@@ -6,6 +6,7 @@
 mod agent;
 mod api;
 mod bench;
+mod benchfailover;
 mod benchproxy;
 mod benchsubmit;
 mod cli;

@@ -28,7 +28,8 @@ pub struct UpArgs {
     pub proxy_port: Option<u16>,
 }
 
-struct Kids(Vec<Child>);
+/// Child processes, stopped (SIGTERM, then SIGKILL after 5 s) when dropped.
+pub struct Kids(pub Vec<Child>);
 
 impl Drop for Kids {
     fn drop(&mut self) {
@@ -69,8 +70,54 @@ fn wait_for(path: &Path, kids: &mut Kids, what: &str) -> Result<String> {
     }
 }
 
+/// A running local cluster.
+pub struct LocalCluster {
+    /// Data directory.
+    pub data: PathBuf,
+    /// Controller TCP address.
+    pub addr: String,
+    /// Controller Unix socket (`unix://...`).
+    pub server: String,
+    /// Proxy address, when one runs.
+    pub proxy: Option<String>,
+    /// Process ids of the agents, in order (`node1` first).
+    pub agent_pids: Vec<u32>,
+    /// Every process: controller, agents, proxy.
+    pub kids: Kids,
+}
+
 /// Runs the local cluster until SIGINT/SIGTERM.
 pub fn run(a: UpArgs) -> Result<()> {
+    let agents = a.agents;
+    let mut c = start(a)?;
+    let data = c.data.clone();
+    let proxy_line = c.proxy.as_ref().map_or(String::new(), |p| format!(", the inference proxy on http://{p} (/s/SERVICE/...)"));
+    let env_line = std::fs::read_to_string(data.join("env"))?;
+    println!(
+        "Tandem is up: a controller on http://{}{proxy_line} and {agents} agent(s) (node1..node{agents}), data in {}",
+        c.addr,
+        data.display()
+    );
+    println!("In another shell:\n  {}\n  (or: source {}/env)", env_line.trim().replace('\n', "\n  "), data.display());
+    println!("Logs: {}/*.log. Ctrl-C stops the cluster.", data.display());
+    let mut signals = signal_hook();
+    loop {
+        if signals() {
+            println!("stopping");
+            return Ok(());
+        }
+        for k in &mut c.kids.0 {
+            if let Ok(Some(st)) = k.try_wait() {
+                bail!("a cluster process exited ({st}); see the logs in {}", data.display());
+            }
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// Starts a local cluster: the controller, the agents and (unless turned off) the proxy, each
+/// its own process, and writes `DATA/env`.
+pub fn start(a: UpArgs) -> Result<LocalCluster> {
     if a.agents == 0 || a.agents > 1000 {
         bail!("--agents must be between 1 and 1000");
     }
@@ -96,6 +143,7 @@ pub fn run(a: UpArgs) -> Result<()> {
     }
     kids.0.push(server.stdout(log("controller")?).stderr(log("controller")?.try_clone()?).spawn().context("starting the controller")?);
     let addr = wait_for(&ctl_dir.join("addr"), &mut kids, "the controller")?;
+    let mut agent_pids = Vec::new();
     for i in 1..=a.agents {
         let name = format!("node{i}");
         let dir = data.join(&name);
@@ -115,10 +163,12 @@ pub fn run(a: UpArgs) -> Result<()> {
             c.args(["--memory", m]);
         }
         let f = log(&name)?;
-        kids.0.push(c.stdout(f.try_clone()?).stderr(f).spawn().with_context(|| format!("starting agent {name}"))?);
+        let child = c.stdout(f.try_clone()?).stderr(f).spawn().with_context(|| format!("starting agent {name}"))?;
+        agent_pids.push(child.id());
+        kids.0.push(child);
     }
     let mut env_line = format!("export TANDEM_SERVER=unix://{}", ctl_dir.join("tandem.sock").display());
-    let mut proxy_line = String::new();
+    let mut proxy = None;
     if let Some(port) = a.proxy_port {
         let port = if port == 0 { std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port() } else { port };
         let listen = format!("127.0.0.1:{port}");
@@ -127,30 +177,11 @@ pub fn run(a: UpArgs) -> Result<()> {
         let f = log("proxy")?;
         kids.0.push(p.stdout(f.try_clone()?).stderr(f).spawn().context("starting the proxy")?);
         env_line.push_str(&format!("\nexport TANDEM_PROXY=http://{listen}"));
-        proxy_line = format!(", the inference proxy on http://{listen} (/s/SERVICE/...)");
+        proxy = Some(listen);
     }
     std::fs::write(data.join("env"), format!("{env_line}\n"))?;
-    println!(
-        "Tandem is up: a controller on http://{addr}{proxy_line} and {} agent(s) (node1..node{}), data in {}",
-        a.agents,
-        a.agents,
-        data.display()
-    );
-    println!("In another shell:\n  {env_line}\n  (or: source {}/env)", data.display());
-    println!("Logs: {}/*.log. Ctrl-C stops the cluster.", data.display());
-    let mut signals = signal_hook();
-    loop {
-        if signals() {
-            println!("stopping");
-            return Ok(());
-        }
-        for c in &mut kids.0 {
-            if let Ok(Some(st)) = c.try_wait() {
-                bail!("a cluster process exited ({st}); see the logs in {}", data.display());
-            }
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    let server = format!("unix://{}", ctl_dir.join("tandem.sock").display());
+    Ok(LocalCluster { data, addr, server, proxy, agent_pids, kids })
 }
 
 /// A poll for SIGINT/SIGTERM without a runtime: a thread waiting on a tokio signal.
