@@ -910,6 +910,11 @@ impl Controller {
             }
         }
         for p in &plan.preemptions {
+            // Voluntary disruption respects a service's min_available: a preemption that would
+            // take a service below it does not happen (the requester keeps waiting).
+            if !self.disruption_allowed(p.victims.iter().map(|v| v.job.0)) {
+                continue;
+            }
             for v in &p.victims {
                 let Some(j) = self.jobs.get_mut(&v.job.0) else { continue };
                 if j.preempt_at.is_none() && j.state == JobState::Running {

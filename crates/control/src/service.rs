@@ -520,7 +520,14 @@ impl ServiceSpec {
     /// Whether two specs differ in what the replicas run (a new revision), as opposed to only
     /// the count or the autoscaling bounds.
     pub fn template_differs(&self, other: &ServiceSpec) -> bool {
-        let strip = |s: &ServiceSpec| ServiceSpec { replicas: None, autoscale: None, rolling_update: RollingSpec::default(), ..s.clone() };
+        let strip = |s: &ServiceSpec| ServiceSpec {
+            replicas: None,
+            autoscale: None,
+            rolling_update: RollingSpec::default(),
+            min_available: None,
+            proxy: ProxySpec::default(),
+            ..s.clone()
+        };
         strip(self) != strip(other)
     }
 }

@@ -515,6 +515,26 @@ impl Controller {
         Some(id)
     }
 
+    /// Whether taking these jobs away leaves every service they serve at or above its
+    /// `min_available` ready replicas.
+    pub(crate) fn disruption_allowed(&self, victims: impl Iterator<Item = u64>) -> bool {
+        let mut lost: BTreeMap<&str, u32> = BTreeMap::new();
+        for id in victims {
+            if let Some(r) = self.jobs.get(&id).and_then(|j| j.replica.as_ref())
+                && r.state == ReplicaState::Ready
+            {
+                *lost.entry(r.service.as_str()).or_default() += 1;
+            }
+        }
+        lost.into_iter().all(|(name, n)| {
+            let Some(svc) = self.services.get(name) else { return true };
+            let Some(floor) = svc.spec.resolve().ok().and_then(|r| r.min_available).map(|p| p.of(svc.desired, true)) else { return true };
+            let ready =
+                self.replicas_of(name).filter(|j| j.replica.as_ref().is_some_and(|r| r.state == ReplicaState::Ready)).count() as u32;
+            ready.saturating_sub(n) >= floor
+        })
+    }
+
     /// Takes a replica out of the endpoint set; it stops once proxies have seen the view
     /// without it and finished its requests (or its grace time ends).
     pub(crate) fn drain_replica(&mut self, id: u64, now_ms: i64) {

@@ -358,3 +358,52 @@ fn refused_specs_store_nothing() {
     assert!(matches!(w.c.scale_service(w.now_ms, 2000, "echo", 3), Err(Refused::Forbidden(_))));
     assert!(matches!(w.c.delete_service(2000, "echo"), Err(Refused::Forbidden(_))));
 }
+
+#[test]
+fn min_available_holds_against_preemption() {
+    let mut settings = Settings::default();
+    settings.cluster.qos = vec![
+        model::Qos { name: "low".into(), priority: 0, preempt_tier: 0, grace_time: 5, max_jobs_per_user: None, max_gpus_per_user: None },
+        model::Qos { name: "high".into(), priority: 200, preempt_tier: 3, grace_time: 5, max_jobs_per_user: None, max_gpus_per_user: None },
+    ];
+    let mut w = World::new(2, 1, settings);
+    let mut svc = echo(2);
+    svc.qos = Some("low".into());
+    svc.resources.gpus = Some(Quantity::Num(1.0));
+    svc.min_available = Some(Quantity::Num(2.0));
+    w.apply(svc).unwrap();
+    for _ in 0..4 {
+        w.round(200);
+    }
+    assert_eq!(w.endpoints("echo").len(), 2);
+    let a: Vec<String> = vec!["--gpus-per-node=1".into(), "--qos=high".into(), "--wrap=sleep 100".into()];
+    let b = slurmcli::parse_sbatch(&a, 0, &mut |_| unreachable!()).unwrap();
+    let js = JobSpec {
+        script: "#!/bin/sh\n".into(),
+        script_args: vec![],
+        workdir: "/tmp".into(),
+        submit_dir: "/tmp".into(),
+        submit_host: "h".into(),
+        env: vec![],
+        output: "o".into(),
+        error: None,
+        requeue: true,
+        signal: None,
+        uid: 1,
+        gid: 1,
+    };
+    let high = w.c.submit(1, js, &b, "bob").unwrap()[0];
+    for _ in 0..4 {
+        w.round(200);
+    }
+    assert_eq!(w.c.job(high).unwrap().state, JobState::Pending, "min_available = 2 of 2: no replica may go");
+    assert_eq!(w.endpoints("echo").len(), 2);
+    // With min_available 1, one replica may be preempted.
+    let mut svc = w.c.service("echo").unwrap().spec.clone();
+    svc.min_available = Some(Quantity::Num(1.0));
+    assert_eq!(w.apply(svc).unwrap(), (1, true), "no new revision: what runs is the same");
+    for _ in 0..60 {
+        w.round(200);
+    }
+    assert_eq!(w.c.job(high).unwrap().state, JobState::Running);
+}
