@@ -45,6 +45,19 @@ pub const DOCUMENT: &str = r##"{
     "/v1/priority": {"get": {"summary": "Per-factor priority of pending jobs (sprio)", "responses": {"200": {"description": "Breakdowns"}}}},
     "/v1/agent/register": {"post": {"summary": "Node agent registration (X-Tandem-Secret header)", "responses": {"200": {"description": "Lease and heartbeat interval"}}}},
     "/v1/agent/heartbeat": {"post": {"summary": "Node agent heartbeat: renews the lease, reports tasks, long-polls for orders", "responses": {"200": {"description": "Orders"}}}},
+    "/v1/services": {
+      "post": {"summary": "Create or update a service (tandem service apply): body {spec, cwd}; unknown spec keys are refused",
+               "responses": {"200": {"description": "{name, revision, changed}"}, "400": {"description": "Invalid spec", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}, "403": {"description": "Another user's service"}}},
+      "get": {"summary": "List services", "responses": {"200": {"description": "Services with replicas, revisions, replica count over time and proxy figures"}}}
+    },
+    "/v1/services/{name}": {
+      "parameters": [{"name": "name", "in": "path", "required": true, "schema": {"type": "string"}}],
+      "get": {"summary": "Show a service", "responses": {"200": {"description": "Service"}, "404": {"description": "No such service"}}},
+      "delete": {"summary": "Delete a service: replicas drain, then stop", "responses": {"204": {"description": "Deleting"}}},
+      "post": {"summary": "Scale ({\"action\": \"scale\", \"replicas\": N}) or undo a rollout ({\"action\": \"undo\", \"revision\": N|null})",
+               "responses": {"200": {"description": "{name, revision}"}, "409": {"description": "No such revision, or being deleted"}}}
+    },
+    "/v1/proxy/sync": {"post": {"summary": "Proxy long poll (X-Tandem-Secret header): reports in-flight requests per service and replica, answers with the endpoint view when newer than `since` or after `wait_ms`", "responses": {"200": {"description": "{version, services: [{name, balance, hold_ms, retries, endpoints: [{replica, addr, node}], draining}], changed_ms}"}}}},
     "/metrics": {"get": {"summary": "Prometheus metrics", "responses": {"200": {"description": "text/plain exposition"}}}}
   },
   "components": {"schemas": {

@@ -651,6 +651,23 @@ async fn metrics(State(app): State<App>) -> Response {
         m.pass_seconds_total, m.passes
     ));
     s.push_str(&format!("# HELP tandem_scheduling_last_pass_seconds The last pass.\n# TYPE tandem_scheduling_last_pass_seconds gauge\ntandem_scheduling_last_pass_seconds {}\n", m.last_pass_seconds));
+    s.push_str("# HELP tandem_service_replicas Service replicas by state.\n# TYPE tandem_service_replicas gauge\n");
+    s.push_str("# HELP tandem_service_desired_replicas Desired replicas per service.\n# TYPE tandem_service_desired_replicas gauge\n");
+    for svc in g.ctl.services() {
+        let name = &svc.spec.name;
+        s.push_str(&format!("tandem_service_desired_replicas{{service=\"{name}\"}} {}\n", svc.desired));
+        let mut by: std::collections::BTreeMap<&str, u64> = std::collections::BTreeMap::new();
+        for j in g.ctl.replicas_of(name).filter(|j| !j.state.is_final()) {
+            *by.entry(j.replica.as_ref().expect("replica").state.name()).or_default() += 1;
+        }
+        for (st, n) in by {
+            s.push_str(&format!("tandem_service_replicas{{service=\"{name}\",state=\"{st}\"}} {n}\n"));
+        }
+    }
+    s.push_str(&format!(
+        "# HELP tandem_endpoint_view_version Version of the endpoint view proxies follow.\n# TYPE tandem_endpoint_view_version gauge\ntandem_endpoint_view_version {}\n",
+        g.ctl.endpoint_version()
+    ));
     s.push_str(&format!(
         "# HELP tandem_submissions_total Jobs submitted.\n# TYPE tandem_submissions_total counter\ntandem_submissions_total {}\n",
         m.submissions
