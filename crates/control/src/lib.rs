@@ -245,6 +245,8 @@ impl Controller {
                 c.order(&first, Order::Launch(task));
             }
         }
+        // Proxies get the same endpoints as before the restart, not an empty view.
+        c.refresh_view();
         c
     }
 

@@ -338,3 +338,32 @@ fn autoscaling_follows_load_up_and_down_and_scales_from_zero() {
     assert!(counts.windows(2).any(|w| w[0] > 0 && w[1] == 0), "{counts:?}");
     assert_eq!(counts.last(), Some(&1), "{counts:?} (last view {s:#})");
 }
+
+#[test]
+fn services_survive_a_controller_kill_9() {
+    let mut c = Cluster::new("svcrestart", 2, None, 30);
+    std::fs::write(c.work.join("slow.py"), SLOW).unwrap();
+    std::fs::write(c.work.join("web.toml"), slow_spec("web", "replicas = 2")).unwrap();
+    c.tandem_ok(&["service", "apply", "-f", "web.toml"]);
+    let before = wait_service(&c, "web", 60, "2 ready", |s| ready(s) == 2);
+    let p = Proxy::start(&c);
+    let url = format!("http://{}/s/web/", p.addr);
+    let load = std::thread::spawn(move || {
+        let o = std::process::Command::new(bin())
+            .args(["bench", "load", &url, "--json", "--requests", "1500", "--rate", "250", "--concurrency", "32"])
+            .output()
+            .unwrap();
+        serde_json::from_slice::<serde_json::Value>(&o.stdout).unwrap()
+    });
+    std::thread::sleep(Duration::from_secs(1));
+    c.kill_server();
+    std::thread::sleep(Duration::from_secs(1));
+    c.start_server();
+    let r = load.join().unwrap();
+    assert_eq!(r["failed"], 0, "the proxy kept serving its last view: {r:#}");
+    let after = wait_service(&c, "web", 30, "2 ready", |s| ready(s) == 2);
+    let ids = |s: &serde_json::Value| s["replicas"].as_array().unwrap().iter().map(|r| r["id"].clone()).collect::<Vec<_>>();
+    assert_eq!(ids(&before), ids(&after), "the same replicas, none restarted or duplicated");
+    let r = p.load("/s/web/", &["--requests", "50"]);
+    assert_eq!(r["ok"], 50, "{r:#}");
+}
