@@ -121,6 +121,7 @@ pub struct Controller {
     ep_view: Vec<ServiceEndpoints>,
     ep_changed_ms: i64,
     now_ms: i64,
+    live_replicas: BTreeSet<u64>,
 }
 
 /// What must be persisted since the last call.
@@ -187,6 +188,7 @@ impl Controller {
             ep_view: Vec::new(),
             ep_changed_ms: 0,
             now_ms: 0,
+            live_replicas: BTreeSet::new(),
         }
     }
 
@@ -224,6 +226,9 @@ impl Controller {
             c.nodes.push(n);
         }
         for j in jobs {
+            if j.replica.is_some() && !j.state.is_final() {
+                c.live_replicas.insert(j.req.id.0);
+            }
             c.jobs.insert(j.req.id.0, j);
         }
         // Re-apply running allocations to node usage.

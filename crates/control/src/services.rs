@@ -115,7 +115,12 @@ impl Controller {
 
     /// Replica jobs of a service (live and recent), by id.
     pub fn replicas_of<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a Job> + 'a {
-        self.jobs.values().filter(move |j| j.replica.as_ref().is_some_and(|r| r.service == name))
+        self.replica_jobs().filter(move |j| j.replica.as_ref().is_some_and(|r| r.service == name))
+    }
+
+    /// Every replica job not yet ended (an index, so service work does not scan all jobs).
+    fn replica_jobs(&self) -> impl Iterator<Item = &Job> + '_ {
+        self.live_replicas.iter().filter_map(|id| self.jobs.get(id)).filter(|j| !j.state.is_final())
     }
 
     /// Proxy gauges of a service, summed over the proxies that synced lately.
@@ -384,7 +389,7 @@ impl Controller {
     /// Recomputes the endpoint view; bumps its version when it changed.
     pub(crate) fn refresh_view(&mut self) {
         let mut by_service: BTreeMap<&str, (Vec<Endpoint>, Vec<String>)> = BTreeMap::new();
-        for j in self.jobs.values() {
+        for j in self.replica_jobs() {
             let Some(r) = &j.replica else { continue };
             if j.state != JobState::Running {
                 continue;
@@ -509,6 +514,7 @@ impl Controller {
             }),
         };
         self.jobs.insert(id, job);
+        self.live_replicas.insert(id);
         self.dirty_jobs.insert(id);
         self.next_id += 1;
         self.next_id_dirty = true;
@@ -568,9 +574,10 @@ impl Controller {
         let now_ms = self.now_ms;
         let mut changes = 0;
         // 1. Failover: replicas on silent nodes are lost now, replaced below.
+        let jobs = &self.jobs;
+        self.live_replicas.retain(|id| jobs.get(id).is_some_and(|j| !j.state.is_final()));
         let lost: Vec<(u64, String, u32)> = self
-            .jobs
-            .values()
+            .replica_jobs()
             .filter(|j| j.state == JobState::Running && j.replica.as_ref().is_some_and(|r| r.state != ReplicaState::Lost))
             .filter_map(|j| {
                 let (node, _) = j.allocs.first()?;
@@ -592,9 +599,7 @@ impl Controller {
         }
         // 2. Draining, stopping and pending replicas on their way out.
         let leaving: Vec<(u64, ReplicaInfo, JobState, u32, Vec<String>)> = self
-            .jobs
-            .values()
-            .filter(|j| !j.state.is_final())
+            .replica_jobs()
             .filter_map(|j| {
                 let r = j.replica.as_ref()?;
                 matches!(r.state, ReplicaState::Draining | ReplicaState::Stopping)
