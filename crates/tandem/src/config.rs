@@ -5,6 +5,7 @@
 //! cluster_name = "tandem"
 //! lease = 30              # seconds; a node whose heartbeats stop this long is DOWN
 //! kill_wait = 30          # seconds between SIGTERM and SIGKILL at a time limit
+//! max_array_size = 1001   # Slurm's MaxArraySize: array indices must be below it
 //! [scheduler]
 //! policy = "default"      # fcfs, sjf, f1, multifactor, default
 //! backfill = "easy"       # none, easy, conservative
@@ -39,6 +40,7 @@ struct File {
     cluster_name: Option<String>,
     lease: Option<u32>,
     kill_wait: Option<u32>,
+    max_array_size: Option<u32>,
     scheduler: Option<Sched>,
     weights: Option<toml::Table>,
     #[serde(default)]
@@ -117,6 +119,12 @@ pub fn parse(text: &str) -> Result<control::Settings> {
     }
     if let Some(k) = f.kill_wait {
         s.kill_wait = k as i64;
+    }
+    if let Some(m) = f.max_array_size {
+        if m == 0 || m > slurmcli::MAX_ARRAY_SIZE_CAP {
+            bail!("max_array_size must be between 1 and {} (Slurm's cap)", slurmcli::MAX_ARRAY_SIZE_CAP);
+        }
+        s.max_array = m;
     }
     if let Some(sc) = f.scheduler {
         if let Some(p) = sc.policy {
@@ -206,6 +214,8 @@ mod tests {
     fn full_and_empty() {
         let s = parse("").unwrap();
         assert_eq!(s.lease, 30);
+        assert_eq!(s.max_array, 1001);
+        assert_eq!(parse("max_array_size = 10001").unwrap().max_array, 10_001);
         let s = parse(
             "lease = 5\n[scheduler]\nbackfill = \"conservative\"\n[weights]\nage = 7\n\
              [[partition]]\nname = \"cpu\"\nmax_time = \"1:00:00\"\n[[partition]]\nname = \"gpu\"\nnodes = \"node[1-2]\"\ndefault = true\n\
@@ -228,6 +238,8 @@ mod tests {
         let e = |t: &str| format!("{:#}", parse(t).unwrap_err());
         assert!(e("leese = 3").contains("unknown field"));
         assert!(e("lease = 0").contains("lease"));
+        assert!(e("max_array_size = 0").contains("max_array_size"));
+        assert!(e("max_array_size = 4000002").contains("max_array_size"));
         assert!(e("lease = \"soon\"").contains("invalid type"));
         assert!(e("[scheduler]\npolicy = \"lottery\"").contains("scheduler.policy"));
         assert!(e("[scheduler]\nbackfill = \"rls\"").contains("scheduler.backfill"));

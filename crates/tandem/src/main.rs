@@ -10,6 +10,7 @@ mod benchsubmit;
 mod cli;
 mod client;
 mod config;
+mod journal;
 mod openapi;
 mod server;
 mod simcmd;
