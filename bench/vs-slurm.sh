@@ -506,11 +506,22 @@ setup_tandem() {
     done
     ((up_nodes >= NODES)) || { LOG "only $up_nodes of $NODES Tandem nodes idle"; sinfo -N >&2 || true; return 1; }
     LOG "Tandem: $NODES nodes idle (server pid $CTL_PID)"
+    # The controller's Prometheus endpoint (curl when present, else bash's /dev/tcp).
+    metrics() {
+        if command -v curl > /dev/null; then
+            curl -sf "http://$TANDEM_ADDR/metrics"
+        else
+            exec 3<> "/dev/tcp/${TANDEM_ADDR%:*}/${TANDEM_ADDR##*:}" || return 1
+            printf 'GET /metrics HTTP/1.0\r\nHost: tandem\r\n\r\n' >&3
+            cat <&3
+            exec 3<&-
+        fi
+    }
     ended_count() {
-        curl -sf "http://$TANDEM_ADDR/metrics" | awk '/^tandem_jobs\{/ && !/"PENDING"|"RUNNING"/ { n += $2 } END { print n + 0 }'
+        metrics | awk '/^tandem_jobs\{/ && !/"PENDING"|"RUNNING"/ { n += $2 } END { print n + 0 }'
     }
     ended_ok_count() {
-        curl -sf "http://$TANDEM_ADDR/metrics" | awk '/^tandem_jobs\{state="COMPLETED"\}/ { n += $2 } END { print n + 0 }'
+        metrics | awk '/^tandem_jobs\{state="COMPLETED"\}/ { n += $2 } END { print n + 0 }'
     }
 }
 
