@@ -42,7 +42,7 @@ pub struct Settings {
     pub lease: Time,
     /// Seconds between SIGTERM and SIGKILL at the time limit (Slurm's KillWait).
     pub kill_wait: Time,
-    /// Most jobs one submission may create (array size bound).
+    /// Slurm's MaxArraySize: array indices must be below it (default 1001, as Slurm's).
     pub max_array: u32,
     /// Which nodes each partition holds, by name (`None`: every node).
     pub partition_nodes: Vec<(String, Option<Vec<String>>)>,
@@ -337,8 +337,14 @@ impl Controller {
             None => vec![None],
             Some(a) => a.indices.iter().map(|&i| Some(i)).collect(),
         };
-        if indices.len() as u32 > self.settings.max_array {
-            return Err(Refused::Invalid(format!("job array of {} tasks exceeds the limit of {}", indices.len(), self.settings.max_array)));
+        if let Some(&last) = batch.array.as_ref().and_then(|a| a.indices.last())
+            && last >= self.settings.max_array
+        {
+            return Err(Refused::Invalid(format!(
+                "invalid job array specification: the largest index is {} (MaxArraySize {})",
+                self.settings.max_array.saturating_sub(1),
+                self.settings.max_array
+            )));
         }
         let (min, max) = batch.array.as_ref().map_or((0, 0), |a| (a.indices[0], *a.indices.last().expect("non-empty")));
         let mut ids = Vec::with_capacity(indices.len());

@@ -239,6 +239,21 @@ fn arrays_respect_their_limit_and_dependencies_wait() {
 }
 
 #[test]
+fn max_array_size_bounds_the_largest_index_as_in_slurm() {
+    let mut c = cluster(1, 0);
+    let e = c.submit(0, spec(1), &batch(&["--array=1001"]), "a").unwrap_err();
+    assert!(e.to_string().contains("MaxArraySize 1001"), "{e}");
+    assert_eq!(c.jobs().count(), 0, "nothing stored");
+    assert_eq!(c.submit(0, spec(1), &batch(&["--array=1000"]), "a").unwrap().len(), 1);
+    let mut s = Settings::default();
+    s.max_array = 10_001;
+    let mut c = Controller::new(s);
+    c.register(0, Node::new("n0", 4, 8 << 30, 0), "127.0.0.1".into()).unwrap();
+    assert_eq!(c.submit(0, spec(1), &batch(&["--array=0-9999"]), "a").unwrap().len(), 10_000);
+    assert!(c.submit(0, spec(1), &batch(&["--array=10001"]), "a").is_err());
+}
+
+#[test]
 fn orders_are_resent_until_acknowledged() {
     let mut c = cluster(1, 0);
     c.submit(0, spec(1), &batch(&[]), "a").unwrap();

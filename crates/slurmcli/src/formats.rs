@@ -142,14 +142,19 @@ pub struct ArraySpec {
     pub max_running: Option<u32>,
 }
 
-/// Slurm's default MaxArraySize: indices run from 0 to 1000.
+/// Slurm's default MaxArraySize: indices run from 0 to 1000. The controller enforces its
+/// configured limit (`max_array_size`, this by default).
 pub const MAX_ARRAY_SIZE: u32 = 1001;
 
-/// Parses `--array=0-15:4%2`, `1,3,5-7`, ... (indices below [`MAX_ARRAY_SIZE`]).
+/// Slurm's hard cap on MaxArraySize: no configuration allows an index at or above it.
+pub const MAX_ARRAY_SIZE_CAP: u32 = 4_000_001;
+
+/// Parses `--array=0-15:4%2`, `1,3,5-7`, ... (indices below [`MAX_ARRAY_SIZE_CAP`]; the
+/// controller checks its own, usually lower, `MaxArraySize`).
 pub fn parse_array(s: &str) -> Result<ArraySpec, Invalid> {
     let bad = |why: &str| Invalid::new(format!("invalid job array specification {s:?}: {why}"));
     let (list, max) = match s.split_once('%') {
-        Some((l, m)) => (l, Some(num(m, "array limit", MAX_ARRAY_SIZE as u64).map_err(|_| bad("%N must be a positive number"))? as u32)),
+        Some((l, m)) => (l, Some(num(m, "array limit", MAX_ARRAY_SIZE_CAP as u64).map_err(|_| bad("%N must be a positive number"))? as u32)),
         None => (s, None),
     };
     if max == Some(0) {
@@ -158,7 +163,7 @@ pub fn parse_array(s: &str) -> Result<ArraySpec, Invalid> {
     let mut idx = Vec::new();
     for item in list.split(',') {
         let (range, step) = match item.split_once(':') {
-            Some((r, st)) => (r, num(st, "array step", MAX_ARRAY_SIZE as u64).map_err(|_| bad("step must be a positive number"))?),
+            Some((r, st)) => (r, num(st, "array step", MAX_ARRAY_SIZE_CAP as u64).map_err(|_| bad("step must be a positive number"))?),
             None => (item, 1),
         };
         if step == 0 {
@@ -172,8 +177,8 @@ pub fn parse_array(s: &str) -> Result<ArraySpec, Invalid> {
         if a > b {
             return Err(bad("a range must go upwards"));
         }
-        if b >= MAX_ARRAY_SIZE as u64 {
-            return Err(bad(&format!("the largest index is {} (MaxArraySize {MAX_ARRAY_SIZE})", MAX_ARRAY_SIZE - 1)));
+        if b >= MAX_ARRAY_SIZE_CAP as u64 {
+            return Err(bad(&format!("the largest index any configuration allows is {}", MAX_ARRAY_SIZE_CAP - 1)));
         }
         idx.extend((a..=b).step_by(step as usize).map(|x| x as u32));
     }
@@ -388,10 +393,11 @@ mod tests {
         assert_eq!(parse_array("0-15:4%2").unwrap(), ArraySpec { indices: vec![0, 4, 8, 12], max_running: Some(2) });
         assert_eq!(parse_array("1,3,5-7").unwrap().indices, vec![1, 3, 5, 6, 7]);
         assert_eq!(parse_array("3,3,1").unwrap().indices, vec![1, 3]);
-        for bad in ["", "5-1", "0-1001", "1:0", "a-b", "1-3%0", "1-3%x", "-1", "0-10:"] {
+        for bad in ["", "5-1", "0-4000001", "1:0", "a-b", "1-3%0", "1-3%x", "-1", "0-10:"] {
             assert!(parse_array(bad).is_err(), "{bad:?}");
         }
-        assert!(parse_array("0-2000").unwrap_err().0.contains("MaxArraySize"));
+        assert_eq!(parse_array("0-9999").unwrap().indices.len(), 10_000, "the controller applies its MaxArraySize");
+        assert!(parse_array("0-4000001").unwrap_err().0.contains("4000000"));
     }
 
     #[test]

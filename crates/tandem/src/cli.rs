@@ -369,28 +369,33 @@ fn nodes(t: &Target) -> Result<Vec<NodeInfo>> {
 
 /// `sinfo`.
 pub fn sinfo(args: &[String]) -> Result<i32> {
-    let (mut node_oriented, mut reasons) = (false, false);
+    let (mut node_oriented, mut reasons, mut header) = (false, false, true);
     for x in args {
         match x.as_str() {
             "-N" | "--Node" => node_oriented = true,
             "-R" | "--list-reasons" => reasons = true,
             "-l" | "--long" => {}
-            o => bail!("unrecognized option '{o}'\nUsage: sinfo [-N] [-R] [-l]"),
+            "-h" | "--noheader" => header = false,
+            o => bail!("unrecognized option '{o}'\nUsage: sinfo [-N] [-R] [-l] [-h]"),
         }
     }
     let list = nodes(&Target::from_env()?)?;
     if reasons {
-        println!("{:<20} {:<9} NODELIST", "REASON", "STATE");
+        if header {
+            println!("{:<20} {:<9} NODELIST", "REASON", "STATE");
+        }
         for n in list.iter().filter(|n| n.reason.is_some()) {
             println!("{:<20} {:<9} {}", n.reason.clone().unwrap_or_default(), n.state, n.name);
         }
         return Ok(0);
     }
     if node_oriented {
-        println!(
-            "{:<12} {:>5} {:<9} {:<10} {:>9} {:>10} {:<16} REASON",
-            "NODELIST", "NODES", "PARTITION", "STATE", "CPUS(A/T)", "MEMORY", "GRES"
-        );
+        if header {
+            println!(
+                "{:<12} {:>5} {:<9} {:<10} {:>9} {:>10} {:<16} REASON",
+                "NODELIST", "NODES", "PARTITION", "STATE", "CPUS(A/T)", "MEMORY", "GRES"
+            );
+        }
         for n in &list {
             let gres = if n.gpus.0 > 0 {
                 format!("gpu:{}:{}", n.gpus.2.clone().unwrap_or_else(|| "gpu".into()), n.gpus.0)
@@ -411,7 +416,9 @@ pub fn sinfo(args: &[String]) -> Result<i32> {
         }
         return Ok(0);
     }
-    println!("{:<9} {:>5} {:>10} {:>5} {:<6} NODELIST", "PARTITION", "AVAIL", "TIMELIMIT", "NODES", "STATE");
+    if header {
+        println!("{:<9} {:>5} {:>10} {:>5} {:<6} NODELIST", "PARTITION", "AVAIL", "TIMELIMIT", "NODES", "STATE");
+    }
     let mut by: Vec<(String, Vec<String>)> = Vec::new();
     for n in &list {
         match by.iter_mut().find(|(s, _)| *s == n.state) {

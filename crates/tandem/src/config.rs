@@ -7,6 +7,7 @@
 //! kill_wait = 30          # seconds between SIGTERM and SIGKILL at a time limit
 //! heartbeat_ms = 500      # agents' heartbeat interval
 //! failover_ms = 1500      # a node silent this long loses its service replicas to new ones
+//! max_array_size = 1001   # Slurm's MaxArraySize: array indices must be below it
 //! [scheduler]
 //! policy = "default"      # fcfs, sjf, f1, multifactor, default
 //! backfill = "easy"       # none, easy, conservative
@@ -43,6 +44,7 @@ struct File {
     kill_wait: Option<u32>,
     heartbeat_ms: Option<u64>,
     failover_ms: Option<u64>,
+    max_array_size: Option<u32>,
     scheduler: Option<Sched>,
     weights: Option<toml::Table>,
     #[serde(default)]
@@ -137,6 +139,12 @@ pub fn parse(text: &str) -> Result<control::Settings> {
     if s.failover_ms > s.lease * 1000 {
         bail!("failover_ms ({}) must not exceed the lease ({} s)", s.failover_ms, s.lease);
     }
+    if let Some(m) = f.max_array_size {
+        if m == 0 || m > slurmcli::MAX_ARRAY_SIZE_CAP {
+            bail!("max_array_size must be between 1 and {} (Slurm's cap)", slurmcli::MAX_ARRAY_SIZE_CAP);
+        }
+        s.max_array = m;
+    }
     if let Some(sc) = f.scheduler {
         if let Some(p) = sc.policy {
             s.sched.policy =
@@ -225,6 +233,8 @@ mod tests {
     fn full_and_empty() {
         let s = parse("").unwrap();
         assert_eq!(s.lease, 30);
+        assert_eq!(s.max_array, 1001);
+        assert_eq!(parse("max_array_size = 10001").unwrap().max_array, 10_001);
         let s = parse(
             "lease = 5\n[scheduler]\nbackfill = \"conservative\"\n[weights]\nage = 7\n\
              [[partition]]\nname = \"cpu\"\nmax_time = \"1:00:00\"\n[[partition]]\nname = \"gpu\"\nnodes = \"node[1-2]\"\ndefault = true\n\
@@ -249,6 +259,8 @@ mod tests {
         assert!(e("lease = 0").contains("lease"));
         assert!(e("heartbeat_ms = 2000\nfailover_ms = 1000").contains("longer"));
         assert!(e("heartbeat_ms = 1").contains("heartbeat_ms"));
+        assert!(e("max_array_size = 0").contains("max_array_size"));
+        assert!(e("max_array_size = 4000002").contains("max_array_size"));
         assert!(e("lease = \"soon\"").contains("invalid type"));
         assert!(e("[scheduler]\npolicy = \"lottery\"").contains("scheduler.policy"));
         assert!(e("[scheduler]\nbackfill = \"rls\"").contains("scheduler.backfill"));

@@ -12,6 +12,7 @@ mod benchsubmit;
 mod cli;
 mod client;
 mod config;
+mod journal;
 mod loadgen;
 mod openapi;
 mod proxy;

@@ -1,7 +1,8 @@
 //! `tandem server`: the controller daemon. A thin shell around `control::Controller`: HTTP/JSON
 //! on TCP (agents, with the cluster secret) and on a Unix socket (local users, identified by the
-//! kernel's peer credentials), SQLite persistence before every acknowledgement, and a
-//! scheduling loop woken by submissions and task exits, plus once a second.
+//! kernel's peer credentials), SQLite persistence before every acknowledgement (group commit:
+//! requests that arrive together share one fsync, see `journal`), and a scheduling loop woken
+//! by submissions and task exits, plus once a second.
 
 use anyhow::{Context, Result};
 use axum::extract::connect_info::{ConnectInfo, Connected};
@@ -42,12 +43,13 @@ impl Connected<axum::serve::IncomingStream<'_, UnixListener>> for Peer {
 
 struct Inner {
     ctl: Controller,
-    db: store::Store,
 }
 
 #[derive(Clone)]
 struct App {
     inner: Arc<Mutex<Inner>>,
+    db: Arc<Mutex<store::Store>>,
+    journal: Arc<crate::journal::Journal>,
     secret: Arc<String>,
     wake: Arc<Notify>,
     node_wake: Arc<Mutex<HashMap<String, Arc<Notify>>>>,
@@ -182,15 +184,24 @@ fn agent_ok(app: &App, h: &HeaderMap) -> Result<(), Response> {
 }
 
 impl App {
-    /// Runs `f` on the controller, persists what changed, then returns `f`'s result.
-    fn with<T>(&self, f: impl FnOnce(&mut Controller) -> T) -> Result<T, Response> {
-        let mut g = self.inner.lock().expect("controller lock");
-        let out = f(&mut g.ctl);
-        let dirty = g.ctl.take_dirty();
-        g.db.persist(&dirty).map_err(|e| err(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
-        let v = g.ctl.endpoint_version();
-        self.ep_watch.send_if_modified(|old| std::mem::replace(old, v) != v);
+    /// Runs `f` on the controller, waits until what changed (and everything changed before)
+    /// is durable, then returns `f`'s result.
+    async fn with<T>(&self, f: impl FnOnce(&mut Controller) -> T) -> Result<T, Response> {
+        let (out, seq, version) = {
+            let mut g = self.inner.lock().expect("controller lock");
+            let out = f(&mut g.ctl);
+            let dirty = g.ctl.take_dirty();
+            (out, self.journal.push(dirty), g.ctl.endpoint_version())
+        };
+        self.settled(seq).await?;
+        self.ep_watch.send_if_modified(|old| std::mem::replace(old, version) != version);
         Ok(out)
+    }
+
+    /// Waits until every change up to `seq` is durable (a read passes `journal.last()` taken
+    /// while it held the controller's lock, so it never shows what a crash could undo).
+    async fn settled(&self, seq: u64) -> Result<(), Response> {
+        self.journal.durable(seq).await.map_err(|e| err(StatusCode::INTERNAL_SERVER_ERROR, format!("database: {}", e.0)))
     }
 
     /// Wakes the long-polling heartbeats of nodes that have orders waiting.
@@ -333,7 +344,7 @@ async fn submit(
         };
     }
     let t = now();
-    let r = app.with(|c| c.submit(t, spec, &b, &user));
+    let r = app.with(|c| c.submit(t, spec, &b, &user)).await;
     match r {
         Ok(Ok(ids)) => {
             app.metrics.lock().expect("lock").submissions += ids.len() as u64;
@@ -354,11 +365,19 @@ struct JobQuery {
 }
 
 async fn list_jobs(State(app): State<App>, Query(q): Query<JobQuery>) -> Response {
-    let g = app.inner.lock().expect("lock");
+    let (jobs, seq) = {
+        let g = app.inner.lock().expect("lock");
+        (select_jobs(&g.ctl, q), app.journal.last())
+    };
+    if let Err(r) = app.settled(seq).await {
+        return r;
+    }
+    Json(jobs).into_response()
+}
+
+fn select_jobs(ctl: &Controller, q: JobQuery) -> Vec<JobInfo> {
     let states: Option<Vec<String>> = q.state.map(|s| s.split(',').map(|x| x.trim().to_ascii_uppercase()).collect());
-    let jobs: Vec<JobInfo> = g
-        .ctl
-        .jobs()
+    ctl.jobs()
         .filter(|j| q.all.unwrap_or(false) || !j.state.is_final())
         .filter(|j| q.user.as_deref().is_none_or(|u| j.req.user == u))
         .filter(|j| q.partition.as_deref().is_none_or(|p| j.req.partition.as_deref().unwrap_or("batch") == p))
@@ -372,14 +391,19 @@ async fn list_jobs(State(app): State<App>, Query(q): Query<JobQuery>) -> Respons
             })
         })
         .map(job_info)
-        .collect();
-    Json(jobs).into_response()
+        .collect()
 }
 
 async fn get_job(State(app): State<App>, Path(id): Path<u64>) -> Response {
-    let g = app.inner.lock().expect("lock");
-    match g.ctl.job(id) {
-        Some(j) => Json(job_info(j)).into_response(),
+    let (job, seq) = {
+        let g = app.inner.lock().expect("lock");
+        (g.ctl.job(id).map(job_info), app.journal.last())
+    };
+    if let Err(r) = app.settled(seq).await {
+        return r;
+    }
+    match job {
+        Some(j) => Json(j).into_response(),
         None => err(StatusCode::NOT_FOUND, format!("invalid job id specified: {id}")),
     }
 }
@@ -398,7 +422,7 @@ async fn cancel(
 ) -> Response {
     let uid = or_reply!(user_of(&app, &peer, &headers));
     let t = now();
-    match app.with(|c| c.cancel(t, uid, id, q.signal)) {
+    match app.with(|c| c.cancel(t, uid, id, q.signal)).await {
         Ok(Ok(())) => {
             app.wake_nodes();
             app.wake.notify_one();
@@ -433,7 +457,8 @@ async fn job_action(
             None => Err(Refused::Invalid("update needs time_limit".into())),
         },
         other => Err(Refused::Invalid(format!("unknown action {other:?} (hold, release, requeue, update)"))),
-    });
+    })
+    .await;
     match r {
         Ok(Ok(())) => {
             app.wake.notify_one();
@@ -455,7 +480,7 @@ async fn create_step(
     let uid = or_reply!(user_of(&app, &peer, &headers));
     let s = or_reply!(json_body(body));
     let t = now();
-    match app.with(|c| c.create_step(t, uid, id, s.nodes, s.ntasks, s.ntasks_per_node, s.argv)) {
+    match app.with(|c| c.create_step(t, uid, id, s.nodes, s.ntasks, s.ntasks_per_node, s.argv)).await {
         Ok(Ok(step)) => {
             app.wake_nodes();
             Json(StepResponse { step }).into_response()
@@ -466,10 +491,18 @@ async fn create_step(
 }
 
 async fn list_nodes(State(app): State<App>) -> Response {
-    let g = app.inner.lock().expect("lock");
-    let nodes: Vec<NodeInfo> = g
-        .ctl
-        .nodes()
+    let (nodes, seq) = {
+        let g = app.inner.lock().expect("lock");
+        (node_infos(&g.ctl), app.journal.last())
+    };
+    if let Err(r) = app.settled(seq).await {
+        return r;
+    }
+    Json(nodes).into_response()
+}
+
+fn node_infos(ctl: &Controller) -> Vec<NodeInfo> {
+    ctl.nodes()
         .iter()
         .map(|n| {
             let alloc_gpus = n.usage.gpu_milli.iter().filter(|&&m| m > 0).count() as u32;
@@ -490,8 +523,7 @@ async fn list_nodes(State(app): State<App>) -> Response {
                 addr: n.addr.clone(),
             }
         })
-        .collect();
-    Json(nodes).into_response()
+        .collect()
 }
 
 #[derive(Deserialize)]
@@ -514,7 +546,7 @@ async fn node_action(
         "resume" | "idle" => false,
         other => return err(StatusCode::BAD_REQUEST, format!("unknown node state {other:?} (drain, resume)")),
     };
-    match app.with(|c| c.set_node_state(uid, &name, drain, a.reason)) {
+    match app.with(|c| c.set_node_state(uid, &name, drain, a.reason)).await {
         Ok(Ok(())) => {
             app.wake.notify_one();
             StatusCode::NO_CONTENT.into_response()
@@ -531,12 +563,24 @@ struct HistoryQuery {
 }
 
 async fn history(State(app): State<App>, Query(q): Query<HistoryQuery>) -> Response {
-    let g = app.inner.lock().expect("lock");
-    match g.db.history(q.user.as_deref(), q.since.unwrap_or(0)) {
+    // Running and pending jobs come from memory; finished ones from the accounting table, read
+    // once everything seen in memory is durable (a job that ended in between is in both: the
+    // table's final record wins).
+    let (live, seq) = {
+        let g = app.inner.lock().expect("lock");
+        let live: Vec<JobInfo> =
+            g.ctl.jobs().filter(|j| !j.state.is_final() && q.user.as_deref().is_none_or(|u| j.req.user == u)).map(job_info).collect();
+        (live, app.journal.last())
+    };
+    if let Err(r) = app.settled(seq).await {
+        return r;
+    }
+    let stored = app.db.lock().expect("database lock").history(q.user.as_deref(), q.since.unwrap_or(0));
+    match stored {
         Ok(jobs) => {
-            // Running and pending jobs come from memory; finished ones from the accounting table.
             let mut out: Vec<JobInfo> = jobs.iter().map(job_info).collect();
-            out.extend(g.ctl.jobs().filter(|j| !j.state.is_final() && q.user.as_deref().is_none_or(|u| j.req.user == u)).map(job_info));
+            let ended: std::collections::HashSet<u64> = out.iter().map(|j| j.id).collect();
+            out.extend(live.into_iter().filter(|j| !ended.contains(&j.id)));
             out.sort_by_key(|j| j.id);
             Json(out).into_response()
         }
@@ -564,7 +608,7 @@ async fn register(
         let g = app.inner.lock().expect("lock");
         (g.ctl.settings().lease, g.ctl.settings().heartbeat_ms)
     };
-    match app.with(|c| c.register(t, r.node, r.addr)) {
+    match app.with(|c| c.register(t, r.node, r.addr)).await {
         Ok(Ok(())) => {
             app.wake.notify_one();
             Json(RegisterResponse { lease_s: lease, heartbeat_ms }).into_response()
@@ -593,7 +637,9 @@ async fn heartbeat(
             c.replica_reports(t_ms, &hb.node, &hb.replicas);
         }
         o
-    }) {
+    })
+    .await
+    {
         Ok(Ok(o)) => o,
         Ok(Err(e)) => return refused(e),
         Err(r) => return r,
@@ -606,7 +652,7 @@ async fn heartbeat(
     }
     let _ = tokio::time::timeout(Duration::from_millis(hb.wait_ms.min(30_000)), notify.notified()).await;
     let t = now();
-    match app.with(|c| c.heartbeat(t, &hb.node, hb.ack, &[], &[])) {
+    match app.with(|c| c.heartbeat(t, &hb.node, hb.ack, &[], &[])).await {
         Ok(Ok(o)) => Json(Orders { orders: o }).into_response(),
         Ok(Err(e)) => refused(e),
         Err(r) => r,
@@ -722,8 +768,11 @@ pub async fn run(args: ServerArgs) -> Result<()> {
     let boot = db.next_boot().context("recording this start")?;
     let t = now();
     let ctl = Controller::restore(args.settings, loaded.jobs, loaded.nodes, loaded.services, loaded.next_id, t, boot);
+    let db = Arc::new(Mutex::new(db));
     let app = App {
-        inner: Arc::new(Mutex::new(Inner { ctl, db })),
+        inner: Arc::new(Mutex::new(Inner { ctl })),
+        journal: crate::journal::Journal::start(db.clone()),
+        db,
         secret: Arc::new(secret),
         wake: Arc::new(Notify::new()),
         node_wake: Arc::new(Mutex::new(HashMap::new())),
@@ -753,7 +802,7 @@ pub async fn run(args: ServerArgs) -> Result<()> {
             tokio::time::sleep(Duration::from_millis(5)).await;
             let started = std::time::Instant::now();
             let t = now();
-            match sched_app.with(|c| c.tick(t)) {
+            match sched_app.with(|c| c.tick(t)).await {
                 Ok(_) => {}
                 Err(_) => {
                     eprintln!("tandem server: failed to persist after a scheduling pass");

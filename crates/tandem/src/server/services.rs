@@ -71,7 +71,7 @@ async fn apply(
     let gid = primary_gid(uid);
     let name = req.spec.name.clone();
     let t = now_ms();
-    let r = or_reply!(app.with(|c| c.apply_service(t, uid, gid, &user, &req.cwd, req.spec)));
+    let r = or_reply!(app.with(|c| c.apply_service(t, uid, gid, &user, &req.cwd, req.spec)).await);
     match r {
         Ok((revision, changed)) => {
             app.service_wake.notify_one();
@@ -82,22 +82,30 @@ async fn apply(
 }
 
 async fn list(State(app): State<App>) -> Response {
-    let g = app.inner.lock().expect("lock");
-    let out: Vec<ServiceInfo> = g.ctl.services().map(|s| service_info(&g.ctl, s)).collect();
+    let (out, seq) = {
+        let g = app.inner.lock().expect("lock");
+        (g.ctl.services().map(|s| service_info(&g.ctl, s)).collect::<Vec<ServiceInfo>>(), app.journal.last())
+    };
+    // Show nothing a crash could undo.
+    or_reply!(app.settled(seq).await);
     Json(out).into_response()
 }
 
 async fn show(State(app): State<App>, Path(name): Path<String>) -> Response {
-    let g = app.inner.lock().expect("lock");
-    match g.ctl.service(&name) {
-        Some(s) => Json(service_info(&g.ctl, s)).into_response(),
+    let (out, seq) = {
+        let g = app.inner.lock().expect("lock");
+        (g.ctl.service(&name).map(|s| service_info(&g.ctl, s)), app.journal.last())
+    };
+    or_reply!(app.settled(seq).await);
+    match out {
+        Some(s) => Json(s).into_response(),
         None => err(StatusCode::NOT_FOUND, format!("no service named {name}")),
     }
 }
 
 async fn delete(State(app): State<App>, ConnectInfo(peer): ConnectInfo<Peer>, headers: HeaderMap, Path(name): Path<String>) -> Response {
     let uid = or_reply!(user_of(&app, &peer, &headers));
-    match or_reply!(app.with(|c| c.delete_service(uid, &name))) {
+    match or_reply!(app.with(|c| c.delete_service(uid, &name)).await) {
         Ok(()) => {
             app.service_wake.notify_one();
             StatusCode::NO_CONTENT.into_response()
@@ -119,7 +127,8 @@ async fn action(
     let r = or_reply!(app.with(|c| match a {
         ServiceAction::Scale { replicas } => c.scale_service(t, uid, &name, replicas).map(|_| None),
         ServiceAction::Undo { revision } => c.undo_service(t, uid, &name, revision).map(Some),
-    }));
+    })
+    .await);
     match r {
         Ok(rev) => {
             app.service_wake.notify_one();
@@ -173,7 +182,7 @@ pub(super) async fn service_loop(app: App) {
     loop {
         let _ = tokio::time::timeout(Duration::from_millis(200), app.service_wake.notified()).await;
         let t = now_ms();
-        match app.with(|c| c.services_tick(t)) {
+        match app.with(|c| c.services_tick(t)).await {
             Ok(n) if n > 0 => app.wake.notify_one(),
             Ok(_) => {}
             Err(_) => eprintln!("tandem server: failed to persist after a service round"),

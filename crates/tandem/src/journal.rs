@@ -1,0 +1,156 @@
+//! Group commit for the controller's database. Changes are taken from the controller in order,
+//! under its lock, each batch with a sequence number; one writer thread writes everything queued
+//! so far in one SQLite transaction (one fsync) and then publishes the highest durable sequence
+//! number. A reply waits until everything taken up to the moment it looked at the controller is
+//! durable, so nothing a reply reveals can be lost, and concurrent requests share an fsync
+//! instead of queueing behind one fsync each.
+
+use control::Dirty;
+use std::collections::HashMap;
+use std::sync::{Arc, Condvar, Mutex};
+use tokio::sync::watch;
+
+#[derive(Default)]
+struct Queue {
+    /// Sequence number of the newest batch taken.
+    last: u64,
+    /// Batches taken but not yet handed to the writer.
+    pending: Vec<Dirty>,
+}
+
+/// What the writer has done so far.
+#[derive(Clone, Default)]
+struct Written {
+    /// Every batch up to this sequence number has been attempted.
+    upto: u64,
+    /// Ranges of sequence numbers whose commit failed, newest last (bounded), with the error.
+    failed: Vec<(u64, u64, Arc<str>)>,
+}
+
+/// The journal: a queue of batches, a writer thread, and what it has made durable.
+pub struct Journal {
+    queue: Mutex<Queue>,
+    kick: Condvar,
+    written: watch::Sender<Written>,
+}
+
+/// A commit that did not reach the disk.
+#[derive(Debug)]
+pub struct CommitFailed(pub Arc<str>);
+
+impl Journal {
+    /// Starts the writer thread over `db`; the store is shared so that reads can use it.
+    pub fn start(db: Arc<Mutex<store::Store>>) -> Arc<Journal> {
+        let j = Arc::new(Journal { queue: Mutex::new(Queue::default()), kick: Condvar::new(), written: watch::Sender::new(Written::default()) });
+        let w = j.clone();
+        std::thread::Builder::new().name("tandem-journal".into()).spawn(move || w.writer(&db)).expect("starting the journal thread");
+        j
+    }
+
+    /// Queues what changed (call it under the controller's lock, right after `take_dirty`, so
+    /// that sequence order is the order of the changes). Returns the sequence number a reply must
+    /// wait for: this batch's, or the newest one taken when nothing changed.
+    pub fn push(&self, d: Dirty) -> u64 {
+        let mut q = self.queue.lock().expect("journal lock");
+        if d.jobs.is_empty() && d.nodes.is_empty() && d.next_id.is_none() && d.services.is_empty() && d.removed_services.is_empty() {
+            return q.last;
+        }
+        q.last += 1;
+        q.pending.push(d);
+        self.kick.notify_one();
+        q.last
+    }
+
+    /// The newest sequence number taken (a read waits for it before it answers).
+    pub fn last(&self) -> u64 {
+        self.queue.lock().expect("journal lock").last
+    }
+
+    /// Waits until every batch up to `seq` is on disk.
+    pub async fn durable(&self, seq: u64) -> Result<(), CommitFailed> {
+        let mut rx = self.written.subscribe();
+        let w = rx.wait_for(|w| w.upto >= seq).await.map_err(|_| CommitFailed("the journal writer stopped".into()))?;
+        match w.failed.iter().find(|(lo, hi, _)| (*lo..=*hi).contains(&seq)) {
+            Some((_, _, e)) => Err(CommitFailed(e.clone())),
+            None => Ok(()),
+        }
+    }
+
+    fn writer(&self, db: &Mutex<store::Store>) {
+        // Records of a failed commit, retried with the next batch so the database catches up.
+        let mut carry: Option<Dirty> = None;
+        let mut first_unwritten = 1u64;
+        loop {
+            let (batches, last) = {
+                let mut q = self.queue.lock().expect("journal lock");
+                while q.pending.is_empty() {
+                    q = self.kick.wait(q).expect("journal lock");
+                }
+                (std::mem::take(&mut q.pending), q.last)
+            };
+            let merged = merge(carry.take(), batches);
+            let r = db.lock().expect("database lock").persist(&merged);
+            let range = (first_unwritten, last);
+            first_unwritten = last + 1;
+            self.written.send_modify(|w| {
+                w.upto = last;
+                if let Err(e) = &r {
+                    w.failed.push((range.0, range.1, Arc::from(e.to_string())));
+                    if w.failed.len() > 64 {
+                        w.failed.remove(0);
+                    }
+                }
+            });
+            if let Err(e) = r {
+                eprintln!("tandem server: cannot commit to the database: {e}");
+                carry = Some(merged);
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+        }
+    }
+}
+
+/// Folds batches (oldest first) into one: the newest version of each job and node wins.
+fn merge(carry: Option<Dirty>, batches: Vec<Dirty>) -> Dirty {
+    let mut all = carry.into_iter().chain(batches);
+    let mut a = all.next().unwrap_or_default();
+    let mut jobs: HashMap<u64, usize> = a.jobs.iter().enumerate().map(|(i, j)| (j.req.id.0, i)).collect();
+    let mut nodes: HashMap<String, usize> = a.nodes.iter().enumerate().map(|(i, n)| (n.node.name.clone(), i)).collect();
+    for b in all {
+        for j in b.jobs {
+            match jobs.get(&j.req.id.0) {
+                Some(&i) => a.jobs[i] = j,
+                None => {
+                    jobs.insert(j.req.id.0, a.jobs.len());
+                    a.jobs.push(j);
+                }
+            }
+        }
+        for n in b.nodes {
+            match nodes.get(&n.node.name) {
+                Some(&i) => a.nodes[i] = n,
+                None => {
+                    nodes.insert(n.node.name.clone(), a.nodes.len());
+                    a.nodes.push(n);
+                }
+            }
+        }
+        if b.next_id.is_some() {
+            a.next_id = b.next_id;
+        }
+        // Services: the newest version wins; a removal cancels earlier versions, a later
+        // version cancels an earlier removal.
+        for name in b.removed_services {
+            a.services.retain(|s| s.spec.name != name);
+            if !a.removed_services.contains(&name) {
+                a.removed_services.push(name);
+            }
+        }
+        for svc in b.services {
+            a.removed_services.retain(|n| *n != svc.spec.name);
+            a.services.retain(|s| s.spec.name != svc.spec.name);
+            a.services.push(svc);
+        }
+    }
+    a
+}
