@@ -154,7 +154,9 @@ pub const MAX_ARRAY_SIZE_CAP: u32 = 4_000_001;
 pub fn parse_array(s: &str) -> Result<ArraySpec, Invalid> {
     let bad = |why: &str| Invalid::new(format!("invalid job array specification {s:?}: {why}"));
     let (list, max) = match s.split_once('%') {
-        Some((l, m)) => (l, Some(num(m, "array limit", MAX_ARRAY_SIZE_CAP as u64).map_err(|_| bad("%N must be a positive number"))? as u32)),
+        Some((l, m)) => {
+            (l, Some(num(m, "array limit", MAX_ARRAY_SIZE_CAP as u64).map_err(|_| bad("%N must be a positive number"))? as u32))
+        }
         None => (s, None),
     };
     if max == Some(0) {

@@ -13,8 +13,8 @@ mod options;
 
 pub use env::{TaskEnv, task_env};
 pub use formats::{
-    ArraySpec, MAX_ARRAY_SIZE, MAX_ARRAY_SIZE_CAP, Signal, format_time, parse_array, parse_begin, parse_dependency, parse_gpus, parse_gres, parse_memory,
-    parse_signal, parse_time, signal_number,
+    ArraySpec, MAX_ARRAY_SIZE, MAX_ARRAY_SIZE_CAP, Signal, format_time, parse_array, parse_begin, parse_dependency, parse_gpus, parse_gres,
+    parse_memory, parse_signal, parse_time, signal_number,
 };
 pub use hostlist::{compress, expand};
 pub use options::{BatchSpec, expand_pattern, parse_sbatch};

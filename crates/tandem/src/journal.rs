@@ -41,7 +41,11 @@ pub struct CommitFailed(pub Arc<str>);
 impl Journal {
     /// Starts the writer thread over `db`; the store is shared so that reads can use it.
     pub fn start(db: Arc<Mutex<store::Store>>) -> Arc<Journal> {
-        let j = Arc::new(Journal { queue: Mutex::new(Queue::default()), kick: Condvar::new(), written: watch::Sender::new(Written::default()) });
+        let j = Arc::new(Journal {
+            queue: Mutex::new(Queue::default()),
+            kick: Condvar::new(),
+            written: watch::Sender::new(Written::default()),
+        });
         let w = j.clone();
         std::thread::Builder::new().name("tandem-journal".into()).spawn(move || w.writer(&db)).expect("starting the journal thread");
         j

@@ -448,17 +448,18 @@ async fn job_action(
 ) -> Response {
     let uid = or_reply!(user_of(&app, &peer, &headers));
     let a = or_reply!(json_body(body));
-    let r = app.with(|c| match a.action.as_str() {
-        "hold" => c.hold(uid, id, true),
-        "release" => c.hold(uid, id, false),
-        "requeue" => c.requeue(uid, id),
-        "update" => match a.time_limit {
-            Some(t) => c.set_time_limit(uid, id, t),
-            None => Err(Refused::Invalid("update needs time_limit".into())),
-        },
-        other => Err(Refused::Invalid(format!("unknown action {other:?} (hold, release, requeue, update)"))),
-    })
-    .await;
+    let r = app
+        .with(|c| match a.action.as_str() {
+            "hold" => c.hold(uid, id, true),
+            "release" => c.hold(uid, id, false),
+            "requeue" => c.requeue(uid, id),
+            "update" => match a.time_limit {
+                Some(t) => c.set_time_limit(uid, id, t),
+                None => Err(Refused::Invalid("update needs time_limit".into())),
+            },
+            other => Err(Refused::Invalid(format!("unknown action {other:?} (hold, release, requeue, update)"))),
+        })
+        .await;
     match r {
         Ok(Ok(())) => {
             app.wake.notify_one();
@@ -631,14 +632,15 @@ async fn heartbeat(
     let had_exits = !hb.exits.is_empty();
     let t = now();
     let t_ms = services::now_ms();
-    let first = match app.with(|c| {
-        let o = c.heartbeat(t, &hb.node, hb.ack, &hb.running, &hb.exits);
-        if o.is_ok() {
-            c.replica_reports(t_ms, &hb.node, &hb.replicas);
-        }
-        o
-    })
-    .await
+    let first = match app
+        .with(|c| {
+            let o = c.heartbeat(t, &hb.node, hb.ack, &hb.running, &hb.exits);
+            if o.is_ok() {
+                c.replica_reports(t_ms, &hb.node, &hb.replicas);
+            }
+            o
+        })
+        .await
     {
         Ok(Ok(o)) => o,
         Ok(Err(e)) => return refused(e),

@@ -10,7 +10,17 @@ fn tandem_side_of_the_slurm_comparison_prints_every_row() {
     let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
     let out = Command::new("bash")
         .arg(repo.join("bench/vs-slurm.sh"))
-        .args(["--tandem-only", "--jobs", "10", "--latency-jobs", "5", "--latency-gap", "0.05", "--tandem-bin", env!("CARGO_BIN_EXE_tandem")])
+        .args([
+            "--tandem-only",
+            "--jobs",
+            "10",
+            "--latency-jobs",
+            "5",
+            "--latency-gap",
+            "0.05",
+            "--tandem-bin",
+            env!("CARGO_BIN_EXE_tandem"),
+        ])
         .output()
         .expect("run bench/vs-slurm.sh");
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -44,6 +54,9 @@ fn tandem_side_of_the_slurm_comparison_prints_every_row() {
         let v: f64 = cells[1].parse().unwrap_or_else(|_| panic!("not a number in {line:?}"));
         assert!(v.is_finite() && v >= 0.0, "{line:?}");
     }
-    assert!(stdout.contains("## Tandem") && stdout.contains("tandem up --agents 16 --cpus-per-agent 8"), "configuration printed:\n{stdout}");
+    assert!(
+        stdout.contains("## Tandem") && stdout.contains("tandem up --agents 16 --cpus-per-agent 8"),
+        "configuration printed:\n{stdout}"
+    );
     assert!(stdout.contains("jobs that ended COMPLETED"), "{stdout}");
 }

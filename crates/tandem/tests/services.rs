@@ -224,6 +224,7 @@ fn the_proxy_spreads_requests_and_a_dying_node_loses_none() {
     c.tandem_ok(&["service", "apply", "-f", "echo.toml"]);
     wait_service(&c, "echo", 60, "3 ready", |s| ready(s) == 3);
     let p = Proxy::start(&c);
+    p.wait_routes("/s/echo/");
     // Round robin: each replica in turn.
     let r = p.load("/s/echo/", &["--requests", "30", "--concurrency", "1"]);
     assert_eq!(r["failed"], 0, "{r:#}");
@@ -276,6 +277,7 @@ fn a_rolling_update_and_its_undo_lose_no_request() {
     let out = c.tandem_ok(&["service", "rollout", "status", "web", "--timeout", "60"]);
     assert!(out.contains("successfully rolled out (revision 1)"), "{out}");
     let p = Proxy::start(&c);
+    p.wait_routes("/s/web/");
     let url = format!("http://{}/s/web/", p.addr);
     let load = std::thread::spawn(move || {
         let o = std::process::Command::new(bin())
@@ -313,6 +315,7 @@ fn autoscaling_follows_load_up_and_down_and_scales_from_zero() {
     c.tandem_ok(&["service", "apply", "-f", "auto.toml"]);
     wait_service(&c, "auto", 60, "1 ready", |s| ready(s) == 1);
     let p = Proxy::start(&c);
+    p.wait_routes("/s/auto/");
     // 8 requests always in flight, 2 per replica wanted: up to the maximum of 3.
     let url = format!("http://{}/s/auto/", p.addr);
     let load = std::thread::spawn(move || {
@@ -347,6 +350,7 @@ fn services_survive_a_controller_kill_9() {
     c.tandem_ok(&["service", "apply", "-f", "web.toml"]);
     let before = wait_service(&c, "web", 60, "2 ready", |s| ready(s) == 2);
     let p = Proxy::start(&c);
+    p.wait_routes("/s/web/");
     let url = format!("http://{}/s/web/", p.addr);
     let load = std::thread::spawn(move || {
         let o = std::process::Command::new(bin())

@@ -124,11 +124,13 @@ async fn action(
     let uid = or_reply!(user_of(&app, &peer, &headers));
     let a = or_reply!(json_body(body));
     let t = now_ms();
-    let r = or_reply!(app.with(|c| match a {
-        ServiceAction::Scale { replicas } => c.scale_service(t, uid, &name, replicas).map(|_| None),
-        ServiceAction::Undo { revision } => c.undo_service(t, uid, &name, revision).map(Some),
-    })
-    .await);
+    let r = or_reply!(
+        app.with(|c| match a {
+            ServiceAction::Scale { replicas } => c.scale_service(t, uid, &name, replicas).map(|_| None),
+            ServiceAction::Undo { revision } => c.undo_service(t, uid, &name, revision).map(Some),
+        })
+        .await
+    );
     match r {
         Ok(rev) => {
             app.service_wake.notify_one();

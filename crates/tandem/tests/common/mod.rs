@@ -276,6 +276,22 @@ impl Proxy {
         p
     }
 
+    /// Waits until the proxy routes `path` (it has the controller's view of the service).
+    pub fn wait_routes(&self, path: &str) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let o = Command::new("curl")
+                .args(["-s", "-o", "/dev/null", "-w", "%{http_code}", &format!("http://{}{path}", self.addr)])
+                .output()
+                .unwrap();
+            if String::from_utf8_lossy(&o.stdout) == "200" {
+                return;
+            }
+            assert!(Instant::now() < deadline, "the proxy never routed {path}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     /// Runs `tandem bench load URL ARGS --json` against a path of the proxy; returns its report.
     pub fn load(&self, path: &str, args: &[&str]) -> serde_json::Value {
         let o = Command::new(bin()).args(["bench", "load", &format!("http://{}{path}", self.addr), "--json"]).args(args).output().unwrap();
