@@ -34,6 +34,10 @@ pub struct Settings {
     pub sched: sched::Config,
     /// Node lease, seconds.
     pub lease: Time,
+    /// Heartbeat interval agents are told to use (and the longest a heartbeat's long poll is
+    /// held), milliseconds; 0: a tenth of the lease, between 0.2 s and 10 s.
+    #[serde(default)]
+    pub heartbeat_ms: u64,
     /// Seconds between SIGTERM and SIGKILL at the time limit (Slurm's KillWait).
     pub kill_wait: Time,
     /// Most jobs one submission may create (array size bound).
@@ -49,6 +53,7 @@ impl Default for Settings {
             cluster: ClusterConfig::default(),
             sched: sched::Config::default(),
             lease: 30,
+            heartbeat_ms: 0,
             kill_wait: 30,
             max_array: slurmcli::MAX_ARRAY_SIZE,
             partition_nodes: Vec::new(),
@@ -100,7 +105,17 @@ pub struct Controller {
     dirty_nodes: BTreeSet<usize>,
     next_id_dirty: bool,
     seq_base: u64,
+    /// Node definitions as the scheduler takes them, rebuilt only after a node changed
+    /// ([`Controller::nodes_changed`]): a pass or a submission no longer copies every node.
+    defs: Option<std::sync::Arc<Vec<Node>>>,
+    /// Submission checks made against the current nodes, by the request's shape (its `Debug`
+    /// text without id, name and submit time): the refusal, if any. Cleared when a node changes,
+    /// and bounded.
+    checked: HashMap<String, Option<String>>,
 }
+
+/// Most remembered submission checks ([`Controller::submit`]); past it the memo starts over.
+const MAX_CHECKED: usize = 4096;
 
 /// What must be persisted since the last call.
 #[derive(Debug, Clone, Default)]
@@ -154,6 +169,8 @@ impl Controller {
             dirty_nodes: BTreeSet::new(),
             next_id_dirty: false,
             seq_base: 1,
+            defs: None,
+            checked: HashMap::new(),
         }
     }
 
@@ -173,6 +190,7 @@ impl Controller {
             c.node_index.insert(n.node.name.clone(), c.nodes.len());
             c.nodes.push(n);
         }
+        c.nodes_changed();
         for j in jobs {
             c.jobs.insert(j.req.id.0, j);
         }
@@ -201,6 +219,15 @@ impl Controller {
     /// Settings.
     pub fn settings(&self) -> &Settings {
         &self.settings
+    }
+
+    /// The heartbeat interval agents are told to use, milliseconds: the configured one, else a
+    /// tenth of the lease between 0.2 s and 10 s. Never more than half the lease, so an agent
+    /// renews its lease at least twice per lease period.
+    pub fn heartbeat_ms(&self) -> u64 {
+        let lease_ms = (self.settings.lease.max(1) as u64) * 1000;
+        let hb = if self.settings.heartbeat_ms > 0 { self.settings.heartbeat_ms } else { (lease_ms / 10).clamp(200, 10_000) };
+        hb.min(lease_ms / 2).max(1)
     }
 
     /// All jobs, by id.
@@ -235,6 +262,41 @@ impl Controller {
         self.nodes.iter().map(|n| n.node.clone()).collect()
     }
 
+    /// The node definitions, from the cache while no node has changed.
+    fn defs(&mut self) -> std::sync::Arc<Vec<Node>> {
+        if self.defs.is_none() {
+            self.defs = Some(std::sync::Arc::new(self.node_defs()));
+        }
+        self.defs.clone().expect("just built")
+    }
+
+    /// A node was added or its definition or state changed: what was derived from the nodes is
+    /// stale. Every change of a `NodeRec::node` must call this.
+    fn nodes_changed(&mut self) {
+        self.defs = None;
+        self.checked.clear();
+    }
+
+    /// [`sched::check_request`] against the current nodes, remembered by the request's shape: a
+    /// check is O(nodes), and a busy cluster gets many submissions of few shapes.
+    fn check_cached(&mut self, probe: &model::JobRequest) -> Result<(), Refused> {
+        let mut key_req = probe.clone();
+        key_req.id = JobId(0);
+        key_req.submit_time = 0;
+        key_req.name = String::new();
+        let key = format!("{key_req:?}");
+        if let Some(r) = self.checked.get(&key) {
+            return r.clone().map_or(Ok(()), |m| Err(Refused::Invalid(m)));
+        }
+        let defs = self.defs();
+        let r = sched::check_request(&defs, &self.settings.cluster, probe).err().map(|r| r.message);
+        if self.checked.len() >= MAX_CHECKED {
+            self.checked.clear();
+        }
+        self.checked.insert(key, r.clone());
+        r.map_or(Ok(()), |m| Err(Refused::Invalid(m)))
+    }
+
     /// Checks a submission as [`Controller::submit`] would, storing nothing (`sbatch
     /// --test-only`). Returns the partition it would run in.
     pub fn check_submit(&self, now: Time, batch: &BatchSpec, user: &str) -> Result<String, Refused> {
@@ -266,7 +328,7 @@ impl Controller {
         let default_time = part.default_time;
         let first = self.next_id;
         let probe = batch.to_request(first, user, now, default_time);
-        sched::check_request(&self.node_defs(), &self.settings.cluster, &probe).map_err(|r| Refused::Invalid(r.message))?;
+        self.check_cached(&probe)?;
         for d in &batch.dependency {
             if let Some(j) = d.job
                 && !self.jobs.contains_key(&j.0)
@@ -535,6 +597,7 @@ impl Controller {
                 self.dirty_nodes.insert(i);
             }
         }
+        self.nodes_changed();
         Ok(())
     }
 
@@ -549,6 +612,7 @@ impl Controller {
         rec.node.state = rec.node.state.step(ev).map_err(|e| Refused::Conflict(e.to_string()))?;
         rec.reason = if drain { Some(reason.unwrap_or_else(|| "drained by root".into())) } else { None };
         self.dirty_nodes.insert(i);
+        self.nodes_changed();
         Ok(())
     }
 
@@ -573,6 +637,7 @@ impl Controller {
                 rec.node.state = rec.node.state.step(NodeEvent::Resume).expect("down nodes resume");
                 rec.reason = None;
                 self.dirty_nodes.insert(i);
+                self.nodes_changed();
             }
         }
         for e in exits {
@@ -704,6 +769,7 @@ impl Controller {
                 self.dirty_nodes.insert(i);
                 info.nodes_down += 1;
                 let name = rec.node.name.clone();
+                self.nodes_changed();
                 let hit: Vec<u64> = self
                     .jobs
                     .values()
@@ -767,7 +833,7 @@ impl Controller {
     }
 
     fn schedule(&mut self, now: Time) -> usize {
-        let node_defs = self.node_defs();
+        let node_defs = self.defs();
         let usage: Vec<NodeUsage> = self.nodes.iter().map(|n| n.usage.clone()).collect();
         let mut array_running: HashMap<u64, u32> = HashMap::new();
         for j in self.jobs.values().filter(|j| j.state == JobState::Running) {
@@ -806,7 +872,7 @@ impl Controller {
             })
             .collect();
         let snap = Snapshot {
-            nodes: &node_defs,
+            nodes: node_defs.as_slice(),
             usage: &usage,
             pending: &pending,
             running: &running,

@@ -4,6 +4,7 @@
 //! ```toml
 //! cluster_name = "tandem"
 //! lease = 30              # seconds; a node whose heartbeats stop this long is DOWN
+//! heartbeat = 3           # seconds between an agent's heartbeats (default: lease / 10, 0.2-10 s)
 //! kill_wait = 30          # seconds between SIGTERM and SIGKILL at a time limit
 //! [scheduler]
 //! policy = "default"      # fcfs, sjf, f1, multifactor, default
@@ -38,6 +39,7 @@ use std::path::Path;
 struct File {
     cluster_name: Option<String>,
     lease: Option<u32>,
+    heartbeat: Option<f64>,
     kill_wait: Option<u32>,
     scheduler: Option<Sched>,
     weights: Option<toml::Table>,
@@ -114,6 +116,12 @@ pub fn parse(text: &str) -> Result<control::Settings> {
             bail!("lease must be at least 1 second");
         }
         s.lease = l as i64;
+    }
+    if let Some(h) = f.heartbeat {
+        if !(h >= 0.1 && h * 2.0 <= s.lease as f64) {
+            bail!("heartbeat must be at least 0.1 s and at most half the lease ({} s)", s.lease);
+        }
+        s.heartbeat_ms = (h * 1000.0).round() as u64;
     }
     if let Some(k) = f.kill_wait {
         s.kill_wait = k as i64;
@@ -213,6 +221,8 @@ mod tests {
         )
         .unwrap();
         assert_eq!(s.lease, 5);
+        assert_eq!(s.heartbeat_ms, 0);
+        assert_eq!(parse("lease = 300\nheartbeat = 100").unwrap().heartbeat_ms, 100_000);
         assert_eq!(s.cluster.partitions[0].name, "gpu", "default partition first");
         assert_eq!(s.cluster.partitions[1].max_time, 3600);
         assert_eq!(s.partition_nodes[0].1.as_ref().unwrap().len(), 2);
@@ -229,6 +239,8 @@ mod tests {
         assert!(e("leese = 3").contains("unknown field"));
         assert!(e("lease = 0").contains("lease"));
         assert!(e("lease = \"soon\"").contains("invalid type"));
+        assert!(e("lease = 30\nheartbeat = 20").contains("half the lease"));
+        assert!(e("heartbeat = 0").contains("heartbeat"));
         assert!(e("[scheduler]\npolicy = \"lottery\"").contains("scheduler.policy"));
         assert!(e("[scheduler]\nbackfill = \"rls\"").contains("scheduler.backfill"));
         assert!(e("[weights]\nage = -1").contains("non-negative"));
