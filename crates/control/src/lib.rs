@@ -112,6 +112,9 @@ pub struct Controller {
     /// text without id, name and submit time): the refusal, if any. Cleared when a node changes,
     /// and bounded.
     checked: HashMap<String, Option<String>>,
+    /// Every job with a smaller id has ended: the per-tick scans start here. Only a requeue
+    /// brings an ended job back, and it lowers the mark.
+    active_from: u64,
 }
 
 /// Most remembered submission checks ([`Controller::submit`]); past it the memo starts over.
@@ -171,6 +174,7 @@ impl Controller {
             seq_base: 1,
             defs: None,
             checked: HashMap::new(),
+            active_from: 0,
         }
     }
 
@@ -194,6 +198,7 @@ impl Controller {
         for j in jobs {
             c.jobs.insert(j.req.id.0, j);
         }
+        c.advance_active();
         // Re-apply running allocations to node usage.
         let running: Vec<u64> = c.jobs.values().filter(|j| j.state == JobState::Running).map(|j| j.req.id.0).collect();
         for id in running {
@@ -260,6 +265,21 @@ impl Controller {
 
     fn node_defs(&self) -> Vec<Node> {
         self.nodes.iter().map(|n| n.node.clone()).collect()
+    }
+
+    /// Jobs that may not have ended (a superset: from the low-water mark on).
+    fn active(&self) -> impl Iterator<Item = &Job> {
+        self.jobs.range(self.active_from..).map(|(_, j)| j)
+    }
+
+    /// Moves the low-water mark past the jobs that have ended.
+    fn advance_active(&mut self) {
+        while let Some((&id, j)) = self.jobs.range(self.active_from..).next() {
+            if !j.state.is_final() {
+                break;
+            }
+            self.active_from = id + 1;
+        }
     }
 
     /// The node definitions, from the cache while no node has changed.
@@ -497,6 +517,7 @@ impl Controller {
         self.release(id);
         let Some(j) = self.jobs.get_mut(&id) else { return false };
         self.dirty_jobs.insert(id);
+        self.active_from = self.active_from.min(id);
         if !force && !j.spec.requeue {
             j.state = j.state.step(JobEvent::NodeFail).unwrap_or(JobState::NodeFail);
             j.end = Some(j.end.unwrap_or(0).max(j.start.unwrap_or(0)));
@@ -725,7 +746,7 @@ impl Controller {
         for d in &j.req.dependencies {
             let s = match d.kind {
                 DepKind::Singleton => {
-                    let other = self.jobs.values().any(|o| {
+                    let other = self.active().any(|o| {
                         o.req.id != j.req.id && o.req.name == j.req.name && o.req.user == j.req.user && o.state == JobState::Running
                     });
                     if other { DepStatus::Waiting } else { DepStatus::Satisfied }
@@ -771,8 +792,7 @@ impl Controller {
                 let name = rec.node.name.clone();
                 self.nodes_changed();
                 let hit: Vec<u64> = self
-                    .jobs
-                    .values()
+                    .active()
                     .filter(|j| j.state == JobState::Running && j.allocs.iter().any(|(n, _)| *n == name))
                     .map(|j| j.req.id.0)
                     .collect();
@@ -787,11 +807,17 @@ impl Controller {
             }
         }
         // 2. Preemption grace and time limits.
-        let running: Vec<u64> = self.jobs.values().filter(|j| j.state == JobState::Running).map(|j| j.req.id.0).collect();
+        let running: Vec<u64> = self.active().filter(|j| j.state == JobState::Running).map(|j| j.req.id.0).collect();
         for id in running {
             let j = &self.jobs[&id];
             let start = j.start.unwrap_or(now);
             let end = start.saturating_add(j.req.time_limit);
+            let due = j.preempt_at.is_some_and(|t| t <= now)
+                || j.spec.signal.is_some_and(|(_, before, _)| !j.warned && now >= end - before)
+                || now >= end;
+            if !due {
+                continue; // the common case: nothing to do, and no copy of its node names
+            }
             let nodes: Vec<String> = j.allocs.iter().map(|(n, _)| n.clone()).collect();
             let epoch = j.epoch;
             if j.preempt_at.is_some_and(|t| t <= now) {
@@ -828,7 +854,8 @@ impl Controller {
         }
         // 3. Schedule.
         info.started = self.schedule(now);
-        info.pending = self.jobs.values().filter(|j| j.state == JobState::Pending).count();
+        info.pending = self.active().filter(|j| j.state == JobState::Pending).count();
+        self.advance_active();
         info
     }
 
@@ -836,14 +863,14 @@ impl Controller {
         let node_defs = self.defs();
         let usage: Vec<NodeUsage> = self.nodes.iter().map(|n| n.usage.clone()).collect();
         let mut array_running: HashMap<u64, u32> = HashMap::new();
-        for j in self.jobs.values().filter(|j| j.state == JobState::Running) {
+        for j in self.active().filter(|j| j.state == JobState::Running) {
             if let Some(a) = j.array {
                 *array_running.entry(a.array_job).or_default() += 1;
             }
         }
         let mut pending = Vec::new();
         let mut capped = Vec::new();
-        for j in self.jobs.values().filter(|j| j.state == JobState::Pending) {
+        for j in self.active().filter(|j| j.state == JobState::Pending) {
             if let Some(a) = j.array
                 && let Some(m) = a.max_running
             {
@@ -858,8 +885,7 @@ impl Controller {
             pending.push(Pending { req: j.req.clone(), seq: j.req.id.0, dep: self.dep_status(j) });
         }
         let running: Vec<Running> = self
-            .jobs
-            .values()
+            .active()
             .filter(|j| j.state == JobState::Running)
             .map(|j| Running {
                 req: j.req.clone(),

@@ -280,3 +280,34 @@ fn remembered_submission_checks_follow_node_changes() {
     let j = c.job(more[0]).unwrap();
     assert_eq!((j.state, j.allocs.first().map(|a| a.0.as_str())), (JobState::Running, Some("n0")));
 }
+
+#[test]
+fn a_requeued_finished_job_is_scheduled_again() {
+    // Ended jobs fall below the low-water mark of the per-tick scans; `scontrol requeue` of an
+    // ended job must bring it back into them.
+    let mut c = cluster(1, 0);
+    let a = c.submit(0, spec(0), &batch(&[]), "root").unwrap()[0];
+    let b = c.submit(0, spec(0), &batch(&[]), "root").unwrap()[0];
+    c.tick(1);
+    for id in [a, b] {
+        assert_eq!(c.job(id).unwrap().state, JobState::Running);
+    }
+    let exit = |id: u64, epoch: u32| TaskExit {
+        job: id,
+        epoch,
+        step: BATCH_STEP,
+        rank: 0,
+        code: Some(0),
+        signal: None,
+        oom: false,
+        fenced: false,
+    };
+    c.hb(2, "n0", &[], &[exit(a, 1), exit(b, 1)]).unwrap();
+    c.tick(3);
+    assert_eq!((c.job(a).unwrap().state, c.job(b).unwrap().state), (JobState::Completed, JobState::Completed));
+    c.requeue(0, a).unwrap();
+    assert_eq!(c.job(a).unwrap().state, JobState::Pending);
+    c.tick(4);
+    let j = c.job(a).unwrap();
+    assert_eq!((j.state, j.epoch, j.restart_count), (JobState::Running, 2, 1));
+}

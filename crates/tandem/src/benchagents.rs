@@ -139,6 +139,11 @@ pub struct Report {
     controller_cpu_s_jobs: f64,
     controller_rss_mib_max: f64,
     bench_cpu_s: f64,
+    scheduling_passes: u64,
+    scheduling_pass_ms_mean: f64,
+    db_commits: u64,
+    db_records: u64,
+    machine_load_avg_mean: f64,
     first_error: Option<String>,
 }
 
@@ -443,6 +448,16 @@ fn wait_for(path: &Path, what: &str, secs: u64) -> Result<String> {
     }
 }
 
+/// One plain sample from the controller's `/metrics`.
+fn metric(text: &str, name: &str) -> f64 {
+    text.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok()).unwrap_or(0.0)
+}
+
+/// The machine's one-minute load average.
+fn loadavg() -> f64 {
+    std::fs::read_to_string("/proc/loadavg").ok().and_then(|s| s.split_whitespace().next()?.parse().ok()).unwrap_or(0.0)
+}
+
 /// Jobs by state, from the controller's `/metrics`.
 fn jobs_by_state(text: &str) -> HashMap<String, u64> {
     text.lines()
@@ -609,6 +624,8 @@ pub fn run(o: Opts) -> Result<Report> {
     let mut submit_s = None;
     let mut finished: Option<f64> = None;
     let mut states = HashMap::new();
+    let mut metrics_text = String::new();
+    let mut loads = Vec::new();
     let mut tick = 0u64;
     let timeout = Duration::from_secs(o.timeout_s);
     rt.block_on(async {
@@ -646,7 +663,11 @@ pub fn run(o: Opts) -> Result<Report> {
                 }
             }
             let m = send(&unix, "GET", "/metrics", None::<&()>, &[]).await?.ok()?;
-            states = jobs_by_state(&String::from_utf8_lossy(&m.body));
+            metrics_text = String::from_utf8_lossy(&m.body).into_owned();
+            states = jobs_by_state(&metrics_text);
+            if second {
+                loads.push(loadavg());
+            }
             let done: u64 = states.iter().filter(|(k, _)| !matches!(k.as_str(), "PENDING" | "RUNNING")).map(|(_, v)| v).sum();
             if tick % 40 == 0 {
                 eprintln!(
@@ -740,6 +761,12 @@ pub fn run(o: Opts) -> Result<Report> {
         controller_cpu_s_jobs: cpu_end - cpu_jobs0,
         controller_rss_mib_max: rss_max,
         bench_cpu_s: bench_cpu,
+        scheduling_passes: metric(&metrics_text, "tandem_scheduling_passes_total") as u64,
+        scheduling_pass_ms_mean: 1000.0 * metric(&metrics_text, "tandem_scheduling_pass_seconds_sum")
+            / metric(&metrics_text, "tandem_scheduling_passes_total").max(1.0),
+        db_commits: metric(&metrics_text, "tandem_db_commits_total") as u64,
+        db_records: metric(&metrics_text, "tandem_db_records_total") as u64,
+        machine_load_avg_mean: loads.iter().sum::<f64>() / loads.len().max(1) as f64,
         first_error: sh.first_error.lock().expect("lock").clone(),
     })
 }
@@ -792,6 +819,15 @@ pub fn print(r: &Report) {
     );
     println!("  bench process CPU               {:.1} s (agents and clients, same machine)", r.bench_cpu_s);
     println!(
+        "  scheduling passes               {} (mean {:.1} ms, lock held); {} database commits for {} records",
+        r.scheduling_passes, r.scheduling_pass_ms_mean, r.db_commits, r.db_records
+    );
+    println!(
+        "  machine load average (mean)     {:.1} on {} CPUs",
+        r.machine_load_avg_mean,
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    );
+    println!(
         "  heartbeats / errors             {} / {} ({} re-registrations, {} connections opened)",
         r.heartbeats, r.heartbeat_errors, r.reregistrations, r.connections_opened
     );
@@ -830,6 +866,7 @@ mod tests {
 
     #[test]
     fn metrics_by_state() {
+        assert_eq!(metric("tandem_db_commits_total 42\ntandem_db_commits_totalx 1\n", "tandem_db_commits_total"), 42.0);
         let m = jobs_by_state(
             "# HELP x\ntandem_jobs{state=\"COMPLETED\"} 12\ntandem_jobs{state=\"PENDING\"} 3\ntandem_nodes{state=\"up\"} 5\n",
         );

@@ -47,7 +47,12 @@ impl Connected<axum::serve::IncomingStream<'_, UnixListener>> for Peer {
 
 struct Inner {
     ctl: Controller,
-    /// Changes taken from the controller and not yet handed to the committer, in order.
+}
+
+/// Changes queued for the committer. Queued under the controller's lock, so in the order they
+/// were made; the committer takes this lock only, never the controller's.
+struct Queue {
+    /// Changes not yet handed to the committer, in order.
     open: Vec<control::Dirty>,
     /// The number the open batch will be committed as (batches are numbered from 1).
     open_no: u64,
@@ -55,9 +60,10 @@ struct Inner {
     last_dirty: u64,
 }
 
-/// The committer's side: its wake-up, and how far it got.
+/// The committer's side: its queue and wake-up, and how far it got.
 struct Commits {
-    /// Signalled (under the controller's lock) when a batch opens.
+    queue: Mutex<Queue>,
+    /// Signalled when a batch opens.
     cond: std::sync::Condvar,
     /// The highest batch written (durable or failed).
     done: tokio::sync::watch::Sender<u64>,
@@ -208,12 +214,13 @@ impl App {
         let mut g = self.inner.lock().expect("controller lock");
         let out = f(&mut g.ctl);
         let dirty = g.ctl.take_dirty();
+        let mut q = self.commits.queue.lock().expect("queue lock");
         if !(dirty.jobs.is_empty() && dirty.nodes.is_empty() && dirty.next_id.is_none()) {
-            g.open.push(dirty);
-            g.last_dirty = g.open_no;
+            q.open.push(dirty);
+            q.last_dirty = q.open_no;
             self.commits.cond.notify_one();
         }
-        (out, g.last_dirty)
+        (out, q.last_dirty)
     }
 
     /// Waits until batch `n` is durable.
@@ -705,12 +712,12 @@ async fn metrics(State(app): State<App>) -> Response {
 
 /// The committer thread: writes each batch of queued changes in one transaction (merged: the
 /// last version of each record), then publishes the batch number. Batches are written in order.
-fn committer(inner: Arc<Mutex<Inner>>, commits: Arc<Commits>, mut db: store::Store) {
+fn committer(commits: Arc<Commits>, mut db: store::Store) {
     loop {
         let (batch, no) = {
-            let mut g = inner.lock().expect("controller lock");
+            let mut g = commits.queue.lock().expect("queue lock");
             while g.open.is_empty() {
-                g = commits.cond.wait(g).expect("controller lock");
+                g = commits.cond.wait(g).expect("queue lock");
             }
             let no = g.open_no;
             g.open_no += 1;
@@ -814,8 +821,9 @@ pub async fn run(args: ServerArgs) -> Result<()> {
     let ctl = Controller::restore(args.settings, loaded.jobs, loaded.nodes, loaded.next_id, t, boot);
     let heartbeat_ms = ctl.heartbeat_ms();
     let app = App {
-        inner: Arc::new(Mutex::new(Inner { ctl, open: Vec::new(), open_no: 1, last_dirty: 0 })),
+        inner: Arc::new(Mutex::new(Inner { ctl })),
         commits: Arc::new(Commits {
+            queue: Mutex::new(Queue { open: Vec::new(), open_no: 1, last_dirty: 0 }),
             cond: std::sync::Condvar::new(),
             done: tokio::sync::watch::Sender::new(0),
             failed: Mutex::new(std::collections::HashSet::new()),
@@ -829,11 +837,8 @@ pub async fn run(args: ServerArgs) -> Result<()> {
         heartbeat_ms,
     };
     {
-        let (inner, commits) = (app.inner.clone(), app.commits.clone());
-        std::thread::Builder::new()
-            .name("committer".into())
-            .spawn(move || committer(inner, commits, db))
-            .context("starting the committer")?;
+        let commits = app.commits.clone();
+        std::thread::Builder::new().name("committer".into()).spawn(move || committer(commits, db)).context("starting the committer")?;
     }
     let tcp = TcpListener::bind(args.listen).await.with_context(|| format!("binding {}", args.listen))?;
     let sock = args.data.join("tandem.sock");
