@@ -860,6 +860,11 @@ impl Controller {
     }
 
     fn schedule(&mut self, now: Time) -> usize {
+        if !self.active().any(|j| j.state == JobState::Pending) {
+            // Nothing to start, reserve, reject or preempt for: no snapshot of every node.
+            self.carry = Carry::default();
+            return 0;
+        }
         let node_defs = self.defs();
         let usage: Vec<NodeUsage> = self.nodes.iter().map(|n| n.usage.clone()).collect();
         let mut array_running: HashMap<u64, u32> = HashMap::new();

@@ -214,10 +214,15 @@ struct Shared {
     hb_exit_rtt: Mutex<Vec<f32>>,
     reg_rtt: Mutex<Vec<f32>>,
     first_error: Mutex<Option<String>>,
+    /// The measurement is over: what fails while the agents are torn down is not counted.
+    done: std::sync::atomic::AtomicBool,
 }
 
 impl Shared {
     fn error(&self, what: &str, e: &anyhow::Error) {
+        if self.done.load(Relaxed) {
+            return;
+        }
         self.errors.fetch_add(1, Relaxed);
         let mut f = self.first_error.lock().expect("lock");
         if f.is_none() {
@@ -522,6 +527,7 @@ pub fn run(o: Opts) -> Result<Report> {
         hb_exit_rtt: Mutex::new(Vec::new()),
         reg_rtt: Mutex::new(Vec::new()),
         first_error: Mutex::new(None),
+        done: std::sync::atomic::AtomicBool::new(false),
     });
     // The workload, built before the clock starts.
     let mut rng = SmallRng::seed_from_u64(o.seed);
@@ -695,6 +701,9 @@ pub fn run(o: Opts) -> Result<Report> {
     })?;
     let (cpu_end, _) = proc_usage(&pid);
     let (bench_cpu, _) = proc_usage("self");
+    sh.done.store(true, Relaxed);
+    let heartbeats = sh.heartbeats.load(Relaxed);
+    let errors = sh.errors.load(Relaxed);
     // Agents first (dropping the runtime ends them), then the controller.
     rt.shutdown_timeout(Duration::from_secs(1));
     drop(procs);
@@ -741,8 +750,8 @@ pub fn run(o: Opts) -> Result<Report> {
         api_list_nodes: lat(nodes_lat),
         list_jobs_max_rows: list_rows,
         heartbeat_rtt_with_exits: lat(std::mem::take(&mut *sh.hb_exit_rtt.lock().expect("lock"))),
-        heartbeats: sh.heartbeats.load(Relaxed),
-        heartbeat_errors: sh.errors.load(Relaxed),
+        heartbeats,
+        heartbeat_errors: errors,
         reregistrations: sh.reregistered.load(Relaxed),
         connections_opened: sh.pool.opened(),
         task_starts: total_starts,
