@@ -562,7 +562,7 @@ pub fn run(o: Opts) -> Result<Report> {
         let _g = rt.enter();
         (0..o.count as usize)
             .map(|i| {
-                let mut node = model::Node::new(&format!("node{:06}", i + 1), o.cpus_per_node, o.mem_gib << 30, o.gpus_per_node);
+                let mut node = model::Node::new(format!("node{:06}", i + 1), o.cpus_per_node, o.mem_gib << 30, o.gpus_per_node);
                 node.gpu_type = (o.gpus_per_node > 0).then(|| "h100".to_string());
                 rt.spawn(sim_agent(sh.clone(), i, node))
             })
@@ -637,7 +637,7 @@ pub fn run(o: Opts) -> Result<Report> {
     rt.block_on(async {
         loop {
             tick += 1;
-            let second = tick % 4 == 0;
+            let second = tick.is_multiple_of(4);
             let (_, rss) = proc_usage(&pid);
             rss_max = rss_max.max(rss);
             if submit_s.is_none() && submitters.iter().all(|h| h.is_finished()) {
@@ -675,7 +675,7 @@ pub fn run(o: Opts) -> Result<Report> {
                 loads.push(loadavg());
             }
             let done: u64 = states.iter().filter(|(k, _)| !matches!(k.as_str(), "PENDING" | "RUNNING")).map(|(_, v)| v).sum();
-            if tick % 40 == 0 {
+            if tick.is_multiple_of(40) {
                 eprintln!(
                     "bench agents: {:.0} s: {} pending, {} running, {} ended; {} task starts",
                     job_start.elapsed().as_secs_f64(),
