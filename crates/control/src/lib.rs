@@ -40,16 +40,20 @@ pub struct Settings {
     pub sched: sched::Config,
     /// Node lease, seconds.
     pub lease: Time,
+    /// Heartbeat interval agents are told to use (and the longest a heartbeat's long poll is
+    /// held), milliseconds (default 500); 0: a tenth of the lease, between 0.2 s and 10 s.
+    #[serde(default)]
+    pub heartbeat_ms: u64,
     /// Seconds between SIGTERM and SIGKILL at the time limit (Slurm's KillWait).
     pub kill_wait: Time,
     /// Slurm's MaxArraySize: array indices must be below it (default 1001, as Slurm's).
     pub max_array: u32,
     /// Which nodes each partition holds, by name (`None`: every node).
     pub partition_nodes: Vec<(String, Option<Vec<String>>)>,
-    /// Agents' heartbeat interval, milliseconds.
-    pub heartbeat_ms: u64,
     /// A node silent this long (milliseconds) loses its service replicas to replacements at
-    /// once, long before its lease lapses (batch jobs wait for the lease).
+    /// once, long before its lease lapses (batch jobs wait for the lease); 0: three heartbeat
+    /// intervals, at least 1.5 s.
+    #[serde(default)]
     pub failover_ms: i64,
 }
 
@@ -60,11 +64,11 @@ impl Default for Settings {
             cluster: ClusterConfig::default(),
             sched: sched::Config::default(),
             lease: 30,
+            heartbeat_ms: 500,
             kill_wait: 30,
             max_array: slurmcli::MAX_ARRAY_SIZE,
             partition_nodes: Vec::new(),
-            heartbeat_ms: 500,
-            failover_ms: 1500,
+            failover_ms: 0,
         }
     }
 }
@@ -122,7 +126,20 @@ pub struct Controller {
     ep_changed_ms: i64,
     now_ms: i64,
     live_replicas: BTreeSet<u64>,
+    /// Node definitions as the scheduler takes them, rebuilt only after a node changed
+    /// ([`Controller::nodes_changed`]): a pass or a submission no longer copies every node.
+    defs: Option<std::sync::Arc<Vec<Node>>>,
+    /// Submission checks made against the current nodes, by the request's shape (its `Debug`
+    /// text without id, name and submit time): the refusal, if any. Cleared when a node changes,
+    /// and bounded.
+    checked: HashMap<String, Option<String>>,
+    /// Every job with a smaller id has ended: the per-tick scans start here. Only a requeue
+    /// brings an ended job back, and it lowers the mark.
+    active_from: u64,
 }
+
+/// Most remembered submission checks ([`Controller::submit`]); past it the memo starts over.
+const MAX_CHECKED: usize = 4096;
 
 /// What must be persisted since the last call.
 #[derive(Debug, Clone, Default)]
@@ -189,6 +206,9 @@ impl Controller {
             ep_changed_ms: 0,
             now_ms: 0,
             live_replicas: BTreeSet::new(),
+            defs: None,
+            checked: HashMap::new(),
+            active_from: 0,
         }
     }
 
@@ -225,12 +245,14 @@ impl Controller {
             c.node_index.insert(n.node.name.clone(), c.nodes.len());
             c.nodes.push(n);
         }
+        c.nodes_changed();
         for j in jobs {
             if j.replica.is_some() && !j.state.is_final() {
                 c.live_replicas.insert(j.req.id.0);
             }
             c.jobs.insert(j.req.id.0, j);
         }
+        c.advance_active();
         // Re-apply running allocations to node usage.
         let running: Vec<u64> = c.jobs.values().filter(|j| j.state == JobState::Running).map(|j| j.req.id.0).collect();
         for id in running {
@@ -258,6 +280,21 @@ impl Controller {
     /// Settings.
     pub fn settings(&self) -> &Settings {
         &self.settings
+    }
+
+    /// The heartbeat interval agents are told to use, milliseconds: the configured one, else a
+    /// tenth of the lease between 0.2 s and 10 s. Never more than half the lease, so an agent
+    /// renews its lease at least twice per lease period.
+    pub fn heartbeat_ms(&self) -> u64 {
+        let lease_ms = (self.settings.lease.max(1) as u64) * 1000;
+        let hb = if self.settings.heartbeat_ms > 0 { self.settings.heartbeat_ms } else { (lease_ms / 10).clamp(200, 10_000) };
+        hb.min(lease_ms / 2).max(1)
+    }
+
+    /// How long a node may be silent before its replicas are replaced, milliseconds: the
+    /// configured time, else three heartbeat intervals (at least 1.5 s).
+    pub fn failover_ms(&self) -> i64 {
+        if self.settings.failover_ms > 0 { self.settings.failover_ms } else { (3 * self.heartbeat_ms() as i64).max(1500) }
     }
 
     /// All jobs, by id.
@@ -294,6 +331,56 @@ impl Controller {
         self.nodes.iter().map(|n| n.node.clone()).collect()
     }
 
+    /// Jobs that may not have ended (a superset: from the low-water mark on).
+    fn active(&self) -> impl Iterator<Item = &Job> {
+        self.jobs.range(self.active_from..).map(|(_, j)| j)
+    }
+
+    /// Moves the low-water mark past the jobs that have ended.
+    fn advance_active(&mut self) {
+        while let Some((&id, j)) = self.jobs.range(self.active_from..).next() {
+            if !j.state.is_final() {
+                break;
+            }
+            self.active_from = id + 1;
+        }
+    }
+
+    /// The node definitions, from the cache while no node has changed.
+    fn defs(&mut self) -> std::sync::Arc<Vec<Node>> {
+        if self.defs.is_none() {
+            self.defs = Some(std::sync::Arc::new(self.node_defs()));
+        }
+        self.defs.clone().expect("just built")
+    }
+
+    /// A node was added or its definition or state changed: what was derived from the nodes is
+    /// stale. Every change of a `NodeRec::node` must call this.
+    fn nodes_changed(&mut self) {
+        self.defs = None;
+        self.checked.clear();
+    }
+
+    /// [`sched::check_request`] against the current nodes, remembered by the request's shape: a
+    /// check is O(nodes), and a busy cluster gets many submissions of few shapes.
+    fn check_cached(&mut self, probe: &model::JobRequest) -> Result<(), Refused> {
+        let mut key_req = probe.clone();
+        key_req.id = JobId(0);
+        key_req.submit_time = 0;
+        key_req.name = String::new();
+        let key = format!("{key_req:?}");
+        if let Some(r) = self.checked.get(&key) {
+            return r.clone().map_or(Ok(()), |m| Err(Refused::Invalid(m)));
+        }
+        let defs = self.defs();
+        let r = sched::check_request(&defs, &self.settings.cluster, probe).err().map(|r| r.message);
+        if self.checked.len() >= MAX_CHECKED {
+            self.checked.clear();
+        }
+        self.checked.insert(key, r.clone());
+        r.map_or(Ok(()), |m| Err(Refused::Invalid(m)))
+    }
+
     /// Checks a submission as [`Controller::submit`] would, storing nothing (`sbatch
     /// --test-only`). Returns the partition it would run in.
     pub fn check_submit(&self, now: Time, batch: &BatchSpec, user: &str) -> Result<String, Refused> {
@@ -325,7 +412,7 @@ impl Controller {
         let default_time = part.default_time;
         let first = self.next_id;
         let probe = batch.to_request(first, user, now, default_time);
-        sched::check_request(&self.node_defs(), &self.settings.cluster, &probe).map_err(|r| Refused::Invalid(r.message))?;
+        self.check_cached(&probe)?;
         for d in &batch.dependency {
             if let Some(j) = d.job
                 && !self.jobs.contains_key(&j.0)
@@ -501,6 +588,7 @@ impl Controller {
         self.release(id);
         let Some(j) = self.jobs.get_mut(&id) else { return false };
         self.dirty_jobs.insert(id);
+        self.active_from = self.active_from.min(id);
         if let Some(r) = &mut j.replica {
             // A replica is never requeued: its service makes a new one (already, if it was
             // lost or drained first).
@@ -611,6 +699,7 @@ impl Controller {
                 self.dirty_nodes.insert(i);
             }
         }
+        self.nodes_changed();
         Ok(())
     }
 
@@ -625,6 +714,7 @@ impl Controller {
         rec.node.state = rec.node.state.step(ev).map_err(|e| Refused::Conflict(e.to_string()))?;
         rec.reason = if drain { Some(reason.unwrap_or_else(|| "drained by root".into())) } else { None };
         self.dirty_nodes.insert(i);
+        self.nodes_changed();
         Ok(())
     }
 
@@ -649,6 +739,7 @@ impl Controller {
                 rec.node.state = rec.node.state.step(NodeEvent::Resume).expect("down nodes resume");
                 rec.reason = None;
                 self.dirty_nodes.insert(i);
+                self.nodes_changed();
             }
         }
         for e in exits {
@@ -744,7 +835,7 @@ impl Controller {
         for d in &j.req.dependencies {
             let s = match d.kind {
                 DepKind::Singleton => {
-                    let other = self.jobs.values().any(|o| {
+                    let other = self.active().any(|o| {
                         o.req.id != j.req.id && o.req.name == j.req.name && o.req.user == j.req.user && o.state == JobState::Running
                     });
                     if other { DepStatus::Waiting } else { DepStatus::Satisfied }
@@ -788,9 +879,9 @@ impl Controller {
                 self.dirty_nodes.insert(i);
                 info.nodes_down += 1;
                 let name = rec.node.name.clone();
+                self.nodes_changed();
                 let hit: Vec<u64> = self
-                    .jobs
-                    .values()
+                    .active()
                     .filter(|j| j.state == JobState::Running && j.allocs.iter().any(|(n, _)| *n == name))
                     .map(|j| j.req.id.0)
                     .collect();
@@ -805,11 +896,17 @@ impl Controller {
             }
         }
         // 2. Preemption grace and time limits.
-        let running: Vec<u64> = self.jobs.values().filter(|j| j.state == JobState::Running).map(|j| j.req.id.0).collect();
+        let running: Vec<u64> = self.active().filter(|j| j.state == JobState::Running).map(|j| j.req.id.0).collect();
         for id in running {
             let j = &self.jobs[&id];
             let start = j.start.unwrap_or(now);
             let end = start.saturating_add(j.req.time_limit);
+            let due = j.preempt_at.is_some_and(|t| t <= now)
+                || j.spec.signal.is_some_and(|(_, before, _)| !j.warned && now >= end - before)
+                || now >= end;
+            if !due {
+                continue; // the common case: nothing to do, and no copy of its node names
+            }
             let nodes: Vec<String> = j.allocs.iter().map(|(n, _)| n.clone()).collect();
             let epoch = j.epoch;
             if j.preempt_at.is_some_and(|t| t <= now) {
@@ -846,29 +943,39 @@ impl Controller {
         }
         // 3. Schedule.
         info.started = self.schedule(now);
-        info.pending = self.jobs.values().filter(|j| j.state == JobState::Pending).count();
+        info.pending = self.active().filter(|j| j.state == JobState::Pending).count();
+        self.advance_active();
         info
     }
 
     fn schedule(&mut self, now: Time) -> usize {
-        let mut node_defs = self.node_defs();
+        if !self.active().any(|j| j.state == JobState::Pending) {
+            // Nothing to start, reserve, reject or preempt for: no snapshot of every node.
+            self.carry = Carry::default();
+            return 0;
+        }
+        let mut node_defs = self.defs();
         // Nodes silent beyond the failover time get nothing new (their replicas are being
         // replaced elsewhere).
-        for (d, n) in node_defs.iter_mut().zip(&self.nodes) {
-            if self.suspect(n) && d.state == NodeState::Up {
-                d.state = NodeState::Down;
+        if self.nodes.iter().any(|n| self.suspect(n)) {
+            let mut v: Vec<Node> = (*node_defs).clone();
+            for (d, n) in v.iter_mut().zip(&self.nodes) {
+                if self.suspect(n) && d.state == NodeState::Up {
+                    d.state = NodeState::Down;
+                }
             }
+            node_defs = std::sync::Arc::new(v);
         }
         let usage: Vec<NodeUsage> = self.nodes.iter().map(|n| n.usage.clone()).collect();
         let mut array_running: HashMap<u64, u32> = HashMap::new();
-        for j in self.jobs.values().filter(|j| j.state == JobState::Running) {
+        for j in self.active().filter(|j| j.state == JobState::Running) {
             if let Some(a) = j.array {
                 *array_running.entry(a.array_job).or_default() += 1;
             }
         }
         let mut pending = Vec::new();
         let mut capped = Vec::new();
-        for j in self.jobs.values().filter(|j| j.state == JobState::Pending) {
+        for j in self.active().filter(|j| j.state == JobState::Pending) {
             if let Some(a) = j.array
                 && let Some(m) = a.max_running
             {
@@ -883,8 +990,7 @@ impl Controller {
             pending.push(Pending { req: j.req.clone(), seq: j.req.id.0, dep: self.dep_status(j) });
         }
         let running: Vec<Running> = self
-            .jobs
-            .values()
+            .active()
             .filter(|j| j.state == JobState::Running)
             .map(|j| Running {
                 req: j.req.clone(),
@@ -897,7 +1003,7 @@ impl Controller {
             })
             .collect();
         let snap = Snapshot {
-            nodes: &node_defs,
+            nodes: node_defs.as_slice(),
             usage: &usage,
             pending: &pending,
             running: &running,

@@ -383,7 +383,7 @@ impl Controller {
     }
 
     pub(crate) fn suspect(&self, n: &NodeRec) -> bool {
-        n.node.state != NodeState::Down && self.now_ms > 0 && self.now_ms - n.seen_ms > self.settings.failover_ms
+        n.node.state != NodeState::Down && self.now_ms > 0 && self.now_ms - n.seen_ms > self.failover_ms()
     }
 
     /// Recomputes the endpoint view; bumps its version when it changed.

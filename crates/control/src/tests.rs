@@ -266,3 +266,63 @@ fn orders_are_resent_until_acknowledged() {
     let acked = c.heartbeat(2, "n0", first[0].0, &[], &[]).unwrap();
     assert!(acked.is_empty());
 }
+
+#[test]
+fn remembered_submission_checks_follow_node_changes() {
+    // One node of 8 GiB: a 16 GiB job is refused, and the refusal is remembered per shape...
+    let mut c = cluster(1, 0);
+    let big = batch(&["--mem", "16G"]);
+    let e = c.submit(0, spec(1), &big, "u").unwrap_err();
+    assert!(e.to_string().contains("not available"), "{e}");
+    assert_eq!(c.submit(0, spec(1), &big, "u").unwrap_err(), e);
+    assert_eq!(c.submit(0, spec(1), &batch(&["-c", "2"]), "u").unwrap().len(), 1);
+    // ...until the nodes change: a bigger node joins and the same shape is accepted and runs there.
+    c.register(0, Node::new("big", 16, 32 << 30, 0), "127.0.0.9".into()).unwrap();
+    let no_requeue = JobSpec { requeue: false, ..spec(1) };
+    let ids = c.submit(0, no_requeue, &big, "u").unwrap();
+    c.tick(1);
+    assert_eq!(c.job(ids[0]).unwrap().state, JobState::Running);
+    assert_eq!(c.job(ids[0]).unwrap().allocs[0].0, "big");
+    // A node that goes down is no longer offered to the scheduler (its cached definition is rebuilt).
+    let lease = c.settings().lease;
+    c.hb(1, "n0", &[], &[]).unwrap();
+    c.tick(lease + 5);
+    assert_eq!(c.nodes().iter().find(|n| n.node.name == "big").unwrap().node.state, NodeState::Down);
+    let more = c.submit(lease + 5, spec(1), &batch(&["-c", "2"]), "u").unwrap();
+    c.hb(lease + 5, "n0", &[], &[]).unwrap();
+    c.tick(lease + 6);
+    assert_eq!(c.job(ids[0]).unwrap().state, JobState::NodeFail);
+    let j = c.job(more[0]).unwrap();
+    assert_eq!((j.state, j.allocs.first().map(|a| a.0.as_str())), (JobState::Running, Some("n0")));
+}
+
+#[test]
+fn a_requeued_finished_job_is_scheduled_again() {
+    // Ended jobs fall below the low-water mark of the per-tick scans; `scontrol requeue` of an
+    // ended job must bring it back into them.
+    let mut c = cluster(1, 0);
+    let a = c.submit(0, spec(0), &batch(&[]), "root").unwrap()[0];
+    let b = c.submit(0, spec(0), &batch(&[]), "root").unwrap()[0];
+    c.tick(1);
+    for id in [a, b] {
+        assert_eq!(c.job(id).unwrap().state, JobState::Running);
+    }
+    let exit = |id: u64, epoch: u32| TaskExit {
+        job: id,
+        epoch,
+        step: BATCH_STEP,
+        rank: 0,
+        code: Some(0),
+        signal: None,
+        oom: false,
+        fenced: false,
+    };
+    c.hb(2, "n0", &[], &[exit(a, 1), exit(b, 1)]).unwrap();
+    c.tick(3);
+    assert_eq!((c.job(a).unwrap().state, c.job(b).unwrap().state), (JobState::Completed, JobState::Completed));
+    c.requeue(0, a).unwrap();
+    assert_eq!(c.job(a).unwrap().state, JobState::Pending);
+    c.tick(4);
+    let j = c.job(a).unwrap();
+    assert_eq!((j.state, j.epoch, j.restart_count), (JobState::Running, 2, 1));
+}

@@ -410,40 +410,46 @@ impl<'n> View<'n> {
             }
             return None;
         }
-        // Feasible nodes per switch, each list sorted by tightest fit.
-        let mut per_switch: Vec<(usize, Vec<(u64, u32)>)> = Vec::new();
-        let mut total = 0usize;
+        // Feasible nodes per switch, in one buffer (a range per switch); a switch's range is
+        // sorted by tightest fit only when its nodes are taken.
+        let mut cand: Vec<(u64, u32)> = Vec::new();
+        let mut per_switch: Vec<(usize, std::ops::Range<usize>)> = Vec::new();
         for (s, members) in self.topo.switches.iter().enumerate() {
             if !self.switch_maybe(s, d) {
                 continue;
             }
-            let mut c: Vec<(u64, u32)> = Vec::new();
+            let start = cand.len();
             for &i in members {
                 if filter.ok(i, &self.nodes[i as usize]) && self.fits(i, d) {
-                    c.push((self.leftover(i as usize, d), i));
+                    cand.push((self.leftover(i as usize, d), i));
                 }
             }
-            if !c.is_empty() {
-                total += c.len();
-                per_switch.push((s, c));
+            if cand.len() > start {
+                per_switch.push((s, start..cand.len()));
+                if k > 1 && cand.len() - start == k as usize {
+                    // Exactly k feasible nodes: no switch can hold the job with fewer, and the
+                    // earliest such switch wins the tie below; the answer cannot change.
+                    let c = &mut cand[start..];
+                    c.sort_unstable();
+                    return Some(c.iter().map(|&(_, i)| i).collect());
+                }
             }
-            if k == 1 && per_switch.last().is_some_and(|(_, c)| c.iter().any(|&(l, _)| l == 0)) {
+            if k == 1 && per_switch.last().is_some_and(|(_, r)| cand[r.clone()].iter().any(|&(l, _)| l == 0)) {
                 break; // a perfect fit for a single node: nothing can beat it
             }
         }
-        if total < k as usize {
+        if cand.len() < k as usize {
             return None;
         }
         let k = k as usize;
-        for (_, c) in per_switch.iter_mut() {
-            c.sort_unstable();
-        }
         if k == 1 {
-            let best = per_switch.iter().flat_map(|(_, c)| c.first()).min()?;
+            let best = cand.iter().min()?;
             return Some(vec![best.1]);
         }
         // One switch holds it all: the switch with the fewest feasible nodes that suffices.
-        if let Some((_, c)) = per_switch.iter().filter(|(_, c)| c.len() >= k).min_by_key(|(s, c)| (c.len(), *s)) {
+        if let Some((_, r)) = per_switch.iter().filter(|(_, r)| r.len() >= k).min_by_key(|(s, r)| (r.len(), *s)) {
+            let c = &mut cand[r.clone()];
+            c.sort_unstable();
             return Some(c.iter().take(k).map(|&(_, i)| i).collect());
         }
         // Otherwise group switches by block; prefer the tightest single block, then fewest blocks.
@@ -479,7 +485,9 @@ impl<'n> View<'n> {
         let mut used_switches = 0u32;
         for x in order {
             used_switches += 1;
-            for &(_, i) in &per_switch[x].1 {
+            let c = &mut cand[per_switch[x].1.clone()];
+            c.sort_unstable();
+            for &(_, i) in c.iter() {
                 out.push(i);
                 if out.len() == k {
                     if max_switches.is_some_and(|m| used_switches > m) {

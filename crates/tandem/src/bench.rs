@@ -1,4 +1,5 @@
-//! `tandem bench sched`: times scheduling passes on large synthetic clusters.
+//! `tandem bench sched`: times scheduling passes on large synthetic clusters (and the `bench`
+//! subcommands: `submit` in `benchsubmit`, `agents` in `benchagents`).
 //!
 //! The state is built the way a cluster gets there: jobs of the synthetic mix are started by
 //! the scheduler itself (start times spread over their time limits in the past) until the
@@ -42,6 +43,64 @@ pub enum BenchCmd {
         /// API requests in flight at once.
         #[arg(long, default_value_t = 32)]
         concurrency: u32,
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
+    /// The controller under many nodes: a real server, N simulated agents speaking the agent
+    /// protocol over HTTP/2, and a client submitting jobs of mixed gang sizes.
+    Agents {
+        /// Simulated node agents.
+        #[arg(long, default_value_t = 30_000)]
+        count: u32,
+        /// Services applied before the jobs (replicas of one GPU each).
+        #[arg(long, default_value_t = 4)]
+        services: u32,
+        /// Replicas of each service.
+        #[arg(long, default_value_t = 16)]
+        replicas: u32,
+        /// Jobs submitted (through `POST /v1/jobs`).
+        #[arg(long, default_value_t = 100_000)]
+        jobs: u32,
+        /// GPUs each node declares.
+        #[arg(long, default_value_t = 8)]
+        gpus_per_node: u32,
+        /// CPUs each node declares.
+        #[arg(long, default_value_t = 64)]
+        cpus_per_node: u32,
+        /// Memory each node declares, GiB.
+        #[arg(long, default_value_t = 512)]
+        mem_gib: u64,
+        /// Node lease, seconds (default: three heartbeat intervals, at least 30).
+        #[arg(long)]
+        lease: Option<u32>,
+        /// Heartbeat interval, seconds (default: count / 1,000, between 3 and 100).
+        #[arg(long)]
+        heartbeat: Option<f64>,
+        /// Agents sharing one HTTP/2 connection (the controller allows 200 streams each).
+        #[arg(long, default_value_t = 128)]
+        agents_per_conn: u32,
+        /// Local source addresses 127.0.0.1..=127.0.0.N for the connections.
+        #[arg(long, default_value_t = 4)]
+        sources: u32,
+        /// Submissions in flight at once.
+        #[arg(long, default_value_t = 16)]
+        submitters: u32,
+        /// Simulated run time of each job, MIN-MAX seconds (uniform).
+        #[arg(long, default_value = "10-60")]
+        run_time: String,
+        /// Largest gang, nodes.
+        #[arg(long, default_value_t = 64)]
+        max_gang: u32,
+        /// Seconds to watch the idle cluster after registration.
+        #[arg(long)]
+        idle: Option<f64>,
+        /// Give up waiting for the jobs after this many seconds.
+        #[arg(long, default_value_t = 3600)]
+        timeout: u64,
+        /// Seed of the job mix.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
         /// Print one JSON object.
         #[arg(long)]
         json: bool,
@@ -128,6 +187,58 @@ pub fn run(cmd: BenchCmd) -> Result<()> {
                 println!("{}", serde_json::to_string(&r)?);
             } else {
                 crate::benchsubmit::print(&r);
+            }
+            Ok(())
+        }
+        BenchCmd::Agents {
+            count,
+            services,
+            replicas,
+            jobs,
+            gpus_per_node,
+            cpus_per_node,
+            mem_gib,
+            lease,
+            heartbeat,
+            agents_per_conn,
+            sources,
+            submitters,
+            run_time,
+            max_gang,
+            idle,
+            timeout,
+            seed,
+            json,
+        } => {
+            let (a, b) = run_time.split_once('-').unwrap_or((&run_time, &run_time));
+            let parse = |x: &str| x.trim().parse::<f64>().map_err(|_| anyhow::anyhow!("--run-time {run_time:?}: expected MIN-MAX seconds"));
+            let run_time = (parse(a)?, parse(b)?);
+            // Watch the idle cluster for one heartbeat interval (each agent heartbeats once), at most 60 s.
+            let hb = heartbeat.unwrap_or_else(|| (count as f64 / 1000.0).clamp(3.0, 100.0));
+            let idle_s = idle.unwrap_or(hb.min(60.0));
+            let o = crate::benchagents::Opts {
+                count,
+                jobs,
+                gpus_per_node,
+                cpus_per_node,
+                mem_gib,
+                lease,
+                heartbeat,
+                agents_per_conn,
+                sources,
+                submitters,
+                run_time,
+                max_gang,
+                idle_s,
+                timeout_s: timeout,
+                seed,
+                services: (services, replicas),
+            };
+            let r = crate::benchagents::run(o)?;
+            if json {
+                println!("{}", serde_json::to_string(&r)?);
+            } else {
+                crate::benchagents::print(&r);
             }
             Ok(())
         }

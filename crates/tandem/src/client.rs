@@ -1,5 +1,6 @@
 //! A minimal HTTP/1.1 client over TCP or a Unix socket (`TANDEM_SERVER=http://host:port` or
-//! `unix:///path/to/tandem.sock`), one connection per request.
+//! `unix:///path/to/tandem.sock`), one connection per request; and [`H2Pool`], HTTP/2
+//! connections that carry many requests at once (the simulated agents of `tandem bench agents`).
 
 use anyhow::{Context, Result, bail};
 use bytes::Bytes;
@@ -118,4 +119,87 @@ async fn exchange<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send
     let status = resp.status().as_u16();
     let body = resp.into_body().collect().await?.to_bytes();
     Ok((status, body))
+}
+
+/// HTTP/2 over cleartext TCP (prior knowledge, as the controller's listener accepts it):
+/// `conns` connections, each carrying many requests at once, as a node-side proxy or a process
+/// hosting many agents would. Request `i` goes on connection `i % conns`; a closed connection is
+/// reopened on its next use. Connections are opened from the given local source addresses in
+/// turn (several 127.0.0.x addresses spread them over more port ranges).
+pub struct H2Pool {
+    addr: String,
+    sources: Vec<std::net::IpAddr>,
+    slots: Vec<tokio::sync::Mutex<Option<hyper::client::conn::http2::SendRequest<Full<Bytes>>>>>,
+    opened: std::sync::atomic::AtomicU64,
+}
+
+impl H2Pool {
+    /// A pool of `conns` connections (opened lazily) to `addr` (`host:port`).
+    pub fn new(addr: &str, conns: usize, sources: Vec<std::net::IpAddr>) -> H2Pool {
+        H2Pool {
+            addr: addr.to_string(),
+            sources,
+            slots: (0..conns.max(1)).map(|_| tokio::sync::Mutex::new(None)).collect(),
+            opened: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+
+    /// Connections in the pool.
+    pub fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// Connections opened so far (reopenings included).
+    pub fn opened(&self) -> u64 {
+        self.opened.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    async fn conn(&self, i: usize) -> Result<hyper::client::conn::http2::SendRequest<Full<Bytes>>> {
+        let k = i % self.slots.len();
+        let mut slot = self.slots[k].lock().await;
+        if let Some(tx) = slot.as_ref()
+            && !tx.is_closed()
+        {
+            return Ok(tx.clone());
+        }
+        let remote: std::net::SocketAddr =
+            tokio::net::lookup_host(&self.addr).await?.next().with_context(|| format!("cannot resolve {}", self.addr))?;
+        let sock = if remote.is_ipv4() { tokio::net::TcpSocket::new_v4()? } else { tokio::net::TcpSocket::new_v6()? };
+        if !self.sources.is_empty() {
+            sock.bind(std::net::SocketAddr::new(self.sources[k % self.sources.len()], 0))?;
+        }
+        let s = sock.connect(remote).await.with_context(|| format!("cannot reach the controller at http://{}", self.addr))?;
+        s.set_nodelay(true).ok();
+        let (tx, conn) = hyper::client::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+            .initial_stream_window_size(1 << 20)
+            .initial_connection_window_size(8 << 20)
+            .handshake(TokioIo::new(s))
+            .await?;
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        self.opened.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        *slot = Some(tx.clone());
+        Ok(tx)
+    }
+
+    /// Sends one request on connection `i % conns`.
+    pub async fn send(&self, i: usize, method: &str, path: &str, body: Option<&impl Serialize>, headers: &[(&str, &str)]) -> Result<Reply> {
+        let bytes = match body {
+            Some(b) => Bytes::from(serde_json::to_vec(b)?),
+            None => Bytes::new(),
+        };
+        let mut req =
+            Request::builder().method(method).uri(format!("http://{}{path}", self.addr)).header("content-type", "application/json");
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        let req = req.body(Full::new(bytes))?;
+        let mut tx = self.conn(i).await?;
+        tx.ready().await?;
+        let resp = tx.send_request(req).await?;
+        let status = resp.status().as_u16();
+        let body = resp.into_body().collect().await?.to_bytes();
+        Ok(Reply { status, body })
+    }
 }

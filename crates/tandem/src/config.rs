@@ -4,9 +4,10 @@
 //! ```toml
 //! cluster_name = "tandem"
 //! lease = 30              # seconds; a node whose heartbeats stop this long is DOWN
+//! heartbeat = 0.5         # seconds between an agent's heartbeats (at most half the lease)
+//! failover = 1.5          # a node silent this long loses its service replicas to new ones
+//!                         # (default: 3 heartbeats, at least 1.5 s)
 //! kill_wait = 30          # seconds between SIGTERM and SIGKILL at a time limit
-//! heartbeat_ms = 500      # agents' heartbeat interval
-//! failover_ms = 1500      # a node silent this long loses its service replicas to new ones
 //! max_array_size = 1001   # Slurm's MaxArraySize: array indices must be below it
 //! [scheduler]
 //! policy = "default"      # fcfs, sjf, f1, multifactor, default
@@ -41,9 +42,9 @@ use std::path::Path;
 struct File {
     cluster_name: Option<String>,
     lease: Option<u32>,
+    heartbeat: Option<f64>,
     kill_wait: Option<u32>,
-    heartbeat_ms: Option<u64>,
-    failover_ms: Option<u64>,
+    failover: Option<f64>,
     max_array_size: Option<u32>,
     scheduler: Option<Sched>,
     weights: Option<toml::Table>,
@@ -121,23 +122,25 @@ pub fn parse(text: &str) -> Result<control::Settings> {
         }
         s.lease = l as i64;
     }
+    if let Some(h) = f.heartbeat {
+        if !(h >= 0.1 && h * 2.0 <= s.lease as f64) {
+            bail!("heartbeat must be at least 0.1 s and at most half the lease ({} s)", s.lease);
+        }
+        s.heartbeat_ms = (h * 1000.0).round() as u64;
+    }
     if let Some(k) = f.kill_wait {
         s.kill_wait = k as i64;
     }
-    if let Some(h) = f.heartbeat_ms {
-        if !(50..=60_000).contains(&h) {
-            bail!("heartbeat_ms must be between 50 and 60000, got {h}");
+    if let Some(fo) = f.failover {
+        let ms = fo * 1000.0;
+        if !(ms > s.heartbeat_ms as f64 && ms <= (s.lease * 1000) as f64) {
+            bail!(
+                "failover must be longer than the heartbeat ({} s) and at most the lease ({} s), got {fo}",
+                s.heartbeat_ms as f64 / 1000.0,
+                s.lease
+            );
         }
-        s.heartbeat_ms = h;
-    }
-    if let Some(fo) = f.failover_ms {
-        s.failover_ms = fo.min(i64::MAX as u64) as i64;
-    }
-    if s.failover_ms <= s.heartbeat_ms as i64 {
-        bail!("failover_ms ({}) must be longer than heartbeat_ms ({})", s.failover_ms, s.heartbeat_ms);
-    }
-    if s.failover_ms > s.lease * 1000 {
-        bail!("failover_ms ({}) must not exceed the lease ({} s)", s.failover_ms, s.lease);
+        s.failover_ms = ms.round() as i64;
     }
     if let Some(m) = f.max_array_size {
         if m == 0 || m > slurmcli::MAX_ARRAY_SIZE_CAP {
@@ -242,6 +245,8 @@ mod tests {
         )
         .unwrap();
         assert_eq!(s.lease, 5);
+        assert_eq!(s.heartbeat_ms, 0);
+        assert_eq!(parse("lease = 300\nheartbeat = 100").unwrap().heartbeat_ms, 100_000);
         assert_eq!(s.cluster.partitions[0].name, "gpu", "default partition first");
         assert_eq!(s.cluster.partitions[1].max_time, 3600);
         assert_eq!(s.partition_nodes[0].1.as_ref().unwrap().len(), 2);
@@ -257,11 +262,13 @@ mod tests {
         let e = |t: &str| format!("{:#}", parse(t).unwrap_err());
         assert!(e("leese = 3").contains("unknown field"));
         assert!(e("lease = 0").contains("lease"));
-        assert!(e("heartbeat_ms = 2000\nfailover_ms = 1000").contains("longer"));
-        assert!(e("heartbeat_ms = 1").contains("heartbeat_ms"));
+        assert!(e("heartbeat = 2\nfailover = 1").contains("longer"));
+        assert!(e("heartbeat = 0.01").contains("heartbeat"));
         assert!(e("max_array_size = 0").contains("max_array_size"));
         assert!(e("max_array_size = 4000002").contains("max_array_size"));
         assert!(e("lease = \"soon\"").contains("invalid type"));
+        assert!(e("lease = 30\nheartbeat = 20").contains("half the lease"));
+        assert!(e("heartbeat = 0").contains("heartbeat"));
         assert!(e("[scheduler]\npolicy = \"lottery\"").contains("scheduler.policy"));
         assert!(e("[scheduler]\nbackfill = \"rls\"").contains("scheduler.backfill"));
         assert!(e("[weights]\nage = -1").contains("non-negative"));

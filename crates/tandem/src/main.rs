@@ -6,6 +6,7 @@
 mod agent;
 mod api;
 mod bench;
+mod benchagents;
 mod benchfailover;
 mod benchproxy;
 mod benchsubmit;
@@ -335,6 +336,23 @@ fn shims(dir: &std::path::Path) -> Result<()> {
     Ok(())
 }
 
+/// Raises this process's open-file limit: the soft limit to the hard one and, where allowed
+/// (root), both to `want` (at most the kernel's `fs.nr_open`), as a controller or a host of many
+/// agents at scale needs (one descriptor per connection). Returns the soft limit now in force.
+pub(crate) fn raise_nofile(want: u64) -> u64 {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) else { return 0 };
+    let nr_open = std::fs::read_to_string("/proc/sys/fs/nr_open").ok().and_then(|s| s.trim().parse::<u64>().ok()).unwrap_or(hard);
+    let want = want.min(nr_open);
+    if want > hard && setrlimit(Resource::RLIMIT_NOFILE, want, want).is_ok() {
+        return want;
+    }
+    if hard > soft && setrlimit(Resource::RLIMIT_NOFILE, hard, hard).is_ok() {
+        return hard;
+    }
+    soft
+}
+
 fn run_server(
     listen: std::net::SocketAddr,
     data: PathBuf,
@@ -353,6 +371,8 @@ fn run_server(
     if let Some(k) = kill_wait {
         settings.kill_wait = k as i64;
     }
+    // One descriptor per agent connection (or per proxy's connection) at scale.
+    raise_nofile(1 << 20);
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     rt.block_on(server::run(server::ServerArgs { listen, data, settings }))?;
     Ok(0)

@@ -58,6 +58,8 @@ struct App {
     service_wake: Arc<Notify>,
     /// The endpoint view's version, watched by proxies' long polls.
     ep_watch: Arc<tokio::sync::watch::Sender<u64>>,
+    /// The heartbeat interval agents are given, milliseconds: the longest a long poll is held.
+    heartbeat_ms: u64,
 }
 
 #[derive(Default)]
@@ -184,6 +186,20 @@ fn agent_ok(app: &App, h: &HeaderMap) -> Result<(), Response> {
 }
 
 impl App {
+    /// Runs `f` on the controller and queues what changed for the journal, without waiting for
+    /// the disk (nothing is acknowledged on the strength of it: replies wait on their own).
+    fn apply<T>(&self, f: impl FnOnce(&mut Controller) -> T) -> T {
+        let (out, version) = {
+            let mut g = self.inner.lock().expect("controller lock");
+            let out = f(&mut g.ctl);
+            let dirty = g.ctl.take_dirty();
+            self.journal.push(dirty);
+            (out, g.ctl.endpoint_version())
+        };
+        self.ep_watch.send_if_modified(|old| std::mem::replace(old, version) != version);
+        out
+    }
+
     /// Runs `f` on the controller, waits until what changed (and everything changed before)
     /// is durable, then returns `f`'s result.
     async fn with<T>(&self, f: impl FnOnce(&mut Controller) -> T) -> Result<T, Response> {
@@ -605,14 +621,10 @@ async fn register(
     }
     let r = or_reply!(json_body(body));
     let t = now();
-    let (lease, heartbeat_ms) = {
-        let g = app.inner.lock().expect("lock");
-        (g.ctl.settings().lease, g.ctl.settings().heartbeat_ms)
-    };
-    match app.with(|c| c.register(t, r.node, r.addr)).await {
-        Ok(Ok(())) => {
+    match app.with(|c| c.register(t, r.node, r.addr).map(|()| (c.settings().lease, c.heartbeat_ms()))).await {
+        Ok(Ok((lease_s, heartbeat_ms))) => {
             app.wake.notify_one();
-            Json(RegisterResponse { lease_s: lease, heartbeat_ms }).into_response()
+            Json(RegisterResponse { lease_s, heartbeat_ms }).into_response()
         }
         Ok(Err(e)) => refused(e),
         Err(r) => r,
@@ -652,7 +664,9 @@ async fn heartbeat(
     if first.iter().any(|(seq, _)| *seq > hb.ack) || hb.wait_ms == 0 {
         return Json(Orders { orders: first }).into_response();
     }
-    let _ = tokio::time::timeout(Duration::from_millis(hb.wait_ms.min(30_000)), notify.notified()).await;
+    // Held at most the heartbeat interval (at most half the lease), so the lease outlives it.
+    let hold = hb.wait_ms.min(app.heartbeat_ms);
+    let _ = tokio::time::timeout(Duration::from_millis(hold), notify.notified()).await;
     let t = now();
     match app.with(|c| c.heartbeat(t, &hb.node, hb.ack, &[], &[])).await {
         Ok(Ok(o)) => Json(Orders { orders: o }).into_response(),
@@ -770,6 +784,7 @@ pub async fn run(args: ServerArgs) -> Result<()> {
     let boot = db.next_boot().context("recording this start")?;
     let t = now();
     let ctl = Controller::restore(args.settings, loaded.jobs, loaded.nodes, loaded.services, loaded.next_id, t, boot);
+    let heartbeat_ms = ctl.heartbeat_ms();
     let db = Arc::new(Mutex::new(db));
     let app = App {
         inner: Arc::new(Mutex::new(Inner { ctl })),
@@ -781,6 +796,7 @@ pub async fn run(args: ServerArgs) -> Result<()> {
         metrics: Arc::new(Mutex::new(Metrics::default())),
         service_wake: Arc::new(Notify::new()),
         ep_watch: Arc::new(tokio::sync::watch::channel(0).0),
+        heartbeat_ms,
     };
     let tcp = TcpListener::bind(args.listen).await.with_context(|| format!("binding {}", args.listen))?;
     let sock = args.data.join("tandem.sock");
@@ -798,20 +814,19 @@ pub async fn run(args: ServerArgs) -> Result<()> {
     // The scheduling loop: woken by submissions and exits, and at least once a second.
     let sched_app = app.clone();
     let t3 = tokio::spawn(async move {
+        let mut last = Duration::ZERO;
         loop {
             let _ = tokio::time::timeout(Duration::from_millis(1000), sched_app.wake.notified()).await;
-            // Let a burst of submissions land before the pass.
-            tokio::time::sleep(Duration::from_millis(5)).await;
+            // Let a burst of submissions land before the pass; under load, wait at least as long
+            // as the last pass took, so passes hold the controller at most about half the time.
+            tokio::time::sleep(last.clamp(Duration::from_millis(5), Duration::from_secs(1))).await;
             let started = std::time::Instant::now();
             let t = now();
-            match sched_app.with(|c| c.tick(t)).await {
-                Ok(_) => {}
-                Err(_) => {
-                    eprintln!("tandem server: failed to persist after a scheduling pass");
-                    continue;
-                }
-            };
-            let secs = started.elapsed().as_secs_f64();
+            // Nothing is acknowledged here: the heartbeats that carry its orders wait for its
+            // commit. Not waiting for the disk lets the next pass be paced by this one.
+            let _ = sched_app.apply(|c| c.tick(t));
+            last = started.elapsed();
+            let secs = last.as_secs_f64();
             {
                 let mut m = sched_app.metrics.lock().expect("lock");
                 m.passes += 1;

@@ -158,6 +158,42 @@ fn bench_sched_smoke() {
 }
 
 #[test]
+fn bench_agents_smoke() {
+    // 50 simulated agents on 4 HTTP/2 connections against a real controller, 10 jobs of the mix.
+    let v = ok_json(&[
+        "bench",
+        "agents",
+        "--count",
+        "50",
+        "--jobs",
+        "10",
+        "--run-time",
+        "1-2",
+        "--agents-per-conn",
+        "16",
+        "--max-gang",
+        "4",
+        "--idle",
+        "0.5",
+        "--timeout",
+        "300",
+        "--json",
+    ]);
+    assert_eq!(v["all_complete"], true, "{v}");
+    assert_eq!(v["completed"].as_u64(), Some(10), "{v}");
+    assert_eq!(v["ended_otherwise"].as_u64(), Some(0), "{v}");
+    assert_eq!(v["task_starts"].as_u64(), Some(10), "{v}");
+    assert_eq!(v["api_submit"]["count"].as_u64(), Some(10), "{v}");
+    assert_eq!(v["register_rtt"]["count"].as_u64(), Some(50), "{v}");
+    assert_eq!(v["connections"].as_u64(), Some(4), "{v}");
+    assert_eq!(v["heartbeat_errors"].as_u64(), Some(0), "{v}");
+    assert_eq!(v["unsupported_scripts"].as_u64(), Some(0), "{v}");
+    assert!(v["heartbeat_rtt_with_exits"]["count"].as_u64().unwrap() >= 1, "{v}");
+    assert!(err(&["bench", "agents", "--count", "0"]).contains("must be positive"));
+    assert!(err(&["bench", "agents", "--count", "5", "--heartbeat", "20", "--lease", "30"]).contains("half the lease"));
+}
+
+#[test]
 fn bench_submit_smoke() {
     let v = ok_json(&["bench", "submit", "--jobs", "10", "--cli-jobs", "3", "--agents", "2", "--cpus-per-agent", "4", "--json"]);
     assert!(v["completed_jobs_per_s"].as_f64().unwrap() > 0.0, "{v}");
