@@ -417,7 +417,7 @@ impl Drop for Guard {
         }
         let now = self.st.now_ms();
         if self.svc.lock().pool.finish(self.key, self.outcome, now) {
-            eprintln!("tandem proxy: service {}: replica {} ({}) ejected after repeated failures", self.svc.name, self.up.addr, self.key.0);
+            eprintln!("tandem proxy: service {}: replica {} ejected after repeated failures", self.svc.name, self.up.addr);
         }
     }
 }
@@ -558,7 +558,12 @@ fn describe(o: Outcome) -> String {
 }
 
 /// Waits for an endpoint of `svc` (holding the request while the service has none).
-async fn acquire(st: &State, svc: &Arc<Service>, tried: &[Key], hold: &mut Option<WaitGuard>) -> Result<(Key, Arc<Upstream>), Response<ProxyBody>> {
+async fn acquire(
+    st: &State,
+    svc: &Arc<Service>,
+    tried: &[Key],
+    hold: &mut Option<WaitGuard>,
+) -> Result<(Key, Arc<Upstream>, u32), Response<ProxyBody>> {
     let mut deadline: Option<tokio::time::Instant> = None;
     loop {
         let notified = svc.changed.notified();
@@ -572,7 +577,7 @@ async fn acquire(st: &State, svc: &Arc<Service>, tried: &[Key], hold: &mut Optio
             let now = st.now_ms();
             if let Some(k) = s.pool.pick(now, tried) {
                 let up = s.pool.get(k).expect("picked").data.clone();
-                return Ok((k, up));
+                return Ok((k, up, s.retries));
             }
             if s.pool.has_serving() || !tried.is_empty() {
                 return Err(plain(StatusCode::BAD_GATEWAY, format!("service {:?}: no other replica left to retry on", svc.name)));
@@ -655,7 +660,7 @@ async fn handle(st: Arc<State>, peer: HeaderValue, req: Request<Incoming>) -> Re
     let mut hold = None;
     let mut last = String::new();
     loop {
-        let (key, up) = match acquire(&st, &svc, &tried[..attempts as usize], &mut hold).await {
+        let (key, up, retries) = match acquire(&st, &svc, &tried[..attempts as usize], &mut hold).await {
             Ok(x) => x,
             Err(resp) => {
                 drop(hold);
@@ -673,7 +678,6 @@ async fn handle(st: Arc<State>, peer: HeaderValue, req: Request<Incoming>) -> Re
         drop(hold.take());
         tried[attempts as usize] = key;
         attempts += 1;
-        let retries = svc.lock().retries;
         let uri = Uri::from_parts({
             let mut p = hyper::http::uri::Parts::default();
             p.scheme = Some(hyper::http::uri::Scheme::HTTP);
@@ -886,6 +890,10 @@ pub async fn run(a: ProxyArgs) -> Result<()> {
     }
     drop(listener);
     st.draining.store(true, Relaxed);
+    // Held requests give up now (503) instead of holding the shutdown.
+    for svc in st.services.read().unwrap_or_else(|e| e.into_inner()).values() {
+        svc.changed.notify_waiters();
+    }
     eprintln!("tandem proxy: shutting down, letting in-flight requests finish");
     if tokio::time::timeout(Duration::from_secs(30), graceful.shutdown()).await.is_err() {
         eprintln!("tandem proxy: requests still in flight after 30 s; exiting");
