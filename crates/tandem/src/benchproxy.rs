@@ -243,7 +243,14 @@ pub fn run(a: BenchProxyArgs) -> Result<Report> {
     let conf_path: PathBuf = dir.join("nginx.conf");
     std::fs::write(&conf_path, &conf)?;
     let ng = Command::new(&nginx)
-        .args(["-p", &dir.display().to_string(), "-c", &conf_path.display().to_string(), "-e", &dir.join("error.log").display().to_string()])
+        .args([
+            "-p",
+            &dir.display().to_string(),
+            "-c",
+            &conf_path.display().to_string(),
+            "-e",
+            &dir.join("error.log").display().to_string(),
+        ])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -252,7 +259,15 @@ pub fn run(a: BenchProxyArgs) -> Result<Report> {
     // Tandem.
     let threads = a.proxy_threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()));
     let spec = format!("bench={}", ups.join(","));
-    let targs = vec!["proxy".to_string(), "--listen".into(), "127.0.0.1:0".into(), "--threads".into(), threads.to_string(), "--static".into(), spec];
+    let targs = vec![
+        "proxy".to_string(),
+        "--listen".into(),
+        "127.0.0.1:0".into(),
+        "--threads".into(),
+        threads.to_string(),
+        "--static".into(),
+        spec,
+    ];
     let tandem_cmd = format!("tandem {}", targs.join(" "));
     let mut tp = Command::new(&exe).args(&targs).stdout(Stdio::piped()).spawn().context("starting tandem proxy")?;
     let taddr = listening(&mut tp, "tandem proxy");
@@ -316,7 +331,10 @@ pub fn run(a: BenchProxyArgs) -> Result<Report> {
 pub fn print(r: &Report) {
     println!("# nginx ({}) configuration\n{}", r.nginx_version, r.nginx_conf);
     println!("# Tandem\n{}\n", r.tandem_cmd);
-    println!("{} upstreams, closed loop concurrency {}, {} s per run; latency at {} req/s offered (open loop)\n", r.upstreams, r.concurrency, r.duration_s, r.offered_rps);
+    println!(
+        "{} upstreams, closed loop concurrency {}, {} s per run; latency at {} req/s offered (open loop)\n",
+        r.upstreams, r.concurrency, r.duration_s, r.offered_rps
+    );
     println!("| figure | nginx | Tandem | Tandem / nginx |");
     println!("|---|---|---|---|");
     let (n, t) = (&r.nginx, &r.tandem);

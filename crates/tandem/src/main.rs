@@ -370,12 +370,14 @@ fn run_proxy(
     threads: Option<usize>,
     seed: u64,
 ) -> Result<i32> {
-    let listen: std::net::SocketAddr = listen.parse().with_context(|| format!("--listen {listen:?}: expected IP:PORT, e.g. 127.0.0.1:7280"))?;
+    let listen: std::net::SocketAddr =
+        listen.parse().with_context(|| format!("--listen {listen:?}: expected IP:PORT, e.g. 127.0.0.1:7280"))?;
     let statics = statics.iter().map(|s| proxy::parse_static(s)).collect::<Result<Vec<_>>>()?;
     let controller = match (server, secret_file) {
         (Some(_), _) if !statics.is_empty() => bail!("use either --server (endpoints from the controller) or --static, not both"),
         (Some(s), Some(f)) => {
-            let secret = std::fs::read_to_string(&f).with_context(|| format!("reading the cluster secret from {}", f.display()))?.trim().to_string();
+            let secret =
+                std::fs::read_to_string(&f).with_context(|| format!("reading the cluster secret from {}", f.display()))?.trim().to_string();
             Some((client::Target::parse(&s)?, secret))
         }
         (Some(_), None) => bail!("--server needs --secret-file (the cluster secret)"),

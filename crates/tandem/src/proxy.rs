@@ -316,7 +316,15 @@ impl State {
         for n in &names {
             let st = map[*n].lock();
             for e in st.pool.endpoints() {
-                rows.push((n.to_string(), e.id.clone(), e.requests, e.failures, e.inflight, e.ejected_until.is_some_and(|u| now < u), e.data.clone()));
+                rows.push((
+                    n.to_string(),
+                    e.id.clone(),
+                    e.requests,
+                    e.failures,
+                    e.inflight,
+                    e.ejected_until.is_some_and(|u| now < u),
+                    e.data.clone(),
+                ));
             }
         }
         let heads = [
@@ -506,14 +514,8 @@ pub fn route<'a>(uri: &'a Uri, host: Option<&'a str>) -> Option<(&'a str, Option
     if name.is_empty() { None } else { Some((name, None)) }
 }
 
-const HOP_BY_HOP: [HeaderName; 6] = [
-    header::CONNECTION,
-    header::TE,
-    header::TRAILER,
-    header::TRANSFER_ENCODING,
-    header::UPGRADE,
-    header::PROXY_AUTHORIZATION,
-];
+const HOP_BY_HOP: [HeaderName; 6] =
+    [header::CONNECTION, header::TE, header::TRAILER, header::TRANSFER_ENCODING, header::UPGRADE, header::PROXY_AUTHORIZATION];
 
 fn strip_hop_by_hop(h: &mut HeaderMap) {
     if let Some(c) = h.get(header::CONNECTION).and_then(|v| v.to_str().ok()).map(str::to_string) {
@@ -929,7 +931,8 @@ mod tests {
         assert_eq!(s.name, "echo");
         assert_eq!(s.addrs, ["127.0.0.1:9000", "localhost:9001"]);
         assert_eq!(parse_static("e:p2c=127.0.0.1:1").unwrap().policy, Policy::P2c);
-        for bad in ["echo", "=1.2.3.4:5", "echo=", "echo=1.2.3.4", "echo=1.2.3.4:x", "echo=1.2.3.4:0", "e/x=1.2.3.4:5", "e:rand=1.2.3.4:5"] {
+        for bad in ["echo", "=1.2.3.4:5", "echo=", "echo=1.2.3.4", "echo=1.2.3.4:x", "echo=1.2.3.4:0", "e/x=1.2.3.4:5", "e:rand=1.2.3.4:5"]
+        {
             assert!(parse_static(bad).is_err(), "{bad}");
         }
     }

@@ -275,7 +275,9 @@ fn bad_flags_get_clear_errors() {
     assert!(run(&["proxy", "--listen", "nonsense", "--static", "e=127.0.0.1:9"]).contains("--listen \"nonsense\": expected IP:PORT"));
     assert!(run(&["proxy"]).contains("no upstreams"));
     assert!(run(&["proxy", "--server", "http://127.0.0.1:1"]).contains("--server needs --secret-file"));
-    assert!(run(&["proxy", "--server", "http://127.0.0.1:1", "--secret-file", "/nonexistent/secret"]).contains("reading the cluster secret"));
+    assert!(
+        run(&["proxy", "--server", "http://127.0.0.1:1", "--secret-file", "/nonexistent/secret"]).contains("reading the cluster secret")
+    );
     let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = busy.local_addr().unwrap().to_string();
     assert!(run(&["proxy", "--listen", &addr, "--static", "e=127.0.0.1:9"]).contains("cannot listen on"));
