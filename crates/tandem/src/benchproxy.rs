@@ -28,6 +28,12 @@ pub struct BenchProxyArgs {
     /// Seconds of each measured run.
     #[arg(long, default_value_t = 10.0)]
     pub duration: f64,
+    /// Rounds; each round measures both targets, in alternating order; figures are medians.
+    #[arg(long, default_value_t = 3)]
+    pub rounds: u32,
+    /// Most requests outstanding in the open-loop latency runs.
+    #[arg(long, default_value_t = 512)]
+    pub open_concurrency: u32,
     /// Seconds of warm-up before each target's runs.
     #[arg(long, default_value_t = 2.0)]
     pub warmup: f64,
@@ -42,9 +48,13 @@ pub struct BenchProxyArgs {
     pub json: bool,
 }
 
-/// One target's figures.
+/// One target's figures (medians over the rounds).
 #[derive(Serialize, Debug)]
 pub struct Figures {
+    /// Throughput of each round, requests/s.
+    pub throughput_rounds: Vec<f64>,
+    /// p99 of each round's latency run, ms.
+    pub p99_rounds: Vec<f64>,
     /// Closed-loop throughput, requests/s.
     pub throughput_rps: f64,
     /// Failed requests in the throughput run.
@@ -80,6 +90,8 @@ pub struct Report {
     pub duration_s: f64,
     /// Upstream servers.
     pub upstreams: u32,
+    /// Rounds.
+    pub rounds: u32,
 }
 
 struct Kids(Vec<Child>);
@@ -193,7 +205,7 @@ async fn measure(url: &str, a: &BenchProxyArgs, offered: Option<f64>) -> Result<
         url: url.to_string(),
         requests: None,
         rate: offered.unwrap_or(0.0),
-        concurrency: if offered.is_some() { 1024 } else { a.concurrency },
+        concurrency: if offered.is_some() { a.open_concurrency } else { a.concurrency },
         duration: Some(a.duration),
         http2: false,
         headers: Vec::new(),
@@ -215,10 +227,27 @@ async fn warm(url: &str, a: &BenchProxyArgs) -> Result<()> {
     Ok(())
 }
 
+const NAMES: [&str; 2] = ["nginx", "tandem"];
+
+/// Which target goes first alternates between rounds.
+fn order(round: u32) -> [usize; 2] {
+    if round % 2 == 0 { [0, 1] } else { [1, 0] }
+}
+
+fn median(v: impl Iterator<Item = f64>) -> f64 {
+    let mut v: Vec<f64> = v.collect();
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
 /// Runs the benchmark.
 pub fn run(a: BenchProxyArgs) -> Result<Report> {
-    if a.upstreams == 0 || a.concurrency == 0 || a.duration <= 0.0 {
-        bail!("--upstreams, --concurrency and --duration must be positive");
+    if a.upstreams == 0 || a.concurrency == 0 || a.open_concurrency == 0 || a.rounds == 0 || !(a.duration > 0.0) {
+        bail!("--upstreams, --concurrency, --open-concurrency, --rounds and --duration must be positive");
     }
     let nginx = find_nginx(&a.nginx)?;
     let nginx_version = Command::new(&nginx).arg("-v").output().map(|o| String::from_utf8_lossy(&o.stderr).trim().to_string())?;
@@ -289,30 +318,51 @@ pub fn run(a: BenchProxyArgs) -> Result<Report> {
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        eprintln!("throughput runs: closed loop, concurrency {}, {} s each", a.concurrency, a.duration);
+        eprintln!("throughput runs: closed loop, concurrency {}, {} s each, {} rounds", a.concurrency, a.duration, a.rounds);
         warm(&nurl, &a).await?;
-        let n_tp = measure(&nurl, &a, None).await?;
-        eprintln!("  nginx   {:.0} req/s", n_tp.achieved_rps);
         warm(&turl, &a).await?;
-        let t_tp = measure(&turl, &a, None).await?;
-        eprintln!("  tandem  {:.0} req/s", t_tp.achieved_rps);
-        let offered = (n_tp.achieved_rps / 2.0).round().max(1.0);
-        eprintln!("latency runs: open loop at {offered} req/s");
-        let n_l = measure(&nurl, &a, Some(offered)).await?;
-        eprintln!("  nginx   p50 {:.3} ms p99 {:.3} ms", n_l.latency_ms.p50, n_l.latency_ms.p99);
-        let t_l = measure(&turl, &a, Some(offered)).await?;
-        eprintln!("  tandem  p50 {:.3} ms p99 {:.3} ms", t_l.latency_ms.p50, t_l.latency_ms.p99);
-        let fig = |tp: &LoadReport, l: &LoadReport| Figures {
-            throughput_rps: tp.achieved_rps,
-            throughput_failed: tp.failed,
-            p50_ms: l.latency_ms.p50,
-            p99_ms: l.latency_ms.p99,
-            latency_run_rps: l.achieved_rps,
-            latency_failed: l.failed,
+        let urls = [nurl.as_str(), turl.as_str()];
+        let mut tp: [Vec<LoadReport>; 2] = [Vec::new(), Vec::new()];
+        for round in 0..a.rounds {
+            for k in order(round) {
+                let r = measure(urls[k], &a, None).await?;
+                eprintln!("  round {} {:6} {:.0} req/s ({} failed)", round + 1, NAMES[k], r.achieved_rps, r.failed);
+                tp[k].push(r);
+            }
+        }
+        let offered = (median(tp[0].iter().map(|r| r.achieved_rps)) / 2.0).round().max(1.0);
+        eprintln!("latency runs: open loop at {offered} req/s (half of nginx's median throughput)");
+        let mut lat: [Vec<LoadReport>; 2] = [Vec::new(), Vec::new()];
+        for round in 0..a.rounds {
+            for k in order(round) {
+                let r = measure(urls[k], &a, Some(offered)).await?;
+                eprintln!(
+                    "  round {} {:6} p50 {:.3} ms p99 {:.3} ms ({:.0} req/s, {} failed)",
+                    round + 1,
+                    NAMES[k],
+                    r.latency_ms.p50,
+                    r.latency_ms.p99,
+                    r.achieved_rps,
+                    r.failed
+                );
+                lat[k].push(r);
+            }
+        }
+        let fig = |tp: &[LoadReport], l: &[LoadReport]| Figures {
+            throughput_rounds: tp.iter().map(|r| r.achieved_rps).collect(),
+            p99_rounds: l.iter().map(|r| r.latency_ms.p99).collect(),
+            throughput_rps: median(tp.iter().map(|r| r.achieved_rps)),
+            throughput_failed: tp.iter().map(|r| r.failed).sum(),
+            p50_ms: median(l.iter().map(|r| r.latency_ms.p50)),
+            p99_ms: median(l.iter().map(|r| r.latency_ms.p99)),
+            latency_run_rps: median(l.iter().map(|r| r.achieved_rps)),
+            latency_failed: l.iter().map(|r| r.failed).sum(),
         };
+        let (n_tp, t_tp) = (&tp[0], &tp[1]);
+        let (n_l, t_l) = (&lat[0], &lat[1]);
         Ok(Report {
-            nginx: fig(&n_tp, &n_l),
-            tandem: fig(&t_tp, &t_l),
+            nginx: fig(n_tp, n_l),
+            tandem: fig(t_tp, t_l),
             offered_rps: offered,
             nginx_conf: conf.clone(),
             tandem_cmd: tandem_cmd.clone(),
@@ -320,6 +370,7 @@ pub fn run(a: BenchProxyArgs) -> Result<Report> {
             concurrency: a.concurrency,
             duration_s: a.duration,
             upstreams: a.upstreams,
+            rounds: a.rounds,
         })
     });
     drop(kids);
@@ -342,4 +393,13 @@ pub fn print(r: &Report) {
     println!("| p50 at {} req/s (ms) | {:.3} | {:.3} | {:.2} |", r.offered_rps, n.p50_ms, t.p50_ms, t.p50_ms / n.p50_ms);
     println!("| p99 at {} req/s (ms) | {:.3} | {:.3} | {:.2} |", r.offered_rps, n.p99_ms, t.p99_ms, t.p99_ms / n.p99_ms);
     println!("| failed requests (all runs) | {} | {} | |", n.throughput_failed + n.latency_failed, t.throughput_failed + t.latency_failed);
+    let list = |v: &[f64]| v.iter().map(|x| format!("{x:.0}")).collect::<Vec<_>>().join(", ");
+    let list3 = |v: &[f64]| v.iter().map(|x| format!("{x:.3}")).collect::<Vec<_>>().join(", ");
+    println!(
+        "\nper round: throughput nginx [{}], Tandem [{}]; p99 nginx [{}], Tandem [{}]",
+        list(&n.throughput_rounds),
+        list(&t.throughput_rounds),
+        list3(&n.p99_rounds),
+        list3(&t.p99_rounds)
+    );
 }

@@ -208,7 +208,6 @@ struct State {
     services: RwLock<HashMap<String, Arc<Service>>>,
     version: AtomicU64,
     from_controller: bool,
-    client: Client<HttpConnector, ReqBody>,
     start: Instant,
     seed: u64,
     push: Notify,
@@ -611,7 +610,15 @@ impl Drop for WaitGuard {
     }
 }
 
-async fn handle(st: Arc<State>, peer: HeaderValue, req: Request<Incoming>) -> Result<Response<ProxyBody>, Infallible> {
+/// The upstream client of one worker thread (a pool of keep-alive connections).
+type Upstreams = Client<HttpConnector, ReqBody>;
+
+async fn handle(
+    st: Arc<State>,
+    client: Arc<Upstreams>,
+    peer: HeaderValue,
+    req: Request<Incoming>,
+) -> Result<Response<ProxyBody>, Infallible> {
     if req.uri().path().starts_with("/_tandem/") {
         return Ok(admin(&st, req.uri().path()));
     }
@@ -698,7 +705,7 @@ async fn handle(st: Arc<State>, peer: HeaderValue, req: Request<Incoming>) -> Re
         *out.version_mut() = Version::HTTP_11;
         *out.headers_mut() = headers.clone();
         let start = Instant::now();
-        let outcome = match st.client.request(out).await {
+        let outcome = match client.request(out).await {
             Ok(mut resp) => {
                 let status = resp.status();
                 let outcome = if status.is_server_error() { Outcome::ServerError(status.as_u16()) } else { Outcome::Ok };
@@ -812,23 +819,83 @@ async fn push_loop(st: Arc<State>, target: Target, secret: String) {
 // ---------------------------------------------------------------------------------------------
 // Server
 
-/// Runs the proxy until SIGTERM or SIGINT, then lets in-flight requests finish (up to 30 s).
-pub async fn run(a: ProxyArgs) -> Result<()> {
-    let listener = tokio::net::TcpListener::bind(a.listen).await.with_context(|| format!("cannot listen on {}", a.listen))?;
-    let local = listener.local_addr()?;
+fn upstream_client() -> Upstreams {
     let mut connector = HttpConnector::new();
     connector.set_nodelay(true);
     connector.set_connect_timeout(Some(Duration::from_secs(3)));
-    let client = Client::builder(TokioExecutor::new())
+    Client::builder(TokioExecutor::new())
         .pool_idle_timeout(Duration::from_secs(60))
         .pool_max_idle_per_host(256)
         .pool_timer(TokioTimer::new())
-        .build(connector);
+        .build(connector)
+}
+
+/// One listening socket per worker thread on the same address (SO_REUSEPORT: the kernel spreads
+/// connections over them), so a connection and its upstream connections stay on one thread, as
+/// nginx's workers do.
+fn sockets(addr: SocketAddr, n: usize) -> Result<(Vec<tokio::net::TcpSocket>, SocketAddr)> {
+    let mut out = Vec::new();
+    let mut at = addr;
+    for _ in 0..n {
+        let s = if at.is_ipv4() { tokio::net::TcpSocket::new_v4()? } else { tokio::net::TcpSocket::new_v6()? };
+        s.set_reuseaddr(true)?;
+        s.set_reuseport(true)?;
+        s.set_nodelay(true)?;
+        s.bind(at).with_context(|| format!("cannot listen on {addr}"))?;
+        at = s.local_addr()?;
+        out.push(s);
+    }
+    Ok((out, at))
+}
+
+/// Accepts and serves connections on one worker thread until `stop` turns true, then lets the
+/// connections finish (up to 30 s).
+async fn serve(st: Arc<State>, sock: tokio::net::TcpSocket, mut stop: tokio::sync::watch::Receiver<bool>) -> Result<()> {
+    let listener = sock.listen(4096)?;
+    let client = Arc::new(upstream_client());
+    let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    builder.http1().timer(TokioTimer::new()).keep_alive(true);
+    builder.http2().timer(TokioTimer::new());
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    loop {
+        tokio::select! {
+            r = listener.accept() => {
+                let (stream, peer) = match r {
+                    Ok(x) => x,
+                    Err(e) => {
+                        eprintln!("tandem proxy: accept: {e}");
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                        continue;
+                    }
+                };
+                stream.set_nodelay(true).ok();
+                let (st, client) = (st.clone(), client.clone());
+                let ip = HeaderValue::from_str(&peer.ip().to_string()).expect("an IP address is a valid header value");
+                let svc = hyper::service::service_fn(move |req| handle(st.clone(), client.clone(), ip.clone(), req));
+                let conn = builder.serve_connection(TokioIo::new(stream), svc).into_owned();
+                let conn = graceful.watch(conn);
+                tokio::spawn(async move {
+                    let _ = conn.await;
+                });
+            }
+            _ = stop.wait_for(|s| *s) => break,
+        }
+    }
+    drop(listener);
+    if tokio::time::timeout(Duration::from_secs(30), graceful.shutdown()).await.is_err() {
+        eprintln!("tandem proxy: requests still in flight after 30 s; exiting");
+    }
+    Ok(())
+}
+
+/// Runs the proxy until SIGTERM or SIGINT, then lets in-flight requests finish (up to 30 s).
+/// `threads` worker threads each run their own single-threaded runtime and listener.
+pub fn run(a: ProxyArgs, threads: usize) -> Result<()> {
+    let (socks, local) = sockets(a.listen, threads.max(1))?;
     let st = Arc::new(State {
         services: RwLock::new(HashMap::new()),
         version: AtomicU64::new(0),
         from_controller: a.controller.is_some(),
-        client,
         start: Instant::now(),
         seed: a.seed,
         push: Notify::new(),
@@ -851,54 +918,47 @@ pub async fn run(a: ProxyArgs) -> Result<()> {
             map.insert(s.name.clone(), Arc::new(svc));
         }
     }
-    if let Some((target, secret)) = a.controller {
-        tokio::spawn(sync_loop(st.clone(), target.clone(), secret.clone()));
-        tokio::spawn(push_loop(st.clone(), target, secret));
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let mut workers = Vec::new();
+    for (i, sock) in socks.into_iter().enumerate() {
+        let (st, stop) = (st.clone(), stop_rx.clone());
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        workers.push(
+            std::thread::Builder::new()
+                .name(format!("proxy-{i}"))
+                .spawn(move || rt.block_on(serve(st, sock, stop)))
+                .context("starting a worker thread")?,
+        );
     }
-    println!("tandem proxy listening on {local}");
-    use std::io::Write as _;
-    std::io::stdout().flush().ok();
-
-    let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-    builder.http1().timer(TokioTimer::new()).keep_alive(true);
-    builder.http2().timer(TokioTimer::new());
-    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-    let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
-    loop {
-        tokio::select! {
-            r = listener.accept() => {
-                let (stream, peer) = match r {
-                    Ok(x) => x,
-                    Err(e) => {
-                        eprintln!("tandem proxy: accept: {e}");
-                        tokio::time::sleep(Duration::from_millis(20)).await;
-                        continue;
-                    }
-                };
-                stream.set_nodelay(true).ok();
-                let st = st.clone();
-                let ip = HeaderValue::from_str(&peer.ip().to_string()).expect("an IP address is a valid header value");
-                let svc = hyper::service::service_fn(move |req| handle(st.clone(), ip.clone(), req));
-                let conn = builder.serve_connection(TokioIo::new(stream), svc).into_owned();
-                let conn = graceful.watch(conn);
-                tokio::spawn(async move {
-                    let _ = conn.await;
-                });
-            }
-            _ = term.recv() => break,
-            _ = int.recv() => break,
+    let main = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    main.block_on(async {
+        if let Some((target, secret)) = a.controller {
+            tokio::spawn(sync_loop(st.clone(), target.clone(), secret.clone()));
+            tokio::spawn(push_loop(st.clone(), target, secret));
         }
-    }
-    drop(listener);
-    st.draining.store(true, Relaxed);
-    // Held requests give up now (503) instead of holding the shutdown.
-    for svc in st.services.read().unwrap_or_else(|e| e.into_inner()).values() {
-        svc.changed.notify_waiters();
-    }
-    eprintln!("tandem proxy: shutting down, letting in-flight requests finish");
-    if tokio::time::timeout(Duration::from_secs(30), graceful.shutdown()).await.is_err() {
-        eprintln!("tandem proxy: requests still in flight after 30 s; exiting");
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
+        println!("tandem proxy listening on {local}");
+        use std::io::Write as _;
+        std::io::stdout().flush().ok();
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+        st.draining.store(true, Relaxed);
+        // Held requests give up now (503) instead of holding the shutdown.
+        for svc in st.services.read().unwrap_or_else(|e| e.into_inner()).values() {
+            svc.changed.notify_waiters();
+        }
+        eprintln!("tandem proxy: shutting down, letting in-flight requests finish");
+        let _ = stop_tx.send(true);
+        anyhow::Ok(())
+    })?;
+    for w in workers {
+        match w.join() {
+            Ok(r) => r?,
+            Err(_) => bail!("a worker thread panicked"),
+        }
     }
     Ok(())
 }
