@@ -1,7 +1,7 @@
 //! `tandem bench proxy`: `tandem proxy` against nginx, as round-robin reverse proxies in front of
 //! the same upstream servers (`tandem __upstream` child processes), measured by the same load
 //! generator: (a) throughput, closed loop at a fixed concurrency for a fixed time; (b) latency
-//! p50/p99 at the same open-loop offered load, half of nginx's throughput.
+//! p50/p99 at the same open-loop offered load, half of nginx's throughput (`--load-fraction`).
 //!
 //! nginx is Debian's; when it is missing and we are root it is installed with apt-get. It runs
 //! as a child with its own prefix, pid and temp directories under a temp directory, and is
@@ -34,6 +34,9 @@ pub struct BenchProxyArgs {
     /// Most requests outstanding in the open-loop latency runs.
     #[arg(long, default_value_t = 512)]
     pub open_concurrency: u32,
+    /// Offered load of the latency runs, as a fraction of nginx's median throughput.
+    #[arg(long, default_value_t = 0.5)]
+    pub load_fraction: f64,
     /// Seconds of warm-up before each target's runs.
     #[arg(long, default_value_t = 2.0)]
     pub warmup: f64,
@@ -67,6 +70,10 @@ pub struct Figures {
     pub latency_run_rps: f64,
     /// Failed requests in the latency run.
     pub latency_failed: u64,
+    /// CPU time (user + system) of the proxy's processes per answered request in the latency
+    /// runs (same offered load for both), microseconds: less sensitive to a busy machine than
+    /// throughput.
+    pub cpu_us_per_request: f64,
 }
 
 /// The benchmark's result.
@@ -92,6 +99,8 @@ pub struct Report {
     pub upstreams: u32,
     /// Rounds.
     pub rounds: u32,
+    /// Offered load of the latency runs / nginx's throughput.
+    pub load_fraction: f64,
 }
 
 struct Kids(Vec<Child>);
@@ -229,6 +238,36 @@ async fn warm(url: &str, a: &BenchProxyArgs) -> Result<()> {
 
 const NAMES: [&str; 2] = ["nginx", "tandem"];
 
+/// User + system CPU time of processes, in clock ticks (USER_HZ, 100 per second on Linux).
+fn cpu_ticks(pids: &[u32]) -> u64 {
+    pids.iter()
+        .filter_map(|p| std::fs::read_to_string(format!("/proc/{p}/stat")).ok())
+        .map(|st| {
+            // Fields after the command name (which is in parentheses and may hold spaces).
+            let rest = st.rsplit_once(')').map_or("", |x| x.1);
+            let f: Vec<&str> = rest.split_whitespace().collect();
+            // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name.
+            f.get(11).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0) + f.get(12).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0)
+        })
+        .sum()
+}
+
+/// A process and its direct children (nginx's master and workers).
+fn with_children(pid: u32) -> Vec<u32> {
+    let mut out = vec![pid];
+    if let Ok(rd) = std::fs::read_dir("/proc") {
+        for e in rd.flatten() {
+            let Some(p) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
+            let Ok(st) = std::fs::read_to_string(format!("/proc/{p}/stat")) else { continue };
+            let ppid = st.rsplit_once(')').and_then(|x| x.1.split_whitespace().nth(1)).and_then(|v| v.parse::<u32>().ok());
+            if ppid == Some(pid) {
+                out.push(p);
+            }
+        }
+    }
+    out
+}
+
 /// Which target goes first alternates between rounds.
 fn order(round: u32) -> [usize; 2] {
     if round % 2 == 0 { [0, 1] } else { [1, 0] }
@@ -246,6 +285,9 @@ fn median(v: impl Iterator<Item = f64>) -> f64 {
 
 /// Runs the benchmark.
 pub fn run(a: BenchProxyArgs) -> Result<Report> {
+    if !(a.load_fraction > 0.0 && a.load_fraction <= 1.0) {
+        bail!("--load-fraction must be in (0, 1]");
+    }
     if a.upstreams == 0 || a.concurrency == 0 || a.open_concurrency == 0 || a.rounds == 0 || !(a.duration > 0.0) {
         bail!("--upstreams, --concurrency, --open-concurrency, --rounds and --duration must be positive");
     }
@@ -284,6 +326,7 @@ pub fn run(a: BenchProxyArgs) -> Result<Report> {
         .stderr(Stdio::piped())
         .spawn()
         .context("starting nginx")?;
+    let ng_pid = ng.id();
     kids.0.push(ng);
     // Tandem.
     let threads = a.proxy_threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()));
@@ -300,6 +343,7 @@ pub fn run(a: BenchProxyArgs) -> Result<Report> {
     let tandem_cmd = format!("tandem {}", targs.join(" "));
     let mut tp = Command::new(&exe).args(&targs).stdout(Stdio::piped()).spawn().context("starting tandem proxy")?;
     let taddr = listening(&mut tp, "tandem proxy");
+    let tp_pid = tp.id();
     kids.0.push(tp);
     let taddr = taddr?;
 
@@ -330,12 +374,18 @@ pub fn run(a: BenchProxyArgs) -> Result<Report> {
                 tp[k].push(r);
             }
         }
-        let offered = (median(tp[0].iter().map(|r| r.achieved_rps)) / 2.0).round().max(1.0);
-        eprintln!("latency runs: open loop at {offered} req/s (half of nginx's median throughput)");
+        let offered = (median(tp[0].iter().map(|r| r.achieved_rps)) * a.load_fraction).round().max(1.0);
+        eprintln!("latency runs: open loop at {offered} req/s ({} of nginx's median throughput)", a.load_fraction);
         let mut lat: [Vec<LoadReport>; 2] = [Vec::new(), Vec::new()];
+        let mut cpu: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
         for round in 0..a.rounds {
             for k in order(round) {
+                // nginx's workers are children of its master; both are counted.
+                let pids = if k == 0 { with_children(ng_pid) } else { vec![tp_pid] };
+                let before = cpu_ticks(&pids);
                 let r = measure(urls[k], &a, Some(offered)).await?;
+                let ticks = cpu_ticks(&pids) - before;
+                cpu[k].push(ticks as f64 * 10_000.0 / (r.ok.max(1)) as f64);
                 eprintln!(
                     "  round {} {:6} p50 {:.3} ms p99 {:.3} ms ({:.0} req/s, {} failed)",
                     round + 1,
@@ -348,7 +398,8 @@ pub fn run(a: BenchProxyArgs) -> Result<Report> {
                 lat[k].push(r);
             }
         }
-        let fig = |tp: &[LoadReport], l: &[LoadReport]| Figures {
+        let fig = |tp: &[LoadReport], l: &[LoadReport], cpu: &[f64]| Figures {
+            cpu_us_per_request: median(cpu.iter().copied()),
             throughput_rounds: tp.iter().map(|r| r.achieved_rps).collect(),
             p99_rounds: l.iter().map(|r| r.latency_ms.p99).collect(),
             throughput_rps: median(tp.iter().map(|r| r.achieved_rps)),
@@ -361,8 +412,8 @@ pub fn run(a: BenchProxyArgs) -> Result<Report> {
         let (n_tp, t_tp) = (&tp[0], &tp[1]);
         let (n_l, t_l) = (&lat[0], &lat[1]);
         Ok(Report {
-            nginx: fig(n_tp, n_l),
-            tandem: fig(t_tp, t_l),
+            nginx: fig(n_tp, n_l, &cpu[0]),
+            tandem: fig(t_tp, t_l, &cpu[1]),
             offered_rps: offered,
             nginx_conf: conf.clone(),
             tandem_cmd: tandem_cmd.clone(),
@@ -371,6 +422,7 @@ pub fn run(a: BenchProxyArgs) -> Result<Report> {
             duration_s: a.duration,
             upstreams: a.upstreams,
             rounds: a.rounds,
+            load_fraction: a.load_fraction,
         })
     });
     drop(kids);
@@ -383,8 +435,8 @@ pub fn print(r: &Report) {
     println!("# nginx ({}) configuration\n{}", r.nginx_version, r.nginx_conf);
     println!("# Tandem\n{}\n", r.tandem_cmd);
     println!(
-        "{} upstreams, closed loop concurrency {}, {} s per run; latency at {} req/s offered (open loop)\n",
-        r.upstreams, r.concurrency, r.duration_s, r.offered_rps
+        "{} upstreams; medians of {} rounds (targets in alternating order); throughput: closed loop, concurrency {}, {} s per run; latency: open loop at {} req/s offered ({} of nginx's throughput)\n",
+        r.upstreams, r.rounds, r.concurrency, r.duration_s, r.offered_rps, r.load_fraction
     );
     println!("| figure | nginx | Tandem | Tandem / nginx |");
     println!("|---|---|---|---|");
@@ -392,6 +444,13 @@ pub fn print(r: &Report) {
     println!("| throughput (req/s) | {:.0} | {:.0} | {:.2} |", n.throughput_rps, t.throughput_rps, t.throughput_rps / n.throughput_rps);
     println!("| p50 at {} req/s (ms) | {:.3} | {:.3} | {:.2} |", r.offered_rps, n.p50_ms, t.p50_ms, t.p50_ms / n.p50_ms);
     println!("| p99 at {} req/s (ms) | {:.3} | {:.3} | {:.2} |", r.offered_rps, n.p99_ms, t.p99_ms, t.p99_ms / n.p99_ms);
+    println!(
+        "| CPU per request at {} req/s (µs) | {:.1} | {:.1} | {:.2} |",
+        r.offered_rps,
+        n.cpu_us_per_request,
+        t.cpu_us_per_request,
+        t.cpu_us_per_request / n.cpu_us_per_request
+    );
     println!("| failed requests (all runs) | {} | {} | |", n.throughput_failed + n.latency_failed, t.throughput_failed + t.latency_failed);
     let list = |v: &[f64]| v.iter().map(|x| format!("{x:.0}")).collect::<Vec<_>>().join(", ");
     let list3 = |v: &[f64]| v.iter().map(|x| format!("{x:.3}")).collect::<Vec<_>>().join(", ");
