@@ -197,7 +197,7 @@ http {{
 {servers}        keepalive 64;
     }}
     server {{
-        listen 127.0.0.1:{port};
+        listen 127.0.0.1:{port} reuseport;
         location /s/bench/ {{
             proxy_pass http://backends/;
             proxy_http_version 1.1;
