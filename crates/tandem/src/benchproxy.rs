@@ -31,8 +31,9 @@ pub struct BenchProxyArgs {
     /// Rounds; each round measures both targets, in alternating order; figures are medians.
     #[arg(long, default_value_t = 3)]
     pub rounds: u32,
-    /// Most requests outstanding in the open-loop latency runs.
-    #[arg(long, default_value_t = 512)]
+    /// Most requests outstanding in the open-loop latency runs (beyond it requests go out late,
+    /// and the lateness counts in their latency).
+    #[arg(long, default_value_t = 64)]
     pub open_concurrency: u32,
     /// Offered load of the latency runs, as a fraction of nginx's median throughput.
     #[arg(long, default_value_t = 0.5)]
