@@ -317,7 +317,7 @@ impl State {
             for e in st.pool.endpoints() {
                 rows.push((
                     n.to_string(),
-                    e.id.clone(),
+                    label(&e.id),
                     e.requests,
                     e.failures,
                     e.inflight,
@@ -346,6 +346,11 @@ impl State {
         }
         out
     }
+}
+
+/// A Prometheus label value: backslash, quote and newline escaped.
+fn label(v: &str) -> String {
+    v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
 }
 
 fn apply_service(svc: &Service, s: &ServiceEndpoints) {
@@ -983,6 +988,12 @@ mod tests {
         assert_eq!(route(&u, None), Some(("chat", None)), "HTTP/2 :authority");
         let u: Uri = "/s//x".parse().unwrap();
         assert_eq!(route(&u, None), None);
+    }
+
+    #[test]
+    fn label_values_are_escaped() {
+        assert_eq!(label(r#"a"b\c"#), r#"a\"b\\c"#);
+        assert_eq!(label("x\ny"), "x\\ny");
     }
 
     #[test]
