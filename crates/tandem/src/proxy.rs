@@ -855,8 +855,23 @@ fn sockets(addr: SocketAddr, n: usize) -> Result<(Vec<tokio::net::TcpSocket>, So
 
 /// Accepts and serves connections on one worker thread until `stop` turns true, then lets the
 /// connections finish (up to 30 s).
-async fn serve(st: Arc<State>, sock: tokio::net::TcpSocket, mut stop: tokio::sync::watch::Receiver<bool>) -> Result<()> {
-    let listener = sock.listen(4096)?;
+async fn serve(
+    st: Arc<State>,
+    sock: tokio::net::TcpSocket,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+    ready: std::sync::mpsc::Sender<std::io::Result<()>>,
+) -> Result<()> {
+    let listener = match sock.listen(4096) {
+        Ok(l) => {
+            let _ = ready.send(Ok(()));
+            l
+        }
+        Err(e) => {
+            let msg = e.to_string();
+            let _ = ready.send(Err(e));
+            bail!("listen: {msg}");
+        }
+    };
     let client = Arc::new(upstream_client());
     let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
     builder.http1().timer(TokioTimer::new()).keep_alive(true);
@@ -925,15 +940,21 @@ pub fn run(a: ProxyArgs, threads: usize) -> Result<()> {
     }
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let mut workers = Vec::new();
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let n = socks.len();
     for (i, sock) in socks.into_iter().enumerate() {
-        let (st, stop) = (st.clone(), stop_rx.clone());
+        let (st, stop, ready) = (st.clone(), stop_rx.clone(), ready_tx.clone());
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
         workers.push(
             std::thread::Builder::new()
                 .name(format!("proxy-{i}"))
-                .spawn(move || rt.block_on(serve(st, sock, stop)))
+                .spawn(move || rt.block_on(serve(st, sock, stop, ready)))
                 .context("starting a worker thread")?,
         );
+    }
+    // Every worker listens before the address is announced.
+    for _ in 0..n {
+        ready_rx.recv().context("a worker thread ended before listening")?.with_context(|| format!("cannot listen on {local}"))?;
     }
     let main = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     main.block_on(async {
