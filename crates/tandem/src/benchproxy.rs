@@ -271,7 +271,7 @@ fn with_children(pid: u32) -> Vec<u32> {
 
 /// Which target goes first alternates between rounds.
 fn order(round: u32) -> [usize; 2] {
-    if round % 2 == 0 { [0, 1] } else { [1, 0] }
+    if round.is_multiple_of(2) { [0, 1] } else { [1, 0] }
 }
 
 fn median(v: impl Iterator<Item = f64>) -> f64 {
@@ -289,7 +289,7 @@ pub fn run(a: BenchProxyArgs) -> Result<Report> {
     if !(a.load_fraction > 0.0 && a.load_fraction <= 1.0) {
         bail!("--load-fraction must be in (0, 1]");
     }
-    if a.upstreams == 0 || a.concurrency == 0 || a.open_concurrency == 0 || a.rounds == 0 || !(a.duration > 0.0) {
+    if a.upstreams == 0 || a.concurrency == 0 || a.open_concurrency == 0 || a.rounds == 0 || a.duration.is_nan() || a.duration <= 0.0 {
         bail!("--upstreams, --concurrency, --open-concurrency, --rounds and --duration must be positive");
     }
     let nginx = find_nginx(&a.nginx)?;
