@@ -1,7 +1,7 @@
 //! `tandem bench proxy`: `tandem proxy` against nginx, as round-robin reverse proxies in front of
 //! the same upstream servers (`tandem __upstream` child processes), measured by the same load
 //! generator: (a) throughput, closed loop at a fixed concurrency for a fixed time; (b) latency
-//! p50/p99 at the same open-loop offered load, half of nginx's throughput.
+//! p50/p99 at the same open-loop offered load, half of nginx's throughput (`--load-fraction`).
 //!
 //! nginx is Debian's; when it is missing and we are root it is installed with apt-get. It runs
 //! as a child with its own prefix, pid and temp directories under a temp directory, and is
@@ -28,6 +28,16 @@ pub struct BenchProxyArgs {
     /// Seconds of each measured run.
     #[arg(long, default_value_t = 10.0)]
     pub duration: f64,
+    /// Rounds; each round measures both targets, in alternating order; figures are medians.
+    #[arg(long, default_value_t = 3)]
+    pub rounds: u32,
+    /// Most requests outstanding in the open-loop latency runs (beyond it requests go out late,
+    /// and the lateness counts in their latency).
+    #[arg(long, default_value_t = 64)]
+    pub open_concurrency: u32,
+    /// Offered load of the latency runs, as a fraction of nginx's median throughput.
+    #[arg(long, default_value_t = 0.5)]
+    pub load_fraction: f64,
     /// Seconds of warm-up before each target's runs.
     #[arg(long, default_value_t = 2.0)]
     pub warmup: f64,
@@ -42,9 +52,13 @@ pub struct BenchProxyArgs {
     pub json: bool,
 }
 
-/// One target's figures.
+/// One target's figures (medians over the rounds).
 #[derive(Serialize, Debug)]
 pub struct Figures {
+    /// Throughput of each round, requests/s.
+    pub throughput_rounds: Vec<f64>,
+    /// p99 of each round's latency run, ms.
+    pub p99_rounds: Vec<f64>,
     /// Closed-loop throughput, requests/s.
     pub throughput_rps: f64,
     /// Failed requests in the throughput run.
@@ -57,6 +71,10 @@ pub struct Figures {
     pub latency_run_rps: f64,
     /// Failed requests in the latency run.
     pub latency_failed: u64,
+    /// CPU time (user + system) of the proxy's processes per answered request in the latency
+    /// runs (same offered load for both), microseconds: less sensitive to a busy machine than
+    /// throughput.
+    pub cpu_us_per_request: f64,
 }
 
 /// The benchmark's result.
@@ -80,6 +98,10 @@ pub struct Report {
     pub duration_s: f64,
     /// Upstream servers.
     pub upstreams: u32,
+    /// Rounds.
+    pub rounds: u32,
+    /// Offered load of the latency runs / nginx's throughput.
+    pub load_fraction: f64,
 }
 
 struct Kids(Vec<Child>);
@@ -176,7 +198,7 @@ http {{
 {servers}        keepalive 64;
     }}
     server {{
-        listen 127.0.0.1:{port};
+        listen 127.0.0.1:{port} reuseport;
         location /s/bench/ {{
             proxy_pass http://backends/;
             proxy_http_version 1.1;
@@ -193,7 +215,7 @@ async fn measure(url: &str, a: &BenchProxyArgs, offered: Option<f64>) -> Result<
         url: url.to_string(),
         requests: None,
         rate: offered.unwrap_or(0.0),
-        concurrency: if offered.is_some() { 1024 } else { a.concurrency },
+        concurrency: if offered.is_some() { a.open_concurrency } else { a.concurrency },
         duration: Some(a.duration),
         http2: false,
         headers: Vec::new(),
@@ -215,10 +237,60 @@ async fn warm(url: &str, a: &BenchProxyArgs) -> Result<()> {
     Ok(())
 }
 
+const NAMES: [&str; 2] = ["nginx", "tandem"];
+
+/// User + system CPU time of processes, in clock ticks (USER_HZ, 100 per second on Linux).
+fn cpu_ticks(pids: &[u32]) -> u64 {
+    pids.iter()
+        .filter_map(|p| std::fs::read_to_string(format!("/proc/{p}/stat")).ok())
+        .map(|st| {
+            // Fields after the command name (which is in parentheses and may hold spaces).
+            let rest = st.rsplit_once(')').map_or("", |x| x.1);
+            let f: Vec<&str> = rest.split_whitespace().collect();
+            // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name.
+            f.get(11).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0) + f.get(12).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0)
+        })
+        .sum()
+}
+
+/// A process and its direct children (nginx's master and workers).
+fn with_children(pid: u32) -> Vec<u32> {
+    let mut out = vec![pid];
+    if let Ok(rd) = std::fs::read_dir("/proc") {
+        for e in rd.flatten() {
+            let Some(p) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
+            let Ok(st) = std::fs::read_to_string(format!("/proc/{p}/stat")) else { continue };
+            let ppid = st.rsplit_once(')').and_then(|x| x.1.split_whitespace().nth(1)).and_then(|v| v.parse::<u32>().ok());
+            if ppid == Some(pid) {
+                out.push(p);
+            }
+        }
+    }
+    out
+}
+
+/// Which target goes first alternates between rounds.
+fn order(round: u32) -> [usize; 2] {
+    if round.is_multiple_of(2) { [0, 1] } else { [1, 0] }
+}
+
+fn median(v: impl Iterator<Item = f64>) -> f64 {
+    let mut v: Vec<f64> = v.collect();
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
 /// Runs the benchmark.
 pub fn run(a: BenchProxyArgs) -> Result<Report> {
-    if a.upstreams == 0 || a.concurrency == 0 || a.duration <= 0.0 {
-        bail!("--upstreams, --concurrency and --duration must be positive");
+    if !(a.load_fraction > 0.0 && a.load_fraction <= 1.0) {
+        bail!("--load-fraction must be in (0, 1]");
+    }
+    if a.upstreams == 0 || a.concurrency == 0 || a.open_concurrency == 0 || a.rounds == 0 || a.duration.is_nan() || a.duration <= 0.0 {
+        bail!("--upstreams, --concurrency, --open-concurrency, --rounds and --duration must be positive");
     }
     let nginx = find_nginx(&a.nginx)?;
     let nginx_version = Command::new(&nginx).arg("-v").output().map(|o| String::from_utf8_lossy(&o.stderr).trim().to_string())?;
@@ -255,6 +327,7 @@ pub fn run(a: BenchProxyArgs) -> Result<Report> {
         .stderr(Stdio::piped())
         .spawn()
         .context("starting nginx")?;
+    let ng_pid = ng.id();
     kids.0.push(ng);
     // Tandem.
     let threads = a.proxy_threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()));
@@ -271,6 +344,7 @@ pub fn run(a: BenchProxyArgs) -> Result<Report> {
     let tandem_cmd = format!("tandem {}", targs.join(" "));
     let mut tp = Command::new(&exe).args(&targs).stdout(Stdio::piped()).spawn().context("starting tandem proxy")?;
     let taddr = listening(&mut tp, "tandem proxy");
+    let tp_pid = tp.id();
     kids.0.push(tp);
     let taddr = taddr?;
 
@@ -289,30 +363,58 @@ pub fn run(a: BenchProxyArgs) -> Result<Report> {
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        eprintln!("throughput runs: closed loop, concurrency {}, {} s each", a.concurrency, a.duration);
+        eprintln!("throughput runs: closed loop, concurrency {}, {} s each, {} rounds", a.concurrency, a.duration, a.rounds);
         warm(&nurl, &a).await?;
-        let n_tp = measure(&nurl, &a, None).await?;
-        eprintln!("  nginx   {:.0} req/s", n_tp.achieved_rps);
         warm(&turl, &a).await?;
-        let t_tp = measure(&turl, &a, None).await?;
-        eprintln!("  tandem  {:.0} req/s", t_tp.achieved_rps);
-        let offered = (n_tp.achieved_rps / 2.0).round().max(1.0);
-        eprintln!("latency runs: open loop at {offered} req/s");
-        let n_l = measure(&nurl, &a, Some(offered)).await?;
-        eprintln!("  nginx   p50 {:.3} ms p99 {:.3} ms", n_l.latency_ms.p50, n_l.latency_ms.p99);
-        let t_l = measure(&turl, &a, Some(offered)).await?;
-        eprintln!("  tandem  p50 {:.3} ms p99 {:.3} ms", t_l.latency_ms.p50, t_l.latency_ms.p99);
-        let fig = |tp: &LoadReport, l: &LoadReport| Figures {
-            throughput_rps: tp.achieved_rps,
-            throughput_failed: tp.failed,
-            p50_ms: l.latency_ms.p50,
-            p99_ms: l.latency_ms.p99,
-            latency_run_rps: l.achieved_rps,
-            latency_failed: l.failed,
+        let urls = [nurl.as_str(), turl.as_str()];
+        let mut tp: [Vec<LoadReport>; 2] = [Vec::new(), Vec::new()];
+        for round in 0..a.rounds {
+            for k in order(round) {
+                let r = measure(urls[k], &a, None).await?;
+                eprintln!("  round {} {:6} {:.0} req/s ({} failed)", round + 1, NAMES[k], r.achieved_rps, r.failed);
+                tp[k].push(r);
+            }
+        }
+        let offered = (median(tp[0].iter().map(|r| r.achieved_rps)) * a.load_fraction).round().max(1.0);
+        eprintln!("latency runs: open loop at {offered} req/s ({} of nginx's median throughput)", a.load_fraction);
+        let mut lat: [Vec<LoadReport>; 2] = [Vec::new(), Vec::new()];
+        let mut cpu: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
+        for round in 0..a.rounds {
+            for k in order(round) {
+                // nginx's workers are children of its master; both are counted.
+                let pids = if k == 0 { with_children(ng_pid) } else { vec![tp_pid] };
+                let before = cpu_ticks(&pids);
+                let r = measure(urls[k], &a, Some(offered)).await?;
+                let ticks = cpu_ticks(&pids) - before;
+                cpu[k].push(ticks as f64 * 10_000.0 / (r.ok.max(1)) as f64);
+                eprintln!(
+                    "  round {} {:6} p50 {:.3} ms p99 {:.3} ms ({:.0} req/s, {} failed)",
+                    round + 1,
+                    NAMES[k],
+                    r.latency_ms.p50,
+                    r.latency_ms.p99,
+                    r.achieved_rps,
+                    r.failed
+                );
+                lat[k].push(r);
+            }
+        }
+        let fig = |tp: &[LoadReport], l: &[LoadReport], cpu: &[f64]| Figures {
+            cpu_us_per_request: median(cpu.iter().copied()),
+            throughput_rounds: tp.iter().map(|r| r.achieved_rps).collect(),
+            p99_rounds: l.iter().map(|r| r.latency_ms.p99).collect(),
+            throughput_rps: median(tp.iter().map(|r| r.achieved_rps)),
+            throughput_failed: tp.iter().map(|r| r.failed).sum(),
+            p50_ms: median(l.iter().map(|r| r.latency_ms.p50)),
+            p99_ms: median(l.iter().map(|r| r.latency_ms.p99)),
+            latency_run_rps: median(l.iter().map(|r| r.achieved_rps)),
+            latency_failed: l.iter().map(|r| r.failed).sum(),
         };
+        let (n_tp, t_tp) = (&tp[0], &tp[1]);
+        let (n_l, t_l) = (&lat[0], &lat[1]);
         Ok(Report {
-            nginx: fig(&n_tp, &n_l),
-            tandem: fig(&t_tp, &t_l),
+            nginx: fig(n_tp, n_l, &cpu[0]),
+            tandem: fig(t_tp, t_l, &cpu[1]),
             offered_rps: offered,
             nginx_conf: conf.clone(),
             tandem_cmd: tandem_cmd.clone(),
@@ -320,6 +422,8 @@ pub fn run(a: BenchProxyArgs) -> Result<Report> {
             concurrency: a.concurrency,
             duration_s: a.duration,
             upstreams: a.upstreams,
+            rounds: a.rounds,
+            load_fraction: a.load_fraction,
         })
     });
     drop(kids);
@@ -332,8 +436,8 @@ pub fn print(r: &Report) {
     println!("# nginx ({}) configuration\n{}", r.nginx_version, r.nginx_conf);
     println!("# Tandem\n{}\n", r.tandem_cmd);
     println!(
-        "{} upstreams, closed loop concurrency {}, {} s per run; latency at {} req/s offered (open loop)\n",
-        r.upstreams, r.concurrency, r.duration_s, r.offered_rps
+        "{} upstreams; medians of {} rounds (targets in alternating order); throughput: closed loop, concurrency {}, {} s per run; latency: open loop at {} req/s offered ({} of nginx's throughput)\n",
+        r.upstreams, r.rounds, r.concurrency, r.duration_s, r.offered_rps, r.load_fraction
     );
     println!("| figure | nginx | Tandem | Tandem / nginx |");
     println!("|---|---|---|---|");
@@ -341,5 +445,21 @@ pub fn print(r: &Report) {
     println!("| throughput (req/s) | {:.0} | {:.0} | {:.2} |", n.throughput_rps, t.throughput_rps, t.throughput_rps / n.throughput_rps);
     println!("| p50 at {} req/s (ms) | {:.3} | {:.3} | {:.2} |", r.offered_rps, n.p50_ms, t.p50_ms, t.p50_ms / n.p50_ms);
     println!("| p99 at {} req/s (ms) | {:.3} | {:.3} | {:.2} |", r.offered_rps, n.p99_ms, t.p99_ms, t.p99_ms / n.p99_ms);
+    println!(
+        "| CPU per request at {} req/s (µs) | {:.1} | {:.1} | {:.2} |",
+        r.offered_rps,
+        n.cpu_us_per_request,
+        t.cpu_us_per_request,
+        t.cpu_us_per_request / n.cpu_us_per_request
+    );
     println!("| failed requests (all runs) | {} | {} | |", n.throughput_failed + n.latency_failed, t.throughput_failed + t.latency_failed);
+    let list = |v: &[f64]| v.iter().map(|x| format!("{x:.0}")).collect::<Vec<_>>().join(", ");
+    let list3 = |v: &[f64]| v.iter().map(|x| format!("{x:.3}")).collect::<Vec<_>>().join(", ");
+    println!(
+        "\nper round: throughput nginx [{}], Tandem [{}]; p99 nginx [{}], Tandem [{}]",
+        list(&n.throughput_rounds),
+        list(&t.throughput_rounds),
+        list3(&n.p99_rounds),
+        list3(&t.p99_rounds)
+    );
 }

@@ -245,7 +245,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(s.lease, 5);
-        assert_eq!(s.heartbeat_ms, 0);
+        assert_eq!(s.heartbeat_ms, 500, "the default heartbeat");
         assert_eq!(parse("lease = 300\nheartbeat = 100").unwrap().heartbeat_ms, 100_000);
         assert_eq!(s.cluster.partitions[0].name, "gpu", "default partition first");
         assert_eq!(s.cluster.partitions[1].max_time, 3600);

@@ -8,8 +8,8 @@
 
 use std::collections::BTreeMap;
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
@@ -33,7 +33,8 @@ pub struct LoadArgs {
     /// Offered load in requests per second (open loop); 0 means closed loop.
     #[arg(long, default_value_t = 0.0)]
     pub rate: f64,
-    /// Workers (closed loop) or most requests outstanding at once (open loop).
+    /// Workers (closed loop), or most requests outstanding at once (open loop: beyond it,
+    /// requests are sent late and their lateness counts in their latency).
     #[arg(long, default_value_t = 16)]
     pub concurrency: u32,
     /// Stop sending after this many seconds.
@@ -272,33 +273,35 @@ pub async fn run_load(a: &LoadArgs) -> Result<LoadReport> {
             total.merge(w.await?);
         }
     } else {
-        let shared = Arc::new(Mutex::new(Stats::default()));
-        let sem = Arc::new(tokio::sync::Semaphore::new(a.concurrency as usize));
+        // Open loop: request i is due at start + i/rate. Each worker takes the next due slot,
+        // waits for it, sends, and charges the latency from the due time; a worker that is late
+        // (all busy) sends at once and its lateness is counted.
         let interval = 1.0 / a.rate;
-        let mut tasks = Vec::new();
-        let mut i = 0u64;
-        while i < limit {
-            let due = start + Duration::from_secs_f64(i as f64 * interval);
-            if deadline.is_some_and(|d| due >= d) {
-                break;
-            }
-            if due > Instant::now() {
-                tokio::time::sleep_until(due.into()).await;
-            }
-            let (t, shared, sem) = (t.clone(), shared.clone(), sem.clone());
-            tasks.push(tokio::spawn(async move {
-                let _permit = sem.acquire_owned().await;
+        let next = Arc::new(AtomicU64::new(0));
+        let mut workers = Vec::new();
+        for _ in 0..a.concurrency {
+            let (t, next) = (t.clone(), next.clone());
+            workers.push(tokio::spawn(async move {
                 let mut s = Stats::default();
-                t.one(due, &mut s).await;
-                shared.lock().unwrap_or_else(|e| e.into_inner()).merge(s);
+                loop {
+                    let i = next.fetch_add(1, Relaxed);
+                    if i >= limit {
+                        return s;
+                    }
+                    let due = start + Duration::from_secs_f64(i as f64 * interval);
+                    if deadline.is_some_and(|d| due >= d) {
+                        return s;
+                    }
+                    if due > Instant::now() {
+                        tokio::time::sleep_until(due.into()).await;
+                    }
+                    t.one(due, &mut s).await;
+                }
             }));
-            i += 1;
         }
-        for task in tasks {
-            task.await?;
+        for w in workers {
+            total.merge(w.await?);
         }
-        let s = std::mem::take(&mut *shared.lock().unwrap_or_else(|e| e.into_inner()));
-        total.merge(s);
     }
     let elapsed = start.elapsed().as_secs_f64();
     let mut lat = std::mem::take(&mut total.lat_us);

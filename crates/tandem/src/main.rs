@@ -435,7 +435,6 @@ fn run_proxy(
         bail!("--retries: at most 7");
     }
     let threads = threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get())).max(1);
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(threads).enable_all().build()?;
-    rt.block_on(proxy::run(proxy::ProxyArgs { listen, controller, statics, retries, seed }))?;
+    proxy::run(proxy::ProxyArgs { listen, controller, statics, retries, seed }, threads)?;
     Ok(0)
 }

@@ -208,7 +208,6 @@ struct State {
     services: RwLock<HashMap<String, Arc<Service>>>,
     version: AtomicU64,
     from_controller: bool,
-    client: Client<HttpConnector, ReqBody>,
     start: Instant,
     seed: u64,
     push: Notify,
@@ -318,7 +317,7 @@ impl State {
             for e in st.pool.endpoints() {
                 rows.push((
                     n.to_string(),
-                    e.id.clone(),
+                    label(&e.id),
                     e.requests,
                     e.failures,
                     e.inflight,
@@ -347,6 +346,11 @@ impl State {
         }
         out
     }
+}
+
+/// A Prometheus label value: backslash, quote and newline escaped.
+fn label(v: &str) -> String {
+    v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
 }
 
 fn apply_service(svc: &Service, s: &ServiceEndpoints) {
@@ -425,7 +429,7 @@ impl Drop for Guard {
         }
         let now = self.st.now_ms();
         if self.svc.lock().pool.finish(self.key, self.outcome, now) {
-            eprintln!("tandem proxy: service {}: replica {} ({}) ejected after repeated failures", self.svc.name, self.up.addr, self.key.0);
+            eprintln!("tandem proxy: service {}: replica {} ejected after repeated failures", self.svc.name, self.up.addr);
         }
     }
 }
@@ -565,7 +569,7 @@ async fn acquire(
     svc: &Arc<Service>,
     tried: &[Key],
     hold: &mut Option<WaitGuard>,
-) -> Result<(Key, Arc<Upstream>), Response<ProxyBody>> {
+) -> Result<(Key, Arc<Upstream>, u32), Response<ProxyBody>> {
     let mut deadline: Option<tokio::time::Instant> = None;
     loop {
         let notified = svc.changed.notified();
@@ -579,7 +583,7 @@ async fn acquire(
             let now = st.now_ms();
             if let Some(k) = s.pool.pick(now, tried) {
                 let up = s.pool.get(k).expect("picked").data.clone();
-                return Ok((k, up));
+                return Ok((k, up, s.retries));
             }
             if s.pool.has_serving() || !tried.is_empty() {
                 return Err(plain(StatusCode::BAD_GATEWAY, format!("service {:?}: no other replica left to retry on", svc.name)));
@@ -611,7 +615,15 @@ impl Drop for WaitGuard {
     }
 }
 
-async fn handle(st: Arc<State>, peer: HeaderValue, req: Request<Incoming>) -> Result<Response<ProxyBody>, Infallible> {
+/// The upstream client of one worker thread (a pool of keep-alive connections).
+type Upstreams = Client<HttpConnector, ReqBody>;
+
+async fn handle(
+    st: Arc<State>,
+    client: Arc<Upstreams>,
+    peer: HeaderValue,
+    req: Request<Incoming>,
+) -> Result<Response<ProxyBody>, Infallible> {
     if req.uri().path().starts_with("/_tandem/") {
         return Ok(admin(&st, req.uri().path()));
     }
@@ -662,7 +674,7 @@ async fn handle(st: Arc<State>, peer: HeaderValue, req: Request<Incoming>) -> Re
     let mut hold = None;
     let mut last = String::new();
     loop {
-        let (key, up) = match acquire(&st, &svc, &tried[..attempts as usize], &mut hold).await {
+        let (key, up, retries) = match acquire(&st, &svc, &tried[..attempts as usize], &mut hold).await {
             Ok(x) => x,
             Err(resp) => {
                 drop(hold);
@@ -680,7 +692,6 @@ async fn handle(st: Arc<State>, peer: HeaderValue, req: Request<Incoming>) -> Re
         drop(hold.take());
         tried[attempts as usize] = key;
         attempts += 1;
-        let retries = svc.lock().retries;
         let uri = Uri::from_parts({
             let mut p = hyper::http::uri::Parts::default();
             p.scheme = Some(hyper::http::uri::Scheme::HTTP);
@@ -699,7 +710,7 @@ async fn handle(st: Arc<State>, peer: HeaderValue, req: Request<Incoming>) -> Re
         *out.version_mut() = Version::HTTP_11;
         *out.headers_mut() = headers.clone();
         let start = Instant::now();
-        let outcome = match st.client.request(out).await {
+        let outcome = match client.request(out).await {
             Ok(mut resp) => {
                 let status = resp.status();
                 let outcome = if status.is_server_error() { Outcome::ServerError(status.as_u16()) } else { Outcome::Ok };
@@ -813,23 +824,98 @@ async fn push_loop(st: Arc<State>, target: Target, secret: String) {
 // ---------------------------------------------------------------------------------------------
 // Server
 
-/// Runs the proxy until SIGTERM or SIGINT, then lets in-flight requests finish (up to 30 s).
-pub async fn run(a: ProxyArgs) -> Result<()> {
-    let listener = tokio::net::TcpListener::bind(a.listen).await.with_context(|| format!("cannot listen on {}", a.listen))?;
-    let local = listener.local_addr()?;
+fn upstream_client() -> Upstreams {
     let mut connector = HttpConnector::new();
     connector.set_nodelay(true);
     connector.set_connect_timeout(Some(Duration::from_secs(3)));
-    let client = Client::builder(TokioExecutor::new())
+    Client::builder(TokioExecutor::new())
         .pool_idle_timeout(Duration::from_secs(60))
         .pool_max_idle_per_host(256)
         .pool_timer(TokioTimer::new())
-        .build(connector);
+        .build(connector)
+}
+
+/// One listening socket per worker thread on the same address (SO_REUSEPORT: the kernel spreads
+/// connections over them), so a connection and its upstream connections stay on one thread, as
+/// nginx's workers do.
+fn sockets(addr: SocketAddr, n: usize) -> Result<(Vec<tokio::net::TcpSocket>, SocketAddr)> {
+    let mut out = Vec::new();
+    let mut at = addr;
+    for _ in 0..n {
+        let s = if at.is_ipv4() { tokio::net::TcpSocket::new_v4()? } else { tokio::net::TcpSocket::new_v6()? };
+        s.set_reuseaddr(true)?;
+        s.set_reuseport(true)?;
+        s.set_nodelay(true)?;
+        s.bind(at).with_context(|| format!("cannot listen on {addr}"))?;
+        at = s.local_addr()?;
+        out.push(s);
+    }
+    Ok((out, at))
+}
+
+/// Accepts and serves connections on one worker thread until `stop` turns true, then lets the
+/// connections finish (up to 30 s).
+async fn serve(
+    st: Arc<State>,
+    sock: tokio::net::TcpSocket,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+    ready: std::sync::mpsc::Sender<std::io::Result<()>>,
+) -> Result<()> {
+    let listener = match sock.listen(4096) {
+        Ok(l) => {
+            let _ = ready.send(Ok(()));
+            l
+        }
+        Err(e) => {
+            let msg = e.to_string();
+            let _ = ready.send(Err(e));
+            bail!("listen: {msg}");
+        }
+    };
+    let client = Arc::new(upstream_client());
+    let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    builder.http1().timer(TokioTimer::new()).keep_alive(true);
+    builder.http2().timer(TokioTimer::new());
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    loop {
+        tokio::select! {
+            r = listener.accept() => {
+                let (stream, peer) = match r {
+                    Ok(x) => x,
+                    Err(e) => {
+                        eprintln!("tandem proxy: accept: {e}");
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                        continue;
+                    }
+                };
+                stream.set_nodelay(true).ok();
+                let (st, client) = (st.clone(), client.clone());
+                let ip = HeaderValue::from_str(&peer.ip().to_string()).expect("an IP address is a valid header value");
+                let svc = hyper::service::service_fn(move |req| handle(st.clone(), client.clone(), ip.clone(), req));
+                let conn = builder.serve_connection(TokioIo::new(stream), svc).into_owned();
+                let conn = graceful.watch(conn);
+                tokio::spawn(async move {
+                    let _ = conn.await;
+                });
+            }
+            _ = stop.wait_for(|s| *s) => break,
+        }
+    }
+    drop(listener);
+    if tokio::time::timeout(Duration::from_secs(30), graceful.shutdown()).await.is_err() {
+        eprintln!("tandem proxy: requests still in flight after 30 s; exiting");
+    }
+    Ok(())
+}
+
+/// Runs the proxy until SIGTERM or SIGINT, then lets in-flight requests finish (up to 30 s).
+/// `threads` worker threads each run their own single-threaded runtime and listener.
+pub fn run(a: ProxyArgs, threads: usize) -> Result<()> {
+    let (socks, local) = sockets(a.listen, threads.max(1))?;
     let st = Arc::new(State {
         services: RwLock::new(HashMap::new()),
         version: AtomicU64::new(0),
         from_controller: a.controller.is_some(),
-        client,
         start: Instant::now(),
         seed: a.seed,
         push: Notify::new(),
@@ -852,50 +938,53 @@ pub async fn run(a: ProxyArgs) -> Result<()> {
             map.insert(s.name.clone(), Arc::new(svc));
         }
     }
-    if let Some((target, secret)) = a.controller {
-        tokio::spawn(sync_loop(st.clone(), target.clone(), secret.clone()));
-        tokio::spawn(push_loop(st.clone(), target, secret));
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let mut workers = Vec::new();
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let n = socks.len();
+    for (i, sock) in socks.into_iter().enumerate() {
+        let (st, stop, ready) = (st.clone(), stop_rx.clone(), ready_tx.clone());
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        workers.push(
+            std::thread::Builder::new()
+                .name(format!("proxy-{i}"))
+                .spawn(move || rt.block_on(serve(st, sock, stop, ready)))
+                .context("starting a worker thread")?,
+        );
     }
-    println!("tandem proxy listening on {local}");
-    use std::io::Write as _;
-    std::io::stdout().flush().ok();
-
-    let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-    builder.http1().timer(TokioTimer::new()).keep_alive(true);
-    builder.http2().timer(TokioTimer::new());
-    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-    let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
-    loop {
-        tokio::select! {
-            r = listener.accept() => {
-                let (stream, peer) = match r {
-                    Ok(x) => x,
-                    Err(e) => {
-                        eprintln!("tandem proxy: accept: {e}");
-                        tokio::time::sleep(Duration::from_millis(20)).await;
-                        continue;
-                    }
-                };
-                stream.set_nodelay(true).ok();
-                let st = st.clone();
-                let ip = HeaderValue::from_str(&peer.ip().to_string()).expect("an IP address is a valid header value");
-                let svc = hyper::service::service_fn(move |req| handle(st.clone(), ip.clone(), req));
-                let conn = builder.serve_connection(TokioIo::new(stream), svc).into_owned();
-                let conn = graceful.watch(conn);
-                tokio::spawn(async move {
-                    let _ = conn.await;
-                });
-            }
-            _ = term.recv() => break,
-            _ = int.recv() => break,
+    // Every worker listens before the address is announced.
+    for _ in 0..n {
+        ready_rx.recv().context("a worker thread ended before listening")?.with_context(|| format!("cannot listen on {local}"))?;
+    }
+    let main = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    main.block_on(async {
+        if let Some((target, secret)) = a.controller {
+            tokio::spawn(sync_loop(st.clone(), target.clone(), secret.clone()));
+            tokio::spawn(push_loop(st.clone(), target, secret));
         }
-    }
-    drop(listener);
-    st.draining.store(true, Relaxed);
-    eprintln!("tandem proxy: shutting down, letting in-flight requests finish");
-    if tokio::time::timeout(Duration::from_secs(30), graceful.shutdown()).await.is_err() {
-        eprintln!("tandem proxy: requests still in flight after 30 s; exiting");
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
+        println!("tandem proxy listening on {local}");
+        use std::io::Write as _;
+        std::io::stdout().flush().ok();
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+        st.draining.store(true, Relaxed);
+        // Held requests give up now (503) instead of holding the shutdown.
+        for svc in st.services.read().unwrap_or_else(|e| e.into_inner()).values() {
+            svc.changed.notify_waiters();
+        }
+        eprintln!("tandem proxy: shutting down, letting in-flight requests finish");
+        let _ = stop_tx.send(true);
+        anyhow::Ok(())
+    })?;
+    for w in workers {
+        match w.join() {
+            Ok(r) => r?,
+            Err(_) => bail!("a worker thread panicked"),
+        }
     }
     Ok(())
 }
@@ -920,6 +1009,12 @@ mod tests {
         assert_eq!(route(&u, None), Some(("chat", None)), "HTTP/2 :authority");
         let u: Uri = "/s//x".parse().unwrap();
         assert_eq!(route(&u, None), None);
+    }
+
+    #[test]
+    fn label_values_are_escaped() {
+        assert_eq!(label(r#"a"b\c"#), r#"a\"b\\c"#);
+        assert_eq!(label("x\ny"), "x\\ny");
     }
 
     #[test]

@@ -490,3 +490,21 @@ fn the_proxy_follows_the_controller_view_and_reports_its_gauges() {
     }
     std::fs::remove_file(&secret).ok();
 }
+
+#[test]
+fn sigterm_lets_in_flight_requests_finish() {
+    let mut p = Procs(Vec::new());
+    let up = p.upstream("a");
+    let proxy = p.proxy(&["--static", &format!("echo={up}")]);
+    let slow_proxy = proxy.clone();
+    let slow = std::thread::spawn(move || http(&slow_proxy, "/s/echo/stream?n=2&ms=1500", &[]));
+    until("the slow request is in flight", || metric(&proxy, "tandem_proxy_inflight{service=\"echo\"}") == Some(1.0));
+    let pid = p.0[1].id();
+    assert!(Command::new("kill").args(["-TERM", &pid.to_string()]).status().unwrap().success());
+    let r = slow.join().unwrap();
+    assert_eq!(r.status, 200);
+    assert!(r.body.contains("chunk 0") && r.body.contains("chunk 1"), "{}", r.body);
+    let status = p.0[1].wait().unwrap();
+    assert!(status.success(), "the proxy exits cleanly after draining: {status}");
+    assert!(TcpStream::connect(&proxy).is_err(), "no longer listening");
+}
