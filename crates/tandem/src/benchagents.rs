@@ -370,7 +370,6 @@ async fn sim_agent(sh: Arc<Shared>, i: usize, node: model::Node) {
                         // A replica serves until it is stopped; it is ready at once.
                         tasks.insert(key, Instant::now() + Duration::from_secs(10 * 365 * 86_400));
                         replicas.insert(key, 20_000 + (replicas.len() % 40_000) as u16);
-                        sh.launched.fetch_add(1, Relaxed);
                         continue;
                     }
                     let run = sim_run_time(t.script.as_deref()).unwrap_or_else(|| {

@@ -29,6 +29,8 @@ struct Written {
 
 /// The journal: a queue of batches, a writer thread, and what it has made durable.
 pub struct Journal {
+    /// Transactions and records written (for `/metrics`).
+    stats: Mutex<(u64, u64)>,
     queue: Mutex<Queue>,
     kick: Condvar,
     written: watch::Sender<Written>,
@@ -42,6 +44,7 @@ impl Journal {
     /// Starts the writer thread over `db`; the store is shared so that reads can use it.
     pub fn start(db: Arc<Mutex<store::Store>>) -> Arc<Journal> {
         let j = Arc::new(Journal {
+            stats: Mutex::new((0, 0)),
             queue: Mutex::new(Queue::default()),
             kick: Condvar::new(),
             written: watch::Sender::new(Written::default()),
@@ -63,6 +66,11 @@ impl Journal {
         q.pending.push(d);
         self.kick.notify_one();
         q.last
+    }
+
+    /// Transactions and records written so far.
+    pub fn stats(&self) -> (u64, u64) {
+        *self.stats.lock().expect("stats lock")
     }
 
     /// The newest sequence number taken (a read waits for it before it answers).
@@ -93,7 +101,13 @@ impl Journal {
                 (std::mem::take(&mut q.pending), q.last)
             };
             let merged = merge(carry.take(), batches);
+            let records = (merged.jobs.len() + merged.nodes.len() + merged.services.len() + merged.removed_services.len()) as u64;
             let r = db.lock().expect("database lock").persist(&merged);
+            if r.is_ok() {
+                let mut st = self.stats.lock().expect("stats lock");
+                st.0 += 1;
+                st.1 += records;
+            }
             let range = (first_unwritten, last);
             first_unwritten = last + 1;
             self.written.send_modify(|w| {

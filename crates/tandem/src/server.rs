@@ -730,6 +730,10 @@ async fn metrics(State(app): State<App>) -> Response {
         "# HELP tandem_endpoint_view_version Version of the endpoint view proxies follow.\n# TYPE tandem_endpoint_view_version gauge\ntandem_endpoint_view_version {}\n",
         g.ctl.endpoint_version()
     ));
+    let (txs, recs) = app.journal.stats();
+    s.push_str(&format!(
+        "# HELP tandem_db_commits_total Database transactions (group commits).\n# TYPE tandem_db_commits_total counter\ntandem_db_commits_total {txs}\n# HELP tandem_db_records_total Records written.\n# TYPE tandem_db_records_total counter\ntandem_db_records_total {recs}\n"
+    ));
     s.push_str(&format!(
         "# HELP tandem_submissions_total Jobs submitted.\n# TYPE tandem_submissions_total counter\ntandem_submissions_total {}\n",
         m.submissions

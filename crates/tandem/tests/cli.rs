@@ -177,8 +177,13 @@ fn bench_agents_smoke() {
         "0.5",
         "--timeout",
         "300",
+        "--services",
+        "2",
+        "--replicas",
+        "3",
         "--json",
     ]);
+    assert!(v["services_ready_s"].as_f64().is_some(), "every service replica became ready: {v}");
     assert_eq!(v["all_complete"], true, "{v}");
     assert_eq!(v["completed"].as_u64(), Some(10), "{v}");
     assert_eq!(v["ended_otherwise"].as_u64(), Some(0), "{v}");
