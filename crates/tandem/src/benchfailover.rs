@@ -236,7 +236,7 @@ pub fn run(a: FailoverArgs) -> Result<FailoverReport> {
             agents: a.agents,
             replicas: a.replicas,
             heartbeat_ms: settings.heartbeat_ms,
-            failover_ms: settings.failover_ms,
+            failover_ms: if settings.failover_ms > 0 { settings.failover_ms } else { (3 * settings.heartbeat_ms as i64).max(1500) },
             probe_period_s: a.probe_period,
             kill_after_s: a.kill_after,
             propagation_ms: (prop.get(prop.len() / 2).copied().unwrap_or(f64::NAN), prop.last().copied().unwrap_or(f64::NAN)),

@@ -213,6 +213,11 @@ struct State {
     push: Notify,
     listen: String,
     draining: AtomicBool,
+    /// How long the last endpoint change took from the controller to here, microseconds
+    /// (the view carries when it was made; both clocks are the host's on one machine).
+    propagation_us: AtomicU64,
+    /// Views applied.
+    views: AtomicU64,
 }
 
 impl State {
@@ -231,6 +236,11 @@ impl State {
             return;
         }
         self.version.store(view.version, Relaxed);
+        if view.changed_ms > 0 {
+            let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_micros() as i64);
+            self.propagation_us.store((now - view.changed_ms * 1000).max(0) as u64, Relaxed);
+            self.views.fetch_add(1, Relaxed);
+        }
         let mut seen = std::collections::HashSet::new();
         for s in &view.services {
             if !valid_service_name(&s.name) {
@@ -287,6 +297,16 @@ impl State {
         let now = self.now_ms();
         let _ = writeln!(out, "# HELP tandem_proxy_view_version Version of the endpoint view held (0 with --static).");
         let _ = writeln!(out, "# TYPE tandem_proxy_view_version gauge\ntandem_proxy_view_version {}", self.version.load(Relaxed));
+        let _ = writeln!(
+            out,
+            "# HELP tandem_proxy_view_propagation_seconds From the controller's change of the endpoint view to its arrival here (the last view).\n# TYPE tandem_proxy_view_propagation_seconds gauge\ntandem_proxy_view_propagation_seconds {}",
+            self.propagation_us.load(Relaxed) as f64 / 1e6
+        );
+        let _ = writeln!(
+            out,
+            "# HELP tandem_proxy_views_total Endpoint views applied.\n# TYPE tandem_proxy_views_total counter\ntandem_proxy_views_total {}",
+            self.views.load(Relaxed)
+        );
         type Get = fn(&Service) -> u64;
         let per_service: [(&str, &str, &str, Get); 4] = [
             ("tandem_proxy_requests_total", "counter", "Requests received.", |s| s.requests.load(Relaxed)),
@@ -921,6 +941,8 @@ pub fn run(a: ProxyArgs, threads: usize) -> Result<()> {
         push: Notify::new(),
         listen: local.to_string(),
         draining: AtomicBool::new(false),
+        propagation_us: AtomicU64::new(0),
+        views: AtomicU64::new(0),
     });
     {
         let mut map = st.services.write().unwrap_or_else(|e| e.into_inner());
