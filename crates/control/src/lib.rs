@@ -448,29 +448,9 @@ impl Controller {
             });
             req.array = array.map(|a| model::ArrayTask { array_job: JobId(a.array_job), task: a.task });
             let job = Job {
-                req,
-                spec: spec.clone(),
-                state: JobState::Pending,
                 reason: if batch.hold { PendingReason::JobHeldUser } else { PendingReason::None },
-                expected_start: None,
-                start: None,
-                end: None,
-                exit_code: None,
-                exit_signal: None,
-                allocs: Vec::new(),
-                last_allocs: Vec::new(),
-                restart_count: 0,
                 array,
-                steps: Vec::new(),
-                epoch: 0,
-                cancelling: false,
-                timeout_at: None,
-                warned: false,
-                node_failed: false,
-                message: None,
-                preempt_at: None,
-                confirmed: false,
-                replica: None,
+                ..Job::new(req, spec.clone())
             };
             self.jobs.insert(id, job);
             self.dirty_jobs.insert(id);

@@ -3,7 +3,7 @@
 //! silent; draining before stopping; the autoscaler; and the endpoint view that proxies watch.
 //! Times here are milliseconds, handed in like every other time.
 
-use model::{JobEvent, JobRequest, JobState, MemRequest, NodeState, PendingReason, ReplicaEvent, ReplicaState, RequestKind, Shape, Time};
+use model::{JobEvent, JobRequest, JobState, MemRequest, NodeState, ReplicaEvent, ReplicaState, RequestKind, Shape, Time};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
@@ -464,42 +464,21 @@ impl Controller {
         let output = r.output.replace("%x", name);
         let mut argv = spec.command.clone();
         argv.extend(spec.args.iter().cloned());
+        let job_spec = JobSpec {
+            script: String::new(),
+            script_args: argv,
+            workdir: workdir.clone(),
+            submit_dir: svc.submit_dir.clone(),
+            submit_host: "localhost".into(),
+            env: spec.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+            output,
+            error: None,
+            requeue: false,
+            signal: None,
+            uid: svc.uid,
+            gid: svc.gid,
+        };
         let job = Job {
-            req,
-            spec: JobSpec {
-                script: String::new(),
-                script_args: argv,
-                workdir: workdir.clone(),
-                submit_dir: svc.submit_dir.clone(),
-                submit_host: "localhost".into(),
-                env: spec.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
-                output,
-                error: None,
-                requeue: false,
-                signal: None,
-                uid: svc.uid,
-                gid: svc.gid,
-            },
-            state: JobState::Pending,
-            reason: PendingReason::None,
-            expected_start: None,
-            start: None,
-            end: None,
-            exit_code: None,
-            exit_signal: None,
-            allocs: Vec::new(),
-            last_allocs: Vec::new(),
-            restart_count: 0,
-            array: None,
-            steps: Vec::new(),
-            epoch: 0,
-            cancelling: false,
-            timeout_at: None,
-            warned: false,
-            node_failed: false,
-            message: None,
-            preempt_at: None,
-            confirmed: false,
             replica: Some(ReplicaInfo {
                 service: name.to_string(),
                 revision: svc.revision,
@@ -512,6 +491,7 @@ impl Controller {
                 stop_ms: None,
                 evicting: false,
             }),
+            ..Job::new(req, job_spec)
         };
         self.jobs.insert(id, job);
         self.live_replicas.insert(id);

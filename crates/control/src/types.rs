@@ -128,6 +128,37 @@ pub struct Job {
     pub replica: Option<ReplicaInfo>,
 }
 
+impl Job {
+    /// A new pending job: the request and how to run it, nothing run yet.
+    pub fn new(req: JobRequest, spec: JobSpec) -> Job {
+        Job {
+            req,
+            spec,
+            state: JobState::Pending,
+            reason: PendingReason::None,
+            expected_start: None,
+            start: None,
+            end: None,
+            exit_code: None,
+            exit_signal: None,
+            allocs: Vec::new(),
+            last_allocs: Vec::new(),
+            restart_count: 0,
+            array: None,
+            steps: Vec::new(),
+            epoch: 0,
+            cancelling: false,
+            timeout_at: None,
+            warned: false,
+            node_failed: false,
+            message: None,
+            preempt_at: None,
+            confirmed: false,
+            replica: None,
+        }
+    }
+}
+
 /// A service replica's serving state (the job holds its allocation and run number).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ReplicaInfo {

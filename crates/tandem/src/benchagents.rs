@@ -26,7 +26,7 @@ use rand::{RngExt, SeedableRng};
 use serde::Serialize;
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -159,16 +159,7 @@ enum Work {
     Job(SubmitRequest),
 }
 
-struct Procs(Vec<Child>);
-
-impl Drop for Procs {
-    fn drop(&mut self) {
-        for c in &mut self.0 {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
+use crate::up::Kids as Procs;
 
 /// CPU seconds (user + system) and RSS (MiB) of a process, from /proc.
 fn proc_usage(pid: &str) -> (f64, f64) {

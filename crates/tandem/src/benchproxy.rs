@@ -104,26 +104,7 @@ pub struct Report {
     pub load_fraction: f64,
 }
 
-struct Kids(Vec<Child>);
-
-impl Drop for Kids {
-    fn drop(&mut self) {
-        for c in &mut self.0 {
-            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(c.id() as i32), nix::sys::signal::Signal::SIGTERM);
-        }
-        let deadline = Instant::now() + Duration::from_secs(5);
-        for c in &mut self.0 {
-            while Instant::now() < deadline {
-                if let Ok(Some(_)) = c.try_wait() {
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
+use crate::up::Kids;
 
 /// Reads the first stdout line of a child (`listening on ADDR`) and returns ADDR.
 fn listening(c: &mut Child, what: &str) -> Result<String> {
