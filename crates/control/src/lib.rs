@@ -126,6 +126,8 @@ pub struct Controller {
     ep_changed_ms: i64,
     now_ms: i64,
     live_replicas: BTreeSet<u64>,
+    /// Most live nodes are silent at once: no fast failover (see `suspect`).
+    silence_storm: bool,
     /// Node definitions as the scheduler takes them, rebuilt only after a node changed
     /// ([`Controller::nodes_changed`]): a pass or a submission no longer copies every node.
     defs: Option<std::sync::Arc<Vec<Node>>>,
@@ -206,6 +208,7 @@ impl Controller {
             ep_changed_ms: 0,
             now_ms: 0,
             live_replicas: BTreeSet::new(),
+            silence_storm: false,
             defs: None,
             checked: HashMap::new(),
             active_from: 0,

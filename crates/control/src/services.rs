@@ -382,8 +382,23 @@ impl Controller {
         self.ep_version
     }
 
+    /// Whether a node has been silent past the failover time. Not while most nodes are: then
+    /// the likelier story is a controller that could not keep up (or a network split), and fast
+    /// failover waits, as Kubernetes' node controller stops evicting when most of a zone is
+    /// unhealthy; the leases still decide.
     pub(crate) fn suspect(&self, n: &NodeRec) -> bool {
+        !self.silence_storm && self.silent(n)
+    }
+
+    fn silent(&self, n: &NodeRec) -> bool {
         n.node.state != NodeState::Down && self.now_ms > 0 && self.now_ms - n.seen_ms > self.failover_ms()
+    }
+
+    /// Recomputes whether most live nodes are silent at once.
+    fn judge_silence(&mut self) {
+        let live = self.nodes.iter().filter(|n| n.node.state != NodeState::Down).count();
+        let silent = self.nodes.iter().filter(|n| self.silent(n)).count();
+        self.silence_storm = live >= 2 && silent * 2 > live;
     }
 
     /// Recomputes the endpoint view; bumps its version when it changed.
@@ -552,6 +567,7 @@ impl Controller {
     pub fn services_tick(&mut self, now_ms: i64) -> usize {
         self.now_ms = self.now_ms.max(now_ms);
         let now_ms = self.now_ms;
+        self.judge_silence();
         let mut changes = 0;
         // 1. Failover: replicas on silent nodes are lost now, replaced below.
         let jobs = &self.jobs;

@@ -407,3 +407,26 @@ fn min_available_holds_against_preemption() {
     }
     assert_eq!(w.c.job(high).unwrap().state, JobState::Running);
 }
+
+#[test]
+fn when_most_nodes_go_silent_at_once_nothing_fails_over() {
+    // A controller that could not keep up sees every heartbeat late: that is not three dead
+    // nodes, and replacing every replica at once would only add load.
+    let mut w = World::new(3, 0, Settings::default());
+    w.apply(echo(3)).unwrap();
+    for _ in 0..4 {
+        w.round(200);
+    }
+    w.dead = w.nodes.clone();
+    for _ in 0..10 {
+        w.round(200);
+    }
+    assert!(!w.states("echo").contains(&ReplicaState::Lost), "{:?}", w.states("echo"));
+    assert_eq!(w.endpoints("echo").len(), 3);
+    // One node of three silent is a failure: it fails over.
+    w.dead = vec![w.nodes[0].clone()];
+    for _ in 0..12 {
+        w.round(200);
+    }
+    assert!(w.states("echo").contains(&ReplicaState::Lost), "{:?}", w.states("echo"));
+}
