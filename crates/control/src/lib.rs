@@ -50,6 +50,10 @@ pub struct Settings {
     pub max_array: u32,
     /// Which nodes each partition holds, by name (`None`: every node).
     pub partition_nodes: Vec<(String, Option<Vec<String>>)>,
+    /// Finished jobs leave the controller's memory this long after they end, seconds (Slurm's
+    /// MinJobAge, default 300); they stay in the database for `sacct`. 0: never.
+    #[serde(default)]
+    pub min_job_age: Time,
     /// A node silent this long (milliseconds) loses its service replicas to replacements at
     /// once, long before its lease lapses (batch jobs wait for the lease); 0: three heartbeat
     /// intervals, at least 1.5 s.
@@ -67,6 +71,7 @@ impl Default for Settings {
             heartbeat_ms: 500,
             kill_wait: 30,
             max_array: slurmcli::MAX_ARRAY_SIZE,
+            min_job_age: 300,
             partition_nodes: Vec::new(),
             failover_ms: 0,
         }
@@ -128,6 +133,8 @@ pub struct Controller {
     live_replicas: BTreeSet<u64>,
     /// Most live nodes are silent at once: no fast failover (see `suspect`).
     silence_storm: bool,
+    /// When finished jobs were last purged from memory.
+    last_purge: Time,
     /// Node definitions as the scheduler takes them, rebuilt only after a node changed
     /// ([`Controller::nodes_changed`]): a pass or a submission no longer copies every node.
     defs: Option<std::sync::Arc<Vec<Node>>>,
@@ -209,6 +216,7 @@ impl Controller {
             now_ms: 0,
             live_replicas: BTreeSet::new(),
             silence_storm: false,
+            last_purge: 0,
             defs: None,
             checked: HashMap::new(),
             active_from: 0,
@@ -249,7 +257,11 @@ impl Controller {
             c.nodes.push(n);
         }
         c.nodes_changed();
+        let age = c.settings.min_job_age;
         for j in jobs {
+            if age > 0 && j.state.is_final() && j.end.is_some_and(|e| e < now - age) {
+                continue; // in the database for sacct; no longer in memory
+            }
             if j.replica.is_some() && !j.state.is_final() {
                 c.live_replicas.insert(j.req.id.0);
             }
@@ -924,6 +936,8 @@ impl Controller {
                 _ => {}
             }
         }
+        // 3. Forget finished jobs older than MinJobAge (twice a minute at most).
+        self.purge(now);
         // 3. Schedule.
         info.started = self.schedule(now);
         info.pending = self.active().filter(|j| j.state == JobState::Pending).count();
@@ -1045,6 +1059,27 @@ impl Controller {
             self.start_job(now, s.job.0, s.allocs);
         }
         n
+    }
+
+    /// Drops finished jobs that ended more than `min_job_age` ago from memory (they are in the
+    /// database), except those a job not yet ended depends on, and array tasks of such arrays.
+    fn purge(&mut self, now: Time) {
+        let age = self.settings.min_job_age;
+        if age <= 0 || now - self.last_purge < 30 {
+            return;
+        }
+        self.last_purge = now;
+        let needed: std::collections::HashSet<u64> = self
+            .active()
+            .filter(|j| !j.state.is_final())
+            .flat_map(|j| j.req.dependencies.iter().filter_map(|d| d.job.map(|x| x.0)))
+            .collect();
+        self.jobs.retain(|id, j| {
+            !(j.state.is_final()
+                && j.end.is_some_and(|e| e < now - age)
+                && !needed.contains(id)
+                && j.array.is_none_or(|a| !needed.contains(&a.array_job)))
+        });
     }
 
     fn set_reason(&mut self, id: u64, reason: PendingReason, expected: Option<Time>) {

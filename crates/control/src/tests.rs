@@ -326,3 +326,26 @@ fn a_requeued_finished_job_is_scheduled_again() {
     let j = c.job(a).unwrap();
     assert_eq!((j.state, j.epoch, j.restart_count), (JobState::Running, 2, 1));
 }
+
+#[test]
+fn finished_jobs_leave_memory_after_min_job_age_unless_a_job_waits_on_them() {
+    let mut c = cluster(1, 0);
+    let a = c.submit(0, spec(1), &batch(&[]), "a").unwrap()[0];
+    let b = c.submit(0, spec(1), &batch(&[]), "a").unwrap()[0];
+    c.tick(1);
+    c.hb(1, "n0", &[], &[]).unwrap();
+    let done = |id| TaskExit { job: id, epoch: 1, step: BATCH_STEP, rank: 0, code: Some(0), signal: None, oom: false, fenced: false };
+    c.hb(5, "n0", &[], &[done(a), done(b)]).unwrap();
+    // A job that waits on b keeps b in memory; a goes once MinJobAge (300 s) has passed.
+    let waits = c.submit(6, spec(1), &batch(&["--dependency=afterok:2", "--begin=now+3600"]), "a").unwrap()[0];
+    c.tick(200);
+    assert!(c.job(a).is_some(), "not yet");
+    c.tick(400);
+    assert!(c.job(a).is_none(), "purged from memory");
+    assert!(c.job(b).is_some(), "a pending job depends on it");
+    assert_eq!(c.job(waits).unwrap().state, JobState::Pending);
+    // Restored controllers do not load old finished jobs either.
+    let jobs: Vec<Job> = c.jobs().cloned().collect();
+    let r = Controller::restore(Settings::default(), jobs, c.nodes().to_vec(), Vec::new(), 10, 10_000, 2);
+    assert!(r.job(b).is_none() && r.job(waits).is_some());
+}

@@ -9,6 +9,7 @@
 //!                         # (default: 3 heartbeats, at least 1.5 s)
 //! kill_wait = 30          # seconds between SIGTERM and SIGKILL at a time limit
 //! max_array_size = 1001   # Slurm's MaxArraySize: array indices must be below it
+//! min_job_age = 300       # Slurm's MinJobAge: finished jobs leave memory after this (0: never)
 //! [scheduler]
 //! policy = "default"      # fcfs, sjf, f1, multifactor, default
 //! backfill = "easy"       # none, easy, conservative
@@ -46,6 +47,7 @@ struct File {
     kill_wait: Option<u32>,
     failover: Option<f64>,
     max_array_size: Option<u32>,
+    min_job_age: Option<u32>,
     scheduler: Option<Sched>,
     weights: Option<toml::Table>,
     #[serde(default)]
@@ -141,6 +143,9 @@ pub fn parse(text: &str) -> Result<control::Settings> {
             );
         }
         s.failover_ms = ms.round() as i64;
+    }
+    if let Some(a) = f.min_job_age {
+        s.min_job_age = a as i64;
     }
     if let Some(m) = f.max_array_size {
         if m == 0 || m > slurmcli::MAX_ARRAY_SIZE_CAP {
