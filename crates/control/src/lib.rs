@@ -165,6 +165,13 @@ pub struct Dirty {
     pub removed_services: Vec<String>,
 }
 
+impl Dirty {
+    /// Nothing to persist.
+    pub fn is_empty(&self) -> bool {
+        self.jobs.is_empty() && self.nodes.is_empty() && self.next_id.is_none() && self.services.is_empty() && self.removed_services.is_empty()
+    }
+}
+
 /// Sort key that orders `node2` before `node10` (the order of a hostlist).
 fn natural(name: &str) -> (&str, u64, &str) {
     let digits = name.bytes().rev().take_while(u8::is_ascii_digit).count();

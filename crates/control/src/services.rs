@@ -504,7 +504,6 @@ impl Controller {
                 since_ms: now_ms,
                 drain_version: 0,
                 stop_ms: None,
-                evicting: false,
             }),
             ..Job::new(req, job_spec)
         };
@@ -717,11 +716,6 @@ impl Controller {
                     }
                     self.drain_replica(v.id, now_ms);
                     changes += 1;
-                } else if let Some(ri) = self.jobs.get_mut(&v.id).and_then(|j| j.replica.as_mut())
-                    && !ri.evicting
-                {
-                    ri.evicting = true;
-                    self.dirty_jobs.insert(v.id);
                 }
             }
         }

@@ -180,9 +180,6 @@ pub struct ReplicaInfo {
     pub drain_version: u64,
     /// When SIGTERM went out, milliseconds.
     pub stop_ms: Option<i64>,
-    /// The node it is on is drained: it is replaced, then removed when availability allows.
-    #[serde(default)]
-    pub evicting: bool,
 }
 
 /// The replica part of a task: what the agent needs to serve and supervise it.

@@ -60,7 +60,7 @@ impl Store {
 
     /// Writes the changes in one transaction; returns once they are durable.
     pub fn persist(&mut self, d: &Dirty) -> Result<(), StoreError> {
-        if d.jobs.is_empty() && d.nodes.is_empty() && d.next_id.is_none() && d.services.is_empty() && d.removed_services.is_empty() {
+        if d.is_empty() {
             return Ok(());
         }
         let tx = self.conn.transaction()?;

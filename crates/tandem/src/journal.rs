@@ -59,7 +59,7 @@ impl Journal {
     /// wait for: this batch's, or the newest one taken when nothing changed.
     pub fn push(&self, d: Dirty) -> u64 {
         let mut q = self.queue.lock().expect("journal lock");
-        if d.jobs.is_empty() && d.nodes.is_empty() && d.next_id.is_none() && d.services.is_empty() && d.removed_services.is_empty() {
+        if d.is_empty() {
             return q.last;
         }
         q.last += 1;
