@@ -188,29 +188,24 @@ fn agent_ok(app: &App, h: &HeaderMap) -> Result<(), Response> {
 impl App {
     /// Runs `f` on the controller and queues what changed for the journal, without waiting for
     /// the disk (nothing is acknowledged on the strength of it: replies wait on their own).
-    fn apply<T>(&self, f: impl FnOnce(&mut Controller) -> T) -> T {
-        let (out, version) = {
-            let mut g = self.inner.lock().expect("controller lock");
-            let out = f(&mut g.ctl);
-            let dirty = g.ctl.take_dirty();
-            self.journal.push(dirty);
-            (out, g.ctl.endpoint_version())
-        };
-        self.ep_watch.send_if_modified(|old| std::mem::replace(old, version) != version);
-        out
-    }
-
-    /// Runs `f` on the controller, waits until what changed (and everything changed before)
-    /// is durable, then returns `f`'s result.
-    async fn with<T>(&self, f: impl FnOnce(&mut Controller) -> T) -> Result<T, Response> {
+    /// Returns `f`'s result and the journal sequence number its changes must reach. Proxies
+    /// hear of a new endpoint view at once: endpoints are soft state, rebuilt at restart.
+    fn apply<T>(&self, f: impl FnOnce(&mut Controller) -> T) -> (T, u64) {
         let (out, seq, version) = {
             let mut g = self.inner.lock().expect("controller lock");
             let out = f(&mut g.ctl);
             let dirty = g.ctl.take_dirty();
             (out, self.journal.push(dirty), g.ctl.endpoint_version())
         };
-        self.settled(seq).await?;
         self.ep_watch.send_if_modified(|old| std::mem::replace(old, version) != version);
+        (out, seq)
+    }
+
+    /// Runs `f` on the controller, waits until what changed (and everything changed before)
+    /// is durable, then returns `f`'s result.
+    async fn with<T>(&self, f: impl FnOnce(&mut Controller) -> T) -> Result<T, Response> {
+        let (out, seq) = self.apply(f);
+        self.settled(seq).await?;
         Ok(out)
     }
 
