@@ -168,7 +168,11 @@ pub struct Dirty {
 impl Dirty {
     /// Nothing to persist.
     pub fn is_empty(&self) -> bool {
-        self.jobs.is_empty() && self.nodes.is_empty() && self.next_id.is_none() && self.services.is_empty() && self.removed_services.is_empty()
+        self.jobs.is_empty()
+            && self.nodes.is_empty()
+            && self.next_id.is_none()
+            && self.services.is_empty()
+            && self.removed_services.is_empty()
     }
 }
 

@@ -155,40 +155,35 @@ struct SchedReport {
 }
 
 /// Runs a benchmark.
+/// Prints a benchmark's report: one JSON object, or its table.
+fn report<R: serde::Serialize>(json: bool, r: &R, print: fn(&R)) -> Result<()> {
+    if json {
+        println!("{}", serde_json::to_string(r)?);
+    } else {
+        print(r);
+    }
+    Ok(())
+}
+
 pub fn run(cmd: BenchCmd) -> Result<()> {
     match cmd {
         BenchCmd::Load(a) => crate::loadgen::run(a),
         BenchCmd::Failover(a) => {
             let json = a.json;
             let r = crate::benchfailover::run(a)?;
-            if json {
-                println!("{}", serde_json::to_string(&r)?);
-            } else {
-                crate::benchfailover::print(&r);
-            }
-            Ok(())
+            report(json, &r, crate::benchfailover::print)
         }
         BenchCmd::Proxy(a) => {
             let json = a.json;
             let r = crate::benchproxy::run(a)?;
-            if json {
-                println!("{}", serde_json::to_string(&r)?);
-            } else {
-                crate::benchproxy::print(&r);
-            }
-            Ok(())
+            report(json, &r, crate::benchproxy::print)
         }
         BenchCmd::Submit { jobs, cli_jobs, agents, cpus_per_agent, concurrency, json } => {
             if jobs == 0 || agents == 0 || concurrency == 0 {
                 bail!("--jobs, --agents and --concurrency must be positive");
             }
             let r = crate::benchsubmit::run(jobs, cli_jobs, agents, cpus_per_agent, concurrency)?;
-            if json {
-                println!("{}", serde_json::to_string(&r)?);
-            } else {
-                crate::benchsubmit::print(&r);
-            }
-            Ok(())
+            report(json, &r, crate::benchsubmit::print)
         }
         BenchCmd::Agents {
             count,
@@ -235,12 +230,7 @@ pub fn run(cmd: BenchCmd) -> Result<()> {
                 services: (services, replicas),
             };
             let r = crate::benchagents::run(o)?;
-            if json {
-                println!("{}", serde_json::to_string(&r)?);
-            } else {
-                crate::benchagents::print(&r);
-            }
-            Ok(())
+            report(json, &r, crate::benchagents::print)
         }
         BenchCmd::Sched { nodes, gpus_per_node, pending, backfill, repeat, submissions, seed, json } => {
             let bf = match Backfill::parse(&backfill) {
