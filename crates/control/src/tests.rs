@@ -2,7 +2,7 @@
 
 use super::*;
 
-fn spec(uid: u32) -> JobSpec {
+pub(super) fn spec(uid: u32) -> JobSpec {
     JobSpec {
         script: "#!/bin/sh\necho hi\n".into(),
         script_args: vec![],
@@ -19,7 +19,7 @@ fn spec(uid: u32) -> JobSpec {
     }
 }
 
-fn batch(args: &[&str]) -> BatchSpec {
+pub(super) fn batch(args: &[&str]) -> BatchSpec {
     let mut a: Vec<String> = args.iter().map(|s| s.to_string()).collect();
     a.push("--wrap=true".into());
     slurmcli::parse_sbatch(&a, 0, &mut |_| unreachable!()).unwrap()

@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::service::{AutoscaleSpec, Quantity};
+use crate::tests::{batch, spec};
 use model::ReplicaState;
 use std::collections::BTreeMap;
 
@@ -118,6 +119,10 @@ impl World {
     fn states(&self, name: &str) -> Vec<ReplicaState> {
         self.c.replicas_of(name).filter(|j| !j.state.is_final()).map(|j| j.replica.as_ref().unwrap().state).collect()
     }
+}
+
+fn qos(name: &str, priority: u32, preempt_tier: u32) -> model::Qos {
+    model::Qos { name: name.into(), priority, preempt_tier, grace_time: 5, max_jobs_per_user: None, max_gpus_per_user: None }
 }
 
 fn echo(replicas: u32) -> ServiceSpec {
@@ -244,7 +249,7 @@ fn rolling_update_then_undo() {
 fn gpu_service_preempts_lower_tier_training_only() {
     let mut settings = Settings::default();
     settings.cluster.qos = vec![
-        model::Qos { name: "low".into(), priority: 0, preempt_tier: 0, grace_time: 5, max_jobs_per_user: None, max_gpus_per_user: None },
+        qos("low", 0, 0),
         model::Qos {
             name: "serve".into(),
             priority: 100,
@@ -253,29 +258,10 @@ fn gpu_service_preempts_lower_tier_training_only() {
             max_jobs_per_user: None,
             max_gpus_per_user: None,
         },
-        model::Qos { name: "high".into(), priority: 200, preempt_tier: 3, grace_time: 5, max_jobs_per_user: None, max_gpus_per_user: None },
+        qos("high", 200, 3),
     ];
     let mut w = World::new(2, 2, settings);
-    let job = |q: &str| {
-        let mut a: Vec<String> = vec!["--gpus-per-node=2".into(), format!("--qos={q}"), "--wrap=sleep 100".into()];
-        a.push("-t".into());
-        a.push("60".into());
-        slurmcli::parse_sbatch(&a, 0, &mut |_| unreachable!()).unwrap()
-    };
-    let spec = |uid| JobSpec {
-        script: "#!/bin/sh\n".into(),
-        script_args: vec![],
-        workdir: "/tmp".into(),
-        submit_dir: "/tmp".into(),
-        submit_host: "h".into(),
-        env: vec![],
-        output: "o".into(),
-        error: None,
-        requeue: true,
-        signal: None,
-        uid,
-        gid: uid,
-    };
+    let job = |q: &str| batch(&["--gpus-per-node=2", &format!("--qos={q}"), "-t", "60"]);
     let low = w.c.submit(1, spec(1), &job("low"), "bob").unwrap()[0];
     let high = w.c.submit(1, spec(1), &job("high"), "bob").unwrap()[0];
     w.c.tick(1);
@@ -362,10 +348,7 @@ fn refused_specs_store_nothing() {
 #[test]
 fn min_available_holds_against_preemption() {
     let mut settings = Settings::default();
-    settings.cluster.qos = vec![
-        model::Qos { name: "low".into(), priority: 0, preempt_tier: 0, grace_time: 5, max_jobs_per_user: None, max_gpus_per_user: None },
-        model::Qos { name: "high".into(), priority: 200, preempt_tier: 3, grace_time: 5, max_jobs_per_user: None, max_gpus_per_user: None },
-    ];
+    settings.cluster.qos = vec![qos("low", 0, 0), qos("high", 200, 3)];
     let mut w = World::new(2, 1, settings);
     let mut svc = echo(2);
     svc.qos = Some("low".into());
@@ -376,23 +359,7 @@ fn min_available_holds_against_preemption() {
         w.round(200);
     }
     assert_eq!(w.endpoints("echo").len(), 2);
-    let a: Vec<String> = vec!["--gpus-per-node=1".into(), "--qos=high".into(), "--wrap=sleep 100".into()];
-    let b = slurmcli::parse_sbatch(&a, 0, &mut |_| unreachable!()).unwrap();
-    let js = JobSpec {
-        script: "#!/bin/sh\n".into(),
-        script_args: vec![],
-        workdir: "/tmp".into(),
-        submit_dir: "/tmp".into(),
-        submit_host: "h".into(),
-        env: vec![],
-        output: "o".into(),
-        error: None,
-        requeue: true,
-        signal: None,
-        uid: 1,
-        gid: 1,
-    };
-    let high = w.c.submit(1, js, &b, "bob").unwrap()[0];
+    let high = w.c.submit(1, spec(1), &batch(&["--gpus-per-node=1", "--qos=high"]), "bob").unwrap()[0];
     for _ in 0..4 {
         w.round(200);
     }
