@@ -97,15 +97,6 @@ fn cancel_and_time_limit_with_signal() {
     assert!(acct.contains("TIMEOUT"), "{acct}");
 }
 
-fn raw_http(sock: &str, req: &str) -> (u16, String) {
-    let mut s = std::os::unix::net::UnixStream::connect(sock).unwrap();
-    s.write_all(req.as_bytes()).unwrap();
-    let mut buf = String::new();
-    s.read_to_string(&mut buf).unwrap();
-    let status = buf.split_whitespace().nth(1).unwrap_or("0").parse().unwrap_or(0);
-    (status, buf)
-}
-
 #[test]
 fn bad_input_gets_clear_errors_and_stores_nothing() {
     let c = Cluster::new("bad", 1, Some("h100:4"), 30);

@@ -108,9 +108,26 @@ fn bad_specs_are_refused_and_crash_loops_back_off_without_disturbing_others() {
     assert!(e.contains("invalid service name"), "{e}");
     let e = err(apply("yaml.yaml", "name: x\ncommand: [true]\nreplicas: [1]\n"));
     assert!(e.contains("yaml.yaml"), "{e}");
-    // A malformed API body is a 400, not a crash.
-    let o = c.tandem(&["service", "list"]);
-    assert!(o.status.success());
+    // Hostile API bodies get a 400 that says what is wrong, and store nothing.
+    for (path, body, want) in [
+        ("/v1/services", "{\"spec\": {\"name\": \"x\", \"command\": [\"true\"]", "malformed"),
+        ("/v1/services", "{\"spec\": {\"name\": \"x\", \"command\": [\"true\"], \"replicaz\": 2}, \"cwd\": \"/tmp\"}", "replicaz"),
+        ("/v1/services", "{\"spec\": {\"name\": \"x\", \"command\": []}, \"cwd\": \"/tmp\"}", "command"),
+        ("/v1/services", "{\"spec\": {\"name\": \"x\", \"command\": [\"true\"], \"replicas\": 1e9}, \"cwd\": \"/tmp\"}", "replicas"),
+        ("/v1/services/x", "{\"action\": \"explode\"}", "malformed"),
+    ] {
+        let (status, text) = raw_http(&c.sock, &post(path, body, ""));
+        assert_eq!(status, 400, "{path} {body}: {text}");
+        assert!(text.contains(want), "{path} {body}: {text}");
+    }
+    // The proxies' endpoint needs the cluster secret.
+    let o = std::process::Command::new("curl")
+        .args(["-s", "-w", " %{http_code}", "-X", "POST", "-H", "content-type: application/json", "-d", "{\"proxy\":\"p\"}"])
+        .arg(format!("http://{}/v1/proxy/sync", c.addr))
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.ends_with(" 401") && out.contains("secret"), "{out}");
     assert!(c.tandem_ok(&["service", "list"]).lines().count() == 1, "nothing was stored");
 
     // A healthy service beside the broken ones.

@@ -5,6 +5,7 @@
 
 use std::collections::HashMap;
 
+use std::io::{Read, Write};
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -305,4 +306,22 @@ impl Drop for Proxy {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// One raw HTTP/1.1 exchange over a Unix socket (`connection: close`): status and whole reply.
+pub fn raw_http(sock: &str, req: &str) -> (u16, String) {
+    let mut s = std::os::unix::net::UnixStream::connect(sock).unwrap();
+    s.write_all(req.as_bytes()).unwrap();
+    let mut buf = String::new();
+    s.read_to_string(&mut buf).unwrap();
+    let status = buf.split_whitespace().nth(1).unwrap_or("0").parse().unwrap_or(0);
+    (status, buf)
+}
+
+/// A JSON POST request text for `raw_http`, with extra headers.
+pub fn post(path: &str, body: &str, headers: &str) -> String {
+    format!(
+        "POST {path} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n{headers}connection: close\r\n\r\n{body}",
+        body.len()
+    )
 }
