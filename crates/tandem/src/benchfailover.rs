@@ -190,7 +190,11 @@ pub fn run(a: FailoverArgs) -> Result<FailoverReport> {
             let body = crate::api::ServiceAction::Scale { replicas: n };
             send(&t, "POST", "/v1/services/echo", Some(&body), &[]).await?.ok()?;
             let deadline = Instant::now() + Duration::from_secs(30);
-            while ready(&service(&t, "echo").await?) != n as usize || service(&t, "echo").await?.replicas.len() != n as usize {
+            loop {
+                let s = service(&t, "echo").await?;
+                if ready(&s) == n as usize && s.replicas.len() == n as usize {
+                    break;
+                }
                 if Instant::now() > deadline {
                     bail!("scaling to {n} did not finish");
                 }
