@@ -20,7 +20,7 @@ mod types;
 pub use service::{Service, ServiceSpec};
 pub use services::{Endpoint, EndpointView, ProxyServiceStats, ServiceEndpoints, replica_id};
 pub use types::{
-    ArrayInfo, BATCH_STEP, Job, JobSpec, NodeRec, Order, ReplicaInfo, ReplicaReport, ReplicaTask, Step, Task, TaskExit, TaskKey,
+    ArrayInfo, ArrayRecord, BATCH_STEP, Job, JobSpec, NodeRec, Order, ReplicaInfo, ReplicaReport, ReplicaTask, Step, Task, TaskExit, TaskKey,
 };
 
 use model::{ClusterConfig, DepKind, DepStatus, JobEvent, JobId, JobState, Node, NodeEvent, NodeState, PendingReason, Time};
@@ -145,6 +145,8 @@ pub struct Controller {
     /// Every job with a smaller id has ended: the per-tick scans start here. Only a requeue
     /// brings an ended job back, and it lowers the mark.
     active_from: u64,
+    /// Arrays submitted since the last [`Controller::take_dirty`].
+    dirty_arrays: Vec<ArrayRecord>,
 }
 
 /// Most remembered submission checks ([`Controller::submit`]); past it the memo starts over.
@@ -163,12 +165,15 @@ pub struct Dirty {
     pub services: Vec<Service>,
     /// Deleted services, by name.
     pub removed_services: Vec<String>,
+    /// New job arrays: one record each; their tasks are not in `jobs` until they change.
+    pub arrays: Vec<ArrayRecord>,
 }
 
 impl Dirty {
     /// Nothing to persist.
     pub fn is_empty(&self) -> bool {
         self.jobs.is_empty()
+            && self.arrays.is_empty()
             && self.nodes.is_empty()
             && self.next_id.is_none()
             && self.services.is_empty()
@@ -231,6 +236,7 @@ impl Controller {
             defs: None,
             checked: HashMap::new(),
             active_from: 0,
+            dirty_arrays: Vec::new(),
         }
     }
 
@@ -350,7 +356,8 @@ impl Controller {
         let next_id = std::mem::take(&mut self.next_id_dirty).then_some(self.next_id);
         let services = std::mem::take(&mut self.dirty_services).into_iter().filter_map(|n| self.services.get(&n).cloned()).collect();
         let removed_services = std::mem::take(&mut self.removed_services);
-        Dirty { jobs, nodes, next_id, services, removed_services }
+        let arrays = std::mem::take(&mut self.dirty_arrays);
+        Dirty { jobs, nodes, next_id, services, removed_services, arrays }
     }
 
     fn node_defs(&self) -> Vec<Node> {
@@ -446,10 +453,14 @@ impl Controller {
                 return Err(Refused::Invalid(format!("job dependency problem: job {} does not exist", j.0)));
             }
         }
-        let indices: Vec<Option<u32>> = match &batch.array {
-            None => vec![None],
-            Some(a) => a.indices.iter().map(|&i| Some(i)).collect(),
-        };
+        if let Some(a) = &batch.array
+            && (a.indices.is_empty() || a.indices.windows(2).any(|w| w[0] >= w[1]) || a.max_running == Some(0))
+        {
+            // The CLI never sends this; a hand-made API body might.
+            return Err(Refused::Invalid(
+                "invalid job array specification: indices must be non-empty and ascending without repeats, and %N positive".into(),
+            ));
+        }
         if let Some(&last) = batch.array.as_ref().and_then(|a| a.indices.last())
             && last >= self.settings.max_array
         {
@@ -459,29 +470,29 @@ impl Controller {
                 self.settings.max_array
             )));
         }
-        let (min, max) = batch.array.as_ref().map_or((0, 0), |a| (a.indices[0], *a.indices.last().expect("non-empty")));
-        let mut ids = Vec::with_capacity(indices.len());
-        for (k, idx) in indices.iter().enumerate() {
+        let mut req = probe;
+        req.id = JobId(first);
+        let reason = if batch.hold { PendingReason::JobHeldUser } else { PendingReason::None };
+        let Some(a) = &batch.array else {
+            self.jobs.insert(first, Job { reason, ..Job::new(req, spec) });
+            self.dirty_jobs.insert(first);
+            self.next_id = first + 1;
+            self.next_id_dirty = true;
+            return Ok(vec![first]);
+        };
+        // An array: one durable record; its tasks share one copy of the spec and get records of
+        // their own only when something happens to them.
+        let (min, max) = (a.indices[0], *a.indices.last().expect("non-empty"));
+        let info = ArrayInfo { array_job: first, task: min, count: a.indices.len() as u32, min, max, max_running: a.max_running };
+        req.array = Some(model::ArrayTask { array_job: JobId(first), task: min });
+        let record = ArrayRecord::new(Job { reason, array: Some(info), ..Job::new(req, spec) }, &a.indices);
+        let mut ids = Vec::with_capacity(a.indices.len());
+        for (k, task) in record.indices().enumerate() {
             let id = first + k as u64;
-            let mut req = batch.to_request(id, user, now, default_time);
-            let array = idx.map(|task| ArrayInfo {
-                array_job: first,
-                task,
-                count: indices.len() as u32,
-                min,
-                max,
-                max_running: batch.array.as_ref().and_then(|a| a.max_running),
-            });
-            req.array = array.map(|a| model::ArrayTask { array_job: JobId(a.array_job), task: a.task });
-            let job = Job {
-                reason: if batch.hold { PendingReason::JobHeldUser } else { PendingReason::None },
-                array,
-                ..Job::new(req, spec.clone())
-            };
-            self.jobs.insert(id, job);
-            self.dirty_jobs.insert(id);
+            self.jobs.insert(id, record.task(k as u64, task));
             ids.push(id);
         }
+        self.dirty_arrays.push(record);
         self.next_id = first + ids.len() as u64;
         self.next_id_dirty = true;
         Ok(ids)

@@ -254,6 +254,35 @@ fn max_array_size_bounds_the_largest_index_as_in_slurm() {
 }
 
 #[test]
+fn an_array_record_holds_its_indices_as_runs() {
+    let mut c = cluster(1, 0);
+    for (arg, runs) in [("0-9", 1), ("1,3,5-7", 2), ("0-15:4%2", 1), ("0,3,6,7,9", 2), ("5", 1), ("2,900", 1)] {
+        let want = slurmcli::parse_array(arg).unwrap().indices;
+        let ids = c.submit(0, spec(1), &batch(&[&format!("--array={arg}")]), "a").unwrap();
+        let d = c.take_dirty();
+        assert!(d.jobs.is_empty(), "{arg}: the tasks have no records of their own yet");
+        let rec = &d.arrays[0];
+        assert_eq!(rec.indices().collect::<Vec<_>>(), want, "{arg}");
+        assert_eq!(rec.runs.len(), runs, "{arg}: {:?}", rec.runs);
+        let tasks: Vec<u32> = ids.iter().map(|id| c.job(*id).unwrap().array.unwrap().task).collect();
+        assert_eq!(tasks, want, "{arg}: task k has the k-th index");
+        assert!(ids.iter().all(|id| std::sync::Arc::ptr_eq(&c.job(*id).unwrap().spec, &c.job(ids[0]).unwrap().spec)));
+    }
+}
+
+#[test]
+fn hand_made_array_specs_are_refused_not_trusted() {
+    let mut c = cluster(1, 0);
+    for (indices, max_running) in [(vec![], None), (vec![3, 1], None), (vec![1, 1], None), (vec![1, 2], Some(0))] {
+        let mut b = batch(&["--array=1"]);
+        b.array = Some(slurmcli::ArraySpec { indices: indices.clone(), max_running });
+        let e = c.submit(0, spec(1), &b, "a").unwrap_err();
+        assert!(e.to_string().contains("invalid job array specification"), "{indices:?}: {e}");
+    }
+    assert_eq!(c.jobs().count(), 0, "nothing stored");
+}
+
+#[test]
 fn orders_are_resent_until_acknowledged() {
     let mut c = cluster(1, 0);
     c.submit(0, spec(1), &batch(&[]), "a").unwrap();

@@ -6,6 +6,7 @@ use model::{JobRequest, JobState, Node, NodeState, PendingReason, ReplicaState, 
 use crate::service::Probe;
 use sched::{Alloc, NodeUsage};
 use serde::{Deserialize, Serialize};
+use std::sync::Arc;
 
 /// The step id of a job's batch script (Slurm prints it as `.batch`).
 pub const BATCH_STEP: u32 = u32::MAX;
@@ -80,8 +81,9 @@ pub struct Step {
 pub struct Job {
     /// The scheduler's request (id, name, user, shape, limit, ...).
     pub req: JobRequest,
-    /// How to run it.
-    pub spec: JobSpec,
+    /// How to run it; shared by the tasks of an array (one copy of the script and
+    /// environment for all of them).
+    pub spec: Arc<JobSpec>,
     /// Lifecycle state.
     pub state: JobState,
     /// Why it waits (pending jobs).
@@ -130,10 +132,10 @@ pub struct Job {
 
 impl Job {
     /// A new pending job: the request and how to run it, nothing run yet.
-    pub fn new(req: JobRequest, spec: JobSpec) -> Job {
+    pub fn new(req: JobRequest, spec: impl Into<Arc<JobSpec>>) -> Job {
         Job {
             req,
-            spec,
+            spec: spec.into(),
             state: JobState::Pending,
             reason: PendingReason::None,
             expected_start: None,
@@ -356,4 +358,57 @@ pub struct TaskKey {
     pub step: u32,
     /// Rank.
     pub rank: u32,
+}
+
+/// A job array as submitted: one durable record for all its tasks (Slurm likewise stores a
+/// pending array as one job record). Task `k` (counting from 0) has job id `first + k` and the
+/// `k`-th index of `indices`; a task gets a record of its own only once something happens to it
+/// (it starts, is cancelled, held, ...), so submitting an array of N tasks writes one record,
+/// not N.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ArrayRecord {
+    /// The first task, as submitted; the others differ only in id and index.
+    pub first: Job,
+    /// The task indices, as runs `[from, to, step]` (`to` included), in submission order: an
+    /// array of any size given as `a-b:s` ranges is a few numbers.
+    pub runs: Vec<[u32; 3]>,
+}
+
+impl ArrayRecord {
+    /// The record of an array whose first task is `first`, with these indices (ascending).
+    pub fn new(first: Job, indices: &[u32]) -> ArrayRecord {
+        let mut runs: Vec<[u32; 3]> = Vec::new();
+        for &i in indices {
+            match runs.last_mut() {
+                // A run of one index takes any step; a longer one keeps its step.
+                Some(r) if r[0] == r[1] && i > r[1] => (r[1], r[2]) = (i, i - r[0]),
+                Some(r) if i > r[1] && i - r[1] == r[2] => r[1] = i,
+                _ => runs.push([i, i, 1]),
+            }
+        }
+        ArrayRecord { first, runs }
+    }
+
+    /// The array's job id (its first task's).
+    pub fn id(&self) -> u64 {
+        self.first.req.id.0
+    }
+
+    /// Every task index, in order.
+    pub fn indices(&self) -> impl Iterator<Item = u32> + '_ {
+        self.runs.iter().flat_map(|r| (r[0]..=r[1]).step_by(r[2].max(1) as usize))
+    }
+
+    /// Task `k` with index `task`, as it was submitted.
+    pub fn task(&self, k: u64, task: u32) -> Job {
+        let mut j = self.first.clone();
+        j.req.id = model::JobId(self.id() + k);
+        if let Some(a) = j.array.as_mut() {
+            a.task = task;
+        }
+        if let Some(a) = j.req.array.as_mut() {
+            a.task = task;
+        }
+        j
+    }
 }

@@ -6,7 +6,8 @@
 //! Jobs and nodes are stored as JSON documents beside the columns that `sacct`-style queries
 //! filter on (state, user, end time).
 
-use control::{Dirty, Job, NodeRec};
+use control::{ArrayRecord, Dirty, Job, NodeRec};
+use std::collections::{BTreeMap, HashSet};
 use rusqlite::{Connection, OptionalExtension, params};
 use std::path::Path;
 
@@ -51,6 +52,7 @@ impl Store {
             "CREATE TABLE IF NOT EXISTS jobs (id INTEGER PRIMARY KEY, state TEXT NOT NULL, user TEXT NOT NULL, end_time INTEGER, data TEXT NOT NULL);
              CREATE INDEX IF NOT EXISTS jobs_state ON jobs(state);
              CREATE INDEX IF NOT EXISTS jobs_user ON jobs(user);
+             CREATE TABLE IF NOT EXISTS arrays (id INTEGER PRIMARY KEY, data TEXT NOT NULL);
              CREATE TABLE IF NOT EXISTS nodes (name TEXT PRIMARY KEY, data TEXT NOT NULL);
              CREATE TABLE IF NOT EXISTS services (name TEXT PRIMARY KEY, data TEXT NOT NULL);
              CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);",
@@ -68,6 +70,10 @@ impl Store {
             let mut put = tx.prepare_cached("INSERT OR REPLACE INTO jobs (id, state, user, end_time, data) VALUES (?1, ?2, ?3, ?4, ?5)")?;
             for j in &d.jobs {
                 put.execute(params![j.req.id.0 as i64, j.state.slurm_name(), j.req.user, j.end, serde_json::to_string(j)?])?;
+            }
+            let mut put = tx.prepare_cached("INSERT OR REPLACE INTO arrays (id, data) VALUES (?1, ?2)")?;
+            for a in &d.arrays {
+                put.execute(params![a.id() as i64, serde_json::to_string(a)?])?;
             }
             let mut put = tx.prepare_cached("INSERT OR REPLACE INTO nodes (name, data) VALUES (?1, ?2)")?;
             for n in &d.nodes {
@@ -110,12 +116,37 @@ impl Store {
         Ok(())
     }
 
-    /// Loads everything.
+    /// Loads everything. An array's tasks that have no record of their own yet are made from
+    /// its array record, as submitted; tasks share the array's one copy of their spec.
     pub fn load(&self) -> Result<Loaded, StoreError> {
-        let mut jobs = Vec::new();
+        let mut jobs: Vec<Job> = Vec::new();
         let mut stmt = self.conn.prepare("SELECT data FROM jobs ORDER BY id")?;
         for row in stmt.query_map([], |r| r.get::<_, String>(0))? {
             jobs.push(serde_json::from_str(&row?)?);
+        }
+        let mut arrays: BTreeMap<u64, ArrayRecord> = BTreeMap::new();
+        let mut stmt = self.conn.prepare("SELECT data FROM arrays ORDER BY id")?;
+        for row in stmt.query_map([], |r| r.get::<_, String>(0))? {
+            let a: ArrayRecord = serde_json::from_str(&row?)?;
+            arrays.insert(a.id(), a);
+        }
+        if !arrays.is_empty() {
+            let stored: HashSet<u64> = jobs.iter().map(|j| j.req.id.0).collect();
+            for j in &mut jobs {
+                if let Some(a) = j.array.and_then(|a| arrays.get(&a.array_job))
+                    && a.first.spec == j.spec
+                {
+                    j.spec = a.first.spec.clone();
+                }
+            }
+            for a in arrays.values() {
+                for (k, task) in a.indices().enumerate() {
+                    if !stored.contains(&(a.id() + k as u64)) {
+                        jobs.push(a.task(k as u64, task));
+                    }
+                }
+            }
+            jobs.sort_by_key(|j| j.req.id.0);
         }
         let mut nodes = Vec::new();
         let mut stmt = self.conn.prepare("SELECT data FROM nodes ORDER BY rowid")?;
@@ -160,20 +191,7 @@ mod tests {
         let _ = std::fs::remove_file(&path);
         let mut c = Controller::new(Settings::default());
         c.register(0, model::Node::new("n0", 2, 1 << 30, 0), "127.0.0.1".into()).unwrap();
-        let spec = JobSpec {
-            script: "#!/bin/sh\ntrue\n".into(),
-            script_args: vec![],
-            workdir: "/tmp".into(),
-            submit_dir: "/tmp".into(),
-            submit_host: "h".into(),
-            env: vec![],
-            output: "slurm-%j.out".into(),
-            error: None,
-            requeue: true,
-            signal: None,
-            uid: 0,
-            gid: 0,
-        };
+        let spec = control_spec();
         let b = slurmcli_batch();
         c.submit(0, spec, &b, "root").unwrap();
         {
@@ -190,6 +208,60 @@ mod tests {
         let sync: i64 = s.conn.query_row("PRAGMA synchronous", [], |r| r.get(0)).unwrap();
         assert_eq!(sync, 2, "FULL");
         std::fs::remove_dir_all(dir).ok();
+    }
+
+    #[test]
+    fn an_array_is_one_record_and_loads_back_whole() {
+        let dir = std::env::temp_dir().join(format!("tandem-store-array-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("state.db");
+        let _ = std::fs::remove_file(&path);
+        let mut c = Controller::new(Settings { max_array: 20_001, ..Settings::default() });
+        c.register(0, model::Node::new("n0", 2, 1 << 30, 0), "127.0.0.1".into()).unwrap();
+        let env: Vec<(String, String)> = (0..50).map(|i| (format!("VAR{i}"), "x".repeat(40))).collect();
+        let spec = JobSpec { env, ..control_spec() };
+        let b = slurmcli::parse_sbatch(&["--wrap=true".into(), "--array=0-9999:3,20000%4".into()], 0, &mut |_| unreachable!()).unwrap();
+        let ids = c.submit(0, spec, &b, "root").unwrap();
+        assert_eq!(ids.len(), 3335);
+        let d = c.take_dirty();
+        assert_eq!((d.jobs.len(), d.arrays.len()), (0, 1), "one record for the whole array");
+        assert!(serde_json::to_string(&d.arrays[0]).unwrap().len() < 40_000, "runs, not one entry per task");
+        let mut s = Store::open(&path).unwrap();
+        s.persist(&d).unwrap();
+        // One task changes (it is cancelled): it gets its own record; the rest still come from
+        // the array record.
+        c.cancel(1, 0, ids[7], None).unwrap();
+        let d = c.take_dirty();
+        assert_eq!(d.jobs.len(), 1);
+        s.persist(&d).unwrap();
+        drop(s);
+        let l = Store::open(&path).unwrap().load().unwrap();
+        assert_eq!(l.jobs.len(), 3335);
+        let before: Vec<&Job> = c.jobs().collect();
+        for (a, b) in l.jobs.iter().zip(before) {
+            assert_eq!(a, b, "job {} loads back as it was", b.req.id.0);
+        }
+        assert_eq!(l.jobs[7].state, model::JobState::Cancelled);
+        assert_eq!(l.jobs.last().unwrap().array.unwrap().task, 20_000);
+        assert!(l.jobs.iter().all(|j| std::sync::Arc::ptr_eq(&j.spec, &l.jobs[0].spec)), "one shared spec");
+        std::fs::remove_dir_all(dir).ok();
+    }
+
+    fn control_spec() -> JobSpec {
+        JobSpec {
+            script: "#!/bin/sh\ntrue\n".into(),
+            script_args: vec![],
+            workdir: "/tmp".into(),
+            submit_dir: "/tmp".into(),
+            submit_host: "h".into(),
+            env: vec![],
+            output: "slurm-%j.out".into(),
+            error: None,
+            requeue: true,
+            signal: None,
+            uid: 0,
+            gid: 0,
+        }
     }
 
     fn slurmcli_batch() -> control_batch::BatchSpec {

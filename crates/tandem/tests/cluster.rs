@@ -231,6 +231,11 @@ fn acknowledged_submissions_survive_kill_9_and_run_exactly_once() {
     let mut i = 0;
     while i < n {
         if i == n / 3 && !killed {
+            // An array is one record until its tasks change: all of it must come back.
+            let o = c.run("sbatch", &["--parsable", "--array=0-49", "-o", "/dev/null", "--wrap", &format!("echo $SLURM_JOB_ID >> {}", marks.display())]);
+            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+            let first = String::from_utf8_lossy(&o.stdout).trim().parse::<u64>().unwrap();
+            acked.extend(first..first + 50);
             c.kill_server(); // kill -9 in the middle of the stream of submissions
             killed = true;
             // submissions now fail until it is back
@@ -244,7 +249,7 @@ fn acknowledged_submissions_survive_kill_9_and_run_exactly_once() {
         }
         i += 1;
     }
-    assert!(acked.len() >= n - 1, "only {} of {n} acknowledged", acked.len());
+    assert!(acked.len() >= n + 50 - 1, "only {} of {n} + 50 acknowledged", acked.len());
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         let q = c.ok("squeue", &["-h"]);
@@ -254,7 +259,7 @@ fn acknowledged_submissions_survive_kill_9_and_run_exactly_once() {
         assert!(Instant::now() < deadline, "queue did not drain:\n{q}");
         std::thread::sleep(Duration::from_millis(200));
     }
-    let acct = c.ok("sacct", &["-X", "-n", "-P", "--format=JobID,State"]);
+    let acct = c.ok("sacct", &["-X", "-n", "-P", "--format=JobIDRaw,State"]);
     let text = std::fs::read_to_string(&marks).unwrap();
     let mut count: HashMap<u64, u32> = HashMap::new();
     for l in text.lines() {
