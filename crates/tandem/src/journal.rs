@@ -101,7 +101,7 @@ impl Journal {
                 (std::mem::take(&mut q.pending), q.last)
             };
             let merged = merge(carry.take(), batches);
-            let records = (merged.jobs.len() + merged.nodes.len() + merged.services.len() + merged.removed_services.len()) as u64;
+            let records = (merged.jobs.len() + merged.arrays.len() + merged.nodes.len() + merged.services.len() + merged.removed_services.len()) as u64;
             let r = db.lock().expect("database lock").persist(&merged);
             if r.is_ok() {
                 let mut st = self.stats.lock().expect("stats lock");
@@ -156,6 +156,8 @@ fn merge(carry: Option<Dirty>, batches: Vec<Dirty>) -> Dirty {
         if b.next_id.is_some() {
             a.next_id = b.next_id;
         }
+        // An array record never changes after submission; its tasks' changes are job records.
+        a.arrays.extend(b.arrays);
         // Services: the newest version wins; a removal cancels earlier versions, a later
         // version cancels an earlier removal.
         for name in b.removed_services {
@@ -171,4 +173,45 @@ fn merge(carry: Option<Dirty>, batches: Vec<Dirty>) -> Dirty {
         }
     }
     a
+}
+
+#[cfg(test)]
+mod tests {
+    use super::merge;
+    use control::{Controller, JobSpec, Settings};
+
+    #[test]
+    fn merging_batches_keeps_every_array_and_the_newest_job_versions() {
+        let mut c = Controller::new(Settings::default());
+        c.register(0, model::Node::new("n0", 2, 1 << 30, 0), "127.0.0.1".into()).unwrap();
+        let spec = JobSpec {
+            script: "#!/bin/sh\ntrue\n".into(),
+            script_args: vec![],
+            workdir: "/tmp".into(),
+            submit_dir: "/tmp".into(),
+            submit_host: "h".into(),
+            env: vec![],
+            output: "slurm-%j.out".into(),
+            error: None,
+            requeue: true,
+            signal: None,
+            uid: 0,
+            gid: 0,
+        };
+        let b = |a: &[&str]| slurmcli::parse_sbatch(&a.iter().map(|s| s.to_string()).collect::<Vec<_>>(), 0, &mut |_| unreachable!()).unwrap();
+        let mut batches = Vec::new();
+        let single = c.submit(0, spec.clone(), &b(&["--wrap=true"]), "root").unwrap()[0];
+        batches.push(c.take_dirty());
+        for n in ["--array=0-9", "--array=0-4"] {
+            c.submit(0, spec.clone(), &b(&["--wrap=true", n]), "root").unwrap();
+            batches.push(c.take_dirty());
+        }
+        c.cancel(1, 0, single, None).unwrap();
+        batches.push(c.take_dirty());
+        let m = merge(None, batches);
+        assert_eq!(m.arrays.iter().map(|a| a.indices().count()).collect::<Vec<_>>(), vec![10, 5]);
+        assert_eq!(m.jobs.len(), 1);
+        assert_eq!(m.jobs[0].state, model::JobState::Cancelled, "the newest version wins");
+        assert_eq!(m.next_id, Some(17));
+    }
 }
