@@ -134,37 +134,6 @@ fn open_append(path: &str, uid: u32, gid: u32) -> std::io::Result<std::fs::File>
     Ok(f)
 }
 
-/// The hidden first argument that turns `tandem` into the task launcher.
-pub const EXEC_SHIM: &str = "__exec-task";
-
-/// The task launcher, run by the agent as `tandem __exec-task CGROUP UID GID PROGRAM ARGS...`:
-/// joins the job's cgroup (`-` for none) while still root, drops to the user, then replaces
-/// itself with the program, so the task and everything it forks start inside the cgroup.
-pub fn exec_task(args: &[String]) -> anyhow::Error {
-    use std::os::unix::process::CommandExt;
-    let [cgroup, uid, gid, program, rest @ ..] = args else {
-        return anyhow::anyhow!("usage: tandem {EXEC_SHIM} CGROUP UID GID PROGRAM [ARGS...]");
-    };
-    if cgroup != "-"
-        && let Err(e) = std::fs::write(Path::new(cgroup).join("cgroup.procs"), std::process::id().to_string())
-    {
-        return anyhow::anyhow!("joining cgroup {cgroup}: {e}");
-    }
-    let (Ok(uid), Ok(gid)) = (uid.parse::<u32>(), gid.parse::<u32>()) else {
-        return anyhow::anyhow!("bad uid/gid {uid}/{gid}");
-    };
-    if nix::unistd::geteuid().is_root()
-        && uid != 0
-        && let Err(e) = nix::unistd::setgroups(&[nix::unistd::Gid::from_raw(gid)])
-            .and_then(|_| nix::unistd::setgid(nix::unistd::Gid::from_raw(gid)))
-            .and_then(|_| nix::unistd::setuid(nix::unistd::Uid::from_raw(uid)))
-    {
-        return anyhow::anyhow!("switching to uid {uid}: {e}");
-    }
-    let e = std::process::Command::new(program).args(rest).exec();
-    anyhow::anyhow!("cannot run {program}: {e}")
-}
-
 pub(crate) fn launch(t: &Task, spool: &Path, cg: &Cgroups) -> Result<(tokio::process::Child, Option<PathBuf>)> {
     let (program, args): (String, Vec<String>) = match &t.script {
         Some(text) => {
@@ -182,13 +151,20 @@ pub(crate) fn launch(t: &Task, spool: &Path, cg: &Cgroups) -> Result<(tokio::pro
         open_append(&t.stderr, t.uid, t.gid).with_context(|| format!("cannot open error file {}", t.stderr))?
     };
     let cgroup = cg.create(t.job, t.epoch, t.mem_limit);
-    let shim = std::env::current_exe().context("locating the tandem binary")?;
-    let mut cmd = tokio::process::Command::new(shim);
-    cmd.arg(EXEC_SHIM)
-        .arg(cgroup.as_deref().map_or_else(|| "-".to_string(), |p| p.display().to_string()))
-        .arg(t.uid.to_string())
-        .arg(t.gid.to_string())
-        .arg(&program);
+    // The child joins the job's cgroup while still root, then drops to the user, then becomes
+    // the task: all between fork and exec, with system calls only (no exec of a launcher).
+    let procs = match &cgroup {
+        Some(p) => Some(
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open(p.join("cgroup.procs"))
+                .with_context(|| format!("joining cgroup {}", p.display()))?,
+        ),
+        None => None,
+    };
+    let user = (nix::unistd::geteuid().is_root() && t.uid != 0).then_some((t.uid, t.gid));
+    let mut cmd = tokio::process::Command::new(&program);
+    exec::prepare(cmd.as_std_mut(), &exec::Setup { cgroup_procs: procs.as_ref(), user });
     cmd.args(&args)
         .env_clear()
         .envs(t.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))

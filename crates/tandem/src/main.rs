@@ -259,12 +259,6 @@ fn main() -> std::process::ExitCode {
     if argv.get(1).map(String::as_str) == Some(upstream::UPSTREAM_CMD) {
         return exit_with("tandem __upstream", upstream::run(&argv[2..]).map(|_| 0));
     }
-    if argv.get(1).map(String::as_str) == Some(agent::EXEC_SHIM) {
-        // Only returns on failure: it becomes the task.
-        let e = agent::exec_task(&argv[2..]);
-        eprintln!("tandem: error: cannot start the task: {e:#}");
-        return std::process::ExitCode::from(127);
-    }
     let cli = Cli::parse();
     let (name, r): (&str, Result<i32>) = match cli.cmd {
         Cmd::Submit { args } => ("sbatch", cli::sbatch(&args)),

@@ -13,9 +13,14 @@ pub const ARROWS: &[(&str, &[&str])] = &[
     ("store", &["control"]),
     ("sim", &["sched", "trace", "model"]),
     ("balance", &[]),
-    ("tandem", &["sim", "sched", "trace", "model", "slurmcli", "control", "store", "balance"]),
+    ("exec", &[]),
+    ("tandem", &["sim", "sched", "trace", "model", "slurmcli", "control", "store", "balance", "exec"]),
     ("xtask", &[]),
 ];
+
+/// The only crate that may use `unsafe` (it sets its own lints; every other crate takes the
+/// workspace's, which forbid it).
+pub const UNSAFE_ALLOWED: &str = "exec";
 
 /// Crates that must stay pure: no IO, no clock, no unseeded randomness, no async runtime.
 pub const PURE: &[&str] = &["model", "sched", "sim", "slurmcli", "control", "balance"];
