@@ -147,7 +147,13 @@ pub struct Controller {
     active_from: u64,
     /// Arrays submitted since the last [`Controller::take_dirty`].
     dirty_arrays: Vec<ArrayRecord>,
+    /// The specs of the last few submissions: a submission with the same script, environment
+    /// and options (a loop of `sbatch` from one shell) shares one copy instead of keeping its own.
+    recent_specs: std::collections::VecDeque<std::sync::Arc<JobSpec>>,
 }
+
+/// How many recent submissions' specs [`Controller::share_spec`] compares a new one with.
+const RECENT_SPECS: usize = 8;
 
 /// Most remembered submission checks ([`Controller::submit`]); past it the memo starts over.
 const MAX_CHECKED: usize = 4096;
@@ -237,7 +243,21 @@ impl Controller {
             checked: HashMap::new(),
             active_from: 0,
             dirty_arrays: Vec::new(),
+            recent_specs: std::collections::VecDeque::new(),
         }
+    }
+
+    /// One shared copy of `spec`: a recent submission's, if equal, else a new one.
+    fn share_spec(&mut self, spec: impl Into<std::sync::Arc<JobSpec>>) -> std::sync::Arc<JobSpec> {
+        let spec = spec.into();
+        if let Some(i) = self.recent_specs.iter().position(|s| std::sync::Arc::ptr_eq(s, &spec) || **s == *spec) {
+            let shared = self.recent_specs.remove(i).expect("found");
+            self.recent_specs.push_front(shared.clone());
+            return shared;
+        }
+        self.recent_specs.push_front(spec.clone());
+        self.recent_specs.truncate(RECENT_SPECS);
+        spec
     }
 
     /// Rebuilds the controller from persisted records. Every lease is renewed to `now + lease`
@@ -275,13 +295,14 @@ impl Controller {
         }
         c.nodes_changed();
         let age = c.settings.min_job_age;
-        for j in jobs {
+        for mut j in jobs {
             if age > 0 && j.state.is_final() && j.end.is_some_and(|e| e < now - age) {
                 continue; // in the database for sacct; no longer in memory
             }
             if j.replica.is_some() && !j.state.is_final() {
                 c.live_replicas.insert(j.req.id.0);
             }
+            j.spec = c.share_spec(j.spec);
             c.jobs.insert(j.req.id.0, j);
         }
         c.advance_active();
@@ -472,6 +493,7 @@ impl Controller {
         }
         let mut req = probe;
         req.id = JobId(first);
+        let spec = self.share_spec(spec);
         let reason = if batch.hold { PendingReason::JobHeldUser } else { PendingReason::None };
         let Some(a) = &batch.array else {
             self.jobs.insert(first, Job { reason, ..Job::new(req, spec) });

@@ -271,6 +271,22 @@ fn an_array_record_holds_its_indices_as_runs() {
 }
 
 #[test]
+fn submissions_with_the_same_spec_share_one_copy() {
+    let mut c = cluster(1, 0);
+    let a = c.submit(0, spec(1), &batch(&[]), "a").unwrap()[0];
+    let other = c.submit(0, JobSpec { script: "#!/bin/sh\nfalse\n".into(), ..spec(1) }, &batch(&[]), "a").unwrap()[0];
+    let b = c.submit(0, spec(1), &batch(&[]), "a").unwrap()[0];
+    let same = |x: u64, y: u64| std::sync::Arc::ptr_eq(&c.job(x).unwrap().spec, &c.job(y).unwrap().spec);
+    assert!(same(a, b), "a loop of identical submissions keeps one spec");
+    assert!(!same(a, other));
+    assert_eq!(c.job(other).unwrap().spec.script, "#!/bin/sh\nfalse\n");
+    // After a restart too.
+    let jobs: Vec<Job> = c.jobs().map(|j| Job { spec: std::sync::Arc::new((*j.spec).clone()), ..j.clone() }).collect();
+    let r = Controller::restore(Settings::default(), jobs, c.nodes().to_vec(), Vec::new(), 10, 1, 2);
+    assert!(std::sync::Arc::ptr_eq(&r.job(a).unwrap().spec, &r.job(b).unwrap().spec));
+}
+
+#[test]
 fn hand_made_array_specs_are_refused_not_trusted() {
     let mut c = cluster(1, 0);
     for (indices, max_running) in [(vec![], None), (vec![3, 1], None), (vec![1, 1], None), (vec![1, 2], Some(0))] {
