@@ -147,6 +147,9 @@ pub struct Controller {
     active_from: u64,
     /// Arrays submitted since the last [`Controller::take_dirty`].
     dirty_arrays: Vec<ArrayRecord>,
+    /// Arrays accepted by [`Controller::accept`] whose tasks are not yet in `jobs`
+    /// ([`Controller::expand`]).
+    unexpanded: Vec<ArrayRecord>,
     /// The specs of the last few submissions: a submission with the same script, environment
     /// and options (a loop of `sbatch` from one shell) shares one copy instead of keeping its own.
     recent_specs: std::collections::VecDeque<std::sync::Arc<JobSpec>>,
@@ -243,6 +246,7 @@ impl Controller {
             checked: HashMap::new(),
             active_from: 0,
             dirty_arrays: Vec::new(),
+            unexpanded: Vec::new(),
             recent_specs: std::collections::VecDeque::new(),
         }
     }
@@ -350,13 +354,15 @@ impl Controller {
         if self.settings.failover_ms > 0 { self.settings.failover_ms } else { (3 * self.heartbeat_ms() as i64).max(1500) }
     }
 
-    /// All jobs, by id.
+    /// All jobs, by id ([`Controller::expand`] first, after [`Controller::accept`]).
     pub fn jobs(&self) -> impl Iterator<Item = &Job> {
+        debug_assert!(self.unexpanded.is_empty(), "expand() after accept()");
         self.jobs.values()
     }
 
-    /// One job.
+    /// One job ([`Controller::expand`] first, after [`Controller::accept`]).
     pub fn job(&self, id: u64) -> Option<&Job> {
+        debug_assert!(self.unexpanded.is_empty(), "expand() after accept()");
         self.jobs.get(&id)
     }
 
@@ -456,8 +462,20 @@ impl Controller {
     }
 
     /// Accepts a submission: validates it against the cluster (nothing is stored when it is
-    /// refused), expands arrays, and returns the new job ids.
+    /// refused), expands arrays into their tasks, and returns the new job ids.
     pub fn submit(&mut self, now: Time, spec: JobSpec, batch: &BatchSpec, user: &str) -> Result<Vec<u64>, Refused> {
+        let ids = self.accept(now, spec, batch, user)?;
+        self.expand();
+        Ok(ids)
+    }
+
+    /// [`Controller::submit`] without making an array's tasks yet: what must be durable (the
+    /// array's one record, the next id) is in [`Controller::take_dirty`] at once, and the tasks
+    /// appear at the next [`Controller::expand`]. A daemon answers the submission once the
+    /// record is durable and calls `expand` before anything else reads or changes the controller,
+    /// so a large array is acknowledged without waiting for its tasks to be built in memory
+    /// (as Slurm keeps a pending array as one record).
+    pub fn accept(&mut self, now: Time, spec: JobSpec, batch: &BatchSpec, user: &str) -> Result<Vec<u64>, Refused> {
         let part = self
             .settings
             .cluster
@@ -508,16 +526,21 @@ impl Controller {
         let info = ArrayInfo { array_job: first, task: min, count: a.indices.len() as u32, min, max, max_running: a.max_running };
         req.array = Some(model::ArrayTask { array_job: JobId(first), task: min });
         let record = ArrayRecord::new(Job { reason, array: Some(info), ..Job::new(req, spec) }, &a.indices);
-        let mut ids = Vec::with_capacity(a.indices.len());
-        for (k, task) in record.indices().enumerate() {
-            let id = first + k as u64;
-            self.jobs.insert(id, record.task(k as u64, task));
-            ids.push(id);
-        }
-        self.dirty_arrays.push(record);
+        let ids: Vec<u64> = (first..first + a.indices.len() as u64).collect();
+        self.dirty_arrays.push(record.clone());
+        self.unexpanded.push(record);
         self.next_id = first + ids.len() as u64;
         self.next_id_dirty = true;
         Ok(ids)
+    }
+
+    /// Makes the tasks of the arrays accepted since the last call ([`Controller::accept`]).
+    pub fn expand(&mut self) {
+        for record in std::mem::take(&mut self.unexpanded) {
+            for (k, task) in record.indices().enumerate() {
+                self.jobs.insert(record.id() + k as u64, record.task(k as u64, task));
+            }
+        }
     }
 
     fn owned(&self, uid: u32, id: u64) -> Result<&Job, Refused> {

@@ -287,6 +287,21 @@ fn submissions_with_the_same_spec_share_one_copy() {
 }
 
 #[test]
+fn an_accepted_array_is_durable_at_once_and_its_tasks_come_with_expand() {
+    let mut c = cluster(1, 0);
+    let ids = c.accept(0, spec(1), &batch(&["--array=0-99"]), "a").unwrap();
+    assert_eq!(ids, (1..=100).collect::<Vec<u64>>());
+    let d = c.take_dirty();
+    assert_eq!((d.arrays.len(), d.jobs.len(), d.next_id), (1, 0, Some(101)), "one record and the next id");
+    c.expand();
+    assert_eq!(c.jobs().count(), 100);
+    assert_eq!(c.job(ids[99]).unwrap().array.unwrap().task, 99);
+    c.expand();
+    assert_eq!(c.jobs().count(), 100, "expanding twice adds nothing");
+    assert!(c.take_dirty().is_empty(), "expanding writes nothing");
+}
+
+#[test]
 fn hand_made_array_specs_are_refused_not_trusted() {
     let mut c = cluster(1, 0);
     for (indices, max_running) in [(vec![], None), (vec![3, 1], None), (vec![1, 1], None), (vec![1, 2], Some(0))] {

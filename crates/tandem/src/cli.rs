@@ -284,7 +284,10 @@ pub fn squeue(args: &[String]) -> Result<i32> {
     let mut list = jobs(&Target::from_env()?, &query)?;
     if let Some(ids) = ids {
         let want: Vec<String> = ids.split(',').map(str::to_string).collect();
-        list.retain(|j| want.iter().any(|w| *w == j.display_id || *w == j.id.to_string()));
+        // An array's job id selects all its tasks, as in Slurm.
+        list.retain(|j| {
+            want.iter().any(|w| *w == j.display_id || *w == j.id.to_string() || j.display_id.strip_prefix(w.as_str()).is_some_and(|r| r.starts_with('_')))
+        });
     }
     if start {
         list.retain(|j| j.state == "PENDING");

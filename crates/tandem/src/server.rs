@@ -186,13 +186,22 @@ fn agent_ok(app: &App, h: &HeaderMap) -> Result<(), Response> {
 }
 
 impl App {
+    /// The controller, locked, with every accepted array made into its tasks
+    /// (`Controller::expand`): a submission is answered once its record is durable, and
+    /// whoever takes the lock next, a read or the scheduler, builds the tasks first.
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        let mut g = self.inner.lock().expect("controller lock");
+        g.ctl.expand();
+        g
+    }
+
     /// Runs `f` on the controller and queues what changed for the journal, without waiting for
     /// the disk (nothing is acknowledged on the strength of it: replies wait on their own).
     /// Returns `f`'s result and the journal sequence number its changes must reach. Proxies
     /// hear of a new endpoint view at once: endpoints are soft state, rebuilt at restart.
     fn apply<T>(&self, f: impl FnOnce(&mut Controller) -> T) -> (T, u64) {
         let (out, seq, version) = {
-            let mut g = self.inner.lock().expect("controller lock");
+            let mut g = self.lock();
             let out = f(&mut g.ctl);
             let dirty = g.ctl.take_dirty();
             (out, self.journal.push(dirty), g.ctl.endpoint_version())
@@ -217,7 +226,7 @@ impl App {
 
     /// Wakes the long-polling heartbeats of nodes that have orders waiting.
     fn wake_nodes(&self) {
-        let names = self.inner.lock().expect("lock").ctl.nodes_with_orders();
+        let names = self.lock().ctl.nodes_with_orders();
         let w = self.node_wake.lock().expect("lock");
         for n in names {
             if let Some(x) = w.get(&n) {
@@ -344,7 +353,7 @@ async fn submit(
     };
     if b.test_only {
         let t = now();
-        let checked = app.inner.lock().expect("lock").ctl.check_submit(t, &b, &user);
+        let checked = app.lock().ctl.check_submit(t, &b, &user);
         return match checked {
             Ok(part) => Json(SubmitResponse {
                 job_ids: vec![],
@@ -355,7 +364,7 @@ async fn submit(
         };
     }
     let t = now();
-    let r = app.with(|c| c.submit(t, spec, &b, &user)).await;
+    let r = app.with(|c| c.accept(t, spec, &b, &user)).await;
     match r {
         Ok(Ok(ids)) => {
             app.metrics.lock().expect("lock").submissions += ids.len() as u64;
@@ -377,7 +386,7 @@ struct JobQuery {
 
 async fn list_jobs(State(app): State<App>, Query(q): Query<JobQuery>) -> Response {
     let (jobs, seq) = {
-        let g = app.inner.lock().expect("lock");
+        let g = app.lock();
         (select_jobs(&g.ctl, q), app.journal.last())
     };
     if let Err(r) = app.settled(seq).await {
@@ -407,7 +416,7 @@ fn select_jobs(ctl: &Controller, q: JobQuery) -> Vec<JobInfo> {
 
 async fn get_job(State(app): State<App>, Path(id): Path<u64>) -> Response {
     let (job, seq) = {
-        let g = app.inner.lock().expect("lock");
+        let g = app.lock();
         (g.ctl.job(id).map(job_info), app.journal.last())
     };
     if let Err(r) = app.settled(seq).await {
@@ -504,7 +513,7 @@ async fn create_step(
 
 async fn list_nodes(State(app): State<App>) -> Response {
     let (nodes, seq) = {
-        let g = app.inner.lock().expect("lock");
+        let g = app.lock();
         (node_infos(&g.ctl), app.journal.last())
     };
     if let Err(r) = app.settled(seq).await {
@@ -579,7 +588,7 @@ async fn history(State(app): State<App>, Query(q): Query<HistoryQuery>) -> Respo
     // once everything seen in memory is durable (a job that ended in between is in both: the
     // table's final record wins).
     let (live, seq) = {
-        let g = app.inner.lock().expect("lock");
+        let g = app.lock();
         let live: Vec<JobInfo> =
             g.ctl.jobs().filter(|j| !j.state.is_final() && q.user.as_deref().is_none_or(|u| j.req.user == u)).map(job_info).collect();
         (live, app.journal.last())
@@ -601,7 +610,7 @@ async fn history(State(app): State<App>, Query(q): Query<HistoryQuery>) -> Respo
 }
 
 async fn priorities(State(app): State<App>) -> Response {
-    let g = app.inner.lock().expect("lock");
+    let g = app.lock();
     let rows: Vec<(u64, sched::Breakdown)> = g.ctl.priorities(now());
     Json(rows).into_response()
 }
@@ -671,7 +680,7 @@ async fn heartbeat(
 }
 
 async fn metrics(State(app): State<App>) -> Response {
-    let g = app.inner.lock().expect("lock");
+    let g = app.lock();
     let m = app.metrics.lock().expect("lock");
     let mut by_state: std::collections::BTreeMap<&str, u64> = std::collections::BTreeMap::new();
     for j in g.ctl.jobs() {

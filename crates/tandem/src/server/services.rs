@@ -83,7 +83,7 @@ async fn apply(
 
 async fn list(State(app): State<App>) -> Response {
     let (out, seq) = {
-        let g = app.inner.lock().expect("lock");
+        let g = app.lock();
         (g.ctl.services().map(|s| service_info(&g.ctl, s)).collect::<Vec<ServiceInfo>>(), app.journal.last())
     };
     // Show nothing a crash could undo.
@@ -93,7 +93,7 @@ async fn list(State(app): State<App>) -> Response {
 
 async fn show(State(app): State<App>, Path(name): Path<String>) -> Response {
     let (out, seq) = {
-        let g = app.inner.lock().expect("lock");
+        let g = app.lock();
         (g.ctl.service(&name).map(|s| service_info(&g.ctl, s)), app.journal.last())
     };
     or_reply!(app.settled(seq).await);
@@ -157,7 +157,7 @@ async fn proxy_sync(
     let mut rx = app.ep_watch.subscribe();
     let had_waiting = s.services.values().any(|x| x.waiting > 0);
     let view = {
-        let mut g = app.inner.lock().expect("lock");
+        let mut g = app.lock();
         g.ctl.proxy_sync(now_ms(), &s.proxy, s.since, s.services)
     };
     if had_waiting {
@@ -168,7 +168,7 @@ async fn proxy_sync(
         return Json(view).into_response();
     }
     let _ = tokio::time::timeout(Duration::from_millis(s.wait_ms.min(30_000)), rx.changed()).await;
-    let view = app.inner.lock().expect("lock").ctl.endpoint_view();
+    let view = app.lock().ctl.endpoint_view();
     Json(view).into_response()
 }
 
