@@ -40,6 +40,27 @@ pub struct JobSpec {
     pub gid: u32,
 }
 
+impl JobSpec {
+    /// A root job that runs `script` in `/tmp`, default output, requeueable: what tests and
+    /// tools start from.
+    pub fn script(script: &str) -> JobSpec {
+        JobSpec {
+            script: script.into(),
+            script_args: Vec::new(),
+            workdir: "/tmp".into(),
+            submit_dir: "/tmp".into(),
+            submit_host: "localhost".into(),
+            env: Vec::new(),
+            output: "slurm-%j.out".into(),
+            error: None,
+            requeue: true,
+            signal: None,
+            uid: 0,
+            gid: 0,
+        }
+    }
+}
+
 /// An array task's place in its array.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ArrayInfo {

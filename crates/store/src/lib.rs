@@ -248,20 +248,7 @@ mod tests {
     }
 
     fn control_spec() -> JobSpec {
-        JobSpec {
-            script: "#!/bin/sh\ntrue\n".into(),
-            script_args: vec![],
-            workdir: "/tmp".into(),
-            submit_dir: "/tmp".into(),
-            submit_host: "h".into(),
-            env: vec![],
-            output: "slurm-%j.out".into(),
-            error: None,
-            requeue: true,
-            signal: None,
-            uid: 0,
-            gid: 0,
-        }
+        JobSpec::script("#!/bin/sh\ntrue\n")
     }
 
     fn slurmcli_batch() -> control_batch::BatchSpec {

@@ -184,20 +184,7 @@ mod tests {
     fn merging_batches_keeps_every_array_and_the_newest_job_versions() {
         let mut c = Controller::new(Settings::default());
         c.register(0, model::Node::new("n0", 2, 1 << 30, 0), "127.0.0.1".into()).unwrap();
-        let spec = JobSpec {
-            script: "#!/bin/sh\ntrue\n".into(),
-            script_args: vec![],
-            workdir: "/tmp".into(),
-            submit_dir: "/tmp".into(),
-            submit_host: "h".into(),
-            env: vec![],
-            output: "slurm-%j.out".into(),
-            error: None,
-            requeue: true,
-            signal: None,
-            uid: 0,
-            gid: 0,
-        };
+        let spec = JobSpec::script("#!/bin/sh\ntrue\n");
         let b = |a: &[&str]| slurmcli::parse_sbatch(&a.iter().map(|s| s.to_string()).collect::<Vec<_>>(), 0, &mut |_| unreachable!()).unwrap();
         let mut batches = Vec::new();
         let single = c.submit(0, spec.clone(), &b(&["--wrap=true"]), "root").unwrap()[0];
