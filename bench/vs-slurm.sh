@@ -185,11 +185,16 @@ percentile() { # p file-of-numbers
 }
 
 free_port_base() { # a base port with base..base+NODES all free
-    local b p busy
-    for b in $(shuf -i 20000-60000 -n 50); do
+    # Below the kernel's ephemeral range, so that no outgoing connection (other programs on a
+    # busy machine open thousands) takes one of them between this check and the daemons' bind;
+    # and free of every socket, not only listening ones.
+    local b p busy lo
+    read -r lo _ < /proc/sys/net/ipv4/ip_local_port_range
+    ((lo > 12000)) || lo=61000
+    for b in $(shuf -i 10000-$((lo - NODES - 2)) -n 50); do
         busy=0
         for ((p = b; p <= b + NODES; p++)); do
-            if ss -Htln "sport = :$p" | grep -q .; then busy=1; break; fi
+            if ss -Htan "sport = :$p" | grep -q .; then busy=1; break; fi
         done
         [[ $busy == 0 ]] && { echo "$b"; return; }
     done
