@@ -112,7 +112,7 @@ pub struct TickInfo {
 #[derive(Debug)]
 pub struct Controller {
     settings: Settings,
-    jobs: BTreeMap<u64, Job>,
+    jobs: BTreeMap<u64, Box<Job>>,
     nodes: Vec<NodeRec>,
     node_index: HashMap<String, usize>,
     next_id: u64,
@@ -307,7 +307,7 @@ impl Controller {
                 c.live_replicas.insert(j.req.id.0);
             }
             j.spec = c.share_spec(j.spec);
-            c.jobs.insert(j.req.id.0, j);
+            c.jobs.insert(j.req.id.0, Box::new(j));
         }
         c.advance_active();
         // Re-apply running allocations to node usage.
@@ -357,13 +357,13 @@ impl Controller {
     /// All jobs, by id ([`Controller::expand`] first, after [`Controller::accept`]).
     pub fn jobs(&self) -> impl Iterator<Item = &Job> {
         debug_assert!(self.unexpanded.is_empty(), "expand() after accept()");
-        self.jobs.values()
+        self.jobs.values().map(|j| &**j)
     }
 
     /// One job ([`Controller::expand`] first, after [`Controller::accept`]).
     pub fn job(&self, id: u64) -> Option<&Job> {
         debug_assert!(self.unexpanded.is_empty(), "expand() after accept()");
-        self.jobs.get(&id)
+        self.jobs.get(&id).map(|j| &**j)
     }
 
     /// All nodes.
@@ -378,7 +378,7 @@ impl Controller {
 
     /// Records changed since the last call (to persist).
     pub fn take_dirty(&mut self) -> Dirty {
-        let jobs = std::mem::take(&mut self.dirty_jobs).into_iter().filter_map(|id| self.jobs.get(&id).cloned()).collect();
+        let jobs = std::mem::take(&mut self.dirty_jobs).into_iter().filter_map(|id| self.jobs.get(&id).map(|j| Job::clone(j))).collect();
         let nodes = std::mem::take(&mut self.dirty_nodes).into_iter().filter_map(|i| self.nodes.get(i).cloned()).collect();
         let next_id = std::mem::take(&mut self.next_id_dirty).then_some(self.next_id);
         let services = std::mem::take(&mut self.dirty_services).into_iter().filter_map(|n| self.services.get(&n).cloned()).collect();
@@ -393,7 +393,7 @@ impl Controller {
 
     /// Jobs that may not have ended (a superset: from the low-water mark on).
     fn active(&self) -> impl Iterator<Item = &Job> {
-        self.jobs.range(self.active_from..).map(|(_, j)| j)
+        self.jobs.range(self.active_from..).map(|(_, j)| &**j)
     }
 
     /// Moves the low-water mark past the jobs that have ended.
@@ -514,7 +514,7 @@ impl Controller {
         let spec = self.share_spec(spec);
         let reason = if batch.hold { PendingReason::JobHeldUser } else { PendingReason::None };
         let Some(a) = &batch.array else {
-            self.jobs.insert(first, Job { reason, ..Job::new(req, spec) });
+            self.jobs.insert(first, Box::new(Job { reason, ..Job::new(req, spec) }));
             self.dirty_jobs.insert(first);
             self.next_id = first + 1;
             self.next_id_dirty = true;
@@ -538,7 +538,7 @@ impl Controller {
     pub fn expand(&mut self) {
         for record in std::mem::take(&mut self.unexpanded) {
             for (k, task) in record.indices().enumerate() {
-                self.jobs.insert(record.id() + k as u64, record.task(k as u64, task));
+                self.jobs.insert(record.id() + k as u64, Box::new(record.task(k as u64, task)));
             }
         }
     }
@@ -906,7 +906,7 @@ impl Controller {
                     None => DepStatus::Never,
                     Some(o) if o.array.is_some_and(|a| a.array_job == o.req.id.0) && j.array.is_none_or(|a| a.array_job != o.req.id.0) => {
                         // A dependency on an array job is on every task of it.
-                        let tasks: Vec<&Job> = self.jobs.values().filter(|t| t.array.is_some_and(|a| a.array_job == o.req.id.0)).collect();
+                        let tasks: Vec<&Job> = self.jobs.values().map(|t| &**t).filter(|t| t.array.is_some_and(|a| a.array_job == o.req.id.0)).collect();
                         let each: Vec<DepStatus> = tasks.iter().map(|t| dep_on(kind, t.state)).collect();
                         if each.contains(&DepStatus::Never) {
                             DepStatus::Never

@@ -120,7 +120,7 @@ impl Controller {
 
     /// Every replica job not yet ended (an index, so service work does not scan all jobs).
     fn replica_jobs(&self) -> impl Iterator<Item = &Job> + '_ {
-        self.live_replicas.iter().filter_map(|id| self.jobs.get(id)).filter(|j| !j.state.is_final())
+        self.live_replicas.iter().filter_map(|id| self.jobs.get(id).map(|j| &**j)).filter(|j| !j.state.is_final())
     }
 
     /// Proxy gauges of a service, summed over the proxies that synced lately.
@@ -507,7 +507,7 @@ impl Controller {
             }),
             ..Job::new(req, job_spec)
         };
-        self.jobs.insert(id, job);
+        self.jobs.insert(id, Box::new(job));
         self.live_replicas.insert(id);
         self.dirty_jobs.insert(id);
         self.next_id += 1;
