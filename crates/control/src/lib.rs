@@ -1039,7 +1039,13 @@ impl Controller {
         }
         let mut pending = Vec::new();
         let mut capped = Vec::new();
+        let mut held = Vec::new();
         for j in self.active().filter(|j| j.state == JobState::Pending) {
+            if j.req.held {
+                // The scheduler's first check would only say so: not copied into the pass.
+                held.push(j.req.id.0);
+                continue;
+            }
             if let Some(a) = j.array
                 && let Some(m) = a.max_running
             {
@@ -1079,6 +1085,9 @@ impl Controller {
         self.carry = plan.carry.clone();
         for id in capped {
             self.set_reason(id, PendingReason::JobArrayTaskLimit, None);
+        }
+        for id in held {
+            self.set_reason(id, PendingReason::JobHeldUser, None);
         }
         for w in &plan.waiting {
             self.set_reason(w.job.0, w.reason, w.expected_start);
@@ -1149,13 +1158,13 @@ impl Controller {
         });
     }
 
+    /// Sets a pending job's reason and expected start. Both are derived from the queue by every
+    /// pass, so a change is not written to the database (a restarted controller's first pass
+    /// sets them again): a queue of N pending jobs whose estimates move costs no N writes per pass.
     fn set_reason(&mut self, id: u64, reason: PendingReason, expected: Option<Time>) {
-        if let Some(j) = self.jobs.get_mut(&id)
-            && (j.reason != reason || j.expected_start != expected)
-        {
+        if let Some(j) = self.jobs.get_mut(&id) {
             j.reason = reason;
             j.expected_start = expected;
-            self.dirty_jobs.insert(id);
         }
     }
 
