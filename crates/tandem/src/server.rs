@@ -67,6 +67,8 @@ struct Metrics {
     passes: u64,
     pass_seconds_total: f64,
     last_pass_seconds: f64,
+    /// Of the pass time, how long the controller was held (taking inputs, applying the plan).
+    pass_lock_seconds_total: f64,
     submissions: u64,
 }
 
@@ -707,6 +709,10 @@ async fn metrics(State(app): State<App>) -> Response {
         "# HELP tandem_scheduling_pass_seconds Time spent in scheduling passes.\n# TYPE tandem_scheduling_pass_seconds summary\ntandem_scheduling_pass_seconds_sum {}\ntandem_scheduling_pass_seconds_count {}\n",
         m.pass_seconds_total, m.passes
     ));
+    s.push_str(&format!(
+        "# HELP tandem_scheduling_pass_lock_seconds_total Time scheduling passes held the controller (taking their inputs, applying their plans).\n# TYPE tandem_scheduling_pass_lock_seconds_total counter\ntandem_scheduling_pass_lock_seconds_total {}\n",
+        m.pass_lock_seconds_total
+    ));
     s.push_str(&format!("# HELP tandem_scheduling_last_pass_seconds The last pass.\n# TYPE tandem_scheduling_last_pass_seconds gauge\ntandem_scheduling_last_pass_seconds {}\n", m.last_pass_seconds));
     s.push_str("# HELP tandem_service_replicas Service replicas by state.\n# TYPE tandem_service_replicas gauge\n");
     s.push_str("# HELP tandem_service_desired_replicas Desired replicas per service.\n# TYPE tandem_service_desired_replicas gauge\n");
@@ -823,7 +829,20 @@ pub async fn run(args: ServerArgs) -> Result<()> {
             let t = now();
             // Nothing is acknowledged here: the heartbeats that carry its orders wait for its
             // commit. Not waiting for the disk lets the next pass be paced by this one.
-            let _ = sched_app.apply(|c| c.tick(t));
+            // The controller is held only to take the pass's inputs (what changed since the last
+            // pass) and to apply its plan; the scheduler runs on a blocking thread meanwhile,
+            // while requests go on.
+            let (mut pass, _) = sched_app.apply(|c| c.begin_tick(t));
+            let held = started.elapsed();
+            pass = tokio::task::spawn_blocking(move || {
+                pass.run();
+                pass
+            })
+            .await
+            .expect("the scheduling pass panicked");
+            let applying = std::time::Instant::now();
+            let _ = sched_app.apply(|c| c.finish_tick(pass));
+            let held = held + applying.elapsed();
             last = started.elapsed();
             let secs = last.as_secs_f64();
             {
@@ -831,6 +850,7 @@ pub async fn run(args: ServerArgs) -> Result<()> {
                 m.passes += 1;
                 m.pass_seconds_total += secs;
                 m.last_pass_seconds = secs;
+                m.pass_lock_seconds_total += held.as_secs_f64();
             }
             sched_app.wake_nodes();
         }
