@@ -153,6 +153,10 @@ pub struct Controller {
     mirror: Option<Box<pass::Mirror>>,
     /// A pass is out ([`Controller::begin_tick`] without its [`Controller::finish_tick`] yet).
     pass_out: bool,
+    /// No running job reaches a time limit, a `--signal` time or the end of a preemption grace
+    /// before this time: the per-tick scan of running jobs waits for it. Lowered whenever a job
+    /// starts or is preempted.
+    limits_due: Time,
 }
 
 /// Most remembered submission checks ([`Controller::submit`]); past it the memo starts over.
@@ -242,6 +246,7 @@ impl Controller {
             touched_nodes: BTreeSet::new(),
             mirror: None,
             pass_out: false,
+            limits_due: Time::MIN,
         }
     }
 
@@ -337,6 +342,14 @@ impl Controller {
     /// All jobs, by id.
     pub fn jobs(&self) -> impl Iterator<Item = &Job> {
         self.jobs.values()
+    }
+
+    /// Jobs with ids from `from` on, by id; with `live_only`, starting past the jobs known to
+    /// have ended (those after may still include some that ended). For listings read a piece
+    /// at a time.
+    pub fn jobs_from(&self, from: u64, live_only: bool) -> impl Iterator<Item = &Job> {
+        let from = if live_only { from.max(self.active_from) } else { from };
+        self.jobs.range(from..).map(|(_, j)| j)
     }
 
     /// One job.
@@ -926,15 +939,22 @@ impl Controller {
 
     /// Preemption grace and time limits (`--signal`, SIGTERM, SIGKILL after KillWait).
     fn enforce_limits(&mut self, now: Time, info: &mut TickInfo) {
-        let due = |j: &Job| {
-            let end = j.start.unwrap_or(now).saturating_add(j.req.time_limit);
-            j.preempt_at.is_some_and(|t| t <= now)
-                || j.spec.signal.is_some_and(|(_, before, _)| !j.warned && now >= end - before)
-                || now >= end
-        };
-        // The common case is nothing to do: one scan, no lookups, no copies of node names.
-        let due: Vec<u64> = self.active().filter(|j| j.state == JobState::Running && due(j)).map(|j| j.req.id.0).collect();
-        for id in due {
+        if now < self.limits_due {
+            return; // the common case: no running job is due for anything yet
+        }
+        // One scan, no lookups, no copies of node names; it also finds when the next is due.
+        let mut next = Time::MAX;
+        let mut due = Vec::new();
+        for j in self.active().filter(|j| j.state == JobState::Running) {
+            let t = Self::due_at(j, now);
+            if t <= now {
+                due.push(j.req.id.0);
+            } else {
+                next = next.min(t);
+            }
+        }
+        self.limits_due = next;
+        for id in due.clone() {
             let j = &self.jobs[&id];
             let end = j.start.unwrap_or(now).saturating_add(j.req.time_limit);
             let nodes: Vec<String> = j.allocs.iter().map(|(n, _)| n.clone()).collect();
@@ -971,6 +991,29 @@ impl Controller {
                 _ => {}
             }
         }
+        // What was just done changes when those jobs are next due.
+        for id in due {
+            if let Some(j) = self.jobs.get(&id).filter(|j| j.state == JobState::Running) {
+                self.limits_due = self.limits_due.min(Self::due_at(j, now));
+            }
+        }
+    }
+
+    /// When a running job is next due for the time-limit scan: the end of its preemption grace,
+    /// its `--signal` time, or its time limit (at `now` or before: due now, as every tick after
+    /// its limit until it ends).
+    fn due_at(j: &Job, now: Time) -> Time {
+        let end = j.start.unwrap_or(now).saturating_add(j.req.time_limit);
+        let mut t = end;
+        if let Some(p) = j.preempt_at {
+            t = t.min(p);
+        }
+        if let Some((_, before, _)) = j.spec.signal
+            && !j.warned
+        {
+            t = t.min(end.saturating_sub(before));
+        }
+        t
     }
 
     /// Drops finished jobs that ended more than `min_job_age` ago from memory (they are in the
@@ -1030,6 +1073,7 @@ impl Controller {
         j.exit_code = None;
         j.exit_signal = None;
         let first = j.allocs[0].0.clone();
+        self.limits_due = self.limits_due.min(Self::due_at(j, now));
         j.steps =
             vec![Step { id: BATCH_STEP, argv: Vec::new(), layout: vec![(first.clone(), 1)], remaining: 1, exit: 0, start: now, end: None }];
         self.dirty_jobs.insert(id);

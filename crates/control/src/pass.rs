@@ -6,10 +6,11 @@
 //!    since then, each copied once. O(changes), not O(nodes + jobs).
 //! 2. [`Pass::run`] (holding nothing): brings the pass's [`Mirror`] (what the scheduler saw last
 //!    time) up to date with those changes and runs [`sched::schedule`] on it. Pure.
-//! 3. [`Controller::finish_tick`] (holding the controller): applies the plan after checking it is
-//!    still valid. Whatever changed meanwhile is left to the next pass: a job touched since step
-//!    1 is neither started, nor failed, nor given a reason, nor preempted; a start whose nodes are
-//!    no longer up, or no longer have room, is not made.
+//! 3. [`Controller::finish_tick`] (holding the controller), or [`Controller::finish_some`] a
+//!    piece at a time: applies the plan after checking it is still valid. Whatever changed
+//!    meanwhile is left to the next pass: a job touched since step 1 is neither started, nor
+//!    failed, nor given a reason, nor preempted; a start whose nodes are no longer up, or no
+//!    longer have room, is not made.
 //!
 //! [`Controller::tick`] runs the three in a row: with nothing in between, every check passes and
 //! the plan is exactly the one a pass over a snapshot rebuilt from scratch would make (the mirror
@@ -44,7 +45,7 @@ impl Touched {
 
 /// What the scheduler saw at the last pass, kept from pass to pass: usage per node, and the
 /// pending and running jobs in id order (the order a scan of the controller's jobs gives).
-#[derive(Debug, Default, Clone, PartialEq)]
+#[derive(Debug, Default)]
 pub(crate) struct Mirror {
     usage: Vec<NodeUsage>,
     pending: Vec<Pending>,
@@ -57,6 +58,9 @@ pub(crate) struct Mirror {
     /// the same reason pass after pass costs the controller nothing. A job touched since loses
     /// its entry.
     reasons: HashMap<u64, (PendingReason, Option<Time>)>,
+    /// The node definitions of the last pass, and what the scheduler derived from them.
+    last_nodes: Option<Arc<Vec<Node>>>,
+    reuse: sched::Reuse,
 }
 
 /// A job as the mirror should have it now.
@@ -88,6 +92,12 @@ pub struct Pass {
     carry: Carry,
     ran: bool,
     plan: Option<Plan>,
+    /// Applying: the reasons, rejections and preemptions are done.
+    head_done: bool,
+    /// Applying: starts looked at so far.
+    applied: usize,
+    /// Applied in full.
+    spent: bool,
 }
 
 impl Pass {
@@ -135,7 +145,10 @@ impl Pass {
             fairshare: &self.fairshare,
             carry: &self.carry,
         };
-        let mut plan = sched::schedule(&snap, self.now, 0, &self.config);
+        // The controller's cached definitions are a new list whenever a node changed.
+        let same = m.last_nodes.as_ref().is_some_and(|n| Arc::ptr_eq(n, &self.nodes));
+        let mut plan = sched::schedule_reusing(&snap, self.now, 0, &self.config, &mut m.reuse, same);
+        m.last_nodes = Some(self.nodes.clone());
         // Only the reasons that changed go to the controller.
         plan.waiting.retain(|w| m.reasons.insert(w.job.0, (w.reason, w.expected_start)) != Some((w.reason, w.expected_start)));
         self.plan = Some(plan);
@@ -331,43 +344,81 @@ impl Controller {
             carry: self.carry.clone(),
             ran: false,
             plan: None,
+            head_done: false,
+            applied: 0,
+            spent: false,
         }
     }
 
     /// Step 3 of a tick: applies the pass's plan, except what changed since
     /// [`Controller::begin_tick`] (see the module doc), and takes its mirror back.
     pub fn finish_tick(&mut self, mut pass: Pass) -> TickInfo {
-        assert!(pass.ran, "Pass::run before finish_tick");
-        let mut info = pass.info;
-        let now = pass.now;
-        let pending = pass.mirror.pending.len();
-        // Jobs changed while the pass ran: the plan may not know what they are now.
-        let stale: BTreeSet<u64> = self.dirty_jobs.sched.clone();
-        #[cfg(debug_assertions)]
-        if stale.is_empty() && self.touched_nodes.is_empty() {
-            let full = self.full_mirror(now);
-            assert_eq!(full.usage, pass.mirror.usage, "the mirror's usage is the controller's");
-            assert_eq!(full.pending, pass.mirror.pending, "the mirror's pending jobs are the controller's");
-            assert_eq!(full.running, pass.mirror.running, "the mirror's running jobs are the controller's");
-            assert_eq!(full.special, pass.mirror.special);
-        }
-        self.mirror = Some(std::mem::take(&mut pass.mirror));
-        self.pass_out = false;
-        match pass.plan.take() {
-            None => self.carry = Carry::default(),
-            Some(plan) => {
-                let rejected = plan.rejected.len();
-                info.started = self.apply_plan(now, &stale, &pass.capped, plan);
-                info.pending = pending.saturating_sub(info.started + rejected);
+        loop {
+            if let Some(info) = self.finish_some(&mut pass, usize::MAX) {
+                return info;
             }
         }
-        self.advance_active();
-        info
     }
 
-    /// Whether `id` is a pending job the plan may still act on.
-    fn plannable(&self, stale: &BTreeSet<u64>, id: u64) -> bool {
-        !stale.contains(&id) && self.jobs.get(&id).is_some_and(|j| j.state == JobState::Pending)
+    /// Step 3 a piece at a time, so that a daemon need not hold the controller while a large
+    /// plan is applied: the first call applies the reasons, rejections and preemptions, and
+    /// each call up to `max_starts` starts. Each piece checks the plan against the controller
+    /// as it is then. Returns the tick's counts once the whole plan is applied (the mirror is
+    /// then back in the controller and the pass is spent).
+    pub fn finish_some(&mut self, pass: &mut Pass, max_starts: usize) -> Option<TickInfo> {
+        assert!(pass.ran, "Pass::run before finish_tick");
+        assert!(!pass.spent, "a pass is finished once");
+        let now = pass.now;
+        if !pass.head_done {
+            pass.head_done = true;
+            #[cfg(debug_assertions)]
+            if self.dirty_jobs.sched.is_empty() && self.touched_nodes.is_empty() {
+                let full = self.full_mirror(now);
+                assert_eq!(full.usage, pass.mirror.usage, "the mirror's usage is the controller's");
+                assert_eq!(full.pending, pass.mirror.pending, "the mirror's pending jobs are the controller's");
+                assert_eq!(full.running, pass.mirror.running, "the mirror's running jobs are the controller's");
+                assert_eq!(full.special, pass.mirror.special);
+            }
+            match &mut pass.plan {
+                None => self.carry = Carry::default(),
+                Some(plan) => {
+                    let rejected = self.apply_head(now, &pass.capped, plan);
+                    pass.info.pending = pass.mirror.pending.len().saturating_sub(rejected);
+                }
+            }
+        }
+        if let Some(plan) = &mut pass.plan {
+            let end = pass.applied.saturating_add(max_starts).min(plan.starts.len());
+            for k in pass.applied..end {
+                let s = &mut plan.starts[k];
+                // Only jobs untouched since the pass began (this apply touches no job it starts
+                // before starting it), on nodes that are still up and have room.
+                if !self.plannable(s.job.0) || !self.start_fits(&s.allocs) {
+                    continue; // the next pass decides again
+                }
+                if let (Some(limit), Some(j)) = (s.time_limit, self.jobs.get_mut(&s.job.0)) {
+                    j.req.time_limit = limit; // backfill cut it down towards --time-min
+                }
+                self.start_job(now, s.job.0, std::mem::take(&mut s.allocs));
+                pass.info.started += 1;
+                pass.info.pending = pass.info.pending.saturating_sub(1);
+            }
+            pass.applied = end;
+            if end < plan.starts.len() {
+                return None;
+            }
+        }
+        pass.spent = true;
+        self.mirror = Some(std::mem::take(&mut pass.mirror));
+        self.pass_out = false;
+        self.advance_active();
+        Some(pass.info)
+    }
+
+    /// Whether `id` is a pending job the plan may still act on: untouched since the pass began
+    /// (the apply itself touches each job of the plan once, as it acts on it).
+    fn plannable(&self, id: u64) -> bool {
+        !self.dirty_jobs.sched.contains(&id) && self.jobs.get(&id).is_some_and(|j| j.state == JobState::Pending)
     }
 
     /// Whether every allocation of a start still fits: its nodes up, not silent, with room.
@@ -377,20 +428,22 @@ impl Controller {
         })
     }
 
-    fn apply_plan(&mut self, now: Time, stale: &BTreeSet<u64>, capped: &[u64], plan: Plan) -> usize {
+    /// Everything of a plan but its starts. Returns the number of jobs failed as impossible.
+    fn apply_head(&mut self, now: Time, capped: &[u64], plan: &Plan) -> usize {
         self.carry = plan.carry.clone();
         for &id in capped {
-            if self.plannable(stale, id) {
+            if self.plannable(id) {
                 self.set_reason(id, PendingReason::JobArrayTaskLimit, None);
             }
         }
         for w in &plan.waiting {
-            if self.plannable(stale, w.job.0) {
+            if self.plannable(w.job.0) {
                 self.set_reason(w.job.0, w.reason, w.expected_start);
             }
         }
+        let mut failed = 0;
         for r in &plan.rejected {
-            if !self.plannable(stale, r.job.0) {
+            if !self.plannable(r.job.0) {
                 continue;
             }
             if let Some(j) = self.jobs.get_mut(&r.job.0) {
@@ -399,14 +452,14 @@ impl Controller {
                 j.message = Some(r.message.clone());
                 j.end = Some(now);
                 self.dirty_jobs.insert(r.job.0);
+                failed += 1;
             }
         }
         for p in &plan.preemptions {
             // Only victims still running as the pass saw them.
-            let current = p
-                .victims
-                .iter()
-                .all(|v| !stale.contains(&v.job.0) && self.jobs.get(&v.job.0).is_some_and(|j| j.state == JobState::Running));
+            let current = p.victims.iter().all(|v| {
+                !self.dirty_jobs.sched.contains(&v.job.0) && self.jobs.get(&v.job.0).is_some_and(|j| j.state == JobState::Running)
+            });
             if !current {
                 continue;
             }
@@ -419,6 +472,7 @@ impl Controller {
                 let Some(j) = self.jobs.get_mut(&v.job.0) else { continue };
                 if j.preempt_at.is_none() && j.state == JobState::Running {
                     j.preempt_at = Some(now + v.grace);
+                    self.limits_due = self.limits_due.min(now + v.grace);
                     if j.replica.is_some() {
                         // A preempted replica drains first: out of the endpoint set, in-flight
                         // requests finish, then it stops (at the latest when its grace ends).
@@ -435,18 +489,7 @@ impl Controller {
                 }
             }
         }
-        let mut started = 0;
-        for s in plan.starts {
-            if !self.plannable(stale, s.job.0) || !self.start_fits(&s.allocs) {
-                continue; // the next pass decides again
-            }
-            if let (Some(limit), Some(j)) = (s.time_limit, self.jobs.get_mut(&s.job.0)) {
-                j.req.time_limit = limit; // backfill cut it down towards --time-min
-            }
-            self.start_job(now, s.job.0, s.allocs);
-            started += 1;
-        }
-        started
+        failed
     }
 }
 

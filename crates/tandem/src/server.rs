@@ -69,6 +69,8 @@ struct Metrics {
     last_pass_seconds: f64,
     /// Of the pass time, how long the controller was held (taking inputs, applying the plan).
     pass_lock_seconds_total: f64,
+    /// Of that, applying plans.
+    pass_apply_seconds_total: f64,
     submissions: u64,
 }
 
@@ -377,10 +379,36 @@ struct JobQuery {
     all: Option<bool>,
 }
 
+/// Jobs (or nodes) a listing reads per hold of the controller: a long listing is read a piece
+/// at a time, so requests and heartbeats get the controller in between. Each row is as it was
+/// when its piece was read.
+const LIST_CHUNK: usize = 512;
+
 async fn list_jobs(State(app): State<App>, Query(q): Query<JobQuery>) -> Response {
-    let (jobs, seq) = {
+    let filter = JobFilter::new(q);
+    let mut jobs = Vec::new();
+    let mut from = 0u64;
+    let seq = loop {
         let g = app.inner.lock().expect("lock");
-        (select_jobs(&g.ctl, q), app.journal.last())
+        let mut n = 0;
+        let mut next = None;
+        for j in g.ctl.jobs_from(from, !filter.all) {
+            if n == LIST_CHUNK {
+                next = Some(j.req.id.0);
+                break;
+            }
+            n += 1;
+            if filter.matches(j) {
+                jobs.push(job_info(j));
+            }
+        }
+        // What a reply shows must be durable: everything taken up to the last piece read.
+        let seq = app.journal.last();
+        drop(g);
+        match next {
+            Some(id) => from = id,
+            None => break seq,
+        }
     };
     if let Err(r) = app.settled(seq).await {
         return r;
@@ -388,23 +416,36 @@ async fn list_jobs(State(app): State<App>, Query(q): Query<JobQuery>) -> Respons
     Json(jobs).into_response()
 }
 
-fn select_jobs(ctl: &Controller, q: JobQuery) -> Vec<JobInfo> {
-    let states: Option<Vec<String>> = q.state.map(|s| s.split(',').map(|x| x.trim().to_ascii_uppercase()).collect());
-    ctl.jobs()
-        .filter(|j| q.all.unwrap_or(false) || !j.state.is_final())
-        .filter(|j| q.user.as_deref().is_none_or(|u| j.req.user == u))
-        .filter(|j| q.partition.as_deref().is_none_or(|p| j.req.partition.as_deref().unwrap_or("batch") == p))
-        .filter(|j| {
-            states.as_ref().is_none_or(|s| {
+/// Which jobs a listing shows.
+struct JobFilter {
+    all: bool,
+    user: Option<String>,
+    partition: Option<String>,
+    states: Option<Vec<String>>,
+}
+
+impl JobFilter {
+    fn new(q: JobQuery) -> JobFilter {
+        JobFilter {
+            all: q.all.unwrap_or(false),
+            user: q.user,
+            partition: q.partition,
+            states: q.state.map(|s| s.split(',').map(|x| x.trim().to_ascii_uppercase()).collect()),
+        }
+    }
+
+    fn matches(&self, j: &Job) -> bool {
+        (self.all || !j.state.is_final())
+            && self.user.as_deref().is_none_or(|u| j.req.user == u)
+            && self.partition.as_deref().is_none_or(|p| j.req.partition.as_deref().unwrap_or("batch") == p)
+            && self.states.as_ref().is_none_or(|s| {
                 s.iter().any(|x| {
                     x == j.state.slurm_name()
                         || (x == "PD" && j.state == model::JobState::Pending)
                         || (x == "R" && j.state == model::JobState::Running)
                 })
             })
-        })
-        .map(job_info)
-        .collect()
+    }
 }
 
 async fn get_job(State(app): State<App>, Path(id): Path<u64>) -> Response {
@@ -505,9 +546,17 @@ async fn create_step(
 }
 
 async fn list_nodes(State(app): State<App>) -> Response {
-    let (nodes, seq) = {
+    let mut nodes = Vec::new();
+    let seq = loop {
         let g = app.inner.lock().expect("lock");
-        (node_infos(&g.ctl), app.journal.last())
+        let all = g.ctl.nodes();
+        let piece = &all[nodes.len().min(all.len())..];
+        nodes.extend(node_infos(&piece[..piece.len().min(LIST_CHUNK)]));
+        let (done, seq) = (nodes.len() >= all.len(), app.journal.last());
+        drop(g);
+        if done {
+            break seq;
+        }
     };
     if let Err(r) = app.settled(seq).await {
         return r;
@@ -515,8 +564,8 @@ async fn list_nodes(State(app): State<App>) -> Response {
     Json(nodes).into_response()
 }
 
-fn node_infos(ctl: &Controller) -> Vec<NodeInfo> {
-    ctl.nodes()
+fn node_infos(nodes: &[control::NodeRec]) -> Vec<NodeInfo> {
+    nodes
         .iter()
         .map(|n| {
             let alloc_gpus = n.usage.gpu_milli.iter().filter(|&&m| m > 0).count() as u32;
@@ -713,6 +762,10 @@ async fn metrics(State(app): State<App>) -> Response {
         "# HELP tandem_scheduling_pass_lock_seconds_total Time scheduling passes held the controller (taking their inputs, applying their plans).\n# TYPE tandem_scheduling_pass_lock_seconds_total counter\ntandem_scheduling_pass_lock_seconds_total {}\n",
         m.pass_lock_seconds_total
     ));
+    s.push_str(&format!(
+        "# HELP tandem_scheduling_pass_apply_seconds_total Of that, applying their plans.\n# TYPE tandem_scheduling_pass_apply_seconds_total counter\ntandem_scheduling_pass_apply_seconds_total {}\n",
+        m.pass_apply_seconds_total
+    ));
     s.push_str(&format!("# HELP tandem_scheduling_last_pass_seconds The last pass.\n# TYPE tandem_scheduling_last_pass_seconds gauge\ntandem_scheduling_last_pass_seconds {}\n", m.last_pass_seconds));
     s.push_str("# HELP tandem_service_replicas Service replicas by state.\n# TYPE tandem_service_replicas gauge\n");
     s.push_str("# HELP tandem_service_desired_replicas Desired replicas per service.\n# TYPE tandem_service_desired_replicas gauge\n");
@@ -780,6 +833,9 @@ fn load_secret(data: &std::path::Path, db: &mut store::Store, loaded: Option<Str
     Ok(s)
 }
 
+/// Most job starts applied per hold of the controller (see the scheduling loop).
+const APPLY_PIECE: usize = 128;
+
 /// Runs the controller until the process is stopped.
 pub async fn run(args: ServerArgs) -> Result<()> {
     std::fs::create_dir_all(&args.data).with_context(|| format!("creating {}", args.data.display()))?;
@@ -840,9 +896,21 @@ pub async fn run(args: ServerArgs) -> Result<()> {
             })
             .await
             .expect("the scheduling pass panicked");
-            let applying = std::time::Instant::now();
-            let _ = sched_app.apply(|c| c.finish_tick(pass));
-            let held = held + applying.elapsed();
+            // The plan is applied a piece at a time (each piece with its own journal batch),
+            // so a pass that starts thousands of jobs does not hold the controller for all of
+            // them at once; agents with new orders are woken after each piece.
+            let mut apply = Duration::ZERO;
+            loop {
+                let applying = std::time::Instant::now();
+                let (done, _) = sched_app.apply(|c| c.finish_some(&mut pass, APPLY_PIECE));
+                apply += applying.elapsed();
+                if done.is_some() {
+                    break;
+                }
+                sched_app.wake_nodes();
+                tokio::task::yield_now().await;
+            }
+            let held = held + apply;
             last = started.elapsed();
             let secs = last.as_secs_f64();
             {
@@ -851,6 +919,7 @@ pub async fn run(args: ServerArgs) -> Result<()> {
                 m.pass_seconds_total += secs;
                 m.last_pass_seconds = secs;
                 m.pass_lock_seconds_total += held.as_secs_f64();
+                m.pass_apply_seconds_total += apply.as_secs_f64();
             }
             sched_app.wake_nodes();
         }
