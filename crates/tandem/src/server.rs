@@ -43,7 +43,14 @@ impl Connected<axum::serve::IncomingStream<'_, UnixListener>> for Peer {
 
 struct Inner {
     ctl: Controller,
+    /// The journal sequence number of each job's newest change (bounded: forgotten all at once
+    /// past [`MAX_JOB_SEQS`]). A read of one job waits only for that change to be durable, not
+    /// for whatever else is being committed; a job not in it waits for the newest change.
+    job_seq: HashMap<u64, u64>,
 }
+
+/// Most jobs [`Inner::job_seq`] remembers.
+const MAX_JOB_SEQS: usize = 1 << 18;
 
 #[derive(Clone)]
 struct App {
@@ -199,7 +206,13 @@ impl App {
             let mut g = self.inner.lock().expect("controller lock");
             let out = f(&mut g.ctl);
             let dirty = g.ctl.take_dirty();
-            (out, self.journal.push(dirty), g.ctl.endpoint_version())
+            let ids: Vec<u64> = dirty.jobs.iter().map(|j| j.req.id.0).collect();
+            let seq = self.journal.push(dirty);
+            if g.job_seq.len() + ids.len() > MAX_JOB_SEQS {
+                g.job_seq.clear();
+            }
+            g.job_seq.extend(ids.into_iter().map(|id| (id, seq)));
+            (out, seq, g.ctl.endpoint_version())
         };
         self.ep_watch.send_if_modified(|old| std::mem::replace(old, version) != version);
         (out, seq)
@@ -451,7 +464,8 @@ impl JobFilter {
 async fn get_job(State(app): State<App>, Path(id): Path<u64>) -> Response {
     let (job, seq) = {
         let g = app.inner.lock().expect("lock");
-        (g.ctl.job(id).map(job_info), app.journal.last())
+        // It shows this job only: its newest change must be durable.
+        (g.ctl.job(id).map(job_info), g.job_seq.get(&id).copied().unwrap_or_else(|| app.journal.last()))
     };
     if let Err(r) = app.settled(seq).await {
         return r;
@@ -848,7 +862,7 @@ pub async fn run(args: ServerArgs) -> Result<()> {
     let heartbeat_ms = ctl.heartbeat_ms();
     let db = Arc::new(Mutex::new(db));
     let app = App {
-        inner: Arc::new(Mutex::new(Inner { ctl })),
+        inner: Arc::new(Mutex::new(Inner { ctl, job_seq: HashMap::new() })),
         journal: crate::journal::Journal::start(db.clone()),
         db,
         secret: Arc::new(secret),
