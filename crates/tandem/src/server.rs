@@ -403,14 +403,12 @@ async fn list_jobs(State(app): State<App>, Query(q): Query<JobQuery>) -> Respons
     let mut from = 0u64;
     let seq = loop {
         let g = app.inner.lock().expect("lock");
-        let mut n = 0;
         let mut next = None;
-        for j in g.ctl.jobs_from(from, !filter.all) {
+        for (n, j) in g.ctl.jobs_from(from, !filter.all).enumerate() {
             if n == LIST_CHUNK {
                 next = Some(j.req.id.0);
                 break;
             }
-            n += 1;
             if filter.matches(j) {
                 jobs.push(job_info(j));
             }
