@@ -13,10 +13,12 @@
 //! successful heartbeat is older than the lease, so a job never runs twice at once, even across
 //! a partition. A restarted controller renews every lease it loads before it judges any.
 
+mod pass;
 pub mod service;
 mod services;
 mod types;
 
+pub use pass::Pass;
 pub use service::{Service, ServiceSpec};
 pub use services::{Endpoint, EndpointView, ProxyServiceStats, ServiceEndpoints, replica_id};
 pub use types::{
@@ -24,7 +26,7 @@ pub use types::{
 };
 
 use model::{ClusterConfig, DepKind, DepStatus, JobEvent, JobId, JobState, Node, NodeEvent, NodeState, PendingReason, Time};
-use sched::{Carry, FairShare, NodeUsage, Pending, Running, Snapshot};
+use sched::{Carry, FairShare, NodeUsage, Pending, Snapshot};
 use serde::{Deserialize, Serialize};
 use slurmcli::BatchSpec;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -104,7 +106,7 @@ pub struct TickInfo {
     pub requeued: usize,
     /// Nodes marked down.
     pub nodes_down: usize,
-    /// Pending jobs after the tick.
+    /// Pending jobs the pass saw, less those it started or failed.
     pub pending: usize,
 }
 
@@ -118,7 +120,7 @@ pub struct Controller {
     next_id: u64,
     fairshare: FairShare,
     carry: Carry,
-    dirty_jobs: BTreeSet<u64>,
+    dirty_jobs: pass::Touched,
     dirty_nodes: BTreeSet<usize>,
     next_id_dirty: bool,
     seq_base: u64,
@@ -153,6 +155,16 @@ pub struct Controller {
     /// The specs of the last few submissions: a submission with the same script, environment
     /// and options (a loop of `sbatch` from one shell) shares one copy instead of keeping its own.
     recent_specs: std::collections::VecDeque<std::sync::Arc<JobSpec>>,
+    /// Nodes whose usage or definition changed since the last scheduling pass began.
+    touched_nodes: BTreeSet<u32>,
+    /// What the scheduler saw at the last pass (`None` before the first, and while a pass is out).
+    mirror: Option<Box<pass::Mirror>>,
+    /// A pass is out ([`Controller::begin_tick`] without its [`Controller::finish_tick`] yet).
+    pass_out: bool,
+    /// No running job reaches a time limit, a `--signal` time or the end of a preemption grace
+    /// before this time: the per-tick scan of running jobs waits for it. Lowered whenever a job
+    /// starts or is preempted.
+    limits_due: Time,
 }
 
 /// How many recent submissions' specs [`Controller::share_spec`] compares a new one with.
@@ -227,7 +239,7 @@ impl Controller {
             next_id: 1,
             fairshare: FairShare::default(),
             carry: Carry::default(),
-            dirty_jobs: BTreeSet::new(),
+            dirty_jobs: pass::Touched::default(),
             dirty_nodes: BTreeSet::new(),
             next_id_dirty: false,
             seq_base: 1,
@@ -248,6 +260,10 @@ impl Controller {
             dirty_arrays: Vec::new(),
             unexpanded: Vec::new(),
             recent_specs: std::collections::VecDeque::new(),
+            touched_nodes: BTreeSet::new(),
+            mirror: None,
+            pass_out: false,
+            limits_due: Time::MIN,
         }
     }
 
@@ -360,6 +376,14 @@ impl Controller {
         self.jobs.values().map(|j| &**j)
     }
 
+    /// Jobs with ids from `from` on, by id; with `live_only`, starting past the jobs known to
+    /// have ended (those after may still include some that ended). For listings read a piece
+    /// at a time.
+    pub fn jobs_from(&self, from: u64, live_only: bool) -> impl Iterator<Item = &Job> {
+        let from = if live_only { from.max(self.active_from) } else { from };
+        self.jobs.range(from..).map(|(_, j)| &**j)
+    }
+
     /// One job ([`Controller::expand`] first, after [`Controller::accept`]).
     pub fn job(&self, id: u64) -> Option<&Job> {
         debug_assert!(self.unexpanded.is_empty(), "expand() after accept()");
@@ -378,7 +402,7 @@ impl Controller {
 
     /// Records changed since the last call (to persist).
     pub fn take_dirty(&mut self) -> Dirty {
-        let jobs = std::mem::take(&mut self.dirty_jobs).into_iter().filter_map(|id| self.jobs.get(&id).map(|j| Job::clone(j))).collect();
+        let jobs = std::mem::take(&mut self.dirty_jobs.persist).into_iter().filter_map(|id| self.jobs.get(&id).map(|j| Job::clone(j))).collect();
         let nodes = std::mem::take(&mut self.dirty_nodes).into_iter().filter_map(|i| self.nodes.get(i).cloned()).collect();
         let next_id = std::mem::take(&mut self.next_id_dirty).then_some(self.next_id);
         let services = std::mem::take(&mut self.dirty_services).into_iter().filter_map(|n| self.services.get(&n).cloned()).collect();
@@ -538,7 +562,10 @@ impl Controller {
     pub fn expand(&mut self) {
         for record in std::mem::take(&mut self.unexpanded) {
             for (k, task) in record.indices().enumerate() {
-                self.jobs.insert(record.id() + k as u64, Box::new(record.task(k as u64, task)));
+                let id = record.id() + k as u64;
+                self.jobs.insert(id, Box::new(record.task(k as u64, task)));
+                // New to the scheduler, not to the database (the array's record holds it).
+                self.dirty_jobs.sched.insert(id);
             }
         }
     }
@@ -592,6 +619,10 @@ impl Controller {
         }
         let j = self.jobs.get_mut(&id).expect("checked");
         j.req.held = hold;
+        if hold {
+            // Held jobs are not in scheduling passes; a released one gets its reason from the next.
+            (j.reason, j.expected_start) = (PendingReason::JobHeldUser, None);
+        }
         self.dirty_jobs.insert(id);
         Ok(())
     }
@@ -640,6 +671,7 @@ impl Controller {
             if let Some(&i) = self.node_index.get(name) {
                 self.nodes[i].usage.release(a);
                 self.nodes[i].push(Order::Kill { job: id, epoch });
+                self.touched_nodes.insert(i as u32);
             }
         }
     }
@@ -740,6 +772,7 @@ impl Controller {
                 rec.seen_ms = self.now_ms.max(now * 1000);
                 rec.addr = addr;
                 self.dirty_nodes.insert(i);
+                self.touch_node(i);
             }
             None => {
                 let i = self.nodes.len();
@@ -759,6 +792,7 @@ impl Controller {
                     seen_ms: self.now_ms.max(now * 1000),
                 });
                 self.dirty_nodes.insert(i);
+                self.touch_node(i);
             }
         }
         self.nodes_changed();
@@ -929,10 +963,17 @@ impl Controller {
     }
 
     /// The periodic and event-driven work: leases, preemption grace, time limits, then a
-    /// scheduling pass and the dispatch of its plan.
+    /// scheduling pass and the dispatch of its plan. The same as [`Controller::begin_tick`],
+    /// [`Pass::run`] and [`Controller::finish_tick`] in a row; a daemon calls those instead, to
+    /// run the pass without holding the controller.
     pub fn tick(&mut self, now: Time) -> TickInfo {
-        let mut info = TickInfo::default();
-        // 1. Leases.
+        let mut pass = self.begin_tick(now);
+        pass.run();
+        self.finish_tick(pass)
+    }
+
+    /// Nodes whose lease lapsed go down; their jobs are requeued (or fail).
+    fn expire_leases(&mut self, now: Time, info: &mut TickInfo) {
         for i in 0..self.nodes.len() {
             if self.nodes[i].node.state != NodeState::Down && self.nodes[i].lease_until < now {
                 let rec = &mut self.nodes[i];
@@ -957,18 +998,28 @@ impl Controller {
                 }
             }
         }
-        // 2. Preemption grace and time limits.
-        let running: Vec<u64> = self.active().filter(|j| j.state == JobState::Running).map(|j| j.req.id.0).collect();
-        for id in running {
-            let j = &self.jobs[&id];
-            let start = j.start.unwrap_or(now);
-            let end = start.saturating_add(j.req.time_limit);
-            let due = j.preempt_at.is_some_and(|t| t <= now)
-                || j.spec.signal.is_some_and(|(_, before, _)| !j.warned && now >= end - before)
-                || now >= end;
-            if !due {
-                continue; // the common case: nothing to do, and no copy of its node names
+    }
+
+    /// Preemption grace and time limits (`--signal`, SIGTERM, SIGKILL after KillWait).
+    fn enforce_limits(&mut self, now: Time, info: &mut TickInfo) {
+        if now < self.limits_due {
+            return; // the common case: no running job is due for anything yet
+        }
+        // One scan, no lookups, no copies of node names; it also finds when the next is due.
+        let mut next = Time::MAX;
+        let mut due = Vec::new();
+        for j in self.active().filter(|j| j.state == JobState::Running) {
+            let t = Self::due_at(j, now);
+            if t <= now {
+                due.push(j.req.id.0);
+            } else {
+                next = next.min(t);
             }
+        }
+        self.limits_due = next;
+        for id in due.clone() {
+            let j = &self.jobs[&id];
+            let end = j.start.unwrap_or(now).saturating_add(j.req.time_limit);
             let nodes: Vec<String> = j.allocs.iter().map(|(n, _)| n.clone()).collect();
             let epoch = j.epoch;
             if j.preempt_at.is_some_and(|t| t <= now) {
@@ -1003,138 +1054,29 @@ impl Controller {
                 _ => {}
             }
         }
-        // 3. Forget finished jobs older than MinJobAge (twice a minute at most).
-        self.purge(now);
-        // 3. Schedule.
-        info.started = self.schedule(now);
-        info.pending = self.active().filter(|j| j.state == JobState::Pending).count();
-        self.advance_active();
-        info
+        // What was just done changes when those jobs are next due.
+        for id in due {
+            if let Some(j) = self.jobs.get(&id).filter(|j| j.state == JobState::Running) {
+                self.limits_due = self.limits_due.min(Self::due_at(j, now));
+            }
+        }
     }
 
-    fn schedule(&mut self, now: Time) -> usize {
-        if !self.active().any(|j| j.state == JobState::Pending) {
-            // Nothing to start, reserve, reject or preempt for: no snapshot of every node.
-            self.carry = Carry::default();
-            return 0;
+    /// When a running job is next due for the time-limit scan: the end of its preemption grace,
+    /// its `--signal` time, or its time limit (at `now` or before: due now, as every tick after
+    /// its limit until it ends).
+    fn due_at(j: &Job, now: Time) -> Time {
+        let end = j.start.unwrap_or(now).saturating_add(j.req.time_limit);
+        let mut t = end;
+        if let Some(p) = j.preempt_at {
+            t = t.min(p);
         }
-        let mut node_defs = self.defs();
-        // Nodes silent beyond the failover time get nothing new (their replicas are being
-        // replaced elsewhere).
-        if self.nodes.iter().any(|n| self.suspect(n)) {
-            let mut v: Vec<Node> = (*node_defs).clone();
-            for (d, n) in v.iter_mut().zip(&self.nodes) {
-                if self.suspect(n) && d.state == NodeState::Up {
-                    d.state = NodeState::Down;
-                }
-            }
-            node_defs = std::sync::Arc::new(v);
+        if let Some((_, before, _)) = j.spec.signal
+            && !j.warned
+        {
+            t = t.min(end.saturating_sub(before));
         }
-        let usage: Vec<NodeUsage> = self.nodes.iter().map(|n| n.usage.clone()).collect();
-        let mut array_running: HashMap<u64, u32> = HashMap::new();
-        for j in self.active().filter(|j| j.state == JobState::Running) {
-            if let Some(a) = j.array {
-                *array_running.entry(a.array_job).or_default() += 1;
-            }
-        }
-        let mut pending = Vec::new();
-        let mut capped = Vec::new();
-        let mut held = Vec::new();
-        for j in self.active().filter(|j| j.state == JobState::Pending) {
-            if j.req.held {
-                // The scheduler's first check would only say so: not copied into the pass.
-                held.push(j.req.id.0);
-                continue;
-            }
-            if let Some(a) = j.array
-                && let Some(m) = a.max_running
-            {
-                // The array's budget of starts: tasks beyond it wait with their reason.
-                let used = array_running.entry(a.array_job).or_default();
-                if *used >= m {
-                    capped.push(j.req.id.0);
-                    continue;
-                }
-                *used += 1;
-            }
-            pending.push(Pending { req: j.req.clone(), seq: j.req.id.0, dep: self.dep_status(j) });
-        }
-        let running: Vec<Running> = self
-            .active()
-            .filter(|j| j.state == JobState::Running)
-            .map(|j| Running {
-                req: j.req.clone(),
-                start: j.start.unwrap_or(now),
-                allocs: j
-                    .allocs
-                    .iter()
-                    .filter_map(|(n, a)| self.node_index.get(n).map(|&i| sched::Alloc { node: i as u32, ..a.clone() }))
-                    .collect(),
-            })
-            .collect();
-        let snap = Snapshot {
-            nodes: node_defs.as_slice(),
-            usage: &usage,
-            pending: &pending,
-            running: &running,
-            config: &self.settings.cluster,
-            fairshare: &self.fairshare,
-            carry: &self.carry,
-        };
-        let plan = sched::schedule(&snap, now, 0, &self.settings.sched);
-        self.carry = plan.carry.clone();
-        for id in capped {
-            self.set_reason(id, PendingReason::JobArrayTaskLimit, None);
-        }
-        for id in held {
-            self.set_reason(id, PendingReason::JobHeldUser, None);
-        }
-        for w in &plan.waiting {
-            self.set_reason(w.job.0, w.reason, w.expected_start);
-        }
-        for r in &plan.rejected {
-            if let Some(j) = self.jobs.get_mut(&r.job.0) {
-                j.state = JobState::Failed;
-                j.reason = r.reason;
-                j.message = Some(r.message.clone());
-                j.end = Some(now);
-                self.dirty_jobs.insert(r.job.0);
-            }
-        }
-        for p in &plan.preemptions {
-            // Voluntary disruption respects a service's min_available: a preemption that would
-            // take a service below it does not happen (the requester keeps waiting).
-            if !self.disruption_allowed(p.victims.iter().map(|v| v.job.0)) {
-                continue;
-            }
-            for v in &p.victims {
-                let Some(j) = self.jobs.get_mut(&v.job.0) else { continue };
-                if j.preempt_at.is_none() && j.state == JobState::Running {
-                    j.preempt_at = Some(now + v.grace);
-                    if j.replica.is_some() {
-                        // A preempted replica drains first: out of the endpoint set, in-flight
-                        // requests finish, then it stops (at the latest when its grace ends).
-                        self.dirty_jobs.insert(v.job.0);
-                        self.drain_replica(v.job.0, self.now_ms);
-                        continue;
-                    }
-                    let sig = j.spec.signal.map_or(15, |s| s.0);
-                    let (epoch, nodes) = (j.epoch, j.allocs.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>());
-                    self.dirty_jobs.insert(v.job.0);
-                    for n in nodes {
-                        self.order(&n, Order::Signal { job: v.job.0, epoch, signal: sig, batch_only: false });
-                    }
-                }
-            }
-        }
-        let n = plan.starts.len();
-        for s in plan.starts {
-            if let (Some(limit), Some(j)) = (s.time_limit, self.jobs.get_mut(&s.job.0)) {
-                j.req.time_limit = limit; // backfill cut it down towards --time-min
-            }
-            self.start_job(now, s.job.0, s.allocs);
-        }
-        n
+        t
     }
 
     /// Drops finished jobs that ended more than `min_job_age` ago from memory (they are in the
@@ -1180,6 +1122,7 @@ impl Controller {
             let i = self.node_index[name];
             let node = self.nodes[i].node.clone();
             self.nodes[i].usage.apply(&node, a);
+            self.touch_node(i);
         }
         let j = self.jobs.get_mut(&id).expect("started job exists");
         j.state = j.state.step(JobEvent::Start).expect("pending jobs start");
@@ -1193,6 +1136,7 @@ impl Controller {
         j.exit_code = None;
         j.exit_signal = None;
         let first = j.allocs[0].0.clone();
+        self.limits_due = self.limits_due.min(Self::due_at(j, now));
         j.steps =
             vec![Step { id: BATCH_STEP, argv: Vec::new(), layout: vec![(first.clone(), 1)], remaining: 1, exit: 0, start: now, end: None }];
         self.dirty_jobs.insert(id);

@@ -390,6 +390,23 @@ impl Controller {
         !self.silence_storm && self.silent(n)
     }
 
+    /// Indices of the nodes [`Controller::suspect`] and still up: one scan, the failover time
+    /// computed once.
+    pub(crate) fn suspect_up(&self) -> Vec<u32> {
+        if self.silence_storm || self.now_ms <= 0 {
+            return Vec::new();
+        }
+        let limit = self.failover_ms();
+        let now_ms = self.now_ms;
+        (0..self.nodes.len())
+            .filter(|&i| {
+                let n = &self.nodes[i];
+                n.node.state == NodeState::Up && now_ms - n.seen_ms > limit
+            })
+            .map(|i| i as u32)
+            .collect()
+    }
+
     fn silent(&self, n: &NodeRec) -> bool {
         n.node.state != NodeState::Down && self.now_ms > 0 && self.now_ms - n.seen_ms > self.failover_ms()
     }

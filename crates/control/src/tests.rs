@@ -302,6 +302,23 @@ fn an_accepted_array_is_durable_at_once_and_its_tasks_come_with_expand() {
 }
 
 #[test]
+fn an_array_accepted_after_a_pass_is_scheduled_by_the_next_one() {
+    let mut c = cluster(2, 0);
+    c.submit(0, spec(1), &batch(&[]), "a").unwrap();
+    c.tick(0); // the scheduler's mirror now exists: later passes take changes only
+    let ids = c.accept(1, spec(1), &batch(&["--array=0-3"]), "a").unwrap();
+    c.take_dirty();
+    c.expand();
+    let held = c.submit(1, spec(1), &batch(&["--hold"]), "a").unwrap()[0];
+    c.tick(1);
+    assert!(ids.iter().all(|id| c.job(*id).unwrap().state == JobState::Running), "expanded tasks reach the scheduler");
+    assert_eq!(c.job(held).unwrap().reason, PendingReason::JobHeldUser);
+    c.hold(1, held, false).unwrap();
+    c.tick(2);
+    assert_eq!(c.job(held).unwrap().state, JobState::Running, "a released job is scheduled");
+}
+
+#[test]
 fn hand_made_array_specs_are_refused_not_trusted() {
     let mut c = cluster(1, 0);
     for (indices, max_running) in [(vec![], None), (vec![3, 1], None), (vec![1, 1], None), (vec![1, 2], Some(0))] {

@@ -70,6 +70,22 @@ impl NodeUsage {
         self.exclusive = a.exclusive;
     }
 
+    /// Whether [`NodeUsage::apply`] would accept `a` now (a plan made on an older snapshot is
+    /// checked with this before it is applied).
+    pub fn fits(&self, node: &Node, a: &Alloc) -> bool {
+        let gpus_ok = a.gpus.iter().all(|&g| self.gpu_milli.get(g as usize).is_some_and(|&m| m + a.gpu_milli <= GPU_MILLI));
+        let other_ok = a
+            .other
+            .iter()
+            .all(|&(i, n)| self.other.get(i as usize).zip(node.other.get(i as usize)).is_some_and(|(&used, (_, cap))| used + n <= *cap));
+        self.cpus + a.cpus <= node.cpus
+            && self.memory + a.memory <= node.memory
+            && gpus_ok
+            && other_ok
+            && !self.exclusive
+            && (!a.exclusive || self.jobs == 0)
+    }
+
     /// Removes an allocation added before.
     pub fn release(&mut self, a: &Alloc) {
         self.cpus -= a.cpus;

@@ -363,6 +363,38 @@ pub fn schedule(snap: &Snapshot, now: Time, seed: u64, cfg: &Config) -> Plan {
     schedule_inner(snap.nodes, topo, &facts, &mut EverFits::default(), snap, now, seed, cfg).0
 }
 
+/// What passes over the same node definitions share: the topology, and which request shapes
+/// could ever fit (both O(nodes) to compute, both independent of usage and of node states). A
+/// caller that keeps one hands it to [`schedule_reusing`] with each snapshot.
+#[derive(Default)]
+pub struct Reuse {
+    topo: Option<std::sync::Arc<Topology>>,
+    ever: EverFits,
+}
+
+impl std::fmt::Debug for Reuse {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Reuse").field("topology", &self.topo.is_some()).finish_non_exhaustive()
+    }
+}
+
+/// [`schedule`], reusing what earlier passes computed from the nodes when `same_nodes` says the
+/// node definitions are those of the last call (states may differ). The same plan as
+/// [`schedule`].
+pub fn schedule_reusing(snap: &Snapshot, now: Time, seed: u64, cfg: &Config, reuse: &mut Reuse, same_nodes: bool) -> Plan {
+    let topo = match &reuse.topo {
+        Some(t) if same_nodes && t.len() == snap.nodes.len() => t.clone(),
+        _ => {
+            let t = std::sync::Arc::new(view::Topology::new(snap.nodes));
+            *reuse = Reuse { topo: Some(t.clone()), ever: EverFits::default() };
+            t
+        }
+    };
+    let names = snap.pending.iter().any(|p| !p.req.nodelist.is_empty() || !p.req.exclude.is_empty());
+    let facts = Facts::new(snap.nodes, snap.config, names);
+    schedule_inner(snap.nodes, topo, &facts, &mut reuse.ever, snap, now, seed, cfg).0
+}
+
 /// What a full EASY pass leaves behind for the submit fast path.
 pub(crate) struct PassMemo<'n> {
     pub view: View<'n>,

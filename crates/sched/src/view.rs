@@ -114,6 +114,16 @@ impl Topology {
         other_off.push(off);
         Topology { switch_of, switches, other_off }
     }
+
+    /// Number of nodes.
+    pub fn len(&self) -> usize {
+        self.switch_of.len()
+    }
+
+    /// Whether there are no nodes.
+    pub fn is_empty(&self) -> bool {
+        self.switch_of.is_empty()
+    }
 }
 
 /// Free capacity of every node, as the pass sees it.

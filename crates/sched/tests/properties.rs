@@ -85,6 +85,24 @@ proptest! {
         }
     }
 
+    /// A pass that reuses what earlier passes derived from the same nodes (topology, which
+    /// shapes could ever fit) makes the same plan as one that derives it afresh, pass after
+    /// pass, also after a node's state changed.
+    #[test]
+    fn reusing_gives_the_same_plans(c in case()) {
+        let mut w = world(&c);
+        let cfg = Config { policy: policy(c.policy), backfill: c.backfill, ..Config::default() };
+        let mut reuse = sched::Reuse::default();
+        for (k, now) in [60, 120, 180].into_iter().enumerate() {
+            if k == 2 {
+                w.nodes[0].state = model::NodeState::Drain;
+            }
+            let plan = w.pass(now, &cfg);
+            prop_assert_eq!(&plan, &sched::schedule_reusing(&w.snap(), now, 7, &cfg, &mut reuse, k > 0), "pass {}", k);
+            w.apply(&plan, now);
+        }
+    }
+
     /// Under EASY, the jobs a pass backfills never delay the top job's reservation: after the
     /// plan is applied, the same job's expected start is no later.
     #[test]

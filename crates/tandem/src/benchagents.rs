@@ -147,6 +147,10 @@ pub struct Report {
     bench_cpu_s: f64,
     scheduling_passes: u64,
     scheduling_pass_ms_mean: f64,
+    /// Of a pass, the mean time it held the controller (taking its inputs, applying its plan).
+    scheduling_lock_ms_mean: f64,
+    /// Of that, applying the plan.
+    scheduling_apply_ms_mean: f64,
     db_commits: u64,
     db_records: u64,
     machine_load_avg_mean: f64,
@@ -816,6 +820,10 @@ pub fn run(o: Opts) -> Result<Report> {
         scheduling_passes: metric(&metrics_text, "tandem_scheduling_passes_total") as u64,
         scheduling_pass_ms_mean: 1000.0 * metric(&metrics_text, "tandem_scheduling_pass_seconds_sum")
             / metric(&metrics_text, "tandem_scheduling_passes_total").max(1.0),
+        scheduling_lock_ms_mean: 1000.0 * metric(&metrics_text, "tandem_scheduling_pass_lock_seconds_total")
+            / metric(&metrics_text, "tandem_scheduling_passes_total").max(1.0),
+        scheduling_apply_ms_mean: 1000.0 * metric(&metrics_text, "tandem_scheduling_pass_apply_seconds_total")
+            / metric(&metrics_text, "tandem_scheduling_passes_total").max(1.0),
         db_commits: metric(&metrics_text, "tandem_db_commits_total") as u64,
         db_records: metric(&metrics_text, "tandem_db_records_total") as u64,
         machine_load_avg_mean: loads.iter().sum::<f64>() / loads.len().max(1) as f64,
@@ -877,8 +885,8 @@ pub fn print(r: &Report) {
     );
     println!("  bench process CPU               {:.1} s (agents and clients, same machine)", r.bench_cpu_s);
     println!(
-        "  scheduling passes               {} (mean {:.1} ms, lock held); {} database commits for {} records",
-        r.scheduling_passes, r.scheduling_pass_ms_mean, r.db_commits, r.db_records
+        "  scheduling passes               {} (mean {:.1} ms, of which {:.1} ms holding the controller, {:.1} ms of it applying the plan); {} database commits for {} records",
+        r.scheduling_passes, r.scheduling_pass_ms_mean, r.scheduling_lock_ms_mean, r.scheduling_apply_ms_mean, r.db_commits, r.db_records
     );
     println!(
         "  machine load average (mean)     {:.1} on {} CPUs",

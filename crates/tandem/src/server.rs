@@ -43,7 +43,14 @@ impl Connected<axum::serve::IncomingStream<'_, UnixListener>> for Peer {
 
 struct Inner {
     ctl: Controller,
+    /// The journal sequence number of each job's newest change (bounded: forgotten all at once
+    /// past [`MAX_JOB_SEQS`]). A read of one job waits only for that change to be durable, not
+    /// for whatever else is being committed; a job not in it waits for the newest change.
+    job_seq: HashMap<u64, u64>,
 }
+
+/// Most jobs [`Inner::job_seq`] remembers.
+const MAX_JOB_SEQS: usize = 1 << 18;
 
 #[derive(Clone)]
 struct App {
@@ -67,6 +74,10 @@ struct Metrics {
     passes: u64,
     pass_seconds_total: f64,
     last_pass_seconds: f64,
+    /// Of the pass time, how long the controller was held (taking inputs, applying the plan).
+    pass_lock_seconds_total: f64,
+    /// Of that, applying plans.
+    pass_apply_seconds_total: f64,
     submissions: u64,
 }
 
@@ -204,7 +215,13 @@ impl App {
             let mut g = self.lock();
             let out = f(&mut g.ctl);
             let dirty = g.ctl.take_dirty();
-            (out, self.journal.push(dirty), g.ctl.endpoint_version())
+            let ids: Vec<u64> = dirty.jobs.iter().map(|j| j.req.id.0).collect();
+            let seq = self.journal.push(dirty);
+            if g.job_seq.len() + ids.len() > MAX_JOB_SEQS {
+                g.job_seq.clear();
+            }
+            g.job_seq.extend(ids.into_iter().map(|id| (id, seq)));
+            (out, seq, g.ctl.endpoint_version())
         };
         self.ep_watch.send_if_modified(|old| std::mem::replace(old, version) != version);
         (out, seq)
@@ -384,10 +401,34 @@ struct JobQuery {
     all: Option<bool>,
 }
 
+/// Jobs (or nodes) a listing reads per hold of the controller: a long listing is read a piece
+/// at a time, so requests and heartbeats get the controller in between. Each row is as it was
+/// when its piece was read.
+const LIST_CHUNK: usize = 512;
+
 async fn list_jobs(State(app): State<App>, Query(q): Query<JobQuery>) -> Response {
-    let (jobs, seq) = {
+    let filter = JobFilter::new(q);
+    let mut jobs = Vec::new();
+    let mut from = 0u64;
+    let seq = loop {
         let g = app.lock();
-        (select_jobs(&g.ctl, q), app.journal.last())
+        let mut next = None;
+        for (n, j) in g.ctl.jobs_from(from, !filter.all).enumerate() {
+            if n == LIST_CHUNK {
+                next = Some(j.req.id.0);
+                break;
+            }
+            if filter.matches(j) {
+                jobs.push(job_info(j));
+            }
+        }
+        // What a reply shows must be durable: everything taken up to the last piece read.
+        let seq = app.journal.last();
+        drop(g);
+        match next {
+            Some(id) => from = id,
+            None => break seq,
+        }
     };
     if let Err(r) = app.settled(seq).await {
         return r;
@@ -395,29 +436,43 @@ async fn list_jobs(State(app): State<App>, Query(q): Query<JobQuery>) -> Respons
     Json(jobs).into_response()
 }
 
-fn select_jobs(ctl: &Controller, q: JobQuery) -> Vec<JobInfo> {
-    let states: Option<Vec<String>> = q.state.map(|s| s.split(',').map(|x| x.trim().to_ascii_uppercase()).collect());
-    ctl.jobs()
-        .filter(|j| q.all.unwrap_or(false) || !j.state.is_final())
-        .filter(|j| q.user.as_deref().is_none_or(|u| j.req.user == u))
-        .filter(|j| q.partition.as_deref().is_none_or(|p| j.req.partition.as_deref().unwrap_or("batch") == p))
-        .filter(|j| {
-            states.as_ref().is_none_or(|s| {
+/// Which jobs a listing shows.
+struct JobFilter {
+    all: bool,
+    user: Option<String>,
+    partition: Option<String>,
+    states: Option<Vec<String>>,
+}
+
+impl JobFilter {
+    fn new(q: JobQuery) -> JobFilter {
+        JobFilter {
+            all: q.all.unwrap_or(false),
+            user: q.user,
+            partition: q.partition,
+            states: q.state.map(|s| s.split(',').map(|x| x.trim().to_ascii_uppercase()).collect()),
+        }
+    }
+
+    fn matches(&self, j: &Job) -> bool {
+        (self.all || !j.state.is_final())
+            && self.user.as_deref().is_none_or(|u| j.req.user == u)
+            && self.partition.as_deref().is_none_or(|p| j.req.partition.as_deref().unwrap_or("batch") == p)
+            && self.states.as_ref().is_none_or(|s| {
                 s.iter().any(|x| {
                     x == j.state.slurm_name()
                         || (x == "PD" && j.state == model::JobState::Pending)
                         || (x == "R" && j.state == model::JobState::Running)
                 })
             })
-        })
-        .map(job_info)
-        .collect()
+    }
 }
 
 async fn get_job(State(app): State<App>, Path(id): Path<u64>) -> Response {
     let (job, seq) = {
         let g = app.lock();
-        (g.ctl.job(id).map(job_info), app.journal.last())
+        // It shows this job only: its newest change must be durable.
+        (g.ctl.job(id).map(job_info), g.job_seq.get(&id).copied().unwrap_or_else(|| app.journal.last()))
     };
     if let Err(r) = app.settled(seq).await {
         return r;
@@ -512,9 +567,17 @@ async fn create_step(
 }
 
 async fn list_nodes(State(app): State<App>) -> Response {
-    let (nodes, seq) = {
+    let mut nodes = Vec::new();
+    let seq = loop {
         let g = app.lock();
-        (node_infos(&g.ctl), app.journal.last())
+        let all = g.ctl.nodes();
+        let piece = &all[nodes.len().min(all.len())..];
+        nodes.extend(node_infos(&piece[..piece.len().min(LIST_CHUNK)]));
+        let (done, seq) = (nodes.len() >= all.len(), app.journal.last());
+        drop(g);
+        if done {
+            break seq;
+        }
     };
     if let Err(r) = app.settled(seq).await {
         return r;
@@ -522,8 +585,8 @@ async fn list_nodes(State(app): State<App>) -> Response {
     Json(nodes).into_response()
 }
 
-fn node_infos(ctl: &Controller) -> Vec<NodeInfo> {
-    ctl.nodes()
+fn node_infos(nodes: &[control::NodeRec]) -> Vec<NodeInfo> {
+    nodes
         .iter()
         .map(|n| {
             let alloc_gpus = n.usage.gpu_milli.iter().filter(|&&m| m > 0).count() as u32;
@@ -716,6 +779,14 @@ async fn metrics(State(app): State<App>) -> Response {
         "# HELP tandem_scheduling_pass_seconds Time spent in scheduling passes.\n# TYPE tandem_scheduling_pass_seconds summary\ntandem_scheduling_pass_seconds_sum {}\ntandem_scheduling_pass_seconds_count {}\n",
         m.pass_seconds_total, m.passes
     ));
+    s.push_str(&format!(
+        "# HELP tandem_scheduling_pass_lock_seconds_total Time scheduling passes held the controller (taking their inputs, applying their plans).\n# TYPE tandem_scheduling_pass_lock_seconds_total counter\ntandem_scheduling_pass_lock_seconds_total {}\n",
+        m.pass_lock_seconds_total
+    ));
+    s.push_str(&format!(
+        "# HELP tandem_scheduling_pass_apply_seconds_total Of that, applying their plans.\n# TYPE tandem_scheduling_pass_apply_seconds_total counter\ntandem_scheduling_pass_apply_seconds_total {}\n",
+        m.pass_apply_seconds_total
+    ));
     s.push_str(&format!("# HELP tandem_scheduling_last_pass_seconds The last pass.\n# TYPE tandem_scheduling_last_pass_seconds gauge\ntandem_scheduling_last_pass_seconds {}\n", m.last_pass_seconds));
     s.push_str("# HELP tandem_service_replicas Service replicas by state.\n# TYPE tandem_service_replicas gauge\n");
     s.push_str("# HELP tandem_service_desired_replicas Desired replicas per service.\n# TYPE tandem_service_desired_replicas gauge\n");
@@ -783,6 +854,9 @@ fn load_secret(data: &std::path::Path, db: &mut store::Store, loaded: Option<Str
     Ok(s)
 }
 
+/// Most job starts applied per hold of the controller (see the scheduling loop).
+const APPLY_PIECE: usize = 128;
+
 /// Runs the controller until the process is stopped.
 pub async fn run(args: ServerArgs) -> Result<()> {
     std::fs::create_dir_all(&args.data).with_context(|| format!("creating {}", args.data.display()))?;
@@ -795,7 +869,7 @@ pub async fn run(args: ServerArgs) -> Result<()> {
     let heartbeat_ms = ctl.heartbeat_ms();
     let db = Arc::new(Mutex::new(db));
     let app = App {
-        inner: Arc::new(Mutex::new(Inner { ctl })),
+        inner: Arc::new(Mutex::new(Inner { ctl, job_seq: HashMap::new() })),
         journal: crate::journal::Journal::start(db.clone()),
         db,
         secret: Arc::new(secret),
@@ -832,7 +906,32 @@ pub async fn run(args: ServerArgs) -> Result<()> {
             let t = now();
             // Nothing is acknowledged here: the heartbeats that carry its orders wait for its
             // commit. Not waiting for the disk lets the next pass be paced by this one.
-            let _ = sched_app.apply(|c| c.tick(t));
+            // The controller is held only to take the pass's inputs (what changed since the last
+            // pass) and to apply its plan; the scheduler runs on a blocking thread meanwhile,
+            // while requests go on.
+            let (mut pass, _) = sched_app.apply(|c| c.begin_tick(t));
+            let held = started.elapsed();
+            pass = tokio::task::spawn_blocking(move || {
+                pass.run();
+                pass
+            })
+            .await
+            .expect("the scheduling pass panicked");
+            // The plan is applied a piece at a time (each piece with its own journal batch),
+            // so a pass that starts thousands of jobs does not hold the controller for all of
+            // them at once; agents with new orders are woken after each piece.
+            let mut apply = Duration::ZERO;
+            loop {
+                let applying = std::time::Instant::now();
+                let (done, _) = sched_app.apply(|c| c.finish_some(&mut pass, APPLY_PIECE));
+                apply += applying.elapsed();
+                if done.is_some() {
+                    break;
+                }
+                sched_app.wake_nodes();
+                tokio::task::yield_now().await;
+            }
+            let held = held + apply;
             last = started.elapsed();
             let secs = last.as_secs_f64();
             {
@@ -840,6 +939,8 @@ pub async fn run(args: ServerArgs) -> Result<()> {
                 m.passes += 1;
                 m.pass_seconds_total += secs;
                 m.last_pass_seconds = secs;
+                m.pass_lock_seconds_total += held.as_secs_f64();
+                m.pass_apply_seconds_total += apply.as_secs_f64();
             }
             sched_app.wake_nodes();
         }
