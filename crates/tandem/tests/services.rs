@@ -184,12 +184,21 @@ preempt_tier = 3
         "train.sh",
         "#!/bin/bash\ntrap 'echo checkpoint run=$SLURM_RESTART_COUNT >> ckpt-$SLURM_JOB_ID.txt; exit 0' USR1 TERM\n\
          if [ \"$SLURM_RESTART_COUNT\" -gt 0 ]; then echo resumed >> ckpt-$SLURM_JOB_ID.txt; exit 0; fi\n\
+         touch trapped-$SLURM_JOB_ID.txt\n\
          for i in $(seq 600); do sleep 0.1; done\n",
     );
     let low = c.sbatch(&["--qos=low", "--gpus-per-node=2", "--signal=USR1@30", "--requeue", &train]);
     let high = c.sbatch(&["--qos=high", "--gpus-per-node=2", "--wrap", "sleep 120"]);
     c.wait_state(low, &["RUNNING"], 30);
     c.wait_state(high, &["RUNNING"], 30);
+    // RUNNING is the controller's word; the script must also have set its trap before it is
+    // signalled, or SIGUSR1 ends it before it can checkpoint.
+    let trapped = c.work.join(format!("trapped-{low}.txt"));
+    let t0 = std::time::Instant::now();
+    while !trapped.exists() {
+        assert!(t0.elapsed() < Duration::from_secs(30), "the training script never started");
+        std::thread::sleep(Duration::from_millis(50));
+    }
     let svc = "name = \"llm\"\ncommand = [\"python3\", \"-m\", \"http.server\", \"--bind\", \"127.0.0.1\", \"$PORT\"]\nreplicas = 1\nqos = \"serve\"\n[resources]\ngpus = 1\n[readiness]\nhttp = \"/\"\nperiod = \"500ms\"\n";
     std::fs::write(c.work.join("llm.toml"), svc).unwrap();
     c.tandem_ok(&["service", "apply", "-f", "llm.toml"]);
