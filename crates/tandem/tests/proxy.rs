@@ -431,9 +431,11 @@ fn the_proxy_follows_the_controller_view_and_reports_its_gauges() {
         assert_eq!((r.status, replica(&r)), (200, "echo-2".to_string()));
     }
 
-    // A slow (streaming) request in flight is reported per replica, and still while its replica drains.
+    // A slow (streaming) request in flight is reported per replica, and still while its replica
+    // drains. It lasts 10 s, so that on a loaded machine it is still in flight when the proxy
+    // reports after the next view (at 4 s a CI run once saw it end first).
     let slow_proxy = proxy.clone();
-    let slow = std::thread::spawn(move || http(&slow_proxy, "/s/echo/stream?n=2&ms=4000", &[]));
+    let slow = std::thread::spawn(move || http(&slow_proxy, "/s/echo/stream?n=2&ms=10000", &[]));
     ctl.report_where("echo-2 has a request in flight", |r| r["services"]["echo"]["replicas"]["echo-2"] == 1);
     let v3 = serde_json::json!({"version": 3, "services": [
         {"name": "echo", "endpoints": [{"replica": "echo-1", "addr": u1}], "draining": ["echo-2"]},
