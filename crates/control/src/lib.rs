@@ -22,7 +22,8 @@ pub use pass::Pass;
 pub use service::{Service, ServiceSpec};
 pub use services::{Endpoint, EndpointView, ProxyServiceStats, ServiceEndpoints, replica_id};
 pub use types::{
-    ArrayInfo, ArrayRecord, BATCH_STEP, Job, JobSpec, NodeRec, Order, ReplicaInfo, ReplicaReport, ReplicaTask, Step, Task, TaskExit, TaskKey,
+    ArrayInfo, ArrayRecord, BATCH_STEP, Job, JobSpec, NodeRec, Order, ReplicaInfo, ReplicaReport, ReplicaTask, Step, Task, TaskExit,
+    TaskKey,
 };
 
 use model::{ClusterConfig, DepKind, DepStatus, JobEvent, JobId, JobState, Node, NodeEvent, NodeState, PendingReason, Time};
@@ -402,7 +403,8 @@ impl Controller {
 
     /// Records changed since the last call (to persist).
     pub fn take_dirty(&mut self) -> Dirty {
-        let jobs = std::mem::take(&mut self.dirty_jobs.persist).into_iter().filter_map(|id| self.jobs.get(&id).map(|j| Job::clone(j))).collect();
+        let jobs =
+            std::mem::take(&mut self.dirty_jobs.persist).into_iter().filter_map(|id| self.jobs.get(&id).map(|j| Job::clone(j))).collect();
         let nodes = std::mem::take(&mut self.dirty_nodes).into_iter().filter_map(|i| self.nodes.get(i).cloned()).collect();
         let next_id = std::mem::take(&mut self.next_id_dirty).then_some(self.next_id);
         let services = std::mem::take(&mut self.dirty_services).into_iter().filter_map(|n| self.services.get(&n).cloned()).collect();
@@ -940,7 +942,8 @@ impl Controller {
                     None => DepStatus::Never,
                     Some(o) if o.array.is_some_and(|a| a.array_job == o.req.id.0) && j.array.is_none_or(|a| a.array_job != o.req.id.0) => {
                         // A dependency on an array job is on every task of it.
-                        let tasks: Vec<&Job> = self.jobs.values().map(|t| &**t).filter(|t| t.array.is_some_and(|a| a.array_job == o.req.id.0)).collect();
+                        let tasks: Vec<&Job> =
+                            self.jobs.values().map(|t| &**t).filter(|t| t.array.is_some_and(|a| a.array_job == o.req.id.0)).collect();
                         let each: Vec<DepStatus> = tasks.iter().map(|t| dep_on(kind, t.state)).collect();
                         if each.contains(&DepStatus::Never) {
                             DepStatus::Never

@@ -7,8 +7,8 @@
 //! filter on (state, user, end time).
 
 use control::{ArrayRecord, Dirty, Job, NodeRec};
-use std::collections::{BTreeMap, HashSet};
 use rusqlite::{Connection, OptionalExtension, params};
+use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
 
 /// A storage error.

@@ -286,7 +286,9 @@ pub fn squeue(args: &[String]) -> Result<i32> {
         let want: Vec<String> = ids.split(',').map(str::to_string).collect();
         // An array's job id selects all its tasks, as in Slurm.
         list.retain(|j| {
-            want.iter().any(|w| *w == j.display_id || *w == j.id.to_string() || j.display_id.strip_prefix(w.as_str()).is_some_and(|r| r.starts_with('_')))
+            want.iter().any(|w| {
+                *w == j.display_id || *w == j.id.to_string() || j.display_id.strip_prefix(w.as_str()).is_some_and(|r| r.starts_with('_'))
+            })
         });
     }
     if start {

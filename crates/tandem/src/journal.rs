@@ -101,7 +101,9 @@ impl Journal {
                 (std::mem::take(&mut q.pending), q.last)
             };
             let merged = merge(carry.take(), batches);
-            let records = (merged.jobs.len() + merged.arrays.len() + merged.nodes.len() + merged.services.len() + merged.removed_services.len()) as u64;
+            let records =
+                (merged.jobs.len() + merged.arrays.len() + merged.nodes.len() + merged.services.len() + merged.removed_services.len())
+                    as u64;
             let r = db.lock().expect("database lock").persist(&merged);
             if r.is_ok() {
                 let mut st = self.stats.lock().expect("stats lock");
@@ -185,7 +187,8 @@ mod tests {
         let mut c = Controller::new(Settings::default());
         c.register(0, model::Node::new("n0", 2, 1 << 30, 0), "127.0.0.1".into()).unwrap();
         let spec = JobSpec::script("#!/bin/sh\ntrue\n");
-        let b = |a: &[&str]| slurmcli::parse_sbatch(&a.iter().map(|s| s.to_string()).collect::<Vec<_>>(), 0, &mut |_| unreachable!()).unwrap();
+        let b =
+            |a: &[&str]| slurmcli::parse_sbatch(&a.iter().map(|s| s.to_string()).collect::<Vec<_>>(), 0, &mut |_| unreachable!()).unwrap();
         let mut batches = Vec::new();
         let single = c.submit(0, spec.clone(), &b(&["--wrap=true"]), "root").unwrap()[0];
         batches.push(c.take_dirty());

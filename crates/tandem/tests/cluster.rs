@@ -237,7 +237,10 @@ fn acknowledged_submissions_survive_kill_9_and_run_exactly_once() {
     while i < n {
         if i == n / 3 && !killed {
             // An array is one record until its tasks change: all of it must come back.
-            let o = c.run("sbatch", &["--parsable", "--array=0-49", "-o", "/dev/null", "--wrap", &format!("echo $SLURM_JOB_ID >> {}", marks.display())]);
+            let o = c.run(
+                "sbatch",
+                &["--parsable", "--array=0-49", "-o", "/dev/null", "--wrap", &format!("echo $SLURM_JOB_ID >> {}", marks.display())],
+            );
             assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
             let first = String::from_utf8_lossy(&o.stdout).trim().parse::<u64>().unwrap();
             acked.extend(first..first + 50);
