@@ -368,8 +368,16 @@ pub fn scancel(args: &[String]) -> Result<i32> {
     Ok(rc)
 }
 
+/// The nodes in Slurm's order: by name, numbers compared as numbers (`node2` before `node10`),
+/// whatever order they registered in.
 fn nodes(t: &Target) -> Result<Vec<NodeInfo>> {
-    runtime()?.block_on(send(t, "GET", "/v1/nodes", None::<&()>, &[]))?.json()
+    let mut v: Vec<NodeInfo> = runtime()?.block_on(send(t, "GET", "/v1/nodes", None::<&()>, &[]))?.json()?;
+    v.sort_by_cached_key(|n| {
+        let digits = n.name.len() - n.name.trim_end_matches(|c: char| c.is_ascii_digit()).len();
+        let (stem, num) = n.name.split_at(n.name.len() - digits);
+        (stem.to_string(), num.parse::<u64>().unwrap_or(0), n.name.clone())
+    });
+    Ok(v)
 }
 
 /// `sinfo`.

@@ -1,0 +1,285 @@
+//! Golden output of the README's commands against a real `tandem up`: the stable parts of what
+//! a user sees (headers, columns, messages, errors), pinned with `insta` snapshots so that a
+//! refactor that changes them shows up as a diff. Volatile parts (paths, times, ports, ids that
+//! depend on timing) are replaced by placeholders before the comparison.
+//!
+//! `INSTA_UPDATE=always cargo test -p tandem --test golden` rewrites the snapshots after an
+//! intended change (then review `git diff crates/tandem/tests/snapshots`).
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_tandem")
+}
+
+/// `tandem up` in the background, stopped (SIGTERM, then SIGKILL) when dropped.
+struct Up {
+    child: Child,
+    dir: PathBuf,
+    shims: PathBuf,
+    work: PathBuf,
+    sock: String,
+    proxy: String,
+    stdout: String,
+}
+
+impl Drop for Up {
+    fn drop(&mut self) {
+        let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+fn up(tag: &str) -> Up {
+    let dir = std::env::temp_dir().join(format!("tandem-golden-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let data = dir.join("data");
+    let work = dir.join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    let shims = dir.join("bin");
+    let st = Command::new(bin()).arg("shims").arg(&shims).stdout(Stdio::null()).status().unwrap();
+    assert!(st.success());
+    let out = std::fs::File::create(dir.join("up.out")).unwrap();
+    let child = Command::new(bin())
+        .args(["up", "--agents", "2", "--cpus-per-agent", "4", "--mem-per-agent", "8G", "--gpus-per-agent", "h100:2"])
+        .args(["--port", "0", "--proxy-port", "0", "--data"])
+        .arg(&data)
+        .stdout(out.try_clone().unwrap())
+        .stderr(out)
+        .spawn()
+        .unwrap();
+    let mut u = Up { child, dir: dir.clone(), shims, work, sock: String::new(), proxy: String::new(), stdout: String::new() };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let s = std::fs::read_to_string(dir.join("up.out")).unwrap_or_default();
+        if s.contains("Ctrl-C stops the cluster") {
+            u.stdout = s;
+            break;
+        }
+        if let Ok(Some(st)) = u.child.try_wait() {
+            panic!("tandem up exited ({st}):\n{s}");
+        }
+        assert!(Instant::now() < deadline, "tandem up did not come up within 60 s:\n{s}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let env = std::fs::read_to_string(data.join("env")).unwrap();
+    for line in env.lines() {
+        if let Some(v) = line.strip_prefix("export TANDEM_SERVER=") {
+            u.sock = v.to_string();
+        }
+        if let Some(v) = line.strip_prefix("export TANDEM_PROXY=http://") {
+            u.proxy = v.to_string();
+        }
+    }
+    // Both nodes registered and idle.
+    u.wait("both nodes idle", |u| {
+        let o = u.run("sinfo", &["-h", "-N"]);
+        o.stdout.matches("idle").count() == 2
+    });
+    u
+}
+
+struct Out {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+impl Up {
+    fn cmd(&self, program: &str, args: &[&str]) -> Command {
+        let exe = if program == "tandem" { PathBuf::from(bin()) } else { self.shims.join(program) };
+        let mut c = Command::new(exe);
+        let path = format!("{}:{}", self.shims.display(), std::env::var("PATH").unwrap_or_default());
+        c.args(args)
+            .current_dir(&self.work)
+            .env("TANDEM_SERVER", &self.sock)
+            .env("PATH", path)
+            .env_remove("TANDEM_TOKEN")
+            .stdin(Stdio::null());
+        c
+    }
+
+    fn run(&self, program: &str, args: &[&str]) -> Out {
+        let o = self.cmd(program, args).output().unwrap();
+        Out {
+            code: o.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+        }
+    }
+
+    fn wait(&self, what: &str, mut f: impl FnMut(&Up) -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !f(self) {
+            assert!(Instant::now() < deadline, "timed out waiting for {what}; logs in {}", self.dir.display());
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Waits until a job has ended (whatever its final state).
+    fn wait_done(&self, id: &str) {
+        self.wait(&format!("job {id} to end"), |u| {
+            let st = u.run("sacct", &["-j", id, "-X", "-n", "-P", "--format=State"]).stdout;
+            let st = st.trim();
+            !st.is_empty() && !["PENDING", "RUNNING", "REQUEUED"].iter().any(|s| st.starts_with(s))
+        });
+    }
+
+    /// One transcript entry: the command line, its exit code, its stdout and its stderr.
+    fn show(&self, log: &mut String, program: &str, args: &[&str]) -> Out {
+        let o = self.run(program, args);
+        log.push_str(&format!("$ {program} {}\n[exit {}]\n", args.join(" "), o.code));
+        if !o.stdout.is_empty() {
+            log.push_str(&o.stdout);
+            if !o.stdout.ends_with('\n') {
+                log.push('\n');
+            }
+        }
+        if !o.stderr.is_empty() {
+            log.push_str("[stderr]\n");
+            log.push_str(&o.stderr);
+            if !o.stderr.ends_with('\n') {
+                log.push('\n');
+            }
+        }
+        log.push('\n');
+        o
+    }
+}
+
+/// Replaces what differs from run to run (paths, times, ports, host names, pids) by placeholders.
+fn settings(u: &Up) -> insta::Settings {
+    let mut s = insta::Settings::clone_current();
+    s.set_prepend_module_to_snapshot(false);
+    s.set_snapshot_path(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/snapshots"));
+    s.add_filter(&regex_escape(&u.dir.display().to_string()), "[DIR]");
+    s.add_filter(&regex_escape(&u.proxy), "[PROXY]");
+    s.add_filter(r"127\.0\.0\.1:\d+", "127.0.0.1:[PORT]");
+    s.add_filter(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d", "[DATETIME]");
+    // Elapsed and run times (`0:00`, `00:00:01`, `1-00:00:00`) and ages (`3s`, `1m`).
+    s.add_filter(r"\b(\d+-)?(\d+:)?\d+:\d\d\b", "[T]");
+    s.add_filter(r"\b\d+(\.\d+)?(ms|s|m|h|d)\b", "[AGE]");
+    s.add_filter(r"pid \d+", "pid [PID]");
+    s
+}
+
+fn regex_escape(s: &str) -> String {
+    s.chars().fold(String::new(), |mut o, c| {
+        if "\\.+*?()|[]{}^$#&-~".contains(c) {
+            o.push('\\');
+        }
+        o.push(c);
+        o
+    })
+}
+
+fn http_get(addr: &str, path: &str, host: &str) -> String {
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").unwrap();
+    let mut b = Vec::new();
+    let _ = s.read_to_end(&mut b);
+    String::from_utf8_lossy(&b).lines().next().unwrap_or("").to_string()
+}
+
+#[test]
+fn readme_commands_keep_their_output() {
+    let u = up("readme");
+    let set = settings(&u);
+    // What `tandem up` prints.
+    set.bind(|| insta::assert_snapshot!("up", u.stdout.replace(&u.dir.display().to_string(), "[DIR]")));
+
+    let mut log = String::new();
+    u.show(&mut log, "sinfo", &[]);
+    u.show(&mut log, "sinfo", &["-N"]);
+    std::fs::write(
+        u.work.join("train.sh"),
+        "#!/bin/bash\n#SBATCH -J train\n#SBATCH -N 2\n#SBATCH --ntasks-per-node=2\n#SBATCH -t 10\n#SBATCH -o train-%j.out\n\
+         echo \"nodes: $SLURM_JOB_NODELIST\"\n\
+         srun bash -c 'echo rank $SLURM_PROCID of $SLURM_NTASKS on $SLURMD_NODENAME, MASTER_ADDR=$MASTER_ADDR'\n",
+    )
+    .unwrap();
+    u.show(&mut log, "sbatch", &["train.sh"]);
+    u.wait_done("1");
+    // The ranks print in any order: sort the output file's lines.
+    let mut lines: Vec<String> = std::fs::read_to_string(u.work.join("train-1.out")).unwrap().lines().map(str::to_string).collect();
+    lines.sort();
+    log.push_str(&format!("$ sort train-1.out\n{}\n\n", lines.join("\n")));
+    u.show(&mut log, "sacct", &["-j", "1"]);
+    u.show(&mut log, "sacct", &["-j", "1", "-P", "--format=JobID,JobName,State,ExitCode,NodeList"]);
+    u.show(&mut log, "squeue", &[]);
+    u.show(&mut log, "sbatch", &["--hold", "-J", "held", "-t", "5", "--wrap", "true"]);
+    u.show(&mut log, "sbatch", &["--parsable", "-J", "big", "-N", "2", "--gpus-per-node", "h100:2", "--hold", "--wrap", "true"]);
+    u.show(&mut log, "squeue", &[]);
+    u.show(&mut log, "squeue", &["-h", "-o", "%i %j %t %r"]);
+    u.show(&mut log, "squeue", &["--me", "-t", "PD"]);
+    u.show(&mut log, "scontrol", &["release", "2"]);
+    u.wait_done("2");
+    u.show(&mut log, "sacct", &["-j", "2", "-X", "-P", "--format=JobID,JobName,State,ExitCode,AllocTRES"]);
+    u.show(&mut log, "scancel", &["3"]);
+    u.wait_done("3");
+    u.show(&mut log, "sacct", &["-j", "3", "-X", "-P", "--format=JobID,JobName,State"]);
+    u.show(&mut log, "sbatch", &["--array", "1-3", "-J", "arr", "--hold", "--wrap", "true"]);
+    u.show(&mut log, "squeue", &["-j", "4", "-h", "-o", "%i %j %t"]);
+    u.show(&mut log, "scancel", &["4"]);
+    // Bad input: clear messages, nothing stored.
+    u.show(&mut log, "sbatch", &["--bogus", "--wrap", "true"]);
+    u.show(&mut log, "sbatch", &["-t", "1:2:3:4", "--wrap", "true"]);
+    u.show(&mut log, "sbatch", &["-p", "nope", "--wrap", "true"]);
+    u.show(&mut log, "sbatch", &["--gpus-per-node", "h100:9", "--wrap", "true"]);
+    u.show(&mut log, "sbatch", &["--dependency", "afterok:999", "--wrap", "true"]);
+    u.show(&mut log, "sbatch", &["--test-only", "-N", "1", "--wrap", "true"]);
+    u.show(&mut log, "scancel", &["999"]);
+    u.show(&mut log, "scontrol", &["show", "node", "node1"]);
+    u.show(&mut log, "scontrol", &["update", "NodeName=node2", "State=DRAIN", "Reason=golden"]);
+    u.show(&mut log, "sinfo", &["-R"]);
+    u.show(&mut log, "scontrol", &["update", "NodeName=node2", "State=RESUME"]);
+    u.show(&mut log, "tandem", &["queue", "-h"]);
+    set.bind(|| insta::assert_snapshot!("batch", log));
+
+    // Services, through the proxy.
+    let mut log = String::new();
+    std::fs::write(
+        u.work.join("echo.toml"),
+        "name = \"echo\"\ncommand = [\"python3\", \"-m\", \"http.server\", \"--bind\", \"127.0.0.1\", \"$PORT\"]\nreplicas = 2\n\
+         [resources]\ncpus = 1\nmemory = \"256MiB\"\n[readiness]\nhttp = \"/\"\nperiod = \"1s\"\n",
+    )
+    .unwrap();
+    u.show(&mut log, "tandem", &["service", "apply", "-f", "echo.toml"]);
+    u.show(&mut log, "tandem", &["service", "apply", "-f", "echo.toml"]);
+    u.wait("2 ready replicas", |u| u.run("tandem", &["service", "list"]).stdout.contains(" 2/2 "));
+    u.show(&mut log, "tandem", &["service", "list"]);
+    log.push_str(&format!("$ curl [PROXY]/s/echo/\n{}\n\n", http_get(&u.proxy, "/s/echo/", "localhost")));
+    log.push_str(&format!("$ curl -H 'Host: echo' [PROXY]/\n{}\n\n", http_get(&u.proxy, "/", "echo")));
+    log.push_str(&format!("$ curl [PROXY]/s/nosuch/\n{}\n\n", http_get(&u.proxy, "/s/nosuch/", "localhost")));
+    u.show(&mut log, "tandem", &["service", "scale", "echo", "1"]);
+    u.show(&mut log, "tandem", &["service", "show", "nosuch"]);
+    std::fs::write(u.work.join("bad.toml"), "name = \"Bad_Name\"\ncommand = [\"true\"]\nfoo = 1\n").unwrap();
+    u.show(&mut log, "tandem", &["service", "apply", "-f", "bad.toml"]);
+    u.show(&mut log, "tandem", &["service", "delete", "echo"]);
+    set.bind(|| insta::assert_snapshot!("services", log));
+}
+
+#[test]
+fn help_lists_every_command() {
+    let o = Command::new(bin()).arg("--help").output().unwrap();
+    assert!(o.status.success());
+    insta::with_settings!({ prepend_module_to_snapshot => false, snapshot_path => "snapshots" }, {
+        insta::assert_snapshot!("help", String::from_utf8_lossy(&o.stdout));
+    });
+}
