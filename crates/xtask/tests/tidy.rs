@@ -1,4 +1,5 @@
-//! Tidy: the architecture's rules, enforced.
+//! Tidy: the architecture's rules, enforced on the real tree, and self-tests of the checks
+//! (`xtask`'s functions) on hand-made crate graphs and fake crates.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -7,32 +8,29 @@ fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().unwrap()
 }
 
+/// The workspace's crates, each with the workspace crates it depends on (normal dependencies).
+fn crate_graph(meta: &serde_json::Value) -> Vec<(&str, Vec<&str>)> {
+    let packages = meta["packages"].as_array().unwrap();
+    let members: Vec<&str> = packages.iter().map(|p| p["name"].as_str().unwrap()).collect();
+    packages
+        .iter()
+        .map(|p| {
+            let deps = p["dependencies"].as_array().unwrap().iter().filter(|d| d["kind"].is_null()).map(|d| d["name"].as_str().unwrap());
+            (p["name"].as_str().unwrap(), deps.filter(|d| members.contains(d)).collect())
+        })
+        .collect()
+}
+
 #[test]
 fn dependency_arrows_match_architecture() {
     let out = Command::new(env!("CARGO")).args(["metadata", "--format-version", "1", "--no-deps"]).current_dir(root()).output().unwrap();
     assert!(out.status.success(), "cargo metadata failed: {}", String::from_utf8_lossy(&out.stderr));
     let meta: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let members: Vec<&str> = meta["packages"].as_array().unwrap().iter().map(|p| p["name"].as_str().unwrap()).collect();
-    let mut errors = Vec::new();
-    for name in &members {
-        if !xtask::ARROWS.iter().any(|(n, _)| n == name) {
-            errors.push(format!("crate {name} is not in the ARROWS table (and ARCHITECTURE.md)"));
-        }
-    }
-    for p in meta["packages"].as_array().unwrap() {
-        let name = p["name"].as_str().unwrap();
-        let allowed = xtask::ARROWS.iter().find(|(n, _)| *n == name).map(|(_, a)| *a).unwrap_or(&[]);
-        for d in p["dependencies"].as_array().unwrap() {
-            let dep = d["name"].as_str().unwrap();
-            let normal = d["kind"].is_null();
-            if members.contains(&dep) && normal && !allowed.contains(&dep) {
-                errors.push(format!("{name} -> {dep} is not an allowed arrow"));
-            }
-        }
-    }
+    let graph = crate_graph(&meta);
+    let mut errors = xtask::check_arrows(&graph, &xtask::WORKSPACE);
     // ARCHITECTURE.md names every crate.
     let arch = std::fs::read_to_string(root().join("ARCHITECTURE.md")).unwrap();
-    for name in &members {
+    for (name, _) in &graph {
         if !arch.contains(&format!("`{name}`")) {
             errors.push(format!("ARCHITECTURE.md does not name `{name}`"));
         }
@@ -40,23 +38,35 @@ fn dependency_arrows_match_architecture() {
     assert!(errors.is_empty(), "{}", errors.join("\n"));
 }
 
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    for e in std::fs::read_dir(dir).unwrap() {
-        let p = e.unwrap().path();
-        if p.is_dir() {
-            rust_files(&p, out);
-        } else if p.extension().is_some_and(|x| x == "rs") {
-            out.push(p);
+#[test]
+fn arrows_table_obeys_the_hard_rules() {
+    let errors = xtask::check_arrows(&xtask::arrows_graph(xtask::ARROWS), &xtask::WORKSPACE);
+    assert!(errors.is_empty(), "the ARROWS table itself allows:\n{}", errors.join("\n"));
+}
+
+#[test]
+fn no_import_cycles_between_modules() {
+    let mut errors = Vec::new();
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(root().join("crates")).unwrap().map(|e| e.unwrap().path()).collect();
+    dirs.sort();
+    for dir in dirs.iter().filter(|d| d.join("src").is_dir()) {
+        let krate = dir.file_name().unwrap().to_string_lossy();
+        for cycle in xtask::module_cycles(&dir.join("src")).unwrap() {
+            errors.push(format!("crate {krate}: modules {} import each other", cycle.join(", ")));
         }
     }
+    assert!(errors.is_empty(), "import cycles (break them: move the shared part down, or pass it in):\n{}", errors.join("\n"));
+}
+
+fn rust_files(dir: &Path) -> Vec<PathBuf> {
+    xtask::rust_files(dir).unwrap()
 }
 
 #[test]
 fn pure_crates_do_no_io() {
     let mut errors = Vec::new();
     for krate in xtask::PURE {
-        let mut files = Vec::new();
-        rust_files(&root().join("crates").join(krate).join("src"), &mut files);
+        let files = rust_files(&root().join("crates").join(krate).join("src"));
         assert!(!files.is_empty(), "no sources for {krate}");
         for f in files {
             let text = std::fs::read_to_string(&f).unwrap();
@@ -75,9 +85,7 @@ fn pure_crates_do_no_io() {
 
 #[test]
 fn every_source_file_starts_with_a_module_doc() {
-    let mut files = Vec::new();
-    rust_files(&root().join("crates"), &mut files);
-    let missing: Vec<String> = files
+    let missing: Vec<String> = rust_files(&root().join("crates"))
         .iter()
         .filter(|f| !std::fs::read_to_string(f).unwrap().trim_start().starts_with("//!"))
         .map(|f| f.display().to_string())
@@ -101,4 +109,111 @@ fn only_exec_may_use_unsafe() {
     let ws = std::fs::read_to_string(root().join("Cargo.toml")).unwrap();
     assert!(ws.contains("unsafe_code = \"forbid\""), "the workspace no longer forbids unsafe");
     assert!(errors.is_empty(), "{}", errors.join("\n"));
+}
+
+// Self-tests: the checks on hand-made inputs (hand-made arrows; the real hard rules).
+
+/// Arrows that allow every edge of `graph`, so that only the hard rules and cycles can fire.
+fn permissive<'a>(graph: &'a [(&'a str, Vec<&'a str>)]) -> Vec<(&'a str, &'a [&'a str])> {
+    graph.iter().map(|(k, ds)| (*k, ds.as_slice())).collect()
+}
+
+#[test]
+fn check_arrows_reports_forbidden_edges() {
+    let graph =
+        vec![("wire", vec![]), ("agent", vec!["server", "wire"]), ("server", vec!["wire"]), ("proxy", vec!["bench"]), ("bench", vec![])];
+    let arrows = [("wire", &[][..]), ("agent", &["wire"][..]), ("server", &["wire"][..]), ("proxy", &["bench"][..])];
+    let errors = xtask::check_arrows(&graph, &xtask::Rules { arrows: &arrows, ..xtask::WORKSPACE });
+    let has = |s: &str| errors.iter().any(|e| e.contains(s));
+    assert!(has("`agent` -> `server` is not an allowed arrow"), "{errors:?}");
+    assert!(has("`agent` -> `server` breaks a hard rule: `agent` must never depend on `server`"), "{errors:?}");
+    assert!(has("`proxy` -> `bench` breaks a hard rule: nothing but `tandem` depends on `bench`"), "{errors:?}");
+    assert!(has("crate `bench` is not in the ARROWS table"), "{errors:?}");
+    assert_eq!(errors.len(), 4, "{errors:?}");
+}
+
+#[test]
+fn check_arrows_hard_rules_hold_whatever_the_table_says() {
+    let apart = ["server", "agent", "proxy", "cli"];
+    let mut graph: Vec<(&str, Vec<&str>)> = apart.iter().map(|a| (*a, apart.iter().copied().filter(|b| b != a).collect())).collect();
+    graph.extend([("up", vec!["tandem"]), ("tandem", vec!["bench"]), ("bench", vec![])]);
+    let arrows = permissive(&graph);
+    let errors = xtask::check_arrows(&graph, &xtask::Rules { arrows: &arrows, ..xtask::WORKSPACE });
+    assert_eq!(errors.iter().filter(|e| e.contains("must never depend on")).count(), 12, "{errors:?}");
+    assert!(errors.iter().any(|e| e.contains("`up` -> `tandem` breaks a hard rule: nothing depends on `tandem`")), "{errors:?}");
+    assert!(errors.iter().any(|e| e == "dependency cycle between crates: agent, cli, proxy, server"), "{errors:?}");
+    assert_eq!(errors.len(), 14, "{errors:?}");
+}
+
+#[test]
+fn check_arrows_finds_cycles_and_passes_a_clean_graph() {
+    let clean = vec![("tandem", vec!["cli", "bench", "wire"]), ("cli", vec!["wire"]), ("bench", vec!["wire"]), ("wire", vec![])];
+    let arrows = permissive(&clean);
+    assert_eq!(xtask::check_arrows(&clean, &xtask::Rules { arrows: &arrows, ..xtask::WORKSPACE }), Vec::<String>::new());
+    let looped = vec![("a", vec!["b"]), ("b", vec!["c"]), ("c", vec!["a"]), ("d", vec!["a"])];
+    let arrows = permissive(&looped);
+    let errors = xtask::check_arrows(&looped, &xtask::Rules { arrows: &arrows, ..xtask::WORKSPACE });
+    assert_eq!(errors, ["dependency cycle between crates: a, b, c"]);
+}
+
+/// Writes a fake crate's `src/` into a fresh temp dir and runs `module_cycles` on it.
+fn cycles_in(name: &str, files: &[(&str, &str)]) -> Vec<Vec<String>> {
+    let dir = std::env::temp_dir().join(format!("xtask-selftest-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    for (path, text) in files {
+        let p = dir.join(path);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, text).unwrap();
+    }
+    let found = xtask::module_cycles(&dir).unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    found
+}
+
+const LIB: &str = "//! Fake.\nmod a;\nmod b;\n";
+const NONE: [[&str; 0]; 0] = [];
+
+#[test]
+fn module_cycles_finds_a_cycle_between_siblings() {
+    let found = cycles_in(
+        "siblings",
+        &[("lib.rs", LIB), ("a.rs", "use crate::b::X;\npub struct Y;\n"), ("b.rs", "use super::a::Y;\npub struct X;\n")],
+    );
+    assert_eq!(found, [["a", "b"]]);
+    let grouped =
+        cycles_in("grouped", &[("lib.rs", LIB), ("a.rs", "use crate::{Root, b::{self, X}};\n"), ("b.rs", "fn f() { crate::a::g() }\n")]);
+    assert_eq!(grouped, [["a", "b"]]);
+    let no_cycle = cycles_in("one-way", &[("lib.rs", LIB), ("a.rs", "use crate::b::X;\npub struct Y;\n"), ("b.rs", "pub struct X;\n")]);
+    assert_eq!(no_cycle, NONE);
+}
+
+#[test]
+fn module_cycles_ignores_comments_strings_and_the_root() {
+    let b = "//! crate::a::Y\n/// crate::a::Y\n// use super::a::Y;\n/* crate::a /* nested */ */ const S: &str = \"crate::a::Y\";\n\
+             const R: &str = r#\"super::a\"#;\nconst C: char = '\"';\nuse crate::Root;\n";
+    let lib = "//! Fake.\nmod a;\nmod b;\npub struct Root;\nuse a::Y;\nuse b::X;\n";
+    let found = cycles_in("clean", &[("lib.rs", lib), ("a.rs", "use crate::b::X;\nuse crate::Root;\n"), ("b.rs", b)]);
+    assert_eq!(found, NONE);
+}
+
+#[test]
+fn module_cycles_ignores_test_modules() {
+    let b = "pub struct X;\n\n#[cfg(test)]\nmod tests {\n    use super::*;\n    use crate::a::Y;\n}\n";
+    let lib = "//! Fake.\nmod a;\nmod b;\n#[cfg(test)]\nmod t;\n";
+    let files = [("lib.rs", lib), ("a.rs", "use crate::b::X;\nuse crate::t::helper;\n"), ("b.rs", b), ("t.rs", "use crate::a::Y;\n")];
+    assert_eq!(cycles_in("tests", &files), NONE);
+}
+
+#[test]
+fn module_cycles_finds_a_parent_child_cycle() {
+    let files = [
+        ("lib.rs", "//! Fake.\nmod p;\n"),
+        ("p.rs", "mod c;\npub fn g() {\n    c::f()\n}\n"),
+        ("p/c.rs", "pub fn f() {\n    super::g()\n}\n"),
+    ];
+    assert_eq!(cycles_in("parent", &files), [["p", "p::c"]]);
+    // `pub(super)` is a visibility, not a path.
+    let files =
+        [("lib.rs", "//! Fake.\nmod p;\n"), ("p/mod.rs", "mod c;\npub fn g() {\n    c::f()\n}\n"), ("p/c.rs", "pub(super) fn f() {}\n")];
+    assert_eq!(cycles_in("visibility", &files), NONE);
 }
