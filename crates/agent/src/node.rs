@@ -1,43 +1,46 @@
-//! `tandem agent`: the node daemon. Registers the node's resources, heartbeats (renewing its
+//! The node loop: registers the node's resources, heartbeats (renewing its
 //! lease and long-polling for orders), launches tasks as real processes (each in its own process
 //! group, as the submitting user when running as root, output appended to files, memory limited
 //! by a cgroup v1 memory controller where one can be created), reports exits, and fences itself:
 //! when its last successful heartbeat is older than the lease, it kills every task.
 
 use anyhow::{Context, Result};
-use control::{BATCH_STEP, Order, Task, TaskExit, TaskKey};
-use nix::sys::signal::{Signal, killpg};
+use control::{BATCH_STEP, Order, TaskExit, TaskKey};
+use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 use std::collections::HashMap;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::ExitStatusExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 
-use crate::api::*;
-use crate::client::{Target, send};
+use client::{Target, send};
+use wire::*;
+
+use crate::launch::{Cgroups, kill_group, launch};
+use crate::resources::{machine_memory, nvml_gpus};
 
 /// Agent settings from the command line.
-pub struct AgentArgs {
+pub(crate) struct AgentArgs {
     /// Controller.
-    pub server: Target,
+    pub(crate) server: Target,
     /// Node name.
-    pub name: String,
+    pub(crate) name: String,
     /// Declared GPUs: model and count.
-    pub gpus: Option<(Option<String>, u32)>,
+    pub(crate) gpus: Option<(Option<String>, u32)>,
     /// CPUs (default: the machine's).
-    pub cpus: Option<u32>,
+    pub(crate) cpus: Option<u32>,
     /// Memory in bytes (default: the machine's).
-    pub memory: Option<u64>,
+    pub(crate) memory: Option<u64>,
     /// Working directory (scripts).
-    pub data: PathBuf,
+    pub(crate) data: PathBuf,
     /// The cluster secret.
-    pub secret: String,
+    pub(crate) secret: String,
     /// Address to advertise (MASTER_ADDR).
-    pub addr: String,
+    pub(crate) addr: String,
     /// Features.
-    pub features: Vec<String>,
+    pub(crate) features: Vec<String>,
 }
 
 struct Running {
@@ -54,138 +57,8 @@ impl Running {
     }
 }
 
-/// cgroup v1 memory hierarchy under the agent's own cgroup, when it can be used.
-pub(crate) struct Cgroups {
-    base: Option<PathBuf>,
-}
-
-impl Cgroups {
-    fn detect(name: &str) -> Cgroups {
-        let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
-        let rel = own.lines().find_map(|l| {
-            let mut p = l.splitn(3, ':');
-            let (_, ctrls, path) = (p.next()?, p.next()?, p.next()?);
-            ctrls.split(',').any(|c| c == "memory").then(|| path.to_string())
-        });
-        // One directory per agent process: several agents (a local cluster, tests) may share a
-        // node name on one machine, and must not share job cgroups.
-        let base = rel.map(|r| {
-            PathBuf::from("/sys/fs/cgroup/memory").join(r.trim_start_matches('/')).join(format!("tandem-{name}-{}", std::process::id()))
-        });
-        match base {
-            Some(b) if std::fs::create_dir_all(&b).is_ok() && b.join("memory.limit_in_bytes").exists() => Cgroups { base: Some(b) },
-            _ => {
-                eprintln!(
-                    "tandem agent {name}: no writable cgroup memory controller here; tasks are tracked and killed by process group, without memory limits"
-                );
-                Cgroups { base: None }
-            }
-        }
-    }
-
-    fn create(&self, job: u64, epoch: u32, limit: u64) -> Option<PathBuf> {
-        let base = self.base.as_ref()?;
-        let dir = base.join(format!("job_{job}_{epoch}"));
-        std::fs::create_dir_all(&dir).ok()?;
-        if limit > 0 {
-            std::fs::write(dir.join("memory.limit_in_bytes"), limit.to_string()).ok()?;
-            let _ = std::fs::write(dir.join("memory.memsw.limit_in_bytes"), limit.to_string());
-        }
-        Some(dir)
-    }
-
-    fn oom(dir: &Path) -> bool {
-        let ctl = std::fs::read_to_string(dir.join("memory.oom_control")).unwrap_or_default();
-        ctl.lines().any(|l| l.strip_prefix("oom_kill ").is_some_and(|n| n.trim() != "0"))
-    }
-}
-
-/// GPUs as NVML reports them (count and model, e.g. `h200`), when the NVIDIA driver's library
-/// is present; `None` otherwise (the library is loaded at run time, not linked).
-pub fn nvml_gpus() -> Option<(Option<String>, u32)> {
-    let nvml = nvml_wrapper::Nvml::init().ok()?;
-    let n = nvml.device_count().ok()?;
-    if n == 0 {
-        return None;
-    }
-    let name = nvml.device_by_index(0).ok().and_then(|d| d.name().ok());
-    Some((name.map(|n| gpu_model(&n)), n))
-}
-
-/// `NVIDIA H200` → `h200`, `NVIDIA A100-SXM4-80GB` → `a100`, `Tesla V100-SXM2-32GB` → `v100`.
-fn gpu_model(name: &str) -> String {
-    let last = name.split_whitespace().find(|w| !w.eq_ignore_ascii_case("nvidia") && !w.eq_ignore_ascii_case("tesla")).unwrap_or(name);
-    last.split('-').next().unwrap_or(last).to_ascii_lowercase()
-}
-
-fn machine_memory() -> u64 {
-    let m = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
-    m.lines()
-        .find_map(|l| l.strip_prefix("MemTotal:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .map_or(1 << 30, |kb| kb << 10)
-}
-
-fn open_append(path: &str, uid: u32, gid: u32) -> std::io::Result<std::fs::File> {
-    let f = std::fs::OpenOptions::new().create(true).append(true).open(path)?;
-    if nix::unistd::geteuid().is_root() {
-        let _ = nix::unistd::chown(path, Some(nix::unistd::Uid::from_raw(uid)), Some(nix::unistd::Gid::from_raw(gid)));
-    }
-    Ok(f)
-}
-
-pub(crate) fn launch(t: &Task, spool: &Path, cg: &Cgroups) -> Result<(tokio::process::Child, Option<PathBuf>)> {
-    let (program, args): (String, Vec<String>) = match &t.script {
-        Some(text) => {
-            let path = spool.join(format!("job_{}_{}.sh", t.job, t.epoch));
-            std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
-            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755))?;
-            (path.display().to_string(), t.argv.clone())
-        }
-        None => (t.argv.first().cloned().context("empty command")?, t.argv[1..].to_vec()),
-    };
-    let out = open_append(&t.stdout, t.uid, t.gid).with_context(|| format!("cannot open output file {}", t.stdout))?;
-    let err = if t.stderr == t.stdout {
-        out.try_clone()?
-    } else {
-        open_append(&t.stderr, t.uid, t.gid).with_context(|| format!("cannot open error file {}", t.stderr))?
-    };
-    let cgroup = cg.create(t.job, t.epoch, t.mem_limit);
-    // The child joins the job's cgroup while still root, then drops to the user, then becomes
-    // the task: all between fork and exec, with system calls only (no exec of a launcher).
-    let procs = match &cgroup {
-        Some(p) => Some(
-            std::fs::OpenOptions::new()
-                .write(true)
-                .open(p.join("cgroup.procs"))
-                .with_context(|| format!("joining cgroup {}", p.display()))?,
-        ),
-        None => None,
-    };
-    let user = (nix::unistd::geteuid().is_root() && t.uid != 0).then_some((t.uid, t.gid));
-    let mut cmd = tokio::process::Command::new(&program);
-    exec::prepare(cmd.as_std_mut(), &exec::Setup { cgroup_procs: procs.as_ref(), user });
-    cmd.args(&args)
-        .env_clear()
-        .envs(t.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-        .stdin(std::process::Stdio::null())
-        .stdout(out)
-        .stderr(err);
-    cmd.current_dir(if Path::new(&t.workdir).is_dir() { t.workdir.as_str() } else { "/" });
-    cmd.process_group(0);
-    let child = cmd.spawn().with_context(|| format!("cannot run {program}"))?;
-    Ok((child, cgroup))
-}
-
-pub(crate) fn kill_group(pgid: i32, sig: Signal) {
-    if pgid <= 0 {
-        return;
-    }
-    let _ = killpg(Pid::from_raw(pgid), sig);
-}
-
 /// Runs the agent until the process is stopped.
-pub async fn run(a: AgentArgs) -> Result<()> {
+pub(crate) async fn run(a: AgentArgs) -> Result<()> {
     let spool = a.data.join("spool");
     std::fs::create_dir_all(&spool).with_context(|| format!("creating {}", spool.display()))?;
     std::fs::set_permissions(&spool, std::fs::Permissions::from_mode(0o755))?;
@@ -422,15 +295,5 @@ fn shutdown(tasks: &HashMap<TaskKey, Running>) {
             Some(c) => c.stop(Signal::SIGTERM),
             None => kill_group(r.pgid(), Signal::SIGTERM),
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn gpu_models() {
-        assert_eq!(super::gpu_model("NVIDIA H200"), "h200");
-        assert_eq!(super::gpu_model("NVIDIA A100-SXM4-80GB"), "a100");
-        assert_eq!(super::gpu_model("Tesla V100-SXM2-32GB"), "v100");
     }
 }

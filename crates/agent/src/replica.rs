@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{Notify, mpsc};
 
-use crate::agent::{Cgroups, kill_group, launch};
+use crate::launch::{Cgroups, kill_group, launch};
 
 /// First restart delay, and the cap (Kubernetes' CrashLoopBackOff).
 const BACKOFF_START: Duration = Duration::from_secs(10);

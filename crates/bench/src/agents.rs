@@ -31,8 +31,8 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::api::*;
-use crate::client::{H2Pool, Target, send};
+use client::{H2Pool, Target, send};
+use wire::*;
 
 /// Options of the benchmark.
 #[derive(Debug, Clone)]
@@ -163,7 +163,7 @@ enum Work {
     Job(SubmitRequest),
 }
 
-use crate::up::Kids as Procs;
+use up::Kids as Procs;
 
 /// CPU seconds (user + system) and RSS (MiB) of a process, from /proc.
 fn proc_usage(pid: &str) -> (f64, f64) {
@@ -220,7 +220,7 @@ struct Shared {
 }
 
 impl Shared {
-    fn error(&self, what: &str, e: &anyhow::Error) {
+    fn error(&self, what: &str, e: &dyn std::fmt::Display) {
         if self.done.load(Relaxed) {
             return;
         }
@@ -505,7 +505,7 @@ pub fn run(o: Opts) -> Result<Report> {
     if !(o.run_time.0 >= 0.0 && o.run_time.1 >= o.run_time.0) {
         bail!("--run-time must be MIN-MAX seconds with 0 <= MIN <= MAX");
     }
-    let nofile = crate::raise_nofile(1 << 20);
+    let nofile = exec::raise_nofile(1 << 20);
     let heartbeat = o.heartbeat.unwrap_or_else(|| (o.count as f64 / 1000.0).clamp(3.0, 100.0));
     let lease = o.lease.unwrap_or_else(|| ((heartbeat * 3.0).ceil() as u32).max(30));
     if heartbeat * 2.0 > lease as f64 {
@@ -630,7 +630,7 @@ pub fn run(o: Opts) -> Result<Report> {
                 resources: control::service::ResourcesSpec { gpus: Some(control::service::Quantity::Num(1.0)), ..Default::default() },
                 ..Default::default()
             };
-            let req = crate::api::ApplyRequest { spec, cwd: work_dir.display().to_string() };
+            let req = wire::ApplyRequest { spec, cwd: work_dir.display().to_string() };
             send(&unix, "POST", "/v1/services", Some(&req), &[]).await?.ok()?;
         }
         anyhow::Ok(())
@@ -708,7 +708,7 @@ pub fn run(o: Opts) -> Result<Report> {
                 }
             }
             if services_ready_s.is_none() {
-                let v: Vec<crate::api::ServiceInfo> = send(&unix, "GET", "/v1/services", None::<&()>, &[]).await?.json()?;
+                let v: Vec<wire::ServiceInfo> = send(&unix, "GET", "/v1/services", None::<&()>, &[]).await?.json()?;
                 if v.iter().map(|s| s.ready as usize).sum::<usize>() >= want_replicas {
                     services_ready_s = Some(job_start.elapsed().as_secs_f64());
                 }

@@ -9,9 +9,9 @@ use anyhow::{Context, Result, bail};
 use serde::Serialize;
 use std::time::{Duration, Instant};
 
-use crate::api::{ApplyRequest, ServiceInfo};
-use crate::client::{Target, send};
 use crate::loadgen::{LoadArgs, LoadReport, run_load};
+use client::{Target, send};
+use wire::{ApplyRequest, ServiceInfo};
 
 /// `tandem bench failover` arguments.
 #[derive(clap::Args, Clone, Debug)]
@@ -68,7 +68,7 @@ pub struct FailoverReport {
 }
 
 async fn service(t: &Target, name: &str) -> Result<ServiceInfo> {
-    send(t, "GET", &format!("/v1/services/{name}"), None::<&()>, &[]).await?.json()
+    Ok(send(t, "GET", &format!("/v1/services/{name}"), None::<&()>, &[]).await?.json()?)
 }
 
 fn kill_node(agent_pid: u32) {
@@ -128,7 +128,7 @@ pub fn run(a: FailoverArgs) -> Result<FailoverReport> {
     }
     let data = std::env::temp_dir().join(format!("tandem-bench-failover-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&data);
-    let cluster = crate::up::start(crate::up::UpArgs {
+    let cluster = up::start(up::UpArgs {
         agents: a.agents,
         gpus: None,
         cpus: Some(4),
@@ -147,7 +147,7 @@ pub fn run(a: FailoverArgs) -> Result<FailoverReport> {
     let r = rt.block_on(async {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
-            let nodes: Vec<crate::api::NodeInfo> = send(&t, "GET", "/v1/nodes", None::<&()>, &[]).await?.json()?;
+            let nodes: Vec<wire::NodeInfo> = send(&t, "GET", "/v1/nodes", None::<&()>, &[]).await?.json()?;
             if nodes.len() as u32 >= a.agents {
                 break;
             }
@@ -161,7 +161,7 @@ pub fn run(a: FailoverArgs) -> Result<FailoverReport> {
             a.replicas,
             (a.probe_period * 1000.0) as u64
         );
-        let spec = crate::svccli::parse_spec(&spec_text, "echo.toml")?;
+        let spec = wire::parse_spec(&spec_text, "echo.toml")?;
         let cwd = data.display().to_string();
         send(&t, "POST", "/v1/services", Some(&ApplyRequest { spec, cwd }), &[]).await?.ok()?;
         let deadline = Instant::now() + Duration::from_secs(60);
@@ -187,7 +187,7 @@ pub fn run(a: FailoverArgs) -> Result<FailoverReport> {
         // Propagation: scale up and down a few times; the proxy measures each view's delay.
         let mut prop = Vec::new();
         for n in [a.replicas + 1, a.replicas] {
-            let body = crate::api::ServiceAction::Scale { replicas: n };
+            let body = wire::ServiceAction::Scale { replicas: n };
             send(&t, "POST", "/v1/services/echo", Some(&body), &[]).await?.ok()?;
             let deadline = Instant::now() + Duration::from_secs(30);
             loop {

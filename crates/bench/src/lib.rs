@@ -1,11 +1,24 @@
-//! `tandem bench sched`: times scheduling passes on large synthetic clusters (and the `bench`
-//! subcommands: `submit` in `benchsubmit`, `agents` in `benchagents`).
+//! Every benchmark harness (`tandem bench sched|submit|agents|proxy|failover|load`), the HTTP
+//! load generator (`loadgen`), the test upstream (`tandem __upstream`) and the simulated agents
+//! (`agents`). Nothing in the product depends on this crate (the tidy test checks): it drives
+//! the real daemons from outside, through `up`, `client` and `wire`, as a user or a peer would.
+//! Its public face is [`BenchCmd`] with [`run`], and [`upstream`] with [`UPSTREAM_CMD`].
 //!
+//! This file is `tandem bench sched`: it times scheduling passes on large synthetic clusters.
 //! The state is built the way a cluster gets there: jobs of the synthetic mix are started by
 //! the scheduler itself (start times spread over their time limits in the past) until the
 //! cluster is nearly full, then `--pending` more jobs wait. The figures are the wall time of a
 //! full pass over that snapshot (median of `--repeat` runs of the same pure function), and of
 //! the submit fast path for typical new jobs that do not change the top reservation.
+
+mod agents;
+mod failover;
+mod loadgen;
+mod proxy;
+mod submit;
+mod upstream;
+
+pub use upstream::{UPSTREAM_CMD, run as upstream};
 
 use anyhow::{Result, bail};
 use clap::Subcommand;
@@ -21,10 +34,10 @@ pub enum BenchCmd {
     /// percentiles, failures by kind, answers per `x-tandem-replica`.
     Load(crate::loadgen::LoadArgs),
     /// `tandem proxy` against nginx in front of the same upstreams: throughput and latency.
-    Proxy(crate::benchproxy::BenchProxyArgs),
+    Proxy(crate::proxy::BenchProxyArgs),
     /// A service behind the proxy on a local cluster while one node dies (`kill -9`): failed
     /// requests, time to replace the replica, latency; beside Kubernetes' defaults.
-    Failover(crate::benchfailover::FailoverArgs),
+    Failover(crate::failover::FailoverArgs),
     /// Job throughput of a real local cluster: submissions per second (CLI loop and API),
     /// completed jobs per second, controller RSS and `squeue` latency with many jobs pending.
     Submit {
@@ -165,25 +178,26 @@ fn report<R: serde::Serialize>(json: bool, r: &R, print: fn(&R)) -> Result<()> {
     Ok(())
 }
 
+/// Runs one benchmark.
 pub fn run(cmd: BenchCmd) -> Result<()> {
     match cmd {
         BenchCmd::Load(a) => crate::loadgen::run(a),
         BenchCmd::Failover(a) => {
             let json = a.json;
-            let r = crate::benchfailover::run(a)?;
-            report(json, &r, crate::benchfailover::print)
+            let r = crate::failover::run(a)?;
+            report(json, &r, crate::failover::print)
         }
         BenchCmd::Proxy(a) => {
             let json = a.json;
-            let r = crate::benchproxy::run(a)?;
-            report(json, &r, crate::benchproxy::print)
+            let r = crate::proxy::run(a)?;
+            report(json, &r, crate::proxy::print)
         }
         BenchCmd::Submit { jobs, cli_jobs, agents, cpus_per_agent, concurrency, json } => {
             if jobs == 0 || agents == 0 || concurrency == 0 {
                 bail!("--jobs, --agents and --concurrency must be positive");
             }
-            let r = crate::benchsubmit::run(jobs, cli_jobs, agents, cpus_per_agent, concurrency)?;
-            report(json, &r, crate::benchsubmit::print)
+            let r = crate::submit::run(jobs, cli_jobs, agents, cpus_per_agent, concurrency)?;
+            report(json, &r, crate::submit::print)
         }
         BenchCmd::Agents {
             count,
@@ -211,7 +225,7 @@ pub fn run(cmd: BenchCmd) -> Result<()> {
             // Watch the idle cluster for one heartbeat interval (each agent heartbeats once), at most 60 s.
             let hb = heartbeat.unwrap_or_else(|| (count as f64 / 1000.0).clamp(3.0, 100.0));
             let idle_s = idle.unwrap_or(hb.min(60.0));
-            let o = crate::benchagents::Opts {
+            let o = crate::agents::Opts {
                 count,
                 jobs,
                 gpus_per_node,
@@ -229,8 +243,8 @@ pub fn run(cmd: BenchCmd) -> Result<()> {
                 seed,
                 services: (services, replicas),
             };
-            let r = crate::benchagents::run(o)?;
-            report(json, &r, crate::benchagents::print)
+            let r = crate::agents::run(o)?;
+            report(json, &r, crate::agents::print)
         }
         BenchCmd::Sched { nodes, gpus_per_node, pending, backfill, repeat, submissions, seed, json } => {
             let bf = match Backfill::parse(&backfill) {

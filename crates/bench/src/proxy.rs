@@ -104,7 +104,7 @@ pub struct Report {
     pub load_fraction: f64,
 }
 
-use crate::up::Kids;
+use up::Kids;
 
 /// Reads the first stdout line of a child (`listening on ADDR`) and returns ADDR.
 fn listening(c: &mut Child, what: &str) -> Result<String> {

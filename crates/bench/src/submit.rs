@@ -9,8 +9,8 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::api::{JobInfo, NodeInfo, SubmitRequest, SubmitResponse};
-use crate::client::{Target, send};
+use client::{Target, send};
+use wire::{JobInfo, NodeInfo, SubmitRequest, SubmitResponse};
 
 /// The figures.
 #[derive(Serialize)]
@@ -30,7 +30,7 @@ pub struct Report {
     settings: &'static str,
 }
 
-use crate::up::Kids as Procs;
+use up::Kids as Procs;
 
 fn rss_mib(pid: u32) -> f64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))

@@ -6,8 +6,8 @@ use clap::Subcommand;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use crate::api::{ApplyRequest, ApplyResponse, ServiceAction, ServiceInfo};
-use crate::client::{Target, send};
+use client::{Target, send};
+use wire::{ApplyRequest, ApplyResponse, ServiceAction, ServiceInfo, parse_spec};
 
 /// `tandem service` subcommands.
 #[derive(Subcommand)]
@@ -42,6 +42,7 @@ pub enum ServiceCmd {
     },
     /// Follow or undo a rollout.
     Rollout {
+        /// What to do with the rollout.
         #[command(subcommand)]
         cmd: RolloutCmd,
     },
@@ -76,33 +77,12 @@ pub enum RolloutCmd {
     },
 }
 
-/// Parses a spec text: JSON if it starts with `{`, YAML for `.yaml`/`.yml` files or text that
-/// is not TOML, else TOML. Unknown keys are errors in every format.
-pub fn parse_spec(text: &str, path: &str) -> Result<control::ServiceSpec> {
-    let lower = path.to_ascii_lowercase();
-    if text.trim_start().starts_with('{') || lower.ends_with(".json") {
-        return serde_json::from_str(text).map_err(|e| anyhow::anyhow!("{path}: {e}"));
-    }
-    if lower.ends_with(".yaml") || lower.ends_with(".yml") {
-        return yaml_serde::from_str(text).map_err(|e| anyhow::anyhow!("{path}: {e}"));
-    }
-    match toml::from_str(text) {
-        Ok(s) => Ok(s),
-        Err(te) => {
-            if lower.ends_with(".toml") {
-                bail!("{path}: {te}");
-            }
-            yaml_serde::from_str(text).map_err(|ye| anyhow::anyhow!("{path}: not valid TOML ({te}) nor YAML ({ye})"))
-        }
-    }
-}
-
 fn rt() -> Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_current_thread().enable_all().build()?)
 }
 
 fn get(t: &Target, name: &str) -> Result<ServiceInfo> {
-    rt()?.block_on(send(t, "GET", &format!("/v1/services/{name}"), None::<&()>, &[]))?.json()
+    Ok(rt()?.block_on(send(t, "GET", &format!("/v1/services/{name}"), None::<&()>, &[]))?.json()?)
 }
 
 fn age(ms: i64) -> String {
@@ -116,7 +96,7 @@ fn age(ms: i64) -> String {
 }
 
 /// Runs a `tandem service` command.
-pub fn run(cmd: ServiceCmd) -> Result<i32> {
+pub(crate) fn run(cmd: ServiceCmd) -> Result<i32> {
     let t = Target::from_env()?;
     match cmd {
         ServiceCmd::Apply { file } => {
@@ -255,44 +235,4 @@ pub fn run(cmd: ServiceCmd) -> Result<i32> {
         }
     }
     Ok(0)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::parse_spec;
-
-    const MINIMAL: &str = r#"
-name = "echo"
-command = ["python3", "-m", "http.server", "--bind", "127.0.0.1", "$PORT"]
-replicas = 3
-[resources]
-cpus = 1
-memory = "256MiB"
-[readiness]
-http = "/"
-"#;
-
-    #[test]
-    fn toml_yaml_and_json_read_the_same() {
-        let a = parse_spec(MINIMAL, "echo.toml").unwrap();
-        let y = "name: echo\ncommand: [python3, -m, http.server, --bind, 127.0.0.1, $PORT]\nreplicas: 3\nresources:\n  cpus: 1\n  memory: 256MiB\nreadiness:\n  http: /\n";
-        let b = parse_spec(y, "echo.yaml").unwrap();
-        let j = serde_json::to_string(&a).unwrap();
-        let c = parse_spec(&j, "echo.json").unwrap();
-        assert_eq!(a.resolve().unwrap(), b.resolve().unwrap());
-        assert_eq!(a, c);
-        assert_eq!(a.resolve().unwrap().replicas, 3);
-        assert_eq!(a.resolve().unwrap().memory, 256 << 20);
-    }
-
-    #[test]
-    fn unknown_keys_are_errors() {
-        let e = parse_spec(&format!("{MINIMAL}\n[readiness2]\nhttp = \"/\"\n"), "x.toml").unwrap_err().to_string();
-        assert!(e.contains("readiness2"), "{e}");
-        let e = parse_spec("name: echo\ncommand: [x]\nreplica: 2\n", "x.yaml").unwrap_err().to_string();
-        assert!(e.contains("replica"), "{e}");
-        let e = parse_spec(&MINIMAL.replace("cpus = 1", "cpu = 1"), "x.toml").unwrap_err().to_string();
-        assert!(e.contains("cpu"), "{e}");
-        assert!(parse_spec("replicas = [", "x.toml").is_err());
-    }
 }

@@ -6,28 +6,16 @@
 use anyhow::{Context, Result, bail};
 use std::collections::HashMap;
 
-use crate::api::*;
-use crate::client::{Target, send};
+use client::{Target, send};
+use wire::*;
 
 fn now() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64)
 }
 
-/// `YYYY-MM-DDTHH:MM:SS` (UTC) for Unix seconds.
-pub fn iso(t: i64) -> String {
-    let days = t.div_euclid(86400);
-    let secs = t.rem_euclid(86400);
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365;
-    let y = yoe + era * 400;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = if m <= 2 { y + 1 } else { y };
-    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}", secs / 3600, (secs % 3600) / 60, secs % 60)
+/// `YYYY-MM-DDTHH:MM:SS` (UTC) for Unix seconds, as Slurm prints times.
+pub(crate) fn iso(t: i64) -> String {
+    jiff::Timestamp::from_second(t).map_or_else(|_| "Unknown".into(), |ts| ts.strftime("%Y-%m-%dT%H:%M:%S").to_string())
 }
 
 fn short_state(s: &str) -> &'static str {
@@ -85,7 +73,7 @@ impl Args {
 }
 
 /// `sbatch`.
-pub fn sbatch(args: &[String]) -> Result<i32> {
+pub(crate) fn sbatch(args: &[String]) -> Result<i32> {
     let batch = slurmcli::parse_sbatch(args, now(), &mut |p| {
         std::fs::read_to_string(p).map_err(|e| slurmcli::Invalid(format!("Unable to open file {p}: {e}")))
     })
@@ -111,7 +99,7 @@ pub fn sbatch(args: &[String]) -> Result<i32> {
 }
 
 fn jobs(t: &Target, query: &str) -> Result<Vec<JobInfo>> {
-    runtime()?.block_on(send(t, "GET", &format!("/v1/jobs{query}"), None::<&()>, &[]))?.json()
+    Ok(runtime()?.block_on(send(t, "GET", &format!("/v1/jobs{query}"), None::<&()>, &[]))?.json()?)
 }
 
 fn field(j: &JobInfo, c: char, t: i64) -> String {
@@ -238,7 +226,7 @@ fn render(items: &[(bool, Option<usize>, Option<char>, String)], value: impl Fn(
 }
 
 /// `squeue`.
-pub fn squeue(args: &[String]) -> Result<i32> {
+pub(crate) fn squeue(args: &[String]) -> Result<i32> {
     let mut a = Args::new(args);
     let (mut user, mut part, mut states, mut fmt, mut noheader, mut start, mut ids) = (None, None, None, None, false, false, None);
     while let Some(x) = a.next() {
@@ -307,7 +295,7 @@ pub fn squeue(args: &[String]) -> Result<i32> {
 }
 
 /// `scancel`.
-pub fn scancel(args: &[String]) -> Result<i32> {
+pub(crate) fn scancel(args: &[String]) -> Result<i32> {
     let mut a = Args::new(args);
     let (mut user, mut signal, mut targets) = (None, None, Vec::new());
     while let Some(x) = a.next() {
@@ -381,7 +369,7 @@ fn nodes(t: &Target) -> Result<Vec<NodeInfo>> {
 }
 
 /// `sinfo`.
-pub fn sinfo(args: &[String]) -> Result<i32> {
+pub(crate) fn sinfo(args: &[String]) -> Result<i32> {
     let (mut node_oriented, mut reasons, mut header) = (false, false, true);
     for x in args {
         match x.as_str() {
@@ -446,7 +434,7 @@ pub fn sinfo(args: &[String]) -> Result<i32> {
 }
 
 /// `sacct`.
-pub fn sacct(args: &[String]) -> Result<i32> {
+pub(crate) fn sacct(args: &[String]) -> Result<i32> {
     let mut a = Args::new(args);
     let (mut user, mut ids, mut fmt, mut noheader, mut parsable, mut no_steps, mut since) = (None, None, None, false, false, false, 0i64);
     while let Some(x) = a.next() {
@@ -581,7 +569,7 @@ pub fn sacct(args: &[String]) -> Result<i32> {
 }
 
 /// `scontrol`.
-pub fn scontrol(args: &[String]) -> Result<i32> {
+pub(crate) fn scontrol(args: &[String]) -> Result<i32> {
     let t = Target::from_env()?;
     let rt = runtime()?;
     let kv: HashMap<String, String> =
@@ -660,7 +648,7 @@ pub fn scontrol(args: &[String]) -> Result<i32> {
 }
 
 /// `srun` inside an allocation: launches a job step and waits for it.
-pub fn srun(args: &[String]) -> Result<i32> {
+pub(crate) fn srun(args: &[String]) -> Result<i32> {
     let job: u64 = std::env::var("SLURM_JOB_ID")
         .ok()
         .and_then(|v| v.parse().ok())
@@ -712,7 +700,7 @@ pub fn srun(args: &[String]) -> Result<i32> {
 }
 
 /// `sprio`.
-pub fn sprio(args: &[String]) -> Result<i32> {
+pub(crate) fn sprio(args: &[String]) -> Result<i32> {
     if let Some(x) = args.first() {
         bail!("unrecognized option '{x}'\nUsage: sprio");
     }

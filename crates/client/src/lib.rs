@@ -1,14 +1,70 @@
-//! A minimal HTTP/1.1 client over TCP or a Unix socket (`TANDEM_SERVER=http://host:port` or
-//! `unix:///path/to/tandem.sock`), one connection per request; and [`H2Pool`], HTTP/2
-//! connections that carry many requests at once (the simulated agents of `tandem bench agents`).
+//! Talking to the controller: a minimal HTTP/1.1 client over TCP or a Unix socket
+//! (`TANDEM_SERVER=http://host:port` or `unix:///path/to/tandem.sock`), one connection per
+//! request ([`send`]); and [`H2Pool`], HTTP/2 connections that carry many requests at once (the
+//! simulated agents of `tandem bench agents`). Used by the CLI, the agent, the proxy and the
+//! benchmarks.
+//!
+//! It owns the connection, not its meaning: bodies are `wire`'s types, and it never decides
+//! anything about jobs or nodes. It returns typed errors ([`Error`]); callers add context.
 
-use anyhow::{Context, Result, bail};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::Request;
 use hyper_util::rt::TokioIo;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+
+/// What went wrong talking to the controller. Each message says what was being done; the
+/// underlying error, where there is one, is its `source`.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A `TANDEM_SERVER` value (or `--server`) that is no address.
+    #[error("TANDEM_SERVER={value:?}: {why}")]
+    BadTarget {
+        /// The value given.
+        value: String,
+        /// What is wrong with it.
+        why: &'static str,
+    },
+    /// The controller could not be reached.
+    #[error("cannot reach the controller at {target}")]
+    Connect {
+        /// `http://host:port` or `unix://path`.
+        target: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The connection failed while the request or reply was on it.
+    #[error("talking to the controller")]
+    Http(#[from] hyper::Error),
+    /// The request could not be built (a header or path that HTTP does not allow).
+    #[error("building the request")]
+    Request(#[from] hyper::http::Error),
+    /// The body could not be encoded as JSON.
+    #[error("encoding the request")]
+    Encode(#[source] serde_json::Error),
+    /// The controller refused the request; the message is its own.
+    #[error("{message}")]
+    Refused {
+        /// HTTP status.
+        status: u16,
+        /// The controller's message (`ApiError::error`), or the status and body.
+        message: String,
+    },
+    /// A success reply whose body is not what was expected.
+    #[error("unexpected reply: {body}")]
+    Decode {
+        /// The body, as text.
+        body: String,
+        /// Why it did not decode.
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+/// What this crate returns.
+pub type Result<T> = std::result::Result<T, Error>;
 
 /// Where the controller is.
 #[derive(Clone, Debug)]
@@ -24,18 +80,18 @@ impl Target {
     pub fn parse(s: &str) -> Result<Target> {
         if let Some(p) = s.strip_prefix("unix://") {
             if p.is_empty() {
-                bail!("TANDEM_SERVER={s:?}: unix:// needs a socket path");
+                return Err(Error::BadTarget { value: s.into(), why: "unix:// needs a socket path" });
             }
             return Ok(Target::Unix(p.to_string()));
         }
         if let Some(h) = s.strip_prefix("http://") {
             let h = h.trim_end_matches('/');
             if h.is_empty() || h.contains('/') {
-                bail!("TANDEM_SERVER={s:?}: expected http://host:port");
+                return Err(Error::BadTarget { value: s.into(), why: "expected http://host:port" });
             }
             return Ok(Target::Tcp(h.to_string()));
         }
-        bail!("TANDEM_SERVER={s:?}: expected http://host:port or unix:///path/to/tandem.sock")
+        Err(Error::BadTarget { value: s.into(), why: "expected http://host:port or unix:///path/to/tandem.sock" })
     }
 
     /// From `TANDEM_SERVER`, defaulting to the default address.
@@ -56,14 +112,15 @@ impl Reply {
     /// Decodes a JSON body, or turns an error body into an error.
     pub fn json<T: DeserializeOwned>(&self) -> Result<T> {
         if self.status >= 400 {
-            bail!("{}", self.error());
+            return Err(self.refused());
         }
-        serde_json::from_slice(&self.body).with_context(|| format!("unexpected reply: {}", String::from_utf8_lossy(&self.body)))
+        serde_json::from_slice(&self.body)
+            .map_err(|source| Error::Decode { body: String::from_utf8_lossy(&self.body).into_owned(), source })
     }
 
     /// The error message of an error reply.
     pub fn error(&self) -> String {
-        serde_json::from_slice::<crate::api::ApiError>(&self.body)
+        serde_json::from_slice::<wire::ApiError>(&self.body)
             .map(|e| e.error)
             .unwrap_or_else(|_| format!("HTTP {}: {}", self.status, String::from_utf8_lossy(&self.body)))
     }
@@ -71,16 +128,20 @@ impl Reply {
     /// Fails on an error status.
     pub fn ok(self) -> Result<Reply> {
         if self.status >= 400 {
-            bail!("{}", self.error());
+            return Err(self.refused());
         }
         Ok(self)
+    }
+
+    fn refused(&self) -> Error {
+        Error::Refused { status: self.status, message: self.error() }
     }
 }
 
 /// Sends one request.
 pub async fn send(t: &Target, method: &str, path: &str, body: Option<&impl Serialize>, headers: &[(&str, &str)]) -> Result<Reply> {
     let bytes = match body {
-        Some(b) => Bytes::from(serde_json::to_vec(b)?),
+        Some(b) => Bytes::from(serde_json::to_vec(b).map_err(Error::Encode)?),
         None => Bytes::new(),
     };
     let mut req = Request::builder().method(method).uri(path).header("host", "tandem").header("content-type", "application/json");
@@ -95,12 +156,13 @@ pub async fn send(t: &Target, method: &str, path: &str, body: Option<&impl Seria
     let req = req.body(Full::new(bytes))?;
     let (status, body) = match t {
         Target::Tcp(addr) => {
-            let s = tokio::net::TcpStream::connect(addr).await.with_context(|| format!("cannot reach the controller at http://{addr}"))?;
+            let s =
+                tokio::net::TcpStream::connect(addr).await.map_err(|source| Error::Connect { target: format!("http://{addr}"), source })?;
             s.set_nodelay(true).ok();
             exchange(s, req).await?
         }
         Target::Unix(p) => {
-            let s = tokio::net::UnixStream::connect(p).await.with_context(|| format!("cannot reach the controller at unix://{p}"))?;
+            let s = tokio::net::UnixStream::connect(p).await.map_err(|source| Error::Connect { target: format!("unix://{p}"), source })?;
             exchange(s, req).await?
         }
     };
@@ -162,13 +224,17 @@ impl H2Pool {
         {
             return Ok(tx.clone());
         }
-        let remote: std::net::SocketAddr =
-            tokio::net::lookup_host(&self.addr).await?.next().with_context(|| format!("cannot resolve {}", self.addr))?;
-        let sock = if remote.is_ipv4() { tokio::net::TcpSocket::new_v4()? } else { tokio::net::TcpSocket::new_v6()? };
+        let connect = |source| Error::Connect { target: format!("http://{}", self.addr), source };
+        let remote: std::net::SocketAddr = tokio::net::lookup_host(&self.addr)
+            .await
+            .map_err(connect)?
+            .next()
+            .ok_or_else(|| connect(std::io::Error::new(std::io::ErrorKind::NotFound, "the name resolves to no address")))?;
+        let sock = if remote.is_ipv4() { tokio::net::TcpSocket::new_v4() } else { tokio::net::TcpSocket::new_v6() }.map_err(connect)?;
         if !self.sources.is_empty() {
-            sock.bind(std::net::SocketAddr::new(self.sources[k % self.sources.len()], 0))?;
+            sock.bind(std::net::SocketAddr::new(self.sources[k % self.sources.len()], 0)).map_err(connect)?;
         }
-        let s = sock.connect(remote).await.with_context(|| format!("cannot reach the controller at http://{}", self.addr))?;
+        let s = sock.connect(remote).await.map_err(connect)?;
         s.set_nodelay(true).ok();
         let (tx, conn) = hyper::client::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
             .initial_stream_window_size(1 << 20)
@@ -186,7 +252,7 @@ impl H2Pool {
     /// Sends one request on connection `i % conns`.
     pub async fn send(&self, i: usize, method: &str, path: &str, body: Option<&impl Serialize>, headers: &[(&str, &str)]) -> Result<Reply> {
         let bytes = match body {
-            Some(b) => Bytes::from(serde_json::to_vec(b)?),
+            Some(b) => Bytes::from(serde_json::to_vec(b).map_err(Error::Encode)?),
             None => Bytes::new(),
         };
         let mut req =

@@ -1,7 +1,8 @@
 //! Launching a task: what must happen in the child between `fork` and `exec`. The child joins
 //! its job's cgroup while still root, then drops to the job's user and group, then becomes the
 //! task. Doing this in the forked child (instead of exec'ing a launcher program that does it
-//! and execs again) saves one program start per task.
+//! and execs again) saves one program start per task. Also the one process-wide limit Tandem's
+//! daemons raise ([`raise_nofile`]).
 //!
 //! **Invariant:** this is the only crate with `unsafe` code: one `pre_exec` hook that makes only
 //! async-signal-safe system calls and does not allocate.
@@ -73,4 +74,21 @@ mod tests {
         assert_eq!(std::fs::read_to_string(&path).unwrap(), "0");
         std::fs::remove_file(path).ok();
     }
+}
+
+/// Raises this process's open-file limit: the soft limit to the hard one and, where allowed
+/// (root), both to `want` (at most the kernel's `fs.nr_open`), as a controller or a host of many
+/// agents at scale needs (one descriptor per connection). Returns the soft limit now in force.
+pub fn raise_nofile(want: u64) -> u64 {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) else { return 0 };
+    let nr_open = std::fs::read_to_string("/proc/sys/fs/nr_open").ok().and_then(|s| s.trim().parse::<u64>().ok()).unwrap_or(hard);
+    let want = want.min(nr_open);
+    if want > hard && setrlimit(Resource::RLIMIT_NOFILE, want, want).is_ok() {
+        return want;
+    }
+    if hard > soft && setrlimit(Resource::RLIMIT_NOFILE, hard, hard).is_ok() {
+        return hard;
+    }
+    soft
 }

@@ -9,6 +9,10 @@
 //! (`POST /v1/proxy/sync`, a long poll that also reports in-flight and waiting requests, which the
 //! controller uses to drain replicas and to scale from zero). `/_tandem/metrics` (Prometheus
 //! text) and `/_tandem/healthz` are answered by the proxy itself.
+//!
+//! It owns the request path and nothing of the cluster's state: what it knows of replicas is the
+//! controller's endpoint view, and its balancing decisions are `balance`'s. It never depends on
+//! `server`, `agent` or `cli` (the tidy test checks). Its public face is [`Options`] and [`main`].
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -33,44 +37,87 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::sync::Notify;
 
-use crate::api::{EndpointView, ProxyServiceStats, ProxySync, ServiceEndpoints};
-use crate::client::{Target, send};
+use client::{Target, send};
+use wire::{EndpointView, ProxyServiceStats, ProxySync, ServiceEndpoints};
+
+/// `tandem proxy`'s settings, as given on its command line.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Address to listen on, `IP:PORT`.
+    pub listen: String,
+    /// Controller address, `http://host:port` (endpoints come from it).
+    pub server: Option<String>,
+    /// File holding the cluster secret (with `server`).
+    pub secret_file: Option<std::path::PathBuf>,
+    /// Fixed services, `NAME=HOST:PORT[,...]` or `NAME:POLICY=...` (instead of `server`).
+    pub statics: Vec<String>,
+    /// Retries on another replica for static services (at most 7).
+    pub retries: u32,
+    /// Worker threads (default: the machine's cores).
+    pub threads: Option<usize>,
+    /// Seed of the random choices (p2c).
+    pub seed: u64,
+}
+
+/// Checks the options, then serves until SIGTERM or SIGINT (one single-threaded runtime per
+/// worker thread).
+pub fn main(o: Options) -> Result<()> {
+    let listen: SocketAddr = o.listen.parse().with_context(|| format!("--listen {:?}: expected IP:PORT, e.g. 127.0.0.1:7280", o.listen))?;
+    let statics = o.statics.iter().map(|s| parse_static(s)).collect::<Result<Vec<_>>>()?;
+    let controller = match (o.server, o.secret_file) {
+        (Some(_), _) if !statics.is_empty() => bail!("use either --server (endpoints from the controller) or --static, not both"),
+        (Some(s), Some(f)) => {
+            let secret =
+                std::fs::read_to_string(&f).with_context(|| format!("reading the cluster secret from {}", f.display()))?.trim().to_string();
+            Some((Target::parse(&s)?, secret))
+        }
+        (Some(_), None) => bail!("--server needs --secret-file (the cluster secret)"),
+        (None, Some(_)) => bail!("--secret-file goes with --server"),
+        (None, None) if statics.is_empty() => bail!("no upstreams: give --server URL --secret-file FILE, or --static NAME=HOST:PORT[,...]"),
+        (None, None) => None,
+    };
+    if o.retries > 7 {
+        bail!("--retries: at most 7");
+    }
+    let threads = o.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get())).max(1);
+    run(ProxyArgs { listen, controller, statics, retries: o.retries, seed: o.seed }, threads)
+}
 
 /// Request bodies up to this size are kept in memory so the request can be retried; larger or
 /// unsized ones are streamed and not retried.
-pub const REPLAY_LIMIT: u64 = 1 << 20;
+pub(crate) const REPLAY_LIMIT: u64 = 1 << 20;
 /// Longest report interval: the controller autoscale on these gauges.
 const SYNC_WAIT_MS: u64 = 1000;
 /// Upper bound on retries, whatever a view says.
 const MAX_RETRIES: u32 = 7;
 
 /// `tandem proxy` settings.
-pub struct ProxyArgs {
+pub(crate) struct ProxyArgs {
     /// Listen address.
-    pub listen: SocketAddr,
+    pub(crate) listen: SocketAddr,
     /// The controller and the cluster secret, when endpoints come from it.
-    pub controller: Option<(Target, String)>,
+    pub(crate) controller: Option<(Target, String)>,
     /// Fixed services (`--static`).
-    pub statics: Vec<StaticService>,
+    pub(crate) statics: Vec<StaticService>,
     /// Retries for static services.
-    pub retries: u32,
+    pub(crate) retries: u32,
     /// Seed of the pickers' random choices.
-    pub seed: u64,
+    pub(crate) seed: u64,
 }
 
 /// A `--static NAME=ADDR[,ADDR...]` service.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StaticService {
+pub(crate) struct StaticService {
     /// Service name.
-    pub name: String,
+    pub(crate) name: String,
     /// Upstream host:port addresses.
-    pub addrs: Vec<String>,
+    pub(crate) addrs: Vec<String>,
     /// Balancing policy.
-    pub policy: Policy,
+    pub(crate) policy: Policy,
 }
 
 /// Parses `NAME=ADDR[,ADDR...]`, optionally `NAME:POLICY=...` (e.g. `echo:p2c=127.0.0.1:9000`).
-pub fn parse_static(s: &str) -> Result<StaticService> {
+pub(crate) fn parse_static(s: &str) -> Result<StaticService> {
     let Some((name, addrs)) = s.split_once('=') else {
         bail!("--static {s:?}: expected NAME=HOST:PORT[,HOST:PORT...]");
     };
@@ -514,7 +561,7 @@ fn plain(status: StatusCode, msg: impl Into<String>) -> Response<ProxyBody> {
 
 /// Splits a request into (service, path and query to send upstream). `/s/echo/a?x=1` →
 /// (`echo`, `/a?x=1`); `/s/echo` → (`echo`, `/`); otherwise the service is the Host's first label.
-pub fn route<'a>(uri: &'a Uri, host: Option<&'a str>) -> Option<(&'a str, Option<String>)> {
+pub(crate) fn route<'a>(uri: &'a Uri, host: Option<&'a str>) -> Option<(&'a str, Option<String>)> {
     let path = uri.path();
     if let Some(rest) = path.strip_prefix("/s/") {
         let (svc, tail) = match rest.find('/') {
@@ -930,7 +977,7 @@ async fn serve(
 
 /// Runs the proxy until SIGTERM or SIGINT, then lets in-flight requests finish (up to 30 s).
 /// `threads` worker threads each run their own single-threaded runtime and listener.
-pub fn run(a: ProxyArgs, threads: usize) -> Result<()> {
+pub(crate) fn run(a: ProxyArgs, threads: usize) -> Result<()> {
     let (socks, local) = sockets(a.listen, threads.max(1))?;
     let st = Arc::new(State {
         services: RwLock::new(HashMap::new()),

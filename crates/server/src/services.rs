@@ -3,12 +3,16 @@
 //! controller's service work (failover, draining, autoscaling, reconciliation) a few times a
 //! second.
 
-use super::*;
-use crate::api::{ApplyRequest, ApplyResponse, ProxySync, ReplicaRow, ServiceAction, ServiceInfo};
+use axum::extract::{ConnectInfo, Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use control::Controller;
+use std::time::Duration;
+use wire::{ApplyRequest, ApplyResponse, ProxySync, ReplicaRow, ServiceAction, ServiceInfo};
 
-pub(super) fn now_ms() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
-}
+use crate::app::*;
 
 /// Converts a service for display.
 fn service_info(c: &Controller, s: &control::Service) -> ServiceInfo {
@@ -172,7 +176,7 @@ async fn proxy_sync(
     Json(view).into_response()
 }
 
-pub(super) fn routes(r: Router<App>) -> Router<App> {
+pub(crate) fn routes(r: Router<App>) -> Router<App> {
     r.route("/v1/services", post(apply).get(list))
         .route("/v1/services/{name}", get(show).delete(delete).post(action))
         .route("/v1/proxy/sync", post(proxy_sync))
@@ -180,7 +184,7 @@ pub(super) fn routes(r: Router<App>) -> Router<App> {
 
 /// The service loop: a few times a second (and at once when woken), the controller's service
 /// work; a scheduling pass follows when it created replicas.
-pub(super) async fn service_loop(app: App) {
+pub(crate) async fn service_loop(app: App) {
     loop {
         let _ = tokio::time::timeout(Duration::from_millis(200), app.service_wake.notified()).await;
         let t = now_ms();

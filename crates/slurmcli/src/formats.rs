@@ -286,15 +286,6 @@ pub fn parse_signal(s: &str) -> Result<Signal, Invalid> {
     Ok(Signal { number, before: at as Time, batch_only })
 }
 
-fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let doy = (153 * (m + if m > 2 { -3 } else { 9 }) + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
-}
-
 /// Parses `--begin`: `now`, `now+N[seconds|minutes|hours|days|weeks]`, `YYYY-MM-DD[THH:MM[:SS]]`
 /// or `HH:MM[:SS]` (the next such time). Absolute times are UTC. `now` is Unix seconds.
 pub fn parse_begin(s: &str, now: Time) -> Result<Time, Invalid> {
@@ -330,11 +321,13 @@ pub fn parse_begin(s: &str, now: Time) -> Result<Time, Invalid> {
         let [y, m, d] = p.as_slice() else { return Err(bad()) };
         let (y, m, d) =
             (num(y, "year", 9999).map_err(|_| bad())?, num(m, "month", 12).map_err(|_| bad())?, num(d, "day", 31).map_err(|_| bad())?);
-        if m == 0 || d == 0 || y < 1970 {
+        if y < 1970 {
             return Err(bad());
         }
-        let day = days_from_civil(y as i64, m as i64, d as i64);
-        return Ok(day * 86400 + time.map(hms).transpose()?.unwrap_or(0));
+        // A real calendar day (no 2026-02-30), midnight UTC.
+        let day = jiff::civil::Date::new(y as i16, m as i8, d as i8).map_err(|_| bad())?;
+        let midnight = jiff::tz::Offset::UTC.to_timestamp(day.to_datetime(jiff::civil::Time::midnight())).map_err(|_| bad())?;
+        return Ok(midnight.as_second() + time.map(hms).transpose()?.unwrap_or(0));
     }
     let secs = hms(t)?;
     let midnight = now - now.rem_euclid(86400);
@@ -427,9 +420,11 @@ mod tests {
         assert_eq!(parse_begin("now+90", now).unwrap(), now + 90);
         assert_eq!(parse_begin("2026-12-01", now).unwrap(), 1_796_083_200);
         assert_eq!(parse_begin("2026-12-01T10:30", now).unwrap(), 1_796_083_200 + 37_800);
+        assert_eq!(parse_begin("2028-02-29", now).unwrap(), 1_835_395_200);
+        assert_eq!(parse_begin("1970-01-01T00:00:01", now).unwrap(), 1);
         let t = parse_begin("00:00", now).unwrap();
         assert!(t > now && t - now <= 86400 && t % 86400 == 0);
-        for bad in ["tomorrowish", "now+", "now+5parsecs", "2026-13-01", "25:00", "2026-12"] {
+        for bad in ["tomorrowish", "now+", "now+5parsecs", "2026-13-01", "25:00", "2026-12", "2026-02-30", "2026-00-10", "2027-02-29"] {
             assert!(parse_begin(bad, now).is_err(), "{bad:?}");
         }
     }

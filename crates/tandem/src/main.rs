@@ -1,28 +1,11 @@
-//! The `tandem` command. This binary is a thin shell: argument parsing, file and network IO,
-//! the wall clock and output formatting; the decisions live in `sched`, `control` and `sim`.
-//! Invoked as `sbatch`, `squeue`, `scancel`, `sinfo`, `sacct`, `srun`, `scontrol` or `sprio`
-//! (links that `tandem shims DIR` writes), it behaves as that Slurm command.
+//! The `tandem` command: a thin shell that parses the command line and dispatches. The daemons
+//! are crates of their own (`server`, `agent`, `proxy`), as are the user's commands (`cli`), the
+//! local cluster (`up`) and the benchmarks (`bench`); `simcmd` is the simulator's front-end.
+//! Invoked as `sbatch`, `squeue`, `scancel`, `sinfo`, `sacct`, `srun`, `scontrol` or `sprio`,
+//! it behaves as that Slurm command; the links that `tandem shims DIR` writes point to
+//! `tandem-slurm` (the same commands in a binary built from `cli` alone, which starts faster).
 
-mod agent;
-mod api;
-mod bench;
-mod benchagents;
-mod benchfailover;
-mod benchproxy;
-mod benchsubmit;
-mod cli;
-mod client;
-mod config;
-mod journal;
-mod loadgen;
-mod openapi;
-mod proxy;
-mod replica;
-mod server;
 mod simcmd;
-mod svccli;
-mod up;
-mod upstream;
 
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
@@ -208,7 +191,7 @@ enum Cmd {
     /// Inference services: apply, list, show, scale, delete, rollout, logs.
     Service {
         #[command(subcommand)]
-        cmd: svccli::ServiceCmd,
+        cmd: cli::ServiceCmd,
     },
     /// Replay a workload trace (or a synthetic workload) through the scheduler in virtual time.
     Sim(simcmd::SimArgs),
@@ -217,22 +200,6 @@ enum Cmd {
         #[command(subcommand)]
         which: bench::BenchCmd,
     },
-}
-
-const SHIMS: [&str; 8] = ["sbatch", "squeue", "scancel", "sinfo", "sacct", "srun", "scontrol", "sprio"];
-
-fn slurm(name: &str, args: &[String]) -> Option<Result<i32>> {
-    Some(match name {
-        "sbatch" => cli::sbatch(args),
-        "squeue" => cli::squeue(args),
-        "scancel" => cli::scancel(args),
-        "sinfo" => cli::sinfo(args),
-        "sacct" => cli::sacct(args),
-        "srun" => cli::srun(args),
-        "scontrol" => cli::scontrol(args),
-        "sprio" => cli::sprio(args),
-        _ => return None,
-    })
 }
 
 fn exit_with(name: &str, r: Result<i32>) -> std::process::ExitCode {
@@ -245,38 +212,33 @@ fn exit_with(name: &str, r: Result<i32>) -> std::process::ExitCode {
     }
 }
 
-fn gpus_spec(s: &str) -> Result<(Option<String>, u32)> {
-    let (t, n) = slurmcli::parse_gpus(s).map_err(|e| anyhow::anyhow!("--gpus: {}", e.0))?;
-    Ok((t, n))
-}
-
 fn main() -> std::process::ExitCode {
     let argv: Vec<String> = std::env::args().collect();
     let invoked = argv.first().map(|a| a.rsplit('/').next().unwrap_or(a).to_string()).unwrap_or_default();
-    if let Some(r) = slurm(&invoked, &argv[1..]) {
+    if let Some(r) = cli::slurm(&invoked, &argv[1..]) {
         return exit_with(&invoked, r);
     }
-    if argv.get(1).map(String::as_str) == Some(upstream::UPSTREAM_CMD) {
-        return exit_with("tandem __upstream", upstream::run(&argv[2..]).map(|_| 0));
+    if argv.get(1).map(String::as_str) == Some(bench::UPSTREAM_CMD) {
+        return exit_with("tandem __upstream", bench::upstream(&argv[2..]).map(|_| 0));
     }
     let cli = Cli::parse();
     let (name, r): (&str, Result<i32>) = match cli.cmd {
-        Cmd::Submit { args } => ("sbatch", cli::sbatch(&args)),
-        Cmd::Queue { args } => ("squeue", cli::squeue(&args)),
-        Cmd::Cancel { args } => ("scancel", cli::scancel(&args)),
-        Cmd::Nodes { args } => ("sinfo", cli::sinfo(&args)),
-        Cmd::History { args } => ("sacct", cli::sacct(&args)),
-        Cmd::Show { args } => ("scontrol", cli::scontrol(&args)),
-        Cmd::Run { args } => ("srun", cli::srun(&args)),
-        Cmd::Priority { args } => ("sprio", cli::sprio(&args)),
+        Cmd::Submit { args } => ("sbatch", slurm("sbatch", &args)),
+        Cmd::Queue { args } => ("squeue", slurm("squeue", &args)),
+        Cmd::Cancel { args } => ("scancel", slurm("scancel", &args)),
+        Cmd::Nodes { args } => ("sinfo", slurm("sinfo", &args)),
+        Cmd::History { args } => ("sacct", slurm("sacct", &args)),
+        Cmd::Show { args } => ("scontrol", slurm("scontrol", &args)),
+        Cmd::Run { args } => ("srun", slurm("srun", &args)),
+        Cmd::Priority { args } => ("sprio", slurm("sprio", &args)),
         Cmd::Sim(a) => ("tandem", simcmd::run(a).map(|_| 0)),
-        Cmd::Service { cmd } => ("tandem service", svccli::run(cmd)),
+        Cmd::Service { cmd } => ("tandem service", cli::service(cmd)),
         Cmd::Bench { which } => ("tandem", bench::run(which).map(|_| 0)),
         Cmd::Shims { dir } => ("tandem", shims(&dir).map(|_| 0)),
         Cmd::Proxy { listen, server, secret_file, statics, retries, threads, seed } => {
-            ("tandem proxy", run_proxy(&listen, server, secret_file, &statics, retries, threads, seed))
+            ("tandem proxy", proxy::main(proxy::Options { listen, server, secret_file, statics, retries, threads, seed }).map(|_| 0))
         }
-        Cmd::Token { lifespan } => ("tandem token", get_token(lifespan)),
+        Cmd::Token { lifespan } => ("tandem token", cli::token(lifespan)),
         Cmd::Up { agents, gpus_per_agent, cpus_per_agent, mem_per_agent, data, port, lease, config, proxy_port, no_proxy } => (
             "tandem up",
             up::run(up::UpArgs {
@@ -292,9 +254,11 @@ fn main() -> std::process::ExitCode {
             })
             .map(|_| 0),
         ),
-        Cmd::Server { listen, data, config, lease, kill_wait } => ("tandem server", run_server(listen, data, config, lease, kill_wait)),
+        Cmd::Server { listen, data, config, lease, kill_wait } => {
+            ("tandem server", server::main(server::Options { listen, data, config, lease, kill_wait }).map(|_| 0))
+        }
         Cmd::Agent { server, name, secret_file, gpus, cpus, memory, features, data, addr } => {
-            ("tandem agent", run_agent(server, name, secret_file, gpus, cpus, memory, features, data, addr))
+            ("tandem agent", agent::main(agent::Options { server, name, secret_file, gpus, cpus, memory, features, data, addr }).map(|_| 0))
         }
     };
     if name == "tandem" {
@@ -309,126 +273,30 @@ fn main() -> std::process::ExitCode {
     exit_with(name, r)
 }
 
-fn get_token(lifespan: i64) -> Result<i32> {
-    let t = client::Target::from_env()?;
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    let v: serde_json::Value =
-        rt.block_on(client::send(&t, "POST", &format!("/v1/token?lifespan={lifespan}"), None::<&()>, &[]))?.json()?;
-    println!("export TANDEM_TOKEN={}", v["token"].as_str().context("no token in the reply")?);
-    Ok(0)
+/// A Slurm command by name (one of `cli::COMMANDS`, always).
+fn slurm(name: &str, args: &[String]) -> Result<i32> {
+    cli::slurm(name, args).unwrap_or_else(|| anyhow::bail!("{name} is no Slurm command"))
 }
+
+/// The program `tandem shims` links the Slurm commands to: `tandem-slurm`, beside this one.
+const SLURM_BIN: &str = "tandem-slurm";
 
 fn shims(dir: &std::path::Path) -> Result<()> {
+    let exe = std::env::current_exe().context("locating the tandem binary")?;
+    let target = exe.with_file_name(SLURM_BIN);
+    if !target.is_file() {
+        bail!(
+            "{} is missing: the Slurm commands are linked to it (build it with `cargo build --release -p tandem`, which builds both binaries, and keep it beside {})",
+            target.display(),
+            exe.display()
+        );
+    }
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    let exe = std::env::current_exe()?;
-    for s in SHIMS {
+    for s in cli::COMMANDS {
         let link = dir.join(s);
         let _ = std::fs::remove_file(&link);
-        std::os::unix::fs::symlink(&exe, &link).with_context(|| format!("linking {}", link.display()))?;
+        std::os::unix::fs::symlink(&target, &link).with_context(|| format!("linking {}", link.display()))?;
     }
-    println!("wrote {} in {}; add it to PATH", SHIMS.join(", "), dir.display());
+    println!("wrote {} in {} (links to {}); add it to PATH", cli::COMMANDS.join(", "), dir.display(), target.display());
     Ok(())
-}
-
-/// Raises this process's open-file limit: the soft limit to the hard one and, where allowed
-/// (root), both to `want` (at most the kernel's `fs.nr_open`), as a controller or a host of many
-/// agents at scale needs (one descriptor per connection). Returns the soft limit now in force.
-pub(crate) fn raise_nofile(want: u64) -> u64 {
-    use nix::sys::resource::{Resource, getrlimit, setrlimit};
-    let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) else { return 0 };
-    let nr_open = std::fs::read_to_string("/proc/sys/fs/nr_open").ok().and_then(|s| s.trim().parse::<u64>().ok()).unwrap_or(hard);
-    let want = want.min(nr_open);
-    if want > hard && setrlimit(Resource::RLIMIT_NOFILE, want, want).is_ok() {
-        return want;
-    }
-    if hard > soft && setrlimit(Resource::RLIMIT_NOFILE, hard, hard).is_ok() {
-        return hard;
-    }
-    soft
-}
-
-fn run_server(
-    listen: std::net::SocketAddr,
-    data: PathBuf,
-    config: Option<PathBuf>,
-    lease: Option<u32>,
-    kill_wait: Option<u32>,
-) -> Result<i32> {
-    let path = config.or_else(|| Some(data.join("tandem.toml")).filter(|p| p.exists()));
-    let mut settings = config::load(path.as_deref())?;
-    if let Some(l) = lease {
-        if l == 0 {
-            bail!("--lease must be at least 1 second");
-        }
-        settings.lease = l as i64;
-    }
-    if let Some(k) = kill_wait {
-        settings.kill_wait = k as i64;
-    }
-    // One descriptor per agent connection (or per proxy's connection) at scale.
-    raise_nofile(1 << 20);
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
-    rt.block_on(server::run(server::ServerArgs { listen, data, settings }))?;
-    Ok(0)
-}
-
-#[allow(clippy::too_many_arguments)]
-fn run_agent(
-    server: String,
-    name: Option<String>,
-    secret_file: PathBuf,
-    gpus: Option<String>,
-    cpus: Option<u32>,
-    memory: Option<String>,
-    features: Option<String>,
-    data: PathBuf,
-    addr: String,
-) -> Result<i32> {
-    let target = client::Target::parse(&server)?;
-    let name = match name {
-        Some(n) => n,
-        None => nix::unistd::gethostname()?.to_string_lossy().into_owned(),
-    };
-    let secret = std::fs::read_to_string(&secret_file)
-        .with_context(|| format!("reading the cluster secret from {}", secret_file.display()))?
-        .trim()
-        .to_string();
-    let gpus = gpus.as_deref().map(gpus_spec).transpose()?;
-    let memory = memory.as_deref().map(|m| slurmcli::parse_memory(m).map_err(|e| anyhow::anyhow!("--memory: {}", e.0))).transpose()?;
-    let features = features.map(|f| f.split(',').map(|x| x.trim().to_string()).filter(|x| !x.is_empty()).collect()).unwrap_or_default();
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    rt.block_on(agent::run(agent::AgentArgs { server: target, name, gpus, cpus, memory, data, secret, addr, features }))?;
-    Ok(0)
-}
-
-fn run_proxy(
-    listen: &str,
-    server: Option<String>,
-    secret_file: Option<PathBuf>,
-    statics: &[String],
-    retries: u32,
-    threads: Option<usize>,
-    seed: u64,
-) -> Result<i32> {
-    let listen: std::net::SocketAddr =
-        listen.parse().with_context(|| format!("--listen {listen:?}: expected IP:PORT, e.g. 127.0.0.1:7280"))?;
-    let statics = statics.iter().map(|s| proxy::parse_static(s)).collect::<Result<Vec<_>>>()?;
-    let controller = match (server, secret_file) {
-        (Some(_), _) if !statics.is_empty() => bail!("use either --server (endpoints from the controller) or --static, not both"),
-        (Some(s), Some(f)) => {
-            let secret =
-                std::fs::read_to_string(&f).with_context(|| format!("reading the cluster secret from {}", f.display()))?.trim().to_string();
-            Some((client::Target::parse(&s)?, secret))
-        }
-        (Some(_), None) => bail!("--server needs --secret-file (the cluster secret)"),
-        (None, Some(_)) => bail!("--secret-file goes with --server"),
-        (None, None) if statics.is_empty() => bail!("no upstreams: give --server URL --secret-file FILE, or --static NAME=HOST:PORT[,...]"),
-        (None, None) => None,
-    };
-    if retries > 7 {
-        bail!("--retries: at most 7");
-    }
-    let threads = threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get())).max(1);
-    proxy::run(proxy::ProxyArgs { listen, controller, statics, retries, seed }, threads)?;
-    Ok(0)
 }

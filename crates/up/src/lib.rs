@@ -1,5 +1,10 @@
-//! `tandem up`: a whole local cluster in one command: the controller and N node agents, each
-//! its own OS process with its own node name, in the foreground until Ctrl-C.
+//! `tandem up`: a whole local cluster in one command: the controller, N node agents and the
+//! inference proxy, each its own OS process of the `tandem` binary (this process's own
+//! executable) with its own node name, in the foreground until Ctrl-C. [`start`] is shared with
+//! the benchmarks, which start clusters the same way.
+//!
+//! It only starts, watches and stops processes, and writes `DATA/env`: it links none of the
+//! daemons (it runs them as programs), so it depends on no other Tandem crate.
 
 use anyhow::{Context, Result, bail};
 use std::path::{Path, PathBuf};

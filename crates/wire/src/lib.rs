@@ -1,5 +1,17 @@
-//! The HTTP/JSON API's request and response bodies, shared by the server, the agent and the
-//! CLI. Domain records (`control::Job`, orders, task reports) are converted at this edge.
+//! The wire format: the HTTP/JSON API's request and response bodies, shared by the server, the
+//! agent, the proxy, the CLI and the benchmarks; the OpenAPI document that describes them
+//! ([`OPENAPI`]); and reading a service spec file ([`parse_spec`]). Domain records
+//! (`control::Job`, orders, task reports) are converted at this edge.
+//!
+//! This is the one place the wire format is defined. It owns no connection and does no IO: it
+//! never opens a file or a socket, reads the clock or spawns anything (the tidy test checks),
+//! so every daemon and client can share it.
+
+mod openapi;
+mod spec;
+
+pub use openapi::DOCUMENT as OPENAPI;
+pub use spec::{SpecError, parse_spec};
 
 use control::{Order, TaskExit, TaskKey};
 use model::Node;

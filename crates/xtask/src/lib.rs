@@ -12,16 +12,30 @@ use std::path::{Path, PathBuf};
 /// Edit freely: the hard rules ([`NEVER`], [`ONLY_FROM`]) and acyclicity are checked
 /// independently, against this table as well as against the real workspace.
 pub const ARROWS: &[(&str, &[&str])] = &[
+    // data and decisions: pure
     ("model", &[]),
     ("sched", &["model"]),
     ("trace", &["model"]),
     ("slurmcli", &["model"]),
     ("control", &["sched", "slurmcli", "model"]),
-    ("store", &["control"]),
     ("sim", &["sched", "trace", "model"]),
     ("balance", &[]),
+    // the wire format: pure
+    ("wire", &["control", "slurmcli", "model"]),
+    // adapters
+    ("store", &["control"]),
     ("exec", &[]),
-    ("tandem", &["sim", "sched", "trace", "model", "slurmcli", "control", "store", "balance", "exec"]),
+    ("client", &["wire"]),
+    // shells: one crate per daemon, the user's commands, the local cluster, the benchmarks
+    ("server", &["control", "store", "wire", "exec", "sched", "slurmcli", "model"]),
+    ("agent", &["wire", "client", "exec", "control", "slurmcli", "model"]),
+    ("proxy", &["balance", "wire", "client"]),
+    ("cli", &["wire", "client", "slurmcli", "sched"]),
+    ("up", &[]),
+    ("bench", &["up", "wire", "client", "exec", "control", "sched", "slurmcli", "trace", "model"]),
+    // the binary
+    ("tandem", &["server", "agent", "proxy", "cli", "up", "bench", "sim", "sched", "trace"]),
+    // tooling
     ("xtask", &[]),
 ];
 
@@ -60,12 +74,17 @@ pub struct Rules<'a> {
 /// This workspace's rules: [`ARROWS`], [`NEVER`] and [`ONLY_FROM`].
 pub const WORKSPACE: Rules<'static> = Rules { arrows: ARROWS, never: NEVER, only_from: ONLY_FROM };
 
+/// The shell crates: applications (one per daemon, the user's commands, the local cluster, the
+/// benchmarks, the binary), the only ones that may use `anyhow`. Every other crate is a library
+/// below them and returns typed errors (`thiserror`).
+pub const MAY_USE_ANYHOW: &[&str] = &["server", "agent", "proxy", "cli", "up", "bench", "tandem"];
+
 /// The only crate that may use `unsafe` (it sets its own lints; every other crate takes the
 /// workspace's, which forbid it).
 pub const UNSAFE_ALLOWED: &str = "exec";
 
 /// Crates that must stay pure: no IO, no clock, no unseeded randomness, no async runtime.
-pub const PURE: &[&str] = &["model", "sched", "sim", "slurmcli", "control", "balance"];
+pub const PURE: &[&str] = &["model", "sched", "sim", "slurmcli", "control", "balance", "wire"];
 
 /// Strings that must not appear in a pure crate's source.
 pub const BANNED: &[&str] =

@@ -217,3 +217,18 @@ fn module_cycles_finds_a_parent_child_cycle() {
         [("lib.rs", "//! Fake.\nmod p;\n"), ("p/mod.rs", "mod c;\npub fn g() {\n    c::f()\n}\n"), ("p/c.rs", "pub(super) fn f() {}\n")];
     assert_eq!(cycles_in("visibility", &files), NONE);
 }
+
+#[test]
+fn only_shell_crates_use_anyhow() {
+    let mut errors = Vec::new();
+    for e in std::fs::read_dir(root().join("crates")).unwrap() {
+        let dir = e.unwrap().path();
+        let name = dir.file_name().unwrap().to_string_lossy().to_string();
+        let manifest = std::fs::read_to_string(dir.join("Cargo.toml")).unwrap();
+        let deps = manifest.split("[dependencies]").nth(1).unwrap_or("").split("\n[").next().unwrap_or("");
+        if deps.lines().any(|l| l.trim_start().starts_with("anyhow")) && !xtask::MAY_USE_ANYHOW.contains(&name.as_str()) {
+            errors.push(format!("crates/{name} depends on anyhow, but is a library: return typed errors (thiserror)"));
+        }
+    }
+    assert!(errors.is_empty(), "{}", errors.join("\n"));
+}

@@ -1,0 +1,62 @@
+//! The node daemon (`tandem agent`): registers the node's resources, heartbeats (renewing its
+//! lease and long-polling for orders), launches tasks as real processes, supervises service
+//! replicas (ports, probes, restarts with back-off), reports exits, and fences itself when its
+//! lease may have lapsed.
+//!
+//! It owns the processes of one node and nothing else: it keeps no cluster state, decides no
+//! placement, and talks to the controller only through `client` with `wire`'s bodies; it never
+//! depends on `server`, `proxy` or `cli` (the tidy test checks). Its public face is [`Options`]
+//! and [`main`].
+//!
+//! Modules, lowest first: `resources` (GPUs, memory), `launch` (cgroups, output files, one fork
+//! and exec per task, process-group signals), `replica` (the replica supervisor, on `launch`),
+//! `node` (the registration and heartbeat loop, on both).
+
+mod launch;
+mod node;
+mod replica;
+mod resources;
+
+use anyhow::{Context, Result};
+use std::path::PathBuf;
+
+/// `tandem agent`'s settings, as given on its command line.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Controller address, `http://host:port`.
+    pub server: String,
+    /// Node name (default: the host name).
+    pub name: Option<String>,
+    /// File holding the cluster secret.
+    pub secret_file: PathBuf,
+    /// GPUs to declare, as `MODEL:COUNT` or `COUNT`, when NVML does not report them.
+    pub gpus: Option<String>,
+    /// CPUs to declare (default: the machine's).
+    pub cpus: Option<u32>,
+    /// Memory to declare, e.g. `16G` (default: the machine's).
+    pub memory: Option<String>,
+    /// Features, comma-separated.
+    pub features: Option<String>,
+    /// Data directory (the spool of batch scripts).
+    pub data: PathBuf,
+    /// Address to advertise to jobs (`MASTER_ADDR`).
+    pub addr: String,
+}
+
+/// Runs the agent until the process is stopped (on a runtime of its own).
+pub fn main(o: Options) -> Result<()> {
+    let server = client::Target::parse(&o.server)?;
+    let name = match o.name {
+        Some(n) => n,
+        None => nix::unistd::gethostname()?.to_string_lossy().into_owned(),
+    };
+    let secret = std::fs::read_to_string(&o.secret_file)
+        .with_context(|| format!("reading the cluster secret from {}", o.secret_file.display()))?
+        .trim()
+        .to_string();
+    let gpus = o.gpus.as_deref().map(|s| slurmcli::parse_gpus(s).map_err(|e| anyhow::anyhow!("--gpus: {}", e.0))).transpose()?;
+    let memory = o.memory.as_deref().map(|m| slurmcli::parse_memory(m).map_err(|e| anyhow::anyhow!("--memory: {}", e.0))).transpose()?;
+    let features = o.features.map(|f| f.split(',').map(|x| x.trim().to_string()).filter(|x| !x.is_empty()).collect()).unwrap_or_default();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    rt.block_on(node::run(node::AgentArgs { server, name, gpus, cpus: o.cpus, memory, data: o.data, secret, addr: o.addr, features }))
+}

@@ -1,0 +1,52 @@
+//! The user's commands: the Slurm-compatible ones (`sbatch`, `squeue`, `scancel`, `sinfo`,
+//! `sacct`, `scontrol`, `srun`, `sprio`), `tandem service` and `tandem token`. They parse what
+//! the user typed (Slurm's options through `slurmcli`), talk to the controller through `client`
+//! with `wire`'s bodies, and print what Slurm (or kubectl) prints. Errors go to stderr as
+//! `<command>: error: ...` with exit code 1 (the caller prints them).
+//!
+//! It owns a user's view and nothing else: it keeps no state between runs and decides nothing a
+//! controller decides; it never depends on `server`, `agent` or `proxy` (the tidy test checks),
+//! so a binary built from it alone (`tandem-slurm`) starts fast. Its public face: [`slurm`],
+//! [`COMMANDS`], [`ServiceCmd`] with [`service`], and [`token`].
+
+mod service;
+mod slurm;
+
+use anyhow::{Context, Result};
+
+pub use service::{RolloutCmd, ServiceCmd};
+
+/// The Slurm commands, by the names they answer to (the links `tandem shims DIR` writes).
+pub const COMMANDS: [&str; 8] = ["sbatch", "squeue", "scancel", "sinfo", "sacct", "srun", "scontrol", "sprio"];
+
+/// Runs the Slurm command `name` (one of [`COMMANDS`]) with its arguments (without the program
+/// name) and returns its exit code; `None` when `name` is no Slurm command.
+pub fn slurm(name: &str, args: &[String]) -> Option<Result<i32>> {
+    Some(match name {
+        "sbatch" => slurm::sbatch(args),
+        "squeue" => slurm::squeue(args),
+        "scancel" => slurm::scancel(args),
+        "sinfo" => slurm::sinfo(args),
+        "sacct" => slurm::sacct(args),
+        "srun" => slurm::srun(args),
+        "scontrol" => slurm::scontrol(args),
+        "sprio" => slurm::sprio(args),
+        _ => return None,
+    })
+}
+
+/// `tandem service ...`: returns the exit code.
+pub fn service(cmd: ServiceCmd) -> Result<i32> {
+    service::run(cmd)
+}
+
+/// `tandem token`: asks the controller for a signed token for the caller (as `scontrol token`)
+/// and prints `export TANDEM_TOKEN=...`.
+pub fn token(lifespan: i64) -> Result<i32> {
+    let t = client::Target::from_env()?;
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let v: serde_json::Value =
+        rt.block_on(client::send(&t, "POST", &format!("/v1/token?lifespan={lifespan}"), None::<&()>, &[]))?.json()?;
+    println!("export TANDEM_TOKEN={}", v["token"].as_str().context("no token in the reply")?);
+    Ok(0)
+}

@@ -1,0 +1,224 @@
+//! What every handler shares: the application state ([`App`]: the controller under its lock,
+//! the journal, the cluster secret, wake-ups), who is calling ([`Peer`], tokens), and the reply
+//! helpers (errors as JSON, malformed bodies as 400s). The layer below the job and service
+//! handlers; it knows no route.
+
+use axum::Json;
+use axum::extract::connect_info::Connected;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use control::{Controller, Refused};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use tokio::net::{TcpListener, UnixListener};
+use tokio::sync::Notify;
+use wire::ApiError;
+
+/// Who is calling.
+#[derive(Clone, Debug)]
+pub struct Peer {
+    pub(crate) uid: Option<u32>,
+}
+
+impl Connected<axum::serve::IncomingStream<'_, TcpListener>> for Peer {
+    fn connect_info(_: axum::serve::IncomingStream<'_, TcpListener>) -> Self {
+        Peer { uid: None }
+    }
+}
+
+impl Connected<axum::serve::IncomingStream<'_, UnixListener>> for Peer {
+    fn connect_info(s: axum::serve::IncomingStream<'_, UnixListener>) -> Self {
+        Peer { uid: s.io().peer_cred().ok().map(|c| c.uid()) }
+    }
+}
+
+pub(crate) struct Inner {
+    pub(crate) ctl: Controller,
+    /// The journal sequence number of each job's newest change (bounded: forgotten all at once
+    /// past [`MAX_JOB_SEQS`]). A read of one job waits only for that change to be durable, not
+    /// for whatever else is being committed; a job not in it waits for the newest change.
+    pub(crate) job_seq: HashMap<u64, u64>,
+}
+
+/// Most jobs [`Inner::job_seq`] remembers.
+pub(crate) const MAX_JOB_SEQS: usize = 1 << 18;
+
+#[derive(Clone)]
+pub(crate) struct App {
+    pub(crate) inner: Arc<Mutex<Inner>>,
+    pub(crate) db: Arc<Mutex<store::Store>>,
+    pub(crate) journal: Arc<crate::journal::Journal>,
+    pub(crate) secret: Arc<String>,
+    pub(crate) wake: Arc<Notify>,
+    pub(crate) node_wake: Arc<Mutex<HashMap<String, Arc<Notify>>>>,
+    pub(crate) metrics: Arc<Mutex<Metrics>>,
+    /// Wakes the service loop.
+    pub(crate) service_wake: Arc<Notify>,
+    /// The endpoint view's version, watched by proxies' long polls.
+    pub(crate) ep_watch: Arc<tokio::sync::watch::Sender<u64>>,
+    /// The heartbeat interval agents are given, milliseconds: the longest a long poll is held.
+    pub(crate) heartbeat_ms: u64,
+}
+
+#[derive(Default)]
+pub(crate) struct Metrics {
+    pub(crate) passes: u64,
+    pub(crate) pass_seconds_total: f64,
+    pub(crate) last_pass_seconds: f64,
+    /// Of the pass time, how long the controller was held (taking inputs, applying the plan).
+    pub(crate) pass_lock_seconds_total: f64,
+    /// Of that, applying plans.
+    pub(crate) pass_apply_seconds_total: f64,
+    pub(crate) submissions: u64,
+}
+
+/// Unix milliseconds.
+pub(crate) fn now_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+}
+
+/// Unix seconds.
+pub(crate) fn now() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64)
+}
+
+pub(crate) fn refused(e: Refused) -> Response {
+    let code = match e {
+        Refused::Invalid(_) => StatusCode::BAD_REQUEST,
+        Refused::NotFound(_) => StatusCode::NOT_FOUND,
+        Refused::Forbidden(_) => StatusCode::FORBIDDEN,
+        Refused::Conflict(_) => StatusCode::CONFLICT,
+    };
+    (code, Json(ApiError { error: e.to_string() })).into_response()
+}
+
+/// Unwraps a `Result<T, Response>` or returns the error response from the handler.
+macro_rules! or_reply {
+    ($e:expr) => {
+        match $e {
+            Ok(v) => v,
+            Err(r) => return r,
+        }
+    };
+}
+
+/// A JSON body, or a 400 that says what is malformed.
+pub(crate) fn json_body<T>(b: Result<Json<T>, axum::extract::rejection::JsonRejection>) -> Result<T, Response> {
+    b.map(|Json(x)| x).map_err(|e| err(StatusCode::BAD_REQUEST, format!("malformed request: {}", e.body_text())))
+}
+
+pub(crate) fn err(code: StatusCode, msg: impl Into<String>) -> Response {
+    (code, Json(ApiError { error: msg.into() })).into_response()
+}
+
+/// Signs `uid.expiry` with the cluster secret (HMAC-SHA256).
+pub(crate) fn sign(secret: &str, uid: u32, expiry: i64) -> String {
+    use hmac::{KeyInit, Mac};
+    let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(secret.as_bytes()).expect("HMAC takes any key length");
+    mac.update(format!("{uid}.{expiry}").as_bytes());
+    mac.finalize().into_bytes().iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A token for `uid` valid until `expiry` (Unix seconds): `uid.expiry.signature`.
+pub(crate) fn token(secret: &str, uid: u32, expiry: i64) -> String {
+    format!("{uid}.{expiry}.{}", sign(secret, uid, expiry))
+}
+
+/// The uid a token stands for, if it is genuine and unexpired.
+pub(crate) fn verify(secret: &str, token: &str, now: i64) -> Option<u32> {
+    let mut p = token.splitn(3, '.');
+    let (uid, expiry, sig) = (p.next()?.parse::<u32>().ok()?, p.next()?.parse::<i64>().ok()?, p.next()?);
+    let want = sign(secret, uid, expiry);
+    // Constant-time comparison of the hex signatures.
+    let same = want.len() == sig.len() && want.bytes().zip(sig.bytes()).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0;
+    (same && expiry > now).then_some(uid)
+}
+
+/// The caller's uid: from the kernel on the Unix socket, else from a token (`tandem token`).
+/// A request with neither may not act as a user.
+pub(crate) fn user_of(app: &App, peer: &Peer, headers: &HeaderMap) -> Result<u32, Response> {
+    if let Some(uid) = peer.uid {
+        return Ok(uid);
+    }
+    let tok = headers.get("authorization").and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
+    match tok {
+        Some(t) => verify(&app.secret, t.trim(), now())
+            .ok_or_else(|| err(StatusCode::UNAUTHORIZED, "invalid or expired token (get a new one with `tandem token`)")),
+        None => Err(err(
+            StatusCode::UNAUTHORIZED,
+            "this request needs a user identity: use the controller's Unix socket (TANDEM_SERVER=unix://...) or a token (TANDEM_TOKEN, from `tandem token`)",
+        )),
+    }
+}
+
+pub(crate) fn agent_ok(app: &App, h: &HeaderMap) -> Result<(), Response> {
+    match h.get("x-tandem-secret").and_then(|v| v.to_str().ok()) {
+        Some(s) if s == app.secret.as_str() => Ok(()),
+        _ => Err(err(StatusCode::UNAUTHORIZED, "agents must present the cluster secret")),
+    }
+}
+
+impl App {
+    /// The controller, locked, with every accepted array made into its tasks
+    /// (`Controller::expand`): a submission is answered once its record is durable, and
+    /// whoever takes the lock next, a read or the scheduler, builds the tasks first.
+    pub(crate) fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        let mut g = self.inner.lock().expect("controller lock");
+        g.ctl.expand();
+        g
+    }
+
+    /// Runs `f` on the controller and queues what changed for the journal, without waiting for
+    /// the disk (nothing is acknowledged on the strength of it: replies wait on their own).
+    /// Returns `f`'s result and the journal sequence number its changes must reach. Proxies
+    /// hear of a new endpoint view at once: endpoints are soft state, rebuilt at restart.
+    pub(crate) fn apply<T>(&self, f: impl FnOnce(&mut Controller) -> T) -> (T, u64) {
+        let (out, seq, version) = {
+            let mut g = self.lock();
+            let out = f(&mut g.ctl);
+            let dirty = g.ctl.take_dirty();
+            let ids: Vec<u64> = dirty.jobs.iter().map(|j| j.req.id.0).collect();
+            let seq = self.journal.push(dirty);
+            if g.job_seq.len() + ids.len() > MAX_JOB_SEQS {
+                g.job_seq.clear();
+            }
+            g.job_seq.extend(ids.into_iter().map(|id| (id, seq)));
+            (out, seq, g.ctl.endpoint_version())
+        };
+        self.ep_watch.send_if_modified(|old| std::mem::replace(old, version) != version);
+        (out, seq)
+    }
+
+    /// Runs `f` on the controller, waits until what changed (and everything changed before)
+    /// is durable, then returns `f`'s result.
+    pub(crate) async fn with<T>(&self, f: impl FnOnce(&mut Controller) -> T) -> Result<T, Response> {
+        let (out, seq) = self.apply(f);
+        self.settled(seq).await?;
+        Ok(out)
+    }
+
+    /// Waits until every change up to `seq` is durable (a read passes `journal.last()` taken
+    /// while it held the controller's lock, so it never shows what a crash could undo).
+    pub(crate) async fn settled(&self, seq: u64) -> Result<(), Response> {
+        self.journal.durable(seq).await.map_err(|e| err(StatusCode::INTERNAL_SERVER_ERROR, format!("database: {}", e.0)))
+    }
+
+    /// Wakes the long-polling heartbeats of nodes that have orders waiting.
+    pub(crate) fn wake_nodes(&self) {
+        let names = self.lock().ctl.nodes_with_orders();
+        let w = self.node_wake.lock().expect("lock");
+        for n in names {
+            if let Some(x) = w.get(&n) {
+                x.notify_one();
+            }
+        }
+    }
+}
+
+pub(crate) fn user_name(uid: u32) -> String {
+    nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid)).ok().flatten().map_or_else(|| uid.to_string(), |u| u.name)
+}
+
+pub(crate) fn primary_gid(uid: u32) -> u32 {
+    nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid)).ok().flatten().map_or(uid, |u| u.gid.as_raw())
+}

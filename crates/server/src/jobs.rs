@@ -1,0 +1,614 @@
+//! The batch half of the API: submit, list, show, cancel, hold, release, requeue and update
+//! jobs, create job steps (`srun`), nodes (list, drain, resume), accounting history, priorities,
+//! tokens, the agents' registration and long-polled heartbeats, `/metrics` and `/openapi.json`.
+
+use axum::extract::{ConnectInfo, Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use control::{Job, Refused};
+use serde::Deserialize;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::Notify;
+use wire::*;
+
+use crate::app::*;
+
+#[derive(Deserialize)]
+struct TokenQuery {
+    lifespan: Option<i64>,
+}
+
+/// `POST /v1/token`: a signed token for the caller (Slurm's `scontrol token`; default
+/// lifespan 1,800 s, at most a week).
+async fn issue_token(
+    State(app): State<App>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+    headers: HeaderMap,
+    Query(q): Query<TokenQuery>,
+) -> Response {
+    let uid = or_reply!(user_of(&app, &peer, &headers));
+    let life = q.lifespan.unwrap_or(1800);
+    if !(1..=7 * 86400).contains(&life) {
+        return err(StatusCode::BAD_REQUEST, "lifespan must be between 1 s and 7 days");
+    }
+    let expiry = now() + life;
+    Json(serde_json::json!({"token": token(&app.secret, uid, expiry), "expires": expiry})).into_response()
+}
+
+/// Converts a job for display.
+fn job_info(j: &Job) -> JobInfo {
+    let allocs = if j.allocs.is_empty() && j.state.is_final() { &j.last_allocs } else { &j.allocs };
+    let names: Vec<String> = allocs.iter().map(|(n, _)| n.clone()).collect();
+    let nodes = if names.is_empty() { j.req.shape.nodes_min.max(1) } else { names.len() as u32 };
+    let cpus = if allocs.is_empty() {
+        j.req.shape.ntasks.max(1) * j.req.shape.cpus_per_task.max(1)
+    } else {
+        allocs.iter().map(|(_, a)| a.cpus).sum()
+    };
+    let gpus = if allocs.is_empty() { j.req.shape.total_gpus(nodes) } else { allocs.iter().map(|(_, a)| a.gpus.len() as u32).sum() };
+    let display_id = match j.array {
+        Some(a) => format!("{}_{}", a.array_job, a.task),
+        None => j.req.id.0.to_string(),
+    };
+    let steps = j
+        .steps
+        .iter()
+        .map(|s| StepInfo {
+            id: if s.id == control::BATCH_STEP { "batch".into() } else { s.id.to_string() },
+            command: s.argv.join(" "),
+            ntasks: s.layout.iter().map(|(_, n)| n).sum(),
+            nodelist: slurmcli::compress(&s.layout.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>()),
+            done: s.end.is_some(),
+            exit_code: s.exit,
+            start: s.start,
+            end: s.end,
+        })
+        .collect();
+    let unlimited = j.req.time_limit >= i64::MAX / 8;
+    JobInfo {
+        id: j.req.id.0,
+        display_id,
+        name: j.req.name.clone(),
+        user: j.req.user.clone(),
+        account: j.req.account.clone(),
+        partition: j.req.partition.clone().unwrap_or_else(|| "batch".into()),
+        qos: j.req.qos.clone().unwrap_or_else(|| "normal".into()),
+        state: j.state.slurm_name().into(),
+        reason: if j.state == model::JobState::Pending { j.reason.code().into() } else { "None".into() },
+        nodelist: slurmcli::compress(&names),
+        nodes,
+        ntasks: j.req.shape.ntasks,
+        cpus,
+        gpus,
+        time_limit: (!unlimited).then_some(j.req.time_limit),
+        submit: j.req.submit_time,
+        start: j.start.or(j.expected_start),
+        start_estimated: j.start.is_none() && j.expected_start.is_some(),
+        end: j.end,
+        exit_code: format!("{}:{}", j.exit_code.unwrap_or(0), j.exit_signal.unwrap_or(0)),
+        restarts: j.restart_count,
+        workdir: j.spec.workdir.clone(),
+        output: j.spec.output.clone(),
+        steps,
+        message: j.message.clone(),
+    }
+}
+
+async fn submit(
+    State(app): State<App>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+    headers: HeaderMap,
+    body: Result<Json<SubmitRequest>, axum::extract::rejection::JsonRejection>,
+) -> Response {
+    let uid = or_reply!(user_of(&app, &peer, &headers));
+    let req = or_reply!(json_body(body));
+    let b = req.batch;
+    let user = user_name(uid);
+    let workdir =
+        b.chdir.clone().map(|d| if d.starts_with('/') { d } else { format!("{}/{d}", req.cwd) }).unwrap_or_else(|| req.cwd.clone());
+    let env = match b.export.as_deref() {
+        None | Some("ALL") => req.env.clone(),
+        Some("NONE") => Vec::new(),
+        Some(list) => {
+            let mut out: Vec<(String, String)> = Vec::new();
+            let all = list.split(',').any(|x| x == "ALL");
+            if all {
+                out = req.env.clone();
+            }
+            for item in list.split(',').filter(|x| *x != "ALL" && *x != "NONE") {
+                match item.split_once('=') {
+                    Some((k, v)) => out.push((k.to_string(), v.to_string())),
+                    None => {
+                        if let Some(kv) = req.env.iter().find(|(k, _)| k == item) {
+                            out.push(kv.clone());
+                        }
+                    }
+                }
+            }
+            out
+        }
+    };
+    let spec = control::JobSpec {
+        script: b.script.clone(),
+        script_args: b.script_args.clone(),
+        workdir,
+        submit_dir: req.cwd.clone(),
+        submit_host: req.host.clone(),
+        env,
+        output: b.output.clone().unwrap_or_else(|| "slurm-%j.out".into()),
+        error: b.error.clone(),
+        requeue: b.requeue.unwrap_or(true),
+        signal: b.signal.map(|s| (s.number, s.before, s.batch_only)),
+        uid,
+        gid: primary_gid(uid),
+    };
+    if b.test_only {
+        let t = now();
+        let checked = app.lock().ctl.check_submit(t, &b, &user);
+        return match checked {
+            Ok(part) => Json(SubmitResponse {
+                job_ids: vec![],
+                test_only: Some(format!("Job would be accepted in partition {part} (nothing was submitted)")),
+            })
+            .into_response(),
+            Err(e) => refused(e),
+        };
+    }
+    let t = now();
+    let r = app.with(|c| c.accept(t, spec, &b, &user)).await;
+    match r {
+        Ok(Ok(ids)) => {
+            app.metrics.lock().expect("lock").submissions += ids.len() as u64;
+            app.wake.notify_one();
+            Json(SubmitResponse { job_ids: ids, test_only: None }).into_response()
+        }
+        Ok(Err(e)) => refused(e),
+        Err(r) => r,
+    }
+}
+
+#[derive(Deserialize)]
+struct JobQuery {
+    user: Option<String>,
+    state: Option<String>,
+    partition: Option<String>,
+    all: Option<bool>,
+}
+
+/// Jobs (or nodes) a listing reads per hold of the controller: a long listing is read a piece
+/// at a time, so requests and heartbeats get the controller in between. Each row is as it was
+/// when its piece was read.
+const LIST_CHUNK: usize = 512;
+
+async fn list_jobs(State(app): State<App>, Query(q): Query<JobQuery>) -> Response {
+    let filter = JobFilter::new(q);
+    let mut jobs = Vec::new();
+    let mut from = 0u64;
+    let seq = loop {
+        let g = app.lock();
+        let mut next = None;
+        for (n, j) in g.ctl.jobs_from(from, !filter.all).enumerate() {
+            if n == LIST_CHUNK {
+                next = Some(j.req.id.0);
+                break;
+            }
+            if filter.matches(j) {
+                jobs.push(job_info(j));
+            }
+        }
+        // What a reply shows must be durable: everything taken up to the last piece read.
+        let seq = app.journal.last();
+        drop(g);
+        match next {
+            Some(id) => from = id,
+            None => break seq,
+        }
+    };
+    if let Err(r) = app.settled(seq).await {
+        return r;
+    }
+    Json(jobs).into_response()
+}
+
+/// Which jobs a listing shows.
+struct JobFilter {
+    all: bool,
+    user: Option<String>,
+    partition: Option<String>,
+    states: Option<Vec<String>>,
+}
+
+impl JobFilter {
+    fn new(q: JobQuery) -> JobFilter {
+        JobFilter {
+            all: q.all.unwrap_or(false),
+            user: q.user,
+            partition: q.partition,
+            states: q.state.map(|s| s.split(',').map(|x| x.trim().to_ascii_uppercase()).collect()),
+        }
+    }
+
+    fn matches(&self, j: &Job) -> bool {
+        (self.all || !j.state.is_final())
+            && self.user.as_deref().is_none_or(|u| j.req.user == u)
+            && self.partition.as_deref().is_none_or(|p| j.req.partition.as_deref().unwrap_or("batch") == p)
+            && self.states.as_ref().is_none_or(|s| {
+                s.iter().any(|x| {
+                    x == j.state.slurm_name()
+                        || (x == "PD" && j.state == model::JobState::Pending)
+                        || (x == "R" && j.state == model::JobState::Running)
+                })
+            })
+    }
+}
+
+async fn get_job(State(app): State<App>, Path(id): Path<u64>) -> Response {
+    let (job, seq) = {
+        let g = app.lock();
+        // It shows this job only: its newest change must be durable.
+        (g.ctl.job(id).map(job_info), g.job_seq.get(&id).copied().unwrap_or_else(|| app.journal.last()))
+    };
+    if let Err(r) = app.settled(seq).await {
+        return r;
+    }
+    match job {
+        Some(j) => Json(j).into_response(),
+        None => err(StatusCode::NOT_FOUND, format!("invalid job id specified: {id}")),
+    }
+}
+
+#[derive(Deserialize)]
+struct CancelQuery {
+    signal: Option<i32>,
+}
+
+async fn cancel(
+    State(app): State<App>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+    headers: HeaderMap,
+    Path(id): Path<u64>,
+    Query(q): Query<CancelQuery>,
+) -> Response {
+    let uid = or_reply!(user_of(&app, &peer, &headers));
+    let t = now();
+    match app.with(|c| c.cancel(t, uid, id, q.signal)).await {
+        Ok(Ok(())) => {
+            app.wake_nodes();
+            app.wake.notify_one();
+            StatusCode::NO_CONTENT.into_response()
+        }
+        Ok(Err(e)) => refused(e),
+        Err(r) => r,
+    }
+}
+
+#[derive(Deserialize)]
+struct Action {
+    action: String,
+    time_limit: Option<i64>,
+}
+
+async fn job_action(
+    State(app): State<App>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+    headers: HeaderMap,
+    Path(id): Path<u64>,
+    body: Result<Json<Action>, axum::extract::rejection::JsonRejection>,
+) -> Response {
+    let uid = or_reply!(user_of(&app, &peer, &headers));
+    let a = or_reply!(json_body(body));
+    let r = app
+        .with(|c| match a.action.as_str() {
+            "hold" => c.hold(uid, id, true),
+            "release" => c.hold(uid, id, false),
+            "requeue" => c.requeue(uid, id),
+            "update" => match a.time_limit {
+                Some(t) => c.set_time_limit(uid, id, t),
+                None => Err(Refused::Invalid("update needs time_limit".into())),
+            },
+            other => Err(Refused::Invalid(format!("unknown action {other:?} (hold, release, requeue, update)"))),
+        })
+        .await;
+    match r {
+        Ok(Ok(())) => {
+            app.wake.notify_one();
+            app.wake_nodes();
+            StatusCode::NO_CONTENT.into_response()
+        }
+        Ok(Err(e)) => refused(e),
+        Err(r) => r,
+    }
+}
+
+async fn create_step(
+    State(app): State<App>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+    headers: HeaderMap,
+    Path(id): Path<u64>,
+    body: Result<Json<StepRequest>, axum::extract::rejection::JsonRejection>,
+) -> Response {
+    let uid = or_reply!(user_of(&app, &peer, &headers));
+    let s = or_reply!(json_body(body));
+    let t = now();
+    match app.with(|c| c.create_step(t, uid, id, s.nodes, s.ntasks, s.ntasks_per_node, s.argv)).await {
+        Ok(Ok(step)) => {
+            app.wake_nodes();
+            Json(StepResponse { step }).into_response()
+        }
+        Ok(Err(e)) => refused(e),
+        Err(r) => r,
+    }
+}
+
+async fn list_nodes(State(app): State<App>) -> Response {
+    let mut nodes = Vec::new();
+    let seq = loop {
+        let g = app.lock();
+        let all = g.ctl.nodes();
+        let piece = &all[nodes.len().min(all.len())..];
+        nodes.extend(node_infos(&piece[..piece.len().min(LIST_CHUNK)]));
+        let (done, seq) = (nodes.len() >= all.len(), app.journal.last());
+        drop(g);
+        if done {
+            break seq;
+        }
+    };
+    if let Err(r) = app.settled(seq).await {
+        return r;
+    }
+    Json(nodes).into_response()
+}
+
+fn node_infos(nodes: &[control::NodeRec]) -> Vec<NodeInfo> {
+    nodes
+        .iter()
+        .map(|n| {
+            let alloc_gpus = n.usage.gpu_milli.iter().filter(|&&m| m > 0).count() as u32;
+            let state = match n.node.state {
+                model::NodeState::Down => "down",
+                model::NodeState::Drain => "drain",
+                model::NodeState::Up if n.usage.jobs == 0 => "idle",
+                model::NodeState::Up if n.usage.cpus >= n.node.cpus || n.usage.exclusive => "allocated",
+                model::NodeState::Up => "mixed",
+            };
+            NodeInfo {
+                name: n.node.name.clone(),
+                state: state.into(),
+                cpus: (n.node.cpus, n.usage.cpus),
+                memory_mb: (n.node.memory >> 20, n.usage.memory >> 20),
+                gpus: (n.node.gpus, alloc_gpus, n.node.gpu_type.clone()),
+                reason: n.reason.clone(),
+                addr: n.addr.clone(),
+            }
+        })
+        .collect()
+}
+
+#[derive(Deserialize)]
+struct NodeAction {
+    state: String,
+    reason: Option<String>,
+}
+
+async fn node_action(
+    State(app): State<App>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+    body: Result<Json<NodeAction>, axum::extract::rejection::JsonRejection>,
+) -> Response {
+    let uid = or_reply!(user_of(&app, &peer, &headers));
+    let a = or_reply!(json_body(body));
+    let drain = match a.state.to_ascii_lowercase().as_str() {
+        "drain" => true,
+        "resume" | "idle" => false,
+        other => return err(StatusCode::BAD_REQUEST, format!("unknown node state {other:?} (drain, resume)")),
+    };
+    match app.with(|c| c.set_node_state(uid, &name, drain, a.reason)).await {
+        Ok(Ok(())) => {
+            app.wake.notify_one();
+            StatusCode::NO_CONTENT.into_response()
+        }
+        Ok(Err(e)) => refused(e),
+        Err(r) => r,
+    }
+}
+
+#[derive(Deserialize)]
+struct HistoryQuery {
+    user: Option<String>,
+    since: Option<i64>,
+}
+
+async fn history(State(app): State<App>, Query(q): Query<HistoryQuery>) -> Response {
+    // Running and pending jobs come from memory; finished ones from the accounting table, read
+    // once everything seen in memory is durable (a job that ended in between is in both: the
+    // table's final record wins).
+    let (live, seq) = {
+        let g = app.lock();
+        let live: Vec<JobInfo> =
+            g.ctl.jobs().filter(|j| !j.state.is_final() && q.user.as_deref().is_none_or(|u| j.req.user == u)).map(job_info).collect();
+        (live, app.journal.last())
+    };
+    if let Err(r) = app.settled(seq).await {
+        return r;
+    }
+    let stored = app.db.lock().expect("database lock").history(q.user.as_deref(), q.since.unwrap_or(0));
+    match stored {
+        Ok(jobs) => {
+            let mut out: Vec<JobInfo> = jobs.iter().map(job_info).collect();
+            let ended: std::collections::HashSet<u64> = out.iter().map(|j| j.id).collect();
+            out.extend(live.into_iter().filter(|j| !ended.contains(&j.id)));
+            out.sort_by_key(|j| j.id);
+            Json(out).into_response()
+        }
+        Err(e) => err(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
+    }
+}
+
+async fn priorities(State(app): State<App>) -> Response {
+    let g = app.lock();
+    let rows: Vec<(u64, sched::Breakdown)> = g.ctl.priorities(now());
+    Json(rows).into_response()
+}
+
+async fn register(
+    State(app): State<App>,
+    headers: HeaderMap,
+    body: Result<Json<RegisterRequest>, axum::extract::rejection::JsonRejection>,
+) -> Response {
+    if let Err(r) = agent_ok(&app, &headers) {
+        return r;
+    }
+    let r = or_reply!(json_body(body));
+    let t = now();
+    match app.with(|c| c.register(t, r.node, r.addr).map(|()| (c.settings().lease, c.heartbeat_ms()))).await {
+        Ok(Ok((lease_s, heartbeat_ms))) => {
+            app.wake.notify_one();
+            Json(RegisterResponse { lease_s, heartbeat_ms }).into_response()
+        }
+        Ok(Err(e)) => refused(e),
+        Err(r) => r,
+    }
+}
+
+async fn heartbeat(
+    State(app): State<App>,
+    headers: HeaderMap,
+    body: Result<Json<Heartbeat>, axum::extract::rejection::JsonRejection>,
+) -> Response {
+    if let Err(r) = agent_ok(&app, &headers) {
+        return r;
+    }
+    let hb = or_reply!(json_body(body));
+    let notify = app.node_wake.lock().expect("lock").entry(hb.node.clone()).or_insert_with(|| Arc::new(Notify::new())).clone();
+    let had_exits = !hb.exits.is_empty();
+    let t = now();
+    let t_ms = now_ms();
+    let first = match app
+        .with(|c| {
+            let o = c.heartbeat(t, &hb.node, hb.ack, &hb.running, &hb.exits);
+            if o.is_ok() {
+                c.replica_reports(t_ms, &hb.node, &hb.replicas);
+            }
+            o
+        })
+        .await
+    {
+        Ok(Ok(o)) => o,
+        Ok(Err(e)) => return refused(e),
+        Err(r) => return r,
+    };
+    if had_exits {
+        app.wake.notify_one();
+    }
+    if first.iter().any(|(seq, _)| *seq > hb.ack) || hb.wait_ms == 0 {
+        return Json(Orders { orders: first }).into_response();
+    }
+    // Held at most the heartbeat interval (at most half the lease), so the lease outlives it.
+    let hold = hb.wait_ms.min(app.heartbeat_ms);
+    let _ = tokio::time::timeout(Duration::from_millis(hold), notify.notified()).await;
+    let t = now();
+    match app.with(|c| c.heartbeat(t, &hb.node, hb.ack, &[], &[])).await {
+        Ok(Ok(o)) => Json(Orders { orders: o }).into_response(),
+        Ok(Err(e)) => refused(e),
+        Err(r) => r,
+    }
+}
+
+async fn metrics(State(app): State<App>) -> Response {
+    let g = app.lock();
+    let m = app.metrics.lock().expect("lock");
+    let mut by_state: std::collections::BTreeMap<&str, u64> = std::collections::BTreeMap::new();
+    for j in g.ctl.jobs() {
+        *by_state.entry(j.state.slurm_name()).or_default() += 1;
+    }
+    let mut s = String::new();
+    s.push_str("# HELP tandem_jobs Jobs by state.\n# TYPE tandem_jobs gauge\n");
+    for (k, v) in &by_state {
+        s.push_str(&format!("tandem_jobs{{state=\"{k}\"}} {v}\n"));
+    }
+    s.push_str(&format!(
+        "# HELP tandem_queue_length Pending jobs.\n# TYPE tandem_queue_length gauge\ntandem_queue_length {}\n",
+        by_state.get("PENDING").copied().unwrap_or(0)
+    ));
+    let mut nodes: std::collections::BTreeMap<&str, u64> = std::collections::BTreeMap::new();
+    for n in g.ctl.nodes() {
+        let st = match n.node.state {
+            model::NodeState::Up => "up",
+            model::NodeState::Drain => "drain",
+            model::NodeState::Down => "down",
+        };
+        *nodes.entry(st).or_default() += 1;
+    }
+    s.push_str("# HELP tandem_nodes Nodes by state.\n# TYPE tandem_nodes gauge\n");
+    for (k, v) in &nodes {
+        s.push_str(&format!("tandem_nodes{{state=\"{k}\"}} {v}\n"));
+    }
+    s.push_str(&format!(
+        "# HELP tandem_scheduling_passes_total Scheduling passes.\n# TYPE tandem_scheduling_passes_total counter\ntandem_scheduling_passes_total {}\n",
+        m.passes
+    ));
+    s.push_str(&format!(
+        "# HELP tandem_scheduling_pass_seconds Time spent in scheduling passes.\n# TYPE tandem_scheduling_pass_seconds summary\ntandem_scheduling_pass_seconds_sum {}\ntandem_scheduling_pass_seconds_count {}\n",
+        m.pass_seconds_total, m.passes
+    ));
+    s.push_str(&format!(
+        "# HELP tandem_scheduling_pass_lock_seconds_total Time scheduling passes held the controller (taking their inputs, applying their plans).\n# TYPE tandem_scheduling_pass_lock_seconds_total counter\ntandem_scheduling_pass_lock_seconds_total {}\n",
+        m.pass_lock_seconds_total
+    ));
+    s.push_str(&format!(
+        "# HELP tandem_scheduling_pass_apply_seconds_total Of that, applying their plans.\n# TYPE tandem_scheduling_pass_apply_seconds_total counter\ntandem_scheduling_pass_apply_seconds_total {}\n",
+        m.pass_apply_seconds_total
+    ));
+    s.push_str(&format!("# HELP tandem_scheduling_last_pass_seconds The last pass.\n# TYPE tandem_scheduling_last_pass_seconds gauge\ntandem_scheduling_last_pass_seconds {}\n", m.last_pass_seconds));
+    s.push_str("# HELP tandem_service_replicas Service replicas by state.\n# TYPE tandem_service_replicas gauge\n");
+    s.push_str("# HELP tandem_service_desired_replicas Desired replicas per service.\n# TYPE tandem_service_desired_replicas gauge\n");
+    for svc in g.ctl.services() {
+        let name = &svc.spec.name;
+        s.push_str(&format!("tandem_service_desired_replicas{{service=\"{name}\"}} {}\n", svc.desired));
+        let mut by: std::collections::BTreeMap<&str, u64> = std::collections::BTreeMap::new();
+        for j in g.ctl.replicas_of(name).filter(|j| !j.state.is_final()) {
+            *by.entry(j.replica.as_ref().expect("replica").state.name()).or_default() += 1;
+        }
+        for (st, n) in by {
+            s.push_str(&format!("tandem_service_replicas{{service=\"{name}\",state=\"{st}\"}} {n}\n"));
+        }
+    }
+    s.push_str(&format!(
+        "# HELP tandem_endpoint_view_version Version of the endpoint view proxies follow.\n# TYPE tandem_endpoint_view_version gauge\ntandem_endpoint_view_version {}\n",
+        g.ctl.endpoint_version()
+    ));
+    let (txs, recs) = app.journal.stats();
+    s.push_str(&format!(
+        "# HELP tandem_db_commits_total Database transactions (group commits).\n# TYPE tandem_db_commits_total counter\ntandem_db_commits_total {txs}\n# HELP tandem_db_records_total Records written.\n# TYPE tandem_db_records_total counter\ntandem_db_records_total {recs}\n"
+    ));
+    s.push_str(&format!(
+        "# HELP tandem_submissions_total Jobs submitted.\n# TYPE tandem_submissions_total counter\ntandem_submissions_total {}\n",
+        m.submissions
+    ));
+    ([("content-type", "text/plain; version=0.0.4")], s).into_response()
+}
+
+async fn openapi() -> Response {
+    ([("content-type", "application/json")], wire::OPENAPI).into_response()
+}
+
+/// The batch half's routes.
+pub(crate) fn routes(r: Router<App>) -> Router<App> {
+    r.route("/v1/jobs", post(submit).get(list_jobs))
+        .route("/v1/jobs/{id}", get(get_job).delete(cancel).post(job_action))
+        .route("/v1/jobs/{id}/steps", post(create_step))
+        .route("/v1/nodes", get(list_nodes))
+        .route("/v1/nodes/{name}", post(node_action))
+        .route("/v1/history", get(history))
+        .route("/v1/priority", get(priorities))
+        .route("/v1/token", post(issue_token))
+        .route("/v1/agent/register", post(register))
+        .route("/v1/agent/heartbeat", post(heartbeat))
+        .route("/metrics", get(metrics))
+        .route("/openapi.json", get(openapi))
+}
