@@ -2,7 +2,8 @@
 # Tandem against a real Slurm, side by side, on this machine, in the same shape.
 #
 #   bench/vs-slurm.sh [--jobs N] [--slurm-config default|htc|both] [--tandem-only]
-#                     [--latency-jobs M] [--latency-gap S] [--submitters K] [--tandem-bin PATH] [--keep]
+#                     [--workloads all|loops] [--latency-jobs M] [--latency-gap S] [--submitters K]
+#                     [--tandem-bin PATH] [--keep]
 #
 # Slurm: Debian's slurm-wlm and munge (installed with apt-get when missing), a private munged,
 # slurmctld and 16 slurmd (one per node, `slurmd -N nXX`, each on 127.0.0.1 with its own Port and
@@ -14,12 +15,16 @@
 #
 # Needs root for the Slurm side (apt-get, daemons as root) and for the CPU accounting cgroups
 # (cgroup v1 cpuacct; without them those rows say n/a). `--tandem-only` needs neither.
+# `--workloads loops` runs only the two sbatch loops (one loop, then K parallel loops, each timed
+# until all N have ended) and skips the latency, array, CPU-per-job and held/squeue parts; the
+# table then has only the rows measured. Default `all`: every workload.
 
 set -euo pipefail
 
 JOBS=1000
 CONFIGS=both
 TANDEM_ONLY=0
+WORKLOADS=all
 LAT_JOBS=100
 LAT_GAP=0.25
 SUBMITTERS=4
@@ -29,7 +34,7 @@ KEEP=0
 TANDEM_BIN=""
 ARGV="$*"
 
-usage() { sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; }
 
 while [[ $# -gt 0 ]]; do
     case "$1" in
@@ -38,6 +43,8 @@ while [[ $# -gt 0 ]]; do
         --slurm-config) CONFIGS=$2; shift 2 ;;
         --slurm-config=*) CONFIGS=${1#*=}; shift ;;
         --tandem-only) TANDEM_ONLY=1; shift ;;
+        --workloads) WORKLOADS=$2; shift 2 ;;
+        --workloads=*) WORKLOADS=${1#*=}; shift ;;
         --latency-jobs) LAT_JOBS=$2; shift 2 ;;
         --latency-jobs=*) LAT_JOBS=${1#*=}; shift ;;
         --latency-gap) LAT_GAP=$2; shift 2 ;;
@@ -61,6 +68,7 @@ case "$CONFIGS" in
     *) echo "vs-slurm: --slurm-config is default, htc or both" >&2; exit 2 ;;
 esac
 [[ $TANDEM_ONLY == 1 ]] && SLURM_CONFIGS=()
+[[ $WORKLOADS == all || $WORKLOADS == loops ]] || { echo "vs-slurm: --workloads is all or loops" >&2; exit 2; }
 
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 if [[ -z $TANDEM_BIN ]]; then
@@ -241,12 +249,46 @@ parallel_submit() { # count extra-args...
     return $rc
 }
 
+run_loops() { # system-name: workloads 2 and 3
+    local S=$1 N=$JOBS t0 t1 t2 base
+
+    # 2. One client loop of sbatch.
+    LOG "$S: $N jobs from one sbatch loop"
+    base=$(ended_count)
+    t0=$(now)
+    submit_loop 0 1 "$N"
+    t1=$(now)
+    wait_ended $((base + N)) 3600
+    t2=$(now)
+    R[$S.loop_rate]=$(awk -v n="$N" -v d="$(fsub "$t1" "$t0")" 'BEGIN { printf "%.1f", n / d }')
+    R[$S.loop_done]=$(awk -v d="$(fsub "$t2" "$t0")" 'BEGIN { printf "%.2f", d }')
+
+    # 3. K parallel sbatch loops.
+    LOG "$S: $N jobs from $SUBMITTERS parallel sbatch loops"
+    base=$(ended_count)
+    t0=$(now)
+    parallel_submit "$N"
+    t1=$(now)
+    wait_ended $((base + N)) 3600
+    t2=$(now)
+    R[$S.par_rate]=$(awk -v n="$N" -v d="$(fsub "$t1" "$t0")" 'BEGIN { printf "%.1f", n / d }')
+    R[$S.par_done]=$(awk -v d="$(fsub "$t2" "$t0")" 'BEGIN { printf "%.2f", d }')
+}
+
 run_workloads() { # system-name
     local S=$1 N=$JOBS t0 t1 t2 base i f v
     local lat=$WORK/$S-latency.txt
     mkdir -p "$WORK/$S-run"
     cd "$WORK/$S-run"
     : > "$lat"
+
+    # With --workloads loops: only the two sbatch loops (2 and 3), no CPU accounting.
+    if [[ $WORKLOADS == loops ]]; then
+        run_loops "$S"
+        R[$S.ended_ok]=$(ended_ok_count)
+        cd "$WORK"
+        return 0
+    fi
 
     # 1. Submit-to-start latency on an idle cluster: single jobs, one every LAT_GAP seconds
     #    (open loop: a slow scheduler cannot slow the arrivals down, and the cluster stays idle:
@@ -284,27 +326,8 @@ run_workloads() { # system-name
     local c0 n0 g0 h0
     c0=$(cpu_of "$CTL_PID"); n0=$(cpu_of $NODE_PIDS); g0=$(cg_cpu "$CG_CTL"); h0=$(cg_cpu "$CG_NODES")
 
-    # 2. One client loop of sbatch.
-    LOG "$S: $N jobs from one sbatch loop"
-    base=$(ended_count)
-    t0=$(now)
-    submit_loop 0 1 "$N"
-    t1=$(now)
-    wait_ended $((base + N)) 3600
-    t2=$(now)
-    R[$S.loop_rate]=$(awk -v n="$N" -v d="$(fsub "$t1" "$t0")" 'BEGIN { printf "%.1f", n / d }')
-    R[$S.loop_done]=$(awk -v d="$(fsub "$t2" "$t0")" 'BEGIN { printf "%.2f", d }')
-
-    # 3. K parallel sbatch loops.
-    LOG "$S: $N jobs from $SUBMITTERS parallel sbatch loops"
-    base=$(ended_count)
-    t0=$(now)
-    parallel_submit "$N"
-    t1=$(now)
-    wait_ended $((base + N)) 3600
-    t2=$(now)
-    R[$S.par_rate]=$(awk -v n="$N" -v d="$(fsub "$t1" "$t0")" 'BEGIN { printf "%.1f", n / d }')
-    R[$S.par_done]=$(awk -v d="$(fsub "$t2" "$t0")" 'BEGIN { printf "%.2f", d }')
+    # 2. and 3.: the sbatch loops.
+    run_loops "$S"
 
     # 4. One job array of N.
     LOG "$S: a job array of $N"
@@ -581,7 +604,8 @@ echo
 echo "# Tandem vs Slurm: $N jobs, $NODES nodes x $CPUS CPUs, $(date -u '+%Y-%m-%d %H:%M UTC')"
 echo "# command: bench/vs-slurm.sh $ARGV"
 echo "# machine: $(nproc) CPUs ($(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)), $(awk '/^MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo), $(uname -sr)"
-echo "# tandem: $("$TANDEM_BIN" --version) (git $(cd "$REPO" && git rev-parse --short HEAD 2>/dev/null || echo unknown))"
+echo "# tandem: $("$TANDEM_BIN" --version) (git $(git -C "$(dirname "$TANDEM_BIN")" rev-parse --short HEAD 2>/dev/null || echo unknown)), $TANDEM_BIN; sbatch -> $(readlink "$WORK/tandem/bin/sbatch" || echo "?")"
+echo "# workloads: $WORKLOADS"
 [[ ${#SLURM_CONFIGS[@]} -gt 0 ]] && echo "# slurm: $(slurmctld -V)"
 echo
 header="| row"
@@ -596,6 +620,10 @@ echo "$header |"
 echo "$sep|"
 for row in "${ROWS[@]}"; do
     IFS='|' read -r key name dir <<< "$row"
+    # Only the rows measured (--workloads loops measures four).
+    measured=0
+    for s in "${SYSTEMS[@]}"; do [[ -n ${R[$s.$key]:-} ]] && measured=1; done
+    [[ $measured == 1 ]] || continue
     line="| $name"
     for s in "${SYSTEMS[@]}"; do line+=" | ${R[$s.$key]:-n/a}"; done
     for s in "${SYSTEMS[@]}"; do
@@ -609,9 +637,11 @@ echo "Ratios: > 1 means Tandem ahead (rates: Tandem/Slurm; times, memory, CPU: S
 for s in "${SYSTEMS[@]}"; do
     echo "$(label "$s"): jobs that ended COMPLETED in the throughput workloads (cumulative): ${R[$s.ended_ok]:-n/a}"
 done
-echo "CPU per job: utime+stime deltas over the three throughput workloads ($((3 * N)) jobs) from /proc/PID/stat;"
-echo "the last CPU row is the cpuacct cgroup of the node daemons and everything they start"
-echo "(slurmstepd and the job / tandem's task launcher and the job)."
+if [[ $WORKLOADS == all ]]; then
+    echo "CPU per job: utime+stime deltas over the three throughput workloads ($((3 * N)) jobs) from /proc/PID/stat;"
+    echo "the last CPU row is the cpuacct cgroup of the node daemons and everything they start"
+    echo "(slurmstepd and the job / tandem's task launcher and the job)."
+fi
 echo
 for cfg in "${SLURM_CONFIGS[@]}"; do
     echo "## slurm.conf ($cfg)"
