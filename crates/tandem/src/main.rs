@@ -215,7 +215,7 @@ fn exit_with(name: &str, r: Result<i32>) -> std::process::ExitCode {
 fn main() -> std::process::ExitCode {
     let argv: Vec<String> = std::env::args().collect();
     let invoked = argv.first().map(|a| a.rsplit('/').next().unwrap_or(a).to_string()).unwrap_or_default();
-    if let Some(r) = cli::slurm(&invoked, &argv[1..]) {
+    if let Some(r) = cli::slurm(&invoked, argv.get(1..).unwrap_or(&[])) {
         return exit_with(&invoked, r);
     }
     if argv.get(1).map(String::as_str) == Some(bench::UPSTREAM_CMD) {

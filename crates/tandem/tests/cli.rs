@@ -206,3 +206,53 @@ fn bench_submit_smoke() {
     assert_eq!(v["pending_for_squeue"].as_u64(), Some(10));
     assert!(err(&["bench", "submit", "--jobs", "0"]).contains("must be positive"));
 }
+
+#[test]
+fn shims_link_the_slurm_commands_to_tandem_slurm() {
+    let dir = std::env::temp_dir().join(format!("tandem-shims-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let out = tandem(&["shims", path(&dir)]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let slurm = PathBuf::from(env!("CARGO_BIN_EXE_tandem-slurm"));
+    for c in ["sbatch", "squeue", "scancel", "sinfo", "sacct", "srun", "scontrol", "sprio"] {
+        let target = std::fs::read_link(dir.join(c)).unwrap();
+        assert_eq!(target.canonicalize().unwrap(), slurm.canonicalize().unwrap(), "{c}");
+    }
+    // The links answer as the Slurm commands: a bad option is refused before any connection.
+    let o = Command::new(dir.join("sbatch")).arg("--bogus").env("TANDEM_SERVER", "unix:///nonexistent").output().unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("sbatch: error: unrecognized option '--bogus'"), "{o:?}");
+    // And say why when the controller is not there.
+    let o = Command::new(dir.join("squeue")).env("TANDEM_SERVER", "unix:///nonexistent/tandem.sock").output().unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(e.contains("squeue: error: cannot reach the controller at unix:///nonexistent/tandem.sock"), "{e}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn tandem_slurm_under_another_name_says_how_to_use_it() {
+    let o = Command::new(env!("CARGO_BIN_EXE_tandem-slurm")).arg("--help").output().unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(e.contains("run me as one of sbatch, squeue"), "{e}");
+}
+
+#[test]
+fn shims_fail_clearly_without_tandem_slurm_beside_tandem() {
+    // A copy of `tandem` (hard-linked, so no bytes are copied) alone in a directory.
+    let lonely = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("lonely-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&lonely);
+    std::fs::create_dir_all(&lonely).unwrap();
+    let exe = lonely.join("tandem");
+    if std::fs::hard_link(env!("CARGO_BIN_EXE_tandem"), &exe).is_err() {
+        std::fs::copy(env!("CARGO_BIN_EXE_tandem"), &exe).unwrap();
+    }
+    let dir = lonely.join("bin");
+    let o = Command::new(&exe).arg("shims").arg(&dir).output().unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(e.contains("tandem-slurm is missing") && e.contains("cargo build --release -p tandem"), "{e}");
+    assert!(!dir.exists(), "nothing is written when the target is missing");
+    let _ = std::fs::remove_dir_all(&lonely);
+}
