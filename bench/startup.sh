@@ -61,7 +61,7 @@ command -v python3 > /dev/null || die "python3 is needed"
 
 if [[ -z $TANDEM ]]; then
     TANDEM=${CARGO_TARGET_DIR:-$REPO/target}/release/tandem
-    if [[ ! -x $TANDEM ]]; then
+    if [[ ! -x $TANDEM || ! -x $(dirname "$TANDEM")/tandem-slurm ]]; then
         LOG "building $TANDEM (cargo build --release -p tandem)"
         (cd "$REPO" && cargo build --release -p tandem >&2)
     fi

@@ -73,7 +73,7 @@ esac
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 if [[ -z $TANDEM_BIN ]]; then
     TANDEM_BIN=$REPO/target/release/tandem
-    if [[ ! -x $TANDEM_BIN ]]; then
+    if [[ ! -x $TANDEM_BIN || ! -x $(dirname "$TANDEM_BIN")/tandem-slurm ]]; then
         echo "vs-slurm: building tandem (cargo build --release -p tandem)" >&2
         (cd "$REPO" && cargo build --release -p tandem >&2)
     fi

@@ -89,7 +89,7 @@ pub(crate) async fn run(a: AgentArgs) -> Result<()> {
             match send(&a.server, "POST", "/v1/agent/register", Some(&reg), &hdr).await.and_then(|r| r.json::<RegisterResponse>()) {
                 Ok(r) => return r,
                 Err(e) => {
-                    eprintln!("tandem agent {}: registering: {e:#}", a.name);
+                    eprintln!("tandem agent {}: registering: {:#}", a.name, anyhow::Error::from(e));
                     tokio::time::sleep(Duration::from_millis(500)).await;
                 }
             }
@@ -188,13 +188,13 @@ pub(crate) async fn run(a: AgentArgs) -> Result<()> {
             Ok(r) => match r.json::<Orders>() {
                 Ok(o) => o.orders,
                 Err(e) => {
-                    eprintln!("tandem agent {}: heartbeat refused: {e:#}", a.name);
+                    eprintln!("tandem agent {}: heartbeat refused: {:#}", a.name, anyhow::Error::from(e));
                     tokio::time::sleep(Duration::from_millis(500)).await;
                     continue;
                 }
             },
             Err(e) => {
-                eprintln!("tandem agent {}: heartbeat failed: {e:#}", a.name);
+                eprintln!("tandem agent {}: heartbeat failed: {:#}", a.name, anyhow::Error::from(e));
                 tokio::time::sleep(Duration::from_millis(500)).await;
                 continue;
             }

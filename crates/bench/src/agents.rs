@@ -220,14 +220,20 @@ struct Shared {
 }
 
 impl Shared {
-    fn error(&self, what: &str, e: &dyn std::fmt::Display) {
+    fn error(&self, what: &str, e: &(dyn std::error::Error + 'static)) {
         if self.done.load(Relaxed) {
             return;
         }
         self.errors.fetch_add(1, Relaxed);
         let mut f = self.first_error.lock().expect("lock");
         if f.is_none() {
-            *f = Some(format!("{what}: {e:#}"));
+            let mut msg = format!("{what}: {e}");
+            let mut cause = e.source();
+            while let Some(c) = cause {
+                msg.push_str(&format!(": {c}"));
+                cause = c.source();
+            }
+            *f = Some(msg);
         }
     }
 }
@@ -236,7 +242,7 @@ fn ms(d: Duration) -> f32 {
     d.as_secs_f32() * 1000.0
 }
 
-/// One simulated agent: the loop of `agent::run` with timers in place of processes.
+/// One simulated agent: the loop of the `agent` crate's node loop with timers in place of processes.
 async fn sim_agent(sh: Arc<Shared>, i: usize, node: model::Node) {
     let hdr = [("x-tandem-secret", sh.secret.as_str())];
     let reg = RegisterRequest { node: node.clone(), addr: format!("10.{}.{}.{}", (i >> 16) & 255, (i >> 8) & 255, i & 255) };

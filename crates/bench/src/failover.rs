@@ -123,7 +123,7 @@ async fn proxy_propagation(proxy: &str) -> Option<f64> {
 
 /// Runs the benchmark.
 pub fn run(a: FailoverArgs) -> Result<FailoverReport> {
-    if a.agents < 2 || a.replicas == 0 || a.replicas >= a.agents + 1 || a.rate <= 0.0 || a.requests == 0 {
+    if a.agents < 2 || a.replicas == 0 || a.replicas > a.agents || a.rate <= 0.0 || a.requests == 0 {
         bail!("need --agents >= 2, 1 <= --replicas <= --agents, a positive --rate and --requests");
     }
     let data = std::env::temp_dir().join(format!("tandem-bench-failover-{}", std::process::id()));

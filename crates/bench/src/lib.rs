@@ -1,7 +1,9 @@
 //! Every benchmark harness (`tandem bench sched|submit|agents|proxy|failover|load`), the HTTP
 //! load generator (`loadgen`), the test upstream (`tandem __upstream`) and the simulated agents
-//! (`agents`). Nothing in the product depends on this crate (the tidy test checks): it drives
-//! the real daemons from outside, through `up`, `client` and `wire`, as a user or a peer would.
+//! (`agents`). Nothing in the product depends on this crate (the tidy test checks). It drives
+//! the real daemons from outside, as a user or a peer would: it starts them through `up` (as
+//! processes) and talks to them through `client` and `wire`; only `bench sched` runs a decision
+//! crate (`sched`) in process, on synthetic clusters (`trace`).
 //! Its public face is [`BenchCmd`] with [`run`], and [`upstream`] with [`UPSTREAM_CMD`].
 //!
 //! This file is `tandem bench sched`: it times scheduling passes on large synthetic clusters.

@@ -151,11 +151,17 @@ pub fn run(jobs: u32, cli_jobs: u32, agents: u32, cpus: u32, concurrency: u32) -
     })?;
     let work = dir.join("work");
     std::fs::create_dir_all(&work)?;
-    // 1. A loop of the CLI, one process per submission, as a user's shell loop would.
+    // 1. A loop of the CLI, one process per submission, as a user's shell loop would: through
+    // the `sbatch` link that `tandem shims` writes (to `tandem-slurm`).
+    let shims = dir.join("bin");
+    let st = Command::new(&exe).arg("shims").arg(&shims).stdout(Stdio::null()).status()?;
+    if !st.success() {
+        bail!("tandem shims failed (is tandem-slurm beside {}?)", exe.display());
+    }
     let started = Instant::now();
     for _ in 0..cli_jobs {
-        let st = Command::new(&exe)
-            .args(["submit", "--parsable", "-o", "/dev/null", "--wrap", "true"])
+        let st = Command::new(shims.join("sbatch"))
+            .args(["--parsable", "-o", "/dev/null", "--wrap", "true"])
             .env("TANDEM_SERVER", &sock)
             .current_dir(&work)
             .stdout(Stdio::null())

@@ -7,7 +7,7 @@
 //! It owns a user's view and nothing else: it keeps no state between runs and decides nothing a
 //! controller decides; it never depends on `server`, `agent` or `proxy` (the tidy test checks),
 //! so a binary built from it alone (`tandem-slurm`) starts fast. Its public face: [`slurm`],
-//! [`COMMANDS`], [`ServiceCmd`] with [`service`], and [`token`].
+//! [`COMMANDS`], [`ServiceCmd`] (with [`RolloutCmd`]) and [`service`], and [`token`].
 
 mod service;
 mod slurm;

@@ -5,7 +5,8 @@
 //! benchmarks.
 //!
 //! It owns the connection, not its meaning: bodies are `wire`'s types, and it never decides
-//! anything about jobs or nodes. It returns typed errors ([`Error`]); callers add context.
+//! anything about jobs or nodes. It returns typed errors ([`Error`]), whose causes are their
+//! `source`: print them with the chain (anyhow's `{:#}`), as the callers do.
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
@@ -35,15 +36,27 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
-    /// The connection failed while the request or reply was on it.
-    #[error("talking to the controller")]
+    /// A connection could not be opened from this side (no socket, no such source address, a
+    /// name that resolves to nothing): a local problem, not an unreachable controller.
+    #[error("cannot open a connection to {target}: {what}")]
+    Local {
+        /// `http://host:port`.
+        target: String,
+        /// What failed.
+        what: &'static str,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The connection failed while the request or reply was on it (hyper's message, as is).
+    #[error(transparent)]
     Http(#[from] hyper::Error),
     /// The request could not be built (a header or path that HTTP does not allow).
-    #[error("building the request")]
+    #[error(transparent)]
     Request(#[from] hyper::http::Error),
     /// The body could not be encoded as JSON.
-    #[error("encoding the request")]
-    Encode(#[source] serde_json::Error),
+    #[error(transparent)]
+    Encode(serde_json::Error),
     /// The controller refused the request; the message is its own.
     #[error("{message}")]
     Refused {
@@ -211,6 +224,11 @@ impl H2Pool {
         self.slots.len()
     }
 
+    /// Whether the pool has no connection slot (never: `new` makes at least one).
+    pub fn is_empty(&self) -> bool {
+        self.slots.is_empty()
+    }
+
     /// Connections opened so far (reopenings included).
     pub fn opened(&self) -> u64 {
         self.opened.load(std::sync::atomic::Ordering::Relaxed)
@@ -224,17 +242,21 @@ impl H2Pool {
         {
             return Ok(tx.clone());
         }
-        let connect = |source| Error::Connect { target: format!("http://{}", self.addr), source };
-        let remote: std::net::SocketAddr = tokio::net::lookup_host(&self.addr)
-            .await
-            .map_err(connect)?
-            .next()
-            .ok_or_else(|| connect(std::io::Error::new(std::io::ErrorKind::NotFound, "the name resolves to no address")))?;
-        let sock = if remote.is_ipv4() { tokio::net::TcpSocket::new_v4() } else { tokio::net::TcpSocket::new_v6() }.map_err(connect)?;
+        let target = || format!("http://{}", self.addr);
+        let local = |what| move |source| Error::Local { target: target(), what, source };
+        let remote: std::net::SocketAddr =
+            tokio::net::lookup_host(&self.addr)
+                .await
+                .map_err(local("cannot resolve the address"))?
+                .next()
+                .ok_or_else(|| local("cannot resolve the address")(std::io::Error::new(std::io::ErrorKind::NotFound, "no address")))?;
+        let sock = if remote.is_ipv4() { tokio::net::TcpSocket::new_v4() } else { tokio::net::TcpSocket::new_v6() }
+            .map_err(local("cannot make a socket"))?;
         if !self.sources.is_empty() {
-            sock.bind(std::net::SocketAddr::new(self.sources[k % self.sources.len()], 0)).map_err(connect)?;
+            sock.bind(std::net::SocketAddr::new(self.sources[k % self.sources.len()], 0))
+                .map_err(local("cannot bind the source address"))?;
         }
-        let s = sock.connect(remote).await.map_err(connect)?;
+        let s = sock.connect(remote).await.map_err(|source| Error::Connect { target: target(), source })?;
         s.set_nodelay(true).ok();
         let (tx, conn) = hyper::client::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
             .initial_stream_window_size(1 << 20)

@@ -50,6 +50,23 @@ pub fn prepare(cmd: &mut Command, setup: &Setup) {
     }
 }
 
+/// Raises this process's open-file limit: the soft limit to the hard one and, where allowed
+/// (root), both to `want` (at most the kernel's `fs.nr_open`), as a controller or a host of many
+/// agents at scale needs (one descriptor per connection). Returns the soft limit now in force.
+pub fn raise_nofile(want: u64) -> u64 {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) else { return 0 };
+    let nr_open = std::fs::read_to_string("/proc/sys/fs/nr_open").ok().and_then(|s| s.trim().parse::<u64>().ok()).unwrap_or(hard);
+    let want = want.min(nr_open);
+    if want > hard && setrlimit(Resource::RLIMIT_NOFILE, want, want).is_ok() {
+        return want;
+    }
+    if hard > soft && setrlimit(Resource::RLIMIT_NOFILE, hard, hard).is_ok() {
+        return hard;
+    }
+    soft
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -74,21 +91,4 @@ mod tests {
         assert_eq!(std::fs::read_to_string(&path).unwrap(), "0");
         std::fs::remove_file(path).ok();
     }
-}
-
-/// Raises this process's open-file limit: the soft limit to the hard one and, where allowed
-/// (root), both to `want` (at most the kernel's `fs.nr_open`), as a controller or a host of many
-/// agents at scale needs (one descriptor per connection). Returns the soft limit now in force.
-pub fn raise_nofile(want: u64) -> u64 {
-    use nix::sys::resource::{Resource, getrlimit, setrlimit};
-    let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) else { return 0 };
-    let nr_open = std::fs::read_to_string("/proc/sys/fs/nr_open").ok().and_then(|s| s.trim().parse::<u64>().ok()).unwrap_or(hard);
-    let want = want.min(nr_open);
-    if want > hard && setrlimit(Resource::RLIMIT_NOFILE, want, want).is_ok() {
-        return want;
-    }
-    if hard > soft && setrlimit(Resource::RLIMIT_NOFILE, hard, hard).is_ok() {
-        return hard;
-    }
-    soft
 }

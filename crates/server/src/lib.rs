@@ -6,8 +6,9 @@
 //! (`tandem.toml`).
 //!
 //! It owns the cluster's state and its one writer. It never runs a task, proxies a request or
-//! prints for a user: it depends on `control`, `store` and `wire`, never on `agent`, `proxy` or
-//! `cli` (the tidy test checks). Its public face is [`Options`] and [`main`].
+//! prints for a user: it depends on `control` (the decisions, with `sched`, `slurmcli` and
+//! `model`), `store` and `wire`, and on `exec` only for its open-file limit; never on `agent`,
+//! `proxy` or `cli` (the tidy test checks). Its public face is [`Options`] and [`main`].
 //!
 //! Modules, lowest first: `journal` (group commit), `config`, `app` (state, identity, reply
 //! helpers), then the handlers `jobs` and `services`, which only use `app`; this file ties the

@@ -135,7 +135,8 @@ enum Cmd {
         #[arg(long, default_value_t = 1800)]
         lifespan: i64,
     },
-    /// Write links named after Slurm's commands (sbatch, squeue, ...) to this binary.
+    /// Write links named after Slurm's commands (sbatch, squeue, ...) to tandem-slurm, beside
+    /// this binary.
     Shims {
         /// Directory for the links.
         dir: PathBuf,

@@ -87,8 +87,21 @@ pub const UNSAFE_ALLOWED: &str = "exec";
 pub const PURE: &[&str] = &["model", "sched", "sim", "slurmcli", "control", "balance", "wire"];
 
 /// Strings that must not appear in a pure crate's source.
-pub const BANNED: &[&str] =
-    &["std::fs", "std::net", "tokio", "Instant::now", "SystemTime", "thread_rng", "rand::rng(", "std::process", "std::env", "File::open"];
+pub const BANNED: &[&str] = &[
+    "std::fs",
+    "std::net",
+    "tokio",
+    "Instant::now",
+    "SystemTime",
+    "thread_rng",
+    "rand::rng(",
+    "std::process",
+    "std::env",
+    "File::open",
+    "Timestamp::now",
+    "Zoned::now",
+    "TimeZone::system",
+];
 
 /// A directed graph: each node and the nodes it points to.
 pub type Graph = BTreeMap<String, BTreeSet<String>>;
@@ -440,4 +453,62 @@ pub fn strip_comments_and_strings(src: &str) -> String {
         };
     }
     out
+}
+
+/// The banned uses in one pure crate's source file: each `(line, what)` where the code (comments
+/// and string literals stripped) names one of [`BANNED`], or imports `fs`, `net`, `process` or
+/// `env` from `std` in a group (`use std::{env, fs}`).
+pub fn banned_uses(src: &str) -> Vec<(usize, String)> {
+    let code = strip_comments_and_strings(src);
+    let mut found = Vec::new();
+    for (n, line) in code.lines().enumerate() {
+        for b in BANNED {
+            if line.contains(b) {
+                found.push((n + 1, format!("`{b}`")));
+            }
+        }
+    }
+    let mut rest = code.as_str();
+    while let Some(at) = rest.find("std::{") {
+        let line = code[..code.len() - rest.len() + at].lines().count().max(1);
+        let group = &rest[at + 6..];
+        let mut depth = 1;
+        let end = group
+            .char_indices()
+            .find(|&(_, ch)| {
+                depth += match ch {
+                    '{' => 1,
+                    '}' => -1,
+                    _ => 0,
+                };
+                depth == 0
+            })
+            .map_or(group.len(), |(i, _)| i);
+        for item in group[..end].split(|ch: char| ch == ',' || ch == '{' || ch.is_whitespace()) {
+            let first = item.split("::").next().unwrap_or("");
+            if ["fs", "net", "process", "env"].contains(&first) {
+                found.push((line, format!("`std::{first}` (in a `std::{{...}}` group)")));
+            }
+        }
+        rest = &group[end..];
+    }
+    found
+}
+
+/// The arrows table written in ARCHITECTURE.md (the fenced block after `## Dependency arrows`,
+/// lines `crate -> a, b` or `crate -> (none)`), to compare with [`ARROWS`]; `None` if there is
+/// no such block.
+pub fn arrows_in_markdown(md: &str) -> Option<Vec<(String, Vec<String>)>> {
+    let section = md.split("## Dependency arrows").nth(1)?;
+    let block = section.split("```").nth(1)?;
+    let rows = block
+        .lines()
+        .filter_map(|l| l.split_once("->"))
+        .map(|(from, to)| {
+            let to = to.trim();
+            let deps = if to == "(none)" { Vec::new() } else { to.split(',').map(|d| d.trim().to_string()).collect() };
+            (from.trim().to_string(), deps)
+        })
+        .collect();
+    Some(rows)
 }

@@ -21,11 +21,15 @@ fn crate_graph(meta: &serde_json::Value) -> Vec<(&str, Vec<&str>)> {
         .collect()
 }
 
-#[test]
-fn dependency_arrows_match_architecture() {
+fn metadata() -> serde_json::Value {
     let out = Command::new(env!("CARGO")).args(["metadata", "--format-version", "1", "--no-deps"]).current_dir(root()).output().unwrap();
     assert!(out.status.success(), "cargo metadata failed: {}", String::from_utf8_lossy(&out.stderr));
-    let meta: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn dependency_arrows_match_architecture() {
+    let meta = metadata();
     let graph = crate_graph(&meta);
     let mut errors = xtask::check_arrows(&graph, &xtask::WORKSPACE);
     // ARCHITECTURE.md names every crate.
@@ -69,18 +73,23 @@ fn pure_crates_do_no_io() {
         let files = rust_files(&root().join("crates").join(krate).join("src"));
         assert!(!files.is_empty(), "no sources for {krate}");
         for f in files {
-            let text = std::fs::read_to_string(&f).unwrap();
-            for (n, line) in text.lines().enumerate() {
-                let code = line.split("//").next().unwrap_or("");
-                for b in xtask::BANNED {
-                    if code.contains(b) {
-                        errors.push(format!("{}:{}: `{b}` in a pure crate", f.display(), n + 1));
-                    }
-                }
+            for (line, what) in xtask::banned_uses(&std::fs::read_to_string(&f).unwrap()) {
+                errors.push(format!("{}:{line}: {what} in a pure crate", f.display()));
             }
         }
     }
     assert!(errors.is_empty(), "{}", errors.join("\n"));
+}
+
+#[test]
+fn banned_uses_are_found_however_written() {
+    let src = "use std::{env, fmt};\nuse std::{collections::HashMap, fs::File};\nfn f() { let t = std::time::Instant::now(); }\n\
+               // std::fs in a comment is fine\nconst S: &str = \"std::net in a string is fine\";\nfn g() { let _ = jiff::Timestamp::now(); }\n";
+    let found = xtask::banned_uses(src);
+    let lines: Vec<usize> = found.iter().map(|(l, _)| *l).collect();
+    assert_eq!(lines, vec![3, 6, 1, 2], "{found:?}");
+    assert!(found[2].1.contains("std::env") && found[3].1.contains("std::fs"), "{found:?}");
+    assert!(xtask::banned_uses("use std::{fmt, collections::BTreeMap};\nfn main() {}\n").is_empty());
 }
 
 #[test]
@@ -220,15 +229,28 @@ fn module_cycles_finds_a_parent_child_cycle() {
 
 #[test]
 fn only_shell_crates_use_anyhow() {
+    // From cargo's own reading of the manifests (any table that makes a normal dependency).
+    let meta = metadata();
     let mut errors = Vec::new();
-    for e in std::fs::read_dir(root().join("crates")).unwrap() {
-        let dir = e.unwrap().path();
-        let name = dir.file_name().unwrap().to_string_lossy().to_string();
-        let manifest = std::fs::read_to_string(dir.join("Cargo.toml")).unwrap();
-        let deps = manifest.split("[dependencies]").nth(1).unwrap_or("").split("\n[").next().unwrap_or("");
-        if deps.lines().any(|l| l.trim_start().starts_with("anyhow")) && !xtask::MAY_USE_ANYHOW.contains(&name.as_str()) {
+    for p in meta["packages"].as_array().unwrap() {
+        let name = p["name"].as_str().unwrap();
+        let uses = p["dependencies"].as_array().unwrap().iter().any(|d| d["name"] == "anyhow" && d["kind"].is_null());
+        if uses && !xtask::MAY_USE_ANYHOW.contains(&name) {
             errors.push(format!("crates/{name} depends on anyhow, but is a library: return typed errors (thiserror)"));
         }
     }
     assert!(errors.is_empty(), "{}", errors.join("\n"));
+}
+
+#[test]
+fn architecture_md_draws_the_arrows_table() {
+    let arch = std::fs::read_to_string(root().join("ARCHITECTURE.md")).unwrap();
+    let drawn = xtask::arrows_in_markdown(&arch).expect("ARCHITECTURE.md has a fenced block after `## Dependency arrows`");
+    let norm = |rows: Vec<(String, Vec<String>)>| -> Vec<(String, std::collections::BTreeSet<String>)> {
+        let mut v: Vec<_> = rows.into_iter().map(|(k, d)| (k, d.into_iter().collect())).collect();
+        v.sort();
+        v
+    };
+    let table = xtask::ARROWS.iter().map(|(k, d)| (k.to_string(), d.iter().map(|x| x.to_string()).collect())).collect();
+    assert_eq!(norm(drawn), norm(table), "ARCHITECTURE.md's arrows and xtask::ARROWS differ");
 }
