@@ -254,3 +254,13 @@ fn architecture_md_draws_the_arrows_table() {
     let table = xtask::ARROWS.iter().map(|(k, d)| (k.to_string(), d.iter().map(|x| x.to_string()).collect())).collect();
     assert_eq!(norm(drawn), norm(table), "ARCHITECTURE.md's arrows and xtask::ARROWS differ");
 }
+
+#[test]
+fn binaries_without_unit_tests_say_so() {
+    // `crates/tandem` sets `test = false` on its binaries: they must stay without `#[test]`s,
+    // which would otherwise be skipped silently.
+    for f in ["crates/tandem/src/main.rs", "crates/tandem/src/simcmd.rs", "crates/tandem/src/bin/tandem-slurm.rs"] {
+        let text = std::fs::read_to_string(root().join(f)).unwrap();
+        assert!(!text.contains("#[test]"), "{f} has a #[test], but its binary has `test = false` in crates/tandem/Cargo.toml");
+    }
+}
