@@ -470,7 +470,7 @@ pub fn banned_uses(src: &str) -> Vec<(usize, String)> {
     }
     let mut rest = code.as_str();
     while let Some(at) = rest.find("std::{") {
-        let line = code[..code.len() - rest.len() + at].lines().count().max(1);
+        let line = code[..code.len() - rest.len() + at].matches('\n').count() + 1;
         let group = &rest[at + 6..];
         let mut depth = 1;
         let end = group

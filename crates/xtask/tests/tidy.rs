@@ -90,6 +90,9 @@ fn banned_uses_are_found_however_written() {
     assert_eq!(lines, vec![3, 6, 1, 2], "{found:?}");
     assert!(found[2].1.contains("std::env") && found[3].1.contains("std::fs"), "{found:?}");
     assert!(xtask::banned_uses("use std::{fmt, collections::BTreeMap};\nfn main() {}\n").is_empty());
+    // A group at the start of a line is reported on that line.
+    let found = xtask::banned_uses("use {\nstd::{fmt, process::Command},\n};\n");
+    assert_eq!(found.iter().map(|(l, _)| *l).collect::<Vec<_>>(), vec![2], "{found:?}");
 }
 
 #[test]
