@@ -6,14 +6,13 @@
 //! `INSTA_UPDATE=always cargo test -p tandem --test golden` rewrites the snapshots after an
 //! intended change (then review `git diff crates/tandem/tests/snapshots`).
 
+mod common;
+
+use common::{bin, free_dir};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-
-fn bin() -> &'static str {
-    env!("CARGO_BIN_EXE_tandem")
-}
 
 /// `tandem up` in the background, stopped (SIGTERM, then SIGKILL) when dropped.
 struct Up {
@@ -45,9 +44,7 @@ impl Drop for Up {
 }
 
 fn up(tag: &str) -> Up {
-    let dir = std::env::temp_dir().join(format!("tandem-golden-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = free_dir(&format!("golden-{tag}"));
     let data = dir.join("data");
     let work = dir.join("work");
     std::fs::create_dir_all(&work).unwrap();
@@ -167,8 +164,8 @@ fn settings(u: &Up) -> insta::Settings {
     let mut s = insta::Settings::clone_current();
     s.set_prepend_module_to_snapshot(false);
     s.set_snapshot_path(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/snapshots"));
-    s.add_filter(&regex_escape(&u.dir.display().to_string()), "[DIR]");
-    s.add_filter(&regex_escape(&u.proxy), "[PROXY]");
+    s.add_filter(&regex::escape(&u.dir.display().to_string()), "[DIR]");
+    s.add_filter(&regex::escape(&u.proxy), "[PROXY]");
     s.add_filter(r"127\.0\.0\.1:\d+", "127.0.0.1:[PORT]");
     s.add_filter(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d", "[DATETIME]");
     // Elapsed and run times (`0:00`, `00:00:01`, `1-00:00:00`) and ages (`3s`, `1m`).
@@ -176,16 +173,6 @@ fn settings(u: &Up) -> insta::Settings {
     s.add_filter(r"\b\d+(\.\d+)?(ms|s|m|h|d)\b", "[AGE]");
     s.add_filter(r"pid \d+", "pid [PID]");
     s
-}
-
-fn regex_escape(s: &str) -> String {
-    s.chars().fold(String::new(), |mut o, c| {
-        if "\\.+*?()|[]{}^$#&-~".contains(c) {
-            o.push('\\');
-        }
-        o.push(c);
-        o
-    })
 }
 
 fn http_get(addr: &str, path: &str, host: &str) -> String {
