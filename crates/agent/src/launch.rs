@@ -57,55 +57,112 @@ impl Cgroups {
     }
 }
 
-fn open_append(path: &str, uid: u32, gid: u32) -> std::io::Result<std::fs::File> {
-    let f = std::fs::OpenOptions::new().create(true).append(true).open(path)?;
-    if nix::unistd::geteuid().is_root() {
-        let _ = nix::unistd::chown(path, Some(nix::unistd::Uid::from_raw(uid)), Some(nix::unistd::Gid::from_raw(gid)));
-    }
-    Ok(f)
+/// Where a task's batch script is kept while it runs: `SPOOL/job_JOB_EPOCH.sh`.
+pub(crate) fn script_path(spool: &Path, job: u64, epoch: u32) -> PathBuf {
+    spool.join(format!("job_{job}_{epoch}.sh"))
 }
 
-pub(crate) fn launch(t: &Task, spool: &Path, cg: &Cgroups) -> Result<(tokio::process::Child, Option<PathBuf>)> {
+/// Writes a batch script where only root and the job's user can read it: a fresh file
+/// (created exclusively, never through a link), owned by the user, mode 0500, in the agent's
+/// spool directory (root's, 0711: others may not list it). Removed when the task ends.
+fn write_script(path: &Path, text: &str, uid: u32, gid: u32) -> Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let _ = std::fs::remove_file(path);
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(nix::libc::O_NOFOLLOW)
+        .open(path)
+        .with_context(|| format!("writing {}", path.display()))?;
+    f.write_all(text.as_bytes()).with_context(|| format!("writing {}", path.display()))?;
+    if nix::unistd::geteuid().is_root() {
+        nix::unistd::fchown(&f, Some(nix::unistd::Uid::from_raw(uid)), Some(nix::unistd::Gid::from_raw(gid)))
+            .with_context(|| format!("giving {} to uid {uid}", path.display()))?;
+    }
+    f.set_permissions(std::fs::Permissions::from_mode(0o500))?;
+    Ok(())
+}
+
+/// A task that could not start, and why, in words for the user (`scontrol show job`).
+#[derive(Debug)]
+pub(crate) struct LaunchError(pub(crate) String);
+
+impl std::fmt::Display for LaunchError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for LaunchError {}
+
+fn cstring(what: &str, s: &str) -> Result<std::ffi::CString, LaunchError> {
+    std::ffi::CString::new(s).map_err(|_| LaunchError(format!("the {what} {s:?} contains a NUL byte")))
+}
+
+/// Starts a task. Its working directory and its output and error files are entered and opened
+/// by the child after it has dropped to the job's user (the `exec` crate), never by the agent.
+pub(crate) fn launch(t: &Task, spool: &Path, cg: &Cgroups) -> Result<(tokio::process::Child, Option<PathBuf>), LaunchError> {
     let (program, args): (String, Vec<String>) = match &t.script {
         Some(text) => {
-            let path = spool.join(format!("job_{}_{}.sh", t.job, t.epoch));
-            std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
-            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755))?;
+            let path = script_path(spool, t.job, t.epoch);
+            write_script(&path, text, t.uid, t.gid).map_err(|e| LaunchError(format!("{e:#}")))?;
             (path.display().to_string(), t.argv.clone())
         }
-        None => (t.argv.first().cloned().context("empty command")?, t.argv[1..].to_vec()),
-    };
-    let out = open_append(&t.stdout, t.uid, t.gid).with_context(|| format!("cannot open output file {}", t.stdout))?;
-    let err = if t.stderr == t.stdout {
-        out.try_clone()?
-    } else {
-        open_append(&t.stderr, t.uid, t.gid).with_context(|| format!("cannot open error file {}", t.stderr))?
+        None => match t.argv.split_first() {
+            Some((p, rest)) => (p.clone(), rest.to_vec()),
+            None => return Err(LaunchError("empty command".into())),
+        },
     };
     let cgroup = cg.create(t.job, t.epoch, t.mem_limit);
-    // The child joins the job's cgroup while still root, then drops to the user, then becomes
-    // the task: all between fork and exec, with system calls only (no exec of a launcher).
+    // The child joins the job's cgroup while still root, then drops to the user, then enters
+    // the working directory and opens its files, then becomes the task: all between fork and
+    // exec, with system calls only (no exec of a launcher).
     let procs = match &cgroup {
         Some(p) => Some(
             std::fs::OpenOptions::new()
                 .write(true)
                 .open(p.join("cgroup.procs"))
-                .with_context(|| format!("joining cgroup {}", p.display()))?,
+                .map_err(|e| LaunchError(format!("joining cgroup {}: {e}", p.display())))?,
         ),
         None => None,
     };
-    let user = (nix::unistd::geteuid().is_root() && t.uid != 0).then_some((t.uid, t.gid));
+    let user = (nix::unistd::geteuid().is_root() && t.uid != 0).then(|| exec::User::lookup(t.uid, t.gid));
+    let setup = exec::Setup {
+        cgroup_procs: procs.as_ref(),
+        user,
+        workdir: Some(cstring("working directory", &t.workdir)?),
+        stdout: Some(cstring("output file", &t.stdout)?),
+        stderr: if t.stderr == t.stdout { None } else { Some(cstring("error file", &t.stderr)?) },
+    };
     let mut cmd = tokio::process::Command::new(&program);
-    exec::prepare(cmd.as_std_mut(), &exec::Setup { cgroup_procs: procs.as_ref(), user });
+    let mut report = exec::prepare(cmd.as_std_mut(), setup).map_err(|e| LaunchError(format!("preparing the launch: {e}")))?;
     cmd.args(&args)
         .env_clear()
         .envs(t.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
         .stdin(std::process::Stdio::null())
-        .stdout(out)
-        .stderr(err);
-    cmd.current_dir(if Path::new(&t.workdir).is_dir() { t.workdir.as_str() } else { "/" });
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
     cmd.process_group(0);
-    let child = cmd.spawn().with_context(|| format!("cannot run {program}"))?;
-    Ok((child, cgroup))
+    match cmd.spawn() {
+        Ok(child) => Ok((child, cgroup)),
+        Err(e) => {
+            if let Some(dir) = &cgroup {
+                let _ = std::fs::remove_dir(dir);
+            }
+            let e = e.to_string();
+            let e = e.split(" (os error").next().unwrap_or(&e);
+            Err(LaunchError(match report.failed() {
+                Some(exec::Stage::Cgroup) => format!("cannot join the job's cgroup: {e}"),
+                Some(exec::Stage::User) => format!("cannot switch to uid {}: {e}", t.uid),
+                Some(exec::Stage::Workdir) => format!("cannot enter the working directory {} as uid {}: {e}", t.workdir, t.uid),
+                Some(exec::Stage::Stdout) => format!("cannot open the output file {} as uid {}: {e}", t.stdout, t.uid),
+                Some(exec::Stage::Stderr) => format!("cannot open the error file {} as uid {}: {e}", t.stderr, t.uid),
+                None => format!("cannot run {program}: {e}"),
+            }))
+        }
+    }
 }
 
 pub(crate) fn kill_group(pgid: i32, sig: Signal) {

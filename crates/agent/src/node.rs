@@ -18,7 +18,7 @@ use tokio::sync::mpsc;
 use client::{Target, send};
 use wire::*;
 
-use crate::launch::{Cgroups, kill_group, launch};
+use crate::launch::{Cgroups, kill_group, launch, script_path};
 use crate::resources::{machine_memory, nvml_gpus};
 
 /// Agent settings from the command line.
@@ -61,7 +61,9 @@ impl Running {
 pub(crate) async fn run(a: AgentArgs) -> Result<()> {
     let spool = a.data.join("spool");
     std::fs::create_dir_all(&spool).with_context(|| format!("creating {}", spool.display()))?;
-    std::fs::set_permissions(&spool, std::fs::Permissions::from_mode(0o755))?;
+    // Root's, and others may enter but not list it: each script in it is its user's, 0500.
+    std::fs::set_permissions(&a.data, std::fs::Permissions::from_mode(0o711))?;
+    std::fs::set_permissions(&spool, std::fs::Permissions::from_mode(0o711))?;
     let cg = std::sync::Arc::new(Cgroups::detect(&a.name));
     // Replica status changes: report them at once rather than at the next heartbeat.
     let changed = std::sync::Arc::new(tokio::sync::Notify::new());
@@ -119,20 +121,7 @@ pub(crate) async fn run(a: AgentArgs) -> Result<()> {
     loop {
         // Collect exits that happened meanwhile.
         while let Ok((k, st)) = rx.try_recv() {
-            if let Some(r) = tasks.remove(&k) {
-                let oom = r.cgroup.as_deref().is_some_and(Cgroups::oom);
-                release_cgroup(&tasks, &k, r.cgroup);
-                exits.push(TaskExit {
-                    job: k.job,
-                    epoch: k.epoch,
-                    step: k.step,
-                    rank: k.rank,
-                    code: st.code(),
-                    signal: st.signal(),
-                    oom,
-                    fenced: fenced.remove(&k),
-                });
-            }
+            exits.extend(ended(&mut tasks, &mut fenced, &spool, k, st));
         }
         // Fencing: without a renewed lease, nothing of ours may keep running.
         let lease = Duration::from_millis(info.lease_s.max(1) as u64 * 1000);
@@ -166,12 +155,9 @@ pub(crate) async fn run(a: AgentArgs) -> Result<()> {
             r = req => Some(r),
             // A task ended during the long poll: report it now.
             m = rx.recv() => {
-                if let Some((k, st)) = m
-                    && let Some(r) = tasks.remove(&k) {
-                        let oom = r.cgroup.as_deref().is_some_and(Cgroups::oom);
-                        release_cgroup(&tasks, &k, r.cgroup);
-                        exits.push(TaskExit { job: k.job, epoch: k.epoch, step: k.step, rank: k.rank, code: st.code(), signal: st.signal(), oom, fenced: fenced.remove(&k) });
-                    }
+                if let Some((k, st)) = m {
+                    exits.extend(ended(&mut tasks, &mut fenced, &spool, k, st));
+                }
                 None
             }
             _ = changed.notified() => None,
@@ -228,10 +214,11 @@ pub(crate) async fn run(a: AgentArgs) -> Result<()> {
                             });
                         }
                         Err(e) => {
-                            eprintln!("tandem agent {}: job {} step {}: {e:#}", a.name, t.job, t.step);
-                            if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(&t.stderr) {
-                                use std::io::Write;
-                                let _ = writeln!(f, "tandem: error: could not start the task on {}: {e:#}", a.name);
+                            // The user is told through the job (`scontrol show job`, `sacct`):
+                            // nothing is written to their files as root.
+                            eprintln!("tandem agent {}: job {} step {}: {e}", a.name, t.job, t.step);
+                            if t.script.is_some() {
+                                let _ = std::fs::remove_file(script_path(&spool, t.job, t.epoch));
                             }
                             exits.push(TaskExit {
                                 job: t.job,
@@ -242,6 +229,7 @@ pub(crate) async fn run(a: AgentArgs) -> Result<()> {
                                 signal: None,
                                 oom: false,
                                 fenced: false,
+                                error: Some(format!("{e} (on {})", a.name)),
                             });
                         }
                     }
@@ -278,6 +266,34 @@ pub(crate) async fn run(a: AgentArgs) -> Result<()> {
             }
         }
     }
+}
+
+/// A task ended: forget it, remove its script and (once the run's last task here ended) its
+/// cgroup, and say how it ended.
+fn ended(
+    tasks: &mut HashMap<TaskKey, Running>,
+    fenced: &mut std::collections::HashSet<TaskKey>,
+    spool: &std::path::Path,
+    k: TaskKey,
+    st: std::process::ExitStatus,
+) -> Option<TaskExit> {
+    let r = tasks.remove(&k)?;
+    let oom = r.cgroup.as_deref().is_some_and(Cgroups::oom);
+    release_cgroup(tasks, &k, r.cgroup);
+    if k.step == BATCH_STEP {
+        let _ = std::fs::remove_file(script_path(spool, k.job, k.epoch));
+    }
+    Some(TaskExit {
+        job: k.job,
+        epoch: k.epoch,
+        step: k.step,
+        rank: k.rank,
+        code: st.code(),
+        signal: st.signal(),
+        oom,
+        fenced: fenced.remove(&k),
+        error: None,
+    })
 }
 
 /// Removes a job run's cgroup once its last task on this node has ended.

@@ -281,6 +281,7 @@ async fn sim_agent(sh: Arc<Shared>, i: usize, node: model::Node) {
         signal,
         oom: false,
         fenced,
+        error: None,
     };
     loop {
         let now = Instant::now();

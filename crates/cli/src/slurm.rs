@@ -472,6 +472,7 @@ pub(crate) fn sacct(args: &[String]) -> Result<i32> {
     let width = |f: &str| match f.to_ascii_lowercase().as_str() {
         "jobid" => 12,
         "nodelist" | "alloctres" => 20,
+        "reason" => 30,
         "start" | "end" | "submit" => 19,
         _ => 10,
     };
@@ -526,6 +527,8 @@ pub(crate) fn sacct(args: &[String]) -> Result<i32> {
                 "submit" => iso(j.submit),
                 "timelimit" => slurmcli::format_time(j.time_limit),
                 "restarts" => j.restarts.to_string(),
+                // Why it waits, or why it failed to start (a path its user may not use).
+                "reason" => j.message.clone().unwrap_or_else(|| j.reason.clone()),
                 _ => String::new(),
             }
         };

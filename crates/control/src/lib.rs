@@ -880,6 +880,9 @@ impl Controller {
             return;
         }
         j.confirmed = true;
+        if let Some(why) = &e.error {
+            j.message = Some(why.clone());
+        }
         j.exit_code = e.code;
         j.exit_signal = e.signal;
         j.end = Some(now);

@@ -79,6 +79,7 @@ impl World {
                                 signal: Some(signal),
                                 oom: false,
                                 fenced: false,
+                                error: None,
                             });
                         }
                     }
@@ -93,6 +94,7 @@ impl World {
                                 signal: Some(9),
                                 oom: false,
                                 fenced: false,
+                                error: None,
                             });
                         }
                     }

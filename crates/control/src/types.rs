@@ -347,7 +347,7 @@ pub enum Order {
 }
 
 /// A task's end, as an agent reports it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TaskExit {
     /// Job.
     pub job: u64,
@@ -366,6 +366,10 @@ pub struct TaskExit {
     /// Killed by its agent's fencing (the agent lost contact for a lease).
     #[serde(default)]
     pub fenced: bool,
+    /// It never started: why, for the user (a working directory or output file the user may
+    /// not use, a program that is not there).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// A task an agent runs.

@@ -1,53 +1,193 @@
 //! Launching a task: what must happen in the child between `fork` and `exec`. The child joins
-//! its job's cgroup while still root, then drops to the job's user and group, then becomes the
-//! task. Doing this in the forked child (instead of exec'ing a launcher program that does it
-//! and execs again) saves one program start per task. Also the one process-wide limit Tandem's
-//! daemons raise ([`raise_nofile`]).
+//! its job's cgroup while still root, then drops to the job's user and groups, and only then,
+//! with the user's own rights, enters the working directory and opens the output and error
+//! files; then it becomes the task. Doing this in the forked child (instead of exec'ing a
+//! launcher program that does it and execs again) saves one program start per task, and no
+//! user-named path is ever touched as root (SECURITY.md, "Paths"). Also the one process-wide
+//! limit Tandem's daemons raise ([`raise_nofile`]).
 //!
 //! **Invariant:** this is the only crate with `unsafe` code: one `pre_exec` hook that makes only
 //! async-signal-safe system calls and does not allocate.
 
-use std::os::fd::{AsRawFd, BorrowedFd};
+use std::ffi::{CStr, CString};
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::process::Command;
 
-/// What the child does before it becomes the task.
-#[derive(Debug)]
+/// The user a task runs as.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct User {
+    /// User id.
+    pub uid: u32,
+    /// Primary group id.
+    pub gid: u32,
+    /// Supplementary groups (the primary group included), as `initgroups` would set them.
+    pub groups: Vec<u32>,
+}
+
+impl User {
+    /// `uid` with primary group `gid` and the supplementary groups the group database gives
+    /// the uid's name (just `gid` when the uid has no name here).
+    pub fn lookup(uid: u32, gid: u32) -> User {
+        use nix::unistd::{Gid, Uid};
+        let groups = nix::unistd::User::from_uid(Uid::from_raw(uid))
+            .ok()
+            .flatten()
+            .and_then(|u| CString::new(u.name).ok())
+            .and_then(|name| nix::unistd::getgrouplist(&name, Gid::from_raw(gid)).ok())
+            .map(|g| g.into_iter().map(Gid::as_raw).collect::<Vec<u32>>())
+            .filter(|g| !g.is_empty())
+            .unwrap_or_else(|| vec![gid]);
+        User { uid, gid, groups }
+    }
+}
+
+/// What the child does before it becomes the task, in this order: join the cgroup, drop to
+/// the user, enter the working directory, open the output and error files.
+#[derive(Debug, Default)]
 pub struct Setup<'a> {
     /// The job cgroup's `cgroup.procs`, opened for writing by the caller; the child writes "0"
     /// to it, which moves the writing process itself (cgroup v1 and v2). It must stay open until
     /// the command is spawned.
     pub cgroup_procs: Option<&'a std::fs::File>,
-    /// Switch to this uid and gid (supplementary groups: just the gid).
-    pub user: Option<(u32, u32)>,
+    /// Switch to this user (uid, gid and supplementary groups).
+    pub user: Option<User>,
+    /// Enter this directory, as the user (do not also set the command's `current_dir`: std
+    /// enters that before the hook runs, still as root).
+    pub workdir: Option<CString>,
+    /// Append standard output to this file (created 0644 less nothing: the child's umask is
+    /// set to 022), opened as the user after entering `workdir`, so a relative path is
+    /// relative to it.
+    pub stdout: Option<CString>,
+    /// Append standard error to this file; `None` with `stdout` set: to the same file.
+    pub stderr: Option<CString>,
+}
+
+/// The step of [`Setup`] that failed in the child.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stage {
+    /// Joining the cgroup.
+    Cgroup,
+    /// Switching to the user.
+    User,
+    /// Entering the working directory.
+    Workdir,
+    /// Opening the output file.
+    Stdout,
+    /// Opening the error file.
+    Stderr,
+}
+
+impl Stage {
+    fn byte(self) -> u8 {
+        match self {
+            Stage::Cgroup => b'c',
+            Stage::User => b'u',
+            Stage::Workdir => b'd',
+            Stage::Stdout => b'o',
+            Stage::Stderr => b'e',
+        }
+    }
+
+    fn from_byte(b: u8) -> Option<Stage> {
+        Some(match b {
+            b'c' => Stage::Cgroup,
+            b'u' => Stage::User,
+            b'd' => Stage::Workdir,
+            b'o' => Stage::Stdout,
+            b'e' => Stage::Stderr,
+            _ => return None,
+        })
+    }
+}
+
+/// Reads which stage failed, after a failed spawn of a command [`prepare`]d with this.
+#[derive(Debug)]
+pub struct Report {
+    read: OwnedFd,
+    write: Option<OwnedFd>,
+}
+
+impl Report {
+    /// The stage that failed in the child, if one did. Call after the spawn returned (the
+    /// child has exited or exec'd by then); closes this side's write end first.
+    pub fn failed(&mut self) -> Option<Stage> {
+        self.write = None;
+        let mut b = [0u8; 1];
+        match nix::unistd::read(&self.read, &mut b) {
+            Ok(1) => Stage::from_byte(b[0]),
+            _ => None,
+        }
+    }
 }
 
 /// Installs `setup` on `cmd`, to run in the child after `fork` and before `exec`. A failure
-/// fails the spawn with the system call's error.
-pub fn prepare(cmd: &mut Command, setup: &Setup) {
+/// fails the spawn with the system call's error; the returned [`Report`] then says which step
+/// it was.
+pub fn prepare(cmd: &mut Command, setup: Setup) -> std::io::Result<Report> {
+    use nix::fcntl::OFlag;
+    let (read, write) = nix::unistd::pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK)?;
+    let report_fd = write.as_raw_fd();
     let fd = setup.cgroup_procs.map(AsRawFd::as_raw_fd);
-    let user = setup.user;
+    let user = setup.user.map(|u| (u.uid, u.gid, u.groups.into_iter().map(nix::unistd::Gid::from_raw).collect::<Vec<_>>()));
+    let (workdir, stdout, stderr) = (setup.workdir, setup.stdout, setup.stderr);
     let hook = move || -> std::io::Result<()> {
-        use nix::unistd::{Gid, Uid};
+        // SAFETY: `report_fd` is the write end of a pipe that the returned `Report` keeps open
+        // until after the spawn.
+        #[allow(unsafe_code)]
+        let report = unsafe { BorrowedFd::borrow_raw(report_fd) };
+        let fail = |stage: Stage, e: nix::Error| -> std::io::Error {
+            let _ = nix::unistd::write(report, &[stage.byte()]);
+            e.into()
+        };
         if let Some(fd) = fd {
             // SAFETY: `fd` belongs to the caller's open file, which outlives the spawn.
             #[allow(unsafe_code)]
             let procs = unsafe { BorrowedFd::borrow_raw(fd) };
-            nix::unistd::write(procs, b"0")?;
+            nix::unistd::write(procs, b"0").map_err(|e| fail(Stage::Cgroup, e))?;
         }
-        if let Some((uid, gid)) = user {
-            nix::unistd::setgroups(&[Gid::from_raw(gid)])?;
-            nix::unistd::setgid(Gid::from_raw(gid))?;
-            nix::unistd::setuid(Uid::from_raw(uid))?;
+        if let Some((uid, gid, groups)) = &user {
+            nix::unistd::setgroups(groups).map_err(|e| fail(Stage::User, e))?;
+            nix::unistd::setgid(nix::unistd::Gid::from_raw(*gid)).map_err(|e| fail(Stage::User, e))?;
+            nix::unistd::setuid(nix::unistd::Uid::from_raw(*uid)).map_err(|e| fail(Stage::User, e))?;
+        }
+        if let Some(d) = &workdir {
+            nix::unistd::chdir(d.as_c_str()).map_err(|e| fail(Stage::Workdir, e))?;
+        }
+        nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o022));
+        if let Some(path) = &stdout {
+            let out = open_append(path).map_err(|e| fail(Stage::Stdout, e))?;
+            nix::unistd::dup2_stdout(&out).map_err(|e| fail(Stage::Stdout, e))?;
+            match &stderr {
+                Some(p) => {
+                    let err = open_append(p).map_err(|e| fail(Stage::Stderr, e))?;
+                    nix::unistd::dup2_stderr(&err).map_err(|e| fail(Stage::Stderr, e))?;
+                }
+                None => nix::unistd::dup2_stderr(&out).map_err(|e| fail(Stage::Stderr, e))?,
+            }
         }
         Ok(())
     };
     // SAFETY: the hook runs in the forked child, where only async-signal-safe calls are allowed:
-    // it makes only the system calls write, setgroups, setgid and setuid, and allocates nothing.
+    // it makes only the system calls write, setgroups, setgid, setuid, chdir, umask, open, dup2
+    // and close, on memory prepared before the fork, and allocates nothing.
     #[allow(unsafe_code)]
     unsafe {
         cmd.pre_exec(hook);
     }
+    Ok(Report { read, write: Some(write) })
+}
+
+/// Opens `path` for appending, creating it (mode 0644 under the child's umask), never as a
+/// controlling terminal. It opens without blocking (a FIFO with no reader fails with ENXIO
+/// instead of holding the launching agent, which waits for the exec), then makes the file
+/// blocking again for the task.
+fn open_append(path: &CStr) -> nix::Result<OwnedFd> {
+    use nix::fcntl::{FcntlArg, OFlag, fcntl};
+    let flags = OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_APPEND | OFlag::O_CLOEXEC | OFlag::O_NOCTTY | OFlag::O_NONBLOCK;
+    let fd = nix::fcntl::open(path, flags, nix::sys::stat::Mode::from_bits_truncate(0o644))?;
+    fcntl(&fd, FcntlArg::F_SETFL(OFlag::O_WRONLY | OFlag::O_APPEND))?;
+    Ok(fd)
 }
 
 /// Raises this process's open-file limit: the soft limit to the hard one and, where allowed
@@ -71,24 +211,97 @@ pub fn raise_nofile(want: u64) -> u64 {
 mod tests {
     use super::*;
 
+    fn temp(name: &str) -> std::path::PathBuf {
+        let d = std::env::temp_dir().join(format!("exec-test-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    fn c(p: &std::path::Path) -> CString {
+        CString::new(p.as_os_str().as_encoded_bytes()).unwrap()
+    }
+
     #[test]
     fn the_hook_runs_in_the_child_and_its_failure_fails_the_spawn() {
-        // Without root, switching to another uid fails: the spawn reports it.
         let mut cmd = Command::new("true");
-        prepare(&mut cmd, &Setup { cgroup_procs: None, user: None });
+        let _r = prepare(&mut cmd, Setup::default()).unwrap();
         assert!(cmd.status().unwrap().success());
+        // Without root, switching to another uid fails: the spawn reports it, and which step.
         if !nix::unistd::geteuid().is_root() {
             let mut cmd = Command::new("true");
-            prepare(&mut cmd, &Setup { cgroup_procs: None, user: Some((0, 0)) });
+            let mut r = prepare(&mut cmd, Setup { user: Some(User { uid: 0, gid: 0, groups: vec![0] }), ..Setup::default() }).unwrap();
             assert!(cmd.spawn().is_err());
+            assert_eq!(r.failed(), Some(Stage::User));
         }
         // Writing to a file that is not a cgroup's: the child writes "0" to it, then execs.
-        let path = std::env::temp_dir().join(format!("exec-test-{}", std::process::id()));
+        let d = temp("cg");
+        let path = d.join("procs");
         let f = std::fs::File::create(&path).unwrap();
         let mut cmd = Command::new("true");
-        prepare(&mut cmd, &Setup { cgroup_procs: Some(&f), user: None });
+        let mut r = prepare(&mut cmd, Setup { cgroup_procs: Some(&f), ..Setup::default() }).unwrap();
         assert!(cmd.status().unwrap().success());
+        assert_eq!(r.failed(), None);
         assert_eq!(std::fs::read_to_string(&path).unwrap(), "0");
-        std::fs::remove_file(path).ok();
+        std::fs::remove_dir_all(d).ok();
+    }
+
+    #[test]
+    fn the_child_enters_its_directory_and_appends_to_its_files_relative_to_it() {
+        let d = temp("io");
+        std::fs::write(d.join("out"), "before\n").unwrap();
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", "pwd; echo oops >&2"]);
+        let _r = prepare(&mut cmd, Setup { workdir: Some(c(&d)), stdout: Some(c("out".as_ref())), stderr: Some(c("err".as_ref())), ..Setup::default() })
+            .unwrap();
+        assert!(cmd.status().unwrap().success());
+        assert_eq!(std::fs::read_to_string(d.join("out")).unwrap(), format!("before\n{}\n", d.display()));
+        assert_eq!(std::fs::read_to_string(d.join("err")).unwrap(), "oops\n");
+        // One file for both.
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", "echo a; echo b >&2"]);
+        let _r = prepare(&mut cmd, Setup { workdir: Some(c(&d)), stdout: Some(c("both".as_ref())), ..Setup::default() }).unwrap();
+        assert!(cmd.status().unwrap().success());
+        assert_eq!(std::fs::read_to_string(d.join("both")).unwrap(), "a\nb\n");
+        std::fs::remove_dir_all(d).ok();
+    }
+
+    #[test]
+    fn each_failing_step_is_named_and_a_fifo_without_reader_does_not_block() {
+        let d = temp("fail");
+        let cases: Vec<(Setup, Stage)> = vec![
+            (Setup { workdir: Some(c(&d.join("missing"))), ..Setup::default() }, Stage::Workdir),
+            (Setup { stdout: Some(c(&d.join("missing/out"))), ..Setup::default() }, Stage::Stdout),
+            (Setup { stdout: Some(c(&d.join("ok"))), stderr: Some(c(&d.join("missing/err"))), ..Setup::default() }, Stage::Stderr),
+        ];
+        for (setup, stage) in cases {
+            let mut cmd = Command::new("true");
+            let mut r = prepare(&mut cmd, setup).unwrap();
+            let e = cmd.spawn().unwrap_err();
+            assert_eq!(e.raw_os_error(), Some(libc_enoent()), "{stage:?}: {e}");
+            assert_eq!(r.failed(), Some(stage));
+        }
+        let fifo = d.join("fifo");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        let mut cmd = Command::new("true");
+        let mut r = prepare(&mut cmd, Setup { stdout: Some(c(&fifo)), ..Setup::default() }).unwrap();
+        assert_eq!(cmd.spawn().unwrap_err().raw_os_error(), Some(nix::errno::Errno::ENXIO as i32));
+        assert_eq!(r.failed(), Some(Stage::Stdout));
+        std::fs::remove_dir_all(d).ok();
+    }
+
+    fn libc_enoent() -> i32 {
+        nix::errno::Errno::ENOENT as i32
+    }
+
+    #[test]
+    fn a_user_is_looked_up_with_its_groups() {
+        let me = nix::unistd::getuid().as_raw();
+        let g = nix::unistd::getgid().as_raw();
+        let u = User::lookup(me, g);
+        assert_eq!((u.uid, u.gid), (me, g));
+        assert!(u.groups.contains(&g), "{u:?}");
+        // A uid with no name: just its group.
+        assert_eq!(User::lookup(4_000_000_000, 77).groups, vec![77]);
     }
 }
