@@ -57,6 +57,9 @@ pub fn main(o: Options) -> Result<()> {
     let gpus = o.gpus.as_deref().map(|s| slurmcli::parse_gpus(s).map_err(|e| anyhow::anyhow!("--gpus: {}", e.0))).transpose()?;
     let memory = o.memory.as_deref().map(|m| slurmcli::parse_memory(m).map_err(|e| anyhow::anyhow!("--memory: {}", e.0))).transpose()?;
     let features = o.features.map(|f| f.split(',').map(|x| x.trim().to_string()).filter(|x| !x.is_empty()).collect()).unwrap_or_default();
+    // What the agent creates is root's alone unless it says otherwise (scripts are given to
+    // their user; a task's own files are created by the task under umask 022).
+    nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o077));
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     rt.block_on(node::run(node::AgentArgs { server, name, gpus, cpus: o.cpus, memory, data: o.data, secret, addr: o.addr, features }))
 }

@@ -73,26 +73,36 @@ mod app;
 mod config;
 mod jobs;
 mod journal;
+mod private;
 mod services;
 
 fn router(app: App) -> Router {
     jobs::routes(services::routes(Router::new())).with_state(app)
 }
 
+/// The cluster secret: from its file (0600), else one an older version kept in the database
+/// (moved to the file), else a new one. Never left in the database.
 fn load_secret(data: &std::path::Path, db: &mut store::Store, loaded: Option<String>) -> Result<String> {
-    if let Some(s) = loaded {
-        std::fs::write(data.join("secret"), &s).ok();
-        return Ok(s);
-    }
-    let mut buf = [0u8; 32];
-    use std::io::Read;
-    std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut buf)).context("reading /dev/urandom for the cluster secret")?;
-    let s: String = buf.iter().map(|b| format!("{b:02x}")).collect();
-    db.set_secret(&s)?;
     let path = data.join("secret");
-    std::fs::write(&path, &s).with_context(|| format!("writing {}", path.display()))?;
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
+    let s = match std::fs::read_to_string(&path).ok().map(|s| s.trim().to_string()).filter(|s| !s.is_empty()) {
+        Some(s) => s,
+        None => {
+            let s = match loaded {
+                Some(s) => s,
+                None => {
+                    let mut buf = [0u8; 32];
+                    use std::io::Read;
+                    std::fs::File::open("/dev/urandom")
+                        .and_then(|mut f| f.read_exact(&mut buf))
+                        .context("reading /dev/urandom for the cluster secret")?;
+                    buf.iter().map(|b| format!("{b:02x}")).collect()
+                }
+            };
+            private::write(&path, &s)?;
+            s
+        }
+    };
+    db.forget_secret()?;
     Ok(s)
 }
 
@@ -101,7 +111,9 @@ const APPLY_PIECE: usize = 128;
 
 /// Runs the controller until the process is stopped.
 async fn run(args: ServerArgs) -> Result<()> {
-    std::fs::create_dir_all(&args.data).with_context(|| format!("creating {}", args.data.display()))?;
+    // Everything the controller creates is its own alone (the socket is opened up below).
+    nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o077));
+    private::prepare_dir(&args.data)?;
     let mut db = store::Store::open(&args.data.join("state.db")).context("opening the database")?;
     let loaded = db.load().context("loading state")?;
     let secret = load_secret(&args.data, &mut db, loaded.secret.clone())?;
@@ -130,7 +142,7 @@ async fn run(args: ServerArgs) -> Result<()> {
     std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o666))?;
     let local = tcp.local_addr()?;
     eprintln!("tandem server: listening on http://{local} and unix://{}", sock.display());
-    std::fs::write(args.data.join("addr"), local.to_string()).context("writing the address file")?;
+    private::write(&args.data.join("addr"), &local.to_string()).context("writing the address file")?;
     let r1 = router(app.clone());
     let r2 = router(app.clone());
     let t1 = tokio::spawn(async move { axum::serve(tcp, r1.into_make_service_with_connect_info::<Peer>()).await });

@@ -35,7 +35,8 @@ pub struct Loaded {
     pub nodes: Vec<NodeRec>,
     /// Next job id.
     pub next_id: u64,
-    /// The cluster secret agents join with.
+    /// The cluster secret, where an older version stored it here (the controller moves it to
+    /// its file and calls [`Store::forget_secret`]).
     pub secret: Option<String>,
     /// Services.
     pub services: Vec<control::Service>,
@@ -110,9 +111,10 @@ impl Store {
         Ok(n)
     }
 
-    /// Stores the cluster secret (first start).
-    pub fn set_secret(&mut self, secret: &str) -> Result<(), StoreError> {
-        self.conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('secret', ?1)", params![secret])?;
+    /// Removes the cluster secret an older version kept here: the database must not be a
+    /// second copy of any secret (it lives in its own 0600 file, SECURITY.md).
+    pub fn forget_secret(&mut self) -> Result<(), StoreError> {
+        self.conn.execute("DELETE FROM meta WHERE key = 'secret'", [])?;
         Ok(())
     }
 
@@ -196,12 +198,15 @@ mod tests {
         c.submit(0, spec, &b, "root").unwrap();
         {
             let mut s = Store::open(&path).unwrap();
-            s.set_secret("s3cret").unwrap();
+            // As an older version stored it.
+            s.conn.execute("INSERT INTO meta (key, value) VALUES ('secret', 's3cret')", []).unwrap();
             s.persist(&c.take_dirty()).unwrap();
         }
-        let s = Store::open(&path).unwrap();
+        let mut s = Store::open(&path).unwrap();
         let l = s.load().unwrap();
         assert_eq!((l.jobs.len(), l.nodes.len(), l.next_id, l.secret.as_deref()), (1, 1, 2, Some("s3cret")));
+        s.forget_secret().unwrap();
+        assert_eq!(s.load().unwrap().secret, None);
         assert_eq!(l.jobs[0].req.id.0, 1);
         let mode: String = s.conn.query_row("PRAGMA journal_mode", [], |r| r.get(0)).unwrap();
         assert_eq!(mode, "wal");

@@ -298,6 +298,13 @@ fn shims(dir: &std::path::Path) -> Result<()> {
         let _ = std::fs::remove_file(&link);
         std::os::unix::fs::symlink(&target, &link).with_context(|| format!("linking {}", link.display()))?;
     }
-    println!("wrote {} in {} (links to {}); add it to PATH", cli::COMMANDS.join(", "), dir.display(), target.display());
+    // And `tandem` itself, so that `tandem service`, `tandem token` and the rest are on the
+    // same PATH (unless the links are being made beside the binary).
+    let own = dir.join("tandem");
+    if own.canonicalize().ok() != exe.canonicalize().ok() {
+        let _ = std::fs::remove_file(&own);
+        std::os::unix::fs::symlink(&exe, &own).with_context(|| format!("linking {}", own.display()))?;
+    }
+    println!("wrote {} in {} (links to {}), and tandem (to {}); add it to PATH", cli::COMMANDS.join(", "), dir.display(), target.display(), exe.display());
     Ok(())
 }

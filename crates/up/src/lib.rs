@@ -85,6 +85,9 @@ pub struct LocalCluster {
     pub server: String,
     /// Proxy address, when one runs.
     pub proxy: Option<String>,
+    /// The `env` file other shells source: the newest default cluster's (`BASE/env`), or
+    /// `DATA/env` for a cluster given `--data`.
+    pub env: PathBuf,
     /// Process ids of the agents, in order (`node1` first).
     pub agent_pids: Vec<u32>,
     /// Every process: controller, agents, proxy.
@@ -103,7 +106,7 @@ pub fn run(a: UpArgs) -> Result<()> {
         c.addr,
         data.display()
     );
-    println!("In another shell:\n  {}\n  (or: source {}/env)", env_line.trim().replace('\n', "\n  "), data.display());
+    println!("In another shell:\n  {}\n  (or: source {})", env_line.trim().replace('\n', "\n  "), c.env.display());
     println!("Logs: {}/*.log. Ctrl-C stops the cluster.", data.display());
     let mut signals = signal_hook();
     loop {
@@ -126,18 +129,29 @@ pub fn start(a: UpArgs) -> Result<LocalCluster> {
     if a.agents == 0 || a.agents > 1000 {
         bail!("--agents must be between 1 and 1000");
     }
-    let data = match a.data {
-        Some(d) => d,
-        None => std::env::temp_dir().join(format!("tandem-{}", std::process::id())),
+    let (data, base) = match a.data {
+        Some(d) => (shared_dir(&d)?, None),
+        None => {
+            let base = private_base()?;
+            (fresh_dir(&base)?, Some(base))
+        }
     };
-    std::fs::create_dir_all(&data).with_context(|| format!("creating {}", data.display()))?;
     let data = data.canonicalize()?;
+    let sock_len = data.join("controller/tandem.sock").as_os_str().len();
+    if sock_len >= 108 {
+        bail!("the controller's socket path under {} would be {sock_len} bytes, over the kernel's 107: give a shorter --data", data.display());
+    }
     let exe = std::env::current_exe().context("locating the tandem binary")?;
     let ctl_dir = data.join("controller");
-    std::fs::create_dir_all(&ctl_dir)?;
+    subdir(&ctl_dir)?;
     let _ = std::fs::remove_file(ctl_dir.join("addr"));
     let mut kids = Kids(Vec::new());
-    let log = |name: &str| -> Result<std::fs::File> { Ok(std::fs::File::create(data.join(format!("{name}.log")))?) };
+    // Logs are the caller's alone (0600).
+    let log = |name: &str| -> Result<std::fs::File> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let path = data.join(format!("{name}.log"));
+        Ok(std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).custom_flags(nix::libc::O_NOFOLLOW).open(&path)?)
+    };
     let mut server = Command::new(&exe);
     server.args(["server", "--listen", &format!("127.0.0.1:{}", a.port), "--data"]).arg(&ctl_dir);
     if let Some(l) = a.lease {
@@ -152,7 +166,7 @@ pub fn start(a: UpArgs) -> Result<LocalCluster> {
     for i in 1..=a.agents {
         let name = format!("node{i}");
         let dir = data.join(&name);
-        std::fs::create_dir_all(&dir)?;
+        subdir(&dir)?;
         let mut c = Command::new(&exe);
         c.args(["agent", "--server", &format!("http://{addr}"), "--name", &name, "--secret-file"])
             .arg(ctl_dir.join("secret"))
@@ -184,9 +198,123 @@ pub fn start(a: UpArgs) -> Result<LocalCluster> {
         env_line.push_str(&format!("\nexport TANDEM_PROXY=http://{listen}"));
         proxy = Some(listen);
     }
-    std::fs::write(data.join("env"), format!("{env_line}\n"))?;
+    write_env(&data.join("env"), &format!("{env_line}\n"))?;
+    let env = match base {
+        Some(base) => {
+            // The newest cluster this user started in the default place, for other shells.
+            write_env(&base.join("env"), &format!("{env_line}\n"))?;
+            base.join("env")
+        }
+        None => data.join("env"),
+    };
     let server = format!("unix://{}", ctl_dir.join("tandem.sock").display());
-    Ok(LocalCluster { data, addr, server, proxy, agent_pids, kids })
+    Ok(LocalCluster { data, addr, server, proxy, env, agent_pids, kids })
+}
+
+/// Where default clusters go: `$XDG_RUNTIME_DIR/tandem` when that is set (a private per-user
+/// directory), else `$XDG_STATE_HOME/tandem` or `~/.local/state/tandem`. Created 0700; an
+/// existing one must be the caller's, not a link, and open to no one else (it is narrowed to
+/// 0700 if others could only read or enter it, refused if they could write it).
+pub fn private_base() -> Result<PathBuf> {
+    let var = |k: &str| std::env::var_os(k).map(PathBuf::from).filter(|p| p.is_absolute());
+    let base = match var("XDG_RUNTIME_DIR") {
+        Some(r) => r.join("tandem"),
+        None => match var("XDG_STATE_HOME").or_else(|| var("HOME").map(|h| h.join(".local/state"))) {
+            Some(s) => s.join("tandem"),
+            None => bail!("neither XDG_RUNTIME_DIR nor HOME is set: give the cluster a directory with --data DIR"),
+        },
+    };
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+    if let Some(parent) = base.parent() {
+        std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
+    }
+    match std::fs::DirBuilder::new().mode(0o700).create(&base) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(e).with_context(|| format!("creating {}", base.display())),
+    }
+    let m = std::fs::symlink_metadata(&base).with_context(|| format!("checking {}", base.display()))?;
+    let me = nix::unistd::geteuid().as_raw();
+    if !m.is_dir() || m.uid() != me {
+        bail!("{} is not a directory of uid {me} (a link, or another user's): refusing to put a cluster in it; remove it or give --data DIR", base.display());
+    }
+    if m.mode() & 0o022 != 0 {
+        bail!("{} is writable by other users (mode {:o}): refusing to put a cluster in it", base.display(), m.mode() & 0o7777);
+    }
+    if m.mode() & 0o077 != 0 {
+        std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o700))?;
+    }
+    Ok(base)
+}
+
+/// A new directory with a random name under `base`, created exclusively (never one that
+/// already exists), mode 0700.
+fn fresh_dir(base: &Path) -> Result<PathBuf> {
+    use std::io::Read;
+    use std::os::unix::fs::DirBuilderExt;
+    for _ in 0..16 {
+        let mut b = [0u8; 6];
+        std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut b)).context("reading /dev/urandom")?;
+        let dir = base.join(format!("up-{}", b.iter().map(|x| format!("{x:02x}")).collect::<String>()));
+        match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+            Ok(()) => return Ok(dir),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(e).with_context(|| format!("creating {}", dir.display())),
+        }
+    }
+    bail!("could not make a fresh directory under {}", base.display())
+}
+
+/// A directory named with `--data`: created 0711 (other users may reach the controller's
+/// socket inside, not list it), or an existing one that is the caller's, not a link and not
+/// writable by others.
+fn shared_dir(d: &Path) -> Result<PathBuf> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+    match std::fs::symlink_metadata(d) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            std::fs::DirBuilder::new().recursive(true).mode(0o711).create(d).with_context(|| format!("creating {}", d.display()))?;
+            std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o711))?;
+        }
+        Err(e) => return Err(e).with_context(|| format!("checking {}", d.display())),
+        Ok(m) => {
+            let me = nix::unistd::geteuid().as_raw();
+            if !m.is_dir() || m.uid() != me {
+                bail!("{} is not a directory of uid {me} (a link, or another user's): refusing to use it", d.display());
+            }
+            if m.mode() & 0o022 != 0 {
+                bail!("{} is writable by other users (mode {:o}): refusing to use it", d.display(), m.mode() & 0o7777);
+            }
+        }
+    }
+    Ok(d.to_path_buf())
+}
+
+/// A daemon's directory in the cluster's: mode 0711, as the daemon itself wants it.
+fn subdir(d: &Path) -> Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    match std::fs::DirBuilder::new().mode(0o711).create(d) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(e).with_context(|| format!("creating {}", d.display())),
+    }
+}
+
+/// Writes an `env` file afresh (0644: it names only paths and addresses), never through a link.
+fn write_env(path: &Path, text: &str) -> Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let tmp = path.with_extension("new");
+    let _ = std::fs::remove_file(&tmp);
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o644)
+        .custom_flags(nix::libc::O_NOFOLLOW)
+        .open(&tmp)
+        .with_context(|| format!("writing {}", tmp.display()))?;
+    f.write_all(text.as_bytes())?;
+    std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))?;
+    Ok(())
 }
 
 /// A poll for SIGINT/SIGTERM without a runtime: a thread waiting on a tokio signal.
