@@ -514,6 +514,8 @@ setup_tandem() {
     source "$d/data/env"
     export TANDEM_SERVER
     TANDEM_ADDR=$(cat "$d/data/controller/addr")
+    # /metrics needs an identity over TCP (SECURITY.md): a token of this user's.
+    METRICS_TOKEN=$("$TANDEM_BIN" token --lifespan 86400 | sed 's/^export TANDEM_TOKEN=//')
     CTL_PID="" NODE_PIDS=""
     local p cmd
     for p in $(pgrep -P "$up"); do
@@ -537,10 +539,10 @@ setup_tandem() {
     # The controller's Prometheus endpoint (curl when present, else bash's /dev/tcp).
     metrics() {
         if command -v curl > /dev/null; then
-            curl -sf "http://$TANDEM_ADDR/metrics"
+            curl -sf -H "Authorization: Bearer $METRICS_TOKEN" "http://$TANDEM_ADDR/metrics"
         else
             exec 3<> "/dev/tcp/${TANDEM_ADDR%:*}/${TANDEM_ADDR##*:}" || return 1
-            printf 'GET /metrics HTTP/1.0\r\nHost: tandem\r\n\r\n' >&3
+            printf 'GET /metrics HTTP/1.0\r\nHost: tandem\r\nAuthorization: Bearer %s\r\n\r\n' "$METRICS_TOKEN" >&3
             cat <&3
             exec 3<&-
         fi

@@ -35,6 +35,15 @@ pub fn slurm(name: &str, args: &[String]) -> Option<Result<i32>> {
     })
 }
 
+/// This process's arguments, each as UTF-8; otherwise a one-line error that names the
+/// argument (as `std::env::args` would panic instead).
+pub fn args() -> std::result::Result<Vec<String>, String> {
+    std::env::args_os()
+        .enumerate()
+        .map(|(i, a)| a.into_string().map_err(|a| format!("argument {i} ({:?}) is not valid UTF-8", a.to_string_lossy())))
+        .collect()
+}
+
 /// `tandem service ...`: returns the exit code.
 pub fn service(cmd: ServiceCmd) -> Result<i32> {
     service::run(cmd)

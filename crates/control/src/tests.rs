@@ -76,7 +76,8 @@ fn submit_dispatch_and_complete() {
     assert_eq!(env["MASTER_ADDR"], "127.0.0.1");
     assert_eq!(t[0].stdout, "/tmp/slurm-1.out");
     assert!(c.hb(1, "n1", &[], &[]).unwrap().is_empty());
-    let exit = TaskExit { job: 1, epoch: 1, step: BATCH_STEP, rank: 0, code: Some(0), signal: None, oom: false, fenced: false, error: None };
+    let exit =
+        TaskExit { job: 1, epoch: 1, step: BATCH_STEP, rank: 0, code: Some(0), signal: None, oom: false, fenced: false, error: None };
     c.hb(5, "n0", &[], &[exit]).unwrap();
     let j = c.job(1).unwrap();
     assert_eq!((j.state, j.exit_code, j.end), (JobState::Completed, Some(0), Some(5)));
@@ -111,7 +112,8 @@ fn only_the_owner_or_root_cancels() {
     c.cancel(2, 0, 2, None).unwrap();
     let orders = c.hb(2, "n0", &[], &[]).unwrap();
     assert!(orders.contains(&Order::Kill { job: 2, epoch: 1 }));
-    let exit = TaskExit { job: 2, epoch: 1, step: BATCH_STEP, rank: 0, code: None, signal: Some(9), oom: false, fenced: false, error: None };
+    let exit =
+        TaskExit { job: 2, epoch: 1, step: BATCH_STEP, rank: 0, code: None, signal: Some(9), oom: false, fenced: false, error: None };
     c.hb(3, "n0", &[], &[exit]).unwrap();
     assert_eq!(c.job(2).unwrap().state, JobState::Cancelled);
 }
@@ -136,7 +138,8 @@ fn time_limit_signals_then_kills_then_times_out() {
     assert!(c.hb(120, "n0", &[], &[]).unwrap().contains(&Order::Signal { job: 1, epoch: 1, signal: 15, batch_only: false }));
     c.tick(150);
     assert!(c.hb(150, "n0", &[], &[]).unwrap().contains(&Order::Kill { job: 1, epoch: 1 }));
-    let exit = TaskExit { job: 1, epoch: 1, step: BATCH_STEP, rank: 0, code: None, signal: Some(9), oom: false, fenced: false, error: None };
+    let exit =
+        TaskExit { job: 1, epoch: 1, step: BATCH_STEP, rank: 0, code: None, signal: Some(9), oom: false, fenced: false, error: None };
     c.hb(151, "n0", &[], &[exit]).unwrap();
     assert_eq!(c.job(1).unwrap().state, JobState::Timeout);
 }
@@ -171,7 +174,17 @@ fn a_lapsed_lease_requeues_and_old_reports_are_ignored() {
             40,
             &dead,
             &[old],
-            &[TaskExit { job: victim, epoch: 1, step: BATCH_STEP, rank: 0, code: Some(0), signal: None, oom: false, fenced: false, error: None }],
+            &[TaskExit {
+                job: victim,
+                epoch: 1,
+                step: BATCH_STEP,
+                rank: 0,
+                code: Some(0),
+                signal: None,
+                oom: false,
+                fenced: false,
+                error: None,
+            }],
         )
         .unwrap();
     assert!(orders.contains(&Order::Kill { job: victim, epoch: 1 }));
@@ -230,7 +243,8 @@ fn arrays_respect_their_limit_and_dependencies_wait() {
     let dep = c.submit(0, spec(1), &batch(&["--dependency=afterok:1"]), "a").unwrap()[0];
     c.tick(1);
     assert_eq!(c.job(dep).unwrap().reason, PendingReason::Dependency);
-    let exit = TaskExit { job: 1, epoch: 1, step: BATCH_STEP, rank: 0, code: Some(3), signal: None, oom: false, fenced: false, error: None };
+    let exit =
+        TaskExit { job: 1, epoch: 1, step: BATCH_STEP, rank: 0, code: Some(3), signal: None, oom: false, fenced: false, error: None };
     let node = c.job(1).unwrap().allocs[0].0.clone();
     c.hb(2, &node, &[], &[exit]).unwrap();
     assert_eq!(c.job(1).unwrap().state, JobState::Failed);
@@ -412,7 +426,8 @@ fn finished_jobs_leave_memory_after_min_job_age_unless_a_job_waits_on_them() {
     let b = c.submit(0, spec(1), &batch(&[]), "a").unwrap()[0];
     c.tick(1);
     c.hb(1, "n0", &[], &[]).unwrap();
-    let done = |id| TaskExit { job: id, epoch: 1, step: BATCH_STEP, rank: 0, code: Some(0), signal: None, oom: false, fenced: false, error: None };
+    let done =
+        |id| TaskExit { job: id, epoch: 1, step: BATCH_STEP, rank: 0, code: Some(0), signal: None, oom: false, fenced: false, error: None };
     c.hb(5, "n0", &[], &[done(a), done(b)]).unwrap();
     // A job that waits on b keeps b in memory; a goes once MinJobAge (300 s) has passed.
     let waits = c.submit(6, spec(1), &batch(&["--dependency=afterok:2", "--begin=now+3600"]), "a").unwrap()[0];

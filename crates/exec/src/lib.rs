@@ -7,7 +7,8 @@
 //! limit Tandem's daemons raise ([`raise_nofile`]).
 //!
 //! **Invariant:** this is the only crate with `unsafe` code: one `pre_exec` hook that makes only
-//! async-signal-safe system calls and does not allocate.
+//! async-signal-safe system calls and does not allocate, and one `signal` call that restores
+//! SIGPIPE's default action for commands ([`quiet_sigpipe`]).
 
 use std::ffi::{CStr, CString};
 use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
@@ -190,6 +191,17 @@ fn open_append(path: &CStr) -> nix::Result<OwnedFd> {
     Ok(fd)
 }
 
+/// Makes a closed output pipe end this process quietly, as it does a C program (`squeue |
+/// head -2`): SIGPIPE back to its default action. Rust programs start with SIGPIPE ignored, so
+/// a write to a closed pipe fails with EPIPE and `println!` panics. For commands only: a
+/// daemon keeps ignoring it (a peer closing a socket must not kill it).
+pub fn quiet_sigpipe() {
+    use nix::sys::signal::{SigHandler, Signal, signal};
+    // SAFETY: installing the default action runs no handler code of ours.
+    #[allow(unsafe_code)]
+    let _ = unsafe { signal(Signal::SIGPIPE, SigHandler::SigDfl) };
+}
+
 /// Raises this process's open-file limit: the soft limit to the hard one and, where allowed
 /// (root), both to `want` (at most the kernel's `fs.nr_open`), as a controller or a host of many
 /// agents at scale needs (one descriptor per connection). Returns the soft limit now in force.
@@ -252,8 +264,11 @@ mod tests {
         std::fs::write(d.join("out"), "before\n").unwrap();
         let mut cmd = Command::new("sh");
         cmd.args(["-c", "pwd; echo oops >&2"]);
-        let _r = prepare(&mut cmd, Setup { workdir: Some(c(&d)), stdout: Some(c("out".as_ref())), stderr: Some(c("err".as_ref())), ..Setup::default() })
-            .unwrap();
+        let _r = prepare(
+            &mut cmd,
+            Setup { workdir: Some(c(&d)), stdout: Some(c("out".as_ref())), stderr: Some(c("err".as_ref())), ..Setup::default() },
+        )
+        .unwrap();
         assert!(cmd.status().unwrap().success());
         assert_eq!(std::fs::read_to_string(d.join("out")).unwrap(), format!("before\n{}\n", d.display()));
         assert_eq!(std::fs::read_to_string(d.join("err")).unwrap(), "oops\n");

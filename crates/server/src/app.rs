@@ -58,6 +58,10 @@ pub(crate) struct App {
     pub(crate) ep_watch: Arc<tokio::sync::watch::Sender<u64>>,
     /// The heartbeat interval agents are given, milliseconds: the longest a long poll is held.
     pub(crate) heartbeat_ms: u64,
+    /// Who may see what.
+    pub(crate) security: Arc<crate::config::Security>,
+    /// User tokens (JWT).
+    pub(crate) tokens: Arc<crate::token::Tokens>,
 }
 
 #[derive(Default)]
@@ -111,29 +115,6 @@ pub(crate) fn err(code: StatusCode, msg: impl Into<String>) -> Response {
     (code, Json(ApiError { error: msg.into() })).into_response()
 }
 
-/// Signs `uid.expiry` with the cluster secret (HMAC-SHA256).
-pub(crate) fn sign(secret: &str, uid: u32, expiry: i64) -> String {
-    use hmac::{KeyInit, Mac};
-    let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(secret.as_bytes()).expect("HMAC takes any key length");
-    mac.update(format!("{uid}.{expiry}").as_bytes());
-    mac.finalize().into_bytes().iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// A token for `uid` valid until `expiry` (Unix seconds): `uid.expiry.signature`.
-pub(crate) fn token(secret: &str, uid: u32, expiry: i64) -> String {
-    format!("{uid}.{expiry}.{}", sign(secret, uid, expiry))
-}
-
-/// The uid a token stands for, if it is genuine and unexpired.
-pub(crate) fn verify(secret: &str, token: &str, now: i64) -> Option<u32> {
-    let mut p = token.splitn(3, '.');
-    let (uid, expiry, sig) = (p.next()?.parse::<u32>().ok()?, p.next()?.parse::<i64>().ok()?, p.next()?);
-    let want = sign(secret, uid, expiry);
-    // Constant-time comparison of the hex signatures.
-    let same = want.len() == sig.len() && want.bytes().zip(sig.bytes()).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0;
-    (same && expiry > now).then_some(uid)
-}
-
 /// The caller's uid: from the kernel on the Unix socket, else from a token (`tandem token`).
 /// A request with neither may not act as a user.
 pub(crate) fn user_of(app: &App, peer: &Peer, headers: &HeaderMap) -> Result<u32, Response> {
@@ -142,7 +123,9 @@ pub(crate) fn user_of(app: &App, peer: &Peer, headers: &HeaderMap) -> Result<u32
     }
     let tok = headers.get("authorization").and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
     match tok {
-        Some(t) => verify(&app.secret, t.trim(), now())
+        Some(t) => app
+            .tokens
+            .verify(t, now())
             .ok_or_else(|| err(StatusCode::UNAUTHORIZED, "invalid or expired token (get a new one with `tandem token`)")),
         None => Err(err(
             StatusCode::UNAUTHORIZED,
@@ -150,6 +133,45 @@ pub(crate) fn user_of(app: &App, peer: &Peer, headers: &HeaderMap) -> Result<u32
         )),
     }
 }
+
+/// A caller with a user identity, and what it may see (SECURITY.md, "Visibility").
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Viewer {
+    pub(crate) uid: u32,
+    /// Root or an operator: sees every job's and service's details.
+    pub(crate) all: bool,
+    /// Other users' jobs and services are hidden entirely.
+    pub(crate) private_jobs: bool,
+    /// Other users' priorities are hidden.
+    pub(crate) private_usage: bool,
+}
+
+impl Viewer {
+    /// Whether it sees the details (command lines, environment) of what `owner` runs.
+    pub(crate) fn sees_details(&self, owner: u32) -> bool {
+        self.all || self.uid == owner
+    }
+
+    /// Whether it sees that `owner`'s job or service exists.
+    pub(crate) fn sees(&self, owner: u32) -> bool {
+        !self.private_jobs || self.sees_details(owner)
+    }
+
+    /// Whether it sees `owner`'s priorities.
+    pub(crate) fn sees_usage(&self, owner: u32) -> bool {
+        !self.private_usage || self.sees_details(owner)
+    }
+}
+
+/// The caller as a [`Viewer`]; a caller without an identity (unauthenticated TCP) sees nothing.
+pub(crate) fn viewer_of(app: &App, peer: &Peer, headers: &HeaderMap) -> Result<Viewer, Response> {
+    let uid = user_of(app, peer, headers)?;
+    let sec = &app.security;
+    Ok(Viewer { uid, all: uid == 0 || sec.operators.contains(&uid), private_jobs: sec.private_jobs, private_usage: sec.private_usage })
+}
+
+/// What a hidden value reads as.
+pub(crate) const HIDDEN: &str = "(hidden)";
 
 pub(crate) fn agent_ok(app: &App, h: &HeaderMap) -> Result<(), Response> {
     match h.get("x-tandem-secret").and_then(|v| v.to_str().ok()) {

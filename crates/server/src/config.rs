@@ -32,6 +32,13 @@
 //! [[account]]
 //! name = "research"
 //! shares = 10
+//! [security]              # who sees what (SECURITY.md)
+//! operators = ["alice"]   # users (names or uids) who, like root, see every job's and
+//!                         # service's details
+//! private_data = ["jobs", "usage"]  # Slurm's PrivateData: hide other users' jobs and services
+//!                         # entirely ("jobs"), and their priorities ("usage")
+//! metrics_open = false    # serve /metrics to callers without a token (Slurm's
+//!                         # MetricsAuthUsers left open); default: only to identified users
 //! ```
 
 use anyhow::{Context, Result, bail};
@@ -56,6 +63,54 @@ struct File {
     qos: Vec<Qos>,
     #[serde(default)]
     account: Vec<Account>,
+    security: Option<SecurityFile>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SecurityFile {
+    #[serde(default)]
+    operators: Vec<String>,
+    #[serde(default)]
+    private_data: Vec<String>,
+    #[serde(default)]
+    metrics_open: bool,
+}
+
+/// Who may see what: `tandem.toml`'s `[security]`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Security {
+    /// Uids that see every job's and service's details, as root does.
+    pub operators: Vec<u32>,
+    /// Other users' jobs and services are hidden entirely (`private_data = ["jobs"]`).
+    pub private_jobs: bool,
+    /// Other users' priorities are hidden (`private_data = ["usage"]`).
+    pub private_usage: bool,
+    /// `/metrics` needs no identity.
+    pub metrics_open: bool,
+}
+
+fn security(f: Option<SecurityFile>) -> Result<Security> {
+    let Some(f) = f else { return Ok(Security::default()) };
+    let mut s = Security { metrics_open: f.metrics_open, ..Security::default() };
+    for o in f.operators {
+        let uid = match o.parse::<u32>() {
+            Ok(uid) => uid,
+            Err(_) => match nix::unistd::User::from_name(&o) {
+                Ok(Some(u)) => u.uid.as_raw(),
+                _ => bail!("security.operators: no user named {o:?}"),
+            },
+        };
+        s.operators.push(uid);
+    }
+    for p in f.private_data {
+        match p.as_str() {
+            "jobs" => s.private_jobs = true,
+            "usage" => s.private_usage = true,
+            other => bail!("security.private_data: unknown value {other:?} (jobs, usage)"),
+        }
+    }
+    Ok(s)
 }
 
 #[derive(Deserialize)]
@@ -103,17 +158,24 @@ fn time(v: &Option<String>, what: &str, default: i64) -> Result<i64> {
 }
 
 /// Reads the configuration; `None` or a missing default path gives the defaults.
-pub fn load(path: Option<&Path>) -> Result<control::Settings> {
+pub fn load(path: Option<&Path>) -> Result<(control::Settings, Security)> {
     let text = match path {
         Some(p) => std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?,
-        None => return Ok(control::Settings::default()),
+        None => return Ok((control::Settings::default(), Security::default())),
     };
-    parse(&text).with_context(|| format!("in {}", path.map_or("tandem.toml".into(), |p| p.display().to_string())))
+    parse_all(&text).with_context(|| format!("in {}", path.map_or("tandem.toml".into(), |p| p.display().to_string())))
 }
 
-/// Parses configuration text.
+/// Parses configuration text: the controller's settings.
+#[cfg(test)]
 pub fn parse(text: &str) -> Result<control::Settings> {
+    Ok(parse_all(text)?.0)
+}
+
+/// Parses configuration text: the controller's settings and who may see what.
+pub fn parse_all(text: &str) -> Result<(control::Settings, Security)> {
     let f: File = toml::from_str(text).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let sec = security(f.security)?;
     let mut s = control::Settings::default();
     if let Some(n) = f.cluster_name {
         s.cluster_name = n;
@@ -230,7 +292,7 @@ pub fn parse(text: &str) -> Result<control::Settings> {
         }
     }
     s.cluster.accounts = f.account.into_iter().map(|a| model::Account { name: a.name, shares: a.shares.max(1) }).collect();
-    Ok(s)
+    Ok((s, sec))
 }
 
 #[cfg(test)]
@@ -286,5 +348,16 @@ mod tests {
         assert!(e("[[partition]]\nname=\"a\"\ndefault=true\n[[partition]]\nname=\"b\"\ndefault=true").contains("more than one"));
         assert!(e("[[qos]]\nname = \"x\"\nbogus = 1").contains("unknown field"));
         assert!(e("not toml at all [").contains("TOML") || !e("not toml at all [").is_empty());
+        assert!(e("[security]\nprivate_data = [\"secrets\"]").contains("unknown value"));
+        assert!(e("[security]\noperators = [\"no-such-user-here\"]").contains("no user named"));
+        assert!(e("[security]\nmetrics = true").contains("unknown field"));
+    }
+
+    #[test]
+    fn security_settings() {
+        assert_eq!(parse_all("").unwrap().1, Security::default());
+        let (_, s) =
+            parse_all("[security]\noperators = [\"root\", \"1234\"]\nprivate_data = [\"jobs\", \"usage\"]\nmetrics_open = true").unwrap();
+        assert_eq!(s, Security { operators: vec![0, 1234], private_jobs: true, private_usage: true, metrics_open: true });
     }
 }

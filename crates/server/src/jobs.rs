@@ -35,11 +35,12 @@ async fn issue_token(
         return err(StatusCode::BAD_REQUEST, "lifespan must be between 1 s and 7 days");
     }
     let expiry = now() + life;
-    Json(serde_json::json!({"token": token(&app.secret, uid, expiry), "expires": expiry})).into_response()
+    Json(serde_json::json!({"token": app.tokens.issue(uid, now(), expiry), "expires": expiry})).into_response()
 }
 
-/// Converts a job for display.
-fn job_info(j: &Job) -> JobInfo {
+/// Converts a job for display to `v`: another user's command lines are hidden from it.
+fn job_info(j: &Job, v: &Viewer) -> JobInfo {
+    let details = v.sees_details(j.spec.uid);
     let allocs = if j.allocs.is_empty() && j.state.is_final() { &j.last_allocs } else { &j.allocs };
     let names: Vec<String> = allocs.iter().map(|(n, _)| n.clone()).collect();
     let nodes = if names.is_empty() { j.req.shape.nodes_min.max(1) } else { names.len() as u32 };
@@ -58,7 +59,7 @@ fn job_info(j: &Job) -> JobInfo {
         .iter()
         .map(|s| StepInfo {
             id: if s.id == control::BATCH_STEP { "batch".into() } else { s.id.to_string() },
-            command: s.argv.join(" "),
+            command: if details { s.argv.join(" ") } else { HIDDEN.into() },
             ntasks: s.layout.iter().map(|(_, n)| n).sum(),
             nodelist: slurmcli::compress(&s.layout.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>()),
             done: s.end.is_some(),
@@ -183,7 +184,13 @@ struct JobQuery {
 /// when its piece was read.
 const LIST_CHUNK: usize = 512;
 
-async fn list_jobs(State(app): State<App>, Query(q): Query<JobQuery>) -> Response {
+async fn list_jobs(
+    State(app): State<App>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+    headers: HeaderMap,
+    Query(q): Query<JobQuery>,
+) -> Response {
+    let v = or_reply!(viewer_of(&app, &peer, &headers));
     let filter = JobFilter::new(q);
     let mut jobs = Vec::new();
     let mut from = 0u64;
@@ -195,8 +202,8 @@ async fn list_jobs(State(app): State<App>, Query(q): Query<JobQuery>) -> Respons
                 next = Some(j.req.id.0);
                 break;
             }
-            if filter.matches(j) {
-                jobs.push(job_info(j));
+            if filter.matches(j) && v.sees(j.spec.uid) {
+                jobs.push(job_info(j, &v));
             }
         }
         // What a reply shows must be durable: everything taken up to the last piece read.
@@ -245,11 +252,16 @@ impl JobFilter {
     }
 }
 
-async fn get_job(State(app): State<App>, Path(id): Path<u64>) -> Response {
+async fn get_job(State(app): State<App>, ConnectInfo(peer): ConnectInfo<Peer>, headers: HeaderMap, Path(id): Path<u64>) -> Response {
+    let v = or_reply!(viewer_of(&app, &peer, &headers));
     let (job, seq) = {
         let g = app.lock();
-        // It shows this job only: its newest change must be durable.
-        (g.ctl.job(id).map(job_info), g.job_seq.get(&id).copied().unwrap_or_else(|| app.journal.last()))
+        // It shows this job only: its newest change must be durable. A job the caller may not
+        // see is as one that does not exist.
+        (
+            g.ctl.job(id).filter(|j| v.sees(j.spec.uid)).map(|j| job_info(j, &v)),
+            g.job_seq.get(&id).copied().unwrap_or_else(|| app.journal.last()),
+        )
     };
     if let Err(r) = app.settled(seq).await {
         return r;
@@ -343,7 +355,8 @@ async fn create_step(
     }
 }
 
-async fn list_nodes(State(app): State<App>) -> Response {
+async fn list_nodes(State(app): State<App>, ConnectInfo(peer): ConnectInfo<Peer>, headers: HeaderMap) -> Response {
+    or_reply!(viewer_of(&app, &peer, &headers));
     let mut nodes = Vec::new();
     let seq = loop {
         let g = app.lock();
@@ -423,14 +436,24 @@ struct HistoryQuery {
     since: Option<i64>,
 }
 
-async fn history(State(app): State<App>, Query(q): Query<HistoryQuery>) -> Response {
+async fn history(
+    State(app): State<App>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+    headers: HeaderMap,
+    Query(q): Query<HistoryQuery>,
+) -> Response {
+    let v = or_reply!(viewer_of(&app, &peer, &headers));
     // Running and pending jobs come from memory; finished ones from the accounting table, read
     // once everything seen in memory is durable (a job that ended in between is in both: the
     // table's final record wins).
     let (live, seq) = {
         let g = app.lock();
-        let live: Vec<JobInfo> =
-            g.ctl.jobs().filter(|j| !j.state.is_final() && q.user.as_deref().is_none_or(|u| j.req.user == u)).map(job_info).collect();
+        let live: Vec<JobInfo> = g
+            .ctl
+            .jobs()
+            .filter(|j| !j.state.is_final() && q.user.as_deref().is_none_or(|u| j.req.user == u) && v.sees(j.spec.uid))
+            .map(|j| job_info(j, &v))
+            .collect();
         (live, app.journal.last())
     };
     if let Err(r) = app.settled(seq).await {
@@ -439,7 +462,7 @@ async fn history(State(app): State<App>, Query(q): Query<HistoryQuery>) -> Respo
     let stored = app.db.lock().expect("database lock").history(q.user.as_deref(), q.since.unwrap_or(0));
     match stored {
         Ok(jobs) => {
-            let mut out: Vec<JobInfo> = jobs.iter().map(job_info).collect();
+            let mut out: Vec<JobInfo> = jobs.iter().filter(|j| v.sees(j.spec.uid)).map(|j| job_info(j, &v)).collect();
             let ended: std::collections::HashSet<u64> = out.iter().map(|j| j.id).collect();
             out.extend(live.into_iter().filter(|j| !ended.contains(&j.id)));
             out.sort_by_key(|j| j.id);
@@ -449,9 +472,11 @@ async fn history(State(app): State<App>, Query(q): Query<HistoryQuery>) -> Respo
     }
 }
 
-async fn priorities(State(app): State<App>) -> Response {
+async fn priorities(State(app): State<App>, ConnectInfo(peer): ConnectInfo<Peer>, headers: HeaderMap) -> Response {
+    let v = or_reply!(viewer_of(&app, &peer, &headers));
     let g = app.lock();
-    let rows: Vec<(u64, sched::Breakdown)> = g.ctl.priorities(now());
+    let mut rows: Vec<(u64, sched::Breakdown)> = g.ctl.priorities(now());
+    rows.retain(|(id, _)| g.ctl.job(*id).is_some_and(|j| v.sees_usage(j.spec.uid) && v.sees(j.spec.uid)));
     Json(rows).into_response()
 }
 
@@ -519,7 +544,10 @@ async fn heartbeat(
     }
 }
 
-async fn metrics(State(app): State<App>) -> Response {
+async fn metrics(State(app): State<App>, ConnectInfo(peer): ConnectInfo<Peer>, headers: HeaderMap) -> Response {
+    if !app.security.metrics_open {
+        or_reply!(viewer_of(&app, &peer, &headers));
+    }
     let g = app.lock();
     let m = app.metrics.lock().expect("lock");
     let mut by_state: std::collections::BTreeMap<&str, u64> = std::collections::BTreeMap::new();
@@ -593,7 +621,13 @@ async fn metrics(State(app): State<App>) -> Response {
     ([("content-type", "text/plain; version=0.0.4")], s).into_response()
 }
 
-async fn openapi() -> Response {
+/// `GET /healthz`: whether the controller answers; the one thing anyone may ask.
+async fn healthz() -> &'static str {
+    "ok\n"
+}
+
+async fn openapi(State(app): State<App>, ConnectInfo(peer): ConnectInfo<Peer>, headers: HeaderMap) -> Response {
+    or_reply!(viewer_of(&app, &peer, &headers));
     ([("content-type", "application/json")], wire::OPENAPI).into_response()
 }
 
@@ -611,4 +645,5 @@ pub(crate) fn routes(r: Router<App>) -> Router<App> {
         .route("/v1/agent/heartbeat", post(heartbeat))
         .route("/metrics", get(metrics))
         .route("/openapi.json", get(openapi))
+        .route("/healthz", get(healthz))
 }

@@ -45,7 +45,7 @@ pub struct Options {
 /// Runs the controller until the process is stopped (on a runtime of its own).
 pub fn main(o: Options) -> Result<()> {
     let path = o.config.or_else(|| Some(o.data.join("tandem.toml")).filter(|p| p.exists()));
-    let mut settings = config::load(path.as_deref())?;
+    let (mut settings, security) = config::load(path.as_deref())?;
     if let Some(l) = o.lease {
         if l == 0 {
             bail!("--lease must be at least 1 second");
@@ -58,7 +58,7 @@ pub fn main(o: Options) -> Result<()> {
     // One descriptor per agent connection (or per proxy's connection) at scale.
     exec::raise_nofile(1 << 20);
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
-    rt.block_on(run(ServerArgs { listen: o.listen, data: o.data, settings }))
+    rt.block_on(run(ServerArgs { listen: o.listen, data: o.data, settings, security }))
 }
 
 /// Server settings, resolved.
@@ -66,6 +66,7 @@ struct ServerArgs {
     listen: SocketAddr,
     data: PathBuf,
     settings: Settings,
+    security: config::Security,
 }
 
 #[macro_use]
@@ -75,6 +76,7 @@ mod jobs;
 mod journal;
 mod private;
 mod services;
+mod token;
 
 fn router(app: App) -> Router {
     jobs::routes(services::routes(Router::new())).with_state(app)
@@ -84,24 +86,12 @@ fn router(app: App) -> Router {
 /// (moved to the file), else a new one. Never left in the database.
 fn load_secret(data: &std::path::Path, db: &mut store::Store, loaded: Option<String>) -> Result<String> {
     let path = data.join("secret");
-    let s = match std::fs::read_to_string(&path).ok().map(|s| s.trim().to_string()).filter(|s| !s.is_empty()) {
-        Some(s) => s,
-        None => {
-            let s = match loaded {
-                Some(s) => s,
-                None => {
-                    let mut buf = [0u8; 32];
-                    use std::io::Read;
-                    std::fs::File::open("/dev/urandom")
-                        .and_then(|mut f| f.read_exact(&mut buf))
-                        .context("reading /dev/urandom for the cluster secret")?;
-                    buf.iter().map(|b| format!("{b:02x}")).collect()
-                }
-            };
-            private::write(&path, &s)?;
-            s
-        }
-    };
+    if let Some(old) = loaded
+        && !path.exists()
+    {
+        private::write(&path, &old)?;
+    }
+    let s = private::key(&path)?;
     db.forget_secret()?;
     Ok(s)
 }
@@ -133,6 +123,8 @@ async fn run(args: ServerArgs) -> Result<()> {
         service_wake: Arc::new(Notify::new()),
         ep_watch: Arc::new(tokio::sync::watch::channel(0).0),
         heartbeat_ms,
+        security: Arc::new(args.security),
+        tokens: Arc::new(token::Tokens::new(private::key(&args.data.join("jwt.key"))?.as_bytes())),
     };
     let tcp = TcpListener::bind(args.listen).await.with_context(|| format!("binding {}", args.listen))?;
     let sock = args.data.join("tandem.sock");

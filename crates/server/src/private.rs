@@ -1,7 +1,7 @@
 //! The controller's private state on disk (SECURITY.md, "State"): the data directory is the
 //! controller user's, mode 0711 (others may reach the Unix socket in it, not list it); every
 //! file in it but the socket is 0600: the database with its WAL and SHM, the cluster secret, the
-//! address file. Checked at each start: a directory or file of another owner, or one others may
+//! token key, the address file. Checked at each start: a directory or file of another owner, or one others may
 //! write, is refused; one others may only read is narrowed, with a warning.
 
 use anyhow::{Context, Result, bail};
@@ -12,7 +12,7 @@ use std::path::Path;
 pub(crate) const DIR_MODE: u32 = 0o711;
 
 /// The files in the data directory that must be private, if they exist.
-pub(crate) const FILES: [&str; 5] = ["state.db", "state.db-wal", "state.db-shm", "secret", "addr"];
+pub(crate) const FILES: [&str; 6] = ["state.db", "state.db-wal", "state.db-shm", "secret", "jwt.key", "addr"];
 
 /// Creates the data directory (0711) or checks an existing one: owned by this process's user
 /// and not writable by anyone else; then narrows every private file in it to 0600.
@@ -29,7 +29,11 @@ pub(crate) fn prepare_dir(dir: &Path) -> Result<()> {
             }
             check_owner(dir, &m)?;
             if m.mode() & 0o022 != 0 {
-                bail!("{} is writable by other users (mode {:o}): refusing to keep the cluster's state there", dir.display(), m.mode() & 0o7777);
+                bail!(
+                    "{} is writable by other users (mode {:o}): refusing to keep the cluster's state there",
+                    dir.display(),
+                    m.mode() & 0o7777
+                );
             }
             if m.mode() & 0o7777 != DIR_MODE {
                 eprintln!("tandem server: {} had mode {:o}; now {DIR_MODE:o}", dir.display(), m.mode() & 0o7777);
@@ -58,6 +62,19 @@ fn check_owner(path: &Path, m: &std::fs::Metadata) -> Result<()> {
         bail!("{} belongs to uid {}, not to this process's uid {me}: refusing to use it", path.display(), m.uid());
     }
     Ok(())
+}
+
+/// The key in `path` (made of 32 random bytes, written hex, the first time).
+pub(crate) fn key(path: &Path) -> Result<String> {
+    if let Some(k) = std::fs::read_to_string(path).ok().map(|s| s.trim().to_string()).filter(|s| s.len() >= 32) {
+        return Ok(k);
+    }
+    let mut buf = [0u8; 32];
+    use std::io::Read;
+    std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut buf)).context("reading /dev/urandom")?;
+    let k: String = buf.iter().map(|b| format!("{b:02x}")).collect();
+    write(path, &k)?;
+    Ok(k)
 }
 
 /// Writes `text` to `path` as a fresh 0600 file (an existing one is replaced; never written

@@ -14,8 +14,9 @@ use wire::{ApplyRequest, ApplyResponse, ProxySync, ReplicaRow, ServiceAction, Se
 
 use crate::app::*;
 
-/// Converts a service for display.
-fn service_info(c: &Controller, s: &control::Service) -> ServiceInfo {
+/// Converts a service for display to `v`: another user's environment values and arguments
+/// are hidden from it.
+fn service_info(c: &Controller, s: &control::Service, v: &Viewer) -> ServiceInfo {
     let mut replicas = Vec::new();
     let (mut ready, mut updated_ready) = (0, 0);
     for j in c.replicas_of(&s.spec.name) {
@@ -59,8 +60,20 @@ fn service_info(c: &Controller, s: &control::Service) -> ServiceInfo {
         deleting: s.deleting,
         scale_log: s.scale_log.clone(),
         stats: c.proxy_stats(&s.spec.name),
-        spec: s.spec.clone(),
+        spec: if v.sees_details(s.uid) { s.spec.clone() } else { hide(&s.spec) },
     }
+}
+
+/// A spec with its environment's values and its arguments hidden.
+fn hide(spec: &control::ServiceSpec) -> control::ServiceSpec {
+    let mut out = spec.clone();
+    for v in out.env.values_mut() {
+        *v = HIDDEN.into();
+    }
+    for a in &mut out.args {
+        *a = HIDDEN.into();
+    }
+    out
 }
 
 async fn apply(
@@ -85,20 +98,22 @@ async fn apply(
     }
 }
 
-async fn list(State(app): State<App>) -> Response {
+async fn list(State(app): State<App>, ConnectInfo(peer): ConnectInfo<Peer>, headers: HeaderMap) -> Response {
+    let v = or_reply!(viewer_of(&app, &peer, &headers));
     let (out, seq) = {
         let g = app.lock();
-        (g.ctl.services().map(|s| service_info(&g.ctl, s)).collect::<Vec<ServiceInfo>>(), app.journal.last())
+        (g.ctl.services().filter(|s| v.sees(s.uid)).map(|s| service_info(&g.ctl, s, &v)).collect::<Vec<ServiceInfo>>(), app.journal.last())
     };
     // Show nothing a crash could undo.
     or_reply!(app.settled(seq).await);
     Json(out).into_response()
 }
 
-async fn show(State(app): State<App>, Path(name): Path<String>) -> Response {
+async fn show(State(app): State<App>, ConnectInfo(peer): ConnectInfo<Peer>, headers: HeaderMap, Path(name): Path<String>) -> Response {
+    let v = or_reply!(viewer_of(&app, &peer, &headers));
     let (out, seq) = {
         let g = app.lock();
-        (g.ctl.service(&name).map(|s| service_info(&g.ctl, s)), app.journal.last())
+        (g.ctl.service(&name).filter(|s| v.sees(s.uid)).map(|s| service_info(&g.ctl, s, &v)), app.journal.last())
     };
     or_reply!(app.settled(seq).await);
     match out {

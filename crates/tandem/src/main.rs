@@ -214,15 +214,28 @@ fn exit_with(name: &str, r: Result<i32>) -> std::process::ExitCode {
 }
 
 fn main() -> std::process::ExitCode {
-    let argv: Vec<String> = std::env::args().collect();
+    let argv = match cli::args() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return std::process::ExitCode::from(2);
+        }
+    };
     let invoked = argv.first().map(|a| a.rsplit('/').next().unwrap_or(a).to_string()).unwrap_or_default();
+    // Commands end quietly when their output pipe closes; daemons (and `up`, which must stop
+    // its children) keep SIGPIPE ignored.
+    let daemon = !cli::COMMANDS.contains(&invoked.as_str())
+        && matches!(argv.get(1).map(String::as_str), Some("server" | "agent" | "proxy" | "up" | "bench" | bench::UPSTREAM_CMD));
+    if !daemon {
+        exec::quiet_sigpipe();
+    }
     if let Some(r) = cli::slurm(&invoked, argv.get(1..).unwrap_or(&[])) {
         return exit_with(&invoked, r);
     }
     if argv.get(1).map(String::as_str) == Some(bench::UPSTREAM_CMD) {
         return exit_with("tandem __upstream", bench::upstream(&argv[2..]).map(|_| 0));
     }
-    let cli = Cli::parse();
+    let cli = Cli::parse_from(&argv);
     let (name, r): (&str, Result<i32>) = match cli.cmd {
         Cmd::Submit { args } => ("sbatch", slurm("sbatch", &args)),
         Cmd::Queue { args } => ("squeue", slurm("squeue", &args)),
@@ -305,6 +318,12 @@ fn shims(dir: &std::path::Path) -> Result<()> {
         let _ = std::fs::remove_file(&own);
         std::os::unix::fs::symlink(&exe, &own).with_context(|| format!("linking {}", own.display()))?;
     }
-    println!("wrote {} in {} (links to {}), and tandem (to {}); add it to PATH", cli::COMMANDS.join(", "), dir.display(), target.display(), exe.display());
+    println!(
+        "wrote {} in {} (links to {}), and tandem (to {}); add it to PATH",
+        cli::COMMANDS.join(", "),
+        dir.display(),
+        target.display(),
+        exe.display()
+    );
     Ok(())
 }

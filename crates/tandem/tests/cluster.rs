@@ -358,6 +358,9 @@ fn a_partitioned_agent_fences_itself_and_nothing_runs_twice() {
 #[test]
 fn tandem_up_starts_a_local_cluster() {
     let dir = free_dir("up");
+    // `tandem up` refuses a directory others may write (SECURITY.md S2); the job writes its
+    // output file here as root.
+    Command::new("chmod").arg("755").arg(&dir).status().unwrap();
     let mut up = Command::new(bin())
         .args(["up", "--agents", "2", "--port", "0", "--proxy-port", "0", "--data"])
         .arg(&dir)

@@ -63,7 +63,8 @@ fn replicas_spread_over_nodes_serve_scale_and_delete() {
     for r in reps {
         assert_eq!(http_get(r["addr"].as_str().unwrap()), 200, "{r}");
     }
-    let m = std::process::Command::new("curl").args(["-s", &format!("http://{}/metrics", c.addr)]).output().unwrap();
+    // /metrics over TCP takes a token (SECURITY.md I2); the Unix socket needs none.
+    let m = std::process::Command::new("curl").args(["-s", "--unix-socket", &c.sock, "http://tandem/metrics"]).output().unwrap();
     let m = String::from_utf8_lossy(&m.stdout);
     assert!(m.contains("tandem_service_replicas{service=\"echo\",state=\"Ready\"} 3"), "{m}");
     let list = c.tandem_ok(&["service", "list"]);

@@ -139,7 +139,10 @@ pub fn start(a: UpArgs) -> Result<LocalCluster> {
     let data = data.canonicalize()?;
     let sock_len = data.join("controller/tandem.sock").as_os_str().len();
     if sock_len >= 108 {
-        bail!("the controller's socket path under {} would be {sock_len} bytes, over the kernel's 107: give a shorter --data", data.display());
+        bail!(
+            "the controller's socket path under {} would be {sock_len} bytes, over the kernel's 107: give a shorter --data",
+            data.display()
+        );
     }
     let exe = std::env::current_exe().context("locating the tandem binary")?;
     let ctl_dir = data.join("controller");
@@ -150,7 +153,13 @@ pub fn start(a: UpArgs) -> Result<LocalCluster> {
     let log = |name: &str| -> Result<std::fs::File> {
         use std::os::unix::fs::OpenOptionsExt;
         let path = data.join(format!("{name}.log"));
-        Ok(std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).custom_flags(nix::libc::O_NOFOLLOW).open(&path)?)
+        Ok(std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .custom_flags(nix::libc::O_NOFOLLOW)
+            .open(&path)?)
     };
     let mut server = Command::new(&exe);
     server.args(["server", "--listen", &format!("127.0.0.1:{}", a.port), "--data"]).arg(&ctl_dir);
@@ -236,7 +245,10 @@ pub fn private_base() -> Result<PathBuf> {
     let m = std::fs::symlink_metadata(&base).with_context(|| format!("checking {}", base.display()))?;
     let me = nix::unistd::geteuid().as_raw();
     if !m.is_dir() || m.uid() != me {
-        bail!("{} is not a directory of uid {me} (a link, or another user's): refusing to put a cluster in it; remove it or give --data DIR", base.display());
+        bail!(
+            "{} is not a directory of uid {me} (a link, or another user's): refusing to put a cluster in it; remove it or give --data DIR",
+            base.display()
+        );
     }
     if m.mode() & 0o022 != 0 {
         bail!("{} is writable by other users (mode {:o}): refusing to put a cluster in it", base.display(), m.mode() & 0o7777);

@@ -34,7 +34,7 @@ pub const ARROWS: &[(&str, &[&str])] = &[
     ("up", &[]),
     ("bench", &["up", "wire", "client", "exec", "control", "sched", "slurmcli", "trace", "model"]),
     // the binary
-    ("tandem", &["server", "agent", "proxy", "cli", "up", "bench", "sim", "sched", "trace"]),
+    ("tandem", &["server", "agent", "proxy", "cli", "up", "bench", "exec", "sim", "sched", "trace"]),
     // tooling
     ("xtask", &[]),
 ];

@@ -4,7 +4,14 @@
 //! benchmarks), so each command a user or a script runs starts a small program.
 
 fn main() -> std::process::ExitCode {
-    let argv: Vec<String> = std::env::args().collect();
+    exec::quiet_sigpipe();
+    let argv = match cli::args() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return std::process::ExitCode::from(2);
+        }
+    };
     let invoked = argv.first().map(|a| a.rsplit('/').next().unwrap_or(a).to_string()).unwrap_or_default();
     match cli::slurm(&invoked, argv.get(1..).unwrap_or(&[])) {
         Some(Ok(code)) => std::process::ExitCode::from(code.clamp(0, 255) as u8),

@@ -1,0 +1,125 @@
+//! User tokens: JSON Web Tokens signed with HS256 (as Slurm's auth/jwt and `scontrol token`),
+//! by the jsonwebtoken crate, with the claims `sub` (the uid, in decimal), `iat` and `exp`
+//! (Unix seconds). The key is the controller's own (`DATA/jwt.key`, 0600), not the agents'
+//! secret. Only the canonical encoding of a token is accepted: the one this module would
+//! issue for the same claims (no padding, no other header, no extra claim, no re-encoded
+//! base64 or JSON), so a token is valid in exactly one spelling.
+
+use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
+use serde::{Deserialize, Serialize};
+
+/// The claims of a user token.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Claims {
+    /// The uid, in decimal.
+    sub: String,
+    /// Issued at, Unix seconds.
+    iat: i64,
+    /// Expires at, Unix seconds.
+    exp: i64,
+}
+
+/// Issues and checks user tokens with one key.
+pub(crate) struct Tokens {
+    enc: EncodingKey,
+    dec: DecodingKey,
+}
+
+impl Tokens {
+    /// Tokens signed with `key` (at least 32 bytes).
+    pub(crate) fn new(key: &[u8]) -> Tokens {
+        assert!(key.len() >= 32, "an HS256 key of at least 256 bits");
+        Tokens {
+            enc: EncodingKey::from_secret(key).expect("a non-empty key"),
+            dec: DecodingKey::from_secret(key).expect("a non-empty key"),
+        }
+    }
+
+    /// A token for `uid`, issued at `now`, valid until `exp` (Unix seconds).
+    pub(crate) fn issue(&self, uid: u32, now: i64, exp: i64) -> String {
+        let claims = Claims { sub: uid.to_string(), iat: now, exp };
+        jsonwebtoken::encode(&Header::new(Algorithm::HS256), &claims, &self.enc).expect("HS256 signing cannot fail")
+    }
+
+    /// The uid `token` stands for, if it is genuine, canonical, issued no later than `now`
+    /// (plus a minute of clock skew) and unexpired at `now`.
+    pub(crate) fn verify(&self, token: &str, now: i64) -> Option<u32> {
+        let mut v = Validation::new(Algorithm::HS256);
+        // The clock is the caller's (`now`), checked below.
+        v.validate_exp = false;
+        v.set_required_spec_claims(&["exp", "sub"]);
+        let data = jsonwebtoken::decode::<Claims>(token, &self.dec, &v).ok()?;
+        let c = data.claims;
+        let uid: u32 = c.sub.parse().ok()?;
+        if uid.to_string() != c.sub || c.exp <= now || c.iat > now + 60 || c.iat > c.exp {
+            return None;
+        }
+        // Canonical: the very spelling this module issues for these claims.
+        (self.issue(uid, c.iat, c.exp) == token).then_some(uid)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const KEY: &[u8; 32] = b"0123456789abcdef0123456789abcdef";
+
+    fn b64(s: &[u8]) -> String {
+        const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+        let mut out = String::new();
+        for c in s.chunks(3) {
+            let n = c.iter().enumerate().fold(0u32, |n, (i, &b)| n | (b as u32) << (16 - 8 * i));
+            for i in 0..=c.len() {
+                out.push(A[(n >> (18 - 6 * i) & 63) as usize] as char);
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn a_token_stands_for_its_uid_until_it_expires() {
+        let t = Tokens::new(KEY);
+        let tok = t.issue(1000, 100, 200);
+        assert_eq!(tok.split('.').count(), 3, "a JWS compact token");
+        assert_eq!(t.verify(&tok, 150), Some(1000));
+        assert_eq!(t.verify(&tok, 200), None, "expired");
+        assert_eq!(t.verify(&tok, 30), None, "issued in the future");
+        assert_eq!(Tokens::new(b"another key, also 32 bytes long!").verify(&tok, 150), None, "another key");
+    }
+
+    #[test]
+    fn forged_altered_and_re_encoded_tokens_are_refused() {
+        let t = Tokens::new(KEY);
+        let tok = t.issue(1000, 100, 200);
+        let parts: Vec<&str> = tok.split('.').collect();
+        // Another uid with the old signature.
+        let claims = b64(br#"{"sub":"0","iat":100,"exp":200}"#);
+        assert_eq!(t.verify(&format!("{}.{claims}.{}", parts[0], parts[2]), 150), None);
+        // alg "none", no signature.
+        let none = b64(br#"{"typ":"JWT","alg":"none"}"#);
+        assert_eq!(t.verify(&format!("{none}.{}.", parts[1]), 150), None);
+        // Padding added, a signature with a flipped last character, whitespace, a second dot.
+        assert_eq!(t.verify(&format!("{tok}="), 150), None);
+        let mut flipped = tok.clone();
+        let last = flipped.pop().unwrap();
+        flipped.push(if last == 'A' { 'B' } else { 'A' });
+        assert_eq!(t.verify(&flipped, 150), None);
+        assert_eq!(t.verify(&format!(" {tok}"), 150), None);
+        assert_eq!(t.verify(&format!("{tok}."), 150), None);
+        // The same claims signed by the same key, spelled differently (JSON with a space, a
+        // leading zero in the uid, an extra claim): genuine signatures, but not canonical.
+        for body in [
+            br#"{"sub": "1000","iat":100,"exp":200}"#.as_slice(),
+            br#"{"sub":"01000","iat":100,"exp":200}"#,
+            br#"{"sub":"1000","iat":100,"exp":200,"adm":1}"#,
+        ] {
+            let msg = format!("{}.{}", parts[0], b64(body));
+            let sig = jsonwebtoken::crypto::sign(msg.as_bytes(), &EncodingKey::from_secret(KEY).unwrap(), Algorithm::HS256).unwrap();
+            assert_eq!(t.verify(&format!("{msg}.{sig}"), 150), None, "{}", String::from_utf8_lossy(body));
+        }
+        assert_eq!(t.verify("", 150), None);
+        assert_eq!(t.verify("1000.200.abcdef", 150), None, "the old format");
+    }
+}

@@ -1,0 +1,739 @@
+//! The hostile-user suite: a real `tandem up` cluster, run as root, shared by two ordinary Unix
+//! users, `tandem-alice` (the victim) and `tandem-mallory` (the attacker), whose commands run
+//! through `setpriv` with their own uid, gid and groups. Every attack first runs a positive
+//! control (the same thing on the attacker's own file, job or service works), then checks the
+//! specific refusal and that the victim's data is unchanged (content, owner, mode). Each test
+//! names the line of SECURITY.md it checks.
+//!
+//! `.ci/run` creates the two users. Under `CI=true` these tests fail, never skip, when they
+//! cannot run as designed (not root, no users, no setpriv); elsewhere they skip with a reason.
+
+mod common;
+
+use common::bin;
+use std::collections::HashMap;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const VICTIM: &str = "tandem-alice";
+const ATTACKER: &str = "tandem-mallory";
+
+#[derive(Clone, Debug)]
+struct User {
+    name: String,
+    uid: u32,
+    gid: u32,
+}
+
+fn id_of(name: &str, flag: &str) -> Option<u32> {
+    let o = Command::new("id").args([flag, name]).output().ok()?;
+    String::from_utf8_lossy(&o.stdout).trim().parse().ok().filter(|_| o.status.success())
+}
+
+/// The two users, or `None` (skip) with the reason printed; under CI a missing piece fails.
+fn users() -> Option<(User, User)> {
+    let why = if !nix::unistd::geteuid().is_root() {
+        Some("these tests run as root (they start a cluster and switch users)".to_string())
+    } else if Command::new("setpriv").arg("--version").output().is_err() {
+        Some("setpriv (util-linux) is not installed".to_string())
+    } else {
+        [VICTIM, ATTACKER].iter().find(|n| id_of(n, "-u").is_none()).map(|n| format!("no user {n} (`.ci/run` creates it: useradd {n})"))
+    };
+    if let Some(why) = why {
+        assert!(std::env::var("CI").as_deref() != Ok("true"), "the hostile-user tests cannot run: {why}");
+        eprintln!("skipped: {why}");
+        return None;
+    }
+    let u = |n: &str| User { name: n.into(), uid: id_of(n, "-u").unwrap(), gid: id_of(n, "-g").unwrap() };
+    Some((u(VICTIM), u(ATTACKER)))
+}
+
+/// A fresh directory tree for one test, root's, 0755.
+fn root_dir(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("tandem-hostile-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o755)).unwrap();
+    d
+}
+
+/// A directory owned by `u` with `mode`.
+fn user_dir(path: &Path, u: &User, mode: u32) -> PathBuf {
+    std::fs::create_dir_all(path).unwrap();
+    nix::unistd::chown(path, Some(nix::unistd::Uid::from_raw(u.uid)), Some(nix::unistd::Gid::from_raw(u.gid))).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+    path.to_path_buf()
+}
+
+/// A file with `text`, owned by `uid:gid`, with `mode`.
+fn owned_file(path: &Path, text: &str, uid: u32, gid: u32, mode: u32) -> PathBuf {
+    std::fs::write(path, text).unwrap();
+    nix::unistd::chown(path, Some(nix::unistd::Uid::from_raw(uid)), Some(nix::unistd::Gid::from_raw(gid))).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+    path.to_path_buf()
+}
+
+/// What must not change about a file: content, owner, group, mode.
+fn fingerprint(p: &Path) -> (String, u32, u32, u32) {
+    let m = std::fs::symlink_metadata(p).unwrap();
+    (std::fs::read_to_string(p).unwrap(), m.uid(), m.gid(), m.mode() & 0o7777)
+}
+
+fn text(o: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+}
+
+/// A `tandem up` cluster (one agent, no proxy) in `DIR/cluster`; stopped on drop.
+struct Up {
+    child: Child,
+    dir: PathBuf,
+    sock: String,
+    addr: String,
+    shims: PathBuf,
+}
+
+impl Up {
+    fn start(root: &Path, config: Option<&str>) -> Up {
+        let dir = root.join("cluster");
+        let shims = root.join("bin");
+        std::fs::create_dir_all(&shims).unwrap();
+        let st = Command::new(bin()).arg("shims").arg(&shims).stdout(Stdio::null()).status().unwrap();
+        assert!(st.success());
+        let mut cmd = Command::new(bin());
+        cmd.args(["up", "--agents", "1", "--port", "0", "--no-proxy", "--data"]).arg(&dir);
+        if let Some(c) = config {
+            let p = root.join("tandem.toml");
+            std::fs::write(&p, c).unwrap();
+            cmd.arg("--config").arg(p);
+        }
+        let child = cmd.stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !dir.join("env").exists() {
+            assert!(Instant::now() < deadline, "tandem up did not start");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let addr = std::fs::read_to_string(dir.join("controller/addr")).unwrap().trim().to_string();
+        let up = Up { child, sock: dir.join("controller/tandem.sock").display().to_string(), dir, addr, shims };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !String::from_utf8_lossy(&up.root(&["sinfo", "-N", "-h"]).stdout).contains("idle") {
+            assert!(Instant::now() < deadline, "node1 did not register");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        up
+    }
+
+    /// A command (a shim name or `tandem`) as `u` (or root), in `cwd`, against this cluster.
+    fn cmd(&self, u: Option<&User>, cwd: &Path, args: &[&str]) -> Command {
+        let prog = match args[0] {
+            "tandem" => PathBuf::from(bin()),
+            p if self.shims.join(p).exists() => self.shims.join(p),
+            p => PathBuf::from(p),
+        };
+        let mut c = match u {
+            Some(u) => {
+                let mut c = Command::new("setpriv");
+                c.args(["--reuid", &u.uid.to_string(), "--regid", &u.gid.to_string(), "--init-groups"]).arg(prog);
+                c
+            }
+            None => Command::new(prog),
+        };
+        c.args(&args[1..])
+            .current_dir(cwd)
+            .env_clear()
+            .env("PATH", format!("{}:/usr/bin:/bin", self.shims.display()))
+            .env("TANDEM_SERVER", format!("unix://{}", self.sock))
+            .env("HOME", "/nonexistent");
+        c
+    }
+
+    fn run(&self, u: &User, cwd: &Path, args: &[&str]) -> Output {
+        self.cmd(Some(u), cwd, args).output().unwrap()
+    }
+
+    fn ok(&self, u: &User, cwd: &Path, args: &[&str]) -> String {
+        let o = self.run(u, cwd, args);
+        assert!(o.status.success(), "{} {args:?} failed: {}", u.name, text(&o));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    }
+
+    fn root(&self, args: &[&str]) -> Output {
+        self.cmd(None, &self.dir, args).output().unwrap()
+    }
+
+    fn sbatch(&self, u: &User, cwd: &Path, args: &[&str]) -> u64 {
+        let mut a = vec!["sbatch", "--parsable"];
+        a.extend_from_slice(args);
+        self.ok(u, cwd, &a).trim().parse().unwrap()
+    }
+
+    fn job(&self, id: u64) -> HashMap<String, String> {
+        let o = self.root(&["scontrol", "show", "job", &id.to_string()]);
+        let out = String::from_utf8_lossy(&o.stdout).into_owned();
+        let mut m: HashMap<String, String> =
+            out.split_whitespace().filter_map(|kv| kv.split_once('=')).map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        if let Some(msg) = out.lines().find_map(|l| l.trim().strip_prefix("Message=")) {
+            m.insert("Message".into(), msg.to_string());
+        }
+        m
+    }
+
+    fn wait_state(&self, id: u64, want: &[&str]) -> HashMap<String, String> {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let j = self.job(id);
+            if j.get("JobState").is_some_and(|s| want.contains(&s.as_str())) {
+                return j;
+            }
+            assert!(Instant::now() < deadline, "job {id} stayed {:?}, wanted {want:?}", j.get("JobState"));
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// An HTTP request to the controller's TCP port: status and body.
+    fn tcp(&self, method: &str, path: &str, token: Option<&str>, body: Option<&str>) -> (u16, String) {
+        let mut c = Command::new("curl");
+        c.args(["-s", "-X", method, "-w", "\n%{http_code}", &format!("http://{}{path}", self.addr)]);
+        if let Some(t) = token {
+            c.args(["-H", &format!("Authorization: Bearer {t}")]);
+        }
+        if let Some(b) = body {
+            c.args(["-H", "content-type: application/json", "--data-binary", b]);
+        }
+        let o = c.output().unwrap();
+        let out = String::from_utf8_lossy(&o.stdout).into_owned();
+        let (body, code) = out.rsplit_once('\n').unwrap_or(("", "0"));
+        (code.trim().parse().unwrap_or(0), body.to_string())
+    }
+
+    fn token(&self, u: &User) -> String {
+        let out = self.ok(u, Path::new("/"), &["tandem", "token"]);
+        out.trim().strip_prefix("export TANDEM_TOKEN=").unwrap().to_string()
+    }
+}
+
+impl Drop for Up {
+    fn drop(&mut self) {
+        let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
+        let _ = self.child.wait();
+    }
+}
+
+/// The fixture: the victim's files (one readable, one in a private directory), root's file, and
+/// the attacker's working directory with links to both.
+struct Files {
+    root: PathBuf,
+    victim_dir: PathBuf,
+    victim_file: PathBuf,
+    victim_private: PathBuf,
+    root_file: PathBuf,
+    attacker_dir: PathBuf,
+}
+
+fn files(root: &Path, v: &User, a: &User) -> Files {
+    let rootonly = root.join("rootonly");
+    std::fs::create_dir_all(&rootonly).unwrap();
+    let root_file = owned_file(&rootonly.join("shadow"), "root:secret\n", 0, 0, 0o644);
+    let victim_dir = user_dir(&root.join("alice"), v, 0o755);
+    let victim_file = owned_file(&victim_dir.join("notes.txt"), "alice's notes\n", v.uid, v.gid, 0o644);
+    let victim_private = user_dir(&victim_dir.join("private"), v, 0o700);
+    let attacker_dir = user_dir(&root.join("mallory"), a, 0o755);
+    for (name, target) in [("to-root", &root_file), ("to-alice", &victim_file)] {
+        let link = attacker_dir.join(name);
+        std::os::unix::fs::symlink(target, &link).unwrap();
+        nix::unistd::fchownat(
+            nix::fcntl::AT_FDCWD,
+            &link,
+            Some(nix::unistd::Uid::from_raw(a.uid)),
+            Some(nix::unistd::Gid::from_raw(a.gid)),
+            nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+        )
+        .unwrap();
+    }
+    Files { root: root.to_path_buf(), victim_dir, victim_file, victim_private, root_file, attacker_dir }
+}
+
+/// SECURITY.md P1, P2: output and error files, and the working directory, with the user's rights.
+#[test]
+fn output_error_and_working_directory_paths_are_used_with_the_users_rights_only() {
+    let Some((v, a)) = users() else { return };
+    let root = root_dir("paths");
+    let f = files(&root, &v, &a);
+    let up = Up::start(&root, None);
+    let before = [fingerprint(&f.root_file), fingerprint(&f.victim_file)];
+    let wd = &f.attacker_dir;
+    // Positive control: the attacker's own output file, relative to its own directory.
+    let id = up.sbatch(&a, wd, &["-o", "own.out", "--wrap", "echo mine; id -u"]);
+    up.wait_state(id, &["COMPLETED"]);
+    assert_eq!(std::fs::read_to_string(wd.join("own.out")).unwrap(), format!("mine\n{}\n", a.uid));
+    assert_eq!(std::fs::metadata(wd.join("own.out")).unwrap().uid(), a.uid);
+    let cases: Vec<(Vec<String>, &str)> = vec![
+        (vec!["-o".into(), f.root_file.display().to_string()], "cannot open the output file"),
+        (vec!["-o".into(), "to-root".into()], "cannot open the output file"),
+        (vec!["-o".into(), f.victim_file.display().to_string()], "cannot open the output file"),
+        (vec!["-o".into(), "to-alice".into()], "cannot open the output file"),
+        (vec!["-o".into(), "ok2.out".into(), "-e".into(), "to-root".into()], "cannot open the error file"),
+        (vec!["-o".into(), "ok3.out".into(), "-e".into(), f.victim_file.display().to_string()], "cannot open the error file"),
+        (vec!["-o".into(), f.victim_dir.join("new.out").display().to_string()], "cannot open the output file"),
+        (
+            vec!["--chdir".into(), f.victim_private.display().to_string(), "-o".into(), wd.join("cd.out").display().to_string()],
+            "cannot enter the working directory",
+        ),
+    ];
+    for (opts, want) in cases {
+        let mut args: Vec<&str> = opts.iter().map(String::as_str).collect();
+        args.extend(["--wrap", "echo pwned"]);
+        let id = up.sbatch(&a, wd, &args);
+        let j = up.wait_state(id, &["FAILED"]);
+        let msg = j.get("Message").cloned().unwrap_or_default();
+        assert!(msg.contains(want) && msg.contains("Permission denied"), "{opts:?}: Message={msg:?}");
+        // sacct says the same.
+        let acct = up.ok(&a, wd, &["sacct", "-j", &id.to_string(), "-X", "-P", "-n", "--format=State,Reason"]);
+        assert!(acct.contains("FAILED|") && acct.contains(want), "{opts:?}: {acct}");
+    }
+    assert_eq!([fingerprint(&f.root_file), fingerprint(&f.victim_file)], before, "the victims' files are unchanged");
+    assert!(!f.victim_dir.join("new.out").exists(), "nothing was created in a directory the attacker may not write");
+    assert!(!wd.join("cd.out").exists(), "the job whose directory was refused never ran");
+    std::fs::remove_dir_all(&f.root).ok();
+}
+
+/// SECURITY.md P1 for services: a replica's output file with the service owner's rights.
+#[test]
+fn a_service_output_file_is_opened_with_its_owners_rights() {
+    let Some((v, a)) = users() else { return };
+    let root = root_dir("svcout");
+    let f = files(&root, &v, &a);
+    let up = Up::start(&root, None);
+    let before = fingerprint(&f.victim_file);
+    let wd = &f.attacker_dir;
+    let spec = |name: &str, output: &str| {
+        let p = wd.join(format!("{name}.toml"));
+        let text = format!("name = \"{name}\"\ncommand = [\"/bin/sh\", \"-c\", \"echo up; sleep 300\"]\noutput = \"{output}\"\n");
+        owned_file(&p, &text, a.uid, a.gid, 0o644);
+        p.display().to_string()
+    };
+    // Positive control: its own file.
+    up.ok(&a, wd, &["tandem", "service", "apply", "-f", &spec("own", "own-svc.log")]);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::fs::read_to_string(wd.join("own-svc.log")).unwrap_or_default() != "up\n" {
+        assert!(Instant::now() < deadline, "the attacker's own service did not start");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    up.ok(&a, wd, &["tandem", "service", "apply", "-f", &spec("evil", "to-alice")]);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let show = up.ok(&a, wd, &["tandem", "service", "show", "evil"]);
+        if show.contains("cannot open the output file") && show.contains("Permission denied") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no refusal shown:\n{show}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(fingerprint(&f.victim_file), before);
+    std::fs::remove_dir_all(&f.root).ok();
+}
+
+/// SECURITY.md S1, P3: the controller's state, the agent's spool and other users' scripts.
+#[test]
+fn state_secrets_and_spooled_scripts_are_unreadable_to_others() {
+    let Some((v, a)) = users() else { return };
+    let root = root_dir("state");
+    let f = files(&root, &v, &a);
+    let up = Up::start(&root, None);
+    let ctl = up.dir.join("controller");
+    // Positive control: the attacker reads its own file and reaches the controller's socket.
+    up.ok(&a, &f.attacker_dir, &["cat", "to-alice"]);
+    up.ok(&a, &f.attacker_dir, &["sinfo"]);
+    for name in ["state.db", "state.db-wal", "state.db-shm", "secret", "jwt.key", "addr"] {
+        let p = ctl.join(name);
+        let m = std::fs::metadata(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+        assert_eq!((m.mode() & 0o777, m.uid()), (0o600, 0), "{name}");
+        let o = up.run(&a, &f.attacker_dir, &["cat", &p.display().to_string()]);
+        assert!(!o.status.success() && text(&o).contains("Permission denied"), "{name}: {}", text(&o));
+    }
+    assert_eq!(std::fs::metadata(&ctl).unwrap().mode() & 0o777, 0o711);
+    let o = up.run(&a, &f.attacker_dir, &["ls", &ctl.display().to_string()]);
+    assert!(!o.status.success() && text(&o).contains("Permission denied"), "{}", text(&o));
+    // The secret is not in the database either.
+    let secret = std::fs::read_to_string(ctl.join("secret")).unwrap();
+    let db = std::fs::read(ctl.join("state.db")).unwrap();
+    let wal = std::fs::read(ctl.join("state.db-wal")).unwrap_or_default();
+    for bytes in [&db, &wal] {
+        assert!(!bytes.windows(secret.trim().len()).any(|w| w == secret.trim().as_bytes()), "the database holds the secret");
+    }
+    // Spooled scripts: the victim's is the victim's alone, and goes when the job ends.
+    let spool = up.dir.join("node1/spool");
+    let mine = up.sbatch(&a, &f.attacker_dir, &["-o", "/dev/null", "--wrap", "sleep 60 # mallory's"]);
+    let theirs = up.sbatch(&v, &f.victim_dir, &["-o", "/dev/null", "--wrap", "sleep 60 # alice's secret plan"]);
+    up.wait_state(mine, &["RUNNING"]);
+    up.wait_state(theirs, &["RUNNING"]);
+    let script = |id: u64| spool.join(format!("job_{id}_1.sh")).display().to_string();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !Path::new(&script(theirs)).exists() {
+        assert!(Instant::now() < deadline);
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(up.ok(&a, &f.attacker_dir, &["cat", &script(mine)]).contains("mallory's"), "positive control");
+    assert!(up.ok(&v, &f.victim_dir, &["cat", &script(theirs)]).contains("secret plan"), "the owner reads it");
+    let o = up.run(&a, &f.attacker_dir, &["cat", &script(theirs)]);
+    assert!(!o.status.success() && text(&o).contains("Permission denied"), "{}", text(&o));
+    let o = up.run(&a, &f.attacker_dir, &["ls", &spool.display().to_string()]);
+    assert!(!o.status.success() && text(&o).contains("Permission denied"), "{}", text(&o));
+    up.ok(&v, &f.victim_dir, &["scancel", &theirs.to_string()]);
+    up.wait_state(theirs, &["CANCELLED"]);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Path::new(&script(theirs)).exists() {
+        assert!(Instant::now() < deadline, "the script outlived its job");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    up.root(&["scancel", &mine.to_string()]);
+    std::fs::remove_dir_all(&f.root).ok();
+}
+
+/// SECURITY.md S2: `tandem up` never uses a directory another user prepared.
+#[test]
+fn tandem_up_refuses_directories_another_user_prepared() {
+    let Some((v, a)) = users() else { return };
+    let root = root_dir("updir");
+    let shared = root.join("shared");
+    std::fs::create_dir_all(&shared).unwrap();
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let up_as = |u: &User, xdg: &Path, extra: &[&str]| -> Output {
+        let mut c = Command::new("setpriv");
+        c.args([
+            "--reuid",
+            &u.uid.to_string(),
+            "--regid",
+            &u.gid.to_string(),
+            "--init-groups",
+            bin(),
+            "up",
+            "--agents",
+            "1",
+            "--port",
+            "0",
+            "--no-proxy",
+        ])
+        .args(extra)
+        .env_clear()
+        .env("XDG_RUNTIME_DIR", xdg)
+        .env("PATH", "/usr/bin:/bin")
+        .current_dir("/");
+        // A refusal returns at once; a cluster that starts is stopped after 20 s.
+        c.stdout(Stdio::piped()).stderr(Stdio::piped());
+        let child = c.spawn().unwrap();
+        let pid = child.id();
+        let killer = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_secs(20));
+            let _ = Command::new("kill").args(["-INT", &pid.to_string()]).status();
+        });
+        let o = child.wait_with_output().unwrap();
+        drop(killer);
+        o
+    };
+    // Pre-created by the attacker: its own directory where the victim's base would be.
+    let xdg1 = user_dir(&shared.join("run1"), &v, 0o1777);
+    user_dir(&xdg1.join("tandem"), &a, 0o777);
+    let o = up_as(&v, &xdg1, &[]);
+    assert!(!o.status.success() && text(&o).contains("another user's"), "{}", text(&o));
+    // Pre-linked: a link to a directory of the attacker's.
+    let xdg2 = user_dir(&shared.join("run2"), &v, 0o1777);
+    let trap = user_dir(&shared.join("trap"), &a, 0o777);
+    std::os::unix::fs::symlink(&trap, xdg2.join("tandem")).unwrap();
+    let o = up_as(&v, &xdg2, &[]);
+    assert!(!o.status.success() && text(&o).contains("a link"), "{}", text(&o));
+    assert_eq!(std::fs::read_dir(&trap).unwrap().count(), 0, "nothing was written into the trap");
+    // --data: another user's directory, a link, one others may write.
+    let theirs = user_dir(&shared.join("theirs"), &a, 0o755);
+    let o = up_as(&v, &xdg2, &["--data", &theirs.display().to_string()]);
+    assert!(!o.status.success() && text(&o).contains("another user's"), "{}", text(&o));
+    let link = shared.join("link");
+    std::os::unix::fs::symlink(&trap, &link).unwrap();
+    let o = up_as(&v, &xdg2, &["--data", &link.display().to_string()]);
+    assert!(!o.status.success() && text(&o).contains("a link"), "{}", text(&o));
+    let open = user_dir(&shared.join("open"), &v, 0o777);
+    let o = up_as(&v, &xdg2, &["--data", &open.display().to_string()]);
+    assert!(!o.status.success() && text(&o).contains("writable by other users"), "{}", text(&o));
+    // Positive control: the victim's own runtime directory; the cluster goes in a fresh 0700
+    // directory and `BASE/env` names it.
+    let own = user_dir(&root.join("alice-run"), &v, 0o700);
+    let o = up_as(&v, &own, &[]);
+    assert!(text(&o).contains("Tandem is up"), "{}", text(&o));
+    let base = own.join("tandem");
+    assert_eq!(std::fs::metadata(&base).unwrap().mode() & 0o777, 0o700);
+    let env = std::fs::read_to_string(base.join("env")).unwrap();
+    let dir = env
+        .lines()
+        .find_map(|l| l.strip_prefix("export TANDEM_SERVER=unix://"))
+        .unwrap()
+        .trim_end_matches("/controller/tandem.sock")
+        .to_string();
+    let m = std::fs::metadata(&dir).unwrap();
+    assert_eq!((m.mode() & 0o777, m.uid()), (0o700, v.uid), "{dir}");
+    assert!(Path::new(&dir).starts_with(&base));
+    std::fs::remove_dir_all(&root).ok();
+}
+
+/// SECURITY.md I2: tokens over TCP; nothing but health without one.
+#[test]
+fn tcp_needs_a_genuine_canonical_token() {
+    let Some((_v, a)) = users() else { return };
+    let root = root_dir("tokens");
+    let up = Up::start(&root, None);
+    let tok = up.token(&a);
+    // Positive control: the attacker's own token works.
+    let (code, body) = up.tcp("GET", "/v1/jobs", Some(&tok), None);
+    assert_eq!(code, 200, "{body}");
+    let (code, body) = up.tcp("GET", "/healthz", None, None);
+    assert_eq!((code, body.trim()), (200, "ok"));
+    for path in ["/v1/jobs", "/v1/nodes", "/v1/services", "/v1/history", "/v1/priority", "/metrics", "/openapi.json"] {
+        let (code, body) = up.tcp("GET", path, None, None);
+        assert_eq!(code, 401, "{path} without a token: {body}");
+    }
+    let (code, _) = up.tcp("POST", "/v1/jobs", None, Some("{}"));
+    assert_eq!(code, 401);
+    // Forged, altered and re-encoded tokens.
+    let parts: Vec<&str> = tok.split('.').collect();
+    let b64 = |s: &str| {
+        let o = Command::new("sh").args(["-c", &format!("printf '%s' '{s}' | base64 -w0 | tr '+/' '-_' | tr -d '='")]).output().unwrap();
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let root_claims = b64(r#"{"sub":"0","iat":1,"exp":9999999999}"#);
+    let none = b64(r#"{"alg":"none","typ":"JWT"}"#);
+    let mut flipped = tok.clone();
+    let last = flipped.pop().unwrap();
+    flipped.push(if last == 'A' { 'B' } else { 'A' });
+    let forged = [
+        format!("{}.{root_claims}.{}", parts[0], parts[2]),
+        format!("{none}.{root_claims}."),
+        format!("{tok}="),
+        format!("{}=.{}.{}", parts[0], parts[1], parts[2]),
+        flipped,
+        format!("0.9999999999.{}", "0".repeat(64)),
+        "garbage".into(),
+    ];
+    for t in &forged {
+        let (code, body) = up.tcp("GET", "/v1/jobs", Some(t), None);
+        assert_eq!(code, 401, "{t}: {body}");
+        let (code, _) = up.tcp("POST", "/v1/token", Some(t), None);
+        assert_eq!(code, 401, "{t}");
+    }
+    // Agents' paths without the cluster secret.
+    let (code, _) = up.tcp("POST", "/v1/agent/register", Some(&tok), Some("{}"));
+    assert_eq!(code, 401);
+    let (code, _) = up.tcp("POST", "/v1/agent/heartbeat", None, Some(r#"{"node":"node1","ack":0,"running":[],"exits":[]}"#));
+    assert_eq!(code, 401);
+    let (code, _) = up.tcp("POST", "/v1/proxy/sync", None, Some("{}"));
+    assert_eq!(code, 401);
+    std::fs::remove_dir_all(&root).ok();
+}
+
+/// SECURITY.md V1: others' jobs and services are listed, their command lines, environment
+/// values and arguments are not, on the Unix socket and over TCP.
+#[test]
+fn other_users_command_lines_and_service_environments_are_hidden() {
+    let Some((v, a)) = users() else { return };
+    let root = root_dir("visible");
+    let f = files(&root, &v, &a);
+    let up = Up::start(&root, None);
+    let secret = "alice-api-key-0451";
+    let job = up.sbatch(&v, &f.victim_dir, &["-J", "alicejob", "-o", "/dev/null", "--wrap", &format!("srun sh -c 'sleep 60 # {secret}'")]);
+    up.wait_state(job, &["RUNNING"]);
+    let spec = owned_file(
+        &f.victim_dir.join("svc.toml"),
+        &format!(
+            "name = \"alicesvc\"\ncommand = [\"/bin/sleep\"]\nargs = [\"300\", \"{secret}-arg\"]\noutput = \"/dev/null\"\n[env]\nAPI_KEY = \"{secret}-env\"\n"
+        ),
+        v.uid,
+        v.gid,
+        0o644,
+    );
+    up.ok(&v, &f.victim_dir, &["tandem", "service", "apply", "-f", &spec.display().to_string()]);
+    // The step exists once srun ran.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !up.ok(&v, &f.victim_dir, &["sacct", "-j", &job.to_string(), "-P", "-n", "--format=JobID"]).contains(&format!("{job}.0")) {
+        assert!(Instant::now() < deadline, "the step did not start");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // Positive control: the owner sees all of it.
+    let owner_tok = up.token(&v);
+    let (_, svc) = up.tcp("GET", "/v1/services/alicesvc", Some(&owner_tok), None);
+    assert!(svc.contains(&format!("{secret}-env")) && svc.contains(&format!("{secret}-arg")), "{svc}");
+    let (_, jobs) = up.tcp("GET", &format!("/v1/jobs/{job}"), Some(&owner_tok), None);
+    assert!(jobs.contains(secret), "{jobs}");
+    // The attacker sees that they exist, and who runs them ...
+    let q = up.ok(&a, &f.attacker_dir, &["squeue", "-h", "-o", "%i %u %j %T"]);
+    assert!(q.contains(&format!("{job} {VICTIM} alicejob RUNNING")), "{q}");
+    // ... but no command line, environment value or argument, through any command or path.
+    let tok = up.token(&a);
+    let mut seen = String::new();
+    for args in [
+        vec!["squeue".to_string()],
+        vec!["scontrol".into(), "show".into(), "job".into(), job.to_string()],
+        vec!["sacct".into(), "-a".into(), "--format=JobID,JobName,User,State".into()],
+        vec!["tandem".into(), "service".into(), "show".into(), "alicesvc".into()],
+        vec!["tandem".into(), "service".into(), "list".into()],
+    ] {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        seen.push_str(&up.ok(&a, &f.attacker_dir, &args));
+    }
+    for path in [format!("/v1/jobs/{job}"), "/v1/jobs".into(), "/v1/history".into(), "/v1/services".into(), "/v1/services/alicesvc".into()]
+    {
+        let (code, body) = up.tcp("GET", &path, Some(&tok), None);
+        assert_eq!(code, 200, "{path}: {body}");
+        seen.push_str(&body);
+        let (code, body) = up.tcp("GET", &path, None, None);
+        assert_eq!(code, 401, "{path} without a token: {body}");
+    }
+    assert!(seen.contains("alicesvc") && seen.contains("(hidden)"), "{seen}");
+    assert!(!seen.contains(secret), "the attacker saw the victim's secret:\n{seen}");
+    up.root(&["scancel", &job.to_string()]);
+    std::fs::remove_dir_all(&f.root).ok();
+}
+
+/// SECURITY.md V2: `private_data = ["jobs", "usage"]` hides other users' jobs and services.
+#[test]
+fn private_data_hides_other_users_jobs_and_services() {
+    let Some((v, a)) = users() else { return };
+    let root = root_dir("private");
+    let f = files(&root, &v, &a);
+    let up = Up::start(&root, Some("[security]\nprivate_data = [\"jobs\", \"usage\"]\n"));
+    let theirs = up.sbatch(&v, &f.victim_dir, &["-J", "alicejob", "-o", "/dev/null", "--hold", "--wrap", "true"]);
+    let mine = up.sbatch(&a, &f.attacker_dir, &["-J", "mallojob", "-o", "/dev/null", "--hold", "--wrap", "true"]);
+    // Positive control: each sees its own; root sees both.
+    let q = up.ok(&a, &f.attacker_dir, &["squeue", "-h", "-o", "%i %j"]);
+    assert!(q.contains(&format!("{mine} mallojob")) && !q.contains("alicejob"), "{q}");
+    let all = String::from_utf8_lossy(&up.root(&["squeue", "-h", "-o", "%i %j"]).stdout).into_owned();
+    assert!(all.contains("alicejob") && all.contains("mallojob"), "{all}");
+    assert!(up.ok(&v, &f.victim_dir, &["squeue", "-h", "-o", "%j"]).contains("alicejob"));
+    let o = up.run(&a, &f.attacker_dir, &["scontrol", "show", "job", &theirs.to_string()]);
+    assert!(!o.status.success() && text(&o).contains("nvalid job id"), "{}", text(&o));
+    let acct = up.ok(&a, &f.attacker_dir, &["sacct", "-a", "-n", "-P", "--format=JobID,JobName"]);
+    assert!(acct.contains("mallojob") && !acct.contains("alicejob"), "{acct}");
+    let prio = up.ok(&a, &f.attacker_dir, &["sprio"]);
+    let ids: Vec<&str> = prio.lines().skip(1).filter_map(|l| l.split_whitespace().next()).collect();
+    assert_eq!(ids, vec![mine.to_string()], "{prio}");
+    let tok = up.token(&a);
+    let (_, body) = up.tcp("GET", "/v1/jobs?all=true", Some(&tok), None);
+    assert!(body.contains("mallojob") && !body.contains("alicejob"), "{body}");
+    let (code, _) = up.tcp("GET", &format!("/v1/jobs/{theirs}"), Some(&tok), None);
+    assert_eq!(code, 404);
+    up.root(&["scancel", &theirs.to_string(), &mine.to_string()]);
+    std::fs::remove_dir_all(&f.root).ok();
+}
+
+/// SECURITY.md V3: only the owner (or root) acts on a job or a service.
+#[test]
+fn another_users_jobs_and_services_cannot_be_touched() {
+    let Some((v, a)) = users() else { return };
+    let root = root_dir("actions");
+    let f = files(&root, &v, &a);
+    let up = Up::start(&root, None);
+    let running = up.sbatch(&v, &f.victim_dir, &["-o", "/dev/null", "--wrap", "sleep 300"]);
+    let held = up.sbatch(&v, &f.victim_dir, &["-o", "/dev/null", "--hold", "--wrap", "true"]);
+    up.wait_state(running, &["RUNNING"]);
+    let spec = owned_file(
+        &f.victim_dir.join("svc.toml"),
+        "name = \"alicesvc\"\ncommand = [\"/bin/sleep\"]\nargs = [\"300\"]\noutput = \"/dev/null\"\n",
+        v.uid,
+        v.gid,
+        0o644,
+    );
+    up.ok(&v, &f.victim_dir, &["tandem", "service", "apply", "-f", &spec.display().to_string()]);
+    // Positive controls: the attacker does each of these to its own job and service.
+    let own = up.sbatch(&a, &f.attacker_dir, &["-o", "/dev/null", "--hold", "--wrap", "true"]);
+    up.ok(&a, &f.attacker_dir, &["scontrol", "update", &format!("JobId={own}"), "TimeLimit=5"]);
+    up.ok(&a, &f.attacker_dir, &["scontrol", "release", &own.to_string()]);
+    up.ok(&a, &f.attacker_dir, &["scontrol", "hold", &own.to_string()]);
+    up.ok(&a, &f.attacker_dir, &["scancel", &own.to_string()]);
+    let own_spec = owned_file(
+        &f.attacker_dir.join("svc.toml"),
+        "name = \"mallsvc\"\ncommand = [\"/bin/sleep\"]\nargs = [\"300\"]\noutput = \"/dev/null\"\n",
+        a.uid,
+        a.gid,
+        0o644,
+    );
+    up.ok(&a, &f.attacker_dir, &["tandem", "service", "apply", "-f", &own_spec.display().to_string()]);
+    up.ok(&a, &f.attacker_dir, &["tandem", "service", "scale", "mallsvc", "2"]);
+    up.ok(&a, &f.attacker_dir, &["tandem", "service", "delete", "mallsvc"]);
+    let before = (up.job(running), up.job(held));
+    let r = running.to_string();
+    let h = held.to_string();
+    let attacks: Vec<Vec<&str>> = vec![
+        vec!["scancel", &r],
+        vec!["scancel", "--signal=KILL", &r],
+        vec!["scontrol", "hold", &r],
+        vec!["scontrol", "requeue", &r],
+        vec!["scontrol", "release", &h],
+        vec!["scancel", &h],
+    ];
+    let update = format!("JobId={h}");
+    let mut attacks = attacks;
+    attacks.push(vec!["scontrol", "update", &update, "TimeLimit=1"]);
+    for args in &attacks {
+        let o = up.run(&a, &f.attacker_dir, args);
+        assert!(!o.status.success() && text(&o).contains("permission denied"), "{args:?}: {}", text(&o));
+    }
+    // A step in the victim's allocation, as srun inside a job would ask for one.
+    let o = up.cmd(Some(&a), &f.attacker_dir, &["srun", "true"]).env("SLURM_JOB_ID", &r).output().unwrap();
+    assert!(!o.status.success() && text(&o).contains("permission denied"), "srun: {}", text(&o));
+    for args in [
+        vec!["tandem", "service", "scale", "alicesvc", "3"],
+        vec!["tandem", "service", "delete", "alicesvc"],
+        vec!["tandem", "service", "rollout", "undo", "alicesvc"],
+        vec!["tandem", "service", "apply", "-f", &own_spec.display().to_string().replace("svc.toml", "steal.toml")],
+    ] {
+        if args[3] == "-f" {
+            owned_file(Path::new(args[4]), "name = \"alicesvc\"\ncommand = [\"/bin/sh\"]\nargs = [\"-c\", \"id\"]\n", a.uid, a.gid, 0o644);
+        }
+        let o = up.run(&a, &f.attacker_dir, &args);
+        assert!(!o.status.success() && text(&o).contains("belongs to another user"), "{args:?}: {}", text(&o));
+    }
+    let after = (up.job(running), up.job(held));
+    for k in ["JobState", "TimeLimit", "Restarts"] {
+        assert_eq!((&before.0[k], &before.1[k]), (&after.0[k], &after.1[k]), "{k}");
+    }
+    let show = up.ok(&v, &f.victim_dir, &["tandem", "service", "show", "alicesvc"]);
+    assert!(show.contains("/bin/sleep") && !show.contains("\"id\""), "{show}");
+    up.root(&["scancel", &r, &h]);
+    std::fs::remove_dir_all(&f.root).ok();
+}
+
+/// SECURITY.md M1: a closed output pipe and a non-UTF-8 argument.
+#[test]
+fn closed_pipes_and_odd_bytes_end_commands_quietly() {
+    let Some((_v, a)) = users() else { return };
+    let root = root_dir("misuse");
+    let up = Up::start(&root, None);
+    let wd = user_dir(&root.join("mallory"), &a, 0o755);
+    for i in 0..30 {
+        up.sbatch(&a, &wd, &["-o", "/dev/null", "--hold", "-J", &format!("j{i}"), "--wrap", "true"]);
+    }
+    for cmd in ["squeue", "sacct", "sinfo -N", "scontrol show job", "tandem --help"] {
+        let prog = if cmd.starts_with("tandem") { cmd.replacen("tandem", bin(), 1) } else { format!("{}/{cmd}", up.shims.display()) };
+        let o = Command::new("bash")
+            .args(["-c", &format!("set -o pipefail; {prog} | head -c 1 > /dev/null; echo rc=$?")])
+            .env("TANDEM_SERVER", format!("unix://{}", up.sock))
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!err.contains("panicked") && !err.contains("Broken pipe"), "{cmd}: {err}");
+    }
+    use std::os::unix::ffi::OsStrExt;
+    for prog in [up.shims.join("sbatch"), PathBuf::from(bin())] {
+        let o = Command::new(&prog)
+            .arg(std::ffi::OsStr::from_bytes(b"--wrap=\xff\xfe"))
+            .env("TANDEM_SERVER", format!("unix://{}", up.sock))
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success() && err.contains("not valid UTF-8") && err.lines().count() == 1 && !err.contains("panicked"), "{err}");
+    }
+    let bad = wd.join("bad.sh");
+    std::fs::write(&bad, b"#!/bin/sh\necho \xff\n").unwrap();
+    let o = up.run(&a, &wd, &["sbatch", &bad.display().to_string()]);
+    assert!(!o.status.success() && !text(&o).contains("panicked") && text(&o).trim().lines().count() == 1, "{}", text(&o));
+    up.root(&["scancel", "-u", ATTACKER]);
+    std::fs::remove_dir_all(&root).ok();
+}
