@@ -514,6 +514,9 @@ setup_tandem() {
     source "$d/data/env"
     export TANDEM_SERVER
     TANDEM_ADDR=$(cat "$d/data/controller/addr")
+    TANDEM_CA_FILE=$d/data/controller/ca.pem
+    # /metrics needs an identity over TCP (SECURITY.md): a token of this user's.
+    METRICS_TOKEN=$("$TANDEM_BIN" token --lifespan 86400 | sed 's/^export TANDEM_TOKEN=//')
     # /metrics needs an identity over TCP (SECURITY.md): a token of this user's.
     METRICS_TOKEN=$("$TANDEM_BIN" token --lifespan 86400 | sed 's/^export TANDEM_TOKEN=//')
     CTL_PID="" NODE_PIDS=""
@@ -536,16 +539,10 @@ setup_tandem() {
     done
     ((up_nodes >= NODES)) || { LOG "only $up_nodes of $NODES Tandem nodes idle"; sinfo -N >&2 || true; return 1; }
     LOG "Tandem: $NODES nodes idle (server pid $CTL_PID)"
-    # The controller's Prometheus endpoint (curl when present, else bash's /dev/tcp).
+    # The controller's Prometheus endpoint, over its TLS port with a token, as a scraper would.
+    command -v curl > /dev/null || { LOG "curl is needed to read the controller's /metrics"; return 1; }
     metrics() {
-        if command -v curl > /dev/null; then
-            curl -sf -H "Authorization: Bearer $METRICS_TOKEN" "http://$TANDEM_ADDR/metrics"
-        else
-            exec 3<> "/dev/tcp/${TANDEM_ADDR%:*}/${TANDEM_ADDR##*:}" || return 1
-            printf 'GET /metrics HTTP/1.0\r\nHost: tandem\r\nAuthorization: Bearer %s\r\n\r\n' "$METRICS_TOKEN" >&3
-            cat <&3
-            exec 3<&-
-        fi
+        curl -sf --cacert "$TANDEM_CA_FILE" -H "Authorization: Bearer $METRICS_TOKEN" "https://$TANDEM_ADDR/metrics"
     }
     ended_count() {
         metrics | awk '/^tandem_jobs\{/ && !/"PENDING"|"RUNNING"/ { n += $2 } END { print n + 0 }'

@@ -23,8 +23,10 @@ use std::path::PathBuf;
 /// `tandem agent`'s settings, as given on its command line.
 #[derive(Debug, Clone)]
 pub struct Options {
-    /// Controller address, `http://host:port`.
+    /// Controller address, `https://host:port` (or `http://` with an `--insecure` controller).
     pub server: String,
+    /// The cluster CA (`ca.pem` in the controller's data directory), for `https://`.
+    pub ca: Option<PathBuf>,
     /// Node name (default: the host name).
     pub name: Option<String>,
     /// File holding the cluster secret.
@@ -45,7 +47,7 @@ pub struct Options {
 
 /// Runs the agent until the process is stopped (on a runtime of its own).
 pub fn main(o: Options) -> Result<()> {
-    let server = client::Target::parse(&o.server)?;
+    let server = client::Target::parse_with_ca(&o.server, o.ca.as_deref())?;
     let name = match o.name {
         Some(n) => n,
         None => nix::unistd::gethostname()?.to_string_lossy().into_owned(),

@@ -15,7 +15,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 
-use client::{Target, send};
+use client::{Conn, Target};
 use wire::*;
 
 use crate::launch::{Cgroups, kill_group, launch, script_path};
@@ -86,9 +86,11 @@ pub(crate) async fn run(a: AgentArgs) -> Result<()> {
     let secret = a.secret.clone();
     let hdr = [("x-tandem-secret", secret.as_str())];
     let reg = RegisterRequest { node: node.clone(), addr: a.addr.clone() };
+    // One connection to the controller for everything (HTTP/2 over TLS, kept open).
+    let conn = Conn::new(a.server.clone());
     let register = || async {
         loop {
-            match send(&a.server, "POST", "/v1/agent/register", Some(&reg), &hdr).await.and_then(|r| r.json::<RegisterResponse>()) {
+            match conn.send("POST", "/v1/agent/register", Some(&reg), &hdr).await.and_then(|r| r.json::<RegisterResponse>()) {
                 Ok(r) => return r,
                 Err(e) => {
                     eprintln!("tandem agent {}: registering: {:#}", a.name, anyhow::Error::from(e));
@@ -150,7 +152,7 @@ pub(crate) async fn run(a: AgentArgs) -> Result<()> {
             wait_ms: if exits.is_empty() { info.heartbeat_ms } else { 0 },
             replicas: tasks.values().filter_map(|r| r.replica.as_ref().map(|c| c.status.lock().expect("lock").clone())).collect(),
         };
-        let req = send(&a.server, "POST", "/v1/agent/heartbeat", Some(&hb), &hdr);
+        let req = conn.send("POST", "/v1/agent/heartbeat", Some(&hb), &hdr);
         let reply = tokio::select! {
             r = req => Some(r),
             // A task ended during the long poll: report it now.

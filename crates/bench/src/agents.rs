@@ -69,6 +69,8 @@ pub struct Opts {
     pub seed: u64,
     /// Services applied before the jobs (each replica one GPU), and replicas of each.
     pub services: (u32, u32),
+    /// Plain HTTP/2 to an `--insecure` controller instead of TLS.
+    pub insecure: bool,
 }
 
 /// Percentiles of a latency sample, milliseconds.
@@ -111,7 +113,7 @@ pub struct Report {
     run_time_s: (f64, f64),
     submitters: u32,
     seed: u64,
-    settings: &'static str,
+    settings: String,
     registration_s: f64,
     register_rtt: Lat,
     idle_window_s: f64,
@@ -529,6 +531,7 @@ pub fn run(o: Opts) -> Result<Report> {
         Command::new(&exe)
             .args(["server", "--listen", "127.0.0.1:0", "--data"])
             .arg(&data)
+            .args(o.insecure.then_some("--insecure"))
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(dir.join("controller.log"))?)
             .spawn()
@@ -538,10 +541,17 @@ pub fn run(o: Opts) -> Result<Report> {
     let addr = wait_for(&data.join("addr"), "the controller's address", 60)?;
     let secret = wait_for(&data.join("secret"), "the cluster secret", 10)?;
     let unix = Target::parse(&format!("unix://{}", data.join("tandem.sock").display()))?;
+    // As real agents: TLS, trusting the cluster CA the controller made (unless --insecure).
+    let tls = if o.insecure {
+        None
+    } else {
+        wait_for(&data.join("ca.pem"), "the cluster CA", 10)?;
+        Some(client::tls_config(&data.join("ca.pem"))?)
+    };
     let conns = o.count.div_ceil(o.agents_per_conn) as usize;
     let sources: Vec<std::net::IpAddr> = (1..=o.sources.max(1)).map(|k| std::net::IpAddr::from([127, 0, 0, k.min(254) as u8])).collect();
     let sh = Arc::new(Shared {
-        pool: H2Pool::new(&addr, conns, sources.clone()),
+        pool: H2Pool::new(&addr, tls.clone(), conns, sources.clone()),
         secret,
         t0: Instant::now(),
         starts: (0..(o.timeout_s + 7200)).map(|_| AtomicU32::new(0)).collect(),
@@ -790,7 +800,10 @@ pub fn run(o: Opts) -> Result<Report> {
         run_time_s: o.run_time,
         submitters: o.submitters,
         seed: o.seed,
-        settings: "controller: tandem server defaults (SQLite WAL, synchronous=FULL, every acknowledgement durable; agents present the cluster secret; users identified on the Unix socket); agents: HTTP/2 (h2c) over TCP, jobs: POST /v1/jobs on the Unix socket",
+        settings: format!(
+            "controller: tandem server defaults (SQLite WAL, synchronous=FULL, every acknowledgement durable; agents present the cluster secret; users identified on the Unix socket); agents: HTTP/2 {} over TCP, jobs: POST /v1/jobs on the Unix socket",
+            if o.insecure { "cleartext (h2c, --insecure)" } else { "over TLS 1.3 (the cluster CA)" }
+        ),
         registration_s,
         register_rtt: lat(std::mem::take(&mut *sh.reg_rtt.lock().expect("lock"))),
         idle_window_s: idle_s,
@@ -965,6 +978,7 @@ mod tests {
             timeout_s: 1,
             seed: 3,
             services: (0, 0),
+            insecure: false,
         };
         let (mut a, mut b) = (SmallRng::seed_from_u64(3), SmallRng::seed_from_u64(3));
         for _ in 0..200 {

@@ -116,6 +116,9 @@ pub enum BenchCmd {
         /// Seed of the job mix.
         #[arg(long, default_value_t = 1)]
         seed: u64,
+        /// Plain HTTP/2 to an `--insecure` controller instead of TLS (to measure what TLS costs).
+        #[arg(long)]
+        insecure: bool,
         /// Print one JSON object.
         #[arg(long)]
         json: bool,
@@ -219,6 +222,7 @@ pub fn run(cmd: BenchCmd) -> Result<()> {
             idle,
             timeout,
             seed,
+            insecure,
             json,
         } => {
             let (a, b) = run_time.split_once('-').unwrap_or((&run_time, &run_time));
@@ -244,6 +248,7 @@ pub fn run(cmd: BenchCmd) -> Result<()> {
                 timeout_s: timeout,
                 seed,
                 services: (services, replicas),
+                insecure,
             };
             let r = crate::agents::run(o)?;
             report(json, &r, crate::agents::print)

@@ -115,7 +115,7 @@ pub fn run(jobs: u32, cli_jobs: u32, agents: u32, cpus: u32, concurrency: u32) -
                 .args([
                     "agent",
                     "--server",
-                    &format!("http://{addr}"),
+                    &format!("https://{addr}"),
                     "--name",
                     &format!("node{i}"),
                     "--cpus",
@@ -125,6 +125,8 @@ pub fn run(jobs: u32, cli_jobs: u32, agents: u32, cpus: u32, concurrency: u32) -
                     "--secret-file",
                 ])
                 .arg(dir.join("ctl/secret"))
+                .arg("--ca")
+                .arg(dir.join("ctl/ca.pem"))
                 .arg("--data")
                 .arg(&d)
                 .stdout(Stdio::null())

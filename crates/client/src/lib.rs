@@ -1,8 +1,10 @@
-//! Talking to the controller: a minimal HTTP/1.1 client over TCP or a Unix socket
-//! (`TANDEM_SERVER=http://host:port` or `unix:///path/to/tandem.sock`), one connection per
-//! request ([`send`]); and [`H2Pool`], HTTP/2 connections that carry many requests at once (the
-//! simulated agents of `tandem bench agents`). Used by the CLI, the agent, the proxy and the
-//! benchmarks.
+//! Talking to the controller: a minimal HTTP/1.1 client over TLS, a Unix socket or (only for
+//! development, `--insecure`) plain TCP (`TANDEM_SERVER=https://host:port` with the cluster CA
+//! in `TANDEM_CA`, `unix:///path/to/tandem.sock`, or `http://host:port`), one connection per
+//! request ([`send`]); and [`H2Pool`], HTTP/2 connections that carry many requests at once (an
+//! agent's one connection, the proxy's, the simulated agents of `tandem bench agents`). Over
+//! TLS the controller is verified against the cluster CA under [`wire::CONTROLLER_NAME`],
+//! whatever address is dialled. Used by the CLI, the agent, the proxy and the benchmarks.
 //!
 //! It owns the connection, not its meaning: bodies are `wire`'s types, and it never decides
 //! anything about jobs or nodes. It returns typed errors ([`Error`]), whose causes are their
@@ -48,6 +50,24 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// The cluster CA could not be read.
+    #[error("cannot use {path} as the cluster CA (TANDEM_CA, --ca): {why}")]
+    Ca {
+        /// The file.
+        path: String,
+        /// What is wrong.
+        why: String,
+    },
+    /// The TLS handshake with the controller failed (not the cluster's controller, or a CA
+    /// that is not the cluster's).
+    #[error("TLS with the controller at {target} failed")]
+    Tls {
+        /// `https://host:port`.
+        target: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
     /// The connection failed while the request or reply was on it (hyper's message, as is).
     #[error(transparent)]
     Http(#[from] hyper::Error),
@@ -82,15 +102,55 @@ pub type Result<T> = std::result::Result<T, Error>;
 /// Where the controller is.
 #[derive(Clone, Debug)]
 pub enum Target {
-    /// TCP: host:port.
+    /// Plain TCP: host:port (`http://`, development only).
     Tcp(String),
+    /// TLS over TCP: host:port, and the client configuration that trusts the cluster CA.
+    Tls(String, Arc<rustls::ClientConfig>),
     /// Unix socket path.
     Unix(String),
 }
 
+use std::sync::Arc;
+
+/// A TLS client configuration that trusts only the cluster CA in `ca` (a PEM file).
+pub fn tls_config(ca: &std::path::Path) -> Result<Arc<rustls::ClientConfig>> {
+    use rustls_pki_types::pem::PemObject;
+    let bad = |why: String| Error::Ca { path: ca.display().to_string(), why };
+    let certs: Vec<rustls_pki_types::CertificateDer<'static>> = rustls_pki_types::CertificateDer::pem_file_iter(ca)
+        .map_err(|e| bad(e.to_string()))?
+        .collect::<std::result::Result<_, _>>()
+        .map_err(|e| bad(e.to_string()))?;
+    if certs.is_empty() {
+        return Err(bad("no certificate in it".into()));
+    }
+    let mut roots = rustls::RootCertStore::empty();
+    for c in certs {
+        roots.add(c).map_err(|e| bad(e.to_string()))?;
+    }
+    Ok(Arc::new(rustls::ClientConfig::builder().with_root_certificates(roots).with_no_client_auth()))
+}
+
 impl Target {
-    /// Parses `http://host:port` or `unix:///path`.
+    /// Parses `https://host:port` (with the cluster CA from `TANDEM_CA`), `unix:///path` or
+    /// `http://host:port`.
     pub fn parse(s: &str) -> Result<Target> {
+        let ca = std::env::var_os("TANDEM_CA").map(std::path::PathBuf::from);
+        Target::parse_with_ca(s, ca.as_deref())
+    }
+
+    /// Parses `https://host:port` (trusting the CA in `ca`, which it needs), `unix:///path` or
+    /// `http://host:port`.
+    pub fn parse_with_ca(s: &str, ca: Option<&std::path::Path>) -> Result<Target> {
+        if let Some(h) = s.strip_prefix("https://") {
+            let h = h.trim_end_matches('/');
+            if h.is_empty() || h.contains('/') {
+                return Err(Error::BadTarget { value: s.into(), why: "expected https://host:port" });
+            }
+            let Some(ca) = ca else {
+                return Err(Error::BadTarget { value: s.into(), why: "https:// needs the cluster CA (TANDEM_CA=DATA/ca.pem, or --ca)" });
+            };
+            return Ok(Target::Tls(h.to_string(), tls_config(ca)?));
+        }
         if let Some(p) = s.strip_prefix("unix://") {
             if p.is_empty() {
                 return Err(Error::BadTarget { value: s.into(), why: "unix:// needs a socket path" });
@@ -104,7 +164,7 @@ impl Target {
             }
             return Ok(Target::Tcp(h.to_string()));
         }
-        Err(Error::BadTarget { value: s.into(), why: "expected http://host:port or unix:///path/to/tandem.sock" })
+        Err(Error::BadTarget { value: s.into(), why: "expected https://host:port, unix:///path/to/tandem.sock or http://host:port" })
     }
 
     /// From `TANDEM_SERVER`, defaulting to the default address.
@@ -161,7 +221,7 @@ pub async fn send(t: &Target, method: &str, path: &str, body: Option<&impl Seria
     for (k, v) in headers {
         req = req.header(*k, *v);
     }
-    if let (Target::Tcp(_), Ok(tok)) = (t, std::env::var("TANDEM_TOKEN"))
+    if let (Target::Tcp(_) | Target::Tls(..), Ok(tok)) = (t, std::env::var("TANDEM_TOKEN"))
         && !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("authorization"))
     {
         req = req.header("authorization", format!("Bearer {}", tok.trim()));
@@ -174,12 +234,28 @@ pub async fn send(t: &Target, method: &str, path: &str, body: Option<&impl Seria
             s.set_nodelay(true).ok();
             exchange(s, req).await?
         }
+        Target::Tls(addr, cfg) => {
+            let s =
+                tokio::net::TcpStream::connect(addr).await.map_err(|source| Error::Connect { target: format!("https://{addr}"), source })?;
+            s.set_nodelay(true).ok();
+            exchange(tls_connect(s, cfg.clone(), addr).await?, req).await?
+        }
         Target::Unix(p) => {
             let s = tokio::net::UnixStream::connect(p).await.map_err(|source| Error::Connect { target: format!("unix://{p}"), source })?;
             exchange(s, req).await?
         }
     };
     Ok(Reply { status, body })
+}
+
+/// The TLS handshake with the controller (verified as [`wire::CONTROLLER_NAME`]).
+async fn tls_connect(
+    s: tokio::net::TcpStream,
+    cfg: Arc<rustls::ClientConfig>,
+    addr: &str,
+) -> Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
+    let name = rustls_pki_types::ServerName::try_from(wire::CONTROLLER_NAME).expect("a valid DNS name");
+    tokio_rustls::TlsConnector::from(cfg).connect(name, s).await.map_err(|source| Error::Tls { target: format!("https://{addr}"), source })
 }
 
 async fn exchange<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static>(
@@ -196,23 +272,31 @@ async fn exchange<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send
     Ok((status, body))
 }
 
-/// HTTP/2 over cleartext TCP (prior knowledge, as the controller's listener accepts it):
+/// HTTP/2 over TLS (ALPN `h2`) or, for development, cleartext TCP (prior knowledge):
 /// `conns` connections, each carrying many requests at once, as a node-side proxy or a process
 /// hosting many agents would. Request `i` goes on connection `i % conns`; a closed connection is
 /// reopened on its next use. Connections are opened from the given local source addresses in
 /// turn (several 127.0.0.x addresses spread them over more port ranges).
 pub struct H2Pool {
     addr: String,
+    tls: Option<Arc<rustls::ClientConfig>>,
     sources: Vec<std::net::IpAddr>,
     slots: Vec<tokio::sync::Mutex<Option<hyper::client::conn::http2::SendRequest<Full<Bytes>>>>>,
     opened: std::sync::atomic::AtomicU64,
 }
 
 impl H2Pool {
-    /// A pool of `conns` connections (opened lazily) to `addr` (`host:port`).
-    pub fn new(addr: &str, conns: usize, sources: Vec<std::net::IpAddr>) -> H2Pool {
+    /// A pool of `conns` connections (opened lazily) to `addr` (`host:port`), over TLS when
+    /// `tls` is given (the configuration that trusts the cluster CA).
+    pub fn new(addr: &str, tls: Option<Arc<rustls::ClientConfig>>, conns: usize, sources: Vec<std::net::IpAddr>) -> H2Pool {
+        let tls = tls.map(|c| {
+            let mut c = (*c).clone();
+            c.alpn_protocols = vec![b"h2".to_vec()];
+            Arc::new(c)
+        });
         H2Pool {
             addr: addr.to_string(),
+            tls,
             sources,
             slots: (0..conns.max(1)).map(|_| tokio::sync::Mutex::new(None)).collect(),
             opened: std::sync::atomic::AtomicU64::new(0),
@@ -242,7 +326,7 @@ impl H2Pool {
         {
             return Ok(tx.clone());
         }
-        let target = || format!("http://{}", self.addr);
+        let target = || format!("{}://{}", if self.tls.is_some() { "https" } else { "http" }, self.addr);
         let local = |what| move |source| Error::Local { target: target(), what, source };
         let remote: std::net::SocketAddr =
             tokio::net::lookup_host(&self.addr)
@@ -258,14 +342,24 @@ impl H2Pool {
         }
         let s = sock.connect(remote).await.map_err(|source| Error::Connect { target: target(), source })?;
         s.set_nodelay(true).ok();
-        let (tx, conn) = hyper::client::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
-            .initial_stream_window_size(1 << 20)
-            .initial_connection_window_size(8 << 20)
-            .handshake(TokioIo::new(s))
-            .await?;
-        tokio::spawn(async move {
-            let _ = conn.await;
-        });
+        let mut b = hyper::client::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new());
+        b.initial_stream_window_size(1 << 20).initial_connection_window_size(8 << 20);
+        let tx = match &self.tls {
+            Some(cfg) => {
+                let (tx, conn) = b.handshake(TokioIo::new(tls_connect(s, cfg.clone(), &self.addr).await?)).await?;
+                tokio::spawn(async move {
+                    let _ = conn.await;
+                });
+                tx
+            }
+            None => {
+                let (tx, conn) = b.handshake(TokioIo::new(s)).await?;
+                tokio::spawn(async move {
+                    let _ = conn.await;
+                });
+                tx
+            }
+        };
         self.opened.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         *slot = Some(tx.clone());
         Ok(tx)
@@ -277,8 +371,9 @@ impl H2Pool {
             Some(b) => Bytes::from(serde_json::to_vec(b).map_err(Error::Encode)?),
             None => Bytes::new(),
         };
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
         let mut req =
-            Request::builder().method(method).uri(format!("http://{}{path}", self.addr)).header("content-type", "application/json");
+            Request::builder().method(method).uri(format!("{scheme}://{}{path}", self.addr)).header("content-type", "application/json");
         for (k, v) in headers {
             req = req.header(*k, *v);
         }
@@ -289,5 +384,38 @@ impl H2Pool {
         let status = resp.status().as_u16();
         let body = resp.into_body().collect().await?.to_bytes();
         Ok(Reply { status, body })
+    }
+}
+
+/// A daemon's link to the controller (an agent's, the proxy's): over TCP or TLS one HTTP/2
+/// connection, kept open and reopened when it closes, that carries every request (no
+/// handshake per heartbeat); over a Unix socket a connection per request.
+pub struct Conn {
+    target: Target,
+    pool: Option<H2Pool>,
+}
+
+impl Conn {
+    /// A link to `target`; nothing is opened until the first request.
+    pub fn new(target: Target) -> Conn {
+        let pool = match &target {
+            Target::Tcp(a) => Some(H2Pool::new(a, None, 1, Vec::new())),
+            Target::Tls(a, cfg) => Some(H2Pool::new(a, Some(cfg.clone()), 1, Vec::new())),
+            Target::Unix(_) => None,
+        };
+        Conn { target, pool }
+    }
+
+    /// Where it goes.
+    pub fn target(&self) -> &Target {
+        &self.target
+    }
+
+    /// Sends one request.
+    pub async fn send(&self, method: &str, path: &str, body: Option<&impl Serialize>, headers: &[(&str, &str)]) -> Result<Reply> {
+        match &self.pool {
+            Some(p) => p.send(0, method, path, body, headers).await,
+            None => send(&self.target, method, path, body, headers).await,
+        }
     }
 }

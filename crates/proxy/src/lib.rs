@@ -37,7 +37,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::sync::Notify;
 
-use client::{Target, send};
+use client::{Conn, Target};
 use wire::{EndpointView, ProxyServiceStats, ProxySync, ServiceEndpoints};
 
 /// `tandem proxy`'s settings, as given on its command line.
@@ -45,8 +45,11 @@ use wire::{EndpointView, ProxyServiceStats, ProxySync, ServiceEndpoints};
 pub struct Options {
     /// Address to listen on, `IP:PORT`.
     pub listen: String,
-    /// Controller address, `http://host:port` (endpoints come from it).
+    /// Controller address, `https://host:port` (endpoints come from it; `http://` with an
+    /// `--insecure` controller).
     pub server: Option<String>,
+    /// The cluster CA, for `https://`.
+    pub ca: Option<std::path::PathBuf>,
     /// File holding the cluster secret (with `server`).
     pub secret_file: Option<std::path::PathBuf>,
     /// Fixed services, `NAME=HOST:PORT[,...]` or `NAME:POLICY=...` (instead of `server`).
@@ -69,7 +72,7 @@ pub fn main(o: Options) -> Result<()> {
         (Some(s), Some(f)) => {
             let secret =
                 std::fs::read_to_string(&f).with_context(|| format!("reading the cluster secret from {}", f.display()))?.trim().to_string();
-            Some((Target::parse(&s)?, secret))
+            Some((Arc::new(Conn::new(Target::parse_with_ca(&s, o.ca.as_deref())?)), secret))
         }
         (Some(_), None) => bail!("--server needs --secret-file (the cluster secret)"),
         (None, Some(_)) => bail!("--secret-file goes with --server"),
@@ -96,7 +99,7 @@ pub(crate) struct ProxyArgs {
     /// Listen address.
     pub(crate) listen: SocketAddr,
     /// The controller and the cluster secret, when endpoints come from it.
-    pub(crate) controller: Option<(Target, String)>,
+    pub(crate) controller: Option<(Arc<Conn>, String)>,
     /// Fixed services (`--static`).
     pub(crate) statics: Vec<StaticService>,
     /// Retries for static services.
@@ -836,10 +839,10 @@ fn admin(st: &State, path: &str) -> Response<ProxyBody> {
 // ---------------------------------------------------------------------------------------------
 // Controller sync
 
-async fn sync_once(st: &State, target: &Target, secret: &str, wait_ms: u64) -> Result<()> {
+async fn sync_once(st: &State, target: &Conn, secret: &str, wait_ms: u64) -> Result<()> {
     let body = st.report(wait_ms);
     let hdr = [("x-tandem-secret", secret)];
-    let reply = tokio::time::timeout(Duration::from_millis(wait_ms + 5000), send(target, "POST", "/v1/proxy/sync", Some(&body), &hdr))
+    let reply = tokio::time::timeout(Duration::from_millis(wait_ms + 5000), target.send("POST", "/v1/proxy/sync", Some(&body), &hdr))
         .await
         .context("the controller did not answer in time")??;
     let view: EndpointView = reply.json()?;
@@ -847,7 +850,7 @@ async fn sync_once(st: &State, target: &Target, secret: &str, wait_ms: u64) -> R
     Ok(())
 }
 
-async fn sync_loop(st: Arc<State>, target: Target, secret: String) {
+async fn sync_loop(st: Arc<State>, target: Arc<Conn>, secret: String) {
     let mut backoff = Duration::from_millis(100);
     let mut failing = false;
     loop {
@@ -878,7 +881,7 @@ async fn sync_loop(st: Arc<State>, target: Target, secret: String) {
     }
 }
 
-async fn push_loop(st: Arc<State>, target: Target, secret: String) {
+async fn push_loop(st: Arc<State>, target: Arc<Conn>, secret: String) {
     loop {
         st.push.notified().await;
         if let Err(e) = sync_once(&st, &target, &secret, 0).await {

@@ -2,6 +2,7 @@
 //! jobs, create job steps (`srun`), nodes (list, drain, resume), accounting history, priorities,
 //! tokens, the agents' registration and long-polled heartbeats, `/metrics` and `/openapi.json`.
 
+use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{ConnectInfo, Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -16,6 +17,17 @@ use wire::*;
 
 use crate::app::*;
 
+/// A path parameter, or a 400 with the JSON error body of every other refusal (axum's own
+/// rejection is plain text).
+fn path<T>(p: Result<Path<T>, PathRejection>) -> Result<T, Response> {
+    p.map(|Path(x)| x).map_err(|e| err(StatusCode::BAD_REQUEST, format!("malformed request: {}", e.body_text())))
+}
+
+/// The query parameters, or a 400 with the JSON error body.
+fn query<T>(q: Result<Query<T>, QueryRejection>) -> Result<T, Response> {
+    q.map(|Query(x)| x).map_err(|e| err(StatusCode::BAD_REQUEST, format!("malformed request: {}", e.body_text())))
+}
+
 #[derive(Deserialize)]
 struct TokenQuery {
     lifespan: Option<i64>,
@@ -27,9 +39,10 @@ async fn issue_token(
     State(app): State<App>,
     ConnectInfo(peer): ConnectInfo<Peer>,
     headers: HeaderMap,
-    Query(q): Query<TokenQuery>,
+    q: Result<Query<TokenQuery>, QueryRejection>,
 ) -> Response {
     let uid = or_reply!(user_of(&app, &peer, &headers));
+    let q = or_reply!(query(q));
     let life = q.lifespan.unwrap_or(1800);
     if !(1..=7 * 86400).contains(&life) {
         return err(StatusCode::BAD_REQUEST, "lifespan must be between 1 s and 7 days");
@@ -188,9 +201,10 @@ async fn list_jobs(
     State(app): State<App>,
     ConnectInfo(peer): ConnectInfo<Peer>,
     headers: HeaderMap,
-    Query(q): Query<JobQuery>,
+    q: Result<Query<JobQuery>, QueryRejection>,
 ) -> Response {
     let v = or_reply!(viewer_of(&app, &peer, &headers));
+    let q = or_reply!(query(q));
     let filter = JobFilter::new(q);
     let mut jobs = Vec::new();
     let mut from = 0u64;
@@ -252,8 +266,14 @@ impl JobFilter {
     }
 }
 
-async fn get_job(State(app): State<App>, ConnectInfo(peer): ConnectInfo<Peer>, headers: HeaderMap, Path(id): Path<u64>) -> Response {
+async fn get_job(
+    State(app): State<App>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+    headers: HeaderMap,
+    id: Result<Path<u64>, PathRejection>,
+) -> Response {
     let v = or_reply!(viewer_of(&app, &peer, &headers));
+    let id = or_reply!(path(id));
     let (job, seq) = {
         let g = app.lock();
         // It shows this job only: its newest change must be durable. A job the caller may not
@@ -281,10 +301,12 @@ async fn cancel(
     State(app): State<App>,
     ConnectInfo(peer): ConnectInfo<Peer>,
     headers: HeaderMap,
-    Path(id): Path<u64>,
-    Query(q): Query<CancelQuery>,
+    id: Result<Path<u64>, PathRejection>,
+    q: Result<Query<CancelQuery>, QueryRejection>,
 ) -> Response {
     let uid = or_reply!(user_of(&app, &peer, &headers));
+    let id = or_reply!(path(id));
+    let q = or_reply!(query(q));
     let t = now();
     match app.with(|c| c.cancel(t, uid, id, q.signal)).await {
         Ok(Ok(())) => {
@@ -307,10 +329,11 @@ async fn job_action(
     State(app): State<App>,
     ConnectInfo(peer): ConnectInfo<Peer>,
     headers: HeaderMap,
-    Path(id): Path<u64>,
+    id: Result<Path<u64>, PathRejection>,
     body: Result<Json<Action>, axum::extract::rejection::JsonRejection>,
 ) -> Response {
     let uid = or_reply!(user_of(&app, &peer, &headers));
+    let id = or_reply!(path(id));
     let a = or_reply!(json_body(body));
     let r = app
         .with(|c| match a.action.as_str() {
@@ -339,10 +362,11 @@ async fn create_step(
     State(app): State<App>,
     ConnectInfo(peer): ConnectInfo<Peer>,
     headers: HeaderMap,
-    Path(id): Path<u64>,
+    id: Result<Path<u64>, PathRejection>,
     body: Result<Json<StepRequest>, axum::extract::rejection::JsonRejection>,
 ) -> Response {
     let uid = or_reply!(user_of(&app, &peer, &headers));
+    let id = or_reply!(path(id));
     let s = or_reply!(json_body(body));
     let t = now();
     match app.with(|c| c.create_step(t, uid, id, s.nodes, s.ntasks, s.ntasks_per_node, s.argv)).await {
@@ -410,10 +434,11 @@ async fn node_action(
     State(app): State<App>,
     ConnectInfo(peer): ConnectInfo<Peer>,
     headers: HeaderMap,
-    Path(name): Path<String>,
+    name: Result<Path<String>, PathRejection>,
     body: Result<Json<NodeAction>, axum::extract::rejection::JsonRejection>,
 ) -> Response {
     let uid = or_reply!(user_of(&app, &peer, &headers));
+    let name = or_reply!(path(name));
     let a = or_reply!(json_body(body));
     let drain = match a.state.to_ascii_lowercase().as_str() {
         "drain" => true,
@@ -440,9 +465,10 @@ async fn history(
     State(app): State<App>,
     ConnectInfo(peer): ConnectInfo<Peer>,
     headers: HeaderMap,
-    Query(q): Query<HistoryQuery>,
+    q: Result<Query<HistoryQuery>, QueryRejection>,
 ) -> Response {
     let v = or_reply!(viewer_of(&app, &peer, &headers));
+    let q = or_reply!(query(q));
     // Running and pending jobs come from memory; finished ones from the accounting table, read
     // once everything seen in memory is durable (a job that ended in between is in both: the
     // table's final record wins).

@@ -40,6 +40,10 @@ pub struct Options {
     pub lease: Option<u32>,
     /// Seconds between SIGTERM and SIGKILL at a job's time limit (overrides the configuration).
     pub kill_wait: Option<u32>,
+    /// Plain HTTP on the TCP port instead of TLS: loopback development only.
+    pub insecure: bool,
+    /// More names (DNS names or IP addresses) for the controller's TLS certificate.
+    pub tls_san: Vec<String>,
 }
 
 /// Runs the controller until the process is stopped (on a runtime of its own).
@@ -58,7 +62,15 @@ pub fn main(o: Options) -> Result<()> {
     // One descriptor per agent connection (or per proxy's connection) at scale.
     exec::raise_nofile(1 << 20);
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
-    rt.block_on(run(ServerArgs { listen: o.listen, data: o.data, settings, security }))
+    if o.insecure && !o.listen.ip().is_loopback() {
+        bail!("--insecure (plain HTTP) is for loopback development only, not for {}", o.listen);
+    }
+    let mut sans = o.tls_san;
+    if !o.listen.ip().is_unspecified() {
+        sans.push(o.listen.ip().to_string());
+    }
+    let tls = (!o.insecure).then_some(sans);
+    rt.block_on(run(ServerArgs { listen: o.listen, data: o.data, settings, security, tls }))
 }
 
 /// Server settings, resolved.
@@ -67,15 +79,19 @@ struct ServerArgs {
     data: PathBuf,
     settings: Settings,
     security: config::Security,
+    /// TLS with these extra certificate names; `None`: plain HTTP (`--insecure`).
+    tls: Option<Vec<String>>,
 }
 
 #[macro_use]
 mod app;
-mod config;
+#[doc(hidden)]
+pub mod config;
 mod jobs;
 mod journal;
 mod private;
 mod services;
+mod tls;
 mod token;
 
 fn router(app: App) -> Router {
@@ -133,11 +149,21 @@ async fn run(args: ServerArgs) -> Result<()> {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o666))?;
     let local = tcp.local_addr()?;
-    eprintln!("tandem server: listening on http://{local} and unix://{}", sock.display());
+    let tls = match &args.tls {
+        Some(sans) => Some(tls::Ca::load_or_create(&args.data)?.server_config(sans)?),
+        None => None,
+    };
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    eprintln!("tandem server: listening on {scheme}://{local} and unix://{}", sock.display());
     private::write(&args.data.join("addr"), &local.to_string()).context("writing the address file")?;
     let r1 = router(app.clone());
     let r2 = router(app.clone());
-    let t1 = tokio::spawn(async move { axum::serve(tcp, r1.into_make_service_with_connect_info::<Peer>()).await });
+    let t1 = tokio::spawn(async move {
+        match tls {
+            Some(cfg) => tls::serve(tcp, cfg, r1).await,
+            None => axum::serve(tcp, r1.into_make_service_with_connect_info::<Peer>()).await,
+        }
+    });
     let t2 = tokio::spawn(async move { axum::serve(unix, r2.into_make_service_with_connect_info::<Peer>()).await });
     // The scheduling loop: woken by submissions and exits, and at least once a second.
     let sched_app = app.clone();

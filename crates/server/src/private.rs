@@ -1,7 +1,7 @@
 //! The controller's private state on disk (SECURITY.md, "State"): the data directory is the
 //! controller user's, mode 0711 (others may reach the Unix socket in it, not list it); every
 //! file in it but the socket is 0600: the database with its WAL and SHM, the cluster secret, the
-//! token key, the address file. Checked at each start: a directory or file of another owner, or one others may
+//! token key, the CA's key, the address file (the CA's certificate, `ca.pem`, is public: 0644). Checked at each start: a directory or file of another owner, or one others may
 //! write, is refused; one others may only read is narrowed, with a warning.
 
 use anyhow::{Context, Result, bail};
@@ -12,7 +12,7 @@ use std::path::Path;
 pub(crate) const DIR_MODE: u32 = 0o711;
 
 /// The files in the data directory that must be private, if they exist.
-pub(crate) const FILES: [&str; 6] = ["state.db", "state.db-wal", "state.db-shm", "secret", "jwt.key", "addr"];
+pub(crate) const FILES: [&str; 7] = ["state.db", "state.db-wal", "state.db-shm", "secret", "jwt.key", "ca.key", "addr"];
 
 /// Creates the data directory (0711) or checks an existing one: owned by this process's user
 /// and not writable by anyone else; then narrows every private file in it to 0600.

@@ -3,6 +3,7 @@
 //! controller's service work (failover, draining, autoscaling, reconciliation) a few times a
 //! second.
 
+use axum::extract::rejection::PathRejection;
 use axum::extract::{ConnectInfo, Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -13,6 +14,12 @@ use std::time::Duration;
 use wire::{ApplyRequest, ApplyResponse, ProxySync, ReplicaRow, ServiceAction, ServiceInfo};
 
 use crate::app::*;
+
+/// A path parameter, or a 400 with the JSON error body of every other refusal (axum's own
+/// rejection is plain text).
+fn path<T>(p: Result<Path<T>, PathRejection>) -> Result<T, Response> {
+    p.map(|Path(x)| x).map_err(|e| err(StatusCode::BAD_REQUEST, format!("malformed request: {}", e.body_text())))
+}
 
 /// Converts a service for display to `v`: another user's environment values and arguments
 /// are hidden from it.
@@ -109,8 +116,14 @@ async fn list(State(app): State<App>, ConnectInfo(peer): ConnectInfo<Peer>, head
     Json(out).into_response()
 }
 
-async fn show(State(app): State<App>, ConnectInfo(peer): ConnectInfo<Peer>, headers: HeaderMap, Path(name): Path<String>) -> Response {
+async fn show(
+    State(app): State<App>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+    headers: HeaderMap,
+    name: Result<Path<String>, PathRejection>,
+) -> Response {
     let v = or_reply!(viewer_of(&app, &peer, &headers));
+    let name = or_reply!(path(name));
     let (out, seq) = {
         let g = app.lock();
         (g.ctl.service(&name).filter(|s| v.sees(s.uid)).map(|s| service_info(&g.ctl, s, &v)), app.journal.last())
@@ -122,8 +135,14 @@ async fn show(State(app): State<App>, ConnectInfo(peer): ConnectInfo<Peer>, head
     }
 }
 
-async fn delete(State(app): State<App>, ConnectInfo(peer): ConnectInfo<Peer>, headers: HeaderMap, Path(name): Path<String>) -> Response {
+async fn delete(
+    State(app): State<App>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+    headers: HeaderMap,
+    name: Result<Path<String>, PathRejection>,
+) -> Response {
     let uid = or_reply!(user_of(&app, &peer, &headers));
+    let name = or_reply!(path(name));
     match or_reply!(app.with(|c| c.delete_service(uid, &name)).await) {
         Ok(()) => {
             app.service_wake.notify_one();
@@ -137,10 +156,11 @@ async fn action(
     State(app): State<App>,
     ConnectInfo(peer): ConnectInfo<Peer>,
     headers: HeaderMap,
-    Path(name): Path<String>,
+    name: Result<Path<String>, PathRejection>,
     body: Result<Json<ServiceAction>, axum::extract::rejection::JsonRejection>,
 ) -> Response {
     let uid = or_reply!(user_of(&app, &peer, &headers));
+    let name = or_reply!(path(name));
     let a = or_reply!(json_body(body));
     let t = now_ms();
     let r = or_reply!(

@@ -43,7 +43,10 @@ pub struct BatchSpec {
     pub nodelist: Vec<String>,
     /// `-x`.
     pub exclude: Vec<String>,
-    /// `-t`: `None` not given, `Some(None)` unlimited.
+    /// `-t`: `None` not given, `Some(None)` unlimited. In JSON (the client sends this to the
+    /// controller): absent or `null` when not given, `0` for unlimited (Slurm's `-t 0`), else
+    /// seconds; plain `Option<Option<_>>` would read unlimited back as not given.
+    #[serde(default, with = "time_limit")]
     pub time: Option<Option<Time>>,
     /// `--time-min`.
     pub time_min: Option<Time>,
@@ -81,6 +84,23 @@ pub struct BatchSpec {
     pub script_path: Option<String>,
     /// Arguments after the script path.
     pub script_args: Vec<String>,
+}
+
+/// `BatchSpec::time` in serde: `None` is none, unlimited is `0`, a limit is its seconds.
+mod time_limit {
+    use model::Time;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub(super) fn serialize<S: Serializer>(t: &Option<Option<Time>>, s: S) -> Result<S::Ok, S::Error> {
+        match t {
+            None => s.serialize_none(),
+            Some(limit) => s.serialize_some(&limit.unwrap_or(0)),
+        }
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Option<Time>>, D::Error> {
+        Ok(Option::<Time>::deserialize(d)?.map(|secs| (secs != 0).then_some(secs)))
+    }
 }
 
 struct Opt {
@@ -231,6 +251,9 @@ fn pairs(argv: &[String], stop_at_positional: bool) -> Result<(Vec<(&'static Opt
     Ok((out, argv.len()))
 }
 
+/// Most tasks a job may ask for (`-n`, or `--ntasks-per-node` times `-N`).
+const MAX_TASKS: u32 = 10_000_000;
+
 fn name_like(v: &str, what: &str) -> Result<String, Invalid> {
     if v.is_empty() || v.len() > 64 || !v.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-' || c == '.') {
         return Err(Invalid::new(format!("invalid {what} {v:?}: letters, digits, '_', '-' and '.' only")));
@@ -284,7 +307,7 @@ impl BatchSpec {
                 }
                 self.nodes = Some((a, b));
             }
-            "ntasks" => self.ntasks = Some(count(&val(), "number of tasks", 10_000_000)?),
+            "ntasks" => self.ntasks = Some(count(&val(), "number of tasks", MAX_TASKS)?),
             "ntasks-per-node" => self.ntasks_per_node = Some(count(&val(), "--ntasks-per-node", 100_000)?),
             "cpus-per-task" => self.cpus_per_task = Some(count(&val(), "--cpus-per-task", 100_000)?),
             "mem" => self.mem = Some(MemRequest::PerNode(parse_memory(&val())?)),
@@ -386,7 +409,7 @@ impl BatchSpec {
     pub fn shape(&self) -> Shape {
         let (nmin, nmax) = self.nodes.unwrap_or((0, 0));
         let ntasks = self.ntasks.unwrap_or_else(|| match (self.ntasks_per_node, nmin) {
-            (Some(t), n) if n > 0 => t * n,
+            (Some(t), n) if n > 0 => t.saturating_mul(n), // parse_sbatch refuses more than MAX_TASKS
             _ => nmin.max(1),
         });
         Shape {
@@ -476,6 +499,13 @@ pub fn parse_sbatch(
     }
     for (opt, v) in cli {
         spec.set(opt, v, now)?;
+    }
+    if let (None, Some(per_node), Some((nodes, _))) = (spec.ntasks, spec.ntasks_per_node, spec.nodes)
+        && per_node as u64 * nodes as u64 > MAX_TASKS as u64
+    {
+        return Err(Invalid::new(format!(
+            "--ntasks-per-node={per_node} on {nodes} nodes is more than {MAX_TASKS} tasks; give fewer, or -n"
+        )));
     }
     if let (Some(GpuRequest { per: GpuPer::Task(_), .. }), None) = (&spec.gpus, spec.ntasks)
         && spec.ntasks_per_node.is_none()
@@ -597,6 +627,25 @@ mod tests {
         assert!(bad("#!/bin/sh\n#SBATCH -J \"unterminated\n").contains("unterminated quote"));
         assert!(bad("#!/bin/sh\n#SBATCH --wrap=ls\n").contains("--wrap cannot"));
         assert!(bad("#!/bin/sh\n#SBATCH stray\n").contains("options only"));
+        // fuzz/regressions/sbatch/: 100,000 × 100,000 tasks overflowed u32 (a panic in debug builds).
+        assert!(e(&["--ntasks-per-node=100000", "-N", "100000", "--wrap=x"]).contains("more than 10000000 tasks"));
+        let many = BatchSpec { ntasks_per_node: Some(100_000), nodes: Some((100_000, 100_000)), ..BatchSpec::default() };
+        assert_eq!(many.shape().ntasks, u32::MAX, "a spec from elsewhere (JSON) saturates, never panics");
+    }
+
+    #[test]
+    fn json_keeps_the_time_limit() {
+        // Found by fuzzing (fuzz/regressions/sbatch/): `-t UNLIMITED` came back from JSON, the
+        // way the client sends it, as "not given" (the partition's default).
+        for (t, json) in [(None, "null"), (Some(None), "0"), (Some(Some(1800)), "1800")] {
+            let s = BatchSpec { time: t, ..BatchSpec::default() };
+            let v = serde_json::to_value(&s).unwrap();
+            assert_eq!(v["time"].to_string(), json);
+            assert_eq!(serde_json::from_value::<BatchSpec>(v).unwrap().time, t);
+        }
+        let mut v = serde_json::to_value(BatchSpec::default()).unwrap();
+        v.as_object_mut().unwrap().remove("time");
+        assert_eq!(serde_json::from_value::<BatchSpec>(v).unwrap().time, None, "absent: not given");
     }
 
     #[test]

@@ -71,12 +71,22 @@ enum Cmd {
         /// Seconds between SIGTERM and SIGKILL at a job's time limit (overrides; default 30).
         #[arg(long)]
         kill_wait: Option<u32>,
+        /// Plain HTTP on the TCP port instead of TLS (loopback development only).
+        #[arg(long)]
+        insecure: bool,
+        /// Another name (DNS name or IP address) for the controller's TLS certificate;
+        /// repeatable. Clients verify the name controller.tandem whatever they dial.
+        #[arg(long = "tls-san", value_name = "NAME")]
+        tls_san: Vec<String>,
     },
     /// The node daemon.
     Agent {
-        /// Controller address, http://host:port.
+        /// Controller address, https://host:port (http:// with an --insecure controller).
         #[arg(long, env = "TANDEM_SERVER")]
         server: String,
+        /// The cluster CA (DATA/ca.pem of the controller), for https://.
+        #[arg(long, env = "TANDEM_CA")]
+        ca: Option<PathBuf>,
         /// Node name (default: the host name).
         #[arg(long)]
         name: Option<String>,
@@ -108,9 +118,12 @@ enum Cmd {
         /// Address to listen on (HTTP/1.1 and HTTP/2 cleartext).
         #[arg(long, default_value = "127.0.0.1:7280")]
         listen: String,
-        /// Controller address, http://host:port (endpoints come from it).
+        /// Controller address, https://host:port (endpoints come from it).
         #[arg(long)]
         server: Option<String>,
+        /// The cluster CA (DATA/ca.pem of the controller), for https://.
+        #[arg(long, env = "TANDEM_CA")]
+        ca: Option<PathBuf>,
         /// File holding the cluster secret (with --server).
         #[arg(long)]
         secret_file: Option<PathBuf>,
@@ -249,8 +262,8 @@ fn main() -> std::process::ExitCode {
         Cmd::Service { cmd } => ("tandem service", cli::service(cmd)),
         Cmd::Bench { which } => ("tandem", bench::run(which).map(|_| 0)),
         Cmd::Shims { dir } => ("tandem", shims(&dir).map(|_| 0)),
-        Cmd::Proxy { listen, server, secret_file, statics, retries, threads, seed } => {
-            ("tandem proxy", proxy::main(proxy::Options { listen, server, secret_file, statics, retries, threads, seed }).map(|_| 0))
+        Cmd::Proxy { listen, server, ca, secret_file, statics, retries, threads, seed } => {
+            ("tandem proxy", proxy::main(proxy::Options { listen, server, ca, secret_file, statics, retries, threads, seed }).map(|_| 0))
         }
         Cmd::Token { lifespan } => ("tandem token", cli::token(lifespan)),
         Cmd::Up { agents, gpus_per_agent, cpus_per_agent, mem_per_agent, data, port, lease, config, proxy_port, no_proxy } => (
@@ -268,11 +281,11 @@ fn main() -> std::process::ExitCode {
             })
             .map(|_| 0),
         ),
-        Cmd::Server { listen, data, config, lease, kill_wait } => {
-            ("tandem server", server::main(server::Options { listen, data, config, lease, kill_wait }).map(|_| 0))
+        Cmd::Server { listen, data, config, lease, kill_wait, insecure, tls_san } => {
+            ("tandem server", server::main(server::Options { listen, data, config, lease, kill_wait, insecure, tls_san }).map(|_| 0))
         }
-        Cmd::Agent { server, name, secret_file, gpus, cpus, memory, features, data, addr } => {
-            ("tandem agent", agent::main(agent::Options { server, name, secret_file, gpus, cpus, memory, features, data, addr }).map(|_| 0))
+        Cmd::Agent { server, ca, name, secret_file, gpus, cpus, memory, features, data, addr } => {
+            ("tandem agent", agent::main(agent::Options { server, ca, name, secret_file, gpus, cpus, memory, features, data, addr }).map(|_| 0))
         }
     };
     if name == "tandem" {

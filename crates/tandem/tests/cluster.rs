@@ -137,20 +137,22 @@ fn bad_input_gets_clear_errors_and_stores_nothing() {
     assert!(text.contains("malformed request"), "{text}");
     let (status, _) = raw_http(&c.sock, "GET /openapi.json HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n");
     assert_eq!(status, 200);
-    // Over TCP there is no user identity: state changes are refused.
+    // Over TCP (TLS, verified against the cluster CA) there is no user identity without a
+    // token: state changes are refused.
+    let ca = c.dir.join("controller/ca.pem").display().to_string();
+    let o = Command::new("curl")
+        .args(["-s", "-o", "/dev/null", "-w", "%{http_code}", "--cacert", &ca, "-X", "POST", "-d", "{}"])
+        .arg(format!("https://{}/v1/jobs", c.addr))
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "401", "{o:?}");
+    // Plain HTTP on the TLS port gets no HTTP reply at all.
     let mut s = std::net::TcpStream::connect(&c.addr).unwrap();
-    let body = "{}";
-    s.write_all(
-        format!(
-            "POST /v1/jobs HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-            body.len()
-        )
-        .as_bytes(),
-    )
-    .unwrap();
-    let mut buf = String::new();
-    s.read_to_string(&mut buf).unwrap();
-    assert!(buf.starts_with("HTTP/1.1 401"), "{buf}");
+    s.write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n").unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut buf = Vec::new();
+    let _ = s.read_to_end(&mut buf);
+    assert!(!String::from_utf8_lossy(&buf).starts_with("HTTP/"), "{}", String::from_utf8_lossy(&buf));
     let m = raw_http(&c.sock, "GET /metrics HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n").1;
     assert!(m.contains("tandem_queue_length") && m.contains("tandem_scheduling_pass_seconds"), "{m}");
 }
@@ -326,7 +328,7 @@ impl Link {
 fn a_partitioned_agent_fences_itself_and_nothing_runs_twice() {
     let mut c = Cluster::new("partition", 1, None, 4);
     let link = Link::new(&c.addr);
-    c.start_agent(1, &format!("http://{}", link.addr));
+    c.start_agent(1, &format!("https://{}", link.addr));
     c.wait_nodes(2);
     // Fill node1 so the job lands on node2, behind the link.
     c.ok("scontrol", &["update", "NodeName=node1", "State=DRAIN", "Reason=test"]);
@@ -454,7 +456,8 @@ fn configured_partitions_qos_limits_and_tokens() {
     let remote = |tok: &str, args: &[&str]| {
         Command::new(bin())
             .args(args)
-            .env("TANDEM_SERVER", format!("http://{}", c.addr))
+            .env("TANDEM_SERVER", format!("https://{}", c.addr))
+            .env("TANDEM_CA", c.dir.join("controller/ca.pem"))
             .env("TANDEM_TOKEN", tok)
             .current_dir(&c.work)
             .output()

@@ -194,7 +194,8 @@ impl Up {
     /// An HTTP request to the controller's TCP port: status and body.
     fn tcp(&self, method: &str, path: &str, token: Option<&str>, body: Option<&str>) -> (u16, String) {
         let mut c = Command::new("curl");
-        c.args(["-s", "-X", method, "-w", "\n%{http_code}", &format!("http://{}{path}", self.addr)]);
+        let ca = self.dir.join("controller/ca.pem");
+        c.args(["-s", "--cacert", &ca.display().to_string(), "-X", method, "-w", "\n%{http_code}", &format!("https://{}{path}", self.addr)]);
         if let Some(t) = token {
             c.args(["-H", &format!("Authorization: Bearer {t}")]);
         }
@@ -345,7 +346,7 @@ fn state_secrets_and_spooled_scripts_are_unreadable_to_others() {
     // Positive control: the attacker reads its own file and reaches the controller's socket.
     up.ok(&a, &f.attacker_dir, &["cat", "to-alice"]);
     up.ok(&a, &f.attacker_dir, &["sinfo"]);
-    for name in ["state.db", "state.db-wal", "state.db-shm", "secret", "jwt.key", "addr"] {
+    for name in ["state.db", "state.db-wal", "state.db-shm", "secret", "jwt.key", "ca.key", "addr"] {
         let p = ctl.join(name);
         let m = std::fs::metadata(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
         assert_eq!((m.mode() & 0o777, m.uid()), (0o600, 0), "{name}");

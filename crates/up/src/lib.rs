@@ -102,7 +102,7 @@ pub fn run(a: UpArgs) -> Result<()> {
     let proxy_line = c.proxy.as_ref().map_or(String::new(), |p| format!(", the inference proxy on http://{p} (/s/SERVICE/...)"));
     let env_line = std::fs::read_to_string(data.join("env"))?;
     println!(
-        "Tandem is up: a controller on http://{}{proxy_line} and {agents} agent(s) (node1..node{agents}), data in {}",
+        "Tandem is up: a controller on https://{}{proxy_line} and {agents} agent(s) (node1..node{agents}), data in {}",
         c.addr,
         data.display()
     );
@@ -177,8 +177,10 @@ pub fn start(a: UpArgs) -> Result<LocalCluster> {
         let dir = data.join(&name);
         subdir(&dir)?;
         let mut c = Command::new(&exe);
-        c.args(["agent", "--server", &format!("http://{addr}"), "--name", &name, "--secret-file"])
+        c.args(["agent", "--server", &format!("https://{addr}"), "--name", &name, "--secret-file"])
             .arg(ctl_dir.join("secret"))
+            .arg("--ca")
+            .arg(ctl_dir.join("ca.pem"))
             .arg("--data")
             .arg(&dir);
         if let Some(g) = &a.gpus {
@@ -195,13 +197,21 @@ pub fn start(a: UpArgs) -> Result<LocalCluster> {
         agent_pids.push(child.id());
         kids.0.push(child);
     }
-    let mut env_line = format!("export TANDEM_SERVER=unix://{}", ctl_dir.join("tandem.sock").display());
+    // The socket for this machine's users; the CA for clients over TCP (TANDEM_SERVER=https://).
+    let mut env_line = format!(
+        "export TANDEM_SERVER=unix://{}\nexport TANDEM_CA={}",
+        ctl_dir.join("tandem.sock").display(),
+        ctl_dir.join("ca.pem").display()
+    );
     let mut proxy = None;
     if let Some(port) = a.proxy_port {
         let port = if port == 0 { std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port() } else { port };
         let listen = format!("127.0.0.1:{port}");
         let mut p = Command::new(&exe);
-        p.args(["proxy", "--listen", &listen, "--server", &format!("http://{addr}"), "--secret-file"]).arg(ctl_dir.join("secret"));
+        p.args(["proxy", "--listen", &listen, "--server", &format!("https://{addr}"), "--secret-file"])
+            .arg(ctl_dir.join("secret"))
+            .arg("--ca")
+            .arg(ctl_dir.join("ca.pem"));
         let f = log("proxy")?;
         kids.0.push(p.stdout(f.try_clone()?).stderr(f).spawn().context("starting the proxy")?);
         env_line.push_str(&format!("\nexport TANDEM_PROXY=http://{listen}"));

@@ -18,6 +18,10 @@ use model::Node;
 use serde::{Deserialize, Serialize};
 use slurmcli::BatchSpec;
 
+/// The name clients verify the controller's TLS certificate against, whatever address they
+/// dial: the cluster CA issues it to the controller alone (SECURITY.md, N2).
+pub const CONTROLLER_NAME: &str = "controller.tandem";
+
 /// `POST /v1/jobs`: a submission, parsed by the client from its command line and script.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SubmitRequest {

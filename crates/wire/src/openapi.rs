@@ -1,72 +1,1158 @@
-//! The OpenAPI document served at `/openapi.json`.
+//! The OpenAPI document served at `/openapi.json`: every route of the controller, its
+//! parameters, bodies, replies and identities, written by hand. Its tests hold it to the wire
+//! types (a sample of each is serialized and checked against its schema, field for field);
+//! `server`'s tests hold it to the router (crates/server/tests/openapi.rs), and Schemathesis
+//! holds it to a live controller (tests/schemathesis/run.sh).
 
-/// OpenAPI 3.0 description of the controller's HTTP API.
+/// OpenAPI 3.1 description of the controller's HTTP API.
 pub const DOCUMENT: &str = r##"{
-  "openapi": "3.0.3",
-  "info": {"title": "Tandem controller API", "version": "1"},
+  "openapi": "3.1.0",
+  "info": {
+    "title": "Tandem controller API",
+    "version": "1",
+    "description": "The controller's HTTP/JSON API, served on TCP (`tandem server --listen`) and on the Unix socket `DATA/tandem.sock`. Identity: on the Unix socket the kernel names the caller (SO_PEERCRED) and no credential is read; on TCP a user presents a token (`bearerAuth`, from `POST /v1/token` or `tandem token`), and node agents and the inference proxy present the cluster secret (`agentSecret`). Every error reply is a JSON `Error` object, `{\"error\": \"message\"}`. A 500 means the database could not make a change (or a read's changes) durable."
+  },
+  "security": [{"bearerAuth": []}],
+  "tags": [
+    {"name": "jobs", "description": "Batch jobs and steps (sbatch, squeue, scancel, scontrol, srun, sacct, sprio)"},
+    {"name": "nodes", "description": "Nodes (sinfo, scontrol update node)"},
+    {"name": "services", "description": "Inference services (tandem service ...)"},
+    {"name": "cluster", "description": "The agents' and the proxy's side of the API (cluster secret)"},
+    {"name": "meta", "description": "Health, metrics, tokens and this document"}
+  ],
   "paths": {
+    "/healthz": {
+      "get": {
+        "operationId": "healthz", "tags": ["meta"], "summary": "Whether the controller answers: the one request anyone may make",
+        "security": [],
+        "responses": {"200": {"description": "`ok` and a newline", "content": {"text/plain": {"schema": {"type": "string", "const": "ok\n"}}}}}
+      }
+    },
+    "/metrics": {
+      "get": {
+        "operationId": "metrics", "tags": ["meta"],
+        "summary": "Prometheus metrics (text exposition 0.0.4). Needs a user identity unless the configuration sets `[security] metrics_open = true`",
+        "responses": {
+          "200": {"description": "Metrics", "content": {"text/plain": {"schema": {"type": "string"}}}},
+          "401": {"$ref": "#/components/responses/Unauthenticated"}
+        }
+      }
+    },
+    "/openapi.json": {
+      "get": {
+        "operationId": "openapi", "tags": ["meta"], "summary": "This document",
+        "responses": {
+          "200": {"description": "OpenAPI 3.1 document", "content": {"application/json": {"schema": {"type": "object", "required": ["openapi", "paths"]}}}},
+          "401": {"$ref": "#/components/responses/Unauthenticated"}
+        }
+      }
+    },
+    "/v1/token": {
+      "post": {
+        "operationId": "issueToken", "tags": ["meta"],
+        "summary": "A signed token for the caller (scontrol token): usually asked for on the Unix socket, then used on TCP",
+        "parameters": [{"name": "lifespan", "in": "query", "description": "Seconds the token is valid (default 1800, at most 7 days)", "schema": {"type": "integer", "minimum": 1, "maximum": 604800}}],
+        "responses": {
+          "200": {"description": "Token", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Token"}}}},
+          "400": {"$ref": "#/components/responses/Malformed"},
+          "401": {"$ref": "#/components/responses/Unauthenticated"}
+        }
+      }
+    },
+    "/v1/agent/register": {
+      "post": {
+        "operationId": "registerAgent", "tags": ["cluster"], "summary": "A node agent registers (or registers again) its node and address",
+        "security": [{"agentSecret": []}],
+        "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/RegisterRequest"}}}},
+        "responses": {
+          "200": {"description": "Lease and heartbeat interval", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/RegisterResponse"}}}},
+          "400": {"$ref": "#/components/responses/Malformed"},
+          "401": {"$ref": "#/components/responses/NoSecret"},
+          "500": {"$ref": "#/components/responses/ServerError"}
+        }
+      }
+    },
+    "/v1/agent/heartbeat": {
+      "post": {
+        "operationId": "heartbeat", "tags": ["cluster"],
+        "summary": "A node agent's heartbeat: renews its lease, acknowledges orders, reports running and ended tasks and replicas; long-polls (up to `wait_ms`, at most the heartbeat interval) for new orders",
+        "security": [{"agentSecret": []}],
+        "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Heartbeat"}}}},
+        "responses": {
+          "200": {"description": "Every order not yet acknowledged", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Orders"}}}},
+          "400": {"$ref": "#/components/responses/Malformed"},
+          "401": {"$ref": "#/components/responses/NoSecret"},
+          "404": {"$ref": "#/components/responses/NotFound"},
+          "500": {"$ref": "#/components/responses/ServerError"}
+        }
+      }
+    },
+    "/v1/proxy/sync": {
+      "post": {
+        "operationId": "proxySync", "tags": ["cluster"],
+        "summary": "The inference proxy's report (requests in flight per service and replica) and long poll: answered at once with the endpoint view when it is newer than `since` (or `wait_ms` is 0), else when it changes or `wait_ms` (at most 30 s) passes",
+        "security": [{"agentSecret": []}],
+        "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ProxySync"}}}},
+        "responses": {
+          "200": {"description": "The endpoint view", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/EndpointView"}}}},
+          "400": {"$ref": "#/components/responses/Malformed"},
+          "401": {"$ref": "#/components/responses/NoSecret"}
+        }
+      }
+    },
     "/v1/jobs": {
-      "post": {"summary": "Submit a batch job (sbatch). Local callers are identified by Unix-socket peer credentials.",
-               "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/SubmitRequest"}}}},
-               "responses": {"200": {"description": "Accepted and durable", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/SubmitResponse"}}}},
-                             "400": {"description": "Malformed or impossible request", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}},
-                             "401": {"description": "No user identity"}}},
-      "get": {"summary": "List jobs (squeue)",
-              "parameters": [{"name": "user", "in": "query", "schema": {"type": "string"}},
-                             {"name": "state", "in": "query", "schema": {"type": "string"}},
-                             {"name": "partition", "in": "query", "schema": {"type": "string"}},
-                             {"name": "all", "in": "query", "schema": {"type": "boolean"}}],
-              "responses": {"200": {"description": "Jobs", "content": {"application/json": {"schema": {"type": "array", "items": {"$ref": "#/components/schemas/JobInfo"}}}}}}}
+      "post": {
+        "operationId": "submitJob", "tags": ["jobs"], "summary": "Submit a batch job or job array (sbatch); with `batch.test_only`, only check it",
+        "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/SubmitRequest"}}}},
+        "responses": {
+          "200": {"description": "Accepted and durable (or, with test_only, what would happen)", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/SubmitResponse"}}},
+                  "links": {
+                    "GetJob": {"operationId": "getJob", "parameters": {"id": "$response.body#/job_ids/0"}},
+                    "CancelJob": {"operationId": "cancelJob", "parameters": {"id": "$response.body#/job_ids/0"}},
+                    "JobAction": {"operationId": "jobAction", "parameters": {"id": "$response.body#/job_ids/0"}},
+                    "CreateStep": {"operationId": "createStep", "parameters": {"id": "$response.body#/job_ids/0"}}}},
+          "400": {"$ref": "#/components/responses/Invalid"},
+          "401": {"$ref": "#/components/responses/Unauthenticated"},
+          "500": {"$ref": "#/components/responses/ServerError"}
+        }
+      },
+      "get": {
+        "operationId": "listJobs", "tags": ["jobs"], "summary": "List jobs (squeue): pending and running ones, or with `all` finished ones still in memory too",
+        "parameters": [
+          {"name": "user", "in": "query", "description": "Only this user's", "schema": {"type": "string"}},
+          {"name": "state", "in": "query", "description": "Comma-separated Slurm state names (PENDING, RUNNING, ...; PD and R), case-insensitive", "schema": {"type": "string"}},
+          {"name": "partition", "in": "query", "schema": {"type": "string"}},
+          {"name": "all", "in": "query", "description": "Include finished jobs", "schema": {"type": "boolean"}}
+        ],
+        "responses": {
+          "200": {"description": "Jobs the caller may see", "content": {"application/json": {"schema": {"type": "array", "items": {"$ref": "#/components/schemas/JobInfo"}}}}},
+          "400": {"$ref": "#/components/responses/Malformed"},
+          "401": {"$ref": "#/components/responses/Unauthenticated"},
+          "500": {"$ref": "#/components/responses/ServerError"}
+        }
+      }
     },
     "/v1/jobs/{id}": {
-      "parameters": [{"name": "id", "in": "path", "required": true, "schema": {"type": "integer"}}],
-      "get": {"summary": "Show a job (scontrol show job)", "responses": {"200": {"description": "Job"}, "404": {"description": "No such job"}}},
-      "delete": {"summary": "Cancel a job, or signal it with ?signal=N (scancel)",
-                 "parameters": [{"name": "signal", "in": "query", "schema": {"type": "integer"}}],
-                 "responses": {"204": {"description": "Done"}, "403": {"description": "Another user's job"}, "409": {"description": "Already finished"}}},
-      "post": {"summary": "hold, release, requeue or update (time_limit) a job",
-               "requestBody": {"required": true, "content": {"application/json": {"schema": {"type": "object", "required": ["action"],
-                 "properties": {"action": {"type": "string", "enum": ["hold", "release", "requeue", "update"]}, "time_limit": {"type": "integer"}}}}}},
-               "responses": {"204": {"description": "Done"}}}
+      "parameters": [{"$ref": "#/components/parameters/JobId"}],
+      "get": {
+        "operationId": "getJob", "tags": ["jobs"], "summary": "Show a job (scontrol show job)",
+        "responses": {
+          "200": {"description": "Job", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/JobInfo"}}}},
+          "400": {"$ref": "#/components/responses/Malformed"},
+          "401": {"$ref": "#/components/responses/Unauthenticated"},
+          "404": {"$ref": "#/components/responses/NotFound"},
+          "500": {"$ref": "#/components/responses/ServerError"}
+        }
+      },
+      "delete": {
+        "operationId": "cancelJob", "tags": ["jobs"], "summary": "Cancel a job, or with `signal` only signal its running tasks (scancel)",
+        "parameters": [{"name": "signal", "in": "query", "description": "Signal number", "schema": {"$ref": "#/components/schemas/i32"}}],
+        "responses": {
+          "204": {"description": "Done"},
+          "400": {"$ref": "#/components/responses/Malformed"},
+          "401": {"$ref": "#/components/responses/Unauthenticated"},
+          "403": {"$ref": "#/components/responses/Forbidden"},
+          "404": {"$ref": "#/components/responses/NotFound"},
+          "409": {"$ref": "#/components/responses/Conflict"},
+          "500": {"$ref": "#/components/responses/ServerError"}
+        }
+      },
+      "post": {
+        "operationId": "jobAction", "tags": ["jobs"],
+        "summary": "Hold or release a pending job, requeue a running or finished one, or change a pending job's time limit (scontrol hold/release/requeue/update; only root may raise a limit)",
+        "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/JobAction"}}}},
+        "responses": {
+          "204": {"description": "Done"},
+          "400": {"$ref": "#/components/responses/Invalid"},
+          "401": {"$ref": "#/components/responses/Unauthenticated"},
+          "403": {"$ref": "#/components/responses/Forbidden"},
+          "404": {"$ref": "#/components/responses/NotFound"},
+          "409": {"$ref": "#/components/responses/Conflict"},
+          "500": {"$ref": "#/components/responses/ServerError"}
+        }
+      }
     },
     "/v1/jobs/{id}/steps": {
-      "parameters": [{"name": "id", "in": "path", "required": true, "schema": {"type": "integer"}}],
-      "post": {"summary": "Launch a job step inside the allocation (srun)",
-               "requestBody": {"required": true, "content": {"application/json": {"schema": {"type": "object", "required": ["argv"],
-                 "properties": {"nodes": {"type": "integer"}, "ntasks": {"type": "integer"}, "ntasks_per_node": {"type": "integer"}, "argv": {"type": "array", "items": {"type": "string"}}}}}}},
-               "responses": {"200": {"description": "Step id"}}}
+      "parameters": [{"$ref": "#/components/parameters/JobId"}],
+      "post": {
+        "operationId": "createStep", "tags": ["jobs"], "summary": "Launch a job step inside a running job's allocation (srun)",
+        "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/StepRequest"}}}},
+        "responses": {
+          "200": {"description": "The new step", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/StepResponse"}}}},
+          "400": {"$ref": "#/components/responses/Invalid"},
+          "401": {"$ref": "#/components/responses/Unauthenticated"},
+          "403": {"$ref": "#/components/responses/Forbidden"},
+          "404": {"$ref": "#/components/responses/NotFound"},
+          "409": {"$ref": "#/components/responses/Conflict"},
+          "500": {"$ref": "#/components/responses/ServerError"}
+        }
+      }
     },
-    "/v1/nodes": {"get": {"summary": "List nodes (sinfo)", "responses": {"200": {"description": "Nodes"}}}},
-    "/v1/nodes/{name}": {"post": {"summary": "Drain or resume a node (root)",
-        "parameters": [{"name": "name", "in": "path", "required": true, "schema": {"type": "string"}}],
-        "requestBody": {"required": true, "content": {"application/json": {"schema": {"type": "object", "required": ["state"], "properties": {"state": {"type": "string", "enum": ["drain", "resume"]}, "reason": {"type": "string"}}}}}},
-        "responses": {"204": {"description": "Done"}}}},
-    "/v1/history": {"get": {"summary": "Accounting (sacct)", "parameters": [{"name": "user", "in": "query", "schema": {"type": "string"}}, {"name": "since", "in": "query", "schema": {"type": "integer"}}], "responses": {"200": {"description": "Jobs"}}}},
-    "/v1/priority": {"get": {"summary": "Per-factor priority of pending jobs (sprio)", "responses": {"200": {"description": "Breakdowns"}}}},
-    "/v1/agent/register": {"post": {"summary": "Node agent registration (X-Tandem-Secret header)", "responses": {"200": {"description": "Lease and heartbeat interval"}}}},
-    "/v1/agent/heartbeat": {"post": {"summary": "Node agent heartbeat: renews the lease, reports tasks, long-polls for orders", "responses": {"200": {"description": "Orders"}}}},
+    "/v1/nodes": {
+      "get": {
+        "operationId": "listNodes", "tags": ["nodes"], "summary": "List nodes (sinfo)",
+        "responses": {
+          "200": {"description": "Nodes", "content": {"application/json": {"schema": {"type": "array", "items": {"$ref": "#/components/schemas/NodeInfo"}}}}},
+          "401": {"$ref": "#/components/responses/Unauthenticated"},
+          "500": {"$ref": "#/components/responses/ServerError"}
+        }
+      }
+    },
+    "/v1/nodes/{name}": {
+      "parameters": [{"$ref": "#/components/parameters/NodeName"}],
+      "post": {
+        "operationId": "nodeAction", "tags": ["nodes"], "summary": "Drain or resume a node (scontrol update NodeName=.. State=..; root only)",
+        "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/NodeAction"}}}},
+        "responses": {
+          "204": {"description": "Done"},
+          "400": {"$ref": "#/components/responses/Invalid"},
+          "401": {"$ref": "#/components/responses/Unauthenticated"},
+          "403": {"$ref": "#/components/responses/Forbidden"},
+          "404": {"$ref": "#/components/responses/NotFound"},
+          "409": {"$ref": "#/components/responses/Conflict"},
+          "500": {"$ref": "#/components/responses/ServerError"}
+        }
+      }
+    },
+    "/v1/history": {
+      "get": {
+        "operationId": "history", "tags": ["jobs"], "summary": "Accounting (sacct): finished jobs from the database, and the pending and running ones",
+        "parameters": [
+          {"name": "user", "in": "query", "description": "Only this user's", "schema": {"type": "string"}},
+          {"name": "since", "in": "query", "description": "Finished jobs that ended at or after this Unix time", "schema": {"$ref": "#/components/schemas/i64"}}
+        ],
+        "responses": {
+          "200": {"description": "Jobs the caller may see, by id", "content": {"application/json": {"schema": {"type": "array", "items": {"$ref": "#/components/schemas/JobInfo"}}}}},
+          "400": {"$ref": "#/components/responses/Malformed"},
+          "401": {"$ref": "#/components/responses/Unauthenticated"},
+          "500": {"$ref": "#/components/responses/ServerError"}
+        }
+      }
+    },
+    "/v1/priority": {
+      "get": {
+        "operationId": "priorities", "tags": ["jobs"], "summary": "Pending jobs' priorities, factor by factor (sprio)",
+        "responses": {
+          "200": {"description": "Job id and breakdown, for each pending job the caller may see", "content": {"application/json": {"schema": {"type": "array", "items": {"$ref": "#/components/schemas/PriorityRow"}}}}},
+          "401": {"$ref": "#/components/responses/Unauthenticated"}
+        }
+      }
+    },
     "/v1/services": {
-      "post": {"summary": "Create or update a service (tandem service apply): body {spec, cwd}; unknown spec keys are refused",
-               "responses": {"200": {"description": "{name, revision, changed}"}, "400": {"description": "Invalid spec", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}, "403": {"description": "Another user's service"}}},
-      "get": {"summary": "List services", "responses": {"200": {"description": "Services with replicas, revisions, replica count over time and proxy figures"}}}
+      "post": {
+        "operationId": "applyService", "tags": ["services"], "summary": "Create or update a service (tandem service apply); unknown keys are refused",
+        "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ApplyRequest"}}}},
+        "responses": {
+          "200": {"description": "Its revision now, and whether anything changed", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ApplyResponse"}}},
+                  "links": {
+                    "GetService": {"operationId": "getService", "parameters": {"name": "$response.body#/name"}},
+                    "ServiceAction": {"operationId": "serviceAction", "parameters": {"name": "$response.body#/name"}},
+                    "DeleteService": {"operationId": "deleteService", "parameters": {"name": "$response.body#/name"}}}},
+          "400": {"$ref": "#/components/responses/Invalid"},
+          "401": {"$ref": "#/components/responses/Unauthenticated"},
+          "403": {"$ref": "#/components/responses/Forbidden"},
+          "409": {"$ref": "#/components/responses/Conflict"},
+          "500": {"$ref": "#/components/responses/ServerError"}
+        }
+      },
+      "get": {
+        "operationId": "listServices", "tags": ["services"], "summary": "List services: replicas, revisions, replica count over time and proxy figures",
+        "responses": {
+          "200": {"description": "Services the caller may see", "content": {"application/json": {"schema": {"type": "array", "items": {"$ref": "#/components/schemas/ServiceInfo"}}}}},
+          "401": {"$ref": "#/components/responses/Unauthenticated"},
+          "500": {"$ref": "#/components/responses/ServerError"}
+        }
+      }
     },
     "/v1/services/{name}": {
-      "parameters": [{"name": "name", "in": "path", "required": true, "schema": {"type": "string"}}],
-      "get": {"summary": "Show a service", "responses": {"200": {"description": "Service"}, "404": {"description": "No such service"}}},
-      "delete": {"summary": "Delete a service: replicas drain, then stop", "responses": {"204": {"description": "Deleting"}}},
-      "post": {"summary": "Scale ({\"action\": \"scale\", \"replicas\": N}) or undo a rollout ({\"action\": \"undo\", \"revision\": N|null})",
-               "responses": {"200": {"description": "{name, revision}"}, "409": {"description": "No such revision, or being deleted"}}}
-    },
-    "/v1/proxy/sync": {"post": {"summary": "Proxy long poll (X-Tandem-Secret header): reports in-flight requests per service and replica, answers with the endpoint view when newer than `since` or after `wait_ms`", "responses": {"200": {"description": "{version, services: [{name, balance, hold_ms, retries, endpoints: [{replica, addr, node}], draining}], changed_ms}"}}}},
-    "/metrics": {"get": {"summary": "Prometheus metrics", "responses": {"200": {"description": "text/plain exposition"}}}}
+      "parameters": [{"$ref": "#/components/parameters/ServiceName"}],
+      "get": {
+        "operationId": "getService", "tags": ["services"], "summary": "Show a service",
+        "responses": {
+          "200": {"description": "Service", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ServiceInfo"}}}},
+          "400": {"$ref": "#/components/responses/Malformed"},
+          "401": {"$ref": "#/components/responses/Unauthenticated"},
+          "404": {"$ref": "#/components/responses/NotFound"},
+          "500": {"$ref": "#/components/responses/ServerError"}
+        }
+      },
+      "delete": {
+        "operationId": "deleteService", "tags": ["services"], "summary": "Delete a service: its replicas drain, then stop, then the record goes",
+        "responses": {
+          "204": {"description": "Being deleted"},
+          "400": {"$ref": "#/components/responses/Malformed"},
+          "401": {"$ref": "#/components/responses/Unauthenticated"},
+          "403": {"$ref": "#/components/responses/Forbidden"},
+          "404": {"$ref": "#/components/responses/NotFound"},
+          "500": {"$ref": "#/components/responses/ServerError"}
+        }
+      },
+      "post": {
+        "operationId": "serviceAction", "tags": ["services"], "summary": "Scale a service, or undo a rollout (to the previous revision, or to `revision`)",
+        "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ServiceAction"}}}},
+        "responses": {
+          "200": {"description": "The service and, after an undo, its new revision", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ServiceActionResponse"}}}},
+          "400": {"$ref": "#/components/responses/Invalid"},
+          "401": {"$ref": "#/components/responses/Unauthenticated"},
+          "403": {"$ref": "#/components/responses/Forbidden"},
+          "404": {"$ref": "#/components/responses/NotFound"},
+          "409": {"$ref": "#/components/responses/Conflict"},
+          "500": {"$ref": "#/components/responses/ServerError"}
+        }
+      }
+    }
   },
-  "components": {"schemas": {
-    "SubmitRequest": {"type": "object", "required": ["batch", "cwd", "host", "env"], "properties": {
-      "batch": {"type": "object", "description": "Parsed sbatch options and the script text"},
-      "cwd": {"type": "string"}, "host": {"type": "string"},
-      "env": {"type": "array", "items": {"type": "array", "items": {"type": "string"}, "minItems": 2, "maxItems": 2}}}},
-    "SubmitResponse": {"type": "object", "properties": {"job_ids": {"type": "array", "items": {"type": "integer"}}, "test_only": {"type": "string", "nullable": true}}},
-    "JobInfo": {"type": "object", "properties": {"id": {"type": "integer"}, "name": {"type": "string"}, "user": {"type": "string"}, "state": {"type": "string"}, "reason": {"type": "string"}, "nodelist": {"type": "string"}}},
-    "Error": {"type": "object", "properties": {"error": {"type": "string"}}}
-  }}
+  "components": {
+    "securitySchemes": {
+      "bearerAuth": {"type": "http", "scheme": "bearer", "bearerFormat": "JWT",
+        "description": "A user token (HS256 JWT with claims sub = uid in decimal, iat, exp) from `POST /v1/token` or `tandem token`, in `Authorization: Bearer TOKEN`. Read on TCP only: on the Unix socket the kernel identifies the caller and no header is needed."},
+      "agentSecret": {"type": "apiKey", "in": "header", "name": "x-tandem-secret",
+        "description": "The cluster secret (`DATA/secret` of the controller), presented by node agents and the inference proxy"}
+    },
+    "parameters": {
+      "JobId": {"name": "id", "in": "path", "required": true, "description": "Job id", "schema": {"$ref": "#/components/schemas/u64"}},
+      "NodeName": {"name": "name", "in": "path", "required": true, "description": "Node name", "schema": {"type": "string", "minLength": 1}},
+      "ServiceName": {"name": "name", "in": "path", "required": true, "description": "Service name", "schema": {"type": "string", "minLength": 1}}
+    },
+    "responses": {
+      "Malformed": {"description": "Malformed request: a path or query parameter or body that does not parse", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}},
+      "Invalid": {"description": "Malformed request, or one that can never be carried out as asked (no such partition, more than any node has, ...)", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}},
+      "Unauthenticated": {"description": "No user identity: TCP without a token, or an invalid or expired token", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}},
+      "NoSecret": {"description": "No cluster secret, or the wrong one", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}},
+      "Forbidden": {"description": "Another user's job or service, or an operation only root may do", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}},
+      "NotFound": {"description": "No such job, node or service (or one the caller may not see)", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}},
+      "Conflict": {"description": "Not in a state that allows it (already finished, not pending, not running, being deleted, no such revision)", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}},
+      "ServerError": {"description": "The database failed", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
+    },
+    "schemas": {
+      "u8": {"type": "integer", "minimum": 0, "maximum": 255},
+      "u16": {"type": "integer", "minimum": 0, "maximum": 65535},
+      "u32": {"type": "integer", "minimum": 0, "maximum": 4294967295},
+      "u64": {"type": "integer", "minimum": 0, "maximum": 18446744073709551615},
+      "i32": {"type": "integer", "minimum": -2147483648, "maximum": 2147483647},
+      "i64": {"type": "integer", "minimum": -9223372036854775808, "maximum": 9223372036854775807},
+      "u32OrNull": {"anyOf": [{"$ref": "#/components/schemas/u32"}, {"type": "null"}]},
+      "u64OrNull": {"anyOf": [{"$ref": "#/components/schemas/u64"}, {"type": "null"}]},
+      "i32OrNull": {"anyOf": [{"$ref": "#/components/schemas/i32"}, {"type": "null"}]},
+      "i64OrNull": {"anyOf": [{"$ref": "#/components/schemas/i64"}, {"type": "null"}]},
+      "StringOrNull": {"type": ["string", "null"]},
+      "BoolOrNull": {"type": ["boolean", "null"]},
+      "Strings": {"type": "array", "items": {"type": "string"}},
+      "StringPair": {"type": "array", "prefixItems": [{"type": "string"}, {"type": "string"}], "items": false, "minItems": 2},
+      "Count": {"description": "A name and a count", "type": "array", "prefixItems": [{"type": "string"}, {"$ref": "#/components/schemas/u64"}], "items": false, "minItems": 2},
+      "Error": {"type": "object", "required": ["error"], "properties": {"error": {"type": "string", "description": "Message for the user"}}, "additionalProperties": false},
+      "Token": {"type": "object", "required": ["token", "expires"], "additionalProperties": false, "properties": {
+        "token": {"type": "string", "description": "The JWT"},
+        "expires": {"$ref": "#/components/schemas/i64", "description": "Unix seconds"}}},
+
+      "SubmitRequest": {"type": "object", "required": ["batch", "cwd", "host", "env"], "properties": {
+        "batch": {"$ref": "#/components/schemas/BatchSpec"},
+        "cwd": {"type": "string", "description": "Submit directory"},
+        "host": {"type": "string", "description": "Submit host"},
+        "env": {"type": "array", "description": "Exported environment", "items": {"$ref": "#/components/schemas/StringPair"}}}},
+      "BatchSpec": {"type": "object", "description": "The sbatch options and the script, as the client parsed them from its command line and #SBATCH lines",
+        "required": ["nice", "gres_other", "constraint", "nodelist", "exclude", "dependency", "exclusive", "hold", "parsable", "test_only", "script", "script_args"],
+        "properties": {
+          "job_name": {"$ref": "#/components/schemas/StringOrNull"},
+          "partition": {"$ref": "#/components/schemas/StringOrNull"},
+          "account": {"$ref": "#/components/schemas/StringOrNull"},
+          "qos": {"$ref": "#/components/schemas/StringOrNull"},
+          "nice": {"$ref": "#/components/schemas/i32"},
+          "nodes": {"description": "-N min-max", "anyOf": [{"type": "array", "prefixItems": [{"$ref": "#/components/schemas/u32"}, {"$ref": "#/components/schemas/u32"}], "items": false, "minItems": 2}, {"type": "null"}]},
+          "ntasks": {"$ref": "#/components/schemas/u32OrNull"},
+          "ntasks_per_node": {"$ref": "#/components/schemas/u32OrNull"},
+          "cpus_per_task": {"$ref": "#/components/schemas/u32OrNull"},
+          "mem": {"anyOf": [{"$ref": "#/components/schemas/MemRequest"}, {"type": "null"}]},
+          "gpus": {"anyOf": [{"$ref": "#/components/schemas/GpuRequest"}, {"type": "null"}]},
+          "gres_other": {"type": "array", "items": {"$ref": "#/components/schemas/Count"}},
+          "constraint": {"$ref": "#/components/schemas/Strings"},
+          "nodelist": {"$ref": "#/components/schemas/Strings"},
+          "exclude": {"$ref": "#/components/schemas/Strings"},
+          "time": {"description": "Time limit, seconds (null or absent: the partition's default)", "$ref": "#/components/schemas/i64OrNull"},
+          "time_min": {"$ref": "#/components/schemas/i64OrNull"},
+          "output": {"$ref": "#/components/schemas/StringOrNull"},
+          "error": {"$ref": "#/components/schemas/StringOrNull"},
+          "array": {"anyOf": [{"$ref": "#/components/schemas/ArraySpec"}, {"type": "null"}]},
+          "dependency": {"type": "array", "items": {"$ref": "#/components/schemas/Dependency"}},
+          "requeue": {"$ref": "#/components/schemas/BoolOrNull"},
+          "signal": {"anyOf": [{"$ref": "#/components/schemas/Signal"}, {"type": "null"}]},
+          "exclusive": {"type": "boolean"},
+          "hold": {"type": "boolean"},
+          "begin": {"$ref": "#/components/schemas/i64OrNull"},
+          "chdir": {"$ref": "#/components/schemas/StringOrNull"},
+          "export": {"$ref": "#/components/schemas/StringOrNull"},
+          "parsable": {"type": "boolean"},
+          "test_only": {"type": "boolean"},
+          "switches": {"$ref": "#/components/schemas/u32OrNull"},
+          "script": {"type": "string"},
+          "script_path": {"$ref": "#/components/schemas/StringOrNull"},
+          "script_args": {"$ref": "#/components/schemas/Strings"}}},
+      "MemRequest": {"oneOf": [
+        {"type": "object", "required": ["PerNode"], "additionalProperties": false, "properties": {"PerNode": {"$ref": "#/components/schemas/u64", "description": "--mem, bytes per node (0: none)"}}},
+        {"type": "object", "required": ["PerCpu"], "additionalProperties": false, "properties": {"PerCpu": {"$ref": "#/components/schemas/u64", "description": "--mem-per-cpu, bytes"}}}]},
+      "GpuRequest": {"type": "object", "required": ["per", "milli"], "properties": {
+        "per": {"oneOf": [
+          {"type": "object", "required": ["Job"], "additionalProperties": false, "properties": {"Job": {"$ref": "#/components/schemas/u32"}}},
+          {"type": "object", "required": ["Node"], "additionalProperties": false, "properties": {"Node": {"$ref": "#/components/schemas/u32"}}},
+          {"type": "object", "required": ["Task"], "additionalProperties": false, "properties": {"Task": {"$ref": "#/components/schemas/u32"}}}]},
+        "gpu_type": {"$ref": "#/components/schemas/StringOrNull"},
+        "milli": {"$ref": "#/components/schemas/u32", "description": "Milli-GPUs of each GPU (1000: whole GPUs)"}}},
+      "ArraySpec": {"type": "object", "required": ["indices"], "properties": {
+        "indices": {"type": "array", "items": {"$ref": "#/components/schemas/u32"}, "description": "Ascending, without repeats"},
+        "max_running": {"$ref": "#/components/schemas/u32OrNull"}}},
+      "Dependency": {"type": "object", "required": ["kind"], "properties": {
+        "kind": {"enum": ["After", "AfterOk", "AfterNotOk", "AfterAny", "Singleton"]},
+        "job": {"$ref": "#/components/schemas/u64OrNull"}}},
+      "Signal": {"type": "object", "required": ["number", "before", "batch_only"], "properties": {
+        "number": {"$ref": "#/components/schemas/i32"},
+        "before": {"$ref": "#/components/schemas/i64", "description": "Seconds before the time limit"},
+        "batch_only": {"type": "boolean"}}},
+      "SubmitResponse": {"type": "object", "required": ["job_ids", "test_only"], "additionalProperties": false, "properties": {
+        "job_ids": {"type": "array", "items": {"$ref": "#/components/schemas/u64"}, "description": "New job ids (several for an array; none with test_only)"},
+        "test_only": {"$ref": "#/components/schemas/StringOrNull", "description": "With test_only: what would happen"}}},
+
+      "JobInfo": {"type": "object", "additionalProperties": false,
+        "required": ["id", "display_id", "name", "user", "account", "partition", "qos", "state", "reason", "nodelist", "nodes", "ntasks", "cpus", "gpus", "time_limit", "submit", "start", "start_estimated", "end", "exit_code", "restarts", "workdir", "output", "steps", "message"],
+        "properties": {
+          "id": {"$ref": "#/components/schemas/u64"},
+          "display_id": {"type": "string", "description": "`123`, or `120_3` for an array task"},
+          "name": {"type": "string"}, "user": {"type": "string"}, "account": {"type": "string"},
+          "partition": {"type": "string"}, "qos": {"type": "string"},
+          "state": {"type": "string", "description": "Slurm's name: PENDING, RUNNING, COMPLETED, ..."},
+          "reason": {"type": "string", "description": "Pending reason (None unless pending)"},
+          "nodelist": {"type": "string", "description": "Hostlist syntax"},
+          "nodes": {"$ref": "#/components/schemas/u32"}, "ntasks": {"$ref": "#/components/schemas/u32"},
+          "cpus": {"$ref": "#/components/schemas/u32"}, "gpus": {"$ref": "#/components/schemas/u32"},
+          "time_limit": {"$ref": "#/components/schemas/i64OrNull", "description": "Seconds; null: unlimited"},
+          "submit": {"$ref": "#/components/schemas/i64"},
+          "start": {"$ref": "#/components/schemas/i64OrNull", "description": "Start, or expected start of a pending job"},
+          "start_estimated": {"type": "boolean"},
+          "end": {"$ref": "#/components/schemas/i64OrNull"},
+          "exit_code": {"type": "string", "description": "code:signal"},
+          "restarts": {"$ref": "#/components/schemas/u32"},
+          "workdir": {"type": "string"}, "output": {"type": "string"},
+          "steps": {"type": "array", "items": {"$ref": "#/components/schemas/StepInfo"}},
+          "message": {"$ref": "#/components/schemas/StringOrNull", "description": "Why it failed or was rejected"}}},
+      "StepInfo": {"type": "object", "additionalProperties": false,
+        "required": ["id", "command", "ntasks", "nodelist", "done", "exit_code", "start", "end"],
+        "properties": {
+          "id": {"type": "string", "description": "`batch` or the step number"},
+          "command": {"type": "string", "description": "`(hidden)` for another user's step"},
+          "ntasks": {"$ref": "#/components/schemas/u32"}, "nodelist": {"type": "string"},
+          "done": {"type": "boolean"}, "exit_code": {"$ref": "#/components/schemas/i32"},
+          "start": {"$ref": "#/components/schemas/i64"}, "end": {"$ref": "#/components/schemas/i64OrNull"}}},
+      "JobAction": {"oneOf": [
+        {"type": "object", "required": ["action"], "properties": {"action": {"enum": ["hold", "release", "requeue"]}, "time_limit": {"$ref": "#/components/schemas/i64OrNull", "description": "Ignored"}}},
+        {"type": "object", "required": ["action", "time_limit"], "properties": {"action": {"const": "update"}, "time_limit": {"$ref": "#/components/schemas/i64", "description": "New time limit, seconds"}}}]},
+      "StepRequest": {"type": "object", "required": ["argv"], "properties": {
+        "nodes": {"$ref": "#/components/schemas/u32OrNull", "description": "-N"},
+        "ntasks": {"$ref": "#/components/schemas/u32OrNull", "description": "-n"},
+        "ntasks_per_node": {"$ref": "#/components/schemas/u32OrNull"},
+        "argv": {"type": "array", "items": {"type": "string"}, "minItems": 1, "description": "Command and arguments"}}},
+      "StepResponse": {"type": "object", "required": ["step"], "additionalProperties": false, "properties": {"step": {"$ref": "#/components/schemas/u32"}}},
+
+      "NodeInfo": {"type": "object", "additionalProperties": false, "required": ["name", "state", "cpus", "memory_mb", "gpus", "reason", "addr"], "properties": {
+        "name": {"type": "string"},
+        "state": {"enum": ["idle", "mixed", "allocated", "drain", "down"]},
+        "cpus": {"description": "Total and allocated", "type": "array", "prefixItems": [{"$ref": "#/components/schemas/u32"}, {"$ref": "#/components/schemas/u32"}], "items": false, "minItems": 2},
+        "memory_mb": {"description": "Total and allocated, MiB", "type": "array", "prefixItems": [{"$ref": "#/components/schemas/u64"}, {"$ref": "#/components/schemas/u64"}], "items": false, "minItems": 2},
+        "gpus": {"description": "Total, allocated and the model", "type": "array", "prefixItems": [{"$ref": "#/components/schemas/u32"}, {"$ref": "#/components/schemas/u32"}, {"$ref": "#/components/schemas/StringOrNull"}], "items": false, "minItems": 3},
+        "reason": {"$ref": "#/components/schemas/StringOrNull"},
+        "addr": {"type": "string"}}},
+      "NodeAction": {"type": "object", "required": ["state"], "properties": {
+        "state": {"type": "string", "description": "drain, or resume (idle), in any case", "pattern": "^([Dd][Rr][Aa][Ii][Nn]|[Rr][Ee][Ss][Uu][Mm][Ee]|[Ii][Dd][Ll][Ee])$"},
+        "reason": {"$ref": "#/components/schemas/StringOrNull"}}},
+      "PriorityRow": {"description": "Job id and its priority breakdown", "type": "array", "prefixItems": [{"$ref": "#/components/schemas/u64"}, {"$ref": "#/components/schemas/Breakdown"}], "items": false, "minItems": 2},
+      "Breakdown": {"type": "object", "additionalProperties": false,
+        "required": ["age", "fairshare", "job_size", "time_limit", "xfactor", "starving", "partition", "qos", "nice", "total"],
+        "properties": {"age": {"type": "number"}, "fairshare": {"type": "number"}, "job_size": {"type": "number"}, "time_limit": {"type": "number"}, "xfactor": {"type": "number"},
+          "starving": {"type": "number"}, "partition": {"type": "number"}, "qos": {"type": "number"}, "nice": {"type": "number"}, "total": {"type": "number"}}},
+
+      "Node": {"type": "object", "required": ["name", "cpus", "memory", "gpus", "other", "features", "partitions", "switch", "block", "state"], "properties": {
+        "name": {"type": "string", "pattern": "^[A-Za-z0-9._-]{1,64}$"},
+        "cpus": {"$ref": "#/components/schemas/u32"},
+        "memory": {"$ref": "#/components/schemas/u64", "description": "Bytes"},
+        "gpus": {"$ref": "#/components/schemas/u32"},
+        "gpu_type": {"$ref": "#/components/schemas/StringOrNull"},
+        "other": {"type": "array", "items": {"$ref": "#/components/schemas/Count"}},
+        "features": {"$ref": "#/components/schemas/Strings"},
+        "partitions": {"$ref": "#/components/schemas/Strings", "description": "Ignored: the controller's configuration decides"},
+        "switch": {"$ref": "#/components/schemas/u32"},
+        "block": {"$ref": "#/components/schemas/u32"},
+        "state": {"enum": ["Up", "Drain", "Down"]}}},
+      "RegisterRequest": {"type": "object", "required": ["node", "addr"], "properties": {
+        "node": {"$ref": "#/components/schemas/Node"},
+        "addr": {"type": "string", "description": "Address other nodes reach it at"}}},
+      "RegisterResponse": {"type": "object", "required": ["lease_s", "heartbeat_ms"], "additionalProperties": false, "properties": {
+        "lease_s": {"$ref": "#/components/schemas/i64"}, "heartbeat_ms": {"$ref": "#/components/schemas/u64"}}},
+      "TaskKey": {"type": "object", "required": ["job", "epoch", "step", "rank"], "properties": {
+        "job": {"$ref": "#/components/schemas/u64"}, "epoch": {"$ref": "#/components/schemas/u32"},
+        "step": {"$ref": "#/components/schemas/u32"}, "rank": {"$ref": "#/components/schemas/u32"}}},
+      "TaskExit": {"type": "object", "required": ["job", "epoch", "step", "rank", "code", "signal", "oom"], "properties": {
+        "job": {"$ref": "#/components/schemas/u64"}, "epoch": {"$ref": "#/components/schemas/u32"},
+        "step": {"$ref": "#/components/schemas/u32"}, "rank": {"$ref": "#/components/schemas/u32"},
+        "code": {"$ref": "#/components/schemas/i32OrNull"}, "signal": {"$ref": "#/components/schemas/i32OrNull"},
+        "oom": {"type": "boolean"}, "fenced": {"type": "boolean"},
+        "error": {"$ref": "#/components/schemas/StringOrNull", "description": "Why it never started"}}},
+      "ReplicaReport": {"type": "object", "required": ["job", "epoch", "port", "ready", "restarts", "crashloop"], "properties": {
+        "job": {"$ref": "#/components/schemas/u64"}, "epoch": {"$ref": "#/components/schemas/u32"},
+        "port": {"$ref": "#/components/schemas/u16"}, "ready": {"type": "boolean"},
+        "restarts": {"$ref": "#/components/schemas/u32"}, "crashloop": {"type": "boolean"},
+        "message": {"$ref": "#/components/schemas/StringOrNull"}}},
+      "Heartbeat": {"type": "object", "required": ["node", "ack", "running", "exits", "wait_ms"], "properties": {
+        "node": {"type": "string"},
+        "ack": {"$ref": "#/components/schemas/u64", "description": "Highest order sequence number received"},
+        "running": {"type": "array", "items": {"$ref": "#/components/schemas/TaskKey"}},
+        "exits": {"type": "array", "items": {"$ref": "#/components/schemas/TaskExit"}},
+        "wait_ms": {"$ref": "#/components/schemas/u64"},
+        "replicas": {"type": "array", "items": {"$ref": "#/components/schemas/ReplicaReport"}}}},
+      "Orders": {"type": "object", "required": ["orders"], "additionalProperties": false, "properties": {
+        "orders": {"type": "array", "items": {"type": "array", "prefixItems": [{"$ref": "#/components/schemas/u64"}, {"$ref": "#/components/schemas/Order"}], "items": false, "minItems": 2}}}},
+      "Order": {"oneOf": [
+        {"type": "object", "required": ["Launch"], "additionalProperties": false, "properties": {"Launch": {"$ref": "#/components/schemas/Task"}}},
+        {"type": "object", "required": ["Signal"], "additionalProperties": false, "properties": {"Signal": {"type": "object", "additionalProperties": false,
+          "required": ["job", "epoch", "signal", "batch_only"], "properties": {"job": {"$ref": "#/components/schemas/u64"}, "epoch": {"$ref": "#/components/schemas/u32"},
+            "signal": {"$ref": "#/components/schemas/i32"}, "batch_only": {"type": "boolean"}}}}},
+        {"type": "object", "required": ["Kill"], "additionalProperties": false, "properties": {"Kill": {"type": "object", "additionalProperties": false,
+          "required": ["job", "epoch"], "properties": {"job": {"$ref": "#/components/schemas/u64"}, "epoch": {"$ref": "#/components/schemas/u32"}}}}}]},
+      "Task": {"type": "object", "additionalProperties": false,
+        "required": ["job", "epoch", "step", "rank", "script", "argv", "env", "workdir", "stdout", "stderr", "uid", "gid", "gpus", "mem_limit", "replica"],
+        "properties": {
+          "job": {"$ref": "#/components/schemas/u64"}, "epoch": {"$ref": "#/components/schemas/u32"},
+          "step": {"$ref": "#/components/schemas/u32"}, "rank": {"$ref": "#/components/schemas/u32"},
+          "script": {"$ref": "#/components/schemas/StringOrNull", "description": "The batch script (batch step), or null for a command"},
+          "argv": {"$ref": "#/components/schemas/Strings"},
+          "env": {"type": "array", "items": {"$ref": "#/components/schemas/StringPair"}},
+          "workdir": {"type": "string"}, "stdout": {"type": "string"}, "stderr": {"type": "string"},
+          "uid": {"$ref": "#/components/schemas/u32"}, "gid": {"$ref": "#/components/schemas/u32"},
+          "gpus": {"type": "array", "items": {"$ref": "#/components/schemas/u8"}},
+          "mem_limit": {"$ref": "#/components/schemas/u64"},
+          "replica": {"anyOf": [{"$ref": "#/components/schemas/ReplicaTask"}, {"type": "null"}]}}},
+      "ReplicaTask": {"type": "object", "additionalProperties": false, "required": ["service", "replica", "readiness", "liveness", "startup", "grace_ms"], "properties": {
+        "service": {"type": "string"}, "replica": {"type": "string"},
+        "readiness": {"anyOf": [{"$ref": "#/components/schemas/Probe"}, {"type": "null"}]},
+        "liveness": {"anyOf": [{"$ref": "#/components/schemas/Probe"}, {"type": "null"}]},
+        "startup": {"anyOf": [{"$ref": "#/components/schemas/Probe"}, {"type": "null"}]},
+        "grace_ms": {"$ref": "#/components/schemas/u64"}}},
+      "Probe": {"type": "object", "additionalProperties": false,
+        "required": ["kind", "port", "period_ms", "timeout_ms", "failure_threshold", "success_threshold", "initial_delay_ms"], "properties": {
+        "kind": {"oneOf": [{"const": "Tcp"}, {"type": "object", "required": ["Http"], "additionalProperties": false, "properties": {"Http": {"type": "string"}}}]},
+        "port": {"anyOf": [{"$ref": "#/components/schemas/u16"}, {"type": "null"}]},
+        "period_ms": {"$ref": "#/components/schemas/u64"}, "timeout_ms": {"$ref": "#/components/schemas/u64"},
+        "failure_threshold": {"$ref": "#/components/schemas/u32"}, "success_threshold": {"$ref": "#/components/schemas/u32"},
+        "initial_delay_ms": {"$ref": "#/components/schemas/u64"}}},
+
+      "Quantity": {"type": ["number", "string", "null"], "description": "A number, or a string with a unit (`10s`, `256MiB`, `25%`); null: not given"},
+      "ServiceSpec": {"type": "object", "additionalProperties": false, "required": ["name", "command"],
+        "description": "A service as the user writes it (TOML, YAML or JSON); unknown keys are refused",
+        "properties": {
+          "name": {"type": "string", "description": "A DNS label"},
+          "command": {"$ref": "#/components/schemas/Strings", "description": "Program and arguments; $PORT is the replica's port"},
+          "args": {"$ref": "#/components/schemas/Strings"},
+          "env": {"type": "object", "additionalProperties": {"type": "string"}},
+          "workdir": {"$ref": "#/components/schemas/StringOrNull"},
+          "output": {"$ref": "#/components/schemas/StringOrNull"},
+          "resources": {"type": "object", "additionalProperties": false, "properties": {
+            "cpus": {"$ref": "#/components/schemas/Quantity"}, "memory": {"$ref": "#/components/schemas/Quantity"},
+            "gpus": {"$ref": "#/components/schemas/Quantity"}, "gpu_type": {"$ref": "#/components/schemas/StringOrNull"}}},
+          "replicas": {"$ref": "#/components/schemas/Quantity"},
+          "autoscale": {"anyOf": [{"type": "null"}, {"type": "object", "additionalProperties": false, "properties": {
+            "min": {"$ref": "#/components/schemas/Quantity"}, "max": {"$ref": "#/components/schemas/Quantity"},
+            "target_inflight": {"$ref": "#/components/schemas/Quantity"}, "scale_down_window": {"$ref": "#/components/schemas/Quantity"}}}]},
+          "qos": {"$ref": "#/components/schemas/StringOrNull"},
+          "partition": {"$ref": "#/components/schemas/StringOrNull"},
+          "account": {"$ref": "#/components/schemas/StringOrNull"},
+          "readiness": {"$ref": "#/components/schemas/ProbeSpec"},
+          "liveness": {"$ref": "#/components/schemas/ProbeSpec"},
+          "startup": {"$ref": "#/components/schemas/ProbeSpec"},
+          "rolling_update": {"type": "object", "additionalProperties": false, "properties": {
+            "max_surge": {"$ref": "#/components/schemas/Quantity"}, "max_unavailable": {"$ref": "#/components/schemas/Quantity"}}},
+          "min_available": {"$ref": "#/components/schemas/Quantity"},
+          "proxy": {"type": "object", "additionalProperties": false, "properties": {
+            "balance": {"$ref": "#/components/schemas/StringOrNull", "description": "round_robin (default), least_request or p2c"},
+            "retries": {"$ref": "#/components/schemas/Quantity"}, "hold": {"$ref": "#/components/schemas/Quantity"}}},
+          "termination_grace": {"$ref": "#/components/schemas/Quantity"}}},
+      "ProbeSpec": {"anyOf": [{"type": "null"}, {"type": "object", "additionalProperties": false, "properties": {
+        "http": {"$ref": "#/components/schemas/StringOrNull"}, "tcp": {"$ref": "#/components/schemas/BoolOrNull"},
+        "port": {"$ref": "#/components/schemas/Quantity"}, "period": {"$ref": "#/components/schemas/Quantity"},
+        "timeout": {"$ref": "#/components/schemas/Quantity"}, "failure_threshold": {"$ref": "#/components/schemas/Quantity"},
+        "success_threshold": {"$ref": "#/components/schemas/Quantity"}, "initial_delay": {"$ref": "#/components/schemas/Quantity"}}}]},
+      "ApplyRequest": {"type": "object", "additionalProperties": false, "required": ["spec", "cwd"], "properties": {
+        "spec": {"$ref": "#/components/schemas/ServiceSpec"},
+        "cwd": {"type": "string", "description": "Where it was applied from: the default workdir"}}},
+      "ApplyResponse": {"type": "object", "additionalProperties": false, "required": ["name", "revision", "changed"], "properties": {
+        "name": {"type": "string"}, "revision": {"$ref": "#/components/schemas/u32"}, "changed": {"type": "boolean"}}},
+      "ServiceAction": {"oneOf": [
+        {"type": "object", "additionalProperties": false, "required": ["action", "replicas"], "properties": {"action": {"const": "scale"}, "replicas": {"$ref": "#/components/schemas/u32"}}},
+        {"type": "object", "additionalProperties": false, "required": ["action"], "properties": {"action": {"const": "undo"}, "revision": {"$ref": "#/components/schemas/u32OrNull", "description": "Default: the previous revision"}}}]},
+      "ServiceActionResponse": {"type": "object", "additionalProperties": false, "required": ["name", "revision"], "properties": {
+        "name": {"type": "string"}, "revision": {"$ref": "#/components/schemas/u32OrNull", "description": "After an undo, the new revision"}}},
+      "ServiceInfo": {"type": "object", "additionalProperties": false,
+        "required": ["name", "user", "revision", "history", "desired", "ready", "updated_ready", "replicas", "deleting", "scale_log", "stats", "spec"],
+        "properties": {
+          "name": {"type": "string"}, "user": {"type": "string"},
+          "revision": {"$ref": "#/components/schemas/u32"},
+          "history": {"type": "array", "items": {"$ref": "#/components/schemas/u32"}, "description": "Earlier revisions kept for undo"},
+          "desired": {"$ref": "#/components/schemas/u32"}, "ready": {"$ref": "#/components/schemas/u32"}, "updated_ready": {"$ref": "#/components/schemas/u32"},
+          "replicas": {"type": "array", "items": {"$ref": "#/components/schemas/ReplicaRow"}},
+          "deleting": {"type": "boolean"},
+          "scale_log": {"type": "array", "description": "Desired count over time: Unix milliseconds and count", "items": {"type": "array", "prefixItems": [{"$ref": "#/components/schemas/i64"}, {"$ref": "#/components/schemas/u32"}], "items": false, "minItems": 2}},
+          "stats": {"$ref": "#/components/schemas/ProxyServiceStats"},
+          "spec": {"$ref": "#/components/schemas/ServiceSpec", "description": "The current revision's spec; another user's env values and args read (hidden)"}}},
+      "ReplicaRow": {"type": "object", "additionalProperties": false,
+        "required": ["id", "job", "state", "revision", "node", "addr", "restarts", "message", "reason", "log"],
+        "properties": {
+          "id": {"type": "string"}, "job": {"$ref": "#/components/schemas/u64"}, "state": {"type": "string"},
+          "revision": {"$ref": "#/components/schemas/u32"}, "node": {"$ref": "#/components/schemas/StringOrNull"},
+          "addr": {"$ref": "#/components/schemas/StringOrNull"}, "restarts": {"$ref": "#/components/schemas/u32"},
+          "message": {"$ref": "#/components/schemas/StringOrNull"}, "reason": {"type": "string"}, "log": {"type": "string"}}},
+      "ProxyServiceStats": {"type": "object", "description": "A proxy's gauges and counters for one service (every field may be left out)", "properties": {
+        "inflight": {"$ref": "#/components/schemas/u64"}, "waiting": {"$ref": "#/components/schemas/u64"},
+        "requests": {"$ref": "#/components/schemas/u64"}, "failures": {"$ref": "#/components/schemas/u64"},
+        "replicas": {"type": "object", "additionalProperties": {"$ref": "#/components/schemas/u64"}, "description": "In flight per replica"}}},
+      "ProxySync": {"type": "object", "required": ["proxy"], "properties": {
+        "proxy": {"type": "string", "minLength": 1, "maxLength": 256, "description": "The proxy's listen address (1 to 256 bytes)"},
+        "since": {"$ref": "#/components/schemas/u64", "description": "The view version the proxy holds (0: none)"},
+        "wait_ms": {"$ref": "#/components/schemas/u64"},
+        "services": {"type": "object", "additionalProperties": {"$ref": "#/components/schemas/ProxyServiceStats"}}}},
+      "EndpointView": {"type": "object", "required": ["version", "services", "changed_ms"], "properties": {
+        "version": {"$ref": "#/components/schemas/u64"},
+        "services": {"type": "array", "items": {"$ref": "#/components/schemas/ServiceEndpoints"}},
+        "changed_ms": {"$ref": "#/components/schemas/i64"}}},
+      "ServiceEndpoints": {"type": "object", "required": ["name", "balance", "hold_ms", "retries", "endpoints", "draining"], "properties": {
+        "name": {"type": "string"}, "balance": {"type": "string"},
+        "hold_ms": {"$ref": "#/components/schemas/u64"}, "retries": {"$ref": "#/components/schemas/u32"},
+        "endpoints": {"type": "array", "items": {"type": "object", "required": ["replica", "addr", "node"], "properties": {
+          "replica": {"type": "string"}, "addr": {"type": "string"}, "node": {"type": "string"}}}},
+        "draining": {"$ref": "#/components/schemas/Strings"}}}
+    }
+  }
 }"##;
+
+#[cfg(test)]
+mod tests {
+    use super::DOCUMENT;
+    use crate::*;
+    use control::service::{Probe, ProbeKind, ProbeSpec, Quantity};
+    use control::{Endpoint, ReplicaReport, ReplicaTask, Task};
+    use model::{DepKind, Dependency, GpuPer, GpuRequest, JobId, MemRequest};
+    use serde_json::Value;
+    use std::collections::BTreeSet;
+
+    fn doc() -> Value {
+        serde_json::from_str(DOCUMENT).expect("the document is JSON")
+    }
+
+    fn resolve<'a>(doc: &'a Value, r: &str) -> &'a Value {
+        let p = r.strip_prefix('#').unwrap_or_else(|| panic!("$ref {r} is not local"));
+        doc.pointer(p).unwrap_or_else(|| panic!("$ref {r} does not resolve"))
+    }
+
+    fn int(v: &Value) -> Option<i128> {
+        v.as_u64().map(i128::from).or_else(|| v.as_i64().map(i128::from))
+    }
+
+    fn type_ok(t: &str, v: &Value) -> bool {
+        match t {
+            "null" => v.is_null(),
+            "boolean" => v.is_boolean(),
+            "integer" => int(v).is_some(),
+            "number" => v.is_number(),
+            "string" => v.is_string(),
+            "array" => v.is_array(),
+            "object" => v.is_object(),
+            other => panic!("unknown type {other}"),
+        }
+    }
+
+    /// What is wrong with `v` under `schema`, in the part of JSON Schema the document uses
+    /// (`pattern` is not checked). Strict: where a schema lists `properties`, the value must
+    /// have exactly those keys, so a field added to or removed from a wire type without the
+    /// document is caught.
+    fn check(doc: &Value, schema: &Value, v: &Value, at: &str, errs: &mut Vec<String>) {
+        if let Some(b) = schema.as_bool() {
+            if !b {
+                errs.push(format!("{at}: no value allowed, got {v}"));
+            }
+            return;
+        }
+        let s = schema.as_object().unwrap_or_else(|| panic!("{at}: a schema must be an object"));
+        if let Some(r) = s.get("$ref") {
+            check(doc, resolve(doc, r.as_str().expect("$ref is a string")), v, at, errs);
+        }
+        if let Some(t) = s.get("type") {
+            let types: Vec<&str> = match t {
+                Value::String(x) => vec![x.as_str()],
+                Value::Array(a) => a.iter().map(|x| x.as_str().expect("type name")).collect(),
+                _ => panic!("{at}: bad type"),
+            };
+            if !types.iter().any(|t| type_ok(t, v)) {
+                errs.push(format!("{at}: {v} is not of type {types:?}"));
+                return;
+            }
+        }
+        if let Some(e) = s.get("enum")
+            && !e.as_array().expect("enum is an array").contains(v)
+        {
+            errs.push(format!("{at}: {v} is not one of {e}"));
+        }
+        if let Some(c) = s.get("const")
+            && c != v
+        {
+            errs.push(format!("{at}: {v} is not {c}"));
+        }
+        if let (Some(min), Some(x)) = (s.get("minimum").and_then(int), int(v))
+            && x < min
+        {
+            errs.push(format!("{at}: {x} is below {min}"));
+        }
+        if let (Some(max), Some(x)) = (s.get("maximum").and_then(int), int(v))
+            && x > max
+        {
+            errs.push(format!("{at}: {x} is above {max}"));
+        }
+        if let Some(text) = v.as_str() {
+            let n = text.chars().count() as u64;
+            if s.get("minLength").and_then(Value::as_u64).is_some_and(|m| n < m) || s.get("maxLength").and_then(Value::as_u64).is_some_and(|m| n > m)
+            {
+                errs.push(format!("{at}: {v} has the wrong length"));
+            }
+        }
+        if let Some(a) = v.as_array() {
+            if s.get("minItems").and_then(Value::as_u64).is_some_and(|m| (a.len() as u64) < m) {
+                errs.push(format!("{at}: too few items in {v}"));
+            }
+            let prefix = s.get("prefixItems").and_then(Value::as_array).map_or(&[][..], |p| p.as_slice());
+            for (i, x) in a.iter().enumerate() {
+                let item = prefix.get(i).or_else(|| s.get("items"));
+                if let Some(item) = item {
+                    check(doc, item, x, &format!("{at}[{i}]"), errs);
+                }
+            }
+        }
+        if let Some(o) = v.as_object() {
+            for r in s.get("required").and_then(Value::as_array).into_iter().flatten() {
+                if !o.contains_key(r.as_str().expect("required names")) {
+                    errs.push(format!("{at}: required {r} is missing"));
+                }
+            }
+            let props = s.get("properties").and_then(Value::as_object);
+            if let Some(p) = props {
+                for k in p.keys().filter(|k| !o.contains_key(*k)) {
+                    errs.push(format!("{at}: documented property {k:?} is not in the value {v}"));
+                }
+            }
+            for (k, x) in o {
+                let at = format!("{at}.{k}");
+                match props.and_then(|p| p.get(k)) {
+                    Some(p) => check(doc, p, x, &at, errs),
+                    None if props.is_some() => errs.push(format!("{at}: undocumented property")),
+                    None => {
+                        if let Some(extra) = s.get("additionalProperties") {
+                            check(doc, extra, x, &at, errs);
+                        }
+                    }
+                }
+            }
+        }
+        let branches = |key: &str| -> Option<usize> {
+            s.get(key).map(|b| {
+                let b = b.as_array().expect("a list of schemas");
+                b.iter()
+                    .filter(|b| {
+                        let mut e = Vec::new();
+                        check(doc, b, v, at, &mut e);
+                        e.is_empty()
+                    })
+                    .count()
+            })
+        };
+        if branches("anyOf") == Some(0) {
+            errs.push(format!("{at}: {v} matches no anyOf branch"));
+        }
+        if let Some(n) = branches("oneOf")
+            && n != 1
+        {
+            errs.push(format!("{at}: {v} matches {n} oneOf branches, not one"));
+        }
+    }
+
+    fn refs(v: &Value, out: &mut Vec<String>) {
+        match v {
+            Value::Object(o) => {
+                if let Some(Value::String(r)) = o.get("$ref") {
+                    out.push(r.clone());
+                }
+                o.values().for_each(|x| refs(x, out));
+            }
+            Value::Array(a) => a.iter().for_each(|x| refs(x, out)),
+            _ => {}
+        }
+    }
+
+    const METHODS: [&str; 8] = ["get", "put", "post", "delete", "options", "head", "patch", "trace"];
+
+    #[test]
+    fn the_document_is_consistent() {
+        let d = doc();
+        assert_eq!(d["openapi"], "3.1.0");
+        let mut all = Vec::new();
+        refs(&d, &mut all);
+        for r in &all {
+            resolve(&d, r);
+        }
+        let schemes = d["components"]["securitySchemes"].as_object().expect("security schemes");
+        assert_eq!(schemes["bearerAuth"]["scheme"], "bearer");
+        assert_eq!(schemes["agentSecret"]["name"], "x-tandem-secret");
+        let mut ids = BTreeSet::new();
+        let mut errs = Vec::new();
+        for (path, item) in d["paths"].as_object().expect("paths") {
+            let item = item.as_object().expect("path item");
+            for key in item.keys().filter(|k| *k != "parameters" && *k != "summary" && *k != "description") {
+                assert!(METHODS.contains(&key.as_str()), "{path}: {key} is not a method");
+            }
+            for (method, op) in item.iter().filter(|(k, _)| METHODS.contains(&k.as_str())) {
+                let at = format!("{} {path}", method.to_uppercase());
+                let id = op["operationId"].as_str().unwrap_or_else(|| panic!("{at}: no operationId"));
+                assert!(ids.insert(id.to_string()), "{at}: operationId {id} used twice");
+                // Path parameters: exactly the template's, each required.
+                let params: Vec<Value> = item
+                    .get("parameters")
+                    .into_iter()
+                    .chain(op.get("parameters"))
+                    .flat_map(|p| p.as_array().expect("parameters").clone())
+                    .map(|p| match p.get("$ref") {
+                        Some(r) => resolve(&d, r.as_str().unwrap()).clone(),
+                        None => p,
+                    })
+                    .collect();
+                let declared: BTreeSet<&str> =
+                    params.iter().filter(|p| p["in"] == "path").map(|p| p["name"].as_str().expect("parameter name")).collect();
+                let template: BTreeSet<&str> =
+                    path.split('/').filter_map(|seg| seg.strip_prefix('{').and_then(|s| s.strip_suffix('}'))).collect();
+                if declared != template {
+                    errs.push(format!("{at}: path parameters {declared:?}, template {template:?}"));
+                }
+                for p in &params {
+                    if p["in"] == "path" && p["required"] != true {
+                        errs.push(format!("{at}: path parameter {} is not required", p["name"]));
+                    }
+                    if p.get("schema").is_none() {
+                        errs.push(format!("{at}: parameter {} has no schema", p["name"]));
+                    }
+                }
+                let responses = op["responses"].as_object().unwrap_or_else(|| panic!("{at}: no responses"));
+                if !responses.keys().any(|c| c.starts_with('2')) {
+                    errs.push(format!("{at}: no success reply"));
+                }
+                let security = op.get("security").unwrap_or(&d["security"]).as_array().expect("security");
+                let secured = !security.is_empty();
+                if secured != responses.contains_key("401") {
+                    errs.push(format!("{at}: secured {secured}, but a 401 reply documented {}", responses.contains_key("401")));
+                }
+                for s in security {
+                    for name in s.as_object().expect("requirement").keys() {
+                        if !schemes.contains_key(name) {
+                            errs.push(format!("{at}: unknown security scheme {name}"));
+                        }
+                    }
+                }
+                if op.get("requestBody").is_some() && !responses.contains_key("400") {
+                    errs.push(format!("{at}: a body but no 400 reply"));
+                }
+                for (code, r) in responses {
+                    let r = match r.get("$ref") {
+                        Some(x) => resolve(&d, x.as_str().unwrap()),
+                        None => r,
+                    };
+                    if code.as_str() >= "400" && r["content"]["application/json"]["schema"]["$ref"] != "#/components/schemas/Error" {
+                        errs.push(format!("{at}: the {code} reply is not an Error"));
+                    }
+                    if r.get("description").is_none() {
+                        errs.push(format!("{at}: the {code} reply has no description"));
+                    }
+                }
+            }
+        }
+        // Links name operations that exist, and parameters those operations have.
+        for (path, item) in d["paths"].as_object().unwrap() {
+            for (method, op) in item.as_object().unwrap().iter().filter(|(k, _)| METHODS.contains(&k.as_str())) {
+                for (code, r) in op["responses"].as_object().unwrap() {
+                    for (name, link) in r.get("links").and_then(Value::as_object).into_iter().flatten() {
+                        let target = link["operationId"].as_str().expect("links name an operationId");
+                        let found = d["paths"].as_object().unwrap().iter().find_map(|(p, item)| {
+                            item.as_object().unwrap().values().find(|o| o["operationId"] == target).map(|_| p)
+                        });
+                        match found {
+                            None => errs.push(format!("{method} {path} {code}: link {name} names no operation {target}")),
+                            Some(p) => {
+                                for param in link["parameters"].as_object().expect("link parameters").keys() {
+                                    if !p.contains(&format!("{{{param}}}")) {
+                                        errs.push(format!("{method} {path} {code}: link {name}: {target} has no path parameter {param}"));
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        assert!(errs.is_empty(), "{}", errs.join("\n"));
+    }
+
+    fn job_info() -> JobInfo {
+        JobInfo {
+            id: u64::MAX,
+            display_id: "120_3".into(),
+            name: "train".into(),
+            user: "alice".into(),
+            account: "ml".into(),
+            partition: "batch".into(),
+            qos: "normal".into(),
+            state: "RUNNING".into(),
+            reason: "None".into(),
+            nodelist: "node[1-2]".into(),
+            nodes: 2,
+            ntasks: 4,
+            cpus: 8,
+            gpus: 0,
+            time_limit: Some(i64::MAX),
+            submit: i64::MIN,
+            start: Some(1),
+            start_estimated: false,
+            end: None,
+            exit_code: "0:0".into(),
+            restarts: u32::MAX,
+            workdir: "/home/alice".into(),
+            output: "slurm-%j.out".into(),
+            steps: vec![StepInfo {
+                id: "batch".into(),
+                command: "(hidden)".into(),
+                ntasks: 1,
+                nodelist: "node1".into(),
+                done: true,
+                exit_code: i32::MIN,
+                start: 1,
+                end: Some(2),
+            }],
+            message: Some("why".into()),
+        }
+    }
+
+    fn batch() -> slurmcli::BatchSpec {
+        slurmcli::BatchSpec {
+            job_name: Some("train".into()),
+            nodes: Some((1, 2)),
+            ntasks: Some(4),
+            mem: Some(MemRequest::PerCpu(1 << 30)),
+            gpus: Some(GpuRequest { per: GpuPer::Task(1), gpu_type: Some("h100".into()), milli: 1000 }),
+            gres_other: vec![("nic".into(), 1)],
+            constraint: vec!["ib".into()],
+            time: Some(Some(60)),
+            array: Some(slurmcli::ArraySpec { indices: vec![0, 1, 2], max_running: Some(1) }),
+            dependency: vec![Dependency { kind: DepKind::AfterOk, job: Some(JobId(7)) }, Dependency { kind: DepKind::Singleton, job: None }],
+            signal: Some(slurmcli::Signal { number: 10, before: 60, batch_only: true }),
+            requeue: Some(false),
+            script: "#!/bin/sh\ntrue\n".into(),
+            script_args: vec!["a".into()],
+            ..Default::default()
+        }
+    }
+
+    fn probe(kind: ProbeKind) -> Probe {
+        Probe { kind, port: Some(u16::MAX), period_ms: 1, timeout_ms: 1, failure_threshold: 3, success_threshold: 1, initial_delay_ms: 0 }
+    }
+
+    fn spec() -> control::ServiceSpec {
+        let mut s = control::ServiceSpec { name: "llm".into(), command: vec!["serve".into(), "$PORT".into()], ..Default::default() };
+        s.env.insert("K".into(), "v".into());
+        s.replicas = Some(Quantity::Num(2.0));
+        s.resources.memory = Some(Quantity::Text("1GiB".into()));
+        s.readiness = Some(ProbeSpec { http: Some("/health".into()), ..Default::default() });
+        s.autoscale = Some(Default::default());
+        s
+    }
+
+    fn samples() -> Vec<(&'static str, Value)> {
+        let v = |x: &dyn erased::Ser| x.value();
+        let stats = ProxyServiceStats { inflight: 1, replicas: [("llm-5".to_string(), 1)].into(), ..Default::default() };
+        let task = Task {
+            job: 5,
+            epoch: 1,
+            step: 0,
+            rank: 0,
+            script: Some("#!/bin/sh\n".into()),
+            argv: vec![],
+            env: vec![("A".into(), "b".into())],
+            workdir: "/".into(),
+            stdout: "/o".into(),
+            stderr: "/e".into(),
+            uid: 1000,
+            gid: 1000,
+            gpus: vec![0, 255],
+            mem_limit: 0,
+            replica: Some(ReplicaTask {
+                service: "llm".into(),
+                replica: "llm-5".into(),
+                readiness: Some(probe(ProbeKind::Http("/health".into()))),
+                liveness: Some(probe(ProbeKind::Tcp)),
+                startup: None,
+                grace_ms: 30_000,
+            }),
+        };
+        let exit = control::TaskExit {
+            job: 5,
+            epoch: 1,
+            step: 0,
+            rank: 0,
+            code: Some(1),
+            signal: None,
+            oom: false,
+            fenced: false,
+            error: Some("no such directory".into()),
+        };
+        let report = ReplicaReport { job: 5, epoch: 1, port: 8000, ready: true, restarts: 0, crashloop: false, message: None };
+        let row = ReplicaRow {
+            id: "llm-5".into(),
+            job: 5,
+            state: "ready".into(),
+            revision: 1,
+            node: Some("node1".into()),
+            addr: None,
+            restarts: 0,
+            message: None,
+            reason: String::new(),
+            log: "/tmp/llm.log".into(),
+        };
+        let service = ServiceInfo {
+            name: "llm".into(),
+            user: "alice".into(),
+            revision: 2,
+            history: vec![1],
+            desired: 2,
+            ready: 1,
+            updated_ready: 1,
+            replicas: vec![row],
+            deleting: false,
+            scale_log: vec![(i64::MAX, 2)],
+            stats: stats.clone(),
+            spec: spec(),
+        };
+        let mut node = model::Node::new("node1", 8, u64::MAX, 2);
+        node.gpu_type = Some("h100".into());
+        node.other = vec![("nic".into(), 2)];
+        let view = EndpointView {
+            version: 3,
+            services: vec![ServiceEndpoints {
+                name: "llm".into(),
+                balance: "p2c".into(),
+                hold_ms: 1,
+                retries: 2,
+                endpoints: vec![Endpoint { replica: "llm-5".into(), addr: "127.0.0.1:8000".into(), node: "node1".into() }],
+                draining: vec!["llm-4".into()],
+            }],
+            changed_ms: 1,
+        };
+        vec![
+            ("Error", v(&ApiError { error: "no".into() })),
+            (
+                "SubmitRequest",
+                v(&SubmitRequest { batch: batch(), cwd: "/home/alice".into(), host: "login".into(), env: vec![("A".into(), "b".into())] }),
+            ),
+            ("SubmitRequest", v(&SubmitRequest { batch: Default::default(), cwd: "/".into(), host: "h".into(), env: vec![] })),
+            ("SubmitResponse", v(&SubmitResponse { job_ids: vec![1, 2], test_only: None })),
+            ("SubmitResponse", v(&SubmitResponse { job_ids: vec![], test_only: Some("would start".into()) })),
+            ("JobInfo", v(&job_info())),
+            (
+                "NodeInfo",
+                v(&NodeInfo {
+                    name: "node1".into(),
+                    state: "mixed".into(),
+                    cpus: (8, 2),
+                    memory_mb: (1024, 0),
+                    gpus: (2, 1, Some("h100".into())),
+                    reason: None,
+                    addr: "127.0.0.1".into(),
+                }),
+            ),
+            ("StepRequest", v(&StepRequest { nodes: Some(1), ntasks: None, ntasks_per_node: Some(2), argv: vec!["hostname".into()] })),
+            ("StepResponse", v(&StepResponse { step: 0 })),
+            ("RegisterRequest", v(&RegisterRequest { node, addr: "127.0.0.1".into() })),
+            ("RegisterResponse", v(&RegisterResponse { lease_s: 30, heartbeat_ms: 5000 })),
+            (
+                "Heartbeat",
+                v(&Heartbeat {
+                    node: "node1".into(),
+                    ack: 3,
+                    running: vec![control::TaskKey { job: 5, epoch: 1, step: 0, rank: 0 }],
+                    exits: vec![exit],
+                    wait_ms: 5000,
+                    replicas: vec![report],
+                }),
+            ),
+            (
+                "Orders",
+                v(&Orders {
+                    orders: vec![
+                        (1, control::Order::Launch(task)),
+                        (2, control::Order::Signal { job: 5, epoch: 1, signal: 10, batch_only: true }),
+                        (3, control::Order::Kill { job: 5, epoch: 1 }),
+                    ],
+                }),
+            ),
+            ("ApplyRequest", v(&ApplyRequest { spec: spec(), cwd: "/srv".into() })),
+            ("ApplyRequest", v(&ApplyRequest { spec: control::ServiceSpec::default(), cwd: "/srv".into() })),
+            ("ApplyResponse", v(&ApplyResponse { name: "llm".into(), revision: 1, changed: true })),
+            ("ServiceAction", v(&ServiceAction::Scale { replicas: 3 })),
+            ("ServiceAction", v(&ServiceAction::Undo { revision: None })),
+            ("ServiceAction", v(&ServiceAction::Undo { revision: Some(1) })),
+            ("ServiceInfo", v(&service)),
+            ("ProxySync", v(&ProxySync { proxy: "127.0.0.1:8080".into(), since: 2, wait_ms: 100, services: [("llm".to_string(), stats)].into() })),
+            ("EndpointView", v(&view)),
+            ("EndpointView", v(&EndpointView::default())),
+        ]
+    }
+
+    /// Serializing without naming the type at each sample.
+    mod erased {
+        pub(super) trait Ser {
+            fn value(&self) -> serde_json::Value;
+        }
+        impl<T: serde::Serialize> Ser for T {
+            fn value(&self) -> serde_json::Value {
+                serde_json::to_value(self).expect("serializable")
+            }
+        }
+    }
+
+    #[test]
+    fn wire_types_match_their_schemas() {
+        let d = doc();
+        let mut errs = Vec::new();
+        for (name, value) in samples() {
+            let schema = d["components"]["schemas"].get(name).unwrap_or_else(|| panic!("no schema {name}"));
+            check(&d, schema, &value, name, &mut errs);
+        }
+        assert!(errs.is_empty(), "{}", errs.join("\n"));
+    }
+
+    #[test]
+    fn the_checker_catches_drift() {
+        // The strict check itself: an undocumented field, a missing one, a wrong type, a bound.
+        let d = doc();
+        let schema = &d["components"]["schemas"]["StepResponse"];
+        let errors = |v: Value| {
+            let mut e = Vec::new();
+            check(&d, schema, &v, "StepResponse", &mut e);
+            e
+        };
+        assert!(errors(serde_json::json!({"step": 1})).is_empty());
+        assert!(errors(serde_json::json!({"step": 1, "extra": 2}))[0].contains("undocumented"));
+        assert!(errors(serde_json::json!({}))[0].contains("required"));
+        assert!(errors(serde_json::json!({"step": "1"}))[0].contains("type"));
+        assert!(errors(serde_json::json!({"step": 4294967296u64}))[0].contains("above"));
+        let mut e = Vec::new();
+        check(&d, &d["components"]["schemas"]["ServiceAction"], &serde_json::json!({"action": "scale"}), "x", &mut e);
+        assert!(!e.is_empty(), "scale needs replicas");
+    }
+}

@@ -81,7 +81,7 @@ impl Cluster {
         };
         c.start_server();
         for i in 0..agents {
-            let a = format!("http://{}", c.addr);
+            let a = format!("https://{}", c.addr);
             c.start_agent(i, &a);
         }
         c.wait_nodes(agents);
@@ -123,6 +123,8 @@ impl Cluster {
         let mut cmd = Command::new(bin());
         cmd.args(["agent", "--server", server, "--name", &name, "--cpus", "4", "--memory", "4G", "--secret-file"])
             .arg(self.dir.join("controller/secret"))
+            .arg("--ca")
+            .arg(self.dir.join("controller/ca.pem"))
             .arg("--data")
             .arg(&data)
             .stdout(log.try_clone().unwrap())
@@ -262,8 +264,10 @@ impl Proxy {
         let addr = format!("127.0.0.1:{}", free_port());
         let log = std::fs::OpenOptions::new().create(true).append(true).open(c.dir.join("proxy.log")).unwrap();
         let child = Command::new(bin())
-            .args(["proxy", "--listen", &addr, "--server", &format!("http://{}", c.addr), "--secret-file"])
+            .args(["proxy", "--listen", &addr, "--server", &format!("https://{}", c.addr), "--secret-file"])
             .arg(c.dir.join("controller/secret"))
+            .arg("--ca")
+            .arg(c.dir.join("controller/ca.pem"))
             .stdout(log.try_clone().unwrap())
             .stderr(log)
             .spawn()
