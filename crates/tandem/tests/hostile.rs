@@ -738,3 +738,54 @@ fn closed_pipes_and_odd_bytes_end_commands_quietly() {
     up.root(&["scancel", "-u", ATTACKER]);
     std::fs::remove_dir_all(&root).ok();
 }
+
+/// SECURITY.md N2: over TCP, clients accept only the cluster's controller, and the controller
+/// speaks only TLS.
+#[test]
+fn tcp_clients_trust_only_the_cluster_ca_and_plain_http_gets_nothing() {
+    let Some((_v, a)) = users() else { return };
+    let root = root_dir("tls");
+    let up = Up::start(&root, None);
+    let ca = up.dir.join("controller/ca.pem");
+    let tok = up.token(&a);
+    let remote = |server: &str, ca: Option<&Path>| {
+        let mut c = Command::new(bin());
+        c.args(["queue"]).env_clear().env("TANDEM_SERVER", server).env("TANDEM_TOKEN", &tok).env("PATH", "/usr/bin:/bin");
+        if let Some(ca) = ca {
+            c.env("TANDEM_CA", ca);
+        }
+        c.output().unwrap()
+    };
+    // Positive control: the cluster's CA.
+    let o = remote(&format!("https://{}", up.addr), Some(&ca));
+    assert!(o.status.success(), "{}", text(&o));
+    // No CA, another CA (an impostor's, or another cluster's): refused before any request.
+    let o = remote(&format!("https://{}", up.addr), None);
+    assert!(!o.status.success() && text(&o).contains("needs the cluster CA"), "{}", text(&o));
+    let other = root.join("other-ca.pem");
+    let st = Command::new("openssl")
+        .args(["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-days", "1", "-subj", "/CN=Tandem cluster CA"])
+        .arg("-keyout")
+        .arg(root.join("other-ca.key"))
+        .arg("-out")
+        .arg(&other)
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let o = remote(&format!("https://{}", up.addr), Some(&other));
+    assert!(!o.status.success() && text(&o).contains("TLS with the controller"), "{}", text(&o));
+    // Plain HTTP to the TLS port: no HTTP answer, so nothing a token could be sent to in clear.
+    let o = remote(&format!("http://{}", up.addr), None);
+    assert!(!o.status.success(), "{}", text(&o));
+    let (code, _) = {
+        let o = Command::new("curl").args(["-s", "-o", "/dev/null", "-w", "%{http_code}", &format!("http://{}/healthz", up.addr)]).output().unwrap();
+        (String::from_utf8_lossy(&o.stdout).into_owned(), ())
+    };
+    assert_eq!(code, "000", "plain HTTP got an HTTP reply");
+    // --insecure is for loopback only.
+    let o = Command::new(bin()).args(["server", "--insecure", "--listen", "0.0.0.0:0", "--data"]).arg(root.join("insecure")).output().unwrap();
+    assert!(!o.status.success() && text(&o).contains("loopback development only"), "{}", text(&o));
+    std::fs::remove_dir_all(&root).ok();
+}
+
