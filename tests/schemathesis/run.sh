@@ -8,8 +8,10 @@
 # /tmp/tandem-st-venv; reused when the version matches), starts `tandem up` (a controller
 # and one agent, no proxy) in a fresh directory, takes a user token over the Unix socket (as
 # nobody when run as root: the jobs and services Schemathesis makes really run), runs
-# Schemathesis over TCP with that token (settings in schemathesis.toml beside this file), and
-# stops the cluster. Exit status: Schemathesis's (0: no failure), or 1 if the cluster died.
+# Schemathesis over TCP with that token on every operation, then once more on the agents'
+# registration and heartbeat with the cluster secret (settings in schemathesis.toml beside this
+# file), and stops the cluster. Exit status: 0 when neither run found a failure and the cluster
+# lived through them.
 #
 # Knobs: ST_MAX_EXAMPLES (cases per operation and phase, default 25), ST_SEED (default 1; set
 # it empty for a random run), ST_REPORT_DIR (JUnit and NDJSON reports), ST_CACERT (the CA
@@ -32,7 +34,13 @@ bin=$(cd "$(dirname "$bin")" && pwd)/$(basename "$bin")
 started=$(date +%s)
 if ! "$venv/bin/schemathesis" --version 2>/dev/null | grep -qF "version $version"; then
   echo "run.sh: installing schemathesis $version into $venv"
-  python3 -m venv "$venv"
+  if ! python3 -m venv "$venv" 2>/dev/null; then
+    # Debian ships venv apart from python3.
+    if command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+      apt-get install -y -qq python3-venv >/dev/null
+    fi
+    python3 -m venv "$venv"
+  fi
   "$venv/bin/pip" install --quiet --disable-pip-version-check "schemathesis==$version"
 fi
 
@@ -62,7 +70,7 @@ addr=$(cat "$data/controller/addr")
 sock=unix://$data/controller/tandem.sock
 # The agent's node, so that node operations meet a real one too.
 for _ in $(seq 1 100); do
-  TANDEM_SERVER=$sock "$bin" sinfo 2>/dev/null | grep -q node1 && break
+  TANDEM_SERVER=$sock "$bin" nodes 2>/dev/null | grep -q node1 && break
   sleep 0.1
 done
 # Schemathesis submits jobs and services that the agent really runs, with generated working
@@ -85,14 +93,28 @@ fi
 
 args=(--max-examples "$examples" --no-color)
 [ -n "$seed" ] && args+=(--seed "$seed")
-[ -n "$reports" ] && args+=(--report junit,ndjson --report-dir "$reports")
 echo "run.sh: controller on $scheme://$addr, schemathesis $version, $examples examples per operation"
+st() {
+  local name=$1
+  shift
+  local report=()
+  [ -n "$reports" ] && report=(--report junit,ndjson --report-dir "$reports/$name")
+  "$venv/bin/schemathesis" --config-file "$here/schemathesis.toml" run "$scheme://$addr/openapi.json" \
+    -H "Authorization: Bearer $token" "${tls[@]}" "${args[@]}" "${report[@]}" "$@"
+}
 set +e
 # From the scratch directory: Schemathesis and Hypothesis keep caches in the current one.
 cd "$work"
-"$venv/bin/schemathesis" --config-file "$here/schemathesis.toml" run "$scheme://$addr/openapi.json" \
-  -H "Authorization: Bearer $token" "${tls[@]}" "${args[@]}"
+echo "run.sh: every operation, as a user (the agents' and the proxy's refuse it: no secret)"
+st users
 rc=$?
+# Then the agents' two operations with the cluster secret, last: they register made-up nodes.
+# (Not the proxy's long poll: with a `since` ahead of the view it holds each request 30 s.)
+echo "run.sh: registration and heartbeats with the cluster secret"
+st agents -H "x-tandem-secret: $(cat "$data/controller/secret")" --phases examples,coverage,fuzzing \
+  --include-operation-id registerAgent --include-operation-id heartbeat
+rc2=$?
+[ "$rc" = 0 ] && rc=$rc2
 set -e
 # A controller that died under the run is a failure whatever Schemathesis said.
 if ! kill -0 "$up_pid" 2>/dev/null; then

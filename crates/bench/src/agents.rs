@@ -14,8 +14,8 @@
 //! ends a process (SIGTERM, SIGINT, SIGUSR1, ...) ends the task with that signal, as it would
 //! end `sleep`; a kill order ends it with SIGKILL.
 //!
-//! Connections: the agents share `ceil(count / --agents-per-conn)` HTTP/2 connections (h2c,
-//! which the controller's listener accepts beside HTTP/1.1), as a node-side proxy would
+//! Connections: the agents share `ceil(count / --agents-per-conn)` HTTP/2 connections (over
+//! TLS with the cluster CA, as real agents; h2c with `--insecure`), as a node-side proxy would
 //! multiplex them; the open-file limit of both processes is raised. The workload is a list of
 //! [`Work`] items so that services can be submitted beside jobs once their API exists.
 
@@ -859,7 +859,7 @@ pub fn print(r: &Report) {
     println!("  per node                        {} GPUs, {} CPUs, {} GiB", r.gpus_per_node, r.cpus_per_node, r.mem_gib_per_node);
     println!("  lease / heartbeat interval      {} s / {:.1} s", r.lease_s, r.heartbeat_ms as f64 / 1000.0);
     println!(
-        "  agent connections               {} HTTP/2 (h2c) connections, {} agents each, from {}",
+        "  agent connections               {} HTTP/2 connections (see settings: TLS or h2c), {} agents each, from {}",
         r.connections,
         r.agents_per_connection,
         r.source_addresses.join(", ")

@@ -506,6 +506,11 @@ async fn priorities(State(app): State<App>, ConnectInfo(peer): ConnectInfo<Peer>
     Json(rows).into_response()
 }
 
+/// Most GPUs a node may have: GPUs are numbered with a byte (a task's and an allocation's GPU
+/// indices), and the controller keeps a slot for each, so a node claiming billions would exhaust
+/// its memory.
+const MAX_NODE_GPUS: u32 = 256;
+
 async fn register(
     State(app): State<App>,
     headers: HeaderMap,
@@ -515,6 +520,9 @@ async fn register(
         return r;
     }
     let r = or_reply!(json_body(body));
+    if r.node.gpus > MAX_NODE_GPUS {
+        return err(StatusCode::BAD_REQUEST, format!("node {}: at most {MAX_NODE_GPUS} GPUs, not {}", r.node.name, r.node.gpus));
+    }
     let t = now();
     match app.with(|c| c.register(t, r.node, r.addr).map(|()| (c.settings().lease, c.heartbeat_ms()))).await {
         Ok(Ok((lease_s, heartbeat_ms))) => {

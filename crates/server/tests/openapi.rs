@@ -350,10 +350,15 @@ fn priority_breakdowns_match_their_schema() {
     let keys: BTreeSet<&String> = v.as_object().unwrap().keys().collect();
     let schema = &d["components"]["schemas"]["Breakdown"];
     let documented: BTreeSet<&String> = schema["properties"].as_object().unwrap().keys().collect();
-    let required: BTreeSet<&String> = schema["required"].as_array().unwrap().iter().map(|x| match x {
-        Value::String(s) => s,
-        _ => unreachable!(),
-    }).collect();
+    let required: BTreeSet<&String> = schema["required"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| match x {
+            Value::String(s) => s,
+            _ => unreachable!(),
+        })
+        .collect();
     assert_eq!(keys, documented, "sched::Breakdown and its schema differ");
     assert_eq!(keys, required, "every Breakdown field is always sent");
 }

@@ -123,7 +123,7 @@ fn bad_specs_are_refused_and_crash_loops_back_off_without_disturbing_others() {
     }
     // The proxies' endpoint needs the cluster secret.
     let o = std::process::Command::new("curl")
-        .args(["-s", "-w", " %{http_code}", "-X", "POST", "-H", "content-type: application/json", "-d", "{\"proxy\":\"p\"}"])
+        .args(["-s", "--http1.1", "-w", " %{http_code}", "-X", "POST", "-H", "content-type: application/json", "-d", "{\"proxy\":\"p\"}"])
         .arg("--cacert")
         .arg(c.dir.join("controller/ca.pem"))
         .arg(format!("https://{}/v1/proxy/sync", c.addr))

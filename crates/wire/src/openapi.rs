@@ -10,7 +10,7 @@ pub const DOCUMENT: &str = r##"{
   "info": {
     "title": "Tandem controller API",
     "version": "1",
-    "description": "The controller's HTTP/JSON API, served on TCP (`tandem server --listen`) and on the Unix socket `DATA/tandem.sock`. Identity: on the Unix socket the kernel names the caller (SO_PEERCRED) and no credential is read; on TCP a user presents a token (`bearerAuth`, from `POST /v1/token` or `tandem token`), and node agents and the inference proxy present the cluster secret (`agentSecret`). Every error reply is a JSON `Error` object, `{\"error\": \"message\"}`. A 500 means the database could not make a change (or a read's changes) durable."
+    "description": "The controller's HTTP/JSON API, served on TCP (`tandem server --listen`; TLS with a certificate from the cluster CA `DATA/ca.pem`, unless the controller runs `--insecure` on loopback) and on the Unix socket `DATA/tandem.sock`. Identity: on the Unix socket the kernel names the caller (SO_PEERCRED) and no credential is read; on TCP a user presents a token (`bearerAuth`, from `POST /v1/token` or `tandem token`), and node agents and the inference proxy present the cluster secret (`agentSecret`). Every error reply is a JSON `Error` object, `{\"error\": \"message\"}`. Integers in bodies are written without a fraction or exponent (`2`, not `2.0`): a whole float is refused as malformed. A 500 means the database could not make a change (or a read's changes) durable."
   },
   "security": [{"bearerAuth": []}],
   "tags": [
@@ -368,7 +368,7 @@ pub const DOCUMENT: &str = r##"{
           "constraint": {"$ref": "#/components/schemas/Strings"},
           "nodelist": {"$ref": "#/components/schemas/Strings"},
           "exclude": {"$ref": "#/components/schemas/Strings"},
-          "time": {"description": "Time limit, seconds (null or absent: the partition's default)", "$ref": "#/components/schemas/i64OrNull"},
+          "time": {"description": "Time limit, seconds; 0: unlimited; null or absent: the partition's default", "$ref": "#/components/schemas/i64OrNull"},
           "time_min": {"$ref": "#/components/schemas/i64OrNull"},
           "output": {"$ref": "#/components/schemas/StringOrNull"},
           "error": {"$ref": "#/components/schemas/StringOrNull"},
@@ -472,7 +472,7 @@ pub const DOCUMENT: &str = r##"{
         "name": {"type": "string", "pattern": "^[A-Za-z0-9._-]{1,64}$"},
         "cpus": {"$ref": "#/components/schemas/u32"},
         "memory": {"$ref": "#/components/schemas/u64", "description": "Bytes"},
-        "gpus": {"$ref": "#/components/schemas/u32"},
+        "gpus": {"type": "integer", "minimum": 0, "maximum": 256, "description": "GPUs are numbered 0 to 255"},
         "gpu_type": {"$ref": "#/components/schemas/StringOrNull"},
         "other": {"type": "array", "items": {"$ref": "#/components/schemas/Count"}},
         "features": {"$ref": "#/components/schemas/Strings"},
@@ -546,11 +546,12 @@ pub const DOCUMENT: &str = r##"{
       "ServiceSpec": {"type": "object", "additionalProperties": false, "required": ["name", "command"],
         "description": "A service as the user writes it (TOML, YAML or JSON); unknown keys are refused",
         "properties": {
-          "name": {"type": "string", "description": "A DNS label"},
-          "command": {"$ref": "#/components/schemas/Strings", "description": "Program and arguments; $PORT is the replica's port"},
+          "name": {"type": "string", "description": "A DNS label: 1 to 63 lower-case letters, digits and '-', not starting or ending with '-'",
+            "pattern": "^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"},
+          "command": {"type": "array", "items": {"type": "string"}, "minItems": 1, "description": "Program and arguments; $PORT is the replica's port"},
           "args": {"$ref": "#/components/schemas/Strings"},
-          "env": {"type": "object", "additionalProperties": {"type": "string"}},
-          "workdir": {"$ref": "#/components/schemas/StringOrNull"},
+          "env": {"type": "object", "additionalProperties": {"type": "string"}, "propertyNames": {"pattern": "^[A-Za-z_][A-Za-z0-9_]*$"}},
+          "workdir": {"type": ["string", "null"], "pattern": "^/", "description": "An absolute path (default: where it was applied from)"},
           "output": {"$ref": "#/components/schemas/StringOrNull"},
           "resources": {"type": "object", "additionalProperties": false, "properties": {
             "cpus": {"$ref": "#/components/schemas/Quantity"}, "memory": {"$ref": "#/components/schemas/Quantity"},
@@ -713,7 +714,8 @@ mod tests {
         }
         if let Some(text) = v.as_str() {
             let n = text.chars().count() as u64;
-            if s.get("minLength").and_then(Value::as_u64).is_some_and(|m| n < m) || s.get("maxLength").and_then(Value::as_u64).is_some_and(|m| n > m)
+            if s.get("minLength").and_then(Value::as_u64).is_some_and(|m| n < m)
+                || s.get("maxLength").and_then(Value::as_u64).is_some_and(|m| n > m)
             {
                 errs.push(format!("{at}: {v} has the wrong length"));
             }
@@ -880,9 +882,11 @@ mod tests {
                 for (code, r) in op["responses"].as_object().unwrap() {
                     for (name, link) in r.get("links").and_then(Value::as_object).into_iter().flatten() {
                         let target = link["operationId"].as_str().expect("links name an operationId");
-                        let found = d["paths"].as_object().unwrap().iter().find_map(|(p, item)| {
-                            item.as_object().unwrap().values().find(|o| o["operationId"] == target).map(|_| p)
-                        });
+                        let found = d["paths"]
+                            .as_object()
+                            .unwrap()
+                            .iter()
+                            .find_map(|(p, item)| item.as_object().unwrap().values().find(|o| o["operationId"] == target).map(|_| p));
                         match found {
                             None => errs.push(format!("{method} {path} {code}: link {name} names no operation {target}")),
                             Some(p) => {
@@ -950,7 +954,10 @@ mod tests {
             constraint: vec!["ib".into()],
             time: Some(Some(60)),
             array: Some(slurmcli::ArraySpec { indices: vec![0, 1, 2], max_running: Some(1) }),
-            dependency: vec![Dependency { kind: DepKind::AfterOk, job: Some(JobId(7)) }, Dependency { kind: DepKind::Singleton, job: None }],
+            dependency: vec![
+                Dependency { kind: DepKind::AfterOk, job: Some(JobId(7)) },
+                Dependency { kind: DepKind::Singleton, job: None },
+            ],
             signal: Some(slurmcli::Signal { number: 10, before: 60, batch_only: true }),
             requeue: Some(false),
             script: "#!/bin/sh\ntrue\n".into(),
@@ -1059,7 +1066,15 @@ mod tests {
                 "SubmitRequest",
                 v(&SubmitRequest { batch: batch(), cwd: "/home/alice".into(), host: "login".into(), env: vec![("A".into(), "b".into())] }),
             ),
-            ("SubmitRequest", v(&SubmitRequest { batch: Default::default(), cwd: "/".into(), host: "h".into(), env: vec![] })),
+            (
+                "SubmitRequest",
+                v(&SubmitRequest {
+                    batch: slurmcli::BatchSpec { time: Some(None), ..Default::default() },
+                    cwd: "/".into(),
+                    host: "h".into(),
+                    env: vec![],
+                }),
+            ),
             ("SubmitResponse", v(&SubmitResponse { job_ids: vec![1, 2], test_only: None })),
             ("SubmitResponse", v(&SubmitResponse { job_ids: vec![], test_only: Some("would start".into()) })),
             ("JobInfo", v(&job_info())),
@@ -1101,13 +1116,22 @@ mod tests {
                 }),
             ),
             ("ApplyRequest", v(&ApplyRequest { spec: spec(), cwd: "/srv".into() })),
-            ("ApplyRequest", v(&ApplyRequest { spec: control::ServiceSpec::default(), cwd: "/srv".into() })),
+            (
+                "ApplyRequest",
+                v(&ApplyRequest {
+                    spec: control::ServiceSpec { name: "a".into(), command: vec!["x".into()], ..Default::default() },
+                    cwd: "/".into(),
+                }),
+            ),
             ("ApplyResponse", v(&ApplyResponse { name: "llm".into(), revision: 1, changed: true })),
             ("ServiceAction", v(&ServiceAction::Scale { replicas: 3 })),
             ("ServiceAction", v(&ServiceAction::Undo { revision: None })),
             ("ServiceAction", v(&ServiceAction::Undo { revision: Some(1) })),
             ("ServiceInfo", v(&service)),
-            ("ProxySync", v(&ProxySync { proxy: "127.0.0.1:8080".into(), since: 2, wait_ms: 100, services: [("llm".to_string(), stats)].into() })),
+            (
+                "ProxySync",
+                v(&ProxySync { proxy: "127.0.0.1:8080".into(), since: 2, wait_ms: 100, services: [("llm".to_string(), stats)].into() }),
+            ),
             ("EndpointView", v(&view)),
             ("EndpointView", v(&EndpointView::default())),
         ]
