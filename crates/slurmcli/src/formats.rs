@@ -182,6 +182,11 @@ pub fn parse_array(s: &str) -> Result<ArraySpec, Invalid> {
         if b >= MAX_ARRAY_SIZE_CAP as u64 {
             return Err(bad(&format!("the largest index any configuration allows is {}", MAX_ARRAY_SIZE_CAP - 1)));
         }
+        // Overlapping items would repeat indices before the dedup below: bound the work and the
+        // memory (`0-4000000,0-4000000,...` asked for gigabytes).
+        if idx.len() as u64 + (b - a) / step + 1 > MAX_ARRAY_SIZE_CAP as u64 {
+            return Err(bad(&format!("more than {MAX_ARRAY_SIZE_CAP} tasks in all")));
+        }
         idx.extend((a..=b).step_by(step as usize).map(|x| x as u32));
     }
     idx.sort_unstable();
@@ -393,6 +398,10 @@ mod tests {
         }
         assert_eq!(parse_array("0-9999").unwrap().indices.len(), 10_000, "the controller applies its MaxArraySize");
         assert!(parse_array("0-4000001").unwrap_err().0.contains("4000000"));
+        // fuzz/regressions/formats/: overlapping items asked for gigabytes before the dedup.
+        assert!(parse_array(&["0-4000000"; 400].join(",")).unwrap_err().0.contains("more than 4000001 tasks"));
+        assert_eq!(parse_array("0-4000000").unwrap().indices.len(), 4_000_001, "the cap itself is fine");
+        assert_eq!(parse_array("0-3999999:2,1-3999999:2").unwrap().indices.len(), 4_000_000);
     }
 
     #[test]

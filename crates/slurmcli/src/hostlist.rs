@@ -64,7 +64,11 @@ pub fn compress(names: &[String]) -> String {
     parts.join(",")
 }
 
-/// Expands hostlist syntax into names. At most `limit` names (a bound against `n[0-99999999]`).
+/// Longest host name [`expand`] gives (DNS names are at most 253 bytes).
+pub const MAX_HOST_NAME: usize = 255;
+
+/// Expands hostlist syntax into names. At most `limit` names (a bound against `n[0-99999999]`),
+/// each at most [`MAX_HOST_NAME`] bytes (a bound against `n[000...0001-99999]`).
 pub fn expand(list: &str, limit: usize) -> Result<Vec<String>, Invalid> {
     let bad = |why: &str| Invalid::new(format!("invalid hostlist {list:?}: {why}"));
     let mut items = Vec::new();
@@ -101,6 +105,12 @@ pub fn expand(list: &str, limit: usize) -> Result<Vec<String>, Invalid> {
             return Err(bad("empty name"));
         }
         let Some(open) = item.find('[') else {
+            if item.len() > MAX_HOST_NAME {
+                return Err(bad(&format!("a name longer than {MAX_HOST_NAME} bytes")));
+            }
+            if out.len() >= limit {
+                return Err(bad(&format!("more than {limit} names")));
+            }
             out.push(item);
             continue;
         };
@@ -115,7 +125,10 @@ pub fn expand(list: &str, limit: usize) -> Result<Vec<String>, Invalid> {
             if x > y {
                 return Err(bad("a range must go upwards"));
             }
-            if (y - x) as usize + out.len() >= limit {
+            if prefix.len() + a.len().max(b.len()) + suffix.len() > MAX_HOST_NAME {
+                return Err(bad(&format!("a name longer than {MAX_HOST_NAME} bytes")));
+            }
+            if y - x >= limit.saturating_sub(out.len()) as u64 {
                 return Err(bad(&format!("more than {limit} names")));
             }
             for v in x..=y {
@@ -144,6 +157,18 @@ mod tests {
         for bad in ["gpu[01-", "gpu]", "a,,b", "n[3-1]", "n[a-b]", "n[[1]]", "a b", "n[0-99999999]"] {
             assert!(expand(bad, 1000).is_err(), "{bad:?}");
         }
+        // fuzz/regressions/hostlist/: 3,000-digit padding made 100,000 names of 3 kB each.
+        let wide = format!("n[{}-99999]", "0".repeat(3000));
+        assert!(expand(&wide, 100_000).unwrap_err().0.contains("longer than 255 bytes"));
+        assert!(expand(&"x".repeat(256), 10).is_err() && expand(&"x".repeat(255), 10).is_ok());
+        assert_eq!(expand(&format!("{}[1-2]", "x".repeat(254)), 10).unwrap().len(), 2);
+        assert!(expand(&format!("{}[1-10]", "x".repeat(254)), 20).is_err(), "x...x10 would be 256 bytes");
+        // fuzz/regressions/sbatch/: the limit check overflowed (a panic in debug builds; in
+        // release, 2^64 names).
+        assert!(expand("a,n[0-18446744073709551615]", 100_000).unwrap_err().0.contains("more than 100000 names"));
+        // fuzz/regressions/hostlist/: names without brackets did not count towards the limit.
+        assert_eq!(expand("a,b,n[1-2]", 4).unwrap().len(), 4);
+        assert!(expand("a,b,n[1-2],c", 4).is_err() && expand("n[1-3],a,b", 4).is_err() && expand("a,b,c", 2).is_err());
     }
 
     proptest! {

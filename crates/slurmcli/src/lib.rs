@@ -16,7 +16,7 @@ pub use formats::{
     ArraySpec, MAX_ARRAY_SIZE, MAX_ARRAY_SIZE_CAP, Signal, format_time, parse_array, parse_begin, parse_dependency, parse_gpus, parse_gres,
     parse_memory, parse_signal, parse_time, signal_number,
 };
-pub use hostlist::{compress, expand};
+pub use hostlist::{MAX_HOST_NAME, compress, expand};
 pub use options::{BatchSpec, expand_pattern, parse_sbatch};
 
 /// A user error in a command line, script or value. The message says what to fix.
