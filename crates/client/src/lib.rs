@@ -235,8 +235,9 @@ pub async fn send(t: &Target, method: &str, path: &str, body: Option<&impl Seria
             exchange(s, req).await?
         }
         Target::Tls(addr, cfg) => {
-            let s =
-                tokio::net::TcpStream::connect(addr).await.map_err(|source| Error::Connect { target: format!("https://{addr}"), source })?;
+            let s = tokio::net::TcpStream::connect(addr)
+                .await
+                .map_err(|source| Error::Connect { target: format!("https://{addr}"), source })?;
             s.set_nodelay(true).ok();
             exchange(tls_connect(s, cfg.clone(), addr).await?, req).await?
         }

@@ -14,6 +14,7 @@ use std::sync::Arc;
 use tokio::net::TcpListener;
 
 use crate::app::Peer;
+use rustls_pki_types::pem::PemObject;
 
 /// The distinguished name of the cluster CA, fixed: an issuer rebuilt from the stored key and
 /// these parameters signs certificates that chain to the stored CA certificate.
@@ -67,7 +68,8 @@ impl Ca {
         let issuer = rcgen::Issuer::new(ca_params(), &self.key);
         let cert = params.signed_by(&key, &issuer).context("issuing the controller certificate")?;
         let ca_der = rustls_pki_types::CertificateDer::from_pem_slice(self.cert_pem.as_bytes()).context("the CA certificate")?;
-        let key_der = rustls_pki_types::PrivateKeyDer::try_from(key.serialize_der()).map_err(|e| anyhow::anyhow!("the controller key: {e}"))?;
+        let key_der =
+            rustls_pki_types::PrivateKeyDer::try_from(key.serialize_der()).map_err(|e| anyhow::anyhow!("the controller key: {e}"))?;
         let mut cfg = rustls::ServerConfig::builder()
             .with_no_client_auth()
             .with_single_cert(vec![cert.der().clone(), ca_der], key_der)
@@ -76,8 +78,6 @@ impl Ca {
         Ok(cfg)
     }
 }
-
-use rustls_pki_types::pem::PemObject;
 
 /// Serves `router` over TLS on `listener` until the listener fails: HTTP/1.1 or HTTP/2 per
 /// connection, each request carrying the connection's [`Peer`] (no user: over TCP a user is

@@ -284,9 +284,10 @@ fn main() -> std::process::ExitCode {
         Cmd::Server { listen, data, config, lease, kill_wait, insecure, tls_san } => {
             ("tandem server", server::main(server::Options { listen, data, config, lease, kill_wait, insecure, tls_san }).map(|_| 0))
         }
-        Cmd::Agent { server, ca, name, secret_file, gpus, cpus, memory, features, data, addr } => {
-            ("tandem agent", agent::main(agent::Options { server, ca, name, secret_file, gpus, cpus, memory, features, data, addr }).map(|_| 0))
-        }
+        Cmd::Agent { server, ca, name, secret_file, gpus, cpus, memory, features, data, addr } => (
+            "tandem agent",
+            agent::main(agent::Options { server, ca, name, secret_file, gpus, cpus, memory, features, data, addr }).map(|_| 0),
+        ),
     };
     if name == "tandem" {
         return match r {

@@ -196,7 +196,17 @@ impl Up {
         let mut c = Command::new("curl");
         let ca = self.dir.join("controller/ca.pem");
         // HTTP/1.1: curl 7.88 over HTTP/2 reports a reply sent before its body was read as an error.
-        c.args(["-s", "--http1.1", "--cacert", &ca.display().to_string(), "-X", method, "-w", "\n%{http_code}", &format!("https://{}{path}", self.addr)]);
+        c.args([
+            "-s",
+            "--http1.1",
+            "--cacert",
+            &ca.display().to_string(),
+            "-X",
+            method,
+            "-w",
+            "\n%{http_code}",
+            &format!("https://{}{path}", self.addr),
+        ]);
         if let Some(t) = token {
             c.args(["-H", &format!("Authorization: Bearer {t}")]);
         }
@@ -765,7 +775,19 @@ fn tcp_clients_trust_only_the_cluster_ca_and_plain_http_gets_nothing() {
     assert!(!o.status.success() && text(&o).contains("needs the cluster CA"), "{}", text(&o));
     let other = root.join("other-ca.pem");
     let st = Command::new("openssl")
-        .args(["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-days", "1", "-subj", "/CN=Tandem cluster CA"])
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=Tandem cluster CA",
+        ])
         .arg("-keyout")
         .arg(root.join("other-ca.key"))
         .arg("-out")
@@ -780,13 +802,16 @@ fn tcp_clients_trust_only_the_cluster_ca_and_plain_http_gets_nothing() {
     let o = remote(&format!("http://{}", up.addr), None);
     assert!(!o.status.success(), "{}", text(&o));
     let (code, _) = {
-        let o = Command::new("curl").args(["-s", "-o", "/dev/null", "-w", "%{http_code}", &format!("http://{}/healthz", up.addr)]).output().unwrap();
+        let o = Command::new("curl")
+            .args(["-s", "-o", "/dev/null", "-w", "%{http_code}", &format!("http://{}/healthz", up.addr)])
+            .output()
+            .unwrap();
         (String::from_utf8_lossy(&o.stdout).into_owned(), ())
     };
     assert_eq!(code, "000", "plain HTTP got an HTTP reply");
     // --insecure is for loopback only.
-    let o = Command::new(bin()).args(["server", "--insecure", "--listen", "0.0.0.0:0", "--data"]).arg(root.join("insecure")).output().unwrap();
+    let o =
+        Command::new(bin()).args(["server", "--insecure", "--listen", "0.0.0.0:0", "--data"]).arg(root.join("insecure")).output().unwrap();
     assert!(!o.status.success() && text(&o).contains("loopback development only"), "{}", text(&o));
     std::fs::remove_dir_all(&root).ok();
 }
-
