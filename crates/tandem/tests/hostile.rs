@@ -773,6 +773,13 @@ fn tcp_clients_trust_only_the_cluster_ca_and_plain_http_gets_nothing() {
     // No CA, another CA (an impostor's, or another cluster's): refused before any request.
     let o = remote(&format!("https://{}", up.addr), None);
     assert!(!o.status.success() && text(&o).contains("needs the cluster CA"), "{}", text(&o));
+    // A CA file that is missing or holds no certificate: said so.
+    let junk = root.join("junk.pem");
+    std::fs::write(&junk, "not a certificate\n").unwrap();
+    for bad in [root.join("missing.pem"), junk] {
+        let o = remote(&format!("https://{}", up.addr), Some(&bad));
+        assert!(!o.status.success() && text(&o).contains("as the cluster CA"), "{}", text(&o));
+    }
     let other = root.join("other-ca.pem");
     let st = Command::new("openssl")
         .args([
