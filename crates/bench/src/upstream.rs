@@ -3,6 +3,9 @@
 //! - `/echo...`: a text body naming the server, method, path and query, Host, X-Forwarded-For
 //!   and the request body's length;
 //! - `/stream?n=N&ms=M`: N chunks `chunk I` with M ms between them (a token stream);
+//! - `/hold/KEY`: `chunk 0`, then `chunk 1` once `/release/KEY` has been asked for (at most
+//!   120 s later): a request that stays in flight exactly as long as a test needs;
+//! - `/release/KEY`: releases the holds named KEY (now and later), answering `released KEY`;
 //! - `/status/CODE`: an empty answer with that status;
 //! - `/fail-on/NAME/CODE`: that status from the server named NAME, `hello` from the others;
 //! - anything else: `hello from NAME` (the benchmark's request).
@@ -19,6 +22,10 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 
 /// The argument `main` recognises for this hidden command.
 pub const UPSTREAM_CMD: &str = "__upstream";
+
+/// The keys `/release/KEY` has named.
+static RELEASED: std::sync::LazyLock<tokio::sync::watch::Sender<std::collections::BTreeSet<String>>> =
+    std::sync::LazyLock::new(|| tokio::sync::watch::Sender::new(std::collections::BTreeSet::new()));
 
 type Out = http_body_util::combinators::BoxBody<Bytes, Infallible>;
 
@@ -48,6 +55,25 @@ async fn serve(name: std::sync::Arc<str>, req: Request<Incoming>) -> Result<Resp
         let mut r = Response::new(full(format!("{name} fails on purpose\n")));
         *r.status_mut() = code.parse::<u16>().ok().and_then(|c| StatusCode::from_u16(c).ok()).unwrap_or(StatusCode::BAD_REQUEST);
         return Ok(r);
+    }
+    if let Some(key) = path.strip_prefix("/release/") {
+        RELEASED.send_modify(|k| {
+            k.insert(key.to_string());
+        });
+        return Ok(Response::new(full(format!("released {key}\n"))));
+    }
+    if let Some(key) = path.strip_prefix("/hold/") {
+        let key = key.to_string();
+        let (tx, rx) = tokio::sync::mpsc::channel::<Result<Frame<Bytes>, Infallible>>(1);
+        tokio::spawn(async move {
+            if tx.send(Ok(Frame::data(Bytes::from_static(b"chunk 0\n")))).await.is_err() {
+                return;
+            }
+            let mut w = RELEASED.subscribe();
+            let _ = tokio::time::timeout(Duration::from_secs(120), w.wait_for(|k| k.contains(&key))).await;
+            let _ = tx.send(Ok(Frame::data(Bytes::from_static(b"chunk 1\n")))).await;
+        });
+        return Ok(Response::new(ChannelBody(rx).boxed()));
     }
     if path == "/stream" {
         let q = req.uri().query().unwrap_or("");

@@ -432,10 +432,10 @@ fn the_proxy_follows_the_controller_view_and_reports_its_gauges() {
     }
 
     // A slow (streaming) request in flight is reported per replica, and still while its replica
-    // drains. It lasts 10 s, so that on a loaded machine it is still in flight when the proxy
-    // reports after the next view (at 4 s a CI run once saw it end first).
+    // drains. It is held by the upstream until the test releases it (a fixed length raced with
+    // the proxy's next report on loaded CI machines: 4 s and then 10 s both lost once).
     let slow_proxy = proxy.clone();
-    let slow = std::thread::spawn(move || http(&slow_proxy, "/s/echo/stream?n=2&ms=10000", &[]));
+    let slow = std::thread::spawn(move || http(&slow_proxy, "/s/echo/hold/drain", &[]));
     ctl.report_where("echo-2 has a request in flight", |r| r["services"]["echo"]["replicas"]["echo-2"] == 1);
     let v3 = serde_json::json!({"version": 3, "services": [
         {"name": "echo", "endpoints": [{"replica": "echo-1", "addr": u1}], "draining": ["echo-2"]},
@@ -448,6 +448,7 @@ fn the_proxy_follows_the_controller_view_and_reports_its_gauges() {
     });
     assert_eq!(r["services"]["echo"]["inflight"], 1);
     assert_eq!(replica(&http(&proxy, "/s/echo/echo", &[])), "echo-1", "a draining replica gets no new request");
+    assert_eq!(http(&u2, "/release/drain", &[]).body, "released drain\n");
     let done = slow.join().unwrap();
     assert_eq!((done.status, replica(&done)), (200, "echo-2".to_string()), "the in-flight request finished normally");
     assert!(done.body.contains("chunk 1"));
@@ -499,10 +500,14 @@ fn sigterm_lets_in_flight_requests_finish() {
     let up = p.upstream("a");
     let proxy = p.proxy(&["--static", &format!("echo={up}")]);
     let slow_proxy = proxy.clone();
-    let slow = std::thread::spawn(move || http(&slow_proxy, "/s/echo/stream?n=2&ms=1500", &[]));
+    let slow = std::thread::spawn(move || http(&slow_proxy, "/s/echo/hold/term", &[]));
     until("the slow request is in flight", || metric(&proxy, "tandem_proxy_inflight{service=\"echo\"}") == Some(1.0));
     let pid = p.0[1].id();
     assert!(Command::new("kill").args(["-TERM", &pid.to_string()]).status().unwrap().success());
+    // The proxy stops listening but waits for the request it holds.
+    until("the proxy stops listening", || TcpStream::connect(&proxy).is_err());
+    assert!(p.0[1].try_wait().unwrap().is_none(), "the proxy waits for its in-flight request");
+    assert_eq!(http(&up, "/release/term", &[]).body, "released term\n");
     let r = slow.join().unwrap();
     assert_eq!(r.status, 200);
     assert!(r.body.contains("chunk 0") && r.body.contains("chunk 1"), "{}", r.body);
