@@ -9,8 +9,8 @@
 # and one agent, no proxy) in a fresh directory, takes a user token over the Unix socket (as
 # nobody when run as root: the jobs and services Schemathesis makes really run), runs
 # Schemathesis over TCP with that token on every operation, then once more on the agents'
-# registration and heartbeat with the cluster secret (settings in schemathesis.toml beside this
-# file), and stops the cluster. Exit status: 0 when neither run found a failure and the cluster
+# registration and heartbeat with a node credential (a join token spent on node `st-node`;
+# settings in schemathesis.toml beside this file), and stops the cluster. Exit status: 0 when neither run found a failure and the cluster
 # lived through them.
 #
 # Knobs: ST_MAX_EXAMPLES (cases per operation and phase, default 25), ST_SEED (default 1; set
@@ -105,13 +105,24 @@ st() {
 set +e
 # From the scratch directory: Schemathesis and Hypothesis keep caches in the current one.
 cd "$work"
-echo "run.sh: every operation, as a user (the agents' and the proxy's refuse it: no secret)"
+echo "run.sh: every operation, as a user (the agents' and the proxy's refuse it: no credential)"
 st users
 rc=$?
-# Then the agents' two operations with the cluster secret, last: they register made-up nodes.
+# Then the agents' two operations with a node's credential, last (bodies that name another
+# node are refused, 403). The credential: a join token, made by the controller's user, spent.
 # (Not the proxy's long poll: with a `since` ahead of the view it holds each request 30 s.)
-echo "run.sh: registration and heartbeats with the cluster secret"
-st agents -H "x-tandem-secret: $(cat "$data/controller/secret")" --phases examples,coverage,fuzzing \
+echo "run.sh: registration and heartbeats with a node's credential"
+join=$(TANDEM_SERVER=$sock "$bin" token --join)
+cred=$(curl -s --http1.1 ${tls:+--cacert "${ST_CACERT:-$data/controller/ca.pem}"} -X POST \
+  -H "Authorization: Bearer $join" -H 'content-type: application/json' -d '{"name":"st-node"}' \
+  "$scheme://$addr/v1/agent/join" | sed -n 's/.*"credential":"\([^"]*\)".*/\1/p')
+[ -n "$cred" ] || { echo "run.sh: joining as st-node gave no credential" >&2; exit 1; }
+# The document is a user's to read: fetched with the user's token, then given as a file.
+curl -sf --http1.1 ${tls:+--cacert "${ST_CACERT:-$data/controller/ca.pem}"} -H "Authorization: Bearer $token" \
+  "$scheme://$addr/openapi.json" >"$work/openapi.json"
+"$venv/bin/schemathesis" --config-file "$here/schemathesis.toml" run "$work/openapi.json" --url "$scheme://$addr" \
+  -H "Authorization: Bearer $cred" "${tls[@]}" "${args[@]}" \
+  ${reports:+--report junit,ndjson --report-dir "$reports/agents"} --phases examples,coverage,fuzzing \
   --include-operation-id registerAgent --include-operation-id heartbeat
 rc2=$?
 [ "$rc" = 0 ] && rc=$rc2

@@ -29,8 +29,9 @@ pub struct Options {
     pub ca: Option<PathBuf>,
     /// Node name (default: the host name).
     pub name: Option<String>,
-    /// File holding the cluster secret.
-    pub secret_file: PathBuf,
+    /// File holding a single-use join token (`tandem token --join`), for a node that has no
+    /// credential in `DATA/credential` yet.
+    pub join_token_file: Option<PathBuf>,
     /// GPUs to declare, as `MODEL:COUNT` or `COUNT`, when NVML does not report them.
     pub gpus: Option<String>,
     /// CPUs to declare (default: the machine's).
@@ -39,7 +40,7 @@ pub struct Options {
     pub memory: Option<String>,
     /// Features, comma-separated.
     pub features: Option<String>,
-    /// Data directory (the spool of batch scripts).
+    /// Data directory (the node's credential, the spool of batch scripts).
     pub data: PathBuf,
     /// Address to advertise to jobs (`MASTER_ADDR`).
     pub addr: String,
@@ -52,10 +53,12 @@ pub fn main(o: Options) -> Result<()> {
         Some(n) => n,
         None => nix::unistd::gethostname()?.to_string_lossy().into_owned(),
     };
-    let secret = std::fs::read_to_string(&o.secret_file)
-        .with_context(|| format!("reading the cluster secret from {}", o.secret_file.display()))?
-        .trim()
-        .to_string();
+    let join_token = o
+        .join_token_file
+        .as_ref()
+        .map(|f| std::fs::read_to_string(f).with_context(|| format!("reading the join token from {}", f.display())))
+        .transpose()?
+        .map(|t| t.trim().to_string());
     let gpus = o.gpus.as_deref().map(|s| slurmcli::parse_gpus(s).map_err(|e| anyhow::anyhow!("--gpus: {}", e.0))).transpose()?;
     let memory = o.memory.as_deref().map(|m| slurmcli::parse_memory(m).map_err(|e| anyhow::anyhow!("--memory: {}", e.0))).transpose()?;
     let features = o.features.map(|f| f.split(',').map(|x| x.trim().to_string()).filter(|x| !x.is_empty()).collect()).unwrap_or_default();
@@ -63,5 +66,5 @@ pub fn main(o: Options) -> Result<()> {
     // their user; a task's own files are created by the task under umask 022).
     nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o077));
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    rt.block_on(node::run(node::AgentArgs { server, name, gpus, cpus: o.cpus, memory, data: o.data, secret, addr: o.addr, features }))
+    rt.block_on(node::run(node::AgentArgs { server, name, gpus, cpus: o.cpus, memory, data: o.data, join_token, addr: o.addr, features }))
 }

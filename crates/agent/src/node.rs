@@ -35,8 +35,8 @@ pub(crate) struct AgentArgs {
     pub(crate) memory: Option<u64>,
     /// Working directory (scripts).
     pub(crate) data: PathBuf,
-    /// The cluster secret.
-    pub(crate) secret: String,
+    /// A single-use join token, for a node without a stored credential.
+    pub(crate) join_token: Option<String>,
     /// Address to advertise (MASTER_ADDR).
     pub(crate) addr: String,
     /// Features.
@@ -55,6 +55,68 @@ impl Running {
     fn pgid(&self) -> i32 {
         self.replica.as_ref().map_or(self.pgid, |c| c.pgid.load(std::sync::atomic::Ordering::SeqCst))
     }
+}
+
+/// Where the node's credential is kept.
+fn credential_path(a: &AgentArgs) -> PathBuf {
+    a.data.join("credential")
+}
+
+/// The error of an agent whose credential the controller refuses.
+fn revoked(a: &AgentArgs, status: u16, message: &str) -> anyhow::Error {
+    anyhow::anyhow!(
+        "the controller refuses this node's credential (HTTP {status}: {message}); if the node was deleted, remove {} and join again with a new token (`tandem token --join`)",
+        credential_path(a).display()
+    )
+}
+
+/// The node's credential: the one kept in `DATA/credential` (0600, so a restart needs no new
+/// token), else one the join token is spent on, which is then kept there.
+async fn credential(conn: &Conn, a: &AgentArgs) -> Result<String> {
+    let path = credential_path(a);
+    match std::fs::read_to_string(&path) {
+        Ok(c) if !c.trim().is_empty() => {
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
+            return Ok(c.trim().to_string());
+        }
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e).with_context(|| format!("reading the node's credential {}", path.display())),
+    }
+    let Some(token) = &a.join_token else {
+        anyhow::bail!(
+            "node {} has no credential yet ({} does not exist): give it a join token with --join-token-file (make one with `tandem token --join`)",
+            a.name,
+            path.display()
+        );
+    };
+    let bearer = format!("Bearer {token}");
+    let req = JoinRequest { name: a.name.clone() };
+    let cred = loop {
+        match conn.send("POST", "/v1/agent/join", Some(&req), &[("authorization", bearer.as_str())]).await {
+            Ok(r) if r.status < 400 => break r.json::<Credential>()?.credential,
+            // Refused (a spent or bad token, a name that is taken): trying again cannot help.
+            Ok(r) if r.status < 500 => anyhow::bail!("joining the cluster as node {}: {}", a.name, r.error()),
+            Ok(r) => eprintln!("tandem agent {}: joining: {}", a.name, r.error()),
+            Err(e) => eprintln!("tandem agent {}: joining: {:#}", a.name, anyhow::Error::from(e)),
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    write_private(&path, &cred).with_context(|| format!("keeping the node's credential in {}", path.display()))?;
+    eprintln!("tandem agent {}: joined the cluster; credential kept in {}", a.name, path.display());
+    Ok(cred)
+}
+
+/// Writes a fresh 0600 file (by rename, never through a link).
+fn write_private(path: &std::path::Path, text: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let tmp = path.with_extension("new");
+    let _ = std::fs::remove_file(&tmp);
+    let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).custom_flags(nix::libc::O_NOFOLLOW).open(&tmp)?;
+    f.write_all(text.as_bytes())?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, path)
 }
 
 /// Runs the agent until the process is stopped.
@@ -83,15 +145,19 @@ pub(crate) async fn run(a: AgentArgs) -> Result<()> {
         eprintln!("tandem agent {}: {} GPU(s) ({}), {source}", a.name, n, node.gpu_type.as_deref().unwrap_or("any model"));
     }
     node.features = a.features.clone();
-    let secret = a.secret.clone();
-    let hdr = [("x-tandem-secret", secret.as_str())];
     let reg = RegisterRequest { node: node.clone(), addr: a.addr.clone() };
     // One connection to the controller for everything (HTTP/2 over TLS, kept open).
     let conn = Conn::new(a.server.clone());
+    let credential = credential(&conn, &a).await?;
+    let bearer = format!("Bearer {credential}");
+    let hdr = [("authorization", bearer.as_str())];
     let register = || async {
         loop {
             match conn.send("POST", "/v1/agent/register", Some(&reg), &hdr).await.and_then(|r| r.json::<RegisterResponse>()) {
-                Ok(r) => return r,
+                Ok(r) => return Ok(r),
+                Err(client::Error::Refused { status: status @ (401 | 403), message }) => {
+                    return Err(revoked(&a, status, &message));
+                }
                 Err(e) => {
                     eprintln!("tandem agent {}: registering: {:#}", a.name, anyhow::Error::from(e));
                     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -99,7 +165,7 @@ pub(crate) async fn run(a: AgentArgs) -> Result<()> {
             }
         }
     };
-    let mut info = register().await;
+    let mut info = register().await?;
     eprintln!(
         "tandem agent {}: registered ({} CPUs, {} MiB, {} GPUs), lease {} s",
         a.name,
@@ -169,9 +235,19 @@ pub(crate) async fn run(a: AgentArgs) -> Result<()> {
         let Some(reply) = reply else { continue };
         let orders = match reply {
             Ok(r) if r.status == 404 => {
-                info = register().await;
+                info = match register().await {
+                    Ok(i) => i,
+                    Err(e) => {
+                        shutdown(&tasks);
+                        return Err(e);
+                    }
+                };
                 ack = 0;
                 continue;
+            }
+            Ok(r) if r.status == 401 || r.status == 403 => {
+                shutdown(&tasks);
+                return Err(revoked(&a, r.status, &r.error()));
             }
             Ok(r) => match r.json::<Orders>() {
                 Ok(o) => o.orders,

@@ -1,5 +1,5 @@
 //! `tandem bench agents`: the controller under the load of many nodes. A real `tandem server`
-//! (a child process, production defaults: durable SQLite commits, the cluster secret for agents,
+//! (a child process, production defaults: durable SQLite commits, per-node credentials for agents,
 //! peer-credential identity for users) and, in this process, `--count` simulated node agents
 //! that speak exactly the protocol of `tandem agent` over real HTTP: each registers its own node,
 //! long-polls heartbeats that renew its lease and acknowledge orders by sequence number, reports
@@ -114,6 +114,9 @@ pub struct Report {
     submitters: u32,
     seed: u64,
     settings: String,
+    /// Every agent joining (a join token spent on a credential), before the clock starts.
+    join_s: f64,
+    join_rtt: Lat,
     registration_s: f64,
     register_rtt: Lat,
     idle_window_s: f64,
@@ -199,10 +202,14 @@ fn ends_process(sig: i32) -> bool {
     (1..=31).contains(&sig) && !matches!(sig, 17..=23 | 28)
 }
 
-/// What the agents share: the connections, the secret, and the counters.
+/// What the agents share: the connections, each agent's join token, and the counters.
 struct Shared {
     pool: H2Pool,
-    secret: String,
+    joins: Vec<String>,
+    joined: AtomicU32,
+    join_rtt: Mutex<Vec<f32>>,
+    /// Set once every agent has joined: registration starts.
+    go: tokio::sync::watch::Sender<bool>,
     t0: Instant,
     starts: Vec<AtomicU32>,
     launched: AtomicU64,
@@ -246,7 +253,32 @@ fn ms(d: Duration) -> f32 {
 
 /// One simulated agent: the loop of the `agent` crate's node loop with timers in place of processes.
 async fn sim_agent(sh: Arc<Shared>, i: usize, node: model::Node) {
-    let hdr = [("x-tandem-secret", sh.secret.as_str())];
+    // Joining, as a real agent does at its first start: the join token for a credential.
+    let join_hdr = format!("Bearer {}", sh.joins[i]);
+    let req = JoinRequest { name: node.name.clone() };
+    let credential = loop {
+        let s = Instant::now();
+        match sh.pool.send(i, "POST", "/v1/agent/join", Some(&req), &[("authorization", join_hdr.as_str())]).await {
+            Ok(r) => match r.json::<Credential>() {
+                Ok(c) => {
+                    sh.join_rtt.lock().expect("lock").push(ms(s.elapsed()));
+                    break c.credential;
+                }
+                Err(e) => {
+                    sh.error("joining", &e);
+                    return;
+                }
+            },
+            Err(e) => {
+                sh.error("joining", &e);
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        }
+    };
+    sh.joined.fetch_add(1, Relaxed);
+    let _ = sh.go.subscribe().wait_for(|go| *go).await;
+    let bearer = format!("Bearer {credential}");
+    let hdr = [("authorization", bearer.as_str())];
     let reg = RegisterRequest { node: node.clone(), addr: format!("10.{}.{}.{}", (i >> 16) & 255, (i >> 8) & 255, i & 255) };
     let register = || async {
         loop {
@@ -539,7 +571,6 @@ pub fn run(o: Opts) -> Result<Report> {
     );
     let pid = procs.0[0].id().to_string();
     let addr = wait_for(&data.join("addr"), "the controller's address", 60)?;
-    let secret = wait_for(&data.join("secret"), "the cluster secret", 10)?;
     let unix = Target::parse(&format!("unix://{}", data.join("tandem.sock").display()))?;
     // As real agents: TLS, trusting the cluster CA the controller made (unless --insecure).
     let tls = if o.insecure {
@@ -548,11 +579,16 @@ pub fn run(o: Opts) -> Result<Report> {
         wait_for(&data.join("ca.pem"), "the cluster CA", 10)?;
         Some(client::tls_config(&data.join("ca.pem"))?)
     };
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    let joins = rt.block_on(crate::join_tokens(&unix, o.count))?;
     let conns = o.count.div_ceil(o.agents_per_conn) as usize;
     let sources: Vec<std::net::IpAddr> = (1..=o.sources.max(1)).map(|k| std::net::IpAddr::from([127, 0, 0, k.min(254) as u8])).collect();
     let sh = Arc::new(Shared {
         pool: H2Pool::new(&addr, tls.clone(), conns, sources.clone()),
-        secret,
+        joins,
+        joined: AtomicU32::new(0),
+        join_rtt: Mutex::new(Vec::new()),
+        go: tokio::sync::watch::Sender::new(false),
         t0: Instant::now(),
         starts: (0..(o.timeout_s + 7200)).map(|_| AtomicU32::new(0)).collect(),
         launched: AtomicU64::new(0),
@@ -594,7 +630,6 @@ pub fn run(o: Opts) -> Result<Report> {
         mix[2],
         o.max_gang.min(o.count)
     );
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     let (cpu0, _) = proc_usage(&pid);
     // 1. Registration: every agent at once, as a cluster powering on.
     let reg_start = Instant::now();
@@ -608,6 +643,23 @@ pub fn run(o: Opts) -> Result<Report> {
             })
             .collect()
     };
+    // 0. Joining: every agent spends its join token (not timed with registration).
+    let wait_all = |what: &str, n: &AtomicU32| -> Result<()> {
+        let start = Instant::now();
+        while n.load(Relaxed) < o.count {
+            if start.elapsed() > Duration::from_secs(o.timeout_s) {
+                let e = sh.first_error.lock().expect("lock").clone().unwrap_or_default();
+                bail!("only {} of {} agents {what} in {} s; first error: {e}", n.load(Relaxed), o.count, o.timeout_s);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Ok(())
+    };
+    wait_all("joined", &sh.joined)?;
+    let join_s = reg_start.elapsed().as_secs_f64();
+    eprintln!("bench agents: {} agents joined in {join_s:.1} s", o.count);
+    let reg_start = Instant::now();
+    sh.go.send_replace(true);
     let mut rss_max = 0.0f64;
     loop {
         let (_, rss) = proc_usage(&pid);
@@ -801,9 +853,11 @@ pub fn run(o: Opts) -> Result<Report> {
         submitters: o.submitters,
         seed: o.seed,
         settings: format!(
-            "controller: tandem server defaults (SQLite WAL, synchronous=FULL, every acknowledgement durable; agents present the cluster secret; users identified on the Unix socket); agents: HTTP/2 {} over TCP, jobs: POST /v1/jobs on the Unix socket",
+            "controller: tandem server defaults (SQLite WAL, synchronous=FULL, every acknowledgement durable; agents join with single-use tokens and present per-node credentials; users identified on the Unix socket); agents: HTTP/2 {} over TCP, jobs: POST /v1/jobs on the Unix socket",
             if o.insecure { "cleartext (h2c, --insecure)" } else { "over TLS 1.3 (the cluster CA)" }
         ),
+        join_s,
+        join_rtt: lat(std::mem::take(&mut *sh.join_rtt.lock().expect("lock"))),
         registration_s,
         register_rtt: lat(std::mem::take(&mut *sh.reg_rtt.lock().expect("lock"))),
         idle_window_s: idle_s,
@@ -878,6 +932,7 @@ pub fn print(r: &Report) {
     );
     println!("  settings                        {}", r.settings);
     println!("results");
+    println!("  joining of all nodes            {:.1} s (join round trip p50/p99 {})", r.join_s, l(&r.join_rtt));
     println!("  registration of all nodes       {:.1} s (register round trip p50/p99 {})", r.registration_s, l(&r.register_rtt));
     println!(
         "  idle cluster                    {:.2} controller CPU-s per s, {:.0} heartbeats/s (over {:.0} s)",

@@ -29,6 +29,19 @@ use sched::{Backfill, Carry, Config, FairShare, NodeUsage, Pending, Plan, Runnin
 use serde::Serialize;
 use std::time::Instant;
 
+/// `n` single-use join tokens from the controller at `t` (its Unix socket: the benchmark runs
+/// as the controller's user, an administrator), for agents that join as real ones do.
+pub(crate) async fn join_tokens(t: &client::Target, n: u32) -> Result<Vec<String>> {
+    let mut out = Vec::with_capacity(n as usize);
+    while out.len() < n as usize {
+        let count = (n as usize - out.len()).min(wire::MAX_JOIN_TOKENS as usize);
+        let req = wire::JoinTokensRequest { count: Some(count as u32), lifetime: Some(86400) };
+        let v: wire::JoinTokens = client::send(t, "POST", "/v1/join-tokens", Some(&req), &[]).await?.json()?;
+        out.extend(v.tokens);
+    }
+    Ok(out)
+}
+
 /// Benchmarks.
 #[derive(Subcommand)]
 pub enum BenchCmd {

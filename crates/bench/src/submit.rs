@@ -107,9 +107,25 @@ pub fn run(jobs: u32, cli_jobs: u32, agents: u32, cpus: u32, concurrency: u32) -
         std::thread::sleep(Duration::from_millis(20));
     }
     let addr = std::fs::read_to_string(&addr_file)?.trim().to_string();
+    let sock = format!("unix://{}", dir.join("ctl/tandem.sock").display());
+    let t = Target::parse(&sock)?;
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    let joins = rt.block_on(crate::join_tokens(&t, agents))?;
     for i in 1..=agents {
         let d = dir.join(format!("node{i}"));
         std::fs::create_dir_all(&d)?;
+        let join = d.join("join-token");
+        {
+            use std::io::Write;
+            use std::os::unix::fs::OpenOptionsExt;
+            // The token is the caller's alone until the agent spends it.
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(&join)?
+                .write_all(joins[i as usize - 1].as_bytes())?;
+        }
         procs.0.push(
             Command::new(&exe)
                 .args([
@@ -122,9 +138,9 @@ pub fn run(jobs: u32, cli_jobs: u32, agents: u32, cpus: u32, concurrency: u32) -
                     &cpus.to_string(),
                     "--memory",
                     "64G",
-                    "--secret-file",
+                    "--join-token-file",
                 ])
-                .arg(dir.join("ctl/secret"))
+                .arg(&join)
                 .arg("--ca")
                 .arg(dir.join("ctl/ca.pem"))
                 .arg("--data")
@@ -134,9 +150,6 @@ pub fn run(jobs: u32, cli_jobs: u32, agents: u32, cpus: u32, concurrency: u32) -
                 .spawn()?,
         );
     }
-    let sock = format!("unix://{}", dir.join("ctl/tandem.sock").display());
-    let t = Target::parse(&sock)?;
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     let mut rss = 0.0f64;
     rt.block_on(async {
         let deadline = Instant::now() + Duration::from_secs(30);

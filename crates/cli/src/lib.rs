@@ -7,7 +7,8 @@
 //! It owns a user's view and nothing else: it keeps no state between runs and decides nothing a
 //! controller decides; it never depends on `server`, `agent` or `proxy` (the tidy test checks),
 //! so a binary built from it alone (`tandem-slurm`) starts fast. Its public face: [`slurm`],
-//! [`COMMANDS`], [`ServiceCmd`] (with [`RolloutCmd`]) and [`service`], and [`token`].
+//! [`COMMANDS`], [`ServiceCmd`] (with [`RolloutCmd`]) and [`service`], [`token`] (with
+//! [`TokenKind`]) and [`delete_nodes`].
 
 mod service;
 mod slurm;
@@ -49,13 +50,55 @@ pub fn service(cmd: ServiceCmd) -> Result<i32> {
     service::run(cmd)
 }
 
-/// `tandem token`: asks the controller for a signed token for the caller (as `scontrol token`)
-/// and prints `export TANDEM_TOKEN=...`.
-pub fn token(lifespan: i64) -> Result<i32> {
+/// What `tandem token` makes.
+#[derive(Debug, Clone)]
+pub enum TokenKind {
+    /// A token for the caller (as `scontrol token`), printed as `export TANDEM_TOKEN=...`.
+    User,
+    /// `count` single-use join tokens for new nodes, one per line (an administrator).
+    Join {
+        /// How many.
+        count: u32,
+    },
+    /// A credential for the inference proxy `name` (an administrator); it revokes an older one.
+    Proxy {
+        /// The proxy's name.
+        name: String,
+    },
+}
+
+/// `tandem token`: asks the controller for a token and prints it. `lifespan`: seconds (default
+/// 1,800 for a user token, 3,600 for join tokens).
+pub fn token(kind: TokenKind, lifespan: Option<i64>) -> Result<i32> {
     let t = client::Target::from_env()?;
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    let v: serde_json::Value =
-        rt.block_on(client::send(&t, "POST", &format!("/v1/token?lifespan={lifespan}"), None::<&()>, &[]))?.json()?;
-    println!("export TANDEM_TOKEN={}", v["token"].as_str().context("no token in the reply")?);
+    let send = |path: &str, body: serde_json::Value| rt.block_on(client::send(&t, "POST", path, Some(&body), &[]));
+    match kind {
+        TokenKind::User => {
+            let v: serde_json::Value = rt
+                .block_on(client::send(&t, "POST", &format!("/v1/token?lifespan={}", lifespan.unwrap_or(1800)), None::<&()>, &[]))?
+                .json()?;
+            println!("export TANDEM_TOKEN={}", v["token"].as_str().context("no token in the reply")?);
+        }
+        TokenKind::Join { count } => {
+            let v: wire::JoinTokens = send("/v1/join-tokens", serde_json::json!({"count": count, "lifetime": lifespan}))?.json()?;
+            for tok in v.tokens {
+                println!("{tok}");
+            }
+        }
+        TokenKind::Proxy { name } => {
+            if lifespan.is_some() {
+                anyhow::bail!("--lifespan does not apply to a proxy credential (it lasts until replaced)");
+            }
+            let v: wire::Credential = send("/v1/proxy-credentials", serde_json::json!({ "name": name }))?.json()?;
+            println!("{}", v.credential);
+        }
+    }
     Ok(0)
+}
+
+/// `tandem node delete HOSTLIST`: deletes nodes and revokes their credentials (as
+/// `scontrol delete NodeName=`).
+pub fn delete_nodes(list: &str) -> Result<i32> {
+    slurm::delete_nodes(list)
 }

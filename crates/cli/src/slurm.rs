@@ -643,11 +643,27 @@ pub(crate) fn scontrol(args: &[String]) -> Result<i32> {
             rt.block_on(send(&t, "POST", &format!("/v1/nodes/{}", kv["nodename"]), Some(&body), &[]))?.ok()?;
             Ok(0)
         }
+        ["delete", ..] if kv.contains_key("nodename") => delete_nodes(&kv["nodename"]),
         _ => bail!(
-            "unsupported scontrol command: {}\nSupported: show job ID, show node NAME, hold ID, release ID, requeue ID, update JobId=ID TimeLimit=T, update NodeName=N State=DRAIN|RESUME Reason=R",
+            "unsupported scontrol command: {}\nSupported: show job ID, show node NAME, hold ID, release ID, requeue ID, update JobId=ID TimeLimit=T, update NodeName=N State=DRAIN|RESUME Reason=R, delete NodeName=HOSTLIST",
             args.join(" ")
         ),
     }
+}
+
+/// `scontrol delete NodeName=HOSTLIST` and `tandem node delete HOSTLIST`: deletes the nodes and
+/// revokes their credentials (root or the controller's user).
+pub(crate) fn delete_nodes(list: &str) -> Result<i32> {
+    let names = slurmcli::expand(list, 100_000).map_err(|e| anyhow::anyhow!("{}", e.0))?;
+    let t = Target::from_env()?;
+    let rt = runtime()?;
+    for n in names {
+        if n.is_empty() || n.contains(['/', '?', '#', '%']) {
+            bail!("invalid node name specified: {n}");
+        }
+        rt.block_on(send(&t, "DELETE", &format!("/v1/nodes/{n}"), None::<&()>, &[]))?.ok()?;
+    }
+    Ok(0)
 }
 
 /// `srun` inside an allocation: launches a job step and waits for it.

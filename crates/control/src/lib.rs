@@ -13,6 +13,7 @@
 //! successful heartbeat is older than the lease, so a job never runs twice at once, even across
 //! a partition. A restarted controller renews every lease it loads before it judges any.
 
+pub mod creds;
 mod pass;
 pub mod service;
 mod services;
@@ -96,6 +97,9 @@ pub enum Refused {
     /// The object is not in a state that allows it.
     #[error("{0}")]
     Conflict(String),
+    /// The caller's credential is not (or no longer) valid.
+    #[error("{0}")]
+    Unauthorized(String),
 }
 
 /// What a scheduling tick did.
@@ -109,6 +113,14 @@ pub struct TickInfo {
     pub nodes_down: usize,
     /// Pending jobs the pass saw, less those it started or failed.
     pub pending: usize,
+}
+
+/// A node name: 1 to 64 of `A-Za-z0-9-_.`.
+fn valid_node_name(name: &str) -> Result<(), Refused> {
+    if name.is_empty() || name.len() > 64 || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.') {
+        return Err(Refused::Invalid(format!("invalid node name {name:?}")));
+    }
+    Ok(())
 }
 
 /// The controller.
@@ -166,6 +178,10 @@ pub struct Controller {
     /// before this time: the per-tick scan of running jobs waits for it. Lowered whenever a job
     /// starts or is preempted.
     limits_due: Time,
+    /// Node and proxy identities, and spent join tokens.
+    creds: creds::Credentials,
+    /// Nodes deleted since the last [`Controller::take_dirty`], by name.
+    removed_nodes: Vec<String>,
 }
 
 /// How many recent submissions' specs [`Controller::share_spec`] compares a new one with.
@@ -189,6 +205,10 @@ pub struct Dirty {
     pub removed_services: Vec<String>,
     /// New job arrays: one record each; their tasks are not in `jobs` until they change.
     pub arrays: Vec<ArrayRecord>,
+    /// Deleted nodes, by name.
+    pub removed_nodes: Vec<String>,
+    /// Credentials issued and revoked, join tokens spent.
+    pub creds: creds::CredDirty,
 }
 
 impl Dirty {
@@ -200,6 +220,8 @@ impl Dirty {
             && self.next_id.is_none()
             && self.services.is_empty()
             && self.removed_services.is_empty()
+            && self.removed_nodes.is_empty()
+            && self.creds.is_empty()
     }
 }
 
@@ -265,6 +287,8 @@ impl Controller {
             mirror: None,
             pass_out: false,
             limits_due: Time::MIN,
+            creds: creds::Credentials::default(),
+            removed_nodes: Vec::new(),
         }
     }
 
@@ -405,12 +429,15 @@ impl Controller {
     pub fn take_dirty(&mut self) -> Dirty {
         let jobs =
             std::mem::take(&mut self.dirty_jobs.persist).into_iter().filter_map(|id| self.jobs.get(&id).map(|j| Job::clone(j))).collect();
-        let nodes = std::mem::take(&mut self.dirty_nodes).into_iter().filter_map(|i| self.nodes.get(i).cloned()).collect();
+        let nodes =
+            std::mem::take(&mut self.dirty_nodes).into_iter().filter_map(|i| self.nodes.get(i).filter(|n| !n.deleted).cloned()).collect();
         let next_id = std::mem::take(&mut self.next_id_dirty).then_some(self.next_id);
         let services = std::mem::take(&mut self.dirty_services).into_iter().filter_map(|n| self.services.get(&n).cloned()).collect();
         let removed_services = std::mem::take(&mut self.removed_services);
         let arrays = std::mem::take(&mut self.dirty_arrays);
-        Dirty { jobs, nodes, next_id, services, removed_services, arrays }
+        let removed_nodes = std::mem::take(&mut self.removed_nodes);
+        let creds = self.creds.take_dirty();
+        Dirty { jobs, nodes, next_id, services, removed_services, arrays, removed_nodes, creds }
     }
 
     fn node_defs(&self) -> Vec<Node> {
@@ -745,12 +772,7 @@ impl Controller {
                 node.partitions = vec![format!("(none of {})", all.join(","))];
             }
         }
-        if node.name.is_empty()
-            || node.name.len() > 64
-            || !node.name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.')
-        {
-            return Err(Refused::Invalid(format!("invalid node name {:?}", node.name)));
-        }
+        valid_node_name(&node.name)?;
         let lease_until = now + self.settings.lease;
         match self.node_index.get(&node.name).copied() {
             Some(i) => {
@@ -792,11 +814,84 @@ impl Controller {
                     orders: Vec::new(),
                     next_seq: self.seq_base,
                     seen_ms: self.now_ms.max(now * 1000),
+                    deleted: false,
                 });
                 self.dirty_nodes.insert(i);
                 self.touch_node(i);
             }
         }
+        self.nodes_changed();
+        Ok(())
+    }
+
+    /// Node and proxy identities.
+    pub fn credentials(&self) -> &creds::Credentials {
+        &self.creds
+    }
+
+    /// Puts back the identities the database holds (at start).
+    pub fn restore_credentials(&mut self, c: creds::Credentials) {
+        self.creds = c;
+    }
+
+    /// Spends join token `jti` (valid until `exp`) on a credential for node `name`: its serial.
+    /// Refused for a spent token, a bad name, or a name that holds a credential already (a node
+    /// is deleted first, which revokes it): a stolen join token cannot take a node's identity.
+    pub fn join(&mut self, now: Time, jti: &str, exp: Time, name: &str) -> Result<u64, Refused> {
+        valid_node_name(name)?;
+        self.creds.join(now, jti, exp, name).map_err(|e| match e {
+            creds::CredError::Spent => Refused::Forbidden(e.to_string()),
+            creds::CredError::Taken(_) => Refused::Conflict(e.to_string()),
+        })
+    }
+
+    /// A credential for proxy `name`, revoking any earlier one of that name: its serial.
+    pub fn issue_proxy_credential(&mut self, name: &str) -> Result<u64, Refused> {
+        valid_node_name(name).map_err(|_| Refused::Invalid(format!("invalid proxy name {name:?}")))?;
+        Ok(self.creds.proxy(name))
+    }
+
+    /// Deletes node `name` (`scontrol delete NodeName=`, `tandem node delete`) and revokes its
+    /// credential: its agent can no longer register or heartbeat, and it is no longer listed or
+    /// scheduled. Refused while jobs run on it (cancel them, or drain it and let them end). A
+    /// name that holds a credential but never registered only loses the credential.
+    ///
+    /// The node's slot stays, emptied and hidden (node indices are stable while a scheduling
+    /// pass is out); its record leaves the database, so after a restart it is gone.
+    pub fn delete_node(&mut self, name: &str) -> Result<(), Refused> {
+        let Some(&i) = self.node_index.get(name) else {
+            return if self.creds.revoke(creds::Holder::Node, name) {
+                Ok(())
+            } else {
+                Err(Refused::NotFound(format!("invalid node name specified: {name}")))
+            };
+        };
+        if self.nodes[i].usage.jobs > 0 {
+            let on: Vec<String> = self
+                .active()
+                .filter(|j| j.state == JobState::Running && j.allocs.iter().any(|(n, _)| n == name))
+                .map(|j| j.req.id.0.to_string())
+                .collect();
+            return Err(Refused::Conflict(format!(
+                "node {name} has running jobs ({}): cancel them, or drain the node and let them end, then delete it",
+                on.join(",")
+            )));
+        }
+        self.creds.revoke(creds::Holder::Node, name);
+        self.node_index.remove(name);
+        let rec = &mut self.nodes[i];
+        rec.deleted = true;
+        rec.node.state = NodeState::Down;
+        rec.node.cpus = 0;
+        rec.node.memory = 0;
+        rec.node.gpus = 0;
+        rec.node.partitions = vec!["(deleted)".into()];
+        rec.usage = NodeUsage::for_node(&rec.node);
+        rec.reason = Some("deleted".into());
+        rec.orders.clear();
+        self.dirty_nodes.remove(&i);
+        self.removed_nodes.push(name.to_string());
+        self.touch_node(i);
         self.nodes_changed();
         Ok(())
     }

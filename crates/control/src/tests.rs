@@ -442,3 +442,31 @@ fn finished_jobs_leave_memory_after_min_job_age_unless_a_job_waits_on_them() {
     let r = Controller::restore(Settings::default(), jobs, c.nodes().to_vec(), Vec::new(), 10, 10_000, 2);
     assert!(r.job(b).is_none() && r.job(waits).is_some());
 }
+
+#[test]
+fn a_deleted_node_is_gone_and_a_busy_one_cannot_be_deleted() {
+    let mut c = cluster(2, 0);
+    c.join(0, "j0", 100, "n0").unwrap();
+    c.submit(0, spec(1000), &batch(&["-n1"]), "alice").unwrap();
+    assert_eq!(c.tick(1).started, 1);
+    let busy = if c.nodes()[0].usage.jobs > 0 { "n0" } else { "n1" };
+    let idle = if busy == "n0" { "n1" } else { "n0" };
+    let e = c.delete_node(busy).unwrap_err();
+    assert!(matches!(&e, Refused::Conflict(m) if m.contains("running jobs (1)")), "{e:?}");
+    let _ = c.take_dirty();
+    c.delete_node(idle).unwrap();
+    let d = c.take_dirty();
+    assert_eq!(d.removed_nodes, vec![idle.to_string()]);
+    assert!(d.nodes.iter().all(|n| n.node.name != idle), "no record of it is written again");
+    assert!(matches!(c.heartbeat(2, idle, 0, &[], &[]), Err(Refused::NotFound(_))), "its agent is not heard");
+    assert!(matches!(c.delete_node(idle), Err(Refused::NotFound(_))), "deleted once");
+    // Work that fits only two nodes now fits none: the slot is empty.
+    assert!(c.submit(2, spec(1000), &batch(&["-N2"]), "alice").is_err());
+    // The name may join and register again, as a new node.
+    if idle == "n0" {
+        assert!(!c.credentials().held(creds::Holder::Node, "n0"), "its credential was revoked");
+    }
+    c.join(3, "j1", 100, idle).unwrap();
+    c.register(3, Node::new(idle, 4, 8 << 30, 0), "127.0.0.9".into()).unwrap();
+    assert_eq!(c.submit(3, spec(1000), &batch(&["-N2"]), "alice").unwrap().len(), 1);
+}

@@ -267,6 +267,10 @@ pub struct NodeRec {
     /// Last heartbeat, milliseconds (for replica failover; not persisted).
     #[serde(skip)]
     pub seen_ms: i64,
+    /// Deleted ([`crate::Controller::delete_node`]): an empty, hidden slot kept until the next
+    /// restart (not persisted: a deleted node has no record).
+    #[serde(skip)]
+    pub deleted: bool,
 }
 
 impl NodeRec {

@@ -50,8 +50,8 @@ pub struct Options {
     pub server: Option<String>,
     /// The cluster CA, for `https://`.
     pub ca: Option<std::path::PathBuf>,
-    /// File holding the cluster secret (with `server`).
-    pub secret_file: Option<std::path::PathBuf>,
+    /// File holding the proxy's credential (`tandem token --proxy NAME`; with `server`).
+    pub credential_file: Option<std::path::PathBuf>,
     /// Fixed services, `NAME=HOST:PORT[,...]` or `NAME:POLICY=...` (instead of `server`).
     pub statics: Vec<String>,
     /// Retries on another replica for static services (at most 7).
@@ -67,16 +67,20 @@ pub struct Options {
 pub fn main(o: Options) -> Result<()> {
     let listen: SocketAddr = o.listen.parse().with_context(|| format!("--listen {:?}: expected IP:PORT, e.g. 127.0.0.1:7280", o.listen))?;
     let statics = o.statics.iter().map(|s| parse_static(s)).collect::<Result<Vec<_>>>()?;
-    let controller = match (o.server, o.secret_file) {
+    let controller = match (o.server, o.credential_file) {
         (Some(_), _) if !statics.is_empty() => bail!("use either --server (endpoints from the controller) or --static, not both"),
         (Some(s), Some(f)) => {
-            let secret =
-                std::fs::read_to_string(&f).with_context(|| format!("reading the cluster secret from {}", f.display()))?.trim().to_string();
-            Some((Arc::new(Conn::new(Target::parse_with_ca(&s, o.ca.as_deref())?)), secret))
+            let cred = std::fs::read_to_string(&f)
+                .with_context(|| format!("reading the proxy's credential from {}", f.display()))?
+                .trim()
+                .to_string();
+            Some((Arc::new(Conn::new(Target::parse_with_ca(&s, o.ca.as_deref())?)), format!("Bearer {cred}")))
         }
-        (Some(_), None) => bail!("--server needs --secret-file (the cluster secret)"),
-        (None, Some(_)) => bail!("--secret-file goes with --server"),
-        (None, None) if statics.is_empty() => bail!("no upstreams: give --server URL --secret-file FILE, or --static NAME=HOST:PORT[,...]"),
+        (Some(_), None) => bail!("--server needs --credential-file (the proxy's credential, from `tandem token --proxy NAME`)"),
+        (None, Some(_)) => bail!("--credential-file goes with --server"),
+        (None, None) if statics.is_empty() => {
+            bail!("no upstreams: give --server URL --credential-file FILE, or --static NAME=HOST:PORT[,...]")
+        }
         (None, None) => None,
     };
     if o.retries > 7 {
@@ -98,7 +102,7 @@ const MAX_RETRIES: u32 = 7;
 pub(crate) struct ProxyArgs {
     /// Listen address.
     pub(crate) listen: SocketAddr,
-    /// The controller and the cluster secret, when endpoints come from it.
+    /// The controller and the `authorization` value (the proxy's credential), when endpoints come from it.
     pub(crate) controller: Option<(Arc<Conn>, String)>,
     /// Fixed services (`--static`).
     pub(crate) statics: Vec<StaticService>,
@@ -839,9 +843,9 @@ fn admin(st: &State, path: &str) -> Response<ProxyBody> {
 // ---------------------------------------------------------------------------------------------
 // Controller sync
 
-async fn sync_once(st: &State, target: &Conn, secret: &str, wait_ms: u64) -> Result<()> {
+async fn sync_once(st: &State, target: &Conn, auth: &str, wait_ms: u64) -> Result<()> {
     let body = st.report(wait_ms);
-    let hdr = [("x-tandem-secret", secret)];
+    let hdr = [("authorization", auth)];
     let reply = tokio::time::timeout(Duration::from_millis(wait_ms + 5000), target.send("POST", "/v1/proxy/sync", Some(&body), &hdr))
         .await
         .context("the controller did not answer in time")??;
@@ -850,13 +854,13 @@ async fn sync_once(st: &State, target: &Conn, secret: &str, wait_ms: u64) -> Res
     Ok(())
 }
 
-async fn sync_loop(st: Arc<State>, target: Arc<Conn>, secret: String) {
+async fn sync_loop(st: Arc<State>, target: Arc<Conn>, auth: String) {
     let mut backoff = Duration::from_millis(100);
     let mut failing = false;
     loop {
         let t0 = Instant::now();
         let before = st.version.load(Relaxed);
-        match sync_once(&st, &target, &secret, SYNC_WAIT_MS).await {
+        match sync_once(&st, &target, &auth, SYNC_WAIT_MS).await {
             Ok(()) => {
                 if failing {
                     eprintln!("tandem proxy: controller reachable again");
@@ -881,10 +885,10 @@ async fn sync_loop(st: Arc<State>, target: Arc<Conn>, secret: String) {
     }
 }
 
-async fn push_loop(st: Arc<State>, target: Arc<Conn>, secret: String) {
+async fn push_loop(st: Arc<State>, target: Arc<Conn>, auth: String) {
     loop {
         st.push.notified().await;
-        if let Err(e) = sync_once(&st, &target, &secret, 0).await {
+        if let Err(e) = sync_once(&st, &target, &auth, 0).await {
             eprintln!("tandem proxy: pushing a report failed: {e:#}");
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
@@ -1030,9 +1034,9 @@ pub(crate) fn run(a: ProxyArgs, threads: usize) -> Result<()> {
     }
     let main = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     main.block_on(async {
-        if let Some((target, secret)) = a.controller {
-            tokio::spawn(sync_loop(st.clone(), target.clone(), secret.clone()));
-            tokio::spawn(push_loop(st.clone(), target, secret));
+        if let Some((target, auth)) = a.controller {
+            tokio::spawn(sync_loop(st.clone(), target.clone(), auth.clone()));
+            tokio::spawn(push_loop(st.clone(), target, auth));
         }
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
         let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;

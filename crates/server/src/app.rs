@@ -1,5 +1,5 @@
 //! What every handler shares: the application state ([`App`]: the controller under its lock,
-//! the journal, the cluster secret, wake-ups), who is calling ([`Peer`], tokens), and the reply
+//! the journal, the signing keys, wake-ups), who is calling ([`Peer`], tokens), and the reply
 //! helpers (errors as JSON, malformed bodies as 400s). The layer below the job and service
 //! handlers; it knows no route.
 
@@ -48,7 +48,10 @@ pub(crate) struct App {
     pub(crate) inner: Arc<Mutex<Inner>>,
     pub(crate) db: Arc<Mutex<store::Store>>,
     pub(crate) journal: Arc<crate::journal::Journal>,
-    pub(crate) secret: Arc<String>,
+    /// Join tokens and node and proxy credentials (`DATA/nodes.key`).
+    pub(crate) nodes: Arc<crate::token::NodeTokens>,
+    /// The uid the controller runs as: an administrator, with root.
+    pub(crate) owner: u32,
     pub(crate) wake: Arc<Notify>,
     pub(crate) node_wake: Arc<Mutex<HashMap<String, Arc<Notify>>>>,
     pub(crate) metrics: Arc<Mutex<Metrics>>,
@@ -92,6 +95,7 @@ pub(crate) fn refused(e: Refused) -> Response {
         Refused::NotFound(_) => StatusCode::NOT_FOUND,
         Refused::Forbidden(_) => StatusCode::FORBIDDEN,
         Refused::Conflict(_) => StatusCode::CONFLICT,
+        Refused::Unauthorized(_) => StatusCode::UNAUTHORIZED,
     };
     (code, Json(ApiError { error: e.to_string() })).into_response()
 }
@@ -121,8 +125,7 @@ pub(crate) fn user_of(app: &App, peer: &Peer, headers: &HeaderMap) -> Result<u32
     if let Some(uid) = peer.uid {
         return Ok(uid);
     }
-    let tok = headers.get("authorization").and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
-    match tok {
+    match bearer(headers) {
         Some(t) => app
             .tokens
             .verify(t, now())
@@ -173,10 +176,54 @@ pub(crate) fn viewer_of(app: &App, peer: &Peer, headers: &HeaderMap) -> Result<V
 /// What a hidden value reads as.
 pub(crate) const HIDDEN: &str = "(hidden)";
 
-pub(crate) fn agent_ok(app: &App, h: &HeaderMap) -> Result<(), Response> {
-    match h.get("x-tandem-secret").and_then(|v| v.to_str().ok()) {
-        Some(s) if s == app.secret.as_str() => Ok(()),
-        _ => Err(err(StatusCode::UNAUTHORIZED, "agents must present the cluster secret")),
+/// The bearer token of a request, if any.
+pub(crate) fn bearer(h: &HeaderMap) -> Option<&str> {
+    h.get("authorization").and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "))
+}
+
+/// The name and serial of the node credential (or, with `proxy`, proxy credential) the request
+/// carries: signed by this controller and of that kind. Whether the serial is still the name's
+/// is [`check_serial`]'s to say, under the controller's lock.
+pub(crate) fn credential_of(app: &App, h: &HeaderMap, proxy: bool) -> Result<(String, u64), Response> {
+    let what = if proxy { "a proxy's credential (`tandem token --proxy NAME`)" } else { "its node's credential (from joining)" };
+    let Some(tok) = bearer(h) else {
+        return Err(err(StatusCode::UNAUTHORIZED, format!("this request needs {what}")));
+    };
+    app.nodes.verify_credential(tok, proxy).ok_or_else(|| err(StatusCode::UNAUTHORIZED, format!("not {what}")))
+}
+
+/// The node a request's credential names, with its serial. It is checked before the body is
+/// read: without a credential a request learns nothing, not even what in its body is malformed.
+pub(crate) fn node_serial(app: &App, h: &HeaderMap) -> Result<(String, u64), Response> {
+    credential_of(app, h, false)
+}
+
+/// The credential's node must be the node the request speaks for: one node's credential cannot
+/// speak for another (SECURITY.md, N1).
+pub(crate) fn same_node(cred: &str, node: &str) -> Result<(), Response> {
+    if cred != node {
+        return Err(err(StatusCode::FORBIDDEN, format!("this credential is node {cred:?}'s, not node {node:?}'s")));
+    }
+    Ok(())
+}
+
+/// Whether `serial` is still `name`'s credential (not revoked by a deletion or replaced).
+pub(crate) fn check_serial(c: &Controller, holder: control::creds::Holder, name: &str, serial: u64) -> Result<(), Refused> {
+    if c.credentials().valid(holder, name, serial) {
+        Ok(())
+    } else {
+        Err(Refused::Unauthorized(format!("the credential of {name} has been revoked (the node was deleted, or a newer one was issued)")))
+    }
+}
+
+/// The caller, who must be an administrator: root, or the user the controller runs as (as
+/// Slurm's SlurmUser).
+pub(crate) fn admin_of(app: &App, peer: &Peer, headers: &HeaderMap) -> Result<u32, Response> {
+    let uid = user_of(app, peer, headers)?;
+    if uid == 0 || uid == app.owner {
+        Ok(uid)
+    } else {
+        Err(err(StatusCode::FORBIDDEN, "only root or the controller's own user may do this"))
     }
 }
 

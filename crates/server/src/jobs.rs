@@ -16,6 +16,7 @@ use tokio::sync::Notify;
 use wire::*;
 
 use crate::app::*;
+use control::creds::Holder;
 
 /// A path parameter, or a 400 with the JSON error body of every other refusal (axum's own
 /// rejection is plain text).
@@ -382,12 +383,15 @@ async fn create_step(
 async fn list_nodes(State(app): State<App>, ConnectInfo(peer): ConnectInfo<Peer>, headers: HeaderMap) -> Response {
     or_reply!(viewer_of(&app, &peer, &headers));
     let mut nodes = Vec::new();
+    let mut at = 0;
     let seq = loop {
         let g = app.lock();
         let all = g.ctl.nodes();
-        let piece = &all[nodes.len().min(all.len())..];
-        nodes.extend(node_infos(&piece[..piece.len().min(LIST_CHUNK)]));
-        let (done, seq) = (nodes.len() >= all.len(), app.journal.last());
+        let piece = &all[at.min(all.len())..];
+        let piece = &piece[..piece.len().min(LIST_CHUNK)];
+        at += piece.len();
+        nodes.extend(node_infos(piece));
+        let (done, seq) = (at >= all.len(), app.journal.last());
         drop(g);
         if done {
             break seq;
@@ -399,9 +403,11 @@ async fn list_nodes(State(app): State<App>, ConnectInfo(peer): ConnectInfo<Peer>
     Json(nodes).into_response()
 }
 
+/// The nodes as listed: a deleted node's slot is not.
 fn node_infos(nodes: &[control::NodeRec]) -> Vec<NodeInfo> {
     nodes
         .iter()
+        .filter(|n| !n.deleted)
         .map(|n| {
             let alloc_gpus = n.usage.gpu_milli.iter().filter(|&&m| m > 0).count() as u32;
             let state = match n.node.state {
@@ -516,15 +522,20 @@ async fn register(
     headers: HeaderMap,
     body: Result<Json<RegisterRequest>, axum::extract::rejection::JsonRejection>,
 ) -> Response {
-    if let Err(r) = agent_ok(&app, &headers) {
-        return r;
-    }
+    let (cred, serial) = or_reply!(node_serial(&app, &headers));
     let r = or_reply!(json_body(body));
+    or_reply!(same_node(&cred, &r.node.name));
     if r.node.gpus > MAX_NODE_GPUS {
         return err(StatusCode::BAD_REQUEST, format!("node {}: at most {MAX_NODE_GPUS} GPUs, not {}", r.node.name, r.node.gpus));
     }
     let t = now();
-    match app.with(|c| c.register(t, r.node, r.addr).map(|()| (c.settings().lease, c.heartbeat_ms()))).await {
+    let registered = app
+        .with(|c| {
+            check_serial(c, Holder::Node, &r.node.name, serial)?;
+            c.register(t, r.node, r.addr).map(|()| (c.settings().lease, c.heartbeat_ms()))
+        })
+        .await;
+    match registered {
         Ok(Ok((lease_s, heartbeat_ms))) => {
             app.wake.notify_one();
             Json(RegisterResponse { lease_s, heartbeat_ms }).into_response()
@@ -539,16 +550,16 @@ async fn heartbeat(
     headers: HeaderMap,
     body: Result<Json<Heartbeat>, axum::extract::rejection::JsonRejection>,
 ) -> Response {
-    if let Err(r) = agent_ok(&app, &headers) {
-        return r;
-    }
+    let (cred, serial) = or_reply!(node_serial(&app, &headers));
     let hb = or_reply!(json_body(body));
+    or_reply!(same_node(&cred, &hb.node));
     let notify = app.node_wake.lock().expect("lock").entry(hb.node.clone()).or_insert_with(|| Arc::new(Notify::new())).clone();
     let had_exits = !hb.exits.is_empty();
     let t = now();
     let t_ms = now_ms();
     let first = match app
         .with(|c| {
+            check_serial(c, Holder::Node, &hb.node, serial)?;
             let o = c.heartbeat(t, &hb.node, hb.ack, &hb.running, &hb.exits);
             if o.is_ok() {
                 c.replica_reports(t_ms, &hb.node, &hb.replicas);
@@ -571,7 +582,7 @@ async fn heartbeat(
     let hold = hb.wait_ms.min(app.heartbeat_ms);
     let _ = tokio::time::timeout(Duration::from_millis(hold), notify.notified()).await;
     let t = now();
-    match app.with(|c| c.heartbeat(t, &hb.node, hb.ack, &[], &[])).await {
+    match app.with(|c| check_serial(c, Holder::Node, &hb.node, serial).and_then(|()| c.heartbeat(t, &hb.node, hb.ack, &[], &[]))).await {
         Ok(Ok(o)) => Json(Orders { orders: o }).into_response(),
         Ok(Err(e)) => refused(e),
         Err(r) => r,
@@ -598,7 +609,7 @@ async fn metrics(State(app): State<App>, ConnectInfo(peer): ConnectInfo<Peer>, h
         by_state.get("PENDING").copied().unwrap_or(0)
     ));
     let mut nodes: std::collections::BTreeMap<&str, u64> = std::collections::BTreeMap::new();
-    for n in g.ctl.nodes() {
+    for n in g.ctl.nodes().iter().filter(|n| !n.deleted) {
         let st = match n.node.state {
             model::NodeState::Up => "up",
             model::NodeState::Drain => "drain",

@@ -1,5 +1,5 @@
 //! The controller daemon (`tandem server`): a thin shell around `control::Controller`. HTTP/JSON
-//! on TCP (agents, with the cluster secret) and on a Unix socket (local users, identified by the
+//! on TCP (agents and proxies, each with a credential of its own) and on a Unix socket (local users, identified by the
 //! kernel's peer credentials); SQLite persistence before every acknowledgement (group commit:
 //! requests that arrive together share one fsync, see `journal`); a scheduling loop woken by
 //! submissions and task exits, plus once a second; the service loop; configuration loading
@@ -89,27 +89,28 @@ mod app;
 pub mod config;
 mod jobs;
 mod journal;
+mod nodes;
 mod private;
 mod services;
 mod tls;
 mod token;
 
 fn router(app: App) -> Router {
-    jobs::routes(services::routes(Router::new())).with_state(app)
+    nodes::routes(jobs::routes(services::routes(Router::new()))).with_state(app)
 }
 
-/// The cluster secret: from its file (0600), else one an older version kept in the database
-/// (moved to the file), else a new one. Never left in the database.
-fn load_secret(data: &std::path::Path, db: &mut store::Store, loaded: Option<String>) -> Result<String> {
-    let path = data.join("secret");
-    if let Some(old) = loaded
-        && !path.exists()
-    {
-        private::write(&path, &old)?;
+/// Removes the shared cluster secret an older version kept (in the database, and in
+/// `DATA/secret`): nodes now join with single-use tokens and hold credentials of their own.
+fn forget_secret(data: &std::path::Path, db: &mut store::Store, loaded: Option<String>) -> Result<()> {
+    for name in private::LEGACY {
+        if std::fs::remove_file(data.join(name)).is_ok() {
+            eprintln!("tandem server: removed {name}, the cluster secret of an older version (agents join with `tandem token --join` now)");
+        }
     }
-    let s = private::key(&path)?;
-    db.forget_secret()?;
-    Ok(s)
+    if loaded.is_some() {
+        db.forget_secret()?;
+    }
+    Ok(())
 }
 
 /// Most job starts applied per hold of the controller (see the scheduling loop).
@@ -122,17 +123,19 @@ async fn run(args: ServerArgs) -> Result<()> {
     private::prepare_dir(&args.data)?;
     let mut db = store::Store::open(&args.data.join("state.db")).context("opening the database")?;
     let loaded = db.load().context("loading state")?;
-    let secret = load_secret(&args.data, &mut db, loaded.secret.clone())?;
+    forget_secret(&args.data, &mut db, loaded.secret.clone())?;
     let boot = db.next_boot().context("recording this start")?;
     let t = now();
-    let ctl = Controller::restore(args.settings, loaded.jobs, loaded.nodes, loaded.services, loaded.next_id, t, boot);
+    let mut ctl = Controller::restore(args.settings, loaded.jobs, loaded.nodes, loaded.services, loaded.next_id, t, boot);
+    ctl.restore_credentials(loaded.credentials);
     let heartbeat_ms = ctl.heartbeat_ms();
     let db = Arc::new(Mutex::new(db));
     let app = App {
         inner: Arc::new(Mutex::new(Inner { ctl, job_seq: HashMap::new() })),
         journal: journal::Journal::start(db.clone()),
         db,
-        secret: Arc::new(secret),
+        nodes: Arc::new(token::NodeTokens::new(private::key(&args.data.join("nodes.key"))?.as_bytes())),
+        owner: nix::unistd::geteuid().as_raw(),
         wake: Arc::new(Notify::new()),
         node_wake: Arc::new(Mutex::new(HashMap::new())),
         metrics: Arc::new(Mutex::new(Metrics::default())),

@@ -12,7 +12,11 @@ use std::path::Path;
 pub(crate) const DIR_MODE: u32 = 0o711;
 
 /// The files in the data directory that must be private, if they exist.
-pub(crate) const FILES: [&str; 7] = ["state.db", "state.db-wal", "state.db-shm", "secret", "jwt.key", "ca.key", "addr"];
+pub(crate) const FILES: [&str; 7] = ["state.db", "state.db-wal", "state.db-shm", "nodes.key", "jwt.key", "ca.key", "addr"];
+
+/// What an older version kept in the data directory and this one removes at start: the shared
+/// cluster secret that every agent held (nodes now join with single-use tokens, SECURITY.md N1).
+pub(crate) const LEGACY: [&str; 1] = ["secret"];
 
 /// Creates the data directory (0711) or checks an existing one: owned by this process's user
 /// and not writable by anyone else; then narrows every private file in it to 0600.
@@ -69,12 +73,17 @@ pub(crate) fn key(path: &Path) -> Result<String> {
     if let Some(k) = std::fs::read_to_string(path).ok().map(|s| s.trim().to_string()).filter(|s| s.len() >= 32) {
         return Ok(k);
     }
-    let mut buf = [0u8; 32];
-    use std::io::Read;
-    std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut buf)).context("reading /dev/urandom")?;
-    let k: String = buf.iter().map(|b| format!("{b:02x}")).collect();
+    let k = random_hex(32)?;
     write(path, &k)?;
     Ok(k)
+}
+
+/// `n` random bytes from the kernel, in hex.
+pub(crate) fn random_hex(n: usize) -> Result<String> {
+    let mut buf = vec![0u8; n];
+    use std::io::Read;
+    std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut buf)).context("reading /dev/urandom")?;
+    Ok(buf.iter().map(|b| format!("{b:02x}")).collect())
 }
 
 /// Writes `text` to `path` as a fresh 0600 file (an existing one is replaced; never written

@@ -186,9 +186,7 @@ async fn proxy_sync(
     headers: HeaderMap,
     body: Result<Json<ProxySync>, axum::extract::rejection::JsonRejection>,
 ) -> Response {
-    if let Err(r) = agent_ok(&app, &headers) {
-        return r;
-    }
+    or_reply!(crate::nodes::proxy_ok(&app, &headers));
     let s = or_reply!(json_body(body));
     if s.proxy.is_empty() || s.proxy.len() > 256 {
         return err(StatusCode::BAD_REQUEST, "proxy must name the proxy (1 to 256 characters)");

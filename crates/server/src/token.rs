@@ -60,6 +60,87 @@ impl Tokens {
     }
 }
 
+/// The audience of a join token.
+const JOIN: &str = "tandem-join";
+/// The audience of a node agent's credential.
+const NODE: &str = "tandem-node";
+/// The audience of a proxy's credential.
+const PROXY: &str = "tandem-proxy";
+
+/// The claims of a single-use join token (`tandem token --join`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct JoinClaims {
+    aud: String,
+    /// Its one-time id (spent when a node joins with it).
+    jti: String,
+    iat: i64,
+    exp: i64,
+}
+
+/// The claims of a node's or proxy's credential: whom it names and its serial (valid while the
+/// controller holds that serial for that name).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CredClaims {
+    aud: String,
+    sub: String,
+    ser: u64,
+    iat: i64,
+}
+
+/// Join tokens and node and proxy credentials, signed (HS256) with the controller's
+/// `DATA/nodes.key`: a key of their own, so that no user token is a node's credential or the
+/// reverse, and the audience (`aud`) tells the three kinds apart. Canonical spellings only, as
+/// for user tokens.
+pub(crate) struct NodeTokens {
+    keys: Tokens,
+}
+
+impl NodeTokens {
+    /// Tokens signed with `key` (at least 32 bytes).
+    pub(crate) fn new(key: &[u8]) -> NodeTokens {
+        NodeTokens { keys: Tokens::new(key) }
+    }
+
+    fn sign<T: Serialize>(&self, claims: &T) -> String {
+        jsonwebtoken::encode(&Header::new(Algorithm::HS256), claims, &self.keys.enc).expect("HS256 signing cannot fail")
+    }
+
+    fn decode<T: serde::de::DeserializeOwned + Serialize>(&self, token: &str, required: &[&str]) -> Option<T> {
+        let mut v = Validation::new(Algorithm::HS256);
+        v.validate_exp = false;
+        v.validate_aud = false;
+        v.required_spec_claims = required.iter().map(|s| s.to_string()).collect();
+        let c = jsonwebtoken::decode::<T>(token, &self.keys.dec, &v).ok()?.claims;
+        (self.sign(&c) == token).then_some(c)
+    }
+
+    /// A join token with one-time id `jti`, issued at `now`, valid until `exp`.
+    pub(crate) fn join_token(&self, jti: &str, now: i64, exp: i64) -> String {
+        self.sign(&JoinClaims { aud: JOIN.into(), jti: jti.into(), iat: now, exp })
+    }
+
+    /// The one-time id and expiry of join token `token`, if genuine, canonical and unexpired.
+    pub(crate) fn verify_join(&self, token: &str, now: i64) -> Option<(String, i64)> {
+        let c: JoinClaims = self.decode(token, &["aud", "exp"])?;
+        (c.aud == JOIN && c.exp > now && c.iat <= now + 60 && !c.jti.is_empty()).then_some((c.jti, c.exp))
+    }
+
+    /// A credential for `name` (a node's, or a proxy's when `proxy`) with `serial`.
+    pub(crate) fn credential(&self, proxy: bool, name: &str, serial: u64, now: i64) -> String {
+        self.sign(&CredClaims { aud: if proxy { PROXY } else { NODE }.into(), sub: name.into(), ser: serial, iat: now })
+    }
+
+    /// The name and serial a credential carries, if genuine and canonical and of the kind asked
+    /// for (a node's, or a proxy's when `proxy`). Whether the serial is still valid is the
+    /// controller's to say.
+    pub(crate) fn verify_credential(&self, token: &str, proxy: bool) -> Option<(String, u64)> {
+        let c: CredClaims = self.decode(token, &["aud", "sub"])?;
+        (c.aud == if proxy { PROXY } else { NODE }).then_some((c.sub, c.ser))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -121,5 +202,31 @@ mod tests {
         }
         assert_eq!(t.verify("", 150), None);
         assert_eq!(t.verify("1000.200.abcdef", 150), None, "the old format");
+    }
+
+    #[test]
+    fn join_tokens_and_credentials_are_told_apart_and_checked() {
+        let n = NodeTokens::new(KEY);
+        let j = n.join_token("abc", 100, 200);
+        assert_eq!(n.verify_join(&j, 150), Some(("abc".into(), 200)));
+        assert_eq!(n.verify_join(&j, 200), None, "expired");
+        assert_eq!(NodeTokens::new(b"another key, also 32 bytes long!").verify_join(&j, 150), None);
+        let c = n.credential(false, "n1", 7, 100);
+        assert_eq!(n.verify_credential(&c, false), Some(("n1".into(), 7)));
+        assert_eq!(n.verify_credential(&c, true), None, "a node's credential is no proxy's");
+        assert_eq!(n.verify_credential(&j, false), None, "a join token is no credential");
+        assert_eq!(n.verify_join(&c, 150), None, "a credential is no join token");
+        let p = n.credential(true, "edge", 8, 100);
+        assert_eq!(n.verify_credential(&p, true), Some(("edge".into(), 8)));
+        // A user token signed with the same key is neither.
+        let u = Tokens::new(KEY).issue(0, 100, 200);
+        assert_eq!((n.verify_credential(&u, false), n.verify_join(&u, 150)), (None, None));
+        // Another name under the old signature; a re-encoded body.
+        let parts: Vec<&str> = c.split('.').collect();
+        let other = b64(br#"{"aud":"tandem-node","sub":"n2","ser":7,"iat":100}"#);
+        assert_eq!(n.verify_credential(&format!("{}.{other}.{}", parts[0], parts[2]), false), None);
+        let spaced = format!("{}.{}", parts[0], b64(br#"{"aud":"tandem-node","sub":"n1","ser":7,"iat":100} "#));
+        let sig = jsonwebtoken::crypto::sign(spaced.as_bytes(), &EncodingKey::from_secret(KEY).unwrap(), Algorithm::HS256).unwrap();
+        assert_eq!(n.verify_credential(&format!("{spaced}.{sig}"), false), None, "not canonical");
     }
 }

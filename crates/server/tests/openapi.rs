@@ -285,9 +285,13 @@ fn each_operation_documents_what_its_handler_does() {
             let security = op.get("security").unwrap_or(&d["security"]);
             let schemes: BTreeSet<&str> =
                 security.as_array().unwrap().iter().flat_map(|s| s.as_object().unwrap().keys().map(String::as_str)).collect();
-            let wants: BTreeSet<&str> = if body.contains("agent_ok(") {
-                ["agentSecret"].into()
-            } else if body.contains("user_of(") || body.contains("viewer_of(") {
+            let wants: BTreeSet<&str> = if body.contains("node_serial(") {
+                ["nodeCredential"].into()
+            } else if body.contains("proxy_ok(") {
+                ["proxyCredential"].into()
+            } else if body.contains("verify_join(") {
+                ["joinToken"].into()
+            } else if body.contains("user_of(") || body.contains("viewer_of(") || body.contains("admin_of(") {
                 ["bearerAuth"].into()
             } else {
                 BTreeSet::new()

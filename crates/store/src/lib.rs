@@ -35,11 +35,13 @@ pub struct Loaded {
     pub nodes: Vec<NodeRec>,
     /// Next job id.
     pub next_id: u64,
-    /// The cluster secret, where an older version stored it here (the controller moves it to
-    /// its file and calls [`Store::forget_secret`]).
+    /// The shared cluster secret, where an older version stored it here (the controller
+    /// deletes it: nodes now hold credentials of their own).
     pub secret: Option<String>,
     /// Services.
     pub services: Vec<control::Service>,
+    /// Node and proxy identities, spent join tokens.
+    pub credentials: control::creds::Credentials,
 }
 
 impl Store {
@@ -56,7 +58,9 @@ impl Store {
              CREATE TABLE IF NOT EXISTS arrays (id INTEGER PRIMARY KEY, data TEXT NOT NULL);
              CREATE TABLE IF NOT EXISTS nodes (name TEXT PRIMARY KEY, data TEXT NOT NULL);
              CREATE TABLE IF NOT EXISTS services (name TEXT PRIMARY KEY, data TEXT NOT NULL);
-             CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);",
+             CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+             CREATE TABLE IF NOT EXISTS credentials (holder TEXT PRIMARY KEY, serial INTEGER NOT NULL);
+             CREATE TABLE IF NOT EXISTS spent_joins (jti TEXT PRIMARY KEY, exp INTEGER NOT NULL);",
         )?;
         Ok(Store { conn })
     }
@@ -87,6 +91,28 @@ impl Store {
             let mut del = tx.prepare_cached("DELETE FROM services WHERE name = ?1")?;
             for n in &d.removed_services {
                 del.execute(params![n])?;
+            }
+            let mut del = tx.prepare_cached("DELETE FROM nodes WHERE name = ?1")?;
+            for n in &d.removed_nodes {
+                del.execute(params![n])?;
+            }
+            let mut put = tx.prepare_cached("INSERT OR REPLACE INTO credentials (holder, serial) VALUES (?1, ?2)")?;
+            let mut del = tx.prepare_cached("DELETE FROM credentials WHERE holder = ?1")?;
+            for (k, serial) in &d.creds.serials {
+                match serial {
+                    Some(s) => put.execute(params![k, *s as i64])?,
+                    None => del.execute(params![k])?,
+                };
+            }
+            if let Some(t) = d.creds.forget_spent_before {
+                tx.execute("DELETE FROM spent_joins WHERE exp <= ?1", params![t])?;
+            }
+            let mut put = tx.prepare_cached("INSERT OR REPLACE INTO spent_joins (jti, exp) VALUES (?1, ?2)")?;
+            for (jti, exp) in &d.creds.spent {
+                put.execute(params![jti, exp])?;
+            }
+            if let Some(n) = d.creds.next_serial {
+                tx.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('next_serial', ?1)", params![n.to_string()])?;
             }
             if let Some(id) = d.next_id {
                 tx.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('next_id', ?1)", params![id.to_string()])?;
@@ -163,7 +189,21 @@ impl Store {
         let meta = |k: &str| self.conn.query_row("SELECT value FROM meta WHERE key = ?1", params![k], |r| r.get::<_, String>(0)).optional();
         let next_id = meta("next_id")?.and_then(|v| v.parse().ok()).unwrap_or(1);
         let secret = meta("secret")?;
-        Ok(Loaded { jobs, nodes, next_id, secret, services })
+        let mut serials = BTreeMap::new();
+        let mut stmt = self.conn.prepare("SELECT holder, serial FROM credentials")?;
+        for row in stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))? {
+            let (k, s) = row?;
+            serials.insert(k, s as u64);
+        }
+        let mut spent = BTreeMap::new();
+        let mut stmt = self.conn.prepare("SELECT jti, exp FROM spent_joins")?;
+        for row in stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))? {
+            let (j, e) = row?;
+            spent.insert(j, e);
+        }
+        let next_serial = meta("next_serial")?.and_then(|v| v.parse().ok()).unwrap_or(1);
+        let credentials = control::creds::Credentials::restore(serials, spent, next_serial);
+        Ok(Loaded { jobs, nodes, next_id, secret, services, credentials })
     }
 
     /// Ids of finished jobs, optionally of one user, ended at or after `since` (for `sacct`).
@@ -212,6 +252,35 @@ mod tests {
         assert_eq!(mode, "wal");
         let sync: i64 = s.conn.query_row("PRAGMA synchronous", [], |r| r.get(0)).unwrap();
         assert_eq!(sync, 2, "FULL");
+        std::fs::remove_dir_all(dir).ok();
+    }
+
+    #[test]
+    fn identities_and_deletions_survive_reopen() {
+        use control::creds::Holder;
+        let dir = std::env::temp_dir().join(format!("tandem-store-creds-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("state.db");
+        let _ = std::fs::remove_file(&path);
+        let mut c = Controller::new(Settings::default());
+        let s0 = c.join(10, "jti-0", 1000, "n0").unwrap();
+        let s1 = c.join(10, "jti-1", 1000, "n1").unwrap();
+        let p = c.issue_proxy_credential("edge").unwrap();
+        for n in ["n0", "n1"] {
+            c.register(0, model::Node::new(n, 2, 1 << 30, 0), "127.0.0.1".into()).unwrap();
+        }
+        let mut s = Store::open(&path).unwrap();
+        s.persist(&c.take_dirty()).unwrap();
+        c.delete_node("n1").unwrap();
+        s.persist(&c.take_dirty()).unwrap();
+        drop(s);
+        let l = Store::open(&path).unwrap().load().unwrap();
+        let names: Vec<&str> = l.nodes.iter().map(|n| n.node.name.as_str()).collect();
+        assert_eq!(names, ["n0"], "the deleted node's record is gone");
+        let mut creds = l.credentials;
+        assert!(creds.valid(Holder::Node, "n0", s0) && !creds.valid(Holder::Node, "n1", s1) && creds.valid(Holder::Proxy, "edge", p));
+        assert!(creds.join(20, "jti-1", 1000, "n2").is_err(), "a spent join token stays spent");
+        assert!(creds.join(20, "jti-2", 1000, "n1").unwrap() > p, "serials go on from the stored counter");
         std::fs::remove_dir_all(dir).ok();
     }
 

@@ -19,6 +19,17 @@ struct Cli {
     cmd: Cmd,
 }
 
+/// `tandem node ...`.
+#[derive(Subcommand)]
+enum NodeCmd {
+    /// Delete nodes (a hostlist, as `n[1-4]`) and revoke their credentials; refused while jobs
+    /// run on a node.
+    Delete {
+        /// The nodes.
+        nodes: String,
+    },
+}
+
 #[derive(Subcommand)]
 enum Cmd {
     /// Start a whole local cluster: the controller and N agents, each its own process.
@@ -90,9 +101,10 @@ enum Cmd {
         /// Node name (default: the host name).
         #[arg(long)]
         name: Option<String>,
-        /// File holding the cluster secret (created by the controller at first start).
+        /// File holding a single-use join token (`tandem token --join`), for a node without a
+        /// credential in DATA/credential yet; a restart reuses the stored credential.
         #[arg(long)]
-        secret_file: PathBuf,
+        join_token_file: Option<PathBuf>,
         /// GPUs to declare, as MODEL:COUNT or COUNT, when NVML does not report them.
         #[arg(long)]
         gpus: Option<String>,
@@ -124,9 +136,9 @@ enum Cmd {
         /// The cluster CA (DATA/ca.pem of the controller), for https://.
         #[arg(long, env = "TANDEM_CA")]
         ca: Option<PathBuf>,
-        /// File holding the cluster secret (with --server).
+        /// File holding the proxy's credential (`tandem token --proxy NAME`; with --server).
         #[arg(long)]
-        secret_file: Option<PathBuf>,
+        credential_file: Option<PathBuf>,
         /// A fixed service, NAME=HOST:PORT[,HOST:PORT...] (or NAME:POLICY=...; policies
         /// round_robin, least_request, p2c); repeatable. Instead of --server.
         #[arg(long = "static", value_name = "NAME=ADDRS")]
@@ -142,11 +154,29 @@ enum Cmd {
         seed: u64,
     },
     /// Issue a signed token for remote use of the API (as `scontrol token`): prints
-    /// `export TANDEM_TOKEN=...`.
+    /// `export TANDEM_TOKEN=...`. With --join, single-use join tokens for new nodes; with
+    /// --proxy NAME, a proxy's credential (root or the controller's user).
     Token {
-        /// Lifespan in seconds.
-        #[arg(long, default_value_t = 1800)]
-        lifespan: i64,
+        /// Lifespan in seconds (default 1800; 3600 for --join).
+        #[arg(long)]
+        lifespan: Option<i64>,
+        /// Print single-use join tokens, one per line, each admitting one new node
+        /// (`tandem agent --join-token-file`).
+        #[arg(long, conflicts_with = "proxy")]
+        join: bool,
+        /// How many join tokens.
+        #[arg(long, default_value_t = 1, requires = "join")]
+        count: u32,
+        /// Print a credential for the inference proxy NAME (`tandem proxy --credential-file`);
+        /// one issued earlier for NAME stops working.
+        #[arg(long, value_name = "NAME")]
+        proxy: Option<String>,
+    },
+    /// Node administration: `tandem node delete HOSTLIST` (as `scontrol delete NodeName=`)
+    /// removes nodes and revokes their credentials.
+    Node {
+        #[command(subcommand)]
+        cmd: NodeCmd,
     },
     /// Write links named after Slurm's commands (sbatch, squeue, ...) to tandem-slurm, beside
     /// this binary.
@@ -262,10 +292,19 @@ fn main() -> std::process::ExitCode {
         Cmd::Service { cmd } => ("tandem service", cli::service(cmd)),
         Cmd::Bench { which } => ("tandem", bench::run(which).map(|_| 0)),
         Cmd::Shims { dir } => ("tandem", shims(&dir).map(|_| 0)),
-        Cmd::Proxy { listen, server, ca, secret_file, statics, retries, threads, seed } => {
-            ("tandem proxy", proxy::main(proxy::Options { listen, server, ca, secret_file, statics, retries, threads, seed }).map(|_| 0))
+        Cmd::Proxy { listen, server, ca, credential_file, statics, retries, threads, seed } => (
+            "tandem proxy",
+            proxy::main(proxy::Options { listen, server, ca, credential_file, statics, retries, threads, seed }).map(|_| 0),
+        ),
+        Cmd::Token { lifespan, join, count, proxy } => {
+            let kind = match (join, proxy) {
+                (true, _) => cli::TokenKind::Join { count },
+                (false, Some(name)) => cli::TokenKind::Proxy { name },
+                (false, None) => cli::TokenKind::User,
+            };
+            ("tandem token", cli::token(kind, lifespan))
         }
-        Cmd::Token { lifespan } => ("tandem token", cli::token(lifespan)),
+        Cmd::Node { cmd: NodeCmd::Delete { nodes } } => ("tandem node", cli::delete_nodes(&nodes)),
         Cmd::Up { agents, gpus_per_agent, cpus_per_agent, mem_per_agent, data, port, lease, config, proxy_port, no_proxy } => (
             "tandem up",
             up::run(up::UpArgs {
@@ -284,9 +323,9 @@ fn main() -> std::process::ExitCode {
         Cmd::Server { listen, data, config, lease, kill_wait, insecure, tls_san } => {
             ("tandem server", server::main(server::Options { listen, data, config, lease, kill_wait, insecure, tls_san }).map(|_| 0))
         }
-        Cmd::Agent { server, ca, name, secret_file, gpus, cpus, memory, features, data, addr } => (
+        Cmd::Agent { server, ca, name, join_token_file, gpus, cpus, memory, features, data, addr } => (
             "tandem agent",
-            agent::main(agent::Options { server, ca, name, secret_file, gpus, cpus, memory, features, data, addr }).map(|_| 0),
+            agent::main(agent::Options { server, ca, name, join_token_file, gpus, cpus, memory, features, data, addr }).map(|_| 0),
         ),
     };
     if name == "tandem" {

@@ -357,8 +357,10 @@ fn state_secrets_and_spooled_scripts_are_unreadable_to_others() {
     // Positive control: the attacker reads its own file and reaches the controller's socket.
     up.ok(&a, &f.attacker_dir, &["cat", "to-alice"]);
     up.ok(&a, &f.attacker_dir, &["sinfo"]);
-    for name in ["state.db", "state.db-wal", "state.db-shm", "secret", "jwt.key", "ca.key", "addr"] {
-        let p = ctl.join(name);
+    let private = ["state.db", "state.db-wal", "state.db-shm", "nodes.key", "jwt.key", "ca.key", "addr"].map(|n| ctl.join(n));
+    for p in private.iter().chain([&up.dir.join("node1/credential"), &up.dir.join("node1/join-token")]) {
+        let name = p.display().to_string();
+        let p = p.clone();
         let m = std::fs::metadata(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
         assert_eq!((m.mode() & 0o777, m.uid()), (0o600, 0), "{name}");
         let o = up.run(&a, &f.attacker_dir, &["cat", &p.display().to_string()]);
@@ -367,12 +369,16 @@ fn state_secrets_and_spooled_scripts_are_unreadable_to_others() {
     assert_eq!(std::fs::metadata(&ctl).unwrap().mode() & 0o777, 0o711);
     let o = up.run(&a, &f.attacker_dir, &["ls", &ctl.display().to_string()]);
     assert!(!o.status.success() && text(&o).contains("Permission denied"), "{}", text(&o));
-    // The secret is not in the database either.
-    let secret = std::fs::read_to_string(ctl.join("secret")).unwrap();
+    assert!(!ctl.join("secret").exists(), "no shared cluster secret");
+    // No key or credential is in the database either.
     let db = std::fs::read(ctl.join("state.db")).unwrap();
     let wal = std::fs::read(ctl.join("state.db-wal")).unwrap_or_default();
-    for bytes in [&db, &wal] {
-        assert!(!bytes.windows(secret.trim().len()).any(|w| w == secret.trim().as_bytes()), "the database holds the secret");
+    for f in [ctl.join("nodes.key"), ctl.join("jwt.key"), up.dir.join("node1/credential")] {
+        let secret = std::fs::read_to_string(&f).unwrap();
+        let secret = secret.trim().as_bytes();
+        for bytes in [&db, &wal] {
+            assert!(!bytes.windows(secret.len()).any(|w| w == secret), "the database holds {}", f.display());
+        }
     }
     // Spooled scripts: the victim's is the victim's alone, and goes when the job ends.
     let spool = up.dir.join("node1/spool");
@@ -400,6 +406,108 @@ fn state_secrets_and_spooled_scripts_are_unreadable_to_others() {
         std::thread::sleep(Duration::from_millis(50));
     }
     up.root(&["scancel", &mine.to_string()]);
+    std::fs::remove_dir_all(&f.root).ok();
+}
+
+/// Base64url without padding (as in a JWT).
+fn b64url(s: &[u8]) -> String {
+    const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let mut out = String::new();
+    for c in s.chunks(3) {
+        let n = c.iter().enumerate().fold(0u32, |n, (i, &b)| n | (b as u32) << (16 - 8 * i));
+        for i in 0..=c.len() {
+            out.push(A[(n >> (18 - 6 * i) & 63) as usize] as char);
+        }
+    }
+    out
+}
+
+/// SECURITY.md N1: a node acts only with its own credential, got with a single-use join token
+/// that only an administrator makes; deleting a node revokes it.
+#[test]
+fn nodes_need_their_own_credential_from_a_single_use_join_token() {
+    let Some((v, a)) = users() else { return };
+    let root = root_dir("nodes");
+    let f = files(&root, &v, &a);
+    let up = Up::start(&root, None);
+    let reg = |name: &str| {
+        format!(
+            r#"{{"node":{{"name":"{name}","cpus":2,"memory":1073741824,"gpus":0,"gpu_type":null,"other":[],"features":[],"partitions":[],"switch":0,"block":0,"state":"Up"}},"addr":"127.0.0.1"}}"#
+        )
+    };
+    let hb = |name: &str| format!(r#"{{"node":"{name}","ack":0,"running":[],"exits":[],"wait_ms":0}}"#);
+    let root_out = |args: &[&str]| {
+        let o = up.root(args);
+        assert!(o.status.success(), "{args:?}: {}", text(&o));
+        String::from_utf8_lossy(&o.stdout).trim().to_string()
+    };
+    // Positive control: a join token made by root admits one node, which then registers and
+    // heartbeats with its credential.
+    let join = root_out(&["tandem", "token", "--join"]);
+    let (st, body) = up.tcp("POST", "/v1/agent/join", Some(&join), Some(r#"{"name":"fake1"}"#));
+    assert_eq!(st, 200, "{body}");
+    let cred: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let cred = cred["credential"].as_str().unwrap().to_string();
+    assert_eq!(up.tcp("POST", "/v1/agent/register", Some(&cred), Some(&reg("fake1"))).0, 200);
+    assert_eq!(up.tcp("POST", "/v1/agent/heartbeat", Some(&cred), Some(&hb("fake1"))).0, 200);
+    assert!(root_out(&["sinfo", "-N", "-h"]).contains("fake1"));
+    // The join token is spent: not for a second node, nor again for the same one.
+    for name in ["fake2", "fake1"] {
+        let (st, body) = up.tcp("POST", "/v1/agent/join", Some(&join), Some(&format!(r#"{{"name":"{name}"}}"#)));
+        assert!(st == 403 && body.contains("already used"), "{name}: {st} {body}");
+    }
+    // A fresh token cannot take a name that has a credential (node1's, the real agent's).
+    let join2 = root_out(&["tandem", "token", "--join"]);
+    let (st, body) = up.tcp("POST", "/v1/agent/join", Some(&join2), Some(r#"{"name":"node1"}"#));
+    assert!(st == 409 && body.contains("already has a credential"), "{st} {body}");
+    // An ordinary user makes no join token, and reads no node's credential.
+    let o = up.run(&a, &f.attacker_dir, &["tandem", "token", "--join"]);
+    assert!(!o.status.success() && text(&o).contains("only root"), "{}", text(&o));
+    let o = up.run(&a, &f.attacker_dir, &["tandem", "token", "--proxy", "evil"]);
+    assert!(!o.status.success() && text(&o).contains("only root"), "{}", text(&o));
+    let o = up.run(&a, &f.attacker_dir, &["cat", &up.dir.join("node1/credential").display().to_string()]);
+    assert!(!o.status.success() && text(&o).contains("Permission denied"), "{}", text(&o));
+    // No credential, a user's token, a join token, a forged or re-signed one: refused.
+    let user = up.token(&a);
+    let parts: Vec<&str> = cred.split('.').collect();
+    // fake1's header and signature on claims naming node1.
+    let forged = format!("{}.{}.{}", parts[0], b64url(br#"{"aud":"tandem-node","sub":"node1","ser":1,"iat":0}"#), parts[2]);
+    for (what, t) in
+        [("none", None), ("a user token", Some(user.as_str())), ("a join token", Some(join2.as_str())), ("forged", Some(&forged))]
+    {
+        for (path, body) in
+            [("/v1/agent/register", reg("node1")), ("/v1/agent/heartbeat", hb("node1")), ("/v1/proxy/sync", r#"{"proxy":"p"}"#.into())]
+        {
+            let (st, text) = up.tcp("POST", path, t, Some(&body));
+            assert_eq!(st, 401, "{what} at {path}: {text}");
+        }
+    }
+    // One node's credential does not speak for another.
+    for (path, body) in [("/v1/agent/register", reg("node1")), ("/v1/agent/heartbeat", hb("node1"))] {
+        let (st, text) = up.tcp("POST", path, Some(&cred), Some(&body));
+        assert!(st == 403 && text.contains("fake1") && text.contains("not node"), "{path}: {st} {text}");
+    }
+    // Deleting: not by an ordinary user; not a node with running work; then the credential
+    // is dead and the node gone.
+    let o = up.run(&a, &f.attacker_dir, &["scontrol", "delete", "NodeName=fake1"]);
+    assert!(!o.status.success() && text(&o).contains("only root"), "{}", text(&o));
+    let job = up.sbatch(&a, &f.attacker_dir, &["-o", "/dev/null", "-w", "node1", "--wrap", "sleep 60"]);
+    up.wait_state(job, &["RUNNING"]);
+    let o = up.root(&["tandem", "node", "delete", "node1"]);
+    assert!(!o.status.success() && text(&o).contains(&format!("running jobs ({job})")), "{}", text(&o));
+    root_out(&["scontrol", "delete", "NodeName=fake1"]);
+    assert!(!root_out(&["sinfo", "-N", "-h"]).contains("fake1"));
+    for (path, body) in [("/v1/agent/register", reg("fake1")), ("/v1/agent/heartbeat", hb("fake1"))] {
+        let (st, text) = up.tcp("POST", path, Some(&cred), Some(&body));
+        assert!(st == 401 && text.contains("revoked"), "{path}: {st} {text}");
+    }
+    let o = up.root(&["scontrol", "delete", "NodeName=fake1"]);
+    assert!(!o.status.success() && text(&o).contains("invalid node name"), "{}", text(&o));
+    // The name may join again with a new token, as a new node with a new credential.
+    let (st, body) = up.tcp("POST", "/v1/agent/join", Some(&join2), Some(r#"{"name":"fake1"}"#));
+    assert_eq!(st, 200, "{body}");
+    assert_ne!(serde_json::from_str::<serde_json::Value>(&body).unwrap()["credential"].as_str().unwrap(), cred);
+    up.root(&["scancel", &job.to_string()]);
     std::fs::remove_dir_all(&f.root).ok();
 }
 
@@ -531,7 +639,7 @@ fn tcp_needs_a_genuine_canonical_token() {
         let (code, _) = up.tcp("POST", "/v1/token", Some(t), None);
         assert_eq!(code, 401, "{t}");
     }
-    // Agents' paths without the cluster secret.
+    // Agents' and proxies' paths without a credential (a user's token is none).
     let (code, _) = up.tcp("POST", "/v1/agent/register", Some(&tok), Some("{}"));
     assert_eq!(code, 401);
     let (code, _) = up.tcp("POST", "/v1/agent/heartbeat", None, Some(r#"{"node":"node1","ack":0,"running":[],"exits":[]}"#));

@@ -274,9 +274,10 @@ fn bad_flags_get_clear_errors() {
     assert!(run(&["proxy", "--static", "echo:random=127.0.0.1:9"]).contains("unknown balancing policy"));
     assert!(run(&["proxy", "--listen", "nonsense", "--static", "e=127.0.0.1:9"]).contains("--listen \"nonsense\": expected IP:PORT"));
     assert!(run(&["proxy"]).contains("no upstreams"));
-    assert!(run(&["proxy", "--server", "http://127.0.0.1:1"]).contains("--server needs --secret-file"));
+    assert!(run(&["proxy", "--server", "http://127.0.0.1:1"]).contains("--server needs --credential-file"));
     assert!(
-        run(&["proxy", "--server", "http://127.0.0.1:1", "--secret-file", "/nonexistent/secret"]).contains("reading the cluster secret")
+        run(&["proxy", "--server", "http://127.0.0.1:1", "--credential-file", "/nonexistent/cred"])
+            .contains("reading the proxy's credential")
     );
     let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = busy.local_addr().unwrap().to_string();
@@ -320,7 +321,7 @@ async fn sync(
     headers: axum::http::HeaderMap,
     axum::Json(body): axum::Json<serde_json::Value>,
 ) -> Result<axum::Json<serde_json::Value>, axum::http::StatusCode> {
-    if headers.get("x-tandem-secret").and_then(|v| v.to_str().ok()) != Some("s3cret") {
+    if headers.get("authorization").and_then(|v| v.to_str().ok()) != Some("Bearer s3cret") {
         return Err(axum::http::StatusCode::UNAUTHORIZED);
     }
     let since = body["since"].as_u64().unwrap_or(0);
@@ -414,7 +415,7 @@ fn the_proxy_follows_the_controller_view_and_reports_its_gauges() {
         {"name": "cold", "hold_ms": 60000, "endpoints": []},
         {"name": "never", "hold_ms": 200, "endpoints": []},
     ]}));
-    let proxy = p.proxy(&["--server", &format!("http://{caddr}"), "--secret-file", secret.to_str().unwrap()]);
+    let proxy = p.proxy(&["--server", &format!("http://{caddr}"), "--credential-file", secret.to_str().unwrap()]);
     until("echo is served by echo-1", || replica(&http(&proxy, "/s/echo/echo", &[])) == "echo-1");
     let first = ctl.report_where("the proxy names itself", |r| r["proxy"] == proxy.as_str());
     assert!(first["services"].is_object());

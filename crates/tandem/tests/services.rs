@@ -121,7 +121,7 @@ fn bad_specs_are_refused_and_crash_loops_back_off_without_disturbing_others() {
         assert_eq!(status, 400, "{path} {body}: {text}");
         assert!(text.contains(want), "{path} {body}: {text}");
     }
-    // The proxies' endpoint needs the cluster secret.
+    // The proxies' endpoint needs a proxy's credential.
     let o = std::process::Command::new("curl")
         .args(["-s", "--http1.1", "-w", " %{http_code}", "-X", "POST", "-H", "content-type: application/json", "-d", "{\"proxy\":\"p\"}"])
         .arg("--cacert")
@@ -130,7 +130,7 @@ fn bad_specs_are_refused_and_crash_loops_back_off_without_disturbing_others() {
         .output()
         .unwrap();
     let out = String::from_utf8_lossy(&o.stdout);
-    assert!(out.ends_with(" 401") && out.contains("secret"), "{out}");
+    assert!(out.ends_with(" 401") && out.contains("proxy's credential"), "{out}");
     assert!(c.tandem_ok(&["service", "list"]).lines().count() == 1, "nothing was stored");
 
     // A healthy service beside the broken ones.

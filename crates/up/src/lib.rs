@@ -171,14 +171,23 @@ pub fn start(a: UpArgs) -> Result<LocalCluster> {
     }
     kids.0.push(server.stdout(log("controller")?).stderr(log("controller")?.try_clone()?).spawn().context("starting the controller")?);
     let addr = wait_for(&ctl_dir.join("addr"), &mut kids, "the controller")?;
+    // Each agent joins with a single-use token of its own (a restarted one reuses the
+    // credential it keeps); the proxy gets a credential.
+    let sock = ctl_dir.join("tandem.sock");
+    let joins = token(&exe, &sock, &["--join", "--count", &a.agents.to_string()])?;
+    if joins.len() != a.agents as usize {
+        bail!("tandem token --join made {} tokens, not {}", joins.len(), a.agents);
+    }
     let mut agent_pids = Vec::new();
     for i in 1..=a.agents {
         let name = format!("node{i}");
         let dir = data.join(&name);
         subdir(&dir)?;
+        let join = dir.join("join-token");
+        write_file(&join, &format!("{}\n", joins[i as usize - 1]), 0o600)?;
         let mut c = Command::new(&exe);
-        c.args(["agent", "--server", &format!("https://{addr}"), "--name", &name, "--secret-file"])
-            .arg(ctl_dir.join("secret"))
+        c.args(["agent", "--server", &format!("https://{addr}"), "--name", &name, "--join-token-file"])
+            .arg(&join)
             .arg("--ca")
             .arg(ctl_dir.join("ca.pem"))
             .arg("--data")
@@ -207,9 +216,12 @@ pub fn start(a: UpArgs) -> Result<LocalCluster> {
     if let Some(port) = a.proxy_port {
         let port = if port == 0 { std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port() } else { port };
         let listen = format!("127.0.0.1:{port}");
+        let cred = data.join("proxy.credential");
+        let issued = token(&exe, &sock, &["--proxy", "proxy"])?;
+        write_file(&cred, &format!("{}\n", issued.first().context("tandem token --proxy printed nothing")?), 0o600)?;
         let mut p = Command::new(&exe);
-        p.args(["proxy", "--listen", &listen, "--server", &format!("https://{addr}"), "--secret-file"])
-            .arg(ctl_dir.join("secret"))
+        p.args(["proxy", "--listen", &listen, "--server", &format!("https://{addr}"), "--credential-file"])
+            .arg(&cred)
             .arg("--ca")
             .arg(ctl_dir.join("ca.pem"));
         let f = log("proxy")?;
@@ -323,6 +335,27 @@ fn subdir(d: &Path) -> Result<()> {
 
 /// Writes an `env` file afresh (0644: it names only paths and addresses), never through a link.
 fn write_env(path: &Path, text: &str) -> Result<()> {
+    write_file(path, text, 0o644)
+}
+
+/// Asks the controller (over its Unix socket, as its own user: an administrator) for what
+/// `tandem token ARGS` prints: join tokens for the agents, the proxy's credential.
+fn token(exe: &Path, sock: &Path, args: &[&str]) -> Result<Vec<String>> {
+    let out = Command::new(exe)
+        .arg("token")
+        .args(args)
+        .env("TANDEM_SERVER", format!("unix://{}", sock.display()))
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .context("running tandem token")?;
+    if !out.status.success() {
+        bail!("tandem token {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim());
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).lines().map(str::to_string).collect())
+}
+
+/// Writes `text` to `path` afresh with `mode`, never through a link.
+fn write_file(path: &Path, text: &str, mode: u32) -> Result<()> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
     let tmp = path.with_extension("new");
@@ -330,7 +363,7 @@ fn write_env(path: &Path, text: &str) -> Result<()> {
     let mut f = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
-        .mode(0o644)
+        .mode(mode)
         .custom_flags(nix::libc::O_NOFOLLOW)
         .open(&tmp)
         .with_context(|| format!("writing {}", tmp.display()))?;

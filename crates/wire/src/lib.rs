@@ -159,6 +159,57 @@ pub struct StepResponse {
     pub step: u32,
 }
 
+/// `POST /v1/join-tokens` (root or the controller's own user): single-use tokens, each of
+/// which admits one new node (`tandem token --join`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JoinTokensRequest {
+    /// How many (default 1, at most [`MAX_JOIN_TOKENS`]).
+    #[serde(default)]
+    pub count: Option<u32>,
+    /// Seconds each is valid (default 3,600, at most 30 days).
+    #[serde(default)]
+    pub lifetime: Option<i64>,
+}
+
+/// Most join tokens one request makes.
+pub const MAX_JOIN_TOKENS: u32 = 100_000;
+
+/// The answer to [`JoinTokensRequest`].
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct JoinTokens {
+    /// The tokens.
+    pub tokens: Vec<String>,
+    /// When they expire, Unix seconds.
+    pub expires: i64,
+}
+
+/// `POST /v1/agent/join` (header `authorization: Bearer JOIN-TOKEN`): spends the join token on
+/// a credential for this node name.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JoinRequest {
+    /// The node's name.
+    pub name: String,
+}
+
+/// A node's or a proxy's credential, sent as `authorization: Bearer CREDENTIAL` with each of
+/// its requests.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Credential {
+    /// The credential.
+    pub credential: String,
+}
+
+/// `POST /v1/proxy-credentials` (root or the controller's own user): a credential for an
+/// inference proxy (`tandem token --proxy NAME`); one issued before for the name is revoked.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProxyCredentialRequest {
+    /// The proxy's name.
+    pub name: String,
+}
+
 /// `POST /v1/agent/register`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RegisterRequest {

@@ -10,7 +10,7 @@ pub const DOCUMENT: &str = r##"{
   "info": {
     "title": "Tandem controller API",
     "version": "1",
-    "description": "The controller's HTTP/JSON API, served on TCP (`tandem server --listen`; TLS with a certificate from the cluster CA `DATA/ca.pem`, unless the controller runs `--insecure` on loopback) and on the Unix socket `DATA/tandem.sock`. Identity: on the Unix socket the kernel names the caller (SO_PEERCRED) and no credential is read; on TCP a user presents a token (`bearerAuth`, from `POST /v1/token` or `tandem token`), and node agents and the inference proxy present the cluster secret (`agentSecret`). Every error reply is a JSON `Error` object, `{\"error\": \"message\"}`. Integers in bodies are written without a fraction or exponent (`2`, not `2.0`): a whole float is refused as malformed. A 500 means the database could not make a change (or a read's changes) durable."
+    "description": "The controller's HTTP/JSON API, served on TCP (`tandem server --listen`; TLS with a certificate from the cluster CA `DATA/ca.pem`, unless the controller runs `--insecure` on loopback) and on the Unix socket `DATA/tandem.sock`. Identity: on the Unix socket the kernel names the caller (SO_PEERCRED) and no credential is read; on TCP a user presents a token (`bearerAuth`, from `POST /v1/token` or `tandem token`), node agents present a credential of their own (`nodeCredential`, got by spending a single-use `joinToken`), and inference proxies theirs (`proxyCredential`). Every error reply is a JSON `Error` object, `{\"error\": \"message\"}`. Integers in bodies are written without a fraction or exponent (`2`, not `2.0`): a whole float is refused as malformed. A 500 means the database could not make a change (or a read's changes) durable."
   },
   "security": [{"bearerAuth": []}],
   "tags": [
@@ -59,15 +59,57 @@ pub const DOCUMENT: &str = r##"{
         }
       }
     },
+    "/v1/join-tokens": {
+      "post": {
+        "operationId": "joinTokens", "tags": ["cluster"], "summary": "Single-use join tokens, each admitting one new node (`tandem token --join`; root or the controller's user only)",
+        "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/JoinTokensRequest"}}}},
+        "responses": {
+          "200": {"description": "The tokens", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/JoinTokens"}}}},
+          "400": {"$ref": "#/components/responses/Malformed"},
+          "401": {"$ref": "#/components/responses/Unauthenticated"},
+          "403": {"$ref": "#/components/responses/Forbidden"},
+          "500": {"$ref": "#/components/responses/ServerError"}
+        }
+      }
+    },
+    "/v1/agent/join": {
+      "post": {
+        "operationId": "joinNode", "tags": ["cluster"], "summary": "A new node's agent spends a join token on a credential of its own for its node name (answered once the token is durably spent)",
+        "security": [{"joinToken": []}],
+        "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/JoinRequest"}}}},
+        "responses": {
+          "200": {"description": "The node's credential", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Credential"}}}},
+          "400": {"$ref": "#/components/responses/Invalid"},
+          "401": {"$ref": "#/components/responses/NoCredential"},
+          "403": {"description": "The join token was used before", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}},
+          "409": {"description": "The name already has a credential (delete the node first)", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}},
+          "500": {"$ref": "#/components/responses/ServerError"}
+        }
+      }
+    },
+    "/v1/proxy-credentials": {
+      "post": {
+        "operationId": "proxyCredential", "tags": ["cluster"], "summary": "A credential for an inference proxy (`tandem token --proxy NAME`; root or the controller's user only); one issued before for the name stops working",
+        "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ProxyCredentialRequest"}}}},
+        "responses": {
+          "200": {"description": "The proxy's credential", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Credential"}}}},
+          "400": {"$ref": "#/components/responses/Invalid"},
+          "401": {"$ref": "#/components/responses/Unauthenticated"},
+          "403": {"$ref": "#/components/responses/Forbidden"},
+          "500": {"$ref": "#/components/responses/ServerError"}
+        }
+      }
+    },
     "/v1/agent/register": {
       "post": {
         "operationId": "registerAgent", "tags": ["cluster"], "summary": "A node agent registers (or registers again) its node and address",
-        "security": [{"agentSecret": []}],
+        "security": [{"nodeCredential": []}],
         "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/RegisterRequest"}}}},
         "responses": {
           "200": {"description": "Lease and heartbeat interval", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/RegisterResponse"}}}},
           "400": {"$ref": "#/components/responses/Malformed"},
-          "401": {"$ref": "#/components/responses/NoSecret"},
+          "401": {"$ref": "#/components/responses/NoCredential"},
+          "403": {"$ref": "#/components/responses/OtherNode"},
           "500": {"$ref": "#/components/responses/ServerError"}
         }
       }
@@ -76,12 +118,13 @@ pub const DOCUMENT: &str = r##"{
       "post": {
         "operationId": "heartbeat", "tags": ["cluster"],
         "summary": "A node agent's heartbeat: renews its lease, acknowledges orders, reports running and ended tasks and replicas; long-polls (up to `wait_ms`, at most the heartbeat interval) for new orders",
-        "security": [{"agentSecret": []}],
+        "security": [{"nodeCredential": []}],
         "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Heartbeat"}}}},
         "responses": {
           "200": {"description": "Every order not yet acknowledged", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Orders"}}}},
           "400": {"$ref": "#/components/responses/Malformed"},
-          "401": {"$ref": "#/components/responses/NoSecret"},
+          "401": {"$ref": "#/components/responses/NoCredential"},
+          "403": {"$ref": "#/components/responses/OtherNode"},
           "404": {"$ref": "#/components/responses/NotFound"},
           "500": {"$ref": "#/components/responses/ServerError"}
         }
@@ -91,12 +134,12 @@ pub const DOCUMENT: &str = r##"{
       "post": {
         "operationId": "proxySync", "tags": ["cluster"],
         "summary": "The inference proxy's report (requests in flight per service and replica) and long poll: answered at once with the endpoint view when it is newer than `since` (or `wait_ms` is 0), else when it changes or `wait_ms` (at most 30 s) passes",
-        "security": [{"agentSecret": []}],
+        "security": [{"proxyCredential": []}],
         "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ProxySync"}}}},
         "responses": {
           "200": {"description": "The endpoint view", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/EndpointView"}}}},
           "400": {"$ref": "#/components/responses/Malformed"},
-          "401": {"$ref": "#/components/responses/NoSecret"}
+          "401": {"$ref": "#/components/responses/NoCredential"}
         }
       }
     },
@@ -200,6 +243,18 @@ pub const DOCUMENT: &str = r##"{
     },
     "/v1/nodes/{name}": {
       "parameters": [{"$ref": "#/components/parameters/NodeName"}],
+      "delete": {
+        "operationId": "deleteNode", "tags": ["nodes"], "summary": "Delete a node and revoke its credential (scontrol delete NodeName=..; root or the controller's user only); refused while jobs run on it",
+        "responses": {
+          "204": {"description": "Deleted"},
+          "400": {"$ref": "#/components/responses/Malformed"},
+          "401": {"$ref": "#/components/responses/Unauthenticated"},
+          "403": {"$ref": "#/components/responses/Forbidden"},
+          "404": {"$ref": "#/components/responses/NotFound"},
+          "409": {"$ref": "#/components/responses/Conflict"},
+          "500": {"$ref": "#/components/responses/ServerError"}
+        }
+      },
       "post": {
         "operationId": "nodeAction", "tags": ["nodes"], "summary": "Drain or resume a node (scontrol update NodeName=.. State=..; root only)",
         "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/NodeAction"}}}},
@@ -306,8 +361,12 @@ pub const DOCUMENT: &str = r##"{
     "securitySchemes": {
       "bearerAuth": {"type": "http", "scheme": "bearer", "bearerFormat": "JWT",
         "description": "A user token (HS256 JWT with claims sub = uid in decimal, iat, exp) from `POST /v1/token` or `tandem token`, in `Authorization: Bearer TOKEN`. Read on TCP only: on the Unix socket the kernel identifies the caller and no header is needed."},
-      "agentSecret": {"type": "apiKey", "in": "header", "name": "x-tandem-secret",
-        "description": "The cluster secret (`DATA/secret` of the controller), presented by node agents and the inference proxy"}
+      "joinToken": {"type": "http", "scheme": "bearer", "bearerFormat": "JWT",
+        "description": "A single-use join token (HS256 JWT, aud tandem-join, signed with `DATA/nodes.key`) from `POST /v1/join-tokens` or `tandem token --join`"},
+      "nodeCredential": {"type": "http", "scheme": "bearer", "bearerFormat": "JWT",
+        "description": "A node's own credential (HS256 JWT, aud tandem-node, sub = node name, ser = serial), from `POST /v1/agent/join`; valid for that node only, until the node is deleted"},
+      "proxyCredential": {"type": "http", "scheme": "bearer", "bearerFormat": "JWT",
+        "description": "An inference proxy's credential (HS256 JWT, aud tandem-proxy) from `POST /v1/proxy-credentials` or `tandem token --proxy NAME`"}
     },
     "parameters": {
       "JobId": {"name": "id", "in": "path", "required": true, "description": "Job id", "schema": {"$ref": "#/components/schemas/u64"}},
@@ -318,7 +377,8 @@ pub const DOCUMENT: &str = r##"{
       "Malformed": {"description": "Malformed request: a path or query parameter or body that does not parse", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}},
       "Invalid": {"description": "Malformed request, or one that can never be carried out as asked (no such partition, more than any node has, ...)", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}},
       "Unauthenticated": {"description": "No user identity: TCP without a token, or an invalid or expired token", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}},
-      "NoSecret": {"description": "No cluster secret, or the wrong one", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}},
+      "NoCredential": {"description": "No credential or join token, a forged or expired one, or one that was revoked", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}},
+      "OtherNode": {"description": "The credential is another node's", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}},
       "Forbidden": {"description": "Another user's job or service, or an operation only root may do", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}},
       "NotFound": {"description": "No such job, node or service (or one the caller may not see)", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}},
       "Conflict": {"description": "Not in a state that allows it (already finished, not pending, not running, being deleted, no such revision)", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}},
@@ -480,6 +540,18 @@ pub const DOCUMENT: &str = r##"{
         "switch": {"$ref": "#/components/schemas/u32"},
         "block": {"$ref": "#/components/schemas/u32"},
         "state": {"enum": ["Up", "Drain", "Down"]}}},
+      "JoinTokensRequest": {"type": "object", "additionalProperties": false, "properties": {
+        "count": {"type": ["integer", "null"], "minimum": 1, "maximum": 100000, "description": "How many (default 1)"},
+        "lifetime": {"type": ["integer", "null"], "minimum": 1, "maximum": 2592000, "description": "Seconds each is valid (default 3600)"}}},
+      "JoinTokens": {"type": "object", "required": ["tokens", "expires"], "additionalProperties": false, "properties": {
+        "tokens": {"type": "array", "items": {"type": "string"}},
+        "expires": {"$ref": "#/components/schemas/i64", "description": "Unix seconds"}}},
+      "JoinRequest": {"type": "object", "required": ["name"], "additionalProperties": false, "properties": {
+        "name": {"type": "string", "description": "The node's name: 1 to 64 of A-Za-z0-9-_."}}},
+      "ProxyCredentialRequest": {"type": "object", "required": ["name"], "additionalProperties": false, "properties": {
+        "name": {"type": "string", "description": "The proxy's name: 1 to 64 of A-Za-z0-9-_."}}},
+      "Credential": {"type": "object", "required": ["credential"], "additionalProperties": false, "properties": {
+        "credential": {"type": "string", "description": "Sent as `Authorization: Bearer CREDENTIAL`"}}},
       "RegisterRequest": {"type": "object", "required": ["node", "addr"], "properties": {
         "node": {"$ref": "#/components/schemas/Node"},
         "addr": {"type": "string", "description": "Address other nodes reach it at"}}},
@@ -805,7 +877,9 @@ mod tests {
         }
         let schemes = d["components"]["securitySchemes"].as_object().expect("security schemes");
         assert_eq!(schemes["bearerAuth"]["scheme"], "bearer");
-        assert_eq!(schemes["agentSecret"]["name"], "x-tandem-secret");
+        for k in ["joinToken", "nodeCredential", "proxyCredential"] {
+            assert_eq!(schemes[k]["scheme"], "bearer", "{k}");
+        }
         let mut ids = BTreeSet::new();
         let mut errs = Vec::new();
         for (path, item) in d["paths"].as_object().expect("paths") {

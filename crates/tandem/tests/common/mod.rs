@@ -120,9 +120,14 @@ impl Cluster {
         let data = self.dir.join(&name);
         std::fs::create_dir_all(&data).unwrap();
         let log = std::fs::OpenOptions::new().create(true).append(true).open(self.dir.join(format!("{name}.log"))).unwrap();
+        // A new node joins with a single-use token; a restarted one keeps its credential.
+        let join = data.join("join-token");
+        if !data.join("credential").exists() {
+            std::fs::write(&join, self.token(&["--join"])).unwrap();
+        }
         let mut cmd = Command::new(bin());
-        cmd.args(["agent", "--server", server, "--name", &name, "--cpus", "4", "--memory", "4G", "--secret-file"])
-            .arg(self.dir.join("controller/secret"))
+        cmd.args(["agent", "--server", server, "--name", &name, "--cpus", "4", "--memory", "4G", "--join-token-file"])
+            .arg(&join)
             .arg("--ca")
             .arg(self.dir.join("controller/ca.pem"))
             .arg("--data")
@@ -139,6 +144,14 @@ impl Cluster {
         }
         self.agents[i] = Some(child);
         self.agent_server[i] = server.to_string();
+    }
+
+    /// What `tandem token ARGS` prints, asked of the controller as its own user (an
+    /// administrator).
+    pub fn token(&self, args: &[&str]) -> String {
+        let o = Command::new(bin()).arg("token").args(args).env("TANDEM_SERVER", format!("unix://{}", self.sock)).output().unwrap();
+        assert!(o.status.success(), "tandem token {args:?}: {}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8(o.stdout).unwrap()
     }
 
     pub fn log(&self, name: &str) -> String {
@@ -263,9 +276,11 @@ impl Proxy {
     pub fn start(c: &Cluster) -> Proxy {
         let addr = format!("127.0.0.1:{}", free_port());
         let log = std::fs::OpenOptions::new().create(true).append(true).open(c.dir.join("proxy.log")).unwrap();
+        let cred = c.dir.join("proxy.credential");
+        std::fs::write(&cred, c.token(&["--proxy", "test"])).unwrap();
         let child = Command::new(bin())
-            .args(["proxy", "--listen", &addr, "--server", &format!("https://{}", c.addr), "--secret-file"])
-            .arg(c.dir.join("controller/secret"))
+            .args(["proxy", "--listen", &addr, "--server", &format!("https://{}", c.addr), "--credential-file"])
+            .arg(&cred)
             .arg("--ca")
             .arg(c.dir.join("controller/ca.pem"))
             .stdout(log.try_clone().unwrap())
