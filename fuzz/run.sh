@@ -5,9 +5,9 @@
 #
 #   fuzz/run.sh [SECONDS_PER_TARGET]
 #
-# Needs rustup's nightly toolchain (cargo fuzz is nightly-only) and a C++ compiler (libFuzzer is
-# C++); installs cargo-fuzz with `cargo install cargo-fuzz --locked` when it is missing. Under CI
-# (CI set and not "false") the fuzzing of all targets together is capped at FUZZ_CI_BUDGET seconds
+# Needs a C++ compiler (libFuzzer is C++) and cargo fuzz's nightly toolchain, or else stable with
+# RUSTC_BOOTSTRAP=1; installs cargo-fuzz with `cargo install cargo-fuzz --locked` when missing.
+# Under CI (CI set and not "false") the fuzzing of all targets together is capped at FUZZ_CI_BUDGET seconds
 # (default 300). The corpus grows in fuzz/target/corpus/TARGET (not tracked), seeded from
 # fuzz/corpus/TARGET and fuzz/regressions/TARGET. A finding: copy its file into
 # fuzz/regressions/TARGET/ (the workspace's `cargo test` replays that directory), then fix it.
@@ -26,9 +26,14 @@ sanitizer=${FUZZ_SANITIZER:-none}
 unit_timeout=${FUZZ_TIMEOUT:-10}
 rss_limit=${FUZZ_RSS_LIMIT_MB:-2048}
 
-if ! cargo +nightly --version >/dev/null 2>&1; then
-  echo "fuzz/run.sh: no nightly toolchain; install it with: rustup toolchain install nightly" >&2
-  exit 1
+# cargo fuzz wants nightly; where there is none (a machine with one stable toolchain, as CI's),
+# stable with RUSTC_BOOTSTRAP=1 builds the same targets (cargo fuzz's -Z flags; sanitizer none).
+if cargo +nightly --version >/dev/null 2>&1; then
+  tc=(+nightly)
+else
+  tc=()
+  export RUSTC_BOOTSTRAP=1
+  echo "fuzz/run.sh: no nightly toolchain; using $(cargo --version) with RUSTC_BOOTSTRAP=1"
 fi
 if ! command -v c++ >/dev/null 2>&1 && ! command -v clang++ >/dev/null 2>&1 && ! command -v g++ >/dev/null 2>&1; then
   echo "fuzz/run.sh: no C++ compiler (libFuzzer is C++); install g++ or clang" >&2
@@ -40,7 +45,7 @@ if ! cargo fuzz --version >/dev/null 2>&1; then
 fi
 cargo fuzz --version
 
-mapfile -t targets < <(cargo +nightly fuzz list)
+mapfile -t targets < <(cargo "${tc[@]}" fuzz list)
 if [ "${#targets[@]}" -eq 0 ]; then
   echo "fuzz/run.sh: no fuzz targets" >&2
   exit 1
@@ -55,7 +60,7 @@ if [ -n "${CI:-}" ] && [ "${CI}" != "false" ]; then
 fi
 
 echo "== building ${#targets[@]} targets (sanitizer: $sanitizer)"
-cargo +nightly fuzz build -s "$sanitizer"
+cargo "${tc[@]}" fuzz build -s "$sanitizer"
 
 logs=target/fuzz-logs
 mkdir -p "$logs"
@@ -67,7 +72,7 @@ for t in "${targets[@]}"; do
   before=$(find "artifacts/$t" -type f | sort)
   echo "== $t: $secs s"
   rc=0
-  cargo +nightly fuzz run -s "$sanitizer" "$t" "$work" "corpus/$t" "regressions/$t" -- \
+  cargo "${tc[@]}" fuzz run -s "$sanitizer" "$t" "$work" "corpus/$t" "regressions/$t" -- \
     -max_total_time="$secs" -timeout="$unit_timeout" -rss_limit_mb="$rss_limit" -malloc_limit_mb="$rss_limit" \
     -print_final_stats=1 >"$logs/$t.log" 2>&1 || rc=$?
   execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$logs/$t.log" | grep -o '[0-9]*$' | tail -1 || true)

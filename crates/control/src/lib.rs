@@ -13,6 +13,7 @@
 //! successful heartbeat is older than the lease, so a job never runs twice at once, even across
 //! a partition. A restarted controller renews every lease it loads before it judges any.
 
+pub mod config;
 pub mod creds;
 mod pass;
 pub mod service;

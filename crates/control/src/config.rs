@@ -1,0 +1,372 @@
+//! `tandem.toml`: the cluster configuration, parsed from its text (the daemon reads the file and
+//! looks operators' names up) (partitions, QOS, accounts, scheduler, multifactor
+//! weights, lease). Every key is optional; unknown keys are errors. Absent file: defaults.
+//!
+//! ```toml
+//! cluster_name = "tandem"
+//! lease = 30              # seconds; a node whose heartbeats stop this long is DOWN
+//! heartbeat = 0.5         # seconds between an agent's heartbeats (at most half the lease)
+//! failover = 1.5          # a node silent this long loses its service replicas to new ones
+//!                         # (default: 3 heartbeats, at least 1.5 s)
+//! kill_wait = 30          # seconds between SIGTERM and SIGKILL at a time limit
+//! max_array_size = 1001   # Slurm's MaxArraySize: array indices must be below it
+//! min_job_age = 300       # Slurm's MinJobAge: finished jobs leave memory after this (0: never)
+//! [scheduler]
+//! policy = "default"      # fcfs, sjf, f1, multifactor, default
+//! backfill = "easy"       # none, easy, conservative
+//! [weights]               # multifactor weights (see README)
+//! age = 1000
+//! [[partition]]
+//! name = "gpu"
+//! nodes = "node[1-4]"     # hostlist; absent = every node
+//! default_time = "1:00:00"
+//! max_time = "7-0"
+//! priority_tier = 1
+//! default = true
+//! [[qos]]
+//! name = "serve"
+//! priority = 100
+//! preempt_tier = 1
+//! grace_time = 60
+//! max_jobs_per_user = 10
+//! max_gpus_per_user = 16
+//! [[account]]
+//! name = "research"
+//! shares = 10
+//! [security]              # who sees what (SECURITY.md)
+//! operators = ["alice"]   # users (names or uids) who, like root, see every job's and
+//!                         # service's details
+//! private_data = ["jobs", "usage"]  # Slurm's PrivateData: hide other users' jobs and services
+//!                         # entirely ("jobs"), and their priorities ("usage")
+//! metrics_open = false    # serve /metrics to callers without a token (Slurm's
+//!                         # MetricsAuthUsers left open); default: only to identified users
+//! ```
+
+use serde::Deserialize;
+
+/// A configuration that cannot be used: what is wrong, in the file's terms.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ConfigError(pub String);
+
+type Result<T> = std::result::Result<T, ConfigError>;
+
+macro_rules! bail {
+    ($($t:tt)*) => {
+        return Err(ConfigError(format!($($t)*)))
+    };
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct File {
+    cluster_name: Option<String>,
+    lease: Option<u32>,
+    heartbeat: Option<f64>,
+    kill_wait: Option<u32>,
+    failover: Option<f64>,
+    max_array_size: Option<u32>,
+    min_job_age: Option<u32>,
+    scheduler: Option<Sched>,
+    weights: Option<toml::Table>,
+    #[serde(default)]
+    partition: Vec<Part>,
+    #[serde(default)]
+    qos: Vec<Qos>,
+    #[serde(default)]
+    account: Vec<Account>,
+    security: Option<SecurityFile>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SecurityFile {
+    #[serde(default)]
+    operators: Vec<String>,
+    #[serde(default)]
+    private_data: Vec<String>,
+    #[serde(default)]
+    metrics_open: bool,
+}
+
+/// Who may see what: `tandem.toml`'s `[security]`, as written (operators by name or uid; the
+/// daemon looks the names up).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Security {
+    /// Users that see every job's and service's details, as root does: names or uids.
+    pub operators: Vec<String>,
+    /// Other users' jobs and services are hidden entirely (`private_data = ["jobs"]`).
+    pub private_jobs: bool,
+    /// Other users' priorities are hidden (`private_data = ["usage"]`).
+    pub private_usage: bool,
+    /// `/metrics` needs no identity.
+    pub metrics_open: bool,
+}
+
+fn security(f: Option<SecurityFile>) -> Result<Security> {
+    let Some(f) = f else { return Ok(Security::default()) };
+    let mut s = Security { metrics_open: f.metrics_open, operators: f.operators, ..Security::default() };
+    for p in f.private_data {
+        match p.as_str() {
+            "jobs" => s.private_jobs = true,
+            "usage" => s.private_usage = true,
+            other => bail!("security.private_data: unknown value {other:?} (jobs, usage)"),
+        }
+    }
+    Ok(s)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Sched {
+    policy: Option<String>,
+    backfill: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Part {
+    name: String,
+    nodes: Option<String>,
+    default_time: Option<String>,
+    max_time: Option<String>,
+    priority_tier: Option<u32>,
+    #[serde(default)]
+    default: bool,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Qos {
+    name: String,
+    priority: Option<u32>,
+    preempt_tier: Option<u32>,
+    grace_time: Option<u32>,
+    max_jobs_per_user: Option<u32>,
+    max_gpus_per_user: Option<u32>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Account {
+    name: String,
+    shares: u32,
+}
+
+fn time(v: &Option<String>, what: &str, default: i64) -> Result<i64> {
+    match v {
+        None => Ok(default),
+        Some(s) => Ok(slurmcli::parse_time(s).map_err(|e| ConfigError(format!("{what}: {}", e.0)))?.unwrap_or(i64::MAX / 4)),
+    }
+}
+
+/// Parses configuration text: the controller's settings and who may see what.
+pub fn parse(text: &str) -> Result<(crate::Settings, Security)> {
+    let f: File = toml::from_str(text).map_err(|e| ConfigError(e.to_string()))?;
+    let sec = security(f.security)?;
+    let mut s = crate::Settings::default();
+    if let Some(n) = f.cluster_name {
+        s.cluster_name = n;
+    }
+    if let Some(l) = f.lease {
+        if l == 0 {
+            bail!("lease must be at least 1 second");
+        }
+        s.lease = l as i64;
+    }
+    if let Some(h) = f.heartbeat {
+        if !(h >= 0.1 && h * 2.0 <= s.lease as f64) {
+            bail!("heartbeat must be at least 0.1 s and at most half the lease ({} s)", s.lease);
+        }
+        s.heartbeat_ms = (h * 1000.0).round() as u64;
+    }
+    if let Some(k) = f.kill_wait {
+        s.kill_wait = k as i64;
+    }
+    if let Some(fo) = f.failover {
+        let ms = fo * 1000.0;
+        if !(ms > s.heartbeat_ms as f64 && ms <= (s.lease * 1000) as f64) {
+            bail!(
+                "failover must be longer than the heartbeat ({} s) and at most the lease ({} s), got {fo}",
+                s.heartbeat_ms as f64 / 1000.0,
+                s.lease
+            );
+        }
+        s.failover_ms = ms.round() as i64;
+    }
+    if let Some(a) = f.min_job_age {
+        s.min_job_age = a as i64;
+    }
+    if let Some(m) = f.max_array_size {
+        if m == 0 || m > slurmcli::MAX_ARRAY_SIZE_CAP {
+            bail!("max_array_size must be between 1 and {} (Slurm's cap)", slurmcli::MAX_ARRAY_SIZE_CAP);
+        }
+        s.max_array = m;
+    }
+    if let Some(sc) = f.scheduler {
+        if let Some(p) = sc.policy {
+            s.sched.policy = sched::Policy::parse(&p)
+                .ok_or_else(|| ConfigError(format!("scheduler.policy {p:?}: fcfs, sjf, f1, multifactor or default")))?;
+        }
+        if let Some(b) = sc.backfill {
+            s.sched.backfill = match sched::Backfill::parse(&b) {
+                Some(x @ (sched::Backfill::None | sched::Backfill::Easy | sched::Backfill::Conservative)) => x,
+                _ => bail!("scheduler.backfill {b:?}: none, easy or conservative"),
+            };
+        }
+    }
+    if let Some(w) = f.weights {
+        let sched::Policy::Multifactor(mut weights) = s.sched.policy.clone() else {
+            bail!("[weights] needs scheduler.policy = \"multifactor\" or \"default\"");
+        };
+        for (k, v) in w {
+            let x = v
+                .as_float()
+                .or_else(|| v.as_integer().map(|i| i as f64))
+                .filter(|x| *x >= 0.0)
+                .ok_or_else(|| ConfigError(format!("weights.{k}: a non-negative number")))?;
+            weights.set(&k, x).map_err(|e| ConfigError(format!("weights.{e}")))?;
+        }
+        s.sched.policy = sched::Policy::Multifactor(weights);
+    }
+    if !f.partition.is_empty() {
+        let mut parts = Vec::new();
+        // All partitions together name at most this many nodes (fuzz/regressions/config: fifty
+        // partitions of a million names each took gigabytes).
+        const MAX_PARTITION_NODES: usize = 1_000_000;
+        let mut named = 0usize;
+        for p in &f.partition {
+            if p.name.is_empty() || !p.name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') {
+                bail!("partition name {:?}: letters, digits, '_' and '-'", p.name);
+            }
+            let nodes = match &p.nodes {
+                None => None,
+                Some(h) => {
+                    let names = slurmcli::expand(h, MAX_PARTITION_NODES - named).map_err(|e| {
+                        ConfigError(format!(
+                            "partition {}: {} (all partitions together name at most {MAX_PARTITION_NODES} nodes)",
+                            p.name, e.0
+                        ))
+                    })?;
+                    named += names.len();
+                    Some(names)
+                }
+            };
+            let default_time = time(&p.default_time, &format!("partition {} default_time", p.name), 3600)?;
+            let max_time = time(&p.max_time, &format!("partition {} max_time", p.name), i64::MAX / 4)?;
+            if default_time > max_time {
+                bail!("partition {}: default_time is longer than max_time", p.name);
+            }
+            parts.push((
+                p.default,
+                model::Partition { name: p.name.clone(), default_time, max_time, priority_tier: p.priority_tier.unwrap_or(1) },
+                nodes,
+            ));
+        }
+        if parts.iter().filter(|p| p.0).count() > 1 {
+            bail!("more than one partition has default = true");
+        }
+        let mut names: Vec<&str> = parts.iter().map(|p| p.1.name.as_str()).collect();
+        names.sort_unstable();
+        if names.windows(2).any(|w| w[0] == w[1]) {
+            bail!("two partitions share a name");
+        }
+        parts.sort_by_key(|p| !p.0); // the default partition first
+        s.cluster.partitions = parts.iter().map(|p| p.1.clone()).collect();
+        s.partition_nodes = parts.into_iter().map(|p| (p.1.name, p.2)).collect();
+    }
+    if !f.qos.is_empty() {
+        s.cluster.qos = f
+            .qos
+            .into_iter()
+            .map(|q| model::Qos {
+                name: q.name,
+                priority: q.priority.unwrap_or(0),
+                preempt_tier: q.preempt_tier.unwrap_or(0),
+                grace_time: q.grace_time.unwrap_or(60) as i64,
+                max_jobs_per_user: q.max_jobs_per_user,
+                max_gpus_per_user: q.max_gpus_per_user,
+            })
+            .collect();
+        if !s.cluster.qos.iter().any(|q| q.name == "normal") {
+            s.cluster.qos.insert(0, model::Qos::normal());
+        }
+    }
+    s.cluster.accounts = f.account.into_iter().map(|a| model::Account { name: a.name, shares: a.shares.max(1) }).collect();
+    Ok((s, sec))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse_all(text: &str) -> Result<(crate::Settings, Security)> {
+        super::parse(text)
+    }
+
+    fn parse(text: &str) -> Result<crate::Settings> {
+        Ok(super::parse(text)?.0)
+    }
+
+    #[test]
+    fn full_and_empty() {
+        let s = parse("").unwrap();
+        assert_eq!(s.lease, 30);
+        assert_eq!(s.max_array, 1001);
+        assert_eq!(parse("max_array_size = 10001").unwrap().max_array, 10_001);
+        let s = parse(
+            "lease = 5\n[scheduler]\nbackfill = \"conservative\"\n[weights]\nage = 7\n\
+             [[partition]]\nname = \"cpu\"\nmax_time = \"1:00:00\"\n[[partition]]\nname = \"gpu\"\nnodes = \"node[1-2]\"\ndefault = true\n\
+             [[qos]]\nname = \"serve\"\npreempt_tier = 1\n[[account]]\nname = \"a\"\nshares = 3\n",
+        )
+        .unwrap();
+        assert_eq!(s.lease, 5);
+        assert_eq!(s.heartbeat_ms, 500, "the default heartbeat");
+        assert_eq!(parse("lease = 300\nheartbeat = 100").unwrap().heartbeat_ms, 100_000);
+        assert_eq!(s.cluster.partitions[0].name, "gpu", "default partition first");
+        assert_eq!(s.cluster.partitions[1].max_time, 3600);
+        assert_eq!(s.partition_nodes[0].1.as_ref().unwrap().len(), 2);
+        assert_eq!(s.cluster.qos.len(), 2, "normal is kept");
+        match &s.sched.policy {
+            sched::Policy::Multifactor(w) => assert_eq!(w.age, 7.0),
+            p => panic!("{p:?}"),
+        }
+    }
+
+    #[test]
+    fn bad_configs_say_what_is_wrong() {
+        let e = |t: &str| format!("{:#}", parse(t).unwrap_err());
+        assert!(e("leese = 3").contains("unknown field"));
+        assert!(e("lease = 0").contains("lease"));
+        assert!(e("heartbeat = 2\nfailover = 1").contains("longer"));
+        assert!(e("heartbeat = 0.01").contains("heartbeat"));
+        assert!(e("max_array_size = 0").contains("max_array_size"));
+        assert!(e("max_array_size = 4000002").contains("max_array_size"));
+        assert!(e("lease = \"soon\"").contains("invalid type"));
+        assert!(e("lease = 30\nheartbeat = 20").contains("half the lease"));
+        assert!(e("heartbeat = 0").contains("heartbeat"));
+        assert!(e("[scheduler]\npolicy = \"lottery\"").contains("scheduler.policy"));
+        assert!(e("[scheduler]\nbackfill = \"rls\"").contains("scheduler.backfill"));
+        assert!(e("[weights]\nage = -1").contains("non-negative"));
+        assert!(e("[weights]\nluck = 1").contains("unknown key \"luck\""));
+        assert!(e("[[partition]]\nname = \"a\"\nmax_time = \"forever\"").contains("max_time"));
+        assert!(e("[[partition]]\nname = \"a\"\ndefault_time = \"2:00:00\"\nmax_time = \"1:00:00\"").contains("longer"));
+        assert!(e("[[partition]]\nname = \"a b\"").contains("partition name"));
+        assert!(e("[[partition]]\nname = \"a\"\nnodes = \"n[1-\"").contains("hostlist"));
+        assert!(e("[[partition]]\nname = \"a\"\n[[partition]]\nname = \"a\"").contains("share a name"));
+        assert!(e("[[partition]]\nname=\"a\"\ndefault=true\n[[partition]]\nname=\"b\"\ndefault=true").contains("more than one"));
+        assert!(e("[[qos]]\nname = \"x\"\nbogus = 1").contains("unknown field"));
+        assert!(e("not toml at all [").contains("TOML") || !e("not toml at all [").is_empty());
+        assert!(e("[security]\nprivate_data = [\"secrets\"]").contains("unknown value"));
+        assert!(e("[security]\nmetrics = true").contains("unknown field"));
+    }
+
+    #[test]
+    fn security_settings() {
+        assert_eq!(parse_all("").unwrap().1, Security::default());
+        let (_, s) =
+            parse_all("[security]\noperators = [\"root\", \"1234\"]\nprivate_data = [\"jobs\", \"usage\"]\nmetrics_open = true").unwrap();
+        let operators = vec!["root".to_string(), "1234".to_string()];
+        assert_eq!(s, Security { operators, private_jobs: true, private_usage: true, metrics_open: true });
+    }
+}
