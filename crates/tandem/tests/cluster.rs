@@ -213,6 +213,14 @@ fn a_dead_node_requeues_its_job_which_completes_elsewhere() {
     assert!(out.contains(&format!("ran on {first} restart=0")) && out.contains("restart=1"), "{out}");
     let nodes = c.ok("sinfo", &["-N"]);
     assert!(nodes.lines().any(|l| l.starts_with(&first) && l.contains("down")), "{nodes}");
+    // Restarted, the agent comes back with the credential it keeps (SECURITY.md N1): its join
+    // token was spent at the first start, and no new one is needed.
+    let server = format!("https://{}", c.addr);
+    c.start_agent(idx, &server);
+    c.wait_nodes(2);
+    let log = c.log(&first);
+    assert_eq!(log.matches("joined the cluster").count(), 1, "{log}");
+    assert_eq!(log.matches("registered (").count(), 2, "{log}");
 }
 
 #[test]
