@@ -34,6 +34,15 @@ impl Timeline<'_> {
         if !node.state.schedulable() {
             return;
         }
+        // A node too small for the demand even when idle holds it at no time: without this, an
+        // idle node (or one after its last busy interval) took any reservation, and a reservation
+        // made on a node that can never run it later moved (sched/tests/properties.rs,
+        // `conservative_reservations_hold_shrunk_case`).
+        let fits_idle =
+            d.exclusive || (d.cpus <= node.cpus && d.memory <= node.memory && d.gpus * d.gpu_milli.min(GPU_MILLI) <= node.gpus * GPU_MILLI);
+        if !fits_idle {
+            return;
+        }
         let list = &self.busy[n];
         if list.is_empty() {
             out.push((now, Time::MAX));
