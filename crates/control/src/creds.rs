@@ -128,19 +128,6 @@ impl Credentials {
         had
     }
 
-    /// Restores a credential [`Credentials::revoke`] just took away (a deletion that was then
-    /// refused): the same serial, so the holder's credential works again.
-    pub fn reinstate(&mut self, holder: Holder, name: &str, serial: u64) {
-        let key = holder.key(name);
-        self.serials.insert(key.clone(), serial);
-        self.dirty.serials.push((key, Some(serial)));
-    }
-
-    /// The serial `name` holds.
-    pub fn serial(&self, holder: Holder, name: &str) -> Option<u64> {
-        self.serials.get(&holder.key(name)).copied()
-    }
-
     fn forget_expired(&mut self, now: i64) {
         let before = self.spent.len();
         self.spent.retain(|_, exp| *exp > now);
