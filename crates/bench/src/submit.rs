@@ -115,17 +115,8 @@ pub fn run(jobs: u32, cli_jobs: u32, agents: u32, cpus: u32, concurrency: u32) -
         let d = dir.join(format!("node{i}"));
         std::fs::create_dir_all(&d)?;
         let join = d.join("join-token");
-        {
-            use std::io::Write;
-            use std::os::unix::fs::OpenOptionsExt;
-            // The token is the caller's alone until the agent spends it.
-            std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .open(&join)?
-                .write_all(joins[i as usize - 1].as_bytes())?;
-        }
+        // The token is the caller's alone until the agent spends it.
+        up::write_file(&join, &joins[i as usize - 1], 0o600)?;
         procs.0.push(
             Command::new(&exe)
                 .args([

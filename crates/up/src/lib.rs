@@ -354,8 +354,9 @@ fn token(exe: &Path, sock: &Path, args: &[&str]) -> Result<Vec<String>> {
     Ok(String::from_utf8_lossy(&out.stdout).lines().map(str::to_string).collect())
 }
 
-/// Writes `text` to `path` afresh with `mode`, never through a link.
-fn write_file(path: &Path, text: &str, mode: u32) -> Result<()> {
+/// Writes `text` to `path` afresh with `mode`, never through a link (by rename, so a reader
+/// never sees it half written).
+pub fn write_file(path: &Path, text: &str, mode: u32) -> Result<()> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
     let tmp = path.with_extension("new");
