@@ -456,6 +456,27 @@ fn nodes_need_their_own_credential_from_a_single_use_join_token() {
         let (st, body) = up.tcp("POST", "/v1/agent/join", Some(&join), Some(&format!(r#"{{"name":"{name}"}}"#)));
         assert!(st == 403 && body.contains("already used"), "{name}: {st} {body}");
     }
+    // Bad values get a clear refusal and spend nothing.
+    for (args, want) in [
+        (&["tandem", "token", "--join", "--count", "0"][..], "count must be between 1 and 100000"),
+        (&["tandem", "token", "--join", "--lifespan", "0"][..], "lifetime must be between 1 s and 30 days"),
+        (&["tandem", "token", "--join", "--lifespan", "99999999"][..], "lifetime must be between 1 s and 30 days"),
+        (&["tandem", "token", "--proxy", "bad/name"][..], "invalid proxy name"),
+        (&["tandem", "node", "delete", "n[1-"][..], "invalid hostlist"),
+        (&["tandem", "node", "delete", "nosuchnode"][..], "invalid node name specified: nosuchnode"),
+    ] {
+        let o = up.root(args);
+        assert!(!o.status.success() && text(&o).contains(want), "{args:?}: {}", text(&o));
+    }
+    let spare = root_out(&["tandem", "token", "--join"]);
+    for name in ["", "../etc", "a b", &"x".repeat(65)] {
+        let (st, body) = up.tcp("POST", "/v1/agent/join", Some(&spare), Some(&format!(r#"{{"name":"{name}"}}"#)));
+        assert!(st == 400 && body.contains("invalid node name"), "{name:?}: {st} {body}");
+    }
+    let (st, body) = up.tcp("POST", "/v1/agent/join", Some(&spare), Some(r#"{"name":"fake3","extra":1}"#));
+    assert!(st == 400 && body.contains("unknown field"), "{st} {body}");
+    let (st, body) = up.tcp("POST", "/v1/agent/join", Some(&spare), Some(r#"{"name":"fake3"}"#));
+    assert_eq!(st, 200, "refused attempts did not spend the token: {body}");
     // A fresh token cannot take a name that has a credential (node1's, the real agent's).
     let join2 = root_out(&["tandem", "token", "--join"]);
     let (st, body) = up.tcp("POST", "/v1/agent/join", Some(&join2), Some(r#"{"name":"node1"}"#));
