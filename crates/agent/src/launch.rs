@@ -1,15 +1,230 @@
 //! Launching a task: its script in the spool directory, its output files, its cgroup (cgroup v1
-//! memory, where one can be made), and one fork and exec that joins the cgroup and drops to the
-//! user in between (the `exec` crate). Also signalling a task's process group. The lower layer of
-//! the agent: the node loop (`node`) and the replica supervisor (`replica`) both launch through
-//! it; it knows neither.
+//! memory, where one can be made), and a fork and exec that joins the cgroup and drops to the
+//! user in between (the `exec` crate), under a keeper that records how the task ended. Also
+//! signalling a task's process group, and finding again, after a restart of the agent, the
+//! tasks an earlier agent process started (`rediscover`). The lower layer of the agent: the
+//! node loop (`node`) and the replica supervisor (`replica`) both launch through it; it knows
+//! neither.
+//!
+//! Each task has two files in the agent's `tasks` directory (root's, 0700), named after its
+//! key `JOB.RUN.STEP.RANK`: `.json`, the task as ordered (written before it starts), and
+//! `.status`, which the task and its keeper write (`exec::Status`). A third, `.stopped`, marks
+//! a task its agent killed (fencing, shutdown), not one that ended by itself. They are removed
+//! once the controller has the task's end.
 
 use anyhow::{Context, Result};
-use control::Task;
+use control::{Task, TaskKey};
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
+use std::process::ExitStatus;
+use std::time::Duration;
+
+/// A task's file name stem: `JOB.RUN.STEP.RANK`.
+fn stem(k: &TaskKey) -> String {
+    format!("{}.{}.{}.{}", k.job, k.epoch, k.step, k.rank)
+}
+
+fn key_of(t: &Task) -> TaskKey {
+    TaskKey { job: t.job, epoch: t.epoch, step: t.step, rank: t.rank }
+}
+
+/// What a task's `.json` file holds.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Record {
+    task: Task,
+    cgroup: Option<PathBuf>,
+    /// The kernel's boot id when it started: after a reboot none of its processes exists.
+    boot: String,
+}
+
+fn boot_id() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default().trim().to_string()
+}
+
+/// The agent's record of the tasks it runs: `DATA/tasks`.
+pub(crate) struct Tasks {
+    dir: PathBuf,
+}
+
+impl Tasks {
+    /// The directory, created (root's alone) if need be.
+    pub(crate) fn open(data: &Path) -> Result<Tasks> {
+        let dir = data.join("tasks");
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))?;
+        Ok(Tasks { dir })
+    }
+
+    fn path(&self, k: &TaskKey, ext: &str) -> PathBuf {
+        self.dir.join(format!("{}.{ext}", stem(k)))
+    }
+
+    /// Marks a task as stopped by its agent (fenced, or the agent shutting down): a restarted
+    /// agent reports its end as such, not as the task's own.
+    pub(crate) fn mark_stopped(&self, k: &TaskKey) {
+        let _ = std::fs::write(self.path(k, "stopped"), b"");
+    }
+
+    /// Forgets a task whose end the controller has.
+    pub(crate) fn forget(&self, k: &TaskKey) {
+        for ext in ["json", "status", "stopped"] {
+            let _ = std::fs::remove_file(self.path(k, ext));
+        }
+    }
+}
+
+/// A started task: its process group, and its keeper to wait on.
+pub(crate) struct Kept {
+    /// The task's pid, which is also its process group.
+    pub(crate) pid: i32,
+    keeper: Keeper,
+    status: PathBuf,
+}
+
+enum Keeper {
+    /// Started by this agent process: its child.
+    Child(tokio::process::Child),
+    /// Started by an earlier agent process: its pid.
+    Orphan(i32),
+}
+
+/// Whether `pid` is a live process running this program (a keeper is a fork of the agent).
+fn keeper_alive(pid: i32) -> bool {
+    if pid <= 0 || nix::sys::signal::kill(Pid::from_raw(pid), None).is_err() {
+        return false;
+    }
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let state = stat.rsplit_once(") ").and_then(|(_, rest)| rest.chars().next());
+    let exe = std::fs::read_link(format!("/proc/{pid}/exe")).ok();
+    let me = std::env::current_exe().ok();
+    // A binary replaced on disk since reads as "PATH (deleted)".
+    let same = match (exe, me) {
+        (Some(e), Some(m)) => e == m || e.to_string_lossy().trim_end_matches(" (deleted)") == m.to_string_lossy(),
+        _ => false,
+    };
+    same && state.is_some_and(|s| s != 'Z' && s != 'X')
+}
+
+impl Kept {
+    /// Waits for the task's end: its exit status, or `None` when it is not known (its keeper
+    /// was killed, or died with the machine).
+    pub(crate) async fn wait(&mut self) -> Option<ExitStatus> {
+        match &mut self.keeper {
+            Keeper::Child(c) => {
+                let _ = c.wait().await;
+            }
+            Keeper::Orphan(pid) => {
+                while keeper_alive(*pid) {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        }
+        status_of(&self.status)
+    }
+}
+
+fn status_of(path: &Path) -> Option<ExitStatus> {
+    let s = exec::Status::parse(&std::fs::read(path).unwrap_or_default());
+    match (s.code, s.signal) {
+        (Some(c), _) => Some(ExitStatus::from_raw((c & 0xff) << 8)),
+        (_, Some(sig)) => Some(ExitStatus::from_raw(sig & 0x7f)),
+        _ => None,
+    }
+}
+
+/// A task an earlier agent process started, as found at start-up.
+pub(crate) struct Found {
+    /// The task as ordered.
+    pub(crate) task: Task,
+    /// Its cgroup.
+    pub(crate) cgroup: Option<PathBuf>,
+    /// Killed by its agent (fenced, shut down).
+    pub(crate) stopped: bool,
+    /// What became of it.
+    pub(crate) now: Now,
+}
+
+/// What became of a task found at start-up.
+pub(crate) enum Now {
+    /// Still running under its keeper: adopted.
+    Running(Kept),
+    /// Ended, and how.
+    Ended(ExitStatus),
+    /// Gone without a trace of how it ended (killed and confirmed gone if it was alive).
+    Lost,
+}
+
+impl Tasks {
+    /// Finds the tasks an earlier agent process started: those still running (adopted: the
+    /// caller goes on supervising them), those that ended meanwhile (with their status), and
+    /// those lost (a keeper killed, a reboot), whose processes are killed if any is left. A
+    /// task whose launch never began is forgotten (its order was not acknowledged, so the
+    /// controller sends it again).
+    pub(crate) fn rediscover(&self) -> Vec<Found> {
+        let boot = boot_id();
+        let mut found = Vec::new();
+        let Ok(entries) = std::fs::read_dir(&self.dir) else { return found };
+        let mut names: Vec<PathBuf> = entries.flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == "json")).collect();
+        names.sort();
+        for path in names {
+            let Ok(rec) = std::fs::read(&path).map_err(|_| ()).and_then(|b| serde_json::from_slice::<Record>(&b).map_err(|_| ())) else {
+                let _ = std::fs::remove_file(&path);
+                continue;
+            };
+            let key = key_of(&rec.task);
+            let status_path = self.path(&key, "status");
+            let status = exec::Status::parse(&std::fs::read(&status_path).unwrap_or_default());
+            let stopped = self.path(&key, "stopped").exists();
+            let now = if status.ended() {
+                Now::Ended(status_of(&status_path).expect("ended"))
+            } else if status.task.is_none() && status.keeper.is_none() {
+                // Its launch never began, or failed before the fork.
+                self.forget(&key);
+                continue;
+            } else if rec.boot == boot && status.keeper.is_some_and(keeper_alive) {
+                Now::Running(Kept {
+                    pid: status.task.unwrap_or(0),
+                    keeper: Keeper::Orphan(status.keeper.unwrap_or(0)),
+                    status: status_path,
+                })
+            } else {
+                if rec.boot == boot
+                    && let Some(pid) = status.task
+                {
+                    kill_gone(pid, rec.cgroup.as_deref());
+                }
+                Now::Lost
+            };
+            found.push(Found { task: rec.task, cgroup: rec.cgroup, stopped, now });
+        }
+        found
+    }
+}
+
+/// Kills what is left of a lost task (its process group, its cgroup's processes) and waits,
+/// a bounded time, until they are gone.
+fn kill_gone(pid: i32, cgroup: Option<&Path>) {
+    for _ in 0..50 {
+        kill_group(pid, Signal::SIGKILL);
+        let mut left = nix::sys::signal::killpg(Pid::from_raw(pid), None).is_ok();
+        if let Some(dir) = cgroup {
+            for p in std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default().lines() {
+                if let Ok(p) = p.trim().parse::<i32>() {
+                    let _ = nix::sys::signal::kill(Pid::from_raw(p), Signal::SIGKILL);
+                    left = true;
+                }
+            }
+        }
+        if !left {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    eprintln!("tandem agent: processes of lost task group {pid} are still there after SIGKILL");
+}
 
 /// cgroup v1 memory hierarchy under the agent's own cgroup, when it can be used.
 pub(crate) struct Cgroups {
@@ -85,6 +300,17 @@ fn write_script(path: &Path, text: &str, uid: u32, gid: u32) -> Result<()> {
     Ok(())
 }
 
+/// Writes a fresh root-only file (by rename, never through a link).
+fn write_new(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let tmp = path.with_extension("new");
+    let _ = std::fs::remove_file(&tmp);
+    let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).custom_flags(nix::libc::O_NOFOLLOW).open(&tmp)?;
+    f.write_all(bytes)?;
+    std::fs::rename(&tmp, path)
+}
+
 /// A task that could not start, and why, in words for the user (`scontrol show job`).
 #[derive(Debug)]
 pub(crate) struct LaunchError(pub(crate) String);
@@ -101,9 +327,10 @@ fn cstring(what: &str, s: &str) -> Result<std::ffi::CString, LaunchError> {
     std::ffi::CString::new(s).map_err(|_| LaunchError(format!("the {what} {s:?} contains a NUL byte")))
 }
 
-/// Starts a task. Its working directory and its output and error files are entered and opened
-/// by the child after it has dropped to the job's user (the `exec` crate), never by the agent.
-pub(crate) fn launch(t: &Task, spool: &Path, cg: &Cgroups) -> Result<(tokio::process::Child, Option<PathBuf>), LaunchError> {
+/// Starts a task, under a keeper, recorded in `tasks`. Its working directory and its output
+/// and error files are entered and opened by the child after it has dropped to the job's user
+/// (the `exec` crate), never by the agent.
+pub(crate) fn launch(t: &Task, spool: &Path, tasks: &Tasks, cg: &Cgroups) -> Result<(Kept, Option<PathBuf>), LaunchError> {
     let (program, args): (String, Vec<String>) = match &t.script {
         Some(text) => {
             let path = script_path(spool, t.job, t.epoch);
@@ -116,6 +343,25 @@ pub(crate) fn launch(t: &Task, spool: &Path, cg: &Cgroups) -> Result<(tokio::pro
         },
     };
     let cgroup = cg.create(t.job, t.epoch, t.mem_limit);
+    // The record first: an agent that dies from here on finds the task again at its restart.
+    let key = key_of(t);
+    let status_path = tasks.path(&key, "status");
+    let _ = std::fs::remove_file(tasks.path(&key, "stopped"));
+    let rec = Record { task: t.clone(), cgroup: cgroup.clone(), boot: boot_id() };
+    let recorded = serde_json::to_vec(&rec)
+        .map_err(std::io::Error::other)
+        .and_then(|b| write_new(&tasks.path(&key, "json"), &b))
+        .and_then(|()| std::fs::OpenOptions::new().write(true).create(true).truncate(true).open(&status_path));
+    let status = match recorded {
+        Ok(f) => f,
+        Err(e) => {
+            if let Some(dir) = &cgroup {
+                let _ = std::fs::remove_dir(dir);
+            }
+            tasks.forget(&key);
+            return Err(LaunchError(format!("recording the task in {}: {e}", tasks.dir.display())));
+        }
+    };
     // The child joins the job's cgroup while still root, then drops to the user, then enters
     // the working directory and opens its files, then becomes the task: all between fork and
     // exec, with system calls only (no exec of a launcher).
@@ -135,6 +381,7 @@ pub(crate) fn launch(t: &Task, spool: &Path, cg: &Cgroups) -> Result<(tokio::pro
         workdir: Some(cstring("working directory", &t.workdir)?),
         stdout: Some(cstring("output file", &t.stdout)?),
         stderr: if t.stderr == t.stdout { None } else { Some(cstring("error file", &t.stderr)?) },
+        keep: Some(&status),
     };
     let mut cmd = tokio::process::Command::new(&program);
     let mut report = exec::prepare(cmd.as_std_mut(), setup).map_err(|e| LaunchError(format!("preparing the launch: {e}")))?;
@@ -144,16 +391,21 @@ pub(crate) fn launch(t: &Task, spool: &Path, cg: &Cgroups) -> Result<(tokio::pro
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null());
-    cmd.process_group(0);
     match cmd.spawn() {
-        Ok(child) => Ok((child, cgroup)),
+        Ok(child) => {
+            // The task wrote its pid before it exec'd, and the spawn returns only after that.
+            let pid = exec::Status::parse(&std::fs::read(&status_path).unwrap_or_default()).task.unwrap_or(0);
+            Ok((Kept { pid, keeper: Keeper::Child(child), status: status_path }, cgroup))
+        }
         Err(e) => {
             if let Some(dir) = &cgroup {
                 let _ = std::fs::remove_dir(dir);
             }
+            tasks.forget(&key);
             let e = e.to_string();
             let e = e.split(" (os error").next().unwrap_or(&e);
             Err(LaunchError(match report.failed() {
+                Some(exec::Stage::Keep) => format!("cannot start the task's keeper: {e}"),
                 Some(exec::Stage::Cgroup) => format!("cannot join the job's cgroup: {e}"),
                 Some(exec::Stage::User) => format!("cannot switch to uid {}: {e}", t.uid),
                 Some(exec::Stage::Workdir) => format!("cannot enter the working directory {} as uid {}: {e}", t.workdir, t.uid),

@@ -18,7 +18,7 @@ use tokio::sync::mpsc;
 use client::{Conn, Target};
 use wire::*;
 
-use crate::launch::{Cgroups, kill_group, launch, script_path};
+use crate::launch::{Cgroups, Found, Now, Tasks, kill_group, launch, script_path};
 use crate::resources::{machine_memory, nvml_gpus};
 
 /// Agent settings from the command line.
@@ -119,6 +119,22 @@ fn write_private(path: &std::path::Path, text: &str) -> std::io::Result<()> {
     std::fs::rename(&tmp, path)
 }
 
+/// Registers, until the controller answers: with the tasks the agent has and those that ended.
+async fn register(conn: &Conn, a: &AgentArgs, hdr: &[(&str, &str)], reg: &RegisterRequest) -> Result<RegisterResponse> {
+    loop {
+        match conn.send("POST", "/v1/agent/register", Some(reg), hdr).await.and_then(|r| r.json::<RegisterResponse>()) {
+            Ok(r) => return Ok(r),
+            Err(client::Error::Refused { status: status @ (401 | 403), message }) => {
+                return Err(revoked(a, status, &message));
+            }
+            Err(e) => {
+                eprintln!("tandem agent {}: registering: {:#}", a.name, anyhow::Error::from(e));
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        }
+    }
+}
+
 /// Runs the agent until the process is stopped.
 pub(crate) async fn run(a: AgentArgs) -> Result<()> {
     let spool = a.data.join("spool");
@@ -127,6 +143,7 @@ pub(crate) async fn run(a: AgentArgs) -> Result<()> {
     std::fs::set_permissions(&a.data, std::fs::Permissions::from_mode(0o711))?;
     std::fs::set_permissions(&spool, std::fs::Permissions::from_mode(0o711))?;
     let cg = std::sync::Arc::new(Cgroups::detect(&a.name));
+    let records = std::sync::Arc::new(Tasks::open(&a.data)?);
     // Replica status changes: report them at once rather than at the next heartbeat.
     let changed = std::sync::Arc::new(tokio::sync::Notify::new());
     let mut node = model::Node::new(
@@ -145,27 +162,70 @@ pub(crate) async fn run(a: AgentArgs) -> Result<()> {
         eprintln!("tandem agent {}: {} GPU(s) ({}), {source}", a.name, n, node.gpu_type.as_deref().unwrap_or("any model"));
     }
     node.features = a.features.clone();
-    let reg = RegisterRequest { node: node.clone(), addr: a.addr.clone() };
+    let mut reg = RegisterRequest { node: node.clone(), addr: a.addr.clone(), running: Vec::new(), exits: Vec::new() };
     // One connection to the controller for everything (HTTP/2 over TLS, kept open).
     let conn = Conn::new(a.server.clone());
     let credential = credential(&conn, &a).await?;
     let bearer = format!("Bearer {credential}");
     let hdr = [("authorization", bearer.as_str())];
-    let register = || async {
-        loop {
-            match conn.send("POST", "/v1/agent/register", Some(&reg), &hdr).await.and_then(|r| r.json::<RegisterResponse>()) {
-                Ok(r) => return Ok(r),
-                Err(client::Error::Refused { status: status @ (401 | 403), message }) => {
-                    return Err(revoked(&a, status, &message));
-                }
-                Err(e) => {
-                    eprintln!("tandem agent {}: registering: {:#}", a.name, anyhow::Error::from(e));
-                    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (tx, mut rx) = mpsc::unbounded_channel::<(TaskKey, Option<std::process::ExitStatus>)>();
+    let mut tasks: HashMap<TaskKey, Running> = HashMap::new();
+    let mut exits: Vec<TaskExit> = Vec::new();
+    let mut launched: std::collections::HashSet<TaskKey> = std::collections::HashSet::new();
+    // Before it reports anything: the tasks an earlier agent process started on this node.
+    let replica_env = |t: &control::Task| {
+        let _ = t;
+        crate::replica::Env { spool: spool.clone(), tasks: records.clone(), cg: cg.clone(), done: tx.clone(), changed: changed.clone() }
+    };
+    let found = records.rediscover();
+    let (mut adopted, mut finished, mut lost) = (0, 0, 0);
+    for Found { task, cgroup, stopped, now } in found {
+        let key = TaskKey { job: task.job, epoch: task.epoch, step: task.step, rank: task.rank };
+        launched.insert(key);
+        match now {
+            Now::Running(kept) => {
+                adopted += 1;
+                if task.replica.is_some() {
+                    let env = replica_env(&task);
+                    let ctl = crate::replica::spawn(task, env, Some((kept, cgroup)));
+                    tasks.insert(key, Running { pgid: 0, cgroup: None, replica: Some(ctl) });
+                } else {
+                    tasks.insert(key, Running { pgid: kept.pid, cgroup, replica: None });
+                    watch(kept, key, tx.clone());
                 }
             }
+            Now::Ended(st) => {
+                finished += 1;
+                let oom = cgroup.as_deref().is_some_and(Cgroups::oom);
+                if let Some(dir) = &cgroup {
+                    let _ = std::fs::remove_dir(dir);
+                }
+                if key.step == BATCH_STEP {
+                    let _ = std::fs::remove_file(script_path(&spool, key.job, key.epoch));
+                }
+                exits.push(exit_of(key, Some(st), oom, stopped, &a.name));
+            }
+            Now::Lost => {
+                lost += 1;
+                if let Some(dir) = &cgroup {
+                    let _ = std::fs::remove_dir(dir);
+                }
+                exits.push(exit_of(key, None, false, stopped, &a.name));
+            }
         }
-    };
-    let mut info = register().await?;
+    }
+    if adopted + finished + lost > 0 {
+        eprintln!(
+            "tandem agent {}: found the tasks of an earlier agent process: {adopted} running (adopted), {finished} ended, {lost} lost",
+            a.name
+        );
+    }
+    reg.running = tasks.keys().copied().collect();
+    reg.exits = exits.clone();
+    let mut info = register(&conn, &a, &hdr, &reg).await?;
+    for e in exits.drain(..) {
+        records.forget(&TaskKey { job: e.job, epoch: e.epoch, step: e.step, rank: e.rank });
+    }
     eprintln!(
         "tandem agent {}: registered ({} CPUs, {} MiB, {} GPUs), lease {} s",
         a.name,
@@ -174,22 +234,18 @@ pub(crate) async fn run(a: AgentArgs) -> Result<()> {
         node.gpus,
         info.lease_s
     );
-    let (tx, mut rx) = mpsc::unbounded_channel::<(TaskKey, std::process::ExitStatus)>();
-    let mut tasks: HashMap<TaskKey, Running> = HashMap::new();
-    let mut exits: Vec<TaskExit> = Vec::new();
     // When the last heartbeat that got an answer was *sent*: the controller's lease for us runs
     // from no earlier than that, so fencing a margin before it ends comes before the controller
     // can give our jobs to another node.
     let mut last_ok = Instant::now();
     let mut fenced: std::collections::HashSet<TaskKey> = std::collections::HashSet::new();
     let mut ack: u64 = 0;
-    let mut launched: std::collections::HashSet<TaskKey> = std::collections::HashSet::new();
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
     loop {
         // Collect exits that happened meanwhile.
         while let Ok((k, st)) = rx.try_recv() {
-            exits.extend(ended(&mut tasks, &mut fenced, &spool, k, st));
+            exits.extend(ended(&mut tasks, &mut fenced, &spool, k, st, &a.name));
         }
         // Fencing: without a renewed lease, nothing of ours may keep running.
         let lease = Duration::from_millis(info.lease_s.max(1) as u64 * 1000);
@@ -202,6 +258,7 @@ pub(crate) async fn run(a: AgentArgs) -> Result<()> {
                 tasks.len()
             );
             for (k, r) in &tasks {
+                records.mark_stopped(k);
                 match &r.replica {
                     Some(c) => c.stop(Signal::SIGKILL),
                     None => kill_group(r.pgid, Signal::SIGKILL),
@@ -224,29 +281,34 @@ pub(crate) async fn run(a: AgentArgs) -> Result<()> {
             // A task ended during the long poll: report it now.
             m = rx.recv() => {
                 if let Some((k, st)) = m {
-                    exits.extend(ended(&mut tasks, &mut fenced, &spool, k, st));
+                    exits.extend(ended(&mut tasks, &mut fenced, &spool, k, st, &a.name));
                 }
                 None
             }
             _ = changed.notified() => None,
-            _ = term.recv() => { shutdown(&tasks); return Ok(()); }
-            _ = int.recv() => { shutdown(&tasks); return Ok(()); }
+            _ = term.recv() => { shutdown(&tasks, &records); return Ok(()); }
+            _ = int.recv() => { shutdown(&tasks, &records); return Ok(()); }
         };
         let Some(reply) = reply else { continue };
         let orders = match reply {
             Ok(r) if r.status == 404 => {
-                info = match register().await {
+                reg.running = tasks.keys().copied().collect();
+                reg.exits = exits.clone();
+                info = match register(&conn, &a, &hdr, &reg).await {
                     Ok(i) => i,
                     Err(e) => {
-                        shutdown(&tasks);
+                        shutdown(&tasks, &records);
                         return Err(e);
                     }
                 };
+                for e in exits.drain(..) {
+                    records.forget(&TaskKey { job: e.job, epoch: e.epoch, step: e.step, rank: e.rank });
+                }
                 ack = 0;
                 continue;
             }
             Ok(r) if r.status == 401 || r.status == 403 => {
-                shutdown(&tasks);
+                shutdown(&tasks, &records);
                 return Err(revoked(&a, r.status, &r.error()));
             }
             Ok(r) => match r.json::<Orders>() {
@@ -264,7 +326,19 @@ pub(crate) async fn run(a: AgentArgs) -> Result<()> {
             }
         };
         last_ok = sent;
-        exits.clear();
+        for e in exits.drain(..) {
+            records.forget(&TaskKey { job: e.job, epoch: e.epoch, step: e.step, rank: e.rank });
+        }
+        // A run ordered killed in the same reply that launches it is not started at all (a
+        // cancel that came before the launch was delivered).
+        let killed: std::collections::HashSet<(u64, u32)> = orders
+            .iter()
+            .filter(|(seq, _)| *seq > ack)
+            .filter_map(|(_, o)| match o {
+                Order::Kill { job, epoch } => Some((*job, *epoch)),
+                _ => None,
+            })
+            .collect();
         for (seq, o) in orders {
             if seq <= ack {
                 continue; // already carried out; resent because our acknowledgement was lost
@@ -276,20 +350,23 @@ pub(crate) async fn run(a: AgentArgs) -> Result<()> {
                     if !launched.insert(key) {
                         continue;
                     }
+                    if killed.contains(&(t.job, t.epoch)) {
+                        exits.push(TaskExit { signal: Some(Signal::SIGKILL as i32), ..exit_of(key, None, false, false, &a.name) });
+                        if let Some(e) = exits.last_mut() {
+                            (e.lost, e.error) = (false, None);
+                        }
+                        continue;
+                    }
                     if t.replica.is_some() {
-                        let ctl = crate::replica::spawn(t, spool.clone(), cg.clone(), tx.clone(), changed.clone());
+                        let env = replica_env(&t);
+                        let ctl = crate::replica::spawn(t, env, None);
                         tasks.insert(key, Running { pgid: 0, cgroup: None, replica: Some(ctl) });
                         continue;
                     }
-                    match launch(&t, &spool, &cg) {
-                        Ok((mut child, cgroup)) => {
-                            let pgid = child.id().map_or(0, |p| p as i32);
-                            tasks.insert(key, Running { pgid, cgroup, replica: None });
-                            let tx = tx.clone();
-                            tokio::spawn(async move {
-                                let st = child.wait().await.unwrap_or_else(|_| std::process::ExitStatus::from_raw(1 << 8));
-                                let _ = tx.send((key, st));
-                            });
+                    match launch(&t, &spool, &records, &cg) {
+                        Ok((kept, cgroup)) => {
+                            tasks.insert(key, Running { pgid: kept.pid, cgroup, replica: None });
+                            watch(kept, key, tx.clone());
                         }
                         Err(e) => {
                             // The user is told through the job (`scontrol show job`, `sacct`):
@@ -308,6 +385,7 @@ pub(crate) async fn run(a: AgentArgs) -> Result<()> {
                                 oom: false,
                                 fenced: false,
                                 error: Some(format!("{e} (on {})", a.name)),
+                                lost: false,
                             });
                         }
                     }
@@ -353,7 +431,8 @@ fn ended(
     fenced: &mut std::collections::HashSet<TaskKey>,
     spool: &std::path::Path,
     k: TaskKey,
-    st: std::process::ExitStatus,
+    st: Option<std::process::ExitStatus>,
+    node: &str,
 ) -> Option<TaskExit> {
     let r = tasks.remove(&k)?;
     let oom = r.cgroup.as_deref().is_some_and(Cgroups::oom);
@@ -361,17 +440,31 @@ fn ended(
     if k.step == BATCH_STEP {
         let _ = std::fs::remove_file(script_path(spool, k.job, k.epoch));
     }
-    Some(TaskExit {
+    Some(exit_of(k, st, oom, fenced.remove(&k), node))
+}
+
+/// How a task ended, for the controller (`None`: not known).
+fn exit_of(k: TaskKey, st: Option<std::process::ExitStatus>, oom: bool, fenced: bool, node: &str) -> TaskExit {
+    TaskExit {
         job: k.job,
         epoch: k.epoch,
         step: k.step,
         rank: k.rank,
-        code: st.code(),
-        signal: st.signal(),
+        code: st.and_then(|s| s.code()),
+        signal: st.and_then(|s| s.signal()),
         oom,
-        fenced: fenced.remove(&k),
-        error: None,
-    })
+        fenced,
+        error: st.is_none().then(|| format!("how the task ended is not known: it outlived its agent and its keeper on {node}")),
+        lost: st.is_none(),
+    }
+}
+
+/// Waits for a task's end in the background; tells the node loop.
+fn watch(mut kept: crate::launch::Kept, key: TaskKey, tx: mpsc::UnboundedSender<(TaskKey, Option<std::process::ExitStatus>)>) {
+    tokio::spawn(async move {
+        let st = kept.wait().await;
+        let _ = tx.send((key, st));
+    });
 }
 
 /// Removes a job run's cgroup once its last task on this node has ended.
@@ -383,8 +476,10 @@ fn release_cgroup(tasks: &HashMap<TaskKey, Running>, k: &TaskKey, dir: Option<Pa
     }
 }
 
-fn shutdown(tasks: &HashMap<TaskKey, Running>) {
-    for r in tasks.values() {
+/// The agent is stopping: its tasks are told to end, marked as stopped by it.
+fn shutdown(tasks: &HashMap<TaskKey, Running>, records: &Tasks) {
+    for (k, r) in tasks {
+        records.mark_stopped(k);
         match &r.replica {
             Some(c) => c.stop(Signal::SIGTERM),
             None => kill_group(r.pgid(), Signal::SIGTERM),

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{Notify, mpsc};
 
-use crate::launch::{Cgroups, kill_group, launch};
+use crate::launch::{Cgroups, Kept, Tasks, kill_group, launch};
 
 /// First restart delay, and the cap (Kubernetes' CrashLoopBackOff).
 const BACKOFF_START: Duration = Duration::from_secs(10);
@@ -126,21 +126,37 @@ impl Counter {
     }
 }
 
-/// Starts supervising a replica task; its final exit goes to `done` once it was told to stop.
-pub fn spawn(
-    mut t: Task,
-    spool: PathBuf,
-    cg: Arc<Cgroups>,
-    done: mpsc::UnboundedSender<(TaskKey, std::process::ExitStatus)>,
-    changed: Arc<Notify>,
-) -> Arc<Ctl> {
+/// The supervisor's surroundings: where tasks are launched and recorded, and whom to tell.
+pub struct Env {
+    /// Batch scripts.
+    pub spool: PathBuf,
+    /// Task records.
+    pub tasks: Arc<Tasks>,
+    /// Job cgroups.
+    pub cg: Arc<Cgroups>,
+    /// Where the replica's final exit goes, once it was told to stop.
+    pub done: mpsc::UnboundedSender<(TaskKey, Option<std::process::ExitStatus>)>,
+    /// Notified when its status changes.
+    pub changed: Arc<Notify>,
+}
+
+/// Starts supervising a replica task; `adopted`: its process, started by an earlier agent
+/// process (the task then has its port already).
+pub fn spawn(mut t: Task, env: Env, adopted: Option<(Kept, Option<PathBuf>)>) -> Arc<Ctl> {
+    let Env { spool, tasks, cg, done, changed } = env;
     let key = TaskKey { job: t.job, epoch: t.epoch, step: t.step, rank: t.rank };
-    let port = free_port().unwrap_or(0);
-    for a in &mut t.argv {
-        *a = a.replace("${PORT}", &port.to_string()).replace("$PORT", &port.to_string());
-    }
-    t.env.retain(|(k, _)| k != "PORT");
-    t.env.push(("PORT".into(), port.to_string()));
+    let port = match &adopted {
+        Some(_) => t.env.iter().find(|(k, _)| k == "PORT").and_then(|(_, v)| v.parse().ok()).unwrap_or(0),
+        None => {
+            let port = free_port().unwrap_or(0);
+            for a in &mut t.argv {
+                *a = a.replace("${PORT}", &port.to_string()).replace("$PORT", &port.to_string());
+            }
+            t.env.retain(|(k, _)| k != "PORT");
+            t.env.push(("PORT".into(), port.to_string()));
+            port
+        }
+    };
     let ctl = Arc::new(Ctl {
         pgid: AtomicI32::new(0),
         stopping: AtomicBool::new(false),
@@ -148,6 +164,7 @@ pub fn spawn(
         status: Mutex::new(ReplicaReport { job: t.job, epoch: t.epoch, port, ready: false, restarts: 0, crashloop: false, message: None }),
     });
     let c = ctl.clone();
+    let mut adopted = adopted;
     tokio::spawn(async move {
         let r = t.replica.clone().expect("a replica task");
         let set = |f: &dyn Fn(&mut ReplicaReport)| {
@@ -159,19 +176,25 @@ pub fn spawn(
             }
         };
         let mut backoff = BACKOFF_START;
-        let mut last_exit = std::process::ExitStatus::default();
+        let mut last_exit: Option<std::process::ExitStatus> = None;
         loop {
             if c.stopping.load(Ordering::SeqCst) {
                 break;
             }
             let started = Instant::now();
             let mut trouble: Option<String> = None;
-            match launch(&t, &spool, &cg) {
+            let was_adopted = adopted.is_some();
+            let proc = match adopted.take() {
+                Some(p) => Ok(p),
+                None => launch(&t, &spool, &tasks, &cg),
+            };
+            match proc {
                 Err(e) => trouble = Some(format!("{e:#}")),
                 Ok((mut child, cgroup)) => {
-                    c.pgid.store(child.id().map_or(0, |p| p as i32), Ordering::SeqCst);
+                    c.pgid.store(child.pid, Ordering::SeqCst);
                     set(&|s| s.crashloop = false);
-                    let mut startup = Counter::new(&r.startup, started);
+                    // An adopted replica started long ago: its startup probe is behind it.
+                    let mut startup = if was_adopted { None } else { Counter::new(&r.startup, started) };
                     let mut live = Counter::new(&r.liveness, started);
                     let mut ready = Counter::new(&r.readiness, started);
                     let period =
@@ -179,7 +202,7 @@ pub fn spawn(
                     let tick = Duration::from_millis(period.clamp(50, 1000));
                     last_exit = loop {
                         tokio::select! {
-                            st = child.wait() => break st.unwrap_or_default(),
+                            st = child.wait() => break st,
                             _ = tokio::time::sleep(tick) => {}
                         }
                         if c.stopping.load(Ordering::SeqCst) {
@@ -228,10 +251,10 @@ pub fn spawn(
                 backoff = BACKOFF_START;
             }
             use std::os::unix::process::ExitStatusExt;
-            let why = trouble.unwrap_or_else(|| match (last_exit.code(), last_exit.signal()) {
+            let why = trouble.unwrap_or_else(|| match (last_exit.and_then(|e| e.code()), last_exit.and_then(|e| e.signal())) {
                 (Some(code), _) => format!("exited with code {code}"),
                 (_, Some(sig)) => format!("killed by signal {sig}"),
-                _ => "exited".into(),
+                _ => "ended (how is not known)".into(),
             });
             eprintln!("tandem agent: replica {}: {why}; restarting in {} s", r.replica, backoff.as_secs());
             set(&|s| {

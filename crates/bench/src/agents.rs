@@ -279,7 +279,12 @@ async fn sim_agent(sh: Arc<Shared>, i: usize, node: model::Node) {
     let _ = sh.go.subscribe().wait_for(|go| *go).await;
     let bearer = format!("Bearer {credential}");
     let hdr = [("authorization", bearer.as_str())];
-    let reg = RegisterRequest { node: node.clone(), addr: format!("10.{}.{}.{}", (i >> 16) & 255, (i >> 8) & 255, i & 255) };
+    let reg = RegisterRequest {
+        node: node.clone(),
+        addr: format!("10.{}.{}.{}", (i >> 16) & 255, (i >> 8) & 255, i & 255),
+        running: Vec::new(),
+        exits: Vec::new(),
+    };
     let register = || async {
         loop {
             let s = Instant::now();
@@ -316,6 +321,7 @@ async fn sim_agent(sh: Arc<Shared>, i: usize, node: model::Node) {
         oom: false,
         fenced,
         error: None,
+        lost: false,
     };
     loop {
         let now = Instant::now();

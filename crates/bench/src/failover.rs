@@ -71,9 +71,9 @@ async fn service(t: &Target, name: &str) -> Result<ServiceInfo> {
     Ok(send(t, "GET", &format!("/v1/services/{name}"), None::<&()>, &[]).await?.json()?)
 }
 
-fn kill_node(agent_pid: u32) {
-    // The agent first (so it reports nothing), then every process group it started.
-    let kids: Vec<i32> = std::fs::read_dir("/proc")
+/// The children of process `parent`, from `/proc`.
+fn children(parent: i32) -> Vec<i32> {
+    std::fs::read_dir("/proc")
         .into_iter()
         .flatten()
         .flatten()
@@ -81,13 +81,21 @@ fn kill_node(agent_pid: u32) {
         .filter(|pid| {
             std::fs::read_to_string(format!("/proc/{pid}/stat"))
                 .ok()
-                .and_then(|s| s.rsplit(')').next()?.split_whitespace().nth(1)?.parse::<u32>().ok())
-                == Some(agent_pid)
+                .and_then(|s| s.rsplit(')').next()?.split_whitespace().nth(1)?.parse::<i32>().ok())
+                == Some(parent)
         })
-        .collect();
+        .collect()
+}
+
+fn kill_node(agent_pid: u32) {
+    // The agent first (so it reports nothing), then each task's keeper and the task's process
+    // group: the node dies as a whole.
+    let keepers = children(agent_pid as i32);
+    let tasks: Vec<i32> = keepers.iter().flat_map(|k| children(*k)).collect();
     let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(agent_pid as i32), nix::sys::signal::Signal::SIGKILL);
-    for k in kids {
-        let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(k), nix::sys::signal::Signal::SIGKILL);
+    for k in keepers.iter().chain(&tasks) {
+        let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(*k), nix::sys::signal::Signal::SIGKILL);
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(*k), nix::sys::signal::Signal::SIGKILL);
     }
 }
 

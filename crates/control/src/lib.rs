@@ -12,6 +12,13 @@
 //! when its agent comes back. The agent, for its part, kills every task once its own last
 //! successful heartbeat is older than the lease, so a job never runs twice at once, even across
 //! a partition. A restarted controller renews every lease it loads before it judges any.
+//!
+//! Reconciling rule: an agent reports, at registration and in every heartbeat, every task it
+//! was given until the controller has the task's end (its records outlive its process). A run
+//! placed on a node with a task there that the report lacks, and whose launch is not still
+//! queued for that node, was lost (the agent restarted without it, the machine rebooted): the
+//! job meets a node failure at once, without waiting for the lease. A cancel or a time limit
+//! decided before a node failure stands: the job ends CANCELLED (TIMEOUT), never requeued.
 
 pub mod config;
 pub mod creds;
@@ -336,6 +343,7 @@ impl Controller {
             n.orders.clear();
             n.next_seq = c.seq_base;
             n.seen_ms = now * 1000;
+            n.runs.clear();
             c.node_index.insert(n.node.name.clone(), c.nodes.len());
             c.nodes.push(n);
         }
@@ -360,6 +368,14 @@ impl Controller {
                 if let Some(&i) = c.node_index.get(name) {
                     let node = c.nodes[i].node.clone();
                     c.nodes[i].usage.apply(&node, a);
+                    c.nodes[i].runs.push(id);
+                }
+            }
+            // A kill order of a job being cancelled was lost with the old process: again.
+            if c.jobs[&id].cancelling {
+                let epoch = c.jobs[&id].epoch;
+                for (name, _) in &allocs {
+                    c.order(name, Order::Kill { job: id, epoch });
                 }
             }
             // A launch that no agent confirmed may have been lost with the old process: send it
@@ -676,11 +692,16 @@ impl Controller {
         Ok(())
     }
 
-    /// Requeues a running (or finished) job (`scontrol requeue`).
+    /// Requeues a running (or finished) job (`scontrol requeue`). A cancelled job, or one
+    /// being cancelled, is never run again.
     pub fn requeue(&mut self, uid: u32, id: u64) -> Result<(), Refused> {
-        let s = self.owned(uid, id)?.state;
+        let j = self.owned(uid, id)?;
+        let s = j.state;
         if s == JobState::Pending {
             return Err(Refused::Conflict(format!("job {id} is already pending")));
+        }
+        if s == JobState::Cancelled || j.cancelling {
+            return Err(Refused::Conflict(format!("job {id} was cancelled: it is not run again")));
         }
         self.requeue_job(id, true);
         Ok(())
@@ -700,6 +721,7 @@ impl Controller {
         for (name, a) in &allocs {
             if let Some(&i) = self.node_index.get(name) {
                 self.nodes[i].usage.release(a);
+                self.nodes[i].runs.retain(|r| *r != id);
                 self.nodes[i].push(Order::Kill { job: id, epoch });
                 self.touched_nodes.insert(i as u32);
             }
@@ -718,6 +740,14 @@ impl Controller {
             // lost or drained first).
             r.state = r.state.step(model::ReplicaEvent::Ended).unwrap_or(model::ReplicaState::Gone);
             j.state = if j.cancelling || j.preempt_at.is_some() { JobState::Cancelled } else { JobState::NodeFail };
+            j.end = Some(j.end.unwrap_or(0).max(j.start.unwrap_or(0)));
+            return false;
+        }
+        if !force && (j.cancelling || j.timeout_at.is_some()) {
+            // A cancel (or a time limit) already decided how this run ends: its node failing
+            // now changes nothing, and the job is not run again.
+            let ev = if j.cancelling { JobEvent::Cancel } else { JobEvent::TimeLimit };
+            j.state = j.state.step(ev).unwrap_or(if j.cancelling { JobState::Cancelled } else { JobState::Timeout });
             j.end = Some(j.end.unwrap_or(0).max(j.start.unwrap_or(0)));
             return false;
         }
@@ -759,8 +789,24 @@ impl Controller {
         if member.len() == self.settings.cluster.partitions.len() { Vec::new() } else { member }
     }
 
-    /// Registers (or re-registers) a node agent.
-    pub fn register(&mut self, now: Time, mut node: Node, addr: String) -> Result<(), Refused> {
+    /// Registers (or re-registers) a node agent that runs nothing.
+    pub fn register(&mut self, now: Time, node: Node, addr: String) -> Result<(), Refused> {
+        self.register_with(now, node, addr, &[], &[])
+    }
+
+    /// Registers (or re-registers) a node agent, with the tasks it runs (adopted ones
+    /// included) and those that ended since it last reported. Reconciles: every run placed
+    /// here whose tasks the agent does not have ends at once, as a node failure (requeued, or
+    /// NODE_FAIL, per the job's requeue setting); every task it has of a run that is over is
+    /// ordered killed.
+    pub fn register_with(
+        &mut self,
+        now: Time,
+        mut node: Node,
+        addr: String,
+        running: &[TaskKey],
+        exits: &[TaskExit],
+    ) -> Result<(), Refused> {
         node.partitions = self.partitions_of(&node.name);
         if node.partitions.is_empty()
             && !self.settings.partition_nodes.is_empty()
@@ -774,6 +820,7 @@ impl Controller {
             }
         }
         valid_node_name(&node.name)?;
+        let node_name = node.name.clone();
         let lease_until = now + self.settings.lease;
         match self.node_index.get(&node.name).copied() {
             Some(i) => {
@@ -816,13 +863,82 @@ impl Controller {
                     next_seq: self.seq_base,
                     seen_ms: self.now_ms.max(now * 1000),
                     deleted: false,
+                    runs: Vec::new(),
                 });
                 self.dirty_nodes.insert(i);
                 self.touch_node(i);
             }
         }
         self.nodes_changed();
+        let i = self.node_index[&node_name];
+        for e in exits {
+            self.task_exit(now, &node_name, e);
+        }
+        self.kill_unwanted(i, running);
+        self.reconcile(now, i, running);
         Ok(())
+    }
+
+    /// Orders killed every task the agent reports of a run that is not (or no longer) placed
+    /// on its node; confirms the batch tasks of runs that are.
+    fn kill_unwanted(&mut self, i: usize, running: &[TaskKey]) {
+        let name = self.nodes[i].node.name.clone();
+        for t in running {
+            let live = self
+                .jobs
+                .get(&t.job)
+                .is_some_and(|j| j.state == JobState::Running && j.epoch == t.epoch && j.allocs.iter().any(|(n, _)| *n == name));
+            if live {
+                let j = self.jobs.get_mut(&t.job).expect("live");
+                if t.step == BATCH_STEP && !j.confirmed {
+                    j.confirmed = true;
+                    self.dirty_jobs.insert(t.job);
+                }
+            } else {
+                self.nodes[i].push(Order::Kill { job: t.job, epoch: t.epoch });
+            }
+        }
+    }
+
+    /// Ends, as a node failure, every run on node `i` with a task there that the agent neither
+    /// reports running nor has yet to receive (its launch order is still queued). The agent
+    /// reports every task it has been given (an exit is reported until acknowledged), so a
+    /// missing one was lost: its agent restarted without it, or the machine rebooted.
+    fn reconcile(&mut self, now: Time, i: usize, running: &[TaskKey]) -> usize {
+        let rec = &self.nodes[i];
+        let name = &rec.node.name;
+        let mut lost = Vec::new();
+        for &id in &rec.runs {
+            let Some(j) = self.jobs.get(&id) else { continue };
+            if j.state != JobState::Running {
+                continue;
+            }
+            let missing = j.steps.iter().filter(|s| s.end.is_none()).find_map(|s| {
+                let at = s.layout.iter().position(|(n, _)| n == name)?;
+                let want = s.left.get(at).copied().unwrap_or(0);
+                let have = running.iter().filter(|t| t.job == id && t.epoch == j.epoch && t.step == s.id).count() as u32;
+                let queued = rec
+                    .orders
+                    .iter()
+                    .filter(|(_, o)| matches!(o, Order::Launch(t) if t.job == id && t.epoch == j.epoch && t.step == s.id))
+                    .count() as u32;
+                (have + queued < want).then_some(s.id)
+            });
+            if let Some(step) = missing {
+                lost.push((id, step));
+            }
+        }
+        let n = lost.len();
+        for (id, step) in lost {
+            let name = self.nodes[i].node.name.clone();
+            if let Some(j) = self.jobs.get_mut(&id) {
+                j.end = Some(now);
+                let what = if step == BATCH_STEP { "the batch script".to_string() } else { format!("step {step}") };
+                j.message = Some(format!("node {name} lost {what} (its agent restarted without it, or the machine rebooted)"));
+            }
+            self.requeue_job(id, false);
+        }
+        n
     }
 
     /// Node and proxy identities.
@@ -913,8 +1029,9 @@ impl Controller {
     }
 
     /// A heartbeat: renews the node's lease, drops the orders the agent acknowledges (sequence
-    /// numbers up to `ack`), takes task exits and the list of running tasks, and returns every
-    /// order not yet acknowledged.
+    /// numbers up to `ack`), takes task exits and the list of running tasks (which it
+    /// reconciles: see [`Controller::register_with`]), and returns every order not yet
+    /// acknowledged.
     pub fn heartbeat(
         &mut self,
         now: Time,
@@ -923,36 +1040,30 @@ impl Controller {
         running: &[TaskKey],
         exits: &[TaskExit],
     ) -> Result<Vec<(u64, Order)>, Refused> {
-        let &i = self.node_index.get(name).ok_or_else(|| Refused::NotFound(format!("node {name} is not registered")))?;
-        {
-            let rec = &mut self.nodes[i];
-            rec.orders.retain(|(seq, _)| *seq > ack);
-            rec.lease_until = now + self.settings.lease;
-            rec.last_seen = now;
-            if rec.node.state == NodeState::Down {
-                rec.node.state = rec.node.state.step(NodeEvent::Resume).expect("down nodes resume");
-                rec.reason = None;
-                self.dirty_nodes.insert(i);
-                self.nodes_changed();
-            }
-        }
+        self.poll(now, name, ack)?;
+        let i = self.node_index[name];
         for e in exits {
             self.task_exit(now, name, e);
         }
-        for t in running {
-            let live = self
-                .jobs
-                .get(&t.job)
-                .is_some_and(|j| j.state == JobState::Running && j.epoch == t.epoch && j.allocs.iter().any(|(n, _)| n == name));
-            if live {
-                let j = self.jobs.get_mut(&t.job).expect("live");
-                if t.step == BATCH_STEP && !j.confirmed {
-                    j.confirmed = true;
-                    self.dirty_jobs.insert(t.job);
-                }
-            } else {
-                self.nodes[i].push(Order::Kill { job: t.job, epoch: t.epoch });
-            }
+        self.kill_unwanted(i, running);
+        self.reconcile(now, i, running);
+        Ok(self.nodes[i].orders.clone())
+    }
+
+    /// The end of a heartbeat's long poll: renews the node's lease, drops the orders the agent
+    /// acknowledges, and returns every order not yet acknowledged (the agent's report was
+    /// taken when the heartbeat arrived).
+    pub fn poll(&mut self, now: Time, name: &str, ack: u64) -> Result<Vec<(u64, Order)>, Refused> {
+        let &i = self.node_index.get(name).ok_or_else(|| Refused::NotFound(format!("node {name} is not registered")))?;
+        let rec = &mut self.nodes[i];
+        rec.orders.retain(|(seq, _)| *seq > ack);
+        rec.lease_until = now + self.settings.lease;
+        rec.last_seen = now;
+        if rec.node.state == NodeState::Down {
+            rec.node.state = rec.node.state.step(NodeEvent::Resume).expect("down nodes resume");
+            rec.reason = None;
+            self.dirty_nodes.insert(i);
+            self.nodes_changed();
         }
         Ok(self.nodes[i].orders.clone())
     }
@@ -966,12 +1077,26 @@ impl Controller {
         let code = e.code.unwrap_or(0).max(e.signal.map_or(0, |s| 128 + s));
         if let Some(step) = j.steps.iter_mut().find(|s| s.id == e.step) {
             step.remaining = step.remaining.saturating_sub(1);
+            if let Some(at) = step.layout.iter().position(|(n, _)| n == node)
+                && let Some(l) = step.left.get_mut(at)
+            {
+                *l = l.saturating_sub(1);
+            }
             step.exit = step.exit.max(code);
             if step.remaining == 0 {
                 step.end = Some(now);
             }
         }
         self.dirty_jobs.insert(e.job);
+        if e.lost && !j.cancelling && j.replica.is_none() {
+            // How a task ended is not known (it outlived its agent and its keeper, or the
+            // machine restarted): its job met a node failure.
+            let id = e.job;
+            j.end = Some(now);
+            j.message = e.error.clone();
+            self.requeue_job(id, false);
+            return;
+        }
         if e.step != BATCH_STEP {
             return;
         }
@@ -1224,6 +1349,7 @@ impl Controller {
             let i = self.node_index[name];
             let node = self.nodes[i].node.clone();
             self.nodes[i].usage.apply(&node, a);
+            self.nodes[i].runs.push(id);
             self.touch_node(i);
         }
         let j = self.jobs.get_mut(&id).expect("started job exists");
@@ -1239,8 +1365,16 @@ impl Controller {
         j.exit_signal = None;
         let first = j.allocs[0].0.clone();
         self.limits_due = self.limits_due.min(Self::due_at(j, now));
-        j.steps =
-            vec![Step { id: BATCH_STEP, argv: Vec::new(), layout: vec![(first.clone(), 1)], remaining: 1, exit: 0, start: now, end: None }];
+        j.steps = vec![Step {
+            id: BATCH_STEP,
+            argv: Vec::new(),
+            layout: vec![(first.clone(), 1)],
+            remaining: 1,
+            left: vec![1],
+            exit: 0,
+            start: now,
+            end: None,
+        }];
         self.dirty_jobs.insert(id);
         if let Some(r) = &mut j.replica {
             r.state = r.state.step(model::ReplicaEvent::Placed).unwrap_or(model::ReplicaState::Starting);
@@ -1402,7 +1536,8 @@ impl Controller {
             .map(|(name, ni, rank, local, gpus)| (name, self.make_task(id, step_id, ni, rank, local, gpus, argv.clone())))
             .collect();
         let j = self.jobs.get_mut(&id).expect("checked");
-        j.steps.push(Step { id: step_id, argv, layout, remaining: built.len() as u32, exit: 0, start: now, end: None });
+        let left = layout.iter().map(|(_, n)| *n).collect();
+        j.steps.push(Step { id: step_id, argv, layout, remaining: built.len() as u32, left, exit: 0, start: now, end: None });
         self.dirty_jobs.insert(id);
         for (name, t) in built {
             self.order(&name, Order::Launch(t));

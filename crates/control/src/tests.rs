@@ -39,7 +39,8 @@ fn launches(orders: &[Order]) -> Vec<&Task> {
     orders.iter().filter_map(|o| if let Order::Launch(t) = o { Some(t) } else { None }).collect()
 }
 
-/// A heartbeat that acknowledges everything received before, as a well-behaved agent does.
+/// A heartbeat that acknowledges everything received before, and reports as running every task
+/// it was given and has not reported ended, as a well-behaved agent does.
 trait Beat {
     fn hb(&mut self, now: Time, node: &str, running: &[TaskKey], exits: &[TaskExit]) -> Result<Vec<Order>, Refused>;
 }
@@ -47,14 +48,41 @@ trait Beat {
 thread_local! {
     /// The highest order sequence each node's agent has received (tests run one per thread).
     static DELIVERED: std::cell::RefCell<HashMap<String, u64>> = std::cell::RefCell::new(HashMap::new());
+    /// The tasks each node's agent was given and has not reported ended.
+    static HELD: std::cell::RefCell<HashMap<String, BTreeSet<(u64, u32, u32, u32)>>> = std::cell::RefCell::new(HashMap::new());
 }
 
 impl Beat for Controller {
     fn hb(&mut self, now: Time, node: &str, running: &[TaskKey], exits: &[TaskExit]) -> Result<Vec<Order>, Refused> {
         let prev = DELIVERED.with(|d| d.borrow().get(node).copied().unwrap_or(0));
-        let out = self.heartbeat(now, node, prev, running, exits)?;
+        let mut all: Vec<TaskKey> = running.to_vec();
+        HELD.with(|h| {
+            let mut h = h.borrow_mut();
+            let held = h.entry(node.to_string()).or_default();
+            for e in exits {
+                held.remove(&(e.job, e.epoch, e.step, e.rank));
+            }
+            for &(job, epoch, step, rank) in held.iter() {
+                let k = TaskKey { job, epoch, step, rank };
+                if !all.contains(&k) {
+                    all.push(k);
+                }
+            }
+        });
+        let out = self.heartbeat(now, node, prev, &all, exits)?;
         let max = out.iter().map(|(s, _)| *s).max().unwrap_or(prev);
         DELIVERED.with(|d| d.borrow_mut().insert(node.to_string(), max));
+        HELD.with(|h| {
+            let mut h = h.borrow_mut();
+            let held = h.entry(node.to_string()).or_default();
+            for (s, o) in &out {
+                if *s > prev
+                    && let Order::Launch(t) = o
+                {
+                    held.insert((t.job, t.epoch, t.step, t.rank));
+                }
+            }
+        });
         Ok(out.into_iter().filter(|(s, _)| *s > prev).map(|(_, o)| o).collect())
     }
 }
@@ -76,8 +104,18 @@ fn submit_dispatch_and_complete() {
     assert_eq!(env["MASTER_ADDR"], "127.0.0.1");
     assert_eq!(t[0].stdout, "/tmp/slurm-1.out");
     assert!(c.hb(1, "n1", &[], &[]).unwrap().is_empty());
-    let exit =
-        TaskExit { job: 1, epoch: 1, step: BATCH_STEP, rank: 0, code: Some(0), signal: None, oom: false, fenced: false, error: None };
+    let exit = TaskExit {
+        job: 1,
+        epoch: 1,
+        step: BATCH_STEP,
+        rank: 0,
+        code: Some(0),
+        signal: None,
+        oom: false,
+        fenced: false,
+        error: None,
+        lost: false,
+    };
     c.hb(5, "n0", &[], &[exit]).unwrap();
     let j = c.job(1).unwrap();
     assert_eq!((j.state, j.exit_code, j.end), (JobState::Completed, Some(0), Some(5)));
@@ -112,8 +150,18 @@ fn only_the_owner_or_root_cancels() {
     c.cancel(2, 0, 2, None).unwrap();
     let orders = c.hb(2, "n0", &[], &[]).unwrap();
     assert!(orders.contains(&Order::Kill { job: 2, epoch: 1 }));
-    let exit =
-        TaskExit { job: 2, epoch: 1, step: BATCH_STEP, rank: 0, code: None, signal: Some(9), oom: false, fenced: false, error: None };
+    let exit = TaskExit {
+        job: 2,
+        epoch: 1,
+        step: BATCH_STEP,
+        rank: 0,
+        code: None,
+        signal: Some(9),
+        oom: false,
+        fenced: false,
+        error: None,
+        lost: false,
+    };
     c.hb(3, "n0", &[], &[exit]).unwrap();
     assert_eq!(c.job(2).unwrap().state, JobState::Cancelled);
 }
@@ -138,8 +186,18 @@ fn time_limit_signals_then_kills_then_times_out() {
     assert!(c.hb(120, "n0", &[], &[]).unwrap().contains(&Order::Signal { job: 1, epoch: 1, signal: 15, batch_only: false }));
     c.tick(150);
     assert!(c.hb(150, "n0", &[], &[]).unwrap().contains(&Order::Kill { job: 1, epoch: 1 }));
-    let exit =
-        TaskExit { job: 1, epoch: 1, step: BATCH_STEP, rank: 0, code: None, signal: Some(9), oom: false, fenced: false, error: None };
+    let exit = TaskExit {
+        job: 1,
+        epoch: 1,
+        step: BATCH_STEP,
+        rank: 0,
+        code: None,
+        signal: Some(9),
+        oom: false,
+        fenced: false,
+        error: None,
+        lost: false,
+    };
     c.hb(151, "n0", &[], &[exit]).unwrap();
     assert_eq!(c.job(1).unwrap().state, JobState::Timeout);
 }
@@ -184,6 +242,7 @@ fn a_lapsed_lease_requeues_and_old_reports_are_ignored() {
                 oom: false,
                 fenced: false,
                 error: None,
+                lost: false,
             }],
         )
         .unwrap();
@@ -243,8 +302,18 @@ fn arrays_respect_their_limit_and_dependencies_wait() {
     let dep = c.submit(0, spec(1), &batch(&["--dependency=afterok:1"]), "a").unwrap()[0];
     c.tick(1);
     assert_eq!(c.job(dep).unwrap().reason, PendingReason::Dependency);
-    let exit =
-        TaskExit { job: 1, epoch: 1, step: BATCH_STEP, rank: 0, code: Some(3), signal: None, oom: false, fenced: false, error: None };
+    let exit = TaskExit {
+        job: 1,
+        epoch: 1,
+        step: BATCH_STEP,
+        rank: 0,
+        code: Some(3),
+        signal: None,
+        oom: false,
+        fenced: false,
+        error: None,
+        lost: false,
+    };
     let node = c.job(1).unwrap().allocs[0].0.clone();
     c.hb(2, &node, &[], &[exit]).unwrap();
     assert_eq!(c.job(1).unwrap().state, JobState::Failed);
@@ -354,7 +423,8 @@ fn orders_are_resent_until_acknowledged() {
     // The reply was lost: the next heartbeat (acknowledging nothing) gets the launch again.
     let again = c.heartbeat(1, "n0", 0, &[], &[]).unwrap();
     assert_eq!(again, first);
-    let acked = c.heartbeat(2, "n0", first[0].0, &[], &[]).unwrap();
+    let task = TaskKey { job: 1, epoch: 1, step: BATCH_STEP, rank: 0 };
+    let acked = c.heartbeat(2, "n0", first[0].0, &[task], &[]).unwrap();
     assert!(acked.is_empty());
 }
 
@@ -408,6 +478,7 @@ fn a_requeued_finished_job_is_scheduled_again() {
         oom: false,
         fenced: false,
         error: None,
+        lost: false,
     };
     c.hb(2, "n0", &[], &[exit(a, 1), exit(b, 1)]).unwrap();
     c.tick(3);
@@ -426,8 +497,18 @@ fn finished_jobs_leave_memory_after_min_job_age_unless_a_job_waits_on_them() {
     let b = c.submit(0, spec(1), &batch(&[]), "a").unwrap()[0];
     c.tick(1);
     c.hb(1, "n0", &[], &[]).unwrap();
-    let done =
-        |id| TaskExit { job: id, epoch: 1, step: BATCH_STEP, rank: 0, code: Some(0), signal: None, oom: false, fenced: false, error: None };
+    let done = |id| TaskExit {
+        job: id,
+        epoch: 1,
+        step: BATCH_STEP,
+        rank: 0,
+        code: Some(0),
+        signal: None,
+        oom: false,
+        fenced: false,
+        error: None,
+        lost: false,
+    };
     c.hb(5, "n0", &[], &[done(a), done(b)]).unwrap();
     // A job that waits on b keeps b in memory; a goes once MinJobAge (300 s) has passed.
     let waits = c.submit(6, spec(1), &batch(&["--dependency=afterok:2", "--begin=now+3600"]), "a").unwrap()[0];
@@ -469,4 +550,67 @@ fn a_deleted_node_is_gone_and_a_busy_one_cannot_be_deleted() {
     c.join(3, "j1", 100, idle).unwrap();
     c.register(3, Node::new(idle, 4, 8 << 30, 0), "127.0.0.9".into()).unwrap();
     assert_eq!(c.submit(3, spec(1000), &batch(&["-N2"]), "alice").unwrap().len(), 1);
+}
+
+#[test]
+fn an_agent_that_registers_again_without_its_tasks_loses_their_runs_at_once() {
+    let mut c = cluster(1, 0);
+    c.submit(0, spec(1), &batch(&["-c1"]), "a").unwrap();
+    c.submit(0, JobSpec { requeue: false, ..spec(1) }, &batch(&["-c1"]), "a").unwrap();
+    c.submit(0, spec(1), &batch(&["-c1"]), "a").unwrap();
+    c.tick(0);
+    // Jobs 1 and 2 were delivered; the agent restarts before it gets job 3's launch.
+    let first = c.heartbeat(0, "n0", 0, &[], &[]).unwrap();
+    let two = first.iter().filter(|(_, o)| matches!(o, Order::Launch(t) if t.job <= 2)).map(|(s, _)| *s).max().unwrap();
+    c.heartbeat(
+        1,
+        "n0",
+        two,
+        &[TaskKey { job: 1, epoch: 1, step: BATCH_STEP, rank: 0 }, TaskKey { job: 2, epoch: 1, step: BATCH_STEP, rank: 0 }],
+        &[],
+    )
+    .unwrap();
+    // Well within the lease: it registers again with nothing running.
+    c.register_with(2, Node::new("n0", 4, 8 << 30, 0), "127.0.0.1".into(), &[], &[]).unwrap();
+    let j1 = c.job(1).unwrap();
+    assert_eq!((j1.state, j1.restart_count), (JobState::Pending, 1), "requeued");
+    assert!(j1.message.as_deref().is_some_and(|m| m.contains("lost the batch script")), "{:?}", j1.message);
+    assert_eq!(c.job(2).unwrap().state, JobState::NodeFail);
+    assert_eq!(c.job(3).unwrap().state, JobState::Running, "its launch is still on the way");
+    // What the lost runs held is free again: job 1 starts at the next pass.
+    c.tick(3);
+    let j1 = c.job(1).unwrap();
+    assert_eq!((j1.state, j1.epoch), (JobState::Running, 2));
+    // An adopted task is kept; a task of a run that is over is ordered killed.
+    let three = TaskKey { job: 3, epoch: 1, step: BATCH_STEP, rank: 0 };
+    let stale = TaskKey { job: 2, epoch: 1, step: BATCH_STEP, rank: 0 };
+    c.heartbeat(4, "n0", u64::MAX, &[three], &[]).unwrap();
+    c.register_with(5, Node::new("n0", 4, 8 << 30, 0), "127.0.0.1".into(), &[three, stale], &[]).unwrap();
+    assert_eq!(c.job(3).unwrap().state, JobState::Running);
+    let orders = c.heartbeat(6, "n0", 0, &[three], &[]).unwrap();
+    assert!(orders.iter().any(|(_, o)| *o == Order::Kill { job: 2, epoch: 1 }), "{orders:?}");
+}
+
+#[test]
+fn a_cancel_during_a_node_outage_is_final() {
+    let mut c = cluster(2, 0);
+    c.submit(0, spec(1), &batch(&["-c4"]), "a").unwrap();
+    c.tick(0);
+    let node = c.job(1).unwrap().allocs[0].0.clone();
+    c.hb(0, &node, &[], &[]).unwrap();
+    // The node goes silent; the job is cancelled meanwhile; the lease lapses.
+    c.cancel(5, 1, 1, None).unwrap();
+    let other = if node == "n0" { "n1" } else { "n0" };
+    for t in [10, 20, 31, 40, 60] {
+        c.hb(t, other, &[], &[]).unwrap();
+        c.tick(t);
+    }
+    let j = c.job(1).unwrap();
+    assert_eq!((j.state, j.restart_count, j.epoch), (JobState::Cancelled, 0, 1), "{j:?}");
+    assert!(matches!(c.requeue(0, 1), Err(Refused::Conflict(_))), "a cancelled job is not run again");
+    // The node comes back: the kill order waits for it, and the job stays cancelled.
+    let orders = c.hb(61, &node, &[TaskKey { job: 1, epoch: 1, step: BATCH_STEP, rank: 0 }], &[]).unwrap();
+    assert!(orders.contains(&Order::Kill { job: 1, epoch: 1 }), "{orders:?}");
+    c.tick(62);
+    assert_eq!(c.job(1).unwrap().state, JobState::Cancelled);
 }

@@ -80,6 +80,7 @@ impl World {
                                 oom: false,
                                 fenced: false,
                                 error: None,
+                                lost: false,
                             });
                         }
                     }
@@ -95,6 +96,7 @@ impl World {
                                 oom: false,
                                 fenced: false,
                                 error: None,
+                                lost: false,
                             });
                         }
                     }
@@ -102,7 +104,9 @@ impl World {
             }
             if !exits.is_empty() {
                 let ack = self.acked.get(&name).copied().unwrap_or(0);
-                self.c.heartbeat(now, &name, ack, &[], &exits).unwrap();
+                let keys: Vec<TaskKey> =
+                    self.running[&name].keys().map(|&(job, epoch)| TaskKey { job, epoch, step: BATCH_STEP, rank: 0 }).collect();
+                self.c.heartbeat(now, &name, ack, &keys, &exits).unwrap();
             }
         }
         self.c.services_tick(self.now_ms);

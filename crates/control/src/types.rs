@@ -89,6 +89,10 @@ pub struct Step {
     pub layout: Vec<(String, u32)>,
     /// Tasks not yet exited.
     pub remaining: u32,
+    /// Tasks not yet exited on each node of `layout`, in its order (empty in records from
+    /// before it was kept: then not known).
+    #[serde(default)]
+    pub left: Vec<u32>,
     /// Largest exit code so far (or 128 + signal).
     pub exit: i32,
     /// Started.
@@ -271,6 +275,9 @@ pub struct NodeRec {
     /// restart (not persisted: a deleted node has no record).
     #[serde(skip)]
     pub deleted: bool,
+    /// The jobs that hold an allocation here (not persisted: rebuilt from the jobs at start).
+    #[serde(skip)]
+    pub runs: Vec<u64>,
 }
 
 impl NodeRec {
@@ -374,6 +381,10 @@ pub struct TaskExit {
     /// not use, a program that is not there).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// How it ended is not known: it outlived its agent and its keeper, or its machine
+    /// restarted. The same as a node failure for its job.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub lost: bool,
 }
 
 /// A task an agent runs.

@@ -6,6 +6,10 @@
 //! user-named path is ever touched as root (SECURITY.md, "Paths"). Also the one process-wide
 //! limit Tandem's daemons raise ([`raise_nofile`]).
 //!
+//! A kept task ([`Setup::keep`]) has a keeper between the agent and it: the spawned process
+//! forks the task and waits for it, and writes how it ended to a status file, so a restarted
+//! agent can adopt a task that outlived it and still learn its exit status.
+//!
 //! **Invariant:** this is the only crate with `unsafe` code: one `pre_exec` hook that makes only
 //! async-signal-safe system calls and does not allocate, and one `signal` call that restores
 //! SIGPIPE's default action for commands ([`quiet_sigpipe`]).
@@ -62,11 +66,163 @@ pub struct Setup<'a> {
     pub stdout: Option<CString>,
     /// Append standard error to this file; `None` with `stdout` set: to the same file.
     pub stderr: Option<CString>,
+    /// Keep the task: the spawned process becomes the task's *keeper*, which forks the task
+    /// and waits for it, so that the task's end is recorded even when the agent that started
+    /// it has died meanwhile. Both write to this file (opened for writing by the caller, with
+    /// close-on-exec; see [`Status`]): the task its pid before it becomes the task, the keeper
+    /// its own pid and then how the task ended. The keeper has a session of its own and
+    /// ignores the signals a terminal or a process group would send; the task leads a process
+    /// group of its own in that session. Without it, the spawned process is the task.
+    pub keep: Option<&'a std::fs::File>,
+}
+
+/// What a kept task's status file (`Setup::keep`) says: fixed 16-byte lines, `task PID`,
+/// `keep PID`, then `exit CODE` or `kill SIGNAL` once the task ended.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Status {
+    /// The task's pid (its process group), once it was forked.
+    pub task: Option<i32>,
+    /// The keeper's pid.
+    pub keeper: Option<i32>,
+    /// Exit code, once it exited.
+    pub code: Option<i32>,
+    /// Signal, once it was killed by one.
+    pub signal: Option<i32>,
+}
+
+impl Status {
+    /// Reads a status file's text (unknown or partial lines are skipped).
+    pub fn parse(text: &[u8]) -> Status {
+        let mut s = Status::default();
+        for line in text.split(|b| *b == b'\n') {
+            let line = String::from_utf8_lossy(line);
+            let Some((tag, n)) = line.split_once(' ') else { continue };
+            let Ok(n) = n.trim().parse::<i32>() else { continue };
+            match tag {
+                "task" => s.task = Some(n),
+                "keep" => s.keeper = Some(n),
+                "exit" => s.code = Some(n),
+                "kill" => s.signal = Some(n),
+                _ => {}
+            }
+        }
+        s
+    }
+
+    /// Whether the task's end is recorded.
+    pub fn ended(&self) -> bool {
+        self.code.is_some() || self.signal.is_some()
+    }
+}
+
+/// Offsets of the status file's lines.
+const TASK_AT: i64 = 0;
+const KEEP_AT: i64 = 16;
+const END_AT: i64 = 32;
+
+/// `TAG NUMBER` padded with spaces to 15 bytes and a newline, built without allocating.
+fn status_line(tag: &[u8; 4], n: i64) -> [u8; 16] {
+    let mut b = [b' '; 16];
+    b[..4].copy_from_slice(tag);
+    b[15] = b'\n';
+    let (neg, mut v) = (n < 0, n.unsigned_abs());
+    let mut digits = [0u8; 20];
+    let mut k = 0;
+    loop {
+        digits[k] = b'0' + (v % 10) as u8;
+        k += 1;
+        v /= 10;
+        if v == 0 || k == digits.len() {
+            break;
+        }
+    }
+    let mut at = 5;
+    if neg {
+        b[at] = b'-';
+        at += 1;
+    }
+    while k > 0 && at < 15 {
+        k -= 1;
+        b[at] = digits[k];
+        at += 1;
+    }
+    b
+}
+
+/// Writes `line` at `offset` of the file `fd` (async-signal-safe).
+fn put(fd: i32, line: &[u8; 16], offset: i64) {
+    // SAFETY: `line` is a live buffer of 16 bytes; `fd` is the caller's open status file.
+    #[allow(unsafe_code)]
+    unsafe {
+        nix::libc::pwrite(fd, line.as_ptr().cast(), line.len(), offset);
+    }
+}
+
+/// The keeper: in the spawned process after it forked the task. Records its pid, lets go of
+/// every descriptor but the status file (so the agent's sockets and pipes close when the agent
+/// does, and the agent's spawn returns when the task execs), ignores the signals meant for
+/// others, names itself `tandem-keeper` (in `ps`), waits for the task, records how it ended and exits. Async-signal-safe system calls
+/// only, no allocation.
+fn keeper(task: nix::unistd::Pid, fd: i32) -> ! {
+    use nix::sys::signal::{SigHandler, Signal, signal};
+    use nix::sys::wait::{WaitStatus, waitpid};
+    put(fd, &status_line(b"keep", i64::from(nix::unistd::getpid().as_raw())), KEEP_AT);
+    // SAFETY: PR_SET_NAME reads a NUL-terminated string of at most 16 bytes.
+    #[allow(unsafe_code)]
+    unsafe {
+        nix::libc::prctl(nix::libc::PR_SET_NAME, c"tandem-keeper".as_ptr());
+    }
+    // SAFETY: close_range only closes descriptors; none of them is used again here.
+    #[allow(unsafe_code)]
+    unsafe {
+        let ok = fd <= 3 || nix::libc::syscall(nix::libc::SYS_close_range, 3u32, (fd - 1) as u32, 0u32) == 0;
+        let ok = ok && nix::libc::syscall(nix::libc::SYS_close_range, (fd + 1) as u32, u32::MAX, 0u32) == 0;
+        if !ok {
+            // An old kernel: one at a time, up to a bound.
+            for other in 3..65_536 {
+                if other != fd {
+                    nix::libc::close(other);
+                }
+            }
+        }
+    }
+    for sig in [Signal::SIGHUP, Signal::SIGINT, Signal::SIGQUIT, Signal::SIGTERM, Signal::SIGUSR1, Signal::SIGUSR2, Signal::SIGPIPE] {
+        // SAFETY: ignoring a signal runs no handler code.
+        #[allow(unsafe_code)]
+        let _ = unsafe { signal(sig, SigHandler::SigIgn) };
+    }
+    let line = loop {
+        match waitpid(task, None) {
+            Ok(WaitStatus::Exited(_, code)) => break status_line(b"exit", i64::from(code)),
+            Ok(WaitStatus::Signaled(_, sig, _)) => break status_line(b"kill", sig as i64),
+            Ok(_) | Err(nix::errno::Errno::EINTR) => continue,
+            // Not our child any more (cannot happen): nothing to record.
+            Err(_) => exit_now(1),
+        }
+    };
+    put(fd, &line, END_AT);
+    // SAFETY: fdatasync only flushes the file.
+    #[allow(unsafe_code)]
+    unsafe {
+        nix::libc::fdatasync(fd);
+    }
+    exit_now(0)
+}
+
+/// `_exit`: ends the process at once, running no destructor and no `atexit` handler.
+fn exit_now(code: i32) -> ! {
+    // SAFETY: `_exit` is async-signal-safe and touches no memory of ours.
+    #[allow(unsafe_code)]
+    unsafe {
+        nix::libc::_exit(code)
+    }
 }
 
 /// The step of [`Setup`] that failed in the child.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Stage {
+    /// Starting the keeper's session or forking the task.
+    Keep,
     /// Joining the cgroup.
     Cgroup,
     /// Switching to the user.
@@ -82,6 +238,7 @@ pub enum Stage {
 impl Stage {
     fn byte(self) -> u8 {
         match self {
+            Stage::Keep => b'k',
             Stage::Cgroup => b'c',
             Stage::User => b'u',
             Stage::Workdir => b'd',
@@ -92,6 +249,7 @@ impl Stage {
 
     fn from_byte(b: u8) -> Option<Stage> {
         Some(match b {
+            b'k' => Stage::Keep,
             b'c' => Stage::Cgroup,
             b'u' => Stage::User,
             b'd' => Stage::Workdir,
@@ -132,6 +290,7 @@ pub fn prepare(cmd: &mut Command, setup: Setup) -> std::io::Result<Report> {
     let fd = setup.cgroup_procs.map(AsRawFd::as_raw_fd);
     let user = setup.user.map(|u| (u.uid, u.gid, u.groups.into_iter().map(nix::unistd::Gid::from_raw).collect::<Vec<_>>()));
     let (workdir, stdout, stderr) = (setup.workdir, setup.stdout, setup.stderr);
+    let keep = setup.keep.map(AsRawFd::as_raw_fd);
     let hook = move || -> std::io::Result<()> {
         // SAFETY: `report_fd` is the write end of a pipe that the returned `Report` keeps open
         // until after the spawn.
@@ -141,6 +300,18 @@ pub fn prepare(cmd: &mut Command, setup: Setup) -> std::io::Result<Report> {
             let _ = nix::unistd::write(report, &[stage.byte()]);
             e.into()
         };
+        if let Some(fd) = keep {
+            nix::unistd::setsid().map_err(|e| fail(Stage::Keep, e))?;
+            // SAFETY: in a forked child already; both sides make async-signal-safe calls only.
+            #[allow(unsafe_code)]
+            match unsafe { nix::unistd::fork() }.map_err(|e| fail(Stage::Keep, e))? {
+                nix::unistd::ForkResult::Parent { child } => keeper(child, fd),
+                nix::unistd::ForkResult::Child => {
+                    put(fd, &status_line(b"task", i64::from(nix::unistd::getpid().as_raw())), TASK_AT);
+                    nix::unistd::setpgid(nix::unistd::Pid::from_raw(0), nix::unistd::Pid::from_raw(0)).map_err(|e| fail(Stage::Keep, e))?;
+                }
+            }
+        }
         if let Some(fd) = fd {
             // SAFETY: `fd` belongs to the caller's open file, which outlives the spawn.
             #[allow(unsafe_code)]
@@ -170,8 +341,9 @@ pub fn prepare(cmd: &mut Command, setup: Setup) -> std::io::Result<Report> {
         Ok(())
     };
     // SAFETY: the hook runs in the forked child, where only async-signal-safe calls are allowed:
-    // it makes only the system calls write, setgroups, setgid, setuid, chdir, umask, open, dup2
-    // and close, on memory prepared before the fork, and allocates nothing.
+    // it makes only the system calls setsid, fork, pwrite, setpgid, write, setgroups, setgid,
+    // setuid, chdir, umask, open, dup2 and close (and, in a keeper, close_range, signal,
+    // prctl, waitpid, fdatasync and _exit), on memory prepared before the fork, and allocates nothing.
     #[allow(unsafe_code)]
     unsafe {
         cmd.pre_exec(hook);
@@ -307,6 +479,29 @@ mod tests {
 
     fn libc_enoent() -> i32 {
         nix::errno::Errno::ENOENT as i32
+    }
+
+    #[test]
+    fn a_kept_task_has_a_keeper_that_records_how_it_ended() {
+        let d = temp("keep");
+        for (script, want) in [("exit 7", (Some(7), None)), ("kill -TERM $$", (None, Some(15))), ("exit 0", (Some(0), None))] {
+            let path = d.join("status");
+            let f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).open(&path).unwrap();
+            let mut cmd = Command::new("sh");
+            cmd.args(["-c", script]);
+            let _r = prepare(&mut cmd, Setup { keep: Some(&f), ..Setup::default() }).unwrap();
+            let mut child = cmd.spawn().unwrap();
+            assert!(child.wait().unwrap().success(), "the keeper exits 0");
+            let s = Status::parse(&std::fs::read(&path).unwrap());
+            assert_eq!(s.keeper, Some(child.id() as i32), "{script}: {s:?}");
+            assert!(s.task.is_some_and(|t| t != s.keeper.unwrap()), "{script}: {s:?}");
+            assert_eq!((s.code, s.signal), want, "{script}: {s:?}");
+            assert!(s.ended());
+        }
+        // Lines are fixed-width, whatever the number.
+        assert_eq!(&status_line(b"exit", -3), b"exit -3        \n");
+        assert_eq!(Status::parse(b"task 12\nkeep x\nbogus\n"), Status { task: Some(12), ..Status::default() });
+        std::fs::remove_dir_all(d).ok();
     }
 
     #[test]

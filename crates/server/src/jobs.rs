@@ -532,7 +532,7 @@ async fn register(
     let registered = app
         .with(|c| {
             check_serial(c, Holder::Node, &r.node.name, serial)?;
-            c.register(t, r.node, r.addr).map(|()| (c.settings().lease, c.heartbeat_ms()))
+            c.register_with(t, r.node, r.addr, &r.running, &r.exits).map(|()| (c.settings().lease, c.heartbeat_ms()))
         })
         .await;
     match registered {
@@ -582,7 +582,7 @@ async fn heartbeat(
     let hold = hb.wait_ms.min(app.heartbeat_ms);
     let _ = tokio::time::timeout(Duration::from_millis(hold), notify.notified()).await;
     let t = now();
-    match app.with(|c| check_serial(c, Holder::Node, &hb.node, serial).and_then(|()| c.heartbeat(t, &hb.node, hb.ack, &[], &[]))).await {
+    match app.with(|c| check_serial(c, Holder::Node, &hb.node, serial).and_then(|()| c.poll(t, &hb.node, hb.ack))).await {
         Ok(Ok(o)) => Json(Orders { orders: o }).into_response(),
         Ok(Err(e)) => refused(e),
         Err(r) => r,

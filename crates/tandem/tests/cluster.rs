@@ -290,49 +290,6 @@ fn acknowledged_submissions_survive_kill_9_and_run_exactly_once() {
     }
 }
 
-/// A TCP forwarder the test can cut, standing for the network between one agent and the
-/// controller.
-struct Link {
-    addr: String,
-    up: std::sync::Arc<std::sync::atomic::AtomicBool>,
-}
-
-impl Link {
-    fn new(target: &str) -> Link {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = l.local_addr().unwrap().to_string();
-        let up = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
-        let target = target.to_string();
-        let flag = up.clone();
-        std::thread::spawn(move || {
-            for conn in l.incoming() {
-                let Ok(a) = conn else { continue };
-                if !flag.load(std::sync::atomic::Ordering::SeqCst) {
-                    continue; // dropped: the partition
-                }
-                let Ok(b) = std::net::TcpStream::connect(&target) else { continue };
-                for (mut r, mut w) in [(a.try_clone().unwrap(), b.try_clone().unwrap()), (b, a)] {
-                    let f = flag.clone();
-                    std::thread::spawn(move || {
-                        let mut buf = [0u8; 8192];
-                        while let Ok(n) = r.read(&mut buf) {
-                            if n == 0 || !f.load(std::sync::atomic::Ordering::SeqCst) || w.write_all(&buf[..n]).is_err() {
-                                break;
-                            }
-                        }
-                        let _ = w.shutdown(std::net::Shutdown::Both);
-                    });
-                }
-            }
-        });
-        Link { addr, up }
-    }
-
-    fn cut(&self) {
-        self.up.store(false, std::sync::atomic::Ordering::SeqCst);
-    }
-}
-
 #[test]
 fn a_partitioned_agent_fences_itself_and_nothing_runs_twice() {
     let mut c = Cluster::new("partition", 1, None, 4);

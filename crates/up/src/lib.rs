@@ -1,6 +1,8 @@
 //! `tandem up`: a whole local cluster in one command: the controller, N node agents and the
 //! inference proxy, each its own OS process of the `tandem` binary (this process's own
-//! executable) with its own node name, in the foreground until Ctrl-C. [`start`] is shared with
+//! executable) with its own node name, in the foreground until Ctrl-C. It supervises them: a
+//! process that dies is started again (with a growing back-off, and a line on standard error)
+//! while the others keep running, as systemd would restart a daemon. [`start`] is shared with
 //! the benchmarks, which start clusters the same way.
 //!
 //! It only starts, watches and stops processes, and writes `DATA/env`: it links none of the
@@ -75,6 +77,25 @@ fn wait_for(path: &Path, kids: &mut Kids, what: &str) -> Result<String> {
     }
 }
 
+/// First restart delay of a process that died, and the cap; a process that ran this long
+/// without dying starts its back-off afresh.
+const BACKOFF_START: Duration = Duration::from_millis(500);
+const BACKOFF_MAX: Duration = Duration::from_secs(30);
+const BACKOFF_RESET: Duration = Duration::from_secs(60);
+
+/// How to start one process of the cluster again (its log is appended to).
+type Respawn = Box<dyn Fn() -> Result<Child>>;
+
+/// One supervised process: its name, how to start it again, and its back-off.
+struct Daemon {
+    name: String,
+    respawn: Respawn,
+    backoff: Duration,
+    started: Instant,
+    /// Dead, to be started again at this time.
+    due: Option<Instant>,
+}
+
 /// A running local cluster.
 pub struct LocalCluster {
     /// Data directory.
@@ -92,6 +113,53 @@ pub struct LocalCluster {
     pub agent_pids: Vec<u32>,
     /// Every process: controller, agents, proxy.
     pub kids: Kids,
+    /// How to restart each of `kids`, in the same order.
+    daemons: Vec<Daemon>,
+}
+
+impl LocalCluster {
+    /// One round of supervision: notes the processes that died and starts again those whose
+    /// back-off is over. Returns what happened, one line each, for the operator.
+    pub fn supervise(&mut self) -> Vec<String> {
+        let mut lines = Vec::new();
+        let now = Instant::now();
+        for (i, d) in self.daemons.iter_mut().enumerate() {
+            let child = &mut self.kids.0[i];
+            match d.due {
+                None => {
+                    if let Ok(Some(st)) = child.try_wait() {
+                        if d.started.elapsed() > BACKOFF_RESET {
+                            d.backoff = BACKOFF_START;
+                        }
+                        lines.push(format!(
+                            "tandem up: {} exited ({st}); restarting in {:.1} s (log: {}/{}.log)",
+                            d.name,
+                            d.backoff.as_secs_f64(),
+                            self.data.display(),
+                            d.name.rsplit(' ').next().unwrap_or(&d.name)
+                        ));
+                        d.due = Some(now + d.backoff);
+                        d.backoff = (d.backoff * 2).min(BACKOFF_MAX);
+                    }
+                }
+                Some(at) if now >= at => match (d.respawn)() {
+                    Ok(c) => {
+                        lines.push(format!("tandem up: {} restarted (pid {})", d.name, c.id()));
+                        *child = c;
+                        d.started = now;
+                        d.due = None;
+                    }
+                    Err(e) => {
+                        lines.push(format!("tandem up: restarting {}: {e:#}; trying again in {:.1} s", d.name, d.backoff.as_secs_f64()));
+                        d.due = Some(now + d.backoff);
+                        d.backoff = (d.backoff * 2).min(BACKOFF_MAX);
+                    }
+                },
+                Some(_) => {}
+            }
+        }
+        lines
+    }
 }
 
 /// Runs the local cluster until SIGINT/SIGTERM.
@@ -114,12 +182,10 @@ pub fn run(a: UpArgs) -> Result<()> {
             println!("stopping");
             return Ok(());
         }
-        for k in &mut c.kids.0 {
-            if let Ok(Some(st)) = k.try_wait() {
-                bail!("a cluster process exited ({st}); see the logs in {}", data.display());
-            }
+        for line in c.supervise() {
+            eprintln!("{line}");
         }
-        std::thread::sleep(Duration::from_millis(200));
+        std::thread::sleep(Duration::from_millis(100));
     }
 }
 
@@ -149,28 +215,41 @@ pub fn start(a: UpArgs) -> Result<LocalCluster> {
     subdir(&ctl_dir)?;
     let _ = std::fs::remove_file(ctl_dir.join("addr"));
     let mut kids = Kids(Vec::new());
-    // Logs are the caller's alone (0600).
-    let log = |name: &str| -> Result<std::fs::File> {
-        use std::os::unix::fs::OpenOptionsExt;
-        let path = data.join(format!("{name}.log"));
-        Ok(std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .custom_flags(nix::libc::O_NOFOLLOW)
-            .open(&path)?)
+    let mut daemons: Vec<Daemon> = Vec::new();
+    let config = a.config.as_ref().map(|c| c.canonicalize().with_context(|| format!("reading {}", c.display()))).transpose()?;
+    let server_cmd = {
+        let (exe, ctl_dir, lease) = (exe.clone(), ctl_dir.clone(), a.lease);
+        move |port: u16| {
+            let mut server = Command::new(&exe);
+            server.args(["server", "--listen", &format!("127.0.0.1:{port}"), "--data"]).arg(&ctl_dir);
+            if let Some(l) = lease {
+                server.args(["--lease", &l.to_string()]);
+            }
+            if let Some(c) = &config {
+                server.arg("--config").arg(c);
+            }
+            server
+        }
     };
-    let mut server = Command::new(&exe);
-    server.args(["server", "--listen", &format!("127.0.0.1:{}", a.port), "--data"]).arg(&ctl_dir);
-    if let Some(l) = a.lease {
-        server.args(["--lease", &l.to_string()]);
-    }
-    if let Some(c) = &a.config {
-        server.arg("--config").arg(c.canonicalize().with_context(|| format!("reading {}", c.display()))?);
-    }
-    kids.0.push(server.stdout(log("controller")?).stderr(log("controller")?.try_clone()?).spawn().context("starting the controller")?);
+    let mut server = server_cmd(a.port);
+    let f = log(&data, "controller", true)?;
+    kids.0.push(server.stdout(f.try_clone()?).stderr(f).spawn().context("starting the controller")?);
     let addr = wait_for(&ctl_dir.join("addr"), &mut kids, "the controller")?;
+    // Started again on the port it took (agents and the proxy know it by that).
+    let port: u16 = addr.rsplit(':').next().and_then(|p| p.parse().ok()).with_context(|| format!("the controller's address {addr}"))?;
+    daemons.push(Daemon {
+        name: "controller".into(),
+        respawn: {
+            let data = data.clone();
+            Box::new(move || {
+                let f = log(&data, "controller", false)?;
+                Ok(server_cmd(port).stdout(f.try_clone()?).stderr(f).spawn()?)
+            })
+        },
+        backoff: BACKOFF_START,
+        started: Instant::now(),
+        due: None,
+    });
     // Each agent joins with a single-use token of its own (a restarted one reuses the
     // credential it keeps); the proxy gets a credential.
     let sock = ctl_dir.join("tandem.sock");
@@ -185,26 +264,46 @@ pub fn start(a: UpArgs) -> Result<LocalCluster> {
         subdir(&dir)?;
         let join = dir.join("join-token");
         write_file(&join, &format!("{}\n", joins[i as usize - 1]), 0o600)?;
-        let mut c = Command::new(&exe);
-        c.args(["agent", "--server", &format!("https://{addr}"), "--name", &name, "--join-token-file"])
-            .arg(&join)
-            .arg("--ca")
-            .arg(ctl_dir.join("ca.pem"))
-            .arg("--data")
-            .arg(&dir);
-        if let Some(g) = &a.gpus {
-            c.args(["--gpus", g]);
-        }
-        if let Some(n) = a.cpus {
-            c.args(["--cpus", &n.to_string()]);
-        }
-        if let Some(m) = &a.memory {
-            c.args(["--memory", m]);
-        }
-        let f = log(&name)?;
-        let child = c.stdout(f.try_clone()?).stderr(f).spawn().with_context(|| format!("starting agent {name}"))?;
+        let agent_cmd = {
+            let (exe, addr, name, ctl_dir, gpus, cpus, memory) =
+                (exe.clone(), addr.clone(), name.clone(), ctl_dir.clone(), a.gpus.clone(), a.cpus, a.memory.clone());
+            move || {
+                let mut c = Command::new(&exe);
+                c.args(["agent", "--server", &format!("https://{addr}"), "--name", &name, "--join-token-file"])
+                    .arg(&join)
+                    .arg("--ca")
+                    .arg(ctl_dir.join("ca.pem"))
+                    .arg("--data")
+                    .arg(&dir);
+                if let Some(g) = &gpus {
+                    c.args(["--gpus", g]);
+                }
+                if let Some(n) = cpus {
+                    c.args(["--cpus", &n.to_string()]);
+                }
+                if let Some(m) = &memory {
+                    c.args(["--memory", m]);
+                }
+                c
+            }
+        };
+        let f = log(&data, &name, true)?;
+        let child = agent_cmd().stdout(f.try_clone()?).stderr(f).spawn().with_context(|| format!("starting agent {name}"))?;
         agent_pids.push(child.id());
         kids.0.push(child);
+        daemons.push(Daemon {
+            name: format!("agent {name}"),
+            respawn: {
+                let (data, name) = (data.clone(), name.clone());
+                Box::new(move || {
+                    let f = log(&data, &name, false)?;
+                    Ok(agent_cmd().stdout(f.try_clone()?).stderr(f).spawn()?)
+                })
+            },
+            backoff: BACKOFF_START,
+            started: Instant::now(),
+            due: None,
+        });
     }
     // The socket for this machine's users; the CA for clients over TCP (TANDEM_SERVER=https://).
     let mut env_line = format!(
@@ -219,13 +318,32 @@ pub fn start(a: UpArgs) -> Result<LocalCluster> {
         let cred = data.join("proxy.credential");
         let issued = token(&exe, &sock, &["--proxy", "proxy"])?;
         write_file(&cred, &format!("{}\n", issued.first().context("tandem token --proxy printed nothing")?), 0o600)?;
-        let mut p = Command::new(&exe);
-        p.args(["proxy", "--listen", &listen, "--server", &format!("https://{addr}"), "--credential-file"])
-            .arg(&cred)
-            .arg("--ca")
-            .arg(ctl_dir.join("ca.pem"));
-        let f = log("proxy")?;
-        kids.0.push(p.stdout(f.try_clone()?).stderr(f).spawn().context("starting the proxy")?);
+        let proxy_cmd = {
+            let (exe, listen, addr, ctl_dir) = (exe.clone(), listen.clone(), addr.clone(), ctl_dir.clone());
+            move || {
+                let mut p = Command::new(&exe);
+                p.args(["proxy", "--listen", &listen, "--server", &format!("https://{addr}"), "--credential-file"])
+                    .arg(&cred)
+                    .arg("--ca")
+                    .arg(ctl_dir.join("ca.pem"));
+                p
+            }
+        };
+        let f = log(&data, "proxy", true)?;
+        kids.0.push(proxy_cmd().stdout(f.try_clone()?).stderr(f).spawn().context("starting the proxy")?);
+        daemons.push(Daemon {
+            name: "proxy".into(),
+            respawn: {
+                let data = data.clone();
+                Box::new(move || {
+                    let f = log(&data, "proxy", false)?;
+                    Ok(proxy_cmd().stdout(f.try_clone()?).stderr(f).spawn()?)
+                })
+            },
+            backoff: BACKOFF_START,
+            started: Instant::now(),
+            due: None,
+        });
         env_line.push_str(&format!("\nexport TANDEM_PROXY=http://{listen}"));
         proxy = Some(listen);
     }
@@ -239,7 +357,21 @@ pub fn start(a: UpArgs) -> Result<LocalCluster> {
         None => data.join("env"),
     };
     let server = format!("unix://{}", ctl_dir.join("tandem.sock").display());
-    Ok(LocalCluster { data, addr, server, proxy, env, agent_pids, kids })
+    Ok(LocalCluster { data, addr, server, proxy, env, agent_pids, kids, daemons })
+}
+
+/// A process's log, `DATA/NAME.log`: the caller's alone (0600), never through a link; emptied
+/// at the cluster's start, appended to by a restarted process.
+fn log(data: &Path, name: &str, fresh: bool) -> Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let path = data.join(format!("{name}.log"));
+    let mut o = std::fs::OpenOptions::new();
+    if fresh {
+        o.write(true).truncate(true);
+    } else {
+        o.append(true);
+    }
+    o.create(true).mode(0o600).custom_flags(nix::libc::O_NOFOLLOW).open(&path).with_context(|| format!("opening {}", path.display()))
 }
 
 /// Where default clusters go: `$XDG_RUNTIME_DIR/tandem` when that is set (a private per-user

@@ -217,6 +217,13 @@ pub struct RegisterRequest {
     pub node: Node,
     /// Address other nodes reach it at.
     pub addr: String,
+    /// The tasks it runs (those an earlier agent process started included, once adopted):
+    /// the controller ends at once every run it placed here that the agent does not have.
+    #[serde(default)]
+    pub running: Vec<TaskKey>,
+    /// Tasks that ended and were not reported yet (an earlier agent process's included).
+    #[serde(default)]
+    pub exits: Vec<TaskExit>,
 }
 
 /// Response to a registration.

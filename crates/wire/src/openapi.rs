@@ -554,7 +554,9 @@ pub const DOCUMENT: &str = r##"{
         "credential": {"type": "string", "description": "Sent as `Authorization: Bearer CREDENTIAL`"}}},
       "RegisterRequest": {"type": "object", "required": ["node", "addr"], "properties": {
         "node": {"$ref": "#/components/schemas/Node"},
-        "addr": {"type": "string", "description": "Address other nodes reach it at"}}},
+        "addr": {"type": "string", "description": "Address other nodes reach it at"},
+        "running": {"type": "array", "items": {"$ref": "#/components/schemas/TaskKey"}, "description": "The tasks it runs, adopted ones included: every other run placed here ends at once"},
+        "exits": {"type": "array", "items": {"$ref": "#/components/schemas/TaskExit"}, "description": "Tasks that ended and were not reported yet"}}},
       "RegisterResponse": {"type": "object", "required": ["lease_s", "heartbeat_ms"], "additionalProperties": false, "properties": {
         "lease_s": {"$ref": "#/components/schemas/i64"}, "heartbeat_ms": {"$ref": "#/components/schemas/u64"}}},
       "TaskKey": {"type": "object", "required": ["job", "epoch", "step", "rank"], "properties": {
@@ -565,7 +567,8 @@ pub const DOCUMENT: &str = r##"{
         "step": {"$ref": "#/components/schemas/u32"}, "rank": {"$ref": "#/components/schemas/u32"},
         "code": {"$ref": "#/components/schemas/i32OrNull"}, "signal": {"$ref": "#/components/schemas/i32OrNull"},
         "oom": {"type": "boolean"}, "fenced": {"type": "boolean"},
-        "error": {"$ref": "#/components/schemas/StringOrNull", "description": "Why it never started"}}},
+        "error": {"$ref": "#/components/schemas/StringOrNull", "description": "Why it never started"},
+        "lost": {"type": "boolean", "description": "How it ended is not known (it outlived its agent and its keeper): a node failure for its job"}}},
       "ReplicaReport": {"type": "object", "required": ["job", "epoch", "port", "ready", "restarts", "crashloop"], "properties": {
         "job": {"$ref": "#/components/schemas/u64"}, "epoch": {"$ref": "#/components/schemas/u32"},
         "port": {"$ref": "#/components/schemas/u16"}, "ready": {"type": "boolean"},
@@ -1091,6 +1094,7 @@ mod tests {
             oom: false,
             fenced: false,
             error: Some("no such directory".into()),
+            lost: true,
         };
         let report = ReplicaReport { job: 5, epoch: 1, port: 8000, ready: true, restarts: 0, crashloop: false, message: None };
         let row = ReplicaRow {
@@ -1166,7 +1170,7 @@ mod tests {
             ),
             ("StepRequest", v(&StepRequest { nodes: Some(1), ntasks: None, ntasks_per_node: Some(2), argv: vec!["hostname".into()] })),
             ("StepResponse", v(&StepResponse { step: 0 })),
-            ("RegisterRequest", v(&RegisterRequest { node, addr: "127.0.0.1".into() })),
+            ("RegisterRequest", v(&RegisterRequest { node, addr: "127.0.0.1".into(), running: Vec::new(), exits: Vec::new() })),
             ("RegisterResponse", v(&RegisterResponse { lease_s: 30, heartbeat_ms: 5000 })),
             (
                 "Heartbeat",

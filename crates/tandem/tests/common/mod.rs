@@ -24,16 +24,22 @@ pub fn free_dir(tag: &str) -> PathBuf {
 }
 
 pub fn kill_tree(pid: u32, sig: &str) {
-    // Tasks are process-group leaders below the agent. Note them, kill the agent first (so it
-    // cannot report their deaths: the node dies as a whole), then their groups.
-    let kids: Vec<String> = Command::new("pgrep")
-        .args(["-P", &pid.to_string()])
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).split_whitespace().map(str::to_string).collect())
-        .unwrap_or_default();
+    // Tasks lead process groups below their keepers, below the agent. Note them, kill the
+    // agent first (so it cannot report their deaths: the node dies as a whole), then their
+    // keepers and groups.
+    let children = |p: &str| -> Vec<String> {
+        Command::new("pgrep")
+            .args(["-P", p])
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).split_whitespace().map(str::to_string).collect())
+            .unwrap_or_default()
+    };
+    let keepers = children(&pid.to_string());
+    let tasks: Vec<String> = keepers.iter().flat_map(|k| children(k)).collect();
     let _ = Command::new("kill").args([sig, &pid.to_string()]).status();
-    for c in kids {
+    for c in keepers.iter().chain(&tasks) {
         let _ = Command::new("kill").args([sig, "--", &format!("-{c}")]).status();
+        let _ = Command::new("kill").args([sig, c]).status();
     }
 }
 
@@ -240,6 +246,14 @@ impl Cluster {
         }
     }
 
+    /// `kill -9` of agent `i` alone: its tasks live on, as when a daemon crashes.
+    pub fn crash_agent(&mut self, i: usize) {
+        if let Some(mut c) = self.agents[i].take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
     pub fn kill_server(&mut self) {
         if let Some(mut c) = self.server.take() {
             let _ = c.kill();
@@ -343,4 +357,52 @@ pub fn post(path: &str, body: &str, headers: &str) -> String {
         "POST {path} HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n{headers}connection: close\r\n\r\n{body}",
         body.len()
     )
+}
+
+/// A TCP forwarder the test can cut, standing for the network between one agent and the
+/// controller.
+pub struct Link {
+    pub addr: String,
+    up: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Link {
+    pub fn new(target: &str) -> Link {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        let up = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let target = target.to_string();
+        let flag = up.clone();
+        std::thread::spawn(move || {
+            for conn in l.incoming() {
+                let Ok(a) = conn else { continue };
+                if !flag.load(std::sync::atomic::Ordering::SeqCst) {
+                    continue; // dropped: the partition
+                }
+                let Ok(b) = std::net::TcpStream::connect(&target) else { continue };
+                for (mut r, mut w) in [(a.try_clone().unwrap(), b.try_clone().unwrap()), (b, a)] {
+                    let f = flag.clone();
+                    std::thread::spawn(move || {
+                        let mut buf = [0u8; 8192];
+                        while let Ok(n) = r.read(&mut buf) {
+                            if n == 0 || !f.load(std::sync::atomic::Ordering::SeqCst) || w.write_all(&buf[..n]).is_err() {
+                                break;
+                            }
+                        }
+                        let _ = w.shutdown(std::net::Shutdown::Both);
+                    });
+                }
+            }
+        });
+        Link { addr, up }
+    }
+
+    pub fn cut(&self) {
+        self.up.store(false, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Heals the cut: new connections go through again.
+    pub fn heal(&self) {
+        self.up.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
 }

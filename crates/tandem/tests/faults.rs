@@ -1,0 +1,289 @@
+//! End-to-end tests of faults in orders the other tests do not take: an agent restarted within
+//! its lease (with its tasks dead, and with its tasks still running), a job cancelled while its
+//! node is cut off, and one process of `tandem up` killed with `kill -9`. Each job writes a
+//! ledger under an exclusive `flock`, so two runs at once, or a second run, show in it. Every
+//! wait is bounded; no test asserts a duration.
+
+mod common;
+
+use common::*;
+use std::io::Read;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A batch script that holds an exclusive lock on `NAME.lock` for its whole run (a second copy
+/// at the same time writes OVERLAP and fails) and appends its start and end to `NAME.ledger`.
+fn ledger_script(c: &Cluster, name: &str, secs: u32, code: i32) -> String {
+    c.script(
+        &format!("{name}.sh"),
+        &format!(
+            "#!/bin/bash\n#SBATCH -o {name}.out\nexec 9>>{name}.lock\nflock -n 9 || {{ echo OVERLAP $SLURM_RESTART_COUNT >> {name}.ledger; exit 1; }}\n\
+             echo start $SLURM_JOB_ID $SLURM_RESTART_COUNT $SLURMD_NODENAME >> {name}.ledger\nsleep {secs}\n\
+             echo end $SLURM_JOB_ID $SLURM_RESTART_COUNT >> {name}.ledger\nexit {code}\n"
+        ),
+    )
+}
+
+fn ledger(c: &Cluster, name: &str) -> String {
+    std::fs::read_to_string(c.work.join(format!("{name}.ledger"))).unwrap_or_default()
+}
+
+fn wait_file(c: &Cluster, file: &str, what: &str, secs: u64) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while !std::fs::read_to_string(c.work.join(file)).unwrap_or_default().contains(what) {
+        assert!(Instant::now() < deadline, "{file} never held {what:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn an_agent_restarted_within_its_lease_ends_or_requeues_the_jobs_it_lost() {
+    // A long lease: nothing here may wait for it.
+    let mut c = Cluster::new("agentlost", 1, None, 120);
+    let a = c.sbatch(&["--no-requeue", "-c1", "-o", "a.out", "--wrap", "echo started; sleep 300"]);
+    let b = c.sbatch(&["-c1", "-o", "b.out", "--wrap", "echo run=$SLURM_RESTART_COUNT; sleep 300"]);
+    wait_file(&c, "a.out", "started", 30);
+    wait_file(&c, "b.out", "run=0", 30);
+    // The node dies with its tasks and its agent comes straight back (systemd, say).
+    c.kill_agent(0);
+    let server = format!("https://{}", c.addr);
+    c.start_agent(0, &server);
+    let j = c.wait_state(a, &["NODE_FAIL"], 30);
+    assert_eq!(j["Restarts"], "0");
+    let j = c.wait_state(b, &["RUNNING"], 30);
+    wait_file(&c, "b.out", "run=1", 30);
+    assert_eq!(j["Restarts"], "1", "{j:?}");
+    // scancel of the requeued run takes effect.
+    c.ok("scancel", &[&b.to_string()]);
+    c.wait_state(b, &["CANCELLED"], 30);
+    // Nothing is held any more: a job that needs every CPU of the node runs.
+    let d = c.sbatch(&["-c4", "--wrap", "true"]);
+    c.wait_state(d, &["COMPLETED"], 30);
+}
+
+#[test]
+fn a_task_that_outlives_its_agent_is_adopted_and_runs_once() {
+    let mut c = Cluster::new("adopt", 1, None, 120);
+    let s = ledger_script(&c, "once", 5, 3);
+    let id = c.sbatch(&[&s]);
+    wait_file(&c, "once.ledger", "start", 30);
+    // The agent alone crashes; its task goes on. The restarted agent must take it over (or
+    // kill it), and never start it again.
+    c.crash_agent(0);
+    let server = format!("https://{}", c.addr);
+    c.start_agent(0, &server);
+    let j = c.wait_state(id, &["FAILED", "NODE_FAIL", "COMPLETED", "CANCELLED"], 60);
+    assert_eq!((j["JobState"].as_str(), j["ExitCode"].as_str(), j["Restarts"].as_str()), ("FAILED", "3:0", "0"), "{j:?}");
+    let l = ledger(&c, "once");
+    assert_eq!(l, format!("start {id} 0 node1\nend {id} 0\n"), "{l}");
+    // An adopted task is cancelled like any other.
+    let s = ledger_script(&c, "adopted", 300, 0);
+    let id = c.sbatch(&[&s]);
+    wait_file(&c, "adopted.ledger", "start", 30);
+    c.crash_agent(0);
+    c.start_agent(0, &server);
+    c.wait_nodes(1);
+    c.ok("scancel", &[&id.to_string()]);
+    c.wait_state(id, &["CANCELLED"], 30);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !Command::new("flock").args(["-n"]).arg(c.work.join("adopted.lock")).arg("true").status().unwrap().success() {
+        assert!(Instant::now() < deadline, "the cancelled task still holds its lock");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(ledger(&c, "adopted").matches("start").count(), 1);
+}
+
+#[test]
+fn a_job_cancelled_while_its_node_is_cut_off_stays_cancelled() {
+    let mut c = Cluster::new("cancelcut", 1, None, 4);
+    let link = Link::new(&c.addr);
+    c.start_agent(1, &format!("https://{}", link.addr));
+    c.wait_nodes(2);
+    c.ok("scontrol", &["update", "NodeName=node1", "State=DRAIN", "Reason=test"]);
+    let s = ledger_script(&c, "cut", 30, 0);
+    let id = c.sbatch(&[&s]);
+    let j = c.wait_state(id, &["RUNNING"], 30);
+    assert_eq!(j["NodeList"], "node2");
+    wait_file(&c, "cut.ledger", "start", 30);
+    // node1 could take a requeued run now.
+    c.ok("scontrol", &["update", "NodeName=node1", "State=RESUME"]);
+    link.cut();
+    c.ok("scancel", &[&id.to_string()]);
+    // The lease lapses: node2 is down. The job stays cancelled, and is not run again.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !c.ok("sinfo", &["-N"]).lines().any(|l| l.starts_with("node2") && l.contains("down")) {
+        assert!(Instant::now() < deadline, "node2 never went down");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let j = c.wait_state(id, &["CANCELLED"], 30);
+    assert_eq!(j["Restarts"], "0", "{j:?}");
+    link.heal();
+    c.wait_nodes(2);
+    std::thread::sleep(Duration::from_secs(3));
+    let j = c.job(id);
+    assert_eq!((j["JobState"].as_str(), j["Restarts"].as_str()), ("CANCELLED", "0"), "{j:?}");
+    assert_eq!(ledger(&c, "cut").matches("start").count(), 1, "{}", ledger(&c, "cut"));
+    assert!(c.ok("squeue", &["-h"]).trim().is_empty());
+}
+
+/// `tandem up` in the background on `dir`, with its standard output piped; its env file read.
+fn up(dir: &std::path::Path, agents: u32, extra: &[&str]) -> (std::process::Child, String, String) {
+    // `tandem up` refuses a directory others may write (SECURITY.md S2).
+    Command::new("chmod").arg("755").arg(dir).status().unwrap();
+    let mut child = Command::new(bin())
+        .args(["up", "--agents", &agents.to_string(), "--port", "0", "--data"])
+        .arg(dir)
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !dir.join("env").exists() {
+        assert!(Instant::now() < deadline, "tandem up did not write its env file");
+        assert!(child.try_wait().unwrap().is_none(), "tandem up exited");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let env = std::fs::read_to_string(dir.join("env")).unwrap();
+    let var = |k: &str| env.lines().find_map(|l| l.strip_prefix(&format!("export {k}="))).unwrap_or_default().to_string();
+    let server = var("TANDEM_SERVER");
+    // Every agent registered (a job asking for more nodes than there are is refused).
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let n = run_in(dir, &server, &["nodes", "-N", "-h"]);
+        if n.lines().filter(|l| l.starts_with("node") && !l.contains("down")).count() == agents as usize {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the agents did not register:\n{n}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    (child, server, var("TANDEM_PROXY"))
+}
+
+fn run_in(dir: &std::path::Path, server: &str, args: &[&str]) -> String {
+    let o = Command::new(bin()).args(args).env("TANDEM_SERVER", server).current_dir(dir).output().unwrap();
+    assert!(o.status.success(), "tandem {args:?}: {}", String::from_utf8_lossy(&o.stderr));
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// The pid of the one child of `parent` whose command line matches `pattern`.
+fn pid_of(parent: u32, pattern: &str) -> u32 {
+    let o = Command::new("pgrep").args(["-P", &parent.to_string(), "-f", "--", pattern]).output().unwrap();
+    let pids: Vec<u32> = String::from_utf8_lossy(&o.stdout).split_whitespace().filter_map(|p| p.parse().ok()).collect();
+    assert_eq!(pids.len(), 1, "processes matching {pattern:?}: {pids:?}");
+    pids[0]
+}
+
+fn stop_up(mut child: std::process::Child, dir: &std::path::Path) -> String {
+    let _ = Command::new("kill").args(["-INT", &child.id().to_string()]).status();
+    let st = child.wait().unwrap();
+    let mut out = String::new();
+    child.stderr.take().unwrap().read_to_string(&mut out).unwrap();
+    assert!(st.success(), "tandem up: {st}\n{out}");
+    let _ = std::fs::remove_dir_all(dir);
+    out
+}
+
+const SLOW: &str = r#"import http.server, os
+class H(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def do_GET(self):
+        body = b"ok\n"
+        self.send_response(200)
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a):
+        pass
+http.server.ThreadingHTTPServer(("127.0.0.1", int(os.environ["PORT"])), H).serve_forever()
+"#;
+
+#[test]
+fn tandem_up_restarts_a_killed_agent_and_its_proxy_loses_no_request() {
+    let dir = free_dir("upagent");
+    let (child, server, proxy) = up(&dir, 2, &["--proxy-port", "0"]);
+    std::fs::write(dir.join("web.py"), SLOW).unwrap();
+    std::fs::write(
+        dir.join("web.toml"),
+        "name = \"web\"\ncommand = [\"python3\", \"web.py\"]\nreplicas = 2\n[readiness]\nhttp = \"/\"\nperiod = \"300ms\"\n[resources]\ncpus = 1\n",
+    )
+    .unwrap();
+    run_in(&dir, &server, &["service", "apply", "-f", "web.toml"]);
+    let url = format!("{proxy}/s/web/");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let s = run_in(&dir, &server, &["service", "list"]);
+        if s.lines().any(|l| l.starts_with("web") && l.contains("2/2")) {
+            let o = Command::new("curl").args(["-s", "-o", "/dev/null", "-w", "%{http_code}", &url]).output().unwrap();
+            if String::from_utf8_lossy(&o.stdout) == "200" {
+                break;
+            }
+        }
+        assert!(Instant::now() < deadline, "the service never served:\n{s}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let load = std::thread::spawn(move || {
+        let o = Command::new(bin())
+            .args(["bench", "load", &url, "--json", "--requests", "1500", "--rate", "150", "--concurrency", "32", "--timeout", "10"])
+            .output()
+            .unwrap();
+        serde_json::from_slice::<serde_json::Value>(&o.stdout).unwrap()
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    let agent = pid_of(child.id(), &format!("agent .*--name node1 .*{}", dir.display()));
+    let _ = Command::new("kill").args(["-9", &agent.to_string()]).status();
+    let r = load.join().unwrap();
+    assert_eq!(r["sent"], 1500, "{r:#}");
+    assert_eq!(r["failed"], 0, "requests failed when an agent was killed: {r:#}");
+    // The cluster kept running, with node1's agent restarted.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let n = run_in(&dir, &server, &["nodes", "-N"]);
+        if n.lines().filter(|l| l.starts_with("node") && !l.contains("down")).count() == 2
+            && pid_of(child.id(), &format!("agent .*--name node1 .*{}", dir.display())) != agent
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "node1 did not come back:\n{n}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let s = run_in(&dir, &server, &["service", "list"]);
+    assert!(s.lines().any(|l| l.starts_with("web") && l.contains("2/2")), "{s}");
+    let out = stop_up(child, &dir);
+    assert!(out.contains("agent node1 exited") && out.contains("restarting"), "{out}");
+}
+
+#[test]
+fn tandem_up_restarts_a_killed_controller_and_kills_no_running_job() {
+    let dir = free_dir("upctl");
+    let (child, server, _) = up(&dir, 1, &["--no-proxy"]);
+    std::fs::write(
+        dir.join("long.sh"),
+        "#!/bin/bash\nexec 9>>long.lock\nflock -n 9 || { echo OVERLAP >> long.ledger; exit 1; }\n\
+         echo start $SLURM_RESTART_COUNT >> long.ledger\nsleep 8\necho end $SLURM_RESTART_COUNT >> long.ledger\n",
+    )
+    .unwrap();
+    let out = run_in(&dir, &server, &["submit", "long.sh"]);
+    let id: u64 = out.trim().strip_prefix("Submitted batch job ").unwrap().parse().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !std::fs::read_to_string(dir.join("long.ledger")).unwrap_or_default().contains("start") {
+        assert!(Instant::now() < deadline, "the job never started");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let ctl = pid_of(child.id(), &format!("server .*--data {}/controller", dir.display()));
+    let _ = Command::new("kill").args(["-9", &ctl.to_string()]).status();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let o = Command::new(bin()).args(["show", "show", "job", &id.to_string()]).env("TANDEM_SERVER", &server).output().unwrap();
+        let text = String::from_utf8_lossy(&o.stdout).into_owned();
+        if text.contains("JobState=COMPLETED") {
+            assert!(text.contains("Restarts=0"), "{text}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "job {id} never completed: {text}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(std::fs::read_to_string(dir.join("long.ledger")).unwrap(), "start 0\nend 0\n");
+    let out = stop_up(child, &dir);
+    assert!(out.contains("controller exited") && out.contains("restarting"), "{out}");
+}
