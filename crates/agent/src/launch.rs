@@ -47,6 +47,8 @@ fn boot_id() -> String {
 /// The agent's record of the tasks it runs: `DATA/tasks`.
 pub(crate) struct Tasks {
     dir: PathBuf,
+    /// How long a task's keeper lets it run without a live agent (set from the lease).
+    fence_ms: std::sync::atomic::AtomicU64,
 }
 
 impl Tasks {
@@ -55,7 +57,15 @@ impl Tasks {
         let dir = data.join("tasks");
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))?;
-        Ok(Tasks { dir })
+        Ok(Tasks { dir, fence_ms: std::sync::atomic::AtomicU64::new(0) })
+    }
+
+    /// Sets how long a keeper lets its task run once no agent supervises it: short enough that
+    /// the task is dead before the controller's lease on this node can lapse (the lease less
+    /// twice the agent's own fencing margin and a heartbeat interval).
+    pub(crate) fn set_lease(&self, lease: Duration, margin: Duration, heartbeat: Duration) {
+        let ms = lease.saturating_sub(margin * 2).saturating_sub(heartbeat).as_millis().max(1) as u64;
+        self.fence_ms.store(ms, std::sync::atomic::Ordering::SeqCst);
     }
 
     fn path(&self, k: &TaskKey, ext: &str) -> PathBuf {
@@ -177,7 +187,7 @@ impl Tasks {
             let key = key_of(&rec.task);
             let status_path = self.path(&key, "status");
             let status = exec::Status::parse(&std::fs::read(&status_path).unwrap_or_default());
-            let stopped = self.path(&key, "stopped").exists();
+            let stopped = self.path(&key, "stopped").exists() || status.fenced;
             let now = if status.ended() {
                 Now::Ended(status_of(&status_path).expect("ended"))
             } else if status.task.is_none() && status.keeper.is_none() {
@@ -381,7 +391,7 @@ pub(crate) fn launch(t: &Task, spool: &Path, tasks: &Tasks, cg: &Cgroups) -> Res
         workdir: Some(cstring("working directory", &t.workdir)?),
         stdout: Some(cstring("output file", &t.stdout)?),
         stderr: if t.stderr == t.stdout { None } else { Some(cstring("error file", &t.stderr)?) },
-        keep: Some(&status),
+        keep: Some(exec::Keep { status: &status, fence_ms: tasks.fence_ms.load(std::sync::atomic::Ordering::SeqCst) }),
     };
     let mut cmd = tokio::process::Command::new(&program);
     let mut report = exec::prepare(cmd.as_std_mut(), setup).map_err(|e| LaunchError(format!("preparing the launch: {e}")))?;

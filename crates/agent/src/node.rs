@@ -250,6 +250,7 @@ pub(crate) async fn run(a: AgentArgs) -> Result<()> {
         // Fencing: without a renewed lease, nothing of ours may keep running.
         let lease = Duration::from_millis(info.lease_s.max(1) as u64 * 1000);
         let margin = (lease / 5).max(Duration::from_millis(500)).min(lease / 2);
+        records.set_lease(lease, margin, Duration::from_millis(info.heartbeat_ms));
         if last_ok.elapsed() > lease - margin && tasks.keys().any(|k| !fenced.contains(k)) {
             eprintln!(
                 "tandem agent {}: no contact with the controller for {:?}; fencing: killing {} task(s)",

@@ -68,12 +68,32 @@ pub struct Setup<'a> {
     pub stderr: Option<CString>,
     /// Keep the task: the spawned process becomes the task's *keeper*, which forks the task
     /// and waits for it, so that the task's end is recorded even when the agent that started
-    /// it has died meanwhile. Both write to this file (opened for writing by the caller, with
-    /// close-on-exec; see [`Status`]): the task its pid before it becomes the task, the keeper
-    /// its own pid and then how the task ended. The keeper has a session of its own and
-    /// ignores the signals a terminal or a process group would send; the task leads a process
-    /// group of its own in that session. Without it, the spawned process is the task.
-    pub keep: Option<&'a std::fs::File>,
+    /// it has died meanwhile. Without it, the spawned process is the task.
+    pub keep: Option<Keep<'a>>,
+}
+
+/// How a task is kept ([`Setup::keep`]).
+///
+/// The task and its keeper write to the status file (opened for writing by the caller, with
+/// close-on-exec; see [`Status`]): the task its pid before it becomes the task, the keeper its
+/// own pid and then how the task ended. The keeper has a session of its own and ignores the
+/// signals a terminal or a process group would send; the task leads a process group of its own
+/// in that session. The keeper also fences: when its agent has died and no other agent
+/// adopted the task ([`adopt`]) for `fence_ms`, it kills the task's process group, as the
+/// agent itself would have once its lease could lapse.
+#[derive(Debug, Clone, Copy)]
+pub struct Keep<'a> {
+    /// The status file.
+    pub status: &'a std::fs::File,
+    /// Milliseconds without a live agent after which the keeper kills the task (0: never).
+    pub fence_ms: u64,
+}
+
+/// Tells a kept task's keeper that agent `pid` (this process, normally) supervises it now:
+/// writes `adop PID` to its status file, so the keeper stops counting towards fencing it.
+pub fn adopt(status: &std::fs::File, pid: i32) -> std::io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    status.write_all_at(&status_line(b"adop", i64::from(pid)), ADOPT_AT as u64)
 }
 
 /// What a kept task's status file (`Setup::keep`) says: fixed 16-byte lines, `task PID`,
@@ -88,6 +108,10 @@ pub struct Status {
     pub code: Option<i32>,
     /// Signal, once it was killed by one.
     pub signal: Option<i32>,
+    /// The keeper killed it: its agent was gone for longer than the fencing time.
+    pub fenced: bool,
+    /// The agent that adopted it last.
+    pub adopted_by: Option<i32>,
 }
 
 impl Status {
@@ -95,14 +119,17 @@ impl Status {
     pub fn parse(text: &[u8]) -> Status {
         let mut s = Status::default();
         for line in text.split(|b| *b == b'\n') {
+            // Lines not written yet read as NUL bytes (a hole in the file).
             let line = String::from_utf8_lossy(line);
-            let Some((tag, n)) = line.split_once(' ') else { continue };
+            let Some((tag, n)) = line.trim_start_matches('\0').split_once(' ') else { continue };
             let Ok(n) = n.trim().parse::<i32>() else { continue };
             match tag {
                 "task" => s.task = Some(n),
                 "keep" => s.keeper = Some(n),
                 "exit" => s.code = Some(n),
                 "kill" => s.signal = Some(n),
+                "fenc" => s.fenced = n != 0,
+                "adop" => s.adopted_by = Some(n),
                 _ => {}
             }
         }
@@ -119,6 +146,10 @@ impl Status {
 const TASK_AT: i64 = 0;
 const KEEP_AT: i64 = 16;
 const END_AT: i64 = 32;
+const FENCE_AT: i64 = 48;
+const ADOPT_AT: i64 = 64;
+/// How often a keeper looks at its task and its agent.
+const KEEPER_TICK_NS: i64 = 100_000_000;
 
 /// `TAG NUMBER` padded with spaces to 15 bytes and a newline, built without allocating.
 fn status_line(tag: &[u8; 4], n: i64) -> [u8; 16] {
@@ -149,6 +180,37 @@ fn status_line(tag: &[u8; 4], n: i64) -> [u8; 16] {
     b
 }
 
+/// The monotonic clock, nanoseconds (async-signal-safe).
+fn monotonic_ns() -> i64 {
+    let mut ts = nix::libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes the timespec on the stack only.
+    #[allow(unsafe_code)]
+    unsafe {
+        nix::libc::clock_gettime(nix::libc::CLOCK_MONOTONIC, &mut ts);
+    }
+    ts.tv_sec * 1_000_000_000 + ts.tv_nsec
+}
+
+/// The pid in the status file's `adop` line, read without allocating (async-signal-safe).
+fn read_adopter(fd: i32) -> Option<i32> {
+    let mut b = [0u8; 16];
+    // SAFETY: pread writes at most 16 bytes into the buffer on the stack.
+    #[allow(unsafe_code)]
+    let n = unsafe { nix::libc::pread(fd, b.as_mut_ptr().cast(), b.len(), ADOPT_AT) };
+    if n != 16 || &b[..5] != b"adop " {
+        return None;
+    }
+    let mut v: i32 = 0;
+    for &c in &b[5..15] {
+        match c {
+            b'0'..=b'9' => v = v.checked_mul(10)?.checked_add(i32::from(c - b'0'))?,
+            b' ' => break,
+            _ => return None,
+        }
+    }
+    (v > 0).then_some(v)
+}
+
 /// Writes `line` at `offset` of the file `fd` (async-signal-safe).
 fn put(fd: i32, line: &[u8; 16], offset: i64) {
     // SAFETY: `line` is a live buffer of 16 bytes; `fd` is the caller's open status file.
@@ -163,7 +225,7 @@ fn put(fd: i32, line: &[u8; 16], offset: i64) {
 /// does, and the agent's spawn returns when the task execs), ignores the signals meant for
 /// others, names itself `tandem-keeper` (in `ps`), waits for the task, records how it ended and exits. Async-signal-safe system calls
 /// only, no allocation.
-fn keeper(task: nix::unistd::Pid, fd: i32) -> ! {
+fn keeper(task: nix::unistd::Pid, fd: i32, fence_ms: u64) -> ! {
     use nix::sys::signal::{SigHandler, Signal, signal};
     use nix::sys::wait::{WaitStatus, waitpid};
     put(fd, &status_line(b"keep", i64::from(nix::unistd::getpid().as_raw())), KEEP_AT);
@@ -191,13 +253,37 @@ fn keeper(task: nix::unistd::Pid, fd: i32) -> ! {
         #[allow(unsafe_code)]
         let _ = unsafe { signal(sig, SigHandler::SigIgn) };
     }
+    let agent = nix::unistd::getppid();
+    let mut alone_since: Option<i64> = None;
+    let mut fenced = false;
     let line = loop {
-        match waitpid(task, None) {
+        match waitpid(task, Some(nix::sys::wait::WaitPidFlag::WNOHANG)) {
             Ok(WaitStatus::Exited(_, code)) => break status_line(b"exit", i64::from(code)),
             Ok(WaitStatus::Signaled(_, sig, _)) => break status_line(b"kill", sig as i64),
-            Ok(_) | Err(nix::errno::Errno::EINTR) => continue,
+            Ok(_) | Err(nix::errno::Errno::EINTR) => {}
             // Not our child any more (cannot happen): nothing to record.
             Err(_) => exit_now(1),
+        }
+        // Its agent is alive while this keeper is still its child, or an agent that adopted
+        // it is alive.
+        let supervised = nix::unistd::getppid() == agent
+            || read_adopter(fd).is_some_and(|p| nix::sys::signal::kill(nix::unistd::Pid::from_raw(p), None).is_ok());
+        let now = monotonic_ns();
+        if supervised {
+            alone_since = None;
+        } else if fence_ms > 0 && !fenced {
+            let since = *alone_since.get_or_insert(now);
+            if now - since >= fence_ms as i64 * 1_000_000 {
+                let _ = nix::sys::signal::killpg(task, Signal::SIGKILL);
+                put(fd, &status_line(b"fenc", 1), FENCE_AT);
+                fenced = true;
+            }
+        }
+        // SAFETY: nanosleep reads the timespec on the stack only.
+        #[allow(unsafe_code)]
+        unsafe {
+            let ts = nix::libc::timespec { tv_sec: 0, tv_nsec: KEEPER_TICK_NS };
+            nix::libc::nanosleep(&ts, std::ptr::null_mut());
         }
     };
     put(fd, &line, END_AT);
@@ -290,7 +376,7 @@ pub fn prepare(cmd: &mut Command, setup: Setup) -> std::io::Result<Report> {
     let fd = setup.cgroup_procs.map(AsRawFd::as_raw_fd);
     let user = setup.user.map(|u| (u.uid, u.gid, u.groups.into_iter().map(nix::unistd::Gid::from_raw).collect::<Vec<_>>()));
     let (workdir, stdout, stderr) = (setup.workdir, setup.stdout, setup.stderr);
-    let keep = setup.keep.map(AsRawFd::as_raw_fd);
+    let keep = setup.keep.map(|k| (k.status.as_raw_fd(), k.fence_ms));
     let hook = move || -> std::io::Result<()> {
         // SAFETY: `report_fd` is the write end of a pipe that the returned `Report` keeps open
         // until after the spawn.
@@ -300,12 +386,12 @@ pub fn prepare(cmd: &mut Command, setup: Setup) -> std::io::Result<Report> {
             let _ = nix::unistd::write(report, &[stage.byte()]);
             e.into()
         };
-        if let Some(fd) = keep {
+        if let Some((fd, fence_ms)) = keep {
             nix::unistd::setsid().map_err(|e| fail(Stage::Keep, e))?;
             // SAFETY: in a forked child already; both sides make async-signal-safe calls only.
             #[allow(unsafe_code)]
             match unsafe { nix::unistd::fork() }.map_err(|e| fail(Stage::Keep, e))? {
-                nix::unistd::ForkResult::Parent { child } => keeper(child, fd),
+                nix::unistd::ForkResult::Parent { child } => keeper(child, fd, fence_ms),
                 nix::unistd::ForkResult::Child => {
                     put(fd, &status_line(b"task", i64::from(nix::unistd::getpid().as_raw())), TASK_AT);
                     nix::unistd::setpgid(nix::unistd::Pid::from_raw(0), nix::unistd::Pid::from_raw(0)).map_err(|e| fail(Stage::Keep, e))?;
@@ -343,7 +429,7 @@ pub fn prepare(cmd: &mut Command, setup: Setup) -> std::io::Result<Report> {
     // SAFETY: the hook runs in the forked child, where only async-signal-safe calls are allowed:
     // it makes only the system calls setsid, fork, pwrite, setpgid, write, setgroups, setgid,
     // setuid, chdir, umask, open, dup2 and close (and, in a keeper, close_range, signal,
-    // prctl, waitpid, fdatasync and _exit), on memory prepared before the fork, and allocates nothing.
+    // prctl, waitpid, getppid, kill, clock_gettime, pread, nanosleep, fdatasync and _exit), on memory prepared before the fork, and allocates nothing.
     #[allow(unsafe_code)]
     unsafe {
         cmd.pre_exec(hook);
@@ -489,7 +575,7 @@ mod tests {
             let f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).open(&path).unwrap();
             let mut cmd = Command::new("sh");
             cmd.args(["-c", script]);
-            let _r = prepare(&mut cmd, Setup { keep: Some(&f), ..Setup::default() }).unwrap();
+            let _r = prepare(&mut cmd, Setup { keep: Some(Keep { status: &f, fence_ms: 0 }), ..Setup::default() }).unwrap();
             let mut child = cmd.spawn().unwrap();
             assert!(child.wait().unwrap().success(), "the keeper exits 0");
             let s = Status::parse(&std::fs::read(&path).unwrap());
@@ -501,6 +587,24 @@ mod tests {
         // Lines are fixed-width, whatever the number.
         assert_eq!(&status_line(b"exit", -3), b"exit -3        \n");
         assert_eq!(Status::parse(b"task 12\nkeep x\nbogus\n"), Status { task: Some(12), ..Status::default() });
+        // The adoption line, and a keeper that keeps a supervised task alive.
+        for adopted in [false, true] {
+            let path = d.join(format!("fence-{adopted}"));
+            let f = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(true).open(&path).unwrap();
+            let mut agent = Command::new("sh");
+            agent.args(["-c", "sleep 0.5"]);
+            let _r = prepare(&mut agent, Setup { keep: Some(Keep { status: &f, fence_ms: 300 }), ..Setup::default() }).unwrap();
+            let mut keeper = agent.spawn().unwrap();
+            if adopted {
+                adopt(&f, std::process::id() as i32).unwrap();
+            }
+            // Its agent (this test) stays alive, so nothing is fenced (the fencing of an
+            // orphaned keeper is tested end to end, with a real agent killed).
+            assert!(keeper.wait().unwrap().success());
+            let s = Status::parse(&std::fs::read(&path).unwrap());
+            assert_eq!((s.code, s.fenced), (Some(0), false), "{s:?}");
+            assert_eq!(s.adopted_by, adopted.then_some(std::process::id() as i32));
+        }
         std::fs::remove_dir_all(d).ok();
     }
 

@@ -287,3 +287,33 @@ fn tandem_up_restarts_a_killed_controller_and_kills_no_running_job() {
     let out = stop_up(child, &dir);
     assert!(out.contains("controller exited") && out.contains("restarting"), "{out}");
 }
+
+#[test]
+fn a_task_whose_agent_stays_dead_is_fenced_by_its_keeper_before_the_lease_lapses() {
+    let mut c = Cluster::new("keeperfence", 2, None, 4);
+    c.ok("scontrol", &["update", "NodeName=node1", "State=DRAIN", "Reason=test"]);
+    let s = ledger_script(&c, "orphan", 20, 0);
+    let id = c.sbatch(&[&s]);
+    let j = c.wait_state(id, &["RUNNING"], 30);
+    assert_eq!(j["NodeList"], "node2");
+    wait_file(&c, "orphan.ledger", "start", 30);
+    c.ok("scontrol", &["update", "NodeName=node1", "State=RESUME"]);
+    // node2's agent dies and stays dead; its task lives on under its keeper, which must kill it
+    // before the controller gives the job to node1.
+    c.crash_agent(1);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !ledger(&c, "orphan").contains(&format!("start {id} 1 node1")) {
+        assert!(Instant::now() < deadline, "the job never ran again on node1:\n{}", ledger(&c, "orphan"));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let l = ledger(&c, "orphan");
+    assert!(!l.contains("OVERLAP"), "two runs at once:\n{l}");
+    assert!(!l.contains(&format!("end {id} 0")), "the orphaned run went on to its end:\n{l}");
+    // Back, node2's agent reports the fenced task of the old run, which changes nothing.
+    let server = format!("https://{}", c.addr);
+    c.start_agent(1, &server);
+    c.wait_nodes(2);
+    let j = c.wait_state(id, &["COMPLETED"], 60);
+    assert_eq!((j["Restarts"].as_str(), j["NodeList"].as_str()), ("1", "node1"));
+    assert!(!ledger(&c, "orphan").contains("OVERLAP"));
+}
