@@ -38,6 +38,19 @@ struct Record {
     cgroup: Option<PathBuf>,
     /// The kernel's boot id when it started: after a reboot none of its processes exists.
     boot: String,
+    /// The agent's program (a keeper is a fork of it).
+    #[serde(default)]
+    exe: Option<PathBuf>,
+    /// Start times (`/proc/PID/stat`, clock ticks since boot) of the keeper and of the task,
+    /// once started: a pid taken by another process since is not theirs.
+    #[serde(default)]
+    started: Option<(u64, u64)>,
+}
+
+/// A process's start time, clock ticks since boot (`/proc/PID/stat`, field 22).
+fn start_time(pid: i32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(") ")?.1.split_whitespace().nth(19)?.parse().ok()
 }
 
 fn boot_id() -> String {
@@ -47,8 +60,8 @@ fn boot_id() -> String {
 /// The agent's record of the tasks it runs: `DATA/tasks`.
 pub(crate) struct Tasks {
     dir: PathBuf,
-    /// How long a task's keeper lets it run without a live agent (set from the lease).
-    fence_ms: std::sync::atomic::AtomicU64,
+    /// The fencing deadline given to each task's keeper (`exec::set_deadline`; 0: none yet).
+    deadline_ms: std::sync::atomic::AtomicI64,
 }
 
 impl Tasks {
@@ -57,15 +70,20 @@ impl Tasks {
         let dir = data.join("tasks");
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))?;
-        Ok(Tasks { dir, fence_ms: std::sync::atomic::AtomicU64::new(0) })
+        Ok(Tasks { dir, deadline_ms: std::sync::atomic::AtomicI64::new(0) })
     }
 
-    /// Sets how long a keeper lets its task run once no agent supervises it: short enough that
-    /// the task is dead before the controller's lease on this node can lapse (the lease less
-    /// twice the agent's own fencing margin and a heartbeat interval).
-    pub(crate) fn set_lease(&self, lease: Duration, margin: Duration, heartbeat: Duration) {
-        let ms = lease.saturating_sub(margin * 2).saturating_sub(heartbeat).as_millis().max(1) as u64;
-        self.fence_ms.store(ms, std::sync::atomic::Ordering::SeqCst);
+    /// The controller answered a heartbeat: every task's keeper gets the new fencing deadline
+    /// (`deadline_ms` of `exec::monotonic_ms`'s clock), before the controller's lease on this
+    /// node can lapse; past it, with no newer one, the keeper kills its task (the agent died,
+    /// hung, or lost the controller without fencing).
+    pub(crate) fn renew<'a>(&self, deadline_ms: i64, keys: impl Iterator<Item = &'a TaskKey>) {
+        self.deadline_ms.store(deadline_ms, std::sync::atomic::Ordering::SeqCst);
+        for k in keys {
+            if let Ok(f) = std::fs::OpenOptions::new().write(true).open(self.path(k, "status")) {
+                let _ = exec::set_deadline(&f, deadline_ms);
+            }
+        }
     }
 
     fn path(&self, k: &TaskKey, ext: &str) -> PathBuf {
@@ -97,25 +115,36 @@ pub(crate) struct Kept {
 enum Keeper {
     /// Started by this agent process: its child.
     Child(tokio::process::Child),
-    /// Started by an earlier agent process: its pid.
-    Orphan(i32),
+    /// Started by an earlier agent process: its pid and start time.
+    Orphan {
+        /// Pid.
+        pid: i32,
+        /// Start time, when known.
+        started: Option<u64>,
+    },
 }
 
-/// Whether `pid` is a live process running this program (a keeper is a fork of the agent).
-fn keeper_alive(pid: i32) -> bool {
+/// Whether `pid` is the live keeper it was: the same start time when that is known, else a
+/// live process of the program that started it (a keeper is a fork of its agent).
+fn keeper_alive(pid: i32, started: Option<u64>, exe: Option<&Path>) -> bool {
     if pid <= 0 || nix::sys::signal::kill(Pid::from_raw(pid), None).is_err() {
         return false;
     }
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     let state = stat.rsplit_once(") ").and_then(|(_, rest)| rest.chars().next());
-    let exe = std::fs::read_link(format!("/proc/{pid}/exe")).ok();
-    let me = std::env::current_exe().ok();
+    if !state.is_some_and(|s| s != 'Z' && s != 'X') {
+        return false;
+    }
+    if let Some(t) = started {
+        return start_time(pid) == Some(t);
+    }
+    let running = std::fs::read_link(format!("/proc/{pid}/exe")).ok();
+    let want = exe.map(Path::to_path_buf).or_else(|| std::env::current_exe().ok());
     // A binary replaced on disk since reads as "PATH (deleted)".
-    let same = match (exe, me) {
+    match (running, want) {
         (Some(e), Some(m)) => e == m || e.to_string_lossy().trim_end_matches(" (deleted)") == m.to_string_lossy(),
         _ => false,
-    };
-    same && state.is_some_and(|s| s != 'Z' && s != 'X')
+    }
 }
 
 impl Kept {
@@ -126,8 +155,8 @@ impl Kept {
             Keeper::Child(c) => {
                 let _ = c.wait().await;
             }
-            Keeper::Orphan(pid) => {
-                while keeper_alive(*pid) {
+            Keeper::Orphan { pid, started } => {
+                while keeper_alive(*pid, *started, None) {
                     tokio::time::sleep(Duration::from_millis(100)).await;
                 }
             }
@@ -194,15 +223,14 @@ impl Tasks {
                 // Its launch never began, or failed before the fork.
                 self.forget(&key);
                 continue;
-            } else if rec.boot == boot && status.keeper.is_some_and(keeper_alive) {
-                Now::Running(Kept {
-                    pid: status.task.unwrap_or(0),
-                    keeper: Keeper::Orphan(status.keeper.unwrap_or(0)),
-                    status: status_path,
-                })
+            } else if rec.boot == boot && status.keeper.is_some_and(|k| keeper_alive(k, rec.started.map(|s| s.0), rec.exe.as_deref())) {
+                let keeper = Keeper::Orphan { pid: status.keeper.unwrap_or(0), started: rec.started.map(|s| s.0) };
+                Now::Running(Kept { pid: status.task.unwrap_or(0), keeper, status: status_path })
             } else {
+                // Killed only when surely the same process (a pid may have been reused since).
                 if rec.boot == boot
-                    && let Some(pid) = status.task
+                    && let (Some(pid), Some((_, t))) = (status.task, rec.started)
+                    && start_time(pid) == Some(t)
                 {
                     kill_gone(pid, rec.cgroup.as_deref());
                 }
@@ -357,11 +385,11 @@ pub(crate) fn launch(t: &Task, spool: &Path, tasks: &Tasks, cg: &Cgroups) -> Res
     let key = key_of(t);
     let status_path = tasks.path(&key, "status");
     let _ = std::fs::remove_file(tasks.path(&key, "stopped"));
-    let rec = Record { task: t.clone(), cgroup: cgroup.clone(), boot: boot_id() };
+    let mut rec = Record { task: t.clone(), cgroup: cgroup.clone(), boot: boot_id(), exe: std::env::current_exe().ok(), started: None };
     let recorded = serde_json::to_vec(&rec)
         .map_err(std::io::Error::other)
         .and_then(|b| write_new(&tasks.path(&key, "json"), &b))
-        .and_then(|()| std::fs::OpenOptions::new().write(true).create(true).truncate(true).open(&status_path));
+        .and_then(|()| std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(true).open(&status_path));
     let status = match recorded {
         Ok(f) => f,
         Err(e) => {
@@ -391,7 +419,7 @@ pub(crate) fn launch(t: &Task, spool: &Path, tasks: &Tasks, cg: &Cgroups) -> Res
         workdir: Some(cstring("working directory", &t.workdir)?),
         stdout: Some(cstring("output file", &t.stdout)?),
         stderr: if t.stderr == t.stdout { None } else { Some(cstring("error file", &t.stderr)?) },
-        keep: Some(exec::Keep { status: &status, fence_ms: tasks.fence_ms.load(std::sync::atomic::Ordering::SeqCst) }),
+        keep: Some(exec::Keep { status: &status }),
     };
     let mut cmd = tokio::process::Command::new(&program);
     let mut report = exec::prepare(cmd.as_std_mut(), setup).map_err(|e| LaunchError(format!("preparing the launch: {e}")))?;
@@ -405,6 +433,16 @@ pub(crate) fn launch(t: &Task, spool: &Path, tasks: &Tasks, cg: &Cgroups) -> Res
         Ok(child) => {
             // The task wrote its pid before it exec'd, and the spawn returns only after that.
             let pid = exec::Status::parse(&std::fs::read(&status_path).unwrap_or_default()).task.unwrap_or(0);
+            let deadline = tasks.deadline_ms.load(std::sync::atomic::Ordering::SeqCst);
+            if deadline > 0 {
+                let _ = exec::set_deadline(&status, deadline);
+            }
+            if let (Some(k), Some(t)) = (child.id().and_then(|k| start_time(k as i32)), start_time(pid)) {
+                rec.started = Some((k, t));
+                if let Ok(b) = serde_json::to_vec(&rec) {
+                    let _ = write_new(&tasks.path(&key, "json"), &b);
+                }
+            }
             Ok((Kept { pid, keeper: Keeper::Child(child), status: status_path }, cgroup))
         }
         Err(e) => {

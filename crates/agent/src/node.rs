@@ -210,6 +210,9 @@ pub(crate) async fn run(a: AgentArgs) -> Result<()> {
                 if let Some(dir) = &cgroup {
                     let _ = std::fs::remove_dir(dir);
                 }
+                if key.step == BATCH_STEP {
+                    let _ = std::fs::remove_file(script_path(&spool, key.job, key.epoch));
+                }
                 exits.push(exit_of(key, None, false, stopped, &a.name));
             }
         }
@@ -250,7 +253,6 @@ pub(crate) async fn run(a: AgentArgs) -> Result<()> {
         // Fencing: without a renewed lease, nothing of ours may keep running.
         let lease = Duration::from_millis(info.lease_s.max(1) as u64 * 1000);
         let margin = (lease / 5).max(Duration::from_millis(500)).min(lease / 2);
-        records.set_lease(lease, margin, Duration::from_millis(info.heartbeat_ms));
         if last_ok.elapsed() > lease - margin && tasks.keys().any(|k| !fenced.contains(k)) {
             eprintln!(
                 "tandem agent {}: no contact with the controller for {:?}; fencing: killing {} task(s)",
@@ -327,6 +329,12 @@ pub(crate) async fn run(a: AgentArgs) -> Result<()> {
             }
         };
         last_ok = sent;
+        // Each task's keeper fences it a little after this agent would (and before the
+        // controller's lease, which runs from no earlier than `sent`, can lapse).
+        let lease = Duration::from_millis(info.lease_s.max(1) as u64 * 1000);
+        let margin = (lease / 5).max(Duration::from_millis(500)).min(lease / 2);
+        let deadline = exec::monotonic_ms() - sent.elapsed().as_millis() as i64 + (lease - margin / 2).as_millis() as i64;
+        records.renew(deadline, tasks.keys());
         for e in exits.drain(..) {
             records.forget(&TaskKey { job: e.job, epoch: e.epoch, step: e.step, rank: e.rank });
         }

@@ -1,4 +1,4 @@
-//! Every benchmark harness (`tandem bench sched|submit|agents|proxy|failover|load`), the HTTP
+//! Every benchmark harness (`tandem bench sched|submit|agents|proxy|failover|chaos|load`), the HTTP
 //! load generator (`loadgen`), the test upstream (`tandem __upstream`) and the simulated agents
 //! (`agents`). Nothing in the product depends on this crate (the tidy test checks). It drives
 //! the real daemons from outside, as a user or a peer would: it starts them through `up` (as
@@ -14,6 +14,7 @@
 //! the submit fast path for typical new jobs that do not change the top reservation.
 
 mod agents;
+mod chaos;
 mod failover;
 mod loadgen;
 mod proxy;
@@ -53,6 +54,11 @@ pub enum BenchCmd {
     /// A service behind the proxy on a local cluster while one node dies (`kill -9`): failed
     /// requests, time to replace the replica, latency; beside Kubernetes' defaults.
     Failover(crate::failover::FailoverArgs),
+    /// A real cluster (agents in network namespaces of their own) under a workload of batch
+    /// jobs and a service, with seeded faults (kill -9 of any daemon or task, partitions both
+    /// ways and one way), checked against invariants: no job stuck, run twice, or run after its
+    /// cancel; no submission lost; steady state within a bound; no failed request. Needs root.
+    Chaos(crate::chaos::ChaosArgs),
     /// Job throughput of a real local cluster: submissions per second (CLI loop and API),
     /// completed jobs per second, controller RSS and `squeue` latency with many jobs pending.
     Submit {
@@ -200,6 +206,15 @@ fn report<R: serde::Serialize>(json: bool, r: &R, print: fn(&R)) -> Result<()> {
 pub fn run(cmd: BenchCmd) -> Result<()> {
     match cmd {
         BenchCmd::Load(a) => crate::loadgen::run(a),
+        BenchCmd::Chaos(a) => {
+            let json = a.json;
+            let r = crate::chaos::run(a)?;
+            report(json, &r, crate::chaos::print)?;
+            if !r.violations.is_empty() {
+                bail!("{} invariant(s) violated with --seed {}", r.violations.len(), r.seed);
+            }
+            Ok(())
+        }
         BenchCmd::Failover(a) => {
             let json = a.json;
             let r = crate::failover::run(a)?;

@@ -113,9 +113,11 @@ impl hyper::body::Body for ChannelBody {
     }
 }
 
-/// Runs the server until killed. `args`: `--port P` (0: any), `--name NAME`, `--threads N`.
+/// Runs the server until killed. `args`: `--port P` (0: any), `--bind IP` (default
+/// 127.0.0.1), `--name NAME`, `--threads N`.
 pub fn run(args: &[String]) -> Result<()> {
     let mut port = 0u16;
+    let mut bind: std::net::IpAddr = std::net::Ipv4Addr::LOCALHOST.into();
     let mut name = None;
     let mut threads = 1usize;
     let mut it = args.iter();
@@ -123,6 +125,7 @@ pub fn run(args: &[String]) -> Result<()> {
         let v = it.next().with_context(|| format!("{a} needs a value"))?;
         match a.as_str() {
             "--port" => port = v.parse().context("--port")?,
+            "--bind" => bind = v.parse().context("--bind")?,
             "--name" => name = Some(v.clone()),
             "--threads" => threads = v.parse().context("--threads")?,
             _ => anyhow::bail!("unknown option {a}"),
@@ -134,7 +137,7 @@ pub fn run(args: &[String]) -> Result<()> {
         tokio::runtime::Builder::new_multi_thread().worker_threads(threads).enable_all().build()?
     };
     rt.block_on(async move {
-        let l = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
+        let l = tokio::net::TcpListener::bind((bind, port)).await?;
         let addr = l.local_addr()?;
         let name: std::sync::Arc<str> = name.unwrap_or_else(|| addr.port().to_string()).into();
         println!("listening on {addr}");

@@ -145,6 +145,9 @@ pub struct Controller {
     dirty_nodes: BTreeSet<usize>,
     next_id_dirty: bool,
     seq_base: u64,
+    /// When this controller was restored from the database (`Time::MIN`: never): steps
+    /// started before it may have lost their launch orders.
+    restored_at: Time,
     services: BTreeMap<String, Service>,
     dirty_services: BTreeSet<String>,
     removed_services: Vec<String>,
@@ -274,6 +277,7 @@ impl Controller {
             dirty_nodes: BTreeSet::new(),
             next_id_dirty: false,
             seq_base: 1,
+            restored_at: Time::MIN,
             services: BTreeMap::new(),
             dirty_services: BTreeSet::new(),
             removed_services: Vec::new(),
@@ -328,6 +332,7 @@ impl Controller {
     ) -> Controller {
         let mut c = Controller::new(settings);
         c.seq_base = (boot << 40) + 1;
+        c.restored_at = now;
         c.now_ms = now * 1000;
         // Endpoint versions only grow, across restarts too (proxies compare them).
         c.ep_version = boot << 32;
@@ -913,7 +918,9 @@ impl Controller {
             if j.state != JobState::Running {
                 continue;
             }
-            let missing = j.steps.iter().filter(|s| s.end.is_none()).find_map(|s| {
+            // A step started before this controller process did may have had its launch
+            // orders lost with the old one (they are not persisted): not judged.
+            let missing = j.steps.iter().filter(|s| s.end.is_none() && (s.id == BATCH_STEP || s.start > self.restored_at)).find_map(|s| {
                 let at = s.layout.iter().position(|(n, _)| n == name)?;
                 let want = s.left.get(at).copied().unwrap_or(0);
                 let have = running.iter().filter(|t| t.job == id && t.epoch == j.epoch && t.step == s.id).count() as u32;
@@ -1076,6 +1083,10 @@ impl Controller {
         }
         let code = e.code.unwrap_or(0).max(e.signal.map_or(0, |s| 128 + s));
         if let Some(step) = j.steps.iter_mut().find(|s| s.id == e.step) {
+            if step.done.contains(&e.rank) {
+                return; // reported again: its reply was lost
+            }
+            step.done.push(e.rank);
             step.remaining = step.remaining.saturating_sub(1);
             if let Some(at) = step.layout.iter().position(|(n, _)| n == node)
                 && let Some(l) = step.left.get_mut(at)
@@ -1371,6 +1382,7 @@ impl Controller {
             layout: vec![(first.clone(), 1)],
             remaining: 1,
             left: vec![1],
+            done: Vec::new(),
             exit: 0,
             start: now,
             end: None,
@@ -1537,7 +1549,17 @@ impl Controller {
             .collect();
         let j = self.jobs.get_mut(&id).expect("checked");
         let left = layout.iter().map(|(_, n)| *n).collect();
-        j.steps.push(Step { id: step_id, argv, layout, remaining: built.len() as u32, left, exit: 0, start: now, end: None });
+        j.steps.push(Step {
+            id: step_id,
+            argv,
+            layout,
+            remaining: built.len() as u32,
+            left,
+            done: Vec::new(),
+            exit: 0,
+            start: now,
+            end: None,
+        });
         self.dirty_jobs.insert(id);
         for (name, t) in built {
             self.order(&name, Order::Launch(t));

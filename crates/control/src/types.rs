@@ -93,6 +93,9 @@ pub struct Step {
     /// before it was kept: then not known).
     #[serde(default)]
     pub left: Vec<u32>,
+    /// Ranks whose end was reported (a report repeated after a lost reply counts once).
+    #[serde(default)]
+    pub done: Vec<u32>,
     /// Largest exit code so far (or 128 + signal).
     pub exit: i32,
     /// Started.

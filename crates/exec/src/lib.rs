@@ -74,26 +74,30 @@ pub struct Setup<'a> {
 
 /// How a task is kept ([`Setup::keep`]).
 ///
-/// The task and its keeper write to the status file (opened for writing by the caller, with
-/// close-on-exec; see [`Status`]): the task its pid before it becomes the task, the keeper its
-/// own pid and then how the task ended. The keeper has a session of its own and ignores the
-/// signals a terminal or a process group would send; the task leads a process group of its own
-/// in that session. The keeper also fences: when its agent has died and no other agent
-/// adopted the task ([`adopt`]) for `fence_ms`, it kills the task's process group, as the
-/// agent itself would have once its lease could lapse.
+/// The task and its keeper write to the status file (opened for reading and writing by the
+/// caller, with close-on-exec; see [`Status`]): the task its pid before it becomes the task,
+/// the keeper its own pid and then how the task ended. The keeper has a session of its own and
+/// ignores the signals a terminal or a process group would send; the task leads a process
+/// group of its own in that session. The keeper also fences: the agent writes a deadline into
+/// the file after each heartbeat the controller answered ([`set_deadline`]), and once it has
+/// passed (the agent died, hung or lost the controller and did not fence the task itself) the
+/// keeper kills the task's process group, before the controller's lease on the node can lapse.
 #[derive(Debug, Clone, Copy)]
 pub struct Keep<'a> {
     /// The status file.
     pub status: &'a std::fs::File,
-    /// Milliseconds without a live agent after which the keeper kills the task (0: never).
-    pub fence_ms: u64,
 }
 
-/// Tells a kept task's keeper that agent `pid` (this process, normally) supervises it now:
-/// writes `adop PID` to its status file, so the keeper stops counting towards fencing it.
-pub fn adopt(status: &std::fs::File, pid: i32) -> std::io::Result<()> {
+/// Writes a kept task's fencing deadline, in milliseconds of [`monotonic_ms`]'s clock, to its
+/// status file: past it, the keeper kills the task.
+pub fn set_deadline(status: &std::fs::File, monotonic_ms: i64) -> std::io::Result<()> {
     use std::os::unix::fs::FileExt;
-    status.write_all_at(&status_line(b"adop", i64::from(pid)), ADOPT_AT as u64)
+    status.write_all_at(&status_line(b"dead", monotonic_ms), DEADLINE_AT as u64)
+}
+
+/// The system's monotonic clock (`CLOCK_MONOTONIC`, the same for every process), milliseconds.
+pub fn monotonic_ms() -> i64 {
+    monotonic_ns() / 1_000_000
 }
 
 /// What a kept task's status file (`Setup::keep`) says: fixed 16-byte lines, `task PID`,
@@ -108,10 +112,10 @@ pub struct Status {
     pub code: Option<i32>,
     /// Signal, once it was killed by one.
     pub signal: Option<i32>,
-    /// The keeper killed it: its agent was gone for longer than the fencing time.
+    /// The keeper killed it: its fencing deadline passed.
     pub fenced: bool,
-    /// The agent that adopted it last.
-    pub adopted_by: Option<i32>,
+    /// Its fencing deadline, milliseconds of [`monotonic_ms`]'s clock.
+    pub deadline_ms: Option<i64>,
 }
 
 impl Status {
@@ -122,14 +126,18 @@ impl Status {
             // Lines not written yet read as NUL bytes (a hole in the file).
             let line = String::from_utf8_lossy(line);
             let Some((tag, n)) = line.trim_start_matches('\0').split_once(' ') else { continue };
-            let Ok(n) = n.trim().parse::<i32>() else { continue };
+            let Ok(big) = n.trim().parse::<i64>() else { continue };
+            if tag == "dead" {
+                s.deadline_ms = Some(big);
+                continue;
+            }
+            let Ok(n) = i32::try_from(big) else { continue };
             match tag {
                 "task" => s.task = Some(n),
                 "keep" => s.keeper = Some(n),
                 "exit" => s.code = Some(n),
                 "kill" => s.signal = Some(n),
                 "fenc" => s.fenced = n != 0,
-                "adop" => s.adopted_by = Some(n),
                 _ => {}
             }
         }
@@ -147,7 +155,7 @@ const TASK_AT: i64 = 0;
 const KEEP_AT: i64 = 16;
 const END_AT: i64 = 32;
 const FENCE_AT: i64 = 48;
-const ADOPT_AT: i64 = 64;
+const DEADLINE_AT: i64 = 64;
 /// How often a keeper looks at its task and its agent.
 const KEEPER_TICK_NS: i64 = 100_000_000;
 
@@ -191,24 +199,28 @@ fn monotonic_ns() -> i64 {
     ts.tv_sec * 1_000_000_000 + ts.tv_nsec
 }
 
-/// The pid in the status file's `adop` line, read without allocating (async-signal-safe).
-fn read_adopter(fd: i32) -> Option<i32> {
+/// The number in the status file's `dead` line, read without allocating (async-signal-safe).
+fn read_deadline(fd: i32) -> Option<i64> {
     let mut b = [0u8; 16];
     // SAFETY: pread writes at most 16 bytes into the buffer on the stack.
     #[allow(unsafe_code)]
-    let n = unsafe { nix::libc::pread(fd, b.as_mut_ptr().cast(), b.len(), ADOPT_AT) };
-    if n != 16 || &b[..5] != b"adop " {
+    let n = unsafe { nix::libc::pread(fd, b.as_mut_ptr().cast(), b.len(), DEADLINE_AT) };
+    if n != 16 || &b[..5] != b"dead " {
         return None;
     }
-    let mut v: i32 = 0;
+    let (mut v, mut neg, mut any): (i64, bool, bool) = (0, false, false);
     for &c in &b[5..15] {
         match c {
-            b'0'..=b'9' => v = v.checked_mul(10)?.checked_add(i32::from(c - b'0'))?,
+            b'-' if !any => neg = true,
+            b'0'..=b'9' => {
+                v = v.checked_mul(10)?.checked_add(i64::from(c - b'0'))?;
+                any = true;
+            }
             b' ' => break,
             _ => return None,
         }
     }
-    (v > 0).then_some(v)
+    any.then_some(if neg { -v } else { v })
 }
 
 /// Writes `line` at `offset` of the file `fd` (async-signal-safe).
@@ -225,7 +237,7 @@ fn put(fd: i32, line: &[u8; 16], offset: i64) {
 /// does, and the agent's spawn returns when the task execs), ignores the signals meant for
 /// others, names itself `tandem-keeper` (in `ps`), waits for the task, records how it ended and exits. Async-signal-safe system calls
 /// only, no allocation.
-fn keeper(task: nix::unistd::Pid, fd: i32, fence_ms: u64) -> ! {
+fn keeper(task: nix::unistd::Pid, fd: i32) -> ! {
     use nix::sys::signal::{SigHandler, Signal, signal};
     use nix::sys::wait::{WaitStatus, waitpid};
     put(fd, &status_line(b"keep", i64::from(nix::unistd::getpid().as_raw())), KEEP_AT);
@@ -253,31 +265,19 @@ fn keeper(task: nix::unistd::Pid, fd: i32, fence_ms: u64) -> ! {
         #[allow(unsafe_code)]
         let _ = unsafe { signal(sig, SigHandler::SigIgn) };
     }
-    let agent = nix::unistd::getppid();
-    let mut alone_since: Option<i64> = None;
     let mut fenced = false;
     let line = loop {
         match waitpid(task, Some(nix::sys::wait::WaitPidFlag::WNOHANG)) {
             Ok(WaitStatus::Exited(_, code)) => break status_line(b"exit", i64::from(code)),
             Ok(WaitStatus::Signaled(_, sig, _)) => break status_line(b"kill", sig as i64),
             Ok(_) | Err(nix::errno::Errno::EINTR) => {}
-            // Not our child any more (cannot happen): nothing to record.
-            Err(_) => exit_now(1),
+            // Reaped by someone else (cannot happen: SIGCHLD has its default action here).
+            Err(_) => break status_line(b"exit", 255),
         }
-        // Its agent is alive while this keeper is still its child, or an agent that adopted
-        // it is alive.
-        let supervised = nix::unistd::getppid() == agent
-            || read_adopter(fd).is_some_and(|p| nix::sys::signal::kill(nix::unistd::Pid::from_raw(p), None).is_ok());
-        let now = monotonic_ns();
-        if supervised {
-            alone_since = None;
-        } else if fence_ms > 0 && !fenced {
-            let since = *alone_since.get_or_insert(now);
-            if now - since >= fence_ms as i64 * 1_000_000 {
-                let _ = nix::sys::signal::killpg(task, Signal::SIGKILL);
-                put(fd, &status_line(b"fenc", 1), FENCE_AT);
-                fenced = true;
-            }
+        if !fenced && read_deadline(fd).is_some_and(|d| monotonic_ns() / 1_000_000 > d) {
+            let _ = nix::sys::signal::killpg(task, Signal::SIGKILL);
+            put(fd, &status_line(b"fenc", 1), FENCE_AT);
+            fenced = true;
         }
         // SAFETY: nanosleep reads the timespec on the stack only.
         #[allow(unsafe_code)]
@@ -376,7 +376,7 @@ pub fn prepare(cmd: &mut Command, setup: Setup) -> std::io::Result<Report> {
     let fd = setup.cgroup_procs.map(AsRawFd::as_raw_fd);
     let user = setup.user.map(|u| (u.uid, u.gid, u.groups.into_iter().map(nix::unistd::Gid::from_raw).collect::<Vec<_>>()));
     let (workdir, stdout, stderr) = (setup.workdir, setup.stdout, setup.stderr);
-    let keep = setup.keep.map(|k| (k.status.as_raw_fd(), k.fence_ms));
+    let keep = setup.keep.map(|k| k.status.as_raw_fd());
     let hook = move || -> std::io::Result<()> {
         // SAFETY: `report_fd` is the write end of a pipe that the returned `Report` keeps open
         // until after the spawn.
@@ -386,12 +386,17 @@ pub fn prepare(cmd: &mut Command, setup: Setup) -> std::io::Result<Report> {
             let _ = nix::unistd::write(report, &[stage.byte()]);
             e.into()
         };
-        if let Some((fd, fence_ms)) = keep {
+        if let Some(fd) = keep {
+            // The keeper waits for its task itself: no SIGCHLD disposition inherited from the
+            // agent may reap it first.
+            // SAFETY: restoring the default action runs no handler code.
+            #[allow(unsafe_code)]
+            let _ = unsafe { nix::sys::signal::signal(nix::sys::signal::Signal::SIGCHLD, nix::sys::signal::SigHandler::SigDfl) };
             nix::unistd::setsid().map_err(|e| fail(Stage::Keep, e))?;
             // SAFETY: in a forked child already; both sides make async-signal-safe calls only.
             #[allow(unsafe_code)]
             match unsafe { nix::unistd::fork() }.map_err(|e| fail(Stage::Keep, e))? {
-                nix::unistd::ForkResult::Parent { child } => keeper(child, fd, fence_ms),
+                nix::unistd::ForkResult::Parent { child } => keeper(child, fd),
                 nix::unistd::ForkResult::Child => {
                     put(fd, &status_line(b"task", i64::from(nix::unistd::getpid().as_raw())), TASK_AT);
                     nix::unistd::setpgid(nix::unistd::Pid::from_raw(0), nix::unistd::Pid::from_raw(0)).map_err(|e| fail(Stage::Keep, e))?;
@@ -427,9 +432,9 @@ pub fn prepare(cmd: &mut Command, setup: Setup) -> std::io::Result<Report> {
         Ok(())
     };
     // SAFETY: the hook runs in the forked child, where only async-signal-safe calls are allowed:
-    // it makes only the system calls setsid, fork, pwrite, setpgid, write, setgroups, setgid,
+    // it makes only the system calls signal, setsid, fork, pwrite, setpgid, write, setgroups, setgid,
     // setuid, chdir, umask, open, dup2 and close (and, in a keeper, close_range, signal,
-    // prctl, waitpid, getppid, kill, clock_gettime, pread, nanosleep, fdatasync and _exit), on memory prepared before the fork, and allocates nothing.
+    // prctl, waitpid, kill, clock_gettime, pread, nanosleep, fdatasync and _exit), on memory prepared before the fork, and allocates nothing.
     #[allow(unsafe_code)]
     unsafe {
         cmd.pre_exec(hook);
@@ -575,7 +580,7 @@ mod tests {
             let f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).open(&path).unwrap();
             let mut cmd = Command::new("sh");
             cmd.args(["-c", script]);
-            let _r = prepare(&mut cmd, Setup { keep: Some(Keep { status: &f, fence_ms: 0 }), ..Setup::default() }).unwrap();
+            let _r = prepare(&mut cmd, Setup { keep: Some(Keep { status: &f }), ..Setup::default() }).unwrap();
             let mut child = cmd.spawn().unwrap();
             assert!(child.wait().unwrap().success(), "the keeper exits 0");
             let s = Status::parse(&std::fs::read(&path).unwrap());
@@ -587,23 +592,21 @@ mod tests {
         // Lines are fixed-width, whatever the number.
         assert_eq!(&status_line(b"exit", -3), b"exit -3        \n");
         assert_eq!(Status::parse(b"task 12\nkeep x\nbogus\n"), Status { task: Some(12), ..Status::default() });
-        // The adoption line, and a keeper that keeps a supervised task alive.
-        for adopted in [false, true] {
-            let path = d.join(format!("fence-{adopted}"));
+        // A deadline in the future changes nothing; once it has passed, the keeper kills the
+        // task and says so.
+        for passed in [false, true] {
+            let path = d.join(format!("fence-{passed}"));
             let f = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(true).open(&path).unwrap();
-            let mut agent = Command::new("sh");
-            agent.args(["-c", "sleep 0.5"]);
-            let _r = prepare(&mut agent, Setup { keep: Some(Keep { status: &f, fence_ms: 300 }), ..Setup::default() }).unwrap();
-            let mut keeper = agent.spawn().unwrap();
-            if adopted {
-                adopt(&f, std::process::id() as i32).unwrap();
-            }
-            // Its agent (this test) stays alive, so nothing is fenced (the fencing of an
-            // orphaned keeper is tested end to end, with a real agent killed).
+            let mut cmd = Command::new("sleep");
+            cmd.arg(if passed { "30" } else { "0.3" });
+            let _r = prepare(&mut cmd, Setup { keep: Some(Keep { status: &f }), ..Setup::default() }).unwrap();
+            let mut keeper = cmd.spawn().unwrap();
+            set_deadline(&f, monotonic_ms() + if passed { -1 } else { 60_000 }).unwrap();
             assert!(keeper.wait().unwrap().success());
             let s = Status::parse(&std::fs::read(&path).unwrap());
-            assert_eq!((s.code, s.fenced), (Some(0), false), "{s:?}");
-            assert_eq!(s.adopted_by, adopted.then_some(std::process::id() as i32));
+            let want = if passed { (None, Some(9), true) } else { (Some(0), None, false) };
+            assert_eq!((s.code, s.signal, s.fenced), want, "{s:?}");
+            assert!(s.deadline_ms.is_some());
         }
         std::fs::remove_dir_all(d).ok();
     }

@@ -63,8 +63,10 @@ fn an_agent_restarted_within_its_lease_ends_or_requeues_the_jobs_it_lost() {
 
 #[test]
 fn a_task_that_outlives_its_agent_is_adopted_and_runs_once() {
-    let mut c = Cluster::new("adopt", 1, None, 120);
-    let s = ledger_script(&c, "once", 5, 3);
+    // A short lease: the adopted task outlives the fencing deadline its first agent gave its
+    // keeper, so the restarted agent must have renewed it.
+    let mut c = Cluster::new("adopt", 1, None, 4);
+    let s = ledger_script(&c, "once", 8, 3);
     let id = c.sbatch(&[&s]);
     wait_file(&c, "once.ledger", "start", 30);
     // The agent alone crashes; its task goes on. The restarted agent must take it over (or

@@ -1,0 +1,1037 @@
+//! `tandem bench chaos`: a real cluster under seeded faults, checked against invariants.
+//!
+//! A real `tandem server`, `tandem agent`s (each in a network namespace of its own, joined to
+//! the host by a veth link, so partitions are real and can be one way, with iptables inside
+//! the agent's namespace) and a `tandem proxy`, running real tasks: a workload of batch jobs
+//! (single jobs, two-node gangs with an `srun` step, arrays, dependencies, time limits,
+//! `--no-requeue`; cancels at random moments, holds and releases, `scontrol requeue`) and a
+//! service under a bounded open-loop stream of requests through the proxy. Meanwhile it
+//! injects one fault at a time, from a schedule drawn from the seed: `kill -9` and restart of
+//! the controller; of an agent, with or without its tasks, restarted before or after its lease;
+//! of a single task; a partition of an agent, both ways or one way, healed later.
+//!
+//! Each batch job's script holds an exclusive `flock` on a per-job lock file for its whole
+//! life and appends start and end lines (job, run number, node, time) to a per-job ledger; a
+//! second run while the first holds the lock writes `overlap`. After the faults it heals
+//! everything, lets the work drain, and checks (see [`check`]): every acknowledged job reached
+//! exactly one terminal state and its observed history never went backwards; no two runs of a
+//! job overlapped; no run started after its cancel was acknowledged, and an acknowledged cancel
+//! ends CANCELLED; no acknowledged submission was lost; no output after the controller ended a
+//! run; after each fault the cluster was back in steady state within the bound (the lease plus
+//! two passes, and the restart back-off): every node up, the service at full strength, nothing
+//! allocated that no running job holds; at the end no process of an ended job is left; the
+//! service answered every request. The seed reproduces the fault schedule; a violation is
+//! printed with the seed, the schedule and the job's history.
+
+use anyhow::{Context, Result, bail};
+use rand::rngs::SmallRng;
+use rand::{RngExt, SeedableRng};
+use serde::Serialize;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use client::{Target, send};
+use wire::{JobInfo, NodeInfo, ServiceInfo};
+
+/// `tandem bench chaos` arguments.
+#[derive(clap::Args, Clone, Debug)]
+pub struct ChaosArgs {
+    /// Seed of the fault schedule and of the workload.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Seconds of faults (the drain and the checks come after).
+    #[arg(long, default_value_t = 120.0)]
+    pub duration: f64,
+    /// Node agents, each in a network namespace of its own.
+    #[arg(long, default_value_t = 3)]
+    pub agents: u32,
+    /// Node lease, seconds.
+    #[arg(long, default_value_t = 6)]
+    pub lease: u32,
+    /// Keep the run's directory (logs, ledgers) afterwards.
+    #[arg(long)]
+    pub keep: bool,
+    /// Print one JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Which way a partition cuts.
+#[derive(Debug, Clone, Copy, Serialize, PartialEq, Eq)]
+pub enum Cut {
+    /// Nothing between the agent and the controller.
+    Both,
+    /// The agent's packets to the controller are dropped.
+    ToController,
+    /// The controller's packets to the agent are dropped.
+    FromController,
+}
+
+/// One fault of the schedule.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub enum Fault {
+    /// `kill -9` of the controller, started again after `down_ms`.
+    KillController {
+        /// How long it stays down.
+        down_ms: u64,
+    },
+    /// `kill -9` of agent `node` (with every task it runs, as a machine dying, or alone), started
+    /// again after `down_ms` (shorter or longer than the lease).
+    KillAgent {
+        /// Node number (1-based).
+        node: u32,
+        /// Its tasks die too.
+        with_tasks: bool,
+        /// How long it stays down.
+        down_ms: u64,
+    },
+    /// `kill -9` of one running task, chosen by `pick`.
+    KillTask {
+        /// Which of the running tasks.
+        pick: u32,
+    },
+    /// A partition of agent `node` from the controller, for `ms`.
+    Partition {
+        /// Node number (1-based).
+        node: u32,
+        /// Which way.
+        cut: Cut,
+        /// How long.
+        ms: u64,
+    },
+}
+
+impl Fault {
+    fn kind(&self) -> &'static str {
+        match self {
+            Fault::KillController { .. } => "kill -9 controller",
+            Fault::KillAgent { with_tasks: true, .. } => "kill -9 agent with its tasks",
+            Fault::KillAgent { with_tasks: false, .. } => "kill -9 agent alone",
+            Fault::KillTask { .. } => "kill -9 task",
+            Fault::Partition { cut: Cut::Both, .. } => "partition both ways",
+            Fault::Partition { .. } => "partition one way",
+        }
+    }
+}
+
+/// The fault schedule a seed gives: (milliseconds from the start, fault), one at a time.
+pub fn schedule(seed: u64, duration_ms: u64, agents: u32, lease_ms: u64) -> Vec<(u64, Fault)> {
+    let mut rng = SmallRng::seed_from_u64(seed ^ 0x5eed_fa17);
+    let mut at = 3_000u64;
+    let mut out = Vec::new();
+    while at < duration_ms {
+        let node = rng.random_range(1..=agents);
+        let f = match rng.random_range(0..10u32) {
+            0 | 1 => Fault::KillController { down_ms: rng.random_range(300..3_000) },
+            2..=4 => Fault::KillAgent {
+                node,
+                with_tasks: rng.random_bool(0.5),
+                // Back before the lease lapses, or after.
+                down_ms: if rng.random_bool(0.6) { rng.random_range(200..lease_ms / 2) } else { lease_ms + rng.random_range(500..3_000) },
+            },
+            5 => Fault::KillTask { pick: rng.random_range(0..1000) },
+            _ => Fault::Partition {
+                node,
+                cut: [Cut::Both, Cut::ToController, Cut::FromController][rng.random_range(0..3usize)],
+                ms: if rng.random_bool(0.5) { rng.random_range(500..lease_ms / 2) } else { lease_ms + rng.random_range(500..3_000) },
+            },
+        };
+        let length = match &f {
+            Fault::KillController { down_ms } | Fault::KillAgent { down_ms, .. } => *down_ms,
+            Fault::Partition { ms, .. } => *ms,
+            Fault::KillTask { .. } => 0,
+        };
+        out.push((at, f));
+        // The next fault comes once this one healed and the cluster had time to settle.
+        at += length + lease_ms + rng.random_range(2_000..5_000);
+    }
+    out
+}
+
+/// A fault as it happened.
+#[derive(Debug, Clone, Serialize)]
+pub struct Injected {
+    /// Seconds from the start.
+    pub at_s: f64,
+    /// The fault.
+    pub fault: Fault,
+    /// Seconds from the fault until the cluster was in steady state again (every node up, the
+    /// service at full strength, no job running on a node that is down).
+    pub steady_s: Option<f64>,
+}
+
+/// What a run found.
+#[derive(Debug, Clone, Serialize)]
+pub struct ChaosReport {
+    /// Seed.
+    pub seed: u64,
+    /// Seconds of faults.
+    pub duration_s: f64,
+    /// Agents.
+    pub agents: u32,
+    /// Lease, seconds.
+    pub lease_s: u32,
+    /// The bound within which the cluster must be steady after a fault heals, seconds.
+    pub bound_s: f64,
+    /// Faults injected by kind.
+    pub faults: BTreeMap<String, u32>,
+    /// Every fault, in order.
+    pub schedule: Vec<Injected>,
+    /// Jobs submitted and acknowledged (array tasks counted one each).
+    pub jobs: usize,
+    /// Runs started (ledger start lines).
+    pub runs: usize,
+    /// Jobs by final state.
+    pub final_states: BTreeMap<String, usize>,
+    /// Cancels acknowledged.
+    pub cancels: usize,
+    /// Requests sent to the service through the proxy.
+    pub requests: u64,
+    /// Of which failed (a non-2xx answer or a transport error).
+    pub requests_failed: u64,
+    /// Seconds from the loss of a node (an agent killed with its tasks, restarted within its
+    /// lease) until each of its jobs was requeued or ended.
+    pub node_loss_recovery_s: Vec<f64>,
+    /// Violated invariants, each with the job's history.
+    pub violations: Vec<String>,
+}
+
+/// `date +%s%N` as the ledger writes it, for comparisons with it.
+fn now_ns() -> i128 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i128)
+}
+
+/// The network of the run: one namespace per agent, joined to the host by a veth link on a
+/// subnet of its own (`10.B.I.1` the host's end, `10.B.I.2` the agent's).
+struct Net {
+    tag: String,
+    b: u8,
+    agents: u32,
+}
+
+fn sh(args: &[&str]) -> Result<()> {
+    let o = Command::new(args[0]).args(&args[1..]).stdin(Stdio::null()).output().with_context(|| format!("running {}", args[0]))?;
+    if !o.status.success() {
+        bail!("{}: {}", args.join(" "), String::from_utf8_lossy(&o.stderr).trim());
+    }
+    Ok(())
+}
+
+impl Net {
+    fn new(agents: u32) -> Result<Net> {
+        let pid = std::process::id();
+        let net = Net { tag: format!("tc{}", pid % 100_000), b: 100 + (pid % 100) as u8, agents };
+        for i in 1..=agents {
+            let (ns, host, inner) = (net.ns(i), format!("{}h{i}", net.tag), format!("{}n{i}", net.tag));
+            sh(&["ip", "netns", "add", &ns])?;
+            sh(&["ip", "link", "add", &host, "type", "veth", "peer", "name", &inner])?;
+            sh(&["ip", "link", "set", &inner, "netns", &ns])?;
+            sh(&["ip", "addr", "add", &format!("{}/24", net.host_ip(i)), "dev", &host])?;
+            sh(&["ip", "link", "set", &host, "up"])?;
+            sh(&["ip", "-n", &ns, "addr", "add", &format!("{}/24", net.node_ip(i)), "dev", &inner])?;
+            sh(&["ip", "-n", &ns, "link", "set", &inner, "up"])?;
+            sh(&["ip", "-n", &ns, "link", "set", "lo", "up"])?;
+        }
+        Ok(net)
+    }
+
+    fn ns(&self, i: u32) -> String {
+        format!("{}-{i}", self.tag)
+    }
+
+    fn host_ip(&self, i: u32) -> String {
+        format!("10.{}.{i}.1", self.b)
+    }
+
+    fn node_ip(&self, i: u32) -> String {
+        format!("10.{}.{i}.2", self.b)
+    }
+
+    /// The iptables rules that make a cut, in agent `i`'s namespace.
+    fn rules(&self, i: u32, cut: Cut, port: u16) -> Vec<Vec<String>> {
+        let (ip, port) = (self.host_ip(i), port.to_string());
+        let to = ["OUTPUT", "-p", "tcp", "-d", &ip, "--dport", &port, "-j", "DROP"].map(str::to_string).to_vec();
+        let from = ["INPUT", "-p", "tcp", "-s", &ip, "--sport", &port, "-j", "DROP"].map(str::to_string).to_vec();
+        match cut {
+            Cut::Both => vec![to, from],
+            Cut::ToController => vec![to],
+            Cut::FromController => vec![from],
+        }
+    }
+
+    fn cut(&self, i: u32, cut: Cut, port: u16, on: bool) -> Result<()> {
+        for r in self.rules(i, cut, port) {
+            let mut args = vec!["ip".to_string(), "netns".into(), "exec".into(), self.ns(i), "iptables".into(), "-w".into()];
+            args.push(if on { "-A" } else { "-D" }.into());
+            args.extend(r);
+            sh(&args.iter().map(String::as_str).collect::<Vec<_>>())?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Net {
+    fn drop(&mut self) {
+        for i in 1..=self.agents {
+            let _ = Command::new("ip").args(["netns", "del", &self.ns(i)]).stderr(Stdio::null()).status();
+        }
+    }
+}
+
+/// The processes of the run.
+struct Procs {
+    exe: PathBuf,
+    dir: PathBuf,
+    port: u16,
+    lease: u32,
+    server: Option<Child>,
+    agents: Vec<Option<Child>>,
+    proxy: Option<Child>,
+    proxy_addr: String,
+}
+
+impl Procs {
+    fn log(&self, name: &str) -> Result<std::fs::File> {
+        Ok(std::fs::OpenOptions::new().create(true).append(true).open(self.dir.join(format!("{name}.log")))?)
+    }
+
+    fn start_server(&mut self) -> Result<()> {
+        let ctl = self.dir.join("controller");
+        let _ = std::fs::remove_file(ctl.join("addr"));
+        let f = self.log("controller")?;
+        let child = Command::new(&self.exe)
+            .args(["server", "--listen", &format!("0.0.0.0:{}", self.port), "--lease", &self.lease.to_string(), "--kill-wait", "2"])
+            .arg("--data")
+            .arg(&ctl)
+            .stdin(Stdio::null())
+            .stdout(f.try_clone()?)
+            .stderr(f)
+            .spawn()
+            .context("starting the controller")?;
+        self.server = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !ctl.join("addr").exists() {
+            if Instant::now() > deadline {
+                bail!("the controller did not start; see {}/controller.log", self.dir.display());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(())
+    }
+
+    fn start_agent(&mut self, net: &Net, i: u32) -> Result<()> {
+        let name = format!("node{i}");
+        let data = self.dir.join(&name);
+        std::fs::create_dir_all(&data)?;
+        let f = self.log(&name)?;
+        let child = Command::new("ip")
+            .args(["netns", "exec", &net.ns(i)])
+            .arg(&self.exe)
+            .args(["agent", "--server", &format!("https://{}:{}", net.host_ip(i), self.port), "--name", &name])
+            .args(["--cpus", "2", "--memory", "2G", "--addr", &net.node_ip(i), "--join-token-file"])
+            .arg(data.join("join-token"))
+            .arg("--ca")
+            .arg(self.dir.join("controller/ca.pem"))
+            .arg("--data")
+            .arg(&data)
+            .stdin(Stdio::null())
+            .stdout(f.try_clone()?)
+            .stderr(f)
+            .spawn()
+            .with_context(|| format!("starting agent {name}"))?;
+        self.agents[i as usize - 1] = Some(child);
+        Ok(())
+    }
+
+    fn start_proxy(&mut self) -> Result<()> {
+        let f = self.log("proxy")?;
+        let child = Command::new(&self.exe)
+            .args(["proxy", "--listen", &self.proxy_addr, "--server", &format!("https://127.0.0.1:{}", self.port), "--credential-file"])
+            .arg(self.dir.join("proxy.credential"))
+            .arg("--ca")
+            .arg(self.dir.join("controller/ca.pem"))
+            .stdin(Stdio::null())
+            .stdout(f.try_clone()?)
+            .stderr(f)
+            .spawn()
+            .context("starting the proxy")?;
+        self.proxy = Some(child);
+        Ok(())
+    }
+
+    fn kill(c: &mut Option<Child>) {
+        if let Some(mut c) = c.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Procs {
+    fn drop(&mut self) {
+        for a in 0..self.agents.len() {
+            if let Some(c) = &self.agents[a] {
+                kill_node_tasks(c.id());
+            }
+            Procs::kill(&mut self.agents[a]);
+        }
+        Procs::kill(&mut self.proxy);
+        Procs::kill(&mut self.server);
+        // Tasks of agents killed alone and not restarted: their keepers fence them, or these do.
+        let _ = Command::new("pkill").args(["-9", "-f", &format!("{}/node", self.dir.display())]).status();
+    }
+}
+
+/// The children of process `parent`, from `/proc`.
+fn children(parent: i32) -> Vec<i32> {
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .ok()
+                .and_then(|s| s.rsplit(')').next()?.split_whitespace().nth(1)?.parse::<i32>().ok())
+                == Some(parent)
+        })
+        .collect()
+}
+
+/// Kills every keeper of agent `pid` and its task's process group (the agent itself not).
+fn kill_node_tasks(pid: u32) {
+    for k in children(pid as i32) {
+        for t in children(k) {
+            let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(t), nix::sys::signal::Signal::SIGKILL);
+        }
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(k), nix::sys::signal::Signal::SIGKILL);
+    }
+}
+
+/// What the workload did: acknowledged submissions and cancels.
+#[derive(Default)]
+struct Book {
+    /// Job ids acknowledged (the array job's id for an array), with the time of the reply.
+    submitted: Vec<(u64, i128)>,
+    /// Array job ids and their task count.
+    arrays: Vec<(u64, u32)>,
+    /// Cancels acknowledged: job, time of the reply.
+    cancels: Vec<(u64, i128)>,
+    /// Observed states of each job: (time, state, restarts), one entry per change.
+    seen: HashMap<u64, Vec<(i128, String, u32)>>,
+    /// The last full listing.
+    last: Vec<JobInfo>,
+}
+
+/// A client call on the harness's own runtime.
+struct Api {
+    rt: tokio::runtime::Runtime,
+    t: Target,
+}
+
+impl Api {
+    fn get<T: serde::de::DeserializeOwned>(&self, path: &str) -> Result<T> {
+        self.rt.block_on(async {
+            Ok(tokio::time::timeout(Duration::from_secs(5), send(&self.t, "GET", path, None::<&()>, &[])).await??.json()?)
+        })
+    }
+}
+
+const SCRIPT: &str = r#"#!/bin/bash
+L=LEDGER/$SLURM_JOB_ID
+exec 9>>$L.lock
+if ! flock -n 9; then echo "overlap $SLURM_JOB_ID $SLURM_RESTART_COUNT $SLURMD_NODENAME $(date +%s%N)" >> $L.log; exit 1; fi
+echo "start $SLURM_JOB_ID $SLURM_RESTART_COUNT $SLURMD_NODENAME $(date +%s%N)" >> $L.log
+if [ "$SLURM_NNODES" = 2 ]; then srun -N2 --ntasks-per-node=1 sleep $1; else sleep $1; fi
+echo "end $SLURM_JOB_ID $SLURM_RESTART_COUNT $SLURMD_NODENAME $(date +%s%N)" >> $L.log
+"#;
+
+/// Runs the harness.
+pub fn run(a: ChaosArgs) -> Result<ChaosReport> {
+    if !nix::unistd::geteuid().is_root() {
+        bail!("tandem bench chaos needs root: it makes network namespaces and runs agents as root");
+    }
+    for tool in ["ip", "iptables", "flock"] {
+        if Command::new("sh").args(["-c", &format!("command -v {tool}")]).stdout(Stdio::null()).status().map_or(true, |s| !s.success()) {
+            bail!("tandem bench chaos needs `{tool}` (iproute2, iptables, util-linux)");
+        }
+    }
+    if a.agents < 2 || a.agents > 50 || a.lease < 3 || a.duration <= 0.0 {
+        bail!("--agents must be 2 to 50, --lease at least 3, --duration positive");
+    }
+    let lease_ms = a.lease as u64 * 1000;
+    let plan = schedule(a.seed, (a.duration * 1000.0) as u64, a.agents, lease_ms);
+    let exe = std::env::current_exe()?;
+    let dir = std::env::temp_dir().join(format!("tandem-chaos-{}-{}", a.seed, std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    for d in ["controller", "ledger", "work", "bin"] {
+        std::fs::create_dir_all(dir.join(d))?;
+    }
+    let result = run_in(&a, &plan, &exe, &dir);
+    if !a.keep && result.as_ref().is_ok_and(|r| r.violations.is_empty()) {
+        let _ = std::fs::remove_dir_all(&dir);
+    } else {
+        eprintln!("tandem bench chaos: the run's files are in {}", dir.display());
+    }
+    result
+}
+
+fn run_in(a: &ChaosArgs, plan: &[(u64, Fault)], exe: &Path, dir: &Path) -> Result<ChaosReport> {
+    let lease_ms = a.lease as u64 * 1000;
+    let net = Net::new(a.agents)?;
+    let port = std::net::TcpListener::bind("0.0.0.0:0")?.local_addr()?.port();
+    let proxy_port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    let mut p = Procs {
+        exe: exe.to_path_buf(),
+        dir: dir.to_path_buf(),
+        port,
+        lease: a.lease,
+        server: None,
+        agents: (0..a.agents).map(|_| None).collect(),
+        proxy: None,
+        proxy_addr: format!("127.0.0.1:{proxy_port}"),
+    };
+    // Inference above training: the service's replicas preempt batch jobs (requeued) when the
+    // cluster is full, so a lost replica is replaced at once.
+    std::fs::write(
+        dir.join("controller/tandem.toml"),
+        "[[qos]]\nname = \"normal\"\npreempt_tier = 0\ngrace_time = 1\n[[qos]]\nname = \"serve\"\npriority = 100\npreempt_tier = 2\n",
+    )?;
+    p.start_server()?;
+    let sock = dir.join("controller/tandem.sock");
+    let server = format!("unix://{}", sock.display());
+    let tandem = |args: &[&str]| -> Result<String> {
+        let o = Command::new(exe).args(args).env("TANDEM_SERVER", &server).current_dir(dir.join("work")).stdin(Stdio::null()).output()?;
+        if !o.status.success() {
+            bail!("tandem {}: {}", args.join(" "), String::from_utf8_lossy(&o.stderr).trim());
+        }
+        Ok(String::from_utf8_lossy(&o.stdout).into_owned())
+    };
+    let joins = tandem(&["token", "--join", "--count", &a.agents.to_string()])?;
+    for (i, t) in joins.lines().enumerate() {
+        let d = dir.join(format!("node{}", i + 1));
+        std::fs::create_dir_all(&d)?;
+        up::write_file(&d.join("join-token"), &format!("{t}\n"), 0o600)?;
+    }
+    let cred = tandem(&["token", "--proxy", "chaos"])?;
+    up::write_file(&dir.join("proxy.credential"), &cred, 0o600)?;
+    for i in 1..=a.agents {
+        p.start_agent(&net, i)?;
+    }
+    p.start_proxy()?;
+    let api = Api { rt: tokio::runtime::Builder::new_current_thread().enable_all().build()?, t: Target::parse(&server)? };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while api.get::<Vec<NodeInfo>>("/v1/nodes").map_or(0, |n| n.iter().filter(|n| n.state != "down").count()) < a.agents as usize {
+        if Instant::now() > deadline {
+            bail!("the agents did not register; see {}/node*.log", dir.display());
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // The Slurm commands for jobs (srun in the gangs), and the job script.
+    tandem(&["shims", &dir.join("bin").display().to_string()])?;
+    let script = dir.join("work/job.sh");
+    std::fs::write(&script, SCRIPT.replace("LEDGER", &dir.join("ledger").display().to_string()))?;
+    // The service: two replicas of the test upstream, reached on the agents' addresses.
+    let spec = format!(
+        "name = \"web\"\ncommand = [{:?}, \"__upstream\", \"--bind\", \"0.0.0.0\", \"--port\", \"$PORT\"]\nreplicas = 2\nqos = \"serve\"\n[resources]\ncpus = 1\n[readiness]\nhttp = \"/\"\nperiod = \"300ms\"\n",
+        exe.display().to_string()
+    );
+    std::fs::write(dir.join("work/web.toml"), spec)?;
+    tandem(&["service", "apply", "-f", "web.toml"])?;
+    let steady = |api: &Api| -> bool {
+        let Ok(nodes) = api.get::<Vec<NodeInfo>>("/v1/nodes") else { return false };
+        let Ok(s) = api.get::<ServiceInfo>("/v1/services/web") else { return false };
+        nodes.iter().all(|n| n.state != "down")
+            && s.ready == s.desired
+            && s.replicas.iter().filter(|r| r.state == "Ready").count() == s.desired as usize
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !steady(&api) {
+        if Instant::now() > deadline {
+            bail!("the service did not become ready; see {}", dir.display());
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let url = format!("http://{}/s/web/", p.proxy_addr);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !Command::new("curl").args(["-sf", "-o", "/dev/null", &url]).status().is_ok_and(|s| s.success()) {
+        if Instant::now() > deadline {
+            bail!("the proxy did not route to the service");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+
+    // The load: bounded, open loop; the load generator's timeout is fixed at 10 s.
+    let load = Command::new(exe)
+        .args(["bench", "load", &url, "--json", "--rate", "20", "--concurrency", "32", "--timeout", "10"])
+        .args(["--duration", &format!("{}", a.duration + 5.0)])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()?;
+
+    let book = Arc::new(Mutex::new(Book::default()));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // The observer: every job's state, a few times a second.
+    let observer = {
+        let (book, stop, server) = (book.clone(), stop.clone(), server.clone());
+        std::thread::spawn(move || -> Result<()> {
+            let api = Api { rt: tokio::runtime::Builder::new_current_thread().enable_all().build()?, t: Target::parse(&server)? };
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                if let Ok(jobs) = api.get::<Vec<JobInfo>>("/v1/history?since=0") {
+                    let t = now_ns();
+                    let mut b = book.lock().expect("lock");
+                    for j in &jobs {
+                        let h = b.seen.entry(j.id).or_default();
+                        if h.last().is_none_or(|(_, s, r)| *s != j.state || *r != j.restarts) {
+                            h.push((t, j.state.clone(), j.restarts));
+                        }
+                    }
+                    b.last = jobs;
+                }
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            Ok(())
+        })
+    };
+    // The workload.
+    let workload = {
+        let (book, stop, exe, server, dir, seed) =
+            (book.clone(), stop.clone(), exe.to_path_buf(), server.clone(), dir.to_path_buf(), a.seed);
+        std::thread::spawn(move || workload(seed, &exe, &server, &dir, &book, &stop))
+    };
+
+    let start = Instant::now();
+    let mut injected = Vec::new();
+    let mut node_loss = Vec::new();
+    let mut violations = Vec::new();
+    let bound = Duration::from_millis(lease_ms + 2 * 1000 + 2_000);
+    for (at, f) in plan {
+        let due = start + Duration::from_millis(*at);
+        if let Some(wait) = due.checked_duration_since(Instant::now()) {
+            std::thread::sleep(wait);
+        }
+        let t0 = Instant::now();
+        let running_here = |node: u32, b: &Book| -> Vec<(u64, u32)> {
+            b.last
+                .iter()
+                .filter(|j| j.state == "RUNNING" && j.nodelist.split(',').any(|n| n == format!("node{node}")) && !j.name.starts_with("web"))
+                .map(|j| (j.id, j.restarts))
+                .collect()
+        };
+        let mut watch: Vec<(u64, u32)> = Vec::new();
+        match f {
+            Fault::KillController { down_ms } => {
+                Procs::kill(&mut p.server);
+                std::thread::sleep(Duration::from_millis(*down_ms));
+                p.start_server()?;
+            }
+            Fault::KillAgent { node, with_tasks, down_ms } => {
+                let i = *node as usize - 1;
+                if *with_tasks {
+                    watch = if *down_ms < lease_ms { running_here(*node, &book.lock().expect("lock")) } else { Vec::new() };
+                    if let Some(c) = &p.agents[i] {
+                        let pid = c.id();
+                        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGKILL);
+                        kill_node_tasks(pid);
+                    }
+                }
+                Procs::kill(&mut p.agents[i]);
+                std::thread::sleep(Duration::from_millis(*down_ms));
+                p.start_agent(&net, *node)?;
+            }
+            Fault::KillTask { pick } => {
+                let tasks = task_pids(dir);
+                if !tasks.is_empty() {
+                    let t = tasks[*pick as usize % tasks.len()];
+                    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(t), nix::sys::signal::Signal::SIGKILL);
+                }
+            }
+            Fault::Partition { node, cut, ms } => {
+                net.cut(*node, *cut, port, true)?;
+                std::thread::sleep(Duration::from_millis(*ms));
+                net.cut(*node, *cut, port, false)?;
+            }
+        }
+        // Healed: the cluster must be steady again within the bound.
+        let healed = Instant::now();
+        let mut steady_s = None;
+        let mut pending_watch = watch.clone();
+        while healed.elapsed() < bound * 3 {
+            if !pending_watch.is_empty() {
+                let b = book.lock().expect("lock");
+                pending_watch.retain(|(id, r)| {
+                    let done = b.last.iter().find(|j| j.id == *id).is_none_or(|j| j.state != "RUNNING" || j.restarts != *r);
+                    if done {
+                        node_loss.push(t0.elapsed().as_secs_f64());
+                    }
+                    !done
+                });
+            }
+            if steady(&api) && pending_watch.is_empty() {
+                steady_s = Some(t0.elapsed().as_secs_f64());
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        match steady_s {
+            Some(_) if healed.elapsed() <= bound => {}
+            _ => violations.push(format!(
+                "not in steady state within {:.1} s of healing {} (at {:.1} s): {}",
+                bound.as_secs_f64(),
+                f.kind(),
+                *at as f64 / 1000.0,
+                steady_detail(&api)
+            )),
+        }
+        injected.push(Injected { at_s: (t0 - start).as_secs_f64(), fault: f.clone(), steady_s });
+    }
+    let left = Duration::from_secs_f64(a.duration).saturating_sub(start.elapsed());
+    std::thread::sleep(left);
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    workload.join().map_err(|_| anyhow::anyhow!("the workload thread panicked"))??;
+    // Drain: every batch job ends (the longest runs 12 s, a dependency waits for another).
+    let deadline = Instant::now() + Duration::from_secs(90) + bound;
+    loop {
+        let jobs: Vec<JobInfo> = api.get("/v1/history?since=0").unwrap_or_default();
+        let live: Vec<&JobInfo> = jobs.iter().filter(|j| !j.name.starts_with("web") && !is_final(&j.state)).collect();
+        if live.is_empty() {
+            break;
+        }
+        if Instant::now() > deadline {
+            for j in live {
+                violations.push(format!(
+                    "job {} never ended: {} {:?} ({})",
+                    j.id,
+                    j.state,
+                    j.reason,
+                    history(&book.lock().expect("lock"), j.id)
+                ));
+            }
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    std::thread::sleep(Duration::from_millis(600));
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    observer.join().map_err(|_| anyhow::anyhow!("the observer thread panicked"))??;
+    let out = load.wait_with_output()?;
+    let lr: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    let (requests, requests_failed) = (lr["sent"].as_u64().unwrap_or(0), lr["failed"].as_u64().unwrap_or(0));
+    if requests == 0 {
+        violations.push("the load generator sent nothing".into());
+    }
+    if requests_failed > 0 {
+        violations.push(format!("{requests_failed} of {requests} requests to the service failed: {}", lr["errors"]));
+    }
+    // Nothing allocated that no running job holds.
+    let jobs: Vec<JobInfo> = api.get("/v1/history?since=0")?;
+    let nodes: Vec<NodeInfo> = api.get("/v1/nodes")?;
+    for n in &nodes {
+        let held: u32 = jobs.iter().filter(|j| j.state == "RUNNING" && j.nodelist == n.name).map(|j| j.cpus).sum();
+        if n.cpus.1 != held {
+            violations.push(format!("node {} has {} CPUs allocated, but its running jobs hold {held}", n.name, n.cpus.1));
+        }
+    }
+    let b = book.lock().expect("lock");
+    violations.extend(check(&b, &jobs, &dir.join("ledger")));
+    let ledger = read_ledger(&dir.join("ledger"));
+    let mut final_states = BTreeMap::new();
+    for j in jobs.iter().filter(|j| !j.name.starts_with("web")) {
+        *final_states.entry(j.state.clone()).or_default() += 1;
+    }
+    let mut faults = BTreeMap::new();
+    for i in &injected {
+        *faults.entry(i.fault.kind().to_string()).or_default() += 1;
+    }
+    Ok(ChaosReport {
+        seed: a.seed,
+        duration_s: a.duration,
+        agents: a.agents,
+        lease_s: a.lease,
+        bound_s: bound.as_secs_f64(),
+        faults,
+        schedule: injected,
+        jobs: jobs.iter().filter(|j| !j.name.starts_with("web")).count(),
+        runs: ledger.values().flatten().filter(|l| l.kind == "start").count(),
+        final_states,
+        cancels: b.cancels.len(),
+        requests,
+        requests_failed,
+        node_loss_recovery_s: node_loss,
+        violations,
+    })
+}
+
+fn is_final(state: &str) -> bool {
+    !matches!(state, "PENDING" | "RUNNING" | "COMPLETING" | "CONFIGURING" | "SUSPENDED")
+}
+
+fn steady_detail(api: &Api) -> String {
+    let nodes =
+        api.get::<Vec<NodeInfo>>("/v1/nodes").map(|n| n.iter().map(|n| format!("{} {}", n.name, n.state)).collect::<Vec<_>>().join(", "));
+    let s = api.get::<ServiceInfo>("/v1/services/web").map(|s| format!("service {}/{} ready", s.ready, s.desired));
+    format!("nodes: {}; {}", nodes.unwrap_or_else(|e| e.to_string()), s.unwrap_or_else(|e| e.to_string()))
+}
+
+/// The pids of the running batch scripts (the tasks a fault may kill).
+fn task_pids(dir: &Path) -> Vec<i32> {
+    let o = Command::new("pgrep").args(["-f", &format!("{}/node[0-9]+/spool/job_", dir.display())]).output();
+    let mut v: Vec<i32> =
+        o.map(|o| String::from_utf8_lossy(&o.stdout).split_whitespace().filter_map(|p| p.parse().ok()).collect()).unwrap_or_default();
+    v.sort();
+    v
+}
+
+/// The workload: submissions of every kind, cancels, holds and releases, requeues, at seeded
+/// moments, until `stop`.
+fn workload(seed: u64, exe: &Path, server: &str, dir: &Path, book: &Mutex<Book>, stop: &std::sync::atomic::AtomicBool) -> Result<()> {
+    let mut rng = SmallRng::seed_from_u64(seed ^ 0x0b5e_55ed);
+    let path = format!("{}:{}", dir.join("bin").display(), std::env::var("PATH").unwrap_or_default());
+    let run = |args: &[String]| -> Option<String> {
+        let o = Command::new(exe)
+            .args(args)
+            .env("TANDEM_SERVER", server)
+            .env("PATH", &path)
+            .current_dir(dir.join("work"))
+            .stdin(Stdio::null())
+            .output()
+            .ok()?;
+        o.status.success().then(|| String::from_utf8_lossy(&o.stdout).trim().to_string())
+    };
+    let mut held: Vec<u64> = Vec::new();
+    while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+        std::thread::sleep(Duration::from_millis(rng.random_range(200..900)));
+        let live: Vec<(u64, String)> = {
+            let b = book.lock().expect("lock");
+            b.last.iter().filter(|j| !j.name.starts_with("web") && !is_final(&j.state)).map(|j| (j.id, j.state.clone())).collect()
+        };
+        let roll = rng.random_range(0..100u32);
+        if roll < 55 {
+            let secs = rng.random_range(2..12u32);
+            let mut args: Vec<String> = vec!["submit".into(), "--parsable".into(), "-c1".into(), "-o".into(), "/dev/null".into()];
+            let kind = rng.random_range(0..100u32);
+            let mut array = None;
+            if kind < 15 {
+                args.push("-N2".into());
+            } else if kind < 25 {
+                let n = rng.random_range(2..5u32);
+                args.push(format!("--array=0-{}", n - 1));
+                array = Some(n);
+            } else if kind < 35
+                && let Some((dep, _)) = live.get(rng.random_range(0..live.len().max(1)))
+            {
+                args.push(format!("--dependency=afterany:{dep}"));
+            } else if kind < 45 {
+                args.push("--time=0:03".into());
+            }
+            if rng.random_bool(0.2) {
+                args.push("--no-requeue".into());
+            }
+            args.push("job.sh".into());
+            args.push(secs.to_string());
+            if let Some(out) = run(&args)
+                && let Ok(id) = out.split(';').next().unwrap_or("").trim().parse::<u64>()
+            {
+                let mut b = book.lock().expect("lock");
+                b.submitted.push((id, now_ns()));
+                if let Some(n) = array {
+                    b.arrays.push((id, n));
+                }
+            }
+        } else if roll < 70 {
+            if let Some((id, _)) = live.get(rng.random_range(0..live.len().max(1))) {
+                if run(&["cancel".into(), id.to_string()]).is_some() {
+                    book.lock().expect("lock").cancels.push((*id, now_ns()));
+                }
+            }
+        } else if roll < 80 {
+            if let Some(id) = held.pop() {
+                run(&["show".into(), "release".into(), id.to_string()]);
+            } else if let Some((id, _)) = live.iter().find(|(_, s)| s == "PENDING") {
+                if run(&["show".into(), "hold".into(), id.to_string()]).is_some() {
+                    held.push(*id);
+                }
+            }
+        } else if roll < 85
+            && let Some((id, _)) = live.iter().find(|(_, s)| s == "RUNNING")
+        {
+            run(&["show".into(), "requeue".into(), id.to_string()]);
+        }
+    }
+    for id in held {
+        run(&["show".into(), "release".into(), id.to_string()]);
+    }
+    Ok(())
+}
+
+/// One ledger line.
+#[derive(Debug, Clone)]
+struct Line {
+    kind: String,
+    run: u32,
+    node: String,
+    t: i128,
+}
+
+fn read_ledger(dir: &Path) -> BTreeMap<u64, Vec<Line>> {
+    let mut out = BTreeMap::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.extension().is_none_or(|x| x != "log") {
+            continue;
+        }
+        let Some(id) = p.file_stem().and_then(|s| s.to_str()).and_then(|s| s.parse::<u64>().ok()) else { continue };
+        let lines = std::fs::read_to_string(&p)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                Some(Line {
+                    kind: f.first()?.to_string(),
+                    run: f.get(2)?.parse().ok()?,
+                    node: f.get(3)?.to_string(),
+                    t: f.get(4)?.parse().ok()?,
+                })
+            })
+            .collect();
+        out.insert(id, lines);
+    }
+    out
+}
+
+fn history(b: &Book, id: u64) -> String {
+    b.seen.get(&id).map_or("never seen".into(), |h| h.iter().map(|(_, s, r)| format!("{s}/{r}")).collect::<Vec<_>>().join(" -> "))
+}
+
+/// The invariants, against the observed histories, the final listing and the ledgers.
+fn check(b: &Book, jobs: &[JobInfo], ledger_dir: &Path) -> Vec<String> {
+    let mut v = Vec::new();
+    let ledger = read_ledger(ledger_dir);
+    let by_id: HashMap<u64, &JobInfo> = jobs.iter().map(|j| (j.id, j)).collect();
+    let describe = |id: u64| -> String {
+        let lines = ledger
+            .get(&id)
+            .map_or(String::new(), |l| l.iter().map(|x| format!("{} run {} on {}", x.kind, x.run, x.node)).collect::<Vec<_>>().join("; "));
+        format!("history {}; ledger: {}", history(b, id), if lines.is_empty() { "empty".into() } else { lines })
+    };
+    // No acknowledged submission is lost.
+    for (id, _) in &b.submitted {
+        if !by_id.contains_key(id) {
+            v.push(format!("acknowledged job {id} is gone"));
+        }
+    }
+    for (array, n) in &b.arrays {
+        let tasks = jobs.iter().filter(|j| j.display_id.starts_with(&format!("{array}_"))).count();
+        if tasks < *n as usize {
+            v.push(format!("array {array} has {tasks} tasks, not {n}"));
+        }
+    }
+    // Each job's observed history: once terminal, it never changes; restarts never go down.
+    for (id, h) in &b.seen {
+        let mut terminal: Option<&str> = None;
+        let mut restarts = 0;
+        for (_, s, r) in h {
+            if let Some(t) = terminal
+                && (t != s || *r != restarts)
+            {
+                v.push(format!("job {id} left its terminal state {t}: {}", describe(*id)));
+                break;
+            }
+            if *r < restarts {
+                v.push(format!("job {id}'s restart count went down: {}", describe(*id)));
+            }
+            restarts = restarts.max(*r);
+            if is_final(s) {
+                terminal = Some(s);
+            }
+        }
+    }
+    // Runs: never two at once, none after its cancel, no output after the controller ended it.
+    let cancels: HashMap<u64, i128> = b.cancels.iter().copied().collect();
+    for (id, lines) in &ledger {
+        if lines.iter().any(|l| l.kind == "overlap") {
+            v.push(format!("job {id}: a run started while another held its lock: {}", describe(*id)));
+        }
+        if let Some(&c) = cancels.get(id) {
+            // A launch delivered just before the cancel may start just after it.
+            if let Some(l) = lines.iter().find(|l| l.kind == "start" && l.t > c + 2_000_000_000) {
+                v.push(format!(
+                    "job {id}: run {} started {:.1} s after its cancel was acknowledged: {}",
+                    l.run,
+                    (l.t - c) as f64 / 1e9,
+                    describe(*id)
+                ));
+            }
+        }
+        if let Some(j) = by_id.get(id)
+            && let Some(end) = j.end
+            && is_final(&j.state)
+        {
+            let end_ns = end as i128 * 1_000_000_000;
+            if let Some(l) = lines.iter().find(|l| l.t > end_ns + 2_000_000_000) {
+                v.push(format!(
+                    "job {id}: run {} wrote \"{}\" {:.1} s after the job ended: {}",
+                    l.run,
+                    l.kind,
+                    (l.t - end_ns) as f64 / 1e9,
+                    describe(*id)
+                ));
+            }
+        }
+        let starts: BTreeSet<u32> = lines.iter().filter(|l| l.kind == "start").map(|l| l.run).collect();
+        if starts.len() < lines.iter().filter(|l| l.kind == "start").count() {
+            v.push(format!("job {id}: one run number started twice: {}", describe(*id)));
+        }
+    }
+    // An acknowledged cancel ends CANCELLED.
+    for (id, _) in &b.cancels {
+        if let Some(j) = by_id.get(id)
+            && j.state != "CANCELLED"
+        {
+            v.push(format!("job {id} was cancelled but ended {}: {}", j.state, describe(*id)));
+        }
+    }
+    // At the end no process of an ended job is left: its lock is free.
+    for (id, _) in &ledger {
+        let lock = ledger_dir.join(format!("{id}.lock"));
+        let free = Command::new("flock").args(["-n"]).arg(&lock).arg("true").status().is_ok_and(|s| s.success());
+        if !free {
+            v.push(format!("job {id}: a process of it still holds its lock after it ended: {}", describe(*id)));
+        }
+    }
+    v
+}
+
+/// Prints the report for people.
+pub fn print(r: &ChaosReport) {
+    println!("tandem bench chaos --seed {} --duration {} --agents {} (lease {} s)", r.seed, r.duration_s, r.agents, r.lease_s);
+    println!("faults injected:");
+    for (k, n) in &r.faults {
+        println!("  {n:>4}  {k}");
+    }
+    let steady: Vec<f64> = r.schedule.iter().filter_map(|i| i.steady_s).collect();
+    let max = steady.iter().copied().fold(0.0, f64::max);
+    println!("steady again after each fault: largest {max:.1} s (bound {:.1} s after it healed)", r.bound_s);
+    if !r.node_loss_recovery_s.is_empty() {
+        let m = r.node_loss_recovery_s.iter().copied().fold(0.0, f64::max);
+        println!("jobs of a lost node requeued or ended: {} jobs, largest {m:.1} s after the loss", r.node_loss_recovery_s.len());
+    }
+    println!("jobs: {} ({} runs), cancels acknowledged: {}, final states: {:?}", r.jobs, r.runs, r.cancels, r.final_states);
+    println!("service: {} requests, {} failed", r.requests, r.requests_failed);
+    if r.violations.is_empty() {
+        println!("violations: 0");
+    } else {
+        println!("VIOLATIONS ({}), seed {}:", r.violations.len(), r.seed);
+        for v in &r.violations {
+            println!("  - {v}");
+        }
+        println!("fault schedule:");
+        for i in &r.schedule {
+            println!("  {:>7.1} s  {:?}", i.at_s, i.fault);
+        }
+    }
+}
