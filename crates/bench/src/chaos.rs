@@ -54,6 +54,9 @@ pub struct ChaosArgs {
     /// Keep the run's directory (logs, ledgers) afterwards.
     #[arg(long)]
     pub keep: bool,
+    /// Print the fault schedule the seed gives, and run nothing.
+    #[arg(long)]
+    pub plan: bool,
     /// Print one JSON object.
     #[arg(long)]
     pub json: bool,
@@ -93,6 +96,22 @@ pub enum Fault {
         /// Which of the running tasks.
         pick: u32,
     },
+    /// The controller crashes at failpoint `point` (armed in a test build's controller, see
+    /// `server`'s failpoints) the `nth` time it passes it, and is started again after `down_ms`
+    /// (killed from outside if it did not reach the point within 15 s).
+    CrashAt {
+        /// One of `pass-planned`, `pass-applying`, `commit-taken`, `commit-written`.
+        point: String,
+        /// Which pass of it.
+        nth: u32,
+        /// How long it stays down.
+        down_ms: u64,
+    },
+    /// The controller's data directory (a tmpfs of its own) is full for `ms`.
+    DiskFull {
+        /// How long.
+        ms: u64,
+    },
     /// A partition of agent `node` from the controller, for `ms`.
     Partition {
         /// Node number (1-based).
@@ -113,6 +132,8 @@ impl Fault {
             Fault::KillTask { .. } => "kill -9 task",
             Fault::Partition { cut: Cut::Both, .. } => "partition both ways",
             Fault::Partition { .. } => "partition one way",
+            Fault::CrashAt { .. } => "controller crash at a failpoint",
+            Fault::DiskFull { .. } => "controller's disk full",
         }
     }
 }
@@ -124,7 +145,7 @@ pub fn schedule(seed: u64, duration_ms: u64, agents: u32, lease_ms: u64) -> Vec<
     let mut out = Vec::new();
     while at < duration_ms {
         let node = rng.random_range(1..=agents);
-        let f = match rng.random_range(0..10u32) {
+        let f = match rng.random_range(0..12u32) {
             0 | 1 => Fault::KillController { down_ms: rng.random_range(300..3_000) },
             2..=4 => Fault::KillAgent {
                 node,
@@ -133,6 +154,14 @@ pub fn schedule(seed: u64, duration_ms: u64, agents: u32, lease_ms: u64) -> Vec<
                 down_ms: if rng.random_bool(0.6) { rng.random_range(200..lease_ms / 2) } else { lease_ms + rng.random_range(500..3_000) },
             },
             5 => Fault::KillTask { pick: rng.random_range(0..1000) },
+            9 | 10 => Fault::CrashAt {
+                point: ["pass-planned", "pass-applying", "commit-taken", "commit-written"][rng.random_range(0..4usize)].to_string(),
+                nth: rng.random_range(1..20),
+                down_ms: rng.random_range(200..2_000),
+            },
+            11 => Fault::DiskFull {
+                ms: if rng.random_bool(0.5) { rng.random_range(500..lease_ms / 2) } else { lease_ms + rng.random_range(500..3_000) },
+            },
             _ => Fault::Partition {
                 node,
                 cut: [Cut::Both, Cut::ToController, Cut::FromController][rng.random_range(0..3usize)],
@@ -141,7 +170,8 @@ pub fn schedule(seed: u64, duration_ms: u64, agents: u32, lease_ms: u64) -> Vec<
         };
         let length = match &f {
             Fault::KillController { down_ms } | Fault::KillAgent { down_ms, .. } => *down_ms,
-            Fault::Partition { ms, .. } => *ms,
+            Fault::CrashAt { down_ms, .. } => down_ms + 15_000,
+            Fault::Partition { ms, .. } | Fault::DiskFull { ms } => *ms,
             Fault::KillTask { .. } => 0,
         };
         out.push((at, f));
@@ -195,6 +225,10 @@ pub struct ChaosReport {
     /// Seconds from the loss of a node (an agent killed with its tasks, restarted within its
     /// lease) until each of its jobs was requeued or ended.
     pub node_loss_recovery_s: Vec<f64>,
+    /// Controller crashes at a failpoint (of those scheduled, the ones it reached).
+    pub failpoint_crashes: u32,
+    /// The binary has no failpoints (not a test build): those faults were plain restarts.
+    pub failpoints_missing: bool,
     /// Violated invariants, each with the job's history.
     pub violations: Vec<String>,
 }
@@ -281,6 +315,39 @@ impl Drop for Net {
     }
 }
 
+/// A tmpfs mounted for the run, unmounted at the end.
+struct Tmpfs(PathBuf);
+
+impl Tmpfs {
+    fn mount(at: &Path, size: &str) -> Result<Tmpfs> {
+        std::fs::create_dir_all(at)?;
+        sh(&["mount", "-t", "tmpfs", "-o", &format!("size={size},mode=0711"), "tmpfs", &at.display().to_string()])?;
+        Ok(Tmpfs(at.to_path_buf()))
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+/// Fills the file system of `dir` (with `dir/filler`) until no byte is left.
+fn fill_disk(dir: &Path) -> Result<()> {
+    use std::io::Write;
+    let mut f = std::fs::OpenOptions::new().create(true).append(true).open(dir.join("filler"))?;
+    let block = vec![0u8; 1 << 20];
+    loop {
+        if f.write_all(&block).is_err() {
+            break;
+        }
+    }
+    // The last bytes, smaller than a block.
+    let small = [0u8; 512];
+    while f.write_all(&small).is_ok() {}
+    Ok(())
+}
+
 /// The processes of the run.
 struct Procs {
     exe: PathBuf,
@@ -299,10 +366,20 @@ impl Procs {
     }
 
     fn start_server(&mut self) -> Result<()> {
+        self.start_server_with(None)
+    }
+
+    /// Starts the controller, with failpoints armed (`TANDEM_FAILPOINTS`) if given.
+    fn start_server_with(&mut self, failpoints: Option<&str>) -> Result<()> {
         let ctl = self.dir.join("controller");
         let _ = std::fs::remove_file(ctl.join("addr"));
         let f = self.log("controller")?;
-        let child = Command::new(&self.exe)
+        let mut cmd = Command::new(&self.exe);
+        match failpoints {
+            Some(fp) => cmd.env("TANDEM_FAILPOINTS", fp),
+            None => cmd.env_remove("TANDEM_FAILPOINTS"),
+        };
+        let child = cmd
             .args(["server", "--listen", &format!("0.0.0.0:{}", self.port), "--lease", &self.lease.to_string(), "--kill-wait", "2"])
             .arg("--data")
             .arg(&ctl)
@@ -449,6 +526,13 @@ if [ "$SLURM_NNODES" = 2 ]; then srun -N2 --ntasks-per-node=1 sleep $1; else sle
 echo "end $SLURM_JOB_ID $SLURM_RESTART_COUNT $SLURMD_NODENAME $(date +%s%N)" >> $L.log
 "#;
 
+/// Prints the fault schedule of `a` (`--plan`).
+pub fn print_plan(a: &ChaosArgs) {
+    for (at, f) in schedule(a.seed, (a.duration * 1000.0) as u64, a.agents, a.lease as u64 * 1000) {
+        println!("{:>7.1} s  {:<30} {f:?}", at as f64 / 1000.0, f.kind());
+    }
+}
+
 /// Runs the harness.
 pub fn run(a: ChaosArgs) -> Result<ChaosReport> {
     if !nix::unistd::geteuid().is_root() {
@@ -494,6 +578,8 @@ fn run_in(a: &ChaosArgs, plan: &[(u64, Fault)], exe: &Path, dir: &Path) -> Resul
         proxy: None,
         proxy_addr: format!("127.0.0.1:{proxy_port}"),
     };
+    // The controller's data directory is a small tmpfs of its own, which a fault fills.
+    let _disk = Tmpfs::mount(&dir.join("controller"), "256m")?;
     // Inference above training: the service's replicas preempt batch jobs (requeued) when the
     // cluster is full, so a lost replica is replaced at once.
     std::fs::write(
@@ -575,9 +661,10 @@ fn run_in(a: &ChaosArgs, plan: &[(u64, Fault)], exe: &Path, dir: &Path) -> Resul
 
     let book = Arc::new(Mutex::new(Book::default()));
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stop_observing = Arc::new(std::sync::atomic::AtomicBool::new(false));
     // The observer: every job's state, a few times a second.
     let observer = {
-        let (book, stop, server) = (book.clone(), stop.clone(), server.clone());
+        let (book, stop, server) = (book.clone(), stop_observing.clone(), server.clone());
         std::thread::spawn(move || -> Result<()> {
             let api = Api { rt: tokio::runtime::Builder::new_current_thread().enable_all().build()?, t: Target::parse(&server)? };
             while !stop.load(std::sync::atomic::Ordering::SeqCst) {
@@ -607,6 +694,7 @@ fn run_in(a: &ChaosArgs, plan: &[(u64, Fault)], exe: &Path, dir: &Path) -> Resul
     let start = Instant::now();
     let mut injected = Vec::new();
     let mut node_loss = Vec::new();
+    let (mut crashes_seen, mut crashed_at, mut no_failpoints) = (0usize, 0u32, false);
     let mut violations = Vec::new();
     let bound = Duration::from_millis(lease_ms + 2 * 1000 + 2_000);
     for (at, f) in plan {
@@ -655,6 +743,30 @@ fn run_in(a: &ChaosArgs, plan: &[(u64, Fault)], exe: &Path, dir: &Path) -> Resul
                 std::thread::sleep(Duration::from_millis(*ms));
                 net.cut(*node, *cut, port, false)?;
             }
+            Fault::CrashAt { point, nth, down_ms } => {
+                // Restarted with the failpoint armed; it crashes there, or is killed after 15 s.
+                Procs::kill(&mut p.server);
+                p.start_server_with(Some(&format!("{point}={nth}")))?;
+                let deadline = Instant::now() + Duration::from_secs(15);
+                while Instant::now() < deadline && p.server.as_mut().is_some_and(|c| c.try_wait().ok().flatten().is_none()) {
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                let log = std::fs::read_to_string(dir.join("controller.log")).unwrap_or_default();
+                if log.matches(&format!("failpoint {point}: crashing")).count() > crashes_seen {
+                    crashes_seen += 1;
+                    crashed_at += 1;
+                } else if !log.contains("failpoints armed") {
+                    no_failpoints = true;
+                }
+                Procs::kill(&mut p.server);
+                std::thread::sleep(Duration::from_millis(*down_ms));
+                p.start_server()?;
+            }
+            Fault::DiskFull { ms } => {
+                fill_disk(&dir.join("controller"))?;
+                std::thread::sleep(Duration::from_millis(*ms));
+                let _ = std::fs::remove_file(dir.join("controller/filler"));
+            }
         }
         // Healed: the cluster must be steady again within the bound.
         let healed = Instant::now();
@@ -696,7 +808,14 @@ fn run_in(a: &ChaosArgs, plan: &[(u64, Fault)], exe: &Path, dir: &Path) -> Resul
     // Drain: every batch job ends (the longest runs 12 s, a dependency waits for another).
     let deadline = Instant::now() + Duration::from_secs(90) + bound;
     loop {
-        let jobs: Vec<JobInfo> = api.get("/v1/history?since=0").unwrap_or_default();
+        let Ok(jobs) = api.get::<Vec<JobInfo>>("/v1/history?since=0") else {
+            if Instant::now() > deadline {
+                violations.push("the controller did not answer at the end".into());
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(300));
+            continue;
+        };
         let live: Vec<&JobInfo> = jobs.iter().filter(|j| !j.name.starts_with("web") && !is_final(&j.state)).collect();
         if live.is_empty() {
             break;
@@ -716,7 +835,7 @@ fn run_in(a: &ChaosArgs, plan: &[(u64, Fault)], exe: &Path, dir: &Path) -> Resul
         std::thread::sleep(Duration::from_millis(300));
     }
     std::thread::sleep(Duration::from_millis(600));
-    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    stop_observing.store(true, std::sync::atomic::Ordering::SeqCst);
     observer.join().map_err(|_| anyhow::anyhow!("the observer thread panicked"))??;
     let out = load.wait_with_output()?;
     let lr: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
@@ -738,6 +857,10 @@ fn run_in(a: &ChaosArgs, plan: &[(u64, Fault)], exe: &Path, dir: &Path) -> Resul
     }
     let b = book.lock().expect("lock");
     violations.extend(check(&b, &jobs, &dir.join("ledger")));
+    if !violations.is_empty() {
+        // The controller's directory is a tmpfs, gone at the end: its database is kept.
+        let _ = Command::new("cp").arg("-a").arg(dir.join("controller")).arg(dir.join("controller-saved")).status();
+    }
     let ledger = read_ledger(&dir.join("ledger"));
     let mut final_states = BTreeMap::new();
     for j in jobs.iter().filter(|j| !j.name.starts_with("web")) {
@@ -762,6 +885,8 @@ fn run_in(a: &ChaosArgs, plan: &[(u64, Fault)], exe: &Path, dir: &Path) -> Resul
         requests,
         requests_failed,
         node_loss_recovery_s: node_loss,
+        failpoint_crashes: crashed_at,
+        failpoints_missing: no_failpoints,
         violations,
     })
 }
@@ -1022,6 +1147,11 @@ pub fn print(r: &ChaosReport) {
     }
     println!("jobs: {} ({} runs), cancels acknowledged: {}, final states: {:?}", r.jobs, r.runs, r.cancels, r.final_states);
     println!("service: {} requests, {} failed", r.requests, r.requests_failed);
+    if r.failpoints_missing {
+        println!("(this binary has no failpoints, a test build's feature: controller crashes at failpoints were plain restarts)");
+    } else if r.faults.contains_key("controller crash at a failpoint") {
+        println!("controller crashes at a failpoint reached: {}", r.failpoint_crashes);
+    }
     if r.violations.is_empty() {
         println!("violations: 0");
     } else {
@@ -1033,5 +1163,28 @@ pub fn print(r: &ChaosReport) {
         for i in &r.schedule {
             println!("  {:>7.1} s  {:?}", i.at_s, i.fault);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_seed_gives_one_schedule_of_faults_within_the_run() {
+        let a = schedule(7, 300_000, 3, 6_000);
+        assert_eq!(a, schedule(7, 300_000, 3, 6_000));
+        assert_ne!(a, schedule(8, 300_000, 3, 6_000));
+        assert!(a.len() > 10 && a.iter().all(|(at, _)| *at < 300_000), "{a:?}");
+        assert!(a.windows(2).all(|w| w[0].0 < w[1].0));
+        for (_, f) in &a {
+            match f {
+                Fault::KillAgent { node, .. } | Fault::Partition { node, .. } => assert!((1..=3).contains(node)),
+                _ => {}
+            }
+        }
+        // Every kind turns up in a long enough run.
+        let kinds: BTreeSet<&str> = schedule(1, 3_600_000, 3, 6_000).iter().map(|(_, f)| f.kind()).collect();
+        assert_eq!(kinds.len(), 8, "{kinds:?}");
     }
 }

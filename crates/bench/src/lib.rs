@@ -206,6 +206,10 @@ fn report<R: serde::Serialize>(json: bool, r: &R, print: fn(&R)) -> Result<()> {
 pub fn run(cmd: BenchCmd) -> Result<()> {
     match cmd {
         BenchCmd::Load(a) => crate::loadgen::run(a),
+        BenchCmd::Chaos(a) if a.plan => {
+            crate::chaos::print_plan(&a);
+            Ok(())
+        }
         BenchCmd::Chaos(a) => {
             let json = a.json;
             let r = crate::chaos::run(a)?;

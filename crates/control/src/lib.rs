@@ -145,9 +145,6 @@ pub struct Controller {
     dirty_nodes: BTreeSet<usize>,
     next_id_dirty: bool,
     seq_base: u64,
-    /// When this controller was restored from the database (`Time::MIN`: never): steps
-    /// started before it may have lost their launch orders.
-    restored_at: Time,
     services: BTreeMap<String, Service>,
     dirty_services: BTreeSet<String>,
     removed_services: Vec<String>,
@@ -277,7 +274,6 @@ impl Controller {
             dirty_nodes: BTreeSet::new(),
             next_id_dirty: false,
             seq_base: 1,
-            restored_at: Time::MIN,
             services: BTreeMap::new(),
             dirty_services: BTreeSet::new(),
             removed_services: Vec::new(),
@@ -332,7 +328,6 @@ impl Controller {
     ) -> Controller {
         let mut c = Controller::new(settings);
         c.seq_base = (boot << 40) + 1;
-        c.restored_at = now;
         c.now_ms = now * 1000;
         // Endpoint versions only grow, across restarts too (proxies compare them).
         c.ep_version = boot << 32;
@@ -374,6 +369,22 @@ impl Controller {
                     let node = c.nodes[i].node.clone();
                     c.nodes[i].usage.apply(&node, a);
                     c.nodes[i].runs.push(id);
+                }
+            }
+            // Launch orders of steps are not persisted: every task of a running step whose end
+            // is not known is sent again (an agent that has it ignores the repeat: it keeps
+            // its tasks' records until their ends are acknowledged).
+            let steps: Vec<(u32, Vec<(String, u32)>, Vec<String>, Vec<u32>)> = c.jobs[&id]
+                .steps
+                .iter()
+                .filter(|s| s.id != BATCH_STEP && s.end.is_none())
+                .map(|s| (s.id, s.layout.clone(), s.argv.clone(), s.done.clone()))
+                .collect();
+            for (step, layout, argv, done) in steps {
+                for (name, t) in c.step_tasks(id, step, &layout, &argv) {
+                    if !done.contains(&t.rank) {
+                        c.order(&name, Order::Launch(t));
+                    }
                 }
             }
             // A kill order of a job being cancelled was lost with the old process: again.
@@ -918,9 +929,7 @@ impl Controller {
             if j.state != JobState::Running {
                 continue;
             }
-            // A step started before this controller process did may have had its launch
-            // orders lost with the old one (they are not persisted): not judged.
-            let missing = j.steps.iter().filter(|s| s.end.is_none() && (s.id == BATCH_STEP || s.start > self.restored_at)).find_map(|s| {
+            let missing = j.steps.iter().filter(|s| s.end.is_none()).find_map(|s| {
                 let at = s.layout.iter().position(|(n, _)| n == name)?;
                 let want = s.left.get(at).copied().unwrap_or(0);
                 let have = running.iter().filter(|t| t.job == id && t.epoch == j.epoch && t.step == s.id).count() as u32;
@@ -1522,31 +1531,16 @@ impl Controller {
         }
         let step_id = j.steps.iter().filter(|s| s.id != BATCH_STEP).map(|s| s.id + 1).max().unwrap_or(0);
         let mut layout = Vec::new();
-        let mut tasks = Vec::new();
         let mut rank = 0;
         for ni in 0..n_nodes as usize {
             let here = per_node.min(total - rank);
             if here == 0 {
                 break;
             }
-            let (name, a) = &j.allocs[ni];
-            layout.push((name.clone(), here));
-            let g = &a.gpus;
-            for local in 0..here {
-                let gpus = if !g.is_empty() && (g.len() as u32).is_multiple_of(here) {
-                    let k = g.len() / here as usize;
-                    Some(g[local as usize * k..(local as usize + 1) * k].to_vec())
-                } else {
-                    None
-                };
-                tasks.push((name.clone(), ni, rank, local, gpus));
-                rank += 1;
-            }
+            layout.push((j.allocs[ni].0.clone(), here));
+            rank += here;
         }
-        let built: Vec<(String, Task)> = tasks
-            .into_iter()
-            .map(|(name, ni, rank, local, gpus)| (name, self.make_task(id, step_id, ni, rank, local, gpus, argv.clone())))
-            .collect();
+        let built = self.step_tasks(id, step_id, &layout, &argv);
         let j = self.jobs.get_mut(&id).expect("checked");
         let left = layout.iter().map(|(_, n)| *n).collect();
         j.steps.push(Step {
@@ -1565,6 +1559,30 @@ impl Controller {
             self.order(&name, Order::Launch(t));
         }
         Ok(step_id)
+    }
+
+    /// The tasks of step `step` of job `id`'s current run laid out as `layout` (node, tasks
+    /// there; ranks in that order), each with its node: GPUs of a node split evenly between its
+    /// tasks when they divide.
+    fn step_tasks(&self, id: u64, step: u32, layout: &[(String, u32)], argv: &[String]) -> Vec<(String, Task)> {
+        let j = &self.jobs[&id];
+        let mut out = Vec::new();
+        let mut rank = 0;
+        for (name, here) in layout {
+            let Some(ni) = j.allocs.iter().position(|(n, _)| n == name) else { continue };
+            let g = &j.allocs[ni].1.gpus;
+            for local in 0..*here {
+                let gpus = if !g.is_empty() && (g.len() as u32).is_multiple_of(*here) {
+                    let k = g.len() / *here as usize;
+                    Some(g[local as usize * k..(local as usize + 1) * k].to_vec())
+                } else {
+                    None
+                };
+                out.push((name.clone(), self.make_task(id, step, ni, rank, local, gpus, argv.to_vec())));
+                rank += 1;
+            }
+        }
+        out
     }
 
     /// Per-factor priority of every pending job (`tandem priority` / `sprio`).

@@ -614,3 +614,33 @@ fn a_cancel_during_a_node_outage_is_final() {
     c.tick(62);
     assert_eq!(c.job(1).unwrap().state, JobState::Cancelled);
 }
+
+#[test]
+fn a_restored_controller_sends_again_the_launches_of_running_steps_whose_ends_it_lacks() {
+    // Found by `tandem bench chaos --seed 4`: a step's launch orders were lost with the old
+    // controller process (orders are not persisted), so its srun waited for ever.
+    let mut c = cluster(2, 0);
+    c.submit(0, spec(1), &batch(&["-N2"]), "a").unwrap();
+    c.tick(0);
+    let step = c.create_step(1, 1, 1, Some(2), Some(4), Some(2), vec!["hostname".into()]).unwrap();
+    // Rank 0 ended and was reported; the rest were never delivered.
+    let exit =
+        TaskExit { job: 1, epoch: 1, step, rank: 0, code: Some(0), signal: None, oom: false, fenced: false, error: None, lost: false };
+    let first = c.job(1).unwrap().allocs[0].0.clone();
+    c.heartbeat(1, &first, 0, &[TaskKey { job: 1, epoch: 1, step: BATCH_STEP, rank: 0 }], &[exit]).unwrap();
+    let _ = c.take_dirty();
+    let jobs: Vec<Job> = c.jobs().cloned().collect();
+    let nodes: Vec<NodeRec> = c.nodes().to_vec();
+    let r = Controller::restore(Settings::default(), jobs, nodes, Vec::new(), 2, 2, 2);
+    let mut ranks: Vec<u32> = r
+        .nodes()
+        .iter()
+        .flat_map(|n| n.orders.iter())
+        .filter_map(|(_, o)| match o {
+            Order::Launch(t) if t.step == step => Some(t.rank),
+            _ => None,
+        })
+        .collect();
+    ranks.sort();
+    assert_eq!(ranks, vec![1, 2, 3], "every rank but the one that ended");
+}

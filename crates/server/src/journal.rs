@@ -104,7 +104,11 @@ impl Journal {
             let records =
                 (merged.jobs.len() + merged.arrays.len() + merged.nodes.len() + merged.services.len() + merged.removed_services.len())
                     as u64;
+            crate::failpoint::hit("commit-taken");
             let r = db.lock().expect("database lock").persist(&merged);
+            if r.is_ok() {
+                crate::failpoint::hit("commit-written");
+            }
             if r.is_ok() {
                 let mut st = self.stats.lock().expect("stats lock");
                 st.0 += 1;
@@ -146,7 +150,19 @@ fn merge(carry: Option<Dirty>, batches: Vec<Dirty>) -> Dirty {
                 }
             }
         }
+        // Nodes: a deletion drops the versions before it; a later version (the name joined
+        // again) cancels an earlier deletion.
+        for name in b.removed_nodes {
+            if let Some(i) = nodes.remove(&name) {
+                a.nodes.remove(i);
+                nodes = a.nodes.iter().enumerate().map(|(i, n)| (n.node.name.clone(), i)).collect();
+            }
+            if !a.removed_nodes.contains(&name) {
+                a.removed_nodes.push(name);
+            }
+        }
         for n in b.nodes {
+            a.removed_nodes.retain(|r| *r != n.node.name);
             match nodes.get(&n.node.name) {
                 Some(&i) => a.nodes[i] = n,
                 None => {
@@ -155,6 +171,11 @@ fn merge(carry: Option<Dirty>, batches: Vec<Dirty>) -> Dirty {
                 }
             }
         }
+        // Credentials: every change, in order (a later one of the same name wins when applied).
+        a.creds.serials.extend(b.creds.serials);
+        a.creds.spent.extend(b.creds.spent);
+        a.creds.forget_spent_before = a.creds.forget_spent_before.max(b.creds.forget_spent_before);
+        a.creds.next_serial = a.creds.next_serial.max(b.creds.next_serial);
         if b.next_id.is_some() {
             a.next_id = b.next_id;
         }
@@ -203,5 +224,36 @@ mod tests {
         assert_eq!(m.jobs.len(), 1);
         assert_eq!(m.jobs[0].state, model::JobState::Cancelled, "the newest version wins");
         assert_eq!(m.next_id, Some(17));
+    }
+
+    #[test]
+    fn merging_batches_keeps_every_credential_and_node_deletion() {
+        // Found by `tandem bench chaos --seed 4`: nodes that joined together were merged into
+        // one commit that kept only the first join's credential, so after a controller restart
+        // the others' credentials read as revoked.
+        let mut c = Controller::new(Settings::default());
+        let mut batches = Vec::new();
+        let mut serials = Vec::new();
+        for (i, n) in ["n1", "n2", "n3"].iter().enumerate() {
+            serials.push(c.join(0, &format!("jti-{i}"), 1000, n).unwrap());
+            batches.push(c.take_dirty());
+        }
+        c.register(0, model::Node::new("n1", 2, 1 << 30, 0), "127.0.0.1".into()).unwrap();
+        batches.push(c.take_dirty());
+        c.delete_node("n1").unwrap();
+        batches.push(c.take_dirty());
+        let m = merge(None, batches);
+        let keys: Vec<&str> = m.creds.serials.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(keys, vec!["n1", "n2", "n3", "n1"], "{:?}", m.creds);
+        assert_eq!(m.creds.serials[3].1, None, "n1's deletion revokes it, last");
+        assert_eq!(m.creds.spent.len(), 3);
+        assert!(m.nodes.is_empty() && m.removed_nodes == vec!["n1".to_string()], "{:?} {:?}", m.nodes.len(), m.removed_nodes);
+        // Joined again after the deletion: the new record stays.
+        let n = c.join(1, "jti-9", 1000, "n1").unwrap();
+        assert!(n > serials[2]);
+        c.register(1, model::Node::new("n1", 2, 1 << 30, 0), "127.0.0.1".into()).unwrap();
+        let again = c.take_dirty();
+        let m = merge(Some(m), vec![again]);
+        assert!(m.removed_nodes.is_empty() && m.nodes.len() == 1, "{:?}", m.removed_nodes);
     }
 }

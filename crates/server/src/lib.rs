@@ -10,7 +10,7 @@
 //! `model`), `store` and `wire`, and on `exec` only for its open-file limit; never on `agent`,
 //! `proxy` or `cli` (the tidy test checks). Its public face is [`Options`] and [`main`].
 //!
-//! Modules, lowest first: `journal` (group commit), `config`, `app` (state, identity, reply
+//! Modules, lowest first: `failpoint` (crash points of test builds), `journal` (group commit), `config`, `app` (state, identity, reply
 //! helpers), then the handlers `jobs` and `services`, which only use `app`; this file ties the
 //! routes and loops together.
 
@@ -48,6 +48,7 @@ pub struct Options {
 
 /// Runs the controller until the process is stopped (on a runtime of its own).
 pub fn main(o: Options) -> Result<()> {
+    failpoint::init();
     let path = o.config.or_else(|| Some(o.data.join("tandem.toml")).filter(|p| p.exists()));
     let (mut settings, security) = config::load(path.as_deref())?;
     if let Some(l) = o.lease {
@@ -87,6 +88,7 @@ struct ServerArgs {
 mod app;
 #[doc(hidden)]
 pub mod config;
+mod failpoint;
 mod jobs;
 mod journal;
 mod nodes;
@@ -192,6 +194,7 @@ async fn run(args: ServerArgs) -> Result<()> {
             })
             .await
             .expect("the scheduling pass panicked");
+            failpoint::hit("pass-planned");
             // The plan is applied a piece at a time (each piece with its own journal batch),
             // so a pass that starts thousands of jobs does not hold the controller for all of
             // them at once; agents with new orders are woken after each piece.
@@ -203,6 +206,7 @@ async fn run(args: ServerArgs) -> Result<()> {
                 if done.is_some() {
                     break;
                 }
+                failpoint::hit("pass-applying");
                 sched_app.wake_nodes();
                 tokio::task::yield_now().await;
             }
