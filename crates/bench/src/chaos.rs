@@ -33,6 +33,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use crate::procs::kill_tasks_of as kill_node_tasks;
 use client::{Target, send};
 use wire::{JobInfo, NodeInfo, ServiceInfo};
 
@@ -462,32 +463,6 @@ impl Drop for Procs {
     }
 }
 
-/// The children of process `parent`, from `/proc`.
-fn children(parent: i32) -> Vec<i32> {
-    std::fs::read_dir("/proc")
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|pid| {
-            std::fs::read_to_string(format!("/proc/{pid}/stat"))
-                .ok()
-                .and_then(|s| s.rsplit(')').next()?.split_whitespace().nth(1)?.parse::<i32>().ok())
-                == Some(parent)
-        })
-        .collect()
-}
-
-/// Kills every keeper of agent `pid` and its task's process group (the agent itself not).
-fn kill_node_tasks(pid: u32) {
-    for k in children(pid as i32) {
-        for t in children(k) {
-            let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(t), nix::sys::signal::Signal::SIGKILL);
-        }
-        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(k), nix::sys::signal::Signal::SIGKILL);
-    }
-}
-
 /// What the workload did: acknowledged submissions and cancels.
 #[derive(Default)]
 struct Book {
@@ -805,8 +780,10 @@ fn run_in(a: &ChaosArgs, plan: &[(u64, Fault)], exe: &Path, dir: &Path) -> Resul
     std::thread::sleep(left);
     stop.store(true, std::sync::atomic::Ordering::SeqCst);
     workload.join().map_err(|_| anyhow::anyhow!("the workload thread panicked"))??;
-    // Drain: every batch job ends (the longest runs 12 s, a dependency waits for another).
-    let deadline = Instant::now() + Duration::from_secs(90) + bound;
+    // Drain: every batch job ends (the longest runs 12 s, a dependency waits for another), as
+    // long as the queue moves: at most a minute (and the bound) without a job ending.
+    let mut deadline = Instant::now() + Duration::from_secs(60) + bound;
+    let mut left_before = usize::MAX;
     loop {
         let Ok(jobs) = api.get::<Vec<JobInfo>>("/v1/history?since=0") else {
             if Instant::now() > deadline {
@@ -819,6 +796,14 @@ fn run_in(a: &ChaosArgs, plan: &[(u64, Fault)], exe: &Path, dir: &Path) -> Resul
         let live: Vec<&JobInfo> = jobs.iter().filter(|j| !j.name.starts_with("web") && !is_final(&j.state)).collect();
         if live.is_empty() {
             break;
+        }
+        // Held jobs are released (a hold whose reply was lost in a crash is still a hold).
+        for j in live.iter().filter(|j| j.reason == "JobHeldUser") {
+            let _ = tandem(&["show", "release", &j.id.to_string()]);
+        }
+        if live.len() < left_before {
+            left_before = live.len();
+            deadline = Instant::now() + Duration::from_secs(60) + bound;
         }
         if Instant::now() > deadline {
             for j in live {
@@ -929,13 +914,13 @@ fn workload(seed: u64, exe: &Path, server: &str, dir: &Path, book: &Mutex<Book>,
     };
     let mut held: Vec<u64> = Vec::new();
     while !stop.load(std::sync::atomic::Ordering::SeqCst) {
-        std::thread::sleep(Duration::from_millis(rng.random_range(200..900)));
+        std::thread::sleep(Duration::from_millis(rng.random_range(300..1500)));
         let live: Vec<(u64, String)> = {
             let b = book.lock().expect("lock");
             b.last.iter().filter(|j| !j.name.starts_with("web") && !is_final(&j.state)).map(|j| (j.id, j.state.clone())).collect()
         };
         let roll = rng.random_range(0..100u32);
-        if roll < 55 {
+        if roll < 50 {
             let secs = rng.random_range(2..12u32);
             let mut args: Vec<String> = vec!["submit".into(), "--parsable".into(), "-c1".into(), "-o".into(), "/dev/null".into()];
             let kind = rng.random_range(0..100u32);
@@ -1121,7 +1106,7 @@ fn check(b: &Book, jobs: &[JobInfo], ledger_dir: &Path) -> Vec<String> {
         }
     }
     // At the end no process of an ended job is left: its lock is free.
-    for (id, _) in &ledger {
+    for (id, _) in ledger.iter().filter(|(id, _)| by_id.get(id).is_some_and(|j| is_final(&j.state))) {
         let lock = ledger_dir.join(format!("{id}.lock"));
         let free = Command::new("flock").args(["-n"]).arg(&lock).arg("true").status().is_ok_and(|s| s.success());
         if !free {

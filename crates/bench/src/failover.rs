@@ -10,6 +10,7 @@ use serde::Serialize;
 use std::time::{Duration, Instant};
 
 use crate::loadgen::{LoadArgs, LoadReport, run_load};
+use crate::procs::kill_node;
 use client::{Target, send};
 use wire::{ApplyRequest, ServiceInfo};
 
@@ -69,34 +70,6 @@ pub struct FailoverReport {
 
 async fn service(t: &Target, name: &str) -> Result<ServiceInfo> {
     Ok(send(t, "GET", &format!("/v1/services/{name}"), None::<&()>, &[]).await?.json()?)
-}
-
-/// The children of process `parent`, from `/proc`.
-fn children(parent: i32) -> Vec<i32> {
-    std::fs::read_dir("/proc")
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|pid| {
-            std::fs::read_to_string(format!("/proc/{pid}/stat"))
-                .ok()
-                .and_then(|s| s.rsplit(')').next()?.split_whitespace().nth(1)?.parse::<i32>().ok())
-                == Some(parent)
-        })
-        .collect()
-}
-
-fn kill_node(agent_pid: u32) {
-    // The agent first (so it reports nothing), then each task's keeper and the task's process
-    // group: the node dies as a whole.
-    let keepers = children(agent_pid as i32);
-    let tasks: Vec<i32> = keepers.iter().flat_map(|k| children(*k)).collect();
-    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(agent_pid as i32), nix::sys::signal::Signal::SIGKILL);
-    for k in keepers.iter().chain(&tasks) {
-        let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(*k), nix::sys::signal::Signal::SIGKILL);
-        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(*k), nix::sys::signal::Signal::SIGKILL);
-    }
 }
 
 fn ready(s: &ServiceInfo) -> usize {

@@ -17,6 +17,7 @@ mod agents;
 mod chaos;
 mod failover;
 mod loadgen;
+mod procs;
 mod proxy;
 mod submit;
 mod upstream;

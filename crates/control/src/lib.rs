@@ -719,6 +719,18 @@ impl Controller {
         if s == JobState::Cancelled || j.cancelling {
             return Err(Refused::Conflict(format!("job {id} was cancelled: it is not run again")));
         }
+        if s == JobState::Running {
+            // Back to the queue once this run's tasks are gone (as Slurm's requeue waits for
+            // its job to complete): kill them now, requeue at the batch script's end.
+            let j = self.jobs.get_mut(&id).expect("checked");
+            j.requeueing = true;
+            let (epoch, nodes) = (j.epoch, j.allocs.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>());
+            self.dirty_jobs.insert(id);
+            for n in nodes {
+                self.order(&n, Order::Kill { job: id, epoch });
+            }
+            return Ok(());
+        }
         self.requeue_job(id, true);
         Ok(())
     }
@@ -759,6 +771,7 @@ impl Controller {
             j.end = Some(j.end.unwrap_or(0).max(j.start.unwrap_or(0)));
             return false;
         }
+        let force = force || j.requeueing;
         if !force && (j.cancelling || j.timeout_at.is_some()) {
             // A cancel (or a time limit) already decided how this run ends: its node failing
             // now changes nothing, and the job is not run again.
@@ -782,6 +795,7 @@ impl Controller {
         j.warned = false;
         j.cancelling = false;
         j.preempt_at = None;
+        j.requeueing = false;
         j.confirmed = false;
         true
     }
@@ -1142,6 +1156,11 @@ impl Controller {
                 j.end = Some(now);
             }
             self.requeue_job(id, false);
+            return;
+        }
+        if j.requeueing && !j.cancelling {
+            let id = e.job;
+            self.requeue_job(id, true);
             return;
         }
         let ev = if j.cancelling {

@@ -644,3 +644,37 @@ fn a_restored_controller_sends_again_the_launches_of_running_steps_whose_ends_it
     ranks.sort();
     assert_eq!(ranks, vec![1, 2, 3], "every rank but the one that ended");
 }
+
+#[test]
+fn a_running_job_requeued_by_its_user_goes_back_only_once_its_tasks_are_gone() {
+    // Found by `tandem bench chaos --seed 5`: the job was requeued at once and started on
+    // another node while its first run was still alive, until its kill order arrived.
+    let mut c = cluster(2, 0);
+    c.submit(0, spec(1), &batch(&["-c4"]), "a").unwrap();
+    c.tick(0);
+    let node = c.job(1).unwrap().allocs[0].0.clone();
+    c.hb(0, &node, &[], &[]).unwrap();
+    c.requeue(1, 1).unwrap();
+    c.tick(1);
+    let j = c.job(1).unwrap();
+    assert_eq!((j.state, j.epoch), (JobState::Running, 1), "not started again yet");
+    let orders = c.hb(1, &node, &[], &[]).unwrap();
+    assert!(orders.contains(&Order::Kill { job: 1, epoch: 1 }), "{orders:?}");
+    let exit = TaskExit {
+        job: 1,
+        epoch: 1,
+        step: BATCH_STEP,
+        rank: 0,
+        code: None,
+        signal: Some(9),
+        oom: false,
+        fenced: false,
+        error: None,
+        lost: false,
+    };
+    c.hb(2, &node, &[], &[exit]).unwrap();
+    let j = c.job(1).unwrap();
+    assert_eq!((j.state, j.restart_count), (JobState::Pending, 1));
+    c.tick(3);
+    assert_eq!(c.job(1).unwrap().state, JobState::Running);
+}

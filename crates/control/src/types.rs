@@ -153,6 +153,11 @@ pub struct Job {
     pub preempt_at: Option<Time>,
     /// The agent confirmed the batch script started (reported it running or exited).
     pub confirmed: bool,
+    /// Requeued by a user (`scontrol requeue`) while running: its tasks are being killed, and
+    /// it goes back to the queue once its batch script's end is reported (or its node fails),
+    /// never while a task of this run may still be alive.
+    #[serde(default)]
+    pub requeueing: bool,
     /// For a service replica: its service and serving state.
     #[serde(default)]
     pub replica: Option<ReplicaInfo>,
@@ -183,6 +188,7 @@ impl Job {
             node_failed: false,
             message: None,
             preempt_at: None,
+            requeueing: false,
             confirmed: false,
             replica: None,
         }

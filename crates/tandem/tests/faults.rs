@@ -186,20 +186,6 @@ fn stop_up(mut child: std::process::Child, dir: &std::path::Path) -> String {
     out
 }
 
-const SLOW: &str = r#"import http.server, os
-class H(http.server.BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    def do_GET(self):
-        body = b"ok\n"
-        self.send_response(200)
-        self.send_header("content-length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-    def log_message(self, *a):
-        pass
-http.server.ThreadingHTTPServer(("127.0.0.1", int(os.environ["PORT"])), H).serve_forever()
-"#;
-
 #[test]
 fn tandem_up_restarts_a_killed_agent_and_its_proxy_loses_no_request() {
     let dir = free_dir("upagent");

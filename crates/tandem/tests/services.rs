@@ -224,21 +224,6 @@ preempt_tier = 3
 }
 
 /// Answers every GET after a pause (a model that takes a while), with its `VERSION`.
-const SLOW: &str = r#"import http.server, os, time
-class H(http.server.BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    def do_GET(self):
-        time.sleep(float(os.environ.get("DELAY", "0")))
-        body = ("version=%s\n" % os.environ.get("VERSION", "")).encode()
-        self.send_response(200)
-        self.send_header("content-length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-    def log_message(self, *a):
-        pass
-http.server.ThreadingHTTPServer(("127.0.0.1", int(os.environ["PORT"])), H).serve_forever()
-"#;
-
 fn slow_spec(name: &str, extra: &str) -> String {
     format!(
         "name = \"{name}\"\ncommand = [\"python3\", \"slow.py\"]\n{extra}\n[readiness]\nhttp = \"/\"\nperiod = \"300ms\"\n[resources]\ncpus = 1\n"

@@ -406,3 +406,20 @@ impl Link {
         self.up.store(true, std::sync::atomic::Ordering::SeqCst);
     }
 }
+
+/// A small threaded HTTP server for replicas (`python3 slow.py`): answers GET with its
+/// `VERSION` after `DELAY` seconds.
+pub const SLOW: &str = r#"import http.server, os, time
+class H(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def do_GET(self):
+        time.sleep(float(os.environ.get("DELAY", "0")))
+        body = ("version=%s\n" % os.environ.get("VERSION", "")).encode()
+        self.send_response(200)
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a):
+        pass
+http.server.ThreadingHTTPServer(("127.0.0.1", int(os.environ["PORT"])), H).serve_forever()
+"#;

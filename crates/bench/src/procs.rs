@@ -1,0 +1,44 @@
+//! Processes of a node, as the harnesses kill them: a node's agent, its tasks' keepers and the
+//! tasks' process groups (found through `/proc`).
+
+/// The children of process `parent`, from `/proc`.
+pub(crate) fn children(parent: i32) -> Vec<i32> {
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .ok()
+                .and_then(|s| s.rsplit(')').next()?.split_whitespace().nth(1)?.parse::<i32>().ok())
+                == Some(parent)
+        })
+        .collect()
+}
+
+/// Kills (SIGKILL) every keeper of agent `pid` and its task's process group, not the agent.
+pub(crate) fn kill_tasks_of(pid: u32) {
+    use nix::sys::signal::{Signal, kill, killpg};
+    use nix::unistd::Pid;
+    for k in children(pid as i32) {
+        for t in children(k) {
+            let _ = killpg(Pid::from_raw(t), Signal::SIGKILL);
+        }
+        let _ = killpg(Pid::from_raw(k), Signal::SIGKILL);
+        let _ = kill(Pid::from_raw(k), Signal::SIGKILL);
+    }
+}
+
+/// A node dies as a whole: its agent first (so it reports nothing), then each task's keeper
+/// and the task's process group.
+pub(crate) fn kill_node(agent_pid: u32) {
+    let keepers = children(agent_pid as i32);
+    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(agent_pid as i32), nix::sys::signal::Signal::SIGKILL);
+    for k in keepers {
+        for t in children(k) {
+            let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(t), nix::sys::signal::Signal::SIGKILL);
+        }
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(k), nix::sys::signal::Signal::SIGKILL);
+    }
+}
