@@ -13,7 +13,12 @@ fn can_run() -> Result<(), String> {
         return Err("not root".into());
     }
     for tool in ["ip", "iptables", "flock"] {
-        if !Command::new("sh").args(["-c", &format!("command -v {tool}")]).stdout(std::process::Stdio::null()).status().is_ok_and(|s| s.success()) {
+        if !Command::new("sh")
+            .args(["-c", &format!("command -v {tool}")])
+            .stdout(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+        {
             return Err(format!("{tool} is missing"));
         }
     }
