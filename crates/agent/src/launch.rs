@@ -338,14 +338,18 @@ fn write_script(path: &Path, text: &str, uid: u32, gid: u32) -> Result<()> {
     Ok(())
 }
 
-/// Writes a fresh root-only file (by rename, never through a link).
-fn write_new(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+/// Writes a fresh root-only file (by rename, never through a link); `durable`: synced to disk
+/// first (the node's credential; not task records, written at every launch).
+pub(crate) fn write_new(path: &Path, bytes: &[u8], durable: bool) -> std::io::Result<()> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
     let tmp = path.with_extension("new");
     let _ = std::fs::remove_file(&tmp);
     let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).custom_flags(nix::libc::O_NOFOLLOW).open(&tmp)?;
     f.write_all(bytes)?;
+    if durable {
+        f.sync_all()?;
+    }
     std::fs::rename(&tmp, path)
 }
 
@@ -388,7 +392,7 @@ pub(crate) fn launch(t: &Task, spool: &Path, tasks: &Tasks, cg: &Cgroups) -> Res
     let mut rec = Record { task: t.clone(), cgroup: cgroup.clone(), boot: boot_id(), exe: std::env::current_exe().ok(), started: None };
     let recorded = serde_json::to_vec(&rec)
         .map_err(std::io::Error::other)
-        .and_then(|b| write_new(&tasks.path(&key, "json"), &b))
+        .and_then(|b| write_new(&tasks.path(&key, "json"), &b, false))
         .and_then(|()| std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(true).open(&status_path));
     let status = match recorded {
         Ok(f) => f,
@@ -440,7 +444,7 @@ pub(crate) fn launch(t: &Task, spool: &Path, tasks: &Tasks, cg: &Cgroups) -> Res
             if let (Some(k), Some(t)) = (child.id().and_then(|k| start_time(k as i32)), start_time(pid)) {
                 rec.started = Some((k, t));
                 if let Ok(b) = serde_json::to_vec(&rec) {
-                    let _ = write_new(&tasks.path(&key, "json"), &b);
+                    let _ = write_new(&tasks.path(&key, "json"), &b, false);
                 }
             }
             Ok((Kept { pid, keeper: Keeper::Child(child), status: status_path }, cgroup))

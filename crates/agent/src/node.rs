@@ -102,21 +102,10 @@ async fn credential(conn: &Conn, a: &AgentArgs) -> Result<String> {
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     };
-    write_private(&path, &cred).with_context(|| format!("keeping the node's credential in {}", path.display()))?;
+    crate::launch::write_new(&path, cred.as_bytes(), true)
+        .with_context(|| format!("keeping the node's credential in {}", path.display()))?;
     eprintln!("tandem agent {}: joined the cluster; credential kept in {}", a.name, path.display());
     Ok(cred)
-}
-
-/// Writes a fresh 0600 file (by rename, never through a link).
-fn write_private(path: &std::path::Path, text: &str) -> std::io::Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let tmp = path.with_extension("new");
-    let _ = std::fs::remove_file(&tmp);
-    let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).custom_flags(nix::libc::O_NOFOLLOW).open(&tmp)?;
-    f.write_all(text.as_bytes())?;
-    f.sync_all()?;
-    std::fs::rename(&tmp, path)
 }
 
 /// Registers, until the controller answers: with the tasks the agent has and those that ended.
@@ -173,10 +162,8 @@ pub(crate) async fn run(a: AgentArgs) -> Result<()> {
     let mut exits: Vec<TaskExit> = Vec::new();
     let mut launched: std::collections::HashSet<TaskKey> = std::collections::HashSet::new();
     // Before it reports anything: the tasks an earlier agent process started on this node.
-    let replica_env = |t: &control::Task| {
-        let _ = t;
-        crate::replica::Env { spool: spool.clone(), tasks: records.clone(), cg: cg.clone(), done: tx.clone(), changed: changed.clone() }
-    };
+    let replica_env =
+        || crate::replica::Env { spool: spool.clone(), tasks: records.clone(), cg: cg.clone(), done: tx.clone(), changed: changed.clone() };
     let found = records.rediscover();
     let (mut adopted, mut finished, mut lost) = (0, 0, 0);
     for Found { task, cgroup, stopped, now } in found {
@@ -186,7 +173,7 @@ pub(crate) async fn run(a: AgentArgs) -> Result<()> {
             Now::Running(kept) => {
                 adopted += 1;
                 if task.replica.is_some() {
-                    let env = replica_env(&task);
+                    let env = replica_env();
                     let ctl = crate::replica::spawn(task, env, Some((kept, cgroup)));
                     tasks.insert(key, Running { pgid: 0, cgroup: None, replica: Some(ctl) });
                 } else {
@@ -360,14 +347,12 @@ pub(crate) async fn run(a: AgentArgs) -> Result<()> {
                         continue;
                     }
                     if killed.contains(&(t.job, t.epoch)) {
-                        exits.push(TaskExit { signal: Some(Signal::SIGKILL as i32), ..exit_of(key, None, false, false, &a.name) });
-                        if let Some(e) = exits.last_mut() {
-                            (e.lost, e.error) = (false, None);
-                        }
+                        let st = std::process::ExitStatus::from_raw(Signal::SIGKILL as i32);
+                        exits.push(exit_of(key, Some(st), false, false, &a.name));
                         continue;
                     }
                     if t.replica.is_some() {
-                        let env = replica_env(&t);
+                        let env = replica_env();
                         let ctl = crate::replica::spawn(t, env, None);
                         tasks.insert(key, Running { pgid: 0, cgroup: None, replica: Some(ctl) });
                         continue;

@@ -934,7 +934,7 @@ impl Controller {
     /// reports running nor has yet to receive (its launch order is still queued). The agent
     /// reports every task it has been given (an exit is reported until acknowledged), so a
     /// missing one was lost: its agent restarted without it, or the machine rebooted.
-    fn reconcile(&mut self, now: Time, i: usize, running: &[TaskKey]) -> usize {
+    fn reconcile(&mut self, now: Time, i: usize, running: &[TaskKey]) {
         let rec = &self.nodes[i];
         let name = &rec.node.name;
         let mut lost = Vec::new();
@@ -958,7 +958,6 @@ impl Controller {
                 lost.push((id, step));
             }
         }
-        let n = lost.len();
         for (id, step) in lost {
             let name = self.nodes[i].node.name.clone();
             if let Some(j) = self.jobs.get_mut(&id) {
@@ -968,7 +967,6 @@ impl Controller {
             }
             self.requeue_job(id, false);
         }
-        n
     }
 
     /// Node and proxy identities.
