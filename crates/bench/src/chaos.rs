@@ -510,6 +510,14 @@ pub fn print_plan(a: &ChaosArgs) {
 
 /// Runs the harness.
 pub fn run(a: ChaosArgs) -> Result<ChaosReport> {
+    if a.agents < 2 || a.agents > 50 || a.lease < 3 || a.duration <= 0.0 {
+        bail!(
+            "--agents must be 2 to 50, --lease at least 3 (seconds), --duration positive (seconds); got --agents {} --lease {} --duration {}",
+            a.agents,
+            a.lease,
+            a.duration
+        );
+    }
     if !nix::unistd::geteuid().is_root() {
         bail!("tandem bench chaos needs root: it makes network namespaces and runs agents as root");
     }
@@ -518,9 +526,7 @@ pub fn run(a: ChaosArgs) -> Result<ChaosReport> {
             bail!("tandem bench chaos needs `{tool}` (iproute2, iptables, util-linux)");
         }
     }
-    if a.agents < 2 || a.agents > 50 || a.lease < 3 || a.duration <= 0.0 {
-        bail!("--agents must be 2 to 50, --lease at least 3, --duration positive");
-    }
+
     let lease_ms = a.lease as u64 * 1000;
     let plan = schedule(a.seed, (a.duration * 1000.0) as u64, a.agents, lease_ms);
     let exe = std::env::current_exe()?;

@@ -59,3 +59,19 @@ fn regression_seeds_hold_every_invariant() {
         assert!(r["runs"].as_u64().unwrap() > 0 && r["requests"].as_u64().unwrap() > 0, "seed {seed}: {r:#}");
     }
 }
+
+#[test]
+fn bad_arguments_are_refused_with_what_to_fix_and_a_plan_needs_nothing() {
+    for bad in [&["--agents", "1"][..], &["--agents", "51"], &["--lease", "2"], &["--duration", "0"], &["--duration=-5"]] {
+        let o = Command::new(bin()).args(["bench", "chaos"]).args(bad).output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success() && err.contains("--agents must be 2 to 50, --lease at least 3"), "{bad:?}: {err}");
+    }
+    let o = Command::new(bin()).args(["bench", "chaos", "--agents", "nine"]).output().unwrap();
+    assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("invalid value 'nine'"));
+    // The schedule alone: the same for a seed, run nothing (no root needed).
+    let plan = |seed: &str| Command::new(bin()).args(["bench", "chaos", "--seed", seed, "--duration", "60", "--plan"]).output().unwrap();
+    let (a, b) = (plan("3"), plan("3"));
+    assert!(a.status.success() && !a.stdout.is_empty() && a.stdout == b.stdout, "{}", String::from_utf8_lossy(&a.stderr));
+    assert_ne!(a.stdout, plan("4").stdout);
+}
