@@ -398,6 +398,14 @@ fn state_secrets_and_spooled_scripts_are_unreadable_to_others() {
     assert!(!o.status.success() && text(&o).contains("Permission denied"), "{}", text(&o));
     let o = up.run(&a, &f.attacker_dir, &["ls", &spool.display().to_string()]);
     assert!(!o.status.success() && text(&o).contains("Permission denied"), "{}", text(&o));
+    // The agent's task records hold each task's order (script, environment): root's alone.
+    let records = up.dir.join("node1/tasks");
+    let record = records.join(format!("{theirs}.1.4294967295.0.json"));
+    assert!(std::fs::read_to_string(&record).unwrap().contains("secret plan"), "the record is there");
+    for cmd in [vec!["ls", records.to_str().unwrap()], vec!["cat", record.to_str().unwrap()]] {
+        let o = up.run(&a, &f.attacker_dir, &cmd);
+        assert!(!o.status.success() && text(&o).contains("Permission denied"), "{cmd:?}: {}", text(&o));
+    }
     up.ok(&v, &f.victim_dir, &["scancel", &theirs.to_string()]);
     up.wait_state(theirs, &["CANCELLED"]);
     let deadline = Instant::now() + Duration::from_secs(10);
