@@ -423,6 +423,7 @@ pub(crate) fn launch(t: &Task, spool: &Path, tasks: &Tasks, cg: &Cgroups) -> Res
         workdir: Some(cstring("working directory", &t.workdir)?),
         stdout: Some(cstring("output file", &t.stdout)?),
         stderr: if t.stderr == t.stdout { None } else { Some(cstring("error file", &t.stderr)?) },
+        truncate: t.truncate,
         keep: Some(exec::Keep { status: &status }),
     };
     let mut cmd = tokio::process::Command::new(&program);

@@ -230,6 +230,7 @@ pub(crate) async fn run(a: AgentArgs) -> Result<()> {
     let mut last_ok = Instant::now();
     let mut fenced: std::collections::HashSet<TaskKey> = std::collections::HashSet::new();
     let mut ack: u64 = 0;
+    let mut unsaved_said = false;
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
     loop {
@@ -301,6 +302,18 @@ pub(crate) async fn run(a: AgentArgs) -> Result<()> {
                 shutdown(&tasks, &records);
                 return Err(revoked(&a, r.status, &r.error()));
             }
+            Ok(r) if r.status == 503 && serde_json::from_slice::<wire::Unsaved>(&r.body).is_ok_and(|u| u.lease_renewed) => {
+                // The controller took the heartbeat but cannot save (its disk is full, say): our
+                // lease is renewed, nothing else is (the exits are reported again).
+                if !unsaved_said {
+                    eprintln!("tandem agent {}: {}; the lease is renewed, the work keeps running", a.name, r.error());
+                    unsaved_said = true;
+                }
+                last_ok = sent;
+                renew_keepers(&records, &tasks, &info, sent);
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                continue;
+            }
             Ok(r) => match r.json::<Orders>() {
                 Ok(o) => o.orders,
                 Err(e) => {
@@ -316,12 +329,8 @@ pub(crate) async fn run(a: AgentArgs) -> Result<()> {
             }
         };
         last_ok = sent;
-        // Each task's keeper fences it a little after this agent would (and before the
-        // controller's lease, which runs from no earlier than `sent`, can lapse).
-        let lease = Duration::from_millis(info.lease_s.max(1) as u64 * 1000);
-        let margin = (lease / 5).max(Duration::from_millis(500)).min(lease / 2);
-        let deadline = exec::monotonic_ms() - sent.elapsed().as_millis() as i64 + (lease - margin / 2).as_millis() as i64;
-        records.renew(deadline, tasks.keys());
+        unsaved_said = false;
+        renew_keepers(&records, &tasks, &info, sent);
         for e in exits.drain(..) {
             records.forget(&TaskKey { job: e.job, epoch: e.epoch, step: e.step, rank: e.rank });
         }
@@ -384,10 +393,10 @@ pub(crate) async fn run(a: AgentArgs) -> Result<()> {
                         }
                     }
                 }
-                Order::Signal { job, epoch, signal, batch_only } => {
+                Order::Signal { job, epoch, signal, batch_only, step } => {
                     let Ok(sig) = Signal::try_from(signal) else { continue };
                     for (k, r) in &tasks {
-                        if k.job == job && k.epoch == epoch && (!batch_only || k.step == BATCH_STEP) {
+                        if k.job == job && k.epoch == epoch && (!batch_only || k.step == BATCH_STEP) && step.is_none_or(|s| k.step == s) {
                             match &r.replica {
                                 // The controller signals a replica only to stop it.
                                 Some(c) => c.stop(sig),
@@ -420,6 +429,16 @@ pub(crate) async fn run(a: AgentArgs) -> Result<()> {
 
 /// A task ended: forget it, remove its script and (once the run's last task here ended) its
 /// cgroup, and say how it ended.
+/// Each task's keeper fences it a little after this agent would (and before the controller's
+/// lease, which runs from no earlier than `sent`, the last answered heartbeat's sending, can
+/// lapse).
+fn renew_keepers(records: &Tasks, tasks: &HashMap<TaskKey, Running>, info: &RegisterResponse, sent: Instant) {
+    let lease = Duration::from_millis(info.lease_s.max(1) as u64 * 1000);
+    let margin = (lease / 5).max(Duration::from_millis(500)).min(lease / 2);
+    let deadline = exec::monotonic_ms() - sent.elapsed().as_millis() as i64 + (lease - margin / 2).as_millis() as i64;
+    records.renew(deadline, tasks.keys());
+}
+
 fn ended(
     tasks: &mut HashMap<TaskKey, Running>,
     fenced: &mut std::collections::HashSet<TaskKey>,

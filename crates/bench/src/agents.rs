@@ -426,7 +426,7 @@ async fn sim_agent(sh: Arc<Shared>, i: usize, node: model::Node) {
                         c.fetch_add(1, Relaxed);
                     }
                 }
-                Order::Signal { job, epoch, signal, batch_only } => {
+                Order::Signal { job, epoch, signal, batch_only, .. } => {
                     sh.signals.fetch_add(1, Relaxed);
                     if !ends_process(signal) {
                         continue;

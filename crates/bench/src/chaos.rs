@@ -61,6 +61,11 @@ pub struct ChaosArgs {
     /// Print one JSON object.
     #[arg(long)]
     pub json: bool,
+    /// Run the cluster (controller, agents, proxy, and the commands of the workload) from this
+    /// `tandem` binary instead of this one, for example an older build, to see what the harness
+    /// finds in it; the load generator and the service's upstream stay this binary's.
+    #[arg(long, value_name = "PATH")]
+    pub daemons: Option<PathBuf>,
 }
 
 /// Which way a partition cuts.
@@ -258,7 +263,9 @@ fn sh(args: &[&str]) -> Result<()> {
 impl Net {
     fn new(agents: u32) -> Result<Net> {
         let pid = std::process::id();
-        let net = Net { tag: format!("tc{}", pid % 100_000), b: 100 + (pid % 100) as u8, agents };
+        // The tag holds the whole pid (`sweep` tells a dead run's by it), and stays within
+        // the 15 bytes of an interface name: tc + 7 digits + h + 2 digits.
+        let net = Net { tag: format!("tc{pid}"), b: 100 + (pid % 100) as u8, agents };
         for i in 1..=agents {
             let (ns, host, inner) = (net.ns(i), format!("{}h{i}", net.tag), format!("{}n{i}", net.tag));
             sh(&["ip", "netns", "add", &ns])?;
@@ -458,6 +465,9 @@ impl Drop for Procs {
         }
         Procs::kill(&mut self.proxy);
         Procs::kill(&mut self.server);
+        // Keepers adopted by a restarted agent are not its children, nor orphaned ones; their
+        // tasks first (a service replica's command line does not name the run's directory).
+        crate::procs::kill_keepers_matching(&format!("{}/node", self.dir.display()));
         // Tasks of agents killed alone and not restarted: their keepers fence them, or these do.
         let _ = Command::new("pkill").args(["-9", "-f", &format!("{}/node", self.dir.display())]).status();
     }
@@ -508,6 +518,42 @@ pub fn print_plan(a: &ChaosArgs) {
     }
 }
 
+/// Removes what runs of the harness that were themselves killed (`kill -9`, a CI timeout) left
+/// behind: their processes, network namespaces and tmpfs mounts, told by the pid in their
+/// names (`tcPID-N`, `tandem-chaos-SEED-PID`) when that pid is no longer alive.
+fn sweep() {
+    let dead = |pid: &str| pid.parse::<u32>().is_ok_and(|p| !Path::new(&format!("/proc/{p}")).exists());
+    let mut pids = BTreeSet::new();
+    if let Ok(o) = Command::new("ip").args(["netns", "list"]).output() {
+        for line in String::from_utf8_lossy(&o.stdout).lines() {
+            let name = line.split_whitespace().next().unwrap_or("");
+            if let Some((pid, _)) = name.strip_prefix("tc").and_then(|r| r.split_once('-'))
+                && dead(pid)
+            {
+                pids.insert(pid.to_string());
+                let _ = Command::new("sh").args(["-c", &format!("ip netns pids {name} | xargs -r kill -9")]).status();
+                let _ = Command::new("ip").args(["netns", "del", name]).status();
+            }
+        }
+    }
+    let tmp = std::env::temp_dir().display().to_string();
+    for line in std::fs::read_to_string("/proc/mounts").unwrap_or_default().lines() {
+        let at = line.split_whitespace().nth(1).unwrap_or("");
+        if let Some(rest) = at.strip_prefix(&format!("{tmp}/tandem-chaos-"))
+            && let Some(run) = rest.strip_suffix("/controller")
+            && let Some((_, pid)) = run.rsplit_once('-')
+            && dead(pid)
+        {
+            let _ = Command::new("pkill").args(["-9", "-f", &format!("{tmp}/tandem-chaos-{run}/")]).status();
+            let _ = Command::new("umount").args(["-l", at]).status();
+            pids.insert(pid.to_string());
+        }
+    }
+    if !pids.is_empty() {
+        eprintln!("tandem bench chaos: removed what earlier runs that were killed left behind (pids {pids:?})");
+    }
+}
+
 /// Runs the harness.
 pub fn run(a: ChaosArgs) -> Result<ChaosReport> {
     if a.agents < 2 || a.agents > 50 || a.lease < 3 || a.duration <= 0.0 {
@@ -527,15 +573,26 @@ pub fn run(a: ChaosArgs) -> Result<ChaosReport> {
         }
     }
 
+    sweep();
     let lease_ms = a.lease as u64 * 1000;
     let plan = schedule(a.seed, (a.duration * 1000.0) as u64, a.agents, lease_ms);
-    let exe = std::env::current_exe()?;
+    let own = std::env::current_exe()?;
+    let exe = match &a.daemons {
+        Some(d) => {
+            let ok = Command::new(d).arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok_and(|s| s.success());
+            if !ok {
+                bail!("--daemons {}: not a tandem binary that runs here", d.display());
+            }
+            std::fs::canonicalize(d)?
+        }
+        None => own.clone(),
+    };
     let dir = std::env::temp_dir().join(format!("tandem-chaos-{}-{}", a.seed, std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     for d in ["controller", "ledger", "work", "bin"] {
         std::fs::create_dir_all(dir.join(d))?;
     }
-    let result = run_in(&a, &plan, &exe, &dir);
+    let result = run_in(&a, &plan, &exe, &own, &dir);
     if !a.keep && result.as_ref().is_ok_and(|r| r.violations.is_empty()) {
         let _ = std::fs::remove_dir_all(&dir);
     } else {
@@ -544,7 +601,7 @@ pub fn run(a: ChaosArgs) -> Result<ChaosReport> {
     result
 }
 
-fn run_in(a: &ChaosArgs, plan: &[(u64, Fault)], exe: &Path, dir: &Path) -> Result<ChaosReport> {
+fn run_in(a: &ChaosArgs, plan: &[(u64, Fault)], exe: &Path, own: &Path, dir: &Path) -> Result<ChaosReport> {
     let lease_ms = a.lease as u64 * 1000;
     let net = Net::new(a.agents)?;
     let port = std::net::TcpListener::bind("0.0.0.0:0")?.local_addr()?.port();
@@ -604,7 +661,7 @@ fn run_in(a: &ChaosArgs, plan: &[(u64, Fault)], exe: &Path, dir: &Path) -> Resul
     // The service: two replicas of the test upstream, reached on the agents' addresses.
     let spec = format!(
         "name = \"web\"\ncommand = [{:?}, \"__upstream\", \"--bind\", \"0.0.0.0\", \"--port\", \"$PORT\"]\nreplicas = 2\nqos = \"serve\"\n[resources]\ncpus = 1\n[readiness]\nhttp = \"/\"\nperiod = \"300ms\"\n",
-        exe.display().to_string()
+        own.display().to_string()
     );
     std::fs::write(dir.join("work/web.toml"), spec)?;
     tandem(&["service", "apply", "-f", "web.toml"])?;
@@ -632,7 +689,7 @@ fn run_in(a: &ChaosArgs, plan: &[(u64, Fault)], exe: &Path, dir: &Path) -> Resul
     }
 
     // The load: bounded, open loop; the load generator's timeout is fixed at 10 s.
-    let load = Command::new(exe)
+    let load = Command::new(own)
         .args(["bench", "load", &url, "--json", "--rate", "20", "--concurrency", "32", "--timeout", "10"])
         .args(["--duration", &format!("{}", a.duration + 5.0)])
         .stdin(Stdio::null())
@@ -673,6 +730,7 @@ fn run_in(a: &ChaosArgs, plan: &[(u64, Fault)], exe: &Path, dir: &Path) -> Resul
     };
 
     let start = Instant::now();
+    let start_unix_ms = now_ns() / 1_000_000;
     let mut injected = Vec::new();
     let mut node_loss = Vec::new();
     let (mut crashes_seen, mut crashed_at, mut no_failpoints) = (0usize, 0u32, false);
@@ -835,7 +893,12 @@ fn run_in(a: &ChaosArgs, plan: &[(u64, Fault)], exe: &Path, dir: &Path) -> Resul
         violations.push("the load generator sent nothing".into());
     }
     if requests_failed > 0 {
-        violations.push(format!("{requests_failed} of {requests} requests to the service failed: {}", lr["errors"]));
+        violations.push(format!(
+            "{requests_failed} of {requests} requests to the service failed (errors {}, statuses {}): {}",
+            lr["errors"],
+            lr["statuses"],
+            failures_by_fault(&lr["failures"], start_unix_ms, &injected)
+        ));
     }
     // Nothing allocated that no running job holds.
     let jobs: Vec<JobInfo> = api.get("/v1/history?since=0")?;
@@ -880,6 +943,35 @@ fn run_in(a: &ChaosArgs, plan: &[(u64, Fault)], exe: &Path, dir: &Path) -> Resul
         failpoints_missing: no_failpoints,
         violations,
     })
+}
+
+/// The load generator's failures, each placed in time and by the fault it fell in (from the
+/// fault's start until the cluster was steady again), grouped: "at 41.2-41.9 s, 11 x HTTP 502,
+/// during kill -9 agent alone (node 2, at 40.1 s)".
+fn failures_by_fault(failures: &serde_json::Value, start_unix_ms: i128, injected: &[Injected]) -> String {
+    let mut groups: Vec<(f64, f64, String, usize, String)> = Vec::new();
+    for f in failures.as_array().into_iter().flatten() {
+        let t = (f["due_unix_ms"].as_u64().unwrap_or(0) as i128 - start_unix_ms) as f64 / 1000.0;
+        let what = f["what"].as_str().unwrap_or("?").to_string();
+        let during = injected
+            .iter()
+            .rev()
+            .find(|i| i.at_s <= t + 0.5)
+            .map(|i| {
+                let end = i.at_s + i.steady_s.unwrap_or(f64::INFINITY);
+                let fault = format!("{} ({:?}, at {:.1} s)", i.fault.kind(), i.fault, i.at_s);
+                if t <= end + 1.0 { format!("during {fault}") } else { format!("{:.1} s after {fault} was steady", t - end) }
+            })
+            .unwrap_or_else(|| "before any fault".into());
+        match groups.last_mut() {
+            Some(g) if g.2 == what && g.4 == during && t - g.1 < 5.0 => {
+                g.1 = t;
+                g.3 += 1;
+            }
+            _ => groups.push((t, t, what, 1, during)),
+        }
+    }
+    groups.iter().map(|(a, b, what, n, during)| format!("at {a:.1}-{b:.1} s, {n} x {what}, {during}")).collect::<Vec<_>>().join("; ")
 }
 
 fn is_final(state: &str) -> bool {

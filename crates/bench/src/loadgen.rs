@@ -103,7 +103,21 @@ pub struct LoadReport {
     pub achieved_rps: f64,
     /// Answers per `x-tandem-replica` value.
     pub replicas: BTreeMap<String, u64>,
+    /// The first failures (at most 200), each with when it was due.
+    pub failures: Vec<Failure>,
 }
+
+/// One failed request.
+#[derive(Serialize, Debug, Clone)]
+pub struct Failure {
+    /// When the request was due, milliseconds since the Unix epoch.
+    pub due_unix_ms: u64,
+    /// What came back: a transport error's kind, or `HTTP <status>`.
+    pub what: String,
+}
+
+/// Failures kept per report.
+const FAILURES_KEPT: usize = 200;
 
 #[derive(Default)]
 struct Stats {
@@ -113,6 +127,7 @@ struct Stats {
     statuses: HashMap<u16, u64>,
     lat_us: Vec<u64>,
     replicas: HashMap<HeaderValue, u64>,
+    failures: Vec<(Instant, String)>,
 }
 
 impl Stats {
@@ -128,6 +143,13 @@ impl Stats {
         self.lat_us.extend(o.lat_us);
         for (k, v) in o.replicas {
             *self.replicas.entry(k).or_default() += v;
+        }
+        self.failures.extend(o.failures);
+    }
+
+    fn fail(&mut self, due: Instant, what: impl FnOnce() -> String) {
+        if self.failures.len() < FAILURES_KEPT {
+            self.failures.push((due, what()));
         }
     }
 }
@@ -159,14 +181,22 @@ impl Target {
         })
         .await;
         match r {
-            Err(_) => *s.errors.entry("timeout").or_default() += 1,
-            Ok(Err(kind)) => *s.errors.entry(kind).or_default() += 1,
+            Err(_) => {
+                *s.errors.entry("timeout").or_default() += 1;
+                s.fail(due, || "timeout".into());
+            }
+            Ok(Err(kind)) => {
+                *s.errors.entry(kind).or_default() += 1;
+                s.fail(due, || kind.into());
+            }
             Ok(Ok(parts)) => {
                 s.lat_us.push(due.elapsed().as_micros() as u64);
                 if parts.status.is_success() {
                     s.ok += 1;
                 } else {
                     *s.statuses.entry(parts.status.as_u16()).or_default() += 1;
+                    let who = parts.headers.get("x-tandem-replica").map(|r| String::from_utf8_lossy(r.as_bytes()).into_owned());
+                    s.fail(due, || format!("HTTP {}{}", parts.status.as_u16(), who.map(|w| format!(" from {w}")).unwrap_or_default()));
                 }
                 if let Some(r) = parts.headers.get("x-tandem-replica") {
                     match s.replicas.get_mut(r) {
@@ -304,6 +334,16 @@ pub async fn run_load(a: &LoadArgs) -> Result<LoadReport> {
         }
     }
     let elapsed = start.elapsed().as_secs_f64();
+    // Instants to wall-clock time, for comparison with other processes' logs.
+    let (now_i, now_w) = (Instant::now(), std::time::SystemTime::now());
+    let mut failures: Vec<Failure> = std::mem::take(&mut total.failures)
+        .into_iter()
+        .map(|(due, what)| {
+            let wall = now_w.checked_sub(now_i.saturating_duration_since(due)).unwrap_or(now_w);
+            Failure { due_unix_ms: wall.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64), what }
+        })
+        .collect();
+    failures.sort_by_key(|f| f.due_unix_ms);
     let mut lat = std::mem::take(&mut total.lat_us);
     lat.sort_unstable();
     let answered = lat.len() as u64;
@@ -329,6 +369,7 @@ pub async fn run_load(a: &LoadArgs) -> Result<LoadReport> {
         duration_s: elapsed,
         achieved_rps: if elapsed > 0.0 { answered as f64 / elapsed } else { 0.0 },
         replicas: total.replicas.into_iter().map(|(k, v)| (String::from_utf8_lossy(k.as_bytes()).into_owned(), v)).collect(),
+        failures,
     })
 }
 

@@ -42,3 +42,27 @@ pub(crate) fn kill_node(agent_pid: u32) {
         let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(k), nix::sys::signal::Signal::SIGKILL);
     }
 }
+
+/// Kills (SIGKILL) every task keeper whose command line (its agent's, which forked it) holds
+/// `pattern`, and its task's process group: keepers adopted by a later agent, or orphaned, are
+/// no agent's children.
+pub(crate) fn kill_keepers_matching(pattern: &str) {
+    use nix::sys::signal::{Signal, kill, killpg};
+    use nix::unistd::Pid;
+    let keepers: Vec<i32> = std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == "tandem-keeper")
+                && std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| String::from_utf8_lossy(&c).contains(pattern))
+        })
+        .collect();
+    for k in keepers {
+        for t in children(k) {
+            let _ = killpg(Pid::from_raw(t), Signal::SIGKILL);
+        }
+        let _ = kill(Pid::from_raw(k), Signal::SIGKILL);
+    }
+}

@@ -436,12 +436,22 @@ pub(crate) fn sinfo(args: &[String]) -> Result<i32> {
 /// `sacct`.
 pub(crate) fn sacct(args: &[String]) -> Result<i32> {
     let mut a = Args::new(args);
-    let (mut user, mut ids, mut fmt, mut noheader, mut parsable, mut no_steps, mut since) = (None, None, None, false, false, false, 0i64);
+    let (mut user, mut fmt, mut noheader, mut parsable, mut no_steps, mut since) = (None, None, false, false, false, 0i64);
+    // `-j` repeats and takes comma lists; every id given counts (Slurm's).
+    let mut ids: Option<Vec<String>> = None;
     while let Some(x) = a.next() {
         if let Some(v) = a.value(&x, Some("-u"), "user")? {
             user = Some(v);
         } else if let Some(v) = a.value(&x, Some("-j"), "jobs")? {
-            ids = Some(v);
+            let list = ids.get_or_insert_with(Vec::new);
+            for id in v.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+                // A step (`12.batch`, `12.0`) selects its job.
+                let job = id.split('.').next().unwrap_or(id);
+                if !job.split('_').all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit())) || job.split('_').count() > 2 {
+                    bail!("Invalid job id: {id}");
+                }
+                list.push(job.to_string());
+            }
         } else if let Some(v) = a.value(&x, Some("-o"), "format")? {
             fmt = Some(v);
         } else if let Some(v) = a.value(&x, Some("-S"), "starttime")? {
@@ -463,7 +473,11 @@ pub(crate) fn sacct(args: &[String]) -> Result<i32> {
     }
     let list: Vec<JobInfo> =
         runtime()?.block_on(send(&Target::from_env()?, "GET", &format!("/v1/history?{}", q.join("&")), None::<&()>, &[]))?.json()?;
-    let want: Option<Vec<String>> = ids.map(|s| s.split(',').map(str::to_string).collect());
+    // An array's id selects all its tasks (`ID_N`), as Slurm's does.
+    let want = ids;
+    let selected = |j: &JobInfo, w: &[String]| {
+        w.iter().any(|x| *x == j.display_id || *x == j.id.to_string() || j.display_id.split_once('_').is_some_and(|(a, _)| a == x))
+    };
     let fields: Vec<String> = fmt
         .unwrap_or_else(|| "JobID,JobName,Partition,Account,AllocCPUS,State,ExitCode".into())
         .split(',')
@@ -502,7 +516,7 @@ pub(crate) fn sacct(args: &[String]) -> Result<i32> {
             println!("{}", fields.iter().map(|f| "-".repeat(width(f))).collect::<Vec<_>>().join(" "));
         }
     }
-    for j in list.iter().filter(|j| want.as_ref().is_none_or(|w| w.iter().any(|x| *x == j.display_id || *x == j.id.to_string()))) {
+    for j in list.iter().filter(|j| want.as_ref().is_none_or(|w| selected(j, w))) {
         let elapsed = j.start.filter(|_| !j.start_estimated).map(|s| j.end.unwrap_or(t) - s).unwrap_or(0);
         let val = |f: &str| -> String {
             match f.to_ascii_lowercase().as_str() {
@@ -668,44 +682,39 @@ pub(crate) fn delete_nodes(list: &str) -> Result<i32> {
 
 /// `srun` inside an allocation: launches a job step and waits for it.
 pub(crate) fn srun(args: &[String]) -> Result<i32> {
+    let a = slurmcli::parse_srun(args).map_err(|e| anyhow::anyhow!("{}", e.0))?;
+    if a.mpi_list {
+        println!("MPI plugin types are...\n{}", slurmcli::MPI_TYPES.map(|t| format!("\t{t}")).join("\n"));
+        return Ok(0);
+    }
     let job: u64 = std::env::var("SLURM_JOB_ID")
         .ok()
         .and_then(|v| v.parse().ok())
         .context("not inside a job allocation (SLURM_JOB_ID is not set): submit with sbatch, then use srun in the script")?;
-    let mut a = Args::new(args);
-    let (mut nodes, mut ntasks, mut per_node) = (None, None, None);
-    let count =
-        |v: String, what: &str| -> Result<u32> { v.parse::<u32>().ok().filter(|n| *n > 0).with_context(|| format!("invalid {what}: {v}")) };
-    let mut argv = Vec::new();
-    while let Some(x) = a.next() {
-        if !x.starts_with('-') {
-            argv.push(x);
-            while let Some(r) = a.next() {
-                argv.push(r);
-            }
-            break;
-        }
-        if let Some(v) = a.value(&x, Some("-N"), "nodes")? {
-            nodes = Some(count(v, "node count")?);
-        } else if let Some(v) = a.value(&x, Some("-n"), "ntasks")? {
-            ntasks = Some(count(v, "number of tasks")?);
-        } else if let Some(v) = a.value(&x, None, "ntasks-per-node")? {
-            per_node = Some(count(v, "--ntasks-per-node")?);
-        } else if x == "--" {
-            while let Some(r) = a.next() {
-                argv.push(r);
-            }
-            break;
-        } else {
-            bail!("unrecognized option '{x}'\nUsage: srun [-N nodes] [-n ntasks] [--ntasks-per-node n] command [args...]");
-        }
-    }
-    if argv.is_empty() {
-        bail!("no command given");
-    }
+    // The tasks get this process's environment (after --export) and directory, as Slurm's.
+    let cwd = std::env::current_dir().context("current directory")?.display().to_string();
+    let workdir = match &a.chdir {
+        Some(d) if d.starts_with('/') => d.clone(),
+        Some(d) => format!("{cwd}/{d}"),
+        None => cwd,
+    };
+    let caller: Vec<(String, String)> =
+        std::env::vars_os().filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?))).collect();
+    let spec = StepSpec {
+        env: Some(slurmcli::apply_export(a.export.as_deref(), &caller)),
+        workdir: Some(workdir),
+        output: a.output.clone(),
+        error: a.error.clone(),
+        truncate: a.open_append == Some(false),
+        kill_on_bad_exit: a.kill_on_bad_exit,
+        name: a.name.clone(),
+        nodelist: a.nodelist.clone(),
+        exclude: a.exclude.clone(),
+    };
+    let (nodes, ntasks, per_node, argv) = (a.nodes, a.ntasks, a.ntasks_per_node, a.argv);
     let t = Target::from_env()?;
     let rt = runtime()?;
-    let req = StepRequest { nodes, ntasks, ntasks_per_node: per_node, argv };
+    let req = StepRequest { nodes, ntasks, ntasks_per_node: per_node, argv, spec };
     let step: StepResponse = rt.block_on(send(&t, "POST", &format!("/v1/jobs/{job}/steps"), Some(&req), &[]))?.json()?;
     let id = step.step.to_string();
     loop {

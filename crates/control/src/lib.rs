@@ -31,8 +31,8 @@ pub use pass::Pass;
 pub use service::{Service, ServiceSpec};
 pub use services::{Endpoint, EndpointView, ProxyServiceStats, ServiceEndpoints, replica_id};
 pub use types::{
-    ArrayInfo, ArrayRecord, BATCH_STEP, Job, JobSpec, NodeRec, Order, ReplicaInfo, ReplicaReport, ReplicaTask, Step, Task, TaskExit,
-    TaskKey,
+    ArrayInfo, ArrayRecord, BATCH_STEP, Job, JobSpec, NodeRec, Order, ReplicaInfo, ReplicaReport, ReplicaTask, Step, StepSpec, Task,
+    TaskExit, TaskKey,
 };
 
 use model::{ClusterConfig, DepKind, DepStatus, JobEvent, JobId, JobState, Node, NodeEvent, NodeState, PendingReason, Time};
@@ -374,14 +374,10 @@ impl Controller {
             // Launch orders of steps are not persisted: every task of a running step whose end
             // is not known is sent again (an agent that has it ignores the repeat: it keeps
             // its tasks' records until their ends are acknowledged).
-            let steps: Vec<(u32, Vec<(String, u32)>, Vec<String>, Vec<u32>)> = c.jobs[&id]
-                .steps
-                .iter()
-                .filter(|s| s.id != BATCH_STEP && s.end.is_none())
-                .map(|s| (s.id, s.layout.clone(), s.argv.clone(), s.done.clone()))
-                .collect();
-            for (step, layout, argv, done) in steps {
-                for (name, t) in c.step_tasks(id, step, &layout, &argv) {
+            let steps: Vec<(u32, Vec<u32>)> =
+                c.jobs[&id].steps.iter().filter(|s| s.id != BATCH_STEP && s.end.is_none()).map(|s| (s.id, s.done.clone())).collect();
+            for (step, done) in steps {
+                for (name, t) in c.step_tasks(id, step) {
                     if !done.contains(&t.rank) {
                         c.order(&name, Order::Launch(t));
                     }
@@ -657,7 +653,7 @@ impl Controller {
                 let j = &self.jobs[&id];
                 let (epoch, nodes) = (j.epoch, j.allocs.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>());
                 for n in nodes {
-                    self.order(&n, Order::Signal { job: id, epoch, signal: sig, batch_only: false });
+                    self.order(&n, Order::Signal { job: id, epoch, signal: sig, batch_only: false, step: None });
                 }
                 Ok(())
             }
@@ -1103,6 +1099,7 @@ impl Controller {
             return;
         }
         let code = e.code.unwrap_or(0).max(e.signal.map_or(0, |s| 128 + s));
+        let mut kill = None;
         if let Some(step) = j.steps.iter_mut().find(|s| s.id == e.step) {
             if step.done.contains(&e.rank) {
                 return; // reported again: its reply was lost
@@ -1117,8 +1114,18 @@ impl Controller {
             step.exit = step.exit.max(code);
             if step.remaining == 0 {
                 step.end = Some(now);
+            } else if code != 0 && step.spec.kill_on_bad_exit && step.id != BATCH_STEP {
+                // srun -K: a task that failed ends the others of its step.
+                let order = Order::Signal { job: e.job, epoch: j.epoch, signal: 9, batch_only: false, step: Some(step.id) };
+                kill = Some((order, step.layout.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>()));
             }
         }
+        if let Some((order, nodes)) = kill {
+            for n in nodes {
+                self.order(&n, order.clone());
+            }
+        }
+        let Some(j) = self.jobs.get_mut(&e.job) else { return };
         self.dirty_jobs.insert(e.job);
         if e.lost && !j.cancelling && j.replica.is_none() {
             // How a task ended is not known (it outlived its agent and its keeper, or the
@@ -1296,7 +1303,7 @@ impl Controller {
                 && now >= end - before
             {
                 for n in &nodes {
-                    self.order(n, Order::Signal { job: id, epoch, signal: sig, batch_only });
+                    self.order(n, Order::Signal { job: id, epoch, signal: sig, batch_only, step: None });
                 }
                 self.jobs.get_mut(&id).expect("running").warned = true;
                 self.dirty_jobs.insert(id);
@@ -1305,7 +1312,7 @@ impl Controller {
             match j.timeout_at {
                 None if now >= end => {
                     for n in &nodes {
-                        self.order(n, Order::Signal { job: id, epoch, signal: 15, batch_only: false });
+                        self.order(n, Order::Signal { job: id, epoch, signal: 15, batch_only: false, step: None });
                     }
                     self.jobs.get_mut(&id).expect("running").timeout_at = Some(now);
                     self.dirty_jobs.insert(id);
@@ -1412,6 +1419,7 @@ impl Controller {
             exit: 0,
             start: now,
             end: None,
+            spec: StepSpec::default(),
         }];
         self.dirty_jobs.insert(id);
         if let Some(r) = &mut j.replica {
@@ -1465,7 +1473,8 @@ impl Controller {
             start_end: (j.start.unwrap_or(0), j.start.map(|s| s.saturating_add(j.req.time_limit))),
             master_port: 20_000 + (id % 20_000) as u16,
         };
-        let mut env = j.spec.env.clone();
+        let st = j.steps.iter().find(|s| s.id == step).filter(|_| step != BATCH_STEP).map(|s| &s.spec);
+        let mut env = st.and_then(|s| s.env.clone()).unwrap_or_else(|| j.spec.env.clone());
         let mut slurm = slurmcli::task_env(&env_in);
         if let Some(addr) = master_addr.first() {
             for (k, v) in slurm.iter_mut() {
@@ -1474,15 +1483,49 @@ impl Controller {
                 }
             }
         }
+        // The PyTorch variables are Tandem's, not Slurm's: one the user exported wins, unless
+        // it still holds the value Tandem set in the batch script (`TANDEM_DEFAULTED` lists
+        // those, `K=V` separated by spaces), which an srun inside it passes on.
+        let defaulted: Vec<(String, String)> = env
+            .iter()
+            .find(|(k, _)| k == slurmcli::DEFAULTED)
+            .map(|(_, v)| v.split(' ').filter_map(|kv| kv.split_once('=')).map(|(k, v)| (k.to_string(), v.to_string())).collect())
+            .unwrap_or_default();
+        let mut ours = Vec::new();
+        slurm.retain(|(k, v)| {
+            if !slurmcli::PYTORCH_VARS.contains(&k.as_str()) {
+                return true;
+            }
+            let users = env.iter().find(|(e, _)| e == k).is_some_and(|(_, uv)| !defaulted.iter().any(|(dk, dv)| dk == k && dv == uv));
+            if !users {
+                ours.push(format!("{k}={v}"));
+            }
+            !users
+        });
+        slurm.push((slurmcli::DEFAULTED.to_string(), ours.join(" ")));
         env.retain(|(k, _)| !slurm.iter().any(|(s, _)| s == k));
         env.extend(slurm);
         let node_name = names.get(node_index).cloned().unwrap_or_default();
         let array = j.array.map(|a| (a.array_job, a.task));
-        let out_pat = j.spec.output.clone();
-        let err_pat = j.spec.error.clone().unwrap_or_else(|| out_pat.clone());
-        let abs = |p: String| if p.starts_with('/') { p } else { format!("{}/{}", j.spec.workdir.trim_end_matches('/'), p) };
-        let stdout = abs(slurmcli::expand_pattern(&out_pat, id, &j.req.name, array, &node_name, &j.req.user));
-        let stderr = abs(slurmcli::expand_pattern(&err_pat, id, &j.req.name, array, &node_name, &j.req.user));
+        let workdir = st.and_then(|s| s.workdir.clone()).unwrap_or_else(|| j.spec.workdir.clone());
+        let (out_pat, err_pat) = match st.map(|s| (&s.output, &s.error)) {
+            Some((Some(o), e)) => (o.clone(), e.clone().unwrap_or_else(|| o.clone())),
+            Some((None, Some(e))) => (j.spec.output.clone(), e.clone()),
+            _ => (j.spec.output.clone(), j.spec.error.clone().unwrap_or_else(|| j.spec.output.clone())),
+        };
+        let abs = |p: String| if p.starts_with('/') { p } else { format!("{}/{}", workdir.trim_end_matches('/'), p) };
+        let at = slurmcli::PatternAt {
+            job: id,
+            name: &j.req.name,
+            array,
+            node: &node_name,
+            user: &j.req.user,
+            step: (step != BATCH_STEP).then_some(step),
+            task: rank,
+            node_index: node_index as u32,
+        };
+        let stdout = abs(slurmcli::expand_pattern_at(&out_pat, &at));
+        let stderr = abs(slurmcli::expand_pattern_at(&err_pat, &at));
         let mem_limit = j.allocs.get(node_index).map_or(0, |(_, a)| a.memory);
         let replica = self.replica_task(j);
         if let Some(r) = &replica {
@@ -1497,9 +1540,16 @@ impl Controller {
             script: (step == BATCH_STEP && replica.is_none()).then(|| j.spec.script.clone()),
             argv: if step == BATCH_STEP { j.spec.script_args.clone() } else { argv },
             env,
-            workdir: j.spec.workdir.clone(),
+            workdir,
             stdout,
             stderr,
+            truncate: match st {
+                // Tasks sharing one file: only rank 0 empties it.
+                Some(s) => s.truncate && (rank == 0 || (out_pat.contains("%t") && err_pat.contains("%t"))),
+                // The batch script empties the job's files at its first start (Slurm's
+                // JobFileAppend=0), a service replica never.
+                None => step == BATCH_STEP && !j.spec.append && j.restart_count == 0 && j.replica.is_none(),
+            },
             uid: j.spec.uid,
             gid: j.spec.gid,
             gpus: gpus.unwrap_or(node_gpus),
@@ -1511,6 +1561,7 @@ impl Controller {
     /// Creates a job step (`srun` inside an allocation): by default one task per allocated task
     /// slot, spread as allocated; `nodes`, `ntasks` and `ntasks_per_node` pick a subset.
     /// Returns the step id.
+    #[allow(clippy::too_many_arguments)]
     pub fn create_step(
         &mut self,
         now: Time,
@@ -1520,6 +1571,7 @@ impl Controller {
         ntasks: Option<u32>,
         ntasks_per_node: Option<u32>,
         argv: Vec<String>,
+        spec: StepSpec,
     ) -> Result<u32, Refused> {
         let j = self.owned(uid, id)?;
         if j.state != JobState::Running {
@@ -1528,15 +1580,34 @@ impl Controller {
         if argv.is_empty() {
             return Err(Refused::Invalid("srun needs a command".into()));
         }
-        let alloc_nodes = j.allocs.len() as u32;
-        let per_alloc = j.req.shape.tasks_per_node(alloc_nodes);
+        if argv.iter().any(|a| a.contains('\0')) {
+            return Err(Refused::Invalid("the command must not contain NUL bytes".into()));
+        }
+        spec.check().map_err(Refused::Invalid)?;
+        // The nodes it may use: the allocation's, in its order, narrowed by -w and -x.
+        for n in spec.nodelist.iter().chain(&spec.exclude) {
+            if !j.allocs.iter().any(|(a, _)| a == n) {
+                return Err(Refused::Invalid(format!("node {n} is not in this job's allocation")));
+            }
+        }
+        let usable: Vec<String> = j
+            .allocs
+            .iter()
+            .map(|(n, _)| n.clone())
+            .filter(|n| (spec.nodelist.is_empty() || spec.nodelist.contains(n)) && !spec.exclude.contains(n))
+            .collect();
+        let alloc_nodes = usable.len() as u32;
+        if alloc_nodes == 0 {
+            return Err(Refused::Invalid("-w and -x leave no node of the allocation".into()));
+        }
+        let per_alloc = j.req.shape.tasks_per_node(j.allocs.len() as u32);
         let n_nodes = nodes.unwrap_or(match (ntasks, ntasks_per_node) {
             (Some(t), Some(p)) => t.div_ceil(p.max(1)),
             (Some(t), None) => t.div_ceil(per_alloc.max(1)).min(alloc_nodes).max(1),
             _ => alloc_nodes,
         });
         if n_nodes == 0 || n_nodes > alloc_nodes {
-            return Err(Refused::Invalid(format!("requested {n_nodes} nodes but the allocation has {alloc_nodes}")));
+            return Err(Refused::Invalid(format!("requested {n_nodes} nodes but the allocation has {alloc_nodes} it may use")));
         }
         let per_node = ntasks_per_node.unwrap_or_else(|| match ntasks {
             Some(t) => t.div_ceil(n_nodes),
@@ -1549,28 +1620,18 @@ impl Controller {
         let step_id = j.steps.iter().filter(|s| s.id != BATCH_STEP).map(|s| s.id + 1).max().unwrap_or(0);
         let mut layout = Vec::new();
         let mut rank = 0;
-        for ni in 0..n_nodes as usize {
+        for name in usable.iter().take(n_nodes as usize) {
             let here = per_node.min(total - rank);
             if here == 0 {
                 break;
             }
-            layout.push((j.allocs[ni].0.clone(), here));
+            layout.push((name.clone(), here));
             rank += here;
         }
-        let built = self.step_tasks(id, step_id, &layout, &argv);
         let j = self.jobs.get_mut(&id).expect("checked");
         let left = layout.iter().map(|(_, n)| *n).collect();
-        j.steps.push(Step {
-            id: step_id,
-            argv,
-            layout,
-            remaining: built.len() as u32,
-            left,
-            done: Vec::new(),
-            exit: 0,
-            start: now,
-            end: None,
-        });
+        j.steps.push(Step { id: step_id, argv, layout, remaining: total, left, done: Vec::new(), exit: 0, start: now, end: None, spec });
+        let built = self.step_tasks(id, step_id);
         self.dirty_jobs.insert(id);
         for (name, t) in built {
             self.order(&name, Order::Launch(t));
@@ -1578,14 +1639,15 @@ impl Controller {
         Ok(step_id)
     }
 
-    /// The tasks of step `step` of job `id`'s current run laid out as `layout` (node, tasks
-    /// there; ranks in that order), each with its node: GPUs of a node split evenly between its
-    /// tasks when they divide.
-    fn step_tasks(&self, id: u64, step: u32, layout: &[(String, u32)], argv: &[String]) -> Vec<(String, Task)> {
+    /// The tasks of step `step` of job `id`'s current run as its layout places them (node,
+    /// tasks there; ranks in that order), each with its node: GPUs of a node split evenly
+    /// between its tasks when they divide.
+    fn step_tasks(&self, id: u64, step: u32) -> Vec<(String, Task)> {
         let j = &self.jobs[&id];
+        let Some(st) = j.steps.iter().find(|s| s.id == step) else { return Vec::new() };
         let mut out = Vec::new();
         let mut rank = 0;
-        for (name, here) in layout {
+        for (name, here) in &st.layout {
             let Some(ni) = j.allocs.iter().position(|(n, _)| n == name) else { continue };
             let g = &j.allocs[ni].1.gpus;
             for local in 0..*here {
@@ -1595,7 +1657,7 @@ impl Controller {
                 } else {
                     None
                 };
-                out.push((name.clone(), self.make_task(id, step, ni, rank, local, gpus, argv.to_vec())));
+                out.push((name.clone(), self.make_task(id, step, ni, rank, local, gpus, st.argv.clone())));
                 rank += 1;
             }
         }

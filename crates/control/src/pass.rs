@@ -487,7 +487,7 @@ impl Controller {
                     let (epoch, nodes) = (j.epoch, j.allocs.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>());
                     self.dirty_jobs.insert(v.job.0);
                     for n in nodes {
-                        self.order(&n, Order::Signal { job: v.job.0, epoch, signal: sig, batch_only: false });
+                        self.order(&n, Order::Signal { job: v.job.0, epoch, signal: sig, batch_only: false, step: None });
                     }
                 }
             }

@@ -505,6 +505,7 @@ impl Controller {
             env: spec.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
             output,
             error: None,
+            append: true,
             requeue: false,
             signal: None,
             uid: svc.uid,
@@ -643,7 +644,7 @@ impl Controller {
                         ri.stop_ms = Some(now_ms);
                         self.dirty_jobs.insert(id);
                         for n in &nodes {
-                            self.order(n, Order::Signal { job: id, epoch, signal: 15, batch_only: false });
+                            self.order(n, Order::Signal { job: id, epoch, signal: 15, batch_only: false, step: None });
                         }
                         changes += 1;
                     }

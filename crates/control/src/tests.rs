@@ -12,6 +12,7 @@ pub(super) fn spec(uid: u32) -> JobSpec {
         env: vec![("PATH".into(), "/bin".into())],
         output: "slurm-%j.out".into(),
         error: None,
+        append: true,
         requeue: true,
         signal: None,
         uid,
@@ -180,10 +181,10 @@ fn time_limit_signals_then_kills_then_times_out() {
     }
     c.hb(59, "n0", &[], &[]).unwrap();
     c.tick(60);
-    assert!(c.hb(60, "n0", &[], &[]).unwrap().contains(&Order::Signal { job: 1, epoch: 1, signal: 10, batch_only: false }));
+    assert!(c.hb(60, "n0", &[], &[]).unwrap().contains(&Order::Signal { job: 1, epoch: 1, signal: 10, batch_only: false, step: None }));
     c.hb(90, "n0", &[], &[]).unwrap();
     c.tick(120);
-    assert!(c.hb(120, "n0", &[], &[]).unwrap().contains(&Order::Signal { job: 1, epoch: 1, signal: 15, batch_only: false }));
+    assert!(c.hb(120, "n0", &[], &[]).unwrap().contains(&Order::Signal { job: 1, epoch: 1, signal: 15, batch_only: false, step: None }));
     c.tick(150);
     assert!(c.hb(150, "n0", &[], &[]).unwrap().contains(&Order::Kill { job: 1, epoch: 1 }));
     let exit = TaskExit {
@@ -274,7 +275,7 @@ fn steps_lay_out_tasks_with_disjoint_gpus() {
     c.submit(0, spec(1), &batch(&["-N2", "--ntasks-per-node=2", "--gpus-per-node=4"]), "a").unwrap();
     c.tick(0);
     c.hb(0, "n0", &[], &[]).unwrap();
-    let step = c.create_step(1, 1, 1, None, None, None, vec!["env".into()]).unwrap();
+    let step = c.create_step(1, 1, 1, None, None, None, vec!["env".into()], StepSpec::default()).unwrap();
     assert_eq!(step, 0);
     let mut all = launches(&c.hb(1, "n0", &[], &[]).unwrap()).into_iter().cloned().collect::<Vec<_>>();
     all.extend(launches(&c.hb(1, "n1", &[], &[]).unwrap()).into_iter().cloned());
@@ -286,8 +287,8 @@ fn steps_lay_out_tasks_with_disjoint_gpus() {
     let env: HashMap<_, _> = all[3].env.iter().cloned().collect();
     assert_eq!((env["SLURM_PROCID"].as_str(), env["SLURM_LOCALID"].as_str(), env["SLURM_NODEID"].as_str()), ("3", "1", "1"));
     assert_eq!(env["CUDA_VISIBLE_DEVICES"], "2,3");
-    assert!(matches!(c.create_step(1, 2, 1, None, None, None, vec!["x".into()]), Err(Refused::Forbidden(_))));
-    assert!(c.create_step(1, 1, 1, Some(3), None, None, vec!["x".into()]).is_err());
+    assert!(matches!(c.create_step(1, 2, 1, None, None, None, vec!["x".into()], StepSpec::default()), Err(Refused::Forbidden(_))));
+    assert!(c.create_step(1, 1, 1, Some(3), None, None, vec!["x".into()], StepSpec::default()).is_err());
 }
 
 #[test]
@@ -622,7 +623,7 @@ fn a_restored_controller_sends_again_the_launches_of_running_steps_whose_ends_it
     let mut c = cluster(2, 0);
     c.submit(0, spec(1), &batch(&["-N2"]), "a").unwrap();
     c.tick(0);
-    let step = c.create_step(1, 1, 1, Some(2), Some(4), Some(2), vec!["hostname".into()]).unwrap();
+    let step = c.create_step(1, 1, 1, Some(2), Some(4), Some(2), vec!["hostname".into()], StepSpec::default()).unwrap();
     // Rank 0 ended and was reported; the rest were never delivered.
     let exit =
         TaskExit { job: 1, epoch: 1, step, rank: 0, code: Some(0), signal: None, oom: false, fenced: false, error: None, lost: false };

@@ -30,6 +30,10 @@ pub struct JobSpec {
     pub output: String,
     /// `-e` pattern (default: same as output).
     pub error: Option<String>,
+    /// `--open-mode=append`: never empty the files (else they are emptied when the job first
+    /// starts; a requeued run appends, as Slurm's).
+    #[serde(default = "yes")]
+    pub append: bool,
     /// Requeue on node failure or preemption.
     pub requeue: bool,
     /// `--signal`: signal number, seconds before the limit, batch shell only.
@@ -53,6 +57,7 @@ impl JobSpec {
             env: Vec::new(),
             output: "slurm-%j.out".into(),
             error: None,
+            append: true,
             requeue: true,
             signal: None,
             uid: 0,
@@ -102,6 +107,69 @@ pub struct Step {
     pub start: Time,
     /// Ended.
     pub end: Option<Time>,
+    /// How its tasks run (`srun`'s environment, directory, output, ...).
+    #[serde(default)]
+    pub spec: StepSpec,
+}
+
+/// How an `srun` step's tasks run, beyond their layout; what is not given comes from the job.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StepSpec {
+    /// The tasks' environment (`srun`'s, after `--export`); `None`: the job's.
+    #[serde(default)]
+    pub env: Option<Vec<(String, String)>>,
+    /// Working directory (absolute); `None`: the job's.
+    #[serde(default)]
+    pub workdir: Option<String>,
+    /// `-o` pattern (`%t %n %N %j %J %s %u %x %A %a`), relative to the working directory;
+    /// `None`: the job's output file.
+    #[serde(default)]
+    pub output: Option<String>,
+    /// `-e` pattern; `None`: with `output`, the same; else the job's error file.
+    #[serde(default)]
+    pub error: Option<String>,
+    /// `--open-mode=truncate`: the files are emptied when each task opens them.
+    #[serde(default)]
+    pub truncate: bool,
+    /// `-K`: a task that exits non-zero (or is killed) ends the step's other tasks.
+    #[serde(default)]
+    pub kill_on_bad_exit: bool,
+    /// `-J`: the step's name (default: the command).
+    #[serde(default)]
+    pub name: Option<String>,
+    /// Nodes it may use (`-w`), of the job's; empty: any of them.
+    #[serde(default)]
+    pub nodelist: Vec<String>,
+    /// Nodes it may not use (`-x`).
+    #[serde(default)]
+    pub exclude: Vec<String>,
+}
+
+impl StepSpec {
+    /// Checks what a user may put in a step (the tasks run as that user: this is about
+    /// well-formed values, not permissions).
+    pub fn check(&self) -> Result<(), String> {
+        if let Some(env) = &self.env {
+            if env.len() > 10_000 || env.iter().map(|(k, v)| k.len() + v.len() + 2).sum::<usize>() > 4 << 20 {
+                return Err("the environment is too large (at most 10,000 variables, 4 MiB)".into());
+            }
+            if let Some((k, _)) = env.iter().find(|(k, v)| k.is_empty() || k.contains('=') || k.contains('\0') || v.contains('\0')) {
+                return Err(format!("invalid environment variable name {k:?}"));
+            }
+        }
+        for (what, v) in [("working directory", &self.workdir), ("output", &self.output), ("error", &self.error), ("name", &self.name)] {
+            if let Some(v) = v
+                && (v.is_empty() || v.contains('\0') || v.contains('\n') || v.len() > 4096)
+            {
+                return Err(format!("invalid {what} {v:?}: not empty, no newlines or NUL bytes, at most 4096 bytes"));
+            }
+        }
+        if self.workdir.as_ref().is_some_and(|d| !d.starts_with('/')) {
+            return Err("the working directory must be absolute".into());
+        }
+        Ok(())
+    }
 }
 
 /// A job as the controller keeps it.
@@ -328,6 +396,9 @@ pub struct Task {
     pub stdout: String,
     /// Error file (absolute), appended to.
     pub stderr: String,
+    /// Empty the output and error files when the task opens them (`--open-mode=truncate`).
+    #[serde(default)]
+    pub truncate: bool,
     /// Run as this uid/gid (when the agent is root).
     pub uid: u32,
     /// Group.
@@ -356,6 +427,9 @@ pub enum Order {
         signal: i32,
         /// Only the batch script.
         batch_only: bool,
+        /// Only this step's tasks (`srun -K`); `None`: every step's.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        step: Option<u32>,
     },
     /// Kill every task of a job's run.
     Kill {
@@ -460,4 +534,9 @@ impl ArrayRecord {
         }
         j
     }
+}
+
+/// Serde default of fields that were always on before they were kept.
+fn yes() -> bool {
+    true
 }

@@ -66,6 +66,9 @@ pub struct Setup<'a> {
     pub stdout: Option<CString>,
     /// Append standard error to this file; `None` with `stdout` set: to the same file.
     pub stderr: Option<CString>,
+    /// Empty `stdout` and `stderr` as they are opened (`--open-mode=truncate`), still as the
+    /// user and still appending from there.
+    pub truncate: bool,
     /// Keep the task: the spawned process becomes the task's *keeper*, which forks the task
     /// and waits for it, so that the task's end is recorded even when the agent that started
     /// it has died meanwhile. Without it, the spawned process is the task.
@@ -375,7 +378,7 @@ pub fn prepare(cmd: &mut Command, setup: Setup) -> std::io::Result<Report> {
     let report_fd = write.as_raw_fd();
     let fd = setup.cgroup_procs.map(AsRawFd::as_raw_fd);
     let user = setup.user.map(|u| (u.uid, u.gid, u.groups.into_iter().map(nix::unistd::Gid::from_raw).collect::<Vec<_>>()));
-    let (workdir, stdout, stderr) = (setup.workdir, setup.stdout, setup.stderr);
+    let (workdir, stdout, stderr, truncate) = (setup.workdir, setup.stdout, setup.stderr, setup.truncate);
     let keep = setup.keep.map(|k| k.status.as_raw_fd());
     let hook = move || -> std::io::Result<()> {
         // SAFETY: `report_fd` is the write end of a pipe that the returned `Report` keeps open
@@ -419,11 +422,11 @@ pub fn prepare(cmd: &mut Command, setup: Setup) -> std::io::Result<Report> {
         }
         nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o022));
         if let Some(path) = &stdout {
-            let out = open_append(path).map_err(|e| fail(Stage::Stdout, e))?;
+            let out = open_append(path, truncate).map_err(|e| fail(Stage::Stdout, e))?;
             nix::unistd::dup2_stdout(&out).map_err(|e| fail(Stage::Stdout, e))?;
             match &stderr {
                 Some(p) => {
-                    let err = open_append(p).map_err(|e| fail(Stage::Stderr, e))?;
+                    let err = open_append(p, truncate).map_err(|e| fail(Stage::Stderr, e))?;
                     nix::unistd::dup2_stderr(&err).map_err(|e| fail(Stage::Stderr, e))?;
                 }
                 None => nix::unistd::dup2_stderr(&out).map_err(|e| fail(Stage::Stderr, e))?,
@@ -446,9 +449,12 @@ pub fn prepare(cmd: &mut Command, setup: Setup) -> std::io::Result<Report> {
 /// controlling terminal. It opens without blocking (a FIFO with no reader fails with ENXIO
 /// instead of holding the launching agent, which waits for the exec), then makes the file
 /// blocking again for the task.
-fn open_append(path: &CStr) -> nix::Result<OwnedFd> {
+fn open_append(path: &CStr, truncate: bool) -> nix::Result<OwnedFd> {
     use nix::fcntl::{FcntlArg, OFlag, fcntl};
-    let flags = OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_APPEND | OFlag::O_CLOEXEC | OFlag::O_NOCTTY | OFlag::O_NONBLOCK;
+    let mut flags = OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_APPEND | OFlag::O_CLOEXEC | OFlag::O_NOCTTY | OFlag::O_NONBLOCK;
+    if truncate {
+        flags |= OFlag::O_TRUNC;
+    }
     let fd = nix::fcntl::open(path, flags, nix::sys::stat::Mode::from_bits_truncate(0o644))?;
     fcntl(&fd, FcntlArg::F_SETFL(OFlag::O_WRONLY | OFlag::O_APPEND))?;
     Ok(fd)

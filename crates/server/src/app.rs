@@ -269,7 +269,7 @@ impl App {
     /// Waits until every change up to `seq` is durable (a read passes `journal.last()` taken
     /// while it held the controller's lock, so it never shows what a crash could undo).
     pub(crate) async fn settled(&self, seq: u64) -> Result<(), Response> {
-        self.journal.durable(seq).await.map_err(|e| err(StatusCode::INTERNAL_SERVER_ERROR, format!("database: {}", e.0)))
+        self.journal.durable(seq).await.map_err(|e| err(StatusCode::INTERNAL_SERVER_ERROR, format!("the controller cannot save: {}", e.0)))
     }
 
     /// Wakes the long-polling heartbeats of nodes that have orders waiting.

@@ -124,28 +124,7 @@ async fn submit(
     let user = user_name(uid);
     let workdir =
         b.chdir.clone().map(|d| if d.starts_with('/') { d } else { format!("{}/{d}", req.cwd) }).unwrap_or_else(|| req.cwd.clone());
-    let env = match b.export.as_deref() {
-        None | Some("ALL") => req.env.clone(),
-        Some("NONE") => Vec::new(),
-        Some(list) => {
-            let mut out: Vec<(String, String)> = Vec::new();
-            let all = list.split(',').any(|x| x == "ALL");
-            if all {
-                out = req.env.clone();
-            }
-            for item in list.split(',').filter(|x| *x != "ALL" && *x != "NONE") {
-                match item.split_once('=') {
-                    Some((k, v)) => out.push((k.to_string(), v.to_string())),
-                    None => {
-                        if let Some(kv) = req.env.iter().find(|(k, _)| k == item) {
-                            out.push(kv.clone());
-                        }
-                    }
-                }
-            }
-            out
-        }
-    };
+    let env = slurmcli::apply_export(b.export.as_deref(), &req.env);
     let spec = control::JobSpec {
         script: b.script.clone(),
         script_args: b.script_args.clone(),
@@ -155,6 +134,7 @@ async fn submit(
         env,
         output: b.output.clone().unwrap_or_else(|| "slurm-%j.out".into()),
         error: b.error.clone(),
+        append: b.open_append.unwrap_or(false),
         requeue: b.requeue.unwrap_or(true),
         signal: b.signal.map(|s| (s.number, s.before, s.batch_only)),
         uid,
@@ -370,7 +350,7 @@ async fn create_step(
     let id = or_reply!(path(id));
     let s = or_reply!(json_body(body));
     let t = now();
-    match app.with(|c| c.create_step(t, uid, id, s.nodes, s.ntasks, s.ntasks_per_node, s.argv)).await {
+    match app.with(|c| c.create_step(t, uid, id, s.nodes, s.ntasks, s.ntasks_per_node, s.argv, s.spec)).await {
         Ok(Ok(step)) => {
             app.wake_nodes();
             Json(StepResponse { step }).into_response()
@@ -557,21 +537,21 @@ async fn heartbeat(
     let had_exits = !hb.exits.is_empty();
     let t = now();
     let t_ms = now_ms();
-    let first = match app
-        .with(|c| {
-            check_serial(c, Holder::Node, &hb.node, serial)?;
-            let o = c.heartbeat(t, &hb.node, hb.ack, &hb.running, &hb.exits);
-            if o.is_ok() {
-                c.replica_reports(t_ms, &hb.node, &hb.replicas);
-            }
-            o
-        })
-        .await
-    {
-        Ok(Ok(o)) => o,
-        Ok(Err(e)) => return refused(e),
-        Err(r) => return r,
+    let (out, seq) = app.apply(|c| {
+        check_serial(c, Holder::Node, &hb.node, serial)?;
+        let o = c.heartbeat(t, &hb.node, hb.ack, &hb.running, &hb.exits);
+        if o.is_ok() {
+            c.replica_reports(t_ms, &hb.node, &hb.replicas);
+        }
+        o
+    });
+    let first = match out {
+        Ok(o) => o,
+        Err(e) => return refused(e),
     };
+    if let Err(e) = app.journal.durable(seq).await {
+        return unsaved(&e.0);
+    }
     if had_exits {
         app.wake.notify_one();
     }
@@ -582,11 +562,21 @@ async fn heartbeat(
     let hold = hb.wait_ms.min(app.heartbeat_ms);
     let _ = tokio::time::timeout(Duration::from_millis(hold), notify.notified()).await;
     let t = now();
-    match app.with(|c| check_serial(c, Holder::Node, &hb.node, serial).and_then(|()| c.poll(t, &hb.node, hb.ack))).await {
-        Ok(Ok(o)) => Json(Orders { orders: o }).into_response(),
-        Ok(Err(e)) => refused(e),
-        Err(r) => r,
+    let (out, seq) = app.apply(|c| check_serial(c, Holder::Node, &hb.node, serial).and_then(|()| c.poll(t, &hb.node, hb.ack)));
+    match out {
+        Ok(o) => match app.journal.durable(seq).await {
+            Ok(()) => Json(Orders { orders: o }).into_response(),
+            Err(e) => unsaved(&e.0),
+        },
+        Err(e) => refused(e),
     }
+}
+
+/// A heartbeat taken (the lease renewed in memory) that could not be made durable: no orders,
+/// no exit acknowledged, but the node may keep its work running (see [`wire::Unsaved`]).
+fn unsaved(why: &str) -> Response {
+    (StatusCode::SERVICE_UNAVAILABLE, Json(wire::Unsaved { error: format!("the controller cannot save: {why}"), lease_renewed: true }))
+        .into_response()
 }
 
 async fn metrics(State(app): State<App>, ConnectInfo(peer): ConnectInfo<Peer>, headers: HeaderMap) -> Response {

@@ -23,8 +23,10 @@ struct Queue {
 struct Written {
     /// Every batch up to this sequence number has been attempted.
     upto: u64,
-    /// Ranges of sequence numbers whose commit failed, newest last (bounded), with the error.
-    failed: Vec<(u64, u64, Arc<str>)>,
+    /// Since a commit failed: the first sequence number not on disk, and the last error. Every
+    /// batch from it up to `upto` is not durable until a commit succeeds (what failed is
+    /// carried into every later commit, so one success makes all of it durable).
+    failed: Option<(u64, Arc<str>)>,
 }
 
 /// The journal: a queue of batches, a writer thread, and what it has made durable.
@@ -82,9 +84,9 @@ impl Journal {
     pub async fn durable(&self, seq: u64) -> Result<(), CommitFailed> {
         let mut rx = self.written.subscribe();
         let w = rx.wait_for(|w| w.upto >= seq).await.map_err(|_| CommitFailed("the journal writer stopped".into()))?;
-        match w.failed.iter().find(|(lo, hi, _)| (*lo..=*hi).contains(&seq)) {
-            Some((_, _, e)) => Err(CommitFailed(e.clone())),
-            None => Ok(()),
+        match &w.failed {
+            Some((from, e)) if seq >= *from => Err(CommitFailed(e.clone())),
+            _ => Ok(()),
         }
     }
 
@@ -92,10 +94,13 @@ impl Journal {
         // Records of a failed commit, retried with the next batch so the database catches up.
         let mut carry: Option<Dirty> = None;
         let mut first_unwritten = 1u64;
+        let mut failing: Option<std::time::Instant> = None;
         loop {
             let (batches, last) = {
                 let mut q = self.queue.lock().expect("journal lock");
-                while q.pending.is_empty() {
+                // A failed commit is retried on its own (a full disk that has room again),
+                // not only when the next change comes.
+                while q.pending.is_empty() && carry.is_none() {
                     q = self.kick.wait(q).expect("journal lock");
                 }
                 (std::mem::take(&mut q.pending), q.last)
@@ -118,17 +123,32 @@ impl Journal {
             first_unwritten = last + 1;
             self.written.send_modify(|w| {
                 w.upto = last;
-                if let Err(e) = &r {
-                    w.failed.push((range.0, range.1, Arc::from(e.to_string())));
-                    if w.failed.len() > 64 {
-                        w.failed.remove(0);
+                match &r {
+                    Ok(()) => w.failed = None,
+                    Err(e) => {
+                        let from = w.failed.as_ref().map_or(range.0, |f| f.0);
+                        w.failed = Some((from, Arc::from(e.to_string())));
                     }
                 }
             });
-            if let Err(e) = r {
-                eprintln!("tandem server: cannot commit to the database: {e}");
-                carry = Some(merged);
-                std::thread::sleep(std::time::Duration::from_millis(100));
+            match r {
+                Err(e) => {
+                    // Said once per outage (it is retried ten times a second).
+                    if failing.is_none() {
+                        eprintln!("tandem server: cannot commit to the database: {e}; retrying, and answering nothing that needs it");
+                        failing = Some(std::time::Instant::now());
+                    }
+                    carry = Some(merged);
+                    std::thread::sleep(std::time::Duration::from_millis(100));
+                }
+                Ok(()) => {
+                    if let Some(since) = failing.take() {
+                        eprintln!(
+                            "tandem server: the database takes commits again after {:.1} s; {records} record(s) caught up",
+                            since.elapsed().as_secs_f64()
+                        );
+                    }
+                }
             }
         }
     }

@@ -56,6 +56,41 @@ pub struct TaskEnv<'a> {
     pub master_port: u16,
 }
 
+/// PyTorch's rendezvous variables, which Tandem sets in every task (Slurm does not) unless
+/// the user exported them.
+pub const PYTORCH_VARS: [&str; 8] =
+    ["MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK", "GROUP_RANK"];
+
+/// The PyTorch variables Tandem set in a task itself, with their values (`K=V` separated by
+/// spaces), so that an `srun` in a batch script, which passes its environment on, does not
+/// pass the batch task's values off as the user's (a value the script changed is the user's).
+pub const DEFAULTED: &str = "TANDEM_DEFAULTED";
+
+/// The environment `--export` gives a job or step: `ALL` (the default) the caller's, `NONE`
+/// nothing (Slurm's `NONE` still passes the SLURM_* variables, which the task gets anyway),
+/// else the named variables (`NAME` from the caller's, `NAME=value` as given), with the
+/// caller's too when the list has `ALL`.
+pub fn apply_export(export: Option<&str>, env: &[(String, String)]) -> Vec<(String, String)> {
+    match export {
+        None | Some("ALL") => env.to_vec(),
+        Some("NONE") => Vec::new(),
+        Some(list) => {
+            let mut out: Vec<(String, String)> = if list.split(',').any(|x| x == "ALL") { env.to_vec() } else { Vec::new() };
+            for item in list.split(',').filter(|x| *x != "ALL" && *x != "NONE" && !x.is_empty()) {
+                let kv = match item.split_once('=') {
+                    Some((k, v)) => Some((k.to_string(), v.to_string())),
+                    None => env.iter().find(|(k, _)| k == item).cloned(),
+                };
+                if let Some((k, v)) = kv {
+                    out.retain(|(o, _)| *o != k);
+                    out.push((k, v));
+                }
+            }
+            out
+        }
+    }
+}
+
 /// Slurm's compact tasks-per-node form: `2(x3),1`.
 fn tasks_per_node(t: &[u32]) -> String {
     let mut parts = Vec::new();
@@ -164,6 +199,15 @@ pub fn task_env(e: &TaskEnv) -> Vec<(String, String)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn export_rules() {
+        let env = vec![("A".to_string(), "1".to_string()), ("B".to_string(), "2".to_string())];
+        assert_eq!(apply_export(None, &env), env);
+        assert!(apply_export(Some("NONE"), &env).is_empty());
+        assert_eq!(apply_export(Some("B,C=3"), &env), vec![("B".into(), "2".into()), ("C".into(), "3".into())]);
+        assert_eq!(apply_export(Some("ALL,A=9"), &env), vec![("B".to_string(), "2".to_string()), ("A".to_string(), "9".to_string())]);
+    }
 
     #[test]
     fn two_nodes_two_tasks() {

@@ -10,14 +10,16 @@ mod env;
 mod formats;
 mod hostlist;
 mod options;
+mod srun;
 
-pub use env::{TaskEnv, task_env};
+pub use env::{DEFAULTED, PYTORCH_VARS, TaskEnv, apply_export, task_env};
 pub use formats::{
     ArraySpec, MAX_ARRAY_SIZE, MAX_ARRAY_SIZE_CAP, Signal, format_time, parse_array, parse_begin, parse_dependency, parse_gpus, parse_gres,
     parse_memory, parse_signal, parse_time, signal_number,
 };
 pub use hostlist::{MAX_HOST_NAME, compress, expand};
-pub use options::{BatchSpec, expand_pattern, parse_sbatch};
+pub use options::{BatchSpec, PatternAt, expand_pattern, expand_pattern_at, parse_sbatch};
+pub use srun::{MPI_TYPES, SrunSpec, parse_srun};
 
 /// A user error in a command line, script or value. The message says what to fix.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

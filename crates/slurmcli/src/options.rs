@@ -78,6 +78,16 @@ pub struct BatchSpec {
     pub test_only: bool,
     /// `--switches=N[@wait]`: at most N leaf switches.
     pub switches: Option<u32>,
+    /// `--open-mode`: `Some(true)` append, `Some(false)` truncate; `None` Slurm's default
+    /// (truncate when the job first starts; a requeued run appends).
+    #[serde(default)]
+    pub open_append: Option<bool>,
+    /// `--wckey` (recorded).
+    #[serde(default)]
+    pub wckey: Option<String>,
+    /// `--comment` (recorded).
+    #[serde(default)]
+    pub comment: Option<String>,
     /// The batch script's text (the file's, or one made from `--wrap`).
     pub script: String,
     /// Path of the script as given, if any.
@@ -153,6 +163,9 @@ const OPTS: &[Opt] = &[
     Opt { long: "test-only", short: None, arg: Arg::None },
     Opt { long: "wrap", short: None, arg: Arg::Required },
     Opt { long: "switches", short: None, arg: Arg::Required },
+    Opt { long: "open-mode", short: None, arg: Arg::Required },
+    Opt { long: "wckey", short: None, arg: Arg::Required },
+    Opt { long: "comment", short: None, arg: Arg::Required },
 ];
 
 fn find_long(name: &str) -> Result<&'static Opt, Invalid> {
@@ -367,6 +380,15 @@ impl BatchSpec {
             "chdir" => self.chdir = Some(text(&val(), "--chdir")?),
             "export" => self.export = Some(text(&val(), "--export")?),
             "parsable" => self.parsable = true,
+            "wckey" => self.wckey = Some(text(&val(), "--wckey")?),
+            "comment" => self.comment = Some(text(&val(), "--comment")?),
+            "open-mode" => {
+                self.open_append = Some(match val().as_str() {
+                    "append" | "a" => true,
+                    "truncate" | "t" => false,
+                    o => return Err(Invalid::new(format!("invalid --open-mode={o}: append or truncate"))),
+                })
+            }
             "test-only" => self.test_only = true,
             "wrap" => {
                 let w = val();
@@ -516,30 +538,74 @@ pub fn parse_sbatch(
     Ok(spec)
 }
 
-/// Expands an output pattern: `%j` job id, `%x` name, `%A` array job id, `%a` array task id,
-/// `%N` first node, `%u` user, `%%` a percent sign. For a plain job `%A` is the job id and
-/// `%a` is 4294967294, as in Slurm.
+/// Expands a batch output pattern (`%j %x %A %a %N %u %%`; see [`expand_pattern_at`]).
 pub fn expand_pattern(p: &str, job: u64, name: &str, array: Option<(u64, u32)>, node: &str, user: &str) -> String {
+    expand_pattern_at(p, &PatternAt { job, name, array, node, user, step: None, task: 0, node_index: 0 })
+}
+
+/// What an output pattern names: a task of a job's step.
+#[derive(Debug, Clone, Copy)]
+pub struct PatternAt<'a> {
+    /// Job id.
+    pub job: u64,
+    /// Job name.
+    pub name: &'a str,
+    /// (array job id, task id) of an array task.
+    pub array: Option<(u64, u32)>,
+    /// The node's name.
+    pub node: &'a str,
+    /// The user's name.
+    pub user: &'a str,
+    /// Step id (`None`: the batch step).
+    pub step: Option<u32>,
+    /// The task's rank in its step.
+    pub task: u32,
+    /// The node's index in the job.
+    pub node_index: u32,
+}
+
+/// Expands Slurm's output file pattern: `%j` job id, `%J` job.step (`12.batch`, `12.0`),
+/// `%s` step, `%t` task rank, `%n` node index, `%N` node name, `%x` job name, `%A`/`%a`
+/// array job and task id (`%a` of a plain job is 4294967294, as Slurm's), `%u` user, `%%`;
+/// a width between `%` and the letter pads numbers with zeros (`%4t` is `0003`). Anything
+/// else is kept as written.
+pub fn expand_pattern_at(p: &str, at: &PatternAt<'_>) -> String {
     let mut out = String::new();
     let mut chars = p.chars().peekable();
+    let step = at.step.map_or_else(|| "batch".to_string(), |s| s.to_string());
     while let Some(c) = chars.next() {
         if c != '%' {
             out.push(c);
             continue;
         }
+        let mut width = String::new();
+        while let Some(d) = chars.peek().filter(|d| d.is_ascii_digit()) {
+            width.push(*d);
+            chars.next();
+        }
+        let w: usize = width.parse().unwrap_or(0).min(10);
+        let num = |n: u64| format!("{n:0w$}");
         match chars.next() {
-            Some('j') => out.push_str(&job.to_string()),
-            Some('x') => out.push_str(name),
-            Some('A') => out.push_str(&array.map_or(job, |a| a.0).to_string()),
-            Some('a') => out.push_str(&array.map_or(4_294_967_294u64, |a| a.1 as u64).to_string()),
-            Some('N') => out.push_str(node),
-            Some('u') => out.push_str(user),
+            Some('j') => out.push_str(&num(at.job)),
+            Some('J') => out.push_str(&format!("{}.{step}", num(at.job))),
+            Some('s') => out.push_str(&at.step.map_or_else(|| "batch".to_string(), |s| num(s as u64))),
+            Some('t') => out.push_str(&num(at.task as u64)),
+            Some('n') => out.push_str(&num(at.node_index as u64)),
+            Some('x') => out.push_str(at.name),
+            Some('A') => out.push_str(&num(at.array.map_or(at.job, |a| a.0))),
+            Some('a') => out.push_str(&num(at.array.map_or(4_294_967_294u64, |a| a.1 as u64))),
+            Some('N') => out.push_str(at.node),
+            Some('u') => out.push_str(at.user),
             Some('%') => out.push('%'),
             Some(other) => {
                 out.push('%');
+                out.push_str(&width);
                 out.push(other);
             }
-            None => out.push('%'),
+            None => {
+                out.push('%');
+                out.push_str(&width);
+            }
         }
     }
     out
@@ -613,6 +679,12 @@ mod tests {
         assert!(e(&["--nice=99999", "--wrap=x"]).contains("--nice"));
         assert!(e(&["--exclusive=everyone", "--wrap=x"]).contains("--exclusive"));
         assert!(e(&["--requeue=yes", "--wrap=x"]).contains("doesn't allow an argument"));
+        assert!(e(&["--open-mode=sometimes", "--wrap=x"]).contains("append or truncate"));
+        assert_eq!(with_script(&["--open-mode=append", "job.sh"], SCRIPT).unwrap().open_append, Some(true));
+        let s = with_script(&["--wckey=submitit", "--comment", "a run", "job.sh"], SCRIPT).unwrap();
+        assert_eq!((s.wckey.as_deref(), s.comment.as_deref()), (Some("submitit"), Some("a run")));
+        assert!(e(&["--comment", "a\nb", "--wrap=x"]).contains("--comment"));
+        assert_eq!(with_script(&["--open-mode", "truncate", "job.sh"], SCRIPT).unwrap().open_append, Some(false));
         assert!(e(&["--job-name", "a\nb", "--wrap=x"]).contains("job name"));
         assert!(e(&[]).contains("no batch script"));
         assert!(e(&["missing.sh"]).contains("unable to open file missing.sh"));
@@ -653,5 +725,9 @@ mod tests {
         assert_eq!(expand_pattern("slurm-%j.out", 12, "x", None, "n1", "u"), "slurm-12.out");
         assert_eq!(expand_pattern("%x_%A_%a.%N.%u.%%.%q", 12, "job", Some((10, 3)), "n1", "ann"), "job_10_3.n1.ann.%.%q");
         assert_eq!(expand_pattern("%a", 5, "x", None, "n", "u"), "4294967294");
+        let at = PatternAt { job: 7, name: "j", array: None, node: "node2", user: "u", step: Some(3), task: 5, node_index: 1 };
+        assert_eq!(expand_pattern_at("%j_%t_log.out", &at), "7_5_log.out");
+        assert_eq!(expand_pattern_at("%J.%s.%n.%N.%4t.%3q.%", &at), "7.3.3.1.node2.0005.%3q.%");
+        assert_eq!(expand_pattern("%J-%s-%t", 9, "x", None, "n", "u"), "9.batch-batch-0");
     }
 }

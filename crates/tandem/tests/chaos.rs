@@ -42,8 +42,10 @@ fn regression_seeds_hold_every_invariant() {
     // (seed, seconds of faults) (`tandem bench chaos --seed N --duration 60 --plan` prints a
     // schedule): seed 17 a controller crash at a failpoint, the controller's disk full, an
     // agent killed alone, a task killed, a one-way partition; seed 13 agents killed alone and
-    // with their tasks, the controller killed. (A partition both ways: tests/faults.rs.)
-    for (seed, secs) in [(17u64, 60u32), (13, 60)] {
+    // with their tasks, the controller killed; seed 6 the controller's disk full for longer
+    // than the lease (every node fenced its work before heartbeats renewed leases while the
+    // controller could not save). (A partition both ways: tests/faults.rs.)
+    for (seed, secs) in [(17u64, 60u32), (13, 60), (6, 60)] {
         let o = Command::new(bin())
             .args(["bench", "chaos", "--seed", &seed.to_string(), "--duration", &secs.to_string(), "--agents", "3", "--json"])
             .output()

@@ -42,6 +42,63 @@ fn two_nodes_two_tasks_see_their_ranks_nodes_and_disjoint_gpus() {
 }
 
 #[test]
+fn srun_takes_the_callers_environment_directory_and_options() {
+    let c = Cluster::new("srunopts", 2, None, 30);
+    let s = c.script(
+        "steps.sh",
+        "#!/bin/bash\n#SBATCH -N 2\n#SBATCH --ntasks-per-node=2\n#SBATCH -o steps.out\n\
+         export FOO=bar MASTER_PORT=12345\nmkdir -p sub && cd sub\n\
+         srun -N2 --ntasks-per-node=2 --unbuffered --output=out_%j_%t.txt --error=err_%t.txt bash -c 'echo $FOO $MASTER_PORT $RANK $WORLD_SIZE $(pwd); echo e$SLURM_PROCID >&2'\n\
+         echo plain=$?\n\
+         srun -K -n2 bash -c 'if [ $SLURM_PROCID = 1 ]; then exit 3; fi; exec sleep 300'\necho killed=$?\n\
+         srun --kill-on-bad-exit=1 --mpi=none --cpu_bind=none --ntasks-per-node=1 --nodes=2 --nodelist=node[1-2] --ntasks=2 -o mpi_%t.txt printenv SLURMD_NODENAME\n\
+         srun -w node2 -n1 -o only.txt printenv SLURMD_NODENAME\nsrun -x node2 -n1 -o other.txt printenv SLURMD_NODENAME\n\
+         srun --export=NONE,ONLY=1 -n1 -o none.txt bash -c 'echo only=$ONLY foo=${FOO:-unset}'\n\
+         srun --chdir=/tmp -n1 -o $PWD/chdir.txt pwd\n\
+         srun --mpi=pmi2 true; echo pmi2=$?\n",
+    );
+    let id = c.sbatch(&[&s]);
+    // -K ended the sleeping task: the job does not wait for its 300 s.
+    c.wait_state(id, &["COMPLETED", "FAILED"], 90);
+    let out = std::fs::read_to_string(c.work.join("steps.out")).unwrap();
+    let sub = c.work.join("sub");
+    for rank in 0..4 {
+        let f = std::fs::read_to_string(sub.join(format!("out_{id}_{rank}.txt"))).unwrap_or_else(|e| panic!("{e}\n{out}"));
+        assert_eq!(f.trim(), format!("bar 12345 {rank} 4 {}", sub.display()), "rank {rank}");
+        assert_eq!(std::fs::read_to_string(sub.join(format!("err_{rank}.txt"))).unwrap().trim(), format!("e{rank}"));
+    }
+    assert!(out.contains("plain=0") && out.contains("killed=137"), "{out}");
+    let mut hosts: Vec<String> =
+        (0..2).map(|t| std::fs::read_to_string(sub.join(format!("mpi_{t}.txt"))).unwrap().trim().to_string()).collect();
+    hosts.sort();
+    assert_eq!(hosts, vec!["node1", "node2"], "one task per node");
+    assert_eq!(std::fs::read_to_string(sub.join("only.txt")).unwrap().trim(), "node2");
+    assert_eq!(std::fs::read_to_string(sub.join("other.txt")).unwrap().trim(), "node1");
+    assert_eq!(std::fs::read_to_string(sub.join("none.txt")).unwrap().trim(), "only=1 foo=unset");
+    assert_eq!(std::fs::read_to_string(sub.join("chdir.txt")).unwrap().trim(), "/tmp");
+    assert!(out.contains("srun: error: --mpi=pmi2: not available") && out.contains("pmi2=1"), "{out}");
+    // Bad options are refused before anything is asked of the controller.
+    let o = c.run("srun", &["--frobnicate", "true"]);
+    assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("unrecognized option '--frobnicate'"));
+}
+
+#[test]
+fn output_files_are_emptied_at_the_first_start_unless_open_mode_is_append() {
+    let c = Cluster::new("openmode", 1, None, 30);
+    std::fs::write(c.work.join("t.out"), "old\n").unwrap();
+    std::fs::write(c.work.join("a.out"), "old\n").unwrap();
+    Command::new("chmod").arg("a+rw").arg(c.work.join("t.out")).arg(c.work.join("a.out")).status().unwrap();
+    let t = c.sbatch(&["-o", "t.out", "--wrap", "echo new"]);
+    let a = c.sbatch(&["-o", "a.out", "--open-mode=append", "--wrap", "echo new"]);
+    c.wait_state(t, &["COMPLETED"], 30);
+    c.wait_state(a, &["COMPLETED"], 30);
+    assert_eq!(std::fs::read_to_string(c.work.join("t.out")).unwrap(), "new\n");
+    assert_eq!(std::fs::read_to_string(c.work.join("a.out")).unwrap(), "old\nnew\n");
+    let o = c.run("sbatch", &["--open-mode=sometimes", "--wrap", "true"]);
+    assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("append or truncate"));
+}
+
+#[test]
 fn arrays_dependencies_and_output_patterns() {
     let c = Cluster::new("array", 2, None, 30);
     let arr =
@@ -63,6 +120,24 @@ fn arrays_dependencies_and_output_patterns() {
     let merged = std::fs::read_to_string(c.work.join(format!("after_{after}.txt"))).unwrap();
     assert_eq!(merged.lines().count(), 3, "{merged}");
     let f = c.wait_state(fail, &["FAILED"], 30);
+    // sacct: an array's id selects all its tasks; -j repeats and takes lists (submitit's
+    // `sacct -j A -j B`), a step selects its job; a bad id is refused.
+    let rows = |args: &[&str]| -> Vec<String> {
+        let mut a = vec!["-X", "-n", "-P", "--format=JobID"];
+        a.extend_from_slice(args);
+        let mut v: Vec<String> = c.ok("sacct", &a).lines().map(str::to_string).collect();
+        v.sort();
+        v
+    };
+    let tasks: Vec<String> = (1..=3).map(|k| format!("{arr}_{k}")).collect();
+    assert_eq!(rows(&["-j", &arr.to_string()]), tasks);
+    let mut two = vec![after.to_string(), format!("{arr}_2")];
+    two.sort();
+    assert_eq!(rows(&["-j", &after.to_string(), "-j", &format!("{arr}_2")]), two);
+    assert_eq!(rows(&["-j", &format!("{after},{arr}_2")]), two);
+    assert_eq!(rows(&["-j", &format!("{after}.batch")]), vec![after.to_string()]);
+    let bad = c.run("sacct", &["-j", "12;rm"]);
+    assert!(!bad.status.success() && String::from_utf8_lossy(&bad.stderr).contains("Invalid job id"));
     assert_eq!(f["ExitCode"], "3:0");
     c.wait_state(notok, &["COMPLETED"], 30);
     let deadline = Instant::now() + Duration::from_secs(20);

@@ -7,8 +7,7 @@
 mod common;
 
 use common::*;
-use std::io::Read;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 /// A batch script that holds an exclusive lock on `NAME.lock` for its whole run (a second copy
@@ -128,62 +127,12 @@ fn a_job_cancelled_while_its_node_is_cut_off_stays_cancelled() {
     assert!(c.ok("squeue", &["-h"]).trim().is_empty());
 }
 
-/// `tandem up` in the background on `dir`, with its standard output piped; its env file read.
-fn up(dir: &std::path::Path, agents: u32, extra: &[&str]) -> (std::process::Child, String, String) {
-    // `tandem up` refuses a directory others may write (SECURITY.md S2).
-    Command::new("chmod").arg("755").arg(dir).status().unwrap();
-    let mut child = Command::new(bin())
-        .args(["up", "--agents", &agents.to_string(), "--port", "0", "--data"])
-        .arg(dir)
-        .args(extra)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !dir.join("env").exists() {
-        assert!(Instant::now() < deadline, "tandem up did not write its env file");
-        assert!(child.try_wait().unwrap().is_none(), "tandem up exited");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let env = std::fs::read_to_string(dir.join("env")).unwrap();
-    let var = |k: &str| env.lines().find_map(|l| l.strip_prefix(&format!("export {k}="))).unwrap_or_default().to_string();
-    let server = var("TANDEM_SERVER");
-    // Every agent registered (a job asking for more nodes than there are is refused).
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let n = run_in(dir, &server, &["nodes", "-N", "-h"]);
-        if n.lines().filter(|l| l.starts_with("node") && !l.contains("down")).count() == agents as usize {
-            break;
-        }
-        assert!(Instant::now() < deadline, "the agents did not register:\n{n}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    (child, server, var("TANDEM_PROXY"))
-}
-
-fn run_in(dir: &std::path::Path, server: &str, args: &[&str]) -> String {
-    let o = Command::new(bin()).args(args).env("TANDEM_SERVER", server).current_dir(dir).output().unwrap();
-    assert!(o.status.success(), "tandem {args:?}: {}", String::from_utf8_lossy(&o.stderr));
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
 /// The pid of the one child of `parent` whose command line matches `pattern`.
 fn pid_of(parent: u32, pattern: &str) -> u32 {
     let o = Command::new("pgrep").args(["-P", &parent.to_string(), "-f", "--", pattern]).output().unwrap();
     let pids: Vec<u32> = String::from_utf8_lossy(&o.stdout).split_whitespace().filter_map(|p| p.parse().ok()).collect();
     assert_eq!(pids.len(), 1, "processes matching {pattern:?}: {pids:?}");
     pids[0]
-}
-
-fn stop_up(mut child: std::process::Child, dir: &std::path::Path) -> String {
-    let _ = Command::new("kill").args(["-INT", &child.id().to_string()]).status();
-    let st = child.wait().unwrap();
-    let mut out = String::new();
-    child.stderr.take().unwrap().read_to_string(&mut out).unwrap();
-    assert!(st.success(), "tandem up: {st}\n{out}");
-    let _ = std::fs::remove_dir_all(dir);
-    out
 }
 
 #[test]
@@ -304,4 +253,64 @@ fn a_task_whose_agent_stays_dead_is_fenced_by_its_keeper_before_the_lease_lapses
     let j = c.wait_state(id, &["COMPLETED"], 60);
     assert_eq!((j["Restarts"].as_str(), j["NodeList"].as_str()), ("1", "node1"));
     assert!(!ledger(&c, "orphan").contains("OVERLAP"));
+}
+
+/// A tmpfs mounted on a directory for the life of the value (needs root).
+struct Tmpfs(std::path::PathBuf);
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+#[test]
+fn a_controller_whose_disk_is_full_past_the_lease_kills_no_running_work() {
+    if !Command::new("id").arg("-u").output().is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0") {
+        assert!(std::env::var("CI").is_err(), "this test needs root (a tmpfs) and cannot run under CI=true without it");
+        eprintln!("skipped: a full disk needs a tmpfs, and so root");
+        return;
+    }
+    let mut c = Cluster::new("diskfull", 1, None, 3);
+    // The controller's data directory moves onto a small tmpfs of its own.
+    c.kill_server();
+    let ctl = c.dir.join("controller");
+    let saved = c.dir.join("controller.saved");
+    assert!(Command::new("cp").arg("-a").arg(&ctl).arg(&saved).status().unwrap().success());
+    assert!(Command::new("mount").args(["-t", "tmpfs", "-o", "size=16m", "tmpfs"]).arg(&ctl).status().unwrap().success());
+    let _mount = Tmpfs(ctl.clone());
+    assert!(Command::new("cp").arg("-a").arg(format!("{}/.", saved.display())).arg(&ctl).status().unwrap().success());
+    c.start_server();
+    c.wait_nodes(1);
+    let s = ledger_script(&c, "full", 14, 0);
+    let id = c.sbatch(&[&s]);
+    let short = ledger_script(&c, "short", 3, 0);
+    let short = c.sbatch(&[&short]);
+    wait_file(&c, "full.ledger", "start", 30);
+    wait_file(&c, "short.ledger", "start", 30);
+    // The disk fills for three leases: the controller answers, but can save nothing, not even
+    // the end of the short job, which comes meanwhile.
+    let filler = ctl.join("filler");
+    let _ = Command::new("dd").arg("if=/dev/zero").arg(format!("of={}", filler.display())).args(["bs=1M", "status=none"]).status();
+    let refused = c.run("sbatch", &["--wrap", "true"]);
+    assert!(!refused.status.success(), "a submission was acknowledged with the disk full");
+    std::thread::sleep(Duration::from_secs(9));
+    let _ = std::fs::remove_file(&filler);
+    // The controller retries its commit on its own and answers again.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !c.run("squeue", &[]).status.success() {
+        assert!(Instant::now() < deadline, "the controller never caught up:\n{}", c.log("controller"));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // Both ran through, once, and their ends were recorded once the disk had room again.
+    for (id, name) in [(id, "full"), (short, "short")] {
+        let j = c.wait_state(id, &["COMPLETED", "FAILED", "NODE_FAIL", "CANCELLED"], 60);
+        assert_eq!((j["JobState"].as_str(), j["Restarts"].as_str()), ("COMPLETED", "0"), "{j:?}\n{}", c.log("node1"));
+        assert_eq!(ledger(&c, name), format!("start {id} 0 node1\nend {id} 0\n"));
+    }
+    let agent = c.log("node1");
+    assert!(agent.contains("cannot save") && !agent.contains("fencing"), "{agent}");
+    // And it goes on scheduling.
+    let d = c.sbatch(&["-c1", "--wrap", "true"]);
+    c.wait_state(d, &["COMPLETED"], 30);
 }

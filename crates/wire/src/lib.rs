@@ -150,6 +150,9 @@ pub struct StepRequest {
     pub ntasks_per_node: Option<u32>,
     /// Command.
     pub argv: Vec<String>,
+    /// Environment, directory, output and the rest (absent: the job's).
+    #[serde(default)]
+    pub spec: StepSpec,
 }
 
 /// Response to a step creation.
@@ -258,6 +261,20 @@ pub struct Heartbeat {
 pub struct Orders {
     /// What to do, with sequence numbers; resent until acknowledged.
     pub orders: Vec<(u64, Order)>,
+}
+
+/// Response to a heartbeat the controller took (the node's lease renewed, in its memory) but
+/// could not make durable (its disk is full, say), with HTTP 503. It carries no orders and
+/// acknowledges no exit: the agent reports them again. It lets the agent and its tasks'
+/// keepers renew their fencing deadlines, so a controller that is up but cannot write does
+/// not make every node kill its work; a controller that restarts from its database renews
+/// every lease at restore, so the renewal never outlives the controller's own view.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Unsaved {
+    /// Why it could not save.
+    pub error: String,
+    /// Always true: the lease was renewed in memory.
+    pub lease_renewed: bool,
 }
 
 /// Error body.
@@ -380,4 +397,4 @@ pub struct ProxySync {
 }
 
 /// The view types are the controller's own (the wire format is defined there).
-pub use control::{EndpointView, ProxyServiceStats, ServiceEndpoints};
+pub use control::{EndpointView, ProxyServiceStats, ServiceEndpoints, StepSpec};

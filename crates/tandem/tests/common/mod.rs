@@ -423,3 +423,55 @@ class H(http.server.BaseHTTPRequestHandler):
         pass
 http.server.ThreadingHTTPServer(("127.0.0.1", int(os.environ["PORT"])), H).serve_forever()
 "#;
+
+/// `tandem up` in the background on `dir`, with its standard output piped; its env file read.
+pub fn up(dir: &std::path::Path, agents: u32, extra: &[&str]) -> (std::process::Child, String, String) {
+    // `tandem up` refuses a directory others may write (SECURITY.md S2).
+    Command::new("chmod").arg("755").arg(dir).status().unwrap();
+    let mut child = Command::new(bin())
+        .args(["up", "--agents", &agents.to_string(), "--port", "0", "--data"])
+        .arg(dir)
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !dir.join("env").exists() {
+        assert!(Instant::now() < deadline, "tandem up did not write its env file");
+        assert!(child.try_wait().unwrap().is_none(), "tandem up exited");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let env = std::fs::read_to_string(dir.join("env")).unwrap();
+    let var = |k: &str| env.lines().find_map(|l| l.strip_prefix(&format!("export {k}="))).unwrap_or_default().to_string();
+    let server = var("TANDEM_SERVER");
+    // Every agent registered (a job asking for more nodes than there are is refused).
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let n = run_in(dir, &server, &["nodes", "-N", "-h"]);
+        if n.lines().filter(|l| l.starts_with("node") && !l.contains("down")).count() == agents as usize {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the agents did not register:\n{n}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    (child, server, var("TANDEM_PROXY"))
+}
+
+pub fn run_in(dir: &std::path::Path, server: &str, args: &[&str]) -> String {
+    let o = Command::new(bin()).args(args).env("TANDEM_SERVER", server).current_dir(dir).output().unwrap();
+    assert!(o.status.success(), "tandem {args:?}: {}", String::from_utf8_lossy(&o.stderr));
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// Stops `tandem up` with Ctrl-C (SIGINT), checks it exited cleanly, removes `dir`, and returns
+/// what it wrote to stderr.
+pub fn stop_up(mut child: std::process::Child, dir: &std::path::Path) -> String {
+    let _ = Command::new("kill").args(["-INT", &child.id().to_string()]).status();
+    let st = child.wait().unwrap();
+    let mut out = String::new();
+    child.stderr.take().unwrap().read_to_string(&mut out).unwrap();
+    assert!(st.success(), "tandem up: {st}\n{out}");
+    let _ = std::fs::remove_dir_all(dir);
+    out
+}

@@ -1,0 +1,91 @@
+//! Real Slurm clients, unchanged, against a real `tandem up` cluster through the shims:
+//! submitit 1.5.4 (pinned in `tests/clients/requirements.txt`, installed into
+//! `target/clients-venv` by `tests/clients/setup.sh`, which `.ci/run` runs). Under `CI=true`
+//! a missing client fails the test; elsewhere it is skipped with a note. A failure prints the
+//! command lines the client ran (every Slurm command it called goes through a logging wrapper).
+
+mod common;
+
+use common::*;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn venv() -> PathBuf {
+    std::env::var_os("TANDEM_CLIENTS_VENV")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/clients-venv"))
+}
+
+/// The venv's python, if it has `module`.
+fn python_with(module: &str) -> Result<PathBuf, String> {
+    let py = venv().join("bin/python");
+    let ok = Command::new(&py).args(["-c", &format!("import {module}")]).stderr(Stdio::null()).status().is_ok_and(|s| s.success());
+    if ok { Ok(py) } else { Err(format!("{} has no {module} (run tests/clients/setup.sh)", py.display())) }
+}
+
+/// Wrappers for the Slurm commands that log each command line to `log`, then run the shim.
+fn logging_wrappers(dir: &Path, shims: &Path, log: &Path) {
+    std::fs::create_dir_all(dir).unwrap();
+    for c in ["sbatch", "squeue", "scancel", "sinfo", "sacct", "srun", "scontrol"] {
+        let w = dir.join(c);
+        std::fs::write(&w, format!("#!/bin/sh\necho \"{c} $*\" >> {}\nexec {} \"$@\"\n", log.display(), shims.join(c).display())).unwrap();
+        Command::new("chmod").arg("755").arg(&w).status().unwrap();
+    }
+}
+
+#[test]
+fn submitit_submits_maps_raises_fails_and_cancels() {
+    let py = match python_with("submitit") {
+        Ok(p) => p,
+        Err(why) => {
+            assert!(std::env::var("CI").is_err(), "the submitit test cannot run under CI=true: {why}");
+            eprintln!("skipped: {why}");
+            return;
+        }
+    };
+    let dir = free_dir("submitit");
+    let (child, server, _) = up(&dir, 2, &[]);
+    let shims = dir.join("shims");
+    assert!(Command::new(bin()).arg("shims").arg(&shims).stdout(Stdio::null()).status().unwrap().success());
+    let log = dir.join("commands.log");
+    logging_wrappers(&dir.join("wrap"), &shims, &log);
+    let path = format!("{}:{}:{}", dir.join("wrap").display(), venv().join("bin").display(), std::env::var("PATH").unwrap_or_default());
+    let folder = dir.join("submitit");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/clients/submitit_check.py");
+    let mut run = Command::new(&py)
+        .arg(&script)
+        .arg(&folder)
+        .arg("batch")
+        .env("PATH", &path)
+        .env("TANDEM_SERVER", &server)
+        .current_dir(&dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while run.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = run.kill();
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let out = run.wait_with_output().unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let commands = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(
+        out.status.success(),
+        "submitit failed ({}):\n{text}\ncommands it ran:\n{commands}\nsacct:\n{}",
+        out.status,
+        run_in(&dir, &server, &["history", "-P", "--format=JobID,JobName,State,ExitCode"]),
+    );
+    for check in ["ok submit", "ok map_array", "ok exception", "ok died", "ok cancel"] {
+        assert!(text.contains(check), "{check} missing:\n{text}");
+    }
+    // It really went through sbatch (with --open-mode=append and --wckey), srun and sacct.
+    assert!(commands.contains("sacct -o JobID,State,NodeList --parsable2"), "{commands}");
+    eprintln!("{text}");
+    stop_up(child, &dir);
+}
