@@ -75,13 +75,20 @@ impl Args {
 /// `sbatch`.
 pub(crate) fn sbatch(args: &[String]) -> Result<i32> {
     let batch = slurmcli::parse_sbatch(args, now(), &mut |p| {
+        if p == slurmcli::STDIN {
+            // A script on standard input (`sbatch < job.sh`, a here-document), as Slurm's.
+            let mut text = String::new();
+            std::io::Read::read_to_string(&mut std::io::stdin().lock(), &mut text)
+                .map_err(|e| slurmcli::Invalid(format!("cannot read the batch script from standard input: {e}")))?;
+            return Ok(text);
+        }
         std::fs::read_to_string(p).map_err(|e| slurmcli::Invalid(format!("Unable to open file {p}: {e}")))
     })
     .map_err(|e| anyhow::anyhow!("{}", e.0))?;
     let cwd = std::env::current_dir().context("current directory")?.display().to_string();
     let host = nix::unistd::gethostname().map(|h| h.to_string_lossy().into_owned()).unwrap_or_else(|_| "localhost".into());
     let env: Vec<(String, String)> = std::env::vars().collect();
-    let parsable = batch.parsable;
+    let (parsable, wait, submitted) = (batch.parsable, batch.wait, now());
     let req = SubmitRequest { batch, cwd, host, env };
     let t = Target::from_env()?;
     let r: SubmitResponse = runtime()?.block_on(send(&t, "POST", "/v1/jobs", Some(&req), &[]))?.json()?;
@@ -95,7 +102,55 @@ pub(crate) fn sbatch(args: &[String]) -> Result<i32> {
     } else {
         println!("Submitted batch job {first}");
     }
+    if wait {
+        return wait_for_jobs(&t, &r.job_ids, submitted - 1);
+    }
     Ok(0)
+}
+
+/// `sbatch --wait`: polls until every job (an array's tasks included) has ended, then returns
+/// the highest exit code among them (a job killed by a signal counts as 128 + it, a job that
+/// ended without an exit status, cancelled before it ran say, as 1), as Slurm's.
+fn wait_for_jobs(t: &Target, ids: &[u64], since: i64) -> Result<i32> {
+    use std::io::Write;
+    let _ = std::io::stdout().flush();
+    let rt = runtime()?;
+    let mut delay = std::time::Duration::from_millis(200);
+    loop {
+        let mut worst = 0;
+        let mut all_done = true;
+        // Jobs that ended before this submission are not these.
+        let list: Vec<JobInfo> = rt.block_on(send(t, "GET", &format!("/v1/history?since={since}"), None::<&()>, &[]))?.json()?;
+        for id in ids {
+            let mine: Vec<&JobInfo> =
+                list.iter().filter(|j| j.id == *id || j.display_id.split_once('_').is_some_and(|(a, _)| a == id.to_string())).collect();
+            if mine.is_empty() {
+                all_done = false;
+            }
+            for j in mine {
+                match j.state.as_str() {
+                    "PENDING" | "RUNNING" | "SUSPENDED" | "REQUEUED" | "CONFIGURING" | "COMPLETING" => all_done = false,
+                    state => {
+                        let (code, sig) = j.exit_code.split_once(':').unwrap_or(("0", "0"));
+                        let (code, sig) = (code.parse::<i32>().unwrap_or(0), sig.parse::<i32>().unwrap_or(0));
+                        let e = if sig > 0 {
+                            128 + sig
+                        } else if code == 0 && state != "COMPLETED" {
+                            1
+                        } else {
+                            code
+                        };
+                        worst = worst.max(e);
+                    }
+                }
+            }
+        }
+        if all_done {
+            return Ok(worst.clamp(0, 255));
+        }
+        std::thread::sleep(delay);
+        delay = (delay * 2).min(std::time::Duration::from_secs(2));
+    }
 }
 
 fn jobs(t: &Target, query: &str) -> Result<Vec<JobInfo>> {
@@ -587,6 +642,27 @@ pub(crate) fn sacct(args: &[String]) -> Result<i32> {
 
 /// `scontrol`.
 pub(crate) fn scontrol(args: &[String]) -> Result<i32> {
+    // Host lists need no controller: `show hostnames [LIST]` (default $SLURM_JOB_NODELIST) one
+    // name a line, `show hostlist a,b` compressed, as Slurm's.
+    match args.iter().map(String::as_str).collect::<Vec<_>>().as_slice() {
+        ["show", "hostnames", rest @ ..] if rest.len() <= 1 => {
+            let list = match rest.first() {
+                Some(l) => l.to_string(),
+                None => std::env::var("SLURM_JOB_NODELIST").context("no host list given and SLURM_JOB_NODELIST is not set")?,
+            };
+            let names = slurmcli::expand(&list, 1_000_000).map_err(|e| anyhow::anyhow!("Invalid hostlist: {}", e.0))?;
+            for n in names {
+                println!("{n}");
+            }
+            return Ok(0);
+        }
+        ["show", "hostlist", list] => {
+            let names = slurmcli::expand(list, 1_000_000).map_err(|e| anyhow::anyhow!("Invalid hostlist: {}", e.0))?;
+            println!("{}", slurmcli::compress(&names));
+            return Ok(0);
+        }
+        _ => {}
+    }
     let t = Target::from_env()?;
     let rt = runtime()?;
     let kv: HashMap<String, String> =

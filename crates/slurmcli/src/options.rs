@@ -82,6 +82,9 @@ pub struct BatchSpec {
     /// (truncate when the job first starts; a requeued run appends).
     #[serde(default)]
     pub open_append: Option<bool>,
+    /// `-W`/`--wait`: `sbatch` returns when the job ends, with its exit code.
+    #[serde(default)]
+    pub wait: bool,
     /// `--wckey` (recorded).
     #[serde(default)]
     pub wckey: Option<String>,
@@ -165,6 +168,7 @@ const OPTS: &[Opt] = &[
     Opt { long: "switches", short: None, arg: Arg::Required },
     Opt { long: "open-mode", short: None, arg: Arg::Required },
     Opt { long: "wckey", short: None, arg: Arg::Required },
+    Opt { long: "wait", short: Some('W'), arg: Arg::None },
     Opt { long: "comment", short: None, arg: Arg::Required },
 ];
 
@@ -381,6 +385,7 @@ impl BatchSpec {
             "export" => self.export = Some(text(&val(), "--export")?),
             "parsable" => self.parsable = true,
             "wckey" => self.wckey = Some(text(&val(), "--wckey")?),
+            "wait" => self.wait = true,
             "comment" => self.comment = Some(text(&val(), "--comment")?),
             "open-mode" => {
                 self.open_append = Some(match val().as_str() {
@@ -478,8 +483,13 @@ fn base_name(p: &str) -> &str {
     p.rsplit('/').next().unwrap_or(p)
 }
 
+/// What `parse_sbatch` asks `read_script` for when the script comes on standard input (no
+/// script file, no `--wrap`).
+pub const STDIN: &str = "";
+
 /// Parses `sbatch` arguments. The first word that is not an option is the script path; the
-/// words after it are the script's arguments. `read_script` reads the script (the caller's IO);
+/// words after it are the script's arguments; with neither it nor `--wrap` the script is read
+/// from standard input (`read_script(STDIN)`). `read_script` reads the script (the caller's IO);
 /// its `#SBATCH` lines apply first and the command line overrides them. `now` resolves
 /// `--begin`. Errors read like sbatch's.
 pub fn parse_sbatch(
@@ -490,12 +500,17 @@ pub fn parse_sbatch(
     let (cli, pos) = pairs(argv, true)?;
     let mut spec = BatchSpec::default();
     let wrap = cli.iter().any(|(o, _)| o.long == "wrap");
-    if pos < argv.len() {
-        if wrap {
-            return Err(Invalid::new("cannot use --wrap together with a batch script"));
-        }
-        let path = argv[pos].clone();
+    let from_stdin = pos >= argv.len() && !wrap;
+    if pos < argv.len() && wrap {
+        return Err(Invalid::new("cannot use --wrap together with a batch script"));
+    }
+    if pos < argv.len() || from_stdin {
+        // No script file and no --wrap: the script comes on standard input, as Slurm's.
+        let path = if from_stdin { STDIN.to_string() } else { argv[pos].clone() };
         let text = read_script(&path)?;
+        if from_stdin && text.is_empty() {
+            return Err(Invalid::new("no batch script: give a script file, --wrap=\"command\", or the script on standard input"));
+        }
         if !text.starts_with("#!") {
             return Err(Invalid::new(
                 "This does not look like a batch script. The first line must start with #! followed by the path to an interpreter.",
@@ -514,10 +529,13 @@ pub fn parse_sbatch(
             }
         }
         spec.script = text;
-        spec.script_path = Some(path);
-        spec.script_args = argv[pos + 1..].to_vec();
-    } else if !wrap {
-        return Err(Invalid::new("no batch script: give a script file or --wrap=\"command\""));
+        if from_stdin {
+            // Slurm names such a job "sbatch".
+            spec.job_name.get_or_insert_with(|| "sbatch".into());
+        } else {
+            spec.script_path = Some(path);
+            spec.script_args = argv[pos + 1..].to_vec();
+        }
     }
     for (opt, v) in cli {
         spec.set(opt, v, now)?;
@@ -686,7 +704,17 @@ mod tests {
         assert!(e(&["--comment", "a\nb", "--wrap=x"]).contains("--comment"));
         assert_eq!(with_script(&["--open-mode", "truncate", "job.sh"], SCRIPT).unwrap().open_append, Some(false));
         assert!(e(&["--job-name", "a\nb", "--wrap=x"]).contains("job name"));
-        assert!(e(&[]).contains("no batch script"));
+        let stdin = |text: &'static str| {
+            parse_sbatch(&argv(&["-t", "5"]), 0, &mut |p| {
+                assert_eq!(p, STDIN);
+                Ok(text.to_string())
+            })
+        };
+        assert!(stdin("").unwrap_err().0.contains("no batch script"));
+        assert!(stdin("echo hi\n").unwrap_err().0.contains("does not look like a batch script"));
+        let s = stdin("#!/bin/sh\n#SBATCH -J piped\ntrue\n").unwrap();
+        assert_eq!((s.job_name.as_deref(), s.script_path.as_deref(), s.time), (Some("piped"), None, Some(Some(300))));
+        assert_eq!(stdin("#!/bin/sh\ntrue\n").unwrap().job_name.as_deref(), Some("sbatch"));
         assert!(e(&["missing.sh"]).contains("unable to open file missing.sh"));
         assert!(e(&["--wrap=x", "job.sh"]).contains("--wrap together"));
         let bad = |script: &str| with_script(&["job.sh"], script).unwrap_err().0;

@@ -55,7 +55,8 @@ fn srun_takes_the_callers_environment_directory_and_options() {
          srun -w node2 -n1 -o only.txt printenv SLURMD_NODENAME\nsrun -x node2 -n1 -o other.txt printenv SLURMD_NODENAME\n\
          srun --export=NONE,ONLY=1 -n1 -o none.txt bash -c 'echo only=$ONLY foo=${FOO:-unset}'\n\
          srun --chdir=/tmp -n1 -o $PWD/chdir.txt pwd\n\
-         srun --mpi=pmi2 true; echo pmi2=$?\n",
+         srun --mpi=pmi2 true; echo pmi2=$?\n\
+         echo hosts=$(scontrol show hostnames | tr '\\n' ,) list=$(scontrol show hostlist node1,node2)\n",
     );
     let id = c.sbatch(&[&s]);
     // -K ended the sleeping task: the job does not wait for its 300 s.
@@ -77,6 +78,7 @@ fn srun_takes_the_callers_environment_directory_and_options() {
     assert_eq!(std::fs::read_to_string(sub.join("none.txt")).unwrap().trim(), "only=1 foo=unset");
     assert_eq!(std::fs::read_to_string(sub.join("chdir.txt")).unwrap().trim(), "/tmp");
     assert!(out.contains("srun: error: --mpi=pmi2: not available") && out.contains("pmi2=1"), "{out}");
+    assert!(out.contains("hosts=node1,node2, list=node[1-2]"), "{out}");
     // Bad options are refused before anything is asked of the controller.
     let o = c.run("srun", &["--frobnicate", "true"]);
     assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("unrecognized option '--frobnicate'"));
@@ -96,6 +98,31 @@ fn output_files_are_emptied_at_the_first_start_unless_open_mode_is_append() {
     assert_eq!(std::fs::read_to_string(c.work.join("a.out")).unwrap(), "old\nnew\n");
     let o = c.run("sbatch", &["--open-mode=sometimes", "--wrap", "true"]);
     assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("append or truncate"));
+    // sbatch --wait returns when the job ends, with its exit code (an array: the highest).
+    let o = c.run("sbatch", &["-W", "-o", "/dev/null", "--wrap", "sleep 1; exit 7"]);
+    assert_eq!(o.status.code(), Some(7), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(String::from_utf8_lossy(&o.stdout).starts_with("Submitted batch job "));
+    let o = c.run("sbatch", &["--wait", "--array=0-2", "-o", "/dev/null", "--wrap", "exit $SLURM_ARRAY_TASK_ID"]);
+    assert_eq!(o.status.code(), Some(2));
+    let o = c.run("sbatch", &["--wait", "--parsable", "-o", "/dev/null", "--wrap", "true"]);
+    assert_eq!(o.status.code(), Some(0));
+    // A script on standard input (no file, no --wrap), named "sbatch" as Slurm names it.
+    let mut ch = Command::new(c.shims.join("sbatch"))
+        .args(["--parsable", "-W"])
+        .current_dir(&c.work)
+        .env("TANDEM_SERVER", format!("unix://{}", c.sock))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    ch.stdin.take().unwrap().write_all(b"#!/bin/sh\n#SBATCH -o piped.out\necho from stdin\n").unwrap();
+    let o = ch.wait_with_output().unwrap();
+    assert!(o.status.success());
+    let id: u64 = String::from_utf8_lossy(&o.stdout).trim().parse().unwrap();
+    assert_eq!(c.job(id)["JobName"], "sbatch");
+    assert_eq!(std::fs::read_to_string(c.work.join("piped.out")).unwrap(), "from stdin\n");
+    let o = c.run("sbatch", &[]);
+    assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("no batch script"));
 }
 
 #[test]

@@ -445,6 +445,7 @@ pub const DOCUMENT: &str = r##"{
           "test_only": {"type": "boolean"},
           "switches": {"$ref": "#/components/schemas/u32OrNull"},
           "wckey": {"$ref": "#/components/schemas/StringOrNull", "description": "--wckey (recorded)"},
+          "wait": {"type": "boolean", "description": "-W/--wait (the client waits; the controller ignores it)"},
           "comment": {"$ref": "#/components/schemas/StringOrNull", "description": "--comment (recorded)"},
           "open_append": {"type": ["boolean", "null"], "description": "--open-mode: true append, false truncate, null Slurm's default (truncate at the first start)"},
           "script": {"type": "string"},
