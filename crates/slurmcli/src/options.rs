@@ -582,7 +582,8 @@ pub struct PatternAt<'a> {
     pub node_index: u32,
 }
 
-/// Expands Slurm's output file pattern: `%j` job id, `%J` job.step (`12.batch`, `12.0`),
+/// Expands Slurm's output file pattern: `%j` job id, `%J` job.step (`12.0`; the batch
+/// script's: `12`),
 /// `%s` step, `%t` task rank, `%n` node index, `%N` node name, `%x` job name, `%A`/`%a`
 /// array job and task id (`%a` of a plain job is 4294967294, as Slurm's), `%u` user, `%%`;
 /// a width between `%` and the letter pads numbers with zeros (`%4t` is `0003`). Anything
@@ -590,7 +591,6 @@ pub struct PatternAt<'a> {
 pub fn expand_pattern_at(p: &str, at: &PatternAt<'_>) -> String {
     let mut out = String::new();
     let mut chars = p.chars().peekable();
-    let step = at.step.map_or_else(|| "batch".to_string(), |s| s.to_string());
     while let Some(c) = chars.next() {
         if c != '%' {
             out.push(c);
@@ -605,7 +605,8 @@ pub fn expand_pattern_at(p: &str, at: &PatternAt<'_>) -> String {
         let num = |n: u64| format!("{n:0w$}");
         match chars.next() {
             Some('j') => out.push_str(&num(at.job)),
-            Some('J') => out.push_str(&format!("{}.{step}", num(at.job))),
+            // The batch script's `%J` is the job id alone (Slurm's).
+            Some('J') => out.push_str(&at.step.map_or_else(|| num(at.job), |s| format!("{}.{s}", num(at.job)))),
             Some('s') => out.push_str(&at.step.map_or_else(|| "batch".to_string(), |s| num(s as u64))),
             Some('t') => out.push_str(&num(at.task as u64)),
             Some('n') => out.push_str(&num(at.node_index as u64)),
@@ -756,6 +757,6 @@ mod tests {
         let at = PatternAt { job: 7, name: "j", array: None, node: "node2", user: "u", step: Some(3), task: 5, node_index: 1 };
         assert_eq!(expand_pattern_at("%j_%t_log.out", &at), "7_5_log.out");
         assert_eq!(expand_pattern_at("%J.%s.%n.%N.%4t.%3q.%", &at), "7.3.3.1.node2.0005.%3q.%");
-        assert_eq!(expand_pattern("%J-%s-%t", 9, "x", None, "n", "u"), "9.batch-batch-0");
+        assert_eq!(expand_pattern("%J-%s-%t", 9, "x", None, "n", "u"), "9-batch-0");
     }
 }

@@ -1,5 +1,6 @@
 //! Real Slurm clients, unchanged, against a real `tandem up` cluster through the shims:
-//! submitit 1.5.4 (pinned in `tests/clients/requirements.txt`, installed into
+//! submitit 1.5.4 and dask-jobqueue 0.9.0 (pinned with everything they pull in, in
+//! `tests/clients/requirements.txt`, installed into
 //! `target/clients-venv` by `tests/clients/setup.sh`, which `.ci/run` runs). Under `CI=true`
 //! a missing client fails the test; elsewhere it is skipped with a note. A failure prints the
 //! command lines the client ran (every Slurm command it called goes through a logging wrapper).
@@ -34,28 +35,31 @@ fn logging_wrappers(dir: &Path, shims: &Path, log: &Path) {
     }
 }
 
-#[test]
-fn submitit_submits_maps_raises_fails_and_cancels() {
-    let py = match python_with("submitit") {
+/// Runs `script` (in `tests/clients/`) with the venv's python against a fresh `tandem up`
+/// cluster of two agents, with `args` after the script and `work` (a directory of the run)
+/// first; returns its output, or fails with it and the commands it ran.
+fn run_client(tag: &str, module: &str, script: &str, checks: &[&str]) -> Option<String> {
+    let py = match python_with(module) {
         Ok(p) => p,
         Err(why) => {
-            assert!(std::env::var("CI").is_err(), "the submitit test cannot run under CI=true: {why}");
+            assert!(std::env::var("CI").is_err(), "the {module} test cannot run under CI=true: {why}");
             eprintln!("skipped: {why}");
-            return;
+            return None;
         }
     };
-    let dir = free_dir("submitit");
-    let (child, server, _) = up(&dir, 2, &[]);
+    let dir = free_dir(tag);
+    let (child, server, _) = up(&dir, 2, &["--no-proxy"]);
     let shims = dir.join("shims");
     assert!(Command::new(bin()).arg("shims").arg(&shims).stdout(Stdio::null()).status().unwrap().success());
     let log = dir.join("commands.log");
     logging_wrappers(&dir.join("wrap"), &shims, &log);
     let path = format!("{}:{}:{}", dir.join("wrap").display(), venv().join("bin").display(), std::env::var("PATH").unwrap_or_default());
-    let folder = dir.join("submitit");
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/clients/submitit_check.py");
+    let work = dir.join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/clients").join(script);
     let mut run = Command::new(&py)
         .arg(&script)
-        .arg(&folder)
+        .arg(&work)
         .arg("batch")
         .env("PATH", &path)
         .env("TANDEM_SERVER", &server)
@@ -76,16 +80,32 @@ fn submitit_submits_maps_raises_fails_and_cancels() {
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     let commands = std::fs::read_to_string(&log).unwrap_or_default();
     assert!(
-        out.status.success(),
-        "submitit failed ({}):\n{text}\ncommands it ran:\n{commands}\nsacct:\n{}",
+        out.status.success() && checks.iter().all(|c| text.contains(c)),
+        "{module} failed ({}):\n{text}\ncommands it ran:\n{commands}\nsacct:\n{}",
         out.status,
         run_in(&dir, &server, &["history", "-P", "--format=JobID,JobName,State,ExitCode"]),
     );
-    for check in ["ok submit", "ok map_array", "ok exception", "ok died", "ok cancel"] {
-        assert!(text.contains(check), "{check} missing:\n{text}");
-    }
-    // It really went through sbatch (with --open-mode=append and --wckey), srun and sacct.
-    assert!(commands.contains("sacct -o JobID,State,NodeList --parsable2"), "{commands}");
     eprintln!("{text}");
     stop_up(child, &dir);
+    Some(commands)
+}
+
+#[test]
+fn submitit_submits_maps_raises_fails_and_cancels() {
+    let Some(commands) =
+        run_client("submitit", "submitit", "submitit_check.py", &["ok submit", "ok map_array", "ok exception", "ok died", "ok cancel"])
+    else {
+        return;
+    };
+    // It really went through sbatch, srun and sacct (with submitit's own options).
+    assert!(commands.contains("sacct -o JobID,State,NodeList --parsable2"), "{commands}");
+    assert!(commands.contains("scancel"), "{commands}");
+}
+
+#[test]
+fn dask_jobqueue_scales_computes_and_closes() {
+    let Some(commands) = run_client("dask", "dask_jobqueue", "dask_check.py", &["ok scale 2", "ok compute 285", "ok close"]) else {
+        return;
+    };
+    assert!(commands.contains("sbatch") && commands.contains("scancel"), "{commands}");
 }
