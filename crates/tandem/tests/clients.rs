@@ -109,3 +109,64 @@ fn dask_jobqueue_scales_computes_and_closes() {
     };
     assert!(commands.contains("sbatch") && commands.contains("scancel"), "{commands}");
 }
+
+#[test]
+fn openmpi_mpirun_inside_an_allocation_launches_over_srun() {
+    let have = ["mpicc.openmpi", "mpirun.openmpi", "orted"]
+        .iter()
+        .all(|t| Command::new("sh").args(["-c", &format!("command -v {t}")]).stdout(Stdio::null()).status().is_ok_and(|s| s.success()));
+    if !have {
+        assert!(std::env::var("CI").is_err(), "the OpenMPI test cannot run under CI=true: install openmpi-bin and libopenmpi-dev");
+        eprintln!("skipped: OpenMPI (openmpi-bin, libopenmpi-dev) is not installed");
+        return;
+    }
+    let dir = free_dir("openmpi");
+    let (child, server, _) = up(&dir, 2, &["--no-proxy", "--cpus-per-agent", "2"]);
+    let shims = dir.join("shims");
+    assert!(Command::new(bin()).arg("shims").arg(&shims).stdout(Stdio::null()).status().unwrap().success());
+    let log = dir.join("commands.log");
+    logging_wrappers(&dir.join("wrap"), &shims, &log);
+    let work = dir.join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/clients/hello_allreduce.c");
+    let cc = Command::new("mpicc.openmpi").arg("-o").arg(work.join("hello_allreduce")).arg(&src).output().unwrap();
+    assert!(cc.status.success(), "mpicc: {}", String::from_utf8_lossy(&cc.stderr));
+    // OpenMPI refuses root without these. Its shared-memory transport (vader) is left out:
+    // tandem up's nodes share one kernel, where two of its daemons' segments collide; on
+    // separate machines it is not needed (see README).
+    std::fs::write(
+        work.join("mpi.sh"),
+        "#!/bin/bash\n#SBATCH -N 2\n#SBATCH --ntasks-per-node=2\n#SBATCH -o mpi.out\n\
+         export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=tcp,self OMPI_MCA_btl_tcp_if_include=lo\n\
+         mpirun.openmpi ./hello_allreduce\necho mpirun=$?\n",
+    )
+    .unwrap();
+    let path = format!("{}:{}", dir.join("wrap").display(), std::env::var("PATH").unwrap_or_default());
+    let o = Command::new("sbatch")
+        .args(["-W", "mpi.sh"])
+        .env("PATH", &path)
+        .env("TANDEM_SERVER", &server)
+        .current_dir(&work)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let out = std::fs::read_to_string(work.join("mpi.out")).unwrap_or_default();
+    let commands = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(o.status.success(), "sbatch -W: {}\n{out}\ncommands:\n{commands}", String::from_utf8_lossy(&o.stderr));
+    let mut ranks: Vec<&str> = out.lines().filter(|l| l.starts_with("rank ")).collect();
+    ranks.sort();
+    assert_eq!(
+        ranks,
+        vec![
+            "rank 0 of 4 sum 6 node node1",
+            "rank 1 of 4 sum 6 node node1",
+            "rank 2 of 4 sum 6 node node2",
+            "rank 3 of 4 sum 6 node node2"
+        ],
+        "{out}\ncommands:\n{commands}"
+    );
+    assert!(out.contains("mpirun=0"), "{out}");
+    // mpirun started its daemons with srun, with OpenMPI's own options.
+    assert!(commands.contains("srun --ntasks-per-node=1 --kill-on-bad-exit --mpi=none --ntasks=2 orted"), "{commands}");
+    stop_up(child, &dir);
+}
