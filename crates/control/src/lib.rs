@@ -1434,9 +1434,16 @@ impl Controller {
     #[allow(clippy::too_many_arguments)]
     fn make_task(&self, id: u64, step: u32, node_index: usize, rank: u32, localid: u32, gpus: Option<Vec<u8>>, argv: Vec<String>) -> Task {
         let j = &self.jobs[&id];
-        let names: Vec<String> = j.allocs.iter().map(|(n, _)| n.clone()).collect();
-        let tasks_per_node: Vec<u32> = (0..names.len() as u32).map(|_| j.req.shape.tasks_per_node(names.len() as u32)).collect();
-        let cpus_per_node: Vec<u32> = j.allocs.iter().map(|(_, a)| a.cpus).collect();
+        let job_names: Vec<String> = j.allocs.iter().map(|(n, _)| n.clone()).collect();
+        // A step sees its own layout (its nodes, its tasks: WORLD_SIZE is the step's), the job
+        // its allocation.
+        let layout = j.steps.iter().find(|s| s.id == step && step != BATCH_STEP).map(|s| &s.layout);
+        let (names, tasks_per_node): (Vec<String>, Vec<u32>) = match layout {
+            Some(l) => l.iter().cloned().unzip(),
+            None => (job_names.clone(), (0..job_names.len() as u32).map(|_| j.req.shape.tasks_per_node(job_names.len() as u32)).collect()),
+        };
+        let cpus_per_node: Vec<u32> = names.iter().map(|n| j.allocs.iter().find(|(a, _)| a == n).map_or(0, |(_, a)| a.cpus)).collect();
+        let step_index = names.iter().position(|n| Some(n) == job_names.get(node_index)).unwrap_or(0);
         let node_gpus = j.allocs.get(node_index).map(|(_, a)| a.gpus.clone()).unwrap_or_default();
         let part = j.req.partition.clone().or_else(|| self.settings.cluster.partitions.first().map(|p| p.name.clone())).unwrap_or_default();
         let qos = j.req.qos.clone().or_else(|| self.settings.cluster.qos.first().map(|q| q.name.clone())).unwrap_or_default();
@@ -1457,10 +1464,11 @@ impl Controller {
             submit_dir: &j.spec.submit_dir,
             submit_host: &j.spec.submit_host,
             nodes: &names,
+            job_nodes: if layout.is_some() { &job_names } else { &[] },
             tasks_per_node: &tasks_per_node,
             cpus_per_node: &cpus_per_node,
             cpus_per_task: j.req.shape.cpus_per_task,
-            node_index,
+            node_index: step_index,
             procid: rank,
             localid,
             node_gpus: &node_gpus,
@@ -1505,7 +1513,7 @@ impl Controller {
         slurm.push((slurmcli::DEFAULTED.to_string(), ours.join(" ")));
         env.retain(|(k, _)| !slurm.iter().any(|(s, _)| s == k));
         env.extend(slurm);
-        let node_name = names.get(node_index).cloned().unwrap_or_default();
+        let node_name = job_names.get(node_index).cloned().unwrap_or_default();
         let array = j.array.map(|a| (a.array_job, a.task));
         let workdir = st.and_then(|s| s.workdir.clone()).unwrap_or_else(|| j.spec.workdir.clone());
         let (out_pat, err_pat) = match st.map(|s| (&s.output, &s.error)) {

@@ -22,9 +22,11 @@ pub struct TaskEnv<'a> {
     pub submit_dir: &'a str,
     /// Host the job was submitted from.
     pub submit_host: &'a str,
-    /// The job's nodes, in allocation order.
+    /// The nodes of the task's step (the job's for the batch script), in allocation order.
     pub nodes: &'a [String],
-    /// Tasks on each of those nodes.
+    /// The job's nodes, when they are not `nodes` (a step on some of them); empty: `nodes`.
+    pub job_nodes: &'a [String],
+    /// Tasks on each of `nodes`.
     pub tasks_per_node: &'a [u32],
     /// CPUs allocated on each of those nodes.
     pub cpus_per_node: &'a [u32],
@@ -128,9 +130,9 @@ pub fn task_env(e: &TaskEnv) -> Vec<(String, String)> {
         ("CLUSTER_NAME", e.cluster.to_string()),
         ("SUBMIT_DIR", e.submit_dir.to_string()),
         ("SUBMIT_HOST", e.submit_host.to_string()),
-        ("JOB_NODELIST", nodelist.clone()),
+        ("JOB_NODELIST", if e.job_nodes.is_empty() { nodelist.clone() } else { compress(e.job_nodes) }),
         ("NODELIST", nodelist),
-        ("JOB_NUM_NODES", e.nodes.len().to_string()),
+        ("JOB_NUM_NODES", if e.job_nodes.is_empty() { e.nodes.len() } else { e.job_nodes.len() }.to_string()),
         ("NNODES", e.nodes.len().to_string()),
         ("NTASKS", ntasks.to_string()),
         ("NPROCS", ntasks.to_string()),

@@ -52,7 +52,8 @@ fn srun_takes_the_callers_environment_directory_and_options() {
          echo plain=$?\n\
          srun -K -n2 bash -c 'if [ $SLURM_PROCID = 1 ]; then exit 3; fi; exec sleep 300'\necho killed=$?\n\
          srun --kill-on-bad-exit=1 --mpi=none --cpu_bind=none --ntasks-per-node=1 --nodes=2 --nodelist=node[1-2] --ntasks=2 -o mpi_%t.txt printenv SLURMD_NODENAME\n\
-         srun -w node2 -n1 -o only.txt printenv SLURMD_NODENAME\nsrun -x node2 -n1 -o other.txt printenv SLURMD_NODENAME\n\
+         srun -w node2 -n1 -o only.txt printenv SLURMD_NODENAME\n\
+         srun -w node2 -n1 -o step.txt bash -c 'echo $WORLD_SIZE $RANK $SLURM_NTASKS $SLURM_NNODES $SLURM_NODELIST $SLURM_JOB_NODELIST $SLURM_NODEID'\nsrun -x node2 -n1 -o other.txt printenv SLURMD_NODENAME\n\
          srun --export=NONE,ONLY=1 -n1 -o none.txt bash -c 'echo only=$ONLY foo=${FOO:-unset}'\n\
          srun --chdir=/tmp -n1 -o $PWD/chdir.txt pwd\n\
          srun --mpi=pmi2 true; echo pmi2=$?\n\
@@ -74,6 +75,8 @@ fn srun_takes_the_callers_environment_directory_and_options() {
     hosts.sort();
     assert_eq!(hosts, vec!["node1", "node2"], "one task per node");
     assert_eq!(std::fs::read_to_string(sub.join("only.txt")).unwrap().trim(), "node2");
+    // A step on part of the allocation sees its own layout (so PyTorch waits for its ranks only).
+    assert_eq!(std::fs::read_to_string(sub.join("step.txt")).unwrap().trim(), "1 0 1 1 node2 node[1-2] 0");
     assert_eq!(std::fs::read_to_string(sub.join("other.txt")).unwrap().trim(), "node1");
     assert_eq!(std::fs::read_to_string(sub.join("none.txt")).unwrap().trim(), "only=1 foo=unset");
     assert_eq!(std::fs::read_to_string(sub.join("chdir.txt")).unwrap().trim(), "/tmp");
