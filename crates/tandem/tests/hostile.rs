@@ -310,6 +310,41 @@ fn output_error_and_working_directory_paths_are_used_with_the_users_rights_only(
     std::fs::remove_dir_all(&f.root).ok();
 }
 
+/// SECURITY.md P1 for `srun` steps: a step's own directory and per-task files, truncation
+/// included, are entered and opened with the job owner's rights.
+#[test]
+fn a_steps_directory_files_and_truncation_use_the_users_rights_only() {
+    let Some((v, a)) = users() else { return };
+    let root = root_dir("steppaths");
+    let f = files(&root, &v, &a);
+    let up = Up::start(&root, None);
+    let before = [fingerprint(&f.root_file), fingerprint(&f.victim_file)];
+    let wd = &f.attacker_dir;
+    let script = format!(
+        "srun -n1 --open-mode=truncate -o {root} true; echo a=$?\n\
+         srun -n1 --open-mode=truncate -o {victim} -e own-step.err true; echo b=$?\n\
+         srun -n1 -D {private} -o {wd}/cd-step.out pwd; echo c=$?\n\
+         srun -n1 --open-mode=truncate -o own-%t.out id -u; echo d=$?\n",
+        root = f.root_file.display(),
+        victim = f.victim_file.display(),
+        private = f.victim_private.display(),
+        wd = wd.display(),
+    );
+    let id = up.sbatch(&a, wd, &["-o", "steps.out", "--wrap", &script]);
+    up.wait_state(id, &["COMPLETED", "FAILED"]);
+    let out = std::fs::read_to_string(wd.join("steps.out")).unwrap_or_default();
+    for refused in ["a=", "b=", "c="] {
+        let line = out.lines().find(|l| l.starts_with(refused)).unwrap_or_else(|| panic!("no {refused} in\n{out}"));
+        assert_ne!(line, format!("{refused}0"), "a refused step succeeded:\n{out}");
+    }
+    // Positive control: its own per-task file, truncated and written as the attacker.
+    assert!(out.contains("d=0"), "{out}");
+    assert_eq!(std::fs::read_to_string(wd.join("own-0.out")).unwrap().trim(), a.uid.to_string());
+    assert_eq!([fingerprint(&f.root_file), fingerprint(&f.victim_file)], before, "the victims' files are unchanged");
+    assert!(!wd.join("cd-step.out").exists(), "the step whose directory was refused never ran");
+    std::fs::remove_dir_all(&f.root).ok();
+}
+
 /// SECURITY.md P1 for services: a replica's output file with the service owner's rights.
 #[test]
 fn a_service_output_file_is_opened_with_its_owners_rights() {
