@@ -20,6 +20,11 @@ pub(super) fn spec(uid: u32) -> JobSpec {
     }
 }
 
+/// A batch task's end as an agent reports it: an exit code, or a signal.
+pub(super) fn ended(job: u64, epoch: u32, code: Option<i32>, signal: Option<i32>) -> TaskExit {
+    TaskExit { job, epoch, step: BATCH_STEP, rank: 0, code, signal, oom: false, fenced: false, error: None, lost: false }
+}
+
 pub(super) fn batch(args: &[&str]) -> BatchSpec {
     let mut a: Vec<String> = args.iter().map(|s| s.to_string()).collect();
     a.push("--wrap=true".into());
@@ -105,18 +110,7 @@ fn submit_dispatch_and_complete() {
     assert_eq!(env["MASTER_ADDR"], "127.0.0.1");
     assert_eq!(t[0].stdout, "/tmp/slurm-1.out");
     assert!(c.hb(1, "n1", &[], &[]).unwrap().is_empty());
-    let exit = TaskExit {
-        job: 1,
-        epoch: 1,
-        step: BATCH_STEP,
-        rank: 0,
-        code: Some(0),
-        signal: None,
-        oom: false,
-        fenced: false,
-        error: None,
-        lost: false,
-    };
+    let exit = ended(1, 1, Some(0), None);
     c.hb(5, "n0", &[], &[exit]).unwrap();
     let j = c.job(1).unwrap();
     assert_eq!((j.state, j.exit_code, j.end), (JobState::Completed, Some(0), Some(5)));
@@ -151,18 +145,7 @@ fn only_the_owner_or_root_cancels() {
     c.cancel(2, 0, 2, None).unwrap();
     let orders = c.hb(2, "n0", &[], &[]).unwrap();
     assert!(orders.contains(&Order::Kill { job: 2, epoch: 1 }));
-    let exit = TaskExit {
-        job: 2,
-        epoch: 1,
-        step: BATCH_STEP,
-        rank: 0,
-        code: None,
-        signal: Some(9),
-        oom: false,
-        fenced: false,
-        error: None,
-        lost: false,
-    };
+    let exit = ended(2, 1, None, Some(9));
     c.hb(3, "n0", &[], &[exit]).unwrap();
     assert_eq!(c.job(2).unwrap().state, JobState::Cancelled);
 }
@@ -187,18 +170,7 @@ fn time_limit_signals_then_kills_then_times_out() {
     assert!(c.hb(120, "n0", &[], &[]).unwrap().contains(&Order::Signal { job: 1, epoch: 1, signal: 15, batch_only: false, step: None }));
     c.tick(150);
     assert!(c.hb(150, "n0", &[], &[]).unwrap().contains(&Order::Kill { job: 1, epoch: 1 }));
-    let exit = TaskExit {
-        job: 1,
-        epoch: 1,
-        step: BATCH_STEP,
-        rank: 0,
-        code: None,
-        signal: Some(9),
-        oom: false,
-        fenced: false,
-        error: None,
-        lost: false,
-    };
+    let exit = ended(1, 1, None, Some(9));
     c.hb(151, "n0", &[], &[exit]).unwrap();
     assert_eq!(c.job(1).unwrap().state, JobState::Timeout);
 }
@@ -228,25 +200,7 @@ fn a_lapsed_lease_requeues_and_old_reports_are_ignored() {
     }
     // The dead node comes back and reports the old run: it is told to kill it.
     let old = TaskKey { job: victim, epoch: 1, step: BATCH_STEP, rank: 0 };
-    let orders = c
-        .hb(
-            40,
-            &dead,
-            &[old],
-            &[TaskExit {
-                job: victim,
-                epoch: 1,
-                step: BATCH_STEP,
-                rank: 0,
-                code: Some(0),
-                signal: None,
-                oom: false,
-                fenced: false,
-                error: None,
-                lost: false,
-            }],
-        )
-        .unwrap();
+    let orders = c.hb(40, &dead, &[old], &[ended(victim, 1, Some(0), None)]).unwrap();
     assert!(orders.contains(&Order::Kill { job: victim, epoch: 1 }));
     assert_ne!(c.job(victim).unwrap().state, JobState::Completed, "a report from the old run changes nothing");
 }
@@ -303,18 +257,7 @@ fn arrays_respect_their_limit_and_dependencies_wait() {
     let dep = c.submit(0, spec(1), &batch(&["--dependency=afterok:1"]), "a").unwrap()[0];
     c.tick(1);
     assert_eq!(c.job(dep).unwrap().reason, PendingReason::Dependency);
-    let exit = TaskExit {
-        job: 1,
-        epoch: 1,
-        step: BATCH_STEP,
-        rank: 0,
-        code: Some(3),
-        signal: None,
-        oom: false,
-        fenced: false,
-        error: None,
-        lost: false,
-    };
+    let exit = ended(1, 1, Some(3), None);
     let node = c.job(1).unwrap().allocs[0].0.clone();
     c.hb(2, &node, &[], &[exit]).unwrap();
     assert_eq!(c.job(1).unwrap().state, JobState::Failed);
@@ -469,18 +412,7 @@ fn a_requeued_finished_job_is_scheduled_again() {
     for id in [a, b] {
         assert_eq!(c.job(id).unwrap().state, JobState::Running);
     }
-    let exit = |id: u64, epoch: u32| TaskExit {
-        job: id,
-        epoch,
-        step: BATCH_STEP,
-        rank: 0,
-        code: Some(0),
-        signal: None,
-        oom: false,
-        fenced: false,
-        error: None,
-        lost: false,
-    };
+    let exit = |id: u64, epoch: u32| ended(id, epoch, Some(0), None);
     c.hb(2, "n0", &[], &[exit(a, 1), exit(b, 1)]).unwrap();
     c.tick(3);
     assert_eq!((c.job(a).unwrap().state, c.job(b).unwrap().state), (JobState::Completed, JobState::Completed));
@@ -498,18 +430,7 @@ fn finished_jobs_leave_memory_after_min_job_age_unless_a_job_waits_on_them() {
     let b = c.submit(0, spec(1), &batch(&[]), "a").unwrap()[0];
     c.tick(1);
     c.hb(1, "n0", &[], &[]).unwrap();
-    let done = |id| TaskExit {
-        job: id,
-        epoch: 1,
-        step: BATCH_STEP,
-        rank: 0,
-        code: Some(0),
-        signal: None,
-        oom: false,
-        fenced: false,
-        error: None,
-        lost: false,
-    };
+    let done = |id| ended(id, 1, Some(0), None);
     c.hb(5, "n0", &[], &[done(a), done(b)]).unwrap();
     // A job that waits on b keeps b in memory; a goes once MinJobAge (300 s) has passed.
     let waits = c.submit(6, spec(1), &batch(&["--dependency=afterok:2", "--begin=now+3600"]), "a").unwrap()[0];
@@ -625,8 +546,7 @@ fn a_restored_controller_sends_again_the_launches_of_running_steps_whose_ends_it
     c.tick(0);
     let step = c.create_step(1, 1, 1, Some(2), Some(4), Some(2), vec!["hostname".into()], StepSpec::default()).unwrap();
     // Rank 0 ended and was reported; the rest were never delivered.
-    let exit =
-        TaskExit { job: 1, epoch: 1, step, rank: 0, code: Some(0), signal: None, oom: false, fenced: false, error: None, lost: false };
+    let exit = TaskExit { step, ..ended(1, 1, Some(0), None) };
     let first = c.job(1).unwrap().allocs[0].0.clone();
     c.heartbeat(1, &first, 0, &[TaskKey { job: 1, epoch: 1, step: BATCH_STEP, rank: 0 }], &[exit]).unwrap();
     let _ = c.take_dirty();
@@ -661,18 +581,7 @@ fn a_running_job_requeued_by_its_user_goes_back_only_once_its_tasks_are_gone() {
     assert_eq!((j.state, j.epoch), (JobState::Running, 1), "not started again yet");
     let orders = c.hb(1, &node, &[], &[]).unwrap();
     assert!(orders.contains(&Order::Kill { job: 1, epoch: 1 }), "{orders:?}");
-    let exit = TaskExit {
-        job: 1,
-        epoch: 1,
-        step: BATCH_STEP,
-        rank: 0,
-        code: None,
-        signal: Some(9),
-        oom: false,
-        fenced: false,
-        error: None,
-        lost: false,
-    };
+    let exit = ended(1, 1, None, Some(9));
     c.hb(2, &node, &[], &[exit]).unwrap();
     let j = c.job(1).unwrap();
     assert_eq!((j.state, j.restart_count), (JobState::Pending, 1));

@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::service::{AutoscaleSpec, Quantity};
-use crate::tests::{batch, spec};
+use crate::tests::{batch, ended, spec};
 use model::ReplicaState;
 use std::collections::BTreeMap;
 
@@ -70,34 +70,12 @@ impl World {
                     Order::Signal { job, epoch, signal, .. } => {
                         self.signals.push((job, signal));
                         if running.remove(&(job, epoch)).is_some() {
-                            exits.push(TaskExit {
-                                job,
-                                epoch,
-                                step: BATCH_STEP,
-                                rank: 0,
-                                code: None,
-                                signal: Some(signal),
-                                oom: false,
-                                fenced: false,
-                                error: None,
-                                lost: false,
-                            });
+                            exits.push(ended(job, epoch, None, Some(signal)));
                         }
                     }
                     Order::Kill { job, epoch } => {
                         if running.remove(&(job, epoch)).is_some() {
-                            exits.push(TaskExit {
-                                job,
-                                epoch,
-                                step: BATCH_STEP,
-                                rank: 0,
-                                code: None,
-                                signal: Some(9),
-                                oom: false,
-                                fenced: false,
-                                error: None,
-                                lost: false,
-                            });
+                            exits.push(ended(job, epoch, None, Some(9)));
                         }
                     }
                 }
