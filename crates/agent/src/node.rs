@@ -239,8 +239,7 @@ pub(crate) async fn run(a: AgentArgs) -> Result<()> {
             exits.extend(ended(&mut tasks, &mut fenced, &spool, k, st, &a.name));
         }
         // Fencing: without a renewed lease, nothing of ours may keep running.
-        let lease = Duration::from_millis(info.lease_s.max(1) as u64 * 1000);
-        let margin = (lease / 5).max(Duration::from_millis(500)).min(lease / 2);
+        let (lease, margin) = lease_and_margin(&info);
         if last_ok.elapsed() > lease - margin && tasks.keys().any(|k| !fenced.contains(k)) {
             eprintln!(
                 "tandem agent {}: no contact with the controller for {:?}; fencing: killing {} task(s)",
@@ -427,18 +426,24 @@ pub(crate) async fn run(a: AgentArgs) -> Result<()> {
     }
 }
 
-/// A task ended: forget it, remove its script and (once the run's last task here ended) its
-/// cgroup, and say how it ended.
+/// The node's lease, and how long before its end the agent fences (a fifth of it, at least
+/// half a second, at most half the lease).
+fn lease_and_margin(info: &RegisterResponse) -> (Duration, Duration) {
+    let lease = Duration::from_millis(info.lease_s.max(1) as u64 * 1000);
+    (lease, (lease / 5).max(Duration::from_millis(500)).min(lease / 2))
+}
+
 /// Each task's keeper fences it a little after this agent would (and before the controller's
 /// lease, which runs from no earlier than `sent`, the last answered heartbeat's sending, can
 /// lapse).
 fn renew_keepers(records: &Tasks, tasks: &HashMap<TaskKey, Running>, info: &RegisterResponse, sent: Instant) {
-    let lease = Duration::from_millis(info.lease_s.max(1) as u64 * 1000);
-    let margin = (lease / 5).max(Duration::from_millis(500)).min(lease / 2);
+    let (lease, margin) = lease_and_margin(info);
     let deadline = exec::monotonic_ms() - sent.elapsed().as_millis() as i64 + (lease - margin / 2).as_millis() as i64;
     records.renew(deadline, tasks.keys());
 }
 
+/// A task ended: forget it, remove its script and (once the run's last task here ended) its
+/// cgroup, and say how it ended.
 fn ended(
     tasks: &mut HashMap<TaskKey, Running>,
     fenced: &mut std::collections::HashSet<TaskKey>,
