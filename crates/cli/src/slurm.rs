@@ -607,13 +607,7 @@ pub(crate) fn sacct(args: &[String]) -> Result<i32> {
                 let sval = |f: &str| -> String {
                     match f.to_ascii_lowercase().as_str() {
                         "jobid" | "jobidraw" => format!("{}.{}", j.display_id, s.id),
-                        "jobname" => {
-                            if s.id == "batch" {
-                                "batch".into()
-                            } else {
-                                s.command.split_whitespace().next().unwrap_or("").to_string()
-                            }
-                        }
+                        "jobname" => s.name.clone(),
                         "account" => j.account.clone(),
                         "alloccpus" => j.cpus.to_string(),
                         "state" => {

@@ -1437,7 +1437,8 @@ impl Controller {
         let job_names: Vec<String> = j.allocs.iter().map(|(n, _)| n.clone()).collect();
         // A step sees its own layout (its nodes, its tasks: WORLD_SIZE is the step's), the job
         // its allocation.
-        let layout = j.steps.iter().find(|s| s.id == step && step != BATCH_STEP).map(|s| &s.layout);
+        let srun = j.steps.iter().find(|s| s.id == step && step != BATCH_STEP);
+        let layout = srun.map(|s| &s.layout);
         let (names, tasks_per_node): (Vec<String>, Vec<u32>) = match layout {
             Some(l) => l.iter().cloned().unzip(),
             None => (job_names.clone(), (0..job_names.len() as u32).map(|_| j.req.shape.tasks_per_node(job_names.len() as u32)).collect()),
@@ -1481,7 +1482,7 @@ impl Controller {
             start_end: (j.start.unwrap_or(0), j.start.map(|s| s.saturating_add(j.req.time_limit))),
             master_port: 20_000 + (id % 20_000) as u16,
         };
-        let st = j.steps.iter().find(|s| s.id == step).filter(|_| step != BATCH_STEP).map(|s| &s.spec);
+        let st = srun.map(|s| &s.spec);
         let mut env = st.and_then(|s| s.env.clone()).unwrap_or_else(|| j.spec.env.clone());
         let mut slurm = slurmcli::task_env(&env_in);
         if let Some(addr) = master_addr.first() {

@@ -74,6 +74,11 @@ fn job_info(j: &Job, v: &Viewer) -> JobInfo {
         .map(|s| StepInfo {
             id: if s.id == control::BATCH_STEP { "batch".into() } else { s.id.to_string() },
             command: if details { s.argv.join(" ") } else { HIDDEN.into() },
+            name: match (s.id == control::BATCH_STEP, details) {
+                (true, _) => "batch".into(),
+                (false, true) => s.spec.name.clone().unwrap_or_else(|| s.argv.first().cloned().unwrap_or_default()),
+                (false, false) => HIDDEN.into(),
+            },
             ntasks: s.layout.iter().map(|(_, n)| n).sum(),
             nodelist: slurmcli::compress(&s.layout.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>()),
             done: s.end.is_some(),

@@ -55,7 +55,7 @@ fn srun_takes_the_callers_environment_directory_and_options() {
          srun -w node2 -n1 -o only.txt printenv SLURMD_NODENAME\n\
          srun -w node2 -n1 -o step.txt bash -c 'echo $WORLD_SIZE $RANK $SLURM_NTASKS $SLURM_NNODES $SLURM_NODELIST $SLURM_JOB_NODELIST $SLURM_NODEID'\nsrun -x node2 -n1 -o other.txt printenv SLURMD_NODENAME\n\
          srun --export=NONE,ONLY=1 -n1 -o none.txt bash -c 'echo only=$ONLY foo=${FOO:-unset}'\n\
-         srun --chdir=/tmp -n1 -o $PWD/chdir.txt pwd\n\
+         srun --chdir=/tmp -n1 -J named -o $PWD/chdir.txt pwd\n\
          srun --mpi=pmi2 true; echo pmi2=$?\n\
          echo hosts=$(scontrol show hostnames | tr '\\n' ,) list=$(scontrol show hostlist node1,node2)\n",
     );
@@ -80,6 +80,9 @@ fn srun_takes_the_callers_environment_directory_and_options() {
     assert_eq!(std::fs::read_to_string(sub.join("other.txt")).unwrap().trim(), "node1");
     assert_eq!(std::fs::read_to_string(sub.join("none.txt")).unwrap().trim(), "only=1 foo=unset");
     assert_eq!(std::fs::read_to_string(sub.join("chdir.txt")).unwrap().trim(), "/tmp");
+    // -J names the step in sacct; a step without it is named by its command.
+    let acct = c.ok("sacct", &["-j", &id.to_string(), "-P", "-n", "--format=JobID,JobName"]);
+    assert!(acct.contains("|named\n") && acct.contains(&format!("{id}.0|bash\n")) && acct.contains(&format!("{id}.batch|batch")), "{acct}");
     assert!(out.contains("srun: error: --mpi=pmi2: not available") && out.contains("pmi2=1"), "{out}");
     assert!(out.contains("hosts=node1,node2, list=node[1-2]"), "{out}");
     // Bad options are refused before anything is asked of the controller.

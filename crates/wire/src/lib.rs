@@ -106,6 +106,9 @@ pub struct StepInfo {
     pub id: String,
     /// Command.
     pub command: String,
+    /// Name (`srun -J`, else the command's first word; `batch` for the batch step).
+    #[serde(default)]
+    pub name: String,
     /// Tasks.
     pub ntasks: u32,
     /// Nodes.

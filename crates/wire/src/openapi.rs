@@ -498,9 +498,10 @@ pub const DOCUMENT: &str = r##"{
           "steps": {"type": "array", "items": {"$ref": "#/components/schemas/StepInfo"}},
           "message": {"$ref": "#/components/schemas/StringOrNull", "description": "Why it failed or was rejected"}}},
       "StepInfo": {"type": "object", "additionalProperties": false,
-        "required": ["id", "command", "ntasks", "nodelist", "done", "exit_code", "start", "end"],
+        "required": ["id", "command", "name", "ntasks", "nodelist", "done", "exit_code", "start", "end"],
         "properties": {
           "id": {"type": "string", "description": "`batch` or the step number"},
+          "name": {"type": "string", "description": "srun -J, else the command's first word; batch for the batch step; `(hidden)` for another user's step"},
           "command": {"type": "string", "description": "`(hidden)` for another user's step"},
           "ntasks": {"$ref": "#/components/schemas/u32"}, "nodelist": {"type": "string"},
           "done": {"type": "boolean"}, "exit_code": {"$ref": "#/components/schemas/i32"},
@@ -1026,6 +1027,7 @@ mod tests {
             steps: vec![StepInfo {
                 id: "batch".into(),
                 command: "(hidden)".into(),
+                name: "batch".into(),
                 ntasks: 1,
                 nodelist: "node1".into(),
                 done: true,
