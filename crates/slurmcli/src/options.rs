@@ -116,14 +116,15 @@ mod time_limit {
     }
 }
 
-struct Opt {
-    long: &'static str,
-    short: Option<char>,
-    arg: Arg,
+/// A command's option: its long name, its letter, whether it takes a value.
+pub(crate) struct Opt {
+    pub(crate) long: &'static str,
+    pub(crate) short: Option<char>,
+    pub(crate) arg: Arg,
 }
 
 #[derive(PartialEq)]
-enum Arg {
+pub(crate) enum Arg {
     Required,
     Optional,
     None,
@@ -172,12 +173,12 @@ const OPTS: &[Opt] = &[
     Opt { long: "comment", short: None, arg: Arg::Required },
 ];
 
-fn find_long(name: &str) -> Result<&'static Opt, Invalid> {
-    OPTS.iter().find(|o| o.long == name).ok_or_else(|| Invalid::new(format!("unrecognized option '--{name}'")))
+fn find_long(table: &'static [Opt], name: &str) -> Result<&'static Opt, Invalid> {
+    table.iter().find(|o| o.long == name).ok_or_else(|| Invalid::new(format!("unrecognized option '--{name}'")))
 }
 
-fn find_short(c: char) -> Result<&'static Opt, Invalid> {
-    OPTS.iter().find(|o| o.short == Some(c)).ok_or_else(|| Invalid::new(format!("invalid option -- '{c}'")))
+fn find_short(table: &'static [Opt], c: char) -> Result<&'static Opt, Invalid> {
+    table.iter().find(|o| o.short == Some(c)).ok_or_else(|| Invalid::new(format!("invalid option -- '{c}'")))
 }
 
 /// Splits an `#SBATCH` line's text into words: quotes group, nothing is expanded, a word
@@ -217,9 +218,19 @@ fn words(line: &str) -> Result<Vec<String>, Invalid> {
     Ok(out)
 }
 
-/// Parses option words into (option, value) pairs; returns the index of the first positional
-/// word (the script) when `stop_at_positional`.
+/// Parses option words into (option, value) pairs as getopt does, with sbatch's options.
 fn pairs(argv: &[String], stop_at_positional: bool) -> Result<(Vec<(&'static Opt, Option<String>)>, usize), Invalid> {
+    parse_options(OPTS, argv, stop_at_positional)
+}
+
+/// Parses option words of a command whose options are `table` into (option, value) pairs;
+/// returns the index of the first positional word (the script, the command) when
+/// `stop_at_positional`, else refuses one. After `--` everything is positional.
+pub(crate) fn parse_options(
+    table: &'static [Opt],
+    argv: &[String],
+    stop_at_positional: bool,
+) -> Result<(Vec<(&'static Opt, Option<String>)>, usize), Invalid> {
     let mut out = Vec::new();
     let mut i = 0;
     while i < argv.len() {
@@ -232,7 +243,7 @@ fn pairs(argv: &[String], stop_at_positional: bool) -> Result<(Vec<(&'static Opt
                 Some((n, v)) => (n, Some(v.to_string())),
                 None => (rest, None),
             };
-            let opt = find_long(name)?;
+            let opt = find_long(table, name)?;
             let val = match (&opt.arg, val) {
                 (Arg::None, Some(_)) => return Err(Invalid::new(format!("option '--{name}' doesn't allow an argument"))),
                 (Arg::None, None) | (Arg::Optional, None) => None,
@@ -246,7 +257,7 @@ fn pairs(argv: &[String], stop_at_positional: bool) -> Result<(Vec<(&'static Opt
         } else if a.len() > 1 && a.starts_with('-') {
             let mut chars = a[1..].chars();
             let c = chars.next().expect("non-empty");
-            let opt = find_short(c)?;
+            let opt = find_short(table, c)?;
             let attached: String = chars.collect();
             let val = match opt.arg {
                 Arg::None if !attached.is_empty() => return Err(Invalid::new(format!("option '-{c}' doesn't allow an argument"))),
@@ -278,14 +289,14 @@ fn name_like(v: &str, what: &str) -> Result<String, Invalid> {
     Ok(v.to_string())
 }
 
-fn count(v: &str, what: &str, max: u32) -> Result<u32, Invalid> {
+pub(crate) fn count(v: &str, what: &str, max: u32) -> Result<u32, Invalid> {
     match v.trim().parse::<u32>() {
         Ok(n) if n >= 1 && n <= max => Ok(n),
         _ => Err(Invalid::new(format!("invalid {what} {v:?}: a whole number from 1 to {max}"))),
     }
 }
 
-fn text(v: &str, what: &str) -> Result<String, Invalid> {
+pub(crate) fn text(v: &str, what: &str) -> Result<String, Invalid> {
     if v.contains('\0') || v.contains('\n') || v.len() > 4096 {
         return Err(Invalid::new(format!("invalid {what}: no newlines or NUL bytes, at most 4096 bytes")));
     }

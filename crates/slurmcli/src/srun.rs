@@ -3,6 +3,7 @@
 
 use crate::Invalid;
 use crate::hostlist::expand;
+use crate::options::{Arg, Opt, count, parse_options, text};
 
 /// An `srun` command line.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -44,112 +45,62 @@ pub struct SrunSpec {
 /// The MPI types `--mpi` takes.
 pub const MPI_TYPES: [&str; 1] = ["none"];
 
-#[derive(PartialEq, Clone, Copy)]
-enum Arg {
-    Required,
-    Optional,
-    None,
-}
-
-/// (long name, short letter, argument).
-const OPTS: &[(&str, Option<char>, Arg)] = &[
-    ("nodes", Some('N'), Arg::Required),
-    ("ntasks", Some('n'), Arg::Required),
-    ("ntasks-per-node", None, Arg::Required),
-    ("cpus-per-task", Some('c'), Arg::Required),
-    ("job-name", Some('J'), Arg::Required),
-    ("output", Some('o'), Arg::Required),
-    ("error", Some('e'), Arg::Required),
-    ("input", Some('i'), Arg::Required),
-    ("open-mode", None, Arg::Required),
-    ("kill-on-bad-exit", Some('K'), Arg::Optional),
-    ("mpi", None, Arg::Required),
-    ("unbuffered", Some('u'), Arg::None),
-    ("label", Some('l'), Arg::None),
-    ("export", None, Arg::Required),
-    ("chdir", Some('D'), Arg::Required),
-    ("nodelist", Some('w'), Arg::Required),
-    ("exclude", Some('x'), Arg::Required),
-    ("exclusive", None, Arg::Optional),
-    ("overlap", None, Arg::None),
-    ("whole", None, Arg::None),
-    ("cpu-bind", None, Arg::Required),
-    ("distribution", Some('m'), Arg::Required),
-    ("time", Some('t'), Arg::Required),
-    ("verbose", Some('v'), Arg::None),
-    ("quiet", Some('Q'), Arg::None),
+/// srun's options (the long name, the letter, whether it takes a value).
+const OPTS: &[Opt] = &[
+    Opt { long: "nodes", short: Some('N'), arg: Arg::Required },
+    Opt { long: "ntasks", short: Some('n'), arg: Arg::Required },
+    Opt { long: "ntasks-per-node", short: None, arg: Arg::Required },
+    Opt { long: "cpus-per-task", short: Some('c'), arg: Arg::Required },
+    Opt { long: "job-name", short: Some('J'), arg: Arg::Required },
+    Opt { long: "output", short: Some('o'), arg: Arg::Required },
+    Opt { long: "error", short: Some('e'), arg: Arg::Required },
+    Opt { long: "input", short: Some('i'), arg: Arg::Required },
+    Opt { long: "open-mode", short: None, arg: Arg::Required },
+    Opt { long: "kill-on-bad-exit", short: Some('K'), arg: Arg::Optional },
+    Opt { long: "mpi", short: None, arg: Arg::Required },
+    Opt { long: "unbuffered", short: Some('u'), arg: Arg::None },
+    Opt { long: "label", short: Some('l'), arg: Arg::None },
+    Opt { long: "export", short: None, arg: Arg::Required },
+    Opt { long: "chdir", short: Some('D'), arg: Arg::Required },
+    Opt { long: "nodelist", short: Some('w'), arg: Arg::Required },
+    Opt { long: "exclude", short: Some('x'), arg: Arg::Required },
+    Opt { long: "exclusive", short: None, arg: Arg::Optional },
+    Opt { long: "overlap", short: None, arg: Arg::None },
+    Opt { long: "whole", short: None, arg: Arg::None },
+    Opt { long: "cpu-bind", short: None, arg: Arg::Required },
+    Opt { long: "distribution", short: Some('m'), arg: Arg::Required },
+    Opt { long: "time", short: Some('t'), arg: Arg::Required },
+    Opt { long: "verbose", short: Some('v'), arg: Arg::None },
+    Opt { long: "quiet", short: Some('Q'), arg: Arg::None },
 ];
 
-fn count(v: &str, what: &str) -> Result<u32, Invalid> {
-    v.parse::<u32>().ok().filter(|n| (1..=100_000).contains(n)).ok_or_else(|| Invalid::new(format!("invalid {what}: {v}")))
-}
-
-fn text(v: &str, what: &str) -> Result<String, Invalid> {
-    if v.is_empty() || v.contains('\0') || v.contains('\n') || v.len() > 4096 {
-        return Err(Invalid::new(format!("invalid {what}: not empty, no newlines or NUL bytes, at most 4096 bytes")));
+/// A value that must be there and be plain text.
+fn nonempty(v: &str, what: &str) -> Result<String, Invalid> {
+    if v.is_empty() {
+        return Err(Invalid::new(format!("invalid {what}: it must not be empty")));
     }
-    Ok(v.to_string())
+    text(v, what)
 }
 
 /// Parses `srun`'s arguments: options, then the command (everything from the first word that
 /// is not an option, or after `--`). Long options take Slurm's underscore spellings too
 /// (`--cpu_bind`, `--ntasks_per_node`).
 pub fn parse_srun(args: &[String]) -> Result<SrunSpec, Invalid> {
-    let mut s = SrunSpec::default();
-    let mut i = 0;
-    while i < args.len() {
-        let a = &args[i];
-        i += 1;
-        if a == "--" {
-            s.argv = args[i..].to_vec();
-            break;
-        }
-        if !a.starts_with('-') || a == "-" {
-            s.argv = args[i - 1..].to_vec();
-            break;
-        }
-        // (option, inline value)
-        let (opt, inline): (&(&str, Option<char>, Arg), Option<String>) = if let Some(rest) = a.strip_prefix("--") {
-            let (name, v) = match rest.split_once('=') {
-                Some((n, v)) => (n, Some(v.to_string())),
-                None => (rest, None),
-            };
-            let name = name.replace('_', "-");
-            let o = OPTS.iter().find(|o| o.0 == name).ok_or_else(|| Invalid::new(format!("unrecognized option '--{name}'")))?;
-            (o, v)
-        } else {
-            let c = a[1..].chars().next().unwrap_or('?');
-            let o = OPTS.iter().find(|o| o.1 == Some(c)).ok_or_else(|| Invalid::new(format!("invalid option -- '{c}'")))?;
-            let rest = &a[1 + c.len_utf8()..];
-            (o, (!rest.is_empty()).then(|| rest.to_string()))
-        };
-        let (name, _, arg) = *opt;
-        let value = match (arg, inline) {
-            (Arg::None, Some(_)) if a.starts_with("--") => {
-                return Err(Invalid::new(format!("option '--{name}' doesn't allow an argument")));
-            }
-            (Arg::None, Some(_)) => return Err(Invalid::new(format!("invalid option -- '{}'", &a[1..]))),
-            (Arg::None, None) => None,
-            (Arg::Required, Some(v)) | (Arg::Optional, Some(v)) => Some(v),
-            (Arg::Required, None) => {
-                let v = args.get(i).cloned().ok_or_else(|| Invalid::new(format!("option '{a}' requires an argument")))?;
-                i += 1;
-                Some(v)
-            }
-            (Arg::Optional, None) => None,
-        };
+    let (opts, end) = parse_options(OPTS, &respelled(args), true)?;
+    let mut s = SrunSpec { argv: args[end..].to_vec(), ..SrunSpec::default() };
+    for (opt, value) in opts {
         let v = || value.clone().unwrap_or_default();
-        match name {
+        match opt.long {
             "nodes" => {
                 let min = v().split('-').next().unwrap_or("").to_string();
-                s.nodes = Some(count(&min, "node count")?);
+                s.nodes = Some(count(&min, "node count", MAX)?);
             }
-            "ntasks" => s.ntasks = Some(count(&v(), "number of tasks")?),
-            "ntasks-per-node" => s.ntasks_per_node = Some(count(&v(), "--ntasks-per-node")?),
-            "cpus-per-task" => s.cpus_per_task = Some(count(&v(), "--cpus-per-task")?),
-            "job-name" => s.name = Some(text(&v(), "job name")?),
-            "output" => s.output = Some(text(&v(), "--output")?),
-            "error" => s.error = Some(text(&v(), "--error")?),
+            "ntasks" => s.ntasks = Some(count(&v(), "number of tasks", MAX)?),
+            "ntasks-per-node" => s.ntasks_per_node = Some(count(&v(), "--ntasks-per-node", MAX)?),
+            "cpus-per-task" => s.cpus_per_task = Some(count(&v(), "--cpus-per-task", MAX)?),
+            "job-name" => s.name = Some(nonempty(&v(), "job name")?),
+            "output" => s.output = Some(nonempty(&v(), "--output")?),
+            "error" => s.error = Some(nonempty(&v(), "--error")?),
             "input" => {
                 if !matches!(v().as_str(), "none" | "/dev/null") {
                     return Err(Invalid::new(
@@ -183,11 +134,11 @@ pub fn parse_srun(args: &[String]) -> Result<SrunSpec, Invalid> {
             "label" => {
                 return Err(Invalid::new("-l/--label is not available yet: tasks write to the output files directly, not through srun"));
             }
-            "export" => s.export = Some(text(&v(), "--export")?),
-            "chdir" => s.chdir = Some(text(&v(), "--chdir")?),
+            "export" => s.export = Some(nonempty(&v(), "--export")?),
+            "chdir" => s.chdir = Some(nonempty(&v(), "--chdir")?),
             "nodelist" => s.nodelist = expand(&v(), 100_000).map_err(|e| Invalid::new(format!("invalid --nodelist: {}", e.0)))?,
             "exclude" => s.exclude = expand(&v(), 100_000).map_err(|e| Invalid::new(format!("invalid --exclude: {}", e.0)))?,
-            "cpu-bind" | "distribution" => s.recorded.push((name.to_string(), text(&v(), name)?)),
+            "cpu-bind" | "distribution" => s.recorded.push((opt.long.to_string(), nonempty(&v(), opt.long)?)),
             "time" => {
                 crate::formats::parse_time(&v())?;
             }
@@ -200,6 +151,25 @@ pub fn parse_srun(args: &[String]) -> Result<SrunSpec, Invalid> {
         return Err(Invalid::new("no command given"));
     }
     Ok(s)
+}
+
+/// Most nodes or tasks a step may ask for.
+const MAX: u32 = 100_000;
+
+/// Long options with Slurm's underscore spellings respelled with dashes (`--cpu_bind=x` is
+/// `--cpu-bind=x`); an `=value` and words not starting with `--` are left alone (the command
+/// itself is taken from the words as given).
+fn respelled(args: &[String]) -> Vec<String> {
+    args.iter()
+        .map(|a| match a.strip_prefix("--") {
+            Some(rest) if !rest.is_empty() => {
+                let (name, value) = rest.split_once('=').map_or((rest, None), |(n, v)| (n, Some(v)));
+                let name = name.replace('_', "-");
+                value.map_or_else(|| format!("--{name}"), |v| format!("--{name}={v}"))
+            }
+            _ => a.clone(),
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -248,9 +218,12 @@ mod tests {
         let e = |a: &[&str]| p(a).unwrap_err().0;
         assert_eq!(e(&["--frobnicate", "x"]), "unrecognized option '--frobnicate'");
         assert_eq!(e(&["-Z", "x"]), "invalid option -- 'Z'");
-        assert_eq!(e(&["-n"]), "option '-n' requires an argument");
+        assert_eq!(e(&["-n"]), "option requires an argument -- 'n'");
+        assert_eq!(e(&["--ntasks"]), "option '--ntasks' requires an argument");
+        assert!(e(&["-o", "", "x"]).contains("must not be empty"));
         assert!(e(&["-n", "0", "x"]).contains("number of tasks"));
         assert!(e(&["--unbuffered=yes", "x"]).contains("doesn't allow an argument"));
+        assert!(e(&["-ux", "x"]).contains("doesn't allow an argument"));
         assert!(e(&["--mpi=pmi2", "x"]).contains("not available"));
         assert!(e(&["--open-mode=maybe", "x"]).contains("append or truncate"));
         assert!(p(&["-K", "x"]).unwrap().kill_on_bad_exit);
