@@ -9,27 +9,16 @@ use common::*;
 use std::process::Command;
 
 fn can_run() -> Result<(), String> {
-    if !nix_is_root() {
+    if !is_root() {
         return Err("not root".into());
     }
-    for tool in ["ip", "iptables", "flock"] {
-        if !Command::new("sh")
-            .args(["-c", &format!("command -v {tool}")])
-            .stdout(std::process::Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success())
-        {
-            return Err(format!("{tool} is missing"));
-        }
+    if let Some(tool) = ["ip", "iptables", "flock"].into_iter().find(|t| !have(t)) {
+        return Err(format!("{tool} is missing"));
     }
     let probe = format!("tandem-probe-{}", std::process::id());
     let made = Command::new("ip").args(["netns", "add", &probe]).status().is_ok_and(|s| s.success());
     let _ = Command::new("ip").args(["netns", "del", &probe]).status();
     if !made { Err("cannot make a network namespace".into()) } else { Ok(()) }
-}
-
-fn nix_is_root() -> bool {
-    Command::new("id").arg("-u").output().is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
 }
 
 #[test]

@@ -475,3 +475,13 @@ pub fn stop_up(mut child: std::process::Child, dir: &std::path::Path) -> String 
     let _ = std::fs::remove_dir_all(dir);
     out
 }
+
+/// Whether the tests run as root.
+pub fn is_root() -> bool {
+    nix::unistd::geteuid().is_root()
+}
+
+/// Whether `tool` is on the PATH.
+pub fn have(tool: &str) -> bool {
+    Command::new("sh").args(["-c", &format!("command -v {tool}")]).stdout(Stdio::null()).status().is_ok_and(|s| s.success())
+}
