@@ -108,6 +108,12 @@ pub(crate) fn sbatch(args: &[String]) -> Result<i32> {
     Ok(0)
 }
 
+/// Whether job id `id` as a user gives it (`12`, `12_3`) names job `j`: its own id, its
+/// display id, or the array it is a task of (an array's id selects all its tasks, as Slurm's).
+fn selects(id: &str, j: &JobInfo) -> bool {
+    id == j.display_id || id == j.id.to_string() || j.display_id.split_once('_').is_some_and(|(a, _)| a == id)
+}
+
 /// `sbatch --wait`: polls until every job (an array's tasks included) has ended, then returns
 /// the highest exit code among them (a job killed by a signal counts as 128 + it, a job that
 /// ended without an exit status, cancelled before it ran say, as 1), as Slurm's.
@@ -122,8 +128,7 @@ fn wait_for_jobs(t: &Target, ids: &[u64], since: i64) -> Result<i32> {
         // Jobs that ended before this submission are not these.
         let list: Vec<JobInfo> = rt.block_on(send(t, "GET", &format!("/v1/history?since={since}"), None::<&()>, &[]))?.json()?;
         for id in ids {
-            let mine: Vec<&JobInfo> =
-                list.iter().filter(|j| j.id == *id || j.display_id.split_once('_').is_some_and(|(a, _)| a == id.to_string())).collect();
+            let mine: Vec<&JobInfo> = list.iter().filter(|j| selects(&id.to_string(), j)).collect();
             if mine.is_empty() {
                 all_done = false;
             }
@@ -328,11 +333,7 @@ pub(crate) fn squeue(args: &[String]) -> Result<i32> {
     if let Some(ids) = ids {
         let want: Vec<String> = ids.split(',').map(str::to_string).collect();
         // An array's job id selects all its tasks, as in Slurm.
-        list.retain(|j| {
-            want.iter().any(|w| {
-                *w == j.display_id || *w == j.id.to_string() || j.display_id.strip_prefix(w.as_str()).is_some_and(|r| r.starts_with('_'))
-            })
-        });
+        list.retain(|j| want.iter().any(|w| selects(w, j)));
     }
     if start {
         list.retain(|j| j.state == "PENDING");
@@ -530,9 +531,6 @@ pub(crate) fn sacct(args: &[String]) -> Result<i32> {
         runtime()?.block_on(send(&Target::from_env()?, "GET", &format!("/v1/history?{}", q.join("&")), None::<&()>, &[]))?.json()?;
     // An array's id selects all its tasks (`ID_N`), as Slurm's does.
     let want = ids;
-    let selected = |j: &JobInfo, w: &[String]| {
-        w.iter().any(|x| *x == j.display_id || *x == j.id.to_string() || j.display_id.split_once('_').is_some_and(|(a, _)| a == x))
-    };
     let fields: Vec<String> = fmt
         .unwrap_or_else(|| "JobID,JobName,Partition,Account,AllocCPUS,State,ExitCode".into())
         .split(',')
@@ -571,7 +569,7 @@ pub(crate) fn sacct(args: &[String]) -> Result<i32> {
             println!("{}", fields.iter().map(|f| "-".repeat(width(f))).collect::<Vec<_>>().join(" "));
         }
     }
-    for j in list.iter().filter(|j| want.as_ref().is_none_or(|w| selected(j, w))) {
+    for j in list.iter().filter(|j| want.as_ref().is_none_or(|w| w.iter().any(|x| selects(x, j)))) {
         let elapsed = j.start.filter(|_| !j.start_estimated).map(|s| j.end.unwrap_or(t) - s).unwrap_or(0);
         let val = |f: &str| -> String {
             match f.to_ascii_lowercase().as_str() {
