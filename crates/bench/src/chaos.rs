@@ -564,6 +564,17 @@ pub fn run(a: ChaosArgs) -> Result<ChaosReport> {
             a.duration
         );
     }
+    let own = std::env::current_exe()?;
+    let exe = match &a.daemons {
+        Some(d) => {
+            let ok = Command::new(d).arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok_and(|s| s.success());
+            if !ok {
+                bail!("--daemons {}: not a tandem binary that runs here (give the path of a built `tandem`)", d.display());
+            }
+            std::fs::canonicalize(d)?
+        }
+        None => own.clone(),
+    };
     if !nix::unistd::geteuid().is_root() {
         bail!("tandem bench chaos needs root: it makes network namespaces and runs agents as root");
     }
@@ -576,17 +587,6 @@ pub fn run(a: ChaosArgs) -> Result<ChaosReport> {
     sweep();
     let lease_ms = a.lease as u64 * 1000;
     let plan = schedule(a.seed, (a.duration * 1000.0) as u64, a.agents, lease_ms);
-    let own = std::env::current_exe()?;
-    let exe = match &a.daemons {
-        Some(d) => {
-            let ok = Command::new(d).arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok_and(|s| s.success());
-            if !ok {
-                bail!("--daemons {}: not a tandem binary that runs here", d.display());
-            }
-            std::fs::canonicalize(d)?
-        }
-        None => own.clone(),
-    };
     let dir = std::env::temp_dir().join(format!("tandem-chaos-{}-{}", a.seed, std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     for d in ["controller", "ledger", "work", "bin"] {

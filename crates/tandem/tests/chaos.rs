@@ -58,6 +58,11 @@ fn bad_arguments_are_refused_with_what_to_fix_and_a_plan_needs_nothing() {
         let err = String::from_utf8_lossy(&o.stderr);
         assert!(!o.status.success() && err.contains("--agents must be 2 to 50, --lease at least 3"), "{bad:?}: {err}");
     }
+    for bad in ["/nonexistent/tandem", "/etc/passwd"] {
+        let o = Command::new(bin()).args(["bench", "chaos", "--daemons", bad]).output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success() && err.contains("not a tandem binary that runs here"), "{bad}: {err}");
+    }
     let o = Command::new(bin()).args(["bench", "chaos", "--agents", "nine"]).output().unwrap();
     assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("invalid value 'nine'"));
     // The schedule alone: the same for a seed, run nothing (no root needed).
