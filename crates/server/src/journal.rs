@@ -91,10 +91,10 @@ impl Journal {
     }
 
     fn writer(&self, db: &Mutex<store::Store>) {
-        // Records of a failed commit, retried with the next batch so the database catches up.
-        let mut carry: Option<Dirty> = None;
+        // Records of a failed commit, retried with the next batch so the database catches up,
+        // and since when commits fail.
+        let mut carry: Option<(Dirty, std::time::Instant)> = None;
         let mut first_unwritten = 1u64;
-        let mut failing: Option<std::time::Instant> = None;
         loop {
             let (batches, last) = {
                 let mut q = self.queue.lock().expect("journal lock");
@@ -105,7 +105,8 @@ impl Journal {
                 }
                 (std::mem::take(&mut q.pending), q.last)
             };
-            let merged = merge(carry.take(), batches);
+            let (carried, failing) = carry.take().unzip();
+            let merged = merge(carried, batches);
             let records =
                 (merged.jobs.len() + merged.arrays.len() + merged.nodes.len() + merged.services.len() + merged.removed_services.len())
                     as u64;
@@ -136,13 +137,12 @@ impl Journal {
                     // Said once per outage (it is retried ten times a second).
                     if failing.is_none() {
                         eprintln!("tandem server: cannot commit to the database: {e}; retrying, and answering nothing that needs it");
-                        failing = Some(std::time::Instant::now());
                     }
-                    carry = Some(merged);
+                    carry = Some((merged, failing.unwrap_or_else(std::time::Instant::now)));
                     std::thread::sleep(std::time::Duration::from_millis(100));
                 }
                 Ok(()) => {
-                    if let Some(since) = failing.take() {
+                    if let Some(since) = failing {
                         eprintln!(
                             "tandem server: the database takes commits again after {:.1} s; {records} record(s) caught up",
                             since.elapsed().as_secs_f64()
