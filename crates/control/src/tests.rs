@@ -243,6 +243,27 @@ fn steps_lay_out_tasks_with_disjoint_gpus() {
     assert_eq!(env["CUDA_VISIBLE_DEVICES"], "2,3");
     assert!(matches!(c.create_step(1, 2, 1, None, None, None, vec!["x".into()], StepSpec::default()), Err(Refused::Forbidden(_))));
     assert!(c.create_step(1, 1, 1, Some(3), None, None, vec!["x".into()], StepSpec::default()).is_err());
+    // A step's own settings, hostile or malformed, are refused with what is wrong.
+    assert!(matches!(
+        c.create_step(1, 1, 1, None, None, None, vec!["a\0b".into()], StepSpec::default()),
+        Err(Refused::Invalid(why)) if why.contains("NUL")
+    ));
+    let all: Vec<String> = c.job(1).unwrap().allocs.iter().map(|(n, _)| n.clone()).collect();
+    let mut bad = |spec: StepSpec| match c.create_step(1, 1, 1, None, None, None, vec!["x".into()], spec) {
+        Err(Refused::Invalid(why)) => why,
+        other => panic!("accepted: {other:?}"),
+    };
+    let env = |k: &str, v: &str| StepSpec { env: Some(vec![(k.into(), v.into())]), ..StepSpec::default() };
+    assert!(bad(env("A=B", "x")).contains("invalid environment variable name"));
+    assert!(bad(env("", "x")).contains("invalid environment variable name"));
+    assert!(bad(env("A", "x\0y")).contains("invalid environment variable name"));
+    assert!(bad(StepSpec { workdir: Some("relative".into()), ..StepSpec::default() }).contains("must be absolute"));
+    assert!(bad(StepSpec { output: Some("a\nb".into()), ..StepSpec::default() }).contains("invalid output"));
+    assert!(bad(StepSpec { name: Some(String::new()), ..StepSpec::default() }).contains("invalid name"));
+    assert!(bad(StepSpec { nodelist: vec!["elsewhere".into()], ..StepSpec::default() }).contains("not in this job's allocation"));
+    assert!(bad(StepSpec { exclude: all, ..StepSpec::default() }).contains("leave no node"));
+    let huge = StepSpec { env: Some((0..10_001).map(|i| (format!("V{i}"), String::new())).collect()), ..StepSpec::default() };
+    assert!(bad(huge).contains("too large"));
 }
 
 #[test]

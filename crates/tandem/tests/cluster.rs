@@ -85,6 +85,8 @@ fn srun_takes_the_callers_environment_directory_and_options() {
     assert!(acct.contains("|named\n") && acct.contains(&format!("{id}.0|bash\n")) && acct.contains(&format!("{id}.batch|batch")), "{acct}");
     assert!(out.contains("srun: error: --mpi=pmi2: not available") && out.contains("pmi2=1"), "{out}");
     assert!(out.contains("hosts=node1,node2, list=node[1-2]"), "{out}");
+    let o = c.run("scontrol", &["show", "hostnames", "node[1-"]);
+    assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("Invalid hostlist"));
     // Bad options are refused before anything is asked of the controller.
     let o = c.run("srun", &["--frobnicate", "true"]);
     assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("unrecognized option '--frobnicate'"));
