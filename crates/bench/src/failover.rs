@@ -119,6 +119,7 @@ pub fn run(a: FailoverArgs) -> Result<FailoverReport> {
         lease: None,
         config: None,
         proxy_port: Some(0),
+        hosts: None,
     })?;
     let proxy = cluster.proxy.clone().context("the proxy did not start")?;
     let t = Target::parse(&cluster.server)?;

@@ -64,6 +64,9 @@ enum Cmd {
         /// Start no inference proxy.
         #[arg(long)]
         no_proxy: bool,
+        /// Leave /etc/hosts alone: add no lines for the node names (node1 ...), print no notice.
+        #[arg(long)]
+        no_hosts: bool,
     },
     /// The controller daemon.
     Server {
@@ -305,7 +308,7 @@ fn main() -> std::process::ExitCode {
             ("tandem token", cli::token(kind, lifespan))
         }
         Cmd::Node { cmd: NodeCmd::Delete { nodes } } => ("tandem node", cli::delete_nodes(&nodes)),
-        Cmd::Up { agents, gpus_per_agent, cpus_per_agent, mem_per_agent, data, port, lease, config, proxy_port, no_proxy } => (
+        Cmd::Up { agents, gpus_per_agent, cpus_per_agent, mem_per_agent, data, port, lease, config, proxy_port, no_proxy, no_hosts } => (
             "tandem up",
             up::run(up::UpArgs {
                 agents,
@@ -317,6 +320,7 @@ fn main() -> std::process::ExitCode {
                 lease,
                 config,
                 proxy_port: (!no_proxy).then_some(proxy_port),
+                hosts: (!no_hosts).then(up::hosts::Hosts::system),
             })
             .map(|_| 0),
         ),

@@ -52,9 +52,12 @@ fn up(tag: &str) -> Up {
     let st = Command::new(bin()).arg("shims").arg(&shims).stdout(Stdio::null()).status().unwrap();
     assert!(st.success());
     let out = std::fs::File::create(dir.join("up.out")).unwrap();
+    // `--no-hosts`: the output is the same as root (which adds the node names to /etc/hosts,
+    // with a warning where another cluster's line is above) and as another user (told the
+    // lines to add); tests/up_hosts.rs checks the names.
     let child = Command::new(bin())
         .args(["up", "--agents", "2", "--cpus-per-agent", "4", "--mem-per-agent", "8G", "--gpus-per-agent", "h100:2"])
-        .args(["--port", "0", "--proxy-port", "0", "--data"])
+        .args(["--no-hosts", "--port", "0", "--proxy-port", "0", "--data"])
         .arg(&data)
         .stdout(out.try_clone().unwrap())
         .stderr(out)

@@ -5,8 +5,11 @@
 //! while the others keep running, as systemd would restart a daemon. [`start`] is shared with
 //! the benchmarks, which start clusters the same way.
 //!
-//! It only starts, watches and stops processes, and writes `DATA/env`: it links none of the
-//! daemons (it runs them as programs), so it depends on no other Tandem crate.
+//! It only starts, watches and stops processes, and writes `DATA/env` (and, as root, the node
+//! names' lines of `/etc/hosts`: [`hosts`]): it links none of the daemons (it runs them as
+//! programs), so it depends on no other Tandem crate.
+
+pub mod hosts;
 
 use anyhow::{Context, Result, bail};
 use std::path::{Path, PathBuf};
@@ -33,7 +36,13 @@ pub struct UpArgs {
     pub config: Option<PathBuf>,
     /// Inference proxy port on 127.0.0.1 (0: any free port; `None`: no proxy).
     pub proxy_port: Option<u16>,
+    /// Where to add the node names' lines (`/etc/hosts`: [`hosts::Hosts::system`]); `None`:
+    /// nowhere (`--no-hosts`).
+    pub hosts: Option<hosts::Hosts>,
 }
+
+/// Where every agent of a local cluster is reached, and what its node name resolves to.
+pub const NODE_ADDR: std::net::Ipv4Addr = std::net::Ipv4Addr::LOCALHOST;
 
 /// Child processes, stopped (SIGTERM, then SIGKILL after 5 s) when dropped.
 pub struct Kids(pub Vec<Child>);
@@ -115,6 +124,12 @@ pub struct LocalCluster {
     pub kids: Kids,
     /// How to restart each of `kids`, in the same order.
     daemons: Vec<Daemon>,
+    /// The node names' lines in the hosts file, removed when the cluster is dropped (after its
+    /// processes stopped); `None` where none were added.
+    pub hosts_block: Option<hosts::Block>,
+    /// What to tell the operator about the node names (they could not be added, or an earlier
+    /// line of the hosts file names one of them otherwise), one line each.
+    pub hosts_notes: Vec<String>,
 }
 
 impl LocalCluster {
@@ -162,9 +177,13 @@ impl LocalCluster {
     }
 }
 
-/// Runs the local cluster until SIGINT/SIGTERM.
+/// Runs the local cluster until SIGINT/SIGTERM/SIGHUP, then stops it and removes its lines from
+/// the hosts file.
 pub fn run(a: UpArgs) -> Result<()> {
     let agents = a.agents;
+    // Before the start, so that a Ctrl-C during it still stops the cluster and removes its
+    // lines from the hosts file (once it is up).
+    let mut signals = signal_hook();
     let mut c = start(a)?;
     let data = c.data.clone();
     let proxy_line = c.proxy.as_ref().map_or(String::new(), |p| format!(", the inference proxy on http://{p} (/s/SERVICE/...)"));
@@ -176,7 +195,9 @@ pub fn run(a: UpArgs) -> Result<()> {
     );
     println!("In another shell:\n  {}\n  (or: source {})", env_line.trim().replace('\n', "\n  "), c.env.display());
     println!("Logs: {}/*.log. Ctrl-C stops the cluster.", data.display());
-    let mut signals = signal_hook();
+    for line in &c.hosts_notes {
+        eprintln!("{line}");
+    }
     loop {
         if signals() {
             println!("stopping");
@@ -257,9 +278,20 @@ pub fn start(a: UpArgs) -> Result<LocalCluster> {
     if joins.len() != a.agents as usize {
         bail!("tandem token --join made {} tokens, not {}", joins.len(), a.agents);
     }
+    // The node names, for jobs (`MASTER_ADDR=$(scontrol show hostnames ... | head -1)`): all
+    // at 127.0.0.1, which each agent advertises too (jobs' MASTER_ADDR, its replicas'
+    // endpoints), so a name and MASTER_ADDR agree, a replica listening on 127.0.0.1 (where the
+    // agent probes it) is reached through the proxy, and every cluster on this machine writes
+    // the same addresses: two at once never disagree on what node1 is.
+    let names: Vec<(std::net::Ipv4Addr, String)> = (1..=a.agents).map(|i| (NODE_ADDR, format!("node{i}"))).collect();
+    let (hosts_block, hosts_notes) = match &a.hosts {
+        Some(h) => add_hosts(h, &data, &names)?,
+        None => (None, Vec::new()),
+    };
     let mut agent_pids = Vec::new();
     for i in 1..=a.agents {
         let name = format!("node{i}");
+        let node_addr = NODE_ADDR.to_string();
         let dir = data.join(&name);
         subdir(&dir)?;
         let join = dir.join("join-token");
@@ -269,7 +301,7 @@ pub fn start(a: UpArgs) -> Result<LocalCluster> {
                 (exe.clone(), addr.clone(), name.clone(), ctl_dir.clone(), a.gpus.clone(), a.cpus, a.memory.clone());
             move || {
                 let mut c = Command::new(&exe);
-                c.args(["agent", "--server", &format!("https://{addr}"), "--name", &name, "--join-token-file"])
+                c.args(["agent", "--server", &format!("https://{addr}"), "--name", &name, "--addr", &node_addr, "--join-token-file"])
                     .arg(&join)
                     .arg("--ca")
                     .arg(ctl_dir.join("ca.pem"))
@@ -357,7 +389,44 @@ pub fn start(a: UpArgs) -> Result<LocalCluster> {
         None => data.join("env"),
     };
     let server = format!("unix://{}", ctl_dir.join("tandem.sock").display());
-    Ok(LocalCluster { data, addr, server, proxy, env, agent_pids, kids, daemons })
+    Ok(LocalCluster { data, addr, server, proxy, env, agent_pids, kids, daemons, hosts_block, hosts_notes })
+}
+
+/// Adds the node names to the hosts file, marked with the data directory (a block left by a
+/// crashed run of the same directory is replaced), and writes them to `DATA/hosts` too. Where
+/// the file cannot be changed (not root), it returns a notice naming the lines to add instead,
+/// unless the file names them so already: the cluster runs either way, only the names do not
+/// resolve.
+fn add_hosts(h: &hosts::Hosts, data: &Path, names: &[(std::net::Ipv4Addr, String)]) -> Result<(Option<hosts::Block>, Vec<String>)> {
+    let lines: String = names.iter().map(|(a, n)| format!("{a}\t{n}\n")).collect();
+    let copy = data.join("hosts");
+    write_file(&copy, &lines, 0o644)?;
+    let id = data.display().to_string();
+    match h.add(&id, names) {
+        Ok((block, warnings)) => Ok((Some(block), warnings)),
+        Err(_) if h.resolves(names) => Ok((None, Vec::new())),
+        Err(e) => {
+            let listed = if names.len() <= 4 {
+                format!(" ({})", names.iter().map(|(a, n)| format!("{a} {n}")).collect::<Vec<_>>().join(", "))
+            } else {
+                String::new()
+            };
+            let range = match names {
+                [(_, one)] => one.clone(),
+                [(_, first), .., (_, last)] => format!("{first}..{last}"),
+                [] => String::new(),
+            };
+            let why = if nix::unistd::geteuid().is_root() { format!("{e:#}") } else { "not root".to_string() };
+            Ok((
+                None,
+                vec![format!(
+                    "tandem up: the node names {range} do not resolve for jobs: cannot write {} ({why}); add the lines of {}{listed} to it as root, or pass --no-hosts",
+                    h.path.display(),
+                    copy.display(),
+                )],
+            ))
+        }
+    }
 }
 
 /// A process's log, `DATA/NAME.log`: the caller's alone (0600), never through a link; emptied
@@ -505,7 +574,7 @@ pub fn write_file(path: &Path, text: &str, mode: u32) -> Result<()> {
     Ok(())
 }
 
-/// A poll for SIGINT/SIGTERM without a runtime: a thread waiting on a tokio signal.
+/// A poll for SIGINT/SIGTERM/SIGHUP without a runtime: a thread waiting on a tokio signal.
 fn signal_hook() -> impl FnMut() -> bool {
     let (tx, rx) = std::sync::mpsc::channel::<()>();
     std::thread::spawn(move || {
@@ -513,9 +582,12 @@ fn signal_hook() -> impl FnMut() -> bool {
         rt.block_on(async {
             let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("signal");
             let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt()).expect("signal");
+            // The terminal closed: stop as for Ctrl-C (the processes, and the hosts lines).
+            let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).expect("signal");
             tokio::select! {
                 _ = term.recv() => {}
                 _ = int.recv() => {}
+                _ = hup.recv() => {}
             }
         });
         let _ = tx.send(());
