@@ -417,14 +417,43 @@ pub(crate) fn launch(t: &Task, spool: &Path, tasks: &Tasks, cg: &Cgroups) -> Res
         None => None,
     };
     let user = (nix::unistd::geteuid().is_root() && t.uid != 0).then(|| exec::User::lookup(t.uid, t.gid));
+    // An srun step's streams that go to srun: pipes (or a terminal) and a PMI socket, made now.
+    let mut ends = match &t.io {
+        Some(io) => Some(crate::stepio::make(t, io, t.uid, t.gid).map_err(|e| LaunchError(format!("making the task's pipes: {e}")))?),
+        None => None,
+    };
+    let (mut out_file, mut err_file) = (Some(t.stdout.as_str()), Some(t.stderr.as_str()));
+    if let Some(io) = &t.io {
+        if io.pty {
+            // Task 0 has the terminal; the others' streams are discarded, as Slurm's.
+            (out_file, err_file) = if t.rank == 0 { (None, None) } else { (Some("/dev/null"), Some("/dev/null")) };
+        } else {
+            if io.stdout {
+                out_file = None;
+            }
+            if io.stderr {
+                err_file = None;
+            }
+        }
+    }
+    // exec opens `stdout` for both streams unless `stderr` differs; a stream that goes to srun
+    // is then replaced by its pipe.
+    let (so, se) = match (out_file, err_file) {
+        (Some(o), Some(e)) => (Some(o), (e != o).then_some(e)),
+        (Some(o), None) | (None, Some(o)) => (Some(o), None),
+        (None, None) => (None, None),
+    };
     let setup = exec::Setup {
         cgroup_procs: procs.as_ref(),
         user,
         workdir: Some(cstring("working directory", &t.workdir)?),
-        stdout: Some(cstring("output file", &t.stdout)?),
-        stderr: if t.stderr == t.stdout { None } else { Some(cstring("error file", &t.stderr)?) },
+        stdout: so.map(|p| cstring("output file", p)).transpose()?,
+        stderr: se.map(|p| cstring("error file", p)).transpose()?,
         truncate: t.truncate,
         keep: Some(exec::Keep { status: &status }),
+        stdio: ends.as_ref().map_or([None; 3], |e| e.stdio()),
+        pty: ends.as_ref().is_some_and(|e| e.pty),
+        inherit: ends.as_ref().and_then(|e| e.pmi_theirs.as_ref().map(std::os::fd::AsRawFd::as_raw_fd)),
     };
     let mut cmd = tokio::process::Command::new(&program);
     let mut report = exec::prepare(cmd.as_std_mut(), setup).map_err(|e| LaunchError(format!("preparing the launch: {e}")))?;
@@ -434,6 +463,9 @@ pub(crate) fn launch(t: &Task, spool: &Path, tasks: &Tasks, cg: &Cgroups) -> Res
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null());
+    if let Some(fd) = ends.as_ref().and_then(|e| e.pmi_theirs.as_ref()) {
+        cmd.env("PMI_FD", std::os::fd::AsRawFd::as_raw_fd(fd).to_string());
+    }
     match cmd.spawn() {
         Ok(child) => {
             // The task wrote its pid before it exec'd, and the spawn returns only after that.
@@ -447,6 +479,10 @@ pub(crate) fn launch(t: &Task, spool: &Path, tasks: &Tasks, cg: &Cgroups) -> Res
                 if let Ok(b) = serde_json::to_vec(&rec) {
                     let _ = write_new(&tasks.path(&key, "json"), &b, false);
                 }
+            }
+            if let (Some(mut e), Some(io)) = (ends.take(), t.io.clone()) {
+                e.started();
+                crate::stepio::relay(t, io, e);
             }
             Ok((Kept { pid, keeper: Keeper::Child(child), status: status_path }, cgroup))
         }

@@ -16,6 +16,7 @@ mod launch;
 mod node;
 mod replica;
 mod resources;
+mod stepio;
 
 use anyhow::{Context, Result};
 use std::path::PathBuf;

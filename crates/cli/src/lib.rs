@@ -12,13 +12,14 @@
 
 mod service;
 mod slurm;
+mod srun;
 
 use anyhow::{Context, Result};
 
 pub use service::{RolloutCmd, ServiceCmd};
 
 /// The Slurm commands, by the names they answer to (the links `tandem shims DIR` writes).
-pub const COMMANDS: [&str; 8] = ["sbatch", "squeue", "scancel", "sinfo", "sacct", "srun", "scontrol", "sprio"];
+pub const COMMANDS: [&str; 9] = ["sbatch", "squeue", "scancel", "sinfo", "sacct", "srun", "salloc", "scontrol", "sprio"];
 
 /// Runs the Slurm command `name` (one of [`COMMANDS`]) with its arguments (without the program
 /// name) and returns its exit code; `None` when `name` is no Slurm command.
@@ -30,6 +31,7 @@ pub fn slurm(name: &str, args: &[String]) -> Option<Result<i32>> {
         "sinfo" => slurm::sinfo(args),
         "sacct" => slurm::sacct(args),
         "srun" => slurm::srun(args),
+        "salloc" => srun::salloc(args),
         "scontrol" => slurm::scontrol(args),
         "sprio" => slurm::sprio(args),
         _ => return None,

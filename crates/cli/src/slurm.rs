@@ -755,10 +755,12 @@ pub(crate) fn srun(args: &[String]) -> Result<i32> {
         println!("MPI plugin types are...\n{}", slurmcli::MPI_TYPES.map(|t| format!("\t{t}")).join("\n"));
         return Ok(0);
     }
-    let job: u64 = std::env::var("SLURM_JOB_ID")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .context("not inside a job allocation (SLURM_JOB_ID is not set): submit with sbatch, then use srun in the script")?;
+    let t = Target::from_env()?;
+    // Outside an allocation srun makes one for its step, as Slurm's.
+    let (job, made) = match std::env::var("SLURM_JOB_ID").ok().and_then(|v| v.parse().ok()) {
+        Some(j) => (j, false),
+        None => (crate::srun::allocate(&t, "srun", &srun_allocation(&a), &[])?.0, true),
+    };
     // The tasks get this process's environment (after --export) and directory, as Slurm's.
     let cwd = std::env::current_dir().context("current directory")?.display().to_string();
     let workdir = match &a.chdir {
@@ -778,21 +780,41 @@ pub(crate) fn srun(args: &[String]) -> Result<i32> {
         name: a.name.clone(),
         nodelist: a.nodelist.clone(),
         exclude: a.exclude.clone(),
+        io: None,
     };
-    let (nodes, ntasks, per_node, argv) = (a.nodes, a.ntasks, a.ntasks_per_node, a.argv);
-    let t = Target::from_env()?;
-    let rt = runtime()?;
-    let req = StepRequest { nodes, ntasks, ntasks_per_node: per_node, argv, spec };
-    let step: StepResponse = rt.block_on(send(&t, "POST", &format!("/v1/jobs/{job}/steps"), Some(&req), &[]))?.json()?;
-    let id = step.step.to_string();
-    loop {
-        let j: JobInfo = rt.block_on(send(&t, "GET", &format!("/v1/jobs/{job}"), None::<&()>, &[]))?.json()?;
-        match j.steps.iter().find(|s| s.id == id) {
-            Some(s) if s.done => return Ok(s.exit_code.clamp(0, 255)),
-            Some(_) if j.state == "RUNNING" => std::thread::sleep(std::time::Duration::from_millis(100)),
-            _ => bail!("job {job} ended before step {id} finished"),
-        }
+    let req = StepRequest { nodes: a.nodes, ntasks: a.ntasks, ntasks_per_node: a.ntasks_per_node, argv: a.argv.clone(), spec };
+    let code = crate::srun::run_step(&t, job, req, &a);
+    if made {
+        crate::srun::complete(&t, "srun", job, *code.as_ref().unwrap_or(&1));
     }
+    code
+}
+
+/// The sbatch options of the job that `srun` outside an allocation makes.
+fn srun_allocation(a: &slurmcli::SrunSpec) -> Vec<String> {
+    let mut v = a.allocation.clone();
+    if let Some(n) = a.nodes {
+        v.push(format!("--nodes={n}"));
+    }
+    if let Some(n) = a.ntasks {
+        v.push(format!("--ntasks={n}"));
+    }
+    if let Some(n) = a.ntasks_per_node {
+        v.push(format!("--ntasks-per-node={n}"));
+    }
+    if let Some(n) = &a.name {
+        v.push(format!("--job-name={n}"));
+    }
+    if !a.nodelist.is_empty() {
+        v.push(format!("--nodelist={}", slurmcli::compress(&a.nodelist)));
+    }
+    if !a.exclude.is_empty() {
+        v.push(format!("--exclude={}", slurmcli::compress(&a.exclude)));
+    }
+    if a.name.is_none() {
+        v.push(format!("--job-name={}", a.argv.first().map_or("srun", |c| c.rsplit('/').next().unwrap_or(c))));
+    }
+    v
 }
 
 /// `sprio`.

@@ -10,6 +10,8 @@
 //! anything about jobs or nodes. It returns typed errors ([`Error`]), whose causes are their
 //! `source`: print them with the chain (anyhow's `{:#}`), as the callers do.
 
+pub mod stepio;
+
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::Request;

@@ -31,8 +31,8 @@ pub use pass::Pass;
 pub use service::{Service, ServiceSpec};
 pub use services::{Endpoint, EndpointView, ProxyServiceStats, ServiceEndpoints, replica_id};
 pub use types::{
-    ArrayInfo, ArrayRecord, BATCH_STEP, Job, JobSpec, NodeRec, Order, ReplicaInfo, ReplicaReport, ReplicaTask, Step, StepSpec, Task,
-    TaskExit, TaskKey,
+    ArrayInfo, ArrayRecord, BATCH_STEP, Job, JobSpec, NodeRec, Order, ReplicaInfo, ReplicaReport, ReplicaTask, StdinTo, Step, StepIo,
+    StepSpec, Task, TaskExit, TaskKey,
 };
 
 use model::{ClusterConfig, DepKind, DepStatus, JobEvent, JobId, JobState, Node, NodeEvent, NodeState, PendingReason, Time};
@@ -670,6 +670,52 @@ impl Controller {
         }
     }
 
+    /// Sends `signal` to the tasks of one step of a running job (`srun` passing on a signal or
+    /// a Ctrl-C, `scancel --signal=N J.S`; SIGKILL ends the step: `scancel J.S`).
+    pub fn signal_step(&mut self, uid: u32, id: u64, step: u32, signal: i32) -> Result<(), Refused> {
+        let j = self.owned(uid, id)?;
+        if j.state != JobState::Running {
+            return Err(Refused::Conflict(format!("job {id} is not running")));
+        }
+        if !(1..=64).contains(&signal) {
+            return Err(Refused::Invalid(format!("invalid signal {signal}")));
+        }
+        let Some(st) = j.steps.iter().find(|s| s.id == step) else {
+            return Err(Refused::NotFound(format!("invalid job step specified: {id}.{step}")));
+        };
+        if st.end.is_some() {
+            return Err(Refused::Conflict(format!("job step {id}.{step} has already finished")));
+        }
+        let (epoch, nodes) = (j.epoch, st.layout.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>());
+        for n in nodes {
+            self.order(&n, Order::Signal { job: id, epoch, signal, batch_only: false, step: Some(step) });
+        }
+        Ok(())
+    }
+
+    /// Ends an allocation (`salloc`'s command exited with `code`): its placeholder and any
+    /// step still running are stopped, and the job ends COMPLETED (or FAILED) with `code`.
+    pub fn complete(&mut self, uid: u32, id: u64, code: i32) -> Result<(), Refused> {
+        let j = self.owned(uid, id)?;
+        if !j.spec.interactive {
+            return Err(Refused::Invalid(format!("job {id} is a batch job: its script's end completes it")));
+        }
+        if j.state != JobState::Running {
+            return Err(Refused::Conflict(format!("job {id} is not running")));
+        }
+        if !(0..=255).contains(&code) {
+            return Err(Refused::Invalid(format!("invalid exit code {code}: 0 to 255")));
+        }
+        let j = self.jobs.get_mut(&id).expect("checked");
+        j.completed = Some(code);
+        let (epoch, nodes) = (j.epoch, j.allocs.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>());
+        self.dirty_jobs.insert(id);
+        for n in nodes {
+            self.order(&n, Order::Kill { job: id, epoch });
+        }
+        Ok(())
+    }
+
     /// Holds a pending job (`scontrol hold`).
     pub fn hold(&mut self, uid: u32, id: u64, hold: bool) -> Result<(), Refused> {
         if self.owned(uid, id)?.state != JobState::Pending {
@@ -1146,6 +1192,16 @@ impl Controller {
         j.exit_code = e.code;
         j.exit_signal = e.signal;
         j.end = Some(now);
+        if let Some(c) = j.completed.filter(|_| !j.cancelling && j.timeout_at.is_none()) {
+            // An allocation its owner completed: its placeholder's kill is not the job's end.
+            (j.exit_code, j.exit_signal) = (Some(c), None);
+            j.state = j.state.step(JobEvent::Exit(c)).expect("a running job can end");
+            let usage = self.job_usage(e.job);
+            let acct = self.jobs[&e.job].req.account.clone();
+            self.fairshare.accrue(&acct, usage);
+            self.release(e.job);
+            return;
+        }
         if let Some(r) = &mut j.replica {
             // A replica's process ends only when told to (its agent restarts it otherwise), or
             // when its agent fenced: either way this replica is over.
@@ -1533,9 +1589,22 @@ impl Controller {
             task: rank,
             node_index: node_index as u32,
         };
-        let stdout = abs(slurmcli::expand_pattern_at(&out_pat, &at));
-        let stderr = abs(slurmcli::expand_pattern_at(&err_pat, &at));
+        let (stdout, stderr) = if step == BATCH_STEP && j.spec.interactive {
+            ("/dev/null".to_string(), "/dev/null".to_string())
+        } else {
+            (abs(slurmcli::expand_pattern_at(&out_pat, &at)), abs(slurmcli::expand_pattern_at(&err_pat, &at)))
+        };
         let mem_limit = j.allocs.get(node_index).map_or(0, |(_, a)| a.memory);
+        let io = st.and_then(|s| s.io.clone());
+        if io.as_ref().is_some_and(|io| io.pmi) {
+            // PMI-1 and PMI-2 clients (MPICH's) read these; the agent adds PMI_FD.
+            let size: u32 = tasks_per_node.iter().sum();
+            env.retain(|(k, _)| !k.starts_with("PMI_"));
+            env.push(("PMI_RANK".into(), rank.to_string()));
+            env.push(("PMI_SIZE".into(), size.to_string()));
+            env.push(("PMI_JOBID".into(), format!("{id}.{step}")));
+            env.push(("PMI_APPNUM".into(), "0".into()));
+        }
         let replica = self.replica_task(j);
         if let Some(r) = &replica {
             env.push(("TANDEM_SERVICE".into(), r.service.clone()));
@@ -1546,8 +1615,13 @@ impl Controller {
             epoch: j.epoch,
             step,
             rank,
-            script: (step == BATCH_STEP && replica.is_none()).then(|| j.spec.script.clone()),
-            argv: if step == BATCH_STEP { j.spec.script_args.clone() } else { argv },
+            script: (step == BATCH_STEP && replica.is_none() && !j.spec.interactive).then(|| j.spec.script.clone()),
+            // An allocation's placeholder: it holds the job's place until completed.
+            argv: match step {
+                BATCH_STEP if j.spec.interactive => vec!["sleep".into(), "infinity".into()],
+                BATCH_STEP => j.spec.script_args.clone(),
+                _ => argv,
+            },
             env,
             workdir,
             stdout,
@@ -1564,6 +1638,7 @@ impl Controller {
             gpus: gpus.unwrap_or(node_gpus),
             mem_limit,
             replica,
+            io,
         }
     }
 
@@ -1625,6 +1700,11 @@ impl Controller {
         let total = ntasks.unwrap_or(per_node * n_nodes);
         if total == 0 || total > per_node.saturating_mul(n_nodes) || per_node > 10_000 {
             return Err(Refused::Invalid(format!("cannot lay out {total} tasks on {n_nodes} nodes with {per_node} per node")));
+        }
+        if let Some(StepIo { stdin: StdinTo::Rank(r), .. }) = &spec.io
+            && *r >= total
+        {
+            return Err(Refused::Invalid(format!("--input={r}: the step has tasks 0-{}", total - 1)));
         }
         let step_id = j.steps.iter().filter(|s| s.id != BATCH_STEP).map(|s| s.id + 1).max().unwrap_or(0);
         let mut layout = Vec::new();

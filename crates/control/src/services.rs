@@ -508,6 +508,7 @@ impl Controller {
             append: true,
             requeue: false,
             signal: None,
+            interactive: false,
             uid: svc.uid,
             gid: svc.gid,
         };

@@ -15,6 +15,7 @@ pub(super) fn spec(uid: u32) -> JobSpec {
         append: true,
         requeue: true,
         signal: None,
+        interactive: false,
         uid,
         gid: uid,
     }

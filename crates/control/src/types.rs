@@ -38,6 +38,10 @@ pub struct JobSpec {
     pub requeue: bool,
     /// `--signal`: signal number, seconds before the limit, batch shell only.
     pub signal: Option<(i32, Time, bool)>,
+    /// An allocation (`salloc`, `srun` outside one): nothing runs but a placeholder that
+    /// holds the nodes until its owner completes it (or cancels it, or its limit comes).
+    #[serde(default)]
+    pub interactive: bool,
     /// Submitting user's uid and gid.
     pub uid: u32,
     /// Primary group.
@@ -60,6 +64,7 @@ impl JobSpec {
             append: true,
             requeue: true,
             signal: None,
+            interactive: false,
             uid: 0,
             gid: 0,
         }
@@ -144,6 +149,61 @@ pub struct StepSpec {
     /// Nodes it may not use (`-x`).
     #[serde(default)]
     pub exclude: Vec<String>,
+    /// The tasks' standard streams (and PMI) go to `srun` over its own connection; `None`:
+    /// the files above.
+    #[serde(default)]
+    pub io: Option<StepIo>,
+}
+
+/// Where a step's tasks connect for their I/O: `srun` listens, each task's agent connects
+/// over TLS to exactly the certificate given here and proves itself with the step's key (the
+/// two secrets travel only over the users' and the agents' authenticated connections to the
+/// controller, and are never shown).
+#[derive(Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StepIo {
+    /// `host:port` that `srun` listens on.
+    pub addr: String,
+    /// `srun`'s certificate (PEM), the only one the agents accept there.
+    pub cert: String,
+    /// The step's key (64 hex digits), which the agents present.
+    pub key: String,
+    /// Whose standard input is `srun`'s: every task, one (`--input=N`) or none.
+    #[serde(default)]
+    pub stdin: StdinTo,
+    /// Standard output goes to `srun` (else to `output`).
+    #[serde(default)]
+    pub stdout: bool,
+    /// Standard error goes to `srun` (else to `error`).
+    #[serde(default)]
+    pub stderr: bool,
+    /// `--pty`: task 0 runs on a pseudo-terminal (the others' streams are discarded).
+    #[serde(default)]
+    pub pty: bool,
+    /// `--pty`: the terminal's size when the step starts (rows, columns).
+    #[serde(default)]
+    pub winsize: Option<(u16, u16)>,
+    /// `--mpi=pmi2` (or PMI-1): each task gets a PMI socket (`PMI_FD`), tunnelled to `srun`.
+    #[serde(default)]
+    pub pmi: bool,
+}
+
+impl std::fmt::Debug for StepIo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StepIo").field("addr", &self.addr).field("stdin", &self.stdin).field("pty", &self.pty).finish_non_exhaustive()
+    }
+}
+
+/// Which tasks read `srun`'s standard input (`--input`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum StdinTo {
+    /// Every task (Slurm's default).
+    #[default]
+    All,
+    /// Only this task.
+    Rank(u32),
+    /// None: they read `/dev/null`.
+    Null,
 }
 
 impl StepSpec {
@@ -167,6 +227,17 @@ impl StepSpec {
         }
         if self.workdir.as_ref().is_some_and(|d| !d.starts_with('/')) {
             return Err("the working directory must be absolute".into());
+        }
+        if let Some(io) = &self.io {
+            if io.addr.parse::<core::net::SocketAddr>().is_err() {
+                return Err(format!("invalid I/O address {:?}: want IP:PORT", io.addr));
+            }
+            if io.key.len() != 64 || !io.key.bytes().all(|b| b.is_ascii_hexdigit()) {
+                return Err("invalid step key: want 64 hex digits".into());
+            }
+            if io.cert.len() > 16 << 10 || !io.cert.starts_with("-----BEGIN CERTIFICATE-----") {
+                return Err("invalid I/O certificate: want one PEM certificate of at most 16 KiB".into());
+            }
         }
         Ok(())
     }
@@ -229,6 +300,10 @@ pub struct Job {
     /// For a service replica: its service and serving state.
     #[serde(default)]
     pub replica: Option<ReplicaInfo>,
+    /// An allocation its owner completed with this exit code (`salloc`'s command's): its
+    /// placeholder is being stopped, and the job ends with this code.
+    #[serde(default)]
+    pub completed: Option<i32>,
 }
 
 impl Job {
@@ -258,6 +333,7 @@ impl Job {
             preempt_at: None,
             requeueing: false,
             confirmed: false,
+            completed: None,
             replica: None,
         }
     }
@@ -410,6 +486,10 @@ pub struct Task {
     /// For a service replica: probes and stop settings (the agent picks its port).
     #[serde(default)]
     pub replica: Option<ReplicaTask>,
+    /// An `srun` step's task whose streams go to `srun` (`stdout`/`stderr` above then name
+    /// the files of the streams that do not).
+    #[serde(default)]
+    pub io: Option<StepIo>,
 }
 
 /// What the controller asks of an agent.

@@ -73,6 +73,14 @@ pub struct Setup<'a> {
     /// and waits for it, so that the task's end is recorded even when the agent that started
     /// it has died meanwhile. Without it, the spawned process is the task.
     pub keep: Option<Keep<'a>>,
+    /// Descriptors (the caller's, close-on-exec) that become the task's standard input,
+    /// output and error, after the files above (so one given here wins over its file).
+    pub stdio: [Option<std::os::fd::RawFd>; 3],
+    /// `stdio` is a pseudo-terminal's follower: the task leads a session of its own (not just a
+    /// process group) with it as its controlling terminal.
+    pub pty: bool,
+    /// A descriptor the task keeps open across exec, at the same number (its PMI socket).
+    pub inherit: Option<std::os::fd::RawFd>,
 }
 
 /// How a task is kept ([`Setup::keep`]).
@@ -379,6 +387,7 @@ pub fn prepare(cmd: &mut Command, setup: Setup) -> std::io::Result<Report> {
     let fd = setup.cgroup_procs.map(AsRawFd::as_raw_fd);
     let user = setup.user.map(|u| (u.uid, u.gid, u.groups.into_iter().map(nix::unistd::Gid::from_raw).collect::<Vec<_>>()));
     let (workdir, stdout, stderr, truncate) = (setup.workdir, setup.stdout, setup.stderr, setup.truncate);
+    let (stdio, pty, inherit) = (setup.stdio, setup.pty, setup.inherit);
     let keep = setup.keep.map(|k| k.status.as_raw_fd());
     let hook = move || -> std::io::Result<()> {
         // SAFETY: `report_fd` is the write end of a pipe that the returned `Report` keeps open
@@ -402,7 +411,13 @@ pub fn prepare(cmd: &mut Command, setup: Setup) -> std::io::Result<Report> {
                 nix::unistd::ForkResult::Parent { child } => keeper(child, fd),
                 nix::unistd::ForkResult::Child => {
                     put(fd, &status_line(b"task", i64::from(nix::unistd::getpid().as_raw())), TASK_AT);
-                    nix::unistd::setpgid(nix::unistd::Pid::from_raw(0), nix::unistd::Pid::from_raw(0)).map_err(|e| fail(Stage::Keep, e))?;
+                    if pty {
+                        // Its own session (and so its own process group, as without a terminal).
+                        nix::unistd::setsid().map_err(|e| fail(Stage::Keep, e))?;
+                    } else {
+                        nix::unistd::setpgid(nix::unistd::Pid::from_raw(0), nix::unistd::Pid::from_raw(0))
+                            .map_err(|e| fail(Stage::Keep, e))?;
+                    }
                 }
             }
         }
@@ -432,11 +447,34 @@ pub fn prepare(cmd: &mut Command, setup: Setup) -> std::io::Result<Report> {
                 None => nix::unistd::dup2_stderr(&out).map_err(|e| fail(Stage::Stderr, e))?,
             }
         }
+        for (target, from) in stdio.iter().enumerate() {
+            if let Some(from) = *from {
+                // SAFETY: dup2 onto 0, 1 or 2 from the caller's descriptor, open until the spawn.
+                #[allow(unsafe_code)]
+                if unsafe { nix::libc::dup2(from, target as i32) } < 0 {
+                    return Err(fail(Stage::Stdout, nix::Error::last()));
+                }
+            }
+        }
+        if pty {
+            // SAFETY: TIOCSCTTY takes an int argument; fd 0 is the terminal just set up.
+            #[allow(unsafe_code)]
+            if unsafe { nix::libc::ioctl(0, nix::libc::TIOCSCTTY, 0) } < 0 {
+                return Err(fail(Stage::Stdout, nix::Error::last()));
+            }
+        }
+        if let Some(fd) = inherit {
+            // SAFETY: F_SETFD on a descriptor of the caller's, open until the spawn.
+            #[allow(unsafe_code)]
+            if unsafe { nix::libc::fcntl(fd, nix::libc::F_SETFD, 0) } < 0 {
+                return Err(fail(Stage::Stdout, nix::Error::last()));
+            }
+        }
         Ok(())
     };
     // SAFETY: the hook runs in the forked child, where only async-signal-safe calls are allowed:
     // it makes only the system calls signal, setsid, fork, pwrite, setpgid, write, setgroups, setgid,
-    // setuid, chdir, umask, open, dup2 and close (and, in a keeper, close_range, signal,
+    // setuid, chdir, umask, open, dup2, ioctl, fcntl and close (and, in a keeper, close_range, signal,
     // prctl, waitpid, kill, clock_gettime, pread, nanosleep, fdatasync and _exit), on memory prepared before the fork, and allocates nothing.
     #[allow(unsafe_code)]
     unsafe {
@@ -458,6 +496,25 @@ fn open_append(path: &CStr, truncate: bool) -> nix::Result<OwnedFd> {
     let fd = nix::fcntl::open(path, flags, nix::sys::stat::Mode::from_bits_truncate(0o644))?;
     fcntl(&fd, FcntlArg::F_SETFL(OFlag::O_WRONLY | OFlag::O_APPEND))?;
     Ok(fd)
+}
+
+/// Sets a terminal's window size (`TIOCSWINSZ`, which also sends SIGWINCH to its foreground
+/// process group).
+pub fn set_winsize(fd: std::os::fd::BorrowedFd<'_>, rows: u16, cols: u16) -> std::io::Result<()> {
+    let ws = nix::libc::winsize { ws_row: rows, ws_col: cols, ws_xpixel: 0, ws_ypixel: 0 };
+    // SAFETY: TIOCSWINSZ reads one winsize from the pointer, which lives on the stack.
+    #[allow(unsafe_code)]
+    let r = unsafe { nix::libc::ioctl(fd.as_raw_fd(), nix::libc::TIOCSWINSZ, &ws) };
+    if r < 0 { Err(std::io::Error::last_os_error()) } else { Ok(()) }
+}
+
+/// A terminal's window size (rows, columns), `None` if `fd` is no terminal.
+pub fn winsize(fd: std::os::fd::BorrowedFd<'_>) -> Option<(u16, u16)> {
+    let mut ws = nix::libc::winsize { ws_row: 0, ws_col: 0, ws_xpixel: 0, ws_ypixel: 0 };
+    // SAFETY: TIOCGWINSZ writes one winsize through the pointer, which lives on the stack.
+    #[allow(unsafe_code)]
+    let r = unsafe { nix::libc::ioctl(fd.as_raw_fd(), nix::libc::TIOCGWINSZ, &mut ws) };
+    (r == 0).then_some((ws.ws_row, ws.ws_col))
 }
 
 /// Makes a closed output pipe end this process quietly, as it does a C program (`squeue |

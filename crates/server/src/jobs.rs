@@ -140,8 +140,9 @@ async fn submit(
         output: b.output.clone().unwrap_or_else(|| "slurm-%j.out".into()),
         error: b.error.clone(),
         append: b.open_append.unwrap_or(false),
-        requeue: b.requeue.unwrap_or(true),
+        requeue: b.requeue.unwrap_or(!b.interactive),
         signal: b.signal.map(|s| (s.number, s.before, s.batch_only)),
+        interactive: b.interactive,
         uid,
         gid: primary_gid(uid),
     };
@@ -281,6 +282,8 @@ async fn get_job(
 #[derive(Deserialize)]
 struct CancelQuery {
     signal: Option<i32>,
+    /// One step only (with `signal`; without it, SIGKILL).
+    step: Option<u32>,
 }
 
 async fn cancel(
@@ -294,7 +297,11 @@ async fn cancel(
     let id = or_reply!(path(id));
     let q = or_reply!(query(q));
     let t = now();
-    match app.with(|c| c.cancel(t, uid, id, q.signal)).await {
+    let done = match q.step {
+        Some(step) => app.with(|c| c.signal_step(uid, id, step, q.signal.unwrap_or(9))).await,
+        None => app.with(|c| c.cancel(t, uid, id, q.signal)).await,
+    };
+    match done {
         Ok(Ok(())) => {
             app.wake_nodes();
             app.wake.notify_one();
@@ -309,6 +316,8 @@ async fn cancel(
 struct Action {
     action: String,
     time_limit: Option<i64>,
+    /// `complete`: the allocation's exit code.
+    exit_code: Option<i32>,
 }
 
 async fn job_action(
@@ -326,11 +335,12 @@ async fn job_action(
             "hold" => c.hold(uid, id, true),
             "release" => c.hold(uid, id, false),
             "requeue" => c.requeue(uid, id),
+            "complete" => c.complete(uid, id, a.exit_code.unwrap_or(0)),
             "update" => match a.time_limit {
                 Some(t) => c.set_time_limit(uid, id, t),
                 None => Err(Refused::Invalid("update needs time_limit".into())),
             },
-            other => Err(Refused::Invalid(format!("unknown action {other:?} (hold, release, requeue, update)"))),
+            other => Err(Refused::Invalid(format!("unknown action {other:?} (hold, release, requeue, update, complete)"))),
         })
         .await;
     match r {
@@ -355,10 +365,15 @@ async fn create_step(
     let id = or_reply!(path(id));
     let s = or_reply!(json_body(body));
     let t = now();
-    match app.with(|c| c.create_step(t, uid, id, s.nodes, s.ntasks, s.ntasks_per_node, s.argv, s.spec)).await {
-        Ok(Ok(step)) => {
+    let made = app.with(|c| {
+        let step = c.create_step(t, uid, id, s.nodes, s.ntasks, s.ntasks_per_node, s.argv, s.spec)?;
+        let layout = c.job(id).and_then(|j| j.steps.iter().find(|x| x.id == step)).map(|x| x.layout.clone()).unwrap_or_default();
+        Ok((step, layout))
+    });
+    match made.await {
+        Ok(Ok((step, layout))) => {
             app.wake_nodes();
-            Json(StepResponse { step }).into_response()
+            Json(StepResponse { step, layout }).into_response()
         }
         Ok(Err(e)) => refused(e),
         Err(r) => r,

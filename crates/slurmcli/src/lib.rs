@@ -18,8 +18,8 @@ pub use formats::{
     parse_memory, parse_signal, parse_time, signal_number,
 };
 pub use hostlist::{MAX_HOST_NAME, compress, expand};
-pub use options::{BatchSpec, PatternAt, STDIN, expand_pattern, expand_pattern_at, parse_sbatch};
-pub use srun::{MPI_TYPES, SrunSpec, parse_srun};
+pub use options::{BatchSpec, PatternAt, STDIN, expand_pattern, expand_pattern_at, options_end, parse_sbatch};
+pub use srun::{Input, MPI_TYPES, SrunSpec, parse_srun};
 
 /// A user error in a command line, script or value. The message says what to fix.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

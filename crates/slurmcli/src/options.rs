@@ -85,6 +85,9 @@ pub struct BatchSpec {
     /// `-W`/`--wait`: `sbatch` returns when the job ends, with its exit code.
     #[serde(default)]
     pub wait: bool,
+    /// An allocation for `salloc` or `srun` (no script runs).
+    #[serde(default)]
+    pub interactive: bool,
     /// `--wckey` (recorded).
     #[serde(default)]
     pub wckey: Option<String>,
@@ -497,6 +500,12 @@ fn base_name(p: &str) -> &str {
 /// What `parse_sbatch` asks `read_script` for when the script comes on standard input (no
 /// script file, no `--wrap`).
 pub const STDIN: &str = "";
+
+/// Where `sbatch`'s (and `salloc`'s) options end: the index of the first word that is not
+/// one (the script, or `salloc`'s command), `argv.len()` if none.
+pub fn options_end(argv: &[String]) -> Result<usize, Invalid> {
+    Ok(pairs(argv, true)?.1)
+}
 
 /// Parses `sbatch` arguments. The first word that is not an option is the script path; the
 /// words after it are the script's arguments; with neither it nor `--wrap` the script is read

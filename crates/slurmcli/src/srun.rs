@@ -38,12 +38,41 @@ pub struct SrunSpec {
     pub mpi_list: bool,
     /// `--cpu-bind`, `--distribution` as given (recorded, not applied).
     pub recorded: Vec<(String, String)>,
+    /// `-l`: each line of output starts with its task's rank.
+    pub label: bool,
+    /// `-u`: output is passed on as it comes, not a line at a time.
+    pub unbuffered: bool,
+    /// `-i/--input`: who reads srun's standard input.
+    pub input: Input,
+    /// `--pty`: task 0 runs on a pseudo-terminal.
+    pub pty: bool,
+    /// `--mpi=pmi2`: a PMI-2 (and PMI-1) server for the tasks.
+    pub pmi: bool,
+    /// The options that shape an allocation, as given, for `srun` outside one (its job gets
+    /// them as `sbatch` would: `-p`, `-A`, `-q`, `-t`, `--mem`, `--mem-per-cpu`, `--gpus`,
+    /// `--gpus-per-node`, `--gpus-per-task`, `-c`, `--exclusive`); inside an allocation a step
+    /// shares its job's.
+    pub allocation: Vec<String>,
     /// The command and its arguments.
     pub argv: Vec<String>,
 }
 
-/// The MPI types `--mpi` takes.
-pub const MPI_TYPES: [&str; 1] = ["none"];
+/// Where `srun`'s standard input goes (`--input`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Input {
+    /// Every task (`all`, the default).
+    #[default]
+    All,
+    /// One task, by rank.
+    Task(u32),
+    /// No task (`none`): they read `/dev/null`.
+    Null,
+    /// Every task reads this file, which `srun` opens.
+    File(String),
+}
+
+/// The MPI types `--mpi` takes (`pmi2` serves PMI-1 clients too, as Slurm's).
+pub const MPI_TYPES: [&str; 2] = ["none", "pmi2"];
 
 /// srun's options (the long name, the letter, whether it takes a value).
 const OPTS: &[Opt] = &[
@@ -72,6 +101,15 @@ const OPTS: &[Opt] = &[
     Opt { long: "time", short: Some('t'), arg: Arg::Required },
     Opt { long: "verbose", short: Some('v'), arg: Arg::None },
     Opt { long: "quiet", short: Some('Q'), arg: Arg::None },
+    Opt { long: "pty", short: None, arg: Arg::None },
+    Opt { long: "partition", short: Some('p'), arg: Arg::Required },
+    Opt { long: "account", short: Some('A'), arg: Arg::Required },
+    Opt { long: "qos", short: Some('q'), arg: Arg::Required },
+    Opt { long: "mem", short: None, arg: Arg::Required },
+    Opt { long: "mem-per-cpu", short: None, arg: Arg::Required },
+    Opt { long: "gpus", short: Some('G'), arg: Arg::Required },
+    Opt { long: "gpus-per-node", short: None, arg: Arg::Required },
+    Opt { long: "gpus-per-task", short: None, arg: Arg::Required },
 ];
 
 /// A value that must be there and be plain text.
@@ -97,15 +135,20 @@ pub fn parse_srun(args: &[String]) -> Result<SrunSpec, Invalid> {
             }
             "ntasks" => s.ntasks = Some(count(&v(), "number of tasks", MAX)?),
             "ntasks-per-node" => s.ntasks_per_node = Some(count(&v(), "--ntasks-per-node", MAX)?),
-            "cpus-per-task" => s.cpus_per_task = Some(count(&v(), "--cpus-per-task", MAX)?),
+            "cpus-per-task" => {
+                s.cpus_per_task = Some(count(&v(), "--cpus-per-task", MAX)?);
+                s.allocation.push(format!("--cpus-per-task={}", v()));
+            }
             "job-name" => s.name = Some(nonempty(&v(), "job name")?),
             "output" => s.output = Some(nonempty(&v(), "--output")?),
             "error" => s.error = Some(nonempty(&v(), "--error")?),
             "input" => {
-                if !matches!(v().as_str(), "none" | "/dev/null") {
-                    return Err(Invalid::new(
-                        "--input: only --input=none (or /dev/null) for now; tasks get no standard input from srun yet",
-                    ));
+                let v = nonempty(&v(), "--input")?;
+                s.input = match v.as_str() {
+                    "all" => Input::All,
+                    "none" | "/dev/null" => Input::Null,
+                    n if n.bytes().all(|b| b.is_ascii_digit()) => Input::Task(count0(n, "--input task", MAX)?),
+                    _ => Input::File(v),
                 }
             }
             "open-mode" => {
@@ -123,7 +166,15 @@ pub fn parse_srun(args: &[String]) -> Result<SrunSpec, Invalid> {
             }
             "mpi" => match v().as_str() {
                 "list" => s.mpi_list = true,
-                "none" => {}
+                "none" => s.pmi = false,
+                "pmi2" => s.pmi = true,
+                "pmix" | "pmix_v3" | "pmix_v4" | "pmix_v5" => {
+                    return Err(Invalid::new(format!(
+                        "--mpi={}: PMIx is not available; MPI types: {} (OpenMPI: mpirun inside an allocation, or its PMI-2 support; MPICH: --mpi=pmi2)",
+                        v(),
+                        MPI_TYPES.join(", ")
+                    )));
+                }
                 other => {
                     return Err(Invalid::new(format!(
                         "--mpi={other}: not available; MPI types: {} (OpenMPI's mpirun inside an allocation launches over srun)",
@@ -131,9 +182,9 @@ pub fn parse_srun(args: &[String]) -> Result<SrunSpec, Invalid> {
                     )));
                 }
             },
-            "label" => {
-                return Err(Invalid::new("-l/--label is not available yet: tasks write to the output files directly, not through srun"));
-            }
+            "label" => s.label = true,
+            "unbuffered" => s.unbuffered = true,
+            "pty" => s.pty = true,
             "export" => s.export = Some(nonempty(&v(), "--export")?),
             "chdir" => s.chdir = Some(nonempty(&v(), "--chdir")?),
             "nodelist" => s.nodelist = expand(&v(), 100_000).map_err(|e| Invalid::new(format!("invalid --nodelist: {}", e.0)))?,
@@ -141,9 +192,13 @@ pub fn parse_srun(args: &[String]) -> Result<SrunSpec, Invalid> {
             "cpu-bind" | "distribution" => s.recorded.push((opt.long.to_string(), nonempty(&v(), opt.long)?)),
             "time" => {
                 crate::formats::parse_time(&v())?;
+                s.allocation.push(format!("--time={}", v()));
+            }
+            "partition" | "account" | "qos" | "mem" | "mem-per-cpu" | "gpus" | "gpus-per-node" | "gpus-per-task" => {
+                s.allocation.push(format!("--{}={}", opt.long, nonempty(&v(), opt.long)?));
             }
             // A step shares its job's allocation; what these change does not arise.
-            "exclusive" | "overlap" | "whole" | "unbuffered" | "verbose" | "quiet" => {}
+            "exclusive" | "overlap" | "whole" | "verbose" | "quiet" => {}
             _ => unreachable!("every option in OPTS is handled"),
         }
     }
@@ -151,6 +206,14 @@ pub fn parse_srun(args: &[String]) -> Result<SrunSpec, Invalid> {
         return Err(Invalid::new("no command given"));
     }
     Ok(s)
+}
+
+/// A task number (from 0).
+fn count0(v: &str, what: &str, max: u32) -> Result<u32, Invalid> {
+    match v.parse::<u32>() {
+        Ok(n) if n < max => Ok(n),
+        _ => Err(Invalid::new(format!("invalid {what} {v:?}: a whole number below {max}"))),
+    }
 }
 
 /// Most nodes or tasks a step may ask for.
@@ -224,7 +287,17 @@ mod tests {
         assert!(e(&["-n", "0", "x"]).contains("number of tasks"));
         assert!(e(&["--unbuffered=yes", "x"]).contains("doesn't allow an argument"));
         assert!(e(&["-ux", "x"]).contains("doesn't allow an argument"));
-        assert!(e(&["--mpi=pmi2", "x"]).contains("not available"));
+        assert!(e(&["--mpi=pmix", "x"]).contains("PMIx is not available"));
+        assert!(e(&["--mpi=cray_shasta", "x"]).contains("not available"));
+        assert!(p(&["--mpi=pmi2", "x"]).unwrap().pmi);
+        assert!(e(&["--input=", "x"]).contains("must not be empty"));
+        assert!(e(&["--input=4294967295", "x"]).contains("--input task"));
+        assert_eq!(p(&["-i3", "x"]).unwrap().input, Input::Task(3));
+        assert_eq!(p(&["--input=none", "x"]).unwrap().input, Input::Null);
+        assert_eq!(p(&["--input=in.txt", "x"]).unwrap().input, Input::File("in.txt".into()));
+        let s = p(&["-l", "-u", "--pty", "-p", "gpu", "--mem=4G", "-t", "5", "bash"]).unwrap();
+        assert!(s.label && s.unbuffered && s.pty);
+        assert_eq!(s.allocation, vec!["--partition=gpu", "--mem=4G", "--time=5"]);
         assert!(e(&["--open-mode=maybe", "x"]).contains("append or truncate"));
         assert!(p(&["-K", "x"]).unwrap().kill_on_bad_exit);
         assert!(e(&["--kill-on-bad-exit=yes", "x"]).contains("a number"));

@@ -214,7 +214,7 @@ fn shims_link_the_slurm_commands_to_tandem_slurm() {
     let out = tandem(&["shims", path(&dir)]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let slurm = PathBuf::from(env!("CARGO_BIN_EXE_tandem-slurm"));
-    for c in ["sbatch", "squeue", "scancel", "sinfo", "sacct", "srun", "scontrol", "sprio"] {
+    for c in ["sbatch", "squeue", "scancel", "sinfo", "sacct", "srun", "salloc", "scontrol", "sprio"] {
         let target = std::fs::read_link(dir.join(c)).unwrap();
         assert_eq!(target.canonicalize().unwrap(), slurm.canonicalize().unwrap(), "{c}");
     }

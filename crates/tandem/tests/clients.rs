@@ -110,6 +110,15 @@ fn dask_jobqueue_scales_computes_and_closes() {
     assert!(commands.contains("sbatch") && commands.contains("scancel"), "{commands}");
 }
 
+/// hello_allreduce's lines: 4 ranks of one world, 2 on each node, with the right sum.
+fn assert_one_world_of_four(out: &str, commands: &str) {
+    let mut ranks: Vec<&str> = out.lines().filter(|l| l.starts_with("rank ")).collect();
+    ranks.sort();
+    let want =
+        ["rank 0 of 4 sum 6 node node1", "rank 1 of 4 sum 6 node node1", "rank 2 of 4 sum 6 node node2", "rank 3 of 4 sum 6 node node2"];
+    assert_eq!(ranks, want, "{out}\ncommands:\n{commands}");
+}
+
 #[test]
 fn openmpi_mpirun_inside_an_allocation_launches_over_srun() {
     if !["mpicc.openmpi", "mpirun.openmpi", "orted"].into_iter().all(have) {
@@ -150,20 +159,138 @@ fn openmpi_mpirun_inside_an_allocation_launches_over_srun() {
     let out = std::fs::read_to_string(work.join("mpi.out")).unwrap_or_default();
     let commands = std::fs::read_to_string(&log).unwrap_or_default();
     assert!(o.status.success(), "sbatch -W: {}\n{out}\ncommands:\n{commands}", String::from_utf8_lossy(&o.stderr));
-    let mut ranks: Vec<&str> = out.lines().filter(|l| l.starts_with("rank ")).collect();
-    ranks.sort();
-    assert_eq!(
-        ranks,
-        vec![
-            "rank 0 of 4 sum 6 node node1",
-            "rank 1 of 4 sum 6 node node1",
-            "rank 2 of 4 sum 6 node node2",
-            "rank 3 of 4 sum 6 node node2"
-        ],
-        "{out}\ncommands:\n{commands}"
-    );
+    assert_one_world_of_four(&out, &commands);
     assert!(out.contains("mpirun=0"), "{out}");
     // mpirun started its daemons with srun, with OpenMPI's own options.
     assert!(commands.contains("srun --ntasks-per-node=1 --kill-on-bad-exit --mpi=none --ntasks=2 orted"), "{commands}");
+    stop_up(child, &dir);
+}
+
+/// A fresh `tandem up` of two agents with the shims (behind logging wrappers) first on PATH:
+/// (the child, its directory, its server, PATH, the command log, a work directory).
+fn cluster(tag: &str, cpus: &str) -> (std::process::Child, PathBuf, String, String, PathBuf, PathBuf) {
+    let dir = free_dir(tag);
+    let (child, server, _) = up(&dir, 2, &["--no-proxy", "--cpus-per-agent", cpus]);
+    let shims = dir.join("shims");
+    assert!(Command::new(bin()).arg("shims").arg(&shims).stdout(Stdio::null()).status().unwrap().success());
+    let log = dir.join("commands.log");
+    logging_wrappers(&dir.join("wrap"), &shims, &log);
+    std::fs::write(
+        dir.join("wrap/salloc"),
+        format!("#!/bin/sh\necho \"salloc $*\" >> {}\nexec {} \"$@\"\n", log.display(), shims.join("salloc").display()),
+    )
+    .unwrap();
+    Command::new("chmod").arg("755").arg(dir.join("wrap/salloc")).status().unwrap();
+    let work = dir.join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    Command::new("chmod").arg("777").arg(&work).status().unwrap();
+    let path = format!("{}:{}", dir.join("wrap").display(), std::env::var("PATH").unwrap_or_default());
+    (child, dir, server, path, log, work)
+}
+
+#[test]
+fn mpich_runs_under_srun_with_pmi() {
+    if !["mpicc.mpich"].into_iter().all(have) {
+        assert!(std::env::var("CI").is_err(), "the MPICH test cannot run under CI=true: install mpich and libmpich-dev");
+        eprintln!("skipped: MPICH (mpich, libmpich-dev) is not installed");
+        return;
+    }
+    let (child, dir, server, path, log, work) = cluster("mpich", "2");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/clients/hello_allreduce.c");
+    let cc = Command::new("mpicc.mpich").arg("-o").arg(work.join("hello_allreduce")).arg(&src).output().unwrap();
+    assert!(cc.status.success(), "mpicc.mpich: {}", String::from_utf8_lossy(&cc.stderr));
+    // Direct launch from outside an allocation (srun makes one), and inside one with salloc.
+    for args in [
+        vec!["srun", "--mpi=pmi2", "-N2", "--ntasks-per-node=2", "./hello_allreduce"],
+        vec!["salloc", "-N2", "--ntasks-per-node=2", "srun", "--mpi=pmi2", "./hello_allreduce"],
+    ] {
+        let o =
+            Command::new(args[0]).args(&args[1..]).env("PATH", &path).env("TANDEM_SERVER", &server).current_dir(&work).output().unwrap();
+        let out = String::from_utf8_lossy(&o.stdout);
+        let commands = std::fs::read_to_string(&log).unwrap_or_default();
+        assert!(o.status.success(), "{args:?}: {}\n{out}\ncommands:\n{commands}", String::from_utf8_lossy(&o.stderr));
+        assert_one_world_of_four(&out, &format!("{args:?}\n{commands}"));
+    }
+    // Without PMI every rank is a world of its own, as under Slurm with --mpi=none.
+    let o = Command::new("srun")
+        .args(["-n2", "./hello_allreduce"])
+        .env("PATH", &path)
+        .env("TANDEM_SERVER", &server)
+        .current_dir(&work)
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(out.lines().filter(|l| l.starts_with("rank 0 of 1 sum 0")).count(), 2, "{out}");
+    stop_up(child, &dir);
+}
+
+#[test]
+fn interactive_salloc_and_srun_pty_through_a_real_terminal() {
+    if !have("tmux") {
+        assert!(std::env::var("CI").is_err(), "the interactive test cannot run under CI=true: install tmux");
+        eprintln!("skipped: tmux is not installed");
+        return;
+    }
+    let (child, dir, server, path, log, work) = cluster("pty", "2");
+    let session = format!("tandem-pty-{}", std::process::id());
+    let sock = dir.join("tmux.sock");
+    let tmux = |args: &[&str]| Command::new("tmux").arg("-S").arg(&sock).args(args).status().unwrap();
+    assert!(
+        tmux(&[
+            "new-session",
+            "-d",
+            "-s",
+            &session,
+            "-x",
+            "120",
+            "-y",
+            "40",
+            "env",
+            "-i",
+            &format!("PATH={path}"),
+            &format!("TANDEM_SERVER={server}"),
+            "HOME=/tmp",
+            "TERM=xterm",
+            "PS1=$ ",
+            "bash",
+            "--norc",
+            "--noprofile"
+        ])
+        .success()
+    );
+    let s = format!("{session}:0");
+    let sock_s = sock.display().to_string();
+    let until = |keys: &[&str], want: &str| -> String {
+        // Send, then poll the screen until it shows `want`.
+        let mut a = vec!["-S", sock_s.as_str(), "send-keys", "-t", &s];
+        a.extend_from_slice(keys);
+        assert!(Command::new("tmux").args(&a).status().unwrap().success());
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let o = Command::new("tmux").args(["-S", &sock_s, "capture-pane", "-p", "-t", &s]).output().unwrap();
+            let screen = String::from_utf8_lossy(&o.stdout).into_owned();
+            if screen.contains(want) {
+                return screen;
+            }
+            let commands = std::fs::read_to_string(&log).unwrap_or_default();
+            assert!(Instant::now() < deadline, "waited for {want:?} after {keys:?}; the screen:\n{screen}\ncommands:\n{commands}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    until(&[&format!("cd {}", work.display()), "Enter"], "$ ");
+    // salloc -N2, then srun in it.
+    until(&["salloc -N2", "Enter"], "Granted job allocation");
+    until(&["srun hostname | wc -l; echo n=$SLURM_NNODES", "Enter"], "n=2");
+    until(&["exit", "Enter"], "Relinquishing job allocation");
+    // srun --pty bash: a real terminal, its size, and what is typed into it.
+    until(&["srun --pty env PS1=in-the-job: bash --norc", "Enter"], "\nin-the-job:");
+    let screen = until(&["tty; stty size; echo in-job=$SLURM_JOB_ID", "Enter"], "in-job=2");
+    assert!(screen.contains("/dev/pts/") && screen.contains("40 120"), "{screen}");
+    assert!(tmux(&["resize-window", "-t", &session, "-x", "100", "-y", "30"]).success());
+    until(&["stty size | sed s/^/size=/", "Enter"], "size=30 100");
+    // srun is back (and its terminal cooked again) when the local prompt shows.
+    until(&["exit 4", "Enter"], "exit\n$");
+    until(&["echo rc=$?", "Enter"], "rc=4");
+    let _ = tmux(&["kill-server"]);
     stop_up(child, &dir);
 }

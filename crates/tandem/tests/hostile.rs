@@ -345,6 +345,68 @@ fn a_steps_directory_files_and_truncation_use_the_users_rights_only() {
     std::fs::remove_dir_all(&f.root).ok();
 }
 
+/// A step's I/O connection: another user who finds `srun`'s port and connects (TLS needs no
+/// client certificate) cannot pose as a task without the step's key, so gets none of the
+/// step's input and sends nothing into its output; and the key is nowhere in what the API shows.
+#[test]
+fn another_user_cannot_join_a_steps_io() {
+    let Some((v, a)) = users() else { return };
+    let root = root_dir("stepio");
+    let f = files(&root, &v, &a);
+    let up = Up::start(&root, None);
+    let vd = user_dir(&root.join("victim-work"), &v, 0o700);
+    let script = "printf 'secret-input\\n' | srun -n1 bash -c 'sleep 6; read x; echo got=$x'; echo rc=$?\n";
+    let id = up.sbatch(&v, &vd, &["-o", "io.out", "--wrap", script]);
+    // srun's listening port, as anyone can see it (ss), once the step runs.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let port = loop {
+        let o = Command::new("ss").args(["-ltnpH"]).output().unwrap();
+        let t = String::from_utf8_lossy(&o.stdout).into_owned();
+        if let Some(l) = t.lines().find(|l| l.contains("tandem-slurm") || l.contains("\"srun\"")) {
+            break l.split_whitespace().nth(3).and_then(|a| a.rsplit(':').next()).unwrap().to_string();
+        }
+        assert!(Instant::now() < deadline, "no srun listener:\n{t}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    // The attacker speaks the protocol: TLS, then a hello for task 0 with a guessed key, then
+    // output of its own; it reads whatever comes back.
+    let attack = format!(
+        r#"
+import json, socket, ssl, struct, sys
+ctx = ssl.create_default_context(); ctx.check_hostname = False; ctx.verify_mode = ssl.CERT_NONE
+got = b""
+for key in ["0" * 64, "f" * 64]:
+    try:
+        s = ctx.wrap_socket(socket.create_connection(("127.0.0.1", {port})), server_hostname="srun")
+        h = json.dumps({{"key": key, "job": {id}, "step": 0, "rank": 0}}).encode()
+        s.sendall(bytes([0]) + struct.pack(">I", len(h)) + h)
+        s.sendall(bytes([1]) + struct.pack(">I", 9) + b"injected\n")
+        s.settimeout(3)
+        while True:
+            b = s.recv(4096)
+            if not b:
+                break
+            got += b
+    except Exception as e:
+        print("refused:", type(e).__name__)
+print("received", len(got), "secret" in repr(got))
+"#
+    );
+    let o = up.run(&a, &f.attacker_dir, &["python3", "-c", &attack]);
+    let said = text(&o);
+    assert!(said.contains("received 0 False"), "the attacker got something: {said}");
+    up.wait_state(id, &["COMPLETED", "FAILED"]);
+    let out = std::fs::read_to_string(vd.join("io.out")).unwrap_or_default();
+    assert!(out.contains("got=secret-input") && out.contains("rc=0"), "the step's own I/O works: {out}");
+    assert!(!out.contains("injected"), "the attacker wrote into the step's output: {out}");
+    // The step's secrets are not shown to anyone through the API (its owner included).
+    for u in [&v, &a] {
+        let shown = text(&up.run(u, &f.attacker_dir, &["scontrol", "show", "job", &id.to_string()]));
+        assert!(!shown.contains("BEGIN CERTIFICATE") && !shown.to_lowercase().contains("key"), "{shown}");
+    }
+    std::fs::remove_dir_all(&f.root).ok();
+}
+
 /// SECURITY.md P1 for services: a replica's output file with the service owner's rights.
 #[test]
 fn a_service_output_file_is_opened_with_its_owners_rights() {

@@ -163,6 +163,9 @@ pub struct StepRequest {
 pub struct StepResponse {
     /// Step id.
     pub step: u32,
+    /// Its nodes and tasks on each, in rank order (ranks 0.. on the first node, ...).
+    #[serde(default)]
+    pub layout: Vec<(String, u32)>,
 }
 
 /// `POST /v1/join-tokens` (root or the controller's own user): single-use tokens, each of
@@ -400,4 +403,4 @@ pub struct ProxySync {
 }
 
 /// The view types are the controller's own (the wire format is defined there).
-pub use control::{EndpointView, ProxyServiceStats, ServiceEndpoints, StepSpec};
+pub use control::{EndpointView, ProxyServiceStats, ServiceEndpoints, StdinTo, StepIo, StepSpec};

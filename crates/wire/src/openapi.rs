@@ -189,7 +189,8 @@ pub const DOCUMENT: &str = r##"{
       },
       "delete": {
         "operationId": "cancelJob", "tags": ["jobs"], "summary": "Cancel a job, or with `signal` only signal its running tasks (scancel)",
-        "parameters": [{"name": "signal", "in": "query", "description": "Signal number", "schema": {"$ref": "#/components/schemas/i32"}}],
+        "parameters": [{"name": "signal", "in": "query", "description": "Signal number", "schema": {"$ref": "#/components/schemas/i32"}},
+          {"name": "step", "in": "query", "description": "Only this step: `signal` (default 9, which ends it) to its tasks", "schema": {"$ref": "#/components/schemas/u32"}}],
         "responses": {
           "204": {"description": "Done"},
           "400": {"$ref": "#/components/responses/Malformed"},
@@ -446,6 +447,7 @@ pub const DOCUMENT: &str = r##"{
           "switches": {"$ref": "#/components/schemas/u32OrNull"},
           "wckey": {"$ref": "#/components/schemas/StringOrNull", "description": "--wckey (recorded)"},
           "wait": {"type": "boolean", "description": "-W/--wait (the client waits; the controller ignores it)"},
+          "interactive": {"type": "boolean", "description": "An allocation (salloc, srun outside one): no script runs; POST action complete ends it"},
           "comment": {"$ref": "#/components/schemas/StringOrNull", "description": "--comment (recorded)"},
           "open_append": {"type": ["boolean", "null"], "description": "--open-mode: true append, false truncate, null Slurm's default (truncate at the first start)"},
           "script": {"type": "string"},
@@ -508,7 +510,8 @@ pub const DOCUMENT: &str = r##"{
           "start": {"$ref": "#/components/schemas/i64"}, "end": {"$ref": "#/components/schemas/i64OrNull"}}},
       "JobAction": {"oneOf": [
         {"type": "object", "required": ["action"], "properties": {"action": {"enum": ["hold", "release", "requeue"]}, "time_limit": {"$ref": "#/components/schemas/i64OrNull", "description": "Ignored"}}},
-        {"type": "object", "required": ["action", "time_limit"], "properties": {"action": {"const": "update"}, "time_limit": {"$ref": "#/components/schemas/i64", "description": "New time limit, seconds"}}}]},
+        {"type": "object", "required": ["action", "time_limit"], "properties": {"action": {"const": "update"}, "time_limit": {"$ref": "#/components/schemas/i64", "description": "New time limit, seconds"}}},
+        {"type": "object", "required": ["action"], "properties": {"action": {"const": "complete"}, "exit_code": {"type": "integer", "minimum": 0, "maximum": 255, "description": "The allocation's exit code (salloc's command's; default 0)"}}}]},
       "StepRequest": {"type": "object", "required": ["argv"], "properties": {
         "nodes": {"$ref": "#/components/schemas/u32OrNull", "description": "-N"},
         "ntasks": {"$ref": "#/components/schemas/u32OrNull", "description": "-n"},
@@ -524,8 +527,18 @@ pub const DOCUMENT: &str = r##"{
         "kill_on_bad_exit": {"type": "boolean"},
         "name": {"$ref": "#/components/schemas/StringOrNull"},
         "nodelist": {"type": "array", "items": {"type": "string"}},
-        "exclude": {"type": "array", "items": {"type": "string"}}}},
-      "StepResponse": {"type": "object", "required": ["step"], "additionalProperties": false, "properties": {"step": {"$ref": "#/components/schemas/u32"}}},
+        "exclude": {"type": "array", "items": {"type": "string"}},
+        "io": {"anyOf": [{"$ref": "#/components/schemas/StepIo"}, {"type": "null"}]}}},
+      "StepIo": {"type": "object", "additionalProperties": false, "required": ["addr", "cert", "key"],
+        "description": "srun's I/O endpoint: the tasks' agents connect to addr over TLS, accepting only cert, and present key", "properties": {
+        "addr": {"type": "string", "description": "IP:PORT"}, "cert": {"type": "string", "description": "PEM"},
+        "key": {"type": "string", "pattern": "^[0-9a-fA-F]{64}$"},
+        "stdin": {"oneOf": [{"type": "string", "enum": ["All", "Null"]},
+          {"type": "object", "required": ["Rank"], "additionalProperties": false, "properties": {"Rank": {"$ref": "#/components/schemas/u32"}}}]},
+        "stdout": {"type": "boolean"}, "stderr": {"type": "boolean"}, "pty": {"type": "boolean"}, "pmi": {"type": "boolean"},
+        "winsize": {"oneOf": [{"type": "null"}, {"type": "array", "prefixItems": [{"$ref": "#/components/schemas/u16"}, {"$ref": "#/components/schemas/u16"}], "items": false, "minItems": 2}]}}},
+      "StepResponse": {"type": "object", "required": ["step"], "additionalProperties": false, "properties": {"step": {"$ref": "#/components/schemas/u32"},
+        "layout": {"type": "array", "description": "Nodes and tasks on each, in rank order", "items": {"type": "array", "prefixItems": [{"type": "string"}, {"$ref": "#/components/schemas/u32"}], "items": false, "minItems": 2}}}},
 
       "NodeInfo": {"type": "object", "additionalProperties": false, "required": ["name", "state", "cpus", "memory_mb", "gpus", "reason", "addr"], "properties": {
         "name": {"type": "string"},
@@ -620,7 +633,8 @@ pub const DOCUMENT: &str = r##"{
           "gpus": {"type": "array", "items": {"$ref": "#/components/schemas/u8"}},
           "mem_limit": {"$ref": "#/components/schemas/u64"},
           "truncate": {"type": "boolean", "description": "Empty the output and error files as they are opened"},
-          "replica": {"anyOf": [{"$ref": "#/components/schemas/ReplicaTask"}, {"type": "null"}]}}},
+          "replica": {"anyOf": [{"$ref": "#/components/schemas/ReplicaTask"}, {"type": "null"}]},
+          "io": {"anyOf": [{"$ref": "#/components/schemas/StepIo"}, {"type": "null"}]}}},
       "ReplicaTask": {"type": "object", "additionalProperties": false, "required": ["service", "replica", "readiness", "liveness", "startup", "grace_ms"], "properties": {
         "service": {"type": "string"}, "replica": {"type": "string"},
         "readiness": {"anyOf": [{"$ref": "#/components/schemas/Probe"}, {"type": "null"}]},
@@ -1103,6 +1117,17 @@ mod tests {
                 startup: None,
                 grace_ms: 30_000,
             }),
+            io: Some(control::StepIo {
+                addr: "127.0.0.1:4000".into(),
+                cert: "-----BEGIN CERTIFICATE-----".into(),
+                key: "0".repeat(64),
+                stdin: control::StdinTo::Rank(1),
+                stdout: true,
+                stderr: false,
+                pty: false,
+                winsize: Some((40, 120)),
+                pmi: true,
+            }),
         };
         let exit = control::TaskExit {
             job: 5,
@@ -1198,7 +1223,7 @@ mod tests {
                     spec: Default::default(),
                 }),
             ),
-            ("StepResponse", v(&StepResponse { step: 0 })),
+            ("StepResponse", v(&StepResponse { step: 0, layout: vec![("node1".into(), 2)] })),
             ("RegisterRequest", v(&RegisterRequest { node, addr: "127.0.0.1".into(), running: Vec::new(), exits: Vec::new() })),
             ("RegisterResponse", v(&RegisterResponse { lease_s: 30, heartbeat_ms: 5000 })),
             (
@@ -1277,11 +1302,11 @@ mod tests {
             check(&d, schema, &v, "StepResponse", &mut e);
             e
         };
-        assert!(errors(serde_json::json!({"step": 1})).is_empty());
-        assert!(errors(serde_json::json!({"step": 1, "extra": 2}))[0].contains("undocumented"));
+        assert!(errors(serde_json::json!({"step": 1, "layout": []})).is_empty());
+        assert!(errors(serde_json::json!({"step": 1, "layout": [], "extra": 2}))[0].contains("undocumented"));
         assert!(errors(serde_json::json!({}))[0].contains("required"));
-        assert!(errors(serde_json::json!({"step": "1"}))[0].contains("type"));
-        assert!(errors(serde_json::json!({"step": 4294967296u64}))[0].contains("above"));
+        assert!(errors(serde_json::json!({"step": "1", "layout": []}))[0].contains("type"));
+        assert!(errors(serde_json::json!({"step": 4294967296u64, "layout": []}))[0].contains("above"));
         let mut e = Vec::new();
         check(&d, &d["components"]["schemas"]["ServiceAction"], &serde_json::json!({"action": "scale"}), "x", &mut e);
         assert!(!e.is_empty(), "scale needs replicas");

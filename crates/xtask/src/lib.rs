@@ -20,6 +20,7 @@ pub const ARROWS: &[(&str, &[&str])] = &[
     ("control", &["sched", "slurmcli", "model"]),
     ("sim", &["sched", "trace", "model"]),
     ("balance", &[]),
+    ("pmi", &[]),
     // the wire format: pure
     ("wire", &["control", "slurmcli", "model"]),
     // adapters
@@ -30,7 +31,7 @@ pub const ARROWS: &[(&str, &[&str])] = &[
     ("server", &["control", "store", "wire", "exec", "sched", "slurmcli", "model"]),
     ("agent", &["wire", "client", "exec", "control", "slurmcli", "model"]),
     ("proxy", &["balance", "wire", "client"]),
-    ("cli", &["wire", "client", "slurmcli", "sched"]),
+    ("cli", &["wire", "client", "slurmcli", "sched", "pmi", "exec"]),
     ("up", &[]),
     ("bench", &["up", "wire", "client", "exec", "control", "sched", "slurmcli", "trace", "model"]),
     // the binary
@@ -84,7 +85,7 @@ pub const MAY_USE_ANYHOW: &[&str] = &["server", "agent", "proxy", "cli", "up", "
 pub const UNSAFE_ALLOWED: &str = "exec";
 
 /// Crates that must stay pure: no IO, no clock, no unseeded randomness, no async runtime.
-pub const PURE: &[&str] = &["model", "sched", "sim", "slurmcli", "control", "balance", "wire"];
+pub const PURE: &[&str] = &["model", "sched", "sim", "slurmcli", "control", "balance", "pmi", "wire"];
 
 /// Strings that must not appear in a pure crate's source.
 pub const BANNED: &[&str] = &[
