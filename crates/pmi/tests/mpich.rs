@@ -295,6 +295,7 @@ fn slurm_libpmi2_over_pmi2() {
         return;
     };
     if !header.exists() {
+        assert!(std::env::var("CI").is_err(), "the PMI-2 test cannot run under CI=true: install libpmi2-0-dev");
         eprintln!("skipped: no {} (install libpmi2-0-dev)", header.display());
         return;
     }
