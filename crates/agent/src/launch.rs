@@ -419,7 +419,7 @@ pub(crate) fn launch(t: &Task, spool: &Path, tasks: &Tasks, cg: &Cgroups) -> Res
     let user = (nix::unistd::geteuid().is_root() && t.uid != 0).then(|| exec::User::lookup(t.uid, t.gid));
     // An srun step's streams that go to srun: pipes (or a terminal) and a PMI socket, made now.
     let mut ends = match &t.io {
-        Some(io) => Some(crate::stepio::make(t, io, t.uid, t.gid).map_err(|e| LaunchError(format!("making the task's pipes: {e}")))?),
+        Some(io) => Some(crate::stepio::make(t, io).map_err(|e| LaunchError(format!("making the task's pipes: {e}")))?),
         None => None,
     };
     let (mut out_file, mut err_file) = (Some(t.stdout.as_str()), Some(t.stderr.as_str()));
@@ -500,6 +500,7 @@ pub(crate) fn launch(t: &Task, spool: &Path, tasks: &Tasks, cg: &Cgroups) -> Res
                 Some(exec::Stage::Workdir) => format!("cannot enter the working directory {} as uid {}: {e}", t.workdir, t.uid),
                 Some(exec::Stage::Stdout) => format!("cannot open the output file {} as uid {}: {e}", t.stdout, t.uid),
                 Some(exec::Stage::Stderr) => format!("cannot open the error file {} as uid {}: {e}", t.stderr, t.uid),
+                Some(exec::Stage::Stdio) => format!("cannot take the streams (pipes, terminal, PMI socket) srun's step gave the task: {e}"),
                 None => format!("cannot run {program}: {e}"),
             }))
         }

@@ -44,7 +44,7 @@ fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
 }
 
 /// Makes the ends for `t`'s streams that go to `srun` (and its PMI socket), all close-on-exec.
-pub(crate) fn make(t: &Task, io: &StepIo, uid: u32, gid: u32) -> std::io::Result<Ends> {
+pub(crate) fn make(t: &Task, io: &StepIo) -> std::io::Result<Ends> {
     let mut e = Ends::default();
     if io.pty && t.rank == 0 {
         let size = io.winsize.map(|(rows, cols)| nix::pty::Winsize { ws_row: rows, ws_col: cols, ws_xpixel: 0, ws_ypixel: 0 });
@@ -52,7 +52,7 @@ pub(crate) fn make(t: &Task, io: &StepIo, uid: u32, gid: u32) -> std::io::Result
         nix::fcntl::fcntl(&p.master, nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC))?;
         nix::fcntl::fcntl(&p.slave, nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC))?;
         // The user's own terminal, as a login's is.
-        let _ = nix::unistd::fchown(&p.slave, Some(uid.into()), Some(gid.into()));
+        let _ = nix::unistd::fchown(&p.slave, Some(t.uid.into()), Some(t.gid.into()));
         let slave = p.slave;
         e.theirs = [Some(slave.try_clone()?), Some(slave.try_clone()?), Some(slave)];
         e.stdout = Some(p.master);

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use client::{Target, send};
 use wire::*;
 
-fn now() -> i64 {
+pub(crate) fn now() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64)
 }
 
@@ -32,7 +32,7 @@ fn short_state(s: &str) -> &'static str {
     }
 }
 
-fn runtime() -> Result<tokio::runtime::Runtime> {
+pub(crate) fn runtime() -> Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_current_thread().enable_all().build()?)
 }
 
@@ -85,11 +85,8 @@ pub(crate) fn sbatch(args: &[String]) -> Result<i32> {
         std::fs::read_to_string(p).map_err(|e| slurmcli::Invalid(format!("Unable to open file {p}: {e}")))
     })
     .map_err(|e| anyhow::anyhow!("{}", e.0))?;
-    let cwd = std::env::current_dir().context("current directory")?.display().to_string();
-    let host = nix::unistd::gethostname().map(|h| h.to_string_lossy().into_owned()).unwrap_or_else(|_| "localhost".into());
-    let env: Vec<(String, String)> = std::env::vars().collect();
     let (parsable, wait, submitted) = (batch.parsable, batch.wait, now());
-    let req = SubmitRequest { batch, cwd, host, env };
+    let req = submission(batch)?;
     let t = Target::from_env()?;
     let r: SubmitResponse = runtime()?.block_on(send(&t, "POST", "/v1/jobs", Some(&req), &[]))?.json()?;
     if let Some(msg) = r.test_only {
@@ -106,6 +103,14 @@ pub(crate) fn sbatch(args: &[String]) -> Result<i32> {
         return wait_for_jobs(&t, &r.job_ids, submitted - 1);
     }
     Ok(0)
+}
+
+/// A submission of `batch` from here: this directory, host and environment (`sbatch`, and the
+/// allocations of `salloc` and `srun`).
+pub(crate) fn submission(batch: slurmcli::BatchSpec) -> Result<SubmitRequest> {
+    let cwd = std::env::current_dir().context("current directory")?.display().to_string();
+    let host = nix::unistd::gethostname().map(|h| h.to_string_lossy().into_owned()).unwrap_or_else(|_| "localhost".into());
+    Ok(SubmitRequest { batch, cwd, host, env: std::env::vars().collect() })
 }
 
 /// Whether job id `id` as a user gives it (`12`, `12_3`) names job `j`: its own id, its

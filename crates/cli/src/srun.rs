@@ -299,6 +299,10 @@ fn ranks(r: &[u32]) -> String {
 
 /// Runs step `req` of job `job` with srun's I/O, returning srun's exit code.
 pub(crate) fn run_step(t: &Target, job: u64, mut req: StepRequest, a: &slurmcli::SrunSpec) -> Result<i32> {
+    // An agent closes its connection when its task's streams end, maybe just as srun sends it
+    // the end of input: a write that must fail, not kill srun. A closed stdout still ends srun
+    // quietly (`Shared::output` exits 141 on EPIPE).
+    exec::ignore_sigpipe();
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     let id = stepio::identity().map_err(|e| anyhow::anyhow!("srun: {e}"))?;
     let key = stepio::new_key();
@@ -510,24 +514,18 @@ pub(crate) fn run_step(t: &Target, job: u64, mut req: StepRequest, a: &slurmcli:
     })
 }
 
-fn now() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64)
-}
-
 /// Makes an allocation (`salloc`, `srun` outside one) with `sbatch` options `opts` for
 /// `command` (its first word names the job unless `-J` does), and waits until it runs, saying
 /// so as `cmd` (`salloc: Granted job allocation 12`). A Ctrl-C while it waits cancels it.
 pub(crate) fn allocate(t: &Target, cmd: &str, opts: &[String], command: &[String]) -> Result<(u64, JobInfo)> {
     let mut argv = opts.to_vec();
     argv.push(command.first().cloned().unwrap_or_else(|| cmd.to_string()));
-    let mut batch = slurmcli::parse_sbatch(&argv, now(), &mut |_| Ok("#!/bin/sh\n".into())).map_err(|e| anyhow::anyhow!("{}", e.0))?;
+    let mut batch =
+        slurmcli::parse_sbatch(&argv, crate::slurm::now(), &mut |_| Ok("#!/bin/sh\n".into())).map_err(|e| anyhow::anyhow!("{}", e.0))?;
     batch.interactive = true;
     batch.script_args.clear();
-    let cwd = std::env::current_dir().context("current directory")?.display().to_string();
-    let host = nix::unistd::gethostname().map(|h| h.to_string_lossy().into_owned()).unwrap_or_else(|_| "localhost".into());
-    let env: Vec<(String, String)> = std::env::vars().collect();
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    let req = SubmitRequest { batch, cwd, host, env };
+    let rt = crate::slurm::runtime()?;
+    let req = crate::slurm::submission(batch)?;
     let r: SubmitResponse = rt.block_on(send(t, "POST", "/v1/jobs", Some(&req), &[]))?.json()?;
     let job = r.job_ids.first().copied().context("no job id returned")?;
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -571,11 +569,8 @@ pub(crate) fn allocate(t: &Target, cmd: &str, opts: &[String], command: &[String
 /// Ends allocation `job` with `code` (its command's exit code).
 pub(crate) fn complete(t: &Target, cmd: &str, job: u64, code: i32) {
     let body = serde_json::json!({"action": "complete", "exit_code": code.clamp(0, 255)});
-    let done = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(anyhow::Error::from)
-        .and_then(|rt| Ok(rt.block_on(send(t, "POST", &format!("/v1/jobs/{job}"), Some(&body), &[]))?.ok()?));
+    let done =
+        crate::slurm::runtime().and_then(|rt| Ok(rt.block_on(send(t, "POST", &format!("/v1/jobs/{job}"), Some(&body), &[]))?.ok()?));
     if let Err(e) = done {
         eprintln!("{cmd}: error: relinquishing job allocation {job}: {e:#}");
     }
@@ -611,7 +606,7 @@ pub(crate) fn salloc(args: &[String]) -> Result<i32> {
         .env("SLURM_SUBMIT_DIR", std::env::current_dir().map(|d| d.display().to_string()).unwrap_or_default())
         .env("SLURM_JOB_CPUS_PER_NODE", if nodes.is_empty() { String::new() } else { (j.cpus / nodes.len() as u32).to_string() });
     // The command has the terminal; salloc ignores the Ctrl-C meant for it, as Slurm's.
-    let ignore = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let ignore = crate::slurm::runtime()?;
     let _int = ignore.block_on(async { tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt()) })?;
     let code = match c.status() {
         Ok(s) => {

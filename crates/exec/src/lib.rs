@@ -330,6 +330,8 @@ pub enum Stage {
     Stdout,
     /// Opening the error file.
     Stderr,
+    /// Taking the descriptors of [`Setup::stdio`] (and its terminal, and [`Setup::inherit`]).
+    Stdio,
 }
 
 impl Stage {
@@ -341,6 +343,7 @@ impl Stage {
             Stage::Workdir => b'd',
             Stage::Stdout => b'o',
             Stage::Stderr => b'e',
+            Stage::Stdio => b's',
         }
     }
 
@@ -352,6 +355,7 @@ impl Stage {
             b'd' => Stage::Workdir,
             b'o' => Stage::Stdout,
             b'e' => Stage::Stderr,
+            b's' => Stage::Stdio,
             _ => return None,
         })
     }
@@ -452,7 +456,7 @@ pub fn prepare(cmd: &mut Command, setup: Setup) -> std::io::Result<Report> {
                 // SAFETY: dup2 onto 0, 1 or 2 from the caller's descriptor, open until the spawn.
                 #[allow(unsafe_code)]
                 if unsafe { nix::libc::dup2(from, target as i32) } < 0 {
-                    return Err(fail(Stage::Stdout, nix::Error::last()));
+                    return Err(fail(Stage::Stdio, nix::Error::last()));
                 }
             }
         }
@@ -460,14 +464,14 @@ pub fn prepare(cmd: &mut Command, setup: Setup) -> std::io::Result<Report> {
             // SAFETY: TIOCSCTTY takes an int argument; fd 0 is the terminal just set up.
             #[allow(unsafe_code)]
             if unsafe { nix::libc::ioctl(0, nix::libc::TIOCSCTTY, 0) } < 0 {
-                return Err(fail(Stage::Stdout, nix::Error::last()));
+                return Err(fail(Stage::Stdio, nix::Error::last()));
             }
         }
         if let Some(fd) = inherit {
             // SAFETY: F_SETFD on a descriptor of the caller's, open until the spawn.
             #[allow(unsafe_code)]
             if unsafe { nix::libc::fcntl(fd, nix::libc::F_SETFD, 0) } < 0 {
-                return Err(fail(Stage::Stdout, nix::Error::last()));
+                return Err(fail(Stage::Stdio, nix::Error::last()));
             }
         }
         Ok(())
@@ -526,6 +530,16 @@ pub fn quiet_sigpipe() {
     // SAFETY: installing the default action runs no handler code of ours.
     #[allow(unsafe_code)]
     let _ = unsafe { signal(Signal::SIGPIPE, SigHandler::SigDfl) };
+}
+
+/// Ignores SIGPIPE again (after [`quiet_sigpipe`]), for a command that writes to sockets whose
+/// peers may close first (`srun` and its tasks' agents): such a write then fails with EPIPE,
+/// which the command handles, instead of killing it.
+pub fn ignore_sigpipe() {
+    use nix::sys::signal::{SigHandler, Signal, signal};
+    // SAFETY: ignoring a signal runs no handler code.
+    #[allow(unsafe_code)]
+    let _ = unsafe { signal(Signal::SIGPIPE, SigHandler::SigIgn) };
 }
 
 /// Raises this process's open-file limit: the soft limit to the hard one and, where allowed
