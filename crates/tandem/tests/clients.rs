@@ -28,7 +28,7 @@ fn python_with(module: &str) -> Result<PathBuf, String> {
 /// Wrappers for the Slurm commands that log each command line to `log`, then run the shim.
 fn logging_wrappers(dir: &Path, shims: &Path, log: &Path) {
     std::fs::create_dir_all(dir).unwrap();
-    for c in ["sbatch", "squeue", "scancel", "sinfo", "sacct", "srun", "scontrol"] {
+    for c in ["sbatch", "squeue", "scancel", "sinfo", "sacct", "srun", "salloc", "scontrol"] {
         let w = dir.join(c);
         std::fs::write(&w, format!("#!/bin/sh\necho \"{c} $*\" >> {}\nexec {} \"$@\"\n", log.display(), shims.join(c).display())).unwrap();
         Command::new("chmod").arg("755").arg(&w).status().unwrap();
@@ -126,14 +126,7 @@ fn openmpi_mpirun_inside_an_allocation_launches_over_srun() {
         eprintln!("skipped: OpenMPI (openmpi-bin, libopenmpi-dev) is not installed");
         return;
     }
-    let dir = free_dir("openmpi");
-    let (child, server, _) = up(&dir, 2, &["--no-proxy", "--cpus-per-agent", "2"]);
-    let shims = dir.join("shims");
-    assert!(Command::new(bin()).arg("shims").arg(&shims).stdout(Stdio::null()).status().unwrap().success());
-    let log = dir.join("commands.log");
-    logging_wrappers(&dir.join("wrap"), &shims, &log);
-    let work = dir.join("work");
-    std::fs::create_dir_all(&work).unwrap();
+    let (child, dir, server, path, log, work) = cluster("openmpi", "2");
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/clients/hello_allreduce.c");
     let cc = Command::new("mpicc.openmpi").arg("-o").arg(work.join("hello_allreduce")).arg(&src).output().unwrap();
     assert!(cc.status.success(), "mpicc: {}", String::from_utf8_lossy(&cc.stderr));
@@ -147,7 +140,6 @@ fn openmpi_mpirun_inside_an_allocation_launches_over_srun() {
          mpirun.openmpi ./hello_allreduce\necho mpirun=$?\n",
     )
     .unwrap();
-    let path = format!("{}:{}", dir.join("wrap").display(), std::env::var("PATH").unwrap_or_default());
     let o = Command::new("sbatch")
         .args(["-W", "mpi.sh"])
         .env("PATH", &path)
@@ -175,15 +167,8 @@ fn cluster(tag: &str, cpus: &str) -> (std::process::Child, PathBuf, String, Stri
     assert!(Command::new(bin()).arg("shims").arg(&shims).stdout(Stdio::null()).status().unwrap().success());
     let log = dir.join("commands.log");
     logging_wrappers(&dir.join("wrap"), &shims, &log);
-    std::fs::write(
-        dir.join("wrap/salloc"),
-        format!("#!/bin/sh\necho \"salloc $*\" >> {}\nexec {} \"$@\"\n", log.display(), shims.join("salloc").display()),
-    )
-    .unwrap();
-    Command::new("chmod").arg("755").arg(dir.join("wrap/salloc")).status().unwrap();
     let work = dir.join("work");
     std::fs::create_dir_all(&work).unwrap();
-    Command::new("chmod").arg("777").arg(&work).status().unwrap();
     let path = format!("{}:{}", dir.join("wrap").display(), std::env::var("PATH").unwrap_or_default());
     (child, dir, server, path, log, work)
 }
