@@ -10,6 +10,7 @@
 //! [`COMMANDS`], [`ServiceCmd`] (with [`RolloutCmd`]) and [`service`], [`token`] (with
 //! [`TokenKind`]) and [`delete_nodes`].
 
+mod common;
 mod service;
 mod slurm;
 mod srun;

@@ -6,12 +6,9 @@
 use anyhow::{Context, Result, bail};
 use std::collections::HashMap;
 
+use crate::common::{now, runtime, submission};
 use client::{Target, send};
 use wire::*;
-
-pub(crate) fn now() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64)
-}
 
 /// `YYYY-MM-DDTHH:MM:SS` (UTC) for Unix seconds, as Slurm prints times.
 pub(crate) fn iso(t: i64) -> String {
@@ -30,10 +27,6 @@ fn short_state(s: &str) -> &'static str {
         "OUT_OF_MEMORY" => "OOM",
         _ => "??",
     }
-}
-
-pub(crate) fn runtime() -> Result<tokio::runtime::Runtime> {
-    Ok(tokio::runtime::Builder::new_current_thread().enable_all().build()?)
 }
 
 /// Takes an option's value from `--opt=value`, `--opt value`, `-o value` or `-ovalue`.
@@ -103,14 +96,6 @@ pub(crate) fn sbatch(args: &[String]) -> Result<i32> {
         return wait_for_jobs(&t, &r.job_ids, submitted - 1);
     }
     Ok(0)
-}
-
-/// A submission of `batch` from here: this directory, host and environment (`sbatch`, and the
-/// allocations of `salloc` and `srun`).
-pub(crate) fn submission(batch: slurmcli::BatchSpec) -> Result<SubmitRequest> {
-    let cwd = std::env::current_dir().context("current directory")?.display().to_string();
-    let host = nix::unistd::gethostname().map(|h| h.to_string_lossy().into_owned()).unwrap_or_else(|_| "localhost".into());
-    Ok(SubmitRequest { batch, cwd, host, env: std::env::vars().collect() })
 }
 
 /// Whether job id `id` as a user gives it (`12`, `12_3`) names job `j`: its own id, its

@@ -521,11 +521,11 @@ pub(crate) fn allocate(t: &Target, cmd: &str, opts: &[String], command: &[String
     let mut argv = opts.to_vec();
     argv.push(command.first().cloned().unwrap_or_else(|| cmd.to_string()));
     let mut batch =
-        slurmcli::parse_sbatch(&argv, crate::slurm::now(), &mut |_| Ok("#!/bin/sh\n".into())).map_err(|e| anyhow::anyhow!("{}", e.0))?;
+        slurmcli::parse_sbatch(&argv, crate::common::now(), &mut |_| Ok("#!/bin/sh\n".into())).map_err(|e| anyhow::anyhow!("{}", e.0))?;
     batch.interactive = true;
     batch.script_args.clear();
-    let rt = crate::slurm::runtime()?;
-    let req = crate::slurm::submission(batch)?;
+    let rt = crate::common::runtime()?;
+    let req = crate::common::submission(batch)?;
     let r: SubmitResponse = rt.block_on(send(t, "POST", "/v1/jobs", Some(&req), &[]))?.json()?;
     let job = r.job_ids.first().copied().context("no job id returned")?;
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -570,7 +570,7 @@ pub(crate) fn allocate(t: &Target, cmd: &str, opts: &[String], command: &[String
 pub(crate) fn complete(t: &Target, cmd: &str, job: u64, code: i32) {
     let body = serde_json::json!({"action": "complete", "exit_code": code.clamp(0, 255)});
     let done =
-        crate::slurm::runtime().and_then(|rt| Ok(rt.block_on(send(t, "POST", &format!("/v1/jobs/{job}"), Some(&body), &[]))?.ok()?));
+        crate::common::runtime().and_then(|rt| Ok(rt.block_on(send(t, "POST", &format!("/v1/jobs/{job}"), Some(&body), &[]))?.ok()?));
     if let Err(e) = done {
         eprintln!("{cmd}: error: relinquishing job allocation {job}: {e:#}");
     }
@@ -606,7 +606,7 @@ pub(crate) fn salloc(args: &[String]) -> Result<i32> {
         .env("SLURM_SUBMIT_DIR", std::env::current_dir().map(|d| d.display().to_string()).unwrap_or_default())
         .env("SLURM_JOB_CPUS_PER_NODE", if nodes.is_empty() { String::new() } else { (j.cpus / nodes.len() as u32).to_string() });
     // The command has the terminal; salloc ignores the Ctrl-C meant for it, as Slurm's.
-    let ignore = crate::slurm::runtime()?;
+    let ignore = crate::common::runtime()?;
     let _int = ignore.block_on(async { tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt()) })?;
     let code = match c.status() {
         Ok(s) => {

@@ -1,0 +1,22 @@
+//! What the Slurm commands share below them all: the time, a runtime, a submission.
+
+use anyhow::{Context, Result};
+use wire::SubmitRequest;
+
+/// Unix seconds now.
+pub(crate) fn now() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64)
+}
+
+/// A runtime for one command's requests.
+pub(crate) fn runtime() -> Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_current_thread().enable_all().build()?)
+}
+
+/// A submission of `batch` from here: this directory, host and environment (`sbatch`, and the
+/// allocations of `salloc` and `srun`).
+pub(crate) fn submission(batch: slurmcli::BatchSpec) -> Result<SubmitRequest> {
+    let cwd = std::env::current_dir().context("current directory")?.display().to_string();
+    let host = nix::unistd::gethostname().map(|h| h.to_string_lossy().into_owned()).unwrap_or_else(|_| "localhost".into());
+    Ok(SubmitRequest { batch, cwd, host, env: std::env::vars().collect() })
+}
