@@ -13,7 +13,7 @@
 //! once the controller has the task's end.
 
 use anyhow::{Context, Result};
-use control::{Task, TaskKey};
+use control::{BATCH_STEP, Task, TaskKey};
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use std::os::unix::fs::PermissionsExt;
@@ -264,6 +264,9 @@ fn kill_gone(pid: i32, cgroup: Option<&Path>) {
     eprintln!("tandem agent: processes of lost task group {pid} are still there after SIGKILL");
 }
 
+/// The name of a step's cgroup inside its job's, before the step id.
+pub(crate) const STEP_CGROUP: &str = "step_";
+
 /// cgroup v1 memory hierarchy under the agent's own cgroup, when it can be used.
 pub(crate) struct Cgroups {
     base: Option<PathBuf>,
@@ -293,15 +296,28 @@ impl Cgroups {
         }
     }
 
-    pub(crate) fn create(&self, job: u64, epoch: u32, limit: u64) -> Option<PathBuf> {
+    /// The cgroup a task joins: its job run's (`job_J_E`, with the job's memory limit), or
+    /// for a step with a memory limit of its own (`srun --mem`) a `step_S` inside it.
+    pub(crate) fn create(&self, t: &Task) -> Option<PathBuf> {
         let base = self.base.as_ref()?;
-        let dir = base.join(format!("job_{job}_{epoch}"));
+        let dir = base.join(format!("job_{}_{}", t.job, t.epoch));
         std::fs::create_dir_all(&dir).ok()?;
+        Self::limit(&dir, t.mem_limit)?;
+        if t.step_mem == 0 || t.step == BATCH_STEP {
+            return Some(dir);
+        }
+        let step = dir.join(format!("{STEP_CGROUP}{}", t.step));
+        std::fs::create_dir_all(&step).ok()?;
+        Self::limit(&step, t.step_mem)?;
+        Some(step)
+    }
+
+    fn limit(dir: &Path, limit: u64) -> Option<()> {
         if limit > 0 {
             std::fs::write(dir.join("memory.limit_in_bytes"), limit.to_string()).ok()?;
             let _ = std::fs::write(dir.join("memory.memsw.limit_in_bytes"), limit.to_string());
         }
-        Some(dir)
+        Some(())
     }
 
     pub(crate) fn oom(dir: &Path) -> bool {
@@ -384,7 +400,7 @@ pub(crate) fn launch(t: &Task, spool: &Path, tasks: &Tasks, cg: &Cgroups) -> Res
             None => return Err(LaunchError("empty command".into())),
         },
     };
-    let cgroup = cg.create(t.job, t.epoch, t.mem_limit);
+    let cgroup = cg.create(t);
     // The record first: an agent that dies from here on finds the task again at its restart.
     let key = key_of(t);
     let status_path = tasks.path(&key, "status");
@@ -454,6 +470,7 @@ pub(crate) fn launch(t: &Task, spool: &Path, tasks: &Tasks, cg: &Cgroups) -> Res
         stdio: ends.as_ref().map_or([None; 3], |e| e.stdio()),
         pty: ends.as_ref().is_some_and(|e| e.pty),
         inherit: ends.as_ref().and_then(|e| e.pmi_theirs.as_ref().map(std::os::fd::AsRawFd::as_raw_fd)),
+        cpus: &t.cpus,
     };
     let mut cmd = tokio::process::Command::new(&program);
     let mut report = exec::prepare(cmd.as_std_mut(), setup).map_err(|e| LaunchError(format!("preparing the launch: {e}")))?;
@@ -501,6 +518,7 @@ pub(crate) fn launch(t: &Task, spool: &Path, tasks: &Tasks, cg: &Cgroups) -> Res
                 Some(exec::Stage::Stdout) => format!("cannot open the output file {} as uid {}: {e}", t.stdout, t.uid),
                 Some(exec::Stage::Stderr) => format!("cannot open the error file {} as uid {}: {e}", t.stderr, t.uid),
                 Some(exec::Stage::Stdio) => format!("cannot take the streams (pipes, terminal, PMI socket) srun's step gave the task: {e}"),
+                Some(exec::Stage::Affinity) => format!("cannot bind the task to CPUs {:?} (srun --cpu-bind): {e}", t.cpus),
                 None => format!("cannot run {program}: {e}"),
             }))
         }

@@ -485,11 +485,20 @@ fn watch(mut kept: crate::launch::Kept, key: TaskKey, tx: mpsc::UnboundedSender<
     });
 }
 
-/// Removes a job run's cgroup once its last task on this node has ended.
+/// Removes a job run's cgroup once its last task on this node has ended, and a step's own
+/// (`srun --mem`) once the step's last task here has.
 fn release_cgroup(tasks: &HashMap<TaskKey, Running>, k: &TaskKey, dir: Option<PathBuf>) {
-    if let Some(dir) = dir
-        && !tasks.keys().any(|o| o.job == k.job && o.epoch == k.epoch)
-    {
+    let Some(dir) = dir else { return };
+    let of_step = dir.file_name().is_some_and(|n| n.to_string_lossy().starts_with(crate::launch::STEP_CGROUP));
+    let job_left = tasks.keys().any(|o| o.job == k.job && o.epoch == k.epoch);
+    if of_step {
+        if !tasks.keys().any(|o| o.job == k.job && o.epoch == k.epoch && o.step == k.step) {
+            let _ = std::fs::remove_dir(&dir);
+        }
+        if !job_left && let Some(parent) = dir.parent() {
+            let _ = std::fs::remove_dir(parent);
+        }
+    } else if !job_left {
         let _ = std::fs::remove_dir(&dir);
     }
 }

@@ -597,10 +597,12 @@ pub(crate) fn sacct(args: &[String]) -> Result<i32> {
                         "jobid" | "jobidraw" => format!("{}.{}", j.display_id, s.id),
                         "jobname" => s.name.clone(),
                         "account" => j.account.clone(),
-                        "alloccpus" => j.cpus.to_string(),
+                        "alloccpus" => if s.cpus > 0 { s.cpus } else { j.cpus }.to_string(),
                         "state" => {
                             if !s.done {
                                 "RUNNING".into()
+                            } else if s.timed_out {
+                                "TIMEOUT".into()
                             } else if s.exit_code == 0 {
                                 "COMPLETED".into()
                             } else {
@@ -771,6 +773,18 @@ pub(crate) fn srun(args: &[String]) -> Result<i32> {
         nodelist: a.nodelist.clone(),
         exclude: a.exclude.clone(),
         io: None,
+        cpu_bind: a.recorded.iter().find(|(k, _)| k == "cpu-bind").map(|(_, v)| v.clone()),
+        distribution: a.recorded.iter().find(|(k, _)| k == "distribution").map(|(_, v)| v.clone()),
+        res: StepRes {
+            cpus_per_task: a.cpus_per_task,
+            exact: a.exact,
+            whole: a.whole,
+            overlap: a.overlap,
+            overcommit: a.overcommit,
+            mem: a.mem,
+            gpus: a.gpus.clone(),
+            time_limit: a.time,
+        },
     };
     let req = StepRequest { nodes: a.nodes, ntasks: a.ntasks, ntasks_per_node: a.ntasks_per_node, argv: a.argv.clone(), spec };
     let code = crate::srun::run_step(&t, job, req, &a);

@@ -297,6 +297,31 @@ fn ranks(r: &[u32]) -> String {
     out.join(",")
 }
 
+/// Creates step `req` of job `job`, waiting as Slurm's srun does while the job's other steps
+/// hold what it needs (HTTP 423), with Slurm's words on standard error.
+async fn create_step(t: &Target, job: u64, req: &StepRequest) -> Result<StepResponse> {
+    let path = format!("/v1/jobs/{job}/steps");
+    let mut said = false;
+    let mut pause = Duration::from_millis(50);
+    loop {
+        let r = send(t, "POST", &path, Some(req), &[]).await?;
+        if r.status == 423 {
+            if !said {
+                eprintln!("srun: Job {job} step creation temporarily disabled, retrying ({})", r.error());
+                said = true;
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_secs(1));
+            continue;
+        }
+        let step: StepResponse = r.json()?;
+        if said {
+            eprintln!("srun: Step created for job {job}");
+        }
+        return Ok(step);
+    }
+}
+
 /// Runs step `req` of job `job` with srun's I/O, returning srun's exit code.
 pub(crate) fn run_step(t: &Target, job: u64, mut req: StepRequest, a: &slurmcli::SrunSpec) -> Result<i32> {
     // An agent closes its connection when its task's streams end, maybe just as srun sends it
@@ -330,7 +355,7 @@ pub(crate) fn run_step(t: &Target, job: u64, mut req: StepRequest, a: &slurmcli:
         },
         pmi: a.pmi,
     });
-    let step: StepResponse = rt.block_on(send(t, "POST", &format!("/v1/jobs/{job}/steps"), Some(&req), &[]))?.json()?;
+    let step = rt.block_on(create_step(t, job, &req))?;
     let total: u32 = step.layout.iter().map(|(_, n)| n).sum();
     let pmi = a.pmi.then(|| {
         let per_node: Vec<u32> = step.layout.iter().map(|(_, n)| *n).collect();

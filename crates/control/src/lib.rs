@@ -25,14 +25,15 @@ pub mod creds;
 mod pass;
 pub mod service;
 mod services;
+mod steps;
 mod types;
 
 pub use pass::Pass;
 pub use service::{Service, ServiceSpec};
 pub use services::{Endpoint, EndpointView, ProxyServiceStats, ServiceEndpoints, replica_id};
 pub use types::{
-    ArrayInfo, ArrayRecord, BATCH_STEP, Job, JobSpec, NodeRec, Order, ReplicaInfo, ReplicaReport, ReplicaTask, StdinTo, Step, StepIo,
-    StepSpec, Task, TaskExit, TaskKey,
+    ArrayInfo, ArrayRecord, BATCH_STEP, Job, JobSpec, NodeRec, Order, ReplicaInfo, ReplicaReport, ReplicaTask, StdinTo, Step, StepHold,
+    StepIo, StepRes, StepSpec, Task, TaskExit, TaskKey,
 };
 
 use model::{ClusterConfig, DepKind, DepStatus, JobEvent, JobId, JobState, Node, NodeEvent, NodeState, PendingReason, Time};
@@ -108,6 +109,10 @@ pub enum Refused {
     /// The caller's credential is not (or no longer) valid.
     #[error("{0}")]
     Unauthorized(String),
+    /// Not now, but later: what it needs is in use (a step waiting for its job's other steps,
+    /// as Slurm's "Requested nodes are busy"). The caller may ask again.
+    #[error("{0}")]
+    Busy(String),
 }
 
 /// What a scheduling tick did.
@@ -1336,7 +1341,7 @@ impl Controller {
         let mut next = Time::MAX;
         let mut due = Vec::new();
         for j in self.active().filter(|j| j.state == JobState::Running) {
-            let t = Self::due_at(j, now);
+            let t = Self::due_at(j, now, self.settings.kill_wait);
             if t <= now {
                 due.push(j.req.id.0);
             } else {
@@ -1364,6 +1369,7 @@ impl Controller {
                 self.jobs.get_mut(&id).expect("running").warned = true;
                 self.dirty_jobs.insert(id);
             }
+            self.step_limits(now, id);
             let j = &self.jobs[&id];
             match j.timeout_at {
                 None if now >= end => {
@@ -1384,17 +1390,55 @@ impl Controller {
         // What was just done changes when those jobs are next due.
         for id in due {
             if let Some(j) = self.jobs.get(&id).filter(|j| j.state == JobState::Running) {
-                self.limits_due = self.limits_due.min(Self::due_at(j, now));
+                self.limits_due = self.limits_due.min(Self::due_at(j, now, self.settings.kill_wait));
             }
+        }
+    }
+
+    /// Time limits of a running job's steps (`srun -t`): SIGTERM to the step's tasks at its
+    /// limit, SIGKILL `KillWait` later; the step ends TIMEOUT, the job runs on (as Slurm's).
+    fn step_limits(&mut self, now: Time, id: u64) {
+        let kill_wait = self.settings.kill_wait;
+        let Some(j) = self.jobs.get_mut(&id) else { return };
+        let epoch = j.epoch;
+        let mut orders = Vec::new();
+        for s in j.steps.iter_mut().filter(|s| s.end.is_none()) {
+            let Some(limit) = s.spec.res.time_limit else { continue };
+            let signal = match s.timeout_at {
+                None if now >= s.start.saturating_add(limit) => {
+                    s.timeout_at = Some(now);
+                    15
+                }
+                Some(at) if now >= at.saturating_add(kill_wait) => 9,
+                _ => continue,
+            };
+            for (n, _) in &s.layout {
+                orders.push((n.clone(), Order::Signal { job: id, epoch, signal, batch_only: false, step: Some(s.id) }));
+            }
+        }
+        if !orders.is_empty() {
+            self.dirty_jobs.insert(id);
+        }
+        for (n, o) in orders {
+            self.order(&n, o);
         }
     }
 
     /// When a running job is next due for the time-limit scan: the end of its preemption grace,
     /// its `--signal` time, or its time limit (at `now` or before: due now, as every tick after
     /// its limit until it ends).
-    fn due_at(j: &Job, now: Time) -> Time {
+    fn due_at(j: &Job, now: Time, kill_wait: Time) -> Time {
         let end = j.start.unwrap_or(now).saturating_add(j.req.time_limit);
         let mut t = end;
+        // Steps with a time limit of their own (`srun -t`): its end, then KillWait after.
+        for s in j.steps.iter().filter(|s| s.end.is_none()) {
+            if let Some(limit) = s.spec.res.time_limit {
+                t = t.min(match s.timeout_at {
+                    None => s.start.saturating_add(limit),
+                    Some(at) => at.saturating_add(kill_wait),
+                });
+            }
+        }
         if let Some(p) = j.preempt_at {
             t = t.min(p);
         }
@@ -1464,7 +1508,7 @@ impl Controller {
         j.exit_code = None;
         j.exit_signal = None;
         let first = j.allocs[0].0.clone();
-        self.limits_due = self.limits_due.min(Self::due_at(j, now));
+        self.limits_due = self.limits_due.min(Self::due_at(j, now, self.settings.kill_wait));
         j.steps = vec![Step {
             id: BATCH_STEP,
             argv: Vec::new(),
@@ -1476,6 +1520,8 @@ impl Controller {
             start: now,
             end: None,
             spec: StepSpec::default(),
+            held: Vec::new(),
+            timeout_at: None,
         }];
         self.dirty_jobs.insert(id);
         if let Some(r) = &mut j.replica {
@@ -1499,7 +1545,15 @@ impl Controller {
             Some(l) => l.iter().cloned().unzip(),
             None => (job_names.clone(), (0..job_names.len() as u32).map(|_| j.req.shape.tasks_per_node(job_names.len() as u32)).collect()),
         };
-        let cpus_per_node: Vec<u32> = names.iter().map(|n| j.allocs.iter().find(|(a, _)| a == n).map_or(0, |(_, a)| a.cpus)).collect();
+        // A step that holds CPUs sees its own count (`SLURM_CPUS_ON_NODE`), else the job's.
+        let cpus_per_node: Vec<u32> = names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| match srun.and_then(|s| s.held.get(i)) {
+                Some(h) if h.cpus > 0 => h.cpus,
+                _ => j.allocs.iter().find(|(a, _)| a == n).map_or(0, |(_, a)| a.cpus),
+            })
+            .collect();
         let step_index = names.iter().position(|n| Some(n) == job_names.get(node_index)).unwrap_or(0);
         let node_gpus = j.allocs.get(node_index).map(|(_, a)| a.gpus.clone()).unwrap_or_default();
         let part = j.req.partition.clone().or_else(|| self.settings.cluster.partitions.first().map(|p| p.name.clone())).unwrap_or_default();
@@ -1524,7 +1578,7 @@ impl Controller {
             job_nodes: if layout.is_some() { &job_names } else { &[] },
             tasks_per_node: &tasks_per_node,
             cpus_per_node: &cpus_per_node,
-            cpus_per_task: j.req.shape.cpus_per_task,
+            cpus_per_task: srun.and_then(|s| s.spec.res.cpus_per_task).unwrap_or(j.req.shape.cpus_per_task),
             node_index: step_index,
             procid: rank,
             localid,
@@ -1637,6 +1691,11 @@ impl Controller {
             gid: j.spec.gid,
             gpus: gpus.unwrap_or(node_gpus),
             mem_limit,
+            step_mem: 0,
+            cpus: st
+                .and_then(|s| s.cpu_bind.as_deref())
+                .and_then(|b| slurmcli::cpu_bind_cpus(b, localid).ok().flatten())
+                .unwrap_or_default(),
             replica,
             io,
         }
@@ -1707,19 +1766,53 @@ impl Controller {
             return Err(Refused::Invalid(format!("--input={r}: the step has tasks 0-{}", total - 1)));
         }
         let step_id = j.steps.iter().filter(|s| s.id != BATCH_STEP).map(|s| s.id + 1).max().unwrap_or(0);
-        let mut layout = Vec::new();
-        let mut rank = 0;
-        for name in usable.iter().take(n_nodes as usize) {
-            let here = per_node.min(total - rank);
-            if here == 0 {
-                break;
-            }
-            layout.push((name.clone(), here));
-            rank += here;
+        // What the job's other running steps hold on each node it may use.
+        let rooms: Vec<steps::Room> = usable
+            .iter()
+            .filter_map(|name| {
+                let (_, a) = j.allocs.iter().find(|(n, _)| n == name)?;
+                let node = self.node_index.get(name).map(|&i| &self.nodes[i].node);
+                let mut used = StepHold::default();
+                for s in j.steps.iter().filter(|s| s.end.is_none() && s.id != BATCH_STEP) {
+                    if let Some(h) = s.layout.iter().position(|(n, _)| n == name).and_then(|at| s.held.get(at)) {
+                        used.cpus += h.cpus;
+                        used.memory += h.memory;
+                        used.gpus.extend(&h.gpus);
+                    }
+                }
+                Some(steps::Room {
+                    name,
+                    cpus: a.cpus,
+                    memory: if a.memory > 0 { a.memory } else { node.map_or(u64::MAX, |n| n.memory) },
+                    gpus: &a.gpus,
+                    gpu_type: node.and_then(|n| n.gpu_type.as_deref()),
+                    used,
+                })
+            })
+            .collect();
+        let placed = steps::place(&rooms, n_nodes, per_node, total, &spec.res)?;
+        let layout: Vec<(String, u32)> = placed.iter().map(|(i, k, _)| (rooms[*i].name.to_string(), *k)).collect();
+        let held: Vec<StepHold> = if spec.res.overlap { Vec::new() } else { placed.into_iter().map(|(_, _, h)| h).collect() };
+        let total = layout.iter().map(|(_, k)| k).sum();
+        if let Some(limit) = spec.res.time_limit {
+            self.limits_due = self.limits_due.min(now.saturating_add(limit));
         }
         let j = self.jobs.get_mut(&id).expect("checked");
         let left = layout.iter().map(|(_, n)| *n).collect();
-        j.steps.push(Step { id: step_id, argv, layout, remaining: total, left, done: Vec::new(), exit: 0, start: now, end: None, spec });
+        j.steps.push(Step {
+            id: step_id,
+            argv,
+            layout,
+            remaining: total,
+            left,
+            done: Vec::new(),
+            exit: 0,
+            start: now,
+            end: None,
+            spec,
+            held,
+            timeout_at: None,
+        });
         let built = self.step_tasks(id, step_id);
         self.dirty_jobs.insert(id);
         for (name, t) in built {
@@ -1729,24 +1822,34 @@ impl Controller {
     }
 
     /// The tasks of step `step` of job `id`'s current run as its layout places them (node,
-    /// tasks there; ranks in that order), each with its node: GPUs of a node split evenly
-    /// between its tasks when they divide.
+    /// tasks there; ranks in that order), each with its node and GPUs: with `--gpus-per-task`
+    /// its own, with another GPU request the step's on the node, else the job's on the node
+    /// split evenly between its tasks when they divide.
     fn step_tasks(&self, id: u64, step: u32) -> Vec<(String, Task)> {
         let j = &self.jobs[&id];
         let Some(st) = j.steps.iter().find(|s| s.id == step) else { return Vec::new() };
         let mut out = Vec::new();
         let mut rank = 0;
-        for (name, here) in &st.layout {
+        for (at, (name, here)) in st.layout.iter().enumerate() {
             let Some(ni) = j.allocs.iter().position(|(n, _)| n == name) else { continue };
+            let held = st.held.get(at);
             let g = &j.allocs[ni].1.gpus;
             for local in 0..*here {
-                let gpus = if !g.is_empty() && (g.len() as u32).is_multiple_of(*here) {
-                    let k = g.len() / *here as usize;
-                    Some(g[local as usize * k..(local as usize + 1) * k].to_vec())
-                } else {
-                    None
+                let gpus = match (&st.spec.res.gpus, held) {
+                    (Some((model::GpuPer::Task(n), _)), Some(h)) => {
+                        let n = *n as usize;
+                        Some(h.gpus.iter().skip(local as usize * n).take(n).copied().collect())
+                    }
+                    (Some(_), Some(h)) => Some(h.gpus.clone()),
+                    _ if !g.is_empty() && (g.len() as u32).is_multiple_of(*here) => {
+                        let k = g.len() / *here as usize;
+                        Some(g[local as usize * k..(local as usize + 1) * k].to_vec())
+                    }
+                    _ => None,
                 };
-                out.push((name.clone(), self.make_task(id, step, ni, rank, local, gpus, st.argv.clone())));
+                let mut t = self.make_task(id, step, ni, rank, local, gpus, st.argv.clone());
+                t.step_mem = held.map_or(0, |h| h.memory);
+                out.push((name.clone(), t));
                 rank += 1;
             }
         }

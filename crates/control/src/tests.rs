@@ -564,7 +564,7 @@ fn a_restored_controller_sends_again_the_launches_of_running_steps_whose_ends_it
     // Found by `tandem bench chaos --seed 4`: a step's launch orders were lost with the old
     // controller process (orders are not persisted), so its srun waited for ever.
     let mut c = cluster(2, 0);
-    c.submit(0, spec(1), &batch(&["-N2"]), "a").unwrap();
+    c.submit(0, spec(1), &batch(&["-N2", "--ntasks-per-node=2"]), "a").unwrap();
     c.tick(0);
     let step = c.create_step(1, 1, 1, Some(2), Some(4), Some(2), vec!["hostname".into()], StepSpec::default()).unwrap();
     // Rank 0 ended and was reported; the rest were never delivered.
@@ -609,4 +609,93 @@ fn a_running_job_requeued_by_its_user_goes_back_only_once_its_tasks_are_gone() {
     assert_eq!((j.state, j.restart_count), (JobState::Pending, 1));
     c.tick(3);
     assert_eq!(c.job(1).unwrap().state, JobState::Running);
+}
+
+#[test]
+fn parallel_steps_share_the_allocation_as_slurms_and_wait_for_what_they_need() {
+    let mut c = cluster(1, 4);
+    c.submit(0, spec(1), &batch(&["-n4", "--mem=2G", "--gpus-per-node=4"]), "a").unwrap();
+    c.tick(0);
+    let step = |c: &mut Controller, res: StepRes| {
+        c.create_step(1, 1, 1, None, Some(1), None, vec!["x".into()], StepSpec { res, ..StepSpec::default() })
+    };
+    let exact = StepRes { exact: true, ..StepRes::default() };
+    // A default step takes every CPU of the job on its node; a second waits, --overlap does not.
+    let s0 = step(&mut c, StepRes::default()).unwrap();
+    assert_eq!(c.job(1).unwrap().steps.iter().find(|s| s.id == s0).unwrap().held[0].cpus, 4);
+    assert_eq!(step(&mut c, exact.clone()), Err(Refused::Busy("Requested nodes are busy".into())));
+    let o = step(&mut c, StepRes { overlap: true, ..StepRes::default() }).unwrap();
+    assert!(c.job(1).unwrap().steps.iter().find(|s| s.id == o).unwrap().held.is_empty());
+    // When it ends, --exact steps of one CPU each, with two GPUs and 1 GiB each, run side by side.
+    c.hb(2, "n0", &[], &[TaskExit { step: s0, rank: 0, ..ended(1, 1, Some(0), None) }]).unwrap();
+    let two = StepRes { gpus: Some((model::GpuPer::Node(2), None)), mem: Some(model::MemRequest::PerNode(1 << 30)), ..exact.clone() };
+    let a = step(&mut c, two.clone()).unwrap();
+    let b = step(&mut c, two.clone()).unwrap();
+    assert!(matches!(step(&mut c, two.clone()), Err(Refused::Busy(_))), "the GPUs and the memory are held");
+    let tasks = launches(&c.hb(3, "n0", &[], &[]).unwrap()).into_iter().cloned().collect::<Vec<_>>();
+    let of = |s: u32| tasks.iter().find(|t| t.step == s).unwrap().clone();
+    assert_eq!((of(a).gpus, of(b).gpus), (vec![0, 1], vec![2, 3]));
+    assert_eq!((of(a).step_mem, of(a).mem_limit), (1 << 30, 2 << 30));
+    let env = |t: &Task, k: &str| t.env.iter().find(|(e, _)| e == k).map(|(_, v)| v.clone()).unwrap_or_default();
+    assert_eq!(env(&of(a), "SLURM_CPUS_ON_NODE"), "1");
+    assert_eq!(env(&of(a), "CUDA_VISIBLE_DEVICES"), "0,1");
+    // Never possible within the job: refused at once, with Slurm's words.
+    let big = StepRes { mem: Some(model::MemRequest::PerNode(3 << 30)), ..exact.clone() };
+    assert!(matches!(step(&mut c, big), Err(Refused::Invalid(m)) if m.starts_with("Memory required by task is not available")));
+    let c5 = c.create_step(1, 1, 1, None, Some(5), None, vec!["x".into()], StepSpec { res: exact.clone(), ..StepSpec::default() });
+    assert!(matches!(c5, Err(Refused::Invalid(m)) if m.starts_with("More processors requested than permitted")));
+    let bad_type = StepRes { gpus: Some((model::GpuPer::Node(1), Some("a100".into()))), overlap: true, ..StepRes::default() };
+    assert!(matches!(step(&mut c, bad_type), Err(Refused::Invalid(m)) if m.starts_with("Invalid generic resource")));
+    // --gpus-per-task: each task its own.
+    c.hb(
+        4,
+        "n0",
+        &[],
+        &[TaskExit { step: a, rank: 0, ..ended(1, 1, Some(0), None) }, TaskExit { step: b, rank: 0, ..ended(1, 1, Some(0), None) }],
+    )
+    .unwrap();
+    let pt = c
+        .create_step(
+            5,
+            1,
+            1,
+            None,
+            Some(2),
+            None,
+            vec!["x".into()],
+            StepSpec { res: StepRes { gpus: Some((model::GpuPer::Task(2), None)), ..exact }, ..StepSpec::default() },
+        )
+        .unwrap();
+    let tasks =
+        launches(&c.hb(5, "n0", &[], &[]).unwrap()).into_iter().filter(|t| t.step == pt).map(|t| t.gpus.clone()).collect::<Vec<_>>();
+    assert_eq!(tasks, vec![vec![0, 1], vec![2, 3]]);
+}
+
+#[test]
+fn a_step_past_its_own_time_limit_is_terminated_then_killed_and_the_job_runs_on() {
+    let mut c = cluster(1, 0);
+    c.submit(0, spec(1), &batch(&["-n2", "-t", "10"]), "a").unwrap();
+    c.tick(0);
+    c.hb(0, "n0", &[], &[]).unwrap();
+    let res = StepRes { time_limit: Some(60), overlap: true, ..StepRes::default() };
+    let s = c.create_step(10, 1, 1, None, Some(1), None, vec!["sleep".into()], StepSpec { res, ..StepSpec::default() }).unwrap();
+    let _ = c.hb(11, "n0", &[], &[]).unwrap();
+    let signals = |orders: &[Order]| {
+        orders
+            .iter()
+            .filter_map(|o| if let Order::Signal { signal, step: Some(x), .. } = o { (*x == s).then_some(*signal) } else { None })
+            .collect::<Vec<_>>()
+    };
+    // A heartbeat and a tick every second: what signals reach the step, and when.
+    let mut sent = Vec::new();
+    for t in 12..=100 {
+        c.tick(t);
+        sent.extend(signals(&c.hb(t, "n0", &[], &[]).unwrap()).into_iter().map(|sig| (t, sig)));
+    }
+    // SIGTERM at its limit, SIGKILL KillWait (30 s) later, again each tick until it ends.
+    assert_eq!(sent, vec![(70, 15), (100, 9)]);
+    c.hb(101, "n0", &[], &[TaskExit { step: s, rank: 0, ..ended(1, 1, None, Some(9)) }]).unwrap();
+    let j = c.job(1).unwrap();
+    let st = j.steps.iter().find(|x| x.id == s).unwrap();
+    assert_eq!((j.state, st.end, st.timeout_at), (JobState::Running, Some(101), Some(70)));
 }

@@ -115,6 +115,59 @@ pub struct Step {
     /// How its tasks run (`srun`'s environment, directory, output, ...).
     #[serde(default)]
     pub spec: StepSpec,
+    /// What it holds of its job's allocation on each node of `layout`, in its order (empty
+    /// for `--overlap`, the batch step, and records from before steps held anything): other
+    /// steps may not use it while it runs.
+    #[serde(default)]
+    pub held: Vec<StepHold>,
+    /// When its time limit (`srun -t`) sent it SIGTERM; its tasks are killed `KillWait` later
+    /// and it ends TIMEOUT.
+    #[serde(default)]
+    pub timeout_at: Option<Time>,
+}
+
+/// What a running step holds of its job's allocation on one node.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StepHold {
+    /// CPUs.
+    pub cpus: u32,
+    /// Memory, bytes (0: the step is limited by the job's memory only, and holds none, as
+    /// Slurm's `--mem=0`).
+    pub memory: u64,
+    /// GPU indices (of the job's on the node) it holds.
+    pub gpus: Vec<u8>,
+}
+
+/// What an `srun` step asks of its job's allocation, as Slurm's step options inside one.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StepRes {
+    /// `-c`: CPUs per task (default 1); given, it implies `exact`.
+    #[serde(default)]
+    pub cpus_per_task: Option<u32>,
+    /// `--exact`, or `--exclusive` inside an allocation: only the CPUs asked for (else every
+    /// free CPU of the job on each of the step's nodes).
+    #[serde(default)]
+    pub exact: bool,
+    /// `--whole`: every free CPU of the job on each node, even with `-c`.
+    #[serde(default)]
+    pub whole: bool,
+    /// `--overlap`: holds nothing and waits for nothing, sharing what other steps hold.
+    #[serde(default)]
+    pub overlap: bool,
+    /// `-O/--overcommit`: more tasks than CPUs on a node.
+    #[serde(default)]
+    pub overcommit: bool,
+    /// `--mem` (per node) or `--mem-per-cpu`; absent or `--mem=0`: the job's memory, none held.
+    #[serde(default)]
+    pub mem: Option<model::MemRequest>,
+    /// `--gpus`, `--gpus-per-node`, `--gpus-per-task` (with a type, which must be the job's);
+    /// absent: the tasks see the job's GPUs on their node, and hold none.
+    #[serde(default)]
+    pub gpus: Option<(model::GpuPer, Option<String>)>,
+    /// `-t`: the step's own time limit, seconds.
+    #[serde(default)]
+    pub time_limit: Option<Time>,
 }
 
 /// How an `srun` step's tasks run, beyond their layout; what is not given comes from the job.
@@ -153,6 +206,16 @@ pub struct StepSpec {
     /// the files above.
     #[serde(default)]
     pub io: Option<StepIo>,
+    /// What it takes of the job's allocation (CPUs, memory, GPUs, time).
+    #[serde(default)]
+    pub res: StepRes,
+    /// `--cpu-bind` as given: each task is bound to the CPUs it names (`rank`, `map_cpu`,
+    /// `mask_cpu`), else unbound.
+    #[serde(default)]
+    pub cpu_bind: Option<String>,
+    /// `-m/--distribution` as given (recorded: tasks are laid out in blocks).
+    #[serde(default)]
+    pub distribution: Option<String>,
 }
 
 /// Where a step's tasks connect for their I/O: `srun` listens, each task's agent connects
@@ -227,6 +290,29 @@ impl StepSpec {
         }
         if self.workdir.as_ref().is_some_and(|d| !d.starts_with('/')) {
             return Err("the working directory must be absolute".into());
+        }
+        for (what, v) in [("--cpu-bind", &self.cpu_bind), ("--distribution", &self.distribution)] {
+            if v.as_ref().is_some_and(|v| v.is_empty() || v.len() > 64 << 10 || v.chars().any(char::is_control)) {
+                return Err(format!("invalid {what}: not empty, at most 64 KiB, no control characters"));
+            }
+        }
+        if let Some(b) = &self.cpu_bind {
+            slurmcli::cpu_bind_cpus(b, 0).map_err(|e| e.0)?;
+        }
+        let r = &self.res;
+        if r.cpus_per_task.is_some_and(|c| c == 0 || c > 100_000) {
+            return Err("invalid --cpus-per-task: 1 to 100000".into());
+        }
+        if let Some((per, ty)) = &r.gpus {
+            let n = match per {
+                model::GpuPer::Job(n) | model::GpuPer::Node(n) | model::GpuPer::Task(n) => *n,
+            };
+            if n == 0 || n > 1024 || ty.as_ref().is_some_and(|t| t.is_empty() || t.len() > 64) {
+                return Err("invalid GPU request: 1 to 1024 GPUs, a type name of at most 64 bytes".into());
+            }
+        }
+        if r.time_limit.is_some_and(|t| t <= 0) {
+            return Err("invalid step time limit: at least one minute".into());
         }
         if let Some(io) = &self.io {
             if io.addr.parse::<core::net::SocketAddr>().is_err() {
@@ -483,6 +569,13 @@ pub struct Task {
     pub gpus: Vec<u8>,
     /// Memory limit of the job on this node, bytes (0 = none).
     pub mem_limit: u64,
+    /// Memory limit of the task's step on this node, bytes (0 = the job's only): `srun
+    /// --mem`, a cgroup of its own inside the job's.
+    #[serde(default)]
+    pub step_mem: u64,
+    /// CPUs the task is bound to (`srun --cpu-bind`); empty: unbound.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cpus: Vec<u32>,
     /// For a service replica: probes and stop settings (the agent picks its port).
     #[serde(default)]
     pub replica: Option<ReplicaTask>,

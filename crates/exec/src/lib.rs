@@ -81,6 +81,8 @@ pub struct Setup<'a> {
     pub pty: bool,
     /// A descriptor the task keeps open across exec, at the same number (its PMI socket).
     pub inherit: Option<std::os::fd::RawFd>,
+    /// Bind the task to these CPUs (`srun --cpu-bind`); empty: leave its affinity alone.
+    pub cpus: &'a [u32],
 }
 
 /// How a task is kept ([`Setup::keep`]).
@@ -332,6 +334,8 @@ pub enum Stage {
     Stderr,
     /// Taking the descriptors of [`Setup::stdio`] (and its terminal, and [`Setup::inherit`]).
     Stdio,
+    /// Binding to [`Setup::cpus`].
+    Affinity,
 }
 
 impl Stage {
@@ -344,6 +348,7 @@ impl Stage {
             Stage::Stdout => b'o',
             Stage::Stderr => b'e',
             Stage::Stdio => b's',
+            Stage::Affinity => b'a',
         }
     }
 
@@ -356,6 +361,7 @@ impl Stage {
             b'o' => Stage::Stdout,
             b'e' => Stage::Stderr,
             b's' => Stage::Stdio,
+            b'a' => Stage::Affinity,
             _ => return None,
         })
     }
@@ -393,6 +399,18 @@ pub fn prepare(cmd: &mut Command, setup: Setup) -> std::io::Result<Report> {
     let (workdir, stdout, stderr, truncate) = (setup.workdir, setup.stdout, setup.stderr, setup.truncate);
     let (stdio, pty, inherit) = (setup.stdio, setup.pty, setup.inherit);
     let keep = setup.keep.map(|k| k.status.as_raw_fd());
+    // The CPU set is made here, not in the child; an id it cannot hold fails the launch now.
+    let cpus = match setup.cpus {
+        [] => None,
+        ids => {
+            let mut set = nix::sched::CpuSet::new();
+            for &id in ids {
+                set.set(id as usize)
+                    .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("CPU {id} is out of range")))?;
+            }
+            Some(set)
+        }
+    };
     let hook = move || -> std::io::Result<()> {
         // SAFETY: `report_fd` is the write end of a pipe that the returned `Report` keeps open
         // until after the spawn.
@@ -424,6 +442,9 @@ pub fn prepare(cmd: &mut Command, setup: Setup) -> std::io::Result<Report> {
                     }
                 }
             }
+        }
+        if let Some(set) = &cpus {
+            nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), set).map_err(|e| fail(Stage::Affinity, e))?;
         }
         if let Some(fd) = fd {
             // SAFETY: `fd` belongs to the caller's open file, which outlives the spawn.
@@ -619,6 +640,26 @@ mod tests {
         assert!(cmd.status().unwrap().success());
         assert_eq!(std::fs::read_to_string(d.join("both")).unwrap(), "a\nb\n");
         std::fs::remove_dir_all(d).ok();
+    }
+
+    #[test]
+    fn a_task_is_bound_to_the_cpus_it_is_given() {
+        // The CPUs this process may use: bind a child to the first of them.
+        let mine = nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(0)).unwrap();
+        let first = (0..nix::sched::CpuSet::count()).find(|&i| mine.is_set(i).unwrap_or(false)).unwrap() as u32;
+        let mut cmd = Command::new("grep");
+        cmd.args(["Cpus_allowed_list", "/proc/self/status"]);
+        let _r = prepare(&mut cmd, Setup { cpus: &[first], ..Setup::default() }).unwrap();
+        let out = String::from_utf8(cmd.output().unwrap().stdout).unwrap();
+        assert_eq!(out.split_whitespace().last(), Some(first.to_string().as_str()), "{out}");
+        // A CPU this machine does not have: the spawn fails, and says it was the binding.
+        let absent = (0..1024u32).rev().find(|&i| !mine.is_set(i as usize).unwrap_or(true)).unwrap();
+        let mut cmd = Command::new("true");
+        let mut r = prepare(&mut cmd, Setup { cpus: &[absent], ..Setup::default() }).unwrap();
+        assert!(cmd.spawn().is_err());
+        assert_eq!(r.failed(), Some(Stage::Affinity));
+        // One a CPU set cannot hold: refused before any fork.
+        assert!(prepare(&mut Command::new("true"), Setup { cpus: &[4096], ..Setup::default() }).is_err());
     }
 
     #[test]

@@ -96,6 +96,8 @@ pub(crate) fn refused(e: Refused) -> Response {
         Refused::Forbidden(_) => StatusCode::FORBIDDEN,
         Refused::Conflict(_) => StatusCode::CONFLICT,
         Refused::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+        // Retry later (a step waiting for its job's other steps).
+        Refused::Busy(_) => StatusCode::LOCKED,
     };
     (code, Json(ApiError { error: e.to_string() })).into_response()
 }

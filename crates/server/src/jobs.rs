@@ -85,6 +85,12 @@ fn job_info(j: &Job, v: &Viewer) -> JobInfo {
             exit_code: s.exit,
             start: s.start,
             end: s.end,
+            timed_out: s.timeout_at.is_some(),
+            cpus: if s.held.iter().any(|h| h.cpus > 0) {
+                s.held.iter().map(|h| h.cpus).sum()
+            } else {
+                s.layout.iter().filter_map(|(n, _)| j.allocs.iter().find(|(a, _)| a == n)).map(|(_, a)| a.cpus).sum()
+            },
         })
         .collect();
     let unlimited = j.req.time_limit >= i64::MAX / 8;

@@ -2,8 +2,10 @@
 //! honour; the rest is refused with what to do instead).
 
 use crate::Invalid;
+use crate::formats::{parse_gpus, parse_gres, parse_memory, parse_time};
 use crate::hostlist::expand;
 use crate::options::{Arg, Opt, count, parse_options, text};
+use model::{GpuPer, MemRequest, Time};
 
 /// An `srun` command line.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -14,8 +16,23 @@ pub struct SrunSpec {
     pub ntasks: Option<u32>,
     /// `--ntasks-per-node`.
     pub ntasks_per_node: Option<u32>,
-    /// `-c` (recorded: a step's tasks share the job's CPUs on each node).
+    /// `-c`: CPUs per task (implies `exact` for a step).
     pub cpus_per_task: Option<u32>,
+    /// `--exact`, or `--exclusive` (inside an allocation they mean the same): a step takes
+    /// only the CPUs its tasks ask for, else every free CPU of the job on its nodes.
+    pub exact: bool,
+    /// `--overlap`: the step shares what other steps hold, and waits for nothing.
+    pub overlap: bool,
+    /// `--whole`: every free CPU of the job on each node, even with `-c`.
+    pub whole: bool,
+    /// `-O/--overcommit`: more tasks than CPUs.
+    pub overcommit: bool,
+    /// `--mem` or `--mem-per-cpu`.
+    pub mem: Option<MemRequest>,
+    /// `--gpus`, `--gpus-per-node`, `--gpus-per-task`, `--gres=gpu[:type]:N`, with the type.
+    pub gpus: Option<(GpuPer, Option<String>)>,
+    /// `-t`: the step's time limit, seconds (`None` inside: unlimited within the job's).
+    pub time: Option<Time>,
     /// `-J`.
     pub name: Option<String>,
     /// `-o`.
@@ -36,7 +53,8 @@ pub struct SrunSpec {
     pub exclude: Vec<String>,
     /// `--mpi=list`: print the MPI types and exit.
     pub mpi_list: bool,
-    /// `--cpu-bind`, `--distribution` as given (recorded, not applied).
+    /// `--cpu-bind` (applied where it names CPUs: `rank`, `map_cpu`, `mask_cpu`) and
+    /// `--distribution` (recorded), as given.
     pub recorded: Vec<(String, String)>,
     /// `-l`: each line of output starts with its task's rank.
     pub label: bool,
@@ -110,6 +128,9 @@ const OPTS: &[Opt] = &[
     Opt { long: "gpus", short: Some('G'), arg: Arg::Required },
     Opt { long: "gpus-per-node", short: None, arg: Arg::Required },
     Opt { long: "gpus-per-task", short: None, arg: Arg::Required },
+    Opt { long: "gres", short: None, arg: Arg::Required },
+    Opt { long: "exact", short: None, arg: Arg::None },
+    Opt { long: "overcommit", short: Some('O'), arg: Arg::None },
 ];
 
 /// A value that must be there and be plain text.
@@ -189,16 +210,61 @@ pub fn parse_srun(args: &[String]) -> Result<SrunSpec, Invalid> {
             "chdir" => s.chdir = Some(nonempty(&v(), "--chdir")?),
             "nodelist" => s.nodelist = expand(&v(), 100_000).map_err(|e| Invalid::new(format!("invalid --nodelist: {}", e.0)))?,
             "exclude" => s.exclude = expand(&v(), 100_000).map_err(|e| Invalid::new(format!("invalid --exclude: {}", e.0)))?,
-            "cpu-bind" | "distribution" => s.recorded.push((opt.long.to_string(), nonempty(&v(), opt.long)?)),
+            "cpu-bind" => {
+                let v = nonempty(&v(), opt.long)?;
+                cpu_bind_cpus(&v, 0)?;
+                s.recorded.push((opt.long.to_string(), v));
+            }
+            "distribution" => s.recorded.push((opt.long.to_string(), nonempty(&v(), opt.long)?)),
             "time" => {
-                crate::formats::parse_time(&v())?;
+                s.time = parse_time(&v())?;
                 s.allocation.push(format!("--time={}", v()));
             }
-            "partition" | "account" | "qos" | "mem" | "mem-per-cpu" | "gpus" | "gpus-per-node" | "gpus-per-task" => {
+            "mem" => {
+                s.mem = Some(MemRequest::PerNode(parse_memory(&v())?));
+                s.allocation.push(format!("--mem={}", v()));
+            }
+            "mem-per-cpu" => {
+                s.mem = Some(MemRequest::PerCpu(parse_memory(&v())?));
+                s.allocation.push(format!("--mem-per-cpu={}", v()));
+            }
+            "gpus" | "gpus-per-node" | "gpus-per-task" => {
+                let (ty, n) = parse_gpus(&v())?;
+                s.gpus = Some((
+                    match opt.long {
+                        "gpus" => GpuPer::Job(n),
+                        "gpus-per-node" => GpuPer::Node(n),
+                        _ => GpuPer::Task(n),
+                    },
+                    ty,
+                ));
+                s.allocation.push(format!("--{}={}", opt.long, v()));
+            }
+            "gres" => {
+                for (name, ty, n) in parse_gres(&v())? {
+                    if name != "gpu" {
+                        return Err(Invalid::new(format!("invalid generic resource (gres) specification {name:?}: steps take gpu only")));
+                    }
+                    s.gpus = Some((GpuPer::Node(n as u32), ty));
+                }
+                s.allocation.push(format!("--gres={}", v()));
+            }
+            "partition" | "account" | "qos" => {
                 s.allocation.push(format!("--{}={}", opt.long, nonempty(&v(), opt.long)?));
             }
-            // A step shares its job's allocation; what these change does not arise.
-            "exclusive" | "overlap" | "whole" | "verbose" | "quiet" => {}
+            "exclusive" => {
+                // `=allocation`: whole nodes for a job srun makes, without --exact for its step.
+                s.exact = value.as_deref() != Some("allocation");
+                s.allocation.push(match value.as_deref() {
+                    None | Some("allocation") => "--exclusive".to_string(),
+                    Some(x) => format!("--exclusive={x}"),
+                });
+            }
+            "exact" => s.exact = true,
+            "overlap" => s.overlap = true,
+            "whole" => s.whole = true,
+            "overcommit" => s.overcommit = true,
+            "verbose" | "quiet" => {}
             _ => unreachable!("every option in OPTS is handled"),
         }
     }
@@ -206,6 +272,80 @@ pub fn parse_srun(args: &[String]) -> Result<SrunSpec, Invalid> {
         return Err(Invalid::new("no command given"));
     }
     Ok(s)
+}
+
+/// Highest CPU id `--cpu-bind=map_cpu:`/`mask_cpu:` may name (a `cpu_set_t` holds 1,024).
+pub const MAX_CPU_ID: u32 = 1023;
+
+/// The CPUs a task with local id `localid` is bound to under `--cpu-bind=SPEC`, as Slurm's
+/// task/affinity reads it: `[verbose,]` then `none`/`no` (unbound: `None`), `rank` (CPU =
+/// local id), `map_cpu:<id>[,<id>...]` (the local id picks an entry, cyclically),
+/// `mask_cpu:<hex>[,<hex>...]` (likewise, a hexadecimal mask), or a binding by hardware unit
+/// (`cores`, `threads`, `sockets`, `ldoms`, `boards`: accepted, unbound, as allocations here
+/// are CPU counts, not CPU ids). Errors say what is wrong.
+pub fn cpu_bind_cpus(spec: &str, localid: u32) -> Result<Option<Vec<u32>>, Invalid> {
+    let bad = |why: &str| Invalid::new(format!("invalid --cpu-bind={spec}: {why}"));
+    let mut what: Option<(String, Vec<String>)> = None;
+    for part in spec.split(',').map(str::trim) {
+        let flag = matches!(part, "verbose" | "v" | "quiet" | "q");
+        match &mut what {
+            // The list of map_cpu/mask_cpu goes on after commas.
+            Some((_, list)) if !flag => list.push(part.to_string()),
+            Some(_) => {}
+            None if flag => {}
+            None => what = Some((part.to_string(), Vec::new())),
+        }
+    }
+    let Some((head, mut rest)) = what else {
+        return Err(bad("want none, rank, map_cpu:<list>, mask_cpu:<list>, cores, threads, sockets or ldoms"));
+    };
+    let (kind, first) = head.split_once(':').map_or((head.as_str(), None), |(k, v)| (k, Some(v.to_string())));
+    if let Some(f) = first {
+        rest.insert(0, f);
+    }
+    let plain = |rest: &[String]| if rest.is_empty() { Ok(None) } else { Err(bad("this binding takes no list")) };
+    match kind {
+        "none" | "no" | "cores" | "threads" | "sockets" | "ldoms" | "boards" => plain(&rest),
+        "rank" => {
+            plain(&rest)?;
+            if localid > MAX_CPU_ID {
+                return Err(bad("more tasks on a node than CPU ids"));
+            }
+            Ok(Some(vec![localid]))
+        }
+        "map_cpu" | "mask_cpu" => {
+            if rest.is_empty() || rest.len() > 4096 {
+                return Err(bad("want a list of 1 to 4096 entries"));
+            }
+            let mut all = Vec::new();
+            for e in &rest {
+                all.push(if kind == "map_cpu" {
+                    let id = e
+                        .parse::<u32>()
+                        .ok()
+                        .filter(|&n| n <= MAX_CPU_ID)
+                        .ok_or_else(|| bad(&format!("{e:?} is not a CPU id 0-{MAX_CPU_ID}")))?;
+                    vec![id]
+                } else {
+                    let hex = e.strip_prefix("0x").or_else(|| e.strip_prefix("0X")).unwrap_or(e);
+                    if hex.is_empty() || hex.len() > (MAX_CPU_ID as usize + 1) / 4 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+                        return Err(bad(&format!("{e:?} is not a hexadecimal CPU mask")));
+                    }
+                    let mut ids = Vec::new();
+                    for (i, c) in hex.bytes().rev().enumerate() {
+                        let v = (c as char).to_digit(16).expect("checked");
+                        ids.extend((0..4).filter(|b| v & (1 << b) != 0).map(|b| (i * 4 + b) as u32));
+                    }
+                    if ids.is_empty() {
+                        return Err(bad(&format!("{e:?} selects no CPU")));
+                    }
+                    ids
+                });
+            }
+            Ok(Some(all[localid as usize % all.len()].clone()))
+        }
+        _ => Err(bad("want none, rank, map_cpu:<list>, mask_cpu:<list>, cores, threads, sockets or ldoms")),
+    }
 }
 
 /// A task number (from 0).
@@ -305,5 +445,61 @@ mod tests {
         assert!(e(&["-w", "node[", "x"]).contains("--nodelist"));
         assert!(e(&["-t", "soon", "x"]).contains("time"));
         assert_eq!(e(&["-N2"]), "no command given");
+        assert!(e(&["--mem=lots", "x"]).contains("memory"));
+        assert!(e(&["--gpus=0", "x"]).contains("GPU"));
+        assert!(e(&["--gpus-per-task=h100:", "x"]).contains("GPU"));
+        assert!(e(&["--gres=nic:1", "x"]).contains("steps take gpu only"));
+        assert!(e(&["--gres=gpu:", "x"]).contains("gres"));
+        assert!(e(&["--exact=1", "x"]).contains("doesn't allow an argument"));
+    }
+
+    #[test]
+    fn openmpi_4_1_s_captured_command_line_parses_whole() {
+        // Captured with `mpirun.openmpi --mca plm_base_verbose 10` (tests/clients/).
+        let text = include_str!("../../../tests/clients/openmpi-4.1-srun-argv.txt");
+        let line = text.lines().find(|l| l.starts_with("srun ")).expect("the captured line");
+        let words: Vec<String> = line.split_whitespace().skip(1).map(str::to_string).collect();
+        let s = parse_srun(&words).unwrap();
+        assert_eq!((s.ntasks_per_node, s.ntasks, s.kill_on_bad_exit, s.pmi), (Some(1), Some(2), true, false));
+        assert_eq!((s.nodes, s.exact, s.overlap), (None, false, false), "a default step: every CPU of its nodes");
+        let orted = words.iter().position(|w| w == "orted").unwrap();
+        assert_eq!(s.argv, words[orted..].to_vec(), "everything from orted on is its command, untouched");
+        assert_eq!(s.argv.last().map(String::as_str), Some("\"10\""));
+    }
+
+    #[test]
+    fn cpu_bind_names_cpus_as_slurms_task_affinity() {
+        assert_eq!(cpu_bind_cpus("none", 3).unwrap(), None);
+        assert_eq!(cpu_bind_cpus("verbose,cores", 0).unwrap(), None);
+        assert_eq!(cpu_bind_cpus("rank", 3).unwrap(), Some(vec![3]));
+        assert_eq!(cpu_bind_cpus("map_cpu:5,7", 0).unwrap(), Some(vec![5]));
+        assert_eq!(cpu_bind_cpus("verbose,map_cpu:5,7", 3).unwrap(), Some(vec![7]), "cyclic over the list");
+        assert_eq!(cpu_bind_cpus("mask_cpu:0x3,0x30", 1).unwrap(), Some(vec![4, 5]));
+        assert_eq!(cpu_bind_cpus("mask_cpu:f0", 0).unwrap(), Some(vec![4, 5, 6, 7]));
+        for bad in ["", "map_cpu:", "map_cpu:x", "map_cpu:4096", "mask_cpu:0", "mask_cpu:zz", "rank:1", "sideways", "none:2"] {
+            assert!(cpu_bind_cpus(bad, 0).unwrap_err().0.starts_with("invalid --cpu-bind"), "{bad}");
+        }
+        let long = format!("mask_cpu:{}", "f".repeat(2000));
+        assert!(cpu_bind_cpus(&long, 0).is_err());
+        assert!(p(&["--cpu_bind=map_cpu:1,x", "true"]).is_err(), "checked when parsed");
+    }
+
+    #[test]
+    fn step_resources_as_slurms_step_options() {
+        let s = p(&["--exact", "-c2", "--mem-per-cpu=512M", "--gpus-per-task=h100:1", "-t", "1:30", "x"]).unwrap();
+        assert_eq!((s.exact, s.cpus_per_task, s.mem), (true, Some(2), Some(MemRequest::PerCpu(512 << 20))));
+        assert_eq!(s.gpus, Some((GpuPer::Task(1), Some("h100".into()))));
+        assert_eq!(s.time, Some(120), "one-minute resolution, rounded up");
+        // --exclusive inside an allocation is --exact; =allocation is not.
+        assert!(p(&["--exclusive", "x"]).unwrap().exact);
+        assert!(!p(&["--exclusive=allocation", "x"]).unwrap().exact);
+        let s = p(&["--overlap", "--whole", "-O", "--mem=0", "--gres=gpu:a100:2", "-G", "3", "x"]).unwrap();
+        assert!(s.overlap && s.whole && s.overcommit);
+        assert_eq!((s.mem, s.gpus), (Some(MemRequest::PerNode(0)), Some((GpuPer::Job(3), None))));
+        assert_eq!(p(&["--gres=gpu:a100:2", "x"]).unwrap().gpus, Some((GpuPer::Node(2), Some("a100".into()))));
+        assert_eq!(p(&["-t", "0", "x"]).unwrap().time, None, "0 is no limit of its own");
+        // Underscore spellings.
+        let s = p(&["--cpus_per_task=3", "--mem_per_cpu=1G", "--gpus_per_node=2", "--ntasks_per_node=1", "x"]).unwrap();
+        assert_eq!((s.cpus_per_task, s.mem, s.ntasks_per_node), (Some(3), Some(MemRequest::PerCpu(1 << 30)), Some(1)));
     }
 }

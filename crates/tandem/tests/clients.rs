@@ -137,7 +137,7 @@ fn openmpi_mpirun_inside_an_allocation_launches_over_srun() {
         work.join("mpi.sh"),
         "#!/bin/bash\n#SBATCH -N 2\n#SBATCH --ntasks-per-node=2\n#SBATCH -o mpi.out\n\
          export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl=tcp,self OMPI_MCA_btl_tcp_if_include=lo\n\
-         mpirun.openmpi ./hello_allreduce\necho mpirun=$?\n",
+         mpirun.openmpi --mca plm_base_verbose 10 ./hello_allreduce\necho mpirun=$?\n",
     )
     .unwrap();
     let o = Command::new("sbatch")
@@ -153,8 +153,16 @@ fn openmpi_mpirun_inside_an_allocation_launches_over_srun() {
     assert!(o.status.success(), "sbatch -W: {}\n{out}\ncommands:\n{commands}", String::from_utf8_lossy(&o.stderr));
     assert_one_world_of_four(&out, &commands);
     assert!(out.contains("mpirun=0"), "{out}");
-    // mpirun started its daemons with srun, with OpenMPI's own options.
+    // mpirun started its daemons with srun, with OpenMPI's own options: the very command line
+    // recorded in tests/clients/openmpi-4.1-srun-argv.txt, but for what varies between runs
+    // (numbers, addresses, the host's name).
     assert!(commands.contains("srun --ntasks-per-node=1 --kill-on-bad-exit --mpi=none --ntasks=2 orted"), "{commands}");
+    let said = out.lines().skip_while(|l| !l.contains("plm:slurm: final top-level argv:")).nth(1).unwrap_or_default().trim().to_string();
+    let recorded = include_str!("../../../tests/clients/openmpi-4.1-srun-argv.txt").lines().find(|l| l.starts_with("srun ")).unwrap();
+    let shape = |l: &str| -> Vec<String> {
+        l.split_whitespace().map(|w| if w.starts_with('"') { "\"VALUE\"".to_string() } else { w.to_string() }).collect()
+    };
+    assert_eq!(shape(&said), shape(recorded), "OpenMPI's srun command line changed:\n{said}\nrecorded:\n{recorded}");
     stop_up(child, &dir);
 }
 

@@ -158,6 +158,89 @@ fn srun_is_its_tasks_terminal_inside_and_outside_an_allocation() {
 }
 
 #[test]
+fn parallel_steps_share_their_allocation_as_slurms() {
+    // Slurm's step allocation inside a job: a default step takes every CPU of the job on its
+    // nodes, so a parallel one waits ("Requested nodes are busy") unless --overlap; --exact
+    // and -c take what they ask; --gpus* and --mem hold their own; -t ends the step alone.
+    let c = Cluster::new("steps", 1, Some("h100:4"), 30);
+    let cg = !c.log("node1").contains("no writable cgroup memory controller");
+    // Each wait on another step's flag is bounded (timeout 20): the outcome, not the time, is
+    // what is checked.
+    let waitfor = |f: &str, tag: &str| {
+        format!("touch {tag}.started; timeout 20 bash -c \"until [ -e {f} ]; do sleep 0.1; done\" && echo {tag}-saw || echo {tag}-timeout")
+    };
+    // The script starts a step in the background, waits until it runs (its .started file),
+    // then starts the next: the order of the steps is fixed, whatever the machine's speed.
+    let started = |tag: &str| format!("until [ -e {tag}.started ]; do sleep 0.1; done; ");
+    let s = c.script(
+        "res.sh",
+        &format!(
+            "#!/bin/bash\n#SBATCH -n4\n#SBATCH --mem=1G\n#SBATCH --gpus-per-node=4\n#SBATCH -o res.out\n\
+             srun -n1 --overlap -t 1 bash -c 'touch limit.started; trap \"echo got-term; exit 7\" TERM; sleep 300 & wait' > limit.txt & lim=$!\n\
+             {s_limit}srun -n1 bash -c '{busy}' & p=$!\n\
+             {s_busy}srun -n1 touch busy.flag 2> busy.err; wait $p\n\
+             srun -n1 bash -c '{over}' & p=$!\n\
+             {s_over}srun -n1 --overlap touch over.flag; wait $p\n\
+             srun -n1 --exact bash -c '{exact}; echo cpus=$SLURM_CPUS_ON_NODE' & p=$!\n\
+             srun -n1 --exclusive touch exact.flag; wait $p\n\
+             srun -n1 -c2 bash -c 'echo c2=$SLURM_CPUS_PER_TASK,$SLURM_CPUS_ON_NODE'\n\
+             srun -n1 --exact --gpus=2 bash -c 'echo g1=$CUDA_VISIBLE_DEVICES; {gpu}' & p=$!\n\
+             {s_gpu}srun -n1 --exact --gpus=2 bash -c 'echo g2=$CUDA_VISIBLE_DEVICES; touch gpu.flag'; wait $p\n\
+             srun -n2 --exact --gpus-per-task=1 -l printenv CUDA_VISIBLE_DEVICES | sort\n\
+             srun -n1 --mem=2G true 2> mem.err; echo bigmem=$?\n\
+             srun -n1 --gpus=8 true 2> gpus.err; echo biggpus=$?\n\
+             srun -n5 true 2> cpus.err; echo bigcpus=$?\n\
+             srun -n5 -O true; echo overcommit=$?\n\
+             srun -n1 --cpu_bind=verbose,map_cpu:0 grep Cpus_allowed_list /proc/self/status | tr -d '\\t'\n\
+             srun -n1 --cpu-bind=map_cpu:1023 true 2> bind.err; echo badbind=$?\n\
+             {mem}\
+             wait $lim; echo limit=$?\n",
+            s_limit = started("limit"),
+            busy = waitfor("busy.flag", "busy"),
+            s_busy = started("busy"),
+            over = waitfor("over.flag", "over"),
+            s_over = started("over"),
+            exact = waitfor("exact.flag", "exact"),
+            gpu = waitfor("gpu.flag", "gpu"),
+            s_gpu = started("gpu"),
+            mem = if cg { "srun -n1 --mem=32M tail /dev/zero; echo stepoom=$?\n" } else { "" },
+        ),
+    );
+    let id = c.sbatch(&[&s]);
+    c.wait_state(id, &["COMPLETED", "FAILED"], 180);
+    let out = std::fs::read_to_string(c.work.join("res.out")).unwrap();
+    let err = |f: &str| std::fs::read_to_string(c.work.join(f)).unwrap_or_default();
+    // A default step holds every CPU: the second waited for the first to end.
+    assert!(out.contains("busy-timeout"), "{out}");
+    assert!(err("busy.err").contains("step creation temporarily disabled, retrying (Requested nodes are busy)"), "{}", err("busy.err"));
+    assert!(err("busy.err").contains(&format!("srun: Step created for job {id}")), "{}", err("busy.err"));
+    // --overlap and --exact/--exclusive steps run beside it.
+    assert!(out.contains("over-saw") && out.contains("exact-saw") && out.contains("cpus=1"), "{out}");
+    assert!(out.contains("c2=2,2"), "{out}");
+    // GPUs: distinct per parallel step, one per task with --gpus-per-task.
+    assert!(out.contains("gpu-saw") && out.contains("g1=0,1") && out.contains("g2=2,3"), "{out}");
+    assert!(out.contains("0: 0\n1: 1\n"), "{out}");
+    // Never possible in this job: refused at once with Slurm's words.
+    assert!(out.contains("bigmem=1") && err("mem.err").contains("Memory required by task is not available"), "{out}");
+    assert!(out.contains("biggpus=1") && err("gpus.err").contains("Invalid generic resource (gres) specification"), "{out}");
+    assert!(out.contains("bigcpus=1") && err("cpus.err").contains("More processors requested than permitted"), "{out}");
+    assert!(out.contains("overcommit=0"), "{out}");
+    // --cpu-bind=map_cpu binds the task; a CPU the node lacks fails its launch, saying why.
+    assert!(out.contains("Cpus_allowed_list:0\n"), "{out}");
+    assert!(!out.contains("badbind=0"), "{out}");
+    if cg {
+        // The step's own memory limit: its cgroup inside the job's; the job runs on.
+        assert!(out.contains("stepoom=137"), "{out}");
+    }
+    // srun -t 1: SIGTERM at the step's limit; the job goes on, the step is TIMEOUT.
+    assert!(err("limit.txt").contains("got-term") && out.contains("limit=7"), "{out}\n{}", err("limit.txt"));
+    let acct = c.ok("sacct", &["-j", &id.to_string(), "-P", "-n", "--format=JobID,State,AllocCPUS"]);
+    assert!(acct.contains(&format!("{id}.0|TIMEOUT|4")), "{acct}");
+    assert!(acct.contains(&format!("{id}|COMPLETED|4")), "{acct}");
+    assert!(acct.lines().any(|l| l.ends_with("|COMPLETED|1")), "an --exact step holds one CPU: {acct}");
+}
+
+#[test]
 fn output_files_are_emptied_at_the_first_start_unless_open_mode_is_append() {
     let c = Cluster::new("openmode", 1, None, 30);
     std::fs::write(c.work.join("t.out"), "old\n").unwrap();

@@ -121,6 +121,12 @@ pub struct StepInfo {
     pub start: i64,
     /// End.
     pub end: Option<i64>,
+    /// Ended by its own time limit (`srun -t`): TIMEOUT.
+    #[serde(default)]
+    pub timed_out: bool,
+    /// CPUs it holds (`srun --exact`, `-c`: its own; else the job's on its nodes).
+    #[serde(default)]
+    pub cpus: u32,
 }
 
 /// One node as `sinfo` shows it.
@@ -403,4 +409,4 @@ pub struct ProxySync {
 }
 
 /// The view types are the controller's own (the wire format is defined there).
-pub use control::{EndpointView, ProxyServiceStats, ServiceEndpoints, StdinTo, StepIo, StepSpec};
+pub use control::{EndpointView, ProxyServiceStats, ServiceEndpoints, StdinTo, StepIo, StepRes, StepSpec};
