@@ -67,7 +67,9 @@ impl Args {
 
 /// `sbatch`.
 pub(crate) fn sbatch(args: &[String]) -> Result<i32> {
-    let batch = slurmcli::parse_sbatch(args, now(), &mut |p| {
+    let env: Vec<(String, String)> =
+        std::env::vars_os().filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?))).collect();
+    let batch = slurmcli::parse_sbatch_env(args, now(), "SBATCH_", &env, &mut |p| {
         if p == slurmcli::STDIN {
             // A script on standard input (`sbatch < job.sh`, a here-document), as Slurm's.
             let mut text = String::new();
@@ -78,7 +80,12 @@ pub(crate) fn sbatch(args: &[String]) -> Result<i32> {
         std::fs::read_to_string(p).map_err(|e| slurmcli::Invalid(format!("Unable to open file {p}: {e}")))
     })
     .map_err(|e| anyhow::anyhow!("{}", e.0))?;
-    let (parsable, wait, submitted) = (batch.parsable, batch.wait, now());
+    let (parsable, wait, submitted, quiet) = (batch.parsable, batch.wait, now(), batch.quiet);
+    if batch.verbose > 0 {
+        for line in slurmcli::describe(&batch) {
+            eprintln!("sbatch: {line}");
+        }
+    }
     let req = submission(batch)?;
     let t = Target::from_env()?;
     let r: SubmitResponse = runtime()?.block_on(send(&t, "POST", "/v1/jobs", Some(&req), &[]))?.json()?;
@@ -89,7 +96,7 @@ pub(crate) fn sbatch(args: &[String]) -> Result<i32> {
     let first = r.job_ids.first().copied().context("no job id returned")?;
     if parsable {
         println!("{first}");
-    } else {
+    } else if !quiet {
         println!("Submitted batch job {first}");
     }
     if wait {
@@ -682,6 +689,10 @@ pub(crate) fn scontrol(args: &[String]) -> Result<i32> {
                 println!("   TresPerJob=gres/gpu:{}", j.gpus);
             }
             println!("   WorkDir={} StdOut={}", j.workdir, j.output);
+            if !j.recorded.is_empty() {
+                // Recorded with no effect here: --comment, --wckey, --mail-*, --hint, ...
+                println!("   {}", j.recorded.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" "));
+            }
             if let Some(m) = &j.message {
                 println!("   Message={m}");
             }

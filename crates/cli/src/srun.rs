@@ -545,8 +545,12 @@ pub(crate) fn run_step(t: &Target, job: u64, mut req: StepRequest, a: &slurmcli:
 pub(crate) fn allocate(t: &Target, cmd: &str, opts: &[String], command: &[String]) -> Result<(u64, JobInfo)> {
     let mut argv = opts.to_vec();
     argv.push(command.first().cloned().unwrap_or_else(|| cmd.to_string()));
-    let mut batch =
-        slurmcli::parse_sbatch(&argv, crate::common::now(), &mut |_| Ok("#!/bin/sh\n".into())).map_err(|e| anyhow::anyhow!("{}", e.0))?;
+    // salloc reads its SALLOC_* input variables, as Slurm's.
+    let env: Vec<(String, String)> =
+        std::env::vars_os().filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?))).collect();
+    let prefix = if cmd == "salloc" { "SALLOC_" } else { "" };
+    let mut batch = slurmcli::parse_sbatch_env(&argv, crate::common::now(), prefix, &env, &mut |_| Ok("#!/bin/sh\n".into()))
+        .map_err(|e| anyhow::anyhow!("{}", e.0))?;
     batch.interactive = true;
     batch.script_args.clear();
     let rt = crate::common::runtime()?;

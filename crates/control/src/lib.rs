@@ -536,7 +536,11 @@ impl Controller {
             .cluster
             .partition(batch.partition.as_deref())
             .ok_or_else(|| Refused::Invalid(format!("invalid partition specified: {}", batch.partition.as_deref().unwrap_or(""))))?;
-        let probe = batch.to_request(self.next_id, user, now, part.default_time);
+        let mut probe = batch.to_request(self.next_id, user, now, part.default_time);
+        Self::check_extras(batch, &JobSpec::script(""))?;
+        if batch.time == Some(None) {
+            probe.time_limit = probe.time_limit.min(part.max_time);
+        }
         sched::check_request(&self.node_defs(), &self.settings.cluster, &probe).map_err(|r| Refused::Invalid(r.message))?;
         for d in &batch.dependency {
             if let Some(j) = d.job
@@ -546,6 +550,20 @@ impl Controller {
             }
         }
         Ok(part.name.clone())
+    }
+
+    /// What a submission asks beyond its shape: a reservation (none exist), and the recorded
+    /// options' sizes.
+    fn check_extras(batch: &BatchSpec, spec: &JobSpec) -> Result<(), Refused> {
+        if let Some(r) = &batch.reservation {
+            return Err(Refused::Invalid(format!(
+                "Requested reservation is invalid: there is no reservation {r:?} (this cluster has none)"
+            )));
+        }
+        if let Some((k, _)) = spec.recorded.iter().find(|(_, v)| v.len() > 4096 || v.contains(['\0', '\n'])) {
+            return Err(Refused::Invalid(format!("invalid {k}: no newlines or NUL bytes, at most 4096 bytes")));
+        }
+        Ok(())
     }
 
     /// Accepts a submission: validates it against the cluster (nothing is stored when it is
@@ -570,7 +588,12 @@ impl Controller {
             .ok_or_else(|| Refused::Invalid(format!("invalid partition specified: {}", batch.partition.as_deref().unwrap_or(""))))?;
         let default_time = part.default_time;
         let first = self.next_id;
-        let probe = batch.to_request(first, user, now, default_time);
+        let mut probe = batch.to_request(first, user, now, default_time);
+        Self::check_extras(batch, &spec)?;
+        if batch.time == Some(None) {
+            // -t 0 (unlimited): as long as the partition allows.
+            probe.time_limit = probe.time_limit.min(part.max_time);
+        }
         self.check_cached(&probe)?;
         for d in &batch.dependency {
             if let Some(j) = d.job

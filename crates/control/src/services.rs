@@ -511,6 +511,7 @@ impl Controller {
             interactive: false,
             uid: svc.uid,
             gid: svc.gid,
+            recorded: Vec::new(),
         };
         let job = Job {
             replica: Some(ReplicaInfo {

@@ -18,6 +18,7 @@ pub(super) fn spec(uid: u32) -> JobSpec {
         interactive: false,
         uid,
         gid: uid,
+        recorded: Vec::new(),
     }
 }
 

@@ -46,9 +46,34 @@ pub struct JobSpec {
     pub uid: u32,
     /// Primary group.
     pub gid: u32,
+    /// Options recorded and shown, with no effect here (`--comment`, `--wckey`, `--mail-*`,
+    /// `--hint`, ...), as (Slurm's `scontrol show job` key, value).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub recorded: Vec<(String, String)>,
 }
 
 impl JobSpec {
+    /// The options of `b` that are recorded and shown only, as (`scontrol show job` key,
+    /// value).
+    pub fn recorded_of(b: &slurmcli::BatchSpec) -> Vec<(String, String)> {
+        let mut out: Vec<(String, String)> = [
+            ("Comment", &b.comment),
+            ("WCKey", &b.wckey),
+            ("MailUser", &b.mail_user),
+            ("MailType", &b.mail_type),
+            ("Hint", &b.hint),
+            ("Distribution", &b.distribution),
+            ("GetUserEnv", &b.get_user_env),
+        ]
+        .into_iter()
+        .filter_map(|(k, v)| v.as_ref().map(|v| (k.to_string(), v.clone())))
+        .collect();
+        if let Some(t) = b.threads_per_core {
+            out.push(("ThreadsPerCore".into(), t.to_string()));
+        }
+        out
+    }
+
     /// A root job that runs `script` in `/tmp`, default output, requeueable: what tests and
     /// tools start from.
     pub fn script(script: &str) -> JobSpec {
@@ -67,6 +92,7 @@ impl JobSpec {
             interactive: false,
             uid: 0,
             gid: 0,
+            recorded: Vec::new(),
         }
     }
 }

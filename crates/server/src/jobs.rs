@@ -118,6 +118,7 @@ fn job_info(j: &Job, v: &Viewer) -> JobInfo {
         restarts: j.restart_count,
         workdir: j.spec.workdir.clone(),
         output: j.spec.output.clone(),
+        recorded: if details { j.spec.recorded.clone() } else { Vec::new() },
         steps,
         message: j.message.clone(),
     }
@@ -143,7 +144,8 @@ async fn submit(
         submit_dir: req.cwd.clone(),
         submit_host: req.host.clone(),
         env,
-        output: b.output.clone().unwrap_or_else(|| "slurm-%j.out".into()),
+        // Slurm's defaults: an array's tasks write slurm-%A_%a.out.
+        output: b.output.clone().unwrap_or_else(|| if b.array.is_some() { "slurm-%A_%a.out" } else { "slurm-%j.out" }.into()),
         error: b.error.clone(),
         append: b.open_append.unwrap_or(false),
         requeue: b.requeue.unwrap_or(!b.interactive),
@@ -151,6 +153,7 @@ async fn submit(
         interactive: b.interactive,
         uid,
         gid: primary_gid(uid),
+        recorded: control::JobSpec::recorded_of(&b),
     };
     if b.test_only {
         let t = now();

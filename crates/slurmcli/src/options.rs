@@ -94,6 +94,40 @@ pub struct BatchSpec {
     /// `--comment` (recorded).
     #[serde(default)]
     pub comment: Option<String>,
+    /// `--mail-type` (recorded: no mail is sent), upper case, as given.
+    #[serde(default)]
+    pub mail_type: Option<String>,
+    /// `--mail-user` (recorded).
+    #[serde(default)]
+    pub mail_user: Option<String>,
+    /// `--mem-per-gpu`, bytes: memory per node from the GPUs the job gets on a node.
+    #[serde(default)]
+    pub mem_per_gpu: Option<u64>,
+    /// `--cpus-per-gpu`: CPUs per task from the GPUs the job gets on a node.
+    #[serde(default)]
+    pub cpus_per_gpu: Option<u32>,
+    /// `--reservation` (there are no reservations: the controller refuses it).
+    #[serde(default)]
+    pub reservation: Option<String>,
+    /// `--hint` (recorded: nodes here count CPUs, not cores and threads).
+    #[serde(default)]
+    pub hint: Option<String>,
+    /// `-m/--distribution` (recorded: tasks are laid out in blocks).
+    #[serde(default)]
+    pub distribution: Option<String>,
+    /// `--threads-per-core` (recorded, as `--hint`).
+    #[serde(default)]
+    pub threads_per_core: Option<u32>,
+    /// `--get-user-env[=timeout][S|L]`: the job's environment starts from the user's login
+    /// environment on the node, the submitted one winning (`Some("")` for the bare flag).
+    #[serde(default)]
+    pub get_user_env: Option<String>,
+    /// `-v`, once per `v`: say what was parsed.
+    #[serde(default)]
+    pub verbose: u32,
+    /// `-Q`: no informational messages (sbatch prints no job id).
+    #[serde(default)]
+    pub quiet: bool,
     /// The batch script's text (the file's, or one made from `--wrap`).
     pub script: String,
     /// Path of the script as given, if any.
@@ -174,7 +208,98 @@ const OPTS: &[Opt] = &[
     Opt { long: "wckey", short: None, arg: Arg::Required },
     Opt { long: "wait", short: Some('W'), arg: Arg::None },
     Opt { long: "comment", short: None, arg: Arg::Required },
+    Opt { long: "mail-type", short: None, arg: Arg::Required },
+    Opt { long: "mail-user", short: None, arg: Arg::Required },
+    Opt { long: "mem-per-gpu", short: None, arg: Arg::Required },
+    Opt { long: "cpus-per-gpu", short: None, arg: Arg::Required },
+    Opt { long: "reservation", short: None, arg: Arg::Required },
+    Opt { long: "hint", short: None, arg: Arg::Required },
+    Opt { long: "distribution", short: Some('m'), arg: Arg::Required },
+    Opt { long: "threads-per-core", short: None, arg: Arg::Required },
+    Opt { long: "get-user-env", short: None, arg: Arg::Optional },
+    Opt { long: "verbose", short: Some('v'), arg: Arg::None },
+    Opt { long: "quiet", short: Some('Q'), arg: Arg::None },
 ];
+
+/// Slurm's `--mail-type` values.
+const MAIL_TYPES: &[&str] = &[
+    "NONE",
+    "BEGIN",
+    "END",
+    "FAIL",
+    "REQUEUE",
+    "ALL",
+    "INVALID_DEPEND",
+    "STAGE_OUT",
+    "TIME_LIMIT",
+    "TIME_LIMIT_90",
+    "TIME_LIMIT_80",
+    "TIME_LIMIT_50",
+    "ARRAY_TASKS",
+];
+
+/// Slurm's `--hint` values.
+const HINTS: &[&str] = &["compute_bound", "memory_bound", "multithread", "nomultithread"];
+
+/// The input variables `sbatch` and `salloc` read (after the prefix `SBATCH_` or `SALLOC_`)
+/// and the option each stands for; a flag's variable counts when set, whatever its value.
+const ENV_OPTS: &[(&str, &str)] = &[
+    ("ACCOUNT", "account"),
+    ("ARRAY_INX", "array"),
+    ("CONSTRAINT", "constraint"),
+    ("CPUS_PER_GPU", "cpus-per-gpu"),
+    ("DISTRIBUTION", "distribution"),
+    ("ERROR", "error"),
+    ("EXCLUSIVE", "exclusive"),
+    ("EXPORT", "export"),
+    ("GET_USER_ENV", "get-user-env"),
+    ("GPUS", "gpus"),
+    ("GPUS_PER_NODE", "gpus-per-node"),
+    ("GPUS_PER_TASK", "gpus-per-task"),
+    ("GRES", "gres"),
+    ("HINT", "hint"),
+    ("JOB_NAME", "job-name"),
+    ("MEM_PER_CPU", "mem-per-cpu"),
+    ("MEM_PER_GPU", "mem-per-gpu"),
+    ("MEM_PER_NODE", "mem"),
+    ("NO_REQUEUE", "no-requeue"),
+    ("OPEN_MODE", "open-mode"),
+    ("OUTPUT", "output"),
+    ("PARTITION", "partition"),
+    ("QOS", "qos"),
+    ("REQ_SWITCH", "switches"),
+    ("REQUEUE", "requeue"),
+    ("RESERVATION", "reservation"),
+    ("SIGNAL", "signal"),
+    ("THREADS_PER_CORE", "threads-per-core"),
+    ("TIMELIMIT", "time"),
+    ("WAIT", "wait"),
+    ("WCKEY", "wckey"),
+];
+
+/// The options that the input variables in `env` with `prefix` (`SBATCH_`, `SALLOC_`) give,
+/// as (option, value) pairs to apply between the script's `#SBATCH` lines and the command
+/// line (Slurm's order); `SLURM_HINT` stands for `--hint` too. Errors name the variable.
+fn env_options(prefix: &str, env: &[(String, String)]) -> Result<Vec<(&'static Opt, Option<String>)>, Invalid> {
+    let mut out = Vec::new();
+    for (suffix, long) in ENV_OPTS {
+        let name = format!("{prefix}{suffix}");
+        let found = env
+            .iter()
+            .rev()
+            .find(|(k, _)| *k == name)
+            .or_else(|| (*suffix == "HINT").then(|| env.iter().rev().find(|(k, _)| k == "SLURM_HINT")).flatten());
+        let Some((_, v)) = found else { continue };
+        let opt = find_long(OPTS, long).expect("ENV_OPTS names OPTS' options");
+        let value = match opt.arg {
+            Arg::None => None,
+            Arg::Optional if v.is_empty() => None,
+            _ => Some(v.clone()),
+        };
+        out.push((opt, value));
+    }
+    Ok(out)
+}
 
 fn find_long(table: &'static [Opt], name: &str) -> Result<&'static Opt, Invalid> {
     table.iter().find(|o| o.long == name).ok_or_else(|| Invalid::new(format!("unrecognized option '--{name}'")))
@@ -401,6 +526,51 @@ impl BatchSpec {
             "wckey" => self.wckey = Some(text(&val(), "--wckey")?),
             "wait" => self.wait = true,
             "comment" => self.comment = Some(text(&val(), "--comment")?),
+            "mail-type" => {
+                let v = val().to_ascii_uppercase();
+                if let Some(bad) = v.split(',').find(|t| !MAIL_TYPES.contains(t)) {
+                    return Err(Invalid::new(format!("--mail-type={} invalid: {bad:?} is not one of {}", val(), MAIL_TYPES.join(", "))));
+                }
+                self.mail_type = Some(v);
+            }
+            "mail-user" => {
+                let v = text(&val(), "--mail-user")?;
+                if v.is_empty() || v.len() > 256 || v.chars().any(|c| c.is_whitespace() || c.is_control()) {
+                    return Err(Invalid::new("invalid --mail-user: an address without spaces, at most 256 characters"));
+                }
+                self.mail_user = Some(v);
+            }
+            "mem-per-gpu" => self.mem_per_gpu = Some(parse_memory(&val())?),
+            "cpus-per-gpu" => self.cpus_per_gpu = Some(count(&val(), "--cpus-per-gpu", 100_000)?),
+            "reservation" => self.reservation = Some(name_like(&val(), "reservation")?),
+            "hint" => {
+                let v = val();
+                if !HINTS.contains(&v.as_str()) {
+                    return Err(Invalid::new(format!("invalid --hint={v}: one of {}", HINTS.join(", "))));
+                }
+                self.hint = Some(v);
+            }
+            "distribution" => {
+                let v = val();
+                let first = v.split([':', ',']).next().unwrap_or("");
+                if !["block", "cyclic", "arbitrary", "plane", "*"].contains(&first) && !first.starts_with("plane=") {
+                    return Err(Invalid::new(format!(
+                        "invalid --distribution={v}: block, cyclic, arbitrary or plane=N, then :block|cyclic|fcyclic"
+                    )));
+                }
+                self.distribution = Some(text(&v, "--distribution")?);
+            }
+            "threads-per-core" => self.threads_per_core = Some(count(&val(), "--threads-per-core", 1024)?),
+            "get-user-env" => {
+                let v = v.clone().unwrap_or_default();
+                let digits = v.trim_end_matches(['S', 'L']);
+                if v.len() > 12 || !digits.bytes().all(|b| b.is_ascii_digit()) || v.len() - digits.len() > 1 {
+                    return Err(Invalid::new(format!("invalid --get-user-env={v}: [timeout][S|L]")));
+                }
+                self.get_user_env = Some(v);
+            }
+            "verbose" => self.verbose += 1,
+            "quiet" => self.quiet = true,
             "open-mode" => {
                 self.open_append = Some(match val().as_str() {
                     "append" | "a" => true,
@@ -453,7 +623,7 @@ impl BatchSpec {
             (Some(t), n) if n > 0 => t.saturating_mul(n), // parse_sbatch refuses more than MAX_TASKS
             _ => nmin.max(1),
         });
-        Shape {
+        let mut shape = Shape {
             nodes_min: nmin,
             nodes_max: nmax.max(nmin),
             ntasks,
@@ -463,7 +633,19 @@ impl BatchSpec {
             gpus: self.gpus.clone(),
             other: self.gres_other.clone(),
             exclusive: self.exclusive,
+        };
+        // Per-GPU requests become per-node and per-task ones from the GPUs a node gets (with
+        // --gpus=N on as few nodes as the tasks need: N on one node, the most it can be).
+        let nodes = nmin.max(1);
+        let gpn = shape.gpus_per_node(nodes) as u64;
+        if let Some(m) = self.mem_per_gpu {
+            shape.mem = MemRequest::PerNode(m.saturating_mul(gpn.max(1)));
         }
+        if let Some(c) = self.cpus_per_gpu {
+            let tpn = shape.tasks_per_node(nodes).max(1) as u64;
+            shape.cpus_per_task = (c as u64 * gpn.max(1)).div_ceil(tpn).clamp(1, 100_000) as u32;
+        }
+        shape
     }
 
     /// The scheduler's request for this submission (partition and QOS defaults are the
@@ -493,6 +675,90 @@ impl BatchSpec {
     }
 }
 
+/// What `sbatch -v` says of a parsed submission: one `name: value` line per option given, as
+/// Slurm's "defined options".
+pub fn describe(b: &BatchSpec) -> Vec<String> {
+    let mut out = vec!["-------------------- --------------------".to_string()];
+    let mut add = |k: &str, v: String| out.push(format!("{k:<20}: {v}"));
+    if let Some(v) = &b.job_name {
+        add("job-name", v.clone());
+    }
+    if let Some(v) = &b.partition {
+        add("partition", v.clone());
+    }
+    if let Some(v) = &b.account {
+        add("account", v.clone());
+    }
+    if let Some(v) = &b.qos {
+        add("qos", v.clone());
+    }
+    if let Some((a, z)) = b.nodes {
+        add("nodes", if a == z { a.to_string() } else { format!("{a}-{z}") });
+    }
+    if let Some(v) = b.ntasks {
+        add("ntasks", v.to_string());
+    }
+    if let Some(v) = b.ntasks_per_node {
+        add("ntasks-per-node", v.to_string());
+    }
+    if let Some(v) = b.cpus_per_task {
+        add("cpus-per-task", v.to_string());
+    }
+    match b.mem {
+        Some(MemRequest::PerNode(m)) => add("mem", format!("{}M", m >> 20)),
+        Some(MemRequest::PerCpu(m)) => add("mem-per-cpu", format!("{}M", m >> 20)),
+        None => {}
+    }
+    if let Some(m) = b.mem_per_gpu {
+        add("mem-per-gpu", format!("{}M", m >> 20));
+    }
+    if let Some(v) = b.cpus_per_gpu {
+        add("cpus-per-gpu", v.to_string());
+    }
+    if let Some(g) = &b.gpus {
+        let n = match g.per {
+            GpuPer::Job(n) | GpuPer::Node(n) | GpuPer::Task(n) => n,
+        };
+        let what = match g.per {
+            GpuPer::Job(_) => "gpus",
+            GpuPer::Node(_) => "gpus-per-node",
+            GpuPer::Task(_) => "gpus-per-task",
+        };
+        add(what, g.gpu_type.as_ref().map_or(n.to_string(), |t| format!("{t}:{n}")));
+    }
+    match b.time {
+        Some(None) => add("time", "UNLIMITED".into()),
+        Some(Some(t)) => add("time", crate::formats::format_time(Some(t))),
+        None => {}
+    }
+    for (k, v) in [
+        ("output", &b.output),
+        ("error", &b.error),
+        ("chdir", &b.chdir),
+        ("export", &b.export),
+        ("mail-type", &b.mail_type),
+        ("mail-user", &b.mail_user),
+        ("wckey", &b.wckey),
+        ("comment", &b.comment),
+        ("reservation", &b.reservation),
+        ("hint", &b.hint),
+        ("distribution", &b.distribution),
+        ("get-user-env", &b.get_user_env),
+    ] {
+        if let Some(v) = v {
+            add(k, v.clone());
+        }
+    }
+    if b.exclusive {
+        add("exclusive", "exclusive".into());
+    }
+    if let Some(a) = &b.array {
+        add("array", format!("{} tasks", a.indices.len()));
+    }
+    out.push("-------------------- --------------------".into());
+    out
+}
+
 fn base_name(p: &str) -> &str {
     p.rsplit('/').next().unwrap_or(p)
 }
@@ -517,7 +783,22 @@ pub fn parse_sbatch(
     now: Time,
     read_script: &mut dyn FnMut(&str) -> Result<String, Invalid>,
 ) -> Result<BatchSpec, Invalid> {
+    parse_sbatch_env(argv, now, "", &[], read_script)
+}
+
+/// [`parse_sbatch`] with the input variables of `env` that start with `prefix` (`SBATCH_` for
+/// sbatch, `SALLOC_` for salloc and the allocation of `srun`), as Slurm reads them: they
+/// override the script's `#SBATCH` lines and the command line overrides them. An empty
+/// `prefix` reads none.
+pub fn parse_sbatch_env(
+    argv: &[String],
+    now: Time,
+    prefix: &str,
+    env: &[(String, String)],
+    read_script: &mut dyn FnMut(&str) -> Result<String, Invalid>,
+) -> Result<BatchSpec, Invalid> {
     let (cli, pos) = pairs(argv, true)?;
+    let from_env = if prefix.is_empty() { Vec::new() } else { env_options(prefix, env)? };
     let mut spec = BatchSpec::default();
     let wrap = cli.iter().any(|(o, _)| o.long == "wrap");
     let from_stdin = pos >= argv.len() && !wrap;
@@ -557,8 +838,23 @@ pub fn parse_sbatch(
             spec.script_args = argv[pos + 1..].to_vec();
         }
     }
+    for (opt, v) in from_env {
+        let var = ENV_OPTS.iter().find(|(_, l)| *l == opt.long).map_or(String::new(), |(suffix, _)| format!("{prefix}{suffix}"));
+        spec.set(opt, v, now).map_err(|e| Invalid::new(format!("{var}: {}", e.0)))?;
+    }
     for (opt, v) in cli {
         spec.set(opt, v, now)?;
+    }
+    if spec.cpus_per_gpu.is_some() && spec.cpus_per_task.is_some() {
+        return Err(Invalid::new("--cpus-per-gpu is mutually exclusive with --cpus-per-task"));
+    }
+    if spec.mem_per_gpu.is_some() && spec.mem.is_some() {
+        return Err(Invalid::new("--mem, --mem-per-cpu and --mem-per-gpu are mutually exclusive"));
+    }
+    if (spec.mem_per_gpu.is_some() || spec.cpus_per_gpu.is_some()) && spec.gpus.is_none() {
+        return Err(Invalid::new(
+            "--mem-per-gpu and --cpus-per-gpu need a GPU request (--gpus, --gpus-per-node, --gpus-per-task, --gres=gpu)",
+        ));
     }
     if let (None, Some(per_node), Some((nodes, _))) = (spec.ntasks, spec.ntasks_per_node, spec.nodes)
         && per_node as u64 * nodes as u64 > MAX_TASKS as u64
@@ -664,6 +960,64 @@ mod tests {
     }
 
     const SCRIPT: &str = "#!/bin/bash\n#SBATCH -J train\n#SBATCH --nodes=2 --ntasks-per-node=4   # comment\n\n# plain comment\n#SBATCH --gres=gpu:h100:4\n#SBATCH -t 1-00:00:00\n#SBATCHED not an option\nsrun python train.py\n#SBATCH --partition=ignored-after-first-command\n";
+
+    #[test]
+    fn the_options_users_scripts_carry_are_accepted_with_slurms_meaning() {
+        let script = "#!/bin/bash\n#SBATCH --mail-type=END,fail --mail-user=ann@example.org --wckey=w --comment=\"a note\"\n\
+                      #SBATCH --gpus-per-node=2 --mem-per-gpu=8G --cpus-per-gpu=3 --ntasks-per-node=2 -N1\n\
+                      #SBATCH --hint=nomultithread --distribution=block:cyclic --threads-per-core=1 --get-user-env=10L -v -v -Q\ntrue\n";
+        let s = with_script(&["job.sh"], script).unwrap();
+        assert_eq!((s.mail_type.as_deref(), s.mail_user.as_deref()), (Some("END,FAIL"), Some("ann@example.org")));
+        assert_eq!(
+            (s.hint.as_deref(), s.distribution.as_deref(), s.threads_per_core),
+            (Some("nomultithread"), Some("block:cyclic"), Some(1))
+        );
+        assert_eq!((s.get_user_env.as_deref(), s.verbose, s.quiet), (Some("10L"), 2, true));
+        let shape = s.shape();
+        assert_eq!(shape.mem, MemRequest::PerNode(16 << 30), "8G per GPU x 2 GPUs on the node");
+        assert_eq!(shape.cpus_per_task, 3, "3 per GPU x 2 GPUs over 2 tasks");
+        assert_eq!(with_script(&["--get-user-env", "j.sh"], "#!/bin/sh\n").unwrap().get_user_env.as_deref(), Some(""));
+        assert_eq!(with_script(&["--reservation=maint", "j.sh"], "#!/bin/sh\n").unwrap().reservation.as_deref(), Some("maint"));
+        let describe = describe(&s).join("\n");
+        assert!(describe.contains("mail-user           : ann@example.org") && describe.contains("mem-per-gpu"), "{describe}");
+        // Bad values: what is wrong, and which option.
+        let e = |args: &[&str]| with_script(args, "#!/bin/sh\n").unwrap_err().0;
+        assert!(e(&["--mail-type=SOMETIMES", "j"]).contains("--mail-type=SOMETIMES invalid"));
+        assert!(e(&["--mail-user=a b", "j"]).contains("--mail-user"));
+        assert!(e(&["--hint=fast", "j"]).contains("invalid --hint=fast"));
+        assert!(e(&["-m", "diagonal", "j"]).contains("invalid --distribution"));
+        assert!(e(&["--threads-per-core=0", "j"]).contains("--threads-per-core"));
+        assert!(e(&["--get-user-env=soon", "j"]).contains("--get-user-env"));
+        assert!(e(&["--mem-per-gpu=1G", "j"]).contains("need a GPU request"));
+        assert!(e(&["--gpus=1", "--mem-per-gpu=1G", "--mem=1G", "j"]).contains("mutually exclusive"));
+        assert!(e(&["--gpus=1", "--cpus-per-gpu=2", "-c2", "j"]).contains("mutually exclusive"));
+        assert!(e(&["--reservation=a b", "j"]).contains("reservation"));
+    }
+
+    #[test]
+    fn input_variables_sit_between_the_script_and_the_command_line() {
+        let env = |kv: &[(&str, &str)]| kv.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect::<Vec<_>>();
+        let script = "#!/bin/sh\n#SBATCH -p script -t 5 -J fromscript\ntrue\n".to_string();
+        let parse =
+            |args: &[&str], prefix: &str, e: &[(String, String)]| parse_sbatch_env(&argv(args), 0, prefix, e, &mut |_| Ok(script.clone()));
+        let e = env(&[("SBATCH_PARTITION", "fromenv"), ("SBATCH_TIMELIMIT", "10"), ("SBATCH_REQUEUE", "x"), ("SBATCH_EXCLUSIVE", "")]);
+        let s = parse(&["j.sh"], "SBATCH_", &e).unwrap();
+        assert_eq!((s.partition.as_deref(), s.time, s.job_name.as_deref()), (Some("fromenv"), Some(Some(600)), Some("fromscript")));
+        assert_eq!((s.requeue, s.exclusive), (Some(true), true), "a flag's variable counts whatever its value");
+        let s = parse(&["-p", "cli", "j.sh"], "SBATCH_", &e).unwrap();
+        assert_eq!(s.partition.as_deref(), Some("cli"), "the command line wins");
+        // salloc reads SALLOC_*, not SBATCH_*; SLURM_HINT stands for either's.
+        let s = parse(&["j.sh"], "SALLOC_", &e).unwrap();
+        assert_eq!(s.partition.as_deref(), Some("script"));
+        let s = parse(&["j.sh"], "SALLOC_", &env(&[("SALLOC_ACCOUNT", "proj"), ("SLURM_HINT", "compute_bound")])).unwrap();
+        assert_eq!((s.account.as_deref(), s.hint.as_deref()), (Some("proj"), Some("compute_bound")));
+        // A bad value names its variable.
+        let err = parse(&["j.sh"], "SBATCH_", &env(&[("SBATCH_TIMELIMIT", "soon")])).unwrap_err().0;
+        assert!(err.starts_with("SBATCH_TIMELIMIT: invalid time limit"), "{err}");
+        let err = parse(&["j.sh"], "SBATCH_", &env(&[("SBATCH_PARTITION", "no such")])).unwrap_err().0;
+        assert!(err.starts_with("SBATCH_PARTITION: invalid partition"), "{err}");
+        assert_eq!(parse(&["j.sh"], "", &e).unwrap().partition.as_deref(), Some("script"), "no prefix: none read");
+    }
 
     #[test]
     fn script_lines_then_command_line_overrides() {

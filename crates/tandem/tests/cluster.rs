@@ -241,6 +241,61 @@ fn parallel_steps_share_their_allocation_as_slurms() {
 }
 
 #[test]
+fn scripts_with_the_options_slurm_users_write_submit_and_run() {
+    // Every option that used to reject a whole script, in one script (Slurm 25.11's meanings:
+    // applied where Tandem can, else recorded and shown).
+    let c = Cluster::new("opts", 1, Some("h100:4"), 30);
+    let s = c.script(
+        "all.sh",
+        "#!/bin/bash\n#SBATCH --mail-type=END,FAIL --mail-user=ann@example.org --wckey=proj-w --comment=note\n\
+         #SBATCH --gpus-per-node=2 --mem-per-gpu=256M --cpus-per-gpu=1\n\
+         #SBATCH --hint=nomultithread --distribution=block --get-user-env --threads-per-core=1 -v -Q -t 0\n\
+         #SBATCH -o all.out\necho cpus=$SLURM_CPUS_ON_NODE mem=$SLURM_MEM_PER_NODE gpus=$CUDA_VISIBLE_DEVICES\n",
+    );
+    let o = c.run("sbatch", &[&s]);
+    assert!(o.status.success(), "{o:?}");
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "", "-Q: no job id printed");
+    assert!(String::from_utf8_lossy(&o.stderr).contains("mail-user           : ann@example.org"), "-v says what it parsed: {o:?}");
+    let id: u64 = c
+        .ok("squeue", &["-h", "-o", "%i"])
+        .lines()
+        .chain(c.ok("sacct", &["-n", "-X", "-P", "--format=JobID"]).lines())
+        .next()
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    c.wait_state(id, &["COMPLETED"], 60);
+    let out = std::fs::read_to_string(c.work.join("all.out")).unwrap();
+    assert!(out.contains("cpus=2 mem=512 gpus=0,1"), "per-GPU memory and CPUs: {out}");
+    let show = c.ok("scontrol", &["show", "job", &id.to_string()]);
+    assert!(show.contains("Comment=note") && show.contains("WCKey=proj-w") && show.contains("MailUser=ann@example.org"), "{show}");
+    assert!(show.contains("MailType=END,FAIL") && show.contains("Hint=nomultithread") && show.contains("TimeLimit=UNLIMITED"), "{show}");
+    // Input variables, the command line winning; a bad one is named and nothing is stored.
+    let o = c.run_env("sbatch", &["--parsable", "--wrap", "true"], &[("SBATCH_PARTITION", "nosuch")]);
+    assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("invalid partition specified: nosuch"), "{o:?}");
+    let o = c.run_env("sbatch", &["--parsable", "--wrap", "true"], &[("SBATCH_TIMELIMIT", "soon")]);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("SBATCH_TIMELIMIT: invalid time limit"), "{o:?}");
+    let o = c.run_env("sbatch", &["--parsable", "-J", "cli", "--wrap", "true"], &[("SBATCH_JOB_NAME", "env"), ("SBATCH_COMMENT", "x")]);
+    let named: u64 = String::from_utf8_lossy(&o.stdout).trim().parse().unwrap();
+    assert_eq!(c.job(named)["JobName"], "cli");
+    let o = c.run_env("salloc", &["true"], &[("SALLOC_PARTITION", "nosuch")]);
+    assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("invalid partition specified: nosuch"), "{o:?}");
+    // No reservations exist: asking for one is refused with Slurm's words.
+    let o = c.run("sbatch", &["--reservation=maint", "--wrap", "true"]);
+    assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("Requested reservation is invalid"), "{o:?}");
+    let o = c.run("sbatch", &["--mail-type=SOMETIMES", "--wrap", "true"]);
+    assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("--mail-type=SOMETIMES invalid"), "{o:?}");
+    // An array's tasks write slurm-%A_%a.out by default.
+    let a = c.sbatch(&["--array=1-2", "--wrap", "echo task $SLURM_ARRAY_TASK_ID"]);
+    for t in [1, 2] {
+        c.wait_state(a + t - 1, &["COMPLETED"], 60);
+        let f = c.work.join(format!("slurm-{a}_{t}.out"));
+        assert_eq!(std::fs::read_to_string(&f).unwrap_or_default(), format!("task {t}\n"), "{}", f.display());
+    }
+}
+
+#[test]
 fn output_files_are_emptied_at_the_first_start_unless_open_mode_is_append() {
     let c = Cluster::new("openmode", 1, None, 30);
     std::fs::write(c.work.join("t.out"), "old\n").unwrap();

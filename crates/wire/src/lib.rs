@@ -95,6 +95,10 @@ pub struct JobInfo {
     pub output: String,
     /// Steps: id, command, state.
     pub steps: Vec<StepInfo>,
+    /// Options recorded with no effect here (`--comment`, `--wckey`, `--mail-user`, ...), as
+    /// (`scontrol show job` key, value); only for the job's owner and root.
+    #[serde(default)]
+    pub recorded: Vec<(String, String)>,
     /// Why it failed or was rejected.
     pub message: Option<String>,
 }

@@ -175,6 +175,19 @@ impl Cluster {
             .unwrap()
     }
 
+    /// [`Cluster::run`] with these variables set too.
+    pub fn run_env(&self, cmd: &str, args: &[&str], env: &[(&str, &str)]) -> Output {
+        let path = format!("{}:{}", self.shims.display(), std::env::var("PATH").unwrap_or_default());
+        Command::new(self.shims.join(cmd))
+            .args(args)
+            .current_dir(&self.work)
+            .env("TANDEM_SERVER", format!("unix://{}", self.sock))
+            .env("PATH", path)
+            .envs(env.iter().copied())
+            .output()
+            .unwrap()
+    }
+
     pub fn ok(&self, cmd: &str, args: &[&str]) -> String {
         let o = self.run(cmd, args);
         assert!(o.status.success(), "{cmd} {args:?} failed: {}{}", String::from_utf8_lossy(&o.stderr), String::from_utf8_lossy(&o.stdout));
