@@ -393,7 +393,17 @@ pub(crate) fn launch(t: &Task, spool: &Path, tasks: &Tasks, cg: &Cgroups) -> Res
         Some(text) => {
             let path = script_path(spool, t.job, t.epoch);
             write_script(&path, text, t.uid, t.gid).map_err(|e| LaunchError(format!("{e:#}")))?;
-            (path.display().to_string(), t.argv.clone())
+            match t.login_env.then(std::env::current_exe) {
+                // --get-user-env: this program, as the user, loads the login environment and
+                // becomes the script (`loginenv`).
+                Some(exe) => {
+                    let exe = exe.map_err(|e| LaunchError(format!("--get-user-env: cannot find the agent's own program: {e}")))?;
+                    let mut args = vec![crate::loginenv::LOGIN_ENV_CMD.to_string(), path.display().to_string()];
+                    args.extend(t.argv.iter().cloned());
+                    (exe.display().to_string(), args)
+                }
+                None => (path.display().to_string(), t.argv.clone()),
+            }
         }
         None => match t.argv.split_first() {
             Some((p, rest)) => (p.clone(), rest.to_vec()),

@@ -13,10 +13,13 @@
 //! `node` (the registration and heartbeat loop, on both).
 
 mod launch;
+mod loginenv;
 mod node;
 mod replica;
 mod resources;
 mod stepio;
+
+pub use loginenv::{LOGIN_ENV_CMD, main as login_env_main};
 
 use anyhow::{Context, Result};
 use std::path::PathBuf;

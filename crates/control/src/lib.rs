@@ -1719,6 +1719,7 @@ impl Controller {
                 .and_then(|s| s.cpu_bind.as_deref())
                 .and_then(|b| slurmcli::cpu_bind_cpus(b, localid).ok().flatten())
                 .unwrap_or_default(),
+            login_env: step == BATCH_STEP && j.spec.login_env && !j.spec.interactive && j.replica.is_none(),
             replica,
             io,
         }

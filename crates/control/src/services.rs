@@ -512,6 +512,7 @@ impl Controller {
             uid: svc.uid,
             gid: svc.gid,
             recorded: Vec::new(),
+            login_env: false,
         };
         let job = Job {
             replica: Some(ReplicaInfo {

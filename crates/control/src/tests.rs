@@ -19,6 +19,7 @@ pub(super) fn spec(uid: u32) -> JobSpec {
         uid,
         gid: uid,
         recorded: Vec::new(),
+        login_env: false,
     }
 }
 

@@ -50,6 +50,10 @@ pub struct JobSpec {
     /// `--hint`, ...), as (Slurm's `scontrol show job` key, value).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub recorded: Vec<(String, String)>,
+    /// `--get-user-env`: the batch script starts from the user's login environment on the
+    /// node, the submitted variables winning.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub login_env: bool,
 }
 
 impl JobSpec {
@@ -93,6 +97,7 @@ impl JobSpec {
             uid: 0,
             gid: 0,
             recorded: Vec::new(),
+            login_env: false,
         }
     }
 }
@@ -602,6 +607,9 @@ pub struct Task {
     /// CPUs the task is bound to (`srun --cpu-bind`); empty: unbound.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub cpus: Vec<u32>,
+    /// The batch script starts from the user's login environment (`--get-user-env`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub login_env: bool,
     /// For a service replica: probes and stop settings (the agent picks its port).
     #[serde(default)]
     pub replica: Option<ReplicaTask>,

@@ -154,6 +154,7 @@ async fn submit(
         uid,
         gid: primary_gid(uid),
         recorded: control::JobSpec::recorded_of(&b),
+        login_env: b.get_user_env.is_some(),
     };
     if b.test_only {
         let t = now();

@@ -119,7 +119,8 @@ pub struct BatchSpec {
     #[serde(default)]
     pub threads_per_core: Option<u32>,
     /// `--get-user-env[=timeout][S|L]`: the job's environment starts from the user's login
-    /// environment on the node, the submitted one winning (`Some("")` for the bare flag).
+    /// environment on the node, the submitted one winning (`Some("")` for the bare flag; the
+    /// older timeout and mode are accepted and not used).
     #[serde(default)]
     pub get_user_env: Option<String>,
     /// `-v`, once per `v`: say what was parsed.

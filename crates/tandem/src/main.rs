@@ -278,6 +278,10 @@ fn main() -> std::process::ExitCode {
     if let Some(r) = cli::slurm(&invoked, argv.get(1..).unwrap_or(&[])) {
         return exit_with(&invoked, r);
     }
+    if argv.get(1).map(String::as_str) == Some(agent::LOGIN_ENV_CMD) {
+        // A batch script with --get-user-env, started by an agent as the job's user.
+        return std::process::ExitCode::from(agent::login_env_main(&argv[2..]).clamp(0, 255) as u8);
+    }
     if argv.get(1).map(String::as_str) == Some(bench::UPSTREAM_CMD) {
         return exit_with("tandem __upstream", bench::upstream(&argv[2..]).map(|_| 0));
     }

@@ -286,6 +286,27 @@ fn scripts_with_the_options_slurm_users_write_submit_and_run() {
     assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("Requested reservation is invalid"), "{o:?}");
     let o = c.run("sbatch", &["--mail-type=SOMETIMES", "--wrap", "true"]);
     assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("--mail-type=SOMETIMES invalid"), "{o:?}");
+    // --get-user-env: the login environment (here a profile.d file's variable, which a login
+    // shell reads), with the submitted variables over it.
+    let mark = format!("/etc/profile.d/zz-tandem-test-{}.sh", std::process::id());
+    if nix::unistd::geteuid().is_root() && std::path::Path::new("/etc/profile.d").is_dir() {
+        std::fs::write(&mark, "export TANDEM_LOGIN_MARK=from-login\nexport TANDEM_LOGIN_BOTH=from-login\n").unwrap();
+        let env = [("TANDEM_LOGIN_BOTH", "from-job")];
+        let run = |extra: &[&str]| {
+            let mut a = vec!["--parsable", "-o", "login-%j.out"];
+            a.extend_from_slice(extra);
+            a.extend(["--wrap", "echo mark=$TANDEM_LOGIN_MARK both=$TANDEM_LOGIN_BOTH home=$HOME"]);
+            let o = c.run_env("sbatch", &a, &env);
+            let id: u64 = String::from_utf8_lossy(&o.stdout).trim().parse().unwrap_or_else(|_| panic!("{o:?}"));
+            c.wait_state(id, &["COMPLETED"], 60);
+            std::fs::read_to_string(c.work.join(format!("login-{id}.out"))).unwrap()
+        };
+        let with = run(&["--get-user-env"]);
+        let without = run(&[]);
+        let _ = std::fs::remove_file(&mark);
+        assert_eq!(with, "mark=from-login both=from-job home=/root\n", "the job's variables win");
+        assert!(without.starts_with("mark= both=from-job"), "{without}");
+    }
     // An array's tasks write slurm-%A_%a.out by default.
     let a = c.sbatch(&["--array=1-2", "--wrap", "echo task $SLURM_ARRAY_TASK_ID"]);
     for t in [1, 2] {

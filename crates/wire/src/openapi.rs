@@ -666,6 +666,7 @@ pub const DOCUMENT: &str = r##"{
           "mem_limit": {"$ref": "#/components/schemas/u64"},
           "step_mem": {"$ref": "#/components/schemas/u64", "description": "srun --mem: the step's own limit on this node (0: the job's only)"},
           "cpus": {"type": "array", "items": {"$ref": "#/components/schemas/u32"}, "description": "CPUs the task is bound to (srun --cpu-bind; absent: unbound)"},
+          "login_env": {"type": "boolean", "description": "--get-user-env: the batch script starts from the user's login environment"},
           "truncate": {"type": "boolean", "description": "Empty the output and error files as they are opened"},
           "replica": {"anyOf": [{"$ref": "#/components/schemas/ReplicaTask"}, {"type": "null"}]},
           "io": {"anyOf": [{"$ref": "#/components/schemas/StepIo"}, {"type": "null"}]}}},
@@ -1157,6 +1158,7 @@ mod tests {
             mem_limit: 0,
             step_mem: 1 << 30,
             cpus: vec![0, 3],
+            login_env: true,
             replica: Some(ReplicaTask {
                 service: "llm".into(),
                 replica: "llm-5".into(),
