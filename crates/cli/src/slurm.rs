@@ -753,7 +753,9 @@ pub(crate) fn delete_nodes(list: &str) -> Result<i32> {
 
 /// `srun` inside an allocation: launches a job step and waits for it.
 pub(crate) fn srun(args: &[String]) -> Result<i32> {
-    let a = slurmcli::parse_srun(args).map_err(|e| anyhow::anyhow!("{}", e.0))?;
+    let caller: Vec<(String, String)> =
+        std::env::vars_os().filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?))).collect();
+    let a = slurmcli::parse_srun_env(args, &caller).map_err(|e| anyhow::anyhow!("{}", e.0))?;
     if a.mpi_list {
         println!("MPI plugin types are...\n{}", slurmcli::MPI_TYPES.map(|t| format!("\t{t}")).join("\n"));
         return Ok(0);
@@ -771,8 +773,6 @@ pub(crate) fn srun(args: &[String]) -> Result<i32> {
         Some(d) => format!("{cwd}/{d}"),
         None => cwd,
     };
-    let caller: Vec<(String, String)> =
-        std::env::vars_os().filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?))).collect();
     let spec = StepSpec {
         env: Some(slurmcli::apply_export(a.export.as_deref(), &caller)),
         workdir: Some(workdir),

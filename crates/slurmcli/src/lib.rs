@@ -19,7 +19,7 @@ pub use formats::{
 };
 pub use hostlist::{MAX_HOST_NAME, compress, expand};
 pub use options::{BatchSpec, PatternAt, STDIN, describe, expand_pattern, expand_pattern_at, options_end, parse_sbatch, parse_sbatch_env};
-pub use srun::{Input, MAX_CPU_ID, MPI_TYPES, SrunSpec, cpu_bind_cpus, parse_srun};
+pub use srun::{Input, MAX_CPU_ID, MPI_TYPES, SrunSpec, cpu_bind_cpus, parse_srun, parse_srun_env};
 
 /// A user error in a command line, script or value. The message says what to fix.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -274,6 +274,46 @@ pub fn parse_srun(args: &[String]) -> Result<SrunSpec, Invalid> {
     Ok(s)
 }
 
+/// The input variables `srun` reads, as Slurm's, and the option each stands for (`None`: a
+/// flag, set whatever its value). Those that would make every step of a job ask for the job's
+/// whole memory or GPUs (`SLURM_MEM_PER_NODE`, `SLURM_GPUS_PER_NODE`, ..., which a job's own
+/// environment holds) and the shape ones a job's environment sets (`SLURM_NTASKS`,
+/// `SLURM_CPUS_PER_TASK`) are not read: give `srun` the option instead.
+const ENV_OPTS: &[(&str, &str, bool)] = &[
+    ("SLURM_EXACT", "--exact", false),
+    ("SLURM_OVERLAP", "--overlap", false),
+    ("SLURM_LABELIO", "--label", false),
+    ("SLURM_UNBUFFEREDIO", "--unbuffered", false),
+    ("SLURM_OVERCOMMIT", "--overcommit", false),
+    ("SLURM_KILL_BAD_EXIT", "--kill-on-bad-exit", true),
+    ("SLURM_MPI_TYPE", "--mpi", true),
+    ("SLURM_CPU_BIND", "--cpu-bind", true),
+    ("SLURM_DISTRIBUTION", "--distribution", true),
+    ("SLURM_OPEN_MODE", "--open-mode", true),
+    ("SLURM_EXPORT_ENV", "--export", true),
+    ("SRUN_EXPORT_ENV", "--export", true),
+    ("SRUN_INPUT", "--input", true),
+    ("SRUN_OUTPUT", "--output", true),
+    ("SRUN_ERROR", "--error", true),
+    ("SLURM_TIMELIMIT", "--time", true),
+];
+
+/// [`parse_srun`] after the input variables of `env` that `srun` reads (the command line wins);
+/// a bad value names its variable.
+pub fn parse_srun_env(args: &[String], env: &[(String, String)]) -> Result<SrunSpec, Invalid> {
+    let mut pre = Vec::new();
+    for (var, opt, takes) in ENV_OPTS {
+        let Some((_, v)) = env.iter().rev().find(|(k, _)| k == var) else { continue };
+        let word = if *takes { format!("{opt}={v}") } else { opt.to_string() };
+        // Each alone first, so that the variable is named if its value is wrong.
+        parse_srun(&[word.clone(), "true".to_string()]).map_err(|e| Invalid::new(format!("{var}: {}", e.0)))?;
+        pre.push(word);
+    }
+    // Before the command line's own options, which so override them.
+    pre.extend(args.iter().cloned());
+    parse_srun(&pre)
+}
+
 /// Highest CPU id `--cpu-bind=map_cpu:`/`mask_cpu:` may name (a `cpu_set_t` holds 1,024).
 pub const MAX_CPU_ID: u32 = 1023;
 
@@ -465,6 +505,35 @@ mod tests {
         let orted = words.iter().position(|w| w == "orted").unwrap();
         assert_eq!(s.argv, words[orted..].to_vec(), "everything from orted on is its command, untouched");
         assert_eq!(s.argv.last().map(String::as_str), Some("\"10\""));
+    }
+
+    #[test]
+    fn srun_reads_its_input_variables_the_command_line_winning() {
+        let env = |kv: &[(&str, &str)]| kv.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect::<Vec<_>>();
+        let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let e = env(&[
+            ("SLURM_OVERLAP", "1"),
+            ("SLURM_LABELIO", ""),
+            ("SLURM_MPI_TYPE", "pmi2"),
+            ("SLURM_EXPORT_ENV", "NONE"),
+            ("SRUN_EXPORT_ENV", "ALL"),
+        ]);
+        let s = parse_srun_env(&args(&["hostname"]), &e).unwrap();
+        assert!(s.overlap && s.label && s.pmi);
+        assert_eq!(s.export.as_deref(), Some("ALL"), "SRUN_EXPORT_ENV over SLURM_EXPORT_ENV");
+        assert_eq!(s.argv, args(&["hostname"]));
+        let s = parse_srun_env(&args(&["--mpi=none", "--export=FOO", "--", "-x"]), &e).unwrap();
+        assert_eq!((s.pmi, s.export.as_deref(), s.argv.clone()), (false, Some("FOO"), args(&["-x"])), "the command line wins");
+        assert!(parse_srun_env(&args(&["--mpi=list"]), &e).unwrap().mpi_list);
+        let err = parse_srun_env(&args(&["true"]), &env(&[("SLURM_TIMELIMIT", "soon")])).unwrap_err().0;
+        assert!(err.starts_with("SLURM_TIMELIMIT: invalid time limit"), "{err}");
+        let err = parse_srun_env(&args(&["true"]), &env(&[("SLURM_CPU_BIND", "map_cpu:x")])).unwrap_err().0;
+        assert!(err.starts_with("SLURM_CPU_BIND: invalid --cpu-bind"), "{err}");
+        // What a job's own environment holds is not read as a step's request.
+        let s =
+            parse_srun_env(&args(&["true"]), &env(&[("SLURM_MEM_PER_NODE", "4096"), ("SLURM_NTASKS", "8"), ("SLURM_CPUS_PER_TASK", "2")]))
+                .unwrap();
+        assert_eq!((s.mem, s.ntasks, s.cpus_per_task), (None, None, None));
     }
 
     #[test]
