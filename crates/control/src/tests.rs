@@ -701,3 +701,29 @@ fn a_step_past_its_own_time_limit_is_terminated_then_killed_and_the_job_runs_on(
     let st = j.steps.iter().find(|x| x.id == s).unwrap();
     assert_eq!((j.state, st.end, st.timeout_at), (JobState::Running, Some(101), Some(70)));
 }
+
+#[test]
+fn hostile_step_requests_from_the_api_are_refused_and_store_nothing() {
+    let mut c = cluster(1, 4);
+    c.submit(0, spec(1), &batch(&["-n2"]), "a").unwrap();
+    c.tick(0);
+    let bad = [
+        StepRes { cpus_per_task: Some(0), ..StepRes::default() },
+        StepRes { gpus: Some((model::GpuPer::Task(0), None)), ..StepRes::default() },
+        StepRes { gpus: Some((model::GpuPer::Node(1), Some(String::new()))), ..StepRes::default() },
+        StepRes { time_limit: Some(-5), ..StepRes::default() },
+    ];
+    for res in bad {
+        let r = c.create_step(1, 1, 1, None, Some(1), None, vec!["x".into()], StepSpec { res: res.clone(), ..StepSpec::default() });
+        assert!(matches!(r, Err(Refused::Invalid(_))), "{res:?}: {r:?}");
+    }
+    for bind in ["map_cpu:99999", "mask_cpu:", "sideways", "a\u{7}b"] {
+        let s = StepSpec { cpu_bind: Some(bind.into()), ..StepSpec::default() };
+        assert!(matches!(c.create_step(1, 1, 1, None, Some(1), None, vec!["x".into()], s), Err(Refused::Invalid(_))), "{bind}");
+    }
+    let s = StepSpec { distribution: Some("x".repeat(70_000)), ..StepSpec::default() };
+    assert!(matches!(c.create_step(1, 1, 1, None, Some(1), None, vec!["x".into()], s), Err(Refused::Invalid(_))));
+    // Another user's job: not theirs to step into.
+    assert!(matches!(c.create_step(1, 2, 1, None, Some(1), None, vec!["x".into()], StepSpec::default()), Err(Refused::Forbidden(_))));
+    assert_eq!(c.job(1).unwrap().steps.len(), 1, "only the batch step");
+}
