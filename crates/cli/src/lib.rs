@@ -12,6 +12,7 @@
 
 mod common;
 mod service;
+mod share;
 mod slurm;
 mod srun;
 
@@ -20,7 +21,7 @@ use anyhow::{Context, Result};
 pub use service::{RolloutCmd, ServiceCmd};
 
 /// The Slurm commands, by the names they answer to (the links `tandem shims DIR` writes).
-pub const COMMANDS: [&str; 9] = ["sbatch", "squeue", "scancel", "sinfo", "sacct", "srun", "salloc", "scontrol", "sprio"];
+pub const COMMANDS: [&str; 10] = ["sbatch", "squeue", "scancel", "sinfo", "sacct", "srun", "salloc", "scontrol", "sprio", "sshare"];
 
 /// Runs the Slurm command `name` (one of [`COMMANDS`]) with its arguments (without the program
 /// name) and returns its exit code; `None` when `name` is no Slurm command.
@@ -35,6 +36,7 @@ pub fn slurm(name: &str, args: &[String]) -> Option<Result<i32>> {
         "salloc" => srun::salloc(args),
         "scontrol" => slurm::scontrol(args),
         "sprio" => slurm::sprio(args),
+        "sshare" => share::sshare(args),
         _ => return None,
     })
 }

@@ -72,6 +72,14 @@ pub struct Settings {
     /// intervals, at least 1.5 s.
     #[serde(default)]
     pub failover_ms: i64,
+    /// Fair-share usage halves in this many seconds (Slurm's PriorityDecayHalfLife, default 7
+    /// days, as the simulator's); 0: no decay.
+    #[serde(default = "week")]
+    pub half_life: Time,
+}
+
+fn week() -> Time {
+    7 * 86400
 }
 
 impl Default for Settings {
@@ -87,6 +95,7 @@ impl Default for Settings {
             min_job_age: 300,
             partition_nodes: Vec::new(),
             failover_ms: 0,
+            half_life: week(),
         }
     }
 }
@@ -113,6 +122,23 @@ pub enum Refused {
     /// as Slurm's "Requested nodes are busy"). The caller may ask again.
     #[error("{0}")]
     Busy(String),
+}
+
+/// One account of the fair-share tree (`sshare`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ShareRow {
+    /// Account.
+    pub account: String,
+    /// Its configured shares (1 when not configured).
+    pub raw_shares: u32,
+    /// Its shares over those of all accounts listed.
+    pub norm_shares: f64,
+    /// Its decayed usage (the resource-seconds the scheduler counts).
+    pub raw_usage: f64,
+    /// Its usage over all accounts' usage.
+    pub effective_usage: f64,
+    /// The fair-share factor, 2^(-effective usage / normalised shares).
+    pub fairshare: f64,
 }
 
 /// What a scheduling tick did.
@@ -145,6 +171,8 @@ pub struct Controller {
     node_index: HashMap<String, usize>,
     next_id: u64,
     fairshare: FairShare,
+    /// When fair-share usage was last decayed (0: not yet).
+    last_decay: Time,
     carry: Carry,
     dirty_jobs: pass::Touched,
     dirty_nodes: BTreeSet<usize>,
@@ -274,6 +302,7 @@ impl Controller {
             node_index: HashMap::new(),
             next_id: 1,
             fairshare: FairShare::default(),
+            last_decay: 0,
             carry: Carry::default(),
             dirty_jobs: pass::Touched::default(),
             dirty_nodes: BTreeSet::new(),
@@ -1878,6 +1907,43 @@ impl Controller {
             }
         }
         out
+    }
+
+    /// Decays fair-share usage with the half-life, once a minute at most (as Slurm's
+    /// PriorityCalcPeriod), as the simulator does.
+    fn decay_usage(&mut self, now: Time) {
+        if self.last_decay == 0 || now < self.last_decay {
+            self.last_decay = now;
+        } else if now - self.last_decay >= 60 {
+            self.fairshare.decay(now - self.last_decay, self.settings.half_life);
+            self.last_decay = now;
+        }
+    }
+
+    /// The fair-share tree as `sshare` shows it: each account's shares and decayed usage, and
+    /// the fair-share factor its pending jobs get (accounts configured or with usage; the
+    /// normalised shares are among the accounts listed).
+    pub fn shares(&self) -> Vec<ShareRow> {
+        let mut names: BTreeSet<String> = self.settings.cluster.accounts.iter().map(|a| a.name.clone()).collect();
+        names.extend(self.fairshare.accounts().map(|(a, _)| a.to_string()));
+        names.extend(self.active().map(|j| j.req.account.clone()));
+        let total_shares: u32 = names.iter().map(|a| self.settings.cluster.shares(a)).sum();
+        let total_usage = self.fairshare.total();
+        names
+            .into_iter()
+            .map(|account| {
+                let shares = self.settings.cluster.shares(&account);
+                let usage = self.fairshare.usage(&account);
+                ShareRow {
+                    norm_shares: shares as f64 / total_shares.max(1) as f64,
+                    effective_usage: if total_usage > 0.0 { usage / total_usage } else { 0.0 },
+                    fairshare: self.fairshare.factor(&account, shares, total_shares),
+                    raw_shares: shares,
+                    raw_usage: usage,
+                    account,
+                }
+            })
+            .collect()
     }
 
     /// Per-factor priority of every pending job (`tandem priority` / `sprio`).

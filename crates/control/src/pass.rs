@@ -268,6 +268,7 @@ impl Controller {
         self.expire_leases(now, &mut info);
         self.enforce_limits(now, &mut info);
         self.purge(now);
+        self.decay_usage(now);
         let (mirror, jobs, usage) = match self.mirror.take() {
             None => {
                 self.dirty_jobs.sched.clear();

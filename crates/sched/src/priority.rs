@@ -167,6 +167,21 @@ impl FairShare {
         self.total *= f;
     }
 
+    /// An account's decayed usage.
+    pub fn usage(&self, account: &str) -> f64 {
+        self.usage.get(account).copied().unwrap_or(0.0)
+    }
+
+    /// All accounts' decayed usage together.
+    pub fn total(&self) -> f64 {
+        self.total
+    }
+
+    /// Each account with usage, and its usage (in no particular order).
+    pub fn accounts(&self) -> impl Iterator<Item = (&str, f64)> {
+        self.usage.iter().map(|(a, u)| (a.as_str(), *u))
+    }
+
     /// Slurm's classic fair-share factor: 2^(-(usage share)/(shares share)).
     pub fn factor(&self, account: &str, shares: u32, total_shares: u32) -> f64 {
         if self.total <= 0.0 {

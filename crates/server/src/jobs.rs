@@ -522,6 +522,21 @@ async fn priorities(State(app): State<App>, ConnectInfo(peer): ConnectInfo<Peer>
     Json(rows).into_response()
 }
 
+/// `sshare`: the fair-share tree. With `PrivateData=usage` (`private_usage`) a user who is
+/// not an operator sees only the accounts of their own jobs, and their own name's.
+async fn shares(State(app): State<App>, ConnectInfo(peer): ConnectInfo<Peer>, headers: HeaderMap) -> Response {
+    let v = or_reply!(viewer_of(&app, &peer, &headers));
+    let g = app.lock();
+    let mut rows = g.ctl.shares();
+    if !v.sees_usage(u32::MAX) {
+        let me = user_name(v.uid);
+        let mine: std::collections::HashSet<String> =
+            g.ctl.jobs().filter(|j| j.spec.uid == v.uid).map(|j| j.req.account.clone()).chain([me]).collect();
+        rows.retain(|r| mine.contains(&r.account));
+    }
+    Json(rows).into_response()
+}
+
 /// Most GPUs a node may have: GPUs are numbered with a byte (a task's and an allocation's GPU
 /// indices), and the controller keeps a slot for each, so a node claiming billions would exhaust
 /// its memory.
@@ -705,6 +720,7 @@ pub(crate) fn routes(r: Router<App>) -> Router<App> {
         .route("/v1/nodes/{name}", post(node_action))
         .route("/v1/history", get(history))
         .route("/v1/priority", get(priorities))
+        .route("/v1/shares", get(shares))
         .route("/v1/token", post(issue_token))
         .route("/v1/agent/register", post(register))
         .route("/v1/agent/heartbeat", post(heartbeat))

@@ -413,4 +413,4 @@ pub struct ProxySync {
 }
 
 /// The view types are the controller's own (the wire format is defined there).
-pub use control::{EndpointView, ProxyServiceStats, ServiceEndpoints, StdinTo, StepIo, StepRes, StepSpec};
+pub use control::{EndpointView, ProxyServiceStats, ServiceEndpoints, ShareRow, StdinTo, StepIo, StepRes, StepSpec};

@@ -294,6 +294,15 @@ pub const DOCUMENT: &str = r##"{
         }
       }
     },
+    "/v1/shares": {
+      "get": {
+        "operationId": "shares", "tags": ["jobs"], "summary": "The fair-share tree: each account's shares, decayed usage and fair-share factor (sshare)",
+        "responses": {
+          "200": {"description": "One row per account the caller may see", "content": {"application/json": {"schema": {"type": "array", "items": {"$ref": "#/components/schemas/ShareRow"}}}}},
+          "401": {"$ref": "#/components/responses/Unauthenticated"}
+        }
+      }
+    },
     "/v1/services": {
       "post": {
         "operationId": "applyService", "tags": ["services"], "summary": "Create or update a service (tandem service apply); unknown keys are refused",
@@ -511,6 +520,12 @@ pub const DOCUMENT: &str = r##"{
           "steps": {"type": "array", "items": {"$ref": "#/components/schemas/StepInfo"}},
           "recorded": {"type": "array", "items": {"$ref": "#/components/schemas/StringPair"}, "description": "Options recorded with no effect (Comment, WCKey, MailUser, MailType, Hint, ...), as scontrol show job keys; owner and root only"},
           "message": {"$ref": "#/components/schemas/StringOrNull", "description": "Why it failed or was rejected"}}},
+      "ShareRow": {"type": "object", "additionalProperties": false,
+        "required": ["account", "raw_shares", "norm_shares", "raw_usage", "effective_usage", "fairshare"],
+        "properties": {
+          "account": {"type": "string"}, "raw_shares": {"$ref": "#/components/schemas/u32"},
+          "norm_shares": {"type": "number"}, "raw_usage": {"type": "number", "description": "Decayed usage (resource-seconds)"},
+          "effective_usage": {"type": "number"}, "fairshare": {"type": "number", "description": "2^(-effective_usage/norm_shares)"}}},
       "StepInfo": {"type": "object", "additionalProperties": false,
         "required": ["id", "command", "name", "ntasks", "nodelist", "done", "exit_code", "start", "end"],
         "properties": {
@@ -1295,6 +1310,17 @@ mod tests {
                         },
                         ..Default::default()
                     },
+                }),
+            ),
+            (
+                "ShareRow",
+                v(&control::ShareRow {
+                    account: "ml".into(),
+                    raw_shares: 2,
+                    norm_shares: 0.5,
+                    raw_usage: 3600.0,
+                    effective_usage: 0.25,
+                    fairshare: 0.7,
                 }),
             ),
             ("StepResponse", v(&StepResponse { step: 0, layout: vec![("node1".into(), 2)] })),
