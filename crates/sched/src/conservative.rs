@@ -90,7 +90,11 @@ struct Need {
 
 impl Need {
     fn of(d: &Demand) -> Need {
-        Need { cpus: d.cpus, memory: d.memory, gpu_milli: d.gpus * d.gpu_milli.min(GPU_MILLI), exclusive: d.exclusive }
+        if d.exclusive {
+            // An exclusive request wants the node idle, whatever its size: one shape.
+            return Need { cpus: 0, memory: 0, gpu_milli: 0, exclusive: true };
+        }
+        Need { cpus: d.cpus, memory: d.memory, gpu_milli: d.gpus * d.gpu_milli.min(GPU_MILLI), exclusive: false }
     }
 
     /// Whether an idle `node` holds it: a node too small never takes a reservation (which it
@@ -280,6 +284,49 @@ impl<'n> SlotMap<'n> {
         self.ready.insert(need, at_now);
     }
 
+    /// [`Space::earliest`] for one node: the first start of any eligible node, found without
+    /// sorting (a node's later intervals start after its first one ends, so only the nodes
+    /// whose first interval starts there hold the job then).
+    fn earliest_one(&mut self, r: &Resolved, need: &Need, from: Time, len: Time) -> Option<(Time, Bits)> {
+        let mut firsts = std::mem::take(&mut self.ivals);
+        firsts.clear();
+        let mut best = Time::MAX;
+        for &n in &self.touched {
+            if !self.touched_ok(n, r, need) {
+                continue;
+            }
+            feasible(&self.slots[n as usize], &self.nodes[n as usize], need, self.now, len, |a, b| {
+                if b <= from {
+                    return true;
+                }
+                let a = a.max(from);
+                best = best.min(a);
+                firsts.push((n, a, b));
+                false
+            });
+        }
+        let list = &self.ready[need];
+        if let Some(&(t0, _)) = list.iter().find(|x| self.untouched_ok(x.1, r)) {
+            best = best.min(t0.max(from));
+        }
+        let out = (best != Time::MAX).then(|| {
+            let mut set = Bits::new(self.nodes.len());
+            for &(n, a, _) in &firsts {
+                if a == best {
+                    set.insert(n);
+                }
+            }
+            for &(_, n) in list.iter().take_while(|x| x.0.max(from) <= best) {
+                if self.untouched_ok(n, r) {
+                    set.insert(n);
+                }
+            }
+            (best, set)
+        });
+        self.ivals = firsts;
+        out
+    }
+
     /// Whether untouched node `n` counts for `r` (the ready list already checked its state and size).
     fn untouched_ok(&self, n: u32, r: &Resolved) -> bool {
         !self.is_touched[n as usize] && r.filter.ok(n, &self.nodes[n as usize])
@@ -293,8 +340,8 @@ impl<'n> SlotMap<'n> {
 }
 
 /// Start times in [now, ∞) at which a node with these slots holds `need` for `len`, as sorted
-/// disjoint half-open intervals, given to `push`.
-fn feasible(slots: &[(Time, Use)], node: &Node, need: &Need, now: Time, len: Time, mut push: impl FnMut(Time, Time)) {
+/// disjoint half-open intervals, given to `push` in order until it returns false.
+fn feasible(slots: &[(Time, Use)], node: &Node, need: &Need, now: Time, len: Time, mut push: impl FnMut(Time, Time) -> bool) {
     let mut t = now;
     let mut i = 0;
     while i < slots.len() {
@@ -309,8 +356,8 @@ fn feasible(slots: &[(Time, Use)], node: &Node, need: &Need, now: Time, len: Tim
         }
         let be = slots.get(j).map_or(Time::MAX, |s| s.0);
         let lo = bs.saturating_sub(len) + 1; // t + len <= bs  <=>  t <= bs - len
-        if lo > t {
-            push(t, lo);
+        if lo > t && !push(t, lo) {
+            return;
         }
         t = t.max(be);
         i = j;
@@ -329,6 +376,9 @@ impl Space for SlotMap<'_> {
     fn earliest(&mut self, r: &Resolved, from: Time, len: Time) -> Option<(Time, Bits)> {
         let need = Need::of(&r.demand);
         self.ready_list(need);
+        if r.nodes == 1 {
+            return self.earliest_one(r, &need, from, len);
+        }
         let mut ivals = std::mem::take(&mut self.ivals);
         let mut events = std::mem::take(&mut self.events);
         ivals.clear();
@@ -338,17 +388,18 @@ impl Space for SlotMap<'_> {
                 continue;
             }
             feasible(&self.slots[n as usize], &self.nodes[n as usize], &need, self.now, len, |a, b| {
-                if b <= from {
-                    return;
+                if b > from {
+                    ivals.push((n, a, b));
+                    events.push((a.max(from), 1));
+                    if b != Time::MAX {
+                        events.push((b, -1));
+                    }
                 }
-                ivals.push((n, a, b));
-                events.push((a.max(from), 1));
-                if b != Time::MAX {
-                    events.push((b, -1));
-                }
+                true
             });
         }
-        events.sort_unstable();
+        // All events at one time are counted before the count is read: their order is free.
+        events.sort_unstable_by_key(|e| e.0);
         let list = &self.ready[&need];
         let k = r.nodes as i64;
         let (mut ui, mut ei, mut count) = (0usize, 0usize, 0i64);
