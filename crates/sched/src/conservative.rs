@@ -183,6 +183,9 @@ pub(crate) struct SlotMap<'n> {
     /// Each touched node's slots: (start, use from there to the next slot's start); the last
     /// slot runs forever. Empty for an untouched node.
     slots: Vec<Vec<(Time, Use)>>,
+    /// Each touched node's busy spans (some interval held), merged: where an exclusive request
+    /// cannot be, kept beside the slots because most queries of whole-node traces ask that.
+    busy: Vec<Vec<(Time, Time)>>,
     touched: Vec<u32>,
     is_touched: Vec<bool>,
     /// Per query: the touched nodes' feasible start intervals, and their events.
@@ -228,6 +231,7 @@ impl<'n> SlotMap<'n> {
             base,
             ready: FxHashMap::default(),
             slots: vec![Vec::new(); n],
+            busy: vec![Vec::new(); n],
             touched: Vec::new(),
             is_touched: vec![false; n],
             ivals: Vec::new(),
@@ -295,7 +299,7 @@ impl<'n> SlotMap<'n> {
             if !self.touched_ok(n, r, need) {
                 continue;
             }
-            feasible(&self.slots[n as usize], &self.nodes[n as usize], need, self.now, len, |a, b| {
+            self.starts(n, need, len, |a, b| {
                 if b <= from {
                     return true;
                 }
@@ -327,40 +331,51 @@ impl<'n> SlotMap<'n> {
         out
     }
 
+    /// The start intervals of touched node `n` for `need` and `len` (see [`feasible`]).
+    fn starts(&self, n: u32, need: &Need, len: Time, push: impl FnMut(Time, Time) -> bool) {
+        let n = n as usize;
+        if need.exclusive {
+            valid_starts(self.busy[n].iter().copied(), self.now, len, push);
+        } else {
+            let (node, slots) = (&self.nodes[n], &self.slots[n]);
+            let mut i = 0;
+            let bad = std::iter::from_fn(|| {
+                while i < slots.len() && need.fits(node, &slots[i].1) {
+                    i += 1;
+                }
+                let bs = slots.get(i)?.0;
+                while i < slots.len() && !need.fits(node, &slots[i].1) {
+                    i += 1;
+                }
+                Some((bs, slots.get(i).map_or(Time::MAX, |s| s.0)))
+            });
+            valid_starts(bad, self.now, len, push);
+        }
+    }
+
     /// Whether untouched node `n` counts for `r` (the ready list already checked its state and size).
     fn untouched_ok(&self, n: u32, r: &Resolved) -> bool {
-        !self.is_touched[n as usize] && r.filter.ok(n, &self.nodes[n as usize])
+        !self.is_touched[n as usize] && (r.filter.all && r.filter.mask.is_none() || r.filter.ok(n, &self.nodes[n as usize]))
     }
 
     /// Whether touched node `n` counts for `r` at all.
     fn touched_ok(&self, n: u32, r: &Resolved, need: &Need) -> bool {
         let node = &self.nodes[n as usize];
-        node.state.schedulable() && need.fits_idle(node) && r.filter.ok(n, node)
+        node.state.schedulable() && need.fits_idle(node) && (r.filter.all && r.filter.mask.is_none() || r.filter.ok(n, node))
     }
 }
 
-/// Start times in [now, ∞) at which a node with these slots holds `need` for `len`, as sorted
+/// Start times in [now, ∞) at which a node holds a request for `len`, given the node's `bad`
+/// segments (sorted, disjoint, maximal [start, end) where the request does not fit), as sorted
 /// disjoint half-open intervals, given to `push` in order until it returns false.
-fn feasible(slots: &[(Time, Use)], node: &Node, need: &Need, now: Time, len: Time, mut push: impl FnMut(Time, Time) -> bool) {
+fn valid_starts(bad: impl Iterator<Item = (Time, Time)>, now: Time, len: Time, mut push: impl FnMut(Time, Time) -> bool) {
     let mut t = now;
-    let mut i = 0;
-    while i < slots.len() {
-        if need.fits(node, &slots[i].1) {
-            i += 1;
-            continue;
-        }
-        let bs = slots[i].0;
-        let mut j = i + 1;
-        while j < slots.len() && !need.fits(node, &slots[j].1) {
-            j += 1;
-        }
-        let be = slots.get(j).map_or(Time::MAX, |s| s.0);
+    for (bs, be) in bad {
         let lo = bs.saturating_sub(len) + 1; // t + len <= bs  <=>  t <= bs - len
         if lo > t && !push(t, lo) {
             return;
         }
         t = t.max(be);
-        i = j;
     }
     if t != Time::MAX {
         push(t, Time::MAX);
@@ -387,7 +402,7 @@ impl Space for SlotMap<'_> {
             if !self.touched_ok(n, r, &need) {
                 continue;
             }
-            feasible(&self.slots[n as usize], &self.nodes[n as usize], &need, self.now, len, |a, b| {
+            self.starts(n, &need, len, |a, b| {
                 if b > from {
                     ivals.push((n, a, b));
                     events.push((a.max(from), 1));
@@ -471,8 +486,9 @@ impl Space for SlotMap<'_> {
     fn hold(&mut self, n: usize, start: Time, end: Time, u: Use) {
         if !self.is_touched[n] {
             let mut cur = self.base[n];
-            let mut s = vec![(self.now, cur)];
             let ends = &self.ends[self.off[n] as usize..self.off[n + 1] as usize];
+            let mut s = Vec::with_capacity(ends.len() + 5);
+            s.push((self.now, cur));
             let mut i = 0;
             while i < ends.len() {
                 let t = ends[i].0;
@@ -491,6 +507,16 @@ impl Space for SlotMap<'_> {
         let b = split(s, end);
         for x in &mut s[a..b] {
             x.1.add(u);
+        }
+        let busy = &mut self.busy[n];
+        busy.clear();
+        for &(t, u) in s.iter() {
+            match (u.jobs > 0, busy.last_mut()) {
+                (true, Some(last)) if last.1 == Time::MAX => {}
+                (true, _) => busy.push((t, Time::MAX)),
+                (false, Some(last)) if last.1 == Time::MAX => last.1 = t,
+                (false, _) => {}
+            }
         }
     }
 }
