@@ -13,11 +13,13 @@
 //!   untouched nodes sorted by that time (`ready`, built once per shape and pass, O(N log N)),
 //!   and a query walks that list only as far as its answer.
 //! - A node touched by a reservation or a start gets its own slot list: sorted breakpoints
-//!   with the usage from each to the next. A query reads each touched node's list once
-//!   (O(slots)) to find the start times at which the shape fits for its whole length.
+//!   with the usage from each to the next, and beside it the merged spans where anything is
+//!   held (all an exclusive request asks, as every job of an SWF trace). A query reads each
+//!   touched node's list once to find the start times at which the shape fits for its whole
+//!   length.
 //!
 //! The earliest start of a gang is then one merge of the two, in time order, until `k` nodes
-//! hold it; the nodes that do are a bitmap. A pass with R reservations over N nodes costs
+//! hold it (for one node, simply the first start of any); the nodes that do are a bitmap. A pass with R reservations over N nodes costs
 //! O(N log N) per distinct shape plus, per query, the touched nodes' slots and the prefix of
 //! the ready list it needs, instead of R × N per-node sweeps. The capacity model is the one
 //! reservations have always used (CPUs, memory, milli-GPUs summed over the node, exclusive

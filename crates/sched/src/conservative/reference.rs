@@ -112,7 +112,7 @@ impl Space for Timeline<'_> {
         let mut events: Vec<(Time, i32)> = Vec::new();
         let mut per_node: Vec<Vec<(Time, Time)>> = vec![Vec::new(); n_nodes];
         let mut buf = Vec::new();
-        for n in 0..n_nodes {
+        for (n, node_ivals) in per_node.iter_mut().enumerate() {
             if !r.filter.ok(n as u32, &self.nodes[n]) {
                 continue;
             }
@@ -126,7 +126,7 @@ impl Space for Timeline<'_> {
                     events.push((b, -1));
                 }
             }
-            per_node[n].clone_from(&buf);
+            node_ivals.clone_from(&buf);
         }
         events.sort_unstable_by_key(|&(t, d)| (t, d));
         let mut count = 0i64;
