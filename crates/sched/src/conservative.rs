@@ -2,145 +2,538 @@
 //! reservation at the earliest time its gang fits on specific nodes for its whole time limit,
 //! given running work (ending at its time limit) and the reservations already made. A job starts
 //! now only if it fits now and overlaps no reservation; so no job ever delays an earlier one.
+//!
+//! The future is kept in a [`SlotMap`], this scheduler's form of Slurm's backfill
+//! `node_space_map`: a node's time slots and what is free in each. Running work and
+//! reservations are kept apart because they behave differently:
+//!
+//! - Running work (and what this pass starts) only ever ends, so on a node that no
+//!   reservation or start of this pass touched, free capacity only grows: such a node holds a
+//!   shape from one time on, for any length. For each distinct per-node shape the map keeps the
+//!   untouched nodes sorted by that time (`ready`, built once per shape and pass, O(N log N)),
+//!   and a query walks that list only as far as its answer.
+//! - A node touched by a reservation or a start gets its own slot list: sorted breakpoints
+//!   with the usage from each to the next, and beside it the merged spans where anything is
+//!   held (all an exclusive request asks, as every job of an SWF trace). A query reads each
+//!   touched node's list once to find the start times at which the shape fits for its whole
+//!   length.
+//!
+//! The earliest start of a gang is then one merge of the two, in time order, until `k` nodes
+//! hold it (for one node, simply the first start of any); the nodes that do are a bitmap. A pass with R reservations over N nodes costs
+//! O(N log N) per distinct shape plus, per query, the touched nodes' slots and the prefix of
+//! the ready list it needs, instead of R × N per-node sweeps. The capacity model is the one
+//! reservations have always used (CPUs, memory, milli-GPUs summed over the node, exclusive
+//! holds); exact placement (GPU indices and shares, other resources, switches) is `View`'s,
+//! on the nodes the map allows. `reference` (tests) keeps the per-node timelines it replaced, and
+//! the tests check that both give the same plans.
 
-use model::{GPU_MILLI, PendingReason, Time};
+use model::{GPU_MILLI, Node, PendingReason, Time};
 use rustc_hash::FxHashMap;
 
+use crate::alloc::Alloc;
 use crate::view::{Demand, View};
 use crate::{Config, Limits, Plan, Resolved, Snapshot, Start, Waiting, try_place};
 
-/// A busy interval on one node: [start, end) using these resources.
-#[derive(Clone, Copy)]
-struct Busy {
-    start: Time,
-    end: Time,
+#[cfg(test)]
+mod reference;
+
+/// What busy intervals hold on one node at one time: the sums the reservations plan with.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Use {
+    cpus: u32,
+    memory: u64,
+    gpu_milli: u32,
+    /// Busy intervals at that time.
+    jobs: u32,
+    /// Exclusive ones among them.
+    excl: u32,
+}
+
+impl Use {
+    /// What a running (or just started) allocation holds.
+    fn of_alloc(a: &Alloc) -> Use {
+        Use { cpus: a.cpus, memory: a.memory, gpu_milli: a.gpus.len() as u32 * a.gpu_milli, jobs: 1, excl: a.exclusive as u32 }
+    }
+
+    /// What a reservation of `d` holds on `node`: all of it when exclusive.
+    fn reserve(node: &Node, d: &Demand) -> Use {
+        if d.exclusive {
+            Use { cpus: node.cpus, memory: node.memory, gpu_milli: node.gpus * GPU_MILLI, jobs: 1, excl: 1 }
+        } else {
+            Use { cpus: d.cpus, memory: d.memory, gpu_milli: d.gpus * d.gpu_milli.min(GPU_MILLI), jobs: 1, excl: 0 }
+        }
+    }
+
+    fn add(&mut self, o: Use) {
+        self.cpus += o.cpus;
+        self.memory += o.memory;
+        self.gpu_milli += o.gpu_milli;
+        self.jobs += o.jobs;
+        self.excl += o.excl;
+    }
+
+    fn sub(&mut self, o: Use) {
+        self.cpus -= o.cpus;
+        self.memory -= o.memory;
+        self.gpu_milli -= o.gpu_milli;
+        self.jobs -= o.jobs;
+        self.excl -= o.excl;
+    }
+}
+
+/// A request's per-node shape as reservations see it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct Need {
     cpus: u32,
     memory: u64,
     gpu_milli: u32,
     exclusive: bool,
 }
 
-struct Timeline<'n> {
-    nodes: &'n [model::Node],
-    busy: Vec<Vec<Busy>>,
+impl Need {
+    fn of(d: &Demand) -> Need {
+        if d.exclusive {
+            // An exclusive request wants the node idle, whatever its size: one shape.
+            return Need { cpus: 0, memory: 0, gpu_milli: 0, exclusive: true };
+        }
+        Need { cpus: d.cpus, memory: d.memory, gpu_milli: d.gpus * d.gpu_milli.min(GPU_MILLI), exclusive: false }
+    }
+
+    /// Whether an idle `node` holds it: a node too small never takes a reservation (which it
+    /// could not honour later: `conservative_reservations_hold_shrunk_case`).
+    fn fits_idle(&self, node: &Node) -> bool {
+        self.exclusive || (self.cpus <= node.cpus && self.memory <= node.memory && self.gpu_milli <= node.gpus * GPU_MILLI)
+    }
+
+    /// Whether `node` holds it beside `u`.
+    fn fits(&self, node: &Node, u: &Use) -> bool {
+        if u.excl > 0 {
+            false
+        } else if self.exclusive {
+            u.jobs == 0
+        } else {
+            u.cpus + self.cpus <= node.cpus && u.memory + self.memory <= node.memory && u.gpu_milli + self.gpu_milli <= node.gpus * GPU_MILLI
+        }
+    }
 }
 
-impl Timeline<'_> {
-    /// Start times at which node `n` can hold `d` for `len` seconds, as sorted disjoint
-    /// half-open intervals [a, b) within [now, ∞).
-    fn feasible(&self, n: usize, d: &Demand, now: Time, len: Time, out: &mut Vec<(Time, Time)>) {
-        out.clear();
+/// A set of node indices.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Bits {
+    words: Vec<u64>,
+}
+
+impl Bits {
+    fn new(n: usize) -> Bits {
+        Bits { words: vec![0; n.div_ceil(64)] }
+    }
+
+    fn insert(&mut self, i: u32) {
+        self.words[i as usize / 64] |= 1 << (i % 64);
+    }
+
+    /// The members in increasing order.
+    fn iter(&self) -> impl Iterator<Item = u32> + '_ {
+        self.words.iter().enumerate().flat_map(|(w, &bits)| {
+            let mut b = bits;
+            std::iter::from_fn(move || {
+                (b != 0).then(|| {
+                    let i = b.trailing_zeros();
+                    b &= b - 1;
+                    w as u32 * 64 + i
+                })
+            })
+        })
+    }
+
+    /// As a placement mask over `n` nodes.
+    fn mask(&self, n: usize) -> Vec<bool> {
+        let mut m = vec![false; n];
+        for i in self.iter() {
+            m[i as usize] = true;
+        }
+        m
+    }
+}
+
+/// What conservative backfill asks of its picture of the future. [`SlotMap`] answers; the tests'
+/// `reference::Timeline` answers the same questions the slow, obvious way.
+pub(crate) trait Space {
+    /// The earliest time, not before `from`, at which at least `r.nodes` nodes eligible for `r`
+    /// can each hold its demand for `len` seconds, and every node that can then.
+    fn earliest(&mut self, r: &Resolved, from: Time, len: Time) -> Option<(Time, Bits)>;
+    /// The nodes that can hold `r` from now for `len`, if there are at least `r.nodes`: what
+    /// `earliest` says when it answers now.
+    fn at_now(&mut self, r: &Resolved, len: Time) -> Option<Bits>;
+    /// Holds `u` on node `n` over [start, end).
+    fn hold(&mut self, n: usize, start: Time, end: Time, u: Use);
+}
+
+/// The node space map: running work as per-node ends (untouched nodes indexed by the time each
+/// shape fits), and the slot list of every node a reservation or a start of this pass touched.
+pub(crate) struct SlotMap<'n> {
+    nodes: &'n [Node],
+    now: Time,
+    /// Running allocations per node (`off[n]..off[n + 1]`), sorted by end, with their use.
+    off: Vec<u32>,
+    ends: Vec<(Time, Use)>,
+    /// What running work holds on each node now.
+    base: Vec<Use>,
+    /// Per shape: the untouched-at-build schedulable nodes an idle node of theirs could hold it
+    /// on, by the time running work leaves room for it (then index).
+    ready: FxHashMap<Need, Vec<(Time, u32)>>,
+    /// Each touched node's slots: (start, use from there to the next slot's start); the last
+    /// slot runs forever. Empty for an untouched node.
+    slots: Vec<Vec<(Time, Use)>>,
+    /// Each touched node's busy spans (some interval held), merged: where an exclusive request
+    /// cannot be, kept beside the slots because most queries of whole-node traces ask that.
+    busy: Vec<Vec<(Time, Time)>>,
+    touched: Vec<u32>,
+    is_touched: Vec<bool>,
+    /// Per query: the touched nodes' feasible start intervals, and their events.
+    ivals: Vec<(u32, Time, Time)>,
+    events: Vec<(Time, i32)>,
+}
+
+impl<'n> SlotMap<'n> {
+    /// The map of running work at `now`: each allocation held until its job's time limit (at
+    /// least one second more).
+    pub fn new(snap: &Snapshot<'n>, now: Time) -> SlotMap<'n> {
+        let n = snap.nodes.len();
+        let mut off = vec![0u32; n + 1];
+        for r in snap.running {
+            for a in &r.allocs {
+                off[a.node as usize + 1] += 1;
+            }
+        }
+        for i in 0..n {
+            off[i + 1] += off[i];
+        }
+        let mut fill = off.clone();
+        let mut ends = vec![(0, Use::default()); off[n] as usize];
+        let mut base = vec![Use::default(); n];
+        for r in snap.running {
+            let end = r.expected_end(now).max(now + 1);
+            for a in &r.allocs {
+                let i = a.node as usize;
+                let u = Use::of_alloc(a);
+                ends[fill[i] as usize] = (end, u);
+                fill[i] += 1;
+                base[i].add(u);
+            }
+        }
+        for i in 0..n {
+            ends[off[i] as usize..off[i + 1] as usize].sort_unstable_by_key(|e| e.0);
+        }
+        SlotMap {
+            nodes: snap.nodes,
+            now,
+            off,
+            ends,
+            base,
+            ready: FxHashMap::default(),
+            slots: vec![Vec::new(); n],
+            busy: vec![Vec::new(); n],
+            touched: Vec::new(),
+            is_touched: vec![false; n],
+            ivals: Vec::new(),
+            events: Vec::new(),
+        }
+    }
+
+    fn running(&self, n: usize) -> &[(Time, Use)] {
+        &self.ends[self.off[n] as usize..self.off[n + 1] as usize]
+    }
+
+    /// When running work on node `n` leaves room for `need` (it only ends, so from then on).
+    fn ready_time(&self, n: usize, need: &Need) -> Time {
         let node = &self.nodes[n];
-        if !node.state.schedulable() {
-            return;
+        let mut u = self.base[n];
+        if need.fits(node, &u) {
+            return self.now;
         }
-        // A node too small for the demand even when idle holds it at no time: without this, an
-        // idle node (or one after its last busy interval) took any reservation, and a reservation
-        // made on a node that can never run it later moved (sched/tests/properties.rs,
-        // `conservative_reservations_hold_shrunk_case`).
-        let fits_idle =
-            d.exclusive || (d.cpus <= node.cpus && d.memory <= node.memory && d.gpus * d.gpu_milli.min(GPU_MILLI) <= node.gpus * GPU_MILLI);
-        if !fits_idle {
-            return;
-        }
-        let list = &self.busy[n];
-        if list.is_empty() {
-            out.push((now, Time::MAX));
-            return;
-        }
-        // Usage as a step function over the breakpoints; collect the "bad" segments where
-        // the demand does not fit.
-        let mut points: Vec<Time> = Vec::with_capacity(list.len() * 2);
-        for b in list {
-            points.push(b.start.max(now));
-            points.push(b.end.max(now));
-        }
-        points.sort_unstable();
-        points.dedup();
-        let mut bad: Vec<(Time, Time)> = Vec::new();
-        for w in points.windows(2) {
-            let (p, q) = (w[0], w[1]);
-            let (mut cpus, mut mem, mut gpu, mut any, mut excl) = (0u32, 0u64, 0u32, false, false);
-            for b in list {
-                if b.start <= p && p < b.end {
-                    cpus += b.cpus;
-                    mem += b.memory;
-                    gpu += b.gpu_milli;
-                    any = true;
-                    excl |= b.exclusive;
-                }
+        let ends = self.running(n);
+        let mut i = 0;
+        while i < ends.len() {
+            let t = ends[i].0;
+            while i < ends.len() && ends[i].0 == t {
+                u.sub(ends[i].1);
+                i += 1;
             }
-            let fits = if excl {
-                false
-            } else if d.exclusive {
-                !any
-            } else {
-                cpus + d.cpus <= node.cpus
-                    && mem + d.memory <= node.memory
-                    && gpu + d.gpus * d.gpu_milli.min(GPU_MILLI) <= node.gpus * GPU_MILLI
-            };
-            if !fits {
-                match bad.last_mut() {
-                    Some(last) if last.1 == p => last.1 = q,
-                    _ => bad.push((p, q)),
-                }
+            if need.fits(node, &u) {
+                return t;
             }
         }
-        // Infeasible starts: (bs - len, be) for each bad segment; the rest of [now, ∞) is feasible.
-        let mut t = now;
-        for (bs, be) in bad {
-            let lo = bs.saturating_sub(len) + 1; // t + len <= bs  <=>  t <= bs - len
-            if lo > t {
-                out.push((t, lo));
-            }
-            t = t.max(be);
-        }
-        out.push((t, Time::MAX));
+        Time::MAX // not reached: an idle node that fits_idle holds it
     }
 
-    fn add(&mut self, n: usize, b: Busy) {
-        self.busy[n].push(b);
-    }
-}
-
-/// The earliest time at least `k` eligible nodes can hold `d` for `len`, not before `from`,
-/// and which nodes can then.
-fn earliest(tl: &Timeline, snap: &Snapshot, r: &Resolved, now: Time, from: Time, len: Time) -> Option<(Time, Vec<bool>)> {
-    let mut events: Vec<(Time, i32)> = Vec::new();
-    let mut per_node: Vec<Vec<(Time, Time)>> = vec![Vec::new(); snap.nodes.len()];
-    let mut buf = Vec::new();
-    for n in 0..snap.nodes.len() {
-        if !r.filter.ok(n as u32, &snap.nodes[n]) {
-            continue;
+    /// The ready list of `need`, built on first use.
+    fn ready_list(&mut self, need: Need) {
+        if self.ready.contains_key(&need) {
+            return;
         }
-        tl.feasible(n, &r.demand, now, len, &mut buf);
-        for &(a, b) in &buf {
-            if b <= from {
+        let mut at_now = Vec::new();
+        let mut later = Vec::new();
+        for (i, node) in self.nodes.iter().enumerate() {
+            if !node.state.schedulable() || !need.fits_idle(node) {
                 continue;
             }
-            let a = a.max(from);
-            events.push((a, 1));
-            if b != Time::MAX {
-                events.push((b, -1));
+            let t = self.ready_time(i, &need);
+            if t == self.now {
+                at_now.push((t, i as u32));
+            } else {
+                later.push((t, i as u32));
             }
         }
-        per_node[n].clone_from(&buf);
+        later.sort_unstable();
+        at_now.extend(later);
+        self.ready.insert(need, at_now);
     }
-    events.sort_unstable_by_key(|&(t, d)| (t, d)); // ends (-1) before starts at the same time
-    let mut count = 0i64;
-    let mut i = 0;
-    while i < events.len() {
-        let t = events[i].0;
-        while i < events.len() && events[i].0 == t {
-            count += events[i].1 as i64;
-            i += 1;
+
+    /// [`Space::earliest`] for one node: the first start of any eligible node, found without
+    /// sorting (a node's later intervals start after its first one ends, so only the nodes
+    /// whose first interval starts there hold the job then).
+    fn earliest_one(&mut self, r: &Resolved, need: &Need, from: Time, len: Time) -> Option<(Time, Bits)> {
+        let mut firsts = std::mem::take(&mut self.ivals);
+        firsts.clear();
+        let mut best = Time::MAX;
+        for &n in &self.touched {
+            if !self.touched_ok(n, r, need) {
+                continue;
+            }
+            self.starts(n, need, len, |a, b| {
+                if b <= from {
+                    return true;
+                }
+                let a = a.max(from);
+                best = best.min(a);
+                firsts.push((n, a, b));
+                false
+            });
         }
-        if count >= r.nodes as i64 {
-            let mask = per_node.iter().map(|iv| iv.iter().any(|&(a, b)| a <= t && t < b)).collect();
-            return Some((t, mask));
+        let list = &self.ready[need];
+        if let Some(&(t0, _)) = list.iter().find(|x| self.untouched_ok(x.1, r)) {
+            best = best.min(t0.max(from));
+        }
+        let out = (best != Time::MAX).then(|| {
+            let mut set = Bits::new(self.nodes.len());
+            for &(n, a, _) in &firsts {
+                if a == best {
+                    set.insert(n);
+                }
+            }
+            for &(_, n) in list.iter().take_while(|x| x.0.max(from) <= best) {
+                if self.untouched_ok(n, r) {
+                    set.insert(n);
+                }
+            }
+            (best, set)
+        });
+        self.ivals = firsts;
+        out
+    }
+
+    /// The start intervals of touched node `n` for `need` and `len` (see [`feasible`]).
+    fn starts(&self, n: u32, need: &Need, len: Time, push: impl FnMut(Time, Time) -> bool) {
+        let n = n as usize;
+        if need.exclusive {
+            valid_starts(self.busy[n].iter().copied(), self.now, len, push);
+        } else {
+            let (node, slots) = (&self.nodes[n], &self.slots[n]);
+            let mut i = 0;
+            let bad = std::iter::from_fn(|| {
+                while i < slots.len() && need.fits(node, &slots[i].1) {
+                    i += 1;
+                }
+                let bs = slots.get(i)?.0;
+                while i < slots.len() && !need.fits(node, &slots[i].1) {
+                    i += 1;
+                }
+                Some((bs, slots.get(i).map_or(Time::MAX, |s| s.0)))
+            });
+            valid_starts(bad, self.now, len, push);
         }
     }
-    None
+
+    /// Whether untouched node `n` counts for `r` (the ready list already checked its state and size).
+    fn untouched_ok(&self, n: u32, r: &Resolved) -> bool {
+        !self.is_touched[n as usize] && (r.filter.all && r.filter.mask.is_none() || r.filter.ok(n, &self.nodes[n as usize]))
+    }
+
+    /// Whether touched node `n` counts for `r` at all.
+    fn touched_ok(&self, n: u32, r: &Resolved, need: &Need) -> bool {
+        let node = &self.nodes[n as usize];
+        node.state.schedulable() && need.fits_idle(node) && (r.filter.all && r.filter.mask.is_none() || r.filter.ok(n, node))
+    }
+}
+
+/// Start times in [now, ∞) at which a node holds a request for `len`, given the node's `bad`
+/// segments (sorted, disjoint, maximal [start, end) where the request does not fit), as sorted
+/// disjoint half-open intervals, given to `push` in order until it returns false.
+fn valid_starts(bad: impl Iterator<Item = (Time, Time)>, now: Time, len: Time, mut push: impl FnMut(Time, Time) -> bool) {
+    let mut t = now;
+    for (bs, be) in bad {
+        let lo = bs.saturating_sub(len) + 1; // t + len <= bs  <=>  t <= bs - len
+        if lo > t && !push(t, lo) {
+            return;
+        }
+        t = t.max(be);
+    }
+    if t != Time::MAX {
+        push(t, Time::MAX);
+    }
+}
+
+/// Whether a node with these slots holds `need` over [now, now + len).
+fn holds_from_now(slots: &[(Time, Use)], node: &Node, need: &Need, now: Time, len: Time) -> bool {
+    slots.iter().take_while(|s| s.0 < now.saturating_add(len)).all(|s| need.fits(node, &s.1))
+}
+
+impl Space for SlotMap<'_> {
+    fn earliest(&mut self, r: &Resolved, from: Time, len: Time) -> Option<(Time, Bits)> {
+        let need = Need::of(&r.demand);
+        self.ready_list(need);
+        if r.nodes == 1 {
+            return self.earliest_one(r, &need, from, len);
+        }
+        let mut ivals = std::mem::take(&mut self.ivals);
+        let mut events = std::mem::take(&mut self.events);
+        ivals.clear();
+        events.clear();
+        for &n in &self.touched {
+            if !self.touched_ok(n, r, &need) {
+                continue;
+            }
+            self.starts(n, &need, len, |a, b| {
+                if b > from {
+                    ivals.push((n, a, b));
+                    events.push((a.max(from), 1));
+                    if b != Time::MAX {
+                        events.push((b, -1));
+                    }
+                }
+                true
+            });
+        }
+        // All events at one time are counted before the count is read: their order is free.
+        events.sort_unstable_by_key(|e| e.0);
+        let list = &self.ready[&need];
+        let k = r.nodes as i64;
+        let (mut ui, mut ei, mut count) = (0usize, 0usize, 0i64);
+        let mut found = None;
+        loop {
+            while ui < list.len() && !self.untouched_ok(list[ui].1, r) {
+                ui += 1;
+            }
+            let t = match (list.get(ui).map(|x| x.0.max(from)), events.get(ei).map(|e| e.0)) {
+                (None, None) => break,
+                (Some(a), None) | (None, Some(a)) => a,
+                (Some(a), Some(b)) => a.min(b),
+            };
+            while ei < events.len() && events[ei].0 == t {
+                count += events[ei].1 as i64;
+                ei += 1;
+            }
+            while ui < list.len() && list[ui].0.max(from) == t {
+                if self.untouched_ok(list[ui].1, r) {
+                    count += 1;
+                }
+                ui += 1;
+            }
+            if count >= k {
+                found = Some(t);
+                break;
+            }
+        }
+        let out = found.map(|t| {
+            let mut set = Bits::new(self.nodes.len());
+            for &(n, a, b) in &ivals {
+                if a <= t && t < b {
+                    set.insert(n);
+                }
+            }
+            for &(_, n) in list.iter().take_while(|x| x.0 <= t) {
+                if self.untouched_ok(n, r) {
+                    set.insert(n);
+                }
+            }
+            (t, set)
+        });
+        self.ivals = ivals;
+        self.events = events;
+        out
+    }
+
+    fn at_now(&mut self, r: &Resolved, len: Time) -> Option<Bits> {
+        let need = Need::of(&r.demand);
+        self.ready_list(need);
+        let mut set = Bits::new(self.nodes.len());
+        let mut count = 0u32;
+        for &n in &self.touched {
+            let node = &self.nodes[n as usize];
+            if self.touched_ok(n, r, &need) && holds_from_now(&self.slots[n as usize], node, &need, self.now, len) {
+                set.insert(n);
+                count += 1;
+            }
+        }
+        for &(_, n) in self.ready[&need].iter().take_while(|x| x.0 <= self.now) {
+            if self.untouched_ok(n, r) {
+                set.insert(n);
+                count += 1;
+            }
+        }
+        (count >= r.nodes).then_some(set)
+    }
+
+    fn hold(&mut self, n: usize, start: Time, end: Time, u: Use) {
+        if !self.is_touched[n] {
+            let mut cur = self.base[n];
+            let ends = &self.ends[self.off[n] as usize..self.off[n + 1] as usize];
+            let mut s = Vec::with_capacity(ends.len() + 5);
+            s.push((self.now, cur));
+            let mut i = 0;
+            while i < ends.len() {
+                let t = ends[i].0;
+                while i < ends.len() && ends[i].0 == t {
+                    cur.sub(ends[i].1);
+                    i += 1;
+                }
+                s.push((t, cur));
+            }
+            self.slots[n] = s;
+            self.is_touched[n] = true;
+            self.touched.push(n as u32);
+        }
+        let s = &mut self.slots[n];
+        let a = split(s, start);
+        let b = split(s, end);
+        for x in &mut s[a..b] {
+            x.1.add(u);
+        }
+        let busy = &mut self.busy[n];
+        busy.clear();
+        for &(t, u) in s.iter() {
+            match (u.jobs > 0, busy.last_mut()) {
+                (true, Some(last)) if last.1 == Time::MAX => {}
+                (true, _) => busy.push((t, Time::MAX)),
+                (false, Some(last)) if last.1 == Time::MAX => last.1 = t,
+                (false, _) => {}
+            }
+        }
+    }
+}
+
+/// The index of the slot starting at `t` (>= the first slot's start), splitting the slot that
+/// holds `t` if none starts there.
+fn split(s: &mut Vec<(Time, Use)>, t: Time) -> usize {
+    match s.binary_search_by_key(&t, |x| x.0) {
+        Ok(i) => i,
+        Err(i) => {
+            let u = s[i - 1].1;
+            s.insert(i, (t, u));
+            i
+        }
+    }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -154,13 +547,29 @@ pub(crate) fn run<'a>(
     plan: &mut Plan,
     limits: &mut Limits<'a>,
 ) {
-    let mut tl = Timeline { nodes: snap.nodes, busy: vec![Vec::new(); snap.nodes.len()] };
-    for r in snap.running {
-        let end = r.expected_end(now).max(now + 1);
-        for a in &r.allocs {
-            tl.add(a.node as usize, busy_of(a, now, end));
-        }
+    #[cfg(test)]
+    if tests::REFERENCE.get() {
+        let mut space = reference::Timeline::new(snap, now);
+        walk(&mut space, snap, now, cfg, ready, order, view, plan, limits);
+        return;
     }
+    let mut space = SlotMap::new(snap, now);
+    walk(&mut space, snap, now, cfg, ready, order, view, plan, limits);
+}
+
+/// The walk in priority order, over any picture of the future.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn walk<'a, S: Space>(
+    space: &mut S,
+    snap: &Snapshot<'a>,
+    now: Time,
+    cfg: &Config,
+    ready: &[Resolved<'a>],
+    order: &[usize],
+    view: &mut View,
+    plan: &mut Plan,
+    limits: &mut Limits<'a>,
+) {
     let mut replicas: FxHashMap<String, Vec<u32>> = FxHashMap::default();
     let mut blocked_any = false;
     let mut reservations = 0usize;
@@ -174,83 +583,277 @@ pub(crate) fn run<'a>(
         }
         let reason = if blocked_any { PendingReason::Priority } else { PendingReason::Resources };
         // Past the reservation bound, a job may only start now without touching reservations;
-        // one that cannot fit now at all is skipped without looking at the timelines.
-        let mut from = now;
-        let mut outcome = None;
-        if reservations >= cfg.max_reservations && !view.maybe(&r.demand, r.nodes) {
+        // one that cannot fit now at all is skipped without looking at the map.
+        let bounded = reservations >= cfg.max_reservations;
+        if bounded && !view.maybe(&r.demand, r.nodes) {
             plan.waiting.push(Waiting { job: r.req.id, reason, expected_start: None });
             blocked_any = true;
             continue;
         }
-        while let Some((t, mask)) = earliest(&tl, snap, r, now, from, len) {
-            if t == now {
-                let mut masked = r.clone();
-                masked.filter.mask = Some(mask);
-                masked.filter.all = false;
-                if let Some(allocs) = try_place(snap, view, &masked, &mut replicas) {
-                    outcome = Some((t, Some(allocs)));
-                    break;
-                }
-                from = now + 1; // fits by count but not by exact placement: look later
-                continue;
-            }
-            if reservations < cfg.max_reservations {
-                let chosen: Vec<usize> = mask.iter().enumerate().filter(|(_, m)| **m).map(|(n, _)| n).take(r.nodes as usize).collect();
-                outcome = Some((t, None));
-                for n in chosen {
-                    let node = &snap.nodes[n];
-                    let d = &r.demand;
-                    let b = if d.exclusive {
-                        Busy {
-                            start: t,
-                            end: t + len,
-                            cpus: node.cpus,
-                            memory: node.memory,
-                            gpu_milli: node.gpus * GPU_MILLI,
-                            exclusive: true,
-                        }
-                    } else {
-                        Busy {
-                            start: t,
-                            end: t + len,
-                            cpus: d.cpus,
-                            memory: d.memory,
-                            gpu_milli: d.gpus * d.gpu_milli.min(GPU_MILLI),
-                            exclusive: false,
-                        }
-                    };
-                    tl.add(n, b);
-                }
-            }
-            break;
+        let first = if bounded { space.at_now(r, len).map(|s| (now, s)) } else { space.earliest(r, now, len) };
+        let mut started = None;
+        let mut later = first;
+        if let Some((t, set)) = &later
+            && *t == now
+        {
+            let mut masked = r.clone();
+            masked.filter.mask = Some(set.mask(snap.nodes.len()));
+            masked.filter.all = false;
+            started = try_place(snap, view, &masked, &mut replicas);
+            // Fits by count but not by exact placement: look later.
+            later = if started.is_some() || bounded { None } else { space.earliest(r, now + 1, len) };
         }
-        match outcome {
-            Some((_, Some(allocs))) => {
-                limits.add(r);
-                for a in &allocs {
-                    tl.add(a.node as usize, busy_of(a, now, now + len));
-                }
-                plan.starts.push(Start { job: r.req.id, allocs, backfilled: blocked_any, time_limit: None });
-                if blocked_any {
-                    plan.stats.backfilled += 1;
-                } else {
-                    plan.stats.started += 1;
-                }
+        if let Some(allocs) = started {
+            limits.add(r);
+            for a in &allocs {
+                space.hold(a.node as usize, now, now + len, Use::of_alloc(a));
             }
-            Some((t, None)) => {
+            plan.starts.push(Start { job: r.req.id, allocs, backfilled: blocked_any, time_limit: None });
+            if blocked_any {
+                plan.stats.backfilled += 1;
+            } else {
+                plan.stats.started += 1;
+            }
+            continue;
+        }
+        let expected_start = match later {
+            Some((t, set)) if !bounded => {
+                for n in set.iter().take(r.nodes as usize) {
+                    let n = n as usize;
+                    space.hold(n, t, t + len, Use::reserve(&snap.nodes[n], &r.demand));
+                }
                 reservations += 1;
                 plan.stats.reservations += 1;
-                plan.waiting.push(Waiting { job: r.req.id, reason, expected_start: Some(t) });
-                blocked_any = true;
+                Some(t)
             }
-            None => {
-                plan.waiting.push(Waiting { job: r.req.id, reason, expected_start: None });
-                blocked_any = true;
-            }
-        }
+            _ => None,
+        };
+        plan.waiting.push(Waiting { job: r.req.id, reason, expected_start });
+        blocked_any = true;
     }
 }
 
-fn busy_of(a: &crate::Alloc, start: Time, end: Time) -> Busy {
-    Busy { start, end, cpus: a.cpus, memory: a.memory, gpu_milli: a.gpus.len() as u32 * a.gpu_milli, exclusive: a.exclusive }
+#[cfg(test)]
+mod tests {
+    //! The slot map against the per-node timelines it replaced: the same passes, plan for plan.
+
+    use std::cell::Cell;
+
+    use model::{ClusterConfig, DepStatus, GpuPer, GpuRequest, JobRequest, MemRequest, Node, NodeState, Shape, Time};
+    use proptest::prelude::*;
+
+    use crate::{Backfill, Carry, Config, FairShare, NodeUsage, Pending, Plan, Policy, Running, Snapshot, schedule};
+
+    thread_local! {
+        /// Makes `run` plan with `reference::Timeline` instead of the slot map (this thread only).
+        pub(super) static REFERENCE: Cell<bool> = const { Cell::new(false) };
+    }
+
+    const GIB: u64 = 1 << 30;
+
+    /// A node: CPUs, GPUs, switch, memory in GiB, feature "fast", drained.
+    type NodeSpec = (u32, u32, u32, u64, bool, bool);
+    /// A job: nodes, GPUs per node, CPUs per node, limit, submit, exclusive, GPU share in milli
+    /// (1000 = whole), wants "fast", memory in GiB.
+    type JobSpec = (u32, u32, u32, Time, Time, bool, u32, bool, u64);
+
+    #[derive(Debug, Clone)]
+    struct Case {
+        nodes: Vec<NodeSpec>,
+        running: Vec<JobSpec>,
+        pending: Vec<JobSpec>,
+        policy: usize,
+        max_reservations: usize,
+        steps: Vec<Time>,
+    }
+
+    fn job_spec() -> impl Strategy<Value = JobSpec> {
+        (
+            1u32..=4,
+            0u32..=4,
+            1u32..=16,
+            // Round limits too, so that ends and reservations often meet exactly.
+            prop_oneof![1i64..2000, (1i64..20).prop_map(|x| x * 50)],
+            0i64..50,
+            prop::bool::weighted(0.2),
+            prop_oneof![Just(1000u32), Just(500), Just(250)],
+            prop::bool::weighted(0.2),
+            0u64..=48,
+        )
+    }
+
+    fn case() -> impl Strategy<Value = Case> {
+        (
+            prop::collection::vec((1u32..=16, 0u32..=4, 0u32..3, 16u64..=64, prop::bool::weighted(0.5), prop::bool::weighted(0.1)), 1..12),
+            prop::collection::vec(job_spec(), 0..16),
+            prop::collection::vec(job_spec(), 1..40),
+            0usize..4,
+            prop_oneof![Just(256usize), 0usize..6],
+            prop::collection::vec(prop_oneof![1i64..400, (1i64..8).prop_map(|x| x * 50)], 0..4),
+        )
+            .prop_map(|(nodes, running, pending, policy, max_reservations, steps)| Case {
+                nodes,
+                running,
+                pending,
+                policy,
+                max_reservations,
+                steps,
+            })
+    }
+
+    fn request(id: u64, s: &JobSpec) -> JobRequest {
+        let &(k, g, c, limit, submit, exclusive, milli, fast, mem) = s;
+        let mut shape = Shape::single();
+        shape.nodes_min = k;
+        shape.nodes_max = k;
+        shape.ntasks = k;
+        shape.ntasks_per_node = Some(1);
+        shape.cpus_per_task = c;
+        shape.mem = MemRequest::PerNode(mem * GIB);
+        shape.exclusive = exclusive;
+        if g > 0 {
+            shape.gpus = Some(GpuRequest { per: GpuPer::Node(g), gpu_type: None, milli });
+        }
+        let mut r = JobRequest::new(id, submit, limit, shape);
+        if fast {
+            r.features = vec!["fast".into()];
+        }
+        r.user = format!("u{}", id % 3);
+        r
+    }
+
+    struct World {
+        nodes: Vec<Node>,
+        usage: Vec<NodeUsage>,
+        pending: Vec<Pending>,
+        running: Vec<Running>,
+        config: ClusterConfig,
+        fairshare: FairShare,
+        carry: Carry,
+    }
+
+    impl World {
+        fn pass(&self, now: Time, cfg: &Config, reference: bool) -> Plan {
+            let snap = Snapshot {
+                nodes: &self.nodes,
+                usage: &self.usage,
+                pending: &self.pending,
+                running: &self.running,
+                config: &self.config,
+                fairshare: &self.fairshare,
+                carry: &self.carry,
+            };
+            REFERENCE.set(reference);
+            let plan = schedule(&snap, now, 7, cfg);
+            REFERENCE.set(false);
+            plan
+        }
+
+        fn apply(&mut self, plan: &Plan, now: Time) {
+            for s in &plan.starts {
+                let i = self.pending.iter().position(|p| p.req.id == s.job).expect("started job was pending");
+                let p = self.pending.remove(i);
+                for a in &s.allocs {
+                    self.usage[a.node as usize].apply(&self.nodes[a.node as usize], a);
+                }
+                self.running.push(Running { req: p.req, start: now, allocs: s.allocs.clone() });
+            }
+            for r in &plan.rejected {
+                self.pending.retain(|p| p.req.id != r.job);
+            }
+        }
+    }
+
+    fn world(c: &Case) -> World {
+        let nodes: Vec<Node> = c
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, &(cpus, gpus, sw, mem, fast, drained))| {
+                let mut n = Node::new(format!("n{i}"), cpus, mem * GIB, gpus);
+                n.switch = sw;
+                n.block = sw / 2;
+                if fast {
+                    n.features = vec!["fast".into()];
+                }
+                if drained {
+                    n.state = NodeState::Drain;
+                }
+                n
+            })
+            .collect();
+        let mut w = World {
+            usage: nodes.iter().map(NodeUsage::for_node).collect(),
+            nodes,
+            pending: Vec::new(),
+            running: Vec::new(),
+            config: ClusterConfig::default(),
+            fairshare: FairShare::default(),
+            carry: Carry::default(),
+        };
+        let mut seq = 0;
+        let mut submit = |w: &mut World, id: u64, s: &JobSpec| {
+            w.pending.push(Pending { req: request(id, s), seq, dep: DepStatus::Satisfied });
+            seq += 1;
+        };
+        // Running work started by the scheduler itself, at staggered times.
+        for (k, s) in c.running.iter().enumerate() {
+            submit(&mut w, 1000 + k as u64, s);
+            let plan = w.pass(k as Time * 25, &Config { policy: Policy::Fcfs, backfill: Backfill::Easy, ..Config::default() }, false);
+            w.apply(&plan, k as Time * 25);
+        }
+        w.pending.clear();
+        for (k, s) in c.pending.iter().enumerate() {
+            submit(&mut w, k as u64 + 1, s);
+        }
+        w
+    }
+
+    fn policy(i: usize) -> Policy {
+        ["fcfs", "sjf", "f1", "default"].map(|p| Policy::parse(p).unwrap())[i].clone()
+    }
+
+    /// Past the reservation bound, a job that ends exactly when a reservation on its node begins
+    /// still starts now (the edges of the slots are half-open).
+    #[test]
+    fn a_job_ending_as_a_reservation_begins_starts_past_the_bound() {
+        let spec = |k, c, limit, submit| (k, 0, c, limit, submit, false, 1000, false, 1);
+        let c = Case {
+            nodes: vec![(4, 0, 0, 16, false, false), (4, 0, 0, 16, false, false)],
+            running: vec![spec(1, 4, 100, 0)],
+            pending: vec![spec(2, 4, 50, 0), spec(1, 4, 90, 1), spec(1, 4, 91, 2)],
+            policy: 0,
+            max_reservations: 1,
+            steps: vec![],
+        };
+        let w = world(&c);
+        let cfg = Config { policy: Policy::Fcfs, backfill: Backfill::Conservative, max_reservations: 1, ..Config::default() };
+        let plan = w.pass(10, &cfg, false);
+        assert_eq!(plan, w.pass(10, &cfg, true));
+        let started: Vec<u64> = plan.starts.iter().map(|s| s.job.0).collect();
+        assert_eq!(started, vec![2], "the 90 s job ends at 100, when job 1's reservation begins; the 91 s one would overlap it");
+        assert_eq!(plan.waiting.iter().find(|x| x.job.0 == 1).and_then(|x| x.expected_start), Some(100));
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 400, ..ProptestConfig::default() })]
+
+        /// Pass after pass (each plan applied, then later passes as time goes by), the slot map
+        /// and the per-node timelines give the same plan: the same starts on the same nodes,
+        /// the same reservations at the same times.
+        #[test]
+        fn slot_map_plans_as_the_timelines_do(c in case()) {
+            let mut w = world(&c);
+            let cfg = Config { policy: policy(c.policy), backfill: Backfill::Conservative, max_reservations: c.max_reservations, ..Config::default() };
+            let mut now = 400;
+            for k in 0..=c.steps.len() {
+                let plan = w.pass(now, &cfg, false);
+                prop_assert_eq!(&plan, &w.pass(now, &cfg, true), "pass {} at {}", k, now);
+                w.apply(&plan, now);
+                if let Some(dt) = c.steps.get(k) {
+                    now += dt;
+                }
+            }
+        }
+    }
 }

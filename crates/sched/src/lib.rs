@@ -328,11 +328,14 @@ impl<'a> Facts<'a> {
     }
 }
 
+/// A shape with its filter: demand, nodes, -w nodes, partition, features, GPU type, -x nodes.
+type FilteredShape = (Demand, u32, Vec<u32>, Option<String>, Vec<String>, Option<String>, Vec<u32>);
+
 /// Memo of "can this shape ever fit on this cluster", so a pass checks each distinct shape once.
 #[derive(Default)]
 pub(crate) struct EverFits {
     plain: FxHashMap<view::ShapeKey, bool>,
-    full: FxHashMap<(Demand, u32, Vec<u32>, Option<String>, Vec<String>, Option<String>, Vec<u32>), bool>,
+    full: FxHashMap<FilteredShape, bool>,
 }
 
 impl EverFits {
@@ -404,6 +407,7 @@ pub(crate) struct PassMemo<'n> {
     pub accounts: FxHashSet<String>,
 }
 
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn schedule_inner<'n>(
     nodes: &'n [Node],
     topo: std::sync::Arc<view::Topology>,
@@ -558,7 +562,8 @@ impl<'a> Limits<'a> {
     }
 }
 
-/// The verdict on one pending job before ordering.
+/// The verdict on one pending job before ordering (short-lived: not worth a box).
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum Admit<'a> {
     Ready(Resolved<'a>),
     Wait(PendingReason),

@@ -492,9 +492,8 @@ impl<'n> View<'n> {
                 .collect(),
         };
         let mut out = Vec::with_capacity(k);
-        let mut used_switches = 0u32;
-        for x in order {
-            used_switches += 1;
+        for (used, x) in order.into_iter().enumerate() {
+            let used_switches = used as u32 + 1;
             let c = &mut cand[per_switch[x].1.clone()];
             c.sort_unstable();
             for &(_, i) in c.iter() {
