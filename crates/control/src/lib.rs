@@ -1926,7 +1926,7 @@ impl Controller {
     pub fn shares(&self) -> Vec<ShareRow> {
         let mut names: BTreeSet<String> = self.settings.cluster.accounts.iter().map(|a| a.name.clone()).collect();
         names.extend(self.fairshare.accounts().map(|(a, _)| a.to_string()));
-        names.extend(self.active().map(|j| j.req.account.clone()));
+        names.extend(self.active().filter(|j| !j.state.is_final()).map(|j| j.req.account.clone()));
         let total_shares: u32 = names.iter().map(|a| self.settings.cluster.shares(a)).sum();
         let total_usage = self.fairshare.total();
         names

@@ -727,3 +727,23 @@ fn hostile_step_requests_from_the_api_are_refused_and_store_nothing() {
     assert!(matches!(c.create_step(1, 2, 1, None, Some(1), None, vec!["x".into()], StepSpec::default()), Err(Refused::Forbidden(_))));
     assert_eq!(c.job(1).unwrap().steps.len(), 1, "only the batch step");
 }
+
+#[test]
+fn fair_share_usage_decays_with_the_half_life_as_in_the_simulator() {
+    let mut c = Controller::new(Settings { half_life: 1000, ..Settings::default() });
+    c.register(0, Node::new("n0", 4, 8 << 30, 0), "127.0.0.1".into()).unwrap();
+    c.submit(0, spec(1), &batch(&["-A", "ml", "-c4"]), "a").unwrap();
+    c.tick(1);
+    c.hb(101, "n0", &[], &[ended(1, 1, Some(0), None)]).unwrap();
+    let used = c.shares().into_iter().find(|r| r.account == "ml").unwrap().raw_usage;
+    assert!(used > 0.0);
+    for t in (102..=1102).step_by(10) {
+        c.hb(t, "n0", &[], &[]).unwrap();
+        c.tick(t);
+    }
+    let after = c.shares().into_iter().find(|r| r.account == "ml").unwrap();
+    // About one half-life (decay steps come once a minute, from the first tick).
+    let ratio = after.raw_usage / used;
+    assert!((0.44..0.52).contains(&ratio), "{} of {used} after about one half-life", after.raw_usage);
+    assert_eq!((after.raw_shares, after.norm_shares, after.effective_usage), (1, 1.0, 1.0));
+}

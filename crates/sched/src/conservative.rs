@@ -112,7 +112,9 @@ impl Need {
         } else if self.exclusive {
             u.jobs == 0
         } else {
-            u.cpus + self.cpus <= node.cpus && u.memory + self.memory <= node.memory && u.gpu_milli + self.gpu_milli <= node.gpus * GPU_MILLI
+            u.cpus + self.cpus <= node.cpus
+                && u.memory + self.memory <= node.memory
+                && u.gpu_milli + self.gpu_milli <= node.gpus * GPU_MILLI
         }
     }
 }

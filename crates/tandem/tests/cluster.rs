@@ -322,6 +322,36 @@ fn scripts_with_the_options_slurm_users_write_submit_and_run() {
 }
 
 #[test]
+fn sshare_shows_each_accounts_shares_usage_and_factor() {
+    let cfg = "[[account]]\nname = \"ml\"\nshares = 3\n[[account]]\nname = \"web\"\nshares = 1\n";
+    let c = Cluster::with_config("sshare", 1, None, 30, Some(cfg));
+    let id = c.sbatch(&["-A", "ml", "-c2", "--wrap", "sleep 1"]);
+    c.wait_state(id, &["COMPLETED"], 60);
+    let p = c.ok("sshare", &["-P"]);
+    let mut lines = p.lines();
+    assert_eq!(lines.next(), Some("Account|User|RawShares|NormShares|RawUsage|EffectvUsage|FairShare"), "{p}");
+    let row = |a: &str| {
+        p.lines()
+            .find(|l| l.starts_with(&format!("{a}|")))
+            .unwrap_or_else(|| panic!("no {a} in {p}"))
+            .split('|')
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    let (ml, web) = (row("ml"), row("web"));
+    assert_eq!((ml[2].as_str(), ml[3].as_str(), ml[5].as_str()), ("3", "0.750000", "1.000000"), "{p}");
+    assert!(ml[4].parse::<f64>().unwrap() > 0.0, "its job's usage: {p}");
+    assert_eq!((web[2].as_str(), web[4].as_str(), web[6].as_str()), ("1", "0", "1.000000"), "no usage, full factor: {p}");
+    assert!(ml[6].parse::<f64>().unwrap() < 1.0, "used more than nothing: {p}");
+    // The usual columns, -h, -A, and a bad option.
+    let text = c.ok("sshare", &[]);
+    assert!(text.starts_with("             Account       User  RawShares  NormShares    RawUsage  EffectvUsage  FairShare\n"), "{text}");
+    assert_eq!(c.ok("sshare", &["-h", "-P", "-A", "web"]).lines().count(), 1);
+    let o = c.run("sshare", &["--frobnicate"]);
+    assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("unrecognized option '--frobnicate'"), "{o:?}");
+}
+
+#[test]
 fn output_files_are_emptied_at_the_first_start_unless_open_mode_is_append() {
     let c = Cluster::new("openmode", 1, None, 30);
     std::fs::write(c.work.join("t.out"), "old\n").unwrap();
