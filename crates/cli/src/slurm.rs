@@ -67,8 +67,7 @@ impl Args {
 
 /// `sbatch`.
 pub(crate) fn sbatch(args: &[String]) -> Result<i32> {
-    let env: Vec<(String, String)> =
-        std::env::vars_os().filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?))).collect();
+    let env: Vec<(String, String)> = crate::common::caller_env();
     let batch = slurmcli::parse_sbatch_env(args, now(), "SBATCH_", &env, &mut |p| {
         if p == slurmcli::STDIN {
             // A script on standard input (`sbatch < job.sh`, a here-document), as Slurm's.
@@ -753,8 +752,7 @@ pub(crate) fn delete_nodes(list: &str) -> Result<i32> {
 
 /// `srun` inside an allocation: launches a job step and waits for it.
 pub(crate) fn srun(args: &[String]) -> Result<i32> {
-    let caller: Vec<(String, String)> =
-        std::env::vars_os().filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?))).collect();
+    let caller: Vec<(String, String)> = crate::common::caller_env();
     let a = slurmcli::parse_srun_env(args, &caller).map_err(|e| anyhow::anyhow!("{}", e.0))?;
     if a.mpi_list {
         println!("MPI plugin types are...\n{}", slurmcli::MPI_TYPES.map(|t| format!("\t{t}")).join("\n"));

@@ -546,8 +546,7 @@ pub(crate) fn allocate(t: &Target, cmd: &str, opts: &[String], command: &[String
     let mut argv = opts.to_vec();
     argv.push(command.first().cloned().unwrap_or_else(|| cmd.to_string()));
     // salloc reads its SALLOC_* input variables, as Slurm's.
-    let env: Vec<(String, String)> =
-        std::env::vars_os().filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?))).collect();
+    let env: Vec<(String, String)> = crate::common::caller_env();
     let prefix = if cmd == "salloc" { "SALLOC_" } else { "" };
     let mut batch = slurmcli::parse_sbatch_env(&argv, crate::common::now(), prefix, &env, &mut |_| Ok("#!/bin/sh\n".into()))
         .map_err(|e| anyhow::anyhow!("{}", e.0))?;

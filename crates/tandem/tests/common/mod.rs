@@ -165,14 +165,7 @@ impl Cluster {
     }
 
     pub fn run(&self, cmd: &str, args: &[&str]) -> Output {
-        let path = format!("{}:{}", self.shims.display(), std::env::var("PATH").unwrap_or_default());
-        Command::new(self.shims.join(cmd))
-            .args(args)
-            .current_dir(&self.work)
-            .env("TANDEM_SERVER", format!("unix://{}", self.sock))
-            .env("PATH", path)
-            .output()
-            .unwrap()
+        self.run_env(cmd, args, &[])
     }
 
     /// [`Cluster::run`] with these variables set too.
