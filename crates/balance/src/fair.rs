@@ -233,12 +233,15 @@ impl<T> FairQueue<T> {
     /// Service rate in cost per ms, if enough recent departures are known.
     fn rate(&self, now: u64) -> Option<f64> {
         let since = now.saturating_sub(self.cfg.rate_window_ms);
-        let recent: Vec<&(u64, u64)> = self.departures.iter().filter(|(t, _)| *t >= since).collect();
-        if recent.len() < self.cfg.min_samples.max(1) {
+        let (mut count, mut first, mut cost) = (0usize, now, 0.0f64);
+        for &(t, c) in self.departures.iter().filter(|(t, _)| *t >= since) {
+            count += 1;
+            first = first.min(t);
+            cost += c as f64;
+        }
+        if count < self.cfg.min_samples.max(1) {
             return None;
         }
-        let first = recent.first().map_or(now, |(t, _)| *t);
-        let cost: f64 = recent.iter().map(|(_, c)| *c as f64).sum();
         Some(cost / (now.saturating_sub(first).max(1)) as f64)
     }
 

@@ -174,11 +174,12 @@ pub struct LlmRequest {
 }
 
 impl LlmRequest {
-    /// A request from its prompt bytes (the model name as context) and session key.
+    /// A request from its prompt bytes (the model name as context) and session key (an empty
+    /// or blank key counts as none).
     pub fn new(model: &str, prompt: Option<&[u8]>, session: Option<&str>, cfg: &PrefixConfig) -> LlmRequest {
         LlmRequest {
             blocks: prompt.map(|p| crate::prefix::block_hashes(model.as_bytes(), p, cfg)).unwrap_or_default(),
-            session: session.map(str::to_string),
+            session: session.map(str::trim).filter(|s| !s.is_empty()).map(str::to_string),
         }
     }
 
@@ -272,9 +273,8 @@ pub fn choose(cands: &[Candidate], route: Route<'_>, start: usize, now: u64, cfg
     let bound = load_bound(total, n, cfg.load_factor_percent, cfg.load_slack);
     let under = |i: usize| loads[i] < bound;
     match route {
-        Route::Least => (0..n).map(|k| (start % n + k) % n).min_by_key(|&i| loads[i]),
+        Route::Least | Route::Prefix([]) => (0..n).map(|k| (start % n + k) % n).min_by_key(|&i| loads[i]),
         Route::Session(h) => (0..n).filter(|&i| under(i)).max_by_key(|&i| (rendezvous(h, cands[i].id_hash), std::cmp::Reverse(i))),
-        Route::Prefix(blocks) if blocks.is_empty() => (0..n).map(|k| (start % n + k) % n).min_by_key(|&i| loads[i]),
         Route::Prefix(blocks) => {
             let b = blocks.len() as f64;
             let max_hit = (0..n).filter(|&i| under(i)).map(|i| cands[i].hit).max().unwrap_or(0);

@@ -166,6 +166,10 @@ fn no_prompt_is_least_request_and_sessions_stick_until_saturated() {
     assert_eq!(choose(&cs, Route::Least, 0, 0, &c), Some(1));
     assert_eq!(choose(&cs, Route::Prefix(&[]), 7, 0, &c), Some(1));
     assert_eq!(choose(&[], Route::Least, 0, 0, &c), None);
+    // A blank session key is no session.
+    assert_eq!(LlmRequest::new("m", None, Some(" "), &cfg()).route(), Route::Least);
+    assert!(matches!(LlmRequest::new("m", Some(&[b'x'; 64]), Some("s"), &cfg()).route(), Route::Session(_)));
+    assert!(matches!(LlmRequest::new("m", Some(&[b'x'; 64]), None, &cfg()).route(), Route::Prefix(b) if b.len() == 1));
     // Ties rotate with `start`.
     let eq = [cand("a", 1, 0), cand("b", 1, 0)];
     assert_ne!(choose(&eq, Route::Least, 0, 0, &c), choose(&eq, Route::Least, 1, 0, &c));
