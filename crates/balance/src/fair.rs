@@ -24,14 +24,15 @@
 //! **Admission.** `push` estimates how long a new request would wait: the queued cost ahead of
 //! it in fair order (its tenant's own queue, plus what each other backlogged tenant will be
 //! served until its counter passes the new request's virtual start) divided by the rate at
-//! which the queue has been served (cost per ms over the last `rate_window_ms`, at least
-//! `min_samples` departures; with fewer, no estimate and the request is admitted). A request
+//! which the queue has been served (cost per ms over the last `rate_window_ms`, measured over
+//! at least `rate_min_span_ms`, from at least `min_samples` departures; with fewer, no
+//! estimate and the request is admitted). A request
 //! whose estimate exceeds `max_wait_ms`, or that finds `max_queued` requests queued, is refused
 //! with a suggested `Retry-After`: the excess wait rounded up to seconds, between 1 and
 //! `max_retry_after_s`. A noisy tenant's own long queue is ahead of its next request, so it is
 //! refused first, while a quiet tenant's request has little ahead of it and is admitted.
-//! `expire` hands back requests that waited longer than the bound anyway (the estimate is only
-//! an estimate), for a 429 rather than a time-out.
+//! `expire` hands back requests that waited longer than `expire_ms` anyway (the estimate is
+//! only an estimate; default 1.5 times the bound), for a 429 rather than a time-out.
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -43,6 +44,10 @@ pub const MAX_WAIT_MS: u64 = 10_000;
 pub struct FairConfig {
     /// The service's bound on the wait in the queue; longer expected waits are refused.
     pub max_wait_ms: u64,
+    /// Requests queued longer than this are handed back by `expire` (for a 429). It should be
+    /// above `max_wait_ms`: the queue fills up to the bound, and requests admitted at the
+    /// margin would otherwise expire on the estimate's noise.
+    pub expire_ms: u64,
     /// At most this many requests queued (all tenants); more are refused.
     pub max_queued: usize,
     /// Weight of a tenant not given one.
@@ -53,17 +58,22 @@ pub struct FairConfig {
     pub rate_window_ms: u64,
     /// Departures in the window needed before waits are estimated.
     pub min_samples: usize,
+    /// The rate is measured over at least this span (ms), so a burst of departures right
+    /// after a quiet spell (the first slots freeing together) does not read as a high rate.
+    pub rate_min_span_ms: u64,
 }
 
 impl Default for FairConfig {
     fn default() -> FairConfig {
         FairConfig {
             max_wait_ms: MAX_WAIT_MS,
+            expire_ms: MAX_WAIT_MS * 3 / 2,
             max_queued: 10_000,
             default_weight: 1,
             max_retry_after_s: 60,
             rate_window_ms: 10_000,
             min_samples: 8,
+            rate_min_span_ms: 1_000,
         }
     }
 }
@@ -242,7 +252,8 @@ impl<T> FairQueue<T> {
         if count < self.cfg.min_samples.max(1) {
             return None;
         }
-        Some(cost / (now.saturating_sub(first).max(1)) as f64)
+        let span = now.saturating_sub(first).max(self.cfg.rate_min_span_ms.min(self.cfg.rate_window_ms)).max(1);
+        Some(cost / span as f64)
     }
 
     /// Queued cost that would be served before a new request of `tenant`.
@@ -338,9 +349,9 @@ impl<T> FairQueue<T> {
         }
     }
 
-    /// Removes and returns the requests queued longer than `max_wait_ms` (answer them 429).
+    /// Removes and returns the requests queued longer than `expire_ms` (answer them 429).
     pub fn expire(&mut self, now: u64) -> Vec<Queued<T>> {
-        let limit = self.cfg.max_wait_ms;
+        let limit = self.cfg.expire_ms;
         self.remove_where(|e| now.saturating_sub(e.at) > limit)
     }
 

@@ -2,6 +2,7 @@
 //! admission by expected wait, and hostile inputs.
 
 use super::*;
+use crate::Rng;
 use proptest::prelude::*;
 
 fn queue() -> FairQueue<u32> {
@@ -77,7 +78,7 @@ fn warm(q: &mut FairQueue<u32>, tenant: &str, cost: u64, n: u64) -> u64 {
 
 #[test]
 fn admission_refuses_the_noisy_tenant_and_admits_the_quiet_one() {
-    let cfg = FairConfig { max_wait_ms: 1_000, ..FairConfig::default() };
+    let cfg = FairConfig { max_wait_ms: 1_000, rate_min_span_ms: 0, ..FairConfig::default() };
     let mut q: FairQueue<u32> = FairQueue::new(cfg).unwrap();
     // 100 units every 10 ms: 10 units per ms.
     let mut now = warm(&mut q, "noisy", 100, 50);
@@ -108,7 +109,7 @@ fn admission_refuses_the_noisy_tenant_and_admits_the_quiet_one() {
 
 #[test]
 fn retry_after_grows_with_the_excess_and_is_capped() {
-    let cfg = FairConfig { max_wait_ms: 100, max_retry_after_s: 5, ..FairConfig::default() };
+    let cfg = FairConfig { max_wait_ms: 100, max_retry_after_s: 5, rate_min_span_ms: 0, ..FairConfig::default() };
     let mut q: FairQueue<u32> = FairQueue::new(cfg).unwrap();
     let now = warm(&mut q, "a", 10, 20); // 1 unit per ms
     q.push("a", 0, 50, now).unwrap();
@@ -141,7 +142,7 @@ fn full_queue_and_unknown_rate() {
 
 #[test]
 fn expire_remove_and_settle() {
-    let cfg = FairConfig { max_wait_ms: 100, ..FairConfig::default() };
+    let cfg = FairConfig { max_wait_ms: 100, expire_ms: 100, ..FairConfig::default() };
     let mut q: FairQueue<u32> = FairQueue::new(cfg).unwrap();
     q.push("a", 1, 10, 0).unwrap();
     q.push("b", 2, 10, 50).unwrap();
@@ -249,4 +250,75 @@ proptest! {
             prop_assert!(tenants.iter().all(|n| q.counter(n).is_finite() && q.counter(n) >= 0.0));
         }
     }
+}
+
+/// The proxy's loop in virtual time: 4 replicas with 4 slots each (`max_inflight`), requests of
+/// 100 ms; a quiet tenant at 10 requests/s and a noisy one at 300/s, twice the 160/s capacity.
+/// Requests that find every slot taken (or others queued) wait in the fair queue. The quiet
+/// tenant is never refused and waits at most about one request time; the noisy one is refused
+/// (429 with a Retry-After) rather than left to time out in the queue.
+#[test]
+fn a_noisy_tenant_is_shed_and_the_quiet_one_barely_waits() {
+    let llm = LlmConfig { max_inflight: Some(4), ..LlmConfig::default() };
+    let mut pool: Pool<()> = Pool::new(Policy::Llm, Ejection::default(), 5);
+    pool.set_llm_config(llm);
+    pool.set_endpoints(["r0", "r1", "r2", "r3"], |_, _| true, |_| ());
+    let cfg = FairConfig { max_wait_ms: 1_000, expire_ms: 1_500, ..FairConfig::default() };
+    let mut q: FairQueue<()> = FairQueue::new(cfg).unwrap();
+    let mut rng = Rng::new(42);
+    let mut running: Vec<(u64, Key)> = Vec::new();
+    let (mut waits, mut refused, mut expired, mut served) = ([Vec::new(), Vec::new()], [0u32; 2], [0usize; 2], [0u32; 2]);
+    let names = ["quiet", "noisy"];
+    let none = LlmRequest::default();
+    for now in 0..20_000u64 {
+        let mut i = 0;
+        while i < running.len() {
+            if running[i].0 <= now {
+                pool.finish(running.swap_remove(i).1, Outcome::Ok, now);
+            } else {
+                i += 1;
+            }
+        }
+        while !q.is_empty() && pool.inflight() < 16 {
+            let x = q.pop(now).unwrap();
+            let Pick::To(k) = pool.pick_llm(now, &[], &none) else { panic!("a slot is free") };
+            running.push((now + 100, k));
+            let t = names.iter().position(|n| *n == x.tenant).unwrap();
+            waits[t].push(now - x.enqueued_at_ms);
+            served[t] += 1;
+        }
+        for x in q.expire(now) {
+            expired[names.iter().position(|n| *n == x.tenant).unwrap()] += 1;
+        }
+        for (t, per_s) in [(0usize, 10usize), (1, 300)] {
+            if rng.below(1000) >= per_s {
+                continue;
+            }
+            let direct = if q.is_empty() { pool.pick_llm(now, &[], &none) } else { Pick::Full };
+            match direct {
+                Pick::To(k) => {
+                    running.push((now + 100, k));
+                    waits[t].push(0);
+                    served[t] += 1;
+                }
+                Pick::Full => {
+                    if let Err(r) = q.push(names[t], (), 100, now) {
+                        assert!(r.retry_after_s >= 1);
+                        refused[t] += 1;
+                    }
+                }
+                Pick::Nothing => unreachable!("replicas serve"),
+            }
+        }
+    }
+    let max_quiet = waits[0].iter().max().copied().unwrap_or(0);
+    assert_eq!(refused[0], 0, "the quiet tenant is never refused");
+    assert_eq!(expired[0], 0);
+    assert!(max_quiet <= 110, "quiet tenant waited {max_quiet} ms");
+    assert!(refused[1] > 1_000, "noisy refused {}", refused[1]);
+    assert!((expired[1] as u32) * 100 < refused[1], "noisy: {} expired, {} refused", expired[1], refused[1]);
+    let max_noisy = waits[1].iter().max().copied().unwrap_or(0);
+    assert!(max_noisy <= 1_500, "an admitted noisy request waited {max_noisy} ms");
+    // The noisy tenant still gets the rest of the capacity (about 150 of 160 requests/s).
+    assert!(served[1] > 2_700, "noisy served {}", served[1]);
 }
