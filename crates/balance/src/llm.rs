@@ -30,9 +30,11 @@
 //! stale or absent). Defaults 2, 1, 1 (llm-d's default profile weighs its prefix scorer 2 to
 //! its load scorer 1). The highest score wins; equal scores go to the replica with the highest
 //! rendezvous (highest-random-weight) hash of the replica's id and the request's *first block
-//! that no candidate holds* (the last block if some hold them all). So, with equal loads, a
-//! prompt nobody has seen goes to the same replica on every proxy and every run, and prompts
-//! that share a known prefix but differ afterwards spread by their differing part.
+//! that no candidate under the cap holds* (the last block if one holds them all). So, with
+//! equal loads, a prompt nobody has seen goes to the same replica on every proxy and every
+//! run, and prompts that share a known prefix but differ afterwards spread by their differing
+//! part. Candidates are the endpoints `Pool::pick_llm` leaves in: not draining, not tried,
+//! not ejected (unless all are), under `max_inflight`.
 //!
 //! **Sessions.** A request with a session key (the `x-session-id` header) goes to the first
 //! replica under the cap in the rendezvous order of `hash(session)`: the same replica for the
