@@ -273,7 +273,7 @@ fn shared_prefix(n: usize, groups: usize) -> Vec<(String, Value)> {
         .map(|i| {
             let g = (next() % groups as u64) as usize;
             let own = word(next(), 800);
-            if g % 2 == 0 {
+            if g.is_multiple_of(2) {
                 let msgs = json!([{"role": "system", "content": systems[g]}, {"role": "user", "content": own}]);
                 ("/v1/chat/completions".to_string(), json!({"model": "m", "messages": msgs, "max_tokens": 2}))
             } else {
@@ -343,6 +343,20 @@ fn proxy_llm_routing_raises_the_prefix_cache_hit_rate() {
     let mut raw = String::new();
     s.read_to_string(&mut raw).unwrap();
     assert!(raw.starts_with("HTTP/1.1 200"), "{raw}");
+    // A chunked body over the proxy's read limit (256 KiB) is forwarded whole, unread: the
+    // replica counts all 300,000 bytes of its prompt (and refuses it as too long).
+    let body = json!({"model": "m", "prompt": "x".repeat(300_000), "max_tokens": 3}).to_string();
+    let mut s = TcpStream::connect(&proxy).unwrap();
+    s.write_all(b"POST /s/chat/v1/completions HTTP/1.1\r\nhost: x\r\nconnection: close\r\ntransfer-encoding: chunked\r\n\r\n").unwrap();
+    for c in body.as_bytes().chunks(50_000) {
+        s.write_all(format!("{:x}\r\n", c.len()).as_bytes()).unwrap();
+        s.write_all(c).unwrap();
+        s.write_all(b"\r\n").unwrap();
+    }
+    s.write_all(b"0\r\n\r\n").unwrap();
+    let mut raw = String::new();
+    s.read_to_string(&mut raw).unwrap();
+    assert!(raw.starts_with("HTTP/1.1 400") && raw.contains("75000 in the prompt"), "{raw}");
     let r = post(&proxy, "/s/chat/v1/completions", &json!({"model": "m", "prompt": "stream me", "max_tokens": 3, "stream": true}));
     assert_eq!(events(&r.body).last().unwrap(), "[DONE]");
 
