@@ -1,6 +1,9 @@
 //! Load-balancing policy for the inference proxy, sans IO: the endpoint set of one service
 //! (`Pool`), three pickers (round robin, least outstanding requests, power of two choices),
-//! passive ejection of failing endpoints (outlier detection) and the retry decision.
+//! passive ejection of failing endpoints (outlier detection) and the retry decision; and for
+//! LLM services (`Policy::Llm`) a cache- and load-aware picker (`Pool::pick_llm`: `prefix`
+//! hashes prompts and keeps the per-replica prefix index, `llm` holds the scoring rule and the
+//! load bound) and a per-service weighted fair queue of tenants (`fair`).
 //!
 //! Nothing here reads a clock or draws unseeded randomness: the caller passes `now` as
 //! milliseconds and a seed, so every decision can be replayed. The proxy (`tandem proxy`) wraps
@@ -12,8 +15,17 @@
 //!   ejected, the one whose ejection ends first is still tried (better than failing outright);
 //! - an endpoint already tried for this request is skipped (retries go elsewhere).
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
+
+pub mod fair;
+pub mod llm;
+pub mod prefix;
+
+pub use fair::{FairConfig, FairError, FairQueue, Queued, Refusal, Refused, request_cost};
+pub use llm::{Gauges, LlmConfig, LlmConfigError, LlmRequest};
+pub use prefix::{BlockHash, PrefixConfig, PrefixIndex, block_hashes};
 
 /// How a service spreads requests over its endpoints.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -25,6 +37,10 @@ pub enum Policy {
     LeastRequest,
     /// Power of two choices: two endpoints at random, the one with fewer in flight.
     P2c,
+    /// For LLM servers: expected prefix-cache hit against load, under a bounded-load cap
+    /// (`Pool::pick_llm`; the rule is in the `llm` module). `Pool::pick`, for requests the
+    /// proxy cannot read, treats it as least request.
+    Llm,
 }
 
 impl Policy {
@@ -34,13 +50,14 @@ impl Policy {
             Policy::RoundRobin => "round_robin",
             Policy::LeastRequest => "least_request",
             Policy::P2c => "p2c",
+            Policy::Llm => "llm",
         }
     }
 }
 
 /// An unknown policy name.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown balancing policy {0:?} (expected round_robin, least_request or p2c)")]
+#[error("unknown balancing policy {0:?} (expected round_robin, least_request, p2c or llm)")]
 pub struct UnknownPolicy(pub String);
 
 impl FromStr for Policy {
@@ -50,6 +67,7 @@ impl FromStr for Policy {
             "" | "round_robin" => Ok(Policy::RoundRobin),
             "least_request" => Ok(Policy::LeastRequest),
             "p2c" => Ok(Policy::P2c),
+            "llm" => Ok(Policy::Llm),
             _ => Err(UnknownPolicy(s.to_string())),
         }
     }
@@ -189,12 +207,85 @@ pub struct Pool<T> {
     cursor: usize,
     rng: Rng,
     next_key: u64,
+    llm: LlmState,
+}
+
+/// What the LLM picker keeps per service: its settings, the prefix index and the gauges.
+#[derive(Clone, Debug)]
+struct LlmState {
+    cfg: LlmConfig,
+    index: PrefixIndex,
+    gauges: BTreeMap<Key, Gauges>,
+}
+
+impl LlmState {
+    fn new(cfg: LlmConfig) -> LlmState {
+        LlmState { index: PrefixIndex::new(cfg.capacity_blocks), gauges: BTreeMap::new(), cfg }
+    }
+
+    fn forget(&mut self, key: Key) {
+        self.index.forget(key);
+        self.gauges.remove(&key);
+    }
+}
+
+/// The answer of `Pool::pick_llm`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pick {
+    /// Send it to this endpoint (counted in flight: call `finish` when the attempt ends).
+    To(Key),
+    /// Every candidate is at its concurrency limit: queue it (the `fair` queue) and pick
+    /// again when a request finishes.
+    Full,
+    /// No endpoint may take it (none serving, or all tried).
+    Nothing,
 }
 
 impl<T> Pool<T> {
     /// An empty pool.
     pub fn new(policy: Policy, ejection: Ejection, seed: u64) -> Pool<T> {
-        Pool { endpoints: Vec::new(), policy, ejection, cursor: 0, rng: Rng::new(seed), next_key: 0 }
+        Pool {
+            endpoints: Vec::new(),
+            policy,
+            ejection,
+            cursor: 0,
+            rng: Rng::new(seed),
+            next_key: 0,
+            llm: LlmState::new(LlmConfig::default()),
+        }
+    }
+
+    /// The LLM picker's settings.
+    pub fn llm_config(&self) -> &LlmConfig {
+        &self.llm.cfg
+    }
+
+    /// Changes the LLM picker's settings. A change of the block layout or of the index
+    /// capacity empties the prefix index (its hashes would no longer match); gauges are kept.
+    pub fn set_llm_config(&mut self, cfg: LlmConfig) {
+        if cfg.prefix != self.llm.cfg.prefix || cfg.capacity_blocks != self.llm.cfg.capacity_blocks {
+            self.llm.index = PrefixIndex::new(cfg.capacity_blocks);
+        }
+        self.llm.cfg = cfg;
+    }
+
+    /// The prefix index (which endpoint was recently sent which prompt blocks).
+    pub fn prefix_index(&self) -> &PrefixIndex {
+        &self.llm.index
+    }
+
+    /// Records the gauges scraped from an endpoint; false if the endpoint is not known.
+    pub fn set_gauges(&mut self, key: Key, gauges: Gauges) -> bool {
+        if self.get(key).is_none() {
+            return false;
+        }
+        self.llm.gauges.insert(key, gauges);
+        true
+    }
+
+    /// The last gauges recorded for an endpoint.
+    pub fn gauges(&self, key: Key) -> Option<Gauges> {
+        self.llm.gauges.get(&key).copied()
     }
 
     /// The balancing policy.
@@ -257,6 +348,9 @@ impl<T> Pool<T> {
             });
         }
         self.endpoints.retain(|e| !e.draining || e.inflight > 0);
+        let known: Vec<Key> = self.endpoints.iter().map(|e| e.key).collect();
+        self.llm.index.retain(|k| known.contains(&k));
+        self.llm.gauges.retain(|k, _| known.contains(k));
     }
 
     fn candidate(&self, i: usize, tried: &[Key]) -> bool {
@@ -286,7 +380,7 @@ impl<T> Pool<T> {
                     self.cursor = i + 1;
                     i
                 }
-                Policy::LeastRequest => {
+                Policy::LeastRequest | Policy::Llm => {
                     let start = self.cursor % n;
                     let i = (0..n)
                         .map(|k| (start + k) % n)
@@ -317,6 +411,62 @@ impl<T> Pool<T> {
         e.inflight += 1;
         e.requests += 1;
         Some(e.key)
+    }
+
+    /// Picks an endpoint for an LLM request (the rule is in the `llm` module), skipping
+    /// `tried`, and counts it in flight (call `finish` when the attempt ends); the request's
+    /// blocks are recorded in the prefix index for the endpoint chosen. Draining endpoints are
+    /// never chosen; ejected ones only when every candidate is ejected (then the one back
+    /// soonest, as `pick`); endpoints at `max_inflight` are left out, and if that leaves none,
+    /// the answer is `Pick::Full`.
+    pub fn pick_llm(&mut self, now: u64, tried: &[Key], req: &LlmRequest) -> Pick {
+        let cfg = self.llm.cfg;
+        let limit = cfg.max_inflight.map_or(u32::MAX, |m| m.max(1));
+        let n = self.endpoints.len();
+        let cands: Vec<usize> = (0..n).filter(|&i| self.candidate(i, tried)).collect();
+        if cands.is_empty() {
+            return Pick::Nothing;
+        }
+        let healthy: Vec<usize> = cands.iter().copied().filter(|&i| !self.endpoints[i].ejected(now)).collect();
+        let idx = if healthy.is_empty() {
+            let i = cands.iter().copied().min_by_key(|&i| (self.endpoints[i].ejected_until, i)).expect("candidates exist");
+            if self.endpoints[i].inflight >= limit {
+                return Pick::Full;
+            }
+            i
+        } else {
+            let open: Vec<usize> = healthy.into_iter().filter(|&i| self.endpoints[i].inflight < limit).collect();
+            if open.is_empty() {
+                return Pick::Full;
+            }
+            let route = req.route();
+            let view: Vec<llm::Candidate> = open
+                .iter()
+                .map(|&i| {
+                    let e = &self.endpoints[i];
+                    let hit = match route {
+                        llm::Route::Prefix(blocks) => self.llm.index.hit(e.key, blocks),
+                        _ => 0,
+                    };
+                    llm::Candidate {
+                        id_hash: llm::replica_hash(&e.id),
+                        inflight: e.inflight,
+                        gauges: self.llm.gauges.get(&e.key).copied(),
+                        hit,
+                    }
+                })
+                .collect();
+            let start = self.cursor;
+            let k = llm::choose(&view, route, start, now, &cfg).expect("open endpoints exist");
+            self.cursor = self.cursor.wrapping_add(1);
+            open[k]
+        };
+        let e = &mut self.endpoints[idx];
+        e.inflight += 1;
+        e.requests += 1;
+        let key = e.key;
+        self.llm.index.record(key, &req.blocks);
+        Pick::To(key)
     }
 
     fn nth_ok(&self, k: usize, now: u64, tried: &[Key]) -> usize {
@@ -362,6 +512,7 @@ impl<T> Pool<T> {
         }
         if e.draining && e.inflight == 0 {
             self.endpoints.remove(i);
+            self.llm.forget(key);
         }
         ejected
     }
@@ -379,3 +530,7 @@ impl<T> Pool<T> {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_fair;
+#[cfg(test)]
+mod tests_llm;

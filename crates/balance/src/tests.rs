@@ -146,7 +146,7 @@ fn retry_rule() {
 
 #[test]
 fn policy_names_round_trip() {
-    for p in [Policy::RoundRobin, Policy::LeastRequest, Policy::P2c] {
+    for p in [Policy::RoundRobin, Policy::LeastRequest, Policy::P2c, Policy::Llm] {
         assert_eq!(p.name().parse::<Policy>(), Ok(p));
     }
     assert!("random".parse::<Policy>().is_err());

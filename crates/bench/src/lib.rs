@@ -1,10 +1,11 @@
 //! Every benchmark harness (`tandem bench sched|submit|agents|proxy|failover|chaos|load`), the HTTP
-//! load generator (`loadgen`), the test upstream (`tandem __upstream`) and the simulated agents
-//! (`agents`). Nothing in the product depends on this crate (the tidy test checks). It drives
+//! load generator (`loadgen`), the test upstream (`tandem __upstream`), the LLM server stand-in
+//! (`tandem __llm`: `llmserver` over the sans-IO `llmsim`) and the simulated agents (`agents`). Nothing in the product depends on this crate (the tidy test checks). It drives
 //! the real daemons from outside, as a user or a peer would: it starts them through `up` (as
 //! processes) and talks to them through `client` and `wire`; only `bench sched` runs a decision
 //! crate (`sched`) in process, on synthetic clusters (`trace`).
-//! Its public face is [`BenchCmd`] with [`run`], and [`upstream`] with [`UPSTREAM_CMD`].
+//! Its public face is [`BenchCmd`] with [`run`], [`upstream`] with [`UPSTREAM_CMD`], and
+//! [`llm_server`] with [`LLM_CMD`].
 //!
 //! This file is `tandem bench sched`: it times scheduling passes on large synthetic clusters.
 //! The state is built the way a cluster gets there: jobs of the synthetic mix are started by
@@ -16,12 +17,15 @@
 mod agents;
 mod chaos;
 mod failover;
+mod llmserver;
+mod llmsim;
 mod loadgen;
 mod procs;
 mod proxy;
 mod submit;
 mod upstream;
 
+pub use llmserver::{LLM_CMD, run as llm_server};
 pub use upstream::{UPSTREAM_CMD, run as upstream};
 
 use anyhow::{Result, bail};

@@ -85,7 +85,8 @@ pub struct RollingSpec {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ProxySpec {
-    /// `round_robin` (default), `least_request` or `p2c`.
+    /// `round_robin` (default), `least_request`, `p2c` or `llm` (cache- and load-aware, for
+    /// OpenAI-compatible LLM servers: `balance::Policy::Llm`).
     pub balance: Option<String>,
     /// Retries of a request that failed before any byte reached the client (default 2).
     pub retries: Option<Quantity>,
@@ -485,8 +486,8 @@ impl ServiceSpec {
             Some(_) => Some(portion(&self.min_available, "min_available", Portion::Count(0))?),
         };
         let balance = self.proxy.balance.clone().unwrap_or_else(|| "round_robin".into());
-        if !["round_robin", "least_request", "p2c"].contains(&balance.as_str()) {
-            return Err(format!("proxy.balance must be round_robin, least_request or p2c, got {balance:?}"));
+        if !["round_robin", "least_request", "p2c", "llm"].contains(&balance.as_str()) {
+            return Err(format!("proxy.balance must be round_robin, least_request, p2c or llm, got {balance:?}"));
         }
         let retries = count(&self.proxy.retries, "proxy.retries", 2, 0, 10)?;
         let hold_ms = duration(&self.proxy.hold, "proxy.hold", 60_000, 0, 600_000)?;
@@ -733,6 +734,7 @@ mod tests {
         );
         assert!(e(|s| s.env.insert("PORT".into(), "1".into()).map_or((), |_| ())).contains("PORT"));
         assert!(e(|s| s.proxy.balance = Some("random".into())).contains("balance"));
+        assert_eq!(spec(|s| s.proxy.balance = Some("llm".into())).unwrap().balance, "llm");
         assert!(
             e(|s| {
                 s.rolling_update.max_surge = Some(Quantity::Num(0.0));

@@ -10,6 +10,19 @@
 //! controller uses to drain replicas and to scale from zero). `/_tandem/metrics` (Prometheus
 //! text) and `/_tandem/healthz` are answered by the proxy itself.
 //!
+//! LLM services (`balance = "llm"`): the body of a `POST /v1/completions` or
+//! `/v1/chat/completions` is read before routing, up to `llm_body_limit` (256 KiB by default;
+//! a body of known length up to 1 MiB is kept whole anyway, for retries); a longer body is
+//! forwarded unread (streamed on, the head read so far included) and routed by least request.
+//! Its model and prompt (`llm`) become a `balance::LlmRequest` with the `x-session-id` header,
+//! for `Pool::pick_llm`; the body goes upstream unchanged. Other requests of such a service (no
+//! OpenAI path, no readable prompt) are placed by the same picker's least-request rule (or by
+//! their session). Every replica of an LLM service is scraped every `SCRAPE_MS` (500) ms
+//! (`GET /metrics`, vLLM's gauges) into `Pool::set_gauges`. `Pick::Full` (only with a
+//! per-replica concurrency limit, which nothing sets yet) goes to the least loaded replica:
+//! there is no fair queue in the proxy yet. Services of the other policies pay one relaxed
+//! atomic load per request for all this.
+//!
 //! It owns the request path and nothing of the cluster's state: what it knows of replicas is the
 //! controller's endpoint view, and its balancing decisions are `balance`'s. It never depends on
 //! `server`, `agent` or `cli` (the tidy test checks). Its public face is [`Options`] and [`main`].
@@ -25,13 +38,13 @@ use std::task::{Context as TaskContext, Poll};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use balance::{Ejection, Key, Outcome, Policy, Pool};
+use balance::{Ejection, Gauges, Key, LlmRequest, Outcome, Pick, Policy, Pool, PrefixConfig};
 use bytes::Bytes;
 use http_body_util::BodyExt;
 use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
 use hyper::http::uri::{Authority, PathAndQuery};
-use hyper::{Request, Response, StatusCode, Uri, Version};
+use hyper::{Method, Request, Response, StatusCode, Uri, Version};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
@@ -39,6 +52,8 @@ use tokio::sync::Notify;
 
 use client::{Conn, Target};
 use wire::{EndpointView, ProxyServiceStats, ProxySync, ServiceEndpoints};
+
+mod llm;
 
 /// `tandem proxy`'s settings, as given on its command line.
 #[derive(Debug, Clone)]
@@ -97,6 +112,17 @@ pub(crate) const REPLAY_LIMIT: u64 = 1 << 20;
 const SYNC_WAIT_MS: u64 = 1000;
 /// Upper bound on retries, whatever a view says.
 const MAX_RETRIES: u32 = 7;
+/// How often the replicas of LLM services are scraped (`/metrics`), milliseconds.
+pub(crate) const SCRAPE_MS: u64 = 500;
+/// A scrape that takes longer is abandoned (the gauges go stale after `balance`'s 5 s).
+const SCRAPE_TIMEOUT_MS: u64 = 400;
+
+/// The longest request body an LLM service reads before routing: 16 times the prompt bytes the
+/// prefix hash reads (256 KiB by default: room for JSON escaping and for long prompts whose
+/// head is all that is hashed), at least 64 KiB. Longer bodies are streamed, not read.
+pub(crate) fn llm_body_limit(p: &PrefixConfig) -> usize {
+    p.max_bytes().saturating_mul(16).max(64 << 10)
+}
 
 /// `tandem proxy` settings.
 pub(crate) struct ProxyArgs {
@@ -206,6 +232,8 @@ struct SvcState {
 struct Service {
     name: String,
     state: Mutex<SvcState>,
+    /// The policy is `llm` (read without the lock on every request).
+    llm: AtomicBool,
     changed: Notify,
     requests: AtomicU64,
     failures: AtomicU64,
@@ -224,6 +252,7 @@ impl Service {
                 retries: 2,
                 listed: true,
             }),
+            llm: AtomicBool::new(false),
             changed: Notify::new(),
             requests: AtomicU64::new(0),
             failures: AtomicU64::new(0),
@@ -235,6 +264,12 @@ impl Service {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, SvcState> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Sets the balancing policy (under the service's lock).
+    fn set_policy(&self, st: &mut SvcState, p: Policy) {
+        st.pool.set_policy(p);
+        self.llm.store(p == Policy::Llm, Relaxed);
     }
 
     /// Replaces the serving endpoints: (replica id, address).
@@ -397,6 +432,7 @@ impl State {
                     e.inflight,
                     e.ejected_until.is_some_and(|u| now < u),
                     e.data.clone(),
+                    st.pool.gauges(e.key),
                 ));
             }
         }
@@ -408,15 +444,29 @@ impl State {
         ];
         for (k, (metric, kind, help)) in heads.iter().enumerate() {
             let _ = writeln!(out, "# HELP {metric} {help}\n# TYPE {metric} {kind}");
-            for (s, r, req, fail, infl, ej, _) in &rows {
+            for (s, r, req, fail, infl, ej, _, _) in &rows {
                 let v = [*req, *fail, *infl as u64, *ej as u64][k];
                 let _ = writeln!(out, "{metric}{{service=\"{s}\",replica=\"{r}\"}} {v}");
             }
         }
         let _ = writeln!(out, "# HELP tandem_proxy_replica_request_duration_seconds Time to the end of the response, per replica.");
         let _ = writeln!(out, "# TYPE tandem_proxy_replica_request_duration_seconds histogram");
-        for (s, r, _, _, _, _, up) in &rows {
+        for (s, r, _, _, _, _, up, _) in &rows {
             up.latency.write(&mut out, "tandem_proxy_replica_request_duration_seconds", &format!("service=\"{s}\",replica=\"{r}\""));
+        }
+        type GaugeOf = fn(&Gauges) -> f64;
+        let scraped: [(&str, &str, GaugeOf); 3] = [
+            ("tandem_proxy_replica_llm_running", "vllm:num_requests_running", |g| g.running as f64),
+            ("tandem_proxy_replica_llm_waiting", "vllm:num_requests_waiting", |g| g.waiting as f64),
+            ("tandem_proxy_replica_llm_kv_usage", "vllm:kv_cache_usage_perc", |g| g.kv_usage),
+        ];
+        for (metric, source, get) in scraped {
+            let _ = writeln!(out, "# HELP {metric} The replica's {source} as last scraped (LLM services).\n# TYPE {metric} gauge");
+            for (s, r, .., g) in &rows {
+                if let Some(g) = g {
+                    let _ = writeln!(out, "{metric}{{service=\"{s}\",replica=\"{r}\"}} {}", get(g));
+                }
+            }
         }
         out
     }
@@ -435,7 +485,7 @@ fn apply_service(svc: &Service, s: &ServiceEndpoints) {
     let eps: Vec<(String, String)> = s.endpoints.iter().map(|e| (e.replica.clone(), e.addr.clone())).collect();
     {
         let mut st = svc.lock();
-        st.pool.set_policy(policy);
+        svc.set_policy(&mut st, policy);
         st.hold_ms = s.hold_ms;
         st.retries = s.retries.min(MAX_RETRIES);
         st.listed = true;
@@ -454,6 +504,8 @@ enum ReqBody {
     Full(Option<Bytes>),
     /// Streamed from the client, sent once.
     Stream(Incoming),
+    /// The head already read (an LLM service's body over the limit), then the rest streamed.
+    Prefixed(Option<Bytes>, Incoming),
 }
 
 impl Body for ReqBody {
@@ -464,6 +516,10 @@ impl Body for ReqBody {
         match self.get_mut() {
             ReqBody::Full(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
             ReqBody::Stream(s) => Pin::new(s).poll_frame(cx),
+            ReqBody::Prefixed(head, s) => match head.take() {
+                Some(h) => Poll::Ready(Some(Ok(Frame::data(h)))),
+                None => Pin::new(s).poll_frame(cx),
+            },
         }
     }
 
@@ -471,6 +527,7 @@ impl Body for ReqBody {
         match self {
             ReqBody::Full(b) => b.is_none(),
             ReqBody::Stream(s) => s.is_end_stream(),
+            ReqBody::Prefixed(head, s) => head.is_none() && s.is_end_stream(),
         }
     }
 
@@ -478,6 +535,13 @@ impl Body for ReqBody {
         match self {
             ReqBody::Full(b) => SizeHint::with_exact(b.as_ref().map_or(0, |b| b.len() as u64)),
             ReqBody::Stream(s) => s.size_hint(),
+            ReqBody::Prefixed(head, s) => {
+                // Only unsized bodies are read in part, so the rest has no exact size either.
+                let n = head.as_ref().map_or(0, |h| h.len() as u64);
+                let mut h = SizeHint::new();
+                h.set_lower(s.size_hint().lower().saturating_add(n));
+                h
+            }
         }
     }
 }
@@ -642,6 +706,7 @@ async fn acquire(
     st: &State,
     svc: &Arc<Service>,
     tried: &[Key],
+    llm: Option<&LlmRequest>,
     hold: &mut Option<WaitGuard>,
 ) -> Result<(Key, Arc<Upstream>, u32), Response<ProxyBody>> {
     let mut deadline: Option<tokio::time::Instant> = None;
@@ -655,7 +720,17 @@ async fn acquire(
                 return Err(plain(StatusCode::NOT_FOUND, format!("service {:?} no longer exists", svc.name)));
             }
             let now = st.now_ms();
-            if let Some(k) = s.pool.pick(now, tried) {
+            let picked = match llm {
+                None => s.pool.pick(now, tried),
+                Some(r) => match s.pool.pick_llm(now, tried, r) {
+                    Pick::To(k) => Some(k),
+                    // Every replica at its concurrency limit: no fair queue here yet, so the
+                    // least loaded one takes it.
+                    Pick::Full => s.pool.pick(now, tried),
+                    Pick::Nothing => None,
+                },
+            };
+            if let Some(k) = picked {
                 let up = s.pool.get(k).expect("picked").data.clone();
                 return Ok((k, up, s.retries));
             }
@@ -678,6 +753,73 @@ async fn acquire(
             ));
         }
     }
+}
+
+/// Reads a request body up to `limit` bytes: the whole body (`Ok(Ok)`), or, when it is longer,
+/// what was read and the rest (`Ok(Err)`; a body whose declared length is over the limit is not
+/// read at all).
+async fn read_bounded(mut body: Incoming, limit: usize) -> Result<Result<Bytes, (Bytes, Incoming)>, hyper::Error> {
+    if body.size_hint().exact().is_some_and(|n| n > limit as u64) {
+        return Ok(Err((Bytes::new(), body)));
+    }
+    let mut buf = bytes::BytesMut::new();
+    while let Some(frame) = body.frame().await {
+        // Trailers are dropped (OpenAI requests have none).
+        if let Ok(data) = frame?.into_data() {
+            buf.extend_from_slice(&data);
+            if buf.len() > limit {
+                return Ok(Err((buf.freeze(), body)));
+            }
+        }
+    }
+    Ok(Ok(buf.freeze()))
+}
+
+/// Scrapes the gauges of every replica of the LLM services, every `SCRAPE_MS`.
+async fn scrape_loop(st: Arc<State>) {
+    let mut connector = HttpConnector::new();
+    connector.set_nodelay(true);
+    connector.set_connect_timeout(Some(Duration::from_millis(SCRAPE_TIMEOUT_MS)));
+    let client: Client<HttpConnector, http_body_util::Empty<Bytes>> =
+        Client::builder(TokioExecutor::new()).pool_timer(TokioTimer::new()).build(connector);
+    let mut tick = tokio::time::interval(Duration::from_millis(SCRAPE_MS));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    loop {
+        tick.tick().await;
+        let mut targets = Vec::new();
+        for svc in st.services.read().unwrap_or_else(|e| e.into_inner()).values() {
+            if svc.llm.load(Relaxed) {
+                let s = svc.lock();
+                targets.extend(s.pool.endpoints().iter().filter(|e| !e.draining).map(|e| (svc.clone(), e.key, e.data.clone())));
+            }
+        }
+        let mut set = tokio::task::JoinSet::new();
+        for (svc, key, up) in targets {
+            let (client, st) = (client.clone(), st.clone());
+            set.spawn(async move {
+                let Some(text) = scrape(&client, &up.authority).await else { return };
+                if let Some((running, waiting, kv_usage)) = llm::gauges_of(&text) {
+                    let g = Gauges { running, waiting, kv_usage, scraped_at_ms: st.now_ms() };
+                    svc.lock().pool.set_gauges(key, g);
+                }
+            });
+        }
+        while set.join_next().await.is_some() {}
+    }
+}
+
+/// `GET /metrics` of one replica, within `SCRAPE_TIMEOUT_MS`; `None` on any failure.
+async fn scrape(client: &Client<HttpConnector, http_body_util::Empty<Bytes>>, at: &Authority) -> Option<String> {
+    let uri = Uri::builder().scheme("http").authority(at.clone()).path_and_query("/metrics").build().ok()?;
+    let get = async {
+        let resp = client.get(uri).await.ok()?;
+        if !resp.status().is_success() {
+            return None;
+        }
+        let body = http_body_util::Limited::new(resp.into_body(), 4 << 20).collect().await.ok()?;
+        Some(String::from_utf8_lossy(&body.to_bytes()).into_owned())
+    };
+    tokio::time::timeout(Duration::from_millis(SCRAPE_TIMEOUT_MS), get).await.ok()?
 }
 
 /// Marks a held request; decrements the service's `waiting` gauge when dropped.
@@ -721,13 +863,28 @@ async fn handle(
         Some(Err(_)) => return Ok(plain(StatusCode::BAD_REQUEST, "bad path")),
         None => parts.uri.path_and_query().cloned().unwrap_or_else(|| PathAndQuery::from_static("/")),
     };
+    // An LLM service reads its OpenAI requests' bodies first (bounded) to route them.
+    let llm_svc = svc.llm.load(Relaxed);
+    let openai = llm_svc && parts.method == Method::POST && llm::is_openai_path(pq.path());
+    let prefix_cfg = if llm_svc { svc.lock().pool.llm_config().prefix } else { PrefixConfig::default() };
     // Keep small bodies so a failed attempt can be replayed.
     let mut stream = None;
+    let mut head = None;
     let full: Option<Option<Bytes>> = if body.is_end_stream() {
         Some(None)
     } else if body.size_hint().exact().is_some_and(|n| n <= REPLAY_LIMIT) {
         match body.collect().await {
             Ok(b) => Some(Some(b.to_bytes())),
+            Err(e) => return Ok(plain(StatusCode::BAD_REQUEST, format!("reading the request body: {e}"))),
+        }
+    } else if openai && body.size_hint().exact().is_none() {
+        match read_bounded(body, llm_body_limit(&prefix_cfg)).await {
+            Ok(Ok(b)) => Some(Some(b)),
+            Ok(Err((h, rest))) => {
+                head = Some(h);
+                stream = Some(rest);
+                None
+            }
             Err(e) => return Ok(plain(StatusCode::BAD_REQUEST, format!("reading the request body: {e}"))),
         }
     } else {
@@ -742,13 +899,25 @@ async fn handle(
         None => peer,
     };
     headers.insert("x-forwarded-for", xff);
+    // Hashed here, outside any lock.
+    let llm_req = llm_svc.then(|| {
+        let session = headers.get("x-session-id").and_then(|v| v.to_str().ok());
+        let read = match (openai, &full) {
+            (true, Some(Some(b))) if b.len() <= llm_body_limit(&prefix_cfg) => llm::prompt_of(b, prefix_cfg.max_bytes()),
+            _ => None,
+        };
+        match read {
+            Some((model, prompt)) => LlmRequest::new(&model, Some(&prompt), session, &prefix_cfg),
+            None => LlmRequest::new("", None, session, &prefix_cfg),
+        }
+    });
 
     let mut tried = [Key(u64::MAX); MAX_RETRIES as usize + 1];
     let mut attempts = 0u32;
     let mut hold = None;
     let mut last = String::new();
     loop {
-        let (key, up, retries) = match acquire(&st, &svc, &tried[..attempts as usize], &mut hold).await {
+        let (key, up, retries) = match acquire(&st, &svc, &tried[..attempts as usize], llm_req.as_ref(), &mut hold).await {
             Ok(x) => x,
             Err(resp) => {
                 drop(hold);
@@ -776,7 +945,13 @@ async fn handle(
         .expect("scheme, authority and path are set");
         let body = match &full {
             Some(b) => ReqBody::Full(b.clone()),
-            None => ReqBody::Stream(stream.take().expect("a streamed body is sent once")),
+            None => {
+                let rest = stream.take().expect("a streamed body is sent once");
+                match head.take() {
+                    Some(h) => ReqBody::Prefixed(Some(h), rest),
+                    None => ReqBody::Stream(rest),
+                }
+            }
         };
         let mut out = Request::new(body);
         *out.method_mut() = parts.method.clone();
@@ -1007,7 +1182,7 @@ pub(crate) fn run(a: ProxyArgs, threads: usize) -> Result<()> {
             let svc = Service::new(&s.name, a.seed.wrapping_add(i as u64));
             {
                 let mut ss = svc.lock();
-                ss.pool.set_policy(s.policy);
+                svc.set_policy(&mut ss, s.policy);
                 ss.retries = a.retries.min(MAX_RETRIES);
             }
             svc.set_endpoints(&s.addrs.iter().map(|x| (x.clone(), x.clone())).collect::<Vec<_>>())?;
@@ -1034,6 +1209,7 @@ pub(crate) fn run(a: ProxyArgs, threads: usize) -> Result<()> {
     }
     let main = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     main.block_on(async {
+        tokio::spawn(scrape_loop(st.clone()));
         if let Some((target, auth)) = a.controller {
             tokio::spawn(sync_loop(st.clone(), target.clone(), auth.clone()));
             tokio::spawn(push_loop(st.clone(), target, auth));
@@ -1099,6 +1275,7 @@ mod tests {
         assert_eq!(s.name, "echo");
         assert_eq!(s.addrs, ["127.0.0.1:9000", "localhost:9001"]);
         assert_eq!(parse_static("e:p2c=127.0.0.1:1").unwrap().policy, Policy::P2c);
+        assert_eq!(parse_static("chat:llm=127.0.0.1:1,127.0.0.1:2").unwrap().policy, Policy::Llm);
         for bad in ["echo", "=1.2.3.4:5", "echo=", "echo=1.2.3.4", "echo=1.2.3.4:x", "echo=1.2.3.4:0", "e/x=1.2.3.4:5", "e:rand=1.2.3.4:5"]
         {
             assert!(parse_static(bad).is_err(), "{bad}");

@@ -143,7 +143,8 @@ enum Cmd {
         #[arg(long)]
         credential_file: Option<PathBuf>,
         /// A fixed service, NAME=HOST:PORT[,HOST:PORT...] (or NAME:POLICY=...; policies
-        /// round_robin, least_request, p2c); repeatable. Instead of --server.
+        /// round_robin, least_request, p2c, llm: prefix-cache and load aware, for
+        /// OpenAI-compatible LLM servers); repeatable. Instead of --server.
         #[arg(long = "static", value_name = "NAME=ADDRS")]
         statics: Vec<String>,
         /// Retries on another replica for --static services.
@@ -271,7 +272,7 @@ fn main() -> std::process::ExitCode {
     // Commands end quietly when their output pipe closes; daemons (and `up`, which must stop
     // its children) keep SIGPIPE ignored.
     let daemon = !cli::COMMANDS.contains(&invoked.as_str())
-        && matches!(argv.get(1).map(String::as_str), Some("server" | "agent" | "proxy" | "up" | "bench" | bench::UPSTREAM_CMD));
+        && matches!(argv.get(1).map(String::as_str), Some("server" | "agent" | "proxy" | "up" | "bench" | bench::UPSTREAM_CMD | bench::LLM_CMD));
     if !daemon {
         exec::quiet_sigpipe();
     }
@@ -284,6 +285,9 @@ fn main() -> std::process::ExitCode {
     }
     if argv.get(1).map(String::as_str) == Some(bench::UPSTREAM_CMD) {
         return exit_with("tandem __upstream", bench::upstream(&argv[2..]).map(|_| 0));
+    }
+    if argv.get(1).map(String::as_str) == Some(bench::LLM_CMD) {
+        return exit_with("tandem __llm", bench::llm_server(&argv[2..]).map(|_| 0));
     }
     let cli = Cli::parse_from(&argv);
     let (name, r): (&str, Result<i32>) = match cli.cmd {

@@ -727,7 +727,7 @@ pub const DOCUMENT: &str = r##"{
             "max_surge": {"$ref": "#/components/schemas/Quantity"}, "max_unavailable": {"$ref": "#/components/schemas/Quantity"}}},
           "min_available": {"$ref": "#/components/schemas/Quantity"},
           "proxy": {"type": "object", "additionalProperties": false, "properties": {
-            "balance": {"$ref": "#/components/schemas/StringOrNull", "description": "round_robin (default), least_request or p2c"},
+            "balance": {"$ref": "#/components/schemas/StringOrNull", "description": "round_robin (default), least_request, p2c or llm"},
             "retries": {"$ref": "#/components/schemas/Quantity"}, "hold": {"$ref": "#/components/schemas/Quantity"}}},
           "termination_grace": {"$ref": "#/components/schemas/Quantity"}}},
       "ProbeSpec": {"anyOf": [{"type": "null"}, {"type": "object", "additionalProperties": false, "properties": {

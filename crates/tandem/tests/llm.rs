@@ -1,0 +1,399 @@
+//! End-to-end tests of the LLM server stand-in (`tandem __llm`) and of the proxy's LLM routing
+//! (`balance = "llm"`) in front of it: real processes and sockets on 127.0.0.1.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_tandem")
+}
+
+/// Children killed when the test ends, however it ends.
+struct Procs(Vec<Child>);
+
+impl Drop for Procs {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Procs {
+    fn start(&mut self, args: &[&str]) -> String {
+        let mut c = Command::new(bin()).args(args).stdout(Stdio::piped()).spawn().unwrap();
+        let mut line = String::new();
+        BufReader::new(c.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        self.0.push(c);
+        assert!(line.contains("listening on"), "unexpected first line {line:?}");
+        line.trim().rsplit(' ').next().unwrap().to_string()
+    }
+
+    fn llm(&mut self, extra: &[&str]) -> String {
+        let mut args = vec!["__llm", "--port", "0", "--model", "m"];
+        args.extend_from_slice(extra);
+        self.start(&args)
+    }
+
+    fn proxy(&mut self, statics: &[String]) -> String {
+        let mut args = vec!["proxy".to_string(), "--listen".into(), "127.0.0.1:0".into(), "--threads".into(), "2".into()];
+        for s in statics {
+            args.push("--static".into());
+            args.push(s.clone());
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        self.start(&args)
+    }
+}
+
+struct Resp {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: String,
+}
+
+impl Resp {
+    fn header(&self, k: &str) -> Option<&str> {
+        self.headers.iter().find(|(h, _)| h == k).map(|(_, v)| v.as_str())
+    }
+
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {:?}", self.body))
+    }
+}
+
+/// One HTTP/1.1 request on its own connection (chunked answers are decoded).
+fn http(addr: &str, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Resp {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let mut req = format!("{method} {path} HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\ncontent-length: {}\r\n", body.len());
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    s.write_all(req.as_bytes()).unwrap();
+    s.write_all(body).unwrap();
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).unwrap();
+    let split = raw.windows(4).position(|w| w == b"\r\n\r\n").expect("a header end");
+    let head = String::from_utf8_lossy(&raw[..split]).into_owned();
+    let mut rest = &raw[split + 4..];
+    let mut lines = head.lines();
+    let status = lines.next().unwrap().split(' ').nth(1).unwrap().parse().unwrap();
+    let headers: Vec<(String, String)> =
+        lines.filter_map(|l| l.split_once(':')).map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string())).collect();
+    let chunked = headers.iter().any(|(k, v)| k == "transfer-encoding" && v.contains("chunked"));
+    let body = if chunked {
+        let mut out = Vec::new();
+        loop {
+            let nl = rest.windows(2).position(|w| w == b"\r\n").expect("a chunk size line");
+            let n = usize::from_str_radix(std::str::from_utf8(&rest[..nl]).unwrap().trim(), 16).unwrap();
+            rest = &rest[nl + 2..];
+            if n == 0 {
+                break;
+            }
+            out.extend_from_slice(&rest[..n]);
+            rest = &rest[n + 2..];
+        }
+        out
+    } else {
+        rest.to_vec()
+    };
+    Resp { status, headers, body: String::from_utf8(body).unwrap() }
+}
+
+fn post(addr: &str, path: &str, body: &Value) -> Resp {
+    http(addr, "POST", path, &[("content-type", "application/json")], body.to_string().as_bytes())
+}
+
+/// The `data:` events of a server-sent event stream, in order.
+fn events(body: &str) -> Vec<String> {
+    assert!(body.ends_with("\n\n"), "a stream ends with an empty line: {body:?}");
+    body.split("\n\n").filter(|e| !e.is_empty()).map(|e| e.strip_prefix("data: ").unwrap_or_else(|| panic!("{e:?}")).to_string()).collect()
+}
+
+/// A Prometheus value (summed over label sets).
+fn metric(text: &str, name: &str) -> f64 {
+    text.lines()
+        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
+        .map(|l| l.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
+        .sum()
+}
+
+#[test]
+fn stand_in_speaks_openai_deterministically_and_refuses_bad_bodies() {
+    let mut p = Procs(Vec::new());
+    let a = p.llm(&[]);
+    let b = p.llm(&[]);
+    assert_eq!(http(&a, "GET", "/health", &[], b"").status, 200);
+    let models = http(&a, "GET", "/v1/models", &[], b"").json();
+    assert_eq!(models["data"][0]["id"], "m");
+
+    // A completion: 5 tokens of 4 bytes, usage counted in 4-byte tokens.
+    let prompt = "Once upon a time, in a cluster far away, ";
+    let r = post(&a, "/v1/completions", &json!({"model": "m", "prompt": prompt, "max_tokens": 5, "temperature": 0}));
+    assert_eq!(r.status, 200, "{}", r.body);
+    let v = r.json();
+    assert_eq!(v["object"], "text_completion");
+    let text = v["choices"][0]["text"].as_str().unwrap().to_string();
+    assert_eq!(text.len(), 20);
+    assert_eq!(v["choices"][0]["finish_reason"], "length");
+    assert_eq!(v["usage"]["prompt_tokens"], prompt.len().div_ceil(4));
+    assert_eq!(v["usage"]["completion_tokens"], 5);
+
+    // Streamed, on another replica: the same text, in OpenAI's chunks, ending with [DONE].
+    let r = post(&b, "/v1/completions", &json!({"model": "m", "prompt": prompt, "max_tokens": 5, "stream": true}));
+    assert_eq!(r.status, 200);
+    assert!(r.header("content-type").unwrap().starts_with("text/event-stream"));
+    let ev = events(&r.body);
+    assert_eq!(ev.last().unwrap(), "[DONE]");
+    let chunks: Vec<Value> = ev[..ev.len() - 1].iter().map(|e| serde_json::from_str(e).unwrap()).collect();
+    assert_eq!(chunks.len(), 6, "5 tokens and a finishing chunk");
+    let streamed: String = chunks.iter().map(|c| c["choices"][0]["text"].as_str().unwrap()).collect();
+    assert_eq!(streamed, text);
+    assert!(chunks[..5].iter().all(|c| c["object"] == "text_completion" && c["choices"][0]["finish_reason"].is_null()));
+    assert_eq!(chunks[5]["choices"][0]["finish_reason"], "length");
+
+    // A stream resumed elsewhere with the text already sent continues identically.
+    let whole = post(&a, "/v1/completions", &json!({"model": "m", "prompt": prompt, "max_tokens": 12})).json()["choices"][0]["text"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(whole.starts_with(&text));
+    let sent = &whole[..12];
+    let rest = post(&b, "/v1/completions", &json!({"model": "m", "prompt": format!("{prompt}{sent}"), "max_tokens": 9})).json();
+    assert_eq!(format!("{sent}{}", rest["choices"][0]["text"].as_str().unwrap()), whole);
+
+    // Chat, streamed with usage; then continued from a partial assistant message.
+    let msgs = json!([{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Say something."}]);
+    let r = post(
+        &a,
+        "/v1/chat/completions",
+        &json!({"model": "m", "messages": msgs, "max_tokens": 6, "stream": true, "stream_options": {"include_usage": true}}),
+    );
+    let ev = events(&r.body);
+    assert_eq!(ev.last().unwrap(), "[DONE]");
+    let chunks: Vec<Value> = ev[..ev.len() - 1].iter().map(|e| serde_json::from_str(e).unwrap()).collect();
+    assert!(chunks.iter().all(|c| c["object"] == "chat.completion.chunk"));
+    assert_eq!(chunks[0]["choices"][0]["delta"]["role"], "assistant");
+    let said: String = chunks.iter().filter_map(|c| c["choices"][0]["delta"]["content"].as_str()).collect();
+    assert_eq!(said.len(), 24);
+    assert_eq!(chunks[chunks.len() - 2]["choices"][0]["finish_reason"], "length");
+    assert_eq!(chunks.last().unwrap()["usage"]["completion_tokens"], 6);
+    let whole = post(&b, "/v1/chat/completions", &json!({"model": "m", "messages": msgs, "max_tokens": 6})).json();
+    assert_eq!(whole["object"], "chat.completion");
+    assert_eq!(whole["choices"][0]["message"]["content"], said.as_str());
+    let mut partial = msgs.as_array().unwrap().clone();
+    partial.push(json!({"role": "assistant", "content": &said[..8]}));
+    let rest = post(
+        &b,
+        "/v1/chat/completions",
+        &json!({"model": "m", "messages": partial, "max_tokens": 4, "continue_final_message": true, "add_generation_prompt": false}),
+    )
+    .json();
+    assert_eq!(format!("{}{}", &said[..8], rest["choices"][0]["message"]["content"].as_str().unwrap()), said);
+
+    // Metrics with vLLM's names; the repeated prompt hit the prefix cache.
+    let r = post(&a, "/v1/completions", &json!({"model": "m", "prompt": "z".repeat(640), "max_tokens": 1}));
+    assert_eq!(r.status, 200);
+    let before = http(&a, "GET", "/metrics", &[], b"").body;
+    post(&a, "/v1/completions", &json!({"model": "m", "prompt": "z".repeat(640), "max_tokens": 1}));
+    let m = http(&a, "GET", "/metrics", &[], b"").body;
+    for name in [
+        "vllm:num_requests_running",
+        "vllm:num_requests_waiting",
+        "vllm:kv_cache_usage_perc",
+        "vllm:prefix_cache_queries_total",
+        "vllm:prefix_cache_hits_total",
+    ] {
+        assert!(m.contains(&format!("# TYPE {name} ")), "{name} missing:\n{m}");
+    }
+    assert_eq!(metric(&m, "vllm:num_requests_running"), 0.0);
+    assert_eq!(metric(&m, "vllm:prefix_cache_queries_total") - metric(&before, "vllm:prefix_cache_queries_total"), 160.0);
+    assert_eq!(metric(&m, "vllm:prefix_cache_hits_total") - metric(&before, "vllm:prefix_cache_hits_total"), 159.0);
+
+    // Bad bodies: a clear 400 (or 404, 413) in OpenAI's error shape, and the server lives on.
+    let bad: [(&str, &[u8], u16, &str); 7] = [
+        ("/v1/completions", b"{not json", 400, "not JSON"),
+        ("/v1/completions", br#"{"model":"m"}"#, 400, "missing field `prompt`"),
+        ("/v1/completions", br#"{"prompt":"x"}"#, 400, "missing field `model`"),
+        ("/v1/chat/completions", br#"{"model":"m","messages":"hi"}"#, 400, "must be a list"),
+        ("/v1/completions", br#"{"model":"gpt-9","prompt":"x"}"#, 404, "does not exist"),
+        ("/v1/completions", br#"{"model":"m","prompt":"x","max_tokens":40000}"#, 400, "maximum context length"),
+        ("/v1/nope", b"{}", 404, "no such path"),
+    ];
+    for (path, body, status, why) in bad {
+        let r = http(&a, "POST", path, &[], body);
+        assert_eq!(r.status, status, "{path} {}: {}", String::from_utf8_lossy(body), r.body);
+        let msg = r.json()["error"]["message"].as_str().unwrap().to_string();
+        assert!(msg.contains(why), "{msg:?} should say {why:?}");
+    }
+    // A body declared over the limit (4 MiB) is refused before it is read.
+    let mut s = TcpStream::connect(&a).unwrap();
+    s.write_all(b"POST /v1/completions HTTP/1.1\r\nhost: x\r\nconnection: close\r\ncontent-length: 5000000\r\n\r\n{").unwrap();
+    let mut raw = String::new();
+    s.read_to_string(&mut raw).unwrap();
+    assert!(raw.starts_with("HTTP/1.1 413") && raw.contains("over 4194304 bytes"), "{raw}");
+    let long = json!({"model": "m", "prompt": "x".repeat(200_000)});
+    let r = post(&a, "/v1/completions", &long);
+    assert_eq!(r.status, 400);
+    assert!(r.json()["error"]["message"].as_str().unwrap().contains("50000 in the prompt"), "{}", r.body);
+    assert_eq!(post(&a, "/v1/completions", &json!({"model": "m", "prompt": "still here", "max_tokens": 1})).status, 200);
+}
+
+/// The shared-prefix requests of one run: `n` requests over `groups` system prompts of 2,000
+/// tokens (8,000 bytes), each adding 800 bytes of its own; even groups speak chat, odd ones
+/// completions (each group keeps one API, so its prefix is the same on every request).
+fn shared_prefix(n: usize, groups: usize) -> Vec<(String, Value)> {
+    let mut x = 0x2545_F491_4F6C_DD1Du64;
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let word = |seed: u64, len: usize| -> String {
+        let mut s = seed | 1;
+        (0..len)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                (b'a' + (s % 26) as u8) as char
+            })
+            .collect()
+    };
+    let systems: Vec<String> = (0..groups).map(|g| word(1000 + g as u64, 8000)).collect();
+    (0..n)
+        .map(|i| {
+            let g = (next() % groups as u64) as usize;
+            let own = word(next(), 800);
+            if g.is_multiple_of(2) {
+                let msgs = json!([{"role": "system", "content": systems[g]}, {"role": "user", "content": own}]);
+                ("/v1/chat/completions".to_string(), json!({"model": "m", "messages": msgs, "max_tokens": 2}))
+            } else {
+                ("/v1/completions".to_string(), json!({"model": "m", "prompt": format!("{}{own}", systems[g]), "max_tokens": 2, "stream": i % 3 == 0}))
+            }
+        })
+        .collect()
+}
+
+/// Sends every request to `/s/SERVICE/...` of the proxy, `concurrency` at a time; all must
+/// succeed.
+fn replay(proxy: &str, service: &str, reqs: &[(String, Value)], concurrency: usize) {
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    std::thread::scope(|s| {
+        for _ in 0..concurrency {
+            s.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let Some((path, body)) = reqs.get(i) else { return };
+                    let r = post(proxy, &format!("/s/{service}{path}"), body);
+                    assert_eq!(r.status, 200, "request {i}: {}", r.body);
+                }
+            });
+        }
+    });
+}
+
+/// Prefix-cache hits and queries (tokens) over replicas, from their own `/metrics`.
+fn cache_counts(replicas: &[String]) -> (f64, f64) {
+    let (mut hits, mut queries) = (0.0, 0.0);
+    for r in replicas {
+        let m = http(r, "GET", "/metrics", &[], b"").body;
+        hits += metric(&m, "vllm:prefix_cache_hits_total");
+        queries += metric(&m, "vllm:prefix_cache_queries_total");
+    }
+    (hits, queries)
+}
+
+#[test]
+fn proxy_llm_routing_raises_the_prefix_cache_hit_rate() {
+    let mut p = Procs(Vec::new());
+    // Faster than the defaults (the comparison is of cache hits, not of time); the cache and
+    // batch are the issue's.
+    let fast = ["--prefill-ms-per-token", "0.002", "--decode-ms", "2"];
+    let by_llm: Vec<String> = (0..4).map(|_| p.llm(&fast)).collect();
+    let by_rr: Vec<String> = (0..4).map(|_| p.llm(&fast)).collect();
+    let proxy = p.proxy(&[format!("chat:llm={}", by_llm.join(",")), format!("plain:round_robin={}", by_rr.join(","))]);
+
+    // Requests that are not OpenAI-shaped still work (least request), and so do bodies the
+    // replica refuses (passed through), chunked bodies and streams.
+    let r = http(&proxy, "GET", "/s/chat/v1/models", &[], b"");
+    assert_eq!((r.status, r.json()["data"][0]["id"].as_str()), (200, Some("m")), "{}", r.body);
+    assert!(by_llm.contains(&r.header("x-tandem-replica").unwrap().to_string()));
+    assert_eq!(http(&proxy, "GET", "/s/chat/health", &[], b"").status, 200);
+    let r = http(&proxy, "POST", "/s/chat/v1/completions", &[], b"{not json");
+    assert_eq!(r.status, 400);
+    assert!(r.json()["error"]["message"].as_str().unwrap().contains("not JSON"));
+    let body = json!({"model": "m", "prompt": "a chunked request body", "max_tokens": 3}).to_string();
+    let mut s = TcpStream::connect(&proxy).unwrap();
+    let (a, b) = body.split_at(10);
+    let req = format!(
+        "POST /s/chat/v1/completions HTTP/1.1\r\nhost: x\r\nconnection: close\r\ntransfer-encoding: chunked\r\n\r\n{:x}\r\n{a}\r\n{:x}\r\n{b}\r\n0\r\n\r\n",
+        a.len(),
+        b.len()
+    );
+    s.write_all(req.as_bytes()).unwrap();
+    let mut raw = String::new();
+    s.read_to_string(&mut raw).unwrap();
+    assert!(raw.starts_with("HTTP/1.1 200"), "{raw}");
+    // A chunked body over the proxy's read limit (256 KiB) is forwarded whole, unread: the
+    // replica counts all 300,000 bytes of its prompt (and refuses it as too long).
+    let body = json!({"model": "m", "prompt": "x".repeat(300_000), "max_tokens": 3}).to_string();
+    let mut s = TcpStream::connect(&proxy).unwrap();
+    s.write_all(b"POST /s/chat/v1/completions HTTP/1.1\r\nhost: x\r\nconnection: close\r\ntransfer-encoding: chunked\r\n\r\n").unwrap();
+    for c in body.as_bytes().chunks(50_000) {
+        s.write_all(format!("{:x}\r\n", c.len()).as_bytes()).unwrap();
+        s.write_all(c).unwrap();
+        s.write_all(b"\r\n").unwrap();
+    }
+    s.write_all(b"0\r\n\r\n").unwrap();
+    let mut raw = String::new();
+    s.read_to_string(&mut raw).unwrap();
+    assert!(raw.starts_with("HTTP/1.1 400") && raw.contains("75000 in the prompt"), "{raw}");
+    let r = post(&proxy, "/s/chat/v1/completions", &json!({"model": "m", "prompt": "stream me", "max_tokens": 3, "stream": true}));
+    assert_eq!(events(&r.body).last().unwrap(), "[DONE]");
+
+    // A session stays on one replica (light load: under the bound), whatever its prompts.
+    let pinned: std::collections::BTreeSet<String> = (0..6)
+        .map(|i| {
+            let body = json!({"model": "m", "prompt": format!("turn {i} of a session, different every time {}", i * 7919), "max_tokens": 1});
+            let r = http(&proxy, "POST", "/s/chat/v1/completions", &[("x-session-id", "alice")], body.to_string().as_bytes());
+            assert_eq!(r.status, 200);
+            r.header("x-tandem-replica").unwrap().to_string()
+        })
+        .collect();
+    assert_eq!(pinned.len(), 1, "{pinned:?}");
+
+    // The replicas' gauges are scraped (every 500 ms).
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let m = http(&proxy, "GET", "/_tandem/metrics", &[], b"").body;
+        if m.lines().filter(|l| l.starts_with("tandem_proxy_replica_llm_running{service=\"chat\"")).count() == 4 {
+            assert!(!m.contains("tandem_proxy_replica_llm_running{service=\"plain\""), "round robin scrapes nothing");
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "no gauges scraped:\n{m}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+
+    // The same shared-prefix requests through both services: the LLM policy's replicas hit
+    // their prefix caches more (16 prompts of 125 blocks do not fit one replica's 1,024
+    // blocks; a quarter of them do).
+    let reqs = shared_prefix(320, 16);
+    let (llm0, rr0) = (cache_counts(&by_llm), cache_counts(&by_rr));
+    replay(&proxy, "chat", &reqs, 8);
+    replay(&proxy, "plain", &reqs, 8);
+    let (llm1, rr1) = (cache_counts(&by_llm), cache_counts(&by_rr));
+    let llm = (llm1.0 - llm0.0) / (llm1.1 - llm0.1);
+    let rr = (rr1.0 - rr0.0) / (rr1.1 - rr0.1);
+    eprintln!("prefix-cache hit rate: llm {llm:.3}, round_robin {rr:.3}");
+    assert!(llm > rr, "llm {llm:.3} should beat round robin {rr:.3}");
+    assert!(llm >= 1.5 * rr && llm > 0.6, "llm {llm:.3} against round robin {rr:.3}");
+}
