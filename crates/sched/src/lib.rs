@@ -772,7 +772,7 @@ fn walk<'a>(
                         (Some(c), Some(s)) if c == r.req.id => s,
                         _ => {
                             let this_pass = started_this_pass(plan, ready, order, pos, now, true);
-                            reservation(snap, now, cfg, view, r, &overrides, true, &this_pass).map_or(Time::MAX, |(t, _, _)| t)
+                            reservation(snap, now, cfg, view, r, &overrides, &this_pass).map_or(Time::MAX, |(t, _, _)| t)
                         }
                     };
                     rls_shadow = Some(shadow);
@@ -785,7 +785,7 @@ fn walk<'a>(
                         plan.carry.committed = Some(r.req.id);
                     }
                     let this_pass = started_this_pass(plan, ready, order, pos, now, false);
-                    match reservation(snap, now, cfg, view, r, &overrides, false, &this_pass) {
+                    match reservation(snap, now, cfg, view, r, &overrides, &this_pass) {
                         Some((shadow, proj, reserved)) => {
                             let mut long = view.clone();
                             for &n in &reserved {
@@ -916,10 +916,11 @@ fn started_this_pass<'p>(
         .collect()
 }
 
-/// Finds when `r` could start if running work ended at its requested times: walks completions in
-/// order of expected end, giving back their resources on a copy of the view, until the gang can
-/// be placed. Returns the shadow time, the projected view with the reservation taken out, and the
-/// reserved nodes. `raw_ends` uses start + limit even when past (RLScheduler's rule).
+/// Finds when `r` could start if running work ended when planned (at its requested time, or at
+/// its predicted one with `cfg.predict`): walks completions in order of planned end, giving back
+/// their resources on a copy of the view, until the gang can be placed. Returns the shadow time,
+/// the projected view with the reservation taken out, and the reserved nodes. Under
+/// [`Backfill::Rls`] ends are start + limit even when past (RLScheduler's rule).
 pub(crate) fn reservation<'n>(
     snap: &Snapshot,
     now: Time,
@@ -927,9 +928,9 @@ pub(crate) fn reservation<'n>(
     view: &View<'n>,
     r: &Resolved,
     overrides: &FxHashMap<JobId, Time>,
-    raw_ends: bool,
     this_pass: &[(Time, &[Alloc])],
 ) -> Option<(Time, View<'n>, FxHashSet<u32>)> {
+    let raw_ends = cfg.backfill == Backfill::Rls;
     let n_running = snap.running.len();
     let mut ends: Vec<(Time, usize)> = snap
         .running
