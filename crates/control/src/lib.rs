@@ -171,6 +171,8 @@ pub struct Controller {
     node_index: HashMap<String, usize>,
     next_id: u64,
     fairshare: FairShare,
+    /// Finished jobs' actual run times, recorded at their exits (for run-time predictions).
+    history: sched::History,
     /// When fair-share usage was last decayed (0: not yet).
     last_decay: Time,
     carry: Carry,
@@ -302,6 +304,7 @@ impl Controller {
             node_index: HashMap::new(),
             next_id: 1,
             fairshare: FairShare::default(),
+            history: sched::History::default(),
             last_decay: 0,
             carry: Carry::default(),
             dirty_jobs: pass::Touched::default(),
@@ -1256,6 +1259,7 @@ impl Controller {
             let usage = self.job_usage(e.job);
             let acct = self.jobs[&e.job].req.account.clone();
             self.fairshare.accrue(&acct, usage);
+            self.learn(e.job);
             self.release(e.job);
             return;
         }
@@ -1299,7 +1303,17 @@ impl Controller {
         let usage = self.job_usage(e.job);
         let acct = self.jobs[&e.job].req.account.clone();
         self.fairshare.accrue(&acct, usage);
+        self.learn(e.job);
         self.release(e.job);
+    }
+
+    /// Records a finished job's actual run time in the history predictions learn from: its
+    /// exit is the only way a run time reaches the scheduler.
+    fn learn(&mut self, id: u64) {
+        let j = &self.jobs[&id];
+        if let (Some(start), Some(end)) = (j.start, j.end) {
+            self.history.record(&j.req, end - start);
+        }
     }
 
     fn job_usage(&self, id: u64) -> f64 {
@@ -1964,6 +1978,7 @@ impl Controller {
             config: &self.settings.cluster,
             fairshare: &self.fairshare,
             carry: &self.carry,
+            history: &self.history,
         };
         sched::priority_breakdown(&snap, now, &self.settings.sched.policy).into_iter().map(|(j, b)| (j.0, b)).collect()
     }

@@ -89,6 +89,8 @@ pub struct Pass {
     cluster: ClusterConfig,
     config: sched::Config,
     fairshare: FairShare,
+    /// Finished jobs' run times (copied only when the scheduler predicts from them).
+    history: sched::History,
     carry: Carry,
     ran: bool,
     plan: Option<Plan>,
@@ -144,6 +146,7 @@ impl Pass {
             config: &self.cluster,
             fairshare: &self.fairshare,
             carry: &self.carry,
+            history: &self.history,
         };
         // The controller's cached definitions are a new list whenever a node changed.
         let same = m.last_nodes.as_ref().is_some_and(|n| Arc::ptr_eq(n, &self.nodes));
@@ -345,6 +348,7 @@ impl Controller {
             cluster: self.settings.cluster.clone(),
             config: self.settings.sched.clone(),
             fairshare: self.fairshare.clone(),
+            history: if self.settings.sched.predicting() { self.history.clone() } else { sched::History::default() },
             carry: self.carry.clone(),
             ran: false,
             plan: None,

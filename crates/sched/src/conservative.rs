@@ -200,7 +200,7 @@ pub(crate) struct SlotMap<'n> {
 impl<'n> SlotMap<'n> {
     /// The map of running work at `now`: each allocation held until its job's time limit (at
     /// least one second more).
-    pub fn new(snap: &Snapshot<'n>, now: Time) -> SlotMap<'n> {
+    pub fn new(snap: &Snapshot<'n>, now: Time, cfg: &Config) -> SlotMap<'n> {
         let n = snap.nodes.len();
         let mut off = vec![0u32; n + 1];
         for r in snap.running {
@@ -215,7 +215,7 @@ impl<'n> SlotMap<'n> {
         let mut ends = vec![(0, Use::default()); off[n] as usize];
         let mut base = vec![Use::default(); n];
         for r in snap.running {
-            let end = r.expected_end(now).max(now + 1);
+            let end = snap.planned_end(r, now, cfg).max(now + 1);
             for a in &r.allocs {
                 let i = a.node as usize;
                 let u = Use::of_alloc(a);
@@ -551,11 +551,11 @@ pub(crate) fn run<'a>(
 ) {
     #[cfg(test)]
     if tests::REFERENCE.get() {
-        let mut space = reference::Timeline::new(snap, now);
+        let mut space = reference::Timeline::new(snap, now, cfg);
         walk(&mut space, snap, now, cfg, ready, order, view, plan, limits);
         return;
     }
-    let mut space = SlotMap::new(snap, now);
+    let mut space = SlotMap::new(snap, now, cfg);
     walk(&mut space, snap, now, cfg, ready, order, view, plan, limits);
 }
 
@@ -744,6 +744,7 @@ mod tests {
                 config: &self.config,
                 fairshare: &self.fairshare,
                 carry: &self.carry,
+                history: crate::History::empty(),
             };
             REFERENCE.set(reference);
             let plan = schedule(&snap, now, 7, cfg);

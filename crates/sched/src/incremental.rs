@@ -105,7 +105,12 @@ impl<'n> Scheduler<'n> {
                 return None; // a new account changes everyone's fair-share normalisation
             }
             let r = match admit(snap, facts, ever, &limits.used, now, idx, p) {
-                Admit::Ready(r) => r,
+                Admit::Ready(mut r) => {
+                    if self.cfg.predicting() {
+                        r.limit = snap.history.predict(self.cfg.predict, r.req);
+                    }
+                    r
+                }
                 Admit::Wait(reason) => {
                     plan.waiting.push(Waiting { job: p.req.id, reason, expected_start: None });
                     continue;

@@ -12,6 +12,7 @@
 mod alloc;
 mod conservative;
 mod incremental;
+mod predict;
 mod preempt;
 mod priority;
 mod view;
@@ -22,6 +23,7 @@ use serde::{Deserialize, Serialize};
 
 pub use alloc::{Alloc, NodeUsage};
 pub use incremental::Scheduler;
+pub use predict::{History, LADDER, Predict};
 pub use preempt::{Preemption, Victim, plan_preemption};
 pub use priority::{Breakdown, FairShare, Policy, Weights};
 pub use view::Topology;
@@ -70,6 +72,17 @@ pub struct Config {
     pub max_reservations: usize,
     /// Most jobs a pass looks at (a bound, as every loop here has one).
     pub max_considered: usize,
+    /// The run time EASY and conservative backfill plan with: the requested limit, or a
+    /// prediction from the snapshot's [`History`] (EASY++). Kills always use the limit.
+    #[serde(default)]
+    pub predict: Predict,
+}
+
+impl Config {
+    /// Whether this pass plans with predicted run times (EASY or conservative with a prediction).
+    pub fn predicting(&self) -> bool {
+        self.predict.on() && matches!(self.backfill, Backfill::Easy | Backfill::Conservative)
+    }
 }
 
 impl Default for Config {
@@ -80,6 +93,7 @@ impl Default for Config {
             commit_head: false,
             max_reservations: 256,
             max_considered: usize::MAX,
+            predict: Predict::Limit,
         }
     }
 }
@@ -143,6 +157,16 @@ pub struct Snapshot<'a> {
     pub fairshare: &'a FairShare,
     /// State carried from the previous pass.
     pub carry: &'a Carry,
+    /// Actual run times of finished jobs, recorded at their completion events (for predictions).
+    pub history: &'a History,
+}
+
+impl Snapshot<'_> {
+    /// When the pass plans for a running job to end: its prediction under `cfg` (corrected once
+    /// outlived) or its time limit; `now` once it has overrun its limit.
+    pub fn planned_end(&self, run: &Running, now: Time, cfg: &Config) -> Time {
+        if cfg.predicting() { self.history.expected_end(cfg.predict, &run.req, run.start, now) } else { run.expected_end(now) }
+    }
 }
 
 /// A job to start now.
@@ -430,7 +454,12 @@ pub(crate) fn schedule_inner<'n>(
     let mut ready: Vec<Resolved> = Vec::with_capacity(snap.pending.len());
     for (idx, p) in snap.pending.iter().enumerate() {
         match admit(snap, facts, ever, &limits.used, now, idx, p) {
-            Admit::Ready(r) => ready.push(r),
+            Admit::Ready(mut r) => {
+                if cfg.predicting() {
+                    r.limit = snap.history.predict(cfg.predict, r.req);
+                }
+                ready.push(r)
+            }
             Admit::Wait(reason) => plan.waiting.push(Waiting { job: p.req.id, reason, expected_start: None }),
             Admit::Reject(reason, message) => plan.rejected.push(Rejected { job: p.req.id, reason, message }),
         }
@@ -743,7 +772,7 @@ fn walk<'a>(
                         (Some(c), Some(s)) if c == r.req.id => s,
                         _ => {
                             let this_pass = started_this_pass(plan, ready, order, pos, now, true);
-                            reservation(snap, now, view, r, &overrides, true, &this_pass).map_or(Time::MAX, |(t, _, _)| t)
+                            reservation(snap, now, cfg, view, r, &overrides, &this_pass).map_or(Time::MAX, |(t, _, _)| t)
                         }
                     };
                     rls_shadow = Some(shadow);
@@ -756,7 +785,7 @@ fn walk<'a>(
                         plan.carry.committed = Some(r.req.id);
                     }
                     let this_pass = started_this_pass(plan, ready, order, pos, now, false);
-                    match reservation(snap, now, view, r, &overrides, false, &this_pass) {
+                    match reservation(snap, now, cfg, view, r, &overrides, &this_pass) {
                         Some((shadow, proj, reserved)) => {
                             let mut long = view.clone();
                             for &n in &reserved {
@@ -814,7 +843,8 @@ fn walk<'a>(
                         let cut = (e.shadow - now) / 60 * 60;
                         match (a, r.req.time_min) {
                             (Some(a), _) => Some((a, None)),
-                            (None, Some(min)) if min >= 1 && cut >= min => short(e, view, &mut replicas).map(|a| (a, Some(cut))),
+                            // Not with predictions: the cut would be a kill limit derived from them.
+                            (None, Some(min)) if min >= 1 && cut >= min && !cfg.predicting() => short(e, view, &mut replicas).map(|a| (a, Some(cut))),
                             (None, _) => None,
                         }
                     }
@@ -886,19 +916,21 @@ fn started_this_pass<'p>(
         .collect()
 }
 
-/// Finds when `r` could start if running work ended at its requested times: walks completions in
-/// order of expected end, giving back their resources on a copy of the view, until the gang can
-/// be placed. Returns the shadow time, the projected view with the reservation taken out, and the
-/// reserved nodes. `raw_ends` uses start + limit even when past (RLScheduler's rule).
+/// Finds when `r` could start if running work ended when planned (at its requested time, or at
+/// its predicted one with `cfg.predict`): walks completions in order of planned end, giving back
+/// their resources on a copy of the view, until the gang can be placed. Returns the shadow time,
+/// the projected view with the reservation taken out, and the reserved nodes. Under
+/// [`Backfill::Rls`] ends are start + limit even when past (RLScheduler's rule).
 pub(crate) fn reservation<'n>(
     snap: &Snapshot,
     now: Time,
+    cfg: &Config,
     view: &View<'n>,
     r: &Resolved,
     overrides: &FxHashMap<JobId, Time>,
-    raw_ends: bool,
     this_pass: &[(Time, &[Alloc])],
 ) -> Option<(Time, View<'n>, FxHashSet<u32>)> {
+    let raw_ends = cfg.backfill == Backfill::Rls;
     let n_running = snap.running.len();
     let mut ends: Vec<(Time, usize)> = snap
         .running
@@ -908,7 +940,7 @@ pub(crate) fn reservation<'n>(
             let end = match overrides.get(&run.req.id) {
                 Some(&t) => t,
                 None if raw_ends => run.start + run.req.time_limit,
-                None => run.expected_end(now),
+                None => snap.planned_end(run, now, cfg),
             };
             (end, k)
         })

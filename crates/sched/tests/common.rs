@@ -4,7 +4,7 @@
 #![allow(dead_code, missing_docs)]
 
 use model::{ClusterConfig, DepStatus, GpuPer, GpuRequest, JobRequest, MemRequest, Node, Shape, Time};
-use sched::{Carry, Config, FairShare, NodeUsage, Pending, Plan, Running, Snapshot};
+use sched::{Carry, Config, FairShare, History, NodeUsage, Pending, Plan, Running, Snapshot};
 
 pub const GIB: u64 = 1 << 30;
 
@@ -45,6 +45,7 @@ pub struct World {
     pub config: ClusterConfig,
     pub fairshare: FairShare,
     pub carry: Carry,
+    pub history: History,
     seq: u64,
 }
 
@@ -58,6 +59,7 @@ impl World {
             config: ClusterConfig::default(),
             fairshare: FairShare::default(),
             carry: Carry::default(),
+            history: History::default(),
             seq: 0,
         }
     }
@@ -76,6 +78,7 @@ impl World {
             config: &self.config,
             fairshare: &self.fairshare,
             carry: &self.carry,
+            history: &self.history,
         }
     }
 

@@ -6,7 +6,7 @@ mod common;
 use common::{World, job};
 use model::{Node, Time};
 use proptest::prelude::*;
-use sched::{Backfill, Config, Policy};
+use sched::{Backfill, Config, History, Policy, Predict};
 
 #[derive(Debug, Clone)]
 struct Case {
@@ -137,6 +137,88 @@ proptest! {
             prop_assert!(started || after.is_some_and(|t| t <= x.expected_start.unwrap()),
                 "job {} moved from {:?} to {:?}", x.job, x.expected_start, after);
         }
+    }
+}
+
+/// Gives the world's jobs one of three users each and a history of finished jobs for them (the
+/// run times `hist` of (user, seconds), oldest first).
+fn with_history(w: &mut World, hist: &[(u8, Time)]) {
+    let user = |id: u64| format!("u{}", id % 3);
+    for r in &mut w.running {
+        r.req.user = user(r.req.id.0);
+    }
+    for p in &mut w.pending {
+        p.req.user = user(p.req.id.0);
+    }
+    let mut h = History::default();
+    for &(u, ran) in hist {
+        let mut req = job(0, 0, ran, 1, 0, 1);
+        req.user = format!("u{}", u % 3);
+        h.record(&req, ran);
+    }
+    w.history = h;
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+
+    /// With predicted run times (EASY++), the jobs a pass backfills never delay the top job's
+    /// reservation as computed from predictions: after the plan is applied, the same job's
+    /// expected start (from the same predictions) is no later. Running jobs started at 0 and
+    /// the pass is at 60, so some have outlived their predictions and are on the ladder.
+    #[test]
+    fn easy_backfill_with_predictions_never_delays_the_reservation(
+        c in case(),
+        hist in prop::collection::vec((0u8..3, 1i64..400), 0..8),
+        predict in prop_oneof![Just(Predict::User), Just(Predict::UserName), Just(Predict::UserShape)],
+    ) {
+        let mut w = world(&c);
+        with_history(&mut w, &hist);
+        let cfg = Config { policy: policy(c.policy), backfill: Backfill::Easy, predict, ..Config::default() };
+        let now = 60;
+        let plan = w.pass(now, &cfg);
+        let top = plan.waiting.iter().find(|x| x.reason == model::PendingReason::Resources && x.expected_start.is_some()).copied();
+        w.apply(&plan, now);
+        if let Some(top) = top {
+            let again = w.pass(now, &cfg);
+            let after = again.waiting.iter().find(|x| x.job == top.job).and_then(|x| x.expected_start);
+            let started_now = again.starts.iter().any(|s| s.job == top.job);
+            prop_assert!(started_now || after.is_some_and(|t| t <= top.expected_start.unwrap()),
+                "reservation of job {} moved from {:?} to {:?}", top.job, top.expected_start, after);
+        }
+        for s in &plan.starts {
+            prop_assert_eq!(s.time_limit, None, "predictions never cut a limit");
+        }
+    }
+
+    /// The same for conservative backfill: no reservation made from predictions is delayed.
+    #[test]
+    fn conservative_reservations_from_predictions_hold(
+        c in case(),
+        hist in prop::collection::vec((0u8..3, 1i64..400), 0..8),
+    ) {
+        let mut w = world(&c);
+        with_history(&mut w, &hist);
+        let cfg = Config { policy: policy(c.policy), backfill: Backfill::Conservative, predict: Predict::User, ..Config::default() };
+        let now = 60;
+        let plan = w.pass(now, &cfg);
+        w.apply(&plan, now);
+        let again = w.pass(now, &cfg);
+        for x in plan.waiting.iter().filter(|x| x.expected_start.is_some()) {
+            let started = again.starts.iter().any(|s| s.job == x.job);
+            let after = again.waiting.iter().find(|y| y.job == x.job).and_then(|y| y.expected_start);
+            prop_assert!(started || after.is_some_and(|t| t <= x.expected_start.unwrap()),
+                "job {} moved from {:?} to {:?}", x.job, x.expected_start, after);
+        }
+    }
+
+    /// Without history, predictions are the limits: the same plans as planning with limits.
+    #[test]
+    fn no_history_plans_as_limits(c in case()) {
+        let w = world(&c);
+        let on = Config { policy: policy(c.policy), backfill: c.backfill, predict: Predict::User, ..Config::default() };
+        let off = Config { predict: Predict::Limit, ..on.clone() };
+        prop_assert_eq!(w.pass(60, &on), w.pass(60, &off));
     }
 }
 

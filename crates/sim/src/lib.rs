@@ -19,7 +19,7 @@ pub use metrics::{Metrics, summarize};
 pub use plot::svg;
 
 use model::{DepStatus, JobId, Node, Time};
-use sched::{Carry, Config, FairShare, NodeUsage, Pending, Plan, Running, Snapshot};
+use sched::{Carry, Config, FairShare, History, NodeUsage, Pending, Plan, Running, Snapshot};
 use serde::{Deserialize, Serialize};
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -53,6 +53,8 @@ pub struct SimConfig {
     /// Placement mode (as the FGD simulator of the Alibaba trace): jobs never end, the run
     /// stops once every job has arrived, and the GPU figures describe the final packing.
     pub no_departures: bool,
+    /// Keep every pass's time and plan in [`Outcome::plans`] (for tests).
+    pub record_plans: bool,
 }
 
 impl SimConfig {
@@ -66,6 +68,7 @@ impl SimConfig {
             stop_at_last_start: false,
             record_series: false,
             no_departures: false,
+            record_plans: false,
         }
     }
 }
@@ -126,6 +129,8 @@ pub struct Outcome {
     /// Free milli-GPUs at the end on nodes that cannot host the smallest GPU request still
     /// pending (or, with none pending, the smallest GPU request of the run).
     pub final_fragmented_milli: u64,
+    /// Every pass's time and plan, with [`SimConfig::record_plans`].
+    pub plans: Vec<(Time, Plan)>,
 }
 
 /// What the simulator knows about a running job beyond what the scheduler sees.
@@ -149,6 +154,8 @@ struct State<'w> {
     carry: Carry,
     scheduler: sched::Scheduler<'w>,
     fairshare: FairShare,
+    /// Finished jobs' actual run times, recorded at their completion events only.
+    history: History,
     last_decay: Time,
     busy_units: u64,
     base: usize,
@@ -185,6 +192,8 @@ impl<'w> State<'w> {
         self.busy_units -= m.units;
         let job = &self.w.jobs[m.job];
         self.fairshare.accrue(&job.req.account, (job.units as f64) * job.runtime as f64);
+        // The completion event is the only way a run time reaches the scheduler.
+        self.history.record(&job.req, job.runtime);
     }
 
     fn pass(&mut self, now: Time, cfg: &SimConfig, clock: &mut dyn FnMut() -> u64) -> Plan {
@@ -202,11 +211,15 @@ impl<'w> State<'w> {
             config: &DEFAULT_CONFIG,
             fairshare: &self.fairshare,
             carry: &self.carry,
+            history: &self.history,
         };
         let t0 = clock();
         let plan = self.scheduler.pass(&snap, now, cfg.seed);
         let t1 = clock();
         self.out.pass_ns.push(t1.saturating_sub(t0));
+        if cfg.record_plans {
+            self.out.plans.push((now, plan.clone()));
+        }
         plan
     }
 
@@ -290,6 +303,7 @@ pub fn run(w: &Workload, range: std::ops::Range<usize>, cfg: &SimConfig, clock: 
         carry: Carry::default(),
         scheduler: sched::Scheduler::new(cfg.sched.clone(), &w.nodes),
         fairshare: FairShare::default(),
+        history: History::default(),
         last_decay: 0,
         busy_units: 0,
         next_seq: 0,
@@ -448,6 +462,7 @@ pub fn rlscheduler_config(mut sched: Config, seed: u64) -> SimConfig {
         stop_at_last_start: true,
         record_series: false,
         no_departures: false,
+        record_plans: false,
     }
 }
 

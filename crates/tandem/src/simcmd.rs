@@ -2,7 +2,7 @@
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
-use sched::{Backfill, Config, Policy};
+use sched::{Backfill, Config, Policy, Predict};
 use serde::Serialize;
 use sim::{Metrics, SimConfig};
 use std::path::PathBuf;
@@ -37,6 +37,12 @@ pub struct SimArgs {
     /// Backfill: none, rls (RLScheduler's variant), easy or conservative.
     #[arg(long, default_value = "easy")]
     backfill: String,
+    /// Run time that EASY and conservative backfill plan with: limit (the requested time limit),
+    /// history (EASY++: the mean of the user's last two finished jobs, capped by the limit,
+    /// raised step-wise when a job outlives it), history-name or history-shape (the same user's
+    /// jobs of the same name or shape first). Kills use the limit either way.
+    #[arg(long, default_value = "limit")]
+    predict: String,
     /// Run a fixed set of windows instead of the whole trace: `rlscheduler` (its ten 1,024-job windows).
     #[arg(long)]
     windows: Option<String>,
@@ -71,6 +77,8 @@ struct Report<'a> {
     capacity: u64,
     policy: &'a str,
     backfill: &'a str,
+    #[serde(skip_serializing_if = "is_limit")]
+    predict: &'a str,
     seed: u64,
     windows: Option<&'a str>,
     skipped_lines: usize,
@@ -136,7 +144,9 @@ pub fn run(a: SimArgs) -> Result<()> {
     if w.jobs.is_empty() {
         bail!("{}: no jobs to simulate", w.name);
     }
-    let cfg = Config { policy, backfill, ..Config::default() };
+    let predict = Predict::parse(&a.predict)
+        .with_context(|| format!("unknown --predict {:?} (limit, history, history-name, history-shape)", a.predict))?;
+    let cfg = Config { policy, backfill, predict, ..Config::default() };
     let origin = Instant::now();
     let mut clock = move || origin.elapsed().as_nanos() as u64;
     let started = Instant::now();
@@ -163,6 +173,7 @@ pub fn run(a: SimArgs) -> Result<()> {
         capacity: w.capacity,
         policy: &a.policy,
         backfill: &a.backfill,
+        predict: &a.predict,
         seed: a.seed,
         windows: a.windows.as_deref(),
         skipped_lines: w.skipped,
@@ -196,7 +207,7 @@ fn print_table(r: &Report) {
     let rows: Vec<(&str, String)> = vec![
         ("trace", r.trace.to_string()),
         ("cluster", format!("{} nodes, capacity {}", r.nodes, r.capacity)),
-        ("policy / backfill", format!("{} / {}", r.policy, r.backfill)),
+        ("policy / backfill", if is_limit(&r.predict) { format!("{} / {}", r.policy, r.backfill) } else { format!("{} / {} / predict {}", r.policy, r.backfill, r.predict) }),
         ("seed", r.seed.to_string()),
         ("windows", r.windows.unwrap_or("whole trace").to_string()),
         ("jobs", format!("{} started, {} rejected, {} skipped lines", m.jobs, m.rejected, r.skipped_lines)),
@@ -227,4 +238,8 @@ fn print_table(r: &Report) {
     for (k, v) in rows {
         println!("{k:<width$}  {v}");
     }
+}
+
+fn is_limit(p: &&str) -> bool {
+    matches!(*p, "limit" | "none")
 }

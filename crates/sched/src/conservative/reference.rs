@@ -28,10 +28,10 @@ pub(crate) struct Timeline<'n> {
 
 impl<'n> Timeline<'n> {
     /// Running work at `now`, each allocation until its job's time limit (at least one second).
-    pub fn new(snap: &Snapshot<'n>, now: Time) -> Timeline<'n> {
+    pub fn new(snap: &Snapshot<'n>, now: Time, cfg: &crate::Config) -> Timeline<'n> {
         let mut tl = Timeline { nodes: snap.nodes, now, busy: vec![Vec::new(); snap.nodes.len()] };
         for r in snap.running {
-            let end = r.expected_end(now).max(now + 1);
+            let end = snap.planned_end(r, now, cfg).max(now + 1);
             for a in &r.allocs {
                 tl.hold(a.node as usize, now, end, Use::of_alloc(a));
             }
