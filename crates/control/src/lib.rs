@@ -651,6 +651,7 @@ impl Controller {
                 let j = self.jobs.get_mut(&id).expect("checked");
                 j.state = j.state.step(JobEvent::Cancel).expect("pending can be cancelled");
                 j.end = Some(now);
+                j.cancelled_by = Some(uid);
                 self.dirty_jobs.insert(id);
                 Ok(())
             }
@@ -665,6 +666,7 @@ impl Controller {
             (_, None) => {
                 let j = self.jobs.get_mut(&id).expect("checked");
                 j.cancelling = true;
+                j.cancelled_by = Some(uid);
                 let (epoch, nodes) = (j.epoch, j.allocs.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>());
                 self.dirty_jobs.insert(id);
                 for n in nodes {

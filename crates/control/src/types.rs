@@ -390,6 +390,9 @@ pub struct Job {
     /// placeholder is being stopped, and the job ends with this code.
     #[serde(default)]
     pub completed: Option<i32>,
+    /// The uid that cancelled it (`scancel`), as Slurm's `requid` (sacct's `CANCELLED by UID`).
+    #[serde(default)]
+    pub cancelled_by: Option<u32>,
 }
 
 impl Job {
@@ -420,6 +423,7 @@ impl Job {
             requeueing: false,
             confirmed: false,
             completed: None,
+            cancelled_by: None,
             replica: None,
         }
     }

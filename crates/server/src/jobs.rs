@@ -120,6 +120,43 @@ fn job_info(j: &Job, v: &Viewer) -> JobInfo {
         output: j.spec.output.clone(),
         steps,
         message: j.message.clone(),
+        uid: j.spec.uid,
+        gid: j.spec.gid,
+        array_job_id: j.array.map(|a| a.array_job),
+        array_task_id: j.array.map(|a| a.task),
+        array_max_running: j.array.and_then(|a| a.max_running),
+        mem_per_node_mb: match j.req.shape.mem {
+            model::MemRequest::PerNode(b) => Some(b >> 20),
+            model::MemRequest::PerCpu(_) => None,
+        },
+        mem_per_cpu_mb: match j.req.shape.mem {
+            model::MemRequest::PerCpu(b) => Some(b >> 20),
+            model::MemRequest::PerNode(_) => None,
+        },
+        cpus_per_task: j.req.shape.cpus_per_task.max(1),
+        cancelled_by: j.cancelled_by,
+        error: j.spec.error.clone(),
+        features: j.req.features.clone(),
+        dependency: j
+            .req
+            .dependencies
+            .iter()
+            .map(|d| {
+                let kind = match d.kind {
+                    model::DepKind::After => "after",
+                    model::DepKind::AfterOk => "afterok",
+                    model::DepKind::AfterNotOk => "afternotok",
+                    model::DepKind::AfterAny => "afterany",
+                    model::DepKind::Singleton => "singleton",
+                };
+                d.job.map_or_else(|| kind.to_string(), |id| format!("{kind}:{}", id.0))
+            })
+            .collect::<Vec<_>>()
+            .join(","),
+        req_nodes: slurmcli::compress(&j.req.nodelist),
+        exc_nodes: slurmcli::compress(&j.req.exclude),
+        nice: j.req.nice,
+        submit_dir: if details { j.spec.submit_dir.clone() } else { HIDDEN.into() },
     }
 }
 
@@ -396,7 +433,8 @@ async fn list_nodes(State(app): State<App>, ConnectInfo(peer): ConnectInfo<Peer>
         let piece = &all[at.min(all.len())..];
         let piece = &piece[..piece.len().min(LIST_CHUNK)];
         at += piece.len();
-        nodes.extend(node_infos(piece));
+        let parts: Vec<String> = g.ctl.settings().cluster.partitions.iter().map(|p| p.name.clone()).collect();
+        nodes.extend(node_infos(piece, &parts));
         let (done, seq) = (at >= all.len(), app.journal.last());
         drop(g);
         if done {
@@ -410,7 +448,7 @@ async fn list_nodes(State(app): State<App>, ConnectInfo(peer): ConnectInfo<Peer>
 }
 
 /// The nodes as listed: a deleted node's slot is not.
-fn node_infos(nodes: &[control::NodeRec]) -> Vec<NodeInfo> {
+fn node_infos(nodes: &[control::NodeRec], all: &[String]) -> Vec<NodeInfo> {
     nodes
         .iter()
         .filter(|n| !n.deleted)
@@ -431,9 +469,45 @@ fn node_infos(nodes: &[control::NodeRec]) -> Vec<NodeInfo> {
                 gpus: (n.node.gpus, alloc_gpus, n.node.gpu_type.clone()),
                 reason: n.reason.clone(),
                 addr: n.addr.clone(),
+                partitions: if n.node.partitions.is_empty() { all.to_vec() } else { n.node.partitions.clone() },
+                features: n.node.features.clone(),
             }
         })
         .collect()
+}
+
+/// `GET /v1/config`: the cluster's settings a user may read (`scontrol show config`,
+/// `show partition`, `sinfo`).
+async fn config(State(app): State<App>, ConnectInfo(peer): ConnectInfo<Peer>, headers: HeaderMap) -> Response {
+    or_reply!(viewer_of(&app, &peer, &headers));
+    let g = app.lock();
+    let s = g.ctl.settings();
+    let limit = |t: i64| (t < i64::MAX / 8).then_some(t);
+    let info = ConfigInfo {
+        cluster_name: s.cluster_name.clone(),
+        kill_wait: s.kill_wait,
+        lease: s.lease,
+        max_array: s.max_array,
+        min_job_age: s.min_job_age,
+        scheduler: if s.sched.backfill == sched::Backfill::None { "sched/builtin".into() } else { "sched/backfill".into() },
+        partitions: s
+            .cluster
+            .partitions
+            .iter()
+            .enumerate()
+            .map(|(i, p)| PartitionInfo {
+                name: p.name.clone(),
+                default: i == 0,
+                default_time: limit(p.default_time),
+                max_time: limit(p.max_time),
+                priority_tier: p.priority_tier,
+                nodes: s.partition_nodes.iter().find(|(n, _)| *n == p.name).and_then(|(_, l)| l.clone()),
+            })
+            .collect(),
+        qos: s.cluster.qos.iter().map(|q| q.name.clone()).collect(),
+    };
+    drop(g);
+    Json(info).into_response()
 }
 
 #[derive(Deserialize)]
@@ -700,6 +774,7 @@ pub(crate) fn routes(r: Router<App>) -> Router<App> {
         .route("/v1/nodes", get(list_nodes))
         .route("/v1/nodes/{name}", post(node_action))
         .route("/v1/history", get(history))
+        .route("/v1/config", get(config))
         .route("/v1/priority", get(priorities))
         .route("/v1/token", post(issue_token))
         .route("/v1/agent/register", post(register))
