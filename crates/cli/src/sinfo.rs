@@ -153,6 +153,7 @@ fn value(f: &str, g: &Group<'_>, node_oriented: bool) -> String {
         "NodeAddr" => g.nodes.iter().map(|n| n.addr.clone()).collect::<Vec<_>>().join(","),
         "StateCompact" | "StateLong" | "StateComplete" => n0.state.clone(),
         "NodeAIOT" => format!("{alloc}/{idle}/{other}/{}", g.nodes.len()),
+        "NodeAI" => format!("{alloc}/{idle}"),
         "CPUs" => n0.cpus.0.to_string(),
         "CPUsState" => {
             let (a, t): (u32, u32) = g.nodes.iter().fold((0, 0), |(a, t), n| (a + n.cpus.1, t + n.cpus.0));

@@ -196,7 +196,7 @@ pub(crate) fn squeue(args: &[String]) -> Result<i32> {
             println!("{}", jiff::Timestamp::from_second(t_now).map_or_else(|_| String::new(), |ts| ts.strftime("%a %b %d %H:%M:%S %Y").to_string()));
         }
         if !noheader {
-            println!("{}", slurmcli::render(&items, |n| slurmcli::header_of(SQUEUE_FIELDS, n).to_string(), NEVER_CUT));
+            println!("{}", slurmcli::render(&items, |n| slurmcli::header_of(SQUEUE_FIELDS, n).to_string(), &[]));
         }
         for r in &rows {
             println!("{}", slurmcli::render(&items, |n| value(n, r, &prio, t_now), NEVER_CUT));

@@ -52,8 +52,9 @@ async fn issue_token(
     Json(serde_json::json!({"token": app.tokens.issue(uid, now(), expiry), "expires": expiry})).into_response()
 }
 
-/// Converts a job for display to `v`: another user's command lines are hidden from it.
-fn job_info(j: &Job, v: &Viewer) -> JobInfo {
+/// Converts a job for display to `v`: another user's command lines are hidden from it. A job
+/// that named no partition shows the default one, `part`.
+fn job_info(j: &Job, v: &Viewer, part: &str) -> JobInfo {
     let details = v.sees_details(j.spec.uid);
     let allocs = if j.allocs.is_empty() && j.state.is_final() { &j.last_allocs } else { &j.allocs };
     let names: Vec<String> = allocs.iter().map(|(n, _)| n.clone()).collect();
@@ -100,7 +101,7 @@ fn job_info(j: &Job, v: &Viewer) -> JobInfo {
         name: j.req.name.clone(),
         user: j.req.user.clone(),
         account: j.req.account.clone(),
-        partition: j.req.partition.clone().unwrap_or_else(|| "batch".into()),
+        partition: j.req.partition.clone().unwrap_or_else(|| part.into()),
         qos: j.req.qos.clone().unwrap_or_else(|| "normal".into()),
         state: j.state.slurm_name().into(),
         reason: if j.state == model::JobState::Pending { j.reason.code().into() } else { "None".into() },
@@ -158,6 +159,11 @@ fn job_info(j: &Job, v: &Viewer) -> JobInfo {
         nice: j.req.nice,
         submit_dir: if details { j.spec.submit_dir.clone() } else { HIDDEN.into() },
     }
+}
+
+/// The default partition's name (the first configured).
+fn default_partition(c: &control::Controller) -> String {
+    c.settings().cluster.partitions.first().map_or_else(|| "batch".into(), |p| p.name.clone())
 }
 
 async fn submit(
@@ -235,7 +241,8 @@ async fn list_jobs(
 ) -> Response {
     let v = or_reply!(viewer_of(&app, &peer, &headers));
     let q = or_reply!(query(q));
-    let filter = JobFilter::new(q);
+    let mut filter = JobFilter::new(q);
+    filter.default_partition = default_partition(&app.lock().ctl);
     let mut jobs = Vec::new();
     let mut from = 0u64;
     let seq = loop {
@@ -247,7 +254,7 @@ async fn list_jobs(
                 break;
             }
             if filter.matches(j) && v.sees(j.spec.uid) {
-                jobs.push(job_info(j, &v));
+                jobs.push(job_info(j, &v, &default_partition(&g.ctl)));
             }
         }
         // What a reply shows must be durable: everything taken up to the last piece read.
@@ -270,6 +277,8 @@ struct JobFilter {
     user: Option<String>,
     partition: Option<String>,
     states: Option<Vec<String>>,
+    /// What a job that named no partition is in.
+    default_partition: String,
 }
 
 impl JobFilter {
@@ -279,13 +288,14 @@ impl JobFilter {
             user: q.user,
             partition: q.partition,
             states: q.state.map(|s| s.split(',').map(|x| x.trim().to_ascii_uppercase()).collect()),
+            default_partition: "batch".into(),
         }
     }
 
     fn matches(&self, j: &Job) -> bool {
         (self.all || !j.state.is_final())
             && self.user.as_deref().is_none_or(|u| j.req.user == u)
-            && self.partition.as_deref().is_none_or(|p| j.req.partition.as_deref().unwrap_or("batch") == p)
+            && self.partition.as_deref().is_none_or(|p| j.req.partition.as_deref().unwrap_or(&self.default_partition) == p)
             && self.states.as_ref().is_none_or(|s| {
                 s.iter().any(|x| {
                     x == j.state.slurm_name()
@@ -309,7 +319,7 @@ async fn get_job(
         // It shows this job only: its newest change must be durable. A job the caller may not
         // see is as one that does not exist.
         (
-            g.ctl.job(id).filter(|j| v.sees(j.spec.uid)).map(|j| job_info(j, &v)),
+            g.ctl.job(id).filter(|j| v.sees(j.spec.uid)).map(|j| job_info(j, &v, &default_partition(&g.ctl))),
             g.job_seq.get(&id).copied().unwrap_or_else(|| app.journal.last()),
         )
     };
@@ -558,15 +568,15 @@ async fn history(
     // Running and pending jobs come from memory; finished ones from the accounting table, read
     // once everything seen in memory is durable (a job that ended in between is in both: the
     // table's final record wins).
-    let (live, seq) = {
+    let (live, seq, part) = {
         let g = app.lock();
         let live: Vec<JobInfo> = g
             .ctl
             .jobs()
             .filter(|j| !j.state.is_final() && q.user.as_deref().is_none_or(|u| j.req.user == u) && v.sees(j.spec.uid))
-            .map(|j| job_info(j, &v))
+            .map(|j| job_info(j, &v, &default_partition(&g.ctl)))
             .collect();
-        (live, app.journal.last())
+        (live, app.journal.last(), default_partition(&g.ctl))
     };
     if let Err(r) = app.settled(seq).await {
         return r;
@@ -574,7 +584,7 @@ async fn history(
     let stored = app.db.lock().expect("database lock").history(q.user.as_deref(), q.since.unwrap_or(0));
     match stored {
         Ok(jobs) => {
-            let mut out: Vec<JobInfo> = jobs.iter().filter(|j| v.sees(j.spec.uid)).map(|j| job_info(j, &v)).collect();
+            let mut out: Vec<JobInfo> = jobs.iter().filter(|j| v.sees(j.spec.uid)).map(|j| job_info(j, &v, &part)).collect();
             let ended: std::collections::HashSet<u64> = out.iter().map(|j| j.id).collect();
             out.extend(live.into_iter().filter(|j| !ended.contains(&j.id)));
             out.sort_by_key(|j| j.id);

@@ -576,7 +576,7 @@ pub const SQUEUE_FIELDS: &[FieldDef] = &[
 /// sinfo's fields Tandem fills (see [`SQUEUE_FIELDS`]).
 pub const SINFO_FIELDS: &[FieldDef] = &[
     ('a', "Available", "AVAIL"),
-    ('A', "NodeAIOT", "NODES(A/I)"),
+    ('A', "NodeAI", "NODES(A/I)"),
     ('c', "CPUs", "CPUS"),
     ('C', "CPUsState", "CPUS(A/I/O/T)"),
     ('D', "Nodes", "NODES"),
