@@ -109,13 +109,26 @@ fn node_lines(n: &NodeInfo) -> Vec<String> {
         format!("RealMemory={} AllocMem={} FreeMem=N/A Sockets=1 Boards=1", n.memory_mb.0, n.memory_mb.1),
         format!("State={state} ThreadsPerCore=1 TmpDisk=0 Weight=1"),
         format!("Partitions={}", n.partitions.join(",")),
-        format!("CfgTRES=cpu={},mem={}M{}", n.cpus.0, n.memory_mb.0, if n.gpus.0 > 0 { format!(",gres/gpu={}", n.gpus.0) } else { String::new() }),
-        format!("AllocTRES=cpu={},mem={}M{}", n.cpus.1, n.memory_mb.1, if n.gpus.1 > 0 { format!(",gres/gpu={}", n.gpus.1) } else { String::new() }),
+        format!("CfgTRES={}", node_tres(n.cpus.0, n.memory_mb.0, n.gpus.0)),
+        format!("AllocTRES={}", if n.cpus.1 == 0 && n.gpus.1 == 0 { String::new() } else { node_tres(n.cpus.1, n.memory_mb.1, n.gpus.1) }),
     ];
     if let Some(r) = &n.reason {
         v.push(format!("Reason={r}"));
     }
     v
+}
+
+/// A node's TRES as Slurm lists them: `cpu=4,mem=8G,billing=4,gres/gpu=2`.
+fn node_tres(cpus: u32, mem_mb: u64, gpus: u32) -> String {
+    let mut v = vec![format!("cpu={cpus}")];
+    if mem_mb > 0 {
+        v.push(format!("mem={}", slurmcli::size(mem_mb as f64, slurmcli::Unit::M, None)));
+    }
+    v.push(format!("billing={cpus}"));
+    if gpus > 0 {
+        v.push(format!("gres/gpu={gpus}"));
+    }
+    v.join(",")
 }
 
 fn limit(s: Option<i64>) -> String {
