@@ -448,7 +448,7 @@ fn another_user_cannot_cancel_a_job() {
     assert!(o.status.success(), "{o:?}");
     let theirs: u64 = String::from_utf8_lossy(&o.stdout).trim().parse().unwrap();
     let j = c.wait_state(theirs, &["COMPLETED"], 30);
-    assert_eq!(j["UserId"], "nobody");
+    assert_eq!(j["UserId"], "nobody(65534)");
     assert_eq!(std::fs::read_to_string(c.work.join("nobody.out")).unwrap(), "65534\n65534\n");
 }
 
