@@ -393,6 +393,10 @@ pub struct Job {
     /// The uid that cancelled it (`scancel`), as Slurm's `requid` (sacct's `CANCELLED by UID`).
     #[serde(default)]
     pub cancelled_by: Option<u32>,
+    /// A cancelled running job's SIGKILL is due then (SIGTERM went out at the cancel; Slurm's
+    /// KillWait later the rest is killed).
+    #[serde(default)]
+    pub kill_at: Option<Time>,
 }
 
 impl Job {
@@ -424,6 +428,7 @@ impl Job {
             confirmed: false,
             completed: None,
             cancelled_by: None,
+            kill_at: None,
             replica: None,
         }
     }

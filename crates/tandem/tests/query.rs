@@ -164,10 +164,11 @@ fn query_commands_as_slurms() {
     assert_eq!(c.ok("sacct", &["-j", &id, "-X", "-P", "-n", "--format=ReqMem", "--units=K"]).trim(), "1048576K");
     let w = c.ok("sacct", &["-j", &id, "-X", "-n", "--format=JobName%30,JobName"]);
     assert_eq!(w.trim_end(), format!("{:>30} a-rather-+", "a-rather-long-job-name"), "{w}");
-    let cancelled = c.ok("sacct", &["-j", &sleeper.to_string(), "-P", "-n", "--format=JobID,State"]);
+    // As Slurm's: scancel sends SIGTERM first, so the job ends with signal 15.
+    let cancelled = c.ok("sacct", &["-j", &sleeper.to_string(), "-P", "-n", "--format=JobID,State,ExitCode"]);
     let me = uid();
-    assert!(cancelled.lines().next().unwrap().ends_with(&format!("|CANCELLED by {me}")), "{cancelled}");
-    assert!(cancelled.lines().any(|l| l == format!("{sleeper}.batch|CANCELLED")), "{cancelled}");
+    assert!(cancelled.lines().next().unwrap().ends_with(&format!("|CANCELLED by {me}|0:15")), "{cancelled}");
+    assert!(cancelled.lines().any(|l| l == format!("{sleeper}.batch|CANCELLED|0:15")), "{cancelled}");
     let since = c.ok("sacct", &["-X", "-n", "-P", "--format=JobID", "-S", "now-1hour"]);
     assert!(since.lines().any(|l| l == id), "{since}");
     assert_eq!(c.ok("sacct", &["-X", "-n", "-S", "now+1hour", "-E", "now+2hours"]).trim(), "");
