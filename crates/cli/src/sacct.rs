@@ -45,7 +45,8 @@ pub(crate) fn sacct(args: &[String]) -> Result<i32> {
     let mut a = Opts::new(args);
     let t_now = now();
     let bad = |e: slurmcli::Invalid| anyhow!("{}", e.0);
-    let (mut users, mut accounts, mut names, mut parts) = (None::<Vec<String>>, None::<Vec<String>>, None::<Vec<String>>, None::<Vec<String>>);
+    let (mut users, mut accounts, mut names, mut parts) =
+        (None::<Vec<String>>, None::<Vec<String>>, None::<Vec<String>>, None::<Vec<String>>);
     let (mut fields, mut noheader, mut layout, mut no_steps, mut json) = (String::new(), false, Layout::Columns, false, false);
     let (mut since, mut until, mut states) = (None, None, None::<Vec<&'static str>>);
     let (mut brief, mut long, mut units, mut noconvert, mut delimiter) = (false, false, None::<Unit>, false, "|".to_string());
@@ -101,7 +102,9 @@ pub(crate) fn sacct(args: &[String]) -> Result<i32> {
                     return Ok(0);
                 }
                 "-h" | "--help" => return help(HELP),
-                "--usage" => return help("Usage: sacct [-abDlnPpX] [-j jobs] [-o fields] [-S time] [-E time] [-s states] [-u users] [--json]\n"),
+                "--usage" => {
+                    return help("Usage: sacct [-abDlnPpX] [-j jobs] [-o fields] [-S time] [-E time] [-s states] [-u users] [--json]\n");
+                }
                 "-V" | "--version" => return version(),
                 o => bail!("unrecognized option '{o}'\nTry \"sacct --help\" for more information"),
             }

@@ -72,10 +72,7 @@ fn job_lines(j: &JobInfo, t: i64) -> Vec<String> {
     v.push(format!("Partition={} AllocNode:Sid=tandem:0", j.partition));
     v.push(format!("ReqNodeList={} ExcNodeList={}", or_null(&j.req_nodes), or_null(&j.exc_nodes)));
     v.push(format!("NodeList={}", or_null(&j.nodelist)));
-    v.push(format!(
-        "NumNodes={} NumCPUs={} NumTasks={} CPUs/Task={} ReqB:S:C:T=0:0:*:*",
-        j.nodes, j.cpus, j.ntasks, j.cpus_per_task
-    ));
+    v.push(format!("NumNodes={} NumCPUs={} NumTasks={} CPUs/Task={} ReqB:S:C:T=0:0:*:*", j.nodes, j.cpus, j.ntasks, j.cpus_per_task));
     let mem = match (j.mem_per_node_mb, j.mem_per_cpu_mb) {
         (_, Some(m)) => format!("MinMemoryCPU={}", slurmcli::size(m as f64, slurmcli::Unit::M, None)),
         (m, None) => format!("MinMemoryNode={}", slurmcli::size(m.unwrap_or(0) as f64, slurmcli::Unit::M, None)),
@@ -97,7 +94,8 @@ fn job_lines(j: &JobInfo, t: i64) -> Vec<String> {
 }
 
 fn node_lines(n: &NodeInfo) -> Vec<String> {
-    let gres = if n.gpus.0 > 0 { format!("gpu:{}:{}", n.gpus.2.clone().unwrap_or_else(|| "gpu".into()), n.gpus.0) } else { "(null)".into() };
+    let gres =
+        if n.gpus.0 > 0 { format!("gpu:{}:{}", n.gpus.2.clone().unwrap_or_else(|| "gpu".into()), n.gpus.0) } else { "(null)".into() };
     let state = crate::query::node_state_list(&n.state).join("+");
     let mut v = vec![
         format!("NodeName={} Arch=x86_64 CoresPerSocket=1", n.name),
@@ -154,7 +152,7 @@ pub(crate) fn scontrol(args: &[String]) -> Result<i32> {
     // The entity's name is case-insensitive and may be plural, as Slurm's.
     let entity = w.get(1).map(|e| e.to_ascii_lowercase());
     let entity = entity.as_deref().map(|e| e.trim_end_matches('s'));
-    match (w.first().map(|c| c.to_ascii_lowercase()).as_deref(), entity, &w.get(2..).unwrap_or(&[])[..]) {
+    match (w.first().map(|c| c.to_ascii_lowercase()).as_deref(), entity, w.get(2..).unwrap_or(&[])) {
         (Some("show"), Some("hostname"), rest) if rest.len() <= 1 => {
             let list = match rest.first() {
                 Some(l) => l.to_string(),
@@ -249,7 +247,11 @@ pub(crate) fn scontrol(args: &[String]) -> Result<i32> {
         (Some("ping"), None, _) => {
             let t = Target::from_env()?;
             let up = runtime()?.block_on(send(&t, "GET", "/healthz", None::<&()>, &[])).is_ok_and(|r| r.status < 400);
-            println!("Slurmctld(primary) at {} is {}", std::env::var("TANDEM_SERVER").unwrap_or_else(|_| "localhost".into()), if up { "UP" } else { "DOWN" });
+            println!(
+                "Slurmctld(primary) at {} is {}",
+                std::env::var("TANDEM_SERVER").unwrap_or_else(|_| "localhost".into()),
+                if up { "UP" } else { "DOWN" }
+            );
             Ok(if up { 0 } else { 1 })
         }
         _ => actions(&words),
@@ -276,7 +278,13 @@ fn show_jobs(id: Option<&str>, oneliner: bool, json: bool) -> Result<i32> {
     }
     let t_now = now();
     if json {
-        return print_reply("jobs", list.iter().map(|j| job_info_json(j, t_now)).collect(), &["scontrol", "show", "job", "--json"], t_now, true);
+        return print_reply(
+            "jobs",
+            list.iter().map(|j| job_info_json(j, t_now)).collect(),
+            &["scontrol", "show", "job", "--json"],
+            t_now,
+            true,
+        );
     }
     if list.is_empty() {
         println!("No jobs in the system");

@@ -109,12 +109,11 @@ pub(crate) fn sinfo(args: &[String]) -> Result<i32> {
     }
     .map_err(|e| anyhow!("{}", e.0))?;
     let mut groups: Vec<Group<'_>> = Vec::new();
-    let by_state = !summarize && fmt.is_none() && long_fmt.is_none() || slurmcli::fields_used(&items).iter().any(|f| f.starts_with("State"));
+    let by_state =
+        !summarize && fmt.is_none() && long_fmt.is_none() || slurmcli::fields_used(&items).iter().any(|f| f.starts_with("State"));
     for p in &partitions {
         for n in list.iter().filter(|n| n.partitions.contains(&p.name)) {
-            let same = groups.iter_mut().find(|g| {
-                std::ptr::eq(g.part, p) && !node_oriented && (!by_state || g.nodes[0].state == n.state)
-            });
+            let same = groups.iter_mut().find(|g| std::ptr::eq(g.part, p) && !node_oriented && (!by_state || g.nodes[0].state == n.state));
             match same {
                 Some(g) => g.nodes.push(n),
                 None => groups.push(Group { part: p, nodes: vec![n] }),
@@ -169,7 +168,13 @@ fn value(f: &str, g: &Group<'_>, node_oriented: bool) -> String {
                 "(null)".into()
             }
         }
-        "Features" => if n0.features.is_empty() { "(null)".into() } else { n0.features.join(",") },
+        "Features" => {
+            if n0.features.is_empty() {
+                "(null)".into()
+            } else {
+                n0.features.join(",")
+            }
+        }
         "Reason" => n0.reason.clone().unwrap_or_else(|| "none".into()),
         "PriorityTier" => g.part.priority_tier.to_string(),
         _ => String::new(),

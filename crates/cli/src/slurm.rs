@@ -193,7 +193,9 @@ fn srun_allocation(a: &slurmcli::SrunSpec) -> Vec<String> {
 pub(crate) fn sprio(args: &[String]) -> Result<i32> {
     match args.first().map(String::as_str) {
         None => {}
-        Some("--help" | "--usage") => return crate::query::help("Usage: sprio [--help] [-V]\n  Shows the pending jobs' priorities, factor by factor.\n"),
+        Some("--help" | "--usage") => {
+            return crate::query::help("Usage: sprio [--help] [-V]\n  Shows the pending jobs' priorities, factor by factor.\n");
+        }
         Some("-V" | "--version") => return crate::query::version(),
         Some(x) => bail!("unrecognized option '{x}'\nUsage: sprio"),
     }

@@ -160,9 +160,7 @@ pub(crate) fn squeue(args: &[String]) -> Result<i32> {
                 && qos.as_ref().is_none_or(|p| p.contains(&j.qos))
                 && states.as_ref().is_none_or(|s| s.contains(&j.state.as_str()))
                 && ids.as_ref().is_none_or(|w| w.iter().any(|x| selects(x, j)))
-                && nodes.as_ref().is_none_or(|w| {
-                    slurmcli::expand(&j.nodelist, 100_000).unwrap_or_default().iter().any(|n| w.contains(n))
-                })
+                && nodes.as_ref().is_none_or(|w| slurmcli::expand(&j.nodelist, 100_000).unwrap_or_default().iter().any(|n| w.contains(n)))
         });
         let t_now = now();
         let used = slurmcli::fields_used(&items);
@@ -193,7 +191,10 @@ pub(crate) fn squeue(args: &[String]) -> Result<i32> {
             if !first {
                 println!();
             }
-            println!("{}", jiff::Timestamp::from_second(t_now).map_or_else(|_| String::new(), |ts| ts.strftime("%a %b %d %H:%M:%S %Y").to_string()));
+            println!(
+                "{}",
+                jiff::Timestamp::from_second(t_now).map_or_else(|_| String::new(), |ts| ts.strftime("%a %b %d %H:%M:%S %Y").to_string())
+            );
         }
         if !noheader {
             println!("{}", slurmcli::render(&items, |n| slurmcli::header_of(SQUEUE_FIELDS, n).to_string(), &[]));

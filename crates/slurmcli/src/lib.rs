@@ -19,12 +19,12 @@ pub use formats::{
     parse_memory, parse_signal, parse_time, signal_number,
 };
 pub use hostlist::{MAX_HOST_NAME, compress, expand};
+pub use options::{BatchSpec, PatternAt, STDIN, expand_pattern, expand_pattern_at, options_end, parse_sbatch};
 pub use query::{
     Column, FieldDef, Item, JOB_STATES, Layout, SACCT_BRIEF, SACCT_DEFAULT, SACCT_FIELDS, SACCT_LONG, SINFO_FIELDS, SQUEUE_FIELDS, Unit,
-    array_id, field_of, fields_used, header_of, hms, index_ranges, parse_long, parse_percent, parse_sacct_fields, parse_sort,
-    parse_states, parse_unit, parse_when, render, sacct_line, sacct_rule, size, squeue_secs, state_code,
+    array_id, field_of, fields_used, header_of, hms, index_ranges, parse_long, parse_percent, parse_sacct_fields, parse_sort, parse_states,
+    parse_unit, parse_when, render, sacct_line, sacct_rule, size, squeue_secs, state_code,
 };
-pub use options::{BatchSpec, PatternAt, STDIN, expand_pattern, expand_pattern_at, options_end, parse_sbatch};
 pub use srun::{Input, MAX_CPU_ID, MPI_TYPES, SrunSpec, cpu_bind_cpus, parse_srun};
 
 /// A user error in a command line, script or value. The message says what to fix.

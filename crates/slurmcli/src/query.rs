@@ -417,9 +417,10 @@ pub fn parse_sacct_fields(spec: &str) -> Result<Vec<Column>, Invalid> {
         let (name, width) = match item.split_once('%') {
             Some((n, w)) => {
                 let digits: String = w.chars().take_while(char::is_ascii_digit).collect();
-                let v: i32 = digits.parse().ok().filter(|v| (1..=1000).contains(v)).ok_or_else(|| {
-                    Invalid::new(format!("Invalid field width requested: \"{item}\" (a width from 1 to 1000 after '%')"))
-                })?;
+                let v: i32 =
+                    digits.parse().ok().filter(|v| (1..=1000).contains(v)).ok_or_else(|| {
+                        Invalid::new(format!("Invalid field width requested: \"{item}\" (a width from 1 to 1000 after '%')"))
+                    })?;
                 (n.trim(), Some(v))
             }
             None => (item, None),
@@ -977,7 +978,10 @@ mod tests {
 
     #[test]
     fn sorting_and_states() {
-        assert_eq!(parse_sort("P,-t,+i", SQUEUE_FIELDS).unwrap(), vec![("Partition", false), ("StateCompact", true), ("JobArrayID", false)]);
+        assert_eq!(
+            parse_sort("P,-t,+i", SQUEUE_FIELDS).unwrap(),
+            vec![("Partition", false), ("StateCompact", true), ("JobArrayID", false)]
+        );
         for bad in ["X", "ab", "-", "P,,%"] {
             assert!(parse_sort(bad, SQUEUE_FIELDS).unwrap_err().0.contains("Invalid sort specification"), "{bad:?}");
         }
