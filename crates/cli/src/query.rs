@@ -67,6 +67,11 @@ pub(crate) fn iso(t: i64) -> String {
     jiff::Timestamp::from_second(t).map_or_else(|_| "Unknown".into(), |ts| ts.strftime("%Y-%m-%dT%H:%M:%S").to_string())
 }
 
+/// The date line `squeue -l`/`-i` and `sinfo -l` print first (as `ctime`, UTC).
+pub(crate) fn print_date(t: i64) {
+    println!("{}", jiff::Timestamp::from_second(t).map_or_else(|_| String::new(), |ts| ts.strftime("%a %b %e %H:%M:%S %Y").to_string()));
+}
+
 /// `GET path` from the controller, as `T`.
 pub(crate) fn get<T: serde::de::DeserializeOwned>(t: &Target, path: &str) -> Result<T> {
     Ok(runtime()?.block_on(send(t, "GET", path, None::<&()>, &[]))?.json()?)
@@ -97,10 +102,14 @@ pub(crate) fn selects(id: &str, j: &JobInfo) -> bool {
 /// A job's standard output path as Slurm shows it: the pattern expanded for its batch step,
 /// relative to its working directory.
 pub(crate) fn stdout_path(j: &JobInfo, pattern: &str) -> String {
-    let node = j.nodelist.split([',', '[']).next().unwrap_or("");
-    let node = slurmcli::expand(&j.nodelist, 1).ok().and_then(|v| v.into_iter().next()).unwrap_or_else(|| node.to_string());
+    let node = first_node(&j.nodelist);
     let p = slurmcli::expand_pattern(pattern, j.id, &j.name, j.array_job_id.zip(j.array_task_id), &node, &j.user);
     if p.starts_with('/') { p } else { format!("{}/{p}", j.workdir.trim_end_matches('/')) }
+}
+
+/// The first node of a host list (the batch host), empty for none.
+pub(crate) fn first_node(list: &str) -> String {
+    slurmcli::expand(list, 1_000_000).ok().and_then(|v| v.into_iter().next()).unwrap_or_default()
 }
 
 /// A job's exit code and signal from `code:signal`.
@@ -200,7 +209,7 @@ pub(crate) fn job_info_json(j: &JobInfo, now: i64) -> Value {
         "array_max_tasks": num(Some(j.array_max_running.unwrap_or(0) as i64)),
         "array_task_string": "",
         "batch_flag": true,
-        "batch_host": j.nodelist.split([',', '[']).next().unwrap_or(""),
+        "batch_host": first_node(&j.nodelist),
         "command": "",
         "cpus_per_task": num(Some(j.cpus_per_task as i64)),
         "cpus": num(Some(j.cpus as i64)),
@@ -286,4 +295,53 @@ pub(crate) fn partition_json(p: &wire::PartitionInfo, nodes: &[NodeInfo]) -> Val
         "priority": {"tier": p.priority_tier, "job_factor": 1},
         "partition": {"state": ["UP"]},
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job() -> JobInfo {
+        serde_json::from_value(json!({
+            "id": 33, "display_id": "32_1", "name": "train", "user": "alice", "account": "ml", "partition": "gpu",
+            "qos": "normal", "state": "CANCELLED", "reason": "None", "nodelist": "node[1-2]", "nodes": 2, "ntasks": 4,
+            "cpus": 8, "gpus": 0, "time_limit": 300, "submit": 100, "start": 110, "start_estimated": false, "end": 121,
+            "exit_code": "0:15", "restarts": 0, "workdir": "/home/alice/", "output": "out-%A_%a-%N.txt", "steps": [],
+            "message": null, "uid": 1000, "array_job_id": 32, "array_task_id": 1
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn iso_dates() {
+        assert_eq!(iso(0), "1970-01-01T00:00:00");
+        assert_eq!(iso(1_796_083_200 + 3661), "2026-12-01T01:01:01");
+    }
+
+    #[test]
+    fn paths_and_selection() {
+        let j = job();
+        assert_eq!(stdout_path(&j, &j.output), "/home/alice/out-32_1-node1.txt");
+        assert_eq!(stdout_path(&j, "/abs/%j.out"), "/abs/33.out");
+        assert!(selects("32", &j) && selects("32_1", &j) && selects("33", &j) && !selects("3", &j));
+        assert_eq!(elapsed(&j, 1000), 11);
+        assert_eq!(exit_parts(&j), (0, 15));
+    }
+
+    #[test]
+    fn data_parser_shapes() {
+        let v = job_info_json(&job(), 200);
+        assert_eq!(v["job_state"], json!(["CANCELLED"]));
+        assert_eq!(v["time_limit"], json!({"set": true, "infinite": false, "number": 5}));
+        assert_eq!(v["exit_code"]["status"], json!(["SIGNALED"]));
+        assert_eq!(v["exit_code"]["signal"]["id"]["number"], 15);
+        assert_eq!(v["exit_code"]["signal"]["name"], "SIGTERM");
+        assert_eq!(v["array_job_id"]["number"], 32);
+        assert_eq!(v["array_task_id"]["number"], 1);
+        assert_eq!(v["user_name"], "alice");
+        assert_eq!(v["batch_host"], "node1");
+        assert_eq!(limit_minutes(None), json!({"set": false, "infinite": true, "number": 0}));
+        assert_eq!(node_state_list("drain"), vec!["IDLE", "DRAIN"]);
+        assert_eq!(meta(&["squeue"])["slurm"]["release"], "25.11.0");
+    }
 }

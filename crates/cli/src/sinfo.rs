@@ -120,6 +120,9 @@ pub(crate) fn sinfo(args: &[String]) -> Result<i32> {
             }
         }
     }
+    if header && long {
+        crate::query::print_date(now());
+    }
     if header {
         let h = |f: &str| match (f, node_oriented) {
             ("NodeList", true) => "NODELIST".to_string(),
@@ -177,6 +180,14 @@ fn value(f: &str, g: &Group<'_>, node_oriented: bool) -> String {
         }
         "Reason" => n0.reason.clone().unwrap_or_else(|| "none".into()),
         "PriorityTier" => g.part.priority_tier.to_string(),
+        "Size" => "1-infinite".into(),
+        "Root" => "no".into(),
+        "OverSubscribe" => "NO".into(),
+        "Groups" => "all".into(),
+        "SocketCoreThread" => format!("1:{}:1", n0.cpus.0),
+        "Disk" => "0".into(),
+        "Weight" => "1".into(),
+        "Cluster" => "tandem".into(),
         _ => String::new(),
     }
 }

@@ -187,14 +187,11 @@ pub(crate) fn squeue(args: &[String]) -> Result<i32> {
             });
         }
         let rows = if expand { list.iter().map(|job| Row { job, id: None }).collect() } else { collapse(&list) };
-        if iterate.is_some() {
-            if !first {
-                println!();
-            }
-            println!(
-                "{}",
-                jiff::Timestamp::from_second(t_now).map_or_else(|_| String::new(), |ts| ts.strftime("%a %b %d %H:%M:%S %Y").to_string())
-            );
+        if iterate.is_some() && !first {
+            println!();
+        }
+        if !noheader && (iterate.is_some() || long) {
+            crate::query::print_date(t_now);
         }
         if !noheader {
             println!("{}", slurmcli::render(&items, |n| slurmcli::header_of(SQUEUE_FIELDS, n).to_string(), &[]));
@@ -315,7 +312,7 @@ fn value(name: &str, r: &Row<'_>, prio: &HashMap<u64, f64>, t: i64) -> String {
             if j.nodelist.is_empty() {
                 "n/a".into()
             } else {
-                slurmcli::expand(&j.nodelist, 1).ok().and_then(|v| v.into_iter().next()).unwrap_or_default()
+                crate::query::first_node(&j.nodelist)
             }
         }
         "ReqNodes" => j.req_nodes.clone(),

@@ -599,6 +599,14 @@ pub const SINFO_FIELDS: &[FieldDef] = &[
     ('t', "StateCompact", "STATE"),
     ('T', "StateLong", "STATE"),
     ('\0', "StateComplete", "STATECOMPLETE"),
+    ('s', "Size", "JOB_SIZE"),
+    ('r', "Root", "ROOT"),
+    ('h', "OverSubscribe", "OVERSUBSCRIBE"),
+    ('g', "Groups", "GROUPS"),
+    ('z', "SocketCoreThread", "S:C:T"),
+    ('d', "Disk", "TMP_DISK"),
+    ('w', "Weight", "WEIGHT"),
+    ('V', "Cluster", "CLUSTER"),
 ];
 
 /// The long name of a `%` letter in `table`.
@@ -956,6 +964,10 @@ mod tests {
             assert!(field_of(SQUEUE_FIELDS, c).is_some(), "%{c}");
         }
         assert_eq!(parse_percent("%P %N", SINFO_FIELDS, "node").unwrap().len(), 3);
+        // sinfo's own defaults, -l and -N -l included, parse.
+        for f in ["%9P %.5a %.10l %.10s %.4r %.8h %.10g %.6D %.11T %N", "%N %.6D %.9P %.11T %.4c %.8z %.6m %.8d %.6w %.8f %20E"] {
+            assert!(parse_percent(f, SINFO_FIELDS, "node").is_ok(), "{f}");
+        }
     }
 
     #[test]

@@ -31,6 +31,11 @@ fn fails(c: &Cluster, cmd: &str, args: &[&str], want: &str) {
     assert!(e.contains(want), "{cmd} {args:?}: wanted {want:?} in {e:?}");
 }
 
+/// This year, as the date line ends.
+fn jiff_year() -> String {
+    String::from_utf8(Command::new("date").args(["-u", "+%Y"]).output().unwrap().stdout).unwrap().trim().to_string()
+}
+
 fn uid() -> String {
     String::from_utf8(Command::new("id").arg("-u").output().unwrap().stdout).unwrap().trim().to_string()
 }
@@ -64,7 +69,8 @@ fn query_commands_as_slurms() {
         assert!(r.lines().any(|l| l == format!("{arr}_{k}")), "{r}");
     }
     let l = c.ok("squeue", &["-l", "-n", "sleeper"]);
-    assert!(l.lines().next().unwrap().contains("STATE       TIME TIME_LIMI  NODES"), "{l}");
+    assert!(l.lines().nth(1).unwrap().contains("STATE       TIME TIME_LIMI  NODES"), "{l}");
+    assert!(l.lines().next().unwrap().ends_with(&jiff_year()), "a date line first, as Slurm's: {l}");
     assert!(l.contains("RUNNING") && l.contains("5:00"), "{l}");
     let codes = c.ok("squeue", &["-h", "-n", "sleeper", "-o", "%L|%e|%m|%c|%E|%F|%K|%o|%p"]);
     let f: Vec<&str> = codes.trim().split('|').collect();
@@ -131,6 +137,13 @@ fn query_commands_as_slurms() {
     let s = c.ok("sinfo", &["-s"]);
     assert!(s.starts_with("PARTITION AVAIL  TIMELIMIT   NODES(A/I/O/T)  NODELIST"), "{s}");
     assert!(s.contains("cpu*") && s.contains("0/1/0/1") && s.contains("1/0/0/1"), "{s}");
+    let l = c.ok("sinfo", &["-l"]);
+    assert!(
+        l.lines().nth(1).unwrap().starts_with("PARTITION AVAIL  TIMELIMIT   JOB_SIZE ROOT OVERSUBS     GROUPS  NODES       STATE NODELIST"),
+        "{l}"
+    );
+    let nl = c.ok("sinfo", &["-N", "-l", "-h"]);
+    assert_eq!(nl.lines().count(), 2, "{nl}");
     let env = out(&run_env(&c, "sinfo", &["-h"], &[("SINFO_FORMAT", "%R:%D")]));
     assert_eq!(env.lines().collect::<Vec<_>>(), vec!["cpu:1", "gpu:1"]);
     let v: serde_json::Value = serde_json::from_str(&c.ok("sinfo", &["--json"])).unwrap();
