@@ -123,6 +123,12 @@ pub(crate) fn squeue(args: &[String]) -> Result<i32> {
             }
         }
     }
+    if let Some(bad) = ids.iter().flatten().find(|id| {
+        let job = id.split('.').next().unwrap_or(id);
+        job.split('_').count() > 2 || job.split('_').any(|p| p.is_empty() || !p.bytes().all(|b| b.is_ascii_digit()))
+    }) {
+        bail!("Invalid job id: {bad}");
+    }
     if long && fmt.is_some() {
         bail!("Options -o(--format) and -l(--long) are mutually exclusive. Please remove one and retry.");
     }

@@ -98,6 +98,7 @@ fn query_commands_as_slurms() {
     fails(&c, "squeue", &["-l", "-o", "%i"], "mutually exclusive");
     fails(&c, "squeue", &["-i", "0"], "--iterate");
     fails(&c, "squeue", &["--bogus"], "unrecognized option '--bogus'");
+    fails(&c, "squeue", &["-j", "12;rm"], "Invalid job id: 12;rm");
 
     // scontrol: every job, an array task, times as HH:MM:SS, StdOut expanded, -o, partitions,
     // nodes, config, ping, --json.
