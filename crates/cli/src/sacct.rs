@@ -308,6 +308,23 @@ fn step_value(field: &str, j: &JobInfo, s: &StepInfo, t: i64) -> String {
     }
 }
 
+/// A job's TRES as data_parser's `TRES_LIST`: `[{type, name, id, count}]` (memory in MiB).
+fn tres_json(j: &JobInfo) -> Value {
+    let mut v = vec![
+        json!({"type": "cpu", "name": "", "id": 1, "count": j.cpus}),
+        json!({"type": "node", "name": "", "id": 4, "count": j.nodes}),
+        json!({"type": "billing", "name": "", "id": 5, "count": j.cpus}),
+    ];
+    let mem = req_mem(j);
+    if mem > 0 {
+        v.insert(1, json!({"type": "mem", "name": "", "id": 2, "count": mem}));
+    }
+    if j.gpus > 0 {
+        v.push(json!({"type": "gres", "name": "gpu", "id": 1001, "count": j.gpus}));
+    }
+    Value::Array(v)
+}
+
 /// A job as `sacct --json` gives it (data_parser's `JOB`).
 fn job_json(j: &JobInfo, t: i64) -> Value {
     let el = elapsed(j, t);
@@ -357,7 +374,7 @@ fn job_json(j: &JobInfo, t: i64) -> Value {
             "limit": limit_minutes(j.time_limit),
             "suspended": 0,
         },
-        "tres": {"allocated": [], "requested": []},
+        "tres": {"allocated": if j.start.is_some() && !j.start_estimated { tres_json(j) } else { json!([]) }, "requested": tres_json(j)},
         "user": j.user,
         "working_directory": j.workdir,
     })

@@ -201,6 +201,8 @@ fn query_commands_as_slurms() {
     assert_eq!(v["jobs"][0]["job_id"], done);
     assert_eq!(v["jobs"][0]["state"]["current"], serde_json::json!(["COMPLETED"]));
     assert_eq!(v["jobs"][0]["exit_code"]["status"], serde_json::json!(["SUCCESS"]));
+    assert_eq!(v["jobs"][0]["tres"]["requested"][1], serde_json::json!({"type": "mem", "name": "", "id": 2, "count": 1024}));
+    assert_eq!(v["jobs"][0]["time"]["limit"]["number"], 60);
     fails(&c, "sacct", &["-S", "yesterdayish"], "Invalid time specification: yesterdayish");
     fails(&c, "sacct", &["-E", "now-5parsecs"], "Invalid time specification");
     fails(&c, "sacct", &["--format=JobName%x"], "Invalid field width");
