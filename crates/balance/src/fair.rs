@@ -174,15 +174,7 @@ impl<T> FairQueue<T> {
         if cfg.default_weight == 0 {
             return Err(FairError::ZeroWeight { tenant: String::new() });
         }
-        Ok(FairQueue {
-            cfg,
-            weights: BTreeMap::new(),
-            tenants: BTreeMap::new(),
-            vtime: 0.0,
-            seq: 0,
-            len: 0,
-            departures: VecDeque::new(),
-        })
+        Ok(FairQueue { cfg, weights: BTreeMap::new(), tenants: BTreeMap::new(), vtime: 0.0, seq: 0, len: 0, departures: VecDeque::new() })
     }
 
     /// The settings.

@@ -2,8 +2,8 @@
 //! (`llm::choose`) and `Pool::pick_llm`.
 
 use super::*;
-use crate::llm::{Candidate, Route, choose, load_bound, replica_hash};
 use crate::Rng;
+use crate::llm::{Candidate, Route, choose, load_bound, replica_hash};
 use proptest::prelude::*;
 
 fn cfg() -> PrefixConfig {
@@ -365,8 +365,12 @@ use std::collections::VecDeque;
 fn arb_gauges() -> impl Strategy<Value = Option<Gauges>> {
     prop_oneof![
         Just(None),
-        (0u32..40, 0u32..40, -0.5f64..1.5, 0u64..20_000)
-            .prop_map(|(running, waiting, kv_usage, scraped_at_ms)| Some(Gauges { running, waiting, kv_usage, scraped_at_ms })),
+        (0u32..40, 0u32..40, -0.5f64..1.5, 0u64..20_000).prop_map(|(running, waiting, kv_usage, scraped_at_ms)| Some(Gauges {
+            running,
+            waiting,
+            kv_usage,
+            scraped_at_ms
+        })),
     ]
 }
 

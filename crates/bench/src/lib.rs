@@ -339,7 +339,16 @@ struct World<'n> {
 
 impl World<'_> {
     fn snapshot<'a>(&'a self, config: &'a ClusterConfig, fs: &'a FairShare, carry: &'a Carry) -> Snapshot<'a> {
-        Snapshot { nodes: self.nodes, usage: &self.usage, pending: &self.pending, running: &self.running, config, fairshare: fs, carry, history: sched::History::empty() }
+        Snapshot {
+            nodes: self.nodes,
+            usage: &self.usage,
+            pending: &self.pending,
+            running: &self.running,
+            config,
+            fairshare: fs,
+            carry,
+            history: sched::History::empty(),
+        }
     }
 
     fn apply(&mut self, plan: &Plan, now: Time, past: bool) {

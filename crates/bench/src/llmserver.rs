@@ -484,7 +484,13 @@ pub fn run(args: &[String]) -> Result<()> {
         let addr = l.local_addr()?;
         let _name = name.unwrap_or_else(|| addr.port().to_string());
         let sh = Arc::new(Shared {
-            inner: Mutex::new(Inner { engine: Engine::new(s.engine), outs: HashMap::new(), prompt_tokens: 0, generation_tokens: 0, finished: 0 }),
+            inner: Mutex::new(Inner {
+                engine: Engine::new(s.engine),
+                outs: HashMap::new(),
+                prompt_tokens: 0,
+                generation_tokens: 0,
+                finished: 0,
+            }),
             s,
             wake: tokio::sync::Notify::new(),
             ids: AtomicU64::new(0),

@@ -11,9 +11,15 @@
 //! [`TokenKind`]) and [`delete_nodes`].
 
 mod common;
+mod query;
+mod sacct;
+mod scancel;
+mod scontrol;
 mod service;
 mod share;
+mod sinfo;
 mod slurm;
+mod squeue;
 mod srun;
 
 use anyhow::{Context, Result};
@@ -26,19 +32,42 @@ pub const COMMANDS: [&str; 10] = ["sbatch", "squeue", "scancel", "sinfo", "sacct
 /// Runs the Slurm command `name` (one of [`COMMANDS`]) with its arguments (without the program
 /// name) and returns its exit code; `None` when `name` is no Slurm command.
 pub fn slurm(name: &str, args: &[String]) -> Option<Result<i32>> {
+    if !COMMANDS.contains(&name) {
+        return None;
+    }
+    // `--version` and `-V` alone print Slurm's version line, on every command (Tandem's own
+    // version is `tandem --version`); `--help` alone on the commands that run work.
+    match (name, args) {
+        (_, [v]) if v == "--version" || v == "-V" => return Some(query::version()),
+        ("sbatch" | "srun" | "salloc", [h]) if h == "--help" || h == "--usage" => return Some(query::help(&run_usage(name))),
+        _ => {}
+    }
     Some(match name {
         "sbatch" => slurm::sbatch(args),
-        "squeue" => slurm::squeue(args),
-        "scancel" => slurm::scancel(args),
-        "sinfo" => slurm::sinfo(args),
-        "sacct" => slurm::sacct(args),
+        "squeue" => squeue::squeue(args),
+        "scancel" => scancel::scancel(args),
+        "sinfo" => sinfo::sinfo(args),
+        "sacct" => sacct::sacct(args),
         "srun" => slurm::srun(args),
         "salloc" => srun::salloc(args),
-        "scontrol" => slurm::scontrol(args),
+        "scontrol" => scontrol::scontrol(args),
         "sprio" => slurm::sprio(args),
         "sshare" => share::sshare(args),
         _ => return None,
     })
+}
+
+/// The usage of `sbatch`, `srun` and `salloc` (their options are listed in the README's
+/// compatibility table).
+fn run_usage(name: &str) -> String {
+    let what = match name {
+        "sbatch" => "[OPTIONS...] executable [args...]\n  Submits a batch script (or --wrap=\"command\") to the queue.",
+        "salloc" => "[OPTIONS...] [command [args...]]\n  Obtains an allocation and runs the command (default $SHELL) in it.",
+        _ => "[OPTIONS...] executable [args...]\n  Runs a parallel job step (in an allocation, or one made for it).",
+    };
+    format!(
+        "Usage: {name} {what}\n\nCommon options: -A, --account  -a, --array  -c, --cpus-per-task  -C, --constraint  -d, --dependency\n  -D, --chdir  -e, --error  --exclusive  --export  -G, --gpus  --gpus-per-node  --gpus-per-task\n  --gres  -J, --job-name  --mem  --mem-per-cpu  -n, --ntasks  -N, --nodes  --ntasks-per-node\n  -o, --output  -p, --partition  -q, --qos  -t, --time  -w, --nodelist  -x, --exclude\n\n  -V, --version  print Slurm's version line\n  --help         show this help message\n"
+    )
 }
 
 /// This process's arguments, each as UTF-8; otherwise a one-line error that names the

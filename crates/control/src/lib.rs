@@ -706,6 +706,7 @@ impl Controller {
                 let j = self.jobs.get_mut(&id).expect("checked");
                 j.state = j.state.step(JobEvent::Cancel).expect("pending can be cancelled");
                 j.end = Some(now);
+                j.cancelled_by = Some(uid);
                 self.dirty_jobs.insert(id);
                 Ok(())
             }
@@ -718,13 +719,22 @@ impl Controller {
                 Ok(())
             }
             (_, None) => {
+                // As Slurm's: SIGCONT and SIGTERM to every task now, SIGKILL to what is left
+                // KillWait later (`enforce_limits`), so a script that exits at SIGTERM ends with
+                // signal 15.
+                let kill_at = now.saturating_add(self.settings.kill_wait);
                 let j = self.jobs.get_mut(&id).expect("checked");
                 j.cancelling = true;
+                j.cancelled_by = Some(uid);
+                j.kill_at = Some(j.kill_at.map_or(kill_at, |k| k.min(kill_at)));
                 let (epoch, nodes) = (j.epoch, j.allocs.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>());
                 self.dirty_jobs.insert(id);
                 for n in nodes {
-                    self.order(&n, Order::Kill { job: id, epoch });
+                    for signal in [18, 15] {
+                        self.order(&n, Order::Signal { job: id, epoch, signal, batch_only: false, step: None });
+                    }
                 }
+                self.limits_due = self.limits_due.min(kill_at);
                 Ok(())
             }
         }
@@ -896,6 +906,7 @@ impl Controller {
         j.timeout_at = None;
         j.warned = false;
         j.cancelling = false;
+        j.kill_at = None;
         j.preempt_at = None;
         j.requeueing = false;
         j.confirmed = false;
@@ -1425,6 +1436,15 @@ impl Controller {
                 info.requeued += 1;
                 continue;
             }
+            if j.kill_at.is_some_and(|k| k <= now) {
+                // A cancelled job still running KillWait after its SIGTERM.
+                for n in &nodes {
+                    self.order(n, Order::Kill { job: id, epoch });
+                }
+                self.jobs.get_mut(&id).expect("running").kill_at = None;
+                self.dirty_jobs.insert(id);
+                continue;
+            }
             if let Some((sig, before, batch_only)) = j.spec.signal
                 && !j.warned
                 && now >= end - before
@@ -1507,6 +1527,9 @@ impl Controller {
         }
         if let Some(p) = j.preempt_at {
             t = t.min(p);
+        }
+        if let Some(k) = j.kill_at {
+            t = t.min(k);
         }
         if let Some((_, before, _)) = j.spec.signal
             && !j.warned

@@ -146,11 +146,20 @@ fn only_the_owner_or_root_cancels() {
     c.submit(0, spec(1000), &batch(&[]), "alice").unwrap();
     c.tick(1);
     c.cancel(2, 0, 2, None).unwrap();
+    // As Slurm's: SIGCONT and SIGTERM now, SIGKILL KillWait later if it still runs.
     let orders = c.hb(2, "n0", &[], &[]).unwrap();
-    assert!(orders.contains(&Order::Kill { job: 2, epoch: 1 }));
-    let exit = ended(2, 1, None, Some(9));
-    c.hb(3, "n0", &[], &[exit]).unwrap();
-    assert_eq!(c.job(2).unwrap().state, JobState::Cancelled);
+    assert!(orders.contains(&Order::Signal { job: 2, epoch: 1, signal: 15, batch_only: false, step: None }), "{orders:?}");
+    assert!(!orders.contains(&Order::Kill { job: 2, epoch: 1 }));
+    assert_eq!(c.job(2).unwrap().cancelled_by, Some(0));
+    c.hb(15, "n0", &[], &[]).unwrap();
+    c.tick(31);
+    assert!(!c.hb(31, "n0", &[], &[]).unwrap().contains(&Order::Kill { job: 2, epoch: 1 }));
+    c.tick(32);
+    assert!(c.hb(32, "n0", &[], &[]).unwrap().contains(&Order::Kill { job: 2, epoch: 1 }));
+    let exit = ended(2, 1, None, Some(15));
+    c.hb(33, "n0", &[], &[exit]).unwrap();
+    let j = c.job(2).unwrap();
+    assert_eq!((j.state, j.exit_signal), (JobState::Cancelled, Some(15)));
 }
 
 #[test]

@@ -421,6 +421,13 @@ pub struct Job {
     /// placeholder is being stopped, and the job ends with this code.
     #[serde(default)]
     pub completed: Option<i32>,
+    /// The uid that cancelled it (`scancel`), as Slurm's `requid` (sacct's `CANCELLED by UID`).
+    #[serde(default)]
+    pub cancelled_by: Option<u32>,
+    /// A cancelled running job's SIGKILL is due then (SIGTERM went out at the cancel; Slurm's
+    /// KillWait later the rest is killed).
+    #[serde(default)]
+    pub kill_at: Option<Time>,
 }
 
 impl Job {
@@ -451,6 +458,8 @@ impl Job {
             requeueing: false,
             confirmed: false,
             completed: None,
+            cancelled_by: None,
+            kill_at: None,
             replica: None,
         }
     }

@@ -122,7 +122,8 @@ mod tests {
         // A longer conversation starts with the shorter one's bytes (prefix sharing survives).
         let longer = br#"{"messages":[{"role":"system","content":"Be brief."},{"role":"user","content":"Hi!"},{"role":"assistant","content":"Yes?"}]}"#;
         assert!(prompt_of(longer, 100).unwrap().1.starts_with(b"system\nBe brief.\x1euser\nHi!\x1e"));
-        for bad in [&b"not json"[..], b"[1]", b"{}", br#"{"prompt":7}"#, br#"{"messages":"x"}"#, br#"{"prompt":[-1]}"#, br#"{"prompt":[]}"#] {
+        for bad in [&b"not json"[..], b"[1]", b"{}", br#"{"prompt":7}"#, br#"{"messages":"x"}"#, br#"{"prompt":[-1]}"#, br#"{"prompt":[]}"#]
+        {
             assert!(prompt_of(bad, 100).is_none(), "{}", String::from_utf8_lossy(bad));
         }
     }

@@ -844,7 +844,9 @@ fn walk<'a>(
                         match (a, r.req.time_min) {
                             (Some(a), _) => Some((a, None)),
                             // Not with predictions: the cut would be a kill limit derived from them.
-                            (None, Some(min)) if min >= 1 && cut >= min && !cfg.predicting() => short(e, view, &mut replicas).map(|a| (a, Some(cut))),
+                            (None, Some(min)) if min >= 1 && cut >= min && !cfg.predicting() => {
+                                short(e, view, &mut replicas).map(|a| (a, Some(cut)))
+                            }
                             (None, _) => None,
                         }
                     }

@@ -50,8 +50,7 @@ impl Predict {
 
 /// The prediction ladder (seconds): a running job that outlives its prediction is next expected
 /// to run to the first of these above its elapsed time (capped by its limit).
-pub const LADDER: [Time; 13] =
-    [60, 300, 900, 1800, 3600, 7200, 18_000, 36_000, 72_000, 180_000, 360_000, 720_000, 1_440_000];
+pub const LADDER: [Time; 13] = [60, 300, 900, 1800, 3600, 7200, 18_000, 36_000, 72_000, 180_000, 360_000, 720_000, 1_440_000];
 
 /// The last two actual run times of one key, newest first.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]

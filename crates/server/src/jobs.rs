@@ -52,8 +52,9 @@ async fn issue_token(
     Json(serde_json::json!({"token": app.tokens.issue(uid, now(), expiry), "expires": expiry})).into_response()
 }
 
-/// Converts a job for display to `v`: another user's command lines are hidden from it.
-fn job_info(j: &Job, v: &Viewer) -> JobInfo {
+/// Converts a job for display to `v`: another user's command lines are hidden from it. A job
+/// that named no partition shows the default one, `part`.
+fn job_info(j: &Job, v: &Viewer, part: &str) -> JobInfo {
     let details = v.sees_details(j.spec.uid);
     let allocs = if j.allocs.is_empty() && j.state.is_final() { &j.last_allocs } else { &j.allocs };
     let names: Vec<String> = allocs.iter().map(|(n, _)| n.clone()).collect();
@@ -100,7 +101,7 @@ fn job_info(j: &Job, v: &Viewer) -> JobInfo {
         name: j.req.name.clone(),
         user: j.req.user.clone(),
         account: j.req.account.clone(),
-        partition: j.req.partition.clone().unwrap_or_else(|| "batch".into()),
+        partition: j.req.partition.clone().unwrap_or_else(|| part.into()),
         qos: j.req.qos.clone().unwrap_or_else(|| "normal".into()),
         state: j.state.slurm_name().into(),
         reason: if j.state == model::JobState::Pending { j.reason.code().into() } else { "None".into() },
@@ -121,7 +122,49 @@ fn job_info(j: &Job, v: &Viewer) -> JobInfo {
         recorded: if details { j.spec.recorded.clone() } else { Vec::new() },
         steps,
         message: j.message.clone(),
+        uid: j.spec.uid,
+        gid: j.spec.gid,
+        array_job_id: j.array.map(|a| a.array_job),
+        array_task_id: j.array.map(|a| a.task),
+        array_max_running: j.array.and_then(|a| a.max_running),
+        mem_per_node_mb: match j.req.shape.mem {
+            model::MemRequest::PerNode(b) => Some(b >> 20),
+            model::MemRequest::PerCpu(_) => None,
+        },
+        mem_per_cpu_mb: match j.req.shape.mem {
+            model::MemRequest::PerCpu(b) => Some(b >> 20),
+            model::MemRequest::PerNode(_) => None,
+        },
+        cpus_per_task: j.req.shape.cpus_per_task.max(1),
+        cancelled_by: j.cancelled_by,
+        error: j.spec.error.clone(),
+        features: j.req.features.clone(),
+        dependency: j
+            .req
+            .dependencies
+            .iter()
+            .map(|d| {
+                let kind = match d.kind {
+                    model::DepKind::After => "after",
+                    model::DepKind::AfterOk => "afterok",
+                    model::DepKind::AfterNotOk => "afternotok",
+                    model::DepKind::AfterAny => "afterany",
+                    model::DepKind::Singleton => "singleton",
+                };
+                d.job.map_or_else(|| kind.to_string(), |id| format!("{kind}:{}", id.0))
+            })
+            .collect::<Vec<_>>()
+            .join(","),
+        req_nodes: slurmcli::compress(&j.req.nodelist),
+        exc_nodes: slurmcli::compress(&j.req.exclude),
+        nice: j.req.nice,
+        submit_dir: if details { j.spec.submit_dir.clone() } else { HIDDEN.into() },
     }
+}
+
+/// The default partition's name (the first configured).
+fn default_partition(c: &control::Controller) -> String {
+    c.settings().cluster.partitions.first().map_or_else(|| "batch".into(), |p| p.name.clone())
 }
 
 async fn submit(
@@ -202,7 +245,8 @@ async fn list_jobs(
 ) -> Response {
     let v = or_reply!(viewer_of(&app, &peer, &headers));
     let q = or_reply!(query(q));
-    let filter = JobFilter::new(q);
+    let mut filter = JobFilter::new(q);
+    filter.default_partition = default_partition(&app.lock().ctl);
     let mut jobs = Vec::new();
     let mut from = 0u64;
     let seq = loop {
@@ -214,7 +258,7 @@ async fn list_jobs(
                 break;
             }
             if filter.matches(j) && v.sees(j.spec.uid) {
-                jobs.push(job_info(j, &v));
+                jobs.push(job_info(j, &v, &default_partition(&g.ctl)));
             }
         }
         // What a reply shows must be durable: everything taken up to the last piece read.
@@ -237,6 +281,8 @@ struct JobFilter {
     user: Option<String>,
     partition: Option<String>,
     states: Option<Vec<String>>,
+    /// What a job that named no partition is in.
+    default_partition: String,
 }
 
 impl JobFilter {
@@ -246,13 +292,14 @@ impl JobFilter {
             user: q.user,
             partition: q.partition,
             states: q.state.map(|s| s.split(',').map(|x| x.trim().to_ascii_uppercase()).collect()),
+            default_partition: "batch".into(),
         }
     }
 
     fn matches(&self, j: &Job) -> bool {
         (self.all || !j.state.is_final())
             && self.user.as_deref().is_none_or(|u| j.req.user == u)
-            && self.partition.as_deref().is_none_or(|p| j.req.partition.as_deref().unwrap_or("batch") == p)
+            && self.partition.as_deref().is_none_or(|p| j.req.partition.as_deref().unwrap_or(&self.default_partition) == p)
             && self.states.as_ref().is_none_or(|s| {
                 s.iter().any(|x| {
                     x == j.state.slurm_name()
@@ -276,7 +323,7 @@ async fn get_job(
         // It shows this job only: its newest change must be durable. A job the caller may not
         // see is as one that does not exist.
         (
-            g.ctl.job(id).filter(|j| v.sees(j.spec.uid)).map(|j| job_info(j, &v)),
+            g.ctl.job(id).filter(|j| v.sees(j.spec.uid)).map(|j| job_info(j, &v, &default_partition(&g.ctl))),
             g.job_seq.get(&id).copied().unwrap_or_else(|| app.journal.last()),
         )
     };
@@ -400,7 +447,8 @@ async fn list_nodes(State(app): State<App>, ConnectInfo(peer): ConnectInfo<Peer>
         let piece = &all[at.min(all.len())..];
         let piece = &piece[..piece.len().min(LIST_CHUNK)];
         at += piece.len();
-        nodes.extend(node_infos(piece));
+        let parts: Vec<String> = g.ctl.settings().cluster.partitions.iter().map(|p| p.name.clone()).collect();
+        nodes.extend(node_infos(piece, &parts));
         let (done, seq) = (at >= all.len(), app.journal.last());
         drop(g);
         if done {
@@ -414,7 +462,7 @@ async fn list_nodes(State(app): State<App>, ConnectInfo(peer): ConnectInfo<Peer>
 }
 
 /// The nodes as listed: a deleted node's slot is not.
-fn node_infos(nodes: &[control::NodeRec]) -> Vec<NodeInfo> {
+fn node_infos(nodes: &[control::NodeRec], all: &[String]) -> Vec<NodeInfo> {
     nodes
         .iter()
         .filter(|n| !n.deleted)
@@ -435,9 +483,45 @@ fn node_infos(nodes: &[control::NodeRec]) -> Vec<NodeInfo> {
                 gpus: (n.node.gpus, alloc_gpus, n.node.gpu_type.clone()),
                 reason: n.reason.clone(),
                 addr: n.addr.clone(),
+                partitions: if n.node.partitions.is_empty() { all.to_vec() } else { n.node.partitions.clone() },
+                features: n.node.features.clone(),
             }
         })
         .collect()
+}
+
+/// `GET /v1/config`: the cluster's settings a user may read (`scontrol show config`,
+/// `show partition`, `sinfo`).
+async fn config(State(app): State<App>, ConnectInfo(peer): ConnectInfo<Peer>, headers: HeaderMap) -> Response {
+    or_reply!(viewer_of(&app, &peer, &headers));
+    let g = app.lock();
+    let s = g.ctl.settings();
+    let limit = |t: i64| (t < i64::MAX / 8).then_some(t);
+    let info = ConfigInfo {
+        cluster_name: s.cluster_name.clone(),
+        kill_wait: s.kill_wait,
+        lease: s.lease,
+        max_array: s.max_array,
+        min_job_age: s.min_job_age,
+        scheduler: if s.sched.backfill == sched::Backfill::None { "sched/builtin".into() } else { "sched/backfill".into() },
+        partitions: s
+            .cluster
+            .partitions
+            .iter()
+            .enumerate()
+            .map(|(i, p)| PartitionInfo {
+                name: p.name.clone(),
+                default: i == 0,
+                default_time: limit(p.default_time),
+                max_time: limit(p.max_time),
+                priority_tier: p.priority_tier,
+                nodes: s.partition_nodes.iter().find(|(n, _)| *n == p.name).and_then(|(_, l)| l.clone()),
+            })
+            .collect(),
+        qos: s.cluster.qos.iter().map(|q| q.name.clone()).collect(),
+    };
+    drop(g);
+    Json(info).into_response()
 }
 
 #[derive(Deserialize)]
@@ -488,15 +572,15 @@ async fn history(
     // Running and pending jobs come from memory; finished ones from the accounting table, read
     // once everything seen in memory is durable (a job that ended in between is in both: the
     // table's final record wins).
-    let (live, seq) = {
+    let (live, seq, part) = {
         let g = app.lock();
         let live: Vec<JobInfo> = g
             .ctl
             .jobs()
             .filter(|j| !j.state.is_final() && q.user.as_deref().is_none_or(|u| j.req.user == u) && v.sees(j.spec.uid))
-            .map(|j| job_info(j, &v))
+            .map(|j| job_info(j, &v, &default_partition(&g.ctl)))
             .collect();
-        (live, app.journal.last())
+        (live, app.journal.last(), default_partition(&g.ctl))
     };
     if let Err(r) = app.settled(seq).await {
         return r;
@@ -504,7 +588,7 @@ async fn history(
     let stored = app.db.lock().expect("database lock").history(q.user.as_deref(), q.since.unwrap_or(0));
     match stored {
         Ok(jobs) => {
-            let mut out: Vec<JobInfo> = jobs.iter().filter(|j| v.sees(j.spec.uid)).map(|j| job_info(j, &v)).collect();
+            let mut out: Vec<JobInfo> = jobs.iter().filter(|j| v.sees(j.spec.uid)).map(|j| job_info(j, &v, &part)).collect();
             let ended: std::collections::HashSet<u64> = out.iter().map(|j| j.id).collect();
             out.extend(live.into_iter().filter(|j| !ended.contains(&j.id)));
             out.sort_by_key(|j| j.id);
@@ -719,6 +803,7 @@ pub(crate) fn routes(r: Router<App>) -> Router<App> {
         .route("/v1/nodes", get(list_nodes))
         .route("/v1/nodes/{name}", post(node_action))
         .route("/v1/history", get(history))
+        .route("/v1/config", get(config))
         .route("/v1/priority", get(priorities))
         .route("/v1/shares", get(shares))
         .route("/v1/token", post(issue_token))

@@ -10,6 +10,7 @@ mod env;
 mod formats;
 mod hostlist;
 mod options;
+mod query;
 mod srun;
 
 pub use env::{DEFAULTED, PYTORCH_VARS, TaskEnv, apply_export, task_env};
@@ -19,6 +20,11 @@ pub use formats::{
 };
 pub use hostlist::{MAX_HOST_NAME, compress, expand};
 pub use options::{BatchSpec, PatternAt, STDIN, describe, expand_pattern, expand_pattern_at, options_end, parse_sbatch, parse_sbatch_env};
+pub use query::{
+    Column, FieldDef, Item, JOB_STATES, Layout, SACCT_BRIEF, SACCT_DEFAULT, SACCT_FIELDS, SACCT_LONG, SINFO_FIELDS, SQUEUE_FIELDS, Unit,
+    array_id, field_of, fields_used, header_of, hms, index_ranges, parse_long, parse_percent, parse_sacct_fields, parse_sort, parse_states,
+    parse_unit, parse_when, render, sacct_line, sacct_rule, size, squeue_secs, state_code,
+};
 pub use srun::{Input, MAX_CPU_ID, MPI_TYPES, SrunSpec, cpu_bind_cpus, parse_srun, parse_srun_env};
 
 /// A user error in a command line, script or value. The message says what to fix.

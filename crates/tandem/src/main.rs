@@ -272,7 +272,10 @@ fn main() -> std::process::ExitCode {
     // Commands end quietly when their output pipe closes; daemons (and `up`, which must stop
     // its children) keep SIGPIPE ignored.
     let daemon = !cli::COMMANDS.contains(&invoked.as_str())
-        && matches!(argv.get(1).map(String::as_str), Some("server" | "agent" | "proxy" | "up" | "bench" | bench::UPSTREAM_CMD | bench::LLM_CMD));
+        && matches!(
+            argv.get(1).map(String::as_str),
+            Some("server" | "agent" | "proxy" | "up" | "bench" | bench::UPSTREAM_CMD | bench::LLM_CMD)
+        );
     if !daemon {
         exec::quiet_sigpipe();
     }

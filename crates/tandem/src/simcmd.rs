@@ -207,7 +207,14 @@ fn print_table(r: &Report) {
     let rows: Vec<(&str, String)> = vec![
         ("trace", r.trace.to_string()),
         ("cluster", format!("{} nodes, capacity {}", r.nodes, r.capacity)),
-        ("policy / backfill", if is_limit(&r.predict) { format!("{} / {}", r.policy, r.backfill) } else { format!("{} / {} / predict {}", r.policy, r.backfill, r.predict) }),
+        (
+            "policy / backfill",
+            if is_limit(&r.predict) {
+                format!("{} / {}", r.policy, r.backfill)
+            } else {
+                format!("{} / {} / predict {}", r.policy, r.backfill, r.predict)
+            },
+        ),
         ("seed", r.seed.to_string()),
         ("windows", r.windows.unwrap_or("whole trace").to_string()),
         ("jobs", format!("{} started, {} rejected, {} skipped lines", m.jobs, m.rejected, r.skipped_lines)),

@@ -399,8 +399,10 @@ fn arrays_dependencies_and_output_patterns() {
         c.sbatch(&["--array=1-3%2", "-J", "arr", "-o", "out_%A_%a.txt", "--wrap", "echo task $SLURM_ARRAY_TASK_ID of $SLURM_ARRAY_JOB_ID"]);
     // A held array is answered once its one record is durable; the next read sees every task.
     let held = c.sbatch(&["--array=0-499", "--hold", "-o", "/dev/null", "--wrap", "true"]);
-    let q = c.ok("squeue", &["-h", "-o", "%i", "-j", &held.to_string()]);
+    let q = c.ok("squeue", &["-h", "-o", "%i", "-j", &held.to_string(), "-r"]);
     assert_eq!(q.lines().filter(|l| l.trim().starts_with(&format!("{held}_"))).count(), 500, "{q}");
+    // Without -r the pending tasks are one line, as Slurm's.
+    assert_eq!(c.ok("squeue", &["-h", "-o", "%i", "-j", &held.to_string()]).trim(), format!("{held}_[0-499]"));
     c.ok("scancel", &[&held.to_string()]);
     let after = c.sbatch(&["--dependency", &format!("afterok:{arr}"), "-o", "after_%j.txt", "--wrap", "cat out_*.txt | sort"]);
     let fail = c.sbatch(&["--wrap", "exit 3"]);
@@ -557,7 +559,7 @@ fn another_user_cannot_cancel_a_job() {
     assert!(o.status.success(), "{o:?}");
     let theirs: u64 = String::from_utf8_lossy(&o.stdout).trim().parse().unwrap();
     let j = c.wait_state(theirs, &["COMPLETED"], 30);
-    assert_eq!(j["UserId"], "nobody");
+    assert_eq!(j["UserId"], "nobody(65534)");
     assert_eq!(std::fs::read_to_string(c.work.join("nobody.out")).unwrap(), "65534\n65534\n");
 }
 

@@ -277,7 +277,10 @@ fn shared_prefix(n: usize, groups: usize) -> Vec<(String, Value)> {
                 let msgs = json!([{"role": "system", "content": systems[g]}, {"role": "user", "content": own}]);
                 ("/v1/chat/completions".to_string(), json!({"model": "m", "messages": msgs, "max_tokens": 2}))
             } else {
-                ("/v1/completions".to_string(), json!({"model": "m", "prompt": format!("{}{own}", systems[g]), "max_tokens": 2, "stream": i % 3 == 0}))
+                (
+                    "/v1/completions".to_string(),
+                    json!({"model": "m", "prompt": format!("{}{own}", systems[g]), "max_tokens": 2, "stream": i % 3 == 0}),
+                )
             }
         })
         .collect()
@@ -363,7 +366,8 @@ fn proxy_llm_routing_raises_the_prefix_cache_hit_rate() {
     // A session stays on one replica (light load: under the bound), whatever its prompts.
     let pinned: std::collections::BTreeSet<String> = (0..6)
         .map(|i| {
-            let body = json!({"model": "m", "prompt": format!("turn {i} of a session, different every time {}", i * 7919), "max_tokens": 1});
+            let body =
+                json!({"model": "m", "prompt": format!("turn {i} of a session, different every time {}", i * 7919), "max_tokens": 1});
             let r = http(&proxy, "POST", "/s/chat/v1/completions", &[("x-session-id", "alice")], body.to_string().as_bytes());
             assert_eq!(r.status, 200);
             r.header("x-tandem-replica").unwrap().to_string()

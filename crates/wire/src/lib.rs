@@ -101,6 +101,54 @@ pub struct JobInfo {
     pub recorded: Vec<(String, String)>,
     /// Why it failed or was rejected.
     pub message: Option<String>,
+    /// The submitter's uid and primary gid.
+    #[serde(default)]
+    pub uid: u32,
+    /// See `uid`.
+    #[serde(default)]
+    pub gid: u32,
+    /// An array task's array job id (`%F`, `SLURM_ARRAY_JOB_ID`).
+    #[serde(default)]
+    pub array_job_id: Option<u64>,
+    /// An array task's index (`%K`).
+    #[serde(default)]
+    pub array_task_id: Option<u32>,
+    /// The array's most tasks running at once (`--array=...%N`).
+    #[serde(default)]
+    pub array_max_running: Option<u32>,
+    /// Memory asked per node, MiB (`--mem`; 0: none asked).
+    #[serde(default)]
+    pub mem_per_node_mb: Option<u64>,
+    /// Memory asked per CPU, MiB (`--mem-per-cpu`).
+    #[serde(default)]
+    pub mem_per_cpu_mb: Option<u64>,
+    /// CPUs per task (`-c`).
+    #[serde(default)]
+    pub cpus_per_task: u32,
+    /// The uid that cancelled it (`scancel`): sacct's `CANCELLED by UID`.
+    #[serde(default)]
+    pub cancelled_by: Option<u32>,
+    /// Standard error file pattern (`-e`; none: with the output).
+    #[serde(default)]
+    pub error: Option<String>,
+    /// Features asked for (`-C`).
+    #[serde(default)]
+    pub features: Vec<String>,
+    /// Dependencies as Slurm prints them (`afterok:12,singleton`).
+    #[serde(default)]
+    pub dependency: String,
+    /// Nodes asked for (`-w`) and excluded (`-x`), hostlist syntax.
+    #[serde(default)]
+    pub req_nodes: String,
+    /// See `req_nodes`.
+    #[serde(default)]
+    pub exc_nodes: String,
+    /// Nice value.
+    #[serde(default)]
+    pub nice: i32,
+    /// Submit directory.
+    #[serde(default)]
+    pub submit_dir: String,
 }
 
 /// One step.
@@ -150,6 +198,50 @@ pub struct NodeInfo {
     pub reason: Option<String>,
     /// Address.
     pub addr: String,
+    /// The partitions it belongs to.
+    #[serde(default)]
+    pub partitions: Vec<String>,
+    /// Its features.
+    #[serde(default)]
+    pub features: Vec<String>,
+}
+
+/// `GET /v1/config`: what `scontrol show config`, `show partition` and `sinfo` read.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct ConfigInfo {
+    /// Cluster name.
+    pub cluster_name: String,
+    /// Seconds between SIGTERM and SIGKILL (KillWait).
+    pub kill_wait: i64,
+    /// Node lease, seconds.
+    pub lease: i64,
+    /// Largest array size (MaxArraySize).
+    pub max_array: u32,
+    /// Seconds a finished job stays in memory (MinJobAge).
+    pub min_job_age: i64,
+    /// The scheduler's policy, as `SchedulerType` would name it.
+    pub scheduler: String,
+    /// Partitions, the default first.
+    pub partitions: Vec<PartitionInfo>,
+    /// QOS names, the default first.
+    pub qos: Vec<String>,
+}
+
+/// One partition.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct PartitionInfo {
+    /// Name.
+    pub name: String,
+    /// The default partition.
+    pub default: bool,
+    /// Default time limit, seconds (None: unlimited).
+    pub default_time: Option<i64>,
+    /// Largest time limit, seconds (None: unlimited).
+    pub max_time: Option<i64>,
+    /// Priority tier.
+    pub priority_tier: u32,
+    /// Its nodes (None: every node).
+    pub nodes: Option<Vec<String>>,
 }
 
 /// `POST /v1/jobs/{id}/steps`: an `srun` inside an allocation.

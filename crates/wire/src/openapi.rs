@@ -285,6 +285,15 @@ pub const DOCUMENT: &str = r##"{
         }
       }
     },
+    "/v1/config": {
+      "get": {
+        "operationId": "config", "tags": ["nodes"], "summary": "The cluster's settings and partitions (scontrol show config, show partition; sinfo)",
+        "responses": {
+          "200": {"description": "Settings", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ConfigInfo"}}}},
+          "401": {"$ref": "#/components/responses/Unauthenticated"}
+        }
+      }
+    },
     "/v1/priority": {
       "get": {
         "operationId": "priorities", "tags": ["jobs"], "summary": "Pending jobs' priorities, factor by factor (sprio)",
@@ -519,7 +528,22 @@ pub const DOCUMENT: &str = r##"{
           "workdir": {"type": "string"}, "output": {"type": "string"},
           "steps": {"type": "array", "items": {"$ref": "#/components/schemas/StepInfo"}},
           "recorded": {"type": "array", "items": {"$ref": "#/components/schemas/StringPair"}, "description": "Options recorded with no effect (Comment, WCKey, MailUser, MailType, Hint, ...), as scontrol show job keys; owner and root only"},
-          "message": {"$ref": "#/components/schemas/StringOrNull", "description": "Why it failed or was rejected"}}},
+          "message": {"$ref": "#/components/schemas/StringOrNull", "description": "Why it failed or was rejected"},
+          "uid": {"$ref": "#/components/schemas/u32"}, "gid": {"$ref": "#/components/schemas/u32"},
+          "array_job_id": {"$ref": "#/components/schemas/u64OrNull", "description": "An array task's array job id"},
+          "array_task_id": {"$ref": "#/components/schemas/u32OrNull", "description": "An array task's index"},
+          "array_max_running": {"$ref": "#/components/schemas/u32OrNull", "description": "--array=...%N"},
+          "mem_per_node_mb": {"$ref": "#/components/schemas/u64OrNull", "description": "--mem, MiB (0: none asked)"},
+          "mem_per_cpu_mb": {"$ref": "#/components/schemas/u64OrNull", "description": "--mem-per-cpu, MiB"},
+          "cpus_per_task": {"$ref": "#/components/schemas/u32"},
+          "cancelled_by": {"$ref": "#/components/schemas/u32OrNull", "description": "The uid that cancelled it"},
+          "error": {"$ref": "#/components/schemas/StringOrNull", "description": "-e pattern"},
+          "features": {"type": "array", "items": {"type": "string"}},
+          "dependency": {"type": "string", "description": "As Slurm prints it: afterok:12,singleton"},
+          "req_nodes": {"type": "string", "description": "-w, hostlist syntax"},
+          "exc_nodes": {"type": "string", "description": "-x, hostlist syntax"},
+          "nice": {"$ref": "#/components/schemas/i32"},
+          "submit_dir": {"type": "string", "description": "`(hidden)` for another user's job"}}},
       "ShareRow": {"type": "object", "additionalProperties": false,
         "required": ["account", "raw_shares", "norm_shares", "raw_usage", "effective_usage", "fairshare"],
         "properties": {
@@ -594,7 +618,23 @@ pub const DOCUMENT: &str = r##"{
         "memory_mb": {"description": "Total and allocated, MiB", "type": "array", "prefixItems": [{"$ref": "#/components/schemas/u64"}, {"$ref": "#/components/schemas/u64"}], "items": false, "minItems": 2},
         "gpus": {"description": "Total, allocated and the model", "type": "array", "prefixItems": [{"$ref": "#/components/schemas/u32"}, {"$ref": "#/components/schemas/u32"}, {"$ref": "#/components/schemas/StringOrNull"}], "items": false, "minItems": 3},
         "reason": {"$ref": "#/components/schemas/StringOrNull"},
-        "addr": {"type": "string"}}},
+        "addr": {"type": "string"},
+        "partitions": {"type": "array", "items": {"type": "string"}},
+        "features": {"type": "array", "items": {"type": "string"}}}},
+      "ConfigInfo": {"type": "object", "additionalProperties": false,
+        "required": ["cluster_name", "kill_wait", "lease", "max_array", "min_job_age", "scheduler", "partitions", "qos"], "properties": {
+        "cluster_name": {"type": "string"}, "kill_wait": {"$ref": "#/components/schemas/i64"}, "lease": {"$ref": "#/components/schemas/i64"},
+        "max_array": {"$ref": "#/components/schemas/u32"}, "min_job_age": {"$ref": "#/components/schemas/i64"},
+        "scheduler": {"type": "string", "description": "sched/backfill or sched/builtin"},
+        "partitions": {"type": "array", "items": {"$ref": "#/components/schemas/PartitionInfo"}, "description": "The default first"},
+        "qos": {"type": "array", "items": {"type": "string"}, "description": "The default first"}}},
+      "PartitionInfo": {"type": "object", "additionalProperties": false,
+        "required": ["name", "default", "default_time", "max_time", "priority_tier", "nodes"], "properties": {
+        "name": {"type": "string"}, "default": {"type": "boolean"},
+        "default_time": {"$ref": "#/components/schemas/i64OrNull", "description": "Seconds; null: unlimited"},
+        "max_time": {"$ref": "#/components/schemas/i64OrNull", "description": "Seconds; null: unlimited"},
+        "priority_tier": {"$ref": "#/components/schemas/u32"},
+        "nodes": {"oneOf": [{"type": "null"}, {"type": "array", "items": {"type": "string"}}], "description": "null: every node"}}},
       "NodeAction": {"type": "object", "required": ["state"], "properties": {
         "state": {"type": "string", "description": "drain, or resume (idle), in any case", "pattern": "^([Dd][Rr][Aa][Ii][Nn]|[Rr][Ee][Ss][Uu][Mm][Ee]|[Ii][Dd][Ll][Ee])$"},
         "reason": {"$ref": "#/components/schemas/StringOrNull"}}},
@@ -1103,6 +1143,22 @@ mod tests {
             }],
             recorded: vec![("Comment".into(), "a note".into())],
             message: Some("why".into()),
+            uid: 1000,
+            gid: 1000,
+            array_job_id: Some(120),
+            array_task_id: Some(3),
+            array_max_running: Some(2),
+            mem_per_node_mb: Some(1024),
+            mem_per_cpu_mb: None,
+            cpus_per_task: 2,
+            cancelled_by: Some(0),
+            error: Some("err-%j".into()),
+            features: vec!["a100".into()],
+            dependency: "afterok:12".into(),
+            req_nodes: "node1".into(),
+            exc_nodes: String::new(),
+            nice: -5,
+            submit_dir: "/home/alice".into(),
         }
     }
 
@@ -1276,6 +1332,38 @@ mod tests {
                     gpus: (2, 1, Some("h100".into())),
                     reason: None,
                     addr: "127.0.0.1".into(),
+                    partitions: vec!["batch".into()],
+                    features: vec![],
+                }),
+            ),
+            (
+                "ConfigInfo",
+                v(&ConfigInfo {
+                    cluster_name: "tandem".into(),
+                    kill_wait: 30,
+                    lease: 30,
+                    max_array: 1001,
+                    min_job_age: 300,
+                    scheduler: "sched/backfill".into(),
+                    partitions: vec![
+                        PartitionInfo {
+                            name: "batch".into(),
+                            default: true,
+                            default_time: Some(3600),
+                            max_time: None,
+                            priority_tier: 1,
+                            nodes: None,
+                        },
+                        PartitionInfo {
+                            name: "gpu".into(),
+                            default: false,
+                            default_time: None,
+                            max_time: Some(60),
+                            priority_tier: 2,
+                            nodes: Some(vec!["node1".into()]),
+                        },
+                    ],
+                    qos: vec!["normal".into()],
                 }),
             ),
             (

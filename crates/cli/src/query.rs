@@ -1,0 +1,347 @@
+//! What the query commands (`squeue`, `sacct`, `sinfo`, `scontrol`, `scancel`) share: reading
+//! options, reading jobs, nodes and the configuration from the controller, `--help` and
+//! `--version` as Slurm's, and data_parser v0.0.44's JSON shapes for `--json`.
+
+use anyhow::{Context, Result};
+use client::{Target, send};
+use serde_json::{Value, json};
+use wire::{ConfigInfo, JobInfo, NodeInfo};
+
+use crate::common::runtime;
+
+/// The Slurm version the commands answer as (`--version`, `--json`'s meta).
+pub(crate) const SLURM_VERSION: (u32, u32, u32) = (25, 11, 0);
+
+/// Takes options from a command line: `--opt=value`, `--opt value`, `-o value` or `-ovalue`.
+pub(crate) struct Opts {
+    v: Vec<String>,
+    i: usize,
+}
+
+impl Opts {
+    pub(crate) fn new(v: &[String]) -> Opts {
+        Opts { v: v.to_vec(), i: 0 }
+    }
+
+    pub(crate) fn next(&mut self) -> Option<String> {
+        let a = self.v.get(self.i).cloned();
+        self.i += 1;
+        a
+    }
+
+    /// If `a` is `short` or `--long`, its value (the next word when not attached).
+    pub(crate) fn value(&mut self, a: &str, short: Option<&str>, long: &str) -> Result<Option<String>> {
+        if let Some(v) = a.strip_prefix("--").and_then(|x| x.strip_prefix(long)).and_then(|x| x.strip_prefix('=')) {
+            return Ok(Some(v.to_string()));
+        }
+        if a.strip_prefix("--") == Some(long) || short.is_some_and(|s| a == s) {
+            return self.next().map(Some).with_context(|| format!("option '{a}' requires an argument"));
+        }
+        if let Some(s) = short
+            && s.len() == 2
+            && let Some(v) = a.strip_prefix(s)
+            && !v.is_empty()
+        {
+            return Ok(Some(v.to_string()));
+        }
+        Ok(None)
+    }
+}
+
+/// `--version`/`-V`: Slurm's line (`slurm 25.11.0`); Tandem's own version is in `tandem
+/// --version`.
+pub(crate) fn version() -> Result<i32> {
+    let (a, b, c) = SLURM_VERSION;
+    println!("slurm {a}.{b}.{c}");
+    Ok(0)
+}
+
+/// `--help`: prints `text` (a usage in Slurm's style) and exits 0.
+pub(crate) fn help(text: &str) -> Result<i32> {
+    print!("{text}");
+    Ok(0)
+}
+
+/// `YYYY-MM-DDTHH:MM:SS` (UTC) for Unix seconds, as Slurm prints times.
+pub(crate) fn iso(t: i64) -> String {
+    jiff::Timestamp::from_second(t).map_or_else(|_| "Unknown".into(), |ts| ts.strftime("%Y-%m-%dT%H:%M:%S").to_string())
+}
+
+/// The date line `squeue -l`/`-i` and `sinfo -l` print first (as `ctime`, UTC).
+pub(crate) fn print_date(t: i64) {
+    println!("{}", jiff::Timestamp::from_second(t).map_or_else(|_| String::new(), |ts| ts.strftime("%a %b %e %H:%M:%S %Y").to_string()));
+}
+
+/// `GET path` from the controller, as `T`.
+pub(crate) fn get<T: serde::de::DeserializeOwned>(t: &Target, path: &str) -> Result<T> {
+    Ok(runtime()?.block_on(send(t, "GET", path, None::<&()>, &[]))?.json()?)
+}
+
+/// The nodes in Slurm's order: by name, numbers compared as numbers (`node2` before `node10`).
+pub(crate) fn nodes(t: &Target) -> Result<Vec<NodeInfo>> {
+    let mut v: Vec<NodeInfo> = get(t, "/v1/nodes")?;
+    v.sort_by_cached_key(|n| {
+        let digits = n.name.len() - n.name.trim_end_matches(|c: char| c.is_ascii_digit()).len();
+        let (stem, num) = n.name.split_at(n.name.len() - digits);
+        (stem.to_string(), num.parse::<u64>().unwrap_or(0), n.name.clone())
+    });
+    Ok(v)
+}
+
+/// The controller's settings and partitions.
+pub(crate) fn config(t: &Target) -> Result<ConfigInfo> {
+    get(t, "/v1/config")
+}
+
+/// Whether job id `id` as a user gives it (`12`, `12_3`) names job `j`: its own id, its
+/// display id, or the array it is a task of (an array's id selects all its tasks).
+pub(crate) fn selects(id: &str, j: &JobInfo) -> bool {
+    id == j.display_id || id == j.id.to_string() || j.array_job_id.is_some_and(|a| a.to_string() == id)
+}
+
+/// A job's standard output path as Slurm shows it: the pattern expanded for its batch step,
+/// relative to its working directory.
+pub(crate) fn stdout_path(j: &JobInfo, pattern: &str) -> String {
+    let node = first_node(&j.nodelist);
+    let p = slurmcli::expand_pattern(pattern, j.id, &j.name, j.array_job_id.zip(j.array_task_id), &node, &j.user);
+    if p.starts_with('/') { p } else { format!("{}/{p}", j.workdir.trim_end_matches('/')) }
+}
+
+/// The first node of a host list (the batch host), empty for none.
+pub(crate) fn first_node(list: &str) -> String {
+    slurmcli::expand(list, 1_000_000).ok().and_then(|v| v.into_iter().next()).unwrap_or_default()
+}
+
+/// A job's exit code and signal from `code:signal`.
+pub(crate) fn exit_parts(j: &JobInfo) -> (i64, i64) {
+    let (c, s) = j.exit_code.split_once(':').unwrap_or(("0", "0"));
+    (c.parse().unwrap_or(0), s.parse().unwrap_or(0))
+}
+
+/// Slurm's elapsed time of a job: from its start to its end (or now).
+pub(crate) fn elapsed(j: &JobInfo, now: i64) -> i64 {
+    j.start.filter(|_| !j.start_estimated).map_or(0, |s| (j.end.unwrap_or(now) - s).max(0))
+}
+
+// ---- data_parser v0.0.44 ----
+
+/// `{"set": true, "infinite": false, "number": n}` (`set: false` for none).
+pub(crate) fn num(n: Option<i64>) -> Value {
+    match n {
+        Some(n) => json!({"set": true, "infinite": false, "number": n}),
+        None => json!({"set": false, "infinite": false, "number": 0}),
+    }
+}
+
+/// A time limit in minutes (`infinite` for none).
+pub(crate) fn limit_minutes(secs: Option<i64>) -> Value {
+    match secs {
+        Some(s) => json!({"set": true, "infinite": false, "number": s / 60}),
+        None => json!({"set": false, "infinite": true, "number": 0}),
+    }
+}
+
+/// A process exit code as data_parser's `PROCESS_EXIT_CODE_VERBOSE`.
+pub(crate) fn exit_json(j: &JobInfo) -> Value {
+    let (code, sig) = exit_parts(j);
+    let status = match (j.state.as_str(), code, sig) {
+        ("PENDING", _, _) => vec!["PENDING"],
+        (_, _, s) if s > 0 => vec!["SIGNALED"],
+        (_, 0, _) => vec!["SUCCESS"],
+        _ => vec!["ERROR"],
+    };
+    json!({
+        "status": status,
+        "return_code": num(Some(code)),
+        "signal": {"id": num((sig > 0).then_some(sig)), "name": signal_name(sig)},
+    })
+}
+
+fn signal_name(sig: i64) -> &'static str {
+    match sig {
+        1 => "SIGHUP",
+        2 => "SIGINT",
+        3 => "SIGQUIT",
+        6 => "SIGABRT",
+        9 => "SIGKILL",
+        10 => "SIGUSR1",
+        12 => "SIGUSR2",
+        14 => "SIGALRM",
+        15 => "SIGTERM",
+        _ => "",
+    }
+}
+
+/// The `meta` object of a reply: the plugin, the client and the Slurm version.
+pub(crate) fn meta(command: &[&str]) -> Value {
+    let (major, minor, micro) = SLURM_VERSION;
+    let user = std::env::var("USER").unwrap_or_default();
+    json!({
+        "plugin": {"type": "", "name": "", "data_parser": "data_parser/v0.0.44", "accounting_storage": "tandem"},
+        "client": {"source": "", "user": user, "group": ""},
+        "command": command,
+        "slurm": {"version": {"major": major.to_string(), "micro": micro.to_string(), "minor": minor.to_string()},
+                  "release": format!("{major}.{minor}.{micro}"), "cluster": "tandem"},
+    })
+}
+
+/// Prints a reply: `key` holding `items`, with meta, errors and warnings (and `last_update`
+/// where Slurm's has it).
+pub(crate) fn print_reply(key: &str, items: Vec<Value>, command: &[&str], now: i64, last_update: bool) -> Result<i32> {
+    let mut v = json!({ key: items, "meta": meta(command), "errors": [], "warnings": [] });
+    if last_update {
+        v["last_update"] = num(Some(now));
+        if key == "jobs" {
+            v["last_backfill"] = num(Some(now));
+        }
+    }
+    println!("{}", serde_json::to_string_pretty(&v)?);
+    Ok(0)
+}
+
+/// A job as `squeue --json` and `scontrol show job --json` give it (data_parser's `JOB_INFO`).
+pub(crate) fn job_info_json(j: &JobInfo, now: i64) -> Value {
+    let pending = j.state == "PENDING";
+    json!({
+        "account": j.account,
+        "array_job_id": num(Some(j.array_job_id.unwrap_or(0) as i64)),
+        "array_task_id": num(j.array_task_id.map(i64::from)),
+        "array_max_tasks": num(Some(j.array_max_running.unwrap_or(0) as i64)),
+        "array_task_string": "",
+        "batch_flag": true,
+        "batch_host": first_node(&j.nodelist),
+        "command": "",
+        "cpus_per_task": num(Some(j.cpus_per_task as i64)),
+        "cpus": num(Some(j.cpus as i64)),
+        "current_working_directory": j.workdir,
+        "dependency": j.dependency,
+        "end_time": num(j.end.or_else(|| j.start.zip(j.time_limit).map(|(s, l)| s + l)).or(Some(0))),
+        "excluded_nodes": j.exc_nodes,
+        "exit_code": exit_json(j),
+        "features": j.features.join("&"),
+        "group_id": j.gid,
+        "job_id": j.id,
+        "job_state": [j.state],
+        "memory_per_cpu": num(j.mem_per_cpu_mb.map(|m| m as i64)),
+        "memory_per_node": num(j.mem_per_node_mb.map(|m| m as i64)),
+        "name": j.name,
+        "nice": j.nice,
+        "node_count": num(Some(j.nodes as i64)),
+        "nodes": j.nodelist,
+        "partition": j.partition,
+        "qos": j.qos,
+        "required_nodes": j.req_nodes,
+        "restart_cnt": j.restarts,
+        "standard_error": stdout_path(j, j.error.as_deref().unwrap_or(&j.output)),
+        "standard_input": "/dev/null",
+        "standard_output": stdout_path(j, &j.output),
+        "start_time": num(Some(j.start.unwrap_or(0))),
+        "state_reason": j.reason,
+        "submit_time": num(Some(j.submit)),
+        "tasks": num(Some(j.ntasks as i64)),
+        "time_limit": limit_minutes(j.time_limit),
+        "tres_per_node": if j.gpus > 0 { format!("gres/gpu:{}", j.gpus) } else { String::new() },
+        "user_id": j.uid,
+        "user_name": j.user,
+        "run_time": if pending { 0 } else { elapsed(j, now) },
+    })
+}
+
+/// A node as `sinfo --json` (inside its `sinfo` entries) and `scontrol show node --json` give
+/// it (data_parser's `NODE`).
+pub(crate) fn node_json(n: &NodeInfo) -> Value {
+    json!({
+        "name": n.name,
+        "hostname": n.name,
+        "address": n.addr,
+        "state": node_state_list(&n.state),
+        "cpus": n.cpus.0,
+        "alloc_cpus": n.cpus.1,
+        "alloc_idle_cpus": n.cpus.0.saturating_sub(n.cpus.1),
+        "real_memory": n.memory_mb.0,
+        "alloc_memory": n.memory_mb.1,
+        "free_mem": num(Some(n.memory_mb.0.saturating_sub(n.memory_mb.1) as i64)),
+        "gres": if n.gpus.0 > 0 { format!("gpu:{}:{}", n.gpus.2.clone().unwrap_or_else(|| "gpu".into()), n.gpus.0) } else { String::new() },
+        "gres_used": format!("gpu:{}", n.gpus.1),
+        "features": n.features,
+        "active_features": n.features,
+        "partitions": n.partitions,
+        "reason": n.reason.clone().unwrap_or_default(),
+    })
+}
+
+/// Tandem's node state as data_parser's list (`["IDLE"]`, `["IDLE", "DRAIN"]`).
+pub(crate) fn node_state_list(state: &str) -> Vec<&'static str> {
+    match state {
+        "idle" => vec!["IDLE"],
+        "mixed" => vec!["MIXED"],
+        "allocated" => vec!["ALLOCATED"],
+        "drain" => vec!["IDLE", "DRAIN"],
+        "down" => vec!["DOWN"],
+        _ => vec!["UNKNOWN"],
+    }
+}
+
+/// A partition as data_parser's `PARTITION_INFO`.
+pub(crate) fn partition_json(p: &wire::PartitionInfo, nodes: &[NodeInfo]) -> Value {
+    let names: Vec<String> = nodes.iter().filter(|n| n.partitions.contains(&p.name)).map(|n| n.name.clone()).collect();
+    let cpus: u32 = nodes.iter().filter(|n| n.partitions.contains(&p.name)).map(|n| n.cpus.0).sum();
+    json!({
+        "name": p.name,
+        "nodes": {"configured": slurmcli::compress(&names), "total": names.len(), "allowed_allocation": ""},
+        "cpus": {"total": cpus},
+        "defaults": {"time": limit_minutes(p.default_time)},
+        "maximums": {"time": limit_minutes(p.max_time)},
+        "priority": {"tier": p.priority_tier, "job_factor": 1},
+        "partition": {"state": ["UP"]},
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job() -> JobInfo {
+        serde_json::from_value(json!({
+            "id": 33, "display_id": "32_1", "name": "train", "user": "alice", "account": "ml", "partition": "gpu",
+            "qos": "normal", "state": "CANCELLED", "reason": "None", "nodelist": "node[1-2]", "nodes": 2, "ntasks": 4,
+            "cpus": 8, "gpus": 0, "time_limit": 300, "submit": 100, "start": 110, "start_estimated": false, "end": 121,
+            "exit_code": "0:15", "restarts": 0, "workdir": "/home/alice/", "output": "out-%A_%a-%N.txt", "steps": [],
+            "message": null, "uid": 1000, "array_job_id": 32, "array_task_id": 1
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn iso_dates() {
+        assert_eq!(iso(0), "1970-01-01T00:00:00");
+        assert_eq!(iso(1_796_083_200 + 3661), "2026-12-01T01:01:01");
+    }
+
+    #[test]
+    fn paths_and_selection() {
+        let j = job();
+        assert_eq!(stdout_path(&j, &j.output), "/home/alice/out-32_1-node1.txt");
+        assert_eq!(stdout_path(&j, "/abs/%j.out"), "/abs/33.out");
+        assert!(selects("32", &j) && selects("32_1", &j) && selects("33", &j) && !selects("3", &j));
+        assert_eq!(elapsed(&j, 1000), 11);
+        assert_eq!(exit_parts(&j), (0, 15));
+    }
+
+    #[test]
+    fn data_parser_shapes() {
+        let v = job_info_json(&job(), 200);
+        assert_eq!(v["job_state"], json!(["CANCELLED"]));
+        assert_eq!(v["time_limit"], json!({"set": true, "infinite": false, "number": 5}));
+        assert_eq!(v["exit_code"]["status"], json!(["SIGNALED"]));
+        assert_eq!(v["exit_code"]["signal"]["id"]["number"], 15);
+        assert_eq!(v["exit_code"]["signal"]["name"], "SIGTERM");
+        assert_eq!(v["array_job_id"]["number"], 32);
+        assert_eq!(v["array_task_id"]["number"], 1);
+        assert_eq!(v["user_name"], "alice");
+        assert_eq!(v["batch_host"], "node1");
+        assert_eq!(limit_minutes(None), json!({"set": false, "infinite": true, "number": 0}));
+        assert_eq!(node_state_list("drain"), vec!["IDLE", "DRAIN"]);
+        assert_eq!(meta(&["squeue"])["slurm"]["release"], "25.11.0");
+    }
+}

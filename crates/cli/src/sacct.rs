@@ -1,0 +1,383 @@
+//! `sacct`: accounting of jobs and their steps as Slurm's prints it: fields matched and sized
+//! as Slurm's (`JobName%20`, a `+` where a value is cut), `-p`/`-P`/`--delimiter`, `-b`, `-l`,
+//! `SACCT_FORMAT`, `-S`/`-E` in Slurm's time forms, `-s` states, `-X`, `--units`, durations as
+//! `[D-]HH:MM:SS`, cancelled jobs as `CANCELLED by UID`, and `--json` (data_parser v0.0.44).
+
+use anyhow::{Result, anyhow, bail};
+use client::Target;
+use serde_json::{Value, json};
+use wire::{JobInfo, StepInfo};
+
+use crate::common::now;
+use crate::query::{Opts, elapsed, exit_json, get, help, iso, limit_minutes, meta, num, selects, stdout_path, version};
+use slurmcli::{Layout, Unit};
+
+const HELP: &str = "Usage: sacct [OPTIONS]
+  -a, --allusers        display jobs of all users (those the caller may see)
+  -A, --accounts        comma separated list of accounts
+  -b, --brief           brief listing: jobid, state, exitcode
+  -D, --duplicates      accepted: Tandem keeps one record per job (its last run; Restarts counts the others)
+      --delimiter       the delimiter of -p and -P (default '|')
+  -E, --endtime         jobs that started before this time (now[-N{seconds|minutes|hours|days|weeks}],
+                        YYYY-MM-DD[THH:MM[:SS]], MMDD[YY], MM/DD[/YY], HH:MM[:SS], midnight, noon, ...)
+  -e, --helpformat      list the fields --format takes
+  -j, --jobs            comma separated list of jobs (job or job_task, a step selects its job)
+      --json            produce JSON output (data_parser v0.0.44)
+  -l, --long            long listing
+      --name            comma separated list of job names
+  -n, --noheader        no header
+      --noconvert       print sizes in the unit they are kept in
+  -o, --format          comma separated list of fields, each with an optional %width (JobName%20)
+  -p, --parsable        '|' after every field
+  -P, --parsable2       '|' between fields
+  -r, --partition       comma separated list of partitions
+  -s, --state           comma separated list of states (CA, CD, F, PD, R, TO, NF, OOM, ...)
+  -S, --starttime       jobs that ran after this time (default: midnight today, or any with -j or -s)
+      --units=[KMGTP]   the unit of sizes
+  -u, --user            comma separated list of users
+  -X, --allocations     the jobs' own lines only, not their steps
+  -V, --version         output version information and exit
+      --help            show this help message
+";
+
+/// `sacct`.
+pub(crate) fn sacct(args: &[String]) -> Result<i32> {
+    let mut a = Opts::new(args);
+    let t_now = now();
+    let bad = |e: slurmcli::Invalid| anyhow!("{}", e.0);
+    let (mut users, mut accounts, mut names, mut parts) =
+        (None::<Vec<String>>, None::<Vec<String>>, None::<Vec<String>>, None::<Vec<String>>);
+    let (mut fields, mut noheader, mut layout, mut no_steps, mut json) = (String::new(), false, Layout::Columns, false, false);
+    let (mut since, mut until, mut states) = (None, None, None::<Vec<&'static str>>);
+    let (mut brief, mut long, mut units, mut noconvert, mut delimiter) = (false, false, None::<Unit>, false, "|".to_string());
+    let mut ids: Option<Vec<String>> = None;
+    let list = |v: &str| v.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_string).collect::<Vec<_>>();
+    while let Some(x) = a.next() {
+        if let Some(v) = a.value(&x, Some("-u"), "user")?.or(a.value(&x, None, "uid")?) {
+            users = Some(list(&v));
+        } else if let Some(v) = a.value(&x, Some("-j"), "jobs")? {
+            let l = ids.get_or_insert_with(Vec::new);
+            for id in list(&v) {
+                // A step (`12.batch`, `12.0`) selects its job.
+                let job = id.split('.').next().unwrap_or(&id);
+                if job.split('_').any(|p| p.is_empty() || !p.bytes().all(|b| b.is_ascii_digit())) || job.split('_').count() > 2 {
+                    bail!("Invalid job id: {id}");
+                }
+                l.push(job.to_string());
+            }
+        } else if let Some(v) = a.value(&x, Some("-o"), "format")?.or(a.value(&x, None, "fields")?) {
+            fields.push_str(&v);
+            fields.push(',');
+        } else if let Some(v) = a.value(&x, Some("-S"), "starttime")? {
+            since = Some(slurmcli::parse_when(&v, t_now).map_err(bad)?);
+        } else if let Some(v) = a.value(&x, Some("-E"), "endtime")? {
+            until = Some(slurmcli::parse_when(&v, t_now).map_err(bad)?);
+        } else if let Some(v) = a.value(&x, Some("-s"), "state")? {
+            states = Some(slurmcli::parse_states(&v).map_err(bad)?);
+        } else if let Some(v) = a.value(&x, Some("-A"), "accounts")?.or(a.value(&x, None, "account")?) {
+            accounts = Some(list(&v));
+        } else if let Some(v) = a.value(&x, Some("-r"), "partition")? {
+            parts = Some(list(&v));
+        } else if let Some(v) = a.value(&x, None, "name")? {
+            names = Some(list(&v));
+        } else if let Some(v) = a.value(&x, None, "units")? {
+            units = Some(slurmcli::parse_unit(&v).map_err(bad)?);
+        } else if let Some(v) = a.value(&x, None, "delimiter")? {
+            delimiter = v;
+        } else {
+            match x.as_str() {
+                "-n" | "--noheader" => noheader = true,
+                "-p" | "--parsable" => layout = Layout::Parsable,
+                "-P" | "--parsable2" => layout = Layout::Parsable2,
+                "-X" | "--allocations" => no_steps = true,
+                "-a" | "--allusers" | "-D" | "--duplicates" | "-v" | "--verbose" | "-L" | "--allclusters" => {}
+                "-b" | "--brief" => brief = true,
+                "-l" | "--long" => long = true,
+                "--noconvert" => noconvert = true,
+                "--json" => json = true,
+                "-e" | "--helpformat" => {
+                    for row in slurmcli::SACCT_FIELDS.chunks(4) {
+                        println!("{}", row.iter().map(|(n, _)| format!("{n:<20}")).collect::<String>().trim_end());
+                    }
+                    return Ok(0);
+                }
+                "-h" | "--help" => return help(HELP),
+                "--usage" => {
+                    return help("Usage: sacct [-abDlnPpX] [-j jobs] [-o fields] [-S time] [-E time] [-s states] [-u users] [--json]\n");
+                }
+                "-V" | "--version" => return version(),
+                o => bail!("unrecognized option '{o}'\nTry \"sacct --help\" for more information"),
+            }
+        }
+    }
+    if brief {
+        fields.push_str(slurmcli::SACCT_BRIEF);
+        fields.push(',');
+    }
+    if long {
+        fields.push_str(slurmcli::SACCT_LONG);
+        fields.push(',');
+    }
+    if fields.is_empty() {
+        fields = std::env::var("SACCT_FORMAT").ok().filter(|v| !v.trim().is_empty()).unwrap_or_else(|| slurmcli::SACCT_DEFAULT.into());
+    }
+    let cols = slurmcli::parse_sacct_fields(&fields).map_err(bad)?;
+    // Slurm's default window starts at midnight today, unless jobs or states are named.
+    let since = since.unwrap_or(if ids.is_some() || states.is_some() { 0 } else { t_now - t_now.rem_euclid(86400) });
+    if let Some(u) = until
+        && u < since
+    {
+        bail!("Start time ({}) requested is after end time ({}).", iso(since), iso(u));
+    }
+    let mut q = vec![format!("since={since}")];
+    if let Some([u]) = users.as_deref() {
+        q.push(format!("user={u}"));
+    }
+    let mut jobs: Vec<JobInfo> = get(&Target::from_env()?, &format!("/v1/history?{}", q.join("&")))?;
+    jobs.retain(|j| {
+        ids.as_ref().is_none_or(|w| w.iter().any(|x| selects(x, j)))
+            && users.as_ref().is_none_or(|u| u.contains(&j.user) || u.contains(&j.uid.to_string()))
+            && accounts.as_ref().is_none_or(|v| v.contains(&j.account))
+            && names.as_ref().is_none_or(|v| v.contains(&j.name))
+            && parts.as_ref().is_none_or(|v| v.contains(&j.partition))
+            && states.as_ref().is_none_or(|s| s.contains(&j.state.as_str()))
+            && until.is_none_or(|u| j.start.filter(|_| !j.start_estimated).unwrap_or(j.submit) <= u)
+    });
+    if json {
+        let items = jobs.iter().map(|j| job_json(j, t_now)).collect::<Vec<_>>();
+        let v = json!({"jobs": items, "meta": meta(&["sacct", "--json"]), "errors": [], "warnings": []});
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(0);
+    }
+    let units = if noconvert { Some(Unit::M) } else { units };
+    if !noheader {
+        let names: Vec<String> = cols.iter().map(|c| c.name.to_string()).collect();
+        println!("{}", slurmcli::sacct_line(&cols, &names, layout, &delimiter));
+        if layout == Layout::Columns {
+            println!("{}", slurmcli::sacct_rule(&cols));
+        }
+    }
+    for j in &jobs {
+        let vals: Vec<String> = cols.iter().map(|c| job_value(c.name, j, t_now, units)).collect();
+        println!("{}", slurmcli::sacct_line(&cols, &vals, layout, &delimiter));
+        if !no_steps {
+            for s in &j.steps {
+                let vals: Vec<String> = cols.iter().map(|c| step_value(c.name, j, s, t_now)).collect();
+                println!("{}", slurmcli::sacct_line(&cols, &vals, layout, &delimiter));
+            }
+        }
+    }
+    Ok(0)
+}
+
+/// The memory a job asked for in all, MiB.
+fn req_mem(j: &JobInfo) -> u64 {
+    match (j.mem_per_node_mb, j.mem_per_cpu_mb) {
+        (Some(m), _) => m.saturating_mul(j.nodes as u64),
+        (None, Some(m)) => m.saturating_mul(j.cpus as u64),
+        _ => 0,
+    }
+}
+
+/// TRES as Slurm lists them, by name: `billing=4,cpu=4,gres/gpu=2,mem=8G,node=1`.
+fn tres(j: &JobInfo) -> String {
+    let mut v = vec![format!("billing={}", j.cpus), format!("cpu={}", j.cpus)];
+    if j.gpus > 0 {
+        v.push(format!("gres/gpu={}", j.gpus));
+    }
+    let mem = req_mem(j);
+    if mem > 0 {
+        v.push(format!("mem={}", slurmcli::size(mem as f64, Unit::M, None)));
+    }
+    v.push(format!("node={}", j.nodes));
+    v.join(",")
+}
+
+/// A job's state as sacct prints it: `CANCELLED by UID` for one a user cancelled.
+fn state(j: &JobInfo) -> String {
+    match (j.state.as_str(), j.cancelled_by) {
+        ("CANCELLED", Some(uid)) => format!("CANCELLED by {uid}"),
+        (s, _) => s.to_string(),
+    }
+}
+
+fn job_value(field: &str, j: &JobInfo, t: i64, units: Option<Unit>) -> String {
+    let el = elapsed(j, t);
+    let started = j.start.is_some() && !j.start_estimated;
+    match field {
+        "JobID" => j.display_id.clone(),
+        "JobIDRaw" => j.id.to_string(),
+        "JobName" => j.name.clone(),
+        // Recorded with the job (its owner and root see them).
+        "Comment" | "WCKey" => j.recorded.iter().find(|(k, _)| k == field).map(|(_, v)| v.clone()).unwrap_or_default(),
+        "Partition" => j.partition.clone(),
+        "Account" => j.account.clone(),
+        "User" => j.user.clone(),
+        "UID" => j.uid.to_string(),
+        "GID" | "Group" => j.gid.to_string(),
+        "AllocCPUS" | "NCPUS" => if started || j.state != "PENDING" { j.cpus } else { 0 }.to_string(),
+        "ReqCPUS" => j.cpus.to_string(),
+        "AllocNodes" => if started { j.nodes } else { 0 }.to_string(),
+        "NNodes" | "ReqNodes" => j.nodes.to_string(),
+        "NTasks" => String::new(),
+        "AllocTRES" => {
+            if started {
+                tres(j)
+            } else {
+                String::new()
+            }
+        }
+        "ReqTRES" => tres(j),
+        "ReqMem" => slurmcli::size(req_mem(j) as f64, Unit::M, units),
+        "State" => state(j),
+        "ExitCode" => j.exit_code.clone(),
+        "DerivedExitCode" => j.exit_code.clone(),
+        "Elapsed" => slurmcli::hms(Some(el)),
+        "ElapsedRaw" => el.to_string(),
+        "CPUTime" => slurmcli::hms(Some(el * j.cpus as i64)),
+        "CPUTimeRAW" => (el * j.cpus as i64).to_string(),
+        "NodeList" => {
+            if j.nodelist.is_empty() {
+                "None assigned".into()
+            } else {
+                j.nodelist.clone()
+            }
+        }
+        "Start" => j.start.filter(|_| started).map_or("Unknown".into(), iso),
+        "End" => j.end.map_or("Unknown".into(), iso),
+        "Submit" | "Eligible" => iso(j.submit),
+        "Timelimit" => slurmcli::hms(j.time_limit),
+        "TimelimitRaw" => j.time_limit.map_or("UNLIMITED".into(), |l| (l / 60).to_string()),
+        "Restarts" => j.restarts.to_string(),
+        // Why it waits, or why it failed to start (a path its user may not use).
+        "Reason" => j.message.clone().unwrap_or_else(|| j.reason.clone()),
+        "QOS" | "QOSREQ" => j.qos.clone(),
+        "WorkDir" => j.workdir.clone(),
+        "StdOut" => stdout_path(j, &j.output),
+        "StdErr" => stdout_path(j, j.error.as_deref().unwrap_or(&j.output)),
+        "StdIn" => "/dev/null".into(),
+        "Constraints" => j.features.join("&"),
+        "Cluster" => "tandem".into(),
+        "Suspended" => "00:00:00".into(),
+        _ => String::new(),
+    }
+}
+
+/// A step's state: a cancelled job's steps are CANCELLED, as Slurm's.
+fn step_state(j: &JobInfo, s: &StepInfo) -> &'static str {
+    if !s.done {
+        "RUNNING"
+    } else if j.state == "CANCELLED" && (s.exit_code > 128 || s.id == "batch") {
+        "CANCELLED"
+    } else if s.timed_out {
+        "TIMEOUT"
+    } else if s.exit_code == 0 {
+        "COMPLETED"
+    } else {
+        "FAILED"
+    }
+}
+
+/// A step's exit code as `code:signal` (a task killed by signal n reports 128 + n).
+fn step_exit(s: &StepInfo) -> String {
+    if s.exit_code > 128 { format!("0:{}", s.exit_code - 128) } else { format!("{}:0", s.exit_code) }
+}
+
+fn step_value(field: &str, j: &JobInfo, s: &StepInfo, t: i64) -> String {
+    let el = (s.end.unwrap_or(t) - s.start).max(0);
+    let cpus = if s.cpus > 0 { s.cpus } else { j.cpus };
+    match field {
+        "JobID" | "JobIDRaw" => format!("{}.{}", if field == "JobID" { j.display_id.clone() } else { j.id.to_string() }, s.id),
+        "JobName" => s.name.clone(),
+        "Account" => j.account.clone(),
+        "User" | "UID" | "GID" | "Group" | "Partition" | "ReqMem" | "Timelimit" | "QOS" | "Submit" | "Eligible" => String::new(),
+        "AllocCPUS" | "NCPUS" | "ReqCPUS" => cpus.to_string(),
+        "NNodes" | "AllocNodes" => slurmcli::expand(&s.nodelist, 100_000).map_or(0, |v| v.len()).to_string(),
+        "NTasks" => s.ntasks.to_string(),
+        "AllocTRES" | "ReqTRES" => format!("cpu={cpus},node={}", slurmcli::expand(&s.nodelist, 100_000).map_or(0, |v| v.len())),
+        "State" => step_state(j, s).into(),
+        "ExitCode" => step_exit(s),
+        "Elapsed" => slurmcli::hms(Some(el)),
+        "ElapsedRaw" => el.to_string(),
+        "CPUTime" => slurmcli::hms(Some(el * cpus as i64)),
+        "CPUTimeRAW" => (el * cpus as i64).to_string(),
+        "NodeList" => s.nodelist.clone(),
+        "Start" => iso(s.start),
+        "End" => s.end.map_or("Unknown".into(), iso),
+        "WorkDir" => j.workdir.clone(),
+        "Cluster" => "tandem".into(),
+        _ => String::new(),
+    }
+}
+
+/// A job's TRES as data_parser's `TRES_LIST`: `[{type, name, id, count}]` (memory in MiB).
+fn tres_json(j: &JobInfo) -> Value {
+    let mut v = vec![
+        json!({"type": "cpu", "name": "", "id": 1, "count": j.cpus}),
+        json!({"type": "node", "name": "", "id": 4, "count": j.nodes}),
+        json!({"type": "billing", "name": "", "id": 5, "count": j.cpus}),
+    ];
+    let mem = req_mem(j);
+    if mem > 0 {
+        v.insert(1, json!({"type": "mem", "name": "", "id": 2, "count": mem}));
+    }
+    if j.gpus > 0 {
+        v.push(json!({"type": "gres", "name": "gpu", "id": 1001, "count": j.gpus}));
+    }
+    Value::Array(v)
+}
+
+/// A job as `sacct --json` gives it (data_parser's `JOB`).
+fn job_json(j: &JobInfo, t: i64) -> Value {
+    let el = elapsed(j, t);
+    let steps: Vec<Value> = j
+        .steps
+        .iter()
+        .map(|s| {
+            let (code, sig) = if s.exit_code > 128 { (0, s.exit_code as i64 - 128) } else { (s.exit_code as i64, 0) };
+            json!({
+                "step": {"id": format!("{}.{}", j.id, s.id), "name": s.name},
+                "state": [step_state(j, s)],
+                "exit_code": {"status": [if sig > 0 { "SIGNALED" } else if code == 0 { "SUCCESS" } else { "ERROR" }],
+                              "return_code": num(Some(code)), "signal": {"id": num((sig > 0).then_some(sig)), "name": ""}},
+                "nodes": {"count": slurmcli::expand(&s.nodelist, 100_000).map_or(0, |v| v.len()), "range": s.nodelist},
+                "tasks": {"count": s.ntasks},
+                "time": {"start": num(Some(s.start)), "end": num(Some(s.end.unwrap_or(0))), "elapsed": (s.end.unwrap_or(t) - s.start).max(0)},
+            })
+        })
+        .collect();
+    json!({
+        "account": j.account,
+        "array": {"job_id": j.array_job_id.unwrap_or(0), "task_id": num(j.array_task_id.map(i64::from)),
+                  "limits": {"max": {"running": {"tasks": j.array_max_running.unwrap_or(0)}}}, "task": ""},
+        "cluster": "tandem",
+        "constraints": j.features.join("&"),
+        "exit_code": exit_json(j),
+        "derived_exit_code": exit_json(j),
+        "group": j.gid.to_string(),
+        "job_id": j.id,
+        "name": j.name,
+        "nodes": j.nodelist,
+        "partition": j.partition,
+        "qos": j.qos,
+        "required": {"CPUs": j.cpus, "memory_per_node": num(j.mem_per_node_mb.map(|m| m as i64)), "memory_per_cpu": num(j.mem_per_cpu_mb.map(|m| m as i64))},
+        "kill_request_user": j.cancelled_by.map(|u| u.to_string()).unwrap_or_default(),
+        "restart_cnt": j.restarts,
+        "state": {"current": [j.state], "reason": j.reason},
+        "steps": steps,
+        "stdout_expanded": stdout_path(j, &j.output),
+        "stderr_expanded": stdout_path(j, j.error.as_deref().unwrap_or(&j.output)),
+        "time": {
+            "elapsed": el,
+            "eligible": j.submit,
+            "end": j.end.unwrap_or(0),
+            "start": j.start.filter(|_| !j.start_estimated).unwrap_or(0),
+            "submission": j.submit,
+            "limit": limit_minutes(j.time_limit),
+            "suspended": 0,
+        },
+        "tres": {"allocated": if j.start.is_some() && !j.start_estimated { tres_json(j) } else { json!([]) }, "requested": tres_json(j)},
+        "user": j.user,
+        "working_directory": j.workdir,
+    })
+}

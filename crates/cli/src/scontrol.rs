@@ -1,0 +1,331 @@
+//! `scontrol`: `show job [ID]` (every job, or one, an array task by `32_3` or all of an
+//! array's), `show node [NAME]`, `show partition [NAME]`, `show config`, `show hostnames`,
+//! `show hostlist`, `-o` (one line per record), `--json`, `ping`, and the actions (`hold`,
+//! `release`, `requeue`, `update`, `delete`).
+
+use anyhow::{Context, Result, anyhow, bail};
+use client::{Target, send};
+use std::collections::HashMap;
+use wire::{JobInfo, NodeInfo};
+
+use crate::common::{now, runtime};
+use crate::query::{
+    Opts, config, elapsed, get, help, iso, job_info_json, node_json, nodes, partition_json, print_reply, selects, stdout_path, version,
+};
+
+const HELP: &str = "Usage: scontrol [<OPTION>] [<COMMAND>]
+  Valid <OPTION> values are:
+     -o or --oneliner   Print information one line per record.
+     --json             Produce JSON output (data_parser v0.0.44) of show job, node, partition.
+     -V or --version    Print version information and exit.
+     --help             Print this description.
+
+  Valid <COMMAND> values are:
+     show job [<jobid>]               every job, or one (an array task as 32_3, all of an array as 32)
+     show node [<name>]               every node, or one
+     show partition [<name>]          every partition, or one
+     show config                      the cluster's settings
+     show hostnames [<hostlist>]      one host name a line (default $SLURM_JOB_NODELIST)
+     show hostlist <name,...>         a compressed host list
+     ping                             whether the controller answers
+     hold <jobid>                     hold a pending job
+     release <jobid>                  release a held job
+     requeue <jobid>                  requeue a job
+     update JobId=<id> TimeLimit=<t>  change a job's time limit
+     update NodeName=<n> State=DRAIN|RESUME [Reason=<r>]
+     delete NodeName=<hostlist>       delete nodes (administrators)
+";
+
+/// Prints records of `Key=Value` lines: indented three spaces per line, or on one line with
+/// `-o`, as Slurm's.
+fn print_record(lines: &[String], oneliner: bool) {
+    if oneliner {
+        println!("{}", lines.iter().map(|l| l.trim()).collect::<Vec<_>>().join(" "));
+    } else {
+        for (i, l) in lines.iter().enumerate() {
+            println!("{}{}", if i == 0 { "" } else { "   " }, l.trim());
+        }
+        println!();
+    }
+}
+
+fn or_null(s: &str) -> String {
+    if s.is_empty() { "(null)".into() } else { s.to_string() }
+}
+
+fn job_lines(j: &JobInfo, t: i64) -> Vec<String> {
+    let pending = j.state == "PENDING";
+    let run = if pending { 0 } else { elapsed(j, t) };
+    let mut v = vec![format!("JobId={} JobName={}", j.id, j.name)];
+    if let (Some(a), Some(k)) = (j.array_job_id, j.array_task_id) {
+        v[0] = format!("JobId={} ArrayJobId={a} ArrayTaskId={k} JobName={}", j.id, j.name);
+    }
+    v.push(format!("UserId={}({}) GroupId={} MCS_label=N/A", j.user, j.uid, j.gid));
+    v.push(format!("Priority=1 Nice={} Account={} QOS={}", j.nice, j.account, j.qos));
+    v.push(format!("JobState={} Reason={} Dependency={}", j.state, j.reason, or_null(&j.dependency)));
+    v.push(format!("Requeue=1 Restarts={} BatchFlag=1 Reboot=0 ExitCode={}", j.restarts, j.exit_code));
+    v.push(format!("RunTime={} TimeLimit={} TimeMin=N/A", slurmcli::hms(Some(run)), slurmcli::hms(j.time_limit)));
+    v.push(format!("SubmitTime={} EligibleTime={}", iso(j.submit), iso(j.submit)));
+    let start = j.start.map_or("Unknown".into(), iso);
+    let end = j.end.or_else(|| j.start.zip(j.time_limit).map(|(s, l)| s + l)).map_or("Unknown".into(), iso);
+    v.push(format!("StartTime={start} EndTime={end} Deadline=N/A"));
+    v.push(format!("Partition={} AllocNode:Sid=tandem:0", j.partition));
+    v.push(format!("ReqNodeList={} ExcNodeList={}", or_null(&j.req_nodes), or_null(&j.exc_nodes)));
+    v.push(format!("NodeList={}", or_null(&j.nodelist)));
+    v.push(format!("NumNodes={} NumCPUs={} NumTasks={} CPUs/Task={} ReqB:S:C:T=0:0:*:*", j.nodes, j.cpus, j.ntasks, j.cpus_per_task));
+    let mem = match (j.mem_per_node_mb, j.mem_per_cpu_mb) {
+        (_, Some(m)) => format!("MinMemoryCPU={}", slurmcli::size(m as f64, slurmcli::Unit::M, None)),
+        (m, None) => format!("MinMemoryNode={}", slurmcli::size(m.unwrap_or(0) as f64, slurmcli::Unit::M, None)),
+    };
+    v.push(format!("{mem} MinTmpDiskNode=0"));
+    v.push(format!("Features={} DelayBoot=00:00:00", if j.features.is_empty() { "(null)".into() } else { j.features.join("&") }));
+    if j.gpus > 0 {
+        v.push(format!("TresPerJob=gres/gpu:{}", j.gpus));
+    }
+    v.push("Command=(batch script)".into());
+    v.push(format!("WorkDir={}", j.workdir));
+    v.push(format!("StdErr={}", stdout_path(j, j.error.as_deref().unwrap_or(&j.output))));
+    v.push("StdIn=/dev/null".into());
+    v.push(format!("StdOut={}", stdout_path(j, &j.output)));
+    if !j.recorded.is_empty() {
+        // Recorded with no effect here: --comment, --wckey, --mail-*, --hint, ...
+        v.push(j.recorded.iter().map(|(k, x)| format!("{k}={x}")).collect::<Vec<_>>().join(" "));
+    }
+    if let Some(m) = &j.message {
+        v.push(format!("Message={m}"));
+    }
+    v
+}
+
+fn node_lines(n: &NodeInfo) -> Vec<String> {
+    let gres =
+        if n.gpus.0 > 0 { format!("gpu:{}:{}", n.gpus.2.clone().unwrap_or_else(|| "gpu".into()), n.gpus.0) } else { "(null)".into() };
+    let state = crate::query::node_state_list(&n.state).join("+");
+    let mut v = vec![
+        format!("NodeName={} Arch=x86_64 CoresPerSocket=1", n.name),
+        format!("CPUAlloc={} CPUEfctv={} CPUTot={} CPULoad=N/A", n.cpus.1, n.cpus.0, n.cpus.0),
+        format!("AvailableFeatures={}", if n.features.is_empty() { "(null)".into() } else { n.features.join(",") }),
+        format!("ActiveFeatures={}", if n.features.is_empty() { "(null)".into() } else { n.features.join(",") }),
+        format!("Gres={gres}"),
+        format!("NodeAddr={} NodeHostName={}", n.addr, n.name),
+        format!("RealMemory={} AllocMem={} FreeMem=N/A Sockets=1 Boards=1", n.memory_mb.0, n.memory_mb.1),
+        format!("State={state} ThreadsPerCore=1 TmpDisk=0 Weight=1"),
+        format!("Partitions={}", n.partitions.join(",")),
+        format!("CfgTRES={}", node_tres(n.cpus.0, n.memory_mb.0, n.gpus.0)),
+        format!("AllocTRES={}", if n.cpus.1 == 0 && n.gpus.1 == 0 { String::new() } else { node_tres(n.cpus.1, n.memory_mb.1, n.gpus.1) }),
+    ];
+    if let Some(r) = &n.reason {
+        v.push(format!("Reason={r}"));
+    }
+    v
+}
+
+/// A node's TRES as Slurm lists them: `cpu=4,mem=8G,billing=4,gres/gpu=2`.
+fn node_tres(cpus: u32, mem_mb: u64, gpus: u32) -> String {
+    let mut v = vec![format!("cpu={cpus}")];
+    if mem_mb > 0 {
+        v.push(format!("mem={}", slurmcli::size(mem_mb as f64, slurmcli::Unit::M, None)));
+    }
+    v.push(format!("billing={cpus}"));
+    if gpus > 0 {
+        v.push(format!("gres/gpu={gpus}"));
+    }
+    v.join(",")
+}
+
+fn limit(s: Option<i64>) -> String {
+    s.map_or_else(|| "UNLIMITED".into(), |s| slurmcli::hms(Some(s)))
+}
+
+/// `scontrol`.
+pub(crate) fn scontrol(args: &[String]) -> Result<i32> {
+    let (mut oneliner, mut json, mut words) = (false, false, Vec::new());
+    let mut a = Opts::new(args);
+    while let Some(x) = a.next() {
+        match x.as_str() {
+            "-o" | "--oneliner" => oneliner = true,
+            "--json" => json = true,
+            "-V" | "--version" | "version" if words.is_empty() => return version(),
+            "-h" | "--help" | "help" if words.is_empty() => return help(HELP),
+            "-d" | "--details" | "-a" | "--all" | "-v" | "--verbose" | "-Q" | "--quiet" => {}
+            o if o.starts_with('-') && words.is_empty() => bail!("unrecognized option '{o}'\nTry \"scontrol --help\" for more information"),
+            _ => words.push(x),
+        }
+    }
+    let w: Vec<&str> = words.iter().map(String::as_str).collect();
+    // The entity's name is case-insensitive and may be plural, as Slurm's.
+    let entity = w.get(1).map(|e| e.to_ascii_lowercase());
+    let entity = entity.as_deref().map(|e| e.trim_end_matches('s'));
+    match (w.first().map(|c| c.to_ascii_lowercase()).as_deref(), entity, w.get(2..).unwrap_or(&[])) {
+        (Some("show"), Some("hostname"), rest) if rest.len() <= 1 => {
+            let list = match rest.first() {
+                Some(l) => l.to_string(),
+                None => std::env::var("SLURM_JOB_NODELIST").context("no host list given and SLURM_JOB_NODELIST is not set")?,
+            };
+            let names = slurmcli::expand(&list, 1_000_000).map_err(|e| anyhow!("Invalid hostlist: {}", e.0))?;
+            for n in names {
+                println!("{n}");
+            }
+            Ok(0)
+        }
+        (Some("show"), Some("hostlist"), [list]) => {
+            let names = slurmcli::expand(list, 1_000_000).map_err(|e| anyhow!("Invalid hostlist: {}", e.0))?;
+            println!("{}", slurmcli::compress(&names));
+            Ok(0)
+        }
+        (Some("show"), Some("job"), rest) if rest.len() <= 1 => show_jobs(rest.first().copied(), oneliner, json),
+        (Some("show"), Some("node"), rest) if rest.len() <= 1 => {
+            let t = Target::from_env()?;
+            let mut list = nodes(&t)?;
+            if let Some(name) = rest.first() {
+                let want = slurmcli::expand(name, 100_000).map_err(|e| anyhow!("Invalid hostlist: {}", e.0))?;
+                list.retain(|n| want.contains(&n.name));
+                if list.is_empty() {
+                    bail!("Node {name} not found");
+                }
+            }
+            if json {
+                return print_reply("nodes", list.iter().map(node_json).collect(), &["scontrol", "show", "node", "--json"], now(), true);
+            }
+            for n in &list {
+                print_record(&node_lines(n), oneliner);
+            }
+            Ok(0)
+        }
+        (Some("show"), Some("partition"), rest) if rest.len() <= 1 => {
+            let t = Target::from_env()?;
+            let (cfg, all) = (config(&t)?, nodes(&t)?);
+            let mut parts = cfg.partitions;
+            if let Some(name) = rest.first() {
+                parts.retain(|p| p.name == *name);
+                if parts.is_empty() {
+                    bail!("Partition {name} not found");
+                }
+            }
+            if json {
+                let v = parts.iter().map(|p| partition_json(p, &all)).collect();
+                return print_reply("partitions", v, &["scontrol", "show", "partition", "--json"], now(), true);
+            }
+            for p in &parts {
+                let mine: Vec<&NodeInfo> = all.iter().filter(|n| n.partitions.contains(&p.name)).collect();
+                let names: Vec<String> = mine.iter().map(|n| n.name.clone()).collect();
+                let cpus: u32 = mine.iter().map(|n| n.cpus.0).sum();
+                print_record(
+                    &[
+                        format!("PartitionName={}", p.name),
+                        "AllowGroups=ALL AllowAccounts=ALL AllowQos=ALL".into(),
+                        format!("Default={} QoS=N/A", if p.default { "YES" } else { "NO" }),
+                        format!("DefaultTime={} DisableRootJobs=NO ExclusiveUser=NO GraceTime=0 Hidden=NO", limit(p.default_time)),
+                        format!("MaxNodes=UNLIMITED MaxTime={} MinNodes=0 LLN=NO", limit(p.max_time)),
+                        format!("Nodes={}", or_null(&slurmcli::compress(&names))),
+                        format!("PriorityJobFactor=1 PriorityTier={} RootOnly=NO ReqResv=NO OverSubscribe=NO", p.priority_tier),
+                        "OverTimeLimit=NONE PreemptMode=REQUEUE".into(),
+                        format!("State=UP TotalCPUs={cpus} TotalNodes={}", names.len()),
+                    ],
+                    oneliner,
+                );
+            }
+            Ok(0)
+        }
+        (Some("show"), Some("config"), []) => {
+            let cfg = config(&Target::from_env()?)?;
+            let (x, y, z) = crate::query::SLURM_VERSION;
+            println!("Configuration data as of {}", iso(now()));
+            let rows: Vec<(&str, String)> = vec![
+                ("ClusterName", cfg.cluster_name.clone()),
+                ("KillWait", format!("{} sec", cfg.kill_wait)),
+                ("MaxArraySize", cfg.max_array.to_string()),
+                ("MinJobAge", format!("{} sec", cfg.min_job_age)),
+                ("PartitionNames", cfg.partitions.iter().map(|p| p.name.clone()).collect::<Vec<_>>().join(",")),
+                ("QOSNames", cfg.qos.join(",")),
+                ("SchedulerType", cfg.scheduler.clone()),
+                ("SlurmctldTimeout", format!("{} sec", cfg.lease)),
+                ("SLURM_VERSION", format!("{x}.{y}.{z}")),
+                ("TandemVersion", env!("CARGO_PKG_VERSION").into()),
+            ];
+            for (k, v) in rows {
+                println!("{k:<23} = {v}");
+            }
+            Ok(0)
+        }
+        (Some("ping"), None, _) => {
+            let t = Target::from_env()?;
+            let up = runtime()?.block_on(send(&t, "GET", "/healthz", None::<&()>, &[])).is_ok_and(|r| r.status < 400);
+            println!(
+                "Slurmctld(primary) at {} is {}",
+                std::env::var("TANDEM_SERVER").unwrap_or_else(|_| "localhost".into()),
+                if up { "UP" } else { "DOWN" }
+            );
+            Ok(if up { 0 } else { 1 })
+        }
+        _ => actions(&words),
+    }
+}
+
+/// `scontrol show job [ID]`.
+fn show_jobs(id: Option<&str>, oneliner: bool, json: bool) -> Result<i32> {
+    let t = Target::from_env()?;
+    let mut list: Vec<JobInfo> = get(&t, "/v1/jobs?all=true")?;
+    if let Some(id) = id {
+        let valid = id.split('_').count() <= 2 && id.split('_').all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()));
+        if !valid {
+            bail!("Invalid job id specified: {id}");
+        }
+        list.retain(|j| selects(id, j));
+        if list.is_empty() {
+            // One the controller no longer holds in memory: ask for it by id.
+            match id.parse::<u64>().ok().map(|n| get::<JobInfo>(&t, &format!("/v1/jobs/{n}"))) {
+                Some(Ok(j)) => list.push(j),
+                _ => bail!("Invalid job id specified"),
+            }
+        }
+    }
+    let t_now = now();
+    if json {
+        return print_reply(
+            "jobs",
+            list.iter().map(|j| job_info_json(j, t_now)).collect(),
+            &["scontrol", "show", "job", "--json"],
+            t_now,
+            true,
+        );
+    }
+    if list.is_empty() {
+        println!("No jobs in the system");
+    }
+    for j in &list {
+        print_record(&job_lines(j, t_now), oneliner);
+    }
+    Ok(0)
+}
+
+/// The actions: hold, release, requeue, update, delete.
+fn actions(args: &[String]) -> Result<i32> {
+    let t = Target::from_env()?;
+    let rt = runtime()?;
+    let kv: HashMap<String, String> =
+        args.iter().filter_map(|a| a.split_once('=').map(|(k, v)| (k.to_ascii_lowercase(), v.to_string()))).collect();
+    let action = |id: &str, body: serde_json::Value| -> Result<i32> {
+        let id: u64 = id.parse().with_context(|| format!("Invalid job id specified: {id}"))?;
+        rt.block_on(send(&t, "POST", &format!("/v1/jobs/{id}"), Some(&body), &[]))?.ok()?;
+        Ok(0)
+    };
+    match args.iter().map(String::as_str).collect::<Vec<_>>().as_slice() {
+        ["hold", id] => action(id, serde_json::json!({"action": "hold"})),
+        ["release", id] => action(id, serde_json::json!({"action": "release"})),
+        ["requeue", id] => action(id, serde_json::json!({"action": "requeue"})),
+        ["update", ..] if kv.contains_key("jobid") => {
+            let limit = kv.get("timelimit").context("scontrol update JobId=.. needs TimeLimit=..")?;
+            let secs = slurmcli::parse_time(limit).map_err(|e| anyhow!("{}", e.0))?.unwrap_or(i64::MAX / 4);
+            action(&kv["jobid"], serde_json::json!({"action": "update", "time_limit": secs}))
+        }
+        ["update", ..] if kv.contains_key("nodename") => {
+            let state = kv.get("state").context("scontrol update NodeName=.. needs State=DRAIN or State=RESUME")?;
+            let body = serde_json::json!({"state": state, "reason": kv.get("reason")});
+            rt.block_on(send(&t, "POST", &format!("/v1/nodes/{}", kv["nodename"]), Some(&body), &[]))?.ok()?;
+            Ok(0)
+        }
+        ["delete", ..] if kv.contains_key("nodename") => crate::slurm::delete_nodes(&kv["nodename"]),
+        _ => bail!("invalid scontrol command: {}\n{HELP}", args.join(" ")),
+    }
+}

@@ -1,0 +1,193 @@
+//! `sinfo`: partitions and nodes as Slurm's (`-N`, `-R`, `-l`, `-s`, `-o` codes with widths,
+//! `-O` long names, `-p`, `-h`, `SINFO_FORMAT`, `--json` in data_parser v0.0.44's shape).
+
+use anyhow::{Result, anyhow, bail};
+use client::Target;
+use serde_json::json;
+use wire::{NodeInfo, PartitionInfo};
+
+use crate::common::now;
+use crate::query::{Opts, config, help, node_json, nodes, print_reply, version};
+use slurmcli::SINFO_FIELDS;
+
+const HELP: &str = "Usage: sinfo [OPTIONS]
+  -h, --noheader             no headers on output
+      --json                 produce JSON output (data_parser v0.0.44)
+  -l, --long                 long output
+  -N, --Node                 node-centric format
+  -o, --format=format        format specification (%P %a %l %D %t %N %c %m %G %E %C %F %A ...)
+  -O, --Format=format        long format specification (Partition,NodeList:30,...)
+  -p, --partition=partition  report on specific partition(s)
+  -R, --list-reasons         list reason nodes are down or drained
+  -s, --summarize            report state summary only
+  -V, --version              output version information and exit
+      --help                 show this help message
+";
+
+/// What one line of `sinfo` describes: a partition's nodes in one state (or one node).
+struct Group<'a> {
+    part: &'a PartitionInfo,
+    nodes: Vec<&'a NodeInfo>,
+}
+
+/// `sinfo`.
+pub(crate) fn sinfo(args: &[String]) -> Result<i32> {
+    let (mut node_oriented, mut reasons, mut header, mut long, mut summarize, mut json) = (false, false, true, false, false, false);
+    let (mut fmt, mut long_fmt, mut parts) = (None, None, None::<Vec<String>>);
+    let mut a = Opts::new(args);
+    while let Some(x) = a.next() {
+        if let Some(v) = a.value(&x, Some("-o"), "format")? {
+            fmt = Some(v);
+        } else if let Some(v) = a.value(&x, Some("-O"), "Format")? {
+            long_fmt = Some(v);
+        } else if let Some(v) = a.value(&x, Some("-p"), "partition")? {
+            parts = Some(v.split(',').map(str::to_string).collect());
+        } else {
+            match x.as_str() {
+                "-N" | "--Node" => node_oriented = true,
+                "-R" | "--list-reasons" => reasons = true,
+                "-l" | "--long" => long = true,
+                "-s" | "--summarize" => summarize = true,
+                "-h" | "--noheader" => header = false,
+                "-a" | "--all" | "-v" | "--verbose" => {}
+                "--json" => json = true,
+                "--help" => return help(HELP),
+                "--usage" => return help("Usage: sinfo [-alNRsv] [-p partition] [-o format] [-O format] [--json]\n"),
+                "-V" | "--version" => return version(),
+                o => bail!("unrecognized option '{o}'\nTry \"sinfo --help\" for more information"),
+            }
+        }
+    }
+    let t = Target::from_env()?;
+    let (list, cfg) = (nodes(&t)?, config(&t)?);
+    let mut partitions = cfg.partitions.clone();
+    if let Some(p) = &parts {
+        partitions.retain(|x| p.contains(&x.name));
+    }
+    if json {
+        let mut items = Vec::new();
+        for p in &partitions {
+            for n in list.iter().filter(|n| n.partitions.contains(&p.name)) {
+                let mut v = json!({"node": {"state": crate::query::node_state_list(&n.state)}, "nodes": {"nodes": [n.name], "total": 1,
+                    "allocated": u32::from(n.state == "allocated" || n.state == "mixed"), "idle": u32::from(n.state == "idle")},
+                    "cpus": {"allocated": n.cpus.1, "idle": n.cpus.0.saturating_sub(n.cpus.1), "other": 0, "total": n.cpus.0},
+                    "memory": {"minimum": n.memory_mb.0, "maximum": n.memory_mb.0, "allocated": n.memory_mb.1},
+                    "partition": crate::query::partition_json(p, &list), "reason": {"description": n.reason.clone().unwrap_or_default()}});
+                v["node_info"] = node_json(n);
+                items.push(v);
+            }
+        }
+        return print_reply("sinfo", items, &["sinfo", "--json"], now(), false);
+    }
+    if reasons && fmt.is_none() && long_fmt.is_none() {
+        if header {
+            println!("{:<20} {:<9} NODELIST", "REASON", "STATE");
+        }
+        for n in list.iter().filter(|n| n.reason.is_some()) {
+            println!("{:<20} {:<9} {}", n.reason.clone().unwrap_or_default(), n.state, n.name);
+        }
+        return Ok(0);
+    }
+    if fmt.is_none() && long_fmt.is_none() {
+        fmt = std::env::var("SINFO_FORMAT").ok().filter(|v| !v.is_empty());
+    }
+    let default = match (node_oriented, long, summarize) {
+        (_, _, true) => "%9P %.5a %.10l %.16F  %N",
+        (true, true, _) => "%N %.6D %.9P %.11T %.4c %.8z %.6m %.8d %.6w %.8f %20E",
+        (true, false, _) => "%N %.6D %.9P %6t",
+        (false, true, _) => "%9P %.5a %.10l %.10s %.4r %.8h %.10g %.6D %.11T %N",
+        (false, false, _) => "%9P %.5a %.10l %.6D %.6t %N",
+    };
+    // Tandem's own node-oriented layout (with CPUs, memory and GPUs) when nothing is asked.
+    if node_oriented && !long && fmt.is_none() && long_fmt.is_none() {
+        fmt = Some("%12N %.5D %9P %10t %.9C %.10m %16G %E".into());
+    }
+    let items = match (&fmt, &long_fmt) {
+        (Some(f), _) => slurmcli::parse_percent(f, SINFO_FIELDS, "node"),
+        (None, Some(f)) => slurmcli::parse_long(f, SINFO_FIELDS, "node"),
+        _ => slurmcli::parse_percent(default, SINFO_FIELDS, "node"),
+    }
+    .map_err(|e| anyhow!("{}", e.0))?;
+    let mut groups: Vec<Group<'_>> = Vec::new();
+    let by_state =
+        !summarize && fmt.is_none() && long_fmt.is_none() || slurmcli::fields_used(&items).iter().any(|f| f.starts_with("State"));
+    for p in &partitions {
+        for n in list.iter().filter(|n| n.partitions.contains(&p.name)) {
+            let same = groups.iter_mut().find(|g| std::ptr::eq(g.part, p) && !node_oriented && (!by_state || g.nodes[0].state == n.state));
+            match same {
+                Some(g) => g.nodes.push(n),
+                None => groups.push(Group { part: p, nodes: vec![n] }),
+            }
+        }
+    }
+    if header && long {
+        crate::query::print_date(now());
+    }
+    if header {
+        let h = |f: &str| match (f, node_oriented) {
+            ("NodeList", true) => "NODELIST".to_string(),
+            ("CPUsState", true) => "CPUS(A/T)".to_string(),
+            _ => slurmcli::header_of(SINFO_FIELDS, f).to_string(),
+        };
+        println!("{}", slurmcli::render(&items, h, &[]));
+    }
+    for g in &groups {
+        println!("{}", slurmcli::render(&items, |f| value(f, g, node_oriented), &[]));
+    }
+    Ok(0)
+}
+
+fn value(f: &str, g: &Group<'_>, node_oriented: bool) -> String {
+    let n0 = g.nodes[0];
+    let names: Vec<String> = g.nodes.iter().map(|n| n.name.clone()).collect();
+    let count = |s: &[&str]| g.nodes.iter().filter(|n| s.contains(&n.state.as_str())).count();
+    let (alloc, idle) = (count(&["allocated", "mixed"]), count(&["idle"]));
+    let other = g.nodes.len() - alloc - idle;
+    let limit = |s: Option<i64>| s.map_or_else(|| "infinite".into(), slurmcli::squeue_secs);
+    match f {
+        "Partition" => format!("{}{}", g.part.name, if g.part.default { "*" } else { "" }),
+        "PartitionName" => g.part.name.clone(),
+        "Available" => "up".into(),
+        "Time" => limit(g.part.max_time),
+        "DefaultTime" => limit(g.part.default_time),
+        "Nodes" => g.nodes.len().to_string(),
+        "NodeList" | "NodeHost" => slurmcli::compress(&names),
+        "NodeAddr" => g.nodes.iter().map(|n| n.addr.clone()).collect::<Vec<_>>().join(","),
+        "StateCompact" | "StateLong" | "StateComplete" => n0.state.clone(),
+        "NodeAIOT" => format!("{alloc}/{idle}/{other}/{}", g.nodes.len()),
+        "NodeAI" => format!("{alloc}/{idle}"),
+        "CPUs" => n0.cpus.0.to_string(),
+        "CPUsState" => {
+            let (a, t): (u32, u32) = g.nodes.iter().fold((0, 0), |(a, t), n| (a + n.cpus.1, t + n.cpus.0));
+            if node_oriented { format!("{a}/{t}") } else { format!("{a}/{}/0/{t}", t - a) }
+        }
+        "CPUsLoad" => "N/A".into(),
+        "Memory" => n0.memory_mb.0.to_string(),
+        "FreeMem" => n0.memory_mb.0.saturating_sub(n0.memory_mb.1).to_string(),
+        "Gres" => {
+            if n0.gpus.0 > 0 {
+                format!("gpu:{}:{}", n0.gpus.2.clone().unwrap_or_else(|| "gpu".into()), n0.gpus.0)
+            } else {
+                "(null)".into()
+            }
+        }
+        "Features" => {
+            if n0.features.is_empty() {
+                "(null)".into()
+            } else {
+                n0.features.join(",")
+            }
+        }
+        "Reason" => n0.reason.clone().unwrap_or_else(|| "none".into()),
+        "PriorityTier" => g.part.priority_tier.to_string(),
+        "Size" => "1-infinite".into(),
+        "Root" => "no".into(),
+        "OverSubscribe" => "NO".into(),
+        "Groups" => "all".into(),
+        "SocketCoreThread" => format!("1:{}:1", n0.cpus.0),
+        "Disk" => "0".into(),
+        "Weight" => "1".into(),
+        "Cluster" => "tandem".into(),
+        _ => String::new(),
+    }
+}

@@ -1,0 +1,368 @@
+//! `squeue`: the jobs the controller holds, in Slurm's formats (`-o` codes with widths, `-O`
+//! long names, `-l`, `--start`), filtered (`-u -p -t -j -n -w -A -q --me`), sorted (`-S`),
+//! pending array tasks collapsed into one line (`32_[3-5]`) unless `-r`, repeated (`-i`), or
+//! as data_parser v0.0.44's JSON (`--json`). `SQUEUE_FORMAT`, `SQUEUE_FORMAT2`, `SQUEUE_SORT`,
+//! `SQUEUE_ARRAY` and the filters' `SQUEUE_*` variables are read as Slurm reads them.
+
+use anyhow::{Result, anyhow, bail};
+use client::Target;
+use std::collections::HashMap;
+use wire::JobInfo;
+
+use crate::common::now;
+use crate::query::{Opts, get, help, iso, job_info_json, print_reply, selects, stdout_path, version};
+use slurmcli::SQUEUE_FIELDS;
+
+const USAGE: &str = "Usage: squeue [-A account] [--json] [-i seconds] [-j jobs] [-l] [--me] [-n names] [-o format] [-O fields]
+              [-p partitions] [-q qos] [-r] [-S fields] [--start] [-t states] [-u users] [-w nodes] [-hV] [--help]
+";
+
+const HELP: &str = "Usage: squeue [OPTIONS]
+  -A, --account=account(s)        comma separated list of accounts to view
+  -a, --all                       accepted (every partition is shown)
+  -h, --noheader                  no headers on output
+  -i, --iterate=seconds           specify an interation period
+  -j, --jobs=job(s)               comma separated list of jobs IDs to view
+      --json                      produce JSON output (data_parser v0.0.44)
+  -l, --long                      long report
+      --me                        equivalent to --user=<my username>
+  -n, --name=job_name(s)          comma separated list of job names to view
+  -o, --format=format             format specification (%i %j %u %t %M %l %L %D %C %P %R %p %e %m %c %E %F %K %o ...)
+  -O, --Format=format             long format specification (JobID,Name:30,TimeLeft:.10,...)
+  -p, --partition=partition(s)    comma separated list of partitions to view
+  -q, --qos=qos(s)                comma separated list of qos's to view
+  -r, --array                     display one job array element per line
+  -S, --sort=fields               comma separated list of fields to sort on (e.g. -t,e,S)
+      --start                     print expected start times of pending jobs
+  -t, --states=states             comma separated list of states to view
+  -u, --user=user_name(s)         comma separated list of users to view
+  -v, --verbose                   accepted
+  -w, --nodelist=hostlist         list of nodes to view
+  -V, --version                   output version information and exit
+
+Help options:
+  --help                          show this help message
+  --usage                         display a brief summary of squeue options
+";
+
+/// Fields printed right-justified without being cut (times, counts and node lists), as
+/// Slurm's squeue.
+const NEVER_CUT: &[&str] = &["TimeUsed", "TimeLimit", "TimeLeft", "NodeList", "ReasonList", "NumCPUs", "NumNodes"];
+
+/// One line of the listing: a job, or pending tasks of an array collapsed into it.
+struct Row<'a> {
+    job: &'a JobInfo,
+    /// The collapsed tasks' id (`32_[3-5]`).
+    id: Option<String>,
+}
+
+fn split_list(v: &str) -> Vec<String> {
+    v.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_string).collect()
+}
+
+/// `squeue`.
+pub(crate) fn squeue(args: &[String]) -> Result<i32> {
+    let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+    let mut a = Opts::new(args);
+    let mut users: Option<Vec<String>> = env("SQUEUE_USERS").map(|v| split_list(&v));
+    let mut parts: Option<Vec<String>> = env("SQUEUE_PARTITION").map(|v| split_list(&v));
+    let mut accounts: Option<Vec<String>> = env("SQUEUE_ACCOUNT").map(|v| split_list(&v));
+    let mut names: Option<Vec<String>> = env("SQUEUE_NAMES").map(|v| split_list(&v));
+    let mut qos: Option<Vec<String>> = env("SQUEUE_QOS").map(|v| split_list(&v));
+    let mut states: Option<Vec<&'static str>> =
+        env("SQUEUE_STATES").map(|v| slurmcli::parse_states(&v)).transpose().map_err(|e| anyhow!("{}", e.0))?;
+    let mut sort = env("SQUEUE_SORT");
+    let mut expand = env("SQUEUE_ARRAY").is_some();
+    let (mut fmt, mut long_fmt, mut noheader, mut start, mut long, mut json) = (None, None, false, false, false, false);
+    let (mut ids, mut nodes, mut iterate): (Option<Vec<String>>, Option<Vec<String>>, Option<u64>) = (None, None, None);
+    while let Some(x) = a.next() {
+        if let Some(v) = a.value(&x, Some("-u"), "user")?.or(a.value(&x, None, "users")?) {
+            users = Some(split_list(&v));
+        } else if let Some(v) = a.value(&x, Some("-p"), "partition")?.or(a.value(&x, None, "partitions")?) {
+            parts = Some(split_list(&v));
+        } else if let Some(v) = a.value(&x, Some("-t"), "states")?.or(a.value(&x, None, "state")?) {
+            states = Some(slurmcli::parse_states(&v).map_err(|e| anyhow!("{}", e.0))?);
+        } else if let Some(v) = a.value(&x, Some("-o"), "format")? {
+            if long_fmt.is_some() {
+                bail!("-o (--format) is incompatible with -O (--Format)");
+            }
+            fmt = Some(v);
+        } else if let Some(v) = a.value(&x, Some("-O"), "Format")? {
+            if fmt.is_some() {
+                bail!("-O (--Format) is incompatible with -o (--format)");
+            }
+            long_fmt = Some(v);
+        } else if let Some(v) = a.value(&x, Some("-j"), "jobs")? {
+            ids = Some(split_list(&v));
+        } else if let Some(v) = a.value(&x, Some("-n"), "name")? {
+            names = Some(split_list(&v));
+        } else if let Some(v) = a.value(&x, Some("-A"), "account")?.or(a.value(&x, None, "accounts")?) {
+            accounts = Some(split_list(&v));
+        } else if let Some(v) = a.value(&x, Some("-q"), "qos")? {
+            qos = Some(split_list(&v));
+        } else if let Some(v) = a.value(&x, Some("-w"), "nodelist")?.or(a.value(&x, None, "nodes")?) {
+            nodes = Some(slurmcli::expand(&v, 100_000).map_err(|e| anyhow!("'{v}' invalid entry for --nodelist: {}", e.0))?);
+        } else if let Some(v) = a.value(&x, Some("-S"), "sort")? {
+            sort = Some(v);
+        } else if let Some(v) = a.value(&x, Some("-i"), "iterate")? {
+            iterate = Some(v.parse().ok().filter(|n| *n > 0).ok_or_else(|| anyhow!("--iterate={v}: a positive number of seconds"))?);
+        } else {
+            match x.as_str() {
+                "-h" | "--noheader" => noheader = true,
+                "--start" => start = true,
+                "-l" | "--long" => long = true,
+                "-r" | "--array" => expand = true,
+                "-a" | "--all" | "-v" | "--verbose" | "--hide" | "--local" => {}
+                "--json" => json = true,
+                "--me" => users = Some(vec![me()]),
+                "--help" => return help(HELP),
+                "--usage" => return help(USAGE),
+                "-V" | "--version" => return version(),
+                o if !o.starts_with('-') && ids.is_none() => ids = Some(split_list(o)),
+                o => bail!("unrecognized option '{o}'\n{USAGE}Try \"squeue --help\" for more information"),
+            }
+        }
+    }
+    if let Some(bad) = ids.iter().flatten().find(|id| {
+        let job = id.split('.').next().unwrap_or(id);
+        job.split('_').count() > 2 || job.split('_').any(|p| p.is_empty() || !p.bytes().all(|b| b.is_ascii_digit()))
+    }) {
+        bail!("Invalid job id: {bad}");
+    }
+    if long && fmt.is_some() {
+        bail!("Options -o(--format) and -l(--long) are mutually exclusive. Please remove one and retry.");
+    }
+    if fmt.is_none() && long_fmt.is_none() && !long && !start {
+        fmt = env("SQUEUE_FORMAT");
+        if fmt.is_none() {
+            long_fmt = env("SQUEUE_FORMAT2");
+        }
+    }
+    if start && states.is_none() {
+        states = Some(vec!["PENDING"]);
+    }
+    let items = match (&fmt, &long_fmt) {
+        (Some(f), _) => slurmcli::parse_percent(f, SQUEUE_FIELDS, "job"),
+        (None, Some(f)) => slurmcli::parse_long(f, SQUEUE_FIELDS, "job"),
+        _ if start => slurmcli::parse_percent("%.18i %.9P %.8j %.8u %.2t %.19S %.6D %R", SQUEUE_FIELDS, "job"),
+        _ if long => slurmcli::parse_percent("%.18i %.9P %.8j %.8u %.8T %.10M %.9l %.6D %R", SQUEUE_FIELDS, "job"),
+        _ => slurmcli::parse_percent("%.18i %.9P %.8j %.8u %.2t %.10M %.6D %R", SQUEUE_FIELDS, "job"),
+    }
+    .map_err(|e| anyhow!("{}", e.0))?;
+    let sort_keys = match sort.as_deref() {
+        Some(s) => slurmcli::parse_sort(s, SQUEUE_FIELDS).map_err(|e| anyhow!("{}", e.0))?,
+        None if start => vec![("StartTime", false)],
+        None => vec![("Partition", false), ("StateCompact", false)],
+    };
+    let t = Target::from_env()?;
+    let mut first = true;
+    loop {
+        let mut list: Vec<JobInfo> = get(&t, "/v1/jobs")?;
+        list.retain(|j| {
+            users.as_ref().is_none_or(|u| u.contains(&j.user) || u.contains(&j.uid.to_string()))
+                && parts.as_ref().is_none_or(|p| p.contains(&j.partition))
+                && accounts.as_ref().is_none_or(|p| p.contains(&j.account))
+                && names.as_ref().is_none_or(|p| p.contains(&j.name))
+                && qos.as_ref().is_none_or(|p| p.contains(&j.qos))
+                && states.as_ref().is_none_or(|s| s.contains(&j.state.as_str()))
+                && ids.as_ref().is_none_or(|w| w.iter().any(|x| selects(x, j)))
+                && nodes.as_ref().is_none_or(|w| slurmcli::expand(&j.nodelist, 100_000).unwrap_or_default().iter().any(|n| w.contains(n)))
+        });
+        let t_now = now();
+        let used = slurmcli::fields_used(&items);
+        let needs_prio = used.iter().chain(sort_keys.iter().map(|(n, _)| n)).any(|n| *n == "Priority" || *n == "PriorityLong");
+        let prio: HashMap<u64, f64> = if needs_prio {
+            get::<Vec<(u64, serde_json::Value)>>(&t, "/v1/priority")?
+                .into_iter()
+                .map(|(id, b)| (id, b["total"].as_f64().unwrap_or(0.0)))
+                .collect()
+        } else {
+            HashMap::new()
+        };
+        if json {
+            let jobs = list.iter().map(|j| job_info_json(j, t_now)).collect();
+            return print_reply("jobs", jobs, &["squeue", "--json"], t_now, true);
+        }
+        // Slurm's default order, then each key from the last, as Slurm's sorts: stable here,
+        // so ties keep the job id order.
+        list.sort_by_key(|j| j.id);
+        for (name, desc) in sort_keys.iter().rev() {
+            list.sort_by(|x, y| {
+                let o = compare(name, x, y, &prio, t_now);
+                if *desc { o.reverse() } else { o }
+            });
+        }
+        let rows = if expand { list.iter().map(|job| Row { job, id: None }).collect() } else { collapse(&list) };
+        if iterate.is_some() && !first {
+            println!();
+        }
+        if !noheader && (iterate.is_some() || long) {
+            crate::query::print_date(t_now);
+        }
+        if !noheader {
+            println!("{}", slurmcli::render(&items, |n| slurmcli::header_of(SQUEUE_FIELDS, n).to_string(), &[]));
+        }
+        for r in &rows {
+            println!("{}", slurmcli::render(&items, |n| value(n, r, &prio, t_now), NEVER_CUT));
+        }
+        first = false;
+        match iterate {
+            Some(s) => {
+                use std::io::Write;
+                let _ = std::io::stdout().flush();
+                std::thread::sleep(std::time::Duration::from_secs(s));
+            }
+            None => return Ok(0),
+        }
+    }
+}
+
+/// The caller's user name.
+pub(crate) fn me() -> String {
+    nix::unistd::User::from_uid(nix::unistd::getuid()).ok().flatten().map_or_else(|| "root".into(), |u| u.name)
+}
+
+/// Pending tasks of an array that wait for the same reason collapse into one line, as the
+/// tasks Slurm has not split off its array's record (`32_[3-5]`).
+fn collapse(list: &[JobInfo]) -> Vec<Row<'_>> {
+    let mut rows: Vec<Row<'_>> = Vec::new();
+    let mut groups: HashMap<(u64, String), (usize, Vec<u32>)> = HashMap::new();
+    for j in list {
+        if let (Some(a), Some(task), "PENDING") = (j.array_job_id, j.array_task_id, j.state.as_str()) {
+            let key = (a, j.reason.clone());
+            if let Some((at, tasks)) = groups.get_mut(&key) {
+                tasks.push(task);
+                rows[*at].id = None;
+                continue;
+            }
+            groups.insert(key, (rows.len(), vec![task]));
+        }
+        rows.push(Row { job: j, id: None });
+    }
+    for ((a, _), (at, tasks)) in groups {
+        if tasks.len() > 1 {
+            rows[at].id = Some(slurmcli::array_id(a, &tasks, rows[at].job.array_max_running));
+        }
+    }
+    rows
+}
+
+fn compare(name: &str, x: &JobInfo, y: &JobInfo, prio: &HashMap<u64, f64>, now: i64) -> std::cmp::Ordering {
+    let n = |j: &JobInfo| -> f64 {
+        match name {
+            "NumCPUs" => j.cpus as f64,
+            "NumNodes" => j.nodes as f64,
+            "EndTime" => j.end.unwrap_or(0) as f64,
+            "StartTime" => j.start.unwrap_or(0) as f64,
+            "SubmitTime" => j.submit as f64,
+            "TimeLimit" => j.time_limit.unwrap_or(i64::MAX) as f64,
+            "TimeUsed" => crate::query::elapsed(j, now) as f64,
+            "TimeLeft" => j.time_limit.map_or(f64::MAX, |l| (l - crate::query::elapsed(j, now)) as f64),
+            "Priority" | "PriorityLong" => prio.get(&j.id).copied().unwrap_or(0.0),
+            "JobArrayID" | "JobID" => j.id as f64,
+            "MinMemory" => j.mem_per_node_mb.or(j.mem_per_cpu_mb).unwrap_or(0) as f64,
+            _ => f64::NAN,
+        }
+    };
+    let (a, b) = (n(x), n(y));
+    if a.is_nan() {
+        let r0 = Row { job: x, id: None };
+        let r1 = Row { job: y, id: None };
+        value(name, &r0, prio, now).cmp(&value(name, &r1, prio, now))
+    } else {
+        a.total_cmp(&b)
+    }
+}
+
+/// The text of field `name` for a row.
+fn value(name: &str, r: &Row<'_>, prio: &HashMap<u64, f64>, t: i64) -> String {
+    let j = r.job;
+    let pending = j.state == "PENDING";
+    let used = crate::query::elapsed(j, t);
+    match name {
+        "JobArrayID" => r.id.clone().unwrap_or_else(|| j.display_id.clone()),
+        "JobID" => j.id.to_string(),
+        "ArrayJobID" => j.array_job_id.unwrap_or(j.id).to_string(),
+        "ArrayTaskID" => match (&r.id, j.array_task_id) {
+            (Some(id), _) => id.split_once('_').map_or("N/A", |(_, x)| x).trim_matches(['[', ']']).to_string(),
+            (None, Some(k)) => k.to_string(),
+            (None, None) => "N/A".into(),
+        },
+        "Name" => j.name.clone(),
+        "UserName" => j.user.clone(),
+        "UserID" => j.uid.to_string(),
+        "GroupName" | "GroupID" => j.gid.to_string(),
+        "Account" => j.account.clone(),
+        "Partition" => j.partition.clone(),
+        "QOS" => j.qos.clone(),
+        "StateCompact" => slurmcli::state_code(&j.state).into(),
+        "State" => j.state.clone(),
+        "TimeUsed" => slurmcli::squeue_secs(if pending { 0 } else { used }),
+        "TimeLimit" => j.time_limit.map_or_else(|| "UNLIMITED".into(), slurmcli::squeue_secs),
+        "TimeLeft" => j.time_limit.map_or_else(|| "UNLIMITED".into(), |l| slurmcli::squeue_secs(l - if pending { 0 } else { used })),
+        "NumNodes" => j.nodes.to_string(),
+        "NumCPUs" => j.cpus.to_string(),
+        "NumTasks" => j.ntasks.to_string(),
+        "CPUsPerTask" => j.cpus_per_task.to_string(),
+        "MinCPUs" => j.cpus_per_task.to_string(),
+        "MinMemory" => slurmcli::size(j.mem_per_node_mb.or(j.mem_per_cpu_mb).unwrap_or(0) as f64, slurmcli::Unit::M, None),
+        "tres-per-node" => {
+            if j.gpus > 0 {
+                format!("gres/gpu:{}", j.gpus)
+            } else {
+                "N/A".into()
+            }
+        }
+        "NodeList" => j.nodelist.clone(),
+        "BatchHost" => {
+            if j.nodelist.is_empty() {
+                "n/a".into()
+            } else {
+                crate::query::first_node(&j.nodelist)
+            }
+        }
+        "ReqNodes" => j.req_nodes.clone(),
+        "ExcNodes" => j.exc_nodes.clone(),
+        "Reason" => j.reason.clone(),
+        "ReasonList" => {
+            if pending {
+                format!("({})", j.reason)
+            } else {
+                j.nodelist.clone()
+            }
+        }
+        "StartTime" => j.start.map_or("N/A".into(), iso),
+        "EndTime" => match (j.end, j.start.zip(j.time_limit)) {
+            (Some(e), _) => iso(e),
+            (None, Some((s, l))) => iso(s + l),
+            (None, None) if !pending => "NONE".into(),
+            _ => "N/A".into(),
+        },
+        "SubmitTime" => iso(j.submit),
+        "Dependency" => {
+            if j.dependency.is_empty() {
+                "(null)".into()
+            } else {
+                j.dependency.clone()
+            }
+        }
+        "Feature" => {
+            if j.features.is_empty() {
+                "(null)".into()
+            } else {
+                j.features.join("&")
+            }
+        }
+        "Priority" => format!("{:16.14}", prio.get(&j.id).copied().unwrap_or(0.0) / u32::MAX as f64),
+        "PriorityLong" => format!("{:.0}", prio.get(&j.id).copied().unwrap_or(0.0)),
+        "Command" => "(batch script)".into(),
+        "WorkDir" => j.workdir.clone(),
+        "Nice" => j.nice.to_string(),
+        "STDOUT" => stdout_path(j, &j.output),
+        "STDERR" => stdout_path(j, j.error.as_deref().unwrap_or(&j.output)),
+        "ExitCode" => j.exit_code.clone(),
+        "RestartCnt" => j.restarts.to_string(),
+        "Cluster" => "tandem".into(),
+        _ => String::new(),
+    }
+}

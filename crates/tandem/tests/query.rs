@@ -1,0 +1,213 @@
+//! End-to-end tests of the query commands against a real cluster: `squeue`, `sacct`,
+//! `scontrol`, `sinfo` and `scancel` with Slurm's options, formats, input variables, `--json`,
+//! `--help` and `--version`, bad values included (a clear Slurm-style error, exit 1).
+
+mod common;
+
+use common::*;
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+/// Runs a Slurm command with extra environment variables.
+fn run_env(c: &Cluster, cmd: &str, args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut k = Command::new(c.shims.join(cmd));
+    k.args(args).current_dir(&c.work).env("TANDEM_SERVER", format!("unix://{}", c.sock));
+    for (a, b) in env {
+        k.env(a, b);
+    }
+    k.output().unwrap()
+}
+
+fn out(o: &Output) -> String {
+    assert!(o.status.success(), "failed: {}{}", String::from_utf8_lossy(&o.stderr), String::from_utf8_lossy(&o.stdout));
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// The command fails with exit code 1 and this on its standard error.
+fn fails(c: &Cluster, cmd: &str, args: &[&str], want: &str) {
+    let o = c.run(cmd, args);
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{cmd} {args:?}: {e}");
+    assert!(e.contains(want), "{cmd} {args:?}: wanted {want:?} in {e:?}");
+}
+
+/// This year, as the date line ends.
+fn jiff_year() -> String {
+    String::from_utf8(Command::new("date").args(["-u", "+%Y"]).output().unwrap().stdout).unwrap().trim().to_string()
+}
+
+fn uid() -> String {
+    String::from_utf8(Command::new("id").arg("-u").output().unwrap().stdout).unwrap().trim().to_string()
+}
+
+#[test]
+fn query_commands_as_slurms() {
+    let cfg = "[[partition]]\nname = \"cpu\"\nnodes = \"node1\"\nmax_time = \"1:00:00\"\ndefault = true\n\
+               [[partition]]\nname = \"gpu\"\nnodes = \"node2\"\n";
+    let c = Cluster::with_config("query", 2, None, 30, Some(cfg));
+
+    // --version and --help on every command.
+    for cmd in ["sbatch", "squeue", "scancel", "sinfo", "sacct", "srun", "salloc", "scontrol", "sprio"] {
+        assert_eq!(c.ok(cmd, &["--version"]), "slurm 25.11.0\n", "{cmd}");
+        assert_eq!(c.ok(cmd, &["-V"]), "slurm 25.11.0\n", "{cmd}");
+        assert!(c.ok(cmd, &["--help"]).starts_with(&format!("Usage: {cmd}")), "{cmd}");
+    }
+
+    // A job that ends, one cancelled while running, an array held pending.
+    let done = c.sbatch(&["-J", "a-rather-long-job-name", "--mem=1G", "-o", "done-%j.out", "--wrap", "sleep 1"]);
+    let sleeper = c.sbatch(&["-J", "sleeper", "-p", "gpu", "-t", "5", "--wrap", "sleep 300"]);
+    let arr = c.sbatch(&["--array=3-5%2", "--hold", "-J", "arr", "-o", "/dev/null", "--wrap", "true"]);
+    c.wait_state(done, &["COMPLETED"], 30);
+    c.wait_state(sleeper, &["RUNNING"], 30);
+
+    // squeue: Slurm's default, -l, codes, -O, filters, collapsed array tasks, -r, sort.
+    let q = c.ok("squeue", &[]);
+    assert!(q.starts_with("             JOBID PARTITION     NAME     USER ST       TIME  NODES NODELIST(REASON)\n"), "{q}");
+    assert!(q.contains(&format!("{arr}_[3-5%2]")), "pending tasks collapse: {q}");
+    let r = c.ok("squeue", &["-h", "-r", "-o", "%i"]);
+    for k in 3..=5 {
+        assert!(r.lines().any(|l| l == format!("{arr}_{k}")), "{r}");
+    }
+    let l = c.ok("squeue", &["-l", "-n", "sleeper"]);
+    assert!(l.lines().nth(1).unwrap().contains("STATE       TIME TIME_LIMI  NODES"), "{l}");
+    assert!(l.lines().next().unwrap().ends_with(&jiff_year()), "a date line first, as Slurm's: {l}");
+    assert!(l.contains("RUNNING") && l.contains("5:00"), "{l}");
+    let codes = c.ok("squeue", &["-h", "-n", "sleeper", "-o", "%L|%e|%m|%c|%E|%F|%K|%o|%p"]);
+    let f: Vec<&str> = codes.trim().split('|').collect();
+    assert!(f[0].starts_with('4') || f[0].starts_with('5'), "time left: {codes}");
+    assert_eq!((f[2], f[3], f[4], f[5], f[6]), ("0", "1", "(null)", &*sleeper.to_string(), "N/A"), "{codes}");
+    let long = c.ok("squeue", &["-h", "-O", "JobID:10,Name:.8,Partition:4|", "-w", "node2"]);
+    assert_eq!(long.trim_end(), format!("{:<10} sleepergpu |", sleeper), "{long}");
+    assert_eq!(c.ok("squeue", &["-h", "-A", "nosuch"]).trim(), "");
+    let sorted = c.ok("squeue", &["-h", "-r", "-o", "%i", "--sort=-i"]);
+    assert_eq!(sorted.lines().next().unwrap(), format!("{arr}_5"), "{sorted}");
+    let env = out(&run_env(&c, "squeue", &["-h", "-n", "sleeper"], &[("SQUEUE_FORMAT", "%j:%P")]));
+    assert_eq!(env.trim(), "sleeper:gpu");
+    let env = out(&run_env(&c, "squeue", &["-h", "-n", "sleeper"], &[("SQUEUE_FORMAT2", "name:10,partition:5")]));
+    assert_eq!(env.trim(), "sleeper   gpu");
+    let j = out(&run_env(&c, "squeue", &["--json", "-n", "sleeper"], &[]));
+    let v: serde_json::Value = serde_json::from_str(&j).unwrap();
+    assert_eq!(v["jobs"][0]["job_id"], sleeper);
+    assert_eq!(v["jobs"][0]["job_state"], serde_json::json!(["RUNNING"]));
+    assert_eq!(v["jobs"][0]["time_limit"]["number"], 5);
+    assert_eq!(v["meta"]["plugin"]["data_parser"], "data_parser/v0.0.44");
+    fails(&c, "squeue", &["-o", "%Y"], "Invalid job format specification: Y");
+    fails(&c, "squeue", &["-O", "Bogus"], "Invalid job format specification: Bogus");
+    fails(&c, "squeue", &["--sort", "X"], "Invalid sort specification");
+    fails(&c, "squeue", &["-t", "nope"], "Invalid job state specified: nope");
+    fails(&c, "squeue", &["-l", "-o", "%i"], "mutually exclusive");
+    fails(&c, "squeue", &["-i", "0"], "--iterate");
+    fails(&c, "squeue", &["--bogus"], "unrecognized option '--bogus'");
+    fails(&c, "squeue", &["-j", "12;rm"], "Invalid job id: 12;rm");
+
+    // scontrol: every job, an array task, times as HH:MM:SS, StdOut expanded, -o, partitions,
+    // nodes, config, ping, --json.
+    let all = c.ok("scontrol", &["show", "job"]);
+    assert!(all.contains(&format!("JobId={done} ")) && all.contains(&format!("JobId={sleeper} ")), "{all}");
+    let j = c.job(done);
+    assert!(j["TimeLimit"].len() == 8 && j["TimeLimit"].ends_with(":00:00"), "{j:?}");
+    assert!(j["RunTime"].len() == 8 && j["RunTime"].starts_with("00:00:0"), "{j:?}");
+    assert_eq!(j["StdOut"], format!("{}/done-{done}.out", c.work.display()));
+    assert_eq!(j["MinMemoryNode"], "1G");
+    let task = c.ok("scontrol", &["show", "job", &format!("{arr}_4")]);
+    assert!(task.contains(&format!("ArrayJobId={arr} ArrayTaskId=4")), "{task}");
+    let one = c.ok("scontrol", &["-o", "show", "job", &sleeper.to_string()]);
+    assert_eq!(one.lines().count(), 1, "{one}");
+    assert!(one.contains("JobState=RUNNING") && one.contains("Partition=gpu"), "{one}");
+    let parts = c.ok("scontrol", &["show", "partition"]);
+    assert!(parts.contains("PartitionName=cpu") && parts.contains("Default=YES") && parts.contains("MaxTime=01:00:00"), "{parts}");
+    assert!(c.ok("scontrol", &["show", "partition", "gpu"]).contains("Nodes=node2"));
+    let nodes = c.ok("scontrol", &["-o", "show", "node"]);
+    assert_eq!(nodes.lines().count(), 2, "{nodes}");
+    assert!(nodes.lines().next().unwrap().starts_with("NodeName=node1 ") && nodes.contains("Partitions=gpu"), "{nodes}");
+    let conf = c.ok("scontrol", &["show", "config"]);
+    assert!(conf.contains("ClusterName") && conf.contains("SLURM_VERSION           = 25.11.0"), "{conf}");
+    assert!(c.ok("scontrol", &["ping"]).contains("is UP"));
+    let v: serde_json::Value = serde_json::from_str(&c.ok("scontrol", &["show", "node", "node2", "--json"])).unwrap();
+    assert_eq!(v["nodes"][0]["name"], "node2");
+    let v: serde_json::Value = serde_json::from_str(&c.ok("scontrol", &["--json", "show", "partition"])).unwrap();
+    assert_eq!(v["partitions"].as_array().unwrap().len(), 2);
+    fails(&c, "scontrol", &["show", "job", "12;rm"], "Invalid job id specified");
+    fails(&c, "scontrol", &["show", "job", "999999"], "Invalid job id specified");
+    fails(&c, "scontrol", &["show", "partition", "nosuch"], "Partition nosuch not found");
+    fails(&c, "scontrol", &["show", "node", "nosuch"], "Node nosuch not found");
+    fails(&c, "scontrol", &["frobnicate"], "invalid scontrol command");
+
+    // sinfo: -o, -p, -s, SINFO_FORMAT, --json.
+    assert_eq!(c.ok("sinfo", &["-h", "-o", "%P %N", "-p", "gpu"]).trim(), "gpu node2");
+    let s = c.ok("sinfo", &["-s"]);
+    assert!(s.starts_with("PARTITION AVAIL  TIMELIMIT   NODES(A/I/O/T)  NODELIST"), "{s}");
+    assert!(s.contains("cpu*") && s.contains("0/1/0/1") && s.contains("1/0/0/1"), "{s}");
+    let l = c.ok("sinfo", &["-l"]);
+    assert!(
+        l.lines().nth(1).unwrap().starts_with("PARTITION AVAIL  TIMELIMIT   JOB_SIZE ROOT OVERSUBS     GROUPS  NODES       STATE NODELIST"),
+        "{l}"
+    );
+    let nl = c.ok("sinfo", &["-N", "-l", "-h"]);
+    assert_eq!(nl.lines().count(), 2, "{nl}");
+    let env = out(&run_env(&c, "sinfo", &["-h"], &[("SINFO_FORMAT", "%R:%D")]));
+    assert_eq!(env.lines().collect::<Vec<_>>(), vec!["cpu:1", "gpu:1"]);
+    let v: serde_json::Value = serde_json::from_str(&c.ok("sinfo", &["--json"])).unwrap();
+    assert_eq!(v["sinfo"].as_array().unwrap().len(), 2);
+    fails(&c, "sinfo", &["-o", "%Y"], "Invalid node format specification: Y");
+    fails(&c, "sinfo", &["--bogus"], "unrecognized option");
+
+    // scancel: by name and state; a bad state is refused.
+    fails(&c, "scancel", &["-t", "COMPLETED"], "Invalid job state specified");
+    fails(&c, "scancel", &["-t", "nope"], "Invalid job state specified: nope");
+    c.ok("scancel", &["-n", "sleeper", "-t", "R"]);
+    c.wait_state(sleeper, &["CANCELLED"], 30);
+    c.ok("scancel", &["--me", "-n", "arr"]);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !c.ok("squeue", &["-h"]).trim().is_empty() {
+        assert!(Instant::now() < deadline, "{}", c.ok("squeue", &[]));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+
+    // sacct: Elapsed as HH:MM:SS, widths, the fields the controller knows, a cancelled job as
+    // Slurm's, -S/-E, -s, -b, -l, --units, SACCT_FORMAT, --json.
+    let id = done.to_string();
+    let a = c.ok("sacct", &["-j", &id, "-X", "-P", "-n", "--format=Elapsed,NNodes,NCPUS,ReqMem,CPUTime,WorkDir,QOS,ReqTRES,AllocTRES"]);
+    let f: Vec<&str> = a.trim().split('|').collect();
+    assert!(f[0].starts_with("00:00:0"), "{a}");
+    assert_eq!((f[1], f[2], f[3]), ("1", "1", "1G"), "{a}");
+    assert!(f[4].starts_with("00:00:0"), "{a}");
+    assert_eq!((f[5], f[6]), (&*c.work.display().to_string(), "normal"), "{a}");
+    assert_eq!(f[7], "billing=1,cpu=1,mem=1G,node=1", "{a}");
+    assert_eq!(f[8], f[7], "{a}");
+    assert_eq!(c.ok("sacct", &["-j", &id, "-X", "-P", "-n", "--format=ReqMem", "--units=K"]).trim(), "1048576K");
+    let w = c.ok("sacct", &["-j", &id, "-X", "-n", "--format=JobName%30,JobName"]);
+    assert_eq!(w.trim_end(), format!("{:>30} a-rather-+", "a-rather-long-job-name"), "{w}");
+    // As Slurm's: scancel sends SIGTERM first, so the job ends with signal 15.
+    let cancelled = c.ok("sacct", &["-j", &sleeper.to_string(), "-P", "-n", "--format=JobID,State,ExitCode"]);
+    let me = uid();
+    assert!(cancelled.lines().next().unwrap().ends_with(&format!("|CANCELLED by {me}|0:15")), "{cancelled}");
+    assert!(cancelled.lines().any(|l| l == format!("{sleeper}.batch|CANCELLED|0:15")), "{cancelled}");
+    let since = c.ok("sacct", &["-X", "-n", "-P", "--format=JobID", "-S", "now-1hour"]);
+    assert!(since.lines().any(|l| l == id), "{since}");
+    assert_eq!(c.ok("sacct", &["-X", "-n", "-S", "now+1hour", "-E", "now+2hours"]).trim(), "");
+    assert_eq!(c.ok("sacct", &["-X", "-n", "-P", "--format=JobID", "-S", "2000-01-01", "-E", "2000-01-02"]).trim(), "");
+    let st = c.ok("sacct", &["-X", "-n", "-P", "--format=JobID", "-s", "CA"]);
+    assert!(st.lines().any(|l| l == sleeper.to_string()) && !st.lines().any(|l| l == id), "{st}");
+    let b = c.ok("sacct", &["-b", "-j", &id, "-X"]);
+    assert!(b.starts_with(&format!("{:<12} {:>10} {:>8} \n------------ ---------- -------- \n", "JobID", "State", "ExitCode")), "{b:?}");
+    let l = c.ok("sacct", &["-l", "-j", &id, "-X", "-P"]);
+    assert!(l.starts_with("JobID|JobIDRaw|JobName|Partition|MaxVMSize|"), "{l}");
+    let env = out(&run_env(&c, "sacct", &["-j", &id, "-X", "-n", "-P"], &[("SACCT_FORMAT", "JobName,Partition")]));
+    assert_eq!(env.trim(), "a-rather-long-job-name|cpu");
+    let p = c.ok("sacct", &["-j", &id, "-X", "-n", "-p", "--format=JobID,State"]);
+    assert_eq!(p.trim(), format!("{id}|COMPLETED|"));
+    let v: serde_json::Value = serde_json::from_str(&c.ok("sacct", &["-j", &id, "--json"])).unwrap();
+    assert_eq!(v["jobs"][0]["job_id"], done);
+    assert_eq!(v["jobs"][0]["state"]["current"], serde_json::json!(["COMPLETED"]));
+    assert_eq!(v["jobs"][0]["exit_code"]["status"], serde_json::json!(["SUCCESS"]));
+    assert_eq!(v["jobs"][0]["tres"]["requested"][1], serde_json::json!({"type": "mem", "name": "", "id": 2, "count": 1024}));
+    assert_eq!(v["jobs"][0]["time"]["limit"]["number"], 60);
+    fails(&c, "sacct", &["-S", "yesterdayish"], "Invalid time specification: yesterdayish");
+    fails(&c, "sacct", &["-E", "now-5parsecs"], "Invalid time specification");
+    fails(&c, "sacct", &["--format=JobName%x"], "Invalid field width");
+    fails(&c, "sacct", &["--format=Nope"], "Invalid field requested: \"Nope\"");
+    fails(&c, "sacct", &["-s", "nope"], "Invalid job state specified: nope");
+    fails(&c, "sacct", &["--units=X"], "Invalid unit type");
+    fails(&c, "sacct", &["-S", "now", "-E", "now-1day"], "after end time");
+}
