@@ -12,6 +12,7 @@
 
 mod common;
 mod query;
+mod report;
 mod sacct;
 mod scancel;
 mod scontrol;
@@ -27,7 +28,8 @@ use anyhow::{Context, Result};
 pub use service::{RolloutCmd, ServiceCmd};
 
 /// The Slurm commands, by the names they answer to (the links `tandem shims DIR` writes).
-pub const COMMANDS: [&str; 10] = ["sbatch", "squeue", "scancel", "sinfo", "sacct", "srun", "salloc", "scontrol", "sprio", "sshare"];
+pub const COMMANDS: [&str; 11] =
+    ["sbatch", "squeue", "scancel", "sinfo", "sacct", "srun", "salloc", "scontrol", "sprio", "sshare", "sreport"];
 
 /// Runs the Slurm command `name` (one of [`COMMANDS`]) with its arguments (without the program
 /// name) and returns its exit code; `None` when `name` is no Slurm command.
@@ -53,6 +55,7 @@ pub fn slurm(name: &str, args: &[String]) -> Option<Result<i32>> {
         "scontrol" => scontrol::scontrol(args),
         "sprio" => slurm::sprio(args),
         "sshare" => share::sshare(args),
+        "sreport" => report::sreport(args),
         _ => return None,
     })
 }

@@ -11,6 +11,7 @@ mod formats;
 mod hostlist;
 mod options;
 mod query;
+mod report;
 mod srun;
 
 pub use env::{DEFAULTED, PYTORCH_VARS, TaskEnv, apply_export, task_env};
@@ -25,6 +26,7 @@ pub use query::{
     array_id, field_of, fields_used, header_of, hms, index_ranges, parse_long, parse_percent, parse_sacct_fields, parse_sort, parse_states,
     parse_unit, parse_when, render, sacct_line, sacct_rule, size, squeue_secs, state_code,
 };
+pub use report::{ReportUnit, UsageJob, Utilization, top_users, utilization};
 pub use srun::{Input, MAX_CPU_ID, MPI_TYPES, SrunSpec, cpu_bind_cpus, parse_srun, parse_srun_env};
 
 /// A user error in a command line, script or value. The message says what to fix.

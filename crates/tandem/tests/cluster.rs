@@ -349,6 +349,30 @@ fn sshare_shows_each_accounts_shares_usage_and_factor() {
     assert_eq!(c.ok("sshare", &["-h", "-P", "-A", "web"]).lines().count(), 1);
     let o = c.run("sshare", &["--frobnicate"]);
     assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("unrecognized option '--frobnicate'"), "{o:?}");
+    // sreport over the last hour: the job's CPU-seconds (2 CPUs, at least 1 s), of 4 CPUs x 3600 s.
+    let start = "start=now-1hour";
+    let end = "end=now";
+    let r = c.ok("sreport", &["-P", "-t", "seconds", "cluster", "utilization", start, end]);
+    let row: Vec<&str> = r.lines().last().unwrap().split('|').collect();
+    assert_eq!(r.lines().nth(4), Some("Cluster|Allocated|Down|PLND Down|Idle|Planned|Reported"), "{r}");
+    assert!(r.contains("Usage reported in CPU Seconds"), "{r}");
+    let (alloc, idle, reported): (u64, u64, u64) = (row[1].parse().unwrap(), row[4].parse().unwrap(), row[6].parse().unwrap());
+    assert!(alloc >= 2 && alloc + idle == reported && (14_390..=14_410).contains(&reported), "{r}");
+    let top = c.ok("sreport", &["-n", "-P", "-t", "seconds", "user", "top", start, end]);
+    let row: Vec<&str> = top.trim().split('|').collect();
+    assert_eq!((row[1], row[3]), ("root", "ml"), "{top}");
+    assert_eq!(row[4].parse::<u64>().unwrap(), alloc, "{top}");
+    let text = c.ok("sreport", &["cluster", "utilization"]);
+    assert!(text.contains("  Cluster    Allocated       Down  PLND Down         Idle   Planned     Reported\n"), "{text}");
+    for (args, want) in [
+        (&["cluster", "bogus"][..], "unknown report"),
+        (&["-t", "days", "cluster", "utilization"][..], "unknown time format"),
+        (&["cluster", "utilization", "start=soon"][..], "Invalid time specification"),
+        (&["cluster", "utilization", "start=now", "end=now-1hour"][..], "is after end time"),
+    ] {
+        let o = c.run("sreport", args);
+        assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains(want), "{args:?}: {o:?}");
+    }
 }
 
 #[test]

@@ -1,0 +1,177 @@
+//! `sreport`: Slurm's common reports from the accounting records, `cluster utilization` and
+//! `user top`, over a period (`start=`, `end=`; by default yesterday, midnight to midnight),
+//! in CPU minutes (`-t` hours, seconds, percent), as Slurm prints them. The arithmetic is
+//! slurmcli's (`utilization`, `top_users`); this reads the jobs and nodes and prints.
+
+use anyhow::{Result, bail};
+use client::Target;
+use wire::{JobInfo, NodeInfo};
+
+use crate::common::now;
+use crate::query::{get, iso};
+
+const USAGE: &str =
+    "Usage: sreport [-n] [-p|-P] [-t seconds|minutes|hours|percent] cluster utilization | user top [start=TIME] [end=TIME] [topcount=N]";
+
+/// `sreport`.
+pub(crate) fn sreport(args: &[String]) -> Result<i32> {
+    let (mut header, mut sep, mut unit) = (true, None::<(&str, bool)>, slurmcli::ReportUnit::Minutes);
+    let mut words = Vec::new();
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "-n" | "--noheader" => header = false,
+            "-p" | "--parsable" => sep = Some(("|", true)),
+            "-P" | "--parsable2" => sep = Some(("|", false)),
+            "-t" => unit = slurmcli::ReportUnit::parse(it.next().map_or("", String::as_str)).map_err(|e| anyhow::anyhow!("{}", e.0))?,
+            "-T" | "--tres" => {
+                if !it.next().is_some_and(|t| t.eq_ignore_ascii_case("cpu")) {
+                    bail!("only -T cpu is reported here");
+                }
+            }
+            "--help" | "--usage" | "-h" => {
+                println!("{USAGE}");
+                return Ok(0);
+            }
+            "-V" | "--version" => {
+                println!("slurm 25.11.0");
+                return Ok(0);
+            }
+            o if o.starts_with("-t") && o.len() > 2 => {
+                unit = slurmcli::ReportUnit::parse(&o[2..]).map_err(|e| anyhow::anyhow!("{}", e.0))?
+            }
+            o if o.starts_with('-') => bail!("unrecognized option '{o}'\n{USAGE}"),
+            w => words.push(w.to_string()),
+        }
+    }
+    let t = now();
+    let today = t - t.rem_euclid(86400);
+    let (mut from, mut to, mut top) = (today - 86400, today, 10usize);
+    let mut command = Vec::new();
+    for w in &words {
+        match w.split_once('=') {
+            Some((k, v)) => match k.to_ascii_lowercase().as_str() {
+                "start" => from = slurmcli::parse_when(v, t).map_err(|e| anyhow::anyhow!("{}", e.0))?,
+                "end" => to = slurmcli::parse_when(v, t).map_err(|e| anyhow::anyhow!("{}", e.0))?,
+                "topcount" => top = v.parse().map_err(|_| anyhow::anyhow!("invalid TopCount {v:?}: a whole number"))?,
+                k => bail!("unknown option {k}=\n{USAGE}"),
+            },
+            None => command.push(w.to_ascii_lowercase()),
+        }
+    }
+    if to <= from {
+        bail!("Start time ({}) requested is after end time ({}).", iso(from), iso(to));
+    }
+    let report = match command.iter().map(String::as_str).collect::<Vec<_>>().as_slice() {
+        [c, u] if "cluster".starts_with(c) && c.len() >= 2 && "utilization".starts_with(u) && u.len() >= 2 => Report::Cluster,
+        [c, u] if "user".starts_with(c) && !c.is_empty() && "topusage".starts_with(u) && u.len() >= 2 => Report::Top,
+        [] => bail!("no report named\n{USAGE}"),
+        other => bail!("unknown report: {}\n{USAGE}", other.join(" ")),
+    };
+    let target = Target::from_env()?;
+    let jobs: Vec<JobInfo> = get(&target, &format!("/v1/history?since={from}"))?;
+    let usage: Vec<slurmcli::UsageJob> = jobs
+        .iter()
+        .map(|j| slurmcli::UsageJob {
+            user: j.user.clone(),
+            account: j.account.clone(),
+            cpus: j.cpus,
+            start: j.start.filter(|_| !j.start_estimated),
+            end: j.end,
+        })
+        .collect();
+    let out = Out { header, sep };
+    let period = (from, to - 1);
+    match report {
+        Report::Cluster => {
+            let nodes: Vec<NodeInfo> = get(&target, "/v1/nodes")?;
+            let cpus: u64 = nodes.iter().map(|n| n.cpus.0 as u64).sum();
+            let u = slurmcli::utilization(&usage, cpus, from, to, t);
+            out.banner(&format!("Cluster Utilization {} - {}", iso(period.0), iso(period.1)), unit);
+            let cols = [("Cluster", 9), ("Allocated", 12), ("Down", 10), ("PLND Down", 10), ("Idle", 12), ("Planned", 9), ("Reported", 12)];
+            let name = cluster_name(&target);
+            let v = |s| unit.value(s, u.reported);
+            out.table(&cols, &[vec![name, v(u.allocated), v(u.down), v(u.planned_down), v(u.idle), v(u.planned), v(u.reported)]]);
+        }
+        Report::Top => {
+            let rows = slurmcli::top_users(&usage, from, to, t, top);
+            let total: u64 = usage.iter().map(|j| j.cpu_seconds(from, to, t)).sum();
+            out.banner(&format!("Top {top} Users {} - {} ({} secs)", iso(period.0), iso(period.1), to - from), unit);
+            let cols = [("Cluster", 9), ("Login", 9), ("Proper Name", 15), ("Account", 15), ("Used", 10), ("Energy", 10)];
+            let name = cluster_name(&target);
+            let cells: Vec<Vec<String>> = rows
+                .into_iter()
+                .map(|(user, acct, s)| vec![name.clone(), user.clone(), proper_name(&user), acct, unit.value(s, total), "0".into()])
+                .collect();
+            out.table(&cols, &cells);
+        }
+    }
+    Ok(0)
+}
+
+enum Report {
+    Cluster,
+    Top,
+}
+
+/// How rows are printed: columns or separated fields, with or without the header.
+struct Out {
+    header: bool,
+    sep: Option<(&'static str, bool)>,
+}
+
+impl Out {
+    fn banner(&self, title: &str, unit: slurmcli::ReportUnit) {
+        if !self.header {
+            return;
+        }
+        let rule = "-".repeat(80);
+        println!("{rule}\n{title}");
+        match unit {
+            slurmcli::ReportUnit::Percent => println!("Usage reported in {}", unit.name()),
+            u => println!("Usage reported in CPU {}", u.name()),
+        }
+        println!("{rule}");
+    }
+
+    fn table(&self, cols: &[(&str, usize)], rows: &[Vec<String>]) {
+        match self.sep {
+            Some((s, trailing)) => {
+                let end = if trailing { s } else { "" };
+                if self.header {
+                    println!("{}{end}", cols.iter().map(|c| c.0).collect::<Vec<_>>().join(s));
+                }
+                for r in rows {
+                    println!("{}{end}", r.join(s));
+                }
+            }
+            None => {
+                let line = |cells: Vec<String>| cells.join(" ").trim_end().to_string();
+                if self.header {
+                    println!("{}", line(cols.iter().map(|(h, w)| format!("{h:>w$.w$}")).collect()));
+                    println!("{}", line(cols.iter().map(|(_, w)| "-".repeat(*w)).collect()));
+                }
+                for r in rows {
+                    println!("{}", line(r.iter().zip(cols).map(|(v, (_, w))| format!("{v:>w$.w$}")).collect()));
+                }
+            }
+        }
+    }
+}
+
+/// The cluster's name, as `scontrol show config` has it.
+fn cluster_name(t: &Target) -> String {
+    get::<serde_json::Value>(t, "/v1/config")
+        .ok()
+        .and_then(|c| c["cluster_name"].as_str().map(str::to_string))
+        .unwrap_or_else(|| "tandem".into())
+}
+
+/// The user's full name from the password database (its first GECOS field), else the login.
+fn proper_name(user: &str) -> String {
+    nix::unistd::User::from_name(user)
+        .ok()
+        .flatten()
+        .and_then(|u| u.gecos.to_str().ok().and_then(|g| g.split(',').next()).filter(|g| !g.is_empty()).map(str::to_string))
+        .unwrap_or_else(|| user.to_string())
+}
