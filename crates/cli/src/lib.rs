@@ -10,6 +10,7 @@
 //! [`COMMANDS`], [`ServiceCmd`] (with [`RolloutCmd`]) and [`service`], [`token`] (with
 //! [`TokenKind`]) and [`delete_nodes`].
 
+mod bcast;
 mod common;
 mod query;
 mod report;
@@ -28,8 +29,8 @@ use anyhow::{Context, Result};
 pub use service::{RolloutCmd, ServiceCmd};
 
 /// The Slurm commands, by the names they answer to (the links `tandem shims DIR` writes).
-pub const COMMANDS: [&str; 11] =
-    ["sbatch", "squeue", "scancel", "sinfo", "sacct", "srun", "salloc", "scontrol", "sprio", "sshare", "sreport"];
+pub const COMMANDS: [&str; 12] =
+    ["sbatch", "squeue", "scancel", "sinfo", "sacct", "srun", "salloc", "scontrol", "sprio", "sshare", "sreport", "sbcast"];
 
 /// Runs the Slurm command `name` (one of [`COMMANDS`]) with its arguments (without the program
 /// name) and returns its exit code; `None` when `name` is no Slurm command.
@@ -56,6 +57,7 @@ pub fn slurm(name: &str, args: &[String]) -> Option<Result<i32>> {
         "sprio" => slurm::sprio(args),
         "sshare" => share::sshare(args),
         "sreport" => report::sreport(args),
+        "sbcast" => bcast::sbcast(args),
         _ => return None,
     })
 }

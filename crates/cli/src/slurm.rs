@@ -116,6 +116,11 @@ pub(crate) fn delete_nodes(list: &str) -> Result<i32> {
 
 /// `srun` inside an allocation: launches a job step and waits for it.
 pub(crate) fn srun(args: &[String]) -> Result<i32> {
+    srun_in(args, None)
+}
+
+/// [`srun`] in job `job` (else `$SLURM_JOB_ID`'s, else an allocation of its own).
+pub(crate) fn srun_in(args: &[String], job: Option<u64>) -> Result<i32> {
     let caller: Vec<(String, String)> = crate::common::caller_env();
     let a = slurmcli::parse_srun_env(args, &caller).map_err(|e| anyhow::anyhow!("{}", e.0))?;
     if a.mpi_list {
@@ -124,7 +129,7 @@ pub(crate) fn srun(args: &[String]) -> Result<i32> {
     }
     let t = Target::from_env()?;
     // Outside an allocation srun makes one for its step, as Slurm's.
-    let (job, made) = match std::env::var("SLURM_JOB_ID").ok().and_then(|v| v.parse().ok()) {
+    let (job, made) = match job.or_else(|| std::env::var("SLURM_JOB_ID").ok().and_then(|v| v.parse().ok())) {
         Some(j) => (j, false),
         None => (crate::srun::allocate(&t, "srun", &srun_allocation(&a), &[])?.0, true),
     };

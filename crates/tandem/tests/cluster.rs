@@ -322,6 +322,39 @@ fn scripts_with_the_options_slurm_users_write_submit_and_run() {
 }
 
 #[test]
+fn sbcast_copies_a_file_to_the_jobs_nodes_as_the_user() {
+    let c = Cluster::new("sbcast", 2, None, 30);
+    // One node: a second copy does not replace the file unless -f; -p keeps mode and time.
+    let one = c.script(
+        "one.sh",
+        "#!/bin/bash\n#SBATCH -N1 -o one.out\nd=/tmp/tandem-sbcast-$SLURM_JOB_ID\necho payload > src.txt; chmod 640 src.txt\n\
+         sbcast src.txt $d; echo first=$?\nsbcast src.txt $d 2> clobber.err; echo again=$?\n\
+         echo newer > src.txt; sbcast -f -p src.txt $d; echo force=$?\necho content=$(cat $d) mode=$(stat -c %a $d)\n\
+         sbcast nosuch.txt $d 2> missing.err; echo missing=$?\nrm -f $d\n",
+    );
+    let id = c.sbatch(&[&one]);
+    c.wait_state(id, &["COMPLETED", "FAILED"], 60);
+    let out = std::fs::read_to_string(c.work.join("one.out")).unwrap();
+    assert!(out.contains("first=0\nagain=1\nforce=0\ncontent=newer mode=640\nmissing=1\n"), "{out}");
+    assert!(std::fs::read_to_string(c.work.join("missing.err")).unwrap().contains("can't open nosuch.txt"));
+    // Two nodes: each has it (on this one machine they share /tmp, so -f).
+    let two = c.script(
+        "two.sh",
+        "#!/bin/bash\n#SBATCH -N2 -o two.out\nd=/tmp/tandem-sbcast-$SLURM_JOB_ID\necho hello > src.txt\n\
+         sbcast -f src.txt $d; echo copied=$?\nsrun -N2 --ntasks-per-node=1 -l cat $d | sort\nrm -f $d\n",
+    );
+    let id = c.sbatch(&[&two]);
+    c.wait_state(id, &["COMPLETED", "FAILED"], 60);
+    let out = std::fs::read_to_string(c.work.join("two.out")).unwrap();
+    assert!(out.contains("copied=0\n0: hello\n1: hello\n"), "{out}");
+    let acct = c.ok("sacct", &["-j", &id.to_string(), "-P", "-n", "--format=JobID,JobName,State"]);
+    assert!(acct.contains(&format!("{id}.0|sbcast|COMPLETED")), "{acct}");
+    // Outside an allocation it says what it needs.
+    let o = c.run("sbcast", &["a", "b"]);
+    assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("inside an allocation"), "{o:?}");
+}
+
+#[test]
 fn sshare_shows_each_accounts_shares_usage_and_factor() {
     let cfg = "[[account]]\nname = \"ml\"\nshares = 3\n[[account]]\nname = \"web\"\nshares = 1\n";
     let c = Cluster::with_config("sshare", 1, None, 30, Some(cfg));
