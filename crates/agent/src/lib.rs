@@ -18,6 +18,7 @@ mod node;
 mod replica;
 mod resources;
 mod stepio;
+mod usage;
 
 pub use loginenv::{LOGIN_ENV_CMD, main as login_env_main};
 

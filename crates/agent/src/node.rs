@@ -229,6 +229,7 @@ pub(crate) async fn run(a: AgentArgs) -> Result<()> {
     // can give our jobs to another node.
     let mut last_ok = Instant::now();
     let mut fenced: std::collections::HashSet<TaskKey> = std::collections::HashSet::new();
+    let mut sampler = crate::usage::Sampler::default();
     let mut ack: u64 = 0;
     let mut unsaved_said = false;
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
@@ -264,6 +265,7 @@ pub(crate) async fn run(a: AgentArgs) -> Result<()> {
             exits: exits.clone(),
             wait_ms: if exits.is_empty() { info.heartbeat_ms } else { 0 },
             replicas: tasks.values().filter_map(|r| r.replica.as_ref().map(|c| c.status.lock().expect("lock").clone())).collect(),
+            usage: sampler.sample(tasks.iter().map(|(k, r)| (*k, r.pgid()))),
         };
         let req = conn.send("POST", "/v1/agent/heartbeat", Some(&hb), &hdr);
         let reply = tokio::select! {

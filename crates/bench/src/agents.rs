@@ -360,6 +360,7 @@ async fn sim_agent(sh: Arc<Shared>, i: usize, node: model::Node) {
                     message: None,
                 })
                 .collect(),
+            usage: Vec::new(),
         };
         let next_end = tasks.values().min().copied();
         let sent = Instant::now();

@@ -23,14 +23,15 @@ mod sinfo;
 mod slurm;
 mod squeue;
 mod srun;
+mod stat;
 
 use anyhow::{Context, Result};
 
 pub use service::{RolloutCmd, ServiceCmd};
 
 /// The Slurm commands, by the names they answer to (the links `tandem shims DIR` writes).
-pub const COMMANDS: [&str; 12] =
-    ["sbatch", "squeue", "scancel", "sinfo", "sacct", "srun", "salloc", "scontrol", "sprio", "sshare", "sreport", "sbcast"];
+pub const COMMANDS: [&str; 13] =
+    ["sbatch", "squeue", "scancel", "sinfo", "sacct", "srun", "salloc", "scontrol", "sprio", "sshare", "sreport", "sbcast", "sstat"];
 
 /// Runs the Slurm command `name` (one of [`COMMANDS`]) with its arguments (without the program
 /// name) and returns its exit code; `None` when `name` is no Slurm command.
@@ -58,6 +59,7 @@ pub fn slurm(name: &str, args: &[String]) -> Option<Result<i32>> {
         "sshare" => share::sshare(args),
         "sreport" => report::sreport(args),
         "sbcast" => bcast::sbcast(args),
+        "sstat" => stat::sstat(args),
         _ => return None,
     })
 }

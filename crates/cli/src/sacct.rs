@@ -306,7 +306,77 @@ fn step_value(field: &str, j: &JobInfo, s: &StepInfo, t: i64) -> String {
         "End" => s.end.map_or("Unknown".into(), iso),
         "WorkDir" => j.workdir.clone(),
         "Cluster" => "tandem".into(),
-        _ => String::new(),
+        f => usage_value(f, s).unwrap_or_default(),
+    }
+}
+
+/// A step's usage fields as Slurm prints them (`sacct`'s and `sstat`'s), from its tasks'
+/// reports: MaxRSS (`2048K`) with its node and task, AveRSS, MinCPU with its node and task,
+/// AveCPU (`HH:MM:SS`), TotalCPU (`MM:SS.mmm`). `None`: no such field, or nothing reported.
+pub(crate) fn usage_value(field: &str, s: &StepInfo) -> Option<String> {
+    let u = &s.usage;
+    let max_rss = u.iter().max_by_key(|x| (x.2, std::cmp::Reverse(x.0)))?;
+    let min_cpu = u.iter().min_by_key(|x| (x.3, x.0))?;
+    let n = u.len() as u64;
+    let cpu = |ms: u64| slurmcli::hms(Some((ms / 1000) as i64));
+    Some(match field {
+        "MaxRSS" => format!("{}K", max_rss.2),
+        "MaxRSSNode" => max_rss.1.clone(),
+        "MaxRSSTask" => max_rss.0.to_string(),
+        "AveRSS" => format!("{}K", u.iter().map(|x| x.2).sum::<u64>() / n),
+        "MinCPU" => cpu(min_cpu.3),
+        "MinCPUNode" => min_cpu.1.clone(),
+        "MinCPUTask" => min_cpu.0.to_string(),
+        "AveCPU" => cpu(u.iter().map(|x| x.3).sum::<u64>() / n),
+        "TotalCPU" => total_cpu(u.iter().map(|x| x.3).sum()),
+        _ => return None,
+    })
+}
+
+/// Slurm's TotalCPU: `[D-][HH:]MM:SS.mmm`.
+fn total_cpu(ms: u64) -> String {
+    let (s, m) = (ms / 1000, ms % 1000);
+    let (d, h, mi, se) = (s / 86400, s % 86400 / 3600, s % 3600 / 60, s % 60);
+    match (d, h) {
+        (0, 0) => format!("{mi:02}:{se:02}.{m:03}"),
+        (0, h) => format!("{h:02}:{mi:02}:{se:02}"),
+        (d, h) => format!("{d}-{h:02}:{mi:02}:{se:02}"),
+    }
+}
+
+#[cfg(test)]
+mod usage_tests {
+    use super::*;
+
+    #[test]
+    fn usage_fields_as_slurm_prints_them() {
+        let s = StepInfo {
+            id: "0".into(),
+            command: String::new(),
+            name: String::new(),
+            ntasks: 2,
+            nodelist: "node[1-2]".into(),
+            done: false,
+            exit_code: 0,
+            start: 0,
+            end: None,
+            timed_out: false,
+            cpus: 2,
+            usage: vec![(0, "node1".into(), 1000, 61_500), (1, "node2".into(), 3000, 1_250)],
+        };
+        let v = |f: &str| usage_value(f, &s).unwrap();
+        assert_eq!(
+            (v("MaxRSS"), v("MaxRSSNode"), v("MaxRSSTask"), v("AveRSS")),
+            ("3000K".into(), "node2".into(), "1".into(), "2000K".into())
+        );
+        assert_eq!(
+            (v("MinCPU"), v("MinCPUTask"), v("AveCPU"), v("TotalCPU")),
+            ("00:00:01".into(), "1".into(), "00:00:31".into(), "01:02.750".into())
+        );
+        assert_eq!(total_cpu(3_723_004), "01:02:03");
+        assert_eq!(total_cpu(90_000_000), "1-01:00:00");
+        assert_eq!(usage_value("MaxRSS", &StepInfo { usage: vec![], ..s.clone() }), None, "nothing reported: empty");
+        assert_eq!(usage_value("JobName", &s), None);
     }
 }
 

@@ -33,7 +33,7 @@ pub use service::{Service, ServiceSpec};
 pub use services::{Endpoint, EndpointView, ProxyServiceStats, ServiceEndpoints, replica_id};
 pub use types::{
     ArrayInfo, ArrayRecord, BATCH_STEP, Job, JobSpec, NodeRec, Order, ReplicaInfo, ReplicaReport, ReplicaTask, StdinTo, Step, StepHold,
-    StepIo, StepRes, StepSpec, Task, TaskExit, TaskKey,
+    StepIo, StepRes, StepSpec, Task, TaskExit, TaskKey, TaskUsage,
 };
 
 use model::{ClusterConfig, DepKind, DepStatus, JobEvent, JobId, JobState, Node, NodeEvent, NodeState, PendingReason, Time};
@@ -1191,6 +1191,24 @@ impl Controller {
         Ok(self.nodes[i].orders.clone())
     }
 
+    /// Takes an agent's report of its tasks' usage (`sstat`): kept with each task's step of its
+    /// job's current run, in memory only (it is saved with the step's next change, its end).
+    pub fn record_usage(&mut self, node: &str, usage: &[TaskUsage]) {
+        for u in usage {
+            let Some(j) = self.jobs.get_mut(&u.key.job) else { continue };
+            if j.epoch != u.key.epoch || j.state != JobState::Running || !j.allocs.iter().any(|(n, _)| n == node) {
+                continue;
+            }
+            let Some(s) = j.steps.iter_mut().find(|s| s.id == u.key.step && s.end.is_none()) else { continue };
+            if let Some(x) = s.usage.iter_mut().find(|x| x.0 == u.key.rank) {
+                x.2 = x.2.max(u.max_rss_kb);
+                x.3 = x.3.max(u.cpu_ms);
+            } else if s.usage.len() < 100_000 {
+                s.usage.push((u.key.rank, node.to_string(), u.max_rss_kb, u.cpu_ms));
+            }
+        }
+    }
+
     /// The end of a heartbeat's long poll: renews the node's lease, drops the orders the agent
     /// acknowledges, and returns every order not yet acknowledged (the agent's report was
     /// taken when the heartbeat arrived).
@@ -1611,6 +1629,7 @@ impl Controller {
             spec: StepSpec::default(),
             held: Vec::new(),
             timeout_at: None,
+            usage: Vec::new(),
         }];
         self.dirty_jobs.insert(id);
         if let Some(r) = &mut j.replica {
@@ -1902,6 +1921,7 @@ impl Controller {
             spec,
             held,
             timeout_at: None,
+            usage: Vec::new(),
         });
         let built = self.step_tasks(id, step_id);
         self.dirty_jobs.insert(id);

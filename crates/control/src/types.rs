@@ -155,6 +155,24 @@ pub struct Step {
     /// and it ends TIMEOUT.
     #[serde(default)]
     pub timeout_at: Option<Time>,
+    /// Its tasks' usage as their agents last reported it: (rank, node, most resident memory
+    /// in KiB, CPU milliseconds). Kept in memory as reports come, and saved with the step's
+    /// other changes (its end).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub usage: Vec<(u32, String, u64, u64)>,
+}
+
+/// What one task has used so far, as its agent reads it (`sstat`, sacct's MaxRSS and AveCPU).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskUsage {
+    /// The task.
+    pub key: TaskKey,
+    /// Resident memory of its processes now, KiB.
+    pub rss_kb: u64,
+    /// The most seen, KiB.
+    pub max_rss_kb: u64,
+    /// CPU time its processes used (user and system), milliseconds.
+    pub cpu_ms: u64,
 }
 
 /// What a running step holds of its job's allocation on one node.
@@ -687,7 +705,7 @@ pub struct TaskExit {
 }
 
 /// A task an agent runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct TaskKey {
     /// Job.
     pub job: u64,

@@ -87,6 +87,7 @@ fn job_info(j: &Job, v: &Viewer, part: &str) -> JobInfo {
             start: s.start,
             end: s.end,
             timed_out: s.timeout_at.is_some(),
+            usage: if details { s.usage.clone() } else { Vec::new() },
             cpus: if s.held.iter().any(|h| h.cpus > 0) {
                 s.held.iter().map(|h| h.cpus).sum()
             } else {
@@ -671,6 +672,7 @@ async fn heartbeat(
         let o = c.heartbeat(t, &hb.node, hb.ack, &hb.running, &hb.exits);
         if o.is_ok() {
             c.replica_reports(t_ms, &hb.node, &hb.replicas);
+            c.record_usage(&hb.node, &hb.usage);
         }
         o
     });

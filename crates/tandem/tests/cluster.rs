@@ -322,6 +322,45 @@ fn scripts_with_the_options_slurm_users_write_submit_and_run() {
 }
 
 #[test]
+fn sstat_shows_a_running_steps_memory_and_cpu_and_sacct_keeps_them() {
+    let c = Cluster::new("sstat", 1, None, 30);
+    // Two tasks each hold 64 MiB and spin until the test has seen them, then a flag ends them.
+    let s = c.script(
+        "use.sh",
+        "#!/bin/bash\n#SBATCH -n2 -o use.out\n\
+         srun -n2 python3 -c 'import os,time\nb=bytearray(64<<20)\nfor i in range(0,len(b),4096): b[i]=1\nt=time.time()\nwhile not os.path.exists(\"done.flag\") and time.time()-t<60: pass\n'\n",
+    );
+    let id = c.sbatch(&[&s]);
+    c.wait_state(id, &["RUNNING"], 30);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let row = loop {
+        let o = c.run("sstat", &["-j", &format!("{id}.0"), "-n", "-P", "-o", "JobID,MaxRSS,MaxRSSTask,AveRSS,NTasks,TotalCPU"]);
+        let text = String::from_utf8_lossy(&o.stdout).trim().to_string();
+        let f: Vec<String> = text.split('|').map(str::to_string).collect();
+        if f.len() == 6 && f[1].trim_end_matches('K').parse::<u64>().is_ok_and(|k| k >= 64 << 10) {
+            break f;
+        }
+        assert!(Instant::now() < deadline, "sstat never showed 64 MiB: {o:?}");
+        std::thread::sleep(Duration::from_millis(300));
+    };
+    assert_eq!((row[0].as_str(), row[4].as_str()), (format!("{id}.0").as_str(), "2"), "{row:?}");
+    assert!(row[3].trim_end_matches('K').parse::<u64>().unwrap() >= 64 << 10, "{row:?}");
+    std::fs::write(c.work.join("done.flag"), "").unwrap();
+    c.wait_state(id, &["COMPLETED"], 60);
+    let acct = c.ok("sacct", &["-j", &id.to_string(), "-P", "-n", "--format=JobID,MaxRSS,TotalCPU"]);
+    let step = acct.lines().find(|l| l.starts_with(&format!("{id}.0|"))).unwrap_or_else(|| panic!("{acct}"));
+    let f: Vec<&str> = step.split('|').collect();
+    assert!(f[1].trim_end_matches('K').parse::<u64>().unwrap() >= 64 << 10 && !f[2].is_empty(), "{acct}");
+    // Bad requests.
+    for (args, want) in
+        [(&["-j", "x"][..], "Invalid job id"), (&[][..], "you must specify a job"), (&["-j", &id.to_string()][..], "not running")]
+    {
+        let o = c.run("sstat", args);
+        assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains(want), "{args:?}: {o:?}");
+    }
+}
+
+#[test]
 fn sbcast_copies_a_file_to_the_jobs_nodes_as_the_user() {
     let c = Cluster::new("sbcast", 2, None, 30);
     // One node: a second copy does not replace the file unless -f; -p keeps mode and time.

@@ -179,6 +179,9 @@ pub struct StepInfo {
     /// CPUs it holds (`srun --exact`, `-c`: its own; else the job's on its nodes).
     #[serde(default)]
     pub cpus: u32,
+    /// Its tasks' usage as last reported: (rank, node, most resident memory KiB, CPU ms).
+    #[serde(default)]
+    pub usage: Vec<(u32, String, u64, u64)>,
 }
 
 /// One node as `sinfo` shows it.
@@ -362,6 +365,9 @@ pub struct Heartbeat {
     /// Service replicas running here: port, readiness, restarts.
     #[serde(default)]
     pub replicas: Vec<control::ReplicaReport>,
+    /// The running tasks' usage (memory, CPU time), for `sstat`.
+    #[serde(default)]
+    pub usage: Vec<control::TaskUsage>,
 }
 
 /// Response to a heartbeat.

@@ -560,7 +560,9 @@ pub const DOCUMENT: &str = r##"{
           "done": {"type": "boolean"}, "exit_code": {"$ref": "#/components/schemas/i32"},
           "start": {"$ref": "#/components/schemas/i64"}, "end": {"$ref": "#/components/schemas/i64OrNull"},
           "timed_out": {"type": "boolean", "description": "Ended by its own time limit (srun -t): TIMEOUT"},
-          "cpus": {"$ref": "#/components/schemas/u32", "description": "CPUs it holds (its own with --exact or -c, else the job's on its nodes)"}}},
+          "cpus": {"$ref": "#/components/schemas/u32", "description": "CPUs it holds (its own with --exact or -c, else the job's on its nodes)"},
+          "usage": {"type": "array", "description": "Its tasks' usage as last reported: rank, node, most resident memory (KiB), CPU milliseconds; owner and root only",
+            "items": {"type": "array", "prefixItems": [{"$ref": "#/components/schemas/u32"}, {"type": "string"}, {"$ref": "#/components/schemas/u64"}, {"$ref": "#/components/schemas/u64"}], "items": false, "minItems": 4}}}},
       "JobAction": {"oneOf": [
         {"type": "object", "required": ["action"], "properties": {"action": {"enum": ["hold", "release", "requeue"]}, "time_limit": {"$ref": "#/components/schemas/i64OrNull", "description": "Ignored"}}},
         {"type": "object", "required": ["action", "time_limit"], "properties": {"action": {"const": "update"}, "time_limit": {"$ref": "#/components/schemas/i64", "description": "New time limit, seconds"}}},
@@ -696,7 +698,10 @@ pub const DOCUMENT: &str = r##"{
         "running": {"type": "array", "items": {"$ref": "#/components/schemas/TaskKey"}},
         "exits": {"type": "array", "items": {"$ref": "#/components/schemas/TaskExit"}},
         "wait_ms": {"$ref": "#/components/schemas/u64"},
-        "replicas": {"type": "array", "items": {"$ref": "#/components/schemas/ReplicaReport"}}}},
+        "replicas": {"type": "array", "items": {"$ref": "#/components/schemas/ReplicaReport"}},
+        "usage": {"type": "array", "description": "Running tasks' usage, for sstat", "items": {"type": "object", "additionalProperties": false,
+          "required": ["key", "rss_kb", "max_rss_kb", "cpu_ms"], "properties": {"key": {"$ref": "#/components/schemas/TaskKey"},
+            "rss_kb": {"$ref": "#/components/schemas/u64"}, "max_rss_kb": {"$ref": "#/components/schemas/u64"}, "cpu_ms": {"$ref": "#/components/schemas/u64"}}}}}},
       "Orders": {"type": "object", "required": ["orders"], "additionalProperties": false, "properties": {
         "orders": {"type": "array", "items": {"type": "array", "prefixItems": [{"$ref": "#/components/schemas/u64"}, {"$ref": "#/components/schemas/Order"}], "items": false, "minItems": 2}}}},
       "Order": {"oneOf": [
@@ -1140,6 +1145,7 @@ mod tests {
                 end: Some(2),
                 timed_out: true,
                 cpus: 4,
+                usage: vec![(0, "node1".into(), 2048, 1500)],
             }],
             recorded: vec![("Comment".into(), "a note".into())],
             message: Some("why".into()),
@@ -1423,6 +1429,12 @@ mod tests {
                     exits: vec![exit],
                     wait_ms: 5000,
                     replicas: vec![report],
+                    usage: vec![control::TaskUsage {
+                        key: control::TaskKey { job: 5, epoch: 1, step: 0, rank: 0 },
+                        rss_kb: 1024,
+                        max_rss_kb: 2048,
+                        cpu_ms: 1500,
+                    }],
                 }),
             ),
             (

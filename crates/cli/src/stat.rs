@@ -1,0 +1,122 @@
+//! `sstat`: the live usage of a running job's steps (resident memory, CPU time), as their
+//! agents report it from `/proc` every few seconds, with Slurm's fields and layout.
+
+use anyhow::{Result, bail};
+use client::Target;
+use wire::JobInfo;
+
+use crate::query::get;
+
+const USAGE: &str = "Usage: sstat -j JOBID[.STEP][,...] [-a] [-n] [-p|-P] [-o FIELDS]";
+
+/// The fields `sstat` fills, with Slurm's widths; the default list is all but TotalCPU.
+const FIELDS: [(&str, usize); 11] = [
+    ("JobID", 12),
+    ("MaxRSS", 10),
+    ("MaxRSSNode", 10),
+    ("MaxRSSTask", 10),
+    ("AveRSS", 10),
+    ("MinCPU", 10),
+    ("MinCPUNode", 10),
+    ("MinCPUTask", 10),
+    ("AveCPU", 10),
+    ("NTasks", 8),
+    ("TotalCPU", 10),
+];
+
+/// `sstat`.
+pub(crate) fn sstat(args: &[String]) -> Result<i32> {
+    let (mut ids, mut header, mut sep, mut fields) = (Vec::<String>::new(), true, None::<bool>, None::<String>);
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "-j" | "--jobs" => ids.extend(it.next().map(|v| v.split(',').map(str::to_string).collect::<Vec<_>>()).unwrap_or_default()),
+            "-a" | "--allsteps" => {}
+            "-n" | "--noheader" => header = false,
+            "-p" | "--parsable" => sep = Some(true),
+            "-P" | "--parsable2" => sep = Some(false),
+            "-o" | "--format" | "--fields" => fields = it.next().cloned(),
+            "-e" | "--helpformat" => {
+                println!("{}", FIELDS.map(|f| f.0).join(" "));
+                return Ok(0);
+            }
+            "--help" | "--usage" | "-h" => {
+                println!("{USAGE}");
+                return Ok(0);
+            }
+            "-V" | "--version" => {
+                println!("slurm 25.11.0");
+                return Ok(0);
+            }
+            o if o.starts_with("--jobs=") => ids.extend(o["--jobs=".len()..].split(',').map(str::to_string)),
+            o if o.starts_with("--format=") => fields = Some(o["--format=".len()..].to_string()),
+            o if o.starts_with("-j") && o.len() > 2 => ids.extend(o[2..].split(',').map(str::to_string)),
+            o if o.starts_with('-') => bail!("unrecognized option '{o}'\n{USAGE}"),
+            o => ids.extend(o.split(',').map(str::to_string)),
+        }
+    }
+    if ids.is_empty() {
+        bail!("you must specify a job: sstat -j JOBID[.STEP]");
+    }
+    let cols: Vec<(&str, usize)> = match &fields {
+        None => FIELDS[..10].to_vec(),
+        Some(f) => f
+            .split(',')
+            .map(|name| {
+                FIELDS
+                    .iter()
+                    .find(|(n, _)| n.eq_ignore_ascii_case(name.trim()))
+                    .copied()
+                    .ok_or_else(|| anyhow::anyhow!("Invalid field requested: \"{name}\""))
+            })
+            .collect::<Result<_>>()?,
+    };
+    let t = Target::from_env()?;
+    let mut rows: Vec<Vec<String>> = Vec::new();
+    for id in &ids {
+        let (job, step) = id.split_once('.').map_or((id.as_str(), None), |(j, s)| (j, Some(s)));
+        let n: u64 = job.parse().map_err(|_| anyhow::anyhow!("Invalid job id: {id}"))?;
+        let j: JobInfo = get(&t, &format!("/v1/jobs/{n}"))?;
+        if j.state != "RUNNING" {
+            bail!("job {id} is not running ({})", j.state);
+        }
+        let steps: Vec<_> = j.steps.iter().filter(|s| !s.done && step.is_none_or(|w| w == s.id)).collect();
+        if steps.is_empty() {
+            bail!("no running step {id}");
+        }
+        for s in steps {
+            rows.push(
+                cols.iter()
+                    .map(|(f, _)| match *f {
+                        "JobID" => format!("{}.{}", j.display_id, s.id),
+                        "NTasks" => s.ntasks.to_string(),
+                        f => crate::sacct::usage_value(f, s).unwrap_or_default(),
+                    })
+                    .collect(),
+            );
+        }
+    }
+    match sep {
+        Some(trailing) => {
+            let end = if trailing { "|" } else { "" };
+            if header {
+                println!("{}{end}", cols.iter().map(|c| c.0).collect::<Vec<_>>().join("|"));
+            }
+            for r in rows {
+                println!("{}{end}", r.join("|"));
+            }
+        }
+        None => {
+            let line = |cells: Vec<String>| cells.join(" ").trim_end().to_string();
+            let cell = |i: usize, v: &str, w: usize| if i == 0 { format!("{v:<w$.w$}") } else { format!("{v:>w$.w$}") };
+            if header {
+                println!("{}", line(cols.iter().enumerate().map(|(i, (h, w))| cell(i, h, *w)).collect()));
+                println!("{}", line(cols.iter().map(|(_, w)| "-".repeat(*w)).collect()));
+            }
+            for r in rows {
+                println!("{}", line(r.iter().zip(&cols).enumerate().map(|(i, (v, (_, w)))| cell(i, v, *w)).collect()));
+            }
+        }
+    }
+    Ok(0)
+}
