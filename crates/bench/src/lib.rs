@@ -1,4 +1,4 @@
-//! Every benchmark harness (`tandem bench sched|submit|agents|proxy|failover|chaos|load`), the HTTP
+//! Every benchmark harness (`tandem bench sched|submit|agents|proxy|llm|failover|chaos|load`), the HTTP
 //! load generator (`loadgen`), the test upstream (`tandem __upstream`), the LLM server stand-in
 //! (`tandem __llm`: `llmserver` over the sans-IO `llmsim`) and the simulated agents (`agents`). Nothing in the product depends on this crate (the tidy test checks). It drives
 //! the real daemons from outside, as a user or a peer would: it starts them through `up` (as
@@ -17,6 +17,7 @@
 mod agents;
 mod chaos;
 mod failover;
+mod llm;
 mod llmserver;
 mod llmsim;
 mod loadgen;
@@ -56,6 +57,9 @@ pub enum BenchCmd {
     Load(crate::loadgen::LoadArgs),
     /// `tandem proxy` against nginx in front of the same upstreams: throughput and latency.
     Proxy(crate::proxy::BenchProxyArgs),
+    /// The proxy's balancing policies side by side in front of LLM server stand-ins: time to
+    /// first token, time per output token, latency, throughput, prefix-cache hit rate, shed.
+    Llm(crate::llm::BenchLlmArgs),
     /// A service behind the proxy on a local cluster while one node dies (`kill -9`): failed
     /// requests, time to replace the replica, latency; beside Kubernetes' defaults.
     Failover(crate::failover::FailoverArgs),
@@ -228,6 +232,11 @@ pub fn run(cmd: BenchCmd) -> Result<()> {
             let json = a.json;
             let r = crate::failover::run(a)?;
             report(json, &r, crate::failover::print)
+        }
+        BenchCmd::Llm(a) => {
+            let json = a.json;
+            let r = crate::llm::run(a)?;
+            report(json, &r, crate::llm::print)
         }
         BenchCmd::Proxy(a) => {
             let json = a.json;

@@ -107,7 +107,7 @@ pub struct Report {
 use up::Kids;
 
 /// Reads the first stdout line of a child (`listening on ADDR`) and returns ADDR.
-fn listening(c: &mut Child, what: &str) -> Result<String> {
+pub(crate) fn listening(c: &mut Child, what: &str) -> Result<String> {
     use std::io::BufRead;
     let out = c.stdout.take().context("no stdout")?;
     let mut line = String::new();

@@ -1,6 +1,7 @@
-//! Smoke test of `bench/vs-slurm.sh`, Tandem's side only (10 jobs, no Slurm needed): the
-//! comparison runs end to end through `tandem up` and the `sbatch`/`squeue` shims, and its table
-//! has every row with a number. No timing assertions: the figures belong in BENCHMARKS.md.
+//! Smoke tests of the benchmarks. `bench/vs-slurm.sh`, Tandem's side only (10 jobs, no Slurm
+//! needed): the comparison runs end to end through `tandem up` and the `sbatch`/`squeue` shims,
+//! and its table has every row with a number. `tandem bench llm`, small: its JSON has every
+//! policy with its figures. No timing assertions: the figures belong in BENCHMARKS.md.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -59,4 +60,32 @@ fn tandem_side_of_the_slurm_comparison_prints_every_row() {
         "configuration printed:\n{stdout}"
     );
     assert!(stdout.contains("jobs that ended COMPLETED"), "{stdout}");
+}
+
+#[test]
+fn llm_bench_reports_every_policy_side_by_side() {
+    let out = Command::new(env!("CARGO_BIN_EXE_tandem"))
+        .args(["bench", "llm", "--replicas", "2", "--duration", "3", "--json"])
+        .output()
+        .expect("run tandem bench llm");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "tandem bench llm failed\nstdout:\n{stdout}\nstderr:\n{stderr}");
+    let v: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("not one JSON object ({e}):\n{stdout}"));
+    assert_eq!(v["workload"], "shared-prefix");
+    assert!(v["capacity_rps"].as_f64().is_some_and(|c| c > 0.0), "{v}");
+    let policies = v["policies"].as_array().expect("a list of policies");
+    let names: Vec<&str> = policies.iter().map(|p| p["balance"].as_str().unwrap()).collect();
+    assert_eq!(names, ["round_robin", "least_request", "p2c", "llm"]);
+    for p in policies {
+        for k in ["ttft_p50_ms", "ttft_p99_ms", "tpot_p50_ms", "e2e_p99_ms", "throughput_rps", "cache_hit_rate"] {
+            let x = p[k].as_f64().unwrap_or_else(|| panic!("{k} missing in {p}"));
+            assert!(x.is_finite() && x >= 0.0, "{k} in {p}");
+        }
+        assert!(p["requests"].as_u64().is_some_and(|n| n > 0), "{p}");
+        assert!(p["shed"].as_u64().is_some() && p["failed"].as_u64().is_some(), "{p}");
+    }
+    let llm = &policies[3];
+    let hit = llm["cache_hit_rate"].as_f64().unwrap();
+    assert!((0.0..=1.0).contains(&hit), "{llm}");
 }
