@@ -297,6 +297,35 @@ pub(crate) fn partition_json(p: &wire::PartitionInfo, nodes: &[NodeInfo]) -> Val
     })
 }
 
+/// Prints rows under Slurm's header as `sreport` and `sstat` do: `sep` `Some(trailing)` for
+/// `|`-separated fields (`-p` with a trailing `|`, `-P` without), else columns of the given
+/// widths (values cut to them) with a rule of dashes, right-justified but for the first column
+/// when `left_first`.
+pub(crate) fn print_table(cols: &[(&str, usize)], rows: &[Vec<String>], header: bool, sep: Option<bool>, left_first: bool) {
+    match sep {
+        Some(trailing) => {
+            let end = if trailing { "|" } else { "" };
+            if header {
+                println!("{}{end}", cols.iter().map(|c| c.0).collect::<Vec<_>>().join("|"));
+            }
+            for r in rows {
+                println!("{}{end}", r.join("|"));
+            }
+        }
+        None => {
+            let line = |cells: Vec<String>| cells.join(" ").trim_end().to_string();
+            let cell = |i: usize, v: &str, w: usize| if i == 0 && left_first { format!("{v:<w$.w$}") } else { format!("{v:>w$.w$}") };
+            if header {
+                println!("{}", line(cols.iter().enumerate().map(|(i, (h, w))| cell(i, h, *w)).collect()));
+                println!("{}", line(cols.iter().map(|(_, w)| "-".repeat(*w)).collect()));
+            }
+            for r in rows {
+                println!("{}", line(r.iter().zip(cols).enumerate().map(|(i, (v, (_, w)))| cell(i, v, *w)).collect()));
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -15,14 +15,14 @@ const USAGE: &str =
 
 /// `sreport`.
 pub(crate) fn sreport(args: &[String]) -> Result<i32> {
-    let (mut header, mut sep, mut unit) = (true, None::<(&str, bool)>, slurmcli::ReportUnit::Minutes);
+    let (mut header, mut sep, mut unit) = (true, None::<bool>, slurmcli::ReportUnit::Minutes);
     let mut words = Vec::new();
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
             "-n" | "--noheader" => header = false,
-            "-p" | "--parsable" => sep = Some(("|", true)),
-            "-P" | "--parsable2" => sep = Some(("|", false)),
+            "-p" | "--parsable" => sep = Some(true),
+            "-P" | "--parsable2" => sep = Some(false),
             "-t" => unit = slurmcli::ReportUnit::parse(it.next().map_or("", String::as_str)).map_err(|e| anyhow::anyhow!("{}", e.0))?,
             "-T" | "--tres" => {
                 if !it.next().is_some_and(|t| t.eq_ignore_ascii_case("cpu")) {
@@ -117,7 +117,7 @@ enum Report {
 /// How rows are printed: columns or separated fields, with or without the header.
 struct Out {
     header: bool,
-    sep: Option<(&'static str, bool)>,
+    sep: Option<bool>,
 }
 
 impl Out {
@@ -135,27 +135,7 @@ impl Out {
     }
 
     fn table(&self, cols: &[(&str, usize)], rows: &[Vec<String>]) {
-        match self.sep {
-            Some((s, trailing)) => {
-                let end = if trailing { s } else { "" };
-                if self.header {
-                    println!("{}{end}", cols.iter().map(|c| c.0).collect::<Vec<_>>().join(s));
-                }
-                for r in rows {
-                    println!("{}{end}", r.join(s));
-                }
-            }
-            None => {
-                let line = |cells: Vec<String>| cells.join(" ").trim_end().to_string();
-                if self.header {
-                    println!("{}", line(cols.iter().map(|(h, w)| format!("{h:>w$.w$}")).collect()));
-                    println!("{}", line(cols.iter().map(|(_, w)| "-".repeat(*w)).collect()));
-                }
-                for r in rows {
-                    println!("{}", line(r.iter().zip(cols).map(|(v, (_, w))| format!("{v:>w$.w$}")).collect()));
-                }
-            }
-        }
+        crate::query::print_table(cols, rows, self.header, self.sep, false);
     }
 }
 

@@ -96,27 +96,6 @@ pub(crate) fn sstat(args: &[String]) -> Result<i32> {
             );
         }
     }
-    match sep {
-        Some(trailing) => {
-            let end = if trailing { "|" } else { "" };
-            if header {
-                println!("{}{end}", cols.iter().map(|c| c.0).collect::<Vec<_>>().join("|"));
-            }
-            for r in rows {
-                println!("{}{end}", r.join("|"));
-            }
-        }
-        None => {
-            let line = |cells: Vec<String>| cells.join(" ").trim_end().to_string();
-            let cell = |i: usize, v: &str, w: usize| if i == 0 { format!("{v:<w$.w$}") } else { format!("{v:>w$.w$}") };
-            if header {
-                println!("{}", line(cols.iter().enumerate().map(|(i, (h, w))| cell(i, h, *w)).collect()));
-                println!("{}", line(cols.iter().map(|(_, w)| "-".repeat(*w)).collect()));
-            }
-            for r in rows {
-                println!("{}", line(r.iter().zip(&cols).enumerate().map(|(i, (v, (_, w)))| cell(i, v, *w)).collect()));
-            }
-        }
-    }
+    crate::query::print_table(&cols, &rows, header, sep, true);
     Ok(0)
 }

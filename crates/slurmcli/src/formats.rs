@@ -55,8 +55,11 @@ pub fn parse_time(s: &str) -> Result<Option<Time>, Invalid> {
 
 /// Formats seconds the way squeue does: `M:SS`, `H:MM:SS` or `D-HH:MM:SS`; `UNLIMITED` for none.
 pub fn format_time(secs: Option<Time>) -> String {
-    let Some(s) = secs else { return "UNLIMITED".into() };
-    let s = s.max(0);
+    secs.map_or_else(|| "UNLIMITED".into(), |s| compact_time(s.max(0)))
+}
+
+/// `M:SS`, `H:MM:SS` or `D-HH:MM:SS` of a non-negative duration (squeue's `%M` shape).
+pub(crate) fn compact_time(s: Time) -> String {
     let (d, h, m, sec) = (s / 86400, (s % 86400) / 3600, (s % 3600) / 60, s % 60);
     if d > 0 {
         format!("{d}-{h:02}:{m:02}:{sec:02}")

@@ -25,14 +25,7 @@ pub fn squeue_secs(s: i64) -> String {
     if !(0..=YEAR_SECONDS).contains(&s) {
         return "INVALID".into();
     }
-    let (d, h, m, sec) = (s / 86400, (s / 3600) % 24, (s / 60) % 60, s % 60);
-    if d > 0 {
-        format!("{d}-{h:02}:{m:02}:{sec:02}")
-    } else if h > 0 {
-        format!("{h}:{m:02}:{sec:02}")
-    } else {
-        format!("{m}:{sec:02}")
-    }
+    crate::formats::compact_time(s)
 }
 
 /// A size unit of Slurm's `convert_num_unit`.
