@@ -1,28 +1,16 @@
 //! End-to-end tests of the LLM server stand-in (`tandem __llm`) and of the proxy's LLM routing
 //! (`balance = "llm"`) in front of it: real processes and sockets on 127.0.0.1.
 
+mod common;
+
+use common::{Procs, bin};
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use serde_json::{Value, json};
-
-fn bin() -> &'static str {
-    env!("CARGO_BIN_EXE_tandem")
-}
-
-/// Children killed when the test ends, however it ends.
-struct Procs(Vec<Child>);
-
-impl Drop for Procs {
-    fn drop(&mut self) {
-        for c in &mut self.0 {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
 
 impl Procs {
     fn start(&mut self, args: &[&str]) -> String {

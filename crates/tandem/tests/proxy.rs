@@ -2,28 +2,16 @@
 //! 127.0.0.1 (upstreams are `tandem __upstream` processes or small servers in the test), and a
 //! controller stand-in (axum) speaking the `POST /v1/proxy/sync` contract.
 
+mod common;
+
+use common::{Procs, bin};
+
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-
-fn bin() -> &'static str {
-    env!("CARGO_BIN_EXE_tandem")
-}
-
-/// Children killed when the test ends, however it ends.
-struct Procs(Vec<Child>);
-
-impl Drop for Procs {
-    fn drop(&mut self) {
-        for c in &mut self.0 {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
 
 fn first_line_addr(c: &mut Child) -> String {
     let mut line = String::new();

@@ -14,6 +14,18 @@ pub fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_tandem")
 }
 
+/// Children killed when the test ends, however it ends.
+pub struct Procs(pub Vec<Child>);
+
+impl Drop for Procs {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
 pub fn free_dir(tag: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("tandem-e2e-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
