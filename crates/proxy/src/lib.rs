@@ -2,7 +2,8 @@
 //! and HTTP/2 with prior knowledge on one listener) that routes each request to a ready replica
 //! of its service, balanced by the `balance` crate, with bounded retries on another replica and
 //! passive ejection of failing ones. Bodies stream both ways; small request bodies are kept so
-//! a failed attempt can be replayed.
+//! a failed attempt can be replayed, and small answers to idempotent requests are read whole
+//! before they are sent on, so one broken off mid-body is retried (`keeps_whole`).
 //!
 //! Routing: `/s/<service>/rest` (the prefix is stripped), else the Host header `<service>` or
 //! `<service>.<anything>`. Endpoints come from `--static NAME=ADDR,...` or from the controller
@@ -691,6 +692,24 @@ fn classify(e: &hyper_util::client::legacy::Error) -> Outcome {
     Outcome::Reset
 }
 
+/// Largest response (by its Content-Length) the proxy reads whole before answering.
+const KEEP_WHOLE: u64 = 64 << 10;
+
+/// Whether a response is read whole before it is sent on: an idempotent request (RFC 9110
+/// 9.2.2, so a retry after a broken body is safe) and a declared length up to `KEEP_WHOLE`.
+/// Streams (SSE, chunked) and large bodies go on as they come.
+fn keeps_whole(method: &Method, resp: &hyper::http::response::Parts) -> bool {
+    let idempotent = matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS | Method::PUT | Method::DELETE);
+    idempotent
+        && !resp.status.is_informational()
+        && resp
+            .headers
+            .get(hyper::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok())
+            .is_some_and(|n| n <= KEEP_WHOLE)
+}
+
 fn describe(o: Outcome) -> String {
     match o {
         Outcome::Ok => "ok".into(),
@@ -972,8 +991,42 @@ async fn handle(
                     strip_hop_by_hop(resp.headers_mut());
                     resp.headers_mut().insert("x-tandem-replica", up.replica.clone());
                     let (p, b) = resp.into_parts();
-                    let guard = Guard { svc: svc.clone(), up, key, outcome, start, st: st.clone() };
-                    return Ok(Response::from_parts(p, ProxyBody::Upstream(b, Some(guard))));
+                    if !keeps_whole(&parts.method, &p) {
+                        let guard = Guard { svc: svc.clone(), up, key, outcome, start, st: st.clone() };
+                        return Ok(Response::from_parts(p, ProxyBody::Upstream(b, Some(guard))));
+                    }
+                    // A small answer to an idempotent request is read whole before anything
+                    // reaches the client, so a replica that dies mid-body (a node lost) costs a
+                    // retry on another replica, not a truncated response.
+                    match b.collect().await {
+                        Ok(whole) => {
+                            drop(Guard { svc: svc.clone(), up, key, outcome, start, st: st.clone() });
+                            return Ok(Response::from_parts(p, ProxyBody::Full(Some(whole.to_bytes()))));
+                        }
+                        Err(e) => {
+                            let outcome = Outcome::Reset;
+                            let again = attempts <= MAX_RETRIES
+                                && balance::should_retry(outcome, attempts, retries, replayable, false)
+                                && svc.lock().pool.can_pick(&tried[..attempts as usize]);
+                            if !again {
+                                drop(Guard { svc: svc.clone(), up: up.clone(), key, outcome, start, st: st.clone() });
+                                return Ok(plain(
+                                    StatusCode::BAD_GATEWAY,
+                                    format!(
+                                        "service {:?}: replica {} broke off its response ({e}); {attempts} attempt(s), retries exhausted",
+                                        svc.name, up.addr
+                                    ),
+                                ));
+                            }
+                            last = format!("replica {} broke off its response", up.addr);
+                            svc.retries.fetch_add(1, Relaxed);
+                            let now = st.now_ms();
+                            if svc.lock().pool.finish(key, outcome, now) {
+                                eprintln!("tandem proxy: service {}: replica {} ejected after repeated failures", svc.name, up.addr);
+                            }
+                            continue;
+                        }
+                    }
                 }
                 outcome
             }

@@ -222,6 +222,50 @@ fn a_refusing_upstream_costs_no_request_and_is_ejected() {
     assert!(r.body.contains("connection failed"), "{}", r.body);
 }
 
+/// An upstream that answers every request with a head promising 100 bytes, sends 4, and hangs
+/// up: a replica killed between its head and its body.
+fn breaks_off_mid_body() -> String {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap().to_string();
+    std::thread::spawn(move || {
+        for s in l.incoming() {
+            let Ok(mut s) = s else { continue };
+            let mut buf = [0u8; 4096];
+            let mut got = Vec::new();
+            while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+                match s.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => got.extend_from_slice(&buf[..n]),
+                }
+            }
+            let _ = s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\nhalf");
+        }
+    });
+    addr
+}
+
+#[test]
+fn a_replica_that_dies_mid_body_costs_a_retry_not_a_truncated_answer() {
+    let mut p = Procs(Vec::new());
+    let broken = breaks_off_mid_body();
+    let good = p.upstream("good");
+    let proxy = p.proxy(&["--static", &format!("echo={broken},{good}")]);
+    for _ in 0..10 {
+        let r = http(&proxy, "/s/echo/x", &[]);
+        assert_eq!(r.status, 200, "{}", r.body);
+        assert_eq!(replica(&r), good, "only the whole answer reaches the client");
+        assert!(r.body.contains("from good"), "{}", r.body);
+    }
+    let retries = metric(&proxy, "tandem_proxy_retries_total{service=\"echo\"}").unwrap();
+    assert!(retries >= 1.0, "the broken answer was retried ({retries})");
+    // Alone, the broken replica's answer becomes a 502 with the reason, never a short body.
+    let mut q = Procs(Vec::new());
+    let alone = q.proxy(&["--static", &format!("solo={broken}")]);
+    let r = http(&alone, "/s/solo/x", &[]);
+    assert_eq!(r.status, 502, "{}", r.body);
+    assert!(r.body.contains("broke off its response"), "{}", r.body);
+}
+
 #[test]
 fn an_upstream_killed_mid_run_costs_no_request() {
     let mut p = Procs(Vec::new());
