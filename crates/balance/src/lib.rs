@@ -276,10 +276,11 @@ impl<T> Pool<T> {
 
     /// Records the gauges scraped from an endpoint; false if the endpoint is not known.
     pub fn set_gauges(&mut self, key: Key, gauges: Gauges) -> bool {
-        if self.get(key).is_none() {
+        let Some(e) = self.get(key) else {
             return false;
-        }
-        self.llm.gauges.insert(key, gauges);
+        };
+        let seen_inflight = e.inflight;
+        self.llm.gauges.insert(key, Gauges { seen_inflight, ..gauges });
         true
     }
 

@@ -137,7 +137,7 @@ fn prefix_affinity_wins_under_the_bound_and_loses_above_it() {
 fn fresh_gauges_count_and_stale_ones_do_not() {
     let c = LlmConfig::default();
     let blocks = block_hashes(b"", &text(6, 64 * 4), &cfg());
-    let busy = Gauges { running: 30, waiting: 20, kv_usage: 0.99, scraped_at_ms: 10_000 };
+    let busy = Gauges { running: 30, waiting: 20, kv_usage: 0.99, scraped_at_ms: 10_000, seen_inflight: 0 };
     let mut a = cand("a", 0, 4);
     a.gauges = Some(busy);
     let b = cand("b", 0, 0);
@@ -149,14 +149,44 @@ fn fresh_gauges_count_and_stale_ones_do_not() {
     assert_eq!(a.load(16_000, &c), 0);
     // KV usage breaks what would otherwise be a tie.
     let mut x = cand("x", 1, 0);
-    x.gauges = Some(Gauges { running: 1, waiting: 0, kv_usage: 0.9, scraped_at_ms: 0 });
+    x.gauges = Some(Gauges { running: 1, waiting: 0, kv_usage: 0.9, scraped_at_ms: 0, seen_inflight: 0 });
     let mut y = cand("y", 1, 0);
-    y.gauges = Some(Gauges { running: 1, waiting: 0, kv_usage: 0.1, scraped_at_ms: 0 });
+    y.gauges = Some(Gauges { running: 1, waiting: 0, kv_usage: 0.1, scraped_at_ms: 0, seen_inflight: 0 });
     assert_eq!(choose(&[x, y], Route::Prefix(&blocks), 0, 0, &c), Some(1));
     // Odd gauge values: no panic, clamped.
-    x.gauges = Some(Gauges { running: u32::MAX, waiting: u32::MAX, kv_usage: f64::NAN, scraped_at_ms: u64::MAX });
-    y.gauges = Some(Gauges { running: 0, waiting: 0, kv_usage: -3.0, scraped_at_ms: 0 });
+    x.gauges = Some(Gauges { running: u32::MAX, waiting: u32::MAX, kv_usage: f64::NAN, scraped_at_ms: u64::MAX, seen_inflight: 0 });
+    y.gauges = Some(Gauges { running: 0, waiting: 0, kv_usage: -3.0, scraped_at_ms: 0, seen_inflight: 0 });
     assert_eq!(choose(&[x, y], Route::Prefix(&blocks), 0, 0, &c), Some(1));
+}
+
+/// Gauges lag by a scrape; this proxy's own requests are known now. Only the part of
+/// `running + waiting` that other proxies sent is added to the in-flight count, so a replica
+/// that just finished this proxy's requests does not look busy until the next scrape (which
+/// herded unique prompts onto whichever replica looked idle at the last one).
+#[test]
+fn gauges_add_only_what_other_proxies_sent() {
+    let c = LlmConfig::default();
+    let g = |running, seen_inflight| Some(Gauges { running, waiting: 2, kv_usage: 0.0, scraped_at_ms: 0, seen_inflight });
+    let mut a = cand("a", 5, 0);
+    // At the scrape it ran 18 and queued 2, all this proxy's; 15 have finished since.
+    a.gauges = g(18, 20);
+    assert_eq!(a.load(0, &c), 5);
+    // Ten more from other proxies.
+    a.gauges = g(28, 20);
+    assert_eq!(a.load(0, &c), 15);
+    // Fewer than this proxy had sent (some not arrived yet): nothing added.
+    a.gauges = g(3, 20);
+    assert_eq!(a.load(0, &c), 5);
+    // The pool records its in-flight count with the gauges.
+    let mut p = llm_pool(&["x", "y"], LlmConfig::default(), 1);
+    let r = LlmRequest::default();
+    let k = to(&mut p, 0, &[], &r);
+    to(&mut p, 0, &[k], &r);
+    let k2 = to(&mut p, 0, &[], &r);
+    let busy = if k2 == k { k } else { k2 };
+    let before = p.get(busy).unwrap().inflight;
+    assert!(p.set_gauges(busy, Gauges { running: 9, waiting: 0, kv_usage: 0.0, scraped_at_ms: 0, seen_inflight: 0 }));
+    assert_eq!(p.gauges(busy).unwrap().seen_inflight, before);
 }
 
 #[test]
@@ -232,7 +262,7 @@ fn pick_llm_is_full_at_the_concurrency_limit_and_nothing_when_empty() {
     let mut empty: Pool<()> = Pool::new(Policy::Llm, Ejection::default(), 1);
     assert_eq!(empty.pick_llm(0, &[], &r), Pick::Nothing);
     assert_eq!(empty.pick(0, &[]), None);
-    assert!(!empty.set_gauges(Key(0), Gauges { running: 0, waiting: 0, kv_usage: 0.0, scraped_at_ms: 0 }));
+    assert!(!empty.set_gauges(Key(0), Gauges { running: 0, waiting: 0, kv_usage: 0.0, scraped_at_ms: 0, seen_inflight: 0 }));
 }
 
 #[test]
@@ -240,7 +270,7 @@ fn a_replica_that_leaves_is_forgotten() {
     let mut p = llm_pool(&["a", "b", "c"], LlmConfig::default(), 1);
     let r = req(&text(4, 640));
     let k = to(&mut p, 0, &[], &r);
-    let g = Gauges { running: 1, waiting: 0, kv_usage: 0.5, scraped_at_ms: 0 };
+    let g = Gauges { running: 1, waiting: 0, kv_usage: 0.5, scraped_at_ms: 0, seen_inflight: 0 };
     assert!(p.set_gauges(k, g));
     let id = p.get(k).unwrap().id.clone();
     let rest: Vec<String> = ["a", "b", "c"].iter().filter(|s| **s != id).map(|s| s.to_string()).collect();
@@ -365,12 +395,9 @@ use std::collections::VecDeque;
 fn arb_gauges() -> impl Strategy<Value = Option<Gauges>> {
     prop_oneof![
         Just(None),
-        (0u32..40, 0u32..40, -0.5f64..1.5, 0u64..20_000).prop_map(|(running, waiting, kv_usage, scraped_at_ms)| Some(Gauges {
-            running,
-            waiting,
-            kv_usage,
-            scraped_at_ms
-        })),
+        (0u32..40, 0u32..40, -0.5f64..1.5, 0u64..20_000, 0u32..40).prop_map(|(running, waiting, kv_usage, scraped_at_ms, seen_inflight)| {
+            Some(Gauges { running, waiting, kv_usage, scraped_at_ms, seen_inflight })
+        }),
     ]
 }
 
@@ -495,7 +522,7 @@ proptest! {
                     let open_cands: Vec<&Endpoint<()>> = cands.iter().filter(|e| limit.is_none_or(|l| e.inflight < l)).collect();
                     let loads: Vec<u64> = open_cands.iter().map(|e| {
                         let own = e.inflight as u64;
-                        match p.gauges(e.key) { Some(g) if g.fresh(now, llm.gauge_max_age_ms) => own.max(g.running as u64 + g.waiting as u64), _ => own }
+                        match p.gauges(e.key) { Some(g) if g.fresh(now, llm.gauge_max_age_ms) => own + (g.running as u64 + g.waiting as u64).saturating_sub(g.seen_inflight as u64), _ => own }
                     }).collect();
                     let bound = load_bound(loads.iter().sum(), loads.len(), llm.load_factor_percent, llm.load_slack);
                     let load_of: Vec<(Key, u64)> = open_cands.iter().map(|e| e.key).zip(loads.iter().copied()).collect();

@@ -818,7 +818,7 @@ async fn scrape_loop(st: Arc<State>) {
             set.spawn(async move {
                 let Some(text) = scrape(&client, &up.authority).await else { return };
                 if let Some((running, waiting, kv_usage)) = llm::gauges_of(&text) {
-                    let g = Gauges { running, waiting, kv_usage, scraped_at_ms: st.now_ms() };
+                    let g = Gauges { running, waiting, kv_usage, scraped_at_ms: st.now_ms(), seen_inflight: 0 };
                     svc.lock().pool.set_gauges(key, g);
                 }
             });

@@ -12,19 +12,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-fn venv() -> PathBuf {
-    std::env::var_os("TANDEM_CLIENTS_VENV")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/clients-venv"))
-}
-
-/// The venv's python, if it has `module`.
-fn python_with(module: &str) -> Result<PathBuf, String> {
-    let py = venv().join("bin/python");
-    let ok = Command::new(&py).args(["-c", &format!("import {module}")]).stderr(Stdio::null()).status().is_ok_and(|s| s.success());
-    if ok { Ok(py) } else { Err(format!("{} has no {module} (run tests/clients/setup.sh)", py.display())) }
-}
-
 /// Wrappers for the Slurm commands that log each command line to `log`, then run the shim.
 fn logging_wrappers(dir: &Path, shims: &Path, log: &Path) {
     std::fs::create_dir_all(dir).unwrap();

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{Procs, bin};
+use common::{Procs, bin, python_with};
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -388,4 +388,40 @@ fn proxy_llm_routing_raises_the_prefix_cache_hit_rate() {
     eprintln!("prefix-cache hit rate: llm {llm:.3}, round_robin {rr:.3}");
     assert!(llm > rr, "llm {llm:.3} should beat round robin {rr:.3}");
     assert!(llm >= 1.5 * rr && llm > 0.6, "llm {llm:.3} against round robin {rr:.3}");
+}
+
+/// Must show 4: the `openai` package (pinned in tests/clients/requirements.txt) through the
+/// proxy: completions and chat, streamed and not, the model list and a refused request.
+#[test]
+fn the_openai_client_streams_and_completes_through_the_proxy() {
+    let py = match python_with("openai") {
+        Ok(p) => p,
+        Err(why) => {
+            assert!(std::env::var("CI").is_err(), "the openai test cannot run under CI=true: {why}");
+            eprintln!("skipped: {why}");
+            return;
+        }
+    };
+    let mut p = Procs(Vec::new());
+    let ups: Vec<String> = (0..2).map(|_| p.llm(&["--decode-ms", "2"])).collect();
+    let proxy = p.proxy(&[format!("llm:llm={}", ups.join(","))]);
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/clients/openai_check.py");
+    let out = Command::new(py).arg(script).arg(format!("http://{proxy}/s/llm/v1")).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "openai_check.py failed:\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    let v: Value = serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("not JSON ({e}): {stdout}"));
+    eprintln!("openai {}: {v}", v["openai_version"]);
+    assert_eq!(v["models"], json!(["m"]));
+    // Five 4-byte tokens; streamed and not, the same text (the stand-in is deterministic).
+    let text = v["completion"].as_str().unwrap();
+    assert_eq!((text.len(), &v["completion_finish"], &v["completion_tokens"]), (20, &json!("length"), &json!(5)), "{v}");
+    assert_eq!(v["completion_stream"], v["completion"], "{v}");
+    let chat = v["chat"].as_str().unwrap();
+    assert_eq!((chat.len(), &v["chat_role"]), (24, &json!("assistant")), "{v}");
+    assert_eq!(v["chat_stream"], v["chat"], "{v}");
+    assert_eq!(v["chat_stream_usage"], 6, "{v}");
+    // The replica's refusal reaches the client as the package's own error class.
+    assert_eq!(v["refused"]["class"], "NotFoundError", "{v}");
+    assert_eq!(v["refused"]["status"], 404, "{v}");
+    assert!(v["refused"]["message"].as_str().unwrap().contains("does not exist"), "{v}");
 }

@@ -503,3 +503,19 @@ pub fn is_root() -> bool {
 pub fn have(tool: &str) -> bool {
     Command::new("sh").args(["-c", &format!("command -v {tool}")]).stdout(Stdio::null()).status().is_ok_and(|s| s.success())
 }
+
+/// The client tests' virtual environment (tests/clients/setup.sh makes it).
+#[allow(dead_code)]
+pub fn venv() -> PathBuf {
+    std::env::var_os("TANDEM_CLIENTS_VENV")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/clients-venv"))
+}
+
+/// The venv's python, if it has `module`.
+#[allow(dead_code)]
+pub fn python_with(module: &str) -> Result<PathBuf, String> {
+    let py = venv().join("bin/python");
+    let ok = Command::new(&py).args(["-c", &format!("import {module}")]).stderr(Stdio::null()).status().is_ok_and(|s| s.success());
+    if ok { Ok(py) } else { Err(format!("{} has no {module} (run tests/clients/setup.sh)", py.display())) }
+}
