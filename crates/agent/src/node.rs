@@ -406,6 +406,12 @@ pub(crate) async fn run(a: AgentArgs) -> Result<()> {
                         }
                     }
                 }
+                Order::Attach { job, epoch, step, io } => {
+                    let addr = io.addr.clone();
+                    if crate::stepio::attach(job, epoch, step, io) == 0 {
+                        eprintln!("agent: sattach {job}.{step} at {addr}: no task of that step relays its I/O on this node");
+                    }
+                }
                 Order::Kill { job, epoch } => {
                     for (k, r) in &tasks {
                         if k.job == job && k.epoch == epoch {

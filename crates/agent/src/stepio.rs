@@ -4,12 +4,45 @@
 //! relays: output and error to `srun`, its input and window size to the task, PMI both ways.
 //! The relay lives in the agent: an agent that restarts loses it, and a task that writes
 //! afterwards gets EPIPE (its output files are untouched, as they were never used).
+//!
+//! `sattach` (`Order::Attach`): each relaying task is registered in `ATTACHED` with the last
+//! `CACHE_FRAMES` frames of its output (as slurmstepd's outgoing message cache) and the
+//! listeners attached to it. An attach connects to `sattach`'s listener exactly as to `srun`'s
+//! (TLS to its own CA, its key in the hello), replays the cached frames, then gets every new
+//! one; its input goes to the task as `srun`'s does (its end of input is ignored: `srun`'s
+//! stdin still owns the task's). A listener that falls behind by `SINK_FRAMES` is dropped
+//! rather than slow the task. When the task's streams end, every listener gets their end.
 
 use client::stepio::{self, Hello, Kind};
-use control::{StdinTo, StepIo, Task};
+use control::{StdinTo, StepIo, Task, TaskKey};
+use std::collections::{HashMap, VecDeque};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
+use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 use tokio::sync::mpsc;
+
+/// Output frames kept per task for a listener that attaches later (slurmstepd keeps 128).
+const CACHE_FRAMES: usize = 128;
+/// Frames a listener may fall behind by before it is dropped.
+const SINK_FRAMES: usize = 1024;
+
+/// What an attaching listener needs of a relaying task.
+#[derive(Default)]
+struct Attachable {
+    /// The last output frames (stdout and stderr, not their ends).
+    cache: VecDeque<(Kind, Vec<u8>)>,
+    /// Attached listeners.
+    sinks: Vec<mpsc::Sender<(Kind, Vec<u8>)>>,
+    /// The task's input (data only), when it reads srun's.
+    stdin: Option<mpsc::Sender<Vec<u8>>>,
+}
+
+/// Relaying tasks on this node, by task.
+static ATTACHED: LazyLock<Mutex<HashMap<TaskKey, Arc<Mutex<Attachable>>>>> = LazyLock::new(Default::default);
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
 
 /// The task's ends (given to the task) and ours (kept for the relay).
 #[derive(Default)]
@@ -125,11 +158,88 @@ async fn pump(mut fd: Reader, kind: Kind, tx: mpsc::Sender<(Kind, Vec<u8>)>) {
 pub(crate) fn relay(t: &Task, io: StepIo, ends: Ends) {
     let hello = Hello { key: io.key.clone(), job: t.job, step: t.step, rank: t.rank };
     let what = format!("{}.{} task {}", t.job, t.step, t.rank);
+    let key = TaskKey { job: t.job, epoch: t.epoch, step: t.step, rank: t.rank };
+    let shared = Arc::new(Mutex::new(Attachable::default()));
+    lock(&ATTACHED).insert(key, shared.clone());
     tokio::spawn(async move {
-        if let Err(e) = run(hello, &io, ends).await {
+        if let Err(e) = run(hello, &io, ends, shared.clone()).await {
             eprintln!("agent: step {what}: I/O with srun at {}: {e}", io.addr);
         }
+        // The task's streams are over: every listener gets their end.
+        lock(&ATTACHED).remove(&key);
+        let sinks = std::mem::take(&mut lock(&shared).sinks);
+        for s in sinks {
+            for k in [Kind::Stdout, Kind::Stderr] {
+                let _ = s.try_send((k, Vec::new()));
+            }
+        }
     });
+}
+
+/// Attaches `io` (a `sattach` listener) to every task of `job.step` (run `epoch`) that
+/// relays its I/O on this node; returns how many.
+pub(crate) fn attach(job: u64, epoch: u32, step: u32, io: StepIo) -> usize {
+    let tasks: Vec<(TaskKey, Arc<Mutex<Attachable>>)> =
+        lock(&ATTACHED).iter().filter(|(k, _)| k.job == job && k.epoch == epoch && k.step == step).map(|(k, a)| (*k, a.clone())).collect();
+    let n = tasks.len();
+    for (k, task) in tasks {
+        let io = io.clone();
+        tokio::spawn(async move {
+            if let Err(e) = listen(k, &io, task).await {
+                eprintln!("agent: step {}.{} task {}: sattach at {}: {e}", k.job, k.step, k.rank, io.addr);
+            }
+        });
+    }
+    n
+}
+
+/// One attached listener of one task: the cached output, then what comes, and its input.
+async fn listen(k: TaskKey, io: &StepIo, task: Arc<Mutex<Attachable>>) -> std::io::Result<()> {
+    use tokio::io::AsyncWriteExt;
+    let conn = connect(io).await?;
+    let (mut rd, mut wr) = tokio::io::split(conn);
+    let hello = Hello { key: io.key.clone(), job: k.job, step: k.step, rank: k.rank };
+    stepio::write_frame(&mut wr, Kind::Hello, &serde_json::to_vec(&hello).map_err(std::io::Error::other)?).await?;
+    let (tx, mut rx) = mpsc::channel::<(Kind, Vec<u8>)>(SINK_FRAMES + CACHE_FRAMES);
+    let stdin = {
+        // Under the lock: no frame is both replayed and sent, nor lost between the two.
+        let mut t = lock(&task);
+        for f in &t.cache {
+            let _ = tx.try_send(f.clone());
+        }
+        t.sinks.push(tx);
+        t.stdin.clone()
+    };
+    let reads = match io.stdin {
+        StdinTo::All => true,
+        StdinTo::Rank(r) => r == k.rank,
+        StdinTo::Null => false,
+    };
+    let input = tokio::spawn(async move {
+        loop {
+            match stepio::read_frame(&mut rd).await {
+                Ok(Some((Kind::Stdin, data))) => {
+                    if let (true, Some(s), false) = (reads, &stdin, data.is_empty()) {
+                        let _ = s.send(data).await;
+                    }
+                }
+                Ok(Some(_)) | Ok(None) | Err(_) => return,
+            }
+        }
+    });
+    let mut ended = 0;
+    while ended < 2 {
+        let Some((kind, data)) = rx.recv().await else { break };
+        if data.is_empty() {
+            ended += 1;
+        }
+        if stepio::write_frame(&mut wr, kind, &data).await.is_err() {
+            break;
+        }
+    }
+    input.abort();
+    let _ = wr.shutdown().await;
+    Ok(())
 }
 
 async fn connect(io: &StepIo) -> std::io::Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
@@ -150,7 +260,7 @@ async fn connect(io: &StepIo) -> std::io::Result<tokio_rustls::client::TlsStream
     Err(last.unwrap_or_else(|| std::io::Error::other("cannot connect")))
 }
 
-async fn run(hello: Hello, io: &StepIo, ends: Ends) -> std::io::Result<()> {
+async fn run(hello: Hello, io: &StepIo, ends: Ends, shared: Arc<Mutex<Attachable>>) -> std::io::Result<()> {
     let conn = connect(io).await?;
     let (mut rd, mut wr) = tokio::io::split(conn);
     stepio::write_frame(&mut wr, Kind::Hello, &serde_json::to_vec(&hello).map_err(std::io::Error::other)?).await?;
@@ -179,20 +289,43 @@ async fn run(hello: Hello, io: &StepIo, ends: Ends) -> std::io::Result<()> {
         tokio::spawn(pump(reader(fd)?, Kind::Pmi, tx.clone()));
     }
     drop(tx);
-    // From srun: a task of its own (a frame half read must not be dropped by a select).
-    let from_srun = tokio::spawn(async move {
+    // The task's input: one writer, fed by srun and by attached listeners (`None`: srun's
+    // input ended).
+    let (in_tx, mut in_rx) = mpsc::channel::<Option<Vec<u8>>>(16);
+    if stdin.is_some() || master.is_some() {
+        let (att_tx, mut att_rx) = mpsc::channel::<Vec<u8>>(16);
+        lock(&shared).stdin = Some(att_tx);
+        let fwd = in_tx.clone();
+        tokio::spawn(async move {
+            while let Some(d) = att_rx.recv().await {
+                if fwd.send(Some(d)).await.is_err() {
+                    return;
+                }
+            }
+        });
+    }
+    let writer = tokio::spawn(async move {
         use tokio::io::AsyncWriteExt;
-        loop {
-            match stepio::read_frame(&mut rd).await {
-                Ok(Some((Kind::Stdin, data))) => {
-                    if data.is_empty() {
-                        stdin = None;
-                    } else if let Some(fd) = stdin.as_mut().or(master.as_mut()) {
-                        // A task that stopped reading loses what srun sends it, as under Slurm.
+        while let Some(m) = in_rx.recv().await {
+            match m {
+                None => stdin = None,
+                Some(data) => {
+                    if let Some(fd) = stdin.as_mut().or(master.as_mut()) {
+                        // A task that stopped reading loses what it is sent, as under Slurm.
                         if fd.write_all(&data).await.is_err() {
                             stdin = None;
                         }
                     }
+                }
+            }
+        }
+    });
+    // From srun: a task of its own (a frame half read must not be dropped by a select).
+    let from_srun = tokio::spawn(async move {
+        loop {
+            match stepio::read_frame(&mut rd).await {
+                Ok(Some((Kind::Stdin, data))) => {
+                    let _ = in_tx.send((!data.is_empty()).then_some(data)).await;
                 }
                 Ok(Some((Kind::Winsize, data))) if data.len() == 4 => {
                     if let Some(m) = &winsize_fd {
@@ -223,9 +356,20 @@ async fn run(hello: Hello, io: &StepIo, ends: Ends) -> std::io::Result<()> {
             _ if end => ended += 1,
             _ => {}
         }
+        if matches!(kind, Kind::Stdout | Kind::Stderr) && !end {
+            let mut a = lock(&shared);
+            if a.cache.len() == CACHE_FRAMES {
+                a.cache.pop_front();
+            }
+            a.cache.push_back((kind, data.clone()));
+            // A listener that cannot keep up (or has gone) is dropped.
+            a.sinks.retain(|s| s.try_send((kind, data.clone())).is_ok());
+        }
         stepio::write_frame(&mut wr, kind, &data).await?;
     }
     from_srun.abort();
+    writer.abort();
+    lock(&shared).stdin = None;
     use tokio::io::AsyncWriteExt;
     let _ = wr.shutdown().await;
     Ok(())

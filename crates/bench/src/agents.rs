@@ -452,6 +452,8 @@ async fn sim_agent(sh: Arc<Shared>, i: usize, node: model::Node) {
                         exits.push(ended(k, Some(9), false));
                     }
                 }
+                // Simulated tasks have no I/O to attach to.
+                Order::Attach { .. } => {}
             }
         }
     }

@@ -10,6 +10,7 @@
 //! [`COMMANDS`], [`ServiceCmd`] (with [`RolloutCmd`]) and [`service`], [`token`] (with
 //! [`TokenKind`]) and [`delete_nodes`].
 
+mod attach;
 mod bcast;
 mod common;
 mod query;
@@ -30,8 +31,8 @@ use anyhow::{Context, Result};
 pub use service::{RolloutCmd, ServiceCmd};
 
 /// The Slurm commands, by the names they answer to (the links `tandem shims DIR` writes).
-pub const COMMANDS: [&str; 13] =
-    ["sbatch", "squeue", "scancel", "sinfo", "sacct", "srun", "salloc", "scontrol", "sprio", "sshare", "sreport", "sbcast", "sstat"];
+pub const COMMANDS: [&str; 14] =
+    ["sbatch", "squeue", "scancel", "sinfo", "sacct", "srun", "salloc", "scontrol", "sprio", "sshare", "sreport", "sbcast", "sstat", "sattach"];
 
 /// Runs the Slurm command `name` (one of [`COMMANDS`]) with its arguments (without the program
 /// name) and returns its exit code; `None` when `name` is no Slurm command.
@@ -60,6 +61,7 @@ pub fn slurm(name: &str, args: &[String]) -> Option<Result<i32>> {
         "sreport" => report::sreport(args),
         "sbcast" => bcast::sbcast(args),
         "sstat" => stat::sstat(args),
+        "sattach" => attach::sattach(args),
         _ => return None,
     })
 }

@@ -16,28 +16,34 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 use wire::*;
 
-/// What the tasks' connections share.
-struct Shared {
-    job: u64,
-    step: u32,
-    key: String,
-    total: u32,
-    label: bool,
-    unbuffered: bool,
+/// What the tasks' connections share (`srun`'s, and `sattach`'s).
+pub(crate) struct Shared {
+    pub(crate) job: u64,
+    pub(crate) step: u32,
+    pub(crate) key: String,
+    pub(crate) total: u32,
+    pub(crate) label: bool,
+    pub(crate) unbuffered: bool,
     /// Each connected task's sender (frames to its agent).
-    conns: HashMap<u32, mpsc::Sender<(Kind, Vec<u8>)>>,
+    pub(crate) conns: HashMap<u32, mpsc::Sender<(Kind, Vec<u8>)>>,
     /// Tasks whose streams have all ended (their connection closed).
-    finished: BTreeSet<u32>,
+    pub(crate) finished: BTreeSet<u32>,
     /// Partial lines, by task and stream.
-    partial: HashMap<(u32, bool), Vec<u8>>,
-    pmi: Option<pmi::Server>,
+    pub(crate) partial: HashMap<(u32, bool), Vec<u8>>,
+    pub(crate) pmi: Option<pmi::Server>,
     /// Signals for the whole step (what srun itself would send).
-    kill: mpsc::UnboundedSender<i32>,
+    pub(crate) kill: mpsc::UnboundedSender<i32>,
+    /// Only this task's output and error are printed (`sattach --output-filter`,
+    /// `--error-filter`).
+    pub(crate) filter: [Option<u32>; 2],
 }
 
 impl Shared {
     /// Writes a task's output (`err`: its error) as `srun` prints it.
     fn output(&mut self, rank: u32, err: bool, data: &[u8]) {
+        if self.filter[usize::from(err)].is_some_and(|r| r != rank) {
+            return;
+        }
         let width = (self.total.max(1) - 1).to_string().len();
         let label = self.label.then(|| format!("{rank:>width$}: "));
         let mut out: Vec<u8> = Vec::new();
@@ -87,14 +93,14 @@ impl Shared {
     }
 }
 
-type State = Arc<Mutex<Shared>>;
+pub(crate) type State = Arc<Mutex<Shared>>;
 
-fn lock(s: &State) -> std::sync::MutexGuard<'_, Shared> {
+pub(crate) fn lock(s: &State) -> std::sync::MutexGuard<'_, Shared> {
     s.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// The address the agents reach this machine at: the one it uses toward the controller.
-fn advertised(t: &Target) -> std::net::IpAddr {
+pub(crate) fn advertised(t: &Target) -> std::net::IpAddr {
     let host = match t {
         Target::Tcp(h) | Target::Tls(h, _) => h.clone(),
         _ => return std::net::IpAddr::from([127, 0, 0, 1]),
@@ -109,7 +115,7 @@ fn advertised(t: &Target) -> std::net::IpAddr {
 }
 
 /// One task's connection: its hello, then its frames, until it closes.
-async fn serve(s: tokio::net::TcpStream, acc: tokio_rustls::TlsAcceptor, state: State) -> Result<()> {
+pub(crate) async fn serve(s: tokio::net::TcpStream, acc: tokio_rustls::TlsAcceptor, state: State) -> Result<()> {
     let tls = tokio::time::timeout(Duration::from_secs(10), acc.accept(s)).await.context("TLS handshake timed out")??;
     let (mut rd, mut wr) = tokio::io::split(tls);
     let (kind, body) =
@@ -210,7 +216,7 @@ fn readers(input: &slurmcli::Input, pty: bool, total: u32) -> Vec<u32> {
 
 /// Passes srun's input (or `--input`'s file) to its readers once they are all connected (or
 /// the step has ended): whatever the tasks have not read by their end is lost, as under Slurm.
-fn pass_input(state: State, to: Vec<u32>, file: Option<String>, rt: tokio::runtime::Handle) {
+pub(crate) fn pass_input(state: State, to: Vec<u32>, file: Option<String>, rt: tokio::runtime::Handle) {
     if to.is_empty() {
         return;
     }
@@ -375,6 +381,7 @@ pub(crate) fn run_step(t: &Target, job: u64, mut req: StepRequest, a: &slurmcli:
         finished: BTreeSet::new(),
         partial: HashMap::new(),
         pmi,
+        filter: [None, None],
     }));
     let acc = tokio_rustls::TlsAcceptor::from(id.server.clone());
     let st = state.clone();

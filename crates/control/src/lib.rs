@@ -763,6 +763,43 @@ impl Controller {
         Ok(())
     }
 
+    /// Attaches `io` (a `sattach` listener) to running step `step` of job `id`: its owner's
+    /// (or root's) only, and only a step whose streams go to its `srun` (the batch step's and
+    /// an `srun -o` step's go to files). Returns the step's layout.
+    pub fn attach_step(&mut self, uid: u32, id: u64, step: u32, io: StepIo) -> Result<Vec<(String, u32)>, Refused> {
+        let j = self.owned(uid, id)?;
+        if j.state != JobState::Running {
+            return Err(Refused::Conflict(format!("job {id} is not running")));
+        }
+        let Some(st) = j.steps.iter().find(|s| s.id == step) else {
+            return Err(Refused::NotFound(format!("invalid job step specified: {id}.{step}")));
+        };
+        if st.end.is_some() {
+            return Err(Refused::Conflict(format!("job step {id}.{step} has already finished")));
+        }
+        match &st.spec.io {
+            None => {
+                return Err(Refused::Invalid(format!(
+                    "job step {id}.{step} has no I/O to attach to: its output goes to files (sattach attaches to srun steps)"
+                )));
+            }
+            Some(own) if own.pty => {
+                return Err(Refused::Invalid(format!("job step {id}.{step} runs on a terminal (srun --pty): not attachable")));
+            }
+            Some(_) => {}
+        }
+        let check = StepSpec { io: Some(io.clone()), ..StepSpec::default() };
+        check.check().map_err(Refused::Invalid)?;
+        if io.pty || io.pmi || io.winsize.is_some() {
+            return Err(Refused::Invalid("sattach: a terminal or PMI cannot be attached".into()));
+        }
+        let (epoch, layout) = (j.epoch, st.layout.clone());
+        for (n, _) in &layout {
+            self.order(n, Order::Attach { job: id, epoch, step, io: io.clone() });
+        }
+        Ok(layout)
+    }
+
     /// Ends an allocation (`salloc`'s command exited with `code`): its placeholder and any
     /// step still running are stopped, and the job ends COMPLETED (or FAILED) with `code`.
     pub fn complete(&mut self, uid: u32, id: u64, code: i32) -> Result<(), Refused> {

@@ -756,3 +756,48 @@ fn fair_share_usage_decays_with_the_half_life_as_in_the_simulator() {
     assert!((0.44..0.52).contains(&ratio), "{} of {used} after about one half-life", after.raw_usage);
     assert_eq!((after.raw_shares, after.norm_shares, after.effective_usage), (1, 1.0, 1.0));
 }
+
+#[test]
+fn sattach_reaches_a_running_srun_steps_nodes_for_its_owner_only() {
+    let mut c = cluster(2, 0);
+    c.submit(0, spec(1), &batch(&["-N2", "-n2"]), "a").unwrap();
+    c.tick(0);
+    let io = |key: char| StepIo {
+        addr: "127.0.0.1:4000".into(),
+        cert: "-----BEGIN CERTIFICATE-----\nx\n-----END CERTIFICATE-----\n".into(),
+        key: key.to_string().repeat(64),
+        stdin: StdinTo::All,
+        stdout: true,
+        stderr: true,
+        ..StepIo::default()
+    };
+    let files = c.create_step(1, 1, 1, Some(2), Some(2), None, vec!["x".into()], StepSpec { res: StepRes { overlap: true, ..StepRes::default() }, ..StepSpec::default() }).unwrap();
+    let srun = c
+        .create_step(1, 1, 1, Some(2), Some(2), None, vec!["x".into()], StepSpec { io: Some(io('a')), res: StepRes { overlap: true, ..StepRes::default() }, ..StepSpec::default() })
+        .unwrap();
+    let _ = (c.hb(2, "n0", &[], &[]).unwrap(), c.hb(2, "n1", &[], &[]).unwrap());
+    // Another user, a step without srun I/O, a missing step, a bad key: refused, nothing sent.
+    assert!(matches!(c.attach_step(2, 1, srun, io('b')), Err(Refused::Forbidden(_))));
+    assert!(matches!(c.attach_step(1, 1, files, io('b')), Err(Refused::Invalid(m)) if m.contains("no I/O to attach to")));
+    assert!(matches!(c.attach_step(1, 1, 77, io('b')), Err(Refused::NotFound(_))));
+    assert!(matches!(c.attach_step(1, 1, srun, StepIo { key: "zz".into(), ..io('b') }), Err(Refused::Invalid(_))));
+    assert!(matches!(c.attach_step(1, 1, srun, StepIo { pty: true, ..io('b') }), Err(Refused::Invalid(_))));
+    assert!(matches!(c.attach_step(1, 9, srun, io('b')), Err(Refused::NotFound(_))));
+    let attaches = |o: Vec<Order>| o.into_iter().filter(|o| matches!(o, Order::Attach { .. })).count();
+    assert_eq!(attaches(c.hb(3, "n0", &[], &[]).unwrap()), 0);
+    // The owner (and root): one order per node of the step, with sattach's endpoint.
+    let layout = c.attach_step(1, 1, srun, io('b')).unwrap();
+    assert_eq!(layout, vec![("n0".to_string(), 1), ("n1".to_string(), 1)]);
+    for n in ["n0", "n1"] {
+        let o = c.hb(4, n, &[], &[]).unwrap();
+        assert!(
+            o.iter().any(|o| matches!(o, Order::Attach { job: 1, step, io, .. } if *step == srun && io.key == "b".repeat(64))),
+            "{n}: {o:?}"
+        );
+    }
+    assert!(c.attach_step(0, 1, srun, io('c')).is_ok());
+    // Once the step has ended: refused.
+    c.hb(5, "n0", &[], &[TaskExit { step: srun, rank: 0, ..ended(1, 1, Some(0), None) }]).unwrap();
+    c.hb(5, "n1", &[], &[TaskExit { step: srun, rank: 1, ..ended(1, 1, Some(0), None) }]).unwrap();
+    assert!(matches!(c.attach_step(1, 1, srun, io('b')), Err(Refused::Conflict(m)) if m.contains("already finished")));
+}

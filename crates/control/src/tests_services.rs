@@ -78,6 +78,7 @@ impl World {
                             exits.push(ended(job, epoch, None, Some(9)));
                         }
                     }
+                    Order::Attach { .. } => {}
                 }
             }
             if !exits.is_empty() {

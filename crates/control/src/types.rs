@@ -672,6 +672,19 @@ pub enum Order {
         /// Run.
         epoch: u32,
     },
+    /// Connect a running step's tasks' I/O to one more listener (`sattach`) as well as to
+    /// the `srun` that started them: output (the last 128 frames first, then as it comes) and,
+    /// where `io.stdin` says, input.
+    Attach {
+        /// Job.
+        job: u64,
+        /// Run.
+        epoch: u32,
+        /// Step.
+        step: u32,
+        /// Where `sattach` listens, its certificate and its key.
+        io: StepIo,
+    },
 }
 
 /// A task's end, as an agent reports it.

@@ -88,6 +88,7 @@ fn job_info(j: &Job, v: &Viewer, part: &str) -> JobInfo {
             end: s.end,
             timed_out: s.timeout_at.is_some(),
             usage: if details { s.usage.clone() } else { Vec::new() },
+            layout: s.layout.clone(),
             cpus: if s.held.iter().any(|h| h.cpus > 0) {
                 s.held.iter().map(|h| h.cpus).sum()
             } else {
@@ -406,6 +407,26 @@ async fn job_action(
             app.wake.notify_one();
             app.wake_nodes();
             StatusCode::NO_CONTENT.into_response()
+        }
+        Ok(Err(e)) => refused(e),
+        Err(r) => r,
+    }
+}
+
+async fn attach_step(
+    State(app): State<App>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+    headers: HeaderMap,
+    ids: Result<Path<(u64, u32)>, PathRejection>,
+    body: Result<Json<control::StepIo>, axum::extract::rejection::JsonRejection>,
+) -> Response {
+    let uid = or_reply!(user_of(&app, &peer, &headers));
+    let (id, step) = or_reply!(path(ids));
+    let io = or_reply!(json_body(body));
+    match app.with(|c| c.attach_step(uid, id, step, io)).await {
+        Ok(Ok(layout)) => {
+            app.wake_nodes();
+            Json(StepResponse { step, layout }).into_response()
         }
         Ok(Err(e)) => refused(e),
         Err(r) => r,
@@ -802,6 +823,7 @@ pub(crate) fn routes(r: Router<App>) -> Router<App> {
     r.route("/v1/jobs", post(submit).get(list_jobs))
         .route("/v1/jobs/{id}", get(get_job).delete(cancel).post(job_action))
         .route("/v1/jobs/{id}/steps", post(create_step))
+        .route("/v1/jobs/{id}/steps/{step}/attach", post(attach_step))
         .route("/v1/nodes", get(list_nodes))
         .route("/v1/nodes/{name}", post(node_action))
         .route("/v1/history", get(history))

@@ -360,6 +360,115 @@ fn sstat_shows_a_running_steps_memory_and_cpu_and_sacct_keeps_them() {
     }
 }
 
+/// `sattach` started in the background, its output collected as it comes.
+struct Attached {
+    child: std::process::Child,
+    out: std::sync::Arc<std::sync::Mutex<String>>,
+}
+
+impl Attached {
+    fn start(c: &Cluster, args: &[&str], stdin: bool) -> Attached {
+        let path = format!("{}:{}", c.shims.display(), std::env::var("PATH").unwrap_or_default());
+        let mut child = Command::new(c.shims.join("sattach"))
+            .args(args)
+            .current_dir(&c.work)
+            .env("TANDEM_SERVER", format!("unix://{}", c.sock))
+            .env("PATH", path)
+            .stdin(if stdin { Stdio::piped() } else { Stdio::null() })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let out = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        for r in [Box::new(child.stdout.take().unwrap()) as Box<dyn std::io::Read + Send>, Box::new(child.stderr.take().unwrap())] {
+            let o = out.clone();
+            std::thread::spawn(move || {
+                let mut r = std::io::BufReader::new(r);
+                let mut line = String::new();
+                while std::io::BufRead::read_line(&mut r, &mut line).is_ok_and(|n| n > 0) {
+                    o.lock().unwrap().push_str(&line);
+                    line.clear();
+                }
+            });
+        }
+        Attached { child, out }
+    }
+
+    fn text(&self) -> String {
+        self.out.lock().unwrap().clone()
+    }
+
+    fn wait_for(&self, want: &[&str]) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !want.iter().all(|w| self.text().contains(w)) {
+            assert!(Instant::now() < deadline, "sattach never printed {want:?}: {:?}", self.text());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+#[test]
+fn sattach_shows_a_running_steps_output_and_passes_input_to_its_owner_only() {
+    let c = Cluster::new("sattach", 2, None, 30);
+    // Two tasks say hello, wait for a flag, say more; task 0 then reads a line. srun's own
+    // input stays open (and empty) so that the line can only come from sattach.
+    let s = c.script(
+        "att.sh",
+        "#!/bin/bash\n#SBATCH -N2 -n2 -o att.out\n\
+         srun -l bash -c 'echo early-$SLURM_PROCID; while [ ! -e go.flag ]; do sleep 0.1; done; echo late-$SLURM_PROCID; \
+         if [ $SLURM_PROCID = 0 ]; then read -t 30 x; echo got-$x; fi; exit 3' < <(sleep 60)\n",
+    );
+    let id = c.sbatch(&[&s]);
+    c.wait_state(id, &["RUNNING"], 30);
+    let step = format!("{id}.0");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !std::fs::read_to_string(c.work.join("att.out")).unwrap_or_default().contains("early-1") {
+        assert!(Instant::now() < deadline, "the step never started");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Another user may not attach, nor see the layout of a job not theirs.
+    let o = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(c.shims.join("sattach"))
+        .arg(&step)
+        .env("TANDEM_SERVER", format!("unix://{}", c.sock))
+        .current_dir("/")
+        .output()
+        .unwrap();
+    assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("permission denied"), "{o:?}");
+    let layout = c.ok("sattach", &["--layout", &step]);
+    assert!(layout.starts_with("Job step layout:\n\t2 tasks, 2 nodes (node[1-2])\n"), "{layout}");
+    assert!(layout.contains("\tNode 1 (node2), 1 task(s): 1 \n"), "{layout}");
+    // The owner: what was said before attaching (the cache), then what comes; input to task 0.
+    let a = Attached::start(&c, &["-l", "--input-filter=0", &step], true);
+    let b = Attached::start(&c, &["-l", "--output-filter=1", &step], false);
+    a.wait_for(&["0: early-0", "1: early-1"]);
+    b.wait_for(&["1: early-1"]);
+    let mut a = a;
+    std::io::Write::write_all(a.child.stdin.as_mut().unwrap(), b"hello\n").unwrap();
+    std::fs::write(c.work.join("go.flag"), "").unwrap();
+    a.wait_for(&["0: late-0", "1: late-1", "0: got-hello"]);
+    let code = a.child.wait().unwrap();
+    assert_eq!(code.code(), Some(3), "sattach ends with the step's exit code: {}", a.text());
+    let mut b = b;
+    b.child.wait().unwrap();
+    b.wait_for(&["1: late-1"]);
+    assert!(!b.text().contains("0: "), "--output-filter=1 shows task 1 only: {}", b.text());
+    c.wait_state(id, &["COMPLETED", "FAILED"], 60);
+    // srun got everything too.
+    let out = std::fs::read_to_string(c.work.join("att.out")).unwrap();
+    assert!(out.contains("0: got-hello") && out.contains("1: late-1"), "{out}");
+    // A finished step, a batch step, a bad id: clear errors.
+    for (args, want) in [
+        (vec![step.as_str()], "already finished"),
+        (vec!["12"], "want JOBID.STEPID"),
+        (vec!["999999.0"], "invalid job id"),
+    ] {
+        let o = c.run("sattach", &args);
+        assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains(want), "{args:?}: {o:?}");
+    }
+}
+
 #[test]
 fn sbcast_copies_a_file_to_the_jobs_nodes_as_the_user() {
     let c = Cluster::new("sbcast", 2, None, 30);

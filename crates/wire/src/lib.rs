@@ -182,6 +182,9 @@ pub struct StepInfo {
     /// Its tasks' usage as last reported: (rank, node, most resident memory KiB, CPU ms).
     #[serde(default)]
     pub usage: Vec<(u32, String, u64, u64)>,
+    /// Its nodes and the number of tasks on each, in rank order (`sattach --layout`).
+    #[serde(default)]
+    pub layout: Vec<(String, u32)>,
 }
 
 /// One node as `sinfo` shows it.

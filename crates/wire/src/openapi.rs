@@ -216,6 +216,23 @@ pub const DOCUMENT: &str = r##"{
         }
       }
     },
+    "/v1/jobs/{id}/steps/{step}/attach": {
+      "parameters": [{"$ref": "#/components/parameters/JobId"},
+        {"name": "step", "in": "path", "required": true, "schema": {"$ref": "#/components/schemas/u32"}}],
+      "post": {
+        "operationId": "attachStep", "tags": ["jobs"], "summary": "Attach to a running srun step's I/O (sattach): its agents connect to the given listener",
+        "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/StepIo"}}}},
+        "responses": {
+          "200": {"description": "The step and its layout", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/StepResponse"}}}},
+          "400": {"$ref": "#/components/responses/Invalid"},
+          "401": {"$ref": "#/components/responses/Unauthenticated"},
+          "403": {"$ref": "#/components/responses/Forbidden"},
+          "404": {"$ref": "#/components/responses/NotFound"},
+          "409": {"$ref": "#/components/responses/Conflict"},
+          "500": {"$ref": "#/components/responses/ServerError"}
+        }
+      }
+    },
     "/v1/jobs/{id}/steps": {
       "parameters": [{"$ref": "#/components/parameters/JobId"}],
       "post": {
@@ -562,7 +579,9 @@ pub const DOCUMENT: &str = r##"{
           "timed_out": {"type": "boolean", "description": "Ended by its own time limit (srun -t): TIMEOUT"},
           "cpus": {"$ref": "#/components/schemas/u32", "description": "CPUs it holds (its own with --exact or -c, else the job's on its nodes)"},
           "usage": {"type": "array", "description": "Its tasks' usage as last reported: rank, node, most resident memory (KiB), CPU milliseconds; owner and root only",
-            "items": {"type": "array", "prefixItems": [{"$ref": "#/components/schemas/u32"}, {"type": "string"}, {"$ref": "#/components/schemas/u64"}, {"$ref": "#/components/schemas/u64"}], "items": false, "minItems": 4}}}},
+            "items": {"type": "array", "prefixItems": [{"$ref": "#/components/schemas/u32"}, {"type": "string"}, {"$ref": "#/components/schemas/u64"}, {"$ref": "#/components/schemas/u64"}], "items": false, "minItems": 4}},
+          "layout": {"type": "array", "description": "Its nodes and the tasks on each, in rank order (sattach --layout)",
+            "items": {"type": "array", "prefixItems": [{"type": "string"}, {"$ref": "#/components/schemas/u32"}], "items": false, "minItems": 2}}}},
       "JobAction": {"oneOf": [
         {"type": "object", "required": ["action"], "properties": {"action": {"enum": ["hold", "release", "requeue"]}, "time_limit": {"$ref": "#/components/schemas/i64OrNull", "description": "Ignored"}}},
         {"type": "object", "required": ["action", "time_limit"], "properties": {"action": {"const": "update"}, "time_limit": {"$ref": "#/components/schemas/i64", "description": "New time limit, seconds"}}},
@@ -711,7 +730,11 @@ pub const DOCUMENT: &str = r##"{
             "signal": {"$ref": "#/components/schemas/i32"}, "batch_only": {"type": "boolean"},
             "step": {"$ref": "#/components/schemas/u32", "description": "Only this step's tasks (absent: every step's)"}}}}},
         {"type": "object", "required": ["Kill"], "additionalProperties": false, "properties": {"Kill": {"type": "object", "additionalProperties": false,
-          "required": ["job", "epoch"], "properties": {"job": {"$ref": "#/components/schemas/u64"}, "epoch": {"$ref": "#/components/schemas/u32"}}}}}]},
+          "required": ["job", "epoch"], "properties": {"job": {"$ref": "#/components/schemas/u64"}, "epoch": {"$ref": "#/components/schemas/u32"}}}}},
+        {"type": "object", "required": ["Attach"], "additionalProperties": false, "properties": {"Attach": {"type": "object", "additionalProperties": false,
+          "description": "Connect a running step's task I/O to one more listener (sattach)",
+          "required": ["job", "epoch", "step", "io"], "properties": {"job": {"$ref": "#/components/schemas/u64"}, "epoch": {"$ref": "#/components/schemas/u32"},
+            "step": {"$ref": "#/components/schemas/u32"}, "io": {"$ref": "#/components/schemas/StepIo"}}}}}]},
       "Task": {"type": "object", "additionalProperties": false,
         "required": ["job", "epoch", "step", "rank", "script", "argv", "env", "workdir", "stdout", "stderr", "uid", "gid", "gpus", "mem_limit", "replica"],
         "properties": {
@@ -1146,6 +1169,7 @@ mod tests {
                 timed_out: true,
                 cpus: 4,
                 usage: vec![(0, "node1".into(), 2048, 1500)],
+                layout: vec![("node1".into(), 1)],
             }],
             recorded: vec![("Comment".into(), "a note".into())],
             message: Some("why".into()),
