@@ -55,6 +55,8 @@ use client::{Conn, Target};
 use wire::{EndpointView, ProxyServiceStats, ProxySync, ServiceEndpoints};
 
 mod llm;
+mod resume;
+mod resumer;
 
 /// `tandem proxy`'s settings, as given on its command line.
 #[derive(Debug, Clone)]
@@ -72,6 +74,9 @@ pub struct Options {
     pub statics: Vec<String>,
     /// Retries on another replica for static services (at most 7).
     pub retries: u32,
+    /// Static services whose streams are resumed on another replica when theirs fails
+    /// (`--resume-streams NAME`, repeatable).
+    pub resume_streams: Vec<String>,
     /// Worker threads (default: the machine's cores).
     pub threads: Option<usize>,
     /// Seed of the random choices (p2c).
@@ -82,7 +87,13 @@ pub struct Options {
 /// worker thread).
 pub fn main(o: Options) -> Result<()> {
     let listen: SocketAddr = o.listen.parse().with_context(|| format!("--listen {:?}: expected IP:PORT, e.g. 127.0.0.1:7280", o.listen))?;
-    let statics = o.statics.iter().map(|s| parse_static(s)).collect::<Result<Vec<_>>>()?;
+    let mut statics = o.statics.iter().map(|s| parse_static(s)).collect::<Result<Vec<_>>>()?;
+    for name in &o.resume_streams {
+        match statics.iter_mut().find(|s| s.name == *name) {
+            Some(s) => s.resume_streams = true,
+            None => bail!("--resume-streams {name:?}: no --static service of that name"),
+        }
+    }
     let controller = match (o.server, o.credential_file) {
         (Some(_), _) if !statics.is_empty() => bail!("use either --server (endpoints from the controller) or --static, not both"),
         (Some(s), Some(f)) => {
@@ -148,6 +159,8 @@ pub(crate) struct StaticService {
     pub(crate) addrs: Vec<String>,
     /// Balancing policy.
     pub(crate) policy: Policy,
+    /// Streams are resumed on another replica when theirs fails (`--resume-streams NAME`).
+    pub(crate) resume_streams: bool,
 }
 
 /// Parses `NAME=ADDR[,ADDR...]`, optionally `NAME:POLICY=...` (e.g. `echo:p2c=127.0.0.1:9000`).
@@ -172,7 +185,7 @@ pub(crate) fn parse_static(s: &str) -> Result<StaticService> {
         }
         out.push(a.to_string());
     }
-    Ok(StaticService { name: name.to_string(), addrs: out, policy })
+    Ok(StaticService { name: name.to_string(), addrs: out, policy, resume_streams: false })
 }
 
 fn valid_service_name(n: &str) -> bool {
@@ -235,10 +248,14 @@ struct Service {
     state: Mutex<SvcState>,
     /// The policy is `llm` (read without the lock on every request).
     llm: AtomicBool,
+    /// `resume_streams`: OpenAI streams go on on another replica when theirs fails (`resumer`).
+    resume_streams: AtomicBool,
     changed: Notify,
     requests: AtomicU64,
     failures: AtomicU64,
     retries: AtomicU64,
+    /// Streams resumed on another replica.
+    resumed: AtomicU64,
     waiting: AtomicU64,
     latency: Histogram,
 }
@@ -254,10 +271,12 @@ impl Service {
                 listed: true,
             }),
             llm: AtomicBool::new(false),
+            resume_streams: AtomicBool::new(false),
             changed: Notify::new(),
             requests: AtomicU64::new(0),
             failures: AtomicU64::new(0),
             retries: AtomicU64::new(0),
+            resumed: AtomicU64::new(0),
             waiting: AtomicU64::new(0),
             latency: Histogram::default(),
         }
@@ -398,12 +417,15 @@ impl State {
             self.views.load(Relaxed)
         );
         type Get = fn(&Service) -> u64;
-        let per_service: [(&str, &str, &str, Get); 4] = [
+        let per_service: [(&str, &str, &str, Get); 5] = [
             ("tandem_proxy_requests_total", "counter", "Requests received.", |s| s.requests.load(Relaxed)),
             ("tandem_proxy_failures_total", "counter", "Requests answered with a 5xx (by the proxy or a replica).", |s| {
                 s.failures.load(Relaxed)
             }),
             ("tandem_proxy_retries_total", "counter", "Attempts retried on another replica.", |s| s.retries.load(Relaxed)),
+            ("tandem_proxy_resumed_streams_total", "counter", "Streams resumed on another replica after theirs failed.", |s| {
+                s.resumed.load(Relaxed)
+            }),
             ("tandem_proxy_waiting", "gauge", "Requests held because the service has no endpoint.", |s| s.waiting.load(Relaxed)),
         ];
         for (metric, kind, help, get) in per_service {
@@ -491,6 +513,7 @@ fn apply_service(svc: &Service, s: &ServiceEndpoints) {
         st.retries = s.retries.min(MAX_RETRIES);
         st.listed = true;
     }
+    svc.resume_streams.store(s.resume_streams, Relaxed);
     if let Err(e) = svc.set_endpoints(&eps) {
         eprintln!("tandem proxy: service {}: {e:#}", s.name);
     }
@@ -573,19 +596,24 @@ impl Drop for Guard {
     }
 }
 
+/// Why a body sent to the client broke off.
+type BodyError = Box<dyn std::error::Error + Send + Sync>;
+
 /// The body sent to the client: a replica's response, streamed, or the proxy's own.
 enum ProxyBody {
     /// From a replica; the guard ends the attempt when the body ends.
     Upstream(Incoming, Option<Guard>),
     /// The proxy's own answer.
     Full(Option<Bytes>),
+    /// A stream that goes on on another replica when its own fails (`resumer`).
+    Resumable(tokio::sync::mpsc::Receiver<Result<Bytes, BodyError>>),
 }
 
 impl Body for ProxyBody {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = BodyError;
 
-    fn poll_frame(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
         match self.get_mut() {
             ProxyBody::Full(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
             ProxyBody::Upstream(body, guard) => {
@@ -599,8 +627,9 @@ impl Body for ProxyBody {
                     }
                     _ => {}
                 }
-                r
+                r.map_err(Into::into)
             }
+            ProxyBody::Resumable(rx) => rx.poll_recv(cx).map(|r| r.map(|r| r.map(Frame::data))),
         }
     }
 
@@ -608,6 +637,7 @@ impl Body for ProxyBody {
         match self {
             ProxyBody::Full(b) => b.is_none(),
             ProxyBody::Upstream(b, _) => b.is_end_stream(),
+            ProxyBody::Resumable(_) => false,
         }
     }
 
@@ -615,6 +645,7 @@ impl Body for ProxyBody {
         match self {
             ProxyBody::Full(b) => SizeHint::with_exact(b.as_ref().map_or(0, |b| b.len() as u64)),
             ProxyBody::Upstream(b, _) => b.size_hint(),
+            ProxyBody::Resumable(_) => SizeHint::new(),
         }
     }
 }
@@ -841,6 +872,24 @@ async fn scrape(client: &Client<HttpConnector, http_body_util::Empty<Bytes>>, at
     tokio::time::timeout(Duration::from_millis(SCRAPE_TIMEOUT_MS), get).await.ok()?
 }
 
+/// The request to send to replica `up`.
+fn upstream_request(method: &Method, up: &Upstream, pq: &PathAndQuery, headers: &HeaderMap, body: ReqBody) -> Request<ReqBody> {
+    let uri = Uri::from_parts({
+        let mut p = hyper::http::uri::Parts::default();
+        p.scheme = Some(hyper::http::uri::Scheme::HTTP);
+        p.authority = Some(up.authority.clone());
+        p.path_and_query = Some(pq.clone());
+        p
+    })
+    .expect("scheme, authority and path are set");
+    let mut out = Request::new(body);
+    *out.method_mut() = method.clone();
+    *out.uri_mut() = uri;
+    *out.version_mut() = Version::HTTP_11;
+    *out.headers_mut() = headers.clone();
+    out
+}
+
 /// Marks a held request; decrements the service's `waiting` gauge when dropped.
 struct WaitGuard(Arc<Service>);
 
@@ -882,9 +931,11 @@ async fn handle(
         Some(Err(_)) => return Ok(plain(StatusCode::BAD_REQUEST, "bad path")),
         None => parts.uri.path_and_query().cloned().unwrap_or_else(|| PathAndQuery::from_static("/")),
     };
-    // An LLM service reads its OpenAI requests' bodies first (bounded) to route them.
+    // An LLM service reads its OpenAI requests' bodies first (bounded) to route them; one that
+    // resumes streams, to resume them.
     let llm_svc = svc.llm.load(Relaxed);
-    let openai = llm_svc && parts.method == Method::POST && llm::is_openai_path(pq.path());
+    let resume_svc = svc.resume_streams.load(Relaxed);
+    let openai = (llm_svc || resume_svc) && parts.method == Method::POST && llm::is_openai_path(pq.path());
     let prefix_cfg = if llm_svc { svc.lock().pool.llm_config().prefix } else { PrefixConfig::default() };
     // Keep small bodies so a failed attempt can be replayed.
     let mut stream = None;
@@ -911,6 +962,11 @@ async fn handle(
         None
     };
     let replayable = full.is_some();
+    // A stream that can go on elsewhere if its replica fails: its body was kept.
+    let mut plan = match (resume_svc && openai, &full) {
+        (true, Some(Some(b))) => resume::Api::of_path(pq.path()).and_then(|api| resume::Plan::new(api, b).ok()),
+        _ => None,
+    };
     let mut headers = parts.headers;
     strip_hop_by_hop(&mut headers);
     let xff = match headers.get("x-forwarded-for").and_then(|v| v.to_str().ok()) {
@@ -954,14 +1010,6 @@ async fn handle(
         drop(hold.take());
         tried[attempts as usize] = key;
         attempts += 1;
-        let uri = Uri::from_parts({
-            let mut p = hyper::http::uri::Parts::default();
-            p.scheme = Some(hyper::http::uri::Scheme::HTTP);
-            p.authority = Some(up.authority.clone());
-            p.path_and_query = Some(pq.clone());
-            p
-        })
-        .expect("scheme, authority and path are set");
         let body = match &full {
             Some(b) => ReqBody::Full(b.clone()),
             None => {
@@ -972,11 +1020,7 @@ async fn handle(
                 }
             }
         };
-        let mut out = Request::new(body);
-        *out.method_mut() = parts.method.clone();
-        *out.uri_mut() = uri;
-        *out.version_mut() = Version::HTTP_11;
-        *out.headers_mut() = headers.clone();
+        let out = upstream_request(&parts.method, &up, &pq, &headers, body);
         let start = Instant::now();
         let outcome = match client.request(out).await {
             Ok(mut resp) => {
@@ -993,6 +1037,21 @@ async fn handle(
                     let (p, b) = resp.into_parts();
                     if !keeps_whole(&parts.method, &p) {
                         let guard = Guard { svc: svc.clone(), up, key, outcome, start, st: st.clone() };
+                        if let Some(plan) = plan.take().filter(|_| resumer::follows(&p)) {
+                            let r = resumer::Resume {
+                                st: st.clone(),
+                                svc: svc.clone(),
+                                client: client.clone(),
+                                plan,
+                                method: parts.method.clone(),
+                                pq: pq.clone(),
+                                headers: headers.clone(),
+                                llm: llm_req.clone(),
+                                tried: tried[..attempts as usize].to_vec(),
+                                left: (retries.min(MAX_RETRIES) + 1).saturating_sub(attempts),
+                            };
+                            return Ok(Response::from_parts(p, resumer::start(r, b, guard)));
+                        }
                         return Ok(Response::from_parts(p, ProxyBody::Upstream(b, Some(guard))));
                     }
                     // A small answer to an idempotent request is read whole before anything
@@ -1238,6 +1297,7 @@ pub(crate) fn run(a: ProxyArgs, threads: usize) -> Result<()> {
                 svc.set_policy(&mut ss, s.policy);
                 ss.retries = a.retries.min(MAX_RETRIES);
             }
+            svc.resume_streams.store(s.resume_streams, Relaxed);
             svc.set_endpoints(&s.addrs.iter().map(|x| (x.clone(), x.clone())).collect::<Vec<_>>())?;
             map.insert(s.name.clone(), Arc::new(svc));
         }

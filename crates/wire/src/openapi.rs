@@ -825,6 +825,7 @@ pub const DOCUMENT: &str = r##"{
       "ServiceEndpoints": {"type": "object", "required": ["name", "balance", "hold_ms", "retries", "endpoints", "draining"], "properties": {
         "name": {"type": "string"}, "balance": {"type": "string"},
         "hold_ms": {"$ref": "#/components/schemas/u64"}, "retries": {"$ref": "#/components/schemas/u32"},
+        "resume_streams": {"type": "boolean", "description": "Streaming OpenAI completions go on on another replica when theirs fails"},
         "endpoints": {"type": "array", "items": {"type": "object", "required": ["replica", "addr", "node"], "properties": {
           "replica": {"type": "string"}, "addr": {"type": "string"}, "node": {"type": "string"}}}},
         "draining": {"$ref": "#/components/schemas/Strings"}}}
@@ -1305,6 +1306,7 @@ mod tests {
                 balance: "p2c".into(),
                 hold_ms: 1,
                 retries: 2,
+                resume_streams: true,
                 endpoints: vec![Endpoint { replica: "llm-5".into(), addr: "127.0.0.1:8000".into(), node: "node1".into() }],
                 draining: vec!["llm-4".into()],
             }],
