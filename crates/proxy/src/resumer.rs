@@ -216,10 +216,11 @@ async fn next(r: &mut Resume, t: &Tracker, why: &str) -> Next {
                     last = format!("service {:?}: replica {} answered the resumed request {status}", r.svc.name, up.addr);
                     continue;
                 }
-                let text = match tokio::time::timeout(std::time::Duration::from_secs(5), http_body_util::Limited::new(b, 4096).collect()).await {
-                    Ok(Ok(b)) => String::from_utf8_lossy(&b.to_bytes()).into_owned(),
-                    _ => String::new(),
-                };
+                let text =
+                    match tokio::time::timeout(std::time::Duration::from_secs(5), http_body_util::Limited::new(b, 4096).collect()).await {
+                        Ok(Ok(b)) => String::from_utf8_lossy(&b.to_bytes()).into_owned(),
+                        _ => String::new(),
+                    };
                 return Next::Fail(format!("{why}; the resumed request got {status} from replica {}: {}", up.addr, text.trim()));
             }
             Err(e) => {
