@@ -745,6 +745,13 @@ mod tests {
         assert!(e(|s| s.env.insert("PORT".into(), "1".into()).map_or((), |_| ())).contains("PORT"));
         assert!(e(|s| s.proxy.balance = Some("random".into())).contains("balance"));
         assert_eq!(spec(|s| s.proxy.balance = Some("llm".into())).unwrap().balance, "llm");
+        assert!(!spec(|_| ()).unwrap().resume_streams, "off by default");
+        assert!(spec(|s| s.proxy.resume_streams = Some(true)).unwrap().resume_streams);
+        let no_retry = |s: &mut ServiceSpec| {
+            s.proxy.resume_streams = Some(true);
+            s.proxy.retries = Some(Quantity::Num(0.0));
+        };
+        assert!(e(no_retry).contains("resume_streams needs proxy.retries"));
         assert!(
             e(|s| {
                 s.rolling_update.max_surge = Some(Quantity::Num(0.0));

@@ -24,6 +24,11 @@
 //! there is no fair queue in the proxy yet. Services of the other policies pay one relaxed
 //! atomic load per request for all this.
 //!
+//! Services with `resume_streams` (`--resume-streams NAME` for a static one) read their OpenAI
+//! request bodies the same way (bounded), and a streaming answer to one that can be resumed
+//! (`resume::Plan`) is driven by `resumer`: when its replica fails mid-stream another replica is
+//! asked for the rest and the client's stream goes on unbroken.
+//!
 //! It owns the request path and nothing of the cluster's state: what it knows of replicas is the
 //! controller's endpoint view, and its balancing decisions are `balance`'s. It never depends on
 //! `server`, `agent` or `cli` (the tidy test checks). Its public face is [`Options`] and [`main`].
@@ -234,6 +239,31 @@ struct Upstream {
     authority: Authority,
     replica: HeaderValue,
     latency: Histogram,
+    /// Left the controller's view without draining (its node lost): a stream from it that has
+    /// gone quiet is not waited for (`resumer`).
+    gone: AtomicBool,
+    gone_now: Notify,
+}
+
+impl Upstream {
+    /// Marks the replica gone and wakes what waits on it.
+    fn set_gone(&self) {
+        self.gone.store(true, Relaxed);
+        self.gone_now.notify_waiters();
+    }
+
+    /// Returns once the replica is gone.
+    async fn wait_gone(&self) {
+        loop {
+            let n = self.gone_now.notified();
+            tokio::pin!(n);
+            n.as_mut().enable();
+            if self.gone.load(Relaxed) {
+                return;
+            }
+            n.await;
+        }
+    }
 }
 
 struct SvcState {
@@ -306,7 +336,14 @@ impl Service {
             |up, id| fresh.get(id).is_some_and(|f| f.0 == up.addr),
             |id| {
                 let (addr, authority, replica) = fresh[id].clone();
-                Arc::new(Upstream { addr: addr.to_string(), authority, replica, latency: Histogram::default() })
+                Arc::new(Upstream {
+                    addr: addr.to_string(),
+                    authority,
+                    replica,
+                    latency: Histogram::default(),
+                    gone: AtomicBool::new(false),
+                    gone_now: Notify::new(),
+                })
             },
         );
         Ok(())
@@ -514,6 +551,16 @@ fn apply_service(svc: &Service, s: &ServiceEndpoints) {
         st.listed = true;
     }
     svc.resume_streams.store(s.resume_streams, Relaxed);
+    // A replica neither serving nor draining is gone (its node lost): streams still reading from
+    // it stop waiting (a node that vanished may never close its connections).
+    {
+        let listed: std::collections::HashSet<&str> =
+            s.endpoints.iter().map(|e| e.replica.as_str()).chain(s.draining.iter().map(String::as_str)).collect();
+        let st = svc.lock();
+        for e in st.pool.endpoints().iter().filter(|e| !listed.contains(e.id.as_str())) {
+            e.data.set_gone();
+        }
+    }
     if let Err(e) = svc.set_endpoints(&eps) {
         eprintln!("tandem proxy: service {}: {e:#}", s.name);
     }
@@ -605,8 +652,9 @@ enum ProxyBody {
     Upstream(Incoming, Option<Guard>),
     /// The proxy's own answer.
     Full(Option<Bytes>),
-    /// A stream that goes on on another replica when its own fails (`resumer`).
-    Resumable(tokio::sync::mpsc::Receiver<Result<Bytes, BodyError>>),
+    /// A stream that goes on on another replica when its own fails (`resumer`); an error held
+    /// back one poll, so what came before it is flushed to the client before the break.
+    Resumable(tokio::sync::mpsc::Receiver<Result<Bytes, BodyError>>, Option<BodyError>),
 }
 
 impl Body for ProxyBody {
@@ -629,7 +677,20 @@ impl Body for ProxyBody {
                 }
                 r.map_err(Into::into)
             }
-            ProxyBody::Resumable(rx) => rx.poll_recv(cx).map(|r| r.map(|r| r.map(Frame::data))),
+            ProxyBody::Resumable(rx, held) => {
+                if let Some(e) = held.take() {
+                    return Poll::Ready(Some(Err(e)));
+                }
+                match rx.poll_recv(cx) {
+                    // hyper flushes what it holds when the body is pending, then polls again.
+                    Poll::Ready(Some(Err(e))) => {
+                        *held = Some(e);
+                        cx.waker().wake_by_ref();
+                        Poll::Pending
+                    }
+                    r => r.map(|r| r.map(|r| r.map(Frame::data))),
+                }
+            }
         }
     }
 
@@ -637,7 +698,7 @@ impl Body for ProxyBody {
         match self {
             ProxyBody::Full(b) => b.is_none(),
             ProxyBody::Upstream(b, _) => b.is_end_stream(),
-            ProxyBody::Resumable(_) => false,
+            ProxyBody::Resumable(..) => false,
         }
     }
 
@@ -645,7 +706,7 @@ impl Body for ProxyBody {
         match self {
             ProxyBody::Full(b) => SizeHint::with_exact(b.as_ref().map_or(0, |b| b.len() as u64)),
             ProxyBody::Upstream(b, _) => b.size_hint(),
-            ProxyBody::Resumable(_) => SizeHint::new(),
+            ProxyBody::Resumable(..) => SizeHint::new(),
         }
     }
 }

@@ -3,7 +3,8 @@
 //! declared length) is not piped to the client but driven by a task: it reads the replica's
 //! events, sends the client each whole one (`resume::Tracker` follows and, after a resume,
 //! rewrites them), and when the replica's stream breaks before `data: [DONE]` (a reset, an end,
-//! a timeout) it asks another replica, not yet tried, for the rest (`Plan::resumed_body`), and
+//! or its replica leaving the endpoint view neither serving nor draining: its node lost, whose
+//! connections may never close) it asks another replica, not yet tried, for the rest (`Plan::resumed_body`), and
 //! goes on with that replica's events in the same stream. Each resume is one of the request's
 //! `retries` (the attempts before the answer count too); the broken attempt counts as a failure
 //! of its replica (passive ejection).
@@ -28,7 +29,7 @@ use hyper::{Method, StatusCode};
 use tokio::sync::mpsc;
 
 use crate::resume::{Events, Plan, Tracker, error_event};
-use crate::{BodyError, Guard, ProxyBody, ReqBody, Service, State, Upstreams, acquire, classify, upstream_request};
+use crate::{BodyError, Guard, ProxyBody, ReqBody, Service, State, Upstream, Upstreams, acquire, classify, upstream_request};
 
 /// Frames a stream may run ahead of its client.
 const QUEUE: usize = 16;
@@ -65,7 +66,7 @@ pub(crate) fn follows(p: &hyper::http::response::Parts) -> bool {
 pub(crate) fn start(r: Resume, body: Incoming, guard: Guard) -> ProxyBody {
     let (tx, rx) = mpsc::channel(QUEUE);
     tokio::spawn(drive(r, body, guard, tx));
-    ProxyBody::Resumable(rx)
+    ProxyBody::Resumable(rx, None)
 }
 
 type Tx = mpsc::Sender<Result<Bytes, BodyError>>;
@@ -80,11 +81,16 @@ enum Pumped {
     Gone,
 }
 
-/// Sends the client the events of one attempt, until its body ends or breaks. `raw`: the
-/// stream turned out not to be made of events, and goes on byte for byte.
-async fn pump(body: &mut Incoming, ev: &mut Events, t: &mut Tracker, raw: &mut bool, tx: &Tx) -> Pumped {
+/// Sends the client the events of one attempt, until its body ends or breaks, or its replica
+/// leaves the endpoint view (`up`). `raw`: the stream turned out not to be made of events, and
+/// goes on byte for byte.
+async fn pump(body: &mut Incoming, up: &Upstream, ev: &mut Events, t: &mut Tracker, raw: &mut bool, tx: &Tx) -> Pumped {
     loop {
-        let data = match body.frame().await {
+        let frame = tokio::select! {
+            f = body.frame() => f,
+            _ = up.wait_gone() => return Pumped::Broke("left the endpoint view (its node lost)".into()),
+        };
+        let data = match frame {
             None => return Pumped::Ended,
             Some(Err(e)) => return Pumped::Broke(format!("broke off its stream ({e})")),
             Some(Ok(f)) => match f.into_data() {
@@ -138,13 +144,19 @@ async fn drive(mut r: Resume, mut body: Incoming, guard: Guard, tx: Tx) {
     let mut raw = false;
     let mut guard = guard;
     loop {
-        let why = match pump(&mut body, &mut ev, &mut t, &mut raw, &tx).await {
+        let up = guard.up.clone();
+        let why = match pump(&mut body, &up, &mut ev, &mut t, &mut raw, &tx).await {
             Pumped::Gone => return,
             Pumped::Ended if t.done() || raw => {
                 let rest = ev.take_rest();
                 if !rest.is_empty() {
                     let _ = tx.send(Ok(rest)).await;
                 }
+                return;
+            }
+            // The answer is whole, only `data: [DONE]` is missing: added.
+            Pumped::Ended if t.finished() => {
+                let _ = tx.send(Ok(t.ending())).await;
                 return;
             }
             Pumped::Ended => "ended its stream before data: [DONE]".to_string(),

@@ -622,3 +622,38 @@ fn streams_survive_a_dying_node_with_resume_streams_and_break_without() {
     assert_eq!(resumes, moved.to_string(), "{m}");
     assert!(m.contains("tandem_proxy_resumed_streams_total{service=\"bare\"} 0"), "{m}");
 }
+
+#[test]
+fn streams_from_a_frozen_node_resume_once_the_node_is_declared_lost() {
+    // SIGSTOP of an agent and its replicas: a node that vanished without closing a connection
+    // (powered off, cut off). Its streams stall until the controller declares it lost and the
+    // replica leaves the view; then they go on elsewhere.
+    let mut c = Cluster::new("svcfrozen", 3, None, 30);
+    std::fs::write(c.work.join("resumed.toml"), llm_service("resumed", "least_request", true)).unwrap();
+    c.tandem_ok(&["service", "apply", "-f", "resumed.toml"]);
+    let s = wait_service(&c, "resumed", 60, "3 ready", |s| ready(s) == 3);
+    let p = Proxy::start(&c);
+    p.wait_routes("/s/resumed/health");
+    let reqs = stream_requests("resumed", 6);
+    let reference = stream_all(&p.addr, &reqs, 0, None);
+    let victim = s["replicas"][0]["node"].as_str().unwrap().to_string();
+    let on_victim: Vec<String> = s["replicas"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["node"] == victim.as_str())
+        .map(|r| r["id"].as_str().unwrap().into())
+        .collect();
+    let idx: usize = victim.trim_start_matches("node").parse::<usize>().unwrap() - 1;
+    let pid = c.agents[idx].as_ref().unwrap().id();
+    let got = stream_all(&p.addr, &reqs, 8, Some(&mut || kill_tree(pid, "-STOP")));
+    let mut moved = 0;
+    for ((got, want), (path, _)) in got.iter().zip(&reference).zip(&reqs) {
+        assert!(got.whole, "{path} from {}: broken:\n{}\nproxy log:\n{}", got.replica, got.body, c.log("proxy"));
+        assert_eq!(got.events(), want.events(), "{path} from {}", got.replica);
+        moved += usize::from(on_victim.contains(&got.replica) && !got.done_before_kill);
+    }
+    eprintln!("streams through a frozen node: {} streams, {moved} resumed after the node was declared lost, 0 broken", got.len());
+    assert!(moved > 0, "the frozen node served no stream under way: nothing was tested");
+    assert!(c.log("proxy").contains("left the endpoint view"), "{}", c.log("proxy"));
+}

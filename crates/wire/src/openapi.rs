@@ -773,7 +773,8 @@ pub const DOCUMENT: &str = r##"{
           "min_available": {"$ref": "#/components/schemas/Quantity"},
           "proxy": {"type": "object", "additionalProperties": false, "properties": {
             "balance": {"$ref": "#/components/schemas/StringOrNull", "description": "round_robin (default), least_request, p2c or llm"},
-            "retries": {"$ref": "#/components/schemas/Quantity"}, "hold": {"$ref": "#/components/schemas/Quantity"}}},
+            "retries": {"$ref": "#/components/schemas/Quantity"}, "hold": {"$ref": "#/components/schemas/Quantity"},
+            "resume_streams": {"$ref": "#/components/schemas/BoolOrNull", "description": "Streaming OpenAI completions go on on another replica when theirs fails (default false)"}}},
           "termination_grace": {"$ref": "#/components/schemas/Quantity"}}},
       "ProbeSpec": {"anyOf": [{"type": "null"}, {"type": "object", "additionalProperties": false, "properties": {
         "http": {"$ref": "#/components/schemas/StringOrNull"}, "tcp": {"$ref": "#/components/schemas/BoolOrNull"},
