@@ -628,7 +628,7 @@ fn streams_from_a_frozen_node_resume_once_the_node_is_declared_lost() {
     // SIGSTOP of an agent and its replicas: a node that vanished without closing a connection
     // (powered off, cut off). Its streams stall until the controller declares it lost and the
     // replica leaves the view; then they go on elsewhere.
-    let mut c = Cluster::new("svcfrozen", 3, None, 30);
+    let c = Cluster::new("svcfrozen", 3, None, 30);
     std::fs::write(c.work.join("resumed.toml"), llm_service("resumed", "least_request", true)).unwrap();
     c.tandem_ok(&["service", "apply", "-f", "resumed.toml"]);
     let s = wait_service(&c, "resumed", 60, "3 ready", |s| ready(s) == 3);
