@@ -259,6 +259,21 @@ fn data_of(ev: &[u8]) -> Option<String> {
     data
 }
 
+/// Whether an event has a line that is neither a comment nor one of the four fields of a
+/// server-sent event (`data`, `event`, `id`, `retry`).
+fn has_stray_line(ev: &[u8]) -> bool {
+    let text = String::from_utf8_lossy(ev);
+    text.split(['\n', '\r']).filter(|l| !l.is_empty() && !l.starts_with(':')).any(|l| {
+        let field = l.split_once(':').map_or(l, |(f, _)| f);
+        !matches!(field, "data" | "event" | "id" | "retry")
+    })
+}
+
+/// Whether an event (perhaps without its empty line) is `data: [DONE]`.
+pub(crate) fn is_done(ev: &[u8]) -> bool {
+    data_of(ev).is_some_and(|d| d.trim() == "[DONE]")
+}
+
 /// What the first chunk said of the stream.
 #[derive(Debug, Clone)]
 struct Head {
@@ -335,6 +350,9 @@ impl Tracker {
 
     /// Reads one whole event and returns what the client gets of it (`None`: nothing).
     pub(crate) fn event(&mut self, ev: Bytes) -> Option<Bytes> {
+        if has_stray_line(&ev) {
+            self.give_up("the replica sent bytes that are not server-sent events");
+        }
         let Some(data) = data_of(&ev) else { return Some(ev) };
         if data.trim() == "[DONE]" {
             self.done = true;
@@ -595,10 +613,17 @@ mod tests {
         let mut t = Tracker::new(Api::Completions);
         t.event(Bytes::from_static(b"data: {\"choices\":[{\"index\":1,\"text\":\"a\"}]}\n\n"));
         assert_eq!(t.not_resumable(), Some("the stream has more than one choice"));
-        // No data, odd fields: passed on.
+        // No data, other fields, a comment: passed on.
         let mut t = Tracker::new(Api::Completions);
-        assert_eq!(t.event(Bytes::from_static(b"event: x\nid: 3\n\n")).as_deref(), Some(&b"event: x\nid: 3\n\n"[..]));
+        assert_eq!(
+            t.event(Bytes::from_static(b"event: x\nid: 3\n: hi\nretry\n\n")).as_deref(),
+            Some(&b"event: x\nid: 3\n: hi\nretry\n\n"[..])
+        );
         assert_eq!(t.not_resumable(), None);
+        // Lines that are not SSE: passed on, but the stream cannot be resumed.
+        let mut t = Tracker::new(Api::Completions);
+        assert!(t.event(Bytes::from_static(b"\x00\xffgarbage\r\n\r\n")).is_some());
+        assert_eq!(t.not_resumable(), Some("the replica sent bytes that are not server-sent events"));
     }
 
     fn chat_chunk(id: &str, created: u64, delta: Value, finish: Value) -> Bytes {
@@ -661,6 +686,8 @@ mod tests {
         t.event(Bytes::from(format!("data: {v}\n\n")));
         assert!(t.finished());
         assert_eq!(&t.ending()[..], b"data: [DONE]\n\n");
+        assert!(is_done(b"data: [DONE]\n") && is_done(b"data:[DONE]"));
+        assert!(!is_done(b"data: {\"choices\":[{\"te") && !is_done(b"") && !is_done(b": [DONE]"));
         assert!(String::from_utf8(error_event("gone").to_vec()).unwrap().starts_with("data: {\"error\":{"));
     }
 }

@@ -28,7 +28,7 @@ use hyper::http::uri::PathAndQuery;
 use hyper::{Method, StatusCode};
 use tokio::sync::mpsc;
 
-use crate::resume::{Events, Plan, Tracker, error_event};
+use crate::resume::{Events, Plan, Tracker, error_event, is_done};
 use crate::{BodyError, Guard, ProxyBody, ReqBody, Service, State, Upstream, Upstreams, acquire, classify, upstream_request};
 
 /// Frames a stream may run ahead of its client.
@@ -147,19 +147,23 @@ async fn drive(mut r: Resume, mut body: Incoming, guard: Guard, tx: Tx) {
         let up = guard.up.clone();
         let why = match pump(&mut body, &up, &mut ev, &mut t, &mut raw, &tx).await {
             Pumped::Gone => return,
-            Pumped::Ended if t.done() || raw => {
+            Pumped::Ended => {
+                // What follows the last whole event: nothing, a `[DONE]` without its empty
+                // line, or the rest of a stream that was not made of events.
                 let rest = ev.take_rest();
-                if !rest.is_empty() {
-                    let _ = tx.send(Ok(rest)).await;
+                if t.done() || raw || is_done(&rest) {
+                    if !rest.is_empty() {
+                        let _ = tx.send(Ok(rest)).await;
+                    }
+                    return;
                 }
-                return;
+                if t.finished() {
+                    // The answer is whole, only `data: [DONE]` is missing: added.
+                    let _ = tx.send(Ok(t.ending())).await;
+                    return;
+                }
+                "ended its stream before data: [DONE]".to_string()
             }
-            // The answer is whole, only `data: [DONE]` is missing: added.
-            Pumped::Ended if t.finished() => {
-                let _ = tx.send(Ok(t.ending())).await;
-                return;
-            }
-            Pumped::Ended => "ended its stream before data: [DONE]".to_string(),
             Pumped::Broke(why) => why,
         };
         // The attempt failed: its replica is charged, its half event dropped.

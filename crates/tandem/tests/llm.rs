@@ -432,7 +432,7 @@ fn stream_killing(proxy: &str, path: &str, body: &Value, events: usize, mid: imp
         out.extend_from_slice(chunk);
         rest = rest.get(nl + 4 + n..).unwrap_or(&[]);
     }
-    (replica, String::from_utf8(out).unwrap(), whole)
+    (replica, String::from_utf8_lossy(&out).into_owned(), whole)
 }
 
 #[test]
@@ -483,4 +483,49 @@ fn a_static_proxy_resumes_streams_until_no_replica_is_left() {
     let err: Value = serde_json::from_str(last.strip_prefix("data: ").unwrap()).unwrap();
     assert_eq!(err["error"]["type"], "proxy_error", "{body}");
     assert!(err["error"]["message"].as_str().unwrap().contains("not resumed"), "{body}");
+}
+
+#[test]
+fn a_replica_that_streams_garbage_or_stops_mid_event_gets_the_client_a_clear_error() {
+    // A fake replica: a 200 event stream with one good chunk, then `tail`, then the connection
+    // closed mid-body.
+    let fake = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = fake.local_addr().unwrap().to_string();
+    let tails: [&[u8]; 3] = [b"data: {\"choices\":[{\"index\":0,\"te", b"data: not json\n\n", b"\x00\xffgarbage\r\n\r\n"];
+    let server = std::thread::spawn(move || {
+        for tail in tails {
+            let (mut s, _) = fake.accept().unwrap();
+            let mut buf = [0u8; 4096];
+            let mut got = Vec::new();
+            while !String::from_utf8_lossy(&got).contains("\"stream\":true}") {
+                let n = s.read(&mut buf).unwrap();
+                assert!(n > 0, "the proxy sent no whole request");
+                got.extend_from_slice(&buf[..n]);
+            }
+            let good = b"data: {\"id\":\"x\",\"choices\":[{\"index\":0,\"text\":\" abc\",\"finish_reason\":null}]}\n\n";
+            let mut out = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n".to_vec();
+            for part in [&good[..], tail] {
+                out.extend_from_slice(format!("{:x}\r\n", part.len()).as_bytes());
+                out.extend_from_slice(part);
+                out.extend_from_slice(b"\r\n");
+            }
+            s.write_all(&out).unwrap();
+        }
+    });
+    let mut p = Procs(Vec::new());
+    let proxy =
+        p.start(&["proxy", "--listen", "127.0.0.1:0", "--threads", "1", "--static", &format!("junk={addr}"), "--resume-streams", "junk"]);
+    let req = json!({"model": "m", "prompt": "Once", "max_tokens": 60, "stream": true});
+    for why in ["no other replica left", "not an OpenAI chunk", "not server-sent events"] {
+        let (_, body, whole) = stream_killing(&proxy, "/s/junk/v1/completions", &req, 1, |_| ());
+        assert!(!whole && !body.contains("[DONE]"), "{body}");
+        assert!(body.starts_with("data: {\"id\":\"x\""), "the good chunk came first: {body:?}");
+        let at = body.rfind("data: {\"error\"").unwrap_or_else(|| panic!("{why}: no error event: {body:?}"));
+        assert!(body.ends_with("}\n\n"), "the error event comes last: {body:?}");
+        let err: Value = serde_json::from_str(body[at + 6..].trim_end()).unwrap_or_else(|e| panic!("{e}: {body:?}"));
+        assert!(err["error"]["message"].as_str().unwrap().contains(why), "{body:?}");
+    }
+    server.join().unwrap();
+    // The proxy is still there for others.
+    assert_eq!(http(&proxy, "GET", "/_tandem/healthz", &[], b"").status, 200);
 }
