@@ -92,6 +92,9 @@ pub struct ProxySpec {
     pub retries: Option<Quantity>,
     /// How long a request waits for a replica when there is none (scale from zero; default 60 s).
     pub hold: Option<Quantity>,
+    /// A streaming OpenAI completion whose replica fails mid-stream goes on on another replica,
+    /// in the same stream to the client (default false; each resume is one of `retries`).
+    pub resume_streams: Option<bool>,
 }
 
 /// A service as the user writes it.
@@ -240,6 +243,8 @@ pub struct Resolved {
     pub retries: u32,
     /// Proxy hold time, milliseconds.
     pub hold_ms: u64,
+    /// Streams resumed on another replica.
+    pub resume_streams: bool,
     /// SIGTERM-to-SIGKILL time, milliseconds.
     pub grace_ms: u64,
     /// Output pattern.
@@ -491,6 +496,10 @@ impl ServiceSpec {
         }
         let retries = count(&self.proxy.retries, "proxy.retries", 2, 0, 10)?;
         let hold_ms = duration(&self.proxy.hold, "proxy.hold", 60_000, 0, 600_000)?;
+        let resume_streams = self.proxy.resume_streams.unwrap_or(false);
+        if resume_streams && retries == 0 {
+            return Err("proxy.resume_streams needs proxy.retries of at least 1 (each resume is a retry)".into());
+        }
         let grace_ms = duration(&self.termination_grace, "termination_grace", 30_000, 0, 3_600_000)?;
         if let Some(q) = &self.qos
             && q.is_empty()
@@ -513,6 +522,7 @@ impl ServiceSpec {
             balance,
             retries,
             hold_ms,
+            resume_streams,
             grace_ms,
             output,
         })
@@ -735,6 +745,13 @@ mod tests {
         assert!(e(|s| s.env.insert("PORT".into(), "1".into()).map_or((), |_| ())).contains("PORT"));
         assert!(e(|s| s.proxy.balance = Some("random".into())).contains("balance"));
         assert_eq!(spec(|s| s.proxy.balance = Some("llm".into())).unwrap().balance, "llm");
+        assert!(!spec(|_| ()).unwrap().resume_streams, "off by default");
+        assert!(spec(|s| s.proxy.resume_streams = Some(true)).unwrap().resume_streams);
+        let no_retry = |s: &mut ServiceSpec| {
+            s.proxy.resume_streams = Some(true);
+            s.proxy.retries = Some(Quantity::Num(0.0));
+        };
+        assert!(e(no_retry).contains("resume_streams needs proxy.retries"));
         assert!(
             e(|s| {
                 s.rolling_update.max_surge = Some(Quantity::Num(0.0));

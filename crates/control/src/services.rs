@@ -36,6 +36,9 @@ pub struct ServiceEndpoints {
     /// Retries on another replica after a retryable failure.
     #[serde(default = "default_retries")]
     pub retries: u32,
+    /// OpenAI streams whose replica fails go on on another replica (`[proxy] resume_streams`).
+    #[serde(default)]
+    pub resume_streams: bool,
     /// Ready replicas: the only ones that get new requests.
     #[serde(default)]
     pub endpoints: Vec<Endpoint>,
@@ -454,6 +457,7 @@ impl Controller {
                 balance: r.balance,
                 hold_ms: r.hold_ms,
                 retries: r.retries,
+                resume_streams: r.resume_streams,
                 endpoints,
                 draining,
             });

@@ -24,6 +24,11 @@
 //! there is no fair queue in the proxy yet. Services of the other policies pay one relaxed
 //! atomic load per request for all this.
 //!
+//! Services with `resume_streams` (`--resume-streams NAME` for a static one) read their OpenAI
+//! request bodies the same way (bounded), and a streaming answer to one that can be resumed
+//! (`resume::Plan`) is driven by `resumer`: when its replica fails mid-stream another replica is
+//! asked for the rest and the client's stream goes on unbroken.
+//!
 //! It owns the request path and nothing of the cluster's state: what it knows of replicas is the
 //! controller's endpoint view, and its balancing decisions are `balance`'s. It never depends on
 //! `server`, `agent` or `cli` (the tidy test checks). Its public face is [`Options`] and [`main`].
@@ -55,6 +60,8 @@ use client::{Conn, Target};
 use wire::{EndpointView, ProxyServiceStats, ProxySync, ServiceEndpoints};
 
 mod llm;
+mod resume;
+mod resumer;
 
 /// `tandem proxy`'s settings, as given on its command line.
 #[derive(Debug, Clone)]
@@ -72,6 +79,9 @@ pub struct Options {
     pub statics: Vec<String>,
     /// Retries on another replica for static services (at most 7).
     pub retries: u32,
+    /// Static services whose streams are resumed on another replica when theirs fails
+    /// (`--resume-streams NAME`, repeatable).
+    pub resume_streams: Vec<String>,
     /// Worker threads (default: the machine's cores).
     pub threads: Option<usize>,
     /// Seed of the random choices (p2c).
@@ -82,7 +92,13 @@ pub struct Options {
 /// worker thread).
 pub fn main(o: Options) -> Result<()> {
     let listen: SocketAddr = o.listen.parse().with_context(|| format!("--listen {:?}: expected IP:PORT, e.g. 127.0.0.1:7280", o.listen))?;
-    let statics = o.statics.iter().map(|s| parse_static(s)).collect::<Result<Vec<_>>>()?;
+    let mut statics = o.statics.iter().map(|s| parse_static(s)).collect::<Result<Vec<_>>>()?;
+    for name in &o.resume_streams {
+        match statics.iter_mut().find(|s| s.name == *name) {
+            Some(s) => s.resume_streams = true,
+            None => bail!("--resume-streams {name:?}: no --static service of that name"),
+        }
+    }
     let controller = match (o.server, o.credential_file) {
         (Some(_), _) if !statics.is_empty() => bail!("use either --server (endpoints from the controller) or --static, not both"),
         (Some(s), Some(f)) => {
@@ -148,6 +164,8 @@ pub(crate) struct StaticService {
     pub(crate) addrs: Vec<String>,
     /// Balancing policy.
     pub(crate) policy: Policy,
+    /// Streams are resumed on another replica when theirs fails (`--resume-streams NAME`).
+    pub(crate) resume_streams: bool,
 }
 
 /// Parses `NAME=ADDR[,ADDR...]`, optionally `NAME:POLICY=...` (e.g. `echo:p2c=127.0.0.1:9000`).
@@ -172,7 +190,7 @@ pub(crate) fn parse_static(s: &str) -> Result<StaticService> {
         }
         out.push(a.to_string());
     }
-    Ok(StaticService { name: name.to_string(), addrs: out, policy })
+    Ok(StaticService { name: name.to_string(), addrs: out, policy, resume_streams: false })
 }
 
 fn valid_service_name(n: &str) -> bool {
@@ -221,6 +239,31 @@ struct Upstream {
     authority: Authority,
     replica: HeaderValue,
     latency: Histogram,
+    /// Left the controller's view without draining (its node lost): a stream from it that has
+    /// gone quiet is not waited for (`resumer`).
+    gone: AtomicBool,
+    gone_now: Notify,
+}
+
+impl Upstream {
+    /// Marks the replica gone and wakes what waits on it.
+    fn set_gone(&self) {
+        self.gone.store(true, Relaxed);
+        self.gone_now.notify_waiters();
+    }
+
+    /// Returns once the replica is gone.
+    async fn wait_gone(&self) {
+        loop {
+            let n = self.gone_now.notified();
+            tokio::pin!(n);
+            n.as_mut().enable();
+            if self.gone.load(Relaxed) {
+                return;
+            }
+            n.await;
+        }
+    }
 }
 
 struct SvcState {
@@ -235,10 +278,14 @@ struct Service {
     state: Mutex<SvcState>,
     /// The policy is `llm` (read without the lock on every request).
     llm: AtomicBool,
+    /// `resume_streams`: OpenAI streams go on on another replica when theirs fails (`resumer`).
+    resume_streams: AtomicBool,
     changed: Notify,
     requests: AtomicU64,
     failures: AtomicU64,
     retries: AtomicU64,
+    /// Streams resumed on another replica.
+    resumed: AtomicU64,
     waiting: AtomicU64,
     latency: Histogram,
 }
@@ -254,10 +301,12 @@ impl Service {
                 listed: true,
             }),
             llm: AtomicBool::new(false),
+            resume_streams: AtomicBool::new(false),
             changed: Notify::new(),
             requests: AtomicU64::new(0),
             failures: AtomicU64::new(0),
             retries: AtomicU64::new(0),
+            resumed: AtomicU64::new(0),
             waiting: AtomicU64::new(0),
             latency: Histogram::default(),
         }
@@ -287,7 +336,14 @@ impl Service {
             |up, id| fresh.get(id).is_some_and(|f| f.0 == up.addr),
             |id| {
                 let (addr, authority, replica) = fresh[id].clone();
-                Arc::new(Upstream { addr: addr.to_string(), authority, replica, latency: Histogram::default() })
+                Arc::new(Upstream {
+                    addr: addr.to_string(),
+                    authority,
+                    replica,
+                    latency: Histogram::default(),
+                    gone: AtomicBool::new(false),
+                    gone_now: Notify::new(),
+                })
             },
         );
         Ok(())
@@ -398,12 +454,15 @@ impl State {
             self.views.load(Relaxed)
         );
         type Get = fn(&Service) -> u64;
-        let per_service: [(&str, &str, &str, Get); 4] = [
+        let per_service: [(&str, &str, &str, Get); 5] = [
             ("tandem_proxy_requests_total", "counter", "Requests received.", |s| s.requests.load(Relaxed)),
             ("tandem_proxy_failures_total", "counter", "Requests answered with a 5xx (by the proxy or a replica).", |s| {
                 s.failures.load(Relaxed)
             }),
             ("tandem_proxy_retries_total", "counter", "Attempts retried on another replica.", |s| s.retries.load(Relaxed)),
+            ("tandem_proxy_resumed_streams_total", "counter", "Streams resumed on another replica after theirs failed.", |s| {
+                s.resumed.load(Relaxed)
+            }),
             ("tandem_proxy_waiting", "gauge", "Requests held because the service has no endpoint.", |s| s.waiting.load(Relaxed)),
         ];
         for (metric, kind, help, get) in per_service {
@@ -491,6 +550,17 @@ fn apply_service(svc: &Service, s: &ServiceEndpoints) {
         st.retries = s.retries.min(MAX_RETRIES);
         st.listed = true;
     }
+    svc.resume_streams.store(s.resume_streams, Relaxed);
+    // A replica neither serving nor draining is gone (its node lost): streams still reading from
+    // it stop waiting (a node that vanished may never close its connections).
+    {
+        let listed: std::collections::HashSet<&str> =
+            s.endpoints.iter().map(|e| e.replica.as_str()).chain(s.draining.iter().map(String::as_str)).collect();
+        let st = svc.lock();
+        for e in st.pool.endpoints().iter().filter(|e| !listed.contains(e.id.as_str())) {
+            e.data.set_gone();
+        }
+    }
     if let Err(e) = svc.set_endpoints(&eps) {
         eprintln!("tandem proxy: service {}: {e:#}", s.name);
     }
@@ -573,19 +643,25 @@ impl Drop for Guard {
     }
 }
 
+/// Why a body sent to the client broke off.
+type BodyError = Box<dyn std::error::Error + Send + Sync>;
+
 /// The body sent to the client: a replica's response, streamed, or the proxy's own.
 enum ProxyBody {
     /// From a replica; the guard ends the attempt when the body ends.
     Upstream(Incoming, Option<Guard>),
     /// The proxy's own answer.
     Full(Option<Bytes>),
+    /// A stream that goes on on another replica when its own fails (`resumer`); an error held
+    /// back one poll, so what came before it is flushed to the client before the break.
+    Resumable(tokio::sync::mpsc::Receiver<Result<Bytes, BodyError>>, Option<BodyError>),
 }
 
 impl Body for ProxyBody {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = BodyError;
 
-    fn poll_frame(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
         match self.get_mut() {
             ProxyBody::Full(b) => Poll::Ready(b.take().map(|b| Ok(Frame::data(b)))),
             ProxyBody::Upstream(body, guard) => {
@@ -599,7 +675,21 @@ impl Body for ProxyBody {
                     }
                     _ => {}
                 }
-                r
+                r.map_err(Into::into)
+            }
+            ProxyBody::Resumable(rx, held) => {
+                if let Some(e) = held.take() {
+                    return Poll::Ready(Some(Err(e)));
+                }
+                match rx.poll_recv(cx) {
+                    // hyper flushes what it holds when the body is pending, then polls again.
+                    Poll::Ready(Some(Err(e))) => {
+                        *held = Some(e);
+                        cx.waker().wake_by_ref();
+                        Poll::Pending
+                    }
+                    r => r.map(|r| r.map(|r| r.map(Frame::data))),
+                }
             }
         }
     }
@@ -608,6 +698,7 @@ impl Body for ProxyBody {
         match self {
             ProxyBody::Full(b) => b.is_none(),
             ProxyBody::Upstream(b, _) => b.is_end_stream(),
+            ProxyBody::Resumable(..) => false,
         }
     }
 
@@ -615,6 +706,7 @@ impl Body for ProxyBody {
         match self {
             ProxyBody::Full(b) => SizeHint::with_exact(b.as_ref().map_or(0, |b| b.len() as u64)),
             ProxyBody::Upstream(b, _) => b.size_hint(),
+            ProxyBody::Resumable(..) => SizeHint::new(),
         }
     }
 }
@@ -841,6 +933,24 @@ async fn scrape(client: &Client<HttpConnector, http_body_util::Empty<Bytes>>, at
     tokio::time::timeout(Duration::from_millis(SCRAPE_TIMEOUT_MS), get).await.ok()?
 }
 
+/// The request to send to replica `up`.
+fn upstream_request(method: &Method, up: &Upstream, pq: &PathAndQuery, headers: &HeaderMap, body: ReqBody) -> Request<ReqBody> {
+    let uri = Uri::from_parts({
+        let mut p = hyper::http::uri::Parts::default();
+        p.scheme = Some(hyper::http::uri::Scheme::HTTP);
+        p.authority = Some(up.authority.clone());
+        p.path_and_query = Some(pq.clone());
+        p
+    })
+    .expect("scheme, authority and path are set");
+    let mut out = Request::new(body);
+    *out.method_mut() = method.clone();
+    *out.uri_mut() = uri;
+    *out.version_mut() = Version::HTTP_11;
+    *out.headers_mut() = headers.clone();
+    out
+}
+
 /// Marks a held request; decrements the service's `waiting` gauge when dropped.
 struct WaitGuard(Arc<Service>);
 
@@ -882,9 +992,11 @@ async fn handle(
         Some(Err(_)) => return Ok(plain(StatusCode::BAD_REQUEST, "bad path")),
         None => parts.uri.path_and_query().cloned().unwrap_or_else(|| PathAndQuery::from_static("/")),
     };
-    // An LLM service reads its OpenAI requests' bodies first (bounded) to route them.
+    // An LLM service reads its OpenAI requests' bodies first (bounded) to route them; one that
+    // resumes streams, to resume them.
     let llm_svc = svc.llm.load(Relaxed);
-    let openai = llm_svc && parts.method == Method::POST && llm::is_openai_path(pq.path());
+    let resume_svc = svc.resume_streams.load(Relaxed);
+    let openai = (llm_svc || resume_svc) && parts.method == Method::POST && llm::is_openai_path(pq.path());
     let prefix_cfg = if llm_svc { svc.lock().pool.llm_config().prefix } else { PrefixConfig::default() };
     // Keep small bodies so a failed attempt can be replayed.
     let mut stream = None;
@@ -911,6 +1023,11 @@ async fn handle(
         None
     };
     let replayable = full.is_some();
+    // A stream that can go on elsewhere if its replica fails: its body was kept.
+    let mut plan = match (resume_svc && openai, &full) {
+        (true, Some(Some(b))) => resume::Api::of_path(pq.path()).and_then(|api| resume::Plan::new(api, b).ok()),
+        _ => None,
+    };
     let mut headers = parts.headers;
     strip_hop_by_hop(&mut headers);
     let xff = match headers.get("x-forwarded-for").and_then(|v| v.to_str().ok()) {
@@ -954,14 +1071,6 @@ async fn handle(
         drop(hold.take());
         tried[attempts as usize] = key;
         attempts += 1;
-        let uri = Uri::from_parts({
-            let mut p = hyper::http::uri::Parts::default();
-            p.scheme = Some(hyper::http::uri::Scheme::HTTP);
-            p.authority = Some(up.authority.clone());
-            p.path_and_query = Some(pq.clone());
-            p
-        })
-        .expect("scheme, authority and path are set");
         let body = match &full {
             Some(b) => ReqBody::Full(b.clone()),
             None => {
@@ -972,11 +1081,7 @@ async fn handle(
                 }
             }
         };
-        let mut out = Request::new(body);
-        *out.method_mut() = parts.method.clone();
-        *out.uri_mut() = uri;
-        *out.version_mut() = Version::HTTP_11;
-        *out.headers_mut() = headers.clone();
+        let out = upstream_request(&parts.method, &up, &pq, &headers, body);
         let start = Instant::now();
         let outcome = match client.request(out).await {
             Ok(mut resp) => {
@@ -993,6 +1098,21 @@ async fn handle(
                     let (p, b) = resp.into_parts();
                     if !keeps_whole(&parts.method, &p) {
                         let guard = Guard { svc: svc.clone(), up, key, outcome, start, st: st.clone() };
+                        if let Some(plan) = plan.take().filter(|_| resumer::follows(&p)) {
+                            let r = resumer::Resume {
+                                st: st.clone(),
+                                svc: svc.clone(),
+                                client: client.clone(),
+                                plan,
+                                method: parts.method.clone(),
+                                pq: pq.clone(),
+                                headers: headers.clone(),
+                                llm: llm_req.clone(),
+                                tried: tried[..attempts as usize].to_vec(),
+                                left: (retries.min(MAX_RETRIES) + 1).saturating_sub(attempts),
+                            };
+                            return Ok(Response::from_parts(p, resumer::start(r, b, guard)));
+                        }
                         return Ok(Response::from_parts(p, ProxyBody::Upstream(b, Some(guard))));
                     }
                     // A small answer to an idempotent request is read whole before anything
@@ -1238,6 +1358,7 @@ pub(crate) fn run(a: ProxyArgs, threads: usize) -> Result<()> {
                 svc.set_policy(&mut ss, s.policy);
                 ss.retries = a.retries.min(MAX_RETRIES);
             }
+            svc.resume_streams.store(s.resume_streams, Relaxed);
             svc.set_endpoints(&s.addrs.iter().map(|x| (x.clone(), x.clone())).collect::<Vec<_>>())?;
             map.insert(s.name.clone(), Arc::new(svc));
         }

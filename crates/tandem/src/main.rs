@@ -150,6 +150,10 @@ enum Cmd {
         /// Retries on another replica for --static services.
         #[arg(long, default_value_t = 2)]
         retries: u32,
+        /// A --static service (by NAME) whose streaming OpenAI completions go on on another
+        /// replica when theirs fails mid-stream (as `[proxy] resume_streams`); repeatable.
+        #[arg(long = "resume-streams", value_name = "NAME")]
+        resume_streams: Vec<String>,
         /// Worker threads (default: the machine's cores).
         #[arg(long)]
         threads: Option<usize>,
@@ -306,9 +310,9 @@ fn main() -> std::process::ExitCode {
         Cmd::Service { cmd } => ("tandem service", cli::service(cmd)),
         Cmd::Bench { which } => ("tandem", bench::run(which).map(|_| 0)),
         Cmd::Shims { dir } => ("tandem", shims(&dir).map(|_| 0)),
-        Cmd::Proxy { listen, server, ca, credential_file, statics, retries, threads, seed } => (
+        Cmd::Proxy { listen, server, ca, credential_file, statics, retries, resume_streams, threads, seed } => (
             "tandem proxy",
-            proxy::main(proxy::Options { listen, server, ca, credential_file, statics, retries, threads, seed }).map(|_| 0),
+            proxy::main(proxy::Options { listen, server, ca, credential_file, statics, retries, resume_streams, threads, seed }).map(|_| 0),
         ),
         Cmd::Token { lifespan, join, count, proxy } => {
             let kind = match (join, proxy) {

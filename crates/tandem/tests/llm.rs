@@ -425,3 +425,143 @@ fn the_openai_client_streams_and_completes_through_the_proxy() {
     assert_eq!(v["refused"]["status"], 404, "{v}");
     assert!(v["refused"]["message"].as_str().unwrap().contains("does not exist"), "{v}");
 }
+
+/// Streams `body` through the proxy; after `events` events, calls `mid` with the replica that
+/// answered; returns the replica, the body (chunked encoding removed) and whether the chunked
+/// body ended properly.
+fn stream_killing(proxy: &str, path: &str, body: &Value, events: usize, mid: impl FnOnce(&str)) -> (String, String, bool) {
+    let body = body.to_string();
+    let mut s = TcpStream::connect(proxy).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    );
+    s.write_all(head.as_bytes()).unwrap();
+    s.write_all(body.as_bytes()).unwrap();
+    let (mut raw, mut buf, mut mid) = (Vec::new(), [0u8; 8192], Some(mid));
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => raw.extend_from_slice(&buf[..n]),
+        }
+        let text = String::from_utf8_lossy(&raw).into_owned();
+        if text.matches("data: ").count() >= events
+            && let Some(f) = mid.take()
+        {
+            let replica = text.lines().find_map(|l| l.strip_prefix("x-tandem-replica: ")).expect("x-tandem-replica").trim().to_string();
+            f(&replica);
+        }
+    }
+    assert!(mid.is_none(), "the stream ended before {events} events: {}", String::from_utf8_lossy(&raw));
+    let split = raw.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
+    let head = String::from_utf8_lossy(&raw[..split]).into_owned();
+    let replica = head.lines().find_map(|l| l.strip_prefix("x-tandem-replica: ")).unwrap().trim().to_string();
+    let (mut rest, mut out, mut whole) = (&raw[split + 4..], Vec::new(), false);
+    while let Some(nl) = rest.windows(2).position(|w| w == b"\r\n") {
+        let Ok(n) = usize::from_str_radix(String::from_utf8_lossy(&rest[..nl]).trim(), 16) else { break };
+        if n == 0 {
+            whole = true;
+            break;
+        }
+        let Some(chunk) = rest.get(nl + 2..nl + 2 + n) else { break };
+        out.extend_from_slice(chunk);
+        rest = rest.get(nl + 4 + n..).unwrap_or(&[]);
+    }
+    (replica, String::from_utf8_lossy(&out).into_owned(), whole)
+}
+
+#[test]
+fn a_static_proxy_resumes_streams_until_no_replica_is_left() {
+    let mut p = Procs(Vec::new());
+    let a = p.llm(&[]);
+    let b = p.llm(&[]);
+    let o = Command::new(bin()).args(["proxy", "--static", &format!("chat={a}"), "--resume-streams", "chta"]).output().unwrap();
+    assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("no --static service"), "{o:?}");
+    let proxy = p.start(&[
+        "proxy",
+        "--listen",
+        "127.0.0.1:0",
+        "--threads",
+        "1",
+        "--static",
+        &format!("chat:least_request={a},{b}"),
+        "--resume-streams",
+        "chat",
+    ]);
+    let msgs = json!([{"role": "user", "content": "Tell me a story."}]);
+    let chat = json!({"model": "m", "messages": msgs, "max_tokens": 60, "stream": true});
+    let want = post(&a, "/v1/chat/completions", &json!({"model": "m", "messages": msgs, "max_tokens": 60})).json();
+    let want = want["choices"][0]["message"]["content"].as_str().unwrap().to_string();
+    // Its replica killed after 10 events: the stream goes on on the other, seamlessly.
+    let pids: Vec<(String, u32)> = vec![(a.clone(), p.0[0].id()), (b.clone(), p.0[1].id())];
+    let kill = |replica: &str| {
+        let pid = pids.iter().find(|(addr, _)| addr == replica).unwrap().1;
+        Command::new("kill").args(["-9", &pid.to_string()]).status().unwrap();
+    };
+    let (first, body, whole) = stream_killing(&proxy, "/s/chat/v1/chat/completions", &chat, 10, kill);
+    assert!(whole, "{body}");
+    let ev = events(&body);
+    assert_eq!(ev.last().unwrap(), "[DONE]");
+    let chunks: Vec<Value> = ev[..ev.len() - 1].iter().map(|e| serde_json::from_str(e).unwrap()).collect();
+    let said: String = chunks.iter().filter_map(|c| c["choices"][0]["delta"]["content"].as_str()).collect();
+    assert_eq!(said, want, "resumed after {first} was killed");
+    assert_eq!(chunks.iter().filter(|c| c["choices"][0]["delta"].get("role").is_some()).count(), 1, "one role chunk: {body}");
+    assert!(chunks.iter().all(|c| c["id"] == chunks[0]["id"]), "one id: {body}");
+    let m = http(&proxy, "GET", "/_tandem/metrics", &[], b"").body;
+    assert_eq!(metric(&m, "tandem_proxy_resumed_streams_total"), 1.0, "{m}");
+
+    // The last replica killed mid-stream: nowhere to go on, so an error event, then the break.
+    let prompt = json!({"model": "m", "prompt": "Once", "max_tokens": 60, "stream": true});
+    let (_, body, whole) = stream_killing(&proxy, "/s/chat/v1/completions", &prompt, 10, kill);
+    assert!(!whole && !body.contains("[DONE]"), "{body}");
+    let last = body.trim_end().rsplit("\n\n").next().unwrap();
+    let err: Value = serde_json::from_str(last.strip_prefix("data: ").unwrap()).unwrap();
+    assert_eq!(err["error"]["type"], "proxy_error", "{body}");
+    assert!(err["error"]["message"].as_str().unwrap().contains("not resumed"), "{body}");
+}
+
+#[test]
+fn a_replica_that_streams_garbage_or_stops_mid_event_gets_the_client_a_clear_error() {
+    // A fake replica: a 200 event stream with one good chunk, then `tail`, then the connection
+    // closed mid-body.
+    let fake = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = fake.local_addr().unwrap().to_string();
+    let tails: [&[u8]; 3] = [b"data: {\"choices\":[{\"index\":0,\"te", b"data: not json\n\n", b"\x00\xffgarbage\r\n\r\n"];
+    let server = std::thread::spawn(move || {
+        for tail in tails {
+            let (mut s, _) = fake.accept().unwrap();
+            let mut buf = [0u8; 4096];
+            let mut got = Vec::new();
+            while !String::from_utf8_lossy(&got).contains("\"stream\":true}") {
+                let n = s.read(&mut buf).unwrap();
+                assert!(n > 0, "the proxy sent no whole request");
+                got.extend_from_slice(&buf[..n]);
+            }
+            let good = b"data: {\"id\":\"x\",\"choices\":[{\"index\":0,\"text\":\" abc\",\"finish_reason\":null}]}\n\n";
+            let mut out = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n".to_vec();
+            for part in [&good[..], tail] {
+                out.extend_from_slice(format!("{:x}\r\n", part.len()).as_bytes());
+                out.extend_from_slice(part);
+                out.extend_from_slice(b"\r\n");
+            }
+            s.write_all(&out).unwrap();
+        }
+    });
+    let mut p = Procs(Vec::new());
+    let proxy =
+        p.start(&["proxy", "--listen", "127.0.0.1:0", "--threads", "1", "--static", &format!("junk={addr}"), "--resume-streams", "junk"]);
+    let req = json!({"model": "m", "prompt": "Once", "max_tokens": 60, "stream": true});
+    for why in ["no other replica left", "not an OpenAI chunk", "not server-sent events"] {
+        let (_, body, whole) = stream_killing(&proxy, "/s/junk/v1/completions", &req, 1, |_| ());
+        assert!(!whole && !body.contains("[DONE]"), "{body}");
+        assert!(body.starts_with("data: {\"id\":\"x\""), "the good chunk came first: {body:?}");
+        let at = body.rfind("data: {\"error\"").unwrap_or_else(|| panic!("{why}: no error event: {body:?}"));
+        assert!(body.ends_with("}\n\n"), "the error event comes last: {body:?}");
+        let err: Value = serde_json::from_str(body[at + 6..].trim_end()).unwrap_or_else(|e| panic!("{e}: {body:?}"));
+        assert!(err["error"]["message"].as_str().unwrap().contains(why), "{body:?}");
+    }
+    server.join().unwrap();
+    // The proxy is still there for others.
+    assert_eq!(http(&proxy, "GET", "/_tandem/healthz", &[], b"").status, 200);
+}

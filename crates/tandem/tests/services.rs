@@ -385,3 +385,275 @@ fn services_survive_a_controller_kill_9() {
     let r = p.load("/s/web/", &["--requests", "50"]);
     assert_eq!(r["ok"], 50, "{r:#}");
 }
+
+/// One streaming request through the proxy, read to its end as the client sees it.
+struct Streamed {
+    /// The replica that first answered (`x-tandem-replica`).
+    replica: String,
+    /// The body's bytes, chunked encoding removed.
+    body: String,
+    /// The chunked body ended properly (its last, empty chunk came).
+    whole: bool,
+    /// `data: [DONE]` came before the node was killed.
+    done_before_kill: bool,
+}
+
+impl Streamed {
+    /// The stream's events, parsed (`[DONE]` as a string), `id` and `created` taken out (a
+    /// stream served elsewhere has its replica's own).
+    fn events(&self) -> Vec<serde_json::Value> {
+        self.body
+            .split("\n\n")
+            .filter(|e| !e.is_empty())
+            .map(|e| {
+                let d = e.strip_prefix("data: ").unwrap_or_else(|| panic!("not an event: {e:?}"));
+                let mut v = serde_json::from_str(d).unwrap_or(serde_json::Value::String(d.to_string()));
+                if let Some(o) = v.as_object_mut() {
+                    o.remove("id");
+                    o.remove("created");
+                }
+                v
+            })
+            .collect()
+    }
+
+    /// The text the client read.
+    fn text(&self) -> String {
+        let mut out = String::new();
+        for v in self.events() {
+            let c = &v["choices"][0];
+            out.push_str(c["text"].as_str().or(c["delta"]["content"].as_str()).unwrap_or(""));
+        }
+        out
+    }
+
+    fn ids(&self) -> std::collections::BTreeSet<String> {
+        self.body
+            .split("\n\n")
+            .filter_map(|e| serde_json::from_str::<serde_json::Value>(e.strip_prefix("data: ")?).ok())
+            .filter_map(|v| v["id"].as_str().map(str::to_string))
+            .collect()
+    }
+}
+
+/// POSTs `body` to the proxy and reads the answer until the connection closes; `seen` counts
+/// the events read so far, `killed` tells when the node died.
+fn stream_through(
+    proxy: &str,
+    path: &str,
+    body: &serde_json::Value,
+    seen: &std::sync::atomic::AtomicUsize,
+    killed: &std::sync::atomic::AtomicBool,
+) -> Streamed {
+    use std::io::{Read, Write};
+    use std::sync::atomic::Ordering::SeqCst;
+    let body = body.to_string();
+    let mut s = std::net::TcpStream::connect(proxy).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let req = format!(
+        "POST {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(req.as_bytes()).unwrap();
+    let (mut raw, mut buf, mut done_before_kill) = (Vec::new(), [0u8; 16384], false);
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => raw.extend_from_slice(&buf[..n]),
+        }
+        let text = String::from_utf8_lossy(&raw);
+        seen.store(text.matches("data: ").count(), SeqCst);
+        if !done_before_kill && !killed.load(SeqCst) && text.contains("data: [DONE]") {
+            done_before_kill = true;
+        }
+    }
+    let split = raw.windows(4).position(|w| w == b"\r\n\r\n").expect("an answer head");
+    let head = String::from_utf8_lossy(&raw[..split]).to_ascii_lowercase();
+    assert!(head.starts_with("http/1.1 200"), "{head}");
+    let replica = head.lines().find_map(|l| l.strip_prefix("x-tandem-replica:")).unwrap_or("").trim().to_string();
+    // Chunked encoding, read as far as it goes.
+    let (mut rest, mut out, mut whole) = (&raw[split + 4..], Vec::new(), false);
+    while let Some(nl) = rest.windows(2).position(|w| w == b"\r\n") {
+        let Ok(n) = usize::from_str_radix(String::from_utf8_lossy(&rest[..nl]).trim(), 16) else { break };
+        if n == 0 {
+            whole = true;
+            break;
+        }
+        let Some(chunk) = rest.get(nl + 2..nl + 2 + n) else {
+            out.extend_from_slice(&rest[nl + 2..]);
+            break;
+        };
+        out.extend_from_slice(chunk);
+        rest = rest.get(nl + 4 + n..).unwrap_or(&[]);
+    }
+    Streamed { replica, body: String::from_utf8_lossy(&out).into_owned(), whole, done_before_kill }
+}
+
+/// The requests of the streaming test to service `svc`: chat (with usage) and completions,
+/// each its own prompt.
+fn stream_requests(svc: &str, n: usize) -> Vec<(String, serde_json::Value)> {
+    (0..n)
+        .map(|i| {
+            if i % 2 == 0 {
+                let msgs =
+                    serde_json::json!([{"role": "system", "content": "Be brief."}, {"role": "user", "content": format!("Question {i}?")}]);
+                let body = serde_json::json!({"model": "m", "messages": msgs, "max_tokens": 200, "stream": true,
+                    "stream_options": {"include_usage": true}});
+                (format!("/s/{svc}/v1/chat/completions"), body)
+            } else {
+                (
+                    format!("/s/{svc}/v1/completions"),
+                    serde_json::json!({"model": "m", "prompt": format!("Story {i}: once upon a time"), "max_tokens": 200, "stream": true}),
+                )
+            }
+        })
+        .collect()
+}
+
+/// Runs every request of `reqs` (path, body) at once; once each has read at least `before`
+/// events, calls `kill` (if any).
+fn stream_all(proxy: &str, reqs: &[(String, serde_json::Value)], before: usize, kill: Option<&mut dyn FnMut()>) -> Vec<Streamed> {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
+    let killed = Arc::new(AtomicBool::new(false));
+    let seen: Vec<Arc<AtomicUsize>> = reqs.iter().map(|_| Arc::new(AtomicUsize::new(0))).collect();
+    let threads: Vec<_> = reqs
+        .iter()
+        .zip(&seen)
+        .map(|((path, body), seen)| {
+            let (proxy, path, body, seen, killed) = (proxy.to_string(), path.clone(), body.clone(), seen.clone(), killed.clone());
+            std::thread::spawn(move || stream_through(&proxy, &path, &body, &seen, &killed))
+        })
+        .collect();
+    if let Some(kill) = kill {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while seen.iter().any(|s| s.load(SeqCst) < before) {
+            assert!(Instant::now() < deadline, "streams never got {before} events each: {:?}", seen);
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        killed.store(true, SeqCst);
+        kill();
+    }
+    threads.into_iter().map(|t| t.join().unwrap()).collect()
+}
+
+fn llm_service(name: &str, balance: &str, resume: bool) -> String {
+    format!(
+        "name = \"{name}\"\ncommand = [\"{}\", \"__llm\", \"--port\", \"$PORT\", \"--model\", \"m\"]\nreplicas = 3\n\
+         [resources]\ncpus = 1\n[readiness]\nhttp = \"/health\"\nperiod = \"300ms\"\n[proxy]\nbalance = \"{balance}\"\nresume_streams = {resume}\n",
+        bin()
+    )
+}
+
+#[test]
+fn streams_survive_a_dying_node_with_resume_streams_and_break_without() {
+    let mut c = Cluster::new("svcstream", 3, None, 30);
+    std::fs::write(c.work.join("resumed.toml"), llm_service("resumed", "llm", true)).unwrap();
+    std::fs::write(c.work.join("bare.toml"), llm_service("bare", "least_request", false)).unwrap();
+    std::fs::write(c.work.join("bad.toml"), llm_service("bad", "llm", true) + "retries = 0\n").unwrap();
+    let o = c.tandem(&["service", "apply", "-f", "bad.toml"]);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("resume_streams needs proxy.retries"), "{o:?}");
+    c.tandem_ok(&["service", "apply", "-f", "resumed.toml"]);
+    c.tandem_ok(&["service", "apply", "-f", "bare.toml"]);
+    let resumed = wait_service(&c, "resumed", 60, "3 ready", |s| ready(s) == 3);
+    let bare = wait_service(&c, "bare", 60, "3 ready", |s| ready(s) == 3);
+    let p = Proxy::start(&c);
+    p.wait_routes("/s/resumed/health");
+    p.wait_routes("/s/bare/health");
+    let reqs = stream_requests("resumed", 12);
+    // The reference: every stream uninterrupted.
+    let reference = stream_all(&p.addr, &reqs, 0, None);
+    for (r, (path, _)) in reference.iter().zip(&reqs) {
+        assert!(r.whole && r.body.ends_with("data: [DONE]\n\n"), "{path}: {}", r.body);
+        assert_eq!(r.text().len(), 800, "200 tokens of 4 bytes: {}", r.body);
+    }
+
+    // A node dies with its replicas (one of each service) while every stream is under way.
+    let node_of = |s: &serde_json::Value| -> std::collections::BTreeMap<String, String> {
+        s["replicas"].as_array().unwrap().iter().map(|r| (r["id"].as_str().unwrap().into(), r["node"].as_str().unwrap().into())).collect()
+    };
+    let (resumed_nodes, bare_nodes) = (node_of(&resumed), node_of(&bare));
+    let victim = resumed_nodes.values().next().unwrap().clone();
+    assert!(bare_nodes.values().any(|n| *n == victim), "both services have a replica on {victim}: {bare:#}");
+    let idx: usize = victim.trim_start_matches("node").parse::<usize>().unwrap() - 1;
+    let mut both = reqs.clone();
+    both.extend(stream_requests("bare", 12));
+    let mut got = stream_all(&p.addr, &both, 8, Some(&mut || c.kill_agent(idx)));
+    let without = got.split_off(reqs.len());
+    let with = got;
+    let on_victim = |r: &Streamed, nodes: &std::collections::BTreeMap<String, String>| nodes.get(&r.replica) == Some(&victim);
+
+    // With resume_streams: no broken stream, every text as in the reference, one id, one role chunk.
+    let mut moved = 0;
+    for ((got, want), (path, _)) in with.iter().zip(&reference).zip(&reqs) {
+        assert!(
+            got.whole && got.body.ends_with("data: [DONE]\n\n"),
+            "{path} from {}: broken:\n{}\nproxy log:\n{}",
+            got.replica,
+            got.body,
+            c.log("proxy")
+        );
+        assert_eq!(got.text(), want.text(), "{path} from {}", got.replica);
+        assert_eq!(got.events(), want.events(), "{path} from {}: the same chunks", got.replica);
+        assert_eq!(got.ids().len(), 1, "one id: {}", got.body);
+        moved += usize::from(on_victim(got, &resumed_nodes) && !got.done_before_kill);
+    }
+    // Without: the streams the dead node served broke, visibly; the others are whole.
+    let mut broken = 0;
+    for ((got, want), (path, _)) in without.iter().zip(&reference).zip(&reqs) {
+        if on_victim(got, &bare_nodes) && !got.done_before_kill {
+            assert!(!got.whole && !got.body.contains("[DONE]"), "{path}: a stream from the dead node ended as if whole:\n{}", got.body);
+            assert!(want.text().starts_with(&got.text()), "{path}: what came is the reference's start");
+            broken += 1;
+        } else {
+            assert!(got.whole && got.text() == want.text(), "{path} from {}: {}", got.replica, got.body);
+        }
+    }
+    let m = std::process::Command::new("curl").args(["-s", &format!("http://{}/_tandem/metrics", p.addr)]).output().unwrap();
+    let m = String::from_utf8_lossy(&m.stdout);
+    let resumes = m.lines().find_map(|l| l.strip_prefix("tandem_proxy_resumed_streams_total{service=\"resumed\"} ")).unwrap_or("?");
+    eprintln!(
+        "streams through a node's kill -9: {} with resume_streams, {moved} of them on the dead node, 0 broken, {resumes} resumed; \
+         {} without, {broken} broken",
+        with.len(),
+        without.len()
+    );
+    assert!(moved > 0 && broken > 0, "the dead node served no stream under way ({moved} resumed, {broken} broken): nothing was tested");
+    assert_eq!(resumes, moved.to_string(), "{m}");
+    assert!(m.contains("tandem_proxy_resumed_streams_total{service=\"bare\"} 0"), "{m}");
+}
+
+#[test]
+fn streams_from_a_frozen_node_resume_once_the_node_is_declared_lost() {
+    // SIGSTOP of an agent and its replicas: a node that vanished without closing a connection
+    // (powered off, cut off). Its streams stall until the controller declares it lost and the
+    // replica leaves the view; then they go on elsewhere.
+    let c = Cluster::new("svcfrozen", 3, None, 30);
+    std::fs::write(c.work.join("resumed.toml"), llm_service("resumed", "least_request", true)).unwrap();
+    c.tandem_ok(&["service", "apply", "-f", "resumed.toml"]);
+    let s = wait_service(&c, "resumed", 60, "3 ready", |s| ready(s) == 3);
+    let p = Proxy::start(&c);
+    p.wait_routes("/s/resumed/health");
+    let reqs = stream_requests("resumed", 6);
+    let reference = stream_all(&p.addr, &reqs, 0, None);
+    let victim = s["replicas"][0]["node"].as_str().unwrap().to_string();
+    let on_victim: Vec<String> = s["replicas"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["node"] == victim.as_str())
+        .map(|r| r["id"].as_str().unwrap().into())
+        .collect();
+    let idx: usize = victim.trim_start_matches("node").parse::<usize>().unwrap() - 1;
+    let pid = c.agents[idx].as_ref().unwrap().id();
+    let got = stream_all(&p.addr, &reqs, 8, Some(&mut || kill_tree(pid, "-STOP")));
+    let mut moved = 0;
+    for ((got, want), (path, _)) in got.iter().zip(&reference).zip(&reqs) {
+        assert!(got.whole, "{path} from {}: broken:\n{}\nproxy log:\n{}", got.replica, got.body, c.log("proxy"));
+        assert_eq!(got.events(), want.events(), "{path} from {}", got.replica);
+        moved += usize::from(on_victim.contains(&got.replica) && !got.done_before_kill);
+    }
+    eprintln!("streams through a frozen node: {} streams, {moved} resumed after the node was declared lost, 0 broken", got.len());
+    assert!(moved > 0, "the frozen node served no stream under way: nothing was tested");
+    assert!(c.log("proxy").contains("left the endpoint view"), "{}", c.log("proxy"));
+}

@@ -796,7 +796,8 @@ pub const DOCUMENT: &str = r##"{
           "min_available": {"$ref": "#/components/schemas/Quantity"},
           "proxy": {"type": "object", "additionalProperties": false, "properties": {
             "balance": {"$ref": "#/components/schemas/StringOrNull", "description": "round_robin (default), least_request, p2c or llm"},
-            "retries": {"$ref": "#/components/schemas/Quantity"}, "hold": {"$ref": "#/components/schemas/Quantity"}}},
+            "retries": {"$ref": "#/components/schemas/Quantity"}, "hold": {"$ref": "#/components/schemas/Quantity"},
+            "resume_streams": {"$ref": "#/components/schemas/BoolOrNull", "description": "Streaming OpenAI completions go on on another replica when theirs fails (default false)"}}},
           "termination_grace": {"$ref": "#/components/schemas/Quantity"}}},
       "ProbeSpec": {"anyOf": [{"type": "null"}, {"type": "object", "additionalProperties": false, "properties": {
         "http": {"$ref": "#/components/schemas/StringOrNull"}, "tcp": {"$ref": "#/components/schemas/BoolOrNull"},
@@ -848,6 +849,7 @@ pub const DOCUMENT: &str = r##"{
       "ServiceEndpoints": {"type": "object", "required": ["name", "balance", "hold_ms", "retries", "endpoints", "draining"], "properties": {
         "name": {"type": "string"}, "balance": {"type": "string"},
         "hold_ms": {"$ref": "#/components/schemas/u64"}, "retries": {"$ref": "#/components/schemas/u32"},
+        "resume_streams": {"type": "boolean", "description": "Streaming OpenAI completions go on on another replica when theirs fails"},
         "endpoints": {"type": "array", "items": {"type": "object", "required": ["replica", "addr", "node"], "properties": {
           "replica": {"type": "string"}, "addr": {"type": "string"}, "node": {"type": "string"}}}},
         "draining": {"$ref": "#/components/schemas/Strings"}}}
@@ -1329,6 +1331,7 @@ mod tests {
                 balance: "p2c".into(),
                 hold_ms: 1,
                 retries: 2,
+                resume_streams: true,
                 endpoints: vec![Endpoint { replica: "llm-5".into(), addr: "127.0.0.1:8000".into(), node: "node1".into() }],
                 draining: vec!["llm-4".into()],
             }],
