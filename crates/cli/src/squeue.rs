@@ -129,6 +129,10 @@ pub(crate) fn squeue(args: &[String]) -> Result<i32> {
     }) {
         bail!("Invalid job id: {bad}");
     }
+    // As Slurm's: an unknown user is an error message, the others still listed.
+    if let Some(u) = users.as_deref().and_then(crate::query::unknown_user) {
+        eprintln!("squeue: error: Invalid user: {u}");
+    }
     if long && fmt.is_some() {
         bail!("Options -o(--format) and -l(--long) are mutually exclusive. Please remove one and retry.");
     }

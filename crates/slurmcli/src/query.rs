@@ -660,7 +660,8 @@ pub fn parse_long(fmt: &str, table: &[FieldDef], what: &str) -> Result<Vec<Item>
             return Err(Invalid::new(format!("Invalid {what} format specification: {name}")));
         };
         let (width, right, suffix) = match spec {
-            None => (20, false, " ".to_string()),
+            // Slurm's default: 20 wide, nothing between fields (`JOBID` then 15 spaces).
+            None => (20, false, String::new()),
             Some(s) => {
                 let right = s.starts_with('.');
                 let s = s.strip_prefix('.').unwrap_or(s);
@@ -970,7 +971,6 @@ mod tests {
             items,
             vec![
                 Item::Field { name: "JobID", width: 20, right: false },
-                Item::Text(" ".into()),
                 Item::Field { name: "Name", width: 8, right: true },
                 Item::Field { name: "TimeLeft", width: 6, right: false },
                 Item::Text("|".into()),
