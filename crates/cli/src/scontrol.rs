@@ -65,7 +65,8 @@ fn job_lines(j: &JobInfo, t: i64) -> Vec<String> {
     v.push(format!("Priority=1 Nice={} Account={} QOS={}", j.nice, j.account, j.qos));
     v.push(format!("JobState={} Reason={} Dependency={}", j.state, j.reason, or_null(&j.dependency)));
     v.push(format!("Requeue=1 Restarts={} BatchFlag=1 Reboot=0 ExitCode={}", j.restarts, j.exit_code));
-    v.push(format!("RunTime={} TimeLimit={} TimeMin=N/A", slurmcli::hms(Some(run)), slurmcli::hms(j.time_limit)));
+    let time_min = j.time_min.map_or_else(|| "N/A".into(), |m| slurmcli::hms(Some(m)));
+    v.push(format!("RunTime={} TimeLimit={} TimeMin={time_min}", slurmcli::hms(Some(run)), slurmcli::hms(j.time_limit)));
     // A held job is not eligible yet, nor accruing age.
     let eligible = if j.reason.starts_with("JobHeld") { "Unknown".into() } else { iso(j.submit) };
     v.push(format!("SubmitTime={} EligibleTime={eligible}", iso(j.submit)));
