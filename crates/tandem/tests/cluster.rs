@@ -146,6 +146,45 @@ fn srun_is_its_tasks_terminal_inside_and_outside_an_allocation() {
     c.wait_state(alloc, &["FAILED"], 30);
     let acct = c.ok("sacct", &["-j", &alloc.to_string(), "-X", "-P", "-n", "--format=JobID,State,ExitCode"]);
     assert!(acct.contains(&format!("{alloc}|FAILED|3:0")), "{acct}");
+    // Signals sent to srun reach every task (SIGUSR1 passed on, SIGTERM too: each task's trap
+    // leaves a flag file), and srun ends with its tasks.
+    let mut srun = Command::new(c.shims.join("srun"))
+        .args(["-N2", "--ntasks-per-node=1", "bash", "-c"])
+        .arg(
+            "trap 'touch usr1_$SLURM_PROCID' USR1; trap 'touch term_$SLURM_PROCID; exit 7' TERM; \
+             touch ready_$SLURM_PROCID; while true; do sleep 0.1; done",
+        )
+        .current_dir(&c.work)
+        .env("TANDEM_SERVER", format!("unix://{}", c.sock))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let wait_files = |prefix: &str| {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !(0..2).all(|r| c.work.join(format!("{prefix}_{r}")).exists()) {
+            assert!(Instant::now() < deadline, "no {prefix}_0 and {prefix}_1 from the tasks");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    wait_files("ready");
+    let pid = srun.id().to_string();
+    Command::new("kill").args(["-USR1", &pid]).status().unwrap();
+    wait_files("usr1");
+    assert!(srun.try_wait().unwrap().is_none(), "SIGUSR1 does not end srun");
+    Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+    wait_files("term");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let st = loop {
+        if let Some(st) = srun.try_wait().unwrap() {
+            break st;
+        }
+        assert!(Instant::now() < deadline, "srun did not end after its tasks");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut e = String::new();
+    srun.stderr.as_mut().unwrap().read_to_string(&mut e).unwrap();
+    assert_eq!(st.code(), Some(7), "the tasks' exit code: {e}");
     // Bad values get srun's errors and nothing runs.
     for (args, want) in [
         (&["--input=99", "-n1", "true"][..], "--input=99"),
