@@ -7,8 +7,8 @@
 # Slurm: Debian's slurm-wlm and munge (installed with apt-get when missing, as bench/vs-slurm.sh
 # does), a private munged, slurmctld and 2 slurmd (`slurmd -N node1`, `-N node2`, on 127.0.0.1
 # with their own ports), 4 CPUs and 4096 MB each, one partition `batch` (DefaultTime 1 hour, as
-# Tandem's). No slurmdbd (it needs a MySQL server): sacct reads job completion records
-# (`JobCompType=jobcomp/filetxt`, `sacct -c`), which go through the same printing code.
+# Tandem's), and for sacct a slurmdbd over a private MariaDB server (Debian's slurmdbd and
+# mariadb-server, installed when missing; the database in the work directory, on loopback).
 # Tandem: `tandem up --agents 2 --cpus-per-agent 4 --mem-per-agent 4G` with its shims.
 #
 # The workload, in this order on both (so that job ids agree): a job that completes, one that
@@ -22,6 +22,17 @@
 # Every daemon this script starts is stopped on exit by its process id. Needs root for Slurm.
 
 set -euo pipefail
+
+# Slurm's clients reach slurmdbd through munge's default socket whatever AuthInfo says (22.05):
+# the whole run is in a private mount namespace with a tmpfs on /run, so that our munged's
+# socket is /run/munge/munge.socket.2 there and nothing of the machine's is touched.
+if [[ -z ${GOLDEN_NS:-} && $(id -u) == 0 ]]; then
+    exec env GOLDEN_NS=1 unshare --mount --propagation private "$0" "$@"
+fi
+if [[ -n ${GOLDEN_NS:-} ]]; then
+    mount -t tmpfs tmpfs /run
+    mkdir -p /run/munge
+fi
 
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 TANDEM_BIN=""
@@ -133,16 +144,20 @@ capture() { # system sacct-extra-args...
 }
 
 # Width-preserving normalization: dates, durations (digits to 0), paths, this machine's name,
-# the date line of `-l`.
+# the date line of `-l`. Durations: `[D-]HH:MM:SS` anywhere; `M:SS` too in squeue's outputs
+# (elsewhere `0:15` is an exit code).
 normalize() { # system
-    local s=$1 f
+    local s=$1 f short
     for f in "$OUT/$s"-*.raw; do
-        W=$WORK H=$(hostname -s) perl -pe '
+        short=0
+        [[ $f == */$s-squeue* ]] && short=1
+        W=$WORK H=$(hostname -s) SHORT=$short perl -pe '
             s{\Q$ENV{W}\E/[a-z]+}{WORK}g;
             s{\b\Q$ENV{H}\E\b}{HOST}g;
             s{^(Mon|Tue|Wed|Thu|Fri|Sat|Sun) (Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) [ 0-9]\d \d\d:\d\d:\d\d \d{4}$}{DATE};
             s{\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d}{2000-01-01T00:00:00}g;
-            s{(?<![\w.])(\d+-)?(\d{1,2}:)?\d{1,2}:\d\d(?![\w.])}{(my $x = $&) =~ tr/0-9/0/; $x}ge;
+            s{(?<![\w.])(\d+-)?\d{1,2}:\d\d:\d\d(?![\w.])}{(my $x = $&) =~ tr/0-9/0/; $x}ge;
+            s{(?<![\w.:])\d{1,2}:\d\d(?![\w.:])}{(my $x = $&) =~ tr/0-9/0/; $x}ge if $ENV{SHORT};
         ' "$f" > "${f%.raw}.txt"
     done
 }
@@ -152,16 +167,16 @@ normalize() { # system
 
 ensure_slurm() {
     command -v slurmctld > /dev/null && command -v slurmd > /dev/null && command -v sbatch > /dev/null \
-        && command -v munged > /dev/null && return 0
+        && command -v munged > /dev/null && command -v slurmdbd > /dev/null && command -v mariadbd > /dev/null && return 0
     [[ $(id -u) == 0 ]] || { LOG "Slurm is missing and installing it needs root"; exit 2; }
     LOG "installing slurm-wlm and munge (apt-get)"
-    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends slurm-wlm munge >&2 \
-        || { apt-get update >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends slurm-wlm munge >&2; }
+    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends slurm-wlm munge slurmdbd mariadb-server >&2 \
+        || { apt-get update >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends slurm-wlm munge slurmdbd mariadb-server >&2; }
 }
 
 run_slurm() {
     local d=$WORK/slurm port i host
-    mkdir -p "$d"/{munge,state,spool/node1,spool/node2,run,log,work}
+    mkdir -p "$d"/{munge,state,spool/node1,spool/node2,run,log,work,db}
     chmod 700 "$d/munge"
     chmod 777 "$d/work"
     host=$(hostname -s)
@@ -173,7 +188,7 @@ run_slurm() {
         echo "SlurmdPort=$((port + 1))"
         echo "SlurmUser=root"
         echo "AuthType=auth/munge"
-        echo "AuthInfo=socket=$d/munge/munge.sock"
+        echo "AuthInfo=socket=/run/munge/munge.socket.2"
         echo "StateSaveLocation=$d/state"
         echo "SlurmdSpoolDir=$d/spool/%n"
         echo "SlurmctldPidFile=$d/run/slurmctld.pid"
@@ -187,8 +202,10 @@ run_slurm() {
         echo "TaskPlugin=task/none"
         echo "MpiDefault=none"
         echo "ReturnToService=2"
-        echo "JobCompType=jobcomp/filetxt"
-        echo "JobCompLoc=$d/jobcomp.txt"
+        echo "AccountingStorageType=accounting_storage/slurmdbd"
+        echo "AccountingStorageHost=127.0.0.1"
+        echo "AccountingStoragePort=$((port + 10))"
+        echo "JobAcctGatherType=jobacct_gather/linux"
         echo "MinJobAge=300"
         for i in 1 2; do
             echo "NodeName=node$i NodeHostname=$host NodeAddr=127.0.0.1 Port=$((port + 1 + i)) CPUs=4 RealMemory=4096 State=UNKNOWN"
@@ -198,17 +215,44 @@ run_slurm() {
     export SLURM_CONF=$d/slurm.conf
     dd if=/dev/urandom of="$d/munge/munge.key" bs=1024 count=1 status=none
     chmod 400 "$d/munge/munge.key"
-    start "$d/log/munged.out" munged -F -f --socket="$d/munge/munge.sock" --key-file="$d/munge/munge.key" \
+    start "$d/log/munged.out" munged -F -f --socket=/run/munge/munge.socket.2 --key-file="$d/munge/munge.key" \
         --pid-file="$d/munge/munged.pid" --log-file="$d/munge/munged.log" --seed-file="$d/munge/munged.seed"
-    wait_for 10 munged test -S "$d/munge/munge.sock"
+    wait_for 10 munged test -S /run/munge/munge.socket.2
+    # MariaDB for slurmdbd: private data directory, loopback only.
+    mariadb-install-db --datadir="$d/db" --user=root --auth-root-authentication-method=socket > "$d/log/db-install.out" 2>&1
+    start "$d/log/mariadbd.out" mariadbd --datadir="$d/db" --user=root --socket="$d/db.sock" --port=$((port + 11)) \
+        --bind-address=127.0.0.1 --pid-file="$d/run/mariadbd.pid" --skip-log-error
+    wait_for 60 mariadbd mariadb --socket="$d/db.sock" -e "select 1"
+    mariadb --socket="$d/db.sock" -e "CREATE USER 'slurm'@'127.0.0.1' IDENTIFIED BY 'golden'; GRANT ALL ON *.* TO 'slurm'@'127.0.0.1';"
+    {
+        echo "AuthType=auth/munge"
+        echo "AuthInfo=socket=/run/munge/munge.socket.2"
+        echo "DbdHost=$host"
+        echo "DbdAddr=127.0.0.1"
+        echo "DbdPort=$((port + 10))"
+        echo "SlurmUser=root"
+        echo "PidFile=$d/run/slurmdbd.pid"
+        echo "LogFile=$d/log/slurmdbd.log"
+        echo "StorageType=accounting_storage/mysql"
+        echo "StorageHost=127.0.0.1"
+        echo "StoragePort=$((port + 11))"
+        echo "StorageUser=slurm"
+        echo "StoragePass=golden"
+        echo "StorageLoc=slurm_acct_db"
+    } > "$d/slurmdbd.conf"
+    chmod 600 "$d/slurmdbd.conf"
+    SLURM_CONF=$d/slurm.conf start "$d/log/slurmdbd.out" env SLURMDBD_CONF="$d/slurmdbd.conf" slurmdbd -D
+    wait_for 60 slurmdbd timeout 10 sacctmgr -n list cluster
+    sacctmgr -i add cluster golden > /dev/null
     start "$d/log/slurmctld.out" slurmctld -D -i -f "$SLURM_CONF"
     for i in 1 2; do start "$d/log/slurmd-$i.out" slurmd -D -N "node$i" -f "$SLURM_CONF"; done
     idle2() { [[ $(sinfo -h -N -o '%N %t' | awk '$2 == "idle"' | sort -u | wc -l) -ge 2 ]]; }
     wait_for 60 "Slurm's nodes idle" idle2 || { tail -20 "$d/log/slurmctld.log" >&2; return 1; }
     LOG "Slurm $(sinfo -V): 2 nodes idle"
     workload "$d/work"
-    sleep 2   # the job completion records of the ended jobs
-    capture slurm -c
+    recorded() { [[ $(sacct -n -X -j "$OK,$BAD,$CANCEL,$ARR" -o State | grep -c -e COMPLETED -e FAILED -e CANCELLED) -ge 6 ]]; }
+    wait_for 60 "the ended jobs in slurmdbd" recorded || true
+    capture slurm
     normalize slurm
     scancel "$RUN" "$HELD" "$PARR" || true
     wait_for 30 "Slurm's jobs ending" bash -c '[[ -z $(squeue -h) ]]' || true
@@ -237,7 +281,7 @@ run_tandem() {
     wait_for 60 "Tandem's nodes idle" idle2
     LOG "Tandem $("$TANDEM_BIN" --version): 2 nodes idle"
     workload "$d/work"
-    capture tandem -S now-1hour
+    capture tandem
     normalize tandem
     scancel "$RUN" "$HELD" "$PARR" || true
     export PATH=$saved

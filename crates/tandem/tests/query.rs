@@ -95,7 +95,7 @@ fn query_commands_as_slurms() {
     assert_eq!(v["jobs"][0]["job_state"], serde_json::json!(["RUNNING"]));
     assert_eq!(v["jobs"][0]["time_limit"]["number"], 5);
     assert_eq!(v["meta"]["plugin"]["data_parser"], "data_parser/v0.0.44");
-    fails(&c, "squeue", &["-o", "%Y"], "Invalid job format specification: Y");
+    fails(&c, "squeue", &["-o", "%!"], "Invalid job format specification: !");
     fails(&c, "squeue", &["-O", "Bogus"], "Invalid job format specification: Bogus");
     fails(&c, "squeue", &["--sort", "X"], "Invalid sort specification");
     fails(&c, "squeue", &["-t", "nope"], "Invalid job state specified: nope");
@@ -124,7 +124,7 @@ fn query_commands_as_slurms() {
     assert_eq!(ids(&["-q", "normal"], &[]), vec![pend.clone(), s.clone()]);
     assert!(ids(&["--qos=nosuch"], &[]).is_empty());
     let start = c.ok("squeue", &["--start"]);
-    assert!(start.lines().next().unwrap().contains("ST          START_TIME  NODES"), "{start}");
+    assert!(start.lines().next().unwrap().contains("ST          START_TIME  NODES SCHEDNODES           NODELIST(REASON)"), "{start}");
     let first: Vec<&str> = start.lines().skip(1).filter_map(|l| l.split_whitespace().next()).collect();
     assert_eq!(first, vec![pend.as_str()], "--start lists pending jobs only: {start}");
     assert_eq!(ids(&[], &[("SQUEUE_PARTITION", "gpu")]), vec![s.clone()]);
