@@ -98,9 +98,7 @@ pub(crate) fn config(t: &Target) -> Result<ConfigInfo> {
 /// The first of these users that is neither a number (a uid, which may have no account here, as
 /// Slurm allows) nor a user name this machine knows.
 pub(crate) fn unknown_user(users: &[String]) -> Option<&String> {
-    users.iter().find(|u| {
-        !(u.bytes().all(|b| b.is_ascii_digit()) || nix::unistd::User::from_name(u).ok().flatten().is_some())
-    })
+    users.iter().find(|u| !(u.bytes().all(|b| b.is_ascii_digit()) || nix::unistd::User::from_name(u).ok().flatten().is_some()))
 }
 
 pub(crate) fn selects(id: &str, j: &JobInfo) -> bool {

@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use wire::{JobInfo, StepInfo};
 
 use crate::common::now;
-use crate::query::{Opts, elapsed, unknown_user, exit_json, get, help, iso, limit_minutes, meta, num, selects, stdout_path, version};
+use crate::query::{Opts, elapsed, exit_json, get, help, iso, limit_minutes, meta, num, selects, stdout_path, unknown_user, version};
 use slurmcli::{Layout, Unit};
 
 const HELP: &str = "Usage: sacct [OPTIONS]

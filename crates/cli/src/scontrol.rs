@@ -60,7 +60,8 @@ fn job_lines(j: &JobInfo, t: i64) -> Vec<String> {
     if let (Some(a), Some(k)) = (j.array_job_id, j.array_task_id) {
         v[0] = format!("JobId={} ArrayJobId={a} ArrayTaskId={k} JobName={}", j.id, j.name);
     }
-    let group = nix::unistd::Group::from_gid(nix::unistd::Gid::from_raw(j.gid)).ok().flatten().map_or_else(|| j.gid.to_string(), |g| g.name);
+    let group =
+        nix::unistd::Group::from_gid(nix::unistd::Gid::from_raw(j.gid)).ok().flatten().map_or_else(|| j.gid.to_string(), |g| g.name);
     v.push(format!("UserId={}({}) GroupId={group}({}) MCS_label=N/A", j.user, j.uid, j.gid));
     v.push(format!("Priority=1 Nice={} Account={} QOS={}", j.nice, j.account, j.qos));
     v.push(format!("JobState={} Reason={} Dependency={}", j.state, j.reason, or_null(&j.dependency)));

@@ -87,7 +87,9 @@ fn switches_bounds_the_leaf_switches_a_job_spans() {
         j.max_switches = Some(max);
         w.submit(j);
         let p = w.pass(1, &easy());
-        p.starts.first().map(|s| s.allocs.iter().map(|a| w.nodes[a.node as usize].switch).collect::<std::collections::BTreeSet<u32>>().len())
+        p.starts
+            .first()
+            .map(|s| s.allocs.iter().map(|a| w.nodes[a.node as usize].switch).collect::<std::collections::BTreeSet<u32>>().len())
     };
     assert_eq!(spans(1), None, "--switches=1: waits for one switch to have two free nodes");
     assert_eq!(spans(2), Some(2));

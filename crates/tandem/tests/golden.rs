@@ -278,7 +278,10 @@ fn help_lists_every_command() {
 /// (`[D-]HH:MM:SS`, and `M:SS` in squeue's outputs) with their digits as 0, widths kept; the
 /// work directory as `WORK`; the date line of `-l` as `DATE`.
 fn normalize_like_the_script(out: &str, work_parent: &str, short_times: bool) -> String {
-    let date_line = regex::Regex::new(r"^(Mon|Tue|Wed|Thu|Fri|Sat|Sun) (Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) [ 0-9]\d \d\d:\d\d:\d\d \d{4}$").unwrap();
+    let date_line = regex::Regex::new(
+        r"^(Mon|Tue|Wed|Thu|Fri|Sat|Sun) (Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) [ 0-9]\d \d\d:\d\d:\d\d \d{4}$",
+    )
+    .unwrap();
     let iso = regex::Regex::new(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d").unwrap();
     let long = regex::Regex::new(r"^(\d+-)?\d{1,2}:\d\d:\d\d$").unwrap();
     let short = regex::Regex::new(r"^\d{1,2}:\d\d$").unwrap();
@@ -392,7 +395,11 @@ fn slurm_22_05s_layouts_match_where_versions_agree() {
                 .lines()
                 .map(|l| {
                     let mut l = nodes.replace_all(l.trim_end(), "nodeN").into_owned();
-                    if tandem && name.starts_with("sacct") && l.contains("CANCELLED") && !l.split([' ', '|']).next().unwrap_or("").contains('.') {
+                    if tandem
+                        && name.starts_with("sacct")
+                        && l.contains("CANCELLED")
+                        && !l.split([' ', '|']).next().unwrap_or("").contains('.')
+                    {
                         // 25.11 records the signal a cancelled job ended by on its own line
                         // too; 22.05 said 0:0 there (its batch step's is 0:15 in both).
                         l = l.replace(" 0:15", "  0:0").replace("|0:15|", "|0:0|");
