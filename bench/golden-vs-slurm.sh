@@ -13,9 +13,10 @@
 #
 # The workload, in this order on both (so that job ids agree): a job that completes, one that
 # fails (exit 3), one cancelled while running, one held (pending), an array of 3 tasks, one
-# left running. Then `squeue` (default, -l, -o, -O, -r, --start), `sinfo` (default, -N, -l, -s,
-# -o, -O), `scontrol show job` (the running job, the held job) and `sacct` (default, -X -o with
-# widths, -P, -b). Outputs are written raw and normalized (times, dates, paths, host names, the
+# left running, a held array of 4. Then `squeue` (default, -l, -o, -O, -r, --start), `sinfo`
+# (default, -N, -l, -N -l, -s, -o, -O), `scontrol show job` (the running job, the held job),
+# `sacct` (default, -X -o with widths, -P, -b) and five commands with bad values (unknown users
+# for squeue, sacct, scancel; sbatch -t soon; sinfo -O Bogus). Outputs are written raw and normalized (times, dates, paths, host names, the
 # date line of -l; widths kept) under DIR (default: a temporary directory), with a diff per
 # command. `--update` copies Slurm's normalized outputs to tests/clients/slurm-22.05-*.txt,
 # the fixtures of crates/tandem/tests/golden.rs (slurm_22_05s_layouts_match_where_versions_agree).
@@ -45,7 +46,7 @@ while [[ $# -gt 0 ]]; do
         --out) OUT=$2; shift 2 ;;
         --update) UPDATE=1; shift ;;
         --keep) KEEP=1; shift ;;
-        -h | --help) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h | --help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
         *) echo "golden-vs-slurm: unknown option $1" >&2; exit 2 ;;
     esac
 done
@@ -68,7 +69,6 @@ cleanup() {
         kill -KILL "$p" 2>/dev/null || true
         wait "$p" 2>/dev/null || true
     done
-    # Job processes the slurmd left behind (the running ones), by the session they lead.
     [[ $KEEP == 1 || $rc != 0 ]] && LOG "work directory kept: $WORK" || rm -rf "$WORK"
     exit $rc
 }
@@ -141,6 +141,12 @@ capture() { # system sacct-extra-args...
     c sacct-X sacct "${sa[@]}" -X -j "$OK,$BAD,$CANCEL,$ARR" -o 'JobID,JobName%12,Partition,State,ExitCode,NNodes,NCPUS,Elapsed,Timelimit'
     c sacct-P sacct "${sa[@]}" -X -P -j "$OK,$BAD,$CANCEL,$ARR" -o 'JobID,JobIDRaw,JobName,State,ExitCode,NodeList'
     c sacct-b sacct "${sa[@]}" -X -b -j "$OK,$BAD,$CANCEL,$ARR"
+    # Bad values: the messages and exit codes.
+    c err-squeue-u squeue -h -u nosuchuser
+    c err-sacct-u sacct -n -u nosuchuser
+    c err-scancel-u scancel -u nosuchuser
+    c err-sbatch-t sbatch -t soon --wrap true
+    c err-sinfo-O sinfo -O Bogus
 }
 
 # Width-preserving normalization: dates, durations (digits to 0), paths, this machine's name,
@@ -309,4 +315,5 @@ if [[ $UPDATE == 1 ]]; then
     done
     LOG "fixtures written: tests/clients/slurm-22.05-*.txt"
 fi
-KEEP=1
+# The outputs live in the work directory unless --out put them elsewhere.
+if [[ $OUT == "$WORK"/* ]]; then KEEP=1; fi

@@ -420,5 +420,21 @@ fn slurm_22_05s_layouts_match_where_versions_agree() {
         };
         assert_eq!(lines(&got, true), lines(&want, false), "{name}:\n{got}\nSlurm's:\n{want}");
     }
+    // Bad values: the same message and exit code as Slurm's (its output and error together, and
+    // `exit N` when it failed, as the script captures them; Slurm's squeue adds a blank line).
+    for (name, cmd, args) in [
+        ("err-squeue-u", "squeue", &["-h", "-u", "nosuchuser"][..]),
+        ("err-sacct-u", "sacct", &["-n", "-u", "nosuchuser"]),
+        ("err-scancel-u", "scancel", &["-u", "nosuchuser"]),
+    ] {
+        let want = std::fs::read_to_string(fixtures.join(format!("slurm-22.05-{name}.txt"))).unwrap();
+        let o = c.run(cmd, args);
+        let mut got = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+        if !o.status.success() {
+            got.push_str(&format!("exit {}\n", o.status.code().unwrap_or(-1)));
+        }
+        let lines = |t: &str| t.lines().filter(|l| !l.is_empty()).map(str::to_string).collect::<Vec<_>>();
+        assert_eq!(lines(&got), lines(&want), "{name}");
+    }
     c.ok("scancel", &[&run, &held, &parr.to_string()]);
 }
