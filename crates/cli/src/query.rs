@@ -95,6 +95,12 @@ pub(crate) fn config(t: &Target) -> Result<ConfigInfo> {
 
 /// Whether job id `id` as a user gives it (`12`, `12_3`) names job `j`: its own id, its
 /// display id, or the array it is a task of (an array's id selects all its tasks).
+/// The first of these users that is neither a number (a uid, which may have no account here, as
+/// Slurm allows) nor a user name this machine knows.
+pub(crate) fn unknown_user(users: &[String]) -> Option<&String> {
+    users.iter().find(|u| !(u.bytes().all(|b| b.is_ascii_digit()) || nix::unistd::User::from_name(u).ok().flatten().is_some()))
+}
+
 pub(crate) fn selects(id: &str, j: &JobInfo) -> bool {
     id == j.display_id || id == j.id.to_string() || j.array_job_id.is_some_and(|a| a.to_string() == id)
 }

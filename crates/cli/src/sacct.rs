@@ -9,11 +9,11 @@ use serde_json::{Value, json};
 use wire::{JobInfo, StepInfo};
 
 use crate::common::now;
-use crate::query::{Opts, elapsed, exit_json, get, help, iso, limit_minutes, meta, num, selects, stdout_path, version};
+use crate::query::{Opts, elapsed, exit_json, get, help, iso, limit_minutes, meta, num, selects, stdout_path, unknown_user, version};
 use slurmcli::{Layout, Unit};
 
 const HELP: &str = "Usage: sacct [OPTIONS]
-  -a, --allusers        display jobs of all users (those the caller may see)
+  -a, --allusers        display jobs of all users (those the caller may see; root's default)
   -A, --accounts        comma separated list of accounts
   -b, --brief           brief listing: jobid, state, exitcode
   -D, --duplicates      accepted: Tandem keeps one record per job (its last run; Restarts counts the others)
@@ -34,7 +34,8 @@ const HELP: &str = "Usage: sacct [OPTIONS]
   -s, --state           comma separated list of states (CA, CD, F, PD, R, TO, NF, OOM, ...)
   -S, --starttime       jobs that ran after this time (default: midnight today, or any with -j or -s)
       --units=[KMGTP]   the unit of sizes
-  -u, --user            comma separated list of users
+  -u, --user            comma separated list of users (default: the caller's own jobs unless root
+                        or -j; -1: all users)
   -X, --allocations     the jobs' own lines only, not their steps
   -V, --version         output version information and exit
       --help            show this help message
@@ -51,10 +52,13 @@ pub(crate) fn sacct(args: &[String]) -> Result<i32> {
     let (mut since, mut until, mut states) = (None, None, None::<Vec<&'static str>>);
     let (mut brief, mut long, mut units, mut noconvert, mut delimiter) = (false, false, None::<Unit>, false, "|".to_string());
     let mut ids: Option<Vec<String>> = None;
+    let mut all_users = false;
     let list = |v: &str| v.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_string).collect::<Vec<_>>();
     while let Some(x) = a.next() {
         if let Some(v) = a.value(&x, Some("-u"), "user")?.or(a.value(&x, None, "uid")?) {
-            users = Some(list(&v));
+            // As Slurm's: `-u -1` is every user; a later -u undoes an earlier -a.
+            all_users = v.trim() == "-1";
+            users = Some(list(&v)).filter(|_| !all_users);
         } else if let Some(v) = a.value(&x, Some("-j"), "jobs")? {
             let l = ids.get_or_insert_with(Vec::new);
             for id in list(&v) {
@@ -90,7 +94,8 @@ pub(crate) fn sacct(args: &[String]) -> Result<i32> {
                 "-p" | "--parsable" => layout = Layout::Parsable,
                 "-P" | "--parsable2" => layout = Layout::Parsable2,
                 "-X" | "--allocations" => no_steps = true,
-                "-a" | "--allusers" | "-D" | "--duplicates" | "-v" | "--verbose" | "-L" | "--allclusters" => {}
+                "-a" | "--allusers" => all_users = true,
+                "-D" | "--duplicates" | "-v" | "--verbose" | "-L" | "--allclusters" => {}
                 "-b" | "--brief" => brief = true,
                 "-l" | "--long" => long = true,
                 "--noconvert" => noconvert = true,
@@ -129,8 +134,22 @@ pub(crate) fn sacct(args: &[String]) -> Result<i32> {
     {
         bail!("Start time ({}) requested is after end time ({}).", iso(since), iso(u));
     }
+    // Slurm's default: a user other than root sees their own jobs, unless they ask for all
+    // (-a), name users (-u) or jobs (-j); root sees every job.
+    if let Some(u) = users.as_deref().and_then(unknown_user) {
+        bail!("Invalid user id: {u}");
+    }
+    let uid = nix::unistd::getuid().as_raw();
+    if all_users {
+        users = None;
+    } else if users.is_none() && ids.is_none() && uid != 0 {
+        users = Some(vec![uid.to_string()]);
+    }
     let mut q = vec![format!("since={since}")];
-    if let Some([u]) = users.as_deref() {
+    // The controller filters by name; a uid is matched below.
+    if let Some([u]) = users.as_deref()
+        && !u.bytes().all(|b| b.is_ascii_digit())
+    {
         q.push(format!("user={u}"));
     }
     let mut jobs: Vec<JobInfo> = get(&Target::from_env()?, &format!("/v1/history?{}", q.join("&")))?;
@@ -149,7 +168,8 @@ pub(crate) fn sacct(args: &[String]) -> Result<i32> {
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(0);
     }
-    let units = if noconvert { Some(Unit::M) } else { units };
+    // As Slurm's: --units wins over --noconvert.
+    let units = units.or(noconvert.then_some(Unit::M));
     if !noheader {
         let names: Vec<String> = cols.iter().map(|c| c.name.to_string()).collect();
         println!("{}", slurmcli::sacct_line(&cols, &names, layout, &delimiter));

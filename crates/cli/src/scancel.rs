@@ -55,6 +55,9 @@ pub(crate) fn scancel(args: &[String]) -> Result<i32> {
             targets.push(x);
         }
     }
+    if let Some(u) = user.as_ref().filter(|u| crate::query::unknown_user(std::slice::from_ref(u)).is_some()) {
+        bail!("Invalid user name: {u}");
+    }
     let filtered = user.is_some() || name.is_some() || states.is_some() || part.is_some() || account.is_some();
     if targets.is_empty() && !filtered {
         bail!("No job identification provided");

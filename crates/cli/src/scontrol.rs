@@ -60,28 +60,52 @@ fn job_lines(j: &JobInfo, t: i64) -> Vec<String> {
     if let (Some(a), Some(k)) = (j.array_job_id, j.array_task_id) {
         v[0] = format!("JobId={} ArrayJobId={a} ArrayTaskId={k} JobName={}", j.id, j.name);
     }
-    v.push(format!("UserId={}({}) GroupId={} MCS_label=N/A", j.user, j.uid, j.gid));
+    let group =
+        nix::unistd::Group::from_gid(nix::unistd::Gid::from_raw(j.gid)).ok().flatten().map_or_else(|| j.gid.to_string(), |g| g.name);
+    v.push(format!("UserId={}({}) GroupId={group}({}) MCS_label=N/A", j.user, j.uid, j.gid));
     v.push(format!("Priority=1 Nice={} Account={} QOS={}", j.nice, j.account, j.qos));
     v.push(format!("JobState={} Reason={} Dependency={}", j.state, j.reason, or_null(&j.dependency)));
     v.push(format!("Requeue=1 Restarts={} BatchFlag=1 Reboot=0 ExitCode={}", j.restarts, j.exit_code));
-    v.push(format!("RunTime={} TimeLimit={} TimeMin=N/A", slurmcli::hms(Some(run)), slurmcli::hms(j.time_limit)));
-    v.push(format!("SubmitTime={} EligibleTime={}", iso(j.submit), iso(j.submit)));
+    let time_min = j.time_min.map_or_else(|| "N/A".into(), |m| slurmcli::hms(Some(m)));
+    v.push(format!("RunTime={} TimeLimit={} TimeMin={time_min}", slurmcli::hms(Some(run)), slurmcli::hms(j.time_limit)));
+    // A held job is not eligible yet, nor accruing age.
+    let eligible = if j.reason.starts_with("JobHeld") { "Unknown".into() } else { iso(j.submit) };
+    v.push(format!("SubmitTime={} EligibleTime={eligible}", iso(j.submit)));
+    v.push(format!("AccrueTime={eligible}"));
     let start = j.start.map_or("Unknown".into(), iso);
     let end = j.end.or_else(|| j.start.zip(j.time_limit).map(|(s, l)| s + l)).map_or("Unknown".into(), iso);
     v.push(format!("StartTime={start} EndTime={end} Deadline=N/A"));
+    v.push(format!("SuspendTime=None SecsPreSuspend=0 LastSchedEval={} Scheduler=Main", iso(j.submit)));
     v.push(format!("Partition={} AllocNode:Sid=tandem:0", j.partition));
     v.push(format!("ReqNodeList={} ExcNodeList={}", or_null(&j.req_nodes), or_null(&j.exc_nodes)));
     v.push(format!("NodeList={}", or_null(&j.nodelist)));
+    if !pending && !j.nodelist.is_empty() {
+        v.push(format!("BatchHost={}", crate::query::first_node(&j.nodelist)));
+    }
     v.push(format!("NumNodes={} NumCPUs={} NumTasks={} CPUs/Task={} ReqB:S:C:T=0:0:*:*", j.nodes, j.cpus, j.ntasks, j.cpus_per_task));
+    // TRES in Slurm's order: cpu, mem, node, billing, gres.
+    let mem_mb = j.mem_per_node_mb.map(|m| m * j.nodes as u64).or(j.mem_per_cpu_mb.map(|m| m * j.cpus as u64)).unwrap_or(0);
+    let mut tres = vec![format!("cpu={}", j.cpus)];
+    if mem_mb > 0 {
+        tres.push(format!("mem={}", slurmcli::size(mem_mb as f64, slurmcli::Unit::M, None)));
+    }
+    tres.push(format!("node={}", j.nodes));
+    tres.push(format!("billing={}", j.cpus));
+    if j.gpus > 0 {
+        tres.push(format!("gres/gpu={}", j.gpus));
+    }
+    v.push(format!("TRES={}", tres.join(",")));
+    v.push("Socks/Node=* NtasksPerN:B:S:C=0:0:*:* CoreSpec=*".into());
     let mem = match (j.mem_per_node_mb, j.mem_per_cpu_mb) {
         (_, Some(m)) => format!("MinMemoryCPU={}", slurmcli::size(m as f64, slurmcli::Unit::M, None)),
         (m, None) => format!("MinMemoryNode={}", slurmcli::size(m.unwrap_or(0) as f64, slurmcli::Unit::M, None)),
     };
-    v.push(format!("{mem} MinTmpDiskNode=0"));
+    v.push(format!("MinCPUsNode={} {mem} MinTmpDiskNode=0", j.cpus_per_task));
     v.push(format!("Features={} DelayBoot=00:00:00", if j.features.is_empty() { "(null)".into() } else { j.features.join("&") }));
     if j.gpus > 0 {
         v.push(format!("TresPerJob=gres/gpu:{}", j.gpus));
     }
+    v.push("OverSubscribe=OK Contiguous=0 Licenses=(null) Network=(null)".into());
     v.push("Command=(batch script)".into());
     v.push(format!("WorkDir={}", j.workdir));
     v.push(format!("StdErr={}", stdout_path(j, j.error.as_deref().unwrap_or(&j.output))));

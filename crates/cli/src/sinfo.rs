@@ -91,12 +91,16 @@ pub(crate) fn sinfo(args: &[String]) -> Result<i32> {
     if fmt.is_none() && long_fmt.is_none() {
         fmt = std::env::var("SINFO_FORMAT").ok().filter(|v| !v.is_empty());
     }
+    // As Slurm's defaults: the partition and node list columns as wide as their longest value,
+    // at least 9.
+    let pw = partitions.iter().map(|p| p.name.len() + usize::from(p.default)).max().unwrap_or(0).max(9);
+    let nw = list.iter().map(|n| n.name.len()).max().unwrap_or(0).max(9);
     let default = match (node_oriented, long, summarize) {
-        (_, _, true) => "%9P %.5a %.10l %.16F  %N",
-        (true, true, _) => "%N %.6D %.9P %.11T %.4c %.8z %.6m %.8d %.6w %.8f %20E",
-        (true, false, _) => "%N %.6D %.9P %6t",
-        (false, true, _) => "%9P %.5a %.10l %.10s %.4r %.8h %.10g %.6D %.11T %N",
-        (false, false, _) => "%9P %.5a %.10l %.6D %.6t %N",
+        (_, _, true) => format!("%{pw}P %.5a %.10l %.16F %N"),
+        (true, true, _) => format!("%{nw}N %.6D %.{pw}P %.11T %4c %.8z %.6m %.8d %.6w %.8f %20E"),
+        (true, false, _) => format!("%{nw}N %.6D %.{pw}P %6t"),
+        (false, true, _) => format!("%{pw}P %.5a %.10l %.10s %.4r %.8h %.10g %.6D %.11T %N"),
+        (false, false, _) => format!("%{pw}P %.5a %.10l %.6D %.6t %N"),
     };
     // Tandem's own node-oriented layout (with CPUs, memory and GPUs) when nothing is asked.
     if node_oriented && !long && fmt.is_none() && long_fmt.is_none() {
@@ -105,7 +109,7 @@ pub(crate) fn sinfo(args: &[String]) -> Result<i32> {
     let items = match (&fmt, &long_fmt) {
         (Some(f), _) => slurmcli::parse_percent(f, SINFO_FIELDS, "node"),
         (None, Some(f)) => slurmcli::parse_long(f, SINFO_FIELDS, "node"),
-        _ => slurmcli::parse_percent(default, SINFO_FIELDS, "node"),
+        _ => slurmcli::parse_percent(&default, SINFO_FIELDS, "node"),
     }
     .map_err(|e| anyhow!("{}", e.0))?;
     let mut groups: Vec<Group<'_>> = Vec::new();
@@ -153,7 +157,8 @@ fn value(f: &str, g: &Group<'_>, node_oriented: bool) -> String {
         "Nodes" => g.nodes.len().to_string(),
         "NodeList" | "NodeHost" => slurmcli::compress(&names),
         "NodeAddr" => g.nodes.iter().map(|n| n.addr.clone()).collect::<Vec<_>>().join(","),
-        "StateCompact" | "StateLong" | "StateComplete" => n0.state.clone(),
+        "StateCompact" => compact_state(&n0.state).into(),
+        "StateLong" | "StateComplete" => n0.state.clone(),
         "NodeAIOT" => format!("{alloc}/{idle}/{other}/{}", g.nodes.len()),
         "NodeAI" => format!("{alloc}/{idle}"),
         "CPUs" => n0.cpus.0.to_string(),
@@ -184,10 +189,27 @@ fn value(f: &str, g: &Group<'_>, node_oriented: bool) -> String {
         "Root" => "no".into(),
         "OverSubscribe" => "NO".into(),
         "Groups" => "all".into(),
-        "SocketCoreThread" => format!("1:{}:1", n0.cpus.0),
+        // As Slurm's for a node configured with CPUs only: one core per socket.
+        "SocketCoreThread" => format!("{}:1:1", n0.cpus.0),
         "Disk" => "0".into(),
         "Weight" => "1".into(),
         "Cluster" => "tandem".into(),
         _ => String::new(),
+    }
+}
+
+/// A node state as Slurm's `%t` prints it (`mix`, `alloc`, `drng`, ...).
+fn compact_state(s: &str) -> &str {
+    match s {
+        "mixed" => "mix",
+        "allocated" => "alloc",
+        "draining" => "drng",
+        "drained" => "drain",
+        "completing" => "comp",
+        "unknown" => "unk",
+        "future" => "futr",
+        "reserved" => "resv",
+        "planned" => "plnd",
+        other => other,
     }
 }

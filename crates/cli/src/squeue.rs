@@ -129,6 +129,10 @@ pub(crate) fn squeue(args: &[String]) -> Result<i32> {
     }) {
         bail!("Invalid job id: {bad}");
     }
+    // As Slurm's: an unknown user is an error message, the others still listed.
+    if let Some(u) = users.as_deref().and_then(crate::query::unknown_user) {
+        eprintln!("squeue: error: Invalid user: {u}");
+    }
     if long && fmt.is_some() {
         bail!("Options -o(--format) and -l(--long) are mutually exclusive. Please remove one and retry.");
     }
@@ -144,7 +148,7 @@ pub(crate) fn squeue(args: &[String]) -> Result<i32> {
     let items = match (&fmt, &long_fmt) {
         (Some(f), _) => slurmcli::parse_percent(f, SQUEUE_FIELDS, "job"),
         (None, Some(f)) => slurmcli::parse_long(f, SQUEUE_FIELDS, "job"),
-        _ if start => slurmcli::parse_percent("%.18i %.9P %.8j %.8u %.2t %.19S %.6D %R", SQUEUE_FIELDS, "job"),
+        _ if start => slurmcli::parse_percent("%.18i %.9P %.8j %.8u %.2t %.19S %.6D %20Y %R", SQUEUE_FIELDS, "job"),
         _ if long => slurmcli::parse_percent("%.18i %.9P %.8j %.8u %.8T %.10M %.9l %.6D %R", SQUEUE_FIELDS, "job"),
         _ => slurmcli::parse_percent("%.18i %.9P %.8j %.8u %.2t %.10M %.6D %R", SQUEUE_FIELDS, "job"),
     }
@@ -314,6 +318,8 @@ fn value(name: &str, r: &Row<'_>, prio: &HashMap<u64, f64>, t: i64) -> String {
             }
         }
         "NodeList" => j.nodelist.clone(),
+        // The nodes a pending job is expected to start on: not predicted here.
+        "SchedNodes" => "(null)".into(),
         "BatchHost" => {
             if j.nodelist.is_empty() {
                 "n/a".into()

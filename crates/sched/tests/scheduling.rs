@@ -73,6 +73,29 @@ fn multi_node_job_uses_fewest_switches() {
 }
 
 #[test]
+fn switches_bounds_the_leaf_switches_a_job_spans() {
+    // 2 switches of 2 nodes; one node of each busy: a 2-node job fits only across both.
+    let spans = |max: u32| {
+        let mut w = World::new(nodes(4, 8, 0, 2));
+        w.submit(job(1, 0, 1000, 1, 0, 8));
+        w.submit(job(2, 0, 1000, 1, 0, 8));
+        let mut pinned = w.pass(0, &easy());
+        pinned.starts[0].allocs[0].node = 0;
+        pinned.starts[1].allocs[0].node = 2;
+        w.apply(&pinned, 0);
+        let mut j = job(3, 1, 1000, 2, 0, 8);
+        j.max_switches = Some(max);
+        w.submit(j);
+        let p = w.pass(1, &easy());
+        p.starts
+            .first()
+            .map(|s| s.allocs.iter().map(|a| w.nodes[a.node as usize].switch).collect::<std::collections::BTreeSet<u32>>().len())
+    };
+    assert_eq!(spans(1), None, "--switches=1: waits for one switch to have two free nodes");
+    assert_eq!(spans(2), Some(2));
+}
+
+#[test]
 fn impossible_job_is_rejected_not_queued() {
     let mut w = World::new(nodes(2, 64, 8, 2));
     w.submit(job(1, 0, 100, 1, 16, 1));

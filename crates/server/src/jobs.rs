@@ -161,6 +161,7 @@ fn job_info(j: &Job, v: &Viewer, part: &str) -> JobInfo {
         exc_nodes: slurmcli::compress(&j.req.exclude),
         nice: j.req.nice,
         submit_dir: if details { j.spec.submit_dir.clone() } else { HIDDEN.into() },
+        time_min: j.req.time_min,
     }
 }
 

@@ -557,6 +557,7 @@ pub const SQUEUE_FIELDS: &[FieldDef] = &[
     ('V', "SubmitTime", "SUBMIT_TIME"),
     ('x', "ExcNodes", "EXC_NODES"),
     ('y', "Nice", "NICE"),
+    ('Y', "SchedNodes", "SCHEDNODES"),
     ('Z', "WorkDir", "WORK_DIR"),
     ('\0', "NumTasks", "TASKS"),
     ('\0', "CPUsPerTask", "CPUS_PER_TASK"),
@@ -660,7 +661,8 @@ pub fn parse_long(fmt: &str, table: &[FieldDef], what: &str) -> Result<Vec<Item>
             return Err(Invalid::new(format!("Invalid {what} format specification: {name}")));
         };
         let (width, right, suffix) = match spec {
-            None => (20, false, " ".to_string()),
+            // Slurm's default: 20 wide, nothing between fields (`JOBID` then 15 spaces).
+            None => (20, false, String::new()),
             Some(s) => {
                 let right = s.starts_with('.');
                 let s = s.strip_prefix('.').unwrap_or(s);
@@ -950,7 +952,7 @@ mod tests {
         assert_eq!(render(&items, |_| "10:00".into(), &["TimeUsed"]), "10:00", "times are never cut right-justified");
         assert_eq!(render(&items, |_| "10:00".into(), &[]), "10:");
         assert!(parse_percent("%", SQUEUE_FIELDS, "job").unwrap_err().0.contains("ends in '%'"));
-        assert_eq!(parse_percent("%Y", SQUEUE_FIELDS, "job").unwrap_err().0, "Invalid job format specification: Y");
+        assert_eq!(parse_percent("%!", SQUEUE_FIELDS, "job").unwrap_err().0, "Invalid job format specification: !");
         assert!(parse_percent("", SQUEUE_FIELDS, "job").is_err());
         assert!(parse_percent(&format!("%{}i", "9".repeat(40)), SQUEUE_FIELDS, "job").is_ok(), "a huge width is bounded");
         for c in ['L', 'p', 'e', 'm', 'c', 'E', 'F', 'K', 'o', 'M', 'l', 'R'] {
@@ -970,7 +972,6 @@ mod tests {
             items,
             vec![
                 Item::Field { name: "JobID", width: 20, right: false },
-                Item::Text(" ".into()),
                 Item::Field { name: "Name", width: 8, right: true },
                 Item::Field { name: "TimeLeft", width: 6, right: false },
                 Item::Text("|".into()),

@@ -146,6 +146,45 @@ fn srun_is_its_tasks_terminal_inside_and_outside_an_allocation() {
     c.wait_state(alloc, &["FAILED"], 30);
     let acct = c.ok("sacct", &["-j", &alloc.to_string(), "-X", "-P", "-n", "--format=JobID,State,ExitCode"]);
     assert!(acct.contains(&format!("{alloc}|FAILED|3:0")), "{acct}");
+    // Signals sent to srun reach every task (SIGUSR1 passed on, SIGTERM too: each task's trap
+    // leaves a flag file), and srun ends with its tasks.
+    let mut srun = Command::new(c.shims.join("srun"))
+        .args(["-N2", "--ntasks-per-node=1", "bash", "-c"])
+        .arg(
+            "trap 'touch usr1_$SLURM_PROCID' USR1; trap 'touch term_$SLURM_PROCID; exit 7' TERM; \
+             touch ready_$SLURM_PROCID; while true; do sleep 0.1; done",
+        )
+        .current_dir(&c.work)
+        .env("TANDEM_SERVER", format!("unix://{}", c.sock))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let wait_files = |prefix: &str| {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !(0..2).all(|r| c.work.join(format!("{prefix}_{r}")).exists()) {
+            assert!(Instant::now() < deadline, "no {prefix}_0 and {prefix}_1 from the tasks");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    wait_files("ready");
+    let pid = srun.id().to_string();
+    Command::new("kill").args(["-USR1", &pid]).status().unwrap();
+    wait_files("usr1");
+    assert!(srun.try_wait().unwrap().is_none(), "SIGUSR1 does not end srun");
+    Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+    wait_files("term");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let st = loop {
+        if let Some(st) = srun.try_wait().unwrap() {
+            break st;
+        }
+        assert!(Instant::now() < deadline, "srun did not end after its tasks");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut e = String::new();
+    srun.stderr.as_mut().unwrap().read_to_string(&mut e).unwrap();
+    assert_eq!(st.code(), Some(7), "the tasks' exit code: {e}");
     // Bad values get srun's errors and nothing runs.
     for (args, want) in [
         (&["--input=99", "-n1", "true"][..], "--input=99"),
@@ -732,6 +771,75 @@ fn bad_input_gets_clear_errors_and_stores_nothing() {
     assert!(!String::from_utf8_lossy(&buf).starts_with("HTTP/"), "{}", String::from_utf8_lossy(&buf));
     let m = raw_http(&c.sock, "GET /metrics HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n").1;
     assert!(m.contains("tandem_queue_length") && m.contains("tandem_scheduling_pass_seconds"), "{m}");
+}
+
+#[test]
+fn sbatch_places_by_node_names_features_switches_memory_per_cpu_and_time_min() {
+    // node1 has features fast and ib, node2 slow; 4 CPUs and 4G each.
+    let c = Cluster::with_features("place", &["fast,ib", "slow"]);
+    let node_of = |args: &[&str]| -> String {
+        let mut a = vec!["-o", "/dev/null"];
+        a.extend_from_slice(args);
+        a.extend(["--wrap", "true"]);
+        let id = c.sbatch(&a);
+        c.wait_state(id, &["COMPLETED"], 60)["NodeList"].clone()
+    };
+    assert_eq!(node_of(&["-w", "node2"]), "node2");
+    assert_eq!(node_of(&["--nodelist=node1"]), "node1");
+    assert_eq!(node_of(&["-x", "node1"]), "node2");
+    assert_eq!(node_of(&["--exclude", "node2"]), "node1");
+    assert_eq!(node_of(&["-C", "slow"]), "node2");
+    assert_eq!(node_of(&["--constraint=fast&ib"]), "node1");
+    assert_eq!(node_of(&["-C", "ib,fast"]), "node1");
+    assert_eq!(node_of(&["-N", "2", "-w", "node[1-2]", "--switches=1@10:00"]), "node[1-2]");
+    let shown = c.sbatch(&["-w", "node1", "-x", "node2", "-C", "fast", "--hold", "--wrap", "true"]);
+    let j = c.job(shown);
+    assert_eq!((&*j["ReqNodeList"], &*j["ExcNodeList"], &*j["Features"]), ("node1", "node2", "fast"), "{j:?}");
+    c.ok("scancel", &[&shown.to_string()]);
+    // --mem-per-cpu: per CPU, for the job and in its environment; sacct's ReqMem is the total.
+    let id = c.sbatch(&["-c", "2", "--mem-per-cpu=512M", "-o", "mem.out", "--wrap", "echo $SLURM_MEM_PER_CPU"]);
+    let j = c.wait_state(id, &["COMPLETED"], 60);
+    assert_eq!(j["MinMemoryCPU"], "512M", "{j:?}");
+    assert_eq!(std::fs::read_to_string(c.work.join("mem.out")).unwrap(), "512\n");
+    assert_eq!(c.ok("sacct", &["-j", &id.to_string(), "-X", "-n", "-P", "--format=ReqMem"]).trim(), "1G");
+    // --time-min: with node1 half busy until a 5-minute limit and a job of 4 CPUs reserved
+    // behind it, EASY backfill starts a 60-minute job only if it may cut it to fit (at least its
+    // time-min), as Slurm's does; the same job without --time-min waits.
+    let busy = c.sbatch(&["-w", "node1", "-c", "2", "-t", "5", "-o", "/dev/null", "--wrap", "sleep 300"]);
+    c.wait_state(busy, &["RUNNING"], 30);
+    let top = c.sbatch(&["-w", "node1", "-c", "4", "-t", "5", "-o", "/dev/null", "--wrap", "true"]);
+    let plain = c.sbatch(&["-w", "node1", "-c", "2", "-t", "60", "-o", "/dev/null", "--wrap", "sleep 300"]);
+    let cut = c.sbatch(&["-w", "node1", "-c", "2", "-t", "60", "--time-min=2", "-o", "/dev/null", "--wrap", "sleep 300"]);
+    let j = c.wait_state(cut, &["RUNNING"], 30);
+    assert_eq!(j["TimeMin"], "00:02:00", "{j:?}");
+    let limit = j["TimeLimit"].as_str();
+    assert!(("00:02:00"..="00:05:00").contains(&limit), "cut to the reservation: {j:?}");
+    assert_eq!(c.job(plain)["JobState"], "PENDING", "submitted first, without --time-min: not backfilled");
+    assert_eq!(c.job(top)["JobState"], "PENDING");
+    c.ok("scancel", &[&busy.to_string(), &top.to_string(), &plain.to_string(), &cut.to_string()]);
+    // Bad values: a Slurm-like error, nothing stored.
+    let before = c.ok("sacct", &["-n", "-X", "-P", "--format=JobID"]);
+    for (args, want) in [
+        (vec!["-C", "fast|slow"], "only features joined by '&' or ','"),
+        (vec!["-C", "[fast*1&slow*1]"], "only features joined by '&' or ','"),
+        (vec!["-C", "gpu"], "node configuration is not available"),
+        (vec!["-C", "fast&slow"], "node configuration is not available"),
+        (vec!["-w", "node[1-"], "node"),
+        (vec!["-w", "nosuch"], "nosuch"),
+        (vec!["-x", "node[1-2]"], "node configuration is not available"),
+        (vec!["--switches=many"], "--switches"),
+        (vec!["--mem-per-cpu=lots"], "lots"),
+        (vec!["--mem-per-cpu=8G", "-c", "4"], "node configuration is not available"),
+        (vec!["--time-min=soon"], "invalid time limit"),
+    ] {
+        let mut a = args.clone();
+        a.extend(["--wrap", "true"]);
+        let o = c.run("sbatch", &a);
+        let e = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {e}");
+        assert!(e.starts_with("sbatch: error: ") && e.contains(want), "{args:?}: wanted {want:?} in {e}");
+    }
+    assert_eq!(c.ok("sacct", &["-n", "-X", "-P", "--format=JobID"]), before, "nothing stored");
 }
 
 #[test]

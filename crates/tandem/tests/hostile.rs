@@ -903,6 +903,27 @@ fn another_users_jobs_and_services_cannot_be_touched() {
     up.ok(&a, &f.attacker_dir, &["tandem", "service", "apply", "-f", &own_spec.display().to_string()]);
     up.ok(&a, &f.attacker_dir, &["tandem", "service", "scale", "mallsvc", "2"]);
     up.ok(&a, &f.attacker_dir, &["tandem", "service", "delete", "mallsvc"]);
+    // sacct as Slurm's (no PrivateData here): a user other than root sees only their own jobs
+    // unless they ask for others (-a, -u, -j); root sees everyone's.
+    let ids = |out: String| out.lines().map(str::to_string).collect::<Vec<_>>();
+    let acct = |args: &[&str]| {
+        let mut all = vec!["sacct", "-n", "-X", "-P", "--format=JobID"];
+        all.extend_from_slice(args);
+        ids(up.ok(&a, &f.attacker_dir, &all))
+    };
+    let (r, h, o) = (running.to_string(), held.to_string(), own.to_string());
+    // (The attacker's own: its job and its service's replicas.)
+    let mine = acct(&[]);
+    assert!(mine.contains(&o) && !mine.contains(&r) && !mine.contains(&h), "the caller's own jobs by default: {mine:?}");
+    let every = acct(&["-a"]);
+    assert!(every.contains(&o) && every.contains(&r) && every.contains(&h), "{every:?}");
+    // (The victim's: its two jobs and its service's replica.)
+    let theirs = acct(&["-u", VICTIM]);
+    assert!(theirs.contains(&r) && theirs.contains(&h) && !theirs.contains(&o), "{theirs:?}");
+    assert_eq!(acct(&["-u", &v.uid.to_string()]), theirs);
+    assert_eq!(acct(&["-j", &r]), vec![r.clone()]);
+    let all = ids(String::from_utf8_lossy(&up.root(&["sacct", "-n", "-X", "-P", "--format=JobID"]).stdout).into_owned());
+    assert_eq!(all, every, "root: every user's");
     let before = (up.job(running), up.job(held));
     let r = running.to_string();
     let h = held.to_string();

@@ -36,6 +36,10 @@ fn jiff_year() -> String {
     String::from_utf8(Command::new("date").args(["-u", "+%Y"]).output().unwrap().stdout).unwrap().trim().to_string()
 }
 
+fn user() -> String {
+    String::from_utf8(Command::new("id").arg("-un").output().unwrap().stdout).unwrap().trim().to_string()
+}
+
 fn uid() -> String {
     String::from_utf8(Command::new("id").arg("-u").output().unwrap().stdout).unwrap().trim().to_string()
 }
@@ -91,7 +95,7 @@ fn query_commands_as_slurms() {
     assert_eq!(v["jobs"][0]["job_state"], serde_json::json!(["RUNNING"]));
     assert_eq!(v["jobs"][0]["time_limit"]["number"], 5);
     assert_eq!(v["meta"]["plugin"]["data_parser"], "data_parser/v0.0.44");
-    fails(&c, "squeue", &["-o", "%Y"], "Invalid job format specification: Y");
+    fails(&c, "squeue", &["-o", "%!"], "Invalid job format specification: !");
     fails(&c, "squeue", &["-O", "Bogus"], "Invalid job format specification: Bogus");
     fails(&c, "squeue", &["--sort", "X"], "Invalid sort specification");
     fails(&c, "squeue", &["-t", "nope"], "Invalid job state specified: nope");
@@ -99,6 +103,45 @@ fn query_commands_as_slurms() {
     fails(&c, "squeue", &["-i", "0"], "--iterate");
     fails(&c, "squeue", &["--bogus"], "unrecognized option '--bogus'");
     fails(&c, "squeue", &["-j", "12;rm"], "Invalid job id: 12;rm");
+
+    // squeue's filters -u -p -q, --start, and the SQUEUE_* variables (an option wins).
+    let me = user();
+    let ids = |args: &[&str], env: &[(&str, &str)]| -> Vec<String> {
+        let mut a = vec!["-h", "-o", "%i"];
+        a.extend_from_slice(args);
+        out(&run_env(&c, "squeue", &a, env)).lines().map(str::to_string).collect()
+    };
+    let (s, pend) = (sleeper.to_string(), format!("{arr}_[3-5%2]"));
+    assert_eq!(ids(&["-u", &me], &[]), vec![pend.clone(), s.clone()]);
+    assert_eq!(ids(&["-u", &uid()], &[]), vec![pend.clone(), s.clone()], "a uid as a user");
+    assert!(ids(&["-u", "4242"], &[]).is_empty(), "a uid without jobs (or an account here)");
+    let o = c.run("squeue", &["-h", "-u", &format!("nosuchuser,{me}")]);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("squeue: error: Invalid user: nosuchuser"), "{o:?}");
+    assert_eq!(String::from_utf8_lossy(&o.stdout).lines().count(), 2, "the known user's jobs still listed: {o:?}");
+    assert_eq!(ids(&["-p", "gpu"], &[]), vec![s.clone()]);
+    assert_eq!(ids(&["-p", "cpu,gpu"], &[]), vec![pend.clone(), s.clone()]);
+    assert!(ids(&["-p", "nosuch"], &[]).is_empty());
+    assert_eq!(ids(&["-q", "normal"], &[]), vec![pend.clone(), s.clone()]);
+    assert!(ids(&["--qos=nosuch"], &[]).is_empty());
+    let start = c.ok("squeue", &["--start"]);
+    assert!(start.lines().next().unwrap().contains("ST          START_TIME  NODES SCHEDNODES           NODELIST(REASON)"), "{start}");
+    let first: Vec<&str> = start.lines().skip(1).filter_map(|l| l.split_whitespace().next()).collect();
+    assert_eq!(first, vec![pend.as_str()], "--start lists pending jobs only: {start}");
+    assert_eq!(ids(&[], &[("SQUEUE_PARTITION", "gpu")]), vec![s.clone()]);
+    assert_eq!(ids(&["-p", "cpu"], &[("SQUEUE_PARTITION", "gpu")]), vec![pend.clone()], "the option wins");
+    assert_eq!(ids(&[], &[("SQUEUE_USERS", "4242")]), Vec::<String>::new());
+    assert_eq!(ids(&["-u", &me], &[("SQUEUE_USERS", "4242")]), vec![pend.clone(), s.clone()]);
+    assert_eq!(ids(&[], &[("SQUEUE_ACCOUNT", &me)]), vec![pend.clone(), s.clone()]);
+    assert!(ids(&[], &[("SQUEUE_ACCOUNT", "nosuch")]).is_empty());
+    assert_eq!(ids(&[], &[("SQUEUE_NAMES", "sleeper")]), vec![s.clone()]);
+    assert!(ids(&[], &[("SQUEUE_QOS", "nosuch")]).is_empty());
+    assert_eq!(ids(&[], &[("SQUEUE_STATES", "R")]), vec![s.clone()]);
+    assert_eq!(ids(&["-t", "PD"], &[("SQUEUE_STATES", "R")]), vec![pend.clone()]);
+    let r = ids(&[], &[("SQUEUE_ARRAY", "1"), ("SQUEUE_SORT", "-i")]);
+    assert_eq!(r, vec![format!("{arr}_5"), format!("{arr}_4"), format!("{arr}_3"), s.clone()], "SQUEUE_ARRAY, SQUEUE_SORT");
+    assert_eq!(ids(&["-S", "i"], &[("SQUEUE_SORT", "-i")])[0], s, "-S wins over SQUEUE_SORT");
+    let o = run_env(&c, "squeue", &[], &[("SQUEUE_STATES", "nope")]);
+    assert!(o.status.code() == Some(1) && String::from_utf8_lossy(&o.stderr).contains("Invalid job state specified: nope"), "{o:?}");
 
     // scontrol: every job, an array task, times as HH:MM:SS, StdOut expanded, -o, partitions,
     // nodes, config, ping, --json.
@@ -136,7 +179,7 @@ fn query_commands_as_slurms() {
     // sinfo: -o, -p, -s, SINFO_FORMAT, --json.
     assert_eq!(c.ok("sinfo", &["-h", "-o", "%P %N", "-p", "gpu"]).trim(), "gpu node2");
     let s = c.ok("sinfo", &["-s"]);
-    assert!(s.starts_with("PARTITION AVAIL  TIMELIMIT   NODES(A/I/O/T)  NODELIST"), "{s}");
+    assert!(s.starts_with("PARTITION AVAIL  TIMELIMIT   NODES(A/I/O/T) NODELIST"), "{s}");
     assert!(s.contains("cpu*") && s.contains("0/1/0/1") && s.contains("1/0/0/1"), "{s}");
     let l = c.ok("sinfo", &["-l"]);
     assert!(
@@ -151,6 +194,25 @@ fn query_commands_as_slurms() {
     assert_eq!(v["sinfo"].as_array().unwrap().len(), 2);
     fails(&c, "sinfo", &["-o", "%Y"], "Invalid node format specification: Y");
     fails(&c, "sinfo", &["--bogus"], "unrecognized option");
+    let long = c.ok("sinfo", &["-h", "-O", "PartitionName:6,Nodes:.4,NodeList:6|", "-p", "gpu"]);
+    assert_eq!(long.trim_end(), "gpu      1node2 |", "{long}");
+    let long = c.ok("sinfo", &["-O", "Partition,StateLong"]);
+    assert_eq!(long.lines().next().unwrap().trim_end(), format!("{:<20}{:<20}", "PARTITION", "STATE").trim_end(), "{long}");
+    fails(&c, "sinfo", &["-O", "Bogus"], "Invalid node format specification: Bogus");
+    fails(&c, "sinfo", &["-O", "NodeList|"], "Invalid node format specification: NodeList|");
+
+    // scancel -u -p -A: the filters select together; a job in another partition or account
+    // stays, an unknown user is refused.
+    let held_cpu = c.sbatch(&["-p", "cpu", "--hold", "-o", "/dev/null", "--wrap", "true"]);
+    let held_gpu = c.sbatch(&["-p", "gpu", "--hold", "-o", "/dev/null", "--wrap", "true"]);
+    fails(&c, "scancel", &["-u", "nosuchuser"], "Invalid user name: nosuchuser");
+    c.ok("scancel", &["-A", "nosuch", "-u", &me]);
+    c.ok("scancel", &["-u", &me, "-p", "gpu", "-t", "PD", &held_cpu.to_string(), &held_gpu.to_string()]);
+    c.wait_state(held_gpu, &["CANCELLED"], 30);
+    assert_eq!(c.job(held_cpu)["JobState"], "PENDING", "another partition's job stays");
+    c.ok("scancel", &["-A", &me, "-p", "cpu", "-n", "wrap"]);
+    c.wait_state(held_cpu, &["CANCELLED"], 30);
+    assert_eq!(c.job(sleeper)["JobState"], "RUNNING", "{:?}", c.job(sleeper));
 
     // scancel: by name and state; a bad state is refused.
     fails(&c, "scancel", &["-t", "COMPLETED"], "Invalid job state specified");
@@ -180,8 +242,7 @@ fn query_commands_as_slurms() {
     assert_eq!(w.trim_end(), format!("{:>30} a-rather-+", "a-rather-long-job-name"), "{w}");
     // As Slurm's: scancel sends SIGTERM first, so the job ends with signal 15.
     let cancelled = c.ok("sacct", &["-j", &sleeper.to_string(), "-P", "-n", "--format=JobID,State,ExitCode"]);
-    let me = uid();
-    assert!(cancelled.lines().next().unwrap().ends_with(&format!("|CANCELLED by {me}|0:15")), "{cancelled}");
+    assert!(cancelled.lines().next().unwrap().ends_with(&format!("|CANCELLED by {}|0:15", uid())), "{cancelled}");
     assert!(cancelled.lines().any(|l| l == format!("{sleeper}.batch|CANCELLED|0:15")), "{cancelled}");
     let since = c.ok("sacct", &["-X", "-n", "-P", "--format=JobID", "-S", "now-1hour"]);
     assert!(since.lines().any(|l| l == id), "{since}");
@@ -203,6 +264,42 @@ fn query_commands_as_slurms() {
     assert_eq!(v["jobs"][0]["exit_code"]["status"], serde_json::json!(["SUCCESS"]));
     assert_eq!(v["jobs"][0]["tres"]["requested"][1], serde_json::json!({"type": "mem", "name": "", "id": 2, "count": 1024}));
     assert_eq!(v["jobs"][0]["time"]["limit"]["number"], 60);
+    // sacct -u -A -r --name --delimiter --noconvert -e -D.
+    let jobs = |args: &[&str]| -> Vec<String> {
+        let mut a = vec!["-X", "-n", "-P", "--format=JobID", "-S", "now-1hour"];
+        a.extend_from_slice(args);
+        c.ok("sacct", &a).lines().map(str::to_string).collect()
+    };
+    let (sl, hc, hg) = (sleeper.to_string(), held_cpu.to_string(), held_gpu.to_string());
+    let every = jobs(&[]);
+    assert!([&id, &sl, &hc, &hg].iter().all(|j| every.contains(j)), "{every:?}");
+    assert_eq!(jobs(&["-u", &me]), every);
+    assert_eq!(jobs(&["--uid", &uid()]), every, "a uid");
+    assert_eq!(jobs(&["-a"]), every);
+    assert!(jobs(&["-u", "4242"]).is_empty());
+    assert_eq!(jobs(&["-u", "4242", "-a"]), every, "-a after -u: all users");
+    assert_eq!(jobs(&["-u", "-1"]), every, "-u -1: all users");
+    assert_eq!(jobs(&["-A", &me]), every);
+    assert!(jobs(&["--accounts=nosuch"]).is_empty());
+    assert_eq!(jobs(&["-r", "gpu"]), vec![sl.clone(), hg.clone()]);
+    assert_eq!(jobs(&["--partition=gpu", "--name=sleeper"]), vec![sl.clone()]);
+    assert_eq!(jobs(&["--name", "nosuch,a-rather-long-job-name"]), vec![id.clone()]);
+    assert_eq!(jobs(&["-D"]), every, "one record per job");
+    let d = c.ok("sacct", &["-j", &id, "-X", "-n", "-P", "--delimiter=;", "--format=JobID,State,ReqMem"]);
+    assert_eq!(d.trim(), format!("{id};COMPLETED;1G"));
+    let d = c.ok("sacct", &["-j", &id, "-X", "-n", "-p", "--delimiter", "::", "--format=JobID,State"]);
+    assert_eq!(d.trim(), format!("{id}::COMPLETED::"));
+    let d = c.ok("sacct", &["-j", &id, "-X", "-n", "--delimiter=;", "--format=JobID%8,State"]);
+    assert_eq!(d.trim_end(), format!("{id:<8}  COMPLETED"), "the delimiter only with -p/-P: {d:?}");
+    assert_eq!(c.ok("sacct", &["-j", &id, "-X", "-n", "-P", "--noconvert", "--format=ReqMem"]).trim(), "1024M");
+    assert_eq!(c.ok("sacct", &["-j", &id, "-X", "-n", "-P", "--noconvert", "--units=G", "--format=ReqMem"]).trim(), "1G", "--units wins");
+    let e = c.ok("sacct", &["-e"]);
+    for f in ["JobID", "JobName", "MaxRSS", "ReqMem", "Elapsed", "WCKey"] {
+        assert!(e.split_whitespace().any(|w| w == f), "{f} in {e}");
+    }
+    assert_eq!(c.ok("sacct", &["--helpformat"]), e);
+    fails(&c, "sacct", &["-u", "nosuchuser"], "Invalid user id: nosuchuser");
+    fails(&c, "sacct", &["--delimiter"], "requires an argument");
     fails(&c, "sacct", &["-S", "yesterdayish"], "Invalid time specification: yesterdayish");
     fails(&c, "sacct", &["-E", "now-5parsecs"], "Invalid time specification");
     fails(&c, "sacct", &["--format=JobName%x"], "Invalid field width");

@@ -149,6 +149,9 @@ pub struct JobInfo {
     /// Submit directory.
     #[serde(default)]
     pub submit_dir: String,
+    /// The shortest time limit backfill may cut it to (`--time-min`), seconds.
+    #[serde(default)]
+    pub time_min: Option<i64>,
 }
 
 /// One step.

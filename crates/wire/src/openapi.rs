@@ -560,7 +560,8 @@ pub const DOCUMENT: &str = r##"{
           "req_nodes": {"type": "string", "description": "-w, hostlist syntax"},
           "exc_nodes": {"type": "string", "description": "-x, hostlist syntax"},
           "nice": {"$ref": "#/components/schemas/i32"},
-          "submit_dir": {"type": "string", "description": "`(hidden)` for another user's job"}}},
+          "submit_dir": {"type": "string", "description": "`(hidden)` for another user's job"},
+          "time_min": {"$ref": "#/components/schemas/i64OrNull", "description": "--time-min, seconds"}}},
       "ShareRow": {"type": "object", "additionalProperties": false,
         "required": ["account", "raw_shares", "norm_shares", "raw_usage", "effective_usage", "fairshare"],
         "properties": {
@@ -1191,6 +1192,7 @@ mod tests {
             exc_nodes: String::new(),
             nice: -5,
             submit_dir: "/home/alice".into(),
+            time_min: Some(600),
         }
     }
 

@@ -66,6 +66,8 @@ pub struct Cluster {
     pub agents: Vec<Option<Child>>,
     pub gpus: Option<String>,
     pub agent_server: Vec<String>,
+    /// Each agent's `--features` (by index; none where missing or empty).
+    pub features: Vec<String>,
 }
 
 impl Cluster {
@@ -74,6 +76,15 @@ impl Cluster {
     }
 
     pub fn with_config(tag: &str, agents: usize, gpus: Option<&str>, lease: u32, config: Option<&str>) -> Cluster {
+        Cluster::build(tag, agents, gpus, lease, config, &[])
+    }
+
+    /// One agent per entry of `features`, each declaring those features (`--features`).
+    pub fn with_features(tag: &str, features: &[&str]) -> Cluster {
+        Cluster::build(tag, features.len(), None, 30, None, features)
+    }
+
+    fn build(tag: &str, agents: usize, gpus: Option<&str>, lease: u32, config: Option<&str>, features: &[&str]) -> Cluster {
         let dir = free_dir(tag);
         if let Some(cfg) = config {
             std::fs::create_dir_all(dir.join("controller")).unwrap();
@@ -96,6 +107,7 @@ impl Cluster {
             agents: Vec::new(),
             gpus: gpus.map(str::to_string),
             agent_server: Vec::new(),
+            features: features.iter().map(|f| f.to_string()).collect(),
         };
         c.start_server();
         for i in 0..agents {
@@ -154,6 +166,9 @@ impl Cluster {
             .stderr(log);
         if let Some(g) = &self.gpus {
             cmd.args(["--gpus", g]);
+        }
+        if let Some(f) = self.features.get(i).filter(|f| !f.is_empty()) {
+            cmd.args(["--features", f]);
         }
         let child = cmd.spawn().unwrap();
         if self.agents.len() <= i {
