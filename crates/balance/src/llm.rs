@@ -31,9 +31,14 @@
 //! **Score** (for a request with `b >= 1` prompt blocks, among the replicas under the cap):
 //! `score_i = prefix_weight * hit_i / b - load_weight * l_i / bound - kv_weight * kv_i`, where
 //! `hit_i` is the number of the request's leading blocks the replica is believed to hold
-//! (`PrefixIndex::hit`) and `kv_i` its fresh `vllm:kv_cache_usage_perc` in `0..=1` (0 when
-//! stale or absent). Defaults 2, 1, 1 (llm-d's default profile weighs its prefix scorer 2 to
-//! its load scorer 1). The highest score wins; equal scores go to the replica with the highest
+//! (`PrefixIndex::hit`) and `kv_i` the part of its fresh `vllm:kv_cache_usage_perc` above
+//! `KV_KNEE` (0.8), scaled to `0..=1` (0 when stale or absent): a cache that is nearly full
+//! (where vLLM starts preempting) costs steeply, and below the knee KV usage counts nothing,
+//! since there it is only a scrape-old echo of the load the in-flight count gives exactly
+//! (weighed linearly, it herded prompts with nothing to share onto whichever replica looked
+//! emptiest at the last scrape: 2.5-3x least request's time-to-first-token p99 in `tandem bench
+//! llm --workload unique`). Defaults 2, 1, 1 (llm-d's default profile weighs its prefix scorer
+//! 2 to its load scorer 1). The highest score wins; equal scores go to the replica with the highest
 //! rendezvous (highest-random-weight) hash of the replica's id and the request's *first block
 //! that no candidate under the cap holds* (the last block if one holds them all). So, with
 //! equal loads, a prompt nobody has seen goes to the same replica on every proxy and every
@@ -57,6 +62,9 @@ pub const LOAD_FACTOR_PERCENT: u32 = 125;
 
 /// Default `load_slack`: one request more than the `c * average` cap.
 pub const LOAD_SLACK: u32 = 1;
+
+/// KV-cache usage below this fraction does not count against a replica (module doc).
+pub const KV_KNEE: f64 = 0.8;
 
 /// Default age after which scraped gauges are ignored.
 pub const GAUGE_MAX_AGE_MS: u64 = 5_000;
@@ -252,9 +260,10 @@ impl Candidate {
         }
     }
 
-    fn kv(&self, now: u64, cfg: &LlmConfig) -> f64 {
+    /// Its KV-cache pressure at `now`: usage above `KV_KNEE`, scaled to `0..=1`.
+    pub fn kv(&self, now: u64, cfg: &LlmConfig) -> f64 {
         match self.gauges {
-            Some(g) if g.fresh(now, cfg.gauge_max_age_ms) => g.kv(),
+            Some(g) if g.fresh(now, cfg.gauge_max_age_ms) => ((g.kv() - KV_KNEE) / (1.0 - KV_KNEE)).max(0.0),
             _ => 0.0,
         }
     }

@@ -147,12 +147,17 @@ fn fresh_gauges_count_and_stale_ones_do_not() {
     // Stale (older than 5 s): only the in-flight count, and a's cache wins.
     assert_eq!(choose(&[a, b], Route::Prefix(&blocks), 0, 16_000, &c), Some(0));
     assert_eq!(a.load(16_000, &c), 0);
-    // KV usage breaks what would otherwise be a tie.
+    // KV usage above the knee breaks what would otherwise be a tie; below it, it counts nothing.
     let mut x = cand("x", 1, 0);
     x.gauges = Some(Gauges { running: 1, waiting: 0, kv_usage: 0.9, scraped_at_ms: 0, seen_inflight: 0 });
     let mut y = cand("y", 1, 0);
     y.gauges = Some(Gauges { running: 1, waiting: 0, kv_usage: 0.1, scraped_at_ms: 0, seen_inflight: 0 });
     assert_eq!(choose(&[x, y], Route::Prefix(&blocks), 0, 0, &c), Some(1));
+    assert_eq!((x.kv(0, &c) * 1e9).round() / 1e9, 0.5);
+    assert_eq!(y.kv(0, &c), 0.0);
+    let mut z = cand("z", 1, 0);
+    z.gauges = Some(Gauges { kv_usage: 0.75, ..y.gauges.unwrap() });
+    assert_eq!(z.kv(0, &c), 0.0, "below the knee: nothing");
     // Odd gauge values: no panic, clamped.
     x.gauges = Some(Gauges { running: u32::MAX, waiting: u32::MAX, kv_usage: f64::NAN, scraped_at_ms: u64::MAX, seen_inflight: 0 });
     y.gauges = Some(Gauges { running: 0, waiting: 0, kv_usage: -3.0, scraped_at_ms: 0, seen_inflight: 0 });
