@@ -40,10 +40,18 @@
 //! llm --workload unique`). Defaults 2, 1, 1 (llm-d's default profile weighs its prefix scorer
 //! 2 to its load scorer 1). The highest score wins; equal scores go to the replica with the highest
 //! rendezvous (highest-random-weight) hash of the replica's id and the request's *first block
-//! that no candidate under the cap holds* (the last block if one holds them all). So, with
-//! equal loads, a prompt nobody has seen goes to the same replica on every proxy and every
-//! run, and prompts that share a known prefix but differ afterwards spread by their differing
-//! part. Candidates are the endpoints `Pool::pick_llm` leaves in: not draining, not tried,
+//! that no candidate under the cap holds* (the last block if one holds them all). So prompts
+//! that share a known prefix but differ afterwards spread by their differing part.
+//!
+//! **A prompt no candidate under the cap holds any block of** goes as least request goes: the
+//! least loaded replica, ties in turn from a rotating start. (It used to be scored the same
+//! way, which left it to the rendezvous hash among equal loads; with nothing to gain from any
+//! cache, that only spread new prompts less evenly in time than taking turns: in `tandem bench
+//! llm --workload unique` the scored rule gave 1.3-2.6x least request's TTFT p99.) The replica
+//! it lands on is recorded, so the prompt's next request, and every prompt sharing its
+//! beginning, finds it there.
+//!
+//! Candidates are the endpoints `Pool::pick_llm` leaves in: not draining, not tried,
 //! not ejected (unless all are), under `max_inflight`.
 //!
 //! **Sessions.** A request with a session key (the `x-session-id` header) goes to the first
@@ -52,8 +60,8 @@
 //! it is over, the session moves to its next replica in that order; when replicas come or go,
 //! only the sessions whose first choice changed move (rendezvous hashing's minimal disruption).
 //!
-//! **No prompt** (not OpenAI-shaped, or shorter than one block) and no session: least request,
-//! the replica with the smallest load; ties in turn from a rotating start.
+//! **No prompt** (not OpenAI-shaped, or shorter than one block) and no session: least request
+//! too.
 
 use crate::prefix::{BlockHash, PrefixConfig, hash_bytes, mix};
 
@@ -302,6 +310,10 @@ pub fn choose(cands: &[Candidate], route: Route<'_>, start: usize, now: u64, cfg
         Route::Prefix(blocks) => {
             let b = blocks.len() as f64;
             let max_hit = (0..n).filter(|&i| under(i)).map(|i| cands[i].hit).max().unwrap_or(0);
+            if max_hit == 0 {
+                // Nothing to gain from any cache: least request (module doc).
+                return (0..n).map(|k| (start % n + k) % n).min_by_key(|&i| loads[i]);
+            }
             let tie = blocks[max_hit.min(blocks.len() - 1)].0;
             let weight = |w: f64| if w.is_finite() && w > 0.0 { w } else { 0.0 };
             let (wp, wl, wk) = (weight(cfg.prefix_weight), weight(cfg.load_weight), weight(cfg.kv_weight));
