@@ -71,7 +71,7 @@ fn service_info(c: &Controller, s: &control::Service, v: &Viewer) -> ServiceInfo
     }
 }
 
-/// A spec with its environment's values and its arguments hidden.
+/// A spec with its environment's values, its arguments and its tenants' API keys hidden.
 fn hide(spec: &control::ServiceSpec) -> control::ServiceSpec {
     let mut out = spec.clone();
     for v in out.env.values_mut() {
@@ -79,6 +79,11 @@ fn hide(spec: &control::ServiceSpec) -> control::ServiceSpec {
     }
     for a in &mut out.args {
         *a = HIDDEN.into();
+    }
+    for t in out.proxy.tenants.values_mut() {
+        for k in &mut t.keys {
+            *k = HIDDEN.into();
+        }
     }
     out
 }
