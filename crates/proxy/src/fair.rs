@@ -68,6 +68,10 @@ pub(crate) struct TenantStats {
     pub(crate) queued_total: u64,
     /// Requests answered 429 (refused, or waited past the bound).
     pub(crate) shed: u64,
+    /// Queued requests granted a replica.
+    pub(crate) granted: u64,
+    /// Their waits in the queue, milliseconds, summed.
+    pub(crate) wait_ms: u64,
 }
 
 /// The fair queue of one service and its waiters.
@@ -207,9 +211,13 @@ impl Fair {
             };
             match pool.pick_llm(now, &[], &w.req) {
                 Pick::To(k) => {
-                    self.queue.pop(now);
                     w.state = WaitState::Granted(k);
                     w.notify.notify_one();
+                    if let Some(q) = self.queue.pop(now) {
+                        let s = self.stats.entry(q.tenant).or_default();
+                        s.granted += 1;
+                        s.wait_ms += now.saturating_sub(q.enqueued_at_ms);
+                    }
                 }
                 Pick::Full => break,
                 Pick::Nothing => {
@@ -230,6 +238,8 @@ impl Fair {
             let e = self.stats.entry(t).or_default();
             e.queued_total += x.queued_total;
             e.shed += x.shed;
+            e.granted += x.granted;
+            e.wait_ms += x.wait_ms;
         }
     }
 

@@ -486,7 +486,7 @@ impl State {
             let st = map[*n].lock();
             if let Some(f) = st.fair.as_ref() {
                 for (t, x) in &f.stats {
-                    tenants.push((n.to_string(), label(t), f.queue.queued(t) as u64, x.queued_total, x.shed));
+                    tenants.push((n.to_string(), label(t), f.queue.queued(t) as u64, x.queued_total, x.shed, x.granted, x.wait_ms));
                 }
             }
         }
@@ -498,11 +498,13 @@ impl State {
                 "counter",
                 "Requests of the tenant answered 429 (expected wait over the bound, or waited past it).",
             ),
+            ("tandem_proxy_tenant_queue_wait_seconds_count", "counter", "Queued requests of the tenant that were given a replica."),
+            ("tandem_proxy_tenant_queue_wait_seconds_sum", "counter", "Their time in the queue, summed."),
         ];
         for (k, (metric, kind, help)) in fair_heads.iter().enumerate() {
             let _ = writeln!(out, "# HELP {metric} {help}\n# TYPE {metric} {kind}");
-            for (s, t, queued, total, shed) in &tenants {
-                let v = [*queued, *total, *shed][k];
+            for (s, t, queued, total, shed, granted, wait_ms) in &tenants {
+                let v = [*queued as f64, *total as f64, *shed as f64, *granted as f64, *wait_ms as f64 / 1000.0][k];
                 let _ = writeln!(out, "{metric}{{service=\"{s}\",tenant=\"{t}\"}} {v}");
             }
         }
