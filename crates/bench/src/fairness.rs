@@ -1,8 +1,9 @@
 //! `tandem bench llm --workload fairness`: a quiet tenant's time to first token alone and beside
 //! a noisy tenant of equal weight that sends `--noisy-times` (10) its rate, past saturation,
 //! through one `tandem proxy` whose `llm` service has a per-replica limit and a fair queue
-//! (`--max-concurrency`, default the stand-in's batch of 32; `--max-wait`, default 2 s; tenants
-//! `quiet` and `noisy` by the `x-tenant` header).
+//! (`--max-concurrency`, default 24: three quarters of the stand-in's batch of 32, leaving room
+//! for tenants under their share, whom the limit does not hold back; `--max-wait`, default 2 s;
+//! tenants `quiet` and `noisy` by the `x-tenant` header).
 //!
 //! The run: the replicas' capacity is measured as `bench llm` does (the `unique` workload:
 //! 500-token prompts, 100 tokens asked; `--capacity` skips it). Phase 1: fresh replicas and
@@ -53,7 +54,8 @@ fn queue_wait(metrics: &str, tenant: &str) -> (f64, u64) {
 async fn proxy_metrics(base: &str) -> String {
     use http_body_util::BodyExt;
     let c: hyper_util::client::legacy::Client<_, http_body_util::Empty<bytes::Bytes>> =
-        hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new()).build(hyper_util::client::legacy::connect::HttpConnector::new());
+        hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+            .build(hyper_util::client::legacy::connect::HttpConnector::new());
     let Ok(uri) = format!("http://{base}/_tandem/metrics").parse() else { return String::new() };
     match c.get(uri).await {
         Ok(r) => r.into_body().collect().await.map(|b| String::from_utf8_lossy(&b.to_bytes()).into_owned()).unwrap_or_default(),
@@ -98,7 +100,18 @@ fn setup(exe: &std::path::Path, a: &BenchLlmArgs, kids: &mut Kids) -> Result<(St
     let limit = a.max_concurrency.to_string();
     let mut px = Command::new(exe)
         .args(["proxy", "--listen", "127.0.0.1:0", "--threads", &a.proxy_threads.to_string(), "--static", &spec])
-        .args(["--max-concurrency", &limit, "--max-wait", &a.max_wait, "--tenant-header", "x-tenant", "--tenant", "quiet", "--tenant", "noisy"])
+        .args([
+            "--max-concurrency",
+            &limit,
+            "--max-wait",
+            &a.max_wait,
+            "--tenant-header",
+            "x-tenant",
+            "--tenant",
+            "quiet",
+            "--tenant",
+            "noisy",
+        ])
         .stdout(Stdio::piped())
         .spawn()
         .context("starting tandem proxy")?;

@@ -90,8 +90,10 @@ pub struct BenchLlmArgs {
     /// Fairness: quiet-tenant requests per phase (alone, then beside the noisy tenant).
     #[arg(long, default_value_t = 2000)]
     pub quiet_requests: u64,
-    /// Fairness: the proxy's per-replica limit (default: the stand-in's batch, 32).
-    #[arg(long, default_value_t = 32)]
+    /// Fairness: the proxy's per-replica limit (default 24, three quarters of the stand-in's
+    /// batch of 32: room for the requests of tenants under their share, which the limit does
+    /// not hold back).
+    #[arg(long, default_value_t = 24)]
     pub max_concurrency: u32,
     /// Fairness: the proxy's bound on a request's wait in its queue.
     #[arg(long, default_value = "2s")]
@@ -466,7 +468,15 @@ fn pct(v: &mut [f64], p: f64) -> f64 {
 }
 
 /// One policy's run: the seeded arrivals at `rate` to `url` (as `tenant`, if given).
-pub(crate) async fn open_loop(url: &str, kind: Kind, seed: u64, rate: f64, duration: f64, limit: u64, tenant: Option<&str>) -> Vec<Outcome> {
+pub(crate) async fn open_loop(
+    url: &str,
+    kind: Kind,
+    seed: u64,
+    rate: f64,
+    duration: f64,
+    limit: u64,
+    tenant: Option<&str>,
+) -> Vec<Outcome> {
     let c = client();
     let w = Arc::new(Workload::new(kind, seed));
     let mut arrivals = SmallRng::seed_from_u64(seed.wrapping_mul(0x2545_f491_4f6c_dd1d) ^ 1);

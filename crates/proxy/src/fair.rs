@@ -83,6 +83,8 @@ pub(crate) struct Fair {
     pub(crate) waiters: HashMap<u64, Waiter>,
     next_id: u64,
     pub(crate) stats: BTreeMap<String, TenantStats>,
+    /// Requests of each tenant that hold a replica (first attempt to the end of the answer).
+    inflight: BTreeMap<String, u32>,
 }
 
 /// A request's tenant and cost, worked out before it asks for a replica.
@@ -116,7 +118,7 @@ impl Fair {
                 keys.insert(k.clone(), name.clone());
             }
         }
-        Ok(Fair { settings, queue, keys, names, waiters: HashMap::new(), next_id: 0, stats })
+        Ok(Fair { settings, queue, keys, names, waiters: HashMap::new(), next_id: 0, stats, inflight: BTreeMap::new() })
     }
 
     /// The tenant of a request (the module doc gives the rule).
@@ -139,6 +141,33 @@ impl Fair {
             .map(str::trim)
             .filter(|v| self.names.contains_key(*v));
         named.unwrap_or(DEFAULT_TENANT).to_string()
+    }
+
+    /// Whether one more request of `tenant` stays within its share of the service's slots
+    /// (`limit` × `serving` replicas × its weight / the weights of the tenants with requests in
+    /// flight or queued, its own included). Such a request is not held back by the limit.
+    pub(crate) fn under_share(&self, tenant: &str, serving: usize) -> bool {
+        let total = f64::from(self.settings.limit) * serving as f64;
+        let mut weights = u64::from(self.queue.weight(tenant));
+        for t in self.stats.keys() {
+            if t != tenant && (self.inflight.get(t).is_some_and(|n| *n > 0) || self.queue.queued(t) > 0) {
+                weights += u64::from(self.queue.weight(t));
+            }
+        }
+        let share = total * f64::from(self.queue.weight(tenant)) / weights as f64;
+        f64::from(self.inflight.get(tenant).copied().unwrap_or(0)) + 1.0 <= share
+    }
+
+    /// A request of `tenant` got a replica.
+    pub(crate) fn started(&mut self, tenant: &str) {
+        *self.inflight.entry(tenant.to_string()).or_default() += 1;
+    }
+
+    /// A request of `tenant` ended.
+    pub(crate) fn ended(&mut self, tenant: &str) {
+        if let Some(n) = self.inflight.get_mut(tenant) {
+            *n = n.saturating_sub(1);
+        }
     }
 
     /// The expected wait bound, milliseconds.
@@ -240,6 +269,9 @@ impl Fair {
             e.shed += x.shed;
             e.granted += x.granted;
             e.wait_ms += x.wait_ms;
+        }
+        for (t, n) in old.inflight {
+            *self.inflight.entry(t).or_default() += n;
         }
     }
 
@@ -393,6 +425,32 @@ mod tests {
         ] {
             assert!(static_settings(limit, wait, header, &tenants).is_err(), "{limit:?} {wait:?} {header:?} {tenants:?}");
         }
+    }
+
+    /// Two replicas of 2 slots: a tenant alone has all 4; beside another active tenant of
+    /// weight 2 (alice), bob's share is a third.
+    #[test]
+    fn shares_follow_the_weights_of_active_tenants() {
+        let mut f = Fair::new(FairSettings { limit: 2, ..settings() }).unwrap();
+        for _ in 0..3 {
+            assert!(f.under_share("bob", 2));
+            f.started("bob");
+        }
+        assert!(f.under_share("bob", 2), "the 4th of 4 slots");
+        f.started("bob");
+        assert!(!f.under_share("bob", 2));
+        assert!(f.under_share("alice", 2), "alice's share with bob active: 4 * 2/3");
+        f.started("alice");
+        assert!(!f.under_share("bob", 2));
+        for _ in 0..4 {
+            f.ended("bob");
+        }
+        assert!(f.under_share("bob", 2), "bob's share beside alice is 4/3");
+        f.started("bob");
+        assert!(!f.under_share("bob", 2));
+        f.ended("alice");
+        f.ended("alice");
+        assert!(f.under_share("bob", 2), "alone again");
     }
 
     #[test]

@@ -664,6 +664,8 @@ struct Guard {
     outcome: Outcome,
     start: Instant,
     st: Arc<State>,
+    /// The request's tenant, counted until the answer ends (fair services).
+    _tenant: Option<TenantSlot>,
 }
 
 impl Drop for Guard {
@@ -870,6 +872,19 @@ async fn acquire(
             };
             match (picked, llm, ticket) {
                 (Pick::To(k), ..) => Step::Go(k),
+                // A tenant under its share of the slots is not held back: the limit and the
+                // queue are for the tenants that take more.
+                (Pick::Full, Some(_), Some(t))
+                    if queues
+                        && s.fair
+                            .as_ref()
+                            .is_some_and(|f| f.under_share(&t.tenant, s.pool.endpoints().iter().filter(|e| !e.draining).count())) =>
+                {
+                    match s.pool.pick(now, tried) {
+                        Some(k) => Step::Go(k),
+                        None => Step::Hold(s.hold_ms),
+                    }
+                }
                 (Pick::Full, Some(r), Some(t)) if queues => {
                     if st.draining.load(Relaxed) {
                         return Err(plain(StatusCode::SERVICE_UNAVAILABLE, "the proxy is shutting down"));
@@ -948,6 +963,30 @@ fn too_many(service: &str, tenant: &str, shed: fair::Shed) -> Response<ProxyBody
     );
     r.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(shed.retry_after_s));
     r
+}
+
+/// Counts a request of a tenant as holding a replica until it is dropped (with the response
+/// body, or when the request ends otherwise).
+struct TenantSlot {
+    svc: Arc<Service>,
+    tenant: String,
+}
+
+impl TenantSlot {
+    fn new(svc: &Arc<Service>, tenant: &str) -> TenantSlot {
+        if let Some(f) = svc.lock().fair.as_mut() {
+            f.started(tenant);
+        }
+        TenantSlot { svc: svc.clone(), tenant: tenant.to_string() }
+    }
+}
+
+impl Drop for TenantSlot {
+    fn drop(&mut self) {
+        if let Some(f) = self.svc.lock().fair.as_mut() {
+            f.ended(&self.tenant);
+        }
+    }
 }
 
 /// Takes a queued request out of the fair queue if its task is dropped (its client went away).
@@ -1203,6 +1242,7 @@ async fn handle(
     let mut tried = [Key(u64::MAX); MAX_RETRIES as usize + 1];
     let mut attempts = 0u32;
     let mut hold = None;
+    let mut slot: Option<TenantSlot> = None;
     let mut last = String::new();
     loop {
         let (key, up, retries) = match acquire(&st, &svc, &tried[..attempts as usize], llm_req.as_ref(), ticket.as_ref(), &mut hold).await {
@@ -1221,6 +1261,11 @@ async fn handle(
             }
         };
         drop(hold.take());
+        if attempts == 0
+            && let Some(t) = &ticket
+        {
+            slot = Some(TenantSlot::new(&svc, &t.tenant));
+        }
         tried[attempts as usize] = key;
         attempts += 1;
         let uri = Uri::from_parts({
@@ -1261,7 +1306,7 @@ async fn handle(
                     resp.headers_mut().insert("x-tandem-replica", up.replica.clone());
                     let (p, b) = resp.into_parts();
                     if !keeps_whole(&parts.method, &p) {
-                        let guard = Guard { svc: svc.clone(), up, key, outcome, start, st: st.clone() };
+                        let guard = Guard { svc: svc.clone(), up, key, outcome, start, st: st.clone(), _tenant: slot.take() };
                         return Ok(Response::from_parts(p, ProxyBody::Upstream(b, Some(guard))));
                     }
                     // A small answer to an idempotent request is read whole before anything
@@ -1269,7 +1314,7 @@ async fn handle(
                     // retry on another replica, not a truncated response.
                     match b.collect().await {
                         Ok(whole) => {
-                            drop(Guard { svc: svc.clone(), up, key, outcome, start, st: st.clone() });
+                            drop(Guard { svc: svc.clone(), up, key, outcome, start, st: st.clone(), _tenant: None });
                             return Ok(Response::from_parts(p, ProxyBody::Full(Some(whole.to_bytes()))));
                         }
                         Err(e) => {
@@ -1278,7 +1323,7 @@ async fn handle(
                                 && balance::should_retry(outcome, attempts, retries, replayable, false)
                                 && svc.lock().pool.can_pick(&tried[..attempts as usize]);
                             if !again {
-                                drop(Guard { svc: svc.clone(), up: up.clone(), key, outcome, start, st: st.clone() });
+                                drop(Guard { svc: svc.clone(), up: up.clone(), key, outcome, start, st: st.clone(), _tenant: None });
                                 return Ok(plain(
                                     StatusCode::BAD_GATEWAY,
                                     format!(

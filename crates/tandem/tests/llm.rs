@@ -471,7 +471,8 @@ fn open_loop(addr: &str, tenant: &'static str, every: Duration, dur: Duration, o
 /// in flight (2 slots; a request of 16 tokens takes at least 160 ms of decode, so at most
 /// about 12 requests/s). A quiet tenant at 4 requests/s, alone and then beside a noisy tenant
 /// of equal weight at 10 times its rate (40/s, 3 times the capacity: the proxy's queue fills
-/// to its bound of 1 s). Asserted: the quiet tenant gets every answer (no 429, no failure); the noisy one gets
+/// to its bound of 1 s; the quiet tenant, mostly under its share of 1 of the 2 slots, is
+/// mostly not held back by the limit). Asserted: the quiet tenant gets every answer (no 429, no failure); the noisy one gets
 /// 429s with a Retry-After and a reason, and nothing else but 200s (no time-out, no 5xx). The
 /// quiet tenant's time to first token (p50/p99, alone and beside the noisy one) is printed, not
 /// asserted: timings on a shared machine are not a test.
