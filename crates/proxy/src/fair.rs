@@ -14,6 +14,16 @@
 //! it was granted and dispatches again. One that waits longer than the queue's `expire_ms`
 //! (1.5 times `max_wait`) takes itself out and answers 429 as well: never a time-out.
 //!
+//! **Shares.** A tenant under its weighted share of the service's slots (`limit` × serving
+//! replicas × its weight / the weights of the tenants with requests in flight or queued) is not
+//! held back by the limit: its request goes to the least loaded replica at once, even over the
+//! limit. The limit and the queue hold back the tenants that take more than their share. This
+//! matters because an LLM server's sequences finish in waves (a batch decodes together), so a
+//! request queued for a freed slot waits about half a request's time, however fair the order;
+//! a quiet tenant would pay that on every request. The replicas need room for it: set the limit
+//! below the server's batch (e.g. three quarters of it). Requests over the limit are bounded by
+//! the shares: at most twice the limit's total.
+//!
 //! Tenants: the API key of `Authorization: Bearer KEY` if it is one of a tenant's keys, else
 //! the `tenant_header`'s value if it names a tenant, else `default`. Only named tenants and
 //! `default` exist, so the per-tenant metrics stay bounded.

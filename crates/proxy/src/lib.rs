@@ -19,10 +19,13 @@
 //! for `Pool::pick_llm`; the body goes upstream unchanged. Other requests of such a service (no
 //! OpenAI path, no readable prompt) are placed by the same picker's least-request rule (or by
 //! their session). Every replica of an LLM service is scraped every `SCRAPE_MS` (500) ms
-//! (`GET /metrics`, vLLM's gauges) into `Pool::set_gauges`. `Pick::Full` (only with a
-//! per-replica concurrency limit, which nothing sets yet) goes to the least loaded replica:
-//! there is no fair queue in the proxy yet. Services of the other policies pay one relaxed
-//! atomic load per request for all this.
+//! (`GET /metrics`, vLLM's gauges) into `Pool::set_gauges`. Services of the other policies pay
+//! one relaxed atomic load per request for all this.
+//!
+//! With a per-replica limit (`max_concurrency`, LLM services only) an OpenAI request that finds
+//! every replica at the limit waits in the service's fair queue, or gets 429 with
+//! `Retry-After` (the `fair` module). Retries are not queued again (they go to the least
+//! loaded replica).
 //!
 //! It owns the request path and nothing of the cluster's state: what it knows of replicas is the
 //! controller's endpoint view, and its balancing decisions are `balance`'s. It never depends on
