@@ -21,8 +21,8 @@ fn path<T>(p: Result<Path<T>, PathRejection>) -> Result<T, Response> {
     p.map(|Path(x)| x).map_err(|e| err(StatusCode::BAD_REQUEST, format!("malformed request: {}", e.body_text())))
 }
 
-/// Converts a service for display to `v`: another user's environment values and arguments
-/// are hidden from it.
+/// Converts a service for display to `v`: another user's environment values, arguments and
+/// tenant API keys are hidden from it.
 fn service_info(c: &Controller, s: &control::Service, v: &Viewer) -> ServiceInfo {
     let mut replicas = Vec::new();
     let (mut ready, mut updated_ready) = (0, 0);
