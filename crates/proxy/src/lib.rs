@@ -968,6 +968,24 @@ fn too_many(service: &str, tenant: &str, shed: fair::Shed) -> Response<ProxyBody
     r
 }
 
+/// An attempt between its pick and its `Guard` (or its explicit finish): dropped armed (the
+/// request's task dropped, its client gone), it finishes the attempt.
+struct Pending<'a> {
+    svc: &'a Arc<Service>,
+    st: &'a Arc<State>,
+    key: Key,
+    armed: bool,
+}
+
+impl Drop for Pending<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            let now = self.st.now_ms();
+            self.svc.lock().finish(self.key, Outcome::Ok, now);
+        }
+    }
+}
+
 /// Counts a request of a tenant as holding a replica until it is dropped (with the response
 /// body, or when the request ends otherwise).
 struct TenantSlot {
@@ -1270,6 +1288,10 @@ async fn handle(
             slot = Some(TenantSlot::new(&svc, &t.tenant));
         }
         tried[attempts as usize] = key;
+        // Until the attempt is handed to a Guard or finished, a dropped request (its client
+        // gone while the replica thinks) still ends it: a lost slot would hold back a
+        // service with a concurrency limit for good.
+        let mut pending = Pending { svc: &svc, st: &st, key, armed: true };
         attempts += 1;
         let uri = Uri::from_parts({
             let mut p = hyper::http::uri::Parts::default();
@@ -1309,6 +1331,7 @@ async fn handle(
                     resp.headers_mut().insert("x-tandem-replica", up.replica.clone());
                     let (p, b) = resp.into_parts();
                     if !keeps_whole(&parts.method, &p) {
+                        pending.armed = false;
                         let guard = Guard { svc: svc.clone(), up, key, outcome, start, st: st.clone(), _tenant: slot.take() };
                         return Ok(Response::from_parts(p, ProxyBody::Upstream(b, Some(guard))));
                     }
@@ -1317,6 +1340,7 @@ async fn handle(
                     // retry on another replica, not a truncated response.
                     match b.collect().await {
                         Ok(whole) => {
+                            pending.armed = false;
                             drop(Guard { svc: svc.clone(), up, key, outcome, start, st: st.clone(), _tenant: None });
                             return Ok(Response::from_parts(p, ProxyBody::Full(Some(whole.to_bytes()))));
                         }
@@ -1326,6 +1350,7 @@ async fn handle(
                                 && balance::should_retry(outcome, attempts, retries, replayable, false)
                                 && svc.lock().pool.can_pick(&tried[..attempts as usize]);
                             if !again {
+                                pending.armed = false;
                                 drop(Guard { svc: svc.clone(), up: up.clone(), key, outcome, start, st: st.clone(), _tenant: None });
                                 return Ok(plain(
                                     StatusCode::BAD_GATEWAY,
@@ -1338,6 +1363,7 @@ async fn handle(
                             last = format!("replica {} broke off its response", up.addr);
                             svc.retries.fetch_add(1, Relaxed);
                             let now = st.now_ms();
+                            pending.armed = false;
                             if svc.lock().finish(key, outcome, now) {
                                 eprintln!("tandem proxy: service {}: replica {} ejected after repeated failures", svc.name, up.addr);
                             }
@@ -1351,6 +1377,7 @@ async fn handle(
                 let outcome = classify(&e);
                 if !(attempts <= MAX_RETRIES && balance::should_retry(outcome, attempts, retries, replayable, false)) {
                     let now = st.now_ms();
+                    pending.armed = false;
                     svc.lock().finish(key, outcome, now);
                     svc.failures.fetch_add(1, Relaxed);
                     let status = if outcome == Outcome::Timeout { StatusCode::GATEWAY_TIMEOUT } else { StatusCode::BAD_GATEWAY };
@@ -1365,6 +1392,7 @@ async fn handle(
         };
         // Retry elsewhere.
         let now = st.now_ms();
+        pending.armed = false;
         if svc.lock().finish(key, outcome, now) {
             eprintln!("tandem proxy: service {}: replica {} ejected after repeated failures", svc.name, up.addr);
         }

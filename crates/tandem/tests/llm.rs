@@ -537,7 +537,8 @@ fn a_noisy_tenant_is_shed_with_429s_and_the_quiet_one_is_served() {
 }
 
 /// A client that goes away while its request waits in the fair queue takes it out of the
-/// queue; bad fair-queue flags are refused with a clear message.
+/// queue, and one that goes away while a replica works gives its slot back; bad fair-queue
+/// flags are refused with a clear message.
 #[test]
 fn a_queued_request_whose_client_leaves_is_dropped_and_bad_flags_are_refused() {
     let mut p = Procs(Vec::new());
@@ -573,6 +574,17 @@ fn a_queued_request_whose_client_leaves_is_dropped_and_bad_flags_are_refused() {
     let r = stream_as(&proxy, "someone", "after", 2);
     assert_eq!(r.status, 200, "{}", r.body);
     assert_eq!(queued(&proxy), 0.0);
+
+    // A client that leaves while the replica works on its answer (not streamed: nothing comes
+    // back before the end) gives its slot back; a lost slot would hold the service back for good.
+    let body = json!({"model": "m", "prompt": "a slow plain one", "max_tokens": 300}).to_string();
+    let mut s = TcpStream::connect(&proxy).unwrap();
+    write!(s, "POST /s/chat/v1/completions HTTP/1.1\r\nhost: x\r\ncontent-length: {}\r\n\r\n{body}", body.len()).unwrap();
+    wait_for("the plain request in flight", &|| m() == 1.0);
+    drop(s);
+    wait_for("its slot given back after its client left", &|| m() == 0.0);
+    let r = stream_as(&proxy, "someone", "after the plain one", 2);
+    assert_eq!(r.status, 200, "{}", r.body);
 
     for (args, want) in [
         (vec!["--max-concurrency", "0"], "at least 1"),
