@@ -833,10 +833,8 @@ fn describe(o: Outcome) -> String {
     }
 }
 
-/// What `acquire` decided under the service's lock.
-enum Step {
-    /// A replica.
-    Go(Key),
+/// What `acquire` waits for when it has no replica yet.
+enum Wait {
     /// No replica yet: hold for one, up to this many milliseconds.
     Hold(u64),
     /// Queued in the fair queue (id, wake-up, how long before it gives up, milliseconds).
@@ -873,8 +871,8 @@ async fn acquire(
                 Some(_) if queues && s.fair.as_ref().is_some_and(|f| !f.queue.is_empty()) => Pick::Full,
                 Some(r) => s.pool.pick_llm(now, tried, r),
             };
-            match (picked, llm, ticket) {
-                (Pick::To(k), ..) => Step::Go(k),
+            let step = match (picked, llm, ticket) {
+                (Pick::To(k), ..) => Ok(k),
                 // A tenant under its share of the slots is not held back: the limit and the
                 // queue are for the tenants that take more.
                 (Pick::Full, Some(_), Some(t))
@@ -884,8 +882,8 @@ async fn acquire(
                             .is_some_and(|f| f.under_share(&t.tenant, s.pool.endpoints().iter().filter(|e| !e.draining).count())) =>
                 {
                     match s.pool.pick(now, tried) {
-                        Some(k) => Step::Go(k),
-                        None => Step::Hold(s.hold_ms),
+                        Some(k) => Ok(k),
+                        None => Err(Wait::Hold(s.hold_ms)),
                     }
                 }
                 (Pick::Full, Some(r), Some(t)) if queues => {
@@ -897,7 +895,7 @@ async fn acquire(
                         Ok((id, wake)) => {
                             let expire = f.expire_ms();
                             s.dispatch(now);
-                            Step::Queued(id, wake, expire)
+                            Err(Wait::Queued(id, wake, expire))
                         }
                         Err(shed) => return Err(too_many(&svc.name, &t.tenant, shed)),
                     }
@@ -905,26 +903,27 @@ async fn acquire(
                 // A retry (or a request of a service whose limit just appeared) is not queued
                 // again: it goes over the limit to the least loaded replica.
                 (Pick::Full, ..) => match s.pool.pick(now, tried) {
-                    Some(k) => Step::Go(k),
-                    None => Step::Hold(s.hold_ms),
+                    Some(k) => Ok(k),
+                    None => Err(Wait::Hold(s.hold_ms)),
                 },
                 (Pick::Nothing, ..) => {
                     if s.pool.has_serving() || !tried.is_empty() {
                         return Err(plain(StatusCode::BAD_GATEWAY, format!("service {:?}: no other replica left to retry on", svc.name)));
                     }
-                    Step::Hold(s.hold_ms)
+                    Err(Wait::Hold(s.hold_ms))
                 }
+            };
+            // The usual case, under the same lock.
+            match step {
+                Ok(k) => {
+                    let up = s.pool.get(k).expect("picked").data.clone();
+                    return Ok((k, up, s.retries));
+                }
+                Err(wait) => wait,
             }
         };
         let hold_ms = match step {
-            Step::Go(k) => {
-                let s = svc.lock();
-                return match s.pool.get(k) {
-                    Some(e) => Ok((k, e.data.clone(), s.retries)),
-                    None => Err(plain(StatusCode::BAD_GATEWAY, format!("service {:?}: the replica picked is gone", svc.name))),
-                };
-            }
-            Step::Queued(id, wake, expire_ms) => {
+            Wait::Queued(id, wake, expire_ms) => {
                 let t = ticket.expect("only requests with a ticket queue");
                 match wait_in_queue(st, svc, &t.tenant, id, wake, expire_ms).await? {
                     Some(k) => {
@@ -940,7 +939,7 @@ async fn acquire(
                     None => continue,
                 }
             }
-            Step::Hold(ms) => ms,
+            Wait::Hold(ms) => ms,
         };
         let d = *deadline.get_or_insert_with(|| tokio::time::Instant::now() + Duration::from_millis(hold_ms));
         if hold.is_none() {
