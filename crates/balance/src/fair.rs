@@ -309,14 +309,26 @@ impl<T> FairQueue<T> {
         Ok(())
     }
 
-    /// Takes the next request in weighted fair order and charges its tenant.
-    pub fn pop(&mut self, now: u64) -> Option<Queued<T>> {
-        let name = self
-            .tenants
+    /// The tenant whose request `pop` would take next.
+    fn next_tenant(&self) -> Option<&String> {
+        self.tenants
             .iter()
             .filter_map(|(n, t)| t.queue.front().map(|e| (n, t.counter, e.seq)))
             .min_by(|a, b| a.1.total_cmp(&b.1).then(a.2.cmp(&b.2)))
-            .map(|(n, _, _)| n.clone())?;
+            .map(|(n, _, _)| n)
+    }
+
+    /// The request `pop` would take next (its tenant and item), without taking or charging it:
+    /// the caller can first check that a replica will take it (and leave it queued if not).
+    pub fn peek(&self) -> Option<(&str, &T)> {
+        let name = self.next_tenant()?;
+        let e = self.tenants[name].queue.front().expect("the next tenant is backlogged");
+        Some((name.as_str(), &e.item))
+    }
+
+    /// Takes the next request in weighted fair order and charges its tenant.
+    pub fn pop(&mut self, now: u64) -> Option<Queued<T>> {
+        let name = self.next_tenant()?.clone();
         let w = f64::from(self.weight(&name));
         let t = self.tenants.get_mut(&name).expect("chosen tenant exists");
         let e = t.queue.pop_front().expect("chosen tenant is backlogged");

@@ -182,6 +182,30 @@ fn zero_weights_are_refused_and_costs_clamped() {
 }
 
 proptest! {
+    /// `peek` names what `pop` takes next, and changes nothing.
+    #[test]
+    fn peek_is_the_next_pop(
+        ops in proptest::collection::vec((0usize..4, 1u64..300, 0u64..50), 1..120),
+    ) {
+        let mut q: FairQueue<u64> = FairQueue::new(FairConfig::default()).unwrap();
+        q.set_weight("t1", 2).unwrap();
+        let (mut now, mut id) = (0u64, 0u64);
+        for (t, cost, dt) in ops {
+            now += dt;
+            if t == 3 {
+                let peeked = q.peek().map(|(n, i)| (n.to_string(), *i));
+                let len = q.len();
+                prop_assert_eq!(q.peek().map(|(n, i)| (n.to_string(), *i)), peeked.clone(), "peek is stable");
+                prop_assert_eq!(q.len(), len);
+                let popped = q.pop(now).map(|x| (x.tenant, x.item));
+                prop_assert_eq!(popped, peeked);
+            } else {
+                id += 1;
+                let _ = q.push(&format!("t{t}"), id, cost, now);
+            }
+        }
+    }
+
     /// Tenants kept backlogged are served in proportion to their weights: the service (cost)
     /// each received divided by its weight differs by at most one request's cost / weight.
     #[test]

@@ -17,6 +17,7 @@
 mod agents;
 mod chaos;
 mod failover;
+mod fairness;
 mod llm;
 mod llmserver;
 mod llmsim;
@@ -232,6 +233,11 @@ pub fn run(cmd: BenchCmd) -> Result<()> {
             let json = a.json;
             let r = crate::failover::run(a)?;
             report(json, &r, crate::failover::print)
+        }
+        BenchCmd::Llm(a) if a.workload == "fairness" => {
+            let json = a.json;
+            let r = crate::fairness::run(a)?;
+            report(json, &r, crate::fairness::print)
         }
         BenchCmd::Llm(a) => {
             let json = a.json;

@@ -53,7 +53,8 @@ pub struct BenchLlmArgs {
     /// Stand-in replicas behind the proxy.
     #[arg(long, default_value_t = 4)]
     pub replicas: u32,
-    /// Workload: shared-prefix, multi-turn or unique.
+    /// Workload: shared-prefix, multi-turn or unique; or fairness (a quiet and a noisy tenant
+    /// through one proxy with a per-replica limit; see `bench::fairness`).
     #[arg(long, default_value = "shared-prefix")]
     pub workload: String,
     /// Balancing policy (repeatable; default: round_robin, least_request, p2c, llm).
@@ -80,6 +81,23 @@ pub struct BenchLlmArgs {
     /// Print one JSON object.
     #[arg(long)]
     pub json: bool,
+    /// Fairness: the quiet tenant's rate as a fraction of the measured capacity.
+    #[arg(long, default_value_t = 0.2)]
+    pub quiet_fraction: f64,
+    /// Fairness: the noisy tenant sends this many times the quiet tenant's rate.
+    #[arg(long, default_value_t = 10.0)]
+    pub noisy_times: f64,
+    /// Fairness: quiet-tenant requests per phase (alone, then beside the noisy tenant).
+    #[arg(long, default_value_t = 2000)]
+    pub quiet_requests: u64,
+    /// Fairness: the proxy's per-replica limit (default 24, three quarters of the stand-in's
+    /// batch of 32: room for the requests of tenants under their share, which the limit does
+    /// not hold back).
+    #[arg(long, default_value_t = 24)]
+    pub max_concurrency: u32,
+    /// Fairness: the proxy's bound on a request's wait in its queue.
+    #[arg(long, default_value = "2s")]
+    pub max_wait: String,
 }
 
 /// One policy's figures.
@@ -156,7 +174,7 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 const BATCH: u32 = 32;
 
 #[derive(Clone, Copy, PartialEq, Debug)]
-enum Kind {
+pub(crate) enum Kind {
     SharedPrefix,
     MultiTurn,
     Unique,
@@ -252,7 +270,7 @@ impl Workload {
 
 /// One request's outcome.
 #[derive(Default)]
-struct Outcome {
+pub(crate) struct Outcome {
     ttft_us: Option<u64>,
     tpot_us: Option<f64>,
     e2e_us: u64,
@@ -273,7 +291,16 @@ fn client() -> HttpClient {
 
 /// Sends one streaming completion to `url` and reads its events.
 /// With `count`, tokens that arrive within its window are added to its counter.
-async fn one(c: &HttpClient, url: &str, prompt: &str, due: Instant, count: Option<&(AtomicU64, Instant, Instant)>) -> Outcome {
+/// With `tenant`, the request carries `x-tenant: TENANT`. A 429 without `Retry-After` is a
+/// failure, not a shed request.
+async fn one(
+    c: &HttpClient,
+    url: &str,
+    prompt: &str,
+    due: Instant,
+    count: Option<&(AtomicU64, Instant, Instant)>,
+    tenant: Option<&str>,
+) -> Outcome {
     let body = serde_json::json!({
         "model": "tandem-llm",
         "prompt": prompt,
@@ -281,7 +308,11 @@ async fn one(c: &HttpClient, url: &str, prompt: &str, due: Instant, count: Optio
         "stream": true,
         "stream_options": {"include_usage": true},
     });
-    let req = match Request::post(url).header("content-type", "application/json").body(Full::new(Bytes::from(body.to_string()))) {
+    let mut req = Request::post(url).header("content-type", "application/json");
+    if let Some(t) = tenant {
+        req = req.header("x-tenant", t);
+    }
+    let req = match req.body(Full::new(Bytes::from(body.to_string()))) {
         Ok(r) => r,
         Err(e) => return Outcome { error: Some(format!("request: {e}")), ..Default::default() },
     };
@@ -290,6 +321,10 @@ async fn one(c: &HttpClient, url: &str, prompt: &str, due: Instant, count: Optio
         let resp = c.request(req).await.map_err(|e| if e.is_connect() { "connect".to_string() } else { "transport".to_string() })?;
         o.replica = resp.headers().get("x-tandem-replica").map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
         let st = resp.status().as_u16();
+        if st == 429 && !resp.headers().contains_key("retry-after") {
+            let _ = resp.into_body().collect().await;
+            return Err("429 without Retry-After".to_string());
+        }
         if st == 429 || st == 503 {
             let _ = resp.into_body().collect().await;
             return Err("shed".to_string());
@@ -355,7 +390,7 @@ async fn one(c: &HttpClient, url: &str, prompt: &str, due: Instant, count: Optio
 }
 
 /// Starts `n` fresh stand-ins; returns their addresses.
-fn start_replicas(exe: &std::path::Path, n: u32, kids: &mut Kids) -> Result<Vec<String>> {
+pub(crate) fn start_replicas(exe: &std::path::Path, n: u32, kids: &mut Kids) -> Result<Vec<String>> {
     let mut addrs = Vec::new();
     for i in 0..n {
         let mut c = Command::new(exe)
@@ -392,7 +427,7 @@ async fn cache_rate(replicas: &[String]) -> Result<f64> {
 
 /// Closed loop straight to the replicas: output tokens per second after a warm-up, divided by
 /// the tokens of a request (tokens arrive steadily where completions come in waves).
-async fn capacity(replicas: &[String], kind: Kind, seed: u64, warm: Duration, window: Duration) -> Result<f64> {
+pub(crate) async fn capacity(replicas: &[String], kind: Kind, seed: u64, warm: Duration, window: Duration) -> Result<f64> {
     let c = client();
     let w = Arc::new(Workload::new(kind, seed ^ 0x9e37_79b9));
     let start = Instant::now();
@@ -405,7 +440,7 @@ async fn capacity(replicas: &[String], kind: Kind, seed: u64, warm: Duration, wi
         tasks.push(tokio::spawn(async move {
             while Instant::now() < t1 {
                 let job = w.next();
-                let o = one(&c, &url, &job.prompt, Instant::now(), Some(&counted)).await;
+                let o = one(&c, &url, &job.prompt, Instant::now(), Some(&counted), None).await;
                 w.done(job.conv, o.error.is_none().then_some(o.text.as_str()));
             }
         }));
@@ -432,8 +467,16 @@ fn pct(v: &mut [f64], p: f64) -> f64 {
     v[i]
 }
 
-/// One policy's run: the seeded arrivals at `rate` to `url`.
-async fn open_loop(url: &str, kind: Kind, seed: u64, rate: f64, duration: f64, limit: u64) -> Vec<Outcome> {
+/// One policy's run: the seeded arrivals at `rate` to `url` (as `tenant`, if given).
+pub(crate) async fn open_loop(
+    url: &str,
+    kind: Kind,
+    seed: u64,
+    rate: f64,
+    duration: f64,
+    limit: u64,
+    tenant: Option<&str>,
+) -> Vec<Outcome> {
     let c = client();
     let w = Arc::new(Workload::new(kind, seed));
     let mut arrivals = SmallRng::seed_from_u64(seed.wrapping_mul(0x2545_f491_4f6c_dd1d) ^ 1);
@@ -451,10 +494,10 @@ async fn open_loop(url: &str, kind: Kind, seed: u64, rate: f64, duration: f64, l
         let due = start + Duration::from_secs_f64(t);
         tokio::time::sleep_until(due.into()).await;
         let job = w.next();
-        let (c, w, url) = (c.clone(), w.clone(), url.to_string());
+        let (c, w, url, tenant) = (c.clone(), w.clone(), url.to_string(), tenant.map(str::to_string));
         sent += 1;
         tasks.push(tokio::spawn(async move {
-            let o = one(&c, &url, &job.prompt, due, None).await;
+            let o = one(&c, &url, &job.prompt, due, None, tenant.as_deref()).await;
             w.done(job.conv, o.error.is_none().then_some(o.text.as_str()));
             o
         }));
@@ -469,7 +512,7 @@ async fn open_loop(url: &str, kind: Kind, seed: u64, rate: f64, duration: f64, l
     out
 }
 
-fn figures(balance: &str, outs: &[Outcome], wall_s: f64, cache_hit_rate: f64) -> PolicyFigures {
+pub(crate) fn figures(balance: &str, outs: &[Outcome], wall_s: f64, cache_hit_rate: f64) -> PolicyFigures {
     let ok: Vec<&Outcome> = outs.iter().filter(|o| o.error.is_none()).collect();
     let mut failures = BTreeMap::new();
     for o in outs {
@@ -513,7 +556,7 @@ pub fn run(a: BenchLlmArgs) -> Result<Report> {
         "shared-prefix" => Kind::SharedPrefix,
         "multi-turn" => Kind::MultiTurn,
         "unique" => Kind::Unique,
-        w => bail!("--workload {w:?}: expected shared-prefix, multi-turn or unique"),
+        w => bail!("--workload {w:?}: expected shared-prefix, multi-turn, unique or fairness"),
     };
     if a.replicas == 0 {
         bail!("--replicas must be at least 1");
@@ -567,7 +610,7 @@ pub fn run(a: BenchLlmArgs) -> Result<Report> {
         kids.0.push(px);
         let url = format!("http://{}/s/bench/v1/completions", addr?);
         let t0 = Instant::now();
-        let outs = rt.block_on(open_loop(&url, kind, a.seed, rate, a.duration, limit));
+        let outs = rt.block_on(open_loop(&url, kind, a.seed, rate, a.duration, limit, None));
         let wall = t0.elapsed().as_secs_f64();
         let hit = rt.block_on(cache_rate(&reps))?;
         let f = figures(p, &outs, wall, hit);

@@ -95,6 +95,102 @@ pub struct ProxySpec {
     /// A streaming OpenAI completion whose replica fails mid-stream goes on on another replica,
     /// in the same stream to the client (default false; each resume is one of `retries`).
     pub resume_streams: Option<bool>,
+    /// Requests in flight per replica (`balance = "llm"` only); more wait in the proxy's fair
+    /// queue. Not given: no limit and no queue.
+    pub max_concurrency: Option<Quantity>,
+    /// The bound on a request's wait in the fair queue (default 10 s): one expected to wait
+    /// longer gets 429 with `Retry-After`. Needs `max_concurrency`.
+    pub max_wait: Option<Quantity>,
+    /// A request header whose value names the request's tenant (one of `tenants`), when no API
+    /// key does. Needs `max_concurrency`.
+    pub tenant_header: Option<String>,
+    /// Tenants of the fair queue by name: a weight and the API keys (`Authorization: Bearer
+    /// KEY`) that identify them. Requests of no tenant are the `default` tenant's.
+    #[serde(default)]
+    pub tenants: BTreeMap<String, TenantSpec>,
+}
+
+/// One tenant of a service's fair queue, as the user writes it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TenantSpec {
+    /// Share of the service relative to the other tenants' (default 1).
+    pub weight: Option<Quantity>,
+    /// API keys of the tenant.
+    #[serde(default)]
+    pub keys: Vec<String>,
+}
+
+/// A checked tenant.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Tenant {
+    /// Name.
+    pub name: String,
+    /// Weight, at least 1.
+    pub weight: u32,
+    /// API keys.
+    pub keys: Vec<String>,
+}
+
+/// Default bound on a request's wait in the proxy's fair queue, milliseconds.
+pub const DEFAULT_MAX_WAIT_MS: u64 = 10_000;
+/// Largest per-replica concurrency limit.
+pub const MAX_CONCURRENCY: u32 = 100_000;
+/// Most tenants a service may name.
+pub const MAX_TENANTS: usize = 1000;
+
+/// Checks the fair-queue settings of `[proxy]`: (max_concurrency (0: none), max_wait_ms,
+/// tenant_header, tenants).
+fn fair_settings(p: &ProxySpec, balance: &str) -> Result<(u32, u64, Option<String>, Vec<Tenant>), String> {
+    let limit = count(&p.max_concurrency, "proxy.max_concurrency", 0, 1, MAX_CONCURRENCY)?;
+    if limit == 0 {
+        let given = [(p.max_wait.is_some(), "max_wait"), (p.tenant_header.is_some(), "tenant_header"), (!p.tenants.is_empty(), "tenants")];
+        if let Some((_, what)) = given.iter().find(|(g, _)| *g) {
+            return Err(format!("proxy.{what} needs proxy.max_concurrency (without a per-replica limit nothing waits in the proxy)"));
+        }
+        return Ok((0, DEFAULT_MAX_WAIT_MS, None, Vec::new()));
+    }
+    if balance != "llm" {
+        return Err(format!(
+            "proxy.max_concurrency needs balance = \"llm\" (the limit and the fair queue belong to the LLM balancer), got balance = {balance:?}"
+        ));
+    }
+    let max_wait_ms = duration(&p.max_wait, "proxy.max_wait", DEFAULT_MAX_WAIT_MS, 10, 600_000)?;
+    if let Some(h) = &p.tenant_header {
+        let token = !h.is_empty() && h.len() <= 64 && h.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+        if !token {
+            return Err(format!("proxy.tenant_header must be a header name (letters, digits, '-', '_'; at most 64), got {h:?}"));
+        }
+        if ["authorization", "host", "content-length", "content-type", "transfer-encoding", "connection"]
+            .contains(&h.to_ascii_lowercase().as_str())
+        {
+            return Err(format!("proxy.tenant_header cannot be {h:?} (a header with another meaning)"));
+        }
+    }
+    if p.tenants.len() > MAX_TENANTS {
+        return Err(format!("proxy.tenants: at most {MAX_TENANTS} tenants, got {}", p.tenants.len()));
+    }
+    let mut tenants = Vec::new();
+    let mut owner: BTreeMap<&str, &str> = BTreeMap::new();
+    for (name, t) in &p.tenants {
+        let ok =
+            !name.is_empty() && name.len() <= 64 && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.');
+        if !ok {
+            return Err(format!("proxy.tenants: tenant name {name:?} must be 1 to 64 letters, digits, '-', '_' or '.'"));
+        }
+        let weight = count(&t.weight, &format!("proxy.tenants.{name}.weight"), 1, 1, 1000)?;
+        for (i, k) in t.keys.iter().enumerate() {
+            // The key itself is never echoed back: errors name its tenant and position.
+            if k.is_empty() || k.len() > 256 || !k.bytes().all(|b| b.is_ascii_graphic()) {
+                return Err(format!("proxy.tenants.{name}.keys[{i}] must be 1 to 256 visible ASCII characters without spaces"));
+            }
+            if let Some(other) = owner.insert(k, name) {
+                return Err(format!("proxy.tenants.{name}.keys[{i}] is also a key of tenant {other:?} (a key names one tenant)"));
+            }
+        }
+        tenants.push(Tenant { name: name.clone(), weight, keys: t.keys.clone() });
+    }
+    Ok((limit, max_wait_ms, p.tenant_header.as_ref().map(|h| h.to_ascii_lowercase()), tenants))
 }
 
 /// A service as the user writes it.
@@ -245,6 +341,14 @@ pub struct Resolved {
     pub hold_ms: u64,
     /// Streams resumed on another replica.
     pub resume_streams: bool,
+    /// Requests in flight per replica before the proxy queues them (0: no limit, no queue).
+    pub max_concurrency: u32,
+    /// Bound on a request's wait in the proxy's fair queue, milliseconds.
+    pub max_wait_ms: u64,
+    /// Header naming a request's tenant (lower case).
+    pub tenant_header: Option<String>,
+    /// Tenants of the fair queue.
+    pub tenants: Vec<Tenant>,
     /// SIGTERM-to-SIGKILL time, milliseconds.
     pub grace_ms: u64,
     /// Output pattern.
@@ -500,6 +604,7 @@ impl ServiceSpec {
         if resume_streams && retries == 0 {
             return Err("proxy.resume_streams needs proxy.retries of at least 1 (each resume is a retry)".into());
         }
+        let (max_concurrency, max_wait_ms, tenant_header, tenants) = fair_settings(&self.proxy, &balance)?;
         let grace_ms = duration(&self.termination_grace, "termination_grace", 30_000, 0, 3_600_000)?;
         if let Some(q) = &self.qos
             && q.is_empty()
@@ -523,6 +628,10 @@ impl ServiceSpec {
             retries,
             hold_ms,
             resume_streams,
+            max_concurrency,
+            max_wait_ms,
+            tenant_header,
+            tenants,
             grace_ms,
             output,
         })
@@ -767,6 +876,110 @@ mod tests {
             .contains("not both")
         );
         assert!(e(|s| s.autoscale = Some(AutoscaleSpec { max: Some(Quantity::Num(3.0)), ..Default::default() })).contains("target"));
+    }
+
+    #[test]
+    fn fair_queue_settings_are_checked() {
+        let t = |w: Option<Quantity>, keys: &[&str]| TenantSpec { weight: w, keys: keys.iter().map(|k| k.to_string()).collect() };
+        let fair = |s: &mut ServiceSpec| {
+            s.proxy.balance = Some("llm".into());
+            s.proxy.max_concurrency = Some(Quantity::Num(8.0));
+        };
+        let r = spec(|s| {
+            fair(s);
+            s.proxy.max_wait = Some(Quantity::Text("2s".into()));
+            s.proxy.tenant_header = Some("X-Tenant".into());
+            s.proxy.tenants.insert("alice".into(), t(Some(Quantity::Num(2.0)), &["sk-a1", "sk-a2"]));
+            s.proxy.tenants.insert("bob".into(), t(None, &[]));
+        })
+        .unwrap();
+        assert_eq!((r.max_concurrency, r.max_wait_ms, r.tenant_header.as_deref()), (8, 2_000, Some("x-tenant")));
+        assert_eq!(r.tenants.len(), 2);
+        assert_eq!((r.tenants[0].name.as_str(), r.tenants[0].weight, r.tenants[0].keys.len()), ("alice", 2, 2));
+        assert_eq!(r.tenants[1].weight, 1, "default weight");
+        let plain = spec(|_| ()).unwrap();
+        assert_eq!((plain.max_concurrency, plain.max_wait_ms, plain.tenants.len()), (0, DEFAULT_MAX_WAIT_MS, 0));
+
+        let e = |f: &dyn Fn(&mut ServiceSpec)| spec(f).unwrap_err();
+        let msg = e(&|s| {
+            fair(s);
+            s.proxy.max_concurrency = Some(Quantity::Num(-1.0));
+        });
+        assert!(msg.contains("proxy.max_concurrency must be between 1"), "{msg}");
+        assert!(
+            e(&|s| {
+                fair(s);
+                s.proxy.max_concurrency = Some(Quantity::Num(0.0));
+            })
+            .contains("between 1")
+        );
+        assert!(e(&|s| s.proxy.max_concurrency = Some(Quantity::Num(4.0))).contains("needs balance = \"llm\""));
+        assert!(e(&|s| s.proxy.max_wait = Some(Quantity::Text("2s".into()))).contains("needs proxy.max_concurrency"));
+        assert!(
+            e(&|s| {
+                s.proxy.tenants.insert("a".into(), t(None, &[]));
+            })
+            .contains("proxy.tenants needs proxy.max_concurrency")
+        );
+        for (bad, want) in [
+            (Quantity::Text("heavy".into()), "proxy.tenants.a.weight must be a number"),
+            (Quantity::Num(0.0), "proxy.tenants.a.weight must be between 1 and 1000"),
+            (Quantity::Num(-2.0), "between 1 and 1000"),
+            (Quantity::Num(1.5), "whole number"),
+            (Quantity::Num(f64::NAN), "finite"),
+        ] {
+            let msg = e(&|s| {
+                fair(s);
+                s.proxy.tenants.insert("a".into(), t(Some(bad.clone()), &[]));
+            });
+            assert!(msg.contains(want), "{msg}");
+        }
+        for (bad, want) in [
+            (Quantity::Text("-2s".into()), "duration like"),
+            (Quantity::Text("2 fortnights".into()), "unit"),
+            (Quantity::Num(0.0), "between 10 ms"),
+        ] {
+            let msg = e(&|s| {
+                fair(s);
+                s.proxy.max_wait = Some(bad.clone());
+            });
+            assert!(msg.contains("proxy.max_wait") && msg.contains(want), "{msg}");
+        }
+        let msg = e(&|s| {
+            fair(s);
+            s.proxy.tenants.insert("a".into(), t(None, &["sk-secret"]));
+            s.proxy.tenants.insert("b".into(), t(None, &["sk-secret"]));
+        });
+        assert!(msg.contains("also a key of tenant \"a\"") && !msg.contains("sk-secret"), "{msg}");
+        assert!(
+            e(&|s| {
+                fair(s);
+                s.proxy.tenants.insert("a".into(), t(None, &["has space"]));
+            })
+            .contains("keys[0]")
+        );
+        assert!(
+            e(&|s| {
+                fair(s);
+                s.proxy.tenants.insert("a b".into(), t(None, &[]));
+            })
+            .contains("tenant name")
+        );
+        for h in ["", "x tenant", "Authorization"] {
+            let msg = e(&|s| {
+                fair(s);
+                s.proxy.tenant_header = Some(h.into());
+            });
+            assert!(msg.contains("proxy.tenant_header"), "{msg}");
+        }
+        // Unknown keys are refused by name (TOML, as `tandem service apply -f` reads it).
+        let toml_err = |text: &str| toml::from_str::<ServiceSpec>(text).unwrap_err().to_string();
+        let base = "name = \"chat\"\ncommand = [\"x\"]\n[proxy]\nbalance = \"llm\"\nmax_concurrency = 4\n";
+        assert!(toml_err(&format!("{base}max_concurency = 3\n")).contains("max_concurency"));
+        assert!(toml_err(&format!("{base}[proxy.tenants.a]\nwieght = 2\n")).contains("wieght"));
+        let ok: ServiceSpec =
+            toml::from_str(&format!("{base}max_wait = \"2s\"\n[proxy.tenants.a]\nweight = 2\nkeys = [\"k1\"]\n")).unwrap();
+        assert_eq!(ok.resolve().unwrap().tenants[0].weight, 2);
     }
 
     #[test]

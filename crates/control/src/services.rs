@@ -45,6 +45,22 @@ pub struct ServiceEndpoints {
     /// Replicas leaving: no new requests; in-flight ones finish.
     #[serde(default)]
     pub draining: Vec<String>,
+    /// Requests in flight per replica before the proxy queues them (0: no limit, no queue).
+    #[serde(default)]
+    pub max_concurrency: u32,
+    /// Bound on a request's wait in the proxy's fair queue, milliseconds (then 429).
+    #[serde(default = "default_max_wait_ms")]
+    pub max_wait_ms: u64,
+    /// Header naming a request's tenant.
+    #[serde(default)]
+    pub tenant_header: Option<String>,
+    /// Tenants of the fair queue: name, weight and API keys.
+    #[serde(default)]
+    pub tenants: Vec<crate::service::Tenant>,
+}
+
+fn default_max_wait_ms() -> u64 {
+    crate::service::DEFAULT_MAX_WAIT_MS
 }
 
 fn default_balance() -> String {
@@ -460,6 +476,10 @@ impl Controller {
                 resume_streams: r.resume_streams,
                 endpoints,
                 draining,
+                max_concurrency: r.max_concurrency,
+                max_wait_ms: r.max_wait_ms,
+                tenant_header: r.tenant_header,
+                tenants: r.tenants,
             });
         }
         if view != self.ep_view {

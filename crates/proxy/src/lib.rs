@@ -19,10 +19,13 @@
 //! for `Pool::pick_llm`; the body goes upstream unchanged. Other requests of such a service (no
 //! OpenAI path, no readable prompt) are placed by the same picker's least-request rule (or by
 //! their session). Every replica of an LLM service is scraped every `SCRAPE_MS` (500) ms
-//! (`GET /metrics`, vLLM's gauges) into `Pool::set_gauges`. `Pick::Full` (only with a
-//! per-replica concurrency limit, which nothing sets yet) goes to the least loaded replica:
-//! there is no fair queue in the proxy yet. Services of the other policies pay one relaxed
-//! atomic load per request for all this.
+//! (`GET /metrics`, vLLM's gauges) into `Pool::set_gauges`. Services of the other policies pay
+//! one relaxed atomic load per request for all this.
+//!
+//! With a per-replica limit (`max_concurrency`, LLM services only) an OpenAI request that finds
+//! every replica at the limit waits in the service's fair queue, or gets 429 with
+//! `Retry-After` (the `fair` module). Retries are not queued again (they go to the least
+//! loaded replica).
 //!
 //! Services with `resume_streams` (`--resume-streams NAME` for a static one) read their OpenAI
 //! request bodies the same way (bounded), and a streaming answer to one that can be resumed
@@ -59,6 +62,7 @@ use tokio::sync::Notify;
 use client::{Conn, Target};
 use wire::{EndpointView, ProxyServiceStats, ProxySync, ServiceEndpoints};
 
+mod fair;
 mod llm;
 mod resume;
 mod resumer;
@@ -86,6 +90,14 @@ pub struct Options {
     pub threads: Option<usize>,
     /// Seed of the random choices (p2c).
     pub seed: u64,
+    /// Requests in flight per replica of `llm` static services; more wait in a fair queue.
+    pub max_concurrency: Option<u32>,
+    /// Bound on the wait in that queue (`2s`, `500ms`; default 10 s).
+    pub max_wait: Option<String>,
+    /// Header naming a request's tenant (one of `tenants`).
+    pub tenant_header: Option<String>,
+    /// Tenants of static services' fair queues, `NAME[=WEIGHT]`.
+    pub tenants: Vec<String>,
 }
 
 /// Checks the options, then serves until SIGTERM or SIGINT (one single-threaded runtime per
@@ -118,8 +130,14 @@ pub fn main(o: Options) -> Result<()> {
     if o.retries > 7 {
         bail!("--retries: at most 7");
     }
+    let fair = fair::static_settings(o.max_concurrency, o.max_wait.as_deref(), o.tenant_header.as_deref(), &o.tenants)?;
+    if fair.is_some() && !statics.iter().any(|s| s.policy == Policy::Llm) {
+        bail!(
+            "--max-concurrency is for --static services of the llm policy (NAME:llm=ADDR,...); with --server it comes from each service's spec"
+        );
+    }
     let threads = o.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get())).max(1);
-    run(ProxyArgs { listen, controller, statics, retries: o.retries, seed: o.seed }, threads)
+    run(ProxyArgs { listen, controller, statics, retries: o.retries, seed: o.seed, fair }, threads)
 }
 
 /// Request bodies up to this size are kept in memory so the request can be retried; larger or
@@ -153,6 +171,8 @@ pub(crate) struct ProxyArgs {
     pub(crate) retries: u32,
     /// Seed of the pickers' random choices.
     pub(crate) seed: u64,
+    /// The fair queue of static `llm` services.
+    pub(crate) fair: Option<fair::FairSettings>,
 }
 
 /// A `--static NAME=ADDR[,ADDR...]` service.
@@ -271,6 +291,53 @@ struct SvcState {
     hold_ms: u64,
     retries: u32,
     listed: bool,
+    /// The fair queue, when the service has a per-replica limit (`fair`).
+    fair: Option<fair::Fair>,
+}
+
+impl SvcState {
+    /// Ends an attempt (`Pool::finish`) and hands the freed slot to the fair queue.
+    fn finish(&mut self, key: Key, outcome: Outcome, now: u64) -> bool {
+        let ejected = self.pool.finish(key, outcome, now);
+        self.dispatch(now);
+        ejected
+    }
+
+    /// Hands free slots to queued requests.
+    fn dispatch(&mut self, now: u64) {
+        if let Some(f) = self.fair.as_mut() {
+            f.dispatch(&mut self.pool, now);
+        }
+    }
+
+    /// Sets (or removes) the per-replica limit and the fair queue; unchanged settings keep
+    /// the queue as it is.
+    fn set_fair(&mut self, name: &str, settings: Option<fair::FairSettings>, now: u64) {
+        if self.fair.as_ref().map(|f| &f.settings) == settings.as_ref() {
+            return;
+        }
+        let mut cfg = *self.pool.llm_config();
+        cfg.max_inflight = settings.as_ref().map(|s| s.limit.max(1));
+        self.pool.set_llm_config(cfg);
+        let old = self.fair.take();
+        let fresh = settings
+            .and_then(|s| fair::Fair::new(s).map_err(|e| eprintln!("tandem proxy: service {name}: fair queue: {e}; no queue")).ok());
+        match (fresh, old) {
+            (Some(mut f), Some(old)) => {
+                f.carry_over(old);
+                self.fair = Some(f);
+            }
+            (Some(f), None) => self.fair = Some(f),
+            (None, Some(old)) => {
+                old.close(&mut self.pool, now);
+                let mut cfg = *self.pool.llm_config();
+                cfg.max_inflight = None;
+                self.pool.set_llm_config(cfg);
+            }
+            (None, None) => {}
+        }
+        self.dispatch(now);
+    }
 }
 
 struct Service {
@@ -299,6 +366,7 @@ impl Service {
                 hold_ms: 60_000,
                 retries: 2,
                 listed: true,
+                fair: None,
             }),
             llm: AtomicBool::new(false),
             resume_streams: AtomicBool::new(false),
@@ -323,7 +391,7 @@ impl Service {
     }
 
     /// Replaces the serving endpoints: (replica id, address).
-    fn set_endpoints(&self, eps: &[(String, String)]) -> Result<()> {
+    fn set_endpoints(&self, eps: &[(String, String)], now: u64) -> Result<()> {
         let mut fresh = HashMap::new();
         for (id, addr) in eps {
             let authority: Authority = addr.parse().with_context(|| format!("replica {id}: bad address {addr:?}"))?;
@@ -346,6 +414,7 @@ impl Service {
                 })
             },
         );
+        st.dispatch(now);
         Ok(())
     }
 }
@@ -396,7 +465,7 @@ impl State {
             seen.insert(s.name.clone());
             let n = map.len() as u64;
             let svc = map.entry(s.name.clone()).or_insert_with(|| Arc::new(Service::new(&s.name, self.seed ^ n))).clone();
-            apply_service(&svc, s);
+            apply_service(&svc, s, self.now_ms());
             svc.changed.notify_waiters();
         }
         for (name, svc) in map.iter() {
@@ -404,6 +473,7 @@ impl State {
                 let mut st = svc.lock();
                 st.listed = false;
                 st.pool.set_endpoints(std::iter::empty(), |_, _| true, |_| unreachable!("no new endpoints"));
+                st.dispatch(self.now_ms());
                 drop(st);
                 svc.changed.notify_waiters();
             }
@@ -425,7 +495,8 @@ impl State {
                 name.clone(),
                 ProxyServiceStats {
                     inflight: st.pool.inflight(),
-                    waiting: svc.waiting.load(Relaxed),
+                    // Requests in the fair queue wait as well (the autoscaler counts them).
+                    waiting: svc.waiting.load(Relaxed) + st.fair.as_ref().map_or(0, |f| f.queue.len() as u64),
                     requests: svc.requests.load(Relaxed),
                     failures: svc.failures.load(Relaxed),
                     replicas,
@@ -469,6 +540,34 @@ impl State {
             let _ = writeln!(out, "# HELP {metric} {help}\n# TYPE {metric} {kind}");
             for n in &names {
                 let _ = writeln!(out, "{metric}{{service=\"{n}\"}} {}", get(&map[*n]));
+            }
+        }
+        // The fair queue, per tenant (services with a per-replica limit only).
+        let mut tenants = Vec::new();
+        for n in &names {
+            let st = map[*n].lock();
+            if let Some(f) = st.fair.as_ref() {
+                for (t, x) in &f.stats {
+                    tenants.push((n.to_string(), label(t), f.queue.queued(t) as u64, x.queued_total, x.shed, x.granted, x.wait_ms));
+                }
+            }
+        }
+        let fair_heads = [
+            ("tandem_proxy_tenant_queued", "gauge", "Requests of the tenant waiting in the fair queue (every replica at its limit)."),
+            ("tandem_proxy_tenant_queued_total", "counter", "Requests of the tenant that went to the fair queue."),
+            (
+                "tandem_proxy_tenant_shed_total",
+                "counter",
+                "Requests of the tenant answered 429 (expected wait over the bound, or waited past it).",
+            ),
+            ("tandem_proxy_tenant_queue_wait_seconds_count", "counter", "Queued requests of the tenant that were given a replica."),
+            ("tandem_proxy_tenant_queue_wait_seconds_sum", "counter", "Their time in the queue, summed."),
+        ];
+        for (k, (metric, kind, help)) in fair_heads.iter().enumerate() {
+            let _ = writeln!(out, "# HELP {metric} {help}\n# TYPE {metric} {kind}");
+            for (s, t, queued, total, shed, granted, wait_ms) in &tenants {
+                let v = [*queued as f64, *total as f64, *shed as f64, *granted as f64, *wait_ms as f64 / 1000.0][k];
+                let _ = writeln!(out, "{metric}{{service=\"{s}\",tenant=\"{t}\"}} {v}");
             }
         }
         let _ = writeln!(out, "# HELP tandem_proxy_inflight Requests in flight to replicas.\n# TYPE tandem_proxy_inflight gauge");
@@ -537,7 +636,17 @@ fn label(v: &str) -> String {
     v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
 }
 
-fn apply_service(svc: &Service, s: &ServiceEndpoints) {
+/// The fair-queue settings of a view (none without a per-replica limit).
+fn fair_settings(s: &ServiceEndpoints) -> Option<fair::FairSettings> {
+    (s.max_concurrency > 0).then(|| fair::FairSettings {
+        limit: s.max_concurrency,
+        max_wait_ms: s.max_wait_ms,
+        tenant_header: s.tenant_header.as_ref().map(|h| h.to_ascii_lowercase()),
+        tenants: s.tenants.iter().map(|t| (t.name.clone(), t.weight, t.keys.clone())).collect(),
+    })
+}
+
+fn apply_service(svc: &Service, s: &ServiceEndpoints, now: u64) {
     let policy = s.balance.parse::<Policy>().unwrap_or_else(|e| {
         eprintln!("tandem proxy: service {}: {e}; using round_robin", s.name);
         Policy::RoundRobin
@@ -549,6 +658,8 @@ fn apply_service(svc: &Service, s: &ServiceEndpoints) {
         st.hold_ms = s.hold_ms;
         st.retries = s.retries.min(MAX_RETRIES);
         st.listed = true;
+        let fair = if policy == Policy::Llm { fair_settings(s) } else { None };
+        st.set_fair(&s.name, fair, now);
     }
     svc.resume_streams.store(s.resume_streams, Relaxed);
     // A replica neither serving nor draining is gone (its node lost): streams still reading from
@@ -561,7 +672,7 @@ fn apply_service(svc: &Service, s: &ServiceEndpoints) {
             e.data.set_gone();
         }
     }
-    if let Err(e) = svc.set_endpoints(&eps) {
+    if let Err(e) = svc.set_endpoints(&eps, now) {
         eprintln!("tandem proxy: service {}: {e:#}", s.name);
     }
 }
@@ -626,6 +737,8 @@ struct Guard {
     outcome: Outcome,
     start: Instant,
     st: Arc<State>,
+    /// The request's tenant, counted until the answer ends (fair services).
+    _tenant: Option<TenantSlot>,
 }
 
 impl Drop for Guard {
@@ -637,7 +750,7 @@ impl Drop for Guard {
             self.svc.failures.fetch_add(1, Relaxed);
         }
         let now = self.st.now_ms();
-        if self.svc.lock().pool.finish(self.key, self.outcome, now) {
+        if self.svc.lock().finish(self.key, self.outcome, now) {
             eprintln!("tandem proxy: service {}: replica {} ejected after repeated failures", self.svc.name, self.up.addr);
         }
     }
@@ -812,12 +925,24 @@ fn describe(o: Outcome) -> String {
     }
 }
 
-/// Waits for an endpoint of `svc` (holding the request while the service has none).
+/// What `acquire` waits for when it has no replica yet.
+enum Wait {
+    /// No replica yet: hold for one, up to this many milliseconds.
+    Hold(u64),
+    /// Queued in the fair queue (id, wake-up, how long before it gives up, milliseconds).
+    Queued(u64, Arc<Notify>, u64),
+}
+
+/// Waits for an endpoint of `svc`: holds the request while the service has none, and, for a
+/// service with a per-replica limit (`ticket`: the request's tenant and cost; first attempts
+/// only), queues it in the fair queue while every replica is at its limit (429 when the queue
+/// refuses it).
 async fn acquire(
     st: &State,
     svc: &Arc<Service>,
     tried: &[Key],
     llm: Option<&LlmRequest>,
+    ticket: Option<&fair::Ticket>,
     hold: &mut Option<WaitGuard>,
 ) -> Result<(Key, Arc<Upstream>, u32), Response<ProxyBody>> {
     let mut deadline: Option<tokio::time::Instant> = None;
@@ -825,30 +950,88 @@ async fn acquire(
         let notified = svc.changed.notified();
         tokio::pin!(notified);
         notified.as_mut().enable();
-        let hold_ms = {
+        let step = {
             let mut s = svc.lock();
             if !s.listed {
                 return Err(plain(StatusCode::NOT_FOUND, format!("service {:?} no longer exists", svc.name)));
             }
             let now = st.now_ms();
+            let queues = tried.is_empty() && ticket.is_some() && s.fair.is_some();
             let picked = match llm {
-                None => s.pool.pick(now, tried),
-                Some(r) => match s.pool.pick_llm(now, tried, r) {
-                    Pick::To(k) => Some(k),
-                    // Every replica at its concurrency limit: no fair queue here yet, so the
-                    // least loaded one takes it.
-                    Pick::Full => s.pool.pick(now, tried),
-                    Pick::Nothing => None,
-                },
+                None => s.pool.pick(now, tried).map_or(Pick::Nothing, Pick::To),
+                // Requests already queued go first.
+                Some(_) if queues && s.fair.as_ref().is_some_and(|f| !f.queue.is_empty()) => Pick::Full,
+                Some(r) => s.pool.pick_llm(now, tried, r),
             };
-            if let Some(k) = picked {
-                let up = s.pool.get(k).expect("picked").data.clone();
-                return Ok((k, up, s.retries));
+            let step = match (picked, llm, ticket) {
+                (Pick::To(k), ..) => Ok(k),
+                // A tenant under its share of the slots is not held back: the limit and the
+                // queue are for the tenants that take more.
+                (Pick::Full, Some(_), Some(t))
+                    if queues
+                        && s.fair
+                            .as_ref()
+                            .is_some_and(|f| f.under_share(&t.tenant, s.pool.endpoints().iter().filter(|e| !e.draining).count())) =>
+                {
+                    match s.pool.pick(now, tried) {
+                        Some(k) => Ok(k),
+                        None => Err(Wait::Hold(s.hold_ms)),
+                    }
+                }
+                (Pick::Full, Some(r), Some(t)) if queues => {
+                    if st.draining.load(Relaxed) {
+                        return Err(plain(StatusCode::SERVICE_UNAVAILABLE, "the proxy is shutting down"));
+                    }
+                    let f = s.fair.as_mut().expect("queues");
+                    match f.enqueue(t, r, now) {
+                        Ok((id, wake)) => {
+                            let expire = f.expire_ms();
+                            s.dispatch(now);
+                            Err(Wait::Queued(id, wake, expire))
+                        }
+                        Err(shed) => return Err(too_many(&svc.name, &t.tenant, shed)),
+                    }
+                }
+                // A retry (or a request of a service whose limit just appeared) is not queued
+                // again: it goes over the limit to the least loaded replica.
+                (Pick::Full, ..) => match s.pool.pick(now, tried) {
+                    Some(k) => Ok(k),
+                    None => Err(Wait::Hold(s.hold_ms)),
+                },
+                (Pick::Nothing, ..) => {
+                    if s.pool.has_serving() || !tried.is_empty() {
+                        return Err(plain(StatusCode::BAD_GATEWAY, format!("service {:?}: no other replica left to retry on", svc.name)));
+                    }
+                    Err(Wait::Hold(s.hold_ms))
+                }
+            };
+            // The usual case, under the same lock.
+            match step {
+                Ok(k) => {
+                    let up = s.pool.get(k).expect("picked").data.clone();
+                    return Ok((k, up, s.retries));
+                }
+                Err(wait) => wait,
             }
-            if s.pool.has_serving() || !tried.is_empty() {
-                return Err(plain(StatusCode::BAD_GATEWAY, format!("service {:?}: no other replica left to retry on", svc.name)));
+        };
+        let hold_ms = match step {
+            Wait::Queued(id, wake, expire_ms) => {
+                let t = ticket.expect("only requests with a ticket queue");
+                match wait_in_queue(st, svc, &t.tenant, id, wake, expire_ms).await? {
+                    Some(k) => {
+                        let s = svc.lock();
+                        match s.pool.get(k) {
+                            Some(e) => return Ok((k, e.data.clone(), s.retries)),
+                            None => {
+                                return Err(plain(StatusCode::BAD_GATEWAY, format!("service {:?}: the replica picked is gone", svc.name)));
+                            }
+                        }
+                    }
+                    // Released (no replica left, or the settings changed): ask again.
+                    None => continue,
+                }
             }
-            s.hold_ms
+            Wait::Hold(ms) => ms,
         };
         let d = *deadline.get_or_insert_with(|| tokio::time::Instant::now() + Duration::from_millis(hold_ms));
         if hold.is_none() {
@@ -862,6 +1045,136 @@ async fn acquire(
                 StatusCode::SERVICE_UNAVAILABLE,
                 format!("service {:?} has no ready replica (held {} ms)", svc.name, hold_ms),
             ));
+        }
+    }
+}
+
+/// A 429 with `Retry-After` and the reason in plain text.
+fn too_many(service: &str, tenant: &str, shed: fair::Shed) -> Response<ProxyBody> {
+    let mut r = plain(
+        StatusCode::TOO_MANY_REQUESTS,
+        format!("service {service:?}, tenant {tenant:?}: {}; retry after {} s", shed.why, shed.retry_after_s),
+    );
+    r.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(shed.retry_after_s));
+    r
+}
+
+/// An attempt between its pick and its `Guard` (or its explicit finish): dropped armed (the
+/// request's task dropped, its client gone), it finishes the attempt.
+struct Pending<'a> {
+    svc: &'a Arc<Service>,
+    st: &'a Arc<State>,
+    key: Key,
+    armed: bool,
+}
+
+impl Drop for Pending<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            let now = self.st.now_ms();
+            self.svc.lock().finish(self.key, Outcome::Ok, now);
+        }
+    }
+}
+
+/// Counts a request of a tenant as holding a replica until it is dropped (with the response
+/// body, or when the request ends otherwise).
+struct TenantSlot {
+    svc: Arc<Service>,
+    tenant: String,
+}
+
+impl TenantSlot {
+    fn new(svc: &Arc<Service>, tenant: &str) -> TenantSlot {
+        if let Some(f) = svc.lock().fair.as_mut() {
+            f.started(tenant);
+        }
+        TenantSlot { svc: svc.clone(), tenant: tenant.to_string() }
+    }
+}
+
+impl Drop for TenantSlot {
+    fn drop(&mut self) {
+        if let Some(f) = self.svc.lock().fair.as_mut() {
+            f.ended(&self.tenant);
+        }
+    }
+}
+
+/// Takes a queued request out of the fair queue if its task is dropped (its client went away).
+struct QueueGuard<'a> {
+    st: &'a State,
+    svc: &'a Arc<Service>,
+    tenant: &'a str,
+    id: u64,
+    armed: bool,
+}
+
+impl Drop for QueueGuard<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            let now = self.st.now_ms();
+            let mut s = self.svc.lock();
+            let SvcState { fair, pool, .. } = &mut *s;
+            if let Some(f) = fair.as_mut() {
+                f.leave(self.id, self.tenant, false, pool, now);
+            }
+        }
+    }
+}
+
+/// Waits in the fair queue: `Some(replica)` when granted one (counted in flight), `None` when
+/// released (ask again), or a 429 once it waited `expire_ms` (a 503 when the proxy stops).
+async fn wait_in_queue(
+    st: &State,
+    svc: &Arc<Service>,
+    tenant: &str,
+    id: u64,
+    wake: Arc<Notify>,
+    expire_ms: u64,
+) -> Result<Option<Key>, Response<ProxyBody>> {
+    let mut guard = QueueGuard { st, svc, tenant, id, armed: true };
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(expire_ms);
+    loop {
+        let timed_out = tokio::time::timeout_at(deadline, wake.notified()).await.is_err();
+        let now = st.now_ms();
+        let mut s = svc.lock();
+        let SvcState { fair, pool, .. } = &mut *s;
+        let Some(f) = fair.as_mut() else {
+            guard.armed = false;
+            return Ok(None);
+        };
+        let state = f.waiters.get(&id).map(|w| w.state.clone());
+        match state {
+            Some(fair::WaitState::Granted(k)) => {
+                f.waiters.remove(&id);
+                guard.armed = false;
+                return Ok(Some(k));
+            }
+            Some(fair::WaitState::Released) | None => {
+                f.waiters.remove(&id);
+                guard.armed = false;
+                return Ok(None);
+            }
+            Some(fair::WaitState::Queued) => {
+                let stopping = st.draining.load(Relaxed);
+                if !(timed_out || stopping) {
+                    continue;
+                }
+                f.leave(id, tenant, !stopping, pool, now);
+                guard.armed = false;
+                if stopping {
+                    return Err(plain(StatusCode::SERVICE_UNAVAILABLE, "the proxy is shutting down"));
+                }
+                let shed = fair::Shed {
+                    retry_after_s: u32::try_from(f.max_wait_ms().div_ceil(1000)).unwrap_or(u32::MAX).max(1),
+                    why: format!(
+                        "waited {expire_ms} ms in the queue, past the bound of {} ms, with every replica at its limit",
+                        f.max_wait_ms()
+                    ),
+                };
+                return Err(too_many(&svc.name, tenant, shed));
+            }
         }
     }
 }
@@ -997,7 +1310,14 @@ async fn handle(
     let llm_svc = svc.llm.load(Relaxed);
     let resume_svc = svc.resume_streams.load(Relaxed);
     let openai = (llm_svc || resume_svc) && parts.method == Method::POST && llm::is_openai_path(pq.path());
-    let prefix_cfg = if llm_svc { svc.lock().pool.llm_config().prefix } else { PrefixConfig::default() };
+    // With a per-replica limit, OpenAI requests have a tenant (the fair queue's).
+    let (prefix_cfg, tenant) = if llm_svc {
+        let s = svc.lock();
+        let tenant = if openai { s.fair.as_ref().map(|f| f.tenant_of(&parts.headers)) } else { None };
+        (s.pool.llm_config().prefix, tenant)
+    } else {
+        (PrefixConfig::default(), None)
+    };
     // Keep small bodies so a failed attempt can be replayed.
     let mut stream = None;
     let mut head = None;
@@ -1028,6 +1348,14 @@ async fn handle(
         (true, Some(Some(b))) => resume::Api::of_path(pq.path()).and_then(|api| resume::Plan::new(api, b).ok()),
         _ => None,
     };
+    let ticket = tenant.map(|tenant| {
+        let cost = match (&full, &head) {
+            (Some(Some(b)), _) => fair::cost_of(b),
+            (_, Some(h)) => balance::request_cost(h.len() as u64, 256),
+            _ => 1,
+        };
+        fair::Ticket { tenant, cost }
+    });
     let mut headers = parts.headers;
     strip_hop_by_hop(&mut headers);
     let xff = match headers.get("x-forwarded-for").and_then(|v| v.to_str().ok()) {
@@ -1051,9 +1379,10 @@ async fn handle(
     let mut tried = [Key(u64::MAX); MAX_RETRIES as usize + 1];
     let mut attempts = 0u32;
     let mut hold = None;
+    let mut slot: Option<TenantSlot> = None;
     let mut last = String::new();
     loop {
-        let (key, up, retries) = match acquire(&st, &svc, &tried[..attempts as usize], llm_req.as_ref(), &mut hold).await {
+        let (key, up, retries) = match acquire(&st, &svc, &tried[..attempts as usize], llm_req.as_ref(), ticket.as_ref(), &mut hold).await {
             Ok(x) => x,
             Err(resp) => {
                 drop(hold);
@@ -1069,7 +1398,16 @@ async fn handle(
             }
         };
         drop(hold.take());
+        if attempts == 0
+            && let Some(t) = &ticket
+        {
+            slot = Some(TenantSlot::new(&svc, &t.tenant));
+        }
         tried[attempts as usize] = key;
+        // Until the attempt is handed to a Guard or finished, a dropped request (its client
+        // gone while the replica thinks) still ends it: a lost slot would hold back a
+        // service with a concurrency limit for good.
+        let mut pending = Pending { svc: &svc, st: &st, key, armed: true };
         attempts += 1;
         let body = match &full {
             Some(b) => ReqBody::Full(b.clone()),
@@ -1097,7 +1435,8 @@ async fn handle(
                     resp.headers_mut().insert("x-tandem-replica", up.replica.clone());
                     let (p, b) = resp.into_parts();
                     if !keeps_whole(&parts.method, &p) {
-                        let guard = Guard { svc: svc.clone(), up, key, outcome, start, st: st.clone() };
+                        pending.armed = false;
+                        let guard = Guard { svc: svc.clone(), up, key, outcome, start, st: st.clone(), _tenant: slot.take() };
                         if let Some(plan) = plan.take().filter(|_| resumer::follows(&p)) {
                             let r = resumer::Resume {
                                 st: st.clone(),
@@ -1120,7 +1459,8 @@ async fn handle(
                     // retry on another replica, not a truncated response.
                     match b.collect().await {
                         Ok(whole) => {
-                            drop(Guard { svc: svc.clone(), up, key, outcome, start, st: st.clone() });
+                            pending.armed = false;
+                            drop(Guard { svc: svc.clone(), up, key, outcome, start, st: st.clone(), _tenant: None });
                             return Ok(Response::from_parts(p, ProxyBody::Full(Some(whole.to_bytes()))));
                         }
                         Err(e) => {
@@ -1129,7 +1469,8 @@ async fn handle(
                                 && balance::should_retry(outcome, attempts, retries, replayable, false)
                                 && svc.lock().pool.can_pick(&tried[..attempts as usize]);
                             if !again {
-                                drop(Guard { svc: svc.clone(), up: up.clone(), key, outcome, start, st: st.clone() });
+                                pending.armed = false;
+                                drop(Guard { svc: svc.clone(), up: up.clone(), key, outcome, start, st: st.clone(), _tenant: None });
                                 return Ok(plain(
                                     StatusCode::BAD_GATEWAY,
                                     format!(
@@ -1141,7 +1482,8 @@ async fn handle(
                             last = format!("replica {} broke off its response", up.addr);
                             svc.retries.fetch_add(1, Relaxed);
                             let now = st.now_ms();
-                            if svc.lock().pool.finish(key, outcome, now) {
+                            pending.armed = false;
+                            if svc.lock().finish(key, outcome, now) {
                                 eprintln!("tandem proxy: service {}: replica {} ejected after repeated failures", svc.name, up.addr);
                             }
                             continue;
@@ -1154,7 +1496,8 @@ async fn handle(
                 let outcome = classify(&e);
                 if !(attempts <= MAX_RETRIES && balance::should_retry(outcome, attempts, retries, replayable, false)) {
                     let now = st.now_ms();
-                    svc.lock().pool.finish(key, outcome, now);
+                    pending.armed = false;
+                    svc.lock().finish(key, outcome, now);
                     svc.failures.fetch_add(1, Relaxed);
                     let status = if outcome == Outcome::Timeout { StatusCode::GATEWAY_TIMEOUT } else { StatusCode::BAD_GATEWAY };
                     let why = if replayable { "retries exhausted" } else { "request body streamed, not retried" };
@@ -1168,7 +1511,8 @@ async fn handle(
         };
         // Retry elsewhere.
         let now = st.now_ms();
-        if svc.lock().pool.finish(key, outcome, now) {
+        pending.armed = false;
+        if svc.lock().finish(key, outcome, now) {
             eprintln!("tandem proxy: service {}: replica {} ejected after repeated failures", svc.name, up.addr);
         }
         last = format!("replica {} {}", up.addr, describe(outcome));
@@ -1357,9 +1701,12 @@ pub(crate) fn run(a: ProxyArgs, threads: usize) -> Result<()> {
                 let mut ss = svc.lock();
                 svc.set_policy(&mut ss, s.policy);
                 ss.retries = a.retries.min(MAX_RETRIES);
+                if s.policy == Policy::Llm {
+                    ss.set_fair(&s.name, a.fair.clone(), 0);
+                }
             }
             svc.resume_streams.store(s.resume_streams, Relaxed);
-            svc.set_endpoints(&s.addrs.iter().map(|x| (x.clone(), x.clone())).collect::<Vec<_>>())?;
+            svc.set_endpoints(&s.addrs.iter().map(|x| (x.clone(), x.clone())).collect::<Vec<_>>(), 0)?;
             map.insert(s.name.clone(), Arc::new(svc));
         }
     }
@@ -1398,9 +1745,12 @@ pub(crate) fn run(a: ProxyArgs, threads: usize) -> Result<()> {
             _ = int.recv() => {}
         }
         st.draining.store(true, Relaxed);
-        // Held requests give up now (503) instead of holding the shutdown.
+        // Held and queued requests give up now (503) instead of holding the shutdown.
         for svc in st.services.read().unwrap_or_else(|e| e.into_inner()).values() {
             svc.changed.notify_waiters();
+            if let Some(f) = svc.lock().fair.as_ref() {
+                f.waiters.values().for_each(|w| w.notify.notify_one());
+            }
         }
         eprintln!("tandem proxy: shutting down, letting in-flight requests finish");
         let _ = stop_tx.send(true);

@@ -210,7 +210,7 @@ async fn next(r: &mut Resume, t: &Tracker, why: &str) -> Next {
         if r.left == 0 {
             return Next::Fail(format!("{last}; not resumed: retries used up ({} attempts)", r.tried.len()));
         }
-        let (key, up, _) = match acquire(&r.st, &r.svc, &r.tried, r.llm.as_ref(), &mut None).await {
+        let (key, up, _) = match acquire(&r.st, &r.svc, &r.tried, r.llm.as_ref(), None, &mut None).await {
             Ok(x) => x,
             Err(_) => return Next::Fail(format!("{last}; not resumed: no other replica left")),
         };
@@ -219,7 +219,7 @@ async fn next(r: &mut Resume, t: &Tracker, why: &str) -> Next {
         r.svc.retries.fetch_add(1, Relaxed);
         let start = Instant::now();
         let req = upstream_request(&r.method, &up, &r.pq, &headers, ReqBody::Full(Some(body.clone())));
-        let mut g = Guard { svc: r.svc.clone(), up: up.clone(), key, outcome: Outcome::Ok, start, st: r.st.clone() };
+        let mut g = Guard { svc: r.svc.clone(), up: up.clone(), key, outcome: Outcome::Ok, start, st: r.st.clone(), _tenant: None };
         match r.client.request(req).await {
             Ok(resp) => {
                 let (p, b) = resp.into_parts();

@@ -21,8 +21,8 @@ fn path<T>(p: Result<Path<T>, PathRejection>) -> Result<T, Response> {
     p.map(|Path(x)| x).map_err(|e| err(StatusCode::BAD_REQUEST, format!("malformed request: {}", e.body_text())))
 }
 
-/// Converts a service for display to `v`: another user's environment values and arguments
-/// are hidden from it.
+/// Converts a service for display to `v`: another user's environment values, arguments and
+/// tenant API keys are hidden from it.
 fn service_info(c: &Controller, s: &control::Service, v: &Viewer) -> ServiceInfo {
     let mut replicas = Vec::new();
     let (mut ready, mut updated_ready) = (0, 0);
@@ -71,7 +71,7 @@ fn service_info(c: &Controller, s: &control::Service, v: &Viewer) -> ServiceInfo
     }
 }
 
-/// A spec with its environment's values and its arguments hidden.
+/// A spec with its environment's values, its arguments and its tenants' API keys hidden.
 fn hide(spec: &control::ServiceSpec) -> control::ServiceSpec {
     let mut out = spec.clone();
     for v in out.env.values_mut() {
@@ -79,6 +79,11 @@ fn hide(spec: &control::ServiceSpec) -> control::ServiceSpec {
     }
     for a in &mut out.args {
         *a = HIDDEN.into();
+    }
+    for t in out.proxy.tenants.values_mut() {
+        for k in &mut t.keys {
+            *k = HIDDEN.into();
+        }
     }
     out
 }

@@ -160,6 +160,21 @@ enum Cmd {
         /// Seed of the random choices (p2c).
         #[arg(long, default_value_t = 1)]
         seed: u64,
+        /// Requests in flight per replica of --static llm services; more wait in the proxy,
+        /// served by tenant in weighted fair order (as `[proxy] max_concurrency`).
+        #[arg(long)]
+        max_concurrency: Option<u32>,
+        /// Bound on a request's expected wait in that queue (e.g. 2s, 500ms; default 10s);
+        /// longer gets 429 with Retry-After.
+        #[arg(long)]
+        max_wait: Option<String>,
+        /// Header whose value names a request's tenant (one of --tenant).
+        #[arg(long)]
+        tenant_header: Option<String>,
+        /// A tenant of the fair queue, NAME[=WEIGHT] (weight 1 by default); repeatable.
+        /// Requests naming no tenant are tenant `default`'s.
+        #[arg(long = "tenant", value_name = "NAME[=WEIGHT]")]
+        tenants: Vec<String>,
     },
     /// Issue a signed token for remote use of the API (as `scontrol token`): prints
     /// `export TANDEM_TOKEN=...`. With --join, single-use join tokens for new nodes; with
@@ -310,9 +325,38 @@ fn main() -> std::process::ExitCode {
         Cmd::Service { cmd } => ("tandem service", cli::service(cmd)),
         Cmd::Bench { which } => ("tandem", bench::run(which).map(|_| 0)),
         Cmd::Shims { dir } => ("tandem", shims(&dir).map(|_| 0)),
-        Cmd::Proxy { listen, server, ca, credential_file, statics, retries, resume_streams, threads, seed } => (
+        Cmd::Proxy {
+            listen,
+            server,
+            ca,
+            credential_file,
+            statics,
+            retries,
+            resume_streams,
+            threads,
+            seed,
+            max_concurrency,
+            max_wait,
+            tenant_header,
+            tenants,
+        } => (
             "tandem proxy",
-            proxy::main(proxy::Options { listen, server, ca, credential_file, statics, retries, resume_streams, threads, seed }).map(|_| 0),
+            proxy::main(proxy::Options {
+                listen,
+                server,
+                ca,
+                credential_file,
+                statics,
+                retries,
+                resume_streams,
+                threads,
+                seed,
+                max_concurrency,
+                max_wait,
+                tenant_header,
+                tenants,
+            })
+            .map(|_| 0),
         ),
         Cmd::Token { lifespan, join, count, proxy } => {
             let kind = match (join, proxy) {

@@ -89,3 +89,29 @@ fn llm_bench_reports_every_policy_side_by_side() {
     let hit = llm["cache_hit_rate"].as_f64().unwrap();
     assert!((0.0..=1.0).contains(&hit), "{llm}");
 }
+
+#[test]
+fn llm_bench_fairness_reports_both_tenants() {
+    let out = Command::new(env!("CARGO_BIN_EXE_tandem"))
+        .args(["bench", "llm", "--workload", "fairness", "--replicas", "1", "--capacity", "20", "--quiet-requests", "8", "--json"])
+        .output()
+        .expect("run tandem bench llm --workload fairness");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "tandem bench llm --workload fairness failed\nstdout:\n{stdout}\nstderr:\n{stderr}");
+    let v: serde_json::Value = serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("not one JSON object ({e}):\n{stdout}"));
+    assert_eq!(v["workload"], "fairness");
+    let rows = v["policies"].as_array().expect("a list of rows");
+    let names: Vec<(&str, &str)> = rows.iter().map(|r| (r["tenant"].as_str().unwrap(), r["run"].as_str().unwrap())).collect();
+    assert_eq!(names, [("quiet", "alone"), ("quiet", "beside noisy"), ("noisy", "beside quiet")]);
+    for r in rows {
+        for k in ["ttft_p50_ms", "ttft_p99_ms", "e2e_p99_ms", "queue_wait_mean_ms"] {
+            let x = r[k].as_f64().unwrap_or_else(|| panic!("{k} missing in {r}"));
+            assert!(x.is_finite() && x >= 0.0, "{k} in {r}");
+        }
+        assert!(r["shed"].as_u64().is_some() && r["failed"].as_u64().is_some(), "{r}");
+    }
+    assert_eq!(rows[0]["requests"], 8);
+    assert_eq!(rows[1]["requests"], 8);
+    assert!(v["quiet_ttft_p99_ratio"].as_f64().is_some_and(|x| x.is_finite() && x >= 0.0), "{v}");
+}

@@ -565,3 +565,222 @@ fn a_replica_that_streams_garbage_or_stops_mid_event_gets_the_client_a_clear_err
     // The proxy is still there for others.
     assert_eq!(http(&proxy, "GET", "/_tandem/healthz", &[], b"").status, 200);
 }
+
+// ---------------------------------------------------------------------------------------------
+// Fair sharing and load shedding (`--max-concurrency`, tenants by header)
+
+impl Procs {
+    fn proxy_with(&mut self, statics: &[String], extra: &[&str]) -> String {
+        let mut args = vec!["proxy", "--listen", "127.0.0.1:0", "--threads", "2"];
+        for s in statics {
+            args.extend(["--static", s.as_str()]);
+        }
+        args.extend_from_slice(extra);
+        self.start(&args)
+    }
+}
+
+/// How one streamed request ended: status, `Retry-After`, time to the first `data:` event.
+struct Streamed {
+    status: u16,
+    retry_after: Option<String>,
+    ttft: Option<Duration>,
+    body: String,
+}
+
+/// A streamed completion for `tenant`; a transport error or a read past 60 s is a failure of
+/// the proxy (it must answer, never leave a request hanging) and panics.
+fn stream_as(addr: &str, tenant: &str, prompt: &str, max_tokens: u32) -> Streamed {
+    let body = json!({"model": "m", "prompt": prompt, "max_tokens": max_tokens, "stream": true}).to_string();
+    let start = std::time::Instant::now();
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let req = format!(
+        "POST /s/chat/v1/completions HTTP/1.1\r\nhost: x\r\nconnection: close\r\nx-tenant: {tenant}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(req.as_bytes()).unwrap();
+    let (mut raw, mut buf, mut ttft) = (Vec::new(), [0u8; 4096], None);
+    loop {
+        let n = s.read(&mut buf).unwrap_or_else(|e| panic!("tenant {tenant}: reading the answer: {e} (a time-out is a failure)"));
+        if n == 0 {
+            break;
+        }
+        raw.extend_from_slice(&buf[..n]);
+        if ttft.is_none() && raw.windows(6).any(|w| w == b"data: ") {
+            ttft = Some(start.elapsed());
+        }
+    }
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or_else(|| panic!("no header end in {text:?}"));
+    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+    let retry_after = head.lines().find_map(|l| l.to_ascii_lowercase().strip_prefix("retry-after:").map(|v| v.trim().to_string()));
+    Streamed { status, retry_after, ttft, body: body.to_string() }
+}
+
+fn percentile(xs: &mut [Duration], p: f64) -> Duration {
+    xs.sort();
+    xs[((xs.len() as f64 * p).ceil() as usize).clamp(1, xs.len()) - 1]
+}
+
+/// One tenant's open-loop load: a request every `every`, for `dur`; each on its own thread.
+fn open_loop(addr: &str, tenant: &'static str, every: Duration, dur: Duration, out: &std::sync::Mutex<Vec<(&'static str, Streamed)>>) {
+    std::thread::scope(|s| {
+        let start = std::time::Instant::now();
+        let mut i = 0u32;
+        while start.elapsed() < dur {
+            let prompt = format!("{tenant} request {i}: tell me about the cluster, please. ");
+            s.spawn(move || {
+                let r = stream_as(addr, tenant, &prompt, 16);
+                out.lock().unwrap().push((tenant, r));
+            });
+            i += 1;
+            let next = every * i;
+            if let Some(d) = next.checked_sub(start.elapsed()) {
+                std::thread::sleep(d);
+            }
+        }
+    });
+}
+
+/// Must show 3, end to end: 2 stand-in replicas behind a proxy that lets 1 request per replica
+/// in flight (2 slots; a request of 16 tokens takes at least 160 ms of decode, so at most
+/// about 12 requests/s). A quiet tenant at 4 requests/s, alone and then beside a noisy tenant
+/// of equal weight at 10 times its rate (40/s, 3 times the capacity: the proxy's queue fills
+/// to its bound of 1 s; the quiet tenant, mostly under its share of 1 of the 2 slots, is
+/// mostly not held back by the limit). Asserted: the quiet tenant gets every answer (no 429, no failure); the noisy one gets
+/// 429s with a Retry-After and a reason, and nothing else but 200s (no time-out, no 5xx). The
+/// quiet tenant's time to first token (p50/p99, alone and beside the noisy one) is printed, not
+/// asserted: timings on a shared machine are not a test.
+#[test]
+fn a_noisy_tenant_is_shed_with_429s_and_the_quiet_one_is_served() {
+    let mut p = Procs(Vec::new());
+    let reps: Vec<String> = (0..2).map(|_| p.llm(&[])).collect();
+    let proxy = p.proxy_with(
+        &[format!("chat:llm={}", reps.join(","))],
+        &["--max-concurrency", "1", "--max-wait", "1s", "--tenant-header", "x-tenant", "--tenant", "quiet", "--tenant", "noisy"],
+    );
+    let quiet_every = Duration::from_millis(250);
+    let noisy_every = Duration::from_millis(25);
+    let dur = Duration::from_secs(6);
+
+    let alone = std::sync::Mutex::new(Vec::new());
+    open_loop(&proxy, "quiet", quiet_every, dur, &alone);
+    let both = std::sync::Mutex::new(Vec::new());
+    std::thread::scope(|s| {
+        s.spawn(|| open_loop(&proxy, "noisy", noisy_every, dur, &both));
+        // The noisy tenant first fills the queue.
+        std::thread::sleep(Duration::from_millis(500));
+        open_loop(&proxy, "quiet", quiet_every, dur, &both);
+    });
+
+    let alone = alone.into_inner().unwrap();
+    let both = both.into_inner().unwrap();
+    let mut ttft_alone: Vec<Duration> = alone.iter().filter_map(|(_, r)| r.ttft).collect();
+    let quiet: Vec<&Streamed> = both.iter().filter(|(t, _)| *t == "quiet").map(|(_, r)| r).collect();
+    let noisy: Vec<&Streamed> = both.iter().filter(|(t, _)| *t == "noisy").map(|(_, r)| r).collect();
+    let mut ttft_both: Vec<Duration> = quiet.iter().filter_map(|r| r.ttft).collect();
+    for (what, rs) in [("alone", alone.iter().map(|(_, r)| r).collect::<Vec<_>>()), ("beside noisy", quiet.clone())] {
+        for r in rs {
+            assert_eq!(r.status, 200, "quiet tenant ({what}) got {}: {}", r.status, r.body);
+            assert!(r.body.contains("data: [DONE]"), "quiet tenant ({what}): a whole stream, got {:?}", r.body);
+        }
+    }
+    let (ok, shed) = (noisy.iter().filter(|r| r.status == 200).count(), noisy.iter().filter(|r| r.status == 429).count());
+    for r in &noisy {
+        assert!(r.status == 200 || r.status == 429, "noisy tenant: only 200 or 429, got {}: {}", r.status, r.body);
+        if r.status == 429 {
+            let secs: u32 = r.retry_after.as_deref().expect("a 429 has Retry-After").parse().expect("Retry-After in seconds");
+            assert!(secs >= 1, "Retry-After {secs}");
+            assert!(r.body.contains("tenant \"noisy\"") && r.body.contains("retry after"), "a clear reason: {:?}", r.body);
+        }
+    }
+    assert!(shed > 0, "the noisy tenant past saturation gets 429s ({ok} served)");
+    assert!(ok > 0, "the noisy tenant still gets the capacity left");
+    let m = http(&proxy, "GET", "/_tandem/metrics", &[], b"").body;
+    assert_eq!(metric(&m, "tandem_proxy_tenant_shed_total{service=\"chat\",tenant=\"quiet\"}"), 0.0);
+    assert_eq!(metric(&m, "tandem_proxy_tenant_shed_total{service=\"chat\",tenant=\"noisy\"}"), shed as f64, "{m}");
+    assert_eq!(metric(&m, "tandem_proxy_tenant_queued"), 0.0, "nothing left queued");
+    let (a50, a99) = (percentile(&mut ttft_alone, 0.5), percentile(&mut ttft_alone, 0.99));
+    let (b50, b99) = (percentile(&mut ttft_both, 0.5), percentile(&mut ttft_both, 0.99));
+    println!(
+        "quiet tenant TTFT alone: p50 {a50:?} p99 {a99:?} ({} requests); beside a 10x noisy tenant: p50 {b50:?} p99 {b99:?} ({} requests); p99 ratio {:.2}",
+        ttft_alone.len(),
+        ttft_both.len(),
+        b99.as_secs_f64() / a99.as_secs_f64()
+    );
+    println!("noisy tenant: {} requests, {ok} served, {shed} answered 429 with Retry-After, 0 time-outs", noisy.len());
+}
+
+/// A client that goes away while its request waits in the fair queue takes it out of the
+/// queue, and one that goes away while a replica works gives its slot back; bad fair-queue
+/// flags are refused with a clear message.
+#[test]
+fn a_queued_request_whose_client_leaves_is_dropped_and_bad_flags_are_refused() {
+    let mut p = Procs(Vec::new());
+    let rep = p.llm(&[]);
+    let proxy = p.proxy_with(&[format!("chat:llm={rep}")], &["--max-concurrency", "1", "--max-wait", "30s"]);
+    let queued = |proxy: &str| metric(&http(proxy, "GET", "/_tandem/metrics", &[], b"").body, "tandem_proxy_tenant_queued");
+    let wait_for = |what: &str, f: &dyn Fn() -> bool| {
+        for _ in 0..300 {
+            if f() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("timed out waiting for {what}");
+    };
+    // A long request (3 s of decode) takes the only slot.
+    let long = std::thread::spawn({
+        let proxy = proxy.clone();
+        move || stream_as(&proxy, "someone", "a long one", 300)
+    });
+    let m = || metric(&http(&proxy, "GET", "/_tandem/metrics", &[], b"").body, "tandem_proxy_inflight");
+    wait_for("the long request in flight", &|| m() == 1.0);
+    // The next waits in the queue; its client gives up.
+    let body = json!({"model": "m", "prompt": "queued", "max_tokens": 2}).to_string();
+    let mut s = TcpStream::connect(&proxy).unwrap();
+    write!(s, "POST /s/chat/v1/completions HTTP/1.1\r\nhost: x\r\ncontent-length: {}\r\n\r\n{body}", body.len()).unwrap();
+    wait_for("the second request queued", &|| queued(&proxy) == 1.0);
+    drop(s);
+    wait_for("the queue emptied after the client left", &|| queued(&proxy) == 0.0);
+    let r = long.join().unwrap();
+    assert_eq!(r.status, 200, "{}", r.body);
+    // The slot passes on: a new request is served.
+    let r = stream_as(&proxy, "someone", "after", 2);
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(queued(&proxy), 0.0);
+
+    // A client that leaves while the replica works on its answer (not streamed: nothing comes
+    // back before the end) gives its slot back; a lost slot would hold the service back for good.
+    let body = json!({"model": "m", "prompt": "a slow plain one", "max_tokens": 300}).to_string();
+    let mut s = TcpStream::connect(&proxy).unwrap();
+    write!(s, "POST /s/chat/v1/completions HTTP/1.1\r\nhost: x\r\ncontent-length: {}\r\n\r\n{body}", body.len()).unwrap();
+    wait_for("the plain request in flight", &|| m() == 1.0);
+    drop(s);
+    wait_for("its slot given back after its client left", &|| m() == 0.0);
+    let r = stream_as(&proxy, "someone", "after the plain one", 2);
+    assert_eq!(r.status, 200, "{}", r.body);
+
+    for (args, want) in [
+        (vec!["--max-concurrency", "0"], "at least 1"),
+        (vec!["--max-concurrency", "-3"], "-3"),
+        (vec!["--max-concurrency", "2", "--max-wait", "soon"], "--max-wait"),
+        (vec!["--max-wait", "2s"], "need --max-concurrency"),
+        (vec!["--max-concurrency", "2", "--tenant", "a=0"], "weight"),
+        (vec!["--max-concurrency", "2", "--tenant", "a=heavy"], "weight"),
+    ] {
+        let out = Command::new(bin())
+            .args(["proxy", "--listen", "127.0.0.1:0", "--static", &format!("chat:llm={rep}")])
+            .args(&args)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && err.contains(want), "{args:?}: {err}");
+    }
+    let out = Command::new(bin())
+        .args(["proxy", "--listen", "127.0.0.1:0", "--static", &format!("plain={rep}"), "--max-concurrency", "2"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("llm policy"));
+}

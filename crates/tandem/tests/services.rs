@@ -109,6 +109,23 @@ fn bad_specs_are_refused_and_crash_loops_back_off_without_disturbing_others() {
     assert!(e.contains("invalid service name"), "{e}");
     let e = err(apply("yaml.yaml", "name: x\ncommand: [true]\nreplicas: [1]\n"));
     assert!(e.contains("yaml.yaml"), "{e}");
+    // The fair queue's settings ([proxy] max_concurrency, max_wait, tenants).
+    let fair = |extra: &str| format!("{ECHO}\n[proxy]\nbalance = \"llm\"\nmax_concurrency = 4\n{extra}");
+    for (file, text, want) in [
+        (
+            "limit.toml",
+            ECHO.replace("replicas = 3", "replicas = 3\n[proxy]\nbalance = \"llm\"\nmax_concurrency = -2"),
+            "proxy.max_concurrency must be between 1",
+        ),
+        ("nollm.toml", ECHO.replace("replicas = 3", "replicas = 3\n[proxy]\nmax_concurrency = 4"), "needs balance = \"llm\""),
+        ("weight.toml", fair("[proxy.tenants.alice]\nweight = \"heavy\"\n"), "proxy.tenants.alice.weight must be a number"),
+        ("zero.toml", fair("[proxy.tenants.alice]\nweight = 0\n"), "proxy.tenants.alice.weight must be between 1 and 1000"),
+        ("field.toml", fair("[proxy.tenants.alice]\nwieght = 2\n"), "wieght"),
+        ("wait.toml", fair("max_wait = \"-1s\"\n"), "proxy.max_wait"),
+    ] {
+        let e = err(apply(file, &text));
+        assert!(e.contains(want), "{file}: {e}");
+    }
     // Hostile API bodies get a 400 that says what is wrong, and store nothing.
     for (path, body, want) in [
         ("/v1/services", "{\"spec\": {\"name\": \"x\", \"command\": [\"true\"]", "malformed"),

@@ -798,7 +798,12 @@ pub const DOCUMENT: &str = r##"{
           "proxy": {"type": "object", "additionalProperties": false, "properties": {
             "balance": {"$ref": "#/components/schemas/StringOrNull", "description": "round_robin (default), least_request, p2c or llm"},
             "retries": {"$ref": "#/components/schemas/Quantity"}, "hold": {"$ref": "#/components/schemas/Quantity"},
-            "resume_streams": {"$ref": "#/components/schemas/BoolOrNull", "description": "Streaming OpenAI completions go on on another replica when theirs fails (default false)"}}},
+            "resume_streams": {"$ref": "#/components/schemas/BoolOrNull", "description": "Streaming OpenAI completions go on on another replica when theirs fails (default false)"},
+            "max_concurrency": {"$ref": "#/components/schemas/Quantity", "description": "Requests in flight per replica (balance llm); more wait in the proxy's fair queue"},
+            "max_wait": {"$ref": "#/components/schemas/Quantity", "description": "Bound on the wait in the fair queue (default 10s); longer expected waits get 429"},
+            "tenant_header": {"$ref": "#/components/schemas/StringOrNull", "description": "Header whose value names the request's tenant"},
+            "tenants": {"type": "object", "description": "Tenants of the fair queue by name", "additionalProperties": {"type": "object", "additionalProperties": false, "properties": {
+              "weight": {"$ref": "#/components/schemas/Quantity"}, "keys": {"$ref": "#/components/schemas/Strings", "description": "API keys (Authorization: Bearer KEY)"}}}}}},
           "termination_grace": {"$ref": "#/components/schemas/Quantity"}}},
       "ProbeSpec": {"anyOf": [{"type": "null"}, {"type": "object", "additionalProperties": false, "properties": {
         "http": {"$ref": "#/components/schemas/StringOrNull"}, "tcp": {"$ref": "#/components/schemas/BoolOrNull"},
@@ -853,7 +858,12 @@ pub const DOCUMENT: &str = r##"{
         "resume_streams": {"type": "boolean", "description": "Streaming OpenAI completions go on on another replica when theirs fails"},
         "endpoints": {"type": "array", "items": {"type": "object", "required": ["replica", "addr", "node"], "properties": {
           "replica": {"type": "string"}, "addr": {"type": "string"}, "node": {"type": "string"}}}},
-        "draining": {"$ref": "#/components/schemas/Strings"}}}
+        "draining": {"$ref": "#/components/schemas/Strings"},
+        "max_concurrency": {"$ref": "#/components/schemas/u32", "description": "Requests in flight per replica before the proxy queues (0: no limit)"},
+        "max_wait_ms": {"$ref": "#/components/schemas/u64"},
+        "tenant_header": {"$ref": "#/components/schemas/StringOrNull"},
+        "tenants": {"type": "array", "items": {"type": "object", "required": ["name", "weight", "keys"], "properties": {
+          "name": {"type": "string"}, "weight": {"$ref": "#/components/schemas/u32"}, "keys": {"$ref": "#/components/schemas/Strings"}}}}}}
     }
   }
 }"##;
@@ -1239,6 +1249,12 @@ mod tests {
         s.resources.memory = Some(Quantity::Text("1GiB".into()));
         s.readiness = Some(ProbeSpec { http: Some("/health".into()), ..Default::default() });
         s.autoscale = Some(Default::default());
+        s.proxy.balance = Some("llm".into());
+        s.proxy.max_concurrency = Some(Quantity::Num(8.0));
+        s.proxy.tenant_header = Some("x-tenant".into());
+        s.proxy
+            .tenants
+            .insert("alice".into(), control::service::TenantSpec { weight: Some(Quantity::Num(2.0)), keys: vec!["sk-a".into()] });
         s
     }
 
@@ -1336,6 +1352,10 @@ mod tests {
                 resume_streams: true,
                 endpoints: vec![Endpoint { replica: "llm-5".into(), addr: "127.0.0.1:8000".into(), node: "node1".into() }],
                 draining: vec!["llm-4".into()],
+                max_concurrency: 8,
+                max_wait_ms: 2_000,
+                tenant_header: Some("x-tenant".into()),
+                tenants: vec![control::service::Tenant { name: "alice".into(), weight: 2, keys: vec!["sk-a".into()] }],
             }],
             changed_ms: 1,
         };
