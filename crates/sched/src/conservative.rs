@@ -31,8 +31,8 @@ use model::{GPU_MILLI, Node, PendingReason, Time};
 use rustc_hash::FxHashMap;
 
 use crate::alloc::Alloc;
-use crate::view::{Demand, View};
 use crate::placement::Placer;
+use crate::view::{Demand, View};
 use crate::{Config, Limits, Plan, Resolved, Snapshot, Start, Waiting, try_place};
 
 #[cfg(test)]

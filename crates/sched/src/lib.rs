@@ -24,8 +24,8 @@ use serde::{Deserialize, Serialize};
 
 pub use alloc::{Alloc, NodeUsage};
 pub use incremental::Scheduler;
-pub use placement::{FragCache, Fragmentation, GpuKind, GpuProfile, Placement, cluster_fragmentation};
 use placement::Placer;
+pub use placement::{FragCache, Fragmentation, GpuKind, GpuProfile, Placement, cluster_fragmentation};
 pub use predict::{History, LADDER, Predict};
 pub use preempt::{Preemption, Victim, plan_preemption};
 pub use priority::{Breakdown, FairShare, Policy, Weights};
@@ -507,9 +507,7 @@ pub(crate) fn schedule_inner<'n>(
     let mut top = None;
     let mut placer = Placer::new(cfg.placement, seed, &cfg.profile, snap, frag);
     match cfg.backfill {
-        Backfill::Conservative => {
-            conservative::run(snap, now, cfg, &ready, &order, &mut view, &mut plan, &mut limits, &mut placer)
-        }
+        Backfill::Conservative => conservative::run(snap, now, cfg, &ready, &order, &mut view, &mut plan, &mut limits, &mut placer),
         _ => {
             if let Some((pos, shadow, reserved)) =
                 walk(snap, now, cfg, commit, &ready, &order, &mut view, &mut plan, &mut limits, &mut placer)
@@ -690,12 +688,7 @@ fn strategy_maps(snap: &Snapshot, view: &View, service: &str) -> [FxHashMap<u32,
 }
 
 /// Places `r` on `view` if it fits now; returns the allocations.
-pub(crate) fn try_place(
-    snap: &Snapshot,
-    view: &mut View,
-    r: &Resolved,
-    placer: &mut Placer,
-) -> Option<Vec<Alloc>> {
+pub(crate) fn try_place(snap: &Snapshot, view: &mut View, r: &Resolved, placer: &mut Placer) -> Option<Vec<Alloc>> {
     let nodes = match &r.req.kind {
         RequestKind::Batch if placer.scores(&r.demand, r.nodes) => {
             if view.known_misfit(&r.demand) {

@@ -16,8 +16,8 @@ mod inflation;
 mod metrics;
 mod plot;
 
-pub use metrics::{Metrics, summarize};
 pub use inflation::{CurvePoint, Inflation, arrivals, inflate, mean as mean_inflation, trace_profile};
+pub use metrics::{Metrics, summarize};
 pub use plot::{curve_svg, curve_table, svg};
 
 use model::{DepStatus, JobId, Node, Time};

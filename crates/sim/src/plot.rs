@@ -101,12 +101,15 @@ pub fn curve_svg(title: &str, runs: &[(String, Vec<CurvePoint>)]) -> String {
     const COLOURS: [&str; 8] = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf"];
     for (n, (name, curve)) in runs.iter().enumerate() {
         let c = COLOURS[n % COLOURS.len()];
-        let pts: Vec<String> =
-            std::iter::once((0.0, 0.0)).chain(curve.iter().map(|p| (p.arrived, p.allocated))).map(|(a, v)| format!("{:.1},{:.1}", x(a), y(v))).collect();
+        let pts: Vec<String> = std::iter::once((0.0, 0.0))
+            .chain(curve.iter().map(|p| (p.arrived, p.allocated)))
+            .map(|(a, v)| format!("{:.1},{:.1}", x(a), y(v)))
+            .collect();
         let _ = writeln!(s, r#"<polyline fill="none" stroke="{c}" stroke-width="1.5" points="{}"/>"#, pts.join(" "));
         let last = curve.last().map_or(0.0, |p| p.allocated);
         let esc = name.replace('&', "&amp;").replace('<', "&lt;");
-        let _ = writeln!(s, r#"<text x="{}" y="{}" fill="{c}">{esc} ({:.1}%)</text>"#, l + pw + 10.0, t + 16.0 + 18.0 * n as f64, last * 100.0);
+        let _ =
+            writeln!(s, r#"<text x="{}" y="{}" fill="{c}">{esc} ({:.1}%)</text>"#, l + pw + 10.0, t + 16.0 + 18.0 * n as f64, last * 100.0);
     }
     s.push_str("</svg>\n");
     s

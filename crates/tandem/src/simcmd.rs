@@ -153,13 +153,14 @@ pub fn run(a: SimArgs) -> Result<()> {
             bail!("--plot draws one run over time; it cannot be combined with --windows");
         }
     }
-    let placements: Vec<Placement> = match a.placement.as_str() {
-        "all" if a.inflate.is_some() => Placement::ALL.to_vec(),
-        "all" => bail!("--placement all goes with --inflate"),
-        p => vec![Placement::parse(p).with_context(|| {
-            format!("unknown --placement {p:?} (default, tight, random, dotprod, clustering, packing, bestfit, fgd)")
-        })?],
-    };
+    let placements: Vec<Placement> =
+        match a.placement.as_str() {
+            "all" if a.inflate.is_some() => Placement::ALL.to_vec(),
+            "all" => bail!("--placement all goes with --inflate"),
+            p => vec![Placement::parse(p).with_context(|| {
+                format!("unknown --placement {p:?} (default, tight, random, dotprod, clustering, packing, bestfit, fgd)")
+            })?],
+        };
     if let Some(r) = a.inflate {
         if !(r.is_finite() && r > 0.0 && r <= 10.0) {
             bail!("--inflate takes a ratio of the GPU capacity in (0, 10], e.g. 1.3 (got {r})");
