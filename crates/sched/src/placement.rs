@@ -151,6 +151,9 @@ pub struct GpuProfile {
     pub kinds: Vec<GpuKind>,
 }
 
+/// A kind without its weight: CPUs, GPUs, milli-GPUs per GPU, GPU model.
+type KindKey = (u32, u32, u32, Option<String>);
+
 /// Most kinds a profile keeps (a node's access to them is one 64-bit mask).
 pub const MAX_KINDS: usize = 64;
 
@@ -159,7 +162,7 @@ impl GpuProfile {
     /// of them (FGD keeps 95 %), at most [`MAX_KINDS`], renormalised. Ties in popularity go to
     /// the smaller kind, so the profile does not depend on the order of the requests.
     pub fn from_requests<'a>(reqs: impl IntoIterator<Item = &'a JobRequest>, coverage: f64) -> GpuProfile {
-        let mut count: FxHashMap<(u32, u32, u32, Option<String>), u64> = FxHashMap::default();
+        let mut count: FxHashMap<KindKey, u64> = FxHashMap::default();
         let mut total = 0u64;
         for r in reqs {
             if let Some(k) = GpuKind::of(r) {
@@ -167,7 +170,7 @@ impl GpuProfile {
                 total += 1;
             }
         }
-        let mut kinds: Vec<((u32, u32, u32, Option<String>), u64)> = count.into_iter().collect();
+        let mut kinds: Vec<(KindKey, u64)> = count.into_iter().collect();
         kinds.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
         let want = (coverage.clamp(0.0, 1.0) * total as f64).ceil() as u64;
         let mut kept = 0u64;
@@ -357,7 +360,7 @@ impl<'p> Placer<'p> {
         }
         if !matches!(p.policy, Placement::Tight | Placement::Random) {
             let mut order: Vec<u32> = (0..nodes.len() as u32).collect();
-            let mut rng = Rng(seed ^ 0x5EED_0F_0DE5);
+            let mut rng = Rng(seed ^ 0x005E_ED0F_0DE5);
             for i in (1..order.len()).rev() {
                 order.swap(i, rng.below(i as u64 + 1) as usize);
             }
