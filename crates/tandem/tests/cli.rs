@@ -119,7 +119,7 @@ fn gpu_placement_under_workload_inflation() {
     let again = run("fgd");
     assert_eq!((&again["placements"][0]["curve"], &again["placements"][0]["end"]), (&p["curve"], &p["end"]), "the same seed, the same run");
     assert!(err(&["sim", "--trace", path(&pods), "--nodes-file", path(&nodes), "--placement", "spread"]).contains("unknown --placement"));
-    assert!(err(&["sim", "--trace", path(&pods), "--nodes-file", path(&nodes), "--inflate", "-1"]).contains("--inflate"));
+    assert!(err(&["sim", "--trace", path(&pods), "--nodes-file", path(&nodes), "--inflate", "0"]).contains("--inflate"));
     let lublin = traces().join("lublin_256.swf");
     assert!(err(&["sim", "--trace", path(&lublin), "--inflate", "1.3"]).contains("GPU trace"));
 }
