@@ -31,6 +31,7 @@ use model::{GPU_MILLI, Node, PendingReason, Time};
 use rustc_hash::FxHashMap;
 
 use crate::alloc::Alloc;
+use crate::placement::Placer;
 use crate::view::{Demand, View};
 use crate::{Config, Limits, Plan, Resolved, Snapshot, Start, Waiting, try_place};
 
@@ -548,15 +549,16 @@ pub(crate) fn run<'a>(
     view: &mut View,
     plan: &mut Plan,
     limits: &mut Limits<'a>,
+    placer: &mut Placer,
 ) {
     #[cfg(test)]
     if tests::REFERENCE.get() {
         let mut space = reference::Timeline::new(snap, now, cfg);
-        walk(&mut space, snap, now, cfg, ready, order, view, plan, limits);
+        walk(&mut space, snap, now, cfg, ready, order, view, plan, limits, placer);
         return;
     }
     let mut space = SlotMap::new(snap, now, cfg);
-    walk(&mut space, snap, now, cfg, ready, order, view, plan, limits);
+    walk(&mut space, snap, now, cfg, ready, order, view, plan, limits, placer);
 }
 
 /// The walk in priority order, over any picture of the future.
@@ -571,8 +573,8 @@ pub(crate) fn walk<'a, S: Space>(
     view: &mut View,
     plan: &mut Plan,
     limits: &mut Limits<'a>,
+    placer: &mut Placer,
 ) {
-    let mut replicas: FxHashMap<String, Vec<u32>> = FxHashMap::default();
     let mut blocked_any = false;
     let mut reservations = 0usize;
     for &i in order {
@@ -601,7 +603,7 @@ pub(crate) fn walk<'a, S: Space>(
             let mut masked = r.clone();
             masked.filter.mask = Some(set.mask(snap.nodes.len()));
             masked.filter.all = false;
-            started = try_place(snap, view, &masked, &mut replicas);
+            started = try_place(snap, view, &masked, placer);
             // Fits by count but not by exact placement: look later.
             later = if started.is_some() || bounded { None } else { space.earliest(r, now + 1, len) };
         }

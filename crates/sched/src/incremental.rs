@@ -9,7 +9,6 @@
 //! most more cautious than a full pass, never less.
 
 use model::Time;
-use rustc_hash::FxHashMap;
 
 use crate::view::Filter;
 use crate::{
@@ -24,6 +23,7 @@ pub struct Scheduler<'n> {
     topo: std::sync::Arc<crate::Topology>,
     facts: Option<crate::Facts<'n>>,
     ever: crate::EverFits,
+    frag: crate::FragCache,
     memo: Option<PassMemo<'n>>,
     last_fast: bool,
 }
@@ -40,6 +40,7 @@ impl<'n> Scheduler<'n> {
             topo: std::sync::Arc::new(crate::Topology::new(nodes)),
             facts: None,
             ever: crate::EverFits::default(),
+            frag: crate::FragCache::default(),
             memo: None,
             last_fast: false,
         }
@@ -57,7 +58,7 @@ impl<'n> Scheduler<'n> {
             self.facts = Some(crate::Facts::new(self.nodes, snap.config, true));
         }
         let facts = self.facts.as_ref().expect("facts were just built");
-        let (plan, memo) = schedule_inner(self.nodes, self.topo.clone(), facts, &mut self.ever, snap, now, seed, &self.cfg);
+        let (plan, memo) = schedule_inner(self.nodes, self.topo.clone(), facts, &mut self.ever, &mut self.frag, snap, now, seed, &self.cfg);
         self.memo = (self.cfg.backfill == Backfill::Easy && !self.cfg.commit_head).then_some(memo);
         plan
     }
@@ -76,7 +77,7 @@ impl<'n> Scheduler<'n> {
     /// snapshot with that pass's plan applied, plus these submissions. Falls back to a full
     /// pass whenever the fast path cannot decide exactly.
     pub fn submitted(&mut self, snap: &Snapshot, now: Time, seed: u64, new: &[usize]) -> Plan {
-        match self.fast(snap, now, new) {
+        match self.fast(snap, now, seed, new) {
             Some(plan) => {
                 self.last_fast = true;
                 plan
@@ -88,14 +89,14 @@ impl<'n> Scheduler<'n> {
         }
     }
 
-    fn fast(&mut self, snap: &Snapshot, now: Time, new: &[usize]) -> Option<Plan> {
+    fn fast(&mut self, snap: &Snapshot, now: Time, seed: u64, new: &[usize]) -> Option<Plan> {
         let memo = self.memo.as_mut()?;
         let (top_key, top_seq, _, shadow, reserved) = memo.top.as_ref()?;
         let facts = self.facts.as_ref()?;
         let ever = &mut self.ever;
         let mut plan = Plan::default();
         let limits = crate::Limits::new(snap);
-        let mut replicas = FxHashMap::default();
+        let mut replicas = crate::Placer::new(self.cfg.placement, seed, &self.cfg.profile, snap, &mut self.frag);
         for &idx in new {
             let p = snap.pending.get(idx)?;
             if (!p.req.nodelist.is_empty() || !p.req.exclude.is_empty()) && facts.name_index.is_empty() {

@@ -12,6 +12,7 @@
 mod alloc;
 mod conservative;
 mod incremental;
+mod placement;
 mod predict;
 mod preempt;
 mod priority;
@@ -23,6 +24,8 @@ use serde::{Deserialize, Serialize};
 
 pub use alloc::{Alloc, NodeUsage};
 pub use incremental::Scheduler;
+use placement::Placer;
+pub use placement::{FragCache, Fragmentation, GpuKind, GpuProfile, Placement, cluster_fragmentation};
 pub use predict::{History, LADDER, Predict};
 pub use preempt::{Preemption, Victim, plan_preemption};
 pub use priority::{Breakdown, FairShare, Policy, Weights};
@@ -76,6 +79,13 @@ pub struct Config {
     /// prediction from the snapshot's [`History`] (EASY++). Kills always use the limit.
     #[serde(default)]
     pub predict: Predict,
+    /// Which node a single-node job goes to among those that fit ([`Placement`]).
+    #[serde(default)]
+    pub placement: Placement,
+    /// The target workload that GPU fragmentation is measured against (FGD's "typical pods");
+    /// empty: the kinds of the pending jobs, derived each pass.
+    #[serde(default)]
+    pub profile: GpuProfile,
 }
 
 impl Config {
@@ -94,6 +104,8 @@ impl Default for Config {
             max_reservations: 256,
             max_considered: usize::MAX,
             predict: Predict::Limit,
+            placement: Placement::Default,
+            profile: GpuProfile::default(),
         }
     }
 }
@@ -387,7 +399,7 @@ pub fn schedule(snap: &Snapshot, now: Time, seed: u64, cfg: &Config) -> Plan {
     let topo = std::sync::Arc::new(view::Topology::new(snap.nodes));
     let names = snap.pending.iter().any(|p| !p.req.nodelist.is_empty() || !p.req.exclude.is_empty());
     let facts = Facts::new(snap.nodes, snap.config, names);
-    schedule_inner(snap.nodes, topo, &facts, &mut EverFits::default(), snap, now, seed, cfg).0
+    schedule_inner(snap.nodes, topo, &facts, &mut EverFits::default(), &mut FragCache::default(), snap, now, seed, cfg).0
 }
 
 /// What passes over the same node definitions share: the topology, and which request shapes
@@ -397,6 +409,7 @@ pub fn schedule(snap: &Snapshot, now: Time, seed: u64, cfg: &Config) -> Plan {
 pub struct Reuse {
     topo: Option<std::sync::Arc<Topology>>,
     ever: EverFits,
+    frag: FragCache,
 }
 
 impl std::fmt::Debug for Reuse {
@@ -413,13 +426,13 @@ pub fn schedule_reusing(snap: &Snapshot, now: Time, seed: u64, cfg: &Config, reu
         Some(t) if same_nodes && t.len() == snap.nodes.len() => t.clone(),
         _ => {
             let t = std::sync::Arc::new(view::Topology::new(snap.nodes));
-            *reuse = Reuse { topo: Some(t.clone()), ever: EverFits::default() };
+            *reuse = Reuse { topo: Some(t.clone()), ever: EverFits::default(), frag: FragCache::default() };
             t
         }
     };
     let names = snap.pending.iter().any(|p| !p.req.nodelist.is_empty() || !p.req.exclude.is_empty());
     let facts = Facts::new(snap.nodes, snap.config, names);
-    schedule_inner(snap.nodes, topo, &facts, &mut reuse.ever, snap, now, seed, cfg).0
+    schedule_inner(snap.nodes, topo, &facts, &mut reuse.ever, &mut reuse.frag, snap, now, seed, cfg).0
 }
 
 /// What a full EASY pass leaves behind for the submit fast path.
@@ -437,13 +450,15 @@ pub(crate) fn schedule_inner<'n>(
     topo: std::sync::Arc<view::Topology>,
     facts: &Facts,
     ever: &mut EverFits,
+    frag: &mut FragCache,
     snap: &Snapshot,
     now: Time,
     seed: u64,
     cfg: &Config,
 ) -> (Plan, PassMemo<'n>) {
     assert!(std::ptr::eq(nodes, snap.nodes), "the scheduler's nodes are the snapshot's nodes");
-    let _ = seed; // ties are broken by arrival order and job id; the seed is reserved for shuffles
+    // Ties in priority are broken by arrival order and job id; the seed breaks ties between
+    // equally good nodes for the placement policies that draw them at random.
     let mut plan = Plan::default();
     let mut view = View::new(nodes, topo, snap.usage);
 
@@ -490,10 +505,13 @@ pub(crate) fn schedule_inner<'n>(
     }
 
     let mut top = None;
+    let mut placer = Placer::new(cfg.placement, seed, &cfg.profile, snap, frag);
     match cfg.backfill {
-        Backfill::Conservative => conservative::run(snap, now, cfg, &ready, &order, &mut view, &mut plan, &mut limits),
+        Backfill::Conservative => conservative::run(snap, now, cfg, &ready, &order, &mut view, &mut plan, &mut limits, &mut placer),
         _ => {
-            if let Some((pos, shadow, reserved)) = walk(snap, now, cfg, commit, &ready, &order, &mut view, &mut plan, &mut limits) {
+            if let Some((pos, shadow, reserved)) =
+                walk(snap, now, cfg, commit, &ready, &order, &mut view, &mut plan, &mut limits, &mut placer)
+            {
                 let r = &ready[order[pos]];
                 top = Some((priority::key(&cfg.policy, &ctx, r.req, r.nodes), snap.pending[r.idx].seq, r.req.id, shadow, reserved));
             }
@@ -670,20 +688,26 @@ fn strategy_maps(snap: &Snapshot, view: &View, service: &str) -> [FxHashMap<u32,
 }
 
 /// Places `r` on `view` if it fits now; returns the allocations.
-pub(crate) fn try_place(
-    snap: &Snapshot,
-    view: &mut View,
-    r: &Resolved,
-    placed_replicas: &mut FxHashMap<String, Vec<u32>>,
-) -> Option<Vec<Alloc>> {
+pub(crate) fn try_place(snap: &Snapshot, view: &mut View, r: &Resolved, placer: &mut Placer) -> Option<Vec<Alloc>> {
     let nodes = match &r.req.kind {
+        RequestKind::Batch if placer.scores(&r.demand, r.nodes) => {
+            if view.known_misfit(&r.demand) {
+                return None;
+            }
+            let Some((i, gpu)) = placer.choose(view, &r.demand, &r.filter, r.req.id.0) else {
+                view.record_misfit(&r.demand, &r.filter);
+                return None;
+            };
+            placer.placed(i, &r.demand);
+            return Some(vec![view.take_on(i, &r.demand, gpu)]);
+        }
         RequestKind::Batch => view.place(&r.demand, r.nodes, &r.filter, &Strategy::Pack, r.req.max_switches)?,
         RequestKind::Replica { service } => {
             if !view.maybe(&r.demand, r.nodes) {
                 return None;
             }
             let [mut n, mut s, mut b] = strategy_maps(snap, view, service);
-            for &node in placed_replicas.get(service).map(|v| v.as_slice()).unwrap_or(&[]) {
+            for &node in placer.replicas.get(service).map(|v| v.as_slice()).unwrap_or(&[]) {
                 *n.entry(node).or_default() += 1;
                 *s.entry(view.switch_of(node)).or_default() += 1;
                 *b.entry(snap.nodes[node as usize].block).or_default() += 1;
@@ -695,7 +719,7 @@ pub(crate) fn try_place(
                 &Strategy::Spread { per_node: &n, per_switch: &s, per_block: &b },
                 r.req.max_switches,
             )?;
-            placed_replicas.entry(service.clone()).or_default().extend(&chosen);
+            placer.replicas.entry(service.clone()).or_default().extend(&chosen);
             chosen
         }
     };
@@ -714,8 +738,8 @@ fn walk<'a>(
     view: &mut View,
     plan: &mut Plan,
     limits: &mut Limits<'a>,
+    replicas: &mut Placer,
 ) -> Option<(usize, Time, FxHashSet<u32>)> {
-    let mut replicas: FxHashMap<String, Vec<u32>> = FxHashMap::default();
     // EASY state: shadow time, the view at the shadow time with the reservation taken out, the
     // set of reserved nodes, and the view for jobs that would outlive the shadow time.
     struct Easy<'n> {
@@ -737,7 +761,7 @@ fn walk<'a>(
             continue;
         }
         if blocked.is_none() {
-            if let Some(allocs) = try_place(snap, view, r, &mut replicas) {
+            if let Some(allocs) = try_place(snap, view, r, replicas) {
                 limits.add(r);
                 plan.starts.push(Start { job: r.req.id, allocs, backfilled: false, time_limit: None });
                 plan.stats.started += 1;
@@ -814,7 +838,7 @@ fn walk<'a>(
                     // A job that ends by the shadow time may use anything free now; one that
                     // outlives it only what the reservation leaves. With --time-min, a job that
                     // fits only short is started with its limit cut to end by the shadow time.
-                    let short = |e: &mut Easy, view: &mut View, replicas: &mut FxHashMap<String, Vec<u32>>| {
+                    let short = |e: &mut Easy, view: &mut View, replicas: &mut Placer| {
                         let a = try_place(snap, view, r, replicas);
                         if let Some(a) = &a {
                             for al in a {
@@ -829,9 +853,9 @@ fn walk<'a>(
                         a
                     };
                     if now + limit <= e.shadow {
-                        short(e, view, &mut replicas).map(|a| (a, None))
+                        short(e, view, replicas).map(|a| (a, None))
                     } else {
-                        let a = try_place(snap, &mut e.long, r, &mut replicas);
+                        let a = try_place(snap, &mut e.long, r, replicas);
                         if let Some(a) = &a {
                             for al in a {
                                 view.hold(al);
@@ -845,7 +869,7 @@ fn walk<'a>(
                             (Some(a), _) => Some((a, None)),
                             // Not with predictions: the cut would be a kill limit derived from them.
                             (None, Some(min)) if min >= 1 && cut >= min && !cfg.predicting() => {
-                                short(e, view, &mut replicas).map(|a| (a, Some(cut)))
+                                short(e, view, replicas).map(|a| (a, Some(cut)))
                             }
                             (None, _) => None,
                         }
@@ -884,7 +908,7 @@ fn walk<'a>(
         for i in rest {
             let r = &ready[i];
             let fits_time = now.saturating_add(r.limit) < shadow && limits.blocks(r).is_none();
-            let started = if fits_time { try_place(snap, view, r, &mut replicas) } else { None };
+            let started = if fits_time { try_place(snap, view, r, replicas) } else { None };
             match started {
                 Some(allocs) => {
                     limits.add(r);
@@ -950,7 +974,7 @@ pub(crate) fn reservation<'n>(
         .collect();
     ends.sort_by_key(|&(t, k)| (t, k));
     let mut proj = view.clone();
-    let mut no_replicas = FxHashMap::default();
+    let mut no_replicas = Placer::tight();
     let mut idx = 0;
     while idx < ends.len() {
         let t = ends[idx].0;

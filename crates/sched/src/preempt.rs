@@ -133,7 +133,7 @@ pub(crate) fn preempt_for(
             trial.give(a);
         }
     }
-    let mut none = FxHashMap::default();
+    let mut none = crate::Placer::tight();
     try_place(snap, &mut trial, r, &mut none)?;
     let cost = chosen
         .iter()

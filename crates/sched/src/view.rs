@@ -509,8 +509,40 @@ impl<'n> View<'n> {
         None
     }
 
+    /// Free CPUs on node `i`.
+    pub fn free_cpus(&self, i: u32) -> u32 {
+        self.free_cpus[i as usize]
+    }
+
+    /// Free milli-GPUs of each GPU of node `i`.
+    pub fn gpu_free(&self, i: u32) -> &[u32] {
+        let iu = i as usize;
+        &self.gpu_free[self.gpu_off[iu] as usize..self.gpu_off[iu + 1] as usize]
+    }
+
+    /// Whether a single-node `d` failed to fit since capacity last grew (the failure cache).
+    pub fn known_misfit(&self, d: &Demand) -> bool {
+        !self.maybe(d, 1) || ShapeKey::of(d, 1).is_some_and(|key| self.failed.iter().any(|f| key.dominates(f)))
+    }
+
+    /// Records that a single-node `d` fits nowhere now (with an unrestricted filter).
+    pub fn record_misfit(&mut self, d: &Demand, filter: &Filter) {
+        if filter.all
+            && filter.mask.is_none()
+            && let Some(key) = ShapeKey::of(d, 1)
+            && self.failed.len() < 64
+        {
+            self.failed.push(key);
+        }
+    }
+
     /// Takes `d` on node `i` and returns the allocation (GPU indices chosen best-fit).
     pub fn take(&mut self, i: u32, d: &Demand) -> Alloc {
+        self.take_on(i, d, None)
+    }
+
+    /// [`View::take`], on GPU `gpu` for a shared GPU when given.
+    pub fn take_on(&mut self, i: u32, d: &Demand, gpu: Option<u8>) -> Alloc {
         debug_assert!(self.fits(i, d));
         let iu = i as usize;
         self.count(iu, -1);
@@ -524,6 +556,11 @@ impl<'n> View<'n> {
         let mut idx: Vec<(u32, u8)> =
             self.gpu_free[r.clone()].iter().enumerate().filter(|&(_, &f)| f >= milli).map(|(g, &f)| (f, g as u8)).collect();
         idx.sort_unstable(); // least free first: shared GPUs fill up before whole ones are cut
+        if let Some(g) = gpu.filter(|_| gpus_needed == 1)
+            && let Some(k) = idx.iter().position(|&(_, x)| x == g)
+        {
+            idx.swap(0, k);
+        }
         let gpus: Vec<u8> = idx.into_iter().take(gpus_needed as usize).map(|(_, g)| g).collect();
         assert_eq!(gpus.len() as u32, gpus_needed, "placement chose a node without the GPUs");
         let mut whole_lost = 0u8;

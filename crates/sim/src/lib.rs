@@ -12,11 +12,13 @@
 //!   instant, a pass after each, and running jobs kept in a list re-sorted stably as RLScheduler's
 //!   simulator does, so its published numbers reproduce exactly.
 
+mod inflation;
 mod metrics;
 mod plot;
 
+pub use inflation::{CurvePoint, Inflation, arrivals, inflate, mean as mean_inflation, trace_profile};
 pub use metrics::{Metrics, summarize};
-pub use plot::svg;
+pub use plot::{curve_svg, curve_table, svg};
 
 use model::{DepStatus, JobId, Node, Time};
 use sched::{Carry, Config, FairShare, History, NodeUsage, Pending, Plan, Running, Snapshot};
@@ -126,8 +128,8 @@ pub struct Outcome {
     pub final_busy_units: u64,
     /// Jobs still pending at the end of the run.
     pub pending_at_end: usize,
-    /// Free milli-GPUs at the end on nodes that cannot host the smallest GPU request still
-    /// pending (or, with none pending, the smallest GPU request of the run).
+    /// FGD's expected fragmented milli-GPUs at the end, against the scheduler's profile (the
+    /// trace's distribution of requests, unless configured).
     pub final_fragmented_milli: u64,
     /// Every pass's time and plan, with [`SimConfig::record_plans`].
     pub plans: Vec<(Time, Plan)>,
@@ -301,7 +303,7 @@ pub fn run(w: &Workload, range: std::ops::Range<usize>, cfg: &SimConfig, clock: 
         meta: Vec::new(),
         base: range.start,
         carry: Carry::default(),
-        scheduler: sched::Scheduler::new(cfg.sched.clone(), &w.nodes),
+        scheduler: sched::Scheduler::new(sched_config(w, cfg), &w.nodes),
         fairshare: FairShare::default(),
         history: History::default(),
         last_decay: 0,
@@ -315,7 +317,6 @@ pub fn run(w: &Workload, range: std::ops::Range<usize>, cfg: &SimConfig, clock: 
     let first = w.jobs[range.start].req.submit_time;
     st.out.first_submit = first;
     st.last_decay = first;
-    let jobs = &w.jobs[range.clone()];
     match cfg.order {
         EventOrder::RlScheduler => run_rls(&mut st, range, cfg, clock),
         EventOrder::Batched => run_batched(&mut st, range, cfg, clock),
@@ -324,26 +325,20 @@ pub fn run(w: &Workload, range: std::ops::Range<usize>, cfg: &SimConfig, clock: 
     st.out.final_busy_units = st.busy_units;
     st.out.pending_at_end = st.pending.len();
     if w.gpu {
-        st.out.final_fragmented_milli = fragmented(&st, jobs);
+        let profile = &st.scheduler.config().profile;
+        st.out.final_fragmented_milli = sched::cluster_fragmentation(st.nodes, &st.usage, profile).fragmented_milli.round() as u64;
     }
     st.out
 }
 
-/// Free milli-GPUs on nodes that cannot host the smallest GPU request still pending (or the
-/// smallest GPU request of the run when none is pending): capacity that nothing can use.
-fn fragmented(st: &State, jobs: &[trace::TraceJob]) -> u64 {
-    let need = |req: &model::JobRequest| req.shape.gpus.as_ref().map(|g| (req.shape.gpus_per_node(req.shape.nodes_min.max(1)), g.milli));
-    let smallest = st.pending.iter().filter_map(|p| need(&p.req)).min().or_else(|| jobs.iter().filter_map(|j| need(&j.req)).min());
-    let Some((count, milli)) = smallest else { return 0 };
-    let mut stranded = 0u64;
-    for (node, u) in st.nodes.iter().zip(&st.usage) {
-        let free: Vec<u32> = u.gpu_milli.iter().map(|&m| 1000 - m).collect();
-        let usable = free.iter().filter(|&&f| f >= milli).count() as u32;
-        if usable < count || node.state != model::NodeState::Up {
-            stranded += free.iter().map(|&f| f as u64).sum::<u64>();
-        }
+/// The scheduler's settings for a run: on a GPU workload without a configured profile, the
+/// trace's own distribution of requests is the target workload (FGD assumes it known).
+fn sched_config(w: &Workload, cfg: &SimConfig) -> Config {
+    let mut c = cfg.sched.clone();
+    if w.gpu && c.profile.kinds.is_empty() {
+        c.profile = trace_profile(w);
     }
-    stranded
+    c
 }
 
 fn sample(st: &mut State, now: Time, cfg: &SimConfig) {

@@ -32,8 +32,9 @@ pub struct Metrics {
     /// (no departures), at the end, as the FGD simulator reports it.
     pub gpu_allocation_rate: Option<f64>,
     /// For GPU traces: share of GPU capacity left free while GPU jobs were waiting (stranded by
-    /// fragmentation or by the jobs' shapes), time-averaged; in placement mode, the share of
-    /// capacity free at the end on nodes that cannot host the smallest waiting request.
+    /// fragmentation or by the jobs' shapes), time-averaged; in placement mode, FGD's expected
+    /// fragmented GPU capacity at the end (against the trace's distribution of requests) as a
+    /// share of the capacity.
     pub gpu_fragmentation: Option<f64>,
     /// Jobs still waiting when the run ended (placement mode: the jobs that did not fit).
     pub pending_at_end: usize,

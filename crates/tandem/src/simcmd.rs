@@ -2,7 +2,7 @@
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
-use sched::{Backfill, Config, Policy, Predict};
+use sched::{Backfill, Config, Placement, Policy, Predict};
 use serde::Serialize;
 use sim::{Metrics, SimConfig};
 use std::path::PathBuf;
@@ -68,6 +68,21 @@ pub struct SimArgs {
     /// Replay only the first N jobs.
     #[arg(long)]
     limit: Option<usize>,
+    /// Node choice for single-node jobs: default (least growth of FGD's GPU fragmentation when
+    /// the workload shares GPUs, else tight), tight (fewest whole GPUs, then CPUs left), FGD's
+    /// baselines random, dotprod, clustering, packing, bestfit, and fgd (as FGD's simulator
+    /// scores it); with --inflate, `all` runs each in turn.
+    #[arg(long, default_value = "default")]
+    placement: String,
+    /// FGD's workload inflation (GPU traces): pods of the trace, then pods drawn from it at random
+    /// (seeded), arrive in a seeded random order and never leave, until their GPU requests add up
+    /// to RATIO × the GPU capacity (FGD uses 1.3); a pod that does not fit fails. Reports the GPU
+    /// allocation ratio against the arrived workload every 10 % and when the first pod fails.
+    #[arg(long, value_name = "RATIO")]
+    inflate: Option<f64>,
+    /// With --inflate: run seeds SEED, SEED+1, ... (N runs) and report the mean curve.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    repeat: u32,
 }
 
 #[derive(Serialize)]
@@ -101,7 +116,8 @@ fn load(a: &SimArgs) -> Result<trace::Workload> {
             bail!("{name} is a CSV pod list: give its node list with --nodes-file");
         };
         let nodes = trace::parse_nodes(trace::open(nf)?, &nf.display().to_string())?;
-        return Ok(trace::parse_pods(trace::open(path)?, &name, nodes, a.lenient)?);
+        // Inflation samples the whole pod list, as FGD does, never-scheduled pods included.
+        return Ok(trace::parse_pod_list(trace::open(path)?, &name, nodes, a.lenient, a.inflate.is_some())?);
     }
     if a.nodes_file.is_some() {
         bail!("--nodes-file goes with the Alibaba pod list (a .csv trace), not with {name}");
@@ -137,6 +153,27 @@ pub fn run(a: SimArgs) -> Result<()> {
             bail!("--plot draws one run over time; it cannot be combined with --windows");
         }
     }
+    let placements: Vec<Placement> =
+        match a.placement.as_str() {
+            "all" if a.inflate.is_some() => Placement::ALL.to_vec(),
+            "all" => bail!("--placement all goes with --inflate"),
+            p => vec![Placement::parse(p).with_context(|| {
+                format!("unknown --placement {p:?} (default, tight, random, dotprod, clustering, packing, bestfit, fgd)")
+            })?],
+        };
+    if let Some(r) = a.inflate {
+        if !(r.is_finite() && r > 0.0 && r <= 10.0) {
+            bail!("--inflate takes a ratio of the GPU capacity in (0, 10], e.g. 1.3 (got {r})");
+        }
+        if a.windows.is_some() || a.no_departures {
+            bail!("--inflate is a placement run of its own; it cannot be combined with --windows or --no-departures");
+        }
+    } else if a.repeat != 1 {
+        bail!("--repeat goes with --inflate");
+    }
+    if a.repeat == 0 {
+        bail!("--repeat takes at least 1 run");
+    }
     let mut w = load(&a)?;
     if let Some(n) = a.limit {
         w.jobs.truncate(n);
@@ -146,7 +183,10 @@ pub fn run(a: SimArgs) -> Result<()> {
     }
     let predict = Predict::parse(&a.predict)
         .with_context(|| format!("unknown --predict {:?} (limit, history, history-name, history-shape)", a.predict))?;
-    let cfg = Config { policy, backfill, predict, ..Config::default() };
+    let cfg = Config { policy, backfill, predict, placement: placements[0], ..Config::default() };
+    if let Some(ratio) = a.inflate {
+        return inflation(&a, &w, cfg, ratio, &placements);
+    }
     let origin = Instant::now();
     let mut clock = move || origin.elapsed().as_nanos() as u64;
     let started = Instant::now();
@@ -186,6 +226,97 @@ pub fn run(a: SimArgs) -> Result<()> {
     } else {
         print_table(&report);
     }
+    Ok(())
+}
+
+#[derive(Serialize)]
+struct PolicyCurve {
+    placement: &'static str,
+    /// Points every 10 % of the capacity arrived.
+    curve: Vec<sim::CurvePoint>,
+    first_failure: Option<sim::CurvePoint>,
+    end: sim::CurvePoint,
+    fragmented_of_free: f64,
+    pass_us_mean: f64,
+}
+
+#[derive(Serialize)]
+struct InflationReport<'a> {
+    trace: &'a str,
+    nodes: usize,
+    gpu_capacity_milli: u64,
+    trace_pods: usize,
+    inflate: f64,
+    seeds: Vec<u64>,
+    placements: Vec<PolicyCurve>,
+    wall_s: f64,
+}
+
+/// `--inflate`: FGD's placement evaluation, for each placement policy asked for.
+fn inflation(a: &SimArgs, w: &trace::Workload, cfg: Config, ratio: f64, placements: &[Placement]) -> Result<()> {
+    if !w.gpu {
+        bail!("--inflate evaluates GPU placement: give a GPU trace (the Alibaba pod list or --synthetic)");
+    }
+    let origin = Instant::now();
+    let mut clock = move || origin.elapsed().as_nanos() as u64;
+    let started = Instant::now();
+    let seeds: Vec<u64> = (0..a.repeat as u64).map(|k| a.seed + k).collect();
+    let mut out = Vec::new();
+    for &p in placements {
+        let runs: Vec<sim::Inflation> =
+            seeds.iter().map(|&s| sim::inflate(w, Config { placement: p, ..cfg.clone() }, ratio, 0.1, s, &mut clock)).collect();
+        let m = sim::mean_inflation(&runs);
+        let pass_us_mean = if m.pass_ns.is_empty() { 0.0 } else { m.pass_ns.iter().sum::<u64>() as f64 / m.pass_ns.len() as f64 / 1000.0 };
+        out.push(PolicyCurve {
+            placement: p.name(),
+            curve: m.curve,
+            first_failure: m.first_failure,
+            end: m.end,
+            fragmented_of_free: m.fragmented_of_free,
+            pass_us_mean,
+        });
+    }
+    let report = InflationReport {
+        trace: &w.name,
+        nodes: w.nodes.len(),
+        gpu_capacity_milli: w.capacity,
+        trace_pods: w.jobs.len(),
+        inflate: ratio,
+        seeds,
+        placements: out,
+        wall_s: started.elapsed().as_secs_f64(),
+    };
+    let named: Vec<(String, Vec<sim::CurvePoint>)> = report.placements.iter().map(|p| (p.placement.to_string(), p.curve.clone())).collect();
+    if let Some(path) = &a.plot {
+        let title = format!("{}: GPU allocation vs arrived workload", w.name);
+        std::fs::write(path, sim::curve_svg(&title, &named)).with_context(|| format!("writing {}", path.display()))?;
+    }
+    if a.json {
+        println!("{}", serde_json::to_string(&report)?);
+        return Ok(());
+    }
+    println!("trace      {} ({} nodes, {:.0} GPUs, {} pods)", report.trace, report.nodes, w.capacity as f64 / 1000.0, report.trace_pods);
+    println!("inflation  {ratio} x GPU capacity, seeds {:?}", report.seeds);
+    println!("GPU allocation ratio (% of GPU capacity) against the arrived workload:");
+    print!("{}", sim::curve_table(&named));
+    println!(
+        "{:<11} {:>14} {:>14} {:>8} {:>12} {:>13} {:>9}",
+        "placement", "first failure", "alloc at end", "failed", "frag at end", "frag of free", "pass us"
+    );
+    for p in &report.placements {
+        let ff = p.first_failure.map_or("none".to_string(), |f| format!("{:.2}% @{:.0}%", f.allocated * 100.0, f.arrived * 100.0));
+        println!(
+            "{:<11} {:>14} {:>13.2}% {:>8} {:>11.2}% {:>12.1}% {:>9.1}",
+            p.placement,
+            ff,
+            p.end.allocated * 100.0,
+            p.end.failed,
+            p.end.fragmented * 100.0,
+            p.fragmented_of_free * 100.0,
+            p.pass_us_mean
+        );
+    }
+    println!("wall time (s)  {:.2}", report.wall_s);
     Ok(())
 }
 

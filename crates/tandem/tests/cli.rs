@@ -85,6 +85,46 @@ fn alibaba_gpu_trace_reports_gpu_metrics() {
 }
 
 #[test]
+fn gpu_placement_under_workload_inflation() {
+    // FGD's evaluation: pods arrive until their GPU requests reach 1.3 × the GPU capacity.
+    let pods = traces().join("openb_pod_list_default.csv");
+    let nodes = traces().join("openb_node_list_gpu_node.csv");
+    let run = |placement: &str| {
+        ok_json(&[
+            "sim",
+            "--trace",
+            path(&pods),
+            "--nodes-file",
+            path(&nodes),
+            "--inflate",
+            "1.3",
+            "--placement",
+            placement,
+            "--seed",
+            "42",
+            "--json",
+        ])
+    };
+    let (fgd, random) = (run("fgd"), run("random"));
+    assert_eq!(fgd["trace_pods"].as_u64(), Some(8152), "inflation samples the whole pod list");
+    let p = &fgd["placements"][0];
+    let curve = p["curve"].as_array().unwrap();
+    assert_eq!(curve.len(), 12, "a point every 10 % of capacity up to 120 %");
+    let end = p["end"]["allocated"].as_f64().unwrap();
+    let first = p["first_failure"]["allocated"].as_f64().unwrap();
+    assert!(first > 0.9 && end > first && end < 1.0, "fgd packs past 90 % before a pod fails: {first} then {end}");
+    let r = random["placements"][0]["end"]["allocated"].as_f64().unwrap();
+    assert!(end > r, "fgd {end} allocates more than random {r}");
+    assert!(p["end"]["fragmented"].as_f64().unwrap() < random["placements"][0]["end"]["fragmented"].as_f64().unwrap());
+    let again = run("fgd");
+    assert_eq!((&again["placements"][0]["curve"], &again["placements"][0]["end"]), (&p["curve"], &p["end"]), "the same seed, the same run");
+    assert!(err(&["sim", "--trace", path(&pods), "--nodes-file", path(&nodes), "--placement", "spread"]).contains("unknown --placement"));
+    assert!(err(&["sim", "--trace", path(&pods), "--nodes-file", path(&nodes), "--inflate", "0"]).contains("--inflate"));
+    let lublin = traces().join("lublin_256.swf");
+    assert!(err(&["sim", "--trace", path(&lublin), "--inflate", "1.3"]).contains("GPU trace"));
+}
+
+#[test]
 fn synthetic_runs_are_reproducible_from_the_seed() {
     let run = |seed: &str| {
         let mut v = ok_json(&["sim", "--synthetic", "nodes=64,gpus=8,jobs=3000", "--seed", seed, "--json"]);

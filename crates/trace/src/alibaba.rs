@@ -69,6 +69,12 @@ pub fn parse_nodes(reader: impl BufRead, file: &str) -> Result<Vec<Node>, TraceE
 /// Parses the pod list and builds a workload on `nodes`. With `lenient`, malformed lines are
 /// skipped and counted instead of failing.
 pub fn parse_pods(reader: impl BufRead, file: &str, nodes: Vec<Node>, lenient: bool) -> Result<Workload, TraceError> {
+    parse_pod_list(reader, file, nodes, lenient, false)
+}
+
+/// [`parse_pods`], and with `all` the pods the trace never scheduled too (with a run time of one
+/// second from their creation): the whole pod list, as FGD's placement evaluation samples it.
+pub fn parse_pod_list(reader: impl BufRead, file: &str, nodes: Vec<Node>, lenient: bool, all: bool) -> Result<Workload, TraceError> {
     let mut lines = reader.lines().enumerate();
     let cols = [
         "name",
@@ -91,7 +97,7 @@ pub fn parse_pods(reader: impl BufRead, file: &str, nodes: Vec<Node>, lenient: b
         if line.trim().is_empty() {
             continue;
         }
-        match pod(&line, jobs.len() as u64 + 1) {
+        match pod(&line, jobs.len() as u64 + 1, all) {
             Ok(Some(j)) => jobs.push(j),
             Ok(None) => skipped += 1,
             Err(_) if lenient => skipped += 1,
@@ -106,7 +112,7 @@ pub fn parse_pods(reader: impl BufRead, file: &str, nodes: Vec<Node>, lenient: b
     Ok(Workload { name: file.into(), nodes, jobs, capacity, gpu: true, skipped })
 }
 
-fn pod(line: &str, id: u64) -> Result<Option<TraceJob>, String> {
+fn pod(line: &str, id: u64, all: bool) -> Result<Option<TraceJob>, String> {
     let c: Vec<&str> = line.trim().split(',').collect();
     if c.len() != 11 {
         return Err(format!("expected 11 columns, found {}", c.len()));
@@ -120,10 +126,10 @@ fn pod(line: &str, id: u64) -> Result<Option<TraceJob>, String> {
     if cpu > u32::MAX as u64 || ngpu > 64 || milli > 1000 {
         return Err("cpu_milli, num_gpu or gpu_milli out of range".into());
     }
-    if c[10].trim().is_empty() {
+    if c[10].trim().is_empty() && !all {
         return Ok(None);
     }
-    let scheduled = num(c[10], "scheduled_time")? as i64;
+    let scheduled = if c[10].trim().is_empty() { deleted.min(created) } else { num(c[10], "scheduled_time")? as i64 };
     if deleted < scheduled {
         return Err(format!("deletion_time {deleted} is before scheduled_time {scheduled}"));
     }
@@ -158,6 +164,8 @@ mod tests {
         let w = parse_pods(pods.as_bytes(), "p.csv", nodes.clone(), false).unwrap();
         assert_eq!((w.jobs.len(), w.skipped), (1, 1));
         assert_eq!(w.jobs[0].runtime, 90);
+        let all = parse_pod_list(pods.as_bytes(), "p.csv", nodes.clone(), false, true).unwrap();
+        assert_eq!((all.jobs.len(), all.skipped), (2, 0), "the never-scheduled pod is kept");
         let bad = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time\np0,x,1,1,1,,LS,Running,0,1,0\n";
         let e = parse_pods(bad.as_bytes(), "p.csv", nodes.clone(), false).unwrap_err().to_string();
         assert_eq!(e, "p.csv:2: column cpu_milli: \"x\" is not a non-negative integer");

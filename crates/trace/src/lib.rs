@@ -8,7 +8,7 @@ mod alibaba;
 mod swf;
 mod synthetic;
 
-pub use alibaba::{parse_nodes, parse_pods};
+pub use alibaba::{parse_nodes, parse_pod_list, parse_pods};
 pub use swf::{Swf, SwfJob, parse_swf};
 pub use synthetic::{SyntheticSpec, generate};
 
