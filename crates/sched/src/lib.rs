@@ -25,7 +25,7 @@ use serde::{Deserialize, Serialize};
 pub use alloc::{Alloc, NodeUsage};
 pub use incremental::Scheduler;
 use placement::Placer;
-pub use placement::{FragCache, Fragmentation, GpuKind, GpuProfile, Placement, cluster_fragmentation};
+pub use placement::{FragCache, Fragmentation, GpuKind, GpuProfile, Placement, SplitMix, cluster_fragmentation};
 pub use predict::{History, LADDER, Predict};
 pub use preempt::{Preemption, Victim, plan_preemption};
 pub use priority::{Breakdown, FairShare, Policy, Weights};

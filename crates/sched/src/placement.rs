@@ -271,12 +271,14 @@ impl FragCache {
     }
 }
 
-/// SplitMix64: the seeded tie-breaker.
+/// SplitMix64: a small seeded generator (the placement's tie-breaker, and the simulator's
+/// seeded workloads), reproducible everywhere.
 #[derive(Debug, Clone)]
-struct Rng(u64);
+pub struct SplitMix(pub u64);
 
-impl Rng {
-    fn next(&mut self) -> u64 {
+impl SplitMix {
+    /// The next 64 random bits.
+    pub fn next(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -284,7 +286,8 @@ impl Rng {
         z ^ (z >> 31)
     }
 
-    fn below(&mut self, n: u64) -> u64 {
+    /// A number below `n` (0 for `n` = 0).
+    pub fn below(&mut self, n: u64) -> u64 {
         self.next() % n.max(1)
     }
 }
@@ -360,7 +363,7 @@ impl<'p> Placer<'p> {
         }
         if !matches!(p.policy, Placement::Tight | Placement::Random) {
             let mut order: Vec<u32> = (0..nodes.len() as u32).collect();
-            let mut rng = Rng(seed ^ 0x005E_ED0F_0DE5);
+            let mut rng = SplitMix(seed ^ 0x005E_ED0F_0DE5);
             for i in (1..order.len()).rev() {
                 order.swap(i, rng.below(i as u64 + 1) as usize);
             }
@@ -398,7 +401,7 @@ impl<'p> Placer<'p> {
     /// Chooses the node (and, for a shared GPU, the GPU) for a single-node job among the nodes
     /// that fit it now. `salt` varies the tie-breaking between jobs of one pass.
     pub fn choose(&mut self, view: &View, d: &Demand, filter: &Filter, salt: u64) -> Option<(u32, Option<u8>)> {
-        let mut rng = Rng(self.seed ^ salt.wrapping_mul(0xA24B_AED4_963E_E407));
+        let mut rng = SplitMix(self.seed ^ salt.wrapping_mul(0xA24B_AED4_963E_E407));
         // (cost: lower is better, node, GPU for a shared one)
         let mut cands: Vec<(i64, i64, u32, Option<u8>)> = Vec::new();
         let want = d.gpus as u64 * if d.gpus == 0 { 0 } else { d.gpu_milli as u64 };

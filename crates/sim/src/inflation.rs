@@ -49,37 +49,21 @@ pub struct Inflation {
     pub pass_ns: Vec<u64>,
 }
 
-/// SplitMix64, for the arrivals.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
-}
 
 /// The arrivals: indices into the workload's jobs, in arrival order.
 pub fn arrivals(w: &Workload, ratio: f64, seed: u64) -> Vec<usize> {
-    let mut rng = Rng(seed ^ 0x1F1A_7E00);
+    let mut rng = sched::SplitMix(seed ^ 0x1F1A_7E00);
     let target = (ratio * w.capacity as f64).floor() as u64;
     let mut order: Vec<usize> = (0..w.jobs.len()).collect();
     let mut total: u64 = w.jobs.iter().map(|j| j.units).sum();
     if total > target {
         while total > target && !order.is_empty() {
-            let k = rng.below(order.len());
+            let k = rng.below(order.len() as u64) as usize;
             total -= w.jobs[order.remove(k)].units;
         }
     } else if !w.jobs.is_empty() {
         loop {
-            let j = rng.below(w.jobs.len());
+            let j = rng.below(w.jobs.len() as u64) as usize;
             if total + w.jobs[j].units > target {
                 break;
             }
@@ -88,7 +72,7 @@ pub fn arrivals(w: &Workload, ratio: f64, seed: u64) -> Vec<usize> {
         }
     }
     for i in (1..order.len()).rev() {
-        let k = rng.below(i + 1);
+        let k = rng.below(i as u64 + 1) as usize;
         order.swap(i, k);
     }
     order

@@ -9,28 +9,12 @@ use sched::{Backfill, Config, Policy, Predict};
 use sim::{Outcome, SimConfig};
 use trace::{TraceJob, Workload};
 
-/// SplitMix64, for a seeded workload.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-}
 
 /// A small, busy cluster: 16 nodes of 4 CPUs, `jobs` jobs of 5 users, each user with
 /// habitual run times, limits that overestimate them (a few jobs overrun their limit, a few have
 /// `--time-min`).
 fn workload(seed: u64, jobs: usize) -> Workload {
-    let mut rng = Rng(seed);
+    let mut rng = sched::SplitMix(seed);
     let nodes: Vec<Node> = (0..16).map(|i| Node::new(format!("n{i:02}"), 4, 64 << 30, 0)).collect();
     let mut t = 0;
     let mut out = Vec::with_capacity(jobs);
@@ -92,7 +76,7 @@ proptest! {
         let k = ((a.plans.len() - 1) as f64 * pick) as usize;
         let t = a.plans[k].0;
         let started: std::collections::HashMap<u64, Time> = a.jobs.iter().map(|j| (j.id.0, j.start)).collect();
-        let mut rng = Rng(seed ^ 0xABCD);
+        let mut rng = sched::SplitMix(seed ^ 0xABCD);
         let mut w2 = w.clone();
         let mut changed = 0;
         for j in &mut w2.jobs {
