@@ -413,9 +413,11 @@ use std::collections::VecDeque;
 fn arb_gauges() -> impl Strategy<Value = Option<Gauges>> {
     prop_oneof![
         Just(None),
-        (0u32..40, 0u32..40, -0.5f64..1.5, 0u64..20_000, 0u32..40).prop_map(|(running, waiting, kv_usage, scraped_at_ms, seen_inflight)| {
-            Some(Gauges { running, waiting, kv_usage, scraped_at_ms, seen_inflight })
-        }),
+        (0u32..40, 0u32..40, -0.5f64..1.5, 0u64..20_000, 0u32..40).prop_map(
+            |(running, waiting, kv_usage, scraped_at_ms, seen_inflight)| {
+                Some(Gauges { running, waiting, kv_usage, scraped_at_ms, seen_inflight })
+            }
+        ),
     ]
 }
 

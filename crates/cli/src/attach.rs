@@ -15,7 +15,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use wire::{JobInfo, StepResponse};
 
-const USAGE: &str = "Usage: sattach [--error-filter=TASK] [--input-filter=TASK] [--output-filter=TASK] [-l] [--layout] [-Q] [-v] JOBID.STEPID";
+const USAGE: &str =
+    "Usage: sattach [--error-filter=TASK] [--input-filter=TASK] [--output-filter=TASK] [-l] [--layout] [-Q] [-v] JOBID.STEPID";
 
 /// What the command line asks.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -64,7 +65,8 @@ fn parse(args: &[String]) -> Result<Option<Opts>> {
         }
     }
     let Some(id) = id else { bail!("you must specify a job step: JOBID.STEPID\n{USAGE}") };
-    let (j, s) = id.split_once('.').with_context(|| format!("invalid job step {id:?}: want JOBID.STEPID (sattach attaches to one step)"))?;
+    let (j, s) =
+        id.split_once('.').with_context(|| format!("invalid job step {id:?}: want JOBID.STEPID (sattach attaches to one step)"))?;
     o.job = j.parse().map_err(|_| anyhow::anyhow!("invalid job id {j:?} in {id:?}"))?;
     o.step = match s {
         "batch" | "extern" => bail!("cannot attach to the {s} step: its output goes to files"),
@@ -95,7 +97,8 @@ pub(crate) fn sattach(args: &[String]) -> Result<i32> {
     let Some(o) = parse(args)? else { return Ok(0) };
     let t = Target::from_env()?;
     let name = format!("{}.{}", o.job, o.step);
-    let j: JobInfo = crate::query::get(&t, &format!("/v1/jobs/{}", o.job)).with_context(|| format!("Could not get job step info for {name}"))?;
+    let j: JobInfo =
+        crate::query::get(&t, &format!("/v1/jobs/{}", o.job)).with_context(|| format!("Could not get job step info for {name}"))?;
     let Some(s) = j.steps.iter().find(|s| s.id == o.step.to_string()) else {
         bail!("Could not get job step info: invalid job step specified: {name}");
     };

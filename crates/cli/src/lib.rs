@@ -31,8 +31,10 @@ use anyhow::{Context, Result};
 pub use service::{RolloutCmd, ServiceCmd};
 
 /// The Slurm commands, by the names they answer to (the links `tandem shims DIR` writes).
-pub const COMMANDS: [&str; 14] =
-    ["sbatch", "squeue", "scancel", "sinfo", "sacct", "srun", "salloc", "scontrol", "sprio", "sshare", "sreport", "sbcast", "sstat", "sattach"];
+pub const COMMANDS: [&str; 14] = [
+    "sbatch", "squeue", "scancel", "sinfo", "sacct", "srun", "salloc", "scontrol", "sprio", "sshare", "sreport", "sbcast", "sstat",
+    "sattach",
+];
 
 /// Runs the Slurm command `name` (one of [`COMMANDS`]) with its arguments (without the program
 /// name) and returns its exit code; `None` when `name` is no Slurm command.

@@ -771,9 +771,29 @@ fn sattach_reaches_a_running_srun_steps_nodes_for_its_owner_only() {
         stderr: true,
         ..StepIo::default()
     };
-    let files = c.create_step(1, 1, 1, Some(2), Some(2), None, vec!["x".into()], StepSpec { res: StepRes { overlap: true, ..StepRes::default() }, ..StepSpec::default() }).unwrap();
+    let files = c
+        .create_step(
+            1,
+            1,
+            1,
+            Some(2),
+            Some(2),
+            None,
+            vec!["x".into()],
+            StepSpec { res: StepRes { overlap: true, ..StepRes::default() }, ..StepSpec::default() },
+        )
+        .unwrap();
     let srun = c
-        .create_step(1, 1, 1, Some(2), Some(2), None, vec!["x".into()], StepSpec { io: Some(io('a')), res: StepRes { overlap: true, ..StepRes::default() }, ..StepSpec::default() })
+        .create_step(
+            1,
+            1,
+            1,
+            Some(2),
+            Some(2),
+            None,
+            vec!["x".into()],
+            StepSpec { io: Some(io('a')), res: StepRes { overlap: true, ..StepRes::default() }, ..StepSpec::default() },
+        )
         .unwrap();
     let _ = (c.hb(2, "n0", &[], &[]).unwrap(), c.hb(2, "n1", &[], &[]).unwrap());
     // Another user, a step without srun I/O, a missing step, a bad key: refused, nothing sent.

@@ -49,7 +49,6 @@ pub struct Inflation {
     pub pass_ns: Vec<u64>,
 }
 
-
 /// The arrivals: indices into the workload's jobs, in arrival order.
 pub fn arrivals(w: &Workload, ratio: f64, seed: u64) -> Vec<usize> {
     let mut rng = sched::SplitMix(seed ^ 0x1F1A_7E00);

@@ -9,7 +9,6 @@ use sched::{Backfill, Config, Policy, Predict};
 use sim::{Outcome, SimConfig};
 use trace::{TraceJob, Workload};
 
-
 /// A small, busy cluster: 16 nodes of 4 CPUs, `jobs` jobs of 5 users, each user with
 /// habitual run times, limits that overestimate them (a few jobs overrun their limit, a few have
 /// `--time-min`).

@@ -498,11 +498,8 @@ fn sattach_shows_a_running_steps_output_and_passes_input_to_its_owner_only() {
     let out = std::fs::read_to_string(c.work.join("att.out")).unwrap();
     assert!(out.contains("0: got-hello") && out.contains("1: late-1"), "{out}");
     // A finished step, a batch step, a bad id: clear errors.
-    for (args, want) in [
-        (vec![step.as_str()], "already finished"),
-        (vec!["12"], "want JOBID.STEPID"),
-        (vec!["999999.0"], "invalid job id"),
-    ] {
+    for (args, want) in [(vec![step.as_str()], "already finished"), (vec!["12"], "want JOBID.STEPID"), (vec!["999999.0"], "invalid job id")]
+    {
         let o = c.run("sattach", &args);
         assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains(want), "{args:?}: {o:?}");
     }
