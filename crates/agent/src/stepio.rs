@@ -33,8 +33,8 @@ struct Attachable {
     cache: VecDeque<(Kind, Vec<u8>)>,
     /// Attached listeners.
     sinks: Vec<mpsc::Sender<(Kind, Vec<u8>)>>,
-    /// The task's input (data only), when it reads srun's.
-    stdin: Option<mpsc::Sender<Vec<u8>>>,
+    /// The task's input writer, when it reads srun's (listeners send data only, never its end).
+    stdin: Option<mpsc::Sender<Option<Vec<u8>>>>,
 }
 
 /// Relaying tasks on this node, by task.
@@ -220,7 +220,7 @@ async fn listen(k: TaskKey, io: &StepIo, task: Arc<Mutex<Attachable>>) -> std::i
             match stepio::read_frame(&mut rd).await {
                 Ok(Some((Kind::Stdin, data))) => {
                     if let (true, Some(s), false) = (reads, &stdin, data.is_empty()) {
-                        let _ = s.send(data).await;
+                        let _ = s.send(Some(data)).await;
                     }
                 }
                 Ok(Some(_)) | Ok(None) | Err(_) => return,
@@ -293,16 +293,7 @@ async fn run(hello: Hello, io: &StepIo, ends: Ends, shared: Arc<Mutex<Attachable
     // input ended).
     let (in_tx, mut in_rx) = mpsc::channel::<Option<Vec<u8>>>(16);
     if stdin.is_some() || master.is_some() {
-        let (att_tx, mut att_rx) = mpsc::channel::<Vec<u8>>(16);
-        lock(&shared).stdin = Some(att_tx);
-        let fwd = in_tx.clone();
-        tokio::spawn(async move {
-            while let Some(d) = att_rx.recv().await {
-                if fwd.send(Some(d)).await.is_err() {
-                    return;
-                }
-            }
-        });
+        lock(&shared).stdin = Some(in_tx.clone());
     }
     let writer = tokio::spawn(async move {
         use tokio::io::AsyncWriteExt;

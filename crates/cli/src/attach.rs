@@ -6,7 +6,7 @@
 //! when the tasks' streams end (with the step's exit code) or, detaching and leaving the step
 //! running, on SIGINT, SIGTERM, SIGQUIT or SIGHUP.
 
-use crate::srun::{Shared, State, advertised, lock, pass_input, serve};
+use crate::srun::{Shared, State, accept, advertised, lock, pass_input};
 use anyhow::{Context, Result, bail};
 use client::stepio;
 use client::{Target, send};
@@ -146,15 +146,7 @@ pub(crate) fn sattach(args: &[String]) -> Result<i32> {
         kill,
         filter: [o.output, o.error],
     }));
-    let acc = tokio_rustls::TlsAcceptor::from(id.server.clone());
-    let st = state.clone();
-    rt.spawn(async move {
-        loop {
-            let Ok((s, _)) = listener.accept().await else { continue };
-            let _ = s.set_nodelay(true);
-            tokio::spawn(serve(s, acc.clone(), st.clone()));
-        }
-    });
+    accept(&rt, listener, &id, &state);
     let readers = o.input.map_or_else(|| (0..total).collect(), |r| vec![r]);
     pass_input(state.clone(), readers, None, rt.handle().clone());
     let (job, step) = (o.job, o.step.to_string());

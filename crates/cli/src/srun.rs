@@ -114,8 +114,21 @@ pub(crate) fn advertised(t: &Target) -> std::net::IpAddr {
     found.unwrap_or(std::net::IpAddr::from([127, 0, 0, 1]))
 }
 
+/// Serves the tasks' agents that connect to `listener` (TLS with `id`), in the background.
+pub(crate) fn accept(rt: &tokio::runtime::Runtime, listener: tokio::net::TcpListener, id: &stepio::Identity, state: &State) {
+    let acc = tokio_rustls::TlsAcceptor::from(id.server.clone());
+    let st = state.clone();
+    rt.spawn(async move {
+        loop {
+            let Ok((s, _)) = listener.accept().await else { continue };
+            let _ = s.set_nodelay(true);
+            tokio::spawn(serve(s, acc.clone(), st.clone()));
+        }
+    });
+}
+
 /// One task's connection: its hello, then its frames, until it closes.
-pub(crate) async fn serve(s: tokio::net::TcpStream, acc: tokio_rustls::TlsAcceptor, state: State) -> Result<()> {
+async fn serve(s: tokio::net::TcpStream, acc: tokio_rustls::TlsAcceptor, state: State) -> Result<()> {
     let tls = tokio::time::timeout(Duration::from_secs(10), acc.accept(s)).await.context("TLS handshake timed out")??;
     let (mut rd, mut wr) = tokio::io::split(tls);
     let (kind, body) =
@@ -383,15 +396,7 @@ pub(crate) fn run_step(t: &Target, job: u64, mut req: StepRequest, a: &slurmcli:
         pmi,
         filter: [None, None],
     }));
-    let acc = tokio_rustls::TlsAcceptor::from(id.server.clone());
-    let st = state.clone();
-    rt.spawn(async move {
-        loop {
-            let Ok((s, _)) = listener.accept().await else { continue };
-            let _ = s.set_nodelay(true);
-            tokio::spawn(serve(s, acc.clone(), st.clone()));
-        }
-    });
+    accept(&rt, listener, &id, &state);
     let _raw = a.pty.then(Raw::new);
     let file = match &a.input {
         slurmcli::Input::File(f) => Some(f.clone()),
