@@ -14,6 +14,7 @@
 //! [scheduler]
 //! policy = "default"      # fcfs, sjf, f1, multifactor, default
 //! backfill = "easy"       # none, easy, conservative
+//! predict = "history-shape" # limit, history, history-name, history-shape
 //! [weights]               # multifactor weights (see README)
 //! age = 1000
 //! [[partition]]
@@ -121,6 +122,7 @@ fn security(f: Option<SecurityFile>) -> Result<Security> {
 struct Sched {
     policy: Option<String>,
     backfill: Option<String>,
+    predict: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -206,7 +208,11 @@ pub fn parse(text: &str) -> Result<(crate::Settings, Security)> {
     if let Some(sc) = f.scheduler {
         if let Some(p) = sc.policy {
             s.sched.policy = sched::Policy::parse(&p)
-                .ok_or_else(|| ConfigError(format!("scheduler.policy {p:?}: fcfs, sjf, f1, multifactor or default")))?;
+                .ok_or_else(|| ConfigError(format!("scheduler.policy {p:?}: fcfs, sjf, f1, multifactor, default or default-v1")))?;
+        }
+        if let Some(p) = sc.predict {
+            s.sched.predict = sched::Predict::parse(&p)
+                .ok_or_else(|| ConfigError(format!("scheduler.predict {p:?}: limit, history, history-name or history-shape")))?;
         }
         if let Some(b) = sc.backfill {
             s.sched.backfill = match sched::Backfill::parse(&b) {
@@ -315,12 +321,14 @@ mod tests {
         assert_eq!(s.max_array, 1001);
         assert_eq!(parse("max_array_size = 10001").unwrap().max_array, 10_001);
         let s = parse(
-            "lease = 5\n[scheduler]\nbackfill = \"conservative\"\n[weights]\nage = 7\n\
+            "lease = 5\n[scheduler]\nbackfill = \"conservative\"\npredict = \"limit\"\n[weights]\nage = 7\n\
              [[partition]]\nname = \"cpu\"\nmax_time = \"1:00:00\"\n[[partition]]\nname = \"gpu\"\nnodes = \"node[1-2]\"\ndefault = true\n\
              [[qos]]\nname = \"serve\"\npreempt_tier = 1\n[[account]]\nname = \"a\"\nshares = 3\n",
         )
         .unwrap();
         assert_eq!(s.lease, 5);
+        assert_eq!(s.sched.predict, sched::Predict::Limit);
+        assert_eq!(parse("").unwrap().sched.predict, sched::Predict::UserShape, "predictions by default");
         assert_eq!(s.heartbeat_ms, 500, "the default heartbeat");
         assert_eq!(parse("lease = 300\nheartbeat = 100").unwrap().heartbeat_ms, 100_000);
         assert_eq!(s.cluster.partitions[0].name, "gpu", "default partition first");
@@ -347,6 +355,8 @@ mod tests {
         assert!(e("heartbeat = 0").contains("heartbeat"));
         assert!(e("[scheduler]\npolicy = \"lottery\"").contains("scheduler.policy"));
         assert!(e("[scheduler]\nbackfill = \"rls\"").contains("scheduler.backfill"));
+        assert!(e("[scheduler]\npredict = \"oracle\"").contains("scheduler.predict"));
+        assert!(e("[scheduler]\npredict = 3").contains("invalid type"));
         assert!(e("[weights]\nage = -1").contains("non-negative"));
         assert!(e("[weights]\nluck = 1").contains("unknown key \"luck\""));
         assert!(e("[[partition]]\nname = \"a\"\nmax_time = \"forever\"").contains("max_time"));

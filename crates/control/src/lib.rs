@@ -2060,7 +2060,7 @@ impl Controller {
             carry: &self.carry,
             history: &self.history,
         };
-        sched::priority_breakdown(&snap, now, &self.settings.sched.policy).into_iter().map(|(j, b)| (j.0, b)).collect()
+        sched::priority_breakdown(&snap, now, &self.settings.sched).into_iter().map(|(j, b)| (j.0, b)).collect()
     }
 }
 

@@ -122,7 +122,7 @@ impl<'n> Scheduler<'n> {
                 }
             };
             let ctx = priority_context(snap, facts, now, memo.total_shares);
-            let key = priority::key(&self.cfg.policy, &ctx, r.req, r.nodes);
+            let key = priority::key(&self.cfg.policy, &ctx, r.req, r.nodes, r.limit);
             let outranks = key
                 .partial_cmp(top_key)
                 .is_none_or(|o| o == std::cmp::Ordering::Less || (o == std::cmp::Ordering::Equal && p.seq < *top_seq));

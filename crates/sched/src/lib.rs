@@ -103,7 +103,7 @@ impl Default for Config {
             commit_head: false,
             max_reservations: 256,
             max_considered: usize::MAX,
-            predict: Predict::Limit,
+            predict: Predict::UserShape,
             placement: Placement::Default,
             profile: GpuProfile::default(),
         }
@@ -487,7 +487,7 @@ pub(crate) fn schedule_inner<'n>(
         .iter()
         .enumerate()
         .map(|(i, r)| {
-            let k = priority::key(&cfg.policy, &ctx, r.req, r.nodes);
+            let k = priority::key(&cfg.policy, &ctx, r.req, r.nodes, r.limit);
             (sortable(k.0), sortable(k.1), snap.pending[r.idx].seq, r.req.id, i)
         })
         .collect();
@@ -513,7 +513,8 @@ pub(crate) fn schedule_inner<'n>(
                 walk(snap, now, cfg, commit, &ready, &order, &mut view, &mut plan, &mut limits, &mut placer)
             {
                 let r = &ready[order[pos]];
-                top = Some((priority::key(&cfg.policy, &ctx, r.req, r.nodes), snap.pending[r.idx].seq, r.req.id, shadow, reserved));
+                top =
+                    Some((priority::key(&cfg.policy, &ctx, r.req, r.nodes, r.limit), snap.pending[r.idx].seq, r.req.id, shadow, reserved));
             }
         }
     }
@@ -867,10 +868,9 @@ fn walk<'a>(
                         let cut = (e.shadow - now) / 60 * 60;
                         match (a, r.req.time_min) {
                             (Some(a), _) => Some((a, None)),
-                            // Not with predictions: the cut would be a kill limit derived from them.
-                            (None, Some(min)) if min >= 1 && cut >= min && !cfg.predicting() => {
-                                short(e, view, replicas).map(|a| (a, Some(cut)))
-                            }
+                            // With predictions too: the shadow time is then predicted, but the
+                            // cut stays within what the user allowed (--time-min to --time).
+                            (None, Some(min)) if min >= 1 && cut >= min => short(e, view, replicas).map(|a| (a, Some(cut))),
                             (None, _) => None,
                         }
                     }
@@ -999,8 +999,9 @@ pub(crate) fn reservation<'n>(
 }
 
 /// Each pending job's priority, factor by factor (what `tandem priority` / `sprio` shows), in
-/// priority order. For policies other than multifactor the breakdown is all zeros.
-pub fn priority_breakdown(snap: &Snapshot, now: Time, policy: &Policy) -> Vec<(JobId, Breakdown)> {
+/// priority order, as a pass with `cfg` computes it (with the same predictions). For policies
+/// other than multifactor the breakdown is all zeros.
+pub fn priority_breakdown(snap: &Snapshot, now: Time, cfg: &Config) -> Vec<(JobId, Breakdown)> {
     let facts = Facts::new(snap.nodes, snap.config, false);
     let (_, total_shares) = accounts(snap);
     let ctx = priority_context(snap, &facts, now, total_shares);
@@ -1009,8 +1010,9 @@ pub fn priority_breakdown(snap: &Snapshot, now: Time, policy: &Policy) -> Vec<(J
         .iter()
         .map(|p| {
             let nodes = facts.resolve(0, &p.req, snap.config).map_or(1, |r| r.nodes);
-            let b = match policy {
-                Policy::Multifactor(w) => ctx.breakdown(w, &p.req, nodes),
+            let est = if cfg.predicting() { snap.history.predict(cfg.predict, &p.req) } else { p.req.time_limit };
+            let b = match &cfg.policy {
+                Policy::Multifactor(w) => ctx.breakdown(w, &p.req, nodes, est),
                 Policy::Fcfs | Policy::Sjf | Policy::F1 => Breakdown::default(),
             };
             (p.req.id, b)

@@ -20,13 +20,14 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Predict {
     /// The requested time limit (no prediction).
-    #[default]
     Limit,
     /// The average of the user's last two finished jobs (EASY++).
     User,
     /// As `User`, from the user's jobs of the same name when there are any.
     UserName,
-    /// As `User`, from the user's jobs of the same request shape (nodes, tasks) when there are any.
+    /// As `User`, from the user's jobs of the same request shape (nodes, tasks) when there are
+    /// any: the default (issue 15, BENCHMARKS.md §2.3).
+    #[default]
     UserShape,
 }
 
@@ -105,7 +106,11 @@ impl History {
     }
 
     /// Records a finished job's actual run time (call when its completion is processed).
+    /// A job without a user (an empty name: a trace that does not say) teaches nothing.
     pub fn record(&mut self, req: &JobRequest, ran: Time) {
+        if req.user.is_empty() {
+            return;
+        }
         let ran = ran.max(1);
         self.user.entry(req.user.clone()).or_default().push(ran);
         if !req.name.is_empty() {

@@ -35,6 +35,11 @@ pub struct Weights {
     pub max_age: Time,
     /// Time limit at which the time-limit factor reaches 0, seconds.
     pub max_time_limit: Time,
+    /// Whether the time-limit and expansion factors read the run time the pass plans with (a
+    /// prediction from history when the scheduler predicts, EASY++; the requested limit
+    /// otherwise) instead of the requested limit.
+    #[serde(default)]
+    pub estimate: bool,
 }
 
 impl Weights {
@@ -54,17 +59,44 @@ impl Weights {
             qos: 1000.0,
             max_age: 7 * 86400,
             max_time_limit: 7 * 86400,
+            estimate: false,
         }
     }
 
-    /// Tandem's production default (what `tandem server` uses and `--policy default` names).
-    /// Short requested time limits first (time-limit factor), jobs that have waited long
-    /// relative to their limit next (expansion factor), large gangs favoured over small ones at
-    /// equal length (as Slurm's default PriorityFavorSmall=NO, so that wide jobs are not left
-    /// to backfill's leftovers), a little age, and a starvation guard: after 7 days eligible a
-    /// job outranks every job of its partition and QOS that has not waited that long. Partition
-    /// tier and QOS dominate everything else. Fair-share is available but off by default.
+    /// Tandem's production default (what `tandem server` uses and `--policy default` names),
+    /// chosen in issue 15 on the first half of 24 segments of every SWF trace and on the whole
+    /// traces, and reported on the second half (BENCHMARKS.md §2.3). With the run times the
+    /// pass plans with (predictions from the user's finished jobs of the same shape, EASY++:
+    /// [`crate::Config::default`] predicts) it is a response-ratio order with a preference for
+    /// short jobs: the expansion factor counts one point per estimated run time waited
+    /// ((wait + est) / est − 1, the response ratio), a short estimate adds up to 15,000 points
+    /// (1 − ln(est) / ln(7 days)), and a small job up to 100 (1 − nodes / cluster nodes). No age
+    /// factor, no starvation threshold (the expansion factor is the aging, with no setting that
+    /// depends on a site's load; it ages long jobs slowly), no fair-share. Partition tier and QOS
+    /// dominate everything else: the expansion factor stops at 100,000 points.
     pub fn default_production() -> Weights {
+        Weights {
+            age: 0.0,
+            fairshare: 0.0,
+            job_size: 100.0,
+            favor_small: true,
+            time_limit: 15_000.0,
+            xfactor: 100_000.0,
+            xfactor_cap: 100_001.0,
+            starve_after: 0,
+            partition: 10_000_000.0,
+            qos: 1_000_000.0,
+            max_age: 7 * 86400,
+            max_time_limit: 7 * 86400,
+            estimate: true,
+        }
+    }
+
+    /// The production default until issue 15 (`--policy default-v1`), chosen on RLScheduler's
+    /// ten windows: short requested limits first, jobs that have waited long relative to their
+    /// limit next, large gangs favoured, a little age. (It named a 7-day starvation guard that
+    /// never took effect; it is given here as it ran, without it.)
+    pub fn default_v1() -> Weights {
         Weights {
             age: 1_000.0,
             fairshare: 0.0,
@@ -73,19 +105,19 @@ impl Weights {
             time_limit: 12_000.0,
             xfactor: 2_500.0,
             xfactor_cap: 100.0,
-            starve_after: 7 * 86400,
+            starve_after: 0,
             partition: 10_000_000.0,
             qos: 1_000_000.0,
             max_age: 7 * 86400,
             max_time_limit: 7 * 86400,
+            estimate: false,
         }
     }
 }
 
 impl Weights {
     /// The keys [`Weights::set`] accepts.
-    pub const KEYS: &'static str =
-        "age, fairshare, job_size, favor_small, time_limit, xfactor, xfactor_cap, starve_after, partition, qos, max_age, max_time_limit";
+    pub const KEYS: &'static str = "age, fairshare, job_size, favor_small, time_limit, xfactor, xfactor_cap, starve_after, partition, qos, max_age, max_time_limit, estimate";
 
     /// Sets one weight by name (the keys of `--weights` and of `[weights]` in tandem.toml).
     /// `value` must be finite and non-negative; times are seconds; `favor_small` is 0 or 1.
@@ -106,6 +138,7 @@ impl Weights {
             "qos" => self.qos = value,
             "max_age" => self.max_age = value as Time,
             "max_time_limit" => self.max_time_limit = value as Time,
+            "estimate" => self.estimate = value != 0.0,
             other => return Err(format!("unknown key {other:?} ({})", Weights::KEYS)),
         }
         Ok(())
@@ -126,8 +159,8 @@ pub enum Policy {
 }
 
 impl Policy {
-    /// Parses a policy name: `fcfs`, `sjf`, `f1`, `multifactor` (Slurm-like weights) or
-    /// `default` (Tandem's production weights).
+    /// Parses a policy name: `fcfs`, `sjf`, `f1`, `multifactor` (Slurm-like weights),
+    /// `default` (Tandem's production weights) or `default-v1` (the earlier default).
     pub fn parse(name: &str) -> Option<Policy> {
         Some(match name {
             "fcfs" => Policy::Fcfs,
@@ -135,6 +168,7 @@ impl Policy {
             "f1" => Policy::F1,
             "multifactor" => Policy::Multifactor(Weights::slurm()),
             "default" => Policy::Multifactor(Weights::default_production()),
+            "default-v1" => Policy::Multifactor(Weights::default_v1()),
             _ => return None,
         })
     }
@@ -197,6 +231,10 @@ impl FairShare {
 /// less than one step of QOS or partition tier at their default weights.
 pub const STARVING_BOOST: f64 = 100_000.0;
 
+/// The most a starving job's wait adds on top of [`STARVING_BOOST`] (one point a minute, up to
+/// about 555 days): below one step of QOS at its default weight.
+pub const STARVING_SPAN: f64 = 800_000.0;
+
 /// One job's priority, factor by factor (what `tandem priority` / `sprio` shows).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Breakdown {
@@ -234,12 +272,13 @@ pub(crate) struct PriorityContext<'a> {
 }
 
 impl PriorityContext<'_> {
-    pub fn breakdown(&self, w: &Weights, job: &JobRequest, nodes: u32) -> Breakdown {
+    /// `est` is the run time the pass plans with for this job (its limit, or its prediction).
+    pub fn breakdown(&self, w: &Weights, job: &JobRequest, nodes: u32, est: Time) -> Breakdown {
         let age = ((self.now - job.eligible_time()).max(0) as f64 / w.max_age.max(1) as f64).min(1.0);
         let fs = self.fairshare.factor(&job.account, self.config.shares(&job.account), self.total_shares);
         let share = (nodes as f64 / self.total_nodes.max(1) as f64).min(1.0);
         let size = if w.favor_small { 1.0 - share } else { share };
-        let limit = job.time_limit.max(1) as f64;
+        let limit = if w.estimate { est } else { job.time_limit }.max(1) as f64;
         let tl = 1.0 - (limit.ln() / (w.max_time_limit.max(2) as f64).ln()).clamp(0.0, 1.0);
         let wait = (self.now - job.eligible_time()).max(0) as f64;
         let cap = w.xfactor_cap.max(1.0 + 1e-9);
@@ -248,19 +287,25 @@ impl PriorityContext<'_> {
         let part = if self.max_part_tier == 0 { 0.0 } else { part as f64 / self.max_part_tier as f64 };
         let qos = self.config.qos(job.qos.as_deref()).map_or(0, |q| q.priority);
         let qos = if self.max_qos == 0 { 0.0 } else { qos as f64 / self.max_qos as f64 };
+        let starving = w.starve_after > 0 && wait as Time > w.starve_after;
         let mut b = Breakdown {
             age: w.age * age,
             fairshare: w.fairshare * fs,
             job_size: w.job_size * size,
             time_limit: w.time_limit * tl,
             xfactor: w.xfactor * xf,
-            starving: if w.starve_after > 0 && wait as Time > w.starve_after { STARVING_BOOST } else { 0.0 },
+            starving: if starving { STARVING_BOOST + (wait / 60.0).min(STARVING_SPAN) } else { 0.0 },
             partition: w.partition * part,
             qos: w.qos * qos,
             nice: job.nice as f64,
             total: 0.0,
         };
-        b.total = b.age + b.fairshare + b.job_size + b.time_limit + b.xfactor + b.partition + b.qos - b.nice;
+        if starving {
+            // Starving jobs go oldest first, ahead of every job that is not: their other
+            // factors no longer count (they would let a short job overtake one starving longer).
+            (b.age, b.fairshare, b.job_size, b.time_limit, b.xfactor) = (0.0, 0.0, 0.0, 0.0, 0.0);
+        }
+        b.total = b.age + b.fairshare + b.job_size + b.time_limit + b.xfactor + b.starving + b.partition + b.qos - b.nice;
         b
     }
 }
@@ -276,7 +321,8 @@ pub(crate) fn processors(job: &JobRequest) -> f64 {
     (s.tasks_per_node(nodes) * nodes * s.cpus_per_task.max(1)) as f64
 }
 
-pub(crate) fn key(policy: &Policy, ctx: &PriorityContext, job: &JobRequest, nodes: u32) -> Key {
+/// `est`: the run time the pass plans with for the job (its limit, or its prediction).
+pub(crate) fn key(policy: &Policy, ctx: &PriorityContext, job: &JobRequest, nodes: u32, est: Time) -> Key {
     match policy {
         Policy::Fcfs => Key(job.submit_time as f64, 0.0),
         Policy::Sjf => Key(job.time_limit as f64, job.submit_time as f64),
@@ -287,6 +333,6 @@ pub(crate) fn key(policy: &Policy, ctx: &PriorityContext, job: &JobRequest, node
             let s = if s > 0.0 { s } else { 0.1 };
             Key(r.log10() * processors(job) + 870.0 * s.log10(), 0.0)
         }
-        Policy::Multifactor(w) => Key(-ctx.breakdown(w, job, nodes).total, 0.0),
+        Policy::Multifactor(w) => Key(-ctx.breakdown(w, job, nodes, est).total, 0.0),
     }
 }

@@ -275,10 +275,67 @@ fn multifactor_breakdown_adds_up_and_orders() {
     let cfg = Config::default(); // the production default ordering
     let p = w.pass(200, &cfg);
     assert_eq!(p.waiting[0].job.0, 3, "short job first under the default weights: {:?}", p.waiting);
-    let b = sched::priority_breakdown(&w.snap(), 200, &Policy::parse("default").unwrap());
+    let b = sched::priority_breakdown(&w.snap(), 200, &sched::Config::default());
     for (_, x) in &b {
-        let sum = x.age + x.fairshare + x.job_size + x.time_limit + x.xfactor + x.partition + x.qos - x.nice;
+        let sum = x.age + x.fairshare + x.job_size + x.time_limit + x.xfactor + x.starving + x.partition + x.qos - x.nice;
         assert!((sum - x.total).abs() < 1e-9);
     }
     assert!(b.iter().find(|(j, _)| j.0 == 3).unwrap().1.total > b.iter().find(|(j, _)| j.0 == 2).unwrap().1.total);
+}
+
+/// The default orders by the run time it predicts from the user's finished jobs of the same
+/// shape, not by the requested limit: a user whose jobs ran a minute against a day's request
+/// goes ahead of one asking for an hour with no history; planning with limits reverses that.
+#[test]
+fn the_default_orders_by_predicted_run_time() {
+    let mut w = World::new(nodes(1, 1, 0, 1));
+    let mut done = job(1, 0, 86_400, 1, 0, 1);
+    done.user = "fast".into();
+    w.history.record(&done, 60);
+    w.history.record(&done, 60);
+    w.submit(job(9, 0, 1_000_000, 1, 0, 1));
+    let p = w.pass(0, &Config::default());
+    w.apply(&p, 0); // the node is busy from here on
+    let mut a = job(2, 10, 86_400, 1, 0, 1);
+    a.user = "fast".into();
+    let mut b = job(3, 10, 3600, 1, 0, 1);
+    b.user = "new".into();
+    w.submit(a);
+    w.submit(b);
+    let first = |cfg: &Config| w.pass(20, cfg).waiting[0].job.0;
+    assert_eq!(first(&Config::default()), 2, "predicted 60 s first");
+    let limits = Config { predict: sched::Predict::Limit, ..Config::default() };
+    assert_eq!(first(&limits), 3, "with limits, the shorter request first");
+    let b = sched::priority_breakdown(&w.snap(), 20, &Config::default());
+    assert_eq!(b[0].0.0, 2, "sprio's order is the pass's");
+}
+
+/// The expansion factor ages every waiting job (one point per estimated run time waited), and
+/// `starve_after` is a guard that takes effect: past it a job goes ahead of every job that is not
+/// starving, oldest first.
+#[test]
+fn waiting_raises_priority_and_the_starvation_guard_takes_effect() {
+    let mut w = World::new(nodes(1, 1, 0, 1));
+    w.submit(job(9, 0, 1_000_000, 1, 0, 1));
+    let p = w.pass(0, &Config::default());
+    w.apply(&p, 0);
+    w.submit(job(2, 0, 3600, 1, 0, 1)); // an hour, waiting since 0
+    w.submit(job(3, 990_000, 60, 1, 0, 1)); // a minute, just arrived
+    w.submit(job(4, 100, 3600, 1, 0, 1)); // an hour, a little later than job 2
+    let order = |now, cfg: &Config| -> Vec<u64> { w.pass(now, cfg).waiting.iter().map(|x| x.job.0).collect() };
+    assert_eq!(order(1_000_000, &Config::default()), vec![3, 2, 4], "short first; of equal length, the one waiting longer");
+    let b = sched::priority_breakdown(&w.snap(), 1_000_000, &Config::default());
+    let xf = |id| b.iter().find(|(j, _)| j.0 == id).unwrap().1.xfactor;
+    assert!((xf(2) - 1_000_000.0 / 3600.0).abs() < 1e-6, "one point per estimated run time waited: {}", xf(2));
+    let mut guard = Config::default();
+    let sched::Policy::Multifactor(wts) = &mut guard.policy else { unreachable!() };
+    wts.starve_after = 7 * 86_400;
+    assert_eq!(order(1_000_000, &guard), vec![2, 4, 3], "starving jobs first, oldest first");
+    wts_set(&mut guard, 2_000_000);
+    assert_eq!(order(1_000_000, &guard), vec![3, 2, 4], "no job starving yet: the guard changes nothing");
+}
+
+fn wts_set(cfg: &mut Config, starve_after: model::Time) {
+    let sched::Policy::Multifactor(w) = &mut cfg.policy else { unreachable!() };
+    w.starve_after = starve_after;
 }

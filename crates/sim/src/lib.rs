@@ -467,11 +467,64 @@ pub fn rlscheduler_windows(w: &Workload, cfg: &SimConfig, clock: &mut dyn FnMut(
     if w.jobs.len() < need {
         return Err(format!("--windows rlscheduler needs at least {need} jobs; {} has {}", w.name, w.jobs.len()));
     }
-    Ok(RLSCHEDULER_STARTS
+    Ok(windows(w, &RLSCHEDULER_STARTS, RLSCHEDULER_LEN, cfg, clock))
+}
+
+/// Runs windows of `len` jobs from each of `starts`, each on an empty cluster with `cfg`;
+/// returns each window's metrics, in the order of `starts`.
+pub fn windows(w: &Workload, starts: &[usize], len: usize, cfg: &SimConfig, clock: &mut dyn FnMut() -> u64) -> Vec<Metrics> {
+    starts
         .iter()
         .map(|&s| {
-            let o = run(w, s..s + RLSCHEDULER_LEN, cfg, clock);
+            let o = run(w, s..(s + len).min(w.jobs.len()), cfg, clock);
             summarize(&o, w.capacity, w.gpu)
         })
-        .collect())
+        .collect()
+}
+
+/// Which of a trace's segments to run (issue 15's split: the default policy was chosen on the
+/// first half of every trace's segments and is reported on the second).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Half {
+    /// Every segment.
+    All,
+    /// Segments `0..n/2` (those the default policy was tuned on).
+    Tune,
+    /// Segments `n/2..n` (held out).
+    Report,
+}
+
+/// Start offsets of `n` segments of `len` jobs spread evenly over a trace of `jobs` jobs, from
+/// the first job to the last full segment (they overlap where `n * len > jobs`), or the part of
+/// them `half` names. Errors when the trace holds no full segment or `n` is 0.
+pub fn segment_starts(jobs: usize, n: usize, len: usize, half: Half) -> Result<Vec<usize>, String> {
+    if n == 0 || len == 0 {
+        return Err("segments need a count and a length of at least 1".into());
+    }
+    if jobs < len {
+        return Err(format!("a segment of {len} jobs needs at least {len} jobs; the trace has {jobs}"));
+    }
+    let last = jobs - len;
+    let all: Vec<usize> = (0..n).map(|i| if n == 1 { 0 } else { (i * last + (n - 1) / 2) / (n - 1) }).collect();
+    Ok(match half {
+        Half::All => all,
+        Half::Tune => all[..n / 2].to_vec(),
+        Half::Report => all[n / 2..].to_vec(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn segments_spread_from_the_first_job_to_the_last_full_segment() {
+        assert_eq!(segment_starts(10_000, 5, 1024, Half::All).unwrap(), vec![0, 2244, 4488, 6732, 8976]);
+        assert_eq!(segment_starts(10_000, 5, 1024, Half::Tune).unwrap(), vec![0, 2244]);
+        assert_eq!(segment_starts(10_000, 5, 1024, Half::Report).unwrap(), vec![4488, 6732, 8976]);
+        assert_eq!(segment_starts(1024, 3, 1024, Half::All).unwrap(), vec![0, 0, 0]);
+        assert_eq!(segment_starts(5000, 1, 1024, Half::All).unwrap(), vec![0]);
+        assert!(segment_starts(1000, 3, 1024, Half::All).is_err());
+        assert!(segment_starts(5000, 0, 1024, Half::All).is_err());
+    }
 }

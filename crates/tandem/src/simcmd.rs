@@ -27,11 +27,12 @@ pub struct SimArgs {
     nodes_file: Option<PathBuf>,
     #[arg(long, help = SYNTHETIC_HELP)]
     synthetic: Option<String>,
-    /// Priority policy: fcfs, sjf, f1, multifactor (Slurm-like weights) or default (Tandem's production weights).
+    /// Priority policy: fcfs, sjf, f1, multifactor (Slurm-like weights), default (Tandem's
+    /// production weights) or default-v1 (the earlier default).
     #[arg(long, default_value = "default")]
     policy: String,
     /// Override multifactor weights: comma-separated key=value among age, fairshare, job_size,
-    /// time_limit, partition, qos, max_age (s), max_time_limit (s), favor_small (0 or 1), xfactor, xfactor_cap, starve_after (s, 0 = off). Applies to multifactor and default.
+    /// time_limit, partition, qos, max_age (s), max_time_limit (s), favor_small (0 or 1), xfactor, xfactor_cap, starve_after (s, 0 = off), estimate (0 or 1: the time factors read the prediction). Applies to multifactor and default.
     #[arg(long)]
     weights: Option<String>,
     /// Backfill: none, rls (RLScheduler's variant), easy or conservative.
@@ -40,10 +41,14 @@ pub struct SimArgs {
     /// Run time that EASY and conservative backfill plan with: limit (the requested time limit),
     /// history (EASY++: the mean of the user's last two finished jobs, capped by the limit,
     /// raised step-wise when a job outlives it), history-name or history-shape (the same user's
-    /// jobs of the same name or shape first). Kills use the limit either way.
-    #[arg(long, default_value = "limit")]
+    /// jobs of the same name or shape first: the default, as the controller's). Kills use the
+    /// limit either way.
+    #[arg(long, default_value = "history-shape")]
     predict: String,
-    /// Run a fixed set of windows instead of the whole trace: `rlscheduler` (its ten 1,024-job windows).
+    /// Run a set of 1,024-job windows instead of the whole trace, each on an empty cluster to its
+    /// last start: `rlscheduler` (its ten windows), or `segments[:N[:tune|report]]` (N windows,
+    /// default 24, with start offsets spread evenly over the whole trace; `tune` the first half
+    /// of them, on which the default policy was chosen, `report` the second half).
     #[arg(long)]
     windows: Option<String>,
     /// Seed for the scheduler and the synthetic generator.
@@ -128,8 +133,8 @@ fn load(a: &SimArgs) -> Result<trace::Workload> {
 
 /// Runs `tandem sim`.
 pub fn run(a: SimArgs) -> Result<()> {
-    let policy =
-        Policy::parse(&a.policy).with_context(|| format!("unknown --policy {:?} (fcfs, sjf, f1, multifactor, default)", a.policy))?;
+    let policy = Policy::parse(&a.policy)
+        .with_context(|| format!("unknown --policy {:?} (fcfs, sjf, f1, multifactor, default, default-v1)", a.policy))?;
     let policy = match (&a.weights, policy) {
         (None, p) => p,
         (Some(w), Policy::Multifactor(base)) => Policy::Multifactor(parse_weights(w, base)?),
@@ -137,11 +142,7 @@ pub fn run(a: SimArgs) -> Result<()> {
     };
     let backfill =
         Backfill::parse(&a.backfill).with_context(|| format!("unknown --backfill {:?} (none, rls, easy, conservative)", a.backfill))?;
-    if let Some(w) = &a.windows
-        && w != "rlscheduler"
-    {
-        bail!("unknown --windows {w:?} (rlscheduler)");
-    }
+    let windows = a.windows.as_deref().map(parse_windows).transpose()?;
     if a.no_departures && a.windows.is_some() {
         bail!("--no-departures is a whole-trace placement run; it cannot be combined with --windows");
     }
@@ -190,9 +191,16 @@ pub fn run(a: SimArgs) -> Result<()> {
     let origin = Instant::now();
     let mut clock = move || origin.elapsed().as_nanos() as u64;
     let started = Instant::now();
-    let (metrics, per_window, series) = if a.windows.is_some() {
+    let (metrics, per_window, series) = if let Some(win) = windows {
         let sc = sim::rlscheduler_config(cfg, a.seed);
-        let per = sim::rlscheduler_windows(&w, &sc, &mut clock).map_err(anyhow::Error::msg)?;
+        let per = match win {
+            Windows::Rlscheduler => sim::rlscheduler_windows(&w, &sc, &mut clock).map_err(anyhow::Error::msg)?,
+            Windows::Segments(n, half) => {
+                let starts = sim::segment_starts(w.jobs.len(), n, sim::RLSCHEDULER_LEN, half)
+                    .map_err(|e| anyhow::anyhow!("--windows segments: {}: {e}", w.name))?;
+                sim::windows(&w, &starts, sim::RLSCHEDULER_LEN, &sc, &mut clock)
+            }
+        };
         let bs = per.iter().map(|m| m.avg_bounded_slowdown).collect();
         (Metrics::mean(&per), Some(bs), Vec::new())
     } else {
@@ -318,6 +326,38 @@ fn inflation(a: &SimArgs, w: &trace::Workload, cfg: Config, ratio: f64, placemen
     }
     println!("wall time (s)  {:.2}", report.wall_s);
     Ok(())
+}
+
+/// What `--windows` names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Windows {
+    Rlscheduler,
+    Segments(usize, sim::Half),
+}
+
+fn parse_windows(s: &str) -> Result<Windows> {
+    let bad = || anyhow::anyhow!("unknown --windows {s:?} (rlscheduler, or segments[:N[:tune|report]] with N from 1 to 1000)");
+    if s == "rlscheduler" {
+        return Ok(Windows::Rlscheduler);
+    }
+    let mut parts = s.split(':');
+    if parts.next() != Some("segments") {
+        return Err(bad());
+    }
+    let n = match parts.next() {
+        None => 24,
+        Some(n) => n.parse::<usize>().ok().filter(|n| (1..=1000).contains(n)).ok_or_else(bad)?,
+    };
+    let half = match parts.next() {
+        None | Some("all") => sim::Half::All,
+        Some("tune") => sim::Half::Tune,
+        Some("report") => sim::Half::Report,
+        Some(_) => return Err(bad()),
+    };
+    if parts.next().is_some() {
+        return Err(bad());
+    }
+    Ok(Windows::Segments(n, half))
 }
 
 fn parse_weights(spec: &str, mut w: sched::Weights) -> Result<sched::Weights> {

@@ -48,6 +48,28 @@ fn windows_reproduce_rlscheduler_through_the_binary() {
 }
 
 #[test]
+fn segments_spread_over_the_trace_split_into_tune_and_report_halves() {
+    let lublin = traces().join("lublin_256_new2");
+    let run = |w: &str| ok_json(&["sim", "--trace", path(&lublin), "--windows", w, "--policy", "fcfs", "--json"]);
+    let all = run("segments:6");
+    let (tune, report) = (run("segments:6:tune"), run("segments:6:report"));
+    let per = |v: &serde_json::Value| -> Vec<f64> {
+        v["per_window_bounded_slowdown"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect()
+    };
+    assert_eq!(all["jobs"].as_u64(), Some(6 * 1024));
+    assert_eq!(per(&all).len(), 6);
+    let joined: Vec<f64> = per(&tune).into_iter().chain(per(&report)).collect();
+    assert_eq!(joined, per(&all), "tune is the first half of the segments, report the second");
+    assert_ne!(per(&tune), per(&report));
+    assert_eq!(run("segments")["per_window_bounded_slowdown"].as_array().unwrap().len(), 24, "24 by default");
+    for bad in ["segments:0", "segments:x", "segments:1001", "segments:6:other", "segments:6:tune:1", "segment", ""] {
+        assert!(err(&["sim", "--trace", path(&lublin), "--windows", bad]).contains("unknown --windows"), "{bad:?}");
+    }
+    let tiny = tmp("tiny.swf", "; MaxProcs: 4\n1 0 0 10 1 -1 -1 1 20 -1 1 1 1 -1 1 -1 -1 -1\n");
+    assert!(err(&["sim", "--trace", path(&tiny), "--windows", "segments:2"]).contains("needs at least 1024 jobs"));
+}
+
+#[test]
 fn whole_gzip_trace_table_and_plot() {
     let sdsc = traces().join("SDSC-SP2-1998-4.2-cln.swf.gz");
     let plot = std::env::temp_dir().join(format!("tandem-plot-{}.svg", std::process::id()));

@@ -773,7 +773,10 @@ fn bad_input_gets_clear_errors_and_stores_nothing() {
 #[test]
 fn sbatch_places_by_node_names_features_switches_memory_per_cpu_and_time_min() {
     // node1 has features fast and ib, node2 slow; 4 CPUs and 4G each.
-    let c = Cluster::with_features("place", &["fast,ib", "slow"]);
+    // Planned with requested limits, as Slurm plans (the --time-min part below is Slurm's rule;
+    // with the default predictions the earlier one-second jobs of this user would make the
+    // 60-minute ones below look short enough to backfill whole).
+    let c = Cluster::with_features("place", &["fast,ib", "slow"], Some("[scheduler]\npredict = \"limit\"\n"));
     let node_of = |args: &[&str]| -> String {
         let mut a = vec!["-o", "/dev/null"];
         a.extend_from_slice(args);
@@ -1127,4 +1130,40 @@ fn a_bad_configuration_stops_the_controller_with_a_clear_error() {
     let e = String::from_utf8_lossy(&o.stderr);
     assert!(e.contains("tandem.toml") && e.contains("max_time"), "{e}");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The controller plans with run times it learned from finished jobs (the default prediction,
+/// EASY++): after two of a user's jobs ran about a second against an hour's request, a third
+/// that runs long is expected to end at the first step of the ladder above its elapsed time,
+/// not at its hour, and the job queued behind it is expected to start then (`squeue --start`).
+/// Its time limit, and so its kill, stay the requested hour.
+#[test]
+fn the_controller_plans_with_run_times_learned_from_finished_jobs() {
+    let c = Cluster::new("predict", 1, None, 30);
+    for _ in 0..2 {
+        let id = c.sbatch(&["-c", "4", "-t", "60", "-o", "/dev/null", "--wrap", "true"]);
+        c.wait_state(id, &["COMPLETED"], 60);
+    }
+    let long = c.sbatch(&["-c", "4", "-t", "60", "-o", "/dev/null", "--wrap", "sleep 300"]);
+    let running = c.wait_state(long, &["RUNNING"], 30);
+    assert_eq!(running["TimeLimit"], "01:00:00", "the kill stays at the requested limit: {running:?}");
+    let behind = c.sbatch(&["-c", "4", "-t", "60", "-o", "/dev/null", "--wrap", "true"]);
+    let epoch = |iso: &str| -> i64 {
+        let o = Command::new("date").args(["-d", iso, "+%s"]).output().unwrap();
+        String::from_utf8_lossy(&o.stdout).trim().parse().unwrap_or_else(|_| panic!("not a time: {iso:?}"))
+    };
+    let started = epoch(&running["StartTime"]);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let expected = loop {
+        let s = c.ok("squeue", &["-h", "-j", &behind.to_string(), "-o", "%S"]);
+        let s = s.trim();
+        if s != "N/A" && !s.is_empty() {
+            break epoch(s);
+        }
+        assert!(Instant::now() < deadline, "no expected start for job {behind}: {s:?}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let ahead = expected - started;
+    assert!((1..=300).contains(&ahead), "expected to start {ahead} s after the long job started (its limit: 3600 s)");
+    c.ok("scancel", &[&long.to_string(), &behind.to_string()]);
 }

@@ -177,7 +177,9 @@ impl Swf {
             shape.ntasks = j.procs;
             shape.ntasks_per_node = None;
             let mut req = JobRequest::new(j.id, j.submit, j.requested, shape);
-            req.user = format!("u{}", j.user);
+            // SWF's -1 is "unknown": no user, so nothing is learned per user (the Lublin
+            // models give every job -1).
+            req.user = if j.user < 0 { String::new() } else { format!("u{}", j.user) };
             req.account = format!("g{}", j.group);
             jobs.push(TraceJob { req, runtime: j.run, units: j.procs as u64 });
         }

@@ -79,9 +79,10 @@ impl Cluster {
         Cluster::build(tag, agents, gpus, lease, config, &[])
     }
 
-    /// One agent per entry of `features`, each declaring those features (`--features`).
-    pub fn with_features(tag: &str, features: &[&str]) -> Cluster {
-        Cluster::build(tag, features.len(), None, 30, None, features)
+    /// One agent per entry of `features`, each declaring those features (`--features`), and
+    /// the controller's `config` (tandem.toml) if any.
+    pub fn with_features(tag: &str, features: &[&str], config: Option<&str>) -> Cluster {
+        Cluster::build(tag, features.len(), None, 30, config, features)
     }
 
     fn build(tag: &str, agents: usize, gpus: Option<&str>, lease: u32, config: Option<&str>, features: &[&str]) -> Cluster {
