@@ -442,6 +442,8 @@ pub(crate) struct PassMemo<'n> {
     pub top: Option<(priority::Key, u64, JobId, Time, FxHashSet<u32>)>,
     pub total_shares: u32,
     pub accounts: FxHashSet<String>,
+    /// The GPU profile the pass placed against (empty: none, the tightest fit).
+    pub profile: GpuProfile,
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -505,7 +507,7 @@ pub(crate) fn schedule_inner<'n>(
     }
 
     let mut top = None;
-    let mut placer = Placer::new(cfg.placement, seed, &cfg.profile, snap, frag);
+    let mut placer = Placer::new(cfg.placement, seed, &cfg.profile, snap, frag, (facts.max_cpus, facts.max_gpus));
     match cfg.backfill {
         Backfill::Conservative => conservative::run(snap, now, cfg, &ready, &order, &mut view, &mut plan, &mut limits, &mut placer),
         _ => {
@@ -520,7 +522,8 @@ pub(crate) fn schedule_inner<'n>(
     }
     let accounts = seen.into_iter().map(str::to_string).collect();
     let total_shares = ctx.total_shares;
-    (plan, PassMemo { view, top, total_shares, accounts })
+    let profile = placer.profile().cloned().unwrap_or_default();
+    (plan, PassMemo { view, top, total_shares, accounts, profile })
 }
 
 /// The accounts with pending or running work, and their shares summed (fair-share's

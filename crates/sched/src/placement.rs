@@ -336,12 +336,27 @@ impl<'p> Placer<'p> {
         }
     }
 
+    /// The profile this placer weighs fragmentation against, if any (what the submit fast path
+    /// reuses instead of deriving it again from every pending job).
+    pub fn profile(&self) -> Option<&GpuProfile> {
+        self.profile.as_deref()
+    }
+
     /// The placer of a pass: `profile` is the configured one, or (empty) derived from the
     /// pending jobs; `running` gives clustering its node classes.
-    pub fn new(policy: Placement, seed: u64, configured: &'p GpuProfile, snap: &crate::Snapshot, cache: &'p mut FragCache) -> Placer<'p> {
+    /// `max` is the largest node's (CPUs, GPUs), as `Facts` keeps them (not scanned again: the
+    /// submit fast path makes a placer per submission).
+    pub fn new(
+        policy: Placement,
+        seed: u64,
+        configured: &'p GpuProfile,
+        snap: &crate::Snapshot,
+        cache: &'p mut FragCache,
+        max: (u32, u32),
+    ) -> Placer<'p> {
         let nodes = snap.nodes;
-        let max_gpus = nodes.iter().map(|n| n.gpus).max().unwrap_or(0);
-        let mut p = Placer { policy, seed, max_cpus: nodes.iter().map(|n| n.cpus).max().unwrap_or(0), max_gpus, ..Placer::tight() };
+        let (max_cpus, max_gpus) = max;
+        let mut p = Placer { policy, seed, max_cpus, max_gpus, ..Placer::tight() };
         p.policy = policy;
         if max_gpus == 0 && policy == Placement::Default {
             p.policy = Placement::Tight; // no GPU to fragment: nothing to weigh

@@ -77,27 +77,26 @@ impl Recent {
 
 /// What the scheduler has learned from finished jobs: per user, per (user, name) and per (user,
 /// shape), the last two actual run times. Updated only by [`History::record`] on completion
-/// events; the simulator and the controller do it the same way.
+/// events; the simulator and the controller do it the same way. Keyed by user first, so a
+/// prediction (once per pending job per pass) looks up without building a key.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct History {
-    user: FxHashMap<String, Recent>,
+    user: FxHashMap<String, PerUser>,
+}
+
+/// One user's recent run times: all jobs, by job name, by request shape (nodes, tasks).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+struct PerUser {
+    all: Recent,
     name: FxHashMap<String, Recent>,
-    shape: FxHashMap<String, Recent>,
+    shape: FxHashMap<u64, Recent>,
 }
 
-fn name_key(req: &JobRequest) -> String {
-    format!("{}\u{1f}{}", req.user, req.name)
+fn shape_key(req: &JobRequest) -> u64 {
+    (u64::from(req.shape.nodes_min) << 32) | u64::from(req.shape.ntasks)
 }
 
-fn shape_key(req: &JobRequest) -> String {
-    format!("{}\u{1f}{}\u{1f}{}", req.user, req.shape.nodes_min, req.shape.ntasks)
-}
-
-static EMPTY: History = History {
-    user: FxHashMap::with_hasher(FxBuildHasher),
-    name: FxHashMap::with_hasher(FxBuildHasher),
-    shape: FxHashMap::with_hasher(FxBuildHasher),
-};
+static EMPTY: History = History { user: FxHashMap::with_hasher(FxBuildHasher) };
 
 impl History {
     /// An empty history, for callers that predict nothing (every prediction is the limit).
@@ -112,11 +111,12 @@ impl History {
             return;
         }
         let ran = ran.max(1);
-        self.user.entry(req.user.clone()).or_default().push(ran);
+        let u = self.user.entry(req.user.clone()).or_default();
+        u.all.push(ran);
         if !req.name.is_empty() {
-            self.name.entry(name_key(req)).or_default().push(ran);
+            u.name.entry(req.name.clone()).or_default().push(ran);
         }
-        self.shape.entry(shape_key(req)).or_default().push(ran);
+        u.shape.entry(shape_key(req)).or_default().push(ran);
     }
 
     /// Users with history.
@@ -128,18 +128,20 @@ impl History {
     /// [`Predict::Limit`] or without history.
     pub fn predict(&self, mode: Predict, req: &JobRequest) -> Time {
         let limit = req.time_limit.max(1);
-        let by_user = || self.user.get(&req.user).and_then(Recent::mean);
+        if mode == Predict::Limit || self.user.is_empty() {
+            return limit;
+        }
+        let Some(u) = self.user.get(&req.user) else { return limit };
         let guess = match mode {
-            Predict::Limit => None,
-            Predict::User => by_user(),
+            Predict::Limit | Predict::User => u.all.mean(),
             Predict::UserName => {
                 if req.name.is_empty() {
-                    by_user()
+                    u.all.mean()
                 } else {
-                    self.name.get(&name_key(req)).and_then(Recent::mean).or_else(by_user)
+                    u.name.get(&req.name).and_then(Recent::mean).or_else(|| u.all.mean())
                 }
             }
-            Predict::UserShape => self.shape.get(&shape_key(req)).and_then(Recent::mean).or_else(by_user),
+            Predict::UserShape => u.shape.get(&shape_key(req)).and_then(Recent::mean).or_else(|| u.all.mean()),
         };
         guess.map_or(limit, |g| g.clamp(1, limit))
     }
