@@ -96,16 +96,10 @@ impl<'n> Scheduler<'n> {
         let ever = &mut self.ever;
         let mut plan = Plan::default();
         let limits = crate::Limits::new(snap);
-        // The placement profile of the full pass, not derived again from every pending job
-        // (which made each submission cost O(pending)); with none there, the tightest fit.
-        let derived = self.cfg.profile.kinds.is_empty();
-        let profile = if derived { &memo.profile } else { &self.cfg.profile };
-        let placement = if derived && memo.profile.kinds.is_empty() && self.cfg.placement == crate::Placement::Default {
-            crate::Placement::Tight
-        } else {
-            self.cfg.placement
-        };
-        let mut replicas = crate::Placer::new(placement, seed, profile, snap, &mut self.frag, (facts.max_cpus, facts.max_gpus));
+        // The full pass's placement profile, not derived again from every pending job (which
+        // made each submission cost O(pending)).
+        let mut replicas =
+            crate::Placer::new(self.cfg.placement, seed, Some(&memo.profile), snap, &mut self.frag, (facts.max_cpus, facts.max_gpus));
         for &idx in new {
             let p = snap.pending.get(idx)?;
             if (!p.req.nodelist.is_empty() || !p.req.exclude.is_empty()) && facts.name_index.is_empty() {

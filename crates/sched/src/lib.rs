@@ -442,7 +442,7 @@ pub(crate) struct PassMemo<'n> {
     pub top: Option<(priority::Key, u64, JobId, Time, FxHashSet<u32>)>,
     pub total_shares: u32,
     pub accounts: FxHashSet<String>,
-    /// The GPU profile the pass placed against (empty: none, the tightest fit).
+    /// The GPU profile the pass placed against (empty when it weighed none).
     pub profile: GpuProfile,
 }
 
@@ -507,7 +507,8 @@ pub(crate) fn schedule_inner<'n>(
     }
 
     let mut top = None;
-    let mut placer = Placer::new(cfg.placement, seed, &cfg.profile, snap, frag, (facts.max_cpus, facts.max_gpus));
+    let configured = (!cfg.profile.kinds.is_empty()).then_some(&cfg.profile);
+    let mut placer = Placer::new(cfg.placement, seed, configured, snap, frag, (facts.max_cpus, facts.max_gpus));
     match cfg.backfill {
         Backfill::Conservative => conservative::run(snap, now, cfg, &ready, &order, &mut view, &mut plan, &mut limits, &mut placer),
         _ => {

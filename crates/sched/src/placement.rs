@@ -342,14 +342,15 @@ impl<'p> Placer<'p> {
         self.profile.as_deref()
     }
 
-    /// The placer of a pass: `profile` is the configured one, or (empty) derived from the
-    /// pending jobs; `running` gives clustering its node classes.
-    /// `max` is the largest node's (CPUs, GPUs), as `Facts` keeps them (not scanned again: the
-    /// submit fast path makes a placer per submission).
+    /// The placer of a pass: `profile` is the one to weigh fragmentation against, as it is
+    /// (the configured one, or the one an earlier pass derived), or `None` to derive it from
+    /// the pending jobs; `running` gives clustering its node classes. `max` is the largest
+    /// node's (CPUs, GPUs), as `Facts` keeps them (the submit fast path makes a placer per
+    /// submission: neither is worked out again from every pending job or node).
     pub fn new(
         policy: Placement,
         seed: u64,
-        configured: &'p GpuProfile,
+        profile: Option<&'p GpuProfile>,
         snap: &crate::Snapshot,
         cache: &'p mut FragCache,
         max: (u32, u32),
@@ -363,10 +364,9 @@ impl<'p> Placer<'p> {
             return p;
         }
         if matches!(policy, Placement::Default | Placement::Fgd) {
-            let profile = if configured.kinds.is_empty() {
-                std::borrow::Cow::Owned(GpuProfile::from_requests(snap.pending.iter().map(|p| &p.req), 0.95))
-            } else {
-                std::borrow::Cow::Borrowed(configured)
+            let profile = match profile {
+                Some(given) => std::borrow::Cow::Borrowed(given),
+                None => std::borrow::Cow::Owned(GpuProfile::from_requests(snap.pending.iter().map(|p| &p.req), 0.95)),
             };
             if policy == Placement::Default && !profile.shares() {
                 p.policy = Placement::Tight;

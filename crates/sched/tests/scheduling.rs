@@ -327,15 +327,12 @@ fn waiting_raises_priority_and_the_starvation_guard_takes_effect() {
     let b = sched::priority_breakdown(&w.snap(), 1_000_000, &Config::default());
     let xf = |id| b.iter().find(|(j, _)| j.0 == id).unwrap().1.xfactor;
     assert!((xf(2) - 1_000_000.0 / 3600.0).abs() < 1e-6, "one point per estimated run time waited: {}", xf(2));
-    let mut guard = Config::default();
-    let sched::Policy::Multifactor(wts) = &mut guard.policy else { unreachable!() };
-    wts.starve_after = 7 * 86_400;
-    assert_eq!(order(1_000_000, &guard), vec![2, 4, 3], "starving jobs first, oldest first");
-    wts_set(&mut guard, 2_000_000);
-    assert_eq!(order(1_000_000, &guard), vec![3, 2, 4], "no job starving yet: the guard changes nothing");
-}
-
-fn wts_set(cfg: &mut Config, starve_after: model::Time) {
-    let sched::Policy::Multifactor(w) = &mut cfg.policy else { unreachable!() };
-    w.starve_after = starve_after;
+    let guard = |starve_after: f64| {
+        let mut cfg = Config::default();
+        let Policy::Multifactor(w) = &mut cfg.policy else { unreachable!() };
+        w.set("starve_after", starve_after).unwrap();
+        cfg
+    };
+    assert_eq!(order(1_000_000, &guard(7.0 * 86_400.0)), vec![2, 4, 3], "starving jobs first, oldest first");
+    assert_eq!(order(1_000_000, &guard(2_000_000.0)), vec![3, 2, 4], "no job starving yet: the guard changes nothing");
 }

@@ -10,7 +10,7 @@
 //!
 //! A candidate is `POLICY[+KEY=VALUE...][@PREDICT][/BACKFILL]`: a `--policy` name, `--weights`
 //! keys (for multifactor and default), a `--predict` mode and a `--backfill` mode (default easy).
-//! Sets: `tune` (segments starting in the first half of each trace), `report` (the second half),
+//! Sets: `tune` (the first half of each trace's segments), `report` (the second half),
 //! `all`, `whole` (whole traces), `rls` (RLScheduler's ten windows). The figures are means over a trace's segments.
 
 use sched::{Backfill, Config, Policy, Predict};
@@ -40,27 +40,37 @@ fn parse(spec: &str) -> Result<Config, String> {
     Ok(Config { policy, backfill, predict, ..Config::default() })
 }
 
+/// Stops with a message and exit status 2 (bad arguments or traces).
+fn fail(msg: impl std::fmt::Display) -> ! {
+    eprintln!("policy_search: {msg}");
+    std::process::exit(2);
+}
+
 fn main() {
-    let mut args: Vec<String> = std::env::args().skip(1).collect();
-    if args.is_empty() {
-        eprintln!("usage: policy_search TRACE_DIR [--set tune|report|all|whole] [--segments N] CANDIDATE...");
-        std::process::exit(2);
-    }
-    let dir = std::path::PathBuf::from(args.remove(0));
-    let mut set = "tune".to_string();
-    let mut segments = 24;
-    let mut specs = Vec::new();
-    let mut only: Option<String> = None;
-    let mut it = args.into_iter();
-    while let Some(a) = it.next() {
+    let usage = "usage: policy_search TRACE_DIR [--set tune|report|all|whole|rls] [--segments N] [--only NAME] CANDIDATE...";
+    let mut args = std::env::args().skip(1);
+    let dir = std::path::PathBuf::from(args.next().unwrap_or_else(|| fail(usage)));
+    let (mut set, mut segments, mut only, mut specs) = ("tune".to_string(), 24, None::<String>, Vec::new());
+    while let Some(a) = args.next() {
+        let mut value = || args.next().unwrap_or_else(|| fail(format!("{a} needs a value ({usage})")));
         match a.as_str() {
-            "--set" => set = it.next().expect("--set VALUE"),
-            "--only" => only = it.next(),
-            "--segments" => segments = it.next().and_then(|s| s.parse().ok()).expect("--segments N"),
+            "--set" => set = value(),
+            "--only" => only = Some(value()),
+            "--segments" => segments = value().parse().unwrap_or_else(|_| fail("--segments takes a count")),
             _ => specs.push(a),
         }
     }
-    let cfgs: Vec<Config> = specs.iter().map(|s| parse(s).unwrap_or_else(|e| panic!("{e}"))).collect();
+    let half = match set.as_str() {
+        "tune" => Some(sim::Half::Tune),
+        "report" => Some(sim::Half::Report),
+        "all" => Some(sim::Half::All),
+        "whole" | "rls" => None,
+        other => fail(format!("unknown --set {other:?} ({usage})")),
+    };
+    if specs.is_empty() {
+        fail(usage);
+    }
+    let cfgs: Vec<Config> = specs.iter().map(|s| parse(s).unwrap_or_else(|e| fail(e))).collect();
     let files: Vec<&str> = ["lublin_256.swf", "SDSC-SP2-1998-4.2-cln.swf.gz", "HPC2N-2002-2.2-cln.swf.gz", "lublin_256_new2"]
         .into_iter()
         .filter(|f| only.as_ref().is_none_or(|o| f.contains(o.as_str())))
@@ -68,32 +78,24 @@ fn main() {
     let loads: Vec<trace::Workload> = files
         .iter()
         .map(|f| {
-            let r = trace::open(&dir.join(f)).unwrap_or_else(|e| panic!("{e}"));
-            trace::parse_swf(r, f, false).unwrap().into_workload(f, None).unwrap()
+            let r = trace::open(&dir.join(f)).unwrap_or_else(|e| fail(e));
+            let swf = trace::parse_swf(r, f, false).unwrap_or_else(|e| fail(e));
+            swf.into_workload(f, None).unwrap_or_else(|e| fail(e))
         })
         .collect();
-    // Work items: (candidate, trace, range, whole).
+    // Work items: (candidate, trace, the window's first job, or None for the whole trace).
     let mut work = Vec::new();
     for c in 0..cfgs.len() {
         for (t, w) in loads.iter().enumerate() {
-            if set == "whole" {
-                work.push((c, t, 0..w.jobs.len(), true));
-                continue;
-            }
-            if set == "rls" {
-                for s in sim::RLSCHEDULER_STARTS {
-                    work.push((c, t, s..s + LEN, false));
+            let starts: Vec<Option<usize>> = match (set.as_str(), half) {
+                ("whole", _) => vec![None],
+                ("rls", _) => sim::RLSCHEDULER_STARTS.iter().map(|&s| Some(s)).collect(),
+                (_, Some(h)) => {
+                    sim::segment_starts(w.jobs.len(), segments, LEN, h).unwrap_or_else(|e| fail(e)).into_iter().map(Some).collect()
                 }
-                continue;
-            }
-            let half = match set.as_str() {
-                "tune" => sim::Half::Tune,
-                "report" => sim::Half::Report,
-                _ => sim::Half::All,
+                (_, None) => unreachable!("every other set has a half"),
             };
-            for s in sim::segment_starts(w.jobs.len(), segments, LEN, half).unwrap() {
-                work.push((c, t, s..s + LEN, false));
-            }
+            work.extend(starts.into_iter().map(|s| (c, t, s)));
         }
     }
     let next = AtomicUsize::new(0);
@@ -104,18 +106,23 @@ fn main() {
             s.spawn(|| {
                 loop {
                     let i = next.fetch_add(1, Ordering::Relaxed);
-                    let Some((c, t, range, whole)) = work.get(i).cloned() else { break };
-                    let mut sc = sim::SimConfig::new(cfgs[c].clone(), 1);
-                    sc.stop_at_last_start = !whole;
+                    let Some(&(c, t, start)) = work.get(i) else { break };
+                    let w = &loads[t];
                     let mut clock = || 0u64;
-                    let o = sim::run(&loads[t], range, &sc, &mut clock);
-                    let m = sim::summarize(&o, loads[t].capacity, false);
-                    results.lock().unwrap()[c * loads.len() + t].push(m);
+                    // As `tandem sim` runs them: windows with `--windows`'s settings, whole traces with its default ones.
+                    let m = match start {
+                        Some(s) => sim::windows(w, &[s], LEN, &sim::rlscheduler_config(cfgs[c].clone(), 1), &mut clock).remove(0),
+                        None => {
+                            let o = sim::run(w, 0..w.jobs.len(), &sim::SimConfig::new(cfgs[c].clone(), 1), &mut clock);
+                            sim::summarize(&o, w.capacity, w.gpu)
+                        }
+                    };
+                    results.lock().expect("no worker panics")[c * loads.len() + t].push(m);
                 }
             });
         }
     });
-    let results = results.into_inner().unwrap();
+    let results = results.into_inner().expect("no worker panics");
     println!("set {set}, {segments} segments per trace; per trace: bsld / avg wait (s) / p95 wait (s)");
     for f in &files {
         print!("{:>28} | ", &f[..f.len().min(28)]);
