@@ -19,7 +19,11 @@
 //!   length.
 //!
 //! The earliest start of a gang is then one merge of the two, in time order, until `k` nodes
-//! hold it (for one node, simply the first start of any); the nodes that do are a bitmap. A pass with R reservations over N nodes costs
+//! hold it (for one node, simply the first start of any); the nodes that do are a bitmap. Each
+//! query first bounds its answer from above (for one node, the first untouched node's ready
+//! time; for a gang, the `k`th earliest time from which a node stays free) and reads no slot
+//! past that bound; a touched node first idle after the bound is skipped unread. The map's
+//! buffers are kept from one pass to the next ([`Spare`]). A pass with R reservations over N nodes costs
 //! O(N log N) per distinct shape plus, per query, the touched nodes' slots and the prefix of
 //! the ready list it needs, instead of R × N per-node sweeps. The capacity model is the one
 //! reservations have always used (CPUs, memory, milli-GPUs summed over the node, exclusive
@@ -179,12 +183,15 @@ pub(crate) struct SlotMap<'n> {
     now: Time,
     /// Running allocations per node (`off[n]..off[n + 1]`), sorted by end, with their use.
     off: Vec<u32>,
+    /// Scratch for building `ends`.
+    fill: Vec<u32>,
     ends: Vec<(Time, Use)>,
     /// What running work holds on each node now.
     base: Vec<Use>,
     /// Per shape: the untouched-at-build schedulable nodes an idle node of theirs could hold it
     /// on, by the time running work leaves room for it (then index).
-    ready: FxHashMap<Need, Vec<(Time, u32)>>,
+    /// The list, and how many of its first entries are known touched (skipped for good).
+    ready: FxHashMap<Need, (usize, Vec<(Time, u32)>)>,
     /// Each touched node's slots: (start, use from there to the next slot's start); the last
     /// slot runs forever. Empty for an untouched node.
     slots: Vec<Vec<(Time, Use)>>,
@@ -193,17 +200,82 @@ pub(crate) struct SlotMap<'n> {
     busy: Vec<Vec<(Time, Time)>>,
     touched: Vec<u32>,
     is_touched: Vec<bool>,
+    /// Per touched node, read by every query (kept apart from `nodes` and the slot lists so
+    /// that a query's walk over the touched nodes reads little memory): whether it is
+    /// schedulable; when it is first idle (its first busy span's end, or now); and from when
+    /// it stays idle (its last busy span's end, or now).
+    up: Vec<bool>,
+    idle_at: Vec<Time>,
+    idle_after: Vec<Time>,
     /// Per query: the touched nodes' feasible start intervals, and their events.
     ivals: Vec<(u32, Time, Time)>,
     events: Vec<(Time, i32)>,
+    forever: Vec<Time>,
+}
+
+/// A pass's [`SlotMap`] buffers, kept for the next pass over the same nodes (a whole-trace replay
+/// runs a pass per event; allocating every touched node's slot lists anew cost a tenth of it).
+#[derive(Default)]
+pub(crate) struct Spare {
+    off: Vec<u32>,
+    fill: Vec<u32>,
+    ends: Vec<(Time, Use)>,
+    base: Vec<Use>,
+    slots: Vec<Vec<(Time, Use)>>,
+    busy: Vec<Vec<(Time, Time)>>,
+    touched: Vec<u32>,
+    is_touched: Vec<bool>,
+    up: Vec<bool>,
+    idle_at: Vec<Time>,
+    idle_after: Vec<Time>,
+    ivals: Vec<(u32, Time, Time)>,
+    events: Vec<(Time, i32)>,
+    forever: Vec<Time>,
 }
 
 impl<'n> SlotMap<'n> {
     /// The map of running work at `now`: each allocation held until its job's time limit (at
-    /// least one second more).
-    pub fn new(snap: &Snapshot<'n>, now: Time, cfg: &Config) -> SlotMap<'n> {
+    /// least one second more). It is built in `spare`'s buffers; [`SlotMap::recycle`] returns them.
+    pub fn new(snap: &Snapshot<'n>, now: Time, cfg: &Config, spare: &mut Spare) -> SlotMap<'n> {
         let n = snap.nodes.len();
-        let mut off = vec![0u32; n + 1];
+        let Spare {
+            mut off,
+            mut fill,
+            mut ends,
+            mut base,
+            mut slots,
+            mut busy,
+            mut touched,
+            mut is_touched,
+            mut up,
+            mut idle_at,
+            mut idle_after,
+            ivals,
+            events,
+            forever,
+        } = std::mem::take(spare);
+        if slots.len() == n {
+            for &t in &touched {
+                slots[t as usize].clear();
+                busy[t as usize].clear();
+                is_touched[t as usize] = false;
+            }
+        } else {
+            slots = vec![Vec::new(); n];
+            busy = vec![Vec::new(); n];
+            is_touched = vec![false; n];
+        }
+        touched.clear();
+        for v in [&mut up] {
+            v.clear();
+            v.resize(n, false);
+        }
+        for v in [&mut idle_at, &mut idle_after] {
+            v.clear();
+            v.resize(n, now);
+        }
+        off.clear();
+        off.resize(n + 1, 0);
         for r in snap.running {
             for a in &r.allocs {
                 off[a.node as usize + 1] += 1;
@@ -212,9 +284,12 @@ impl<'n> SlotMap<'n> {
         for i in 0..n {
             off[i + 1] += off[i];
         }
-        let mut fill = off.clone();
-        let mut ends = vec![(0, Use::default()); off[n] as usize];
-        let mut base = vec![Use::default(); n];
+        fill.clear();
+        fill.extend_from_slice(&off);
+        ends.clear();
+        ends.resize(off[n] as usize, (0, Use::default()));
+        base.clear();
+        base.resize(n, Use::default());
         for r in snap.running {
             let end = snap.planned_end(r, now, cfg).max(now + 1);
             for a in &r.allocs {
@@ -232,16 +307,41 @@ impl<'n> SlotMap<'n> {
             nodes: snap.nodes,
             now,
             off,
+            fill,
             ends,
             base,
             ready: FxHashMap::default(),
-            slots: vec![Vec::new(); n],
-            busy: vec![Vec::new(); n],
-            touched: Vec::new(),
-            is_touched: vec![false; n],
-            ivals: Vec::new(),
-            events: Vec::new(),
+            slots,
+            busy,
+            touched,
+            is_touched,
+            up,
+            idle_at,
+            idle_after,
+            ivals,
+            events,
+            forever,
         }
+    }
+
+    /// Gives the buffers back for the next pass.
+    pub fn recycle(self, spare: &mut Spare) {
+        *spare = Spare {
+            off: self.off,
+            fill: self.fill,
+            ends: self.ends,
+            base: self.base,
+            slots: self.slots,
+            busy: self.busy,
+            touched: self.touched,
+            is_touched: self.is_touched,
+            up: self.up,
+            idle_at: self.idle_at,
+            idle_after: self.idle_after,
+            ivals: self.ivals,
+            events: self.events,
+            forever: self.forever,
+        };
     }
 
     fn running(&self, n: usize) -> &[(Time, Use)] {
@@ -270,9 +370,12 @@ impl<'n> SlotMap<'n> {
         Time::MAX // not reached: an idle node that fits_idle holds it
     }
 
-    /// The ready list of `need`, built on first use.
+    /// The ready list of `need`, built on first use; its known-touched head is skipped.
     fn ready_list(&mut self, need: Need) {
-        if self.ready.contains_key(&need) {
+        if let Some((head, list)) = self.ready.get_mut(&need) {
+            while *head < list.len() && self.is_touched[list[*head].1 as usize] {
+                *head += 1;
+            }
             return;
         }
         let mut at_now = Vec::new();
@@ -290,7 +393,13 @@ impl<'n> SlotMap<'n> {
         }
         later.sort_unstable();
         at_now.extend(later);
-        self.ready.insert(need, at_now);
+        self.ready.insert(need, (0, at_now));
+    }
+
+    /// The ready list of `need` (after [`SlotMap::ready_list`]), less its touched head.
+    fn ready_of(&self, need: &Need) -> &[(Time, u32)] {
+        let (head, list) = &self.ready[need];
+        &list[*head..]
     }
 
     /// [`Space::earliest`] for one node: the first start of any eligible node, found without
@@ -299,12 +408,14 @@ impl<'n> SlotMap<'n> {
     fn earliest_one(&mut self, r: &Resolved, need: &Need, from: Time, len: Time) -> Option<(Time, Bits)> {
         let mut firsts = std::mem::take(&mut self.ivals);
         firsts.clear();
-        let mut best = Time::MAX;
+        // The first untouched node bounds the answer: touched nodes are read only that far.
+        let list = self.ready_of(need);
+        let mut best = list.iter().find(|x| self.untouched_ok(x.1, r)).map_or(Time::MAX, |&(t0, _)| t0.max(from));
         for &n in &self.touched {
-            if !self.touched_ok(n, r, need) {
+            if need.exclusive && self.idle_at[n as usize] > best || !self.touched_ok(n, r, need) {
                 continue;
             }
-            self.starts(n, need, len, |a, b| {
+            self.starts(n, need, len, best, |a, b| {
                 if b <= from {
                     return true;
                 }
@@ -313,10 +424,6 @@ impl<'n> SlotMap<'n> {
                 firsts.push((n, a, b));
                 false
             });
-        }
-        let list = &self.ready[need];
-        if let Some(&(t0, _)) = list.iter().find(|x| self.untouched_ok(x.1, r)) {
-            best = best.min(t0.max(from));
         }
         let out = (best != Time::MAX).then(|| {
             let mut set = Bits::new(self.nodes.len());
@@ -336,11 +443,12 @@ impl<'n> SlotMap<'n> {
         out
     }
 
-    /// The start intervals of touched node `n` for `need` and `len` (see [`feasible`]).
-    fn starts(&self, n: u32, need: &Need, len: Time, push: impl FnMut(Time, Time) -> bool) {
+    /// The start intervals of touched node `n` for `need` and `len` that begin by `until` (see
+    /// [`valid_starts`]).
+    fn starts(&self, n: u32, need: &Need, len: Time, until: Time, push: impl FnMut(Time, Time) -> bool) {
         let n = n as usize;
         if need.exclusive {
-            valid_starts(self.busy[n].iter().copied(), self.now, len, push);
+            valid_starts(self.busy[n].iter().copied(), self.now, len, until, push);
         } else {
             let (node, slots) = (&self.nodes[n], &self.slots[n]);
             let mut i = 0;
@@ -354,7 +462,7 @@ impl<'n> SlotMap<'n> {
                 }
                 Some((bs, slots.get(i).map_or(Time::MAX, |s| s.0)))
             });
-            valid_starts(bad, self.now, len, push);
+            valid_starts(bad, self.now, len, until, push);
         }
     }
 
@@ -364,25 +472,37 @@ impl<'n> SlotMap<'n> {
     }
 
     /// Whether touched node `n` counts for `r` at all.
+    #[inline]
     fn touched_ok(&self, n: u32, r: &Resolved, need: &Need) -> bool {
+        if !self.up[n as usize] {
+            return false;
+        }
+        let all = r.filter.all && r.filter.mask.is_none();
+        if need.exclusive && all {
+            return true;
+        }
         let node = &self.nodes[n as usize];
-        node.state.schedulable() && need.fits_idle(node) && (r.filter.all && r.filter.mask.is_none() || r.filter.ok(n, node))
+        need.fits_idle(node) && (all || r.filter.ok(n, node))
     }
 }
 
 /// Start times in [now, ∞) at which a node holds a request for `len`, given the node's `bad`
 /// segments (sorted, disjoint, maximal [start, end) where the request does not fit), as sorted
 /// disjoint half-open intervals, given to `push` in order until it returns false.
-fn valid_starts(bad: impl Iterator<Item = (Time, Time)>, now: Time, len: Time, mut push: impl FnMut(Time, Time) -> bool) {
+/// Only intervals starting at or before `until` are given (the caller knows the answer is no later).
+fn valid_starts(bad: impl Iterator<Item = (Time, Time)>, now: Time, len: Time, until: Time, mut push: impl FnMut(Time, Time) -> bool) {
     let mut t = now;
     for (bs, be) in bad {
+        if t > until {
+            return;
+        }
         let lo = bs.saturating_sub(len) + 1; // t + len <= bs  <=>  t <= bs - len
         if lo > t && !push(t, lo) {
             return;
         }
         t = t.max(be);
     }
-    if t != Time::MAX {
+    if t != Time::MAX && t <= until {
         push(t, Time::MAX);
     }
 }
@@ -403,11 +523,30 @@ impl Space for SlotMap<'_> {
         let mut events = std::mem::take(&mut self.events);
         ivals.clear();
         events.clear();
+        // An upper bound on the answer: the `k`th earliest time from which a node holds the
+        // request for good (untouched nodes from their ready time; touched ones, for an
+        // exclusive request, from their last busy end). Intervals starting later are not read.
+        let until = {
+            let k = r.nodes as usize;
+            let mut forever = std::mem::take(&mut self.forever);
+            forever.clear();
+            forever.extend(self.ready_of(&need).iter().filter(|x| self.untouched_ok(x.1, r)).take(k).map(|x| x.0.max(from)));
+            if need.exclusive {
+                for &n in &self.touched {
+                    if self.touched_ok(n, r, &need) {
+                        forever.push(self.idle_after[n as usize].max(from));
+                    }
+                }
+            }
+            let u = if forever.len() >= k && k > 0 { *forever.select_nth_unstable(k - 1).1 } else { Time::MAX };
+            self.forever = forever;
+            u
+        };
         for &n in &self.touched {
-            if !self.touched_ok(n, r, &need) {
+            if need.exclusive && self.idle_at[n as usize] > until || !self.touched_ok(n, r, &need) {
                 continue;
             }
-            self.starts(n, &need, len, |a, b| {
+            self.starts(n, &need, len, until, |a, b| {
                 if b > from {
                     ivals.push((n, a, b));
                     events.push((a.max(from), 1));
@@ -420,7 +559,7 @@ impl Space for SlotMap<'_> {
         }
         // All events at one time are counted before the count is read: their order is free.
         events.sort_unstable_by_key(|e| e.0);
-        let list = &self.ready[&need];
+        let list = self.ready_of(&need);
         let k = r.nodes as i64;
         let (mut ui, mut ei, mut count) = (0usize, 0usize, 0i64);
         let mut found = None;
@@ -479,7 +618,7 @@ impl Space for SlotMap<'_> {
                 count += 1;
             }
         }
-        for &(_, n) in self.ready[&need].iter().take_while(|x| x.0 <= self.now) {
+        for &(_, n) in self.ready_of(&need).iter().take_while(|x| x.0 <= self.now) {
             if self.untouched_ok(n, r) {
                 set.insert(n);
                 count += 1;
@@ -492,7 +631,8 @@ impl Space for SlotMap<'_> {
         if !self.is_touched[n] {
             let mut cur = self.base[n];
             let ends = &self.ends[self.off[n] as usize..self.off[n + 1] as usize];
-            let mut s = Vec::with_capacity(ends.len() + 5);
+            let mut s = std::mem::take(&mut self.slots[n]);
+            s.clear();
             s.push((self.now, cur));
             let mut i = 0;
             while i < ends.len() {
@@ -505,6 +645,7 @@ impl Space for SlotMap<'_> {
             }
             self.slots[n] = s;
             self.is_touched[n] = true;
+            self.up[n] = self.nodes[n].state.schedulable();
             self.touched.push(n as u32);
         }
         let s = &mut self.slots[n];
@@ -523,6 +664,11 @@ impl Space for SlotMap<'_> {
                 (false, _) => {}
             }
         }
+        self.idle_at[n] = match busy.first() {
+            Some(&(a, b)) if a <= self.now => b,
+            _ => self.now,
+        };
+        self.idle_after[n] = busy.last().map_or(self.now, |s| s.1);
     }
 }
 
@@ -550,6 +696,7 @@ pub(crate) fn run<'a>(
     plan: &mut Plan,
     limits: &mut Limits<'a>,
     placer: &mut Placer,
+    spare: &mut Spare,
 ) {
     #[cfg(test)]
     if tests::REFERENCE.get() {
@@ -557,8 +704,9 @@ pub(crate) fn run<'a>(
         walk(&mut space, snap, now, cfg, ready, order, view, plan, limits, placer);
         return;
     }
-    let mut space = SlotMap::new(snap, now, cfg);
+    let mut space = SlotMap::new(snap, now, cfg, spare);
     walk(&mut space, snap, now, cfg, ready, order, view, plan, limits, placer);
+    space.recycle(spare);
 }
 
 /// The walk in priority order, over any picture of the future.
@@ -734,6 +882,9 @@ mod tests {
         config: ClusterConfig,
         fairshare: FairShare,
         carry: Carry,
+        /// The slot map's passes keep their buffers from pass to pass, as the sim's and the
+        /// controller's do.
+        reuse: std::cell::RefCell<crate::Reuse>,
     }
 
     impl World {
@@ -748,7 +899,10 @@ mod tests {
                 carry: &self.carry,
                 history: crate::History::empty(),
             };
-            REFERENCE.set(reference);
+            if !reference {
+                return crate::schedule_reusing(&snap, now, 7, cfg, &mut self.reuse.borrow_mut(), true);
+            }
+            REFERENCE.set(true);
             let plan = schedule(&snap, now, 7, cfg);
             REFERENCE.set(false);
             plan
@@ -795,6 +949,7 @@ mod tests {
             config: ClusterConfig::default(),
             fairshare: FairShare::default(),
             carry: Carry::default(),
+            reuse: Default::default(),
         };
         let mut seq = 0;
         let mut submit = |w: &mut World, id: u64, s: &JobSpec| {

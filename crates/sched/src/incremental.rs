@@ -24,6 +24,7 @@ pub struct Scheduler<'n> {
     facts: Option<crate::Facts<'n>>,
     ever: crate::EverFits,
     frag: crate::FragCache,
+    spare: crate::conservative::Spare,
     memo: Option<PassMemo<'n>>,
     last_fast: bool,
 }
@@ -41,6 +42,7 @@ impl<'n> Scheduler<'n> {
             facts: None,
             ever: crate::EverFits::default(),
             frag: crate::FragCache::default(),
+            spare: crate::conservative::Spare::default(),
             memo: None,
             last_fast: false,
         }
@@ -58,7 +60,18 @@ impl<'n> Scheduler<'n> {
             self.facts = Some(crate::Facts::new(self.nodes, snap.config, true));
         }
         let facts = self.facts.as_ref().expect("facts were just built");
-        let (plan, memo) = schedule_inner(self.nodes, self.topo.clone(), facts, &mut self.ever, &mut self.frag, snap, now, seed, &self.cfg);
+        let (plan, memo) = schedule_inner(
+            self.nodes,
+            self.topo.clone(),
+            facts,
+            &mut self.ever,
+            &mut self.frag,
+            &mut self.spare,
+            snap,
+            now,
+            seed,
+            &self.cfg,
+        );
         self.memo = (self.cfg.backfill == Backfill::Easy && !self.cfg.commit_head).then_some(memo);
         plan
     }

@@ -399,7 +399,8 @@ pub fn schedule(snap: &Snapshot, now: Time, seed: u64, cfg: &Config) -> Plan {
     let topo = std::sync::Arc::new(view::Topology::new(snap.nodes));
     let names = snap.pending.iter().any(|p| !p.req.nodelist.is_empty() || !p.req.exclude.is_empty());
     let facts = Facts::new(snap.nodes, snap.config, names);
-    schedule_inner(snap.nodes, topo, &facts, &mut EverFits::default(), &mut FragCache::default(), snap, now, seed, cfg).0
+    let mut spare = conservative::Spare::default();
+    schedule_inner(snap.nodes, topo, &facts, &mut EverFits::default(), &mut FragCache::default(), &mut spare, snap, now, seed, cfg).0
 }
 
 /// What passes over the same node definitions share: the topology, and which request shapes
@@ -410,6 +411,7 @@ pub struct Reuse {
     topo: Option<std::sync::Arc<Topology>>,
     ever: EverFits,
     frag: FragCache,
+    spare: conservative::Spare,
 }
 
 impl std::fmt::Debug for Reuse {
@@ -426,13 +428,13 @@ pub fn schedule_reusing(snap: &Snapshot, now: Time, seed: u64, cfg: &Config, reu
         Some(t) if same_nodes && t.len() == snap.nodes.len() => t.clone(),
         _ => {
             let t = std::sync::Arc::new(view::Topology::new(snap.nodes));
-            *reuse = Reuse { topo: Some(t.clone()), ever: EverFits::default(), frag: FragCache::default() };
+            *reuse = Reuse { topo: Some(t.clone()), ..Reuse::default() };
             t
         }
     };
     let names = snap.pending.iter().any(|p| !p.req.nodelist.is_empty() || !p.req.exclude.is_empty());
     let facts = Facts::new(snap.nodes, snap.config, names);
-    schedule_inner(snap.nodes, topo, &facts, &mut reuse.ever, &mut reuse.frag, snap, now, seed, cfg).0
+    schedule_inner(snap.nodes, topo, &facts, &mut reuse.ever, &mut reuse.frag, &mut reuse.spare, snap, now, seed, cfg).0
 }
 
 /// What a full EASY pass leaves behind for the submit fast path.
@@ -453,6 +455,7 @@ pub(crate) fn schedule_inner<'n>(
     facts: &Facts,
     ever: &mut EverFits,
     frag: &mut FragCache,
+    spare: &mut conservative::Spare,
     snap: &Snapshot,
     now: Time,
     seed: u64,
@@ -510,7 +513,7 @@ pub(crate) fn schedule_inner<'n>(
     let configured = (!cfg.profile.kinds.is_empty()).then_some(&cfg.profile);
     let mut placer = Placer::new(cfg.placement, seed, configured, snap, frag, (facts.max_cpus, facts.max_gpus));
     match cfg.backfill {
-        Backfill::Conservative => conservative::run(snap, now, cfg, &ready, &order, &mut view, &mut plan, &mut limits, &mut placer),
+        Backfill::Conservative => conservative::run(snap, now, cfg, &ready, &order, &mut view, &mut plan, &mut limits, &mut placer, spare),
         _ => {
             if let Some((pos, shadow, reserved)) =
                 walk(snap, now, cfg, commit, &ready, &order, &mut view, &mut plan, &mut limits, &mut placer)
