@@ -190,6 +190,9 @@ pub struct Endpoint<T> {
     pub requests: u64,
     /// Failed attempts.
     pub failures: u64,
+    /// The most requests in flight since a scrape of its gauges began (`Pool::scrape_started`),
+    /// while one is under way.
+    pub scrape_max: Option<u32>,
 }
 
 impl<T> Endpoint<T> {
@@ -274,12 +277,24 @@ impl<T> Pool<T> {
         &self.llm.index
     }
 
-    /// Records the gauges scraped from an endpoint; false if the endpoint is not known.
+    /// Marks the start of a scrape of an endpoint's gauges (before its request is sent), so
+    /// that `set_gauges` knows the most of this proxy's requests the replica may have counted:
+    /// one that finished here while the scrape was under way was still counted there, and
+    /// taking only the count at the answer made it look like another proxy's load.
+    pub fn scrape_started(&mut self, key: Key) {
+        if let Some(e) = self.endpoints.iter_mut().find(|e| e.key == key) {
+            e.scrape_max = Some(e.inflight);
+        }
+    }
+
+    /// Records the gauges scraped from an endpoint; false if the endpoint is not known. This
+    /// proxy's own share of them (`Gauges::seen_inflight`) is the most requests it had in flight
+    /// there since `scrape_started` (or, without that call, those in flight now).
     pub fn set_gauges(&mut self, key: Key, gauges: Gauges) -> bool {
-        let Some(e) = self.get(key) else {
+        let Some(e) = self.endpoints.iter_mut().find(|e| e.key == key) else {
             return false;
         };
-        let seen_inflight = e.inflight;
+        let seen_inflight = e.scrape_max.take().map_or(e.inflight, |m| m.max(e.inflight));
         self.llm.gauges.insert(key, Gauges { seen_inflight, ..gauges });
         true
     }
@@ -346,6 +361,7 @@ impl<T> Pool<T> {
                 ejected_until: None,
                 requests: 0,
                 failures: 0,
+                scrape_max: None,
             });
         }
         self.endpoints.retain(|e| !e.draining || e.inflight > 0);
@@ -411,6 +427,7 @@ impl<T> Pool<T> {
         let e = &mut self.endpoints[idx];
         e.inflight += 1;
         e.requests += 1;
+        e.scrape_max = e.scrape_max.map(|m| m.max(e.inflight));
         Some(e.key)
     }
 
@@ -459,12 +476,19 @@ impl<T> Pool<T> {
                 .collect();
             let start = self.cursor;
             let k = llm::choose(&view, route, start, now, &cfg).expect("open endpoints exist");
-            self.cursor = self.cursor.wrapping_add(1);
+            // When no candidate holds any of the prompt (least request's fallback), the next
+            // search starts after the one chosen, as least request's does: moving the start on
+            // by one instead sent two requests in a row to one replica whenever the choice
+            // skipped ahead (a tie then fell to it again), and on an LLM replica two prefills
+            // in one step raise both requests' time to first token.
+            let fallback = !matches!(route, llm::Route::Session(_)) && view.iter().all(|c| c.hit == 0);
+            self.cursor = if fallback { k + 1 } else { self.cursor.wrapping_add(1) };
             open[k]
         };
         let e = &mut self.endpoints[idx];
         e.inflight += 1;
         e.requests += 1;
+        e.scrape_max = e.scrape_max.map(|m| m.max(e.inflight));
         let key = e.key;
         self.llm.index.record(key, &req.blocks);
         Pick::To(key)

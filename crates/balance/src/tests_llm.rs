@@ -207,6 +207,29 @@ fn gauges_add_only_what_other_proxies_sent() {
     assert_eq!(p.gauges(busy).unwrap().seen_inflight, before);
 }
 
+/// A request that finished here while a scrape was under way was still counted by the replica:
+/// it is this proxy's own, not another proxy's load, and a later answer says so.
+#[test]
+fn a_request_that_ends_during_a_scrape_is_not_taken_for_another_proxys() {
+    let mut p = llm_pool(&["a"], LlmConfig::default(), 1);
+    let r = req(&text(5, 640));
+    let k = to(&mut p, 0, &[], &r);
+    to(&mut p, 0, &[], &r);
+    p.scrape_started(k);
+    p.finish(k, Outcome::Ok, 0);
+    p.finish(k, Outcome::Ok, 0);
+    to(&mut p, 0, &[], &r); // one more starts while the scrape is out: 1 in flight now
+    // The replica answers with the two that had not ended there yet.
+    assert!(p.set_gauges(k, Gauges { running: 2, waiting: 0, kv_usage: 0.0, scraped_at_ms: 0, seen_inflight: 0 }));
+    let g = p.gauges(k).unwrap();
+    assert_eq!(g.seen_inflight, 2, "the most in flight since the scrape began");
+    let c = Candidate { id_hash: 0, inflight: p.get(k).unwrap().inflight, gauges: Some(g), hit: 0 };
+    assert_eq!(c.load(0, &LlmConfig::default()), 1, "no phantom load from other proxies");
+    // The next answer without a new start: the count then.
+    assert!(p.set_gauges(k, Gauges { running: 3, waiting: 0, kv_usage: 0.0, scraped_at_ms: 0, seen_inflight: 0 }));
+    assert_eq!(p.gauges(k).unwrap().seen_inflight, 1);
+}
+
 #[test]
 fn no_prompt_is_least_request_and_sessions_stick_until_saturated() {
     let c = LlmConfig::default();
@@ -593,4 +616,23 @@ proptest! {
             other => prop_assert!(n == 0 && other == Pick::Nothing),
         }
     }
+}
+
+/// Ties of the least-request fallback go round, as least request's do: the next search starts
+/// after the replica chosen, so a choice that skipped ahead does not send the next tie to the
+/// same replica again.
+#[test]
+fn least_request_ties_go_round_after_a_skip() {
+    let mut p = llm_pool(&["a", "b", "c", "d"], LlmConfig::default(), 1);
+    let r = LlmRequest::default();
+    let keys: Vec<Key> = p.endpoints().iter().map(|e| e.key).collect();
+    let first: Vec<Key> = (0..4).map(|_| to(&mut p, 0, &[], &r)).collect();
+    assert_eq!(first, keys, "four ties in turn");
+    p.finish(keys[1], Outcome::Ok, 0);
+    p.finish(keys[2], Outcome::Ok, 0);
+    // In flight 1, 0, 0, 1: the search from the first skips to the second.
+    let next: Vec<Key> = (0..3).map(|_| to(&mut p, 0, &[], &r)).collect();
+    assert_eq!(next, vec![keys[1], keys[2], keys[3]], "then the tie after it, not the same replica twice");
+    let least: Vec<u32> = p.endpoints().iter().map(|e| e.inflight).collect();
+    assert_eq!(least, vec![1, 1, 1, 2]);
 }

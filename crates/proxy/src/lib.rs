@@ -1213,8 +1213,12 @@ async fn scrape_loop(st: Arc<State>) {
         let mut targets = Vec::new();
         for svc in st.services.read().unwrap_or_else(|e| e.into_inner()).values() {
             if svc.llm.load(Relaxed) {
-                let s = svc.lock();
+                let mut s = svc.lock();
+                let start = targets.len();
                 targets.extend(s.pool.endpoints().iter().filter(|e| !e.draining).map(|e| (svc.clone(), e.key, e.data.clone())));
+                for (_, key, _) in &targets[start..] {
+                    s.pool.scrape_started(*key);
+                }
             }
         }
         let mut set = tokio::task::JoinSet::new();
