@@ -181,6 +181,17 @@ pub(crate) trait Space {
 pub(crate) struct SlotMap<'n> {
     nodes: &'n [Node],
     now: Time,
+    /// Per shape: the untouched-at-build schedulable nodes an idle node of theirs could hold it
+    /// on, by the time running work leaves room for it (then index); and how many of its first
+    /// entries are known touched (skipped for good).
+    ready: FxHashMap<Need, (usize, Vec<(Time, u32)>)>,
+    b: Spare,
+}
+
+/// A [`SlotMap`]'s buffers, kept for the next pass over the same nodes (a whole-trace replay
+/// runs a pass per event; allocating every touched node's slot lists anew cost a tenth of it).
+#[derive(Default)]
+pub(crate) struct Spare {
     /// Running allocations per node (`off[n]..off[n + 1]`), sorted by end, with their use.
     off: Vec<u32>,
     /// Scratch for building `ends`.
@@ -188,10 +199,6 @@ pub(crate) struct SlotMap<'n> {
     ends: Vec<(Time, Use)>,
     /// What running work holds on each node now.
     base: Vec<Use>,
-    /// Per shape: the untouched-at-build schedulable nodes an idle node of theirs could hold it
-    /// on, by the time running work leaves room for it (then index).
-    /// The list, and how many of its first entries are known touched (skipped for good).
-    ready: FxHashMap<Need, (usize, Vec<(Time, u32)>)>,
     /// Each touched node's slots: (start, use from there to the next slot's start); the last
     /// slot runs forever. Empty for an untouched node.
     slots: Vec<Vec<(Time, Use)>>,
@@ -207,27 +214,8 @@ pub(crate) struct SlotMap<'n> {
     up: Vec<bool>,
     idle_at: Vec<Time>,
     idle_after: Vec<Time>,
-    /// Per query: the touched nodes' feasible start intervals, and their events.
-    ivals: Vec<(u32, Time, Time)>,
-    events: Vec<(Time, i32)>,
-    forever: Vec<Time>,
-}
-
-/// A pass's [`SlotMap`] buffers, kept for the next pass over the same nodes (a whole-trace replay
-/// runs a pass per event; allocating every touched node's slot lists anew cost a tenth of it).
-#[derive(Default)]
-pub(crate) struct Spare {
-    off: Vec<u32>,
-    fill: Vec<u32>,
-    ends: Vec<(Time, Use)>,
-    base: Vec<Use>,
-    slots: Vec<Vec<(Time, Use)>>,
-    busy: Vec<Vec<(Time, Time)>>,
-    touched: Vec<u32>,
-    is_touched: Vec<bool>,
-    up: Vec<bool>,
-    idle_at: Vec<Time>,
-    idle_after: Vec<Time>,
+    /// Per query: the touched nodes' feasible start intervals, their events, and the times
+    /// from which nodes stay free (the gang bound).
     ivals: Vec<(u32, Time, Time)>,
     events: Vec<(Time, i32)>,
     forever: Vec<Time>,
@@ -238,120 +226,70 @@ impl<'n> SlotMap<'n> {
     /// least one second more). It is built in `spare`'s buffers; [`SlotMap::recycle`] returns them.
     pub fn new(snap: &Snapshot<'n>, now: Time, cfg: &Config, spare: &mut Spare) -> SlotMap<'n> {
         let n = snap.nodes.len();
-        let Spare {
-            mut off,
-            mut fill,
-            mut ends,
-            mut base,
-            mut slots,
-            mut busy,
-            mut touched,
-            mut is_touched,
-            mut up,
-            mut idle_at,
-            mut idle_after,
-            ivals,
-            events,
-            forever,
-        } = std::mem::take(spare);
-        if slots.len() == n {
-            for &t in &touched {
-                slots[t as usize].clear();
-                busy[t as usize].clear();
-                is_touched[t as usize] = false;
+        let mut b = std::mem::take(spare);
+        if b.slots.len() == n {
+            for &t in &b.touched {
+                b.slots[t as usize].clear();
+                b.busy[t as usize].clear();
+                b.is_touched[t as usize] = false;
             }
         } else {
-            slots = vec![Vec::new(); n];
-            busy = vec![Vec::new(); n];
-            is_touched = vec![false; n];
+            b.slots = vec![Vec::new(); n];
+            b.busy = vec![Vec::new(); n];
+            b.is_touched = vec![false; n];
         }
-        touched.clear();
-        for v in [&mut up] {
-            v.clear();
-            v.resize(n, false);
-        }
-        for v in [&mut idle_at, &mut idle_after] {
+        b.touched.clear();
+        b.up.clear();
+        b.up.resize(n, false);
+        for v in [&mut b.idle_at, &mut b.idle_after] {
             v.clear();
             v.resize(n, now);
         }
-        off.clear();
-        off.resize(n + 1, 0);
+        b.off.clear();
+        b.off.resize(n + 1, 0);
         for r in snap.running {
             for a in &r.allocs {
-                off[a.node as usize + 1] += 1;
+                b.off[a.node as usize + 1] += 1;
             }
         }
         for i in 0..n {
-            off[i + 1] += off[i];
+            b.off[i + 1] += b.off[i];
         }
-        fill.clear();
-        fill.extend_from_slice(&off);
-        ends.clear();
-        ends.resize(off[n] as usize, (0, Use::default()));
-        base.clear();
-        base.resize(n, Use::default());
+        b.fill.clear();
+        b.fill.extend_from_slice(&b.off);
+        b.ends.clear();
+        b.ends.resize(b.off[n] as usize, (0, Use::default()));
+        b.base.clear();
+        b.base.resize(n, Use::default());
         for r in snap.running {
             let end = snap.planned_end(r, now, cfg).max(now + 1);
             for a in &r.allocs {
                 let i = a.node as usize;
                 let u = Use::of_alloc(a);
-                ends[fill[i] as usize] = (end, u);
-                fill[i] += 1;
-                base[i].add(u);
+                b.ends[b.fill[i] as usize] = (end, u);
+                b.fill[i] += 1;
+                b.base[i].add(u);
             }
         }
         for i in 0..n {
-            ends[off[i] as usize..off[i + 1] as usize].sort_unstable_by_key(|e| e.0);
+            b.ends[b.off[i] as usize..b.off[i + 1] as usize].sort_unstable_by_key(|e| e.0);
         }
-        SlotMap {
-            nodes: snap.nodes,
-            now,
-            off,
-            fill,
-            ends,
-            base,
-            ready: FxHashMap::default(),
-            slots,
-            busy,
-            touched,
-            is_touched,
-            up,
-            idle_at,
-            idle_after,
-            ivals,
-            events,
-            forever,
-        }
+        SlotMap { nodes: snap.nodes, now, ready: FxHashMap::default(), b }
     }
 
     /// Gives the buffers back for the next pass.
     pub fn recycle(self, spare: &mut Spare) {
-        *spare = Spare {
-            off: self.off,
-            fill: self.fill,
-            ends: self.ends,
-            base: self.base,
-            slots: self.slots,
-            busy: self.busy,
-            touched: self.touched,
-            is_touched: self.is_touched,
-            up: self.up,
-            idle_at: self.idle_at,
-            idle_after: self.idle_after,
-            ivals: self.ivals,
-            events: self.events,
-            forever: self.forever,
-        };
+        *spare = self.b;
     }
 
     fn running(&self, n: usize) -> &[(Time, Use)] {
-        &self.ends[self.off[n] as usize..self.off[n + 1] as usize]
+        &self.b.ends[self.b.off[n] as usize..self.b.off[n + 1] as usize]
     }
 
     /// When running work on node `n` leaves room for `need` (it only ends, so from then on).
     fn ready_time(&self, n: usize, need: &Need) -> Time {
         let node = &self.nodes[n];
-        let mut u = self.base[n];
+        let mut u = self.b.base[n];
         if need.fits(node, &u) {
             return self.now;
         }
@@ -373,7 +311,7 @@ impl<'n> SlotMap<'n> {
     /// The ready list of `need`, built on first use; its known-touched head is skipped.
     fn ready_list(&mut self, need: Need) {
         if let Some((head, list)) = self.ready.get_mut(&need) {
-            while *head < list.len() && self.is_touched[list[*head].1 as usize] {
+            while *head < list.len() && self.b.is_touched[list[*head].1 as usize] {
                 *head += 1;
             }
             return;
@@ -406,13 +344,13 @@ impl<'n> SlotMap<'n> {
     /// sorting (a node's later intervals start after its first one ends, so only the nodes
     /// whose first interval starts there hold the job then).
     fn earliest_one(&mut self, r: &Resolved, need: &Need, from: Time, len: Time) -> Option<(Time, Bits)> {
-        let mut firsts = std::mem::take(&mut self.ivals);
+        let mut firsts = std::mem::take(&mut self.b.ivals);
         firsts.clear();
         // The first untouched node bounds the answer: touched nodes are read only that far.
         let list = self.ready_of(need);
         let mut best = list.iter().find(|x| self.untouched_ok(x.1, r)).map_or(Time::MAX, |&(t0, _)| t0.max(from));
-        for &n in &self.touched {
-            if need.exclusive && self.idle_at[n as usize] > best || !self.touched_ok(n, r, need) {
+        for &n in &self.b.touched {
+            if need.exclusive && self.b.idle_at[n as usize] > best || !self.touched_ok(n, r, need) {
                 continue;
             }
             self.starts(n, need, len, best, |a, b| {
@@ -439,7 +377,7 @@ impl<'n> SlotMap<'n> {
             }
             (best, set)
         });
-        self.ivals = firsts;
+        self.b.ivals = firsts;
         out
     }
 
@@ -448,9 +386,9 @@ impl<'n> SlotMap<'n> {
     fn starts(&self, n: u32, need: &Need, len: Time, until: Time, push: impl FnMut(Time, Time) -> bool) {
         let n = n as usize;
         if need.exclusive {
-            valid_starts(self.busy[n].iter().copied(), self.now, len, until, push);
+            valid_starts(self.b.busy[n].iter().copied(), self.now, len, until, push);
         } else {
-            let (node, slots) = (&self.nodes[n], &self.slots[n]);
+            let (node, slots) = (&self.nodes[n], &self.b.slots[n]);
             let mut i = 0;
             let bad = std::iter::from_fn(|| {
                 while i < slots.len() && need.fits(node, &slots[i].1) {
@@ -468,13 +406,13 @@ impl<'n> SlotMap<'n> {
 
     /// Whether untouched node `n` counts for `r` (the ready list already checked its state and size).
     fn untouched_ok(&self, n: u32, r: &Resolved) -> bool {
-        !self.is_touched[n as usize] && (r.filter.all && r.filter.mask.is_none() || r.filter.ok(n, &self.nodes[n as usize]))
+        !self.b.is_touched[n as usize] && (r.filter.all && r.filter.mask.is_none() || r.filter.ok(n, &self.nodes[n as usize]))
     }
 
     /// Whether touched node `n` counts for `r` at all.
     #[inline]
     fn touched_ok(&self, n: u32, r: &Resolved, need: &Need) -> bool {
-        if !self.up[n as usize] {
+        if !self.b.up[n as usize] {
             return false;
         }
         let all = r.filter.all && r.filter.mask.is_none();
@@ -519,8 +457,8 @@ impl Space for SlotMap<'_> {
         if r.nodes == 1 {
             return self.earliest_one(r, &need, from, len);
         }
-        let mut ivals = std::mem::take(&mut self.ivals);
-        let mut events = std::mem::take(&mut self.events);
+        let mut ivals = std::mem::take(&mut self.b.ivals);
+        let mut events = std::mem::take(&mut self.b.events);
         ivals.clear();
         events.clear();
         // An upper bound on the answer: the `k`th earliest time from which a node holds the
@@ -528,22 +466,22 @@ impl Space for SlotMap<'_> {
         // exclusive request, from their last busy end). Intervals starting later are not read.
         let until = {
             let k = r.nodes as usize;
-            let mut forever = std::mem::take(&mut self.forever);
+            let mut forever = std::mem::take(&mut self.b.forever);
             forever.clear();
             forever.extend(self.ready_of(&need).iter().filter(|x| self.untouched_ok(x.1, r)).take(k).map(|x| x.0.max(from)));
             if need.exclusive {
-                for &n in &self.touched {
+                for &n in &self.b.touched {
                     if self.touched_ok(n, r, &need) {
-                        forever.push(self.idle_after[n as usize].max(from));
+                        forever.push(self.b.idle_after[n as usize].max(from));
                     }
                 }
             }
             let u = if forever.len() >= k && k > 0 { *forever.select_nth_unstable(k - 1).1 } else { Time::MAX };
-            self.forever = forever;
+            self.b.forever = forever;
             u
         };
-        for &n in &self.touched {
-            if need.exclusive && self.idle_at[n as usize] > until || !self.touched_ok(n, r, &need) {
+        for &n in &self.b.touched {
+            if need.exclusive && self.b.idle_at[n as usize] > until || !self.touched_ok(n, r, &need) {
                 continue;
             }
             self.starts(n, &need, len, until, |a, b| {
@@ -601,8 +539,8 @@ impl Space for SlotMap<'_> {
             }
             (t, set)
         });
-        self.ivals = ivals;
-        self.events = events;
+        self.b.ivals = ivals;
+        self.b.events = events;
         out
     }
 
@@ -611,9 +549,9 @@ impl Space for SlotMap<'_> {
         self.ready_list(need);
         let mut set = Bits::new(self.nodes.len());
         let mut count = 0u32;
-        for &n in &self.touched {
+        for &n in &self.b.touched {
             let node = &self.nodes[n as usize];
-            if self.touched_ok(n, r, &need) && holds_from_now(&self.slots[n as usize], node, &need, self.now, len) {
+            if self.touched_ok(n, r, &need) && holds_from_now(&self.b.slots[n as usize], node, &need, self.now, len) {
                 set.insert(n);
                 count += 1;
             }
@@ -628,10 +566,10 @@ impl Space for SlotMap<'_> {
     }
 
     fn hold(&mut self, n: usize, start: Time, end: Time, u: Use) {
-        if !self.is_touched[n] {
-            let mut cur = self.base[n];
-            let ends = &self.ends[self.off[n] as usize..self.off[n + 1] as usize];
-            let mut s = std::mem::take(&mut self.slots[n]);
+        if !self.b.is_touched[n] {
+            let mut cur = self.b.base[n];
+            let ends = &self.b.ends[self.b.off[n] as usize..self.b.off[n + 1] as usize];
+            let mut s = std::mem::take(&mut self.b.slots[n]);
             s.clear();
             s.push((self.now, cur));
             let mut i = 0;
@@ -643,18 +581,18 @@ impl Space for SlotMap<'_> {
                 }
                 s.push((t, cur));
             }
-            self.slots[n] = s;
-            self.is_touched[n] = true;
-            self.up[n] = self.nodes[n].state.schedulable();
-            self.touched.push(n as u32);
+            self.b.slots[n] = s;
+            self.b.is_touched[n] = true;
+            self.b.up[n] = self.nodes[n].state.schedulable();
+            self.b.touched.push(n as u32);
         }
-        let s = &mut self.slots[n];
+        let s = &mut self.b.slots[n];
         let a = split(s, start);
         let b = split(s, end);
         for x in &mut s[a..b] {
             x.1.add(u);
         }
-        let busy = &mut self.busy[n];
+        let busy = &mut self.b.busy[n];
         busy.clear();
         for &(t, u) in s.iter() {
             match (u.jobs > 0, busy.last_mut()) {
@@ -664,11 +602,11 @@ impl Space for SlotMap<'_> {
                 (false, _) => {}
             }
         }
-        self.idle_at[n] = match busy.first() {
+        self.b.idle_at[n] = match busy.first() {
             Some(&(a, b)) if a <= self.now => b,
             _ => self.now,
         };
-        self.idle_after[n] = busy.last().map_or(self.now, |s| s.1);
+        self.b.idle_after[n] = busy.last().map_or(self.now, |s| s.1);
     }
 }
 
