@@ -193,6 +193,8 @@ pub struct Endpoint<T> {
     /// The most requests in flight since a scrape of its gauges began (`Pool::scrape_started`),
     /// while one is under way.
     pub scrape_max: Option<u32>,
+    /// Attempts sent whose answer has not begun (`Pool::answered` not yet called for them).
+    pub awaiting: u32,
 }
 
 impl<T> Endpoint<T> {
@@ -275,6 +277,14 @@ impl<T> Pool<T> {
     /// The prefix index (which endpoint was recently sent which prompt blocks).
     pub fn prefix_index(&self) -> &PrefixIndex {
         &self.llm.index
+    }
+
+    /// An attempt to this endpoint began its answer, or ended before it did: one fewer
+    /// awaiting its first token (never below zero). Call it once per attempt.
+    pub fn answered(&mut self, key: Key) {
+        if let Some(e) = self.endpoints.iter_mut().find(|e| e.key == key) {
+            e.awaiting = e.awaiting.saturating_sub(1);
+        }
     }
 
     /// Marks the start of a scrape of an endpoint's gauges (before its request is sent), so
@@ -362,6 +372,7 @@ impl<T> Pool<T> {
                 requests: 0,
                 failures: 0,
                 scrape_max: None,
+                awaiting: 0,
             });
         }
         self.endpoints.retain(|e| !e.draining || e.inflight > 0);
@@ -428,6 +439,7 @@ impl<T> Pool<T> {
         e.inflight += 1;
         e.requests += 1;
         e.scrape_max = e.scrape_max.map(|m| m.max(e.inflight));
+        e.awaiting += 1;
         Some(e.key)
     }
 
@@ -453,7 +465,9 @@ impl<T> Pool<T> {
             }
             i
         } else {
-            let open: Vec<usize> = healthy.into_iter().filter(|&i| self.endpoints[i].inflight < limit).collect();
+            let pace = cfg.max_awaiting.unwrap_or(u32::MAX);
+            let open: Vec<usize> =
+                healthy.into_iter().filter(|&i| self.endpoints[i].inflight < limit && self.endpoints[i].awaiting < pace).collect();
             if open.is_empty() {
                 return Pick::Full;
             }
@@ -489,6 +503,7 @@ impl<T> Pool<T> {
         e.inflight += 1;
         e.requests += 1;
         e.scrape_max = e.scrape_max.map(|m| m.max(e.inflight));
+        e.awaiting += 1;
         let key = e.key;
         self.llm.index.record(key, &req.blocks);
         Pick::To(key)

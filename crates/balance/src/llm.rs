@@ -100,6 +100,10 @@ pub struct LlmConfig {
     /// Per-replica concurrency limit on this proxy's in-flight requests; when every replica
     /// is at it, `Pool::pick_llm` answers `Pick::Full` and the caller queues the request.
     pub max_inflight: Option<u32>,
+    /// Requests per replica sent whose answer has not begun (their first token), at most:
+    /// replicas at it are left out, as at `max_inflight` (`None`: no bound). The proxy sets
+    /// it with a per-replica limit and reports answers with `Pool::answered`.
+    pub max_awaiting: Option<u32>,
 }
 
 impl Default for LlmConfig {
@@ -114,6 +118,7 @@ impl Default for LlmConfig {
             kv_weight: 1.0,
             gauge_max_age_ms: GAUGE_MAX_AGE_MS,
             max_inflight: None,
+            max_awaiting: None,
         }
     }
 }

@@ -636,3 +636,31 @@ fn least_request_ties_go_round_after_a_skip() {
     let least: Vec<u32> = p.endpoints().iter().map(|e| e.inflight).collect();
     assert_eq!(least, vec![1, 1, 1, 2]);
 }
+
+/// With `max_awaiting`, a replica takes no new request while that many sent to it have not
+/// begun their answer (`Pool::answered`); when none may, the answer is `Pick::Full`. Plain
+/// `pick` (tenants under their share) is not held back.
+#[test]
+fn paced_replicas_take_one_request_until_its_answer_begins() {
+    let c = LlmConfig { max_inflight: Some(8), max_awaiting: Some(1), ..LlmConfig::default() };
+    let mut p = llm_pool(&["a", "b"], c, 1);
+    let r = LlmRequest::default();
+    let a = to(&mut p, 0, &[], &r);
+    let b = to(&mut p, 0, &[], &r);
+    assert_ne!(a, b);
+    assert_eq!(p.pick_llm(0, &[], &r), Pick::Full, "both are waiting for a first token");
+    let x = p.pick(0, &[]).expect("plain picks are not paced");
+    p.answered(x);
+    p.finish(x, Outcome::Ok, 0);
+    p.answered(a);
+    assert_eq!(p.pick_llm(0, &[], &r), Pick::To(a), "a began its answer");
+    // An attempt that ends before its answer began frees the replica too.
+    p.answered(b);
+    p.finish(b, Outcome::Reset, 0);
+    assert_eq!(p.pick_llm(0, &[], &r), Pick::To(b));
+    // The count never goes below zero.
+    for _ in 0..5 {
+        p.answered(a);
+    }
+    assert_eq!(p.get(a).unwrap().awaiting, 0);
+}

@@ -232,6 +232,7 @@ impl Fair {
                 true
             }
             Some(WaitState::Granted(k)) => {
+                pool.answered(k);
                 pool.finish(k, balance::Outcome::Ok, now);
                 self.dispatch(pool, now);
                 false
@@ -291,6 +292,7 @@ impl Fair {
         self.release_all();
         for w in self.waiters.values() {
             if let WaitState::Granted(k) = w.state {
+                pool.answered(k);
                 pool.finish(k, balance::Outcome::Ok, now);
             }
         }

@@ -149,6 +149,13 @@ const SYNC_WAIT_MS: u64 = 1000;
 const MAX_RETRIES: u32 = 7;
 /// How often the replicas of LLM services are scraped (`/metrics`), milliseconds.
 pub(crate) const SCRAPE_MS: u64 = 500;
+
+/// With a per-replica limit, streamed OpenAI requests are sent to a replica only while fewer
+/// than this many sent to it have not begun their answer (their first token): so that queued
+/// requests reach a replica one prefill at a time rather than all at once when a batch
+/// finishes together, which kept replicas' batches in step and made one step hold every
+/// prompt's prefill (BENCHMARKS §11, fairness). Tenants under their share are not held back.
+pub(crate) const PREFILL_PACE: u32 = 1;
 /// A scrape that takes longer is abandoned (the gauges go stale after `balance`'s 5 s).
 const SCRAPE_TIMEOUT_MS: u64 = 400;
 
@@ -298,9 +305,26 @@ struct SvcState {
 impl SvcState {
     /// Ends an attempt (`Pool::finish`) and hands the freed slot to the fair queue.
     fn finish(&mut self, key: Key, outcome: Outcome, now: u64) -> bool {
+        self.pool.answered(key);
+        self.finish_answered(key, outcome, now)
+    }
+
+    /// Ends an attempt, `answered` saying whether `answer_began` was called for it.
+    fn end(&mut self, key: Key, outcome: Outcome, now: u64, answered: bool) -> bool {
+        if answered { self.finish_answered(key, outcome, now) } else { self.finish(key, outcome, now) }
+    }
+
+    /// `finish` of an attempt whose answer began (`answer_began` was called).
+    fn finish_answered(&mut self, key: Key, outcome: Outcome, now: u64) -> bool {
         let ejected = self.pool.finish(key, outcome, now);
         self.dispatch(now);
         ejected
+    }
+
+    /// An attempt's answer began: a paced replica may take the next queued request.
+    fn answer_began(&mut self, key: Key, now: u64) {
+        self.pool.answered(key);
+        self.dispatch(now);
     }
 
     /// Hands free slots to queued requests.
@@ -318,6 +342,7 @@ impl SvcState {
         }
         let mut cfg = *self.pool.llm_config();
         cfg.max_inflight = settings.as_ref().map(|s| s.limit.max(1));
+        cfg.max_awaiting = settings.as_ref().map(|_| PREFILL_PACE);
         self.pool.set_llm_config(cfg);
         let old = self.fair.take();
         let fresh = settings
@@ -739,6 +764,18 @@ struct Guard {
     st: Arc<State>,
     /// The request's tenant, counted until the answer ends (fair services).
     _tenant: Option<TenantSlot>,
+    /// Its answer's first data has passed.
+    answered: bool,
+}
+
+impl Guard {
+    fn answer_began(&mut self) {
+        if !self.answered {
+            self.answered = true;
+            let now = self.st.now_ms();
+            self.svc.lock().answer_began(self.key, now);
+        }
+    }
 }
 
 impl Drop for Guard {
@@ -750,7 +787,8 @@ impl Drop for Guard {
             self.svc.failures.fetch_add(1, Relaxed);
         }
         let now = self.st.now_ms();
-        if self.svc.lock().finish(self.key, self.outcome, now) {
+        let ejected = self.svc.lock().end(self.key, self.outcome, now, self.answered);
+        if ejected {
             eprintln!("tandem proxy: service {}: replica {} ejected after repeated failures", self.svc.name, self.up.addr);
         }
     }
@@ -780,6 +818,11 @@ impl Body for ProxyBody {
             ProxyBody::Upstream(body, guard) => {
                 let r = Pin::new(body).poll_frame(cx);
                 match &r {
+                    Poll::Ready(Some(Ok(f))) if f.is_data() => {
+                        if let Some(g) = guard.as_mut() {
+                            g.answer_began();
+                        }
+                    }
                     Poll::Ready(None) => drop(guard.take()),
                     Poll::Ready(Some(Err(_))) => {
                         if let Some(mut g) = guard.take() {
@@ -1066,13 +1109,15 @@ struct Pending<'a> {
     st: &'a Arc<State>,
     key: Key,
     armed: bool,
+    /// `answer_began` was called for the attempt (one that is not paced).
+    answered: bool,
 }
 
 impl Drop for Pending<'_> {
     fn drop(&mut self) {
         if self.armed {
             let now = self.st.now_ms();
-            self.svc.lock().finish(self.key, Outcome::Ok, now);
+            self.svc.lock().end(self.key, Outcome::Ok, now, self.answered);
         }
     }
 }
@@ -1347,6 +1392,7 @@ async fn handle(
         None
     };
     let replayable = full.is_some();
+    let streaming = openai && matches!(&full, Some(Some(b)) if llm::streams(b));
     // A stream that can go on elsewhere if its replica fails: its body was kept.
     let mut plan = match (resume_svc && openai, &full) {
         (true, Some(Some(b))) => resume::Api::of_path(pq.path()).and_then(|api| resume::Plan::new(api, b).ok()),
@@ -1411,7 +1457,12 @@ async fn handle(
         // Until the attempt is handed to a Guard or finished, a dropped request (its client
         // gone while the replica thinks) still ends it: a lost slot would hold back a
         // service with a concurrency limit for good.
-        let mut pending = Pending { svc: &svc, st: &st, key, armed: true };
+        // Only streamed OpenAI answers are paced (an unstreamed one begins when it ends).
+        let answered = !streaming;
+        if answered {
+            svc.lock().answer_began(key, st.now_ms());
+        }
+        let mut pending = Pending { svc: &svc, st: &st, key, armed: true, answered };
         attempts += 1;
         let body = match &full {
             Some(b) => ReqBody::Full(b.clone()),
@@ -1440,8 +1491,10 @@ async fn handle(
                     let (p, b) = resp.into_parts();
                     if !keeps_whole(&parts.method, &p) {
                         pending.armed = false;
-                        let guard = Guard { svc: svc.clone(), up, key, outcome, start, st: st.clone(), _tenant: slot.take() };
+                        let mut guard = Guard { svc: svc.clone(), up, key, outcome, start, st: st.clone(), _tenant: slot.take(), answered };
                         if let Some(plan) = plan.take().filter(|_| resumer::follows(&p)) {
+                            guard.answer_began(); // not paced: the resumer owns the body
+
                             let r = resumer::Resume {
                                 st: st.clone(),
                                 svc: svc.clone(),
@@ -1464,7 +1517,7 @@ async fn handle(
                     match b.collect().await {
                         Ok(whole) => {
                             pending.armed = false;
-                            drop(Guard { svc: svc.clone(), up, key, outcome, start, st: st.clone(), _tenant: None });
+                            drop(Guard { svc: svc.clone(), up, key, outcome, start, st: st.clone(), _tenant: None, answered });
                             return Ok(Response::from_parts(p, ProxyBody::Full(Some(whole.to_bytes()))));
                         }
                         Err(e) => {
@@ -1474,7 +1527,16 @@ async fn handle(
                                 && svc.lock().pool.can_pick(&tried[..attempts as usize]);
                             if !again {
                                 pending.armed = false;
-                                drop(Guard { svc: svc.clone(), up: up.clone(), key, outcome, start, st: st.clone(), _tenant: None });
+                                drop(Guard {
+                                    svc: svc.clone(),
+                                    up: up.clone(),
+                                    key,
+                                    outcome,
+                                    start,
+                                    st: st.clone(),
+                                    _tenant: None,
+                                    answered,
+                                });
                                 return Ok(plain(
                                     StatusCode::BAD_GATEWAY,
                                     format!(
@@ -1487,7 +1549,7 @@ async fn handle(
                             svc.retries.fetch_add(1, Relaxed);
                             let now = st.now_ms();
                             pending.armed = false;
-                            if svc.lock().finish(key, outcome, now) {
+                            if svc.lock().end(key, outcome, now, answered) {
                                 eprintln!("tandem proxy: service {}: replica {} ejected after repeated failures", svc.name, up.addr);
                             }
                             continue;
@@ -1501,7 +1563,7 @@ async fn handle(
                 if !(attempts <= MAX_RETRIES && balance::should_retry(outcome, attempts, retries, replayable, false)) {
                     let now = st.now_ms();
                     pending.armed = false;
-                    svc.lock().finish(key, outcome, now);
+                    svc.lock().end(key, outcome, now, answered);
                     svc.failures.fetch_add(1, Relaxed);
                     let status = if outcome == Outcome::Timeout { StatusCode::GATEWAY_TIMEOUT } else { StatusCode::BAD_GATEWAY };
                     let why = if replayable { "retries exhausted" } else { "request body streamed, not retried" };
@@ -1516,7 +1578,7 @@ async fn handle(
         // Retry elsewhere.
         let now = st.now_ms();
         pending.armed = false;
-        if svc.lock().finish(key, outcome, now) {
+        if svc.lock().end(key, outcome, now, answered) {
             eprintln!("tandem proxy: service {}: replica {} ejected after repeated failures", svc.name, up.addr);
         }
         last = format!("replica {} {}", up.addr, describe(outcome));

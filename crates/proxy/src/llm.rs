@@ -17,6 +17,11 @@ pub(crate) fn is_openai_path(path: &str) -> bool {
     path == "/v1/completions" || path == "/v1/chat/completions"
 }
 
+/// Whether an OpenAI request body asks for a streamed answer (`"stream": true`).
+pub(crate) fn streams(body: &[u8]) -> bool {
+    serde_json::from_slice::<Value>(body).ok().and_then(|v| v.get("stream").and_then(Value::as_bool)).unwrap_or(false)
+}
+
 /// The model and the leading `max` prompt bytes of an OpenAI request body, or `None` when the
 /// body is not such a request (not JSON, not an object, no prompt or messages).
 pub(crate) fn prompt_of(body: &[u8], max: usize) -> Option<(String, Vec<u8>)> {

@@ -219,7 +219,17 @@ async fn next(r: &mut Resume, t: &Tracker, why: &str) -> Next {
         r.svc.retries.fetch_add(1, Relaxed);
         let start = Instant::now();
         let req = upstream_request(&r.method, &up, &r.pq, &headers, ReqBody::Full(Some(body.clone())));
-        let mut g = Guard { svc: r.svc.clone(), up: up.clone(), key, outcome: Outcome::Ok, start, st: r.st.clone(), _tenant: None };
+        let mut g = Guard {
+            svc: r.svc.clone(),
+            up: up.clone(),
+            key,
+            outcome: Outcome::Ok,
+            start,
+            st: r.st.clone(),
+            _tenant: None,
+            answered: false,
+        };
+        g.answer_began(); // not paced: the resumer owns the body
         match r.client.request(req).await {
             Ok(resp) => {
                 let (p, b) = resp.into_parts();
