@@ -156,6 +156,19 @@ pub(crate) const SCRAPE_MS: u64 = 500;
 /// finishes together, which kept replicas' batches in step and made one step hold every
 /// prompt's prefill (BENCHMARKS §11, fairness). Tenants under their share are not held back.
 pub(crate) const PREFILL_PACE: u32 = 1;
+
+/// When an attempt gives back its place in the pool's count of answers not begun
+/// (`Pool::answered`; every pick counts one).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Answer {
+    /// When it ends, under the lock its end takes anyway: nothing is paced on it.
+    AtEnd,
+    /// At its answer's first data frame, or its end if sooner (a streamed request of a paced
+    /// service).
+    AtFirstData,
+    /// Given back already.
+    Given,
+}
 /// A scrape that takes longer is abandoned (the gauges go stale after `balance`'s 5 s).
 const SCRAPE_TIMEOUT_MS: u64 = 400;
 
@@ -303,19 +316,12 @@ struct SvcState {
 }
 
 impl SvcState {
-    /// Ends an attempt (`Pool::finish`) and hands the freed slot to the fair queue.
-    fn finish(&mut self, key: Key, outcome: Outcome, now: u64) -> bool {
-        self.pool.answered(key);
-        self.finish_answered(key, outcome, now)
-    }
-
-    /// Ends an attempt, `answered` saying whether `answer_began` was called for it.
-    fn end(&mut self, key: Key, outcome: Outcome, now: u64, answered: bool) -> bool {
-        if answered { self.finish_answered(key, outcome, now) } else { self.finish(key, outcome, now) }
-    }
-
-    /// `finish` of an attempt whose answer began (`answer_began` was called).
-    fn finish_answered(&mut self, key: Key, outcome: Outcome, now: u64) -> bool {
+    /// Ends an attempt (`Pool::finish`, and `Pool::answered` unless `answer` says it was given
+    /// already) and hands the freed slot to the fair queue.
+    fn finish(&mut self, key: Key, outcome: Outcome, now: u64, answer: Answer) -> bool {
+        if answer != Answer::Given {
+            self.pool.answered(key);
+        }
         let ejected = self.pool.finish(key, outcome, now);
         self.dispatch(now);
         ejected
@@ -764,14 +770,14 @@ struct Guard {
     st: Arc<State>,
     /// The request's tenant, counted until the answer ends (fair services).
     _tenant: Option<TenantSlot>,
-    /// Its answer's first data has passed.
-    answered: bool,
+    answer: Answer,
 }
 
 impl Guard {
+    /// Gives the attempt's place in the count of answers not begun back now.
     fn answer_began(&mut self) {
-        if !self.answered {
-            self.answered = true;
+        if self.answer != Answer::Given {
+            self.answer = Answer::Given;
             let now = self.st.now_ms();
             self.svc.lock().answer_began(self.key, now);
         }
@@ -787,8 +793,7 @@ impl Drop for Guard {
             self.svc.failures.fetch_add(1, Relaxed);
         }
         let now = self.st.now_ms();
-        let ejected = self.svc.lock().end(self.key, self.outcome, now, self.answered);
-        if ejected {
+        if self.svc.lock().finish(self.key, self.outcome, now, self.answer) {
             eprintln!("tandem proxy: service {}: replica {} ejected after repeated failures", self.svc.name, self.up.addr);
         }
     }
@@ -819,7 +824,7 @@ impl Body for ProxyBody {
                 let r = Pin::new(body).poll_frame(cx);
                 match &r {
                     Poll::Ready(Some(Ok(f))) if f.is_data() => {
-                        if let Some(g) = guard.as_mut() {
+                        if let Some(g) = guard.as_mut().filter(|g| g.answer == Answer::AtFirstData) {
                             g.answer_began();
                         }
                     }
@@ -1109,15 +1114,14 @@ struct Pending<'a> {
     st: &'a Arc<State>,
     key: Key,
     armed: bool,
-    /// `answer_began` was called for the attempt (one that is not paced).
-    answered: bool,
+    answer: Answer,
 }
 
 impl Drop for Pending<'_> {
     fn drop(&mut self) {
         if self.armed {
             let now = self.st.now_ms();
-            self.svc.lock().end(self.key, Outcome::Ok, now, self.answered);
+            self.svc.lock().finish(self.key, Outcome::Ok, now, self.answer);
         }
     }
 }
@@ -1360,12 +1364,12 @@ async fn handle(
     let resume_svc = svc.resume_streams.load(Relaxed);
     let openai = (llm_svc || resume_svc) && parts.method == Method::POST && llm::is_openai_path(pq.path());
     // With a per-replica limit, OpenAI requests have a tenant (the fair queue's).
-    let (prefix_cfg, tenant) = if llm_svc {
+    let (prefix_cfg, tenant, paces) = if llm_svc {
         let s = svc.lock();
         let tenant = if openai { s.fair.as_ref().map(|f| f.tenant_of(&parts.headers)) } else { None };
-        (s.pool.llm_config().prefix, tenant)
+        (s.pool.llm_config().prefix, tenant, s.pool.llm_config().max_awaiting.is_some())
     } else {
-        (PrefixConfig::default(), None)
+        (PrefixConfig::default(), None, false)
     };
     // Keep small bodies so a failed attempt can be replayed.
     let mut stream = None;
@@ -1392,7 +1396,9 @@ async fn handle(
         None
     };
     let replayable = full.is_some();
-    let streaming = openai && matches!(&full, Some(Some(b)) if llm::streams(b));
+    // A paced service's streamed requests give their place back at their first token; its
+    // other requests at once (an unstreamed answer begins when it ends).
+    let streams = paces && openai && matches!(&full, Some(Some(b)) if llm::streams(b));
     // A stream that can go on elsewhere if its replica fails: its body was kept.
     let mut plan = match (resume_svc && openai, &full) {
         (true, Some(Some(b))) => resume::Api::of_path(pq.path()).and_then(|api| resume::Plan::new(api, b).ok()),
@@ -1457,12 +1463,15 @@ async fn handle(
         // Until the attempt is handed to a Guard or finished, a dropped request (its client
         // gone while the replica thinks) still ends it: a lost slot would hold back a
         // service with a concurrency limit for good.
-        // Only streamed OpenAI answers are paced (an unstreamed one begins when it ends).
-        let answered = !streaming;
-        if answered {
-            svc.lock().answer_began(key, st.now_ms());
-        }
-        let mut pending = Pending { svc: &svc, st: &st, key, armed: true, answered };
+        let answer = match (paces, streams) {
+            (false, _) => Answer::AtEnd,
+            (true, true) => Answer::AtFirstData,
+            (true, false) => {
+                svc.lock().answer_began(key, st.now_ms());
+                Answer::Given
+            }
+        };
+        let mut pending = Pending { svc: &svc, st: &st, key, armed: true, answer };
         attempts += 1;
         let body = match &full {
             Some(b) => ReqBody::Full(b.clone()),
@@ -1491,10 +1500,11 @@ async fn handle(
                     let (p, b) = resp.into_parts();
                     if !keeps_whole(&parts.method, &p) {
                         pending.armed = false;
-                        let mut guard = Guard { svc: svc.clone(), up, key, outcome, start, st: st.clone(), _tenant: slot.take(), answered };
+                        let mut guard = Guard { svc: svc.clone(), up, key, outcome, start, st: st.clone(), _tenant: slot.take(), answer };
                         if let Some(plan) = plan.take().filter(|_| resumer::follows(&p)) {
-                            guard.answer_began(); // not paced: the resumer owns the body
-
+                            if guard.answer == Answer::AtFirstData {
+                                guard.answer_began(); // not paced: the resumer owns the body
+                            }
                             let r = resumer::Resume {
                                 st: st.clone(),
                                 svc: svc.clone(),
@@ -1517,7 +1527,7 @@ async fn handle(
                     match b.collect().await {
                         Ok(whole) => {
                             pending.armed = false;
-                            drop(Guard { svc: svc.clone(), up, key, outcome, start, st: st.clone(), _tenant: None, answered });
+                            drop(Guard { svc: svc.clone(), up, key, outcome, start, st: st.clone(), _tenant: None, answer });
                             return Ok(Response::from_parts(p, ProxyBody::Full(Some(whole.to_bytes()))));
                         }
                         Err(e) => {
@@ -1535,7 +1545,7 @@ async fn handle(
                                     start,
                                     st: st.clone(),
                                     _tenant: None,
-                                    answered,
+                                    answer,
                                 });
                                 return Ok(plain(
                                     StatusCode::BAD_GATEWAY,
@@ -1549,7 +1559,7 @@ async fn handle(
                             svc.retries.fetch_add(1, Relaxed);
                             let now = st.now_ms();
                             pending.armed = false;
-                            if svc.lock().end(key, outcome, now, answered) {
+                            if svc.lock().finish(key, outcome, now, answer) {
                                 eprintln!("tandem proxy: service {}: replica {} ejected after repeated failures", svc.name, up.addr);
                             }
                             continue;
@@ -1563,7 +1573,7 @@ async fn handle(
                 if !(attempts <= MAX_RETRIES && balance::should_retry(outcome, attempts, retries, replayable, false)) {
                     let now = st.now_ms();
                     pending.armed = false;
-                    svc.lock().end(key, outcome, now, answered);
+                    svc.lock().finish(key, outcome, now, answer);
                     svc.failures.fetch_add(1, Relaxed);
                     let status = if outcome == Outcome::Timeout { StatusCode::GATEWAY_TIMEOUT } else { StatusCode::BAD_GATEWAY };
                     let why = if replayable { "retries exhausted" } else { "request body streamed, not retried" };
@@ -1578,7 +1588,7 @@ async fn handle(
         // Retry elsewhere.
         let now = st.now_ms();
         pending.armed = false;
-        if svc.lock().end(key, outcome, now, answered) {
+        if svc.lock().finish(key, outcome, now, answer) {
             eprintln!("tandem proxy: service {}: replica {} ejected after repeated failures", svc.name, up.addr);
         }
         last = format!("replica {} {}", up.addr, describe(outcome));

@@ -114,6 +114,24 @@ mod tests {
     use super::*;
 
     #[test]
+    fn only_a_json_true_stream_field_is_a_stream() {
+        assert!(streams(br#"{"model":"m","prompt":"p","stream":true}"#));
+        for body in [
+            &br#"{"stream":false}"#[..],
+            br#"{"stream":"true"}"#,
+            br#"{"stream":1}"#,
+            br#"{"prompt":"no stream field"}"#,
+            br#"[true]"#,
+            b"not json",
+            b"",
+            b"\xff\xfe{\"stream\":true}",
+            br#"{"stream":true"#,
+        ] {
+            assert!(!streams(body), "{:?}", String::from_utf8_lossy(body));
+        }
+    }
+
+    #[test]
     fn prompts_of_completions_and_chat() {
         let (m, p) = prompt_of(br#"{"model":"llama","prompt":"hello world","max_tokens":3}"#, 100).unwrap();
         assert_eq!((m.as_str(), p.as_slice()), ("llama", &b"hello world"[..]));

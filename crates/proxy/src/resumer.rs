@@ -29,7 +29,7 @@ use hyper::{Method, StatusCode};
 use tokio::sync::mpsc;
 
 use crate::resume::{Events, Plan, Tracker, error_event, is_done};
-use crate::{BodyError, Guard, ProxyBody, ReqBody, Service, State, Upstream, Upstreams, acquire, classify, upstream_request};
+use crate::{Answer, BodyError, Guard, ProxyBody, ReqBody, Service, State, Upstream, Upstreams, acquire, classify, upstream_request};
 
 /// Frames a stream may run ahead of its client.
 const QUEUE: usize = 16;
@@ -227,7 +227,7 @@ async fn next(r: &mut Resume, t: &Tracker, why: &str) -> Next {
             start,
             st: r.st.clone(),
             _tenant: None,
-            answered: false,
+            answer: Answer::AtFirstData,
         };
         g.answer_began(); // not paced: the resumer owns the body
         match r.client.request(req).await {
