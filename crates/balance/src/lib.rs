@@ -234,6 +234,13 @@ impl LlmState {
     }
 }
 
+/// Whether `Pool::pick_llm_in` keeps to the per-replica limit and pace.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Limit {
+    Held,
+    Unheld,
+}
+
 /// The answer of `Pool::pick_llm`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Pick {
@@ -447,9 +454,27 @@ impl<T> Pool<T> {
     /// `tried`, and counts it in flight (call `finish` when the attempt ends); the request's
     /// blocks are recorded in the prefix index for the endpoint chosen. Draining endpoints are
     /// never chosen; ejected ones only when every candidate is ejected (then the one back
-    /// soonest, as `pick`); endpoints at `max_inflight` are left out, and if that leaves none,
-    /// the answer is `Pick::Full`.
+    /// soonest, as `pick`); endpoints at `max_inflight` are left out, and so are those at
+    /// `max_awaiting`, and while only one healthy endpoint of two or more is under
+    /// `max_awaiting`, that one too (kept for `pick_llm_unheld`); if that leaves none, the answer
+    /// is `Pick::Full`.
     pub fn pick_llm(&mut self, now: u64, tried: &[Key], req: &LlmRequest) -> Pick {
+        self.pick_llm_in(now, tried, req, Limit::Held)
+    }
+
+    /// Picks an endpoint for an LLM request let past the per-replica limit (a tenant under its
+    /// share of the slots while others queue), as `pick_llm` does but over every healthy
+    /// candidate, whatever its count in flight, with the fewest requests awaiting their first
+    /// token: on an LLM replica a prompt awaiting its first token is being prefilled or about
+    /// to be, and a request joining it waits for both prefills (with the proxy's pace of one,
+    /// that means a replica with none awaiting whenever there is one). Among those, the usual
+    /// rule (prefix against load, bounded load, sessions). `Pick::Full` never; `Pick::Nothing`
+    /// when no candidate is left.
+    pub fn pick_llm_unheld(&mut self, now: u64, tried: &[Key], req: &LlmRequest) -> Pick {
+        self.pick_llm_in(now, tried, req, Limit::Unheld)
+    }
+
+    fn pick_llm_in(&mut self, now: u64, tried: &[Key], req: &LlmRequest, held: Limit) -> Pick {
         let cfg = self.llm.cfg;
         let limit = cfg.max_inflight.map_or(u32::MAX, |m| m.max(1));
         let n = self.endpoints.len();
@@ -460,14 +485,29 @@ impl<T> Pool<T> {
         let healthy: Vec<usize> = cands.iter().copied().filter(|&i| !self.endpoints[i].ejected(now)).collect();
         let idx = if healthy.is_empty() {
             let i = cands.iter().copied().min_by_key(|&i| (self.endpoints[i].ejected_until, i)).expect("candidates exist");
-            if self.endpoints[i].inflight >= limit {
+            if held == Limit::Held && self.endpoints[i].inflight >= limit {
                 return Pick::Full;
             }
             i
         } else {
-            let pace = cfg.max_awaiting.unwrap_or(u32::MAX);
-            let open: Vec<usize> =
-                healthy.into_iter().filter(|&i| self.endpoints[i].inflight < limit && self.endpoints[i].awaiting < pace).collect();
+            let open: Vec<usize> = match held {
+                Limit::Held => {
+                    let pace = cfg.max_awaiting.unwrap_or(u32::MAX);
+                    let unpaced: Vec<usize> = healthy.iter().copied().filter(|&i| self.endpoints[i].awaiting < pace).collect();
+                    // Paced requests leave one replica under the pace (of two or more), so that
+                    // a request let past the limit finds a replica with no other prompt's
+                    // prefill ahead of its own.
+                    if cfg.max_awaiting.is_some() && healthy.len() > 1 && unpaced.len() < 2 {
+                        Vec::new()
+                    } else {
+                        unpaced.into_iter().filter(|&i| self.endpoints[i].inflight < limit).collect()
+                    }
+                }
+                Limit::Unheld => {
+                    let least = healthy.iter().map(|&i| self.endpoints[i].awaiting).min().expect("healthy is not empty");
+                    healthy.into_iter().filter(|&i| self.endpoints[i].awaiting == least).collect()
+                }
+            };
             if open.is_empty() {
                 return Pick::Full;
             }

@@ -52,7 +52,9 @@
 //! beginning, finds it there.
 //!
 //! Candidates are the endpoints `Pool::pick_llm` leaves in: not draining, not tried,
-//! not ejected (unless all are), under `max_inflight`.
+//! not ejected (unless all are), under `max_inflight` and `max_awaiting`. For a request let
+//! past the limit (`Pool::pick_llm_unheld`: a tenant under its share), the healthy endpoints
+//! with the fewest requests awaiting their first token, whatever their count in flight.
 //!
 //! **Sessions.** A request with a session key (the `x-session-id` header) goes to the first
 //! replica under the cap in the rendezvous order of `hash(session)`: the same replica for the

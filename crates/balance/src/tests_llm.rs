@@ -638,29 +638,101 @@ fn least_request_ties_go_round_after_a_skip() {
 }
 
 /// With `max_awaiting`, a replica takes no new request while that many sent to it have not
-/// begun their answer (`Pool::answered`); when none may, the answer is `Pick::Full`. Plain
-/// `pick` (tenants under their share) is not held back.
+/// begun their answer (`Pool::answered`), and of two or more replicas the last one under the
+/// pace is kept for requests let past the limit (`pick_llm_unheld`); when none may take it,
+/// the answer is `Pick::Full`. Plain `pick` is not held back.
 #[test]
 fn paced_replicas_take_one_request_until_its_answer_begins() {
     let c = LlmConfig { max_inflight: Some(8), max_awaiting: Some(1), ..LlmConfig::default() };
-    let mut p = llm_pool(&["a", "b"], c, 1);
+    let mut p = llm_pool(&["a", "b", "c"], c, 1);
     let r = LlmRequest::default();
     let a = to(&mut p, 0, &[], &r);
     let b = to(&mut p, 0, &[], &r);
     assert_ne!(a, b);
-    assert_eq!(p.pick_llm(0, &[], &r), Pick::Full, "both are waiting for a first token");
+    assert_eq!(p.pick_llm(0, &[], &r), Pick::Full, "a and b await a first token; the last replica is kept");
+    let Pick::To(c) = p.pick_llm_unheld(0, &[], &r) else { panic!("the kept replica takes a request let past the limit") };
+    assert!(c != a && c != b);
+    assert_eq!(p.pick_llm(0, &[], &r), Pick::Full, "all three await");
     let x = p.pick(0, &[]).expect("plain picks are not paced");
     p.answered(x);
     p.finish(x, Outcome::Ok, 0);
     p.answered(a);
-    assert_eq!(p.pick_llm(0, &[], &r), Pick::To(a), "a began its answer");
+    assert_eq!(p.pick_llm(0, &[], &r), Pick::Full, "a began its answer, but it is the only one under the pace");
+    p.answered(c);
+    let k = to(&mut p, 0, &[], &r);
+    assert!(k == a || k == c, "a or c, under the pace, while the other is kept");
+    assert_eq!(p.pick_llm(0, &[], &r), Pick::Full);
     // An attempt that ends before its answer began frees the replica too.
     p.answered(b);
     p.finish(b, Outcome::Reset, 0);
-    assert_eq!(p.pick_llm(0, &[], &r), Pick::To(b));
+    assert_eq!(p.pick_llm(0, &[], &r), Pick::To(b), "b, with none in flight, of the two under the pace");
     // The count never goes below zero.
     for _ in 0..5 {
         p.answered(a);
     }
     assert_eq!(p.get(a).unwrap().awaiting, 0);
+    // One replica keeps none back.
+    let mut one = llm_pool(&["solo"], c_one(), 1);
+    let s = to(&mut one, 0, &[], &r);
+    assert_eq!(one.pick_llm(0, &[], &r), Pick::Full, "awaiting its first token");
+    one.answered(s);
+    assert_eq!(one.pick_llm(0, &[], &r), Pick::To(s));
+}
+
+fn c_one() -> LlmConfig {
+    LlmConfig { max_inflight: Some(8), max_awaiting: Some(1), ..LlmConfig::default() }
+}
+
+/// A request let past the limit (`pick_llm_unheld`) may go over `max_inflight`, goes where
+/// no answer is awaited (over a replica with fewer in flight whose prompt is still
+/// prefilling), keeps prefix affinity among those, and records its blocks; it skips tried
+/// replicas and takes an ejected one only when nothing else is left.
+#[test]
+fn requests_let_past_the_limit_avoid_replicas_awaiting_a_first_token() {
+    let c = LlmConfig { max_inflight: Some(1), max_awaiting: Some(1), ..LlmConfig::default() };
+    let mut p = llm_pool(&["a", "b", "c"], c, 1);
+    let keys: Vec<Key> = p.endpoints().iter().map(|e| e.key).collect();
+    let unheld = |p: &mut Pool<()>, tried: &[Key], r: &LlmRequest| match p.pick_llm_unheld(0, tried, r) {
+        Pick::To(k) => k,
+        other => panic!("expected an endpoint, got {other:?}"),
+    };
+    let none = LlmRequest::default();
+    // Answers begun at once: the limit of 1 does not hold these back, and equals take turns.
+    let mut firsts = Vec::new();
+    for _ in 0..6 {
+        let k = unheld(&mut p, &[], &none);
+        p.answered(k);
+        firsts.push(k);
+    }
+    let mut counts: Vec<u32> = p.endpoints().iter().map(|e| e.inflight).collect();
+    assert_eq!(counts, vec![2, 2, 2], "over the limit, in turn: {firsts:?}");
+    assert_eq!(p.pick_llm(0, &[], &none), Pick::Full, "the held picker keeps to the limit");
+    // b's attempts end, and a new one to b awaits its first token: b has the fewest in
+    // flight, but a prompt is prefilling there.
+    p.finish(keys[1], Outcome::Ok, 0);
+    p.finish(keys[1], Outcome::Ok, 0);
+    let shared = req(&text(7, 640));
+    let b = unheld(&mut p, &[keys[0], keys[2]], &shared);
+    assert_eq!(b, keys[1]);
+    assert_eq!(p.prefix_index().hit(b, &shared.blocks), shared.blocks.len(), "recorded");
+    let next = unheld(&mut p, &[], &shared);
+    assert_ne!(next, keys[1], "b holds the prompt but awaits its first token");
+    // Once b's answer began, affinity brings the same prompt back to b.
+    p.answered(b);
+    p.answered(next);
+    assert_eq!(unheld(&mut p, &[], &shared), keys[1]);
+    p.answered(keys[1]);
+    counts = p.endpoints().iter().map(|e| e.awaiting).collect();
+    assert_eq!(counts, vec![0, 0, 0]);
+    // Skips tried replicas; ejected ones only when nothing else is left.
+    for _ in 0..5 {
+        p.finish(keys[1], Outcome::Reset, 0);
+        if let Pick::To(k) = p.pick_llm_unheld(0, &[keys[0], keys[2]], &none) {
+            p.answered(k);
+        }
+    }
+    assert!(p.is_ejected(keys[1], 0));
+    assert_eq!(p.pick_llm_unheld(0, &[keys[0]], &none), Pick::To(keys[2]));
+    assert_eq!(p.pick_llm_unheld(0, &[keys[0], keys[2]], &none), Pick::To(keys[1]), "only the ejected one is left");
+    assert_eq!(p.pick_llm_unheld(0, &keys, &none), Pick::Nothing);
 }

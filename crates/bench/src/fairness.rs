@@ -78,6 +78,8 @@ pub struct Report {
     pub max_concurrency: u32,
     /// The proxy's wait bound.
     pub max_wait: String,
+    /// The proxy's prefill pace (`None`: its default).
+    pub prefill_pace: Option<u32>,
     /// The quiet tenant's rate, requests/s.
     pub quiet_rps: f64,
     /// The noisy tenant's rate, requests/s.
@@ -112,6 +114,7 @@ fn setup(exe: &std::path::Path, a: &BenchLlmArgs, kids: &mut Kids) -> Result<(St
             "--tenant",
             "noisy",
         ])
+        .args(a.prefill_pace.iter().flat_map(|p| ["--prefill-pace".to_string(), p.to_string()]))
         .stdout(Stdio::piped())
         .spawn()
         .context("starting tandem proxy")?;
@@ -199,6 +202,7 @@ pub fn run(a: BenchLlmArgs) -> Result<Report> {
         capacity_measured: measured,
         max_concurrency: a.max_concurrency,
         max_wait: a.max_wait.clone(),
+        prefill_pace: a.prefill_pace,
         quiet_rps: quiet,
         noisy_rps: noisy,
         phase_s: phase,
@@ -215,12 +219,13 @@ pub fn run(a: BenchLlmArgs) -> Result<Report> {
 /// Prints the table: one column per tenant and phase.
 pub fn print(r: &Report) {
     println!(
-        "fairness: {} stand-in replicas, capacity {:.1} req/s ({}); proxy limit {} per replica, max_wait {}; quiet tenant {:.1} req/s, noisy tenant {:.1} req/s (equal weights), Poisson, seed {}\n",
+        "fairness: {} stand-in replicas, capacity {:.1} req/s ({}); proxy limit {} per replica, max_wait {}, prefill pace {}; quiet tenant {:.1} req/s, noisy tenant {:.1} req/s (equal weights), Poisson, seed {}\n",
         r.replicas,
         r.capacity_rps,
         if r.capacity_measured { "measured" } else { "given" },
         r.max_concurrency,
         r.max_wait,
+        r.prefill_pace.map_or("1 (default)".to_string(), |p| p.to_string()),
         r.quiet_rps,
         r.noisy_rps,
         r.seed

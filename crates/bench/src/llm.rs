@@ -98,6 +98,9 @@ pub struct BenchLlmArgs {
     /// Fairness: the proxy's bound on a request's wait in its queue.
     #[arg(long, default_value = "2s")]
     pub max_wait: String,
+    /// Fairness: the proxy's `--prefill-pace` (default: the proxy's, 1; 0: not paced).
+    #[arg(long)]
+    pub prefill_pace: Option<u32>,
 }
 
 /// One policy's figures.

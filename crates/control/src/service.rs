@@ -108,6 +108,11 @@ pub struct ProxySpec {
     /// KEY`) that identify them. Requests of no tenant are the `default` tenant's.
     #[serde(default)]
     pub tenants: BTreeMap<String, TenantSpec>,
+    /// Streamed requests per replica that may await their first token before the proxy sends
+    /// that replica another queued one (default 1: queued prompts reach a replica one prefill
+    /// at a time; 0: not paced, a freed batch takes as many as it has room for at once).
+    /// Needs `max_concurrency`.
+    pub prefill_pace: Option<Quantity>,
 }
 
 /// One tenant of a service's fair queue, as the user writes it.
@@ -138,13 +143,20 @@ pub const DEFAULT_MAX_WAIT_MS: u64 = 10_000;
 pub const MAX_CONCURRENCY: u32 = 100_000;
 /// Most tenants a service may name.
 pub const MAX_TENANTS: usize = 1000;
+/// Default `[proxy] prefill_pace`.
+pub const DEFAULT_PREFILL_PACE: u32 = 1;
 
 /// Checks the fair-queue settings of `[proxy]`: (max_concurrency (0: none), max_wait_ms,
 /// tenant_header, tenants).
 fn fair_settings(p: &ProxySpec, balance: &str) -> Result<(u32, u64, Option<String>, Vec<Tenant>), String> {
     let limit = count(&p.max_concurrency, "proxy.max_concurrency", 0, 1, MAX_CONCURRENCY)?;
     if limit == 0 {
-        let given = [(p.max_wait.is_some(), "max_wait"), (p.tenant_header.is_some(), "tenant_header"), (!p.tenants.is_empty(), "tenants")];
+        let given = [
+            (p.max_wait.is_some(), "max_wait"),
+            (p.tenant_header.is_some(), "tenant_header"),
+            (!p.tenants.is_empty(), "tenants"),
+            (p.prefill_pace.is_some(), "prefill_pace"),
+        ];
         if let Some((_, what)) = given.iter().find(|(g, _)| *g) {
             return Err(format!("proxy.{what} needs proxy.max_concurrency (without a per-replica limit nothing waits in the proxy)"));
         }
@@ -349,6 +361,9 @@ pub struct Resolved {
     pub tenant_header: Option<String>,
     /// Tenants of the fair queue.
     pub tenants: Vec<Tenant>,
+    /// Streamed requests per replica awaiting their first token before the proxy sends it
+    /// another (0: not paced; meaningful with `max_concurrency` only).
+    pub prefill_pace: u32,
     /// SIGTERM-to-SIGKILL time, milliseconds.
     pub grace_ms: u64,
     /// Output pattern.
@@ -605,6 +620,7 @@ impl ServiceSpec {
             return Err("proxy.resume_streams needs proxy.retries of at least 1 (each resume is a retry)".into());
         }
         let (max_concurrency, max_wait_ms, tenant_header, tenants) = fair_settings(&self.proxy, &balance)?;
+        let prefill_pace = count(&self.proxy.prefill_pace, "proxy.prefill_pace", DEFAULT_PREFILL_PACE, 0, MAX_CONCURRENCY)?;
         let grace_ms = duration(&self.termination_grace, "termination_grace", 30_000, 0, 3_600_000)?;
         if let Some(q) = &self.qos
             && q.is_empty()
@@ -632,6 +648,7 @@ impl ServiceSpec {
             max_wait_ms,
             tenant_header,
             tenants,
+            prefill_pace,
             grace_ms,
             output,
         })
@@ -899,6 +916,15 @@ mod tests {
         assert_eq!(r.tenants[1].weight, 1, "default weight");
         let plain = spec(|_| ()).unwrap();
         assert_eq!((plain.max_concurrency, plain.max_wait_ms, plain.tenants.len()), (0, DEFAULT_MAX_WAIT_MS, 0));
+        assert_eq!((r.prefill_pace, plain.prefill_pace), (DEFAULT_PREFILL_PACE, DEFAULT_PREFILL_PACE));
+        for (pace, want) in [(0.0, 0), (4.0, 4)] {
+            let r = spec(|s| {
+                fair(s);
+                s.proxy.prefill_pace = Some(Quantity::Num(pace));
+            })
+            .unwrap();
+            assert_eq!(r.prefill_pace, want);
+        }
 
         let e = |f: &dyn Fn(&mut ServiceSpec)| spec(f).unwrap_err();
         let msg = e(&|s| {
@@ -915,6 +941,20 @@ mod tests {
         );
         assert!(e(&|s| s.proxy.max_concurrency = Some(Quantity::Num(4.0))).contains("needs balance = \"llm\""));
         assert!(e(&|s| s.proxy.max_wait = Some(Quantity::Text("2s".into()))).contains("needs proxy.max_concurrency"));
+        assert!(e(&|s| s.proxy.prefill_pace = Some(Quantity::Num(1.0))).contains("proxy.prefill_pace needs proxy.max_concurrency"));
+        for (bad, want) in [
+            (Quantity::Num(-1.0), "between 0 and"),
+            (Quantity::Num(0.5), "whole number"),
+            (Quantity::Num(f64::INFINITY), "finite"),
+            (Quantity::Text("fast".into()), "must be a number"),
+            (Quantity::Num(1e12), "between 0 and"),
+        ] {
+            let msg = e(&|s| {
+                fair(s);
+                s.proxy.prefill_pace = Some(bad.clone());
+            });
+            assert!(msg.contains("proxy.prefill_pace") && msg.contains(want), "{msg}");
+        }
         assert!(
             e(&|s| {
                 s.proxy.tenants.insert("a".into(), t(None, &[]));

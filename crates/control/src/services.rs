@@ -57,6 +57,14 @@ pub struct ServiceEndpoints {
     /// Tenants of the fair queue: name, weight and API keys.
     #[serde(default)]
     pub tenants: Vec<crate::service::Tenant>,
+    /// Streamed requests per replica awaiting their first token before the proxy sends it
+    /// another queued one (0: not paced; with `max_concurrency` only).
+    #[serde(default = "default_prefill_pace")]
+    pub prefill_pace: u32,
+}
+
+fn default_prefill_pace() -> u32 {
+    crate::service::DEFAULT_PREFILL_PACE
 }
 
 fn default_max_wait_ms() -> u64 {
@@ -480,6 +488,7 @@ impl Controller {
                 max_wait_ms: r.max_wait_ms,
                 tenant_header: r.tenant_header,
                 tenants: r.tenants,
+                prefill_pace: r.prefill_pace,
             });
         }
         if view != self.ep_view {

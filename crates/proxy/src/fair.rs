@@ -37,6 +37,8 @@ use tokio::sync::Notify;
 
 /// The tenant of requests no key or header names.
 pub(crate) const DEFAULT_TENANT: &str = "default";
+/// `--prefill-pace` when not given (as `[proxy] prefill_pace`).
+const DEFAULT_PACE: u32 = 1;
 /// Output tokens assumed for the cost of a request without `max_tokens`.
 const DEFAULT_OUTPUT_TOKENS: u64 = 256;
 
@@ -51,6 +53,9 @@ pub(crate) struct FairSettings {
     pub(crate) tenant_header: Option<String>,
     /// Tenants: name, weight, API keys.
     pub(crate) tenants: Vec<(String, u32, Vec<String>)>,
+    /// Streamed requests per replica awaiting their first token before another is sent to it
+    /// (`balance::LlmConfig::max_awaiting`; 0: not paced).
+    pub(crate) pace: u32,
 }
 
 /// Where a queued request stands.
@@ -319,11 +324,14 @@ pub(crate) fn static_settings(
     max_wait: Option<&str>,
     header: Option<&str>,
     tenants: &[String],
+    pace: Option<u32>,
 ) -> anyhow::Result<Option<FairSettings>> {
     use anyhow::bail;
     let Some(limit) = limit else {
-        if max_wait.is_some() || header.is_some() || !tenants.is_empty() {
-            bail!("--max-wait, --tenant-header and --tenant need --max-concurrency (without a per-replica limit nothing queues)");
+        if max_wait.is_some() || header.is_some() || !tenants.is_empty() || pace.is_some() {
+            bail!(
+                "--max-wait, --tenant-header, --tenant and --prefill-pace need --max-concurrency (without a per-replica limit nothing queues)"
+            );
         }
         return Ok(None);
     };
@@ -366,7 +374,13 @@ pub(crate) fn static_settings(
         }
         out.push((name.to_string(), weight, Vec::new()));
     }
-    Ok(Some(FairSettings { limit, max_wait_ms, tenant_header: header.map(str::to_ascii_lowercase), tenants: out }))
+    Ok(Some(FairSettings {
+        limit,
+        max_wait_ms,
+        tenant_header: header.map(str::to_ascii_lowercase),
+        tenants: out,
+        pace: pace.unwrap_or(DEFAULT_PACE),
+    }))
 }
 
 /// The cost of an OpenAI request body in token units: its length as the prompt (JSON's
@@ -391,6 +405,7 @@ mod tests {
             max_wait_ms: 1000,
             tenant_header: Some("x-tenant".into()),
             tenants: vec![("alice".into(), 2, vec!["sk-a".into()]), ("bob".into(), 1, vec![])],
+            pace: 1,
         }
     }
 
@@ -417,11 +432,13 @@ mod tests {
     #[test]
     fn static_flags() {
         let t = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-        let s = static_settings(Some(4), Some("1.5s"), Some("X-Tenant"), &t(&["quiet", "noisy=2"])).unwrap().unwrap();
-        assert_eq!((s.limit, s.max_wait_ms, s.tenant_header.as_deref()), (4, 1500, Some("x-tenant")));
+        let s = static_settings(Some(4), Some("1.5s"), Some("X-Tenant"), &t(&["quiet", "noisy=2"]), None).unwrap().unwrap();
+        assert_eq!((s.limit, s.max_wait_ms, s.tenant_header.as_deref(), s.pace), (4, 1500, Some("x-tenant"), 1));
         assert_eq!(s.tenants[1], ("noisy".to_string(), 2, vec![]));
-        assert_eq!(static_settings(Some(2), Some("250ms"), None, &[]).unwrap().unwrap().max_wait_ms, 250);
-        assert!(static_settings(None, None, None, &[]).unwrap().is_none());
+        let s = static_settings(Some(2), Some("250ms"), None, &[], Some(0)).unwrap().unwrap();
+        assert_eq!((s.max_wait_ms, s.pace), (250, 0));
+        assert!(static_settings(None, None, None, &[], None).unwrap().is_none());
+        assert!(static_settings(None, None, None, &[], Some(2)).is_err(), "the pace needs a limit");
         for (limit, wait, header, tenants) in [
             (None, Some("2s"), None, t(&[])),
             (Some(0), None, None, t(&[])),
@@ -435,7 +452,7 @@ mod tests {
             (Some(1), None, None, t(&["a b"])),
             (Some(1), None, None, t(&["a", "a=2"])),
         ] {
-            assert!(static_settings(limit, wait, header, &tenants).is_err(), "{limit:?} {wait:?} {header:?} {tenants:?}");
+            assert!(static_settings(limit, wait, header, &tenants, None).is_err(), "{limit:?} {wait:?} {header:?} {tenants:?}");
         }
     }
 

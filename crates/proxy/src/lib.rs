@@ -98,6 +98,9 @@ pub struct Options {
     pub tenant_header: Option<String>,
     /// Tenants of static services' fair queues, `NAME[=WEIGHT]`.
     pub tenants: Vec<String>,
+    /// Streamed requests per replica awaiting their first token before another queued one is
+    /// sent to it (default 1; 0: not paced; needs `max_concurrency`).
+    pub prefill_pace: Option<u32>,
 }
 
 /// Checks the options, then serves until SIGTERM or SIGINT (one single-threaded runtime per
@@ -130,7 +133,7 @@ pub fn main(o: Options) -> Result<()> {
     if o.retries > 7 {
         bail!("--retries: at most 7");
     }
-    let fair = fair::static_settings(o.max_concurrency, o.max_wait.as_deref(), o.tenant_header.as_deref(), &o.tenants)?;
+    let fair = fair::static_settings(o.max_concurrency, o.max_wait.as_deref(), o.tenant_header.as_deref(), &o.tenants, o.prefill_pace)?;
     if fair.is_some() && !statics.iter().any(|s| s.policy == Policy::Llm) {
         bail!(
             "--max-concurrency is for --static services of the llm policy (NAME:llm=ADDR,...); with --server it comes from each service's spec"
@@ -149,13 +152,6 @@ const SYNC_WAIT_MS: u64 = 1000;
 const MAX_RETRIES: u32 = 7;
 /// How often the replicas of LLM services are scraped (`/metrics`), milliseconds.
 pub(crate) const SCRAPE_MS: u64 = 500;
-
-/// With a per-replica limit, streamed OpenAI requests are sent to a replica only while fewer
-/// than this many sent to it have not begun their answer (their first token): so that queued
-/// requests reach a replica one prefill at a time rather than all at once when a batch
-/// finishes together, which kept replicas' batches in step and made one step hold every
-/// prompt's prefill (BENCHMARKS §11, fairness). Tenants under their share are not held back.
-pub(crate) const PREFILL_PACE: u32 = 1;
 
 /// When an attempt gives back its place in the pool's count of answers not begun
 /// (`Pool::answered`; every pick counts one).
@@ -348,7 +344,13 @@ impl SvcState {
         }
         let mut cfg = *self.pool.llm_config();
         cfg.max_inflight = settings.as_ref().map(|s| s.limit.max(1));
-        cfg.max_awaiting = settings.as_ref().map(|_| PREFILL_PACE);
+        // With a per-replica limit, streamed OpenAI requests are sent to a replica only while
+        // fewer than `pace` sent to it have not begun their answer (their first token): so that
+        // queued requests reach a replica one prefill at a time rather than all at once when a
+        // batch finishes together, which kept replicas' batches in step and made one step hold
+        // every prompt's prefill (BENCHMARKS §11, fairness). Tenants under their share are not
+        // held back, but go where no answer is awaited (`Pool::pick_llm_unheld`).
+        cfg.max_awaiting = settings.as_ref().and_then(|s| (s.pace > 0).then_some(s.pace));
         self.pool.set_llm_config(cfg);
         let old = self.fair.take();
         let fresh = settings
@@ -674,6 +676,7 @@ fn fair_settings(s: &ServiceEndpoints) -> Option<fair::FairSettings> {
         max_wait_ms: s.max_wait_ms,
         tenant_header: s.tenant_header.as_ref().map(|h| h.to_ascii_lowercase()),
         tenants: s.tenants.iter().map(|t| (t.name.clone(), t.weight, t.keys.clone())).collect(),
+        pace: s.prefill_pace,
     })
 }
 
@@ -1015,15 +1018,15 @@ async fn acquire(
                 (Pick::To(k), ..) => Ok(k),
                 // A tenant under its share of the slots is not held back: the limit and the
                 // queue are for the tenants that take more.
-                (Pick::Full, Some(_), Some(t))
+                (Pick::Full, Some(r), Some(t))
                     if queues
                         && s.fair
                             .as_ref()
                             .is_some_and(|f| f.under_share(&t.tenant, s.pool.endpoints().iter().filter(|e| !e.draining).count())) =>
                 {
-                    match s.pool.pick(now, tried) {
-                        Some(k) => Ok(k),
-                        None => Err(Wait::Hold(s.hold_ms)),
+                    match s.pool.pick_llm_unheld(now, tried, r) {
+                        Pick::To(k) => Ok(k),
+                        Pick::Full | Pick::Nothing => Err(Wait::Hold(s.hold_ms)),
                     }
                 }
                 (Pick::Full, Some(r), Some(t)) if queues => {

@@ -175,6 +175,11 @@ enum Cmd {
         /// Requests naming no tenant are tenant `default`'s.
         #[arg(long = "tenant", value_name = "NAME[=WEIGHT]")]
         tenants: Vec<String>,
+        /// Streamed requests per replica that may await their first token before another
+        /// queued one is sent to it (default 1: one prefill at a time; 0: not paced); as
+        /// `[proxy] prefill_pace`. Needs --max-concurrency.
+        #[arg(long)]
+        prefill_pace: Option<u32>,
     },
     /// Issue a signed token for remote use of the API (as `scontrol token`): prints
     /// `export TANDEM_TOKEN=...`. With --join, single-use join tokens for new nodes; with
@@ -339,6 +344,7 @@ fn main() -> std::process::ExitCode {
             max_wait,
             tenant_header,
             tenants,
+            prefill_pace,
         } => (
             "tandem proxy",
             proxy::main(proxy::Options {
@@ -355,6 +361,7 @@ fn main() -> std::process::ExitCode {
                 max_wait,
                 tenant_header,
                 tenants,
+                prefill_pace,
             })
             .map(|_| 0),
         ),

@@ -769,6 +769,9 @@ fn a_queued_request_whose_client_leaves_is_dropped_and_bad_flags_are_refused() {
         (vec!["--max-wait", "2s"], "need --max-concurrency"),
         (vec!["--max-concurrency", "2", "--tenant", "a=0"], "weight"),
         (vec!["--max-concurrency", "2", "--tenant", "a=heavy"], "weight"),
+        (vec!["--prefill-pace", "1"], "need --max-concurrency"),
+        (vec!["--max-concurrency", "2", "--prefill-pace", "-1"], "--prefill-pace"),
+        (vec!["--max-concurrency", "2", "--prefill-pace", "one"], "--prefill-pace"),
     ] {
         let out = Command::new(bin())
             .args(["proxy", "--listen", "127.0.0.1:0", "--static", &format!("chat:llm={rep}")])
@@ -783,4 +786,164 @@ fn a_queued_request_whose_client_leaves_is_dropped_and_bad_flags_are_refused() {
         .output()
         .unwrap();
     assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("llm policy"));
+}
+
+/// A replica the test holds by the hand: it answers `GET /metrics` with nothing, and each
+/// other request with the head of an event stream, then waits for the test to send its first
+/// event (`first`) and its end (`finish`), so that when the proxy sends a request, and which,
+/// is seen exactly.
+struct HeldReplica {
+    addr: String,
+    /// Prompts received, in order.
+    got: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    /// Per prompt, the channel that moves its answer on (1: first event; 2: the rest).
+    moves: std::sync::Arc<std::sync::Mutex<std::collections::HashMap<String, std::sync::mpsc::Sender<()>>>>,
+}
+
+impl HeldReplica {
+    fn start() -> HeldReplica {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        let got = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let moves = std::sync::Arc::new(std::sync::Mutex::new(std::collections::HashMap::new()));
+        let (g, m) = (got.clone(), moves.clone());
+        std::thread::spawn(move || {
+            for s in l.incoming().flatten() {
+                let (g, m) = (g.clone(), m.clone());
+                std::thread::spawn(move || HeldReplica::serve(s, &g, &m));
+            }
+        });
+        HeldReplica { addr, got, moves }
+    }
+
+    /// One connection: requests one after another (the proxy keeps connections alive).
+    fn serve(
+        s: TcpStream,
+        got: &std::sync::Mutex<Vec<String>>,
+        moves: &std::sync::Mutex<std::collections::HashMap<String, std::sync::mpsc::Sender<()>>>,
+    ) {
+        let mut r = BufReader::new(s.try_clone().unwrap());
+        let mut w = s;
+        loop {
+            let mut line = String::new();
+            if r.read_line(&mut line).unwrap_or(0) == 0 {
+                return;
+            }
+            let mut len = 0;
+            loop {
+                let mut h = String::new();
+                if r.read_line(&mut h).unwrap_or(0) == 0 {
+                    return;
+                }
+                if h == "\r\n" {
+                    break;
+                }
+                if let Some(v) = h.to_ascii_lowercase().strip_prefix("content-length:") {
+                    len = v.trim().parse().unwrap();
+                }
+            }
+            let mut body = vec![0; len];
+            r.read_exact(&mut body).unwrap();
+            if line.starts_with("GET") {
+                let _ = w.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n");
+                continue;
+            }
+            let prompt = serde_json::from_slice::<Value>(&body).unwrap()["prompt"].as_str().unwrap().to_string();
+            let (tx, rx) = std::sync::mpsc::channel();
+            moves.lock().unwrap().insert(prompt.clone(), tx);
+            got.lock().unwrap().push(prompt.clone());
+            let chunk = |w: &mut TcpStream, data: &str| {
+                let _ = write!(w, "{:x}\r\n{data}\r\n", data.len());
+            };
+            let _ = w.write_all(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n");
+            rx.recv().unwrap();
+            chunk(
+                &mut w,
+                &format!("data: {}\n\n", json!({"id": "x", "object": "text_completion", "choices": [{"index": 0, "text": prompt}]})),
+            );
+            rx.recv().unwrap();
+            chunk(&mut w, "data: [DONE]\n\n");
+            let _ = w.write_all(b"0\r\n\r\n");
+        }
+    }
+
+    fn got(&self) -> Vec<String> {
+        self.got.lock().unwrap().clone()
+    }
+
+    /// Moves `prompt`'s answer on one step.
+    fn step(&self, prompt: &str) {
+        self.moves.lock().unwrap()[prompt].send(()).unwrap();
+    }
+}
+
+fn wait_until(what: &str, f: &dyn Fn() -> bool) {
+    for _ in 0..500 {
+        if f() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!("timed out waiting for {what}");
+}
+
+/// `--prefill-pace` end to end, against a replica the test holds: with a limit of 2 and the
+/// default pace of 1, two requests queued behind a full replica reach it one at a time when
+/// its slots free together (the second only once the first's first event has come back); with
+/// `--prefill-pace 0` they reach it together. Before that, a request of a tenant under its
+/// share goes past the pace (B while A still awaits its first event), and every stream ends
+/// whole.
+#[test]
+fn queued_streams_reach_a_replica_one_prefill_at_a_time_unless_the_pace_is_off() {
+    for pace in ["1", "0"] {
+        let mut p = Procs(Vec::new());
+        let rep = HeldReplica::start();
+        let proxy = p.proxy_with(&[format!("chat:llm={}", rep.addr)], &["--max-concurrency", "2", "--prefill-pace", pace]);
+        let queued = || metric(&http(&proxy, "GET", "/_tandem/metrics", &[], b"").body, "tandem_proxy_tenant_queued");
+        let clients: Vec<_> = ["A", "B", "C", "D"]
+            .into_iter()
+            .map(|name| {
+                let proxy = proxy.clone();
+                let t = std::thread::spawn(move || stream_as(&proxy, "default", name, 4));
+                match name {
+                    "A" | "B" => {
+                        wait_until(&format!("{name} at the replica (pace {pace})"), &|| rep.got().len() == (name == "B") as usize + 1)
+                    }
+                    "C" => wait_until("C queued", &|| queued() == 1.0),
+                    _ => wait_until("D queued", &|| queued() == 2.0),
+                }
+                t
+            })
+            .collect();
+        assert_eq!(rep.got(), ["A", "B"], "pace {pace}: C and D wait in the proxy");
+        // A and B begin their answers and end: both slots free.
+        for name in ["A", "B", "A", "B"] {
+            rep.step(name);
+        }
+        if pace == "1" {
+            wait_until("C sent", &|| rep.got().len() == 3);
+            std::thread::sleep(Duration::from_millis(300));
+            assert_eq!(rep.got().len(), 3, "D waits for C's first event although a slot is free: {:?}", rep.got());
+            assert_eq!(queued(), 1.0);
+            rep.step(&rep.got()[2]);
+            wait_until("D sent after C's first event", &|| rep.got().len() == 4);
+        } else {
+            wait_until("C and D sent together", &|| rep.got().len() == 4);
+        }
+        let mut rest = rep.got()[2..].to_vec();
+        rest.sort();
+        assert_eq!(rest, ["C", "D"]);
+        for name in ["C", "D"] {
+            if pace == "0" || name == "D" {
+                rep.step(name);
+            }
+            rep.step(name);
+        }
+        for (t, name) in clients.into_iter().zip(["A", "B", "C", "D"]) {
+            let r = t.join().unwrap();
+            assert_eq!(r.status, 200, "{name}: {}", r.body);
+            assert!(r.body.contains(&format!("\"text\":\"{name}\"")) && r.body.contains("data: [DONE]"), "{name}: {:?}", r.body);
+        }
+        assert_eq!(queued(), 0.0);
+    }
 }

@@ -802,6 +802,7 @@ pub const DOCUMENT: &str = r##"{
             "max_concurrency": {"$ref": "#/components/schemas/Quantity", "description": "Requests in flight per replica (balance llm); more wait in the proxy's fair queue"},
             "max_wait": {"$ref": "#/components/schemas/Quantity", "description": "Bound on the wait in the fair queue (default 10s); longer expected waits get 429"},
             "tenant_header": {"$ref": "#/components/schemas/StringOrNull", "description": "Header whose value names the request's tenant"},
+            "prefill_pace": {"$ref": "#/components/schemas/Quantity", "description": "Streamed requests per replica awaiting their first token before the proxy sends it another queued one (default 1; 0: not paced)"},
             "tenants": {"type": "object", "description": "Tenants of the fair queue by name", "additionalProperties": {"type": "object", "additionalProperties": false, "properties": {
               "weight": {"$ref": "#/components/schemas/Quantity"}, "keys": {"$ref": "#/components/schemas/Strings", "description": "API keys (Authorization: Bearer KEY)"}}}}}},
           "termination_grace": {"$ref": "#/components/schemas/Quantity"}}},
@@ -862,6 +863,7 @@ pub const DOCUMENT: &str = r##"{
         "max_concurrency": {"$ref": "#/components/schemas/u32", "description": "Requests in flight per replica before the proxy queues (0: no limit)"},
         "max_wait_ms": {"$ref": "#/components/schemas/u64"},
         "tenant_header": {"$ref": "#/components/schemas/StringOrNull"},
+        "prefill_pace": {"$ref": "#/components/schemas/u32", "description": "Streamed requests per replica awaiting their first token before the proxy sends it another (0: not paced)"},
         "tenants": {"type": "array", "items": {"type": "object", "required": ["name", "weight", "keys"], "properties": {
           "name": {"type": "string"}, "weight": {"$ref": "#/components/schemas/u32"}, "keys": {"$ref": "#/components/schemas/Strings"}}}}}}
     }
@@ -1252,6 +1254,7 @@ mod tests {
         s.proxy.balance = Some("llm".into());
         s.proxy.max_concurrency = Some(Quantity::Num(8.0));
         s.proxy.tenant_header = Some("x-tenant".into());
+        s.proxy.prefill_pace = Some(Quantity::Num(2.0));
         s.proxy
             .tenants
             .insert("alice".into(), control::service::TenantSpec { weight: Some(Quantity::Num(2.0)), keys: vec!["sk-a".into()] });
@@ -1356,6 +1359,7 @@ mod tests {
                 max_wait_ms: 2_000,
                 tenant_header: Some("x-tenant".into()),
                 tenants: vec![control::service::Tenant { name: "alice".into(), weight: 2, keys: vec!["sk-a".into()] }],
+                prefill_pace: 1,
             }],
             changed_ms: 1,
         };
