@@ -770,7 +770,7 @@ fn a_queued_request_whose_client_leaves_is_dropped_and_bad_flags_are_refused() {
         (vec!["--max-concurrency", "2", "--tenant", "a=0"], "weight"),
         (vec!["--max-concurrency", "2", "--tenant", "a=heavy"], "weight"),
         (vec!["--prefill-pace", "1"], "need --max-concurrency"),
-        (vec!["--max-concurrency", "2", "--prefill-pace", "-1"], "--prefill-pace"),
+        (vec!["--max-concurrency", "2", "--prefill-pace", "-1"], "-1"),
         (vec!["--max-concurrency", "2", "--prefill-pace", "one"], "--prefill-pace"),
     ] {
         let out = Command::new(bin())
@@ -921,7 +921,7 @@ fn queued_streams_reach_a_replica_one_prefill_at_a_time_unless_the_pace_is_off()
             rep.step(name);
         }
         if pace == "1" {
-            wait_until("C sent", &|| rep.got().len() == 3);
+            wait_until("C sent", &|| rep.got().len() >= 3);
             std::thread::sleep(Duration::from_millis(300));
             assert_eq!(rep.got().len(), 3, "D waits for C's first event although a slot is free: {:?}", rep.got());
             assert_eq!(queued(), 1.0);
