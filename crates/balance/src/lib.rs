@@ -496,8 +496,8 @@ impl<T> Pool<T> {
                     let unpaced: Vec<usize> = healthy.iter().copied().filter(|&i| self.endpoints[i].awaiting < pace).collect();
                     // Paced requests leave one replica under the pace (of two or more), so that
                     // a request let past the limit finds a replica with no other prompt's
-                    // prefill ahead of its own.
-                    if cfg.max_awaiting.is_some() && healthy.len() > 1 && unpaced.len() < 2 {
+                    // prefill ahead of its own. (Unpaced, every healthy replica is under it.)
+                    if healthy.len() > 1 && unpaced.len() < 2 {
                         Vec::new()
                     } else {
                         unpaced.into_iter().filter(|&i| self.endpoints[i].inflight < limit).collect()

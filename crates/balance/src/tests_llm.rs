@@ -643,8 +643,8 @@ fn least_request_ties_go_round_after_a_skip() {
 /// the answer is `Pick::Full`. Plain `pick` is not held back.
 #[test]
 fn paced_replicas_take_one_request_until_its_answer_begins() {
-    let c = LlmConfig { max_inflight: Some(8), max_awaiting: Some(1), ..LlmConfig::default() };
-    let mut p = llm_pool(&["a", "b", "c"], c, 1);
+    let cfg = LlmConfig { max_inflight: Some(8), max_awaiting: Some(1), ..LlmConfig::default() };
+    let mut p = llm_pool(&["a", "b", "c"], cfg, 1);
     let r = LlmRequest::default();
     let a = to(&mut p, 0, &[], &r);
     let b = to(&mut p, 0, &[], &r);
@@ -672,15 +672,11 @@ fn paced_replicas_take_one_request_until_its_answer_begins() {
     }
     assert_eq!(p.get(a).unwrap().awaiting, 0);
     // One replica keeps none back.
-    let mut one = llm_pool(&["solo"], c_one(), 1);
+    let mut one = llm_pool(&["solo"], cfg, 1);
     let s = to(&mut one, 0, &[], &r);
     assert_eq!(one.pick_llm(0, &[], &r), Pick::Full, "awaiting its first token");
     one.answered(s);
     assert_eq!(one.pick_llm(0, &[], &r), Pick::To(s));
-}
-
-fn c_one() -> LlmConfig {
-    LlmConfig { max_inflight: Some(8), max_awaiting: Some(1), ..LlmConfig::default() }
 }
 
 /// A request let past the limit (`pick_llm_unheld`) may go over `max_inflight`, goes where

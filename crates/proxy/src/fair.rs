@@ -37,8 +37,6 @@ use tokio::sync::Notify;
 
 /// The tenant of requests no key or header names.
 pub(crate) const DEFAULT_TENANT: &str = "default";
-/// `--prefill-pace` when not given (as `[proxy] prefill_pace`).
-const DEFAULT_PACE: u32 = 1;
 /// Output tokens assumed for the cost of a request without `max_tokens`.
 const DEFAULT_OUTPUT_TOKENS: u64 = 256;
 
@@ -379,7 +377,7 @@ pub(crate) fn static_settings(
         max_wait_ms,
         tenant_header: header.map(str::to_ascii_lowercase),
         tenants: out,
-        pace: pace.unwrap_or(DEFAULT_PACE),
+        pace: pace.unwrap_or(wire::DEFAULT_PREFILL_PACE),
     }))
 }
 

@@ -789,9 +789,9 @@ fn a_queued_request_whose_client_leaves_is_dropped_and_bad_flags_are_refused() {
 }
 
 /// A replica the test holds by the hand: it answers `GET /metrics` with nothing, and each
-/// other request with the head of an event stream, then waits for the test to send its first
-/// event (`first`) and its end (`finish`), so that when the proxy sends a request, and which,
-/// is seen exactly.
+/// other request with the head of an event stream, then sends its first event and then its end
+/// each when the test says (`step`), so that when the proxy sends a request, and which, is seen
+/// exactly.
 struct HeldReplica {
     addr: String,
     /// Prompts received, in order.

@@ -517,4 +517,5 @@ pub struct ProxySync {
 }
 
 /// The view types are the controller's own (the wire format is defined there).
+pub use control::service::DEFAULT_PREFILL_PACE;
 pub use control::{EndpointView, ProxyServiceStats, ServiceEndpoints, ShareRow, StdinTo, StepIo, StepRes, StepSpec};
