@@ -516,6 +516,7 @@ pub struct ProxySync {
     pub services: std::collections::BTreeMap<String, ProxyServiceStats>,
 }
 
-/// The view types are the controller's own (the wire format is defined there).
+/// `[proxy] prefill_pace` when a spec does not say (also `tandem proxy --prefill-pace`'s default).
 pub use control::service::DEFAULT_PREFILL_PACE;
+/// The view types are the controller's own (the wire format is defined there).
 pub use control::{EndpointView, ProxyServiceStats, ServiceEndpoints, ShareRow, StdinTo, StepIo, StepRes, StepSpec};
