@@ -34,36 +34,38 @@ struct Opts {
 /// Parses `sattach`'s arguments; `Ok(None)`: help was printed.
 fn parse(args: &[String]) -> Result<Option<Opts>> {
     let mut o = Opts::default();
-    let mut id: Option<&str> = None;
     let task = |flag: &str, v: Option<&String>| -> Result<u32> {
         let v = v.with_context(|| format!("option '{flag}' requires an argument\n{USAGE}"))?;
         v.trim().parse::<u32>().map_err(|_| anyhow::anyhow!("{flag}: invalid task number {v:?}: want a task number such as 0"))
     };
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        let (flag, inline) = match a.split_once('=') {
-            Some((f, v)) if f.starts_with("--") => (f, Some(v.to_string())),
-            _ => (a.as_str(), None),
-        };
-        let value = |it: &mut std::slice::Iter<'_, String>| inline.clone().or_else(|| it.next().cloned());
-        match flag {
-            "--input-filter" => o.input = Some(task(flag, value(&mut it).as_ref())?),
-            "--output-filter" => o.output = Some(task(flag, value(&mut it).as_ref())?),
-            "--error-filter" => o.error = Some(task(flag, value(&mut it).as_ref())?),
-            "-l" | "--label" => o.label = true,
-            "--layout" => o.layout = true,
-            "-Q" | "--quiet" => o.quiet = true,
-            "-v" | "--verbose" => {}
-            "-h" | "--help" | "-u" | "--usage" => {
+    let p = crate::common::parse(crate::common::table("sattach"), args)?;
+    for g in &p.opts {
+        let flag = format!("--{}", g.key());
+        match g.key() {
+            "input-filter" => o.input = Some(task(&flag, g.value.as_ref())?),
+            "output-filter" => o.output = Some(task(&flag, g.value.as_ref())?),
+            "error-filter" => o.error = Some(task(&flag, g.value.as_ref())?),
+            "label" => o.label = true,
+            "layout" => o.layout = true,
+            "quiet" => o.quiet = true,
+            "verbose" => {}
+            "help" | "usage" => {
                 println!("{USAGE}");
                 return Ok(None);
             }
-            "--pty" => bail!("--pty is not supported: a step started with srun --pty cannot be attached"),
-            f if f.starts_with('-') => bail!("unrecognized option '{a}'\n{USAGE}"),
-            _ if id.is_some() => bail!("more than one job step given: {a:?}\n{USAGE}"),
-            _ => id = Some(a),
+            "version" => {
+                crate::query::version()?;
+                return Ok(None);
+            }
+            "pty" => bail!("--pty is not supported: a step started with srun --pty cannot be attached"),
+            other => unreachable!("sattach's table and its reader disagree on {other}"),
         }
     }
+    let id = match p.args.as_slice() {
+        [] => None,
+        [one] => Some(one.as_str()),
+        [_, more, ..] => bail!("more than one job step given: {more:?}\n{USAGE}"),
+    };
     let Some(id) = id else { bail!("you must specify a job step: JOBID.STEPID\n{USAGE}") };
     let (j, s) =
         id.split_once('.').with_context(|| format!("invalid job step {id:?}: want JOBID.STEPID (sattach attaches to one step)"))?;

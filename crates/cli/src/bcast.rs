@@ -10,28 +10,23 @@ const USAGE: &str = "Usage: sbcast [-f] [-p] [-C] [-j JOBID] SOURCE DEST";
 /// `sbcast [-f|--force] [-p|--preserve] [-C|--compress[=LIB]] [-j|--jobid=ID] SOURCE DEST`.
 pub(crate) fn sbcast(args: &[String]) -> Result<i32> {
     let (mut force, mut preserve, mut job) = (false, false, std::env::var("SLURM_JOB_ID").ok());
-    let mut files = Vec::new();
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        match a.as_str() {
-            "-f" | "--force" => force = true,
-            "-p" | "--preserve" => preserve = true,
-            "-C" | "--compress" => {}
-            o if o.starts_with("--compress=") => {}
-            "-j" | "--jobid" => job = Some(it.next().context("option -j requires a job id")?.clone()),
-            o if o.starts_with("--jobid=") => job = Some(o["--jobid=".len()..].to_string()),
-            "--help" | "--usage" => {
+    let p = crate::common::parse(crate::common::table("sbcast"), args)?;
+    for g in &p.opts {
+        match g.key() {
+            "force" => force = true,
+            "preserve" => preserve = true,
+            "jobid" => job = Some(g.value().to_string()),
+            "help" | "usage" => {
                 println!("{USAGE}");
                 return Ok(0);
             }
-            "-V" | "--version" => {
-                println!("slurm 25.11.0");
-                return Ok(0);
-            }
-            o if o.starts_with('-') && o.len() > 1 => bail!("unrecognized option '{o}'\n{USAGE}"),
-            f => files.push(f.to_string()),
+            "version" => return crate::query::version(),
+            // The file travels over the step's TLS connection as it is.
+            "compress" | "verbose" => {}
+            other => unreachable!("sbcast's table and its reader disagree on {other}"),
         }
     }
+    let files = p.args;
     let [source, dest] = files.as_slice() else { bail!("need a source and a destination file\n{USAGE}") };
     let Some(job) = job.filter(|j| !j.is_empty()) else {
         bail!("sbcast runs inside an allocation (SLURM_JOB_ID), or with -j JOBID");

@@ -26,3 +26,47 @@ pub(crate) fn submission(batch: slurmcli::BatchSpec) -> Result<SubmitRequest> {
     let host = nix::unistd::gethostname().map(|h| h.to_string_lossy().into_owned()).unwrap_or_else(|_| "localhost".into());
     Ok(SubmitRequest { batch, cwd, host, env: std::env::vars().collect() })
 }
+
+/// A command line that getopt refused; [`crate::slurm`] prints it as glibc and Slurm do
+/// (`squeue: unrecognized option '--x'`, then `Try "squeue --help" for more information`) and
+/// exits 1.
+#[derive(Debug)]
+pub(crate) struct UsageError {
+    pub(crate) cmd: &'static str,
+    pub(crate) msg: String,
+}
+
+impl std::fmt::Display for UsageError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}\nTry \"{} --help\" for more information", self.cmd, self.msg, self.cmd)
+    }
+}
+
+impl std::error::Error for UsageError {}
+
+/// Reads a Slurm command's command line with its table (`slurmcli::command`), as glibc's
+/// getopt_long would; `POSIXLY_CORRECT` in the environment ends the options at the first word.
+pub(crate) fn parse(cmd: &'static slurmcli::getopt::Command, args: &[String]) -> Result<slurmcli::getopt::Parsed> {
+    let order = if std::env::var_os("POSIXLY_CORRECT").is_some() { slurmcli::getopt::Order::RequireOrder } else { cmd.order };
+    slurmcli::getopt::getopt_in(cmd, args, order).map_err(|e| UsageError { cmd: cmd.name, msg: e.0 }.into())
+}
+
+/// The table of Slurm command `name` (one of [`crate::COMMANDS`]).
+pub(crate) fn table(name: &str) -> &'static slurmcli::getopt::Command {
+    slurmcli::command(name).expect("every Slurm command has an option table")
+}
+
+/// `-M`/`--clusters LIST`: each entry must be this cluster's name or `all` (a cluster of one,
+/// as Slurm's commands answer for an unknown cluster).
+pub(crate) fn check_clusters(t: &client::Target, list: &str) -> Result<()> {
+    let name: String = crate::query::config(t).map(|c| c.cluster_name).unwrap_or_else(|_| "tandem".into());
+    for c in list.split(',').map(str::trim).filter(|c| !c.is_empty()) {
+        if !c.eq_ignore_ascii_case("all") && !c.eq_ignore_ascii_case(&name) {
+            anyhow::bail!(
+                "'{}' can't be reached now, or it is an invalid entry for --cluster.  Use 'sacctmgr list clusters' to see available clusters.",
+                c.escape_debug()
+            );
+        }
+    }
+    Ok(())
+}

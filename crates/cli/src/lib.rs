@@ -42,14 +42,21 @@ pub fn slurm(name: &str, args: &[String]) -> Option<Result<i32>> {
     if !COMMANDS.contains(&name) {
         return None;
     }
-    // `--version` and `-V` alone print Slurm's version line, on every command (Tandem's own
-    // version is `tandem --version`); `--help` alone on the commands that run work.
-    match (name, args) {
-        (_, [v]) if v == "--version" || v == "-V" => return Some(query::version()),
-        ("sbatch" | "srun" | "salloc", [h]) if h == "--help" || h == "--usage" => return Some(query::help(&run_usage(name))),
-        _ => {}
+    // The commands that read their options in `slurmcli` (with their scripts and input
+    // variables) have their command line read here first, so that a refusal reads as glibc's,
+    // and `--help`, `--usage` and `-V` answer before anything else (Tandem's own version is
+    // `tandem --version`).
+    if matches!(name, "sbatch" | "srun" | "salloc") {
+        match common::parse(common::table(name), args) {
+            Err(e) => return Some(usage_exit(e)),
+            Ok(p) => match p.opts.iter().map(|g| g.key()).find(|k| matches!(*k, "help" | "usage" | "version")) {
+                Some("version") => return Some(query::version()),
+                Some(_) => return Some(query::help(&run_usage(name))),
+                None => {}
+            },
+        }
     }
-    Some(match name {
+    let r = match name {
         "sbatch" => slurm::sbatch(args),
         "squeue" => squeue::squeue(args),
         "scancel" => scancel::scancel(args),
@@ -65,7 +72,20 @@ pub fn slurm(name: &str, args: &[String]) -> Option<Result<i32>> {
         "sstat" => stat::sstat(args),
         "sattach" => attach::sattach(args),
         _ => return None,
-    })
+    };
+    Some(r.or_else(usage_exit))
+}
+
+/// A refused command line ([`common::UsageError`]) printed as glibc and Slurm print it, exit 1;
+/// any other error goes on to the caller.
+fn usage_exit(e: anyhow::Error) -> Result<i32> {
+    match e.downcast_ref::<common::UsageError>() {
+        Some(u) => {
+            eprintln!("{u}");
+            Ok(1)
+        }
+        None => Err(e),
+    }
 }
 
 /// The usage of `sbatch`, `srun` and `salloc` (their options are listed in the README's

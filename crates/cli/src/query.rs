@@ -1,8 +1,8 @@
 //! What the query commands (`squeue`, `sacct`, `sinfo`, `scontrol`, `scancel`) share: reading
-//! options, reading jobs, nodes and the configuration from the controller, `--help` and
+//! jobs, nodes and the configuration from the controller, `--help` and
 //! `--version` as Slurm's, and data_parser v0.0.44's JSON shapes for `--json`.
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use client::{Target, send};
 use serde_json::{Value, json};
 use wire::{ConfigInfo, JobInfo, NodeInfo};
@@ -11,42 +11,6 @@ use crate::common::runtime;
 
 /// The Slurm version the commands answer as (`--version`, `--json`'s meta).
 pub(crate) const SLURM_VERSION: (u32, u32, u32) = (25, 11, 0);
-
-/// Takes options from a command line: `--opt=value`, `--opt value`, `-o value` or `-ovalue`.
-pub(crate) struct Opts {
-    v: Vec<String>,
-    i: usize,
-}
-
-impl Opts {
-    pub(crate) fn new(v: &[String]) -> Opts {
-        Opts { v: v.to_vec(), i: 0 }
-    }
-
-    pub(crate) fn next(&mut self) -> Option<String> {
-        let a = self.v.get(self.i).cloned();
-        self.i += 1;
-        a
-    }
-
-    /// If `a` is `short` or `--long`, its value (the next word when not attached).
-    pub(crate) fn value(&mut self, a: &str, short: Option<&str>, long: &str) -> Result<Option<String>> {
-        if let Some(v) = a.strip_prefix("--").and_then(|x| x.strip_prefix(long)).and_then(|x| x.strip_prefix('=')) {
-            return Ok(Some(v.to_string()));
-        }
-        if a.strip_prefix("--") == Some(long) || short.is_some_and(|s| a == s) {
-            return self.next().map(Some).with_context(|| format!("option '{a}' requires an argument"));
-        }
-        if let Some(s) = short
-            && s.len() == 2
-            && let Some(v) = a.strip_prefix(s)
-            && !v.is_empty()
-        {
-            return Ok(Some(v.to_string()));
-        }
-        Ok(None)
-    }
-}
 
 /// `--version`/`-V`: Slurm's line (`slurm 25.11.0`); Tandem's own version is in `tandem
 /// --version`.

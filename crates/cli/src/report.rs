@@ -16,34 +16,35 @@ const USAGE: &str =
 /// `sreport`.
 pub(crate) fn sreport(args: &[String]) -> Result<i32> {
     let (mut header, mut sep, mut unit) = (true, None::<bool>, slurmcli::ReportUnit::Minutes);
-    let mut words = Vec::new();
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        match a.as_str() {
-            "-n" | "--noheader" => header = false,
-            "-p" | "--parsable" => sep = Some(true),
-            "-P" | "--parsable2" => sep = Some(false),
-            "-t" => unit = slurmcli::ReportUnit::parse(it.next().map_or("", String::as_str)).map_err(|e| anyhow::anyhow!("{}", e.0))?,
-            "-T" | "--tres" => {
-                if !it.next().is_some_and(|t| t.eq_ignore_ascii_case("cpu")) {
+    let p = crate::common::parse(crate::common::table("sreport"), args)?;
+    let mut clusters = None;
+    for g in &p.opts {
+        let v = g.value();
+        match g.key() {
+            "noheader" => header = false,
+            "parsable" => sep = Some(true),
+            "parsable2" => sep = Some(false),
+            "time-format" => unit = slurmcli::ReportUnit::parse(v).map_err(|e| anyhow::anyhow!("{}", e.0))?,
+            "tres" => {
+                if !v.eq_ignore_ascii_case("cpu") {
                     bail!("only -T cpu is reported here");
                 }
             }
-            "--help" | "--usage" | "-h" => {
+            "clusters" => clusters = Some(v.to_string()),
+            "help" | "usage" => {
                 println!("{USAGE}");
                 return Ok(0);
             }
-            "-V" | "--version" => {
-                println!("slurm 25.11.0");
-                return Ok(0);
-            }
-            o if o.starts_with("-t") && o.len() > 2 => {
-                unit = slurmcli::ReportUnit::parse(&o[2..]).map_err(|e| anyhow::anyhow!("{}", e.0))?
-            }
-            o if o.starts_with('-') => bail!("unrecognized option '{o}'\n{USAGE}"),
-            w => words.push(w.to_string()),
+            "version" => return crate::query::version(),
+            // One cluster; nothing but the report is printed anyway.
+            "all_clusters" | "quiet" | "verbose" | "federation" | "local" | "sibling" => {}
+            other => unreachable!("sreport's table and its reader disagree on {other}"),
         }
     }
+    if let Some(c) = &clusters {
+        crate::common::check_clusters(&Target::from_env()?, c)?;
+    }
+    let words = p.args;
     let t = now();
     let today = t - t.rem_euclid(86400);
     let (mut from, mut to, mut top) = (today - 86400, today, 10usize);

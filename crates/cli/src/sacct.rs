@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use wire::{JobInfo, StepInfo};
 
 use crate::common::now;
-use crate::query::{Opts, elapsed, exit_json, get, help, iso, limit_minutes, meta, num, selects, stdout_path, unknown_user, version};
+use crate::query::{elapsed, exit_json, get, help, iso, limit_minutes, meta, num, selects, stdout_path, unknown_user, version};
 use slurmcli::{Layout, Unit};
 
 const HELP: &str = "Usage: sacct [OPTIONS]
@@ -43,7 +43,6 @@ const HELP: &str = "Usage: sacct [OPTIONS]
 
 /// `sacct`.
 pub(crate) fn sacct(args: &[String]) -> Result<i32> {
-    let mut a = Opts::new(args);
     let t_now = now();
     let bad = |e: slurmcli::Invalid| anyhow!("{}", e.0);
     let (mut users, mut accounts, mut names, mut parts) =
@@ -54,66 +53,67 @@ pub(crate) fn sacct(args: &[String]) -> Result<i32> {
     let mut ids: Option<Vec<String>> = None;
     let mut all_users = false;
     let list = |v: &str| v.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_string).collect::<Vec<_>>();
-    while let Some(x) = a.next() {
-        if let Some(v) = a.value(&x, Some("-u"), "user")?.or(a.value(&x, None, "uid")?) {
-            // As Slurm's: `-u -1` is every user; a later -u undoes an earlier -a.
-            all_users = v.trim() == "-1";
-            users = Some(list(&v)).filter(|_| !all_users);
-        } else if let Some(v) = a.value(&x, Some("-j"), "jobs")? {
-            let l = ids.get_or_insert_with(Vec::new);
-            for id in list(&v) {
-                // A step (`12.batch`, `12.0`) selects its job.
-                let job = id.split('.').next().unwrap_or(&id);
-                if job.split('_').any(|p| p.is_empty() || !p.bytes().all(|b| b.is_ascii_digit())) || job.split('_').count() > 2 {
-                    bail!("Invalid job id: {id}");
-                }
-                l.push(job.to_string());
+    let p = crate::common::parse(crate::common::table("sacct"), args)?;
+    let mut clusters = None;
+    for g in p.opts {
+        let v = g.value();
+        match g.key() {
+            "uid" => {
+                // As Slurm's: `-u -1` is every user; a later -u undoes an earlier -a.
+                all_users = v.trim() == "-1";
+                users = Some(list(v)).filter(|_| !all_users);
             }
-        } else if let Some(v) = a.value(&x, Some("-o"), "format")?.or(a.value(&x, None, "fields")?) {
-            fields.push_str(&v);
-            fields.push(',');
-        } else if let Some(v) = a.value(&x, Some("-S"), "starttime")? {
-            since = Some(slurmcli::parse_when(&v, t_now).map_err(bad)?);
-        } else if let Some(v) = a.value(&x, Some("-E"), "endtime")? {
-            until = Some(slurmcli::parse_when(&v, t_now).map_err(bad)?);
-        } else if let Some(v) = a.value(&x, Some("-s"), "state")? {
-            states = Some(slurmcli::parse_states(&v).map_err(bad)?);
-        } else if let Some(v) = a.value(&x, Some("-A"), "accounts")?.or(a.value(&x, None, "account")?) {
-            accounts = Some(list(&v));
-        } else if let Some(v) = a.value(&x, Some("-r"), "partition")? {
-            parts = Some(list(&v));
-        } else if let Some(v) = a.value(&x, None, "name")? {
-            names = Some(list(&v));
-        } else if let Some(v) = a.value(&x, None, "units")? {
-            units = Some(slurmcli::parse_unit(&v).map_err(bad)?);
-        } else if let Some(v) = a.value(&x, None, "delimiter")? {
-            delimiter = v;
-        } else {
-            match x.as_str() {
-                "-n" | "--noheader" => noheader = true,
-                "-p" | "--parsable" => layout = Layout::Parsable,
-                "-P" | "--parsable2" => layout = Layout::Parsable2,
-                "-X" | "--allocations" => no_steps = true,
-                "-a" | "--allusers" => all_users = true,
-                "-D" | "--duplicates" | "-v" | "--verbose" | "-L" | "--allclusters" => {}
-                "-b" | "--brief" => brief = true,
-                "-l" | "--long" => long = true,
-                "--noconvert" => noconvert = true,
-                "--json" => json = true,
-                "-e" | "--helpformat" => {
-                    for row in slurmcli::SACCT_FIELDS.chunks(4) {
-                        println!("{}", row.iter().map(|(n, _)| format!("{n:<20}")).collect::<String>().trim_end());
+            "jobs" => {
+                let l = ids.get_or_insert_with(Vec::new);
+                for id in list(v) {
+                    // A step (`12.batch`, `12.0`) selects its job.
+                    let job = id.split('.').next().unwrap_or(&id);
+                    if job.split('_').any(|p| p.is_empty() || !p.bytes().all(|b| b.is_ascii_digit())) || job.split('_').count() > 2 {
+                        bail!("Invalid job id: {}", id.escape_debug());
                     }
-                    return Ok(0);
+                    l.push(job.to_string());
                 }
-                "-h" | "--help" => return help(HELP),
-                "--usage" => {
-                    return help("Usage: sacct [-abDlnPpX] [-j jobs] [-o fields] [-S time] [-E time] [-s states] [-u users] [--json]\n");
-                }
-                "-V" | "--version" => return version(),
-                o => bail!("unrecognized option '{o}'\nTry \"sacct --help\" for more information"),
             }
+            "format" => {
+                fields.push_str(v);
+                fields.push(',');
+            }
+            "starttime" => since = Some(slurmcli::parse_when(v, t_now).map_err(bad)?),
+            "endtime" => until = Some(slurmcli::parse_when(v, t_now).map_err(bad)?),
+            "state" => states = Some(slurmcli::parse_states(v).map_err(bad)?),
+            "accounts" => accounts = Some(list(v)),
+            "partition" => parts = Some(list(v)),
+            "name" => names = Some(list(v)),
+            "units" => units = Some(slurmcli::parse_unit(v).map_err(bad)?),
+            "delimiter" => delimiter = v.to_string(),
+            "noheader" => noheader = true,
+            "parsable" => layout = Layout::Parsable,
+            "parsable2" => layout = Layout::Parsable2,
+            "allocations" => no_steps = true,
+            "allusers" => all_users = true,
+            "brief" => brief = true,
+            "long" => long = true,
+            "noconvert" => noconvert = true,
+            "json" => json = true,
+            "clusters" => clusters = Some(v.to_string()),
+            "helpformat" => {
+                for row in slurmcli::SACCT_FIELDS.chunks(4) {
+                    println!("{}", row.iter().map(|(n, _)| format!("{n:<20}")).collect::<String>().trim_end());
+                }
+                return Ok(0);
+            }
+            "help" => return help(HELP),
+            "usage" => {
+                return help("Usage: sacct [-abDlnPpX] [-j jobs] [-o fields] [-S time] [-E time] [-s states] [-u users] [--json]\n");
+            }
+            "version" => return version(),
+            // One cluster, and no duplicates of a job id in its records.
+            "duplicates" | "verbose" | "allclusters" | "federation" | "local" | "sibling" => {}
+            other => unreachable!("sacct's table and its reader disagree on {other}"),
         }
+    }
+    if let Some(word) = p.args.first() {
+        bail!("unexpected argument '{}'\nTry \"sacct --help\" for more information", word.escape_debug());
     }
     if brief {
         fields.push_str(slurmcli::SACCT_BRIEF);
@@ -152,7 +152,11 @@ pub(crate) fn sacct(args: &[String]) -> Result<i32> {
     {
         q.push(format!("user={u}"));
     }
-    let mut jobs: Vec<JobInfo> = get(&Target::from_env()?, &format!("/v1/history?{}", q.join("&")))?;
+    let t = Target::from_env()?;
+    if let Some(c) = &clusters {
+        crate::common::check_clusters(&t, c)?;
+    }
+    let mut jobs: Vec<JobInfo> = get(&t, &format!("/v1/history?{}", q.join("&")))?;
     jobs.retain(|j| {
         ids.as_ref().is_none_or(|w| w.iter().any(|x| selects(x, j)))
             && users.as_ref().is_none_or(|u| u.contains(&j.user) || u.contains(&j.uid.to_string()))

@@ -7,7 +7,7 @@ use client::{Target, send};
 use wire::JobInfo;
 
 use crate::common::runtime;
-use crate::query::{Opts, get, help, version};
+use crate::query::{get, help, version};
 
 const HELP: &str = "Usage: scancel [OPTIONS] [job_id[_array_id]...]
   -A, --account=account      act only on jobs charging this account
@@ -21,40 +21,38 @@ const HELP: &str = "Usage: scancel [OPTIONS] [job_id[_array_id]...]
       --help                 show this help message
 ";
 
+const USAGE: &str = "Usage: scancel [-A account] [--me] [-n job_name] [-p partition] [-Q] [-s signal] [-t PENDING | RUNNING | SUSPENDED] [-u user_name] [-vV] [job_id[_array_id][.step_id]]\n";
+
 /// `scancel`.
 pub(crate) fn scancel(args: &[String]) -> Result<i32> {
-    let mut a = Opts::new(args);
-    let (mut user, mut signal, mut targets, mut name, mut states, mut part, mut account) = (None, None, Vec::new(), None, None, None, None);
-    while let Some(x) = a.next() {
-        if let Some(v) = a.value(&x, Some("-u"), "user")? {
-            user = Some(v);
-        } else if let Some(v) = a.value(&x, Some("-s"), "signal")? {
-            signal = Some(slurmcli::signal_number(&v).with_context(|| format!("Unknown job signal: {v}"))?);
-        } else if let Some(v) = a.value(&x, Some("-n"), "name")?.or(a.value(&x, None, "jobname")?) {
-            name = Some(v);
-        } else if let Some(v) = a.value(&x, Some("-t"), "state")? {
-            let s = slurmcli::parse_states(&v).map_err(|e| anyhow!("{}", e.0))?;
-            if let Some(bad) = s.iter().find(|s| !["PENDING", "RUNNING", "SUSPENDED"].contains(s)) {
-                bail!("Invalid job state specified: {bad}\nValid job states are PENDING, RUNNING, and SUSPENDED");
+    let p = crate::common::parse(crate::common::table("scancel"), args)?;
+    let (mut user, mut signal, mut name, mut states, mut part, mut account) = (None, None, None, None, None, None);
+    let mut clusters = None;
+    for g in p.opts {
+        let v = g.value().to_string();
+        match g.key() {
+            "user" => user = Some(v),
+            "signal" => signal = Some(slurmcli::signal_number(&v).with_context(|| format!("Unknown job signal: {}", v.escape_debug()))?),
+            "jobname" => name = Some(v),
+            "state" => {
+                let s = slurmcli::parse_states(&v).map_err(|e| anyhow!("{}", e.0))?;
+                if let Some(bad) = s.iter().find(|s| !["PENDING", "RUNNING", "SUSPENDED"].contains(s)) {
+                    bail!("Invalid job state specified: {bad}\nValid job states are PENDING, RUNNING, and SUSPENDED");
+                }
+                states = Some(s);
             }
-            states = Some(s);
-        } else if let Some(v) = a.value(&x, Some("-p"), "partition")? {
-            part = Some(v);
-        } else if let Some(v) = a.value(&x, Some("-A"), "account")? {
-            account = Some(v);
-        } else if x == "--me" {
-            user = Some(crate::squeue::me());
-        } else if x == "--help" {
-            return help(HELP);
-        } else if x == "-V" || x == "--version" {
-            return version();
-        } else if x == "-v" || x == "--verbose" || x == "-Q" || x == "--quiet" {
-        } else if x.starts_with('-') {
-            bail!("unrecognized option '{x}'\nTry \"scancel --help\" for more information");
-        } else {
-            targets.push(x);
+            "partition" => part = Some(v),
+            "account" => account = Some(v),
+            "me" => user = Some(crate::squeue::me()),
+            "clusters" => clusters = Some(v),
+            "help" => return help(HELP),
+            "usage" => return help(USAGE),
+            "version" => return version(),
+            "verbose" | "quiet" | "federation" | "local" | "sibling" => {}
+            other => unreachable!("scancel's table and its reader disagree on {other}"),
         }
     }
+    let targets = p.args;
     if let Some(u) = user.as_ref().filter(|u| crate::query::unknown_user(std::slice::from_ref(u)).is_some()) {
         bail!("Invalid user name: {u}");
     }
@@ -63,6 +61,9 @@ pub(crate) fn scancel(args: &[String]) -> Result<i32> {
         bail!("No job identification provided");
     }
     let t = Target::from_env()?;
+    if let Some(c) = &clusters {
+        crate::common::check_clusters(&t, c)?;
+    }
     let all: Vec<JobInfo> = get(&t, "/v1/jobs")?;
     let pass = |j: &JobInfo| {
         user.as_ref().is_none_or(|u| *u == j.user || *u == j.uid.to_string())

@@ -10,7 +10,7 @@ use wire::{JobInfo, NodeInfo};
 
 use crate::common::{now, runtime};
 use crate::query::{
-    Opts, config, elapsed, get, help, iso, job_info_json, node_json, nodes, partition_json, print_reply, selects, stdout_path, version,
+    config, elapsed, get, help, iso, job_info_json, node_json, nodes, partition_json, print_reply, selects, stdout_path, version,
 };
 
 const HELP: &str = "Usage: scontrol [<OPTION>] [<COMMAND>]
@@ -163,18 +163,29 @@ fn limit(s: Option<i64>) -> String {
 
 /// `scontrol`.
 pub(crate) fn scontrol(args: &[String]) -> Result<i32> {
-    let (mut oneliner, mut json, mut words) = (false, false, Vec::new());
-    let mut a = Opts::new(args);
-    while let Some(x) = a.next() {
-        match x.as_str() {
-            "-o" | "--oneliner" => oneliner = true,
-            "--json" => json = true,
-            "-V" | "--version" | "version" if words.is_empty() => return version(),
-            "-h" | "--help" | "help" if words.is_empty() => return help(HELP),
-            "-d" | "--details" | "-a" | "--all" | "-v" | "--verbose" | "-Q" | "--quiet" => {}
-            o if o.starts_with('-') && words.is_empty() => bail!("unrecognized option '{o}'\nTry \"scontrol --help\" for more information"),
-            _ => words.push(x),
+    let (mut oneliner, mut json, mut clusters) = (false, false, None);
+    let p = crate::common::parse(crate::common::table("scontrol"), args)?;
+    for g in &p.opts {
+        match g.key() {
+            "oneliner" => oneliner = true,
+            "json" => json = true,
+            "clusters" => clusters = Some(g.value().to_string()),
+            "version" => return version(),
+            "help" => return help(HELP),
+            "usage" => return help(HELP),
+            // Details are always shown; every partition is; one cluster.
+            "details" | "all" | "verbose" | "quiet" | "hide" | "federation" | "local" | "sibling" => {}
+            other => unreachable!("scontrol's table and its reader disagree on {other}"),
         }
+    }
+    let words = p.args;
+    match words.first().map(|w| w.to_ascii_lowercase()).as_deref() {
+        Some("version") if words.len() == 1 => return version(),
+        Some("help") if words.len() == 1 => return help(HELP),
+        _ => {}
+    }
+    if let Some(c) = &clusters {
+        crate::common::check_clusters(&Target::from_env()?, c)?;
     }
     let w: Vec<&str> = words.iter().map(String::as_str).collect();
     // The entity's name is case-insensitive and may be plural, as Slurm's.

@@ -11,36 +11,44 @@ use crate::common::runtime;
 const COLUMNS: [(&str, usize); 7] =
     [("Account", 20), ("User", 10), ("RawShares", 10), ("NormShares", 11), ("RawUsage", 11), ("EffectvUsage", 13), ("FairShare", 10)];
 
-/// `sshare [-h] [-P|--parsable|--parsable2] [-a] [-l] [-A ACCOUNTS] [-u USERS]`.
+const USAGE: &str = "Usage: sshare [-n] [-P] [-p] [-a] [-l] [-U] [-A accounts] [-u users] [-M cluster]";
+
+/// `sshare [-n] [-P|--parsable|--parsable2] [-a] [-l] [-U] [-A ACCOUNTS] [-u USERS]`.
 pub(crate) fn sshare(args: &[String]) -> Result<i32> {
-    let (mut header, mut sep, mut accounts) = (true, None::<(&str, bool)>, None::<Vec<String>>);
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        match a.as_str() {
-            "-h" | "--noheader" => header = false,
-            "-p" | "--parsable" => sep = Some(("|", true)),
-            "-P" | "--parsable2" => sep = Some(("|", false)),
-            "-a" | "--all" | "-l" | "--long" | "-v" | "--verbose" => {}
-            "-A" | "--accounts" => accounts = Some(list(it.next().map(String::as_str), "-A")?),
-            "-u" | "--users" => {
-                list(it.next().map(String::as_str), "-u")?;
+    let (mut header, mut sep, mut accounts, mut users_only, mut clusters) = (true, None::<(&str, bool)>, None::<Vec<String>>, false, None);
+    let p = crate::common::parse(crate::common::table("sshare"), args)?;
+    for g in &p.opts {
+        match g.key() {
+            "noheader" => header = false,
+            "parsable" => sep = Some(("|", true)),
+            "parsable2" => sep = Some(("|", false)),
+            "accounts" => accounts = Some(list(Some(g.value()), "-A")?),
+            "users" => {
+                list(Some(g.value()), "-u")?;
             }
-            "--help" | "--usage" => {
-                println!("Usage: sshare [-h] [-P] [-p] [-a] [-l] [-A accounts] [-u users]");
+            // Rows of users alone (none: usage is kept per account, so every row is one).
+            "Users" => users_only = true,
+            "clusters" => clusters = Some(g.value().to_string()),
+            "help" | "usage" => {
+                println!("{USAGE}");
                 return Ok(0);
             }
-            "-V" | "--version" => {
-                println!("slurm 25.11.0");
-                return Ok(0);
-            }
-            o if o.starts_with("--accounts=") => accounts = Some(list(o.split_once('=').map(|x| x.1), "--accounts")?),
-            o if o.starts_with("--users=") => {}
-            o if o.starts_with("-A") && o.len() > 2 => accounts = Some(list(Some(&o[2..]), "-A")?),
-            o => bail!("unrecognized option '{o}'\nUsage: sshare [-h] [-P] [-p] [-a] [-l] [-A accounts] [-u users]"),
+            "version" => return crate::query::version(),
+            // Every account is listed, with Slurm's default columns.
+            "all" | "long" | "verbose" => {}
+            other => unreachable!("sshare's table and its reader disagree on {other}"),
         }
     }
-    let rows: Vec<control_row::Row> = runtime()?.block_on(send(&Target::from_env()?, "GET", "/v1/shares", None::<&()>, &[]))?.json()?;
-    let rows: Vec<_> = rows.into_iter().filter(|r| accounts.as_ref().is_none_or(|a| a.contains(&r.account))).collect();
+    if let Some(word) = p.args.first() {
+        bail!("unexpected argument '{}'\n{USAGE}", word.escape_debug());
+    }
+    let t = Target::from_env()?;
+    if let Some(c) = &clusters {
+        crate::common::check_clusters(&t, c)?;
+    }
+    let rows: Vec<control_row::Row> = runtime()?.block_on(send(&t, "GET", "/v1/shares", None::<&()>, &[]))?.json()?;
+    let rows: Vec<_> =
+        rows.into_iter().filter(|r| !users_only && accounts.as_ref().is_none_or(|a| a.contains(&r.account))).collect();
     let cells = |r: &control_row::Row| {
         vec![
             format!(" {}", r.account),

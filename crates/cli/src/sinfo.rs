@@ -7,7 +7,7 @@ use serde_json::json;
 use wire::{NodeInfo, PartitionInfo};
 
 use crate::common::now;
-use crate::query::{Opts, config, help, node_json, nodes, print_reply, version};
+use crate::query::{config, help, node_json, nodes, print_reply, version};
 use slurmcli::SINFO_FIELDS;
 
 const HELP: &str = "Usage: sinfo [OPTIONS]
@@ -34,31 +34,36 @@ struct Group<'a> {
 pub(crate) fn sinfo(args: &[String]) -> Result<i32> {
     let (mut node_oriented, mut reasons, mut header, mut long, mut summarize, mut json) = (false, false, true, false, false, false);
     let (mut fmt, mut long_fmt, mut parts) = (None, None, None::<Vec<String>>);
-    let mut a = Opts::new(args);
-    while let Some(x) = a.next() {
-        if let Some(v) = a.value(&x, Some("-o"), "format")? {
-            fmt = Some(v);
-        } else if let Some(v) = a.value(&x, Some("-O"), "Format")? {
-            long_fmt = Some(v);
-        } else if let Some(v) = a.value(&x, Some("-p"), "partition")? {
-            parts = Some(v.split(',').map(str::to_string).collect());
-        } else {
-            match x.as_str() {
-                "-N" | "--Node" => node_oriented = true,
-                "-R" | "--list-reasons" => reasons = true,
-                "-l" | "--long" => long = true,
-                "-s" | "--summarize" => summarize = true,
-                "-h" | "--noheader" => header = false,
-                "-a" | "--all" | "-v" | "--verbose" => {}
-                "--json" => json = true,
-                "--help" => return help(HELP),
-                "--usage" => return help("Usage: sinfo [-alNRsv] [-p partition] [-o format] [-O format] [--json]\n"),
-                "-V" | "--version" => return version(),
-                o => bail!("unrecognized option '{o}'\nTry \"sinfo --help\" for more information"),
-            }
+    let p = crate::common::parse(crate::common::table("sinfo"), args)?;
+    let mut clusters = None;
+    for g in p.opts {
+        let v = g.value().to_string();
+        match g.key() {
+            "format" => fmt = Some(v),
+            "Format" => long_fmt = Some(v),
+            "partition" => parts = Some(v.split(',').map(str::to_string).collect()),
+            "Node" => node_oriented = true,
+            "list-reasons" => reasons = true,
+            "long" => long = true,
+            "summarize" => summarize = true,
+            "noheader" => header = false,
+            "json" => json = true,
+            "clusters" => clusters = Some(v),
+            "help" => return help(HELP),
+            "usage" => return help("Usage: sinfo [-alNRsv] [-p partition] [-o format] [-O format] [--json]\n"),
+            "version" => return version(),
+            // Every partition is shown; sizes are printed as they are; one cluster.
+            "all" | "verbose" | "hide" | "noconvert" | "federation" | "local" | "sibling" => {}
+            other => unreachable!("sinfo's table and its reader disagree on {other}"),
         }
     }
+    if let Some(word) = p.args.first() {
+        bail!("unexpected argument '{}'\nTry \"sinfo --help\" for more information", word.escape_debug());
+    }
     let t = Target::from_env()?;
+    if let Some(c) = &clusters {
+        crate::common::check_clusters(&t, c)?;
+    }
     let (list, cfg) = (nodes(&t)?, config(&t)?);
     let mut partitions = cfg.partitions.clone();
     if let Some(p) = &parts {

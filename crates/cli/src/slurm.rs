@@ -30,8 +30,11 @@ pub(crate) fn sbatch(args: &[String]) -> Result<i32> {
             eprintln!("sbatch: {line}");
         }
     }
-    let req = submission(batch)?;
     let t = Target::from_env()?;
+    if let Some(c) = &batch.clusters {
+        crate::common::check_clusters(&t, c)?;
+    }
+    let req = submission(batch)?;
     let r: SubmitResponse = runtime()?.block_on(send(&t, "POST", "/v1/jobs", Some(&req), &[]))?.json()?;
     if let Some(msg) = r.test_only {
         eprintln!("sbatch: {msg}");
@@ -129,7 +132,10 @@ pub(crate) fn srun_in(args: &[String], job: Option<u64>) -> Result<i32> {
     }
     let t = Target::from_env()?;
     // Outside an allocation srun makes one for its step, as Slurm's.
-    let (job, made) = match job.or_else(|| std::env::var("SLURM_JOB_ID").ok().and_then(|v| v.parse().ok())) {
+    if let Some(c) = &a.clusters {
+        crate::common::check_clusters(&t, c)?;
+    }
+    let (job, made) = match job.or(a.jobid).or_else(|| std::env::var("SLURM_JOB_ID").ok().and_then(|v| v.parse().ok())) {
         Some(j) => (j, false),
         None => (crate::srun::allocate(&t, "srun", &srun_allocation(&a), &[])?.0, true),
     };
@@ -201,20 +207,48 @@ fn srun_allocation(a: &slurmcli::SrunSpec) -> Vec<String> {
 
 /// `sprio`.
 pub(crate) fn sprio(args: &[String]) -> Result<i32> {
-    match args.first().map(String::as_str) {
-        None => {}
-        Some("--help" | "--usage") => {
-            return crate::query::help("Usage: sprio [--help] [-V]\n  Shows the pending jobs' priorities, factor by factor.\n");
+    let p = crate::common::parse(crate::common::table("sprio"), args)?;
+    let (mut header, mut jobs, mut users, mut clusters) = (true, None::<Vec<String>>, None::<Vec<String>>, None);
+    let list = |v: &str| v.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_string).collect::<Vec<_>>();
+    for g in &p.opts {
+        match g.key() {
+            "noheader" => header = false,
+            "jobs" => jobs = Some(list(g.value())),
+            "user" => users = Some(list(g.value())),
+            "clusters" => clusters = Some(g.value().to_string()),
+            "help" | "usage" => {
+                return crate::query::help(
+                    "Usage: sprio [-h] [-j jobs] [-u users] [-M cluster] [-V] [--help]\n  Shows the pending jobs' priorities, factor by factor.\n",
+                );
+            }
+            "version" => return crate::query::version(),
+            "verbose" | "federation" | "local" | "sibling" => {}
+            other => unreachable!("sprio's table and its reader disagree on {other}"),
         }
-        Some("-V" | "--version") => return crate::query::version(),
-        Some(x) => bail!("unrecognized option '{x}'\nUsage: sprio"),
     }
-    let rows: Vec<(u64, sched::Breakdown)> =
-        runtime()?.block_on(send(&Target::from_env()?, "GET", "/v1/priority", None::<&()>, &[]))?.json()?;
-    println!(
-        "{:>10} {:>10} {:>8} {:>9} {:>8} {:>9} {:>8} {:>10} {:>8}",
-        "JOBID", "PRIORITY", "AGE", "FAIRSHARE", "JOBSIZE", "TIMELIMIT", "XFACTOR", "PARTITION", "QOS"
-    );
+    if let Some(word) = p.args.first() {
+        bail!("unexpected argument '{}'\nTry \"sprio --help\" for more information", word.escape_debug());
+    }
+    let t = Target::from_env()?;
+    if let Some(c) = &clusters {
+        crate::common::check_clusters(&t, c)?;
+    }
+    let mut rows: Vec<(u64, sched::Breakdown)> = runtime()?.block_on(send(&t, "GET", "/v1/priority", None::<&()>, &[]))?.json()?;
+    if jobs.is_some() || users.is_some() {
+        let all: Vec<JobInfo> = crate::query::get(&t, "/v1/jobs")?;
+        rows.retain(|(id, _)| {
+            all.iter().find(|j| j.id == *id).is_some_and(|j| {
+                jobs.as_ref().is_none_or(|w| w.iter().any(|x| crate::query::selects(x, j)))
+                    && users.as_ref().is_none_or(|u| u.contains(&j.user) || u.contains(&j.uid.to_string()))
+            })
+        });
+    }
+    if header {
+        println!(
+            "{:>10} {:>10} {:>8} {:>9} {:>8} {:>9} {:>8} {:>10} {:>8}",
+            "JOBID", "PRIORITY", "AGE", "FAIRSHARE", "JOBSIZE", "TIMELIMIT", "XFACTOR", "PARTITION", "QOS"
+        );
+    }
     for (id, b) in rows {
         println!(
             "{:>10} {:>10.0} {:>8.0} {:>9.0} {:>8.0} {:>9.0} {:>8.0} {:>10.0} {:>8.0}",

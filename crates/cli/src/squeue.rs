@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use wire::JobInfo;
 
 use crate::common::now;
-use crate::query::{Opts, get, help, iso, job_info_json, print_reply, selects, stdout_path, version};
+use crate::query::{get, help, iso, job_info_json, print_reply, selects, stdout_path, version};
 use slurmcli::SQUEUE_FIELDS;
 
 const USAGE: &str = "Usage: squeue [-A account] [--json] [-i seconds] [-j jobs] [-l] [--me] [-n names] [-o format] [-O fields]
@@ -49,6 +49,10 @@ Help options:
 /// Slurm's squeue.
 const NEVER_CUT: &[&str] = &["TimeUsed", "TimeLimit", "TimeLeft", "NodeList", "ReasonList", "NumCPUs", "NumNodes"];
 
+/// The states of jobs that have ended (shown only when asked for with `-t`).
+const FINAL: &[&str] =
+    &["BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "TIMEOUT", "SPECIAL_EXIT"];
+
 /// One line of the listing: a job, or pending tasks of an array collapsed into it.
 struct Row<'a> {
     job: &'a JobInfo,
@@ -63,7 +67,6 @@ fn split_list(v: &str) -> Vec<String> {
 /// `squeue`.
 pub(crate) fn squeue(args: &[String]) -> Result<i32> {
     let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
-    let mut a = Opts::new(args);
     let mut users: Option<Vec<String>> = env("SQUEUE_USERS").map(|v| split_list(&v));
     let mut parts: Option<Vec<String>> = env("SQUEUE_PARTITION").map(|v| split_list(&v));
     let mut accounts: Option<Vec<String>> = env("SQUEUE_ACCOUNT").map(|v| split_list(&v));
@@ -75,53 +78,63 @@ pub(crate) fn squeue(args: &[String]) -> Result<i32> {
     let mut expand = env("SQUEUE_ARRAY").is_some();
     let (mut fmt, mut long_fmt, mut noheader, mut start, mut long, mut json) = (None, None, false, false, false, false);
     let (mut ids, mut nodes, mut iterate): (Option<Vec<String>>, Option<Vec<String>>, Option<u64>) = (None, None, None);
-    while let Some(x) = a.next() {
-        if let Some(v) = a.value(&x, Some("-u"), "user")?.or(a.value(&x, None, "users")?) {
-            users = Some(split_list(&v));
-        } else if let Some(v) = a.value(&x, Some("-p"), "partition")?.or(a.value(&x, None, "partitions")?) {
-            parts = Some(split_list(&v));
-        } else if let Some(v) = a.value(&x, Some("-t"), "states")?.or(a.value(&x, None, "state")?) {
-            states = Some(slurmcli::parse_states(&v).map_err(|e| anyhow!("{}", e.0))?);
-        } else if let Some(v) = a.value(&x, Some("-o"), "format")? {
-            if long_fmt.is_some() {
-                bail!("-o (--format) is incompatible with -O (--Format)");
+    let p = crate::common::parse(crate::common::table("squeue"), args)?;
+    let mut clusters = None;
+    for g in p.opts {
+        let v = g.value();
+        match g.key() {
+            "user" => users = Some(split_list(v)),
+            "partition" => parts = Some(split_list(v)),
+            "states" => states = Some(slurmcli::parse_states(v).map_err(|e| anyhow!("{}", e.0))?),
+            "format" => {
+                if long_fmt.is_some() {
+                    bail!("-o (--format) is incompatible with -O (--Format)");
+                }
+                fmt = Some(v.to_string());
             }
-            fmt = Some(v);
-        } else if let Some(v) = a.value(&x, Some("-O"), "Format")? {
-            if fmt.is_some() {
-                bail!("-O (--Format) is incompatible with -o (--format)");
+            "Format" => {
+                if fmt.is_some() {
+                    bail!("-O (--Format) is incompatible with -o (--format)");
+                }
+                long_fmt = Some(v.to_string());
             }
-            long_fmt = Some(v);
-        } else if let Some(v) = a.value(&x, Some("-j"), "jobs")? {
-            ids = Some(split_list(&v));
-        } else if let Some(v) = a.value(&x, Some("-n"), "name")? {
-            names = Some(split_list(&v));
-        } else if let Some(v) = a.value(&x, Some("-A"), "account")?.or(a.value(&x, None, "accounts")?) {
-            accounts = Some(split_list(&v));
-        } else if let Some(v) = a.value(&x, Some("-q"), "qos")? {
-            qos = Some(split_list(&v));
-        } else if let Some(v) = a.value(&x, Some("-w"), "nodelist")?.or(a.value(&x, None, "nodes")?) {
-            nodes = Some(slurmcli::expand(&v, 100_000).map_err(|e| anyhow!("'{v}' invalid entry for --nodelist: {}", e.0))?);
-        } else if let Some(v) = a.value(&x, Some("-S"), "sort")? {
-            sort = Some(v);
-        } else if let Some(v) = a.value(&x, Some("-i"), "iterate")? {
-            iterate = Some(v.parse().ok().filter(|n| *n > 0).ok_or_else(|| anyhow!("--iterate={v}: a positive number of seconds"))?);
-        } else {
-            match x.as_str() {
-                "-h" | "--noheader" => noheader = true,
-                "--start" => start = true,
-                "-l" | "--long" => long = true,
-                "-r" | "--array" => expand = true,
-                "-a" | "--all" | "-v" | "--verbose" | "--hide" | "--local" => {}
-                "--json" => json = true,
-                "--me" => users = Some(vec![me()]),
-                "--help" => return help(HELP),
-                "--usage" => return help(USAGE),
-                "-V" | "--version" => return version(),
-                o if !o.starts_with('-') && ids.is_none() => ids = Some(split_list(o)),
-                o => bail!("unrecognized option '{o}'\n{USAGE}Try \"squeue --help\" for more information"),
+            // As Slurm's: `-j` takes its list attached (`-j12`); otherwise the next word is it.
+            "jobs" => {
+                if let Some(v) = &g.value {
+                    ids = Some(split_list(v));
+                }
             }
+            "name" => names = Some(split_list(v)),
+            "account" => accounts = Some(split_list(v)),
+            "qos" => qos = Some(split_list(v)),
+            "nodelist" => {
+                nodes = Some(slurmcli::expand(v, 100_000).map_err(|e| anyhow!("'{v}' invalid entry for --nodelist: {}", e.0))?)
+            }
+            "sort" => sort = Some(v.to_string()),
+            "iterate" => {
+                iterate = Some(v.parse().ok().filter(|n| *n > 0).ok_or_else(|| anyhow!("--iterate={v}: a positive number of seconds"))?)
+            }
+            "noheader" => noheader = true,
+            "start" => start = true,
+            "long" => long = true,
+            "array" => expand = true,
+            "json" => json = true,
+            "me" => users = Some(vec![me()]),
+            "clusters" => clusters = Some(v.to_string()),
+            "help" => return help(HELP),
+            "usage" => return help(USAGE),
+            "version" => return version(),
+            // Every partition is shown; sizes are printed as they are; one cluster.
+            "all" | "verbose" | "hide" | "local" | "federation" | "sibling" | "noconvert" | "array-unique" => {}
+            other => unreachable!("squeue's table and its reader disagree on {other}"),
         }
+    }
+    // As Slurm's: job ids may also be given as a word (after a bare `-j`, or alone).
+    if let Some(first) = p.args.first() {
+        if ids.is_some() || p.args.len() > 1 {
+            bail!("unexpected argument '{}'\n{USAGE}Try \"squeue --help\" for more information", p.args[ids.is_none() as usize].escape_debug());
+        }
+        ids = Some(split_list(first));
     }
     if let Some(bad) = ids.iter().flatten().find(|id| {
         let job = id.split('.').next().unwrap_or(id);
@@ -159,9 +172,25 @@ pub(crate) fn squeue(args: &[String]) -> Result<i32> {
         None => vec![("Partition", false), ("StateCompact", false)],
     };
     let t = Target::from_env()?;
+    if let Some(c) = &clusters {
+        crate::common::check_clusters(&t, c)?;
+    }
     let mut first = true;
     loop {
-        let mut list: Vec<JobInfo> = get(&t, "/v1/jobs")?;
+        // Finished jobs stay in the controller for MinJobAge: asked for by state (`-t all`,
+        // `-t CD`), or to tell a finished job from one that never was (`-j`).
+        let finished_too = ids.is_some() || states.as_ref().is_some_and(|s| s.iter().any(|x| FINAL.contains(x)));
+        let mut list: Vec<JobInfo> = get(&t, if finished_too { "/v1/jobs?all=true" } else { "/v1/jobs" })?;
+        // One job id that names no job the controller holds is an error, as Slurm's (of
+        // several, unknown ones are skipped).
+        if let Some([id]) = ids.as_deref()
+            && !list.iter().any(|j| selects(id, j))
+        {
+            eprintln!("slurm_load_jobs error: Invalid job id specified");
+            return Ok(1);
+        }
+        // Without `-t`: pending, running, suspended and completing jobs, as Slurm's.
+        list.retain(|j| states.is_some() || !FINAL.contains(&j.state.as_str()));
         list.retain(|j| {
             users.as_ref().is_none_or(|u| u.contains(&j.user) || u.contains(&j.uid.to_string()))
                 && parts.as_ref().is_none_or(|p| p.contains(&j.partition))

@@ -439,6 +439,8 @@ pub(crate) fn run_step(t: &Target, job: u64, mut req: StepRequest, a: &slurmcli:
         let mut sent_size = false;
         let mut done_at: Option<(Instant, i32)> = None;
         let mut unreachable: Option<Instant> = None;
+        // `-W SECONDS`: when the first task ended, and whether the rest have been told to end.
+        let (mut first_end, mut waited_out): (Option<Instant>, bool) = (None, false);
         let mut tick = tokio::time::interval(Duration::from_millis(100));
         loop {
             tokio::select! {
@@ -508,6 +510,23 @@ pub(crate) fn run_step(t: &Target, job: u64, mut req: StepRequest, a: &slurmcli:
                             sent_size = true;
                         }
                     }
+                    if let Some(w) = a.wait.filter(|w| *w > 0 && !waited_out) {
+                        let ended = !lock(&state).finished.is_empty();
+                        if ended && first_end.is_none() {
+                            first_end = Some(Instant::now());
+                        }
+                        if first_end.is_some_and(|f| f.elapsed() >= Duration::from_secs(w as u64)) && done_at.is_none() {
+                            waited_out = true;
+                            eprintln!("srun: error: Timed out waiting for job step to complete");
+                            let kill = signal_step.clone();
+                            tokio::spawn(async move {
+                                kill(18).await;
+                                kill(15).await;
+                                tokio::time::sleep(Duration::from_secs(5)).await;
+                                kill(9).await;
+                            });
+                        }
+                    }
                     if let Some((at, code)) = done_at {
                         // The step is over: wait for the tasks' last output (a task whose agent
                         // never connected has none to give after a while).
@@ -560,7 +579,8 @@ pub(crate) fn allocate(t: &Target, cmd: &str, opts: &[String], command: &[String
     // salloc reads its SALLOC_* input variables, as Slurm's.
     let env: Vec<(String, String)> = crate::common::caller_env();
     let prefix = if cmd == "salloc" { "SALLOC_" } else { "" };
-    let mut batch = slurmcli::parse_sbatch_env(&argv, crate::common::now(), prefix, &env, &mut |_| Ok("#!/bin/sh\n".into()))
+    let table = if cmd == "salloc" { crate::common::table("salloc") } else { crate::common::table("sbatch") };
+    let mut batch = slurmcli::parse_batch(table, &argv, crate::common::now(), prefix, &env, &mut |_| Ok("#!/bin/sh\n".into()))
         .map_err(|e| anyhow::anyhow!("{}", e.0))?;
     batch.interactive = true;
     batch.script_args.clear();
@@ -621,14 +641,26 @@ pub(crate) fn complete(t: &Target, cmd: &str, job: u64, code: i32) {
 /// its exit code.
 pub(crate) fn salloc(args: &[String]) -> Result<i32> {
     // The options end at the first word that is not one, as sbatch's do before a script.
-    let at = slurmcli::options_end(args).map_err(|e| anyhow::anyhow!("{}", e.0))?;
-    let (opts, mut command) = (args[..at].to_vec(), args[at..].to_vec());
+    let p = crate::common::parse(crate::common::table("salloc"), args)?;
+    let mut command = p.args.clone();
+    let opts = args[..args.len() - command.len()].to_vec();
+    let no_shell = p.opts.iter().any(|g| g.key() == "no-shell");
+    if no_shell && !command.is_empty() {
+        bail!("--no-shell runs no command: give one or the other");
+    }
     if command.is_empty() {
         command.push(std::env::var("SHELL").ok().filter(|s| !s.is_empty()).unwrap_or_else(|| "/bin/sh".into()));
     }
     let t = Target::from_env()?;
-    let (job, j) = allocate(&t, "salloc", &opts, &command)?;
+    if let Some(c) = p.opts.iter().rev().find(|g| g.key() == "clusters") {
+        crate::common::check_clusters(&t, c.value())?;
+    }
+    let (job, j) = allocate(&t, "salloc", &opts, if no_shell { &[] } else { &command })?;
     eprintln!("salloc: Granted job allocation {job}");
+    if no_shell {
+        // The allocation stays until its time limit or `scancel`; `srun --jobid` uses it.
+        return Ok(0);
+    }
     let nodes: Vec<String> = slurmcli::expand(&j.nodelist, 100_000).unwrap_or_default();
     let mut c = std::process::Command::new(&command[0]);
     c.args(&command[1..])

@@ -27,33 +27,32 @@ const FIELDS: [(&str, usize); 11] = [
 /// `sstat`.
 pub(crate) fn sstat(args: &[String]) -> Result<i32> {
     let (mut ids, mut header, mut sep, mut fields) = (Vec::<String>::new(), true, None::<bool>, None::<String>);
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        match a.as_str() {
-            "-j" | "--jobs" => ids.extend(it.next().map(|v| v.split(',').map(str::to_string).collect::<Vec<_>>()).unwrap_or_default()),
-            "-a" | "--allsteps" => {}
-            "-n" | "--noheader" => header = false,
-            "-p" | "--parsable" => sep = Some(true),
-            "-P" | "--parsable2" => sep = Some(false),
-            "-o" | "--format" | "--fields" => fields = it.next().cloned(),
-            "-e" | "--helpformat" => {
+    let p = crate::common::parse(crate::common::table("sstat"), args)?;
+    for g in &p.opts {
+        let v = g.value();
+        match g.key() {
+            "jobs" => ids.extend(v.split(',').map(str::to_string)),
+            "noheader" => header = false,
+            "parsable" => sep = Some(true),
+            "parsable2" => sep = Some(false),
+            "format" => fields = Some(v.to_string()),
+            "helpformat" => {
                 println!("{}", FIELDS.map(|f| f.0).join(" "));
                 return Ok(0);
             }
-            "--help" | "--usage" | "-h" => {
+            "help" | "usage" => {
                 println!("{USAGE}");
                 return Ok(0);
             }
-            "-V" | "--version" => {
-                println!("slurm 25.11.0");
-                return Ok(0);
-            }
-            o if o.starts_with("--jobs=") => ids.extend(o["--jobs=".len()..].split(',').map(str::to_string)),
-            o if o.starts_with("--format=") => fields = Some(o["--format=".len()..].to_string()),
-            o if o.starts_with("-j") && o.len() > 2 => ids.extend(o[2..].split(',').map(str::to_string)),
-            o if o.starts_with('-') => bail!("unrecognized option '{o}'\n{USAGE}"),
-            o => ids.extend(o.split(',').map(str::to_string)),
+            "version" => return crate::query::version(),
+            // Every step is shown; sizes are printed as they are.
+            "allsteps" | "noconvert" | "verbose" => {}
+            other => unreachable!("sstat's table and its reader disagree on {other}"),
         }
+    }
+    // As Slurm's: job ids may also be given as words.
+    for w in &p.args {
+        ids.extend(w.split(',').map(str::to_string));
     }
     if ids.is_empty() {
         bail!("you must specify a job: sstat -j JOBID[.STEP]");

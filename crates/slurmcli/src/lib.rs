@@ -6,21 +6,24 @@
 //! **Invariant:** no IO, no clock, no environment reads: the caller passes the script text, the
 //! arguments and the current time; errors are values whose messages read like Slurm's.
 
+mod commands;
 mod env;
 mod formats;
+pub mod getopt;
 mod hostlist;
 mod options;
 mod query;
 mod report;
 mod srun;
 
+pub use commands::{COMMANDS, SLURM_OPTIONS, command, unknown_options};
 pub use env::{DEFAULTED, PYTORCH_VARS, TaskEnv, apply_export, task_env};
 pub use formats::{
     ArraySpec, MAX_ARRAY_SIZE, MAX_ARRAY_SIZE_CAP, Signal, format_time, parse_array, parse_begin, parse_dependency, parse_gpus, parse_gres,
     parse_memory, parse_signal, parse_time, signal_number,
 };
 pub use hostlist::{MAX_HOST_NAME, compress, expand};
-pub use options::{BatchSpec, PatternAt, STDIN, describe, expand_pattern, expand_pattern_at, options_end, parse_sbatch, parse_sbatch_env};
+pub use options::{BatchSpec, PatternAt, STDIN, describe, expand_pattern, expand_pattern_at, parse_batch, parse_sbatch, parse_sbatch_env};
 pub use query::{
     Column, FieldDef, Item, JOB_STATES, Layout, SACCT_BRIEF, SACCT_DEFAULT, SACCT_FIELDS, SACCT_LONG, SINFO_FIELDS, SQUEUE_FIELDS, Unit,
     array_id, field_of, fields_used, header_of, hms, index_ranges, parse_long, parse_percent, parse_sacct_fields, parse_sort, parse_states,

@@ -5,6 +5,7 @@ use model::{Dependency, GpuPer, GpuRequest, JobRequest, MemRequest, Shape, Time}
 use serde::{Deserialize, Serialize};
 
 use crate::Invalid;
+use crate::getopt::{Arg, Command, Given, Opt, Order, Parsed, getopt};
 use crate::formats::{
     ArraySpec, Signal, parse_array, parse_begin, parse_dependency, parse_gpus, parse_gres, parse_memory, parse_signal, parse_time,
 };
@@ -129,6 +130,9 @@ pub struct BatchSpec {
     /// `-Q`: no informational messages (sbatch prints no job id).
     #[serde(default)]
     pub quiet: bool,
+    /// `-M`/`--clusters`: the cluster's own name or `all` (the command checks it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clusters: Option<String>,
     /// The batch script's text (the file's, or one made from `--wrap`).
     pub script: String,
     /// Path of the script as given, if any.
@@ -154,73 +158,74 @@ mod time_limit {
     }
 }
 
-/// A command's option: its long name, its letter, whether it takes a value.
-pub(crate) struct Opt {
-    pub(crate) long: &'static str,
-    pub(crate) short: Option<char>,
-    pub(crate) arg: Arg,
-}
-
-#[derive(PartialEq)]
-pub(crate) enum Arg {
-    Required,
-    Optional,
-    None,
-}
-
+/// sbatch's options (salloc's too, with [`SALLOC_ONLY`]).
 const OPTS: &[Opt] = &[
-    Opt { long: "job-name", short: Some('J'), arg: Arg::Required },
-    Opt { long: "partition", short: Some('p'), arg: Arg::Required },
-    Opt { long: "account", short: Some('A'), arg: Arg::Required },
-    Opt { long: "qos", short: Some('q'), arg: Arg::Required },
-    Opt { long: "nice", short: None, arg: Arg::Optional },
-    Opt { long: "nodes", short: Some('N'), arg: Arg::Required },
-    Opt { long: "ntasks", short: Some('n'), arg: Arg::Required },
-    Opt { long: "ntasks-per-node", short: None, arg: Arg::Required },
-    Opt { long: "cpus-per-task", short: Some('c'), arg: Arg::Required },
-    Opt { long: "mem", short: None, arg: Arg::Required },
-    Opt { long: "mem-per-cpu", short: None, arg: Arg::Required },
-    Opt { long: "gpus", short: Some('G'), arg: Arg::Required },
-    Opt { long: "gpus-per-node", short: None, arg: Arg::Required },
-    Opt { long: "gpus-per-task", short: None, arg: Arg::Required },
-    Opt { long: "gres", short: None, arg: Arg::Required },
-    Opt { long: "constraint", short: Some('C'), arg: Arg::Required },
-    Opt { long: "nodelist", short: Some('w'), arg: Arg::Required },
-    Opt { long: "exclude", short: Some('x'), arg: Arg::Required },
-    Opt { long: "time", short: Some('t'), arg: Arg::Required },
-    Opt { long: "time-min", short: None, arg: Arg::Required },
-    Opt { long: "output", short: Some('o'), arg: Arg::Required },
-    Opt { long: "error", short: Some('e'), arg: Arg::Required },
-    Opt { long: "array", short: Some('a'), arg: Arg::Required },
-    Opt { long: "dependency", short: Some('d'), arg: Arg::Required },
-    Opt { long: "requeue", short: None, arg: Arg::None },
-    Opt { long: "no-requeue", short: None, arg: Arg::None },
-    Opt { long: "signal", short: None, arg: Arg::Required },
-    Opt { long: "exclusive", short: None, arg: Arg::Optional },
-    Opt { long: "hold", short: Some('H'), arg: Arg::None },
-    Opt { long: "begin", short: Some('b'), arg: Arg::Required },
-    Opt { long: "chdir", short: Some('D'), arg: Arg::Required },
-    Opt { long: "export", short: None, arg: Arg::Required },
-    Opt { long: "parsable", short: None, arg: Arg::None },
-    Opt { long: "test-only", short: None, arg: Arg::None },
-    Opt { long: "wrap", short: None, arg: Arg::Required },
-    Opt { long: "switches", short: None, arg: Arg::Required },
-    Opt { long: "open-mode", short: None, arg: Arg::Required },
-    Opt { long: "wckey", short: None, arg: Arg::Required },
-    Opt { long: "wait", short: Some('W'), arg: Arg::None },
-    Opt { long: "comment", short: None, arg: Arg::Required },
-    Opt { long: "mail-type", short: None, arg: Arg::Required },
-    Opt { long: "mail-user", short: None, arg: Arg::Required },
-    Opt { long: "mem-per-gpu", short: None, arg: Arg::Required },
-    Opt { long: "cpus-per-gpu", short: None, arg: Arg::Required },
-    Opt { long: "reservation", short: None, arg: Arg::Required },
-    Opt { long: "hint", short: None, arg: Arg::Required },
-    Opt { long: "distribution", short: Some('m'), arg: Arg::Required },
-    Opt { long: "threads-per-core", short: None, arg: Arg::Required },
-    Opt { long: "get-user-env", short: None, arg: Arg::Optional },
-    Opt { long: "verbose", short: Some('v'), arg: Arg::None },
-    Opt { long: "quiet", short: Some('Q'), arg: Arg::None },
+    Opt::both('J', "job-name", Arg::Required),
+    Opt::both('p', "partition", Arg::Required),
+    Opt::both('A', "account", Arg::Required),
+    Opt::both('q', "qos", Arg::Required),
+    Opt::long("nice", Arg::Optional),
+    Opt::both('N', "nodes", Arg::Required),
+    Opt::both('n', "ntasks", Arg::Required),
+    Opt::long("ntasks-per-node", Arg::Required),
+    Opt::both('c', "cpus-per-task", Arg::Required),
+    Opt::long("mem", Arg::Required),
+    Opt::long("mem-per-cpu", Arg::Required),
+    Opt::both('G', "gpus", Arg::Required),
+    Opt::long("gpus-per-node", Arg::Required),
+    Opt::long("gpus-per-task", Arg::Required),
+    Opt::long("gres", Arg::Required),
+    Opt::both('C', "constraint", Arg::Required),
+    Opt::both('w', "nodelist", Arg::Required),
+    Opt::both('x', "exclude", Arg::Required),
+    Opt::both('t', "time", Arg::Required),
+    Opt::long("time-min", Arg::Required),
+    Opt::both('o', "output", Arg::Required),
+    Opt::both('e', "error", Arg::Required),
+    Opt::both('a', "array", Arg::Required),
+    Opt::both('d', "dependency", Arg::Required),
+    Opt::long("requeue", Arg::None),
+    Opt::long("no-requeue", Arg::None),
+    Opt::long("signal", Arg::Required),
+    Opt::long("exclusive", Arg::Optional),
+    Opt::both('H', "hold", Arg::None),
+    Opt::both('b', "begin", Arg::Required),
+    Opt::both('D', "chdir", Arg::Required),
+    Opt::long("export", Arg::Required),
+    Opt::long("parsable", Arg::None),
+    Opt::long("test-only", Arg::None),
+    Opt::long("wrap", Arg::Required),
+    Opt::long("switches", Arg::Required),
+    Opt::long("open-mode", Arg::Required),
+    Opt::long("wckey", Arg::Required),
+    Opt::both('W', "wait", Arg::None),
+    Opt::long("comment", Arg::Required),
+    Opt::long("mail-type", Arg::Required),
+    Opt::long("mail-user", Arg::Required),
+    Opt::long("mem-per-gpu", Arg::Required),
+    Opt::long("cpus-per-gpu", Arg::Required),
+    Opt::long("reservation", Arg::Required),
+    Opt::long("hint", Arg::Required),
+    Opt::both('m', "distribution", Arg::Required),
+    Opt::long("threads-per-core", Arg::Required),
+    Opt::long("get-user-env", Arg::Optional),
+    Opt::both('v', "verbose", Arg::None),
+    Opt::both('Q', "quiet", Arg::None),
+    Opt::both('M', "clusters", Arg::Required),
+    Opt::alias("cluster", "clusters", Arg::Required),
+    Opt::both('h', "help", Arg::None),
+    Opt::long("usage", Arg::None),
+    Opt::both('V', "version", Arg::None),
 ];
+
+/// The options `salloc` has beside sbatch's.
+const SALLOC_ONLY: &[Opt] = &[Opt::long("no-shell", Arg::None)];
+
+/// `sbatch`: the options end at the script.
+pub const SBATCH: Command = Command { name: "sbatch", opts: &[OPTS], order: Order::RequireOrder, underscores: false };
+
+/// `salloc`: the options end at the command.
+pub const SALLOC: Command = Command { name: "salloc", opts: &[OPTS, SALLOC_ONLY], order: Order::RequireOrder, underscores: false };
 
 /// Slurm's `--mail-type` values.
 const MAIL_TYPES: &[&str] = &[
@@ -281,7 +286,7 @@ const ENV_OPTS: &[(&str, &str)] = &[
 /// The options that the input variables in `env` with `prefix` (`SBATCH_`, `SALLOC_`) give,
 /// as (option, value) pairs to apply between the script's `#SBATCH` lines and the command
 /// line (Slurm's order); `SLURM_HINT` stands for `--hint` too. Errors name the variable.
-fn env_options(prefix: &str, env: &[(String, String)]) -> Result<Vec<(&'static Opt, Option<String>)>, Invalid> {
+fn env_options(prefix: &str, env: &[(String, String)]) -> Result<Vec<Given>, Invalid> {
     let mut out = Vec::new();
     for (suffix, long) in ENV_OPTS {
         let name = format!("{prefix}{suffix}");
@@ -291,23 +296,15 @@ fn env_options(prefix: &str, env: &[(String, String)]) -> Result<Vec<(&'static O
             .find(|(k, _)| *k == name)
             .or_else(|| (*suffix == "HINT").then(|| env.iter().rev().find(|(k, _)| k == "SLURM_HINT")).flatten());
         let Some((_, v)) = found else { continue };
-        let opt = find_long(OPTS, long).expect("ENV_OPTS names OPTS' options");
+        let opt = SBATCH.find_long(long).expect("ENV_OPTS names OPTS' options");
         let value = match opt.arg {
             Arg::None => None,
             Arg::Optional if v.is_empty() => None,
             _ => Some(v.clone()),
         };
-        out.push((opt, value));
+        out.push(Given { opt, value });
     }
     Ok(out)
-}
-
-fn find_long(table: &'static [Opt], name: &str) -> Result<&'static Opt, Invalid> {
-    table.iter().find(|o| o.long == name).ok_or_else(|| Invalid::new(format!("unrecognized option '--{name}'")))
-}
-
-fn find_short(table: &'static [Opt], c: char) -> Result<&'static Opt, Invalid> {
-    table.iter().find(|o| o.short == Some(c)).ok_or_else(|| Invalid::new(format!("invalid option -- '{c}'")))
 }
 
 /// Splits an `#SBATCH` line's text into words: quotes group, nothing is expanded, a word
@@ -347,65 +344,9 @@ fn words(line: &str) -> Result<Vec<String>, Invalid> {
     Ok(out)
 }
 
-/// Parses option words into (option, value) pairs as getopt does, with sbatch's options.
-fn pairs(argv: &[String], stop_at_positional: bool) -> Result<(Vec<(&'static Opt, Option<String>)>, usize), Invalid> {
-    parse_options(OPTS, argv, stop_at_positional)
-}
-
-/// Parses option words of a command whose options are `table` into (option, value) pairs;
-/// returns the index of the first positional word (the script, the command) when
-/// `stop_at_positional`, else refuses one. After `--` everything is positional.
-pub(crate) fn parse_options(
-    table: &'static [Opt],
-    argv: &[String],
-    stop_at_positional: bool,
-) -> Result<(Vec<(&'static Opt, Option<String>)>, usize), Invalid> {
-    let mut out = Vec::new();
-    let mut i = 0;
-    while i < argv.len() {
-        let a = &argv[i];
-        if a == "--" {
-            return Ok((out, i + 1));
-        }
-        if let Some(rest) = a.strip_prefix("--") {
-            let (name, val) = match rest.split_once('=') {
-                Some((n, v)) => (n, Some(v.to_string())),
-                None => (rest, None),
-            };
-            let opt = find_long(table, name)?;
-            let val = match (&opt.arg, val) {
-                (Arg::None, Some(_)) => return Err(Invalid::new(format!("option '--{name}' doesn't allow an argument"))),
-                (Arg::None, None) | (Arg::Optional, None) => None,
-                (_, Some(v)) => Some(v),
-                (Arg::Required, None) => {
-                    i += 1;
-                    Some(argv.get(i).cloned().ok_or_else(|| Invalid::new(format!("option '--{name}' requires an argument")))?)
-                }
-            };
-            out.push((opt, val));
-        } else if a.len() > 1 && a.starts_with('-') {
-            let mut chars = a[1..].chars();
-            let c = chars.next().expect("non-empty");
-            let opt = find_short(table, c)?;
-            let attached: String = chars.collect();
-            let val = match opt.arg {
-                Arg::None if !attached.is_empty() => return Err(Invalid::new(format!("option '-{c}' doesn't allow an argument"))),
-                Arg::None | Arg::Optional => (!attached.is_empty()).then_some(attached),
-                Arg::Required if !attached.is_empty() => Some(attached),
-                Arg::Required => {
-                    i += 1;
-                    Some(argv.get(i).cloned().ok_or_else(|| Invalid::new(format!("option requires an argument -- '{c}'")))?)
-                }
-            };
-            out.push((opt, val));
-        } else if stop_at_positional {
-            return Ok((out, i));
-        } else {
-            return Err(Invalid::new(format!("unexpected word {a:?} (each #SBATCH line holds options only)")));
-        }
-        i += 1;
-    }
-    Ok((out, argv.len()))
+/// Reads sbatch's options from `argv` (a command line, or the words of one `#SBATCH` line).
+fn pairs(argv: &[String]) -> Result<Parsed, Invalid> {
+    Ok(getopt(&SBATCH, argv)?)
 }
 
 /// Most tasks a job may ask for (`-n`, or `--ntasks-per-node` times `-N`).
@@ -433,9 +374,10 @@ pub(crate) fn text(v: &str, what: &str) -> Result<String, Invalid> {
 }
 
 impl BatchSpec {
-    fn set(&mut self, opt: &Opt, v: Option<String>, now: Time) -> Result<(), Invalid> {
+    fn set(&mut self, given: Given, now: Time) -> Result<(), Invalid> {
+        let v = given.value;
         let val = || v.clone().unwrap_or_default();
-        match opt.long {
+        match given.opt.key {
             "job-name" => {
                 let n = text(&val(), "job name")?;
                 if n.is_empty() || n.len() > 200 {
@@ -593,6 +535,11 @@ impl BatchSpec {
                 let n = s.split_once('@').map_or(s.as_str(), |(n, _)| n);
                 self.switches = Some(count(n, "--switches", 100_000)?);
             }
+            // `-M`: the cluster's own name or `all` (the command checks it against the
+            // cluster's name); `salloc --no-shell` is salloc's to read.
+            "clusters" => self.clusters = Some(text(&val(), "--clusters")?),
+            // The command answers these before it reads a script.
+            "no-shell" | "help" | "usage" | "version" => {}
             other => unreachable!("option table and setter disagree on {other}"),
         }
         Ok(())
@@ -768,12 +715,6 @@ fn base_name(p: &str) -> &str {
 /// script file, no `--wrap`).
 pub const STDIN: &str = "";
 
-/// Where `sbatch`'s (and `salloc`'s) options end: the index of the first word that is not
-/// one (the script, or `salloc`'s command), `argv.len()` if none.
-pub fn options_end(argv: &[String]) -> Result<usize, Invalid> {
-    Ok(pairs(argv, true)?.1)
-}
-
 /// Parses `sbatch` arguments. The first word that is not an option is the script path; the
 /// words after it are the script's arguments; with neither it nor `--wrap` the script is read
 /// from standard input (`read_script(STDIN)`). `read_script` reads the script (the caller's IO);
@@ -798,17 +739,30 @@ pub fn parse_sbatch_env(
     env: &[(String, String)],
     read_script: &mut dyn FnMut(&str) -> Result<String, Invalid>,
 ) -> Result<BatchSpec, Invalid> {
-    let (cli, pos) = pairs(argv, true)?;
+    parse_batch(&SBATCH, argv, now, prefix, env, read_script)
+}
+
+/// [`parse_sbatch_env`] with the options of `cmd` ([`SBATCH`], or [`SALLOC`], whose own
+/// options the caller reads from the same words).
+pub fn parse_batch(
+    cmd: &Command,
+    argv: &[String],
+    now: Time,
+    prefix: &str,
+    env: &[(String, String)],
+    read_script: &mut dyn FnMut(&str) -> Result<String, Invalid>,
+) -> Result<BatchSpec, Invalid> {
+    let Parsed { opts: cli, args: positional, .. } = getopt(cmd, argv)?;
     let from_env = if prefix.is_empty() { Vec::new() } else { env_options(prefix, env)? };
     let mut spec = BatchSpec::default();
-    let wrap = cli.iter().any(|(o, _)| o.long == "wrap");
-    let from_stdin = pos >= argv.len() && !wrap;
-    if pos < argv.len() && wrap {
+    let wrap = cli.iter().any(|g| g.key() == "wrap");
+    let from_stdin = positional.is_empty() && !wrap;
+    if !positional.is_empty() && wrap {
         return Err(Invalid::new("cannot use --wrap together with a batch script"));
     }
-    if pos < argv.len() || from_stdin {
+    if !positional.is_empty() || from_stdin {
         // No script file and no --wrap: the script comes on standard input, as Slurm's.
-        let path = if from_stdin { STDIN.to_string() } else { argv[pos].clone() };
+        let path = if from_stdin { STDIN.to_string() } else { positional[0].clone() };
         let text = read_script(&path)?;
         if from_stdin && text.is_empty() {
             return Err(Invalid::new("no batch script: give a script file, --wrap=\"command\", or the script on standard input"));
@@ -822,12 +776,16 @@ pub fn parse_sbatch_env(
             return Err(Invalid::new("the batch script contains NUL bytes"));
         }
         for (line, words) in BatchSpec::script_options(&text)? {
-            let (opts, _) = pairs(&words, false).map_err(|e| Invalid::new(format!("script line {line}: {}", e.0)))?;
-            for (opt, v) in opts {
-                if opt.long == "wrap" {
-                    return Err(Invalid::new(format!("script line {line}: --wrap cannot be used in a script")));
+            let at = |e: Invalid| Invalid::new(format!("script line {line}: {}", e.0));
+            let Parsed { opts, args, .. } = pairs(&words).map_err(at)?;
+            if let Some(word) = args.first() {
+                return Err(at(Invalid::new(format!("unexpected word {word:?} (each #SBATCH line holds options only)"))));
+            }
+            for given in opts {
+                if given.key() == "wrap" {
+                    return Err(at(Invalid::new("--wrap cannot be used in a script")));
                 }
-                spec.set(opt, v, now).map_err(|e| Invalid::new(format!("script line {line}: {}", e.0)))?;
+                spec.set(given, now).map_err(at)?;
             }
         }
         spec.script = text;
@@ -836,15 +794,15 @@ pub fn parse_sbatch_env(
             spec.job_name.get_or_insert_with(|| "sbatch".into());
         } else {
             spec.script_path = Some(path);
-            spec.script_args = argv[pos + 1..].to_vec();
+            spec.script_args = positional[1..].to_vec();
         }
     }
-    for (opt, v) in from_env {
-        let var = ENV_OPTS.iter().find(|(_, l)| *l == opt.long).map_or(String::new(), |(suffix, _)| format!("{prefix}{suffix}"));
-        spec.set(opt, v, now).map_err(|e| Invalid::new(format!("{var}: {}", e.0)))?;
+    for given in from_env {
+        let var = ENV_OPTS.iter().find(|(_, l)| *l == given.key()).map_or(String::new(), |(suffix, _)| format!("{prefix}{suffix}"));
+        spec.set(given, now).map_err(|e| Invalid::new(format!("{var}: {}", e.0)))?;
     }
-    for (opt, v) in cli {
-        spec.set(opt, v, now)?;
+    for given in cli {
+        spec.set(given, now)?;
     }
     if spec.cpus_per_gpu.is_some() && spec.cpus_per_task.is_some() {
         return Err(Invalid::new("--cpus-per-gpu is mutually exclusive with --cpus-per-task"));

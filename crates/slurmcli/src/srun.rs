@@ -4,12 +4,20 @@
 use crate::Invalid;
 use crate::formats::{parse_gpus, parse_gres, parse_memory, parse_time};
 use crate::hostlist::expand;
-use crate::options::{Arg, Opt, count, parse_options, text};
+use crate::getopt::{Arg, Command, Given, Opt, Order, Parsed, getopt};
+use crate::options::{count, text};
 use model::{GpuPer, MemRequest, Time};
 
 /// An `srun` command line.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SrunSpec {
+    /// `--jobid`: the allocation to run the step in (else `SLURM_JOB_ID`'s).
+    pub jobid: Option<u64>,
+    /// `-M`/`--clusters` (the command checks that it names this cluster, or `all`).
+    pub clusters: Option<String>,
+    /// `-W`/`--wait=SECONDS`: after the first task ends, how long the others may run on (0:
+    /// as long as they like, Slurm's default).
+    pub wait: Option<u32>,
     /// `-N` (the minimum of `min-max`).
     pub nodes: Option<u32>,
     /// `-n`.
@@ -94,44 +102,54 @@ pub const MPI_TYPES: [&str; 2] = ["none", "pmi2"];
 
 /// srun's options (the long name, the letter, whether it takes a value).
 const OPTS: &[Opt] = &[
-    Opt { long: "nodes", short: Some('N'), arg: Arg::Required },
-    Opt { long: "ntasks", short: Some('n'), arg: Arg::Required },
-    Opt { long: "ntasks-per-node", short: None, arg: Arg::Required },
-    Opt { long: "cpus-per-task", short: Some('c'), arg: Arg::Required },
-    Opt { long: "job-name", short: Some('J'), arg: Arg::Required },
-    Opt { long: "output", short: Some('o'), arg: Arg::Required },
-    Opt { long: "error", short: Some('e'), arg: Arg::Required },
-    Opt { long: "input", short: Some('i'), arg: Arg::Required },
-    Opt { long: "open-mode", short: None, arg: Arg::Required },
-    Opt { long: "kill-on-bad-exit", short: Some('K'), arg: Arg::Optional },
-    Opt { long: "mpi", short: None, arg: Arg::Required },
-    Opt { long: "unbuffered", short: Some('u'), arg: Arg::None },
-    Opt { long: "label", short: Some('l'), arg: Arg::None },
-    Opt { long: "export", short: None, arg: Arg::Required },
-    Opt { long: "chdir", short: Some('D'), arg: Arg::Required },
-    Opt { long: "nodelist", short: Some('w'), arg: Arg::Required },
-    Opt { long: "exclude", short: Some('x'), arg: Arg::Required },
-    Opt { long: "exclusive", short: None, arg: Arg::Optional },
-    Opt { long: "overlap", short: None, arg: Arg::None },
-    Opt { long: "whole", short: None, arg: Arg::None },
-    Opt { long: "cpu-bind", short: None, arg: Arg::Required },
-    Opt { long: "distribution", short: Some('m'), arg: Arg::Required },
-    Opt { long: "time", short: Some('t'), arg: Arg::Required },
-    Opt { long: "verbose", short: Some('v'), arg: Arg::None },
-    Opt { long: "quiet", short: Some('Q'), arg: Arg::None },
-    Opt { long: "pty", short: None, arg: Arg::None },
-    Opt { long: "partition", short: Some('p'), arg: Arg::Required },
-    Opt { long: "account", short: Some('A'), arg: Arg::Required },
-    Opt { long: "qos", short: Some('q'), arg: Arg::Required },
-    Opt { long: "mem", short: None, arg: Arg::Required },
-    Opt { long: "mem-per-cpu", short: None, arg: Arg::Required },
-    Opt { long: "gpus", short: Some('G'), arg: Arg::Required },
-    Opt { long: "gpus-per-node", short: None, arg: Arg::Required },
-    Opt { long: "gpus-per-task", short: None, arg: Arg::Required },
-    Opt { long: "gres", short: None, arg: Arg::Required },
-    Opt { long: "exact", short: None, arg: Arg::None },
-    Opt { long: "overcommit", short: Some('O'), arg: Arg::None },
+    Opt::both('N', "nodes", Arg::Required),
+    Opt::both('n', "ntasks", Arg::Required),
+    Opt::long("ntasks-per-node", Arg::Required),
+    Opt::both('c', "cpus-per-task", Arg::Required),
+    Opt::both('J', "job-name", Arg::Required),
+    Opt::both('o', "output", Arg::Required),
+    Opt::both('e', "error", Arg::Required),
+    Opt::both('i', "input", Arg::Required),
+    Opt::long("open-mode", Arg::Required),
+    Opt::both('K', "kill-on-bad-exit", Arg::Optional),
+    Opt::long("mpi", Arg::Required),
+    Opt::both('u', "unbuffered", Arg::None),
+    Opt::both('l', "label", Arg::None),
+    Opt::long("export", Arg::Required),
+    Opt::both('D', "chdir", Arg::Required),
+    Opt::both('w', "nodelist", Arg::Required),
+    Opt::both('x', "exclude", Arg::Required),
+    Opt::long("exclusive", Arg::Optional),
+    Opt::long("overlap", Arg::None),
+    Opt::long("whole", Arg::None),
+    Opt::long("cpu-bind", Arg::Required),
+    Opt::both('m', "distribution", Arg::Required),
+    Opt::both('t', "time", Arg::Required),
+    Opt::both('v', "verbose", Arg::None),
+    Opt::both('Q', "quiet", Arg::None),
+    Opt::long("pty", Arg::None),
+    Opt::both('p', "partition", Arg::Required),
+    Opt::both('A', "account", Arg::Required),
+    Opt::both('q', "qos", Arg::Required),
+    Opt::long("mem", Arg::Required),
+    Opt::long("mem-per-cpu", Arg::Required),
+    Opt::both('G', "gpus", Arg::Required),
+    Opt::long("gpus-per-node", Arg::Required),
+    Opt::long("gpus-per-task", Arg::Required),
+    Opt::long("gres", Arg::Required),
+    Opt::long("exact", Arg::None),
+    Opt::both('O', "overcommit", Arg::None),
+    Opt::both('M', "clusters", Arg::Required),
+    Opt::alias("cluster", "clusters", Arg::Required),
+    Opt::both('W', "wait", Arg::Required),
+    Opt::long("jobid", Arg::Required),
+    Opt::both('h', "help", Arg::None),
+    Opt::long("usage", Arg::None),
+    Opt::both('V', "version", Arg::None),
 ];
+
+/// `srun`: the options end at the command; `_` in a long name reads as `-`, as Slurm's.
+pub const SRUN: Command = Command { name: "srun", opts: &[OPTS], order: Order::RequireOrder, underscores: true };
 
 /// A value that must be there and be plain text.
 fn nonempty(v: &str, what: &str) -> Result<String, Invalid> {
@@ -145,11 +163,11 @@ fn nonempty(v: &str, what: &str) -> Result<String, Invalid> {
 /// is not an option, or after `--`). Long options take Slurm's underscore spellings too
 /// (`--cpu_bind`, `--ntasks_per_node`).
 pub fn parse_srun(args: &[String]) -> Result<SrunSpec, Invalid> {
-    let (opts, end) = parse_options(OPTS, &respelled(args), true)?;
-    let mut s = SrunSpec { argv: args[end..].to_vec(), ..SrunSpec::default() };
-    for (opt, value) in opts {
+    let Parsed { opts, args: command, .. } = getopt(&SRUN, args)?;
+    let mut s = SrunSpec { argv: command, ..SrunSpec::default() };
+    for Given { opt, value } in opts {
         let v = || value.clone().unwrap_or_default();
-        match opt.long {
+        match opt.key {
             "nodes" => {
                 let min = v().split('-').next().unwrap_or("").to_string();
                 s.nodes = Some(count(&min, "node count", MAX)?);
@@ -211,11 +229,11 @@ pub fn parse_srun(args: &[String]) -> Result<SrunSpec, Invalid> {
             "nodelist" => s.nodelist = expand(&v(), 100_000).map_err(|e| Invalid::new(format!("invalid --nodelist: {}", e.0)))?,
             "exclude" => s.exclude = expand(&v(), 100_000).map_err(|e| Invalid::new(format!("invalid --exclude: {}", e.0)))?,
             "cpu-bind" => {
-                let v = nonempty(&v(), opt.long)?;
+                let v = nonempty(&v(), opt.key)?;
                 cpu_bind_cpus(&v, 0)?;
-                s.recorded.push((opt.long.to_string(), v));
+                s.recorded.push((opt.key.to_string(), v));
             }
-            "distribution" => s.recorded.push((opt.long.to_string(), nonempty(&v(), opt.long)?)),
+            "distribution" => s.recorded.push((opt.key.to_string(), nonempty(&v(), opt.key)?)),
             "time" => {
                 s.time = parse_time(&v())?;
                 s.allocation.push(format!("--time={}", v()));
@@ -231,14 +249,14 @@ pub fn parse_srun(args: &[String]) -> Result<SrunSpec, Invalid> {
             "gpus" | "gpus-per-node" | "gpus-per-task" => {
                 let (ty, n) = parse_gpus(&v())?;
                 s.gpus = Some((
-                    match opt.long {
+                    match opt.key {
                         "gpus" => GpuPer::Job(n),
                         "gpus-per-node" => GpuPer::Node(n),
                         _ => GpuPer::Task(n),
                     },
                     ty,
                 ));
-                s.allocation.push(format!("--{}={}", opt.long, v()));
+                s.allocation.push(format!("--{}={}", opt.key, v()));
             }
             "gres" => {
                 for (name, ty, n) in parse_gres(&v())? {
@@ -250,7 +268,7 @@ pub fn parse_srun(args: &[String]) -> Result<SrunSpec, Invalid> {
                 s.allocation.push(format!("--gres={}", v()));
             }
             "partition" | "account" | "qos" => {
-                s.allocation.push(format!("--{}={}", opt.long, nonempty(&v(), opt.long)?));
+                s.allocation.push(format!("--{}={}", opt.key, nonempty(&v(), opt.key)?));
             }
             "exclusive" => {
                 // `=allocation`: whole nodes for a job srun makes, without --exact for its step.
@@ -264,7 +282,18 @@ pub fn parse_srun(args: &[String]) -> Result<SrunSpec, Invalid> {
             "overlap" => s.overlap = true,
             "whole" => s.whole = true,
             "overcommit" => s.overcommit = true,
-            "verbose" | "quiet" => {}
+            // `--help`, `--usage` and `-V` are answered before.
+            "verbose" | "quiet" | "help" | "usage" | "version" => {}
+            // `-M`: the cluster's own name or `all` (the command checks the name).
+            "clusters" => s.clusters = Some(nonempty(&v(), "--clusters")?),
+            "jobid" => {
+                let id = v();
+                let job = id.split('.').next().unwrap_or("");
+                s.jobid = Some(job.parse::<u64>().ok().filter(|n| *n > 0).ok_or_else(|| Invalid::new(format!("Invalid job id: {id}")))?);
+            }
+            "wait" => {
+                s.wait = Some(v().trim().parse::<u32>().map_err(|_| Invalid::new(format!("invalid --wait={}: a whole number of seconds", v())))?)
+            }
             _ => unreachable!("every option in OPTS is handled"),
         }
     }
@@ -337,6 +366,10 @@ pub fn cpu_bind_cpus(spec: &str, localid: u32) -> Result<Option<Vec<u32>>, Inval
         }
     }
     let Some((head, mut rest)) = what else {
+        // `q`/`quiet`, `v`/`verbose` alone keep the default binding (none here), as Slurm's.
+        if !spec.trim().is_empty() {
+            return Ok(None);
+        }
         return Err(bad("want none, rank, map_cpu:<list>, mask_cpu:<list>, cores, threads, sockets or ldoms"));
     };
     let (kind, first) = head.split_once(':').map_or((head.as_str(), None), |(k, v)| (k, Some(v.to_string())));
@@ -399,22 +432,6 @@ fn count0(v: &str, what: &str, max: u32) -> Result<u32, Invalid> {
 /// Most nodes or tasks a step may ask for.
 const MAX: u32 = 100_000;
 
-/// Long options with Slurm's underscore spellings respelled with dashes (`--cpu_bind=x` is
-/// `--cpu-bind=x`); an `=value` and words not starting with `--` are left alone (the command
-/// itself is taken from the words as given).
-fn respelled(args: &[String]) -> Vec<String> {
-    args.iter()
-        .map(|a| match a.strip_prefix("--") {
-            Some(rest) if !rest.is_empty() => {
-                let (name, value) = rest.split_once('=').map_or((rest, None), |(n, v)| (n, Some(v)));
-                let name = name.replace('_', "-");
-                value.map_or_else(|| format!("--{name}"), |v| format!("--{name}={v}"))
-            }
-            _ => a.clone(),
-        })
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -466,7 +483,10 @@ mod tests {
         assert!(e(&["-o", "", "x"]).contains("must not be empty"));
         assert!(e(&["-n", "0", "x"]).contains("number of tasks"));
         assert!(e(&["--unbuffered=yes", "x"]).contains("doesn't allow an argument"));
-        assert!(e(&["-ux", "x"]).contains("doesn't allow an argument"));
+        // Letters bundle, as glibc's: `-ux` is `-u -x`, whose value here is the command's word.
+        assert_eq!(e(&["-ux", "x"]), "no command given");
+        assert_eq!(e(&["-uZ", "x"]), "invalid option -- 'Z'");
+        assert!(p(&["-lN1", "hostname"]).is_ok_and(|s| s.label && s.nodes == Some(1) && s.argv == ["hostname"]));
         assert!(e(&["--mpi=pmix", "x"]).contains("PMIx is not available"));
         assert!(e(&["--mpi=cray_shasta", "x"]).contains("not available"));
         assert!(p(&["--mpi=pmi2", "x"]).unwrap().pmi);

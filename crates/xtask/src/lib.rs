@@ -513,3 +513,42 @@ pub fn arrows_in_markdown(md: &str) -> Option<Vec<(String, Vec<String>)>> {
         .collect();
     Some(rows)
 }
+
+/// The places in one source file of a command that read options by hand instead of through the
+/// one parser (`slurmcli::getopt`): each `(line, what)` where an option word such as `"-h"` or
+/// `"--noheader"` is a match arm's pattern or compared with `==`/`!=`, or a word is taken apart
+/// with `starts_with`/`strip_prefix` of `-`. A value such as `"-1"` or a lone `"-"` is no option.
+pub fn hand_read_options(src: &str) -> Vec<(usize, String)> {
+    let mut found = Vec::new();
+    for (n, raw) in src.lines().enumerate() {
+        let line = raw.trim_start();
+        if line.starts_with("//") {
+            continue;
+        }
+        for pat in ["starts_with(\"-", "strip_prefix(\"-", "starts_with('-')", "strip_prefix('-')"] {
+            if line.contains(pat) {
+                found.push((n + 1, format!("`{pat}`")));
+            }
+        }
+        let b = line.as_bytes();
+        let mut i = 0;
+        while let Some(at) = line[i..].find("\"-").map(|a| a + i) {
+            i = at + 2;
+            let next = b.get(at + 2).copied().unwrap_or(b' ');
+            if !(next.is_ascii_alphabetic() || next == b'-') || (at > 0 && b[at - 1] == b'\\') {
+                continue;
+            }
+            let Some(end) = line[at + 1..].find('"').map(|e| e + at + 1) else { break };
+            let word = &line[at..=end];
+            let after = line[end + 1..].trim_start();
+            let before = line[..at].trim_end();
+            let arm = after.starts_with("=>") || (after.starts_with('|') && !after.starts_with("||"));
+            let compared = before.ends_with("==") || before.ends_with("!=") || after.starts_with("==") || after.starts_with("!=");
+            if arm || compared {
+                found.push((n + 1, format!("option word {word}")));
+            }
+            i = end + 1;
+        }
+    }
+    found
+}

@@ -267,3 +267,35 @@ fn binaries_without_unit_tests_say_so() {
         assert!(!text.contains("#[test]"), "{f} has a #[test], but its binary has `test = false` in crates/tandem/Cargo.toml");
     }
 }
+
+/// Issue 28: every Slurm command reads its command line through `slurmcli::getopt` with its
+/// table; no command matches on option words itself.
+#[test]
+fn commands_read_options_through_the_one_parser() {
+    let mut errors = Vec::new();
+    for f in rust_files(&root().join("crates/cli/src")) {
+        let text = std::fs::read_to_string(&f).unwrap();
+        for (line, what) in xtask::hand_read_options(&text) {
+            errors.push(format!("{}:{line}: {what}", f.display()));
+        }
+    }
+    assert!(errors.is_empty(), "options read by hand (put them in the command's table in slurmcli and match on keys):\n{}", errors.join("\n"));
+}
+
+#[test]
+fn hand_read_options_finds_arms_and_comparisons_only() {
+    let src = r#"
+        match x.as_str() {
+            "-h" | "--noheader" => header = false,
+            "--json" => json = true,
+        }
+        if x == "-V" {}
+        let y = a.strip_prefix("--");
+        let ok = v.trim() == "-1" || path == "-";
+        let args = vec!["--overlap", "-N"];
+        // "-h" => in a comment
+        let s = "Try \"squeue --help\" for more";
+    "#;
+    let found: Vec<usize> = xtask::hand_read_options(src).into_iter().map(|(l, _)| l).collect();
+    assert_eq!(found, vec![3, 3, 4, 6, 7]);
+}

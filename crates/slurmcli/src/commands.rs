@@ -1,0 +1,284 @@
+//! The option tables of the query and helper commands (`squeue`, `sinfo`, `sacct`, `scancel`,
+//! `scontrol`, `sprio`, `sshare`, `sreport`, `sstat`, `sbcast`, `sattach`); `sbatch`'s, `salloc`'s
+//! and `srun`'s live beside their parsers. [`command`] finds any of them by the command's name,
+//! for the one parser ([`crate::getopt`]). Long names and letters are Slurm's man pages'; the
+//! spellings Slurm's sources also accept (`--users`, `--accounts`) are aliases.
+
+use crate::getopt::{Arg, Command, Opt, Order};
+use crate::options::{SALLOC, SBATCH};
+use crate::srun::SRUN;
+
+/// The options every query command has: `-v`, `-V`, `--usage`.
+const BASIC: &[Opt] = &[Opt::both('v', "verbose", Arg::None), Opt::both('V', "version", Arg::None), Opt::long("usage", Arg::None)];
+
+/// `-M`/`--clusters` (the command checks that it names this cluster, or `all`) and the
+/// query commands' `-v`, `-V`, `--usage`.
+const COMMON: &[Opt] = &[
+    Opt::both('M', "clusters", Arg::Required),
+    Opt::alias("cluster", "clusters", Arg::Required),
+    Opt::both('v', "verbose", Arg::None),
+    Opt::both('V', "version", Arg::None),
+    Opt::long("usage", Arg::None),
+];
+
+/// Accepted by the commands that have them, with no effect on a cluster of one (there is no
+/// federation).
+const ONE_CLUSTER: &[Opt] = &[Opt::long("federation", Arg::None), Opt::long("local", Arg::None), Opt::long("sibling", Arg::None)];
+
+const SQUEUE_OPTS: &[Opt] = &[
+    Opt::both('A', "account", Arg::Required),
+    Opt::alias("accounts", "account", Arg::Required),
+    Opt::both('a', "all", Arg::None),
+    Opt::both('r', "array", Arg::None),
+    Opt::long("array-unique", Arg::None),
+    Opt::both('o', "format", Arg::Required),
+    Opt::both('O', "Format", Arg::Required),
+    Opt::long("help", Arg::None),
+    Opt::long("hide", Arg::None),
+    Opt::both('i', "iterate", Arg::Required),
+    // Optional, as Slurm's: `-j12`, or `-j 12` with the list as the next word.
+    Opt::both('j', "jobs", Arg::Optional),
+    Opt::long("json", Arg::None),
+    Opt::both('l', "long", Arg::None),
+    Opt::long("me", Arg::None),
+    Opt::both('n', "name", Arg::Required),
+    Opt::long("noconvert", Arg::None),
+    Opt::both('w', "nodelist", Arg::Required),
+    Opt::alias("nodes", "nodelist", Arg::Required),
+    Opt::both('h', "noheader", Arg::None),
+    Opt::both('p', "partition", Arg::Required),
+    Opt::alias("partitions", "partition", Arg::Required),
+    Opt::both('q', "qos", Arg::Required),
+    Opt::both('S', "sort", Arg::Required),
+    Opt::long("start", Arg::None),
+    Opt::both('t', "states", Arg::Required),
+    Opt::alias("state", "states", Arg::Required),
+    Opt::both('u', "user", Arg::Required),
+    Opt::alias("users", "user", Arg::Required),
+];
+
+const SINFO_OPTS: &[Opt] = &[
+    Opt::both('a', "all", Arg::None),
+    Opt::both('o', "format", Arg::Required),
+    Opt::both('O', "Format", Arg::Required),
+    Opt::long("help", Arg::None),
+    Opt::long("hide", Arg::None),
+    Opt::long("json", Arg::None),
+    Opt::both('R', "list-reasons", Arg::None),
+    Opt::both('l', "long", Arg::None),
+    Opt::long("noconvert", Arg::None),
+    Opt::both('N', "Node", Arg::None),
+    Opt::both('h', "noheader", Arg::None),
+    Opt::both('p', "partition", Arg::Required),
+    Opt::both('s', "summarize", Arg::None),
+];
+
+const SACCT_OPTS: &[Opt] = &[
+    Opt::both('A', "accounts", Arg::Required),
+    Opt::alias("account", "accounts", Arg::Required),
+    Opt::both('L', "allclusters", Arg::None),
+    Opt::both('X', "allocations", Arg::None),
+    Opt::both('a', "allusers", Arg::None),
+    Opt::both('b', "brief", Arg::None),
+    Opt::long("delimiter", Arg::Required),
+    Opt::both('D', "duplicates", Arg::None),
+    Opt::both('E', "endtime", Arg::Required),
+    Opt::both('o', "format", Arg::Required),
+    Opt::alias("fields", "format", Arg::Required),
+    Opt::both('h', "help", Arg::None),
+    Opt::both('e', "helpformat", Arg::None),
+    Opt::both('j', "jobs", Arg::Required),
+    Opt::long("json", Arg::None),
+    Opt::both('l', "long", Arg::None),
+    Opt::long("name", Arg::Required),
+    Opt::long("noconvert", Arg::None),
+    Opt::both('n', "noheader", Arg::None),
+    Opt::both('p', "parsable", Arg::None),
+    Opt::both('P', "parsable2", Arg::None),
+    Opt::both('r', "partition", Arg::Required),
+    Opt::both('S', "starttime", Arg::Required),
+    Opt::both('s', "state", Arg::Required),
+    Opt::both('u', "uid", Arg::Required),
+    Opt::alias("user", "uid", Arg::Required),
+    Opt::long("units", Arg::Required),
+];
+
+const SCANCEL_OPTS: &[Opt] = &[
+    Opt::both('A', "account", Arg::Required),
+    Opt::long("help", Arg::None),
+    Opt::both('n', "jobname", Arg::Required),
+    Opt::alias("name", "jobname", Arg::Required),
+    Opt::long("me", Arg::None),
+    Opt::both('p', "partition", Arg::Required),
+    Opt::both('Q', "quiet", Arg::None),
+    Opt::both('s', "signal", Arg::Required),
+    Opt::both('t', "state", Arg::Required),
+    Opt::both('u', "user", Arg::Required),
+];
+
+const SCONTROL_OPTS: &[Opt] = &[
+    Opt::both('a', "all", Arg::None),
+    Opt::both('d', "details", Arg::None),
+    Opt::both('h', "help", Arg::None),
+    Opt::long("json", Arg::None),
+    Opt::both('o', "oneliner", Arg::None),
+    Opt::both('Q', "quiet", Arg::None),
+];
+
+const SPRIO_OPTS: &[Opt] = &[
+    Opt::long("help", Arg::None),
+    Opt::both('j', "jobs", Arg::Required),
+    Opt::both('h', "noheader", Arg::None),
+    Opt::both('u', "user", Arg::Required),
+];
+
+const SSHARE_OPTS: &[Opt] = &[
+    Opt::both('A', "accounts", Arg::Required),
+    Opt::both('a', "all", Arg::None),
+    Opt::long("help", Arg::None),
+    Opt::both('l', "long", Arg::None),
+    Opt::both('n', "noheader", Arg::None),
+    Opt::short('h', "noheader", Arg::None),
+    Opt::both('p', "parsable", Arg::None),
+    Opt::both('P', "parsable2", Arg::None),
+    Opt::both('u', "users", Arg::Required),
+    Opt::both('U', "Users", Arg::None),
+];
+
+const SREPORT_OPTS: &[Opt] = &[
+    Opt::both('a', "all_clusters", Arg::None),
+    Opt::both('h', "help", Arg::None),
+    Opt::both('n', "noheader", Arg::None),
+    Opt::both('p', "parsable", Arg::None),
+    Opt::both('P', "parsable2", Arg::None),
+    Opt::both('Q', "quiet", Arg::None),
+    Opt::short('t', "time-format", Arg::Required),
+    Opt::both('T', "tres", Arg::Required),
+];
+
+const SSTAT_OPTS: &[Opt] = &[
+    Opt::both('a', "allsteps", Arg::None),
+    Opt::both('o', "format", Arg::Required),
+    Opt::alias("fields", "format", Arg::Required),
+    Opt::both('h', "help", Arg::None),
+    Opt::both('e', "helpformat", Arg::None),
+    Opt::both('j', "jobs", Arg::Required),
+    Opt::long("noconvert", Arg::None),
+    Opt::both('n', "noheader", Arg::None),
+    Opt::both('p', "parsable", Arg::None),
+    Opt::both('P', "parsable2", Arg::None),
+];
+
+const SBCAST_OPTS: &[Opt] = &[
+    Opt::both('C', "compress", Arg::Optional),
+    Opt::both('f', "force", Arg::None),
+    Opt::long("help", Arg::None),
+    Opt::both('j', "jobid", Arg::Required),
+    Opt::both('p', "preserve", Arg::None),
+];
+
+const SATTACH_OPTS: &[Opt] = &[
+    Opt::long("error-filter", Arg::Required),
+    Opt::both('h', "help", Arg::None),
+    Opt::long("input-filter", Arg::Required),
+    Opt::both('l', "label", Arg::None),
+    Opt::long("layout", Arg::None),
+    Opt::long("output-filter", Arg::Required),
+    Opt::long("pty", Arg::None),
+    Opt::both('Q', "quiet", Arg::None),
+    Opt::both('u', "usage", Arg::None),
+    Opt::both('v', "verbose", Arg::None),
+    Opt::both('V', "version", Arg::None),
+];
+
+/// `squeue`.
+pub const SQUEUE: Command = Command { name: "squeue", opts: &[SQUEUE_OPTS, COMMON, ONE_CLUSTER], order: Order::Permute, underscores: false };
+/// `sinfo`.
+pub const SINFO: Command = Command { name: "sinfo", opts: &[SINFO_OPTS, COMMON, ONE_CLUSTER], order: Order::Permute, underscores: false };
+/// `sacct`.
+pub const SACCT: Command = Command { name: "sacct", opts: &[SACCT_OPTS, COMMON, ONE_CLUSTER], order: Order::Permute, underscores: false };
+/// `scancel`.
+pub const SCANCEL: Command = Command { name: "scancel", opts: &[SCANCEL_OPTS, COMMON, ONE_CLUSTER], order: Order::Permute, underscores: false };
+/// `scontrol`.
+pub const SCONTROL: Command = Command { name: "scontrol", opts: &[SCONTROL_OPTS, COMMON, ONE_CLUSTER], order: Order::Permute, underscores: false };
+/// `sprio`.
+pub const SPRIO: Command = Command { name: "sprio", opts: &[SPRIO_OPTS, COMMON, ONE_CLUSTER], order: Order::Permute, underscores: false };
+/// `sshare`.
+pub const SSHARE: Command = Command { name: "sshare", opts: &[SSHARE_OPTS, COMMON], order: Order::Permute, underscores: false };
+/// `sreport`.
+pub const SREPORT: Command = Command { name: "sreport", opts: &[SREPORT_OPTS, COMMON, ONE_CLUSTER], order: Order::Permute, underscores: false };
+/// `sstat`.
+pub const SSTAT: Command = Command { name: "sstat", opts: &[SSTAT_OPTS, BASIC], order: Order::Permute, underscores: false };
+/// `sbcast`.
+pub const SBCAST: Command = Command { name: "sbcast", opts: &[SBCAST_OPTS, BASIC], order: Order::Permute, underscores: false };
+/// `sattach`.
+pub const SATTACH: Command = Command { name: "sattach", opts: &[SATTACH_OPTS], order: Order::Permute, underscores: false };
+
+/// Every Slurm command's table, `sbatch`, `salloc` and `srun` included.
+pub const COMMANDS: [&Command; 14] =
+    [&SBATCH, &SRUN, &SALLOC, &SQUEUE, &SINFO, &SACCT, &SCANCEL, &SCONTROL, &SPRIO, &SSHARE, &SREPORT, &SSTAT, &SBCAST, &SATTACH];
+
+/// The table of the Slurm command `name`.
+pub fn command(name: &str) -> Option<&'static Command> {
+    COMMANDS.iter().copied().find(|c| c.name == name)
+}
+
+/// Every option of Slurm's man pages for the commands Tandem ships (`scripts/slurm-options.sh`
+/// writes it from Debian's slurm-client), then those added since, by hand with their sources:
+/// `command short long arg` rows, tab-separated, `-` where a form is absent.
+pub const SLURM_OPTIONS: [&str; 2] = [include_str!("../slurm-options.txt"), include_str!("../slurm-options-newer.txt")];
+
+/// The options of [`SLURM_OPTIONS`] that a command Tandem ships does not know: each
+/// `command -x/--long`. Empty: every one is implemented, set aside with a stated effect, or
+/// refused on purpose.
+pub fn unknown_options() -> Vec<String> {
+    let mut out = Vec::new();
+    for line in SLURM_OPTIONS.iter().flat_map(|f| f.lines()).filter(|l| !l.starts_with('#') && !l.trim().is_empty()) {
+        let f: Vec<&str> = line.split('\t').collect();
+        let [cmd, short, long, ..] = f[..] else {
+            out.push(format!("malformed row {line:?}"));
+            continue;
+        };
+        let Some(c) = command(cmd) else { continue };
+        let short_known = short == "-" || short.chars().next().is_some_and(|s| c.find_short(s).is_some());
+        let long_known = long == "-" || c.find_long(long).is_some();
+        if !short_known || !long_known {
+            out.push(format!("{cmd} {}{}", if short == "-" { String::new() } else { format!("-{short}/") }, if long == "-" { String::new() } else { format!("--{long}") }));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+
+    #[test]
+    fn every_option_of_slurms_man_pages_is_known() {
+        let unknown = unknown_options();
+        assert!(unknown.is_empty(), "{} options of Slurm's are unknown (implement them, or add them to the table with .ignored(why) or .refused(words)):\n{}", unknown.len(), unknown.join("\n"));
+        // Every command Tandem ships is in the list (but sacctmgr, which Tandem does not ship yet).
+        for c in COMMANDS {
+            assert!(SLURM_OPTIONS[0].lines().any(|l| l.starts_with(&format!("{}\t", c.name))), "{} has no options in the list", c.name);
+        }
+    }
+
+    #[test]
+    fn each_table_names_each_option_once_and_spellings_agree() {
+        for c in COMMANDS {
+            let (mut longs, mut shorts, mut keys) = (HashSet::new(), HashSet::new(), std::collections::HashMap::new());
+            for o in c.options() {
+                assert!(o.long.is_empty() || longs.insert(o.long), "{}: --{} twice", c.name, o.long);
+                assert!(o.short.is_none_or(|s| shorts.insert(s)), "{}: -{:?} twice", c.name, o.short);
+                assert!(!o.long.starts_with('-') && !o.long.contains('='), "{}: {:?}", c.name, o.long);
+                // Every spelling of an option takes a value alike.
+                let arg = *keys.entry(o.key).or_insert(o.arg);
+                assert_eq!(arg, o.arg, "{}: spellings of {} disagree", c.name, o.key);
+            }
+            for o in c.options() {
+                assert!(c.find_key(o.key).is_some(), "{}: {} names no option", c.name, o.key);
+            }
+        }
+    }
+}

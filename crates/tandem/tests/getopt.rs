@@ -1,0 +1,101 @@
+//! Issue 28's table, end to end: command lines that every Slurm accepts (bundled letters,
+//! prefixes of long names, `-M`, `--no-shell`, `--cpu-bind=q`, `-W`, ...) run against a real
+//! cluster through the Slurm command links, each with Slurm's meaning; and the refusals read as
+//! glibc's getopt prints them, exit 1, with nothing stored.
+
+mod common;
+
+use common::Cluster;
+use std::process::Output;
+
+fn me() -> String {
+    nix::unistd::User::from_uid(nix::unistd::getuid()).unwrap().unwrap().name
+}
+
+fn out(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn err(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// A refused command line: exit 1, glibc's message after the command's name, then Slurm's hint.
+fn refused(c: &Cluster, cmd: &str, args: &[&str], msg: &str) {
+    let o = c.run(cmd, args);
+    assert_eq!(o.status.code(), Some(1), "{cmd} {args:?}: {}", err(&o));
+    assert_eq!(err(&o), format!("{cmd}: {msg}\nTry \"{cmd} --help\" for more information\n"), "{cmd} {args:?}");
+    assert!(out(&o).is_empty(), "{cmd} {args:?} printed {}", out(&o));
+}
+
+#[test]
+fn slurm_command_lines_read_as_getopt_long_reads_them() {
+    let c = Cluster::new("getopt", 2, None, 30);
+    c.wait_nodes(2);
+    let user = me();
+
+    // Bundled letters, attached values, prefixes.
+    let id = c.sbatch(&["--partit=batch", "--wr", "sleep 30"]);
+    c.wait_state(id, &["RUNNING"], 30);
+    let ids = c.ok("squeue", &["-hu", &user, "-o", "%i"]);
+    assert_eq!(ids.trim(), id.to_string());
+    assert_eq!(c.ok("squeue", &["-ho", "%i"]).trim(), id.to_string());
+    assert_eq!(c.ok("squeue", &["--noh", "-o%i"]).trim(), id.to_string());
+    assert_eq!(c.ok("squeue", &["-M", "all", "-h", "-j", &id.to_string(), "-o", "%i"]).trim(), id.to_string());
+    assert_eq!(c.ok("sinfo", &["-hN", "-o", "%N"]).lines().collect::<Vec<_>>(), ["node1", "node2"]);
+    assert!(c.ok("sinfo", &["-Nel"]).contains("NODELIST"));
+    assert!(c.ok("sinfo", &["--noconvert", "-h"]).contains("batch"));
+    assert_eq!(c.ok("sacct", &["-nXP", "-j", &id.to_string(), "-o", "State"]).trim(), "RUNNING");
+    assert_eq!(c.ok("sacct", &[&format!("-j{id}"), "-XnPoState"]).trim(), "RUNNING");
+    assert_eq!(c.ok("sacct", &["-nu", &user, "-X", "-o", "Account%256"]).trim(), user);
+    assert_eq!(c.ok("sacct", &["--clusters", "all", "-nXP", "-j", &id.to_string(), "-o", "JobID"]).trim(), id.to_string());
+    assert_eq!(c.ok("sacct", &["-M", "tandem", "-nXPj", &id.to_string(), "-o", "JobID"]).trim(), id.to_string());
+    assert!(c.ok("sshare", &["-U"]).starts_with("Account"));
+    assert!(c.ok("sprio", &["-h", "-u", &user]).is_empty());
+    // `srun -lN1`: a label, one node.
+    let o = c.ok("srun", &["-lN1", "--cpu-bind=q", "--wait=60", "hostname"]);
+    assert!(o.starts_with("0: "), "{o}");
+    assert_eq!(c.run("scancel", &["-Q", &id.to_string()]).status.code(), Some(0));
+    c.wait_state(id, &["CANCELLED"], 30);
+    // A finished job stays visible for MinJobAge when asked for by state, as Slurm's; by id
+    // alone it is no error, and not listed.
+    assert_eq!(c.ok("squeue", &["-h", "-t", "all", "-o", "%i %T"]).trim(), format!("{id} CANCELLED"));
+    assert_eq!(c.ok("squeue", &["-h", "-t", "CA,CD", "--name", "wrap", "-o", "%i"]).trim(), id.to_string());
+    assert_eq!(c.ok("squeue", &["-h", "-j", &id.to_string()]), "");
+    assert_eq!(c.ok("squeue", &["-h", &format!("-j{id}"), "-t", "all", "-o", "%T"]).trim(), "CANCELLED");
+
+    // `salloc --no-shell`: an allocation that stays, which `srun --jobid` uses.
+    let o = c.run("salloc", &["-N1", "--no-shell"]);
+    assert!(o.status.success(), "{}", err(&o));
+    let granted = err(&o).lines().find_map(|l| l.strip_prefix("salloc: Granted job allocation ")).map(str::to_string);
+    let alloc = granted.unwrap_or_else(|| panic!("no allocation: {}", err(&o)));
+    assert_eq!(c.job(alloc.parse().unwrap())["JobState"], "RUNNING");
+    assert_eq!(c.ok("srun", &["--jobid", &alloc, "echo", "in the allocation"]).trim(), "in the allocation");
+    assert!(c.run("scancel", &[&alloc]).status.success());
+
+    // One unknown job id is an error, as Slurm's; among several, unknown ones are skipped.
+    let o = c.run("squeue", &["-j", "99999"]);
+    assert_eq!((o.status.code(), err(&o).trim()), (Some(1), "slurm_load_jobs error: Invalid job id specified"));
+    assert!(c.run("squeue", &["-j", "99999,99998"]).status.success());
+
+    // Another cluster's name is refused, as Slurm's.
+    for (cmd, args) in [("squeue", vec!["-M", "elsewhere"]), ("sacct", vec!["--clusters=elsewhere"]), ("sbatch", vec!["-M", "x", "--wrap", "true"])] {
+        let o = c.run(cmd, &args);
+        assert_eq!(o.status.code(), Some(1), "{cmd} {args:?}");
+        assert!(err(&o).contains("can't be reached now, or it is an invalid entry for --cluster"), "{cmd}: {}", err(&o));
+    }
+
+    // Refusals: glibc's words, exit 1, nothing stored.
+    let before = c.ok("squeue", &["-h", "-t", "all", "-o", "%i"]);
+    refused(&c, "sbatch", &["--mem-per=1G", "--wrap", "true"], "option '--mem-per' is ambiguous; possibilities: '--mem-per-cpu' '--mem-per-gpu'");
+    refused(&c, "sbatch", &["--frobnicate", "--wrap", "true"], "unrecognized option '--frobnicate'");
+    refused(&c, "sbatch", &["--hold=yes", "--wrap", "true"], "option '--hold' doesn't allow an argument");
+    refused(&c, "sbatch", &["-J"], "option requires an argument -- 'J'");
+    refused(&c, "squeue", &["-hz"], "invalid option -- 'z'");
+    refused(&c, "squeue", &["--user"], "option '--user' requires an argument");
+    refused(&c, "sacct", &["--par"], "option '--par' is ambiguous; possibilities: '--parsable' '--parsable2' '--partition'");
+    refused(&c, "scancel", &["--nope", "1"], "unrecognized option '--nope'");
+    refused(&c, "srun", &["--ex=1", "true"], "option '--ex' is ambiguous; possibilities: '--export' '--exclude' '--exclusive' '--exact'");
+    refused(&c, "salloc", &["--no-shel=1"], "option '--no-shell' doesn't allow an argument");
+    assert_eq!(c.ok("squeue", &["-h", "-t", "all", "-o", "%i"]), before);
+}
