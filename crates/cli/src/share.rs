@@ -47,8 +47,7 @@ pub(crate) fn sshare(args: &[String]) -> Result<i32> {
         crate::common::check_clusters(&t, c)?;
     }
     let rows: Vec<control_row::Row> = runtime()?.block_on(send(&t, "GET", "/v1/shares", None::<&()>, &[]))?.json()?;
-    let rows: Vec<_> =
-        rows.into_iter().filter(|r| !users_only && accounts.as_ref().is_none_or(|a| a.contains(&r.account))).collect();
+    let rows: Vec<_> = rows.into_iter().filter(|r| !users_only && accounts.as_ref().is_none_or(|a| a.contains(&r.account))).collect();
     let cells = |r: &control_row::Row| {
         vec![
             format!(" {}", r.account),

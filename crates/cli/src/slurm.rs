@@ -135,6 +135,17 @@ pub(crate) fn srun_in(args: &[String], job: Option<u64>) -> Result<i32> {
     if let Some(c) = &a.clusters {
         crate::common::check_clusters(&t, c)?;
     }
+    if a.test_only {
+        // As Slurm's: when the allocation srun would make could start; nothing runs.
+        let mut argv = srun_allocation(&a);
+        argv.extend(["--test-only".to_string(), a.argv.first().cloned().unwrap_or_else(|| "srun".into())]);
+        let mut batch = slurmcli::parse_sbatch(&argv, now(), &mut |_| Ok("#!/bin/sh\n".into())).map_err(|e| anyhow::anyhow!("{}", e.0))?;
+        batch.interactive = true;
+        batch.script_args.clear();
+        let r: SubmitResponse = runtime()?.block_on(send(&t, "POST", "/v1/jobs", Some(&submission(batch)?), &[]))?.json()?;
+        eprintln!("srun: {}", r.test_only.unwrap_or_default());
+        return Ok(0);
+    }
     let (job, made) = match job.or(a.jobid).or_else(|| std::env::var("SLURM_JOB_ID").ok().and_then(|v| v.parse().ok())) {
         Some(j) => (j, false),
         None => (crate::srun::allocate(&t, "srun", &srun_allocation(&a), &[])?.0, true),

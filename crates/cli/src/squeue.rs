@@ -107,9 +107,7 @@ pub(crate) fn squeue(args: &[String]) -> Result<i32> {
             "name" => names = Some(split_list(v)),
             "account" => accounts = Some(split_list(v)),
             "qos" => qos = Some(split_list(v)),
-            "nodelist" => {
-                nodes = Some(slurmcli::expand(v, 100_000).map_err(|e| anyhow!("'{v}' invalid entry for --nodelist: {}", e.0))?)
-            }
+            "nodelist" => nodes = Some(slurmcli::expand(v, 100_000).map_err(|e| anyhow!("'{v}' invalid entry for --nodelist: {}", e.0))?),
             "sort" => sort = Some(v.to_string()),
             "iterate" => {
                 iterate = Some(v.parse().ok().filter(|n| *n > 0).ok_or_else(|| anyhow!("--iterate={v}: a positive number of seconds"))?)
@@ -132,7 +130,10 @@ pub(crate) fn squeue(args: &[String]) -> Result<i32> {
     // As Slurm's: job ids may also be given as a word (after a bare `-j`, or alone).
     if let Some(first) = p.args.first() {
         if ids.is_some() || p.args.len() > 1 {
-            bail!("unexpected argument '{}'\n{USAGE}Try \"squeue --help\" for more information", p.args[ids.is_none() as usize].escape_debug());
+            bail!(
+                "unexpected argument '{}'\n{USAGE}Try \"squeue --help\" for more information",
+                p.args[ids.is_none() as usize].escape_debug()
+            );
         }
         ids = Some(split_list(first));
     }

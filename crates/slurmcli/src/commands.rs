@@ -192,21 +192,25 @@ const SATTACH_OPTS: &[Opt] = &[
 ];
 
 /// `squeue`.
-pub const SQUEUE: Command = Command { name: "squeue", opts: &[SQUEUE_OPTS, COMMON, ONE_CLUSTER], order: Order::Permute, underscores: false };
+pub const SQUEUE: Command =
+    Command { name: "squeue", opts: &[SQUEUE_OPTS, COMMON, ONE_CLUSTER], order: Order::Permute, underscores: false };
 /// `sinfo`.
 pub const SINFO: Command = Command { name: "sinfo", opts: &[SINFO_OPTS, COMMON, ONE_CLUSTER], order: Order::Permute, underscores: false };
 /// `sacct`.
 pub const SACCT: Command = Command { name: "sacct", opts: &[SACCT_OPTS, COMMON, ONE_CLUSTER], order: Order::Permute, underscores: false };
 /// `scancel`.
-pub const SCANCEL: Command = Command { name: "scancel", opts: &[SCANCEL_OPTS, COMMON, ONE_CLUSTER], order: Order::Permute, underscores: false };
+pub const SCANCEL: Command =
+    Command { name: "scancel", opts: &[SCANCEL_OPTS, COMMON, ONE_CLUSTER], order: Order::Permute, underscores: false };
 /// `scontrol`.
-pub const SCONTROL: Command = Command { name: "scontrol", opts: &[SCONTROL_OPTS, COMMON, ONE_CLUSTER], order: Order::Permute, underscores: false };
+pub const SCONTROL: Command =
+    Command { name: "scontrol", opts: &[SCONTROL_OPTS, COMMON, ONE_CLUSTER], order: Order::Permute, underscores: false };
 /// `sprio`.
 pub const SPRIO: Command = Command { name: "sprio", opts: &[SPRIO_OPTS, COMMON, ONE_CLUSTER], order: Order::Permute, underscores: false };
 /// `sshare`.
 pub const SSHARE: Command = Command { name: "sshare", opts: &[SSHARE_OPTS, COMMON], order: Order::Permute, underscores: false };
 /// `sreport`.
-pub const SREPORT: Command = Command { name: "sreport", opts: &[SREPORT_OPTS, COMMON, ONE_CLUSTER], order: Order::Permute, underscores: false };
+pub const SREPORT: Command =
+    Command { name: "sreport", opts: &[SREPORT_OPTS, COMMON, ONE_CLUSTER], order: Order::Permute, underscores: false };
 /// `sstat`.
 pub const SSTAT: Command = Command { name: "sstat", opts: &[SSTAT_OPTS, BASIC], order: Order::Permute, underscores: false };
 /// `sbcast`.
@@ -243,7 +247,53 @@ pub fn unknown_options() -> Vec<String> {
         let short_known = short == "-" || short.chars().next().is_some_and(|s| c.find_short(s).is_some());
         let long_known = long == "-" || c.find_long(long).is_some();
         if !short_known || !long_known {
-            out.push(format!("{cmd} {}{}", if short == "-" { String::new() } else { format!("-{short}/") }, if long == "-" { String::new() } else { format!("--{long}") }));
+            out.push(format!(
+                "{cmd} {}{}",
+                if short == "-" { String::new() } else { format!("-{short}/") },
+                if long == "-" { String::new() } else { format!("--{long}") }
+            ));
+        }
+    }
+    out
+}
+
+/// The README's reference of every option of every Slurm command Tandem ships, rendered from
+/// the tables the parser reads (so the two cannot drift): per command, the options it reads,
+/// then those it sets aside and those it refuses, grouped by the reason. Markdown.
+pub fn option_reference() -> String {
+    use crate::getopt::Effect;
+    let mut out = String::new();
+    for c in COMMANDS {
+        let names = |o: &Opt| {
+            // Every spelling of one option together: `-x, --long, --other`.
+            let mut v: Vec<String> = Vec::new();
+            for s in c.options().filter(|s| s.key == o.key) {
+                if let Some(l) = s.short {
+                    v.insert(0, format!("`-{l}`"));
+                }
+                if !s.long.is_empty() {
+                    v.push(format!("`--{}`", s.long));
+                }
+            }
+            v.join("/")
+        };
+        let firsts: Vec<&Opt> = c.options().filter(|o| c.find_key(o.key).is_some_and(|f| std::ptr::eq(f, *o))).collect();
+        let read: Vec<String> = firsts.iter().filter(|o| o.effect == Effect::Read).map(|o| names(o)).collect();
+        out.push_str(&format!("- **{}** reads {}.\n", c.name, read.join(", ")));
+        let mut groups: Vec<(String, Vec<String>)> = Vec::new();
+        for o in &firsts {
+            let why = match o.effect {
+                Effect::Read => continue,
+                Effect::Ignored(why) => format!("accepted, no effect: {why}"),
+                Effect::Refused(words) => format!("refused: \"{words}\""),
+            };
+            match groups.iter_mut().find(|(w, _)| *w == why) {
+                Some((_, v)) => v.push(names(o)),
+                None => groups.push((why, vec![names(o)])),
+            }
+        }
+        for (why, opts) in groups {
+            out.push_str(&format!("  - {}: {why}\n", opts.join(", ")));
         }
     }
     out
@@ -257,7 +307,12 @@ mod tests {
     #[test]
     fn every_option_of_slurms_man_pages_is_known() {
         let unknown = unknown_options();
-        assert!(unknown.is_empty(), "{} options of Slurm's are unknown (implement them, or add them to the table with .ignored(why) or .refused(words)):\n{}", unknown.len(), unknown.join("\n"));
+        assert!(
+            unknown.is_empty(),
+            "{} options of Slurm's are unknown (implement them, or add them to the table with .ignored(why) or .refused(words)):\n{}",
+            unknown.len(),
+            unknown.join("\n")
+        );
         // Every command Tandem ships is in the list (but sacctmgr, which Tandem does not ship yet).
         for c in COMMANDS {
             assert!(SLURM_OPTIONS[0].lines().any(|l| l.starts_with(&format!("{}\t", c.name))), "{} has no options in the list", c.name);

@@ -16,7 +16,7 @@ mod query;
 mod report;
 mod srun;
 
-pub use commands::{COMMANDS, SLURM_OPTIONS, command, unknown_options};
+pub use commands::{COMMANDS, SLURM_OPTIONS, command, option_reference, unknown_options};
 pub use env::{DEFAULTED, PYTORCH_VARS, TaskEnv, apply_export, task_env};
 pub use formats::{
     ArraySpec, MAX_ARRAY_SIZE, MAX_ARRAY_SIZE_CAP, Signal, format_time, parse_array, parse_begin, parse_dependency, parse_gpus, parse_gres,

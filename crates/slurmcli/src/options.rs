@@ -5,10 +5,10 @@ use model::{Dependency, GpuPer, GpuRequest, JobRequest, MemRequest, Shape, Time}
 use serde::{Deserialize, Serialize};
 
 use crate::Invalid;
-use crate::getopt::{Arg, Command, Given, Opt, Order, Parsed, getopt};
 use crate::formats::{
     ArraySpec, Signal, parse_array, parse_begin, parse_dependency, parse_gpus, parse_gres, parse_memory, parse_signal, parse_time,
 };
+use crate::getopt::{Arg, Command, Given, Opt, Order, Parsed, getopt};
 use crate::hostlist::expand;
 
 /// A submission as `sbatch` describes it.
@@ -218,14 +218,90 @@ const OPTS: &[Opt] = &[
     Opt::both('V', "version", Arg::None),
 ];
 
+/// Why the node-layout options change nothing: nodes here are counted in CPUs.
+const CPUS_ONLY: &str = "nodes here are counted in CPUs, not sockets, cores and threads";
+/// Why the power and boot options change nothing.
+const NO_POWER: &str = "Tandem neither reboots nor power-manages nodes; a job starts on nodes that are up";
+
+/// The options of Slurm's that `sbatch`, `salloc` and `srun` share and that Tandem sets aside
+/// (with what they would do, and why they change nothing here) or refuses.
+pub(crate) const RUN_ASIDE: &[Opt] = &[
+    Opt::long("acctg-freq", Arg::Required).ignored("each agent samples its tasks' usage at its own period"),
+    Opt::long("bb", Arg::Required).refused("--bb: burst buffers are not available on this cluster"),
+    Opt::long("bbf", Arg::Required).refused("--bbf: burst buffers are not available on this cluster"),
+    Opt::long("cluster-constraint", Arg::Required).ignored("cluster features select among federated clusters: there is one cluster"),
+    Opt::long("container", Arg::Required).refused("--container: OCI containers are not available on this cluster yet"),
+    Opt::long("contiguous", Arg::None).ignored("nodes have no rank order here: any set of nodes is taken as contiguous"),
+    Opt::both('S', "core-spec", Arg::Required).ignored(CPUS_ONLY),
+    Opt::long("cores-per-socket", Arg::Required).ignored(CPUS_ONLY),
+    Opt::long("cpu-freq", Arg::Required).ignored("CPU frequency is the node's own governor's"),
+    Opt::long("deadline", Arg::Required).refused("--deadline is not supported: give --time (and --begin) instead"),
+    Opt::long("delay-boot", Arg::Required).ignored(NO_POWER),
+    Opt::both('B', "extra-node-info", Arg::Required).ignored(CPUS_ONLY),
+    Opt::long("gid", Arg::Required).refused("--gid: jobs run with the submitting user's own groups"),
+    Opt::long("gpu-bind", Arg::Required).ignored("every task sees the job's GPUs on its node (CUDA_VISIBLE_DEVICES)"),
+    Opt::long("gpu-freq", Arg::Required).ignored("GPU clocks are the node's own settings"),
+    Opt::long("gpus-per-socket", Arg::Required).refused("--gpus-per-socket: nodes here have no sockets; use --gpus-per-node"),
+    Opt::long("gres-flags", Arg::Required).ignored("GPUs are not bound to sockets here"),
+    Opt::both('L', "licenses", Arg::Required).refused("Invalid license specification: this cluster has no licenses"),
+    Opt::long("mcs-label", Arg::Required).ignored("there is no MCS plugin: jobs are private to their users as SECURITY.md says"),
+    Opt::long("mem-bind", Arg::Required).ignored("memory is not bound to NUMA nodes here"),
+    Opt::long("mincpus", Arg::Required).refused("--mincpus is not supported: ask for --cpus-per-task, --ntasks-per-node or --exclusive"),
+    Opt::long("network", Arg::Required).ignored("there is no network plugin: tasks use the nodes' own interfaces"),
+    Opt::both('k', "no-kill", Arg::Optional).ignored("a job whose node fails is requeued or ends, whatever this says"),
+    Opt::both('F', "nodefile", Arg::Required).refused("--nodefile is not supported: give the nodes with -w/--nodelist"),
+    Opt::long("ntasks-per-core", Arg::Required).ignored(CPUS_ONLY),
+    Opt::long("ntasks-per-gpu", Arg::Required).refused("--ntasks-per-gpu is not supported: use --gpus-per-task"),
+    Opt::long("ntasks-per-socket", Arg::Required).ignored(CPUS_ONLY),
+    Opt::both('s', "oversubscribe", Arg::None).ignored("whether nodes are shared is the partition's setting"),
+    Opt::long("power", Arg::Required).ignored(NO_POWER),
+    Opt::long("prefer", Arg::Required).ignored("preferred features are not weighed: only --constraint's are required"),
+    Opt::long("priority", Arg::Required)
+        .refused("--priority: only an operator sets a job's priority (scontrol update JobId=N Priority=P); use --nice"),
+    Opt::long("profile", Arg::Required).ignored("there is no HDF5 profiling plugin; sstat and sacct report usage"),
+    Opt::long("reboot", Arg::None).ignored(NO_POWER),
+    Opt::long("sockets-per-node", Arg::Required).ignored(CPUS_ONLY),
+    Opt::long("spread-job", Arg::None).ignored("nodes are chosen by the scheduler's placement"),
+    Opt::long("thread-spec", Arg::Required).ignored(CPUS_ONLY),
+    Opt::long("tmp", Arg::Required).ignored("nodes do not report temporary disk space: it is not checked"),
+    Opt::long("uid", Arg::Required).refused("--uid: jobs run as the submitting user"),
+    Opt::long("use-min-nodes", Arg::None).ignored("a job gets its minimum node count unless more are needed"),
+];
+
+/// The options `sbatch` and `salloc` share beyond [`OPTS`] and [`RUN_ASIDE`].
+const BATCH_ASIDE: &[Opt] = &[
+    Opt::both('O', "overcommit", Arg::None).ignored("tasks are laid out on the CPUs allocated"),
+    Opt::long("wait-all-nodes", Arg::Required).ignored(NO_POWER),
+];
+
+/// The options `sbatch` alone has beyond [`OPTS`].
+const SBATCH_ASIDE: &[Opt] = &[
+    Opt::long("batch", Arg::Required).ignored("the batch step runs on the job's first node, whatever its features"),
+    Opt::long("export-file", Arg::Required).refused("--export-file is not supported: use --export"),
+    Opt::long("ignore-pbs", Arg::None).ignored("#PBS lines are never read here"),
+    Opt::both('i', "input", Arg::Required).refused("--input: a batch script's standard input is /dev/null here"),
+    Opt::long("kill-on-invalid-dep", Arg::Required)
+        .ignored("a job whose dependency can never be met stays pending (DependencyNeverSatisfied) until cancelled, Slurm's default"),
+    Opt::long("propagate", Arg::Optional).ignored("tasks get the node's resource limits"),
+];
+
 /// The options `salloc` has beside sbatch's.
-const SALLOC_ONLY: &[Opt] = &[Opt::long("no-shell", Arg::None)];
+const SALLOC_ONLY: &[Opt] = &[
+    Opt::long("no-shell", Arg::None),
+    Opt::long("bell", Arg::None).ignored("salloc does not ring the terminal bell"),
+    Opt::long("no-bell", Arg::None).ignored("salloc does not ring the terminal bell"),
+    Opt::both('I', "immediate", Arg::Optional).ignored("salloc waits for its allocation until it is granted or Ctrl-C"),
+    Opt::both('K', "kill-command", Arg::Optional).ignored("the command is ended by the allocation's end, not signalled first"),
+    Opt::long("x11", Arg::Optional).refused("--x11: X11 forwarding is not available"),
+];
 
 /// `sbatch`: the options end at the script.
-pub const SBATCH: Command = Command { name: "sbatch", opts: &[OPTS], order: Order::RequireOrder, underscores: false };
+pub const SBATCH: Command =
+    Command { name: "sbatch", opts: &[OPTS, RUN_ASIDE, BATCH_ASIDE, SBATCH_ASIDE], order: Order::RequireOrder, underscores: false };
 
 /// `salloc`: the options end at the command.
-pub const SALLOC: Command = Command { name: "salloc", opts: &[OPTS, SALLOC_ONLY], order: Order::RequireOrder, underscores: false };
+pub const SALLOC: Command =
+    Command { name: "salloc", opts: &[OPTS, RUN_ASIDE, BATCH_ASIDE, SALLOC_ONLY], order: Order::RequireOrder, underscores: false };
 
 /// Slurm's `--mail-type` values.
 const MAIL_TYPES: &[&str] = &[

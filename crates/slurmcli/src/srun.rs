@@ -3,14 +3,16 @@
 
 use crate::Invalid;
 use crate::formats::{parse_gpus, parse_gres, parse_memory, parse_time};
-use crate::hostlist::expand;
 use crate::getopt::{Arg, Command, Given, Opt, Order, Parsed, getopt};
+use crate::hostlist::expand;
 use crate::options::{count, text};
 use model::{GpuPer, MemRequest, Time};
 
 /// An `srun` command line.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SrunSpec {
+    /// `--test-only`: say when the allocation srun would make could start, and run nothing.
+    pub test_only: bool,
     /// `--jobid`: the allocation to run the step in (else `SLURM_JOB_ID`'s).
     pub jobid: Option<u64>,
     /// `-M`/`--clusters` (the command checks that it names this cluster, or `all`).
@@ -148,8 +150,63 @@ const OPTS: &[Opt] = &[
     Opt::both('V', "version", Arg::None),
 ];
 
+/// srun's options that shape only the allocation `srun` makes when it runs outside one (they
+/// are passed on to it, as `sbatch` reads them; inside an allocation they change nothing).
+const FOR_ALLOCATION: &[Opt] = &[
+    Opt::both('b', "begin", Arg::Required),
+    Opt::long("comment", Arg::Required),
+    Opt::both('C', "constraint", Arg::Required),
+    Opt::long("cpus-per-gpu", Arg::Required),
+    Opt::both('d', "dependency", Arg::Required),
+    Opt::long("hint", Arg::Required),
+    Opt::both('H', "hold", Arg::None),
+    Opt::long("mail-type", Arg::Required),
+    Opt::long("mail-user", Arg::Required),
+    Opt::long("mem-per-gpu", Arg::Required),
+    Opt::long("nice", Arg::Optional),
+    Opt::long("reservation", Arg::Required),
+    Opt::long("signal", Arg::Required),
+    Opt::long("switches", Arg::Required),
+    Opt::long("threads-per-core", Arg::Required),
+    Opt::long("time-min", Arg::Required),
+    Opt::long("wckey", Arg::Required),
+    Opt::long("test-only", Arg::None),
+];
+
+/// srun's own options that Tandem sets aside (saying why) or refuses.
+const SRUN_ASIDE: &[Opt] = &[
+    Opt::long("accel-bind", Arg::Required).ignored("every task sees the job's GPUs on its node"),
+    Opt::long("bcast", Arg::Optional).ignored("the program runs from its path on each node (sbcast copies files)"),
+    Opt::long("bcast-exclude", Arg::Required).ignored("the program runs from its path on each node (sbcast copies files)"),
+    Opt::long("compress", Arg::Optional).ignored("nothing is broadcast to compress"),
+    Opt::both('X', "disable-status", Arg::None).ignored("one Ctrl-C prints the tasks' state, two within a second end the step"),
+    Opt::long("epilog", Arg::Required).refused("--epilog: srun runs no epilog here"),
+    Opt::long("het-group", Arg::Required).refused("--het-group: heterogeneous jobs are not available yet"),
+    Opt::both('I', "immediate", Arg::Optional).ignored("srun waits for its allocation until it is granted or Ctrl-C"),
+    Opt::long("msg-timeout", Arg::Required).ignored("srun's messages to the controller retry on their own schedule"),
+    Opt::long("multi-prog", Arg::None).refused("--multi-prog is not supported: run one program that looks at SLURM_PROCID"),
+    Opt::both('Z', "no-allocate", Arg::None).refused("--no-allocate: every step runs in an allocation here"),
+    Opt::both('E', "preserve-env", Arg::None).ignored("SLURM_NNODES and SLURM_NTASKS follow the step's own shape"),
+    Opt::long("prolog", Arg::Required).refused("--prolog: srun runs no prolog here"),
+    Opt::long("propagate", Arg::Optional).ignored("tasks get the node's resource limits"),
+    Opt::long("quit-on-interrupt", Arg::None).ignored("one Ctrl-C prints the tasks' state, two within a second end the step"),
+    Opt::both('r', "relative", Arg::Required).refused("--relative is not supported: give the step's nodes with -w"),
+    Opt::long("resv-ports", Arg::Optional).ignored("no ports are reserved: srun --mpi=pmi2 serves MPI's wire-up"),
+    Opt::long("send-libs", Arg::Optional).ignored("the program runs from its path on each node"),
+    Opt::long("slurmd-debug", Arg::Required).ignored("the agents' logs are the node's (tandem agent --log)"),
+    Opt::long("task-epilog", Arg::Required).refused("--task-epilog: no task epilog is run here"),
+    Opt::long("task-prolog", Arg::Required).refused("--task-prolog: no task prolog is run here"),
+    Opt::both('T', "threads", Arg::Required).ignored("srun's own launch threads: tasks start from each node's agent"),
+    Opt::long("x11", Arg::Optional).refused("--x11: X11 forwarding is not available"),
+];
+
 /// `srun`: the options end at the command; `_` in a long name reads as `-`, as Slurm's.
-pub const SRUN: Command = Command { name: "srun", opts: &[OPTS], order: Order::RequireOrder, underscores: true };
+pub const SRUN: Command = Command {
+    name: "srun",
+    opts: &[OPTS, FOR_ALLOCATION, crate::options::RUN_ASIDE, SRUN_ASIDE],
+    order: Order::RequireOrder,
+    underscores: true,
+};
 
 /// A value that must be there and be plain text.
 fn nonempty(v: &str, what: &str) -> Result<String, Invalid> {
@@ -286,13 +343,22 @@ pub fn parse_srun(args: &[String]) -> Result<SrunSpec, Invalid> {
             "verbose" | "quiet" | "help" | "usage" | "version" => {}
             // `-M`: the cluster's own name or `all` (the command checks the name).
             "clusters" => s.clusters = Some(nonempty(&v(), "--clusters")?),
+            "hold" => s.allocation.push("--hold".into()),
+            "nice" => s.allocation.push(value.as_ref().map_or_else(|| "--nice".into(), |n| format!("--nice={n}"))),
+            "test-only" => s.test_only = true,
+            "begin" | "comment" | "constraint" | "cpus-per-gpu" | "dependency" | "hint" | "mail-type" | "mail-user" | "mem-per-gpu"
+            | "reservation" | "signal" | "switches" | "threads-per-core" | "time-min" | "wckey" => {
+                s.allocation.push(format!("--{}={}", opt.key, nonempty(&v(), opt.key)?));
+            }
             "jobid" => {
                 let id = v();
                 let job = id.split('.').next().unwrap_or("");
                 s.jobid = Some(job.parse::<u64>().ok().filter(|n| *n > 0).ok_or_else(|| Invalid::new(format!("Invalid job id: {id}")))?);
             }
             "wait" => {
-                s.wait = Some(v().trim().parse::<u32>().map_err(|_| Invalid::new(format!("invalid --wait={}: a whole number of seconds", v())))?)
+                s.wait = Some(
+                    v().trim().parse::<u32>().map_err(|_| Invalid::new(format!("invalid --wait={}: a whole number of seconds", v())))?,
+                )
             }
             _ => unreachable!("every option in OPTS is handled"),
         }
@@ -485,7 +551,7 @@ mod tests {
         assert!(e(&["--unbuffered=yes", "x"]).contains("doesn't allow an argument"));
         // Letters bundle, as glibc's: `-ux` is `-u -x`, whose value here is the command's word.
         assert_eq!(e(&["-ux", "x"]), "no command given");
-        assert_eq!(e(&["-uZ", "x"]), "invalid option -- 'Z'");
+        assert_eq!(e(&["-uY", "x"]), "invalid option -- 'Y'");
         assert!(p(&["-lN1", "hostname"]).is_ok_and(|s| s.label && s.nodes == Some(1) && s.argv == ["hostname"]));
         assert!(e(&["--mpi=pmix", "x"]).contains("PMIx is not available"));
         assert!(e(&["--mpi=cray_shasta", "x"]).contains("not available"));
