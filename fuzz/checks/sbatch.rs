@@ -1,4 +1,5 @@
-//! The `sbatch` fuzz check: `slurmcli::parse_sbatch` on a command line and a batch script.
+//! The `sbatch` fuzz check: `slurmcli::parse_sbatch` on a command line and a batch script, and
+//! the same command line through the one option parser (`slurmcli::getopt`) of every command.
 //!
 //! Input: the first line is the command line, its words separated by tabs (or, on a line without
 //! a tab, by spaces); the rest of the input is the script file that any script path reads as.
@@ -14,6 +15,9 @@ pub fn check(data: &[u8]) {
     let (line, script) = text.split_once('\n').unwrap_or((text, ""));
     let argv: Vec<String> =
         if line.contains('\t') { line.split('\t').map(String::from).collect() } else { line.split(' ').map(String::from).collect() };
+    for cmd in slurmcli::COMMANDS {
+        getopt_invariants(cmd, &argv);
+    }
     let mut reads = 0;
     let parsed = slurmcli::parse_sbatch(&argv, NOW, &mut |path| {
         reads += 1;
@@ -35,4 +39,24 @@ pub fn check(data: &[u8]) {
     let json = serde_json::to_string(&spec).expect("a BatchSpec serializes");
     let back: slurmcli::BatchSpec = serde_json::from_str(&json).expect("a BatchSpec deserializes");
     assert_eq!(back, spec, "the JSON round trip changed the spec: {json}");
+}
+
+/// What getopt's reading of `argv` must hold, whatever the words: a flag has no value, a required
+/// value is there, the words left are the command line's own (a suffix where options end at the
+/// first word), and an option's letter or name is in the table.
+fn getopt_invariants(cmd: &slurmcli::getopt::Command, argv: &[String]) {
+    use slurmcli::getopt::Arg;
+    let Ok(p) = slurmcli::getopt::getopt(cmd, argv) else { return };
+    for g in p.opts.iter().chain(&p.ignored) {
+        match g.opt.arg {
+            Arg::None => assert!(g.value.is_none(), "{}: flag {} got a value", cmd.name, g.opt.key),
+            Arg::Required => assert!(g.value.is_some(), "{}: {} lost its value", cmd.name, g.opt.key),
+            Arg::Optional => {}
+        }
+        assert!(cmd.find_key(g.key()).is_some(), "{}: {} is not in the table", cmd.name, g.key());
+    }
+    assert!(p.args.len() <= argv.len(), "{}: more words than given", cmd.name);
+    if cmd.order == slurmcli::getopt::Order::RequireOrder && !argv.iter().any(|a| a == "--") {
+        assert_eq!(p.args[..], argv[argv.len() - p.args.len()..], "{}: the words after the options changed", cmd.name);
+    }
 }

@@ -266,12 +266,24 @@ pub(crate) const RUN_ASIDE: &[Opt] = &[
     Opt::long("tmp", Arg::Required).ignored("nodes do not report temporary disk space: it is not checked"),
     Opt::long("uid", Arg::Required).refused("--uid: jobs run as the submitting user"),
     Opt::long("use-min-nodes", Arg::None).ignored("a job gets its minimum node count unless more are needed"),
+    // Added to Slurm after 22.05 (slurm-options-newer.txt says when).
+    Opt::long("container-id", Arg::Required).refused("--container-id: OCI containers are not available on this cluster yet"),
+    Opt::long("extra", Arg::Required).refused("--extra: nodes here have no Extra field to match"),
+    Opt::long("tres-per-task", Arg::Required),
+    Opt::long("tres-bind", Arg::Required).ignored("every task sees the job's GPUs on its node (CUDA_VISIBLE_DEVICES)"),
+    Opt::long("segment", Arg::Required).refused("--segment: there is no topology/block plugin on this cluster"),
+    Opt::long("consolidate-segments", Arg::None).ignored("there are no segments without the topology/block plugin"),
+    Opt::long("spread-segments", Arg::None).ignored("there are no segments without the topology/block plugin"),
+    Opt::long("stepmgr", Arg::None).ignored("the controller manages every job's steps itself"),
+    Opt::long("oom-kill-step", Arg::Optional).ignored("a task killed for memory ends its step as any failed task does"),
+    Opt::long("resources", Arg::Required).refused("--resources: there are no hierarchical resources on this cluster"),
 ];
 
 /// The options `sbatch` and `salloc` share beyond [`OPTS`] and [`RUN_ASIDE`].
 const BATCH_ASIDE: &[Opt] = &[
     Opt::both('O', "overcommit", Arg::None).ignored("tasks are laid out on the CPUs allocated"),
     Opt::long("wait-all-nodes", Arg::Required).ignored(NO_POWER),
+    Opt::long("resv-ports", Arg::Optional).ignored("no ports are reserved: srun --mpi=pmi2 serves MPI's wire-up"),
 ];
 
 /// The options `sbatch` alone has beyond [`OPTS`].
@@ -425,6 +437,24 @@ fn pairs(argv: &[String]) -> Result<Parsed, Invalid> {
     Ok(getopt(&SBATCH, argv)?)
 }
 
+/// `--tres-per-task=cpu=N,gres/gpu[:type]=N` (Slurm 23.02): CPUs and GPUs per task, as
+/// `--cpus-per-task` and `--gpus-per-task` would give them; other resources are refused.
+pub(crate) fn parse_tres_per_task(v: &str) -> Result<(Option<u32>, Option<(Option<String>, u32)>), Invalid> {
+    let (mut cpus, mut gpus) = (None, None);
+    for item in v.split(',').map(str::trim) {
+        let bad = || Invalid::new(format!("invalid --tres-per-task={v}: want cpu=N and gres/gpu[:type]=N, comma separated"));
+        let (name, n) = item.split_once('=').ok_or_else(bad)?;
+        let n = count(n, "--tres-per-task count", 100_000)?;
+        match name.split_once(':') {
+            None if name == "cpu" => cpus = Some(n),
+            None if name == "gres/gpu" => gpus = Some((None, n)),
+            Some(("gres/gpu", ty)) if !ty.is_empty() => gpus = Some((Some(name_like(ty, "GPU type")?), n)),
+            _ => return Err(bad()),
+        }
+    }
+    Ok((cpus, gpus))
+}
+
 /// Most tasks a job may ask for (`-n`, or `--ntasks-per-node` times `-N`).
 const MAX_TASKS: u32 = 10_000_000;
 
@@ -558,6 +588,15 @@ impl BatchSpec {
                     return Err(Invalid::new("invalid --mail-user: an address without spaces, at most 256 characters"));
                 }
                 self.mail_user = Some(v);
+            }
+            "tres-per-task" => {
+                let (cpus, gpus) = parse_tres_per_task(&val())?;
+                if let Some(c) = cpus {
+                    self.cpus_per_task = Some(c);
+                }
+                if let Some((t, n)) = gpus {
+                    self.gpus = Some(GpuRequest { per: GpuPer::Task(n), gpu_type: t, milli: 1000 });
+                }
             }
             "mem-per-gpu" => self.mem_per_gpu = Some(parse_memory(&val())?),
             "cpus-per-gpu" => self.cpus_per_gpu = Some(count(&val(), "--cpus-per-gpu", 100_000)?),

@@ -173,6 +173,12 @@ const FOR_ALLOCATION: &[Opt] = &[
     Opt::long("test-only", Arg::None),
 ];
 
+/// srun's options that steps read beyond [`OPTS`].
+const STEP_MORE: &[Opt] = &[
+    // Slurm 23.11: a launcher such as mpirun starting its daemons: a step beside the others.
+    Opt::long("external-launcher", Arg::None),
+];
+
 /// srun's own options that Tandem sets aside (saying why) or refuses.
 const SRUN_ASIDE: &[Opt] = &[
     Opt::long("accel-bind", Arg::Required).ignored("every task sees the job's GPUs on its node"),
@@ -198,12 +204,15 @@ const SRUN_ASIDE: &[Opt] = &[
     Opt::long("task-prolog", Arg::Required).refused("--task-prolog: no task prolog is run here"),
     Opt::both('T', "threads", Arg::Required).ignored("srun's own launch threads: tasks start from each node's agent"),
     Opt::long("x11", Arg::Optional).refused("--x11: X11 forwarding is not available"),
+    // Added to Slurm after 22.05 (slurm-options-newer.txt says when).
+    Opt::long("treewidth", Arg::Required).ignored("tasks start from each node's agent, not through a tree of daemons"),
+    Opt::long("wait-for-children", Arg::None).ignored("a task ends when its process does; its leftover children are ended with its step"),
 ];
 
 /// `srun`: the options end at the command; `_` in a long name reads as `-`, as Slurm's.
 pub const SRUN: Command = Command {
     name: "srun",
-    opts: &[OPTS, FOR_ALLOCATION, crate::options::RUN_ASIDE, SRUN_ASIDE],
+    opts: &[OPTS, STEP_MORE, FOR_ALLOCATION, crate::options::RUN_ASIDE, SRUN_ASIDE],
     order: Order::RequireOrder,
     underscores: true,
 };
@@ -343,6 +352,18 @@ pub fn parse_srun(args: &[String]) -> Result<SrunSpec, Invalid> {
             "verbose" | "quiet" | "help" | "usage" | "version" => {}
             // `-M`: the cluster's own name or `all` (the command checks the name).
             "clusters" => s.clusters = Some(nonempty(&v(), "--clusters")?),
+            "external-launcher" => s.overlap = true,
+            "tres-per-task" => {
+                let (cpus, gpus) = crate::options::parse_tres_per_task(&v())?;
+                if let Some(c) = cpus {
+                    s.cpus_per_task = Some(c);
+                    s.allocation.push(format!("--cpus-per-task={c}"));
+                }
+                if let Some((ty, n)) = gpus {
+                    s.gpus = Some((GpuPer::Task(n), ty.clone()));
+                    s.allocation.push(format!("--gpus-per-task={}{n}", ty.map(|t| format!("{t}:")).unwrap_or_default()));
+                }
+            }
             "hold" => s.allocation.push("--hold".into()),
             "nice" => s.allocation.push(value.as_ref().map_or_else(|| "--nice".into(), |n| format!("--nice={n}"))),
             "test-only" => s.test_only = true,

@@ -35,7 +35,7 @@ fn slurm_command_lines_read_as_getopt_long_reads_them() {
     let user = me();
 
     // Bundled letters, attached values, prefixes.
-    let id = c.sbatch(&["--partit=batch", "--wr", "sleep 30"]);
+    let id = c.sbatch(&["--partit=batch", "--wr", "sleep 300"]);
     c.wait_state(id, &["RUNNING"], 30);
     let ids = c.ok("squeue", &["-hu", &user, "-o", "%i"]);
     assert_eq!(ids.trim(), id.to_string());
@@ -55,6 +55,10 @@ fn slurm_command_lines_read_as_getopt_long_reads_them() {
     // `srun -lN1`: a label, one node.
     let o = c.ok("srun", &["-lN1", "--cpu-bind=q", "--wait=60", "hostname"]);
     assert!(o.starts_with("0: "), "{o}");
+    // `-W`: the others are ended a while after the first task ends (here rank 1 would sleep on).
+    let o = c.run("srun", &["-n2", "-W", "1", "bash", "-c", "[ $SLURM_PROCID = 0 ] || exec sleep 600"]);
+    assert!(err(&o).contains("srun: error: Timed out waiting for job step to complete"), "{}", err(&o));
+    assert_ne!(o.status.code(), Some(0));
     assert_eq!(c.run("scancel", &["-Q", &id.to_string()]).status.code(), Some(0));
     c.wait_state(id, &["CANCELLED"], 30);
     // A finished job stays visible for MinJobAge when asked for by state, as Slurm's; by id
