@@ -17,6 +17,9 @@ const HELP: &str = "Usage: scontrol [<OPTION>] [<COMMAND>]
   Valid <OPTION> values are:
      -o or --oneliner   Print information one line per record.
      --json             Produce JSON output (data_parser v0.0.44) of show job, node, partition.
+     -F or --future     Accepted: no node is in the FUTURE state here, every node is shown.
+     --hide             Accepted: no partition is hidden here, every partition is shown.
+     -u or --uid=<uid>  Refused: acting as another user is not available; run as that user.
      -V or --version    Print version information and exit.
      --help             Print this description.
 

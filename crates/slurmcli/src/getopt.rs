@@ -345,7 +345,11 @@ mod tests {
     }
 
     fn ok(cmd: &Command, line: &str, opts: &[&str], args: &[&str]) {
-        assert_eq!(read(cmd, line), Ok((opts.iter().map(|s| s.to_string()).collect(), args.iter().map(|s| s.to_string()).collect())), "{line}");
+        assert_eq!(
+            read(cmd, line),
+            Ok((opts.iter().map(|s| s.to_string()).collect(), args.iter().map(|s| s.to_string()).collect())),
+            "{line}"
+        );
     }
 
     fn err(cmd: &Command, line: &str, msg: &str) {
@@ -411,11 +415,10 @@ mod tests {
     fn ignored_options_are_set_aside_and_refused_ones_refused() {
         let p = getopt(&CMD, &argv("--profile all -hk --no-kill=off x")).unwrap();
         assert_eq!(p.opts.iter().map(Given::key).collect::<Vec<_>>(), ["noheader"]);
-        assert_eq!(p.ignored.iter().map(|g| (g.key(), g.value.as_deref())).collect::<Vec<_>>(), [
-            ("profile", Some("all")),
-            ("no-kill", None),
-            ("no-kill", Some("off"))
-        ]);
+        assert_eq!(
+            p.ignored.iter().map(|g| (g.key(), g.value.as_deref())).collect::<Vec<_>>(),
+            [("profile", Some("all")), ("no-kill", None), ("no-kill", Some("off"))]
+        );
         assert_eq!(p.args, ["x"]);
         err(&CMD, "-h --bb=x", "burst buffers are not available on this cluster");
         // A refused option's value is still read as getopt would, so the message is about it.

@@ -5,10 +5,10 @@ use model::{Dependency, GpuPer, GpuRequest, JobRequest, MemRequest, Shape, Time}
 use serde::{Deserialize, Serialize};
 
 use crate::Invalid;
-use crate::getopt::{Arg, Command, Given, Opt, Order, Parsed, getopt};
 use crate::formats::{
     ArraySpec, Signal, parse_array, parse_begin, parse_dependency, parse_gpus, parse_gres, parse_memory, parse_signal, parse_time,
 };
+use crate::getopt::{Arg, Command, Given, Opt, Order, Parsed, getopt};
 use crate::hostlist::expand;
 
 /// A submission as `sbatch` describes it.

@@ -3,8 +3,8 @@
 
 use crate::Invalid;
 use crate::formats::{parse_gpus, parse_gres, parse_memory, parse_time};
-use crate::hostlist::expand;
 use crate::getopt::{Arg, Command, Given, Opt, Order, Parsed, getopt};
+use crate::hostlist::expand;
 use crate::options::{count, text};
 use model::{GpuPer, MemRequest, Time};
 
@@ -292,7 +292,9 @@ pub fn parse_srun(args: &[String]) -> Result<SrunSpec, Invalid> {
                 s.jobid = Some(job.parse::<u64>().ok().filter(|n| *n > 0).ok_or_else(|| Invalid::new(format!("Invalid job id: {id}")))?);
             }
             "wait" => {
-                s.wait = Some(v().trim().parse::<u32>().map_err(|_| Invalid::new(format!("invalid --wait={}: a whole number of seconds", v())))?)
+                s.wait = Some(
+                    v().trim().parse::<u32>().map_err(|_| Invalid::new(format!("invalid --wait={}: a whole number of seconds", v())))?,
+                )
             }
             _ => unreachable!("every option in OPTS is handled"),
         }

@@ -79,7 +79,9 @@ fn slurm_command_lines_read_as_getopt_long_reads_them() {
     assert!(c.run("squeue", &["-j", "99999,99998"]).status.success());
 
     // Another cluster's name is refused, as Slurm's.
-    for (cmd, args) in [("squeue", vec!["-M", "elsewhere"]), ("sacct", vec!["--clusters=elsewhere"]), ("sbatch", vec!["-M", "x", "--wrap", "true"])] {
+    for (cmd, args) in
+        [("squeue", vec!["-M", "elsewhere"]), ("sacct", vec!["--clusters=elsewhere"]), ("sbatch", vec!["-M", "x", "--wrap", "true"])]
+    {
         let o = c.run(cmd, &args);
         assert_eq!(o.status.code(), Some(1), "{cmd} {args:?}");
         assert!(err(&o).contains("can't be reached now, or it is an invalid entry for --cluster"), "{cmd}: {}", err(&o));
@@ -87,7 +89,12 @@ fn slurm_command_lines_read_as_getopt_long_reads_them() {
 
     // Refusals: glibc's words, exit 1, nothing stored.
     let before = c.ok("squeue", &["-h", "-t", "all", "-o", "%i"]);
-    refused(&c, "sbatch", &["--mem-per=1G", "--wrap", "true"], "option '--mem-per' is ambiguous; possibilities: '--mem-per-cpu' '--mem-per-gpu'");
+    refused(
+        &c,
+        "sbatch",
+        &["--mem-per=1G", "--wrap", "true"],
+        "option '--mem-per' is ambiguous; possibilities: '--mem-per-cpu' '--mem-per-gpu'",
+    );
     refused(&c, "sbatch", &["--frobnicate", "--wrap", "true"], "unrecognized option '--frobnicate'");
     refused(&c, "sbatch", &["--hold=yes", "--wrap", "true"], "option '--hold' doesn't allow an argument");
     refused(&c, "sbatch", &["-J"], "option requires an argument -- 'J'");

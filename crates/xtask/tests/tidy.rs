@@ -279,7 +279,11 @@ fn commands_read_options_through_the_one_parser() {
             errors.push(format!("{}:{line}: {what}", f.display()));
         }
     }
-    assert!(errors.is_empty(), "options read by hand (put them in the command's table in slurmcli and match on keys):\n{}", errors.join("\n"));
+    assert!(
+        errors.is_empty(),
+        "options read by hand (put them in the command's table in slurmcli and match on keys):\n{}",
+        errors.join("\n")
+    );
 }
 
 #[test]
