@@ -5,7 +5,14 @@
 
 use anyhow::{Context, Result, bail};
 
-const USAGE: &str = "Usage: sbcast [-f] [-p] [-C] [-j JOBID] SOURCE DEST";
+const USAGE: &str = "Usage: sbcast [-f] [-p] [-C] [-j JOBID] SOURCE DEST
+  -f, --force          replace DEST where it exists
+  -j, --jobid=ID       the allocation whose nodes get the file (default: SLURM_JOB_ID)
+  -p, --preserve       keep the file's mode and modification time
+  -C, --compress[=LIB] accepted: the file travels over the step's TLS connection as it is
+  --send-libs[=no]     refused but for =no: the executable's libraries are not sent here
+  -F, --fanout, -s, --size, -t, --timeout, --exclude
+                       accepted: the file goes to every node at once as one step, streamed whole";
 
 /// `sbcast [-f|--force] [-p|--preserve] [-C|--compress[=LIB]] [-j|--jobid=ID] SOURCE DEST`.
 pub(crate) fn sbcast(args: &[String]) -> Result<i32> {
@@ -16,6 +23,14 @@ pub(crate) fn sbcast(args: &[String]) -> Result<i32> {
             "force" => force = true,
             "preserve" => preserve = true,
             "jobid" => job = Some(g.value().to_string()),
+            // As Slurm's: `--send-libs=no` sends none; sending them is not available here.
+            "send-libs" => {
+                if !g.value.as_deref().is_some_and(|v| v.eq_ignore_ascii_case("no")) {
+                    bail!(
+                        "--send-libs: sending an executable's shared libraries is not available here (the nodes use their own); use --send-libs=no"
+                    );
+                }
+            }
             "help" | "usage" => {
                 println!("{USAGE}");
                 return Ok(0);

@@ -55,18 +55,3 @@ pub(crate) fn parse(cmd: &'static slurmcli::getopt::Command, args: &[String]) ->
 pub(crate) fn table(name: &str) -> &'static slurmcli::getopt::Command {
     slurmcli::command(name).expect("every Slurm command has an option table")
 }
-
-/// `-M`/`--clusters LIST`: each entry must be this cluster's name or `all` (a cluster of one,
-/// as Slurm's commands answer for an unknown cluster).
-pub(crate) fn check_clusters(t: &client::Target, list: &str) -> Result<()> {
-    let name: String = crate::query::config(t).map(|c| c.cluster_name).unwrap_or_else(|_| "tandem".into());
-    for c in list.split(',').map(str::trim).filter(|c| !c.is_empty()) {
-        if !c.eq_ignore_ascii_case("all") && !c.eq_ignore_ascii_case(&name) {
-            anyhow::bail!(
-                "'{}' can't be reached now, or it is an invalid entry for --cluster.  Use 'sacctmgr list clusters' to see available clusters.",
-                c.escape_debug()
-            );
-        }
-    }
-    Ok(())
-}

@@ -42,7 +42,7 @@ pub(crate) fn sreport(args: &[String]) -> Result<i32> {
         }
     }
     if let Some(c) = &clusters {
-        crate::common::check_clusters(&Target::from_env()?, c)?;
+        crate::query::check_clusters(&Target::from_env()?, c)?;
     }
     let words = p.args;
     let t = now();

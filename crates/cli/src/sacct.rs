@@ -1,7 +1,9 @@
 //! `sacct`: accounting of jobs and their steps as Slurm's prints it: fields matched and sized
 //! as Slurm's (`JobName%20`, a `+` where a value is cut), `-p`/`-P`/`--delimiter`, `-b`, `-l`,
 //! `SACCT_FORMAT`, `-S`/`-E` in Slurm's time forms, `-s` states, `-X`, `--units`, durations as
-//! `[D-]HH:MM:SS`, cancelled jobs as `CANCELLED by UID`, and `--json` (data_parser v0.0.44).
+//! `[D-]HH:MM:SS`, cancelled jobs as `CANCELLED by UID`, `--json` (data_parser v0.0.44) and
+//! `--yaml`; filtered by `-A -C -g -i -I -k/-K -N -q -r -R -s -u -W -x --name`, with `-T`
+//! truncating times to the window.
 
 use anyhow::{Result, anyhow, bail};
 use client::Target;
@@ -16,27 +18,45 @@ const HELP: &str = "Usage: sacct [OPTIONS]
   -a, --allusers        display jobs of all users (those the caller may see; root's default)
   -A, --accounts        comma separated list of accounts
   -b, --brief           brief listing: jobid, state, exitcode
+  -C, --constraints     comma separated list of features the jobs asked for (all of them)
   -D, --duplicates      accepted: Tandem keeps one record per job (its last run; Restarts counts the others)
       --delimiter       the delimiter of -p and -P (default '|')
   -E, --endtime         jobs that started before this time (now[-N{seconds|minutes|hours|days|weeks}],
                         YYYY-MM-DD[THH:MM[:SS]], MMDD[YY], MM/DD[/YY], HH:MM[:SS], midnight, noon, ...)
   -e, --helpformat      list the fields --format takes
+  -g, --gid, --group    comma separated list of group ids or names
+  -i, --nnodes=min[-max]  jobs that ran on this number (range) of nodes
+  -I, --ncpus=min[-max]   jobs that ran on this number (range) of CPUs
   -j, --jobs            comma separated list of jobs (job or job_task, a step selects its job)
       --json            produce JSON output (data_parser v0.0.44)
+  -k, --timelimit-min   jobs with this time limit (or, with -K, at least it)
+  -K, --timelimit-max   with -k: jobs with at most this time limit
   -l, --long            long listing
       --name            comma separated list of job names
   -n, --noheader        no header
+  -N, --nodelist        jobs that ran on any of these nodes (a hostlist)
       --noconvert       print sizes in the unit they are kept in
   -o, --format          comma separated list of fields, each with an optional %width (JobName%20)
   -p, --parsable        '|' after every field
   -P, --parsable2       '|' between fields
+  -q, --qos             comma separated list of QOS
   -r, --partition       comma separated list of partitions
+  -R, --reason          comma separated list of pending reasons (Priority, Resources, Dependency, ...)
   -s, --state           comma separated list of states (CA, CD, F, PD, R, TO, NF, OOM, ...)
   -S, --starttime       jobs that ran after this time (default: midnight today, or any with -j or -s)
+  -T, --truncate        start and end times cut to the -S/-E window
       --units=[KMGTP]   the unit of sizes
   -u, --user            comma separated list of users (default: the caller's own jobs unless root
                         or -j; -1: all users)
+  -W, --wckeys          comma separated list of workload characterization keys
+  -x, --associations    comma separated list of association ids (there are none here: no job)
   -X, --allocations     the jobs' own lines only, not their steps
+      --yaml            produce YAML output (the --json data)
+      --use-local-uid   accepted: every node shares the controller's users
+      --whole-hetjob    accepted: no job here has heterogeneous components
+  -B, --batch-script, -c, --completion, --env-vars, -f, --file, -F, --flags
+                        refused: job scripts, environments, job completion records and the
+                        scheduler that started a job are not kept here
   -V, --version         output version information and exit
       --help            show this help message
 ";
@@ -52,6 +72,10 @@ pub(crate) fn sacct(args: &[String]) -> Result<i32> {
     let (mut brief, mut long, mut units, mut noconvert, mut delimiter) = (false, false, None::<Unit>, false, "|".to_string());
     let mut ids: Option<Vec<String>> = None;
     let mut all_users = false;
+    let (mut features, mut gids, mut qos, mut reasons, mut wckeys) =
+        (Vec::<String>::new(), None::<Vec<u32>>, None::<Vec<String>>, None::<Vec<String>>, None::<Vec<String>>);
+    let (mut nnodes, mut ncpus, mut on_nodes) = (None::<(u64, u64)>, None::<(u64, u64)>, None::<Vec<String>>);
+    let (mut limit_min, mut limit_max, mut truncate, mut yaml, mut nothing) = (None::<String>, None::<String>, false, false, false);
     let list = |v: &str| v.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_string).collect::<Vec<_>>();
     let p = crate::common::parse(crate::common::table("sacct"), args)?;
     let mut clusters = None;
@@ -95,7 +119,24 @@ pub(crate) fn sacct(args: &[String]) -> Result<i32> {
             "long" => long = true,
             "noconvert" => noconvert = true,
             "json" => json = true,
+            "yaml" => yaml = true,
             "clusters" => clusters = Some(v.to_string()),
+            // All of them, over every -C.
+            "constraints" => features.extend(list(v)),
+            "gid" => gids = Some(list(v).iter().map(|g| gid_of(g)).collect::<Result<_>>()?),
+            "nnodes" => nnodes = Some(slurmcli::parse_count_range(v, "--nnodes").map_err(bad)?),
+            "ncpus" => ncpus = Some(slurmcli::parse_count_range(v, "--ncpus").map_err(bad)?),
+            "timelimit-min" => limit_min = Some(v.to_string()),
+            "timelimit-max" => limit_max = Some(v.to_string()),
+            "nodelist" => {
+                on_nodes = Some(slurmcli::expand(v, 100_000).map_err(|e| anyhow!("Invalid node list {}: {}", v.escape_debug(), e.0))?)
+            }
+            "qos" => qos = Some(list(v)),
+            "reason" => reasons = Some(list(v).iter().map(|r| r.to_ascii_lowercase()).collect()),
+            "wckeys" => wckeys = Some(list(v)),
+            // There are no association ids here: no job has one.
+            "associations" => nothing = true,
+            "truncate" => truncate = true,
             "helpformat" => {
                 for row in slurmcli::SACCT_FIELDS.chunks(4) {
                     println!("{}", row.iter().map(|(n, _)| format!("{n:<20}")).collect::<String>().trim_end());
@@ -127,6 +168,7 @@ pub(crate) fn sacct(args: &[String]) -> Result<i32> {
         fields = std::env::var("SACCT_FORMAT").ok().filter(|v| !v.trim().is_empty()).unwrap_or_else(|| slurmcli::SACCT_DEFAULT.into());
     }
     let cols = slurmcli::parse_sacct_fields(&fields).map_err(bad)?;
+    let limits = slurmcli::parse_limit_range(limit_min.as_deref(), limit_max.as_deref()).map_err(bad)?;
     // Slurm's default window starts at midnight today, unless jobs or states are named.
     let since = since.unwrap_or(if ids.is_some() || states.is_some() { 0 } else { t_now - t_now.rem_euclid(86400) });
     if let Some(u) = until
@@ -154,7 +196,7 @@ pub(crate) fn sacct(args: &[String]) -> Result<i32> {
     }
     let t = Target::from_env()?;
     if let Some(c) = &clusters {
-        crate::common::check_clusters(&t, c)?;
+        crate::query::check_clusters(&t, c)?;
     }
     let mut jobs: Vec<JobInfo> = get(&t, &format!("/v1/history?{}", q.join("&")))?;
     jobs.retain(|j| {
@@ -165,11 +207,39 @@ pub(crate) fn sacct(args: &[String]) -> Result<i32> {
             && parts.as_ref().is_none_or(|v| v.contains(&j.partition))
             && states.as_ref().is_none_or(|s| s.contains(&j.state.as_str()))
             && until.is_none_or(|u| j.start.filter(|_| !j.start_estimated).unwrap_or(j.submit) <= u)
+            && features.iter().all(|f| j.features.contains(f))
+            && gids.as_ref().is_none_or(|g| g.contains(&j.gid))
+            && nnodes.is_none_or(|(lo, hi)| (lo..=hi).contains(&u64::from(j.nodes)))
+            && ncpus.is_none_or(|(lo, hi)| (lo..=hi).contains(&u64::from(j.cpus)))
+            && limits.is_none_or(|r| slurmcli::limit_in(r, j.time_limit))
+            && on_nodes.as_ref().is_none_or(|w| slurmcli::expand(&j.nodelist, 100_000).unwrap_or_default().iter().any(|n| w.contains(n)))
+            && qos.as_ref().is_none_or(|q| q.contains(&j.qos))
+            && reasons.as_ref().is_none_or(|r| r.contains(&j.reason.to_ascii_lowercase()))
+            && wckeys.as_ref().is_none_or(|w| j.recorded.iter().any(|(k, v)| k == "WCKey" && w.contains(v)))
+            && !nothing
     });
-    if json {
+    // -T: times outside the window cut to it, as Slurm's.
+    if truncate {
+        for j in &mut jobs {
+            let cut = |x: i64| until.map_or(x, |u| x.min(u)).max(since);
+            if j.start.is_some() && !j.start_estimated {
+                j.start = j.start.map(cut);
+                j.end = j.end.or(until.filter(|u| *u < t_now)).map(cut);
+            }
+            for st in &mut j.steps {
+                st.start = cut(st.start);
+                st.end = st.end.or(until.filter(|u| *u < t_now)).map(cut);
+            }
+        }
+    }
+    if json || yaml {
         let items = jobs.iter().map(|j| job_json(j, t_now)).collect::<Vec<_>>();
-        let v = json!({"jobs": items, "meta": meta(&["sacct", "--json"]), "errors": [], "warnings": []});
-        println!("{}", serde_json::to_string_pretty(&v)?);
+        let v = json!({"jobs": items, "meta": meta(&["sacct", if yaml { "--yaml" } else { "--json" }]), "errors": [], "warnings": []});
+        if yaml {
+            print!("{}", yaml_serde::to_string(&v)?);
+        } else {
+            println!("{}", serde_json::to_string_pretty(&v)?);
+        }
         return Ok(0);
     }
     // As Slurm's: --units wins over --noconvert.
@@ -192,6 +262,17 @@ pub(crate) fn sacct(args: &[String]) -> Result<i32> {
         }
     }
     Ok(0)
+}
+
+/// A group id, or the id of the group named `g` (`-g`).
+fn gid_of(g: &str) -> Result<u32> {
+    if let Ok(n) = g.parse() {
+        return Ok(n);
+    }
+    match nix::unistd::Group::from_name(g) {
+        Ok(Some(gr)) => Ok(gr.gid.as_raw()),
+        _ => bail!("Invalid group id: {}", g.escape_debug()),
+    }
 }
 
 /// The memory a job asked for in all, MiB.

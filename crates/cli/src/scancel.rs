@@ -1,6 +1,7 @@
 //! `scancel`: cancels (or signals, `-s`) jobs by id (`12`, an array's `12`, a task's `12_3`),
-//! or every job matching the filters (`-u`, `--me`, `-n`, `-t`, `-p`, `-A`), as Slurm's: the
-//! filters together select the jobs, ids given narrow them further.
+//! or every job matching the filters (`-u`, `--me`, `-n`, `-t`, `-p`, `-A`, `-q`, `-w`,
+//! `--wckey`, `-R`), as Slurm's: the filters together select the jobs, ids given narrow them
+//! further. `-b` signals the batch step only; `-i` asks before each job.
 
 use anyhow::{Context, Result, anyhow, bail};
 use client::{Target, send};
@@ -11,23 +12,34 @@ use crate::query::{get, help, version};
 
 const HELP: &str = "Usage: scancel [OPTIONS] [job_id[_array_id]...]
   -A, --account=account      act only on jobs charging this account
+  -b, --batch                signal the batch step only (its shell and what it started), no other step
+      --ctld                 accepted: signals always go through the controller here
+  -f, --full                 accepted: a job's signal already reaches its batch shell, the shell's
+                             children and every step here
+  -H, --hurry                accepted: there are no burst buffers here, nothing is staged out
+  -i, --interactive          confirm each job before acting on it
   -n, --name=job_name        act only on jobs with this name
       --me                   act only on jobs of the caller
   -p, --partition=partition  act only on jobs in this partition
+  -q, --qos=qos              act only on jobs with this quality of service
+  -R, --reservation=name     act only on jobs in this reservation (there are none here: no job)
   -s, --signal=name | integer  signal to send to the jobs (default: cancel them)
   -t, --state=states         act only on jobs in these states (PENDING, RUNNING, SUSPENDED)
   -u, --user=user_name       act only on jobs of this user
+  -w, --nodelist=hostlist    act only on jobs using any of these nodes (a file if it has a '/')
+      --wckey=wckey          act only on jobs with this workload characterization key
   -V, --version              output version information and exit
       --help                 show this help message
 ";
 
-const USAGE: &str = "Usage: scancel [-A account] [--me] [-n job_name] [-p partition] [-Q] [-s signal] [-t PENDING | RUNNING | SUSPENDED] [-u user_name] [-vV] [job_id[_array_id][.step_id]]\n";
+const USAGE: &str = "Usage: scancel [-A account] [--batch] [--interactive] [--me] [-n job_name] [-p partition] [-Q] [-q qos] [-R reservation] [-s signal] [-t PENDING | RUNNING | SUSPENDED] [-u user_name] [-w hosts] [--wckey=wckey] [-vV] [job_id[_array_id][.step_id]]\n";
 
 /// `scancel`.
 pub(crate) fn scancel(args: &[String]) -> Result<i32> {
     let p = crate::common::parse(crate::common::table("scancel"), args)?;
     let (mut user, mut signal, mut name, mut states, mut part, mut account) = (None, None, None, None, None, None);
-    let mut clusters = None;
+    let (mut qos, mut nodes, mut wckey, mut resv) = (None, None::<Vec<String>>, None, None);
+    let (mut batch, mut interactive, mut clusters) = (false, false, None);
     for g in p.opts {
         let v = g.value().to_string();
         match g.key() {
@@ -44,6 +56,12 @@ pub(crate) fn scancel(args: &[String]) -> Result<i32> {
             "partition" => part = Some(v),
             "account" => account = Some(v),
             "me" => user = Some(crate::squeue::me()),
+            "qos" => qos = Some(v),
+            "reservation" => resv = Some(v),
+            "wckey" => wckey = Some(v),
+            "nodelist" => nodes = Some(nodelist(&v)?),
+            "batch" => batch = true,
+            "interactive" => interactive = true,
             "clusters" => clusters = Some(v),
             "help" => return help(HELP),
             "usage" => return help(USAGE),
@@ -56,13 +74,21 @@ pub(crate) fn scancel(args: &[String]) -> Result<i32> {
     if let Some(u) = user.as_ref().filter(|u| crate::query::unknown_user(std::slice::from_ref(u)).is_some()) {
         bail!("Invalid user name: {u}");
     }
-    let filtered = user.is_some() || name.is_some() || states.is_some() || part.is_some() || account.is_some();
+    let filtered = user.is_some()
+        || name.is_some()
+        || states.is_some()
+        || part.is_some()
+        || account.is_some()
+        || qos.is_some()
+        || nodes.is_some()
+        || wckey.is_some()
+        || resv.is_some();
     if targets.is_empty() && !filtered {
         bail!("No job identification provided");
     }
     let t = Target::from_env()?;
     if let Some(c) = &clusters {
-        crate::common::check_clusters(&t, c)?;
+        crate::query::check_clusters(&t, c)?;
     }
     let all: Vec<JobInfo> = get(&t, "/v1/jobs")?;
     let pass = |j: &JobInfo| {
@@ -71,6 +97,11 @@ pub(crate) fn scancel(args: &[String]) -> Result<i32> {
             && states.as_ref().is_none_or(|s| s.contains(&j.state.as_str()))
             && part.as_ref().is_none_or(|p| *p == j.partition)
             && account.as_ref().is_none_or(|p| *p == j.account)
+            && qos.as_ref().is_none_or(|q| *q == j.qos)
+            && wckey.as_ref().is_none_or(|w| j.recorded.iter().any(|(k, v)| k == "WCKey" && v == w))
+            // No job is in a reservation: there are none.
+            && resv.is_none()
+            && nodes.as_ref().is_none_or(|w| slurmcli::expand(&j.nodelist, 100_000).unwrap_or_default().iter().any(|n| w.contains(n)))
     };
     let mut ids: Vec<u64> = Vec::new();
     for x in &targets {
@@ -107,9 +138,14 @@ pub(crate) fn scancel(args: &[String]) -> Result<i32> {
     let rt = runtime()?;
     let mut rc = 0;
     for id in ids {
-        let path = match signal {
-            Some(s) => format!("/v1/jobs/{id}?signal={s}"),
-            None => format!("/v1/jobs/{id}"),
+        if interactive && !confirm(all.iter().find(|j| j.id == id), id)? {
+            continue;
+        }
+        let path = match (signal, batch) {
+            (Some(s), false) => format!("/v1/jobs/{id}?signal={s}"),
+            (None, false) => format!("/v1/jobs/{id}"),
+            (Some(s), true) => format!("/v1/jobs/{id}?signal={s}&batch=true"),
+            (None, true) => format!("/v1/jobs/{id}?batch=true"),
         };
         let r = rt.block_on(send(&t, "DELETE", &path, None::<&()>, &[]))?;
         if r.status >= 400 {
@@ -118,4 +154,27 @@ pub(crate) fn scancel(args: &[String]) -> Result<i32> {
         }
     }
     Ok(rc)
+}
+
+/// `-w`: a hostlist, or a file of host names when it has a `/` (Slurm's rule).
+fn nodelist(v: &str) -> Result<Vec<String>> {
+    let text =
+        if v.contains('/') { std::fs::read_to_string(v).with_context(|| format!("Invalid node list file {v}"))? } else { v.to_string() };
+    let mut out = Vec::new();
+    for part in text.split(|c: char| c.is_whitespace()).filter(|p| !p.is_empty()) {
+        out.extend(slurmcli::expand(part, 100_000).map_err(|e| anyhow!("Invalid node list {}: {}", part.escape_debug(), e.0))?);
+    }
+    Ok(out)
+}
+
+/// `-i`: asks on the terminal as Slurm's does, `Cancel job_id=12 name=x partition=batch [y/n]? `;
+/// `y` (or `Y`) goes ahead.
+fn confirm(job: Option<&JobInfo>, id: u64) -> Result<bool> {
+    use std::io::{BufRead, Write};
+    let (name, part) = job.map_or(("", ""), |j| (j.name.as_str(), j.partition.as_str()));
+    print!("Cancel job_id={id} name={name} partition={part} [y/n]? ");
+    std::io::stdout().flush()?;
+    let mut line = String::new();
+    std::io::stdin().lock().read_line(&mut line)?;
+    Ok(line.trim_start().starts_with(['y', 'Y']))
 }

@@ -17,6 +17,9 @@ const HELP: &str = "Usage: scontrol [<OPTION>] [<COMMAND>]
   Valid <OPTION> values are:
      -o or --oneliner   Print information one line per record.
      --json             Produce JSON output (data_parser v0.0.44) of show job, node, partition.
+     -F or --future     Accepted: no node is in the FUTURE state here, every node is shown.
+     --hide             Accepted: no partition is hidden here, every partition is shown.
+     -u or --uid=<uid>  Refused: acting as another user is not available; run as that user.
      -V or --version    Print version information and exit.
      --help             Print this description.
 
@@ -185,7 +188,7 @@ pub(crate) fn scontrol(args: &[String]) -> Result<i32> {
         _ => {}
     }
     if let Some(c) = &clusters {
-        crate::common::check_clusters(&Target::from_env()?, c)?;
+        crate::query::check_clusters(&Target::from_env()?, c)?;
     }
     let w: Vec<&str> = words.iter().map(String::as_str).collect();
     // The entity's name is case-insensitive and may be plural, as Slurm's.

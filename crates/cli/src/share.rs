@@ -11,11 +11,15 @@ use crate::common::runtime;
 const COLUMNS: [(&str, usize); 7] =
     [("Account", 20), ("User", 10), ("RawShares", 10), ("NormShares", 11), ("RawUsage", 11), ("EffectvUsage", 13), ("FairShare", 10)];
 
-const USAGE: &str = "Usage: sshare [-n] [-P] [-p] [-a] [-l] [-U] [-A accounts] [-u users] [-M cluster]";
+const USAGE: &str = "Usage: sshare [-n] [-P] [-p] [-a] [-l] [-U] [-A accounts] [-u users] [-o fields] [-M cluster]
+  -o, --format=fields  comma separated fields, each with an optional %width (Account,FairShare%12):
+                       Account, User, RawShares, NormShares, RawUsage, EffectvUsage, FairShare
+  -m, --partition      accepted: usage is kept per account here, not per partition";
 
 /// `sshare [-n] [-P|--parsable|--parsable2] [-a] [-l] [-U] [-A ACCOUNTS] [-u USERS]`.
 pub(crate) fn sshare(args: &[String]) -> Result<i32> {
     let (mut header, mut sep, mut accounts, mut users_only, mut clusters) = (true, None::<(&str, bool)>, None::<Vec<String>>, false, None);
+    let mut fields = None;
     let p = crate::common::parse(crate::common::table("sshare"), args)?;
     for g in &p.opts {
         match g.key() {
@@ -29,6 +33,10 @@ pub(crate) fn sshare(args: &[String]) -> Result<i32> {
             // Rows of users alone (none: usage is kept per account, so every row is one).
             "Users" => users_only = true,
             "clusters" => clusters = Some(g.value().to_string()),
+            "format" => {
+                let names = COLUMNS.map(|c| c.0);
+                fields = Some(slurmcli::parse_fields(g.value(), &names).map_err(|e| anyhow::anyhow!("{}", e.0))?);
+            }
             "help" | "usage" => {
                 println!("{USAGE}");
                 return Ok(0);
@@ -44,11 +52,16 @@ pub(crate) fn sshare(args: &[String]) -> Result<i32> {
     }
     let t = Target::from_env()?;
     if let Some(c) = &clusters {
-        crate::common::check_clusters(&t, c)?;
+        crate::query::check_clusters(&t, c)?;
     }
     let rows: Vec<control_row::Row> = runtime()?.block_on(send(&t, "GET", "/v1/shares", None::<&()>, &[]))?.json()?;
     let rows: Vec<_> = rows.into_iter().filter(|r| !users_only && accounts.as_ref().is_none_or(|a| a.contains(&r.account))).collect();
-    let cells = |r: &control_row::Row| {
+    // The columns shown: -o's, or all of them at Slurm's widths.
+    let cols: Vec<(usize, usize)> = match &fields {
+        Some(f) => f.iter().map(|&(i, w)| (i, w.unwrap_or(COLUMNS[i].1))).collect(),
+        None => (0..COLUMNS.len()).map(|i| (i, COLUMNS[i].1)).collect(),
+    };
+    let all_cells = |r: &control_row::Row| {
         vec![
             format!(" {}", r.account),
             String::new(),
@@ -59,11 +72,16 @@ pub(crate) fn sshare(args: &[String]) -> Result<i32> {
             format!("{:.6}", r.fairshare),
         ]
     };
+    let cells = |r: &control_row::Row| {
+        let c = all_cells(r);
+        cols.iter().map(|&(i, _)| c[i].clone()).collect::<Vec<_>>()
+    };
+    let heads: Vec<&str> = cols.iter().map(|&(i, _)| COLUMNS[i].0).collect();
     match sep {
         Some((s, trailing)) => {
             let end = if trailing { s } else { "" };
             if header {
-                println!("{}{end}", COLUMNS.map(|c| c.0).join(s));
+                println!("{}{end}", heads.join(s));
             }
             for r in &rows {
                 println!("{}{end}", cells(r).iter().map(|c| c.trim_start()).collect::<Vec<_>>().join(s));
@@ -71,17 +89,21 @@ pub(crate) fn sshare(args: &[String]) -> Result<i32> {
         }
         None => {
             if header {
-                println!("{}", COLUMNS.iter().map(|(h, w)| format!("{h:>w$}")).collect::<Vec<_>>().join(" "));
-                println!("{}", COLUMNS.iter().map(|(_, w)| "-".repeat(*w)).collect::<Vec<_>>().join(" "));
+                println!(
+                    "{}",
+                    heads
+                        .iter()
+                        .zip(&cols)
+                        .map(|(h, &(i, w))| if i == 0 { format!("{h:<w$}") } else { format!("{h:>w$}") })
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                );
+                println!("{}", cols.iter().map(|(_, w)| "-".repeat(*w)).collect::<Vec<_>>().join(" "));
             }
             for r in &rows {
                 let c = cells(r);
-                let line: Vec<String> = c
-                    .iter()
-                    .zip(COLUMNS)
-                    .enumerate()
-                    .map(|(i, (v, (_, w)))| if i == 0 { format!("{v:<w$.w$}") } else { format!("{v:>w$.w$}") })
-                    .collect();
+                let line: Vec<String> =
+                    c.iter().zip(&cols).map(|(v, &(i, w))| if i == 0 { format!("{v:<w$.w$}") } else { format!("{v:>w$.w$}") }).collect();
                 println!("{}", line.join(" "));
             }
         }

@@ -1,5 +1,7 @@
 //! `sinfo`: partitions and nodes as Slurm's (`-N`, `-R`, `-l`, `-s`, `-o` codes with widths,
-//! `-O` long names, `-p`, `-h`, `SINFO_FORMAT`, `--json` in data_parser v0.0.44's shape).
+//! `-O` long names, `-p`, `-h`, `SINFO_FORMAT`, `--json` in data_parser v0.0.44's shape),
+//! nodes filtered (`-n`, `-t`, `-d`, `-r`), grouped by configuration too (`-e`), sorted (`-S`),
+//! repeated (`-i`); `-T` lists the reservations (there are none).
 
 use anyhow::{Result, anyhow, bail};
 use client::Target;
@@ -11,15 +13,23 @@ use crate::query::{config, help, node_json, nodes, print_reply, version};
 use slurmcli::SINFO_FIELDS;
 
 const HELP: &str = "Usage: sinfo [OPTIONS]
+  -d, --dead                 show only non-responding (down) nodes
+  -e, --exact                group only nodes of identical CPUs, memory and GPUs
   -h, --noheader             no headers on output
+  -i, --iterate=seconds      specify an iteration period
       --json                 produce JSON output (data_parser v0.0.44)
   -l, --long                 long output
+  -n, --nodes=NODES          report on specific node(s)
   -N, --Node                 node-centric format
   -o, --format=format        format specification (%P %a %l %D %t %N %c %m %G %E %C %F %A ...)
   -O, --Format=format        long format specification (Partition,NodeList:30,...)
   -p, --partition=partition  report on specific partition(s)
+  -r, --responding           report only responding nodes
   -R, --list-reasons         list reason nodes are down or drained
   -s, --summarize            report state summary only
+  -S, --sort=fields          comma separated list of fields to sort on (e.g. -P,N)
+  -t, --states=node_state    specify what node states to report on (idle,alloc,mix,drain,down,...)
+  -T, --reservation          show only reservation information (there are none here)
   -V, --version              output version information and exit
       --help                 show this help message
 ";
@@ -35,7 +45,8 @@ pub(crate) fn sinfo(args: &[String]) -> Result<i32> {
     let (mut node_oriented, mut reasons, mut header, mut long, mut summarize, mut json) = (false, false, true, false, false, false);
     let (mut fmt, mut long_fmt, mut parts) = (None, None, None::<Vec<String>>);
     let p = crate::common::parse(crate::common::table("sinfo"), args)?;
-    let mut clusters = None;
+    let (mut clusters, mut node_names, mut states, mut dead, mut responding) = (None, None::<Vec<String>>, None, false, false);
+    let (mut exact, mut sort, mut iterate, mut reservations) = (false, None, None::<u64>, false);
     for g in p.opts {
         let v = g.value().to_string();
         match g.key() {
@@ -49,6 +60,16 @@ pub(crate) fn sinfo(args: &[String]) -> Result<i32> {
             "noheader" => header = false,
             "json" => json = true,
             "clusters" => clusters = Some(v),
+            "nodes" => node_names = Some(slurmcli::expand(&v, 100_000).map_err(|e| anyhow!("Invalid node name specified: {}", e.0))?),
+            "states" => states = Some(slurmcli::parse_node_states(&v).map_err(|e| anyhow!("{}", e.0))?),
+            "dead" => dead = true,
+            "responding" => responding = true,
+            "exact" => exact = true,
+            "sort" => sort = Some(slurmcli::parse_sort(&v, SINFO_FIELDS).map_err(|e| anyhow!("{}", e.0))?),
+            "reservation" => reservations = true,
+            "iterate" => {
+                iterate = Some(v.parse().ok().filter(|n| *n > 0).ok_or_else(|| anyhow!("--iterate={v}: a positive number of seconds"))?)
+            }
             "help" => return help(HELP),
             "usage" => return help("Usage: sinfo [-alNRsv] [-p partition] [-o format] [-O format] [--json]\n"),
             "version" => return version(),
@@ -62,9 +83,71 @@ pub(crate) fn sinfo(args: &[String]) -> Result<i32> {
     }
     let t = Target::from_env()?;
     if let Some(c) = &clusters {
-        crate::common::check_clusters(&t, c)?;
+        crate::query::check_clusters(&t, c)?;
     }
-    let (list, cfg) = (nodes(&t)?, config(&t)?);
+    if reservations {
+        // Slurm's reservation listing; this cluster has no reservations.
+        if header {
+            println!("{:>14}  {:>8}  {:>19}  {:>19}  {:>11}  NODELIST", "RESV_NAME", "STATE", "START_TIME", "END_TIME", "DURATION");
+        }
+        return Ok(0);
+    }
+    let mut first = true;
+    loop {
+        if iterate.is_some() {
+            if !first {
+                println!();
+            }
+            if header {
+                crate::query::print_date(now());
+            }
+        }
+        first = false;
+        let o = Show { node_oriented, reasons, header, long, summarize, json, exact };
+        let filter = |n: &NodeInfo| {
+            node_names.as_ref().is_none_or(|w| w.contains(&n.name))
+                && states.as_ref().is_none_or(|s| slurmcli::node_in_states(s, &n.state, n.cpus.1 > 0))
+                && (!dead || n.state == "down")
+                && (!responding || n.state != "down")
+        };
+        let rc = show(&t, &o, fmt.clone(), long_fmt.as_deref(), parts.as_deref(), &filter, sort.as_deref())?;
+        match iterate {
+            Some(s) => {
+                use std::io::Write;
+                let _ = std::io::stdout().flush();
+                std::thread::sleep(std::time::Duration::from_secs(s));
+            }
+            None => return Ok(rc),
+        }
+    }
+}
+
+/// What `sinfo` shows, read from its options.
+struct Show {
+    node_oriented: bool,
+    reasons: bool,
+    header: bool,
+    long: bool,
+    summarize: bool,
+    json: bool,
+    exact: bool,
+}
+
+/// One listing of `sinfo`: the nodes `filter` passes, of the partitions `parts` (all: none),
+/// grouped, sorted by `sort` and printed as `fmt` or `long_fmt` say.
+fn show(
+    t: &Target,
+    o: &Show,
+    mut fmt: Option<String>,
+    long_fmt: Option<&str>,
+    parts: Option<&[String]>,
+    filter: &dyn Fn(&NodeInfo) -> bool,
+    sort: Option<&[(&'static str, bool)]>,
+) -> Result<i32> {
+    let Show { node_oriented, reasons, header, long, summarize, json, exact } = *o;
+    let long_fmt = long_fmt.map(str::to_string);
+    let (mut list, cfg) = (nodes(t)?, config(t)?);
+    list.retain(|n| filter(n));
     let mut partitions = cfg.partitions.clone();
     if let Some(p) = &parts {
         partitions.retain(|x| p.contains(&x.name));
@@ -122,12 +205,29 @@ pub(crate) fn sinfo(args: &[String]) -> Result<i32> {
         !summarize && fmt.is_none() && long_fmt.is_none() || slurmcli::fields_used(&items).iter().any(|f| f.starts_with("State"));
     for p in &partitions {
         for n in list.iter().filter(|n| n.partitions.contains(&p.name)) {
-            let same = groups.iter_mut().find(|g| std::ptr::eq(g.part, p) && !node_oriented && (!by_state || g.nodes[0].state == n.state));
+            let same = groups.iter_mut().find(|g| {
+                let n0 = g.nodes[0];
+                std::ptr::eq(g.part, p)
+                    && !node_oriented
+                    && (!by_state || n0.state == n.state)
+                    && (!exact || (n0.cpus.0, n0.memory_mb.0, n0.gpus.0) == (n.cpus.0, n.memory_mb.0, n.gpus.0))
+            });
             match same {
                 Some(g) => g.nodes.push(n),
                 None => groups.push(Group { part: p, nodes: vec![n] }),
             }
         }
+    }
+    // Each key from the last, stable: numbers by value, the rest as text.
+    for (name, desc) in sort.unwrap_or_default().iter().rev() {
+        groups.sort_by(|x, y| {
+            let (a, b) = (value(name, x, node_oriented), value(name, y, node_oriented));
+            let o = match (a.parse::<f64>(), b.parse::<f64>()) {
+                (Ok(a), Ok(b)) => a.total_cmp(&b),
+                _ => a.cmp(&b),
+            };
+            if *desc { o.reverse() } else { o }
+        });
     }
     if header && long {
         crate::query::print_date(now());

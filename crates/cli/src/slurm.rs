@@ -32,7 +32,7 @@ pub(crate) fn sbatch(args: &[String]) -> Result<i32> {
     }
     let t = Target::from_env()?;
     if let Some(c) = &batch.clusters {
-        crate::common::check_clusters(&t, c)?;
+        crate::query::check_clusters(&t, c)?;
     }
     let req = submission(batch)?;
     let r: SubmitResponse = runtime()?.block_on(send(&t, "POST", "/v1/jobs", Some(&req), &[]))?.json()?;
@@ -133,7 +133,7 @@ pub(crate) fn srun_in(args: &[String], job: Option<u64>) -> Result<i32> {
     let t = Target::from_env()?;
     // Outside an allocation srun makes one for its step, as Slurm's.
     if let Some(c) = &a.clusters {
-        crate::common::check_clusters(&t, c)?;
+        crate::query::check_clusters(&t, c)?;
     }
     if a.test_only {
         // As Slurm's: when the allocation srun would make could start; nothing runs.
@@ -220,18 +220,19 @@ fn srun_allocation(a: &slurmcli::SrunSpec) -> Vec<String> {
 pub(crate) fn sprio(args: &[String]) -> Result<i32> {
     let p = crate::common::parse(crate::common::table("sprio"), args)?;
     let (mut header, mut jobs, mut users, mut clusters) = (true, None::<Vec<String>>, None::<Vec<String>>, None);
+    let (mut parts, mut fmt, mut long, mut sort) = (None::<Vec<String>>, None::<String>, false, None::<String>);
     let list = |v: &str| v.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_string).collect::<Vec<_>>();
     for g in &p.opts {
         match g.key() {
             "noheader" => header = false,
             "jobs" => jobs = Some(list(g.value())),
             "user" => users = Some(list(g.value())),
+            "partition" => parts = Some(list(g.value())),
+            "format" => fmt = Some(g.value().to_string()),
+            "long" => long = true,
+            "sort" => sort = Some(g.value().to_string()),
             "clusters" => clusters = Some(g.value().to_string()),
-            "help" | "usage" => {
-                return crate::query::help(
-                    "Usage: sprio [-h] [-j jobs] [-u users] [-M cluster] [-V] [--help]\n  Shows the pending jobs' priorities, factor by factor.\n",
-                );
-            }
+            "help" | "usage" => return crate::query::help(SPRIO_HELP),
             "version" => return crate::query::version(),
             "verbose" | "federation" | "local" | "sibling" => {}
             other => unreachable!("sprio's table and its reader disagree on {other}"),
@@ -240,31 +241,103 @@ pub(crate) fn sprio(args: &[String]) -> Result<i32> {
     if let Some(word) = p.args.first() {
         bail!("unexpected argument '{}'\nTry \"sprio --help\" for more information", word.escape_debug());
     }
+    let bad = |e: slurmcli::Invalid| anyhow::anyhow!("{}", e.0);
+    // Slurm's formats, when one is asked for; Tandem's own columns (with its time-limit and
+    // expansion factors) otherwise.
+    let items = match (&fmt, long) {
+        (Some(f), _) => Some(slurmcli::parse_percent(f, slurmcli::SPRIO_FIELDS, "job").map_err(bad)?),
+        (None, true) => Some(slurmcli::parse_percent(slurmcli::SPRIO_LONG, slurmcli::SPRIO_FIELDS, "job").map_err(bad)?),
+        (None, false) => None,
+    };
+    if let Some(n) = items.iter().flat_map(|i| slurmcli::fields_used(i)).find(|n| n.ends_with("Norm") && *n != "PriorityNorm") {
+        bail!(
+            "Invalid job format specification: {n}: this controller does not publish its priority weights, so the factors are shown weighted only"
+        );
+    }
+    let sort = slurmcli::parse_sort(sort.as_deref().unwrap_or("i"), slurmcli::SPRIO_FIELDS).map_err(bad)?;
     let t = Target::from_env()?;
     if let Some(c) = &clusters {
-        crate::common::check_clusters(&t, c)?;
+        crate::query::check_clusters(&t, c)?;
     }
-    let mut rows: Vec<(u64, sched::Breakdown)> = runtime()?.block_on(send(&t, "GET", "/v1/priority", None::<&()>, &[]))?.json()?;
-    if jobs.is_some() || users.is_some() {
-        let all: Vec<JobInfo> = crate::query::get(&t, "/v1/jobs")?;
-        rows.retain(|(id, _)| {
-            all.iter().find(|j| j.id == *id).is_some_and(|j| {
-                jobs.as_ref().is_none_or(|w| w.iter().any(|x| crate::query::selects(x, j)))
-                    && users.as_ref().is_none_or(|u| u.contains(&j.user) || u.contains(&j.uid.to_string()))
-            })
+    let rows: Vec<(u64, sched::Breakdown)> = runtime()?.block_on(send(&t, "GET", "/v1/priority", None::<&()>, &[]))?.json()?;
+    let all: Vec<JobInfo> = crate::query::get(&t, "/v1/jobs")?;
+    let mut rows: Vec<(&JobInfo, sched::Breakdown)> = rows
+        .into_iter()
+        .filter_map(|(id, b)| all.iter().find(|j| j.id == id).map(|j| (j, b)))
+        .filter(|(j, _)| {
+            jobs.as_ref().is_none_or(|w| w.iter().any(|x| crate::query::selects(x, j)))
+                && users.as_ref().is_none_or(|u| u.contains(&j.user) || u.contains(&j.uid.to_string()))
+                && parts.as_ref().is_none_or(|p| p.contains(&j.partition))
+        })
+        .collect();
+    for (name, desc) in sort.iter().rev() {
+        rows.sort_by(|x, y| {
+            let (a, b) = (sprio_value(name, x.0, &x.1), sprio_value(name, y.0, &y.1));
+            let o = match (a.trim().parse::<f64>(), b.trim().parse::<f64>()) {
+                (Ok(a), Ok(b)) => a.total_cmp(&b),
+                _ => a.cmp(&b),
+            };
+            if *desc { o.reverse() } else { o }
         });
     }
+    let Some(items) = items else {
+        if header {
+            println!(
+                "{:>10} {:>10} {:>8} {:>9} {:>8} {:>9} {:>8} {:>10} {:>8}",
+                "JOBID", "PRIORITY", "AGE", "FAIRSHARE", "JOBSIZE", "TIMELIMIT", "XFACTOR", "PARTITION", "QOS"
+            );
+        }
+        for (j, b) in rows {
+            println!(
+                "{:>10} {:>10.0} {:>8.0} {:>9.0} {:>8.0} {:>9.0} {:>8.0} {:>10.0} {:>8.0}",
+                j.id, b.total, b.age, b.fairshare, b.job_size, b.time_limit, b.xfactor, b.partition, b.qos
+            );
+        }
+        return Ok(0);
+    };
     if header {
-        println!(
-            "{:>10} {:>10} {:>8} {:>9} {:>8} {:>9} {:>8} {:>10} {:>8}",
-            "JOBID", "PRIORITY", "AGE", "FAIRSHARE", "JOBSIZE", "TIMELIMIT", "XFACTOR", "PARTITION", "QOS"
-        );
+        println!("{}", slurmcli::render(&items, |n| slurmcli::header_of(slurmcli::SPRIO_FIELDS, n).to_string(), &[]));
     }
-    for (id, b) in rows {
-        println!(
-            "{:>10} {:>10.0} {:>8.0} {:>9.0} {:>8.0} {:>9.0} {:>8.0} {:>10.0} {:>8.0}",
-            id, b.total, b.age, b.fairshare, b.job_size, b.time_limit, b.xfactor, b.partition, b.qos
-        );
+    for (j, b) in &rows {
+        println!("{}", slurmcli::render(&items, |n| sprio_value(n, j, b), &[]));
     }
     Ok(0)
+}
+
+const SPRIO_HELP: &str = "Usage: sprio [OPTIONS]
+  -h, --noheader      no headers on output
+  -j, --jobs=list     comma separated list of jobs to view
+  -l, --long          long report (Slurm's columns: admin, association, nice and TRES too)
+  -M, --clusters=name this cluster (or all)
+  -o, --format=format format specification (%i %r %u %Y %y %A %F %J %P %Q %N %S %B %T %c)
+  -p, --partition=list comma separated list of partitions to view
+  -S, --sort=fields   comma separated list of fields to sort on (e.g. -y,i; default i)
+  -u, --user=list     comma separated list of users to view
+  -n, --norm, -w, --weights
+                      refused: this controller does not publish its priority weights
+  -V, --version       output version information and exit
+      --help          show this help message
+
+  Without -o or -l: Tandem's columns, with its time-limit and expansion factors.
+";
+
+/// The text of sprio field `name` for pending job `j` with priority breakdown `b`.
+fn sprio_value(name: &str, j: &JobInfo, b: &sched::Breakdown) -> String {
+    match name {
+        "JobID" => j.id.to_string(),
+        "PartitionName" => j.partition.clone(),
+        "User" => j.user.clone(),
+        "Priority" => format!("{:.0}", b.total),
+        "PriorityNorm" => format!("{:.10}", b.total.max(0.0) / u32::MAX as f64),
+        "Age" => format!("{:.0}", b.age),
+        "Fairshare" => format!("{:.0}", b.fairshare),
+        "JobSize" => format!("{:.0}", b.job_size),
+        "Partition" => format!("{:.0}", b.partition),
+        "QOS" => format!("{:.0}", b.qos),
+        "Nice" => format!("{:.0}", b.nice),
+        // No site (admin) or association factor here; no TRES weights.
+        "Admin" | "Assoc" => "0".into(),
+        "Cluster" => "tandem".into(),
+        _ => String::new(),
+    }
 }

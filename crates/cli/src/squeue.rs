@@ -1,6 +1,6 @@
 //! `squeue`: the jobs the controller holds, in Slurm's formats (`-o` codes with widths, `-O`
-//! long names, `-l`, `--start`), filtered (`-u -p -t -j -n -w -A -q --me`), sorted (`-S`),
-//! pending array tasks collapsed into one line (`32_[3-5]`) unless `-r`, repeated (`-i`), or
+//! long names, `-l`, `--start`), filtered (`-u -p -t -j -n -w -A -q -L -R --me`), sorted (`-S`),
+//! their running steps (`-s`), pending array tasks collapsed into one line (`32_[3-5]`) unless `-r`, repeated (`-i`), or
 //! as data_parser v0.0.44's JSON (`--json`). `SQUEUE_FORMAT`, `SQUEUE_FORMAT2`, `SQUEUE_SORT`,
 //! `SQUEUE_ARRAY` and the filters' `SQUEUE_*` variables are read as Slurm reads them.
 
@@ -25,13 +25,18 @@ const HELP: &str = "Usage: squeue [OPTIONS]
   -j, --jobs=job(s)               comma separated list of jobs IDs to view
       --json                      produce JSON output (data_parser v0.0.44)
   -l, --long                      long report
+  -L, --licenses=(license names)  jobs using these licenses (none here: no job)
       --me                        equivalent to --user=<my username>
   -n, --name=job_name(s)          comma separated list of job names to view
   -o, --format=format             format specification (%i %j %u %t %M %l %L %D %C %P %R %p %e %m %c %E %F %K %o ...)
   -O, --Format=format             long format specification (JobID,Name:30,TimeLeft:.10,...)
   -p, --partition=partition(s)    comma separated list of partitions to view
+  -P, --priority                  accepted: a job is submitted to one partition here, so each
+                                  pending job is listed once, as -P would
   -q, --qos=qos(s)                comma separated list of qos's to view
   -r, --array                     display one job array element per line
+  -R, --reservation=name          jobs in this reservation (there are none here: no job)
+  -s, --steps[=step(s)]           the running steps (job.step, comma separated, attached: -s12.0)
   -S, --sort=fields               comma separated list of fields to sort on (e.g. -t,e,S)
       --start                     print expected start times of pending jobs
   -t, --states=states             comma separated list of states to view
@@ -79,7 +84,9 @@ pub(crate) fn squeue(args: &[String]) -> Result<i32> {
     let (mut fmt, mut long_fmt, mut noheader, mut start, mut long, mut json) = (None, None, false, false, false, false);
     let (mut ids, mut nodes, mut iterate): (Option<Vec<String>>, Option<Vec<String>>, Option<u64>) = (None, None, None);
     let p = crate::common::parse(crate::common::table("squeue"), args)?;
-    let mut clusters = None;
+    let (mut clusters, mut steps, mut nothing) = (None, None::<Vec<String>>, false);
+    // `--notme`; `--running-over`/`--running-under` (over or not, seconds).
+    let (mut not_me, mut running) = (false, None::<(bool, i64)>);
     for g in p.opts {
         let v = g.value();
         match g.key() {
@@ -107,6 +114,9 @@ pub(crate) fn squeue(args: &[String]) -> Result<i32> {
             "name" => names = Some(split_list(v)),
             "account" => accounts = Some(split_list(v)),
             "qos" => qos = Some(split_list(v)),
+            // There are no licenses and no reservations here: no job uses one.
+            "licenses" | "reservation" => nothing = true,
+            "steps" => steps = Some(g.value.as_deref().map(split_list).unwrap_or_default()),
             "nodelist" => nodes = Some(slurmcli::expand(v, 100_000).map_err(|e| anyhow!("'{v}' invalid entry for --nodelist: {}", e.0))?),
             "sort" => sort = Some(v.to_string()),
             "iterate" => {
@@ -118,6 +128,11 @@ pub(crate) fn squeue(args: &[String]) -> Result<i32> {
             "array" => expand = true,
             "json" => json = true,
             "me" => users = Some(vec![me()]),
+            "notme" => not_me = true,
+            "running-over" | "running-under" => {
+                let limit = slurmcli::parse_time(v).map_err(|e| anyhow!("--{}: {}", g.key(), e.0))?.unwrap_or(i64::MAX / 4);
+                running = Some((g.key() == "running-over", limit));
+            }
             "clusters" => clusters = Some(v.to_string()),
             "help" => return help(HELP),
             "usage" => return help(USAGE),
@@ -156,6 +171,10 @@ pub(crate) fn squeue(args: &[String]) -> Result<i32> {
             long_fmt = env("SQUEUE_FORMAT2");
         }
     }
+    if let Some(sel) = steps {
+        let only = Only { users: users.as_deref(), parts: parts.as_deref(), nothing };
+        return list_steps(&sel, fmt.as_deref().or(long_fmt.as_deref()), long_fmt.is_some(), noheader, &only);
+    }
     if start && states.is_none() {
         states = Some(vec!["PENDING"]);
     }
@@ -174,7 +193,7 @@ pub(crate) fn squeue(args: &[String]) -> Result<i32> {
     };
     let t = Target::from_env()?;
     if let Some(c) = &clusters {
-        crate::common::check_clusters(&t, c)?;
+        crate::query::check_clusters(&t, c)?;
     }
     let mut first = true;
     loop {
@@ -201,6 +220,12 @@ pub(crate) fn squeue(args: &[String]) -> Result<i32> {
                 && states.as_ref().is_none_or(|s| s.contains(&j.state.as_str()))
                 && ids.as_ref().is_none_or(|w| w.iter().any(|x| selects(x, j)))
                 && nodes.as_ref().is_none_or(|w| slurmcli::expand(&j.nodelist, 100_000).unwrap_or_default().iter().any(|n| w.contains(n)))
+                && !nothing
+                && !(not_me && j.uid == nix::unistd::getuid().as_raw())
+                && running.is_none_or(|(over, limit)| {
+                    let ran = j.start.filter(|_| j.state == "RUNNING" && !j.start_estimated).map(|s| now() - s);
+                    ran.is_some_and(|r| if over { r > limit } else { r < limit })
+                })
         });
         let t_now = now();
         let used = slurmcli::fields_used(&items);
@@ -248,6 +273,76 @@ pub(crate) fn squeue(args: &[String]) -> Result<i32> {
             }
             None => return Ok(0),
         }
+    }
+}
+
+/// The filters `squeue -s` applies to the steps' jobs.
+struct Only<'a> {
+    users: Option<&'a [String]>,
+    parts: Option<&'a [String]>,
+    /// A filter no job passes (`-L`, `-R`).
+    nothing: bool,
+}
+
+/// `squeue -s`: the running steps of the running jobs (those of `sel` when it names some), in
+/// Slurm's step format (`%.15i %.8j %.9P %.8u %.9M %N` unless `-o`/`-O`).
+fn list_steps(sel: &[String], fmt: Option<&str>, long_form: bool, noheader: bool, only: &Only<'_>) -> Result<i32> {
+    let items = match fmt {
+        Some(f) if long_form => slurmcli::parse_long(f, SQUEUE_FIELDS, "step"),
+        Some(f) => slurmcli::parse_percent(f, SQUEUE_FIELDS, "step"),
+        None => slurmcli::parse_percent("%.15i %.8j %.9P %.8u %.9M %N", SQUEUE_FIELDS, "step"),
+    }
+    .map_err(|e| anyhow!("{}", e.0))?;
+    let t = Target::from_env()?;
+    let mut jobs: Vec<JobInfo> = get(&t, "/v1/jobs")?;
+    jobs.sort_by_key(|j| j.id);
+    let t_now = now();
+    if !noheader {
+        println!("{}", slurmcli::render(&items, |n| step_header(n).to_string(), &[]));
+    }
+    for j in jobs.iter().filter(|j| {
+        j.state == "RUNNING"
+            && !only.nothing
+            && only.users.is_none_or(|u| u.contains(&j.user) || u.contains(&j.uid.to_string()))
+            && only.parts.is_none_or(|p| p.contains(&j.partition))
+    }) {
+        for st in j.steps.iter().filter(|st| !st.done && (sel.is_empty() || slurmcli::step_selected(sel, j.id, &j.display_id, &st.id))) {
+            println!("{}", slurmcli::render(&items, |n| step_value(n, j, st, t_now), NEVER_CUT));
+        }
+    }
+    Ok(0)
+}
+
+/// A step field's header: Slurm's `STEPID` for the id, else the job field's.
+fn step_header(name: &str) -> &'static str {
+    match name {
+        "JobArrayID" | "JobID" => "STEPID",
+        _ => slurmcli::header_of(SQUEUE_FIELDS, name),
+    }
+}
+
+/// The text of field `name` for step `st` of job `j` (the fields Slurm fills for steps; the
+/// others empty).
+fn step_value(name: &str, j: &JobInfo, st: &wire::StepInfo, t: i64) -> String {
+    match name {
+        "JobArrayID" | "JobID" => format!("{}.{}", j.display_id, st.id),
+        "Name" => st.name.clone(),
+        "Partition" => j.partition.clone(),
+        "UserName" => j.user.clone(),
+        "UserID" => j.uid.to_string(),
+        "TimeUsed" => slurmcli::squeue_secs(st.end.unwrap_or(t).saturating_sub(st.start).max(0)),
+        "TimeLimit" => j.time_limit.map_or_else(|| "UNLIMITED".into(), slurmcli::squeue_secs),
+        "StartTime" => iso(st.start),
+        "NodeList" => st.nodelist.clone(),
+        "NumTasks" => st.ntasks.to_string(),
+        "NumCPUs" => st.cpus.to_string(),
+        "NumNodes" => slurmcli::expand(&st.nodelist, 100_000).map_or(0, |n| n.len()).to_string(),
+        "State" => "RUNNING".into(),
+        "StateCompact" => "R".into(),
+        "Account" => j.account.clone(),
+        "QOS" => j.qos.clone(),
+        "Cluster" => "tandem".into(),
+        _ => String::new(),
     }
 }
 

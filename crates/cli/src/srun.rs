@@ -653,7 +653,7 @@ pub(crate) fn salloc(args: &[String]) -> Result<i32> {
     }
     let t = Target::from_env()?;
     if let Some(c) = p.opts.iter().rev().find(|g| g.key() == "clusters") {
-        crate::common::check_clusters(&t, c.value())?;
+        crate::query::check_clusters(&t, c.value())?;
     }
     let (job, j) = allocate(&t, "salloc", &opts, if no_shell { &[] } else { &command })?;
     eprintln!("salloc: Granted job allocation {job}");

@@ -7,7 +7,8 @@ use wire::JobInfo;
 
 use crate::query::get;
 
-const USAGE: &str = "Usage: sstat -j JOBID[.STEP][,...] [-a] [-n] [-p|-P] [-o FIELDS]";
+const USAGE: &str = "Usage: sstat -j JOBID[.STEP][,...] [-a] [-n] [-p|-P] [-o FIELDS]
+  -i, --pidformat  refused: the agents of this cluster do not report their tasks' process ids";
 
 /// The fields `sstat` fills, with Slurm's widths; the default list is all but TotalCPU.
 const FIELDS: [(&str, usize); 11] = [

@@ -740,6 +740,23 @@ impl Controller {
         }
     }
 
+    /// Sends `signal` to the batch step of a running job only (its shell and the processes it
+    /// started), not to its other steps: `scancel --batch`.
+    pub fn signal_batch(&mut self, uid: u32, id: u64, signal: i32) -> Result<(), Refused> {
+        let j = self.owned(uid, id)?;
+        if j.state != JobState::Running {
+            return Err(Refused::Conflict(format!("job {id} is not running")));
+        }
+        if !(1..=64).contains(&signal) {
+            return Err(Refused::Invalid(format!("invalid signal {signal}")));
+        }
+        let (epoch, nodes) = (j.epoch, j.allocs.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>());
+        for n in nodes {
+            self.order(&n, Order::Signal { job: id, epoch, signal, batch_only: true, step: None });
+        }
+        Ok(())
+    }
+
     /// Sends `signal` to the tasks of one step of a running job (`srun` passing on a signal or
     /// a Ctrl-C, `scancel --signal=N J.S`; SIGKILL ends the step: `scancel J.S`).
     pub fn signal_step(&mut self, uid: u32, id: u64, step: u32, signal: i32) -> Result<(), Refused> {

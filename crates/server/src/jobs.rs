@@ -344,6 +344,9 @@ struct CancelQuery {
     signal: Option<i32>,
     /// One step only (with `signal`; without it, SIGKILL).
     step: Option<u32>,
+    /// The batch step only (`scancel --batch`; with `signal`, without it SIGKILL).
+    #[serde(default)]
+    batch: bool,
 }
 
 async fn cancel(
@@ -357,9 +360,10 @@ async fn cancel(
     let id = or_reply!(path(id));
     let q = or_reply!(query(q));
     let t = now();
-    let done = match q.step {
-        Some(step) => app.with(|c| c.signal_step(uid, id, step, q.signal.unwrap_or(9))).await,
-        None => app.with(|c| c.cancel(t, uid, id, q.signal)).await,
+    let done = match (q.step, q.batch) {
+        (Some(step), _) => app.with(|c| c.signal_step(uid, id, step, q.signal.unwrap_or(9))).await,
+        (None, true) => app.with(|c| c.signal_batch(uid, id, q.signal.unwrap_or(9))).await,
+        (None, false) => app.with(|c| c.cancel(t, uid, id, q.signal)).await,
     };
     match done {
         Ok(Ok(())) => {

@@ -41,6 +41,14 @@ const SQUEUE_OPTS: &[Opt] = &[
     Opt::long("json", Arg::None),
     Opt::both('l', "long", Arg::None),
     Opt::long("me", Arg::None),
+    // Slurm 24.05 and 25.11 (slurm-options-newer.txt).
+    Opt::long("notme", Arg::None),
+    Opt::long("running-over", Arg::Required),
+    Opt::long("running-under", Arg::Required),
+    Opt::long("expand-patterns", Arg::None).ignored("standard output and error paths are always shown with their patterns expanded"),
+    Opt::long("only-job-state", Arg::None).ignored("the listing is read from the controller in pieces whatever the columns"),
+    // A filter over what this cluster has none of: it matches no job.
+    Opt::both('L', "licenses", Arg::Required),
     Opt::both('n', "name", Arg::Required),
     Opt::long("noconvert", Arg::None),
     Opt::both('w', "nodelist", Arg::Required),
@@ -49,8 +57,14 @@ const SQUEUE_OPTS: &[Opt] = &[
     Opt::both('p', "partition", Arg::Required),
     Opt::alias("partitions", "partition", Arg::Required),
     Opt::both('q', "qos", Arg::Required),
+    Opt::both('P', "priority", Arg::None)
+        .ignored("a job is submitted to one partition here, so each pending job is listed once, as -P would"),
+    // A filter over what this cluster has none of: it matches no job.
+    Opt::both('R', "reservation", Arg::Required),
     Opt::both('S', "sort", Arg::Required),
     Opt::long("start", Arg::None),
+    // Optional, as Slurm's: `-s12.0`, or `-s` alone for every step.
+    Opt::both('s', "steps", Arg::Optional),
     Opt::both('t', "states", Arg::Required),
     Opt::alias("state", "states", Arg::Required),
     Opt::both('u', "user", Arg::Required),
@@ -58,13 +72,25 @@ const SQUEUE_OPTS: &[Opt] = &[
 ];
 
 const SINFO_OPTS: &[Opt] = &[
+    // Slurm 23.02 (slurm-options-newer.txt).
+    Opt::both('F', "future", Arg::None).ignored("no node is in the FUTURE state here: nodes join when their agent does"),
     Opt::both('a', "all", Arg::None),
+    Opt::both('d', "dead", Arg::None),
+    Opt::both('e', "exact", Arg::None),
     Opt::both('o', "format", Arg::Required),
     Opt::both('O', "Format", Arg::Required),
     Opt::long("help", Arg::None),
     Opt::long("hide", Arg::None),
     Opt::long("json", Arg::None),
     Opt::both('R', "list-reasons", Arg::None),
+    Opt::both('i', "iterate", Arg::Required),
+    Opt::both('n', "nodes", Arg::Required),
+    Opt::both('r', "responding", Arg::None),
+    Opt::both('S', "sort", Arg::Required),
+    Opt::both('t', "states", Arg::Required),
+    Opt::alias("state", "states", Arg::Required),
+    // Lists the reservations: there are none.
+    Opt::both('T', "reservation", Arg::None),
     Opt::both('l', "long", Arg::None),
     Opt::long("noconvert", Arg::None),
     Opt::both('N', "Node", Arg::None),
@@ -74,12 +100,44 @@ const SINFO_OPTS: &[Opt] = &[
 ];
 
 const SACCT_OPTS: &[Opt] = &[
+    // Slurm 23.02 and 24.05 (slurm-options-newer.txt).
+    Opt::long("array", Arg::None).ignored("array tasks are always listed one per line"),
+    Opt::long("expand-patterns", Arg::None).ignored("StdOut and StdErr are always shown with their patterns expanded"),
     Opt::both('A', "accounts", Arg::Required),
     Opt::alias("account", "accounts", Arg::Required),
     Opt::both('L', "allclusters", Arg::None),
     Opt::both('X', "allocations", Arg::None),
     Opt::both('a', "allusers", Arg::None),
     Opt::both('b', "brief", Arg::None),
+    Opt::both('B', "batch-script", Arg::None)
+        .refused("--batch-script: job scripts are not stored in accounting on this cluster (AccountingStoreFlags has no job_script)"),
+    Opt::both('c', "completion", Arg::None)
+        .refused("--completion: no job completion plugin is configured on this cluster (JobCompType=jobcomp/none)"),
+    Opt::both('C', "constraints", Arg::Required),
+    Opt::long("env-vars", Arg::None)
+        .refused("--env-vars: job environments are not stored in accounting on this cluster (AccountingStoreFlags has no job_env)"),
+    Opt::both('f', "file", Arg::Required).refused(
+        "--file: this cluster keeps no job completion files to read (JobCompType=jobcomp/none); its accounting is read from the controller",
+    ),
+    Opt::both('F', "flags", Arg::Required)
+        .refused("--flags: the scheduler that started each job (SchedSubmit, SchedMain, SchedBackfill) is not recorded on this cluster"),
+    Opt::both('g', "gid", Arg::Required),
+    Opt::alias("group", "gid", Arg::Required),
+    Opt::both('i', "nnodes", Arg::Required),
+    Opt::both('I', "ncpus", Arg::Required),
+    Opt::both('K', "timelimit-max", Arg::Required),
+    Opt::both('k', "timelimit-min", Arg::Required),
+    Opt::both('N', "nodelist", Arg::Required),
+    Opt::both('q', "qos", Arg::Required),
+    Opt::both('R', "reason", Arg::Required),
+    Opt::both('T', "truncate", Arg::None),
+    Opt::long("use-local-uid", Arg::None).ignored("every node shares the controller's users, so the uid recorded is the local one"),
+    Opt::both('W', "wckeys", Arg::Required),
+    Opt::long("whole-hetjob", Arg::Optional)
+        .ignored("no job here has heterogeneous components to add or leave out: each job is one record"),
+    // There are no association ids here: the filter matches no job.
+    Opt::both('x', "associations", Arg::Required),
+    Opt::long("yaml", Arg::None),
     Opt::long("delimiter", Arg::Required),
     Opt::both('D', "duplicates", Arg::None),
     Opt::both('E', "endtime", Arg::Required),
@@ -105,31 +163,56 @@ const SACCT_OPTS: &[Opt] = &[
 
 const SCANCEL_OPTS: &[Opt] = &[
     Opt::both('A', "account", Arg::Required),
+    Opt::both('b', "batch", Arg::None),
+    Opt::long("ctld", Arg::None).ignored("signals always go through the controller here"),
+    Opt::both('f', "full", Arg::None).ignored("a job's signal already reaches its batch shell, the shell's children and every step here"),
+    Opt::both('H', "hurry", Arg::None).ignored("there are no burst buffers here: nothing is staged out"),
+    Opt::both('i', "interactive", Arg::None),
     Opt::long("help", Arg::None),
     Opt::both('n', "jobname", Arg::Required),
     Opt::alias("name", "jobname", Arg::Required),
     Opt::long("me", Arg::None),
+    // Slurm 23.11 and 25.11 (slurm-options-newer.txt).
+    Opt::both('c', "cron", Arg::None).ignored("there are no scrontab jobs to protect from scancel"),
+    Opt::long("admin-comment", Arg::Required).ignored("administrators' comments are not kept on jobs"),
     Opt::both('p', "partition", Arg::Required),
     Opt::both('Q', "quiet", Arg::None),
+    Opt::both('q', "qos", Arg::Required),
+    // There are no reservations here: the filter matches no job.
+    Opt::both('R', "reservation", Arg::Required),
     Opt::both('s', "signal", Arg::Required),
     Opt::both('t', "state", Arg::Required),
     Opt::both('u', "user", Arg::Required),
+    Opt::both('w', "nodelist", Arg::Required),
+    Opt::long("wckey", Arg::Required),
 ];
 
 const SCONTROL_OPTS: &[Opt] = &[
     Opt::both('a', "all", Arg::None),
     Opt::both('d', "details", Arg::None),
     Opt::both('h', "help", Arg::None),
+    Opt::both('F', "future", Arg::None).ignored("no node is in the FUTURE state here: every node is shown"),
+    Opt::long("hide", Arg::None).ignored("no partition is hidden here: every partition is shown"),
     Opt::long("json", Arg::None),
     Opt::both('o', "oneliner", Arg::None),
     Opt::both('Q', "quiet", Arg::None),
+    Opt::both('u', "uid", Arg::Required)
+        .refused("--uid: acting as another user is not available here: run scontrol as that user (or as root)"),
 ];
 
 const SPRIO_OPTS: &[Opt] = &[
+    Opt::both('o', "format", Arg::Required),
     Opt::long("help", Arg::None),
     Opt::both('j', "jobs", Arg::Required),
+    Opt::both('l', "long", Arg::None),
+    Opt::both('n', "norm", Arg::None)
+        .refused("--norm: this controller does not publish its priority weights, so the factors are shown weighted only"),
     Opt::both('h', "noheader", Arg::None),
+    Opt::both('p', "partition", Arg::Required),
+    Opt::both('S', "sort", Arg::Required),
     Opt::both('u', "user", Arg::Required),
+    Opt::both('w', "weights", Arg::None)
+        .refused("--weights: this controller does not publish its priority weights (see tandem.toml's [sched] policy)"),
 ];
 
 const SSHARE_OPTS: &[Opt] = &[
@@ -139,6 +222,9 @@ const SSHARE_OPTS: &[Opt] = &[
     Opt::both('l', "long", Arg::None),
     Opt::both('n', "noheader", Arg::None),
     Opt::short('h', "noheader", Arg::None),
+    Opt::both('o', "format", Arg::Required),
+    Opt::both('m', "partition", Arg::None)
+        .ignored("usage is kept per account here, not per partition: there is no partition column to add"),
     Opt::both('p', "parsable", Arg::None),
     Opt::both('P', "parsable2", Arg::None),
     Opt::both('u', "users", Arg::Required),
@@ -163,6 +249,7 @@ const SSTAT_OPTS: &[Opt] = &[
     Opt::both('h', "help", Arg::None),
     Opt::both('e', "helpformat", Arg::None),
     Opt::both('j', "jobs", Arg::Required),
+    Opt::both('i', "pidformat", Arg::None).refused("--pidformat: the agents of this cluster do not report their tasks' process ids"),
     Opt::long("noconvert", Arg::None),
     Opt::both('n', "noheader", Arg::None),
     Opt::both('p', "parsable", Arg::None),
@@ -171,6 +258,17 @@ const SSTAT_OPTS: &[Opt] = &[
 
 const SBCAST_OPTS: &[Opt] = &[
     Opt::both('C', "compress", Arg::Optional),
+    Opt::long("exclude", Arg::Required).ignored("only with --send-libs, which sends no libraries here"),
+    Opt::both('F', "fanout", Arg::Required)
+        .ignored("the file goes to every node at once over the step's own connections: there is no tree to fan out"),
+    // Slurm 23.11's name for -F; 24.11's copy outside an allocation (root's, with -w).
+    Opt::alias("treewidth", "fanout", Arg::Required)
+        .ignored("the file goes to every node at once over the step's own connections: there is no tree to fan out"),
+    Opt::both('Z', "no-allocation", Arg::None).refused("--no-allocation: sbcast copies files to the nodes of an allocation only"),
+    Opt::both('w', "nodelist", Arg::Required).refused("--nodelist: sbcast copies files to every node of its allocation"),
+    Opt::long("send-libs", Arg::Optional),
+    Opt::both('s', "size", Arg::Required).ignored("the file is streamed whole: there is no block size to set"),
+    Opt::both('t', "timeout", Arg::Required).ignored("the copy is one step, which waits for every node's answer"),
     Opt::both('f', "force", Arg::None),
     Opt::long("help", Arg::None),
     Opt::both('j', "jobid", Arg::Required),

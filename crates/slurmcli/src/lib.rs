@@ -8,6 +8,7 @@
 
 mod commands;
 mod env;
+mod filters;
 mod formats;
 pub mod getopt;
 mod hostlist;
@@ -18,6 +19,10 @@ mod srun;
 
 pub use commands::{COMMANDS, SLURM_OPTIONS, command, option_reference, unknown_options};
 pub use env::{DEFAULTED, PYTORCH_VARS, TaskEnv, apply_export, task_env};
+pub use filters::{
+    SPRIO_DEFAULT, SPRIO_FIELDS, SPRIO_LONG, limit_in, node_in_states, parse_count_range, parse_fields, parse_limit_range,
+    parse_node_states, step_selected,
+};
 pub use formats::{
     ArraySpec, MAX_ARRAY_SIZE, MAX_ARRAY_SIZE_CAP, Signal, format_time, parse_array, parse_begin, parse_dependency, parse_gpus, parse_gres,
     parse_memory, parse_signal, parse_time, signal_number,

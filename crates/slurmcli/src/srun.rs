@@ -564,7 +564,8 @@ mod tests {
     fn bad_input_is_refused_with_what_to_fix() {
         let e = |a: &[&str]| p(a).unwrap_err().0;
         assert_eq!(e(&["--frobnicate", "x"]), "unrecognized option '--frobnicate'");
-        assert_eq!(e(&["-Z", "x"]), "invalid option -- 'Z'");
+        assert_eq!(e(&["-Y", "x"]), "invalid option -- 'Y'");
+        assert_eq!(e(&["-Z", "x"]), "--no-allocate: every step runs in an allocation here");
         assert_eq!(e(&["-n"]), "option requires an argument -- 'n'");
         assert_eq!(e(&["--ntasks"]), "option '--ntasks' requires an argument");
         assert!(e(&["-o", "", "x"]).contains("must not be empty"));

@@ -283,7 +283,10 @@ fn shims_link_the_slurm_commands_to_tandem_slurm() {
     // The links answer as the Slurm commands: a bad option is refused before any connection.
     let o = Command::new(dir.join("sbatch")).arg("--bogus").env("TANDEM_SERVER", "unix:///nonexistent").output().unwrap();
     assert_eq!(o.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&o.stderr).contains("sbatch: error: unrecognized option '--bogus'"), "{o:?}");
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("sbatch: unrecognized option '--bogus'\nTry \"sbatch --help\" for more information"),
+        "{o:?}"
+    );
     // And say why when the controller is not there.
     let o = Command::new(dir.join("squeue")).env("TANDEM_SERVER", "unix:///nonexistent/tandem.sock").output().unwrap();
     assert_eq!(o.status.code(), Some(1));

@@ -308,3 +308,94 @@ fn query_commands_as_slurms() {
     fails(&c, "sacct", &["--units=X"], "Invalid unit type");
     fails(&c, "sacct", &["-S", "now", "-E", "now-1day"], "after end time");
 }
+
+/// The options of Slurm's man pages that issue 28 added to the query commands, each with
+/// Slurm's meaning: squeue's steps, licenses and reservations; sinfo's node filters, sort and
+/// reservations; sacct's filters and --yaml; scancel's filters; sshare's and sprio's formats;
+/// and the options refused or set aside saying so.
+#[test]
+fn query_options_of_slurms_man_pages() {
+    let c = Cluster::with_features("qopts", &["fast", "slow"], None);
+    let me = user();
+    // A job with a running step, on the fast node, with a WCKey.
+    let a = c.sbatch(&["-J", "stepper", "-C", "fast", "--wckey=wk1", "-t", "10", "--wrap", "srun -J inner sleep 60"]);
+    c.wait_state(a, &["RUNNING"], 30);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let step = format!("{a}.0");
+    while !c.ok("squeue", &["-h", "-s", "-o", "%i"]).lines().any(|l| l == step) {
+        assert!(Instant::now() < deadline, "no step {step}: {}", c.ok("squeue", &["-s"]));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+
+    // squeue -s: Slurm's step format, a step by id attached, no step of another job.
+    let s = c.ok("squeue", &["-s"]);
+    assert!(s.starts_with("         STEPID     NAME PARTITION     USER      TIME NODELIST\n"), "{s}");
+    assert_eq!(c.ok("squeue", &["-h", &format!("-s{step}"), "-o", "%i %j %N"]).trim(), format!("{step} inner node1"));
+    assert_eq!(c.ok("squeue", &["-h", &format!("--steps={a}.7"), "-o", "%i"]), "");
+    // No licenses and no reservations here: those filters match no job.
+    assert_eq!(c.ok("squeue", &["-h", "-L", "matlab"]), "");
+    assert_eq!(c.ok("squeue", &["-h", "--reservation=maint"]), "");
+    assert_eq!(c.ok("squeue", &["-hP", "-o", "%i"]).trim(), a.to_string());
+
+    // sinfo: node states, names, dead and responding nodes, sort, reservations.
+    let nodes = |args: &[&str]| c.ok("sinfo", args).lines().map(str::to_string).collect::<Vec<_>>();
+    assert_eq!(nodes(&["-hN", "-t", "alloc,MIX", "-o", "%N"]), ["node1"]);
+    assert_eq!(nodes(&["-hN", "--states=idle", "-o", "%N"]), ["node2"]);
+    assert_eq!(nodes(&["-hN", "-n", "node[2-3]", "-o", "%N"]), ["node2"]);
+    assert_eq!(nodes(&["-hNr", "-S", "-N", "-o", "%N"]), ["node2", "node1"]);
+    assert!(nodes(&["-hd"]).is_empty());
+    // Both nodes alike: one line still.
+    assert_eq!(nodes(&["-he", "-o", "%D"]), ["2"]);
+    assert_eq!(
+        c.ok("sinfo", &["-T"]).split_whitespace().collect::<Vec<_>>(),
+        ["RESV_NAME", "STATE", "START_TIME", "END_TIME", "DURATION", "NODELIST"]
+    );
+    fails(&c, "sinfo", &["-t", "sleepy"], "Invalid node state specified: sleepy");
+
+    // sacct: the new filters, each for and against the job.
+    let ids = |args: &[&str]| {
+        let mut a = vec!["-nXP", "-o", "JobID"];
+        a.extend_from_slice(args);
+        c.ok("sacct", &a).trim().to_string()
+    };
+    let id = a.to_string();
+    let field = |f: &str| c.ok("sacct", &["-nXP", "-j", &id, "-o", f]).trim().to_string();
+    let (qos, gid) = (field("QOS"), field("GID"));
+    let reason = c.ok("squeue", &["-h", "-j", &id, "-o", "%r"]).trim().to_string();
+    for (yes, no) in [
+        (vec!["-N", "node1"], vec!["-N", "node2"]),
+        (vec!["-C", "fast"], vec!["--constraints=slow"]),
+        (vec!["-W", "wk1"], vec!["--wckeys=wk2"]),
+        (vec!["-i", "1"], vec!["--nnodes=2-3"]),
+        (vec!["-I", "1-64"], vec!["--ncpus=65-"]),
+        (vec!["-k", "10"], vec!["-k", "5", "-K", "9"]),
+        (vec!["-q", &qos], vec!["--qos=nosuchqos"]),
+        (vec!["-R", &reason], vec!["--reason=BadConstraints"]),
+        (vec!["-g", &gid], vec!["--group=99999"]),
+    ] {
+        assert_eq!(ids(&yes), id, "{yes:?}");
+        assert_eq!(ids(&no), "", "{no:?}");
+    }
+    assert_eq!(ids(&["-x", "1"]), "");
+    assert!(c.ok("sacct", &["-X", "--yaml", "-j", &id]).contains(&format!("job_id: {a}")));
+    fails(&c, "sacct", &["-f", "/var/log/slurm/jobcomp.log"], "--file: this cluster keeps no job completion files");
+    fails(&c, "sacct", &["-B", "-j", &id], "--batch-script: job scripts are not stored");
+    assert!(c.ok("sacct", &["--help"]).contains("--use-local-uid   accepted"));
+
+    // sprio and sshare: Slurm's formats.
+    assert_eq!(c.ok("sprio", &["-o", "%i %u %Y"]).trim(), "JOBID USER PRIORITY");
+    fails(&c, "sprio", &["-w"], "--weights: this controller does not publish its priority weights");
+    let sh = c.ok("sshare", &["-P", "-o", "Account,FairShare"]);
+    assert!(sh.starts_with("Account|FairShare\n"), "{sh}");
+    assert!(sh.lines().skip(1).all(|l| l.split('|').count() == 2), "{sh}");
+
+    // scancel: filters that match nothing leave the job; --wckey and -w cancel it.
+    for f in [&["--wckey=wk2"][..], &["-q", "high"], &["-w", "node2"], &["-R", "maint"]] {
+        let mut args = vec!["-u", me.as_str()];
+        args.extend_from_slice(f);
+        assert!(c.run("scancel", &args).status.success(), "{f:?}");
+    }
+    assert_eq!(c.job(a)["JobState"], "RUNNING");
+    assert!(c.run("scancel", &["-u", &me, "--wckey=wk1", "-w", "node[1-2]", "-H", "--ctld"]).status.success());
+    c.wait_state(a, &["CANCELLED"], 30);
+}

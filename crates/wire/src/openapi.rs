@@ -190,7 +190,8 @@ pub const DOCUMENT: &str = r##"{
       "delete": {
         "operationId": "cancelJob", "tags": ["jobs"], "summary": "Cancel a job, or with `signal` only signal its running tasks (scancel)",
         "parameters": [{"name": "signal", "in": "query", "description": "Signal number", "schema": {"$ref": "#/components/schemas/i32"}},
-          {"name": "step", "in": "query", "description": "Only this step: `signal` (default 9, which ends it) to its tasks", "schema": {"$ref": "#/components/schemas/u32"}}],
+          {"name": "step", "in": "query", "description": "Only this step: `signal` (default 9, which ends it) to its tasks", "schema": {"$ref": "#/components/schemas/u32"}},
+          {"name": "batch", "in": "query", "description": "Only the batch step (scancel --batch): `signal` (default 9) to its shell and the processes it started", "schema": {"type": "boolean"}}],
         "responses": {
           "204": {"description": "Done"},
           "400": {"$ref": "#/components/responses/Malformed"},
