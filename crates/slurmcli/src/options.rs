@@ -1036,6 +1036,34 @@ mod tests {
     const SCRIPT: &str = "#!/bin/bash\n#SBATCH -J train\n#SBATCH --nodes=2 --ntasks-per-node=4   # comment\n\n# plain comment\n#SBATCH --gres=gpu:h100:4\n#SBATCH -t 1-00:00:00\n#SBATCHED not an option\nsrun python train.py\n#SBATCH --partition=ignored-after-first-command\n";
 
     #[test]
+    fn tres_per_task() {
+        let b = parse_sbatch(&argv(&["--tres-per-task=cpu=4,gres/gpu:h100=2", "--wrap", "true"]), 0, &mut |_| unreachable!()).unwrap();
+        assert_eq!(b.cpus_per_task, Some(4));
+        assert_eq!(b.gpus, Some(GpuRequest { per: GpuPer::Task(2), gpu_type: Some("h100".into()), milli: 1000 }));
+        let b = parse_sbatch(&argv(&["--tres-per-task", "gres/gpu=1", "--wrap", "true"]), 0, &mut |_| unreachable!()).unwrap();
+        assert_eq!((b.cpus_per_task, b.gpus.map(|g| g.per)), (None, Some(GpuPer::Task(1))));
+        for bad in ["", "cpu", "cpu=0", "cpu=x", "mem=4G", "gres/gpu:=1", "gres/fpga=1", "cpu=1,,gres/gpu=1", "gres/gpu:a b=1"] {
+            let e = parse_sbatch(&argv(&[&format!("--tres-per-task={bad}"), "--wrap", "true"]), 0, &mut |_| unreachable!());
+            assert!(e.is_err(), "{bad:?} was accepted");
+        }
+    }
+
+    #[test]
+    fn options_set_aside_or_refused_say_so() {
+        let p = |a: &[&str]| parse_sbatch(&argv(a), 0, &mut |_| unreachable!());
+        // Set aside: the job is the same as without them.
+        let plain = p(&["-N2", "--wrap", "true"]).unwrap();
+        let aside = p(&["-N2", "--profile=all", "--cores-per-socket=4", "-k", "--acctg-freq=30", "--wrap", "true"]).unwrap();
+        assert_eq!(aside, plain);
+        assert_eq!(p(&["--bb=x", "--wrap", "true"]).unwrap_err().0, "--bb: burst buffers are not available on this cluster");
+        assert!(p(&["-L", "matlab", "--wrap", "true"]).unwrap_err().0.contains("Invalid license specification"));
+        assert!(p(&["--uid=0", "--wrap", "true"]).unwrap_err().0.contains("submitting user"));
+        // In a script too.
+        let e = parse_sbatch(&argv(&["job.sh"]), 0, &mut |_| Ok("#!/bin/sh\n#SBATCH --container=/img\ntrue\n".into())).unwrap_err();
+        assert_eq!(e.0, "script line 2: --container: OCI containers are not available on this cluster yet");
+    }
+
+    #[test]
     fn the_options_users_scripts_carry_are_accepted_with_slurms_meaning() {
         let script = "#!/bin/bash\n#SBATCH --mail-type=END,fail --mail-user=ann@example.org --wckey=w --comment=\"a note\"\n\
                       #SBATCH --gpus-per-node=2 --mem-per-gpu=8G --cpus-per-gpu=3 --ntasks-per-node=2 -N1\n\

@@ -662,6 +662,26 @@ mod tests {
     }
 
     #[test]
+    fn job_options_pass_to_the_allocation_srun_makes() {
+        let s = p(&["-C", "a100", "-b", "now+1", "-H", "--nice", "--time-min=5", "--wckey=w", "--mem-per-gpu=4G", "x"]).unwrap();
+        assert_eq!(s.allocation, ["--constraint=a100", "--begin=now+1", "--hold", "--nice", "--time-min=5", "--wckey=w", "--mem-per-gpu=4G"]);
+        assert!(e_of(&["--constraint=", "x"]).contains("must not be empty"));
+        let s = p(&["--tres-per-task=cpu=2,gres/gpu=1", "--external-launcher", "--test-only", "--jobid=12.3", "-W", "30", "x"]).unwrap();
+        assert_eq!((s.cpus_per_task, s.gpus.clone(), s.overlap, s.test_only, s.jobid, s.wait), (Some(2), Some((GpuPer::Task(1), None)), true, true, Some(12), Some(30)));
+        assert_eq!(s.allocation, ["--cpus-per-task=2", "--gpus-per-task=1"]);
+        assert!(e_of(&["--jobid=x", "x"]).contains("Invalid job id"));
+        assert!(e_of(&["--wait=-1", "x"]).contains("--wait"));
+        assert!(e_of(&["-M", "", "x"]).contains("must not be empty"));
+        // Set aside: the step is the same as without them.
+        assert_eq!(p(&["--profile=all", "-X", "--treewidth=4", "-l", "x"]).unwrap(), p(&["-l", "x"]).unwrap());
+        assert_eq!(e_of(&["--multi-prog", "x"]), "--multi-prog is not supported: run one program that looks at SLURM_PROCID");
+    }
+
+    fn e_of(a: &[&str]) -> String {
+        p(a).unwrap_err().0
+    }
+
+    #[test]
     fn step_resources_as_slurms_step_options() {
         let s = p(&["--exact", "-c2", "--mem-per-cpu=512M", "--gpus-per-task=h100:1", "-t", "1:30", "x"]).unwrap();
         assert_eq!((s.exact, s.cpus_per_task, s.mem), (true, Some(2), Some(MemRequest::PerCpu(512 << 20))));
