@@ -89,15 +89,8 @@ pub(crate) fn sshare(args: &[String]) -> Result<i32> {
         }
         None => {
             if header {
-                println!(
-                    "{}",
-                    heads
-                        .iter()
-                        .zip(&cols)
-                        .map(|(h, &(i, w))| if i == 0 { format!("{h:<w$}") } else { format!("{h:>w$}") })
-                        .collect::<Vec<_>>()
-                        .join(" ")
-                );
+                // Every header right-justified, the account's too (its values are not), as Slurm's.
+                println!("{}", heads.iter().zip(&cols).map(|(h, (_, w))| format!("{h:>w$}")).collect::<Vec<_>>().join(" "));
                 println!("{}", cols.iter().map(|(_, w)| "-".repeat(*w)).collect::<Vec<_>>().join(" "));
             }
             for r in &rows {

@@ -50,7 +50,7 @@ fn slurm_command_lines_read_as_getopt_long_reads_them() {
     assert_eq!(c.ok("sacct", &["-nu", &user, "-X", "-o", "Account%256"]).trim(), user);
     assert_eq!(c.ok("sacct", &["--clusters", "all", "-nXP", "-j", &id.to_string(), "-o", "JobID"]).trim(), id.to_string());
     assert_eq!(c.ok("sacct", &["-M", "tandem", "-nXPj", &id.to_string(), "-o", "JobID"]).trim(), id.to_string());
-    assert!(c.ok("sshare", &["-U"]).starts_with("Account"));
+    assert!(c.ok("sshare", &["-U"]).trim_start().starts_with("Account"));
     assert!(c.ok("sprio", &["-h", "-u", &user]).is_empty());
     // `srun -lN1`: a label, one node.
     let o = c.ok("srun", &["-lN1", "--cpu-bind=q", "--wait=60", "hostname"]);
