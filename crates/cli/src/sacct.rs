@@ -152,7 +152,9 @@ pub(crate) fn sacct(args: &[String]) -> Result<i32> {
     {
         q.push(format!("user={u}"));
     }
-    let mut jobs: Vec<JobInfo> = get(&Target::from_env()?, &format!("/v1/history?{}", q.join("&")))?;
+    let path = format!("/v1/history?{}", q.join("&"));
+    // --json gets the strings as they are (JSON escapes them); the table, made visible.
+    let mut jobs: Vec<JobInfo> = if json { crate::query::get_raw(&Target::from_env()?, &path)? } else { get(&Target::from_env()?, &path)? };
     jobs.retain(|j| {
         ids.as_ref().is_none_or(|w| w.iter().any(|x| selects(x, j)))
             && users.as_ref().is_none_or(|u| u.contains(&j.user) || u.contains(&j.uid.to_string()))
@@ -165,7 +167,7 @@ pub(crate) fn sacct(args: &[String]) -> Result<i32> {
     if json {
         let items = jobs.iter().map(|j| job_json(j, t_now)).collect::<Vec<_>>();
         let v = json!({"jobs": items, "meta": meta(&["sacct", "--json"]), "errors": [], "warnings": []});
-        println!("{}", serde_json::to_string_pretty(&v)?);
+        crate::query::print_json(&v)?;
         return Ok(0);
     }
     // As Slurm's: --units wins over --noconvert.

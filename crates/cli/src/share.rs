@@ -3,9 +3,7 @@
 //! fair-share factor its jobs get.
 
 use anyhow::{Result, bail};
-use client::{Target, send};
-
-use crate::common::runtime;
+use client::Target;
 
 /// The columns, Slurm's headers and widths.
 const COLUMNS: [(&str, usize); 7] =
@@ -39,7 +37,7 @@ pub(crate) fn sshare(args: &[String]) -> Result<i32> {
             o => bail!("unrecognized option '{o}'\nUsage: sshare [-h] [-P] [-p] [-a] [-l] [-A accounts] [-u users]"),
         }
     }
-    let rows: Vec<control_row::Row> = runtime()?.block_on(send(&Target::from_env()?, "GET", "/v1/shares", None::<&()>, &[]))?.json()?;
+    let rows: Vec<control_row::Row> = crate::query::get(&Target::from_env()?, "/v1/shares")?;
     let rows: Vec<_> = rows.into_iter().filter(|r| accounts.as_ref().is_none_or(|a| a.contains(&r.account))).collect();
     let cells = |r: &control_row::Row| {
         vec![

@@ -59,7 +59,7 @@ pub(crate) fn sinfo(args: &[String]) -> Result<i32> {
         }
     }
     let t = Target::from_env()?;
-    let (list, cfg) = (nodes(&t)?, config(&t)?);
+    let (list, cfg) = (nodes(&t, json)?, config(&t)?);
     let mut partitions = cfg.partitions.clone();
     if let Some(p) = &parts {
         partitions.retain(|x| p.contains(&x.name));

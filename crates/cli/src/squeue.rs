@@ -131,7 +131,7 @@ pub(crate) fn squeue(args: &[String]) -> Result<i32> {
     }
     // As Slurm's: an unknown user is an error message, the others still listed.
     if let Some(u) = users.as_deref().and_then(crate::query::unknown_user) {
-        eprintln!("squeue: error: Invalid user: {u}");
+        eprintln!("squeue: error: Invalid user: {}", slurmcli::visible(u));
     }
     if long && fmt.is_some() {
         bail!("Options -o(--format) and -l(--long) are mutually exclusive. Please remove one and retry.");
@@ -161,7 +161,8 @@ pub(crate) fn squeue(args: &[String]) -> Result<i32> {
     let t = Target::from_env()?;
     let mut first = true;
     loop {
-        let mut list: Vec<JobInfo> = get(&t, "/v1/jobs")?;
+        // --json gets the strings as they are (JSON escapes them); the table, made visible.
+        let mut list: Vec<JobInfo> = if json { crate::query::get_raw(&t, "/v1/jobs")? } else { get(&t, "/v1/jobs")? };
         list.retain(|j| {
             users.as_ref().is_none_or(|u| u.contains(&j.user) || u.contains(&j.uid.to_string()))
                 && parts.as_ref().is_none_or(|p| p.contains(&j.partition))
