@@ -115,6 +115,12 @@ pub(crate) fn shown<T: serde::de::DeserializeOwned>(mut v: Value) -> Result<T> {
 /// with DEL and the C1 controls written `\u007f`..`\u009f` too, so no control character
 /// reaches a terminal raw and a JSON reader still gets the string as it was.
 pub(crate) fn print_json(v: &impl serde::Serialize) -> Result<()> {
+    println!("{}", json_text(v)?);
+    Ok(())
+}
+
+/// [`print_json`]'s text.
+fn json_text(v: &impl serde::Serialize) -> Result<String> {
     struct Escaping(serde_json::ser::PrettyFormatter<'static>);
     impl serde_json::ser::Formatter for Escaping {
         fn write_string_fragment<W: ?Sized + std::io::Write>(&mut self, w: &mut W, fragment: &str) -> std::io::Result<()> {
@@ -158,8 +164,7 @@ pub(crate) fn print_json(v: &impl serde::Serialize) -> Result<()> {
     let mut out = Vec::new();
     let mut ser = serde_json::Serializer::with_formatter(&mut out, Escaping(serde_json::ser::PrettyFormatter::new()));
     v.serialize(&mut ser)?;
-    println!("{}", String::from_utf8_lossy(&out));
-    Ok(())
+    Ok(String::from_utf8(out)?)
 }
 
 /// The nodes in Slurm's order: by name, numbers compared as numbers (`node2` before `node10`).
@@ -421,6 +426,23 @@ pub(crate) fn print_table(cols: &[(&str, usize)], rows: &[Vec<String>], header: 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn replies_are_shown_with_control_characters_made_visible_and_json_stays_json() {
+        let evil = "\u{1b}]0;x\u{7}\u{9b}2J\u{7f}|a";
+        let v = json!({"name": evil, "list": [evil, 3], "map": {evil: {"deep": evil}}, "n": 1});
+        let s: Value = shown(v.clone()).unwrap();
+        let want = "^[]0;x^GM-^[2J^?|a";
+        assert_eq!(s["name"], want);
+        assert_eq!(s["list"][0], want);
+        assert_eq!(s["map"][want]["deep"], want, "{s}");
+        assert_eq!(s["n"], 1);
+        let text = json_text(&v).unwrap();
+        assert!(!text.chars().any(|c: char| slurmcli::is_control(c) && c != '\n'), "{text:?}");
+        assert!(text.contains(r"\u001b]0;x\u0007\u009b2J\u007f|a"), "{text}");
+        assert_eq!(serde_json::from_str::<Value>(&text).unwrap(), v, "the same value, read back");
+        assert_eq!(json_text(&json!({"a": [1]})).unwrap(), serde_json::to_string_pretty(&json!({"a": [1]})).unwrap());
+    }
 
     fn job() -> JobInfo {
         serde_json::from_value(json!({
