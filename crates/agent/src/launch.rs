@@ -481,6 +481,7 @@ pub(crate) fn launch(t: &Task, spool: &Path, tasks: &Tasks, cg: &Cgroups) -> Res
         pty: ends.as_ref().is_some_and(|e| e.pty),
         inherit: ends.as_ref().and_then(|e| e.pmi_theirs.as_ref().map(std::os::fd::AsRawFd::as_raw_fd)),
         cpus: &t.cpus,
+        umask: t.umask,
     };
     let mut cmd = tokio::process::Command::new(&program);
     let mut report = exec::prepare(cmd.as_std_mut(), setup).map_err(|e| LaunchError(format!("preparing the launch: {e}")))?;

@@ -630,6 +630,7 @@ pub fn run(o: Opts) -> Result<Report> {
             cwd: work_dir.display().to_string(),
             host: "bench".into(),
             env: vec![("PATH".into(), "/usr/bin:/bin".into())],
+            umask: None,
         }));
     }
     let job_mix = format!(
@@ -708,7 +709,7 @@ pub fn run(o: Opts) -> Result<Report> {
                 resources: control::service::ResourcesSpec { gpus: Some(control::service::Quantity::Num(1.0)), ..Default::default() },
                 ..Default::default()
             };
-            let req = wire::ApplyRequest { spec, cwd: work_dir.display().to_string() };
+            let req = wire::ApplyRequest { spec, cwd: work_dir.display().to_string(), umask: None };
             send(&unix, "POST", "/v1/services", Some(&req), &[]).await?.ok()?;
         }
         anyhow::Ok(())

@@ -145,7 +145,7 @@ pub fn run(a: FailoverArgs) -> Result<FailoverReport> {
         );
         let spec = wire::parse_spec(&spec_text, "echo.toml")?;
         let cwd = data.display().to_string();
-        send(&t, "POST", "/v1/services", Some(&ApplyRequest { spec, cwd }), &[]).await?.ok()?;
+        send(&t, "POST", "/v1/services", Some(&ApplyRequest { spec, cwd, umask: None }), &[]).await?.ok()?;
         let deadline = Instant::now() + Duration::from_secs(60);
         while ready(&service(&t, "echo").await?) < a.replicas as usize {
             if Instant::now() > deadline {

@@ -189,6 +189,7 @@ pub fn run(jobs: u32, cli_jobs: u32, agents: u32, cpus: u32, concurrency: u32) -
             cwd: work.display().to_string(),
             host: "bench".into(),
             env: vec![("PATH".into(), "/usr/bin:/bin".into())],
+            umask: None,
         })
     };
     let req = batch(&[])?;

@@ -24,7 +24,33 @@ pub(crate) fn runtime() -> Result<tokio::runtime::Runtime> {
 pub(crate) fn submission(batch: slurmcli::BatchSpec) -> Result<SubmitRequest> {
     let cwd = std::env::current_dir().context("current directory")?.display().to_string();
     let host = nix::unistd::gethostname().map(|h| h.to_string_lossy().into_owned()).unwrap_or_else(|_| "localhost".into());
-    Ok(SubmitRequest { batch, cwd, host, env: std::env::vars().collect() })
+    Ok(SubmitRequest { batch, cwd, host, env: std::env::vars().collect(), umask: Some(umask()) })
+}
+
+/// This process's umask (sent with submissions, steps and services: their tasks run with it).
+pub(crate) fn umask() -> u32 {
+    use nix::sys::stat::{Mode, umask};
+    // Reading it means setting it: set it back at once (one thread does this, at a time when
+    // it creates no file).
+    let m = umask(Mode::from_bits_truncate(0o022));
+    umask(m);
+    m.bits() & 0o777
+}
+
+/// Refuses a batch script over the controller's `max_script_size` before sending it, with a
+/// message that names its size, the limit and the setting. Only a script over
+/// [`slurmcli::SCRIPT_SIZE_CHECK_FROM`] costs the request for the limit; a smaller one over a
+/// site's lower limit is refused by the controller, in the same words.
+pub(crate) fn check_script_size(t: &client::Target, script: &str) -> Result<()> {
+    let size = script.len() as u64;
+    if size <= slurmcli::SCRIPT_SIZE_CHECK_FROM {
+        return Ok(());
+    }
+    let c: wire::ConfigInfo = runtime()?.block_on(client::send(t, "GET", "/v1/config", None::<&()>, &[]))?.json()?;
+    match c.max_script_size {
+        Some(limit) if size > limit => anyhow::bail!("{}", slurmcli::script_too_large(size, limit)),
+        _ => Ok(()),
+    }
 }
 
 /// A command line that getopt refused; [`crate::slurm`] prints it as glibc and Slurm do

@@ -8,7 +8,8 @@
 //! controller decides; it never depends on `server`, `agent` or `proxy` (the tidy test checks),
 //! so a binary built from it alone (`tandem-slurm`) starts fast. Its public face: [`slurm`],
 //! [`COMMANDS`], [`ServiceCmd`] (with [`RolloutCmd`]) and [`service`], [`token`] (with
-//! [`TokenKind`]) and [`delete_nodes`].
+//! [`TokenKind`]), [`delete_nodes`], and [`error_line`] and [`visible_text`], which print errors
+//! with control characters made visible.
 
 mod attach;
 mod bcast;
@@ -35,6 +36,19 @@ pub const COMMANDS: [&str; 14] = [
     "sbatch", "squeue", "scancel", "sinfo", "sacct", "srun", "salloc", "scontrol", "sprio", "sshare", "sreport", "sbcast", "sstat",
     "sattach",
 ];
+
+/// The line a command prints for an error (`NAME: error: ...`, the causes after colons), with
+/// control characters made visible ([`slurmcli::visible_text`]): errors echo what users gave
+/// (a job name, a path, an id) and what the controller answered.
+pub fn error_line(name: &str, e: &anyhow::Error) -> String {
+    format!("{}: error: {}", slurmcli::visible(name), slurmcli::visible_text(&format!("{e:#}")))
+}
+
+/// A message of several lines (a usage error that echoes an argument) with its control
+/// characters, newlines and tabs excepted, made visible.
+pub fn visible_text(s: &str) -> String {
+    slurmcli::visible_text(s).into_owned()
+}
 
 /// Runs the Slurm command `name` (one of [`COMMANDS`]) with its arguments (without the program
 /// name) and returns its exit code; `None` when `name` is no Slurm command.

@@ -37,13 +37,104 @@ pub(crate) fn print_date(t: i64) {
 }
 
 /// `GET path` from the controller, as `T`.
+///
+/// Every string in the reply (names, comments, paths, reasons, accounts, ... and map keys) comes
+/// with its control characters made visible ([`shown`]): what a command prints cannot reach a
+/// terminal raw. [`get_raw`] is for what is used rather than printed, and for `--json`.
 pub(crate) fn get<T: serde::de::DeserializeOwned>(t: &Target, path: &str) -> Result<T> {
+    shown(get_raw::<Value>(t, path)?)
+}
+
+/// [`get`] as the controller sent it, control characters and all.
+pub(crate) fn get_raw<T: serde::de::DeserializeOwned>(t: &Target, path: &str) -> Result<T> {
     Ok(runtime()?.block_on(send(t, "GET", path, None::<&()>, &[]))?.json()?)
 }
 
+/// A reply decoded with every string's control characters made visible
+/// ([`slurmcli::visible`]): the one place the commands' printers get the controller's strings
+/// from, so none of them can print a user's control characters raw.
+pub(crate) fn shown<T: serde::de::DeserializeOwned>(mut v: Value) -> Result<T> {
+    fn walk(v: &mut Value) {
+        match v {
+            Value::String(s) => {
+                if let std::borrow::Cow::Owned(o) = slurmcli::visible(s) {
+                    *s = o;
+                }
+            }
+            Value::Array(a) => a.iter_mut().for_each(walk),
+            Value::Object(m) => {
+                if m.keys().any(|k| k.chars().any(slurmcli::is_control)) {
+                    *m = std::mem::take(m).into_iter().map(|(k, v)| (slurmcli::visible(&k).into_owned(), v)).collect();
+                }
+                m.values_mut().for_each(walk);
+            }
+            _ => {}
+        }
+    }
+    walk(&mut v);
+    Ok(serde_json::from_value(v)?)
+}
+
+/// Prints `v` as pretty JSON whose strings are plain JSON (serde writes C0 as `\u001b`...),
+/// with DEL and the C1 controls written `\u007f`..`\u009f` too, so no control character
+/// reaches a terminal raw and a JSON reader still gets the string as it was.
+pub(crate) fn print_json(v: &impl serde::Serialize) -> Result<()> {
+    println!("{}", json_text(v)?);
+    Ok(())
+}
+
+/// [`print_json`]'s text.
+fn json_text(v: &impl serde::Serialize) -> Result<String> {
+    struct Escaping(serde_json::ser::PrettyFormatter<'static>);
+    impl serde_json::ser::Formatter for Escaping {
+        fn write_string_fragment<W: ?Sized + std::io::Write>(&mut self, w: &mut W, fragment: &str) -> std::io::Result<()> {
+            let mut rest = fragment;
+            while let Some(i) = rest.find(|c: char| slurmcli::is_control(c)) {
+                w.write_all(&rest.as_bytes()[..i])?;
+                let c = rest[i..].chars().next().expect("found");
+                write!(w, "\\u{:04x}", c as u32)?;
+                rest = &rest[i + c.len_utf8()..];
+            }
+            w.write_all(rest.as_bytes())
+        }
+        fn begin_array<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+            self.0.begin_array(w)
+        }
+        fn end_array<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+            self.0.end_array(w)
+        }
+        fn begin_array_value<W: ?Sized + std::io::Write>(&mut self, w: &mut W, first: bool) -> std::io::Result<()> {
+            self.0.begin_array_value(w, first)
+        }
+        fn end_array_value<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+            self.0.end_array_value(w)
+        }
+        fn begin_object<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+            self.0.begin_object(w)
+        }
+        fn end_object<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+            self.0.end_object(w)
+        }
+        fn begin_object_key<W: ?Sized + std::io::Write>(&mut self, w: &mut W, first: bool) -> std::io::Result<()> {
+            self.0.begin_object_key(w, first)
+        }
+        fn begin_object_value<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+            self.0.begin_object_value(w)
+        }
+        fn end_object_value<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+            self.0.end_object_value(w)
+        }
+    }
+    let mut out = Vec::new();
+    let mut ser = serde_json::Serializer::with_formatter(&mut out, Escaping(serde_json::ser::PrettyFormatter::new()));
+    v.serialize(&mut ser)?;
+    Ok(String::from_utf8(out)?)
+}
+
 /// The nodes in Slurm's order: by name, numbers compared as numbers (`node2` before `node10`).
-pub(crate) fn nodes(t: &Target) -> Result<Vec<NodeInfo>> {
-    let mut v: Vec<NodeInfo> = get(t, "/v1/nodes")?;
+/// With `raw`, their strings as the controller sent them (for `--json`); else made visible.
+pub(crate) fn nodes(t: &Target, raw: bool) -> Result<Vec<NodeInfo>> {
+    let mut v: Vec<NodeInfo> = if raw { get_raw(t, "/v1/nodes")? } else { get(t, "/v1/nodes")? };
     v.sort_by_cached_key(|n| {
         let digits = n.name.len() - n.name.trim_end_matches(|c: char| c.is_ascii_digit()).len();
         let (stem, num) = n.name.split_at(n.name.len() - digits);
@@ -165,7 +256,7 @@ pub(crate) fn print_reply(key: &str, items: Vec<Value>, command: &[&str], now: i
             v["last_backfill"] = num(Some(now));
         }
     }
-    println!("{}", serde_json::to_string_pretty(&v)?);
+    print_json(&v)?;
     Ok(0)
 }
 
@@ -299,6 +390,23 @@ pub(crate) fn print_table(cols: &[(&str, usize)], rows: &[Vec<String>], header: 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn replies_are_shown_with_control_characters_made_visible_and_json_stays_json() {
+        let evil = "\u{1b}]0;x\u{7}\u{9b}2J\u{7f}|a";
+        let v = json!({"name": evil, "list": [evil, 3], "map": {evil: {"deep": evil}}, "n": 1});
+        let s: Value = shown(v.clone()).unwrap();
+        let want = "^[]0;x^GM-^[2J^?|a";
+        assert_eq!(s["name"], want);
+        assert_eq!(s["list"][0], want);
+        assert_eq!(s["map"][want]["deep"], want, "{s}");
+        assert_eq!(s["n"], 1);
+        let text = json_text(&v).unwrap();
+        assert!(!text.chars().any(|c: char| slurmcli::is_control(c) && c != '\n'), "{text:?}");
+        assert!(text.contains(r"\u001b]0;x\u0007\u009b2J\u007f|a"), "{text}");
+        assert_eq!(serde_json::from_str::<Value>(&text).unwrap(), v, "the same value, read back");
+        assert_eq!(json_text(&json!({"a": [1]})).unwrap(), serde_json::to_string_pretty(&json!({"a": [1]})).unwrap());
+    }
 
     fn job() -> JobInfo {
         serde_json::from_value(json!({

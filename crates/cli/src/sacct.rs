@@ -198,7 +198,9 @@ pub(crate) fn sacct(args: &[String]) -> Result<i32> {
     if let Some(c) = &clusters {
         crate::query::check_clusters(&t, c)?;
     }
-    let mut jobs: Vec<JobInfo> = get(&t, &format!("/v1/history?{}", q.join("&")))?;
+    let path = format!("/v1/history?{}", q.join("&"));
+    // --json and --yaml get the strings as they are (they escape them); the table, made visible.
+    let mut jobs: Vec<JobInfo> = if json || yaml { crate::query::get_raw(&t, &path)? } else { get(&t, &path)? };
     jobs.retain(|j| {
         ids.as_ref().is_none_or(|w| w.iter().any(|x| selects(x, j)))
             && users.as_ref().is_none_or(|u| u.contains(&j.user) || u.contains(&j.uid.to_string()))
@@ -238,7 +240,7 @@ pub(crate) fn sacct(args: &[String]) -> Result<i32> {
         if yaml {
             print!("{}", yaml_serde::to_string(&v)?);
         } else {
-            println!("{}", serde_json::to_string_pretty(&v)?);
+            crate::query::print_json(&v)?;
         }
         return Ok(0);
     }

@@ -149,7 +149,7 @@ pub(crate) fn scancel(args: &[String]) -> Result<i32> {
         };
         let r = rt.block_on(send(&t, "DELETE", &path, None::<&()>, &[]))?;
         if r.status >= 400 {
-            eprintln!("scancel: error: Kill job error on job id {id}: {}", r.error());
+            eprintln!("scancel: error: Kill job error on job id {}: {}", slurmcli::visible(&id.to_string()), slurmcli::visible(&r.error()));
             rc = 1;
         }
     }

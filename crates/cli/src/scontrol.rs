@@ -214,7 +214,7 @@ pub(crate) fn scontrol(args: &[String]) -> Result<i32> {
         (Some("show"), Some("job"), rest) if rest.len() <= 1 => show_jobs(rest.first().copied(), oneliner, json),
         (Some("show"), Some("node"), rest) if rest.len() <= 1 => {
             let t = Target::from_env()?;
-            let mut list = nodes(&t)?;
+            let mut list = nodes(&t, json)?;
             if let Some(name) = rest.first() {
                 let want = slurmcli::expand(name, 100_000).map_err(|e| anyhow!("Invalid hostlist: {}", e.0))?;
                 list.retain(|n| want.contains(&n.name));
@@ -232,7 +232,7 @@ pub(crate) fn scontrol(args: &[String]) -> Result<i32> {
         }
         (Some("show"), Some("partition"), rest) if rest.len() <= 1 => {
             let t = Target::from_env()?;
-            let (cfg, all) = (config(&t)?, nodes(&t)?);
+            let (cfg, all) = (config(&t)?, nodes(&t, json)?);
             let mut parts = cfg.partitions;
             if let Some(name) = rest.first() {
                 parts.retain(|p| p.name == *name);
@@ -303,7 +303,9 @@ pub(crate) fn scontrol(args: &[String]) -> Result<i32> {
 /// `scontrol show job [ID]`.
 fn show_jobs(id: Option<&str>, oneliner: bool, json: bool) -> Result<i32> {
     let t = Target::from_env()?;
-    let mut list: Vec<JobInfo> = get(&t, "/v1/jobs?all=true")?;
+    // --json gets the strings as they are (JSON escapes them); the text, made visible.
+    let fetch = |path: &str| -> Result<Vec<JobInfo>> { if json { crate::query::get_raw(&t, path) } else { get(&t, path) } };
+    let mut list: Vec<JobInfo> = fetch("/v1/jobs?all=true")?;
     if let Some(id) = id {
         let valid = id.split('_').count() <= 2 && id.split('_').all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()));
         if !valid {
@@ -312,7 +314,11 @@ fn show_jobs(id: Option<&str>, oneliner: bool, json: bool) -> Result<i32> {
         list.retain(|j| selects(id, j));
         if list.is_empty() {
             // One the controller no longer holds in memory: ask for it by id.
-            match id.parse::<u64>().ok().map(|n| get::<JobInfo>(&t, &format!("/v1/jobs/{n}"))) {
+            let one = |n: u64| -> Result<JobInfo> {
+                let path = format!("/v1/jobs/{n}");
+                if json { crate::query::get_raw(&t, &path) } else { get(&t, &path) }
+            };
+            match id.parse::<u64>().ok().map(one) {
                 Some(Ok(j)) => list.push(j),
                 _ => bail!("Invalid job id specified"),
             }

@@ -81,8 +81,9 @@ fn rt() -> Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_current_thread().enable_all().build()?)
 }
 
+/// A service, its strings made visible for printing (`crate::query::get`).
 fn get(t: &Target, name: &str) -> Result<ServiceInfo> {
-    Ok(rt()?.block_on(send(t, "GET", &format!("/v1/services/{name}"), None::<&()>, &[]))?.json()?)
+    crate::query::get(t, &format!("/v1/services/{name}"))
 }
 
 fn age(ms: i64) -> String {
@@ -111,7 +112,9 @@ pub(crate) fn run(cmd: ServiceCmd) -> Result<i32> {
             let spec = parse_spec(&text, &path)?;
             spec.resolve().map_err(|e| anyhow::anyhow!("{path}: {e}"))?;
             let cwd = std::env::current_dir()?.display().to_string();
-            let r: ApplyResponse = rt()?.block_on(send(&t, "POST", "/v1/services", Some(&ApplyRequest { spec, cwd }), &[]))?.json()?;
+            let r: ApplyResponse = rt()?
+                .block_on(send(&t, "POST", "/v1/services", Some(&ApplyRequest { spec, cwd, umask: Some(crate::common::umask()) }), &[]))?
+                .json()?;
             let what = match (r.changed, r.revision) {
                 (false, _) => "unchanged",
                 (true, 1) => "created",
@@ -120,7 +123,7 @@ pub(crate) fn run(cmd: ServiceCmd) -> Result<i32> {
             println!("service/{} {what} (revision {})", r.name, r.revision);
         }
         ServiceCmd::List => {
-            let all: Vec<ServiceInfo> = rt()?.block_on(send(&t, "GET", "/v1/services", None::<&()>, &[]))?.json()?;
+            let all: Vec<ServiceInfo> = crate::query::get(&t, "/v1/services")?;
             println!("{:<24} {:>7} {:>10} {:>8} {:>9}  {:<10} AGE", "NAME", "READY", "UP-TO-DATE", "DESIRED", "REVISION", "USER");
             for s in all {
                 let created = s.scale_log.first().map_or(0, |(t, _)| *t);
@@ -138,9 +141,9 @@ pub(crate) fn run(cmd: ServiceCmd) -> Result<i32> {
             }
         }
         ServiceCmd::Show { name, json } => {
-            let s = get(&t, &name)?;
+            let s: ServiceInfo = if json { crate::query::get_raw(&t, &format!("/v1/services/{name}"))? } else { get(&t, &name)? };
             if json {
-                println!("{}", serde_json::to_string_pretty(&s)?);
+                crate::query::print_json(&s)?;
                 return Ok(0);
             }
             println!("Name:        {}", s.name);

@@ -3,9 +3,7 @@
 //! fair-share factor its jobs get.
 
 use anyhow::{Result, bail};
-use client::{Target, send};
-
-use crate::common::runtime;
+use client::Target;
 
 /// The columns, Slurm's headers and widths.
 const COLUMNS: [(&str, usize); 7] =
@@ -54,7 +52,7 @@ pub(crate) fn sshare(args: &[String]) -> Result<i32> {
     if let Some(c) = &clusters {
         crate::query::check_clusters(&t, c)?;
     }
-    let rows: Vec<control_row::Row> = runtime()?.block_on(send(&t, "GET", "/v1/shares", None::<&()>, &[]))?.json()?;
+    let rows: Vec<control_row::Row> = crate::query::get(&t, "/v1/shares")?;
     let rows: Vec<_> = rows.into_iter().filter(|r| !users_only && accounts.as_ref().is_none_or(|a| a.contains(&r.account))).collect();
     // The columns shown: -o's, or all of them at Slurm's widths.
     let cols: Vec<(usize, usize)> = match &fields {

@@ -146,7 +146,7 @@ fn show(
 ) -> Result<i32> {
     let Show { node_oriented, reasons, header, long, summarize, json, exact } = *o;
     let long_fmt = long_fmt.map(str::to_string);
-    let (mut list, cfg) = (nodes(t)?, config(t)?);
+    let (mut list, cfg) = (nodes(t, json)?, config(t)?);
     list.retain(|n| filter(n));
     let mut partitions = cfg.partitions.clone();
     if let Some(p) = &parts {

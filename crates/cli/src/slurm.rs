@@ -27,7 +27,7 @@ pub(crate) fn sbatch(args: &[String]) -> Result<i32> {
     let (parsable, wait, submitted, quiet) = (batch.parsable, batch.wait, now(), batch.quiet);
     if batch.verbose > 0 {
         for line in slurmcli::describe(&batch) {
-            eprintln!("sbatch: {line}");
+            eprintln!("sbatch: {}", slurmcli::visible(&line));
         }
     }
     let t = Target::from_env()?;
@@ -35,9 +35,10 @@ pub(crate) fn sbatch(args: &[String]) -> Result<i32> {
         crate::query::check_clusters(&t, c)?;
     }
     let req = submission(batch)?;
+    crate::common::check_script_size(&t, &req.batch.script)?;
     let r: SubmitResponse = runtime()?.block_on(send(&t, "POST", "/v1/jobs", Some(&req), &[]))?.json()?;
     if let Some(msg) = r.test_only {
-        eprintln!("sbatch: {msg}");
+        eprintln!("sbatch: {}", slurmcli::visible(&msg));
         return Ok(0);
     }
     let first = r.job_ids.first().copied().context("no job id returned")?;
@@ -168,6 +169,7 @@ pub(crate) fn srun_in(args: &[String], job: Option<u64>) -> Result<i32> {
         nodelist: a.nodelist.clone(),
         exclude: a.exclude.clone(),
         io: None,
+        umask: Some(crate::common::umask()),
         cpu_bind: a.recorded.iter().find(|(k, _)| k == "cpu-bind").map(|(_, v)| v.clone()),
         distribution: a.recorded.iter().find(|(k, _)| k == "distribution").map(|(_, v)| v.clone()),
         res: StepRes {

@@ -160,7 +160,7 @@ pub(crate) fn squeue(args: &[String]) -> Result<i32> {
     }
     // As Slurm's: an unknown user is an error message, the others still listed.
     if let Some(u) = users.as_deref().and_then(crate::query::unknown_user) {
-        eprintln!("squeue: error: Invalid user: {u}");
+        eprintln!("squeue: error: Invalid user: {}", slurmcli::visible(u));
     }
     if long && fmt.is_some() {
         bail!("Options -o(--format) and -l(--long) are mutually exclusive. Please remove one and retry.");
@@ -200,7 +200,9 @@ pub(crate) fn squeue(args: &[String]) -> Result<i32> {
         // Finished jobs stay in the controller for MinJobAge: asked for by state (`-t all`,
         // `-t CD`), or to tell a finished job from one that never was (`-j`).
         let finished_too = ids.is_some() || states.as_ref().is_some_and(|s| s.iter().any(|x| FINAL.contains(x)));
-        let mut list: Vec<JobInfo> = get(&t, if finished_too { "/v1/jobs?all=true" } else { "/v1/jobs" })?;
+        let path = if finished_too { "/v1/jobs?all=true" } else { "/v1/jobs" };
+        // --json gets the strings as they are (JSON escapes them); the table, made visible.
+        let mut list: Vec<JobInfo> = if json { crate::query::get_raw(&t, path)? } else { get(&t, path)? };
         // One job id that names no job the controller holds is an error, as Slurm's (of
         // several, unknown ones are skipped).
         if let Some([id]) = ids.as_deref()

@@ -234,31 +234,123 @@ pub async fn send(t: &Target, method: &str, path: &str, body: Option<&impl Seria
             let s =
                 tokio::net::TcpStream::connect(addr).await.map_err(|source| Error::Connect { target: format!("http://{addr}"), source })?;
             s.set_nodelay(true).ok();
-            exchange(s, req).await?
+            exchange(NoSigPipe::new(s), req).await?
         }
         Target::Tls(addr, cfg) => {
             let s = tokio::net::TcpStream::connect(addr)
                 .await
                 .map_err(|source| Error::Connect { target: format!("https://{addr}"), source })?;
             s.set_nodelay(true).ok();
-            exchange(tls_connect(s, cfg.clone(), addr).await?, req).await?
+            exchange(tls_connect(NoSigPipe::new(s), cfg.clone(), addr).await?, req).await?
         }
         Target::Unix(p) => {
             let s = tokio::net::UnixStream::connect(p).await.map_err(|source| Error::Connect { target: format!("unix://{p}"), source })?;
-            exchange(s, req).await?
+            exchange(NoSigPipe::new(s), req).await?
         }
     };
     Ok(Reply { status, body })
 }
 
 /// The TLS handshake with the controller (verified as [`wire::CONTROLLER_NAME`]).
-async fn tls_connect(
-    s: tokio::net::TcpStream,
+async fn tls_connect<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
+    s: S,
     cfg: Arc<rustls::ClientConfig>,
     addr: &str,
-) -> Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
+) -> Result<tokio_rustls::client::TlsStream<S>> {
     let name = rustls_pki_types::ServerName::try_from(wire::CONTROLLER_NAME).expect("a valid DNS name");
     tokio_rustls::TlsConnector::from(cfg).connect(name, s).await.map_err(|source| Error::Tls { target: format!("https://{addr}"), source })
+}
+
+/// A socket that a command's request is written to. Commands run with SIGPIPE's default
+/// action (so `squeue | head` ends quietly), so a plain `write` to a connection the
+/// controller has closed (it refused a body too large while it was still being sent) would
+/// kill the command without a word. Its writes are `send` with `MSG_NOSIGNAL`: the peer's
+/// close is EPIPE (or ECONNRESET), not a signal; and from then on the rest of the request is
+/// dropped as if written, so the HTTP client goes on to read the answer the controller sent
+/// before closing (its refusal) instead of failing on the write.
+struct NoSigPipe<S> {
+    inner: S,
+    /// The peer stopped reading: writes are dropped.
+    closed: bool,
+}
+
+impl<S> NoSigPipe<S> {
+    fn new(inner: S) -> Self {
+        NoSigPipe { inner, closed: false }
+    }
+}
+
+/// The sockets [`NoSigPipe`] writes to: tokio's TCP and Unix streams.
+trait Sock: tokio::io::AsyncRead + tokio::io::AsyncWrite + std::os::fd::AsRawFd + Unpin {
+    fn poll_writable(&self, cx: &mut std::task::Context<'_>) -> std::task::Poll<std::io::Result<()>>;
+    fn try_send(&self, buf: &[u8]) -> std::io::Result<usize>;
+}
+
+macro_rules! sock {
+    ($t:ty) => {
+        impl Sock for $t {
+            fn poll_writable(&self, cx: &mut std::task::Context<'_>) -> std::task::Poll<std::io::Result<()>> {
+                self.poll_write_ready(cx)
+            }
+            fn try_send(&self, buf: &[u8]) -> std::io::Result<usize> {
+                let fd = std::os::fd::AsRawFd::as_raw_fd(self);
+                self.try_io(tokio::io::Interest::WRITABLE, || {
+                    nix::sys::socket::send(fd, buf, nix::sys::socket::MsgFlags::MSG_NOSIGNAL).map_err(std::io::Error::from)
+                })
+            }
+        }
+    };
+}
+sock!(tokio::net::TcpStream);
+sock!(tokio::net::UnixStream);
+
+impl<S: Sock> tokio::io::AsyncRead for NoSigPipe<S> {
+    fn poll_read(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.get_mut().inner).poll_read(cx, buf)
+    }
+}
+
+impl<S: Sock> tokio::io::AsyncWrite for NoSigPipe<S> {
+    fn poll_write(self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>, buf: &[u8]) -> std::task::Poll<std::io::Result<usize>> {
+        use std::task::Poll;
+        let this = self.get_mut();
+        loop {
+            if this.closed {
+                return Poll::Ready(Ok(buf.len()));
+            }
+            match this.inner.poll_writable(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Ready(Ok(())) => {}
+            }
+            match this.inner.try_send(buf) {
+                Ok(n) => return Poll::Ready(Ok(n)),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+                Err(e) if matches!(e.kind(), std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset) => this.closed = true,
+                Err(e) => return Poll::Ready(Err(e)),
+            }
+        }
+    }
+
+    fn poll_flush(self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        if this.closed {
+            return std::task::Poll::Ready(Ok(()));
+        }
+        std::pin::Pin::new(&mut this.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        if this.closed {
+            return std::task::Poll::Ready(Ok(()));
+        }
+        std::pin::Pin::new(&mut this.inner).poll_shutdown(cx)
+    }
 }
 
 async fn exchange<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static>(

@@ -10,6 +10,7 @@
 //!                         # (default: 3 heartbeats, at least 1.5 s)
 //! kill_wait = 30          # seconds between SIGTERM and SIGKILL at a time limit
 //! max_array_size = 1001   # Slurm's MaxArraySize: array indices must be below it
+//! max_script_size = 4194304 # Slurm's max_script_size: the largest batch script, bytes
 //! min_job_age = 300       # Slurm's MinJobAge: finished jobs leave memory after this (0: never)
 //! [scheduler]
 //! policy = "default"      # fcfs, sjf, f1, multifactor, default
@@ -67,6 +68,7 @@ struct File {
     kill_wait: Option<u32>,
     failover: Option<f64>,
     max_array_size: Option<u32>,
+    max_script_size: Option<u64>,
     min_job_age: Option<u32>,
     scheduler: Option<Sched>,
     weights: Option<toml::Table>,
@@ -162,6 +164,9 @@ fn time(v: &Option<String>, what: &str, default: i64) -> Result<i64> {
     }
 }
 
+/// The largest `max_script_size` a file may set (512 MiB).
+const MAX_SCRIPT_SIZE_CAP: u64 = 512 << 20;
+
 /// Parses configuration text: the controller's settings and who may see what.
 pub fn parse(text: &str) -> Result<(crate::Settings, Security)> {
     let f: File = toml::from_str(text).map_err(|e| ConfigError(e.to_string()))?;
@@ -204,6 +209,12 @@ pub fn parse(text: &str) -> Result<(crate::Settings, Security)> {
             bail!("max_array_size must be between 1 and {} (Slurm's cap)", slurmcli::MAX_ARRAY_SIZE_CAP);
         }
         s.max_array = m;
+    }
+    if let Some(m) = f.max_script_size {
+        if m == 0 || m > MAX_SCRIPT_SIZE_CAP {
+            bail!("max_script_size must be between 1 and {MAX_SCRIPT_SIZE_CAP} bytes");
+        }
+        s.max_script_size = m;
     }
     if let Some(sc) = f.scheduler {
         if let Some(p) = sc.policy {
@@ -320,6 +331,8 @@ mod tests {
         assert_eq!(s.lease, 30);
         assert_eq!(s.max_array, 1001);
         assert_eq!(parse("max_array_size = 10001").unwrap().max_array, 10_001);
+        assert_eq!(s.max_script_size, 4194304);
+        assert_eq!(parse("max_script_size = 65536").unwrap().max_script_size, 65536);
         let s = parse(
             "lease = 5\n[scheduler]\nbackfill = \"conservative\"\npredict = \"limit\"\n[weights]\nage = 7\n\
              [[partition]]\nname = \"cpu\"\nmax_time = \"1:00:00\"\n[[partition]]\nname = \"gpu\"\nnodes = \"node[1-2]\"\ndefault = true\n\
@@ -349,6 +362,7 @@ mod tests {
         assert!(e("heartbeat = 2\nfailover = 1").contains("longer"));
         assert!(e("heartbeat = 0.01").contains("heartbeat"));
         assert!(e("max_array_size = 0").contains("max_array_size"));
+        assert!(e("max_script_size = 0").contains("max_script_size"));
         assert!(e("max_array_size = 4000002").contains("max_array_size"));
         assert!(e("lease = \"soon\"").contains("invalid type"));
         assert!(e("lease = 30\nheartbeat = 20").contains("half the lease"));

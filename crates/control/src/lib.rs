@@ -61,6 +61,9 @@ pub struct Settings {
     pub kill_wait: Time,
     /// Slurm's MaxArraySize: array indices must be below it (default 1001, as Slurm's).
     pub max_array: u32,
+    /// The largest batch script, bytes (Slurm's `max_script_size`, default 4 MB).
+    #[serde(default = "max_script_size")]
+    pub max_script_size: u64,
     /// Which nodes each partition holds, by name (`None`: every node).
     pub partition_nodes: Vec<(String, Option<Vec<String>>)>,
     /// Finished jobs leave the controller's memory this long after they end, seconds (Slurm's
@@ -78,8 +81,15 @@ pub struct Settings {
     pub half_life: Time,
 }
 
+/// The umask of a job whose submission did not say (a body from an older client).
+pub const DEFAULT_UMASK: u32 = 0o022;
+
 fn week() -> Time {
     7 * 86400
+}
+
+fn max_script_size() -> u64 {
+    slurmcli::DEFAULT_MAX_SCRIPT_SIZE
 }
 
 impl Default for Settings {
@@ -92,6 +102,7 @@ impl Default for Settings {
             heartbeat_ms: 500,
             kill_wait: 30,
             max_array: slurmcli::MAX_ARRAY_SIZE,
+            max_script_size: max_script_size(),
             min_job_age: 300,
             partition_nodes: Vec::new(),
             failover_ms: 0,
@@ -569,6 +580,7 @@ impl Controller {
             .partition(batch.partition.as_deref())
             .ok_or_else(|| Refused::Invalid(format!("invalid partition specified: {}", batch.partition.as_deref().unwrap_or(""))))?;
         let mut probe = batch.to_request(self.next_id, user, now, part.default_time);
+        self.check_script_size(batch)?;
         Self::check_extras(batch, &JobSpec::script(""))?;
         if batch.time == Some(None) {
             probe.time_limit = probe.time_limit.min(part.max_time);
@@ -582,6 +594,15 @@ impl Controller {
             }
         }
         Ok(part.name.clone())
+    }
+
+    /// The batch script is at most `max_script_size` bytes.
+    fn check_script_size(&self, batch: &BatchSpec) -> Result<(), Refused> {
+        let (size, limit) = (batch.script.len() as u64, self.settings.max_script_size);
+        if size > limit {
+            return Err(Refused::Invalid(slurmcli::script_too_large(size, limit)));
+        }
+        Ok(())
     }
 
     /// What a submission asks beyond its shape: a reservation (none exist), and the recorded
@@ -621,6 +642,7 @@ impl Controller {
         let default_time = part.default_time;
         let first = self.next_id;
         let mut probe = batch.to_request(first, user, now, default_time);
+        self.check_script_size(batch)?;
         Self::check_extras(batch, &spec)?;
         if batch.time == Some(None) {
             // -t 0 (unlimited): as long as the partition allows.
@@ -1784,6 +1806,9 @@ impl Controller {
             !users
         });
         slurm.push((slurmcli::DEFAULTED.to_string(), ours.join(" ")));
+        // Slurm's SLURM_UMASK: the submitting command's umask, four octal digits.
+        let umask = st.and_then(|s| s.umask).or(j.spec.umask).unwrap_or(DEFAULT_UMASK) & 0o777;
+        slurm.push(("SLURM_UMASK".to_string(), format!("{umask:04o}")));
         env.retain(|(k, _)| !slurm.iter().any(|(s, _)| s == k));
         env.extend(slurm);
         let node_name = job_names.get(node_index).cloned().unwrap_or_default();
@@ -1859,6 +1884,7 @@ impl Controller {
                 .and_then(|b| slurmcli::cpu_bind_cpus(b, localid).ok().flatten())
                 .unwrap_or_default(),
             login_env: step == BATCH_STEP && j.spec.login_env && !j.spec.interactive && j.replica.is_none(),
+            umask: Some(umask),
             replica,
             io,
         }

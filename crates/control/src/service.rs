@@ -688,6 +688,10 @@ pub struct Service {
     pub user: String,
     /// Submit directory (the default working directory).
     pub submit_dir: String,
+    /// The umask of the last `apply`: its replicas run with it (`None`, from an older client
+    /// or record: 0022).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub umask: Option<u32>,
     /// Created.
     pub created: Time,
     /// Being deleted: every replica drains, then the record goes.
@@ -1097,6 +1101,7 @@ mod tests {
             gid: 0,
             user: "u".into(),
             submit_dir: "/".into(),
+            umask: None,
             created: 0,
             deleting: false,
             scale_log: vec![],

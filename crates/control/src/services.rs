@@ -252,6 +252,7 @@ impl Controller {
             gid,
             user: user.to_string(),
             submit_dir: submit_dir.to_string(),
+            umask: None,
             created: now,
             deleting: false,
             scale_log: Vec::new(),
@@ -336,6 +337,17 @@ impl Controller {
         spec.autoscale = s.spec.autoscale.clone();
         let (gid, user, dir) = (s.gid, s.user.clone(), s.submit_dir.clone());
         self.apply_service(now_ms, uid, gid, &user, &dir, spec).map(|(rev, _)| rev)
+    }
+
+    /// Sets the umask a service's replicas start with from now on (that of the command that
+    /// applied it last), once [`Controller::apply_service`] accepted it.
+    pub fn set_service_umask(&mut self, name: &str, umask: Option<u32>) {
+        if let Some(s) = self.services.get_mut(name)
+            && s.umask != umask
+        {
+            s.umask = umask.map(|m| m & 0o777);
+            self.dirty_services.insert(name.to_string());
+        }
     }
 
     /// Deletes a service: its replicas drain and stop, then the record goes.
@@ -546,6 +558,7 @@ impl Controller {
             gid: svc.gid,
             recorded: Vec::new(),
             login_env: false,
+            umask: svc.umask,
         };
         let job = Job {
             replica: Some(ReplicaInfo {

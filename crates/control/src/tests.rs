@@ -20,6 +20,7 @@ pub(super) fn spec(uid: u32) -> JobSpec {
         gid: uid,
         recorded: Vec::new(),
         login_env: false,
+        umask: None,
     }
 }
 
@@ -311,6 +312,29 @@ fn max_array_size_bounds_the_largest_index_as_in_slurm() {
     c.register(0, Node::new("n0", 4, 8 << 30, 0), "127.0.0.1".into()).unwrap();
     assert_eq!(c.submit(0, spec(1), &batch(&["--array=0-9999"]), "a").unwrap().len(), 10_000);
     assert!(c.submit(0, spec(1), &batch(&["--array=10001"]), "a").is_err());
+}
+
+#[test]
+fn max_script_size_bounds_the_batch_script_and_the_umask_reaches_the_task() {
+    let mut s = Settings::default();
+    s.max_script_size = 100;
+    let mut c = Controller::new(s);
+    c.register(0, Node::new("n0", 4, 8 << 30, 0), "127.0.0.1".into()).unwrap();
+    let mut b = batch(&[]);
+    b.script = format!("#!/bin/sh\n{}\n", "#".repeat(100));
+    let e = c.submit(0, spec(1), &b, "a").unwrap_err().to_string();
+    assert!(e.contains("111 bytes") && e.contains("100 bytes") && e.contains("max_script_size"), "{e}");
+    assert!(c.check_submit(0, &b, "a").is_err(), "--test-only says the same");
+    assert_eq!(c.jobs().count(), 0, "nothing stored");
+    // Under it: runs, with its submitter's umask; an older body (no umask) gets 0022.
+    for (umask, want) in [(Some(0o077), "0077"), (None, "0022")] {
+        let id = c.submit(0, JobSpec { umask, ..spec(1) }, &batch(&[]), "a").unwrap()[0];
+        c.tick(1);
+        let orders = c.hb(1, "n0", &[], &[]).unwrap();
+        let t = launches(&orders).into_iter().find(|t| t.job == id).expect("launched").clone();
+        assert_eq!(t.umask, Some(umask.unwrap_or(0o022)));
+        assert!(t.env.contains(&("SLURM_UMASK".into(), want.into())), "{:?}", t.env);
+    }
 }
 
 #[test]

@@ -54,6 +54,10 @@ pub struct JobSpec {
     /// node, the submitted variables winning.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub login_env: bool,
+    /// The submitting command's umask (`SLURM_UMASK`): the tasks run with it and their
+    /// output files are created 0666 under it. `None` (an older body): 0022.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub umask: Option<u32>,
 }
 
 impl JobSpec {
@@ -98,6 +102,7 @@ impl JobSpec {
             gid: 0,
             recorded: Vec::new(),
             login_env: false,
+            umask: None,
         }
     }
 }
@@ -255,6 +260,9 @@ pub struct StepSpec {
     /// the files above.
     #[serde(default)]
     pub io: Option<StepIo>,
+    /// `srun`'s umask: the tasks run with it (`SLURM_UMASK`); `None`: the job's.
+    #[serde(default)]
+    pub umask: Option<u32>,
     /// What it takes of the job's allocation (CPUs, memory, GPUs, time).
     #[serde(default)]
     pub res: StepRes,
@@ -637,6 +645,10 @@ pub struct Task {
     /// The batch script starts from the user's login environment (`--get-user-env`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub login_env: bool,
+    /// The umask the task runs with, its output files created 0666 under it; `None` (an
+    /// older controller): 0022.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub umask: Option<u32>,
     /// For a service replica: probes and stop settings (the agent picks its port).
     #[serde(default)]
     pub replica: Option<ReplicaTask>,

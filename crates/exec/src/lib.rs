@@ -60,9 +60,8 @@ pub struct Setup<'a> {
     /// Enter this directory, as the user (do not also set the command's `current_dir`: std
     /// enters that before the hook runs, still as root).
     pub workdir: Option<CString>,
-    /// Append standard output to this file (created 0644 less nothing: the child's umask is
-    /// set to 022), opened as the user after entering `workdir`, so a relative path is
-    /// relative to it.
+    /// Append standard output to this file (created 0666 under [`Setup::umask`]), opened as
+    /// the user after entering `workdir`, so a relative path is relative to it.
     pub stdout: Option<CString>,
     /// Append standard error to this file; `None` with `stdout` set: to the same file.
     pub stderr: Option<CString>,
@@ -83,6 +82,9 @@ pub struct Setup<'a> {
     pub inherit: Option<std::os::fd::RawFd>,
     /// Bind the task to these CPUs (`srun --cpu-bind`); empty: leave its affinity alone.
     pub cpus: &'a [u32],
+    /// The task's umask (the submitter's, `SLURM_UMASK`), set before the output files are
+    /// opened; `None`: 0022.
+    pub umask: Option<u32>,
 }
 
 /// How a task is kept ([`Setup::keep`]).
@@ -399,6 +401,7 @@ pub fn prepare(cmd: &mut Command, setup: Setup) -> std::io::Result<Report> {
     let (workdir, stdout, stderr, truncate) = (setup.workdir, setup.stdout, setup.stderr, setup.truncate);
     let (stdio, pty, inherit) = (setup.stdio, setup.pty, setup.inherit);
     let keep = setup.keep.map(|k| k.status.as_raw_fd());
+    let umask = nix::sys::stat::Mode::from_bits_truncate(setup.umask.unwrap_or(0o022) & 0o777);
     // The CPU set is made here, not in the child; an id it cannot hold fails the launch now.
     let cpus = match setup.cpus {
         [] => None,
@@ -460,7 +463,7 @@ pub fn prepare(cmd: &mut Command, setup: Setup) -> std::io::Result<Report> {
         if let Some(d) = &workdir {
             nix::unistd::chdir(d.as_c_str()).map_err(|e| fail(Stage::Workdir, e))?;
         }
-        nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o022));
+        nix::sys::stat::umask(umask);
         if let Some(path) = &stdout {
             let out = open_append(path, truncate).map_err(|e| fail(Stage::Stdout, e))?;
             nix::unistd::dup2_stdout(&out).map_err(|e| fail(Stage::Stdout, e))?;
@@ -508,7 +511,7 @@ pub fn prepare(cmd: &mut Command, setup: Setup) -> std::io::Result<Report> {
     Ok(Report { read, write: Some(write) })
 }
 
-/// Opens `path` for appending, creating it (mode 0644 under the child's umask), never as a
+/// Opens `path` for appending, creating it (mode 0666 under the child's umask), never as a
 /// controlling terminal. It opens without blocking (a FIFO with no reader fails with ENXIO
 /// instead of holding the launching agent, which waits for the exec), then makes the file
 /// blocking again for the task.
@@ -518,7 +521,7 @@ fn open_append(path: &CStr, truncate: bool) -> nix::Result<OwnedFd> {
     if truncate {
         flags |= OFlag::O_TRUNC;
     }
-    let fd = nix::fcntl::open(path, flags, nix::sys::stat::Mode::from_bits_truncate(0o644))?;
+    let fd = nix::fcntl::open(path, flags, nix::sys::stat::Mode::from_bits_truncate(0o666))?;
     fcntl(&fd, FcntlArg::F_SETFL(OFlag::O_WRONLY | OFlag::O_APPEND))?;
     Ok(fd)
 }
@@ -639,6 +642,23 @@ mod tests {
         let _r = prepare(&mut cmd, Setup { workdir: Some(c(&d)), stdout: Some(c("both".as_ref())), ..Setup::default() }).unwrap();
         assert!(cmd.status().unwrap().success());
         assert_eq!(std::fs::read_to_string(d.join("both")).unwrap(), "a\nb\n");
+        std::fs::remove_dir_all(d).ok();
+    }
+
+    #[test]
+    fn output_files_are_created_0666_under_the_tasks_umask() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = temp("umask");
+        for (umask, want, name) in [(None, 0o644, "default"), (Some(0o077), 0o600, "private"), (Some(0o002), 0o664, "group")] {
+            let mut cmd = Command::new("sh");
+            cmd.args(["-c", &format!("umask; touch {name}.made")]);
+            let out = format!("{name}.out");
+            let _r = prepare(&mut cmd, Setup { workdir: Some(c(&d)), stdout: Some(c(out.as_ref())), umask, ..Setup::default() }).unwrap();
+            assert!(cmd.status().unwrap().success());
+            let mode = |f: &str| std::fs::metadata(d.join(f)).unwrap().permissions().mode() & 0o777;
+            assert_eq!((mode(&out), mode(&format!("{name}.made"))), (want, want), "{name}");
+            assert_eq!(std::fs::read_to_string(d.join(&out)).unwrap().trim(), format!("{:04o}", umask.unwrap_or(0o022)));
+        }
         std::fs::remove_dir_all(d).ok();
     }
 

@@ -170,14 +170,27 @@ fn default_partition(c: &control::Controller) -> String {
     c.settings().cluster.partitions.first().map_or_else(|| "batch".into(), |p| p.name.clone())
 }
 
-async fn submit(
-    State(app): State<App>,
-    ConnectInfo(peer): ConnectInfo<Peer>,
-    headers: HeaderMap,
-    body: Result<Json<SubmitRequest>, axum::extract::rejection::JsonRejection>,
-) -> Response {
+/// Reads a submission's body, bounded by `max_script_size` (twice it and 1 MiB: a script
+/// at the limit fits with room for its JSON escapes and the environment). A body over the
+/// bound is refused at once with 413, while the client may still be sending it: the client
+/// reads that answer after its write fails.
+async fn bounded_json_body(app: &App, body: axum::body::Body) -> Result<SubmitRequest, Response> {
+    use http_body_util::BodyExt;
+    let max = app.lock().ctl.settings().max_script_size;
+    let limit = max.saturating_mul(2).saturating_add(1 << 20);
+    let bytes = match http_body_util::Limited::new(body, usize::try_from(limit).unwrap_or(usize::MAX)).collect().await {
+        Ok(b) => b.to_bytes(),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => {
+            return Err(err(StatusCode::PAYLOAD_TOO_LARGE, slurmcli::body_too_large(limit, max)));
+        }
+        Err(e) => return Err(err(StatusCode::BAD_REQUEST, format!("malformed request: cannot read the body: {e}"))),
+    };
+    serde_json::from_slice(&bytes).map_err(|e| err(StatusCode::BAD_REQUEST, format!("malformed request: {e}")))
+}
+
+async fn submit(State(app): State<App>, ConnectInfo(peer): ConnectInfo<Peer>, headers: HeaderMap, body: axum::body::Body) -> Response {
     let uid = or_reply!(user_of(&app, &peer, &headers));
-    let req = or_reply!(json_body(body));
+    let req = or_reply!(bounded_json_body(&app, body).await);
     let b = req.batch;
     let user = user_name(uid);
     let workdir =
@@ -201,6 +214,7 @@ async fn submit(
         gid: primary_gid(uid),
         recorded: control::JobSpec::recorded_of(&b),
         login_env: b.get_user_env.is_some(),
+        umask: req.umask.map(|m| m & 0o777),
     };
     if b.test_only {
         let t = now();
@@ -546,6 +560,7 @@ async fn config(State(app): State<App>, ConnectInfo(peer): ConnectInfo<Peer>, he
             })
             .collect(),
         qos: s.cluster.qos.iter().map(|q| q.name.clone()).collect(),
+        max_script_size: Some(s.max_script_size),
     };
     drop(g);
     Json(info).into_response()

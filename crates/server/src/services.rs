@@ -100,7 +100,10 @@ async fn apply(
     let gid = primary_gid(uid);
     let name = req.spec.name.clone();
     let t = now_ms();
-    let r = or_reply!(app.with(|c| c.apply_service(t, uid, gid, &user, &req.cwd, req.spec)).await);
+    let umask = req.umask;
+    let r = or_reply!(
+        app.with(|c| c.apply_service(t, uid, gid, &user, &req.cwd, req.spec).inspect(|_| c.set_service_umask(&name, umask))).await
+    );
     match r {
         Ok((revision, changed)) => {
             app.service_wake.notify_one();

@@ -12,10 +12,12 @@ mod filters;
 mod formats;
 pub mod getopt;
 mod hostlist;
+mod limits;
 mod options;
 mod query;
 mod report;
 mod srun;
+mod visible;
 
 pub use commands::{COMMANDS, SLURM_OPTIONS, command, option_reference, unknown_options};
 pub use env::{DEFAULTED, PYTORCH_VARS, TaskEnv, apply_export, task_env};
@@ -28,6 +30,7 @@ pub use formats::{
     parse_memory, parse_signal, parse_time, signal_number,
 };
 pub use hostlist::{MAX_HOST_NAME, compress, expand};
+pub use limits::{DEFAULT_MAX_SCRIPT_SIZE, SCRIPT_SIZE_CHECK_FROM, body_too_large, script_too_large};
 pub use options::{BatchSpec, PatternAt, STDIN, describe, expand_pattern, expand_pattern_at, parse_batch, parse_sbatch, parse_sbatch_env};
 pub use query::{
     Column, FieldDef, Item, JOB_STATES, Layout, SACCT_BRIEF, SACCT_DEFAULT, SACCT_FIELDS, SACCT_LONG, SINFO_FIELDS, SQUEUE_FIELDS, Unit,
@@ -36,6 +39,7 @@ pub use query::{
 };
 pub use report::{ReportUnit, UsageJob, Utilization, top_users, utilization};
 pub use srun::{Input, MAX_CPU_ID, MPI_TYPES, SrunSpec, cpu_bind_cpus, parse_srun, parse_srun_env};
+pub use visible::{is_control, visible, visible_text};
 
 /// A user error in a command line, script or value. The message says what to fix.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

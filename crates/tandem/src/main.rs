@@ -278,7 +278,7 @@ fn exit_with(name: &str, r: Result<i32>) -> std::process::ExitCode {
     match r {
         Ok(code) => std::process::ExitCode::from(code.clamp(0, 255) as u8),
         Err(e) => {
-            eprintln!("{name}: error: {e:#}");
+            eprintln!("{}", cli::error_line(name, &e));
             std::process::ExitCode::from(1)
         }
     }
@@ -316,7 +316,15 @@ fn main() -> std::process::ExitCode {
     if argv.get(1).map(String::as_str) == Some(bench::LLM_CMD) {
         return exit_with("tandem __llm", bench::llm_server(&argv[2..]).map(|_| 0));
     }
-    let cli = Cli::parse_from(&argv);
+    let cli = match Cli::try_parse_from(&argv) {
+        Ok(c) => c,
+        Err(e) if matches!(e.kind(), clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion) => e.exit(),
+        Err(e) => {
+            // Clap's errors echo the arguments: their control characters made visible.
+            eprint!("{}", cli::visible_text(&e.render().to_string()));
+            return std::process::ExitCode::from(e.exit_code().clamp(0, 255) as u8);
+        }
+    };
     let (name, r): (&str, Result<i32>) = match cli.cmd {
         Cmd::Submit { args } => ("sbatch", slurm("sbatch", &args)),
         Cmd::Queue { args } => ("squeue", slurm("squeue", &args)),

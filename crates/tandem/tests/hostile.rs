@@ -1077,3 +1077,237 @@ fn tcp_clients_trust_only_the_cluster_ca_and_plain_http_gets_nothing() {
     assert!(!o.status.success() && text(&o).contains("loopback development only"), "{}", text(&o));
     std::fs::remove_dir_all(&root).ok();
 }
+
+/// A batch script of `size` bytes: a shell script that prints `say`, padded with comment lines
+/// of `pad` (one byte each).
+fn big_script(path: &Path, size: usize, say: &str, pad: char, u: &User) -> String {
+    let mut s = format!("#!/bin/sh\necho {say}\n");
+    while s.len() < size {
+        let n = (size - s.len()).min(1000);
+        s.push('#');
+        s.extend(std::iter::repeat_n(pad, n.saturating_sub(2)));
+        s.push('\n');
+    }
+    s.truncate(size);
+    owned_file(path, &s, u.uid, u.gid, 0o644);
+    path.display().to_string()
+}
+
+/// SECURITY.md M2: a batch script over `max_script_size` is refused with a message that says
+/// its size, the limit and the setting (by the client before sending, and by the controller),
+/// and a body over the controller's limit is refused, never killing `sbatch` with SIGPIPE.
+#[test]
+fn an_oversized_batch_script_is_refused_with_a_message_not_a_signal() {
+    let Some((_v, a)) = users() else { return };
+    let root = root_dir("bigscript");
+    let up = Up::start(&root, None);
+    let wd = user_dir(&root.join("mallory"), &a, 0o755);
+    let sbatch = |script: &str| up.run(&a, &wd, &["sbatch", "-o", "big.out", script]);
+    let how = |o: &Output| format!("status {:?}: {}", o.status, text(o));
+    // Under Slurm's default limit (4 MB) and over axum's default body limit (2 MB): it runs.
+    let s = big_script(&wd.join("three.sh"), 3 << 20, "three", 'x', &a);
+    let o = sbatch(&s);
+    assert!(o.status.success(), "a 3 MiB script under max_script_size is accepted: {}", how(&o));
+    let id: u64 = String::from_utf8_lossy(&o.stdout).trim().rsplit(' ').next().unwrap().parse().unwrap();
+    up.wait_state(id, &["COMPLETED"]);
+    assert_eq!(std::fs::read_to_string(wd.join("big.out")).unwrap(), "three\n");
+    // Over it: the client refuses before sending, naming the size, the limit and the setting.
+    let s = big_script(&wd.join("five.sh"), 5 << 20, "five", 'x', &a);
+    let o = sbatch(&s);
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{}", how(&o));
+    assert!(t.contains("5242880") && t.contains("4194304") && t.contains("max_script_size"), "{}", how(&o));
+    // Under the limit in bytes but over the controller's body limit once encoded (control
+    // bytes become \u0001 in JSON): the controller refuses while the body is still being sent;
+    // sbatch reads and shows its refusal instead of dying of SIGPIPE.
+    let s = big_script(&wd.join("ctl.sh"), 3 << 20, "ctl", '\u{1}', &a);
+    let o = sbatch(&s);
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{}", how(&o));
+    assert!(t.contains("sbatch: error:") && t.contains("max_script_size") && !t.contains("panicked"), "{}", how(&o));
+    drop(up);
+    // A site's own limit: the controller refuses a script under the size the client checks
+    // (1 MiB) itself, and the client learns the limit from the controller's configuration.
+    let root2 = root_dir("bigscript2");
+    let up = Up::start(&root2, Some("max_script_size = 65536\n"));
+    for (size, name) in [(100_000, "small"), (2 << 20, "two")] {
+        let s = big_script(&wd.join(format!("{name}.sh")), size, name, 'x', &a);
+        let o = up.run(&a, &wd, &["sbatch", "-o", "big.out", &s]);
+        let t = text(&o);
+        assert_eq!(o.status.code(), Some(1), "{}", how(&o));
+        assert!(t.contains(&size.to_string()) && t.contains("65536") && t.contains("max_script_size"), "{}", how(&o));
+    }
+    std::fs::remove_dir_all(&root).ok();
+    std::fs::remove_dir_all(&root2).ok();
+}
+
+/// SECURITY.md P4: jobs, steps and services run under the umask of the command that submitted
+/// them (`SLURM_UMASK`), and their output files are created 0666 under it: a user whose umask
+/// is 077 gets 0600 files that no other user can read.
+#[test]
+fn jobs_steps_and_services_run_under_the_submitters_umask() {
+    let Some((v, a)) = users() else { return };
+    let root = root_dir("umask");
+    let up = Up::start(&root, None);
+    let wd = user_dir(&root.join("alice"), &v, 0o755);
+    let mode = |p: &Path| std::fs::metadata(p).map(|m| m.mode() & 0o777).unwrap_or(0);
+    let wait_for = |p: &Path| {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !std::fs::read_to_string(p).is_ok_and(|s| s.ends_with('\n')) {
+            assert!(Instant::now() < deadline, "{} was not written", p.display());
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    for (mask, want) in [("077", 0o600), ("002", 0o664)] {
+        let batch = format!(
+            "umask {mask}; sbatch --parsable -o out{mask}.log --wrap 'echo $SLURM_UMASK; umask; touch made{mask}; srun -o step{mask}.log echo step'"
+        );
+        let id: u64 = up.ok(&v, &wd, &["bash", "-c", &batch]).trim().parse().unwrap();
+        let j = up.wait_state(id, &["COMPLETED", "FAILED"]);
+        assert_eq!(j["JobState"], "COMPLETED", "{j:?}");
+        let out = std::fs::read_to_string(wd.join(format!("out{mask}.log"))).unwrap();
+        assert_eq!(out, format!("0{mask}\n0{mask}\n"), "SLURM_UMASK and the task's umask");
+        for f in [format!("out{mask}.log"), format!("made{mask}"), format!("step{mask}.log")] {
+            assert_eq!(mode(&wd.join(&f)), want, "umask {mask}: {f} is {:o}", mode(&wd.join(&f)));
+        }
+        // srun outside an allocation, and a service.
+        up.ok(&v, &wd, &["bash", "-c", &format!("umask {mask}; srun -o direct{mask}.log echo direct")]);
+        assert_eq!(mode(&wd.join(format!("direct{mask}.log"))), want, "umask {mask}: srun's own step");
+        let spec = wd.join(format!("um{mask}.toml"));
+        let body = format!("name = \"um{mask}\"\ncommand = [\"/bin/sh\", \"-c\", \"echo up; sleep 300\"]\noutput = \"svc{mask}.log\"\n");
+        owned_file(&spec, &body, v.uid, v.gid, 0o644);
+        up.ok(&v, &wd, &["bash", "-c", &format!("umask {mask}; {} service apply -f {}", bin(), spec.display())]);
+        wait_for(&wd.join(format!("svc{mask}.log")));
+        assert_eq!(mode(&wd.join(format!("svc{mask}.log"))), want, "umask {mask}: the service's output file");
+        up.ok(&v, &wd, &["tandem", "service", "delete", &format!("um{mask}")]);
+    }
+    // The attacker cannot read the 0600 output of the victim.
+    let o = up.run(&a, &wd, &["cat", &wd.join("out077.log").display().to_string()]);
+    assert!(!o.status.success(), "{}", text(&o));
+    std::fs::remove_dir_all(&root).ok();
+}
+
+/// The control characters a hostile name carries: OSC (retitle), BEL, CSI clear, the C1 CSI
+/// (U+009B), DEL and a carriage return.
+const EVIL: &str = "\u{1b}]0;pwned\u{7}\u{1b}[2J\u{9b}31mX\u{7f}\r";
+
+/// Whether `out` holds a raw control character other than newline and tab.
+fn raw_control(out: &[u8]) -> Option<String> {
+    let s = String::from_utf8_lossy(out);
+    s.char_indices()
+        .find(|(_, c)| matches!(*c, '\u{0}'..='\u{8}' | '\u{b}'..='\u{1f}' | '\u{7f}'..='\u{9f}'))
+        .map(|(i, c)| format!("{c:?} at byte {i}: {:?}", &s[i.saturating_sub(40)..(i + 40).min(s.len())]))
+}
+
+/// SECURITY.md V5: user-chosen strings (job and step names, comments, wckeys, paths,
+/// node reasons, service commands, arguments echoed in errors) reach no terminal raw: every
+/// command that prints one shows its control characters in caret notation (`^[`), `-P` output
+/// included; `--json` is JSON (its strings escaped as JSON escapes them, C1 and DEL included).
+#[test]
+fn control_characters_in_user_strings_never_reach_a_terminal_raw() {
+    let Some((v, a)) = users() else { return };
+    let root = root_dir("escapes");
+    let up = Up::start(&root, None);
+    let wd = user_dir(&root.join("mallory"), &a, 0o755);
+    let out = format!("out{EVIL}.log");
+    // The attacker's jobs: one running with a named step, one finished, one held.
+    let running =
+        up.sbatch(&a, &wd, &["-J", EVIL, "--comment", EVIL, "--wckey", EVIL, "-o", &out, "--wrap", &format!("srun -J '{EVIL}' sleep 60")]);
+    let done = up.sbatch(&a, &wd, &["-J", EVIL, "--comment", EVIL, "-o", &out, "--wrap", "true"]);
+    up.wait_state(done, &["COMPLETED"]);
+    let held = up.sbatch(&a, &wd, &["-J", EVIL, "--hold", "-o", &out, "--wrap", "true"]);
+    up.wait_state(running, &["RUNNING"]);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !up.ok(&a, &wd, &["sacct", "-j", &running.to_string(), "-n", "-P", "--format=JobID"]).contains(&format!("{running}.0")) {
+        assert!(Instant::now() < deadline, "the step did not start");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // A service whose command carries them (its name must be a DNS label).
+    let spec = wd.join("evil.json");
+    let body = serde_json::json!({"name": "evil", "command": ["/bin/sh", "-c", format!("sleep 300 # {EVIL}")], "output": format!("svc{EVIL}.log")});
+    owned_file(&spec, &body.to_string(), a.uid, a.gid, 0o644);
+    up.ok(&a, &wd, &["tandem", "service", "apply", "-f", &spec.display().to_string()]);
+    // Root drains the node with a reason a user gave (copied from a ticket, say).
+    let o = up.root(&["scontrol", "update", "NodeName=node1", "State=DRAIN", &format!("Reason={EVIL}")]);
+    assert!(o.status.success(), "{}", text(&o));
+    let (r, d, h) = (running.to_string(), done.to_string(), held.to_string());
+    let step = format!("{running}.0");
+    let bad_option = format!("--{EVIL}");
+    let commands: Vec<Vec<&str>> = vec![
+        vec!["squeue"],
+        vec!["squeue", "-l"],
+        vec!["squeue", "-o", "%i %j %k %a %Z %o %r"],
+        vec!["squeue", "-O", "JobID,Name,Comment,Account,WCKey,StdOut,WorkDir,Command,Reason"],
+        vec!["sacct", "-a"],
+        vec!["sacct", "-a", "--format=JobID,JobName%60,Account%60,Comment%60,WCKey%60,Reason%60,WorkDir%60"],
+        vec!["sacct", "-a", "-P", "--format=JobID,JobName,Account,Comment,WCKey,Reason,WorkDir"],
+        vec!["sacct", "-a", "-p", "--format=JobID,JobName,Account"],
+        vec!["sacct", "-a", "-l"],
+        vec!["scontrol", "show", "job"],
+        vec!["scontrol", "show", "job", &r],
+        vec!["scontrol", "show", "job", &d],
+        vec!["scontrol", "show", "job", &h],
+        vec!["scontrol", "-o", "show", "job", &r],
+        vec!["scontrol", "show", "step", &step],
+        vec!["scontrol", "show", "node", "node1"],
+        vec!["sinfo", "-R"],
+        vec!["sinfo", "-N", "-l"],
+        vec!["sinfo", "-o", "%N %E %H"],
+        vec!["sprio"],
+        vec!["sshare", "-a"],
+        vec!["sshare", "-a", "-P"],
+        vec!["sstat", "-j", &r],
+        vec!["sstat", "-j", &r, "-P", "--format=JobID,AveCPU"],
+        vec!["sreport", "cluster", "AccountUtilizationByUser"],
+        vec!["sreport", "user", "TopUsage"],
+        vec!["tandem", "service", "list"],
+        vec!["tandem", "service", "show", "evil"],
+        vec!["tandem", "queue"],
+        // Arguments echoed in errors.
+        vec!["scontrol", "show", "job", EVIL],
+        vec!["squeue", "-u", EVIL],
+        vec!["squeue", "-j", EVIL],
+        vec!["scancel", EVIL],
+        vec!["sbatch", "-p", EVIL, "--wrap", "true"],
+        vec!["sbatch", "-A", EVIL, "--wrap", "true"],
+        vec!["sbatch", &bad_option],
+        vec!["tandem", "service", "show", EVIL],
+        vec!["sacct", "-j", EVIL],
+        vec!["tandem", EVIL],
+        vec!["tandem", "service", "scale", EVIL, "1"],
+    ];
+    let mut shown_somewhere = 0;
+    for u in [Some(&v), Some(&a), None] {
+        for args in &commands {
+            let o = match u {
+                Some(u) => up.run(u, &wd, args),
+                None => up.cmd(None, &wd, args).output().unwrap(),
+            };
+            let who = u.map_or("root", |u| u.name.as_str());
+            for (stream, bytes) in [("stdout", &o.stdout), ("stderr", &o.stderr)] {
+                if let Some(bad) = raw_control(bytes) {
+                    panic!("{who}: {args:?} printed a raw control character on {stream}: {bad}");
+                }
+            }
+            shown_somewhere += usize::from(text(&o).contains("^[]0;pwned^G^[[2JM-^[31mX^?"));
+        }
+    }
+    assert!(shown_somewhere >= 3 * 10, "the strings are shown, made visible ({shown_somewhere} outputs)");
+    // --json is JSON: the strings as they were, escaped as JSON escapes them.
+    for args in
+        [vec!["squeue", "--json"], vec!["sacct", "-a", "--json"], vec!["scontrol", "show", "job", "--json", &r], vec!["sinfo", "--json"]]
+    {
+        let o = up.root(&args);
+        assert!(o.status.success(), "{args:?}: {}", text(&o));
+        assert!(raw_control(&o.stdout).is_none(), "{args:?}: {:?}", raw_control(&o.stdout));
+        let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert!(j.to_string().contains("pwned") && String::from_utf8_lossy(&o.stdout).contains("\\u001b]0;pwned\\u0007"), "{args:?}");
+        assert!(serde_json::to_string(&j).unwrap().contains(&serde_json::to_string(EVIL).unwrap()[1..10]), "{args:?}");
+    }
+    let o = up.run(&a, &wd, &["tandem", "service", "show", "evil", "--json"]);
+    assert!(raw_control(&o.stdout).is_none() && String::from_utf8_lossy(&o.stdout).contains("\\u009b31mX\\u007f"), "{}", text(&o));
+    up.root(&["scontrol", "update", "NodeName=node1", "State=RESUME"]);
+    up.ok(&a, &wd, &["tandem", "service", "delete", "evil"]);
+    up.root(&["scancel", &r, &h]);
+    std::fs::remove_dir_all(&root).ok();
+}

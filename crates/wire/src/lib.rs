@@ -33,6 +33,9 @@ pub struct SubmitRequest {
     pub host: String,
     /// Exported environment.
     pub env: Vec<(String, String)>,
+    /// The submitting command's umask (`SLURM_UMASK`); absent from older clients: 0022.
+    #[serde(default)]
+    pub umask: Option<u32>,
 }
 
 /// Response to a submission.
@@ -234,6 +237,9 @@ pub struct ConfigInfo {
     pub partitions: Vec<PartitionInfo>,
     /// QOS names, the default first.
     pub qos: Vec<String>,
+    /// The largest batch script, bytes (`max_script_size`); absent from older controllers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_script_size: Option<u64>,
 }
 
 /// One partition.
@@ -414,6 +420,9 @@ pub struct ApplyRequest {
     pub spec: control::ServiceSpec,
     /// Directory it was applied from (the default working directory).
     pub cwd: String,
+    /// The applying command's umask, the replicas' (absent from older clients: 0022).
+    #[serde(default)]
+    pub umask: Option<u32>,
 }
 
 /// Response to an apply.
@@ -520,3 +529,25 @@ pub struct ProxySync {
 pub use control::service::DEFAULT_PREFILL_PACE;
 /// The view types are the controller's own (the wire format is defined there).
 pub use control::{EndpointView, ProxyServiceStats, ServiceEndpoints, ShareRow, StdinTo, StepIo, StepRes, StepSpec};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bodies_of_older_clients_without_a_umask_still_read() {
+        let req = SubmitRequest { batch: Default::default(), cwd: "/".into(), host: "h".into(), env: vec![], umask: Some(0o077) };
+        let mut v = serde_json::to_value(&req).unwrap();
+        assert_eq!(v["umask"], 63);
+        v.as_object_mut().unwrap().remove("umask");
+        assert_eq!(serde_json::from_value::<SubmitRequest>(v).unwrap().umask, None);
+        let mut v = serde_json::to_value(StepSpec::default()).unwrap();
+        v.as_object_mut().unwrap().remove("umask");
+        assert_eq!(serde_json::from_value::<StepSpec>(v).unwrap().umask, None);
+        let v = serde_json::json!({"spec": {"name": "a", "command": ["x"]}, "cwd": "/"});
+        assert_eq!(serde_json::from_value::<ApplyRequest>(v).unwrap().umask, None);
+        let v = serde_json::json!({"cluster_name": "c", "kill_wait": 1, "lease": 1, "max_array": 1, "min_job_age": 1, "scheduler": "s",
+            "partitions": [], "qos": []});
+        assert_eq!(serde_json::from_value::<ConfigInfo>(v).unwrap().max_script_size, None);
+    }
+}

@@ -156,6 +156,7 @@ pub const DOCUMENT: &str = r##"{
                     "CreateStep": {"operationId": "createStep", "parameters": {"id": "$response.body#/job_ids/0"}}}},
           "400": {"$ref": "#/components/responses/Invalid"},
           "401": {"$ref": "#/components/responses/Unauthenticated"},
+          "413": {"description": "The body is over twice max_script_size and 1 MiB (answered while it is still being sent)", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}},
           "500": {"$ref": "#/components/responses/ServerError"}
         }
       },
@@ -446,7 +447,8 @@ pub const DOCUMENT: &str = r##"{
         "batch": {"$ref": "#/components/schemas/BatchSpec"},
         "cwd": {"type": "string", "description": "Submit directory"},
         "host": {"type": "string", "description": "Submit host"},
-        "env": {"type": "array", "description": "Exported environment", "items": {"$ref": "#/components/schemas/StringPair"}}}},
+        "env": {"type": "array", "description": "Exported environment", "items": {"$ref": "#/components/schemas/StringPair"}},
+        "umask": {"$ref": "#/components/schemas/u32OrNull", "description": "The submitting command's umask (SLURM_UMASK; null or absent: 0022)"}}},
       "BatchSpec": {"type": "object", "description": "The sbatch options and the script, as the client parsed them from its command line and #SBATCH lines",
         "required": ["nice", "gres_other", "constraint", "nodelist", "exclude", "dependency", "exclusive", "hold", "parsable", "test_only", "script", "script_args"],
         "properties": {
@@ -595,6 +597,7 @@ pub const DOCUMENT: &str = r##"{
         "argv": {"type": "array", "items": {"type": "string"}, "minItems": 1, "description": "Command and arguments"},
         "spec": {"$ref": "#/components/schemas/StepSpec"}}},
       "StepSpec": {"type": "object", "additionalProperties": false, "description": "srun's environment, directory, output, -K, -J, -w, -x (absent: the job's)", "properties": {
+        "umask": {"$ref": "#/components/schemas/u32OrNull", "description": "srun's umask (null or absent: the job's)"},
         "env": {"oneOf": [{"type": "null"}, {"type": "array", "items": {"type": "array", "prefixItems": [{"type": "string"}, {"type": "string"}], "items": false, "minItems": 2}}]},
         "workdir": {"$ref": "#/components/schemas/StringOrNull"},
         "output": {"$ref": "#/components/schemas/StringOrNull"},
@@ -650,7 +653,8 @@ pub const DOCUMENT: &str = r##"{
         "max_array": {"$ref": "#/components/schemas/u32"}, "min_job_age": {"$ref": "#/components/schemas/i64"},
         "scheduler": {"type": "string", "description": "sched/backfill or sched/builtin"},
         "partitions": {"type": "array", "items": {"$ref": "#/components/schemas/PartitionInfo"}, "description": "The default first"},
-        "qos": {"type": "array", "items": {"type": "string"}, "description": "The default first"}}},
+        "qos": {"type": "array", "items": {"type": "string"}, "description": "The default first"},
+        "max_script_size": {"$ref": "#/components/schemas/u64", "description": "The largest batch script, bytes (absent from older controllers)"}}},
       "PartitionInfo": {"type": "object", "additionalProperties": false,
         "required": ["name", "default", "default_time", "max_time", "priority_tier", "nodes"], "properties": {
         "name": {"type": "string"}, "default": {"type": "boolean"},
@@ -752,6 +756,7 @@ pub const DOCUMENT: &str = r##"{
           "step_mem": {"$ref": "#/components/schemas/u64", "description": "srun --mem: the step's own limit on this node (0: the job's only)"},
           "cpus": {"type": "array", "items": {"$ref": "#/components/schemas/u32"}, "description": "CPUs the task is bound to (srun --cpu-bind; absent: unbound)"},
           "login_env": {"type": "boolean", "description": "--get-user-env: the batch script starts from the user's login environment"},
+          "umask": {"type": "integer", "minimum": 0, "maximum": 511, "description": "The task's umask; its output files are created 0666 under it (absent: 0022)"},
           "truncate": {"type": "boolean", "description": "Empty the output and error files as they are opened"},
           "replica": {"anyOf": [{"$ref": "#/components/schemas/ReplicaTask"}, {"type": "null"}]},
           "io": {"anyOf": [{"$ref": "#/components/schemas/StepIo"}, {"type": "null"}]}}},
@@ -814,7 +819,8 @@ pub const DOCUMENT: &str = r##"{
         "success_threshold": {"$ref": "#/components/schemas/Quantity"}, "initial_delay": {"$ref": "#/components/schemas/Quantity"}}}]},
       "ApplyRequest": {"type": "object", "additionalProperties": false, "required": ["spec", "cwd"], "properties": {
         "spec": {"$ref": "#/components/schemas/ServiceSpec"},
-        "cwd": {"type": "string", "description": "Where it was applied from: the default workdir"}}},
+        "cwd": {"type": "string", "description": "Where it was applied from: the default workdir"},
+        "umask": {"$ref": "#/components/schemas/u32OrNull", "description": "The applying command's umask, the replicas' (null or absent: 0022)"}}},
       "ApplyResponse": {"type": "object", "additionalProperties": false, "required": ["name", "revision", "changed"], "properties": {
         "name": {"type": "string"}, "revision": {"$ref": "#/components/schemas/u32"}, "changed": {"type": "boolean"}}},
       "ServiceAction": {"oneOf": [
@@ -1284,6 +1290,7 @@ mod tests {
             step_mem: 1 << 30,
             cpus: vec![0, 3],
             login_env: true,
+            umask: Some(0o077),
             replica: Some(ReplicaTask {
                 service: "llm".into(),
                 replica: "llm-5".into(),
@@ -1368,7 +1375,13 @@ mod tests {
             ("Error", v(&ApiError { error: "no".into() })),
             (
                 "SubmitRequest",
-                v(&SubmitRequest { batch: batch(), cwd: "/home/alice".into(), host: "login".into(), env: vec![("A".into(), "b".into())] }),
+                v(&SubmitRequest {
+                    batch: batch(),
+                    cwd: "/home/alice".into(),
+                    host: "login".into(),
+                    env: vec![("A".into(), "b".into())],
+                    umask: Some(0o077),
+                }),
             ),
             (
                 "SubmitRequest",
@@ -1377,6 +1390,7 @@ mod tests {
                     cwd: "/".into(),
                     host: "h".into(),
                     env: vec![],
+                    umask: None,
                 }),
             ),
             ("SubmitResponse", v(&SubmitResponse { job_ids: vec![1, 2], test_only: None })),
@@ -1424,6 +1438,7 @@ mod tests {
                         },
                     ],
                     qos: vec!["normal".into()],
+                    max_script_size: Some(4194304),
                 }),
             ),
             (
@@ -1501,12 +1516,13 @@ mod tests {
                     ],
                 }),
             ),
-            ("ApplyRequest", v(&ApplyRequest { spec: spec(), cwd: "/srv".into() })),
+            ("ApplyRequest", v(&ApplyRequest { spec: spec(), cwd: "/srv".into(), umask: Some(0o022) })),
             (
                 "ApplyRequest",
                 v(&ApplyRequest {
                     spec: control::ServiceSpec { name: "a".into(), command: vec!["x".into()], ..Default::default() },
                     cwd: "/".into(),
+                    umask: None,
                 }),
             ),
             ("ApplyResponse", v(&ApplyResponse { name: "llm".into(), revision: 1, changed: true })),

@@ -16,7 +16,7 @@ fn main() -> std::process::ExitCode {
     match cli::slurm(&invoked, argv.get(1..).unwrap_or(&[])) {
         Some(Ok(code)) => std::process::ExitCode::from(code.clamp(0, 255) as u8),
         Some(Err(e)) => {
-            eprintln!("{invoked}: error: {e:#}");
+            eprintln!("{}", cli::error_line(&invoked, &e));
             std::process::ExitCode::from(1)
         }
         None => {
