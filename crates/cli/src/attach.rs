@@ -38,7 +38,7 @@ fn parse(args: &[String]) -> Result<Option<Opts>> {
         let v = v.with_context(|| format!("option '{flag}' requires an argument\n{USAGE}"))?;
         v.trim().parse::<u32>().map_err(|_| anyhow::anyhow!("{flag}: invalid task number {v:?}: want a task number such as 0"))
     };
-    let p = crate::common::parse(crate::common::table("sattach"), args)?;
+    let (p, _) = crate::common::parse_env("sattach", args)?;
     for g in &p.opts {
         let flag = format!("--{}", g.key());
         match g.key() {

@@ -16,8 +16,9 @@ const USAGE: &str = "Usage: sbcast [-f] [-p] [-C] [-j JOBID] SOURCE DEST
 
 /// `sbcast [-f|--force] [-p|--preserve] [-C|--compress[=LIB]] [-j|--jobid=ID] SOURCE DEST`.
 pub(crate) fn sbcast(args: &[String]) -> Result<i32> {
-    let (mut force, mut preserve, mut job) = (false, false, std::env::var("SLURM_JOB_ID").ok());
-    let p = crate::common::parse(crate::common::table("sbcast"), args)?;
+    // SLURM_JOB_ID (the allocation sbcast runs in) stands for -j, before the command line's.
+    let (mut force, mut preserve, mut job) = (false, false, None);
+    let (p, _) = crate::common::parse_env("sbcast", args)?;
     for g in &p.opts {
         match g.key() {
             "force" => force = true,

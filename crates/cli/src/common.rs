@@ -77,6 +77,42 @@ pub(crate) fn parse(cmd: &'static slurmcli::getopt::Command, args: &[String]) ->
     slurmcli::getopt::getopt_in(cmd, args, order).map_err(|e| UsageError { cmd: cmd.name, msg: e.0 }.into())
 }
 
+/// Reads Slurm command `name`'s command line ([`parse`]) after its input variables
+/// (`slurmcli::env_table`: `SQUEUE_USERS`, `SINFO_SORT`, ...), each read as the option it stands
+/// for: those options come first in the result's `opts`, so that the command line's override
+/// them; the variables it sets aside are among `ignored`. The settings the command reads itself
+/// (`SQUEUE_FORMAT`, ...) are in the second value; `SLURM_TIME_FORMAT` is applied here, to every
+/// time the command prints ([`time_format`]; a bad one is said, and the standard form kept, as
+/// Slurm's commands do).
+pub(crate) fn parse_env(name: &str, args: &[String]) -> Result<(slurmcli::getopt::Parsed, slurmcli::envvars::FromEnv)> {
+    let cmd = table(name);
+    let mut p = parse(cmd, args)?;
+    let Some(vars) = slurmcli::env_table(name) else { return Ok((p, Default::default())) };
+    let from = slurmcli::read_env(vars, cmd, &caller_env()).map_err(|e| anyhow::anyhow!("{}", e.0))?;
+    if let Some(v) = from.setting("SLURM_TIME_FORMAT") {
+        match slurmcli::TimeFormat::parse(v) {
+            Ok(f) => {
+                let _ = TIME_FORMAT.set(f);
+            }
+            Err(e) => eprintln!("{name}: error: {}", e.0),
+        }
+    }
+    let mut opts: Vec<slurmcli::getopt::Given> = from.opts.iter().map(|(_, g)| g.clone()).collect();
+    opts.append(&mut p.opts);
+    p.opts = opts;
+    p.ignored.extend(from.ignored.iter().filter_map(|(_, g)| g.clone()));
+    Ok((p, from))
+}
+
+/// How this command prints times (`SLURM_TIME_FORMAT`, read by [`parse_env`]).
+static TIME_FORMAT: std::sync::OnceLock<slurmcli::TimeFormat> = std::sync::OnceLock::new();
+
+/// How this command prints times: `SLURM_TIME_FORMAT`'s form where the command reads it, else
+/// Slurm's standard one.
+pub(crate) fn time_format() -> &'static slurmcli::TimeFormat {
+    TIME_FORMAT.get_or_init(slurmcli::TimeFormat::default)
+}
+
 /// The table of Slurm command `name` (one of [`crate::COMMANDS`]).
 pub(crate) fn table(name: &str) -> &'static slurmcli::getopt::Command {
     slurmcli::command(name).expect("every Slurm command has an option table")

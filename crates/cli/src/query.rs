@@ -26,9 +26,10 @@ pub(crate) fn help(text: &str) -> Result<i32> {
     Ok(0)
 }
 
-/// `YYYY-MM-DDTHH:MM:SS` (UTC) for Unix seconds, as Slurm prints times.
+/// `YYYY-MM-DDTHH:MM:SS` (UTC) for Unix seconds, as Slurm prints times, or the form
+/// `SLURM_TIME_FORMAT` asks for (`relative`, a strftime format) where the command reads it.
 pub(crate) fn iso(t: i64) -> String {
-    jiff::Timestamp::from_second(t).map_or_else(|_| "Unknown".into(), |ts| ts.strftime("%Y-%m-%dT%H:%M:%S").to_string())
+    crate::common::time_format().format(t, crate::common::now())
 }
 
 /// The date line `squeue -l`/`-i` and `sinfo -l` print first (as `ctime`, UTC).

@@ -16,7 +16,7 @@ const USAGE: &str =
 /// `sreport`.
 pub(crate) fn sreport(args: &[String]) -> Result<i32> {
     let (mut header, mut sep, mut unit) = (true, None::<bool>, slurmcli::ReportUnit::Minutes);
-    let p = crate::common::parse(crate::common::table("sreport"), args)?;
+    let (p, _) = crate::common::parse_env("sreport", args)?;
     let mut clusters = None;
     for g in &p.opts {
         let v = g.value();

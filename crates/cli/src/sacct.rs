@@ -77,7 +77,7 @@ pub(crate) fn sacct(args: &[String]) -> Result<i32> {
     let (mut nnodes, mut ncpus, mut on_nodes) = (None::<(u64, u64)>, None::<(u64, u64)>, None::<Vec<String>>);
     let (mut limit_min, mut limit_max, mut truncate, mut yaml, mut nothing) = (None::<String>, None::<String>, false, false, false);
     let list = |v: &str| v.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_string).collect::<Vec<_>>();
-    let p = crate::common::parse(crate::common::table("sacct"), args)?;
+    let (p, from_env) = crate::common::parse_env("sacct", args)?;
     let mut clusters = None;
     for g in p.opts {
         let v = g.value();
@@ -165,7 +165,7 @@ pub(crate) fn sacct(args: &[String]) -> Result<i32> {
         fields.push(',');
     }
     if fields.is_empty() {
-        fields = std::env::var("SACCT_FORMAT").ok().filter(|v| !v.trim().is_empty()).unwrap_or_else(|| slurmcli::SACCT_DEFAULT.into());
+        fields = from_env.setting("SACCT_FORMAT").filter(|v| !v.trim().is_empty()).unwrap_or(slurmcli::SACCT_DEFAULT).to_string();
     }
     let cols = slurmcli::parse_sacct_fields(&fields).map_err(bad)?;
     let limits = slurmcli::parse_limit_range(limit_min.as_deref(), limit_max.as_deref()).map_err(bad)?;

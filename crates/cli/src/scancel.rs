@@ -36,7 +36,7 @@ const USAGE: &str = "Usage: scancel [-A account] [--batch] [--interactive] [--me
 
 /// `scancel`.
 pub(crate) fn scancel(args: &[String]) -> Result<i32> {
-    let p = crate::common::parse(crate::common::table("scancel"), args)?;
+    let (p, _) = crate::common::parse_env("scancel", args)?;
     let (mut user, mut signal, mut name, mut states, mut part, mut account) = (None, None, None, None, None, None);
     let (mut qos, mut nodes, mut wckey, mut resv) = (None, None::<Vec<String>>, None, None);
     let (mut batch, mut interactive, mut clusters) = (false, false, None);

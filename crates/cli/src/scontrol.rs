@@ -167,7 +167,7 @@ fn limit(s: Option<i64>) -> String {
 /// `scontrol`.
 pub(crate) fn scontrol(args: &[String]) -> Result<i32> {
     let (mut oneliner, mut json, mut clusters) = (false, false, None);
-    let p = crate::common::parse(crate::common::table("scontrol"), args)?;
+    let (p, _) = crate::common::parse_env("scontrol", args)?;
     for g in &p.opts {
         match g.key() {
             "oneliner" => oneliner = true,

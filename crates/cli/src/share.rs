@@ -18,7 +18,7 @@ const USAGE: &str = "Usage: sshare [-n] [-P] [-p] [-a] [-l] [-U] [-A accounts] [
 pub(crate) fn sshare(args: &[String]) -> Result<i32> {
     let (mut header, mut sep, mut accounts, mut users_only, mut clusters) = (true, None::<(&str, bool)>, None::<Vec<String>>, false, None);
     let mut fields = None;
-    let p = crate::common::parse(crate::common::table("sshare"), args)?;
+    let (p, _) = crate::common::parse_env("sshare", args)?;
     for g in &p.opts {
         match g.key() {
             "noheader" => header = false,

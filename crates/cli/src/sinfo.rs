@@ -44,7 +44,7 @@ struct Group<'a> {
 pub(crate) fn sinfo(args: &[String]) -> Result<i32> {
     let (mut node_oriented, mut reasons, mut header, mut long, mut summarize, mut json) = (false, false, true, false, false, false);
     let (mut fmt, mut long_fmt, mut parts) = (None, None, None::<Vec<String>>);
-    let p = crate::common::parse(crate::common::table("sinfo"), args)?;
+    let (p, from_env) = crate::common::parse_env("sinfo", args)?;
     let (mut clusters, mut node_names, mut states, mut dead, mut responding) = (None, None::<Vec<String>>, None, false, false);
     let (mut exact, mut sort, mut iterate, mut reservations) = (false, None, None::<u64>, false);
     for g in p.opts {
@@ -77,6 +77,10 @@ pub(crate) fn sinfo(args: &[String]) -> Result<i32> {
             "all" | "verbose" | "hide" | "noconvert" | "federation" | "local" | "sibling" => {}
             other => unreachable!("sinfo's table and its reader disagree on {other}"),
         }
+    }
+    // SINFO_FORMAT: the format when none is given, unless -s, -N or -R choose theirs (as Slurm's).
+    if fmt.is_none() && long_fmt.is_none() && !summarize && !node_oriented && !reasons {
+        fmt = from_env.setting("SINFO_FORMAT").map(str::to_string);
     }
     if let Some(word) = p.args.first() {
         bail!("unexpected argument '{}'\nTry \"sinfo --help\" for more information", word.escape_debug());
@@ -175,9 +179,6 @@ fn show(
             println!("{:<20} {:<9} {}", n.reason.clone().unwrap_or_default(), n.state, n.name);
         }
         return Ok(0);
-    }
-    if fmt.is_none() && long_fmt.is_none() {
-        fmt = std::env::var("SINFO_FORMAT").ok().filter(|v| !v.is_empty());
     }
     // As Slurm's defaults: the partition and node list columns as wide as their longest value,
     // at least 9.

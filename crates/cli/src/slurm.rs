@@ -147,7 +147,8 @@ pub(crate) fn srun_in(args: &[String], job: Option<u64>) -> Result<i32> {
         eprintln!("srun: {}", r.test_only.unwrap_or_default());
         return Ok(0);
     }
-    let (job, made) = match job.or(a.jobid).or_else(|| std::env::var("SLURM_JOB_ID").ok().and_then(|v| v.parse().ok())) {
+    // `a.jobid`: --jobid, else SLURM_JOB_ID (srun's input variable for it).
+    let (job, made) = match job.or(a.jobid) {
         Some(j) => (j, false),
         None => (crate::srun::allocate(&t, "srun", &srun_allocation(&a), &[])?.0, true),
     };
@@ -220,7 +221,7 @@ fn srun_allocation(a: &slurmcli::SrunSpec) -> Vec<String> {
 
 /// `sprio`.
 pub(crate) fn sprio(args: &[String]) -> Result<i32> {
-    let p = crate::common::parse(crate::common::table("sprio"), args)?;
+    let (p, _) = crate::common::parse_env("sprio", args)?;
     let (mut header, mut jobs, mut users, mut clusters) = (true, None::<Vec<String>>, None::<Vec<String>>, None);
     let (mut parts, mut fmt, mut long, mut sort) = (None::<Vec<String>>, None::<String>, false, None::<String>);
     let list = |v: &str| v.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_string).collect::<Vec<_>>();

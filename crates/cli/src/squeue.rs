@@ -71,19 +71,13 @@ fn split_list(v: &str) -> Vec<String> {
 
 /// `squeue`.
 pub(crate) fn squeue(args: &[String]) -> Result<i32> {
-    let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
-    let mut users: Option<Vec<String>> = env("SQUEUE_USERS").map(|v| split_list(&v));
-    let mut parts: Option<Vec<String>> = env("SQUEUE_PARTITION").map(|v| split_list(&v));
-    let mut accounts: Option<Vec<String>> = env("SQUEUE_ACCOUNT").map(|v| split_list(&v));
-    let mut names: Option<Vec<String>> = env("SQUEUE_NAMES").map(|v| split_list(&v));
-    let mut qos: Option<Vec<String>> = env("SQUEUE_QOS").map(|v| split_list(&v));
-    let mut states: Option<Vec<&'static str>> =
-        env("SQUEUE_STATES").map(|v| slurmcli::parse_states(&v)).transpose().map_err(|e| anyhow!("{}", e.0))?;
-    let mut sort = env("SQUEUE_SORT");
-    let mut expand = env("SQUEUE_ARRAY").is_some();
+    // The input variables (SQUEUE_USERS, ...) come first among the options, as what they stand for.
+    let (mut users, mut parts, mut accounts, mut names, mut qos) =
+        (None::<Vec<String>>, None::<Vec<String>>, None::<Vec<String>>, None::<Vec<String>>, None::<Vec<String>>);
+    let (mut states, mut sort, mut expand) = (None::<Vec<&'static str>>, None::<String>, false);
     let (mut fmt, mut long_fmt, mut noheader, mut start, mut long, mut json) = (None, None, false, false, false, false);
     let (mut ids, mut nodes, mut iterate): (Option<Vec<String>>, Option<Vec<String>>, Option<u64>) = (None, None, None);
-    let p = crate::common::parse(crate::common::table("squeue"), args)?;
+    let (p, from_env) = crate::common::parse_env("squeue", args)?;
     let (mut clusters, mut steps, mut nothing) = (None, None::<Vec<String>>, false);
     // `--notme`; `--running-over`/`--running-under` (over or not, seconds).
     let (mut not_me, mut running) = (false, None::<(bool, i64)>);
@@ -166,9 +160,9 @@ pub(crate) fn squeue(args: &[String]) -> Result<i32> {
         bail!("Options -o(--format) and -l(--long) are mutually exclusive. Please remove one and retry.");
     }
     if fmt.is_none() && long_fmt.is_none() && !long && !start {
-        fmt = env("SQUEUE_FORMAT");
+        fmt = from_env.setting("SQUEUE_FORMAT").map(str::to_string);
         if fmt.is_none() {
-            long_fmt = env("SQUEUE_FORMAT2");
+            long_fmt = from_env.setting("SQUEUE_FORMAT2").map(str::to_string);
         }
     }
     if let Some(sel) = steps {

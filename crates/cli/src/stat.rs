@@ -28,7 +28,7 @@ const FIELDS: [(&str, usize); 11] = [
 /// `sstat`.
 pub(crate) fn sstat(args: &[String]) -> Result<i32> {
     let (mut ids, mut header, mut sep, mut fields) = (Vec::<String>::new(), true, None::<bool>, None::<String>);
-    let p = crate::common::parse(crate::common::table("sstat"), args)?;
+    let (p, _) = crate::common::parse_env("sstat", args)?;
     for g in &p.opts {
         let v = g.value();
         match g.key() {

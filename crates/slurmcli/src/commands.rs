@@ -393,6 +393,44 @@ pub fn option_reference() -> String {
         for (why, opts) in groups {
             out.push_str(&format!("  - {}: {why}\n", opts.join(", ")));
         }
+        if let Some(t) = crate::envvars::env_table(c.name) {
+            out.push_str(&variable_reference(c, t));
+        }
+    }
+    out
+}
+
+/// The README's lines for the input variables of `c` ([`option_reference`]): those read (as
+/// which option, or as what setting), then those set aside and refused, grouped by the reason.
+fn variable_reference(c: &Command, t: &crate::envvars::EnvTable) -> String {
+    use crate::envvars::Means;
+    use crate::getopt::Effect;
+    let (mut read, mut groups): (Vec<String>, Vec<(String, Vec<String>)>) = (Vec::new(), Vec::new());
+    for v in t.all() {
+        let (shown, why) = match v.means {
+            Means::Opt(key) => {
+                let o = c.find_key(key).expect("a variable's option is in its command's table");
+                let shown = format!("`{}` (`{}`)", v.name, o.name());
+                match o.effect {
+                    Effect::Read => (shown, None),
+                    Effect::Ignored(why) => (shown, Some(format!("accepted, no effect: {why}"))),
+                    Effect::Refused(words) => (shown, Some(format!("refused: \"{}: {words}\"", v.name))),
+                }
+            }
+            Means::Setting(what) => (format!("`{}` ({what})", v.name), None),
+            Means::Ignored(why) => (format!("`{}`", v.name), Some(format!("accepted, no effect: {why}"))),
+        };
+        match why {
+            None => read.push(shown),
+            Some(why) => match groups.iter_mut().find(|(w, _)| *w == why) {
+                Some((_, g)) => g.push(shown),
+                None => groups.push((why, vec![shown])),
+            },
+        }
+    }
+    let mut out = format!("  - input variables read: {}.\n", if read.is_empty() { "none".to_string() } else { read.join(", ") });
+    for (why, vars) in groups {
+        out.push_str(&format!("  - variables {}: {why}\n", vars.join(", ")));
     }
     out
 }

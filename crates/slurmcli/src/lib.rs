@@ -8,6 +8,7 @@
 
 mod commands;
 mod env;
+pub mod envvars;
 mod filters;
 mod formats;
 pub mod getopt;
@@ -21,6 +22,7 @@ mod visible;
 
 pub use commands::{COMMANDS, SLURM_OPTIONS, command, option_reference, unknown_options};
 pub use env::{DEFAULTED, PYTORCH_VARS, TaskEnv, apply_export, task_env};
+pub use envvars::{ENV_TABLES, SLURM_ENV, TimeFormat, env_table, read_env, unknown_variables};
 pub use filters::{
     SPRIO_DEFAULT, SPRIO_FIELDS, SPRIO_LONG, limit_in, node_in_states, parse_count_range, parse_fields, parse_limit_range,
     parse_node_states, step_selected,

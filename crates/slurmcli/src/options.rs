@@ -335,66 +335,6 @@ const MAIL_TYPES: &[&str] = &[
 /// Slurm's `--hint` values.
 const HINTS: &[&str] = &["compute_bound", "memory_bound", "multithread", "nomultithread"];
 
-/// The input variables `sbatch` and `salloc` read (after the prefix `SBATCH_` or `SALLOC_`)
-/// and the option each stands for; a flag's variable counts when set, whatever its value.
-const ENV_OPTS: &[(&str, &str)] = &[
-    ("ACCOUNT", "account"),
-    ("ARRAY_INX", "array"),
-    ("CONSTRAINT", "constraint"),
-    ("CPUS_PER_GPU", "cpus-per-gpu"),
-    ("DISTRIBUTION", "distribution"),
-    ("ERROR", "error"),
-    ("EXCLUSIVE", "exclusive"),
-    ("EXPORT", "export"),
-    ("GET_USER_ENV", "get-user-env"),
-    ("GPUS", "gpus"),
-    ("GPUS_PER_NODE", "gpus-per-node"),
-    ("GPUS_PER_TASK", "gpus-per-task"),
-    ("GRES", "gres"),
-    ("HINT", "hint"),
-    ("JOB_NAME", "job-name"),
-    ("MEM_PER_CPU", "mem-per-cpu"),
-    ("MEM_PER_GPU", "mem-per-gpu"),
-    ("MEM_PER_NODE", "mem"),
-    ("NO_REQUEUE", "no-requeue"),
-    ("OPEN_MODE", "open-mode"),
-    ("OUTPUT", "output"),
-    ("PARTITION", "partition"),
-    ("QOS", "qos"),
-    ("REQ_SWITCH", "switches"),
-    ("REQUEUE", "requeue"),
-    ("RESERVATION", "reservation"),
-    ("SIGNAL", "signal"),
-    ("THREADS_PER_CORE", "threads-per-core"),
-    ("TIMELIMIT", "time"),
-    ("WAIT", "wait"),
-    ("WCKEY", "wckey"),
-];
-
-/// The options that the input variables in `env` with `prefix` (`SBATCH_`, `SALLOC_`) give,
-/// as (option, value) pairs to apply between the script's `#SBATCH` lines and the command
-/// line (Slurm's order); `SLURM_HINT` stands for `--hint` too. Errors name the variable.
-fn env_options(prefix: &str, env: &[(String, String)]) -> Result<Vec<Given>, Invalid> {
-    let mut out = Vec::new();
-    for (suffix, long) in ENV_OPTS {
-        let name = format!("{prefix}{suffix}");
-        let found = env
-            .iter()
-            .rev()
-            .find(|(k, _)| *k == name)
-            .or_else(|| (*suffix == "HINT").then(|| env.iter().rev().find(|(k, _)| k == "SLURM_HINT")).flatten());
-        let Some((_, v)) = found else { continue };
-        let opt = SBATCH.find_long(long).expect("ENV_OPTS names OPTS' options");
-        let value = match opt.arg {
-            Arg::None => None,
-            Arg::Optional if v.is_empty() => None,
-            _ => Some(v.clone()),
-        };
-        out.push(Given { opt, value });
-    }
-    Ok(out)
-}
-
 /// Splits an `#SBATCH` line's text into words: quotes group, nothing is expanded, a word
 /// starting with `#` ends the line.
 fn words(line: &str) -> Result<Vec<String>, Invalid> {
@@ -846,7 +786,8 @@ pub fn parse_sbatch(
 /// [`parse_sbatch`] with the input variables of `env` that start with `prefix` (`SBATCH_` for
 /// sbatch, `SALLOC_` for salloc and the allocation of `srun`), as Slurm reads them: they
 /// override the script's `#SBATCH` lines and the command line overrides them. An empty
-/// `prefix` reads none.
+/// `prefix` reads none. Which variables there are, and what each stands for, is
+/// [`crate::envvars`]' table of the command the prefix names.
 pub fn parse_sbatch_env(
     argv: &[String],
     now: Time,
@@ -868,7 +809,12 @@ pub fn parse_batch(
     read_script: &mut dyn FnMut(&str) -> Result<String, Invalid>,
 ) -> Result<BatchSpec, Invalid> {
     let Parsed { opts: cli, args: positional, .. } = getopt(cmd, argv)?;
-    let from_env = if prefix.is_empty() { Vec::new() } else { env_options(prefix, env)? };
+    // The input variables (`SBATCH_*` for sbatch, `SALLOC_*` for salloc), read as their options.
+    let from_env = match prefix {
+        "SBATCH_" => crate::envvars::read_env(&crate::envvars::SBATCH_ENV, cmd, env)?.opts,
+        "SALLOC_" => crate::envvars::read_env(&crate::envvars::SALLOC_ENV, cmd, env)?.opts,
+        _ => Vec::new(),
+    };
     let mut spec = BatchSpec::default();
     let wrap = cli.iter().any(|g| g.key() == "wrap");
     let from_stdin = positional.is_empty() && !wrap;
@@ -912,10 +858,7 @@ pub fn parse_batch(
             spec.script_args = positional[1..].to_vec();
         }
     }
-    for given in from_env {
-        let var = ENV_OPTS.iter().find(|(_, l)| *l == given.key()).map_or(String::new(), |(suffix, _)| format!("{prefix}{suffix}"));
-        spec.set(given, now).map_err(|e| Invalid::new(format!("{var}: {}", e.0)))?;
-    }
+    crate::envvars::name_errors(&from_env, |given| spec.set(given.clone(), now))?;
     for given in cli {
         spec.set(given, now)?;
     }
@@ -1102,10 +1045,12 @@ mod tests {
         let script = "#!/bin/sh\n#SBATCH -p script -t 5 -J fromscript\ntrue\n".to_string();
         let parse =
             |args: &[&str], prefix: &str, e: &[(String, String)]| parse_sbatch_env(&argv(args), 0, prefix, e, &mut |_| Ok(script.clone()));
-        let e = env(&[("SBATCH_PARTITION", "fromenv"), ("SBATCH_TIMELIMIT", "10"), ("SBATCH_REQUEUE", "x"), ("SBATCH_EXCLUSIVE", "")]);
+        let e = env(&[("SBATCH_PARTITION", "fromenv"), ("SBATCH_TIMELIMIT", "10"), ("SBATCH_REQUEUE", "yes"), ("SBATCH_EXCLUSIVE", "")]);
         let s = parse(&["j.sh"], "SBATCH_", &e).unwrap();
         assert_eq!((s.partition.as_deref(), s.time, s.job_name.as_deref()), (Some("fromenv"), Some(Some(600)), Some("fromscript")));
-        assert_eq!((s.requeue, s.exclusive), (Some(true), true), "a flag's variable counts whatever its value");
+        assert_eq!((s.requeue, s.exclusive), (Some(true), true), "a flag's variable counts when empty, yes or a non-zero number");
+        let s = parse(&["j.sh"], "SBATCH_", &env(&[("SBATCH_REQUEUE", "x"), ("SBATCH_WAIT", "0")])).unwrap();
+        assert_eq!((s.requeue, s.wait), (None, false), "any other value leaves the flag unset, as sbatch's page says");
         let s = parse(&["-p", "cli", "j.sh"], "SBATCH_", &e).unwrap();
         assert_eq!(s.partition.as_deref(), Some("cli"), "the command line wins");
         // salloc reads SALLOC_*, not SBATCH_*; SLURM_HINT stands for either's.

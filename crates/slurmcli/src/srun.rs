@@ -390,37 +390,21 @@ pub fn parse_srun(args: &[String]) -> Result<SrunSpec, Invalid> {
     Ok(s)
 }
 
-/// The input variables `srun` reads, as Slurm's, and the option each stands for (`None`: a
-/// flag, set whatever its value). Those that would make every step of a job ask for the job's
-/// whole memory or GPUs (`SLURM_MEM_PER_NODE`, `SLURM_GPUS_PER_NODE`, ..., which a job's own
-/// environment holds) and the shape ones a job's environment sets (`SLURM_NTASKS`,
-/// `SLURM_CPUS_PER_TASK`) are not read: give `srun` the option instead.
-const ENV_OPTS: &[(&str, &str, bool)] = &[
-    ("SLURM_EXACT", "--exact", false),
-    ("SLURM_OVERLAP", "--overlap", false),
-    ("SLURM_LABELIO", "--label", false),
-    ("SLURM_UNBUFFEREDIO", "--unbuffered", false),
-    ("SLURM_OVERCOMMIT", "--overcommit", false),
-    ("SLURM_KILL_BAD_EXIT", "--kill-on-bad-exit", true),
-    ("SLURM_MPI_TYPE", "--mpi", true),
-    ("SLURM_CPU_BIND", "--cpu-bind", true),
-    ("SLURM_DISTRIBUTION", "--distribution", true),
-    ("SLURM_OPEN_MODE", "--open-mode", true),
-    ("SLURM_EXPORT_ENV", "--export", true),
-    ("SRUN_EXPORT_ENV", "--export", true),
-    ("SRUN_INPUT", "--input", true),
-    ("SRUN_OUTPUT", "--output", true),
-    ("SRUN_ERROR", "--error", true),
-    ("SLURM_TIMELIMIT", "--time", true),
-];
-
-/// [`parse_srun`] after the input variables of `env` that `srun` reads (the command line wins);
-/// a bad value names its variable.
+/// [`parse_srun`] after the input variables of `env` that `srun` reads
+/// ([`crate::envvars::SRUN_ENV`]: each stands for an option; the command line wins); a bad
+/// value names its variable. Those that would make every step of a job ask for the job's whole
+/// shape (`SLURM_NTASKS`, `SLURM_MEM_PER_NODE`, ..., which a job's own environment holds) are
+/// set aside: give `srun` the option instead.
 pub fn parse_srun_env(args: &[String], env: &[(String, String)]) -> Result<SrunSpec, Invalid> {
     let mut pre = Vec::new();
-    for (var, opt, takes) in ENV_OPTS {
-        let Some((_, v)) = env.iter().rev().find(|(k, _)| k == var) else { continue };
-        let word = if *takes { format!("{opt}={v}") } else { opt.to_string() };
+    for (var, given) in crate::envvars::read_env(&crate::envvars::SRUN_ENV, &SRUN, env)?.opts {
+        let o = given.opt;
+        let word = match (&given.value, o.long, o.short) {
+            (Some(v), "", Some(c)) => format!("-{c}{v}"),
+            (Some(v), long, _) => format!("--{long}={v}"),
+            (None, "", Some(c)) => format!("-{c}"),
+            (None, long, _) => format!("--{long}"),
+        };
         // Each alone first, so that the variable is named if its value is wrong.
         parse_srun(&[word.clone(), "true".to_string()]).map_err(|e| Invalid::new(format!("{var}: {}", e.0)))?;
         pre.push(word);
@@ -664,10 +648,16 @@ mod tests {
     #[test]
     fn job_options_pass_to_the_allocation_srun_makes() {
         let s = p(&["-C", "a100", "-b", "now+1", "-H", "--nice", "--time-min=5", "--wckey=w", "--mem-per-gpu=4G", "x"]).unwrap();
-        assert_eq!(s.allocation, ["--constraint=a100", "--begin=now+1", "--hold", "--nice", "--time-min=5", "--wckey=w", "--mem-per-gpu=4G"]);
+        assert_eq!(
+            s.allocation,
+            ["--constraint=a100", "--begin=now+1", "--hold", "--nice", "--time-min=5", "--wckey=w", "--mem-per-gpu=4G"]
+        );
         assert!(e_of(&["--constraint=", "x"]).contains("must not be empty"));
         let s = p(&["--tres-per-task=cpu=2,gres/gpu=1", "--external-launcher", "--test-only", "--jobid=12.3", "-W", "30", "x"]).unwrap();
-        assert_eq!((s.cpus_per_task, s.gpus.clone(), s.overlap, s.test_only, s.jobid, s.wait), (Some(2), Some((GpuPer::Task(1), None)), true, true, Some(12), Some(30)));
+        assert_eq!(
+            (s.cpus_per_task, s.gpus.clone(), s.overlap, s.test_only, s.jobid, s.wait),
+            (Some(2), Some((GpuPer::Task(1), None)), true, true, Some(12), Some(30))
+        );
         assert_eq!(s.allocation, ["--cpus-per-task=2", "--gpus-per-task=1"]);
         assert!(e_of(&["--jobid=x", "x"]).contains("Invalid job id"));
         assert!(e_of(&["--wait=-1", "x"]).contains("--wait"));

@@ -106,7 +106,21 @@ fn slurm_command_lines_read_as_getopt_long_reads_them() {
     refused(&c, "squeue", &["--user"], "option '--user' requires an argument");
     refused(&c, "sacct", &["--par"], "option '--par' is ambiguous; possibilities: '--parsable' '--parsable2' '--partition'");
     refused(&c, "scancel", &["--nope", "1"], "unrecognized option '--nope'");
-    refused(&c, "srun", &["--ex=1", "true"], "option '--ex' is ambiguous; possibilities: '--export' '--exclude' '--exclusive' '--exact'");
+    refused(
+        &c,
+        "srun",
+        &["--ex=1", "true"],
+        "option '--ex' is ambiguous; possibilities: '--export' '--exclude' '--exclusive' '--exact' '--external-launcher' '--extra-node-info' '--extra'",
+    );
     refused(&c, "salloc", &["--no-shel=1"], "option '--no-shell' doesn't allow an argument");
+    // Input variables read as the options they stand for: an SBATCH_* one, a flag's that the man
+    // page's rule leaves unset ("no"), one for a refused option (named, nothing stored).
+    let o = c.run_env("sbatch", &["--parsable", "--wrap", "true"], &[("SBATCH_JOB_NAME", "fromenv"), ("SBATCH_REQUEUE", "no")]);
+    let named: u64 = String::from_utf8_lossy(&o.stdout).trim().parse().unwrap_or_else(|_| panic!("{o:?}"));
+    assert_eq!(c.job(named)["JobName"], "fromenv");
+    let o = c.run_env("sbatch", &["--parsable", "--wrap", "true"], &[("SBATCH_CONTAINER", "/img")]);
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.code() == Some(1) && e.contains("SBATCH_CONTAINER: --container"), "{o:?}");
+    let before = c.ok("squeue", &["-h", "-t", "all", "-o", "%i"]);
     assert_eq!(c.ok("squeue", &["-h", "-t", "all", "-o", "%i"]), before);
 }

@@ -89,6 +89,16 @@ fn query_commands_as_slurms() {
     assert_eq!(env.trim(), "sleeper:gpu");
     let env = out(&run_env(&c, "squeue", &["-h", "-n", "sleeper"], &[("SQUEUE_FORMAT2", "name:10,partition:5")]));
     assert_eq!(env.trim(), "sleeper   gpu");
+    // SLURM_TIME_FORMAT: relative (today: the time alone), a strftime format, and a bad one
+    // said and the standard form kept, as Slurm's.
+    let rel = out(&run_env(&c, "squeue", &["-h", "-n", "sleeper", "-o", "%V"], &[("SLURM_TIME_FORMAT", "relative")]));
+    let rel = rel.trim();
+    assert!(rel.len() == 8 && rel.as_bytes()[2] == b':' || rel.starts_with("Ystday"), "{rel}");
+    let year = out(&run_env(&c, "squeue", &["-h", "-n", "sleeper", "-o", "%V"], &[("SLURM_TIME_FORMAT", "%Y!")]));
+    assert_eq!(year.trim(), format!("{}!", jiff_year()));
+    let o = run_env(&c, "squeue", &["-h", "-n", "sleeper", "-o", "%V"], &[("SLURM_TIME_FORMAT", "bogus")]);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("squeue: error: invalid SLURM_TIME_FORMAT = 'bogus'"), "{o:?}");
+    assert!(out(&o).trim().starts_with(&format!("{}-", jiff_year())), "{o:?}");
     let j = out(&run_env(&c, "squeue", &["--json", "-n", "sleeper"], &[]));
     let v: serde_json::Value = serde_json::from_str(&j).unwrap();
     assert_eq!(v["jobs"][0]["job_id"], sleeper);
@@ -190,6 +200,13 @@ fn query_commands_as_slurms() {
     assert_eq!(nl.lines().count(), 2, "{nl}");
     let env = out(&run_env(&c, "sinfo", &["-h"], &[("SINFO_FORMAT", "%R:%D")]));
     assert_eq!(env.lines().collect::<Vec<_>>(), vec!["cpu:1", "gpu:1"]);
+    // SINFO_PARTITION and SINFO_SORT stand for -p and -S; -N keeps its own format over SINFO_FORMAT.
+    let env = out(&run_env(&c, "sinfo", &["-h", "-o", "%R"], &[("SINFO_PARTITION", "gpu")]));
+    assert_eq!(env.trim(), "gpu");
+    let env = out(&run_env(&c, "sinfo", &["-h", "-o", "%R"], &[("SINFO_SORT", "-P")]));
+    assert_eq!(env.lines().collect::<Vec<_>>(), vec!["gpu", "cpu"]);
+    let env = out(&run_env(&c, "sinfo", &["-h", "-N"], &[("SINFO_FORMAT", "%R:%D")]));
+    assert!(!env.contains("cpu:1"), "{env}");
     let v: serde_json::Value = serde_json::from_str(&c.ok("sinfo", &["--json"])).unwrap();
     assert_eq!(v["sinfo"].as_array().unwrap().len(), 2);
     fails(&c, "sinfo", &["-o", "%Y"], "Invalid node format specification: Y");
