@@ -264,7 +264,7 @@ pub(crate) fn print_reply(key: &str, items: Vec<Value>, command: &[&str], now: i
 /// A job as `squeue --json` and `scontrol show job --json` give it (data_parser's `JOB_INFO`).
 pub(crate) fn job_info_json(j: &JobInfo, now: i64) -> Value {
     let pending = j.state == "PENDING";
-    json!({
+    let mut v = json!({
         "account": j.account,
         "array_job_id": num(Some(j.array_job_id.unwrap_or(0) as i64)),
         "array_task_id": num(j.array_task_id.map(i64::from)),
@@ -306,6 +306,43 @@ pub(crate) fn job_info_json(j: &JobInfo, now: i64) -> Value {
         "user_id": j.uid,
         "user_name": j.user,
         "run_time": if pending { 0 } else { elapsed(j, now) },
+    });
+    // Beside the rest (one `json!` of them all passes its macro's recursion limit).
+    v["job_resources"] = job_resources(j);
+    v
+}
+
+/// data_parser v0.0.44's `job_resources` of a job: `null` while it holds nothing (pending, as
+/// Slurm 24.11.5 and later print it), else its nodes with what it holds on each.
+fn job_resources(j: &JobInfo) -> Value {
+    if j.allocation.is_empty() {
+        return Value::Null;
+    }
+    let allocation: Vec<Value> = j
+        .allocation
+        .iter()
+        .enumerate()
+        .map(|(i, a)| {
+            json!({
+                "index": i, "name": a.name,
+                "cpus": {"count": a.cpus, "used": a.cpus},
+                "memory": {"used": a.memory_mb, "allocated": a.memory_mb},
+                "sockets": [],
+            })
+        })
+        .collect();
+    let names: Vec<String> = j.allocation.iter().map(|a| a.name.clone()).collect();
+    json!({
+        "select_type": ["CPU", "MEMORY"],
+        "nodes": {
+            "count": j.allocation.len(),
+            "select_type": ["AVAILABLE"],
+            "list": slurmcli::compress(&names),
+            "whole": false,
+            "allocation": allocation,
+        },
+        "cpus": j.allocation.iter().map(|a| a.cpus).sum::<u32>(),
+        "threads_per_core": num(Some(1)),
     })
 }
 
@@ -448,6 +485,19 @@ mod tests {
         assert_eq!(v["array_task_id"]["number"], 1);
         assert_eq!(v["user_name"], "alice");
         assert_eq!(v["batch_host"], "node1");
+        // Nothing held (a pending job, or a record without its allocation): null, as Slurm's.
+        assert_eq!(v["job_resources"], Value::Null);
+        let mut held = job();
+        held.allocation = vec![
+            wire::NodeAllocInfo { name: "node1".into(), cpus: 4, memory_mb: 1024, gpus: 1 },
+            wire::NodeAllocInfo { name: "node2".into(), cpus: 2, memory_mb: 512, gpus: 0 },
+        ];
+        let r = &job_info_json(&held, 200)["job_resources"];
+        assert_eq!((r["nodes"]["count"].as_u64(), r["nodes"]["list"].as_str(), r["cpus"].as_u64()), (Some(2), Some("node[1-2]"), Some(6)));
+        assert_eq!(
+            r["nodes"]["allocation"][1],
+            json!({"index": 1, "name": "node2", "cpus": {"count": 2, "used": 2}, "memory": {"used": 512, "allocated": 512}, "sockets": []})
+        );
         assert_eq!(limit_minutes(None), json!({"set": false, "infinite": true, "number": 0}));
         assert_eq!(node_state_list("drain"), vec!["IDLE", "DRAIN"]);
         assert_eq!(meta(&["squeue"])["slurm"]["release"], "25.11.0");

@@ -138,6 +138,10 @@ fn job_info(j: &Job, v: &Viewer, part: &str) -> JobInfo {
             model::MemRequest::PerNode(_) => None,
         },
         cpus_per_task: j.req.shape.cpus_per_task.max(1),
+        allocation: allocs
+            .iter()
+            .map(|(n, a)| wire::NodeAllocInfo { name: n.clone(), cpus: a.cpus, memory_mb: a.memory >> 20, gpus: a.gpus.len() as u32 })
+            .collect(),
         cancelled_by: j.cancelled_by,
         error: j.spec.error.clone(),
         features: j.req.features.clone(),

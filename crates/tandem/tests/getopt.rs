@@ -44,10 +44,21 @@ fn slurm_command_lines_read_as_getopt_long_reads_them() {
     assert_eq!(c.ok("squeue", &["-M", "all", "-h", "-j", &id.to_string(), "-o", "%i"]).trim(), id.to_string());
     assert_eq!(c.ok("sinfo", &["-hN", "-o", "%N"]).lines().collect::<Vec<_>>(), ["node1", "node2"]);
     assert!(c.ok("sinfo", &["-Nel"]).contains("NODELIST"));
+    // `squeue --json`: a running job's resources node by node, a pending one's null (Slurm 24.11.5+).
+    let held = c.sbatch(&["-H", "-J", "held", "--wrap", "true"]);
+    let v: serde_json::Value = serde_json::from_str(&c.ok("squeue", &["--json", "-j", &format!("{id},{held}")])).unwrap();
+    let jobs = v["jobs"].as_array().unwrap();
+    let of = |j: u64| jobs.iter().find(|x| x["job_id"] == j).unwrap_or_else(|| panic!("job {j} not in {v}"));
+    let res = &of(id)["job_resources"];
+    assert_eq!(res["nodes"]["count"], 1, "{res}");
+    assert!(["node1", "node2"].contains(&res["nodes"]["allocation"][0]["name"].as_str().unwrap()), "{res}");
+    assert!(res["nodes"]["allocation"][0]["cpus"]["used"].as_u64().unwrap() >= 1, "{res}");
+    assert_eq!(of(held)["job_resources"], serde_json::Value::Null);
+    assert!(c.run("scancel", &[&held.to_string()]).status.success());
     assert!(c.ok("sinfo", &["--noconvert", "-h"]).contains("batch"));
     assert_eq!(c.ok("sacct", &["-nXP", "-j", &id.to_string(), "-o", "State"]).trim(), "RUNNING");
     assert_eq!(c.ok("sacct", &[&format!("-j{id}"), "-XnPoState"]).trim(), "RUNNING");
-    assert_eq!(c.ok("sacct", &["-nu", &user, "-X", "-o", "Account%256"]).trim(), user);
+    assert_eq!(c.ok("sacct", &["-nu", &user, "-X", "-j", &id.to_string(), "-o", "Account%256"]).trim(), user);
     assert_eq!(c.ok("sacct", &["--clusters", "all", "-nXP", "-j", &id.to_string(), "-o", "JobID"]).trim(), id.to_string());
     assert_eq!(c.ok("sacct", &["-M", "tandem", "-nXPj", &id.to_string(), "-o", "JobID"]).trim(), id.to_string());
     assert!(c.ok("sshare", &["-U"]).trim_start().starts_with("Account"));
@@ -113,14 +124,15 @@ fn slurm_command_lines_read_as_getopt_long_reads_them() {
         "option '--ex' is ambiguous; possibilities: '--export' '--exclude' '--exclusive' '--exact' '--external-launcher' '--extra-node-info' '--extra'",
     );
     refused(&c, "salloc", &["--no-shel=1"], "option '--no-shell' doesn't allow an argument");
+    assert_eq!(c.ok("squeue", &["-h", "-t", "all", "-o", "%i"]), before);
     // Input variables read as the options they stand for: an SBATCH_* one, a flag's that the man
     // page's rule leaves unset ("no"), one for a refused option (named, nothing stored).
     let o = c.run_env("sbatch", &["--parsable", "--wrap", "true"], &[("SBATCH_JOB_NAME", "fromenv"), ("SBATCH_REQUEUE", "no")]);
     let named: u64 = String::from_utf8_lossy(&o.stdout).trim().parse().unwrap_or_else(|_| panic!("{o:?}"));
     assert_eq!(c.job(named)["JobName"], "fromenv");
+    let before = c.ok("squeue", &["-h", "-t", "all", "-o", "%i"]);
     let o = c.run_env("sbatch", &["--parsable", "--wrap", "true"], &[("SBATCH_CONTAINER", "/img")]);
     let e = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.code() == Some(1) && e.contains("SBATCH_CONTAINER: --container"), "{o:?}");
-    let before = c.ok("squeue", &["-h", "-t", "all", "-o", "%i"]);
     assert_eq!(c.ok("squeue", &["-h", "-t", "all", "-o", "%i"]), before);
 }

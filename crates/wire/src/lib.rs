@@ -47,6 +47,19 @@ pub struct SubmitResponse {
     pub test_only: Option<String>,
 }
 
+/// What a job holds on one of its nodes (`squeue --json`'s `job_resources.nodes.allocation`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeAllocInfo {
+    /// The node.
+    pub name: String,
+    /// CPUs held there.
+    pub cpus: u32,
+    /// Memory held there, MiB.
+    pub memory_mb: u64,
+    /// GPUs held there.
+    pub gpus: u32,
+}
+
 /// One job as `squeue`/`sacct`/`scontrol show job` show it.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct JobInfo {
@@ -155,6 +168,9 @@ pub struct JobInfo {
     /// The shortest time limit backfill may cut it to (`--time-min`), seconds.
     #[serde(default)]
     pub time_min: Option<i64>,
+    /// What it holds on each node: the current run's, else the last run's (empty while pending).
+    #[serde(default)]
+    pub allocation: Vec<NodeAllocInfo>,
 }
 
 /// One step.

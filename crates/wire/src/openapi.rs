@@ -564,7 +564,10 @@ pub const DOCUMENT: &str = r##"{
           "exc_nodes": {"type": "string", "description": "-x, hostlist syntax"},
           "nice": {"$ref": "#/components/schemas/i32"},
           "submit_dir": {"type": "string", "description": "`(hidden)` for another user's job"},
-          "time_min": {"$ref": "#/components/schemas/i64OrNull", "description": "--time-min, seconds"}}},
+          "time_min": {"$ref": "#/components/schemas/i64OrNull", "description": "--time-min, seconds"},
+          "allocation": {"type": "array", "items": {"$ref": "#/components/schemas/NodeAllocInfo"}, "description": "What it holds on each node (the last run's once it ended; empty while pending)"}}},
+      "NodeAllocInfo": {"type": "object", "additionalProperties": false, "required": ["name", "cpus", "memory_mb", "gpus"],
+        "properties": {"name": {"type": "string"}, "cpus": {"$ref": "#/components/schemas/u32"}, "memory_mb": {"$ref": "#/components/schemas/u64"}, "gpus": {"$ref": "#/components/schemas/u32"}}},
       "ShareRow": {"type": "object", "additionalProperties": false,
         "required": ["account", "raw_shares", "norm_shares", "raw_usage", "effective_usage", "fairshare"],
         "properties": {
@@ -1212,6 +1215,7 @@ mod tests {
             nice: -5,
             submit_dir: "/home/alice".into(),
             time_min: Some(600),
+            allocation: vec![NodeAllocInfo { name: "node1".into(), cpus: 4, memory_mb: u64::MAX, gpus: 1 }],
         }
     }
 
