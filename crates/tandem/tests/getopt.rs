@@ -20,6 +20,12 @@ fn err(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
+/// Every job the controller holds, by id (states change between two listings, and with them
+/// squeue's default order).
+fn all_ids(c: &Cluster) -> String {
+    c.ok("squeue", &["-h", "-t", "all", "-o", "%i", "-S", "i"])
+}
+
 /// A refused command line: exit 1, glibc's message after the command's name, then Slurm's hint.
 fn refused(c: &Cluster, cmd: &str, args: &[&str], msg: &str) {
     let o = c.run(cmd, args);
@@ -103,7 +109,7 @@ fn slurm_command_lines_read_as_getopt_long_reads_them() {
     }
 
     // Refusals: glibc's words, exit 1, nothing stored.
-    let before = c.ok("squeue", &["-h", "-t", "all", "-o", "%i"]);
+    let before = all_ids(&c);
     refused(
         &c,
         "sbatch",
@@ -124,15 +130,15 @@ fn slurm_command_lines_read_as_getopt_long_reads_them() {
         "option '--ex' is ambiguous; possibilities: '--export' '--exclude' '--exclusive' '--exact' '--external-launcher' '--extra-node-info' '--extra'",
     );
     refused(&c, "salloc", &["--no-shel=1"], "option '--no-shell' doesn't allow an argument");
-    assert_eq!(c.ok("squeue", &["-h", "-t", "all", "-o", "%i"]), before);
+    assert_eq!(all_ids(&c), before);
     // Input variables read as the options they stand for: an SBATCH_* one, a flag's that the man
     // page's rule leaves unset ("no"), one for a refused option (named, nothing stored).
     let o = c.run_env("sbatch", &["--parsable", "--wrap", "true"], &[("SBATCH_JOB_NAME", "fromenv"), ("SBATCH_REQUEUE", "no")]);
     let named: u64 = String::from_utf8_lossy(&o.stdout).trim().parse().unwrap_or_else(|_| panic!("{o:?}"));
     assert_eq!(c.job(named)["JobName"], "fromenv");
-    let before = c.ok("squeue", &["-h", "-t", "all", "-o", "%i"]);
+    let before = all_ids(&c);
     let o = c.run_env("sbatch", &["--parsable", "--wrap", "true"], &[("SBATCH_CONTAINER", "/img")]);
     let e = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.code() == Some(1) && e.contains("SBATCH_CONTAINER: --container"), "{o:?}");
-    assert_eq!(c.ok("squeue", &["-h", "-t", "all", "-o", "%i"]), before);
+    assert_eq!(all_ids(&c), before);
 }
