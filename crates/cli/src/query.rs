@@ -425,6 +425,21 @@ pub(crate) fn print_table(cols: &[(&str, usize)], rows: &[Vec<String>], header: 
     }
 }
 
+/// `-M`/`--clusters LIST`: each entry must be this cluster's name or `all` (a cluster of one,
+/// as Slurm's commands answer for an unknown cluster).
+pub(crate) fn check_clusters(t: &client::Target, list: &str) -> Result<()> {
+    let name: String = config(t).map(|c| c.cluster_name).unwrap_or_else(|_| "tandem".into());
+    for c in list.split(',').map(str::trim).filter(|c| !c.is_empty()) {
+        if !c.eq_ignore_ascii_case("all") && !c.eq_ignore_ascii_case(&name) {
+            anyhow::bail!(
+                "'{}' can't be reached now, or it is an invalid entry for --cluster.  Use 'sacctmgr list clusters' to see available clusters.",
+                c.escape_debug()
+            );
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -502,19 +517,4 @@ mod tests {
         assert_eq!(node_state_list("drain"), vec!["IDLE", "DRAIN"]);
         assert_eq!(meta(&["squeue"])["slurm"]["release"], "25.11.0");
     }
-}
-
-/// `-M`/`--clusters LIST`: each entry must be this cluster's name or `all` (a cluster of one,
-/// as Slurm's commands answer for an unknown cluster).
-pub(crate) fn check_clusters(t: &client::Target, list: &str) -> Result<()> {
-    let name: String = config(t).map(|c| c.cluster_name).unwrap_or_else(|_| "tandem".into());
-    for c in list.split(',').map(str::trim).filter(|c| !c.is_empty()) {
-        if !c.eq_ignore_ascii_case("all") && !c.eq_ignore_ascii_case(&name) {
-            anyhow::bail!(
-                "'{}' can't be reached now, or it is an invalid entry for --cluster.  Use 'sacctmgr list clusters' to see available clusters.",
-                c.escape_debug()
-            );
-        }
-    }
-    Ok(())
 }

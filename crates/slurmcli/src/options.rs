@@ -379,7 +379,7 @@ fn pairs(argv: &[String]) -> Result<Parsed, Invalid> {
 
 /// `--tres-per-task=cpu=N,gres/gpu[:type]=N` (Slurm 23.02): CPUs and GPUs per task, as
 /// `--cpus-per-task` and `--gpus-per-task` would give them; other resources are refused.
-pub(crate) fn parse_tres_per_task(v: &str) -> Result<(Option<u32>, Option<(Option<String>, u32)>), Invalid> {
+pub(crate) fn parse_tres_per_task(v: &str) -> Result<TresPerTask, Invalid> {
     let (mut cpus, mut gpus) = (None, None);
     for item in v.split(',').map(str::trim) {
         let bad = || Invalid::new(format!("invalid --tres-per-task={v}: want cpu=N and gres/gpu[:type]=N, comma separated"));
@@ -392,7 +392,15 @@ pub(crate) fn parse_tres_per_task(v: &str) -> Result<(Option<u32>, Option<(Optio
             _ => return Err(bad()),
         }
     }
-    Ok((cpus, gpus))
+    Ok(TresPerTask { cpus, gpus })
+}
+
+/// What `--tres-per-task` asks of each task.
+pub(crate) struct TresPerTask {
+    /// `cpu=N`.
+    pub(crate) cpus: Option<u32>,
+    /// `gres/gpu[:type]=N`: the type, the count.
+    pub(crate) gpus: Option<(Option<String>, u32)>,
 }
 
 /// Most tasks a job may ask for (`-n`, or `--ntasks-per-node` times `-N`).
@@ -530,7 +538,7 @@ impl BatchSpec {
                 self.mail_user = Some(v);
             }
             "tres-per-task" => {
-                let (cpus, gpus) = parse_tres_per_task(&val())?;
+                let TresPerTask { cpus, gpus } = parse_tres_per_task(&val())?;
                 if let Some(c) = cpus {
                     self.cpus_per_task = Some(c);
                 }

@@ -354,7 +354,7 @@ pub fn parse_srun(args: &[String]) -> Result<SrunSpec, Invalid> {
             "clusters" => s.clusters = Some(nonempty(&v(), "--clusters")?),
             "external-launcher" => s.overlap = true,
             "tres-per-task" => {
-                let (cpus, gpus) = crate::options::parse_tres_per_task(&v())?;
+                let crate::options::TresPerTask { cpus, gpus } = crate::options::parse_tres_per_task(&v())?;
                 if let Some(c) = cpus {
                     s.cpus_per_task = Some(c);
                     s.allocation.push(format!("--cpus-per-task={c}"));
