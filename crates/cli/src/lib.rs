@@ -11,6 +11,7 @@
 //! [`TokenKind`]), [`delete_nodes`], and [`error_line`] and [`visible_text`], which print errors
 //! with control characters made visible.
 
+mod acctmgr;
 mod attach;
 mod bcast;
 mod common;
@@ -32,9 +33,9 @@ use anyhow::{Context, Result};
 pub use service::{RolloutCmd, ServiceCmd};
 
 /// The Slurm commands, by the names they answer to (the links `tandem shims DIR` writes).
-pub const COMMANDS: [&str; 14] = [
+pub const COMMANDS: [&str; 15] = [
     "sbatch", "squeue", "scancel", "sinfo", "sacct", "srun", "salloc", "scontrol", "sprio", "sshare", "sreport", "sbcast", "sstat",
-    "sattach",
+    "sattach", "sacctmgr",
 ];
 
 /// The line a command prints for an error (`NAME: error: ...`, the causes after colons), with
@@ -85,6 +86,7 @@ pub fn slurm(name: &str, args: &[String]) -> Option<Result<i32>> {
         "sbcast" => bcast::sbcast(args),
         "sstat" => stat::sstat(args),
         "sattach" => attach::sattach(args),
+        "sacctmgr" => acctmgr::sacctmgr(args),
         _ => return None,
     };
     Some(r.or_else(usage_exit))

@@ -36,7 +36,8 @@ pub(crate) fn sbatch(args: &[String]) -> Result<i32> {
     }
     let req = submission(batch)?;
     crate::common::check_script_size(&t, &req.batch.script)?;
-    let r: SubmitResponse = runtime()?.block_on(send(&t, "POST", "/v1/jobs", Some(&req), &[]))?.json()?;
+    // Slurm's words before the controller's reason.
+    let r: SubmitResponse = runtime()?.block_on(send(&t, "POST", "/v1/jobs", Some(&req), &[]))?.json().context("Batch job submission failed")?;
     if let Some(msg) = r.test_only {
         eprintln!("sbatch: {}", slurmcli::visible(&msg));
         return Ok(0);

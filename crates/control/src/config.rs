@@ -35,6 +35,28 @@
 //! [[account]]
 //! name = "research"
 //! shares = 10
+//! parent = "root"          # another account, or root
+//! qos = ["normal", "serve"] # QOS its users may use (default: the parent's)
+//! default_qos = "normal"
+//! grp_tres = "gres/gpu=16" # all its users' running jobs together
+//! [[user]]
+//! name = "alice"
+//! accounts = ["research"]
+//! default_account = "research"
+//! admin_level = "none"     # none, operator, administrator
+//! coordinator = []         # accounts whose users alice manages
+//! [[association]]          # one user in one account: QOS and limits of their own
+//! user = "alice"
+//! account = "research"
+//! max_jobs = 10
+//! max_submit_jobs = 100
+//! max_wall = "1-0"
+//! max_tres_per_job = "gres/gpu=8"
+//! [accounting]
+//! enforce = ["associations", "limits", "qos"] # Slurm's AccountingStorageEnforce (default: all)
+//! unlisted_users = "own-account"  # users with no association: an account of their own name
+//!                                 # with the root's QOS, or "refuse" (Slurm's way)
+//! qos = ["normal"]         # the root's QOS (default: every QOS of the lowest preemption tier)
 //! [security]              # who sees what (SECURITY.md)
 //! operators = ["alice"]   # users (names or uids) who, like root, see every job's and
 //!                         # service's details
@@ -78,7 +100,72 @@ struct File {
     qos: Vec<Qos>,
     #[serde(default)]
     account: Vec<Account>,
+    #[serde(default)]
+    user: Vec<UserFile>,
+    #[serde(default)]
+    association: Vec<AssocFile>,
+    accounting: Option<AccountingFile>,
     security: Option<SecurityFile>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AccountingFile {
+    enforce: Option<Vec<String>>,
+    unlisted_users: Option<String>,
+    qos: Option<Vec<String>>,
+}
+
+#[allow(clippy::too_many_arguments)]
+fn limits_of(what: &str, max_jobs: Option<u32>, max_submit: Option<u32>, max_wall: &Option<String>, per_job: &Option<String>, grp_jobs: Option<u32>, grp_submit: Option<u32>, grp_tres: &Option<String>) -> Result<model::Limits> {
+    let tres = |k: &str, v: &Option<String>| -> Result<model::Tres> {
+        match v {
+            None => Ok(model::Tres::default()),
+            Some(v) => model::Tres::parse(v).map_err(|e| ConfigError(format!("{what} {k}: {}", e.0))),
+        }
+    };
+    Ok(model::Limits {
+        max_jobs,
+        max_submit_jobs: max_submit,
+        max_wall: match max_wall {
+            None => None,
+            Some(w) => slurmcli::parse_time(w).map_err(|e| ConfigError(format!("{what} max_wall: {}", e.0)))?,
+        },
+        max_tres_per_job: tres("max_tres_per_job", per_job)?,
+        max_tres_per_user: model::Tres::default(),
+        grp_jobs,
+        grp_submit_jobs: grp_submit,
+        grp_tres: tres("grp_tres", grp_tres)?,
+    })
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct UserFile {
+    name: String,
+    default_account: Option<String>,
+    #[serde(default)]
+    accounts: Vec<String>,
+    admin_level: Option<String>,
+    #[serde(default)]
+    coordinator: Vec<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AssocFile {
+    user: String,
+    account: String,
+    shares: Option<u32>,
+    qos: Option<Vec<String>>,
+    default_qos: Option<String>,
+    max_jobs: Option<u32>,
+    max_submit_jobs: Option<u32>,
+    max_wall: Option<String>,
+    max_tres_per_job: Option<String>,
+    grp_jobs: Option<u32>,
+    grp_submit_jobs: Option<u32>,
+    grp_tres: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -146,15 +233,42 @@ struct Qos {
     priority: Option<u32>,
     preempt_tier: Option<u32>,
     grace_time: Option<u32>,
+    description: Option<String>,
     max_jobs_per_user: Option<u32>,
+    max_submit_jobs_per_user: Option<u32>,
+    /// The older spelling of `max_tres_per_user = "gres/gpu=N"`.
     max_gpus_per_user: Option<u32>,
+    max_tres_per_user: Option<String>,
+    max_wall: Option<String>,
+    max_tres_per_job: Option<String>,
+    grp_jobs: Option<u32>,
+    grp_submit_jobs: Option<u32>,
+    grp_tres: Option<String>,
 }
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Account {
     name: String,
+    #[serde(default = "one")]
     shares: u32,
+    parent: Option<String>,
+    description: Option<String>,
+    organization: Option<String>,
+    #[serde(default)]
+    qos: Vec<String>,
+    default_qos: Option<String>,
+    max_jobs: Option<u32>,
+    max_submit_jobs: Option<u32>,
+    max_wall: Option<String>,
+    max_tres_per_job: Option<String>,
+    grp_jobs: Option<u32>,
+    grp_submit_jobs: Option<u32>,
+    grp_tres: Option<String>,
+}
+
+fn one() -> u32 {
+    1
 }
 
 fn time(v: &Option<String>, what: &str, default: i64) -> Result<i64> {
@@ -293,23 +407,96 @@ pub fn parse(text: &str) -> Result<(crate::Settings, Security)> {
         s.partition_nodes = parts.into_iter().map(|p| (p.1.name, p.2)).collect();
     }
     if !f.qos.is_empty() {
-        s.cluster.qos = f
-            .qos
-            .into_iter()
-            .map(|q| model::Qos {
+        let mut qos = Vec::new();
+        for q in f.qos {
+            let what = format!("qos {}", q.name);
+            let mut limits = limits_of(&what, q.max_jobs_per_user, q.max_submit_jobs_per_user, &q.max_wall, &q.max_tres_per_job, q.grp_jobs, q.grp_submit_jobs, &q.grp_tres)?;
+            if let Some(t) = &q.max_tres_per_user {
+                limits.max_tres_per_user = model::Tres::parse(t).map_err(|e| ConfigError(format!("{what} max_tres_per_user: {}", e.0)))?;
+            }
+            if let Some(g) = q.max_gpus_per_user {
+                limits.max_tres_per_user.gpu = Some(g as u64);
+            }
+            qos.push(model::Qos {
+                description: q.description.unwrap_or_else(|| q.name.clone()),
                 name: q.name,
                 priority: q.priority.unwrap_or(0),
                 preempt_tier: q.preempt_tier.unwrap_or(0),
                 grace_time: q.grace_time.unwrap_or(60) as i64,
-                max_jobs_per_user: q.max_jobs_per_user,
-                max_gpus_per_user: q.max_gpus_per_user,
-            })
-            .collect();
+                limits,
+            });
+        }
+        s.cluster.qos = qos;
         if !s.cluster.qos.iter().any(|q| q.name == "normal") {
             s.cluster.qos.insert(0, model::Qos::normal());
         }
     }
-    s.cluster.accounts = f.account.into_iter().map(|a| model::Account { name: a.name, shares: a.shares.max(1) }).collect();
+    for a in f.account {
+        let what = format!("account {}", a.name);
+        let limits = limits_of(&what, a.max_jobs, a.max_submit_jobs, &a.max_wall, &a.max_tres_per_job, a.grp_jobs, a.grp_submit_jobs, &a.grp_tres)?;
+        s.cluster.accounts.push(model::Account {
+            shares: a.shares.max(1),
+            parent: a.parent.filter(|p| p != "root"),
+            description: a.description.unwrap_or_default(),
+            organization: a.organization.unwrap_or_default(),
+            qos: a.qos,
+            default_qos: a.default_qos,
+            limits,
+            name: a.name,
+        });
+    }
+    for u in f.user {
+        let default_account = u.default_account.clone().or_else(|| u.accounts.first().cloned()).unwrap_or_else(|| u.name.clone());
+        let admin_level = match &u.admin_level {
+            None => model::AdminLevel::None,
+            Some(l) => model::AdminLevel::parse(l)
+                .ok_or_else(|| ConfigError(format!("user {}: admin_level {l:?}: none, operator or administrator", u.name)))?,
+        };
+        let mut accounts = u.accounts.clone();
+        if !accounts.contains(&default_account) && s.cluster.account(&default_account).is_some() {
+            accounts.insert(0, default_account.clone());
+        }
+        for a in accounts {
+            s.cluster.assocs.push(model::Assoc { account: a, user: u.name.clone(), shares: 1, qos: None, default_qos: None, limits: model::Limits::default() });
+        }
+        s.cluster.users.push(model::User { name: u.name, default_account, admin_level, coordinator: u.coordinator });
+    }
+    for a in f.association {
+        let what = format!("association of user {} and account {}", a.user, a.account);
+        let limits = limits_of(&what, a.max_jobs, a.max_submit_jobs, &a.max_wall, &a.max_tres_per_job, a.grp_jobs, a.grp_submit_jobs, &a.grp_tres)?;
+        let row = model::Assoc { account: a.account.clone(), user: a.user.clone(), shares: a.shares.unwrap_or(1).max(1), qos: a.qos, default_qos: a.default_qos, limits };
+        match s.cluster.assocs.iter_mut().find(|x| x.user == a.user && x.account == a.account) {
+            Some(x) => *x = row,
+            None => s.cluster.assocs.push(row),
+        }
+    }
+    s.cluster.enforce = model::Enforce::default();
+    if let Some(acc) = f.accounting {
+        if let Some(words) = acc.enforce {
+            let mut e = model::Enforce::none();
+            for w in words {
+                match w.as_str() {
+                    "associations" => e.associations = true,
+                    "limits" => e.limits = true,
+                    "qos" => e.qos = true,
+                    "safe" | "nojobs" | "nosteps" | "wckeys" => {
+                        bail!("accounting.enforce: {w:?} is Slurm's, but not this cluster's (associations, limits, qos)")
+                    }
+                    other => bail!("accounting.enforce: unknown value {other:?} (associations, limits, qos)"),
+                }
+            }
+            // As Slurm's: limits and qos imply associations.
+            e.associations |= e.limits || e.qos;
+            s.cluster.enforce = e;
+        }
+        match acc.unlisted_users.as_deref() {
+            None | Some("own-account") => s.cluster.unlisted = model::Unlisted::OwnAccount,
+            Some("refuse") => s.cluster.unlisted = model::Unlisted::Refuse,
+            Some(other) => bail!("accounting.unlisted_users {other:?}: own-account or refuse"),
+        }
+        s.cluster.root_qos = acc.qos;
+    }
+    crate::accounting::validate(&s.cluster).map_err(ConfigError)?;
     Ok((s, sec))
 }
 

@@ -20,6 +20,7 @@
 //! job meets a node failure at once, without waiting for the lease. A cancel or a time limit
 //! decided before a node failure stands: the job ends CANCELLED (TIMEOUT), never requeued.
 
+pub mod accounting;
 pub mod config;
 pub mod creds;
 mod pass;
@@ -79,6 +80,12 @@ pub struct Settings {
     /// days, as the simulator's); 0: no decay.
     #[serde(default = "week")]
     pub half_life: Time,
+    /// Uids that are operators (`[security] operators`, looked up by the daemon).
+    #[serde(default)]
+    pub operators: Vec<u32>,
+    /// Uids that are administrators besides root (the user the controller runs as).
+    #[serde(default)]
+    pub administrators: Vec<u32>,
 }
 
 /// The umask of a job whose submission did not say (a body from an older client).
@@ -107,6 +114,8 @@ impl Default for Settings {
             partition_nodes: Vec::new(),
             failover_ms: 0,
             half_life: week(),
+            operators: Vec::new(),
+            administrators: Vec::new(),
         }
     }
 }
@@ -236,6 +245,10 @@ pub struct Controller {
     creds: creds::Credentials,
     /// Nodes deleted since the last [`Controller::take_dirty`], by name.
     removed_nodes: Vec<String>,
+    /// Uids of users whose accounting record makes them operators or administrators.
+    admin_uids: std::collections::HashSet<u32>,
+    /// `sacctmgr` changed the accounting since the last [`Controller::take_dirty`].
+    accounting_dirty: bool,
 }
 
 /// How many recent submissions' specs [`Controller::share_spec`] compares a new one with.
@@ -263,6 +276,8 @@ pub struct Dirty {
     pub removed_nodes: Vec<String>,
     /// Credentials issued and revoked, join tokens spent.
     pub creds: creds::CredDirty,
+    /// The accounting, when `sacctmgr` changed it.
+    pub accounting: Option<accounting::Accounting>,
 }
 
 impl Dirty {
@@ -276,6 +291,7 @@ impl Dirty {
             && self.removed_services.is_empty()
             && self.removed_nodes.is_empty()
             && self.creds.is_empty()
+            && self.accounting.is_none()
     }
 }
 
@@ -345,6 +361,8 @@ impl Controller {
             limits_due: Time::MIN,
             creds: creds::Credentials::default(),
             removed_nodes: Vec::new(),
+            admin_uids: std::collections::HashSet::new(),
+            accounting_dirty: false,
         }
     }
 
@@ -514,7 +532,8 @@ impl Controller {
         let arrays = std::mem::take(&mut self.dirty_arrays);
         let removed_nodes = std::mem::take(&mut self.removed_nodes);
         let creds = self.creds.take_dirty();
-        Dirty { jobs, nodes, next_id, services, removed_services, arrays, removed_nodes, creds }
+        let accounting = self.take_accounting();
+        Dirty { jobs, nodes, next_id, services, removed_services, arrays, removed_nodes, creds, accounting }
     }
 
     fn node_defs(&self) -> Vec<Node> {
@@ -573,7 +592,7 @@ impl Controller {
 
     /// Checks a submission as [`Controller::submit`] would, storing nothing (`sbatch
     /// --test-only`). Returns the partition it would run in.
-    pub fn check_submit(&self, now: Time, batch: &BatchSpec, user: &str) -> Result<String, Refused> {
+    pub fn check_submit(&self, now: Time, batch: &BatchSpec, uid: u32, user: &str) -> Result<String, Refused> {
         let part = self
             .settings
             .cluster
@@ -585,7 +604,9 @@ impl Controller {
         if batch.time == Some(None) {
             probe.time_limit = probe.time_limit.min(part.max_time);
         }
+        (probe.account, probe.qos) = self.charge(uid, user, batch.account.as_deref(), batch.qos.as_deref(), batch.nice)?;
         sched::check_request(&self.node_defs(), &self.settings.cluster, &probe).map_err(|r| Refused::Invalid(r.message))?;
+        self.check_job_limits(&probe, batch.array.as_ref().map_or(1, |a| a.indices.len() as u64))?;
         for d in &batch.dependency {
             if let Some(j) = d.job
                 && !self.jobs.contains_key(&j.0)
@@ -648,7 +669,9 @@ impl Controller {
             // -t 0 (unlimited): as long as the partition allows.
             probe.time_limit = probe.time_limit.min(part.max_time);
         }
+        (probe.account, probe.qos) = self.charge(spec.uid, user, batch.account.as_deref(), batch.qos.as_deref(), batch.nice)?;
         self.check_cached(&probe)?;
+        self.check_job_limits(&probe, batch.array.as_ref().map_or(1, |a| a.indices.len() as u64))?;
         for d in &batch.dependency {
             if let Some(j) = d.job
                 && !self.jobs.contains_key(&j.0)
@@ -712,7 +735,7 @@ impl Controller {
 
     fn owned(&self, uid: u32, id: u64) -> Result<&Job, Refused> {
         let j = self.jobs.get(&id).ok_or_else(|| Refused::NotFound(format!("invalid job id specified: {id}")))?;
-        if uid != 0 && uid != j.spec.uid {
+        if uid != j.spec.uid && !self.is_operator(uid) {
             return Err(Refused::Forbidden(format!("access/permission denied: job {id} belongs to another user")));
         }
         Ok(j)
@@ -884,7 +907,7 @@ impl Controller {
         if j.state != JobState::Pending {
             return Err(Refused::Conflict(format!("job {id} is not pending")));
         }
-        if uid != 0 && limit > j.req.time_limit {
+        if !self.is_operator(uid) && limit > j.req.time_limit {
             return Err(Refused::Forbidden("only root can raise a job's time limit".into()));
         }
         let max = self.settings.cluster.partition(j.req.partition.as_deref()).map_or(Time::MAX, |p| p.max_time);

@@ -232,6 +232,10 @@ impl Controller {
             }
             spec.workdir = Some(submit_dir.to_string());
         }
+        // The account and QOS the replicas charge, checked as a batch job's are (an account the
+        // user may not charge, a QOS the association does not allow: refused).
+        let (account, qos) = self.charge(uid, user, spec.account.as_deref(), spec.qos.as_deref(), 0)?;
+        (spec.account, spec.qos) = (Some(account), qos);
         let r = self.check_spec(&spec, user)?;
         let name = spec.name.clone();
         if let Some(old) = self.services.get(&name) {

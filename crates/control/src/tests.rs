@@ -324,7 +324,7 @@ fn max_script_size_bounds_the_batch_script_and_the_umask_reaches_the_task() {
     b.script = format!("#!/bin/sh\n{}\n", "#".repeat(100));
     let e = c.submit(0, spec(1), &b, "a").unwrap_err().to_string();
     assert!(e.contains("111 bytes") && e.contains("100 bytes") && e.contains("max_script_size"), "{e}");
-    assert!(c.check_submit(0, &b, "a").is_err(), "--test-only says the same");
+    assert!(c.check_submit(0, &b, 0, "a").is_err(), "--test-only says the same");
     assert_eq!(c.jobs().count(), 0, "nothing stored");
     // Under it: runs, with its submitter's umask; an older body (no umask) gets 0022.
     for (umask, want) in [(Some(0o077), "0077"), (None, "0022")] {

@@ -107,7 +107,7 @@ impl World {
 }
 
 fn qos(name: &str, priority: u32, preempt_tier: u32) -> model::Qos {
-    model::Qos { name: name.into(), priority, preempt_tier, grace_time: 5, max_jobs_per_user: None, max_gpus_per_user: None }
+    model::Qos { name: name.into(), priority, preempt_tier, grace_time: 5, ..model::Qos::normal() }
 }
 
 fn echo(replicas: u32) -> ServiceSpec {
@@ -240,8 +240,7 @@ fn gpu_service_preempts_lower_tier_training_only() {
             priority: 100,
             preempt_tier: 2,
             grace_time: 5,
-            max_jobs_per_user: None,
-            max_gpus_per_user: None,
+            ..model::Qos::normal()
         },
         qos("high", 200, 3),
     ];
@@ -318,7 +317,7 @@ fn refused_specs_store_nothing() {
     let mut w = World::new(1, 0, Settings::default());
     let mut s = echo(1);
     s.qos = Some("nope".into());
-    assert!(w.apply(s).unwrap_err().to_string().contains("invalid qos"));
+    assert!(w.apply(s).unwrap_err().to_string().to_lowercase().contains("invalid qos"));
     let mut s = echo(1);
     s.resources.cpus = Some(Quantity::Num(64.0));
     assert!(matches!(w.apply(s), Err(Refused::Invalid(_))));

@@ -4,13 +4,15 @@
 //! **Invariant:** this crate is plain data plus pure functions. It performs no IO, reads no clock
 //! and draws no randomness; times are plain seconds ([`Time`]) handed in by the caller.
 
+pub mod accounting;
 mod config;
 mod job;
 mod node;
 mod reason;
 mod replica;
 
-pub use config::{Account, ClusterConfig, Partition, Qos};
+pub use accounting::{AdminLevel, Assoc, Enforce, Limits, Tres, Unlisted, User};
+pub use config::{Account, Association, ClusterConfig, Partition, Qos};
 pub use job::{
     ArrayTask, DepKind, DepStatus, Dependency, GpuPer, GpuRequest, InvalidTransition, JobEvent, JobId, JobRequest, JobState, MemRequest,
     RequestKind, Shape,

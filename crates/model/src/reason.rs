@@ -2,6 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::accounting::TresKind;
+
 /// Slurm's pending reasons (`squeue -o %r`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum PendingReason {
@@ -31,6 +33,18 @@ pub enum PendingReason {
     BadConstraints,
     /// The array's `%N` limit of running tasks is reached.
     JobArrayTaskLimit,
+    /// The association's MaxJobs is reached.
+    AssocMaxJobsLimit,
+    /// The association's (or an account above it) GrpJobs is reached.
+    AssocGrpJobsLimit,
+    /// The association's (or an account above it) GrpTRES of this resource is reached.
+    AssocGrp(TresKind),
+    /// The QOS's GrpJobs is reached.
+    QosGrpJobsLimit,
+    /// The QOS's GrpTRES of this resource is reached.
+    QosGrp(TresKind),
+    /// The QOS's MaxTRESPerUser of this resource (other than GPUs) is reached.
+    QosMaxPerUser(TresKind),
 }
 
 impl PendingReason {
@@ -50,6 +64,27 @@ impl PendingReason {
             PendingReason::JobHeldUser => "JobHeldUser",
             PendingReason::BadConstraints => "BadConstraints",
             PendingReason::JobArrayTaskLimit => "JobArrayTaskLimit",
+            PendingReason::AssocMaxJobsLimit => "AssocMaxJobsLimit",
+            PendingReason::AssocGrpJobsLimit => "AssocGrpJobsLimit",
+            PendingReason::AssocGrp(k) => match k {
+                TresKind::Cpu => "AssocGrpCpuLimit",
+                TresKind::Mem => "AssocGrpMemLimit",
+                TresKind::Node => "AssocGrpNodeLimit",
+                TresKind::Gpu => "AssocGrpGRES",
+            },
+            PendingReason::QosGrpJobsLimit => "QOSGrpJobsLimit",
+            PendingReason::QosGrp(k) => match k {
+                TresKind::Cpu => "QOSGrpCpuLimit",
+                TresKind::Mem => "QOSGrpMemLimit",
+                TresKind::Node => "QOSGrpNodeLimit",
+                TresKind::Gpu => "QOSGrpGRES",
+            },
+            PendingReason::QosMaxPerUser(k) => match k {
+                TresKind::Cpu => "QOSMaxCpuPerUserLimit",
+                TresKind::Mem => "QOSMaxMemoryPerUser",
+                TresKind::Node => "QOSMaxNodePerUserLimit",
+                TresKind::Gpu => "QOSMaxGRESPerUser",
+            },
         }
     }
 }

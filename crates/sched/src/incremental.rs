@@ -121,7 +121,7 @@ impl<'n> Scheduler<'n> {
             if !memo.accounts.contains(&p.req.account) {
                 return None; // a new account changes everyone's fair-share normalisation
             }
-            let r = match admit(snap, facts, ever, &limits.used, now, idx, p) {
+            let r = match admit(snap, facts, ever, &limits, now, idx, p) {
                 Admit::Ready(mut r) => {
                     if self.cfg.predicting() {
                         r.limit = snap.history.predict(self.cfg.predict, r.req);

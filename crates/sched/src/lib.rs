@@ -18,6 +18,7 @@ mod preempt;
 mod priority;
 mod view;
 
+use model::accounting::Usage;
 use model::{ClusterConfig, DepStatus, JobId, JobRequest, MemRequest, Node, PendingReason, RequestKind, Time};
 use rustc_hash::{FxHashMap, FxHashSet};
 use serde::{Deserialize, Serialize};
@@ -473,7 +474,7 @@ pub(crate) fn schedule_inner<'n>(
     // Resolve and filter.
     let mut ready: Vec<Resolved> = Vec::with_capacity(snap.pending.len());
     for (idx, p) in snap.pending.iter().enumerate() {
-        match admit(snap, facts, ever, &limits.used, now, idx, p) {
+        match admit(snap, facts, ever, &limits, now, idx, p) {
             Admit::Ready(mut r) => {
                 if cfg.predicting() {
                     r.limit = snap.history.predict(cfg.predict, r.req);
@@ -562,58 +563,161 @@ pub(crate) fn priority_context<'a>(snap: &Snapshot<'a>, facts: &Facts, now: Time
     }
 }
 
-/// Running jobs and GPUs per (user, QOS), for QOS limits.
-pub(crate) fn user_usage<'a>(snap: &Snapshot<'a>) -> FxHashMap<(&'a str, &'a str), (u32, u32)> {
-    let mut user_jobs: FxHashMap<(&str, &str), (u32, u32)> = FxHashMap::default();
-    for r in snap.running {
-        let q = snap.config.qos(r.req.qos.as_deref()).map_or("", |q| q.name.as_str());
-        let e = user_jobs.entry((r.req.user.as_str(), q)).or_default();
-        e.0 += 1;
-        e.1 += r.allocs.iter().map(|a| a.gpus.len() as u32).sum::<u32>();
+/// What a running job holds, in TRES terms.
+fn running_usage(r: &Running) -> Usage {
+    let mut u = Usage { jobs: 1, node: r.allocs.len() as u64, ..Usage::default() };
+    for a in &r.allocs {
+        u.cpu += a.cpus as u64;
+        u.mem += a.memory >> 20;
+        u.gpu += a.gpus.len() as u64;
     }
-    user_jobs
+    u
 }
 
-/// QOS per-user limits as a pass goes: running counts plus what this pass started.
+/// What a job about to start would hold.
+fn resolved_usage(r: &Resolved) -> Usage {
+    let n = r.nodes as u64;
+    Usage { jobs: 1, cpu: r.demand.cpus as u64 * n, mem: (r.demand.memory >> 20) * n, node: n, gpu: r.demand.gpus as u64 * n }
+}
+
+/// Association and QOS limits as a pass goes (`enforce` has `limits`): what running jobs hold
+/// per user and QOS, per QOS, per association and per account, plus what this pass started.
 pub(crate) struct Limits<'a> {
-    pub(crate) used: FxHashMap<(&'a str, &'a str), (u32, u32)>,
     config: &'a ClusterConfig,
     any: bool,
+    /// Per (user, QOS).
+    user_qos: FxHashMap<(&'a str, &'a str), Usage>,
+    /// Per QOS.
+    qos: FxHashMap<&'a str, Usage>,
+    /// Per (user, account): the association.
+    assoc: FxHashMap<(&'a str, &'a str), Usage>,
+    /// Per account: its users' jobs and those of every account below it.
+    account: FxHashMap<&'a str, Usage>,
+    /// Each configured account and its ancestors, nearest first.
+    lineages: FxHashMap<&'a str, Vec<&'a model::Account>>,
+    /// The associations' own limits, by (user, account).
+    assoc_limits: FxHashMap<(&'a str, &'a str), &'a model::Limits>,
 }
 
 impl<'a> Limits<'a> {
     pub fn new(snap: &Snapshot<'a>) -> Limits<'a> {
-        let any = snap.config.qos.iter().any(|q| q.max_jobs_per_user.is_some() || q.max_gpus_per_user.is_some());
-        Limits { used: if any { user_usage(snap) } else { FxHashMap::default() }, config: snap.config, any }
+        let c = snap.config;
+        let any = c.enforce.limits
+            && (c.qos.iter().any(|q| !q.limits.is_empty())
+                || c.accounts.iter().any(|a| !a.limits.is_empty())
+                || c.assocs.iter().any(|a| !a.limits.is_empty()));
+        let mut l = Limits {
+            config: c,
+            any,
+            user_qos: FxHashMap::default(),
+            qos: FxHashMap::default(),
+            assoc: FxHashMap::default(),
+            account: FxHashMap::default(),
+            assoc_limits: FxHashMap::default(),
+            lineages: FxHashMap::default(),
+        };
+        if any {
+            for a in &c.accounts {
+                l.lineages.insert(a.name.as_str(), c.lineage(&a.name));
+            }
+            for a in &c.assocs {
+                l.assoc_limits.insert((a.user.as_str(), a.account.as_str()), &a.limits);
+            }
+            for r in snap.running {
+                l.count(&r.req, &running_usage(r));
+            }
+        }
+        l
     }
 
-    /// The limit that keeps `r` from starting now, if any.
+    fn qos_name(&self, req: &'a JobRequest) -> &'a str {
+        self.config.qos(req.qos.as_deref()).map_or("", |q| q.name.as_str())
+    }
+
+    fn count(&mut self, req: &'a JobRequest, u: &Usage) {
+        let q = self.qos_name(req);
+        self.user_qos.entry((req.user.as_str(), q)).or_default().add(u);
+        self.qos.entry(q).or_default().add(u);
+        self.assoc.entry((req.user.as_str(), req.account.as_str())).or_default().add(u);
+        // The account and every account above it.
+        if let Some(l) = self.lineages.get(req.account.as_str()) {
+            for a in l {
+                self.account.entry(a.name.as_str()).or_default().add(u);
+            }
+        }
+    }
+
+    /// The limit that keeps `r` from starting now, if any: the QOS's per-user limits, its
+    /// group limits, the association's, then each account's up the tree.
     pub fn blocks(&self, r: &Resolved) -> Option<PendingReason> {
         if !self.any {
             return None;
         }
-        let qos = self.config.qos(r.req.qos.as_deref())?;
-        let used = self.used.get(&(r.req.user.as_str(), qos.name.as_str())).copied().unwrap_or((0, 0));
-        if qos.max_jobs_per_user.is_some_and(|m| used.0 >= m) {
-            return Some(PendingReason::QosMaxJobsPerUserLimit);
+        let req = r.req;
+        let more = resolved_usage(r);
+        let zero = Usage::default();
+        if let Some(qos) = self.config.qos(req.qos.as_deref()) {
+            let ql = &qos.limits;
+            let used = self.user_qos.get(&(req.user.as_str(), qos.name.as_str())).unwrap_or(&zero);
+            if ql.max_jobs.is_some_and(|m| used.jobs >= m as u64) {
+                return Some(PendingReason::QosMaxJobsPerUserLimit);
+            }
+            if let Some(k) = used.exceeds(&more, &ql.max_tres_per_user) {
+                return Some(match k {
+                    model::accounting::TresKind::Gpu => PendingReason::QosMaxGpusPerUserLimit,
+                    k => PendingReason::QosMaxPerUser(k),
+                });
+            }
+            let used = self.qos.get(qos.name.as_str()).unwrap_or(&zero);
+            if ql.grp_jobs.is_some_and(|m| used.jobs >= m as u64) {
+                return Some(PendingReason::QosGrpJobsLimit);
+            }
+            if let Some(k) = used.exceeds(&more, &ql.grp_tres) {
+                return Some(PendingReason::QosGrp(k));
+            }
         }
-        if qos.max_gpus_per_user.is_some_and(|m| used.1 + r.demand.gpus * r.nodes > m) {
-            return Some(PendingReason::QosMaxGpusPerUserLimit);
+        if let Some(al) = self.assoc_limits.get(&(req.user.as_str(), req.account.as_str())) {
+            let used = self.assoc.get(&(req.user.as_str(), req.account.as_str())).unwrap_or(&zero);
+            if al.max_jobs.is_some_and(|m| used.jobs >= m as u64) {
+                return Some(PendingReason::AssocMaxJobsLimit);
+            }
+            if al.grp_jobs.is_some_and(|m| used.jobs >= m as u64) {
+                return Some(PendingReason::AssocGrpJobsLimit);
+            }
+            if let Some(k) = used.exceeds(&more, &al.grp_tres) {
+                return Some(PendingReason::AssocGrp(k));
+            }
+        }
+        let lineage = self.lineages.get(req.account.as_str()).map_or(&[][..], |l| l.as_slice());
+        // An account's MaxJobs holds for each user association below it that sets none.
+        if let Some(m) = lineage.iter().find_map(|a| a.limits.max_jobs)
+            && self.assoc_limits.get(&(req.user.as_str(), req.account.as_str())).is_none_or(|al| al.max_jobs.is_none())
+        {
+            let used = self.assoc.get(&(req.user.as_str(), req.account.as_str())).unwrap_or(&zero);
+            if used.jobs >= m as u64 {
+                return Some(PendingReason::AssocMaxJobsLimit);
+            }
+        }
+        for a in lineage {
+            if a.limits.grp_jobs.is_none() && a.limits.grp_tres.is_empty() {
+                continue;
+            }
+            let used = self.account.get(a.name.as_str()).unwrap_or(&zero);
+            if a.limits.grp_jobs.is_some_and(|m| used.jobs >= m as u64) {
+                return Some(PendingReason::AssocGrpJobsLimit);
+            }
+            if let Some(k) = used.exceeds(&more, &a.limits.grp_tres) {
+                return Some(PendingReason::AssocGrp(k));
+            }
         }
         None
     }
 
     /// Counts a start.
     pub fn add(&mut self, r: &Resolved<'a>) {
-        if !self.any {
-            return;
+        if self.any {
+            self.count(r.req, &resolved_usage(r));
         }
-        let Some(qos) = self.config.qos(r.req.qos.as_deref()) else {
-            return;
-        };
-        let e = self.used.entry((r.req.user.as_str(), qos.name.as_str())).or_default();
-        e.0 += 1;
-        e.1 += r.demand.gpus * r.nodes;
     }
 }
 
@@ -631,7 +735,7 @@ pub(crate) fn admit<'a>(
     snap: &Snapshot<'a>,
     facts: &Facts,
     ever: &mut EverFits,
-    user_jobs: &FxHashMap<(&str, &str), (u32, u32)>,
+    limits: &Limits,
     now: Time,
     idx: usize,
     p: &'a Pending,
@@ -668,12 +772,9 @@ pub(crate) fn admit<'a>(
     let Some(qos) = snap.config.qos(req.qos.as_deref()) else {
         return Admit::Reject(PendingReason::BadConstraints, format!("invalid qos specification: {}", req.qos.as_deref().unwrap_or("")));
     };
-    let used = user_jobs.get(&(req.user.as_str(), qos.name.as_str())).copied().unwrap_or((0, 0));
-    if qos.max_jobs_per_user.is_some_and(|m| used.0 >= m) {
-        return Admit::Wait(PendingReason::QosMaxJobsPerUserLimit);
-    }
-    if qos.max_gpus_per_user.is_some_and(|m| used.1 + r.demand.gpus * r.nodes > m) {
-        return Admit::Wait(PendingReason::QosMaxGpusPerUserLimit);
+    let _ = qos;
+    if let Some(reason) = limits.blocks(&r) {
+        return Admit::Wait(reason);
     }
     if !r.filter.include.is_empty() && r.filter.include.iter().any(|&i| !snap.nodes[i as usize].state.schedulable()) {
         return Admit::Wait(PendingReason::ReqNodeNotAvail);

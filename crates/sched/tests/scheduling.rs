@@ -3,7 +3,8 @@
 mod common;
 
 use common::{World, job, nodes};
-use model::{DepStatus, PendingReason, Qos, RequestKind};
+use model::accounting::TresKind;
+use model::{Account, Assoc, DepStatus, Enforce, Limits, PendingReason, Qos, RequestKind, Tres};
 use sched::{Backfill, Config, Policy};
 
 fn easy() -> Config {
@@ -112,7 +113,7 @@ fn impossible_job_is_rejected_not_queued() {
 fn every_waiting_job_has_a_slurm_reason() {
     let mut w = World::new(nodes(1, 4, 0, 1));
     w.config.partitions[0].max_time = 1000;
-    w.config.qos.push(Qos { name: "limited".into(), max_jobs_per_user: Some(1), ..Qos::normal() });
+    w.config.qos.push(Qos { name: "limited".into(), limits: Limits { max_jobs: Some(1), ..Limits::default() }, ..Qos::normal() });
     w.submit(job(1, 0, 100, 1, 0, 4)); // runs, fills the node
     let mut held = job(2, 0, 100, 1, 0, 1);
     held.held = true;
@@ -139,7 +140,8 @@ fn every_waiting_job_has_a_slurm_reason() {
     w.apply(&plan, 0);
     // QOS limit: a second job of the same user in the limited QOS waits with its reason
     let mut w2 = World::new(nodes(2, 4, 0, 1));
-    w2.config.qos.push(Qos { name: "limited".into(), max_jobs_per_user: Some(1), ..Qos::normal() });
+    w2.config.qos.push(Qos { name: "limited".into(), limits: Limits { max_jobs: Some(1), ..Limits::default() }, ..Qos::normal() });
+    w2.config.enforce = Enforce::default();
     for id in [1, 2] {
         let mut j = job(id, 0, 100, 1, 0, 1);
         j.qos = Some("limited".into());
@@ -149,6 +151,62 @@ fn every_waiting_job_has_a_slurm_reason() {
     w2.apply(&p, 0);
     let p = w2.pass(1, &easy());
     assert_eq!(reason(&p, 2), PendingReason::QosMaxJobsPerUserLimit);
+    // Unenforced (the simulator's default), the same limit holds nothing back.
+    let mut w3 = World::new(nodes(2, 4, 0, 1));
+    w3.config.qos.push(Qos { name: "limited".into(), limits: Limits { max_jobs: Some(1), ..Limits::default() }, ..Qos::normal() });
+    for id in [1, 2] {
+        let mut j = job(id, 0, 100, 1, 0, 1);
+        j.qos = Some("limited".into());
+        w3.submit(j);
+    }
+    assert_eq!(w3.pass(0, &easy()).starts.len(), 2);
+}
+
+#[test]
+fn association_and_account_limits_give_slurms_reasons() {
+    // Four nodes with 2 GPUs each; accounts `lab` (at most 3 GPUs running together) and
+    // `team` below it; alice may run one job at a time in `team`.
+    let mut w = World::new(nodes(4, 8, 2, 4));
+    w.config.enforce = Enforce::default();
+    w.config.accounts.push(Account { limits: Limits { grp_tres: Tres { gpu: Some(3), ..Tres::default() }, ..Limits::default() }, ..Account::new("lab", 1) });
+    w.config.accounts.push(Account { parent: Some("lab".into()), ..Account::new("team", 1) });
+    w.config.assocs.push(Assoc {
+        account: "team".into(),
+        user: "alice".into(),
+        shares: 1,
+        qos: None,
+        default_qos: None,
+        limits: Limits { max_jobs: Some(1), ..Limits::default() },
+    });
+    w.config.qos.push(Qos { name: "gpu".into(), limits: Limits { max_tres_per_user: Tres { cpu: Some(2), ..Tres::default() }, ..Limits::default() }, ..Qos::normal() });
+    let mk = |id: u64, user: &str, account: &str, gpus: u32| {
+        let mut j = job(id, 0, 100, 1, gpus, 1);
+        j.user = user.into();
+        j.account = account.into();
+        j
+    };
+    w.submit(mk(1, "alice", "team", 2)); // starts: 2 of lab's 3 GPUs
+    w.submit(mk(2, "alice", "team", 0)); // alice's MaxJobs in team is 1
+    w.submit(mk(3, "bob", "lab", 2)); // 2 + 2 > 3 GPUs for lab and all below it
+    w.submit(mk(4, "bob", "lab", 1)); // fits: 3 GPUs
+    let mut q = mk(5, "carol", "other", 0);
+    q.qos = Some("gpu".into());
+    q.shape.cpus_per_task = 3; // over the QOS's 2 CPUs per user
+    w.submit(q);
+    let p = w.pass(0, &easy());
+    let started: Vec<u64> = p.starts.iter().map(|s| s.job.0).collect();
+    assert_eq!(started, vec![1, 4]);
+    assert_eq!(reason(&p, 2), PendingReason::AssocMaxJobsLimit);
+    assert_eq!(reason(&p, 3), PendingReason::AssocGrp(TresKind::Gpu));
+    assert_eq!(PendingReason::AssocGrp(TresKind::Gpu).code(), "AssocGrpGRES");
+    assert_eq!(reason(&p, 5), PendingReason::QosMaxPerUser(TresKind::Cpu));
+    assert_eq!(PendingReason::QosMaxPerUser(TresKind::Cpu).code(), "QOSMaxCpuPerUserLimit");
+    // Once job 1 ends, lab has room again, and alice may run her next job.
+    w.apply(&p, 0);
+    w.finish(1);
+    let p = w.pass(1, &easy());
+    let started: Vec<u64> = p.starts.iter().map(|s| s.job.0).collect();
+    assert!(started.contains(&2) && started.contains(&3), "{started:?}");
 }
 
 #[test]

@@ -172,7 +172,10 @@ impl Viewer {
 pub(crate) fn viewer_of(app: &App, peer: &Peer, headers: &HeaderMap) -> Result<Viewer, Response> {
     let uid = user_of(app, peer, headers)?;
     let sec = &app.security;
-    Ok(Viewer { uid, all: uid == 0 || sec.operators.contains(&uid), private_jobs: sec.private_jobs, private_usage: sec.private_usage })
+    // Operators and administrators (`[security] operators`, `sacctmgr ... AdminLevel=`) see
+    // what root sees.
+    let all = uid == 0 || sec.operators.contains(&uid) || app.inner.lock().expect("controller lock").ctl.is_operator(uid);
+    Ok(Viewer { uid, all, private_jobs: sec.private_jobs, private_usage: sec.private_usage })
 }
 
 /// What a hidden value reads as.

@@ -21,7 +21,8 @@ pub struct Security {
 pub fn load(path: Option<&Path>) -> Result<(control::Settings, Security)> {
     let text = match path {
         Some(p) => std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?,
-        None => return Ok((control::Settings::default(), Security::default())),
+        // No file: the defaults, with accounting enforced (control::config's defaults).
+        None => return parse_all(""),
     };
     parse_all(&text).with_context(|| format!("in {}", path.map_or("tandem.toml".into(), |p| p.display().to_string())))
 }
@@ -40,6 +41,8 @@ pub fn parse_all(text: &str) -> Result<(control::Settings, Security)> {
         };
         operators.push(uid);
     }
+    let mut settings = settings;
+    settings.operators = operators.clone();
     Ok((settings, Security { operators, private_jobs: s.private_jobs, private_usage: s.private_usage, metrics_open: s.metrics_open }))
 }
 

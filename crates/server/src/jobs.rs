@@ -222,7 +222,7 @@ async fn submit(State(app): State<App>, ConnectInfo(peer): ConnectInfo<Peer>, he
     };
     if b.test_only {
         let t = now();
-        let checked = app.lock().ctl.check_submit(t, &b, &user);
+        let checked = app.lock().ctl.check_submit(t, &b, uid, &user);
         return match checked {
             Ok(part) => Json(SubmitResponse {
                 job_ids: vec![],

@@ -86,6 +86,7 @@ struct ServerArgs {
 
 #[macro_use]
 mod app;
+mod accounting;
 #[doc(hidden)]
 pub mod config;
 mod failpoint;
@@ -98,7 +99,7 @@ mod tls;
 mod token;
 
 fn router(app: App) -> Router {
-    nodes::routes(jobs::routes(services::routes(Router::new()))).with_state(app)
+    accounting::routes(nodes::routes(jobs::routes(services::routes(Router::new())))).with_state(app)
 }
 
 /// Removes the shared cluster secret an older version kept (in the database, and in
@@ -128,8 +129,24 @@ async fn run(args: ServerArgs) -> Result<()> {
     forget_secret(&args.data, &mut db, loaded.secret.clone())?;
     let boot = db.next_boot().context("recording this start")?;
     let t = now();
-    let mut ctl = Controller::restore(args.settings, loaded.jobs, loaded.nodes, loaded.services, loaded.next_id, t, boot);
+    let mut settings = args.settings;
+    let me = nix::unistd::geteuid().as_raw();
+    if me != 0 {
+        settings.administrators.push(me);
+    }
+    let seed = control::accounting::Accounting::of(&settings.cluster);
+    let mut ctl = Controller::restore(settings, loaded.jobs, loaded.nodes, loaded.services, loaded.next_id, t, boot);
     ctl.restore_credentials(loaded.credentials);
+    if let Some(a) = loaded.accounting {
+        if a != seed {
+            eprintln!(
+                "tandem server: the accounting is the one sacctmgr last changed (kept in the database); \
+                 tandem.toml's [[qos]], [[account]], [[user]] and [[association]] only seed a new cluster's"
+            );
+        }
+        ctl.restore_accounting(a);
+    }
+    accounting::refresh_admins(&mut ctl);
     let heartbeat_ms = ctl.heartbeat_ms();
     let db = Arc::new(Mutex::new(db));
     let app = App {

@@ -1,5 +1,5 @@
 //! The option tables of the query and helper commands (`squeue`, `sinfo`, `sacct`, `scancel`,
-//! `scontrol`, `sprio`, `sshare`, `sreport`, `sstat`, `sbcast`, `sattach`); `sbatch`'s, `salloc`'s
+//! `scontrol`, `sprio`, `sshare`, `sreport`, `sstat`, `sbcast`, `sattach`, `sacctmgr`); `sbatch`'s, `salloc`'s
 //! and `srun`'s live beside their parsers. [`command`] finds any of them by the command's name,
 //! for the one parser ([`crate::getopt`]). Long names and letters are Slurm's man pages'; the
 //! spellings Slurm's sources also accept (`--users`, `--accounts`) are aliases.
@@ -289,6 +289,22 @@ const SATTACH_OPTS: &[Opt] = &[
     Opt::both('V', "version", Arg::None),
 ];
 
+const SACCTMGR_OPTS: &[Opt] = &[
+    Opt::both('h', "help", Arg::None),
+    Opt::both('i', "immediate", Arg::None),
+    Opt::both('n', "noheader", Arg::None),
+    Opt::both('p', "parsable", Arg::None),
+    Opt::both('P', "parsable2", Arg::None),
+    Opt::both('Q', "quiet", Arg::None),
+    Opt::both('r', "readonly", Arg::None),
+    Opt::both('s', "associations", Arg::None),
+    Opt::long("json", Arg::None).refused("--json: sacctmgr prints its tables here; the same objects are at GET /v1/accounting as JSON"),
+    Opt::long("yaml", Arg::None).refused("--yaml: sacctmgr prints its tables here; the same objects are at GET /v1/accounting as JSON"),
+];
+
+/// `sacctmgr` (its words after the options are read by [`crate::sacctmgr::parse`]).
+pub const SACCTMGR: Command = Command { name: "sacctmgr", opts: &[SACCTMGR_OPTS, BASIC], order: Order::Permute, underscores: false };
+
 /// `squeue`.
 pub const SQUEUE: Command =
     Command { name: "squeue", opts: &[SQUEUE_OPTS, COMMON, ONE_CLUSTER], order: Order::Permute, underscores: false };
@@ -317,8 +333,9 @@ pub const SBCAST: Command = Command { name: "sbcast", opts: &[SBCAST_OPTS, BASIC
 pub const SATTACH: Command = Command { name: "sattach", opts: &[SATTACH_OPTS], order: Order::Permute, underscores: false };
 
 /// Every Slurm command's table, `sbatch`, `salloc` and `srun` included.
-pub const COMMANDS: [&Command; 14] =
-    [&SBATCH, &SRUN, &SALLOC, &SQUEUE, &SINFO, &SACCT, &SCANCEL, &SCONTROL, &SPRIO, &SSHARE, &SREPORT, &SSTAT, &SBCAST, &SATTACH];
+pub const COMMANDS: [&Command; 15] = [
+    &SBATCH, &SRUN, &SALLOC, &SQUEUE, &SINFO, &SACCT, &SCANCEL, &SCONTROL, &SPRIO, &SSHARE, &SREPORT, &SSTAT, &SBCAST, &SATTACH, &SACCTMGR,
+];
 
 /// The table of the Slurm command `name`.
 pub fn command(name: &str) -> Option<&'static Command> {

@@ -13,10 +13,12 @@ mod filters;
 mod formats;
 pub mod getopt;
 mod hostlist;
+pub mod keywords;
 mod limits;
 mod options;
 mod query;
 mod report;
+pub mod sacctmgr;
 mod srun;
 mod visible;
 

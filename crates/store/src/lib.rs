@@ -42,6 +42,9 @@ pub struct Loaded {
     pub services: Vec<control::Service>,
     /// Node and proxy identities, spent join tokens.
     pub credentials: control::creds::Credentials,
+    /// The accounting `sacctmgr` last changed (`None`: never; the configuration file's seed
+    /// stands).
+    pub accounting: Option<control::accounting::Accounting>,
 }
 
 impl Store {
@@ -116,6 +119,9 @@ impl Store {
             }
             if let Some(id) = d.next_id {
                 tx.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('next_id', ?1)", params![id.to_string()])?;
+            }
+            if let Some(a) = &d.accounting {
+                tx.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('accounting', ?1)", params![serde_json::to_string(a)?])?;
             }
         }
         tx.commit()?;
@@ -203,7 +209,11 @@ impl Store {
         }
         let next_serial = meta("next_serial")?.and_then(|v| v.parse().ok()).unwrap_or(1);
         let credentials = control::creds::Credentials::restore(serials, spent, next_serial);
-        Ok(Loaded { jobs, nodes, next_id, secret, services, credentials })
+        let accounting = match meta("accounting")? {
+            Some(v) => Some(serde_json::from_str(&v)?),
+            None => None,
+        };
+        Ok(Loaded { jobs, nodes, next_id, secret, services, credentials, accounting })
     }
 
     /// Ids of finished jobs, optionally of one user, ended at or after `since` (for `sacct`).

@@ -258,6 +258,59 @@ pub struct ConfigInfo {
     pub max_script_size: Option<u64>,
 }
 
+/// `GET /v1/accounting`: what `sacctmgr show` and `scontrol show assoc_mgr` read.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct AccountingInfo {
+    /// Cluster name.
+    pub cluster: String,
+    /// What is enforced, as Slurm's `AccountingStorageEnforce` (`associations,limits,qos`).
+    pub enforce: String,
+    /// QOS, the default first.
+    pub qos: Vec<model::Qos>,
+    /// Accounts.
+    pub accounts: Vec<model::Account>,
+    /// Users (and the caller, when the caller has only the account of their own name).
+    pub users: Vec<model::User>,
+    /// Associations: each account's own row (`user` empty), then each user's, resolved.
+    pub assocs: Vec<AssocRow>,
+}
+
+/// One association, with what it inherits filled in.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AssocRow {
+    /// Account.
+    pub account: String,
+    /// User; empty for the account's own row.
+    pub user: String,
+    /// The parent account of an account's row (`root` at the top); empty for a user's row.
+    pub parent: String,
+    /// Fair-share shares.
+    pub shares: u32,
+    /// QOS it may use.
+    pub qos: Vec<String>,
+    /// QOS of a job without `-q` (empty: the cluster's default).
+    pub default_qos: String,
+    /// Its own limits.
+    pub limits: model::Limits,
+}
+
+/// `POST /v1/accounting`: one `sacctmgr add|modify|delete`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct AcctRequest {
+    /// The change.
+    pub change: control::accounting::AcctChange,
+    /// Only say what it would do (`sacctmgr` asks before committing).
+    #[serde(default)]
+    pub dry_run: bool,
+}
+
+/// What a `sacctmgr` change did, as `sacctmgr` prints it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct AcctResponse {
+    /// The text.
+    pub text: String,
+}
+
 /// One partition.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct PartitionInfo {
@@ -543,6 +596,12 @@ pub struct ProxySync {
 
 /// `[proxy] prefill_pace` when a spec does not say (also `tandem proxy --prefill-pace`'s default).
 pub use control::service::DEFAULT_PREFILL_PACE;
+/// What the controller answers a caller without the right to change the accounting.
+pub use control::accounting::NO_PRIVILEGE;
+/// `sacctmgr`'s changes are the controller's own type.
+pub use control::accounting::{AcctChange, Entity as AcctEntity, SetOp, Setting, Verb as AcctVerb};
+/// The accounting's objects are the model's.
+pub use model::{Account, AdminLevel, Limits, Qos, Tres, User};
 /// The view types are the controller's own (the wire format is defined there).
 pub use control::{EndpointView, ProxyServiceStats, ServiceEndpoints, ShareRow, StdinTo, StepIo, StepRes, StepSpec};
 

@@ -17,6 +17,7 @@ pub const DOCUMENT: &str = r##"{
     {"name": "jobs", "description": "Batch jobs and steps (sbatch, squeue, scancel, scontrol, srun, sacct, sprio)"},
     {"name": "nodes", "description": "Nodes (sinfo, scontrol update node)"},
     {"name": "services", "description": "Inference services (tandem service ...)"},
+    {"name": "accounting", "description": "Associations, accounts, users, QOS and their limits (sacctmgr)"},
     {"name": "cluster", "description": "The agents' and the proxy's side of the API (cluster secret)"},
     {"name": "meta", "description": "Health, metrics, tokens and this document"}
   ],
@@ -322,6 +323,27 @@ pub const DOCUMENT: &str = r##"{
         }
       }
     },
+    "/v1/accounting": {
+      "get": {
+        "operationId": "accounting", "tags": ["accounting"], "summary": "QOS, accounts, users and associations as enforced (sacctmgr show, scontrol show assoc_mgr)",
+        "responses": {
+          "200": {"description": "The accounting", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/AccountingInfo"}}}},
+          "401": {"$ref": "#/components/responses/Unauthenticated"}
+        }
+      },
+      "post": {
+        "operationId": "changeAccounting", "tags": ["accounting"], "summary": "sacctmgr add, modify or delete of accounts, users and QOS (operators and administrators; coordinators for their accounts' users)",
+        "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/AcctRequest"}}}},
+        "responses": {
+          "200": {"description": "What was (or, with dry_run, would be) changed, as sacctmgr prints it", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/AcctResponse"}}}},
+          "400": {"$ref": "#/components/responses/Invalid"},
+          "401": {"$ref": "#/components/responses/Unauthenticated"},
+          "403": {"$ref": "#/components/responses/Forbidden"},
+          "409": {"$ref": "#/components/responses/Conflict"},
+          "500": {"$ref": "#/components/responses/ServerError"}
+        }
+      }
+    },
     "/v1/shares": {
       "get": {
         "operationId": "shares", "tags": ["jobs"], "summary": "The fair-share tree: each account's shares, decayed usage and fair-share factor (sshare)",
@@ -568,6 +590,43 @@ pub const DOCUMENT: &str = r##"{
           "allocation": {"type": "array", "items": {"$ref": "#/components/schemas/NodeAllocInfo"}, "description": "What it holds on each node (the last run's once it ended; empty while pending)"}}},
       "NodeAllocInfo": {"type": "object", "additionalProperties": false, "required": ["name", "cpus", "memory_mb", "gpus"],
         "properties": {"name": {"type": "string"}, "cpus": {"$ref": "#/components/schemas/u32"}, "memory_mb": {"$ref": "#/components/schemas/u64"}, "gpus": {"$ref": "#/components/schemas/u32"}}},
+      "Tres": {"type": "object", "additionalProperties": false, "description": "Trackable resources of a limit; an absent one is not limited",
+        "properties": {"cpu": {"$ref": "#/components/schemas/u64"}, "mem": {"$ref": "#/components/schemas/u64", "description": "MiB"},
+          "node": {"$ref": "#/components/schemas/u64"}, "gpu": {"$ref": "#/components/schemas/u64", "description": "gres/gpu"}}},
+      "Limits": {"type": "object", "additionalProperties": false, "description": "Slurm's association and QOS limits; an absent one is not set (on a QOS, max_jobs and max_submit_jobs are per user)",
+        "properties": {"max_jobs": {"$ref": "#/components/schemas/u32"}, "max_submit_jobs": {"$ref": "#/components/schemas/u32"},
+          "max_wall": {"$ref": "#/components/schemas/i64", "description": "Seconds"}, "max_tres_per_job": {"$ref": "#/components/schemas/Tres"},
+          "max_tres_per_user": {"$ref": "#/components/schemas/Tres"}, "grp_jobs": {"$ref": "#/components/schemas/u32"},
+          "grp_submit_jobs": {"$ref": "#/components/schemas/u32"}, "grp_tres": {"$ref": "#/components/schemas/Tres"}}},
+      "Qos": {"type": "object", "additionalProperties": false, "required": ["name", "priority", "preempt_tier", "grace_time"],
+        "properties": {"name": {"type": "string"}, "priority": {"$ref": "#/components/schemas/u32"},
+          "preempt_tier": {"$ref": "#/components/schemas/u32", "description": "Preempts work of strictly lower tiers"},
+          "grace_time": {"$ref": "#/components/schemas/i64", "description": "Seconds"}, "limits": {"$ref": "#/components/schemas/Limits"},
+          "description": {"type": "string"}}},
+      "Account": {"type": "object", "additionalProperties": false, "required": ["name", "shares"],
+        "properties": {"name": {"type": "string"}, "shares": {"$ref": "#/components/schemas/u32"}, "parent": {"type": "string", "description": "Absent: root"},
+          "description": {"type": "string"}, "organization": {"type": "string"}, "qos": {"$ref": "#/components/schemas/Strings"},
+          "default_qos": {"type": "string"}, "limits": {"$ref": "#/components/schemas/Limits"}}},
+      "User": {"type": "object", "additionalProperties": false, "required": ["name", "default_account"],
+        "properties": {"name": {"type": "string"}, "default_account": {"type": "string"},
+          "admin_level": {"enum": ["None", "Operator", "Administrator"]}, "coordinator": {"$ref": "#/components/schemas/Strings"}}},
+      "AssocRow": {"type": "object", "additionalProperties": false, "required": ["account", "user", "parent", "shares", "qos", "default_qos", "limits"],
+        "properties": {"account": {"type": "string"}, "user": {"type": "string", "description": "Empty for the account's own row"},
+          "parent": {"type": "string", "description": "An account row's parent; empty for a user's row"}, "shares": {"$ref": "#/components/schemas/u32"},
+          "qos": {"$ref": "#/components/schemas/Strings"}, "default_qos": {"type": "string"}, "limits": {"$ref": "#/components/schemas/Limits"}}},
+      "AccountingInfo": {"type": "object", "additionalProperties": false, "required": ["cluster", "enforce", "qos", "accounts", "users", "assocs"],
+        "properties": {"cluster": {"type": "string"}, "enforce": {"type": "string", "description": "AccountingStorageEnforce: associations,limits,qos or none"},
+          "qos": {"type": "array", "items": {"$ref": "#/components/schemas/Qos"}}, "accounts": {"type": "array", "items": {"$ref": "#/components/schemas/Account"}},
+          "users": {"type": "array", "items": {"$ref": "#/components/schemas/User"}}, "assocs": {"type": "array", "items": {"$ref": "#/components/schemas/AssocRow"}}}},
+      "Setting": {"type": "object", "additionalProperties": false, "required": ["key", "op", "value"],
+        "properties": {"key": {"type": "string", "description": "Slurm's keyword: Names, Account, User, Parent, Description, Organization, Fairshare, QOS, DefaultQOS, DefaultAccount, AdminLevel, MaxJobs, MaxSubmitJobs, MaxWall, MaxTRESPerJob, MaxTRESPerUser, MaxJobsPerUser, MaxSubmitJobsPerUser, GrpJobs, GrpSubmitJobs, GrpTRES, Priority, PreemptTier, GraceTime"},
+          "op": {"enum": ["set", "add", "remove"]}, "value": {"type": "string"}}},
+      "AcctChange": {"type": "object", "additionalProperties": false, "required": ["verb", "entity", "filter", "set"],
+        "properties": {"verb": {"enum": ["add", "modify", "delete"]}, "entity": {"enum": ["account", "user", "qos"]},
+          "filter": {"type": "array", "items": {"$ref": "#/components/schemas/Setting"}}, "set": {"type": "array", "items": {"$ref": "#/components/schemas/Setting"}}}},
+      "AcctRequest": {"type": "object", "additionalProperties": false, "required": ["change"],
+        "properties": {"change": {"$ref": "#/components/schemas/AcctChange"}, "dry_run": {"type": "boolean", "description": "Only say what it would do"}}},
+      "AcctResponse": {"type": "object", "additionalProperties": false, "required": ["text"], "properties": {"text": {"type": "string"}}},
       "ShareRow": {"type": "object", "additionalProperties": false,
         "required": ["account", "raw_shares", "norm_shares", "raw_usage", "effective_usage", "fairshare"],
         "properties": {
@@ -1272,6 +1331,47 @@ mod tests {
         s
     }
 
+    /// An accounting with every field set somewhere.
+    fn accounting() -> AccountingInfo {
+        let tres = Tres { cpu: Some(4), mem: Some(1024), node: Some(1), gpu: Some(2) };
+        let limits = Limits {
+            max_jobs: Some(2),
+            max_submit_jobs: Some(10),
+            max_wall: Some(3600),
+            max_tres_per_job: tres,
+            max_tres_per_user: tres,
+            grp_jobs: Some(5),
+            grp_submit_jobs: Some(50),
+            grp_tres: tres,
+        };
+        AccountingInfo {
+            cluster: "tandem".into(),
+            enforce: "associations,limits,qos".into(),
+            qos: vec![Qos { name: "serve".into(), priority: 100, preempt_tier: 2, limits: limits.clone(), ..Qos::normal() }],
+            accounts: vec![
+                Account {
+                    parent: Some("lab".into()),
+                    description: "ML".into(),
+                    organization: "lab".into(),
+                    qos: vec!["normal".into(), "serve".into()],
+                    default_qos: Some("normal".into()),
+                    limits: limits.clone(),
+                    ..Account::new("ml", 1)
+                },
+            ],
+            users: vec![User { name: "alice".into(), default_account: "ml".into(), admin_level: AdminLevel::Operator, coordinator: vec!["lab".into()] }],
+            assocs: vec![AssocRow {
+                account: "ml".into(),
+                user: "alice".into(),
+                parent: String::new(),
+                shares: 1,
+                qos: vec!["normal".into()],
+                default_qos: "normal".into(),
+                limits,
+            }],
+        }
+    }
+
     fn samples() -> Vec<(&'static str, Value)> {
         let v = |x: &dyn erased::Ser| x.value();
         let stats = ProxyServiceStats { inflight: 1, replicas: [("llm-5".to_string(), 1)].into(), ..Default::default() };
@@ -1491,6 +1591,20 @@ mod tests {
                 }),
             ),
             ("StepResponse", v(&StepResponse { step: 0, layout: vec![("node1".into(), 2)] })),
+            ("AccountingInfo", v(&accounting())),
+            (
+                "AcctRequest",
+                v(&AcctRequest {
+                    change: AcctChange {
+                        verb: crate::AcctVerb::Modify,
+                        entity: crate::AcctEntity::User,
+                        filter: vec![Setting { key: "Names".into(), op: SetOp::Set, value: "alice".into() }],
+                        set: vec![Setting { key: "QOS".into(), op: SetOp::Add, value: "serve".into() }],
+                    },
+                    dry_run: true,
+                }),
+            ),
+            ("AcctResponse", v(&AcctResponse { text: " Modified user associations...\n".into() })),
             ("RegisterRequest", v(&RegisterRequest { node, addr: "127.0.0.1".into(), running: Vec::new(), exits: Vec::new() })),
             ("RegisterResponse", v(&RegisterResponse { lease_s: 30, heartbeat_ms: 5000 })),
             (
