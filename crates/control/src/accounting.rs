@@ -338,6 +338,38 @@ impl Controller {
         Ok((account, qos))
     }
 
+    /// A partition's AllowAccounts and AllowQos (AllowGroups is the daemon's: it knows the
+    /// groups): refused with Slurm's words. Administrators pass.
+    pub fn check_partition_access(&self, uid: u32, user: &str, partition: Option<&str>, account: &str, qos: Option<&str>) -> Result<(), Refused> {
+        let c = &self.settings.cluster;
+        let Some(p) = c.partition(partition) else { return Ok(()) };
+        if self.admin_level(uid, user) == AdminLevel::Administrator {
+            return Ok(());
+        }
+        if let Some(allowed) = &p.allow_accounts
+            && !allowed.iter().any(|a| a == account)
+        {
+            return Err(Refused::Forbidden(format!(
+                "{INVALID_ACCOUNT}: partition {} allows accounts {} (AllowAccounts), not {}",
+                p.name,
+                allowed.join(","),
+                slurmcli::visible(account)
+            )));
+        }
+        let q = qos.map(str::to_string).or_else(|| c.qos.first().map(|q| q.name.clone())).unwrap_or_default();
+        if let Some(allowed) = &p.allow_qos
+            && !allowed.contains(&q)
+        {
+            return Err(Refused::Forbidden(format!(
+                "{INVALID_QOS}: partition {} allows QOS {} (AllowQos), not {}",
+                p.name,
+                allowed.join(","),
+                slurmcli::visible(&q)
+            )));
+        }
+        Ok(())
+    }
+
     /// The limits checked at submission of `count` jobs like `req` (an array's tasks each
     /// count): MaxSubmitJobs of the association, the accounts above it and the QOS (per user
     /// and together), MaxWall and MaxTRESPerJob. Refused as Slurm refuses, with which limit.
@@ -448,7 +480,10 @@ impl Controller {
             (Verb::Add, Entity::User) => add_users(&mut next, ch, level, user, &self.settings.cluster_name)?,
             (Verb::Add, Entity::Qos) => add_qos(&mut next, ch, level)?,
             (Verb::Modify, Entity::Account) => modify_accounts(&mut next, ch, level, user)?,
-            (Verb::Modify, Entity::User) => modify_users(&mut next, ch, level, user)?,
+            (Verb::Modify, Entity::User) => {
+                let own = self.settings.cluster.unlisted == model::Unlisted::OwnAccount;
+                modify_users(&mut next, ch, level, user, own)?
+            }
             (Verb::Modify, Entity::Qos) => modify_qos(&mut next, ch, level)?,
             (Verb::Delete, e) => self.delete(&mut next, e, ch, level, user)?,
         };
@@ -862,7 +897,9 @@ fn modify_accounts(next: &mut Accounting, ch: &AcctChange, level: AdminLevel, ca
     Ok(Said::changed(format!(" Modified account associations...\n{}", lines(&hit))))
 }
 
-fn modify_users(next: &mut Accounting, ch: &AcctChange, level: AdminLevel, caller: &str) -> Result<Said, Refused> {
+/// `own`: users with no association have the account of their own name (`Unlisted::OwnAccount`):
+/// naming one in `modify user ... set AdminLevel=` records them with it.
+fn modify_users(next: &mut Accounting, ch: &AcctChange, level: AdminLevel, caller: &str, own: bool) -> Result<Said, Refused> {
     let want = filter_names(ch, &["Name", "Names", "User", "Users"]);
     let accounts = filter_names(ch, &["Account", "Accounts"]);
     if ch.set.is_empty() {
@@ -873,6 +910,14 @@ fn modify_users(next: &mut Accounting, ch: &AcctChange, level: AdminLevel, calle
         let mine = coordinated(next, caller);
         if user_keys || accounts.is_empty() || !accounts.iter().all(|a| mine.contains(a)) {
             return Err(Refused::Forbidden(NO_PRIVILEGE.into()));
+        }
+    }
+    if own && user_keys {
+        for w in &want {
+            valid_name("user", w)?;
+            if !next.users.iter().any(|u| &u.name == w) && !next.assocs.iter().any(|a| &a.user == w) {
+                next.users.push(User { name: w.clone(), default_account: w.clone(), admin_level: AdminLevel::None, coordinator: Vec::new() });
+            }
         }
     }
     let mut out = Vec::new();

@@ -25,6 +25,9 @@
 //! max_time = "7-0"
 //! priority_tier = 1
 //! default = true
+//! allow_accounts = ["research"] # Slurm's AllowAccounts, AllowQos, AllowGroups (absent: all)
+//! allow_qos = ["normal", "serve"]
+//! allow_groups = ["gpuusers"]
 //! [[qos]]
 //! name = "serve"
 //! priority = 100
@@ -224,6 +227,9 @@ struct Part {
     priority_tier: Option<u32>,
     #[serde(default)]
     default: bool,
+    allow_accounts: Option<Vec<String>>,
+    allow_qos: Option<Vec<String>>,
+    allow_groups: Option<Vec<String>>,
 }
 
 #[derive(Deserialize)]
@@ -390,7 +396,12 @@ pub fn parse(text: &str) -> Result<(crate::Settings, Security)> {
             }
             parts.push((
                 p.default,
-                model::Partition { name: p.name.clone(), default_time, max_time, priority_tier: p.priority_tier.unwrap_or(1) },
+                model::Partition {
+                    allow_accounts: p.allow_accounts.clone(),
+                    allow_qos: p.allow_qos.clone(),
+                    allow_groups: p.allow_groups.clone(),
+                    ..model::Partition::new(&p.name, default_time, max_time, p.priority_tier.unwrap_or(1))
+                },
                 nodes,
             ));
         }

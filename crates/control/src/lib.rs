@@ -605,6 +605,7 @@ impl Controller {
             probe.time_limit = probe.time_limit.min(part.max_time);
         }
         (probe.account, probe.qos) = self.charge(uid, user, batch.account.as_deref(), batch.qos.as_deref(), batch.nice)?;
+        self.check_partition_access(uid, user, batch.partition.as_deref(), &probe.account, probe.qos.as_deref())?;
         sched::check_request(&self.node_defs(), &self.settings.cluster, &probe).map_err(|r| Refused::Invalid(r.message))?;
         self.check_job_limits(&probe, batch.array.as_ref().map_or(1, |a| a.indices.len() as u64))?;
         for d in &batch.dependency {
@@ -670,6 +671,7 @@ impl Controller {
             probe.time_limit = probe.time_limit.min(part.max_time);
         }
         (probe.account, probe.qos) = self.charge(spec.uid, user, batch.account.as_deref(), batch.qos.as_deref(), batch.nice)?;
+        self.check_partition_access(spec.uid, user, batch.partition.as_deref(), &probe.account, probe.qos.as_deref())?;
         self.check_cached(&probe)?;
         self.check_job_limits(&probe, batch.array.as_ref().map_or(1, |a| a.indices.len() as u64))?;
         for d in &batch.dependency {

@@ -235,6 +235,7 @@ impl Controller {
         // The account and QOS the replicas charge, checked as a batch job's are (an account the
         // user may not charge, a QOS the association does not allow: refused).
         let (account, qos) = self.charge(uid, user, spec.account.as_deref(), spec.qos.as_deref(), 0)?;
+        self.check_partition_access(uid, user, spec.partition.as_deref(), &account, qos.as_deref())?;
         (spec.account, spec.qos) = (Some(account), qos);
         let r = self.check_spec(&spec, user)?;
         let name = spec.name.clone();

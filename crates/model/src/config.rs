@@ -16,6 +16,23 @@ pub struct Partition {
     pub max_time: Time,
     /// Priority tier: jobs of a higher tier are considered first (Slurm's PriorityTier).
     pub priority_tier: u32,
+    /// Only these accounts may use it (Slurm's AllowAccounts; `None`: all).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allow_accounts: Option<Vec<String>>,
+    /// Only these QOS may use it (AllowQos; `None`: all).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allow_qos: Option<Vec<String>>,
+    /// Only members of these Unix groups may use it (AllowGroups; `None`: all). The daemon
+    /// checks membership; root is always allowed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allow_groups: Option<Vec<String>>,
+}
+
+impl Partition {
+    /// A partition open to all.
+    pub fn new(name: &str, default_time: Time, max_time: Time, priority_tier: u32) -> Partition {
+        Partition { name: name.into(), default_time, max_time, priority_tier, allow_accounts: None, allow_qos: None, allow_groups: None }
+    }
 }
 
 /// A quality of service.
@@ -127,7 +144,7 @@ pub struct ClusterConfig {
 impl Default for ClusterConfig {
     fn default() -> Self {
         ClusterConfig {
-            partitions: vec![Partition { name: "batch".into(), default_time: 3600, max_time: Time::MAX / 4, priority_tier: 1 }],
+            partitions: vec![Partition::new("batch", 3600, Time::MAX / 4, 1)],
             qos: vec![Qos::normal()],
             accounts: Vec::new(),
             users: Vec::new(),

@@ -293,6 +293,42 @@ pub(crate) fn user_name(uid: u32) -> String {
     nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid)).ok().flatten().map_or_else(|| uid.to_string(), |u| u.name)
 }
 
+/// A partition's AllowGroups (Slurm's): the caller must be in one of its groups (by
+/// membership or primary group); root and the controller's own user pass. The rest of a
+/// partition's access (AllowAccounts, AllowQos) is the controller's to check.
+pub(crate) fn check_groups(app: &App, uid: u32, partition: Option<&str>) -> Result<(), Response> {
+    let allowed = {
+        let g = app.inner.lock().expect("controller lock");
+        match g.ctl.settings().cluster.partition(partition) {
+            Some(p) => match &p.allow_groups {
+                Some(a) => (p.name.clone(), a.clone()),
+                None => return Ok(()),
+            },
+            None => return Ok(()),
+        }
+    };
+    if uid == 0 || uid == app.owner {
+        return Ok(());
+    }
+    let user = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid)).ok().flatten();
+    let groups: Vec<String> = user
+        .and_then(|u| {
+            let name = std::ffi::CString::new(u.name).ok()?;
+            nix::unistd::getgrouplist(&name, u.gid).ok()
+        })
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|g| nix::unistd::Group::from_gid(g).ok().flatten().map(|g| g.name))
+        .collect();
+    if groups.iter().any(|g| allowed.1.contains(g)) {
+        return Ok(());
+    }
+    Err(err(
+        StatusCode::FORBIDDEN,
+        format!("User's group not permitted to use this partition: {} allows groups {} (AllowGroups)", allowed.0, allowed.1.join(",")),
+    ))
+}
+
 pub(crate) fn primary_gid(uid: u32) -> u32 {
     nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid)).ok().flatten().map_or(uid, |u| u.gid.as_raw())
 }

@@ -196,6 +196,7 @@ async fn submit(State(app): State<App>, ConnectInfo(peer): ConnectInfo<Peer>, he
     let uid = or_reply!(user_of(&app, &peer, &headers));
     let req = or_reply!(bounded_json_body(&app, body).await);
     let b = req.batch;
+    or_reply!(crate::app::check_groups(&app, uid, b.partition.as_deref()));
     let user = user_name(uid);
     let workdir =
         b.chdir.clone().map(|d| if d.starts_with('/') { d } else { format!("{}/{d}", req.cwd) }).unwrap_or_else(|| req.cwd.clone());

@@ -96,6 +96,7 @@ async fn apply(
 ) -> Response {
     let uid = or_reply!(user_of(&app, &peer, &headers));
     let req = or_reply!(json_body(body));
+    or_reply!(crate::app::check_groups(&app, uid, req.spec.partition.as_deref()));
     let user = user_name(uid);
     let gid = primary_gid(uid);
     let name = req.spec.name.clone();

@@ -1233,6 +1233,7 @@ fn control_characters_in_user_strings_never_reach_a_terminal_raw() {
     let (r, d, h) = (running.to_string(), done.to_string(), held.to_string());
     let step = format!("{running}.0");
     let bad_option = format!("--{EVIL}");
+    let evil_format = format!("format={EVIL}");
     let commands: Vec<Vec<&str>> = vec![
         vec!["squeue"],
         vec!["squeue", "-l"],
@@ -1275,6 +1276,11 @@ fn control_characters_in_user_strings_never_reach_a_terminal_raw() {
         vec!["sacct", "-j", EVIL],
         vec!["tandem", EVIL],
         vec!["tandem", "service", "scale", EVIL, "1"],
+        vec!["sacctmgr", "show", "assoc"],
+        vec!["sacctmgr", "-P", "show", "user", "withassoc"],
+        vec!["sacctmgr", "show", EVIL],
+        vec!["sacctmgr", "-i", "add", "account", EVIL],
+        vec!["sacctmgr", "show", "assoc", &evil_format],
     ];
     let mut shown_somewhere = 0;
     for u in [Some(&v), Some(&a), None] {
@@ -1309,5 +1315,164 @@ fn control_characters_in_user_strings_never_reach_a_terminal_raw() {
     up.root(&["scontrol", "update", "NodeName=node1", "State=RESUME"]);
     up.ok(&a, &wd, &["tandem", "service", "delete", "evil"]);
     up.root(&["scancel", &r, &h]);
+    std::fs::remove_dir_all(&root).ok();
+}
+
+/// The README's QOS tiers: training below, inference above, the most important training above
+/// both.
+const TIERS: &str = "[[qos]]\nname = \"scavenger\"\npreempt_tier = 0\n[[qos]]\nname = \"serve\"\npriority = 100\npreempt_tier = 2\n\
+                     [[qos]]\nname = \"critical\"\npriority = 200\npreempt_tier = 3\n";
+
+/// The pending reason of job `id` (`squeue -o %r`).
+fn reason_of(up: &Up, id: u64) -> String {
+    String::from_utf8_lossy(&up.root(&["squeue", "-h", "-o", "%r", "-j", &id.to_string()]).stdout).trim().to_string()
+}
+
+/// SECURITY.md, A1: associations keep users to their accounts, to QOS that preempt nobody
+/// unless granted, and to their limits; only administrators and operators change them.
+#[test]
+fn associations_keep_users_to_their_accounts_qos_and_limits() {
+    let Some((v, a)) = users() else { return };
+    let root = root_dir("assoc");
+    let f = files(&root, &v, &a);
+    let parts = format!(
+        "{TIERS}[[partition]]\nname = \"batch\"\ndefault = true\n\
+         [[partition]]\nname = \"lab\"\nallow_groups = [\"{VICTIM}\"]\nallow_accounts = [\"lab\"]\nallow_qos = [\"normal\"]\n"
+    );
+    let up = Up::start(&root, Some(&parts));
+    let (wd, vd) = (&f.attacker_dir, &f.victim_dir);
+    let jobs_of = |u: &User| String::from_utf8_lossy(&up.root(&["squeue", "-h", "-o", "%i", "-u", &u.name]).stdout).lines().count();
+    // Positive controls: an ordinary user with nothing configured has an account of their own
+    // and the QOS that preempt nobody.
+    let own = up.sbatch(&a, wd, &["-o", "/dev/null", "--wrap", "true"]);
+    up.sbatch(&a, wd, &["-o", "/dev/null", "-q", "scavenger", "--nice=100", "--wrap", "true"]);
+    assert_eq!(up.ok(&a, wd, &["sacctmgr", "-nP", "show", "user", &a.name, "format=DefaultAccount"]).trim(), a.name);
+    assert_eq!(up.job(own)["Account"], a.name, "no -A: the association's default account");
+    // The attacks: a QOS that preempts others, another user's account, a negative nice, each
+    // refused with Slurm's words, and nothing stored.
+    let before = jobs_of(&a);
+    for (args, words) in [
+        (vec!["sbatch", "-q", "critical", "-N1", "--wrap", "sleep 60"], "Invalid qos specification"),
+        (vec!["sbatch", "-q", "serve", "--wrap", "sleep 60"], "Invalid qos specification"),
+        (vec!["sbatch", "-A", VICTIM, "--wrap", "true"], "Invalid account or account/partition combination specified"),
+        (vec!["sbatch", "-A", "nosuchaccount", "--wrap", "true"], "Invalid account"),
+        (vec!["sbatch", "--nice=-10000", "--wrap", "true"], "Invalid --nice value"),
+        (vec!["srun", "-q", "critical", "true"], "Invalid qos specification"),
+        (vec!["salloc", "--no-shell", "-A", VICTIM], "Invalid account"),
+        (vec!["sbatch", "-p", "lab", "--wrap", "true"], "User's group not permitted to use this partition"),
+    ] {
+        let o = up.run(&a, wd, &args);
+        assert!(!o.status.success() && text(&o).contains(words), "{args:?}: {}", text(&o));
+    }
+    assert_eq!(jobs_of(&a), before, "nothing refused was stored");
+    let spec = owned_file(
+        &wd.join("crit.toml"),
+        "name = \"crit\"\ncommand = [\"/bin/sleep\"]\nargs = [\"300\"]\nqos = \"critical\"\noutput = \"/dev/null\"\n",
+        a.uid,
+        a.gid,
+        0o644,
+    );
+    let o = up.run(&a, wd, &["tandem", "service", "apply", "-f", &spec.display().to_string()]);
+    assert!(!o.status.success() && text(&o).contains("Invalid qos specification"), "{}", text(&o));
+    // An ordinary user changes no accounting.
+    for args in [
+        vec!["sacctmgr", "-i", "add", "account", "evil"],
+        vec!["sacctmgr", "-i", "add", "qos", "evil"],
+        vec!["sacctmgr", "-i", "modify", "user", &a.name, "set", "AdminLevel=Administrator"],
+        vec!["sacctmgr", "-i", "modify", "qos", "critical", "set", "PreemptTier=0"],
+        vec!["sacctmgr", "-i", "delete", "qos", "critical"],
+    ] {
+        let o = up.run(&a, wd, &args);
+        assert!(!o.status.success() && text(&o).contains("doesn't have privilege"), "{args:?}: {}", text(&o));
+    }
+    // An administrator grants: an account with a GPU-less group limit and the victim in it
+    // with limits of their own and the serve QOS.
+    let root_ok = |args: &[&str]| {
+        let o = up.root(args);
+        assert!(o.status.success(), "{args:?}: {}", text(&o));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    root_ok(&["sacctmgr", "-i", "add", "account", "lab", "Description=the lab", "GrpTRES=cpu=64"]);
+    root_ok(&["sacctmgr", "-i", "add", "user", &v.name, "account=lab", "MaxJobs=1", "MaxSubmitJobs=3", "QOS=normal,serve"]);
+    assert_eq!(up.ok(&v, vd, &["sacctmgr", "-nP", "show", "user", &v.name, "format=DefaultAccount"]).trim(), "lab");
+    // The partition's AllowGroups, AllowAccounts and AllowQos: the victim's group and account
+    // pass, with its QOS only.
+    let held = up.sbatch(&v, vd, &["-p", "lab", "--hold", "-o", "/dev/null", "--wrap", "true"]);
+    up.ok(&v, vd, &["scancel", &held.to_string()]);
+    let o = up.run(&v, vd, &["sbatch", "-p", "lab", "-q", "serve", "--wrap", "true"]);
+    assert!(!o.status.success() && text(&o).contains("AllowQos"), "{}", text(&o));
+    let listed = up.ok(&a, wd, &["sacctmgr", "-nP", "show", "assoc", "where", "account=lab", "format=Account,User,MaxJobs,MaxSubmit,QOS"]);
+    assert!(listed.contains(&format!("lab|{}|1|3|normal,serve", v.name)), "{listed}");
+    // Its limits, each with Slurm's reason or refusal.
+    let j1 = up.sbatch(&v, vd, &["-o", "/dev/null", "--wrap", "sleep 300"]);
+    up.wait_state(j1, &["RUNNING"]);
+    let j2 = up.sbatch(&v, vd, &["-o", "/dev/null", "-q", "serve", "--wrap", "sleep 300"]);
+    up.sbatch(&v, vd, &["-o", "/dev/null", "--wrap", "sleep 300"]);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while reason_of(&up, j2) != "AssocMaxJobsLimit" {
+        assert!(Instant::now() < deadline, "job {j2}: {}", reason_of(&up, j2));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let o = up.run(&v, vd, &["sbatch", "--wrap", "true"]);
+    assert!(!o.status.success() && text(&o).contains("Job violates accounting/QOS policy") && text(&o).contains("MaxSubmitJobs"), "{}", text(&o));
+    let o = up.run(&v, vd, &["sbatch", "-q", "critical", "--wrap", "true"]);
+    assert!(!o.status.success() && text(&o).contains("Invalid qos specification"), "{}", text(&o));
+    // Changed without a restart: MaxJobs=2 lets the second start; a group CPU limit of one
+    // keeps the third waiting with its reason; MaxWall refuses a longer limit.
+    root_ok(&["sacctmgr", "-i", "modify", "user", "where", &format!("name={}", v.name), "set", "MaxJobs=3", "MaxSubmitJobs=-1"]);
+    up.wait_state(j2, &["RUNNING"]);
+    root_ok(&["sacctmgr", "-i", "modify", "account", "lab", "set", "GrpTRES=cpu=2", "MaxWall=10:00"]);
+    let j4 = up.sbatch(&v, vd, &["-o", "/dev/null", "-t", "5", "--wrap", "sleep 300"]);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !reason_of(&up, j4).starts_with("AssocGrpCpu") {
+        assert!(
+            Instant::now() < deadline,
+            "job {j4}: {}\n{}",
+            reason_of(&up, j4),
+            String::from_utf8_lossy(&up.root(&["squeue", "-o", "%i %u %a %q %T %r %C %p"]).stdout)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let o = up.run(&v, vd, &["sbatch", "-t", "1:00:00", "--wrap", "true"]);
+    assert!(!o.status.success() && text(&o).contains("MaxWall"), "{}", text(&o));
+    // A QOS limit per user (it counts running jobs: the victim's leave room first).
+    root_ok(&["scancel", "-u", &v.name]);
+    root_ok(&["sacctmgr", "-i", "modify", "qos", "scavenger", "set", "MaxJobsPerUser=1"]);
+    let s1 = up.sbatch(&a, wd, &["-o", "/dev/null", "-q", "scavenger", "--wrap", "sleep 300"]);
+    up.wait_state(s1, &["RUNNING"]);
+    let s2 = up.sbatch(&a, wd, &["-o", "/dev/null", "-q", "scavenger", "--wrap", "sleep 300"]);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while reason_of(&up, s2) != "QOSMaxJobsPerUserLimit" {
+        assert!(Instant::now() < deadline, "job {s2}: {}", reason_of(&up, s2));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // Survives a kill -9 of the controller (tandem up starts it again).
+    let pid = String::from_utf8_lossy(&Command::new("pgrep").args(["-f", &format!("server .*{}", up.dir.display())]).output().unwrap().stdout)
+        .lines()
+        .next()
+        .unwrap()
+        .trim()
+        .to_string();
+    Command::new("kill").args(["-9", &pid]).status().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let o = up.run(&v, vd, &["sacctmgr", "-nP", "show", "assoc", "where", "account=lab", "format=User,MaxJobs"]);
+        if o.status.success() && String::from_utf8_lossy(&o.stdout).contains(&format!("{}|3", v.name)) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "after the restart: {}", text(&o));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // An operator made by sacctmgr may act on others' jobs; before, the attacker may not.
+    let later = up.sbatch(&v, vd, &["-o", "/dev/null", "-t", "5", "--begin=now+1hour", "--wrap", "true"]);
+    let o = up.run(&a, wd, &["scontrol", "hold", &later.to_string()]);
+    assert!(!o.status.success(), "{}", text(&o));
+    root_ok(&["sacctmgr", "-i", "modify", "user", &a.name, "set", "AdminLevel=Operator"]);
+    up.ok(&a, wd, &["scontrol", "hold", &later.to_string()]);
+    up.ok(&a, wd, &["sbatch", "--nice=-5", "-o", "/dev/null", "--wrap", "true"]);
+    let o = up.run(&a, wd, &["sacctmgr", "-i", "modify", "user", &a.name, "set", "AdminLevel=Administrator"]);
+    assert!(!o.status.success() && text(&o).contains("only an administrator"), "{}", text(&o));
+    root_ok(&["scancel", "-u", &v.name]);
+    root_ok(&["scancel", "-u", &a.name]);
     std::fs::remove_dir_all(&root).ok();
 }
