@@ -313,6 +313,9 @@ fn main() -> std::process::ExitCode {
     if argv.get(1).map(String::as_str) == Some(bench::UPSTREAM_CMD) {
         return exit_with("tandem __upstream", bench::upstream(&argv[2..]).map(|_| 0));
     }
+    if argv.get(1).map(String::as_str) == Some(bench::FLOOD_CMD) {
+        return exit_with("tandem __flood", bench::flood_attacker(&argv[2..]).map(|_| 0));
+    }
     if argv.get(1).map(String::as_str) == Some(bench::LLM_CMD) {
         return exit_with("tandem __llm", bench::llm_server(&argv[2..]).map(|_| 0));
     }
