@@ -520,7 +520,11 @@ pub fn run(a: FloodArgs) -> Result<FloodReport> {
     let m = String::from_utf8_lossy(&m.body).into_owned();
     let refused = m.lines().filter(|l| l.starts_with("tandem_connections_refused_total{")).filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok()).sum::<f64>();
     drop(cluster);
-    std::fs::remove_dir_all(&base).ok();
+    if unloaded.down_seen + attack.down_seen == 0 {
+        std::fs::remove_dir_all(&base).ok();
+    } else {
+        eprintln!("tandem bench flood: a node went down; the cluster's logs are kept in {}", base.display());
+    }
     Ok(FloodReport {
         unloaded,
         attack,

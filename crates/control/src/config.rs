@@ -45,7 +45,7 @@
 //! [limits]                # the controller's flood defences (SECURITY.md, F1-F3)
 //! max_connections_per_user = 64  # connections one uid may hold (Unix socket and token TCP
 //!                         # together); root and the controller's user: 4 times as many
-//! max_requests_per_user = 8      # requests of one uid handled at once; the rest wait their turn
+//! max_requests_per_user = 2      # requests of one uid handled at once; the rest wait their turn
 //! max_user_connections = 8192    # users' connections in all (agents and proxies not counted)
 //! ```
 
@@ -148,7 +148,7 @@ pub struct Limits {
 
 impl Default for Limits {
     fn default() -> Limits {
-        Limits { max_connections_per_user: 64, max_requests_per_user: 8, max_user_connections: 8192 }
+        Limits { max_connections_per_user: 64, max_requests_per_user: 2, max_user_connections: 8192 }
     }
 }
 

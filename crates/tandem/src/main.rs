@@ -298,7 +298,7 @@ fn main() -> std::process::ExitCode {
     let daemon = !cli::COMMANDS.contains(&invoked.as_str())
         && matches!(
             argv.get(1).map(String::as_str),
-            Some("server" | "agent" | "proxy" | "up" | "bench" | bench::UPSTREAM_CMD | bench::LLM_CMD)
+            Some("server" | "agent" | "proxy" | "up" | "bench" | bench::UPSTREAM_CMD | bench::LLM_CMD | bench::FLOOD_CMD)
         );
     if !daemon {
         exec::quiet_sigpipe();
