@@ -1,11 +1,12 @@
-//! Every benchmark harness (`tandem bench sched|submit|agents|proxy|llm|failover|chaos|load`), the HTTP
-//! load generator (`loadgen`), the test upstream (`tandem __upstream`), the LLM server stand-in
+//! Every benchmark harness (`tandem bench sched|submit|agents|proxy|llm|failover|chaos|flood|load`), the HTTP
+//! load generator (`loadgen`), the test upstream (`tandem __upstream`), the flood attacker
+//! (`tandem __flood`), the LLM server stand-in
 //! (`tandem __llm`: `llmserver` over the sans-IO `llmsim`) and the simulated agents (`agents`). Nothing in the product depends on this crate (the tidy test checks). It drives
 //! the real daemons from outside, as a user or a peer would: it starts them through `up` (as
 //! processes) and talks to them through `client` and `wire`; only `bench sched` runs a decision
 //! crate (`sched`) in process, on synthetic clusters (`trace`).
-//! Its public face is [`BenchCmd`] with [`run`], [`upstream`] with [`UPSTREAM_CMD`], and
-//! [`llm_server`] with [`LLM_CMD`].
+//! Its public face is [`BenchCmd`] with [`run`], [`upstream`] with [`UPSTREAM_CMD`],
+//! [`llm_server`] with [`LLM_CMD`], and [`flood_attacker`] with [`FLOOD_CMD`].
 //!
 //! This file is `tandem bench sched`: it times scheduling passes on large synthetic clusters.
 //! The state is built the way a cluster gets there: jobs of the synthetic mix are started by
@@ -18,6 +19,7 @@ mod agents;
 mod chaos;
 mod failover;
 mod fairness;
+mod flood;
 mod llm;
 mod llmserver;
 mod llmsim;
@@ -27,6 +29,7 @@ mod proxy;
 mod submit;
 mod upstream;
 
+pub use flood::{FLOOD_CMD, attacker as flood_attacker};
 pub use llmserver::{LLM_CMD, run as llm_server};
 pub use upstream::{UPSTREAM_CMD, run as upstream};
 
@@ -64,6 +67,10 @@ pub enum BenchCmd {
     /// A service behind the proxy on a local cluster while one node dies (`kill -9`): failed
     /// requests, time to replace the replica, latency; beside Kubernetes' defaults.
     Failover(crate::failover::FailoverArgs),
+    /// One user floods the controller (50,000 connection attempts from several processes,
+    /// half-sent requests, a request flood) while another submits and queries and agents
+    /// heartbeat: their latencies beside an unloaded run, and what the attacker was let hold.
+    Flood(crate::flood::FloodArgs),
     /// A real cluster (agents in network namespaces of their own) under a workload of batch
     /// jobs and a service, with seeded faults (kill -9 of any daemon or task, partitions both
     /// ways and one way), checked against invariants: no job stuck, run twice, or run after its
@@ -228,6 +235,11 @@ pub fn run(cmd: BenchCmd) -> Result<()> {
                 bail!("{} invariant(s) violated with --seed {}", r.violations.len(), r.seed);
             }
             Ok(())
+        }
+        BenchCmd::Flood(a) => {
+            let json = a.json;
+            let r = crate::flood::run(a)?;
+            report(json, &r, crate::flood::print)
         }
         BenchCmd::Failover(a) => {
             let json = a.json;

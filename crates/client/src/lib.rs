@@ -87,6 +87,19 @@ pub enum Error {
         /// The controller's message (`ApiError::error`), or the status and body.
         message: String,
     },
+    /// The controller kept turning the connection away for load (too many connections) for
+    /// [`BUSY_RETRY`].
+    #[error("the controller at {target} is busy: turned away {tries} times over {secs} s ({message})")]
+    Busy {
+        /// `unix://path` or `https://host:port`.
+        target: String,
+        /// Tries made.
+        tries: u32,
+        /// Seconds spent.
+        secs: u64,
+        /// The controller's last word (or the connection's error).
+        message: String,
+    },
     /// A success reply whose body is not what was expected.
     #[error("unexpected reply: {body}")]
     Decode {
@@ -169,6 +182,15 @@ impl Target {
         Err(Error::BadTarget { value: s.into(), why: "expected https://host:port, unix:///path/to/tandem.sock or http://host:port" })
     }
 
+    /// The address as a URL (`unix://path`, `https://host:port`, `http://host:port`).
+    pub fn url(&self) -> String {
+        match self {
+            Target::Tcp(a) => format!("http://{a}"),
+            Target::Tls(a, _) => format!("https://{a}"),
+            Target::Unix(p) => format!("unix://{p}"),
+        }
+    }
+
     /// From `TANDEM_SERVER`, defaulting to the default address.
     pub fn from_env() -> Result<Target> {
         Target::parse(&std::env::var("TANDEM_SERVER").unwrap_or_else(|_| "http://127.0.0.1:7200".into()))
@@ -213,12 +235,73 @@ impl Reply {
     }
 }
 
-/// Sends one request.
+/// How long [`send`] keeps retrying a controller that turns the connection away for load.
+pub const BUSY_RETRY: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Sends one request. A controller that turns the connection away for load (an answer 429 or
+/// 503 with `Retry-After`, sent before it read anything: the caller's cap of connections, or
+/// users' in all; a Unix socket whose listen backlog is full; for a GET, a connection closed
+/// before any answer) is tried again after a jittered pause that doubles from 20 ms up to 1 s,
+/// for up to [`BUSY_RETRY`] in all; then [`Error::Busy`] says so.
 pub async fn send(t: &Target, method: &str, path: &str, body: Option<&impl Serialize>, headers: &[(&str, &str)]) -> Result<Reply> {
     let bytes = match body {
         Some(b) => Bytes::from(serde_json::to_vec(b).map_err(Error::Encode)?),
         None => Bytes::new(),
     };
+    send_for(BUSY_RETRY, t, method, path, bytes, headers).await
+}
+
+/// [`send`], retrying for `budget` at most.
+async fn send_for(budget: std::time::Duration, t: &Target, method: &str, path: &str, bytes: Bytes, headers: &[(&str, &str)]) -> Result<Reply> {
+    let started = std::time::Instant::now();
+    let mut pause = std::time::Duration::from_millis(20);
+    let mut tries = 0u32;
+    // The controller's last refusal message, for the final error.
+    let mut last: Option<String> = None;
+    loop {
+        tries += 1;
+        let outcome = send_once(t, method, path, bytes.clone(), headers).await;
+        let busy = match &outcome {
+            Ok((r, true)) if r.status == 429 || r.status == 503 => {
+                last = Some(r.error());
+                r.error()
+            }
+            Err(Error::Connect { source, .. }) if source.kind() == std::io::ErrorKind::WouldBlock => source.to_string(),
+            // The refusal came before the request went out (hyper cancels a request whose
+            // connection answered first): nothing was sent, so any method may go again.
+            Err(Error::Http(e)) if e.is_canceled() => {
+                last.clone().unwrap_or_else(|| "the controller turned the connection away before the request was sent".into())
+            }
+            Err(Error::Http(e)) if method == "GET" && closed_before_reply(e) => e.to_string(),
+            _ => return outcome.map(|(r, _)| r),
+        };
+        // Jittered: half to all of the pause, so refused clients do not come back together.
+        let wait = pause.mul_f64(rand::random_range(0.5..=1.0));
+        if started.elapsed() + wait > budget {
+            return Err(Error::Busy { target: t.url(), tries, secs: started.elapsed().as_secs(), message: busy });
+        }
+        tokio::time::sleep(wait).await;
+        pause = (pause * 2).min(std::time::Duration::from_secs(1));
+    }
+}
+
+/// Whether the connection closed (or was reset) before any of the answer came.
+fn closed_before_reply(e: &hyper::Error) -> bool {
+    if e.is_incomplete_message() {
+        return true;
+    }
+    let mut src = std::error::Error::source(e);
+    while let Some(x) = src {
+        if let Some(io) = x.downcast_ref::<std::io::Error>() {
+            return io.kind() == std::io::ErrorKind::ConnectionReset;
+        }
+        src = x.source();
+    }
+    false
+}
+
+/// One try of [`send`]: the reply, and whether it carried `Retry-After`.
+async fn send_once(t: &Target, method: &str, path: &str, bytes: Bytes, headers: &[(&str, &str)]) -> Result<(Reply, bool)> {
     let mut req = Request::builder().method(method).uri(path).header("host", "tandem").header("content-type", "application/json");
     for (k, v) in headers {
         req = req.header(*k, *v);
@@ -229,7 +312,7 @@ pub async fn send(t: &Target, method: &str, path: &str, body: Option<&impl Seria
         req = req.header("authorization", format!("Bearer {}", tok.trim()));
     }
     let req = req.body(Full::new(bytes))?;
-    let (status, body) = match t {
+    let (status, body, retry) = match t {
         Target::Tcp(addr) => {
             let s =
                 tokio::net::TcpStream::connect(addr).await.map_err(|source| Error::Connect { target: format!("http://{addr}"), source })?;
@@ -248,7 +331,7 @@ pub async fn send(t: &Target, method: &str, path: &str, body: Option<&impl Seria
             exchange(NoSigPipe::new(s), req).await?
         }
     };
-    Ok(Reply { status, body })
+    Ok((Reply { status, body }, retry))
 }
 
 /// The TLS handshake with the controller (verified as [`wire::CONTROLLER_NAME`]).
@@ -353,18 +436,20 @@ impl<S: Sock> tokio::io::AsyncWrite for NoSigPipe<S> {
     }
 }
 
+/// One request on a fresh connection: the status, the body and whether `Retry-After` came.
 async fn exchange<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static>(
     s: S,
     req: Request<Full<Bytes>>,
-) -> Result<(u16, Bytes)> {
+) -> Result<(u16, Bytes, bool)> {
     let (mut tx, conn) = hyper::client::conn::http1::handshake(TokioIo::new(s)).await?;
     tokio::spawn(async move {
         let _ = conn.await;
     });
     let resp = tx.send_request(req).await?;
     let status = resp.status().as_u16();
+    let retry = resp.headers().contains_key("retry-after");
     let body = resp.into_body().collect().await?.to_bytes();
-    Ok((status, body))
+    Ok((status, body, retry))
 }
 
 /// HTTP/2 over TLS (ALPN `h2`) or, for development, cleartext TCP (prior knowledge):
@@ -512,5 +597,68 @@ impl Conn {
             Some(p) => p.send(0, method, path, body, headers).await,
             None => send(&self.target, method, path, body, headers).await,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+
+    /// A controller stand-in on a Unix socket: answers the first `refuse` connections with the
+    /// controller's refusal (429, `Retry-After`, without reading the request), the rest with
+    /// 200 `{}`; returns the socket path and a counter of connections.
+    fn stand_in(tag: &str, refuse: usize) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+        let path = std::env::temp_dir().join(format!("tandem-client-{tag}-{}.sock", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let l = std::os::unix::net::UnixListener::bind(&path).unwrap();
+        let seen = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let n = seen.clone();
+        std::thread::spawn(move || {
+            for s in l.incoming() {
+                let Ok(mut s) = s else { return };
+                let i = n.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                if i < refuse {
+                    let body = r#"{"error":"too many connections: uid 7 already holds 2 connections"}"#;
+                    let _ = write!(s, "HTTP/1.1 429 Too Many Requests\r\nretry-after: 1\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}", body.len());
+                    continue; // closed with the request unread
+                }
+                let mut buf = [0u8; 4096];
+                let mut got = Vec::new();
+                while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match s.read(&mut buf) {
+                        Ok(0) | Err(_) => break,
+                        Ok(k) => got.extend_from_slice(&buf[..k]),
+                    }
+                }
+                let _ = s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\n{}");
+            }
+        });
+        (path.display().to_string(), seen)
+    }
+
+    #[test]
+    fn a_client_turned_away_backs_off_and_gets_through() {
+        let (path, seen) = stand_in("retry", 3);
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let r = rt.block_on(send(&Target::Unix(path.clone()), "POST", "/v1/jobs", Some(&serde_json::json!({"a": 1})), &[])).unwrap();
+        assert_eq!((r.status, &r.body[..]), (200, &b"{}"[..]));
+        assert_eq!(seen.load(std::sync::atomic::Ordering::SeqCst), 4, "three refusals, then served");
+        std::fs::remove_file(path).ok();
+    }
+
+    #[test]
+    fn a_client_turned_away_for_its_whole_budget_says_so() {
+        let (path, seen) = stand_in("busy", usize::MAX);
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let e = rt
+            .block_on(send_for(std::time::Duration::from_millis(300), &Target::Unix(path.clone()), "GET", "/v1/jobs", Bytes::new(), &[]))
+            .err()
+            .expect("still refused");
+        let msg = e.to_string();
+        assert!(matches!(e, Error::Busy { .. }), "{msg}");
+        assert!(msg.contains("is busy") && msg.contains(&path), "{msg}");
+        assert!(seen.load(std::sync::atomic::Ordering::SeqCst) >= 2, "it tried again");
+        std::fs::remove_file(path).ok();
     }
 }

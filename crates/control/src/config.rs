@@ -67,6 +67,11 @@
 //!                         # entirely ("jobs"), and their priorities ("usage")
 //! metrics_open = false    # serve /metrics to callers without a token (Slurm's
 //!                         # MetricsAuthUsers left open); default: only to identified users
+//! [limits]                # the controller's flood defences (SECURITY.md, F1-F3)
+//! max_connections_per_user = 64  # connections one uid may hold (Unix socket and token TCP
+//!                         # together); root and the controller's user: 4 times as many
+//! max_requests_per_user = 2      # requests of one uid handled at once; the rest wait their turn
+//! max_user_connections = 8192    # users' connections in all (agents and proxies not counted)
 //! ```
 
 use serde::Deserialize;
@@ -109,6 +114,8 @@ struct File {
     association: Vec<AssocFile>,
     accounting: Option<AccountingFile>,
     security: Option<SecurityFile>,
+    /// `[limits]`, read by [`parse_limits`].
+    limits: Option<LimitsFile>,
 }
 
 #[derive(Deserialize)]
@@ -209,6 +216,53 @@ fn security(f: Option<SecurityFile>) -> Result<Security> {
     Ok(s)
 }
 
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct LimitsFile {
+    max_connections_per_user: Option<u32>,
+    max_requests_per_user: Option<u32>,
+    max_user_connections: Option<u32>,
+}
+
+/// The controller's flood defences: `tandem.toml`'s `[limits]` (SECURITY.md, F1-F3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Connections one ordinary uid may hold at once (its Unix socket connections and its
+    /// token-authenticated TCP connections together); more are refused at once.
+    pub max_connections_per_user: u32,
+    /// Requests of one ordinary uid handled at once; the others wait for a turn.
+    pub max_requests_per_user: u32,
+    /// Users' connections in all; agents' and proxies' are not counted.
+    pub max_user_connections: u32,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits { max_connections_per_user: 64, max_requests_per_user: 2, max_user_connections: 8192 }
+    }
+}
+
+/// Parses `[limits]` out of configuration text (the rest is [`parse`]'s).
+pub fn parse_limits(text: &str) -> Result<Limits> {
+    #[derive(Deserialize)]
+    struct Only {
+        limits: Option<LimitsFile>,
+    }
+    let f: Only = toml::from_str(text).map_err(|e| ConfigError(e.to_string()))?;
+    let f = f.limits.unwrap_or_default();
+    let d = Limits::default();
+    let positive = |v: Option<u32>, name: &str, default: u32| match v {
+        Some(0) => Err(ConfigError(format!("limits.{name} must be at least 1"))),
+        Some(n) => Ok(n),
+        None => Ok(default),
+    };
+    Ok(Limits {
+        max_connections_per_user: positive(f.max_connections_per_user, "max_connections_per_user", d.max_connections_per_user)?,
+        max_requests_per_user: positive(f.max_requests_per_user, "max_requests_per_user", d.max_requests_per_user)?,
+        max_user_connections: positive(f.max_user_connections, "max_user_connections", d.max_user_connections)?,
+    })
+}
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Sched {
@@ -291,6 +345,8 @@ const MAX_SCRIPT_SIZE_CAP: u64 = 512 << 20;
 pub fn parse(text: &str) -> Result<(crate::Settings, Security)> {
     let f: File = toml::from_str(text).map_err(|e| ConfigError(e.to_string()))?;
     let sec = security(f.security)?;
+    // `[limits]` is checked by the parse above and read by `parse_limits`.
+    let _ = &f.limits;
     let mut s = crate::Settings::default();
     if let Some(n) = f.cluster_name {
         s.cluster_name = n;
@@ -581,6 +637,16 @@ mod tests {
         assert!(e("not toml at all [").contains("TOML") || !e("not toml at all [").is_empty());
         assert!(e("[security]\nprivate_data = [\"secrets\"]").contains("unknown value"));
         assert!(e("[security]\nmetrics = true").contains("unknown field"));
+    }
+
+    #[test]
+    fn limits_settings() {
+        assert_eq!(parse_limits("").unwrap(), Limits::default());
+        let l = parse_limits("lease = 5\n[limits]\nmax_connections_per_user = 3\nmax_requests_per_user = 2").unwrap();
+        assert_eq!(l, Limits { max_connections_per_user: 3, max_requests_per_user: 2, ..Limits::default() });
+        assert!(parse_limits("[limits]\nmax_user_connections = 0").unwrap_err().0.contains("at least 1"));
+        assert!(parse("[limits]\nmax_connections_per_user = 3").is_ok());
+        assert!(parse("[limits]\nmax_sockets = 3").unwrap_err().0.contains("unknown field"));
     }
 
     #[test]

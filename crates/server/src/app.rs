@@ -4,32 +4,19 @@
 //! handlers; it knows no route.
 
 use axum::Json;
-use axum::extract::connect_info::Connected;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use control::{Controller, Refused};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::Notify;
 use wire::ApiError;
 
-/// Who is calling.
+/// Who is calling: on the Unix socket the peer's uid (`SO_PEERCRED`, set by `listen`);
+/// over TCP no one (a user is only who a token says).
 #[derive(Clone, Debug)]
 pub struct Peer {
     pub(crate) uid: Option<u32>,
-}
-
-impl Connected<axum::serve::IncomingStream<'_, TcpListener>> for Peer {
-    fn connect_info(_: axum::serve::IncomingStream<'_, TcpListener>) -> Self {
-        Peer { uid: None }
-    }
-}
-
-impl Connected<axum::serve::IncomingStream<'_, UnixListener>> for Peer {
-    fn connect_info(s: axum::serve::IncomingStream<'_, UnixListener>) -> Self {
-        Peer { uid: s.io().peer_cred().ok().map(|c| c.uid()) }
-    }
 }
 
 pub(crate) struct Inner {
@@ -65,6 +52,8 @@ pub(crate) struct App {
     pub(crate) security: Arc<crate::config::Security>,
     /// User tokens (JWT).
     pub(crate) tokens: Arc<crate::token::Tokens>,
+    /// The connection caps, tables and counters (`limits`).
+    pub(crate) gate: Arc<crate::limits::Gate>,
 }
 
 #[derive(Default)]

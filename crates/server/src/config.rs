@@ -1,5 +1,6 @@
 //! `tandem.toml` for the daemon: reads the file and parses it with `control::config` (the
 //! format, its keys and checks are documented there), then looks the operators' names up.
+//! `[limits]` (the flood defences, `crate::limits`) is read beside the rest.
 
 use anyhow::{Context, Result, bail};
 use std::path::Path;
@@ -18,13 +19,19 @@ pub struct Security {
 }
 
 /// Reads the configuration; `None` gives the defaults.
-pub fn load(path: Option<&Path>) -> Result<(control::Settings, Security)> {
+pub fn load(path: Option<&Path>) -> Result<(control::Settings, Security, control::config::Limits)> {
     let text = match path {
         Some(p) => std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?,
         // No file: the defaults, with accounting enforced (control::config's defaults).
-        None => return parse_all(""),
+        None => {
+            let (settings, security) = parse_all("")?;
+            return Ok((settings, security, control::config::Limits::default()));
+        }
     };
-    parse_all(&text).with_context(|| format!("in {}", path.map_or("tandem.toml".into(), |p| p.display().to_string())))
+    let within = || format!("in {}", path.map_or("tandem.toml".into(), |p| p.display().to_string()));
+    let (settings, security) = parse_all(&text).with_context(within)?;
+    let limits = control::config::parse_limits(&text).with_context(within)?;
+    Ok((settings, security, limits))
 }
 
 /// Parses configuration text: the controller's settings and who may see what.

@@ -830,6 +830,8 @@ async fn metrics(State(app): State<App>, ConnectInfo(peer): ConnectInfo<Peer>, h
         "# HELP tandem_submissions_total Jobs submitted.\n# TYPE tandem_submissions_total counter\ntandem_submissions_total {}\n",
         m.submissions
     ));
+    drop((m, g));
+    s.push_str(&app.gate.render());
     ([("content-type", "text/plain; version=0.0.4")], s).into_response()
 }
 

@@ -10,9 +10,10 @@
 //! `model`), `store` and `wire`, and on `exec` only for its open-file limit; never on `agent`,
 //! `proxy` or `cli` (the tidy test checks). Its public face is [`Options`] and [`main`].
 //!
-//! Modules, lowest first: `failpoint` (crash points of test builds), `journal` (group commit), `config`, `app` (state, identity, reply
-//! helpers), then the handlers `jobs` and `services`, which only use `app`; this file ties the
-//! routes and loops together.
+//! Modules, lowest first: `failpoint` (crash points of test builds), `journal` (group commit), `config`,
+//! `limits` (the flood defences' caps, tables, deadlines and counters), `app` (state, identity,
+//! reply helpers), `listen` (the two accept loops, on `app` and `limits`), then the handlers
+//! `jobs` and `services`, which only use `app`; this file ties the routes and loops together.
 
 use anyhow::{Context, Result, bail};
 use axum::Router;
@@ -25,7 +26,7 @@ use std::time::Duration;
 use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::Notify;
 
-use crate::app::{App, Inner, Metrics, Peer, now};
+use crate::app::{App, Inner, Metrics, now};
 
 /// `tandem server`'s settings, as given on its command line.
 #[derive(Debug, Clone)]
@@ -50,7 +51,7 @@ pub struct Options {
 pub fn main(o: Options) -> Result<()> {
     failpoint::init();
     let path = o.config.or_else(|| Some(o.data.join("tandem.toml")).filter(|p| p.exists()));
-    let (mut settings, security) = config::load(path.as_deref())?;
+    let (mut settings, security, limits) = config::load(path.as_deref())?;
     if let Some(l) = o.lease {
         if l == 0 {
             bail!("--lease must be at least 1 second");
@@ -71,7 +72,7 @@ pub fn main(o: Options) -> Result<()> {
         sans.push(o.listen.ip().to_string());
     }
     let tls = (!o.insecure).then_some(sans);
-    rt.block_on(run(ServerArgs { listen: o.listen, data: o.data, settings, security, tls }))
+    rt.block_on(run(ServerArgs { listen: o.listen, data: o.data, settings, security, limits, tls }))
 }
 
 /// Server settings, resolved.
@@ -80,6 +81,8 @@ struct ServerArgs {
     data: PathBuf,
     settings: Settings,
     security: config::Security,
+    /// The flood defences (`[limits]`).
+    limits: limits::Limits,
     /// TLS with these extra certificate names; `None`: plain HTTP (`--insecure`).
     tls: Option<Vec<String>>,
 }
@@ -92,6 +95,8 @@ pub mod config;
 mod failpoint;
 mod jobs;
 mod journal;
+mod limits;
+mod listen;
 mod nodes;
 mod private;
 mod services;
@@ -163,6 +168,7 @@ async fn run(args: ServerArgs) -> Result<()> {
         heartbeat_ms,
         security: Arc::new(args.security),
         tokens: Arc::new(token::Tokens::new(private::key(&args.data.join("jwt.key"))?.as_bytes())),
+        gate: Arc::new(limits::Gate::new(args.limits, nix::unistd::geteuid().as_raw())),
     };
     let tcp = TcpListener::bind(args.listen).await.with_context(|| format!("binding {}", args.listen))?;
     let sock = args.data.join("tandem.sock");
@@ -178,15 +184,9 @@ async fn run(args: ServerArgs) -> Result<()> {
     let scheme = if tls.is_some() { "https" } else { "http" };
     eprintln!("tandem server: listening on {scheme}://{local} and unix://{}", sock.display());
     private::write(&args.data.join("addr"), &local.to_string()).context("writing the address file")?;
-    let r1 = router(app.clone());
-    let r2 = router(app.clone());
-    let t1 = tokio::spawn(async move {
-        match tls {
-            Some(cfg) => tls::serve(tcp, cfg, r1).await,
-            None => axum::serve(tcp, r1.into_make_service_with_connect_info::<Peer>()).await,
-        }
-    });
-    let t2 = tokio::spawn(async move { axum::serve(unix, r2.into_make_service_with_connect_info::<Peer>()).await });
+    // Two accept loops, each its own task: a flood of one cannot hold the other back.
+    let t1 = tokio::spawn(listen::serve_tcp(tcp, tls, router(app.clone()), app.clone()));
+    let t2 = tokio::spawn(listen::serve_unix(unix, router(app.clone()), app.clone()));
     // The scheduling loop: woken by submissions and exits, and at least once a second.
     let sched_app = app.clone();
     let t3 = tokio::spawn(async move {

@@ -4,16 +4,11 @@
 //! controller against the CA under the name [`wire::CONTROLLER_NAME`], whatever address they
 //! dial; the certificate also names `localhost`, the loopback addresses, this host's name, the
 //! listen address and any `--tls-san`, so `curl --cacert DATA/ca.pem https://127.0.0.1:PORT`
-//! works too. The accept loop serves HTTP/1.1 and HTTP/2 (ALPN) over it.
+//! works too. `listen`'s TCP accept loop serves HTTP/1.1 and HTTP/2 (ALPN) over it.
 
 use anyhow::{Context, Result};
-use axum::Router;
-use axum::extract::ConnectInfo;
 use std::path::Path;
-use std::sync::Arc;
-use tokio::net::TcpListener;
 
-use crate::app::Peer;
 use rustls_pki_types::pem::PemObject;
 
 /// The distinguished name of the cluster CA, fixed: an issuer rebuilt from the stored key and
@@ -79,41 +74,10 @@ impl Ca {
     }
 }
 
-/// Serves `router` over TLS on `listener` until the listener fails: HTTP/1.1 or HTTP/2 per
-/// connection, each request carrying the connection's [`Peer`] (no user: over TCP a user is
-/// only who a token says).
-pub(crate) async fn serve(listener: TcpListener, cfg: rustls::ServerConfig, router: Router) -> std::io::Result<()> {
-    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(cfg));
-    loop {
-        let (tcp, _) = match listener.accept().await {
-            Ok(c) => c,
-            Err(e) => {
-                // Out of descriptors and the like: wait rather than spin; the listener lives.
-                eprintln!("tandem server: accepting a connection: {e}");
-                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                continue;
-            }
-        };
-        tcp.set_nodelay(true).ok();
-        let (acceptor, router) = (acceptor.clone(), router.clone());
-        tokio::spawn(async move {
-            // A client that never finishes its handshake does not hold a task for long.
-            let Ok(Ok(tls)) = tokio::time::timeout(std::time::Duration::from_secs(10), acceptor.accept(tcp)).await else { return };
-            let svc = hyper::service::service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
-                req.extensions_mut().insert(ConnectInfo(Peer { uid: None }));
-                let r = router.clone();
-                async move { tower::ServiceExt::oneshot(r, req.map(axum::body::Body::new)).await }
-            });
-            let _ = hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new())
-                .serve_connection(hyper_util::rt::TokioIo::new(tls), svc)
-                .await;
-        });
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Arc;
 
     #[test]
     fn the_ca_is_made_once_and_signs_a_controller_certificate_clients_accept() {

@@ -298,7 +298,7 @@ fn main() -> std::process::ExitCode {
     let daemon = !cli::COMMANDS.contains(&invoked.as_str())
         && matches!(
             argv.get(1).map(String::as_str),
-            Some("server" | "agent" | "proxy" | "up" | "bench" | bench::UPSTREAM_CMD | bench::LLM_CMD)
+            Some("server" | "agent" | "proxy" | "up" | "bench" | bench::UPSTREAM_CMD | bench::LLM_CMD | bench::FLOOD_CMD)
         );
     if !daemon {
         exec::quiet_sigpipe();
@@ -312,6 +312,9 @@ fn main() -> std::process::ExitCode {
     }
     if argv.get(1).map(String::as_str) == Some(bench::UPSTREAM_CMD) {
         return exit_with("tandem __upstream", bench::upstream(&argv[2..]).map(|_| 0));
+    }
+    if argv.get(1).map(String::as_str) == Some(bench::FLOOD_CMD) {
+        return exit_with("tandem __flood", bench::flood_attacker(&argv[2..]).map(|_| 0));
     }
     if argv.get(1).map(String::as_str) == Some(bench::LLM_CMD) {
         return exit_with("tandem __llm", bench::llm_server(&argv[2..]).map(|_| 0));

@@ -1474,5 +1474,91 @@ fn associations_keep_users_to_their_accounts_qos_and_limits() {
     assert!(!o.status.success() && text(&o).contains("only an administrator"), "{}", text(&o));
     root_ok(&["scancel", "-u", &v.name]);
     root_ok(&["scancel", "-u", &a.name]);
+
+/// A metric's value in the controller's Prometheus text.
+fn metric(text: &str, name: &str) -> Option<f64> {
+    text.lines().filter(|l| !l.starts_with('#')).find_map(|l| {
+        let (k, v) = l.rsplit_once(' ')?;
+        (k == name).then(|| v.parse().ok()).flatten()
+    })
+}
+
+/// SECURITY.md F1, F2, F3: one user floods the controller (three processes making 5,100
+/// connections, holding them with half-sent requests and sending requests in a loop over
+/// others; a fourth holding unauthenticated TCP connections) while another user submits and
+/// queries and the agent heartbeats. The attacker never holds more than its cap, is refused
+/// at once beyond it, its half-sent requests are closed by the controller, every one of the
+/// victim's and root's commands succeeds meanwhile, and the node never goes DOWN.
+#[test]
+fn one_users_flood_of_connections_leaves_the_controller_to_everyone_else() {
+    let Some((v, a)) = users() else { return };
+    let root = root_dir("flood");
+    let wd = user_dir(&root.join("alice"), &v, 0o755);
+    let up = Up::start(&root, None);
+    let metrics = || {
+        let o = Command::new("curl").args(["-s", "--unix-socket", &up.sock, "http://tandem/metrics"]).output().unwrap();
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let flood = |args: &[&str]| {
+        let mut all = vec!["tandem", "__flood"];
+        all.extend_from_slice(args);
+        up.cmd(Some(&a), &root, &all).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap()
+    };
+    let mut attackers: Vec<Child> = (0..3)
+        .map(|_| flood(&["--unix", &up.sock, "--attempts", "1700", "--hold", "400", "--rate", "200", "--requests", "8"]))
+        .collect();
+    attackers.push(flood(&["--tcp", &up.addr, "--attempts", "500", "--hold", "500", "--rate", "250"]));
+    // The attack is on once the attacker holds its cap.
+    let limit = loop {
+        let m = metrics();
+        let (busiest, limit) = (metric(&m, "tandem_user_connections_busiest"), metric(&m, "tandem_user_connections_limit"));
+        if let (Some(b), Some(l)) = (busiest, limit)
+            && b >= l
+        {
+            break l;
+        }
+        assert!(attackers.iter_mut().all(|c| c.try_wait().unwrap().is_none()), "an attacker ended before it reached the cap");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(limit, 64.0, "the default max_connections_per_user");
+    // The victim's and root's commands, round after round, while any attacker runs.
+    let mut rounds = 0;
+    let mut jobs = Vec::new();
+    while attackers.iter_mut().any(|c| c.try_wait().unwrap().is_none()) {
+        jobs.push(up.sbatch(&v, &wd, &["-o", "/dev/null", "--wrap", "true"]));
+        let q = up.ok(&v, &wd, &["squeue", "--me", "-h", "-o", "%i"]);
+        assert!(q.lines().count() <= jobs.len(), "{q}");
+        let s = up.root(&["sinfo", "-h", "-N", "-o", "%N %T"]);
+        assert!(s.status.success(), "root's sinfo: {}", text(&s));
+        assert!(!String::from_utf8_lossy(&s.stdout).contains("down"), "a node went down: {}", text(&s));
+        rounds += 1;
+    }
+    assert!(rounds >= 1);
+    let mut total = (0.0, 0.0, 0.0);
+    for (i, c) in attackers.into_iter().enumerate() {
+        let o = c.wait_with_output().unwrap();
+        assert!(o.status.success(), "an attacker failed: {}", text(&o));
+        let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        let n = |k: &str| r[k].as_f64().unwrap();
+        // On the Unix socket every connection is the controller's to close. (Over TCP, a
+        // connect whose handshake the kernel's accept queue dropped looks established to the
+        // attacker but never reached the controller: not counted.)
+        if i < 3 {
+            assert_eq!(n("outlived"), 0.0, "the controller closed every connection the attacker held: {r}");
+        }
+        total = (total.0 + n("attempts"), total.1 + n("refused"), total.2 + n("closed_by_server"));
+    }
+    assert_eq!(total.0, 5600.0, "the attackers made every attempt");
+    assert!(total.1 > 0.0 && total.2 > 0.0, "refused at once beyond the cap, closed by the controller within it: {total:?}");
+    let m = metrics();
+    let peak = metric(&m, "tandem_user_connections_peak").unwrap();
+    assert!(peak <= limit, "the attacker held {peak} connections at once, over the cap of {limit}");
+    assert!(metric(&m, "tandem_connections_refused_total{reason=\"per_user\"}").unwrap() > 0.0);
+    assert!(metric(&m, "tandem_connections_closed_total{reason=\"evicted\"}").unwrap() > 0.0, "the TCP flood's oldest were closed: {m}");
+    assert!(metric(&m, "tandem_nodes{state=\"down\"}").is_none(), "{m}");
+    // Every job of the victim's ran to its end.
+    for id in jobs {
+        up.wait_state(id, &["COMPLETED"]);
+    }
     std::fs::remove_dir_all(&root).ok();
 }
