@@ -315,11 +315,7 @@ pub fn metric(text: &str, name: &str) -> Option<f64> {
 
 /// The timed heartbeat probes: `n` simulated agents on drained nodes, each heartbeating
 /// every 500 ms (no long poll) over one HTTP/2 connection, until `stop`; their latencies.
-async fn probes(
-    pool: Arc<client::H2Pool>,
-    creds: Vec<(String, String)>,
-    stop: Arc<AtomicBool>,
-) -> (Vec<f64>, usize) {
+async fn probes(pool: Arc<client::H2Pool>, creds: Vec<(String, String)>, stop: Arc<AtomicBool>) -> (Vec<f64>, usize) {
     let mut tasks = Vec::new();
     for (i, (name, cred)) in creds.into_iter().enumerate() {
         let (pool, stop) = (pool.clone(), stop.clone());
@@ -338,7 +334,11 @@ async fn probes(
                     usage: Vec::new(),
                 };
                 let t = Instant::now();
-                match pool.send(i, "POST", "/v1/agent/heartbeat", Some(&hb), &[("authorization", bearer.as_str())]).await.and_then(|r| r.json::<wire::Orders>()) {
+                match pool
+                    .send(i, "POST", "/v1/agent/heartbeat", Some(&hb), &[("authorization", bearer.as_str())])
+                    .await
+                    .and_then(|r| r.json::<wire::Orders>())
+                {
                     Ok(o) => {
                         v.push(t.elapsed().as_secs_f64() * 1000.0);
                         ack = o.orders.iter().map(|(s, _)| *s).max().unwrap_or(ack).max(ack);
@@ -387,7 +387,15 @@ impl Setup {
 
 /// One run: the victim's loop (sbatch, then squeue --me, back to back) and the probes for
 /// `secs`, with the node states and the controller's descriptors polled.
-fn one_run(s: &Setup, a: &FloodArgs, rt: &tokio::runtime::Runtime, pool: Arc<client::H2Pool>, creds: Vec<(String, String)>, secs: f64, fds: &mut u64) -> Result<Run> {
+fn one_run(
+    s: &Setup,
+    a: &FloodArgs,
+    rt: &tokio::runtime::Runtime,
+    pool: Arc<client::H2Pool>,
+    creds: Vec<(String, String)>,
+    secs: f64,
+    fds: &mut u64,
+) -> Result<Run> {
     let stop = Arc::new(AtomicBool::new(false));
     let hb = rt.spawn(probes(pool, creds, stop.clone()));
     let (st2, root) = (stop.clone(), s.root.clone());
@@ -478,7 +486,12 @@ pub fn run(a: FloodArgs) -> Result<FloodReport> {
                 .await?
                 .json()?;
             let bearer = format!("Bearer {}", c.credential);
-            let reg = wire::RegisterRequest { node: model::Node::new(&name, 1, 1 << 30, 0), addr: "127.0.0.1".into(), running: Vec::new(), exits: Vec::new() };
+            let reg = wire::RegisterRequest {
+                node: model::Node::new(&name, 1, 1 << 30, 0),
+                addr: "127.0.0.1".into(),
+                running: Vec::new(),
+                exits: Vec::new(),
+            };
             pool.send(i, "POST", "/v1/agent/register", Some(&reg), &[("authorization", bearer.as_str())]).await?.ok()?;
             let drain = serde_json::json!({"state": "drain", "reason": "heartbeat probe"});
             client::send(&root, "POST", &format!("/v1/nodes/{name}"), Some(&drain), &[]).await?.ok()?;
@@ -506,7 +519,8 @@ pub fn run(a: FloodArgs) -> Result<FloodReport> {
     let mut sum = AttackReport::default();
     for k in kids {
         let o = k.wait_with_output()?;
-        let r: AttackReport = serde_json::from_slice(&o.stdout).with_context(|| format!("an attacker's report: {}", String::from_utf8_lossy(&o.stdout)))?;
+        let r: AttackReport =
+            serde_json::from_slice(&o.stdout).with_context(|| format!("an attacker's report: {}", String::from_utf8_lossy(&o.stdout)))?;
         sum.attempts += r.attempts;
         sum.refused += r.refused;
         sum.connect_failed += r.connect_failed;
@@ -518,7 +532,11 @@ pub fn run(a: FloodArgs) -> Result<FloodReport> {
     }
     let m = rt.block_on(client::send(&root, "GET", "/metrics", None::<&()>, &[]))?;
     let m = String::from_utf8_lossy(&m.body).into_owned();
-    let refused = m.lines().filter(|l| l.starts_with("tandem_connections_refused_total{")).filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok()).sum::<f64>();
+    let refused = m
+        .lines()
+        .filter(|l| l.starts_with("tandem_connections_refused_total{"))
+        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+        .sum::<f64>();
     drop(cluster);
     if unloaded.down_seen + attack.down_seen == 0 {
         std::fs::remove_dir_all(&base).ok();
@@ -547,7 +565,14 @@ pub fn print(r: &FloodReport) {
     let row = |what: &str, u: &Lat, x: &Lat| {
         println!(
             "{what:<10} unloaded n={:<5} p50 {:>7.1} ms p99 {:>7.1} ms | attack n={:<5} p50 {:>7.1} ms p99 {:>7.1} ms failed {} | p99 ratio {:.2}",
-            u.n, u.p50, u.p99, x.n, x.p50, x.p99, x.failed, ratio(x.p99, u.p99)
+            u.n,
+            u.p50,
+            u.p99,
+            x.n,
+            x.p50,
+            x.p99,
+            x.failed,
+            ratio(x.p99, u.p99)
         )
     };
     row("heartbeat", &r.unloaded.heartbeat, &r.attack.heartbeat);

@@ -352,11 +352,7 @@ fn rows(info: &AccountingInfo, entity: Entity, filter: &[Assign], with_assoc: bo
         let want: Vec<String> = a.value.split(',').filter(|s| !s.is_empty()).map(str::to_ascii_lowercase).collect();
         out.retain(|r| {
             let v = r.get(col).map(String::as_str).unwrap_or("");
-            if col == "QOS" {
-                v.split(',').any(|q| want.contains(&q.to_ascii_lowercase()))
-            } else {
-                want.contains(&v.to_ascii_lowercase())
-            }
+            if col == "QOS" { v.split(',').any(|q| want.contains(&q.to_ascii_lowercase())) } else { want.contains(&v.to_ascii_lowercase()) }
         });
     }
     Ok(out)
@@ -395,4 +391,218 @@ fn print_rows(rows: &[Row], fields: &[(slurmcli::sacctmgr::Field, i32)], header:
             }
         }
     }
+}
+
+/// What running and submitted jobs hold, per association, account, QOS and user in a QOS.
+#[derive(Default, Clone, Copy)]
+struct Used {
+    jobs: u64,
+    submitted: u64,
+    cpu: u64,
+    mem: u64,
+    node: u64,
+    gpu: u64,
+}
+
+impl Used {
+    fn add(&mut self, j: &wire::JobInfo) {
+        self.submitted += 1;
+        if j.state == "RUNNING" || j.state == "COMPLETING" {
+            self.jobs += 1;
+            self.node += j.allocation.len() as u64;
+            for a in &j.allocation {
+                self.cpu += a.cpus as u64;
+                self.mem += a.memory_mb;
+                self.gpu += a.gpus as u64;
+            }
+        }
+    }
+}
+
+/// Slurm's `_print_tres_line`: each TRES's limit (`N` for none) and, with `used`, its use.
+fn tres_line(name: &str, limit: &wire::Tres, used: Option<&Used>) -> String {
+    let parts: Vec<String> = [
+        ("cpu", limit.cpu, used.map(|u| u.cpu)),
+        ("mem", limit.mem, used.map(|u| u.mem)),
+        ("node", limit.node, used.map(|u| u.node)),
+        ("gres/gpu", limit.gpu, used.map(|u| u.gpu)),
+    ]
+    .iter()
+    .map(|(n, l, u)| {
+        format!("{n}={}{}", l.map_or_else(|| "N".to_string(), |x| x.to_string()), u.map_or_else(String::new, |x| format!("({x})")))
+    })
+    .collect();
+    format!("{name}={}", parts.join(","))
+}
+
+fn lim(v: Option<u32>, used: u64) -> String {
+    v.map_or_else(|| format!("N({used})"), |m| format!("{m}({used})"))
+}
+
+fn lim_max(v: Option<u32>, used: u64) -> String {
+    v.map_or_else(String::new, |m| format!("{m}({used})"))
+}
+
+/// `scontrol show assoc_mgr [users=U,...] [accounts=A,...] [qos=Q,...] [flags=users,assoc,qos]`:
+/// the associations, users and QOS the controller enforces, each limit with what running and
+/// submitted jobs use of it now (`N` where none is set), as Slurm's.
+pub(crate) fn show_assoc_mgr(words: &[&str], oneliner: bool) -> Result<i32> {
+    const KEYS: &[slurmcli::keywords::Keyword] = &[
+        slurmcli::keywords::Keyword::new("Accounts", 1),
+        slurmcli::keywords::Keyword::new("Flags", 1),
+        slurmcli::keywords::Keyword::new("QOS", 1),
+        slurmcli::keywords::Keyword::new("Users", 1),
+    ];
+    let owned: Vec<String> = words.iter().map(|w| w.to_string()).collect();
+    let r = slurmcli::keywords::read(&owned, KEYS).map_err(|e| anyhow::anyhow!("{e}"))?;
+    if let Some((_, w)) = r.bare.first() {
+        bail!("invalid keyword for show assoc_mgr: {} (accounts=, users=, qos=, flags=)", slurmcli::visible(w));
+    }
+    let list = |k: &str| -> Option<Vec<String>> {
+        r.assigns.iter().find(|(_, a)| a.key == k).map(|(_, a)| a.value.split(',').map(|s| s.trim().to_ascii_lowercase()).collect())
+    };
+    let (accounts, users, qos) = (list("Accounts"), list("Users"), list("QOS"));
+    let flags = list("Flags").unwrap_or_else(|| vec!["users".into(), "assoc".into(), "qos".into()]);
+    let want = |l: &Option<Vec<String>>, v: &str| l.as_ref().is_none_or(|l| l.contains(&v.to_ascii_lowercase()));
+    let t = Target::from_env()?;
+    let info: AccountingInfo = crate::query::get(&t, "/v1/accounting")?;
+    let jobs: Vec<wire::JobInfo> = crate::query::get(&t, "/v1/jobs")?;
+    let live: Vec<&wire::JobInfo> =
+        jobs.iter().filter(|j| matches!(j.state.as_str(), "PENDING" | "RUNNING" | "COMPLETING" | "SUSPENDED")).collect();
+    let nl = if oneliner { " " } else { "\n    " };
+    let uid = |name: &str| nix::unistd::User::from_name(name).ok().flatten().map_or(0, |u| u.uid.as_raw());
+    println!("Current Association Manager state");
+    let sep = |title: &str| if oneliner { println!("{title}") } else { println!("\n{title}\n") };
+    if flags.iter().any(|f| f.starts_with("user")) {
+        sep("User Records");
+        for u in info.users.iter().filter(|u| want(&users, &u.name)) {
+            println!(
+                "UserName={}({}) DefAccount={} DefWckey= AdminLevel={}",
+                u.name,
+                uid(&u.name),
+                u.default_account,
+                u.admin_level.name()
+            );
+        }
+    }
+    if flags.iter().any(|f| f.starts_with("assoc")) {
+        sep("Association Records");
+        // Ids as Slurm's: root first, then the rows in order.
+        let ids: HashMap<String, usize> =
+            info.assocs.iter().enumerate().filter(|(_, a)| a.user.is_empty()).map(|(i, a)| (a.account.clone(), i + 2)).collect();
+        let mut rows: Vec<(usize, &wire::AssocRow)> = info.assocs.iter().enumerate().map(|(i, a)| (i + 2, a)).collect();
+        let root = wire::AssocRow { account: "root".into(), shares: 1, ..Default::default() };
+        rows.insert(0, (1, &root));
+        for (id, a) in rows {
+            if !want(&accounts, &a.account) || (users.is_some() && (a.user.is_empty() || !want(&users, &a.user))) {
+                continue;
+            }
+            // What this row's jobs hold: a user's own in the account; an account's, every job
+            // charged to it or an account below it.
+            let below = |acct: &str| -> bool {
+                let mut cur = Some(acct.to_string());
+                for _ in 0..64 {
+                    let Some(c) = cur else { return false };
+                    if c == a.account || a.account == "root" {
+                        return true;
+                    }
+                    cur = info.accounts.iter().find(|x| x.name == c).and_then(|x| x.parent.clone());
+                }
+                false
+            };
+            let mut used = Used::default();
+            for j in &live {
+                if (a.user.is_empty() && below(&j.account)) || (!a.user.is_empty() && j.user == a.user && j.account == a.account) {
+                    used.add(j);
+                }
+            }
+            let user = if a.user.is_empty() { "UserName= ".to_string() } else { format!("UserName={}({}) ", a.user, uid(&a.user)) };
+            let parent = if a.user.is_empty() {
+                if a.account == "root" {
+                    "ParentAccount= ".to_string()
+                } else {
+                    format!("ParentAccount={}({}) ", a.parent, ids.get(&a.parent).copied().unwrap_or(1))
+                }
+            } else {
+                format!("ParentAccount={}({}) ", a.account, ids.get(&a.account).copied().unwrap_or(1))
+            };
+            let l = &a.limits;
+            let def = info.users.iter().any(|u| u.name == a.user && u.default_account == a.account);
+            print!("ClusterName={} Account={} {user}Partition= Priority=0 ID={id}{nl}", info.cluster, a.account);
+            print!("SharesRaw/Norm/Level/Factor={}/0.00/{}/0.00{nl}", a.shares, a.shares);
+            print!("UsageRaw/Norm/Efctv=0.00/0.00/0.00{nl}");
+            print!("{parent}Lft=0 DefAssoc={}{nl}", if def { "Yes" } else { "No" });
+            print!("GrpJobs={} GrpJobsAccrue=N(0){nl}", lim(l.grp_jobs, used.jobs));
+            print!("GrpSubmitJobs={} GrpWall=N(0.00){nl}", lim(l.grp_submit_jobs, used.submitted));
+            print!("{}{nl}", tres_line("GrpTRES", &l.grp_tres, Some(&used)));
+            print!("{}{nl}", tres_line("GrpTRESMins", &wire::Tres::default(), Some(&Used::default())));
+            print!("{}{nl}", tres_line("GrpTRESRunMins", &wire::Tres::default(), Some(&Used::default())));
+            print!(
+                "MaxJobs={} MaxJobsAccrue= MaxSubmitJobs={} MaxWallPJ={}{nl}",
+                lim_max(l.max_jobs, used.jobs),
+                lim_max(l.max_submit_jobs, used.submitted),
+                l.max_wall.map_or_else(String::new, |w| (w / 60).to_string())
+            );
+            print!("{}{nl}", tres_line("MaxTRESPJ", &l.max_tres_per_job, None));
+            print!("{}{nl}", tres_line("MaxTRESPN", &wire::Tres::default(), None));
+            print!("{}{nl}", tres_line("MaxTRESMinsPJ", &wire::Tres::default(), None));
+            println!("MinPrioThresh=");
+        }
+    }
+    if flags.iter().any(|f| f == "qos") {
+        sep("QOS Records");
+        for (i, q) in info.qos.iter().enumerate() {
+            if !want(&qos, &q.name) {
+                continue;
+            }
+            let of_q: Vec<&&wire::JobInfo> = live.iter().filter(|j| j.qos == q.name).collect();
+            let mut used = Used::default();
+            for j in &of_q {
+                used.add(j);
+            }
+            let l = &q.limits;
+            print!("QOS={}({}){nl}", q.name, i + 1);
+            print!("UsageRaw=0.000000{nl}");
+            print!(
+                "GrpJobs={} GrpJobsAccrue=N(0) GrpSubmitJobs={} GrpWall=N(0.00){nl}",
+                lim(l.grp_jobs, used.jobs),
+                lim(l.grp_submit_jobs, used.submitted)
+            );
+            print!("{}{nl}", tres_line("GrpTRES", &l.grp_tres, Some(&used)));
+            print!("{}{nl}", tres_line("GrpTRESMins", &wire::Tres::default(), Some(&Used::default())));
+            print!("{}{nl}", tres_line("GrpTRESRunMins", &wire::Tres::default(), Some(&Used::default())));
+            print!("MaxWallPJ={}{nl}", l.max_wall.map_or_else(String::new, |w| (w / 60).to_string()));
+            print!("{}{nl}", tres_line("MaxTRESPJ", &l.max_tres_per_job, None));
+            print!("{}{nl}", tres_line("MaxTRESPN", &wire::Tres::default(), None));
+            print!("{}{nl}", tres_line("MaxTRESMinsPJ", &wire::Tres::default(), None));
+            print!("{}{nl}", tres_line("MinTRESPJ", &wire::Tres::default(), None));
+            // Per user: what each user's jobs in the QOS use of its per-user limits.
+            let mut by_user: Vec<(String, Used)> = Vec::new();
+            for j in &of_q {
+                match by_user.iter_mut().find(|(u, _)| *u == j.user) {
+                    Some((_, u)) => u.add(j),
+                    None => {
+                        let mut u = Used::default();
+                        u.add(j);
+                        by_user.push((j.user.clone(), u));
+                    }
+                }
+            }
+            print!("PreemptMode=CLUSTER{nl}Priority={}{nl}Account Limits{nl}  No Accounts{nl}User Limits", q.priority);
+            if by_user.is_empty() {
+                print!("{nl}  No Users");
+            }
+            for (name, u) in &by_user {
+                print!(
+                    "{nl}  {}{nl}  MaxJobsPU={} MaxJobsAccruePU=N(0) MaxSubmitJobsPU={}{nl}  {}",
+                    uid(name),
+                    l.max_jobs.map_or_else(|| format!("N({})", u.jobs), |m| format!("{m}({})", u.jobs)),
+                    l.max_submit_jobs.map_or_else(|| format!("N({})", u.submitted), |m| format!("{m}({})", u.submitted)),
+                    tres_line("MaxTRESPU", &l.max_tres_per_user, Some(u))
+                );
+            }
+            println!();
+        }
+    }
+    Ok(0)
 }

@@ -265,6 +265,7 @@ pub(crate) fn scontrol(args: &[String]) -> Result<i32> {
             }
             Ok(0)
         }
+        (Some("show"), Some("assoc_mgr"), rest) => crate::acctmgr::show_assoc_mgr(rest, oneliner),
         (Some("show"), Some("config"), []) => {
             let cfg = config(&Target::from_env()?)?;
             let (x, y, z) = crate::query::SLURM_VERSION;

@@ -1,6 +1,6 @@
 //! `sshare`: the fair-share tree, as Slurm's prints it, from the controller's decayed usage
-//! (`GET /v1/shares`). Tandem keeps usage per account, so each row is an account, with the
-//! fair-share factor its jobs get.
+//! (`GET /v1/shares`): each account, and under it each user its associations name, with the
+//! fair-share factor their jobs get.
 
 use anyhow::{Result, bail};
 use client::Target;
@@ -17,6 +17,7 @@ const USAGE: &str = "Usage: sshare [-n] [-P] [-p] [-a] [-l] [-U] [-A accounts] [
 /// `sshare [-n] [-P|--parsable|--parsable2] [-a] [-l] [-U] [-A ACCOUNTS] [-u USERS]`.
 pub(crate) fn sshare(args: &[String]) -> Result<i32> {
     let (mut header, mut sep, mut accounts, mut users_only, mut clusters) = (true, None::<(&str, bool)>, None::<Vec<String>>, false, None);
+    let (mut all_users, mut users) = (false, None::<Vec<String>>);
     let mut fields = None;
     let (p, _) = crate::common::parse_env("sshare", args)?;
     for g in &p.opts {
@@ -25,10 +26,8 @@ pub(crate) fn sshare(args: &[String]) -> Result<i32> {
             "parsable" => sep = Some(("|", true)),
             "parsable2" => sep = Some(("|", false)),
             "accounts" => accounts = Some(list(Some(g.value()), "-A")?),
-            "users" => {
-                list(Some(g.value()), "-u")?;
-            }
-            // Rows of users alone (none: usage is kept per account, so every row is one).
+            "users" => users = Some(list(Some(g.value()), "-u")?),
+            // Rows of users alone.
             "Users" => users_only = true,
             "clusters" => clusters = Some(g.value().to_string()),
             "format" => {
@@ -41,7 +40,8 @@ pub(crate) fn sshare(args: &[String]) -> Result<i32> {
             }
             "version" => return crate::query::version(),
             // Every account is listed, with Slurm's default columns.
-            "all" | "long" | "verbose" => {}
+            "all" => all_users = true,
+            "long" | "verbose" => {}
             other => unreachable!("sshare's table and its reader disagree on {other}"),
         }
     }
@@ -53,7 +53,22 @@ pub(crate) fn sshare(args: &[String]) -> Result<i32> {
         crate::query::check_clusters(&t, c)?;
     }
     let rows: Vec<control_row::Row> = crate::query::get(&t, "/v1/shares")?;
-    let rows: Vec<_> = rows.into_iter().filter(|r| !users_only && accounts.as_ref().is_none_or(|a| a.contains(&r.account))).collect();
+    // As Slurm's: every account's row; users' rows for the caller (`-a`: everyone; `-u`: those
+    // named); `-U`: users' rows alone.
+    let me = nix::unistd::User::from_uid(nix::unistd::getuid()).ok().flatten().map(|u| u.name).unwrap_or_default();
+    let rows: Vec<_> = rows
+        .into_iter()
+        .filter(|r| accounts.as_ref().is_none_or(|a| a.contains(&r.account)))
+        .filter(|r| {
+            if r.user.is_empty() {
+                return !users_only && users.is_none();
+            }
+            match &users {
+                Some(u) => u.contains(&r.user),
+                None => all_users || r.user == me,
+            }
+        })
+        .collect();
     // The columns shown: -o's, or all of them at Slurm's widths.
     let cols: Vec<(usize, usize)> = match &fields {
         Some(f) => f.iter().map(|&(i, w)| (i, w.unwrap_or(COLUMNS[i].1))).collect(),
@@ -61,8 +76,8 @@ pub(crate) fn sshare(args: &[String]) -> Result<i32> {
     };
     let all_cells = |r: &control_row::Row| {
         vec![
-            format!(" {}", r.account),
-            String::new(),
+            if r.user.is_empty() { format!(" {}", r.account) } else { format!("  {}", r.account) },
+            r.user.clone(),
             r.raw_shares.to_string(),
             format!("{:.6}", r.norm_shares),
             format!("{:.0}", r.raw_usage),

@@ -37,7 +37,8 @@ pub(crate) fn sbatch(args: &[String]) -> Result<i32> {
     let req = submission(batch)?;
     crate::common::check_script_size(&t, &req.batch.script)?;
     // Slurm's words before the controller's reason.
-    let r: SubmitResponse = runtime()?.block_on(send(&t, "POST", "/v1/jobs", Some(&req), &[]))?.json().context("Batch job submission failed")?;
+    let r: SubmitResponse =
+        runtime()?.block_on(send(&t, "POST", "/v1/jobs", Some(&req), &[]))?.json().context("Batch job submission failed")?;
     if let Some(msg) = r.test_only {
         eprintln!("sbatch: {}", slurmcli::visible(&msg));
         return Ok(0);

@@ -252,7 +252,14 @@ pub async fn send(t: &Target, method: &str, path: &str, body: Option<&impl Seria
 }
 
 /// [`send`], retrying for `budget` at most.
-async fn send_for(budget: std::time::Duration, t: &Target, method: &str, path: &str, bytes: Bytes, headers: &[(&str, &str)]) -> Result<Reply> {
+async fn send_for(
+    budget: std::time::Duration,
+    t: &Target,
+    method: &str,
+    path: &str,
+    bytes: Bytes,
+    headers: &[(&str, &str)],
+) -> Result<Reply> {
     let started = std::time::Instant::now();
     let mut pause = std::time::Duration::from_millis(20);
     let mut tries = 0u32;
@@ -620,7 +627,11 @@ mod tests {
                 let i = n.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 if i < refuse {
                     let body = r#"{"error":"too many connections: uid 7 already holds 2 connections"}"#;
-                    let _ = write!(s, "HTTP/1.1 429 Too Many Requests\r\nretry-after: 1\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}", body.len());
+                    let _ = write!(
+                        s,
+                        "HTTP/1.1 429 Too Many Requests\r\nretry-after: 1\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}",
+                        body.len()
+                    );
                     continue; // closed with the request unread
                 }
                 let mut buf = [0u8; 4096];

@@ -165,12 +165,8 @@ pub const FILTER_KEYS: &[&str] = &["Name", "Names", "Account", "Accounts", "User
 
 /// A name of an account, user or QOS: 1 to 64 of `A-Za-z0-9_.-`, not starting with `-`.
 fn valid_name(kind: &str, n: &str) -> Result<(), Refused> {
-    if n.is_empty() || n.len() > 64 || n.starts_with('-') || !n.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
-    {
-        return Err(Refused::Invalid(format!(
-            "invalid {kind} name {:?}: 1 to 64 letters, digits, '_', '-' or '.'",
-            slurmcli::visible(n)
-        )));
+    if n.is_empty() || n.len() > 64 || n.starts_with('-') || !n.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.')) {
+        return Err(Refused::Invalid(format!("invalid {kind} name {:?}: 1 to 64 letters, digits, '_', '-' or '.'", slurmcli::visible(n))));
     }
     Ok(())
 }
@@ -179,7 +175,9 @@ fn number<T: std::str::FromStr>(key: &str, v: &str) -> Result<Option<T>, Refused
     if v == "-1" {
         return Ok(None);
     }
-    v.parse::<T>().map(Some).map_err(|_| Refused::Invalid(format!("invalid value for {key}: {:?} (a whole number, or -1 for none)", slurmcli::visible(v))))
+    v.parse::<T>()
+        .map(Some)
+        .map_err(|_| Refused::Invalid(format!("invalid value for {key}: {:?} (a whole number, or -1 for none)", slurmcli::visible(v))))
 }
 
 fn wall(v: &str) -> Result<Option<Time>, Refused> {
@@ -281,7 +279,14 @@ impl Controller {
     /// account, `-q` or the association's default QOS; refused with Slurm's words where the
     /// enforcement says the user may not (administrators may charge any account and QOS). A
     /// negative nice needs an operator.
-    pub fn charge(&self, uid: u32, user: &str, account: Option<&str>, qos: Option<&str>, nice: i32) -> Result<(String, Option<String>), Refused> {
+    pub fn charge(
+        &self,
+        uid: u32,
+        user: &str,
+        account: Option<&str>,
+        qos: Option<&str>,
+        nice: i32,
+    ) -> Result<(String, Option<String>), Refused> {
         let level = self.admin_level(uid, user);
         if nice < 0 && level < AdminLevel::Operator {
             return Err(Refused::Forbidden(format!(
@@ -340,7 +345,14 @@ impl Controller {
 
     /// A partition's AllowAccounts and AllowQos (AllowGroups is the daemon's: it knows the
     /// groups): refused with Slurm's words. Administrators pass.
-    pub fn check_partition_access(&self, uid: u32, user: &str, partition: Option<&str>, account: &str, qos: Option<&str>) -> Result<(), Refused> {
+    pub fn check_partition_access(
+        &self,
+        uid: u32,
+        user: &str,
+        partition: Option<&str>,
+        account: &str,
+        qos: Option<&str>,
+    ) -> Result<(), Refused> {
         let c = &self.settings.cluster;
         let Some(p) = c.partition(partition) else { return Ok(()) };
         if self.admin_level(uid, user) == AdminLevel::Administrator {
@@ -385,7 +397,8 @@ impl Controller {
         // Per-job limits: the association's, else the nearest account's; and the QOS's.
         let pick = |f: &dyn Fn(&Limits) -> bool| own.filter(|l| f(l)).or_else(|| lineage.iter().map(|a| &a.limits).find(|l| f(l)));
         let wall_of = |l: &Limits| l.max_wall;
-        for (who, max) in [("the association's", pick(&|l| l.max_wall.is_some()).and_then(wall_of)), ("the QOS's", qos.and_then(|q| q.limits.max_wall))]
+        for (who, max) in
+            [("the association's", pick(&|l| l.max_wall.is_some()).and_then(wall_of)), ("the QOS's", qos.and_then(|q| q.limits.max_wall))]
         {
             if let Some(m) = max
                 && req.time_limit > m
@@ -399,8 +412,10 @@ impl Controller {
         }
         let usage = request_usage(req);
         let none = model::accounting::Usage::default();
-        for (who, lim) in [("the association's", pick(&|l| !l.max_tres_per_job.is_empty()).map(|l| l.max_tres_per_job)), ("the QOS's", qos.map(|q| q.limits.max_tres_per_job))]
-        {
+        for (who, lim) in [
+            ("the association's", pick(&|l| !l.max_tres_per_job.is_empty()).map(|l| l.max_tres_per_job)),
+            ("the QOS's", qos.map(|q| q.limits.max_tres_per_job)),
+        ] {
             if let Some(l) = lim
                 && let Some(k) = none.exceeds(&usage, &l)
             {
@@ -439,7 +454,10 @@ impl Controller {
         if let Some(m) = max_submit
             && assoc_n + count > m as u64
         {
-            return over(format!("MaxSubmitJobs {m} of the association of user {} and account {} ({assoc_n} submitted)", req.user, req.account));
+            return over(format!(
+                "MaxSubmitJobs {m} of the association of user {} and account {} ({assoc_n} submitted)",
+                req.user, req.account
+            ));
         }
         if let Some(m) = own.and_then(|l| l.grp_submit_jobs)
             && assoc_n + count > m as u64
@@ -510,10 +528,15 @@ impl Controller {
                 }
                 for a in &hit {
                     if let Some(child) = next.accounts.iter().find(|c| c.parent.as_deref() == Some(a.as_str())) {
-                        return Err(Refused::Conflict(format!(" Error with request: account {a} has a sub-account {}: delete it first", child.name)));
+                        return Err(Refused::Conflict(format!(
+                            " Error with request: account {a} has a sub-account {}: delete it first",
+                            child.name
+                        )));
                     }
                     if active(&|r: &JobRequest| &r.account == a) {
-                        return Err(Refused::Conflict(format!(" Error with request: Job(s) active, cancel job(s) before remove (account {a})")));
+                        return Err(Refused::Conflict(format!(
+                            " Error with request: Job(s) active, cancel job(s) before remove (account {a})"
+                        )));
                     }
                     if let Some(u) = next.users.iter().find(|u| &u.default_account == a) {
                         return Err(Refused::Conflict(format!(
@@ -527,7 +550,8 @@ impl Controller {
                 Ok(Said::changed(format!(" Deleting accounts...\n{}", lines(&hit))))
             }
             Entity::User => {
-                let users: Vec<String> = next.users.iter().map(|u| u.name.clone()).chain(next.assocs.iter().map(|a| a.user.clone())).collect();
+                let users: Vec<String> =
+                    next.users.iter().map(|u| u.name.clone()).chain(next.assocs.iter().map(|a| a.user.clone())).collect();
                 let hit: Vec<String> = want.iter().filter(|w| users.contains(w)).cloned().collect();
                 if hit.is_empty() {
                     return Ok(Said::nothing(" Nothing deleted\n"));
@@ -580,7 +604,9 @@ impl Controller {
                 }
                 for q in &hit {
                     if active(&|r: &JobRequest| r.qos.as_deref() == Some(q.as_str())) {
-                        return Err(Refused::Conflict(format!(" Error with request: Job(s) active, cancel job(s) before remove (QOS {q})")));
+                        return Err(Refused::Conflict(format!(
+                            " Error with request: Job(s) active, cancel job(s) before remove (QOS {q})"
+                        )));
                     }
                 }
                 next.qos.retain(|q| !hit.contains(&q.name));
@@ -673,11 +699,14 @@ fn coordinated(a: &Accounting, user: &str) -> Vec<String> {
 }
 
 fn unknown(key: &str, entity: &str) -> Refused {
-    Refused::Invalid(format!(" Unknown option: {key} (a {entity} takes {})", match entity {
-        "account" => ACCOUNT_KEYS.join(", "),
-        "user" => USER_KEYS.join(", "),
-        _ => QOS_KEYS.join(", "),
-    }))
+    Refused::Invalid(format!(
+        " Unknown option: {key} (a {entity} takes {})",
+        match entity {
+            "account" => ACCOUNT_KEYS.join(", "),
+            "user" => USER_KEYS.join(", "),
+            _ => QOS_KEYS.join(", "),
+        }
+    ))
 }
 
 fn apply_account(a: &mut Account, s: &Setting, known_qos: &[Qos]) -> Result<(), Refused> {
@@ -689,7 +718,8 @@ fn apply_account(a: &mut Account, s: &Setting, known_qos: &[Qos]) -> Result<(), 
         "Fairshare" => a.shares = number::<u32>("Fairshare", v)?.unwrap_or(1).max(1),
         "QOS" => a.qos = qos_list(&a.qos, s, known_qos)?,
         "DefaultQOS" => {
-            a.default_qos = if v == "-1" || v.is_empty() { None } else { Some(qos_list(&[], s, known_qos)?.into_iter().next().unwrap_or_default()) }
+            a.default_qos =
+                if v == "-1" || v.is_empty() { None } else { Some(qos_list(&[], s, known_qos)?.into_iter().next().unwrap_or_default()) }
         }
         k if ["MaxJobs", "MaxSubmitJobs", "MaxWall", "MaxTRESPerJob", "GrpJobs", "GrpSubmitJobs", "GrpTRES"].contains(&k) => {
             set_limit(&mut a.limits, k, v)?;
@@ -708,7 +738,8 @@ fn apply_assoc(a: &mut Assoc, s: &Setting, known_qos: &[Qos], account_qos: &[Str
             a.qos = Some(qos_list(&cur, s, known_qos)?);
         }
         "DefaultQOS" => {
-            a.default_qos = if v == "-1" || v.is_empty() { None } else { Some(qos_list(&[], s, known_qos)?.into_iter().next().unwrap_or_default()) }
+            a.default_qos =
+                if v == "-1" || v.is_empty() { None } else { Some(qos_list(&[], s, known_qos)?.into_iter().next().unwrap_or_default()) }
         }
         k if ["MaxJobs", "MaxSubmitJobs", "MaxWall", "MaxTRESPerJob", "GrpJobs", "GrpSubmitJobs", "GrpTRES"].contains(&k) => {
             set_limit(&mut a.limits, k, v)?;
@@ -799,7 +830,11 @@ fn add_users(next: &mut Accounting, ch: &AcctChange, level: AdminLevel, caller: 
     }
     for a in &accounts {
         if !next.accounts.iter().any(|x| &x.name == a) {
-            return Err(Refused::Invalid(format!(" error: The account {} doesn't exist (sacctmgr add account {} first)", slurmcli::visible(a), slurmcli::visible(a))));
+            return Err(Refused::Invalid(format!(
+                " error: The account {} doesn't exist (sacctmgr add account {} first)",
+                slurmcli::visible(a),
+                slurmcli::visible(a)
+            )));
         }
     }
     let admin_level = match ch.set.iter().find(|s| s.key == "AdminLevel") {
@@ -832,8 +867,10 @@ fn add_users(next: &mut Accounting, ch: &AcctChange, level: AdminLevel, caller: 
             if next.assocs.iter().any(|x| &x.user == u && &x.account == a) {
                 continue;
             }
-            let account_qos = ClusterConfig { qos: next.qos.clone(), accounts: next.accounts.clone(), ..ClusterConfig::default() }.account_qos(a);
-            let mut assoc = Assoc { account: a.clone(), user: u.clone(), shares: 1, qos: None, default_qos: None, limits: Limits::default() };
+            let account_qos =
+                ClusterConfig { qos: next.qos.clone(), accounts: next.accounts.clone(), ..ClusterConfig::default() }.account_qos(a);
+            let mut assoc =
+                Assoc { account: a.clone(), user: u.clone(), shares: 1, qos: None, default_qos: None, limits: Limits::default() };
             for s in &ch.set {
                 apply_assoc(&mut assoc, s, &next.qos, &account_qos)?;
             }
@@ -916,7 +953,12 @@ fn modify_users(next: &mut Accounting, ch: &AcctChange, level: AdminLevel, calle
         for w in &want {
             valid_name("user", w)?;
             if !next.users.iter().any(|u| &u.name == w) && !next.assocs.iter().any(|a| &a.user == w) {
-                next.users.push(User { name: w.clone(), default_account: w.clone(), admin_level: AdminLevel::None, coordinator: Vec::new() });
+                next.users.push(User {
+                    name: w.clone(),
+                    default_account: w.clone(),
+                    admin_level: AdminLevel::None,
+                    coordinator: Vec::new(),
+                });
             }
         }
     }
@@ -950,7 +992,11 @@ fn modify_users(next: &mut Accounting, ch: &AcctChange, level: AdminLevel, calle
     if !assoc_sets.is_empty() {
         let cfg = ClusterConfig { qos: next.qos.clone(), accounts: next.accounts.clone(), ..ClusterConfig::default() };
         let qos = next.qos.clone();
-        for a in next.assocs.iter_mut().filter(|a| (want.is_empty() || want.contains(&a.user)) && (accounts.is_empty() || accounts.contains(&a.account))) {
+        for a in next
+            .assocs
+            .iter_mut()
+            .filter(|a| (want.is_empty() || want.contains(&a.user)) && (accounts.is_empty() || accounts.contains(&a.account)))
+        {
             let account_qos = cfg.account_qos(&a.account);
             for s in &assoc_sets {
                 apply_assoc(a, s, &qos, &account_qos)?;

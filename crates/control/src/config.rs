@@ -127,7 +127,16 @@ struct AccountingFile {
 }
 
 #[allow(clippy::too_many_arguments)]
-fn limits_of(what: &str, max_jobs: Option<u32>, max_submit: Option<u32>, max_wall: &Option<String>, per_job: &Option<String>, grp_jobs: Option<u32>, grp_submit: Option<u32>, grp_tres: &Option<String>) -> Result<model::Limits> {
+fn limits_of(
+    what: &str,
+    max_jobs: Option<u32>,
+    max_submit: Option<u32>,
+    max_wall: &Option<String>,
+    per_job: &Option<String>,
+    grp_jobs: Option<u32>,
+    grp_submit: Option<u32>,
+    grp_tres: &Option<String>,
+) -> Result<model::Limits> {
     let tres = |k: &str, v: &Option<String>| -> Result<model::Tres> {
         match v {
             None => Ok(model::Tres::default()),
@@ -477,7 +486,16 @@ pub fn parse(text: &str) -> Result<(crate::Settings, Security)> {
         let mut qos = Vec::new();
         for q in f.qos {
             let what = format!("qos {}", q.name);
-            let mut limits = limits_of(&what, q.max_jobs_per_user, q.max_submit_jobs_per_user, &q.max_wall, &q.max_tres_per_job, q.grp_jobs, q.grp_submit_jobs, &q.grp_tres)?;
+            let mut limits = limits_of(
+                &what,
+                q.max_jobs_per_user,
+                q.max_submit_jobs_per_user,
+                &q.max_wall,
+                &q.max_tres_per_job,
+                q.grp_jobs,
+                q.grp_submit_jobs,
+                &q.grp_tres,
+            )?;
             if let Some(t) = &q.max_tres_per_user {
                 limits.max_tres_per_user = model::Tres::parse(t).map_err(|e| ConfigError(format!("{what} max_tres_per_user: {}", e.0)))?;
             }
@@ -500,7 +518,8 @@ pub fn parse(text: &str) -> Result<(crate::Settings, Security)> {
     }
     for a in f.account {
         let what = format!("account {}", a.name);
-        let limits = limits_of(&what, a.max_jobs, a.max_submit_jobs, &a.max_wall, &a.max_tres_per_job, a.grp_jobs, a.grp_submit_jobs, &a.grp_tres)?;
+        let limits =
+            limits_of(&what, a.max_jobs, a.max_submit_jobs, &a.max_wall, &a.max_tres_per_job, a.grp_jobs, a.grp_submit_jobs, &a.grp_tres)?;
         s.cluster.accounts.push(model::Account {
             shares: a.shares.max(1),
             parent: a.parent.filter(|p| p != "root"),
@@ -524,14 +543,29 @@ pub fn parse(text: &str) -> Result<(crate::Settings, Security)> {
             accounts.insert(0, default_account.clone());
         }
         for a in accounts {
-            s.cluster.assocs.push(model::Assoc { account: a, user: u.name.clone(), shares: 1, qos: None, default_qos: None, limits: model::Limits::default() });
+            s.cluster.assocs.push(model::Assoc {
+                account: a,
+                user: u.name.clone(),
+                shares: 1,
+                qos: None,
+                default_qos: None,
+                limits: model::Limits::default(),
+            });
         }
         s.cluster.users.push(model::User { name: u.name, default_account, admin_level, coordinator: u.coordinator });
     }
     for a in f.association {
         let what = format!("association of user {} and account {}", a.user, a.account);
-        let limits = limits_of(&what, a.max_jobs, a.max_submit_jobs, &a.max_wall, &a.max_tres_per_job, a.grp_jobs, a.grp_submit_jobs, &a.grp_tres)?;
-        let row = model::Assoc { account: a.account.clone(), user: a.user.clone(), shares: a.shares.unwrap_or(1).max(1), qos: a.qos, default_qos: a.default_qos, limits };
+        let limits =
+            limits_of(&what, a.max_jobs, a.max_submit_jobs, &a.max_wall, &a.max_tres_per_job, a.grp_jobs, a.grp_submit_jobs, &a.grp_tres)?;
+        let row = model::Assoc {
+            account: a.account.clone(),
+            user: a.user.clone(),
+            shares: a.shares.unwrap_or(1).max(1),
+            qos: a.qos,
+            default_qos: a.default_qos,
+            limits,
+        };
         match s.cluster.assocs.iter_mut().find(|x| x.user == a.user && x.account == a.account) {
             Some(x) => *x = row,
             None => s.cluster.assocs.push(row),

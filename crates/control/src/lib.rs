@@ -144,11 +144,14 @@ pub enum Refused {
     Busy(String),
 }
 
-/// One account of the fair-share tree (`sshare`).
+/// One account (or one user within an account) of the fair-share tree (`sshare`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ShareRow {
     /// Account.
     pub account: String,
+    /// The user, for a user's row within the account; empty for the account's row.
+    #[serde(default)]
+    pub user: String,
     /// Its configured shares (1 when not configured).
     pub raw_shares: u32,
     /// Its shares over those of all accounts listed.
@@ -1387,8 +1390,8 @@ impl Controller {
             (j.exit_code, j.exit_signal) = (Some(c), None);
             j.state = j.state.step(JobEvent::Exit(c)).expect("a running job can end");
             let usage = self.job_usage(e.job);
-            let acct = self.jobs[&e.job].req.account.clone();
-            self.fairshare.accrue(&acct, usage);
+            let (acct, user) = (self.jobs[&e.job].req.account.clone(), self.jobs[&e.job].req.user.clone());
+            self.fairshare.accrue(&acct, &user, usage);
             self.learn(e.job);
             self.release(e.job);
             return;
@@ -1431,8 +1434,8 @@ impl Controller {
         };
         j.state = j.state.step(ev).expect("a running job can end");
         let usage = self.job_usage(e.job);
-        let acct = self.jobs[&e.job].req.account.clone();
-        self.fairshare.accrue(&acct, usage);
+        let (acct, user) = (self.jobs[&e.job].req.account.clone(), self.jobs[&e.job].req.user.clone());
+        self.fairshare.accrue(&acct, &user, usage);
         self.learn(e.job);
         self.release(e.job);
     }
@@ -2084,28 +2087,45 @@ impl Controller {
 
     /// The fair-share tree as `sshare` shows it: each account's shares and decayed usage, and
     /// the fair-share factor its pending jobs get (accounts configured or with usage; the
-    /// normalised shares are among the accounts listed).
+    /// normalised shares are among the accounts listed), each followed by its users' rows where
+    /// associations name them (their part of the account's shares, their usage and factor).
     pub fn shares(&self) -> Vec<ShareRow> {
-        let mut names: BTreeSet<String> = self.settings.cluster.accounts.iter().map(|a| a.name.clone()).collect();
+        let c = &self.settings.cluster;
+        let mut names: BTreeSet<String> = c.accounts.iter().map(|a| a.name.clone()).collect();
         names.extend(self.fairshare.accounts().map(|(a, _)| a.to_string()));
         names.extend(self.active().filter(|j| !j.state.is_final()).map(|j| j.req.account.clone()));
-        let total_shares: u32 = names.iter().map(|a| self.settings.cluster.shares(a)).sum();
+        let total_shares: u32 = names.iter().map(|a| c.shares(a)).sum();
         let total_usage = self.fairshare.total();
-        names
-            .into_iter()
-            .map(|account| {
-                let shares = self.settings.cluster.shares(&account);
-                let usage = self.fairshare.usage(&account);
-                ShareRow {
-                    norm_shares: shares as f64 / total_shares.max(1) as f64,
-                    effective_usage: if total_usage > 0.0 { usage / total_usage } else { 0.0 },
-                    fairshare: self.fairshare.factor(&account, shares, total_shares),
-                    raw_shares: shares,
-                    raw_usage: usage,
-                    account,
-                }
-            })
-            .collect()
+        let mut rows = Vec::new();
+        for account in names {
+            let shares = c.shares(&account);
+            let usage = self.fairshare.usage(&account);
+            let norm = shares as f64 / total_shares.max(1) as f64;
+            rows.push(ShareRow {
+                norm_shares: norm,
+                effective_usage: if total_usage > 0.0 { usage / total_usage } else { 0.0 },
+                fairshare: self.fairshare.factor(&account, shares, total_shares),
+                raw_shares: shares,
+                raw_usage: usage,
+                account: account.clone(),
+                user: String::new(),
+            });
+            let users: Vec<&model::Assoc> = c.assocs.iter().filter(|a| a.account == account).collect();
+            let sum: u32 = users.iter().map(|a| a.shares.max(1)).sum();
+            for a in users {
+                let u = self.fairshare.user_usage(&account, &a.user);
+                rows.push(ShareRow {
+                    norm_shares: norm * a.shares.max(1) as f64 / sum.max(1) as f64,
+                    effective_usage: if total_usage > 0.0 { u / total_usage } else { 0.0 },
+                    fairshare: self.fairshare.user_factor(&account, &a.user, (shares, total_shares), (a.shares, sum)),
+                    raw_shares: a.shares,
+                    raw_usage: u,
+                    account: account.clone(),
+                    user: a.user.clone(),
+                });
+            }
+        }
+        rows
     }
 
     /// Per-factor priority of every pending job (`tandem priority` / `sprio`).

@@ -235,13 +235,7 @@ fn gpu_service_preempts_lower_tier_training_only() {
     let mut settings = Settings::default();
     settings.cluster.qos = vec![
         qos("low", 0, 0),
-        model::Qos {
-            name: "serve".into(),
-            priority: 100,
-            preempt_tier: 2,
-            grace_time: 5,
-            ..model::Qos::normal()
-        },
+        model::Qos { name: "serve".into(), priority: 100, preempt_tier: 2, grace_time: 5, ..model::Qos::normal() },
         qos("high", 200, 3),
     ];
     let mut w = World::new(2, 2, settings);

@@ -560,6 +560,7 @@ pub(crate) fn priority_context<'a>(snap: &Snapshot<'a>, facts: &Facts, now: Time
         max_part_tier: snap.config.partitions.iter().map(|p| p.priority_tier).max().unwrap_or(0),
         max_qos: snap.config.qos.iter().map(|q| q.priority).max().unwrap_or(0),
         total_shares,
+        assoc_shares: priority::PriorityContext::assoc_shares(snap.config),
     }
 }
 

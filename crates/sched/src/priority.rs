@@ -174,19 +174,46 @@ impl Policy {
     }
 }
 
-/// Decayed usage per account, for fair-share. The caller accrues usage as jobs run
-/// ([`FairShare::accrue`]) and decays it with a half-life ([`FairShare::decay`]).
+/// Decayed usage per account and per user within an account, for fair-share. The caller
+/// accrues usage as jobs run ([`FairShare::accrue`]) and decays it with a half-life
+/// ([`FairShare::decay`]).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct FairShare {
     usage: FxHashMap<String, f64>,
     total: f64,
+    /// Per user within an account, keyed [`user_key`].
+    #[serde(default)]
+    users: FxHashMap<String, f64>,
+}
+
+/// The key of a user's usage within an account.
+fn user_key(account: &str, user: &str) -> String {
+    format!("{account}\u{1f}{user}")
 }
 
 impl FairShare {
-    /// Adds `amount` (resource-seconds) of usage to `account`.
-    pub fn accrue(&mut self, account: &str, amount: f64) {
+    /// Adds `amount` (resource-seconds) of usage to `account`, and to `user` within it.
+    pub fn accrue(&mut self, account: &str, user: &str, amount: f64) {
         *self.usage.entry(account.to_string()).or_default() += amount;
+        *self.users.entry(user_key(account, user)).or_default() += amount;
         self.total += amount;
+    }
+
+    /// A user's decayed usage within an account.
+    pub fn user_usage(&self, account: &str, user: &str) -> f64 {
+        self.users.get(&user_key(account, user)).copied().unwrap_or(0.0)
+    }
+
+    /// Slurm's classic fair-share factor of a user within an account: 2^(-(the user's usage
+    /// share)/(the account's shares share x the user's share of the account's users' shares)).
+    /// Two users sharing an account each get half its shares: the heavier user's jobs wait.
+    pub fn user_factor(&self, account: &str, user: &str, shares: (u32, u32), user_shares: (u32, u32)) -> f64 {
+        if self.total <= 0.0 {
+            return 1.0;
+        }
+        let u = self.user_usage(account, user) / self.total;
+        let s = shares.0.max(1) as f64 / shares.1.max(1) as f64 * (user_shares.0.max(1) as f64 / user_shares.1.max(1) as f64);
+        2f64.powf(-u / s)
     }
 
     /// Decays all usage by `elapsed` seconds with the given half-life.
@@ -195,7 +222,7 @@ impl FairShare {
             return;
         }
         let f = 0.5f64.powf(elapsed as f64 / half_life as f64);
-        for v in self.usage.values_mut() {
+        for v in self.usage.values_mut().chain(self.users.values_mut()) {
             *v *= f;
         }
         self.total *= f;
@@ -269,13 +296,44 @@ pub(crate) struct PriorityContext<'a> {
     pub max_part_tier: u32,
     pub max_qos: u32,
     pub total_shares: u32,
+    /// With associations configured: each (account, user)'s shares, and each account's users'
+    /// shares summed (a user's fair share is their part of their account's).
+    pub assoc_shares: Option<(FxHashMap<(&'a str, &'a str), u32>, FxHashMap<&'a str, u32>)>,
+}
+
+impl<'a> PriorityContext<'a> {
+    /// The associations' shares, when any are configured ([`PriorityContext::assoc_shares`]).
+    pub fn assoc_shares(config: &'a ClusterConfig) -> Option<(FxHashMap<(&'a str, &'a str), u32>, FxHashMap<&'a str, u32>)> {
+        if config.assocs.is_empty() {
+            return None;
+        }
+        let (mut pairs, mut sums) = (FxHashMap::default(), FxHashMap::default());
+        for a in &config.assocs {
+            pairs.insert((a.account.as_str(), a.user.as_str()), a.shares.max(1));
+            *sums.entry(a.account.as_str()).or_default() += a.shares.max(1);
+        }
+        Some((pairs, sums))
+    }
+
+    /// A job's fair-share factor: its user's within the account where the user has an
+    /// association, else its account's.
+    pub fn fairshare_factor(&self, job: &JobRequest) -> f64 {
+        let shares = (self.config.shares(&job.account), self.total_shares);
+        if let Some((pairs, sums)) = &self.assoc_shares
+            && let Some(&s) = pairs.get(&(job.account.as_str(), job.user.as_str()))
+        {
+            let sum = sums.get(job.account.as_str()).copied().unwrap_or(s);
+            return self.fairshare.user_factor(&job.account, &job.user, shares, (s, sum));
+        }
+        self.fairshare.factor(&job.account, shares.0, shares.1)
+    }
 }
 
 impl PriorityContext<'_> {
     /// `est` is the run time the pass plans with for this job (its limit, or its prediction).
     pub fn breakdown(&self, w: &Weights, job: &JobRequest, nodes: u32, est: Time) -> Breakdown {
         let age = ((self.now - job.eligible_time()).max(0) as f64 / w.max_age.max(1) as f64).min(1.0);
-        let fs = self.fairshare.factor(&job.account, self.config.shares(&job.account), self.total_shares);
+        let fs = self.fairshare_factor(job);
         let share = (nodes as f64 / self.total_nodes.max(1) as f64).min(1.0);
         let size = if w.favor_small { 1.0 - share } else { share };
         let limit = if w.estimate { est } else { job.time_limit }.max(1) as f64;

@@ -168,7 +168,10 @@ fn association_and_account_limits_give_slurms_reasons() {
     // `team` below it; alice may run one job at a time in `team`.
     let mut w = World::new(nodes(4, 8, 2, 4));
     w.config.enforce = Enforce::default();
-    w.config.accounts.push(Account { limits: Limits { grp_tres: Tres { gpu: Some(3), ..Tres::default() }, ..Limits::default() }, ..Account::new("lab", 1) });
+    w.config.accounts.push(Account {
+        limits: Limits { grp_tres: Tres { gpu: Some(3), ..Tres::default() }, ..Limits::default() },
+        ..Account::new("lab", 1)
+    });
     w.config.accounts.push(Account { parent: Some("lab".into()), ..Account::new("team", 1) });
     w.config.assocs.push(Assoc {
         account: "team".into(),
@@ -178,7 +181,11 @@ fn association_and_account_limits_give_slurms_reasons() {
         default_qos: None,
         limits: Limits { max_jobs: Some(1), ..Limits::default() },
     });
-    w.config.qos.push(Qos { name: "gpu".into(), limits: Limits { max_tres_per_user: Tres { cpu: Some(2), ..Tres::default() }, ..Limits::default() }, ..Qos::normal() });
+    w.config.qos.push(Qos {
+        name: "gpu".into(),
+        limits: Limits { max_tres_per_user: Tres { cpu: Some(2), ..Tres::default() }, ..Limits::default() },
+        ..Qos::normal()
+    });
     let mk = |id: u64, user: &str, account: &str, gpus: u32| {
         let mut j = job(id, 0, 100, 1, gpus, 1);
         j.user = user.into();
@@ -393,4 +400,36 @@ fn waiting_raises_priority_and_the_starvation_guard_takes_effect() {
     };
     assert_eq!(order(1_000_000, &guard(7.0 * 86_400.0)), vec![2, 4, 3], "starving jobs first, oldest first");
     assert_eq!(order(1_000_000, &guard(2_000_000.0)), vec![3, 2, 4], "no job starving yet: the guard changes nothing");
+}
+
+#[test]
+fn users_sharing_an_account_get_their_own_fair_share() {
+    // Two users associated with one account: the one who used it gets the lower factor; an
+    // account without associations is one (its users share its factor, as before).
+    let mut w = World::new(nodes(1, 4, 0, 1));
+    w.config.accounts.push(Account::new("lab", 1));
+    for u in ["heavy", "light"] {
+        w.config.assocs.push(Assoc {
+            account: "lab".into(),
+            user: u.into(),
+            shares: 1,
+            qos: None,
+            default_qos: None,
+            limits: Limits::default(),
+        });
+    }
+    w.fairshare.accrue("lab", "heavy", 1000.0);
+    w.fairshare.accrue("other", "x", 1000.0);
+    for (id, user, account) in [(1, "heavy", "lab"), (2, "light", "lab"), (3, "x", "other"), (4, "y", "other")] {
+        let mut j = job(id, 0, 100, 1, 0, 1);
+        j.user = user.into();
+        j.account = account.into();
+        w.submit(j);
+    }
+    let cfg = Config { policy: Policy::Multifactor(sched::Weights::slurm()), ..Config::default() };
+    let b: std::collections::HashMap<u64, f64> =
+        sched::priority_breakdown(&w.snap(), 0, &cfg).into_iter().map(|(j, b)| (j.0, b.fairshare)).collect();
+    assert!(b[&2] > b[&1], "the light user of lab comes first: {b:?}");
+    assert_eq!(b[&3], b[&4], "without associations the account's users share its factor: {b:?}");
+    assert!((w.fairshare.user_usage("lab", "heavy") - 1000.0).abs() < 1e-9);
 }

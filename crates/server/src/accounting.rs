@@ -57,12 +57,24 @@ pub(crate) fn info(ctl: &Controller, uid: u32, me: &str) -> AccountingInfo {
         && let Some(r) = c.association(me, me)
     {
         assocs.push(row(r));
-        users.push(model::User { name: me.to_string(), default_account: me.to_string(), admin_level: ctl.admin_level(uid, me), coordinator: Vec::new() });
+        users.push(model::User {
+            name: me.to_string(),
+            default_account: me.to_string(),
+            admin_level: ctl.admin_level(uid, me),
+            coordinator: Vec::new(),
+        });
     }
     for u in &mut users {
         u.admin_level = u.admin_level.max(if u.name == me { ctl.admin_level(uid, me) } else { model::AdminLevel::None });
     }
-    AccountingInfo { cluster: ctl.settings().cluster_name.clone(), enforce: c.enforce.words(), qos: c.qos.clone(), accounts: c.accounts.clone(), users, assocs }
+    AccountingInfo {
+        cluster: ctl.settings().cluster_name.clone(),
+        enforce: c.enforce.words(),
+        qos: c.qos.clone(),
+        accounts: c.accounts.clone(),
+        users,
+        assocs,
+    }
 }
 
 async fn show(State(app): State<App>, ConnectInfo(peer): ConnectInfo<Peer>, headers: HeaderMap) -> Response {
@@ -104,11 +116,7 @@ async fn change(
 /// Looks up the uids of the users the accounting makes operators or administrators, so the
 /// controller knows them by uid (who may hold or cancel others' jobs, see everything).
 pub(crate) fn refresh_admins(ctl: &mut Controller) {
-    let uids = ctl
-        .admin_names()
-        .iter()
-        .filter_map(|n| nix::unistd::User::from_name(n).ok().flatten().map(|u| u.uid.as_raw()))
-        .collect();
+    let uids = ctl.admin_names().iter().filter_map(|n| nix::unistd::User::from_name(n).ok().flatten().map(|u| u.uid.as_raw())).collect();
     ctl.set_admin_uids(uids);
 }
 

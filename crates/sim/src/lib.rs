@@ -193,7 +193,7 @@ impl<'w> State<'w> {
         }
         self.busy_units -= m.units;
         let job = &self.w.jobs[m.job];
-        self.fairshare.accrue(&job.req.account, (job.units as f64) * job.runtime as f64);
+        self.fairshare.accrue(&job.req.account, &job.req.user, (job.units as f64) * job.runtime as f64);
         // The completion event is the only way a run time reaches the scheduler.
         self.history.record(&job.req, job.runtime);
     }

@@ -296,12 +296,22 @@ pub const FIELDS: &[Field] = &[
 pub fn default_format(e: Entity, with_assoc: bool) -> &'static str {
     match (e, with_assoc) {
         (Entity::Account, false) => "Account,Descr,Org",
-        (Entity::Account, true) => "Account,Descr,Org,Cluster,ParentName,User,Share,GrpJobs,GrpTRES,GrpSubmit,MaxJobs,MaxTRES,MaxSubmit,MaxWall,QOS,DefaultQOS",
+        (Entity::Account, true) => {
+            "Account,Descr,Org,Cluster,ParentName,User,Share,GrpJobs,GrpTRES,GrpSubmit,MaxJobs,MaxTRES,MaxSubmit,MaxWall,QOS,DefaultQOS"
+        }
         (Entity::User, false) => "User,DefaultAccount,AdminLevel",
-        (Entity::User, true) => "User,DefaultAccount,AdminLevel,Cluster,Account,Partition,Share,MaxJobs,MaxTRES,MaxSubmit,MaxWall,QOS,DefaultQOS",
-        (Entity::Assoc, _) => "Cluster,Account,User,Partition,Share,Priority,GrpJobs,GrpTRES,GrpSubmit,GrpWall,GrpTRESMins,MaxJobs,MaxTRES,MaxTRESPerNode,MaxSubmit,MaxWall,MaxTRESMins,QOS,DefaultQOS,GrpTRESRunMins",
-        (Entity::Qos, _) => "Name,Priority,GraceTime,Preempt,PreemptExemptTime,PreemptMode,Flags%40,UsageThres,UsageFactor,GrpTRES,GrpTRESMins,GrpTRESRunMins,GrpJobs,GrpSubmit,GrpWall,MaxTRES,MaxTRESPerNode,MaxTRESMins,MaxWall,MaxTRESPerUser,MaxJobsPerUser,MaxSubmitJobsPerUser",
-        (Entity::Cluster, _) => "Cluster,ControlHost,ControlPort,RPC,Share,GrpJobs,GrpTRES,GrpSubmit,MaxJobs,MaxTRES,MaxSubmit,MaxWall,QOS,DefaultQOS",
+        (Entity::User, true) => {
+            "User,DefaultAccount,AdminLevel,Cluster,Account,Partition,Share,MaxJobs,MaxTRES,MaxSubmit,MaxWall,QOS,DefaultQOS"
+        }
+        (Entity::Assoc, _) => {
+            "Cluster,Account,User,Partition,Share,Priority,GrpJobs,GrpTRES,GrpSubmit,GrpWall,GrpTRESMins,MaxJobs,MaxTRES,MaxTRESPerNode,MaxSubmit,MaxWall,MaxTRESMins,QOS,DefaultQOS,GrpTRESRunMins"
+        }
+        (Entity::Qos, _) => {
+            "Name,Priority,GraceTime,Preempt,PreemptExemptTime,PreemptMode,Flags%40,UsageThres,UsageFactor,GrpTRES,GrpTRESMins,GrpTRESRunMins,GrpJobs,GrpSubmit,GrpWall,MaxTRES,MaxTRESPerNode,MaxTRESMins,MaxWall,MaxTRESPerUser,MaxJobsPerUser,MaxSubmitJobsPerUser"
+        }
+        (Entity::Cluster, _) => {
+            "Cluster,ControlHost,ControlPort,RPC,Share,GrpJobs,GrpTRES,GrpSubmit,MaxJobs,MaxTRES,MaxSubmit,MaxWall,QOS,DefaultQOS"
+        }
     }
 }
 
@@ -385,13 +395,10 @@ mod tests {
     #[test]
     fn format_fields_and_cells() {
         let f = parse_format("acc,DefaultA,admin,user%-15,qos%5").unwrap();
-        assert_eq!(f.iter().map(|(f, w)| (f.header, *w)).collect::<Vec<_>>(), [
-            ("Account", 10),
-            ("Def Acct", 10),
-            ("Admin", 9),
-            ("User", -15),
-            ("QOS", 5)
-        ]);
+        assert_eq!(
+            f.iter().map(|(f, w)| (f.header, *w)).collect::<Vec<_>>(),
+            [("Account", 10), ("Def Acct", 10), ("Admin", 9), ("User", -15), ("QOS", 5)]
+        );
         assert!(parse_format("nosuch").unwrap_err().0.contains("Unknown field 'nosuch'"));
         assert_eq!(cell("normal,high", 5), "norm+");
         assert_eq!(cell("ml", 5), "   ml");

@@ -1414,7 +1414,11 @@ fn associations_keep_users_to_their_accounts_qos_and_limits() {
         std::thread::sleep(Duration::from_millis(100));
     }
     let o = up.run(&v, vd, &["sbatch", "--wrap", "true"]);
-    assert!(!o.status.success() && text(&o).contains("Job violates accounting/QOS policy") && text(&o).contains("MaxSubmitJobs"), "{}", text(&o));
+    assert!(
+        !o.status.success() && text(&o).contains("Job violates accounting/QOS policy") && text(&o).contains("MaxSubmitJobs"),
+        "{}",
+        text(&o)
+    );
     let o = up.run(&v, vd, &["sbatch", "-q", "critical", "--wrap", "true"]);
     assert!(!o.status.success() && text(&o).contains("Invalid qos specification"), "{}", text(&o));
     // Changed without a restart: MaxJobs=2 lets the second start; a group CPU limit of one
@@ -1447,12 +1451,13 @@ fn associations_keep_users_to_their_accounts_qos_and_limits() {
         std::thread::sleep(Duration::from_millis(100));
     }
     // Survives a kill -9 of the controller (tandem up starts it again).
-    let pid = String::from_utf8_lossy(&Command::new("pgrep").args(["-f", &format!("server .*{}", up.dir.display())]).output().unwrap().stdout)
-        .lines()
-        .next()
-        .unwrap()
-        .trim()
-        .to_string();
+    let pid =
+        String::from_utf8_lossy(&Command::new("pgrep").args(["-f", &format!("server .*{}", up.dir.display())]).output().unwrap().stdout)
+            .lines()
+            .next()
+            .unwrap()
+            .trim()
+            .to_string();
     Command::new("kill").args(["-9", &pid]).status().unwrap();
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
@@ -1463,6 +1468,13 @@ fn associations_keep_users_to_their_accounts_qos_and_limits() {
         assert!(Instant::now() < deadline, "after the restart: {}", text(&o));
         std::thread::sleep(Duration::from_millis(200));
     }
+    // scontrol show assoc_mgr: each limit with its use now; sshare: the victim's row under lab.
+    let am = up.ok(&v, vd, &["scontrol", "show", "assoc_mgr", &format!("users={}", v.name), "flags=assoc"]);
+    assert!(am.contains(&format!("Account=lab UserName={}({})", v.name, v.uid)) && am.contains("MaxJobs=3("), "{am}");
+    let am = up.ok(&v, vd, &["scontrol", "show", "assoc_mgr", "accounts=lab", "flags=assoc"]);
+    assert!(am.contains("GrpTRES=cpu=2("), "{am}");
+    let sh = up.ok(&v, vd, &["sshare", "-a", "-P", "-A", "lab"]);
+    assert!(sh.lines().any(|l| l.starts_with(&format!("lab|{}|1|", v.name))), "{sh}");
     // An operator made by sacctmgr may act on others' jobs; before, the attacker may not.
     let later = up.sbatch(&v, vd, &["-o", "/dev/null", "-t", "5", "--begin=now+1hour", "--wrap", "true"]);
     let o = up.run(&a, wd, &["scontrol", "hold", &later.to_string()]);
@@ -1474,6 +1486,8 @@ fn associations_keep_users_to_their_accounts_qos_and_limits() {
     assert!(!o.status.success() && text(&o).contains("only an administrator"), "{}", text(&o));
     root_ok(&["scancel", "-u", &v.name]);
     root_ok(&["scancel", "-u", &a.name]);
+    std::fs::remove_dir_all(&root).ok();
+}
 
 /// A metric's value in the controller's Prometheus text.
 fn metric(text: &str, name: &str) -> Option<f64> {
@@ -1504,9 +1518,8 @@ fn one_users_flood_of_connections_leaves_the_controller_to_everyone_else() {
         all.extend_from_slice(args);
         up.cmd(Some(&a), &root, &all).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap()
     };
-    let mut attackers: Vec<Child> = (0..3)
-        .map(|_| flood(&["--unix", &up.sock, "--attempts", "1700", "--hold", "400", "--rate", "200", "--requests", "8"]))
-        .collect();
+    let mut attackers: Vec<Child> =
+        (0..3).map(|_| flood(&["--unix", &up.sock, "--attempts", "1700", "--hold", "400", "--rate", "200", "--requests", "8"])).collect();
     attackers.push(flood(&["--tcp", &up.addr, "--attempts", "500", "--hold", "500", "--rate", "250"]));
     // The attack is on once the attacker holds its cap.
     let limit = loop {

@@ -594,16 +594,16 @@ pub struct ProxySync {
     pub services: std::collections::BTreeMap<String, ProxyServiceStats>,
 }
 
-/// `[proxy] prefill_pace` when a spec does not say (also `tandem proxy --prefill-pace`'s default).
-pub use control::service::DEFAULT_PREFILL_PACE;
 /// What the controller answers a caller without the right to change the accounting.
 pub use control::accounting::NO_PRIVILEGE;
 /// `sacctmgr`'s changes are the controller's own type.
 pub use control::accounting::{AcctChange, Entity as AcctEntity, SetOp, Setting, Verb as AcctVerb};
-/// The accounting's objects are the model's.
-pub use model::{Account, AdminLevel, Limits, Qos, Tres, User};
+/// `[proxy] prefill_pace` when a spec does not say (also `tandem proxy --prefill-pace`'s default).
+pub use control::service::DEFAULT_PREFILL_PACE;
 /// The view types are the controller's own (the wire format is defined there).
 pub use control::{EndpointView, ProxyServiceStats, ServiceEndpoints, ShareRow, StdinTo, StepIo, StepRes, StepSpec};
+/// The accounting's objects are the model's.
+pub use model::{Account, AdminLevel, Limits, Qos, Tres, User};
 
 #[cfg(test)]
 mod tests {

@@ -630,7 +630,8 @@ pub const DOCUMENT: &str = r##"{
       "ShareRow": {"type": "object", "additionalProperties": false,
         "required": ["account", "raw_shares", "norm_shares", "raw_usage", "effective_usage", "fairshare"],
         "properties": {
-          "account": {"type": "string"}, "raw_shares": {"$ref": "#/components/schemas/u32"},
+          "account": {"type": "string"}, "user": {"type": "string", "description": "A user's row within the account (from its association); empty for the account's row"},
+          "raw_shares": {"$ref": "#/components/schemas/u32"},
           "norm_shares": {"type": "number"}, "raw_usage": {"type": "number", "description": "Decayed usage (resource-seconds)"},
           "effective_usage": {"type": "number"}, "fairshare": {"type": "number", "description": "2^(-effective_usage/norm_shares)"}}},
       "StepInfo": {"type": "object", "additionalProperties": false,
@@ -1348,18 +1349,21 @@ mod tests {
             cluster: "tandem".into(),
             enforce: "associations,limits,qos".into(),
             qos: vec![Qos { name: "serve".into(), priority: 100, preempt_tier: 2, limits: limits.clone(), ..Qos::normal() }],
-            accounts: vec![
-                Account {
-                    parent: Some("lab".into()),
-                    description: "ML".into(),
-                    organization: "lab".into(),
-                    qos: vec!["normal".into(), "serve".into()],
-                    default_qos: Some("normal".into()),
-                    limits: limits.clone(),
-                    ..Account::new("ml", 1)
-                },
-            ],
-            users: vec![User { name: "alice".into(), default_account: "ml".into(), admin_level: AdminLevel::Operator, coordinator: vec!["lab".into()] }],
+            accounts: vec![Account {
+                parent: Some("lab".into()),
+                description: "ML".into(),
+                organization: "lab".into(),
+                qos: vec!["normal".into(), "serve".into()],
+                default_qos: Some("normal".into()),
+                limits: limits.clone(),
+                ..Account::new("ml", 1)
+            }],
+            users: vec![User {
+                name: "alice".into(),
+                default_account: "ml".into(),
+                admin_level: AdminLevel::Operator,
+                coordinator: vec!["lab".into()],
+            }],
             assocs: vec![AssocRow {
                 account: "ml".into(),
                 user: "alice".into(),
@@ -1583,6 +1587,7 @@ mod tests {
                 "ShareRow",
                 v(&control::ShareRow {
                     account: "ml".into(),
+                    user: "alice".into(),
                     raw_shares: 2,
                     norm_shares: 0.5,
                     raw_usage: 3600.0,
