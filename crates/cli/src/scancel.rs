@@ -90,7 +90,12 @@ pub(crate) fn scancel(args: &[String]) -> Result<i32> {
     if let Some(c) = &clusters {
         crate::query::check_clusters(&t, c)?;
     }
-    let all: Vec<JobInfo> = get(&t, "/v1/jobs")?;
+    // `-u`: the controller lists only that user's jobs.
+    let path = match user.as_ref().filter(|u| u.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))) {
+        Some(u) => format!("/v1/jobs?user={u}"),
+        None => "/v1/jobs".to_string(),
+    };
+    let all: Vec<JobInfo> = get(&t, &path)?;
     let pass = |j: &JobInfo| {
         user.as_ref().is_none_or(|u| *u == j.user || *u == j.uid.to_string())
             && name.as_ref().is_none_or(|n| *n == j.name)
@@ -137,6 +142,16 @@ pub(crate) fn scancel(args: &[String]) -> Result<i32> {
     ids.dedup();
     let rt = runtime()?;
     let mut rc = 0;
+    // Many jobs (`scancel -u`, an array): one request, the controller cancels them together.
+    if !interactive && ids.len() > 1 {
+        let body = wire::CancelRequest { ids, signal, batch };
+        let r: wire::CancelResponse = rt.block_on(send(&t, "POST", "/v1/jobs/cancel", Some(&body), &[]))?.json()?;
+        for (id, why) in r.refused {
+            eprintln!("scancel: error: Kill job error on job id {}: {}", slurmcli::visible(&id.to_string()), slurmcli::visible(&why));
+            rc = 1;
+        }
+        return Ok(rc);
+    }
     for id in ids {
         if interactive && !confirm(all.iter().find(|j| j.id == id), id)? {
             continue;

@@ -194,7 +194,20 @@ pub(crate) fn squeue(args: &[String]) -> Result<i32> {
         // Finished jobs stay in the controller for MinJobAge: asked for by state (`-t all`,
         // `-t CD`), or to tell a finished job from one that never was (`-j`).
         let finished_too = ids.is_some() || states.as_ref().is_some_and(|s| s.iter().any(|x| FINAL.contains(x)));
-        let path = if finished_too { "/v1/jobs?all=true" } else { "/v1/jobs" };
+        // The controller filters by user and collapses pending array tasks itself, so a user's
+        // listing of their own jobs carries only those, and a large array one row.
+        let mut params: Vec<String> = Vec::new();
+        if finished_too {
+            params.push("all=true".into());
+        }
+        if let Some(u) = users.as_ref().filter(|u| !u.is_empty() && u.iter().all(|x| x.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c)))) {
+            params.push(format!("user={}", u.join(",")));
+        }
+        if !expand && !json && ids.is_none() {
+            params.push("collapse=true".into());
+        }
+        let path = if params.is_empty() { "/v1/jobs".to_string() } else { format!("/v1/jobs?{}", params.join("&")) };
+        let path = path.as_str();
         // --json gets the strings as they are (JSON escapes them); the table, made visible.
         let mut list: Vec<JobInfo> = if json { crate::query::get_raw(&t, path)? } else { get(&t, path)? };
         // One job id that names no job the controller holds is an error, as Slurm's (of
@@ -354,13 +367,19 @@ fn collapse(list: &[JobInfo]) -> Vec<Row<'_>> {
     let mut groups: HashMap<(u64, String), (usize, Vec<u32>)> = HashMap::new();
     for j in list {
         if let (Some(a), Some(task), "PENDING") = (j.array_job_id, j.array_task_id, j.state.as_str()) {
+            // The controller may have collapsed them already (`array_collapsed`).
+            let mine: Vec<u32> = if j.array_collapsed.is_empty() {
+                vec![task]
+            } else {
+                j.array_collapsed.iter().flat_map(|&(a, b)| a..=b.min(a.saturating_add(1 << 20))).collect()
+            };
             let key = (a, j.reason.clone());
             if let Some((at, tasks)) = groups.get_mut(&key) {
-                tasks.push(task);
+                tasks.extend(mine);
                 rows[*at].id = None;
                 continue;
             }
-            groups.insert(key, (rows.len(), vec![task]));
+            groups.insert(key, (rows.len(), mine));
         }
         rows.push(Row { job: j, id: None });
     }

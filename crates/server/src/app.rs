@@ -66,6 +66,9 @@ pub(crate) struct Metrics {
     /// Of that, applying plans.
     pub(crate) pass_apply_seconds_total: f64,
     pub(crate) submissions: u64,
+    /// Replies sent, and their bodies' bytes (known-length bodies).
+    pub(crate) responses: u64,
+    pub(crate) response_bytes: u64,
 }
 
 /// Unix milliseconds.

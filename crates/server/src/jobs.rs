@@ -129,6 +129,7 @@ fn job_info(j: &Job, v: &Viewer, part: &str) -> JobInfo {
         array_job_id: j.array.map(|a| a.array_job),
         array_task_id: j.array.map(|a| a.task),
         array_max_running: j.array.and_then(|a| a.max_running),
+        array_collapsed: Vec::new(),
         mem_per_node_mb: match j.req.shape.mem {
             model::MemRequest::PerNode(b) => Some(b >> 20),
             model::MemRequest::PerCpu(_) => None,
@@ -252,6 +253,8 @@ struct JobQuery {
     state: Option<String>,
     partition: Option<String>,
     all: Option<bool>,
+    /// Pending tasks of an array that wait for the same reason as one row (`array_collapsed`).
+    collapse: Option<bool>,
 }
 
 /// Jobs (or nodes) a listing reads per hold of the controller: a long listing is read a piece
@@ -267,9 +270,13 @@ async fn list_jobs(
 ) -> Response {
     let v = or_reply!(viewer_of(&app, &peer, &headers));
     let q = or_reply!(query(q));
+    let collapse = q.collapse.unwrap_or(false);
     let mut filter = JobFilter::new(q);
     filter.default_partition = default_partition(&app.lock().ctl);
-    let mut jobs = Vec::new();
+    let mut jobs: Vec<JobInfo> = Vec::new();
+    // Collapsed pending array tasks: (array, reason) -> the row that stands for them, and their
+    // indices. A collapsed task costs its index, not a row.
+    let mut groups: HashMap<(u64, model::PendingReason), (usize, Vec<u32>)> = HashMap::new();
     let mut from = 0u64;
     let seq = loop {
         let g = app.lock();
@@ -280,6 +287,16 @@ async fn list_jobs(
                 break;
             }
             if filter.matches(j) && v.sees(j.spec.uid) {
+                if collapse
+                    && j.state == model::JobState::Pending
+                    && let Some(a) = &j.req.array
+                {
+                    if let Some((_, tasks)) = groups.get_mut(&(a.array_job.0, j.reason)) {
+                        tasks.push(a.task);
+                        continue;
+                    }
+                    groups.insert((a.array_job.0, j.reason), (jobs.len(), vec![a.task]));
+                }
                 jobs.push(job_info(j, &v, &default_partition(&g.ctl)));
             }
         }
@@ -294,13 +311,28 @@ async fn list_jobs(
     if let Err(r) = app.settled(seq).await {
         return r;
     }
-    Json(jobs).into_response()
+    for (at, mut tasks) in groups.into_values() {
+        if tasks.len() > 1 {
+            tasks.sort_unstable();
+            let mut ranges: Vec<(u32, u32)> = Vec::new();
+            for t in tasks {
+                match ranges.last_mut() {
+                    Some(r) if r.1 + 1 == t => r.1 = t,
+                    _ => ranges.push((t, t)),
+                }
+            }
+            jobs[at].array_collapsed = ranges;
+        }
+    }
+    let body = Json(jobs).into_response();
+    body
 }
 
 /// Which jobs a listing shows.
 struct JobFilter {
     all: bool,
-    user: Option<String>,
+    /// User names or uids, any of them.
+    user: Option<Vec<String>>,
     partition: Option<String>,
     states: Option<Vec<String>>,
     /// What a job that named no partition is in.
@@ -311,7 +343,7 @@ impl JobFilter {
     fn new(q: JobQuery) -> JobFilter {
         JobFilter {
             all: q.all.unwrap_or(false),
-            user: q.user,
+            user: q.user.map(|u| u.split(',').map(str::to_string).collect()),
             partition: q.partition,
             states: q.state.map(|s| s.split(',').map(|x| x.trim().to_ascii_uppercase()).collect()),
             default_partition: "batch".into(),
@@ -320,7 +352,7 @@ impl JobFilter {
 
     fn matches(&self, j: &Job) -> bool {
         (self.all || !j.state.is_final())
-            && self.user.as_deref().is_none_or(|u| j.req.user == u)
+            && self.user.as_ref().is_none_or(|us| us.iter().any(|u| *u == j.req.user || *u == j.spec.uid.to_string()))
             && self.partition.as_deref().is_none_or(|p| j.req.partition.as_deref().unwrap_or(&self.default_partition) == p)
             && self.states.as_ref().is_none_or(|s| {
                 s.iter().any(|x| {
@@ -391,6 +423,40 @@ async fn cancel(
             StatusCode::NO_CONTENT.into_response()
         }
         Ok(Err(e)) => refused(e),
+        Err(r) => r,
+    }
+}
+
+/// `POST /v1/jobs/cancel`: `scancel` of many jobs in one request, under one hold of the
+/// controller and one commit: each is cancelled (or signalled) as `DELETE /v1/jobs/{id}` would;
+/// the refused ones are listed with their reasons.
+async fn cancel_many(
+    State(app): State<App>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+    headers: HeaderMap,
+    body: Result<Json<wire::CancelRequest>, axum::extract::rejection::JsonRejection>,
+) -> Response {
+    let uid = or_reply!(user_of(&app, &peer, &headers));
+    let req = or_reply!(json_body(body));
+    let t = now();
+    let refused = app
+        .with(|c| {
+            let mut out = Vec::new();
+            for &id in &req.ids {
+                let r = if req.batch { c.signal_batch(uid, id, req.signal.unwrap_or(9)) } else { c.cancel(t, uid, id, req.signal) };
+                if let Err(e) = r {
+                    out.push((id, e.to_string()));
+                }
+            }
+            out
+        })
+        .await;
+    match refused {
+        Ok(refused) => {
+            app.wake_nodes();
+            app.wake.notify_one();
+            Json(wire::CancelResponse { refused }).into_response()
+        }
         Err(r) => r,
     }
 }
@@ -830,6 +896,12 @@ async fn metrics(State(app): State<App>, ConnectInfo(peer): ConnectInfo<Peer>, h
         "# HELP tandem_submissions_total Jobs submitted.\n# TYPE tandem_submissions_total counter\ntandem_submissions_total {}\n",
         m.submissions
     ));
+    s.push_str(&format!(
+        "# HELP tandem_responses_total Replies sent.\n# TYPE tandem_responses_total counter\ntandem_responses_total {}\n\
+         # HELP tandem_response_bytes_total Bytes of reply bodies sent (listings are most of them).\n\
+         # TYPE tandem_response_bytes_total counter\ntandem_response_bytes_total {}\n",
+        m.responses, m.response_bytes
+    ));
     drop((m, g));
     s.push_str(&app.gate.render());
     ([("content-type", "text/plain; version=0.0.4")], s).into_response()
@@ -848,6 +920,7 @@ async fn openapi(State(app): State<App>, ConnectInfo(peer): ConnectInfo<Peer>, h
 /// The batch half's routes.
 pub(crate) fn routes(r: Router<App>) -> Router<App> {
     r.route("/v1/jobs", post(submit).get(list_jobs))
+        .route("/v1/jobs/cancel", post(cancel_many))
         .route("/v1/jobs/{id}", get(get_job).delete(cancel).post(job_action))
         .route("/v1/jobs/{id}/steps", post(create_step))
         .route("/v1/jobs/{id}/steps/{step}/attach", post(attach_step))

@@ -104,7 +104,23 @@ mod tls;
 mod token;
 
 fn router(app: App) -> Router {
-    accounting::routes(nodes::routes(jobs::routes(services::routes(Router::new())))).with_state(app)
+    accounting::routes(nodes::routes(jobs::routes(services::routes(Router::new()))))
+        .layer(axum::middleware::from_fn_with_state(app.clone(), count_response))
+        .with_state(app)
+}
+
+/// Counts each reply and its body's bytes (`tandem_response_bytes_total`): what listings cost.
+async fn count_response(
+    axum::extract::State(app): axum::extract::State<App>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let resp = next.run(req).await;
+    let bytes = axum::body::HttpBody::size_hint(resp.body()).exact().unwrap_or(0);
+    let mut m = app.metrics.lock().expect("lock");
+    m.responses += 1;
+    m.response_bytes += bytes;
+    resp
 }
 
 /// Removes the shared cluster secret an older version kept (in the database, and in

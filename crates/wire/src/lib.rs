@@ -132,6 +132,10 @@ pub struct JobInfo {
     /// The array's most tasks running at once (`--array=...%N`).
     #[serde(default)]
     pub array_max_running: Option<u32>,
+    /// With `collapse=true`: the pending tasks of this array that wait for the same reason,
+    /// this one among them, as index ranges (first, last); they are listed only here.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub array_collapsed: Vec<(u32, u32)>,
     /// Memory asked per node, MiB (`--mem`; 0: none asked).
     #[serde(default)]
     pub mem_per_node_mb: Option<u64>,
@@ -256,6 +260,26 @@ pub struct ConfigInfo {
     /// The largest batch script, bytes (`max_script_size`); absent from older controllers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_script_size: Option<u64>,
+}
+
+/// `POST /v1/jobs/cancel`: many jobs cancelled (or signalled) in one request (`scancel -u`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct CancelRequest {
+    /// Job ids.
+    pub ids: Vec<u64>,
+    /// Only signal their tasks with this signal (`scancel -s`).
+    #[serde(default)]
+    pub signal: Option<i32>,
+    /// With `signal`: the batch step's shell only (`scancel -b`).
+    #[serde(default)]
+    pub batch: bool,
+}
+
+/// What a bulk cancel refused: each job id with the reason.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct CancelResponse {
+    /// Ids refused, and why.
+    pub refused: Vec<(u64, String)>,
 }
 
 /// `GET /v1/accounting`: what `sacctmgr show` and `scontrol show assoc_mgr` read.

@@ -164,10 +164,11 @@ pub const DOCUMENT: &str = r##"{
       "get": {
         "operationId": "listJobs", "tags": ["jobs"], "summary": "List jobs (squeue): pending and running ones, or with `all` finished ones still in memory too",
         "parameters": [
-          {"name": "user", "in": "query", "description": "Only this user's", "schema": {"type": "string"}},
+          {"name": "user", "in": "query", "description": "Only these users' (comma-separated names or uids)", "schema": {"type": "string"}},
           {"name": "state", "in": "query", "description": "Comma-separated Slurm state names (PENDING, RUNNING, ...; PD and R), case-insensitive", "schema": {"type": "string"}},
           {"name": "partition", "in": "query", "schema": {"type": "string"}},
-          {"name": "all", "in": "query", "description": "Include finished jobs", "schema": {"type": "boolean"}}
+          {"name": "all", "in": "query", "description": "Include finished jobs", "schema": {"type": "boolean"}},
+          {"name": "collapse", "in": "query", "description": "Pending tasks of an array that wait for the same reason as one row, with array_collapsed", "schema": {"type": "boolean"}}
         ],
         "responses": {
           "200": {"description": "Jobs the caller may see", "content": {"application/json": {"schema": {"type": "array", "items": {"$ref": "#/components/schemas/JobInfo"}}}}},
@@ -294,7 +295,7 @@ pub const DOCUMENT: &str = r##"{
       "get": {
         "operationId": "history", "tags": ["jobs"], "summary": "Accounting (sacct): finished jobs from the database, and the pending and running ones",
         "parameters": [
-          {"name": "user", "in": "query", "description": "Only this user's", "schema": {"type": "string"}},
+          {"name": "user", "in": "query", "description": "Only these users' (comma-separated names or uids)", "schema": {"type": "string"}},
           {"name": "since", "in": "query", "description": "Finished jobs that ended at or after this Unix time", "schema": {"$ref": "#/components/schemas/i64"}}
         ],
         "responses": {
@@ -320,6 +321,18 @@ pub const DOCUMENT: &str = r##"{
         "responses": {
           "200": {"description": "Job id and breakdown, for each pending job the caller may see", "content": {"application/json": {"schema": {"type": "array", "items": {"$ref": "#/components/schemas/PriorityRow"}}}}},
           "401": {"$ref": "#/components/responses/Unauthenticated"}
+        }
+      }
+    },
+    "/v1/jobs/cancel": {
+      "post": {
+        "operationId": "cancelJobs", "tags": ["jobs"], "summary": "Cancel (or signal) many jobs in one request (scancel -u, scancel of an array); each as DELETE /v1/jobs/{id}",
+        "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/CancelRequest"}}}},
+        "responses": {
+          "200": {"description": "The ids refused, with why (another user's, finished, unknown)", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/CancelResponse"}}}},
+          "400": {"$ref": "#/components/responses/Malformed"},
+          "401": {"$ref": "#/components/responses/Unauthenticated"},
+          "500": {"$ref": "#/components/responses/ServerError"}
         }
       }
     },
@@ -575,6 +588,8 @@ pub const DOCUMENT: &str = r##"{
           "array_job_id": {"$ref": "#/components/schemas/u64OrNull", "description": "An array task's array job id"},
           "array_task_id": {"$ref": "#/components/schemas/u32OrNull", "description": "An array task's index"},
           "array_max_running": {"$ref": "#/components/schemas/u32OrNull", "description": "--array=...%N"},
+          "array_collapsed": {"type": "array", "description": "With collapse: the pending tasks this row stands for, as (first, last) index ranges",
+            "items": {"type": "array", "prefixItems": [{"$ref": "#/components/schemas/u32"}, {"$ref": "#/components/schemas/u32"}], "items": false, "minItems": 2}},
           "mem_per_node_mb": {"$ref": "#/components/schemas/u64OrNull", "description": "--mem, MiB (0: none asked)"},
           "mem_per_cpu_mb": {"$ref": "#/components/schemas/u64OrNull", "description": "--mem-per-cpu, MiB"},
           "cpus_per_task": {"$ref": "#/components/schemas/u32"},
@@ -590,6 +605,11 @@ pub const DOCUMENT: &str = r##"{
           "allocation": {"type": "array", "items": {"$ref": "#/components/schemas/NodeAllocInfo"}, "description": "What it holds on each node (the last run's once it ended; empty while pending)"}}},
       "NodeAllocInfo": {"type": "object", "additionalProperties": false, "required": ["name", "cpus", "memory_mb", "gpus"],
         "properties": {"name": {"type": "string"}, "cpus": {"$ref": "#/components/schemas/u32"}, "memory_mb": {"$ref": "#/components/schemas/u64"}, "gpus": {"$ref": "#/components/schemas/u32"}}},
+      "CancelRequest": {"type": "object", "additionalProperties": false, "required": ["ids"],
+        "properties": {"ids": {"type": "array", "items": {"$ref": "#/components/schemas/u64"}}, "signal": {"$ref": "#/components/schemas/i32OrNull", "description": "Only signal (scancel -s)"},
+          "batch": {"type": "boolean", "description": "With signal: the batch shell only (scancel -b)"}}},
+      "CancelResponse": {"type": "object", "additionalProperties": false, "required": ["refused"],
+        "properties": {"refused": {"type": "array", "items": {"type": "array", "prefixItems": [{"$ref": "#/components/schemas/u64"}, {"type": "string"}], "items": false, "minItems": 2}}}},
       "Tres": {"type": "object", "additionalProperties": false, "description": "Trackable resources of a limit; an absent one is not limited",
         "properties": {"cpu": {"$ref": "#/components/schemas/u64"}, "mem": {"$ref": "#/components/schemas/u64", "description": "MiB"},
           "node": {"$ref": "#/components/schemas/u64"}, "gpu": {"$ref": "#/components/schemas/u64", "description": "gres/gpu"}}},
@@ -1263,6 +1283,7 @@ mod tests {
             array_job_id: Some(120),
             array_task_id: Some(3),
             array_max_running: Some(2),
+            array_collapsed: vec![(3, 5), (7, 7)],
             mem_per_node_mb: Some(1024),
             mem_per_cpu_mb: None,
             cpus_per_task: 2,
@@ -1597,6 +1618,8 @@ mod tests {
             ),
             ("StepResponse", v(&StepResponse { step: 0, layout: vec![("node1".into(), 2)] })),
             ("AccountingInfo", v(&accounting())),
+            ("CancelRequest", v(&CancelRequest { ids: vec![1, 2], signal: Some(10), batch: true })),
+            ("CancelResponse", v(&CancelResponse { refused: vec![(2, "job 2 has already finished".into())] })),
             (
                 "AcctRequest",
                 v(&AcctRequest {
