@@ -276,7 +276,7 @@ async fn list_jobs(
     let mut jobs: Vec<JobInfo> = Vec::new();
     // Collapsed pending array tasks: (array, reason) -> the row that stands for them, and their
     // indices. A collapsed task costs its index, not a row.
-    let mut groups: HashMap<(u64, model::PendingReason), (usize, Vec<u32>)> = HashMap::new();
+    let mut groups: std::collections::HashMap<(u64, model::PendingReason), (usize, Vec<u32>)> = std::collections::HashMap::new();
     let mut from = 0u64;
     let seq = loop {
         let g = app.lock();

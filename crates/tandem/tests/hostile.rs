@@ -1575,3 +1575,44 @@ fn one_users_flood_of_connections_leaves_the_controller_to_everyone_else() {
     }
     std::fs::remove_dir_all(&root).ok();
 }
+
+/// SECURITY.md, F4: one user's huge queue costs other users' listings nothing, and its owner's
+/// listing one row per array; cancelling it is one request. Bytes, never times.
+#[test]
+fn a_huge_queue_costs_other_users_listings_nothing() {
+    let Some((v, a)) = users() else { return };
+    let root = root_dir("bigq");
+    let f = files(&root, &v, &a);
+    let up = Up::start(&root, None);
+    let (vd, wd) = (&f.victim_dir, &f.attacker_dir);
+    let bytes = || {
+        let m = String::from_utf8_lossy(&up.root(&["curl", "-s", "--unix-socket", &up.sock, "http://x/metrics"]).stdout).into_owned();
+        metric(&m, "tandem_response_bytes_total").unwrap_or_else(|| panic!("no reply bytes metric: {m}"))
+    };
+    // The attacker's queue: 3 arrays of 300 pending tasks; the victim's one job.
+    for _ in 0..3 {
+        up.sbatch(&a, wd, &["-o", "/dev/null", "--begin=now+1day", "--array=0-299", "--wrap", "true"]);
+    }
+    let own = up.sbatch(&v, vd, &["-o", "/dev/null", "--begin=now+1day", "--wrap", "true"]);
+    let listed = |u: &User, args: &[&str]| {
+        let b0 = bytes();
+        let out = up.ok(u, wd, args);
+        (out, bytes() - b0)
+    };
+    let (out, mine) = listed(&v, &["squeue", "--me", "-h", "-o", "%i"]);
+    assert_eq!(out.trim(), own.to_string());
+    let (_, one) = listed(&v, &["squeue", "-h", "-j", &own.to_string()]);
+    // The victim's listing carries her one job (and the metrics reply read between), not 900.
+    assert!(mine < 4.0 * one + 20_000.0, "squeue --me transferred {mine} bytes; one job's listing {one}");
+    let (out, collapsed) = listed(&a, &["squeue", "--me", "-h", "-o", "%i"]);
+    assert_eq!(out.lines().count(), 3, "one line per array: {out}");
+    let (out, every) = listed(&a, &["squeue", "--me", "-h", "-r", "-o", "%i"]);
+    assert_eq!(out.lines().count(), 900);
+    assert!(collapsed * 20.0 < every, "collapsed listing {collapsed} bytes, every task {every}");
+    // Cancelling them all is one request, and leaves the victim's job alone.
+    up.ok(&a, wd, &["scancel", "-u", &a.name]);
+    let left = String::from_utf8_lossy(&up.root(&["squeue", "-h", "-r", "-t", "PD", "-o", "%u"]).stdout).into_owned();
+    assert_eq!(left.trim(), v.name, "only the victim's job is left pending: {left}");
+    up.ok(&v, vd, &["scancel", &own.to_string()]);
+    std::fs::remove_dir_all(&root).ok();
+}
