@@ -181,7 +181,11 @@ mod tests {
         assert_eq!(lookup("n", KEYS).unwrap().key, "Name", "Name and Names are one key");
         // Too short, or shared by two keys.
         assert!(matches!(lookup("a", KEYS), Err(KeywordError::Unknown(_))));
-        assert!(matches!(lookup("Default", KEYS), Err(KeywordError::Ambiguous(_, ref c)) if c == "DefaultAccount, DefaultQOS"));
+        assert!(matches!(lookup("Default", KEYS), Err(KeywordError::Unknown(_))), "DefaultAccount and DefaultQOS need 8 letters");
+        assert_eq!(lookup("defaultq", KEYS).unwrap().key, "DefaultQOS");
+        const SHARED: &[Keyword] = &[Keyword::new("MaxJobs", 4), Keyword::new("MaxJobsAccrue", 4)];
+        assert!(matches!(lookup("maxj", SHARED), Err(KeywordError::Ambiguous(_, ref c)) if c == "MaxJobs, MaxJobsAccrue"));
+        assert_eq!(lookup("maxjobs", SHARED).unwrap().name, "MaxJobs", "an exact name wins");
         assert!(matches!(lookup("de", KEYS), Err(KeywordError::Unknown(_))));
         assert!(matches!(lookup("Accounts2", KEYS), Err(KeywordError::Unknown(_))));
     }
