@@ -264,6 +264,7 @@ pub struct ConfigInfo {
 
 /// `POST /v1/jobs/cancel`: many jobs cancelled (or signalled) in one request (`scancel -u`).
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct CancelRequest {
     /// Job ids.
     pub ids: Vec<u64>,

@@ -157,6 +157,7 @@ pub const DOCUMENT: &str = r##"{
                     "CreateStep": {"operationId": "createStep", "parameters": {"id": "$response.body#/job_ids/0"}}}},
           "400": {"$ref": "#/components/responses/Invalid"},
           "401": {"$ref": "#/components/responses/Unauthenticated"},
+          "403": {"$ref": "#/components/responses/Forbidden"},
           "413": {"description": "The body is over twice max_script_size and 1 MiB (answered while it is still being sent)", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}},
           "500": {"$ref": "#/components/responses/ServerError"}
         }
