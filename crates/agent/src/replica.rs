@@ -49,6 +49,47 @@ fn free_port() -> std::io::Result<u16> {
     Ok(std::net::TcpListener::bind(("0.0.0.0", 0))?.local_addr()?.port())
 }
 
+/// The owners (uids) of the sockets listening on TCP `port`, on any address, as a
+/// `/proc/net/tcp` or `/proc/net/tcp6` table lists them.
+fn listening_uids(table: &str, port: u16) -> Vec<u32> {
+    let mut out = Vec::new();
+    for line in table.lines().skip(1) {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        // sl local_address rem_address st tx:rx tr:when retrnsmt uid ...
+        let (Some(local), Some(st), Some(uid)) = (f.get(1), f.get(3), f.get(7)) else { continue };
+        let p = local.rsplit_once(':').and_then(|(_, p)| u16::from_str_radix(p, 16).ok());
+        if *st == "0A"
+            && p == Some(port)
+            && let Ok(u) = uid.parse::<u32>()
+        {
+            out.push(u);
+        }
+    }
+    out
+}
+
+/// A user other than `owner` whose socket listens on `port` on this machine (in this network
+/// namespace): another local user who took a replica's port (before the replica bound it, or
+/// while it restarted) and would receive its requests.
+fn port_squatter(port: u16, owner: u32) -> Option<u32> {
+    ["/proc/net/tcp", "/proc/net/tcp6"]
+        .iter()
+        .filter_map(|f| std::fs::read_to_string(f).ok())
+        .flat_map(|t| listening_uids(&t, port))
+        .find(|u| *u != owner)
+}
+
+/// Puts `port` into a replica's command line (`$PORT`, `${PORT}`) and environment (`PORT`).
+fn with_port(template: &Task, port: u16) -> Task {
+    let mut t = template.clone();
+    for a in &mut t.argv {
+        *a = a.replace("${PORT}", &port.to_string()).replace("$PORT", &port.to_string());
+    }
+    t.env.retain(|(k, _)| k != "PORT");
+    t.env.push(("PORT".into(), port.to_string()));
+    t
+}
+
 /// One probe attempt.
 async fn probe_once(p: &Probe, port: u16) -> Result<(), String> {
     let port = p.port.unwrap_or(port);
@@ -145,17 +186,20 @@ pub struct Env {
 pub fn spawn(mut t: Task, env: Env, adopted: Option<(Kept, Option<PathBuf>)>) -> Arc<Ctl> {
     let Env { spool, tasks, cg, done, changed } = env;
     let key = TaskKey { job: t.job, epoch: t.epoch, step: t.step, rank: t.rank };
-    let port = match &adopted {
+    // The task as the controller sent it ($PORT unexpanded), for each start's fresh port.
+    let template = t.clone();
+    let mut port = match &adopted {
         Some(_) => t.env.iter().find(|(k, _)| k == "PORT").and_then(|(_, v)| v.parse().ok()).unwrap_or(0),
         None => {
             let port = free_port().unwrap_or(0);
-            for a in &mut t.argv {
-                *a = a.replace("${PORT}", &port.to_string()).replace("$PORT", &port.to_string());
-            }
-            t.env.retain(|(k, _)| k != "PORT");
-            t.env.push(("PORT".into(), port.to_string()));
+            t = with_port(&template, port);
             port
         }
+    };
+    // Whose sockets the replica's are: its user's where the agent runs as root, else the agent's.
+    let owner = {
+        let me = nix::unistd::geteuid();
+        if me.is_root() { t.uid } else { me.as_raw() }
     };
     let ctl = Arc::new(Ctl {
         pgid: AtomicI32::new(0),
@@ -176,6 +220,7 @@ pub fn spawn(mut t: Task, env: Env, adopted: Option<(Kept, Option<PathBuf>)>) ->
             }
         };
         let mut backoff = BACKOFF_START;
+        let mut restarted = false;
         let mut last_exit: Option<std::process::ExitStatus> = None;
         loop {
             if c.stopping.load(Ordering::SeqCst) {
@@ -186,8 +231,18 @@ pub fn spawn(mut t: Task, env: Env, adopted: Option<(Kept, Option<PathBuf>)>) ->
             let was_adopted = adopted.is_some();
             let proc = match adopted.take() {
                 Some(p) => Ok(p),
-                None => launch(&t, &spool, &tasks, &cg),
+                None => {
+                    // A restart gets a fresh port: one another user took while the replica was
+                    // down stays theirs, unrouted.
+                    if restarted {
+                        port = free_port().unwrap_or(0);
+                        t = with_port(&template, port);
+                        set(&|s| s.port = port);
+                    }
+                    launch(&t, &spool, &tasks, &cg)
+                }
             };
+            restarted = true;
             match proc {
                 Err(e) => trouble = Some(format!("{e:#}")),
                 Ok((mut child, cgroup)) => {
@@ -225,6 +280,15 @@ pub fn spawn(mut t: Task, env: Env, adopted: Option<(Kept, Option<PathBuf>)>) ->
                         {
                             trouble = Some(format!("liveness probe failed: {e}"));
                             kill_group(pgid, Signal::SIGKILL);
+                            continue;
+                        }
+                        // Whatever the probes say, a port another user listens on is not the
+                        // replica's: no request goes there.
+                        if let Some(u) = port_squatter(port, owner) {
+                            set(&|s| {
+                                s.ready = false;
+                                s.message = Some(format!("port {port} is listened on by uid {u}, not by the replica's user: not ready"));
+                            });
                             continue;
                         }
                         let is_ready = match &mut ready {
@@ -272,4 +336,38 @@ pub fn spawn(mut t: Task, env: Env, adopted: Option<(Kept, Option<PathBuf>)>) ->
         let _ = done.send((key, last_exit));
     });
     ctl
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn listening_uids_reads_the_listeners_of_one_port() {
+        let table = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
+   0: 00000000:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000  1001        0 1282 1 0 100 0 0 10 0
+   1: 0100007F:1F90 0100007F:D2F0 01 00000000:00000000 00:00000000 00000000  1002        0 8672 1 0 100 0 0 10 0
+   2: 0100007F:1F91 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 8673 1 0 100 0 0 10 0
+   3: garbage
+   4: 0100007F:ZZZZ 00000000:0000 0A 00000000:00000000 00:00000000 00000000     7        0 8674 1 0 100 0 0 10 0
+";
+        // Port 8080 (0x1F90): the listener only, not the established connection.
+        assert_eq!(listening_uids(table, 8080), vec![1001]);
+        assert_eq!(listening_uids(table, 8081), vec![0]);
+        assert!(listening_uids(table, 9).is_empty());
+        assert!(listening_uids("", 8080).is_empty());
+        let v6 = "  sl  local_address                         remote_address                        st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
+   0: 00000000000000000000000000000000:1F90 00000000000000000000000000000000:0000 0A 00000000:00000000 00:00000000 00000000  1003        0 1 1 0 100 0 0 10 0
+";
+        assert_eq!(listening_uids(v6, 8080), vec![1003]);
+    }
+
+    #[test]
+    fn a_port_held_by_this_process_is_seen_from_proc() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        let me = nix::unistd::geteuid().as_raw();
+        assert_eq!(port_squatter(port, me), None);
+        assert_eq!(port_squatter(port, me.wrapping_add(1)), Some(me));
+    }
 }

@@ -200,7 +200,9 @@ pub(crate) fn squeue(args: &[String]) -> Result<i32> {
         if finished_too {
             params.push("all=true".into());
         }
-        if let Some(u) = users.as_ref().filter(|u| !u.is_empty() && u.iter().all(|x| x.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c)))) {
+        if let Some(u) =
+            users.as_ref().filter(|u| !u.is_empty() && u.iter().all(|x| x.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))))
+        {
             params.push(format!("user={}", u.join(",")));
         }
         if !expand && !json && ids.is_none() {

@@ -10,9 +10,18 @@
 //! forks the task and waits for it, and writes how it ended to a status file, so a restarted
 //! agent can adopt a task that outlived it and still learn its exit status.
 //!
-//! **Invariant:** this is the only crate with `unsafe` code: one `pre_exec` hook that makes only
-//! async-signal-safe system calls and does not allocate, and one `signal` call that restores
-//! SIGPIPE's default action for commands ([`quiet_sigpipe`]).
+//! Also held listening sockets ([`listen_tcp`], [`pass_fds`], [`inherited_listener`]): `tandem
+//! up` keeps the controller's and the proxy's ports for their whole life and each restart of
+//! them inherits the sockets.
+//!
+//! **Invariant:** this is the only crate with `unsafe` code: two `pre_exec` hooks that make only
+//! async-signal-safe system calls and do not allocate (the task's, and clearing close-on-exec on
+//! passed sockets), the adoption of an inherited descriptor once checked to be a listening
+//! socket, and one `signal` call that restores SIGPIPE's default action for commands
+//! ([`quiet_sigpipe`]).
+
+mod fds;
+pub use fds::{HeldError, inherited_listener, listen_tcp, pass_fds};
 
 use std::ffi::{CStr, CString};
 use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};

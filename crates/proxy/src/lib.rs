@@ -72,6 +72,9 @@ mod resumer;
 pub struct Options {
     /// Address to listen on, `IP:PORT`.
     pub listen: String,
+    /// Listening sockets inherited at these descriptors, one per worker thread, served instead
+    /// of binding `listen` (`tandem up` holds the port across restarts).
+    pub listen_fds: Vec<i32>,
     /// Controller address, `https://host:port` (endpoints come from it; `http://` with an
     /// `--insecure` controller).
     pub server: Option<String>,
@@ -107,6 +110,22 @@ pub struct Options {
 /// worker thread).
 pub fn main(o: Options) -> Result<()> {
     let listen: SocketAddr = o.listen.parse().with_context(|| format!("--listen {:?}: expected IP:PORT, e.g. 127.0.0.1:7280", o.listen))?;
+    let mut held: Vec<std::net::TcpListener> = Vec::new();
+    for (i, &fd) in o.listen_fds.iter().enumerate() {
+        if o.listen_fds[..i].contains(&fd) {
+            bail!("--listen-fd {fd} given twice");
+        }
+        let l = exec::inherited_listener(fd).with_context(|| format!("--listen-fd {fd}"))?;
+        if let Some(first) = held.first()
+            && first.local_addr()? != l.local_addr()?
+        {
+            bail!("--listen-fd {fd} listens on {}, not on {} as the first one", l.local_addr()?, first.local_addr()?);
+        }
+        held.push(l);
+    }
+    if !held.is_empty() && o.threads.is_some_and(|t| t != held.len()) {
+        bail!("--threads: with --listen-fd, one worker thread serves each inherited socket ({} of them)", held.len());
+    }
     let mut statics = o.statics.iter().map(|s| parse_static(s)).collect::<Result<Vec<_>>>()?;
     for name in &o.resume_streams {
         match statics.iter_mut().find(|s| s.name == *name) {
@@ -140,7 +159,7 @@ pub fn main(o: Options) -> Result<()> {
         );
     }
     let threads = o.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get())).max(1);
-    run(ProxyArgs { listen, controller, statics, retries: o.retries, seed: o.seed, fair }, threads)
+    run(ProxyArgs { listen, held, controller, statics, retries: o.retries, seed: o.seed, fair }, threads)
 }
 
 /// Request bodies up to this size are kept in memory so the request can be retried; larger or
@@ -179,6 +198,8 @@ pub(crate) fn llm_body_limit(p: &PrefixConfig) -> usize {
 pub(crate) struct ProxyArgs {
     /// Listen address.
     pub(crate) listen: SocketAddr,
+    /// Inherited listening sockets (`--listen-fd`), one per worker; none: bind `listen`.
+    pub(crate) held: Vec<std::net::TcpListener>,
     /// The controller and the `authorization` value (the proxy's credential), when endpoints come from it.
     pub(crate) controller: Option<(Arc<Conn>, String)>,
     /// Fixed services (`--static`).
@@ -1683,7 +1704,7 @@ fn upstream_client() -> Upstreams {
 /// One listening socket per worker thread on the same address (SO_REUSEPORT: the kernel spreads
 /// connections over them), so a connection and its upstream connections stay on one thread, as
 /// nginx's workers do.
-fn sockets(addr: SocketAddr, n: usize) -> Result<(Vec<tokio::net::TcpSocket>, SocketAddr)> {
+fn sockets(addr: SocketAddr, n: usize) -> Result<(Vec<Listener>, SocketAddr)> {
     let mut out = Vec::new();
     let mut at = addr;
     for _ in 0..n {
@@ -1693,20 +1714,39 @@ fn sockets(addr: SocketAddr, n: usize) -> Result<(Vec<tokio::net::TcpSocket>, So
         s.set_nodelay(true)?;
         s.bind(at).with_context(|| format!("cannot listen on {addr}"))?;
         at = s.local_addr()?;
-        out.push(s);
+        out.push(Listener::Bind(s));
     }
     Ok((out, at))
+}
+
+/// A worker's listening socket: one to listen on now, or one inherited listening already.
+enum Listener {
+    Bind(tokio::net::TcpSocket),
+    Held(std::net::TcpListener),
+}
+
+impl Listener {
+    /// Listening, on this thread's runtime.
+    fn listen(self) -> std::io::Result<tokio::net::TcpListener> {
+        match self {
+            Listener::Bind(s) => s.listen(4096),
+            Listener::Held(l) => {
+                l.set_nonblocking(true)?;
+                tokio::net::TcpListener::from_std(l)
+            }
+        }
+    }
 }
 
 /// Accepts and serves connections on one worker thread until `stop` turns true, then lets the
 /// connections finish (up to 30 s).
 async fn serve(
     st: Arc<State>,
-    sock: tokio::net::TcpSocket,
+    sock: Listener,
     mut stop: tokio::sync::watch::Receiver<bool>,
     ready: std::sync::mpsc::Sender<std::io::Result<()>>,
 ) -> Result<()> {
-    let listener = match sock.listen(4096) {
+    let listener = match sock.listen() {
         Ok(l) => {
             let _ = ready.send(Ok(()));
             l
@@ -1756,7 +1796,12 @@ async fn serve(
 /// Runs the proxy until SIGTERM or SIGINT, then lets in-flight requests finish (up to 30 s).
 /// `threads` worker threads each run their own single-threaded runtime and listener.
 pub(crate) fn run(a: ProxyArgs, threads: usize) -> Result<()> {
-    let (socks, local) = sockets(a.listen, threads.max(1))?;
+    let (socks, local) = if a.held.is_empty() {
+        sockets(a.listen, threads.max(1))?
+    } else {
+        let local = a.held[0].local_addr()?;
+        (a.held.into_iter().map(Listener::Held).collect(), local)
+    };
     let st = Arc::new(State {
         services: RwLock::new(HashMap::new()),
         version: AtomicU64::new(0),

@@ -33,6 +33,9 @@ use crate::app::{App, Inner, Metrics, now};
 pub struct Options {
     /// TCP address for agents (and `/metrics`, `/openapi.json`).
     pub listen: SocketAddr,
+    /// A listening TCP socket inherited at this descriptor, served instead of binding `listen`
+    /// (`tandem up` holds the port across restarts).
+    pub listen_fd: Option<i32>,
     /// Data directory: database, Unix socket, cluster secret.
     pub data: PathBuf,
     /// Cluster configuration (default: `DATA/tandem.toml` when it exists, else built-in defaults).
@@ -64,20 +67,30 @@ pub fn main(o: Options) -> Result<()> {
     // One descriptor per agent connection (or per proxy's connection) at scale.
     exec::raise_nofile(1 << 20);
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
-    if o.insecure && !o.listen.ip().is_loopback() {
-        bail!("--insecure (plain HTTP) is for loopback development only, not for {}", o.listen);
+    let held = match o.listen_fd {
+        Some(fd) => Some(exec::inherited_listener(fd).with_context(|| format!("--listen-fd {fd}"))?),
+        None => None,
+    };
+    let listen = match &held {
+        Some(l) => l.local_addr()?,
+        None => o.listen,
+    };
+    if o.insecure && !listen.ip().is_loopback() {
+        bail!("--insecure (plain HTTP) is for loopback development only, not for {listen}");
     }
     let mut sans = o.tls_san;
-    if !o.listen.ip().is_unspecified() {
-        sans.push(o.listen.ip().to_string());
+    if !listen.ip().is_unspecified() {
+        sans.push(listen.ip().to_string());
     }
     let tls = (!o.insecure).then_some(sans);
-    rt.block_on(run(ServerArgs { listen: o.listen, data: o.data, settings, security, limits, tls }))
+    rt.block_on(run(ServerArgs { listen, held, data: o.data, settings, security, limits, tls }))
 }
 
 /// Server settings, resolved.
 struct ServerArgs {
     listen: SocketAddr,
+    /// The inherited listening socket (`--listen-fd`), instead of binding `listen`.
+    held: Option<std::net::TcpListener>,
     data: PathBuf,
     settings: Settings,
     security: config::Security,
@@ -186,7 +199,13 @@ async fn run(args: ServerArgs) -> Result<()> {
         tokens: Arc::new(token::Tokens::new(private::key(&args.data.join("jwt.key"))?.as_bytes())),
         gate: Arc::new(limits::Gate::new(args.limits, nix::unistd::geteuid().as_raw())),
     };
-    let tcp = TcpListener::bind(args.listen).await.with_context(|| format!("binding {}", args.listen))?;
+    let tcp = match args.held {
+        Some(l) => {
+            l.set_nonblocking(true)?;
+            TcpListener::from_std(l)?
+        }
+        None => TcpListener::bind(args.listen).await.with_context(|| format!("binding {}", args.listen))?,
+    };
     let sock = args.data.join("tandem.sock");
     let _ = std::fs::remove_file(&sock);
     let unix = UnixListener::bind(&sock).with_context(|| format!("binding {}", sock.display()))?;

@@ -73,6 +73,10 @@ enum Cmd {
         /// TCP address for agents (and `/metrics`, `/openapi.json`).
         #[arg(long, default_value = "127.0.0.1:7200")]
         listen: std::net::SocketAddr,
+        /// Serve a listening TCP socket inherited at this descriptor instead of binding
+        /// --listen (a supervisor such as `tandem up` holds the port across restarts).
+        #[arg(long, value_name = "FD", conflicts_with = "listen")]
+        listen_fd: Option<i32>,
         /// Data directory: database, Unix socket, cluster secret.
         #[arg(long, default_value = "/var/lib/tandem")]
         data: PathBuf,
@@ -133,6 +137,11 @@ enum Cmd {
         /// Address to listen on (HTTP/1.1 and HTTP/2 cleartext).
         #[arg(long, default_value = "127.0.0.1:7280")]
         listen: String,
+        /// Serve a listening TCP socket inherited at this descriptor instead of binding
+        /// --listen, one worker thread each; repeatable (a supervisor such as `tandem up`
+        /// holds the port across restarts).
+        #[arg(long = "listen-fd", value_name = "FD", conflicts_with = "listen")]
+        listen_fds: Vec<i32>,
         /// Controller address, https://host:port (endpoints come from it).
         #[arg(long)]
         server: Option<String>,
@@ -343,6 +352,7 @@ fn main() -> std::process::ExitCode {
         Cmd::Shims { dir } => ("tandem", shims(&dir).map(|_| 0)),
         Cmd::Proxy {
             listen,
+            listen_fds,
             server,
             ca,
             credential_file,
@@ -360,6 +370,7 @@ fn main() -> std::process::ExitCode {
             "tandem proxy",
             proxy::main(proxy::Options {
                 listen,
+                listen_fds,
                 server,
                 ca,
                 credential_file,
@@ -401,9 +412,10 @@ fn main() -> std::process::ExitCode {
             })
             .map(|_| 0),
         ),
-        Cmd::Server { listen, data, config, lease, kill_wait, insecure, tls_san } => {
-            ("tandem server", server::main(server::Options { listen, data, config, lease, kill_wait, insecure, tls_san }).map(|_| 0))
-        }
+        Cmd::Server { listen, listen_fd, data, config, lease, kill_wait, insecure, tls_san } => (
+            "tandem server",
+            server::main(server::Options { listen, listen_fd, data, config, lease, kill_wait, insecure, tls_san }).map(|_| 0),
+        ),
         Cmd::Agent { server, ca, name, join_token_file, gpus, cpus, memory, features, data, addr } => (
             "tandem agent",
             agent::main(agent::Options { server, ca, name, join_token_file, gpus, cpus, memory, features, data, addr }).map(|_| 0),

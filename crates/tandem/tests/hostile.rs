@@ -96,13 +96,22 @@ struct Up {
 
 impl Up {
     fn start(root: &Path, config: Option<&str>) -> Up {
+        Up::launch(root, config, &["--no-proxy"])
+    }
+
+    /// As `start`, with more `tandem up` arguments (none: with the proxy, on a free port).
+    fn launch(root: &Path, config: Option<&str>, more: &[&str]) -> Up {
         let dir = root.join("cluster");
         let shims = root.join("bin");
         std::fs::create_dir_all(&shims).unwrap();
         let st = Command::new(bin()).arg("shims").arg(&shims).stdout(Stdio::null()).status().unwrap();
         assert!(st.success());
         let mut cmd = Command::new(bin());
-        cmd.args(["up", "--agents", "1", "--port", "0", "--no-proxy", "--data"]).arg(&dir);
+        cmd.args(["up", "--agents", "1", "--port", "0"]).args(more);
+        if !more.contains(&"--no-proxy") {
+            cmd.args(["--proxy-port", "0"]);
+        }
+        cmd.arg("--data").arg(&dir);
         if let Some(c) = config {
             let p = root.join("tandem.toml");
             std::fs::write(&p, c).unwrap();
@@ -1615,4 +1624,155 @@ fn a_huge_queue_costs_other_users_listings_nothing() {
     assert_eq!(left.trim(), v.name, "only the victim's job is left pending: {left}");
     up.ok(&v, vd, &["scancel", &own.to_string()]);
     std::fs::remove_dir_all(&root).ok();
+}
+
+/// Binds a port as the attacker would: `python3 -c SQUAT PORT SECONDS MODE`. First a port of
+/// its own (the positive control: "own port ok"); then, until SECONDS pass, PORT on 127.0.0.1
+/// and 0.0.0.0 with and without SO_REUSEADDR and SO_REUSEPORT, printing "TOOK ..." for any bind
+/// that works; with MODE `serve`, once it holds PORT it answers every request "mallory-squatter".
+const SQUAT: &str = r#"
+import http.server, socket, sys, time
+port, secs, mode = int(sys.argv[1]), float(sys.argv[2]), sys.argv[3]
+own = socket.socket(); own.bind(("127.0.0.1", 0)); own.listen(); own.close(); print("own port ok", flush=True)
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(s):
+        s.send_response(200); s.end_headers(); s.wfile.write(b"mallory-squatter")
+    def log_message(s, *a):
+        pass
+end = time.time() + secs
+tries = 0
+while time.time() < end:
+    for host in ["127.0.0.1", "0.0.0.0"]:
+        for opts in [(), ("SO_REUSEADDR",), ("SO_REUSEPORT",), ("SO_REUSEADDR", "SO_REUSEPORT")]:
+            s = socket.socket()
+            for o in opts:
+                s.setsockopt(socket.SOL_SOCKET, getattr(socket, o), 1)
+            tries += 1
+            try:
+                s.bind((host, port)); s.listen()
+            except OSError:
+                s.close(); continue
+            print("TOOK", host, opts, flush=True)
+            if mode == "serve":
+                srv = http.server.HTTPServer(("127.0.0.1", 0), H, bind_and_activate=False)
+                srv.socket.close(); srv.socket = s; srv.timeout = 0.2
+                while time.time() < end:
+                    srv.handle_request()
+                sys.exit(0)
+            s.close()
+    time.sleep(0.005)
+print("tries", tries, flush=True)
+"#;
+
+/// Issue 27, item 5 (SECURITY.md F5): the proxy's and the controller's ports stay `tandem
+/// up`'s while they restart (it holds the listening sockets; each run inherits them), and a
+/// restarted replica gets a fresh port, so a local user who takes the old one gets no request.
+#[test]
+fn ports_stay_with_their_owners_while_daemons_and_replicas_restart() {
+    let Some((v, a)) = users() else { return };
+    let root = root_dir("ports");
+    let f = files(&root, &v, &a);
+    let up = Up::launch(&root, None, &[]);
+    let env = std::fs::read_to_string(up.dir.join("env")).unwrap();
+    let proxy = env.lines().find_map(|l| l.strip_prefix("export TANDEM_PROXY=http://")).expect("a proxy").to_string();
+    let proxy_port = proxy.rsplit_once(':').unwrap().1.to_string();
+    let ctl_port = up.addr.rsplit_once(':').unwrap().1.to_string();
+    let spec = owned_file(
+        &f.victim_dir.join("svc.toml"),
+        r#"name = "alicesvc"
+command = ["python3", "-c", '''
+import http.server, sys
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(s):
+        s.send_response(200); s.end_headers(); s.wfile.write(b"alice-replica")
+    def log_message(s, *a):
+        pass
+http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
+''', "$PORT"]
+output = "/dev/null"
+"#,
+        v.uid,
+        v.gid,
+        0o644,
+    );
+    up.ok(&v, &f.victim_dir, &["tandem", "service", "apply", "-f", &spec.display().to_string()]);
+    let get = || {
+        let o = Command::new("curl").args(["-s", "-m", "10", &format!("http://{proxy}/s/alicesvc/")]).output().unwrap();
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let until_served = |what: &str| {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let got = get();
+            assert!(!got.contains("mallory"), "{what}: a request reached the attacker");
+            if got == "alice-replica" {
+                return;
+            }
+            assert!(Instant::now() < deadline, "{what}: the service is not served again: {got:?}");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    };
+    until_served("at first");
+    let squat = |port: &str, secs: &str| {
+        let said = text(&up.run(&a, &f.attacker_dir, &["python3", "-c", SQUAT, port, secs, "bind"]));
+        assert!(said.contains("own port ok") && said.contains("tries"), "the attacker's script did not run: {said}");
+        said
+    };
+    let kill = |pattern: &str| {
+        let o = Command::new("pkill").args(["-KILL", "-f", pattern]).output().unwrap();
+        assert!(o.status.success(), "nothing matched {pattern}");
+    };
+    let dir = up.dir.display().to_string();
+    // 1. The proxy dies: its port is never free while `tandem up` restarts it.
+    kill(&format!("tandem proxy --listen-fd .*{dir}"));
+    let said = squat(&proxy_port, "2");
+    assert!(!said.contains("TOOK"), "the attacker took the proxy's port: {said}");
+    until_served("after the proxy's restart");
+    // 2. The controller dies: the same for its port.
+    kill(&format!("tandem server --listen-fd .* --data {dir}/controller"));
+    let said = squat(&ctl_port, "2");
+    assert!(!said.contains("TOOK"), "the attacker took the controller's port: {said}");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    // (node1 runs the replica: mixed or allocated, not idle.)
+    while !String::from_utf8_lossy(&up.root(&["sinfo", "-N", "-h"]).stdout).contains("node1") {
+        assert!(Instant::now() < deadline, "the controller did not come back");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // 3. The replica dies: once the agent has reported it, the attacker takes its old port (she
+    // may: the port is free) and serves there; the restarted replica is on another port and
+    // every request reaches it, none the attacker.
+    let show = |what: &str| -> serde_json::Value {
+        let out = up.ok(&v, &f.victim_dir, &["tandem", "service", "show", "alicesvc", "--json"]);
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("{what}: {e}: {out}"))
+    };
+    let old = show("before")["replicas"][0]["addr"].as_str().unwrap().to_string();
+    let old_port = old.rsplit_once(':').unwrap().1.to_string();
+    kill("alice-replica");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while show("after the kill")["replicas"][0]["state"] == "Ready" {
+        assert!(Instant::now() < deadline, "the replica's end was not reported");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let mut squatter =
+        up.cmd(Some(&a), &f.attacker_dir, &["python3", "-c", SQUAT, &old_port, "90", "serve"]).stdout(Stdio::piped()).spawn().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let new = loop {
+        let s = show("restarting");
+        if s["replicas"][0]["state"] == "Ready" {
+            break s["replicas"][0]["addr"].as_str().unwrap().to_string();
+        }
+        assert!(Instant::now() < deadline, "the replica did not restart: {s:#}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert_ne!(new, old, "the replica restarted on the port it had");
+    until_served("after the replica's restart");
+    for _ in 0..10 {
+        assert_eq!(get(), "alice-replica");
+    }
+    let _ = squatter.kill();
+    let out = squatter.wait_with_output().unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    // The positive control: the attacker really held the old port meanwhile.
+    assert!(said.contains("TOOK"), "the attacker never bound the free old port {old_port}: {said}");
+    std::fs::remove_dir_all(&f.root).ok();
 }

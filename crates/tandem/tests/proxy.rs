@@ -314,6 +314,16 @@ fn bad_flags_get_clear_errors() {
     let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = busy.local_addr().unwrap().to_string();
     assert!(run(&["proxy", "--listen", &addr, "--static", "e=127.0.0.1:9"]).contains("cannot listen on"));
+    // Inherited sockets (`tandem up` passes them): only a listening TCP socket will do.
+    let st = ["--static", "e=127.0.0.1:9"];
+    let fd = |n: &str| [&["proxy", "--listen-fd", n][..], &st[..]].concat();
+    assert!(run(&fd("0")).contains("--listen-fd 0: descriptor 0 is a standard stream"));
+    assert!(run(&["proxy", "--listen-fd=-3", "--static", "e=127.0.0.1:9"]).contains("--listen-fd -3: descriptor -3 is not open"));
+    assert!(run(&fd("977")).contains("--listen-fd 977: descriptor 977 is not open"));
+    assert!(run(&fd("x")).contains("invalid value 'x' for '--listen-fd <FD>'"));
+    assert!(run(&["proxy", "--listen-fd", "5", "--listen", "127.0.0.1:0", "--static", "e=127.0.0.1:9"]).contains("cannot be used with"));
+    assert!(run(&["server", "--listen-fd", "1", "--data", "/nonexistent/x"]).contains("--listen-fd 1: descriptor 1 is a standard stream"));
+    assert!(run(&["server", "--listen-fd", "977", "--data", "/nonexistent/x"]).contains("--listen-fd 977: descriptor 977 is not open"));
     assert!(run(&["bench", "load", "ftp://x/"]).contains("expected http://host:port/path"));
     assert!(run(&["bench", "load", "http://127.0.0.1:9/", "--header", "novalue"]).contains("expected K:V"));
 }

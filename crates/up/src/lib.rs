@@ -12,6 +12,7 @@
 pub mod hosts;
 
 use anyhow::{Context, Result, bail};
+use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
@@ -238,11 +239,20 @@ pub fn start(a: UpArgs) -> Result<LocalCluster> {
     let mut kids = Kids(Vec::new());
     let mut daemons: Vec<Daemon> = Vec::new();
     let config = a.config.as_ref().map(|c| c.canonicalize().with_context(|| format!("reading {}", c.display()))).transpose()?;
+    // The controller's port, held here for the cluster's life: each run of the controller
+    // inherits the listening socket (`--listen-fd`), so the port is never free for another
+    // user to take while it restarts, and agents connecting meanwhile wait in its queue.
+    let held = std::sync::Arc::new(
+        exec::listen_tcp(std::net::SocketAddr::from((NODE_ADDR, a.port)), false)
+            .with_context(|| format!("cannot listen on {NODE_ADDR}:{} for the controller", a.port))?,
+    );
     let server_cmd = {
         let (exe, ctl_dir, lease) = (exe.clone(), ctl_dir.clone(), a.lease);
-        move |port: u16| {
+        move || {
+            use std::os::fd::AsFd;
             let mut server = Command::new(&exe);
-            server.args(["server", "--listen", &format!("127.0.0.1:{port}"), "--data"]).arg(&ctl_dir);
+            server.args(["server", "--listen-fd", &held.as_raw_fd().to_string(), "--data"]).arg(&ctl_dir);
+            exec::pass_fds(&mut server, &[held.as_fd()]);
             if let Some(l) = lease {
                 server.args(["--lease", &l.to_string()]);
             }
@@ -252,19 +262,17 @@ pub fn start(a: UpArgs) -> Result<LocalCluster> {
             server
         }
     };
-    let mut server = server_cmd(a.port);
+    let mut server = server_cmd();
     let f = log(&data, "controller", true)?;
     kids.0.push(server.stdout(f.try_clone()?).stderr(f).spawn().context("starting the controller")?);
     let addr = wait_for(&ctl_dir.join("addr"), &mut kids, "the controller")?;
-    // Started again on the port it took (agents and the proxy know it by that).
-    let port: u16 = addr.rsplit(':').next().and_then(|p| p.parse().ok()).with_context(|| format!("the controller's address {addr}"))?;
     daemons.push(Daemon {
         name: "controller".into(),
         respawn: {
             let data = data.clone();
             Box::new(move || {
                 let f = log(&data, "controller", false)?;
-                Ok(server_cmd(port).stdout(f.try_clone()?).stderr(f).spawn()?)
+                Ok(server_cmd().stdout(f.try_clone()?).stderr(f).spawn()?)
             })
         },
         backoff: BACKOFF_START,
@@ -345,19 +353,34 @@ pub fn start(a: UpArgs) -> Result<LocalCluster> {
     );
     let mut proxy = None;
     if let Some(port) = a.proxy_port {
-        let port = if port == 0 { std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port() } else { port };
-        let listen = format!("127.0.0.1:{port}");
+        // The proxy's port, held here as the controller's is (a proxy restarting must not leave
+        // it for another user to take and receive clients' requests and credentials): one
+        // socket per worker thread (SO_REUSEPORT, which only this user's sockets may join).
+        let workers = std::thread::available_parallelism().map_or(2, |n| n.get());
+        let mut socks = vec![
+            exec::listen_tcp(std::net::SocketAddr::from((NODE_ADDR, port)), true)
+                .with_context(|| format!("cannot listen on {NODE_ADDR}:{port} for the proxy"))?,
+        ];
+        let at = socks[0].local_addr()?;
+        for _ in 1..workers {
+            socks.push(exec::listen_tcp(at, true).with_context(|| format!("cannot listen on {at} for the proxy"))?);
+        }
+        let listen = at.to_string();
         let cred = data.join("proxy.credential");
         let issued = token(&exe, &sock, &["--proxy", "proxy"])?;
         write_file(&cred, &format!("{}\n", issued.first().context("tandem token --proxy printed nothing")?), 0o600)?;
         let proxy_cmd = {
-            let (exe, listen, addr, ctl_dir) = (exe.clone(), listen.clone(), addr.clone(), ctl_dir.clone());
+            let (exe, addr, ctl_dir) = (exe.clone(), addr.clone(), ctl_dir.clone());
             move || {
+                use std::os::fd::AsFd;
                 let mut p = Command::new(&exe);
-                p.args(["proxy", "--listen", &listen, "--server", &format!("https://{addr}"), "--credential-file"])
-                    .arg(&cred)
-                    .arg("--ca")
-                    .arg(ctl_dir.join("ca.pem"));
+                p.arg("proxy");
+                for s in &socks {
+                    p.args(["--listen-fd", &s.as_raw_fd().to_string()]);
+                }
+                p.args(["--server", &format!("https://{addr}"), "--credential-file"]).arg(&cred).arg("--ca").arg(ctl_dir.join("ca.pem"));
+                let fds: Vec<_> = socks.iter().map(|s| s.as_fd()).collect();
+                exec::pass_fds(&mut p, &fds);
                 p
             }
         };

@@ -30,9 +30,9 @@ pub const ARROWS: &[(&str, &[&str])] = &[
     // shells: one crate per daemon, the user's commands, the local cluster, the benchmarks
     ("server", &["control", "store", "wire", "exec", "sched", "slurmcli", "model"]),
     ("agent", &["wire", "client", "exec", "control", "slurmcli", "model"]),
-    ("proxy", &["balance", "wire", "client"]),
+    ("proxy", &["balance", "wire", "client", "exec"]),
     ("cli", &["wire", "client", "slurmcli", "sched", "pmi", "exec"]),
-    ("up", &[]),
+    ("up", &["exec"]),
     ("bench", &["up", "wire", "client", "exec", "control", "sched", "slurmcli", "trace", "model"]),
     // the binary
     ("tandem", &["server", "agent", "proxy", "cli", "up", "bench", "exec", "sim", "sched", "trace"]),
