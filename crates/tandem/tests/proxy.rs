@@ -315,8 +315,7 @@ fn bad_flags_get_clear_errors() {
     let addr = busy.local_addr().unwrap().to_string();
     assert!(run(&["proxy", "--listen", &addr, "--static", "e=127.0.0.1:9"]).contains("cannot listen on"));
     // Inherited sockets (`tandem up` passes them): only a listening TCP socket will do.
-    let st = ["--static", "e=127.0.0.1:9"];
-    let fd = |n: &str| [&["proxy", "--listen-fd", n][..], &st[..]].concat();
+    let fd = |n: &'static str| ["proxy", "--listen-fd", n, "--static", "e=127.0.0.1:9"];
     assert!(run(&fd("0")).contains("--listen-fd 0: descriptor 0 is a standard stream"));
     assert!(run(&["proxy", "--listen-fd=-3", "--static", "e=127.0.0.1:9"]).contains("--listen-fd -3: descriptor -3 is not open"));
     assert!(run(&fd("977")).contains("--listen-fd 977: descriptor 977 is not open"));
