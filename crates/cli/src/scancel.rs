@@ -34,6 +34,14 @@ const HELP: &str = "Usage: scancel [OPTIONS] [job_id[_array_id]...]
 
 const USAGE: &str = "Usage: scancel [-A account] [--batch] [--interactive] [--me] [-n job_name] [-p partition] [-Q] [-q qos] [-R reservation] [-s signal] [-t PENDING | RUNNING | SUSPENDED] [-u user_name] [-w hosts] [--wckey=wckey] [-vV] [job_id[_array_id][.step_id]]\n";
 
+/// Prints what a bulk cancel refused, as Slurm's scancel does; 1 if it refused any.
+fn refusals(r: wire::CancelResponse) -> Result<i32> {
+    for (id, why) in &r.refused {
+        eprintln!("scancel: error: Kill job error on job id {}: {}", slurmcli::visible(&id.to_string()), slurmcli::visible(why));
+    }
+    Ok(i32::from(!r.refused.is_empty()))
+}
+
 /// `scancel`.
 pub(crate) fn scancel(args: &[String]) -> Result<i32> {
     let (p, _) = crate::common::parse_env("scancel", args)?;
@@ -90,6 +98,26 @@ pub(crate) fn scancel(args: &[String]) -> Result<i32> {
     if let Some(c) = &clusters {
         crate::query::check_clusters(&t, c)?;
     }
+    let rt = runtime()?;
+    // Only users, states and a partition, no job id (`scancel -u alice`, `--me -t PENDING`):
+    // the controller chooses the jobs, so a huge queue is not listed here first.
+    if targets.is_empty()
+        && !interactive
+        && name.is_none()
+        && account.is_none()
+        && qos.is_none()
+        && nodes.is_none()
+        && wckey.is_none()
+        && resv.is_none()
+    {
+        let matching = wire::CancelMatch {
+            users: user.iter().cloned().collect(),
+            states: states.iter().flatten().map(|s| s.to_string()).collect(),
+            partition: part.clone(),
+        };
+        let body = wire::CancelRequest { ids: Vec::new(), signal, batch, matching: Some(matching) };
+        return refusals(rt.block_on(send(&t, "POST", "/v1/jobs/cancel", Some(&body), &[]))?.json()?);
+    }
     // `-u`: the controller lists only that user's jobs.
     let path = match user.as_ref().filter(|u| u.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))) {
         Some(u) => format!("/v1/jobs?user={u}"),
@@ -140,17 +168,11 @@ pub(crate) fn scancel(args: &[String]) -> Result<i32> {
     }
     ids.sort_unstable();
     ids.dedup();
-    let rt = runtime()?;
     let mut rc = 0;
-    // Many jobs (`scancel -u`, an array): one request, the controller cancels them together.
+    // Many jobs (an array, filters with ids): one request, the controller cancels them together.
     if !interactive && ids.len() > 1 {
-        let body = wire::CancelRequest { ids, signal, batch };
-        let r: wire::CancelResponse = rt.block_on(send(&t, "POST", "/v1/jobs/cancel", Some(&body), &[]))?.json()?;
-        for (id, why) in r.refused {
-            eprintln!("scancel: error: Kill job error on job id {}: {}", slurmcli::visible(&id.to_string()), slurmcli::visible(&why));
-            rc = 1;
-        }
-        return Ok(rc);
+        let body = wire::CancelRequest { ids, signal, batch, matching: None };
+        return refusals(rt.block_on(send(&t, "POST", "/v1/jobs/cancel", Some(&body), &[]))?.json()?);
     }
     for id in ids {
         if interactive && !confirm(all.iter().find(|j| j.id == id), id)? {

@@ -436,13 +436,45 @@ async fn cancel_many(
     headers: HeaderMap,
     body: Result<Json<wire::CancelRequest>, axum::extract::rejection::JsonRejection>,
 ) -> Response {
-    let uid = or_reply!(user_of(&app, &peer, &headers));
+    let v = or_reply!(viewer_of(&app, &peer, &headers));
+    let uid = v.uid;
     let req = or_reply!(json_body(body));
+    let filter = match &req.matching {
+        None => None,
+        Some(m) => {
+            if m.users.is_empty() && m.states.is_empty() && m.partition.is_none() {
+                return err(StatusCode::BAD_REQUEST, "matching names no user, state or partition: give job ids to cancel everything");
+            }
+            if let Some(bad) = m.states.iter().find(|s| !["PENDING", "RUNNING", "SUSPENDED"].contains(&s.as_str())) {
+                return err(
+                    StatusCode::BAD_REQUEST,
+                    format!(
+                        "Invalid job state specified: {}; valid job states are PENDING, RUNNING, and SUSPENDED",
+                        slurmcli::visible(bad)
+                    ),
+                );
+            }
+            Some(JobFilter {
+                all: false,
+                user: (!m.users.is_empty()).then(|| m.users.clone()),
+                partition: m.partition.clone(),
+                states: (!m.states.is_empty()).then(|| m.states.clone()),
+                default_partition: String::new(),
+            })
+        }
+    };
     let t = now();
     let refused = app
         .with(|c| {
             let mut out = Vec::new();
-            for &id in &req.ids {
+            let mut ids = req.ids.clone();
+            if let Some(mut f) = filter {
+                f.default_partition = default_partition(c);
+                ids.extend(c.jobs_from(0, true).filter(|j| f.matches(j) && v.sees(j.spec.uid)).map(|j| j.req.id.0));
+                ids.sort_unstable();
+                ids.dedup();
+            }
+            for &id in &ids {
                 let r = if req.batch { c.signal_batch(uid, id, req.signal.unwrap_or(9)) } else { c.cancel(t, uid, id, req.signal) };
                 if let Err(e) = r {
                     out.push((id, e.to_string()));

@@ -1618,8 +1618,19 @@ fn a_huge_queue_costs_other_users_listings_nothing() {
     let (out, every) = listed(&a, &["squeue", "--me", "-h", "-r", "-o", "%i"]);
     assert_eq!(out.lines().count(), 900);
     assert!(collapsed * 20.0 < every, "collapsed listing {collapsed} bytes, every task {every}");
-    // Cancelling them all is one request, and leaves the victim's job alone.
-    up.ok(&a, wd, &["scancel", "-u", &a.name]);
+    // The attacker cannot cancel the victim's job by filter either: the controller chooses the
+    // jobs and refuses each that is not the caller's.
+    let o = up.run(&a, wd, &["scancel", "-u", &v.name]);
+    assert!(!o.status.success() && text(&o).contains(&format!("Kill job error on job id {own}")), "{}", text(&o));
+    assert_eq!(up.job(own)["JobState"], "PENDING");
+    // A state filter is applied by the controller: none of the attacker's tasks is running.
+    up.ok(&a, wd, &["scancel", "-u", &a.name, "-t", "RUNNING"]);
+    let (out, _) = listed(&a, &["squeue", "--me", "-h", "-r", "-o", "%i"]);
+    assert_eq!(out.lines().count(), 900);
+    // Cancelling them all is one request that names no job (nothing is listed first), and
+    // leaves the victim's job alone.
+    let (_, cancel) = listed(&a, &["scancel", "-u", &a.name]);
+    assert!(cancel * 10.0 < every, "scancel -u transferred {cancel} bytes; listing every task {every}");
     let left = String::from_utf8_lossy(&up.root(&["squeue", "-h", "-r", "-t", "PD", "-o", "%u"]).stdout).into_owned();
     assert_eq!(left.trim(), v.name, "only the victim's job is left pending: {left}");
     up.ok(&v, vd, &["scancel", &own.to_string()]);

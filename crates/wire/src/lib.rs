@@ -274,6 +274,26 @@ pub struct CancelRequest {
     /// With `signal`: the batch step's shell only (`scancel -b`).
     #[serde(default)]
     pub batch: bool,
+    /// Besides `ids`: every unfinished job the caller can see that matches all of these,
+    /// chosen by the controller (`scancel -u`, `-t`, `-p` without job ids, as Slurm's
+    /// `REQUEST_KILL_JOBS`), so the client sends no list and lists nothing first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub matching: Option<CancelMatch>,
+}
+
+/// Which jobs a bulk cancel chooses; at least one field must be set.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CancelMatch {
+    /// Jobs of any of these users (names or uids).
+    #[serde(default)]
+    pub users: Vec<String>,
+    /// In any of these states (`PENDING`, `RUNNING`, `SUSPENDED`).
+    #[serde(default)]
+    pub states: Vec<String>,
+    /// In this partition.
+    #[serde(default)]
+    pub partition: Option<String>,
 }
 
 /// What a bulk cancel refused: each job id with the reason.
