@@ -1047,6 +1047,20 @@ fn tandem_up_starts_a_local_cluster() {
         assert!(Instant::now() < deadline);
         std::thread::sleep(Duration::from_millis(100));
     }
+    // A second cluster asking for the same proxy port is refused at once, not let in beside
+    // the first (its proxy holds the port with SO_REUSEPORT, which this user's sockets could
+    // join), and leaves nothing running.
+    let port = env.lines().find_map(|l| l.strip_prefix("export TANDEM_PROXY=http://127.0.0.1:")).unwrap().to_string();
+    let second = dir.join("second");
+    let o = Command::new(bin())
+        .args(["up", "--agents", "1", "--port", "0", "--no-hosts", "--proxy-port", &port, "--data"])
+        .arg(&second)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && said.contains(&format!("cannot listen on 127.0.0.1:{port} for the proxy")), "{said}");
+    let left = Command::new("pgrep").args(["-f", &second.display().to_string()]).output().unwrap();
+    assert!(left.stdout.is_empty(), "the refused cluster left {}", String::from_utf8_lossy(&left.stdout));
     let _ = Command::new("kill").args(["-INT", &up.id().to_string()]).status();
     let st = up.wait().unwrap();
     assert!(st.success(), "{st}");

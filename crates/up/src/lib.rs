@@ -357,6 +357,15 @@ pub fn start(a: UpArgs) -> Result<LocalCluster> {
         // it for another user to take and receive clients' requests and credentials): one
         // socket per worker thread (SO_REUSEPORT, which only this user's sockets may join).
         let workers = std::thread::available_parallelism().map_or(2, |n| n.get());
+        // First a plain bind: one without SO_REUSEPORT fails where any socket holds the port,
+        // the proxy of another cluster of this same user included (which SO_REUSEPORT would
+        // let the sockets below join, sharing its clients). Were the port taken in the moment
+        // between, the binds below fail: nothing is shared.
+        if port != 0 {
+            drop(exec::listen_tcp(std::net::SocketAddr::from((NODE_ADDR, port)), false).with_context(|| {
+                format!("cannot listen on {NODE_ADDR}:{port} for the proxy (another cluster's proxy? give --proxy-port)")
+            })?);
+        }
         let mut socks = vec![
             exec::listen_tcp(std::net::SocketAddr::from((NODE_ADDR, port)), true)
                 .with_context(|| format!("cannot listen on {NODE_ADDR}:{port} for the proxy"))?,
