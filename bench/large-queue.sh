@@ -6,7 +6,8 @@
 #     and `squeue -r` (every task): median wall time of RUNS runs, and the reply bytes each
 #     transfers (the controller's tandem_response_bytes_total, before and after one run);
 #   - `scancel -u tandem-alice` of them all: wall time;
-#   - the controller's resident memory idle, with the queue, and after the cancel.
+#   - the controller's resident memory idle, with the queue, after the listings (which build
+#     every task's row) and after the cancel.
 # Usage: bash bench/large-queue.sh [TANDEM_BINARY] [ARRAYS] [RUNS]   (default: target/release/
 # tandem if built, else target/debug/tandem; 150 arrays, i.e. 150,000 tasks; 5 runs)
 set -euo pipefail
@@ -38,9 +39,10 @@ idle=$(rss)
 t0=$(now_ms)
 for _ in $(seq "$arrays"); do as tandem-alice sbatch -Q -o /dev/null --begin=now+1day --array=0-999 --wrap true >/dev/null; done
 t1=$(now_ms)
-tasks=$(squeue -h -r -u tandem-alice -o %i | wc -l)
 sleep 2
 queued=$(rss)
+tasks=$(metric tandem_queue_length)
+records=$(metric tandem_job_records)
 timed() { # user, command...: median ms of $runs runs, then the reply bytes of one run
   local u=$1; shift
   local ms=()
@@ -51,6 +53,7 @@ timed() { # user, command...: median ms of $runs runs, then the reply bytes of o
 read -r m_ms m_b < <(timed tandem-mallory squeue --me)
 read -r a_ms a_b < <(timed tandem-alice squeue)
 read -r r_ms r_b < <(timed tandem-alice squeue -r)
+listed=$(rss)
 c0=$(now_ms)
 as tandem-alice scancel -u tandem-alice
 c1=$(now_ms)
@@ -58,10 +61,10 @@ sleep 2
 after=$(rss)
 left=$(squeue -h -r -u tandem-alice -t PD -o %i | wc -l)
 echo "binary: $bin"
-echo "queue: $tasks pending tasks of tandem-alice in $arrays arrays, submitted in $(( t1 - t0 )) ms"
+echo "queue: $tasks pending tasks of tandem-alice in $arrays arrays, submitted in $(( t1 - t0 )) ms; $records job records in memory"
 printf '%-44s %10s %14s\n' "command" "median ms" "reply bytes"
 printf '%-44s %10s %14s\n' "tandem-mallory: squeue --me" "$m_ms" "$m_b"
 printf '%-44s %10s %14s\n' "tandem-alice: squeue (tasks collapsed)" "$a_ms" "$a_b"
 printf '%-44s %10s %14s\n' "tandem-alice: squeue -r (every task)" "$r_ms" "$r_b"
 echo "scancel -u tandem-alice: $(( c1 - c0 )) ms; pending tasks left: $left"
-echo "controller RSS: idle $(( idle / 1024 )) MiB, with the queue $(( queued / 1024 )) MiB (+$(( (queued - idle) / 1024 )) MiB), after the cancel $(( after / 1024 )) MiB"
+echo "controller RSS: idle $(( idle / 1024 )) MiB, with the queue $(( queued / 1024 )) MiB (+$(( (queued - idle) / 1024 )) MiB), after the listings $(( listed / 1024 )) MiB, after the cancel $(( after / 1024 )) MiB"

@@ -432,21 +432,21 @@ impl Controller {
         let qname = qos.map(|q| q.name.as_str());
         let (mut assoc_n, mut user_qos_n, mut qos_n) = (0u64, 0u64, 0u64);
         let mut account_n: std::collections::HashMap<&str, u64> = std::collections::HashMap::new();
-        for j in self.active().filter(|j| !j.state.is_final()) {
+        for (j, n) in self.live_weighted() {
             let r = &j.req;
             if r.user == req.user && r.account == req.account {
-                assoc_n += 1;
+                assoc_n += n;
             }
             let jq = c.qos(r.qos.as_deref()).map(|q| q.name.as_str());
             if jq == qname {
-                qos_n += 1;
+                qos_n += n;
                 if r.user == req.user {
-                    user_qos_n += 1;
+                    user_qos_n += n;
                 }
             }
             for a in &lineage {
                 if r.account == a.name || c.lineage(&r.account).iter().any(|x| x.name == a.name) {
-                    *account_n.entry(a.name.as_str()).or_default() += 1;
+                    *account_n.entry(a.name.as_str()).or_default() += n;
                 }
             }
         }
@@ -518,7 +518,7 @@ impl Controller {
     fn delete(&self, next: &mut Accounting, e: Entity, ch: &AcctChange, level: AdminLevel, caller: &str) -> Result<Said, Refused> {
         let want = filter_names(ch, &["Name", "Names"]);
         let accounts = filter_names(ch, &["Account", "Accounts"]);
-        let active = |f: &dyn Fn(&JobRequest) -> bool| self.active().any(|j| !j.state.is_final() && f(&j.req));
+        let active = |f: &dyn Fn(&JobRequest) -> bool| self.live_weighted().any(|(j, _)| f(&j.req));
         match e {
             Entity::Account => {
                 need(level >= AdminLevel::Operator)?;

@@ -10,6 +10,7 @@
 //!                         # (default: 3 heartbeats, at least 1.5 s)
 //! kill_wait = 30          # seconds between SIGTERM and SIGKILL at a time limit
 //! max_array_size = 1001   # Slurm's MaxArraySize: array indices must be below it
+//! array_window = 64       # a pending array's tasks kept as jobs; the rest are its one record
 //! max_script_size = 4194304 # Slurm's max_script_size: the largest batch script, bytes
 //! min_job_age = 300       # Slurm's MinJobAge: finished jobs leave memory after this (0: never)
 //! [scheduler]
@@ -98,6 +99,7 @@ struct File {
     kill_wait: Option<u32>,
     failover: Option<f64>,
     max_array_size: Option<u32>,
+    array_window: Option<u32>,
     max_script_size: Option<u64>,
     min_job_age: Option<u32>,
     scheduler: Option<Sched>,
@@ -395,6 +397,12 @@ pub fn parse(text: &str) -> Result<(crate::Settings, Security)> {
         }
         s.max_array = m;
     }
+    if let Some(w) = f.array_window {
+        if !(20..=1_000_000).contains(&w) {
+            bail!("array_window must be between 20 (Slurm's bf_max_job_array_resv) and 1000000, got {w}");
+        }
+        s.array_window = u64::from(w);
+    }
     if let Some(m) = f.max_script_size {
         if m == 0 || m > MAX_SCRIPT_SIZE_CAP {
             bail!("max_script_size must be between 1 and {MAX_SCRIPT_SIZE_CAP} bytes");
@@ -650,6 +658,9 @@ mod tests {
         assert!(e("heartbeat = 2\nfailover = 1").contains("longer"));
         assert!(e("heartbeat = 0.01").contains("heartbeat"));
         assert!(e("max_array_size = 0").contains("max_array_size"));
+        assert!(e("array_window = 19").contains("array_window"));
+        assert!(e("array_window = -1").contains("invalid value"));
+        assert_eq!(parse("array_window = 1000").unwrap().array_window, 1000);
         assert!(e("max_script_size = 0").contains("max_script_size"));
         assert!(e("max_array_size = 4000002").contains("max_array_size"));
         assert!(e("lease = \"soon\"").contains("invalid type"));

@@ -27,14 +27,16 @@ mod pass;
 pub mod service;
 mod services;
 mod steps;
+mod tails;
 mod types;
 
 pub use pass::Pass;
 pub use service::{Service, ServiceSpec};
 pub use services::{Endpoint, EndpointView, ProxyServiceStats, ServiceEndpoints, replica_id};
+pub use tails::{ARRAY_WINDOW, Listing};
 pub use types::{
     ArrayInfo, ArrayRecord, BATCH_STEP, Job, JobSpec, NodeRec, Order, ReplicaInfo, ReplicaReport, ReplicaTask, StdinTo, Step, StepHold,
-    StepIo, StepRes, StepSpec, Task, TaskExit, TaskKey, TaskUsage,
+    StepIo, StepRes, StepSpec, TailCancel, Task, TaskExit, TaskKey, TaskUsage,
 };
 
 use model::{ClusterConfig, DepKind, DepStatus, JobEvent, JobId, JobState, Node, NodeEvent, NodeState, PendingReason, Time};
@@ -86,6 +88,14 @@ pub struct Settings {
     /// Uids that are administrators besides root (the user the controller runs as).
     #[serde(default)]
     pub administrators: Vec<u32>,
+    /// Pending tasks of an array that are jobs of their own (the scheduler sees these); the
+    /// rest wait as the array's one record until these start (default 64; see `tails`).
+    #[serde(default = "array_window")]
+    pub array_window: u64,
+}
+
+fn array_window() -> u64 {
+    tails::ARRAY_WINDOW
 }
 
 /// The umask of a job whose submission did not say (a body from an older client).
@@ -116,6 +126,7 @@ impl Default for Settings {
             half_life: week(),
             operators: Vec::new(),
             administrators: Vec::new(),
+            array_window: array_window(),
         }
     }
 }
@@ -175,6 +186,9 @@ pub struct TickInfo {
     pub nodes_down: usize,
     /// Pending jobs the pass saw, less those it started or failed.
     pub pending: usize,
+    /// Array tasks were made jobs of their own after the pass (its window's tasks started):
+    /// another pass now would see them.
+    pub more: bool,
 }
 
 /// A node name: 1 to 64 of `A-Za-z0-9-_.`.
@@ -231,6 +245,8 @@ pub struct Controller {
     /// Arrays accepted by [`Controller::accept`] whose tasks are not yet in `jobs`
     /// ([`Controller::expand`]).
     unexpanded: Vec<ArrayRecord>,
+    /// Arrays' pending tasks that are not jobs of their own yet, by array id (`tails`).
+    lazy: BTreeMap<u64, tails::Tail>,
     /// The specs of the last few submissions: a submission with the same script, environment
     /// and options (a loop of `sbatch` from one shell) shares one copy instead of keeping its own.
     recent_specs: std::collections::VecDeque<std::sync::Arc<JobSpec>>,
@@ -357,6 +373,7 @@ impl Controller {
             active_from: 0,
             dirty_arrays: Vec::new(),
             unexpanded: Vec::new(),
+            lazy: BTreeMap::new(),
             recent_specs: std::collections::VecDeque::new(),
             touched_nodes: BTreeSet::new(),
             mirror: None,
@@ -493,24 +510,21 @@ impl Controller {
         if self.settings.failover_ms > 0 { self.settings.failover_ms } else { (3 * self.heartbeat_ms() as i64).max(1500) }
     }
 
-    /// All jobs, by id ([`Controller::expand`] first, after [`Controller::accept`]).
-    pub fn jobs(&self) -> impl Iterator<Item = &Job> {
+    /// All jobs, by id, arrays' tails included ([`Controller::expand`] first, after
+    /// [`Controller::accept`]).
+    pub fn jobs(&self) -> Listing<'_> {
         debug_assert!(self.unexpanded.is_empty(), "expand() after accept()");
-        self.jobs.values().map(|j| &**j)
+        self.jobs_from(0, false)
     }
 
-    /// Jobs with ids from `from` on, by id; with `live_only`, starting past the jobs known to
-    /// have ended (those after may still include some that ended). For listings read a piece
-    /// at a time.
-    pub fn jobs_from(&self, from: u64, live_only: bool) -> impl Iterator<Item = &Job> {
-        let from = if live_only { from.max(self.active_from) } else { from };
-        self.jobs.range(from..).map(|(_, j)| &**j)
-    }
-
-    /// One job ([`Controller::expand`] first, after [`Controller::accept`]).
-    pub fn job(&self, id: u64) -> Option<&Job> {
+    /// One job, a task of an array's tail too ([`Controller::expand`] first, after
+    /// [`Controller::accept`]).
+    pub fn job(&self, id: u64) -> Option<std::borrow::Cow<'_, Job>> {
         debug_assert!(self.unexpanded.is_empty(), "expand() after accept()");
-        self.jobs.get(&id).map(|j| &**j)
+        match self.jobs.get(&id) {
+            Some(j) => Some(std::borrow::Cow::Borrowed(&**j)),
+            None => self.jobs_from(id, false).next().filter(|j| j.req.id.0 == id),
+        }
     }
 
     /// All nodes.
@@ -613,7 +627,7 @@ impl Controller {
         self.check_job_limits(&probe, batch.array.as_ref().map_or(1, |a| a.indices.len() as u64))?;
         for d in &batch.dependency {
             if let Some(j) = d.job
-                && !self.jobs.contains_key(&j.0)
+                && !self.exists(j.0)
             {
                 return Err(Refused::Invalid(format!("job dependency problem: job {} does not exist", j.0)));
             }
@@ -679,7 +693,7 @@ impl Controller {
         self.check_job_limits(&probe, batch.array.as_ref().map_or(1, |a| a.indices.len() as u64))?;
         for d in &batch.dependency {
             if let Some(j) = d.job
-                && !self.jobs.contains_key(&j.0)
+                && !self.exists(j.0)
             {
                 return Err(Refused::Invalid(format!("job dependency problem: job {} does not exist", j.0)));
             }
@@ -726,15 +740,11 @@ impl Controller {
         Ok(ids)
     }
 
-    /// Makes the tasks of the arrays accepted since the last call ([`Controller::accept`]).
+    /// Makes the tasks of the arrays accepted since the last call ([`Controller::accept`]):
+    /// the first window of each (`tails`).
     pub fn expand(&mut self) {
         for record in std::mem::take(&mut self.unexpanded) {
-            for (k, task) in record.indices().enumerate() {
-                let id = record.id() + k as u64;
-                self.jobs.insert(id, Box::new(record.task(k as u64, task)));
-                // New to the scheduler, not to the database (the array's record holds it).
-                self.dirty_jobs.sched.insert(id);
-            }
+            self.take_array(record);
         }
     }
 
@@ -748,6 +758,7 @@ impl Controller {
 
     /// Cancels a job (or, with `signal`, only signals its running tasks).
     pub fn cancel(&mut self, now: Time, uid: u32, id: u64, signal: Option<i32>) -> Result<(), Refused> {
+        self.ensure_owned(uid, id)?;
         let state = self.owned(uid, id)?.state;
         match (state, signal) {
             (s, _) if is_final(s) => Err(Refused::Conflict(format!("job {id} has already finished"))),
@@ -790,9 +801,28 @@ impl Controller {
         }
     }
 
+    /// Cancels (or, with `signal`, signals) many jobs as [`Controller::cancel`] does each, the
+    /// pending tails of arrays wholly among them in one change each (`tails`): returns the jobs
+    /// refused, with why.
+    pub fn cancel_many(&mut self, now: Time, uid: u32, mut ids: Vec<u64>, signal: Option<i32>) -> Vec<(u64, Refused)> {
+        ids.sort_unstable();
+        ids.dedup();
+        if signal.is_none() {
+            self.cancel_tails(now, uid, &mut ids);
+        }
+        let mut out = Vec::new();
+        for id in ids {
+            if let Err(e) = self.cancel(now, uid, id, signal) {
+                out.push((id, e));
+            }
+        }
+        out
+    }
+
     /// Sends `signal` to the batch step of a running job only (its shell and the processes it
     /// started), not to its other steps: `scancel --batch`.
     pub fn signal_batch(&mut self, uid: u32, id: u64, signal: i32) -> Result<(), Refused> {
+        self.ensure_owned(uid, id)?;
         let j = self.owned(uid, id)?;
         if j.state != JobState::Running {
             return Err(Refused::Conflict(format!("job {id} is not running")));
@@ -810,6 +840,7 @@ impl Controller {
     /// Sends `signal` to the tasks of one step of a running job (`srun` passing on a signal or
     /// a Ctrl-C, `scancel --signal=N J.S`; SIGKILL ends the step: `scancel J.S`).
     pub fn signal_step(&mut self, uid: u32, id: u64, step: u32, signal: i32) -> Result<(), Refused> {
+        self.ensure_owned(uid, id)?;
         let j = self.owned(uid, id)?;
         if j.state != JobState::Running {
             return Err(Refused::Conflict(format!("job {id} is not running")));
@@ -834,6 +865,7 @@ impl Controller {
     /// (or root's) only, and only a step whose streams go to its `srun` (the batch step's and
     /// an `srun -o` step's go to files). Returns the step's layout.
     pub fn attach_step(&mut self, uid: u32, id: u64, step: u32, io: StepIo) -> Result<Vec<(String, u32)>, Refused> {
+        self.ensure_owned(uid, id)?;
         let j = self.owned(uid, id)?;
         if j.state != JobState::Running {
             return Err(Refused::Conflict(format!("job {id} is not running")));
@@ -870,6 +902,7 @@ impl Controller {
     /// Ends an allocation (`salloc`'s command exited with `code`): its placeholder and any
     /// step still running are stopped, and the job ends COMPLETED (or FAILED) with `code`.
     pub fn complete(&mut self, uid: u32, id: u64, code: i32) -> Result<(), Refused> {
+        self.ensure_owned(uid, id)?;
         let j = self.owned(uid, id)?;
         if !j.spec.interactive {
             return Err(Refused::Invalid(format!("job {id} is a batch job: its script's end completes it")));
@@ -892,6 +925,7 @@ impl Controller {
 
     /// Holds a pending job (`scontrol hold`).
     pub fn hold(&mut self, uid: u32, id: u64, hold: bool) -> Result<(), Refused> {
+        self.ensure_owned(uid, id)?;
         if self.owned(uid, id)?.state != JobState::Pending {
             return Err(Refused::Conflict(format!("job {id} is not pending")));
         }
@@ -908,6 +942,7 @@ impl Controller {
     /// Changes a pending job's time limit (`scontrol update JobId=.. TimeLimit=..`). Users may
     /// only lower it; root may raise it within the partition's maximum.
     pub fn set_time_limit(&mut self, uid: u32, id: u64, limit: Time) -> Result<(), Refused> {
+        self.ensure_owned(uid, id)?;
         let j = self.owned(uid, id)?;
         if j.state != JobState::Pending {
             return Err(Refused::Conflict(format!("job {id} is not pending")));
@@ -927,6 +962,7 @@ impl Controller {
     /// Requeues a running (or finished) job (`scontrol requeue`). A cancelled job, or one
     /// being cancelled, is never run again.
     pub fn requeue(&mut self, uid: u32, id: u64) -> Result<(), Refused> {
+        self.ensure_owned(uid, id)?;
         let j = self.owned(uid, id)?;
         let s = j.state;
         if s == JobState::Pending {
@@ -1467,12 +1503,16 @@ impl Controller {
                     if other { DepStatus::Waiting } else { DepStatus::Satisfied }
                 }
                 kind => match d.job.and_then(|id| self.jobs.get(&id.0)) {
-                    None => DepStatus::Never,
+                    None => match d.job.and_then(|id| self.tail_of(id.0)) {
+                        Some(t) => dep_on(kind, if t.pending() { JobState::Pending } else { JobState::Cancelled }),
+                        None => DepStatus::Never,
+                    },
                     Some(o) if o.array.is_some_and(|a| a.array_job == o.req.id.0) && j.array.is_none_or(|a| a.array_job != o.req.id.0) => {
                         // A dependency on an array job is on every task of it.
                         let tasks: Vec<&Job> =
                             self.jobs.values().map(|t| &**t).filter(|t| t.array.is_some_and(|a| a.array_job == o.req.id.0)).collect();
-                        let each: Vec<DepStatus> = tasks.iter().map(|t| dep_on(kind, t.state)).collect();
+                        let mut each: Vec<DepStatus> = tasks.iter().map(|t| dep_on(kind, t.state)).collect();
+                        each.extend(self.tail_state(o.req.id.0).map(|s| dep_on(kind, s)));
                         if each.contains(&DepStatus::Never) {
                             DepStatus::Never
                         } else if each.contains(&DepStatus::Waiting) {
@@ -1680,6 +1720,7 @@ impl Controller {
                 && !needed.contains(id)
                 && j.array.is_none_or(|a| !needed.contains(&a.array_job)))
         });
+        self.purge_tails(now, age, &needed);
     }
 
     /// Sets a pending job's reason and expected start. Both are derived from the queue by every
@@ -1933,6 +1974,7 @@ impl Controller {
         argv: Vec<String>,
         spec: StepSpec,
     ) -> Result<u32, Refused> {
+        self.ensure_owned(uid, id)?;
         let j = self.owned(uid, id)?;
         if j.state != JobState::Running {
             return Err(Refused::Conflict(format!("job {id} is not running")));

@@ -419,6 +419,7 @@ impl Controller {
         pass.spent = true;
         self.mirror = Some(std::mem::take(&mut pass.mirror));
         self.pass_out = false;
+        pass.info.more = self.refill();
         self.advance_active();
         Some(pass.info)
     }

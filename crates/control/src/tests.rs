@@ -224,7 +224,7 @@ fn restore_renews_leases_and_keeps_running_jobs() {
     c.submit(0, spec(1), &batch(&[]), "a").unwrap();
     c.tick(0);
     let _ = c.take_dirty();
-    let jobs: Vec<Job> = c.jobs().cloned().collect();
+    let jobs: Vec<Job> = c.jobs().map(|j| j.into_owned()).collect();
     let nodes: Vec<NodeRec> = c.nodes().to_vec();
     // The controller was down from t=0 to t=25 (lease 30): nothing is judged lapsed.
     let mut r = Controller::restore(Settings::default(), jobs, nodes, Vec::new(), 2, 25, 2);
@@ -365,7 +365,7 @@ fn submissions_with_the_same_spec_share_one_copy() {
     assert!(!same(a, other));
     assert_eq!(c.job(other).unwrap().spec.script, "#!/bin/sh\nfalse\n");
     // After a restart too.
-    let jobs: Vec<Job> = c.jobs().map(|j| Job { spec: std::sync::Arc::new((*j.spec).clone()), ..j.clone() }).collect();
+    let jobs: Vec<Job> = c.jobs().map(|j| Job { spec: std::sync::Arc::new((*j.spec).clone()), ..j.into_owned() }).collect();
     let r = Controller::restore(Settings::default(), jobs, c.nodes().to_vec(), Vec::new(), 10, 1, 2);
     assert!(std::sync::Arc::ptr_eq(&r.job(a).unwrap().spec, &r.job(b).unwrap().spec));
 }
@@ -498,7 +498,7 @@ fn finished_jobs_leave_memory_after_min_job_age_unless_a_job_waits_on_them() {
     assert!(c.job(b).is_some(), "a pending job depends on it");
     assert_eq!(c.job(waits).unwrap().state, JobState::Pending);
     // Restored controllers do not load old finished jobs either.
-    let jobs: Vec<Job> = c.jobs().cloned().collect();
+    let jobs: Vec<Job> = c.jobs().map(|j| j.into_owned()).collect();
     let r = Controller::restore(Settings::default(), jobs, c.nodes().to_vec(), Vec::new(), 10, 10_000, 2);
     assert!(r.job(b).is_none() && r.job(waits).is_some());
 }
@@ -607,7 +607,7 @@ fn a_restored_controller_sends_again_the_launches_of_running_steps_whose_ends_it
     let first = c.job(1).unwrap().allocs[0].0.clone();
     c.heartbeat(1, &first, 0, &[TaskKey { job: 1, epoch: 1, step: BATCH_STEP, rank: 0 }], &[exit]).unwrap();
     let _ = c.take_dirty();
-    let jobs: Vec<Job> = c.jobs().cloned().collect();
+    let jobs: Vec<Job> = c.jobs().map(|j| j.into_owned()).collect();
     let nodes: Vec<NodeRec> = c.nodes().to_vec();
     let r = Controller::restore(Settings::default(), jobs, nodes, Vec::new(), 2, 2, 2);
     let mut ranks: Vec<u32> = r
@@ -844,4 +844,83 @@ fn sattach_reaches_a_running_srun_steps_nodes_for_its_owner_only() {
     c.hb(5, "n0", &[], &[TaskExit { step: srun, rank: 0, ..ended(1, 1, Some(0), None) }]).unwrap();
     c.hb(5, "n1", &[], &[TaskExit { step: srun, rank: 1, ..ended(1, 1, Some(0), None) }]).unwrap();
     assert!(matches!(c.attach_step(1, 1, srun, io('b')), Err(Refused::Conflict(m)) if m.contains("already finished")));
+}
+
+#[test]
+fn a_pending_array_is_a_window_of_jobs_and_one_record_and_all_its_tasks_still_run() {
+    // 16 nodes of 4 CPUs: 64 single-CPU tasks fit at once; the array has 150, its window 10.
+    let mut c = cluster(16, 0);
+    c.settings.array_window = 10;
+    c.settings.min_job_age = 0;
+    let ids = c.submit(0, spec(1), &batch(&["--array=0-149"]), "a").unwrap();
+    assert_eq!(ids.len(), 150);
+    assert_eq!(c.tail_tasks(), 140);
+    assert_eq!(c.jobs().count(), 150, "listings show every task");
+    let tail = c.job(ids[120]).expect("a tail task is shown");
+    assert_eq!((tail.state, tail.array.unwrap().task), (JobState::Pending, 120));
+    // A dependency on the array waits for the tail too; so does one on a tail task.
+    let dep = c.submit(0, spec(1), &batch(&["--dependency=afterany:1"]), "a").unwrap()[0];
+    let dep_tail = c.submit(0, spec(1), &batch(&[&format!("--dependency=afterany:{}", ids[149])]), "a").unwrap()[0];
+    // Each pass starts what its window holds, then makes the next tasks and asks for another
+    // pass at once; passes go on until every task runs.
+    let mut passes = 0;
+    loop {
+        let info = c.tick(1);
+        passes += 1;
+        assert!(passes < 40);
+        if !info.more {
+            break;
+        }
+    }
+    let running = c.jobs().filter(|j| j.state == JobState::Running).count();
+    assert_eq!(running, 64, "the cluster is full");
+    assert!(c.tail_tasks() > 0);
+    // Everything runs and ends; the dependencies then start.
+    let mut t = 2;
+    while c.jobs().any(|j| j.array.is_some() && !j.state.is_final()) {
+        for n in 0..16 {
+            let name = format!("n{n}");
+            let exits: Vec<TaskExit> = c
+                .jobs()
+                .filter(|j| j.state == JobState::Running && j.allocs.iter().any(|(x, _)| *x == name))
+                .map(|j| ended(j.req.id.0, j.epoch, Some(0), None))
+                .collect();
+            c.hb(t, &name, &[], &exits).unwrap();
+        }
+        assert_eq!(c.job(dep).unwrap().state, JobState::Pending);
+        loop {
+            if !c.tick(t).more {
+                break;
+            }
+        }
+        t += 1;
+        assert!(t < 100);
+    }
+    assert_eq!(c.jobs().filter(|j| j.state == JobState::Completed).count(), 150);
+    assert_eq!(c.tail_tasks(), 0);
+    c.tick(t);
+    assert_eq!(c.job(dep).unwrap().state, JobState::Running);
+    assert_eq!(c.job(dep_tail).unwrap().state, JobState::Running);
+}
+
+#[test]
+fn a_tail_task_acted_on_alone_becomes_a_job_and_limits_count_the_tail() {
+    let mut c = cluster(1, 0);
+    c.settings.array_window = 4;
+    let ids = c.submit(0, spec(7), &batch(&["--array=0-99"]), "a").unwrap();
+    // Another user can neither cancel nor hold a tail task, and makes nothing trying.
+    assert!(matches!(c.cancel(1, 8, ids[50], None), Err(Refused::Forbidden(_))));
+    assert!(matches!(c.hold(8, ids[50], true), Err(Refused::Forbidden(_))));
+    assert_eq!(c.tail_tasks(), 96);
+    c.hold(7, ids[50], true).unwrap();
+    assert_eq!(c.tail_tasks(), 49);
+    assert!(c.job(ids[50]).unwrap().req.held);
+    assert_eq!(c.job(ids[51]).unwrap().state, JobState::Pending);
+    // The owner's cancel of the whole array: the tail in one change.
+    let refused = c.cancel_many(2, 7, ids.clone(), None);
+    assert!(refused.is_empty(), "{refused:?}");
+    assert_eq!(c.take_dirty().arrays.len(), 2, "the submission's record and the cancel's");
+    assert!(c.jobs().all(|j| j.state == JobState::Cancelled));
+    assert_eq!(c.jobs_from(0, true).filter(|j| !j.state.is_final()).count(), 0);
+    assert!(c.cancel(3, 7, ids[99], None).is_err(), "already finished");
 }

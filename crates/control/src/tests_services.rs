@@ -134,7 +134,7 @@ fn replicas_spread_become_endpoints() {
     assert_eq!(nodes.len(), 3, "one replica per node: {eps:?}");
     assert!(w.c.endpoint_version() > v0);
     let t = w.c.jobs().find(|j| j.replica.is_some()).unwrap();
-    let task = w.c.replica_task(t).unwrap();
+    let task = w.c.replica_task(&t).unwrap();
     assert!(task.replica.starts_with("echo-"));
 }
 

@@ -754,6 +754,23 @@ pub struct ArrayRecord {
     /// The task indices, as runs `[from, to, step]` (`to` included), in submission order: an
     /// array of any size given as `a-b:s` ranges is a few numbers.
     pub runs: Vec<[u32; 3]>,
+    /// The tasks from `from` on that had no record of their own were cancelled while pending,
+    /// together (`scancel` of the array or of its user's jobs): one change of this record, not
+    /// one record per task.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cancelled: Option<TailCancel>,
+}
+
+/// The pending tasks of an array cancelled together: every task from `from` (counting from 0)
+/// on that has no record of its own ended then, cancelled by that uid.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TailCancel {
+    /// The first task cancelled this way.
+    pub from: u64,
+    /// When.
+    pub end: Time,
+    /// By whom (`requid`).
+    pub by: u32,
 }
 
 impl ArrayRecord {
@@ -768,7 +785,24 @@ impl ArrayRecord {
                 _ => runs.push([i, i, 1]),
             }
         }
-        ArrayRecord { first, runs }
+        ArrayRecord { first, runs, cancelled: None }
+    }
+
+    /// Number of tasks.
+    pub fn count(&self) -> u64 {
+        self.runs.iter().map(|r| u64::from((r[1] - r[0]) / r[2].max(1) + 1)).sum()
+    }
+
+    /// Task `k` as it stands when it has no record of its own: as submitted, or cancelled with
+    /// the array's pending tasks.
+    pub fn task_now(&self, k: u64, task: u32) -> Job {
+        let mut j = self.task(k, task);
+        if let Some(c) = self.cancelled.filter(|c| k >= c.from) {
+            j.state = JobState::Cancelled;
+            j.end = Some(c.end);
+            j.cancelled_by = Some(c.by);
+        }
+        j
     }
 
     /// The array's job id (its first task's).

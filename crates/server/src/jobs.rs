@@ -281,7 +281,11 @@ async fn list_jobs(
     let seq = loop {
         let g = app.lock();
         let mut next = None;
-        for (n, j) in g.ctl.jobs_from(from, !filter.all).enumerate() {
+        // A tail of array tasks the caller may not see, or of another user than asked for, is
+        // passed over whole.
+        let keep = |t: &control::Job| v.sees(t.spec.uid) && filter.matches_user(t);
+        for (n, j) in g.ctl.jobs_from_where(from, !filter.all, keep).first_of_tails(collapse).enumerate() {
+            let j = &*j;
             if n == LIST_CHUNK {
                 next = Some(j.req.id.0);
                 break;
@@ -291,11 +295,17 @@ async fn list_jobs(
                     && j.state == model::JobState::Pending
                     && let Some(a) = &j.req.array
                 {
+                    // A waiting tail of the array comes as its first task: the rest are its
+                    // indices.
+                    let rest = g.ctl.tail_rest(j.req.id.0);
                     if let Some((_, tasks)) = groups.get_mut(&(a.array_job.0, j.reason)) {
                         tasks.push(a.task);
+                        tasks.extend(rest.into_iter().flatten());
                         continue;
                     }
-                    groups.insert((a.array_job.0, j.reason), (jobs.len(), vec![a.task]));
+                    let mut tasks = vec![a.task];
+                    tasks.extend(rest.into_iter().flatten());
+                    groups.insert((a.array_job.0, j.reason), (jobs.len(), tasks));
                 }
                 jobs.push(job_info(j, &v, &default_partition(&g.ctl)));
             }
@@ -350,10 +360,15 @@ impl JobFilter {
         }
     }
 
+    /// The user and partition tests alone (the same for every task of an array).
+    fn matches_user(&self, j: &Job) -> bool {
+        self.user.as_ref().is_none_or(|us| us.iter().any(|u| *u == j.req.user || *u == j.spec.uid.to_string()))
+            && self.partition.as_deref().is_none_or(|p| j.req.partition.as_deref().unwrap_or(&self.default_partition) == p)
+    }
+
     fn matches(&self, j: &Job) -> bool {
         (self.all || !j.state.is_final())
-            && self.user.as_ref().is_none_or(|us| us.iter().any(|u| *u == j.req.user || *u == j.spec.uid.to_string()))
-            && self.partition.as_deref().is_none_or(|p| j.req.partition.as_deref().unwrap_or(&self.default_partition) == p)
+            && self.matches_user(j)
             && self.states.as_ref().is_none_or(|s| {
                 s.iter().any(|x| {
                     x == j.state.slurm_name()
@@ -377,7 +392,7 @@ async fn get_job(
         // It shows this job only: its newest change must be durable. A job the caller may not
         // see is as one that does not exist.
         (
-            g.ctl.job(id).filter(|j| v.sees(j.spec.uid)).map(|j| job_info(j, &v, &default_partition(&g.ctl))),
+            g.ctl.job(id).filter(|j| v.sees(j.spec.uid)).map(|j| job_info(&j, &v, &default_partition(&g.ctl))),
             g.job_seq.get(&id).copied().unwrap_or_else(|| app.journal.last()),
         )
     };
@@ -466,17 +481,20 @@ async fn cancel_many(
     let t = now();
     let refused = app
         .with(|c| {
-            let mut out = Vec::new();
             let mut ids = req.ids.clone();
             if let Some(mut f) = filter {
                 f.default_partition = default_partition(c);
-                ids.extend(c.jobs_from(0, true).filter(|j| f.matches(j) && v.sees(j.spec.uid)).map(|j| j.req.id.0));
-                ids.sort_unstable();
-                ids.dedup();
+                let keep = |j: &Job| v.sees(j.spec.uid) && f.matches_user(j);
+                ids.extend(c.jobs_from_where(0, true, keep).filter(|j| f.matches(j) && v.sees(j.spec.uid)).map(|j| j.req.id.0));
             }
+            if !req.batch {
+                return c.cancel_many(t, uid, ids, req.signal).into_iter().map(|(id, e)| (id, e.to_string())).collect();
+            }
+            let mut out = Vec::new();
+            ids.sort_unstable();
+            ids.dedup();
             for &id in &ids {
-                let r = if req.batch { c.signal_batch(uid, id, req.signal.unwrap_or(9)) } else { c.cancel(t, uid, id, req.signal) };
-                if let Err(e) = r {
+                if let Err(e) = c.signal_batch(uid, id, req.signal.unwrap_or(9)) {
                     out.push((id, e.to_string()));
                 }
             }
@@ -568,7 +586,7 @@ async fn create_step(
     let t = now();
     let made = app.with(|c| {
         let step = c.create_step(t, uid, id, s.nodes, s.ntasks, s.ntasks_per_node, s.argv, s.spec)?;
-        let layout = c.job(id).and_then(|j| j.steps.iter().find(|x| x.id == step)).map(|x| x.layout.clone()).unwrap_or_default();
+        let layout = c.job(id).and_then(|j| j.steps.iter().find(|x| x.id == step).map(|x| x.layout.clone())).unwrap_or_default();
         Ok((step, layout))
     });
     match made.await {
@@ -723,7 +741,7 @@ async fn history(
             .ctl
             .jobs()
             .filter(|j| !j.state.is_final() && q.user.as_deref().is_none_or(|u| j.req.user == u) && v.sees(j.spec.uid))
-            .map(|j| job_info(j, &v, &default_partition(&g.ctl)))
+            .map(|j| job_info(&j, &v, &default_partition(&g.ctl)))
             .collect();
         (live, app.journal.last(), default_partition(&g.ctl))
     };
@@ -860,10 +878,7 @@ async fn metrics(State(app): State<App>, ConnectInfo(peer): ConnectInfo<Peer>, h
     }
     let g = app.lock();
     let m = app.metrics.lock().expect("lock");
-    let mut by_state: std::collections::BTreeMap<&str, u64> = std::collections::BTreeMap::new();
-    for j in g.ctl.jobs() {
-        *by_state.entry(j.state.slurm_name()).or_default() += 1;
-    }
+    let by_state = g.ctl.count_by_state();
     let mut s = String::new();
     s.push_str("# HELP tandem_jobs Jobs by state.\n# TYPE tandem_jobs gauge\n");
     for (k, v) in &by_state {
@@ -872,6 +887,17 @@ async fn metrics(State(app): State<App>, ConnectInfo(peer): ConnectInfo<Peer>, h
     s.push_str(&format!(
         "# HELP tandem_queue_length Pending jobs.\n# TYPE tandem_queue_length gauge\ntandem_queue_length {}\n",
         by_state.get("PENDING").copied().unwrap_or(0)
+    ));
+    s.push_str(&format!(
+        "# HELP tandem_job_records Jobs held in memory as records of their own.
+# TYPE tandem_job_records gauge
+tandem_job_records {}
+         # HELP tandem_array_tail_tasks Array tasks held in memory only as their array's one record.
+# TYPE tandem_array_tail_tasks gauge
+tandem_array_tail_tasks {}
+",
+        g.ctl.job_records(),
+        g.ctl.tail_tasks()
     ));
     let mut nodes: std::collections::BTreeMap<&str, u64> = std::collections::BTreeMap::new();
     for n in g.ctl.nodes().iter().filter(|n| !n.deleted) {

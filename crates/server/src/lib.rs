@@ -170,6 +170,7 @@ async fn run(args: ServerArgs) -> Result<()> {
     }
     let seed = control::accounting::Accounting::of(&settings.cluster);
     let mut ctl = Controller::restore(settings, loaded.jobs, loaded.nodes, loaded.services, loaded.next_id, t, boot);
+    ctl.restore_arrays(loaded.arrays, &loaded.stored, t);
     ctl.restore_credentials(loaded.credentials);
     if let Some(a) = loaded.accounting {
         if a != seed {
@@ -255,7 +256,11 @@ async fn run(args: ServerArgs) -> Result<()> {
                 let applying = std::time::Instant::now();
                 let (done, _) = sched_app.apply(|c| c.finish_some(&mut pass, APPLY_PIECE));
                 apply += applying.elapsed();
-                if done.is_some() {
+                if let Some(info) = done {
+                    if info.more {
+                        // Array tasks behind the ones this pass started are jobs now: at once.
+                        sched_app.wake.notify_one();
+                    }
                     break;
                 }
                 failpoint::hit("pass-applying");

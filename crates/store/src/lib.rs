@@ -8,7 +8,7 @@
 
 use control::{ArrayRecord, Dirty, Job, NodeRec};
 use rusqlite::{Connection, OptionalExtension, params};
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 /// A storage error.
@@ -29,8 +29,13 @@ pub struct Store {
 
 /// Everything loaded at start.
 pub struct Loaded {
-    /// Jobs.
+    /// Jobs with records of their own (an array's other tasks are in its record, `arrays`).
     pub jobs: Vec<Job>,
+    /// Job arrays as submitted (with their pending tasks' cancel, if any):
+    /// [`control::Controller::restore_arrays`].
+    pub arrays: Vec<ArrayRecord>,
+    /// The ids of `jobs`.
+    pub stored: BTreeSet<u64>,
     /// Nodes.
     pub nodes: Vec<NodeRec>,
     /// Next job id.
@@ -150,38 +155,24 @@ impl Store {
         Ok(())
     }
 
-    /// Loads everything. An array's tasks that have no record of their own yet are made from
-    /// its array record, as submitted; tasks share the array's one copy of their spec.
+    /// Loads everything. A task of an array with a record of its own shares the array's one
+    /// copy of its spec when they are equal; the array's other tasks are in its record.
     pub fn load(&self) -> Result<Loaded, StoreError> {
         let mut jobs: Vec<Job> = Vec::new();
         let mut stmt = self.conn.prepare("SELECT data FROM jobs ORDER BY id")?;
         for row in stmt.query_map([], |r| r.get::<_, String>(0))? {
             jobs.push(serde_json::from_str(&row?)?);
         }
-        let mut arrays: BTreeMap<u64, ArrayRecord> = BTreeMap::new();
-        let mut stmt = self.conn.prepare("SELECT data FROM arrays ORDER BY id")?;
-        for row in stmt.query_map([], |r| r.get::<_, String>(0))? {
-            let a: ArrayRecord = serde_json::from_str(&row?)?;
-            arrays.insert(a.id(), a);
-        }
-        if !arrays.is_empty() {
-            let stored: HashSet<u64> = jobs.iter().map(|j| j.req.id.0).collect();
-            for j in &mut jobs {
-                if let Some(a) = j.array.and_then(|a| arrays.get(&a.array_job))
-                    && a.first.spec == j.spec
-                {
-                    j.spec = a.first.spec.clone();
-                }
+        let arrays = self.arrays()?;
+        let by_id: BTreeMap<u64, &ArrayRecord> = arrays.iter().map(|a| (a.id(), a)).collect();
+        for j in &mut jobs {
+            if let Some(a) = j.array.and_then(|a| by_id.get(&a.array_job))
+                && a.first.spec == j.spec
+            {
+                j.spec = a.first.spec.clone();
             }
-            for a in arrays.values() {
-                for (k, task) in a.indices().enumerate() {
-                    if !stored.contains(&(a.id() + k as u64)) {
-                        jobs.push(a.task(k as u64, task));
-                    }
-                }
-            }
-            jobs.sort_by_key(|j| j.req.id.0);
         }
+        let stored: BTreeSet<u64> = jobs.iter().map(|j| j.req.id.0).collect();
         let mut nodes = Vec::new();
         let mut stmt = self.conn.prepare("SELECT data FROM nodes ORDER BY rowid")?;
         for row in stmt.query_map([], |r| r.get::<_, String>(0))? {
@@ -213,18 +204,53 @@ impl Store {
             Some(v) => Some(serde_json::from_str(&v)?),
             None => None,
         };
-        Ok(Loaded { jobs, nodes, next_id, secret, services, credentials, accounting })
+        Ok(Loaded { jobs, arrays, stored, nodes, next_id, secret, services, credentials, accounting })
     }
 
-    /// Ids of finished jobs, optionally of one user, ended at or after `since` (for `sacct`).
+    fn arrays(&self) -> Result<Vec<ArrayRecord>, StoreError> {
+        let mut out = Vec::new();
+        let mut stmt = self.conn.prepare("SELECT data FROM arrays ORDER BY id")?;
+        for row in stmt.query_map([], |r| r.get::<_, String>(0))? {
+            out.push(serde_json::from_str(&row?)?);
+        }
+        Ok(out)
+    }
+
+    /// Finished jobs, optionally of one user, ended at or after `since` (for `sacct`): those
+    /// with records of their own, and arrays' pending tasks cancelled together (from the
+    /// arrays' records).
     pub fn history(&self, user: Option<&str>, since: i64) -> Result<Vec<Job>, StoreError> {
         let mut stmt = self.conn.prepare(
             "SELECT data FROM jobs WHERE state NOT IN ('PENDING', 'RUNNING') AND (?1 IS NULL OR user = ?1) AND COALESCE(end_time, 0) >= ?2 ORDER BY id",
         )?;
         let rows = stmt.query_map(params![user, since], |r| r.get::<_, String>(0))?;
-        let mut out = Vec::new();
+        let mut out: Vec<Job> = Vec::new();
         for r in rows {
             out.push(serde_json::from_str(&r?)?);
+        }
+        let mut ids = self.conn.prepare("SELECT id FROM jobs WHERE id >= ?1 AND id < ?2")?;
+        let mut more = false;
+        for a in self.arrays()? {
+            let Some(c) = a.cancelled else { continue };
+            if c.end < since || user.is_some_and(|u| u != a.first.req.user) {
+                continue;
+            }
+            let (id, count) = (a.id(), a.count());
+            let own: BTreeSet<u64> = ids
+                .query_map(params![id as i64, (id + count) as i64], |r| r.get::<_, i64>(0))?
+                .collect::<Result<Vec<_>, _>>()?
+                .into_iter()
+                .map(|i| i as u64)
+                .collect();
+            for (k, task) in a.indices().enumerate().skip(c.from as usize) {
+                if !own.contains(&(id + k as u64)) {
+                    out.push(a.task_now(k as u64, task));
+                    more = true;
+                }
+            }
+        }
+        if more {
+            out.sort_by_key(|j| j.req.id.0);
         }
         Ok(out)
     }
@@ -300,34 +326,90 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("state.db");
         let _ = std::fs::remove_file(&path);
-        let mut c = Controller::new(Settings { max_array: 20_001, ..Settings::default() });
+        let settings = Settings { max_array: 20_001, ..Settings::default() };
+        let mut c = Controller::new(settings.clone());
         c.register(0, model::Node::new("n0", 2, 1 << 30, 0), "127.0.0.1".into()).unwrap();
         let env: Vec<(String, String)> = (0..50).map(|i| (format!("VAR{i}"), "x".repeat(40))).collect();
         let spec = JobSpec { env, ..control_spec() };
         let b = slurmcli::parse_sbatch(&["--wrap=true".into(), "--array=0-9999:3,20000%4".into()], 0, &mut |_| unreachable!()).unwrap();
         let ids = c.submit(0, spec, &b, "root").unwrap();
         assert_eq!(ids.len(), 3335);
+        assert_eq!(c.tail_tasks(), 3335 - 64, "one window of tasks are jobs; the rest are the array's record");
         let d = c.take_dirty();
         assert_eq!((d.jobs.len(), d.arrays.len()), (0, 1), "one record for the whole array");
         assert!(serde_json::to_string(&d.arrays[0]).unwrap().len() < 40_000, "runs, not one entry per task");
         let mut s = Store::open(&path).unwrap();
         s.persist(&d).unwrap();
         // One task changes (it is cancelled): it gets its own record; the rest still come from
-        // the array record.
+        // the array record. One far in the tail is held: it and the tasks before it are made.
         c.cancel(1, 0, ids[7], None).unwrap();
+        c.hold(0, ids[100], true).unwrap();
+        assert_eq!(c.tail_tasks(), 3335 - 101);
         let d = c.take_dirty();
-        assert_eq!(d.jobs.len(), 1);
+        assert_eq!(d.jobs.len(), 2);
         s.persist(&d).unwrap();
         drop(s);
-        let l = Store::open(&path).unwrap().load().unwrap();
-        assert_eq!(l.jobs.len(), 3335);
-        let before: Vec<&Job> = c.jobs().collect();
-        for (a, b) in l.jobs.iter().zip(before) {
-            assert_eq!(a, b, "job {} loads back as it was", b.req.id.0);
+        let restore = |path: &Path| {
+            let l = Store::open(path).unwrap().load().unwrap();
+            assert_eq!(l.jobs.len(), l.stored.len());
+            let mut r = Controller::restore(settings.clone(), l.jobs, l.nodes, Vec::new(), l.next_id, 2, 2);
+            r.restore_arrays(l.arrays, &l.stored, 2);
+            r
+        };
+        let r = restore(&path);
+        assert_eq!(r.jobs().count(), 3335);
+        assert_eq!(r.tail_tasks(), 3335 - 101, "the tail is made again after the last task with a record");
+        for (a, b) in r.jobs().zip(c.jobs()) {
+            assert_eq!(a.req.id, b.req.id);
+            assert_eq!((a.state, a.req.held, a.array.unwrap().task), (b.state, b.req.held, b.array.unwrap().task));
         }
-        assert_eq!(l.jobs[7].state, model::JobState::Cancelled);
-        assert_eq!(l.jobs.last().unwrap().array.unwrap().task, 20_000);
-        assert!(l.jobs.iter().all(|j| std::sync::Arc::ptr_eq(&j.spec, &l.jobs[0].spec)), "one shared spec");
+        let l: Vec<_> = r.jobs().collect();
+        assert_eq!(l[7].state, model::JobState::Cancelled);
+        assert_eq!(l.last().unwrap().array.unwrap().task, 20_000);
+        assert!(l.iter().all(|j| std::sync::Arc::ptr_eq(&j.spec, &l[0].spec)), "one shared spec");
+        std::fs::remove_dir_all(dir).ok();
+    }
+
+    #[test]
+    fn cancelling_an_arrays_pending_tasks_is_one_change_and_sacct_sees_them() {
+        let dir = std::env::temp_dir().join(format!("tandem-store-tail-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("state.db");
+        let _ = std::fs::remove_file(&path);
+        let settings = Settings { array_window: 8, ..Settings::default() };
+        let mut c = Controller::new(settings.clone());
+        c.register(0, model::Node::new("n0", 2, 1 << 30, 0), "127.0.0.1".into()).unwrap();
+        let b = slurmcli::parse_sbatch(&["--wrap=true".into(), "--array=0-999".into()], 0, &mut |_| unreachable!()).unwrap();
+        let ids = c.submit(0, JobSpec { uid: 1000, ..control_spec() }, &b, "alice").unwrap();
+        let mut s = Store::open(&path).unwrap();
+        s.persist(&c.take_dirty()).unwrap();
+        // Another user's cancel makes nothing and cancels nothing.
+        let refused = c.cancel_many(5, 1001, ids.clone(), None);
+        assert_eq!(refused.len(), 1000);
+        assert_eq!(c.tail_tasks(), 992);
+        let refused = c.cancel_many(5, 1000, ids.clone(), None);
+        assert!(refused.is_empty(), "{refused:?}");
+        let d = c.take_dirty();
+        assert_eq!((d.jobs.len(), d.arrays.len()), (8, 1), "the window's tasks one by one, the tail in the array's record");
+        assert_eq!(c.count_by_state().get("CANCELLED"), Some(&1000));
+        s.persist(&d).unwrap();
+        let h = s.history(Some("alice"), 0).unwrap();
+        assert_eq!(h.len(), 1000);
+        assert!(h.iter().all(|j| j.state == model::JobState::Cancelled && j.cancelled_by == Some(1000) && j.end == Some(5)));
+        assert!(s.history(Some("bob"), 0).unwrap().is_empty());
+        assert!(s.history(None, 6).unwrap().is_empty());
+        drop(s);
+        let l = Store::open(&path).unwrap().load().unwrap();
+        assert_eq!(l.jobs.len(), 8);
+        let mut r = Controller::restore(settings.clone(), l.jobs, l.nodes, Vec::new(), l.next_id, 10, 2);
+        r.restore_arrays(l.arrays, &l.stored, 10);
+        assert_eq!(r.jobs().filter(|j| j.state == model::JobState::Cancelled).count(), 1000);
+        assert_eq!(r.jobs_from(0, true).filter(|j| !j.state.is_final()).count(), 0, "nothing is live");
+        // Long after, the cancelled tail stays in the database only.
+        let l = Store::open(&path).unwrap().load().unwrap();
+        let mut r = Controller::restore(settings, l.jobs, l.nodes, Vec::new(), l.next_id, 10_000, 2);
+        r.restore_arrays(l.arrays, &l.stored, 10_000);
+        assert_eq!((r.jobs().count(), r.tail_tasks()), (0, 0));
         std::fs::remove_dir_all(dir).ok();
     }
 

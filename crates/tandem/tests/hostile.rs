@@ -1603,6 +1603,12 @@ fn a_huge_queue_costs_other_users_listings_nothing() {
         up.sbatch(&a, wd, &["-o", "/dev/null", "--begin=now+1day", "--array=0-299", "--wrap", "true"]);
     }
     let own = up.sbatch(&v, vd, &["-o", "/dev/null", "--begin=now+1day", "--wrap", "true"]);
+    // Pending tasks cost no record each: a window of each array is jobs, the rest its record.
+    let m = String::from_utf8_lossy(&up.root(&["curl", "-s", "--unix-socket", &up.sock, "http://x/metrics"]).stdout).into_owned();
+    let window = 64.0; // the default `array_window`
+    assert_eq!(metric(&m, "tandem_job_records"), Some(3.0 * window + 1.0), "{m}");
+    assert_eq!(metric(&m, "tandem_array_tail_tasks"), Some(900.0 - 3.0 * window), "{m}");
+    assert_eq!(metric(&m, "tandem_queue_length"), Some(901.0), "{m}");
     let listed = |u: &User, args: &[&str]| {
         let b0 = bytes();
         let out = up.ok(u, wd, args);
