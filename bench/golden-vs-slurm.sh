@@ -16,7 +16,11 @@
 # left running, a held array of 4. Then `squeue` (default, -l, -o, -O, -r, --start), `sinfo`
 # (default, -N, -l, -N -l, -s, -o, -O), `scontrol show job` (the running job, the held job),
 # `sacct` (default, -X -o with widths, -P, -b) and five commands with bad values (unknown users
-# for squeue, sacct, scancel; sbatch -t soon; sinfo -O Bogus). Outputs are written raw and normalized (times, dates, paths, host names, the
+# for squeue, sacct, scancel; sbatch -t soon; sinfo -O Bogus). Then accounting, as root: an
+# account, a user in it, a QOS and a limit added with `sacctmgr -i`, `sacctmgr -P` listings,
+# `scontrol show assoc_mgr`, and refusals (an unknown account, an unknown entity, `sacctmgr
+# add` by tandem-alice, who is no administrator; the script creates the users tandem-alice and
+# tandem-mallory when missing). Outputs are written raw and normalized (times, dates, paths, host names, the cluster's name in the accounting outputs, the
 # date line of -l; widths kept) under DIR (default: a temporary directory), with a diff per
 # command. `--update` copies Slurm's normalized outputs to tests/clients/slurm-22.05-*.txt,
 # the fixtures of crates/tandem/tests/golden.rs (slurm_22_05s_layouts_match_where_versions_agree).
@@ -149,6 +153,29 @@ capture() { # system sacct-extra-args...
     c err-sinfo-O sinfo -O Bogus
 }
 
+# Accounting, the same on both, as root, after the captures above: an account, a user in it, a
+# QOS, a limit; then `sacctmgr -P` listings, `scontrol show assoc_mgr`, and refusals (an
+# unknown account, an unknown entity, a user who is not an administrator).
+accounting() { # system
+    local s=$1
+    c() { local name=$1; shift; "$@" > "$OUT/$s-$name.raw" 2>&1 || echo "exit $?" >> "$OUT/$s-$name.raw"; }
+    c acct-add-account sacctmgr -i add account lab Description=ml-lab Organization=research
+    c acct-add-user sacctmgr -i add user tandem-alice Account=lab
+    c acct-add-qos sacctmgr -i add qos gold Priority=10
+    c acct-modify-user sacctmgr -i modify user tandem-alice set MaxJobs=4 MaxSubmitJobs=8
+    c acct-show-account sacctmgr -P show account lab format=Account,Descr,Org
+    c acct-show-user sacctmgr -nP show user tandem-alice format=User,DefaultAccount,Admin
+    c acct-show-assoc sacctmgr -P show assoc where users=tandem-alice format=Account,User,Partition,MaxJobs,MaxSubmit
+    c acct-show-qos sacctmgr -P show qos gold format=Name,Priority
+    c acct-assoc-mgr scontrol show assoc_mgr users=tandem-alice flags=assoc
+    c acct-err-account sacctmgr -i add user tandem-mallory Account=nosuch
+    c acct-err-entity sacctmgr show bogus
+    c acct-err-nonadmin setpriv --reuid tandem-alice --regid tandem-alice --clear-groups \
+        env PATH="$PATH" ${TANDEM_SERVER:+TANDEM_SERVER=$TANDEM_SERVER} ${SLURM_CONF:+SLURM_CONF=$SLURM_CONF} \
+        sacctmgr -i add account intruders
+    c acct-delete-user sacctmgr -i delete user tandem-alice
+}
+
 # Width-preserving normalization: dates, durations (digits to 0), paths, this machine's name,
 # the date line of `-l`. Durations: `[D-]HH:MM:SS` anywhere; `M:SS` too in squeue's outputs
 # (elsewhere `0:15` is an exit code).
@@ -157,9 +184,12 @@ normalize() { # system
     for f in "$OUT/$s"-*.raw; do
         short=0
         [[ $f == */$s-squeue* ]] && short=1
-        W=$WORK H=$(hostname -s) SHORT=$short perl -pe '
+        acct=0
+        [[ $f == */$s-acct-* ]] && acct=1
+        W=$WORK H=$(hostname -s) SHORT=$short ACCT=$acct perl -pe '
             s{\Q$ENV{W}\E/[a-z]+}{WORK}g;
             s{\b\Q$ENV{H}\E\b}{HOST}g;
+            s{\b(golden|tandem)\b}{CLUSTER}g if $ENV{ACCT};
             s{^(Mon|Tue|Wed|Thu|Fri|Sat|Sun) (Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) [ 0-9]\d \d\d:\d\d:\d\d \d{4}$}{DATE};
             s{\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d}{2000-01-01T00:00:00}g;
             s{(?<![\w.])(\d+-)?\d{1,2}:\d\d:\d\d(?![\w.])}{(my $x = $&) =~ tr/0-9/0/; $x}ge;
@@ -259,6 +289,9 @@ run_slurm() {
     recorded() { [[ $(sacct -n -X -j "$OK,$BAD,$CANCEL,$ARR" -o State | grep -c -e COMPLETED -e FAILED -e CANCELLED) -ge 6 ]]; }
     wait_for 60 "the ended jobs in slurmdbd" recorded || true
     capture slurm
+    id tandem-alice > /dev/null 2>&1 || useradd --no-create-home --shell /usr/sbin/nologin tandem-alice
+    id tandem-mallory > /dev/null 2>&1 || useradd --no-create-home --shell /usr/sbin/nologin tandem-mallory
+    accounting slurm
     normalize slurm
     scancel "$RUN" "$HELD" "$PARR" || true
     wait_for 30 "Slurm's jobs ending" bash -c '[[ -z $(squeue -h) ]]' || true
@@ -288,6 +321,7 @@ run_tandem() {
     LOG "Tandem $("$TANDEM_BIN" --version): 2 nodes idle"
     workload "$d/work"
     capture tandem
+    accounting tandem
     normalize tandem
     scancel "$RUN" "$HELD" "$PARR" || true
     export PATH=$saved
