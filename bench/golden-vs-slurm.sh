@@ -189,7 +189,7 @@ normalize() { # system
         W=$WORK H=$(hostname -s) SHORT=$short ACCT=$acct perl -pe '
             s{\Q$ENV{W}\E/[a-z]+}{WORK}g;
             s{\b\Q$ENV{H}\E\b}{HOST}g;
-            s{\b(golden|tandem)\b}{CLUSTER}g if $ENV{ACCT};
+            s{\b(golden|tandem)\b(?!-)}{CLUSTER}g if $ENV{ACCT};
             s{^(Mon|Tue|Wed|Thu|Fri|Sat|Sun) (Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) [ 0-9]\d \d\d:\d\d:\d\d \d{4}$}{DATE};
             s{\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d}{2000-01-01T00:00:00}g;
             s{(?<![\w.])(\d+-)?\d{1,2}:\d\d:\d\d(?![\w.])}{(my $x = $&) =~ tr/0-9/0/; $x}ge;

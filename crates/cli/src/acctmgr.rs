@@ -419,7 +419,8 @@ impl Used {
     }
 }
 
-/// Slurm's `_print_tres_line`: each TRES's limit (`N` for none) and, with `used`, its use.
+/// Slurm's `_print_tres_line`: each TRES's limit (`N` for none) and, with `used`, its use;
+/// without `used`, only the TRES that have a limit.
 fn tres_line(name: &str, limit: &wire::Tres, used: Option<&Used>) -> String {
     let parts: Vec<String> = [
         ("cpu", limit.cpu, used.map(|u| u.cpu)),
@@ -428,6 +429,7 @@ fn tres_line(name: &str, limit: &wire::Tres, used: Option<&Used>) -> String {
         ("gres/gpu", limit.gpu, used.map(|u| u.gpu)),
     ]
     .iter()
+    .filter(|(_, l, u)| l.is_some() || u.is_some())
     .map(|(n, l, u)| {
         format!("{n}={}{}", l.map_or_else(|| "N".to_string(), |x| x.to_string()), u.map_or_else(String::new, |x| format!("({x})")))
     })

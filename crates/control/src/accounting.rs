@@ -500,7 +500,7 @@ impl Controller {
             (Verb::Modify, Entity::Account) => modify_accounts(&mut next, ch, level, user)?,
             (Verb::Modify, Entity::User) => {
                 let own = self.settings.cluster.unlisted == model::Unlisted::OwnAccount;
-                modify_users(&mut next, ch, level, user, own)?
+                modify_users(&mut next, ch, level, user, own, &self.settings.cluster_name)?
             }
             (Verb::Modify, Entity::Qos) => modify_qos(&mut next, ch, level)?,
             (Verb::Delete, e) => self.delete(&mut next, e, ch, level, user)?,
@@ -577,7 +577,7 @@ impl Controller {
                                 " Error with request: Job(s) active, cancel job(s) before remove (user {u}, account {a})"
                             )));
                         }
-                        out.push(format!("  C = {:<10} A = {:<10} U = {}", self.settings.cluster_name, a, u));
+                        out.push(assoc_line(&self.settings.cluster_name, a, u));
                     }
                     next.assocs.retain(|a| !(&a.user == u && gone.contains(&a.account)));
                     let left: Vec<String> = next.assocs.iter().filter(|a| &a.user == u).map(|a| a.account.clone()).collect();
@@ -588,6 +588,11 @@ impl Controller {
                     {
                         rec.default_account = left[0].clone();
                     }
+                }
+                if accounts.is_empty() {
+                    // Slurm's words when only users are named: the users go, with every
+                    // association of theirs.
+                    return Ok(Said::changed(format!(" Deleting users...\n{}", lines(&hit))));
                 }
                 Ok(Said::changed(format!(" Deleting user associations...\n{}\n", out.join("\n"))))
             }
@@ -655,6 +660,28 @@ impl Said {
         Said { out: out.into(), changed: false }
     }
 }
+
+/// An association as Slurm's slurmdbd names one in its answers (`C = %-10s A = %-20s U = %-9s`).
+fn assoc_line(cluster: &str, account: &str, user: &str) -> String {
+    format!("  C = {cluster:<10} A = {account:<20} U = {user:<9}")
+}
+
+/// The QOS settings `sacctmgr add qos` echoes, in Slurm's order, with its labels.
+const QOS_SETTINGS: &[(&str, &str)] = &[
+    ("GraceTime", "GraceTime               "),
+    ("GrpJobs", "GrpJobs                 "),
+    ("GrpSubmitJobs", "GrpSubmitJobs           "),
+    ("GrpTRES", "GrpTRES                 "),
+    ("MaxJobsPerUser", "MaxJobsPerUser"),
+    ("MaxJobs", "MaxJobsPerUser"),
+    ("MaxSubmitJobsPerUser", "MaxSubmitJobsPerUser    "),
+    ("MaxSubmitJobs", "MaxSubmitJobsPerUser    "),
+    ("MaxTRESPerJob", "MaxTRESPerJob           "),
+    ("MaxTRESPerUser", "MaxTRESPerUser          "),
+    ("MaxWall", "MaxWall                 "),
+    ("PreemptTier", "PreemptTier             "),
+    ("Priority", "Priority                "),
+];
 
 fn lines(names: &[String]) -> String {
     names.iter().map(|n| format!("  {n}\n")).collect()
@@ -830,9 +857,9 @@ fn add_users(next: &mut Accounting, ch: &AcctChange, level: AdminLevel, caller: 
     }
     for a in &accounts {
         if !next.accounts.iter().any(|x| &x.name == a) {
+            // Slurm's words (22.05's sacctmgr).
             return Err(Refused::Invalid(format!(
-                " error: The account {} doesn't exist (sacctmgr add account {} first)",
-                slurmcli::visible(a),
+                " This account '{}' doesn't exist.\n        Contact your admin to add this account.\n No associations or wckeys created.",
                 slurmcli::visible(a)
             )));
         }
@@ -875,7 +902,7 @@ fn add_users(next: &mut Accounting, ch: &AcctChange, level: AdminLevel, caller: 
                 apply_assoc(&mut assoc, s, &next.qos, &account_qos)?;
             }
             next.assocs.push(assoc);
-            out.push(format!("  C = {cluster:<10} A = {a:<10} U = {u}"));
+            out.push(assoc_line(cluster, a, u));
         }
     }
     if out.is_empty() {
@@ -906,7 +933,15 @@ fn add_qos(next: &mut Accounting, ch: &AcctChange, level: AdminLevel) -> Result<
     if added.is_empty() {
         return Ok(Said::nothing(" Nothing new added.\n"));
     }
-    Ok(Said::changed(format!(" Adding QOS(s)\n{}", lines(&added))))
+    // Slurm's summary: the names, then the settings given, in its order and with its labels.
+    let description = ch.set.iter().find(|s| s.key == "Description").map_or(added[0].clone(), |s| s.value.clone());
+    let mut out = format!(" Adding QOS(s)\n{} Settings\n  Description    = {}\n", lines(&added), slurmcli::visible(&description));
+    for (key, label) in QOS_SETTINGS {
+        if let Some(s) = ch.set.iter().rev().find(|s| s.key == *key) {
+            out.push_str(&format!("  {label} = {}\n", slurmcli::visible(&s.value)));
+        }
+    }
+    Ok(Said::changed(out))
 }
 
 fn modify_accounts(next: &mut Accounting, ch: &AcctChange, level: AdminLevel, caller: &str) -> Result<Said, Refused> {
@@ -936,7 +971,14 @@ fn modify_accounts(next: &mut Accounting, ch: &AcctChange, level: AdminLevel, ca
 
 /// `own`: users with no association have the account of their own name (`Unlisted::OwnAccount`):
 /// naming one in `modify user ... set AdminLevel=` records them with it.
-fn modify_users(next: &mut Accounting, ch: &AcctChange, level: AdminLevel, caller: &str, own: bool) -> Result<Said, Refused> {
+fn modify_users(
+    next: &mut Accounting,
+    ch: &AcctChange,
+    level: AdminLevel,
+    caller: &str,
+    own: bool,
+    cluster: &str,
+) -> Result<Said, Refused> {
     let want = filter_names(ch, &["Name", "Names", "User", "Users"]);
     let accounts = filter_names(ch, &["Account", "Accounts"]);
     if ch.set.is_empty() {
@@ -1001,7 +1043,7 @@ fn modify_users(next: &mut Accounting, ch: &AcctChange, level: AdminLevel, calle
             for s in &assoc_sets {
                 apply_assoc(a, s, &qos, &account_qos)?;
             }
-            out.push(format!("  C = * A = {} U = {}", a.account, a.user));
+            out.push(assoc_line(cluster, &a.account, &a.user));
         }
     }
     if out.is_empty() {

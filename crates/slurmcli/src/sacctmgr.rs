@@ -152,8 +152,10 @@ pub fn parse(words: &[String]) -> Result<Request, Refusal> {
         Ok("qos") => Entity::Qos,
         Ok("cluster") => Entity::Cluster,
         _ => {
+            // Slurm's first line (`show` is `list` to it), then what this sacctmgr knows.
+            let verb = if verb == "show" { "list" } else { verb };
             return Err(Refusal(format!(
-                " No valid entity in {verb} command\n Input line must include \"Account\", \"Association\", \"Cluster\", \"QOS\" or \"User\" (this cluster's sacctmgr: not {})",
+                "No valid entity in {verb} command\nInput line must include \"Account\", \"Association\", \"Cluster\", \"QOS\", or \"User\" (this cluster's sacctmgr: not {})",
                 crate::visible(ent)
             )));
         }
