@@ -15,6 +15,7 @@ mod acctmgr;
 mod attach;
 mod bcast;
 mod common;
+mod data_parser;
 mod query;
 mod report;
 mod sacct;

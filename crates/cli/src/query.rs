@@ -309,6 +309,7 @@ pub(crate) fn job_info_json(j: &JobInfo, now: i64) -> Value {
     });
     // Beside the rest (one `json!` of them all passes its macro's recursion limit).
     v["job_resources"] = job_resources(j);
+    crate::data_parser::fill("JOB_INFO", &mut v);
     v
 }
 
@@ -349,7 +350,7 @@ fn job_resources(j: &JobInfo) -> Value {
 /// A node as `sinfo --json` (inside its `sinfo` entries) and `scontrol show node --json` give
 /// it (data_parser's `NODE`).
 pub(crate) fn node_json(n: &NodeInfo) -> Value {
-    json!({
+    let mut v = json!({
         "name": n.name,
         "hostname": n.name,
         "address": n.addr,
@@ -366,7 +367,9 @@ pub(crate) fn node_json(n: &NodeInfo) -> Value {
         "active_features": n.features,
         "partitions": n.partitions,
         "reason": n.reason.clone().unwrap_or_default(),
-    })
+    });
+    crate::data_parser::fill("NODE", &mut v);
+    v
 }
 
 /// Tandem's node state as data_parser's list (`["IDLE"]`, `["IDLE", "DRAIN"]`).
@@ -385,7 +388,7 @@ pub(crate) fn node_state_list(state: &str) -> Vec<&'static str> {
 pub(crate) fn partition_json(p: &wire::PartitionInfo, nodes: &[NodeInfo]) -> Value {
     let names: Vec<String> = nodes.iter().filter(|n| n.partitions.contains(&p.name)).map(|n| n.name.clone()).collect();
     let cpus: u32 = nodes.iter().filter(|n| n.partitions.contains(&p.name)).map(|n| n.cpus.0).sum();
-    json!({
+    let mut v = json!({
         "name": p.name,
         "nodes": {"configured": slurmcli::compress(&names), "total": names.len(), "allowed_allocation": ""},
         "cpus": {"total": cpus},
@@ -393,7 +396,9 @@ pub(crate) fn partition_json(p: &wire::PartitionInfo, nodes: &[NodeInfo]) -> Val
         "maximums": {"time": limit_minutes(p.max_time)},
         "priority": {"tier": p.priority_tier, "job_factor": 1},
         "partition": {"state": ["UP"]},
-    })
+    });
+    crate::data_parser::fill("PARTITION_INFO", &mut v);
+    v
 }
 
 /// Prints rows under Slurm's header as `sreport` and `sstat` do: `sep` `Some(trailing)` for

@@ -524,7 +524,7 @@ fn job_json(j: &JobInfo, t: i64) -> Value {
             })
         })
         .collect();
-    json!({
+    let mut v = json!({
         "account": j.account,
         "array": {"job_id": j.array_job_id.unwrap_or(0), "task_id": num(j.array_task_id.map(i64::from)),
                   "limits": {"max": {"running": {"tasks": j.array_max_running.unwrap_or(0)}}}, "task": ""},
@@ -557,5 +557,7 @@ fn job_json(j: &JobInfo, t: i64) -> Value {
         "tres": {"allocated": if j.start.is_some() && !j.start_estimated { tres_json(j) } else { json!([]) }, "requested": tres_json(j)},
         "user": j.user,
         "working_directory": j.workdir,
-    })
+    });
+    crate::data_parser::fill("JOB", &mut v);
+    v
 }

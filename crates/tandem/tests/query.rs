@@ -105,6 +105,31 @@ fn query_commands_as_slurms() {
     assert_eq!(v["jobs"][0]["job_state"], serde_json::json!(["RUNNING"]));
     assert_eq!(v["jobs"][0]["time_limit"]["number"], 5);
     assert_eq!(v["meta"]["plugin"]["data_parser"], "data_parser/v0.0.44");
+    // Every field of data_parser v0.0.44's objects, as the generated list from Slurm's parser
+    // table names them (scripts/data-parser-fields.sh), in each command's --json.
+    let json_of = |cmd: &str, args: &[&str]| -> serde_json::Value { serde_json::from_str(&out(&run_env(&c, cmd, args, &[]))).unwrap() };
+    let sid = sleeper.to_string();
+    for (object, v) in [
+        ("JOB_INFO", json_of("squeue", &["--json", "-n", "sleeper"])["jobs"][0].clone()),
+        ("JOB_INFO", json_of("scontrol", &["show", "job", &sid, "--json"])["jobs"][0].clone()),
+        ("JOB", json_of("sacct", &["--json", "-j", &sid])["jobs"][0].clone()),
+        ("NODE", json_of("scontrol", &["show", "node", "--json"])["nodes"][0].clone()),
+        ("PARTITION_INFO", json_of("scontrol", &["show", "partition", "--json"])["partitions"][0].clone()),
+    ] {
+        assert!(v.is_object(), "{object}: {v}");
+        let fields = include_str!("../../cli/data-parser-v0.0.44.txt");
+        let mut n = 0;
+        for (path, ty) in fields.lines().filter(|l| !l.starts_with('#')).filter_map(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            (w[0] == object).then(|| (w[1], w[2]))
+        }) {
+            let at = path.split('/').try_fold(&v, |at, k| at.get(k));
+            assert!(at.is_some(), "{object}: no {path} ({ty}) in {v}");
+            n += 1;
+        }
+        assert!(n > 20, "{object}: {n} fields checked");
+    }
+    assert!(v["jobs"][0]["job_resources"]["nodes"]["allocation"].is_array(), "a running job's allocation: {v}");
     fails(&c, "squeue", &["-o", "%!"], "Invalid job format specification: !");
     fails(&c, "squeue", &["-O", "Bogus"], "Invalid job format specification: Bogus");
     fails(&c, "squeue", &["--sort", "X"], "Invalid sort specification");
