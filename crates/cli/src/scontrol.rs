@@ -359,17 +359,23 @@ fn actions(args: &[String]) -> Result<i32> {
         ["hold", id] => action(id, serde_json::json!({"action": "hold"})),
         ["release", id] => action(id, serde_json::json!({"action": "release"})),
         ["requeue", id] => action(id, serde_json::json!({"action": "requeue"})),
-        ["update", ..] if kv.contains_key("jobid") => {
-            let limit = kv.get("timelimit").context("scontrol update JobId=.. needs TimeLimit=..")?;
-            let secs = slurmcli::parse_time(limit).map_err(|e| anyhow!("{}", e.0))?.unwrap_or(i64::MAX / 4);
-            action(&kv["jobid"], serde_json::json!({"action": "update", "time_limit": secs}))
-        }
-        ["update", ..] if kv.contains_key("nodename") => {
-            let state = kv.get("state").context("scontrol update NodeName=.. needs State=DRAIN or State=RESUME")?;
-            let body = serde_json::json!({"state": state, "reason": kv.get("reason")});
-            rt.block_on(send(&t, "POST", &format!("/v1/nodes/{}", kv["nodename"]), Some(&body), &[]))?.ok()?;
-            Ok(0)
-        }
+        ["update", ..] => match slurmcli::update::parse_update(&args[1..]) {
+            Err(msg) => {
+                eprintln!("{msg}");
+                Ok(1)
+            }
+            Ok(slurmcli::update::Update::Job { ids, time_limit }) => {
+                let limit = time_limit.expect("checked");
+                let secs = slurmcli::parse_time(&limit).map_err(|e| anyhow!("{}", e.0))?.unwrap_or(i64::MAX / 4);
+                action(&ids, serde_json::json!({"action": "update", "time_limit": secs}))
+            }
+            Ok(slurmcli::update::Update::Node { names, state, reason }) => {
+                let Some(state) = state else { bail!("scontrol update NodeName=.. needs State=DRAIN or State=RESUME (with Reason=)") };
+                let body = serde_json::json!({"state": state, "reason": reason});
+                rt.block_on(send(&t, "POST", &format!("/v1/nodes/{names}"), Some(&body), &[]))?.ok()?;
+                Ok(0)
+            }
+        },
         ["delete", ..] if kv.contains_key("nodename") => crate::slurm::delete_nodes(&kv["nodename"]),
         _ => bail!("invalid scontrol command: {}\n{HELP}", args.join(" ")),
     }

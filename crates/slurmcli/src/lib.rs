@@ -20,6 +20,7 @@ mod query;
 mod report;
 pub mod sacctmgr;
 mod srun;
+pub mod update;
 mod visible;
 
 pub use commands::{COMMANDS, SLURM_OPTIONS, command, option_reference, unknown_options};

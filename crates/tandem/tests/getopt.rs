@@ -85,6 +85,18 @@ fn slurm_command_lines_read_as_getopt_long_reads_them() {
     assert_eq!(c.ok("squeue", &["-h", "-j", &id.to_string()]), "");
     assert_eq!(c.ok("squeue", &["-h", &format!("-j{id}"), "-t", "all", "-o", "%T"]).trim(), "CANCELLED");
 
+    // `scontrol update`'s keywords as Slurm reads them: any case, abbreviated to Slurm's
+    // minimums; a key this cluster does not change, in Slurm's words.
+    let held = c.sbatch(&["-H", "-o", "/dev/null", "--wrap", "true"]);
+    c.ok("scontrol", &["update", &format!("jobid={held}"), "timel=7"]);
+    assert_eq!(c.job(held)["TimeLimit"], "00:07:00");
+    let o = c.run("scontrol", &["update", &format!("JobId={held}"), "Partition=gpu"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(err(&o).starts_with("Update of this parameter is not supported: Partition=gpu\nRequest aborted"), "{}", err(&o));
+    let o = c.run("scontrol", &["update", "Bogus=1"]);
+    assert!(err(&o).starts_with("No valid entity in update command"), "{}", err(&o));
+    assert!(c.run("scancel", &[&held.to_string()]).status.success());
+
     // `salloc --no-shell`: an allocation that stays, which `srun --jobid` uses.
     let o = c.run("salloc", &["-N1", "--no-shell"]);
     assert!(o.status.success(), "{}", err(&o));
