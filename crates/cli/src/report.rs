@@ -5,13 +5,13 @@
 
 use anyhow::{Result, bail};
 use client::Target;
+use slurmcli::keywords::Keyword;
 use wire::{JobInfo, NodeInfo};
 
 use crate::common::now;
 use crate::query::{get, iso};
 
-const USAGE: &str =
-    "Usage: sreport [-n] [-p|-P] [-t seconds|minutes|hours|percent] cluster utilization | user top [start=TIME] [end=TIME] [topcount=N]";
+const USAGE: &str = "Usage: sreport [-n] [-p|-P] [-t seconds|minutes|hours|percent] cluster utilization | user top [start=TIME] [end=TIME] [topcount=N] [users=LIST] [accounts=LIST]";
 
 /// `sreport`.
 pub(crate) fn sreport(args: &[String]) -> Result<i32> {
@@ -49,15 +49,51 @@ pub(crate) fn sreport(args: &[String]) -> Result<i32> {
     let today = t - t.rem_euclid(86400);
     let (mut from, mut to, mut top) = (today - 86400, today, 10usize);
     let mut command = Vec::new();
+    let (mut users, mut accounts): (Vec<String>, Vec<String>) = (Vec::new(), Vec::new());
+    let mut filter_word = String::new();
+    // The conditions as Slurm's sreport reads them (`xstrncasecmp` with its minimum lengths):
+    // any case, abbreviated; the report's two words come first.
+    const CONDITIONS: &[Keyword] = &[
+        Keyword::new("Start", 1),
+        Keyword::new("End", 1),
+        Keyword::new("TopCount", 1),
+        Keyword::new("Users", 1),
+        Keyword::new("Accounts", 2),
+        Keyword::alias("Acct", 4, "Accounts"),
+        Keyword::new("Clusters", 1),
+        Keyword::new("Format", 1),
+    ];
     for w in &words {
-        match w.split_once('=') {
-            Some((k, v)) => match k.to_ascii_lowercase().as_str() {
-                "start" => from = slurmcli::parse_when(v, t).map_err(|e| anyhow::anyhow!("{}", e.0))?,
-                "end" => to = slurmcli::parse_when(v, t).map_err(|e| anyhow::anyhow!("{}", e.0))?,
-                "topcount" => top = v.parse().map_err(|_| anyhow::anyhow!("invalid TopCount {v:?}: a whole number"))?,
-                k => bail!("unknown option {k}=\n{USAGE}"),
-            },
-            None => command.push(w.to_ascii_lowercase()),
+        let Some((k, v)) = w.split_once('=') else {
+            if command.len() < 2 {
+                command.push(w.to_ascii_lowercase());
+            } else if w.eq_ignore_ascii_case("all_clusters") {
+            } else {
+                eprintln!(" Unknown condition: {}\nUse keyword set to modify value", slurmcli::visible(w));
+                return Ok(1);
+            }
+            continue;
+        };
+        let key = match slurmcli::keywords::lookup(k, CONDITIONS) {
+            Ok(key) => key.key,
+            Err(_) => {
+                eprintln!(" Unknown condition: {}\nUse keyword set to modify value", slurmcli::visible(w));
+                return Ok(1);
+            }
+        };
+        let list = || v.split(',').map(str::trim).filter(|x| !x.is_empty()).map(str::to_string).collect::<Vec<_>>();
+        match key {
+            "Start" => from = slurmcli::parse_when(v, t).map_err(|e| anyhow::anyhow!("{}", e.0))?,
+            "End" => to = slurmcli::parse_when(v, t).map_err(|e| anyhow::anyhow!("{}", e.0))?,
+            "TopCount" => top = v.parse().map_err(|_| anyhow::anyhow!("invalid TopCount {:?}: a whole number", slurmcli::visible(v)))?,
+            "Users" | "Accounts" => {
+                if filter_word.is_empty() {
+                    filter_word = w.clone();
+                }
+                if key == "Users" { users.extend(list()) } else { accounts.extend(list()) }
+            }
+            "Clusters" => crate::query::check_clusters(&Target::from_env()?, v)?,
+            _ => bail!("Format= is not supported by this sreport (its columns are Slurm's defaults)"),
         }
     }
     if to <= from {
@@ -69,10 +105,17 @@ pub(crate) fn sreport(args: &[String]) -> Result<i32> {
         [] => bail!("no report named\n{USAGE}"),
         other => bail!("unknown report: {}\n{USAGE}", other.join(" ")),
     };
+    if matches!(report, Report::Cluster) && !(users.is_empty() && accounts.is_empty()) {
+        // Slurm's cluster utilization takes no user or account condition.
+        eprintln!(" Unknown condition: {}\nUse keyword set to modify value", slurmcli::visible(&filter_word));
+        return Ok(1);
+    }
     let target = Target::from_env()?;
     let jobs: Vec<JobInfo> = get(&target, &format!("/v1/history?since={from}"))?;
     let usage: Vec<slurmcli::UsageJob> = jobs
         .iter()
+        .filter(|j| users.is_empty() || users.iter().any(|u| *u == j.user))
+        .filter(|j| accounts.is_empty() || accounts.iter().any(|a| *a == j.account))
         .map(|j| slurmcli::UsageJob {
             user: j.user.clone(),
             account: j.account.clone(),

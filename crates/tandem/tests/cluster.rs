@@ -579,6 +579,18 @@ fn sshare_shows_each_accounts_shares_usage_and_factor() {
     let row: Vec<&str> = top.trim().split('|').collect();
     assert_eq!((row[1], row[3]), ("root", "ml"), "{top}");
     assert_eq!(row[4].parse::<u64>().unwrap(), alloc, "{top}");
+    // Conditions as Slurm's sreport reads them: any case, abbreviated; users= and accounts=
+    // select whose jobs count.
+    let again = c.ok("sreport", &["-n", "-P", "-t", "seconds", "user", "top", "S=now-1hour", "E=now", "TOPC=1", "users=root", "acct=ml"]);
+    assert_eq!(again, top);
+    assert_eq!(c.ok("sreport", &["-n", "-P", "user", "top", start, end, "users=nobody"]), "");
+    for (args, want) in [
+        (&["cluster", "utilization", "users=root"][..], " Unknown condition: users=root"),
+        (&["user", "top", "bogus=1"][..], " Unknown condition: bogus=1"),
+    ] {
+        let o = c.run("sreport", args);
+        assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).starts_with(want), "{args:?}: {o:?}");
+    }
     let text = c.ok("sreport", &["cluster", "utilization"]);
     assert!(text.contains("  Cluster    Allocated       Down  PLND Down         Idle   Planned     Reported\n"), "{text}");
     for (args, want) in [
