@@ -933,6 +933,36 @@ fn a_controller_restart_within_the_lease_leaves_running_jobs_running() {
     assert_eq!(out, "start\nend\n");
 }
 
+/// A pending array of 300 tasks is a window of jobs and one record (`control::tails`): what
+/// was acknowledged about it (a task held alone, a task cancelled alone, then every pending task
+/// cancelled together) survives `kill -9` of the controller, and `sacct` finds every task.
+#[test]
+fn a_large_pending_array_and_its_cancels_survive_kill_9() {
+    let mut c = Cluster::new("tails", 1, None, 20);
+    let arr = c.sbatch(&["--array=0-299", "--begin=now+1hour", "-o", "/dev/null", "--wrap", "true"]);
+    let tasks = |c: &Cluster, state: &str| -> usize {
+        c.ok("squeue", &["-h", "-r", "-t", state, "-o", "%i"]).lines().filter(|l| l.starts_with(&format!("{arr}_"))).count()
+    };
+    assert_eq!(tasks(&c, "PD"), 300);
+    c.ok("scontrol", &["hold", &(arr + 250).to_string()]);
+    c.ok("scancel", &[&format!("{arr}_200")]);
+    c.kill_server();
+    c.start_server();
+    assert_eq!(tasks(&c, "PD"), 299, "the tail is back, less the task cancelled alone");
+    assert_eq!(c.job(arr + 200)["JobState"], "CANCELLED");
+    assert_eq!(c.job(arr + 250)["Reason"], "JobHeldUser");
+    assert_eq!(c.job(arr + 299)["JobState"], "PENDING");
+    // Collapsed, the waiting tasks are rows by reason, one for the held task.
+    let rows = c.ok("squeue", &["-h", "-o", "%i %r"]);
+    assert!(rows.lines().any(|l| l == format!("{arr}_250 JobHeldUser")), "{rows}");
+    c.ok("scancel", &[&arr.to_string()]);
+    c.kill_server();
+    c.start_server();
+    assert_eq!(tasks(&c, "PD"), 0);
+    let done = c.ok("sacct", &["-n", "-X", "-P", "-j", &arr.to_string(), "-o", "State"]);
+    assert_eq!(done.lines().filter(|l| l.starts_with("CANCELLED")).count(), 300, "{done}");
+}
+
 #[test]
 fn acknowledged_submissions_survive_kill_9_and_run_exactly_once() {
     let mut c = Cluster::new("durable", 2, None, 20);
