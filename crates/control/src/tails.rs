@@ -268,7 +268,8 @@ impl Controller {
     /// is in the database), except those of arrays a job not yet ended depends on.
     pub(crate) fn purge_tails(&mut self, now: Time, age: Time, needed: &HashSet<u64>) {
         self.lazy.retain(|id, t| {
-            !(t.record.cancelled.is_some_and(|c| c.end < now - age) && !needed.iter().any(|n| n == id || t.ids().contains(n)))
+            let old = t.record.cancelled.is_some_and(|c| c.end < now - age);
+            !old || needed.iter().any(|n| n == id || t.ids().contains(n))
         });
     }
 

@@ -32,6 +32,13 @@ enum NodeCmd {
 
 #[derive(Subcommand)]
 enum Cmd {
+    /// Stop a local cluster that `tandem up` started: its `tandem up` (which stops its
+    /// daemons), or the daemons a killed `tandem up` left running. Running jobs' keepers stay.
+    Down {
+        /// Its data directory (default: the newest cluster `tandem up` made without --data).
+        #[arg(long)]
+        data: Option<PathBuf>,
+    },
     /// Start a whole local cluster: the controller and N agents, each its own process.
     Up {
         /// Node agents to start.
@@ -396,6 +403,15 @@ fn main() -> std::process::ExitCode {
             ("tandem token", cli::token(kind, lifespan))
         }
         Cmd::Node { cmd: NodeCmd::Delete { nodes } } => ("tandem node", cli::delete_nodes(&nodes)),
+        Cmd::Down { data } => (
+            "tandem down",
+            up::down(data).map(|lines| {
+                for l in lines {
+                    println!("{l}");
+                }
+                0
+            }),
+        ),
         Cmd::Up { agents, gpus_per_agent, cpus_per_agent, mem_per_agent, data, port, lease, config, proxy_port, no_proxy, no_hosts } => (
             "tandem up",
             up::run(up::UpArgs {

@@ -1223,3 +1223,62 @@ fn the_controller_plans_with_run_times_learned_from_finished_jobs() {
     assert!((1..=300).contains(&ahead), "expected to start {ahead} s after the long job started (its limit: 3600 s)");
     c.ok("scancel", &[&long.to_string(), &behind.to_string()]);
 }
+
+/// Issue 32's local path: a second `tandem up` on a data directory in use is refused, naming
+/// the process that holds it, and touches nothing (the running controller's log stays whole);
+/// after `kill -9` of `tandem up`, its daemons are found and named, and `tandem down` stops
+/// them; `tandem down` stops a running `tandem up` too.
+#[test]
+fn a_data_directory_in_use_is_refused_and_tandem_down_stops_what_holds_it() {
+    let dir = free_dir("down");
+    let (mut first, _server, _) = up(&dir, 1, &["--no-proxy", "--no-hosts"]);
+    let pids = |dir: &std::path::Path| -> Vec<(String, u32)> {
+        std::fs::read_to_string(dir.join("up.pid"))
+            .unwrap()
+            .lines()
+            .filter_map(|l| l.split_once(' ').map(|(n, p)| (n.to_string(), p.parse().unwrap())))
+            .collect()
+    };
+    let alive = |p: u32| std::fs::read(format!("/proc/{p}/cmdline")).is_ok_and(|c| !c.is_empty());
+    let recorded = pids(&dir);
+    assert_eq!(recorded.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(), ["up", "controller", "agent-node1"]);
+    assert_eq!(recorded[0].1, first.id());
+    let log_before = std::fs::read_to_string(dir.join("controller.log")).unwrap();
+    let second = |dir: &std::path::Path| {
+        Command::new(bin()).args(["up", "--agents", "1", "--port", "0", "--no-proxy", "--no-hosts", "--data"]).arg(dir).output().unwrap()
+    };
+    let o = second(&dir);
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(!o.status.success() && err.contains(&format!("is in use by a running `tandem up` (pid {})", first.id())), "{err}");
+    assert!(err.contains("tandem down --data"), "{err}");
+    assert_eq!(std::fs::read_to_string(dir.join("controller.log")).unwrap(), log_before, "the running cluster's log is untouched");
+    // kill -9 of tandem up: its daemons go on; a new one says so, and tandem down stops them.
+    first.kill().unwrap();
+    first.wait().unwrap();
+    assert!(recorded[1..].iter().all(|(_, p)| alive(*p)));
+    let o = second(&dir);
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(!o.status.success() && err.contains("are still running") && err.contains(&format!("controller {}", recorded[1].1)), "{err}");
+    let o = Command::new(bin()).args(["down", "--data"]).arg(&dir).output().unwrap();
+    assert!(o.status.success(), "{o:?}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while recorded[1..].iter().any(|(_, p)| alive(*p)) {
+        assert!(Instant::now() < deadline, "tandem down left {recorded:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // The directory is free again; tandem down stops a running tandem up, which stops the rest.
+    std::fs::remove_file(dir.join("env")).unwrap();
+    let (mut again, _, _) = up(&dir, 1, &["--no-proxy", "--no-hosts"]);
+    let now = pids(&dir);
+    let o = Command::new(bin()).args(["down", "--data"]).arg(&dir).output().unwrap();
+    assert!(String::from_utf8_lossy(&o.stdout).contains(&format!("stopping tandem up (pid {})", again.id())), "{o:?}");
+    again.wait().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while now.iter().any(|(_, p)| alive(*p)) {
+        assert!(Instant::now() < deadline, "still running: {now:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let o = Command::new(bin()).args(["down", "--data"]).arg(&dir).output().unwrap();
+    assert!(String::from_utf8_lossy(&o.stdout).contains("nothing of"), "{o:?}");
+    std::fs::remove_dir_all(&dir).ok();
+}

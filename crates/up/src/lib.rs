@@ -131,6 +131,9 @@ pub struct LocalCluster {
     /// What to tell the operator about the node names (they could not be added, or an earlier
     /// line of the hosts file names one of them otherwise), one line each.
     pub hosts_notes: Vec<String>,
+    /// `DATA/up.lock`, locked for the cluster's life: a second `tandem up` on the same data
+    /// directory is refused before it touches anything (its logs included).
+    _lock: std::fs::File,
 }
 
 impl LocalCluster {
@@ -139,6 +142,7 @@ impl LocalCluster {
     pub fn supervise(&mut self) -> Vec<String> {
         let mut lines = Vec::new();
         let now = Instant::now();
+        let mut restarted = false;
         for (i, d) in self.daemons.iter_mut().enumerate() {
             let child = &mut self.kids.0[i];
             match d.due {
@@ -164,6 +168,7 @@ impl LocalCluster {
                         *child = c;
                         d.started = now;
                         d.due = None;
+                        restarted = true;
                     }
                     Err(e) => {
                         lines.push(format!("tandem up: restarting {}: {e:#}; trying again in {:.1} s", d.name, d.backoff.as_secs_f64()));
@@ -174,8 +179,111 @@ impl LocalCluster {
                 Some(_) => {}
             }
         }
+        if restarted && let Err(e) = self.write_pids() {
+            lines.push(format!("tandem up: writing {}/up.pid: {e:#}", self.data.display()));
+        }
         lines
     }
+
+    /// Writes `DATA/up.pid`: this process's id, then each daemon's (`NAME PID`), for `tandem
+    /// down` and for a later `tandem up` to find them.
+    fn write_pids(&self) -> Result<()> {
+        let mut text = format!("up {}\n", std::process::id());
+        for (d, c) in self.daemons.iter().zip(&self.kids.0) {
+            text.push_str(&format!("{} {}\n", d.name.replace(' ', "-"), c.id()));
+        }
+        write_file(&self.data.join("up.pid"), &text, 0o644)
+    }
+}
+
+/// The processes `DATA/up.pid` names that are still running and still this cluster's (their
+/// command line names the data directory, or they are `tandem up` itself): `(name, pid)`.
+fn recorded_pids(data: &Path) -> Vec<(String, i32)> {
+    let text = std::fs::read_to_string(data.join("up.pid")).unwrap_or_default();
+    let mark = data.to_string_lossy().into_owned();
+    text.lines()
+        .filter_map(|l| l.split_once(' '))
+        .filter_map(|(n, p)| p.trim().parse::<i32>().ok().map(|p| (n.to_string(), p)))
+        .filter(|(n, pid)| {
+            let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+            // `tandem up` without --data names no directory: its own word stands.
+            !cmd.is_empty() && (cmd.contains(&mark) || (n == "up" && cmd.split(' ').any(|w| w == "up")))
+        })
+        .collect()
+}
+
+/// Takes `DATA/up.lock`, or says who holds the data directory: a running `tandem up`, or the
+/// daemons a killed one left behind. Nothing in the directory is changed before this.
+fn lock_data(data: &Path) -> Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .custom_flags(nix::libc::O_NOFOLLOW)
+        .open(data.join("up.lock"))
+        .with_context(|| format!("opening {}/up.lock", data.display()))?;
+    let d = data.display();
+    if f.try_lock().is_err() {
+        let who = recorded_pids(data).iter().find(|(n, _)| n == "up").map_or(String::new(), |(_, p)| format!(" (pid {p})"));
+        bail!(
+            "{d} is in use by a running `tandem up`{who}: stop it with Ctrl-C in its terminal or `tandem down --data {d}`, or give another --data"
+        );
+    }
+    let left: Vec<String> = recorded_pids(data).into_iter().filter(|(n, _)| n != "up").map(|(n, p)| format!("{n} {p}")).collect();
+    if !left.is_empty() {
+        bail!(
+            "the daemons of an earlier `tandem up` on {d} are still running ({}): its `tandem up` was killed; `tandem down --data {d}` stops them",
+            left.join(", ")
+        );
+    }
+    Ok(f)
+}
+
+/// `tandem down`: stops the local cluster on `data` (by default the newest one `tandem up`
+/// made without `--data`): its `tandem up` (which stops its daemons), or, when that was
+/// killed, the daemons it left. Running jobs' keepers are left alone, as an agent's restart
+/// leaves them. Returns what it did, one line each.
+pub fn down(data: Option<PathBuf>) -> Result<Vec<String>> {
+    let data = match data {
+        Some(d) => d.canonicalize().with_context(|| format!("no data directory {}", d.display()))?,
+        None => {
+            let env = std::fs::read_to_string(private_base()?.join("env")).context("no local cluster to stop (give --data)")?;
+            let sock = env
+                .lines()
+                .find_map(|l| l.strip_prefix("export TANDEM_SERVER=unix://"))
+                .context("the env file names no controller socket (give --data)")?;
+            Path::new(sock.trim()).ancestors().nth(2).context("the controller socket's path has no data directory")?.to_path_buf()
+        }
+    };
+    let d = data.display();
+    let running = recorded_pids(&data);
+    if running.is_empty() {
+        return Ok(vec![format!("tandem down: nothing of {d} is running")]);
+    }
+    let up = running.iter().find(|(n, _)| n == "up").map(|(_, p)| *p);
+    let targets: Vec<(String, i32)> = match up {
+        Some(p) => vec![("tandem up".into(), p)],
+        None => running.clone(),
+    };
+    let mut out = Vec::new();
+    for (n, p) in &targets {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(*p), nix::sys::signal::Signal::SIGTERM);
+        out.push(format!("tandem down: stopping {n} (pid {p})"));
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < deadline && !recorded_pids(&data).is_empty() {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    for (n, p) in recorded_pids(&data) {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(p), nix::sys::signal::Signal::SIGKILL);
+        out.push(format!("tandem down: {n} (pid {p}) did not stop in 20 s: killed"));
+    }
+    out.push(format!("tandem down: {d} stopped"));
+    Ok(out)
 }
 
 /// Runs the local cluster until SIGINT/SIGTERM/SIGHUP, then stops it and removes its lines from
@@ -225,6 +333,7 @@ pub fn start(a: UpArgs) -> Result<LocalCluster> {
         }
     };
     let data = data.canonicalize()?;
+    let lock = lock_data(&data)?;
     let sock_len = data.join("controller/tandem.sock").as_os_str().len();
     if sock_len >= 108 {
         bail!(
@@ -421,7 +530,9 @@ pub fn start(a: UpArgs) -> Result<LocalCluster> {
         None => data.join("env"),
     };
     let server = format!("unix://{}", ctl_dir.join("tandem.sock").display());
-    Ok(LocalCluster { data, addr, server, proxy, env, agent_pids, kids, daemons, hosts_block, hosts_notes })
+    let c = LocalCluster { data, addr, server, proxy, env, agent_pids, kids, daemons, hosts_block, hosts_notes, _lock: lock };
+    c.write_pids()?;
+    Ok(c)
 }
 
 /// Adds the node names to the hosts file, marked with the data directory (a block left by a
