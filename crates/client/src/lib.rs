@@ -70,6 +70,17 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// A plain-HTTP target answered something that is not HTTP: a TLS port (`tandem up`'s
+    /// controller port, which `TANDEM_SERVER` unset points at).
+    #[error(
+        "{unset}{target} answered with something that is not plain HTTP (a TLS port, such as a controller's): set TANDEM_SERVER as `tandem up` printed (`source DATA/env`: unix://DATA/controller/tandem.sock), or use https://HOST:PORT with TANDEM_CA=DATA/ca.pem"
+    )]
+    NotPlainHttp {
+        /// `http://host:port`.
+        target: String,
+        /// Says that `TANDEM_SERVER` was unset, when it was.
+        unset: &'static str,
+    },
     /// The connection failed while the request or reply was on it (hyper's message, as is).
     #[error(transparent)]
     Http(#[from] hyper::Error),
@@ -324,7 +335,13 @@ async fn send_once(t: &Target, method: &str, path: &str, bytes: Bytes, headers: 
             let s =
                 tokio::net::TcpStream::connect(addr).await.map_err(|source| Error::Connect { target: format!("http://{addr}"), source })?;
             s.set_nodelay(true).ok();
-            exchange(NoSigPipe::new(s), req).await?
+            exchange(NoSigPipe::new(s), req).await.map_err(|e| match e {
+                Error::Http(h) if h.is_parse() => Error::NotPlainHttp {
+                    target: format!("http://{addr}"),
+                    unset: if std::env::var_os("TANDEM_SERVER").is_none() { "TANDEM_SERVER is not set, and its default " } else { "" },
+                },
+                e => e,
+            })?
         }
         Target::Tls(addr, cfg) => {
             let s = tokio::net::TcpStream::connect(addr)

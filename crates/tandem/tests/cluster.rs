@@ -1226,6 +1226,7 @@ fn the_controller_plans_with_run_times_learned_from_finished_jobs() {
 
 /// Issue 32's local path: a second `tandem up` on a data directory in use is refused, naming
 /// the process that holds it, and touches nothing (the running controller's log stays whole);
+/// plain HTTP to the controller's TLS port says what to set;
 /// after `kill -9` of `tandem up`, its daemons are found and named, and `tandem down` stops
 /// them; `tandem down` stops a running `tandem up` too.
 #[test]
@@ -1252,6 +1253,14 @@ fn a_data_directory_in_use_is_refused_and_tandem_down_stops_what_holds_it() {
     assert!(!o.status.success() && err.contains(&format!("is in use by a running `tandem up` (pid {})", first.id())), "{err}");
     assert!(err.contains("tandem down --data"), "{err}");
     assert_eq!(std::fs::read_to_string(dir.join("controller.log")).unwrap(), log_before, "the running cluster's log is untouched");
+    // Plain HTTP to the controller's TLS port says what to set, not hyper's words.
+    let addr = std::fs::read_to_string(dir.join("controller/addr")).unwrap();
+    let o = Command::new(bin()).args(["nodes"]).env("TANDEM_SERVER", format!("http://{}", addr.trim())).output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(
+        !o.status.success() && err.contains("not plain HTTP") && err.contains("TANDEM_SERVER") && !err.contains("invalid HTTP version"),
+        "{err}"
+    );
     // kill -9 of tandem up: its daemons go on; a new one says so, and tandem down stops them.
     first.kill().unwrap();
     first.wait().unwrap();
