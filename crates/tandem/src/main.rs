@@ -32,13 +32,6 @@ enum NodeCmd {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Stop a local cluster that `tandem up` started: its `tandem up` (which stops its
-    /// daemons), or the daemons a killed `tandem up` left running. Running jobs' keepers stay.
-    Down {
-        /// Its data directory (default: the newest cluster `tandem up` made without --data).
-        #[arg(long)]
-        data: Option<PathBuf>,
-    },
     /// Start a whole local cluster: the controller and N agents, each its own process.
     Up {
         /// Node agents to start.
@@ -74,6 +67,13 @@ enum Cmd {
         /// Leave /etc/hosts alone: add no lines for the node names (node1 ...), print no notice.
         #[arg(long)]
         no_hosts: bool,
+    },
+    /// Stop a local cluster that `tandem up` started: its `tandem up` (which stops its
+    /// daemons), or the daemons a killed `tandem up` left running. Running jobs' keepers stay.
+    Down {
+        /// Its data directory (default: the newest cluster `tandem up` made without --data).
+        #[arg(long)]
+        data: Option<PathBuf>,
     },
     /// The controller daemon.
     Server {
