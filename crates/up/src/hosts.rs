@@ -83,16 +83,7 @@ impl Hosts {
     /// Rewrites the file as `f` makes it of its contents, under the lock; a file `f` leaves as
     /// it was is not written.
     fn change(&self, f: impl FnOnce(&[u8]) -> Vec<u8>) -> Result<()> {
-        use std::os::unix::fs::OpenOptionsExt;
-        let lock = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o600)
-            .custom_flags(nix::libc::O_NOFOLLOW)
-            .open(&self.lock)
-            .with_context(|| format!("opening {}", self.lock.display()))?;
+        let lock = crate::lock_file(&self.lock)?;
         lock.lock().with_context(|| format!("locking {}", self.lock.display()))?;
         // The file itself, where it is a link (the lines go into what it names).
         let path = std::fs::canonicalize(&self.path).with_context(|| format!("reading {}", self.path.display()))?;

@@ -213,19 +213,24 @@ fn recorded_pids(data: &Path) -> Vec<(String, i32)> {
         .collect()
 }
 
-/// Takes `DATA/up.lock`, or says who holds the data directory: a running `tandem up`, or the
-/// daemons a killed one left behind. Nothing in the directory is changed before this.
-fn lock_data(data: &Path) -> Result<std::fs::File> {
+/// Opens (creating, 0600, never through a link) a file used only for its lock.
+pub(crate) fn lock_file(path: &Path) -> Result<std::fs::File> {
     use std::os::unix::fs::OpenOptionsExt;
-    let f = std::fs::OpenOptions::new()
+    std::fs::OpenOptions::new()
         .read(true)
         .write(true)
         .create(true)
         .truncate(false)
         .mode(0o600)
         .custom_flags(nix::libc::O_NOFOLLOW)
-        .open(data.join("up.lock"))
-        .with_context(|| format!("opening {}/up.lock", data.display()))?;
+        .open(path)
+        .with_context(|| format!("opening {}", path.display()))
+}
+
+/// Takes `DATA/up.lock`, or says who holds the data directory: a running `tandem up`, or the
+/// daemons a killed one left behind. Nothing in the directory is changed before this.
+fn lock_data(data: &Path) -> Result<std::fs::File> {
+    let f = lock_file(&data.join("up.lock"))?;
     let d = data.display();
     if f.try_lock().is_err() {
         let who = recorded_pids(data).iter().find(|(n, _)| n == "up").map_or(String::new(), |(_, p)| format!(" (pid {p})"));
