@@ -410,6 +410,31 @@ pub(crate) fn launch(t: &Task, spool: &Path, tasks: &Tasks, cg: &Cgroups) -> Res
             None => return Err(LaunchError("empty command".into())),
         },
     };
+    // A container task: `tandem __container` becomes runc in the image (`container`).
+    let (program, args) = match &t.container {
+        Some(c) => {
+            let data = spool.parent().unwrap_or(spool);
+            let key = key_of(t);
+            let bundle = crate::container::make_bundle(data, &key, t.uid, t.gid)
+                .map_err(|e| LaunchError(format!("making the container's bundle directory: {e}")))?;
+            let exe =
+                std::env::current_exe().map_err(|e| LaunchError(format!("--container-image: cannot find the agent's own program: {e}")))?;
+            let spec = serde_json::to_string(c).map_err(|e| LaunchError(e.to_string()))?;
+            let mut a = vec![
+                crate::container::CONTAINER_CMD.to_string(),
+                data.join("image.sock").display().to_string(),
+                bundle.display().to_string(),
+                format!("{}.{}.{}.{}", key.job, key.epoch, key.step, key.rank),
+                spec,
+                "--".to_string(),
+                program,
+            ];
+            a.extend(args);
+            crate::container::ALLOWED.insert(&key, t.uid, &c.image);
+            (exe.display().to_string(), a)
+        }
+        None => (program, args),
+    };
     let cgroup = cg.create(t);
     // The record first: an agent that dies from here on finds the task again at its restart.
     let key = key_of(t);

@@ -10,16 +10,23 @@
 //!
 //! Modules, lowest first: `resources` (GPUs, memory), `launch` (cgroups, output files, one fork
 //! and exec per task, process-group signals), `replica` (the replica supervisor, on `launch`),
-//! `node` (the registration and heartbeat loop, on both).
+//! `node` (the registration and heartbeat loop, on both), `container` (container tasks: the
+//! image socket the node's tasks ask, and `tandem __container`, which becomes runc).
 
+mod container;
 mod launch;
 mod loginenv;
 mod node;
 mod replica;
 mod resources;
+mod rootfs;
 mod stepio;
 mod usage;
 
+pub use container::{
+    CONTAINER_CMD, ROOT_CMD as CONTAINER_ROOT_CMD, credentials as registry_credentials, main as container_main,
+    root_main as container_root_main,
+};
 pub use loginenv::{LOGIN_ENV_CMD, main as login_env_main};
 
 use anyhow::{Context, Result};
@@ -49,6 +56,10 @@ pub struct Options {
     pub data: PathBuf,
     /// Address to advertise to jobs (`MASTER_ADDR`).
     pub addr: String,
+    /// Registries (`host:port`) that images are pulled from in plain HTTP.
+    pub insecure_registries: Vec<String>,
+    /// CA certificates (PEM files) trusted for registries beside the system's.
+    pub registry_ca: Vec<PathBuf>,
 }
 
 /// Runs the agent until the process is stopped (on a runtime of its own).
@@ -71,5 +82,22 @@ pub fn main(o: Options) -> Result<()> {
     // their user; a task's own files are created by the task under umask 022).
     nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o077));
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    rt.block_on(node::run(node::AgentArgs { server, name, gpus, cpus: o.cpus, memory, data: o.data, join_token, addr: o.addr, features }))
+    let ca_pem = o
+        .registry_ca
+        .iter()
+        .map(|f| std::fs::read(f).with_context(|| format!("--registry-ca: reading {}", f.display())))
+        .collect::<Result<Vec<_>>>()?;
+    let registries = image::Settings { insecure: o.insecure_registries, ca_pem };
+    rt.block_on(node::run(node::AgentArgs {
+        server,
+        name,
+        gpus,
+        cpus: o.cpus,
+        memory,
+        data: o.data,
+        join_token,
+        addr: o.addr,
+        features,
+        registries,
+    }))
 }

@@ -41,10 +41,14 @@ pub(crate) struct AgentArgs {
     pub(crate) addr: String,
     /// Features.
     pub(crate) features: Vec<String>,
+    /// How images are pulled.
+    pub(crate) registries: image::Settings,
 }
 
 struct Running {
     pgid: i32,
+    /// Runs in a container (a bundle directory to remove at its end).
+    container: bool,
     cgroup: Option<PathBuf>,
     /// A service replica, supervised (restarted, probed) by its own task.
     replica: Option<std::sync::Arc<crate::replica::Ctl>>,
@@ -133,6 +137,8 @@ pub(crate) async fn run(a: AgentArgs) -> Result<()> {
     std::fs::set_permissions(&spool, std::fs::Permissions::from_mode(0o711))?;
     let cg = std::sync::Arc::new(Cgroups::detect(&a.name));
     let records = std::sync::Arc::new(Tasks::open(&a.data)?);
+    let images = image::Store::open(&a.data.join("images"), a.registries.clone()).map_err(|e| anyhow::anyhow!("{e}"))?;
+    crate::container::serve(&a.data.join("image.sock"), std::sync::Arc::new(images), crate::container::ALLOWED.clone())?;
     // Replica status changes: report them at once rather than at the next heartbeat.
     let changed = std::sync::Arc::new(tokio::sync::Notify::new());
     let mut node = model::Node::new(
@@ -175,9 +181,12 @@ pub(crate) async fn run(a: AgentArgs) -> Result<()> {
                 if task.replica.is_some() {
                     let env = replica_env();
                     let ctl = crate::replica::spawn(task, env, Some((kept, cgroup)));
-                    tasks.insert(key, Running { pgid: 0, cgroup: None, replica: Some(ctl) });
+                    tasks.insert(key, Running { pgid: 0, container: false, cgroup: None, replica: Some(ctl) });
                 } else {
-                    tasks.insert(key, Running { pgid: kept.pid, cgroup, replica: None });
+                    if let Some(c) = &task.container {
+                        crate::container::ALLOWED.insert(&key, task.uid, &c.image);
+                    }
+                    tasks.insert(key, Running { pgid: kept.pid, container: task.container.is_some(), cgroup, replica: None });
                     watch(kept, key, tx.clone());
                 }
             }
@@ -190,9 +199,18 @@ pub(crate) async fn run(a: AgentArgs) -> Result<()> {
                 if key.step == BATCH_STEP {
                     let _ = std::fs::remove_file(script_path(&spool, key.job, key.epoch));
                 }
-                exits.push(exit_of(key, Some(st), oom, stopped, &a.name));
+                let mut exit = exit_of(key, Some(st), oom, stopped, &a.name);
+                if task.container.is_some()
+                    && let Some(why) = crate::container::forget(&a.data, &key)
+                {
+                    exit.error = Some(format!("{why} (on {})", a.name));
+                }
+                exits.push(exit);
             }
             Now::Lost => {
+                if task.container.is_some() {
+                    crate::container::forget(&a.data, &key);
+                }
                 lost += 1;
                 if let Some(dir) = &cgroup {
                     let _ = std::fs::remove_dir(dir);
@@ -364,12 +382,12 @@ pub(crate) async fn run(a: AgentArgs) -> Result<()> {
                     if t.replica.is_some() {
                         let env = replica_env();
                         let ctl = crate::replica::spawn(t, env, None);
-                        tasks.insert(key, Running { pgid: 0, cgroup: None, replica: Some(ctl) });
+                        tasks.insert(key, Running { pgid: 0, container: false, cgroup: None, replica: Some(ctl) });
                         continue;
                     }
                     match launch(&t, &spool, &records, &cg) {
                         Ok((kept, cgroup)) => {
-                            tasks.insert(key, Running { pgid: kept.pid, cgroup, replica: None });
+                            tasks.insert(key, Running { pgid: kept.pid, container: t.container.is_some(), cgroup, replica: None });
                             watch(kept, key, tx.clone());
                         }
                         Err(e) => {
@@ -466,7 +484,14 @@ fn ended(
     if k.step == BATCH_STEP {
         let _ = std::fs::remove_file(script_path(spool, k.job, k.epoch));
     }
-    Some(exit_of(k, st, oom, fenced.remove(&k), node))
+    let mut exit = exit_of(k, st, oom, fenced.remove(&k), node);
+    if r.container {
+        crate::container::ALLOWED.remove(&k);
+        if let Some(why) = crate::container::forget(spool.parent().unwrap_or(spool), &k) {
+            exit.error = Some(format!("{why} (on {node})"));
+        }
+    }
+    Some(exit)
 }
 
 /// How a task ended, for the controller (`None`: not known).

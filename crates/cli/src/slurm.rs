@@ -156,6 +156,7 @@ pub(crate) fn srun_in(args: &[String], job: Option<u64>) -> Result<i32> {
     };
     // The tasks get this process's environment (after --export) and directory, as Slurm's.
     let cwd = std::env::current_dir().context("current directory")?.display().to_string();
+    let cwd_now = cwd.clone();
     let workdir = match &a.chdir {
         Some(d) if d.starts_with('/') => d.clone(),
         Some(d) => format!("{cwd}/{d}"),
@@ -175,6 +176,10 @@ pub(crate) fn srun_in(args: &[String], job: Option<u64>) -> Result<i32> {
         umask: Some(crate::common::umask()),
         cpu_bind: a.recorded.iter().find(|(k, _)| k == "cpu-bind").map(|(_, v)| v.clone()),
         distribution: a.recorded.iter().find(|(k, _)| k == "distribution").map(|(_, v)| v.clone()),
+        container: a.container.clone().map(|mut c| {
+            c.resolve(&cwd_now);
+            c
+        }),
         res: StepRes {
             cpus_per_task: a.cpus_per_task,
             exact: a.exact,

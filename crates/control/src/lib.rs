@@ -1412,6 +1412,13 @@ impl Controller {
             return;
         }
         if e.step != BATCH_STEP {
+            // A step's task that could not run (a launch, a container's image): the job says
+            // why (`scontrol show job`), the first such reason kept.
+            if let Some(why) = &e.error
+                && j.message.is_none()
+            {
+                j.message = Some(format!("step {}: {why}", e.step));
+            }
             return;
         }
         j.confirmed = true;
@@ -1956,6 +1963,7 @@ impl Controller {
             umask: Some(umask),
             replica,
             io,
+            container: st.and_then(|s| s.container.clone()),
         }
     }
 

@@ -273,6 +273,9 @@ pub struct StepSpec {
     /// `-m/--distribution` as given (recorded: tasks are laid out in blocks).
     #[serde(default)]
     pub distribution: Option<String>,
+    /// Pyxis's `--container-*`: the tasks run in an image.
+    #[serde(default)]
+    pub container: Option<slurmcli::Container>,
 }
 
 /// Where a step's tasks connect for their I/O: `srun` listens, each task's agent connects
@@ -656,6 +659,9 @@ pub struct Task {
     /// the files of the streams that do not).
     #[serde(default)]
     pub io: Option<StepIo>,
+    /// The image the task runs in (its step's `--container-*`), else a bare process.
+    #[serde(default)]
+    pub container: Option<slurmcli::Container>,
 }
 
 /// What the controller asks of an agent.

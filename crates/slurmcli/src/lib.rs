@@ -7,6 +7,7 @@
 //! arguments and the current time; errors are values whose messages read like Slurm's.
 
 mod commands;
+pub mod container;
 mod env;
 pub mod envvars;
 mod filters;
@@ -24,6 +25,7 @@ pub mod update;
 mod visible;
 
 pub use commands::{COMMANDS, SLURM_OPTIONS, command, option_reference, unknown_options};
+pub use container::{Container, ImageRef, Mount};
 pub use env::{DEFAULTED, PYTORCH_VARS, TaskEnv, apply_export, task_env};
 pub use envvars::{ENV_TABLES, SLURM_ENV, TimeFormat, env_table, read_env, unknown_variables};
 pub use filters::{

@@ -83,6 +83,8 @@ pub struct SrunSpec {
     pub allocation: Vec<String>,
     /// The command and its arguments.
     pub argv: Vec<String>,
+    /// Pyxis's `--container-*` options: the tasks run in an image.
+    pub container: Option<crate::Container>,
 }
 
 /// Where `srun`'s standard input goes (`--input`).
@@ -212,7 +214,7 @@ const SRUN_ASIDE: &[Opt] = &[
 /// `srun`: the options end at the command; `_` in a long name reads as `-`, as Slurm's.
 pub const SRUN: Command = Command {
     name: "srun",
-    opts: &[OPTS, STEP_MORE, FOR_ALLOCATION, crate::options::RUN_ASIDE, SRUN_ASIDE],
+    opts: &[OPTS, STEP_MORE, FOR_ALLOCATION, crate::options::RUN_ASIDE, SRUN_ASIDE, crate::container::CONTAINER_OPTS],
     order: Order::RequireOrder,
     underscores: true,
 };
@@ -232,6 +234,9 @@ pub fn parse_srun(args: &[String]) -> Result<SrunSpec, Invalid> {
     let Parsed { opts, args: command, .. } = getopt(&SRUN, args)?;
     let mut s = SrunSpec { argv: command, ..SrunSpec::default() };
     for Given { opt, value } in opts {
+        if crate::container::read_option(&mut s.container, opt.key, value.as_deref())? {
+            continue;
+        }
         let v = || value.clone().unwrap_or_default();
         match opt.key {
             "nodes" => {
@@ -387,6 +392,7 @@ pub fn parse_srun(args: &[String]) -> Result<SrunSpec, Invalid> {
     if s.argv.is_empty() && !s.mpi_list {
         return Err(Invalid::new("no command given"));
     }
+    s.container = crate::container::finish(s.container.take())?;
     Ok(s)
 }
 

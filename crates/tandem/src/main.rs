@@ -137,6 +137,13 @@ enum Cmd {
         /// Address to advertise to jobs (MASTER_ADDR); default 127.0.0.1.
         #[arg(long, default_value = "127.0.0.1")]
         addr: String,
+        /// A registry (host:port) that container images are pulled from in plain HTTP;
+        /// repeatable (every other registry is spoken to by HTTPS).
+        #[arg(long = "insecure-registry", env = "TANDEM_INSECURE_REGISTRIES", value_delimiter = ',')]
+        insecure_registries: Vec<String>,
+        /// A CA certificate (PEM) trusted for registries beside the system's; repeatable.
+        #[arg(long = "registry-ca", env = "TANDEM_REGISTRY_CA", value_delimiter = ',')]
+        registry_ca: Vec<PathBuf>,
     },
     /// The inference proxy: routes `/s/SERVICE/...` (or `Host: SERVICE`) to a ready replica,
     /// with balancing, retries and passive ejection; endpoints from the controller or `--static`.
@@ -322,6 +329,14 @@ fn main() -> std::process::ExitCode {
     if let Some(r) = cli::slurm(&invoked, argv.get(1..).unwrap_or(&[])) {
         return exit_with(&invoked, r);
     }
+    if argv.get(1).map(String::as_str) == Some(agent::CONTAINER_ROOT_CMD) {
+        // The same, inside the user namespace it made: the container's root, then runc.
+        return std::process::ExitCode::from(agent::container_root_main(&argv[2..]).clamp(0, 255) as u8);
+    }
+    if argv.get(1).map(String::as_str) == Some(agent::CONTAINER_CMD) {
+        // A container task, started by an agent as the job's user.
+        return std::process::ExitCode::from(agent::container_main(&argv[2..]).clamp(0, 255) as u8);
+    }
     if argv.get(1).map(String::as_str) == Some(agent::LOGIN_ENV_CMD) {
         // A batch script with --get-user-env, started by an agent as the job's user.
         return std::process::ExitCode::from(agent::login_env_main(&argv[2..]).clamp(0, 255) as u8);
@@ -432,9 +447,23 @@ fn main() -> std::process::ExitCode {
             "tandem server",
             server::main(server::Options { listen, listen_fd, data, config, lease, kill_wait, insecure, tls_san }).map(|_| 0),
         ),
-        Cmd::Agent { server, ca, name, join_token_file, gpus, cpus, memory, features, data, addr } => (
+        Cmd::Agent { server, ca, name, join_token_file, gpus, cpus, memory, features, data, addr, insecure_registries, registry_ca } => (
             "tandem agent",
-            agent::main(agent::Options { server, ca, name, join_token_file, gpus, cpus, memory, features, data, addr }).map(|_| 0),
+            agent::main(agent::Options {
+                server,
+                ca,
+                name,
+                join_token_file,
+                gpus,
+                cpus,
+                memory,
+                features,
+                data,
+                addr,
+                insecure_registries,
+                registry_ca,
+            })
+            .map(|_| 0),
         ),
     };
     if name == "tandem" {

@@ -101,13 +101,18 @@ impl Up {
 
     /// As `start`, with more `tandem up` arguments (none: with the proxy, on a free port).
     fn launch(root: &Path, config: Option<&str>, more: &[&str]) -> Up {
+        Up::launch_with(root, config, more, 1, &[])
+    }
+
+    /// As `launch`, with `agents` nodes and these variables in the daemons' environment.
+    fn launch_with(root: &Path, config: Option<&str>, more: &[&str], agents: u32, env: &[(&str, &str)]) -> Up {
         let dir = root.join("cluster");
         let shims = root.join("bin");
         std::fs::create_dir_all(&shims).unwrap();
         let st = Command::new(bin()).arg("shims").arg(&shims).stdout(Stdio::null()).status().unwrap();
         assert!(st.success());
         let mut cmd = Command::new(bin());
-        cmd.args(["up", "--agents", "1", "--port", "0"]).args(more);
+        cmd.args(["up", "--agents", &agents.to_string(), "--port", "0"]).args(more).envs(env.iter().copied());
         if !more.contains(&"--no-proxy") {
             cmd.args(["--proxy-port", "0"]);
         }
@@ -126,7 +131,7 @@ impl Up {
         let addr = std::fs::read_to_string(dir.join("controller/addr")).unwrap().trim().to_string();
         let up = Up { child, sock: dir.join("controller/tandem.sock").display().to_string(), dir, addr, shims };
         let deadline = Instant::now() + Duration::from_secs(30);
-        while !String::from_utf8_lossy(&up.root(&["sinfo", "-N", "-h"]).stdout).contains("idle") {
+        while String::from_utf8_lossy(&up.root(&["sinfo", "-N", "-h"]).stdout).matches("idle").count() < agents as usize {
             assert!(Instant::now() < deadline, "node1 did not register");
             std::thread::sleep(Duration::from_millis(100));
         }
@@ -1792,4 +1797,158 @@ output = "/dev/null"
     // The positive control: the attacker really held the old port meanwhile.
     assert!(said.contains("TOOK"), "the attacker never bound the free old port {old_port}: {said}");
     std::fs::remove_dir_all(&f.root).ok();
+}
+
+/// The container tools, or `None` (skip) with the reason; under CI a missing tool fails.
+fn container_tools() -> Option<()> {
+    if let Err(why) = common::container_tools() {
+        assert!(std::env::var("CI").as_deref() != Ok("true"), "the container tests cannot run: {why}");
+        eprintln!("skipped: {why}");
+        return None;
+    }
+    Some(())
+}
+
+/// SECURITY.md, "Containers": a task in an image from a registry runs as its user, in a user
+/// namespace, on 2 nodes x 2 tasks (Enroot's and Docker's spellings); `--container-remap-root`
+/// makes the user root inside and nothing more; mounts keep the user's rights; each node pulls
+/// each blob once; a private image in the node's cache runs only for a user whose credentials
+/// the registry takes; bad images and mounts fail with the reason in `scontrol show job`.
+#[test]
+fn container_tasks_run_as_their_user_from_a_registry_and_no_further() {
+    let Some((v, a)) = users() else { return };
+    let Some(()) = container_tools() else { return };
+    let root = root_dir("containers");
+    let img = root.join("img");
+    std::fs::create_dir_all(&img).unwrap();
+    let layout = common::busybox_image(&img, "Bars BusyBox 1");
+    let open_reg = common::Registry::start(&root.join("reg-open"), false, &[]);
+    open_reg.push(&layout, "bars/busybox", None);
+    let ca_dir = root.join("reg-private");
+    std::fs::create_dir_all(&ca_dir).unwrap();
+    let ca = common::test_ca(&ca_dir);
+    let private = common::Registry::start(&ca_dir, true, &[("alice", "secret")]);
+    private.push(&layout, "team/private", Some("alice:secret"));
+    let insecure = open_reg.host();
+    let ca_s = ca.display().to_string();
+    let up = Up::launch_with(&root, None, &["--no-proxy"], 2, &[("TANDEM_INSECURE_REGISTRIES", &insecure), ("TANDEM_REGISTRY_CA", &ca_s)]);
+    let vdir = user_dir(&root.join("alice"), &v, 0o755);
+    let adir = user_dir(&root.join("mallory"), &a, 0o755);
+    let ro = user_dir(&vdir.join("ro"), &v, 0o755);
+    owned_file(&ro.join("data"), "read only\n", v.uid, v.gid, 0o644);
+    let rw = user_dir(&vdir.join("rw"), &v, 0o755);
+    // Root's, which alice cannot enter.
+    let secret = root.join("root-only");
+    std::fs::create_dir_all(&secret).unwrap();
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o700)).unwrap();
+    std::fs::write(secret.join("f"), "root's\n").unwrap();
+
+    // 2 nodes x 2 tasks, both spellings, then as root inside.
+    let enroot = format!("{insecure}#bars/busybox:1");
+    let docker = format!("{insecure}/bars/busybox:1");
+    let (ro_s, rw_s) = (ro.display(), rw.display());
+    let script = format!(
+        "#!/bin/sh\n\
+         srun -l --container-image={enroot} sh -c 'echo rank=$SLURM_PROCID uid=$(id -u) map=$(cat /proc/self/uid_map | tr -s \" \" | tr \"\\n\" \";\"); grep PRETTY /etc/os-release'\n\
+         srun -N1 -n1 --container-image={docker} --container-remap-root --container-mounts={ro_s}:/ro:ro,{rw_s}:/rw sh -c 'id -u; touch /rw/by-root; touch /ro/nope 2>&1 || echo ro-refused; cat /ro/data'\n\
+         srun -N1 -n1 --container-image={enroot} --container-mounts={rw_s}:/rw sh -c 'touch /rw/by-user && echo made'\n"
+    );
+    let sp = vdir.join("c.sh");
+    owned_file(&sp, &script, v.uid, v.gid, 0o755);
+    let id =
+        up.sbatch(&v, &vdir, &["-N2", "--ntasks-per-node=2", "-o", &vdir.join("c.out").display().to_string(), &sp.display().to_string()]);
+    let j = up.wait_state(id, &["COMPLETED", "FAILED"]);
+    let out = std::fs::read_to_string(vdir.join("c.out")).unwrap_or_default();
+    assert_eq!(j["JobState"], "COMPLETED", "{out}");
+    for r in 0..4 {
+        assert!(out.contains(&format!("{r}: rank={r} uid={}", v.uid)), "task {r} runs as alice: {out}");
+    }
+    assert_eq!(out.matches("PRETTY_NAME=\"Bars BusyBox 1\"").count(), 4, "{out}");
+    // A user namespace: the user's own uid and one subordinate id, not the host's whole range.
+    assert!(out.contains(&format!("{} 0 1", v.uid)) && !out.contains("4294967295"), "{out}");
+    assert!(out.contains("\n0\n") || out.starts_with("0\n"), "remap-root: uid 0 inside: {out}");
+    assert!(out.contains("ro-refused") && out.contains("read only"), "{out}");
+    assert!(out.contains("made"), "{out}");
+    // Root inside is the user outside: what it makes is the user's.
+    for f in ["by-root", "by-user"] {
+        let m = std::fs::metadata(rw.join(f)).unwrap();
+        assert_eq!((m.uid(), m.gid()), (v.uid, v.gid), "{f}");
+    }
+    assert!(!ro.join("nope").exists());
+    // Each node fetched each blob once (the layer and the config), for 3 steps and 6 tasks;
+    // nothing was left half-made.
+    assert_eq!(open_reg.blob_gets("bars/busybox"), 2 * 2, "{:?}", open_reg.gets());
+    for node in ["node1", "node2"] {
+        let tmp = up.dir.join(node).join("images/tmp");
+        assert_eq!(std::fs::read_dir(&tmp).unwrap().count(), 0, "{}", tmp.display());
+        assert_eq!(std::fs::read_dir(up.dir.join(node).join("containers")).map(|d| d.count()).unwrap_or(0), 0, "bundles removed");
+    }
+
+    // A private image: alice's credentials (Docker's config.json, read on the node as alice)
+    // open it; mallory, with none, is refused though the image is in the node's cache now.
+    let docker_cfg = user_dir(&vdir.join("docker"), &v, 0o700);
+    owned_file(
+        &docker_cfg.join("config.json"),
+        &format!("{{\"auths\":{{\"{}\":{{\"auth\":\"YWxpY2U6c2VjcmV0\"}}}}}}", private.host()),
+        v.uid,
+        v.gid,
+        0o600,
+    );
+    let pimg = format!("{}#team/private:1", private.host());
+    let run = |u: &User, dir: &Path, env: &str, img: &str, more: &str| {
+        let s = format!("#!/bin/sh\n{env} srun -N1 -n1 --container-image={img} {more} cat /etc/os-release\n");
+        let p = dir.join(format!("p{}.sh", img.len() + more.len()));
+        owned_file(&p, &s, u.uid, u.gid, 0o755);
+        let id = up.sbatch(
+            u,
+            dir,
+            &[
+                "-N1",
+                "-w",
+                "node1",
+                "-o",
+                &dir.join(format!("p{id}.out", id = img.len() + more.len())).display().to_string(),
+                &p.display().to_string(),
+            ],
+        );
+        (id, up.wait_state(id, &["COMPLETED", "FAILED"]))
+    };
+    let (_, j) = run(&v, &vdir, &format!("DOCKER_CONFIG={}", docker_cfg.display()), &pimg, "");
+    assert_eq!(j["JobState"], "COMPLETED", "alice reads her private image");
+    let (mid, j) = run(&a, &adir, "", &pimg, "");
+    assert_eq!(j["JobState"], "FAILED", "mallory has no credentials for it");
+    let why = up.job(mid).get("Message").cloned().unwrap_or_default();
+    assert!(why.contains("team/private") && why.contains("authorized"), "{why}");
+
+    // Bad input: no such image; a mount source alice cannot reach; a malformed mount.
+    let (nid, j) = run(&v, &vdir, "", &format!("{insecure}#bars/nothing:1"), "");
+    assert_eq!(j["JobState"], "FAILED");
+    let why = up.job(nid).get("Message").cloned().unwrap_or_default();
+    assert!(why.contains("bars/nothing"), "{why}");
+    let (sid, j) = run(&v, &vdir, "", &enroot, &format!("--container-mounts={}:/s", secret.join("f").display()));
+    assert_eq!(j["JobState"], "FAILED");
+    let why = up.job(sid).get("Message").cloned().unwrap_or_default();
+    assert!(why.contains("--container-mounts") && why.contains("Permission denied"), "{why}");
+    let o = up.run(&v, &vdir, &["srun", "-N1", "--container-image", &enroot, "--container-mounts=/a:rel", "true"]);
+    assert!(!o.status.success() && text(&o).contains("must be an absolute path"), "{}", text(&o));
+    let o = up.run(&v, &vdir, &["srun", "-N1", "--container-image=UPPER/x", "true"]);
+    assert!(!o.status.success() && text(&o).contains("invalid --container-image"), "{}", text(&o));
+
+    // scancel reaches the processes inside: nothing of the step is left.
+    let s = format!("#!/bin/sh\nsrun -N1 -n1 --container-image={enroot} sleep 300\n");
+    let p = vdir.join("long.sh");
+    owned_file(&p, &s, v.uid, v.gid, 0o755);
+    let lid = up.sbatch(&v, &vdir, &["-N1", "-o", "/dev/null", &p.display().to_string()]);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !Command::new("pgrep").args(["-u", &v.uid.to_string(), "-x", "sleep"]).output().unwrap().status.success() {
+        assert!(Instant::now() < deadline, "the container's sleep never started");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    up.ok(&v, &vdir, &["scancel", &lid.to_string()]);
+    up.wait_state(lid, &["CANCELLED"]);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Command::new("pgrep").args(["-u", &v.uid.to_string(), "-x", "sleep"]).output().unwrap().status.success() {
+        assert!(Instant::now() < deadline, "a process of the cancelled container is left");
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }

@@ -699,7 +699,19 @@ pub const DOCUMENT: &str = r##"{
         "io": {"anyOf": [{"$ref": "#/components/schemas/StepIo"}, {"type": "null"}]},
         "res": {"$ref": "#/components/schemas/StepRes"},
         "cpu_bind": {"$ref": "#/components/schemas/StringOrNull", "description": "--cpu-bind: rank, map_cpu:<list> and mask_cpu:<list> bind each task; others are accepted"},
-        "distribution": {"$ref": "#/components/schemas/StringOrNull", "description": "-m/--distribution (recorded)"}}},
+        "distribution": {"$ref": "#/components/schemas/StringOrNull", "description": "-m/--distribution (recorded)"},
+        "container": {"anyOf": [{"$ref": "#/components/schemas/Container"}, {"type": "null"}]}}},
+      "Container": {"type": "object", "additionalProperties": false, "required": ["image"],
+        "description": "Pyxis's --container-* options: the step's tasks run in this image (README, Containers)", "properties": {
+        "image": {"type": "string", "description": "--container-image: [USER@][REGISTRY#]IMAGE[:TAG], Docker's REGISTRY/IMAGE[:TAG], or oci:DIR[:TAG]"},
+        "mounts": {"type": "array", "items": {"type": "object", "additionalProperties": false, "required": ["src", "dst"], "properties": {
+          "src": {"type": "string"}, "dst": {"type": "string"}, "readonly": {"type": "boolean"}}}, "description": "--container-mounts"},
+        "workdir": {"$ref": "#/components/schemas/StringOrNull", "description": "--container-workdir"},
+        "env": {"type": "array", "items": {"type": "string"}, "description": "--container-env: variables whose job value wins over the image's"},
+        "name": {"$ref": "#/components/schemas/StringOrNull", "description": "--container-name"},
+        "mount_home": {"type": "boolean", "description": "--container-mount-home"},
+        "remap_root": {"type": "boolean", "description": "--container-remap-root"},
+        "writable": {"type": "boolean", "description": "--container-writable"}}},
       "StepRes": {"type": "object", "additionalProperties": false,
         "description": "What the step takes of its job's allocation, as srun's options inside one (a step that cannot have it now waits: HTTP 423)", "properties": {
         "cpus_per_task": {"$ref": "#/components/schemas/u32OrNull", "description": "-c (implies exact)"},
@@ -848,7 +860,8 @@ pub const DOCUMENT: &str = r##"{
           "umask": {"type": "integer", "minimum": 0, "maximum": 511, "description": "The task's umask; its output files are created 0666 under it (absent: 0022)"},
           "truncate": {"type": "boolean", "description": "Empty the output and error files as they are opened"},
           "replica": {"anyOf": [{"$ref": "#/components/schemas/ReplicaTask"}, {"type": "null"}]},
-          "io": {"anyOf": [{"$ref": "#/components/schemas/StepIo"}, {"type": "null"}]}}},
+          "io": {"anyOf": [{"$ref": "#/components/schemas/StepIo"}, {"type": "null"}]},
+          "container": {"anyOf": [{"$ref": "#/components/schemas/Container"}, {"type": "null"}]}}},
       "ReplicaTask": {"type": "object", "additionalProperties": false, "required": ["service", "replica", "readiness", "liveness", "startup", "grace_ms"], "properties": {
         "service": {"type": "string"}, "replica": {"type": "string"},
         "readiness": {"anyOf": [{"$ref": "#/components/schemas/Probe"}, {"type": "null"}]},
@@ -1445,6 +1458,12 @@ mod tests {
                 winsize: Some((40, 120)),
                 pmi: true,
             }),
+            container: Some(slurmcli::Container {
+                image: "127.0.0.1:5000#bars/busybox:1".into(),
+                mounts: vec![slurmcli::Mount { src: "/data".into(), dst: "/data".into(), readonly: true }],
+                remap_root: true,
+                ..Default::default()
+            }),
         };
         let exit = control::TaskExit {
             job: 5,
@@ -1606,6 +1625,7 @@ mod tests {
                             gpus: Some((model::GpuPer::Task(1), Some("h100".into()))),
                             time_limit: Some(600),
                         },
+                        container: Some(slurmcli::Container { image: "nvcr.io#nvidia/pytorch:24.05-py3".into(), ..Default::default() }),
                         ..Default::default()
                     },
                 }),

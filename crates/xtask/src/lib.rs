@@ -26,10 +26,11 @@ pub const ARROWS: &[(&str, &[&str])] = &[
     // adapters
     ("store", &["control"]),
     ("exec", &[]),
+    ("image", &["slurmcli"]),
     ("client", &["wire"]),
     // shells: one crate per daemon, the user's commands, the local cluster, the benchmarks
     ("server", &["control", "store", "wire", "exec", "sched", "slurmcli", "model"]),
-    ("agent", &["wire", "client", "exec", "control", "slurmcli", "model"]),
+    ("agent", &["wire", "client", "exec", "control", "slurmcli", "image", "model"]),
     ("proxy", &["balance", "wire", "client", "exec"]),
     ("cli", &["wire", "client", "slurmcli", "sched", "pmi", "exec"]),
     ("up", &["exec"]),

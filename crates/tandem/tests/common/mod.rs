@@ -535,3 +535,206 @@ pub fn python_with(module: &str) -> Result<PathBuf, String> {
     let ok = Command::new(&py).args(["-c", &format!("import {module}")]).stderr(Stdio::null()).status().is_ok_and(|s| s.success());
     if ok { Ok(py) } else { Err(format!("{} has no {module} (run tests/clients/setup.sh)", py.display())) }
 }
+
+/// The container tools the container tests need (`.ci/run` installs them), or what is missing.
+pub fn container_tools() -> Result<(), String> {
+    let missing: Vec<&str> = ["runc", "umoci", "skopeo", "docker-registry", "newuidmap", "unshare", "openssl", "htpasswd"]
+        .into_iter()
+        .filter(|t| !have(t))
+        .collect();
+    if !std::path::Path::new("/bin/busybox").exists() {
+        return Err("busybox-static is not installed".into());
+    }
+    if missing.is_empty() { Ok(()) } else { Err(format!("not installed: {}", missing.join(", "))) }
+}
+
+fn run_ok(cmd: &mut Command) -> String {
+    let o = cmd.output().unwrap();
+    assert!(o.status.success(), "{cmd:?}: {}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// A small image made here from local files only (Debian's busybox-static, with umoci): an OCI
+/// layout at `DIR/layout`, tag `1`, whose `/etc/os-release` names `pretty`. Returns the layout.
+pub fn busybox_image(dir: &std::path::Path, pretty: &str) -> PathBuf {
+    let layout = dir.join("layout");
+    let bundle = dir.join("bundle");
+    let _ = std::fs::remove_dir_all(&layout);
+    let _ = std::fs::remove_dir_all(&bundle);
+    let l = layout.display().to_string();
+    run_ok(Command::new("umoci").args(["init", "--layout", &l]));
+    run_ok(Command::new("umoci").args(["new", "--image", &format!("{l}:1")]));
+    run_ok(Command::new("umoci").args(["unpack", "--image", &format!("{l}:1")]).arg(&bundle));
+    let root = bundle.join("rootfs");
+    std::fs::create_dir_all(root.join("bin")).unwrap();
+    std::fs::create_dir_all(root.join("etc")).unwrap();
+    std::fs::copy("/bin/busybox", root.join("bin/busybox")).unwrap();
+    for applet in ["sh", "cat", "id", "echo", "ls", "sleep", "touch", "stat", "grep", "tr", "httpd", "wget", "kill", "ps", "head"] {
+        std::os::unix::fs::symlink("busybox", root.join("bin").join(applet)).unwrap();
+    }
+    std::fs::write(root.join("etc/os-release"), format!("PRETTY_NAME=\"{pretty}\"\n")).unwrap();
+    run_ok(Command::new("umoci").args(["repack", "--image", &format!("{l}:1")]).arg(&bundle));
+    run_ok(Command::new("umoci").args(["config", "--image", &format!("{l}:1"), "--config.env", "PATH=/bin", "--config.workingdir", "/"]));
+    let _ = std::fs::remove_dir_all(&bundle);
+    layout
+}
+
+/// A test CA and a certificate for 127.0.0.1 signed by it (openssl): `DIR/ca.pem`,
+/// `DIR/server.pem`, `DIR/server.key`, and `DIR/certs.d/ca.crt` (skopeo's CA directory).
+pub fn test_ca(dir: &std::path::Path) -> PathBuf {
+    std::fs::create_dir_all(dir.join("certs.d")).unwrap();
+    let p = |f: &str| dir.join(f).display().to_string();
+    run_ok(Command::new("openssl").args([
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-days",
+        "1",
+        "-subj",
+        "/CN=tandem test CA",
+        "-keyout",
+        &p("ca.key"),
+        "-out",
+        &p("ca.pem"),
+    ]));
+    run_ok(Command::new("openssl").args([
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-subj",
+        "/CN=127.0.0.1",
+        "-keyout",
+        &p("server.key"),
+        "-out",
+        &p("server.csr"),
+    ]));
+    std::fs::write(dir.join("ext.cnf"), "subjectAltName=IP:127.0.0.1\n").unwrap();
+    run_ok(Command::new("openssl").args([
+        "x509",
+        "-req",
+        "-in",
+        &p("server.csr"),
+        "-CA",
+        &p("ca.pem"),
+        "-CAkey",
+        &p("ca.key"),
+        "-CAcreateserial",
+        "-days",
+        "1",
+        "-extfile",
+        &p("ext.cnf"),
+        "-out",
+        &p("server.pem"),
+    ]));
+    std::fs::copy(dir.join("ca.pem"), dir.join("certs.d/ca.crt")).unwrap();
+    dir.join("ca.pem")
+}
+
+/// Debian's `docker-registry` on 127.0.0.1, started by hand; its log (every request) in
+/// `DIR/registry.log`. With `tls`, HTTPS with `DIR/server.pem` (see [`test_ca`]); with `users`,
+/// htpasswd logins (`user:password`). Killed on drop.
+pub struct Registry {
+    pub child: Child,
+    pub port: u16,
+    pub dir: PathBuf,
+    pub tls: bool,
+}
+
+impl Registry {
+    pub fn start(dir: &std::path::Path, tls: bool, users: &[(&str, &str)]) -> Registry {
+        std::fs::create_dir_all(dir.join("storage")).unwrap();
+        let port = free_port();
+        let mut cfg = format!(
+            "version: 0.1\nlog:\n  level: info\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: 127.0.0.1:{port}\n",
+            dir.join("storage").display()
+        );
+        if tls {
+            cfg +=
+                &format!("  tls:\n    certificate: {}\n    key: {}\n", dir.join("server.pem").display(), dir.join("server.key").display());
+        }
+        if !users.is_empty() {
+            let mut lines = String::new();
+            for (u, p) in users {
+                lines += &run_ok(Command::new("htpasswd").args(["-Bbn", u, p]));
+            }
+            std::fs::write(dir.join("htpasswd"), lines.replace("\n\n", "\n")).unwrap();
+            cfg += &format!("auth:\n  htpasswd:\n    realm: tandem-test\n    path: {}\n", dir.join("htpasswd").display());
+        }
+        std::fs::write(dir.join("config.yml"), cfg).unwrap();
+        let log = std::fs::File::create(dir.join("registry.log")).unwrap();
+        let child = Command::new("docker-registry")
+            .arg("serve")
+            .arg(dir.join("config.yml"))
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "docker-registry did not start: {}",
+                std::fs::read_to_string(dir.join("registry.log")).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Registry { child, port, dir: dir.to_path_buf(), tls }
+    }
+
+    /// `127.0.0.1:PORT`.
+    pub fn host(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// Pushes `layout:1` as `REPO:1` (skopeo), with `creds` (`user:password`) if given.
+    pub fn push(&self, layout: &std::path::Path, repo: &str, creds: Option<&str>) {
+        let mut c = Command::new("skopeo");
+        c.arg("copy");
+        if self.tls {
+            c.arg("--dest-cert-dir").arg(self.dir.join("certs.d"));
+        } else {
+            c.arg("--dest-tls-verify=false");
+        }
+        if let Some(cr) = creds {
+            c.args(["--dest-creds", cr]);
+        }
+        c.arg(format!("oci:{}:1", layout.display())).arg(format!("docker://{}/{repo}:1", self.host()));
+        run_ok(&mut c);
+    }
+
+    /// How many times each path was asked for with GET so far (from the registry's log).
+    pub fn gets(&self) -> HashMap<String, usize> {
+        let log = std::fs::read_to_string(self.dir.join("registry.log")).unwrap_or_default();
+        let mut m = HashMap::new();
+        // The access log's lines: `... "GET PATH HTTP/1.1" STATUS SIZE ...`; answered ones only
+        // (not a 401 that asks for credentials).
+        for l in log.lines() {
+            let Some(rest) = l.split("\"GET ").nth(1) else { continue };
+            let (path, status) = (rest.split(' ').next(), rest.split("\" ").nth(1).and_then(|r| r.split(' ').next()));
+            if let (Some(path), Some("200" | "307")) = (path, status) {
+                *m.entry(path.to_string()).or_insert(0) += 1;
+            }
+        }
+        m
+    }
+
+    /// GETs of blobs (layers and configs) of `repo`.
+    pub fn blob_gets(&self, repo: &str) -> usize {
+        self.gets().iter().filter(|(p, _)| p.starts_with(&format!("/v2/{repo}/blobs/"))).map(|(_, n)| n).sum()
+    }
+
+    /// GETs of manifests of `repo`.
+    pub fn manifest_gets(&self, repo: &str) -> usize {
+        self.gets().iter().filter(|(p, _)| p.starts_with(&format!("/v2/{repo}/manifests/"))).map(|(_, n)| n).sum()
+    }
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

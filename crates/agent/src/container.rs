@@ -1,0 +1,426 @@
+//! Container tasks (Pyxis's `--container-image`). A task with a container runs as its user
+//! through `tandem __container SOCKET BUNDLE KEY SPEC -- ARGV...`, started by the ordinary
+//! launch (the job's cgroup joined, the user's identity taken, the output files opened):
+//!
+//! 1. it reads the user's registry credentials (Enroot's `~/.config/enroot/.credentials`, or
+//!    Docker's `config.json`), as the user: they are never sent to the controller;
+//! 2. it asks its agent, over the agent's socket `DATA/image.sock`, to make the image ready
+//!    (the agent pulls into the node's cache, [`image::Store`], as root: the cache is shared by
+//!    every user and job of the node); the agent answers only for a container task of that
+//!    user that it launched itself;
+//! 3. it writes the OCI runtime spec ([`image::spec`]) into the task's bundle directory
+//!    (`DATA/containers/KEY`, the user's, made by the launch) and becomes
+//!    `unshare --mount --map-root-user [--map-users=SUBUID,1,1 ...] runc run`: runc, run as the
+//!    user, inside a user namespace in which the user is root.
+//!
+//! A failure before runc runs ends the task with exit code 1, its reason on the task's error
+//! stream and in `DATA/containers/KEY/error`, which the agent passes to the controller
+//! (`scontrol show job`'s `Reason`, `sacct`).
+
+use anyhow::{Context, Result, anyhow};
+use control::TaskKey;
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+/// The hidden subcommand that runs a task in its container.
+pub const CONTAINER_CMD: &str = "__container";
+
+/// The OCI runtime the agent uses (Debian's `runc`).
+pub const RUNTIME: &str = "runc";
+
+/// The task's bundle directory: `DATA/containers/JOB.RUN.STEP.RANK`.
+pub(crate) fn bundle_dir(data: &Path, k: &TaskKey) -> PathBuf {
+    data.join("containers").join(format!("{}.{}.{}.{}", k.job, k.epoch, k.step, k.rank))
+}
+
+/// Makes a task's bundle directory, the user's alone (an old one is removed first).
+pub(crate) fn make_bundle(data: &Path, k: &TaskKey, uid: u32, gid: u32) -> std::io::Result<PathBuf> {
+    let base = data.join("containers");
+    std::fs::create_dir_all(&base)?;
+    std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o711))?;
+    let dir = bundle_dir(data, k);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir(&dir)?;
+    if nix::unistd::geteuid().is_root() {
+        nix::unistd::chown(&dir, Some(nix::unistd::Uid::from_raw(uid)), Some(nix::unistd::Gid::from_raw(gid)))?;
+    }
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))?;
+    Ok(dir)
+}
+
+/// Removes a task's bundle once it ended; returns the reason its wrapper left, if any.
+pub(crate) fn forget(data: &Path, k: &TaskKey) -> Option<String> {
+    let dir = bundle_dir(data, k);
+    let why =
+        std::fs::read(dir.join("error")).ok().map(|b| String::from_utf8_lossy(&b[..b.len().min(4096)]).trim().to_string()).or_else(|| {
+            // runc's last error (`time=... level=error msg="..."`).
+            let log = std::fs::read(dir.join("runc.log")).ok()?;
+            let log = String::from_utf8_lossy(&log[log.len().saturating_sub(64 * 1024)..]).into_owned();
+            let line = log.lines().rev().find(|l| l.contains("level=error"))?;
+            let msg = line.split_once("msg=").map_or(line, |(_, m)| m).trim().trim_matches('"').replace("\\\"", "\"");
+            Some(format!("container: {RUNTIME}: {}", slurmcli::visible_text(&msg)))
+        });
+    let _ = std::fs::remove_dir_all(&dir);
+    why.filter(|w| !w.is_empty())
+}
+
+/// The container tasks this agent launched: who may ask for an image, and which.
+#[derive(Default)]
+pub(crate) struct Allowed(Mutex<HashMap<String, (u32, String)>>);
+
+impl Allowed {
+    pub(crate) fn insert(&self, k: &TaskKey, uid: u32, image: &str) {
+        self.0.lock().expect("allowed").insert(stem(k), (uid, image.to_string()));
+    }
+    pub(crate) fn remove(&self, k: &TaskKey) {
+        self.0.lock().expect("allowed").remove(&stem(k));
+    }
+    fn check(&self, key: &str, uid: u32, image: &str) -> bool {
+        self.0.lock().expect("allowed").get(key).is_some_and(|(u, i)| *u == uid && i == image)
+    }
+}
+
+fn stem(k: &TaskKey) -> String {
+    format!("{}.{}.{}.{}", k.job, k.epoch, k.step, k.rank)
+}
+
+/// What a wrapper asks of its agent: one JSON line.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Ask {
+    key: String,
+    image: String,
+    #[serde(default)]
+    user: Option<String>,
+    #[serde(default)]
+    password: Option<String>,
+}
+
+/// The agent's answers: progress lines, then the image or why not.
+#[derive(serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum Answer {
+    Progress(String),
+    Ready(image::Ready),
+    Error(String),
+}
+
+/// Serves `DATA/image.sock` until the agent ends.
+pub(crate) fn serve(sock: &Path, store: Arc<image::Store>, allowed: Arc<Allowed>) -> Result<()> {
+    let _ = std::fs::remove_file(sock);
+    let listener = tokio::net::UnixListener::bind(sock).with_context(|| format!("listening on {}", sock.display()))?;
+    std::fs::set_permissions(sock, std::fs::Permissions::from_mode(0o666))?;
+    tokio::spawn(async move {
+        loop {
+            let Ok((conn, _)) = listener.accept().await else { continue };
+            let store = store.clone();
+            let allowed = allowed.clone();
+            tokio::spawn(async move {
+                let _ = answer(conn, &store, &allowed).await;
+            });
+        }
+    });
+    Ok(())
+}
+
+async fn answer(conn: tokio::net::UnixStream, store: &image::Store, allowed: &Allowed) -> std::io::Result<()> {
+    use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
+    let uid = conn.peer_cred()?.uid();
+    let (rd, mut wr) = conn.into_split();
+    let mut line = String::new();
+    // One request of bounded size.
+    let n = tokio::io::BufReader::new(rd.take(64 * 1024)).read_line(&mut line).await?;
+    let send = |a: &Answer| {
+        let mut s = serde_json::to_string(a).expect("serializable");
+        s.push('\n');
+        s
+    };
+    let ask: Ask = match (n, serde_json::from_str(&line)) {
+        (1.., Ok(a)) => a,
+        _ => return wr.write_all(send(&Answer::Error("malformed request".into())).as_bytes()).await,
+    };
+    if !allowed.check(&ask.key, uid, &ask.image) {
+        return wr
+            .write_all(send(&Answer::Error(format!("no container task {} of uid {uid} with this image runs here", ask.key))).as_bytes())
+            .await;
+    }
+    let r = match slurmcli::ImageRef::parse(&ask.image) {
+        Err(e) => Answer::Error(e.0),
+        Ok(r) => {
+            let creds = ask.user.map(|user| image::Credentials { user, password: ask.password.unwrap_or_default() });
+            let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+            let progress = move |s: String| {
+                let _ = tx.send(s);
+            };
+            let fut = store.ensure(&r, creds.as_ref(), &progress);
+            tokio::pin!(fut);
+            loop {
+                tokio::select! {
+                    res = &mut fut => break match res { Ok(ready) => Answer::Ready(ready), Err(e) => Answer::Error(e.to_string()) },
+                    Some(p) = rx.recv() => { let _ = wr.write_all(send(&Answer::Progress(p)).as_bytes()).await; }
+                }
+            }
+        }
+    };
+    wr.write_all(send(&r).as_bytes()).await
+}
+
+/// The credentials of the user running this for `registry`, with `login` (Enroot's `USER@`)
+/// when given: Enroot's `.credentials` (netrc lines `machine HOST login USER password PASS`),
+/// then Docker's `config.json` (`auths.HOST.auth`, base64 of `USER:PASS`).
+pub fn credentials(registry: &str, login: Option<&str>, home: &Path) -> Option<(String, String)> {
+    let enroot = std::env::var_os("ENROOT_CONFIG_PATH").map(PathBuf::from).unwrap_or_else(|| home.join(".config/enroot"));
+    if let Ok(text) = std::fs::read_to_string(enroot.join(".credentials")) {
+        let words: Vec<&str> = text.split_whitespace().collect();
+        let mut i = 0;
+        while i < words.len() {
+            if words[i] == "machine" && words.get(i + 1) == Some(&registry) {
+                let mut user = None;
+                let mut pass = None;
+                let mut j = i + 2;
+                while j + 1 < words.len() && words[j] != "machine" {
+                    match words[j] {
+                        "login" => user = Some(words[j + 1]),
+                        "password" => pass = Some(words[j + 1]),
+                        _ => {}
+                    }
+                    j += 2;
+                }
+                if let (Some(u), Some(p)) = (user, pass)
+                    && login.is_none_or(|l| l == u)
+                {
+                    return Some((u.to_string(), p.to_string()));
+                }
+                i = j;
+            } else {
+                i += 1;
+            }
+        }
+    }
+    let docker = std::env::var_os("DOCKER_CONFIG").map(PathBuf::from).unwrap_or_else(|| home.join(".docker"));
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(docker.join("config.json")).ok()?).ok()?;
+    let auths = v.get("auths")?.as_object()?;
+    let hub = registry == slurmcli::container::DEFAULT_REGISTRY;
+    let entry = auths.iter().find(|(k, _)| {
+        let k = k.trim_start_matches("https://").trim_start_matches("http://");
+        let k = k.split('/').next().unwrap_or("");
+        k == registry || (hub && (k == "index.docker.io" || k == "docker.io"))
+    })?;
+    use base64::Engine;
+    let raw = base64::engine::general_purpose::STANDARD.decode(entry.1.get("auth")?.as_str()?.trim()).ok()?;
+    let (u, p) = std::str::from_utf8(&raw).ok()?.split_once(':')?;
+    login.is_none_or(|l| l == u).then(|| (u.to_string(), p.to_string()))
+}
+
+/// A program of the node's system (not the user's `PATH`: the task's environment is the job's).
+fn system_program(name: &str) -> Result<PathBuf> {
+    ["/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"]
+        .iter()
+        .map(|d| Path::new(d).join(name))
+        .find(|p| p.is_file())
+        .ok_or_else(|| anyhow!("{name} is not installed on this node"))
+}
+
+/// The agent's container tasks (one agent per process).
+pub(crate) static ALLOWED: std::sync::LazyLock<Arc<Allowed>> = std::sync::LazyLock::new(Arc::default);
+
+/// The first subordinate id of `name`/`id` in `/etc/subuid` or `/etc/subgid`.
+fn subordinate(file: &str, name: &str, id: u32) -> Option<u32> {
+    std::fs::read_to_string(file).ok()?.lines().find_map(|l| {
+        let mut p = l.trim().split(':');
+        let (who, start, count) = (p.next()?, p.next()?, p.next()?);
+        ((who == name || who == id.to_string()) && count.parse::<u32>().ok()? >= 1).then(|| start.parse().ok()).flatten()
+    })
+}
+
+/// `tandem __container SOCKET BUNDLE KEY SPEC -- ARGV...`: returns only on failure, with the
+/// exit code to leave with.
+pub fn main(args: &[String]) -> i32 {
+    let bundle = args.get(1).map(PathBuf::from);
+    match run(args) {
+        Ok(never) => match never {},
+        Err(e) => {
+            let why = format!("{e:#}");
+            eprintln!("slurmstepd: error: container: {why}");
+            if let Some(b) = bundle {
+                let _ = std::fs::write(b.join("error"), format!("container: {why}"));
+            }
+            1
+        }
+    }
+}
+
+enum Never {}
+
+fn run(args: &[String]) -> Result<Never> {
+    let [sock, bundle, key, spec, dashes, argv @ ..] = args else {
+        return Err(anyhow!("usage: tandem {CONTAINER_CMD} SOCKET BUNDLE KEY SPEC -- ARGV..."));
+    };
+    if dashes != "--" || argv.is_empty() {
+        return Err(anyhow!("usage: tandem {CONTAINER_CMD} SOCKET BUNDLE KEY SPEC -- ARGV..."));
+    }
+    let c: slurmcli::Container = serde_json::from_str(spec).context("the container options")?;
+    let r = slurmcli::ImageRef::parse(&c.image).map_err(|e| anyhow!(e.0))?;
+    let uid = nix::unistd::getuid().as_raw();
+    let gid = nix::unistd::getgid().as_raw();
+    let pw = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid)).ok().flatten();
+    let home = pw.as_ref().map(|p| p.dir.clone()).or_else(|| std::env::var_os("HOME").map(PathBuf::from)).unwrap_or_else(|| "/".into());
+    let name = pw.as_ref().map(|p| p.name.clone()).unwrap_or_else(|| uid.to_string());
+    // Mount sources: the user must reach them as the user.
+    for m in &c.mounts {
+        std::fs::metadata(&m.src).with_context(|| format!("--container-mounts: the source {}", m.src))?;
+    }
+    if c.writable {
+        return Err(anyhow!("--container-writable is not available yet: images are read-only (write to a --container-mounts directory)"));
+    }
+    let (sub_uid, sub_gid) = if c.remap_root {
+        (None, None)
+    } else {
+        let u = subordinate("/etc/subuid", &name, uid);
+        let g = subordinate("/etc/subgid", &name, gid);
+        match (u, g) {
+            (Some(u), Some(g)) => (Some(u), Some(g)),
+            _ => {
+                return Err(anyhow!(
+                    "the container's root needs a subordinate id of {name}'s in /etc/subuid and /etc/subgid (useradd makes them); or run with --container-remap-root"
+                ));
+            }
+        }
+    };
+    let mut ask = Ask { key: key.clone(), image: c.image.clone(), user: None, password: None };
+    if let slurmcli::ImageRef::Registry { registry, user, .. } = &r
+        && let Some((u, p)) = credentials(registry, user.as_deref(), &home)
+    {
+        ask.user = Some(u);
+        ask.password = Some(p);
+    }
+    let mut conn = std::os::unix::net::UnixStream::connect(sock).with_context(|| format!("reaching the node's agent at {sock}"))?;
+    let mut line = serde_json::to_string(&ask)?;
+    line.push('\n');
+    conn.write_all(line.as_bytes())?;
+    let mut ready = None;
+    for l in BufReader::new(conn).lines() {
+        match serde_json::from_str::<Answer>(&l?).context("the agent's answer")? {
+            Answer::Progress(_) => {}
+            Answer::Ready(r) => {
+                ready = Some(r);
+                break;
+            }
+            Answer::Error(e) => return Err(anyhow!(e)),
+        }
+    }
+    let ready = ready.ok_or_else(|| anyhow!("the node's agent ended before the image was ready"))?;
+    let env: Vec<(String, String)> =
+        std::env::vars_os().filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?))).collect();
+    let spec = image::spec::build(&image::spec::Run { ready: &ready, container: &c, argv, env: &env, uid, gid, home: home.to_str() });
+    let bundle = PathBuf::from(bundle);
+    spec.save(bundle.join("config.json")).map_err(|e| anyhow!("writing the container's config.json: {e}"))?;
+    let mut cmd = std::process::Command::new(system_program("unshare")?);
+    cmd.args(["--mount", "--map-root-user"]);
+    if let (Some(u), Some(g)) = (sub_uid, sub_gid) {
+        cmd.arg(format!("--map-users={u},1,1")).arg(format!("--map-groups={g},1,1"));
+    }
+    let exe = std::env::current_exe().context("finding tandem's own program")?;
+    cmd.arg(exe).arg(ROOT_CMD).arg(&bundle).arg(key);
+    let e = cmd.exec();
+    Err(anyhow!("cannot run unshare (are util-linux and uidmap installed on this node?): {e}"))
+}
+
+/// The hidden subcommand that, inside the user namespace `unshare` made (where the user is
+/// root, in a mount namespace of its own), builds the container's root and becomes runc.
+pub const ROOT_CMD: &str = "__container-root";
+
+/// `tandem __container-root BUNDLE KEY`: returns only on failure, with the exit code.
+pub fn root_main(args: &[String]) -> i32 {
+    let bundle = args.first().map(PathBuf::from);
+    match stage_root(args) {
+        Ok(never) => match never {},
+        Err(e) => {
+            let why = format!("{e:#}");
+            eprintln!("slurmstepd: error: container: {why}");
+            if let Some(b) = bundle {
+                let _ = std::fs::write(b.join("error"), format!("container: {why}"));
+            }
+            1
+        }
+    }
+}
+
+fn stage_root(args: &[String]) -> Result<Never> {
+    let [bundle, key] = args else { return Err(anyhow!("usage: tandem {ROOT_CMD} BUNDLE KEY")) };
+    let bundle = PathBuf::from(bundle);
+    let mut spec =
+        oci_spec::runtime::Spec::load(bundle.join("config.json")).map_err(|e| anyhow!("reading the container's config.json: {e}"))?;
+    let image_root = spec.root().as_ref().map(|r| r.path().clone()).ok_or_else(|| anyhow!("config.json names no root"))?;
+    // Bind mounts' destinations (runc makes those of its own mounts, /proc, /dev and /sys,
+    // which every unpacked image has).
+    let dests: Vec<(PathBuf, bool)> = spec
+        .mounts()
+        .iter()
+        .flatten()
+        .filter(|m| m.typ().as_deref() == Some("none"))
+        .map(|m| (m.destination().clone(), m.source().as_ref().is_some_and(|s| s.is_file())))
+        .collect();
+    let root = bundle.join("rootfs");
+    std::fs::create_dir_all(&root)?;
+    crate::rootfs::build(&image_root, &root, &dests)?;
+    if let Some(r) = spec.root_mut() {
+        r.set_path(root);
+    }
+    spec.save(bundle.join("config.json")).map_err(|e| anyhow!("writing the container's config.json: {e}"))?;
+    let e = std::process::Command::new(system_program(RUNTIME)?)
+        // runc's own words (a warning at every start on cgroup v1) go to its log, whose errors
+        // the agent reports as the task's reason.
+        .arg("--log")
+        .arg(bundle.join("runc.log"))
+        .arg("--root")
+        .arg(bundle.join("state"))
+        .args(["run", "--no-new-keyring", "--bundle"])
+        .arg(&bundle)
+        .arg(format!("tandem-{key}"))
+        .exec();
+    Err(anyhow!("cannot run {RUNTIME} (is runc installed on this node?): {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn credentials_from_enroot_then_docker() {
+        let d = std::env::temp_dir().join(format!("creds-{}", std::process::id()));
+        std::fs::create_dir_all(d.join(".config/enroot")).unwrap();
+        std::fs::create_dir_all(d.join(".docker")).unwrap();
+        std::fs::write(
+            d.join(".config/enroot/.credentials"),
+            "machine nvcr.io login $oauthtoken password KEY1\nmachine other login u password p\n",
+        )
+        .unwrap();
+        // "alice:secret"
+        std::fs::write(
+            d.join(".docker/config.json"),
+            r#"{"auths":{"127.0.0.1:5000":{"auth":"YWxpY2U6c2VjcmV0"},"https://index.docker.io/v1/":{"auth":"aHViOmh1Yg=="}}}"#,
+        )
+        .unwrap();
+        assert_eq!(credentials("nvcr.io", None, &d), Some(("$oauthtoken".into(), "KEY1".into())));
+        assert_eq!(credentials("127.0.0.1:5000", None, &d), Some(("alice".into(), "secret".into())));
+        assert_eq!(credentials("127.0.0.1:5000", Some("bob"), &d), None);
+        assert_eq!(credentials(slurmcli::container::DEFAULT_REGISTRY, None, &d), Some(("hub".into(), "hub".into())));
+        assert_eq!(credentials("nowhere", None, &d), None);
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn subordinate_ids() {
+        let f = std::env::temp_dir().join(format!("subuid-{}", std::process::id()));
+        std::fs::write(&f, "alice:100000:65536\n1002:200000:10\nbad\n").unwrap();
+        let p = f.to_str().unwrap();
+        assert_eq!(subordinate(p, "alice", 1001), Some(100000));
+        assert_eq!(subordinate(p, "bob", 1002), Some(200000));
+        assert_eq!(subordinate(p, "carol", 1003), None);
+        std::fs::remove_file(&f).unwrap();
+    }
+}

@@ -1,0 +1,167 @@
+//! The OCI runtime spec of a container task (`config.json`, built with `oci-spec`), for `runc`
+//! run as the user inside a user namespace that `unshare` makes first: in it the user is root
+//! (`0`), and, unless the container maps the user to root (`--container-remap-root`), one
+//! subordinate id of the user's (`/etc/subuid`) is `1`. The container then maps its root to `1`
+//! and the user's own uid to `0` (the user), so a task runs as its user, in a user namespace,
+//! on a read-only image, with the host's network, in the job's cgroup (runc finds no cgroup it
+//! may write and leaves the task where it is).
+
+use oci_spec::runtime::{LinuxIdMapping, LinuxIdMappingBuilder, Mount, MountBuilder, Spec, UserBuilder};
+use slurmcli::Container;
+use std::collections::BTreeMap;
+
+/// What a task brings to its container.
+pub struct Run<'a> {
+    /// The image, unpacked.
+    pub ready: &'a crate::Ready,
+    /// The step's container options.
+    pub container: &'a Container,
+    /// The command.
+    pub argv: &'a [String],
+    /// The task's environment (the job's, with `SLURM_*`).
+    pub env: &'a [(String, String)],
+    /// The user.
+    pub uid: u32,
+    /// The user's group.
+    pub gid: u32,
+    /// The user's home directory (`--container-mount-home`).
+    pub home: Option<&'a str>,
+}
+
+fn idmap(container: u32, host: u32) -> LinuxIdMapping {
+    LinuxIdMappingBuilder::default().container_id(container).host_id(host).size(1u32).build().expect("complete")
+}
+
+fn bind(src: &str, dst: &str, readonly: bool) -> Mount {
+    let mut options = vec!["rbind".to_string(), "rprivate".to_string(), "nosuid".to_string(), "nodev".to_string()];
+    if readonly {
+        options.push("ro".to_string());
+    }
+    MountBuilder::default().destination(dst).typ("none").source(src).options(options).build().expect("complete")
+}
+
+/// The environment a task sees: the job's, except that a variable the image sets keeps the
+/// image's value unless `--container-env` names it (Pyxis's rule).
+pub fn environment(image: &[String], job: &[(String, String)], keep: &[String]) -> Vec<String> {
+    let mut env: BTreeMap<String, String> = job.iter().cloned().collect();
+    for kv in image {
+        if let Some((k, v)) = kv.split_once('=')
+            && !keep.iter().any(|n| n == k)
+        {
+            env.insert(k.to_string(), v.to_string());
+        }
+    }
+    env.into_iter().map(|(k, v)| format!("{k}={v}")).collect()
+}
+
+/// Builds the spec.
+pub fn build(r: &Run) -> Spec {
+    let c = r.container;
+    let mut spec = Spec::rootless(0, 0);
+    let (uid, gid) = if c.remap_root { (0, 0) } else { (r.uid, r.gid) };
+    let mut linux = spec.linux().clone().unwrap_or_default();
+    if c.remap_root {
+        linux.set_uid_mappings(Some(vec![idmap(0, 0)]));
+        linux.set_gid_mappings(Some(vec![idmap(0, 0)]));
+    } else {
+        linux.set_uid_mappings(Some(vec![idmap(0, 1), idmap(r.uid, 0)]));
+        linux.set_gid_mappings(Some(vec![idmap(0, 1), idmap(r.gid, 0)]));
+    }
+    // The job's cgroup, its devices as the host's: no limits of runc's own.
+    linux.set_resources(None);
+    linux.set_masked_paths(None);
+    linux.set_readonly_paths(None);
+    spec.set_linux(Some(linux));
+    let mut process = spec.process().clone().unwrap_or_default();
+    process.set_terminal(Some(false));
+    process.set_user(UserBuilder::default().uid(uid).gid(gid).build().expect("complete"));
+    process.set_args(Some(r.argv.to_vec()));
+    process.set_env(Some(environment(&r.ready.env, r.env, &c.env)));
+    let cwd = c.workdir.clone().or_else(|| r.ready.workdir.clone()).unwrap_or_else(|| "/".to_string());
+    process.set_cwd(cwd.into());
+    process.set_no_new_privileges(Some(true));
+    // The node's limits (the job's), not runc's example ones.
+    process.set_rlimits(None);
+    spec.set_process(Some(process));
+    let mut root = spec.root().clone().unwrap_or_default();
+    root.set_path(r.ready.rootfs.clone());
+    root.set_readonly(Some(!c.writable));
+    spec.set_root(Some(root));
+    spec.set_hostname(None);
+    let mut mounts = spec.mounts().clone().unwrap_or_default();
+    // The host's network: its names.
+    for f in ["/etc/hosts", "/etc/resolv.conf"] {
+        if std::path::Path::new(f).exists() {
+            mounts.push(bind(f, f, true));
+        }
+    }
+    if c.mount_home
+        && let Some(h) = r.home
+    {
+        mounts.push(bind(h, if c.remap_root { "/root" } else { h }, false));
+    }
+    for m in &c.mounts {
+        mounts.push(bind(&m.src, &m.dst, m.readonly));
+    }
+    spec.set_mounts(Some(mounts));
+    spec
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ready() -> crate::Ready {
+        crate::Ready {
+            rootfs: "/cache/rootfs/x".into(),
+            digest: "sha256:x".into(),
+            env: vec!["PATH=/bin".into(), "LANG=C".into()],
+            workdir: Some("/w".into()),
+        }
+    }
+
+    #[test]
+    fn the_user_is_itself_or_root_inside() {
+        let argv = vec!["id".to_string()];
+        let env = vec![("PATH".to_string(), "/usr/local/bin".to_string()), ("SLURM_PROCID".to_string(), "3".to_string())];
+        let ready = ready();
+        let mut c = Container { image: "x".into(), ..Container::default() };
+        let run = |c: &Container| {
+            build(&Run { ready: &ready, container: c, argv: &argv, env: &env, uid: 1001, gid: 1002, home: Some("/home/a") })
+        };
+        let s = run(&c);
+        let p = s.process().as_ref().unwrap();
+        assert_eq!((p.user().uid(), p.user().gid()), (1001, 1002));
+        let maps = s.linux().as_ref().unwrap().uid_mappings().clone().unwrap();
+        assert_eq!(maps, vec![idmap(0, 1), idmap(1001, 0)]);
+        assert_eq!(p.cwd().to_str(), Some("/w"));
+        // The image's PATH wins; SLURM_* come through.
+        let e = p.env().clone().unwrap();
+        assert!(e.contains(&"PATH=/bin".to_string()) && e.contains(&"SLURM_PROCID=3".to_string()), "{e:?}");
+        assert_eq!(s.root().as_ref().unwrap().readonly(), Some(true));
+        assert!(
+            !s.linux()
+                .as_ref()
+                .unwrap()
+                .namespaces()
+                .clone()
+                .unwrap()
+                .iter()
+                .any(|n| n.typ() == oci_spec::runtime::LinuxNamespaceType::Network)
+        );
+        c.remap_root = true;
+        c.mount_home = true;
+        c.env = vec!["PATH".into()];
+        c.mounts = vec![slurmcli::Mount { src: "/data".into(), dst: "/in".into(), readonly: true }];
+        let s = run(&c);
+        let p = s.process().as_ref().unwrap();
+        assert_eq!(p.user().uid(), 0);
+        assert_eq!(s.linux().as_ref().unwrap().uid_mappings().clone().unwrap(), vec![idmap(0, 0)]);
+        assert!(p.env().clone().unwrap().contains(&"PATH=/usr/local/bin".to_string()));
+        let m = s.mounts().clone().unwrap();
+        assert!(
+            m.iter().any(|m| m.destination().to_str() == Some("/root") && m.source().as_ref().and_then(|s| s.to_str()) == Some("/home/a"))
+        );
+        assert!(m.iter().any(|m| m.destination().to_str() == Some("/in") && m.options().as_ref().unwrap().contains(&"ro".to_string())));
+    }
+}
