@@ -255,6 +255,33 @@ pub fn main(args: &[String]) -> i32 {
 
 enum Never {}
 
+/// How many times (a second apart) a container task asks an agent that does not answer.
+const ASK_TRIES: u32 = 60;
+
+/// Why an ask failed: the agent refused (final), or could not be reached (asked again).
+enum AskError {
+    Refused(String),
+    Unreachable(anyhow::Error),
+}
+use AskError::{Refused, Unreachable};
+
+/// One request to the agent: the image, `None` if the connection ended first.
+fn ask_once(sock: &str, line: &str) -> std::result::Result<Option<image::Ready>, AskError> {
+    let mut conn = std::os::unix::net::UnixStream::connect(sock)
+        .with_context(|| format!("reaching the node's agent at {sock}"))
+        .map_err(Unreachable)?;
+    conn.write_all(line.as_bytes()).map_err(|e| Unreachable(e.into()))?;
+    for l in BufReader::new(conn).lines() {
+        let Ok(l) = l else { return Ok(None) };
+        match serde_json::from_str::<Answer>(&l).map_err(|e| Unreachable(anyhow!("the agent's answer: {e}")))? {
+            Answer::Progress(_) => {}
+            Answer::Ready(r) => return Ok(Some(r)),
+            Answer::Error(e) => return Err(Refused(e)),
+        }
+    }
+    Ok(None)
+}
+
 fn run(args: &[String]) -> Result<Never> {
     let [sock, bundle, key, spec, dashes, argv @ ..] = args else {
         return Err(anyhow!("usage: tandem {CONTAINER_CMD} SOCKET BUNDLE KEY SPEC -- ARGV..."));
@@ -297,22 +324,25 @@ fn run(args: &[String]) -> Result<Never> {
         ask.user = Some(u);
         ask.password = Some(p);
     }
-    let mut conn = std::os::unix::net::UnixStream::connect(sock).with_context(|| format!("reaching the node's agent at {sock}"))?;
     let mut line = serde_json::to_string(&ask)?;
     line.push('\n');
-    conn.write_all(line.as_bytes())?;
+    // The agent may restart meanwhile (an upgrade, a crash): asked again, for a while (the
+    // restarted agent adopts this task and answers for it), then the task fails.
     let mut ready = None;
-    for l in BufReader::new(conn).lines() {
-        match serde_json::from_str::<Answer>(&l?).context("the agent's answer")? {
-            Answer::Progress(_) => {}
-            Answer::Ready(r) => {
+    let mut last = anyhow!("the node's agent did not answer");
+    for _ in 0..ASK_TRIES {
+        match ask_once(sock, &line) {
+            Ok(Some(r)) => {
                 ready = Some(r);
                 break;
             }
-            Answer::Error(e) => return Err(anyhow!(e)),
+            Ok(None) => last = anyhow!("the node's agent ended before the image was ready"),
+            Err(Refused(e)) => return Err(anyhow!(e)),
+            Err(Unreachable(e)) => last = e,
         }
+        std::thread::sleep(std::time::Duration::from_secs(1));
     }
-    let ready = ready.ok_or_else(|| anyhow!("the node's agent ended before the image was ready"))?;
+    let ready = ready.ok_or(last)?;
     let env: Vec<(String, String)> =
         std::env::vars_os().filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?))).collect();
     let spec = image::spec::build(&image::spec::Run { ready: &ready, container: &c, argv, env: &env, uid, gid, home: home.to_str() });

@@ -419,7 +419,16 @@ pub(crate) fn launch(t: &Task, spool: &Path, tasks: &Tasks, cg: &Cgroups) -> Res
                 .map_err(|e| LaunchError(format!("making the container's bundle directory: {e}")))?;
             let exe =
                 std::env::current_exe().map_err(|e| LaunchError(format!("--container-image: cannot find the agent's own program: {e}")))?;
-            let spec = serde_json::to_string(c).map_err(|e| LaunchError(e.to_string()))?;
+            let mut c = c.clone();
+            if t.script.is_some() {
+                if t.login_env {
+                    return Err(LaunchError("--get-user-env cannot be used with --container-image: the script runs in the image".into()));
+                }
+                // The batch script, read-only at its own path inside.
+                let script = script_path(spool, t.job, t.epoch).display().to_string();
+                c.mounts.push(slurmcli::Mount { src: script.clone(), dst: script, readonly: true });
+            }
+            let spec = serde_json::to_string(&c).map_err(|e| LaunchError(e.to_string()))?;
             let mut a = vec![
                 crate::container::CONTAINER_CMD.to_string(),
                 data.join("image.sock").display().to_string(),

@@ -137,8 +137,6 @@ pub(crate) async fn run(a: AgentArgs) -> Result<()> {
     std::fs::set_permissions(&spool, std::fs::Permissions::from_mode(0o711))?;
     let cg = std::sync::Arc::new(Cgroups::detect(&a.name));
     let records = std::sync::Arc::new(Tasks::open(&a.data)?);
-    let images = image::Store::open(&a.data.join("images"), a.registries.clone()).map_err(|e| anyhow::anyhow!("{e}"))?;
-    crate::container::serve(&a.data.join("image.sock"), std::sync::Arc::new(images), crate::container::ALLOWED.clone())?;
     // Replica status changes: report them at once rather than at the next heartbeat.
     let changed = std::sync::Arc::new(tokio::sync::Notify::new());
     let mut node = model::Node::new(
@@ -222,6 +220,9 @@ pub(crate) async fn run(a: AgentArgs) -> Result<()> {
             }
         }
     }
+    // The image socket, once the adopted container tasks are known (they may be asking).
+    let images = image::Store::open(&a.data.join("images"), a.registries.clone()).map_err(|e| anyhow::anyhow!("{e}"))?;
+    crate::container::serve(&a.data.join("image.sock"), std::sync::Arc::new(images), crate::container::ALLOWED.clone())?;
     if adopted + finished + lost > 0 {
         eprintln!(
             "tandem agent {}: found the tasks of an earlier agent process: {adopted} running (adopted), {finished} ended, {lost} lost",

@@ -1963,7 +1963,13 @@ impl Controller {
             umask: Some(umask),
             replica,
             io,
-            container: st.and_then(|s| s.container.clone()),
+            container: match st {
+                Some(s) => s.container.clone(),
+                // sbatch --container-image: the batch script runs in the image, as a service's
+                // `image` runs its replicas (not an allocation's placeholder).
+                None if step == BATCH_STEP && !j.spec.interactive => j.spec.container.clone(),
+                None => None,
+            },
         }
     }
 

@@ -253,6 +253,38 @@ pub struct ServiceSpec {
     pub proxy: ProxySpec,
     /// Seconds between SIGTERM and SIGKILL when a replica stops (default 30).
     pub termination_grace: Option<Quantity>,
+    /// The OCI image the replicas run in (`--container-image`'s forms; README, Containers);
+    /// none: a bare process.
+    #[serde(default)]
+    pub image: Option<String>,
+    /// Host paths bound into the image, `SRC:DST[:ro]` (`--container-mounts`' entries); a
+    /// relative SRC is from the working directory.
+    #[serde(default)]
+    pub mounts: Vec<String>,
+}
+
+impl ServiceSpec {
+    /// The replicas' container, if the service has an image; relative mount sources are taken
+    /// from `dir`.
+    pub fn container(&self, dir: &str) -> Result<Option<slurmcli::Container>, String> {
+        let Some(image) = &self.image else {
+            if !self.mounts.is_empty() {
+                return Err("mounts need an image".into());
+            }
+            return Ok(None);
+        };
+        slurmcli::ImageRef::parse(image).map_err(|e| format!("image: {}", e.0))?;
+        let mut mounts = Vec::new();
+        for m in &self.mounts {
+            if m.contains(',') {
+                return Err(format!("mounts: one SRC:DST[:ro] per entry, got {m:?}"));
+            }
+            mounts.extend(slurmcli::container::parse_mounts(m).map_err(|e| format!("mounts: {}", e.0))?);
+        }
+        let mut c = slurmcli::Container { image: image.clone(), mounts, ..Default::default() };
+        c.resolve(dir);
+        Ok(Some(c))
+    }
 }
 
 /// A count or a percentage of the desired replicas.
@@ -546,6 +578,7 @@ impl ServiceSpec {
         {
             return Err(format!("workdir must be an absolute path, got {w:?}"));
         }
+        self.container("/")?;
         let output = self.output.clone().unwrap_or_else(|| "tandem-%x-%j.log".into());
         if output.is_empty() || output.contains('\0') || output.split('/').any(|c| c == "..") {
             return Err(format!("output must be a file name pattern without '..', got {output:?}"));

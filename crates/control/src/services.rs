@@ -564,6 +564,8 @@ impl Controller {
             recorded: Vec::new(),
             login_env: false,
             umask: svc.umask,
+            // Checked when the service was applied.
+            container: spec.container(&workdir).ok().flatten(),
         };
         let job = Job {
             replica: Some(ReplicaInfo {

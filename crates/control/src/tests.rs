@@ -21,6 +21,7 @@ pub(super) fn spec(uid: u32) -> JobSpec {
         recorded: Vec::new(),
         login_env: false,
         umask: None,
+        container: None,
     }
 }
 

@@ -58,6 +58,9 @@ pub struct JobSpec {
     /// output files are created 0666 under it. `None` (an older body): 0022.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub umask: Option<u32>,
+    /// `sbatch --container-image` and the rest: the batch script runs in this image.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container: Option<slurmcli::Container>,
 }
 
 impl JobSpec {
@@ -103,6 +106,7 @@ impl JobSpec {
             recorded: Vec::new(),
             login_env: false,
             umask: None,
+            container: None,
         }
     }
 }

@@ -221,6 +221,10 @@ async fn submit(State(app): State<App>, ConnectInfo(peer): ConnectInfo<Peer>, he
         recorded: control::JobSpec::recorded_of(&b),
         login_env: b.get_user_env.is_some(),
         umask: req.umask.map(|m| m & 0o777),
+        container: b.container.clone().map(|mut c| {
+            c.resolve(&req.cwd);
+            c
+        }),
     };
     if b.test_only {
         let t = now();

@@ -139,6 +139,9 @@ pub struct BatchSpec {
     pub script_path: Option<String>,
     /// Arguments after the script path.
     pub script_args: Vec<String>,
+    /// Pyxis's `--container-*` (sbatch): the batch script runs in this image.
+    #[serde(default)]
+    pub container: Option<crate::Container>,
 }
 
 /// `BatchSpec::time` in serde: `None` is none, unlimited is `0`, a limit is its seconds.
@@ -308,8 +311,12 @@ const SALLOC_ONLY: &[Opt] = &[
 ];
 
 /// `sbatch`: the options end at the script.
-pub const SBATCH: Command =
-    Command { name: "sbatch", opts: &[OPTS, RUN_ASIDE, BATCH_ASIDE, SBATCH_ASIDE], order: Order::RequireOrder, underscores: false };
+pub const SBATCH: Command = Command {
+    name: "sbatch",
+    opts: &[OPTS, RUN_ASIDE, BATCH_ASIDE, SBATCH_ASIDE, crate::container::CONTAINER_OPTS],
+    order: Order::RequireOrder,
+    underscores: false,
+};
 
 /// `salloc`: the options end at the command.
 pub const SALLOC: Command =
@@ -429,6 +436,9 @@ pub(crate) fn text(v: &str, what: &str) -> Result<String, Invalid> {
 
 impl BatchSpec {
     fn set(&mut self, given: Given, now: Time) -> Result<(), Invalid> {
+        if crate::container::read_option(&mut self.container, given.opt.key, given.value.as_deref())? {
+            return Ok(());
+        }
         let v = given.value;
         let val = || v.clone().unwrap_or_default();
         match given.opt.key {
@@ -870,6 +880,7 @@ pub fn parse_batch(
     for given in cli {
         spec.set(given, now)?;
     }
+    spec.container = crate::container::finish(spec.container.take())?;
     if spec.cpus_per_gpu.is_some() && spec.cpus_per_task.is_some() {
         return Err(Invalid::new("--cpus-per-gpu is mutually exclusive with --cpus-per-task"));
     }

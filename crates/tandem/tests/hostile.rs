@@ -1831,7 +1831,7 @@ fn container_tasks_run_as_their_user_from_a_registry_and_no_further() {
     private.push(&layout, "team/private", Some("alice:secret"));
     let insecure = open_reg.host();
     let ca_s = ca.display().to_string();
-    let up = Up::launch_with(&root, None, &["--no-proxy"], 2, &[("TANDEM_INSECURE_REGISTRIES", &insecure), ("TANDEM_REGISTRY_CA", &ca_s)]);
+    let up = Up::launch_with(&root, None, &[], 2, &[("TANDEM_INSECURE_REGISTRIES", &insecure), ("TANDEM_REGISTRY_CA", &ca_s)]);
     let vdir = user_dir(&root.join("alice"), &v, 0o755);
     let adir = user_dir(&root.join("mallory"), &a, 0o755);
     let ro = user_dir(&vdir.join("ro"), &v, 0o755);
@@ -1933,6 +1933,89 @@ fn container_tasks_run_as_their_user_from_a_registry_and_no_further() {
     assert!(!o.status.success() && text(&o).contains("must be an absolute path"), "{}", text(&o));
     let o = up.run(&v, &vdir, &["srun", "-N1", "--container-image=UPPER/x", "true"]);
     assert!(!o.status.success() && text(&o).contains("invalid --container-image"), "{}", text(&o));
+
+    // sbatch --container-image: the batch script itself runs in the image.
+    let bid = up.sbatch(
+        &v,
+        &vdir,
+        &[
+            &format!("--container-image={enroot}"),
+            "-o",
+            &vdir.join("b.out").display().to_string(),
+            "--wrap",
+            "grep PRETTY /etc/os-release; id -u",
+        ],
+    );
+    assert_eq!(up.wait_state(bid, &["COMPLETED", "FAILED"])["JobState"], "COMPLETED");
+    let out = std::fs::read_to_string(vdir.join("b.out")).unwrap();
+    assert!(out.contains("Bars BusyBox 1") && out.contains(&v.uid.to_string()), "{out}");
+
+    // Ten single-task jobs of two users at once on one node, from an image no node has: each
+    // blob is fetched once; a later job fetches none and asks for the manifest once.
+    let ten = root.join("img-ten");
+    std::fs::create_dir_all(&ten).unwrap();
+    open_reg.push(&common::busybox_image(&ten, "Bars Ten"), "bars/ten", None);
+    let ten_ref = format!("--container-image={insecure}#bars/ten:1");
+    let mut ids = Vec::new();
+    for i in 0..10 {
+        let (u, d) = if i % 2 == 0 { (&v, &vdir) } else { (&a, &adir) };
+        ids.push(up.sbatch(u, d, &["-w", "node1", &ten_ref, "-o", "/dev/null", "--wrap", "grep -q 'Bars Ten' /etc/os-release"]));
+    }
+    for id in &ids {
+        assert_eq!(up.wait_state(*id, &["COMPLETED", "FAILED"])["JobState"], "COMPLETED", "job {id}");
+    }
+    assert_eq!(open_reg.blob_gets("bars/ten"), 2, "one layer and one configuration, once: {:?}", open_reg.gets());
+    let manifests = open_reg.manifest_gets("bars/ten");
+    let id = up.sbatch(&a, &adir, &["-w", "node1", &ten_ref, "-o", "/dev/null", "--wrap", "true"]);
+    assert_eq!(up.wait_state(id, &["COMPLETED", "FAILED"])["JobState"], "COMPLETED");
+    assert_eq!((open_reg.blob_gets("bars/ten"), open_reg.manifest_gets("bars/ten")), (2, manifests + 1));
+
+    // kill -9 of the agent while a container task runs: adopted, its exit code reaches sacct.
+    let kid =
+        up.sbatch(&v, &vdir, &["-w", "node2", &format!("--container-image={enroot}"), "-o", "/dev/null", "--wrap", "sleep 3; exit 7"]);
+    up.wait_state(kid, &["RUNNING"]);
+    std::thread::sleep(Duration::from_millis(500));
+    let o = Command::new("pkill").args(["-KILL", "-f", &format!("tandem agent .*--name node2 .*{}", up.dir.display())]).output().unwrap();
+    assert!(o.status.success(), "no agent node2 to kill");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let j = loop {
+        let j = up.job(kid);
+        if j.get("JobState").is_some_and(|s| s != "RUNNING") {
+            break j;
+        }
+        assert!(Instant::now() < deadline, "the container job outlived its agent's restart: {j:?}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert_eq!((j["JobState"].as_str(), j["ExitCode"].as_str()), ("FAILED", "7:0"), "{j:?}");
+
+    // A service whose replicas run in the image (busybox's httpd), reached through the proxy.
+    let www = user_dir(&vdir.join("www"), &v, 0o755);
+    owned_file(&www.join("index.html"), "alice-container\n", v.uid, v.gid, 0o644);
+    let env = std::fs::read_to_string(up.dir.join("env")).unwrap();
+    let proxy = env.lines().find_map(|l| l.strip_prefix("export TANDEM_PROXY=http://")).expect("a proxy").to_string();
+    let svc = owned_file(
+        &vdir.join("web.toml"),
+        &format!(
+            "name = \"web\"\nimage = \"{docker}\"\nmounts = [\"{}:/www:ro\"]\ncommand = [\"httpd\", \"-f\", \"-p\", \"$PORT\", \"-h\", \"/www\"]\nreplicas = 2\noutput = \"/dev/null\"\n",
+            www.display()
+        ),
+        v.uid,
+        v.gid,
+        0o644,
+    );
+    up.ok(&v, &vdir, &["tandem", "service", "apply", "-f", &svc.display().to_string()]);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let o = Command::new("curl").args(["-s", "-m", "10", &format!("http://{proxy}/s/web/")]).output().unwrap();
+        if String::from_utf8_lossy(&o.stdout).contains("alice-container") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the container service is not served: {}", text(&o));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let o = Command::new("pgrep").args(["-u", &v.uid.to_string(), "-x", "httpd"]).output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&o.stdout).lines().count(), 2, "two replicas, each httpd of alice's");
+    up.ok(&v, &vdir, &["tandem", "service", "delete", "web"]);
 
     // scancel reaches the processes inside: nothing of the step is left.
     let s = format!("#!/bin/sh\nsrun -N1 -n1 --container-image={enroot} sleep 300\n");

@@ -537,7 +537,8 @@ pub const DOCUMENT: &str = r##"{
           "open_append": {"type": ["boolean", "null"], "description": "--open-mode: true append, false truncate, null Slurm's default (truncate at the first start)"},
           "script": {"type": "string"},
           "script_path": {"$ref": "#/components/schemas/StringOrNull"},
-          "script_args": {"$ref": "#/components/schemas/Strings"}}},
+          "script_args": {"$ref": "#/components/schemas/Strings"},
+          "container": {"anyOf": [{"$ref": "#/components/schemas/Container"}, {"type": "null"}], "description": "sbatch's --container-*: the batch script runs in this image"}}},
       "MemRequest": {"oneOf": [
         {"type": "object", "required": ["PerNode"], "additionalProperties": false, "properties": {"PerNode": {"$ref": "#/components/schemas/u64", "description": "--mem, bytes per node (0: none)"}}},
         {"type": "object", "required": ["PerCpu"], "additionalProperties": false, "properties": {"PerCpu": {"$ref": "#/components/schemas/u64", "description": "--mem-per-cpu, bytes"}}}]},
@@ -913,7 +914,9 @@ pub const DOCUMENT: &str = r##"{
             "prefill_pace": {"$ref": "#/components/schemas/Quantity", "description": "Streamed requests per replica awaiting their first token before the proxy sends it another queued one (default 1; 0: not paced)"},
             "tenants": {"type": "object", "description": "Tenants of the fair queue by name", "additionalProperties": {"type": "object", "additionalProperties": false, "properties": {
               "weight": {"$ref": "#/components/schemas/Quantity"}, "keys": {"$ref": "#/components/schemas/Strings", "description": "API keys (Authorization: Bearer KEY)"}}}}}},
-          "termination_grace": {"$ref": "#/components/schemas/Quantity"}}},
+          "termination_grace": {"$ref": "#/components/schemas/Quantity"},
+          "image": {"$ref": "#/components/schemas/StringOrNull", "description": "The OCI image the replicas run in (--container-image's forms)"},
+          "mounts": {"$ref": "#/components/schemas/Strings", "description": "Host paths bound into the image, SRC:DST[:ro] each"}}},
       "ProbeSpec": {"anyOf": [{"type": "null"}, {"type": "object", "additionalProperties": false, "properties": {
         "http": {"$ref": "#/components/schemas/StringOrNull"}, "tcp": {"$ref": "#/components/schemas/BoolOrNull"},
         "port": {"$ref": "#/components/schemas/Quantity"}, "period": {"$ref": "#/components/schemas/Quantity"},
