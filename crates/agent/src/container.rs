@@ -1,5 +1,5 @@
 //! Container tasks (Pyxis's `--container-image`). A task with a container runs as its user
-//! through `tandem __container SOCKET BUNDLE KEY SPEC -- ARGV...`, started by the ordinary
+//! through `tandem __container SOCKET BUNDLE KEY SPEC NODE -- ARGV...`, started by the ordinary
 //! launch (the job's cgroup joined, the user's identity taken, the output files opened):
 //!
 //! 1. it reads the user's registry credentials (Enroot's `~/.config/enroot/.credentials`, or
@@ -26,11 +26,26 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
+/// What the agent tells a container task of its node: the task's GPUs (host indices) and where
+/// the node's CDI specifications are.
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
+pub(crate) struct NodeSide {
+    pub(crate) gpus: Vec<u8>,
+    pub(crate) cdi: Vec<PathBuf>,
+}
+
+/// The node's CDI specification directories (`tandem agent --cdi-spec-dir`; none: CDI's
+/// defaults), set once at the agent's start.
+pub(crate) static CDI_DIRS: std::sync::OnceLock<Vec<PathBuf>> = std::sync::OnceLock::new();
+
 /// The hidden subcommand that runs a task in its container.
 pub const CONTAINER_CMD: &str = "__container";
 
 /// The OCI runtime the agent uses (Debian's `runc`).
 pub const RUNTIME: &str = "runc";
+
+/// The container's process 1 (Debian's `tini`, its static build: it runs in any image).
+pub const INIT: &str = "tini-static";
 
 /// The task's bundle directory: `DATA/containers/JOB.RUN.STEP.RANK`.
 pub(crate) fn bundle_dir(data: &Path, k: &TaskKey) -> PathBuf {
@@ -236,8 +251,8 @@ fn subordinate(file: &str, name: &str, id: u32) -> Option<u32> {
     })
 }
 
-/// `tandem __container SOCKET BUNDLE KEY SPEC -- ARGV...`: returns only on failure, with the
-/// exit code to leave with.
+/// `tandem __container SOCKET BUNDLE KEY SPEC NODE -- ARGV...`: returns only on failure, with
+/// the exit code to leave with.
 pub fn main(args: &[String]) -> i32 {
     let bundle = args.get(1).map(PathBuf::from);
     match run(args) {
@@ -283,13 +298,20 @@ fn ask_once(sock: &str, line: &str) -> std::result::Result<Option<image::Ready>,
 }
 
 fn run(args: &[String]) -> Result<Never> {
-    let [sock, bundle, key, spec, dashes, argv @ ..] = args else {
-        return Err(anyhow!("usage: tandem {CONTAINER_CMD} SOCKET BUNDLE KEY SPEC -- ARGV..."));
+    let [sock, bundle, key, spec, node, dashes, argv @ ..] = args else {
+        return Err(anyhow!("usage: tandem {CONTAINER_CMD} SOCKET BUNDLE KEY SPEC NODE -- ARGV..."));
     };
     if dashes != "--" || argv.is_empty() {
-        return Err(anyhow!("usage: tandem {CONTAINER_CMD} SOCKET BUNDLE KEY SPEC -- ARGV..."));
+        return Err(anyhow!("usage: tandem {CONTAINER_CMD} SOCKET BUNDLE KEY SPEC NODE -- ARGV..."));
     }
     let c: slurmcli::Container = serde_json::from_str(spec).context("the container options")?;
+    let node: NodeSide = serde_json::from_str(node).context("the node's settings")?;
+    // The task's GPUs, through the node's CDI specifications.
+    let cdi = if node.gpus.is_empty() {
+        Vec::new()
+    } else {
+        image::cdi::load_gpu_specs(&image::cdi::dirs_or_default(&node.cdi)).map_err(|e| anyhow!(e))?
+    };
     let r = slurmcli::ImageRef::parse(&c.image).map_err(|e| anyhow!(e.0))?;
     let uid = nix::unistd::getuid().as_raw();
     let gid = nix::unistd::getgid().as_raw();
@@ -343,9 +365,21 @@ fn run(args: &[String]) -> Result<Never> {
         std::thread::sleep(std::time::Duration::from_secs(1));
     }
     let ready = ready.ok_or(last)?;
+    let init = system_program(INIT)?;
     let env: Vec<(String, String)> =
         std::env::vars_os().filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?))).collect();
-    let spec = image::spec::build(&image::spec::Run { ready: &ready, container: &c, argv, env: &env, uid, gid, home: home.to_str() });
+    let spec = image::spec::build(&image::spec::Run {
+        ready: &ready,
+        container: &c,
+        argv,
+        env: &env,
+        uid,
+        gid,
+        home: home.to_str(),
+        init: Some(&init),
+    });
+    let mut spec = spec;
+    image::cdi::apply(&mut spec, &cdi, &node.gpus).map_err(|e| anyhow!(e))?;
     let bundle = PathBuf::from(bundle);
     spec.save(bundle.join("config.json")).map_err(|e| anyhow!("writing the container's config.json: {e}"))?;
     let mut cmd = std::process::Command::new(system_program("unshare")?);
@@ -392,7 +426,9 @@ fn stage_root(args: &[String]) -> Result<Never> {
         .iter()
         .flatten()
         .filter(|m| m.typ().as_deref() == Some("none"))
-        .map(|m| (m.destination().clone(), m.source().as_ref().is_some_and(|s| s.is_file())))
+        // Under runc's own /dev, /proc and /sys, runc makes them.
+        .filter(|m| !["/dev", "/proc", "/sys"].iter().any(|p| m.destination().starts_with(p)))
+        .map(|m| (m.destination().clone(), m.source().as_ref().is_some_and(|s| !s.is_dir())))
         .collect();
     let root = bundle.join("rootfs");
     std::fs::create_dir_all(&root)?;

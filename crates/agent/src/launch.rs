@@ -435,6 +435,11 @@ pub(crate) fn launch(t: &Task, spool: &Path, tasks: &Tasks, cg: &Cgroups) -> Res
                 bundle.display().to_string(),
                 format!("{}.{}.{}.{}", key.job, key.epoch, key.step, key.rank),
                 spec,
+                serde_json::to_string(&crate::container::NodeSide {
+                    gpus: t.gpus.clone(),
+                    cdi: crate::container::CDI_DIRS.get().cloned().unwrap_or_default(),
+                })
+                .map_err(|e| LaunchError(e.to_string()))?,
                 "--".to_string(),
                 program,
             ];

@@ -60,6 +60,9 @@ pub struct Options {
     pub insecure_registries: Vec<String>,
     /// CA certificates (PEM files) trusted for registries beside the system's.
     pub registry_ca: Vec<PathBuf>,
+    /// Directories of CDI specifications, for GPUs in containers (none: `/etc/cdi` and
+    /// `/var/run/cdi`).
+    pub cdi_spec_dirs: Vec<PathBuf>,
 }
 
 /// Runs the agent until the process is stopped (on a runtime of its own).
@@ -88,6 +91,7 @@ pub fn main(o: Options) -> Result<()> {
         .map(|f| std::fs::read(f).with_context(|| format!("--registry-ca: reading {}", f.display())))
         .collect::<Result<Vec<_>>>()?;
     let registries = image::Settings { insecure: o.insecure_registries, ca_pem };
+    let _ = container::CDI_DIRS.set(o.cdi_spec_dirs);
     rt.block_on(node::run(node::AgentArgs {
         server,
         name,

@@ -15,6 +15,7 @@
 //! dropped), without device nodes (skipped), and never outside its directory (the `tar` crate's
 //! checks: no `..`, no absolute names, no writing through a link).
 
+pub mod cdi;
 pub mod spec;
 
 use oci_client::client::{Certificate, CertificateEncoding, ClientConfig, ClientProtocol};

@@ -26,7 +26,15 @@ pub struct Run<'a> {
     pub gid: u32,
     /// The user's home directory (`--container-mount-home`).
     pub home: Option<&'a str>,
+    /// A static init (Debian's `tini-static`), run as the container's process 1 in front of
+    /// the command: the first process of a PID namespace gets only the signals it handles, so
+    /// without one a `SIGTERM` (scancel, a time limit, a replica's stop) would not reach a
+    /// program that leaves it to its default.
+    pub init: Option<&'a std::path::Path>,
 }
+
+/// Where the init is bound inside (in runc's own `/dev`, so the image is not touched).
+pub const INIT_PATH: &str = "/dev/.tandem-init";
 
 fn idmap(container: u32, host: u32) -> LinuxIdMapping {
     LinuxIdMappingBuilder::default().container_id(container).host_id(host).size(1u32).build().expect("complete")
@@ -75,7 +83,12 @@ pub fn build(r: &Run) -> Spec {
     let mut process = spec.process().clone().unwrap_or_default();
     process.set_terminal(Some(false));
     process.set_user(UserBuilder::default().uid(uid).gid(gid).build().expect("complete"));
-    process.set_args(Some(r.argv.to_vec()));
+    let argv = match r.init {
+        // tini: forward each signal to the command's process group (-g), then its exit status.
+        Some(_) => [INIT_PATH, "-g", "--"].iter().map(|s| s.to_string()).chain(r.argv.iter().cloned()).collect(),
+        None => r.argv.to_vec(),
+    };
+    process.set_args(Some(argv));
     process.set_env(Some(environment(&r.ready.env, r.env, &c.env)));
     let cwd = c.workdir.clone().or_else(|| r.ready.workdir.clone()).unwrap_or_else(|| "/".to_string());
     process.set_cwd(cwd.into());
@@ -102,6 +115,9 @@ pub fn build(r: &Run) -> Spec {
     }
     for m in &c.mounts {
         mounts.push(bind(&m.src, &m.dst, m.readonly));
+    }
+    if let Some(init) = r.init {
+        mounts.push(bind(&init.display().to_string(), INIT_PATH, true));
     }
     spec.set_mounts(Some(mounts));
     spec
@@ -163,5 +179,18 @@ mod tests {
             m.iter().any(|m| m.destination().to_str() == Some("/root") && m.source().as_ref().and_then(|s| s.to_str()) == Some("/home/a"))
         );
         assert!(m.iter().any(|m| m.destination().to_str() == Some("/in") && m.options().as_ref().unwrap().contains(&"ro".to_string())));
+        // With an init, it is process 1 and the command its child.
+        let s = build(&Run {
+            ready: &ready,
+            container: &c,
+            argv: &argv,
+            env: &env,
+            uid: 1001,
+            gid: 1002,
+            home: None,
+            init: Some(std::path::Path::new("/usr/bin/tini-static")),
+        });
+        assert_eq!(s.process().as_ref().unwrap().args().clone().unwrap(), vec![INIT_PATH, "-g", "--", "id"]);
+        assert!(s.mounts().clone().unwrap().iter().any(|m| m.destination().to_str() == Some(INIT_PATH)));
     }
 }

@@ -144,6 +144,10 @@ enum Cmd {
         /// A CA certificate (PEM) trusted for registries beside the system's; repeatable.
         #[arg(long = "registry-ca", env = "TANDEM_REGISTRY_CA", value_delimiter = ',')]
         registry_ca: Vec<PathBuf>,
+        /// A directory of CDI specifications (nvidia-ctk cdi generate) for GPUs in containers;
+        /// repeatable (default: /etc/cdi and /var/run/cdi).
+        #[arg(long = "cdi-spec-dir", env = "TANDEM_CDI_SPEC_DIRS", value_delimiter = ',')]
+        cdi_spec_dirs: Vec<PathBuf>,
     },
     /// The inference proxy: routes `/s/SERVICE/...` (or `Host: SERVICE`) to a ready replica,
     /// with balancing, retries and passive ejection; endpoints from the controller or `--static`.
@@ -447,7 +451,21 @@ fn main() -> std::process::ExitCode {
             "tandem server",
             server::main(server::Options { listen, listen_fd, data, config, lease, kill_wait, insecure, tls_san }).map(|_| 0),
         ),
-        Cmd::Agent { server, ca, name, join_token_file, gpus, cpus, memory, features, data, addr, insecure_registries, registry_ca } => (
+        Cmd::Agent {
+            server,
+            ca,
+            name,
+            join_token_file,
+            gpus,
+            cpus,
+            memory,
+            features,
+            data,
+            addr,
+            insecure_registries,
+            registry_ca,
+            cdi_spec_dirs,
+        } => (
             "tandem agent",
             agent::main(agent::Options {
                 server,
@@ -462,6 +480,7 @@ fn main() -> std::process::ExitCode {
                 addr,
                 insecure_registries,
                 registry_ca,
+                cdi_spec_dirs,
             })
             .map(|_| 0),
         ),

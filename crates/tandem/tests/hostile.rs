@@ -1831,7 +1831,25 @@ fn container_tasks_run_as_their_user_from_a_registry_and_no_further() {
     private.push(&layout, "team/private", Some("alice:secret"));
     let insecure = open_reg.host();
     let ca_s = ca.display().to_string();
-    let up = Up::launch_with(&root, None, &[], 2, &[("TANDEM_INSECURE_REGISTRIES", &insecure), ("TANDEM_REGISTRY_CA", &ca_s)]);
+    // A fake CDI specification of each node's 2 GPUs: device nodes bound from /dev/null.
+    let cdi = root.join("cdi");
+    std::fs::create_dir_all(&cdi).unwrap();
+    std::fs::write(
+        cdi.join("fake.yaml"),
+        "cdiVersion: \"0.5.0\"\nkind: nvidia.com/gpu\ndevices:\n\
+         - name: \"0\"\n  containerEdits:\n    deviceNodes: [{path: /dev/fakegpu0, hostPath: /dev/null}]\n\
+         - name: \"1\"\n  containerEdits:\n    deviceNodes: [{path: /dev/fakegpu1, hostPath: /dev/null}]\n\
+         containerEdits:\n  env: [FAKE_CDI=yes]\n",
+    )
+    .unwrap();
+    let cdi_s = cdi.display().to_string();
+    let up = Up::launch_with(
+        &root,
+        None,
+        &["--gpus-per-agent", "2"],
+        2,
+        &[("TANDEM_INSECURE_REGISTRIES", &insecure), ("TANDEM_REGISTRY_CA", &ca_s), ("TANDEM_CDI_SPEC_DIRS", &cdi_s)],
+    );
     let vdir = user_dir(&root.join("alice"), &v, 0o755);
     let adir = user_dir(&root.join("mallory"), &a, 0o755);
     let ro = user_dir(&vdir.join("ro"), &v, 0o755);
@@ -1934,6 +1952,26 @@ fn container_tasks_run_as_their_user_from_a_registry_and_no_further() {
     let o = up.run(&v, &vdir, &["srun", "-N1", "--container-image=UPPER/x", "true"]);
     assert!(!o.status.success() && text(&o).contains("invalid --container-image"), "{}", text(&o));
 
+    // GPUs: a job holding GPU 0 of node1, then one with a GPU of node1 (so GPU 1): inside, its
+    // device alone, numbered 0, with the specification's common edits.
+    let hold = up.sbatch(&v, &vdir, &["-w", "node1", "--gpus=1", "-o", "/dev/null", "--wrap", "sleep 60"]);
+    up.wait_state(hold, &["RUNNING"]);
+    let g = format!(
+        "#!/bin/sh\necho host=$CUDA_VISIBLE_DEVICES\nsrun --container-image={enroot} sh -c 'echo devices=$(ls /dev | grep fakegpu | tr \"\\n\" \" \") inside=$CUDA_VISIBLE_DEVICES cdi=$FAKE_CDI'\n"
+    );
+    let gp = owned_file(&vdir.join("g.sh"), &g, v.uid, v.gid, 0o755);
+    let gid =
+        up.sbatch(&v, &vdir, &["-w", "node1", "--gpus=1", "-o", &vdir.join("g.out").display().to_string(), &gp.display().to_string()]);
+    assert_eq!(
+        up.wait_state(gid, &["COMPLETED", "FAILED"])["JobState"],
+        "COMPLETED",
+        "{}",
+        std::fs::read_to_string(vdir.join("g.out")).unwrap_or_default()
+    );
+    let out = std::fs::read_to_string(vdir.join("g.out")).unwrap();
+    assert!(out.contains("host=1") && out.contains("devices=fakegpu1 inside=0 cdi=yes"), "{out}");
+    up.ok(&v, &vdir, &["scancel", &hold.to_string()]);
+
     // sbatch --container-image: the batch script itself runs in the image.
     let bid = up.sbatch(
         &v,
@@ -1975,7 +2013,9 @@ fn container_tasks_run_as_their_user_from_a_registry_and_no_further() {
         up.sbatch(&v, &vdir, &["-w", "node2", &format!("--container-image={enroot}"), "-o", "/dev/null", "--wrap", "sleep 3; exit 7"]);
     up.wait_state(kid, &["RUNNING"]);
     std::thread::sleep(Duration::from_millis(500));
-    let o = Command::new("pkill").args(["-KILL", "-f", &format!("tandem agent .*--name node2 .*{}", up.dir.display())]).output().unwrap();
+    // The oldest match: the agent, not its tasks' keepers (forks of it, with its command line).
+    let o =
+        Command::new("pkill").args(["-o", "-KILL", "-f", &format!("tandem agent .*--name node2 .*{}", up.dir.display())]).output().unwrap();
     assert!(o.status.success(), "no agent node2 to kill");
     let deadline = Instant::now() + Duration::from_secs(60);
     let j = loop {
@@ -2016,6 +2056,13 @@ fn container_tasks_run_as_their_user_from_a_registry_and_no_further() {
     let o = Command::new("pgrep").args(["-u", &v.uid.to_string(), "-x", "httpd"]).output().unwrap();
     assert_eq!(String::from_utf8_lossy(&o.stdout).lines().count(), 2, "two replicas, each httpd of alice's");
     up.ok(&v, &vdir, &["tandem", "service", "delete", "web"]);
+    // A replica's stop (SIGTERM, which busybox's httpd leaves to its default) reaches the
+    // program inside: the replicas end well before the 30 s grace's SIGKILL.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while Command::new("pgrep").args(["-u", &v.uid.to_string(), "-x", "httpd"]).output().unwrap().status.success() {
+        assert!(Instant::now() < deadline, "the deleted service's replicas are still running");
+        std::thread::sleep(Duration::from_millis(100));
+    }
 
     // scancel reaches the processes inside: nothing of the step is left.
     let s = format!("#!/bin/sh\nsrun -N1 -n1 --container-image={enroot} sleep 300\n");
