@@ -143,7 +143,7 @@ mod tests {
         let ready = ready();
         let mut c = Container { image: "x".into(), ..Container::default() };
         let run = |c: &Container| {
-            build(&Run { ready: &ready, container: c, argv: &argv, env: &env, uid: 1001, gid: 1002, home: Some("/home/a") })
+            build(&Run { ready: &ready, container: c, argv: &argv, env: &env, uid: 1001, gid: 1002, home: Some("/home/a"), init: None })
         };
         let s = run(&c);
         let p = s.process().as_ref().unwrap();

@@ -1972,6 +1972,29 @@ fn container_tasks_run_as_their_user_from_a_registry_and_no_further() {
     assert!(out.contains("host=1") && out.contains("devices=fakegpu1 inside=0 cdi=yes"), "{out}");
     up.ok(&v, &vdir, &["scancel", &hold.to_string()]);
 
+    // Other users' processes are not seen from inside (a PID namespace of its own): mallory's
+    // bare job runs beside alice's container, which sees its own processes only.
+    let m = up.sbatch(&a, &adir, &["-w", "node2", "-o", "/dev/null", "--wrap", "sleep 61"]);
+    up.wait_state(m, &["RUNNING"]);
+    let pid_out = vdir.join("pids.out");
+    let pj = up.sbatch(
+        &v,
+        &vdir,
+        &[
+            "-w",
+            "node2",
+            &format!("--container-image={enroot}"),
+            "-o",
+            &pid_out.display().to_string(),
+            "--wrap",
+            "cat /proc/[0-9]*/cmdline | tr '\\0' ' '; echo; echo pids=$(ls -d /proc/[0-9]* | wc -l)",
+        ],
+    );
+    assert_eq!(up.wait_state(pj, &["COMPLETED", "FAILED"])["JobState"], "COMPLETED");
+    let out = std::fs::read_to_string(&pid_out).unwrap();
+    assert!(!out.contains("sleep 61") && out.contains("tandem-init"), "{out}");
+    up.ok(&a, &adir, &["scancel", &m.to_string()]);
+
     // sbatch --container-image: the batch script itself runs in the image.
     let bid = up.sbatch(
         &v,
