@@ -123,8 +123,25 @@ enum Answer {
     Error(String),
 }
 
+/// The images the node's container tasks run (their bundles' annotation), which the cache keeps.
+fn live_images(data: &Path) -> std::collections::HashSet<String> {
+    let dir = data.join("containers");
+    std::fs::read_dir(&dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let spec = oci_spec::runtime::Spec::load(e.path().join("config.json")).ok()?;
+            spec.annotations().as_ref()?.get(image::spec::DIGEST_ANNOTATION).cloned()
+        })
+        .collect()
+}
+
 /// Serves `DATA/image.sock` until the agent ends.
-pub(crate) fn serve(sock: &Path, store: Arc<image::Store>, allowed: Arc<Allowed>) -> Result<()> {
+pub(crate) fn serve(data: &Path, store: Arc<image::Store>, allowed: Arc<Allowed>) -> Result<()> {
+    let sock = data.join("image.sock");
+    let sock = sock.as_path();
+    let data = data.to_path_buf();
     let _ = std::fs::remove_file(sock);
     let listener = tokio::net::UnixListener::bind(sock).with_context(|| format!("listening on {}", sock.display()))?;
     std::fs::set_permissions(sock, std::fs::Permissions::from_mode(0o666))?;
@@ -133,15 +150,24 @@ pub(crate) fn serve(sock: &Path, store: Arc<image::Store>, allowed: Arc<Allowed>
             let Ok((conn, _)) = listener.accept().await else { continue };
             let store = store.clone();
             let allowed = allowed.clone();
+            let data = data.clone();
             tokio::spawn(async move {
-                let _ = answer(conn, &store, &allowed).await;
+                if let Ok(Some(digest)) = answer(conn, &store, &allowed).await {
+                    // A new image may have taken the cache past its bound.
+                    let mut keep = live_images(&data);
+                    keep.insert(digest);
+                    for d in store.trim(&keep).await {
+                        eprintln!("tandem agent: image cache: removed {d}, least recently used");
+                    }
+                }
             });
         }
     });
     Ok(())
 }
 
-async fn answer(conn: tokio::net::UnixStream, store: &image::Store, allowed: &Allowed) -> std::io::Result<()> {
+/// Answers one task; returns the digest of the image it made ready.
+async fn answer(conn: tokio::net::UnixStream, store: &image::Store, allowed: &Allowed) -> std::io::Result<Option<String>> {
     use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
     let uid = conn.peer_cred()?.uid();
     let (rd, mut wr) = conn.into_split();
@@ -155,12 +181,13 @@ async fn answer(conn: tokio::net::UnixStream, store: &image::Store, allowed: &Al
     };
     let ask: Ask = match (n, serde_json::from_str(&line)) {
         (1.., Ok(a)) => a,
-        _ => return wr.write_all(send(&Answer::Error("malformed request".into())).as_bytes()).await,
+        _ => return wr.write_all(send(&Answer::Error("malformed request".into())).as_bytes()).await.map(|()| None),
     };
     if !allowed.check(&ask.key, uid, &ask.image) {
         return wr
             .write_all(send(&Answer::Error(format!("no container task {} of uid {uid} with this image runs here", ask.key))).as_bytes())
-            .await;
+            .await
+            .map(|()| None);
     }
     let r = match slurmcli::ImageRef::parse(&ask.image) {
         Err(e) => Answer::Error(e.0),
@@ -180,7 +207,13 @@ async fn answer(conn: tokio::net::UnixStream, store: &image::Store, allowed: &Al
             }
         }
     };
-    wr.write_all(send(&r).as_bytes()).await
+    let digest = match &r {
+        Answer::Ready(ready) => Some(ready.digest.clone()),
+        _ => None,
+    };
+    // The wrapper may be gone (cancelled): the image is ready all the same.
+    let _ = wr.write_all(send(&r).as_bytes()).await;
+    Ok(digest)
 }
 
 /// The credentials of the user running this for `registry`, with `login` (Enroot's `USER@`)

@@ -63,6 +63,15 @@ pub struct Options {
     /// Directories of CDI specifications, for GPUs in containers (none: `/etc/cdi` and
     /// `/var/run/cdi`).
     pub cdi_spec_dirs: Vec<PathBuf>,
+    /// The image cache's bound, e.g. `50G` (default: half the data directory's file system,
+    /// at most 100 GiB).
+    pub image_cache_size: Option<String>,
+}
+
+/// The image cache's default bound: half the file system of `data`, at most 100 GiB.
+fn default_cache_bound(data: &std::path::Path) -> u64 {
+    let fs = nix::sys::statvfs::statvfs(data).map(|s| s.blocks() as u64 * s.fragment_size() as u64).unwrap_or(0);
+    (fs / 2).min(100 << 30).max(1 << 30)
 }
 
 /// Runs the agent until the process is stopped (on a runtime of its own).
@@ -90,7 +99,14 @@ pub fn main(o: Options) -> Result<()> {
         .iter()
         .map(|f| std::fs::read(f).with_context(|| format!("--registry-ca: reading {}", f.display())))
         .collect::<Result<Vec<_>>>()?;
-    let registries = image::Settings { insecure: o.insecure_registries, ca_pem };
+    let max_bytes = match o.image_cache_size.as_deref() {
+        Some(v) => slurmcli::parse_memory(v).map_err(|e| anyhow::anyhow!("--image-cache-size: {}", e.0))?,
+        None => {
+            std::fs::create_dir_all(&o.data).ok();
+            default_cache_bound(&o.data)
+        }
+    };
+    let registries = image::Settings { insecure: o.insecure_registries, ca_pem, max_bytes };
     let _ = container::CDI_DIRS.set(o.cdi_spec_dirs);
     rt.block_on(node::run(node::AgentArgs {
         server,

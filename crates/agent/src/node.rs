@@ -222,7 +222,7 @@ pub(crate) async fn run(a: AgentArgs) -> Result<()> {
     }
     // The image socket, once the adopted container tasks are known (they may be asking).
     let images = image::Store::open(&a.data.join("images"), a.registries.clone()).map_err(|e| anyhow::anyhow!("{e}"))?;
-    crate::container::serve(&a.data.join("image.sock"), std::sync::Arc::new(images), crate::container::ALLOWED.clone())?;
+    crate::container::serve(&a.data, std::sync::Arc::new(images), crate::container::ALLOWED.clone())?;
     if adopted + finished + lost > 0 {
         eprintln!(
             "tandem agent {}: found the tasks of an earlier agent process: {adopted} running (adopted), {finished} ended, {lost} lost",

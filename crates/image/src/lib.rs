@@ -84,6 +84,9 @@ pub struct Settings {
     pub insecure: Vec<String>,
     /// Extra trusted CA certificates (PEM), beside the system's.
     pub ca_pem: Vec<Vec<u8>>,
+    /// The cache's bound, bytes (unpacked images and blobs together; 0: none): past it the
+    /// least recently used images that no task runs are removed ([`Store::trim`]).
+    pub max_bytes: u64,
 }
 
 /// A user's credentials for one registry, read on the node by a process running as the user
@@ -115,6 +118,12 @@ pub struct Ready {
     /// The image's working directory.
     #[serde(default)]
     pub workdir: Option<String>,
+    /// The blobs it was made from (layers and configuration).
+    #[serde(default)]
+    pub blobs: Vec<String>,
+    /// Bytes of its unpacked files.
+    #[serde(default)]
+    pub bytes: u64,
 }
 
 /// The node's image cache.
@@ -123,6 +132,8 @@ pub struct Store {
     settings: Settings,
     /// One lock per blob digest and per image being unpacked.
     locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// Pulls hold it shared, a trim alone.
+    trimming: tokio::sync::RwLock<()>,
 }
 
 /// Mount points every root filesystem gets when unpacked (a container's root is read-only and
@@ -168,7 +179,7 @@ impl Store {
             let p = e.path();
             let _ = if p.is_dir() { std::fs::remove_dir_all(&p) } else { std::fs::remove_file(&p) };
         }
-        Ok(Store { root: root.to_path_buf(), settings, locks: Mutex::new(HashMap::new()) })
+        Ok(Store { root: root.to_path_buf(), settings, locks: Mutex::new(HashMap::new()), trimming: tokio::sync::RwLock::new(()) })
     }
 
     fn lock(&self, key: &str) -> Arc<tokio::sync::Mutex<()>> {
@@ -197,6 +208,7 @@ impl Store {
     /// for its manifest (always: that is the user's right to it), fetches the layers the cache
     /// lacks, and unpacks the image once. `progress` hears each step, in words.
     pub async fn ensure(&self, image: &ImageRef, creds: Option<&Credentials>, progress: &(dyn Fn(String) + Sync)) -> Result<Ready, Error> {
+        let _pulling = self.trimming.read().await;
         let name = image.canonical();
         let ImageRef::Registry { registry, repository, tag, digest, .. } = image else {
             return Err(Error::Unsupported(format!(
@@ -248,12 +260,26 @@ impl Store {
         let store_root = self.root.clone();
         let name2 = name.clone();
         let id2 = id.clone();
-        let ready = Ready { rootfs: self.root.join("rootfs").join(&id), digest: mdigest.clone(), env, workdir };
-        let record = serde_json::to_vec(&ready).expect("serializable");
-        tokio::task::spawn_blocking(move || unpack_all(&store_root, &name2, &id2, &layers, &record))
+        let mut blobs: Vec<String> = layers.iter().map(|(d, _)| d.clone()).collect();
+        blobs.push(manifest.config.digest.clone());
+        let ready = Ready { rootfs: self.root.join("rootfs").join(&id), digest: mdigest.clone(), env, workdir, blobs, bytes: 0 };
+        let r2 = ready.clone();
+        let ready = tokio::task::spawn_blocking(move || unpack_all(&store_root, &name2, &id2, &layers, r2))
             .await
             .map_err(|e| Error::Unpack { image: name.clone(), digest: mdigest.clone(), why: e.to_string() })??;
         Ok(ready)
+    }
+
+    /// Keeps the cache under its bound ([`Settings::max_bytes`]): removes the least recently
+    /// used images whose digest is not in `keep` (those that tasks run), then the blobs no
+    /// image left needs. Returns the digests removed.
+    pub async fn trim(&self, keep: &std::collections::HashSet<String>) -> Vec<String> {
+        if self.settings.max_bytes == 0 {
+            return Vec::new();
+        }
+        let _alone = self.trimming.write().await;
+        let (root, max, keep) = (self.root.clone(), self.settings.max_bytes, keep.clone());
+        tokio::task::spawn_blocking(move || trim_blocking(&root, max, &keep)).await.unwrap_or_default()
     }
 
     /// An image already unpacked (its record is written last).
@@ -304,9 +330,78 @@ impl Store {
     }
 }
 
+/// Bytes of the regular files under `dir` (not through links).
+fn tree_bytes(dir: &Path) -> u64 {
+    let mut n = 0;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            match e.file_type() {
+                Ok(t) if t.is_dir() => stack.push(e.path()),
+                Ok(t) if t.is_file() => n += e.metadata().map(|m| m.len()).unwrap_or(0),
+                _ => {}
+            }
+        }
+    }
+    n
+}
+
+/// [`Store::trim`]'s work on the files.
+fn trim_blocking(root: &Path, max: u64, keep: &std::collections::HashSet<String>) -> Vec<String> {
+    let mut images: Vec<(std::time::SystemTime, PathBuf, Ready)> = std::fs::read_dir(root.join("rootfs"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.path().extension().is_some_and(|x| x == "json"))
+        .filter_map(|e| {
+            let r: Ready = serde_json::from_slice(&std::fs::read(e.path()).ok()?).ok()?;
+            Some((e.metadata().ok()?.modified().ok()?, e.path(), r))
+        })
+        .collect();
+    images.sort_by_key(|(t, _, _)| *t);
+    let blobs: HashMap<String, u64> = std::fs::read_dir(root.join("blobs/sha256"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| Some((format!("sha256:{}", e.file_name().to_str()?), e.metadata().ok()?.len())))
+        .collect();
+    let mut total: u64 = images.iter().map(|(_, _, r)| r.bytes).sum::<u64>() + blobs.values().sum::<u64>();
+    let mut removed = Vec::new();
+    let mut left: Vec<&Ready> = images.iter().map(|(_, _, r)| r).collect();
+    for (_, rec, r) in &images {
+        if total <= max {
+            break;
+        }
+        if keep.contains(&r.digest) {
+            continue;
+        }
+        // The record first: from then on the image is not ready (a pull makes it again).
+        if std::fs::remove_file(rec).is_err() {
+            continue;
+        }
+        let gone = root.join("tmp").join(fresh_name());
+        if std::fs::rename(&r.rootfs, &gone).is_ok() {
+            let _ = std::fs::remove_dir_all(&gone);
+        }
+        total = total.saturating_sub(r.bytes);
+        removed.push(r.digest.clone());
+        left.retain(|x| x.digest != r.digest);
+        let needed: std::collections::HashSet<&String> = left.iter().flat_map(|x| x.blobs.iter()).collect();
+        for (d, size) in &blobs {
+            if !needed.contains(d)
+                && let Some(p) = root.join("blobs/sha256").join(hex_of(d).unwrap_or("-")).to_str().map(PathBuf::from)
+                && std::fs::remove_file(&p).is_ok()
+            {
+                total = total.saturating_sub(*size);
+            }
+        }
+    }
+    removed
+}
+
 /// Unpacks `layers` in order into `tmp/…`, then renames it to `rootfs/ID` and writes its
 /// record. A failure removes what was made.
-fn unpack_all(root: &Path, name: &str, id: &str, layers: &[(String, String)], record: &[u8]) -> Result<(), Error> {
+fn unpack_all(root: &Path, name: &str, id: &str, layers: &[(String, String)], mut ready: Ready) -> Result<Ready, Error> {
     let tmp = root.join("tmp").join(format!("{}-rootfs", fresh_name()));
     let res = (|| {
         std::fs::create_dir(&tmp).map_err(cache_err(&tmp))?;
@@ -341,17 +436,19 @@ fn unpack_all(root: &Path, name: &str, id: &str, layers: &[(String, String)], re
             }
         }
         std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o755)).map_err(cache_err(&tmp))?;
+        ready.bytes = tree_bytes(&tmp);
+        let record = serde_json::to_vec(&ready).expect("serializable");
         let dst = root.join("rootfs").join(id);
         std::fs::rename(&tmp, &dst).map_err(cache_err(&dst))?;
         let rec = root.join("rootfs").join(format!("{id}.json"));
         let rec_tmp = root.join("tmp").join(fresh_name());
-        std::fs::write(&rec_tmp, record).map_err(cache_err(&rec_tmp))?;
+        std::fs::write(&rec_tmp, &record).map_err(cache_err(&rec_tmp))?;
         std::fs::rename(&rec_tmp, &rec).map_err(cache_err(&rec))
     })();
     if res.is_err() {
         let _ = std::fs::remove_dir_all(&tmp);
     }
-    res
+    res.map(|()| ready)
 }
 
 /// Whether a whiteout: `.wh.NAME` removes NAME of the layers below; `.wh..wh..opq` empties
@@ -565,14 +662,61 @@ mod tests {
         let mut bad = bytes.clone();
         bad[600] ^= 1;
         std::fs::write(&blob, &bad).unwrap();
-        let e = unpack_all(&d, "x", "id", &[(digest.clone(), "tar".into())], b"{}").unwrap_err();
+        let ready = Ready {
+            rootfs: d.join("rootfs/id"),
+            digest: "sha256:id".into(),
+            env: vec![],
+            workdir: None,
+            blobs: vec![digest.clone()],
+            bytes: 0,
+        };
+        let e = unpack_all(&d, "x", "id", &[(digest.clone(), "tar".into())], ready.clone()).unwrap_err();
         assert!(matches!(e, Error::Digest { .. }), "{e}");
         assert!(!blob.exists(), "the bad blob is dropped, to be fetched again");
         assert_eq!(std::fs::read_dir(d.join("tmp")).unwrap().count(), 0);
         assert!(!d.join("rootfs/id").exists());
         std::fs::write(&blob, &bytes).unwrap();
-        unpack_all(&d, "x", "id", &[(digest, "tar".into())], b"{}").unwrap();
+        let r = unpack_all(&d, "x", "id", &[(digest, "tar".into())], ready).unwrap();
         assert!(d.join("rootfs/id/a").exists() && d.join("rootfs/id/proc").is_dir());
+        assert!(r.bytes >= 1);
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn trimming_removes_the_least_recently_used_image_no_task_runs_and_its_blobs() {
+        let d = std::env::temp_dir().join(format!("image-test-{}", fresh_name()));
+        let _ = Store::open(&d, Settings::default()).unwrap();
+        let mut digests = Vec::new();
+        // Three images of one 1,000-byte blob each (and one shared 10-byte blob), oldest first.
+        let shared = format!("sha256:{}", "f".repeat(64));
+        std::fs::write(d.join("blobs/sha256").join("f".repeat(64)), [0u8; 10]).unwrap();
+        for (i, c) in ["a", "b", "c"].iter().enumerate() {
+            let id = c.repeat(64);
+            let blob = format!("sha256:{}", c.repeat(64));
+            std::fs::write(d.join("blobs/sha256").join(&id), vec![0u8; 1000]).unwrap();
+            std::fs::create_dir_all(d.join("rootfs").join(&id)).unwrap();
+            let r = Ready {
+                rootfs: d.join("rootfs").join(&id),
+                digest: format!("sha256:{id}"),
+                env: vec![],
+                workdir: None,
+                blobs: vec![blob, shared.clone()],
+                bytes: 500,
+            };
+            let rec = d.join("rootfs").join(format!("{id}.json"));
+            std::fs::write(&rec, serde_json::to_vec(&r).unwrap()).unwrap();
+            let t = std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1000 + i as u64);
+            std::fs::File::options().append(true).open(&rec).unwrap().set_modified(t).unwrap();
+            digests.push(r.digest);
+        }
+        // 3 x 1,500 + 10 bytes; a bound of 2,000 needs two images out; the oldest runs.
+        let keep = std::collections::HashSet::from([digests[0].clone()]);
+        let removed = trim_blocking(&d, 2000, &keep);
+        assert_eq!(removed, vec![digests[1].clone(), digests[2].clone()]);
+        assert!(d.join("rootfs").join("a".repeat(64)).is_dir() && !d.join("rootfs").join("b".repeat(64)).exists());
+        assert!(!d.join("blobs/sha256").join("b".repeat(64)).exists() && d.join("blobs/sha256").join("f".repeat(64)).exists());
+        // Under the bound: nothing more.
+        assert!(trim_blocking(&d, 2000, &std::collections::HashSet::new()).is_empty());
         std::fs::remove_dir_all(&d).unwrap();
     }
 }

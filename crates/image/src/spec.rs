@@ -33,6 +33,9 @@ pub struct Run<'a> {
     pub init: Option<&'a std::path::Path>,
 }
 
+/// The annotation naming the image a container runs (the node keeps such images in its cache).
+pub const DIGEST_ANNOTATION: &str = "org.tandem.image.digest";
+
 /// Where the init is bound inside (in runc's own `/dev`, so the image is not touched).
 pub const INIT_PATH: &str = "/dev/.tandem-init";
 
@@ -101,6 +104,7 @@ pub fn build(r: &Run) -> Spec {
     root.set_readonly(Some(!c.writable));
     spec.set_root(Some(root));
     spec.set_hostname(None);
+    spec.set_annotations(Some([(DIGEST_ANNOTATION.to_string(), r.ready.digest.clone())].into()));
     let mut mounts = spec.mounts().clone().unwrap_or_default();
     // The host's network: its names.
     for f in ["/etc/hosts", "/etc/resolv.conf"] {
@@ -133,6 +137,8 @@ mod tests {
             digest: "sha256:x".into(),
             env: vec!["PATH=/bin".into(), "LANG=C".into()],
             workdir: Some("/w".into()),
+            blobs: vec![],
+            bytes: 0,
         }
     }
 

@@ -148,6 +148,10 @@ enum Cmd {
         /// repeatable (default: /etc/cdi and /var/run/cdi).
         #[arg(long = "cdi-spec-dir", env = "TANDEM_CDI_SPEC_DIRS", value_delimiter = ',')]
         cdi_spec_dirs: Vec<PathBuf>,
+        /// The node's image cache bound, e.g. 50G: past it, the least recently used images no
+        /// task runs are removed (default: half the data directory's file system, at most 100G).
+        #[arg(long, env = "TANDEM_IMAGE_CACHE_SIZE")]
+        image_cache_size: Option<String>,
     },
     /// The inference proxy: routes `/s/SERVICE/...` (or `Host: SERVICE`) to a ready replica,
     /// with balancing, retries and passive ejection; endpoints from the controller or `--static`.
@@ -465,6 +469,7 @@ fn main() -> std::process::ExitCode {
             insecure_registries,
             registry_ca,
             cdi_spec_dirs,
+            image_cache_size,
         } => (
             "tandem agent",
             agent::main(agent::Options {
@@ -481,6 +486,7 @@ fn main() -> std::process::ExitCode {
                 insecure_registries,
                 registry_ca,
                 cdi_spec_dirs,
+                image_cache_size,
             })
             .map(|_| 0),
         ),

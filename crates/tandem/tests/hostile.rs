@@ -1995,6 +1995,25 @@ fn container_tasks_run_as_their_user_from_a_registry_and_no_further() {
     assert!(!out.contains("sleep 61") && out.contains("tandem-init"), "{out}");
     up.ok(&a, &adir, &["scancel", &m.to_string()]);
 
+    // --signal reaches the script inside its container (5 s into a 1-minute limit).
+    let sig_out = vdir.join("sig.out");
+    let sj = up.sbatch(
+        &v,
+        &vdir,
+        &[
+            "-t",
+            "1",
+            "--signal=B:USR1@55",
+            &format!("--container-image={enroot}"),
+            "-o",
+            &sig_out.display().to_string(),
+            "--wrap",
+            "trap 'echo got-usr1; exit 0' USR1; sleep 100 & wait",
+        ],
+    );
+    assert_eq!(up.wait_state(sj, &["COMPLETED", "FAILED", "TIMEOUT", "CANCELLED"])["JobState"], "COMPLETED");
+    assert!(std::fs::read_to_string(&sig_out).unwrap().contains("got-usr1"));
+
     // sbatch --container-image: the batch script itself runs in the image.
     let bid = up.sbatch(
         &v,
