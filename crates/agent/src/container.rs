@@ -194,17 +194,28 @@ async fn answer(conn: tokio::net::UnixStream, store: &image::Store, allowed: &Al
         Ok(r) => {
             let creds = ask.user.map(|user| image::Credentials { user, password: ask.password.unwrap_or_default() });
             let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+            let key = key_of(&ask.key);
             let progress = move |s: String| {
+                if let Some(k) = key
+                    && PULLS.lock().expect("pulls").insert(k, s.clone()).is_none()
+                {
+                    wake();
+                }
                 let _ = tx.send(s);
             };
             let fut = store.ensure(&r, creds.as_ref(), &progress);
             tokio::pin!(fut);
-            loop {
+            let answer = loop {
                 tokio::select! {
                     res = &mut fut => break match res { Ok(ready) => Answer::Ready(ready), Err(e) => Answer::Error(e.to_string()) },
                     Some(p) = rx.recv() => { let _ = wr.write_all(send(&Answer::Progress(p)).as_bytes()).await; }
                 }
+            };
+            if let Some(k) = key {
+                PULLS.lock().expect("pulls").remove(&k);
+                wake();
             }
+            answer
         }
     };
     let digest = match &r {
@@ -270,6 +281,30 @@ fn system_program(name: &str) -> Result<PathBuf> {
         .map(|d| Path::new(d).join(name))
         .find(|p| p.is_file())
         .ok_or_else(|| anyhow!("{name} is not installed on this node"))
+}
+
+/// The container tasks whose image is being pulled, and how far (reported with each heartbeat:
+/// their jobs show as `CONFIGURING`).
+pub(crate) static PULLS: std::sync::LazyLock<Mutex<HashMap<TaskKey, String>>> = std::sync::LazyLock::new(Default::default);
+
+/// Wakes the heartbeat loop (set by it at start).
+pub(crate) static WAKE: std::sync::OnceLock<Arc<tokio::sync::Notify>> = std::sync::OnceLock::new();
+
+fn wake() {
+    if let Some(w) = WAKE.get() {
+        w.notify_one();
+    }
+}
+
+/// The pulls now, for a heartbeat.
+pub(crate) fn pulls() -> Vec<control::Pulling> {
+    PULLS.lock().expect("pulls").iter().map(|(k, p)| control::Pulling { key: *k, progress: p.clone() }).collect()
+}
+
+fn key_of(s: &str) -> Option<TaskKey> {
+    let mut p = s.split('.').map(str::parse::<u64>);
+    let (job, epoch, step, rank) = (p.next()?.ok()?, p.next()?.ok()?, p.next()?.ok()?, p.next()?.ok()?);
+    Some(TaskKey { job, epoch: u32::try_from(epoch).ok()?, step: u32::try_from(step).ok()?, rank: u32::try_from(rank).ok()? })
 }
 
 /// The agent's container tasks (one agent per process).

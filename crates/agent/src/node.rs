@@ -139,6 +139,8 @@ pub(crate) async fn run(a: AgentArgs) -> Result<()> {
     let records = std::sync::Arc::new(Tasks::open(&a.data)?);
     // Replica status changes: report them at once rather than at the next heartbeat.
     let changed = std::sync::Arc::new(tokio::sync::Notify::new());
+    // A pull's start and end are told at once (its job's CONFIGURING).
+    let _ = crate::container::WAKE.set(changed.clone());
     let mut node = model::Node::new(
         &a.name,
         a.cpus.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get() as u32)),
@@ -285,6 +287,7 @@ pub(crate) async fn run(a: AgentArgs) -> Result<()> {
             wait_ms: if exits.is_empty() { info.heartbeat_ms } else { 0 },
             replicas: tasks.values().filter_map(|r| r.replica.as_ref().map(|c| c.status.lock().expect("lock").clone())).collect(),
             usage: sampler.sample(tasks.iter().map(|(k, r)| (*k, r.pgid()))),
+            pulling: crate::container::pulls(),
         };
         let req = conn.send("POST", "/v1/agent/heartbeat", Some(&hb), &hdr);
         let reply = tokio::select! {

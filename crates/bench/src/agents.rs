@@ -361,6 +361,7 @@ async fn sim_agent(sh: Arc<Shared>, i: usize, node: model::Node) {
                 })
                 .collect(),
             usage: Vec::new(),
+            pulling: Vec::new(),
         };
         let next_end = tasks.values().min().copied();
         let sent = Instant::now();

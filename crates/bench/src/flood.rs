@@ -332,6 +332,7 @@ async fn probes(pool: Arc<client::H2Pool>, creds: Vec<(String, String)>, stop: A
                     wait_ms: 0,
                     replicas: Vec::new(),
                     usage: Vec::new(),
+                    pulling: Vec::new(),
                 };
                 let t = Instant::now();
                 match pool

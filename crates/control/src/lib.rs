@@ -35,8 +35,8 @@ pub use service::{Service, ServiceSpec};
 pub use services::{Endpoint, EndpointView, ProxyServiceStats, ServiceEndpoints, replica_id};
 pub use tails::{ARRAY_WINDOW, Listing};
 pub use types::{
-    ArrayInfo, ArrayRecord, BATCH_STEP, Job, JobSpec, NodeRec, Order, ReplicaInfo, ReplicaReport, ReplicaTask, StdinTo, Step, StepHold,
-    StepIo, StepRes, StepSpec, TailCancel, Task, TaskExit, TaskKey, TaskUsage,
+    ArrayInfo, ArrayRecord, BATCH_STEP, Job, JobSpec, NodeRec, Order, Pulling, ReplicaInfo, ReplicaReport, ReplicaTask, StdinTo, Step,
+    StepHold, StepIo, StepRes, StepSpec, TailCancel, Task, TaskExit, TaskKey, TaskUsage,
 };
 
 use model::{ClusterConfig, DepKind, DepStatus, JobEvent, JobId, JobState, Node, NodeEvent, NodeState, PendingReason, Time};
@@ -1329,6 +1329,31 @@ impl Controller {
         self.kill_unwanted(i, running);
         self.reconcile(now, i, running);
         Ok(self.nodes[i].orders.clone())
+    }
+
+    /// Takes an agent's report of the tasks whose image it is pulling: their jobs show as
+    /// `CONFIGURING` with the progress until the node's next report without them (in memory
+    /// only; the job runs, and its time limit counts, all along).
+    pub fn record_pulls(&mut self, node: &str, pulls: &[Pulling]) {
+        for p in pulls {
+            if let Some(j) = self.jobs.get_mut(&p.key.job)
+                && j.epoch == p.key.epoch
+                && j.state == JobState::Running
+                && j.allocs.iter().any(|(n, _)| n == node)
+            {
+                j.pulling = Some((node.to_string(), p.progress.clone()));
+            }
+        }
+        let Some(&i) = self.node_index.get(node) else { return };
+        // The node's runs that it no longer reports pulling.
+        for id in self.nodes[i].runs.clone() {
+            if let Some(j) = self.jobs.get_mut(&id)
+                && j.pulling.as_ref().is_some_and(|(n, _)| n == node)
+                && !pulls.iter().any(|p| p.key.job == id && p.key.epoch == j.epoch)
+            {
+                j.pulling = None;
+            }
+        }
     }
 
     /// Takes an agent's report of its tasks' usage (`sstat`): kept with each task's step of its

@@ -123,6 +123,25 @@ fn submit_dispatch_and_complete() {
 }
 
 #[test]
+fn a_job_whose_image_is_pulled_is_configuring_until_its_node_says_no_more() {
+    let mut c = cluster(2, 0);
+    c.submit(0, spec(1000), &batch(&["-N2"]), "alice").unwrap();
+    c.tick(1);
+    let key = TaskKey { job: 1, epoch: 1, step: BATCH_STEP, rank: 0 };
+    let pull = |p: &str| vec![crate::Pulling { key, progress: p.into() }];
+    c.record_pulls("n0", &pull("pulling x: layer 1/2"));
+    assert_eq!(c.job(1).unwrap().pulling, Some(("n0".into(), "pulling x: layer 1/2".into())));
+    // Another node's report without it changes nothing; a stale epoch is ignored.
+    c.record_pulls("n1", &[]);
+    assert!(c.job(1).unwrap().pulling.is_some());
+    c.record_pulls("n0", &[crate::Pulling { key: TaskKey { epoch: 9, ..key }, progress: "old".into() }]);
+    assert!(c.job(1).unwrap().pulling.is_none(), "its node no longer reports it");
+    c.record_pulls("n0", &pull("pulling x: unpacking"));
+    c.record_pulls("n0", &[]);
+    assert!(c.job(1).unwrap().pulling.is_none());
+}
+
+#[test]
 fn impossible_submissions_are_refused_and_not_stored() {
     let mut c = cluster(2, 4);
     let e = c.submit(0, spec(1), &batch(&["--gpus-per-node=8"]), "a").unwrap_err();

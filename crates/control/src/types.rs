@@ -461,6 +461,10 @@ pub struct Job {
     /// KillWait later the rest is killed).
     #[serde(default)]
     pub kill_at: Option<Time>,
+    /// Its image is being pulled on a node (`--container-image`): the node and the pull's
+    /// progress in words. It shows as `CONFIGURING` meanwhile; in memory only.
+    #[serde(skip)]
+    pub pulling: Option<(String, String)>,
 }
 
 impl Job {
@@ -494,6 +498,7 @@ impl Job {
             cancelled_by: None,
             kill_at: None,
             replica: None,
+            pulling: None,
         }
     }
 }
@@ -666,6 +671,16 @@ pub struct Task {
     /// The image the task runs in (its step's `--container-*`), else a bare process.
     #[serde(default)]
     pub container: Option<slurmcli::Container>,
+}
+
+/// A task whose image its agent is pulling, and how far it is.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Pulling {
+    /// The task.
+    pub key: TaskKey,
+    /// Its progress, in words (`pulling REF: layer 2/5 (1234 bytes)`).
+    pub progress: String,
 }
 
 /// What the controller asks of an agent.

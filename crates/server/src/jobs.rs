@@ -105,7 +105,8 @@ fn job_info(j: &Job, v: &Viewer, part: &str) -> JobInfo {
         account: j.req.account.clone(),
         partition: j.req.partition.clone().unwrap_or_else(|| part.into()),
         qos: j.req.qos.clone().unwrap_or_else(|| "normal".into()),
-        state: j.state.slurm_name().into(),
+        // Pulling its image on a node: CONFIGURING, as Slurm's job waiting for its nodes.
+        state: if j.pulling.is_some() && j.state == model::JobState::Running { "CONFIGURING".into() } else { j.state.slurm_name().into() },
         reason: if j.state == model::JobState::Pending { j.reason.code().into() } else { "None".into() },
         nodelist: slurmcli::compress(&names),
         nodes,
@@ -123,7 +124,10 @@ fn job_info(j: &Job, v: &Viewer, part: &str) -> JobInfo {
         output: j.spec.output.clone(),
         recorded: if details { j.spec.recorded.clone() } else { Vec::new() },
         steps,
-        message: j.message.clone(),
+        message: match (&j.pulling, &j.message) {
+            (Some((node, progress)), None) if j.state == model::JobState::Running && details => Some(format!("{progress} (on {node})")),
+            _ => j.message.clone(),
+        },
         uid: j.spec.uid,
         gid: j.spec.gid,
         array_job_id: j.array.map(|a| a.array_job),
@@ -839,6 +843,7 @@ async fn heartbeat(
         if o.is_ok() {
             c.replica_reports(t_ms, &hb.node, &hb.replicas);
             c.record_usage(&hb.node, &hb.usage);
+            c.record_pulls(&hb.node, &hb.pulling);
         }
         o
     });

@@ -1799,6 +1799,36 @@ output = "/dev/null"
     std::fs::remove_dir_all(&f.root).ok();
 }
 
+/// A registry in front of another (`PORT UPSTREAM`) that answers each blob 3 s late.
+const SLOW_REGISTRY: &str = r#"
+import http.server, sys, time, urllib.request, urllib.error
+up = sys.argv[2]
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(s): s.fwd()
+    def do_HEAD(s): s.fwd()
+    def fwd(s):
+        if "/blobs/" in s.path:
+            time.sleep(3)
+        hdrs = {k: v for k, v in s.headers.items() if k.lower() in ("accept", "authorization", "range")}
+        req = urllib.request.Request("http://" + up + s.path, method=s.command, headers=hdrs)
+        try:
+            r = urllib.request.urlopen(req)
+        except urllib.error.HTTPError as e:
+            r = e
+        body = r.read()
+        s.send_response(r.status)
+        for k, v in r.headers.items():
+            if k.lower() not in ("transfer-encoding", "connection", "content-length"):
+                s.send_header(k, v)
+        s.send_header("Content-Length", str(len(body)))
+        s.end_headers()
+        if s.command != "HEAD":
+            s.wfile.write(body)
+    def log_message(s, *a):
+        pass
+http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
+"#;
+
 /// The container tools, or `None` (skip) with the reason; under CI a missing tool fails.
 fn container_tools() -> Option<()> {
     if let Err(why) = common::container_tools() {
@@ -1829,7 +1859,16 @@ fn container_tasks_run_as_their_user_from_a_registry_and_no_further() {
     let ca = common::test_ca(&ca_dir);
     let private = common::Registry::start(&ca_dir, true, &[("alice", "secret")]);
     private.push(&layout, "team/private", Some("alice:secret"));
+    // A slow way to the open registry (each blob answered 3 s late), to watch a pull.
+    let slow_port = common::free_port();
+    let mut slow = Command::new("python3")
+        .args(["-c", SLOW_REGISTRY, &slow_port.to_string(), &open_reg.host()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
     let insecure = open_reg.host();
+    let insecure_list = format!("{insecure},127.0.0.1:{slow_port}");
     let ca_s = ca.display().to_string();
     // A fake CDI specification of each node's 2 GPUs: device nodes bound from /dev/null.
     let cdi = root.join("cdi");
@@ -1848,7 +1887,7 @@ fn container_tasks_run_as_their_user_from_a_registry_and_no_further() {
         None,
         &["--gpus-per-agent", "2"],
         2,
-        &[("TANDEM_INSECURE_REGISTRIES", &insecure), ("TANDEM_REGISTRY_CA", &ca_s), ("TANDEM_CDI_SPEC_DIRS", &cdi_s)],
+        &[("TANDEM_INSECURE_REGISTRIES", &insecure_list), ("TANDEM_REGISTRY_CA", &ca_s), ("TANDEM_CDI_SPEC_DIRS", &cdi_s)],
     );
     let vdir = user_dir(&root.join("alice"), &v, 0o755);
     let adir = user_dir(&root.join("mallory"), &a, 0o755);
@@ -1971,6 +2010,35 @@ fn container_tasks_run_as_their_user_from_a_registry_and_no_further() {
     let out = std::fs::read_to_string(vdir.join("g.out")).unwrap();
     assert!(out.contains("host=1") && out.contains("devices=fakegpu1 inside=0 cdi=yes"), "{out}");
     up.ok(&v, &vdir, &["scancel", &hold.to_string()]);
+
+    // While a node pulls a job's image, the job is CONFIGURING, the pull's progress in its
+    // message; it then runs (the pull counts in its run time and against its limit).
+    let slowimg = root.join("img-slow");
+    std::fs::create_dir_all(&slowimg).unwrap();
+    open_reg.push(&common::busybox_image(&slowimg, "Bars Slow"), "bars/slow", None);
+    let cj = up.sbatch(
+        &v,
+        &vdir,
+        &["-w", "node1", &format!("--container-image=127.0.0.1:{slow_port}#bars/slow:1"), "-o", "/dev/null", "--wrap", "true"],
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let seen = loop {
+        let j = up.job(cj);
+        if j["JobState"] == "CONFIGURING" {
+            break j;
+        }
+        assert!(j["JobState"] != "COMPLETED" && Instant::now() < deadline, "never seen CONFIGURING: {j:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(seen.get("Message").is_some_and(|m| m.contains("bars/slow") && m.contains("on node1")), "{seen:?}");
+    let st = String::from_utf8_lossy(&up.root(&["squeue", "-h", "-o", "%t", "-j", &cj.to_string()]).stdout).trim().to_string();
+    assert!(st == "CF" || st == "R", "{st}");
+    let done = up.wait_state(cj, &["COMPLETED", "FAILED"]);
+    assert_eq!(done["JobState"], "COMPLETED");
+    // `true` ran at once: the run time is the pull's (2 blobs, 3 s each).
+    let secs: Vec<u64> = done["RunTime"].split(':').map(|x| x.parse().unwrap()).collect();
+    assert!(secs.iter().fold(0, |a, x| a * 60 + x) >= 5, "{done:?}");
+    let _ = slow.kill();
 
     // Other users' processes are not seen from inside (a PID namespace of its own): mallory's
     // bare job runs beside alice's container, which sees its own processes only.

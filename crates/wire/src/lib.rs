@@ -494,6 +494,9 @@ pub struct Heartbeat {
     /// The running tasks' usage (memory, CPU time), for `sstat`.
     #[serde(default)]
     pub usage: Vec<control::TaskUsage>,
+    /// Tasks whose image the agent is pulling (their jobs show as `CONFIGURING`).
+    #[serde(default)]
+    pub pulling: Vec<control::Pulling>,
 }
 
 /// Response to a heartbeat.

@@ -828,7 +828,9 @@ pub const DOCUMENT: &str = r##"{
         "replicas": {"type": "array", "items": {"$ref": "#/components/schemas/ReplicaReport"}},
         "usage": {"type": "array", "description": "Running tasks' usage, for sstat", "items": {"type": "object", "additionalProperties": false,
           "required": ["key", "rss_kb", "max_rss_kb", "cpu_ms"], "properties": {"key": {"$ref": "#/components/schemas/TaskKey"},
-            "rss_kb": {"$ref": "#/components/schemas/u64"}, "max_rss_kb": {"$ref": "#/components/schemas/u64"}, "cpu_ms": {"$ref": "#/components/schemas/u64"}}}}}},
+            "rss_kb": {"$ref": "#/components/schemas/u64"}, "max_rss_kb": {"$ref": "#/components/schemas/u64"}, "cpu_ms": {"$ref": "#/components/schemas/u64"}}}},
+        "pulling": {"type": "array", "description": "Tasks whose image the agent is pulling: their jobs show as CONFIGURING", "items": {"type": "object", "additionalProperties": false,
+          "required": ["key", "progress"], "properties": {"key": {"$ref": "#/components/schemas/TaskKey"}, "progress": {"type": "string"}}}}}},
       "Orders": {"type": "object", "required": ["orders"], "additionalProperties": false, "properties": {
         "orders": {"type": "array", "items": {"type": "array", "prefixItems": [{"$ref": "#/components/schemas/u64"}, {"$ref": "#/components/schemas/Order"}], "items": false, "minItems": 2}}}},
       "Order": {"oneOf": [
@@ -1690,6 +1692,10 @@ mod tests {
                         rss_kb: 1024,
                         max_rss_kb: 2048,
                         cpu_ms: 1500,
+                    }],
+                    pulling: vec![control::Pulling {
+                        key: control::TaskKey { job: 5, epoch: 1, step: 0, rank: 0 },
+                        progress: "pulling nvcr.io/nvidia/pytorch:24.05-py3: layer 2/5 (1048576 bytes)".into(),
                     }],
                 }),
             ),
