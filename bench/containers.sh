@@ -52,7 +52,7 @@ mkdir -m 0711 "$dir/data"
 "$bin" shims "$dir/bin" >/dev/null
 TANDEM_INSECURE_REGISTRIES=127.0.0.1:$port "$bin" up --agents 1 --port 0 --no-proxy --no-hosts --data "$dir/data" >"$dir/up.log" 2>&1 &
 up=$!
-trap 'kill $up $reg 2>/dev/null; wait $up $reg 2>/dev/null; rm -rf "$dir"' EXIT
+trap 'kill $up $reg 2>/dev/null; wait $up $reg 2>/dev/null; [ -n "${KEEP:-}" ] || rm -rf "$dir"' EXIT
 until [ -e "$dir/data/env" ]; do sleep 0.1; done
 export TANDEM_SERVER=unix://$dir/data/controller/tandem.sock PATH=$dir/bin:$PATH
 until sinfo -h -N 2>/dev/null | grep -q idle; do sleep 0.2; done
@@ -60,13 +60,13 @@ work=$dir/work
 mkdir -m 0777 "$work"
 as() { (cd "$work" && setpriv --reuid tandem-alice --regid tandem-alice --clear-groups env PATH="$PATH" TANDEM_SERVER="$TANDEM_SERVER" "$@"); }
 now_ms() { date +%s%3N; }
-# Milliseconds from srun's start to the first line of its output.
+# Milliseconds from srun's start to the first line of its output (the rest is read to the end,
+# so that srun ends as it normally does).
 first_line() {
-  local t0 t1
+  local t0
   t0=$(now_ms)
-  as "$@" | head -1 >/dev/null
-  t1=$(now_ms)
-  echo $((t1 - t0))
+  as "$@" 2>"$dir/last.err" | { read -r _; now_ms > "$dir/t1"; cat >/dev/null; }
+  echo $(($(cat "$dir/t1") - t0))
 }
 img=--container-image=127.0.0.1:$port#bench/img:1
 as srun -N1 true >/dev/null   # warm the node's first launch

@@ -745,7 +745,7 @@ fn run_in(a: &ChaosArgs, plan: &[(u64, Fault)], exe: &Path, own: &Path, dir: &Pa
         let running_here = |node: u32, b: &Book| -> Vec<(u64, u32)> {
             b.last
                 .iter()
-                .filter(|j| j.state == "RUNNING" && j.nodelist.split(',').any(|n| n == format!("node{node}")) && !j.name.starts_with("web"))
+                .filter(|j| j.running() && j.nodelist.split(',').any(|n| n == format!("node{node}")) && !j.name.starts_with("web"))
                 .map(|j| (j.id, j.restarts))
                 .collect()
         };
@@ -815,7 +815,7 @@ fn run_in(a: &ChaosArgs, plan: &[(u64, Fault)], exe: &Path, own: &Path, dir: &Pa
             if !pending_watch.is_empty() {
                 let b = book.lock().expect("lock");
                 pending_watch.retain(|(id, r)| {
-                    let done = b.last.iter().find(|j| j.id == *id).is_none_or(|j| j.state != "RUNNING" || j.restarts != *r);
+                    let done = b.last.iter().find(|j| j.id == *id).is_none_or(|j| !j.running() || j.restarts != *r);
                     if done {
                         node_loss.push(t0.elapsed().as_secs_f64());
                     }
@@ -904,7 +904,7 @@ fn run_in(a: &ChaosArgs, plan: &[(u64, Fault)], exe: &Path, own: &Path, dir: &Pa
     let jobs: Vec<JobInfo> = api.get("/v1/history?since=0")?;
     let nodes: Vec<NodeInfo> = api.get("/v1/nodes")?;
     for n in &nodes {
-        let held: u32 = jobs.iter().filter(|j| j.state == "RUNNING" && j.nodelist == n.name).map(|j| j.cpus).sum();
+        let held: u32 = jobs.iter().filter(|j| j.running() && j.nodelist == n.name).map(|j| j.cpus).sum();
         if n.cpus.1 != held {
             violations.push(format!("node {} has {} CPUs allocated, but its running jobs hold {held}", n.name, n.cpus.1));
         }

@@ -407,7 +407,7 @@ struct Used {
 impl Used {
     fn add(&mut self, j: &wire::JobInfo) {
         self.submitted += 1;
-        if j.state == "RUNNING" || j.state == "COMPLETING" {
+        if j.running() || j.state == "COMPLETING" {
             self.jobs += 1;
             self.node += j.allocation.len() as u64;
             for a in &j.allocation {
@@ -470,7 +470,7 @@ pub(crate) fn show_assoc_mgr(words: &[&str], oneliner: bool) -> Result<i32> {
     let info: AccountingInfo = crate::query::get(&t, "/v1/accounting")?;
     let jobs: Vec<wire::JobInfo> = crate::query::get(&t, "/v1/jobs")?;
     let live: Vec<&wire::JobInfo> =
-        jobs.iter().filter(|j| matches!(j.state.as_str(), "PENDING" | "RUNNING" | "COMPLETING" | "SUSPENDED")).collect();
+        jobs.iter().filter(|j| matches!(j.base_state(), "PENDING" | "RUNNING" | "COMPLETING" | "SUSPENDED")).collect();
     let nl = if oneliner { " " } else { "\n    " };
     let uid = |name: &str| nix::unistd::User::from_name(name).ok().flatten().map_or(0, |u| u.uid.as_raw());
     println!("Current Association Manager state");

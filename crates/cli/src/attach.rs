@@ -196,7 +196,7 @@ pub(crate) fn sattach(args: &[String]) -> Result<i32> {
                     };
                     match j.steps.iter().find(|s| s.id == step) {
                         Some(s) if s.done => done_at = Some((Instant::now(), s.exit_code.clamp(0, 255))),
-                        Some(_) if j.state == "RUNNING" => {}
+                        Some(_) if j.running() => {}
                         _ => done_at = Some((Instant::now(), 0)),
                     }
                 }

@@ -55,7 +55,7 @@ pub(crate) fn sbcast(args: &[String]) -> Result<i32> {
     let source = std::fs::canonicalize(source)?.display().to_string();
     // The job's nodes: one task on each, all of them (--overlap: it waits for no step).
     let info: wire::JobInfo = crate::query::get(&client::Target::from_env()?, &format!("/v1/jobs/{job}"))?;
-    if info.state != "RUNNING" {
+    if !info.running() {
         bail!("job {job} is not running");
     }
     use std::os::unix::fs::PermissionsExt;

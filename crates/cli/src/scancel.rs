@@ -127,7 +127,7 @@ pub(crate) fn scancel(args: &[String]) -> Result<i32> {
     let pass = |j: &JobInfo| {
         user.as_ref().is_none_or(|u| *u == j.user || *u == j.uid.to_string())
             && name.as_ref().is_none_or(|n| *n == j.name)
-            && states.as_ref().is_none_or(|s| s.contains(&j.state.as_str()))
+            && states.as_ref().is_none_or(|s| s.contains(&j.base_state()))
             && part.as_ref().is_none_or(|p| *p == j.partition)
             && account.as_ref().is_none_or(|p| *p == j.account)
             && qos.as_ref().is_none_or(|q| *q == j.qos)

@@ -234,7 +234,7 @@ pub(crate) fn squeue(args: &[String]) -> Result<i32> {
                 && !nothing
                 && !(not_me && j.uid == nix::unistd::getuid().as_raw())
                 && running.is_none_or(|(over, limit)| {
-                    let ran = j.start.filter(|_| j.state == "RUNNING" && !j.start_estimated).map(|s| now() - s);
+                    let ran = j.start.filter(|_| j.running() && !j.start_estimated).map(|s| now() - s);
                     ran.is_some_and(|r| if over { r > limit } else { r < limit })
                 })
         });
@@ -312,7 +312,7 @@ fn list_steps(sel: &[String], fmt: Option<&str>, long_form: bool, noheader: bool
         println!("{}", slurmcli::render(&items, |n| step_header(n).to_string(), &[]));
     }
     for j in jobs.iter().filter(|j| {
-        j.state == "RUNNING"
+        j.running()
             && !only.nothing
             && only.users.is_none_or(|u| u.contains(&j.user) || u.contains(&j.uid.to_string()))
             && only.parts.is_none_or(|p| p.contains(&j.partition))

@@ -558,7 +558,7 @@ pub(crate) fn run_step(t: &Target, job: u64, mut req: StepRequest, a: &slurmcli:
                     let sid = step.step.to_string();
                     match j.steps.iter().find(|s| s.id == sid) {
                         Some(s) if s.done => done_at = Some((Instant::now(), s.exit_code.clamp(0, 255))),
-                        Some(_) if j.state == "RUNNING" => {}
+                        Some(_) if j.running() => {}
                         _ => {
                             eprintln!("srun: error: job {job} ended before step {sid} finished");
                             done_at = Some((Instant::now(), 1));
@@ -605,7 +605,7 @@ pub(crate) fn allocate(t: &Target, cmd: &str, opts: &[String], command: &[String
             bail!("Job allocation {job} has been revoked.");
         }
         let j: JobInfo = rt.block_on(send(t, "GET", &format!("/v1/jobs/{job}"), None::<&()>, &[]))?.json()?;
-        match j.state.as_str() {
+        match j.base_state().to_string().as_str() {
             "RUNNING" => break j,
             "PENDING" => {
                 // A pass or two of the scheduler is no wait worth saying.

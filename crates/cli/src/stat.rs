@@ -77,7 +77,7 @@ pub(crate) fn sstat(args: &[String]) -> Result<i32> {
         let (job, step) = id.split_once('.').map_or((id.as_str(), None), |(j, s)| (j, Some(s)));
         let n: u64 = job.parse().map_err(|_| anyhow::anyhow!("Invalid job id: {id}"))?;
         let j: JobInfo = get(&t, &format!("/v1/jobs/{n}"))?;
-        if j.state != "RUNNING" {
+        if !j.running() {
             bail!("job {id} is not running ({})", j.state);
         }
         let steps: Vec<_> = j.steps.iter().filter(|s| !s.done && step.is_none_or(|w| w == s.id)).collect();

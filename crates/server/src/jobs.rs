@@ -382,6 +382,7 @@ impl JobFilter {
                     x == j.state.slurm_name()
                         || (x == "PD" && j.state == model::JobState::Pending)
                         || (x == "R" && j.state == model::JobState::Running)
+                        || ((x == "CF" || x == "CONFIGURING") && j.state == model::JobState::Running && j.pulling.is_some())
                 })
             })
     }

@@ -2038,6 +2038,9 @@ fn container_tasks_run_as_their_user_from_a_registry_and_no_further() {
     // `true` ran at once: the run time is the pull's (2 blobs, 3 s each).
     let secs: Vec<u64> = done["RunTime"].split(':').map(|x| x.parse().unwrap()).collect();
     assert!(secs.iter().fold(0, |a, x| a * 60 + x) >= 5, "{done:?}");
+    // srun outside an allocation waits through CONFIGURING (its image new to node2).
+    let o = up.run(&v, &vdir, &["srun", "-w", "node2", &format!("--container-image=127.0.0.1:{slow_port}#bars/slow:1"), "cat", "/etc/os-release"]);
+    assert!(o.status.success() && text(&o).contains("Bars Slow"), "{}", text(&o));
     let _ = slow.kill();
 
     // Other users' processes are not seen from inside (a PID namespace of its own): mallory's

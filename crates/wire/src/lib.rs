@@ -177,6 +177,19 @@ pub struct JobInfo {
     pub allocation: Vec<NodeAllocInfo>,
 }
 
+impl JobInfo {
+    /// Its base state: a `CONFIGURING` job (its image is being pulled) is `RUNNING`, as in
+    /// Slurm, where CONFIGURING is a flag on a running job.
+    pub fn base_state(&self) -> &str {
+        if self.state == "CONFIGURING" { "RUNNING" } else { &self.state }
+    }
+
+    /// Running (or configuring: its nodes are its own and its time counts).
+    pub fn running(&self) -> bool {
+        self.base_state() == "RUNNING"
+    }
+}
+
 /// One step.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct StepInfo {
