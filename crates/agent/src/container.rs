@@ -322,18 +322,21 @@ fn subordinate(file: &str, name: &str, id: u32) -> Option<u32> {
 /// `tandem __container SOCKET BUNDLE KEY SPEC NODE -- ARGV...`: returns only on failure, with
 /// the exit code to leave with.
 pub fn main(args: &[String]) -> i32 {
-    let bundle = args.get(1).map(PathBuf::from);
     match run(args) {
         Ok(never) => match never {},
-        Err(e) => {
-            let why = format!("{e:#}");
-            eprintln!("slurmstepd: error: container: {why}");
-            if let Some(b) = bundle {
-                let _ = std::fs::write(b.join("error"), format!("container: {why}"));
-            }
-            1
-        }
+        Err(e) => failed(args.get(1), &e),
     }
+}
+
+/// A container task that cannot run: its reason on its error stream and in the bundle's
+/// `error` (the agent passes it on); the exit code.
+fn failed(bundle: Option<&String>, e: &anyhow::Error) -> i32 {
+    let why = format!("{e:#}");
+    eprintln!("slurmstepd: error: container: {why}");
+    if let Some(b) = bundle {
+        let _ = std::fs::write(Path::new(b).join("error"), format!("container: {why}"));
+    }
+    1
 }
 
 enum Never {}
@@ -467,17 +470,9 @@ pub const ROOT_CMD: &str = "__container-root";
 
 /// `tandem __container-root BUNDLE KEY`: returns only on failure, with the exit code.
 pub fn root_main(args: &[String]) -> i32 {
-    let bundle = args.first().map(PathBuf::from);
     match stage_root(args) {
         Ok(never) => match never {},
-        Err(e) => {
-            let why = format!("{e:#}");
-            eprintln!("slurmstepd: error: container: {why}");
-            if let Some(b) = bundle {
-                let _ = std::fs::write(b.join("error"), format!("container: {why}"));
-            }
-            1
-        }
+        Err(e) => failed(args.first(), &e),
     }
 }
 

@@ -308,6 +308,8 @@ const SALLOC_ONLY: &[Opt] = &[
     Opt::both('I', "immediate", Arg::Optional).ignored("salloc waits for its allocation until it is granted or Ctrl-C"),
     Opt::both('K', "kill-command", Arg::Optional).ignored("the command is ended by the allocation's end, not signalled first"),
     Opt::long("x11", Arg::Optional).refused("--x11: X11 forwarding is not available"),
+    Opt::long("container-image", Arg::Required)
+        .refused("--container-image: an allocation runs no command in an image; give --container-image to srun inside it"),
 ];
 
 /// `sbatch`: the options end at the script.

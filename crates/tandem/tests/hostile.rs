@@ -1988,6 +1988,8 @@ fn container_tasks_run_as_their_user_from_a_registry_and_no_further() {
     assert!(why.contains("--container-mounts") && why.contains("Permission denied"), "{why}");
     let o = up.run(&v, &vdir, &["srun", "-N1", "--container-image", &enroot, "--container-mounts=/a:rel", "true"]);
     assert!(!o.status.success() && text(&o).contains("must be an absolute path"), "{}", text(&o));
+    let o = up.run(&v, &vdir, &["salloc", &format!("--container-image={enroot}"), "true"]);
+    assert!(!o.status.success() && text(&o).contains("give --container-image to srun inside it"), "{}", text(&o));
     let o = up.run(&v, &vdir, &["srun", "-N1", "--container-image=UPPER/x", "true"]);
     assert!(!o.status.success() && text(&o).contains("invalid --container-image"), "{}", text(&o));
 
@@ -2039,7 +2041,11 @@ fn container_tasks_run_as_their_user_from_a_registry_and_no_further() {
     let secs: Vec<u64> = done["RunTime"].split(':').map(|x| x.parse().unwrap()).collect();
     assert!(secs.iter().fold(0, |a, x| a * 60 + x) >= 5, "{done:?}");
     // srun outside an allocation waits through CONFIGURING (its image new to node2).
-    let o = up.run(&v, &vdir, &["srun", "-w", "node2", &format!("--container-image=127.0.0.1:{slow_port}#bars/slow:1"), "cat", "/etc/os-release"]);
+    let o = up.run(
+        &v,
+        &vdir,
+        &["srun", "-w", "node2", &format!("--container-image=127.0.0.1:{slow_port}#bars/slow:1"), "cat", "/etc/os-release"],
+    );
     assert!(o.status.success() && text(&o).contains("Bars Slow"), "{}", text(&o));
     let _ = slow.kill();
 
