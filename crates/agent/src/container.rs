@@ -26,12 +26,18 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-/// What the agent tells a container task of its node: the task's GPUs (host indices) and where
-/// the node's CDI specifications are.
+/// What the agent tells a container task of its node: the task's GPUs (host indices), the
+/// job's on this node (the container's devices), where the node's CDI specifications are, and
+/// the container the task joins.
 #[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
 pub(crate) struct NodeSide {
     pub(crate) gpus: Vec<u8>,
+    #[serde(default)]
+    pub(crate) job_gpus: Vec<u8>,
     pub(crate) cdi: Vec<PathBuf>,
+    /// The container's directory ([`shared_dir`]), shared by the step's tasks on this node.
+    #[serde(default)]
+    pub(crate) shared: PathBuf,
 }
 
 /// The node's CDI specification directories (`tandem agent --cdi-spec-dir`; none: CDI's
@@ -44,8 +50,97 @@ pub const CONTAINER_CMD: &str = "__container";
 /// The OCI runtime the agent uses (Debian's `runc`).
 pub const RUNTIME: &str = "runc";
 
-/// The container's process 1 (Debian's `tini`, its static build: it runs in any image).
-pub const INIT: &str = "tini-static";
+/// The container's process 1 and each task's init (Debian's `catatonit`, a static build: it
+/// runs in any image): `catatonit -P` holds the container's namespaces while the step's tasks
+/// come and go; `catatonit -g -- COMMAND` in front of each task passes the signals it gets
+/// to the command's process group.
+pub const INIT: &str = "catatonit";
+
+/// The directory of the container a task joins: one per step and node
+/// (`DATA/containers/JOB.RUN.STEP`), or, named (`--container-name`), one per job and node
+/// (`DATA/containers/JOB.RUN.name-NAME`), kept from step to step until the job ends.
+pub(crate) fn shared_dir(data: &Path, k: &TaskKey, name: Option<&str>) -> PathBuf {
+    let base = data.join("containers");
+    match name {
+        Some(n) => base.join(format!("{}.{}.name-{n}", k.job, k.epoch)),
+        None => base.join(format!("{}.{}.{}", k.job, k.epoch, k.step)),
+    }
+}
+
+/// Makes a container's directory, the user's alone, unless the step's first task made it.
+pub(crate) fn make_shared(dir: &Path, uid: u32, gid: u32) -> std::io::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    match std::fs::symlink_metadata(dir) {
+        Ok(m) if m.is_dir() && m.uid() == uid => return Ok(()),
+        Ok(_) => return Err(std::io::Error::other(format!("{} is someone else's", dir.display()))),
+        Err(_) => {}
+    }
+    std::fs::create_dir(dir)?;
+    if nix::unistd::geteuid().is_root() {
+        nix::unistd::chown(dir, Some(nix::unistd::Uid::from_raw(uid)), Some(nix::unistd::Gid::from_raw(gid)))?;
+    }
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+}
+
+/// The process 1 of the container in `dir`, if it runs.
+fn holder(dir: &Path) -> Option<i32> {
+    let pid: i32 = std::fs::read_to_string(dir.join("pid")).ok()?.trim().parse().ok()?;
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    let want = format!("{}\0-P\0", image::spec::INIT_PATH);
+    (cmdline == want.as_bytes()).then_some(pid)
+}
+
+/// Ends the container in `dir` (its process 1, and with it every process of its PID
+/// namespace) and removes the directory. Returns once process 1 is gone, or after 2 s.
+pub(crate) fn release(dir: &Path) {
+    if let Some(pid) = holder(dir) {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
+        for _ in 0..100 {
+            let gone = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .map_or(true, |s| s.rsplit_once(") ").is_some_and(|(_, rest)| rest.starts_with('Z') || rest.starts_with('X')));
+            if gone {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// The runs ordered killed whose tasks have not all ended here: their named containers are
+/// removed with their last task.
+pub(crate) static ENDING: std::sync::LazyLock<Mutex<std::collections::HashSet<(u64, u32)>>> = std::sync::LazyLock::new(Default::default);
+
+/// Removes the named containers of a run that ended (`Order::Kill`).
+pub(crate) fn remove_named(data: &Path, job: u64, epoch: u32) {
+    let prefix = format!("{job}.{epoch}.name-");
+    for e in std::fs::read_dir(data.join("containers")).into_iter().flatten().flatten() {
+        if e.file_name().to_str().is_some_and(|n| n.starts_with(&prefix)) {
+            release(&e.path());
+        }
+    }
+}
+
+/// At the agent's start: ends and removes the step containers none of `live` (the adopted
+/// tasks' containers) joined. Named containers stay for their jobs' next steps.
+pub(crate) fn sweep(data: &Path, live: &std::collections::HashSet<PathBuf>) {
+    for e in std::fs::read_dir(data.join("containers")).into_iter().flatten().flatten() {
+        let name = e.file_name();
+        let Some(n) = name.to_str() else { continue };
+        let step = n.split('.').count() == 3 && n.split('.').all(|p| p.parse::<u64>().is_ok());
+        if step && !live.contains(&e.path()) {
+            release(&e.path());
+        }
+    }
+}
+
+/// Ends the container in `dir` but keeps its files (a named container between steps).
+pub(crate) fn stop(dir: &Path) {
+    if let Some(pid) = holder(dir) {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
+    }
+    let _ = std::fs::remove_file(dir.join("pid"));
+}
 
 /// The task's bundle directory: `DATA/containers/JOB.RUN.STEP.RANK`.
 pub(crate) fn bundle_dir(data: &Path, k: &TaskKey) -> PathBuf {
@@ -70,15 +165,10 @@ pub(crate) fn make_bundle(data: &Path, k: &TaskKey, uid: u32, gid: u32) -> std::
 /// Removes a task's bundle once it ended; returns the reason its wrapper left, if any.
 pub(crate) fn forget(data: &Path, k: &TaskKey) -> Option<String> {
     let dir = bundle_dir(data, k);
-    let why =
-        std::fs::read(dir.join("error")).ok().map(|b| String::from_utf8_lossy(&b[..b.len().min(4096)]).trim().to_string()).or_else(|| {
-            // runc's last error (`time=... level=error msg="..."`).
-            let log = std::fs::read(dir.join("runc.log")).ok()?;
-            let log = String::from_utf8_lossy(&log[log.len().saturating_sub(64 * 1024)..]).into_owned();
-            let line = log.lines().rev().find(|l| l.contains("level=error"))?;
-            let msg = line.split_once("msg=").map_or(line, |(_, m)| m).trim().trim_matches('"').replace("\\\"", "\"");
-            Some(format!("container: {RUNTIME}: {}", slurmcli::visible_text(&msg)))
-        });
+    let why = std::fs::read(dir.join("error"))
+        .ok()
+        .map(|b| String::from_utf8_lossy(&b[..b.len().min(4096)]).trim().to_string())
+        .or_else(|| runc_error(&dir.join("runc.log")).map(|e| format!("container: {e}")));
     let _ = std::fs::remove_dir_all(&dir);
     why.filter(|w| !w.is_empty())
 }
@@ -393,9 +483,6 @@ fn run(args: &[String]) -> Result<Never> {
     for m in &c.mounts {
         std::fs::metadata(&m.src).with_context(|| format!("--container-mounts: the source {}", m.src))?;
     }
-    if c.writable {
-        return Err(anyhow!("--container-writable is not available yet: images are read-only (write to a --container-mounts directory)"));
-    }
     let (sub_uid, sub_gid) = if c.remap_root {
         (None, None)
     } else {
@@ -439,7 +526,7 @@ fn run(args: &[String]) -> Result<Never> {
     let init = system_program(INIT)?;
     let env: Vec<(String, String)> =
         std::env::vars_os().filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?))).collect();
-    let spec = image::spec::build(&image::spec::Run {
+    let mut spec = image::spec::build(&image::spec::Run {
         ready: &ready,
         container: &c,
         argv,
@@ -449,39 +536,143 @@ fn run(args: &[String]) -> Result<Never> {
         home: home.to_str(),
         init: Some(&init),
     });
-    let mut spec = spec;
-    image::cdi::apply(&mut spec, &cdi, &node.gpus).map_err(|e| anyhow!(e))?;
-    let bundle = PathBuf::from(bundle);
-    spec.save(bundle.join("config.json")).map_err(|e| anyhow!("writing the container's config.json: {e}"))?;
-    let mut cmd = std::process::Command::new(system_program("unshare")?);
-    cmd.args(["--mount", "--map-root-user"]);
-    if let (Some(u), Some(g)) = (sub_uid, sub_gid) {
-        cmd.arg(format!("--map-users={u},1,1")).arg(format!("--map-groups={g},1,1"));
+    // The container has the job's GPUs of this node; the task sees its own among them.
+    let mut job_gpus = node.job_gpus.clone();
+    for g in &node.gpus {
+        if !job_gpus.contains(g) {
+            job_gpus.push(*g);
+        }
     }
-    let exe = std::env::current_exe().context("finding tandem's own program")?;
-    cmd.arg(exe).arg(ROOT_CMD).arg(&bundle).arg(key);
+    image::cdi::apply(&mut spec, &cdi, &job_gpus).map_err(|e| anyhow!(e))?;
+    if !node.gpus.is_empty() {
+        image::cdi::visible(&mut spec, &job_gpus, &node.gpus);
+    }
+    let bundle = PathBuf::from(bundle);
+    let process = spec.process().clone().ok_or_else(|| anyhow!("the container's spec has no process"))?;
+    std::fs::write(bundle.join("process.json"), serde_json::to_vec(&process)?).context("writing the task's process.json")?;
+    let shared = node.shared;
+    let id = format!("tandem-{}", shared.file_name().and_then(|n| n.to_str()).unwrap_or(key));
+    // The step's first task on this node makes the container; the others join it.
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(shared.join("lock"))
+        .with_context(|| format!("opening {}", shared.join("lock").display()))?;
+    let lock = nix::fcntl::Flock::lock(lock, nix::fcntl::FlockArg::LockExclusive)
+        .map_err(|(_, e)| anyhow!("locking {}: {e}", shared.display()))?;
+    let pid = match holder(&shared) {
+        Some(pid) => pid,
+        None => {
+            create(&shared, &id, spec, &ready.digest, c.name.is_some(), sub_uid.zip(sub_gid), uid, gid)?;
+            // runc returns once it let process 1 go; it becomes catatonit a moment later.
+            let mut pid = None;
+            for _ in 0..250 {
+                pid = holder(&shared);
+                if pid.is_some() {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            pid.ok_or_else(|| anyhow!("the container started but its process 1 is gone"))?
+        }
+    };
+    drop(lock);
+    // runc joins the container as the user namespace's root (the user, or with
+    // --container-remap-root its subordinate id), the task then becoming the user inside.
+    let mut cmd = std::process::Command::new(system_program("nsenter")?);
+    cmd.arg(format!("--target={pid}")).arg("--user");
+    if c.remap_root {
+        // The user is root there already (and the namespace denies setgroups).
+        cmd.arg("--preserve-credentials");
+    }
+    cmd.arg("--").arg(system_program(RUNTIME)?);
+    cmd.arg("--log").arg(bundle.join("runc.log")).arg("--root").arg(shared.join("state"));
+    cmd.args(["exec", "--process"]).arg(bundle.join("process.json")).arg(&id);
     let e = cmd.exec();
-    Err(anyhow!("cannot run unshare (are util-linux and uidmap installed on this node?): {e}"))
+    Err(anyhow!("cannot run nsenter (is util-linux installed on this node?): {e}"))
 }
 
-/// The hidden subcommand that, inside the user namespace `unshare` made (where the user is
-/// root, in a mount namespace of its own), builds the container's root and becomes runc.
+/// Makes and starts the container in `shared`, held by `catatonit -P`: `unshare` makes a user
+/// namespace in which the user is root (with `sub`, the user's first subordinate id is root
+/// and the user is itself), and in it `tandem __container-root` builds the root filesystem
+/// and runs `runc run --detach`.
+#[allow(clippy::too_many_arguments)]
+fn create(shared: &Path, id: &str, mut spec: oci_spec::runtime::Spec, digest: &str, named: bool, sub: Option<(u32, u32)>, uid: u32, gid: u32) -> Result<()> {
+    // A named container keeps its first image (and what its steps wrote over it).
+    let was = std::fs::read_to_string(shared.join("digest")).ok();
+    if named && let Some(was) = was.as_deref().filter(|w| *w != digest) {
+        return Err(anyhow!(
+            "--container-name: this job's container of that name holds the image {was}, not {digest}: a named container keeps the image it was made from"
+        ));
+    }
+    std::fs::write(shared.join("digest"), digest)?;
+    if let Some(p) = spec.process_mut() {
+        p.set_args(Some(vec![image::spec::INIT_PATH.to_string(), "-P".to_string()]));
+    }
+    spec.save(shared.join("config.json")).map_err(|e| anyhow!("writing the container's config.json: {e}"))?;
+    for stale in ["state", "pid", "error", "runc.log"] {
+        let p = shared.join(stale);
+        let _ = std::fs::remove_dir_all(&p).or_else(|_| std::fs::remove_file(&p));
+    }
+    let mut cmd = std::process::Command::new(system_program("unshare")?);
+    cmd.args(["--user", "--mount"]);
+    match sub {
+        // The user is itself inside; its subordinate id is root.
+        Some((su, sg)) => {
+            cmd.arg(format!("--map-user={uid}")).arg(format!("--map-group={gid}"));
+            cmd.arg(format!("--map-users={su},0,1")).arg(format!("--map-groups={sg},0,1"));
+            cmd.args(["--setuid=0", "--setgid=0"]);
+        }
+        // --container-remap-root: the user is root inside.
+        None => {
+            cmd.arg("--map-root-user");
+        }
+    }
+    let exe = std::env::current_exe().context("finding tandem's own program")?;
+    cmd.arg("--").arg(exe).arg(ROOT_CMD).arg(shared).arg(id);
+    cmd.stdin(std::process::Stdio::null()).stdout(std::process::Stdio::null());
+    let st = cmd.status().context("cannot run unshare (are util-linux and uidmap installed on this node?)")?;
+    if st.success() {
+        return Ok(());
+    }
+    let why = std::fs::read_to_string(shared.join("error"))
+        .ok()
+        .map(|e| e.trim().trim_start_matches("container: ").to_string())
+        .or_else(|| runc_error(&shared.join("runc.log")))
+        .unwrap_or_else(|| format!("making the container failed ({st})"));
+    Err(anyhow!(why))
+}
+
+/// runc's last error in its log (`time=... level=error msg="..."`).
+fn runc_error(log: &Path) -> Option<String> {
+    let log = std::fs::read(log).ok()?;
+    let log = String::from_utf8_lossy(&log[log.len().saturating_sub(64 * 1024)..]).into_owned();
+    let line = log.lines().rev().find(|l| l.contains("level=error"))?;
+    let msg = line.split_once("msg=").map_or(line, |(_, m)| m).trim().trim_matches('"').replace("\\\"", "\"");
+    Some(format!("{RUNTIME}: {}", slurmcli::visible_text(&msg)))
+}
+
+/// The hidden subcommand that, inside the user namespace `unshare` made (where the user or its
+/// subordinate id is root, in a mount namespace of its own), builds the container's root and
+/// starts it with runc.
 pub const ROOT_CMD: &str = "__container-root";
 
-/// `tandem __container-root BUNDLE KEY`: returns only on failure, with the exit code.
+/// `tandem __container-root DIR ID`: the exit code.
 pub fn root_main(args: &[String]) -> i32 {
     match stage_root(args) {
-        Ok(never) => match never {},
+        Ok(code) => code,
         Err(e) => failed(args.first(), &e),
     }
 }
 
-fn stage_root(args: &[String]) -> Result<Never> {
-    let [bundle, key] = args else { return Err(anyhow!("usage: tandem {ROOT_CMD} BUNDLE KEY")) };
-    let bundle = PathBuf::from(bundle);
+fn stage_root(args: &[String]) -> Result<i32> {
+    let [shared, id] = args else { return Err(anyhow!("usage: tandem {ROOT_CMD} DIR ID")) };
+    let shared = PathBuf::from(shared);
     let mut spec =
-        oci_spec::runtime::Spec::load(bundle.join("config.json")).map_err(|e| anyhow!("reading the container's config.json: {e}"))?;
+        oci_spec::runtime::Spec::load(shared.join("config.json")).map_err(|e| anyhow!("reading the container's config.json: {e}"))?;
     let image_root = spec.root().as_ref().map(|r| r.path().clone()).ok_or_else(|| anyhow!("config.json names no root"))?;
+    let writable = spec.root().as_ref().and_then(|r| r.readonly()) == Some(false);
     // Bind mounts' destinations (runc makes those of its own mounts, /proc, /dev and /sys,
     // which every unpacked image has).
     let dests: Vec<(PathBuf, bool)> = spec
@@ -493,25 +684,35 @@ fn stage_root(args: &[String]) -> Result<Never> {
         .filter(|m| !["/dev", "/proc", "/sys"].iter().any(|p| m.destination().starts_with(p)))
         .map(|m| (m.destination().clone(), m.source().as_ref().is_some_and(|s| !s.is_dir())))
         .collect();
-    let root = bundle.join("rootfs");
+    let root = shared.join("rootfs");
     std::fs::create_dir_all(&root)?;
-    crate::rootfs::build(&image_root, &root, &dests)?;
+    if writable {
+        crate::rootfs::overlay(&image_root, &shared, &root, &dests)?;
+    } else {
+        crate::rootfs::build(&image_root, &root, &dests)?;
+    }
     if let Some(r) = spec.root_mut() {
         r.set_path(root);
     }
-    spec.save(bundle.join("config.json")).map_err(|e| anyhow!("writing the container's config.json: {e}"))?;
-    let e = std::process::Command::new(system_program(RUNTIME)?)
+    spec.save(shared.join("config.json")).map_err(|e| anyhow!("writing the container's config.json: {e}"))?;
+    let st = std::process::Command::new(system_program(RUNTIME)?)
         // runc's own words (a warning at every start on cgroup v1) go to its log, whose errors
-        // the agent reports as the task's reason.
+        // the task reports.
         .arg("--log")
-        .arg(bundle.join("runc.log"))
+        .arg(shared.join("runc.log"))
         .arg("--root")
-        .arg(bundle.join("state"))
-        .args(["run", "--no-new-keyring", "--bundle"])
-        .arg(&bundle)
-        .arg(format!("tandem-{key}"))
-        .exec();
-    Err(anyhow!("cannot run {RUNTIME} (is runc installed on this node?): {e}"))
+        .arg(shared.join("state"))
+        .args(["run", "--detach", "--no-new-keyring", "--pid-file"])
+        .arg(shared.join("pid"))
+        .arg("--bundle")
+        .arg(&shared)
+        .arg(id)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .map_err(|e| anyhow!("cannot run {RUNTIME} (is runc installed on this node?): {e}"))?;
+    Ok(st.code().unwrap_or(1))
 }
 
 #[cfg(test)]

@@ -417,6 +417,17 @@ pub(crate) fn launch(t: &Task, spool: &Path, tasks: &Tasks, cg: &Cgroups) -> Res
             let key = key_of(t);
             let bundle = crate::container::make_bundle(data, &key, t.uid, t.gid)
                 .map_err(|e| LaunchError(format!("making the container's bundle directory: {e}")))?;
+            // The container the step's tasks on this node share (a named one: the job's steps).
+            let shared = crate::container::shared_dir(data, &key, c.name.as_deref());
+            crate::container::make_shared(&shared, t.uid, t.gid)
+                .map_err(|e| LaunchError(format!("making the container's directory: {e}")))?;
+            // The job's GPUs on this node: the container's devices.
+            let job_gpus: Vec<u8> = t
+                .env
+                .iter()
+                .find(|(k, _)| k == "SLURM_JOB_GPUS")
+                .map(|(_, v)| v.split(',').filter_map(|g| g.trim().parse().ok()).collect())
+                .unwrap_or_default();
             let exe =
                 std::env::current_exe().map_err(|e| LaunchError(format!("--container-image: cannot find the agent's own program: {e}")))?;
             let mut c = c.clone();
@@ -437,7 +448,9 @@ pub(crate) fn launch(t: &Task, spool: &Path, tasks: &Tasks, cg: &Cgroups) -> Res
                 spec,
                 serde_json::to_string(&crate::container::NodeSide {
                     gpus: t.gpus.clone(),
+                    job_gpus,
                     cdi: crate::container::CDI_DIRS.get().cloned().unwrap_or_default(),
+                    shared,
                 })
                 .map_err(|e| LaunchError(e.to_string()))?,
                 "--".to_string(),

@@ -47,8 +47,9 @@ pub(crate) struct AgentArgs {
 
 struct Running {
     pgid: i32,
-    /// Runs in a container (a bundle directory to remove at its end).
-    container: bool,
+    /// Runs in a container: the directory of the container it joined (to end with the step's
+    /// last task here, or, named, kept for the job's next steps), and whether it is named.
+    container: Option<(PathBuf, bool)>,
     cgroup: Option<PathBuf>,
     /// A service replica, supervised (restarted, probed) by its own task.
     replica: Option<std::sync::Arc<crate::replica::Ctl>>,
@@ -180,13 +181,14 @@ pub(crate) async fn run(a: AgentArgs) -> Result<()> {
                 adopted += 1;
                 if task.replica.is_some() {
                     let env = replica_env();
+                    let shared = shared_of(&a.data, &task);
                     let ctl = crate::replica::spawn(task, env, Some((kept, cgroup)));
-                    tasks.insert(key, Running { pgid: 0, container: false, cgroup: None, replica: Some(ctl) });
+                    tasks.insert(key, Running { pgid: 0, container: shared, cgroup: None, replica: Some(ctl) });
                 } else {
                     if let Some(c) = &task.container {
                         crate::container::ALLOWED.insert(&key, task.uid, &c.image);
                     }
-                    tasks.insert(key, Running { pgid: kept.pid, container: task.container.is_some(), cgroup, replica: None });
+                    tasks.insert(key, Running { pgid: kept.pid, container: shared_of(&a.data, &task), cgroup, replica: None });
                     watch(kept, key, tx.clone());
                 }
             }
@@ -222,6 +224,8 @@ pub(crate) async fn run(a: AgentArgs) -> Result<()> {
             }
         }
     }
+    // The containers no adopted task joined (their tasks ended while no agent ran).
+    crate::container::sweep(&a.data, &tasks.values().filter_map(|r| r.container.as_ref().map(|(d, _)| d.clone())).collect());
     // The image socket, once the adopted container tasks are known (they may be asking).
     let images = image::Store::open(&a.data.join("images"), a.registries.clone()).map_err(|e| anyhow::anyhow!("{e}"))?;
     crate::container::serve(&a.data, std::sync::Arc::new(images), crate::container::ALLOWED.clone())?;
@@ -385,13 +389,14 @@ pub(crate) async fn run(a: AgentArgs) -> Result<()> {
                     }
                     if t.replica.is_some() {
                         let env = replica_env();
+                        let shared = shared_of(&a.data, &t);
                         let ctl = crate::replica::spawn(t, env, None);
-                        tasks.insert(key, Running { pgid: 0, container: false, cgroup: None, replica: Some(ctl) });
+                        tasks.insert(key, Running { pgid: 0, container: shared, cgroup: None, replica: Some(ctl) });
                         continue;
                     }
                     match launch(&t, &spool, &records, &cg) {
                         Ok((kept, cgroup)) => {
-                            tasks.insert(key, Running { pgid: kept.pid, container: t.container.is_some(), cgroup, replica: None });
+                            tasks.insert(key, Running { pgid: kept.pid, container: shared_of(&a.data, &t), cgroup, replica: None });
                             watch(kept, key, tx.clone());
                         }
                         Err(e) => {
@@ -435,6 +440,12 @@ pub(crate) async fn run(a: AgentArgs) -> Result<()> {
                     }
                 }
                 Order::Kill { job, epoch } => {
+                    // The run's named containers go with it (after its last task here).
+                    if tasks.keys().any(|k| k.job == job && k.epoch == epoch) {
+                        crate::container::ENDING.lock().expect("ending").insert((job, epoch));
+                    } else {
+                        crate::container::remove_named(&a.data, job, epoch);
+                    }
                     for (k, r) in &tasks {
                         if k.job == job && k.epoch == epoch {
                             match &r.replica {
@@ -484,12 +495,15 @@ fn ended(
 ) -> Option<TaskExit> {
     let r = tasks.remove(&k)?;
     let oom = r.cgroup.as_deref().is_some_and(Cgroups::oom);
+    if let Some((dir, named)) = &r.container {
+        release_container(tasks, &k, dir, *named);
+    }
     release_cgroup(tasks, &k, r.cgroup);
     if k.step == BATCH_STEP {
         let _ = std::fs::remove_file(script_path(spool, k.job, k.epoch));
     }
     let mut exit = exit_of(k, st, oom, fenced.remove(&k), node);
-    if r.container {
+    if r.container.is_some() {
         crate::container::ALLOWED.remove(&k);
         if let Some(why) = crate::container::forget(spool.parent().unwrap_or(spool), &k) {
             exit.error = Some(format!("{why} (on {node})"));
@@ -537,6 +551,34 @@ fn release_cgroup(tasks: &HashMap<TaskKey, Running>, k: &TaskKey, dir: Option<Pa
         }
     } else if !job_left {
         let _ = std::fs::remove_dir(&dir);
+    }
+}
+
+/// The directory of the container a task joins, and whether it is named.
+fn shared_of(data: &std::path::Path, t: &control::Task) -> Option<(PathBuf, bool)> {
+    let c = t.container.as_ref()?;
+    let k = TaskKey { job: t.job, epoch: t.epoch, step: t.step, rank: t.rank };
+    Some((crate::container::shared_dir(data, &k, c.name.as_deref()), c.name.is_some()))
+}
+
+/// A container task ended: its container ends with the last task here that joined it; a
+/// named one keeps its files for the job's next steps (removed at the job's end).
+fn release_container(tasks: &HashMap<TaskKey, Running>, k: &TaskKey, dir: &std::path::Path, named: bool) {
+    if tasks.values().any(|o| o.container.as_ref().is_some_and(|(d, _)| d == dir)) {
+        return;
+    }
+    if named {
+        // Its processes end with the job's last task here (its cgroup goes then too); its
+        // files with the job.
+        if !tasks.keys().any(|o| o.job == k.job && o.epoch == k.epoch) {
+            if crate::container::ENDING.lock().expect("ending").remove(&(k.job, k.epoch)) {
+                crate::container::release(dir);
+            } else {
+                crate::container::stop(dir);
+            }
+        }
+    } else {
+        crate::container::release(dir);
     }
 }
 

@@ -91,3 +91,78 @@ fn make_point(image: &Path, root: &Path, dest: &Path, file: bool, own: &mut Hash
     }
     Ok(())
 }
+
+/// A writable root (`--container-writable`) at `root`: an overlay of the image under the
+/// container's own upper directory (`DIR/upper`, kept with a named container from step to
+/// step). Between the two lies a skeleton of the image's directories (`DIR/skel`, with their
+/// modes) made by the namespace's root, so every directory is root's inside and root may add,
+/// replace and remove entries anywhere; files of the image stay the image's owner's, which
+/// the namespace does not map (`nobody` inside): they are replaced, not changed in place.
+/// Mount destinations the image lacks are made in the skeleton.
+pub(crate) fn overlay(image: &Path, dir: &Path, root: &Path, dests: &[(PathBuf, bool)]) -> Result<()> {
+    let (skel, upper, work) = (dir.join("skel"), dir.join("upper"), dir.join("work"));
+    let _ = std::fs::remove_dir_all(&skel);
+    std::fs::create_dir(&skel).with_context(|| format!("making {}", skel.display()))?;
+    skeleton(image, &skel).context("the image's directories")?;
+    for (d, file) in dests {
+        skeleton_point(image, &skel, d, *file).with_context(|| format!("the mount destination {}", d.display()))?;
+    }
+    std::fs::create_dir_all(&upper)?;
+    std::fs::create_dir_all(&work)?;
+    let mut lowers = Vec::new();
+    for p in [&skel, &image.to_path_buf(), &upper, &work] {
+        let s = p.to_str().ok_or_else(|| anyhow!("{} is not UTF-8", p.display()))?;
+        if s.contains([':', ',', '\\']) {
+            return Err(anyhow!("{s}: an overlay cannot take a path with ':', ',' or '\\'"));
+        }
+        lowers.push(s.to_string());
+    }
+    let options = format!("lowerdir={}:{},upperdir={},workdir={}", lowers[0], lowers[1], lowers[2], lowers[3]);
+    mount(Some("overlay"), root, Some("overlay"), MsFlags::MS_NOSUID | MsFlags::MS_NODEV, Some(options.as_str()))
+        .with_context(|| format!("mounting the writable root (an overlay in a user namespace, Linux 5.11 or later) at {}", root.display()))
+}
+
+/// Makes, under `skel`, each directory of `src` with its mode.
+fn skeleton(src: &Path, skel: &Path) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    for e in std::fs::read_dir(src).with_context(|| format!("reading {}", src.display()))? {
+        let e = e?;
+        if e.file_type()?.is_dir() {
+            let to = skel.join(e.file_name());
+            std::fs::create_dir(&to)?;
+            let mode = e.metadata()?.permissions().mode() & 0o7777;
+            std::fs::set_permissions(&to, std::fs::Permissions::from_mode(mode))?;
+            skeleton(&e.path(), &to)?;
+        }
+    }
+    Ok(())
+}
+
+/// Makes `dest` under `skel` where the image lacks it.
+fn skeleton_point(image: &Path, skel: &Path, dest: &Path, file: bool) -> Result<()> {
+    let parts: Vec<_> = dest.components().filter(|c| !matches!(c, Component::RootDir | Component::CurDir)).collect();
+    if parts.iter().any(|c| !matches!(c, Component::Normal(_))) {
+        return Err(anyhow!("must be an absolute path without \"..\""));
+    }
+    let (mut at, mut src) = (skel.to_path_buf(), image.to_path_buf());
+    for (i, c) in parts.iter().enumerate() {
+        let (next, next_src) = (at.join(c), src.join(c));
+        let last = i + 1 == parts.len();
+        match std::fs::symlink_metadata(&next_src) {
+            Ok(m) if m.file_type().is_symlink() => return Err(anyhow!("{} is a symbolic link in the image", dest.display())),
+            Ok(m) if !last && !m.is_dir() => return Err(anyhow!("{} is not a directory in the image", dest.display())),
+            Ok(_) => {}
+            Err(_) if last && file => {
+                std::fs::File::create(&next)?;
+            }
+            Err(_) => {
+                if !next.exists() {
+                    std::fs::create_dir(&next)?;
+                }
+            }
+        }
+        at = next;
+        src = next_src;
+    }
+    Ok(())
+}

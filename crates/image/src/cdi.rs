@@ -142,6 +142,18 @@ fn hook(h: &CdiHook) -> Hook {
     b.build().expect("complete")
 }
 
+/// Sets `CUDA_VISIBLE_DEVICES` of `spec`'s process to the task's GPUs (`mine`, host indices)
+/// as the container numbers them: its devices are the job's GPUs (`all`), from 0 in that order.
+pub fn visible(spec: &mut Spec, all: &[u8], mine: &[u8]) {
+    let list = mine.iter().filter_map(|g| all.iter().position(|a| a == g)).map(|i| i.to_string()).collect::<Vec<_>>().join(",");
+    let mut process = spec.process().clone().unwrap_or_default();
+    let mut env = process.env().clone().unwrap_or_default();
+    env.retain(|x| !x.starts_with("CUDA_VISIBLE_DEVICES="));
+    env.push(format!("CUDA_VISIBLE_DEVICES={list}"));
+    process.set_env(Some(env));
+    spec.set_process(Some(process));
+}
+
 /// Gives the container the GPUs `gpus` (host indices) of `specs`, and only those; an index no
 /// specification names is an error (the job would otherwise run without its GPU).
 pub fn apply(spec: &mut Spec, specs: &[CdiSpec], gpus: &[u8]) -> Result<(), String> {
@@ -270,5 +282,17 @@ containerEdits:
         let before = spec.clone();
         apply(&mut spec, &[], &[]).unwrap();
         assert_eq!(spec, before);
+    }
+
+    #[test]
+    fn a_task_sees_its_gpus_numbered_as_the_container_has_them() {
+        let mut spec = Spec::default();
+        visible(&mut spec, &[1, 3, 6], &[6, 3]);
+        let env = spec.process().as_ref().unwrap().env().clone().unwrap();
+        assert!(env.contains(&"CUDA_VISIBLE_DEVICES=2,1".to_string()), "{env:?}");
+        // Not the job's: left out.
+        visible(&mut spec, &[1], &[4]);
+        let env = spec.process().as_ref().unwrap().env().clone().unwrap();
+        assert_eq!(env.iter().filter(|e| e.starts_with("CUDA_VISIBLE_DEVICES=")).collect::<Vec<_>>(), ["CUDA_VISIBLE_DEVICES="]);
     }
 }

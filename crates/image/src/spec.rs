@@ -1,12 +1,12 @@
-//! The OCI runtime spec of a container task (`config.json`, built with `oci-spec`), for `runc`
-//! run as the user inside a user namespace that `unshare` makes first: in it the user is root
-//! (`0`), and, unless the container maps the user to root (`--container-remap-root`), one
-//! subordinate id of the user's (`/etc/subuid`) is `1`. The container then maps its root to `1`
-//! and the user's own uid to `0` (the user), so a task runs as its user, in a user namespace,
-//! on a read-only image, with the host's network, in the job's cgroup (runc finds no cgroup it
-//! may write and leaves the task where it is).
+//! The OCI runtime spec of a container (`config.json`, built with `oci-spec`), for `runc` run
+//! inside a user namespace that `unshare` makes first, in which runc is root: the user's
+//! first subordinate id (`/etc/subuid`) is root there and the user is itself (or, with
+//! `--container-remap-root`, the user is root). The spec asks for no user namespace of its
+//! own: a task runs as its user, in that user namespace, on the image, with the host's
+//! network, in the job's cgroup (runc finds no cgroup it may write and leaves the task where
+//! it is).
 
-use oci_spec::runtime::{LinuxIdMapping, LinuxIdMappingBuilder, Mount, MountBuilder, Spec, UserBuilder};
+use oci_spec::runtime::{LinuxNamespaceType, Mount, MountBuilder, Spec, UserBuilder};
 use slurmcli::Container;
 use std::collections::BTreeMap;
 
@@ -26,7 +26,8 @@ pub struct Run<'a> {
     pub gid: u32,
     /// The user's home directory (`--container-mount-home`).
     pub home: Option<&'a str>,
-    /// A static init (Debian's `tini-static`), run as the container's process 1 in front of
+    /// A static init (Debian's `catatonit`), run in front of the command (and, `-P`, as the
+    /// container's process 1):
     /// the command: the first process of a PID namespace gets only the signals it handles, so
     /// without one a `SIGTERM` (scancel, a time limit, a replica's stop) would not reach a
     /// program that leaves it to its default.
@@ -38,10 +39,6 @@ pub const DIGEST_ANNOTATION: &str = "org.tandem.image.digest";
 
 /// Where the init is bound inside (in runc's own `/dev`, so the image is not touched).
 pub const INIT_PATH: &str = "/dev/.tandem-init";
-
-fn idmap(container: u32, host: u32) -> LinuxIdMapping {
-    LinuxIdMappingBuilder::default().container_id(container).host_id(host).size(1u32).build().expect("complete")
-}
 
 fn bind(src: &str, dst: &str, readonly: bool) -> Mount {
     let mut options = vec!["rbind".to_string(), "rprivate".to_string(), "nosuid".to_string(), "nodev".to_string()];
@@ -71,13 +68,10 @@ pub fn build(r: &Run) -> Spec {
     let mut spec = Spec::rootless(0, 0);
     let (uid, gid) = if c.remap_root { (0, 0) } else { (r.uid, r.gid) };
     let mut linux = spec.linux().clone().unwrap_or_default();
-    if c.remap_root {
-        linux.set_uid_mappings(Some(vec![idmap(0, 0)]));
-        linux.set_gid_mappings(Some(vec![idmap(0, 0)]));
-    } else {
-        linux.set_uid_mappings(Some(vec![idmap(0, 1), idmap(r.uid, 0)]));
-        linux.set_gid_mappings(Some(vec![idmap(0, 1), idmap(r.gid, 0)]));
-    }
+    // The user namespace is the one runc runs in (`unshare`'s).
+    linux.set_uid_mappings(None);
+    linux.set_gid_mappings(None);
+    linux.set_namespaces(linux.namespaces().clone().map(|ns| ns.into_iter().filter(|n| n.typ() != LinuxNamespaceType::User).collect()));
     // The job's cgroup, its devices as the host's: no limits of runc's own.
     linux.set_resources(None);
     linux.set_masked_paths(None);
@@ -87,7 +81,7 @@ pub fn build(r: &Run) -> Spec {
     process.set_terminal(Some(false));
     process.set_user(UserBuilder::default().uid(uid).gid(gid).build().expect("complete"));
     let argv = match r.init {
-        // tini: forward each signal to the command's process group (-g), then its exit status.
+        // catatonit: pass each signal to the command's process group (-g), then its exit status.
         Some(_) => [INIT_PATH, "-g", "--"].iter().map(|s| s.to_string()).chain(r.argv.iter().cloned()).collect(),
         None => r.argv.to_vec(),
     };
@@ -154,8 +148,8 @@ mod tests {
         let s = run(&c);
         let p = s.process().as_ref().unwrap();
         assert_eq!((p.user().uid(), p.user().gid()), (1001, 1002));
-        let maps = s.linux().as_ref().unwrap().uid_mappings().clone().unwrap();
-        assert_eq!(maps, vec![idmap(0, 1), idmap(1001, 0)]);
+        assert_eq!(s.linux().as_ref().unwrap().uid_mappings(), &None);
+        assert!(!s.linux().as_ref().unwrap().namespaces().clone().unwrap().iter().any(|n| n.typ() == LinuxNamespaceType::User));
         assert_eq!(p.cwd().to_str(), Some("/w"));
         // The image's PATH wins; SLURM_* come through.
         let e = p.env().clone().unwrap();
@@ -178,7 +172,6 @@ mod tests {
         let s = run(&c);
         let p = s.process().as_ref().unwrap();
         assert_eq!(p.user().uid(), 0);
-        assert_eq!(s.linux().as_ref().unwrap().uid_mappings().clone().unwrap(), vec![idmap(0, 0)]);
         assert!(p.env().clone().unwrap().contains(&"PATH=/usr/local/bin".to_string()));
         let m = s.mounts().clone().unwrap();
         assert!(
@@ -194,7 +187,7 @@ mod tests {
             uid: 1001,
             gid: 1002,
             home: None,
-            init: Some(std::path::Path::new("/usr/bin/tini-static")),
+            init: Some(std::path::Path::new("/usr/bin/catatonit")),
         });
         assert_eq!(s.process().as_ref().unwrap().args().clone().unwrap(), vec![INIT_PATH, "-g", "--", "id"]);
         assert!(s.mounts().clone().unwrap().iter().any(|m| m.destination().to_str() == Some(INIT_PATH)));

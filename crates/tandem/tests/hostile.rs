@@ -1906,7 +1906,10 @@ fn container_tasks_run_as_their_user_from_a_registry_and_no_further() {
     let (ro_s, rw_s) = (ro.display(), rw.display());
     let script = format!(
         "#!/bin/sh\n\
-         srun -l --container-image={enroot} sh -c 'echo rank=$SLURM_PROCID uid=$(id -u) map=$(cat /proc/self/uid_map | tr -s \" \" | tr \"\\n\" \";\"); grep PRETTY /etc/os-release'\n\
+         srun -l --container-image={enroot} sh -c 'echo rank=$SLURM_PROCID uid=$(id -u) map=$(cat /proc/self/uid_map | tr -s \" \" | tr \"\\n\" \";\"); grep PRETTY /etc/os-release; echo ns=$(readlink /proc/self/ns/pid)$(readlink /proc/self/ns/ipc)$(readlink /proc/self/ns/mnt)'\n\
+         srun -N1 -n1 --container-image={enroot} --container-name=keep --container-writable --container-remap-root sh -c 'echo kept > /kept && mkdir /etc/mine && echo mine > /etc/mine/f && rm /etc/os-release && echo PRETTY_NAME=Replaced > /etc/os-release && echo wrote'\n\
+         srun -N1 -n1 --container-image={enroot} --container-name=keep --container-writable --container-remap-root sh -c 'echo named: $(cat /kept /etc/mine/f) $(cat /etc/os-release)'\n\
+         srun -N1 -n1 --container-image={enroot} sh -c 'echo unnamed: $(cat /kept 2>&1)'\n\
          srun -N1 -n1 --container-image={docker} --container-remap-root --container-mounts={ro_s}:/ro:ro,{rw_s}:/rw sh -c 'id -u; touch /rw/by-root; touch /ro/nope 2>&1 || echo ro-refused; cat /ro/data'\n\
          srun -N1 -n1 --container-image={enroot} --container-mounts={rw_s}:/rw sh -c 'touch /rw/by-user && echo made'\n"
     );
@@ -1922,7 +1925,15 @@ fn container_tasks_run_as_their_user_from_a_registry_and_no_further() {
     }
     assert_eq!(out.matches("PRETTY_NAME=\"Bars BusyBox 1\"").count(), 4, "{out}");
     // A user namespace: the user's own uid and one subordinate id, not the host's whole range.
-    assert!(out.contains(&format!("{} 0 1", v.uid)) && !out.contains("4294967295"), "{out}");
+    assert!(out.contains(&format!("{0} {0} 1", v.uid)) && !out.contains("4294967295"), "{out}");
+    // The tasks of the step on one node share its container (PID, IPC and mount namespaces);
+    // the other node's have their own.
+    let ns = |r: u32| out.lines().find_map(|l| l.strip_prefix(&format!("{r}: ns="))).unwrap_or_else(|| panic!("rank {r}: {out}"));
+    assert!(ns(0) == ns(1) && ns(2) == ns(3) && ns(0) != ns(2), "{out}");
+    // A named, writable container: the next step of the job finds what the first wrote (a new
+    // file anywhere, an image file replaced); another step's container does not.
+    assert!(out.contains("wrote") && out.contains("named: kept mine PRETTY_NAME=Replaced"), "{out}");
+    assert!(out.contains("unnamed: cat: can't open '/kept'"), "{out}");
     assert!(out.contains("\n0\n") || out.starts_with("0\n"), "remap-root: uid 0 inside: {out}");
     assert!(out.contains("ro-refused") && out.contains("read only"), "{out}");
     assert!(out.contains("made"), "{out}");
@@ -1938,7 +1949,13 @@ fn container_tasks_run_as_their_user_from_a_registry_and_no_further() {
     for node in ["node1", "node2"] {
         let tmp = up.dir.join(node).join("images/tmp");
         assert_eq!(std::fs::read_dir(&tmp).unwrap().count(), 0, "{}", tmp.display());
-        assert_eq!(std::fs::read_dir(up.dir.join(node).join("containers")).map(|d| d.count()).unwrap_or(0), 0, "bundles removed");
+        // The named container goes when the node hears that its job ended.
+        let left = || std::fs::read_dir(up.dir.join(node).join("containers")).map(|d| d.flatten().map(|e| e.file_name()).collect::<Vec<_>>()).unwrap_or_default();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !left().is_empty() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        assert_eq!(left(), Vec::<std::ffi::OsString>::new(), "containers removed");
     }
 
     // A private image: alice's credentials (Docker's config.json, read on the node as alice)

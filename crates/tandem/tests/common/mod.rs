@@ -545,8 +545,8 @@ pub fn container_tools() -> Result<(), String> {
     if !std::path::Path::new("/bin/busybox").exists() {
         return Err("busybox-static is not installed".into());
     }
-    if !std::path::Path::new("/usr/bin/tini-static").exists() {
-        return Err("tini (tini-static) is not installed".into());
+    if !std::path::Path::new("/usr/bin/catatonit").exists() {
+        return Err("catatonit is not installed".into());
     }
     if missing.is_empty() { Ok(()) } else { Err(format!("not installed: {}", missing.join(", "))) }
 }
