@@ -44,6 +44,9 @@ pub(crate) struct NodeSide {
 /// defaults), set once at the agent's start.
 pub(crate) static CDI_DIRS: std::sync::OnceLock<Vec<PathBuf>> = std::sync::OnceLock::new();
 
+/// The number of a task's PMI socket inside its container (runc's first passed descriptor).
+const PMI_FD_INSIDE: i32 = 3;
+
 /// The hidden subcommand that runs a task in its container.
 pub const CONTAINER_CMD: &str = "__container";
 
@@ -524,8 +527,17 @@ fn run(args: &[String]) -> Result<Never> {
     }
     let ready = ready.ok_or(last)?;
     let init = system_program(INIT)?;
-    let env: Vec<(String, String)> =
+    let mut env: Vec<(String, String)> =
         std::env::vars_os().filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?))).collect();
+    // The PMI socket (srun --mpi=pmi2): runc passes descriptors on from 3 up, so it is 3 inside.
+    let pmi_fd: Option<i32> = env.iter().find(|(k, _)| k == "PMI_FD").and_then(|(_, v)| v.parse().ok()).filter(|fd| *fd > 2);
+    if pmi_fd.is_some() {
+        for (k, v) in &mut env {
+            if k == "PMI_FD" {
+                *v = PMI_FD_INSIDE.to_string();
+            }
+        }
+    }
     let mut spec = image::spec::build(&image::spec::Run {
         ready: &ready,
         container: &c,
@@ -588,7 +600,12 @@ fn run(args: &[String]) -> Result<Never> {
     }
     cmd.arg("--").arg(system_program(RUNTIME)?);
     cmd.arg("--log").arg(bundle.join("runc.log")).arg("--root").arg(shared.join("state"));
-    cmd.args(["exec", "--process"]).arg(bundle.join("process.json")).arg(&id);
+    cmd.arg("exec");
+    if let Some(fd) = pmi_fd {
+        exec::pass_fd_at(&mut cmd, fd, PMI_FD_INSIDE);
+        cmd.arg("--preserve-fds=1");
+    }
+    cmd.arg("--process").arg(bundle.join("process.json")).arg(&id);
     let e = cmd.exec();
     Err(anyhow!("cannot run nsenter (is util-linux installed on this node?): {e}"))
 }

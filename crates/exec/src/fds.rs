@@ -47,6 +47,22 @@ pub fn pass_fds(cmd: &mut Command, fds: &[BorrowedFd<'_>]) {
     }
 }
 
+/// Makes `cmd`'s program inherit this process's descriptor `fd` at the number `at` (a
+/// container task's PMI socket, which the OCI runtime passes on only from 3 up): in the child
+/// (or, for `CommandExt::exec`, this process, just before its exec), between fork and exec,
+/// `dup2(fd, at)`, which leaves `at` open across exec. Whatever `at` was is closed.
+pub fn pass_fd_at(cmd: &mut Command, fd: i32, at: i32) {
+    // SAFETY: the hook makes one dup2 or fcntl call (async-signal-safe) on plain numbers and
+    // allocates nothing.
+    #[allow(unsafe_code)]
+    unsafe {
+        cmd.pre_exec(move || {
+            let r = if fd == at { nix::libc::fcntl(fd, nix::libc::F_SETFD, 0) } else { nix::libc::dup2(fd, at) };
+            if r == -1 { Err(std::io::Error::last_os_error()) } else { Ok(()) }
+        });
+    }
+}
+
 /// Why an inherited descriptor cannot be used as a listening socket.
 #[derive(Debug)]
 pub enum HeldError {

@@ -21,7 +21,7 @@
 //! ([`quiet_sigpipe`]).
 
 mod fds;
-pub use fds::{HeldError, inherited_listener, listen_tcp, pass_fds};
+pub use fds::{HeldError, inherited_listener, listen_tcp, pass_fd_at, pass_fds};
 
 use std::ffi::{CStr, CString};
 use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};

@@ -2066,6 +2066,40 @@ fn container_tasks_run_as_their_user_from_a_registry_and_no_further() {
     assert!(o.status.success() && text(&o).contains("Bars Slow"), "{}", text(&o));
     let _ = slow.kill();
 
+    // MPICH ranks in a container (an image of the host's MPICH files) on one node, over srun's
+    // PMI-2: they share the step's container, so MPI's shared memory works between them (each
+    // reads the next one's window by load, not by message).
+    let mpicc = ["mpicc.mpich", "mpicc"].into_iter().find(|c| common::have(c));
+    assert!(mpicc.is_some() || std::env::var("CI").as_deref() != Ok("true"), "CI=true but MPICH (mpicc.mpich) is missing");
+    if let Some(mpicc) = mpicc {
+        let mdir = img.join("mpi");
+        std::fs::create_dir_all(&mdir).unwrap();
+        std::fs::write(mdir.join("shm.c"), MPI_SHM).unwrap();
+        let prog = mdir.join("shm");
+        let o = Command::new(mpicc).arg("-o").arg(&prog).arg(mdir.join("shm.c")).output().unwrap();
+        assert!(o.status.success(), "{}", text(&o));
+        let ldd = Command::new("ldd").arg(&prog).output().unwrap();
+        let mut files: Vec<(PathBuf, PathBuf)> = text(&ldd)
+            .lines()
+            .filter_map(|l| l.split_whitespace().find(|w| w.starts_with('/')).map(|p| (PathBuf::from(p), PathBuf::from(p))))
+            .collect();
+        files.push((prog.clone(), PathBuf::from("/opt/mpi/shm")));
+        open_reg.push(&common::busybox_image_with(&mdir, "Bars MPICH", &files), "bars/mpich", None);
+        let o = up.run(
+            &v,
+            &vdir,
+            &["srun", "-w", "node1", "-n2", "--mpi=pmi2", &format!("--container-image={insecure}#bars/mpich:1"), "/opt/mpi/shm"],
+        );
+        let out = text(&o);
+        assert!(o.status.success(), "{out}");
+        for r in 0..2 {
+            assert!(
+                out.contains(&format!("rank {r} of 2: ranks sharing memory 2, read {} from the next one's memory, sum 1", 100 + (r + 1) % 2)),
+                "{out}"
+            );
+        }
+    }
+
     // Other users' processes are not seen from inside (a PID namespace of its own): mallory's
     // bare job runs beside alice's container, which sees its own processes only.
     let m = up.sbatch(&a, &adir, &["-w", "node2", "-o", "/dev/null", "--wrap", "sleep 61"]);
@@ -2218,3 +2252,33 @@ fn container_tasks_run_as_their_user_from_a_registry_and_no_further() {
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+/// An MPI program whose ranks on one node write a shared window and read each other's part
+/// by load (`MPI_Win_allocate_shared`), then sum their ranks.
+const MPI_SHM: &str = r#"#include <mpi.h>
+#include <stdio.h>
+int main(int argc, char **argv) {
+    MPI_Init(&argc, &argv);
+    int r, n, ns, du, sum = 0, *mine, *theirs;
+    MPI_Comm_rank(MPI_COMM_WORLD, &r);
+    MPI_Comm_size(MPI_COMM_WORLD, &n);
+    MPI_Comm node;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+    MPI_Comm_size(node, &ns);
+    MPI_Win w;
+    MPI_Win_allocate_shared(sizeof(int), sizeof(int), MPI_INFO_NULL, node, &mine, &w);
+    MPI_Win_lock_all(0, w);
+    *mine = 100 + r;
+    MPI_Win_sync(w);
+    MPI_Barrier(node);
+    MPI_Win_sync(w);
+    MPI_Aint sz;
+    MPI_Win_shared_query(w, (r + 1) % ns, &sz, &du, &theirs);
+    MPI_Allreduce(&r, &sum, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    printf("rank %d of %d: ranks sharing memory %d, read %d from the next one's memory, sum %d\n", r, n, ns, *theirs, sum);
+    MPI_Win_unlock_all(w);
+    MPI_Win_free(&w);
+    MPI_Finalize();
+    return 0;
+}
+"#;

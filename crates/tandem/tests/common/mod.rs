@@ -560,6 +560,12 @@ fn run_ok(cmd: &mut Command) -> String {
 /// A small image made here from local files only (Debian's busybox-static, with umoci): an OCI
 /// layout at `DIR/layout`, tag `1`, whose `/etc/os-release` names `pretty`. Returns the layout.
 pub fn busybox_image(dir: &std::path::Path, pretty: &str) -> PathBuf {
+    busybox_image_with(dir, pretty, &[])
+}
+
+/// [`busybox_image`] with these files of the host's too (the host's path, the path inside;
+/// content copied, links followed).
+pub fn busybox_image_with(dir: &std::path::Path, pretty: &str, host_files: &[(PathBuf, PathBuf)]) -> PathBuf {
     let layout = dir.join("layout");
     let bundle = dir.join("bundle");
     let _ = std::fs::remove_dir_all(&layout);
@@ -576,6 +582,11 @@ pub fn busybox_image(dir: &std::path::Path, pretty: &str) -> PathBuf {
         std::os::unix::fs::symlink("busybox", root.join("bin").join(applet)).unwrap();
     }
     std::fs::write(root.join("etc/os-release"), format!("PRETTY_NAME=\"{pretty}\"\n")).unwrap();
+    for (f, at) in host_files {
+        let to = root.join(at.strip_prefix("/").unwrap_or(at));
+        std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+        std::fs::copy(f, &to).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
+    }
     run_ok(Command::new("umoci").args(["repack", "--image", &format!("{l}:1")]).arg(&bundle));
     run_ok(Command::new("umoci").args(["config", "--image", &format!("{l}:1"), "--config.env", "PATH=/bin", "--config.workingdir", "/"]));
     let _ = std::fs::remove_dir_all(&bundle);
