@@ -2225,6 +2225,51 @@ fn container_tasks_run_as_their_user_from_a_registry_and_no_further() {
     }
     let o = Command::new("pgrep").args(["-u", &v.uid.to_string(), "-x", "httpd"]).output().unwrap();
     assert_eq!(String::from_utf8_lossy(&o.stdout).lines().count(), 2, "two replicas, each httpd of alice's");
+    // A node dies with everything it runs (its agent, the tasks' keepers, the containers) under a
+    // stream of requests: none fails, as with bare replicas.
+    let show = |up: &Up| -> serde_json::Value { serde_json::from_str(&up.ok(&v, &vdir, &["tandem", "service", "show", "web", "--json"])).unwrap() };
+    let before = show(&up);
+    let nodes: Vec<String> = before["replicas"].as_array().unwrap().iter().map(|r| r["node"].as_str().unwrap_or("").to_string()).collect();
+    let ids = |s: &serde_json::Value| -> Vec<String> { s["replicas"].as_array().unwrap().iter().map(|r| r["id"].to_string()).collect() };
+    assert!(nodes.len() == 2 && nodes[0] != nodes[1], "one replica on each node: {nodes:?}");
+    let victim = nodes[1].clone();
+    let url = format!("http://{proxy}/s/web/");
+    let load = std::thread::spawn(move || {
+        let o = Command::new(bin())
+            .args(["bench", "load", &url, "--json", "--requests", "1500", "--rate", "250", "--concurrency", "16"])
+            .output()
+            .unwrap();
+        serde_json::from_slice::<serde_json::Value>(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(&o)))
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    let pauses: Vec<String> = std::fs::read_dir(up.dir.join(&victim).join("containers"))
+        .unwrap()
+        .flatten()
+        .filter_map(|e| std::fs::read_to_string(e.path().join("pid")).ok())
+        .map(|p| p.trim().to_string())
+        .collect();
+    assert!(!pauses.is_empty(), "no container runs on {victim}");
+    // The agent and its keepers (forks of it, with its command line), then the containers.
+    let o = Command::new("pkill").args(["-KILL", "-f", &format!("tandem agent .*--name {victim} .*{}", up.dir.display())]).output().unwrap();
+    assert!(o.status.success(), "no agent {victim} to kill");
+    for p in &pauses {
+        let _ = Command::new("kill").args(["-KILL", p]).status();
+    }
+    let r = load.join().unwrap();
+    eprintln!("a container service through kill -9 of {victim} and its containers: {} requests, {} failed", r["sent"], r["failed"]);
+    assert_eq!(r["sent"], 1500, "{r:#}");
+    assert_eq!(r["failed"], 0, "requests failed while a node died: {r:#}");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let now = show(&up);
+        let ready = now["replicas"].as_array().unwrap().iter().filter(|r| r["state"] == "Ready").count();
+        // Replaced: a replica that was not there before the kill.
+        if ready == 2 && ids(&now).iter().any(|i| !ids(&before).contains(i)) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the lost replica was not replaced: {now:#}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
     up.ok(&v, &vdir, &["tandem", "service", "delete", "web"]);
     // A replica's stop (SIGTERM, which busybox's httpd leaves to its default) reaches the
     // program inside: the replicas end well before the 30 s grace's SIGKILL.
