@@ -3,11 +3,39 @@
 # release build of tandem at target/release/tandem). It shows:
 #   1. the agent discovering the GPUs through NVML (no --gpus given),
 #   2. a job that asks for one GPU seeing exactly it through CUDA_VISIBLE_DEVICES,
-#   3. PyTorch using it (when torch is importable).
+#   3. PyTorch using it (when torch is importable),
+#   4. a container step (--container-image, from a registry on loopback) given its GPU through
+#      the node's CDI specification (made here with nvidia-ctk where /etc/cdi has none): inside,
+#      its device alone, numbered 0, and nvidia-smi sees it. This case fails, never skips:
+#      it needs runc, catatonit, umoci, skopeo, docker-registry and nvidia-ctk.
 set -euo pipefail
 T=${TANDEM:-target/release/tandem}
 D=$(mktemp -d)
-trap 'kill %1 2>/dev/null; wait 2>/dev/null; rm -rf "$D"' EXIT
+trap 'kill %1 2>/dev/null; [ -n "${REG:-}" ] && kill "$REG" 2>/dev/null; wait 2>/dev/null; rm -rf "$D"' EXIT
+for tool in runc catatonit umoci skopeo docker-registry nvidia-ctk; do
+  command -v "$tool" >/dev/null || { echo "gpu-check: $tool is not installed (the container case needs it)" >&2; exit 1; }
+done
+# The container case's registry and image, and the CDI specification, before the cluster starts.
+mkdir -p "$D/cdi" "$D/reg"
+if ls /etc/cdi/*.yaml /etc/cdi/*.json /var/run/cdi/*.yaml /var/run/cdi/*.json >/dev/null 2>&1; then
+  export TANDEM_CDI_SPEC_DIRS=/etc/cdi,/var/run/cdi
+else
+  nvidia-ctk cdi generate --output="$D/cdi/nvidia.yaml" >/dev/null
+  export TANDEM_CDI_SPEC_DIRS="$D/cdi"
+fi
+PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+printf 'version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: %s\nhttp:\n  addr: 127.0.0.1:%s\n' "$D/reg" "$PORT" > "$D/reg.yml"
+docker-registry serve "$D/reg.yml" > "$D/reg.log" 2>&1 & REG=$!
+umoci init --layout "$D/layout" && umoci new --image "$D/layout:1"
+umoci unpack --image "$D/layout:1" "$D/bundle" >/dev/null
+mkdir -p "$D/bundle/rootfs/bin"; cp /bin/busybox "$D/bundle/rootfs/bin/" 2>/dev/null || cp "$(command -v busybox)" "$D/bundle/rootfs/bin/"
+for a in sh ls cat echo; do ln -sf busybox "$D/bundle/rootfs/bin/$a"; done
+# nvidia-smi (bound in by the CDI specification) needs the C library.
+for f in $(ldd "$(command -v nvidia-smi)" | grep -o '/[^ ]*' | grep -v nvidia); do mkdir -p "$D/bundle/rootfs$(dirname "$f")"; cp -L "$f" "$D/bundle/rootfs$f"; done
+umoci repack --image "$D/layout:1" "$D/bundle" && umoci config --image "$D/layout:1" --config.env PATH=/bin:/usr/bin
+for _ in $(seq 50); do curl -sf "http://127.0.0.1:$PORT/v2/" >/dev/null && break; sleep 0.2; done
+skopeo copy --dest-tls-verify=false "oci:$D/layout:1" "docker://127.0.0.1:$PORT/check/gpu:1" >/dev/null
+export TANDEM_INSECURE_REGISTRIES=127.0.0.1:$PORT
 "$T" up --agents 1 --port 0 --data "$D" > "$D/up.out" 2>&1 &
 for _ in $(seq 100); do [ -f "$D/env" ] && break; sleep 0.1; done
 source "$D/env"
@@ -37,3 +65,11 @@ for _ in $(seq 600); do
 done
 echo "== job $id: $st"; cat gpu.out
 "$T" history -j "$id" --format=JobID,State,ExitCode,AllocTRES
+echo "== container step with one GPU (CDI specifications in $TANDEM_CDI_SPEC_DIRS)"
+out=$("$T" run --gpus=1 --container-remap-root --container-image="127.0.0.1:$PORT#check/gpu:1" sh -c 'echo CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES; ls /dev | grep "^nvidia[0-9]"; nvidia-smi -L' 2>&1) || { echo "$out"; echo "gpu-check: the container step failed" >&2; exit 1; }
+echo "$out"
+echo "$out" | grep -q '^CUDA_VISIBLE_DEVICES=0$' || { echo "gpu-check: the container does not number its GPU 0" >&2; exit 1; }
+[ "$(echo "$out" | grep -c '^nvidia[0-9]')" = 1 ] || { echo "gpu-check: the container does not have exactly its one GPU" >&2; exit 1; }
+echo "$out" | grep -q '^GPU 0:' || { echo "gpu-check: nvidia-smi sees no GPU inside" >&2; exit 1; }
+echo "== container case: ok"
+
