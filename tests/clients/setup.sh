@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Installs the pinned Slurm clients (requirements.txt) into a virtual environment for the
-# client tests (crates/tandem/tests/clients.rs), which find it at target/clients-venv (or
+# Installs the pinned Slurm clients and kubernetes-validate (requirements.txt) into a virtual
+# environment for the client tests (crates/tandem/tests/clients.rs) and the manifests' test
+# (crates/tandem/tests/manifests.rs), which find it at target/clients-venv (or
 # $TANDEM_CLIENTS_VENV). Reused when it already has them.
 #
 #   tests/clients/setup.sh [VENV]
