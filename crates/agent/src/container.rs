@@ -85,18 +85,52 @@ pub(crate) fn make_shared(dir: &Path, uid: u32, gid: u32) -> std::io::Result<()>
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
 }
 
-/// The process 1 of the container in `dir`, if it runs.
+/// The process 1 of the container in `dir`, if it runs (as its `pid` file names it: for the
+/// step's tasks, which trust their own user's file).
 fn holder(dir: &Path) -> Option<i32> {
     let pid: i32 = std::fs::read_to_string(dir.join("pid")).ok()?.trim().parse().ok()?;
     let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
-    let want = format!("{}\0-P\0", image::spec::INIT_PATH);
-    (cmdline == want.as_bytes()).then_some(pid)
+    (cmdline == holder_cmdline().as_bytes()).then_some(pid)
+}
+
+fn holder_cmdline() -> String {
+    format!("{}\0-P\0", image::spec::INIT_PATH)
+}
+
+/// The variable that names a container's directory in its process 1's environment.
+const HOLDER_ENV: &str = "TANDEM_CONTAINER";
+
+/// The processes 1 of the container in `dir`, as the agent finds them to end it. The directory
+/// and its `pid` file are the user's, so that number is not trusted (a user could name another
+/// user's container's process 1 there, or hide their own): the agent looks through `/proc`
+/// for a container's process 1 whose environment names `dir` and whose user namespace maps
+/// the directory's owner, which only that user's own `unshare` can make.
+fn holders(dir: &Path) -> Vec<i32> {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(owner) = std::fs::metadata(dir).map(|m| m.uid().to_string()) else { return Vec::new() };
+    let want = holder_cmdline();
+    let marker = format!("{HOLDER_ENV}={}", dir.display());
+    let mut found = Vec::new();
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else { continue };
+        if std::fs::read(e.path().join("cmdline")).ok().is_none_or(|c| c != want.as_bytes()) {
+            continue;
+        }
+        let named = std::fs::read(e.path().join("environ")).is_ok_and(|env| env.split(|b| *b == 0).any(|v| v == marker.as_bytes()));
+        let map = std::fs::read_to_string(e.path().join("uid_map")).unwrap_or_default();
+        let mapped =
+            map.lines().all(|l| !l.ends_with(" 4294967295")) && map.lines().any(|l| l.split_whitespace().nth(1) == Some(owner.as_str()));
+        if named && mapped {
+            found.push(pid);
+        }
+    }
+    found
 }
 
 /// Ends the container in `dir` (its process 1, and with it every process of its PID
 /// namespace) and removes the directory. Returns once process 1 is gone, or after 2 s.
 pub(crate) fn release(dir: &Path) {
-    if let Some(pid) = holder(dir) {
+    for pid in holders(dir) {
         let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
         for _ in 0..100 {
             let gone = std::fs::read_to_string(format!("/proc/{pid}/stat"))
@@ -139,7 +173,7 @@ pub(crate) fn sweep(data: &Path, live: &std::collections::HashSet<PathBuf>) {
 
 /// Ends the container in `dir` but keeps its files (a named container between steps).
 pub(crate) fn stop(dir: &Path) {
-    if let Some(pid) = holder(dir) {
+    for pid in holders(dir) {
         let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
     }
     let _ = std::fs::remove_file(dir.join("pid"));
@@ -626,6 +660,10 @@ fn create(shared: &Path, id: &str, mut spec: oci_spec::runtime::Spec, digest: &s
     std::fs::write(shared.join("digest"), digest)?;
     if let Some(p) = spec.process_mut() {
         p.set_args(Some(vec![image::spec::INIT_PATH.to_string(), "-P".to_string()]));
+        // How the agent finds it to end it (`holders`).
+        let mut env = p.env().clone().unwrap_or_default();
+        env.push(format!("{HOLDER_ENV}={}", shared.display()));
+        p.set_env(Some(env));
     }
     spec.save(shared.join("config.json")).map_err(|e| anyhow!("writing the container's config.json: {e}"))?;
     for stale in ["state", "pid", "error", "runc.log"] {

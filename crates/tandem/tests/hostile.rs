@@ -243,7 +243,27 @@ impl Drop for Up {
     fn drop(&mut self) {
         let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
         let _ = self.child.wait();
+        // Containers a failed test left (their processes 1 name their directories).
+        for pid in container_holders(&self.dir.display().to_string()) {
+            let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).status();
+        }
     }
+}
+
+/// The live processes 1 of containers (`catatonit -P`) whose directory starts with `prefix`.
+fn container_holders(prefix: &str) -> Vec<i32> {
+    let marker = format!("TANDEM_CONTAINER={prefix}");
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let pid = e.file_name().to_str()?.parse::<i32>().ok()?;
+            let cmd = std::fs::read(e.path().join("cmdline")).ok()?;
+            let env = std::fs::read(e.path().join("environ")).ok()?;
+            (cmd == b"/dev/.tandem-init\0-P\0" && env.split(|b| *b == 0).any(|v| v.starts_with(marker.as_bytes()))).then_some(pid)
+        })
+        .collect()
 }
 
 /// The fixture: the victim's files (one readable, one in a private directory), root's file, and
@@ -2122,6 +2142,42 @@ fn container_tasks_run_as_their_user_from_a_registry_and_no_further() {
     let out = std::fs::read_to_string(&pid_out).unwrap();
     assert!(!out.contains("sleep 61") && out.contains("tandem-init"), "{out}");
     up.ok(&a, &adir, &["scancel", &m.to_string()]);
+
+    // The agent ends a step's container by the pid its user's directory names: mallory names
+    // alice's container's process 1 in hers; her step ends, alice's container runs on.
+    let victim = up.sbatch(&v, &vdir, &["-w", "node2", &format!("--container-image={enroot}"), "-o", "/dev/null", "--wrap", "sleep 60"]);
+    up.wait_state(victim, &["RUNNING"]);
+    let cdir = up.dir.join("node2").join("containers");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let victim_pid = loop {
+        let found = std::fs::read_dir(&cdir).unwrap().flatten().find_map(|e| {
+            let n = e.file_name().to_string_lossy().into_owned();
+            (n.starts_with(&format!("{victim}.")) && n.split('.').count() == 3).then(|| std::fs::read_to_string(e.path().join("pid")).ok()).flatten()
+        });
+        if let Some(p) = found.filter(|p| !p.trim().is_empty()) {
+            break p.trim().to_string();
+        }
+        assert!(Instant::now() < deadline, "alice's container never started");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let plant = format!(
+        "#!/bin/sh\nsrun --container-image={enroot} sleep 3 &\nsleep 2\nfor d in {0}/$SLURM_JOB_ID.0.0 {0}/$SLURM_JOB_ID.1.0; do [ -f $d/pid ] && rm -f $d/pid && echo {victim_pid} > $d/pid && echo planted; done\nwait\n",
+        cdir.display()
+    );
+    let pp = adir.join("plant.sh");
+    owned_file(&pp, &plant, a.uid, a.gid, 0o755);
+    let plant_out = adir.join("plant.out");
+    let mj = up.sbatch(&a, &adir, &["-w", "node2", "-o", &plant_out.display().to_string(), &pp.display().to_string()]);
+    assert_eq!(up.wait_state(mj, &["COMPLETED", "FAILED"])["JobState"], "COMPLETED");
+    let planted = std::fs::read_to_string(&plant_out).unwrap_or_default();
+    assert!(planted.contains("planted"), "the attack was not made: {planted}");
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(up.job(victim)["JobState"], "RUNNING", "alice's container was killed by mallory's step's end");
+    assert!(std::path::Path::new(&format!("/proc/{victim_pid}")).exists(), "alice's container's process 1 is gone");
+    // ... and mallory's own container, whose process 1 her file no longer names, ended all the same.
+    let hers = container_holders(&cdir.join(format!("{mj}.")).display().to_string());
+    assert!(hers.is_empty(), "mallory's container outlived her step: {hers:?}");
+    up.ok(&v, &vdir, &["scancel", &victim.to_string()]);
 
     // --signal reaches the script inside its container (5 s into a 1-minute limit).
     let sig_out = vdir.join("sig.out");
