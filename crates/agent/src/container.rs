@@ -239,7 +239,13 @@ struct Ask {
     user: Option<String>,
     #[serde(default)]
     password: Option<String>,
+    /// A local layout's image manifest (its bytes as text); its blobs follow the request.
+    #[serde(default)]
+    manifest: Option<String>,
 }
+
+/// The longest request line (a local layout's manifest is in it).
+const MAX_ASK: u64 = 4 << 20;
 
 /// The agent's answers: progress lines, then the image or why not.
 #[derive(serde::Serialize, serde::Deserialize)]
@@ -298,9 +304,10 @@ async fn answer(conn: tokio::net::UnixStream, store: &image::Store, allowed: &Al
     use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
     let uid = conn.peer_cred()?.uid();
     let (rd, mut wr) = conn.into_split();
+    let mut rd = tokio::io::BufReader::new(rd);
     let mut line = String::new();
-    // One request of bounded size.
-    let n = tokio::io::BufReader::new(rd.take(64 * 1024)).read_line(&mut line).await?;
+    // One request of bounded size (a local layout's manifest in it), then a layout's blobs.
+    let n = (&mut rd).take(MAX_ASK).read_line(&mut line).await?;
     let send = |a: &Answer| {
         let mut s = serde_json::to_string(a).expect("serializable");
         s.push('\n');
@@ -330,7 +337,11 @@ async fn answer(conn: tokio::net::UnixStream, store: &image::Store, allowed: &Al
                 }
                 let _ = tx.send(s);
             };
-            let fut = store.ensure(&r, creds.as_ref(), &progress);
+            let fut: std::pin::Pin<Box<dyn std::future::Future<Output = Result<image::Ready, image::Error>> + Send + '_>> =
+                match (&r, ask.manifest.as_deref()) {
+                    (slurmcli::ImageRef::Layout { .. }, Some(m)) => Box::pin(store.ensure_local(&r, m.as_bytes(), &mut rd, &progress)),
+                    _ => Box::pin(store.ensure(&r, creds.as_ref(), &progress)),
+                };
             tokio::pin!(fut);
             let answer = loop {
                 tokio::select! {
@@ -399,6 +410,65 @@ pub fn credentials(registry: &str, login: Option<&str>, home: &Path) -> Option<(
     let raw = base64::engine::general_purpose::STANDARD.decode(entry.1.get("auth")?.as_str()?.trim()).ok()?;
     let (u, p) = std::str::from_utf8(&raw).ok()?.split_once(':')?;
     login.is_none_or(|l| l == u).then(|| (u.to_string(), p.to_string()))
+}
+
+/// The media type of an OCI image index (a manifest list).
+const INDEX_TYPE: &str = "application/vnd.oci.image.index.v1+json";
+
+/// Reads a local OCI image layout (`oci:DIR[:TAG]`) as the user: its image manifest's text
+/// (an index resolved to this node's platform) and the files of its layers, then its
+/// configuration, in the manifest's order.
+fn read_layout(dir: &Path, tag: Option<&str>) -> Result<(String, Vec<PathBuf>)> {
+    let blob = |digest: &str| -> Result<PathBuf> {
+        let hex = digest.strip_prefix("sha256:").filter(|h| h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit()));
+        let hex = hex.ok_or_else(|| anyhow!("{digest:?} is not a sha256 digest"))?;
+        Ok(dir.join("blobs/sha256").join(hex))
+    };
+    let read_json = |p: &Path| -> Result<(Vec<u8>, serde_json::Value)> {
+        let bytes = std::fs::read(p).with_context(|| format!("reading {}", p.display()))?;
+        let v = serde_json::from_slice(&bytes).with_context(|| format!("{} is not JSON", p.display()))?;
+        Ok((bytes, v))
+    };
+    let (_, index) = read_json(&dir.join("index.json"))?;
+    let list = |v: &serde_json::Value| v["manifests"].as_array().cloned().unwrap_or_default();
+    let name_of = |m: &serde_json::Value| m["annotations"]["org.opencontainers.image.ref.name"].as_str().map(str::to_string);
+    let mut found: Vec<serde_json::Value> = list(&index).into_iter().filter(|m| tag.is_none() || name_of(m).as_deref() == tag).collect();
+    let arch = match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        a => a,
+    };
+    let platform_ok = |m: &serde_json::Value| {
+        let p = &m["platform"];
+        p.is_null() || (p["os"] == "linux" && p["architecture"] == arch)
+    };
+    found.retain(&platform_ok);
+    let mut desc = match (found.len(), tag) {
+        (1, _) => found.remove(0),
+        (0, Some(t)) => return Err(anyhow!("no image tagged {t:?} for linux/{arch} in {}/index.json", dir.display())),
+        (0, None) => return Err(anyhow!("{}/index.json lists no image for linux/{arch}", dir.display())),
+        (_, _) => {
+            let tags: Vec<String> = list(&index).iter().filter_map(name_of).collect();
+            return Err(anyhow!("{} holds several images: name one (oci:DIR:TAG; tags {})", dir.display(), tags.join(", ")));
+        }
+    };
+    // An index (a manifest list): this node's platform's manifest.
+    if desc["mediaType"] == INDEX_TYPE {
+        let (_, inner) = read_json(&blob(desc["digest"].as_str().unwrap_or(""))?)?;
+        desc = list(&inner).into_iter().find(|m| platform_ok(m) && !m["platform"].is_null()).ok_or_else(|| anyhow!("no image for linux/{arch} in its index"))?;
+    }
+    let digest = desc["digest"].as_str().unwrap_or("").to_string();
+    let (bytes, manifest) = read_json(&blob(&digest)?)?;
+    if image::digest_of(&bytes) != digest {
+        return Err(anyhow!("its manifest does not match its digest {digest}"));
+    }
+    let mut paths = Vec::new();
+    for l in manifest["layers"].as_array().into_iter().flatten() {
+        paths.push(blob(l["digest"].as_str().unwrap_or(""))?);
+    }
+    paths.push(blob(manifest["config"]["digest"].as_str().unwrap_or(""))?);
+    let text = String::from_utf8(bytes).map_err(|_| anyhow!("its manifest is not UTF-8"))?;
+    Ok((text, paths))
 }
 
 /// A program of the node's system (not the user's `PATH`: the task's environment is the job's).
@@ -478,12 +548,21 @@ enum AskError {
 }
 use AskError::{Refused, Unreachable};
 
-/// One request to the agent: the image, `None` if the connection ended first.
-fn ask_once(sock: &str, line: &str) -> std::result::Result<Option<image::Ready>, AskError> {
+/// One request to the agent (then a local layout's blobs, `blobs`): the image, `None` if the
+/// connection ended first.
+fn ask_once(sock: &str, line: &str, blobs: &[PathBuf]) -> std::result::Result<Option<image::Ready>, AskError> {
     let mut conn = std::os::unix::net::UnixStream::connect(sock)
         .with_context(|| format!("reaching the node's agent at {sock}"))
         .map_err(Unreachable)?;
     conn.write_all(line.as_bytes()).map_err(|e| Unreachable(e.into()))?;
+    for b in blobs {
+        let mut f = std::fs::File::open(b).with_context(|| format!("reading {}", b.display())).map_err(|e| Refused(format!("{e:#}")))?;
+        if let Err(e) = std::io::copy(&mut f, &mut conn) {
+            // The agent stopped reading: its answer says why.
+            let _ = e;
+            break;
+        }
+    }
     for l in BufReader::new(conn).lines() {
         let Ok(l) = l else { return Ok(None) };
         match serde_json::from_str::<Answer>(&l).map_err(|e| Unreachable(anyhow!("the agent's answer: {e}")))? {
@@ -534,7 +613,14 @@ fn run(args: &[String]) -> Result<Never> {
             }
         }
     };
-    let mut ask = Ask { key: key.clone(), image: c.image.clone(), user: None, password: None };
+    let mut ask = Ask { key: key.clone(), image: c.image.clone(), user: None, password: None, manifest: None };
+    // A local layout is read here, as the user, and sent to the agent.
+    let mut blobs = Vec::new();
+    if let slurmcli::ImageRef::Layout { dir, tag } = &r {
+        let (manifest, paths) = read_layout(Path::new(dir), tag.as_deref()).with_context(|| format!("the local image {}", r.canonical()))?;
+        ask.manifest = Some(manifest);
+        blobs = paths;
+    }
     if let slurmcli::ImageRef::Registry { registry, user, .. } = &r
         && let Some((u, p)) = credentials(registry, user.as_deref(), &home)
     {
@@ -548,7 +634,7 @@ fn run(args: &[String]) -> Result<Never> {
     let mut ready = None;
     let mut last = anyhow!("the node's agent did not answer");
     for _ in 0..ASK_TRIES {
-        match ask_once(sock, &line) {
+        match ask_once(sock, &line, &blobs) {
             Ok(Some(r)) => {
                 ready = Some(r);
                 break;

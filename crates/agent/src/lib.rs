@@ -70,8 +70,8 @@ pub struct Options {
 
 /// The image cache's default bound: half the file system of `data`, at most 100 GiB.
 fn default_cache_bound(data: &std::path::Path) -> u64 {
-    let fs = nix::sys::statvfs::statvfs(data).map(|s| s.blocks() as u64 * s.fragment_size() as u64).unwrap_or(0);
-    (fs / 2).min(100 << 30).max(1 << 30)
+    let fs = nix::sys::statvfs::statvfs(data).map(|s| s.blocks() * s.fragment_size()).unwrap_or(0);
+    (fs / 2).clamp(1 << 30, 100 << 30)
 }
 
 /// Runs the agent until the process is stopped (on a runtime of its own).

@@ -262,7 +262,7 @@ containerEdits:
     fn only_the_tasks_gpus_and_the_common_edits_numbered_from_zero() {
         let s: CdiSpec = yaml_serde::from_str(FAKE).unwrap();
         let mut spec = Spec::default();
-        apply(&mut spec, &[s.clone()], &[1]).unwrap();
+        apply(&mut spec, std::slice::from_ref(&s), &[1]).unwrap();
         let m = spec.mounts().clone().unwrap();
         let dst: Vec<String> = m.iter().map(|m| m.destination().display().to_string()).collect();
         assert!(dst.contains(&"/dev/nvidia1".to_string()) && !dst.contains(&"/dev/nvidia0".to_string()), "{dst:?}");
@@ -271,7 +271,7 @@ containerEdits:
         assert!(env.contains(&"CUDA_VISIBLE_DEVICES=0".to_string()) && env.contains(&"NVIDIA_VISIBLE_DEVICES=void".to_string()), "{env:?}");
         assert_eq!(spec.hooks().as_ref().unwrap().create_container().as_ref().unwrap().len(), 1);
         let mut spec = Spec::default();
-        apply(&mut spec, &[s.clone()], &[0, 1]).unwrap();
+        apply(&mut spec, std::slice::from_ref(&s), &[0, 1]).unwrap();
         assert!(spec.process().as_ref().unwrap().env().clone().unwrap().contains(&"CUDA_VISIBLE_DEVICES=0,1".to_string()));
         // The common edits once, not per GPU.
         assert_eq!(spec.mounts().clone().unwrap().iter().filter(|m| m.destination().to_str() == Some("/dev/nvidiactl")).count(), 1);

@@ -140,6 +140,12 @@ pub struct Store {
 /// not the user's, so they cannot be made later).
 pub const MOUNT_POINTS: &[&str] = &["proc", "dev", "sys", "tmp", "run", "etc", "home", "mnt", "root"];
 
+/// The OCI digest (`sha256:HEX`) of some bytes.
+pub fn digest_of(bytes: &[u8]) -> String {
+    use sha2::Digest as _;
+    format!("sha256:{:x}", sha2::Sha256::digest(bytes))
+}
+
 fn hex_of(digest: &str) -> Option<&str> {
     digest.strip_prefix("sha256:").filter(|h| h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit()))
 }
@@ -211,9 +217,7 @@ impl Store {
         let _pulling = self.trimming.read().await;
         let name = image.canonical();
         let ImageRef::Registry { registry, repository, tag, digest, .. } = image else {
-            return Err(Error::Unsupported(format!(
-                "{name}: local OCI layouts (oci:DIR) are not available yet; push the image to a registry"
-            )));
+            return Err(Error::Unsupported(format!("{name}: a local layout is read by the user's own process (Store::ensure_local)")));
         };
         let reference = match (tag, digest) {
             (Some(t), Some(d)) => Reference::with_tag_and_digest(registry.clone(), repository.clone(), t.clone(), d.clone()),
@@ -248,6 +252,19 @@ impl Store {
             self.fetch(&client, &reference, &name, layer).await?;
         }
         self.fetch(&client, &reference, &name, &manifest.config).await?;
+        self.unpack_manifest(&name, &id, &mdigest, &manifest, progress).await
+    }
+
+    /// Unpacks an image whose blobs the cache has (its manifest's digest `mdigest`, `id` its hex).
+    async fn unpack_manifest(
+        &self,
+        name: &str,
+        id: &str,
+        mdigest: &str,
+        manifest: &oci_client::manifest::OciImageManifest,
+        progress: &(dyn Fn(String) + Sync),
+    ) -> Result<Ready, Error> {
+        let name = name.to_string();
         let config = std::fs::read(self.blob_path(&manifest.config.digest).expect("checked by fetch")).map_err(cache_err(&self.root))?;
         progress(format!("unpacking {name}"));
         let cfg: oci_spec::image::ImageConfiguration = serde_json::from_slice(&config).map_err(|e| Error::Registry {
@@ -259,15 +276,93 @@ impl Store {
         let layers: Vec<(String, String)> = manifest.layers.iter().map(|l| (l.digest.clone(), l.media_type.clone())).collect();
         let store_root = self.root.clone();
         let name2 = name.clone();
-        let id2 = id.clone();
+        let id2 = id.to_string();
         let mut blobs: Vec<String> = layers.iter().map(|(d, _)| d.clone()).collect();
         blobs.push(manifest.config.digest.clone());
-        let ready = Ready { rootfs: self.root.join("rootfs").join(&id), digest: mdigest.clone(), env, workdir, blobs, bytes: 0 };
+        let ready = Ready { rootfs: self.root.join("rootfs").join(id), digest: mdigest.to_string(), env, workdir, blobs, bytes: 0 };
         let r2 = ready.clone();
+        let mdigest = mdigest.to_string();
         let ready = tokio::task::spawn_blocking(move || unpack_all(&store_root, &name2, &id2, &layers, r2))
             .await
             .map_err(|e| Error::Unpack { image: name.clone(), digest: mdigest.clone(), why: e.to_string() })??;
         Ok(ready)
+    }
+
+    /// Makes an image of a local OCI layout (`oci:DIR`) ready. The node's agent cannot read
+    /// the user's directory (it would read it as root), so the user's own process sends what
+    /// the layout holds: `manifest`, the image manifest's bytes as stored there, then from
+    /// `blobs` each layer's bytes in the manifest's order and the configuration's, each exactly
+    /// its descriptor's size. Every blob is read and checked against its digest, even one the
+    /// cache has: that is how the node knows the user holds the image (a manifest alone, whose
+    /// image the cache may hold from a private registry, opens nothing).
+    pub async fn ensure_local(
+        &self,
+        image: &ImageRef,
+        manifest: &[u8],
+        blobs: &mut (dyn tokio::io::AsyncRead + Unpin + Send),
+        progress: &(dyn Fn(String) + Sync),
+    ) -> Result<Ready, Error> {
+        use sha2::Digest as _;
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let _pulling = self.trimming.read().await;
+        let name = image.canonical();
+        let bad = |why: String| Error::Registry { image: name.clone(), why };
+        let mdigest = digest_of(manifest);
+        let m: oci_client::manifest::OciImageManifest =
+            serde_json::from_slice(manifest).map_err(|e| bad(format!("its manifest is not an OCI image manifest: {e}")))?;
+        let id = hex_of(&mdigest).expect("made above").to_string();
+        let unpack_lock = self.lock(&format!("rootfs:{id}"));
+        let _held = unpack_lock.lock().await;
+        let total = m.layers.len();
+        for (i, d) in m.layers.iter().chain(std::iter::once(&m.config)).enumerate() {
+            if i < total {
+                progress(format!("reading {name}: layer {}/{total} ({} bytes)", i + 1, d.size));
+            }
+            let path = self.blob_path(&d.digest).ok_or_else(|| bad(format!("blob digest {:?}", d.digest)))?;
+            let size = u64::try_from(d.size).map_err(|_| bad(format!("blob size {}", d.size)))?;
+            let l = self.lock(&d.digest);
+            let _blob = l.lock().await;
+            // Kept only if the cache lacks it; read and checked either way.
+            let keep = !path.exists();
+            let tmp = self.root.join("tmp").join(fresh_name());
+            let mut file = if keep { Some(tokio::fs::File::create(&tmp).await.map_err(cache_err(&tmp))?) } else { None };
+            let mut hash = sha2::Sha256::new();
+            let mut left = size;
+            let mut buf = vec![0u8; 256 * 1024];
+            let res: Result<(), Error> = async {
+                while left > 0 {
+                    let want = usize::try_from(left.min(buf.len() as u64)).expect("small");
+                    let n = blobs.read(&mut buf[..want]).await.map_err(|e| bad(format!("reading its blob {}: {e}", d.digest)))?;
+                    if n == 0 {
+                        return Err(bad(format!("its blob {} ended {left} bytes short of its size", d.digest)));
+                    }
+                    hash.update(&buf[..n]);
+                    if let Some(f) = file.as_mut() {
+                        f.write_all(&buf[..n]).await.map_err(cache_err(&tmp))?;
+                    }
+                    left -= n as u64;
+                }
+                Ok(())
+            }
+            .await;
+            let got = format!("sha256:{:x}", hash.finalize());
+            let res = res.and_then(|()| {
+                if got == d.digest { Ok(()) } else { Err(Error::Digest { image: name.clone(), digest: d.digest.clone(), got: got.clone() }) }
+            });
+            if let Err(e) = res {
+                let _ = std::fs::remove_file(&tmp);
+                return Err(e);
+            }
+            if let Some(mut f) = file {
+                f.flush().await.map_err(cache_err(&tmp))?;
+                drop(f);
+                std::fs::rename(&tmp, &path).map_err(cache_err(&path))?;
+            }
+        }
+        if let Some(r) = self.ready(&id) {
+            return Ok(r);
+        }
+        self.unpack_manifest(&name, &id, &mdigest, &m, progress).await
     }
 
     /// Keeps the cache under its bound ([`Settings::max_bytes`]): removes the least recently
@@ -643,12 +738,49 @@ mod tests {
         h.set_mode(0o644);
         h.set_cksum();
         let mut bytes = h.as_bytes().to_vec();
-        bytes.extend_from_slice(&[b'x']);
+        bytes.extend_from_slice(b"x");
         bytes.resize(512 * 2, 0);
         bytes.extend_from_slice(&[0u8; 1024]);
         std::fs::write(d.join("l"), &bytes).unwrap();
         assert!(apply_layer(&d.join("l"), "tar", &d.join("root")).is_err());
         assert!(!d.join("escape").exists());
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn a_local_layout_is_checked_blob_by_blob_and_short_or_changed_blobs_leave_nothing() {
+        let d = std::env::temp_dir().join(format!("image-test-{}", fresh_name()));
+        let s = Store::open(&d, Settings::default()).unwrap();
+        let lay = layer(&[("etc", None, 0), ("etc/os-release", Some(b"PRETTY_NAME=local\n"), 0o644)]);
+        let cfg = br#"{"architecture":"amd64","os":"linux","config":{"Env":["A=1"]},"rootfs":{"type":"layers","diff_ids":[]}}"#.to_vec();
+        let desc = |b: &[u8], t: &str| serde_json::json!({"mediaType": t, "digest": digest_of(b), "size": b.len()});
+        let manifest = serde_json::to_vec(&serde_json::json!({
+            "schemaVersion": 2,
+            "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "config": desc(&cfg, "application/vnd.oci.image.config.v1+json"),
+            "layers": [desc(&lay, "application/vnd.oci.image.layer.v1.tar")],
+        }))
+        .unwrap();
+        let image = ImageRef::parse("oci:/l:1").unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let run = |stream: Vec<u8>| rt.block_on(s.ensure_local(&image, &manifest, &mut &stream[..], &|_| {}));
+        // A changed layer; a short one: refused, nothing kept.
+        let mut changed = lay.clone();
+        changed[600] ^= 1;
+        let e = run([changed, cfg.clone()].concat()).unwrap_err();
+        assert!(matches!(e, Error::Digest { .. }), "{e}");
+        let e = run(lay[..100].to_vec()).unwrap_err();
+        assert!(e.to_string().contains("short"), "{e}");
+        assert_eq!(std::fs::read_dir(d.join("tmp")).unwrap().count(), 0);
+        assert!(!s.blob_path(&digest_of(&lay)).unwrap().exists());
+        // Whole: unpacked, with the configuration's environment.
+        let r = run([lay.clone(), cfg.clone()].concat()).unwrap();
+        assert_eq!(r.digest, digest_of(&manifest));
+        assert_eq!(std::fs::read_to_string(r.rootfs.join("etc/os-release")).unwrap(), "PRETTY_NAME=local\n");
+        assert_eq!(r.env, vec!["A=1".to_string()]);
+        // Cached now, but every blob must still come, and match.
+        assert!(run(vec![]).is_err());
+        assert!(run([lay, cfg].concat()).is_ok());
         std::fs::remove_dir_all(&d).unwrap();
     }
 

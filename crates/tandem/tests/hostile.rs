@@ -2086,6 +2086,22 @@ fn container_tasks_run_as_their_user_from_a_registry_and_no_further() {
     assert!(o.status.success() && text(&o).contains("Bars Slow"), "{}", text(&o));
     let _ = slow.kill();
 
+    // A local OCI layout (oci:DIR:TAG), alice's own and private: read by her process on the
+    // node and sent to the agent; mallory, who cannot read it, cannot run it, nor can a tag
+    // the layout lacks.
+    let local = user_dir(&vdir.join("local"), &v, 0o700);
+    let llayout = common::busybox_image(&local, "Bars Local");
+    assert!(Command::new("chown").args(["-R", &format!("{}:{}", v.uid, v.gid)]).arg(&local).status().unwrap().success());
+    let lref = format!("--container-image=oci:{}:1", llayout.display());
+    let o = up.run(&v, &vdir, &["srun", "-w", "node1", &lref, "cat", "/etc/os-release"]);
+    assert!(o.status.success() && text(&o).contains("Bars Local"), "{}", text(&o));
+    let o = up.run(&v, &vdir, &["srun", "-w", "node1", &lref, "cat", "/etc/os-release"]);
+    assert!(o.status.success() && text(&o).contains("Bars Local"), "again, from the cache: {}", text(&o));
+    let o = up.run(&a, &adir, &["srun", "-w", "node1", &lref, "cat", "/etc/os-release"]);
+    assert!(!o.status.success() && text(&o).contains("Permission denied") && !text(&o).contains("Bars Local"), "{}", text(&o));
+    let o = up.run(&v, &vdir, &["srun", "-w", "node1", &format!("--container-image=oci:{}:9", llayout.display()), "true"]);
+    assert!(!o.status.success() && text(&o).contains("no image tagged \"9\""), "{}", text(&o));
+
     // MPICH ranks in a container (an image of the host's MPICH files) on one node, over srun's
     // PMI-2: they share the step's container, so MPI's shared memory works between them (each
     // reads the next one's window by load, not by message).
