@@ -106,12 +106,25 @@ impl Up {
 
     /// As `launch`, with `agents` nodes and these variables in the daemons' environment.
     fn launch_with(root: &Path, config: Option<&str>, more: &[&str], agents: u32, env: &[(&str, &str)]) -> Up {
+        Self::launch_under(root, config, more, agents, env, &[])
+    }
+
+    /// [`Up::launch_with`], `tandem up` run through `prefix` (a program that ends by running
+    /// its arguments).
+    fn launch_under(root: &Path, config: Option<&str>, more: &[&str], agents: u32, env: &[(&str, &str)], prefix: &[&str]) -> Up {
         let dir = root.join("cluster");
         let shims = root.join("bin");
         std::fs::create_dir_all(&shims).unwrap();
         let st = Command::new(bin()).arg("shims").arg(&shims).stdout(Stdio::null()).status().unwrap();
         assert!(st.success());
-        let mut cmd = Command::new(bin());
+        let mut cmd = match prefix.split_first() {
+            Some((p, rest)) => {
+                let mut c = Command::new(p);
+                c.args(rest).arg(bin());
+                c
+            }
+            None => Command::new(bin()),
+        };
         cmd.args(["up", "--agents", &agents.to_string(), "--port", "0"]).args(more).envs(env.iter().copied());
         if !more.contains(&"--no-proxy") {
             cmd.args(["--proxy-port", "0"]);
@@ -1857,6 +1870,56 @@ fn container_tools() -> Option<()> {
         return None;
     }
     Some(())
+}
+
+/// Containers on a host whose only cgroup hierarchy is v2 (current Debian's): the cluster runs
+/// in a mount namespace where `/sys/fs/cgroup` is the unified hierarchy alone (this machine's
+/// is hybrid), so runc sees cgroup v2; a step's tasks run in their image as their user, share
+/// the step's container, and `scancel` ends them.
+#[test]
+fn container_tasks_run_on_a_cgroup_v2_host() {
+    let Some((v, _)) = users() else { return };
+    let Some(()) = container_tools() else { return };
+    let root = root_dir("containers-v2");
+    let img = root.join("img");
+    std::fs::create_dir_all(&img).unwrap();
+    let reg = common::Registry::start(&root.join("reg"), false, &[]);
+    reg.push(&common::busybox_image(&img, "Bars V2"), "bars/v2", None);
+    let host = reg.host();
+    let prefix = ["unshare", "--mount", "--propagation", "private", "sh", "-c", "umount -R /sys/fs/cgroup && mount -t cgroup2 none /sys/fs/cgroup && exec \"$@\"", "sh"];
+    let up = Up::launch_under(&root, None, &["--no-proxy"], 1, &[("TANDEM_INSECURE_REGISTRIES", &host)], &prefix);
+    let vdir = user_dir(&root.join("alice"), &v, 0o755);
+    let image = format!("--container-image={host}#bars/v2:1");
+    let o = up.run(
+        &v,
+        &vdir,
+        &["srun", "-l", "-n2", &image, "sh", "-c", "echo v1=$(grep -c \" - cgroup \" /proc/self/mountinfo) v2=$(grep -c \" - cgroup2 \" /proc/self/mountinfo) uid=$(id -u) $(grep PRETTY /etc/os-release) ns=$(readlink /proc/self/ns/pid)"],
+    );
+    let out = text(&o);
+    assert!(o.status.success(), "{out}");
+    let agent = std::fs::read_to_string(up.dir.join("node1.log")).unwrap_or_default();
+    for r in 0..2 {
+        // The unified hierarchy alone, inside as on the host.
+        assert!(out.contains(&format!("{r}: v1=0 v2=")) && !out.contains("v2=0"), "{out}");
+        assert!(out.contains(&format!("uid={} PRETTY_NAME=\"Bars V2\"", v.uid)), "{out}\n{agent}");
+    }
+    let ns: Vec<&str> = out.lines().filter_map(|l| l.split_once("ns=").map(|x| x.1)).collect();
+    assert!(ns.len() == 2 && ns[0] == ns[1], "one container for the step: {out}");
+    let script = vdir.join("long.sh");
+    owned_file(&script, &format!("#!/bin/sh\nsrun {image} sleep 300\n"), v.uid, v.gid, 0o755);
+    let id = up.sbatch(&v, &vdir, &["-o", "/dev/null", &script.display().to_string()]);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while container_holders(&up.dir.display().to_string()).is_empty() {
+        assert!(Instant::now() < deadline, "the container never started");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    up.ok(&v, &vdir, &["scancel", &id.to_string()]);
+    up.wait_state(id, &["CANCELLED"]);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !container_holders(&up.dir.display().to_string()).is_empty() {
+        assert!(Instant::now() < deadline, "the cancelled step's container outlived it");
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 /// SECURITY.md, "Containers": a task in an image from a registry runs as its user, in a user
