@@ -52,7 +52,7 @@ mkdir -m 0711 "$dir/data"
 "$bin" shims "$dir/bin" >/dev/null
 TANDEM_INSECURE_REGISTRIES=127.0.0.1:$port "$bin" up --agents 1 --port 0 --no-proxy --no-hosts --data "$dir/data" >"$dir/up.log" 2>&1 &
 up=$!
-trap 'kill $up $reg 2>/dev/null; wait $up $reg 2>/dev/null; [ -n "${KEEP:-}" ] || rm -rf "$dir"' EXIT
+trap 'st=$?; kill $up $reg 2>/dev/null; wait $up $reg 2>/dev/null; [ -n "${KEEP:-}" ] || rm -rf "$dir"; exit $st' EXIT
 until [ -e "$dir/data/env" ]; do sleep 0.1; done
 export TANDEM_SERVER=unix://$dir/data/controller/tandem.sock PATH=$dir/bin:$PATH
 until sinfo -h -N 2>/dev/null | grep -q idle; do sleep 0.2; done

@@ -2086,6 +2086,31 @@ fn container_tasks_run_as_their_user_from_a_registry_and_no_further() {
     assert_eq!(j["JobState"], "FAILED");
     let why = up.job(sid).get("Message").cloned().unwrap_or_default();
     assert!(why.contains("--container-mounts") && why.contains("Permission denied"), "{why}");
+    // A registry that serves a layer whose bytes do not match its digest (its stored copy
+    // damaged): the step fails with that reason, and nothing of it is kept.
+    let bad_dir = img.join("bad");
+    std::fs::create_dir_all(&bad_dir).unwrap();
+    let bad_layout = common::busybox_image(&bad_dir, "Bars Bad");
+    open_reg.push(&bad_layout, "bars/bad", None);
+    let json = |p: PathBuf| serde_json::from_slice::<serde_json::Value>(&std::fs::read(p).unwrap()).unwrap();
+    let blob = |d: &str| bad_layout.join("blobs/sha256").join(d.trim_start_matches("sha256:"));
+    let index = json(bad_layout.join("index.json"));
+    let manifest = json(blob(index["manifests"][0]["digest"].as_str().unwrap()));
+    let layer = manifest["layers"][0]["digest"].as_str().unwrap().trim_start_matches("sha256:").to_string();
+    let stored = root.join("reg-open/storage/docker/registry/v2/blobs/sha256").join(&layer[..2]).join(&layer).join("data");
+    let mut bytes = std::fs::read(&stored).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0xff;
+    std::fs::write(&stored, bytes).unwrap();
+    let (did, j) = run(&v, &vdir, "", &format!("{insecure}#bars/bad:1"), "");
+    assert_eq!(j["JobState"], "FAILED");
+    let why = up.job(did).get("Message").cloned().unwrap_or_default();
+    assert!(why.contains("bars/bad") && why.contains(&layer[..12]), "{why}");
+    for node in ["node1", "node2"] {
+        let cache = up.dir.join(node).join("images");
+        assert!(!cache.join("blobs/sha256").join(&layer).exists(), "the damaged layer was kept on {node}");
+        assert_eq!(std::fs::read_dir(cache.join("tmp")).unwrap().count(), 0, "{node}");
+    }
     let o = up.run(&v, &vdir, &["srun", "-N1", "--container-image", &enroot, "--container-mounts=/a:rel", "true"]);
     assert!(!o.status.success() && text(&o).contains("must be an absolute path"), "{}", text(&o));
     let o = up.run(&v, &vdir, &["salloc", &format!("--container-image={enroot}"), "true"]);
@@ -2341,7 +2366,7 @@ fn container_tasks_run_as_their_user_from_a_registry_and_no_further() {
     let svc = owned_file(
         &vdir.join("web.toml"),
         &format!(
-            "name = \"web\"\nimage = \"{docker}\"\nmounts = [\"{}:/www:ro\"]\ncommand = [\"httpd\", \"-f\", \"-p\", \"$PORT\", \"-h\", \"/www\"]\nreplicas = 2\noutput = \"/dev/null\"\n",
+            "name = \"web\"\nimage = \"{docker}\"\nmounts = [\"{}:/www:ro\"]\ncommand = [\"httpd\", \"-f\", \"-p\", \"$PORT\", \"-h\", \"/\"]\nreplicas = 2\noutput = \"/dev/null\"\n",
             www.display()
         ),
         v.uid,
@@ -2351,7 +2376,7 @@ fn container_tasks_run_as_their_user_from_a_registry_and_no_further() {
     up.ok(&v, &vdir, &["tandem", "service", "apply", "-f", &svc.display().to_string()]);
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let o = Command::new("curl").args(["-s", "-m", "10", &format!("http://{proxy}/s/web/")]).output().unwrap();
+        let o = Command::new("curl").args(["-s", "-m", "10", &format!("http://{proxy}/s/web/www/index.html")]).output().unwrap();
         if String::from_utf8_lossy(&o.stdout).contains("alice-container") {
             break;
         }
@@ -2368,7 +2393,7 @@ fn container_tasks_run_as_their_user_from_a_registry_and_no_further() {
     let ids = |s: &serde_json::Value| -> Vec<String> { s["replicas"].as_array().unwrap().iter().map(|r| r["id"].to_string()).collect() };
     assert!(nodes.len() == 2 && nodes[0] != nodes[1], "one replica on each node: {nodes:?}");
     let victim = nodes[1].clone();
-    let url = format!("http://{proxy}/s/web/");
+    let url = format!("http://{proxy}/s/web/www/index.html");
     let load = std::thread::spawn(move || {
         let o = Command::new(bin())
             .args(["bench", "load", &url, "--json", "--requests", "1500", "--rate", "250", "--concurrency", "16"])
@@ -2405,6 +2430,25 @@ fn container_tasks_run_as_their_user_from_a_registry_and_no_further() {
         assert!(Instant::now() < deadline, "the lost replica was not replaced: {now:#}");
         std::thread::sleep(Duration::from_millis(200));
     }
+    // A new image rolls out like any other change: the replicas are replaced, one at a time,
+    // by ones of the new image (its /etc/os-release), still served meanwhile.
+    let o = Command::new("curl").args(["-s", "-m", "10", &format!("http://{proxy}/s/web/etc/os-release")]).output().unwrap();
+    assert!(String::from_utf8_lossy(&o.stdout).contains("Bars BusyBox 1"), "{}", text(&o));
+    let changed =
+        std::fs::read_to_string(&svc).unwrap().replace(&format!("image = \"{docker}\""), &format!("image = \"{insecure}/bars/ten:1\""));
+    owned_file(&svc, &changed, v.uid, v.gid, 0o644);
+    up.ok(&v, &vdir, &["tandem", "service", "apply", "-f", &svc.display().to_string()]);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let o = Command::new("curl").args(["-s", "-m", "10", &format!("http://{proxy}/s/web/etc/os-release")]).output().unwrap();
+        if String::from_utf8_lossy(&o.stdout).contains("Bars Ten") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the new image never served: {}", text(&o));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let o = Command::new("curl").args(["-s", "-m", "10", &format!("http://{proxy}/s/web/www/index.html")]).output().unwrap();
+    assert!(String::from_utf8_lossy(&o.stdout).contains("alice-container"), "the mount came along: {}", text(&o));
     up.ok(&v, &vdir, &["tandem", "service", "delete", "web"]);
     // A replica's stop (SIGTERM, which busybox's httpd leaves to its default) reaches the
     // program inside: the replicas end well before the 30 s grace's SIGKILL.
