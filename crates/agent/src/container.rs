@@ -199,30 +199,66 @@ pub(crate) fn make_bundle(data: &Path, k: &TaskKey, uid: u32, gid: u32) -> std::
     Ok(dir)
 }
 
+/// Reads at most `max` bytes (the last ones with `tail`) of a file in a user's directory, as
+/// the agent (root) may: never through a symbolic link, only a regular file with one name (not
+/// a link to a file the user could not read), and never blocking (a FIFO reads as empty).
+fn read_users_file(path: &Path, max: u64, tail: bool) -> Option<Vec<u8>> {
+    use std::io::{Read, Seek};
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK | nix::libc::O_NOCTTY)
+        .open(path)
+        .ok()?;
+    let m = f.metadata().ok()?;
+    if !m.is_file() || m.nlink() != 1 {
+        return None;
+    }
+    if tail && m.len() > max {
+        f.seek(std::io::SeekFrom::Start(m.len() - max)).ok()?;
+    }
+    let mut b = Vec::new();
+    f.take(max).read_to_end(&mut b).ok()?;
+    Some(b)
+}
+
 /// Removes a task's bundle once it ended; returns the reason its wrapper left, if any.
 pub(crate) fn forget(data: &Path, k: &TaskKey) -> Option<String> {
     let dir = bundle_dir(data, k);
-    let why = std::fs::read(dir.join("error"))
-        .ok()
-        .map(|b| String::from_utf8_lossy(&b[..b.len().min(4096)]).trim().to_string())
+    let why = read_users_file(&dir.join("error"), 4096, false)
+        .map(|b| String::from_utf8_lossy(&b).trim().to_string())
         .or_else(|| runc_error(&dir.join("runc.log")).map(|e| format!("container: {e}")));
     let _ = std::fs::remove_dir_all(&dir);
     why.filter(|w| !w.is_empty())
 }
 
-/// The container tasks this agent launched: who may ask for an image, and which.
+/// The container tasks this agent launched: who may ask for an image, which, and the digest
+/// of the image each was given (the node's cache keeps those).
 #[derive(Default)]
-pub(crate) struct Allowed(Mutex<HashMap<String, (u32, String)>>);
+pub(crate) struct Allowed(Mutex<HashMap<String, (u32, String, Option<String>)>>);
 
 impl Allowed {
     pub(crate) fn insert(&self, k: &TaskKey, uid: u32, image: &str) {
-        self.0.lock().expect("allowed").insert(stem(k), (uid, image.to_string()));
+        self.0.lock().expect("allowed").insert(stem(k), (uid, image.to_string(), None));
     }
     pub(crate) fn remove(&self, k: &TaskKey) {
         self.0.lock().expect("allowed").remove(&stem(k));
     }
     fn check(&self, key: &str, uid: u32, image: &str) -> bool {
-        self.0.lock().expect("allowed").get(key).is_some_and(|(u, i)| *u == uid && i == image)
+        self.0.lock().expect("allowed").get(key).is_some_and(|(u, i, _)| *u == uid && i == image)
+    }
+    /// Whether any task of `uid` may ask (checked before a request is read).
+    fn any_of(&self, uid: u32) -> bool {
+        self.0.lock().expect("allowed").values().any(|(u, _, _)| *u == uid)
+    }
+    fn given(&self, key: &str, digest: &str) {
+        if let Some(e) = self.0.lock().expect("allowed").get_mut(key) {
+            e.2 = Some(digest.to_string());
+        }
+    }
+    /// The images the node's container tasks were given, which the cache keeps.
+    fn live(&self) -> std::collections::HashSet<String> {
+        self.0.lock().expect("allowed").values().filter_map(|(_, _, d)| d.clone()).collect()
     }
 }
 
@@ -256,38 +292,29 @@ enum Answer {
     Error(String),
 }
 
-/// The images the node's container tasks run (their bundles' annotation), which the cache keeps.
-fn live_images(data: &Path) -> std::collections::HashSet<String> {
-    let dir = data.join("containers");
-    std::fs::read_dir(&dir)
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|e| {
-            let spec = oci_spec::runtime::Spec::load(e.path().join("config.json")).ok()?;
-            spec.annotations().as_ref()?.get(image::spec::DIGEST_ANNOTATION).cloned()
-        })
-        .collect()
-}
-
 /// Serves `DATA/image.sock` until the agent ends.
 pub(crate) fn serve(data: &Path, store: Arc<image::Store>, allowed: Arc<Allowed>) -> Result<()> {
     let sock = data.join("image.sock");
     let sock = sock.as_path();
-    let data = data.to_path_buf();
     let _ = std::fs::remove_file(sock);
     let listener = tokio::net::UnixListener::bind(sock).with_context(|| format!("listening on {}", sock.display()))?;
     std::fs::set_permissions(sock, std::fs::Permissions::from_mode(0o666))?;
     tokio::spawn(async move {
         loop {
-            let Ok((conn, _)) = listener.accept().await else { continue };
+            let conn = match listener.accept().await {
+                Ok((conn, _)) => conn,
+                Err(_) => {
+                    // Out of descriptors, say: not a busy loop.
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                    continue;
+                }
+            };
             let store = store.clone();
             let allowed = allowed.clone();
-            let data = data.clone();
             tokio::spawn(async move {
                 if let Ok(Some(digest)) = answer(conn, &store, &allowed).await {
                     // A new image may have taken the cache past its bound.
-                    let mut keep = live_images(&data);
+                    let mut keep = allowed.live();
                     keep.insert(digest);
                     for d in store.trim(&keep).await {
                         eprintln!("tandem agent: image cache: removed {d}, least recently used");
@@ -303,6 +330,10 @@ pub(crate) fn serve(data: &Path, store: Arc<image::Store>, allowed: Arc<Allowed>
 async fn answer(conn: tokio::net::UnixStream, store: &image::Store, allowed: &Allowed) -> std::io::Result<Option<String>> {
     use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
     let uid = conn.peer_cred()?.uid();
+    // Nothing is read from a user none of whose container tasks runs here.
+    if !allowed.any_of(uid) {
+        return Ok(None);
+    }
     let (rd, mut wr) = conn.into_split();
     let mut rd = tokio::io::BufReader::new(rd);
     let mut line = String::new();
@@ -360,6 +391,9 @@ async fn answer(conn: tokio::net::UnixStream, store: &image::Store, allowed: &Al
         Answer::Ready(ready) => Some(ready.digest.clone()),
         _ => None,
     };
+    if let Some(d) = &digest {
+        allowed.given(&ask.key, d);
+    }
     // The wrapper may be gone (cancelled): the image is ready all the same.
     let _ = wr.write_all(send(&r).as_bytes()).await;
     Ok(digest)
@@ -787,8 +821,8 @@ fn create(shared: &Path, id: &str, mut spec: oci_spec::runtime::Spec, digest: &s
 
 /// runc's last error in its log (`time=... level=error msg="..."`).
 fn runc_error(log: &Path) -> Option<String> {
-    let log = std::fs::read(log).ok()?;
-    let log = String::from_utf8_lossy(&log[log.len().saturating_sub(64 * 1024)..]).into_owned();
+    let log = read_users_file(log, 64 * 1024, true)?;
+    let log = String::from_utf8_lossy(&log).into_owned();
     let line = log.lines().rev().find(|l| l.contains("level=error"))?;
     let msg = line.split_once("msg=").map_or(line, |(_, m)| m).trim().trim_matches('"').replace("\\\"", "\"");
     Some(format!("{RUNTIME}: {}", slurmcli::visible_text(&msg)))

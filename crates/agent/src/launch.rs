@@ -413,6 +413,8 @@ pub(crate) fn launch(t: &Task, spool: &Path, tasks: &Tasks, cg: &Cgroups) -> Res
     // A container task: `tandem __container` becomes runc in the image (`container`).
     let (program, args) = match &t.container {
         Some(c) => {
+            // Checked by the controller too; here, before any path is made of them.
+            c.check().map_err(|e| LaunchError(e.0))?;
             let data = spool.parent().unwrap_or(spool);
             let key = key_of(t);
             let bundle = crate::container::make_bundle(data, &key, t.uid, t.gid)

@@ -18,9 +18,29 @@ fn tmpfs(at: &Path) -> Result<()> {
         .with_context(|| format!("mounting a tmpfs at {}", at.display()))
 }
 
+/// Binds `src` at `dst`, read-only: the node's unpacked image is shared by every user and job,
+/// and a read-only root (runc remounts `/` alone) would leave the binds under it writable
+/// wherever the image lets anyone write (its `/tmp`, a world-writable file).
 fn bind(src: &Path, dst: &Path) -> Result<()> {
+    use nix::sys::statvfs::{FsFlags, statvfs};
     mount(Some(src), dst, None::<&str>, MsFlags::MS_BIND | MsFlags::MS_REC, None::<&str>)
-        .with_context(|| format!("binding {} at {}", src.display(), dst.display()))
+        .with_context(|| format!("binding {} at {}", src.display(), dst.display()))?;
+    // A remount in a user namespace must keep the flags the mount was made with.
+    let have = statvfs(dst).with_context(|| format!("reading {}'s mount flags", dst.display()))?.flags();
+    let mut flags = MsFlags::MS_BIND | MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY;
+    for (f, m) in [
+        (FsFlags::ST_NOSUID, MsFlags::MS_NOSUID),
+        (FsFlags::ST_NODEV, MsFlags::MS_NODEV),
+        (FsFlags::ST_NOEXEC, MsFlags::MS_NOEXEC),
+        (FsFlags::ST_NOATIME, MsFlags::MS_NOATIME),
+        (FsFlags::ST_NODIRATIME, MsFlags::MS_NODIRATIME),
+        (FsFlags::ST_RELATIME, MsFlags::MS_RELATIME),
+    ] {
+        if have.contains(f) {
+            flags |= m;
+        }
+    }
+    mount(None::<&str>, dst, None::<&str>, flags, None::<&str>).with_context(|| format!("making {} read-only", dst.display()))
 }
 
 /// Fills the (empty, tmpfs) directory `dst` with `src`'s entries: directories and files bound,
@@ -49,6 +69,19 @@ pub(crate) fn build(image: &Path, root: &Path, dests: &[(PathBuf, bool)]) -> Res
     tmpfs(root)?;
     farm(image, root)?;
     let mut own: HashSet<PathBuf> = HashSet::from([root.to_path_buf()]);
+    // The image's /tmp and /var/tmp, the container's own (an empty tmpfs each, writable by all
+    // as a /tmp is): the image's are the node's shared copy.
+    for t in ["tmp", "var/tmp"] {
+        let in_image = std::fs::symlink_metadata(image.join(t)).is_ok_and(|m| m.is_dir());
+        if in_image {
+            make_point(image, root, &Path::new("/").join(t), false, &mut own)?;
+            let at = root.join(t);
+            umount2(&at, MntFlags::MNT_DETACH).with_context(|| format!("unmounting {}", at.display()))?;
+            mount(Some("tmpfs"), &at, Some("tmpfs"), MsFlags::MS_NOSUID | MsFlags::MS_NODEV, Some("mode=1777"))
+                .with_context(|| format!("mounting a tmpfs at {}", at.display()))?;
+            own.insert(at);
+        }
+    }
     for (d, file) in dests {
         make_point(image, root, d, *file, &mut own).with_context(|| format!("the mount destination {}", d.display()))?;
     }

@@ -652,6 +652,9 @@ impl Controller {
                 "Requested reservation is invalid: there is no reservation {r:?} (this cluster has none)"
             )));
         }
+        if let Some(c) = &spec.container {
+            c.check().map_err(|e| Refused::Invalid(e.0))?;
+        }
         if let Some((k, _)) = spec.recorded.iter().find(|(_, v)| v.len() > 4096 || v.contains(['\0', '\n'])) {
             return Err(Refused::Invalid(format!("invalid {k}: no newlines or NUL bytes, at most 4096 bytes")));
         }

@@ -337,6 +337,9 @@ impl StepSpec {
     /// Checks what a user may put in a step (the tasks run as that user: this is about
     /// well-formed values, not permissions).
     pub fn check(&self) -> Result<(), String> {
+        if let Some(c) = &self.container {
+            c.check().map_err(|e| e.0)?;
+        }
         if let Some(env) = &self.env {
             if env.len() > 10_000 || env.iter().map(|(k, v)| k.len() + v.len() + 2).sum::<usize>() > 4 << 20 {
                 return Err("the environment is too large (at most 10,000 variables, 4 MiB)".into());

@@ -319,6 +319,46 @@ pub struct Container {
 }
 
 impl Container {
+    /// Checks options that did not come through this crate's parser (the controller's API
+    /// takes them as JSON): what [`read_option`] and [`parse_mounts`] would have refused.
+    pub fn check(&self) -> Result<(), Invalid> {
+        ImageRef::parse(&self.image)?;
+        if let Some(n) = &self.name
+            && (n.is_empty()
+                || n.len() > 128
+                || n == "."
+                || n == ".."
+                || !n.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-')))
+        {
+            return Err(Invalid::new(format!(
+                "invalid --container-name {:?}: letters, digits, '.', '_' and '-', at most 128, not . or ..",
+                crate::visible::visible(n)
+            )));
+        }
+        if self.mounts.len() > 256 {
+            return Err(Invalid::new("--container-mounts: at most 256 mounts"));
+        }
+        for m in &self.mounts {
+            let whole = format!("{}:{}", m.src, m.dst);
+            clean_path(&m.src, "the source", &whole)?;
+            clean_path(&m.dst, "the destination", &whole)?;
+            if m.src.contains([',', ':']) || m.dst.contains([',', ':']) {
+                return Err(Invalid::new(format!("invalid --container-mounts {:?}: a path with ',' or ':'", crate::visible::visible(&whole))));
+            }
+        }
+        if let Some(w) = &self.workdir
+            && (!w.starts_with('/') || w.len() > 4096 || w.bytes().any(|b| b.is_ascii_control()))
+        {
+            return Err(Invalid::new(format!("invalid --container-workdir {:?}: an absolute path", crate::visible::visible(w))));
+        }
+        if self.env.len() > 1024
+            || self.env.iter().any(|n| n.is_empty() || n.as_bytes()[0].is_ascii_digit() || !n.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_'))
+        {
+            return Err(Invalid::new("invalid --container-env: variable names, at most 1024"));
+        }
+        Ok(())
+    }
+
     /// Takes relative mount sources from `cwd` (the submitting command's directory).
     pub fn resolve(&mut self, cwd: &str) {
         for m in &mut self.mounts {
@@ -386,7 +426,12 @@ pub fn read_option(c: &mut Option<Container>, key: &str, value: Option<&str>) ->
         }
         "container-name" => {
             let name = v.split(':').next().unwrap_or("");
-            if name.is_empty() || name.len() > 128 || !name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-')) {
+            if name.is_empty()
+                || name.len() > 128
+                || name == "."
+                || name == ".."
+                || !name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
+            {
                 return Err(Invalid::new(format!(
                     "invalid --container-name {:?}: letters, digits, '.', '_' and '-', at most 128",
                     crate::visible::visible(v)
@@ -517,5 +562,25 @@ mod tests {
         assert!(read_option(&mut c, "container-name", Some("../x")).is_err());
         assert!(read_option(&mut c, "container-env", Some("A,1B")).is_err());
         assert!(!read_option(&mut c, "nodes", Some("1")).unwrap());
+    }
+
+    #[test]
+    fn options_from_the_api_are_checked_as_the_parser_would() {
+        let ok = Container { image: "reg:5000#a/b:1".into(), name: Some("keep.1".into()), ..Container::default() };
+        assert!(ok.check().is_ok());
+        for name in ["x/l", "..", ".", "", "a b", "x\n"] {
+            let c = Container { name: Some(name.into()), ..ok.clone() };
+            assert!(c.check().is_err(), "{name:?}");
+        }
+        let bad_image = Container { image: "../x".into(), ..ok.clone() };
+        assert!(bad_image.check().is_err());
+        for (src, dst) in [("/a/../etc", "/x"), ("rel", "/x"), ("/a", "/x/../../etc"), ("/a", "/x:y"), ("/a\n", "/x")] {
+            let c = Container { mounts: vec![Mount { src: src.into(), dst: dst.into(), readonly: false }], ..ok.clone() };
+            assert!(c.check().is_err(), "{src} {dst}");
+        }
+        let c = Container { workdir: Some("rel".into()), ..ok.clone() };
+        assert!(c.check().is_err());
+        let c = Container { env: vec!["1X".into()], ..ok };
+        assert!(c.check().is_err());
     }
 }

@@ -1993,6 +1993,7 @@ fn container_tasks_run_as_their_user_from_a_registry_and_no_further() {
          srun -N1 -n1 --container-image={enroot} --container-name=keep --container-writable --container-remap-root sh -c 'echo kept > /kept && mkdir /etc/mine && echo mine > /etc/mine/f && rm /etc/os-release && echo PRETTY_NAME=Replaced > /etc/os-release && echo wrote'\n\
          srun -N1 -n1 --container-image={enroot} --container-name=keep --container-writable --container-remap-root sh -c 'echo named: $(cat /kept /etc/mine/f) $(cat /etc/os-release)'\n\
          srun -N1 -n1 --container-image={enroot} sh -c 'echo unnamed: $(cat /kept 2>&1)'\n\
+         srun -N1 -n1 --container-image={enroot} sh -c 'echo private > /tmp/t && echo tmp: $(cat /tmp/t)'\n\
          srun -N1 -n1 --container-image={docker} --container-remap-root --container-mounts={ro_s}:/ro:ro,{rw_s}:/rw sh -c 'id -u; touch /rw/by-root; touch /ro/nope 2>&1 || echo ro-refused; cat /ro/data'\n\
          srun -N1 -n1 --container-image={enroot} --container-mounts={rw_s}:/rw sh -c 'touch /rw/by-user && echo made'\n"
     );
@@ -2017,6 +2018,13 @@ fn container_tasks_run_as_their_user_from_a_registry_and_no_further() {
     // file anywhere, an image file replaced); another step's container does not.
     assert!(out.contains("wrote") && out.contains("named: kept mine PRETTY_NAME=Replaced"), "{out}");
     assert!(out.contains("unnamed: cat: can't open '/kept'"), "{out}");
+    // A container's /tmp is its own: nothing reaches the node's shared copy of the image.
+    assert!(out.contains("tmp: private"), "{out}");
+    for node in ["node1", "node2"] {
+        for e in std::fs::read_dir(up.dir.join(node).join("images/rootfs")).unwrap().flatten().filter(|e| e.path().is_dir()) {
+            assert_eq!(std::fs::read_dir(e.path().join("tmp")).map(|d| d.count()).unwrap_or(0), 0, "{}", e.path().display());
+        }
+    }
     assert!(out.contains("\n0\n") || out.starts_with("0\n"), "remap-root: uid 0 inside: {out}");
     assert!(out.contains("ro-refused") && out.contains("read only"), "{out}");
     assert!(out.contains("made"), "{out}");
