@@ -525,7 +525,7 @@ fn unpack_all(root: &Path, name: &str, id: &str, layers: &[(String, String)], mu
         // Files the host provides, bound over at run time.
         for f in ["etc/hosts", "etc/resolv.conf", "etc/hostname"] {
             let p = tmp.join(f);
-            if std::fs::symlink_metadata(&p).is_err() && tmp.join("etc").is_dir() {
+            if std::fs::symlink_metadata(&p).is_err() && std::fs::symlink_metadata(tmp.join("etc")).is_ok_and(|m| m.is_dir()) {
                 std::fs::write(&p, b"").map_err(cache_err(&p))?;
                 std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).map_err(cache_err(&p))?;
             }
@@ -557,6 +557,24 @@ fn whiteout(path: &Path) -> Option<(PathBuf, Option<String>)> {
     file.strip_prefix(".wh.").map(|n| (parent, Some(n.to_string())))
 }
 
+/// Whether a directory on the way to `rel` under `dst` is a symbolic link (made by an earlier
+/// entry or layer): the entry would then be written, or a lower one removed, wherever the link
+/// points, which may be the node's own files.
+fn linked_parent(dst: &Path, rel: &Path) -> bool {
+    let mut at = dst.to_path_buf();
+    for c in rel.parent().into_iter().flat_map(Path::components) {
+        at.push(c);
+        if std::fs::symlink_metadata(&at).is_ok_and(|m| m.file_type().is_symlink()) {
+            return true;
+        }
+    }
+    false
+}
+
+fn through_link(path: &Path) -> std::io::Error {
+    std::io::Error::other(format!("an entry goes through a symbolic link of the image: {}", path.display()))
+}
+
 fn safe_rel(p: &Path) -> bool {
     p.components().all(|c| matches!(c, std::path::Component::Normal(_) | std::path::Component::CurDir))
 }
@@ -585,6 +603,9 @@ fn apply_layer(blob: &Path, media: &str, dst: &Path) -> std::io::Result<()> {
             return Err(std::io::Error::other(format!("an entry outside the image: {}", path.display())));
         }
         let Some((dir, name)) = whiteout(&path) else { continue };
+        if linked_parent(dst, &path) {
+            return Err(through_link(&path));
+        }
         let target = dst.join(&dir);
         // Never through a link: the directory must be a real one inside dst.
         if std::fs::symlink_metadata(&target).is_ok_and(|m| !m.is_dir()) {
@@ -620,6 +641,9 @@ fn apply_layer(blob: &Path, media: &str, dst: &Path) -> std::io::Result<()> {
             // Device nodes are never made (a node is the host's, whoever reads it).
             tar::EntryType::Char | tar::EntryType::Block => continue,
             _ => {}
+        }
+        if linked_parent(dst, &path) {
+            return Err(through_link(&path));
         }
         // A file replacing a directory of a lower layer, or the reverse.
         let target = dst.join(&path);
@@ -723,6 +747,39 @@ mod tests {
         assert!(root.join("opt/new").exists());
         let mode = std::fs::metadata(root.join("bin/su")).unwrap().permissions().mode();
         assert_eq!(mode & 0o7777, 0o755, "{mode:o}");
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn entries_through_a_link_of_the_image_are_refused_and_touch_nothing_outside() {
+        let d = std::env::temp_dir().join(format!("image-test-{}", fresh_name()));
+        let outside = d.join("outside");
+        std::fs::create_dir_all(outside.join("etc")).unwrap();
+        std::fs::write(outside.join("etc/keep"), "x").unwrap();
+        let dst = d.join("root");
+        std::fs::create_dir_all(&dst).unwrap();
+        // Layer 1: a link to the node's directory; layer 2 writes, replaces or whites out through it.
+        let mut b = tar::Builder::new(Vec::new());
+        let mut h = tar::Header::new_gnu();
+        h.set_entry_type(tar::EntryType::Symlink);
+        h.set_size(0);
+        h.set_mode(0o777);
+        b.append_link(&mut h, "a", &outside).unwrap();
+        let l1 = d.join("l1");
+        std::fs::write(&l1, b.into_inner().unwrap()).unwrap();
+        apply_layer(&l1, "tar", &dst).unwrap();
+        for entries in [
+            &[("a/etc", Some(&b"file"[..]), 0o644)][..],
+            &[("a/etc/new", Some(&b"file"[..]), 0o644)][..],
+            &[("a/etc/.wh.keep", Some(&b""[..]), 0o644)][..],
+            &[("a/etc/.wh..wh..opq", Some(&b""[..]), 0o644)][..],
+        ] {
+            let l2 = d.join("l2");
+            std::fs::write(&l2, layer(entries)).unwrap();
+            let e = apply_layer(&l2, "tar", &dst).unwrap_err();
+            assert!(e.to_string().contains("symbolic link"), "{e}");
+            assert!(outside.join("etc/keep").exists() && !outside.join("etc/new").exists(), "{entries:?}");
+        }
         std::fs::remove_dir_all(&d).unwrap();
     }
 
