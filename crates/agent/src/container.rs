@@ -128,8 +128,8 @@ fn holders(dir: &Path) -> Vec<i32> {
 }
 
 /// Ends the container in `dir` (its process 1, and with it every process of its PID
-/// namespace) and removes the directory. Returns once process 1 is gone, or after 2 s.
-pub(crate) fn release(dir: &Path) {
+/// namespace). Returns once process 1 is gone, or after 2 s.
+fn end_holders(dir: &Path) {
     for pid in holders(dir) {
         let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
         for _ in 0..100 {
@@ -141,6 +141,11 @@ pub(crate) fn release(dir: &Path) {
             std::thread::sleep(std::time::Duration::from_millis(20));
         }
     }
+}
+
+/// Ends the container in `dir` and removes the directory.
+pub(crate) fn release(dir: &Path) {
+    end_holders(dir);
     let _ = std::fs::remove_dir_all(dir);
 }
 
@@ -173,9 +178,7 @@ pub(crate) fn sweep(data: &Path, live: &std::collections::HashSet<PathBuf>) {
 
 /// Ends the container in `dir` but keeps its files (a named container between steps).
 pub(crate) fn stop(dir: &Path) {
-    for pid in holders(dir) {
-        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
-    }
+    end_holders(dir);
     let _ = std::fs::remove_file(dir.join("pid"));
 }
 
@@ -338,7 +341,9 @@ async fn answer(conn: tokio::net::UnixStream, store: &image::Store, allowed: &Al
     let mut rd = tokio::io::BufReader::new(rd);
     let mut line = String::new();
     // One request of bounded size (a local layout's manifest in it), then a layout's blobs.
-    let n = (&mut rd).take(MAX_ASK).read_line(&mut line).await?;
+    let n = tokio::time::timeout(std::time::Duration::from_secs(30), (&mut rd).take(MAX_ASK).read_line(&mut line))
+        .await
+        .map_err(|_| std::io::Error::other("the request did not come"))??;
     let send = |a: &Answer| {
         let mut s = serde_json::to_string(a).expect("serializable");
         s.push('\n');
@@ -374,10 +379,18 @@ async fn answer(conn: tokio::net::UnixStream, store: &image::Store, allowed: &Al
                     _ => Box::pin(store.ensure(&r, creds.as_ref(), &progress)),
                 };
             tokio::pin!(fut);
+            let mut deaf = false;
             let answer = loop {
                 tokio::select! {
                     res = &mut fut => break match res { Ok(ready) => Answer::Ready(ready), Err(e) => Answer::Error(e.to_string()) },
-                    Some(p) = rx.recv() => { let _ = wr.write_all(send(&Answer::Progress(p)).as_bytes()).await; }
+                    Some(p) = rx.recv() => {
+                        // A wrapper that does not read hears no more progress (the pull goes on).
+                        if !deaf {
+                            let line = send(&Answer::Progress(p));
+                            let w = tokio::time::timeout(std::time::Duration::from_secs(5), wr.write_all(line.as_bytes())).await;
+                            deaf = !matches!(w, Ok(Ok(())));
+                        }
+                    }
                 }
             };
             if let Some(k) = key {
@@ -395,7 +408,7 @@ async fn answer(conn: tokio::net::UnixStream, store: &image::Store, allowed: &Al
         allowed.given(&ask.key, d);
     }
     // The wrapper may be gone (cancelled): the image is ready all the same.
-    let _ = wr.write_all(send(&r).as_bytes()).await;
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(10), wr.write_all(send(&r).as_bytes())).await;
     Ok(digest)
 }
 
@@ -618,7 +631,12 @@ fn run(args: &[String]) -> Result<Never> {
     let c: slurmcli::Container = serde_json::from_str(spec).context("the container options")?;
     let node: NodeSide = serde_json::from_str(node).context("the node's settings")?;
     // The task's GPUs, through the node's CDI specifications.
-    let cdi = if node.gpus.is_empty() {
+    // The container has the job's GPUs of this node (CUDA numbers devices in bus order, here
+    // the order of their indices); the task sees its own among them.
+    let mut job_gpus: Vec<u8> = node.job_gpus.iter().chain(&node.gpus).copied().collect();
+    job_gpus.sort_unstable();
+    job_gpus.dedup();
+    let cdi = if job_gpus.is_empty() {
         Vec::new()
     } else {
         image::cdi::load_gpu_specs(&image::cdi::dirs_or_default(&node.cdi)).map_err(|e| anyhow!(e))?
@@ -703,14 +721,8 @@ fn run(args: &[String]) -> Result<Never> {
         init: Some(&init),
     });
     // The container has the job's GPUs of this node; the task sees its own among them.
-    let mut job_gpus = node.job_gpus.clone();
-    for g in &node.gpus {
-        if !job_gpus.contains(g) {
-            job_gpus.push(*g);
-        }
-    }
     image::cdi::apply(&mut spec, &cdi, &job_gpus).map_err(|e| anyhow!(e))?;
-    if !node.gpus.is_empty() {
+    if !job_gpus.is_empty() {
         image::cdi::visible(&mut spec, &job_gpus, &node.gpus);
     }
     let bundle = PathBuf::from(bundle);
@@ -727,10 +739,20 @@ fn run(args: &[String]) -> Result<Never> {
         .with_context(|| format!("opening {}", shared.join("lock").display()))?;
     let lock = nix::fcntl::Flock::lock(lock, nix::fcntl::FlockArg::LockExclusive)
         .map_err(|(_, e)| anyhow!("locking {}: {e}", shared.display()))?;
+    // A named container keeps the image and the kind of root it was made with (and what its
+    // steps wrote over it): a step asking for others is refused, not joined.
+    let made = format!("{} remap_root={} writable={}", ready.digest, c.remap_root, c.writable);
+    if c.name.is_some()
+        && let Some(was) = std::fs::read_to_string(shared.join("digest")).ok().filter(|w| *w != made)
+    {
+        return Err(anyhow!(
+            "--container-name: this job's container of that name was made as {was:?}, not {made:?}: a named container keeps the image and the --container-remap-root and --container-writable it was made with"
+        ));
+    }
     let pid = match holder(&shared) {
         Some(pid) => pid,
         None => {
-            create(&shared, &id, spec, &ready.digest, c.name.is_some(), sub_uid.zip(sub_gid), uid, gid)?;
+            create(&shared, &id, spec, &made, sub_uid.zip(sub_gid), uid, gid)?;
             // runc returns once it let process 1 go; it becomes catatonit a moment later.
             let mut pid = None;
             for _ in 0..250 {
@@ -768,16 +790,8 @@ fn run(args: &[String]) -> Result<Never> {
 /// namespace in which the user is root (with `sub`, the user's first subordinate id is root
 /// and the user is itself), and in it `tandem __container-root` builds the root filesystem
 /// and runs `runc run --detach`.
-#[allow(clippy::too_many_arguments)]
-fn create(shared: &Path, id: &str, mut spec: oci_spec::runtime::Spec, digest: &str, named: bool, sub: Option<(u32, u32)>, uid: u32, gid: u32) -> Result<()> {
-    // A named container keeps its first image (and what its steps wrote over it).
-    let was = std::fs::read_to_string(shared.join("digest")).ok();
-    if named && let Some(was) = was.as_deref().filter(|w| *w != digest) {
-        return Err(anyhow!(
-            "--container-name: this job's container of that name holds the image {was}, not {digest}: a named container keeps the image it was made from"
-        ));
-    }
-    std::fs::write(shared.join("digest"), digest)?;
+fn create(shared: &Path, id: &str, mut spec: oci_spec::runtime::Spec, made: &str, sub: Option<(u32, u32)>, uid: u32, gid: u32) -> Result<()> {
+    std::fs::write(shared.join("digest"), made)?;
     if let Some(p) = spec.process_mut() {
         p.set_args(Some(vec![image::spec::INIT_PATH.to_string(), "-P".to_string()]));
         // How the agent finds it to end it (`holders`).

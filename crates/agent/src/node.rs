@@ -403,6 +403,11 @@ pub(crate) async fn run(a: AgentArgs) -> Result<()> {
                             // The user is told through the job (`scontrol show job`, `sacct`):
                             // nothing is written to their files as root.
                             eprintln!("tandem agent {}: job {} step {}: {e}", a.name, t.job, t.step);
+                            if let Some((dir, named)) = shared_of(&a.data, &t) {
+                                crate::container::ALLOWED.remove(&key);
+                                crate::container::forget(&a.data, &key);
+                                release_container(&tasks, &key, &dir, named);
+                            }
                             if t.script.is_some() {
                                 let _ = std::fs::remove_file(script_path(&spool, t.job, t.epoch));
                             }
@@ -498,6 +503,7 @@ fn ended(
     if let Some((dir, named)) = &r.container {
         release_container(tasks, &k, dir, *named);
     }
+    run_ended(tasks, spool.parent().unwrap_or(spool), &k);
     release_cgroup(tasks, &k, r.cgroup);
     if k.step == BATCH_STEP {
         let _ = std::fs::remove_file(script_path(spool, k.job, k.epoch));
@@ -569,16 +575,19 @@ fn release_container(tasks: &HashMap<TaskKey, Running>, k: &TaskKey, dir: &std::
     }
     if named {
         // Its processes end with the job's last task here (its cgroup goes then too); its
-        // files with the job.
+        // files with the job (`run_ended`).
         if !tasks.keys().any(|o| o.job == k.job && o.epoch == k.epoch) {
-            if crate::container::ENDING.lock().expect("ending").remove(&(k.job, k.epoch)) {
-                crate::container::release(dir);
-            } else {
-                crate::container::stop(dir);
-            }
+            crate::container::stop(dir);
         }
     } else {
         crate::container::release(dir);
+    }
+}
+
+/// A task of a run ordered killed ended: with the run's last task here, its named containers go.
+fn run_ended(tasks: &HashMap<TaskKey, Running>, data: &std::path::Path, k: &TaskKey) {
+    if !tasks.keys().any(|o| o.job == k.job && o.epoch == k.epoch) && crate::container::ENDING.lock().expect("ending").remove(&(k.job, k.epoch)) {
+        crate::container::remove_named(data, k.job, k.epoch);
     }
 }
 

@@ -140,6 +140,14 @@ pub struct Store {
 /// not the user's, so they cannot be made later).
 pub const MOUNT_POINTS: &[&str] = &["proc", "dev", "sys", "tmp", "run", "etc", "home", "mnt", "root"];
 
+/// The largest image configuration taken (a JSON document: real ones are kilobytes).
+const MAX_CONFIG: u64 = 4 << 20;
+
+/// A local layout's blobs must come at least this fast (bytes a second) after a grace of
+/// [`LOCAL_GRACE`]: the node's other pulls of them wait meanwhile.
+const LOCAL_RATE: u64 = 8 << 20;
+const LOCAL_GRACE: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// The OCI digest (`sha256:HEX`) of some bytes.
 pub fn digest_of(bytes: &[u8]) -> String {
     use sha2::Digest as _;
@@ -265,7 +273,11 @@ impl Store {
         progress: &(dyn Fn(String) + Sync),
     ) -> Result<Ready, Error> {
         let name = name.to_string();
-        let config = std::fs::read(self.blob_path(&manifest.config.digest).expect("checked by fetch")).map_err(cache_err(&self.root))?;
+        let cpath = self.blob_path(&manifest.config.digest).expect("checked by fetch");
+        if std::fs::metadata(&cpath).map_err(cache_err(&cpath))?.len() > MAX_CONFIG {
+            return Err(Error::Registry { image: name.clone(), why: format!("its configuration is larger than {MAX_CONFIG} bytes") });
+        }
+        let config = std::fs::read(&cpath).map_err(cache_err(&cpath))?;
         progress(format!("unpacking {name}"));
         let cfg: oci_spec::image::ImageConfiguration = serde_json::from_slice(&config).map_err(|e| Error::Registry {
             image: name.clone(),
@@ -320,6 +332,12 @@ impl Store {
             }
             let path = self.blob_path(&d.digest).ok_or_else(|| bad(format!("blob digest {:?}", d.digest)))?;
             let size = u64::try_from(d.size).map_err(|_| bad(format!("blob size {}", d.size)))?;
+            let most = if i < total { self.settings.max_bytes } else { MAX_CONFIG };
+            if most > 0 && size > most {
+                return Err(bad(format!("its blob {} of {size} bytes is larger than this node takes ({most})", d.digest)));
+            }
+            // A sender that stalls gives up its turn: every pull of these blobs waits on it.
+            let deadline = tokio::time::Instant::now() + LOCAL_GRACE + std::time::Duration::from_secs(size / LOCAL_RATE);
             let l = self.lock(&d.digest);
             let _blob = l.lock().await;
             // Kept only if the cache lacks it; read and checked either way.
@@ -332,7 +350,10 @@ impl Store {
             let res: Result<(), Error> = async {
                 while left > 0 {
                     let want = usize::try_from(left.min(buf.len() as u64)).expect("small");
-                    let n = blobs.read(&mut buf[..want]).await.map_err(|e| bad(format!("reading its blob {}: {e}", d.digest)))?;
+                    let n = tokio::time::timeout_at(deadline, blobs.read(&mut buf[..want]))
+                        .await
+                        .map_err(|_| bad(format!("its blob {} came too slowly (under {} MiB/s)", d.digest, LOCAL_RATE >> 20)))?
+                        .map_err(|e| bad(format!("reading its blob {}: {e}", d.digest)))?;
                     if n == 0 {
                         return Err(bad(format!("its blob {} ended {left} bytes short of its size", d.digest)));
                     }

@@ -1992,6 +1992,7 @@ fn container_tasks_run_as_their_user_from_a_registry_and_no_further() {
          srun -l --container-image={enroot} sh -c 'echo rank=$SLURM_PROCID uid=$(id -u) map=$(cat /proc/self/uid_map | tr -s \" \" | tr \"\\n\" \";\"); grep PRETTY /etc/os-release; echo ns=$(readlink /proc/self/ns/pid)$(readlink /proc/self/ns/ipc)$(readlink /proc/self/ns/mnt)'\n\
          srun -N1 -n1 --container-image={enroot} --container-name=keep --container-writable --container-remap-root sh -c 'echo kept > /kept && mkdir /etc/mine && echo mine > /etc/mine/f && rm /etc/os-release && echo PRETTY_NAME=Replaced > /etc/os-release && echo wrote'\n\
          srun -N1 -n1 --container-image={enroot} --container-name=keep --container-writable --container-remap-root sh -c 'echo named: $(cat /kept /etc/mine/f) $(cat /etc/os-release)'\n\
+         srun -N1 -n1 --container-image={enroot} --container-name=keep sh -c 'echo should-not-run' || echo named-refused\n\
          srun -N1 -n1 --container-image={enroot} sh -c 'echo unnamed: $(cat /kept 2>&1)'\n\
          srun -N1 -n1 --container-image={enroot} sh -c 'echo private > /tmp/t && echo tmp: $(cat /tmp/t)'\n\
          srun -N1 -n1 --container-image={docker} --container-remap-root --container-mounts={ro_s}:/ro:ro,{rw_s}:/rw sh -c 'id -u; touch /rw/by-root; touch /ro/nope 2>&1 || echo ro-refused; cat /ro/data'\n\
@@ -2018,6 +2019,8 @@ fn container_tasks_run_as_their_user_from_a_registry_and_no_further() {
     // file anywhere, an image file replaced); another step's container does not.
     assert!(out.contains("wrote") && out.contains("named: kept mine PRETTY_NAME=Replaced"), "{out}");
     assert!(out.contains("unnamed: cat: can't open '/kept'"), "{out}");
+    // ... and keeps the kind of root it was made with: a step asking for another is refused.
+    assert!(out.contains("named-refused") && out.contains("a named container keeps") && !out.contains("should-not-run"), "{out}");
     // A container's /tmp is its own: nothing reaches the node's shared copy of the image.
     assert!(out.contains("tmp: private"), "{out}");
     for node in ["node1", "node2"] {
