@@ -143,10 +143,60 @@ fn end_holders(dir: &Path) {
     }
 }
 
-/// Ends the container in `dir` and removes the directory.
+/// Ends the container in `dir` and removes the directory (never while its image is still
+/// bound in it: that would remove the node's shared copy).
 pub(crate) fn release(dir: &Path) {
     end_holders(dir);
-    let _ = std::fs::remove_dir_all(dir);
+    let image = dir.join(IMAGE_DIR);
+    for _ in 0..3 {
+        if !is_mount_point(&image) {
+            let _ = std::fs::remove_dir_all(dir);
+            return;
+        }
+        let _ = nix::mount::umount2(&image, nix::mount::MntFlags::MNT_DETACH);
+    }
+    eprintln!("tandem agent: {} is still mounted; {} is left", image.display(), dir.display());
+}
+
+/// Where a container's image is bound in its directory.
+const IMAGE_DIR: &str = "image";
+
+/// Whether `path` is a mount point (`/proc/self/mountinfo`).
+fn is_mount_point(path: &Path) -> bool {
+    let Some(p) = path.to_str() else { return true };
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    // The fifth field, with space, tab, newline and backslash octal-escaped.
+    let esc = p.replace('\\', "\\134").replace(' ', "\\040").replace('\t', "\\011").replace('\n', "\\012");
+    info.lines().any(|l| l.split(' ').nth(4) == Some(esc.as_str()))
+}
+
+/// Binds the unpacked image `image` read-only at `at` (a directory the agent makes in the
+/// user's container directory, opened without following a link, so a link the user put there
+/// cannot turn the mount elsewhere); a second task of the step finds it there.
+fn expose(image: &Path, at: &Path) -> std::io::Result<PathBuf> {
+    use nix::mount::{MsFlags, mount};
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    match std::fs::create_dir(at) {
+        Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => return Err(e),
+        _ => {}
+    }
+    let dir = std::fs::OpenOptions::new().read(true).custom_flags(nix::libc::O_DIRECTORY | nix::libc::O_NOFOLLOW).open(at)?;
+    let (have, want) = (dir.metadata()?, std::fs::metadata(image)?);
+    if (have.dev(), have.ino()) == (want.dev(), want.ino()) {
+        return Ok(at.to_path_buf());
+    }
+    if is_mount_point(at) {
+        return Err(std::io::Error::other(format!("{} holds another image", at.display())));
+    }
+    let target = format!("/proc/self/fd/{}", dir.as_raw_fd());
+    mount(Some(image), target.as_str(), None::<&str>, MsFlags::MS_BIND, None::<&str>)?;
+    let ro = MsFlags::MS_BIND | MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
+    if let Err(e) = mount(None::<&str>, at, None::<&str>, ro, None::<&str>) {
+        let _ = nix::mount::umount2(at, nix::mount::MntFlags::MNT_DETACH);
+        return Err(e.into());
+    }
+    Ok(at.to_path_buf())
 }
 
 /// The runs ordered killed whose tasks have not all ended here: their named containers are
@@ -235,33 +285,42 @@ pub(crate) fn forget(data: &Path, k: &TaskKey) -> Option<String> {
     why.filter(|w| !w.is_empty())
 }
 
-/// The container tasks this agent launched: who may ask for an image, which, and the digest
-/// of the image each was given (the node's cache keeps those).
+/// The container tasks this agent launched: who may ask for an image, which, the container it
+/// joins, and the digest of the image it was given (the node's cache keeps those).
 #[derive(Default)]
-pub(crate) struct Allowed(Mutex<HashMap<String, (u32, String, Option<String>)>>);
+pub(crate) struct Allowed(Mutex<HashMap<String, Entry>>);
+
+struct Entry {
+    uid: u32,
+    image: String,
+    shared: PathBuf,
+    given: Option<String>,
+}
 
 impl Allowed {
-    pub(crate) fn insert(&self, k: &TaskKey, uid: u32, image: &str) {
-        self.0.lock().expect("allowed").insert(stem(k), (uid, image.to_string(), None));
+    pub(crate) fn insert(&self, k: &TaskKey, uid: u32, image: &str, shared: &Path) {
+        let e = Entry { uid, image: image.to_string(), shared: shared.to_path_buf(), given: None };
+        self.0.lock().expect("allowed").insert(stem(k), e);
     }
     pub(crate) fn remove(&self, k: &TaskKey) {
         self.0.lock().expect("allowed").remove(&stem(k));
     }
-    fn check(&self, key: &str, uid: u32, image: &str) -> bool {
-        self.0.lock().expect("allowed").get(key).is_some_and(|(u, i, _)| *u == uid && i == image)
+    /// The container directory of the task `key`, if it is `uid`'s and runs `image`.
+    fn check(&self, key: &str, uid: u32, image: &str) -> Option<PathBuf> {
+        self.0.lock().expect("allowed").get(key).filter(|e| e.uid == uid && e.image == image).map(|e| e.shared.clone())
     }
     /// Whether any task of `uid` may ask (checked before a request is read).
     fn any_of(&self, uid: u32) -> bool {
-        self.0.lock().expect("allowed").values().any(|(u, _, _)| *u == uid)
+        self.0.lock().expect("allowed").values().any(|e| e.uid == uid)
     }
     fn given(&self, key: &str, digest: &str) {
         if let Some(e) = self.0.lock().expect("allowed").get_mut(key) {
-            e.2 = Some(digest.to_string());
+            e.given = Some(digest.to_string());
         }
     }
     /// The images the node's container tasks were given, which the cache keeps.
     fn live(&self) -> std::collections::HashSet<String> {
-        self.0.lock().expect("allowed").values().filter_map(|(_, _, d)| d.clone()).collect()
+        self.0.lock().expect("allowed").values().filter_map(|e| e.given.clone()).collect()
     }
 }
 
@@ -353,12 +412,12 @@ async fn answer(conn: tokio::net::UnixStream, store: &image::Store, allowed: &Al
         (1.., Ok(a)) => a,
         _ => return wr.write_all(send(&Answer::Error("malformed request".into())).as_bytes()).await.map(|()| None),
     };
-    if !allowed.check(&ask.key, uid, &ask.image) {
+    let Some(shared) = allowed.check(&ask.key, uid, &ask.image) else {
         return wr
             .write_all(send(&Answer::Error(format!("no container task {} of uid {uid} with this image runs here", ask.key))).as_bytes())
             .await
             .map(|()| None);
-    }
+    };
     let r = match slurmcli::ImageRef::parse(&ask.image) {
         Err(e) => Answer::Error(e.0),
         Ok(r) => {
@@ -399,6 +458,18 @@ async fn answer(conn: tokio::net::UnixStream, store: &image::Store, allowed: &Al
             }
             answer
         }
+    };
+    // The node's unpacked images are root's alone: the task reaches its image through its own
+    // container directory, where the agent binds it read-only.
+    let r = match r {
+        Answer::Ready(mut ready) if nix::unistd::geteuid().is_root() => match expose(&ready.rootfs, &shared.join(IMAGE_DIR)) {
+            Ok(at) => {
+                ready.rootfs = at;
+                Answer::Ready(ready)
+            }
+            Err(e) => Answer::Error(format!("giving the task its image: {e}")),
+        },
+        other => other,
     };
     let digest = match &r {
         Answer::Ready(ready) => Some(ready.digest.clone()),

@@ -452,14 +452,14 @@ pub(crate) fn launch(t: &Task, spool: &Path, tasks: &Tasks, cg: &Cgroups) -> Res
                     gpus: t.gpus.clone(),
                     job_gpus,
                     cdi: crate::container::CDI_DIRS.get().cloned().unwrap_or_default(),
-                    shared,
+                    shared: shared.clone(),
                 })
                 .map_err(|e| LaunchError(e.to_string()))?,
                 "--".to_string(),
                 program,
             ];
             a.extend(args);
-            crate::container::ALLOWED.insert(&key, t.uid, &c.image);
+            crate::container::ALLOWED.insert(&key, t.uid, &c.image, &shared);
             (exe.display().to_string(), a)
         }
         None => (program, args),

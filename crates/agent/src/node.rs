@@ -185,8 +185,8 @@ pub(crate) async fn run(a: AgentArgs) -> Result<()> {
                     let ctl = crate::replica::spawn(task, env, Some((kept, cgroup)));
                     tasks.insert(key, Running { pgid: 0, container: shared, cgroup: None, replica: Some(ctl) });
                 } else {
-                    if let Some(c) = &task.container {
-                        crate::container::ALLOWED.insert(&key, task.uid, &c.image);
+                    if let (Some(c), Some((dir, _))) = (&task.container, shared_of(&a.data, &task)) {
+                        crate::container::ALLOWED.insert(&key, task.uid, &c.image, &dir);
                     }
                     tasks.insert(key, Running { pgid: kept.pid, container: shared_of(&a.data, &task), cgroup, replica: None });
                     watch(kept, key, tx.clone());

@@ -183,7 +183,7 @@ impl Store {
     /// Opens (creating) the cache at `root`: `blobs` (root's alone), `rootfs` (others may
     /// enter, not list), `tmp` (emptied: what a crash left half-made).
     pub fn open(root: &Path, settings: Settings) -> Result<Store, Error> {
-        for (dir, mode) in [("", 0o711), ("blobs", 0o700), ("blobs/sha256", 0o700), ("rootfs", 0o711), ("tmp", 0o700)] {
+        for (dir, mode) in [("", 0o711), ("blobs", 0o700), ("blobs/sha256", 0o700), ("rootfs", 0o700), ("tmp", 0o700)] {
             let p = root.join(dir);
             std::fs::create_dir_all(&p).map_err(cache_err(&p))?;
             std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).map_err(cache_err(&p))?;

@@ -2087,6 +2087,16 @@ fn container_tasks_run_as_their_user_from_a_registry_and_no_further() {
     assert_eq!(j["JobState"], "FAILED", "mallory has no credentials for it");
     let why = up.job(mid).get("Message").cloned().unwrap_or_default();
     assert!(why.contains("team/private") && why.contains("authorized"), "{why}");
+    // Nor can she read its files in the node's cache, by any path: the unpacked images are
+    // root's; a task reaches its own through its container's directory.
+    for node in ["node1", "node2"] {
+        let rootfs = up.dir.join(node).join("images/rootfs");
+        for e in std::fs::read_dir(&rootfs).unwrap().flatten().filter(|e| e.path().is_dir()) {
+            let f = e.path().join("etc/os-release");
+            let o = up.run(&a, &adir, &["cat", &f.display().to_string()]);
+            assert!(!o.status.success() && text(&o).contains("Permission denied"), "{}: {}", f.display(), text(&o));
+        }
+    }
 
     // Bad input: no such image; a mount source alice cannot reach; a malformed mount.
     let (nid, j) = run(&v, &vdir, "", &format!("{insecure}#bars/nothing:1"), "");
