@@ -1875,7 +1875,7 @@ fn container_tools() -> Option<()> {
 /// Containers on a host whose only cgroup hierarchy is v2 (current Debian's): the cluster runs
 /// in a mount namespace where `/sys/fs/cgroup` is the unified hierarchy alone (this machine's
 /// is hybrid), so runc sees cgroup v2; a step's tasks run in their image as their user, share
-/// the step's container, and `scancel` ends them.
+/// the step's container, and `scancel` and a time limit end them and it.
 #[test]
 fn container_tasks_run_on_a_cgroup_v2_host() {
     let Some((v, _)) = users() else { return };
@@ -1887,9 +1887,14 @@ fn container_tasks_run_on_a_cgroup_v2_host() {
     reg.push(&common::busybox_image(&img, "Bars V2"), "bars/v2", None);
     let host = reg.host();
     let prefix = ["unshare", "--mount", "--propagation", "private", "sh", "-c", "umount -R /sys/fs/cgroup && mount -t cgroup2 none /sys/fs/cgroup && exec \"$@\"", "sh"];
-    let up = Up::launch_under(&root, None, &["--no-proxy"], 1, &[("TANDEM_INSECURE_REGISTRIES", &host)], &prefix);
+    let up = Up::launch_under(&root, None, &["--no-proxy", "--cpus-per-agent", "8"], 1, &[("TANDEM_INSECURE_REGISTRIES", &host)], &prefix);
     let vdir = user_dir(&root.join("alice"), &v, 0o755);
     let image = format!("--container-image={host}#bars/v2:1");
+    // A time limit (a minute: Slurm's granularity) reaches the processes inside; started first,
+    // it runs out while the rest of the test goes on.
+    let limited = vdir.join("limited.sh");
+    owned_file(&limited, &format!("#!/bin/sh\nsrun {image} sleep 300\n"), v.uid, v.gid, 0o755);
+    let tj = up.sbatch(&v, &vdir, &["-t", "1", "-o", "/dev/null", &limited.display().to_string()]);
     let o = up.run(
         &v,
         &vdir,
@@ -1908,16 +1913,33 @@ fn container_tasks_run_on_a_cgroup_v2_host() {
     let script = vdir.join("long.sh");
     owned_file(&script, &format!("#!/bin/sh\nsrun {image} sleep 300\n"), v.uid, v.gid, 0o755);
     let id = up.sbatch(&v, &vdir, &["-o", "/dev/null", &script.display().to_string()]);
+    let mine = |j: u64| container_holders(&up.dir.join("node1/containers").join(format!("{j}.")).display().to_string());
     let deadline = Instant::now() + Duration::from_secs(30);
-    while container_holders(&up.dir.display().to_string()).is_empty() {
+    while mine(id).is_empty() {
         assert!(Instant::now() < deadline, "the container never started");
         std::thread::sleep(Duration::from_millis(100));
     }
     up.ok(&v, &vdir, &["scancel", &id.to_string()]);
     up.wait_state(id, &["CANCELLED"]);
     let deadline = Instant::now() + Duration::from_secs(30);
-    while !container_holders(&up.dir.display().to_string()).is_empty() {
+    while !mine(id).is_empty() {
         assert!(Instant::now() < deadline, "the cancelled step's container outlived it");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(!mine(tj).is_empty(), "the limited job's container is not running");
+    let deadline = Instant::now() + Duration::from_secs(150);
+    let j = loop {
+        let j = up.job(tj);
+        if j.get("JobState").is_some_and(|s| s != "RUNNING" && s != "PENDING" && s != "CONFIGURING") {
+            break j;
+        }
+        assert!(Instant::now() < deadline, "the time limit never ended the job: {j:?}");
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    assert_eq!(j["JobState"], "TIMEOUT", "{j:?}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !mine(tj).is_empty() {
+        assert!(Instant::now() < deadline, "the timed-out step's container outlived it");
         std::thread::sleep(Duration::from_millis(100));
     }
 }
