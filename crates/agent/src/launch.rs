@@ -410,6 +410,18 @@ pub(crate) fn launch(t: &Task, spool: &Path, tasks: &Tasks, cg: &Cgroups) -> Res
             None => return Err(LaunchError("empty command".into())),
         },
     };
+    // `--mpi=pmix`: `tandem __pmix-task` hosts the task's PMIx server and runs it (`pmix`).
+    let (program, args) = if t.io.as_ref().is_some_and(|io| io.pmix) {
+        if t.container.is_some() {
+            return Err(LaunchError("--mpi=pmix cannot be used with --container-image yet".into()));
+        }
+        let exe = std::env::current_exe().map_err(|e| LaunchError(format!("--mpi=pmix: cannot find the agent's own program: {e}")))?;
+        let mut a = vec![pmi::pmix::TASK_CMD.to_string(), "--".to_string(), program];
+        a.extend(args);
+        (exe.display().to_string(), a)
+    } else {
+        (program, args)
+    };
     // A container task: `tandem __container` becomes runc in the image (`container`).
     let (program, args) = match &t.container {
         Some(c) => {

@@ -30,7 +30,7 @@ pub(crate) struct Shared {
     pub(crate) finished: BTreeSet<u32>,
     /// Partial lines, by task and stream.
     pub(crate) partial: HashMap<(u32, bool), Vec<u8>>,
-    pub(crate) pmi: Option<pmi::Server>,
+    pub(crate) pmi: Option<Pmi>,
     /// Signals for the whole step (what srun itself would send).
     pub(crate) kill: mpsc::UnboundedSender<i32>,
     /// Only this task's output and error are printed (`sattach --output-filter`,
@@ -217,6 +217,35 @@ async fn serve(s: tokio::net::TcpStream, acc: tokio_rustls::TlsAcceptor, state: 
     Ok(())
 }
 
+/// The step's PMI side: PMI-1/2 served here, or the hub of the tasks' PMIx servers.
+pub(crate) enum Pmi {
+    V2(pmi::Server),
+    X(pmi::pmix::Hub),
+}
+
+impl Pmi {
+    fn feed(&mut self, rank: u32, bytes: &[u8]) -> Result<Vec<pmi::Reply>, pmi::Error> {
+        match self {
+            Pmi::V2(s) => s.feed(rank, bytes),
+            Pmi::X(h) => h.feed(rank, bytes),
+        }
+    }
+
+    fn closed(&mut self, rank: u32) -> Result<pmi::Closed, pmi::Error> {
+        match self {
+            Pmi::V2(s) => s.closed(rank),
+            Pmi::X(h) => h.closed(rank),
+        }
+    }
+
+    fn abort(&self) -> Option<&pmi::Abort> {
+        match self {
+            Pmi::V2(s) => s.abort(),
+            Pmi::X(h) => h.abort(),
+        }
+    }
+}
+
 /// Who reads srun's standard input.
 fn readers(input: &slurmcli::Input, pty: bool, total: u32) -> Vec<u32> {
     match input {
@@ -373,12 +402,18 @@ pub(crate) fn run_step(t: &Target, job: u64, mut req: StepRequest, a: &slurmcli:
             None
         },
         pmi: a.pmi,
+        pmix: a.pmix,
     });
     let step = rt.block_on(create_step(t, job, &req))?;
     let total: u32 = step.layout.iter().map(|(_, n)| n).sum();
     let pmi = a.pmi.then(|| {
         let per_node: Vec<u32> = step.layout.iter().map(|(_, n)| *n).collect();
-        pmi::Server::new(pmi::Job::blocks(format!("{job}.{}", step.step), &per_node))
+        let job = pmi::Job::blocks(format!("{job}.{}", step.step), &per_node);
+        if a.pmix {
+            pmi::pmix::Hub::new(job, step.layout.iter().map(|(n, _)| n.clone()).collect()).map(Pmi::X)
+        } else {
+            pmi::Server::new(job).map(Pmi::V2)
+        }
     });
     let pmi = pmi.transpose().map_err(|e| anyhow::anyhow!("srun: PMI: {e}"))?;
     let (fwd_tx, mut fwd_rx) = mpsc::unbounded_channel::<i32>();

@@ -1941,7 +1941,14 @@ impl Controller {
         };
         let mem_limit = j.allocs.get(node_index).map_or(0, |(_, a)| a.memory);
         let io = st.and_then(|s| s.io.clone());
-        if io.as_ref().is_some_and(|io| io.pmi) {
+        if io.as_ref().is_some_and(|io| io.pmix) {
+            // The task's PMIx server sets the PMIX_ variables its client reads (the user's own,
+            // such as PMIX_MCA_*, pass); PMI-1/2 variables would mislead a library that has
+            // both clients.
+            env.retain(|(k, _)| !k.starts_with("PMI_"));
+            env.retain(|(k, _)| k != "SLURM_MPI_TYPE");
+            env.push(("SLURM_MPI_TYPE".into(), "pmix".into()));
+        } else if io.as_ref().is_some_and(|io| io.pmi) {
             // PMI-1 and PMI-2 clients (MPICH's) read these; the agent adds PMI_FD.
             let size: u32 = tasks_per_node.iter().sum();
             env.retain(|(k, _)| !k.starts_with("PMI_"));

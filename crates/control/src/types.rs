@@ -313,6 +313,10 @@ pub struct StepIo {
     /// `--mpi=pmi2` (or PMI-1): each task gets a PMI socket (`PMI_FD`), tunnelled to `srun`.
     #[serde(default)]
     pub pmi: bool,
+    /// `--mpi=pmix` (with `pmi`): each task runs under `tandem __pmix-task`, which hosts an
+    /// OpenPMIx server for it and talks to `srun`'s hub over the PMI socket.
+    #[serde(default)]
+    pub pmix: bool,
 }
 
 impl std::fmt::Debug for StepIo {

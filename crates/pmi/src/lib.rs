@@ -44,6 +44,7 @@
 //! the protocol with a non-zero `rc`.
 
 mod mapping;
+pub mod pmix;
 mod wire;
 
 use std::collections::{BTreeMap, HashMap};

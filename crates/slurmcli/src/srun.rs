@@ -74,8 +74,11 @@ pub struct SrunSpec {
     pub input: Input,
     /// `--pty`: task 0 runs on a pseudo-terminal.
     pub pty: bool,
-    /// `--mpi=pmi2`: a PMI-2 (and PMI-1) server for the tasks.
+    /// `--mpi=pmi2` or `pmix`: each task gets a PMI socket tunnelled to srun.
     pub pmi: bool,
+    /// `--mpi=pmix` (`pmix_v3`, `pmix_v4`, `pmix_v5`): each task runs under an OpenPMIx
+    /// server of its own (`tandem __pmix-task`), whose host talks to srun over that socket.
+    pub pmix: bool,
     /// The options that shape an allocation, as given, for `srun` outside one (its job gets
     /// them as `sbatch` would: `-p`, `-A`, `-q`, `-t`, `--mem`, `--mem-per-cpu`, `--gpus`,
     /// `--gpus-per-node`, `--gpus-per-task`, `-c`, `--exclusive`); inside an allocation a step
@@ -101,8 +104,9 @@ pub enum Input {
     File(String),
 }
 
-/// The MPI types `--mpi` takes (`pmi2` serves PMI-1 clients too, as Slurm's).
-pub const MPI_TYPES: [&str; 2] = ["none", "pmi2"];
+/// The MPI types `--mpi` takes (`pmi2` serves PMI-1 clients too, as Slurm's; `pmix` takes
+/// Slurm's version aliases `pmix_v3`, `pmix_v4` and `pmix_v5`).
+pub const MPI_TYPES: [&str; 3] = ["none", "pmi2", "pmix"];
 
 /// srun's options (the long name, the letter, whether it takes a value).
 const OPTS: &[Opt] = &[
@@ -276,15 +280,9 @@ pub fn parse_srun(args: &[String]) -> Result<SrunSpec, Invalid> {
             }
             "mpi" => match v().as_str() {
                 "list" => s.mpi_list = true,
-                "none" => s.pmi = false,
-                "pmi2" => s.pmi = true,
-                "pmix" | "pmix_v3" | "pmix_v4" | "pmix_v5" => {
-                    return Err(Invalid::new(format!(
-                        "--mpi={}: PMIx is not available; MPI types: {} (OpenMPI: mpirun inside an allocation, or its PMI-2 support; MPICH: --mpi=pmi2)",
-                        v(),
-                        MPI_TYPES.join(", ")
-                    )));
-                }
+                "none" => (s.pmi, s.pmix) = (false, false),
+                "pmi2" => (s.pmi, s.pmix) = (true, false),
+                "pmix" | "pmix_v3" | "pmix_v4" | "pmix_v5" => (s.pmi, s.pmix) = (true, true),
                 other => {
                     return Err(Invalid::new(format!(
                         "--mpi={other}: not available; MPI types: {} (OpenMPI's mpirun inside an allocation launches over srun)",
@@ -393,6 +391,9 @@ pub fn parse_srun(args: &[String]) -> Result<SrunSpec, Invalid> {
         return Err(Invalid::new("no command given"));
     }
     s.container = crate::container::finish(s.container.take())?;
+    if s.pmix && s.container.is_some() {
+        return Err(Invalid::new("--mpi=pmix cannot be used with --container-image yet: the tasks' PMIx servers run on the node, outside the image (--mpi=pmi2 works in a container)"));
+    }
     Ok(s)
 }
 
@@ -565,7 +566,12 @@ mod tests {
         assert_eq!(e(&["-ux", "x"]), "no command given");
         assert_eq!(e(&["-uY", "x"]), "invalid option -- 'Y'");
         assert!(p(&["-lN1", "hostname"]).is_ok_and(|s| s.label && s.nodes == Some(1) && s.argv == ["hostname"]));
-        assert!(e(&["--mpi=pmix", "x"]).contains("PMIx is not available"));
+        for t in ["pmix", "pmix_v4", "pmix_v5"] {
+            let s = p(&[&format!("--mpi={t}"), "x"]).unwrap();
+            assert!(s.pmi && s.pmix, "{t}");
+        }
+        assert!(!p(&["--mpi=pmix", "--mpi=pmi2", "x"]).unwrap().pmix, "the last one wins");
+        assert!(e(&["--mpi=pmix", "--container-image=busybox", "x"]).contains("--mpi=pmix"));
         assert!(e(&["--mpi=cray_shasta", "x"]).contains("not available"));
         assert!(p(&["--mpi=pmi2", "x"]).unwrap().pmi);
         assert!(e(&["--input=", "x"]).contains("must not be empty"));

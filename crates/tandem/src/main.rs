@@ -345,6 +345,10 @@ fn main() -> std::process::ExitCode {
         // A container task, started by an agent as the job's user.
         return std::process::ExitCode::from(agent::container_main(&argv[2..]).clamp(0, 255) as u8);
     }
+    if argv.get(1).map(String::as_str) == Some(pmix::TASK_CMD) {
+        // An srun --mpi=pmix task, started by an agent as the job's user: its PMIx server.
+        return std::process::ExitCode::from(pmix::task_main(&argv[2..]).clamp(0, 255) as u8);
+    }
     if argv.get(1).map(String::as_str) == Some(agent::LOGIN_ENV_CMD) {
         // A batch script with --get-user-env, started by an agent as the job's user.
         return std::process::ExitCode::from(agent::login_env_main(&argv[2..]).clamp(0, 255) as u8);

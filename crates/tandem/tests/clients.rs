@@ -204,6 +204,75 @@ fn mpich_runs_under_srun_with_pmi() {
     stop_up(child, &dir);
 }
 
+/// OpenPMIx's library, where Debian's libpmix2 puts it.
+const LIBPMIX: &str = "/usr/lib/x86_64-linux-gnu/libpmix.so.2";
+
+#[test]
+fn openmpi_ranks_started_by_srun_form_one_world_over_pmix() {
+    if !have("mpicc.openmpi") || !Path::new(LIBPMIX).exists() {
+        assert!(std::env::var("CI").is_err(), "the PMIx test cannot run under CI=true: install libopenmpi-dev and libpmix2");
+        eprintln!("skipped: OpenMPI (libopenmpi-dev) or OpenPMIx (libpmix2) is not installed");
+        return;
+    }
+    let (child, dir, server, path, log, work) = cluster("pmix", "2");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/clients/hello_local.c");
+    let cc = Command::new("mpicc.openmpi").arg("-o").arg(work.join("hello_local")).arg(&src).output().unwrap();
+    assert!(cc.status.success(), "mpicc.openmpi: {}", String::from_utf8_lossy(&cc.stderr));
+    // tandem up's two nodes share one host name and one /dev/shm, where Open MPI's shared-memory
+    // segments of node1's and node2's first ranks would have the same name: TCP between all.
+    let run = |args: &[&str]| {
+        Command::new(args[0])
+            .args(&args[1..])
+            .env("PATH", &path)
+            .env("TANDEM_SERVER", &server)
+            .env("OMPI_MCA_btl", "tcp,self")
+            .env("OMPI_MCA_btl_tcp_if_include", "lo")
+            .current_dir(&work)
+            .output()
+            .unwrap()
+    };
+    for args in [
+        vec!["srun", "--mpi=pmix", "-N2", "--ntasks-per-node=2", "./hello_local"],
+        vec!["salloc", "-N2", "--ntasks-per-node=2", "srun", "--mpi=pmix_v4", "./hello_local"],
+    ] {
+        let o = run(&args);
+        let out = String::from_utf8_lossy(&o.stdout);
+        let commands = std::fs::read_to_string(&log).unwrap_or_default();
+        assert!(o.status.success(), "{args:?}: {}\n{out}\ncommands:\n{commands}", String::from_utf8_lossy(&o.stderr));
+        let mut ranks: Vec<&str> = out.lines().filter(|l| l.starts_with("rank ")).collect();
+        ranks.sort();
+        let want = [
+            "rank 0 of 4 sum 6 local 2 node node1",
+            "rank 1 of 4 sum 6 local 2 node node1",
+            "rank 2 of 4 sum 6 local 2 node node2",
+            "rank 3 of 4 sum 6 local 2 node node2",
+        ];
+        assert_eq!(ranks, want, "{args:?}\n{out}\n{}", String::from_utf8_lossy(&o.stderr));
+    }
+    // MPI_Abort in one rank ends the step, with its message.
+    let o = run(&["srun", "--mpi=pmix", "-N2", "--ntasks-per-node=2", "./hello_local", "2"]);
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && e.contains("task 2: aborted"), "{o:?}");
+    // A program that never speaks PMIx runs under it as without it; --mpi=list names it.
+    let o = run(&["srun", "--mpi=pmix", "-n2", "sh", "-c", "echo $SLURM_MPI_TYPE ${PMIX_RANK:-none}"]);
+    let mut lines: Vec<String> = String::from_utf8_lossy(&o.stdout).lines().map(str::to_string).collect();
+    lines.sort();
+    assert!(o.status.success() && lines == ["pmix 0", "pmix 1"], "{o:?}");
+    let o = run(&["srun", "--mpi=list"]);
+    assert!(String::from_utf8_lossy(&o.stdout).contains("\tpmix"), "{o:?}");
+    // A library that cannot be loaded is said so, and the step fails.
+    let o = Command::new("srun")
+        .args(["--mpi=pmix", "-n1", "true"])
+        .env("PATH", &path)
+        .env("TANDEM_SERVER", &server)
+        .env("TANDEM_PMIX_LIBRARY", "/nonexistent/libpmix.so.2")
+        .current_dir(&work)
+        .output()
+        .unwrap();
+    assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("cannot load OpenPMIx"), "{o:?}");
+    stop_up(child, &dir);
+}
+
 #[test]
 fn interactive_salloc_and_srun_pty_through_a_real_terminal() {
     if !have("tmux") {

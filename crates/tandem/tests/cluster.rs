@@ -188,7 +188,7 @@ fn srun_is_its_tasks_terminal_inside_and_outside_an_allocation() {
     // Bad values get srun's errors and nothing runs.
     for (args, want) in [
         (&["--input=99", "-n1", "true"][..], "--input=99"),
-        (&["--mpi=pmix", "-n1", "true"][..], "PMIx is not available"),
+        (&["--mpi=pmix3", "-n1", "true"][..], "--mpi=pmix3: not available"),
         (&["--input=", "-n1", "true"][..], "--input"),
     ] {
         let o = c.run("srun", args);

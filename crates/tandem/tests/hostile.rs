@@ -454,6 +454,76 @@ print("received", len(got), "secret" in repr(got))
     std::fs::remove_dir_all(&f.root).ok();
 }
 
+/// SECURITY.md, PMIx: a step's PMIx servers take only its user's processes, even from another
+/// user who states the job user's ids (OpenPMIx 4 believes what a TCP client says).
+#[test]
+fn another_user_cannot_join_a_steps_pmix_server() {
+    let Some((v, a)) = users() else { return };
+    let include = Path::new("/usr/lib/x86_64-linux-gnu/pmix2/include");
+    if !include.join("pmix.h").exists() || !common::have("gcc") {
+        assert!(std::env::var("CI").as_deref() != Ok("true"), "CI=true but gcc or OpenPMIx's headers (libpmix-dev) are missing");
+        eprintln!("skipped: gcc or libpmix-dev is not installed");
+        return;
+    }
+    let root = root_dir("pmix");
+    let f = files(&root, &v, &a);
+    let up = Up::start(&root, None);
+    let vd = user_dir(&root.join("victim-work"), &v, 0o700);
+    // The attacker's tools: a stock PMIx client, and a library that makes it state other ids.
+    let tools = root.join("tools");
+    std::fs::create_dir_all(&tools).unwrap();
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/clients");
+    let lib = "/usr/lib/x86_64-linux-gnu/pmix2/lib";
+    for args in [
+        vec!["-o".to_string(), tools.join("client").display().to_string(), src.join("pmix_client.c").display().to_string(), format!("-I{}", include.display()), format!("-L{lib}"), "-lpmix".into(), format!("-Wl,-rpath,{lib}")],
+        vec!["-shared".into(), "-fPIC".into(), "-o".into(), tools.join("forge.so").display().to_string(), src.join("forge_uid.c").display().to_string()],
+    ] {
+        let o = Command::new("gcc").args(&args).output().unwrap();
+        assert!(o.status.success(), "gcc {args:?}: {}", text(&o));
+    }
+    // The victim's step shows its PMIx variables where the attacker can read them (the server's
+    // port is anyone's to see in /proc/net/tcp anyway), then waits.
+    let public = root.join("public");
+    std::fs::create_dir_all(&public).unwrap();
+    std::fs::set_permissions(&public, std::os::unix::fs::PermissionsExt::from_mode(0o1777)).unwrap();
+    let env_file = public.join("env");
+    let script = format!("srun --mpi=pmix -n1 bash -c 'env | grep ^PMIX_ > {0}.tmp; chmod 644 {0}.tmp; mv {0}.tmp {0}; sleep 8'; echo rc=$?\n", env_file.display());
+    let id = up.sbatch(&v, &vd, &["-o", "pmix.out", "--wrap", &script]);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !env_file.exists() {
+        assert!(Instant::now() < deadline, "the step never ran: {:?}", up.job(id));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let vars: Vec<String> = std::fs::read_to_string(&env_file).unwrap().lines().map(str::to_string).collect();
+    assert!(vars.iter().any(|l| l.starts_with("PMIX_SERVER_URI")), "{vars:?}");
+    let dir = vars.iter().find_map(|l| l.strip_prefix("PMIX_SERVER_TMPDIR=")).unwrap().to_string();
+    let m = std::fs::metadata(&dir).unwrap();
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!((m.mode() & 0o7777, m.uid()), (0o700, v.uid), "{dir}");
+    // First with the victim's ids stated (the library would take it; Tandem's check must not),
+    // then with its own (the library refuses those itself).
+    let client = tools.join("client").display().to_string();
+    let forge = tools.join("forge.so").display().to_string();
+    for forged in [true, false] {
+        let mut args: Vec<String> = vec!["env".into(), "-i".into()];
+        args.extend(vars.iter().cloned());
+        if forged {
+            args.extend([format!("LD_PRELOAD={forge}"), format!("FORGE_UID={}", v.uid), format!("FORGE_GID={}", v.gid)]);
+        }
+        args.push(client.clone());
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let said = text(&up.run(&a, &f.attacker_dir, &args));
+        assert!(said.contains("init failed") && !said.contains("init ok"), "forged={forged}: the attacker joined the step: {said}");
+    }
+    up.wait_state(id, &["COMPLETED", "FAILED"]);
+    let out = std::fs::read_to_string(vd.join("pmix.out")).unwrap_or_default();
+    assert!(out.contains(&format!("refused a connection to its PMIx server from another user (uid {})", a.uid)), "{out}");
+    assert!(out.contains("rc=0"), "{out}");
+    // The server's files were in a directory of the victim's alone, removed with the task.
+    assert!(!Path::new(&dir).exists(), "{dir} left behind");
+    std::fs::remove_dir_all(&f.root).ok();
+}
+
 /// SECURITY.md P1 for services: a replica's output file with the service owner's rights.
 #[test]
 fn a_service_output_file_is_opened_with_its_owners_rights() {

@@ -734,7 +734,7 @@ pub const DOCUMENT: &str = r##"{
         "key": {"type": "string", "pattern": "^[0-9a-fA-F]{64}$"},
         "stdin": {"oneOf": [{"type": "string", "enum": ["All", "Null"]},
           {"type": "object", "required": ["Rank"], "additionalProperties": false, "properties": {"Rank": {"$ref": "#/components/schemas/u32"}}}]},
-        "stdout": {"type": "boolean"}, "stderr": {"type": "boolean"}, "pty": {"type": "boolean"}, "pmi": {"type": "boolean"},
+        "stdout": {"type": "boolean"}, "stderr": {"type": "boolean"}, "pty": {"type": "boolean"}, "pmi": {"type": "boolean"}, "pmix": {"type": "boolean"},
         "winsize": {"oneOf": [{"type": "null"}, {"type": "array", "prefixItems": [{"$ref": "#/components/schemas/u16"}, {"$ref": "#/components/schemas/u16"}], "items": false, "minItems": 2}]}}},
       "StepResponse": {"type": "object", "required": ["step"], "additionalProperties": false, "properties": {"step": {"$ref": "#/components/schemas/u32"},
         "layout": {"type": "array", "description": "Nodes and tasks on each, in rank order", "items": {"type": "array", "prefixItems": [{"type": "string"}, {"$ref": "#/components/schemas/u32"}], "items": false, "minItems": 2}}}},
@@ -1462,6 +1462,7 @@ mod tests {
                 pty: false,
                 winsize: Some((40, 120)),
                 pmi: true,
+                pmix: false,
             }),
             container: Some(slurmcli::Container {
                 image: "127.0.0.1:5000#bars/busybox:1".into(),

@@ -26,17 +26,18 @@ pub const ARROWS: &[(&str, &[&str])] = &[
     // adapters
     ("store", &["control"]),
     ("exec", &[]),
+    ("pmix", &["pmi"]),
     ("image", &["slurmcli"]),
     ("client", &["wire"]),
     // shells: one crate per daemon, the user's commands, the local cluster, the benchmarks
     ("server", &["control", "store", "wire", "exec", "sched", "slurmcli", "model"]),
-    ("agent", &["wire", "client", "exec", "control", "slurmcli", "image", "model"]),
+    ("agent", &["wire", "client", "exec", "control", "slurmcli", "image", "model", "pmi"]),
     ("proxy", &["balance", "wire", "client", "exec"]),
     ("cli", &["wire", "client", "slurmcli", "sched", "pmi", "exec"]),
     ("up", &["exec"]),
     ("bench", &["up", "wire", "client", "exec", "control", "sched", "slurmcli", "trace", "model"]),
     // the binary
-    ("tandem", &["server", "agent", "proxy", "cli", "up", "bench", "exec", "sim", "sched", "trace"]),
+    ("tandem", &["server", "agent", "proxy", "cli", "up", "bench", "exec", "pmix", "sim", "sched", "trace"]),
     // tooling
     ("xtask", &[]),
 ];
@@ -81,9 +82,9 @@ pub const WORKSPACE: Rules<'static> = Rules { arrows: ARROWS, never: NEVER, only
 /// below them and returns typed errors (`thiserror`).
 pub const MAY_USE_ANYHOW: &[&str] = &["server", "agent", "proxy", "cli", "up", "bench", "tandem"];
 
-/// The only crate that may use `unsafe` (it sets its own lints; every other crate takes the
-/// workspace's, which forbid it).
-pub const UNSAFE_ALLOWED: &str = "exec";
+/// The only crates that may use `unsafe` (they set their own lints; every other crate takes the
+/// workspace's, which forbid it): `exec` (between fork and exec) and `pmix` (OpenPMIx's C API).
+pub const UNSAFE_ALLOWED: &[&str] = &["exec", "pmix"];
 
 /// Crates that must stay pure: no IO, no clock, no unseeded randomness, no async runtime.
 pub const PURE: &[&str] = &["model", "sched", "sim", "slurmcli", "control", "balance", "pmi", "wire"];
