@@ -44,6 +44,9 @@ pub const JOB: u8 = 16;
 /// Hub to task: a fence completed (`seq`, all participants' data).
 pub const FENCE_DONE: u8 = 17;
 
+/// The most different participant sets one rank may fence over.
+const MAX_SETS: usize = 1024;
+
 /// The subcommand of `tandem` that hosts a task's PMIx server and runs the task under it.
 pub const TASK_CMD: &str = "__pmix-task";
 
@@ -284,7 +287,9 @@ impl Hub {
             }
             (HELLO, _) => return Err(bad(rank, "a second hello")),
             (_, Phase::Fresh) => return Err(bad(rank, "a message before its hello")),
-            (_, Phase::Finalized | Phase::Aborted) => return Err(bad(rank, "a message after finalize or abort")),
+            // A task may run several MPI programs in turn (`bash -c "./a; ./b"`): after a
+            // finalize its next program connects again.
+            (_, Phase::Aborted) => return Err(bad(rank, "a message after abort")),
             (CONNECTED, _) => {
                 let r = &mut self.ranks[rank as usize];
                 r.phase = Phase::Connected;
@@ -321,6 +326,9 @@ impl Hub {
                     return Err(bad(rank, format!("fence data past {} bytes", self.job.max_kvs_bytes)));
                 }
                 self.held += data.len();
+                if self.ranks[rank as usize].rounds.len() >= MAX_SETS && !self.ranks[rank as usize].rounds.contains_key(&set) {
+                    return Err(bad(rank, format!("fences over more than {MAX_SETS} sets of ranks")));
+                }
                 let round = {
                     let c = self.ranks[rank as usize].rounds.entry(set.clone()).or_insert(0);
                     *c += 1;
@@ -426,6 +434,12 @@ mod tests {
         assert_eq!(h.feed(2, &fence(10, &[2, 0], b"y")).unwrap().len(), 2);
         for r in 0..3 {
             h.feed(r, &frame(FINALIZED, b"")).unwrap();
+        }
+        // A second program of rank 0's task connects, and finalizes again.
+        h.feed(0, &frame(CONNECTED, b"")).unwrap();
+        assert!(h.feed(0, &fence(6, &[0], b"z")).unwrap().len() == 1);
+        h.feed(0, &frame(FINALIZED, b"")).unwrap();
+        for r in 0..3 {
             assert_eq!(h.closed(r).unwrap(), Closed::Finalized);
         }
     }

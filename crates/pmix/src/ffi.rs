@@ -88,13 +88,21 @@ pub type FenceFn = Option<extern "C" fn(*const Proc, usize, *const c_void, usize
 /// `pmix_server_dmodex_req_fn_t`.
 pub type DmodexFn = Option<extern "C" fn(*const Proc, *const c_void, usize, ModexCb, *mut c_void) -> Status>;
 
-/// `pmix_server_module_t` (4.x): the v1 functions this host provides, then 23 it leaves NULL
+/// `pmix_tool_connection_cbfunc_t`.
+pub type ToolCb = Option<unsafe extern "C" fn(Status, *mut Proc, *mut c_void)>;
+/// `pmix_server_tool_connection_fn_t` (`info` left opaque).
+pub type ToolFn = Option<extern "C" fn(*mut c_void, usize, ToolCb, *mut c_void)>;
+
+/// `pmix_server_module_t` (4.x): the v1 functions this host provides, 11 it leaves NULL
 /// (publish, lookup, unpublish, spawn, connect, disconnect, register/deregister events,
-/// listener; notify_event, query, tool_connected, log, allocate, job_control, monitor;
-/// get/validate credential, iof_pull, push_stdin; group, fabric, client_connected2).
+/// listener; notify_event, query), `tool_connected` (which it must set: left NULL, the library
+/// accepts any tool that names itself, without asking the host), and 11 more NULL (log,
+/// allocate, job_control, monitor; get/validate credential, iof_pull, push_stdin; group,
+/// fabric, client_connected2).
 #[repr(C)]
 pub struct Module {
-    /// A client connected (called before its connection is accepted; an error refuses it).
+    /// A client connected (after the handshake, before its messages are read; an error
+    /// refuses it and closes the connection).
     pub client_connected: ClientFn,
     /// A client called `PMIx_Finalize`.
     pub client_finalized: ClientFn,
@@ -105,7 +113,11 @@ pub struct Module {
     /// Another server's data is asked for.
     pub direct_modex: DmodexFn,
     /// Unset entries.
-    pub rest: [*const c_void; 23],
+    pub unset_a: [*const c_void; 11],
+    /// A tool (or launcher) asks to connect.
+    pub tool_connected: ToolFn,
+    /// Unset entries.
+    pub unset_b: [*const c_void; 11],
 }
 
 type InitFn = unsafe extern "C" fn(*mut Module, *mut c_void, usize) -> Status;
@@ -365,6 +377,15 @@ pub fn modex_done(cb: ModexCb, cbdata: *mut c_void, status: Status, data: Vec<u8
     // SAFETY: the callback and its data came from the library for this operation; the bytes
     // stay alive until it calls release_boxed.
     unsafe { f(status, ptr, len, cbdata, Some(release_boxed), raw) }
+}
+
+/// Answers a tool's connection request with `status`.
+pub fn tool_done(cb: ToolCb, cbdata: *mut c_void, status: Status) {
+    let Some(f) = cb else { return };
+    let mut nobody = Proc::new("", RANK_WILDCARD);
+    // SAFETY: the callback and its data came from the library for this request; it copies the
+    // proc before it returns.
+    unsafe { f(status, &raw mut nobody, cbdata) }
 }
 
 /// Reads the participants of a fence.

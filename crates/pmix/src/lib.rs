@@ -54,28 +54,30 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-fn send(kind: u8, body: &[u8]) {
-    if let Some(h) = HUB.get() {
-        let _ = lock(h).write_all(&wire::frame(kind, body));
-    }
+/// Sends one message to the hub: false if it is gone.
+fn send(kind: u8, body: &[u8]) -> bool {
+    HUB.get().is_some_and(|h| lock(h).write_all(&wire::frame(kind, body)).is_ok())
 }
 
 extern "C" fn client_connected(_p: *const ffi::Proc, _o: *mut c_void, _cb: ffi::OpCb, _d: *mut c_void) -> ffi::Status {
     let foreign = peers::cut_foreign();
     if !foreign.is_empty() {
-        eprintln!(
+        let _ = writeln!(
+            std::io::stderr(),
             "srun: error: task {}: refused a connection to its PMIx server from another user (uid {})",
             RANK.load(Ordering::Relaxed),
-            foreign.iter().map(u32::to_string).collect::<Vec<_>>().join(", ")
+            foreign.iter().map(|u| u.map_or("unknown".to_string(), |u| u.to_string())).collect::<Vec<_>>().join(", ")
         );
         return ffi::ERR_INVALID_CRED;
     }
-    send(wire::CONNECTED, b"");
+    if !send(wire::CONNECTED, b"") {
+        return ffi::ERROR;
+    }
     ffi::OPERATION_SUCCEEDED
 }
 
 extern "C" fn client_finalized(_p: *const ffi::Proc, _o: *mut c_void, _cb: ffi::OpCb, _d: *mut c_void) -> ffi::Status {
-    send(wire::FINALIZED, b"");
+    let _ = send(wire::FINALIZED, b"");
     ffi::OPERATION_SUCCEEDED
 }
 
@@ -91,7 +93,7 @@ extern "C" fn abort(
 ) -> ffi::Status {
     let mut body = status.to_be_bytes().to_vec();
     body.extend_from_slice(ffi::text(msg).as_bytes());
-    send(wire::ABORT, &body);
+    let _ = send(wire::ABORT, &body);
     ffi::OPERATION_SUCCEEDED
 }
 
@@ -110,8 +112,17 @@ extern "C" fn fence_nb(
     let ranks: Vec<u32> = if procs.iter().any(|p| p.rank == ffi::RANK_WILDCARD) { Vec::new() } else { procs.iter().map(|p| p.rank).collect() };
     let seq = SEQ.fetch_add(1, Ordering::SeqCst);
     lock(&FENCES).push((seq, cb, cbdata as usize));
-    send(wire::FENCE, &wire::fence_body(seq, &ranks, ffi::bytes(data, ndata)));
+    if !send(wire::FENCE, &wire::fence_body(seq, &ranks, ffi::bytes(data, ndata))) {
+        // srun is gone: the library answers the client with the error itself.
+        lock(&FENCES).retain(|(s, _, _)| *s != seq);
+        return ffi::ERROR;
+    }
     ffi::SUCCESS
+}
+
+extern "C" fn tool_connected(_info: *mut c_void, _n: usize, cb: ffi::ToolCb, cbdata: *mut c_void) {
+    // No tools: the only process this server serves is its task.
+    ffi::tool_done(cb, cbdata, ffi::ERR_NOT_SUPPORTED);
 }
 
 extern "C" fn direct_modex(_p: *const ffi::Proc, _i: *const c_void, _n: usize, _cb: ffi::ModexCb, _d: *mut c_void) -> ffi::Status {
@@ -138,18 +149,21 @@ fn answers(mut from: UnixStream) {
             }
             Ok(Some(_)) => continue,
             Ok(None) => {}
-            Err(_) => return,
+            Err(_) => return fail_waiting(),
         }
         match from.read(&mut chunk) {
-            Ok(0) | Err(_) => {
-                // srun is gone: the step is ending. Fail what waits, so the task is not stuck.
-                for (_, cb, cbdata) in std::mem::take(&mut *lock(&FENCES)) {
-                    ffi::modex_done(cb, cbdata as *mut c_void, ffi::ERROR, Vec::new());
-                }
-                return;
-            }
+            // srun is gone: the step is ending.
+            Ok(0) | Err(_) => return fail_waiting(),
             Ok(n) => buf.extend_from_slice(&chunk[..n]),
         }
+    }
+}
+
+/// Fails the fences that wait for the hub, so the task is not stuck.
+fn fail_waiting() {
+    let waiting = std::mem::take(&mut *lock(&FENCES));
+    for (_, cb, cbdata) in waiting {
+        ffi::modex_done(cb, cbdata as *mut c_void, ffi::ERROR, Vec::new());
     }
 }
 
@@ -289,7 +303,9 @@ fn serve(lib: &'static ffi::Lib, l: &Layout, dir: &std::path::Path, reader: Unix
         abort: Some(abort),
         fence_nb: Some(fence_nb),
         direct_modex: Some(direct_modex),
-        rest: [std::ptr::null(); 23],
+        unset_a: [std::ptr::null(); 11],
+        tool_connected: Some(tool_connected),
+        unset_b: [std::ptr::null(); 11],
     }));
     let init = ffi::Infos::new(
         lib,
@@ -300,6 +316,10 @@ fn serve(lib: &'static ffi::Lib, l: &Layout, dir: &std::path::Path, reader: Unix
             ("pmix.srvr.sys", ffi::Value::Bool(false)),
             ("pmix.srvr.sess", ffi::Value::Bool(false)),
             ("pmix.srvr.remote", ffi::Value::Bool(false)),
+            // Loopback only, whatever the user's PMIX_MCA_* say: the peer check reads the
+            // node's own socket tables.
+            ("pmix.tcp.ifinclude", ffi::Value::Str("lo")),
+            ("pmix.tcp.disipv6", ffi::Value::Bool(true)),
         ],
     )?;
     lib.server_init(module, &init)?;

@@ -15,6 +15,7 @@ pub(crate) struct Row {
 }
 
 const LISTEN: u8 = 0x0A;
+const ESTABLISHED: u8 = 0x01;
 
 fn port(addr: &str) -> Option<&str> {
     addr.rsplit_once(':').map(|(_, p)| p)
@@ -37,21 +38,23 @@ pub(crate) fn parse(text: &str) -> Vec<Row> {
         .collect()
 }
 
-/// The connections accepted by one of `ours` (socket inode to descriptor) whose other end is
-/// a socket of a user other than `me`: (our descriptor, their uid).
-pub(crate) fn foreign(rows: &[Row], ours: &HashMap<u64, i32>, me: u32) -> Vec<(i32, u32)> {
+/// The established connections accepted by one of `ours` (socket inode to descriptor) whose
+/// other end is not a socket of `me`: (our descriptor, their uid, `None` when no client socket
+/// is seen, as from another network namespace or one already gone: refused too).
+pub(crate) fn foreign(rows: &[Row], ours: &HashMap<u64, i32>, me: u32) -> Vec<(i32, Option<u32>)> {
     let listening: Vec<&str> = rows.iter().filter(|r| r.state == LISTEN && ours.contains_key(&r.inode)).filter_map(|r| port(&r.local)).collect();
     let mut out = Vec::new();
-    for a in rows.iter().filter(|r| r.state != LISTEN && ours.contains_key(&r.inode)) {
+    // A connection already shut down has left ESTABLISHED on our side: it is not counted again.
+    for a in rows.iter().filter(|r| r.state == ESTABLISHED && ours.contains_key(&r.inode)) {
         if !port(&a.local).is_some_and(|p| listening.contains(&p)) {
             continue;
         }
         // The client's end: its local address is our remote one and the other way round.
         let client = rows.iter().find(|c| c.inode != a.inode && c.local == a.remote && c.remote == a.local);
-        if let Some(c) = client
-            && c.uid != me
-        {
-            out.push((ours[&a.inode], c.uid));
+        match client {
+            Some(c) if c.uid == me => {}
+            Some(c) => out.push((ours[&a.inode], Some(c.uid))),
+            None => out.push((ours[&a.inode], None)),
         }
     }
     out
@@ -71,19 +74,27 @@ fn our_sockets() -> HashMap<u64, i32> {
     out
 }
 
-/// Shuts down every accepted connection whose client is another user's; their uids.
-pub(crate) fn cut_foreign() -> Vec<u32> {
+/// Shuts down every accepted connection whose client is not this user's; their uids (`None`:
+/// not seen). The tables unreadable: a refusal with no connection cut.
+pub(crate) fn cut_foreign() -> Vec<Option<u32>> {
     let ours = our_sockets();
     let mut rows = Vec::new();
     for f in ["/proc/net/tcp", "/proc/net/tcp6"] {
-        rows.extend(parse(&std::fs::read_to_string(f).unwrap_or_default()));
+        match std::fs::read_to_string(f) {
+            Ok(t) => rows.extend(parse(&t)),
+            Err(_) if f.ends_with('6') => {}
+            Err(_) => return vec![None],
+        }
+    }
+    if ours.is_empty() {
+        return vec![None];
     }
     let me = nix::unistd::geteuid().as_raw();
     let found = foreign(&rows, &ours, me);
     for (fd, _) in &found {
         let _ = nix::sys::socket::shutdown(*fd, nix::sys::socket::Shutdown::Both);
     }
-    let mut uids: Vec<u32> = found.into_iter().map(|(_, u)| u).collect();
+    let mut uids: Vec<Option<u32>> = found.into_iter().map(|(_, u)| u).collect();
     uids.sort_unstable();
     uids.dedup();
     uids
@@ -111,7 +122,13 @@ garbage line
         // Our listener (100), two accepted connections (101, 102), and a connection of ours to
         // somebody else's port 8080 (103), whose other end is not a client of ours.
         let ours: HashMap<u64, i32> = [(100, 5), (101, 6), (102, 7), (103, 8)].into_iter().collect();
-        assert_eq!(foreign(&rows, &ours, 1001), vec![(7, 1002)]);
+        assert_eq!(foreign(&rows, &ours, 1001), vec![(7, Some(1002))]);
+        // An accepted connection whose client socket is not seen is refused too.
+        let mut ours2 = ours.clone();
+        let mut rows2 = rows.clone();
+        rows2.retain(|r| r.inode != 200);
+        ours2.remove(&102);
+        assert_eq!(foreign(&rows2, &ours2, 1001), vec![(6, None)]);
         assert!(foreign(&rows, &HashMap::new(), 1001).is_empty());
     }
 }
