@@ -185,7 +185,12 @@ async fn serve(s: tokio::net::TcpStream, acc: tokio_rustls::TlsAcceptor, state: 
                             Vec::new()
                         }
                         Some(p) => match p.feed(rank, &data) {
-                            Ok(r) => r,
+                            Ok(r) => {
+                                for n in p.take_notices() {
+                                    eprintln!("srun: error: --mpi=pmix: {n}");
+                                }
+                                r
+                            }
                             Err(e) => {
                                 eprintln!("srun: error: task {rank}: PMI: {e}");
                                 Vec::new()
@@ -235,6 +240,13 @@ impl Pmi {
         match self {
             Pmi::V2(s) => s.closed(rank),
             Pmi::X(h) => h.closed(rank),
+        }
+    }
+
+    fn take_notices(&mut self) -> Vec<String> {
+        match self {
+            Pmi::V2(_) => Vec::new(),
+            Pmi::X(h) => h.take_notices(),
         }
     }
 
@@ -410,7 +422,9 @@ pub(crate) fn run_step(t: &Target, job: u64, mut req: StepRequest, a: &slurmcli:
         let per_node: Vec<u32> = step.layout.iter().map(|(_, n)| *n).collect();
         let job = pmi::Job::blocks(format!("{job}.{}", step.step), &per_node);
         if a.pmix {
-            pmi::pmix::Hub::new(job, step.layout.iter().map(|(n, _)| n.clone()).collect()).map(Pmi::X)
+            // A fresh secret of 128 bits, for the nodes' directory names.
+            let token = stepio::new_key()[..32].to_string();
+            pmi::pmix::Hub::new(job, step.layout.iter().map(|(n, _)| n.clone()).collect(), token).map(Pmi::X)
         } else {
             pmi::Server::new(job).map(Pmi::V2)
         }

@@ -1,14 +1,15 @@
 //! `srun --mpi=pmix`: the hub in `srun` that the tasks' PMIx servers talk to, as a pure state
 //! machine (bytes in per rank, [`Reply`]s out), and the messages between them.
 //!
-//! Each task of a PMIx step runs under `tandem __pmix-task` (the `pmix` crate), which hosts an
-//! OpenPMIx server for it as the job's user: the MPI library inside connects to that server,
-//! and the server's host, for everything that crosses tasks (the job's layout, fences with the
-//! data they collect, an abort), speaks to this hub over the task's PMI socket, which the agent
-//! tunnels to `srun` as for PMI-2. A fence's data is opaque here: each server's contribution
-//! (the blob OpenPMIx packs) is concatenated in rank order and sent back to every participant,
-//! which is what OpenPMIx's server expects of its host (Slurm's `mpi/pmix` plugin does the same
-//! per node).
+//! Each task of a PMIx step runs under `tandem __pmix-task` (the `pmix` crate), and the step's
+//! tasks on a node share one OpenPMIx server (`tandem __pmix-node`), as the job's user: the MPI
+//! library connects to that server, and the server's host, for everything that crosses nodes
+//! (the job's layout, fences with the data they collect, an abort), speaks to this hub through
+//! each task's PMI socket, which the agent tunnels to `srun` as for PMI-2. A fence reaches the
+//! hub once per participating rank: the node's data with its first local participant, nothing
+//! with the others. The data is opaque here: the contributions are concatenated in rank order
+//! and sent back to every participant, which is what OpenPMIx's server expects of its host
+//! (Slurm's `mpi/pmix` plugin does the same per node).
 //!
 //! A message is a type byte, a big-endian `u32` length and that many bytes. From a task:
 //! - [`HELLO`]: first, empty; answered with [`JOB`], the step as `key=value` lines: `nspace`,
@@ -20,7 +21,11 @@
 //!   participants (0: every rank), their ranks, then the data. The n-th fence of a rank over a
 //!   set of ranks matches the n-th fence of each other participant over the same set; when all
 //!   have entered, each gets [`FENCE_DONE`] with its `seq` and the concatenated data.
-//! - [`FINALIZED`] and [`ABORT`] (an `i32` exit code, then the message).
+//! - [`FINALIZED`] and [`ABORT`] (an `i32` exit code, then the message), and [`NOTICE`], an
+//!   error for the user ([`Hub::take_notices`]).
+//!
+//! Between a task host and its node's server: [`REGISTER`] (the rank), answered with [`ENV`]
+//! (the task's variables) or [`REFUSED`]; then the hub's messages pass through the task host.
 //!
 //! Hostile or broken input (an unknown type, a message over [`Job::max_message`], a rank
 //! outside a fence it names, a second hello, data past [`Job::max_kvs_bytes`]) is an
@@ -39,6 +44,14 @@ pub const FENCE: u8 = 3;
 pub const FINALIZED: u8 = 4;
 /// Task to hub: `PMIx_Abort` (exit code, message).
 pub const ABORT: u8 = 5;
+/// Task host to node server: register this rank (`u32`).
+pub const REGISTER: u8 = 32;
+/// Node server to task host: the task's variables (`NAME=VALUE` lines).
+pub const ENV: u8 = 33;
+/// Node server to task host: it cannot serve the rank (text).
+pub const REFUSED: u8 = 34;
+/// Task (from its node's server) to hub: an error for the user (text), which `srun` prints.
+pub const NOTICE: u8 = 6;
 /// Hub to task: the step's layout.
 pub const JOB: u8 = 16;
 /// Hub to task: a fence completed (`seq`, all participants' data).
@@ -47,8 +60,10 @@ pub const FENCE_DONE: u8 = 17;
 /// The most different participant sets one rank may fence over.
 const MAX_SETS: usize = 1024;
 
-/// The subcommand of `tandem` that hosts a task's PMIx server and runs the task under it.
+/// The subcommand of `tandem` that runs a task of a PMIx step (and relays for it).
 pub const TASK_CMD: &str = "__pmix-task";
+/// The subcommand of `tandem` that hosts a node's PMIx server for a step.
+pub const NODE_CMD: &str = "__pmix-node";
 
 /// One message: its type and body, framed.
 pub fn frame(kind: u8, body: &[u8]) -> Vec<u8> {
@@ -114,6 +129,9 @@ pub struct Layout {
     pub nodes: Vec<String>,
     /// The ranks on each node, by node.
     pub map: Vec<Vec<u32>>,
+    /// A secret of the step's (32 hex digits), so that its node directories' names cannot be
+    /// guessed (and so taken first) by another user.
+    pub token: String,
 }
 
 impl Layout {
@@ -137,14 +155,15 @@ impl Layout {
     pub fn encode(&self) -> Vec<u8> {
         let map: Vec<String> = self.map.iter().map(|rs| rs.iter().map(u32::to_string).collect::<Vec<_>>().join(",")).collect();
         format!(
-            "nspace={}\njobid={}\nsize={}\nrank={}\nnode={}\nnodes={}\nmap={}\n",
+            "nspace={}\njobid={}\nsize={}\nrank={}\nnode={}\nnodes={}\nmap={}\ntoken={}\n",
             self.nspace,
             self.jobid,
             self.size(),
             self.rank,
             self.node,
             self.nodes.join(","),
-            map.join(";")
+            map.join(";"),
+            self.token
         )
         .into_bytes()
     }
@@ -166,7 +185,11 @@ impl Layout {
             node: num("node")?,
             nodes: get("nodes")?.split(',').map(str::to_string).collect(),
             map,
+            token: get("token")?.to_string(),
         };
+        if l.token.len() != 32 || !l.token.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err("the step's layout has a bad token".into());
+        }
         if l.size() != num("size")? || l.nodes.len() != l.map.len() || l.node_of(l.rank) != Some(l.node) || l.nspace.is_empty() || l.nspace.len() > 255 {
             return Err("the step's layout does not add up".into());
         }
@@ -199,12 +222,14 @@ pub struct Hub {
     job: Job,
     nspace: String,
     names: Vec<String>,
+    token: String,
     ranks: Vec<Rank>,
     /// Open fences by (participants, round): each participant's `seq` and data.
     fences: BTreeMap<(Vec<u32>, u32), BTreeMap<u32, (u32, Vec<u8>)>>,
     /// Bytes held in open fences.
     held: usize,
     abort: Option<Abort>,
+    notices: Vec<String>,
 }
 
 fn bad(rank: u32, what: impl Into<String>) -> Error {
@@ -212,8 +237,12 @@ fn bad(rank: u32, what: impl Into<String>) -> Error {
 }
 
 impl Hub {
-    /// The hub for `job` (its `kvsname` is `JOB.STEP`), whose node `i` is `names[i]`.
-    pub fn new(job: Job, names: Vec<String>) -> Result<Hub, Error> {
+    /// The hub for `job` (its `kvsname` is `JOB.STEP`), whose node `i` is `names[i]`, with a
+    /// secret `token` of 32 hex digits (the caller draws it).
+    pub fn new(job: Job, names: Vec<String>, token: String) -> Result<Hub, Error> {
+        if token.len() != 32 || !token.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(Error::BadJob("the token is not 32 hex digits".into()));
+        }
         let nnodes = job.nodes.iter().max().map_or(0, |n| *n as usize + 1);
         if job.nodes.is_empty() || names.len() != nnodes {
             return Err(Error::BadJob(format!("{} ranks on {} nodes, {} names", job.nodes.len(), nnodes, names.len())));
@@ -225,7 +254,7 @@ impl Hub {
             return Err(Error::BadJob(format!("job id {:?}", job.kvsname)));
         }
         let ranks = (0..job.nodes.len()).map(|_| Rank { buf: Vec::new(), phase: Phase::Fresh, connected: false, rounds: HashMap::new() }).collect();
-        Ok(Hub { nspace: format!("slurm.pmix.{}", job.kvsname), job, names, ranks, fences: BTreeMap::new(), held: 0, abort: None })
+        Ok(Hub { nspace: format!("slurm.pmix.{}", job.kvsname), job, names, token, ranks, fences: BTreeMap::new(), held: 0, abort: None, notices: Vec::new() })
     }
 
     /// The step.
@@ -236,6 +265,12 @@ impl Hub {
     /// The abort a rank asked for, if one did.
     pub fn abort(&self) -> Option<&Abort> {
         self.abort.as_ref()
+    }
+
+    /// The errors the nodes' servers reported since the last call (at most 100 kept, each at
+    /// most 1000 characters, without control characters).
+    pub fn take_notices(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.notices)
     }
 
     /// What rank `rank`'s server is told of the step.
@@ -251,6 +286,7 @@ impl Hub {
             node: self.job.nodes.get(rank as usize).copied().unwrap_or(0),
             nodes: self.names.clone(),
             map,
+            token: self.token.clone(),
         }
     }
 
@@ -290,6 +326,12 @@ impl Hub {
             // A task may run several MPI programs in turn (`bash -c "./a; ./b"`): after a
             // finalize its next program connects again.
             (_, Phase::Aborted) => return Err(bad(rank, "a message after abort")),
+            (NOTICE, _) => {
+                if self.notices.len() < 100 {
+                    let t: String = String::from_utf8_lossy(body).chars().filter(|c| !c.is_control()).take(1000).collect();
+                    self.notices.push(t);
+                }
+            }
             (CONNECTED, _) => {
                 let r = &mut self.ranks[rank as usize];
                 r.phase = Phase::Connected;
@@ -379,7 +421,7 @@ mod tests {
 
     fn hub(per_node: &[u32]) -> Hub {
         let names = (0..per_node.len()).map(|i| format!("n{i}")).collect();
-        Hub::new(Job::blocks("7.0", per_node), names).unwrap()
+        Hub::new(Job::blocks("7.0", per_node), names, "0123456789abcdef0123456789abcdef".into()).unwrap()
     }
 
     fn fence(seq: u32, ranks: &[u32], data: &[u8]) -> Vec<u8> {
@@ -480,8 +522,10 @@ mod tests {
         small.job.max_kvs_bytes = 10;
         small.feed(0, &frame(HELLO, b"")).unwrap();
         assert!(small.feed(0, &fence(1, &[], &[0; 11])).is_err());
-        assert!(Hub::new(Job::blocks("7.0", &[1, 1]), vec!["a".into()]).is_err());
-        assert!(Hub::new(Job::blocks("7.0", &[1]), vec!["a,b".into()]).is_err());
-        assert!(Hub::new(Job::blocks("7;0", &[1]), vec!["a".into()]).is_err());
+        let t = || "0123456789abcdef0123456789abcdef".to_string();
+        assert!(Hub::new(Job::blocks("7.0", &[1, 1]), vec!["a".into()], t()).is_err());
+        assert!(Hub::new(Job::blocks("7.0", &[1]), vec!["a,b".into()], t()).is_err());
+        assert!(Hub::new(Job::blocks("7;0", &[1]), vec!["a".into()], t()).is_err());
+        assert!(Hub::new(Job::blocks("7.0", &[1]), vec!["a".into()], "../x".into()).is_err());
     }
 }

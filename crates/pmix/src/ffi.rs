@@ -434,6 +434,8 @@ pub fn catch_signals() {
 pub fn die_of(sig: i32) {
     use nix::sys::signal::{SaFlags, SigAction, SigHandler, SigSet, Signal, sigaction};
     if let Ok(s) = Signal::try_from(sig) {
+        // No core file of the host's over the task's.
+        let _ = nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_CORE, 0, 0);
         let act = SigAction::new(SigHandler::SigDfl, SaFlags::empty(), SigSet::empty());
         // SAFETY: restoring the default action.
         let _ = unsafe { sigaction(s, &act) };

@@ -1,255 +1,177 @@
-//! `srun --mpi=pmix` on a node: `tandem __pmix-task -- PROGRAM ARGS...` hosts an OpenPMIx
-//! server for one task and runs the task under it. The agent starts it in the task's place
-//! (as the job's user, in the job's cgroup, with the task's streams and its PMI socket, which
-//! the agent tunnels to `srun`); it
-//! 1. says hello to `srun`'s hub ([`pmi::pmix`]) and gets the step's layout;
-//! 2. loads OpenPMIx's library at run time (`libpmix.so.2`, or `TANDEM_PMIX_LIBRARY`), starts
-//!    its server with its files in a new 0700 directory, registers the step's namespace as
-//!    Slurm's `mpi/pmix` does (sizes, node and process maps, local peers, and each rank's
-//!    rank, local and node rank, host name and node id) and the one client it serves;
-//! 3. runs the task with the variables `PMIx_server_setup_fork` gives (`PMIX_NAMESPACE`,
-//!    `PMIX_RANK`, `PMIX_SERVER_URI*`, ...), and relays what crosses tasks: a fence's data to
-//!    the hub and everyone's back, an abort, the task's connection and finalize;
-//! 4. when the task ends, removes its directory and ends as the task did (its exit code, or
-//!    the same signal).
+//! `srun --mpi=pmix` on a node, as the job's user: each task runs under `tandem __pmix-task`
+//! (the task host), and the step's tasks on the node share one OpenPMIx server, `tandem
+//! __pmix-node` (`node`), as under Slurm's `mpi/pmix` (where slurmstepd hosts it).
 //!
-//! OpenPMIx 4 clients reach their server over TCP on the loopback interface (4.x has no Unix
-//! socket transport), and the library believes the user id a client states. So every client
-//! connection is checked against the kernel's socket table before it is accepted: the client's
-//! end must belong to the job's user (`/proc/net/tcp`, `/proc/net/tcp6`), and one that does
-//! not is refused and cut (SECURITY.md).
+//! The agent starts the task host in the task's place (the job's user, cgroup, streams, and the
+//! task's PMI socket, which the agent tunnels to `srun`). It
+//! 1. says hello to `srun`'s hub ([`pmi::pmix`]) and gets the step's layout;
+//! 2. makes (or finds) the step's directory for this node, mode 0700, named with a secret of
+//!    the step's so that no one else can take the name first; under its lock, connects to the
+//!    node's server there, starting it if there is none yet;
+//! 3. registers its rank and gets the variables `PMIx_server_setup_fork` gives
+//!    (`PMIX_NAMESPACE`, `PMIX_RANK`, `PMIX_SERVER_URI*`, ...), runs the task with them, and
+//!    relays between the node's server and the hub (fences, the client's connect, finalize and
+//!    abort one way; the fences' answers the other);
+//! 4. when the task ends, leaves the server (the last one to leave ends it, and it removes the
+//!    directory) and ends as the task did (its exit code, or the same signal).
+//!
+//! The node's server loads OpenPMIx's library at run time (`libpmix.so.2`, or
+//! `TANDEM_PMIX_LIBRARY`). OpenPMIx 4 clients reach it over TCP on the loopback interface
+//! (4.x has no Unix socket transport), and the library believes the user id a client states;
+//! so every client connection is checked against the kernel's socket tables before it is
+//! accepted (`peers`), and tools are refused (SECURITY.md).
 //!
 //! The signals a task's process group gets (`scancel`, `--signal`) reach the task directly;
-//! this host catches and drops them, so that it outlives the task and reports its end.
+//! the host catches and drops them, so that it outlives the task and reports its end. The
+//! node's server has a process group of its own.
 
 mod ffi;
+mod node;
 mod peers;
 
 use pmi::pmix::{self as wire, Layout};
-use std::ffi::{c_char, c_int, c_void};
 use std::io::{Read, Write};
 use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::os::unix::net::UnixStream;
-use std::os::unix::process::ExitStatusExt;
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
-pub use wire::TASK_CMD;
+pub use node::node_main;
+pub use wire::{NODE_CMD, TASK_CMD};
 
 /// The library, unless `TANDEM_PMIX_LIBRARY` names another.
 pub const LIBRARY: &str = "libpmix.so.2";
 
-/// The longest message from the hub.
+/// The longest message from the hub or a task host.
 const MAX_MESSAGE: usize = 256 << 20;
 
-/// The socket to `srun`'s hub (writes from the library's thread and ours).
-static HUB: OnceLock<Mutex<UnixStream>> = OnceLock::new();
-/// Fences sent and not yet answered: `seq` to the library's callback and its data.
-static FENCES: Mutex<Vec<(u32, ffi::ModexCb, usize)>> = Mutex::new(Vec::new());
-static SEQ: AtomicU32 = AtomicU32::new(0);
-/// This task's rank, for messages.
-static RANK: AtomicU32 = AtomicU32::new(0);
+/// How long a task host waits for its node's server to listen.
+const START_WAIT: Duration = Duration::from_secs(30);
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Sends one message to the hub: false if it is gone.
-fn send(kind: u8, body: &[u8]) -> bool {
-    HUB.get().is_some_and(|h| lock(h).write_all(&wire::frame(kind, body)).is_ok())
+/// Loads OpenPMIx (once per process: it stays loaded).
+pub(crate) fn load() -> Result<&'static ffi::Lib, String> {
+    let path = std::env::var("TANDEM_PMIX_LIBRARY").unwrap_or_else(|_| LIBRARY.to_string());
+    let lib = ffi::Lib::load(&path).map_err(|e| format!("cannot load OpenPMIx ({e}); install it on the nodes (Debian: libpmix2)"))?;
+    Ok(Box::leak(Box::new(lib)))
 }
 
-extern "C" fn client_connected(_p: *const ffi::Proc, _o: *mut c_void, _cb: ffi::OpCb, _d: *mut c_void) -> ffi::Status {
-    let foreign = peers::cut_foreign();
-    if !foreign.is_empty() {
-        let _ = writeln!(
-            std::io::stderr(),
-            "srun: error: task {}: refused a connection to its PMIx server from another user (uid {})",
-            RANK.load(Ordering::Relaxed),
-            foreign.iter().map(|u| u.map_or("unknown".to_string(), |u| u.to_string())).collect::<Vec<_>>().join(", ")
-        );
-        return ffi::ERR_INVALID_CRED;
+/// `dir` is a directory (not a link) of this user's alone, mode 0700.
+pub(crate) fn check_dir(dir: &Path) -> Result<(), String> {
+    let m = std::fs::symlink_metadata(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let me = nix::unistd::geteuid().as_raw();
+    if !m.file_type().is_dir() || m.uid() != me || m.mode() & 0o7777 != 0o700 {
+        return Err(format!("{} is not a directory of this user's alone (mode 0700): refusing it", dir.display()));
     }
-    if !send(wire::CONNECTED, b"") {
-        return ffi::ERROR;
-    }
-    ffi::OPERATION_SUCCEEDED
-}
-
-extern "C" fn client_finalized(_p: *const ffi::Proc, _o: *mut c_void, _cb: ffi::OpCb, _d: *mut c_void) -> ffi::Status {
-    let _ = send(wire::FINALIZED, b"");
-    ffi::OPERATION_SUCCEEDED
-}
-
-extern "C" fn abort(
-    _p: *const ffi::Proc,
-    _o: *mut c_void,
-    status: c_int,
-    msg: *const c_char,
-    _procs: *mut ffi::Proc,
-    _n: usize,
-    _cb: ffi::OpCb,
-    _d: *mut c_void,
-) -> ffi::Status {
-    let mut body = status.to_be_bytes().to_vec();
-    body.extend_from_slice(ffi::text(msg).as_bytes());
-    let _ = send(wire::ABORT, &body);
-    ffi::OPERATION_SUCCEEDED
-}
-
-extern "C" fn fence_nb(
-    procs: *const ffi::Proc,
-    nprocs: usize,
-    _info: *const c_void,
-    _ninfo: usize,
-    data: *mut c_char,
-    ndata: usize,
-    cb: ffi::ModexCb,
-    cbdata: *mut c_void,
-) -> ffi::Status {
-    let procs = ffi::procs(procs, nprocs);
-    // Every rank (a wildcard, or no list) is an empty list on the wire.
-    let ranks: Vec<u32> = if procs.iter().any(|p| p.rank == ffi::RANK_WILDCARD) { Vec::new() } else { procs.iter().map(|p| p.rank).collect() };
-    let seq = SEQ.fetch_add(1, Ordering::SeqCst);
-    lock(&FENCES).push((seq, cb, cbdata as usize));
-    if !send(wire::FENCE, &wire::fence_body(seq, &ranks, ffi::bytes(data, ndata))) {
-        // srun is gone: the library answers the client with the error itself.
-        lock(&FENCES).retain(|(s, _, _)| *s != seq);
-        return ffi::ERROR;
-    }
-    ffi::SUCCESS
-}
-
-extern "C" fn tool_connected(_info: *mut c_void, _n: usize, cb: ffi::ToolCb, cbdata: *mut c_void) {
-    // No tools: the only process this server serves is its task.
-    ffi::tool_done(cb, cbdata, ffi::ERR_NOT_SUPPORTED);
-}
-
-extern "C" fn direct_modex(_p: *const ffi::Proc, _i: *const c_void, _n: usize, _cb: ffi::ModexCb, _d: *mut c_void) -> ffi::Status {
-    // Fences collect every server's data; there is nothing more to ask for.
-    ffi::ERR_NOT_SUPPORTED
-}
-
-/// Reads the hub's answers for ever (the library's thread waits on them).
-fn answers(mut from: UnixStream) {
-    let mut buf = Vec::new();
-    let mut chunk = vec![0u8; 64 * 1024];
-    loop {
-        match wire::unframe(&mut buf, MAX_MESSAGE) {
-            Ok(Some((wire::FENCE_DONE, body))) => {
-                let Some((seq, data)) = wire::fence_done(&body) else { continue };
-                let found = {
-                    let mut f = lock(&FENCES);
-                    f.iter().position(|(s, _, _)| *s == seq).map(|i| f.remove(i))
-                };
-                if let Some((_, cb, cbdata)) = found {
-                    ffi::modex_done(cb, cbdata as *mut c_void, ffi::SUCCESS, data.to_vec());
-                }
-                continue;
-            }
-            Ok(Some(_)) => continue,
-            Ok(None) => {}
-            Err(_) => return fail_waiting(),
-        }
-        match from.read(&mut chunk) {
-            // srun is gone: the step is ending.
-            Ok(0) | Err(_) => return fail_waiting(),
-            Ok(n) => buf.extend_from_slice(&chunk[..n]),
-        }
-    }
-}
-
-/// Fails the fences that wait for the hub, so the task is not stuck.
-fn fail_waiting() {
-    let waiting = std::mem::take(&mut *lock(&FENCES));
-    for (_, cb, cbdata) in waiting {
-        ffi::modex_done(cb, cbdata as *mut c_void, ffi::ERROR, Vec::new());
-    }
-}
-
-/// Waits for the hub's layout.
-fn hello(hub: &mut UnixStream) -> Result<Layout, String> {
-    hub.write_all(&wire::frame(wire::HELLO, b"")).map_err(|e| format!("writing to srun: {e}"))?;
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 4096];
-    loop {
-        match wire::unframe(&mut buf, 16 << 20) {
-            Ok(Some((wire::JOB, body))) => return Layout::decode(&body),
-            Ok(Some((k, _))) => return Err(format!("srun sent message type {k} before the layout")),
-            Ok(None) => {}
-            Err(n) => return Err(format!("srun sent a message of {n} bytes")),
-        }
-        match hub.read(&mut chunk) {
-            Ok(0) => return Err("srun closed the step's PMI connection".into()),
-            Ok(n) => buf.extend_from_slice(&chunk[..n]),
-            Err(e) => return Err(format!("reading from srun: {e}")),
-        }
-    }
-}
-
-/// The namespace's information, as Slurm's `mpi/pmix` registers it.
-fn register(lib: &ffi::Lib, l: &Layout) -> Result<(), String> {
-    use ffi::Value::*;
-    let size = l.size();
-    let local = &l.map[l.node as usize];
-    let node_map = lib.node_regex(&l.nodes.join(","))?;
-    let proc_map = lib.ppn_regex(&l.map.iter().map(|rs| rs.iter().map(u32::to_string).collect::<Vec<_>>().join(",")).collect::<Vec<_>>().join(";"))?;
-    let peers = local.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
-    let per_rank: Vec<ffi::Infos<'_>> = (0..size)
-        .map(|r| {
-            let node = l.node_of(r).unwrap_or(0);
-            let lr = l.local_rank(r).unwrap_or(0);
-            ffi::Infos::new(
-                lib,
-                &[
-                    ("pmix.rank", Rank(r)),
-                    ("pmix.appnum", U32(0)),
-                    ("pmix.grank", Rank(r)),
-                    ("pmix.apprank", Rank(r)),
-                    ("pmix.lrank", U16(lr)),
-                    ("pmix.nrank", U16(lr)),
-                    ("pmix.hname", Str(&l.nodes[node as usize])),
-                    ("pmix.nodeid", U32(node)),
-                ],
-            )
-        })
-        .collect::<Result<_, _>>()?;
-    let mut items: Vec<(&str, ffi::Value<'_>)> = vec![
-        ("pmix.jobid", Str(&l.jobid)),
-        ("pmix.univ.size", U32(size)),
-        ("pmix.job.size", U32(size)),
-        ("pmix.job.napps", U32(1)),
-        ("pmix.app.size", U32(size)),
-        ("pmix.max.size", U32(size)),
-        ("pmix.local.size", U32(local.len() as u32)),
-        ("pmix.node.size", U32(local.len() as u32)),
-        ("pmix.aldr", Rank(0)),
-        ("pmix.nmap", Regex(&node_map)),
-        ("pmix.pmap", Regex(&proc_map)),
-        ("pmix.lpeers", Str(&peers)),
-        ("pmix.lldr", Rank(local.iter().copied().min().unwrap_or(0))),
-    ];
-    for p in &per_rank {
-        items.push(("pmix.pdata", Infos(p)));
-    }
-    let info = ffi::Infos::new(lib, &items)?;
-    // This server serves one client: its own task (the others have their own).
-    lib.register_nspace(&l.nspace, 1, &info)
+    Ok(())
 }
 
 /// `tandem __pmix-task -- PROGRAM ARGS...`: the exit code (or the task's death by its signal).
 pub fn task_main(argv: &[String]) -> i32 {
     let argv = argv.strip_prefix(&["--".to_string()]).unwrap_or(argv);
     let Some((program, args)) = argv.split_first() else {
-        eprintln!("usage: tandem {TASK_CMD} -- PROGRAM [ARGS...]");
+        let _ = writeln!(std::io::stderr(), "usage: tandem {TASK_CMD} -- PROGRAM [ARGS...]");
         return 2;
     };
     match run(program, args) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("srun: error: --mpi=pmix: {e}");
+            let _ = writeln!(std::io::stderr(), "srun: error: --mpi=pmix: {e}");
             1
         }
+    }
+}
+
+/// Waits for the hub's layout.
+fn hello(hub: &mut UnixStream) -> Result<Layout, String> {
+    hub.write_all(&wire::frame(wire::HELLO, b"")).map_err(|e| format!("writing to srun: {e}"))?;
+    let (kind, body) = read_one(hub, 16 << 20).map_err(|e| format!("srun: {e}"))?;
+    match kind {
+        wire::JOB => Layout::decode(&body),
+        k => Err(format!("srun sent message type {k} before the layout")),
+    }
+}
+
+/// Reads one whole message (and nothing after it: the stream is read a byte at a time until
+/// the header says how much follows).
+fn read_one(s: &mut UnixStream, max: usize) -> Result<(u8, Vec<u8>), String> {
+    let mut head = [0u8; 5];
+    s.read_exact(&mut head).map_err(|e| format!("reading: {e}"))?;
+    let len = u32::from_be_bytes([head[1], head[2], head[3], head[4]]) as usize;
+    if len > max {
+        return Err(format!("a message of {len} bytes"));
+    }
+    let mut body = vec![0u8; len];
+    s.read_exact(&mut body).map_err(|e| format!("reading: {e}"))?;
+    Ok((head[0], body))
+}
+
+/// The step's directory on this node: `$TMPDIR` (or `/tmp`)`/tandem-pmix.JOB.STEP.NODE.TOKEN`.
+fn step_dir(l: &Layout) -> Result<PathBuf, String> {
+    let base = std::env::var("TMPDIR").ok().filter(|t| t.starts_with('/')).unwrap_or_else(|| "/tmp".into());
+    let dir = Path::new(&base).join(format!("tandem-pmix.{}.{}.{}", l.jobid, l.node, l.token));
+    match nix::unistd::mkdir(&dir, nix::sys::stat::Mode::from_bits_truncate(0o700)) {
+        Ok(()) | Err(nix::errno::Errno::EEXIST) => {}
+        Err(e) => return Err(format!("making {}: {e}", dir.display())),
+    }
+    check_dir(&dir)?;
+    Ok(dir)
+}
+
+/// Connects to the node's server, starting it first if it is not there.
+fn connect(dir: &Path, l: &Layout) -> Result<UnixStream, String> {
+    let sock = node::socket_path(dir);
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .mode(0o600)
+        .custom_flags(nix::libc::O_NOFOLLOW)
+        .open(dir.join("lock"))
+        .map_err(|e| format!("the lock in {}: {e}", dir.display()))?;
+    let _held = nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusive).map_err(|(_, e)| format!("locking {}: {e}", dir.display()))?;
+    if let Ok(s) = UnixStream::connect(&sock) {
+        return Ok(s);
+    }
+    let exe = std::env::current_exe().map_err(|e| format!("finding tandem's own program: {e}"))?;
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .custom_flags(nix::libc::O_NOFOLLOW)
+        .open(dir.join("node.log"))
+        .map_err(|e| format!("the log in {}: {e}", dir.display()))?;
+    let layout = String::from_utf8(l.encode()).map_err(|e| e.to_string())?;
+    let mut child = std::process::Command::new(exe)
+        .args([NODE_CMD, &dir.display().to_string(), &layout])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(log)
+        // Not in the task's process group: signals to one task do not end the node's server.
+        .process_group(0)
+        .spawn()
+        .map_err(|e| format!("starting the node's PMIx server: {e}"))?;
+    let deadline = Instant::now() + START_WAIT;
+    loop {
+        if let Ok(s) = UnixStream::connect(&sock) {
+            return Ok(s);
+        }
+        if let Ok(Some(st)) = child.try_wait() {
+            let said = std::fs::read_to_string(dir.join("node.log")).unwrap_or_default();
+            let said = said.trim();
+            return Err(if said.is_empty() { format!("the node's PMIx server ended ({st})") } else { said.to_string() });
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            return Err(format!("the node's PMIx server did not start in {} s", START_WAIT.as_secs()));
+        }
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
 
@@ -266,18 +188,40 @@ fn run(program: &str, args: &[String]) -> Result<i32, String> {
     let mut hub = UnixStream::from(fd);
     ffi::catch_signals();
     let layout = hello(&mut hub)?;
-    RANK.store(layout.rank, Ordering::Relaxed);
-    let reader = hub.try_clone().map_err(|e| e.to_string())?;
-    let _ = HUB.set(Mutex::new(hub));
-    let path = std::env::var("TANDEM_PMIX_LIBRARY").unwrap_or_else(|_| LIBRARY.to_string());
-    let lib = ffi::Lib::load(&path).map_err(|e| format!("cannot load OpenPMIx ({e}); install it on the nodes (Debian: libpmix2)"))?;
-    let lib: &'static ffi::Lib = Box::leak(Box::new(lib));
-    let base = std::env::var("TMPDIR").ok().filter(|t| t.starts_with('/')).unwrap_or_else(|| "/tmp".into());
-    let dir = nix::unistd::mkdtemp(format!("{}/tandem-pmix.{}.{}.XXXXXX", base.trim_end_matches('/'), layout.jobid, layout.rank).as_str())
-        .map_err(|e| format!("making a directory in {base}: {e}"))?;
-    let result = serve(lib, &layout, &dir, reader, program, args);
-    let _ = std::fs::remove_dir_all(&dir);
-    let status = result?;
+    let dir = step_dir(&layout)?;
+    let mut node = connect(&dir, &layout)?;
+    node.write_all(&wire::frame(wire::REGISTER, &layout.rank.to_be_bytes())).map_err(|e| format!("registering with the node's server: {e}"))?;
+    let env = match read_one(&mut node, 1 << 20).map_err(|e| format!("the node's PMIx server: {e}"))? {
+        (wire::ENV, body) => String::from_utf8_lossy(&body)
+            .lines()
+            .filter_map(|l| l.split_once('=').map(|(k, v)| (k.to_string(), v.to_string())))
+            .collect::<Vec<_>>(),
+        (wire::REFUSED, why) => return Err(format!("the node's PMIx server refused rank {}: {}", layout.rank, String::from_utf8_lossy(&why))),
+        (k, _) => return Err(format!("the node's PMIx server sent message type {k}")),
+    };
+    let mut cmd = std::process::Command::new(program);
+    cmd.args(args);
+    for k in ["PMI_FD", "PMI_RANK", "PMI_SIZE", "PMI_JOBID", "PMI_APPNUM"] {
+        cmd.env_remove(k);
+    }
+    cmd.envs(env);
+    let mut child = cmd.spawn().map_err(|e| format!("cannot run {program}: {e}"))?;
+    // Relay both ways, bytes as they come: the two sides frame their own messages.
+    let (mut node_r, mut node_w) = (node.try_clone().map_err(|e| e.to_string())?, node.try_clone().map_err(|e| e.to_string())?);
+    let (mut hub_r, mut hub_w) = (hub.try_clone().map_err(|e| e.to_string())?, hub);
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = std::io::copy(&mut node_r, &mut hub_w);
+        let _ = done_tx.send(());
+    });
+    std::thread::spawn(move || {
+        let _ = std::io::copy(&mut hub_r, &mut node_w);
+    });
+    let status = child.wait().map_err(|e| format!("waiting for {program}: {e}"))?;
+    // Leave the server; what it still had for the hub (the client's finalize) is passed on
+    // before it closes its side.
+    let _ = node.shutdown(std::net::Shutdown::Write);
+    let _ = done_rx.recv_timeout(Duration::from_secs(5));
     if let Some(sig) = status.signal() {
         ffi::die_of(sig);
         return Ok(128 + sig);
@@ -293,48 +237,4 @@ fn owned(fd: i32) -> Result<OwnedFd, String> {
     #[allow(unsafe_code)]
     let owned = unsafe { OwnedFd::from_raw_fd(fd) };
     Ok(owned)
-}
-
-fn serve(lib: &'static ffi::Lib, l: &Layout, dir: &std::path::Path, reader: UnixStream, program: &str, args: &[String]) -> Result<std::process::ExitStatus, String> {
-    let d = dir.display().to_string();
-    let module = Box::leak(Box::new(ffi::Module {
-        client_connected: Some(client_connected),
-        client_finalized: Some(client_finalized),
-        abort: Some(abort),
-        fence_nb: Some(fence_nb),
-        direct_modex: Some(direct_modex),
-        unset_a: [std::ptr::null(); 11],
-        tool_connected: Some(tool_connected),
-        unset_b: [std::ptr::null(); 11],
-    }));
-    let init = ffi::Infos::new(
-        lib,
-        &[
-            ("pmix.srvr.tmpdir", ffi::Value::Str(&d)),
-            ("pmix.sys.tmpdir", ffi::Value::Str(&d)),
-            ("pmix.srvr.tool", ffi::Value::Bool(false)),
-            ("pmix.srvr.sys", ffi::Value::Bool(false)),
-            ("pmix.srvr.sess", ffi::Value::Bool(false)),
-            ("pmix.srvr.remote", ffi::Value::Bool(false)),
-            // Loopback only, whatever the user's PMIX_MCA_* say: the peer check reads the
-            // node's own socket tables.
-            ("pmix.tcp.ifinclude", ffi::Value::Str("lo")),
-            ("pmix.tcp.disipv6", ffi::Value::Bool(true)),
-        ],
-    )?;
-    lib.server_init(module, &init)?;
-    std::thread::spawn(move || answers(reader));
-    register(lib, l)?;
-    let me = ffi::Proc::new(&l.nspace, l.rank);
-    let (uid, gid) = (nix::unistd::geteuid().as_raw(), nix::unistd::getegid().as_raw());
-    lib.register_client(&me, uid, gid)?;
-    let env = lib.setup_fork(&me)?;
-    let mut cmd = std::process::Command::new(program);
-    cmd.args(args);
-    for k in ["PMI_FD", "PMI_RANK", "PMI_SIZE", "PMI_JOBID", "PMI_APPNUM"] {
-        cmd.env_remove(k);
-    }
-    cmd.envs(env);
-    let mut child = cmd.spawn().map_err(|e| format!("cannot run {program}: {e}"))?;
-    child.wait().map_err(|e| format!("waiting for {program}: {e}"))
 }

@@ -345,6 +345,10 @@ fn main() -> std::process::ExitCode {
         // A container task, started by an agent as the job's user.
         return std::process::ExitCode::from(agent::container_main(&argv[2..]).clamp(0, 255) as u8);
     }
+    if argv.get(1).map(String::as_str) == Some(pmix::NODE_CMD) {
+        // The node's PMIx server of an srun --mpi=pmix step, started by its first task host.
+        return std::process::ExitCode::from(pmix::node_main(&argv[2..]).clamp(0, 255) as u8);
+    }
     if argv.get(1).map(String::as_str) == Some(pmix::TASK_CMD) {
         // An srun --mpi=pmix task, started by an agent as the job's user: its PMIx server.
         return std::process::ExitCode::from(pmix::task_main(&argv[2..]).clamp(0, 255) as u8);

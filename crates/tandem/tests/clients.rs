@@ -249,6 +249,19 @@ fn openmpi_ranks_started_by_srun_form_one_world_over_pmix() {
         ];
         assert_eq!(ranks, want, "{args:?}\n{out}\n{}", String::from_utf8_lossy(&o.stderr));
     }
+    // On one node the ranks share the node's PMIx server, so Open MPI's shared-memory
+    // transport alone joins them.
+    let o = Command::new("srun")
+        .args(["--mpi=pmix", "-N1", "-n2", "./hello_local"])
+        .env("PATH", &path)
+        .env("TANDEM_SERVER", &server)
+        .env("OMPI_MCA_btl", "vader,self")
+        .current_dir(&work)
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{o:?}");
+    assert_eq!(out.lines().filter(|l| l.starts_with("rank ") && l.contains(" of 2 sum 1 local 2 node node")).count(), 2, "{out}");
     // MPI_Abort in one rank ends the step, with its message.
     let o = run(&["srun", "--mpi=pmix", "-N2", "--ntasks-per-node=2", "./hello_local", "2"]);
     let e = String::from_utf8_lossy(&o.stderr);

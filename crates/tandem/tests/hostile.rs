@@ -517,7 +517,7 @@ fn another_user_cannot_join_a_steps_pmix_server() {
     }
     up.wait_state(id, &["COMPLETED", "FAILED"]);
     let out = std::fs::read_to_string(vd.join("pmix.out")).unwrap_or_default();
-    assert!(out.contains(&format!("refused a connection to its PMIx server from another user (uid {})", a.uid)), "{out}");
+    assert!(out.contains(&format!("refused a connection to the step's PMIx server from another user (uid {})", a.uid)), "{out}");
     assert!(out.contains("rc=0"), "{out}");
     // The server's files were in a directory of the victim's alone, removed with the task.
     assert!(!Path::new(&dir).exists(), "{dir} left behind");
