@@ -275,6 +275,7 @@ pub(crate) fn scontrol(args: &[String]) -> Result<i32> {
                 ("KillWait", format!("{} sec", cfg.kill_wait)),
                 ("MaxArraySize", cfg.max_array.to_string()),
                 ("MinJobAge", format!("{} sec", cfg.min_job_age)),
+                ("MpiDefault", cfg.mpi_default.clone().unwrap_or_else(|| "none".into())),
                 ("PartitionNames", cfg.partitions.iter().map(|p| p.name.clone()).collect::<Vec<_>>().join(",")),
                 ("QOSNames", cfg.qos.join(",")),
                 ("SchedulerType", cfg.scheduler.clone()),

@@ -128,12 +128,21 @@ pub(crate) fn srun(args: &[String]) -> Result<i32> {
 /// [`srun`] in job `job` (else `$SLURM_JOB_ID`'s, else an allocation of its own).
 pub(crate) fn srun_in(args: &[String], job: Option<u64>) -> Result<i32> {
     let caller: Vec<(String, String)> = crate::common::caller_env();
-    let a = slurmcli::parse_srun_env(args, &caller).map_err(|e| anyhow::anyhow!("{}", e.0))?;
+    let mut a = slurmcli::parse_srun_env(args, &caller).map_err(|e| anyhow::anyhow!("{}", e.0))?;
     if a.mpi_list {
         println!("MPI plugin types are...\n{}", slurmcli::MPI_TYPES.map(|t| format!("\t{t}")).join("\n"));
         return Ok(0);
     }
     let t = Target::from_env()?;
+    // No --mpi (nor SLURM_MPI_TYPE): the cluster's MpiDefault, as Slurm's (not in a container,
+    // where only --mpi=pmi2 reaches the tasks).
+    if !a.mpi_given && a.container.is_none() {
+        match crate::query::config(&t)?.mpi_default.as_deref() {
+            Some("pmix") => (a.pmi, a.pmix) = (true, true),
+            Some("pmi2") => a.pmi = true,
+            _ => {}
+        }
+    }
     // Outside an allocation srun makes one for its step, as Slurm's.
     if let Some(c) = &a.clusters {
         crate::query::check_clusters(&t, c)?;

@@ -13,6 +13,7 @@
 //! array_window = 64       # a pending array's tasks kept as jobs; the rest are its one record
 //! max_script_size = 4194304 # Slurm's max_script_size: the largest batch script, bytes
 //! min_job_age = 300       # Slurm's MinJobAge: finished jobs leave memory after this (0: never)
+//! mpi_default = "none"    # Slurm's MpiDefault: srun's --mpi when it names none (none, pmi2, pmix)
 //! [scheduler]
 //! policy = "default"      # fcfs, sjf, f1, multifactor, default
 //! backfill = "easy"       # none, easy, conservative
@@ -102,6 +103,7 @@ struct File {
     array_window: Option<u32>,
     max_script_size: Option<u64>,
     min_job_age: Option<u32>,
+    mpi_default: Option<String>,
     scheduler: Option<Sched>,
     weights: Option<toml::Table>,
     #[serde(default)]
@@ -391,6 +393,14 @@ pub fn parse(text: &str) -> Result<(crate::Settings, Security)> {
     if let Some(a) = f.min_job_age {
         s.min_job_age = a as i64;
     }
+    if let Some(m) = f.mpi_default {
+        s.mpi_default = match m.as_str() {
+            "none" => None,
+            "pmi2" => Some("pmi2".into()),
+            "pmix" | "pmix_v3" | "pmix_v4" | "pmix_v5" => Some("pmix".into()),
+            other => bail!("mpi_default must be one of none, pmi2, pmix (or pmix_v3, pmix_v4, pmix_v5), not {other:?}"),
+        };
+    }
     if let Some(m) = f.max_array_size {
         if m == 0 || m > slurmcli::MAX_ARRAY_SIZE_CAP {
             bail!("max_array_size must be between 1 and {} (Slurm's cap)", slurmcli::MAX_ARRAY_SIZE_CAP);
@@ -667,6 +677,9 @@ mod tests {
         assert!(e("lease = 30\nheartbeat = 20").contains("half the lease"));
         assert!(e("heartbeat = 0").contains("heartbeat"));
         assert!(e("[scheduler]\npolicy = \"lottery\"").contains("scheduler.policy"));
+        assert!(e("mpi_default = \"openmpi\"").contains("mpi_default must be one of"));
+        assert_eq!(parse("mpi_default = \"pmix_v4\"").unwrap().mpi_default.as_deref(), Some("pmix"));
+        assert_eq!(parse("mpi_default = \"none\"").unwrap().mpi_default, None);
         assert!(e("[scheduler]\nbackfill = \"rls\"").contains("scheduler.backfill"));
         assert!(e("[scheduler]\npredict = \"oracle\"").contains("scheduler.predict"));
         assert!(e("[scheduler]\npredict = 3").contains("invalid type"));

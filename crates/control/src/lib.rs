@@ -73,6 +73,10 @@ pub struct Settings {
     /// MinJobAge, default 300); they stay in the database for `sacct`. 0: never.
     #[serde(default)]
     pub min_job_age: Time,
+    /// Slurm's MpiDefault: the MPI type of an `srun` that names none (`pmi2` or `pmix`;
+    /// `None`: none).
+    #[serde(default)]
+    pub mpi_default: Option<String>,
     /// A node silent this long (milliseconds) loses its service replicas to replacements at
     /// once, long before its lease lapses (batch jobs wait for the lease); 0: three heartbeat
     /// intervals, at least 1.5 s.
@@ -121,6 +125,7 @@ impl Default for Settings {
             max_array: slurmcli::MAX_ARRAY_SIZE,
             max_script_size: max_script_size(),
             min_job_age: 300,
+            mpi_default: None,
             partition_nodes: Vec::new(),
             failover_ms: 0,
             half_life: week(),

@@ -691,6 +691,7 @@ async fn config(State(app): State<App>, ConnectInfo(peer): ConnectInfo<Peer>, he
             .collect(),
         qos: s.cluster.qos.iter().map(|q| q.name.clone()).collect(),
         max_script_size: Some(s.max_script_size),
+        mpi_default: s.mpi_default.clone(),
     };
     drop(g);
     Json(info).into_response()

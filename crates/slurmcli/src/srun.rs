@@ -63,6 +63,8 @@ pub struct SrunSpec {
     pub exclude: Vec<String>,
     /// `--mpi=list`: print the MPI types and exit.
     pub mpi_list: bool,
+    /// `--mpi` was given (else the cluster's MpiDefault applies).
+    pub mpi_given: bool,
     /// `--cpu-bind` (applied where it names CPUs: `rank`, `map_cpu`, `mask_cpu`) and
     /// `--distribution` (recorded), as given.
     pub recorded: Vec<(String, String)>,
@@ -278,18 +280,21 @@ pub fn parse_srun(args: &[String]) -> Result<SrunSpec, Invalid> {
                     Some(n) => n.parse::<i64>().map_err(|_| Invalid::new(format!("invalid --kill-on-bad-exit={n}: a number")))? != 0,
                 }
             }
-            "mpi" => match v().as_str() {
-                "list" => s.mpi_list = true,
-                "none" => (s.pmi, s.pmix) = (false, false),
-                "pmi2" => (s.pmi, s.pmix) = (true, false),
-                "pmix" | "pmix_v3" | "pmix_v4" | "pmix_v5" => (s.pmi, s.pmix) = (true, true),
-                other => {
-                    return Err(Invalid::new(format!(
-                        "--mpi={other}: not available; MPI types: {} (OpenMPI's mpirun inside an allocation launches over srun)",
-                        MPI_TYPES.join(", ")
-                    )));
+            "mpi" => {
+                s.mpi_given = true;
+                match v().as_str() {
+                    "list" => s.mpi_list = true,
+                    "none" => (s.pmi, s.pmix) = (false, false),
+                    "pmi2" => (s.pmi, s.pmix) = (true, false),
+                    "pmix" | "pmix_v3" | "pmix_v4" | "pmix_v5" => (s.pmi, s.pmix) = (true, true),
+                    other => {
+                        return Err(Invalid::new(format!(
+                            "--mpi={other}: not available; MPI types: {} (OpenMPI's mpirun inside an allocation launches over srun)",
+                            MPI_TYPES.join(", ")
+                        )));
+                    }
                 }
-            },
+            }
             "label" => s.label = true,
             "unbuffered" => s.unbuffered = true,
             "pty" => s.pty = true,
@@ -571,6 +576,7 @@ mod tests {
             assert!(s.pmi && s.pmix, "{t}");
         }
         assert!(!p(&["--mpi=pmix", "--mpi=pmi2", "x"]).unwrap().pmix, "the last one wins");
+        assert!(p(&["--mpi=none", "x"]).unwrap().mpi_given && !p(&["x"]).unwrap().mpi_given);
         assert!(e(&["--mpi=pmix", "--container-image=busybox", "x"]).contains("--mpi=pmix"));
         assert!(e(&["--mpi=cray_shasta", "x"]).contains("not available"));
         assert!(p(&["--mpi=pmi2", "x"]).unwrap().pmi);

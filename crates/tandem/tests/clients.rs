@@ -156,8 +156,20 @@ fn openmpi_mpirun_inside_an_allocation_launches_over_srun() {
 /// A fresh `tandem up` of two agents with the shims (behind logging wrappers) first on PATH:
 /// (the child, its directory, its server, PATH, the command log, a work directory).
 fn cluster(tag: &str, cpus: &str) -> (std::process::Child, PathBuf, String, String, PathBuf, PathBuf) {
+    cluster_with(tag, cpus, None)
+}
+
+/// [`cluster`] with this `tandem.toml`.
+fn cluster_with(tag: &str, cpus: &str, config: Option<&str>) -> (std::process::Child, PathBuf, String, String, PathBuf, PathBuf) {
     let dir = free_dir(tag);
-    let (child, server, _) = up(&dir, 2, &["--no-proxy", "--cpus-per-agent", cpus]);
+    let mut more = vec!["--no-proxy".to_string(), "--cpus-per-agent".into(), cpus.into()];
+    if let Some(c) = config {
+        let file = std::env::temp_dir().join(format!("{tag}-{}.toml", std::process::id()));
+        std::fs::write(&file, c).unwrap();
+        more.extend(["--config".to_string(), file.display().to_string()]);
+    }
+    let more: Vec<&str> = more.iter().map(String::as_str).collect();
+    let (child, server, _) = up(&dir, 2, &more);
     let shims = dir.join("shims");
     assert!(Command::new(bin()).arg("shims").arg(&shims).stdout(Stdio::null()).status().unwrap().success());
     let log = dir.join("commands.log");
@@ -214,7 +226,8 @@ fn openmpi_ranks_started_by_srun_form_one_world_over_pmix() {
         eprintln!("skipped: OpenMPI (libopenmpi-dev) or OpenPMIx (libpmix2) is not installed");
         return;
     }
-    let (child, dir, server, path, log, work) = cluster("pmix", "2");
+    // The site's MpiDefault is pmix, as at most Slurm sites.
+    let (child, dir, server, path, log, work) = cluster_with("pmix", "2", Some("mpi_default = \"pmix\"\n"));
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/clients/hello_local.c");
     let cc = Command::new("mpicc.openmpi").arg("-o").arg(work.join("hello_local")).arg(&src).output().unwrap();
     assert!(cc.status.success(), "mpicc.openmpi: {}", String::from_utf8_lossy(&cc.stderr));
@@ -234,6 +247,8 @@ fn openmpi_ranks_started_by_srun_form_one_world_over_pmix() {
     for args in [
         vec!["srun", "--mpi=pmix", "-N2", "--ntasks-per-node=2", "./hello_local"],
         vec!["salloc", "-N2", "--ntasks-per-node=2", "srun", "--mpi=pmix_v4", "./hello_local"],
+        // No --mpi: the cluster's MpiDefault.
+        vec!["srun", "-N2", "--ntasks-per-node=2", "./hello_local"],
     ] {
         let o = run(&args);
         let out = String::from_utf8_lossy(&o.stdout);
@@ -262,6 +277,12 @@ fn openmpi_ranks_started_by_srun_form_one_world_over_pmix() {
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(o.status.success(), "{o:?}");
     assert_eq!(out.lines().filter(|l| l.starts_with("rank ") && l.contains(" of 2 sum 1 local 2 node node")).count(), 2, "{out}");
+    // --mpi=none overrides the default (no PMIx server: Open MPI itself refuses to start under
+    // srun without one, as under Slurm); scontrol says the default.
+    let o = run(&["srun", "--mpi=none", "-n1", "sh", "-c", "echo ${PMIX_RANK:-none}"]);
+    assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "none", "{o:?}");
+    let o = run(&["scontrol", "show", "config"]);
+    assert!(String::from_utf8_lossy(&o.stdout).lines().any(|l| l.split_whitespace().collect::<Vec<_>>() == ["MpiDefault", "=", "pmix"]), "{o:?}");
     // MPI_Abort in one rank ends the step, with its message.
     let o = run(&["srun", "--mpi=pmix", "-N2", "--ntasks-per-node=2", "./hello_local", "2"]);
     let e = String::from_utf8_lossy(&o.stderr);

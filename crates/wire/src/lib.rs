@@ -273,6 +273,9 @@ pub struct ConfigInfo {
     /// The largest batch script, bytes (`max_script_size`); absent from older controllers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_script_size: Option<u64>,
+    /// Slurm's MpiDefault (`pmi2` or `pmix`): srun's MPI type when it names none; absent: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mpi_default: Option<String>,
 }
 
 /// `POST /v1/jobs/cancel`: many jobs cancelled (or signalled) in one request (`scancel -u`).

@@ -756,7 +756,8 @@ pub const DOCUMENT: &str = r##"{
         "scheduler": {"type": "string", "description": "sched/backfill or sched/builtin"},
         "partitions": {"type": "array", "items": {"$ref": "#/components/schemas/PartitionInfo"}, "description": "The default first"},
         "qos": {"type": "array", "items": {"type": "string"}, "description": "The default first"},
-        "max_script_size": {"$ref": "#/components/schemas/u64", "description": "The largest batch script, bytes (absent from older controllers)"}}},
+        "max_script_size": {"$ref": "#/components/schemas/u64", "description": "The largest batch script, bytes (absent from older controllers)"},
+        "mpi_default": {"type": "string", "enum": ["pmi2", "pmix"], "description": "Slurm's MpiDefault: srun's MPI type when it names none (absent: none)"}}},
       "PartitionInfo": {"type": "object", "additionalProperties": false,
         "required": ["name", "default", "default_time", "max_time", "priority_tier", "nodes"], "properties": {
         "name": {"type": "string"}, "default": {"type": "boolean"},
@@ -1599,6 +1600,7 @@ mod tests {
                     ],
                     qos: vec!["normal".into()],
                     max_script_size: Some(4194304),
+                    mpi_default: Some("pmix".into()),
                 }),
             ),
             (
