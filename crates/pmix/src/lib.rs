@@ -164,11 +164,14 @@ fn connect(dir: &Path, l: &Layout) -> Result<UnixStream, String> {
         }
         if let Ok(Some(st)) = child.try_wait() {
             let said = std::fs::read_to_string(dir.join("node.log")).unwrap_or_default();
-            let said = said.trim();
-            return Err(if said.is_empty() { format!("the node's PMIx server ended ({st})") } else { said.to_string() });
+            let said = said.trim().to_string();
+            let _ = std::fs::remove_dir_all(dir);
+            return Err(if said.is_empty() { format!("the node's PMIx server ended ({st})") } else { said });
         }
         if Instant::now() > deadline {
             let _ = child.kill();
+            let _ = child.wait();
+            let _ = std::fs::remove_dir_all(dir);
             return Err(format!("the node's PMIx server did not start in {} s", START_WAIT.as_secs()));
         }
         std::thread::sleep(Duration::from_millis(20));

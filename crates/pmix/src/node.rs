@@ -240,10 +240,7 @@ fn serve_host(lib: &'static ffi::Lib, mut s: UnixStream) {
         h.remove(&r);
     }
     if LIVE.fetch_sub(1, Ordering::SeqCst) == 1 {
-        if let Some(d) = DIR.get() {
-            let _ = std::fs::remove_dir_all(d);
-        }
-        std::process::exit(0);
+        end(0);
     }
 }
 
@@ -258,15 +255,37 @@ fn setup(lib: &ffi::Lib, l: &Layout, r: u32) -> Result<Vec<(String, String)>, St
     lib.setup_fork(&me)
 }
 
-/// `tandem __pmix-node DIR LAYOUT`: serves until its last task host has gone.
+/// `tandem __pmix-node DIR LAYOUT`: serves until its last task host has gone, or a
+/// SIGTERM (the job's end), and takes `DIR` with it.
 pub fn node_main(argv: &[String]) -> i32 {
+    // Before any thread starts, so that every thread inherits the mask: the signals that end a
+    // job are taken by one thread, which removes the directory first.
+    let mut ends = nix::sys::signal::SigSet::empty();
+    for s in [nix::sys::signal::Signal::SIGTERM, nix::sys::signal::Signal::SIGINT, nix::sys::signal::Signal::SIGHUP] {
+        ends.add(s);
+    }
+    let _ = ends.thread_block();
+    std::thread::spawn(move || {
+        let _ = ends.wait();
+        end(0);
+    });
     match run(argv) {
-        Ok(()) => 0,
+        Ok(()) => end(0),
         Err(e) => {
+            // The directory stays for the task host that started this server: it reads the
+            // reason from the log there, then removes it.
             say(format_args!("{e}"));
             1
         }
     }
+}
+
+/// Removes the directory and exits.
+fn end(code: i32) -> ! {
+    if let Some(d) = DIR.get() {
+        let _ = std::fs::remove_dir_all(d);
+    }
+    std::process::exit(code)
 }
 
 fn run(argv: &[String]) -> Result<(), String> {
@@ -274,6 +293,7 @@ fn run(argv: &[String]) -> Result<(), String> {
     let l = Layout::decode(layout.as_bytes())?;
     let dir = PathBuf::from(dir);
     crate::check_dir(&dir)?;
+    // Only a directory of this user's alone is ever removed.
     let _ = DIR.set(dir.clone());
     let lib = crate::load()?;
     let d = dir.display().to_string();

@@ -231,6 +231,9 @@ fn openmpi_ranks_started_by_srun_form_one_world_over_pmix() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/clients/hello_local.c");
     let cc = Command::new("mpicc.openmpi").arg("-o").arg(work.join("hello_local")).arg(&src).output().unwrap();
     assert!(cc.status.success(), "mpicc.openmpi: {}", String::from_utf8_lossy(&cc.stderr));
+    // The tasks' TMPDIR, where the nodes' PMIx directories are made.
+    let tmp = dir.join("tmp");
+    std::fs::create_dir_all(&tmp).unwrap();
     // tandem up's two nodes share one host name and one /dev/shm, where Open MPI's shared-memory
     // segments of node1's and node2's first ranks would have the same name: TCP between all.
     let run = |args: &[&str]| {
@@ -240,6 +243,7 @@ fn openmpi_ranks_started_by_srun_form_one_world_over_pmix() {
             .env("TANDEM_SERVER", &server)
             .env("OMPI_MCA_btl", "tcp,self")
             .env("OMPI_MCA_btl_tcp_if_include", "lo")
+            .env("TMPDIR", &tmp)
             .current_dir(&work)
             .output()
             .unwrap()
@@ -271,6 +275,7 @@ fn openmpi_ranks_started_by_srun_form_one_world_over_pmix() {
         .env("PATH", &path)
         .env("TANDEM_SERVER", &server)
         .env("OMPI_MCA_btl", "vader,self")
+        .env("TMPDIR", &tmp)
         .current_dir(&work)
         .output()
         .unwrap();
@@ -300,11 +305,191 @@ fn openmpi_ranks_started_by_srun_form_one_world_over_pmix() {
         .env("PATH", &path)
         .env("TANDEM_SERVER", &server)
         .env("TANDEM_PMIX_LIBRARY", "/nonexistent/libpmix.so.2")
+        .env("TMPDIR", &tmp)
         .current_dir(&work)
         .output()
         .unwrap();
     assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("cannot load OpenPMIx"), "{o:?}");
+    // Every step's node directories went with it (an aborted one's, a failed one's too).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let left: Vec<String> =
+            std::fs::read_dir(&tmp).unwrap().flatten().map(|e| e.file_name().to_string_lossy().into_owned()).filter(|n| n.starts_with("tandem-pmix.")).collect();
+        if left.is_empty() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "left behind in TMPDIR: {left:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
     stop_up(child, &dir);
+}
+
+/// Two network namespaces joined to the host by veth links (`10.B.I.1` the host's end,
+/// `10.B.I.2` the node's, a default route through the host), as `tandem bench chaos` makes
+/// them, with the host forwarding between them; all undone on drop.
+struct Netns {
+    tag: String,
+    b: u32,
+    forward_was: String,
+}
+
+impl Netns {
+    fn new() -> Netns {
+        let pid = std::process::id();
+        let n = Netns {
+            tag: format!("px{}", pid % 100_000),
+            b: 200 + pid % 50,
+            forward_was: std::fs::read_to_string("/proc/sys/net/ipv4/ip_forward").unwrap_or_default().trim().to_string(),
+        };
+        let sh = |args: &[&str]| {
+            let o = Command::new(args[0]).args(&args[1..]).output().unwrap();
+            assert!(o.status.success(), "{args:?}: {}", String::from_utf8_lossy(&o.stderr));
+        };
+        for i in 1..=2 {
+            let (ns, host, inner) = (n.ns(i), format!("{}h{i}", n.tag), format!("{}n{i}", n.tag));
+            sh(&["ip", "netns", "add", &ns]);
+            sh(&["ip", "link", "add", &host, "type", "veth", "peer", "name", &inner]);
+            sh(&["ip", "link", "set", &inner, "netns", &ns]);
+            sh(&["ip", "addr", "add", &format!("{}/24", n.host_ip(i)), "dev", &host]);
+            sh(&["ip", "link", "set", &host, "up"]);
+            sh(&["ip", "-n", &ns, "addr", "add", &format!("{}/24", n.node_ip(i)), "dev", &inner]);
+            sh(&["ip", "-n", &ns, "link", "set", &inner, "up"]);
+            sh(&["ip", "-n", &ns, "link", "set", "lo", "up"]);
+            sh(&["ip", "-n", &ns, "route", "add", "default", "via", &n.host_ip(i)]);
+        }
+        std::fs::write("/proc/sys/net/ipv4/ip_forward", "1").unwrap();
+        n
+    }
+
+    fn ns(&self, i: u32) -> String {
+        format!("{}-{i}", self.tag)
+    }
+
+    fn host_ip(&self, i: u32) -> String {
+        format!("10.{}.{i}.1", self.b)
+    }
+
+    fn node_ip(&self, i: u32) -> String {
+        format!("10.{}.{i}.2", self.b)
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        for i in 1..=2 {
+            let _ = Command::new("sh").args(["-c", &format!("ip netns pids {} | xargs -r kill -9", self.ns(i))]).status();
+            let _ = Command::new("ip").args(["netns", "del", &self.ns(i)]).stderr(Stdio::null()).status();
+        }
+        if !self.forward_was.is_empty() {
+            let _ = std::fs::write("/proc/sys/net/ipv4/ip_forward", &self.forward_was);
+        }
+    }
+}
+
+/// The PMIx test's world again, with each agent in a network namespace of its own: each node's
+/// PMIx server listens on its own loopback, srun runs in the batch script on node1, and the
+/// ranks reach each other through the host.
+#[test]
+fn openmpi_over_pmix_across_network_namespaces() {
+    let root = nix::unistd::geteuid().is_root();
+    if !root || !have("ip") || !have("mpicc.openmpi") || !Path::new(LIBPMIX).exists() {
+        assert!(std::env::var("CI").is_err(), "the PMIx network-namespace test cannot run under CI=true: it needs root, iproute2, libopenmpi-dev and libpmix2");
+        eprintln!("skipped: needs root, iproute2, Open MPI and OpenPMIx");
+        return;
+    }
+    let dir = free_dir("pmixns");
+    let net = Netns::new();
+    let port = std::net::TcpListener::bind("0.0.0.0:0").unwrap().local_addr().unwrap().port();
+    let ctl = dir.join("controller");
+    std::fs::create_dir_all(&ctl).unwrap();
+    let log = |name: &str| std::fs::File::create(dir.join(format!("{name}.log"))).unwrap();
+    let mut procs: Vec<std::process::Child> = Vec::new();
+    procs.push(
+        Command::new(bin())
+            .args(["server", "--listen", &format!("0.0.0.0:{port}"), "--data"])
+            .arg(&ctl)
+            .stdout(log("controller"))
+            .stderr(log("controller-err"))
+            .spawn()
+            .unwrap(),
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !ctl.join("addr").exists() {
+        assert!(Instant::now() < deadline, "the controller did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let server = format!("unix://{}", ctl.join("tandem.sock").display());
+    let o = Command::new(bin()).args(["token", "--join", "--count", "2"]).env("TANDEM_SERVER", &server).output().unwrap();
+    assert!(o.status.success(), "{o:?}");
+    let tokens: Vec<String> = String::from_utf8_lossy(&o.stdout).lines().map(str::to_string).collect();
+    for i in 1..=2u32 {
+        let data = dir.join(format!("node{i}"));
+        std::fs::create_dir_all(&data).unwrap();
+        std::fs::write(data.join("join-token"), format!("{}\n", tokens[i as usize - 1])).unwrap();
+        procs.push(
+            Command::new("ip")
+                .args(["netns", "exec", &net.ns(i), bin(), "agent", "--server", &format!("https://{}:{port}", net.host_ip(i))])
+                .args(["--name", &format!("node{i}"), "--cpus", "2", "--memory", "2G", "--addr", &net.node_ip(i), "--join-token-file"])
+                .arg(data.join("join-token"))
+                .arg("--ca")
+                .arg(ctl.join("ca.pem"))
+                .arg("--data")
+                .arg(&data)
+                .stdout(log(&format!("node{i}")))
+                .stderr(log(&format!("node{i}-err")))
+                .spawn()
+                .unwrap(),
+        );
+    }
+    let shims = dir.join("bin");
+    assert!(Command::new(bin()).arg("shims").arg(&shims).stdout(Stdio::null()).status().unwrap().success());
+    let path = format!("{}:{}", shims.display(), std::env::var("PATH").unwrap_or_default());
+    let run = |args: &[&str]| Command::new(args[0]).args(&args[1..]).env("PATH", &path).env("TANDEM_SERVER", &server).current_dir(&dir).output().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while String::from_utf8_lossy(&run(&["sinfo", "-h", "-N", "-o", "%t"]).stdout).matches("idle").count() < 2 {
+        assert!(Instant::now() < deadline, "the agents did not register: see {}/node*.log", dir.display());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/clients/hello_local.c");
+    let cc = Command::new("mpicc.openmpi").arg("-o").arg(dir.join("hello_local")).arg(&src).output().unwrap();
+    assert!(cc.status.success(), "mpicc.openmpi: {}", String::from_utf8_lossy(&cc.stderr));
+    // In the job, srun reaches the controller as a node would (TLS to the host's end of the
+    // link, with a token): the agents then reach srun at its node's own address.
+    let o = Command::new(bin()).arg("token").env("TANDEM_SERVER", &server).output().unwrap();
+    let token = String::from_utf8_lossy(&o.stdout).trim().strip_prefix("export TANDEM_TOKEN=").map(str::to_string).expect("a token");
+    let script = format!(
+        "export TANDEM_SERVER=https://{}:{port} TANDEM_CA={} TANDEM_TOKEN={token}\nsrun --mpi=pmix ./hello_local; echo srun=$?\n",
+        net.host_ip(1),
+        ctl.join("ca.pem").display()
+    );
+    // Both namespaces share this host's name and /dev/shm: TCP between all ranks, over the
+    // nodes' own addresses (Open MPI leaves loopback out).
+    let o = Command::new("sbatch")
+        .args(["-W", "-N2", "--ntasks-per-node=2", "-o", "mpi.out", "--wrap", &script])
+        .env("PATH", &path)
+        .env("TANDEM_SERVER", &server)
+        .env("OMPI_MCA_btl", "tcp,self")
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    let out = std::fs::read_to_string(dir.join("mpi.out")).unwrap_or_default();
+    for mut c in procs {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+    drop(net);
+    assert!(o.status.success(), "sbatch -W: {o:?}\n{out}");
+    let mut ranks: Vec<&str> = out.lines().filter(|l| l.starts_with("rank ")).collect();
+    ranks.sort();
+    let want = [
+        "rank 0 of 4 sum 6 local 2 node node1",
+        "rank 1 of 4 sum 6 local 2 node node1",
+        "rank 2 of 4 sum 6 local 2 node node2",
+        "rank 3 of 4 sum 6 local 2 node node2",
+    ];
+    assert_eq!(ranks, want, "{out}");
+    assert!(out.contains("srun=0"), "{out}");
+    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]

@@ -2577,14 +2577,16 @@ fn container_tasks_run_as_their_user_from_a_registry_and_no_further() {
     owned_file(&p, &s, v.uid, v.gid, 0o755);
     let lid = up.sbatch(&v, &vdir, &["-N1", "-o", "/dev/null", &p.display().to_string()]);
     let deadline = Instant::now() + Duration::from_secs(30);
-    while !Command::new("pgrep").args(["-u", &v.uid.to_string(), "-x", "sleep"]).output().unwrap().status.success() {
+    // This step's own `sleep 300` (other tests' steps of alice's sleep too, for seconds).
+    let ours = || Command::new("pgrep").args(["-u", &v.uid.to_string(), "-f", "-x", "sleep 300"]).output().unwrap().status.success();
+    while !ours() {
         assert!(Instant::now() < deadline, "the container's sleep never started");
         std::thread::sleep(Duration::from_millis(100));
     }
     up.ok(&v, &vdir, &["scancel", &lid.to_string()]);
     up.wait_state(lid, &["CANCELLED"]);
     let deadline = Instant::now() + Duration::from_secs(20);
-    while Command::new("pgrep").args(["-u", &v.uid.to_string(), "-x", "sleep"]).output().unwrap().status.success() {
+    while ours() {
         assert!(Instant::now() < deadline, "a process of the cancelled container is left");
         std::thread::sleep(Duration::from_millis(100));
     }
