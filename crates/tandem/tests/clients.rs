@@ -216,6 +216,20 @@ fn mpich_runs_under_srun_with_pmi() {
     stop_up(child, &dir);
 }
 
+/// hello_local's lines: 4 ranks of one world, 2 on each of node1 and node2, each seeing 2 on
+/// its node.
+fn assert_one_world_of_two_by_two(out: &str, context: &str) {
+    let mut ranks: Vec<&str> = out.lines().filter(|l| l.starts_with("rank ")).collect();
+    ranks.sort();
+    let want = [
+        "rank 0 of 4 sum 6 local 2 node node1",
+        "rank 1 of 4 sum 6 local 2 node node1",
+        "rank 2 of 4 sum 6 local 2 node node2",
+        "rank 3 of 4 sum 6 local 2 node node2",
+    ];
+    assert_eq!(ranks, want, "{out}\n{context}");
+}
+
 /// OpenPMIx's library, where Debian's libpmix2 puts it.
 const LIBPMIX: &str = "/usr/lib/x86_64-linux-gnu/libpmix.so.2";
 
@@ -258,15 +272,7 @@ fn openmpi_ranks_started_by_srun_form_one_world_over_pmix() {
         let out = String::from_utf8_lossy(&o.stdout);
         let commands = std::fs::read_to_string(&log).unwrap_or_default();
         assert!(o.status.success(), "{args:?}: {}\n{out}\ncommands:\n{commands}", String::from_utf8_lossy(&o.stderr));
-        let mut ranks: Vec<&str> = out.lines().filter(|l| l.starts_with("rank ")).collect();
-        ranks.sort();
-        let want = [
-            "rank 0 of 4 sum 6 local 2 node node1",
-            "rank 1 of 4 sum 6 local 2 node node1",
-            "rank 2 of 4 sum 6 local 2 node node2",
-            "rank 3 of 4 sum 6 local 2 node node2",
-        ];
-        assert_eq!(ranks, want, "{args:?}\n{out}\n{}", String::from_utf8_lossy(&o.stderr));
+        assert_one_world_of_two_by_two(&out, &format!("{args:?}\n{}", String::from_utf8_lossy(&o.stderr)));
     }
     // On one node the ranks share the node's PMIx server, so Open MPI's shared-memory
     // transport alone joins them.
@@ -479,15 +485,7 @@ fn openmpi_over_pmix_across_network_namespaces() {
     }
     drop(net);
     assert!(o.status.success(), "sbatch -W: {o:?}\n{out}");
-    let mut ranks: Vec<&str> = out.lines().filter(|l| l.starts_with("rank ")).collect();
-    ranks.sort();
-    let want = [
-        "rank 0 of 4 sum 6 local 2 node node1",
-        "rank 1 of 4 sum 6 local 2 node node1",
-        "rank 2 of 4 sum 6 local 2 node node2",
-        "rank 3 of 4 sum 6 local 2 node node2",
-    ];
-    assert_eq!(ranks, want, "{out}");
+    assert_one_world_of_two_by_two(&out, "");
     assert!(out.contains("srun=0"), "{out}");
     std::fs::remove_dir_all(&dir).ok();
 }
