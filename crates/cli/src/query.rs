@@ -157,8 +157,23 @@ pub(crate) fn unknown_user(users: &[String]) -> Option<&String> {
     users.iter().find(|u| !(u.bytes().all(|b| b.is_ascii_digit()) || nix::unistd::User::from_name(u).ok().flatten().is_some()))
 }
 
+/// Whether `job` is a job id as the query commands take it: `12`, an array task `12_3`, or a
+/// heterogeneous job's component `12+1`.
+pub(crate) fn valid_job_id(job: &str) -> bool {
+    let digits = |p: &str| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit());
+    match (job.split_once('_'), job.split_once('+')) {
+        (Some((a, k)), None) => digits(a) && digits(k),
+        (None, Some((a, k))) => digits(a) && digits(k),
+        (None, None) => digits(job),
+        (Some(_), Some(_)) => false,
+    }
+}
+
 pub(crate) fn selects(id: &str, j: &JobInfo) -> bool {
-    id == j.display_id || id == j.id.to_string() || j.array_job_id.is_some_and(|a| a.to_string() == id)
+    id == j.display_id
+        || id == j.id.to_string()
+        || j.array_job_id.is_some_and(|a| a.to_string() == id)
+        || j.het_job_id.is_some_and(|h| h.to_string() == id)
 }
 
 /// A job's standard output path as Slurm shows it: the pattern expanded for its batch step,
@@ -307,6 +322,11 @@ pub(crate) fn job_info_json(j: &JobInfo, now: i64) -> Value {
         "user_name": j.user,
         "run_time": if pending { 0 } else { elapsed(j, now) },
     });
+    // A heterogeneous job's component: its leader, offset and the ids of all its components.
+    v["het_job_id"] = num(j.het_job_id.map(|h| h as i64).or(Some(0)));
+    v["het_job_offset"] = num(j.het_job_offset.map(i64::from));
+    v["het_job_id_set"] =
+        json!(j.het_job_id.zip(j.het_size).map_or(String::new(), |(h, n)| format!("{h}-{}", h + u64::from(n.max(1)) - 1)));
     // Beside the rest (one `json!` of them all passes its macro's recursion limit).
     v["job_resources"] = job_resources(j);
     crate::data_parser::fill("JOB_INFO", &mut v);

@@ -92,7 +92,7 @@ pub(crate) fn sacct(args: &[String]) -> Result<i32> {
                 for id in list(v) {
                     // A step (`12.batch`, `12.0`) selects its job.
                     let job = id.split('.').next().unwrap_or(&id);
-                    if job.split('_').any(|p| p.is_empty() || !p.bytes().all(|b| b.is_ascii_digit())) || job.split('_').count() > 2 {
+                    if !crate::query::valid_job_id(job) {
                         bail!("Invalid job id: {}", id.escape_debug());
                     }
                     l.push(job.to_string());

@@ -138,11 +138,31 @@ pub(crate) fn scancel(args: &[String]) -> Result<i32> {
     };
     let mut ids: Vec<u64> = Vec::new();
     for x in &targets {
+        // `N+K`: component K of heterogeneous job N (`N+0` is N's batch script's, which ends
+        // the whole job).
+        let (x, component) = match x.split_once('+') {
+            Some((j, k)) => (j.to_string(), Some(k.parse::<u32>().map_err(|_| anyhow!("Invalid job id {x}"))?)),
+            None => (x.clone(), None),
+        };
+        let x = &x;
+        if let Some(k) = component.filter(|&k| k > 0) {
+            bail!(
+                "Kill job error on job id {x}+{k}: one component of a running heterogeneous job cannot be cancelled alone here; scancel {x} cancels the whole job"
+            );
+        }
         let (job, task) = match x.split_once('_') {
             Some((j, k)) => (j, Some(k)),
             None => (x.as_str(), None),
         };
         let jid: u64 = job.parse().map_err(|_| anyhow!("Invalid job id {x}"))?;
+        if let Some(j) = all.iter().find(|j| j.id == jid && j.het_job_offset.is_some_and(|k| k > 0)) {
+            bail!(
+                "Kill job error on job id {jid}: it is component {} of heterogeneous job {}, which cannot be cancelled alone here; scancel {} cancels the whole job",
+                j.het_job_offset.unwrap_or(0),
+                j.het_job_id.unwrap_or(jid),
+                j.het_job_id.unwrap_or(jid)
+            );
+        }
         if let Some(k) = task
             && k.parse::<u32>().is_err()
         {
@@ -155,7 +175,7 @@ pub(crate) fn scancel(args: &[String]) -> Result<i32> {
                 None => j.id == jid || j.array_job_id == Some(jid),
             })
             .filter(|j| pass(j))
-            .map(|j| j.id)
+            .map(|j| j.het_job_id.unwrap_or(j.id))
             .collect();
         if matched.is_empty() && !filtered {
             ids.push(jid); // let the controller say why (finished, unknown)
@@ -164,7 +184,7 @@ pub(crate) fn scancel(args: &[String]) -> Result<i32> {
         }
     }
     if targets.is_empty() {
-        ids.extend(all.iter().filter(|j| pass(j)).map(|j| j.id));
+        ids.extend(all.iter().filter(|j| pass(j)).map(|j| j.het_job_id.unwrap_or(j.id)));
     }
     ids.sort_unstable();
     ids.dedup();

@@ -58,7 +58,10 @@ pub(crate) fn sbatch(args: &[String]) -> Result<i32> {
 /// Whether job id `id` as a user gives it (`12`, `12_3`) names job `j`: its own id, its
 /// display id, or the array it is a task of (an array's id selects all its tasks, as Slurm's).
 fn selects(id: &str, j: &JobInfo) -> bool {
-    id == j.display_id || id == j.id.to_string() || j.display_id.split_once('_').is_some_and(|(a, _)| a == id)
+    id == j.display_id
+        || id == j.id.to_string()
+        || j.display_id.split_once('_').is_some_and(|(a, _)| a == id)
+        || j.het_job_id.is_some_and(|h| h.to_string() == id)
 }
 
 /// `sbatch --wait`: polls until every job (an array's tasks included) has ended, then returns
@@ -161,6 +164,9 @@ pub(crate) fn srun_in(args: &[String], job: Option<u64>) -> Result<i32> {
     // `a.jobid`: --jobid, else SLURM_JOB_ID (srun's input variable for it).
     let (job, made) = match job.or(a.jobid) {
         Some(j) => (j, false),
+        None if !a.het.is_empty() => bail!(
+            "srun outside an allocation makes no heterogeneous job here: submit one with sbatch (A : B, or #SBATCH hetjob) and run srun --het-group or srun A : B in it"
+        ),
         None => (crate::srun::allocate(&t, "srun", &srun_allocation(&a), &[])?.0, true),
     };
     // The tasks get this process's environment (after --export) and directory, as Slurm's.
@@ -199,6 +205,19 @@ pub(crate) fn srun_in(args: &[String], job: Option<u64>) -> Result<i32> {
             gpus: a.gpus.clone(),
             time_limit: a.time,
         },
+        het: a
+            .het
+            .iter()
+            .flat_map(|h| {
+                h.groups.iter().map(|&group| HetStep {
+                    group,
+                    nodes: h.nodes,
+                    ntasks: h.ntasks,
+                    ntasks_per_node: h.ntasks_per_node,
+                    argv: h.argv.clone(),
+                })
+            })
+            .collect(),
     };
     let req = StepRequest { nodes: a.nodes, ntasks: a.ntasks, ntasks_per_node: a.ntasks_per_node, argv: a.argv.clone(), spec };
     let code = crate::srun::run_step(&t, job, req, &a);

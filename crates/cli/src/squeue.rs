@@ -148,7 +148,7 @@ pub(crate) fn squeue(args: &[String]) -> Result<i32> {
     }
     if let Some(bad) = ids.iter().flatten().find(|id| {
         let job = id.split('.').next().unwrap_or(id);
-        job.split('_').count() > 2 || job.split('_').any(|p| p.is_empty() || !p.bytes().all(|b| b.is_ascii_digit()))
+        !crate::query::valid_job_id(job)
     }) {
         bail!("Invalid job id: {bad}");
     }

@@ -35,7 +35,7 @@ pub use service::{Service, ServiceSpec};
 pub use services::{Endpoint, EndpointView, ProxyServiceStats, ServiceEndpoints, replica_id};
 pub use tails::{ARRAY_WINDOW, Listing};
 pub use types::{
-    ArrayInfo, ArrayRecord, BATCH_STEP, Job, JobSpec, NodeRec, Order, Pulling, ReplicaInfo, ReplicaReport, ReplicaTask, StdinTo, Step,
+    ArrayInfo, ArrayRecord, BATCH_STEP, HetStep, Job, JobSpec, NodeRec, Order, Pulling, ReplicaInfo, ReplicaReport, ReplicaTask, StdinTo, Step,
     StepHold, StepIo, StepRes, StepSpec, TailCancel, Task, TaskExit, TaskKey, TaskUsage,
 };
 
@@ -628,6 +628,7 @@ impl Controller {
         }
         (probe.account, probe.qos) = self.charge(uid, user, batch.account.as_deref(), batch.qos.as_deref(), batch.nice)?;
         self.check_partition_access(uid, user, batch.partition.as_deref(), &probe.account, probe.qos.as_deref())?;
+        self.check_components(uid, user, batch, &probe)?;
         sched::check_request(&self.node_defs(), &self.settings.cluster, &probe).map_err(|r| Refused::Invalid(r.message))?;
         self.check_job_limits(&probe, batch.array.as_ref().map_or(1, |a| a.indices.len() as u64))?;
         for d in &batch.dependency {
@@ -638,6 +639,57 @@ impl Controller {
             }
         }
         Ok(part.name.clone())
+    }
+
+    /// A heterogeneous job's later components: each partition exists and may be used, and the
+    /// job is charged to one account and QOS and has one time limit (what a component gives
+    /// differently is refused, not silently dropped).
+    fn check_components(&self, uid: u32, user: &str, batch: &BatchSpec, probe: &model::JobRequest) -> Result<(), Refused> {
+        if batch.het.is_empty() {
+            return Ok(());
+        }
+        if batch.interactive {
+            return Err(Refused::Invalid("heterogeneous allocations are not supported: submit a heterogeneous batch job".into()));
+        }
+        if batch.array.is_some() {
+            return Err(Refused::Invalid("job arrays of heterogeneous jobs are not supported".into()));
+        }
+        if batch.het.len() + 1 > slurmcli::MAX_COMPONENTS {
+            return Err(Refused::Invalid(format!("at most {} heterogeneous job components", slurmcli::MAX_COMPONENTS)));
+        }
+        for (k, c) in batch.het.iter().enumerate().map(|(k, c)| (k + 1, c)) {
+            let differs = |what: &str| {
+                Err(Refused::Invalid(format!(
+                    "heterogeneous job component {k}: a different {what} than component 0's; here a heterogeneous job has one {what} for all its components"
+                )))
+            };
+            if c.account.is_some() && c.account != batch.account {
+                return differs("account");
+            }
+            if c.qos.is_some() && c.qos != batch.qos {
+                return differs("QOS");
+            }
+            if c.time.is_some() && c.time != batch.time {
+                return differs("time limit");
+            }
+            if !c.het.is_empty() || !c.script.is_empty() || c.array.is_some() || c.container.is_some() {
+                return Err(Refused::Invalid(format!("heterogeneous job component {k}: only resource options belong to a later component")));
+            }
+            let part = self.settings.cluster.partition(c.partition.as_deref()).ok_or_else(|| {
+                Refused::Invalid(format!(
+                    "heterogeneous job component {k}: invalid partition specified: {}",
+                    c.partition.as_deref().unwrap_or("")
+                ))
+            })?;
+            if probe.time_limit > part.max_time {
+                return Err(Refused::Invalid(format!(
+                    "heterogeneous job component {k}: requested time limit is invalid (exceeds the {} partition's limit of {} s)",
+                    part.name, part.max_time
+                )));
+            }
+            self.check_partition_access(uid, user, c.partition.as_deref(), &probe.account, probe.qos.as_deref())?;
+        }
+        Ok(())
     }
 
     /// The batch script is at most `max_script_size` bytes.
@@ -697,6 +749,7 @@ impl Controller {
         }
         (probe.account, probe.qos) = self.charge(spec.uid, user, batch.account.as_deref(), batch.qos.as_deref(), batch.nice)?;
         self.check_partition_access(spec.uid, user, batch.partition.as_deref(), &probe.account, probe.qos.as_deref())?;
+        self.check_components(spec.uid, user, batch, &probe)?;
         self.check_cached(&probe)?;
         self.check_job_limits(&probe, batch.array.as_ref().map_or(1, |a| a.indices.len() as u64))?;
         for d in &batch.dependency {
@@ -728,9 +781,12 @@ impl Controller {
         let spec = self.share_spec(spec);
         let reason = if batch.hold { PendingReason::JobHeldUser } else { PendingReason::None };
         let Some(a) = &batch.array else {
+            // A heterogeneous job's later components have ids of their own (the leader's plus
+            // the offset, `SLURM_JOB_ID_HET_GROUP_k`): no other job gets them.
+            let ids = req.components() as u64;
             self.jobs.insert(first, Box::new(Job { reason, ..Job::new(req, spec) }));
             self.dirty_jobs.insert(first);
-            self.next_id = first + 1;
+            self.next_id = first + ids;
             self.next_id_dirty = true;
             return Ok(vec![first]);
         };
@@ -1773,12 +1829,19 @@ impl Controller {
         }
     }
 
-    fn start_job(&mut self, now: Time, id: u64, mut allocs: Vec<sched::Alloc>) {
+    fn start_job(&mut self, now: Time, id: u64, mut allocs: Vec<sched::Alloc>, het: Vec<u32>) {
+        let het = if het.iter().map(|&n| n as usize).sum::<usize>() == allocs.len() { het } else { Vec::new() };
         // The batch script runs on the first node, in node order (as Slurm's first node of the
-        // node list).
+        // node list); a heterogeneous job's components keep their order, each in node order,
+        // and the script runs on component 0's first node.
         let named: Vec<(String, sched::Alloc)> = {
             let mut v: Vec<(String, sched::Alloc)> = allocs.drain(..).map(|a| (self.nodes[a.node as usize].node.name.clone(), a)).collect();
-            v.sort_by(|a, b| natural(&a.0).cmp(&natural(&b.0)));
+            let bounds: Vec<usize> = if het.is_empty() { vec![v.len()] } else { het.iter().map(|&n| n as usize).collect() };
+            let mut at = 0;
+            for n in bounds {
+                v[at..at + n].sort_by(|a, b| natural(&a.0).cmp(&natural(&b.0)));
+                at += n;
+            }
             v
         };
         for (name, a) in &named {
@@ -1795,6 +1858,7 @@ impl Controller {
         j.epoch += 1;
         j.last_allocs = named.clone();
         j.allocs = named;
+        j.het = het;
         j.reason = PendingReason::None;
         j.expected_start = None;
         j.exit_code = None;
@@ -1815,6 +1879,7 @@ impl Controller {
             held: Vec::new(),
             timeout_at: None,
             usage: Vec::new(),
+            het: Vec::new(),
         }];
         self.dirty_jobs.insert(id);
         if let Some(r) = &mut j.replica {
@@ -1825,19 +1890,51 @@ impl Controller {
         self.order(&first, Order::Launch(task));
     }
 
+    /// A heterogeneous job's components as their `SLURM_*_HET_GROUP_k` variables describe
+    /// them (ids from the job's own, nodes and CPUs from its allocation, tasks from each
+    /// component's shape); empty for an ordinary job.
+    fn het_groups(&self, j: &Job) -> Vec<slurmcli::HetGroup> {
+        (0..j.het.len())
+            .map(|k| {
+                let req = j.req.component(k).unwrap_or_else(|| j.req.clone());
+                let allocs = &j.allocs[j.component_range(k, j.allocs.len())];
+                let n = allocs.len() as u32;
+                slurmcli::HetGroup {
+                    job_id: j.req.id.0 + k as u64,
+                    nodes: allocs.iter().map(|(name, _)| name.clone()).collect(),
+                    tasks_per_node: allocs.iter().map(|_| req.shape.tasks_per_node(n)).collect(),
+                    cpus_per_node: allocs.iter().map(|(_, a)| a.cpus).collect(),
+                    cpus_per_task: req.shape.cpus_per_task,
+                    partition: req
+                        .partition
+                        .clone()
+                        .or_else(|| self.settings.cluster.partitions.first().map(|p| p.name.clone()))
+                        .unwrap_or_default(),
+                }
+            })
+            .collect()
+    }
+
     /// Builds one task of a job's current run.
     #[allow(clippy::too_many_arguments)]
     fn make_task(&self, id: u64, step: u32, node_index: usize, rank: u32, localid: u32, gpus: Option<Vec<u8>>, argv: Vec<String>) -> Task {
         let j = &self.jobs[&id];
         let job_names: Vec<String> = j.allocs.iter().map(|(n, _)| n.clone()).collect();
         // A step sees its own layout (its nodes, its tasks: WORLD_SIZE is the step's), the job
-        // its allocation.
+        // its allocation (a heterogeneous job's batch script: component 0's).
         let srun = j.steps.iter().find(|s| s.id == step && step != BATCH_STEP);
         let layout = srun.map(|s| &s.layout);
-        let (names, tasks_per_node): (Vec<String>, Vec<u32>) = match layout {
-            Some(l) => l.iter().cloned().unzip(),
-            None => (job_names.clone(), (0..job_names.len() as u32).map(|_| j.req.shape.tasks_per_node(job_names.len() as u32)).collect()),
+        let het = self.het_groups(j);
+        let (names, tasks_per_node): (Vec<String>, Vec<u32>) = match (layout, het.first()) {
+            (Some(l), _) => l.iter().cloned().unzip(),
+            (None, Some(g)) => (g.nodes.clone(), g.tasks_per_node.clone()),
+            (None, None) => {
+                (job_names.clone(), (0..job_names.len() as u32).map(|_| j.req.shape.tasks_per_node(job_names.len() as u32)).collect())
+            }
         };
+        // The component this task's node is in (0 for an ordinary job).
+        let component = (0..het.len()).find(|&k| j.component_range(k, j.allocs.len()).contains(&node_index)).unwrap_or(0);
+        let shape_cpus = j.req.component(component).map_or(j.req.shape.cpus_per_task, |c| c.shape.cpus_per_task);
         // A step that holds CPUs sees its own count (`SLURM_CPUS_ON_NODE`), else the job's.
         let cpus_per_node: Vec<u32> = names
             .iter()
@@ -1871,7 +1968,7 @@ impl Controller {
             job_nodes: if layout.is_some() { &job_names } else { &[] },
             tasks_per_node: &tasks_per_node,
             cpus_per_node: &cpus_per_node,
-            cpus_per_task: srun.and_then(|s| s.spec.res.cpus_per_task).unwrap_or(j.req.shape.cpus_per_task),
+            cpus_per_task: srun.and_then(|s| s.spec.res.cpus_per_task).unwrap_or(shape_cpus),
             node_index: step_index,
             procid: rank,
             localid,
@@ -1884,6 +1981,7 @@ impl Controller {
             step_id: (step != BATCH_STEP).then_some(step),
             start_end: (j.start.unwrap_or(0), j.start.map(|s| s.saturating_add(j.req.time_limit))),
             master_port: 20_000 + (id % 20_000) as u16,
+            het: &het,
         };
         let st = srun.map(|s| &s.spec);
         let mut env = st.and_then(|s| s.env.clone()).unwrap_or_else(|| j.spec.env.clone());
@@ -2040,23 +2138,108 @@ impl Controller {
             return Err(Refused::Invalid("the command must not contain NUL bytes".into()));
         }
         spec.check().map_err(Refused::Invalid)?;
-        // The nodes it may use: the allocation's, in its order, narrowed by -w and -x.
         for n in spec.nodelist.iter().chain(&spec.exclude) {
             if !j.allocs.iter().any(|(a, _)| a == n) {
                 return Err(Refused::Invalid(format!("node {n} is not in this job's allocation")));
             }
         }
-        let usable: Vec<String> = j
-            .allocs
+        // The components it runs on: a heterogeneous job's (component 0 unless `--het-group`
+        // names others), else the whole allocation as one.
+        let parts: Vec<HetStep> = match (j.het.len(), spec.het.is_empty()) {
+            (0, true) => vec![HetStep { group: 0, nodes, ntasks, ntasks_per_node, argv: Vec::new() }],
+            (0, false) => return Err(Refused::Invalid("--het-group expected to be used within an HetJob allocation".into())),
+            (_, true) => vec![HetStep { group: 0, nodes, ntasks, ntasks_per_node, argv: Vec::new() }],
+            (_, false) => spec.het.clone(),
+        };
+        let size = j.het.len().max(1);
+        let mut seen = vec![false; size];
+        for p in &parts {
+            match seen.get_mut(p.group as usize) {
+                None => {
+                    return Err(Refused::Invalid(format!(
+                        "--het-group={}: job {id} has heterogeneous components 0-{}",
+                        p.group,
+                        size - 1
+                    )));
+                }
+                Some(true) => return Err(Refused::Invalid(format!("--het-group={} is given twice", p.group))),
+                Some(s) => *s = true,
+            }
+            if p.argv.iter().any(|a| a.contains('\0')) {
+                return Err(Refused::Invalid("the command must not contain NUL bytes".into()));
+            }
+        }
+        let mut layout: Vec<(String, u32)> = Vec::new();
+        let mut held: Vec<StepHold> = Vec::new();
+        let mut het_parts: Vec<(u32, u32, Vec<String>)> = Vec::new();
+        for p in &parts {
+            let (l, h) = self.lay_out(j, p, &spec)?;
+            if !j.het.is_empty() {
+                het_parts.push((p.group, l.len() as u32, p.argv.clone()));
+            }
+            layout.extend(l);
+            held.extend(h);
+        }
+        let total: u32 = layout.iter().map(|(_, k)| k).sum();
+        if let Some(StepIo { stdin: StdinTo::Rank(r), .. }) = &spec.io
+            && *r >= total
+        {
+            return Err(Refused::Invalid(format!("--input={r}: the step has tasks 0-{}", total - 1)));
+        }
+        let step_id = j.steps.iter().filter(|s| s.id != BATCH_STEP).map(|s| s.id + 1).max().unwrap_or(0);
+        let held: Vec<StepHold> = if spec.res.overlap { Vec::new() } else { held };
+        let total = layout.iter().map(|(_, k)| k).sum();
+        if let Some(limit) = spec.res.time_limit {
+            self.limits_due = self.limits_due.min(now.saturating_add(limit));
+        }
+        let j = self.jobs.get_mut(&id).expect("checked");
+        let left = layout.iter().map(|(_, n)| *n).collect();
+        j.steps.push(Step {
+            id: step_id,
+            argv,
+            layout,
+            remaining: total,
+            left,
+            done: Vec::new(),
+            exit: 0,
+            start: now,
+            end: None,
+            spec,
+            held,
+            timeout_at: None,
+            usage: Vec::new(),
+            het: het_parts,
+        });
+        let built = self.step_tasks(id, step_id);
+        self.dirty_jobs.insert(id);
+        for (name, t) in built {
+            self.order(&name, Order::Launch(t));
+        }
+        Ok(step_id)
+    }
+
+    /// Where one component's part of a step goes (an ordinary job's whole allocation is its
+    /// component 0): its nodes and tasks on each, and what it holds there.
+    fn lay_out(&self, j: &Job, p: &HetStep, spec: &StepSpec) -> Result<StepPart, Refused> {
+        let (nodes, ntasks, ntasks_per_node) = (p.nodes, p.ntasks, p.ntasks_per_node);
+        let range = j.component_range(p.group as usize, j.allocs.len());
+        let mine = &j.allocs[range];
+        // The nodes it may use: the component's, in its order, narrowed by -w and -x.
+        let usable: Vec<String> = mine
             .iter()
             .map(|(n, _)| n.clone())
             .filter(|n| (spec.nodelist.is_empty() || spec.nodelist.contains(n)) && !spec.exclude.contains(n))
             .collect();
         let alloc_nodes = usable.len() as u32;
         if alloc_nodes == 0 {
-            return Err(Refused::Invalid("-w and -x leave no node of the allocation".into()));
+            return Err(Refused::Invalid(if j.het.is_empty() {
+                "-w and -x leave no node of the allocation".into()
+            } else {
+                format!("-w and -x leave no node of heterogeneous component {}", p.group)
+            }));
         }
-        let per_alloc = j.req.shape.tasks_per_node(j.allocs.len() as u32);
+        let shape = j.req.component(p.group as usize).map_or_else(|| j.req.shape.clone(), |c| c.shape);
+        let per_alloc = shape.tasks_per_node(mine.len() as u32);
         let n_nodes = nodes.unwrap_or(match (ntasks, ntasks_per_node) {
             (Some(t), Some(p)) => t.div_ceil(p.max(1)),
             (Some(t), None) => t.div_ceil(per_alloc.max(1)).min(alloc_nodes).max(1),
@@ -2073,12 +2256,6 @@ impl Controller {
         if total == 0 || total > per_node.saturating_mul(n_nodes) || per_node > 10_000 {
             return Err(Refused::Invalid(format!("cannot lay out {total} tasks on {n_nodes} nodes with {per_node} per node")));
         }
-        if let Some(StepIo { stdin: StdinTo::Rank(r), .. }) = &spec.io
-            && *r >= total
-        {
-            return Err(Refused::Invalid(format!("--input={r}: the step has tasks 0-{}", total - 1)));
-        }
-        let step_id = j.steps.iter().filter(|s| s.id != BATCH_STEP).map(|s| s.id + 1).max().unwrap_or(0);
         // What the job's other running steps hold on each node it may use.
         let rooms: Vec<steps::Room> = usable
             .iter()
@@ -2105,34 +2282,7 @@ impl Controller {
             .collect();
         let placed = steps::place(&rooms, n_nodes, per_node, total, &spec.res)?;
         let layout: Vec<(String, u32)> = placed.iter().map(|(i, k, _)| (rooms[*i].name.to_string(), *k)).collect();
-        let held: Vec<StepHold> = if spec.res.overlap { Vec::new() } else { placed.into_iter().map(|(_, _, h)| h).collect() };
-        let total = layout.iter().map(|(_, k)| k).sum();
-        if let Some(limit) = spec.res.time_limit {
-            self.limits_due = self.limits_due.min(now.saturating_add(limit));
-        }
-        let j = self.jobs.get_mut(&id).expect("checked");
-        let left = layout.iter().map(|(_, n)| *n).collect();
-        j.steps.push(Step {
-            id: step_id,
-            argv,
-            layout,
-            remaining: total,
-            left,
-            done: Vec::new(),
-            exit: 0,
-            start: now,
-            end: None,
-            spec,
-            held,
-            timeout_at: None,
-            usage: Vec::new(),
-        });
-        let built = self.step_tasks(id, step_id);
-        self.dirty_jobs.insert(id);
-        for (name, t) in built {
-            self.order(&name, Order::Launch(t));
-        }
-        Ok(step_id)
+        Ok((layout, placed.into_iter().map(|(_, _, h)| h).collect()))
     }
 
     /// The tasks of step `step` of job `id`'s current run as its layout places them (node,
@@ -2161,7 +2311,8 @@ impl Controller {
                     }
                     _ => None,
                 };
-                let mut t = self.make_task(id, step, ni, rank, local, gpus, st.argv.clone());
+                let argv = st_argv(st, at);
+                let mut t = self.make_task(id, step, ni, rank, local, gpus, argv);
                 t.step_mem = held.map_or(0, |h| h.memory);
                 out.push((name.clone(), t));
                 rank += 1;
@@ -2253,3 +2404,18 @@ mod tests;
 
 #[cfg(test)]
 mod tests_services;
+
+/// One component's part of a step: its nodes with their task counts, and what it holds there.
+type StepPart = (Vec<(String, u32)>, Vec<StepHold>);
+
+/// The command of the tasks on entry `at` of a step's layout: its component's, else the step's.
+fn st_argv(st: &Step, at: usize) -> Vec<String> {
+    let mut upto = 0usize;
+    for (_, n, argv) in &st.het {
+        upto += *n as usize;
+        if at < upto {
+            return if argv.is_empty() { st.argv.clone() } else { argv.clone() };
+        }
+    }
+    st.argv.clone()
+}

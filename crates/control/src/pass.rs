@@ -407,7 +407,8 @@ impl Controller {
                 if let (Some(limit), Some(j)) = (s.time_limit, self.jobs.get_mut(&s.job.0)) {
                     j.req.time_limit = limit; // backfill cut it down towards --time-min
                 }
-                self.start_job(now, s.job.0, std::mem::take(&mut s.allocs));
+                let het = std::mem::take(&mut s.het);
+                self.start_job(now, s.job.0, std::mem::take(&mut s.allocs), het);
                 pass.info.started += 1;
                 pass.info.pending = pass.info.pending.saturating_sub(1);
             }

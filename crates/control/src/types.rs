@@ -169,6 +169,10 @@ pub struct Step {
     /// other changes (its end).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub usage: Vec<(u32, String, u64, u64)>,
+    /// A step of a heterogeneous job: per component it runs on, in `layout`'s order, the
+    /// component, how many entries of `layout` are its, and its command (empty: `argv`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub het: Vec<(u32, u32, Vec<String>)>,
 }
 
 /// What one task has used so far, as its agent reads it (`sstat`, sacct's MaxRSS and AveCPU).
@@ -280,6 +284,30 @@ pub struct StepSpec {
     /// Pyxis's `--container-*`: the tasks run in an image.
     #[serde(default)]
     pub container: Option<slurmcli::Container>,
+    /// In a heterogeneous job, the components the step runs on (`srun --het-group`, `srun A :
+    /// B`), in rank order; empty: component 0 alone, with the step's own node and task counts.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub het: Vec<HetStep>,
+}
+
+/// One component of a heterogeneous job that a step runs on.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HetStep {
+    /// The component (`--het-group`'s index).
+    pub group: u32,
+    /// `-N` there; absent: the component's nodes.
+    #[serde(default)]
+    pub nodes: Option<u32>,
+    /// `-n` there; absent: the component's tasks.
+    #[serde(default)]
+    pub ntasks: Option<u32>,
+    /// `--ntasks-per-node` there.
+    #[serde(default)]
+    pub ntasks_per_node: Option<u32>,
+    /// The command its tasks run; empty: the step's.
+    #[serde(default)]
+    pub argv: Vec<String>,
 }
 
 /// Where a step's tasks connect for their I/O: `srun` listens, each task's agent connects
@@ -472,6 +500,24 @@ pub struct Job {
     /// progress in words. It shows as `CONFIGURING` meanwhile; in memory only.
     #[serde(skip)]
     pub pulling: Option<(String, String)>,
+    /// A heterogeneous job's node count per component in its allocation (`allocs`, and
+    /// `last_allocs` after it ends, hold component 0's nodes first, then 1's, ...); empty for
+    /// an ordinary job.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub het: Vec<u32>,
+}
+
+impl Job {
+    /// The range of `allocs` (or `last_allocs`) that component `k` of a heterogeneous job
+    /// holds; for an ordinary job, component 0 is all of them.
+    pub fn component_range(&self, k: usize, len: usize) -> std::ops::Range<usize> {
+        if self.het.is_empty() {
+            return if k == 0 { 0..len } else { len..len };
+        }
+        let start: usize = self.het.iter().take(k).map(|&n| n as usize).sum();
+        let end = start + self.het.get(k).map_or(0, |&n| n as usize);
+        start.min(len)..end.min(len)
+    }
 }
 
 impl Job {
@@ -506,6 +552,7 @@ impl Job {
             kill_at: None,
             replica: None,
             pulling: None,
+            het: Vec::new(),
         }
     }
 }

@@ -217,6 +217,31 @@ pub struct JobRequest {
     pub array: Option<ArrayTask>,
     /// Held by the user or an operator (`--hold`).
     pub held: bool,
+    /// A heterogeneous job's components after the first (`sbatch ... : ...`, `#SBATCH
+    /// hetjob`): each its own shape and node constraints, all started together or none, on
+    /// nodes apart from each other's. Empty for an ordinary job. The first component is the
+    /// request's own shape and constraints; the rest (user, account, QOS, limit) is shared.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub het: Vec<HetPart>,
+}
+
+/// One component of a heterogeneous job beyond the first ([`JobRequest::het`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HetPart {
+    /// Resource shape.
+    pub shape: Shape,
+    /// Partition; `None` for the default partition.
+    #[serde(default)]
+    pub partition: Option<String>,
+    /// Required node features (`-C`).
+    #[serde(default)]
+    pub features: Vec<String>,
+    /// Nodes that must be used (`-w`).
+    #[serde(default)]
+    pub nodelist: Vec<String>,
+    /// Nodes that must not be used (`-x`).
+    #[serde(default)]
+    pub exclude: Vec<String>,
 }
 
 impl JobRequest {
@@ -243,7 +268,31 @@ impl JobRequest {
             dependencies: Vec::new(),
             array: None,
             held: false,
+            het: Vec::new(),
         }
+    }
+
+    /// Component `k` of a heterogeneous job as a request of its own (its shape and node
+    /// constraints, the rest shared); the request itself for 0; `None` past the last.
+    pub fn component(&self, k: usize) -> Option<JobRequest> {
+        if k == 0 {
+            return Some(JobRequest { het: Vec::new(), ..self.clone() });
+        }
+        let p = self.het.get(k - 1)?;
+        Some(JobRequest {
+            shape: p.shape.clone(),
+            partition: p.partition.clone(),
+            features: p.features.clone(),
+            nodelist: p.nodelist.clone(),
+            exclude: p.exclude.clone(),
+            het: Vec::new(),
+            ..self.clone()
+        })
+    }
+
+    /// Number of components: 1 for an ordinary job.
+    pub fn components(&self) -> usize {
+        1 + self.het.len()
     }
 
     /// The time from which the job is eligible to start (its age counts from here).

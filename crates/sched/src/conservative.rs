@@ -672,6 +672,42 @@ pub(crate) fn walk<'a, S: Space>(
             continue;
         }
         let reason = if blocked_any { PendingReason::Priority } else { PendingReason::Resources };
+        if !r.het.is_empty() {
+            // A heterogeneous job starts when every component fits now for its whole limit
+            // without touching a reservation (each within its own window); the slot map plans
+            // one shape, so it gets no reservation of its own.
+            let mut masked = r.clone();
+            let mut fits = true;
+            for k in 0..r.components() {
+                match space.at_now(&r.component(k), len) {
+                    Some(set) => {
+                        let f = if k == 0 { &mut masked.filter } else { &mut masked.het[k - 1].filter };
+                        f.mask = Some(set.mask(snap.nodes.len()));
+                        f.all = false;
+                    }
+                    None => fits = false,
+                }
+            }
+            match fits.then(|| try_place(snap, view, &masked, placer)).flatten() {
+                Some(allocs) => {
+                    limits.add(r);
+                    for a in &allocs {
+                        space.hold(a.node as usize, now, now + len, Use::of_alloc(a));
+                    }
+                    plan.starts.push(Start { job: r.req.id, allocs, backfilled: blocked_any, time_limit: None, het: r.het_nodes() });
+                    if blocked_any {
+                        plan.stats.backfilled += 1;
+                    } else {
+                        plan.stats.started += 1;
+                    }
+                }
+                None => {
+                    plan.waiting.push(Waiting { job: r.req.id, reason, expected_start: None });
+                    blocked_any = true;
+                }
+            }
+            continue;
+        }
         // Past the reservation bound, a job may only start now without touching reservations;
         // one that cannot fit now at all is skipped without looking at the map.
         let bounded = reservations >= cfg.max_reservations;
@@ -698,7 +734,7 @@ pub(crate) fn walk<'a, S: Space>(
             for a in &allocs {
                 space.hold(a.node as usize, now, now + len, Use::of_alloc(a));
             }
-            plan.starts.push(Start { job: r.req.id, allocs, backfilled: blocked_any, time_limit: None });
+            plan.starts.push(Start { job: r.req.id, allocs, backfilled: blocked_any, time_limit: None, het: r.het_nodes() });
             if blocked_any {
                 plan.stats.backfilled += 1;
             } else {

@@ -115,6 +115,9 @@ impl<'n> Scheduler<'n> {
             crate::Placer::new(self.cfg.placement, seed, Some(&memo.profile), snap, &mut self.frag, (facts.max_cpus, facts.max_gpus));
         for &idx in new {
             let p = snap.pending.get(idx)?;
+            if !p.req.het.is_empty() {
+                return None; // a heterogeneous job is planned by a full pass
+            }
             if (!p.req.nodelist.is_empty() || !p.req.exclude.is_empty()) && facts.name_index.is_empty() {
                 return None; // the last pass built no node-name index
             }
@@ -164,7 +167,7 @@ impl<'n> Scheduler<'n> {
             match started {
                 Some(allocs) => {
                     plan.stats.backfilled += 1;
-                    plan.starts.push(Start { job: r.req.id, allocs, backfilled: true, time_limit: None });
+                    plan.starts.push(Start { job: r.req.id, allocs, backfilled: true, time_limit: None, het: r.het_nodes() });
                 }
                 None => plan.waiting.push(Waiting { job: r.req.id, reason: PendingReason::Priority, expected_start: None }),
             }

@@ -194,6 +194,11 @@ pub struct Start {
     /// The time limit it starts with, when backfill cut it down towards `--time-min`.
     #[serde(default)]
     pub time_limit: Option<Time>,
+    /// A heterogeneous job's node count per component, in order: `allocs` holds component 0's
+    /// nodes first, then component 1's, ... (no node in two components). Empty for an
+    /// ordinary job.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub het: Vec<u32>,
 }
 
 /// A job that stays pending, with why and (under backfill) when it is expected to start.
@@ -257,6 +262,41 @@ pub(crate) struct Resolved<'a> {
     pub demand: Demand,
     pub filter: Filter,
     pub limit: Time,
+    /// A heterogeneous job's components after the first, resolved as the first is.
+    pub het: Vec<Part>,
+}
+
+/// One further component of a heterogeneous job: node count, per-node demand, node filter.
+#[derive(Debug, Clone)]
+pub(crate) struct Part {
+    pub nodes: u32,
+    pub demand: Demand,
+    pub filter: Filter,
+}
+
+impl<'a> Resolved<'a> {
+    /// Component `k` of a heterogeneous job alone (0: the first).
+    pub fn component(&self, k: usize) -> Resolved<'a> {
+        let mut one = Resolved { het: Vec::new(), ..self.clone() };
+        if let Some(p) = k.checked_sub(1).and_then(|k| self.het.get(k)) {
+            (one.nodes, one.demand, one.filter) = (p.nodes, p.demand.clone(), p.filter.clone());
+        }
+        one
+    }
+
+    /// Number of components: 1 for an ordinary job.
+    pub fn components(&self) -> usize {
+        1 + self.het.len()
+    }
+
+    /// The node count per component of a heterogeneous job ([`Start::het`]); empty for an
+    /// ordinary job.
+    pub fn het_nodes(&self) -> Vec<u32> {
+        if self.het.is_empty() {
+            return Vec::new();
+        }
+        std::iter::once(self.nodes).chain(self.het.iter().map(|p| p.nodes)).collect()
+    }
 }
 
 /// Cluster-wide facts: per pass for [`schedule`], kept by a [`Scheduler`].
@@ -291,6 +331,27 @@ impl<'a> Facts<'a> {
 
     /// Resolves the shape: node count, per-node demand and node filter.
     pub fn resolve<'r>(&self, idx: usize, req: &'r JobRequest, config: &ClusterConfig) -> Result<Resolved<'r>, (PendingReason, String)> {
+        let mut r = self.resolve_one(idx, req, config)?;
+        if !req.het.is_empty() {
+            let mut total = r.nodes;
+            for k in 1..req.components() {
+                let part = req.component(k).expect("k < components");
+                let p = self.resolve_one(idx, &part, config).map_err(|(reason, m)| (reason, format!("component {k}: {m}")))?;
+                total = total.saturating_add(p.nodes);
+                r.het.push(Part { nodes: p.nodes, demand: p.demand, filter: p.filter });
+            }
+            if total > self.total_nodes {
+                return Err((
+                    PendingReason::BadConstraints,
+                    format!("its components request {total} nodes in all but the cluster has {}", self.total_nodes),
+                ));
+            }
+        }
+        Ok(r)
+    }
+
+    /// [`Facts::resolve`] of one component (the request's own shape and constraints).
+    fn resolve_one<'r>(&self, idx: usize, req: &'r JobRequest, config: &ClusterConfig) -> Result<Resolved<'r>, (PendingReason, String)> {
         let s = &req.shape;
         let nodes = if s.nodes_min > 0 {
             s.nodes_min
@@ -361,7 +422,7 @@ impl<'a> Facts<'a> {
                 format!("{} nodes required by -w but only {nodes} requested", filter.include.len()),
             ));
         }
-        Ok(Resolved { idx, req, nodes, demand, filter, limit: req.time_limit })
+        Ok(Resolved { idx, req, nodes, demand, filter, limit: req.time_limit, het: Vec::new() })
     }
 }
 
@@ -377,28 +438,38 @@ pub(crate) struct EverFits {
 
 impl EverFits {
     pub(crate) fn check(&mut self, nodes: &[Node], r: &Resolved) -> bool {
-        let f = &r.filter;
+        self.check_one(nodes, &r.demand, r.nodes, &r.filter)
+            && r.het.iter().all(|p| self.check_one(nodes, &p.demand, p.nodes, &p.filter))
+    }
+
+    fn check_one(&mut self, nodes: &[Node], demand: &Demand, k: u32, f: &Filter) -> bool {
         if f.all
-            && let Some(key) = view::ShapeKey::of(&r.demand, r.nodes)
+            && let Some(key) = view::ShapeKey::of(demand, k)
         {
             return *self
                 .plain
                 .entry(key)
-                .or_insert_with(|| nodes.iter().filter(|n| View::could_ever_fit(n, &r.demand)).count() >= r.nodes as usize);
+                .or_insert_with(|| nodes.iter().filter(|n| View::could_ever_fit(n, demand)).count() >= k as usize);
         }
         let key =
-            (r.demand.clone(), r.nodes, f.include.clone(), f.partition.clone(), f.features.clone(), f.gpu_type.clone(), f.exclude.clone());
+            (demand.clone(), k, f.include.clone(), f.partition.clone(), f.features.clone(), f.gpu_type.clone(), f.exclude.clone());
         *self.full.entry(key).or_insert_with(|| {
-            let n = nodes.iter().enumerate().filter(|(i, n)| f.ok(*i as u32, n) && View::could_ever_fit(n, &r.demand)).count();
-            n >= r.nodes as usize
+            let n = nodes.iter().enumerate().filter(|(i, n)| f.ok(*i as u32, n) && View::could_ever_fit(n, demand)).count();
+            n >= k as usize
         })
     }
+}
+
+/// Whether a request names nodes (`-w`, `-x`, in any component): the pass then indexes nodes by
+/// name.
+fn needs_names(req: &JobRequest) -> bool {
+    !req.nodelist.is_empty() || !req.exclude.is_empty() || req.het.iter().any(|p| !p.nodelist.is_empty() || !p.exclude.is_empty())
 }
 
 /// Runs one scheduling pass. Pure: the same arguments give the same plan.
 pub fn schedule(snap: &Snapshot, now: Time, seed: u64, cfg: &Config) -> Plan {
     let topo = std::sync::Arc::new(view::Topology::new(snap.nodes));
-    let names = snap.pending.iter().any(|p| !p.req.nodelist.is_empty() || !p.req.exclude.is_empty());
+    let names = snap.pending.iter().any(|p| needs_names(&p.req));
     let facts = Facts::new(snap.nodes, snap.config, names);
     let mut spare = conservative::Spare::default();
     schedule_inner(snap.nodes, topo, &facts, &mut EverFits::default(), &mut FragCache::default(), &mut spare, snap, now, seed, cfg).0
@@ -433,7 +504,7 @@ pub fn schedule_reusing(snap: &Snapshot, now: Time, seed: u64, cfg: &Config, reu
             t
         }
     };
-    let names = snap.pending.iter().any(|p| !p.req.nodelist.is_empty() || !p.req.exclude.is_empty());
+    let names = snap.pending.iter().any(|p| needs_names(&p.req));
     let facts = Facts::new(snap.nodes, snap.config, names);
     schedule_inner(snap.nodes, topo, &facts, &mut reuse.ever, &mut reuse.frag, &mut reuse.spare, snap, now, seed, cfg).0
 }
@@ -577,8 +648,13 @@ fn running_usage(r: &Running) -> Usage {
 
 /// What a job about to start would hold.
 fn resolved_usage(r: &Resolved) -> Usage {
-    let n = r.nodes as u64;
-    Usage { jobs: 1, cpu: r.demand.cpus as u64 * n, mem: (r.demand.memory >> 20) * n, node: n, gpu: r.demand.gpus as u64 * n }
+    // Each component of a heterogeneous job counts as a job (Slurm's rule).
+    let mut u = Usage::default();
+    for (d, n) in std::iter::once((&r.demand, r.nodes)).chain(r.het.iter().map(|p| (&p.demand, p.nodes))) {
+        let n = n as u64;
+        u.add(&Usage { jobs: 1, cpu: d.cpus as u64 * n, mem: (d.memory >> 20) * n, node: n, gpu: d.gpus as u64 * n });
+    }
+    u
 }
 
 /// Association and QOS limits as a pass goes (`enforce` has `limits`): what running jobs hold
@@ -799,6 +875,9 @@ fn strategy_maps(snap: &Snapshot, view: &View, service: &str) -> [FxHashMap<u32,
 
 /// Places `r` on `view` if it fits now; returns the allocations.
 pub(crate) fn try_place(snap: &Snapshot, view: &mut View, r: &Resolved, placer: &mut Placer) -> Option<Vec<Alloc>> {
+    if !r.het.is_empty() {
+        return place_components(view, r);
+    }
     let nodes = match &r.req.kind {
         RequestKind::Batch if placer.scores(&r.demand, r.nodes) => {
             if view.known_misfit(&r.demand) {
@@ -834,6 +913,40 @@ pub(crate) fn try_place(snap: &Snapshot, view: &mut View, r: &Resolved, placer: 
         }
     };
     Some(nodes.into_iter().map(|i| view.take(i, &r.demand)).collect())
+}
+
+/// Places every component of a heterogeneous job, each on nodes none of the others holds
+/// (packed), or none of them: what an earlier component took goes back when a later one does
+/// not fit. The components that name nodes (`-w`) go first, then those with other constraints,
+/// then the larger, so that a loose one does not take a node a tighter one needs; the
+/// allocations come back in component order. A component's own mask (conservative backfill's
+/// window) holds for it.
+fn place_components(view: &mut View, r: &Resolved) -> Option<Vec<Alloc>> {
+    let parts: Vec<(&Demand, u32, &Filter)> =
+        std::iter::once((&r.demand, r.nodes, &r.filter)).chain(r.het.iter().map(|p| (&p.demand, p.nodes, &p.filter))).collect();
+    let mut order: Vec<usize> = (0..parts.len()).collect();
+    order.sort_by_key(|&k| (parts[k].2.include.is_empty(), parts[k].2.all, std::cmp::Reverse(parts[k].1), k));
+    let mut taken: Vec<Vec<Alloc>> = vec![Vec::new(); parts.len()];
+    let mut used: Vec<bool> = vec![true; view.len()];
+    for k in order {
+        let (demand, n, filter) = parts[k];
+        let mask = match &filter.mask {
+            Some(m) => used.iter().zip(m).map(|(a, b)| *a && *b).collect(),
+            None => used.clone(),
+        };
+        let f = Filter { mask: Some(mask), all: false, ..filter.clone() };
+        let Some(nodes) = view.place(demand, n, &f, &Strategy::Pack, r.req.max_switches) else {
+            for a in taken.iter().flatten() {
+                view.give(a);
+            }
+            return None;
+        };
+        for i in nodes {
+            used[i as usize] = false;
+            taken[k].push(view.take(i, demand));
+        }
+    }
+    Some(taken.into_iter().flatten().collect())
 }
 
 /// The EASY / none / RLS walk over the priority order.
@@ -873,14 +986,16 @@ fn walk<'a>(
         if blocked.is_none() {
             if let Some(allocs) = try_place(snap, view, r, replicas) {
                 limits.add(r);
-                plan.starts.push(Start { job: r.req.id, allocs, backfilled: false, time_limit: None });
+                plan.starts.push(Start { job: r.req.id, allocs, backfilled: false, time_limit: None, het: r.het_nodes() });
                 plan.stats.started += 1;
                 continue;
             }
             blocked = Some(pos);
             // Higher-tier work that cannot start may preempt lower tiers.
             let my_tier = snap.config.qos(r.req.qos.as_deref()).map_or(0, |q| q.preempt_tier);
-            let overrides = match preempt::preempt_for(snap, view, r, now, my_tier, &preempt_victims) {
+            // A heterogeneous job preempts nothing: the victims are chosen for one shape.
+            let victims = if r.het.is_empty() { preempt::preempt_for(snap, view, r, now, my_tier, &preempt_victims) } else { None };
+            let overrides = match victims {
                 Some(p) => {
                     let o: FxHashMap<JobId, Time> = p.victims.iter().map(|v| (v.job, now + v.grace)).collect();
                     preempt_victims.extend(p.victims.iter().map(|v| v.job));
@@ -989,7 +1104,7 @@ fn walk<'a>(
         match started {
             Some((allocs, time_limit)) => {
                 limits.add(r);
-                plan.starts.push(Start { job: r.req.id, allocs, backfilled: true, time_limit });
+                plan.starts.push(Start { job: r.req.id, allocs, backfilled: true, time_limit, het: r.het_nodes() });
                 plan.stats.backfilled += 1;
             }
             None => {
@@ -1021,7 +1136,7 @@ fn walk<'a>(
             match started {
                 Some(allocs) => {
                     limits.add(r);
-                    plan.starts.push(Start { job: r.req.id, allocs, backfilled: true, time_limit: None });
+                    plan.starts.push(Start { job: r.req.id, allocs, backfilled: true, time_limit: None, het: r.het_nodes() });
                     plan.stats.backfilled += 1;
                 }
                 None => plan.waiting.push(Waiting { job: r.req.id, reason: PendingReason::Priority, expected_start: None }),

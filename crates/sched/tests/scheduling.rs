@@ -433,3 +433,77 @@ fn users_sharing_an_account_get_their_own_fair_share() {
     assert_eq!(b[&3], b[&4], "without associations the account's users share its factor: {b:?}");
     assert!((w.fairshare.user_usage("lab", "heavy") - 1000.0).abs() < 1e-9);
 }
+
+/// A heterogeneous job of `parts` components of (nodes, GPUs per node, CPUs per node).
+fn het(id: u64, limit: model::Time, parts: &[(u32, u32, u32)]) -> model::JobRequest {
+    let mut r = job(id, 0, limit, parts[0].0, parts[0].1, parts[0].2);
+    for &(k, g, c) in &parts[1..] {
+        let one = job(id, 0, limit, k, g, c);
+        r.het.push(model::HetPart { shape: one.shape, partition: None, features: Vec::new(), nodelist: Vec::new(), exclude: Vec::new() });
+    }
+    r
+}
+
+#[test]
+fn heterogeneous_components_start_together_on_nodes_apart_or_none_does() {
+    // 4 nodes, 2 with GPUs. Job 1: one CPU node and two GPU nodes.
+    let mut ns = nodes(4, 8, 0, 4);
+    for n in &mut ns[2..] {
+        n.gpus = 4;
+        n.gpu_type = Some("h100".into());
+    }
+    for cfg in [easy(), Config { backfill: Backfill::Conservative, ..easy() }] {
+        let mut w = World::new(ns.clone());
+        // Another job holds one GPU node: component 1 (2 GPU nodes) cannot fit, component 0
+        // could; neither starts, and the job waits for resources with an expected start.
+        w.submit(job(9, 0, 50, 1, 4, 1));
+        w.apply(&w.pass(0, &cfg), 0);
+        w.submit(het(1, 100, &[(1, 0, 8), (2, 4, 1)]));
+        let plan = w.pass(0, &cfg);
+        assert!(plan.starts.is_empty(), "{:?}: nothing starts while one component cannot: {plan:?}", cfg.backfill);
+        assert_eq!(reason(&plan, 1), PendingReason::Resources);
+        if cfg.backfill == Backfill::Easy {
+            let wt = plan.waiting.iter().find(|x| x.job.0 == 1).unwrap();
+            assert_eq!(wt.expected_start, Some(50), "planned as one job: when the GPU node is free");
+            // A short one-node job may backfill on a CPU node; a long one may not take what
+            // the reservation needs.
+            let mut w2 = World::new(ns.clone());
+            w2.submit(job(9, 0, 50, 1, 4, 1));
+            w2.apply(&w2.pass(0, &cfg), 0);
+            w2.submit(het(1, 100, &[(2, 0, 8), (2, 4, 1)]));
+            w2.submit(job(3, 0, 10, 1, 0, 8));
+            w2.submit(job(4, 0, 1000, 1, 0, 8));
+            let plan = w2.pass(0, &cfg);
+            let started: Vec<u64> = plan.starts.iter().map(|s| s.job.0).collect();
+            assert_eq!(started, vec![3], "{plan:?}");
+        }
+        w.finish(9);
+        let plan = w.pass(50, &cfg);
+        assert_eq!(plan.starts.len(), 1, "{:?}: {plan:?}", cfg.backfill);
+        let s = &plan.starts[0];
+        assert_eq!(s.het, vec![1, 2]);
+        let nodes: Vec<u32> = s.allocs.iter().map(|a| a.node).collect();
+        assert_eq!(nodes.len(), 3);
+        assert!(nodes[0] < 2 && nodes[1] >= 2 && nodes[2] >= 2 && nodes[1] != nodes[2], "component 0 on a CPU node, 1 on both GPU nodes: {nodes:?}");
+        assert!(s.allocs[1..].iter().all(|a| a.gpus.len() == 4) && s.allocs[0].cpus == 8);
+        w.apply(&plan, 50);
+    }
+}
+
+#[test]
+fn heterogeneous_components_never_share_a_node_and_an_impossible_one_is_rejected() {
+    // Two 8-CPU nodes: a job's two 1-CPU components would fit on one node but take one each.
+    let mut w = World::new(nodes(2, 8, 0, 2));
+    w.submit(het(1, 100, &[(1, 0, 1), (1, 0, 1)]));
+    w.submit(het(2, 100, &[(1, 0, 1), (1, 0, 1)]));
+    let plan = w.pass(0, &easy());
+    assert_eq!(plan.starts.len(), 2, "jobs share nodes; a job's components do not");
+    for s in &plan.starts {
+        assert_ne!(s.allocs[0].node, s.allocs[1].node);
+    }
+    // Three components on a two-node cluster can never run.
+    let mut w = World::new(nodes(2, 8, 0, 2));
+    w.submit(het(3, 100, &[(1, 0, 1), (1, 0, 1), (1, 0, 1)]));
+    let plan = w.pass(0, &easy());
+    assert!(plan.rejected.iter().any(|r| r.job.0 == 3 && r.message.contains("3 nodes in all")), "{plan:?}");
+}

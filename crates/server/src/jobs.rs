@@ -171,7 +171,64 @@ fn job_info(j: &Job, v: &Viewer, part: &str) -> JobInfo {
         nice: j.req.nice,
         submit_dir: if details { j.spec.submit_dir.clone() } else { HIDDEN.into() },
         time_min: j.req.time_min,
+        het_job_id: None,
+        het_job_offset: None,
+        het_size: None,
     }
+}
+
+/// A job as lists show it: an ordinary job's one row, or a heterogeneous job's row per
+/// component (`N+0`, `N+1`, ...: each with its own id, shape, partition, nodes and CPUs; the
+/// steps on component 0's).
+fn job_rows(j: &Job, v: &Viewer, part: &str) -> Vec<JobInfo> {
+    let whole = job_info(j, v, part);
+    if j.req.het.is_empty() {
+        return vec![whole];
+    }
+    let size = j.req.components();
+    let allocs = if j.allocs.is_empty() && j.state.is_final() { &j.last_allocs } else { &j.allocs };
+    (0..size)
+        .map(|k| {
+            let mut row = whole.clone();
+            let req = j.req.component(k).unwrap_or_else(|| j.req.clone());
+            let mine = &allocs[j.component_range(k, allocs.len())];
+            row.id = j.req.id.0 + k as u64;
+            row.display_id = format!("{}+{k}", j.req.id.0);
+            row.het_job_id = Some(j.req.id.0);
+            row.het_job_offset = Some(k as u32);
+            row.het_size = Some(size as u32);
+            row.partition = req.partition.clone().unwrap_or_else(|| part.into());
+            row.ntasks = req.shape.ntasks;
+            row.cpus_per_task = req.shape.cpus_per_task.max(1);
+            row.features = req.features.clone();
+            row.req_nodes = slurmcli::compress(&req.nodelist);
+            row.exc_nodes = slurmcli::compress(&req.exclude);
+            (row.mem_per_node_mb, row.mem_per_cpu_mb) = match req.shape.mem {
+                model::MemRequest::PerNode(b) => (Some(b >> 20), None),
+                model::MemRequest::PerCpu(b) => (None, Some(b >> 20)),
+            };
+            if mine.is_empty() {
+                row.nodes = req.shape.nodes_min.max(1);
+                row.nodelist = String::new();
+                row.cpus = req.shape.ntasks.max(1) * req.shape.cpus_per_task.max(1);
+                row.gpus = req.shape.total_gpus(row.nodes);
+                row.allocation = Vec::new();
+            } else {
+                row.nodes = mine.len() as u32;
+                row.nodelist = slurmcli::compress(&mine.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>());
+                row.cpus = mine.iter().map(|(_, a)| a.cpus).sum();
+                row.gpus = mine.iter().map(|(_, a)| a.gpus.len() as u32).sum();
+                row.allocation = mine
+                    .iter()
+                    .map(|(n, a)| wire::NodeAllocInfo { name: n.clone(), cpus: a.cpus, memory_mb: a.memory >> 20, gpus: a.gpus.len() as u32 })
+                    .collect();
+            }
+            if k > 0 {
+                row.steps = Vec::new();
+            }
+            row
+        })
+        .collect()
 }
 
 /// The default partition's name (the first configured).
@@ -315,7 +372,7 @@ async fn list_jobs(
                     tasks.extend(rest.into_iter().flatten());
                     groups.insert((a.array_job.0, j.reason), (jobs.len(), tasks));
                 }
-                jobs.push(job_info(j, &v, &default_partition(&g.ctl)));
+                jobs.extend(job_rows(j, &v, &default_partition(&g.ctl)));
             }
         }
         // What a reply shows must be durable: everything taken up to the last piece read.
@@ -401,7 +458,7 @@ async fn get_job(
         // It shows this job only: its newest change must be durable. A job the caller may not
         // see is as one that does not exist.
         (
-            g.ctl.job(id).filter(|j| v.sees(j.spec.uid)).map(|j| job_info(&j, &v, &default_partition(&g.ctl))),
+            g.ctl.job(id).filter(|j| v.sees(j.spec.uid)).and_then(|j| job_rows(&j, &v, &default_partition(&g.ctl)).into_iter().next()),
             g.job_seq.get(&id).copied().unwrap_or_else(|| app.journal.last()),
         )
     };
@@ -751,7 +808,7 @@ async fn history(
             .ctl
             .jobs()
             .filter(|j| !j.state.is_final() && q.user.as_deref().is_none_or(|u| j.req.user == u) && v.sees(j.spec.uid))
-            .map(|j| job_info(&j, &v, &default_partition(&g.ctl)))
+            .flat_map(|j| job_rows(&j, &v, &default_partition(&g.ctl)))
             .collect();
         (live, app.journal.last(), default_partition(&g.ctl))
     };
@@ -761,7 +818,7 @@ async fn history(
     let stored = app.db.lock().expect("database lock").history(q.user.as_deref(), q.since.unwrap_or(0));
     match stored {
         Ok(jobs) => {
-            let mut out: Vec<JobInfo> = jobs.iter().filter(|j| v.sees(j.spec.uid)).map(|j| job_info(j, &v, &part)).collect();
+            let mut out: Vec<JobInfo> = jobs.iter().filter(|j| v.sees(j.spec.uid)).flat_map(|j| job_rows(j, &v, &part)).collect();
             let ended: std::collections::HashSet<u64> = out.iter().map(|j| j.id).collect();
             out.extend(live.into_iter().filter(|j| !ended.contains(&j.id)));
             out.sort_by_key(|j| j.id);

@@ -56,6 +56,26 @@ pub struct TaskEnv<'a> {
     pub start_end: (i64, Option<i64>),
     /// Port for PyTorch's rendezvous (MASTER_PORT).
     pub master_port: u16,
+    /// A heterogeneous job's components, each described by `SLURM_*_HET_GROUP_k` variables
+    /// (and `SLURM_HET_SIZE`); empty for an ordinary job.
+    pub het: &'a [HetGroup],
+}
+
+/// One component of a heterogeneous job, as its `SLURM_*_HET_GROUP_k` variables describe it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HetGroup {
+    /// The component's job id (the leader's id plus its offset).
+    pub job_id: u64,
+    /// Its nodes, in allocation order.
+    pub nodes: Vec<String>,
+    /// Tasks on each of them.
+    pub tasks_per_node: Vec<u32>,
+    /// CPUs it holds on each of them.
+    pub cpus_per_node: Vec<u32>,
+    /// CPUs per task (`-c`).
+    pub cpus_per_task: u32,
+    /// Its partition.
+    pub partition: String,
 }
 
 /// PyTorch's rendezvous variables, which Tandem sets in every task (Slurm does not) unless
@@ -176,6 +196,25 @@ pub fn task_env(e: &TaskEnv) -> Vec<(String, String)> {
         out.push((format!("SLURM_{k}"), v.clone()));
     }
     out.push(("SLURMD_NODENAME".into(), node_name.clone()));
+    if !e.het.is_empty() {
+        out.push(("SLURM_HET_SIZE".into(), e.het.len().to_string()));
+        for (k, g) in e.het.iter().enumerate() {
+            let ntasks: u32 = g.tasks_per_node.iter().sum();
+            let vars = [
+                ("JOB_ID", g.job_id.to_string()),
+                ("JOB_NODELIST", compress(&g.nodes)),
+                ("JOB_NUM_NODES", g.nodes.len().to_string()),
+                ("NNODES", g.nodes.len().to_string()),
+                ("NTASKS", ntasks.to_string()),
+                ("NPROCS", ntasks.to_string()),
+                ("TASKS_PER_NODE", tasks_per_node(&g.tasks_per_node)),
+                ("JOB_CPUS_PER_NODE", tasks_per_node(&g.cpus_per_node)),
+                ("CPUS_PER_TASK", g.cpus_per_task.max(1).to_string()),
+                ("JOB_PARTITION", g.partition.clone()),
+            ];
+            out.extend(vars.into_iter().map(|(v, x)| (format!("SLURM_{v}_HET_GROUP_{k}"), x)));
+        }
+    }
     for (k, v) in &s {
         out.push((format!("TANDEM_{k}"), v.clone()));
     }

@@ -142,6 +142,10 @@ pub struct BatchSpec {
     /// Pyxis's `--container-*` (sbatch): the batch script runs in this image.
     #[serde(default)]
     pub container: Option<crate::Container>,
+    /// A heterogeneous job's components after the first (`sbatch A : B script`, `#SBATCH
+    /// hetjob`), each as its own options give it (no script); empty for an ordinary job.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub het: Vec<BatchSpec>,
 }
 
 /// `BatchSpec::time` in serde: `None` is none, unlimited is `0`, a limit is its seconds.
@@ -694,8 +698,69 @@ impl BatchSpec {
         r.max_switches = self.switches;
         r.dependencies = self.dependency.clone();
         r.held = self.hold;
+        r.het = self
+            .het
+            .iter()
+            .map(|c| model::HetPart {
+                shape: c.shape(),
+                partition: c.partition.clone(),
+                features: c.constraint.clone(),
+                nodelist: c.nodelist.clone(),
+                exclude: c.exclude.clone(),
+            })
+            .collect();
         r
     }
+
+    /// What a later component of a heterogeneous job starts from: the options Slurm carries
+    /// from one component to the next (account, QOS, time, output, dependencies, ...; not the
+    /// shape, partition or constraints, which each component gives for itself, `--mem`
+    /// excepted).
+    fn propagated(&self) -> BatchSpec {
+        BatchSpec {
+            job_name: self.job_name.clone(),
+            account: self.account.clone(),
+            qos: self.qos.clone(),
+            nice: self.nice,
+            exclude: self.exclude.clone(),
+            time: self.time,
+            time_min: self.time_min,
+            output: self.output.clone(),
+            error: self.error.clone(),
+            dependency: self.dependency.clone(),
+            requeue: self.requeue,
+            signal: self.signal,
+            hold: self.hold,
+            begin: self.begin,
+            chdir: self.chdir.clone(),
+            export: self.export.clone(),
+            parsable: self.parsable,
+            test_only: self.test_only,
+            wait: self.wait,
+            wckey: self.wckey.clone(),
+            comment: self.comment.clone(),
+            reservation: self.reservation.clone(),
+            distribution: self.distribution.clone(),
+            get_user_env: self.get_user_env.clone(),
+            verbose: self.verbose,
+            quiet: self.quiet,
+            clusters: self.clusters.clone(),
+            mem: match self.mem {
+                Some(MemRequest::PerNode(m)) => Some(MemRequest::PerNode(m)),
+                _ => None,
+            },
+            ..BatchSpec::default()
+        }
+    }
+}
+
+/// The word that separates a heterogeneous job's components on a command line.
+pub const HET_SEPARATOR: &str = ":";
+
+/// Whether an `#SBATCH` line's words start a heterogeneous job's next component (`hetjob`,
+/// or the older `packjob`).
+fn is_het_line(words: &[String]) -> bool {
+    matches!(words, [w] if w == "hetjob" || w == "packjob")
 }
 
 /// What `sbatch -v` says of a parsed submission: one `name: value` line per option given, as
@@ -828,7 +893,29 @@ pub fn parse_batch(
     env: &[(String, String)],
     read_script: &mut dyn FnMut(&str) -> Result<String, Invalid>,
 ) -> Result<BatchSpec, Invalid> {
-    let Parsed { opts: cli, args: positional, .. } = getopt(cmd, argv)?;
+    // A heterogeneous job's components are separated by a `:` word: each segment's options
+    // end there, the last one's at the script.
+    let mut segments: Vec<Vec<Given>> = Vec::new();
+    let mut rest: Vec<String> = argv.to_vec();
+    let positional = loop {
+        let Parsed { opts, args, .. } = getopt(cmd, &rest)?;
+        segments.push(opts);
+        match args.split_first() {
+            Some((sep, more)) if sep == HET_SEPARATOR => {
+                if cmd.name != "sbatch" {
+                    return Err(Invalid::new(format!(
+                        "heterogeneous allocations are not supported by {} here: submit one with sbatch (A : B, or #SBATCH hetjob)",
+                        cmd.name
+                    )));
+                }
+                if segments.len() >= MAX_COMPONENTS {
+                    return Err(Invalid::new(format!("at most {MAX_COMPONENTS} heterogeneous job components")));
+                }
+                rest = more.to_vec();
+            }
+            _ => break args,
+        }
+    };
     // The input variables (`SBATCH_*` for sbatch, `SALLOC_*` for salloc), read as their options.
     let from_env = match prefix {
         "SBATCH_" => crate::envvars::read_env(&crate::envvars::SBATCH_ENV, cmd, env)?.opts,
@@ -836,7 +923,9 @@ pub fn parse_batch(
         _ => Vec::new(),
     };
     let mut spec = BatchSpec::default();
-    let wrap = cli.iter().any(|g| g.key() == "wrap");
+    let wrap = segments.iter().flatten().any(|g| g.key() == "wrap");
+    // The script's options, one group per component (`#SBATCH hetjob` separates them).
+    let mut groups: Vec<Vec<(usize, Vec<Given>)>> = vec![Vec::new()];
     let from_stdin = positional.is_empty() && !wrap;
     if !positional.is_empty() && wrap {
         return Err(Invalid::new("cannot use --wrap together with a batch script"));
@@ -858,16 +947,21 @@ pub fn parse_batch(
         }
         for (line, words) in BatchSpec::script_options(&text)? {
             let at = |e: Invalid| Invalid::new(format!("script line {line}: {}", e.0));
+            if is_het_line(&words) {
+                if groups.len() >= MAX_COMPONENTS {
+                    return Err(at(Invalid::new(format!("at most {MAX_COMPONENTS} heterogeneous job components"))));
+                }
+                groups.push(Vec::new());
+                continue;
+            }
             let Parsed { opts, args, .. } = pairs(&words).map_err(at)?;
             if let Some(word) = args.first() {
                 return Err(at(Invalid::new(format!("unexpected word {word:?} (each #SBATCH line holds options only)"))));
             }
-            for given in opts {
-                if given.key() == "wrap" {
-                    return Err(at(Invalid::new("--wrap cannot be used in a script")));
-                }
-                spec.set(given, now).map_err(at)?;
+            if opts.iter().any(|g| g.key() == "wrap") {
+                return Err(at(Invalid::new("--wrap cannot be used in a script")));
             }
+            groups.last_mut().expect("one group at least").push((line, opts));
         }
         spec.script = text;
         if from_stdin {
@@ -878,10 +972,53 @@ pub fn parse_batch(
             spec.script_args = positional[1..].to_vec();
         }
     }
-    crate::envvars::name_errors(&from_env, |given| spec.set(given.clone(), now))?;
-    for given in cli {
-        spec.set(given, now)?;
+    let script = std::mem::take(&mut spec.script);
+    let n = segments.len().max(groups.len());
+    let mut components: Vec<BatchSpec> = Vec::with_capacity(n);
+    for k in 0..n {
+        let mut c = match components.last() {
+            None => std::mem::take(&mut spec),
+            Some(prev) => prev.propagated(),
+        };
+        let tag = |e: Invalid| if n > 1 { Invalid::new(format!("heterogeneous job component {k}: {}", e.0)) } else { e };
+        // The script's lines first, then the input variables, then the command line.
+        for (line, opts) in groups.get(k).into_iter().flatten() {
+            for given in opts {
+                c.set(given.clone(), now).map_err(|e| tag(Invalid::new(format!("script line {line}: {}", e.0))))?;
+            }
+        }
+        crate::envvars::name_errors(&from_env, |given| c.set(given.clone(), now)).map_err(tag)?;
+        for given in segments.get(k).into_iter().flatten() {
+            c.set(given.clone(), now).map_err(tag)?;
+        }
+        let c = finish_component(c).map_err(tag)?;
+        components.push(c);
     }
+    // The script (a file's, or --wrap's in any component) is the first component's.
+    let wrapped = components.iter_mut().find_map(|c| (!c.script.is_empty()).then(|| std::mem::take(&mut c.script)));
+    let mut spec = components.remove(0);
+    spec.script = wrapped.unwrap_or(script);
+    if !components.is_empty() {
+        if spec.array.is_some() || components.iter().any(|c| c.array.is_some()) {
+            return Err(Invalid::new("job arrays of heterogeneous jobs are not supported"));
+        }
+        if components.iter().any(|c| c.container.is_some()) {
+            return Err(Invalid::new("--container-image applies to the batch script: give it in the first component only"));
+        }
+        for c in &mut components {
+            c.script_path = None;
+            c.script_args = Vec::new();
+        }
+        spec.het = components;
+    }
+    Ok(spec)
+}
+
+/// Most components a heterogeneous job may have.
+pub const MAX_COMPONENTS: usize = 128;
+
+/// The checks and defaults of one component's options, once all are read.
+fn finish_component(mut spec: BatchSpec) -> Result<BatchSpec, Invalid> {
     spec.container = crate::container::finish(spec.container.take())?;
     if spec.cpus_per_gpu.is_some() && spec.cpus_per_task.is_some() {
         return Err(Invalid::new("--cpus-per-gpu is mutually exclusive with --cpus-per-task"));
@@ -1200,5 +1337,51 @@ mod tests {
         assert_eq!(expand_pattern_at("%j_%t_log.out", &at), "7_5_log.out");
         assert_eq!(expand_pattern_at("%J.%s.%n.%N.%4t.%3q.%", &at), "7.3.3.1.node2.0005.%3q.%");
         assert_eq!(expand_pattern("%J-%s-%t", 9, "x", None, "n", "u"), "9-batch-0");
+    }
+
+    #[test]
+    fn heterogeneous_components_from_hetjob_lines_and_the_command_line() {
+        let script = "#!/bin/bash\n#SBATCH -J het -A ml -t 10 -n1 -c2 --mem=1G\n#SBATCH hetjob\n#SBATCH -N2 --ntasks-per-node=1 -C gpu\n#SBATCH packjob\n#SBATCH -p other --mem-per-cpu=100\nsrun true\n";
+        let b = with_script(&["het.sh"], script).unwrap();
+        assert_eq!(b.het.len(), 2);
+        assert_eq!((b.ntasks, b.cpus_per_task, b.job_name.as_deref()), (Some(1), Some(2), Some("het")));
+        let (c1, c2) = (&b.het[0], &b.het[1]);
+        // Propagated: name, account, time, --mem; reset: the shape, partition, constraints.
+        assert_eq!((c1.job_name.as_deref(), c1.account.as_deref(), c1.time), (Some("het"), Some("ml"), Some(Some(600))));
+        assert_eq!((c1.nodes, c1.ntasks_per_node, c1.cpus_per_task), (Some((2, 2)), Some(1), None));
+        assert_eq!(c1.constraint, vec!["gpu".to_string()]);
+        assert_eq!(c1.mem, Some(MemRequest::PerNode(1 << 30)));
+        assert_eq!((c2.partition.as_deref(), c2.constraint.len(), c2.mem), (Some("other"), 0, Some(MemRequest::PerCpu(100 << 20))));
+        assert!(c1.script.is_empty() && b.script.starts_with("#!/bin/bash"));
+        let r = b.to_request(5, "alice", 0, 60);
+        assert_eq!(r.components(), 3);
+        assert_eq!(r.het[0].shape.nodes_min, 2);
+        assert_eq!(r.component(1).unwrap().features, vec!["gpu".to_string()]);
+        // The command line's components override the script's, index by index.
+        let b = with_script(&["-n3", ":", "-N1", "--wrap=hostname"], "").unwrap();
+        assert_eq!((b.ntasks, b.het.len(), b.het[0].nodes), (Some(3), 1, Some((1, 1))));
+        assert!(b.script.contains("hostname") && b.het[0].script.is_empty());
+        let b = with_script(&["-n4", "het.sh"], script).unwrap();
+        assert_eq!((b.ntasks, b.het.len()), (Some(4), 2));
+        // The JSON the client sends keeps them.
+        let back: BatchSpec = serde_json::from_str(&serde_json::to_string(&b).unwrap()).unwrap();
+        assert_eq!(back, b);
+        // An ordinary job has none, and says nothing of them in JSON.
+        let plain = with_script(&["--wrap=true"], "").unwrap();
+        assert!(plain.het.is_empty() && !serde_json::to_string(&plain).unwrap().contains("het"));
+    }
+
+    #[test]
+    fn heterogeneous_errors_name_the_component() {
+        let e = with_script(&["-n1", ":", "-N", "x", "--wrap=true"], "").unwrap_err();
+        assert!(e.0.contains("component 1") && e.0.contains("node count"), "{}", e.0);
+        let e = with_script(&["-a", "1-3", ":", "-n1", "--wrap=true"], "").unwrap_err();
+        assert!(e.0.contains("arrays of heterogeneous jobs"), "{}", e.0);
+        let e = with_script(&["x.sh"], "#!/bin/sh\n#SBATCH hetjob extra\n").unwrap_err();
+        assert!(e.0.contains("line 2") && e.0.contains("unexpected word"), "{}", e.0);
+        let many: Vec<&str> = std::iter::repeat_n(["-n1", ":"], MAX_COMPONENTS + 1).flatten().chain(["--wrap=true"]).collect();
+        assert!(with_script(&many, "").unwrap_err().0.contains("at most"));
+        let mut salloc = parse_batch(&SALLOC, &argv(&["-N1", ":", "-N2", "bash"]), 0, "", &[], &mut |_| Ok(String::new()));
+        assert!(salloc.as_mut().unwrap_err().0.contains("sbatch"));
     }
 }

@@ -90,6 +90,46 @@ pub struct SrunSpec {
     pub argv: Vec<String>,
     /// Pyxis's `--container-*` options: the tasks run in an image.
     pub container: Option<crate::Container>,
+    /// `--het-group` of this part of the command line: the components of a heterogeneous job
+    /// its tasks run on.
+    pub het_group: Option<Vec<u32>>,
+    /// In a heterogeneous job (`--het-group`, or parts separated by `:`): each part's
+    /// components, shape and command, in order (the first is this spec's); empty otherwise.
+    pub het: Vec<HetSegment>,
+}
+
+/// One part of an `srun` command line in a heterogeneous job (`srun A : B`): the components
+/// it runs on, its node and task counts, its command.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HetSegment {
+    /// Components (`--het-group`; else the one after the previous part's last, from 0).
+    pub groups: Vec<u32>,
+    /// `-N`.
+    pub nodes: Option<u32>,
+    /// `-n`.
+    pub ntasks: Option<u32>,
+    /// `--ntasks-per-node`.
+    pub ntasks_per_node: Option<u32>,
+    /// The command (a part without one takes the next part's, as Slurm's).
+    pub argv: Vec<String>,
+}
+
+/// `--het-group=EXPR`: component indices and ranges (`0`, `0,4`, `1,3-5`), ascending.
+fn parse_het_group(v: &str) -> Result<Vec<u32>, Invalid> {
+    let bad = || Invalid::new(format!("invalid --het-group={v}: component indices and ranges such as 0,2-3"));
+    let max = crate::options::MAX_COMPONENTS as u32 - 1;
+    let mut out = Vec::new();
+    for item in v.split(',') {
+        let (a, b) = item.split_once('-').unwrap_or((item, item));
+        let (a, b) = (a.trim().parse::<u32>().map_err(|_| bad())?, b.trim().parse::<u32>().map_err(|_| bad())?);
+        if a > b || b > max {
+            return Err(bad());
+        }
+        out.extend(a..=b);
+    }
+    out.sort_unstable();
+    out.dedup();
+    Ok(out)
 }
 
 /// Where `srun`'s standard input goes (`--input`).
@@ -195,7 +235,7 @@ const SRUN_ASIDE: &[Opt] = &[
     Opt::long("compress", Arg::Optional).ignored("nothing is broadcast to compress"),
     Opt::both('X', "disable-status", Arg::None).ignored("one Ctrl-C prints the tasks' state, two within a second end the step"),
     Opt::long("epilog", Arg::Required).refused("--epilog: srun runs no epilog here"),
-    Opt::long("het-group", Arg::Required).refused("--het-group: heterogeneous jobs are not available yet"),
+    Opt::long("het-group", Arg::Required),
     Opt::both('I', "immediate", Arg::Optional).ignored("srun waits for its allocation until it is granted or Ctrl-C"),
     Opt::long("msg-timeout", Arg::Required).ignored("srun's messages to the controller retry on their own schedule"),
     Opt::long("multi-prog", Arg::None).refused("--multi-prog is not supported: run one program that looks at SLURM_PROCID"),
@@ -237,7 +277,57 @@ fn nonempty(v: &str, what: &str) -> Result<String, Invalid> {
 /// is not an option, or after `--`). Long options take Slurm's underscore spellings too
 /// (`--cpu_bind`, `--ntasks_per_node`).
 pub fn parse_srun(args: &[String]) -> Result<SrunSpec, Invalid> {
-    let Parsed { opts, args: command, .. } = getopt(&SRUN, args)?;
+    let mut s = parse_part(args)?;
+    if s.het.is_empty() && s.het_group.is_some() {
+        s.het = vec![HetSegment {
+            groups: s.het_group.clone().unwrap_or_default(),
+            nodes: s.nodes,
+            ntasks: s.ntasks,
+            ntasks_per_node: s.ntasks_per_node,
+            argv: s.argv.clone(),
+        }];
+    }
+    if !s.het.is_empty() {
+        // A part without a command takes the next part's.
+        for i in (0..s.het.len().saturating_sub(1)).rev() {
+            if s.het[i].argv.is_empty() {
+                s.het[i].argv = s.het[i + 1].argv.clone();
+            }
+        }
+        s.argv = s.het[0].argv.clone();
+        // A part without --het-group runs on the component after the previous part's last.
+        let mut next = 0;
+        for h in &mut s.het {
+            if h.groups.is_empty() {
+                h.groups = vec![next];
+            }
+            next = h.groups.last().map_or(0, |g| g + 1);
+        }
+        if next as usize > crate::options::MAX_COMPONENTS {
+            return Err(Invalid::new(format!("at most {} heterogeneous job components", crate::options::MAX_COMPONENTS)));
+        }
+        let mut seen: Vec<u32> = s.het.iter().flat_map(|h| h.groups.iter().copied()).collect();
+        let n = seen.len();
+        seen.sort_unstable();
+        seen.dedup();
+        if seen.len() != n {
+            return Err(Invalid::new("each heterogeneous component may run one part of a step: a --het-group is named twice"));
+        }
+    }
+    if s.argv.is_empty() && !s.mpi_list {
+        return Err(Invalid::new("no command given"));
+    }
+    Ok(s)
+}
+
+/// One `:`-separated part of `srun`'s command line (the parts after it too, in `het`).
+fn parse_part(args: &[String]) -> Result<SrunSpec, Invalid> {
+    let Parsed { opts, args: mut command, .. } = getopt(&SRUN, args)?;
+    let rest: Option<Vec<String>> = command.iter().position(|w| w == crate::options::HET_SEPARATOR).map(|i| {
+        let rest = command[i + 1..].to_vec();
+        command.truncate(i);
+        rest
+    });
     let mut s = SrunSpec { argv: command, ..SrunSpec::default() };
     for Given { opt, value } in opts {
         if crate::container::read_option(&mut s.container, opt.key, value.as_deref())? {
@@ -389,11 +479,34 @@ pub fn parse_srun(args: &[String]) -> Result<SrunSpec, Invalid> {
                     v().trim().parse::<u32>().map_err(|_| Invalid::new(format!("invalid --wait={}: a whole number of seconds", v())))?,
                 )
             }
+            "het-group" => s.het_group = Some(parse_het_group(&v())?),
             _ => unreachable!("every option in OPTS is handled"),
         }
     }
-    if s.argv.is_empty() && !s.mpi_list {
-        return Err(Invalid::new("no command given"));
+    if let Some(rest) = rest {
+        let next = parse_part(&rest)?;
+        let mine = HetSegment {
+            groups: s.het_group.clone().unwrap_or_default(),
+            nodes: s.nodes,
+            ntasks: s.ntasks,
+            ntasks_per_node: s.ntasks_per_node,
+            argv: s.argv.clone(),
+        };
+        let theirs = if next.het.is_empty() {
+            vec![HetSegment {
+                groups: next.het_group.clone().unwrap_or_default(),
+                nodes: next.nodes,
+                ntasks: next.ntasks,
+                ntasks_per_node: next.ntasks_per_node,
+                argv: next.argv.clone(),
+            }]
+        } else {
+            next.het
+        };
+        if theirs.len() + 1 > crate::options::MAX_COMPONENTS {
+            return Err(Invalid::new(format!("at most {} heterogeneous job components", crate::options::MAX_COMPONENTS)));
+        }
+        s.het = std::iter::once(mine).chain(theirs).collect();
     }
     s.container = crate::container::finish(s.container.take())?;
     if s.pmix && s.container.is_some() {
@@ -706,5 +819,25 @@ mod tests {
         // Underscore spellings.
         let s = p(&["--cpus_per_task=3", "--mem_per_cpu=1G", "--gpus_per_node=2", "--ntasks_per_node=1", "x"]).unwrap();
         assert_eq!((s.cpus_per_task, s.mem, s.ntasks_per_node), (Some(3), Some(MemRequest::PerCpu(1 << 30)), Some(1)));
+    }
+
+    #[test]
+    fn heterogeneous_parts_and_het_groups() {
+        let a = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<String>>();
+        let s = parse_srun(&a(&["-l", "-n2", ":", "-n1", "hostname"])).unwrap();
+        assert_eq!(s.het.len(), 2);
+        assert_eq!((s.het[0].groups.clone(), s.het[0].ntasks, s.het[0].argv.clone()), (vec![0], Some(2), a(&["hostname"])));
+        assert_eq!((s.het[1].groups.clone(), s.het[1].ntasks), (vec![1], Some(1)));
+        assert!(s.label && s.argv == a(&["hostname"]));
+        let s = parse_srun(&a(&["--het-group=0,1", "env"])).unwrap();
+        assert_eq!((s.het.len(), s.het[0].groups.clone()), (1, vec![0, 1]));
+        let s = parse_srun(&a(&["--het-group=1", "a", ":", "b", ":", "--het-group=0", "c"])).unwrap();
+        let groups: Vec<Vec<u32>> = s.het.iter().map(|h| h.groups.clone()).collect();
+        assert_eq!(groups, vec![vec![1], vec![2], vec![0]]);
+        assert_eq!(s.het.iter().map(|h| h.argv[0].clone()).collect::<Vec<_>>(), a(&["a", "b", "c"]));
+        assert!(parse_srun(&a(&["hostname"])).unwrap().het.is_empty());
+        for bad in [&["--het-group=x", "true"][..], &["--het-group=3-1", "true"], &["--het-group=999", "true"], &["-n1", ":"], &["--het-group=0", "a", ":", "--het-group=0", "b"]] {
+            assert!(parse_srun(&a(bad)).is_err(), "{bad:?}");
+        }
     }
 }

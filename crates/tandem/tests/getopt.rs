@@ -154,3 +154,84 @@ fn slurm_command_lines_read_as_getopt_long_reads_them() {
     assert!(o.status.code() == Some(1) && e.contains("SBATCH_CONTAINER: --container"), "{o:?}");
     assert_eq!(all_ids(&c), before);
 }
+
+/// A heterogeneous batch job (issue 28): a 1-task component and a 2-node one, separated by
+/// `#SBATCH hetjob`, start together or not at all, and `srun --het-group=0,1` runs one step over
+/// both, each task with its component's variables.
+#[test]
+fn a_heterogeneous_batch_job_starts_its_components_together_and_srun_spans_them() {
+    let c = Cluster::new("hetjob", 3, None, 30);
+    c.wait_nodes(3);
+    // node3 is held whole: component 1 (which needs it) cannot start, though component 0 could.
+    let blocker = c.sbatch(&["-w", "node3", "--exclusive", "-o", "/dev/null", "--wrap", "sleep 300"]);
+    c.wait_state(blocker, &["RUNNING"], 30);
+    let out = c.work.join("het.out");
+    let script = c.script(
+        "het.sh",
+        &format!(
+            "#!/bin/bash\n#SBATCH -J het -o {}\n#SBATCH -n1 -c2\n#SBATCH hetjob\n#SBATCH -N2 --ntasks-per-node=1 -w node[2-3]\n\
+             echo batch size=$SLURM_HET_SIZE id=$SLURM_JOB_ID id1=$SLURM_JOB_ID_HET_GROUP_1 g0=$SLURM_JOB_NODELIST_HET_GROUP_0 g1=$SLURM_JOB_NODELIST_HET_GROUP_1 n1=$SLURM_NTASKS_HET_GROUP_1 nodes=$SLURM_JOB_NODELIST\n\
+             srun --het-group=0,1 bash -c 'echo task rank=$SLURM_PROCID of=$SLURM_NTASKS on=$SLURMD_NODENAME cpt=$SLURM_CPUS_PER_TASK size=$SLURM_HET_SIZE g1=$SLURM_JOB_NODELIST_HET_GROUP_1' | sort\n\
+             srun bash -c 'echo default on=$SLURMD_NODENAME'\n\
+             srun -n1 : -n2 bash -c 'echo parts rank=$SLURM_PROCID on=$SLURMD_NODENAME' | sort\n\
+             srun --het-group=1 bash -c 'echo one on=$SLURMD_NODENAME' | sort\n",
+            out.display()
+        ),
+    );
+    let id = c.sbatch(&[&script]);
+    // Both components wait, one row each, as N+0 and N+1.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let rows = loop {
+        let rows = c.ok("squeue", &["-h", "-j", &id.to_string(), "-o", "%i %T %r %D"]);
+        if rows.contains("Resources") || std::time::Instant::now() > deadline {
+            break rows;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    };
+    assert_eq!(rows, format!("{id}+0 PENDING Resources 1\n{id}+1 PENDING Resources 2\n"));
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    assert_eq!(c.job(id)["JobState"], "PENDING", "component 0 alone must not start");
+    assert!(c.ok("squeue", &["-h", "-t", "R", "-o", "%i"]).trim() == blocker.to_string());
+    // A later component cannot be cancelled alone; N+1 names it in squeue.
+    let o = c.run("scancel", &[&format!("{id}+1")]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(err(&o).contains("cancels the whole job"), "{}", err(&o));
+    assert_eq!(c.ok("squeue", &["-h", "-j", &format!("{id}+1"), "-o", "%i"]).trim(), format!("{id}+1"));
+    assert!(c.run("scancel", &[&blocker.to_string()]).status.success());
+    c.wait_state(id, &["COMPLETED", "FAILED"], 60);
+    let text = std::fs::read_to_string(&out).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            format!("batch size=2 id={id} id1={} g0=node1 g1=node[2-3] n1=2 nodes=node1", id + 1).as_str(),
+            "task rank=0 of=3 on=node1 cpt=2 size=2 g1=node[2-3]",
+            "task rank=1 of=3 on=node2 cpt=1 size=2 g1=node[2-3]",
+            "task rank=2 of=3 on=node3 cpt=1 size=2 g1=node[2-3]",
+            "default on=node1",
+            "parts rank=0 on=node1",
+            "parts rank=1 on=node2",
+            "parts rank=2 on=node3",
+            "one on=node2",
+            "one on=node3",
+        ],
+        "{text}"
+    );
+    assert_eq!(c.job(id)["JobState"], "COMPLETED");
+    // Accounting: one row per component, by N+K, with each component's own nodes.
+    let acct = c.ok("sacct", &["-nXP", "-j", &id.to_string(), "-o", "JobID,State,NodeList"]);
+    assert_eq!(acct, format!("{id}+0|COMPLETED|node1\n{id}+1|COMPLETED|node[2-3]\n"));
+    assert_eq!(c.ok("sacct", &["-nXP", "-j", &format!("{id}+1"), "-o", "JobID"]).trim(), format!("{id}+1"));
+    // The next job's id is past the components' ids.
+    let next = c.sbatch(&["-o", "/dev/null", "--wrap", "sleep 300"]);
+    assert_eq!(next, id + 2);
+    c.wait_state(next, &["RUNNING"], 30);
+    // Refused: a later component charged elsewhere, --het-group in an ordinary job.
+    let o = c.run("sbatch", &["-n1", ":", "-A", "other", "-n1", "--wrap", "true"]);
+    assert_eq!(o.status.code(), Some(1), "{}", err(&o));
+    assert!(err(&o).contains("one account"), "{}", err(&o));
+    let o = c.run("srun", &["--jobid", &next.to_string(), "--het-group=1", "true"]);
+    assert_ne!(o.status.code(), Some(0));
+    assert!(err(&o).contains("--het-group expected to be used within an HetJob allocation"), "{}", err(&o));
+    assert!(c.run("scancel", &[&next.to_string()]).status.success());
+}

@@ -175,6 +175,16 @@ pub struct JobInfo {
     /// What it holds on each node: the current run's, else the last run's (empty while pending).
     #[serde(default)]
     pub allocation: Vec<NodeAllocInfo>,
+    /// A heterogeneous job's component (lists show one row per component: `id` is the
+    /// leader's plus the offset, `display_id` is `N+K`): the leader's id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub het_job_id: Option<u64>,
+    /// Its offset (component index).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub het_job_offset: Option<u32>,
+    /// How many components the job has.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub het_size: Option<u32>,
 }
 
 impl JobInfo {
@@ -665,7 +675,7 @@ pub use control::accounting::{AcctChange, Entity as AcctEntity, SetOp, Setting, 
 /// `[proxy] prefill_pace` when a spec does not say (also `tandem proxy --prefill-pace`'s default).
 pub use control::service::DEFAULT_PREFILL_PACE;
 /// The view types are the controller's own (the wire format is defined there).
-pub use control::{EndpointView, ProxyServiceStats, ServiceEndpoints, ShareRow, StdinTo, StepIo, StepRes, StepSpec};
+pub use control::{EndpointView, ProxyServiceStats, ServiceEndpoints, ShareRow, HetStep, StdinTo, StepIo, StepRes, StepSpec};
 /// The accounting's objects are the model's.
 pub use model::{Account, AdminLevel, Limits, Qos, Tres, User};
 

@@ -538,7 +538,8 @@ pub const DOCUMENT: &str = r##"{
           "script": {"type": "string"},
           "script_path": {"$ref": "#/components/schemas/StringOrNull"},
           "script_args": {"$ref": "#/components/schemas/Strings"},
-          "container": {"anyOf": [{"$ref": "#/components/schemas/Container"}, {"type": "null"}], "description": "sbatch's --container-*: the batch script runs in this image"}}},
+          "container": {"anyOf": [{"$ref": "#/components/schemas/Container"}, {"type": "null"}], "description": "sbatch's --container-*: the batch script runs in this image"},
+          "het": {"type": "array", "items": {"$ref": "#/components/schemas/BatchSpec"}, "maxItems": 127, "description": "A heterogeneous job's components after the first (sbatch A : B, #SBATCH hetjob), each its own options and no script; all start together or none"}}},
       "MemRequest": {"oneOf": [
         {"type": "object", "required": ["PerNode"], "additionalProperties": false, "properties": {"PerNode": {"$ref": "#/components/schemas/u64", "description": "--mem, bytes per node (0: none)"}}},
         {"type": "object", "required": ["PerCpu"], "additionalProperties": false, "properties": {"PerCpu": {"$ref": "#/components/schemas/u64", "description": "--mem-per-cpu, bytes"}}}]},
@@ -604,7 +605,10 @@ pub const DOCUMENT: &str = r##"{
           "nice": {"$ref": "#/components/schemas/i32"},
           "submit_dir": {"type": "string", "description": "`(hidden)` for another user's job"},
           "time_min": {"$ref": "#/components/schemas/i64OrNull", "description": "--time-min, seconds"},
-          "allocation": {"type": "array", "items": {"$ref": "#/components/schemas/NodeAllocInfo"}, "description": "What it holds on each node (the last run's once it ended; empty while pending)"}}},
+          "allocation": {"type": "array", "items": {"$ref": "#/components/schemas/NodeAllocInfo"}, "description": "What it holds on each node (the last run's once it ended; empty while pending)"},
+          "het_job_id": {"$ref": "#/components/schemas/u64", "description": "A heterogeneous job's component: the leader's id (lists show one row per component, id the leader's plus het_job_offset, display_id N+K)"},
+          "het_job_offset": {"$ref": "#/components/schemas/u32", "description": "A heterogeneous job's component: its index"},
+          "het_size": {"$ref": "#/components/schemas/u32", "description": "A heterogeneous job's component: how many components the job has"}}},
       "NodeAllocInfo": {"type": "object", "additionalProperties": false, "required": ["name", "cpus", "memory_mb", "gpus"],
         "properties": {"name": {"type": "string"}, "cpus": {"$ref": "#/components/schemas/u32"}, "memory_mb": {"$ref": "#/components/schemas/u64"}, "gpus": {"$ref": "#/components/schemas/u32"}}},
       "CancelRequest": {"type": "object", "additionalProperties": false, "required": ["ids"],
@@ -701,7 +705,11 @@ pub const DOCUMENT: &str = r##"{
         "res": {"$ref": "#/components/schemas/StepRes"},
         "cpu_bind": {"$ref": "#/components/schemas/StringOrNull", "description": "--cpu-bind: rank, map_cpu:<list> and mask_cpu:<list> bind each task; others are accepted"},
         "distribution": {"$ref": "#/components/schemas/StringOrNull", "description": "-m/--distribution (recorded)"},
-        "container": {"anyOf": [{"$ref": "#/components/schemas/Container"}, {"type": "null"}]}}},
+        "container": {"anyOf": [{"$ref": "#/components/schemas/Container"}, {"type": "null"}]},
+        "het": {"type": "array", "description": "In a heterogeneous job: the components the step runs on, in rank order (srun --het-group, srun A : B); absent: component 0", "items": {
+          "type": "object", "additionalProperties": false, "required": ["group"], "properties": {
+            "group": {"$ref": "#/components/schemas/u32"}, "nodes": {"$ref": "#/components/schemas/u32OrNull"}, "ntasks": {"$ref": "#/components/schemas/u32OrNull"},
+            "ntasks_per_node": {"$ref": "#/components/schemas/u32OrNull"}, "argv": {"type": "array", "items": {"type": "string"}, "description": "Its command (empty: the step's)"}}}}}},
       "Container": {"type": "object", "additionalProperties": false, "required": ["image"],
         "description": "Pyxis's --container-* options: the step's tasks run in this image (README, Containers)", "properties": {
         "image": {"type": "string", "description": "--container-image: [USER@][REGISTRY#]IMAGE[:TAG], Docker's REGISTRY/IMAGE[:TAG], or oci:DIR[:TAG]"},
@@ -1322,6 +1330,9 @@ mod tests {
             submit_dir: "/home/alice".into(),
             time_min: Some(600),
             allocation: vec![NodeAllocInfo { name: "node1".into(), cpus: 4, memory_mb: u64::MAX, gpus: 1 }],
+            het_job_id: Some(119),
+            het_job_offset: Some(1),
+            het_size: Some(2),
         }
     }
 
