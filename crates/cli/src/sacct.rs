@@ -79,9 +79,19 @@ pub(crate) fn sacct(args: &[String]) -> Result<i32> {
     let list = |v: &str| v.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_string).collect::<Vec<_>>();
     let (p, from_env) = crate::common::parse_env("sacct", args)?;
     let mut clusters = None;
+    // `--whole-hetjob`: every component of a heterogeneous job named by any of them (`yes`),
+    // only those named (`no`); by default, the leader's id names them all.
+    let mut whole_hetjob: Option<bool> = None;
     for g in p.opts {
         let v = g.value();
         match g.key() {
+            "whole-hetjob" => {
+                whole_hetjob = match g.value.as_deref() {
+                    None | Some("yes") => Some(true),
+                    Some("no") => Some(false),
+                    Some(o) => bail!("Invalid --whole-hetjob value: {o} (yes or no)"),
+                };
+            }
             "uid" => {
                 // As Slurm's: `-u -1` is every user; a later -u undoes an earlier -a.
                 all_users = v.trim() == "-1";
@@ -202,7 +212,17 @@ pub(crate) fn sacct(args: &[String]) -> Result<i32> {
     // --json and --yaml get the strings as they are (they escape them); the table, made visible.
     let mut jobs: Vec<JobInfo> = if json || yaml { crate::query::get_raw(&t, &path)? } else { get(&t, &path)? };
     jobs.retain(|j| {
-        ids.as_ref().is_none_or(|w| w.iter().any(|x| selects(x, j)))
+        ids.as_ref().is_none_or(|w| {
+            w.iter().any(|x| match (whole_hetjob, j.het_job_id) {
+                (Some(true), Some(h)) => {
+                    // Any component's id (N+K, or its own number) names them all.
+                    let named = |x: &str| x == h.to_string() || x.split_once('+').is_some_and(|(a, _)| a == h.to_string());
+                    named(x.as_str()) || x.parse::<u64>().is_ok_and(|n| n >= h && n < h + u64::from(j.het_size.unwrap_or(1)))
+                }
+                (Some(false), Some(_)) => *x == j.display_id || *x == j.id.to_string(),
+                _ => selects(x, j),
+            })
+        })
             && users.as_ref().is_none_or(|u| u.contains(&j.user) || u.contains(&j.uid.to_string()))
             && accounts.as_ref().is_none_or(|v| v.contains(&j.account))
             && names.as_ref().is_none_or(|v| v.contains(&j.name))

@@ -751,7 +751,8 @@ impl Controller {
         self.check_partition_access(spec.uid, user, batch.partition.as_deref(), &probe.account, probe.qos.as_deref())?;
         self.check_components(spec.uid, user, batch, &probe)?;
         self.check_cached(&probe)?;
-        self.check_job_limits(&probe, batch.array.as_ref().map_or(1, |a| a.indices.len() as u64))?;
+        // Each component of a heterogeneous job counts as a job (Slurm's rule).
+        self.check_job_limits(&probe, batch.array.as_ref().map_or(1, |a| a.indices.len() as u64) * probe.components() as u64)?;
         for d in &batch.dependency {
             if let Some(j) = d.job
                 && !self.exists(j.0)

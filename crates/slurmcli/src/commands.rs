@@ -133,8 +133,7 @@ const SACCT_OPTS: &[Opt] = &[
     Opt::both('T', "truncate", Arg::None),
     Opt::long("use-local-uid", Arg::None).ignored("every node shares the controller's users, so the uid recorded is the local one"),
     Opt::both('W', "wckeys", Arg::Required),
-    Opt::long("whole-hetjob", Arg::Optional)
-        .ignored("no job here has heterogeneous components to add or leave out: each job is one record"),
+    Opt::long("whole-hetjob", Arg::Optional),
     // There are no association ids here: the filter matches no job.
     Opt::both('x', "associations", Arg::Required),
     Opt::long("yaml", Arg::None),

@@ -222,6 +222,8 @@ fn a_heterogeneous_batch_job_starts_its_components_together_and_srun_spans_them(
     let acct = c.ok("sacct", &["-nXP", "-j", &id.to_string(), "-o", "JobID,State,NodeList"]);
     assert_eq!(acct, format!("{id}+0|COMPLETED|node1\n{id}+1|COMPLETED|node[2-3]\n"));
     assert_eq!(c.ok("sacct", &["-nXP", "-j", &format!("{id}+1"), "-o", "JobID"]).trim(), format!("{id}+1"));
+    assert_eq!(c.ok("sacct", &["-nXP", "-j", &id.to_string(), "--whole-hetjob=no", "-o", "JobID"]).trim(), format!("{id}+0"));
+    assert_eq!(c.ok("sacct", &["-nXP", "-j", &format!("{id}+1"), "--whole-hetjob", "-o", "JobID"]), format!("{id}+0\n{id}+1\n"));
     // The next job's id is past the components' ids.
     let next = c.sbatch(&["-o", "/dev/null", "--wrap", "sleep 300"]);
     assert_eq!(next, id + 2);
