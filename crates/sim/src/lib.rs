@@ -518,6 +518,42 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_heterogeneous_job_starts_whole_in_virtual_time_and_backfill_goes_around_it() {
+        use model::{HetPart, JobRequest, Node, Shape};
+        let nodes: Vec<Node> = (0..3).map(|i| Node::new(format!("n{i}"), 8, 1 << 34, 0)).collect();
+        let job = |id: u64, submit: Time, limit: Time, runtime: Time, shape: Shape, het: Vec<Shape>| {
+            let mut req = JobRequest::new(id, submit, limit, shape);
+            req.het = het
+                .into_iter()
+                .map(|shape| HetPart { shape, partition: None, features: Vec::new(), nodelist: Vec::new(), exclude: Vec::new() })
+                .collect();
+            trace::TraceJob { req, runtime, units: 8 }
+        };
+        let w = Workload {
+            name: "het".into(),
+            nodes,
+            jobs: vec![
+                // One node held until 50: the heterogeneous job's three components cannot all fit.
+                job(1, 0, 50, 50, Shape::whole_nodes(1), Vec::new()),
+                job(2, 1, 20, 10, Shape::whole_nodes(1), vec![Shape::whole_nodes(2)]),
+                // A short job ends before the reservation: backfilled at once; a long one waits.
+                job(3, 2, 5, 5, Shape::whole_nodes(1), Vec::new()),
+                job(4, 3, 500, 5, Shape::whole_nodes(1), Vec::new()),
+            ],
+            capacity: 24,
+            gpu: false,
+            skipped: 0,
+        };
+        let sched = Config { policy: sched::Policy::Fcfs, backfill: sched::Backfill::Easy, predict: sched::Predict::Limit, ..Config::default() };
+        let cfg = SimConfig::new(sched, 1);
+        let out = run(&w, 0..w.jobs.len(), &cfg, &mut || 0);
+        let start = |id: u64| out.jobs.iter().find(|j| j.id.0 == id).map(|j| j.start);
+        assert_eq!(start(2), Some(50), "{out:?}");
+        assert_eq!(start(3), Some(2));
+        assert_eq!(start(4), Some(60), "the long job waits for the heterogeneous job it would delay");
+    }
+
+    #[test]
     fn segments_spread_from_the_first_job_to_the_last_full_segment() {
         assert_eq!(segment_starts(10_000, 5, 1024, Half::All).unwrap(), vec![0, 2244, 4488, 6732, 8976]);
         assert_eq!(segment_starts(10_000, 5, 1024, Half::Tune).unwrap(), vec![0, 2244]);
