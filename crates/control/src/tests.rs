@@ -944,3 +944,48 @@ fn a_tail_task_acted_on_alone_becomes_a_job_and_limits_count_the_tail() {
     assert_eq!(c.jobs_from(0, true).filter(|j| !j.state.is_final()).count(), 0);
     assert!(c.cancel(3, 7, ids[99], None).is_err(), "already finished");
 }
+
+#[test]
+fn a_heterogeneous_job_keeps_its_components_and_ids_across_a_restart_and_steps_span_them() {
+    let mut c = cluster(3, 0);
+    let ids = c.submit(0, spec(1), &batch(&["-n1", "-c2", ":", "-N2", "--ntasks-per-node=1"]), "a").unwrap();
+    assert_eq!(ids, vec![1]);
+    assert_eq!(c.submit(0, spec(1), &batch(&[]), "a").unwrap(), vec![3], "id 2 is component 1's");
+    c.tick(1);
+    let j = c.job(1).unwrap();
+    assert_eq!((j.state, j.het.clone(), j.allocs.len()), (JobState::Running, vec![1, 2], 3));
+    let first = j.allocs[0].0.clone();
+    let orders = c.hb(1, &first, &[], &[]).unwrap();
+    let batch_env: HashMap<_, _> = launches(&orders).iter().find(|t| t.job == 1).unwrap().env.iter().cloned().collect();
+    assert_eq!(batch_env["SLURM_HET_SIZE"], "2");
+    assert_eq!(batch_env["SLURM_JOB_ID_HET_GROUP_1"], "2");
+    assert_eq!(batch_env["SLURM_JOB_NODELIST"], first, "the batch script sees component 0");
+    assert_eq!(batch_env["SLURM_NTASKS_HET_GROUP_1"], "2");
+    // What the store keeps (JSON) brings it back whole.
+    let _ = c.take_dirty();
+    let jobs: Vec<Job> = c.jobs().map(|j| serde_json::from_str(&serde_json::to_string(&*j).unwrap()).unwrap()).collect();
+    let nodes: Vec<NodeRec> = c.nodes().to_vec();
+    let mut r = Controller::restore(Settings::default(), jobs, nodes, Vec::new(), 4, 2, 2);
+    let j = r.job(1).unwrap();
+    assert_eq!((j.het.clone(), j.req.components()), (vec![1, 2], 2));
+    // One step over both components: ranks component by component, each with its CPUs per task.
+    let het = vec![HetStep { group: 0, ..HetStep::default() }, HetStep { group: 1, argv: vec!["other".into()], ..HetStep::default() }];
+    let step = r.create_step(2, 1, 1, None, None, None, vec!["env".into()], StepSpec { het, ..StepSpec::default() }).unwrap();
+    let s = r.job(1).unwrap().steps.iter().find(|s| s.id == step).unwrap().clone();
+    assert_eq!(s.layout.iter().map(|(_, k)| *k).collect::<Vec<_>>(), vec![1, 1, 1]);
+    let mut tasks: Vec<Task> = Vec::new();
+    for (name, _) in &r.job(1).unwrap().allocs.clone() {
+        tasks.extend(launches(&r.hb(2, name, &[], &[]).unwrap()).into_iter().filter(|t| t.step == step).cloned());
+    }
+    tasks.sort_by_key(|t| t.rank);
+    let env = |t: &Task, k: &str| t.env.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone()).unwrap_or_default();
+    assert_eq!(tasks.iter().map(|t| env(t, "SLURM_CPUS_PER_TASK")).collect::<Vec<_>>(), ["2", "1", "1"]);
+    assert_eq!(tasks.iter().map(|t| t.argv[0].clone()).collect::<Vec<_>>(), ["env", "other", "other"]);
+    assert!(tasks.iter().all(|t| env(t, "SLURM_NTASKS") == "3" && env(t, "SLURM_HET_SIZE") == "2"));
+    // Bad groups are refused with Slurm's words.
+    let bad = StepSpec { het: vec![HetStep { group: 2, ..HetStep::default() }], ..StepSpec::default() };
+    assert!(matches!(r.create_step(2, 1, 1, None, None, None, vec!["x".into()], bad), Err(Refused::Invalid(m)) if m.contains("components 0-1")));
+    let plain = StepSpec { het: vec![HetStep::default()], ..StepSpec::default() };
+    assert!(matches!(r.create_step(2, 1, 3, None, None, None, vec!["x".into()], plain), Err(Refused::Invalid(m)) if m.contains("HetJob allocation")));
+    assert_eq!(r.submit(3, spec(1), &batch(&[]), "a").unwrap(), vec![4], "ids continue past the components");
+}
