@@ -63,6 +63,11 @@ fn job_lines(j: &JobInfo, t: i64) -> Vec<String> {
     if let (Some(a), Some(k)) = (j.array_job_id, j.array_task_id) {
         v[0] = format!("JobId={} ArrayJobId={a} ArrayTaskId={k} JobName={}", j.id, j.name);
     }
+    if let (Some(h), Some(k), Some(n)) = (j.het_job_id, j.het_job_offset, j.het_size) {
+        // A heterogeneous job's component, as Slurm's: its leader, offset and the ids of all.
+        v[0] = format!("JobId={} HetJobId={h} HetJobOffset={k} JobName={}", j.id, j.name);
+        v.insert(1, format!("HetJobIdSet={h}-{}", h + u64::from(n.max(1)) - 1));
+    }
     let group =
         nix::unistd::Group::from_gid(nix::unistd::Gid::from_raw(j.gid)).ok().flatten().map_or_else(|| j.gid.to_string(), |g| g.name);
     v.push(format!("UserId={}({}) GroupId={group}({}) MCS_label=N/A", j.user, j.uid, j.gid));
@@ -309,8 +314,7 @@ fn show_jobs(id: Option<&str>, oneliner: bool, json: bool) -> Result<i32> {
     let fetch = |path: &str| -> Result<Vec<JobInfo>> { if json { crate::query::get_raw(&t, path) } else { get(&t, path) } };
     let mut list: Vec<JobInfo> = fetch("/v1/jobs?all=true")?;
     if let Some(id) = id {
-        let valid = id.split('_').count() <= 2 && id.split('_').all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()));
-        if !valid {
+        if !crate::query::valid_job_id(id) {
             bail!("Invalid job id specified: {id}");
         }
         list.retain(|j| selects(id, j));

@@ -218,6 +218,13 @@ fn a_heterogeneous_batch_job_starts_its_components_together_and_srun_spans_them(
         "{text}"
     );
     assert_eq!(c.job(id)["JobState"], "COMPLETED");
+    // scontrol shows each component, with Slurm's HetJob keys.
+    let shown = c.ok("scontrol", &["show", "job", &id.to_string()]);
+    assert!(shown.contains(&format!("JobId={id} HetJobId={id} HetJobOffset=0")), "{shown}");
+    assert!(shown.contains(&format!("JobId={} HetJobId={id} HetJobOffset=1", id + 1)), "{shown}");
+    assert!(shown.contains(&format!("HetJobIdSet={id}-{}", id + 1)), "{shown}");
+    let one = c.ok("scontrol", &["show", "job", &format!("{id}+1")]);
+    assert!(one.contains("HetJobOffset=1") && !one.contains("HetJobOffset=0"), "{one}");
     // Accounting: one row per component, by N+K, with each component's own nodes.
     let acct = c.ok("sacct", &["-nXP", "-j", &id.to_string(), "-o", "JobID,State,NodeList"]);
     assert_eq!(acct, format!("{id}+0|COMPLETED|node1\n{id}+1|COMPLETED|node[2-3]\n"));
