@@ -573,7 +573,10 @@ fn read_layout(dir: &Path, tag: Option<&str>) -> Result<(String, Vec<PathBuf>)> 
     // An index (a manifest list): this node's platform's manifest.
     if desc["mediaType"] == INDEX_TYPE {
         let (_, inner) = read_json(&blob(desc["digest"].as_str().unwrap_or(""))?)?;
-        desc = list(&inner).into_iter().find(|m| platform_ok(m) && !m["platform"].is_null()).ok_or_else(|| anyhow!("no image for linux/{arch} in its index"))?;
+        desc = list(&inner)
+            .into_iter()
+            .find(|m| platform_ok(m) && !m["platform"].is_null())
+            .ok_or_else(|| anyhow!("no image for linux/{arch} in its index"))?;
     }
     let digest = desc["digest"].as_str().unwrap_or("").to_string();
     let (bytes, manifest) = read_json(&blob(&digest)?)?;
@@ -740,7 +743,8 @@ fn run(args: &[String]) -> Result<Never> {
     // A local layout is read here, as the user, and sent to the agent.
     let mut blobs = Vec::new();
     if let slurmcli::ImageRef::Layout { dir, tag } = &r {
-        let (manifest, paths) = read_layout(Path::new(dir), tag.as_deref()).with_context(|| format!("the local image {}", r.canonical()))?;
+        let (manifest, paths) =
+            read_layout(Path::new(dir), tag.as_deref()).with_context(|| format!("the local image {}", r.canonical()))?;
         ask.manifest = Some(manifest);
         blobs = paths;
     }
@@ -861,7 +865,15 @@ fn run(args: &[String]) -> Result<Never> {
 /// namespace in which the user is root (with `sub`, the user's first subordinate id is root
 /// and the user is itself), and in it `tandem __container-root` builds the root filesystem
 /// and runs `runc run --detach`.
-fn create(shared: &Path, id: &str, mut spec: oci_spec::runtime::Spec, made: &str, sub: Option<(u32, u32)>, uid: u32, gid: u32) -> Result<()> {
+fn create(
+    shared: &Path,
+    id: &str,
+    mut spec: oci_spec::runtime::Spec,
+    made: &str,
+    sub: Option<(u32, u32)>,
+    uid: u32,
+    gid: u32,
+) -> Result<()> {
     std::fs::write(shared.join("digest"), made)?;
     if let Some(p) = spec.process_mut() {
         p.set_args(Some(vec![image::spec::INIT_PATH.to_string(), "-P".to_string()]));

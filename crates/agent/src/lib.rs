@@ -20,6 +20,7 @@ mod node;
 mod replica;
 mod resources;
 mod rootfs;
+mod scripts;
 mod stepio;
 mod usage;
 

@@ -257,12 +257,44 @@ pub(crate) async fn run(a: AgentArgs) -> Result<()> {
     let mut sampler = crate::usage::Sampler::default();
     let mut ack: u64 = 0;
     let mut unsaved_said = false;
+    // The node's prolog and epilog: runs whose prolog runs or ran here, runs over here whose
+    // epilog waits for their tasks to go, and a drain the node asks for (a script failed).
+    let (stx, mut srx) = mpsc::unbounded_channel::<crate::scripts::Done>();
+    let mut prologs: HashMap<(u64, u32), Prolog> = HashMap::new();
+    let mut epilogs: HashMap<(u64, u32), Vec<(String, String)>> = HashMap::new();
+    let mut drain: Option<String> = None;
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
     loop {
         // Collect exits that happened meanwhile.
         while let Ok((k, st)) = rx.try_recv() {
             exits.extend(ended(&mut tasks, &mut fenced, &spool, k, st, &a.name));
+        }
+        // Prologs and epilogs that ended: start the tasks that waited, or fail them.
+        while let Ok(d) = srx.try_recv() {
+            match script_done(d, &mut prologs, &a.name) {
+                Ok(ready) => {
+                    for t in ready {
+                        start_task(t, &a, &spool, &records, &cg, &mut tasks, &mut exits, &tx, &replica_env);
+                    }
+                }
+                Err((failed, reason)) => {
+                    exits.extend(failed);
+                    drain = Some(reason);
+                }
+            }
+        }
+        // Epilogs whose runs' tasks here are gone.
+        let due: Vec<(u64, u32)> = epilogs
+            .keys()
+            .filter(|r| !tasks.keys().any(|k| (k.job, k.epoch) == **r) && !matches!(prologs.get(r), Some(Prolog::Running(_))))
+            .copied()
+            .collect();
+        for run in due {
+            if let (Some(env), Some(path)) = (epilogs.remove(&run), info.epilog.clone()) {
+                let timeout = (info.prolog_epilog_timeout_s > 0).then(|| Duration::from_secs(info.prolog_epilog_timeout_s));
+                crate::scripts::spawn(crate::scripts::Kind::Epilog, path, run.0, run.1, env, timeout, stx.clone());
+            }
         }
         // Fencing: without a renewed lease, nothing of ours may keep running.
         let (lease, margin) = lease_and_margin(&info);
@@ -286,12 +318,13 @@ pub(crate) async fn run(a: AgentArgs) -> Result<()> {
         let hb = Heartbeat {
             node: a.name.clone(),
             ack,
-            running: tasks.keys().copied().collect(),
+            running: tasks.keys().copied().chain(waiting(&prologs)).collect(),
             exits: exits.clone(),
             wait_ms: if exits.is_empty() { info.heartbeat_ms } else { 0 },
             replicas: tasks.values().filter_map(|r| r.replica.as_ref().map(|c| c.status.lock().expect("lock").clone())).collect(),
             usage: sampler.sample(tasks.iter().map(|(k, r)| (*k, r.pgid()))),
             pulling: crate::container::pulls(),
+            drain: drain.clone(),
         };
         let req = conn.send("POST", "/v1/agent/heartbeat", Some(&hb), &hdr);
         let reply = tokio::select! {
@@ -304,13 +337,29 @@ pub(crate) async fn run(a: AgentArgs) -> Result<()> {
                 None
             }
             _ = changed.notified() => None,
+            d = srx.recv() => {
+                if let Some(d) = d {
+                    match script_done(d, &mut prologs, &a.name) {
+                        Ok(ready) => {
+                            for t in ready {
+                                start_task(t, &a, &spool, &records, &cg, &mut tasks, &mut exits, &tx, &replica_env);
+                            }
+                        }
+                        Err((failed, reason)) => {
+                            exits.extend(failed);
+                            drain = Some(reason);
+                        }
+                    }
+                }
+                None
+            }
             _ = term.recv() => { shutdown(&tasks, &records); return Ok(()); }
             _ = int.recv() => { shutdown(&tasks, &records); return Ok(()); }
         };
         let Some(reply) = reply else { continue };
         let orders = match reply {
             Ok(r) if r.status == 404 => {
-                reg.running = tasks.keys().copied().collect();
+                reg.running = tasks.keys().copied().chain(waiting(&prologs)).collect();
                 reg.exits = exits.clone();
                 info = match register(&conn, &a, &hdr, &reg).await {
                     Ok(i) => i,
@@ -357,6 +406,9 @@ pub(crate) async fn run(a: AgentArgs) -> Result<()> {
         };
         last_ok = sent;
         unsaved_said = false;
+        if hb.drain.is_some() && drain == hb.drain {
+            drain = None; // the controller has it
+        }
         renew_keepers(&records, &tasks, &info, sent);
         for e in exits.drain(..) {
             records.forget(&TaskKey { job: e.job, epoch: e.epoch, step: e.step, rank: e.rank });
@@ -387,44 +439,28 @@ pub(crate) async fn run(a: AgentArgs) -> Result<()> {
                         exits.push(exit_of(key, Some(st), false, false, &a.name));
                         continue;
                     }
-                    if t.replica.is_some() {
-                        let env = replica_env();
-                        let shared = shared_of(&a.data, &t);
-                        let ctl = crate::replica::spawn(t, env, None);
-                        tasks.insert(key, Running { pgid: 0, container: shared, cgroup: None, replica: Some(ctl) });
-                        continue;
-                    }
-                    match launch(&t, &spool, &records, &cg) {
-                        Ok((kept, cgroup)) => {
-                            tasks.insert(key, Running { pgid: kept.pid, container: shared_of(&a.data, &t), cgroup, replica: None });
-                            watch(kept, key, tx.clone());
-                        }
-                        Err(e) => {
-                            // The user is told through the job (`scontrol show job`, `sacct`):
-                            // nothing is written to their files as root.
-                            eprintln!("tandem agent {}: job {} step {}: {e}", a.name, t.job, t.step);
-                            if let Some((dir, named)) = shared_of(&a.data, &t) {
-                                crate::container::ALLOWED.remove(&key);
-                                crate::container::forget(&a.data, &key);
-                                release_container(&tasks, &key, &dir, named);
+                    // The node's prolog runs first, once per run here; the run's tasks wait for it.
+                    if let Some(path) = info.prolog.clone().filter(|_| t.replica.is_none()) {
+                        match prologs.get_mut(&(t.job, t.epoch)) {
+                            None => {
+                                let timeout = (info.prolog_epilog_timeout_s > 0).then(|| Duration::from_secs(info.prolog_epilog_timeout_s));
+                                let env = t.script_env.clone();
+                                crate::scripts::spawn(crate::scripts::Kind::Prolog, path, t.job, t.epoch, env, timeout, stx.clone());
+                                prologs.insert((t.job, t.epoch), Prolog::Running(vec![t]));
+                                continue;
                             }
-                            if t.script.is_some() {
-                                let _ = std::fs::remove_file(script_path(&spool, t.job, t.epoch));
+                            Some(Prolog::Running(waiting)) => {
+                                waiting.push(t);
+                                continue;
                             }
-                            exits.push(TaskExit {
-                                job: t.job,
-                                epoch: t.epoch,
-                                step: t.step,
-                                rank: t.rank,
-                                code: Some(1),
-                                signal: None,
-                                oom: false,
-                                fenced: false,
-                                error: Some(format!("{e} (on {})", a.name)),
-                                lost: false,
-                            });
+                            Some(Prolog::Failed(why)) => {
+                                exits.push(prolog_failure(key, why, &a.name));
+                                continue;
+                            }
+                            Some(Prolog::Passed) => {}
                         }
                     }
+                    start_task(t, &a, &spool, &records, &cg, &mut tasks, &mut exits, &tx, &replica_env);
                 }
                 Order::Signal { job, epoch, signal, batch_only, step } => {
                     let Ok(sig) = Signal::try_from(signal) else { continue };
@@ -438,6 +474,13 @@ pub(crate) async fn run(a: AgentArgs) -> Result<()> {
                         }
                     }
                 }
+                Order::Epilog { job, epoch, env } => {
+                    prologs.remove(&(job, epoch));
+                    if info.epilog.is_some() {
+                        // Run when the loop comes round and the run's tasks here are gone.
+                        epilogs.insert((job, epoch), env);
+                    }
+                }
                 Order::Attach { job, epoch, step, io } => {
                     let addr = io.addr.clone();
                     if crate::stepio::attach(job, epoch, step, io) == 0 {
@@ -445,6 +488,13 @@ pub(crate) async fn run(a: AgentArgs) -> Result<()> {
                     }
                 }
                 Order::Kill { job, epoch } => {
+                    // Tasks that waited for the run's prolog never start.
+                    if let Some(Prolog::Running(queued)) = prologs.remove(&(job, epoch)) {
+                        for t in queued {
+                            let k = TaskKey { job: t.job, epoch: t.epoch, step: t.step, rank: t.rank };
+                            exits.push(exit_of(k, Some(std::process::ExitStatus::from_raw(Signal::SIGKILL as i32)), false, false, &a.name));
+                        }
+                    }
                     // The run's named containers go with it (after its last task here).
                     if tasks.keys().any(|k| k.job == job && k.epoch == epoch) {
                         crate::container::ENDING.lock().expect("ending").insert((job, epoch));
@@ -469,6 +519,136 @@ pub(crate) async fn run(a: AgentArgs) -> Result<()> {
                 }
             }
         }
+    }
+}
+
+/// Starts a task the controller ordered (its prolog, if any, passed): a service replica under
+/// its supervisor, anything else as a kept process; one that cannot start is reported ended
+/// with the reason.
+#[allow(clippy::too_many_arguments)]
+fn start_task(
+    t: control::Task,
+    a: &AgentArgs,
+    spool: &std::path::Path,
+    records: &std::sync::Arc<Tasks>,
+    cg: &std::sync::Arc<Cgroups>,
+    tasks: &mut HashMap<TaskKey, Running>,
+    exits: &mut Vec<TaskExit>,
+    tx: &mpsc::UnboundedSender<(TaskKey, Option<std::process::ExitStatus>)>,
+    replica_env: &dyn Fn() -> crate::replica::Env,
+) {
+    let key = TaskKey { job: t.job, epoch: t.epoch, step: t.step, rank: t.rank };
+    if t.replica.is_some() {
+        let env = replica_env();
+        let shared = shared_of(&a.data, &t);
+        let ctl = crate::replica::spawn(t, env, None);
+        tasks.insert(key, Running { pgid: 0, container: shared, cgroup: None, replica: Some(ctl) });
+        return;
+    }
+    match launch(&t, &spool, &records, &cg) {
+        Ok((kept, cgroup)) => {
+            tasks.insert(key, Running { pgid: kept.pid, container: shared_of(&a.data, &t), cgroup, replica: None });
+            watch(kept, key, tx.clone());
+        }
+        Err(e) => {
+            // The user is told through the job (`scontrol show job`, `sacct`):
+            // nothing is written to their files as root.
+            eprintln!("tandem agent {}: job {} step {}: {e}", a.name, t.job, t.step);
+            if let Some((dir, named)) = shared_of(&a.data, &t) {
+                crate::container::ALLOWED.remove(&key);
+                crate::container::forget(&a.data, &key);
+                release_container(&tasks, &key, &dir, named);
+            }
+            if t.script.is_some() {
+                let _ = std::fs::remove_file(script_path(&spool, t.job, t.epoch));
+            }
+            exits.push(TaskExit {
+                job: t.job,
+                epoch: t.epoch,
+                step: t.step,
+                rank: t.rank,
+                code: Some(1),
+                signal: None,
+                oom: false,
+                fenced: false,
+                error: Some(format!("{e} (on {})", a.name)),
+                lost: false,
+                prolog_failed: false,
+            });
+        }
+    }
+}
+
+/// Where a run's prolog stands on this node.
+enum Prolog {
+    /// Running; these of the run's tasks wait for it.
+    Running(Vec<control::Task>),
+    /// It passed: the run's tasks start at once.
+    Passed,
+    /// It failed, so: the run's tasks here never start.
+    Failed(String),
+}
+
+/// The tasks that wait for their run's prolog (reported running: the controller counts them).
+fn waiting(prologs: &HashMap<(u64, u32), Prolog>) -> impl Iterator<Item = TaskKey> + '_ {
+    prologs.values().flat_map(|p| match p {
+        Prolog::Running(v) => v.iter().map(|t| TaskKey { job: t.job, epoch: t.epoch, step: t.step, rank: t.rank }).collect(),
+        _ => Vec::new(),
+    })
+}
+
+/// A task that never started because its run's prolog failed here.
+fn prolog_failure(key: TaskKey, why: &str, node: &str) -> TaskExit {
+    TaskExit {
+        job: key.job,
+        epoch: key.epoch,
+        step: key.step,
+        rank: key.rank,
+        code: Some(1),
+        signal: None,
+        oom: false,
+        fenced: false,
+        error: Some(format!("{why} (on {node})")),
+        lost: false,
+        prolog_failed: true,
+    }
+}
+
+/// A prolog or epilog ended: `Ok` with the tasks to start now (a prolog passed), or `Err` with
+/// the ends to report (a prolog failed: its run's waiting tasks) and the node's drain reason.
+fn script_done(
+    d: crate::scripts::Done,
+    prologs: &mut HashMap<(u64, u32), Prolog>,
+    node: &str,
+) -> std::result::Result<Vec<control::Task>, (Vec<TaskExit>, String)> {
+    let run = (d.job, d.epoch);
+    match (d.kind, d.result) {
+        (crate::scripts::Kind::Prolog, Ok(())) => match prologs.get_mut(&run) {
+            Some(p @ Prolog::Running(_)) => match std::mem::replace(p, Prolog::Passed) {
+                Prolog::Running(v) => Ok(v),
+                _ => Ok(Vec::new()),
+            },
+            // The run was killed meanwhile.
+            _ => Ok(Vec::new()),
+        },
+        (kind, Err(why)) => {
+            eprintln!("tandem agent {node}: job {} run {}: {why}; draining the node", d.job, d.epoch);
+            let reason = kind.drain_reason(&why);
+            let failed = match prologs.get_mut(&run) {
+                Some(p @ Prolog::Running(_)) if kind == crate::scripts::Kind::Prolog => {
+                    match std::mem::replace(p, Prolog::Failed(why.clone())) {
+                        Prolog::Running(v) => v
+                            .iter()
+                            .map(|t| prolog_failure(TaskKey { job: t.job, epoch: t.epoch, step: t.step, rank: t.rank }, &why, node))
+                            .collect(),
+                        _ => Vec::new(),
+                    }
+                }
+                _ => Vec::new(),
+            };
+            Err((failed, reason))
+        }
+        (crate::scripts::Kind::Epilog, Ok(())) => Ok(Vec::new()),
     }
 }
 
@@ -531,6 +711,7 @@ fn exit_of(k: TaskKey, st: Option<std::process::ExitStatus>, oom: bool, fenced: 
         fenced,
         error: st.is_none().then(|| format!("how the task ended is not known: it outlived its agent and its keeper on {node}")),
         lost: st.is_none(),
+        prolog_failed: false,
     }
 }
 
@@ -586,7 +767,9 @@ fn release_container(tasks: &HashMap<TaskKey, Running>, k: &TaskKey, dir: &std::
 
 /// A task of a run ordered killed ended: with the run's last task here, its named containers go.
 fn run_ended(tasks: &HashMap<TaskKey, Running>, data: &std::path::Path, k: &TaskKey) {
-    if !tasks.keys().any(|o| o.job == k.job && o.epoch == k.epoch) && crate::container::ENDING.lock().expect("ending").remove(&(k.job, k.epoch)) {
+    if !tasks.keys().any(|o| o.job == k.job && o.epoch == k.epoch)
+        && crate::container::ENDING.lock().expect("ending").remove(&(k.job, k.epoch))
+    {
         crate::container::remove_named(data, k.job, k.epoch);
     }
 }

@@ -322,6 +322,7 @@ async fn sim_agent(sh: Arc<Shared>, i: usize, node: model::Node) {
         fenced,
         error: None,
         lost: false,
+        prolog_failed: false,
     };
     loop {
         let now = Instant::now();
@@ -362,6 +363,7 @@ async fn sim_agent(sh: Arc<Shared>, i: usize, node: model::Node) {
                 .collect(),
             usage: Vec::new(),
             pulling: Vec::new(),
+            drain: None,
         };
         let next_end = tasks.values().min().copied();
         let sent = Instant::now();
@@ -453,8 +455,8 @@ async fn sim_agent(sh: Arc<Shared>, i: usize, node: model::Node) {
                         exits.push(ended(k, Some(9), false));
                     }
                 }
-                // Simulated tasks have no I/O to attach to.
-                Order::Attach { .. } => {}
+                // Simulated tasks have no I/O to attach to, nor nodes to run an epilog on.
+                Order::Attach { .. } | Order::Epilog { .. } => {}
             }
         }
     }

@@ -333,6 +333,7 @@ async fn probes(pool: Arc<client::H2Pool>, creds: Vec<(String, String)>, stop: A
                     replicas: Vec::new(),
                     usage: Vec::new(),
                     pulling: Vec::new(),
+                    drain: None,
                 };
                 let t = Instant::now();
                 match pool

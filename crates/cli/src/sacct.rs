@@ -222,8 +222,7 @@ pub(crate) fn sacct(args: &[String]) -> Result<i32> {
                 (Some(false), Some(_)) => *x == j.display_id || *x == j.id.to_string(),
                 _ => selects(x, j),
             })
-        })
-            && users.as_ref().is_none_or(|u| u.contains(&j.user) || u.contains(&j.uid.to_string()))
+        }) && users.as_ref().is_none_or(|u| u.contains(&j.user) || u.contains(&j.uid.to_string()))
             && accounts.as_ref().is_none_or(|v| v.contains(&j.account))
             && names.as_ref().is_none_or(|v| v.contains(&j.name))
             && parts.as_ref().is_none_or(|v| v.contains(&j.partition))

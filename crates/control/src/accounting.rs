@@ -410,16 +410,19 @@ impl Controller {
                 ));
             }
         }
-        let usage = request_usage(req);
         let none = model::accounting::Usage::default();
-        for (who, lim) in [
-            ("the association's", pick(&|l| !l.max_tres_per_job.is_empty()).map(|l| l.max_tres_per_job)),
-            ("the QOS's", qos.map(|q| q.limits.max_tres_per_job)),
-        ] {
-            if let Some(l) = lim
-                && let Some(k) = none.exceeds(&usage, &l)
-            {
-                return over(format!("the job asks more {} than {who} MaxTRESPerJob {l}", tres_name(k)));
+        // Each component of a heterogeneous job is a job of its own for these (Slurm's rule).
+        for part in (0..req.components()).filter_map(|k| req.component(k)) {
+            let usage = request_usage(&part);
+            for (who, lim) in [
+                ("the association's", pick(&|l| !l.max_tres_per_job.is_empty()).map(|l| l.max_tres_per_job)),
+                ("the QOS's", qos.map(|q| q.limits.max_tres_per_job)),
+            ] {
+                if let Some(l) = lim
+                    && let Some(k) = none.exceeds(&usage, &l)
+                {
+                    return over(format!("the job asks more {} than {who} MaxTRESPerJob {l}", tres_name(k)));
+                }
             }
         }
         // Submitted (pending or running) jobs.

@@ -14,6 +14,10 @@
 //! max_script_size = 4194304 # Slurm's max_script_size: the largest batch script, bytes
 //! min_job_age = 300       # Slurm's MinJobAge: finished jobs leave memory after this (0: never)
 //! mpi_default = "none"    # Slurm's MpiDefault: srun's --mpi when it names none (none, pmi2, pmix)
+//! prolog = "/etc/tandem/prolog"  # Slurm's Prolog: on each node, as root, before a job's first task
+//! epilog = "/etc/tandem/epilog"  # Slurm's Epilog: on each node of a job once its run there is over
+//! prolog_epilog_timeout = 60     # seconds; a prolog or epilog still running then fails (0: none)
+//! nohold_on_prolog_fail = false  # a job whose prolog failed is requeued without a hold
 //! [scheduler]
 //! policy = "default"      # fcfs, sjf, f1, multifactor, default
 //! backfill = "easy"       # none, easy, conservative
@@ -104,6 +108,10 @@ struct File {
     max_script_size: Option<u64>,
     min_job_age: Option<u32>,
     mpi_default: Option<String>,
+    prolog: Option<String>,
+    epilog: Option<String>,
+    prolog_epilog_timeout: Option<u32>,
+    nohold_on_prolog_fail: Option<bool>,
     scheduler: Option<Sched>,
     weights: Option<toml::Table>,
     #[serde(default)]
@@ -401,6 +409,20 @@ pub fn parse(text: &str) -> Result<(crate::Settings, Security)> {
             other => bail!("mpi_default must be one of none, pmi2, pmix (or pmix_v3, pmix_v4, pmix_v5), not {other:?}"),
         };
     }
+    for (key, path, slot) in [("prolog", f.prolog, &mut s.prolog), ("epilog", f.epilog, &mut s.epilog)] {
+        if let Some(p) = path {
+            if !p.starts_with('/') || p.len() > 4096 || p.chars().any(char::is_control) {
+                bail!("{key} must be an absolute path (a program on each node), at most 4096 bytes, got {p:?}");
+            }
+            *slot = Some(p);
+        }
+    }
+    if let Some(t) = f.prolog_epilog_timeout {
+        s.prolog_epilog_timeout = i64::from(t);
+    }
+    if let Some(n) = f.nohold_on_prolog_fail {
+        s.nohold_on_prolog_fail = n;
+    }
     if let Some(m) = f.max_array_size {
         if m == 0 || m > slurmcli::MAX_ARRAY_SIZE_CAP {
             bail!("max_array_size must be between 1 and {} (Slurm's cap)", slurmcli::MAX_ARRAY_SIZE_CAP);
@@ -680,6 +702,14 @@ mod tests {
         assert!(e("mpi_default = \"openmpi\"").contains("mpi_default must be one of"));
         assert_eq!(parse("mpi_default = \"pmix_v4\"").unwrap().mpi_default.as_deref(), Some("pmix"));
         assert_eq!(parse("mpi_default = \"none\"").unwrap().mpi_default, None);
+        let s = parse("prolog = \"/etc/p\"\nepilog = \"/etc/e\"\nprolog_epilog_timeout = 5\nnohold_on_prolog_fail = true").unwrap();
+        assert_eq!(
+            (s.prolog.as_deref(), s.epilog.as_deref(), s.prolog_epilog_timeout, s.nohold_on_prolog_fail),
+            (Some("/etc/p"), Some("/etc/e"), 5, true)
+        );
+        assert!(e("prolog = \"relative.sh\"").contains("prolog must be an absolute path"));
+        assert!(e("epilog = \"/a\\nb\"").contains("epilog must be an absolute path"));
+        assert!(e("prolog_epilog_timeout = -1").contains("prolog_epilog_timeout"));
         assert!(e("[scheduler]\nbackfill = \"rls\"").contains("scheduler.backfill"));
         assert!(e("[scheduler]\npredict = \"oracle\"").contains("scheduler.predict"));
         assert!(e("[scheduler]\npredict = 3").contains("invalid type"));

@@ -35,8 +35,8 @@ pub use service::{Service, ServiceSpec};
 pub use services::{Endpoint, EndpointView, ProxyServiceStats, ServiceEndpoints, replica_id};
 pub use tails::{ARRAY_WINDOW, Listing};
 pub use types::{
-    ArrayInfo, ArrayRecord, BATCH_STEP, HetStep, Job, JobSpec, NodeRec, Order, Pulling, ReplicaInfo, ReplicaReport, ReplicaTask, StdinTo, Step,
-    StepHold, StepIo, StepRes, StepSpec, TailCancel, Task, TaskExit, TaskKey, TaskUsage,
+    ArrayInfo, ArrayRecord, BATCH_STEP, HetStep, Job, JobSpec, NodeRec, Order, Pulling, ReplicaInfo, ReplicaReport, ReplicaTask, StdinTo,
+    Step, StepHold, StepIo, StepRes, StepSpec, TailCancel, Task, TaskExit, TaskKey, TaskUsage,
 };
 
 use model::{ClusterConfig, DepKind, DepStatus, JobEvent, JobId, JobState, Node, NodeEvent, NodeState, PendingReason, Time};
@@ -96,6 +96,23 @@ pub struct Settings {
     /// rest wait as the array's one record until these start (default 64; see `tails`).
     #[serde(default = "array_window")]
     pub array_window: u64,
+    /// Slurm's Prolog: a node-local program each agent runs as root before a job's first
+    /// task on its node (with the job's `SLURM_*` variables); one that fails drains the node
+    /// and requeues the job held.
+    #[serde(default)]
+    pub prolog: Option<String>,
+    /// Slurm's Epilog: run on each node of a job's allocation once its run there is over; one
+    /// that fails drains the node.
+    #[serde(default)]
+    pub epilog: Option<String>,
+    /// Slurm's PrologEpilogTimeout, seconds: a prolog or epilog still running then is killed and
+    /// counts as failed; 0: no limit.
+    #[serde(default)]
+    pub prolog_epilog_timeout: Time,
+    /// Slurm's `SchedulerParameters=nohold_on_prolog_fail`: a job whose prolog failed is
+    /// requeued without a hold (and runs elsewhere, its node drained).
+    #[serde(default)]
+    pub nohold_on_prolog_fail: bool,
 }
 
 fn array_window() -> u64 {
@@ -132,6 +149,10 @@ impl Default for Settings {
             operators: Vec::new(),
             administrators: Vec::new(),
             array_window: array_window(),
+            prolog: None,
+            epilog: None,
+            prolog_epilog_timeout: 0,
+            nohold_on_prolog_fail: false,
         }
     }
 }
@@ -427,7 +448,7 @@ impl Controller {
             s.recommendations.push_back((now * 1000, s.desired));
             c.services.insert(s.spec.name.clone(), s);
         }
-        c.next_id = next_id.max(jobs.iter().map(|j| j.req.id.0 + 1).max().unwrap_or(1));
+        c.next_id = next_id.max(jobs.iter().map(|j| j.req.id.0 + j.req.components() as u64).max().unwrap_or(1));
         for mut n in nodes {
             n.lease_until = now + c.settings.lease;
             n.usage = NodeUsage::for_node(&n.node);
@@ -626,19 +647,52 @@ impl Controller {
         if batch.time == Some(None) {
             probe.time_limit = probe.time_limit.min(part.max_time);
         }
+        self.clamp_to_components(batch, &mut probe);
         (probe.account, probe.qos) = self.charge(uid, user, batch.account.as_deref(), batch.qos.as_deref(), batch.nice)?;
         self.check_partition_access(uid, user, batch.partition.as_deref(), &probe.account, probe.qos.as_deref())?;
         self.check_components(uid, user, batch, &probe)?;
         sched::check_request(&self.node_defs(), &self.settings.cluster, &probe).map_err(|r| Refused::Invalid(r.message))?;
-        self.check_job_limits(&probe, batch.array.as_ref().map_or(1, |a| a.indices.len() as u64))?;
-        for d in &batch.dependency {
-            if let Some(j) = d.job
-                && !self.exists(j.0)
-            {
-                return Err(Refused::Invalid(format!("job dependency problem: job {} does not exist", j.0)));
+        self.check_job_limits(&probe, batch.array.as_ref().map_or(1, |a| a.indices.len() as u64) * probe.components() as u64)?;
+        self.resolve_dependencies(&mut probe)?;
+        Ok(part.name.clone())
+    }
+
+    /// A limit the user did not give (`-t 0`, or none: the default) is cut to what every
+    /// component's partition allows, as the first's is.
+    fn clamp_to_components(&self, batch: &BatchSpec, probe: &mut model::JobRequest) {
+        if batch.time.is_some_and(|t| t.is_some()) {
+            return;
+        }
+        for c in &batch.het {
+            if let Some(p) = self.settings.cluster.partition(c.partition.as_deref()) {
+                probe.time_limit = probe.time_limit.min(p.max_time);
             }
         }
-        Ok(part.name.clone())
+    }
+
+    /// The heterogeneous job that id `id` is a later component of: its leader's id.
+    fn het_leader(&self, id: u64) -> Option<u64> {
+        (1..slurmcli::MAX_COMPONENTS as u64)
+            .take_while(|&k| k < id)
+            .find(|&k| self.jobs.get(&(id - k)).is_some_and(|j| j.req.components() as u64 > k))
+            .map(|k| id - k)
+    }
+
+    /// Every job a submission depends on exists; one named by a heterogeneous job's component
+    /// id is the whole job (its leader's).
+    fn resolve_dependencies(&self, probe: &mut model::JobRequest) -> Result<(), Refused> {
+        for d in &mut probe.dependencies {
+            if let Some(j) = d.job {
+                if self.exists(j.0) {
+                    continue;
+                }
+                match self.het_leader(j.0) {
+                    Some(leader) => d.job = Some(JobId(leader)),
+                    None => return Err(Refused::Invalid(format!("job dependency problem: job {} does not exist", j.0))),
+                }
+            }
+        }
+        Ok(())
     }
 
     /// A heterogeneous job's later components: each partition exists and may be used, and the
@@ -673,7 +727,9 @@ impl Controller {
                 return differs("time limit");
             }
             if !c.het.is_empty() || !c.script.is_empty() || c.array.is_some() || c.container.is_some() {
-                return Err(Refused::Invalid(format!("heterogeneous job component {k}: only resource options belong to a later component")));
+                return Err(Refused::Invalid(format!(
+                    "heterogeneous job component {k}: only resource options belong to a later component"
+                )));
             }
             let part = self.settings.cluster.partition(c.partition.as_deref()).ok_or_else(|| {
                 Refused::Invalid(format!(
@@ -747,19 +803,14 @@ impl Controller {
             // -t 0 (unlimited): as long as the partition allows.
             probe.time_limit = probe.time_limit.min(part.max_time);
         }
+        self.clamp_to_components(batch, &mut probe);
         (probe.account, probe.qos) = self.charge(spec.uid, user, batch.account.as_deref(), batch.qos.as_deref(), batch.nice)?;
         self.check_partition_access(spec.uid, user, batch.partition.as_deref(), &probe.account, probe.qos.as_deref())?;
         self.check_components(spec.uid, user, batch, &probe)?;
         self.check_cached(&probe)?;
         // Each component of a heterogeneous job counts as a job (Slurm's rule).
         self.check_job_limits(&probe, batch.array.as_ref().map_or(1, |a| a.indices.len() as u64) * probe.components() as u64)?;
-        for d in &batch.dependency {
-            if let Some(j) = d.job
-                && !self.exists(j.0)
-            {
-                return Err(Refused::Invalid(format!("job dependency problem: job {} does not exist", j.0)));
-            }
-        }
+        self.resolve_dependencies(&mut probe)?;
         if let Some(a) = &batch.array
             && (a.indices.is_empty() || a.indices.windows(2).any(|w| w[0] >= w[1]) || a.max_running == Some(0))
         {
@@ -996,6 +1047,7 @@ impl Controller {
         }
         let j = self.jobs.get_mut(&id).expect("checked");
         j.req.held = hold;
+        j.prolog_held &= hold;
         if hold {
             // Held jobs are not in scheduling passes; a released one gets its reason from the next.
             (j.reason, j.expected_start) = (PendingReason::JobHeldUser, None);
@@ -1060,17 +1112,76 @@ impl Controller {
 
     /// Releases a job's allocation and, for a running job, orders its tasks killed.
     fn release(&mut self, id: u64) {
+        let Some(j) = self.jobs.get(&id) else { return };
+        // The epilog's environment on each node, while the allocation is known (service
+        // replicas run none: their nodes are the service's, not a job's).
+        let epilogs: Vec<Vec<(String, String)>> = match (&self.settings.epilog, &j.replica) {
+            (Some(_), None) => (0..j.allocs.len()).map(|k| self.script_env(j, k, "epilog_slurmd")).collect(),
+            _ => Vec::new(),
+        };
         let Some(j) = self.jobs.get_mut(&id) else { return };
         let allocs = std::mem::take(&mut j.allocs);
         let epoch = j.epoch;
-        for (name, a) in &allocs {
+        for (k, (name, a)) in allocs.iter().enumerate() {
             if let Some(&i) = self.node_index.get(name) {
                 self.nodes[i].usage.release(a);
                 self.nodes[i].runs.retain(|r| *r != id);
                 self.nodes[i].push(Order::Kill { job: id, epoch });
+                if let Some(env) = epilogs.get(k) {
+                    self.nodes[i].push(Order::Epilog { job: id, epoch, env: env.clone() });
+                }
                 self.touched_nodes.insert(i as u32);
             }
         }
+    }
+
+    /// What a prolog or epilog (`context`: `prolog_slurmd`, `epilog_slurmd`) on node `k` of
+    /// job `j`'s allocation sees, as Slurm's: the job's id, user, uid and gid, nodes,
+    /// partition, account, name, the node's GPUs of the job, the node's and cluster's names.
+    fn script_env(&self, j: &Job, k: usize, context: &str) -> Vec<(String, String)> {
+        let nodes: Vec<String> = j.allocs.iter().map(|(n, _)| n.clone()).collect();
+        let (node, gpus) = j
+            .allocs
+            .get(k)
+            .map_or((String::new(), String::new()), |(n, a)| (n.clone(), a.gpus.iter().map(u8::to_string).collect::<Vec<_>>().join(",")));
+        let part = j.req.partition.clone().or_else(|| self.settings.cluster.partitions.first().map(|p| p.name.clone())).unwrap_or_default();
+        [
+            ("SLURM_SCRIPT_CONTEXT", context.to_string()),
+            ("SLURM_JOB_ID", j.req.id.0.to_string()),
+            ("SLURM_JOBID", j.req.id.0.to_string()),
+            ("SLURM_JOB_USER", j.req.user.clone()),
+            ("SLURM_JOB_UID", j.spec.uid.to_string()),
+            ("SLURM_JOB_GID", j.spec.gid.to_string()),
+            ("SLURM_JOB_NAME", j.req.name.clone()),
+            ("SLURM_JOB_NODELIST", slurmcli::compress(&nodes)),
+            ("SLURM_JOB_PARTITION", part),
+            ("SLURM_JOB_ACCOUNT", j.req.account.clone()),
+            ("SLURM_JOB_GPUS", gpus.clone()),
+            ("CUDA_VISIBLE_DEVICES", gpus),
+            ("SLURM_CLUSTER_NAME", self.settings.cluster_name.clone()),
+            ("SLURMD_NODENAME", node),
+            ("SLURM_RESTART_COUNT", j.restart_count.to_string()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect()
+    }
+
+    /// A node's own report that it must be drained (its epilog or prolog failed): drained with
+    /// the reason, as Slurm's, unless already drained or down (whose reason stays).
+    pub fn agent_drain(&mut self, name: &str, reason: &str) -> Result<(), Refused> {
+        let &i = self.node_index.get(name).ok_or_else(|| Refused::NotFound(format!("node {name} is not registered")))?;
+        let rec = &mut self.nodes[i];
+        if let Ok(next) = rec.node.state.step(NodeEvent::Drain)
+            && rec.node.state != NodeState::Drain
+        {
+            rec.node.state = next;
+            let reason: String = reason.chars().filter(|c| !c.is_control()).take(256).collect();
+            rec.reason = Some(reason);
+            self.dirty_nodes.insert(i);
+            self.nodes_changed();
+        }
+        Ok(())
     }
 
     /// Puts a running job back in the queue (same id, restart count + 1), or fails it as
@@ -1492,6 +1603,25 @@ impl Controller {
         }
         let Some(j) = self.jobs.get_mut(&e.job) else { return };
         self.dirty_jobs.insert(e.job);
+        if e.prolog_failed && !j.cancelling && j.replica.is_none() {
+            // Slurm's rule: the node is drained (its agent reports that) and the job goes back
+            // to the queue, held unless nohold_on_prolog_fail, to run elsewhere.
+            let id = e.job;
+            let hold = !self.settings.nohold_on_prolog_fail;
+            j.message = e.error.clone();
+            j.end = Some(now);
+            self.requeue_job(id, true);
+            if let Some(j) = self.jobs.get_mut(&id)
+                && j.state == JobState::Pending
+            {
+                j.req.held |= hold;
+                j.prolog_held = hold;
+                if hold {
+                    (j.reason, j.expected_start) = (PendingReason::LaunchFailedHeld, None);
+                }
+            }
+            return;
+        }
         if e.lost && !j.cancelling && j.replica.is_none() {
             // How a task ended is not known (it outlived its agent and its keeper, or the
             // machine restarted): its job met a node failure.
@@ -1825,12 +1955,16 @@ impl Controller {
     /// sets them again): a queue of N pending jobs whose estimates move costs no N writes per pass.
     fn set_reason(&mut self, id: u64, reason: PendingReason, expected: Option<Time>) {
         if let Some(j) = self.jobs.get_mut(&id) {
-            j.reason = reason;
+            j.reason = if reason == PendingReason::JobHeldUser && j.prolog_held { PendingReason::LaunchFailedHeld } else { reason };
             j.expected_start = expected;
         }
     }
 
     fn start_job(&mut self, now: Time, id: u64, mut allocs: Vec<sched::Alloc>, het: Vec<u32>) {
+        debug_assert!(
+            het.is_empty() || het.iter().map(|&n| n as usize).sum::<usize>() == allocs.len(),
+            "components' nodes are the allocation"
+        );
         let het = if het.iter().map(|&n| n as usize).sum::<usize>() == allocs.len() { het } else { Vec::new() };
         // The batch script runs on the first node, in node order (as Slurm's first node of the
         // node list); a heterogeneous job's components keep their order, each in node order,
@@ -1919,13 +2053,30 @@ impl Controller {
     /// Builds one task of a job's current run.
     #[allow(clippy::too_many_arguments)]
     fn make_task(&self, id: u64, step: u32, node_index: usize, rank: u32, localid: u32, gpus: Option<Vec<u8>>, argv: Vec<String>) -> Task {
+        let het = self.het_groups(&self.jobs[&id]);
+        self.make_task_in(id, step, node_index, rank, localid, gpus, argv, &het)
+    }
+
+    /// [`Controller::make_task`] with the job's heterogeneous components already described
+    /// (a step's tasks share them).
+    #[allow(clippy::too_many_arguments)]
+    fn make_task_in(
+        &self,
+        id: u64,
+        step: u32,
+        node_index: usize,
+        rank: u32,
+        localid: u32,
+        gpus: Option<Vec<u8>>,
+        argv: Vec<String>,
+        het: &[slurmcli::HetGroup],
+    ) -> Task {
         let j = &self.jobs[&id];
         let job_names: Vec<String> = j.allocs.iter().map(|(n, _)| n.clone()).collect();
         // A step sees its own layout (its nodes, its tasks: WORLD_SIZE is the step's), the job
         // its allocation (a heterogeneous job's batch script: component 0's).
         let srun = j.steps.iter().find(|s| s.id == step && step != BATCH_STEP);
         let layout = srun.map(|s| &s.layout);
-        let het = self.het_groups(j);
         let (names, tasks_per_node): (Vec<String>, Vec<u32>) = match (layout, het.first()) {
             (Some(l), _) => l.iter().cloned().unzip(),
             (None, Some(g)) => (g.nodes.clone(), g.tasks_per_node.clone()),
@@ -1935,7 +2086,18 @@ impl Controller {
         };
         // The component this task's node is in (0 for an ordinary job).
         let component = (0..het.len()).find(|&k| j.component_range(k, j.allocs.len()).contains(&node_index)).unwrap_or(0);
-        let shape_cpus = j.req.component(component).map_or(j.req.shape.cpus_per_task, |c| c.shape.cpus_per_task);
+        let own = if het.is_empty() { None } else { j.req.component(component) };
+        let own = own.as_ref().unwrap_or(&j.req);
+        let shape_cpus = own.shape.cpus_per_task;
+        // A heterogeneous job's step sees the nodes of the components it runs on as the job's
+        // (component 0's for a step that names none), as Slurm's.
+        let step_job_nodes: Vec<String> = match srun {
+            Some(s) if !het.is_empty() => {
+                let groups: Vec<usize> = if s.het.is_empty() { vec![0] } else { s.het.iter().map(|(g, _, _)| *g as usize).collect() };
+                groups.iter().filter_map(|&g| het.get(g)).flat_map(|g| g.nodes.iter().cloned()).collect()
+            }
+            _ => job_names.clone(),
+        };
         // A step that holds CPUs sees its own count (`SLURM_CPUS_ON_NODE`), else the job's.
         let cpus_per_node: Vec<u32> = names
             .iter()
@@ -1947,11 +2109,11 @@ impl Controller {
             .collect();
         let step_index = names.iter().position(|n| Some(n) == job_names.get(node_index)).unwrap_or(0);
         let node_gpus = j.allocs.get(node_index).map(|(_, a)| a.gpus.clone()).unwrap_or_default();
-        let part = j.req.partition.clone().or_else(|| self.settings.cluster.partitions.first().map(|p| p.name.clone())).unwrap_or_default();
+        let part = own.partition.clone().or_else(|| self.settings.cluster.partitions.first().map(|p| p.name.clone())).unwrap_or_default();
         let qos = j.req.qos.clone().or_else(|| self.settings.cluster.qos.first().map(|q| q.name.clone())).unwrap_or_default();
         let master_addr: Vec<String> =
             names.iter().map(|n| self.node_index.get(n).map_or(n.clone(), |&i| self.nodes[i].addr.clone())).collect();
-        let (mem_node, mem_cpu) = match j.req.shape.mem {
+        let (mem_node, mem_cpu) = match own.shape.mem {
             model::MemRequest::PerNode(0) => (None, None),
             model::MemRequest::PerNode(b) => (Some(b >> 20), None),
             model::MemRequest::PerCpu(b) => (None, Some(b >> 20)),
@@ -1966,7 +2128,7 @@ impl Controller {
             submit_dir: &j.spec.submit_dir,
             submit_host: &j.spec.submit_host,
             nodes: &names,
-            job_nodes: if layout.is_some() { &job_names } else { &[] },
+            job_nodes: if layout.is_some() { &step_job_nodes } else { &[] },
             tasks_per_node: &tasks_per_node,
             cpus_per_node: &cpus_per_node,
             cpus_per_task: srun.and_then(|s| s.spec.res.cpus_per_task).unwrap_or(shape_cpus),
@@ -1982,7 +2144,7 @@ impl Controller {
             step_id: (step != BATCH_STEP).then_some(step),
             start_end: (j.start.unwrap_or(0), j.start.map(|s| s.saturating_add(j.req.time_limit))),
             master_port: 20_000 + (id % 20_000) as u16,
-            het: &het,
+            het,
         };
         let st = srun.map(|s| &s.spec);
         let mut env = st.and_then(|s| s.env.clone()).unwrap_or_else(|| j.spec.env.clone());
@@ -2109,6 +2271,10 @@ impl Controller {
                 None if step == BATCH_STEP && !j.spec.interactive => j.spec.container.clone(),
                 None => None,
             },
+            script_env: match (&self.settings.prolog, &j.replica) {
+                (Some(_), None) => self.script_env(j, node_index, "prolog_slurmd"),
+                _ => Vec::new(),
+            },
         }
     }
 
@@ -2157,11 +2323,7 @@ impl Controller {
         for p in &parts {
             match seen.get_mut(p.group as usize) {
                 None => {
-                    return Err(Refused::Invalid(format!(
-                        "--het-group={}: job {id} has heterogeneous components 0-{}",
-                        p.group,
-                        size - 1
-                    )));
+                    return Err(Refused::Invalid(format!("--het-group={}: job {id} has heterogeneous components 0-{}", p.group, size - 1)));
                 }
                 Some(true) => return Err(Refused::Invalid(format!("--het-group={} is given twice", p.group))),
                 Some(s) => *s = true,
@@ -2253,7 +2415,7 @@ impl Controller {
             Some(t) => t.div_ceil(n_nodes),
             None => per_alloc,
         });
-        let total = ntasks.unwrap_or(per_node * n_nodes);
+        let total = ntasks.unwrap_or(per_node.saturating_mul(n_nodes));
         if total == 0 || total > per_node.saturating_mul(n_nodes) || per_node > 10_000 {
             return Err(Refused::Invalid(format!("cannot lay out {total} tasks on {n_nodes} nodes with {per_node} per node")));
         }
@@ -2295,6 +2457,7 @@ impl Controller {
         let Some(st) = j.steps.iter().find(|s| s.id == step) else { return Vec::new() };
         let mut out = Vec::new();
         let mut rank = 0;
+        let het = self.het_groups(j);
         for (at, (name, here)) in st.layout.iter().enumerate() {
             let Some(ni) = j.allocs.iter().position(|(n, _)| n == name) else { continue };
             let held = st.held.get(at);
@@ -2313,7 +2476,7 @@ impl Controller {
                     _ => None,
                 };
                 let argv = st_argv(st, at);
-                let mut t = self.make_task(id, step, ni, rank, local, gpus, argv);
+                let mut t = self.make_task_in(id, step, ni, rank, local, gpus, argv, &het);
                 t.step_mem = held.map_or(0, |h| h.memory);
                 out.push((name.clone(), t));
                 rank += 1;

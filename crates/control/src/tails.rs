@@ -278,7 +278,7 @@ impl Controller {
     pub(crate) fn live_weighted(&self) -> impl Iterator<Item = (&Job, u64)> {
         self.active()
             .filter(|j| !j.state.is_final())
-            .map(|j| (j, 1))
+            .map(|j| (j, j.req.components() as u64))
             .chain(self.lazy.values().filter(|t| t.pending()).map(|t| (&t.record.first, t.count - t.next_k)))
     }
 

@@ -27,7 +27,19 @@ pub(super) fn spec(uid: u32) -> JobSpec {
 
 /// A batch task's end as an agent reports it: an exit code, or a signal.
 pub(super) fn ended(job: u64, epoch: u32, code: Option<i32>, signal: Option<i32>) -> TaskExit {
-    TaskExit { job, epoch, step: BATCH_STEP, rank: 0, code, signal, oom: false, fenced: false, error: None, lost: false }
+    TaskExit {
+        job,
+        epoch,
+        step: BATCH_STEP,
+        rank: 0,
+        code,
+        signal,
+        oom: false,
+        fenced: false,
+        error: None,
+        lost: false,
+        prolog_failed: false,
+    }
 }
 
 pub(super) fn batch(args: &[&str]) -> BatchSpec {
@@ -984,8 +996,12 @@ fn a_heterogeneous_job_keeps_its_components_and_ids_across_a_restart_and_steps_s
     assert!(tasks.iter().all(|t| env(t, "SLURM_NTASKS") == "3" && env(t, "SLURM_HET_SIZE") == "2"));
     // Bad groups are refused with Slurm's words.
     let bad = StepSpec { het: vec![HetStep { group: 2, ..HetStep::default() }], ..StepSpec::default() };
-    assert!(matches!(r.create_step(2, 1, 1, None, None, None, vec!["x".into()], bad), Err(Refused::Invalid(m)) if m.contains("components 0-1")));
+    assert!(
+        matches!(r.create_step(2, 1, 1, None, None, None, vec!["x".into()], bad), Err(Refused::Invalid(m)) if m.contains("components 0-1"))
+    );
     let plain = StepSpec { het: vec![HetStep::default()], ..StepSpec::default() };
-    assert!(matches!(r.create_step(2, 1, 3, None, None, None, vec!["x".into()], plain), Err(Refused::Invalid(m)) if m.contains("HetJob allocation")));
+    assert!(
+        matches!(r.create_step(2, 1, 3, None, None, None, vec!["x".into()], plain), Err(Refused::Invalid(m)) if m.contains("HetJob allocation"))
+    );
     assert_eq!(r.submit(3, spec(1), &batch(&[]), "a").unwrap(), vec![4], "ids continue past the components");
 }

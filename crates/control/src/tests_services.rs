@@ -78,7 +78,7 @@ impl World {
                             exits.push(ended(job, epoch, None, Some(9)));
                         }
                     }
-                    Order::Attach { .. } => {}
+                    Order::Attach { .. } | Order::Epilog { .. } => {}
                 }
             }
             if !exits.is_empty() {

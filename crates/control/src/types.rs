@@ -286,7 +286,7 @@ pub struct StepSpec {
     pub container: Option<slurmcli::Container>,
     /// In a heterogeneous job, the components the step runs on (`srun --het-group`, `srun A :
     /// B`), in rank order; empty: component 0 alone, with the step's own node and task counts.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(default)]
     pub het: Vec<HetStep>,
 }
 
@@ -505,6 +505,9 @@ pub struct Job {
     /// an ordinary job.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub het: Vec<u32>,
+    /// Held because its prolog failed (shown as `launch failed requeued held` until released).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub prolog_held: bool,
 }
 
 impl Job {
@@ -553,6 +556,7 @@ impl Job {
             replica: None,
             pulling: None,
             het: Vec::new(),
+            prolog_held: false,
         }
     }
 }
@@ -725,6 +729,10 @@ pub struct Task {
     /// The image the task runs in (its step's `--container-*`), else a bare process.
     #[serde(default)]
     pub container: Option<slurmcli::Container>,
+    /// The environment of the node's prolog for this run (`SLURM_JOB_ID`, `SLURM_JOB_USER`,
+    /// ...), when the cluster has one: the agent runs it before the run's first task there.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub script_env: Vec<(String, String)>,
 }
 
 /// A task whose image its agent is pulling, and how far it is.
@@ -762,6 +770,16 @@ pub enum Order {
         job: u64,
         /// Run.
         epoch: u32,
+    },
+    /// A job's run is over on this node (sent after its `Kill`, when the cluster has an
+    /// epilog): run the epilog once the run's tasks here are gone, with this environment.
+    Epilog {
+        /// Job.
+        job: u64,
+        /// Run.
+        epoch: u32,
+        /// `SLURM_JOB_ID`, `SLURM_JOB_USER`, ... as the prolog's.
+        env: Vec<(String, String)>,
     },
     /// Connect a running step's tasks' I/O to one more listener (`sattach`) as well as to
     /// the `srun` that started them: output (the last 128 frames first, then as it comes) and,
@@ -806,6 +824,10 @@ pub struct TaskExit {
     /// restarted. The same as a node failure for its job.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub lost: bool,
+    /// It never started because the node's prolog failed (`error` says how): the node is
+    /// drained and the job requeued, held unless `nohold_on_prolog_fail`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub prolog_failed: bool,
 }
 
 /// A task an agent runs.

@@ -368,7 +368,11 @@ impl Store {
             .await;
             let got = format!("sha256:{:x}", hash.finalize());
             let res = res.and_then(|()| {
-                if got == d.digest { Ok(()) } else { Err(Error::Digest { image: name.clone(), digest: d.digest.clone(), got: got.clone() }) }
+                if got == d.digest {
+                    Ok(())
+                } else {
+                    Err(Error::Digest { image: name.clone(), digest: d.digest.clone(), got: got.clone() })
+                }
             });
             if let Err(e) = res {
                 let _ = std::fs::remove_file(&tmp);

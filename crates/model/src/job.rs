@@ -275,19 +275,36 @@ impl JobRequest {
     /// Component `k` of a heterogeneous job as a request of its own (its shape and node
     /// constraints, the rest shared); the request itself for 0; `None` past the last.
     pub fn component(&self, k: usize) -> Option<JobRequest> {
+        // Field by field: the other components are not copied.
+        let shared =
+            |shape: &Shape, partition: &Option<String>, features: &Vec<String>, nodelist: &Vec<String>, exclude: &Vec<String>| JobRequest {
+                id: self.id,
+                name: self.name.clone(),
+                kind: self.kind.clone(),
+                user: self.user.clone(),
+                account: self.account.clone(),
+                partition: partition.clone(),
+                qos: self.qos.clone(),
+                nice: self.nice,
+                submit_time: self.submit_time,
+                begin_time: self.begin_time,
+                time_limit: self.time_limit,
+                time_min: self.time_min,
+                shape: shape.clone(),
+                features: features.clone(),
+                nodelist: nodelist.clone(),
+                exclude: exclude.clone(),
+                max_switches: self.max_switches,
+                dependencies: self.dependencies.clone(),
+                array: self.array,
+                held: self.held,
+                het: Vec::new(),
+            };
         if k == 0 {
-            return Some(JobRequest { het: Vec::new(), ..self.clone() });
+            return Some(shared(&self.shape, &self.partition, &self.features, &self.nodelist, &self.exclude));
         }
         let p = self.het.get(k - 1)?;
-        Some(JobRequest {
-            shape: p.shape.clone(),
-            partition: p.partition.clone(),
-            features: p.features.clone(),
-            nodelist: p.nodelist.clone(),
-            exclude: p.exclude.clone(),
-            het: Vec::new(),
-            ..self.clone()
-        })
+        Some(shared(&p.shape, &p.partition, &p.features, &p.nodelist, &p.exclude))
     }
 
     /// Number of components: 1 for an ordinary job.

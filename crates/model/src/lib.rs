@@ -14,8 +14,8 @@ mod replica;
 pub use accounting::{AdminLevel, Assoc, Enforce, Limits, Tres, Unlisted, User};
 pub use config::{Account, Association, ClusterConfig, Partition, Qos};
 pub use job::{
-    ArrayTask, DepKind, DepStatus, Dependency, GpuPer, GpuRequest, InvalidTransition, JobEvent, JobId, JobRequest, HetPart, JobState, MemRequest,
-    RequestKind, Shape,
+    ArrayTask, DepKind, DepStatus, Dependency, GpuPer, GpuRequest, HetPart, InvalidTransition, JobEvent, JobId, JobRequest, JobState,
+    MemRequest, RequestKind, Shape,
 };
 pub use node::{Node, NodeEvent, NodeState};
 pub use reason::PendingReason;

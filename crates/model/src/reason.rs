@@ -29,6 +29,8 @@ pub enum PendingReason {
     QosMaxGpusPerUserLimit,
     /// Held by the user (`--hold`, `scontrol hold`).
     JobHeldUser,
+    /// Requeued and held after its prolog failed on a node (`scontrol release` lets it run).
+    LaunchFailedHeld,
     /// No node of the partition can ever hold the request (more GPUs than any node has, ...).
     BadConstraints,
     /// The array's `%N` limit of running tasks is reached.
@@ -62,6 +64,7 @@ impl PendingReason {
             PendingReason::QosMaxJobsPerUserLimit => "QOSMaxJobsPerUserLimit",
             PendingReason::QosMaxGpusPerUserLimit => "QOSMaxGRESPerUser",
             PendingReason::JobHeldUser => "JobHeldUser",
+            PendingReason::LaunchFailedHeld => "launch failed requeued held",
             PendingReason::BadConstraints => "BadConstraints",
             PendingReason::JobArrayTaskLimit => "JobArrayTaskLimit",
             PendingReason::AssocMaxJobsLimit => "AssocMaxJobsLimit",

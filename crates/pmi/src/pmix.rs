@@ -176,7 +176,12 @@ impl Layout {
         let num = |k: &str| get(k)?.parse::<u32>().map_err(|_| format!("the step's layout has a bad {k}"));
         let map: Vec<Vec<u32>> = get("map")?
             .split(';')
-            .map(|n| n.split(',').filter(|r| !r.is_empty()).map(|r| r.parse::<u32>().map_err(|_| "the step's layout has a bad map".to_string())).collect())
+            .map(|n| {
+                n.split(',')
+                    .filter(|r| !r.is_empty())
+                    .map(|r| r.parse::<u32>().map_err(|_| "the step's layout has a bad map".to_string()))
+                    .collect()
+            })
             .collect::<Result<_, _>>()?;
         let l = Layout {
             nspace: get("nspace")?.to_string(),
@@ -190,7 +195,12 @@ impl Layout {
         if l.token.len() != 32 || !l.token.bytes().all(|b| b.is_ascii_hexdigit()) {
             return Err("the step's layout has a bad token".into());
         }
-        if l.size() != num("size")? || l.nodes.len() != l.map.len() || l.node_of(l.rank) != Some(l.node) || l.nspace.is_empty() || l.nspace.len() > 255 {
+        if l.size() != num("size")?
+            || l.nodes.len() != l.map.len()
+            || l.node_of(l.rank) != Some(l.node)
+            || l.nspace.is_empty()
+            || l.nspace.len() > 255
+        {
             return Err("the step's layout does not add up".into());
         }
         Ok(l)
@@ -250,11 +260,25 @@ impl Hub {
         if let Some(n) = names.iter().find(|n| n.is_empty() || !n.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))) {
             return Err(Error::BadJob(format!("node name {n:?}")));
         }
-        if job.kvsname.is_empty() || job.kvsname.len() > 200 || !job.kvsname.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b)) {
+        if job.kvsname.is_empty()
+            || job.kvsname.len() > 200
+            || !job.kvsname.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
+        {
             return Err(Error::BadJob(format!("job id {:?}", job.kvsname)));
         }
-        let ranks = (0..job.nodes.len()).map(|_| Rank { buf: Vec::new(), phase: Phase::Fresh, connected: false, rounds: HashMap::new() }).collect();
-        Ok(Hub { nspace: format!("slurm.pmix.{}", job.kvsname), job, names, token, ranks, fences: BTreeMap::new(), held: 0, abort: None, notices: Vec::new() })
+        let ranks =
+            (0..job.nodes.len()).map(|_| Rank { buf: Vec::new(), phase: Phase::Fresh, connected: false, rounds: HashMap::new() }).collect();
+        Ok(Hub {
+            nspace: format!("slurm.pmix.{}", job.kvsname),
+            job,
+            names,
+            token,
+            ranks,
+            fences: BTreeMap::new(),
+            held: 0,
+            abort: None,
+            notices: Vec::new(),
+        })
     }
 
     /// The step.
@@ -354,7 +378,8 @@ impl Hub {
                 if n > size as usize {
                     return Err(bad(rank, format!("a fence over {n} ranks of {size}")));
                 }
-                let mut set: Vec<u32> = (0..n).map(|i| be32(body, 8 + 4 * i)).collect::<Option<_>>().ok_or_else(|| bad(rank, "a short fence"))?;
+                let mut set: Vec<u32> =
+                    (0..n).map(|i| be32(body, 8 + 4 * i)).collect::<Option<_>>().ok_or_else(|| bad(rank, "a short fence"))?;
                 let data = &body[8 + 4 * n..];
                 if set.is_empty() {
                     set = (0..size).collect();

@@ -59,7 +59,6 @@ impl Proc {
         }
         p
     }
-
 }
 
 /// `pmix_data_array_t`.
@@ -290,7 +289,9 @@ impl Lib {
         let (a, n) = info.raw();
         // SAFETY: the namespace buffer and info array are live; a NULL callback makes the call
         // wait for completion.
-        self.check("PMIx_server_register_nspace", unsafe { (self.register_nspace)(p.nspace.as_ptr(), local, a, n, None, std::ptr::null_mut()) })
+        self.check("PMIx_server_register_nspace", unsafe {
+            (self.register_nspace)(p.nspace.as_ptr(), local, a, n, None, std::ptr::null_mut())
+        })
     }
 
     /// `PMIx_server_register_client`, blocking.
@@ -424,7 +425,16 @@ extern "C" fn ignore(_: c_int) {}
 pub fn catch_signals() {
     use nix::sys::signal::{SaFlags, SigAction, SigHandler, SigSet, Signal, sigaction};
     let act = SigAction::new(SigHandler::Handler(ignore), SaFlags::SA_RESTART, SigSet::empty());
-    for s in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP, Signal::SIGQUIT, Signal::SIGUSR1, Signal::SIGUSR2, Signal::SIGALRM, Signal::SIGPIPE] {
+    for s in [
+        Signal::SIGTERM,
+        Signal::SIGINT,
+        Signal::SIGHUP,
+        Signal::SIGQUIT,
+        Signal::SIGUSR1,
+        Signal::SIGUSR2,
+        Signal::SIGALRM,
+        Signal::SIGPIPE,
+    ] {
         // SAFETY: the handler is async-signal-safe (it does nothing).
         let _ = unsafe { sigaction(s, &act) };
     }

@@ -135,7 +135,8 @@ fn connect(dir: &Path, l: &Layout) -> Result<UnixStream, String> {
         .custom_flags(nix::libc::O_NOFOLLOW)
         .open(dir.join("lock"))
         .map_err(|e| format!("the lock in {}: {e}", dir.display()))?;
-    let _held = nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusive).map_err(|(_, e)| format!("locking {}: {e}", dir.display()))?;
+    let _held =
+        nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusive).map_err(|(_, e)| format!("locking {}: {e}", dir.display()))?;
     if let Ok(s) = UnixStream::connect(&sock) {
         return Ok(s);
     }
@@ -193,13 +194,16 @@ fn run(program: &str, args: &[String]) -> Result<i32, String> {
     let layout = hello(&mut hub)?;
     let dir = step_dir(&layout)?;
     let mut node = connect(&dir, &layout)?;
-    node.write_all(&wire::frame(wire::REGISTER, &layout.rank.to_be_bytes())).map_err(|e| format!("registering with the node's server: {e}"))?;
+    node.write_all(&wire::frame(wire::REGISTER, &layout.rank.to_be_bytes()))
+        .map_err(|e| format!("registering with the node's server: {e}"))?;
     let env = match read_one(&mut node, 1 << 20).map_err(|e| format!("the node's PMIx server: {e}"))? {
         (wire::ENV, body) => String::from_utf8_lossy(&body)
             .lines()
             .filter_map(|l| l.split_once('=').map(|(k, v)| (k.to_string(), v.to_string())))
             .collect::<Vec<_>>(),
-        (wire::REFUSED, why) => return Err(format!("the node's PMIx server refused rank {}: {}", layout.rank, String::from_utf8_lossy(&why))),
+        (wire::REFUSED, why) => {
+            return Err(format!("the node's PMIx server refused rank {}: {}", layout.rank, String::from_utf8_lossy(&why)));
+        }
         (k, _) => return Err(format!("the node's PMIx server sent message type {k}")),
     };
     let mut cmd = std::process::Command::new(program);

@@ -51,7 +51,11 @@ extern "C" fn client_connected(p: *const ffi::Proc, _o: *mut c_void, _cb: ffi::O
     let foreign = peers::cut_foreign();
     if !foreign.is_empty() {
         let who: Vec<String> = foreign.iter().map(|u| u.map_or("unknown".to_string(), |u| u.to_string())).collect();
-        say(format_args!("node {}: refused a connection to the step's PMIx server from another user (uid {})", node_name(), who.join(", ")));
+        say(format_args!(
+            "node {}: refused a connection to the step's PMIx server from another user (uid {})",
+            node_name(),
+            who.join(", ")
+        ));
         return ffi::ERR_INVALID_CRED;
     }
     let rank = ffi::procs(p, 1).first().map_or(u32::MAX, |p| p.rank);
@@ -139,7 +143,8 @@ fn register(lib: &ffi::Lib, l: &Layout) -> Result<(), String> {
     let size = l.size();
     let local = &l.map[l.node as usize];
     let node_map = lib.node_regex(&l.nodes.join(","))?;
-    let proc_map = lib.ppn_regex(&l.map.iter().map(|rs| rs.iter().map(u32::to_string).collect::<Vec<_>>().join(",")).collect::<Vec<_>>().join(";"))?;
+    let proc_map =
+        lib.ppn_regex(&l.map.iter().map(|rs| rs.iter().map(u32::to_string).collect::<Vec<_>>().join(",")).collect::<Vec<_>>().join(";"))?;
     let peers = local.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
     let per_rank: Vec<ffi::Infos<'_>> = (0..size)
         .map(|r| {

@@ -42,7 +42,8 @@ pub(crate) fn parse(text: &str) -> Vec<Row> {
 /// other end is not a socket of `me`: (our descriptor, their uid, `None` when no client socket
 /// is seen, as from another network namespace or one already gone: refused too).
 pub(crate) fn foreign(rows: &[Row], ours: &HashMap<u64, i32>, me: u32) -> Vec<(i32, Option<u32>)> {
-    let listening: Vec<&str> = rows.iter().filter(|r| r.state == LISTEN && ours.contains_key(&r.inode)).filter_map(|r| port(&r.local)).collect();
+    let listening: Vec<&str> =
+        rows.iter().filter(|r| r.state == LISTEN && ours.contains_key(&r.inode)).filter_map(|r| port(&r.local)).collect();
     let mut out = Vec::new();
     // A connection already shut down has left ESTABLISHED on our side: it is not counted again.
     for a in rows.iter().filter(|r| r.state == ESTABLISHED && ours.contains_key(&r.inode)) {

@@ -438,8 +438,7 @@ pub(crate) struct EverFits {
 
 impl EverFits {
     pub(crate) fn check(&mut self, nodes: &[Node], r: &Resolved) -> bool {
-        self.check_one(nodes, &r.demand, r.nodes, &r.filter)
-            && r.het.iter().all(|p| self.check_one(nodes, &p.demand, p.nodes, &p.filter))
+        self.check_one(nodes, &r.demand, r.nodes, &r.filter) && r.het.iter().all(|p| self.check_one(nodes, &p.demand, p.nodes, &p.filter))
     }
 
     fn check_one(&mut self, nodes: &[Node], demand: &Demand, k: u32, f: &Filter) -> bool {
@@ -451,8 +450,7 @@ impl EverFits {
                 .entry(key)
                 .or_insert_with(|| nodes.iter().filter(|n| View::could_ever_fit(n, demand)).count() >= k as usize);
         }
-        let key =
-            (demand.clone(), k, f.include.clone(), f.partition.clone(), f.features.clone(), f.gpu_type.clone(), f.exclude.clone());
+        let key = (demand.clone(), k, f.include.clone(), f.partition.clone(), f.features.clone(), f.gpu_type.clone(), f.exclude.clone());
         *self.full.entry(key).or_insert_with(|| {
             let n = nodes.iter().enumerate().filter(|(i, n)| f.ok(*i as u32, n) && View::could_ever_fit(n, demand)).count();
             n >= k as usize
@@ -637,7 +635,7 @@ pub(crate) fn priority_context<'a>(snap: &Snapshot<'a>, facts: &Facts, now: Time
 
 /// What a running job holds, in TRES terms.
 fn running_usage(r: &Running) -> Usage {
-    let mut u = Usage { jobs: 1, node: r.allocs.len() as u64, ..Usage::default() };
+    let mut u = Usage { jobs: r.req.components() as u64, node: r.allocs.len() as u64, ..Usage::default() };
     for a in &r.allocs {
         u.cpu += a.cpus as u64;
         u.mem += a.memory >> 20;
@@ -736,7 +734,7 @@ impl<'a> Limits<'a> {
         if let Some(qos) = self.config.qos(req.qos.as_deref()) {
             let ql = &qos.limits;
             let used = self.user_qos.get(&(req.user.as_str(), qos.name.as_str())).unwrap_or(&zero);
-            if ql.max_jobs.is_some_and(|m| used.jobs >= m as u64) {
+            if ql.max_jobs.is_some_and(|m| used.jobs + more.jobs > m as u64) {
                 return Some(PendingReason::QosMaxJobsPerUserLimit);
             }
             if let Some(k) = used.exceeds(&more, &ql.max_tres_per_user) {
@@ -746,7 +744,7 @@ impl<'a> Limits<'a> {
                 });
             }
             let used = self.qos.get(qos.name.as_str()).unwrap_or(&zero);
-            if ql.grp_jobs.is_some_and(|m| used.jobs >= m as u64) {
+            if ql.grp_jobs.is_some_and(|m| used.jobs + more.jobs > m as u64) {
                 return Some(PendingReason::QosGrpJobsLimit);
             }
             if let Some(k) = used.exceeds(&more, &ql.grp_tres) {
@@ -755,10 +753,10 @@ impl<'a> Limits<'a> {
         }
         if let Some(al) = self.assoc_limits.get(&(req.user.as_str(), req.account.as_str())) {
             let used = self.assoc.get(&(req.user.as_str(), req.account.as_str())).unwrap_or(&zero);
-            if al.max_jobs.is_some_and(|m| used.jobs >= m as u64) {
+            if al.max_jobs.is_some_and(|m| used.jobs + more.jobs > m as u64) {
                 return Some(PendingReason::AssocMaxJobsLimit);
             }
-            if al.grp_jobs.is_some_and(|m| used.jobs >= m as u64) {
+            if al.grp_jobs.is_some_and(|m| used.jobs + more.jobs > m as u64) {
                 return Some(PendingReason::AssocGrpJobsLimit);
             }
             if let Some(k) = used.exceeds(&more, &al.grp_tres) {
@@ -771,7 +769,7 @@ impl<'a> Limits<'a> {
             && self.assoc_limits.get(&(req.user.as_str(), req.account.as_str())).is_none_or(|al| al.max_jobs.is_none())
         {
             let used = self.assoc.get(&(req.user.as_str(), req.account.as_str())).unwrap_or(&zero);
-            if used.jobs >= m as u64 {
+            if used.jobs + more.jobs > m as u64 {
                 return Some(PendingReason::AssocMaxJobsLimit);
             }
         }
@@ -780,7 +778,7 @@ impl<'a> Limits<'a> {
                 continue;
             }
             let used = self.account.get(a.name.as_str()).unwrap_or(&zero);
-            if a.limits.grp_jobs.is_some_and(|m| used.jobs >= m as u64) {
+            if a.limits.grp_jobs.is_some_and(|m| used.jobs + more.jobs > m as u64) {
                 return Some(PendingReason::AssocGrpJobsLimit);
             }
             if let Some(k) = used.exceeds(&more, &a.limits.grp_tres) {

@@ -484,7 +484,10 @@ fn heterogeneous_components_start_together_on_nodes_apart_or_none_does() {
         assert_eq!(s.het, vec![1, 2]);
         let nodes: Vec<u32> = s.allocs.iter().map(|a| a.node).collect();
         assert_eq!(nodes.len(), 3);
-        assert!(nodes[0] < 2 && nodes[1] >= 2 && nodes[2] >= 2 && nodes[1] != nodes[2], "component 0 on a CPU node, 1 on both GPU nodes: {nodes:?}");
+        assert!(
+            nodes[0] < 2 && nodes[1] >= 2 && nodes[2] >= 2 && nodes[1] != nodes[2],
+            "component 0 on a CPU node, 1 on both GPU nodes: {nodes:?}"
+        );
         assert!(s.allocs[1..].iter().all(|a| a.gpus.len() == 4) && s.allocs[0].cpus == 8);
         w.apply(&plan, 50);
     }

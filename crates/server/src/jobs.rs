@@ -220,7 +220,12 @@ fn job_rows(j: &Job, v: &Viewer, part: &str) -> Vec<JobInfo> {
                 row.gpus = mine.iter().map(|(_, a)| a.gpus.len() as u32).sum();
                 row.allocation = mine
                     .iter()
-                    .map(|(n, a)| wire::NodeAllocInfo { name: n.clone(), cpus: a.cpus, memory_mb: a.memory >> 20, gpus: a.gpus.len() as u32 })
+                    .map(|(n, a)| wire::NodeAllocInfo {
+                        name: n.clone(),
+                        cpus: a.cpus,
+                        memory_mb: a.memory >> 20,
+                        gpus: a.gpus.len() as u32,
+                    })
                     .collect();
             }
             if k > 0 {
@@ -259,6 +264,10 @@ async fn submit(State(app): State<App>, ConnectInfo(peer): ConnectInfo<Peer>, he
     let req = or_reply!(bounded_json_body(&app, body).await);
     let b = req.batch;
     or_reply!(crate::app::check_groups(&app, uid, b.partition.as_deref()));
+    // Each component of a heterogeneous job in its own partition (none: the default one).
+    for c in &b.het {
+        or_reply!(crate::app::check_groups(&app, uid, c.partition.as_deref()));
+    }
     let user = user_name(uid);
     let workdir =
         b.chdir.clone().map(|d| if d.starts_with('/') { d } else { format!("{}/{d}", req.cwd) }).unwrap_or_else(|| req.cwd.clone());
@@ -871,13 +880,16 @@ async fn register(
     let registered = app
         .with(|c| {
             check_serial(c, Holder::Node, &r.node.name, serial)?;
-            c.register_with(t, r.node, r.addr, &r.running, &r.exits).map(|()| (c.settings().lease, c.heartbeat_ms()))
+            c.register_with(t, r.node, r.addr, &r.running, &r.exits).map(|()| {
+                let s = c.settings();
+                (s.lease, c.heartbeat_ms(), s.prolog.clone(), s.epilog.clone(), s.prolog_epilog_timeout.max(0) as u64)
+            })
         })
         .await;
     match registered {
-        Ok(Ok((lease_s, heartbeat_ms))) => {
+        Ok(Ok((lease_s, heartbeat_ms, prolog, epilog, prolog_epilog_timeout_s))) => {
             app.wake.notify_one();
-            Json(RegisterResponse { lease_s, heartbeat_ms }).into_response()
+            Json(RegisterResponse { lease_s, heartbeat_ms, prolog, epilog, prolog_epilog_timeout_s }).into_response()
         }
         Ok(Err(e)) => refused(e),
         Err(r) => r,
@@ -900,6 +912,9 @@ async fn heartbeat(
         check_serial(c, Holder::Node, &hb.node, serial)?;
         let o = c.heartbeat(t, &hb.node, hb.ack, &hb.running, &hb.exits);
         if o.is_ok() {
+            if let Some(why) = &hb.drain {
+                c.agent_drain(&hb.node, why)?;
+            }
             c.replica_reports(t_ms, &hb.node, &hb.replicas);
             c.record_usage(&hb.node, &hb.usage);
             c.record_pulls(&hb.node, &hb.pulling);

@@ -544,7 +544,8 @@ mod tests {
             gpu: false,
             skipped: 0,
         };
-        let sched = Config { policy: sched::Policy::Fcfs, backfill: sched::Backfill::Easy, predict: sched::Predict::Limit, ..Config::default() };
+        let sched =
+            Config { policy: sched::Policy::Fcfs, backfill: sched::Backfill::Easy, predict: sched::Predict::Limit, ..Config::default() };
         let cfg = SimConfig::new(sched, 1);
         let out = run(&w, 0..w.jobs.len(), &cfg, &mut || 0);
         let start = |id: u64| out.jobs.iter().find(|j| j.id.0 == id).map(|j| j.start);

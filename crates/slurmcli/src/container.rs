@@ -343,7 +343,10 @@ impl Container {
             clean_path(&m.src, "the source", &whole)?;
             clean_path(&m.dst, "the destination", &whole)?;
             if m.src.contains([',', ':']) || m.dst.contains([',', ':']) {
-                return Err(Invalid::new(format!("invalid --container-mounts {:?}: a path with ',' or ':'", crate::visible::visible(&whole))));
+                return Err(Invalid::new(format!(
+                    "invalid --container-mounts {:?}: a path with ',' or ':'",
+                    crate::visible::visible(&whole)
+                )));
             }
         }
         if let Some(w) = &self.workdir
@@ -352,7 +355,10 @@ impl Container {
             return Err(Invalid::new(format!("invalid --container-workdir {:?}: an absolute path", crate::visible::visible(w))));
         }
         if self.env.len() > 1024
-            || self.env.iter().any(|n| n.is_empty() || n.as_bytes()[0].is_ascii_digit() || !n.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_'))
+            || self
+                .env
+                .iter()
+                .any(|n| n.is_empty() || n.as_bytes()[0].is_ascii_digit() || !n.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_'))
         {
             return Err(Invalid::new("invalid --container-env: variable names, at most 1024"));
         }

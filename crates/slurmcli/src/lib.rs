@@ -26,7 +26,7 @@ mod visible;
 
 pub use commands::{COMMANDS, SLURM_OPTIONS, command, option_reference, unknown_options};
 pub use container::{Container, ImageRef, Mount};
-pub use env::{DEFAULTED, PYTORCH_VARS, HetGroup, TaskEnv, apply_export, task_env};
+pub use env::{DEFAULTED, HetGroup, PYTORCH_VARS, TaskEnv, apply_export, task_env};
 pub use envvars::{ENV_TABLES, SLURM_ENV, TimeFormat, env_table, read_env, unknown_variables};
 pub use filters::{
     SPRIO_DEFAULT, SPRIO_FIELDS, SPRIO_LONG, limit_in, node_in_states, parse_count_range, parse_fields, parse_limit_range,
@@ -38,7 +38,10 @@ pub use formats::{
 };
 pub use hostlist::{MAX_HOST_NAME, compress, expand};
 pub use limits::{DEFAULT_MAX_SCRIPT_SIZE, SCRIPT_SIZE_CHECK_FROM, body_too_large, script_too_large};
-pub use options::{BatchSpec, HET_SEPARATOR, MAX_COMPONENTS, PatternAt, STDIN, describe, expand_pattern, expand_pattern_at, parse_batch, parse_sbatch, parse_sbatch_env};
+pub use options::{
+    BatchSpec, HET_SEPARATOR, MAX_COMPONENTS, PatternAt, STDIN, describe, expand_pattern, expand_pattern_at, parse_batch, parse_sbatch,
+    parse_sbatch_env,
+};
 pub use query::{
     Column, FieldDef, Item, JOB_STATES, Layout, SACCT_BRIEF, SACCT_DEFAULT, SACCT_FIELDS, SACCT_LONG, SINFO_FIELDS, SQUEUE_FIELDS, Unit,
     array_id, field_of, fields_used, header_of, hms, index_ranges, parse_long, parse_percent, parse_sacct_fields, parse_sort, parse_states,

@@ -144,7 +144,7 @@ pub struct BatchSpec {
     pub container: Option<crate::Container>,
     /// A heterogeneous job's components after the first (`sbatch A : B script`, `#SBATCH
     /// hetjob`), each as its own options give it (no script); empty for an ordinary job.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(default)]
     pub het: Vec<BatchSpec>,
 }
 
@@ -991,6 +991,14 @@ pub fn parse_batch(
         for given in segments.get(k).into_iter().flatten() {
             c.set(given.clone(), now).map_err(tag)?;
         }
+        // A propagated --mem gives way to this component's own --mem-per-gpu.
+        let own = |key: &str| {
+            groups.get(k).into_iter().flatten().any(|(_, opts)| opts.iter().any(|g| g.key() == key))
+                || segments.get(k).into_iter().flatten().any(|g| g.key() == key)
+        };
+        if k > 0 && c.mem_per_gpu.is_some() && !own("mem") && !own("mem-per-cpu") {
+            c.mem = None;
+        }
         let c = finish_component(c).map_err(tag)?;
         components.push(c);
     }
@@ -1366,15 +1374,17 @@ mod tests {
         // The JSON the client sends keeps them.
         let back: BatchSpec = serde_json::from_str(&serde_json::to_string(&b).unwrap()).unwrap();
         assert_eq!(back, b);
-        // An ordinary job has none, and says nothing of them in JSON.
+        // An ordinary job has none.
         let plain = with_script(&["--wrap=true"], "").unwrap();
-        assert!(plain.het.is_empty() && !serde_json::to_string(&plain).unwrap().contains("het"));
+        assert!(plain.het.is_empty() && serde_json::to_string(&plain).unwrap().contains("\"het\":[]"));
     }
 
     #[test]
     fn heterogeneous_errors_name_the_component() {
         let e = with_script(&["-n1", ":", "-N", "x", "--wrap=true"], "").unwrap_err();
         assert!(e.0.contains("component 1") && e.0.contains("node count"), "{}", e.0);
+        let b = with_script(&["--mem=4G", "-n1", ":", "--gpus=1", "--mem-per-gpu=8G", "--wrap=true"], "").unwrap();
+        assert_eq!((b.mem, b.het[0].mem, b.het[0].mem_per_gpu), (Some(MemRequest::PerNode(4 << 30)), None, Some(8 << 30)));
         let e = with_script(&["-a", "1-3", ":", "-n1", "--wrap=true"], "").unwrap_err();
         assert!(e.0.contains("arrays of heterogeneous jobs"), "{}", e.0);
         let e = with_script(&["x.sh"], "#!/bin/sh\n#SBATCH hetjob extra\n").unwrap_err();

@@ -484,6 +484,15 @@ fn parse_part(args: &[String]) -> Result<SrunSpec, Invalid> {
         }
     }
     if let Some(rest) = rest {
+        // What a later part may give for itself; the rest (-c, --mem, --gpus, -w, -l, ...)
+        // is the step's, given once before the first `:`.
+        const OWN: &[&str] = &["nodes", "ntasks", "ntasks-per-node", "het-group"];
+        if let Some(g) = getopt(&SRUN, &rest)?.opts.iter().find(|g| !OWN.contains(&g.opt.key)) {
+            return Err(Invalid::new(format!(
+                "a part of a heterogeneous step after ':' may give only -N, -n, --ntasks-per-node and --het-group: give --{} before the first ':', where it applies to every part",
+                g.opt.key
+            )));
+        }
         let next = parse_part(&rest)?;
         let mine = HetSegment {
             groups: s.het_group.clone().unwrap_or_default(),
@@ -510,7 +519,9 @@ fn parse_part(args: &[String]) -> Result<SrunSpec, Invalid> {
     }
     s.container = crate::container::finish(s.container.take())?;
     if s.pmix && s.container.is_some() {
-        return Err(Invalid::new("--mpi=pmix cannot be used with --container-image yet: the tasks' PMIx servers run on the node, outside the image (--mpi=pmi2 works in a container)"));
+        return Err(Invalid::new(
+            "--mpi=pmix cannot be used with --container-image yet: the tasks' PMIx servers run on the node, outside the image (--mpi=pmi2 works in a container)",
+        ));
     }
     Ok(s)
 }
@@ -836,7 +847,13 @@ mod tests {
         assert_eq!(groups, vec![vec![1], vec![2], vec![0]]);
         assert_eq!(s.het.iter().map(|h| h.argv[0].clone()).collect::<Vec<_>>(), a(&["a", "b", "c"]));
         assert!(parse_srun(&a(&["hostname"])).unwrap().het.is_empty());
-        for bad in [&["--het-group=x", "true"][..], &["--het-group=3-1", "true"], &["--het-group=999", "true"], &["-n1", ":"], &["--het-group=0", "a", ":", "--het-group=0", "b"]] {
+        for bad in [
+            &["--het-group=x", "true"][..],
+            &["--het-group=3-1", "true"],
+            &["--het-group=999", "true"],
+            &["-n1", ":"],
+            &["--het-group=0", "a", ":", "--het-group=0", "b"],
+        ] {
             assert!(parse_srun(&a(bad)).is_err(), "{bad:?}");
         }
     }

@@ -293,7 +293,10 @@ fn openmpi_ranks_started_by_srun_form_one_world_over_pmix() {
     let o = run(&["srun", "--mpi=none", "-n1", "sh", "-c", "echo ${PMIX_RANK:-none}"]);
     assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "none", "{o:?}");
     let o = run(&["scontrol", "show", "config"]);
-    assert!(String::from_utf8_lossy(&o.stdout).lines().any(|l| l.split_whitespace().collect::<Vec<_>>() == ["MpiDefault", "=", "pmix"]), "{o:?}");
+    assert!(
+        String::from_utf8_lossy(&o.stdout).lines().any(|l| l.split_whitespace().collect::<Vec<_>>() == ["MpiDefault", "=", "pmix"]),
+        "{o:?}"
+    );
     // MPI_Abort in one rank ends the step, with its message.
     let o = run(&["srun", "--mpi=pmix", "-N2", "--ntasks-per-node=2", "./hello_local", "2"]);
     let e = String::from_utf8_lossy(&o.stderr);
@@ -319,8 +322,12 @@ fn openmpi_ranks_started_by_srun_form_one_world_over_pmix() {
     // Every step's node directories went with it (an aborted one's, a failed one's too).
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let left: Vec<String> =
-            std::fs::read_dir(&tmp).unwrap().flatten().map(|e| e.file_name().to_string_lossy().into_owned()).filter(|n| n.starts_with("tandem-pmix.")).collect();
+        let left: Vec<String> = std::fs::read_dir(&tmp)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with("tandem-pmix."))
+            .collect();
         if left.is_empty() {
             break;
         }
@@ -399,7 +406,10 @@ impl Drop for Netns {
 fn openmpi_over_pmix_across_network_namespaces() {
     let root = nix::unistd::geteuid().is_root();
     if !root || !have("ip") || !have("mpicc.openmpi") || !Path::new(LIBPMIX).exists() {
-        assert!(std::env::var("CI").is_err(), "the PMIx network-namespace test cannot run under CI=true: it needs root, iproute2, libopenmpi-dev and libpmix2");
+        assert!(
+            std::env::var("CI").is_err(),
+            "the PMIx network-namespace test cannot run under CI=true: it needs root, iproute2, libopenmpi-dev and libpmix2"
+        );
         eprintln!("skipped: needs root, iproute2, Open MPI and OpenPMIx");
         return;
     }
@@ -450,7 +460,9 @@ fn openmpi_over_pmix_across_network_namespaces() {
     let shims = dir.join("bin");
     assert!(Command::new(bin()).arg("shims").arg(&shims).stdout(Stdio::null()).status().unwrap().success());
     let path = format!("{}:{}", shims.display(), std::env::var("PATH").unwrap_or_default());
-    let run = |args: &[&str]| Command::new(args[0]).args(&args[1..]).env("PATH", &path).env("TANDEM_SERVER", &server).current_dir(&dir).output().unwrap();
+    let run = |args: &[&str]| {
+        Command::new(args[0]).args(&args[1..]).env("PATH", &path).env("TANDEM_SERVER", &server).current_dir(&dir).output().unwrap()
+    };
     let deadline = Instant::now() + Duration::from_secs(60);
     while String::from_utf8_lossy(&run(&["sinfo", "-h", "-N", "-o", "%t"]).stdout).matches("idle").count() < 2 {
         assert!(Instant::now() < deadline, "the agents did not register: see {}/node*.log", dir.display());

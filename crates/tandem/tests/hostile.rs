@@ -475,8 +475,22 @@ fn another_user_cannot_join_a_steps_pmix_server() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/clients");
     let lib = "/usr/lib/x86_64-linux-gnu/pmix2/lib";
     for args in [
-        vec!["-o".to_string(), tools.join("client").display().to_string(), src.join("pmix_client.c").display().to_string(), format!("-I{}", include.display()), format!("-L{lib}"), "-lpmix".into(), format!("-Wl,-rpath,{lib}")],
-        vec!["-shared".into(), "-fPIC".into(), "-o".into(), tools.join("forge.so").display().to_string(), src.join("forge_uid.c").display().to_string()],
+        vec![
+            "-o".to_string(),
+            tools.join("client").display().to_string(),
+            src.join("pmix_client.c").display().to_string(),
+            format!("-I{}", include.display()),
+            format!("-L{lib}"),
+            "-lpmix".into(),
+            format!("-Wl,-rpath,{lib}"),
+        ],
+        vec![
+            "-shared".into(),
+            "-fPIC".into(),
+            "-o".into(),
+            tools.join("forge.so").display().to_string(),
+            src.join("forge_uid.c").display().to_string(),
+        ],
     ] {
         let o = Command::new("gcc").args(&args).output().unwrap();
         assert!(o.status.success(), "gcc {args:?}: {}", text(&o));
@@ -487,7 +501,10 @@ fn another_user_cannot_join_a_steps_pmix_server() {
     std::fs::create_dir_all(&public).unwrap();
     std::fs::set_permissions(&public, std::os::unix::fs::PermissionsExt::from_mode(0o1777)).unwrap();
     let env_file = public.join("env");
-    let script = format!("srun --mpi=pmix -n1 bash -c 'env | grep ^PMIX_ > {0}.tmp; chmod 644 {0}.tmp; mv {0}.tmp {0}; sleep 8'; echo rc=$?\n", env_file.display());
+    let script = format!(
+        "srun --mpi=pmix -n1 bash -c 'env | grep ^PMIX_ > {0}.tmp; chmod 644 {0}.tmp; mv {0}.tmp {0}; sleep 8'; echo rc=$?\n",
+        env_file.display()
+    );
     let id = up.sbatch(&v, &vd, &["-o", "pmix.out", "--wrap", &script]);
     let deadline = Instant::now() + Duration::from_secs(60);
     while !env_file.exists() {
@@ -1956,7 +1973,16 @@ fn container_tasks_run_on_a_cgroup_v2_host() {
     let reg = common::Registry::start(&root.join("reg"), false, &[]);
     reg.push(&common::busybox_image(&img, "Bars V2"), "bars/v2", None);
     let host = reg.host();
-    let prefix = ["unshare", "--mount", "--propagation", "private", "sh", "-c", "umount -R /sys/fs/cgroup && mount -t cgroup2 none /sys/fs/cgroup && exec \"$@\"", "sh"];
+    let prefix = [
+        "unshare",
+        "--mount",
+        "--propagation",
+        "private",
+        "sh",
+        "-c",
+        "umount -R /sys/fs/cgroup && mount -t cgroup2 none /sys/fs/cgroup && exec \"$@\"",
+        "sh",
+    ];
     let up = Up::launch_under(&root, None, &["--no-proxy", "--cpus-per-agent", "8"], 1, &[("TANDEM_INSECURE_REGISTRIES", &host)], &prefix);
     let vdir = user_dir(&root.join("alice"), &v, 0o755);
     let image = format!("--container-image={host}#bars/v2:1");
@@ -2136,7 +2162,11 @@ fn container_tasks_run_as_their_user_from_a_registry_and_no_further() {
         let tmp = up.dir.join(node).join("images/tmp");
         assert_eq!(std::fs::read_dir(&tmp).unwrap().count(), 0, "{}", tmp.display());
         // The named container goes when the node hears that its job ended.
-        let left = || std::fs::read_dir(up.dir.join(node).join("containers")).map(|d| d.flatten().map(|e| e.file_name()).collect::<Vec<_>>()).unwrap_or_default();
+        let left = || {
+            std::fs::read_dir(up.dir.join(node).join("containers"))
+                .map(|d| d.flatten().map(|e| e.file_name()).collect::<Vec<_>>())
+                .unwrap_or_default()
+        };
         let deadline = Instant::now() + Duration::from_secs(20);
         while !left().is_empty() && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(100));
@@ -2331,7 +2361,10 @@ fn container_tasks_run_as_their_user_from_a_registry_and_no_further() {
         assert!(o.status.success(), "{out}");
         for r in 0..2 {
             assert!(
-                out.contains(&format!("rank {r} of 2: ranks sharing memory 2, read {} from the next one's memory, sum 1", 100 + (r + 1) % 2)),
+                out.contains(&format!(
+                    "rank {r} of 2: ranks sharing memory 2, read {} from the next one's memory, sum 1",
+                    100 + (r + 1) % 2
+                )),
                 "{out}"
             );
         }
@@ -2369,7 +2402,9 @@ fn container_tasks_run_as_their_user_from_a_registry_and_no_further() {
     let victim_pid = loop {
         let found = std::fs::read_dir(&cdir).unwrap().flatten().find_map(|e| {
             let n = e.file_name().to_string_lossy().into_owned();
-            (n.starts_with(&format!("{victim}.")) && n.split('.').count() == 3).then(|| std::fs::read_to_string(e.path().join("pid")).ok()).flatten()
+            (n.starts_with(&format!("{victim}.")) && n.split('.').count() == 3)
+                .then(|| std::fs::read_to_string(e.path().join("pid")).ok())
+                .flatten()
         });
         if let Some(p) = found.filter(|p| !p.trim().is_empty()) {
             break p.trim().to_string();
@@ -2500,7 +2535,9 @@ fn container_tasks_run_as_their_user_from_a_registry_and_no_further() {
     assert_eq!(String::from_utf8_lossy(&o.stdout).lines().count(), 2, "two replicas, each httpd of alice's");
     // A node dies with everything it runs (its agent, the tasks' keepers, the containers) under a
     // stream of requests: none fails, as with bare replicas.
-    let show = |up: &Up| -> serde_json::Value { serde_json::from_str(&up.ok(&v, &vdir, &["tandem", "service", "show", "web", "--json"])).unwrap() };
+    let show = |up: &Up| -> serde_json::Value {
+        serde_json::from_str(&up.ok(&v, &vdir, &["tandem", "service", "show", "web", "--json"])).unwrap()
+    };
     let before = show(&up);
     let nodes: Vec<String> = before["replicas"].as_array().unwrap().iter().map(|r| r["node"].as_str().unwrap_or("").to_string()).collect();
     let ids = |s: &serde_json::Value| -> Vec<String> { s["replicas"].as_array().unwrap().iter().map(|r| r["id"].to_string()).collect() };
@@ -2523,7 +2560,8 @@ fn container_tasks_run_as_their_user_from_a_registry_and_no_further() {
         .collect();
     assert!(!pauses.is_empty(), "no container runs on {victim}");
     // The agent and its keepers (forks of it, with its command line), then the containers.
-    let o = Command::new("pkill").args(["-KILL", "-f", &format!("tandem agent .*--name {victim} .*{}", up.dir.display())]).output().unwrap();
+    let o =
+        Command::new("pkill").args(["-KILL", "-f", &format!("tandem agent .*--name {victim} .*{}", up.dir.display())]).output().unwrap();
     assert!(o.status.success(), "no agent {victim} to kill");
     for p in &pauses {
         let _ = Command::new("kill").args(["-KILL", p]).status();

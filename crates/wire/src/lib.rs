@@ -499,6 +499,19 @@ pub struct RegisterResponse {
     pub lease_s: i64,
     /// Heartbeat interval the agent should use, milliseconds.
     pub heartbeat_ms: u64,
+    /// The node-local prolog (Slurm's Prolog), run as root before a job's first task here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prolog: Option<String>,
+    /// The node-local epilog (Slurm's Epilog), run once a job's run here is over.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub epilog: Option<String>,
+    /// A prolog or epilog running this long (seconds) is killed and counts as failed; 0: none.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub prolog_epilog_timeout_s: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// `POST /v1/agent/heartbeat`.
@@ -523,6 +536,9 @@ pub struct Heartbeat {
     /// Tasks whose image the agent is pulling (their jobs show as `CONFIGURING`).
     #[serde(default)]
     pub pulling: Vec<control::Pulling>,
+    /// The node drains itself with this reason (its prolog or epilog failed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drain: Option<String>,
 }
 
 /// Response to a heartbeat.
@@ -675,7 +691,7 @@ pub use control::accounting::{AcctChange, Entity as AcctEntity, SetOp, Setting, 
 /// `[proxy] prefill_pace` when a spec does not say (also `tandem proxy --prefill-pace`'s default).
 pub use control::service::DEFAULT_PREFILL_PACE;
 /// The view types are the controller's own (the wire format is defined there).
-pub use control::{EndpointView, ProxyServiceStats, ServiceEndpoints, ShareRow, HetStep, StdinTo, StepIo, StepRes, StepSpec};
+pub use control::{EndpointView, HetStep, ProxyServiceStats, ServiceEndpoints, ShareRow, StdinTo, StepIo, StepRes, StepSpec};
 /// The accounting's objects are the model's.
 pub use model::{Account, AdminLevel, Limits, Qos, Tres, User};
 

@@ -812,7 +812,10 @@ pub const DOCUMENT: &str = r##"{
         "running": {"type": "array", "items": {"$ref": "#/components/schemas/TaskKey"}, "description": "The tasks it runs, adopted ones included: every other run placed here ends at once"},
         "exits": {"type": "array", "items": {"$ref": "#/components/schemas/TaskExit"}, "description": "Tasks that ended and were not reported yet"}}},
       "RegisterResponse": {"type": "object", "required": ["lease_s", "heartbeat_ms"], "additionalProperties": false, "properties": {
-        "lease_s": {"$ref": "#/components/schemas/i64"}, "heartbeat_ms": {"$ref": "#/components/schemas/u64"}}},
+        "lease_s": {"$ref": "#/components/schemas/i64"}, "heartbeat_ms": {"$ref": "#/components/schemas/u64"},
+        "prolog": {"$ref": "#/components/schemas/StringOrNull", "description": "The node-local prolog the agent runs before a job's first task on its node"},
+        "epilog": {"$ref": "#/components/schemas/StringOrNull", "description": "The node-local epilog the agent runs once a job's run on its node is over"},
+        "prolog_epilog_timeout_s": {"$ref": "#/components/schemas/u64", "description": "A prolog or epilog running longer is killed and fails (0: no limit)"}}},
       "TaskKey": {"type": "object", "required": ["job", "epoch", "step", "rank"], "properties": {
         "job": {"$ref": "#/components/schemas/u64"}, "epoch": {"$ref": "#/components/schemas/u32"},
         "step": {"$ref": "#/components/schemas/u32"}, "rank": {"$ref": "#/components/schemas/u32"}}},
@@ -822,7 +825,8 @@ pub const DOCUMENT: &str = r##"{
         "code": {"$ref": "#/components/schemas/i32OrNull"}, "signal": {"$ref": "#/components/schemas/i32OrNull"},
         "oom": {"type": "boolean"}, "fenced": {"type": "boolean"},
         "error": {"$ref": "#/components/schemas/StringOrNull", "description": "Why it never started"},
-        "lost": {"type": "boolean", "description": "How it ended is not known (it outlived its agent and its keeper): a node failure for its job"}}},
+        "lost": {"type": "boolean", "description": "How it ended is not known (it outlived its agent and its keeper): a node failure for its job"},
+        "prolog_failed": {"type": "boolean", "description": "It never started: the node's prolog failed (the node is drained, the job requeued)"}}},
       "ReplicaReport": {"type": "object", "required": ["job", "epoch", "port", "ready", "restarts", "crashloop"], "properties": {
         "job": {"$ref": "#/components/schemas/u64"}, "epoch": {"$ref": "#/components/schemas/u32"},
         "port": {"$ref": "#/components/schemas/u16"}, "ready": {"type": "boolean"},
@@ -839,7 +843,8 @@ pub const DOCUMENT: &str = r##"{
           "required": ["key", "rss_kb", "max_rss_kb", "cpu_ms"], "properties": {"key": {"$ref": "#/components/schemas/TaskKey"},
             "rss_kb": {"$ref": "#/components/schemas/u64"}, "max_rss_kb": {"$ref": "#/components/schemas/u64"}, "cpu_ms": {"$ref": "#/components/schemas/u64"}}}},
         "pulling": {"type": "array", "description": "Tasks whose image the agent is pulling: their jobs show as CONFIGURING", "items": {"type": "object", "additionalProperties": false,
-          "required": ["key", "progress"], "properties": {"key": {"$ref": "#/components/schemas/TaskKey"}, "progress": {"type": "string"}}}}}},
+          "required": ["key", "progress"], "properties": {"key": {"$ref": "#/components/schemas/TaskKey"}, "progress": {"type": "string"}}}},
+        "drain": {"$ref": "#/components/schemas/StringOrNull", "description": "The node drains itself with this reason (its prolog or epilog failed)"}}},
       "Orders": {"type": "object", "required": ["orders"], "additionalProperties": false, "properties": {
         "orders": {"type": "array", "items": {"type": "array", "prefixItems": [{"$ref": "#/components/schemas/u64"}, {"$ref": "#/components/schemas/Order"}], "items": false, "minItems": 2}}}},
       "Order": {"oneOf": [
@@ -853,7 +858,11 @@ pub const DOCUMENT: &str = r##"{
         {"type": "object", "required": ["Attach"], "additionalProperties": false, "properties": {"Attach": {"type": "object", "additionalProperties": false,
           "description": "Connect a running step's task I/O to one more listener (sattach)",
           "required": ["job", "epoch", "step", "io"], "properties": {"job": {"$ref": "#/components/schemas/u64"}, "epoch": {"$ref": "#/components/schemas/u32"},
-            "step": {"$ref": "#/components/schemas/u32"}, "io": {"$ref": "#/components/schemas/StepIo"}}}}}]},
+            "step": {"$ref": "#/components/schemas/u32"}, "io": {"$ref": "#/components/schemas/StepIo"}}}}},
+        {"type": "object", "required": ["Epilog"], "additionalProperties": false, "properties": {"Epilog": {"type": "object", "additionalProperties": false,
+          "description": "A run is over on this node: run the epilog once its tasks here are gone",
+          "required": ["job", "epoch", "env"], "properties": {"job": {"$ref": "#/components/schemas/u64"}, "epoch": {"$ref": "#/components/schemas/u32"},
+            "env": {"type": "array", "items": {"$ref": "#/components/schemas/StringPair"}}}}}}]},
       "Task": {"type": "object", "additionalProperties": false,
         "required": ["job", "epoch", "step", "rank", "script", "argv", "env", "workdir", "stdout", "stderr", "uid", "gid", "gpus", "mem_limit", "replica"],
         "properties": {
@@ -873,7 +882,8 @@ pub const DOCUMENT: &str = r##"{
           "truncate": {"type": "boolean", "description": "Empty the output and error files as they are opened"},
           "replica": {"anyOf": [{"$ref": "#/components/schemas/ReplicaTask"}, {"type": "null"}]},
           "io": {"anyOf": [{"$ref": "#/components/schemas/StepIo"}, {"type": "null"}]},
-          "container": {"anyOf": [{"$ref": "#/components/schemas/Container"}, {"type": "null"}]}}},
+          "container": {"anyOf": [{"$ref": "#/components/schemas/Container"}, {"type": "null"}]},
+          "script_env": {"type": "array", "items": {"$ref": "#/components/schemas/StringPair"}, "description": "The prolog's environment for this run (absent: no prolog)"}}},
       "ReplicaTask": {"type": "object", "additionalProperties": false, "required": ["service", "replica", "readiness", "liveness", "startup", "grace_ms"], "properties": {
         "service": {"type": "string"}, "replica": {"type": "string"},
         "readiness": {"anyOf": [{"$ref": "#/components/schemas/Probe"}, {"type": "null"}]},
@@ -1482,6 +1492,7 @@ mod tests {
                 remap_root: true,
                 ..Default::default()
             }),
+            script_env: vec![("SLURM_JOB_ID".into(), "5".into()), ("SLURM_SCRIPT_CONTEXT".into(), "prolog_slurmd".into())],
         };
         let exit = control::TaskExit {
             job: 5,
@@ -1494,6 +1505,7 @@ mod tests {
             fenced: false,
             error: Some("no such directory".into()),
             lost: true,
+            prolog_failed: true,
         };
         let report = ReplicaReport { job: 5, epoch: 1, port: 8000, ready: true, restarts: 0, crashloop: false, message: None };
         let row = ReplicaRow {
@@ -1558,7 +1570,11 @@ mod tests {
             (
                 "SubmitRequest",
                 v(&SubmitRequest {
-                    batch: slurmcli::BatchSpec { time: Some(None), ..Default::default() },
+                    batch: slurmcli::BatchSpec {
+                        time: Some(None),
+                        het: vec![slurmcli::BatchSpec { nodes: Some((2, 2)), ..Default::default() }],
+                        ..Default::default()
+                    },
                     cwd: "/".into(),
                     host: "h".into(),
                     env: vec![],
@@ -1621,7 +1637,19 @@ mod tests {
                     ntasks: None,
                     ntasks_per_node: Some(2),
                     argv: vec!["hostname".into()],
-                    spec: Default::default(),
+                    spec: control::StepSpec {
+                        het: vec![
+                            control::HetStep { group: 0, ..Default::default() },
+                            control::HetStep {
+                                group: 1,
+                                nodes: Some(2),
+                                ntasks: Some(4),
+                                ntasks_per_node: Some(2),
+                                argv: vec!["other".into()],
+                            },
+                        ],
+                        ..Default::default()
+                    },
                 }),
             ),
             (
@@ -1691,7 +1719,16 @@ mod tests {
             ),
             ("AcctResponse", v(&AcctResponse { text: " Modified user associations...\n".into() })),
             ("RegisterRequest", v(&RegisterRequest { node, addr: "127.0.0.1".into(), running: Vec::new(), exits: Vec::new() })),
-            ("RegisterResponse", v(&RegisterResponse { lease_s: 30, heartbeat_ms: 5000 })),
+            (
+                "RegisterResponse",
+                v(&RegisterResponse {
+                    lease_s: 30,
+                    heartbeat_ms: 5000,
+                    prolog: Some("/etc/tandem/prolog".into()),
+                    epilog: Some("/etc/tandem/epilog".into()),
+                    prolog_epilog_timeout_s: 60,
+                }),
+            ),
             (
                 "Heartbeat",
                 v(&Heartbeat {
@@ -1711,6 +1748,7 @@ mod tests {
                         key: control::TaskKey { job: 5, epoch: 1, step: 0, rank: 0 },
                         progress: "pulling nvcr.io/nvidia/pytorch:24.05-py3: layer 2/5 (1048576 bytes)".into(),
                     }],
+                    drain: Some("Epilog error: exit status 1".into()),
                 }),
             ),
             (

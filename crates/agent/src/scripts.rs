@@ -1,0 +1,197 @@
+//! The node's prolog and epilog (Slurm's `Prolog` and `Epilog`): programs the administrator
+//! keeps on each node, which the agent runs as its own user (root on a real cluster) around a
+//! job's run there: the prolog before the run's first task on the node (its tasks wait for it),
+//! the epilog once the run is over on the node and its tasks here are gone. Each gets the job's
+//! `SLURM_*` variables from the controller and nothing else of the agent's environment.
+//!
+//! A failure (a non-zero exit, a signal, the timeout, or a program that may not be run) is
+//! Slurm's: the node drains with the reason, and for a prolog the job goes back to the queue.
+//! Before it runs a program as root, the agent checks that only root (or the agent's own user)
+//! can change it: a regular, executable file owned by one of them, not writable by its group or
+//! others, in a directory likewise.
+
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::time::Duration;
+use tokio::sync::mpsc::UnboundedSender;
+
+/// Which of the two.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// Before a run's first task on the node.
+    Prolog,
+    /// After a run is over on the node.
+    Epilog,
+}
+
+impl Kind {
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Prolog => "prolog",
+            Kind::Epilog => "epilog",
+        }
+    }
+
+    /// The reason a failure drains the node with (Slurm's words first).
+    pub(crate) fn drain_reason(self, why: &str) -> String {
+        let head = match self {
+            Kind::Prolog => "Prolog error",
+            Kind::Epilog => "Epilog error",
+        };
+        format!("{head}: {why}")
+    }
+}
+
+/// A prolog's or epilog's end.
+#[derive(Debug)]
+pub(crate) struct Done {
+    /// Which.
+    pub(crate) kind: Kind,
+    /// The job's run.
+    pub(crate) job: u64,
+    /// See `job`.
+    pub(crate) epoch: u32,
+    /// `Err`: why it failed, in words.
+    pub(crate) result: Result<(), String>,
+}
+
+/// Most bytes of a failed program's output kept for the reason.
+const REASON_BYTES: usize = 200;
+
+/// Whether `path` may be run as the agent's user: an absolute path to a regular, executable file
+/// that only root or the agent's own user can change (owner, and no write bit for group or
+/// others), in a directory that only they can change entries of (or a sticky one).
+pub(crate) fn check(path: &str) -> Result<(), String> {
+    let p = Path::new(path);
+    if !p.is_absolute() {
+        return Err(format!("{path} is not an absolute path"));
+    }
+    let me = nix::unistd::geteuid().as_raw();
+    let trusted = |uid: u32| uid == 0 || uid == me;
+    let m = std::fs::metadata(p).map_err(|e| format!("{path}: {e}"))?;
+    if !m.is_file() {
+        return Err(format!("{path} is not a regular file"));
+    }
+    if m.mode() & 0o111 == 0 {
+        return Err(format!("{path} is not executable"));
+    }
+    if !trusted(m.uid()) {
+        return Err(format!("{path} is owned by uid {}, not root: refused", m.uid()));
+    }
+    if m.mode() & 0o022 != 0 {
+        return Err(format!("{path} is writable by its group or others (mode {:o}): refused", m.mode() & 0o7777));
+    }
+    if let Some(dir) = p.parent() {
+        let d = std::fs::metadata(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        if !trusted(d.uid()) || (d.mode() & 0o022 != 0 && d.mode() & 0o1000 == 0) {
+            return Err(format!("{path} is in {}, which others may change: refused", dir.display()));
+        }
+    }
+    Ok(())
+}
+
+/// Runs `path` for job `job`'s run `epoch` in the background, with `env` only (and a plain
+/// `PATH`), in `/`, standard input empty, in a process group of its own, killed whole at
+/// `timeout`; its end comes on `done`.
+pub(crate) fn spawn(
+    kind: Kind,
+    path: String,
+    job: u64,
+    epoch: u32,
+    env: Vec<(String, String)>,
+    timeout: Option<Duration>,
+    done: UnboundedSender<Done>,
+) {
+    tokio::spawn(async move {
+        let result = run(kind, &path, env, timeout).await;
+        let _ = done.send(Done { kind, job, epoch, result });
+    });
+}
+
+async fn run(kind: Kind, path: &str, env: Vec<(String, String)>, timeout: Option<Duration>) -> Result<(), String> {
+    check(path)?;
+    let mut cmd = tokio::process::Command::new(path);
+    cmd.env_clear()
+        .env("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+        .envs(env)
+        .current_dir("/")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true);
+    let child = cmd.spawn().map_err(|e| format!("cannot run {path}: {e}"))?;
+    let pgid = child.id().map(|p| p as i32);
+    let out = match timeout {
+        Some(t) => match tokio::time::timeout(t, child.wait_with_output()).await {
+            Ok(o) => o,
+            Err(_) => {
+                if let Some(g) = pgid {
+                    let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(g), nix::sys::signal::Signal::SIGKILL);
+                }
+                return Err(format!("{} {path} ran past prolog_epilog_timeout ({} s) and was killed", kind.name(), t.as_secs()));
+            }
+        },
+        None => child.wait_with_output().await,
+    }
+    .map_err(|e| format!("{} {path}: {e}", kind.name()))?;
+    // Whatever it left behind in its process group goes with it.
+    if let Some(g) = pgid {
+        let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(g), nix::sys::signal::Signal::SIGKILL);
+    }
+    if out.status.success() {
+        return Ok(());
+    }
+    let said = if out.stderr.iter().any(|b| !b.is_ascii_whitespace()) { &out.stderr } else { &out.stdout };
+    let said: String = String::from_utf8_lossy(said).chars().filter(|c| !c.is_control() || *c == ' ').take(REASON_BYTES).collect();
+    let how = match (out.status.code(), std::os::unix::process::ExitStatusExt::signal(&out.status)) {
+        (Some(c), _) => format!("exit code {c}"),
+        (None, Some(s)) => format!("signal {s}"),
+        (None, None) => "an unknown status".into(),
+    };
+    let said = said.trim();
+    Err(if said.is_empty() {
+        format!("{} {path} failed with {how}", kind.name())
+    } else {
+        format!("{} {path} failed with {how}: {said}", kind.name())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn script(dir: &Path, name: &str, body: &str, mode: u32) -> String {
+        let p = dir.join(name);
+        std::fs::write(&p, body).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).unwrap();
+        p.display().to_string()
+    }
+
+    #[tokio::test]
+    async fn a_script_runs_with_its_environment_and_fails_with_its_words() {
+        let dir = std::env::temp_dir().join(format!("tandem-scripts-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let out = dir.join("out");
+        let ok = script(&dir, "ok", &format!("#!/bin/sh\necho \"$SLURM_JOB_ID $HOME\" > {}\n", out.display()), 0o755);
+        let env = vec![("SLURM_JOB_ID".to_string(), "7".to_string())];
+        assert_eq!(run(Kind::Prolog, &ok, env.clone(), None).await, Ok(()));
+        assert_eq!(std::fs::read_to_string(&out).unwrap(), "7 \n", "the job's variables, nothing of the agent's");
+        let bad = script(&dir, "bad", "#!/bin/sh\necho 'no GPU 3\x1b[31m' >&2\nexit 3\n", 0o755);
+        let e = run(Kind::Epilog, &bad, env.clone(), None).await.unwrap_err();
+        assert!(e.ends_with("failed with exit code 3: no GPU 3[31m"), "{e}");
+        let slow = script(&dir, "slow", "#!/bin/sh\nsleep 30 &\nsleep 30\n", 0o755);
+        let t = std::time::Instant::now();
+        let e = run(Kind::Prolog, &slow, env.clone(), Some(Duration::from_millis(300))).await.unwrap_err();
+        assert!(e.contains("prolog_epilog_timeout") && t.elapsed() < Duration::from_secs(10), "{e}");
+        let open = script(&dir, "open", "#!/bin/sh\ntrue\n", 0o777);
+        assert!(run(Kind::Prolog, &open, env.clone(), None).await.unwrap_err().contains("writable by its group or others"));
+        let plain = script(&dir, "plain", "#!/bin/sh\ntrue\n", 0o644);
+        assert!(check(&plain).unwrap_err().contains("not executable"));
+        assert!(check("relative").unwrap_err().contains("absolute"));
+        assert!(check(&dir.join("missing").display().to_string()).is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -1,0 +1,171 @@
+//! What Slurm sites configure (issue 33), end to end on a real cluster of processes: the
+//! node's prolog and epilog around each job, and what their failures do.
+
+mod common;
+
+use common::{Cluster, free_dir};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// A directory of administrator's scripts: 0755, as the agent requires of a program it runs as
+/// root.
+fn scripts_dir(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("tandem-site-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o755)).unwrap();
+    d
+}
+
+fn write_script(path: &Path, body: &str) {
+    std::fs::write(path, body).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+/// The prolog and epilog: each logs what it sees to `work`; the prolog fails on a node with a
+/// `fail-NODE` file (saying why on standard error), hangs on one with `hang-NODE`, and leaves a
+/// marker for the job, which the epilog removes.
+fn site(tag: &str) -> (PathBuf, PathBuf) {
+    let dir = scripts_dir(tag);
+    let work = free_dir(&format!("site-{tag}"));
+    let w = work.display();
+    write_script(
+        &dir.join("prolog"),
+        &format!(
+            "#!/bin/sh\necho \"$SLURM_JOB_ID $SLURM_JOB_USER $SLURM_JOB_UID $SLURMD_NODENAME $SLURM_SCRIPT_CONTEXT $SLURM_JOB_NODELIST $HOME\" >> {w}/prolog.log\n\
+             if [ -e {w}/fail-$SLURMD_NODENAME ]; then echo 'GPU 0 fell off the bus' >&2; exit 1; fi\n\
+             if [ -e {w}/hang-$SLURMD_NODENAME ]; then sleep 60; fi\n\
+             touch {w}/marker-$SLURM_JOB_ID\n"
+        ),
+    );
+    write_script(
+        &dir.join("epilog"),
+        &format!(
+            "#!/bin/sh\necho \"$SLURM_JOB_ID $SLURMD_NODENAME $SLURM_SCRIPT_CONTEXT\" >> {w}/epilog.log\nrm -f {w}/marker-$SLURM_JOB_ID\n"
+        ),
+    );
+    (dir, work)
+}
+
+fn config(dir: &Path, extra: &str) -> String {
+    format!(
+        "prolog = \"{}\"\nepilog = \"{}\"\nprolog_epilog_timeout = 3\n{extra}",
+        dir.join("prolog").display(),
+        dir.join("epilog").display()
+    )
+}
+
+fn wait_for(what: &str, secs: u64, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while !f() {
+        assert!(Instant::now() < deadline, "waited {secs} s for {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn read(p: &Path) -> String {
+    std::fs::read_to_string(p).unwrap_or_default()
+}
+
+/// A node's state and reason, as `sinfo -N` shows them.
+fn node(c: &Cluster, name: &str) -> String {
+    c.ok("sinfo", &["-h", "-N", "-n", name, "-o", "%T|%E"]).trim().to_string()
+}
+
+#[test]
+fn the_prolog_and_epilog_run_around_each_job_and_a_failing_prolog_drains_its_node() {
+    let (dir, work) = site("hold");
+    let c = Cluster::with_config("prolog", 2, None, 30, Some(&config(&dir, "")));
+    c.wait_nodes(2);
+    let me = nix::unistd::User::from_uid(nix::unistd::getuid()).unwrap().unwrap();
+    let w = work.display();
+
+    // The job sees the prolog's marker; the epilog removes it once the job is over.
+    let id = c.sbatch(&["-w", "node1", "-o", &format!("{w}/out-%j"), "--wrap", &format!("test -e {w}/marker-$SLURM_JOB_ID && echo seen")]);
+    c.wait_state(id, &["COMPLETED"], 30);
+    assert_eq!(read(&work.join(format!("out-{id}"))), "seen\n");
+    wait_for("the epilog", 10, || read(&work.join("epilog.log")).contains(&format!("{id} node1 epilog_slurmd")));
+    assert!(!work.join(format!("marker-{id}")).exists(), "the epilog removed the marker");
+    assert_eq!(
+        read(&work.join("prolog.log")).lines().next().unwrap(),
+        format!("{id} {} {} node1 prolog_slurmd node1 ", me.name, me.uid),
+        "the job's variables, nothing of the agent's (no HOME)"
+    );
+    // An srun step on the job's second node runs that node's prolog before its task, and both
+    // nodes' epilogs run at the end.
+    let id = c.sbatch(&[
+        "-N2",
+        "-o",
+        &format!("{w}/out-%j"),
+        "--wrap",
+        &format!("srun -N2 sh -c 'test -e {w}/marker-$SLURM_JOB_ID && hostname'"),
+    ]);
+    c.wait_state(id, &["COMPLETED"], 30);
+    wait_for("both epilogs", 10, || {
+        let l = read(&work.join("epilog.log"));
+        l.contains(&format!("{id} node1 ")) && l.contains(&format!("{id} node2 "))
+    });
+    assert_eq!(read(&work.join("prolog.log")).lines().filter(|l| l.starts_with(&format!("{id} "))).count(), 2);
+
+    // A failing prolog drains the node with its words, and its job is requeued held.
+    std::fs::write(work.join("fail-node1"), "").unwrap();
+    let id = c.sbatch(&["-w", "node1", "-o", "/dev/null", "--wrap", "true"]);
+    wait_for("the requeue", 20, || {
+        c.ok("squeue", &["-h", "-j", &id.to_string(), "-o", "%T|%r"]).trim() == "PENDING|launch failed requeued held"
+    });
+    let n = node(&c, "node1");
+    assert!(n.starts_with("drain|Prolog error: prolog ") && n.ends_with("failed with exit code 1: GPU 0 fell off the bus"), "{n}");
+    assert_eq!(c.job(id)["Restarts"], "1");
+    // Released, it waits for its node (drained).
+    std::fs::remove_file(work.join("fail-node1")).unwrap();
+    c.ok("scontrol", &["release", &id.to_string()]);
+    c.ok("scontrol", &["update", "nodename=node1", "state=resume"]);
+    c.wait_state(id, &["COMPLETED"], 30);
+
+    // A prolog past prolog_epilog_timeout is killed, and counts as failed.
+    std::fs::write(work.join("hang-node2"), "").unwrap();
+    let t = Instant::now();
+    let id = c.sbatch(&["-w", "node2", "-o", "/dev/null", "--wrap", "true"]);
+    wait_for("the timeout", 30, || node(&c, "node2").contains("ran past prolog_epilog_timeout (3 s)"));
+    assert!(t.elapsed() < Duration::from_secs(20));
+    assert!(c.ok("squeue", &["-h", "-j", &id.to_string(), "-o", "%r"]).contains("launch failed requeued held"));
+    assert!(c.run("scancel", &[&id.to_string()]).status.success());
+    std::fs::remove_file(work.join("hang-node2")).unwrap();
+    c.ok("scontrol", &["update", "nodename=node2", "state=resume"]);
+
+    // A prolog that others may change is not run as root: the node drains saying so.
+    std::fs::set_permissions(dir.join("prolog"), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let id = c.sbatch(&["-w", "node1", "-o", "/dev/null", "--wrap", "true"]);
+    wait_for("the refusal", 20, || node(&c, "node1").contains("writable by its group or others"));
+    assert!(c.run("scancel", &[&id.to_string()]).status.success());
+    std::fs::set_permissions(dir.join("prolog"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn with_nohold_on_prolog_fail_the_job_runs_elsewhere_and_a_failing_epilog_drains_its_node() {
+    let (dir, work) = site("nohold");
+    let c = Cluster::with_config("nohold", 2, None, 30, Some(&config(&dir, "nohold_on_prolog_fail = true\n")));
+    c.wait_nodes(2);
+    let w = work.display();
+    std::fs::write(work.join("fail-node1"), "").unwrap();
+    std::fs::write(work.join("fail-node2"), "").unwrap();
+    // Both nodes' prologs fail in turn: the job is requeued without a hold each time and
+    // stays pending once both nodes are drained.
+    let id = c.sbatch(&["-o", "/dev/null", "--wrap", "true"]);
+    wait_for("both drains", 30, || node(&c, "node1").starts_with("drain") && node(&c, "node2").starts_with("drain"));
+    std::fs::remove_file(work.join("fail-node2")).unwrap();
+    c.ok("scontrol", &["update", "nodename=node2", "state=resume"]);
+    let j = c.wait_state(id, &["COMPLETED"], 30);
+    assert_eq!(j["NodeList"], "node2", "it ran on the node whose prolog passed");
+    assert!(node(&c, "node1").contains("GPU 0 fell off the bus"));
+
+    // A failing epilog drains its node; the job itself has ended.
+    write_script(&dir.join("epilog"), "#!/bin/sh\necho 'scratch not cleaned' >&2\nexit 2\n");
+    let id = c.sbatch(&["-w", "node2", "-o", &format!("{w}/out-%j"), "--wrap", "echo ran"]);
+    c.wait_state(id, &["COMPLETED"], 30);
+    wait_for("the epilog's drain", 20, || node(&c, "node2").contains("Epilog error: epilog"));
+    assert!(node(&c, "node2").ends_with("failed with exit code 2: scratch not cleaned"), "{}", node(&c, "node2"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
