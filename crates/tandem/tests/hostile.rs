@@ -279,6 +279,34 @@ fn container_holders(prefix: &str) -> Vec<i32> {
         .collect()
 }
 
+/// The live processes (`PID COMMAND LINE`) of job `job` of the cluster whose jobs were submitted
+/// from `submit_dir`, found by their environment (`SLURM_JOB_ID`, `SLURM_SUBMIT_DIR`), inside
+/// containers as outside: each test's cluster numbers its jobs from 1, and other tests run the
+/// same commands as the same users meanwhile.
+fn job_processes(job: u64, submit_dir: &Path) -> Vec<String> {
+    let (id, dir) = (format!("SLURM_JOB_ID={job}"), format!("SLURM_SUBMIT_DIR={}", submit_dir.display()));
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let pid = e.file_name().to_str()?.parse::<i32>().ok()?;
+            let env = std::fs::read(e.path().join("environ")).ok()?;
+            let mut vars = env.split(|b| *b == 0);
+            if !(vars.clone().any(|v| v == id.as_bytes()) && vars.any(|v| v == dir.as_bytes())) {
+                return None;
+            }
+            // A zombie (its environment read just before it ended) is gone but for its parent's wait.
+            let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
+            if stat.rsplit_once(") ").is_none_or(|(_, rest)| rest.starts_with('Z') || rest.starts_with('X')) {
+                return None;
+            }
+            let cmd = std::fs::read(e.path().join("cmdline")).ok()?;
+            Some(format!("{pid} {}", String::from_utf8_lossy(&cmd).trim_end_matches('\0').replace('\0', " ")))
+        })
+        .collect()
+}
+
 /// The fixture: the victim's files (one readable, one in a private directory), root's file, and
 /// the attacker's working directory with links to both.
 struct Files {
@@ -2615,17 +2643,18 @@ fn container_tasks_run_as_their_user_from_a_registry_and_no_further() {
     owned_file(&p, &s, v.uid, v.gid, 0o755);
     let lid = up.sbatch(&v, &vdir, &["-N1", "-o", "/dev/null", &p.display().to_string()]);
     let deadline = Instant::now() + Duration::from_secs(30);
-    // This step's own `sleep 300` (other tests' steps of alice's sleep too, for seconds).
-    let ours = || Command::new("pgrep").args(["-u", &v.uid.to_string(), "-f", "-x", "sleep 300"]).output().unwrap().status.success();
-    while !ours() {
-        assert!(Instant::now() < deadline, "the container's sleep never started");
+    // This job's own processes, not any `sleep 300` of alice's: the cgroup v2 test's time-limited
+    // container step runs one for a minute beside this test.
+    while !job_processes(lid, &vdir).iter().any(|p| p.split_once(' ').is_some_and(|(_, c)| c == "sleep 300")) {
+        assert!(Instant::now() < deadline, "the container's sleep never started: {:?}", job_processes(lid, &vdir));
         std::thread::sleep(Duration::from_millis(100));
     }
     up.ok(&v, &vdir, &["scancel", &lid.to_string()]);
     up.wait_state(lid, &["CANCELLED"]);
+    // None of the job is left: the batch script, srun, runc, the container's processes.
     let deadline = Instant::now() + Duration::from_secs(20);
-    while ours() {
-        assert!(Instant::now() < deadline, "a process of the cancelled container is left");
+    while !job_processes(lid, &vdir).is_empty() {
+        assert!(Instant::now() < deadline, "processes of the cancelled job are left: {:?}", job_processes(lid, &vdir));
         std::thread::sleep(Duration::from_millis(100));
     }
 }
