@@ -143,6 +143,7 @@ pub(crate) fn sattach(args: &[String]) -> Result<i32> {
         unbuffered: false,
         conns: HashMap::new(),
         finished: BTreeSet::new(),
+        ended: std::sync::Arc::new(tokio::sync::Notify::new()),
         partial: HashMap::new(),
         pmi: None,
         kill,

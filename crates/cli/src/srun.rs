@@ -28,6 +28,9 @@ pub(crate) struct Shared {
     pub(crate) conns: HashMap<u32, mpsc::Sender<(Kind, Vec<u8>)>>,
     /// Tasks whose streams have all ended (their connection closed).
     pub(crate) finished: BTreeSet<u32>,
+    /// Told each time a task's streams end, so that `srun` asks at once whether its step is
+    /// over rather than at its next poll.
+    pub(crate) ended: Arc<tokio::sync::Notify>,
     /// Partial lines, by task and stream.
     pub(crate) partial: HashMap<(u32, bool), Vec<u8>>,
     pub(crate) pmi: Option<Pmi>,
@@ -216,6 +219,7 @@ async fn serve(s: tokio::net::TcpStream, acc: tokio_rustls::TlsAcceptor, state: 
         g.output(rank, err, &[]);
     }
     g.finished.insert(rank);
+    g.ended.notify_one();
     g.conns.remove(&rank);
     drop(g);
     writer.abort();
@@ -441,6 +445,7 @@ pub(crate) fn run_step(t: &Target, job: u64, mut req: StepRequest, a: &slurmcli:
         unbuffered: a.unbuffered || a.pty,
         conns: HashMap::new(),
         finished: BTreeSet::new(),
+        ended: Arc::new(tokio::sync::Notify::new()),
         partial: HashMap::new(),
         pmi,
         filter: [None, None],
@@ -491,7 +496,25 @@ pub(crate) fn run_step(t: &Target, job: u64, mut req: StepRequest, a: &slurmcli:
         // `-W SECONDS`: when the first task ended, and whether the rest have been told to end.
         let (mut first_end, mut waited_out): (Option<Instant>, bool) = (None, false);
         let mut tick = tokio::time::interval(Duration::from_millis(100));
+        let ended = lock(&state).ended.clone();
+        // When every task's streams had ended: the step's end is then asked for every 20 ms
+        // (for 2 s at most: a task may close its streams and go on), not every 100.
+        let mut all_ended: Option<Instant> = None;
         loop {
+            if all_ended.is_none() && lock(&state).finished.len() as u32 >= total {
+                all_ended = Some(Instant::now());
+            }
+            let fast = all_ended.is_some_and(|at| at.elapsed() < Duration::from_secs(2));
+            let next_check = async {
+                if fast {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                } else {
+                    tokio::select! {
+                        _ = tick.tick() => {}
+                        _ = ended.notified() => {}
+                    }
+                }
+            };
             tokio::select! {
                 _ = int.recv() => {
                     let now = Instant::now();
@@ -551,7 +574,7 @@ pub(crate) fn run_step(t: &Target, job: u64, mut req: StepRequest, a: &slurmcli:
                         }
                     }
                 }
-                _ = tick.tick() => {
+                _ = next_check => {
                     if a.pty && !sent_size {
                         let c = lock(&state).conns.get(&0).cloned();
                         if let (Some(c), Some(b)) = (c, winsize_frame()) {
@@ -606,7 +629,13 @@ pub(crate) fn run_step(t: &Target, job: u64, mut req: StepRequest, a: &slurmcli:
                     };
                     let sid = step.step.to_string();
                     match j.steps.iter().find(|s| s.id == sid) {
-                        Some(s) if s.done => done_at = Some((Instant::now(), s.exit_code.clamp(0, 255))),
+                        Some(s) if s.done => {
+                            let code = s.exit_code.clamp(0, 255);
+                            if lock(&state).finished.len() as u32 >= total {
+                                return Ok(code);
+                            }
+                            done_at = Some((Instant::now(), code));
+                        }
                         Some(_) if j.running() => {}
                         _ => {
                             eprintln!("srun: error: job {job} ended before step {sid} finished");
