@@ -263,6 +263,12 @@ pub(crate) async fn run(a: AgentArgs) -> Result<()> {
     let mut prologs: HashMap<(u64, u32), Prolog> = HashMap::new();
     let mut epilogs: HashMap<(u64, u32), Vec<(String, String)>> = HashMap::new();
     let mut drain: Option<String> = None;
+    let mut done_q: Vec<crate::scripts::Done> = Vec::new();
+    // The health check: one at a time, every health_check_interval; its verdict goes with the
+    // next heartbeat.
+    let mut health = Health::default();
+    let mut health_tick = tokio::time::interval(Duration::from_secs(info.health_check_interval_s.max(1)));
+    health_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
     loop {
@@ -272,6 +278,13 @@ pub(crate) async fn run(a: AgentArgs) -> Result<()> {
         }
         // Prologs and epilogs that ended: start the tasks that waited, or fail them.
         while let Ok(d) = srx.try_recv() {
+            done_q.push(d);
+        }
+        for d in std::mem::take(&mut done_q) {
+            if d.kind == crate::scripts::Kind::Health {
+                health.done(d.result, &a.name);
+                continue;
+            }
             match script_done(d, &mut prologs, &a.name) {
                 Ok(ready) => {
                     for t in ready {
@@ -325,6 +338,8 @@ pub(crate) async fn run(a: AgentArgs) -> Result<()> {
             usage: sampler.sample(tasks.iter().map(|(k, r)| (*k, r.pgid()))),
             pulling: crate::container::pulls(),
             drain: drain.clone(),
+            health_failed: health.failed.clone(),
+            health_passed: health.passed,
         };
         let req = conn.send("POST", "/v1/agent/heartbeat", Some(&hb), &hdr);
         let reply = tokio::select! {
@@ -338,18 +353,22 @@ pub(crate) async fn run(a: AgentArgs) -> Result<()> {
             }
             _ = changed.notified() => None,
             d = srx.recv() => {
-                if let Some(d) = d {
-                    match script_done(d, &mut prologs, &a.name) {
-                        Ok(ready) => {
-                            for t in ready {
-                                start_task(t, &a, &spool, &records, &cg, &mut tasks, &mut exits, &tx, &replica_env);
-                            }
-                        }
-                        Err((failed, reason)) => {
-                            exits.extend(failed);
-                            drain = Some(reason);
-                        }
-                    }
+                done_q.extend(d);
+                None
+            }
+            _ = health_tick.tick(), if info.health_check_program.is_some() && info.health_check_interval_s > 0 => {
+                let idle = tasks.is_empty() && waiting(&prologs).next().is_none();
+                let due = match info.health_check_node_state.as_deref() {
+                    Some("idle") => idle,
+                    Some("alloc") => !idle,
+                    _ => true,
+                };
+                if due && !health.running && let Some(path) = info.health_check_program.clone() {
+                    health.running = true;
+                    // A check still running at its next turn is killed and fails.
+                    let timeout = Some(Duration::from_secs(info.health_check_interval_s.max(1)));
+                    let env = vec![("SLURMD_NODENAME".to_string(), a.name.clone())];
+                    crate::scripts::spawn(crate::scripts::Kind::Health, path, 0, 0, env, timeout, stx.clone());
                 }
                 None
             }
@@ -408,6 +427,9 @@ pub(crate) async fn run(a: AgentArgs) -> Result<()> {
         unsaved_said = false;
         if hb.drain.is_some() && drain == hb.drain {
             drain = None; // the controller has it
+        }
+        if (hb.health_failed.is_some() || hb.health_passed) && (health.failed == hb.health_failed && health.passed == hb.health_passed) {
+            (health.failed, health.passed) = (None, false);
         }
         renew_keepers(&records, &tasks, &info, sent);
         for e in exits.drain(..) {
@@ -579,6 +601,27 @@ fn start_task(
     }
 }
 
+/// The node's health check: whether one runs, and its verdict not yet reported.
+#[derive(Default)]
+struct Health {
+    running: bool,
+    failed: Option<String>,
+    passed: bool,
+}
+
+impl Health {
+    fn done(&mut self, result: std::result::Result<(), String>, node: &str) {
+        self.running = false;
+        match result {
+            Ok(()) => (self.failed, self.passed) = (None, true),
+            Err(why) => {
+                eprintln!("tandem agent {node}: the health check failed: {why}; draining the node");
+                (self.failed, self.passed) = (Some(why), false);
+            }
+        }
+    }
+}
+
 /// Where a run's prolog stands on this node.
 enum Prolog {
     /// Running; these of the run's tasks wait for it.
@@ -648,7 +691,7 @@ fn script_done(
             };
             Err((failed, reason))
         }
-        (crate::scripts::Kind::Epilog, Ok(())) => Ok(Vec::new()),
+        (crate::scripts::Kind::Epilog | crate::scripts::Kind::Health, Ok(())) => Ok(Vec::new()),
     }
 }
 

@@ -22,6 +22,8 @@ pub(crate) enum Kind {
     Prolog,
     /// After a run is over on the node.
     Epilog,
+    /// The node's health check (`health_check_program`), every `health_check_interval`.
+    Health,
 }
 
 impl Kind {
@@ -29,16 +31,18 @@ impl Kind {
         match self {
             Kind::Prolog => "prolog",
             Kind::Epilog => "epilog",
+            Kind::Health => "health check",
         }
     }
 
     /// The reason a failure drains the node with (Slurm's words first).
     pub(crate) fn drain_reason(self, why: &str) -> String {
-        let head = match self {
-            Kind::Prolog => "Prolog error",
-            Kind::Epilog => "Epilog error",
-        };
-        format!("{head}: {why}")
+        match self {
+            Kind::Prolog => format!("Prolog error: {why}"),
+            Kind::Epilog => format!("Epilog error: {why}"),
+            // Tandem's rule: what the check said is the reason (`sinfo -R`).
+            Kind::Health => why.to_string(),
+        }
     }
 }
 
@@ -150,6 +154,9 @@ async fn run(kind: Kind, path: &str, env: Vec<(String, String)>, timeout: Option
         (None, None) => "an unknown status".into(),
     };
     let said = said.trim();
+    if kind == Kind::Health && !said.is_empty() {
+        return Err(said.to_string());
+    }
     Err(if said.is_empty() {
         format!("{} {path} failed with {how}", kind.name())
     } else {

@@ -364,6 +364,8 @@ async fn sim_agent(sh: Arc<Shared>, i: usize, node: model::Node) {
             usage: Vec::new(),
             pulling: Vec::new(),
             drain: None,
+            health_failed: None,
+            health_passed: false,
         };
         let next_end = tasks.values().min().copied();
         let sent = Instant::now();

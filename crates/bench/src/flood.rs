@@ -334,6 +334,8 @@ async fn probes(pool: Arc<client::H2Pool>, creds: Vec<(String, String)>, stop: A
                     usage: Vec::new(),
                     pulling: Vec::new(),
                     drain: None,
+                    health_failed: None,
+                    health_passed: false,
                 };
                 let t = Instant::now();
                 match pool

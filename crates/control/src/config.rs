@@ -18,6 +18,9 @@
 //! epilog = "/etc/tandem/epilog"  # Slurm's Epilog: on each node of a job once its run there is over
 //! prolog_epilog_timeout = 60     # seconds; a prolog or epilog still running then fails (0: none)
 //! nohold_on_prolog_fail = false  # a job whose prolog failed is requeued without a hold
+//! health_check_program = "/usr/sbin/nhc"  # Slurm's HealthCheckProgram: run on each node as root
+//! health_check_interval = 60     # seconds between checks (0: never)
+//! health_check_node_state = "any" # any, idle (no job's task on the node), alloc (some)
 //! [scheduler]
 //! policy = "default"      # fcfs, sjf, f1, multifactor, default
 //! backfill = "easy"       # none, easy, conservative
@@ -112,6 +115,9 @@ struct File {
     epilog: Option<String>,
     prolog_epilog_timeout: Option<u32>,
     nohold_on_prolog_fail: Option<bool>,
+    health_check_program: Option<String>,
+    health_check_interval: Option<u32>,
+    health_check_node_state: Option<String>,
     scheduler: Option<Sched>,
     weights: Option<toml::Table>,
     #[serde(default)]
@@ -409,7 +415,11 @@ pub fn parse(text: &str) -> Result<(crate::Settings, Security)> {
             other => bail!("mpi_default must be one of none, pmi2, pmix (or pmix_v3, pmix_v4, pmix_v5), not {other:?}"),
         };
     }
-    for (key, path, slot) in [("prolog", f.prolog, &mut s.prolog), ("epilog", f.epilog, &mut s.epilog)] {
+    for (key, path, slot) in [
+        ("prolog", f.prolog, &mut s.prolog),
+        ("epilog", f.epilog, &mut s.epilog),
+        ("health_check_program", f.health_check_program, &mut s.health_check_program),
+    ] {
         if let Some(p) = path {
             if !p.starts_with('/') || p.len() > 4096 || p.chars().any(char::is_control) {
                 bail!("{key} must be an absolute path (a program on each node), at most 4096 bytes, got {p:?}");
@@ -422,6 +432,16 @@ pub fn parse(text: &str) -> Result<(crate::Settings, Security)> {
     }
     if let Some(n) = f.nohold_on_prolog_fail {
         s.nohold_on_prolog_fail = n;
+    }
+    if let Some(t) = f.health_check_interval {
+        s.health_check_interval = i64::from(t);
+    }
+    if let Some(st) = f.health_check_node_state {
+        let v = st.to_ascii_lowercase();
+        if !["any", "idle", "alloc"].contains(&v.as_str()) {
+            bail!("health_check_node_state must be one of any, idle, alloc, not {st:?}");
+        }
+        s.health_check_node_state = Some(v);
     }
     if let Some(m) = f.max_array_size {
         if m == 0 || m > slurmcli::MAX_ARRAY_SIZE_CAP {
@@ -710,6 +730,13 @@ mod tests {
         assert!(e("prolog = \"relative.sh\"").contains("prolog must be an absolute path"));
         assert!(e("epilog = \"/a\\nb\"").contains("epilog must be an absolute path"));
         assert!(e("prolog_epilog_timeout = -1").contains("prolog_epilog_timeout"));
+        let s = parse("health_check_program = \"/usr/sbin/nhc\"\nhealth_check_interval = 30\nhealth_check_node_state = \"IDLE\"").unwrap();
+        assert_eq!(
+            (s.health_check_program.as_deref(), s.health_check_interval, s.health_check_node_state.as_deref()),
+            (Some("/usr/sbin/nhc"), 30, Some("idle"))
+        );
+        assert!(e("health_check_node_state = \"cycle\"").contains("health_check_node_state must be one of"));
+        assert!(e("health_check_program = \"nhc\"").contains("health_check_program must be an absolute path"));
         assert!(e("[scheduler]\nbackfill = \"rls\"").contains("scheduler.backfill"));
         assert!(e("[scheduler]\npredict = \"oracle\"").contains("scheduler.predict"));
         assert!(e("[scheduler]\npredict = 3").contains("invalid type"));

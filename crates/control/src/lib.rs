@@ -113,6 +113,18 @@ pub struct Settings {
     /// requeued without a hold (and runs elsewhere, its node drained).
     #[serde(default)]
     pub nohold_on_prolog_fail: bool,
+    /// Slurm's HealthCheckProgram: a node-local program each agent runs as root every
+    /// `health_check_interval` seconds; one that fails drains the node with what it wrote, one
+    /// that passes resumes a drain it made.
+    #[serde(default)]
+    pub health_check_program: Option<String>,
+    /// Slurm's HealthCheckInterval, seconds (0: the check never runs).
+    #[serde(default)]
+    pub health_check_interval: Time,
+    /// Slurm's HealthCheckNodeState: `any`, `idle` (no job's task on the node) or `alloc`
+    /// (some).
+    #[serde(default)]
+    pub health_check_node_state: Option<String>,
 }
 
 fn array_window() -> u64 {
@@ -153,6 +165,9 @@ impl Default for Settings {
             epilog: None,
             prolog_epilog_timeout: 0,
             nohold_on_prolog_fail: false,
+            health_check_program: None,
+            health_check_interval: 0,
+            health_check_node_state: None,
         }
     }
 }
@@ -1167,9 +1182,10 @@ impl Controller {
         .collect()
     }
 
-    /// A node's own report that it must be drained (its epilog or prolog failed): drained with
-    /// the reason, as Slurm's, unless already drained or down (whose reason stays).
-    pub fn agent_drain(&mut self, name: &str, reason: &str) -> Result<(), Refused> {
+    /// A node's own report that it must be drained (its epilog, prolog or health check
+    /// failed): drained with the reason, as Slurm's, unless already drained or down (whose
+    /// reason stays). `health`: the health check's drain, which its next pass undoes.
+    pub fn agent_drain(&mut self, name: &str, reason: &str, health: bool) -> Result<(), Refused> {
         let &i = self.node_index.get(name).ok_or_else(|| Refused::NotFound(format!("node {name} is not registered")))?;
         let rec = &mut self.nodes[i];
         if let Ok(next) = rec.node.state.step(NodeEvent::Drain)
@@ -1178,6 +1194,21 @@ impl Controller {
             rec.node.state = next;
             let reason: String = reason.chars().filter(|c| !c.is_control()).take(256).collect();
             rec.reason = Some(reason);
+            rec.health_drained = health;
+            self.dirty_nodes.insert(i);
+            self.nodes_changed();
+        }
+        Ok(())
+    }
+
+    /// A node's health check passed: a drain the check made is undone (any other stays).
+    pub fn agent_healthy(&mut self, name: &str) -> Result<(), Refused> {
+        let &i = self.node_index.get(name).ok_or_else(|| Refused::NotFound(format!("node {name} is not registered")))?;
+        let rec = &mut self.nodes[i];
+        if rec.health_drained && rec.node.state == NodeState::Drain {
+            rec.node.state = rec.node.state.step(NodeEvent::Resume).map_err(|e| Refused::Conflict(e.to_string()))?;
+            rec.reason = None;
+            rec.health_drained = false;
             self.dirty_nodes.insert(i);
             self.nodes_changed();
         }
@@ -1323,6 +1354,7 @@ impl Controller {
                     seen_ms: self.now_ms.max(now * 1000),
                     deleted: false,
                     runs: Vec::new(),
+                    health_drained: false,
                 });
                 self.dirty_nodes.insert(i);
                 self.touch_node(i);
@@ -1480,6 +1512,7 @@ impl Controller {
         let ev = if drain { NodeEvent::Drain } else { NodeEvent::Resume };
         rec.node.state = rec.node.state.step(ev).map_err(|e| Refused::Conflict(e.to_string()))?;
         rec.reason = if drain { Some(reason.unwrap_or_else(|| "drained by root".into())) } else { None };
+        rec.health_drained = false;
         self.dirty_nodes.insert(i);
         self.nodes_changed();
         Ok(())

@@ -653,6 +653,10 @@ pub struct NodeRec {
     /// The jobs that hold an allocation here (not persisted: rebuilt from the jobs at start).
     #[serde(skip)]
     pub runs: Vec<u64>,
+    /// Drained by its health check (`health_check_program`): a later pass of the check resumes
+    /// it; a drain by anyone else stays.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub health_drained: bool,
 }
 
 impl NodeRec {

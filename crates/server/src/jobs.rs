@@ -882,14 +882,23 @@ async fn register(
             check_serial(c, Holder::Node, &r.node.name, serial)?;
             c.register_with(t, r.node, r.addr, &r.running, &r.exits).map(|()| {
                 let s = c.settings();
-                (s.lease, c.heartbeat_ms(), s.prolog.clone(), s.epilog.clone(), s.prolog_epilog_timeout.max(0) as u64)
+                RegisterResponse {
+                    lease_s: s.lease,
+                    heartbeat_ms: c.heartbeat_ms(),
+                    prolog: s.prolog.clone(),
+                    epilog: s.epilog.clone(),
+                    prolog_epilog_timeout_s: s.prolog_epilog_timeout.max(0) as u64,
+                    health_check_program: s.health_check_program.clone(),
+                    health_check_interval_s: s.health_check_interval.max(0) as u64,
+                    health_check_node_state: s.health_check_node_state.clone(),
+                }
             })
         })
         .await;
     match registered {
-        Ok(Ok((lease_s, heartbeat_ms, prolog, epilog, prolog_epilog_timeout_s))) => {
+        Ok(Ok(info)) => {
             app.wake.notify_one();
-            Json(RegisterResponse { lease_s, heartbeat_ms, prolog, epilog, prolog_epilog_timeout_s }).into_response()
+            Json(info).into_response()
         }
         Ok(Err(e)) => refused(e),
         Err(r) => r,
@@ -913,7 +922,12 @@ async fn heartbeat(
         let o = c.heartbeat(t, &hb.node, hb.ack, &hb.running, &hb.exits);
         if o.is_ok() {
             if let Some(why) = &hb.drain {
-                c.agent_drain(&hb.node, why)?;
+                c.agent_drain(&hb.node, why, false)?;
+            }
+            if let Some(why) = &hb.health_failed {
+                c.agent_drain(&hb.node, why, true)?;
+            } else if hb.health_passed {
+                c.agent_healthy(&hb.node)?;
             }
             c.replica_reports(t_ms, &hb.node, &hb.replicas);
             c.record_usage(&hb.node, &hb.usage);

@@ -169,3 +169,36 @@ fn with_nohold_on_prolog_fail_the_job_runs_elsewhere_and_a_failing_epilog_drains
     assert!(node(&c, "node2").ends_with("failed with exit code 2: scratch not cleaned"), "{}", node(&c, "node2"));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_failing_health_check_drains_its_node_with_its_words_and_a_pass_resumes_only_its_own_drain() {
+    let dir = scripts_dir("health");
+    let work = free_dir("site-health");
+    let w = work.display();
+    write_script(
+        &dir.join("check"),
+        &format!("#!/bin/sh\nif [ -e {w}/sick-$SLURMD_NODENAME ]; then echo 'NHC: check_hw_gpu: GPU 0 XID 79'; exit 1; fi\nexit 0\n"),
+    );
+    let cfg = format!("health_check_program = \"{}\"\nhealth_check_interval = 1\n", dir.join("check").display());
+    let c = Cluster::with_config("health", 2, None, 30, Some(&cfg));
+    c.wait_nodes(2);
+    let running = c.sbatch(&["-w", "node1", "-o", "/dev/null", "--wrap", "sleep 4"]);
+    c.wait_state(running, &["RUNNING"], 30);
+    // The check fails: the node drains with what the check said; the running job finishes.
+    std::fs::write(work.join("sick-node1"), "").unwrap();
+    wait_for("the check's drain", 10, || node(&c, "node1").starts_with("drain"));
+    assert!(node(&c, "node1").ends_with("|NHC: check_hw_gpu: GPU 0 XID 79"), "{}", node(&c, "node1"));
+    c.wait_state(running, &["COMPLETED"], 30);
+    let waits = c.sbatch(&["-w", "node1", "-o", "/dev/null", "--wrap", "true"]);
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(c.job(waits)["JobState"], "PENDING", "nothing starts on a drained node");
+    // It passes again: the drain it made is undone, and the job runs.
+    std::fs::remove_file(work.join("sick-node1")).unwrap();
+    c.wait_state(waits, &["COMPLETED"], 30);
+    assert!(!node(&c, "node1").starts_with("drain"), "{}", node(&c, "node1"));
+    // A drain the check did not make stays, however often the check passes.
+    c.ok("scontrol", &["update", "nodename=node2", "state=drain", "reason=maintenance"]);
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(node(&c, "node2"), "drain|maintenance");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -508,6 +508,15 @@ pub struct RegisterResponse {
     /// A prolog or epilog running this long (seconds) is killed and counts as failed; 0: none.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub prolog_epilog_timeout_s: u64,
+    /// The node-local health check (Slurm's HealthCheckProgram), run as root.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health_check_program: Option<String>,
+    /// Seconds between health checks (0: never).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub health_check_interval_s: u64,
+    /// When the check runs: `any`, `idle` (no task here), `alloc` (some); absent: any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health_check_node_state: Option<String>,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -539,6 +548,12 @@ pub struct Heartbeat {
     /// The node drains itself with this reason (its prolog or epilog failed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drain: Option<String>,
+    /// Its health check failed since the last heartbeat, saying this: the node drains.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health_failed: Option<String>,
+    /// Its health check passed since the last heartbeat: a drain the check made is undone.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub health_passed: bool,
 }
 
 /// Response to a heartbeat.

@@ -815,7 +815,10 @@ pub const DOCUMENT: &str = r##"{
         "lease_s": {"$ref": "#/components/schemas/i64"}, "heartbeat_ms": {"$ref": "#/components/schemas/u64"},
         "prolog": {"$ref": "#/components/schemas/StringOrNull", "description": "The node-local prolog the agent runs before a job's first task on its node"},
         "epilog": {"$ref": "#/components/schemas/StringOrNull", "description": "The node-local epilog the agent runs once a job's run on its node is over"},
-        "prolog_epilog_timeout_s": {"$ref": "#/components/schemas/u64", "description": "A prolog or epilog running longer is killed and fails (0: no limit)"}}},
+        "prolog_epilog_timeout_s": {"$ref": "#/components/schemas/u64", "description": "A prolog or epilog running longer is killed and fails (0: no limit)"},
+        "health_check_program": {"$ref": "#/components/schemas/StringOrNull", "description": "The node-local health check, run as root"},
+        "health_check_interval_s": {"$ref": "#/components/schemas/u64", "description": "Seconds between health checks (0: never)"},
+        "health_check_node_state": {"enum": ["any", "idle", "alloc", null], "description": "When the check runs (absent: any)"}}},
       "TaskKey": {"type": "object", "required": ["job", "epoch", "step", "rank"], "properties": {
         "job": {"$ref": "#/components/schemas/u64"}, "epoch": {"$ref": "#/components/schemas/u32"},
         "step": {"$ref": "#/components/schemas/u32"}, "rank": {"$ref": "#/components/schemas/u32"}}},
@@ -844,7 +847,9 @@ pub const DOCUMENT: &str = r##"{
             "rss_kb": {"$ref": "#/components/schemas/u64"}, "max_rss_kb": {"$ref": "#/components/schemas/u64"}, "cpu_ms": {"$ref": "#/components/schemas/u64"}}}},
         "pulling": {"type": "array", "description": "Tasks whose image the agent is pulling: their jobs show as CONFIGURING", "items": {"type": "object", "additionalProperties": false,
           "required": ["key", "progress"], "properties": {"key": {"$ref": "#/components/schemas/TaskKey"}, "progress": {"type": "string"}}}},
-        "drain": {"$ref": "#/components/schemas/StringOrNull", "description": "The node drains itself with this reason (its prolog or epilog failed)"}}},
+        "drain": {"$ref": "#/components/schemas/StringOrNull", "description": "The node drains itself with this reason (its prolog or epilog failed)"},
+        "health_failed": {"$ref": "#/components/schemas/StringOrNull", "description": "Its health check failed, saying this: the node drains"},
+        "health_passed": {"type": "boolean", "description": "Its health check passed: a drain the check made is undone"}}},
       "Orders": {"type": "object", "required": ["orders"], "additionalProperties": false, "properties": {
         "orders": {"type": "array", "items": {"type": "array", "prefixItems": [{"$ref": "#/components/schemas/u64"}, {"$ref": "#/components/schemas/Order"}], "items": false, "minItems": 2}}}},
       "Order": {"oneOf": [
@@ -1727,6 +1732,9 @@ mod tests {
                     prolog: Some("/etc/tandem/prolog".into()),
                     epilog: Some("/etc/tandem/epilog".into()),
                     prolog_epilog_timeout_s: 60,
+                    health_check_program: Some("/usr/sbin/nhc".into()),
+                    health_check_interval_s: 60,
+                    health_check_node_state: Some("idle".into()),
                 }),
             ),
             (
@@ -1749,6 +1757,8 @@ mod tests {
                         progress: "pulling nvcr.io/nvidia/pytorch:24.05-py3: layer 2/5 (1048576 bytes)".into(),
                     }],
                     drain: Some("Epilog error: exit status 1".into()),
+                    health_failed: Some("NHC: check_fs_mount: /scratch not mounted".into()),
+                    health_passed: true,
                 }),
             ),
             (
