@@ -266,9 +266,13 @@ pub(crate) async fn run(a: AgentArgs) -> Result<()> {
     let mut done_q: Vec<crate::scripts::Done> = Vec::new();
     // The health check: one at a time, every health_check_interval; its verdict goes with the
     // next heartbeat.
+    // It runs in a task of its own (its settings from the last registration, the node's
+    // idleness from this loop), so that it never interrupts a heartbeat's long poll.
     let mut health = Health::default();
-    let mut health_tick = tokio::time::interval(Duration::from_secs(info.health_check_interval_s.max(1)));
-    health_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let health_cfg = std::sync::Arc::new(std::sync::Mutex::new(HealthCfg::of(&info)));
+    let idle = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let (htx, mut hrx) = mpsc::unbounded_channel::<std::result::Result<(), String>>();
+    tokio::spawn(health_loop(health_cfg.clone(), idle.clone(), a.name.clone(), htx));
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
     loop {
@@ -280,11 +284,10 @@ pub(crate) async fn run(a: AgentArgs) -> Result<()> {
         while let Ok(d) = srx.try_recv() {
             done_q.push(d);
         }
+        while let Ok(verdict) = hrx.try_recv() {
+            health.done(verdict, &a.name);
+        }
         for d in std::mem::take(&mut done_q) {
-            if d.kind == crate::scripts::Kind::Health {
-                health.done(d.result, &a.name);
-                continue;
-            }
             match script_done(d, &mut prologs, &a.name) {
                 Ok(ready) => {
                     for t in ready {
@@ -300,7 +303,9 @@ pub(crate) async fn run(a: AgentArgs) -> Result<()> {
         // Epilogs whose runs' tasks here are gone.
         let due: Vec<(u64, u32)> = epilogs
             .keys()
-            .filter(|r| !tasks.keys().any(|k| (k.job, k.epoch) == **r) && !matches!(prologs.get(r), Some(Prolog::Running(_))))
+            .filter(|r| {
+                !tasks.keys().any(|k| (k.job, k.epoch) == **r) && !matches!(prologs.get(r), Some(Prolog::Running(_) | Prolog::Cancelled))
+            })
             .copied()
             .collect();
         for run in due {
@@ -327,6 +332,7 @@ pub(crate) async fn run(a: AgentArgs) -> Result<()> {
                 fenced.insert(*k);
             }
         }
+        idle.store(tasks.is_empty() && waiting(&prologs).next().is_none(), std::sync::atomic::Ordering::Relaxed);
         let sent = Instant::now();
         let hb = Heartbeat {
             node: a.name.clone(),
@@ -356,22 +362,6 @@ pub(crate) async fn run(a: AgentArgs) -> Result<()> {
                 done_q.extend(d);
                 None
             }
-            _ = health_tick.tick(), if info.health_check_program.is_some() && info.health_check_interval_s > 0 => {
-                let idle = tasks.is_empty() && waiting(&prologs).next().is_none();
-                let due = match info.health_check_node_state.as_deref() {
-                    Some("idle") => idle,
-                    Some("alloc") => !idle,
-                    _ => true,
-                };
-                if due && !health.running && let Some(path) = info.health_check_program.clone() {
-                    health.running = true;
-                    // A check still running at its next turn is killed and fails.
-                    let timeout = Some(Duration::from_secs(info.health_check_interval_s.max(1)));
-                    let env = vec![("SLURMD_NODENAME".to_string(), a.name.clone())];
-                    crate::scripts::spawn(crate::scripts::Kind::Health, path, 0, 0, env, timeout, stx.clone());
-                }
-                None
-            }
             _ = term.recv() => { shutdown(&tasks, &records); return Ok(()); }
             _ = int.recv() => { shutdown(&tasks, &records); return Ok(()); }
         };
@@ -390,6 +380,7 @@ pub(crate) async fn run(a: AgentArgs) -> Result<()> {
                 for e in exits.drain(..) {
                     records.forget(&TaskKey { job: e.job, epoch: e.epoch, step: e.step, rank: e.rank });
                 }
+                *health_cfg.lock().expect("health settings") = HealthCfg::of(&info);
                 ack = 0;
                 continue;
             }
@@ -479,6 +470,11 @@ pub(crate) async fn run(a: AgentArgs) -> Result<()> {
                                 exits.push(prolog_failure(key, why, &a.name));
                                 continue;
                             }
+                            Some(Prolog::Cancelled) => {
+                                let st = std::process::ExitStatus::from_raw(Signal::SIGKILL as i32);
+                                exits.push(exit_of(key, Some(st), false, false, &a.name));
+                                continue;
+                            }
                             Some(Prolog::Passed) => {}
                         }
                     }
@@ -486,6 +482,15 @@ pub(crate) async fn run(a: AgentArgs) -> Result<()> {
                 }
                 Order::Signal { job, epoch, signal, batch_only, step } => {
                     let Ok(sig) = Signal::try_from(signal) else { continue };
+                    // Tasks still waiting for their run's prolog end by the signal, unstarted.
+                    if let Some(Prolog::Running(queued)) = prologs.get_mut(&(job, epoch)) {
+                        let hit = |t: &control::Task| (!batch_only || t.step == BATCH_STEP) && step.is_none_or(|s| t.step == s);
+                        for t in queued.iter().filter(|t| hit(t)) {
+                            let k = TaskKey { job: t.job, epoch: t.epoch, step: t.step, rank: t.rank };
+                            exits.push(exit_of(k, Some(std::process::ExitStatus::from_raw(signal)), false, false, &a.name));
+                        }
+                        queued.retain(|t| !hit(t));
+                    }
                     for (k, r) in &tasks {
                         if k.job == job && k.epoch == epoch && (!batch_only || k.step == BATCH_STEP) && step.is_none_or(|s| k.step == s) {
                             match &r.replica {
@@ -497,7 +502,13 @@ pub(crate) async fn run(a: AgentArgs) -> Result<()> {
                     }
                 }
                 Order::Epilog { job, epoch, env } => {
-                    prologs.remove(&(job, epoch));
+                    // A prolog still running keeps its place: the epilog waits for it.
+                    match prologs.get_mut(&(job, epoch)) {
+                        Some(p @ (Prolog::Running(_) | Prolog::Cancelled)) => *p = Prolog::Cancelled,
+                        _ => {
+                            prologs.remove(&(job, epoch));
+                        }
+                    }
                     if info.epilog.is_some() {
                         // Run when the loop comes round and the run's tasks here are gone.
                         epilogs.insert((job, epoch), env);
@@ -510,11 +521,21 @@ pub(crate) async fn run(a: AgentArgs) -> Result<()> {
                     }
                 }
                 Order::Kill { job, epoch } => {
-                    // Tasks that waited for the run's prolog never start.
-                    if let Some(Prolog::Running(queued)) = prologs.remove(&(job, epoch)) {
-                        for t in queued {
-                            let k = TaskKey { job: t.job, epoch: t.epoch, step: t.step, rank: t.rank };
-                            exits.push(exit_of(k, Some(std::process::ExitStatus::from_raw(Signal::SIGKILL as i32)), false, false, &a.name));
+                    // Tasks that waited for the run's prolog never start; the prolog itself runs
+                    // on to its end (the epilog waits for it).
+                    match prologs.get_mut(&(job, epoch)) {
+                        Some(p @ Prolog::Running(_)) => {
+                            if let Prolog::Running(queued) = std::mem::replace(p, Prolog::Cancelled) {
+                                for t in queued {
+                                    let k = TaskKey { job: t.job, epoch: t.epoch, step: t.step, rank: t.rank };
+                                    let st = std::process::ExitStatus::from_raw(Signal::SIGKILL as i32);
+                                    exits.push(exit_of(k, Some(st), false, false, &a.name));
+                                }
+                            }
+                        }
+                        Some(Prolog::Cancelled) => {}
+                        _ => {
+                            prologs.remove(&(job, epoch));
                         }
                     }
                     // The run's named containers go with it (after its last task here).
@@ -601,23 +622,72 @@ fn start_task(
     }
 }
 
-/// The node's health check: whether one runs, and its verdict not yet reported.
+/// The node's health check's verdict not yet reported.
 #[derive(Default)]
 struct Health {
-    running: bool,
     failed: Option<String>,
     passed: bool,
 }
 
 impl Health {
     fn done(&mut self, result: std::result::Result<(), String>, node: &str) {
-        self.running = false;
         match result {
             Ok(()) => (self.failed, self.passed) = (None, true),
             Err(why) => {
                 eprintln!("tandem agent {node}: the health check failed: {why}; draining the node");
                 (self.failed, self.passed) = (Some(why), false);
             }
+        }
+    }
+}
+
+/// The health check's settings, from the last registration.
+#[derive(Clone, Default)]
+struct HealthCfg {
+    program: Option<String>,
+    interval: u64,
+    state: Option<String>,
+}
+
+impl HealthCfg {
+    fn of(info: &RegisterResponse) -> HealthCfg {
+        HealthCfg {
+            program: info.health_check_program.clone(),
+            interval: info.health_check_interval_s,
+            state: info.health_check_node_state.clone(),
+        }
+    }
+}
+
+/// Runs the node's health check every interval while one is configured (when the node's state
+/// is the one asked for), one at a time, each killed at its next turn; verdicts go to `out`.
+async fn health_loop(
+    cfg: std::sync::Arc<std::sync::Mutex<HealthCfg>>,
+    idle: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    node: String,
+    out: mpsc::UnboundedSender<std::result::Result<(), String>>,
+) {
+    loop {
+        let c = cfg.lock().expect("health settings").clone();
+        let Some(program) = c.program.filter(|_| c.interval > 0) else {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            continue;
+        };
+        let every = Duration::from_secs(c.interval);
+        tokio::time::sleep(every).await;
+        let idle = idle.load(std::sync::atomic::Ordering::Relaxed);
+        let due = match c.state.as_deref() {
+            Some("idle") => idle,
+            Some("alloc") => !idle,
+            _ => true,
+        };
+        if !due {
+            continue;
+        }
+        let env = vec![("SLURMD_NODENAME".to_string(), node.clone())];
+        let verdict = crate::scripts::run(crate::scripts::Kind::Health, &program, env, Some(every)).await;
+        if out.send(verdict).is_err() {
+            return;
         }
     }
 }
@@ -630,6 +700,9 @@ enum Prolog {
     Passed,
     /// It failed, so: the run's tasks here never start.
     Failed(String),
+    /// The run was killed while its prolog ran: the prolog runs on to its end, and the run's
+    /// epilog waits for it.
+    Cancelled,
 }
 
 /// The tasks that wait for their run's prolog (reported running: the controller counts them).
@@ -665,6 +738,9 @@ fn script_done(
     node: &str,
 ) -> std::result::Result<Vec<control::Task>, (Vec<TaskExit>, String)> {
     let run = (d.job, d.epoch);
+    if matches!(prologs.get(&run), Some(Prolog::Cancelled)) && d.kind == crate::scripts::Kind::Prolog {
+        prologs.remove(&run);
+    }
     match (d.kind, d.result) {
         (crate::scripts::Kind::Prolog, Ok(())) => match prologs.get_mut(&run) {
             Some(p @ Prolog::Running(_)) => match std::mem::replace(p, Prolog::Passed) {

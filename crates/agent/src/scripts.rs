@@ -64,15 +64,18 @@ const REASON_BYTES: usize = 200;
 
 /// Whether `path` may be run as the agent's user: an absolute path to a regular, executable file
 /// that only root or the agent's own user can change (owner, and no write bit for group or
-/// others), in a directory that only they can change entries of (or a sticky one).
-pub(crate) fn check(path: &str) -> Result<(), String> {
+/// others), every directory above it (after links are resolved) likewise (or sticky and
+/// theirs). Returns the resolved path, which is what is run, so that nothing can be swapped
+/// between the check and the run.
+pub(crate) fn check(path: &str) -> Result<std::path::PathBuf, String> {
     let p = Path::new(path);
     if !p.is_absolute() {
         return Err(format!("{path} is not an absolute path"));
     }
     let me = nix::unistd::geteuid().as_raw();
     let trusted = |uid: u32| uid == 0 || uid == me;
-    let m = std::fs::metadata(p).map_err(|e| format!("{path}: {e}"))?;
+    let real = std::fs::canonicalize(p).map_err(|e| format!("{path}: {e}"))?;
+    let m = std::fs::metadata(&real).map_err(|e| format!("{path}: {e}"))?;
     if !m.is_file() {
         return Err(format!("{path} is not a regular file"));
     }
@@ -85,13 +88,13 @@ pub(crate) fn check(path: &str) -> Result<(), String> {
     if m.mode() & 0o022 != 0 {
         return Err(format!("{path} is writable by its group or others (mode {:o}): refused", m.mode() & 0o7777));
     }
-    if let Some(dir) = p.parent() {
+    for dir in real.ancestors().skip(1) {
         let d = std::fs::metadata(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
         if !trusted(d.uid()) || (d.mode() & 0o022 != 0 && d.mode() & 0o1000 == 0) {
-            return Err(format!("{path} is in {}, which others may change: refused", dir.display()));
+            return Err(format!("{path} is under {}, which others may change: refused", dir.display()));
         }
     }
-    Ok(())
+    Ok(real)
 }
 
 /// Runs `path` for job `job`'s run `epoch` in the background, with `env` only (and a plain
@@ -112,9 +115,26 @@ pub(crate) fn spawn(
     });
 }
 
-async fn run(kind: Kind, path: &str, env: Vec<(String, String)>, timeout: Option<Duration>) -> Result<(), String> {
-    check(path)?;
-    let mut cmd = tokio::process::Command::new(path);
+/// Most bytes of each of a program's output streams that are read (the rest is discarded).
+const OUTPUT_BYTES: usize = 4096;
+
+/// Reads at most [`OUTPUT_BYTES`] of a stream, then drains the rest unread.
+async fn read_some(mut r: impl tokio::io::AsyncRead + Unpin) -> Vec<u8> {
+    use tokio::io::AsyncReadExt;
+    let mut out = Vec::new();
+    let mut buf = [0u8; 1024];
+    loop {
+        match r.read(&mut buf).await {
+            Ok(0) | Err(_) => return out,
+            Ok(n) if out.len() < OUTPUT_BYTES => out.extend_from_slice(&buf[..n.min(OUTPUT_BYTES - out.len())]),
+            Ok(_) => {}
+        }
+    }
+}
+
+pub(crate) async fn run(kind: Kind, path: &str, env: Vec<(String, String)>, timeout: Option<Duration>) -> Result<(), String> {
+    let real = check(path)?;
+    let mut cmd = tokio::process::Command::new(&real);
     cmd.env_clear()
         .env("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
         .envs(env)
@@ -124,31 +144,47 @@ async fn run(kind: Kind, path: &str, env: Vec<(String, String)>, timeout: Option
         .stderr(std::process::Stdio::piped())
         .process_group(0)
         .kill_on_drop(true);
-    let child = cmd.spawn().map_err(|e| format!("cannot run {path}: {e}"))?;
+    let mut child = cmd.spawn().map_err(|e| format!("cannot run {path}: {e}"))?;
     let pgid = child.id().map(|p| p as i32);
-    let out = match timeout {
-        Some(t) => match tokio::time::timeout(t, child.wait_with_output()).await {
-            Ok(o) => o,
+    let kill_group = || {
+        if let Some(g) = pgid {
+            let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(g), nix::sys::signal::Signal::SIGKILL);
+        }
+    };
+    // Its output is read beside it, a little of each stream; it has ended when it exits, even if
+    // something it started in the background still holds the pipes.
+    let out = child.stdout.take().map(|o| tokio::spawn(read_some(o)));
+    let err = child.stderr.take().map(|e| tokio::spawn(read_some(e)));
+    let status = match timeout {
+        Some(t) => match tokio::time::timeout(t, child.wait()).await {
+            Ok(st) => st,
             Err(_) => {
-                if let Some(g) = pgid {
-                    let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(g), nix::sys::signal::Signal::SIGKILL);
-                }
-                return Err(format!("{} {path} ran past prolog_epilog_timeout ({} s) and was killed", kind.name(), t.as_secs()));
+                kill_group();
+                let what = match kind {
+                    Kind::Health => "health_check_interval",
+                    _ => "prolog_epilog_timeout",
+                };
+                return Err(format!("{} {path} ran past {what} ({} s) and was killed", kind.name(), t.as_secs()));
             }
         },
-        None => child.wait_with_output().await,
+        None => child.wait().await,
     }
     .map_err(|e| format!("{} {path}: {e}", kind.name()))?;
     // Whatever it left behind in its process group goes with it.
-    if let Some(g) = pgid {
-        let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(g), nix::sys::signal::Signal::SIGKILL);
-    }
-    if out.status.success() {
+    kill_group();
+    let collect = |h: Option<tokio::task::JoinHandle<Vec<u8>>>| async move {
+        match h {
+            Some(h) => tokio::time::timeout(Duration::from_millis(200), h).await.ok().and_then(Result::ok).unwrap_or_default(),
+            None => Vec::new(),
+        }
+    };
+    let (stdout, stderr) = (collect(out).await, collect(err).await);
+    if status.success() {
         return Ok(());
     }
-    let said = if out.stderr.iter().any(|b| !b.is_ascii_whitespace()) { &out.stderr } else { &out.stdout };
+    let said = if stderr.iter().any(|b| !b.is_ascii_whitespace()) { &stderr } else { &stdout };
     let said: String = String::from_utf8_lossy(said).chars().filter(|c| !c.is_control() || *c == ' ').take(REASON_BYTES).collect();
-    let how = match (out.status.code(), std::os::unix::process::ExitStatusExt::signal(&out.status)) {
+    let how = match (status.code(), std::os::unix::process::ExitStatusExt::signal(&status)) {
         (Some(c), _) => format!("exit code {c}"),
         (None, Some(s)) => format!("signal {s}"),
         (None, None) => "an unknown status".into(),
@@ -193,6 +229,11 @@ mod tests {
         let t = std::time::Instant::now();
         let e = run(Kind::Prolog, &slow, env.clone(), Some(Duration::from_millis(300))).await.unwrap_err();
         assert!(e.contains("prolog_epilog_timeout") && t.elapsed() < Duration::from_secs(10), "{e}");
+        // A program that leaves something running in the background has ended when it exits.
+        let bg = script(&dir, "bg", "#!/bin/sh\nsleep 30 &\nexit 0\n", 0o755);
+        let t = std::time::Instant::now();
+        assert_eq!(run(Kind::Prolog, &bg, env.clone(), None).await, Ok(()));
+        assert!(t.elapsed() < Duration::from_secs(10));
         let open = script(&dir, "open", "#!/bin/sh\ntrue\n", 0o777);
         assert!(run(Kind::Prolog, &open, env.clone(), None).await.unwrap_err().contains("writable by its group or others"));
         let plain = script(&dir, "plain", "#!/bin/sh\ntrue\n", 0o644);

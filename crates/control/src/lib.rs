@@ -772,9 +772,17 @@ impl Controller {
         Ok(())
     }
 
-    /// What a submission asks beyond its shape: a reservation (none exist), and the recorded
-    /// options' sizes.
+    /// What a submission asks beyond its shape: a reservation (none exist), the recorded
+    /// options' sizes, and a name and script path that can be environment values (they reach
+    /// the tasks' and the prolog's: no NUL bytes, bounded; a hand-made body may send anything).
     fn check_extras(batch: &BatchSpec, spec: &JobSpec) -> Result<(), Refused> {
+        for (what, v, max) in [("job name", &batch.job_name, 200), ("script path", &batch.script_path, 4096)] {
+            if let Some(v) = v
+                && (v.len() > max || v.contains('\0'))
+            {
+                return Err(Refused::Invalid(format!("invalid {what}: no NUL bytes, at most {max} bytes")));
+            }
+        }
         if let Some(r) = &batch.reservation {
             return Err(Refused::Invalid(format!(
                 "Requested reservation is invalid: there is no reservation {r:?} (this cluster has none)"
@@ -1188,11 +1196,17 @@ impl Controller {
     pub fn agent_drain(&mut self, name: &str, reason: &str, health: bool) -> Result<(), Refused> {
         let &i = self.node_index.get(name).ok_or_else(|| Refused::NotFound(format!("node {name} is not registered")))?;
         let rec = &mut self.nodes[i];
-        if let Ok(next) = rec.node.state.step(NodeEvent::Drain)
-            && rec.node.state != NodeState::Drain
-        {
+        let reason: String = reason.chars().filter(|c| !c.is_control()).take(256).collect();
+        if rec.node.state == NodeState::Drain {
+            // Drained by its health check, now by a failed prolog or epilog: that reason wins,
+            // and the check's next pass no longer resumes it.
+            if rec.health_drained && !health {
+                rec.health_drained = false;
+                rec.reason = Some(reason);
+                self.dirty_nodes.insert(i);
+            }
+        } else if let Ok(next) = rec.node.state.step(NodeEvent::Drain) {
             rec.node.state = next;
-            let reason: String = reason.chars().filter(|c| !c.is_control()).take(256).collect();
             rec.reason = Some(reason);
             rec.health_drained = health;
             self.dirty_nodes.insert(i);
@@ -1637,9 +1651,18 @@ impl Controller {
         let Some(j) = self.jobs.get_mut(&e.job) else { return };
         self.dirty_jobs.insert(e.job);
         if e.prolog_failed && !j.cancelling && j.replica.is_none() {
-            // Slurm's rule: the node is drained (its agent reports that) and the job goes back
-            // to the queue, held unless nohold_on_prolog_fail, to run elsewhere.
+            // Slurm's rule: the node is drained (its agent reports that) and a batch job goes
+            // back to the queue, held unless nohold_on_prolog_fail, to run elsewhere; an
+            // allocation (salloc, srun) fails.
             let id = e.job;
+            if j.spec.interactive {
+                j.message = e.error.clone();
+                j.end = Some(now);
+                j.state = j.state.step(JobEvent::NodeFail).unwrap_or(JobState::NodeFail);
+                j.node_failed = true;
+                self.release(id);
+                return;
+            }
             let hold = !self.settings.nohold_on_prolog_fail;
             j.message = e.error.clone();
             j.end = Some(now);

@@ -1005,3 +1005,42 @@ fn a_heterogeneous_job_keeps_its_components_and_ids_across_a_restart_and_steps_s
     );
     assert_eq!(r.submit(3, spec(1), &batch(&[]), "a").unwrap(), vec![4], "ids continue past the components");
 }
+
+#[test]
+fn a_failed_prolog_requeues_its_job_held_and_drains_only_by_the_nodes_word() {
+    let settings = Settings { prolog: Some("/etc/tandem/prolog".into()), epilog: Some("/etc/tandem/epilog".into()), ..Settings::default() };
+    let mut c = Controller::new(settings);
+    for i in 0..2 {
+        c.register(0, Node::new(format!("n{i}"), 4, 8 << 30, 0), format!("127.0.0.{}", i + 1)).unwrap();
+    }
+    c.submit(0, spec(1), &batch(&["-w", "n0"]), "a").unwrap();
+    c.tick(1);
+    let orders = c.hb(1, "n0", &[], &[]).unwrap();
+    let t = launches(&orders)[0].clone();
+    let env: HashMap<_, _> = t.script_env.iter().cloned().collect();
+    assert_eq!((env["SLURM_JOB_ID"].as_str(), env["SLURM_JOB_USER"].as_str(), env["SLURMD_NODENAME"].as_str()), ("1", "a", "n0"));
+    assert_eq!(env["SLURM_SCRIPT_CONTEXT"], "prolog_slurmd");
+    let failed = TaskExit { prolog_failed: true, code: Some(1), error: Some("prolog failed (on n0)".into()), ..ended(1, 1, None, None) };
+    let orders = c.hb(2, "n0", &[], &[failed]).unwrap();
+    let j = c.job(1).unwrap();
+    assert_eq!((j.state, j.reason, j.req.held, j.restart_count), (JobState::Pending, PendingReason::LaunchFailedHeld, true, 1));
+    assert!(orders.iter().any(|o| matches!(o, Order::Epilog { job: 1, epoch: 1, env } if env.iter().any(|(k, v)| k == "SLURM_SCRIPT_CONTEXT" && v == "epilog_slurmd"))));
+    c.tick(3);
+    assert_eq!(c.job(1).unwrap().reason, PendingReason::LaunchFailedHeld, "a pass keeps Slurm's reason");
+    c.hold(0, 1, false).unwrap();
+    assert!(!c.job(1).unwrap().prolog_held);
+    // The health check's drain gives way to a prolog's or epilog's, which its pass does not undo.
+    c.agent_drain("n1", "NHC: disk", true).unwrap();
+    c.agent_drain("n1", "Epilog error: scratch", false).unwrap();
+    c.agent_healthy("n1").unwrap();
+    let n1 = &c.nodes()[1];
+    assert_eq!((n1.node.state, n1.reason.as_deref()), (NodeState::Drain, Some("Epilog error: scratch")));
+    c.set_node_state(0, "n1", false, None).unwrap();
+    c.agent_drain("n1", "NHC: disk", true).unwrap();
+    c.agent_healthy("n1").unwrap();
+    assert_eq!(c.nodes()[1].node.state, NodeState::Up, "the check's own drain is undone by its pass");
+    // A name that cannot be an environment value is refused.
+    let mut b = batch(&[]);
+    b.job_name = Some("a\0b".into());
+    assert!(matches!(c.submit(5, spec(1), &b, "a"), Err(Refused::Invalid(m)) if m.contains("NUL")));
+}

@@ -131,6 +131,17 @@ fn the_prolog_and_epilog_run_around_each_job_and_a_failing_prolog_drains_its_nod
     assert!(t.elapsed() < Duration::from_secs(20));
     assert!(c.ok("squeue", &["-h", "-j", &id.to_string(), "-o", "%r"]).contains("launch failed requeued held"));
     assert!(c.run("scancel", &[&id.to_string()]).status.success());
+    c.ok("scontrol", &["update", "nodename=node2", "state=resume"]);
+    // A job cancelled while its prolog runs ends at once, its task never starts, and its epilog
+    // waits for the prolog's end.
+    let id = c.sbatch(&["-w", "node2", "-o", &format!("{w}/out-%j"), "--wrap", "echo started"]);
+    wait_for("the prolog's start", 10, || read(&work.join("prolog.log")).contains(&format!("{id} ")));
+    let t = Instant::now();
+    assert!(c.run("scancel", &[&id.to_string()]).status.success());
+    c.wait_state(id, &["CANCELLED"], 10);
+    assert!(t.elapsed() < Duration::from_secs(8), "not a KillWait later");
+    wait_for("the epilog after the prolog", 20, || read(&work.join("epilog.log")).contains(&format!("{id} node2 ")));
+    assert!(!work.join(format!("out-{id}")).exists() || read(&work.join(format!("out-{id}"))).is_empty(), "the task never ran");
     std::fs::remove_file(work.join("hang-node2")).unwrap();
     c.ok("scontrol", &["update", "nodename=node2", "state=resume"]);
 
