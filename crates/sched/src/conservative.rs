@@ -647,6 +647,31 @@ pub(crate) fn run<'a>(
     space.recycle(spare);
 }
 
+/// Starts `r` now on `allocs`: counted against limits, held in the picture of the future for its
+/// limit, in the plan (backfilled when a job before it is blocked).
+#[allow(clippy::too_many_arguments)]
+fn start<'a, S: Space>(
+    space: &mut S,
+    plan: &mut Plan,
+    limits: &mut Limits<'a>,
+    r: &Resolved<'a>,
+    allocs: Vec<crate::Alloc>,
+    now: Time,
+    len: Time,
+    blocked_any: bool,
+) {
+    limits.add(r);
+    for a in &allocs {
+        space.hold(a.node as usize, now, now + len, Use::of_alloc(a));
+    }
+    plan.starts.push(Start { job: r.req.id, allocs, backfilled: blocked_any, time_limit: None, het: r.het_nodes() });
+    if blocked_any {
+        plan.stats.backfilled += 1;
+    } else {
+        plan.stats.started += 1;
+    }
+}
+
 /// The walk in priority order, over any picture of the future.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn walk<'a, S: Space>(
@@ -689,18 +714,7 @@ pub(crate) fn walk<'a, S: Space>(
                 }
             }
             match fits.then(|| try_place(snap, view, &masked, placer)).flatten() {
-                Some(allocs) => {
-                    limits.add(r);
-                    for a in &allocs {
-                        space.hold(a.node as usize, now, now + len, Use::of_alloc(a));
-                    }
-                    plan.starts.push(Start { job: r.req.id, allocs, backfilled: blocked_any, time_limit: None, het: r.het_nodes() });
-                    if blocked_any {
-                        plan.stats.backfilled += 1;
-                    } else {
-                        plan.stats.started += 1;
-                    }
-                }
+                Some(allocs) => start(space, plan, limits, r, allocs, now, len, blocked_any),
                 None => {
                     plan.waiting.push(Waiting { job: r.req.id, reason, expected_start: None });
                     blocked_any = true;
@@ -730,16 +744,7 @@ pub(crate) fn walk<'a, S: Space>(
             later = if started.is_some() || bounded { None } else { space.earliest(r, now + 1, len) };
         }
         if let Some(allocs) = started {
-            limits.add(r);
-            for a in &allocs {
-                space.hold(a.node as usize, now, now + len, Use::of_alloc(a));
-            }
-            plan.starts.push(Start { job: r.req.id, allocs, backfilled: blocked_any, time_limit: None, het: r.het_nodes() });
-            if blocked_any {
-                plan.stats.backfilled += 1;
-            } else {
-                plan.stats.started += 1;
-            }
+            start(space, plan, limits, r, allocs, now, len, blocked_any);
             continue;
         }
         let expected_start = match later {
