@@ -111,6 +111,8 @@ pub fn main(o: Options) -> Result<()> {
     let _ = container::CDI_DIRS.set(o.cdi_spec_dirs);
     rt.block_on(node::run(node::AgentArgs {
         server,
+        server_url: o.server.clone(),
+        ca: o.ca.clone(),
         name,
         gpus,
         cpus: o.cpus,

@@ -25,6 +25,11 @@ use crate::resources::{machine_memory, nvml_gpus};
 pub(crate) struct AgentArgs {
     /// Controller.
     pub(crate) server: Target,
+    /// Its address as given (`https://host:port`), and the cluster CA: what the node's health
+    /// check gets to reach the controller with the node's credential.
+    pub(crate) server_url: String,
+    /// See `server_url`.
+    pub(crate) ca: Option<PathBuf>,
     /// Node name.
     pub(crate) name: String,
     /// Declared GPUs: model and count.
@@ -272,7 +277,17 @@ pub(crate) async fn run(a: AgentArgs) -> Result<()> {
     let health_cfg = std::sync::Arc::new(std::sync::Mutex::new(HealthCfg::of(&info)));
     let idle = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
     let (htx, mut hrx) = mpsc::unbounded_channel::<std::result::Result<(), String>>();
-    tokio::spawn(health_loop(health_cfg.clone(), idle.clone(), a.name.clone(), htx));
+    // The check reaches the controller as the node (NHC's `scontrol update nodename=$(hostname)
+    // state=drain`): the Slurm commands read these.
+    let mut check_env = vec![
+        ("SLURMD_NODENAME".to_string(), a.name.clone()),
+        ("TANDEM_SERVER".to_string(), a.server_url.clone()),
+        ("TANDEM_TOKEN".to_string(), credential.clone()),
+    ];
+    if let Some(ca) = &a.ca {
+        check_env.push(("TANDEM_CA".to_string(), ca.display().to_string()));
+    }
+    tokio::spawn(health_loop(health_cfg.clone(), idle.clone(), check_env, htx));
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
     loop {
@@ -664,7 +679,7 @@ impl HealthCfg {
 async fn health_loop(
     cfg: std::sync::Arc<std::sync::Mutex<HealthCfg>>,
     idle: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    node: String,
+    env: Vec<(String, String)>,
     out: mpsc::UnboundedSender<std::result::Result<(), String>>,
 ) {
     loop {
@@ -684,8 +699,7 @@ async fn health_loop(
         if !due {
             continue;
         }
-        let env = vec![("SLURMD_NODENAME".to_string(), node.clone())];
-        let verdict = crate::scripts::run(crate::scripts::Kind::Health, &program, env, Some(every)).await;
+        let verdict = crate::scripts::run(crate::scripts::Kind::Health, &program, env.clone(), Some(every)).await;
         if out.send(verdict).is_err() {
             return;
         }

@@ -1215,6 +1215,41 @@ impl Controller {
         Ok(())
     }
 
+    /// A program on node `name` (NHC), with the node's own credential, drains or resumes that
+    /// node (`scontrol update nodename=... state=drain|resume`): it may drain it, and resume a
+    /// drain the node made itself (by such a program or by its health check), nothing else.
+    pub fn node_self_state(&mut self, name: &str, drain: bool, reason: Option<String>) -> Result<(), Refused> {
+        let &i = self.node_index.get(name).ok_or_else(|| Refused::NotFound(format!("invalid node name specified: {name}")))?;
+        if drain {
+            let reason = reason.unwrap_or_else(|| "drained by the node's own check".into());
+            let rec = &mut self.nodes[i];
+            if rec.node.state == NodeState::Drain {
+                return Ok(());
+            }
+            rec.node.state = rec.node.state.step(NodeEvent::Drain).map_err(|e| Refused::Conflict(e.to_string()))?;
+            rec.reason = Some(reason.chars().filter(|c| !c.is_control()).take(256).collect());
+            (rec.self_drained, rec.health_drained) = (true, false);
+            self.dirty_nodes.insert(i);
+            self.nodes_changed();
+            return Ok(());
+        }
+        let rec = &mut self.nodes[i];
+        if rec.node.state != NodeState::Drain {
+            return Ok(());
+        }
+        if !(rec.self_drained || rec.health_drained) {
+            return Err(Refused::Forbidden(format!(
+                "node {name} may resume only a drain it made itself; this one is {:?}'s to undo (root)",
+                rec.reason.clone().unwrap_or_default()
+            )));
+        }
+        rec.node.state = rec.node.state.step(NodeEvent::Resume).map_err(|e| Refused::Conflict(e.to_string()))?;
+        (rec.reason, rec.self_drained, rec.health_drained) = (None, false, false);
+        self.dirty_nodes.insert(i);
+        self.nodes_changed();
+        Ok(())
+    }
+
     /// A node's health check passed: a drain the check made is undone (any other stays).
     pub fn agent_healthy(&mut self, name: &str) -> Result<(), Refused> {
         let &i = self.node_index.get(name).ok_or_else(|| Refused::NotFound(format!("node {name} is not registered")))?;
@@ -1369,6 +1404,7 @@ impl Controller {
                     deleted: false,
                     runs: Vec::new(),
                     health_drained: false,
+                    self_drained: false,
                 });
                 self.dirty_nodes.insert(i);
                 self.touch_node(i);
@@ -1527,6 +1563,7 @@ impl Controller {
         rec.node.state = rec.node.state.step(ev).map_err(|e| Refused::Conflict(e.to_string()))?;
         rec.reason = if drain { Some(reason.unwrap_or_else(|| "drained by root".into())) } else { None };
         rec.health_drained = false;
+        rec.self_drained = false;
         self.dirty_nodes.insert(i);
         self.nodes_changed();
         Ok(())

@@ -657,6 +657,10 @@ pub struct NodeRec {
     /// it; a drain by anyone else stays.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub health_drained: bool,
+    /// Drained by a program on the node itself, with the node's credential (NHC's `scontrol
+    /// update nodename=$(hostname) state=drain`): the node may resume it, and only it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub self_drained: bool,
 }
 
 impl NodeRec {

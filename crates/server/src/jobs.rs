@@ -776,15 +776,35 @@ async fn node_action(
     name: Result<Path<String>, PathRejection>,
     body: Result<Json<NodeAction>, axum::extract::rejection::JsonRejection>,
 ) -> Response {
-    let uid = or_reply!(user_of(&app, &peer, &headers));
+    // A user (root), or a program on the node itself with the node's credential (NHC's
+    // `scontrol update nodename=$(hostname) state=drain`): that node only.
+    let who = match user_of(&app, &peer, &headers) {
+        Ok(uid) => Ok(uid),
+        Err(refusal) => match node_serial(&app, &headers) {
+            Ok(node) => Err(node),
+            Err(_) => return refusal,
+        },
+    };
     let name = or_reply!(path(name));
+    if let Err((cred, _)) = &who {
+        or_reply!(same_node(cred, &name));
+    }
     let a = or_reply!(json_body(body));
     let drain = match a.state.to_ascii_lowercase().as_str() {
         "drain" => true,
         "resume" | "idle" => false,
         other => return err(StatusCode::BAD_REQUEST, format!("unknown node state {other:?} (drain, resume)")),
     };
-    match app.with(|c| c.set_node_state(uid, &name, drain, a.reason)).await {
+    let done = app
+        .with(|c| match &who {
+            Ok(uid) => c.set_node_state(*uid, &name, drain, a.reason),
+            Err((cred, serial)) => {
+                check_serial(c, control::creds::Holder::Node, cred, *serial)?;
+                c.node_self_state(&name, drain, a.reason)
+            }
+        })
+        .await;
+    match done {
         Ok(Ok(())) => {
             app.wake.notify_one();
             StatusCode::NO_CONTENT.into_response()

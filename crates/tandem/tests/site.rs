@@ -182,7 +182,7 @@ fn with_nohold_on_prolog_fail_the_job_runs_elsewhere_and_a_failing_epilog_drains
 }
 
 #[test]
-fn a_failing_health_check_drains_its_node_with_its_words_and_a_pass_resumes_only_its_own_drain() {
+fn a_failing_health_check_drains_its_node_with_its_words_nhc_drains_its_own_node_only_and_a_pass_resumes_only_its_own_drain() {
     let dir = scripts_dir("health");
     let work = free_dir("site-health");
     let w = work.display();
@@ -207,6 +207,29 @@ fn a_failing_health_check_drains_its_node_with_its_words_and_a_pass_resumes_only
     std::fs::remove_file(work.join("sick-node1")).unwrap();
     c.wait_state(waits, &["COMPLETED"], 30);
     assert!(!node(&c, "node1").starts_with("drain"), "{}", node(&c, "node1"));
+    // NHC's way: the check drains its own node with the node's credential and exits 0; that
+    // credential cannot drain another node; the check's passes leave such a drain, the node's
+    // own `state=resume` ends it.
+    let sc = c.shims.join("scontrol").display().to_string();
+    write_script(
+        &dir.join("check"),
+        &format!(
+            "#!/bin/sh\nif [ -e {w}/nhc-$SLURMD_NODENAME ]; then {sc} update nodename=$SLURMD_NODENAME state=drain reason='NHC: check_fs_mount: /scratch not mounted'; \
+             {sc} update nodename=node2 state=drain reason=evil 2>{w}/other.err; echo $? > {w}/other-$SLURMD_NODENAME; fi\n\
+             if [ -e {w}/nhc-ok-$SLURMD_NODENAME ]; then {sc} update nodename=$SLURMD_NODENAME state=resume; fi\nexit 0\n"
+        ),
+    );
+    std::fs::write(work.join("nhc-node1"), "").unwrap();
+    wait_for("NHC's drain", 10, || node(&c, "node1") == "drain|NHC: check_fs_mount: /scratch not mounted");
+    wait_for("the other node's refusal", 10, || read(&work.join("other-node1")).trim() == "1");
+    assert!(read(&work.join("other.err")).contains("not node \"node2\"'s"), "{}", read(&work.join("other.err")));
+    assert!(!node(&c, "node2").starts_with("drain"));
+    std::fs::remove_file(work.join("nhc-node1")).unwrap();
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(node(&c, "node1").starts_with("drain"), "the check's passes leave NHC's drain");
+    std::fs::write(work.join("nhc-ok-node1"), "").unwrap();
+    wait_for("NHC's resume", 10, || !node(&c, "node1").starts_with("drain"));
+    std::fs::remove_file(work.join("nhc-ok-node1")).unwrap();
     // A drain the check did not make stays, however often the check passes.
     c.ok("scontrol", &["update", "nodename=node2", "state=drain", "reason=maintenance"]);
     std::thread::sleep(Duration::from_secs(3));
