@@ -285,7 +285,10 @@ fn each_operation_documents_what_its_handler_does() {
             let security = op.get("security").unwrap_or(&d["security"]);
             let schemes: BTreeSet<&str> =
                 security.as_array().unwrap().iter().flat_map(|s| s.as_object().unwrap().keys().map(String::as_str)).collect();
-            let wants: BTreeSet<&str> = if body.contains("node_serial(") {
+            let wants: BTreeSet<&str> = if body.contains("node_serial(") && body.contains("user_of(") {
+                // A user, or else a node speaking for itself.
+                ["bearerAuth", "nodeCredential"].into()
+            } else if body.contains("node_serial(") {
                 ["nodeCredential"].into()
             } else if body.contains("proxy_ok(") {
                 ["proxyCredential"].into()

@@ -279,7 +279,8 @@ pub const DOCUMENT: &str = r##"{
         }
       },
       "post": {
-        "operationId": "nodeAction", "tags": ["nodes"], "summary": "Drain or resume a node (scontrol update NodeName=.. State=..; root only)",
+        "operationId": "nodeAction", "tags": ["nodes"], "summary": "Drain or resume a node (scontrol update NodeName=.. State=..): root; or a program on the node itself with the node's credential (NHC), which may drain that node and resume only a drain the node made",
+        "security": [{"bearerAuth": []}, {"nodeCredential": []}],
         "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/NodeAction"}}}},
         "responses": {
           "204": {"description": "Done"},
