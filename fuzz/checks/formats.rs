@@ -1,15 +1,20 @@
 //! The `formats` fuzz check: Slurm's value formats in `slurmcli` (time limits, memory sizes,
-//! GPU and GRES requests, job arrays, dependencies, signals, begin times, output patterns).
+//! GPU and GRES requests, job arrays, dependencies, signals, begin times, output patterns,
+//! `scontrol create|update reservation`'s words).
 //!
 //! Input: the first byte picks the parser (`t` time, `m` memory, `g` --gpus, `G` --gres, `a`
-//! array, `d` dependency, `s` signal, `b` begin, `p` output pattern, `f` format_time; any other
+//! array, `d` dependency, `s` signal, `b` begin, `p` output pattern, `f` format_time, `r`
+//! reservation words (split on white space); any other
 //! byte picks one by its value), the rest is the value. Shared by `fuzz_targets/formats.rs` and
 //! `crates/slurmcli/tests/fuzz_regressions.rs`.
 
 /// A fixed "now" (2026-09-21), as the caller passes the clock.
 const NOW: i64 = 1_790_000_000;
 
-const KINDS: &[u8] = b"tmgGadsbpf";
+const KINDS: &[u8] = b"tmgGadsbpfr";
+
+/// The reservation flags `scontrol` takes here.
+const FLAGS: &[&str] = &["MAINT", "FLEX", "OVERLAP", "IGNORE_JOBS", "DAILY", "WEEKLY", "SPEC_NODES", "MAGNETIC"];
 
 /// Runs one input; panics on a bug.
 pub fn check(data: &[u8]) {
@@ -84,6 +89,22 @@ pub fn check(data: &[u8]) {
                 assert_eq!(out, s, "a pattern without % changed");
             }
             let _ = slurmcli::expand_pattern(s, u64::MAX, "", None, "", "");
+        }
+        b'r' => {
+            let words: Vec<String> = s.split_whitespace().map(str::to_string).collect();
+            if let Ok(spec) = slurmcli::resv::parse_reservation(&words, NOW) {
+                let _ = slurmcli::resv::check_create(&spec);
+                assert!(spec.name.as_deref().is_none_or(slurmcli::resv::valid_resv_name), "{spec:?} from {s:?}");
+                assert!(spec.node_cnt.is_none_or(|n| n >= 1), "{spec:?} from {s:?}");
+                assert!(spec.nodes.as_ref().is_none_or(|n| !n.is_empty() && n.len() <= slurmcli::resv::MAX_RESV_NODES), "{s:?}");
+                for l in [&spec.users, &spec.accounts].into_iter().flatten() {
+                    assert!(!l.names.is_empty() && l.names.iter().all(|n| slurmcli::resv::valid_resv_name(n)), "{l:?} from {s:?}");
+                }
+                for f in spec.flags_set.iter().chain(&spec.flags_clear) {
+                    assert!(FLAGS.contains(&f.as_str()), "flag {f} from {s:?}");
+                }
+                assert!(spec.duration.is_none_or(|d| d >= 60), "{spec:?} from {s:?}");
+            }
         }
         _ => unreachable!(),
     }

@@ -375,6 +375,7 @@ impl World<'_> {
             fairshare: fs,
             carry,
             history: sched::History::empty(),
+            reservations: &[],
         }
     }
 

@@ -18,6 +18,7 @@ mod common;
 mod data_parser;
 mod query;
 mod report;
+mod resv;
 mod sacct;
 mod scancel;
 mod scontrol;

@@ -400,6 +400,8 @@ pub(crate) fn node_state_list(state: &str) -> Vec<&'static str> {
         "allocated" => vec!["ALLOCATED"],
         "drain" => vec!["IDLE", "DRAIN"],
         "down" => vec!["DOWN"],
+        "maint" => vec!["IDLE", "MAINTENANCE", "RESERVED"],
+        "reserved" => vec!["IDLE", "RESERVED"],
         _ => vec!["UNKNOWN"],
     }
 }

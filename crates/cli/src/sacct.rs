@@ -378,6 +378,7 @@ fn job_value(field: &str, j: &JobInfo, t: i64, units: Option<Unit>) -> String {
         // Why it waits, or why it failed to start (a path its user may not use).
         "Reason" => j.message.clone().unwrap_or_else(|| j.reason.clone()),
         "QOS" | "QOSREQ" => j.qos.clone(),
+        "Reservation" | "ReqReservation" => j.reservation.clone().unwrap_or_default(),
         "WorkDir" => j.workdir.clone(),
         "StdOut" => stdout_path(j, &j.output),
         "StdErr" => stdout_path(j, j.error.as_deref().unwrap_or(&j.output)),

@@ -22,7 +22,7 @@ const HELP: &str = "Usage: scancel [OPTIONS] [job_id[_array_id]...]
       --me                   act only on jobs of the caller
   -p, --partition=partition  act only on jobs in this partition
   -q, --qos=qos              act only on jobs with this quality of service
-  -R, --reservation=name     act only on jobs in this reservation (there are none here: no job)
+  -R, --reservation=name     act only on jobs in this advance reservation
   -s, --signal=name | integer  signal to send to the jobs (default: cancel them)
   -t, --state=states         act only on jobs in these states (PENDING, RUNNING, SUSPENDED)
   -u, --user=user_name       act only on jobs of this user
@@ -132,8 +132,7 @@ pub(crate) fn scancel(args: &[String]) -> Result<i32> {
             && account.as_ref().is_none_or(|p| *p == j.account)
             && qos.as_ref().is_none_or(|q| *q == j.qos)
             && wckey.as_ref().is_none_or(|w| j.recorded.iter().any(|(k, v)| k == "WCKey" && v == w))
-            // No job is in a reservation: there are none.
-            && resv.is_none()
+            && resv.as_ref().is_none_or(|r| j.reservation.as_ref() == Some(r))
             && nodes.as_ref().is_none_or(|w| slurmcli::expand(&j.nodelist, 100_000).unwrap_or_default().iter().any(|n| w.contains(n)))
     };
     let mut ids: Vec<u64> = Vec::new();

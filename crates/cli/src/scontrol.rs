@@ -41,7 +41,7 @@ const HELP: &str = "Usage: scontrol [<OPTION>] [<COMMAND>]
 
 /// Prints records of `Key=Value` lines: indented three spaces per line, or on one line with
 /// `-o`, as Slurm's.
-fn print_record(lines: &[String], oneliner: bool) {
+pub(crate) fn print_record(lines: &[String], oneliner: bool) {
     if oneliner {
         println!("{}", lines.iter().map(|l| l.trim()).collect::<Vec<_>>().join(" "));
     } else {
@@ -85,6 +85,9 @@ fn job_lines(j: &JobInfo, t: i64) -> Vec<String> {
     v.push(format!("StartTime={start} EndTime={end} Deadline=N/A"));
     v.push(format!("SuspendTime=None SecsPreSuspend=0 LastSchedEval={} Scheduler=Main", iso(j.submit)));
     v.push(format!("Partition={} AllocNode:Sid=tandem:0", j.partition));
+    if let Some(r) = &j.reservation {
+        v.push(format!("Reservation={}", slurmcli::visible(r)));
+    }
     v.push(format!("ReqNodeList={} ExcNodeList={}", or_null(&j.req_nodes), or_null(&j.exc_nodes)));
     v.push(format!("NodeList={}", or_null(&j.nodelist)));
     if !pending && !j.nodelist.is_empty() {
@@ -132,7 +135,11 @@ fn job_lines(j: &JobInfo, t: i64) -> Vec<String> {
 fn node_lines(n: &NodeInfo) -> Vec<String> {
     let gres =
         if n.gpus.0 > 0 { format!("gpu:{}:{}", n.gpus.2.clone().unwrap_or_else(|| "gpu".into()), n.gpus.0) } else { "(null)".into() };
-    let state = crate::query::node_state_list(&n.state).join("+");
+    let mut state = crate::query::node_state_list(&n.state);
+    if n.reservation.is_some() && !state.contains(&"RESERVED") {
+        state.push("RESERVED");
+    }
+    let state = state.join("+");
     let mut v = vec![
         format!("NodeName={} Arch=x86_64 CoresPerSocket=1", n.name),
         format!("CPUAlloc={} CPUEfctv={} CPUTot={} CPULoad=N/A", n.cpus.1, n.cpus.0, n.cpus.0),
@@ -196,6 +203,27 @@ pub(crate) fn scontrol(args: &[String]) -> Result<i32> {
         crate::query::check_clusters(&Target::from_env()?, c)?;
     }
     let w: Vec<&str> = words.iter().map(String::as_str).collect();
+    // Reservations: `show reservation [NAME]`, `show res=NAME`, `create reservation ...`,
+    // `delete ReservationName=NAME` or `delete reservation NAME`.
+    let verb = w.first().map(|c| c.to_ascii_lowercase());
+    let second = w.get(1).map(|e| e.split_once('=').map_or((*e, None), |(k, v)| (k, Some(v))));
+    if let (Some(verb), Some((entity, value))) = (verb.as_deref(), second)
+        && crate::resv::is_entity(entity)
+    {
+        let rest = w.get(2..).unwrap_or(&[]);
+        match (verb, value, rest) {
+            ("show", v, []) => return crate::resv::show(v, oneliner),
+            ("show", None, [name]) => return crate::resv::show(Some(name), oneliner),
+            ("create", None, _) => return crate::resv::create(&words[2..]),
+            ("delete", Some(name), []) => return crate::resv::delete(w[1], name),
+            ("delete", None, [name]) => return crate::resv::delete(w[1], name),
+            ("delete", None, []) => {
+                eprintln!("scontrol: error: Proper format is 'delete <ENTITY>=<ID>' or 'delete <ENTITY> <ID>'");
+                return Ok(1);
+            }
+            _ => {}
+        }
+    }
     // The entity's name is case-insensitive and may be plural, as Slurm's.
     let entity = w.get(1).map(|e| e.to_ascii_lowercase());
     let entity = entity.as_deref().map(|e| e.trim_end_matches('s'));
@@ -364,6 +392,17 @@ fn actions(args: &[String]) -> Result<i32> {
         ["hold", id] => action(id, serde_json::json!({"action": "hold"})),
         ["release", id] => action(id, serde_json::json!({"action": "release"})),
         ["requeue", id] => action(id, serde_json::json!({"action": "requeue"})),
+        ["update", ..]
+            if args[1..].iter().any(|a| a.split_once('=').is_some_and(|(k, _)| crate::resv::is_entity(k)))
+                && !args[1..].iter().any(|a| {
+                    a.split_once('=').is_some_and(|(k, _)| {
+                        let k = k.to_ascii_lowercase();
+                        k.starts_with("job") || k.starts_with("nodename")
+                    })
+                }) =>
+        {
+            crate::resv::update(&args[1..])
+        }
         ["update", ..] => match slurmcli::update::parse_update(&args[1..]) {
             Err(msg) => {
                 eprintln!("{msg}");

@@ -1,7 +1,7 @@
 //! `sinfo`: partitions and nodes as Slurm's (`-N`, `-R`, `-l`, `-s`, `-o` codes with widths,
 //! `-O` long names, `-p`, `-h`, `SINFO_FORMAT`, `--json` in data_parser v0.0.44's shape),
 //! nodes filtered (`-n`, `-t`, `-d`, `-r`), grouped by configuration too (`-e`), sorted (`-S`),
-//! repeated (`-i`); `-T` lists the reservations (there are none).
+//! repeated (`-i`); `-T` lists the advance reservations.
 
 use anyhow::{Result, anyhow, bail};
 use client::Target;
@@ -29,7 +29,7 @@ const HELP: &str = "Usage: sinfo [OPTIONS]
   -s, --summarize            report state summary only
   -S, --sort=fields          comma separated list of fields to sort on (e.g. -P,N)
   -t, --states=node_state    specify what node states to report on (idle,alloc,mix,drain,down,...)
-  -T, --reservation          show only reservation information (there are none here)
+  -T, --reservation          show only reservation information
   -V, --version              output version information and exit
       --help                 show this help message
 ";
@@ -90,11 +90,8 @@ pub(crate) fn sinfo(args: &[String]) -> Result<i32> {
         crate::query::check_clusters(&t, c)?;
     }
     if reservations {
-        // Slurm's reservation listing; this cluster has no reservations.
-        if header {
-            println!("{:>14}  {:>8}  {:>19}  {:>19}  {:>11}  NODELIST", "RESV_NAME", "STATE", "START_TIME", "END_TIME", "DURATION");
-        }
-        return Ok(0);
+        // Slurm's reservation listing (-o does not apply).
+        return crate::resv::sinfo_table(header);
     }
     let mut first = true;
     loop {
@@ -188,7 +185,8 @@ fn show(
         (_, _, true) => format!("%{pw}P %.5a %.10l %.16F %N"),
         (true, true, _) => format!("%{nw}N %.6D %.{pw}P %.11T %4c %.8z %.6m %.8d %.6w %.8f %20E"),
         (true, false, _) => format!("%{nw}N %.6D %.{pw}P %6t"),
-        (false, true, _) => format!("%{pw}P %.5a %.10l %.10s %.4r %.8h %.10g %.6D %.11T %N"),
+        // 25.11's, with its RESERVATION column.
+        (false, true, _) => format!("%{pw}P %.5a %.10l %.10s %.4r %.8h %.10g %.6D %.11T %.11i %N"),
         (false, false, _) => format!("%{pw}P %.5a %.10l %.6D %.6t %N"),
     };
     // Tandem's own node-oriented layout (with CPUs, memory and GPUs) when nothing is asked.
@@ -300,6 +298,7 @@ fn value(f: &str, g: &Group<'_>, node_oriented: bool) -> String {
         "Disk" => "0".into(),
         "Weight" => "1".into(),
         "Cluster" => "tandem".into(),
+        "Reservation" => n0.reservation.clone().unwrap_or_default(),
         _ => String::new(),
     }
 }

@@ -35,7 +35,7 @@ const HELP: &str = "Usage: squeue [OPTIONS]
                                   pending job is listed once, as -P would
   -q, --qos=qos(s)                comma separated list of qos's to view
   -r, --array                     display one job array element per line
-  -R, --reservation=name          jobs in this reservation (there are none here: no job)
+  -R, --reservation=name          jobs in this advance reservation
   -s, --steps[=step(s)]           the running steps (job.step, comma separated, attached: -s12.0)
   -S, --sort=fields               comma separated list of fields to sort on (e.g. -t,e,S)
       --start                     print expected start times of pending jobs
@@ -78,7 +78,7 @@ pub(crate) fn squeue(args: &[String]) -> Result<i32> {
     let (mut fmt, mut long_fmt, mut noheader, mut start, mut long, mut json) = (None, None, false, false, false, false);
     let (mut ids, mut nodes, mut iterate): (Option<Vec<String>>, Option<Vec<String>>, Option<u64>) = (None, None, None);
     let (p, from_env) = crate::common::parse_env("squeue", args)?;
-    let (mut clusters, mut steps, mut nothing) = (None, None::<Vec<String>>, false);
+    let (mut clusters, mut steps, mut nothing, mut reservation) = (None, None::<Vec<String>>, false, None::<String>);
     // `--notme`; `--running-over`/`--running-under` (over or not, seconds).
     let (mut not_me, mut running) = (false, None::<(bool, i64)>);
     for g in p.opts {
@@ -108,8 +108,9 @@ pub(crate) fn squeue(args: &[String]) -> Result<i32> {
             "name" => names = Some(split_list(v)),
             "account" => accounts = Some(split_list(v)),
             "qos" => qos = Some(split_list(v)),
-            // There are no licenses and no reservations here: no job uses one.
-            "licenses" | "reservation" => nothing = true,
+            // There are no licenses here: no job uses one.
+            "licenses" => nothing = true,
+            "reservation" => reservation = Some(v.to_string()),
             "steps" => steps = Some(g.value.as_deref().map(split_list).unwrap_or_default()),
             "nodelist" => nodes = Some(slurmcli::expand(v, 100_000).map_err(|e| anyhow!("'{v}' invalid entry for --nodelist: {}", e.0))?),
             "sort" => sort = Some(v.to_string()),
@@ -232,6 +233,7 @@ pub(crate) fn squeue(args: &[String]) -> Result<i32> {
                 && ids.as_ref().is_none_or(|w| w.iter().any(|x| selects(x, j)))
                 && nodes.as_ref().is_none_or(|w| slurmcli::expand(&j.nodelist, 100_000).unwrap_or_default().iter().any(|n| w.contains(n)))
                 && !nothing
+                && reservation.as_ref().is_none_or(|r| j.reservation.as_ref() == Some(r))
                 && !(not_me && j.uid == nix::unistd::getuid().as_raw())
                 && running.is_none_or(|(over, limit)| {
                     let ran = j.start.filter(|_| j.running() && !j.start_estimated).map(|s| now() - s);
@@ -291,7 +293,7 @@ pub(crate) fn squeue(args: &[String]) -> Result<i32> {
 struct Only<'a> {
     users: Option<&'a [String]>,
     parts: Option<&'a [String]>,
-    /// A filter no job passes (`-L`, `-R`).
+    /// A filter no job passes (`-L`).
     nothing: bool,
 }
 
@@ -441,6 +443,7 @@ fn value(name: &str, r: &Row<'_>, prio: &HashMap<u64, f64>, t: i64) -> String {
         "Account" => j.account.clone(),
         "Partition" => j.partition.clone(),
         "QOS" => j.qos.clone(),
+        "Reservation" => j.reservation.clone().unwrap_or_else(|| "(null)".into()),
         "StateCompact" => slurmcli::state_code(&j.state).into(),
         "State" => j.state.clone(),
         "TimeUsed" => slurmcli::squeue_secs(if pending { 0 } else { used }),

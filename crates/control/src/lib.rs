@@ -24,12 +24,14 @@ pub mod accounting;
 pub mod config;
 pub mod creds;
 mod pass;
+pub mod resv;
 pub mod service;
 mod services;
 mod steps;
 mod tails;
 mod types;
 
+pub use model::Reservation;
 pub use pass::Pass;
 pub use service::{Service, ServiceSpec};
 pub use services::{Endpoint, EndpointView, ProxyServiceStats, ServiceEndpoints, replica_id};
@@ -309,6 +311,10 @@ pub struct Controller {
     admin_uids: std::collections::HashSet<u32>,
     /// `sacctmgr` changed the accounting since the last [`Controller::take_dirty`].
     accounting_dirty: bool,
+    /// Advance reservations, by name.
+    reservations: BTreeMap<String, model::Reservation>,
+    /// The reservations changed since the last [`Controller::take_dirty`].
+    reservations_dirty: bool,
 }
 
 /// How many recent submissions' specs [`Controller::share_spec`] compares a new one with.
@@ -338,6 +344,8 @@ pub struct Dirty {
     pub creds: creds::CredDirty,
     /// The accounting, when `sacctmgr` changed it.
     pub accounting: Option<accounting::Accounting>,
+    /// Every advance reservation, when one changed (they are few: kept whole).
+    pub reservations: Option<Vec<model::Reservation>>,
 }
 
 impl Dirty {
@@ -352,6 +360,7 @@ impl Dirty {
             && self.removed_nodes.is_empty()
             && self.creds.is_empty()
             && self.accounting.is_none()
+            && self.reservations.is_none()
     }
 }
 
@@ -424,6 +433,8 @@ impl Controller {
             removed_nodes: Vec::new(),
             admin_uids: std::collections::HashSet::new(),
             accounting_dirty: false,
+            reservations: BTreeMap::new(),
+            reservations_dirty: false,
         }
     }
 
@@ -591,7 +602,8 @@ impl Controller {
         let removed_nodes = std::mem::take(&mut self.removed_nodes);
         let creds = self.creds.take_dirty();
         let accounting = self.take_accounting();
-        Dirty { jobs, nodes, next_id, services, removed_services, arrays, removed_nodes, creds, accounting }
+        let reservations = std::mem::take(&mut self.reservations_dirty).then(|| self.reservations.values().cloned().collect());
+        Dirty { jobs, nodes, next_id, services, removed_services, arrays, removed_nodes, creds, accounting, reservations }
     }
 
     fn node_defs(&self) -> Vec<Node> {
@@ -651,6 +663,7 @@ impl Controller {
     /// Checks a submission as [`Controller::submit`] would, storing nothing (`sbatch
     /// --test-only`). Returns the partition it would run in.
     pub fn check_submit(&self, now: Time, batch: &BatchSpec, uid: u32, user: &str) -> Result<String, Refused> {
+        let batch = &*self.in_reservation_partition(batch);
         let part = self
             .settings
             .cluster
@@ -665,11 +678,20 @@ impl Controller {
         self.clamp_to_components(batch, &mut probe);
         (probe.account, probe.qos) = self.charge(uid, user, batch.account.as_deref(), batch.qos.as_deref(), batch.nice)?;
         self.check_partition_access(uid, user, batch.partition.as_deref(), &probe.account, probe.qos.as_deref())?;
+        self.check_reservation(now, uid, user, &probe.account, batch.reservation.as_deref())?;
         self.check_components(uid, user, batch, &probe)?;
         sched::check_request(&self.node_defs(), &self.settings.cluster, &probe).map_err(|r| Refused::Invalid(r.message))?;
         self.check_job_limits(&probe, batch.array.as_ref().map_or(1, |a| a.indices.len() as u64) * probe.components() as u64)?;
         self.resolve_dependencies(&mut probe)?;
         Ok(part.name.clone())
+    }
+
+    /// A job in an advance reservation that names no partition runs in the reservation's.
+    fn in_reservation_partition<'b>(&self, batch: &'b BatchSpec) -> std::borrow::Cow<'b, BatchSpec> {
+        match (&batch.partition, self.reservation_partition(batch.reservation.as_deref())) {
+            (None, Some(p)) => std::borrow::Cow::Owned(BatchSpec { partition: Some(p), ..batch.clone() }),
+            _ => std::borrow::Cow::Borrowed(batch),
+        }
     }
 
     /// A limit the user did not give (`-t 0`, or none: the default) is cut to what every
@@ -772,7 +794,7 @@ impl Controller {
         Ok(())
     }
 
-    /// What a submission asks beyond its shape: a reservation (none exist), the recorded
+    /// What a submission asks beyond its shape: the recorded
     /// options' sizes, and a name and script path that can be environment values (they reach
     /// the tasks' and the prolog's: no NUL bytes, bounded; a hand-made body may send anything).
     fn check_extras(batch: &BatchSpec, spec: &JobSpec) -> Result<(), Refused> {
@@ -782,11 +804,6 @@ impl Controller {
             {
                 return Err(Refused::Invalid(format!("invalid {what}: no NUL bytes, at most {max} bytes")));
             }
-        }
-        if let Some(r) = &batch.reservation {
-            return Err(Refused::Invalid(format!(
-                "Requested reservation is invalid: there is no reservation {r:?} (this cluster has none)"
-            )));
         }
         if let Some(c) = &spec.container {
             c.check().map_err(|e| Refused::Invalid(e.0))?;
@@ -812,6 +829,8 @@ impl Controller {
     /// so a large array is acknowledged without waiting for its tasks to be built in memory
     /// (as Slurm keeps a pending array as one record).
     pub fn accept(&mut self, now: Time, spec: JobSpec, batch: &BatchSpec, user: &str) -> Result<Vec<u64>, Refused> {
+        let resv_batch = self.in_reservation_partition(batch);
+        let batch = &*resv_batch;
         let part = self
             .settings
             .cluster
@@ -829,6 +848,7 @@ impl Controller {
         self.clamp_to_components(batch, &mut probe);
         (probe.account, probe.qos) = self.charge(spec.uid, user, batch.account.as_deref(), batch.qos.as_deref(), batch.nice)?;
         self.check_partition_access(spec.uid, user, batch.partition.as_deref(), &probe.account, probe.qos.as_deref())?;
+        self.check_reservation(now, spec.uid, user, &probe.account, batch.reservation.as_deref())?;
         self.check_components(spec.uid, user, batch, &probe)?;
         self.check_cached(&probe)?;
         // Each component of a heterogeneous job counts as a job (Slurm's rule).
@@ -1186,6 +1206,7 @@ impl Controller {
             ("SLURM_RESTART_COUNT", j.restart_count.to_string()),
         ]
         .into_iter()
+        .chain(j.req.reservation.clone().map(|r| ("SLURM_JOB_RESERVATION", r)))
         .map(|(k, v)| (k.to_string(), v))
         .collect()
     }
@@ -2651,6 +2672,7 @@ impl Controller {
             fairshare: &self.fairshare,
             carry: &self.carry,
             history: &self.history,
+            reservations: &[],
         };
         sched::priority_breakdown(&snap, now, &self.settings.sched).into_iter().map(|(j, b)| (j.0, b)).collect()
     }

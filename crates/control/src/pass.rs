@@ -92,6 +92,8 @@ pub struct Pass {
     /// Finished jobs' run times (copied only when the scheduler predicts from them).
     history: sched::History,
     carry: Carry,
+    /// Advance reservations (few: copied whole).
+    reservations: Vec<model::Reservation>,
     ran: bool,
     plan: Option<Plan>,
     /// Applying: the reasons, rejections and preemptions are done.
@@ -147,6 +149,7 @@ impl Pass {
             fairshare: &self.fairshare,
             carry: &self.carry,
             history: &self.history,
+            reservations: &self.reservations,
         };
         // The controller's cached definitions are a new list whenever a node changed.
         let same = m.last_nodes.as_ref().is_some_and(|n| Arc::ptr_eq(n, &self.nodes));
@@ -272,6 +275,7 @@ impl Controller {
         self.enforce_limits(now, &mut info);
         self.purge(now);
         self.decay_usage(now);
+        self.expire_reservations(now);
         let (mirror, jobs, usage) = match self.mirror.take() {
             None => {
                 self.dirty_jobs.sched.clear();
@@ -350,6 +354,7 @@ impl Controller {
             fairshare: self.fairshare.clone(),
             history: if self.settings.sched.predicting() { self.history.clone() } else { sched::History::default() },
             carry: self.carry.clone(),
+            reservations: self.reservations.values().cloned().collect(),
             ran: false,
             plan: None,
             head_done: false,

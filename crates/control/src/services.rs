@@ -739,8 +739,16 @@ impl Controller {
             if !ri.state.is_active() {
                 continue;
             }
-            let on_drained =
-                j.allocs.first().and_then(|(n, _)| self.node_index.get(n)).is_some_and(|&i| self.nodes[i].node.state == NodeState::Drain);
+            // A node drained, or one an advance reservation the replica is not in takes soon.
+            let now = now_ms / 1000;
+            let on_drained = j.allocs.first().is_some_and(|(n, _)| {
+                self.node_index.get(n).is_some_and(|&i| self.nodes[i].node.state == NodeState::Drain)
+                    || self.reservations.values().any(|r| {
+                        r.holds(n)
+                            && j.req.reservation.as_deref() != Some(r.name.as_str())
+                            && r.overlaps(now, now + model::resv::REPLICA_LEAD)
+                    })
+            });
             replicas.push((ReplicaView { id: j.req.id.0, revision: ri.revision, state: ri.state }, on_drained));
         }
         if svc.deleting {
@@ -780,9 +788,12 @@ impl Controller {
             self.create_replica(now_ms, name);
         }
         if !evicting.is_empty() {
+            // Each ready one that leaves must leave at least the floor ready: the others and
+            // the evicted ones still there.
             let ready_others = active.iter().filter(|v| v.state == ReplicaState::Ready).count() as u32;
+            let ready_evicting = evicting.iter().filter(|(v, _)| v.state == ReplicaState::Ready).count() as u32;
             let floor = r.min_available.map_or(desired.min(1), |p| p.of(desired, true));
-            let mut spare = ready_others.saturating_sub(floor);
+            let mut spare = (ready_others + ready_evicting).saturating_sub(floor).min(ready_evicting);
             for (v, _) in evicting {
                 if v.state != ReplicaState::Ready || spare > 0 {
                     if v.state == ReplicaState::Ready {

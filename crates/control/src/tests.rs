@@ -1044,3 +1044,113 @@ fn a_failed_prolog_requeues_its_job_held_and_drains_only_by_the_nodes_word() {
     b.job_name = Some("a\0b".into());
     assert!(matches!(c.submit(5, spec(1), &b, "a"), Err(Refused::Invalid(m)) if m.contains("NUL")));
 }
+
+fn resv_words(s: &str) -> slurmcli::resv::ResvSpec {
+    let w: Vec<String> = s.split_whitespace().map(str::to_string).collect();
+    slurmcli::resv::parse_reservation(&w, 10).unwrap()
+}
+
+#[test]
+fn reservations_are_made_by_operators_on_free_nodes_and_checked_as_slurm_checks_them() {
+    let mut c = cluster(4, 0);
+    let create = |c: &mut Controller, uid: u32, s: &str| c.create_reservation(10, uid, &resv_words(s));
+    // An ordinary user is refused in Slurm's words; nothing is kept.
+    assert_eq!(create(&mut c, 1000, "StartTime=now Duration=5 Nodes=n1 Users=alice"), Err(Refused::Forbidden("Invalid user id".into())));
+    assert!(c.reservations().next().is_none() && c.take_dirty().reservations.is_none());
+    // Root: a name is generated from the first user; NodeCnt picks free nodes in order.
+    assert_eq!(create(&mut c, 0, "StartTime=now+60 Duration=5 NodeCnt=2 Users=alice"), Ok("alice_1".into()));
+    let r = c.reservations().next().unwrap().clone();
+    assert_eq!((r.nodes.clone(), r.start, r.end, r.partition.as_deref()), (vec!["n0".to_string(), "n1".into()], 70, 370, Some("batch")));
+    assert_eq!(c.take_dirty().reservations.map(|v| v.len()), Some(1), "persisted whole");
+    // The same nodes at the same time: refused; another node: fine; OVERLAP: fine.
+    assert!(
+        create(&mut c, 0, "StartTime=now+100 Duration=5 Nodes=n1 Users=bob")
+            .unwrap_err()
+            .to_string()
+            .starts_with("Requested reservation overlaps")
+    );
+    assert_eq!(create(&mut c, 0, "ReservationName=m StartTime=now+100 Duration=5 Nodes=n2 Users=root Flags=MAINT"), Ok("m".into()));
+    assert_eq!(
+        create(&mut c, 0, "ReservationName=m StartTime=now+900 Duration=5 Nodes=n3 Users=root"),
+        Err(Refused::Conflict("Duplicate reservation name".into()))
+    );
+    assert_eq!(create(&mut c, 0, "StartTime=now+100 Duration=5 Nodes=n1 Users=bob Flags=OVERLAP"), Ok("bob_1".into()));
+    // NodeCnt skips nodes held by others then: n3 is the only one left.
+    assert!(
+        create(&mut c, 0, "StartTime=now+100 Duration=5 NodeCnt=2 Users=bob")
+            .unwrap_err()
+            .to_string()
+            .starts_with("Requested nodes are busy")
+    );
+    // Bad values, each refused and nothing kept.
+    for (words, says) in [
+        ("StartTime=now Duration=5 Nodes=n9 Users=a", "Invalid node name specified"),
+        ("StartTime=now Duration=5 Nodes=n3 Users=a PartitionName=nope", "Invalid partition name specified"),
+        ("StartTime=now+60 EndTime=now+30 Nodes=n3 Users=a", "Start time cannot be after end time"),
+        ("StartTime=now Duration=5 Nodes=n3", "Either Users/Groups and/or Accounts must be specified"),
+        ("Duration=5 Nodes=n3 Users=a", "A start time must be given"),
+        ("StartTime=now Nodes=n3 Users=a", "An end time or duration must be given"),
+        ("StartTime=now Duration=5 Users=a", "Nodes, NodeCnt or TRES must be specified"),
+        ("StartTime=now Duration=2-0 Nodes=n3 Users=a Flags=DAILY", "longer than its period"),
+        ("StartTime=now Duration=5 Nodes=n3 Users=a Flags=DAILY,WEEKLY", "cannot both be set"),
+    ] {
+        let n = c.reservations().count();
+        let e = create(&mut c, 0, words).unwrap_err().to_string();
+        assert!(e.contains(says), "{words}: {e}");
+        assert_eq!(c.reservations().count(), n, "{words}: nothing kept");
+    }
+    // A start in the past (beyond a minute's grace) is refused.
+    let past = c.create_reservation(1000, 0, &resv_words("StartTime=now Duration=5 Nodes=n3 Users=a"));
+    assert_eq!(past, Err(Refused::Invalid("Invalid time specified".into())));
+    // A running job past the start keeps its node from a reservation without IGNORE_JOBS.
+    c.submit(10, spec(1000), &batch(&["-w", "n3", "-t", "60"]), "alice").unwrap();
+    c.tick(10);
+    assert_eq!(c.job(1).unwrap().state, JobState::Running);
+    let e = create(&mut c, 0, "StartTime=now+60 Duration=5 Nodes=n3 Users=root").unwrap_err().to_string();
+    assert!(e.starts_with("Requested nodes are busy"), "{e}");
+    assert!(create(&mut c, 0, "StartTime=now+60 Duration=5 Nodes=n3 Users=root Flags=IGNORE_JOBS,OVERLAP").is_ok());
+}
+
+#[test]
+fn reservations_update_delete_and_admit_only_their_users_and_accounts() {
+    let mut c = cluster(2, 0);
+    c.create_reservation(10, 0, &resv_words("ReservationName=team StartTime=now Duration=60 Nodes=n1 Users=alice Accounts=ml")).unwrap();
+    // Updates: an ordinary user is refused; root moves the end; an unknown name is invalid.
+    assert_eq!(
+        c.update_reservation(10, 1000, &resv_words("ReservationName=team Duration=30")),
+        Err(Refused::Forbidden("Invalid user id".into()))
+    );
+    c.update_reservation(10, 0, &resv_words("ReservationName=team Duration=30 Users+=bob Flags=MAGNETIC")).unwrap();
+    let r = c.reservations().next().unwrap().clone();
+    assert_eq!((r.end, r.users.clone(), r.flags.magnetic), (10 + 1800, vec!["alice".to_string(), "bob".into()], true));
+    assert!(matches!(c.update_reservation(10, 0, &resv_words("ReservationName=nope Duration=3")), Err(Refused::NotFound(_))));
+    // Submissions: Users and Accounts must both admit; root may use any; a missing one is invalid.
+    let sub = |c: &mut Controller, uid: u32, user: &str, args: &[&str]| c.submit(10, spec(uid), &batch(args), user);
+    assert_eq!(
+        sub(&mut c, 1001, "carol", &["--reservation=team", "-A", "ml"]).unwrap_err(),
+        Refused::Forbidden("Access denied to requested reservation".into())
+    );
+    assert_eq!(
+        sub(&mut c, 1000, "alice", &["--reservation=team"]).unwrap_err(),
+        Refused::Forbidden("Access denied to requested reservation".into()),
+        "alice's own account is not ml"
+    );
+    assert_eq!(
+        sub(&mut c, 1000, "alice", &["--reservation=nope"]).unwrap_err(),
+        Refused::Invalid("Requested reservation is invalid".into())
+    );
+    let id = sub(&mut c, 1000, "alice", &["--reservation=team", "-A", "ml", "-t", "600"]).unwrap()[0];
+    c.tick(10);
+    let j = c.job(id).unwrap();
+    assert_eq!((j.state, j.allocs[0].0.as_str(), j.req.time_limit), (JobState::Running, "n1", 1800), "on its node, cut to its end");
+    // Deleting a reservation with a job in it: refused in Slurm's words.
+    assert_eq!(c.delete_reservation(0, "team"), Err(Refused::Conflict("Requested reservation is in use".into())));
+    assert_eq!(c.delete_reservation(1000, "team"), Err(Refused::Forbidden("Invalid user id".into())));
+    assert!(matches!(c.delete_reservation(0, "nope"), Err(Refused::NotFound(_))));
+    // One that does not repeat is dropped once it has ended (and its end persisted).
+    c.create_reservation(10, 0, &resv_words("ReservationName=short StartTime=now Duration=1 Nodes=n0 Users=root")).unwrap();
+    c.take_dirty();
+    c.tick(71);
+    assert!(c.reservations().all(|r| r.name != "short"));
+    assert!(c.take_dirty().reservations.is_some_and(|v| v.iter().all(|r| r.name != "short")));
+}

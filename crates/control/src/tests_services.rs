@@ -375,3 +375,47 @@ fn when_most_nodes_go_silent_at_once_nothing_fails_over() {
     }
     assert!(w.states("echo").contains(&ReplicaState::Lost), "{:?}", w.states("echo"));
 }
+
+#[test]
+fn a_maintenance_window_moves_replicas_off_its_node_first_within_min_available() {
+    // Three nodes, two replicas (one per node by spreading), both must stay available.
+    let mut w = World::new(3, 0, Settings::default());
+    let mut s = echo(2);
+    s.min_available = Some(Quantity::Num(2.0));
+    w.apply(s).unwrap();
+    for _ in 0..4 {
+        w.round(200);
+    }
+    let on = |w: &World| -> Vec<String> {
+        let mut v: Vec<String> = w.endpoints("echo").iter().map(|e| e.node.clone()).collect();
+        v.sort();
+        v
+    };
+    let before = on(&w);
+    assert_eq!(before.len(), 2);
+    let victim = before[0].clone();
+    // A maintenance on that node, starting in 20 minutes: not yet within the lead time.
+    let spec = slurmcli::resv::ResvSpec {
+        name: Some("m".into()),
+        start: Some(w.now_ms / 1000 + 1200),
+        duration: Some(1800),
+        nodes: Some(vec![victim.clone()]),
+        users: Some(slurmcli::resv::ListChange { op: slurmcli::resv::ListOp::Set, negated: false, names: vec!["root".into()] }),
+        flags_set: vec!["MAINT".into(), "IGNORE_JOBS".into()],
+        ..Default::default()
+    };
+    w.c.create_reservation(w.now_ms / 1000, 0, &spec).unwrap();
+    for _ in 0..4 {
+        w.round(200);
+    }
+    assert_eq!(on(&w), before, "20 minutes ahead, nothing moves");
+    // Within the lead time: a replacement starts elsewhere first, then the replica on the node
+    // leaves; the service never drops below its two ready replicas.
+    w.now_ms += (1200 - model::resv::REPLICA_LEAD + 10) * 1000;
+    for _ in 0..20 {
+        w.round(200);
+        assert!(w.endpoints("echo").len() >= 2, "min_available holds: {:?}", w.endpoints("echo"));
+    }
+    let after = on(&w);
+    assert!(!after.contains(&victim) && after.len() == 2, "{after:?}");
+}

@@ -223,6 +223,9 @@ pub struct JobRequest {
     /// request's own shape and constraints; the rest (user, account, QOS, limit) is shared.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub het: Vec<HetPart>,
+    /// The advance reservation it runs in (`--reservation`), by name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reservation: Option<String>,
 }
 
 /// One component of a heterogeneous job beyond the first ([`JobRequest::het`]).
@@ -269,6 +272,7 @@ impl JobRequest {
             array: None,
             held: false,
             het: Vec::new(),
+            reservation: None,
         }
     }
 
@@ -299,6 +303,7 @@ impl JobRequest {
                 array: self.array,
                 held: self.held,
                 het: Vec::new(),
+                reservation: self.reservation.clone(),
             };
         if k == 0 {
             return Some(shared(&self.shape, &self.partition, &self.features, &self.nodelist, &self.exclude));

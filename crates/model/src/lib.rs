@@ -10,6 +10,7 @@ mod job;
 mod node;
 mod reason;
 mod replica;
+pub mod resv;
 
 pub use accounting::{AdminLevel, Assoc, Enforce, Limits, Tres, Unlisted, User};
 pub use config::{Account, Association, ClusterConfig, Partition, Qos};
@@ -20,6 +21,7 @@ pub use job::{
 pub use node::{Node, NodeEvent, NodeState};
 pub use reason::PendingReason;
 pub use replica::{ReplicaEvent, ReplicaState};
+pub use resv::{Reservation, ResvFlags};
 
 /// Seconds. Absolute times are seconds since an epoch the caller chooses (the Unix epoch in the
 /// daemons, the trace's time zero in the simulator); durations use the same unit.

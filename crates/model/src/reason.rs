@@ -47,6 +47,14 @@ pub enum PendingReason {
     QosGrp(TresKind),
     /// The QOS's MaxTRESPerUser of this resource (other than GPUs) is reached.
     QosMaxPerUser(TresKind),
+    /// Waiting for the advance reservation it names to start (or to have room).
+    Reservation,
+    /// The nodes it could use are in a maintenance reservation.
+    ReservedForMaintenance,
+    /// The nodes it could use are in an advance reservation it may not use.
+    ReservedNodes,
+    /// The advance reservation it names was deleted.
+    ReservationDeleted,
 }
 
 impl PendingReason {
@@ -88,6 +96,10 @@ impl PendingReason {
                 TresKind::Node => "QOSMaxNodePerUserLimit",
                 TresKind::Gpu => "QOSMaxGRESPerUser",
             },
+            PendingReason::Reservation => "Reservation",
+            PendingReason::ReservedForMaintenance => "ReqNodeNotAvail, Reserved for maintenance",
+            PendingReason::ReservedNodes => "ReqNodeNotAvail, May be reserved for other job",
+            PendingReason::ReservationDeleted => "ReservationDeleted",
         }
     }
 }

@@ -707,8 +707,7 @@ pub(crate) fn walk<'a, S: Space>(
                 match space.at_now(&r.component(k), len) {
                     Some(set) => {
                         let f = if k == 0 { &mut masked.filter } else { &mut masked.het[k - 1].filter };
-                        f.mask = Some(set.mask(snap.nodes.len()));
-                        f.all = false;
+                        f.restrict(&set.mask(snap.nodes.len()));
                     }
                     None => fits = false,
                 }
@@ -737,8 +736,7 @@ pub(crate) fn walk<'a, S: Space>(
             && *t == now
         {
             let mut masked = r.clone();
-            masked.filter.mask = Some(set.mask(snap.nodes.len()));
-            masked.filter.all = false;
+            masked.filter.restrict(&set.mask(snap.nodes.len()));
             started = try_place(snap, view, &masked, placer);
             // Fits by count but not by exact placement: look later.
             later = if started.is_some() || bounded { None } else { space.earliest(r, now + 1, len) };
@@ -877,6 +875,7 @@ mod tests {
                 fairshare: &self.fairshare,
                 carry: &self.carry,
                 history: crate::History::empty(),
+                reservations: &[],
             };
             if !reference {
                 return crate::schedule_reusing(&snap, now, 7, cfg, &mut self.reuse.borrow_mut(), true);

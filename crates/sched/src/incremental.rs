@@ -10,7 +10,6 @@
 
 use model::Time;
 
-use crate::view::Filter;
 use crate::{
     Admit, Backfill, Config, PassMemo, Plan, Snapshot, Start, Waiting, admit, priority, priority_context, schedule_inner, try_place,
 };
@@ -109,6 +108,7 @@ impl<'n> Scheduler<'n> {
         let ever = &mut self.ever;
         let mut plan = Plan::default();
         let limits = crate::Limits::new(snap);
+        let resv = crate::resv::ResvTable::new(snap.reservations, now, snap.nodes, &facts.name_index);
         // The full pass's placement profile, not derived again from every pending job (which
         // made each submission cost O(pending)).
         let mut replicas =
@@ -124,7 +124,10 @@ impl<'n> Scheduler<'n> {
             if !memo.accounts.contains(&p.req.account) {
                 return None; // a new account changes everyone's fair-share normalisation
             }
-            let r = match admit(snap, facts, ever, &limits, now, idx, p) {
+            if p.req.reservation.is_some() {
+                return None; // a job in an advance reservation is planned by a full pass
+            }
+            let r = match admit(snap, facts, ever, &limits, &resv, now, idx, p) {
                 Admit::Ready(mut r) => {
                     if self.cfg.predicting() {
                         r.limit = snap.history.predict(self.cfg.predict, r.req);
@@ -161,7 +164,7 @@ impl<'n> Scheduler<'n> {
                 for &n in reserved {
                     mask[n as usize] = false;
                 }
-                outside.filter = Filter { mask: Some(mask), all: false, ..r.filter.clone() };
+                outside.filter.restrict(&mask);
                 try_place(snap, &mut memo.view, &outside, &mut replicas)
             };
             match started {

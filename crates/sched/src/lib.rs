@@ -16,6 +16,7 @@ mod placement;
 mod predict;
 mod preempt;
 mod priority;
+mod resv;
 mod view;
 
 use model::accounting::Usage;
@@ -172,6 +173,8 @@ pub struct Snapshot<'a> {
     pub carry: &'a Carry,
     /// Actual run times of finished jobs, recorded at their completion events (for predictions).
     pub history: &'a History,
+    /// Advance reservations (`scontrol create reservation`), in any order.
+    pub reservations: &'a [model::Reservation],
 }
 
 impl Snapshot<'_> {
@@ -264,6 +267,8 @@ pub(crate) struct Resolved<'a> {
     pub limit: Time,
     /// A heterogeneous job's components after the first, resolved as the first is.
     pub het: Vec<Part>,
+    /// The limit it starts with, cut to end with its advance reservation.
+    pub cut: Option<Time>,
 }
 
 /// One further component of a heterogeneous job: node count, per-node demand, node filter.
@@ -422,7 +427,7 @@ impl<'a> Facts<'a> {
                 format!("{} nodes required by -w but only {nodes} requested", filter.include.len()),
             ));
         }
-        Ok(Resolved { idx, req, nodes, demand, filter, limit: req.time_limit, het: Vec::new() })
+        Ok(Resolved { idx, req, nodes, demand, filter, limit: req.time_limit, het: Vec::new(), cut: None })
     }
 }
 
@@ -461,13 +466,16 @@ impl EverFits {
 /// Whether a request names nodes (`-w`, `-x`, in any component): the pass then indexes nodes by
 /// name.
 fn needs_names(req: &JobRequest) -> bool {
-    !req.nodelist.is_empty() || !req.exclude.is_empty() || req.het.iter().any(|p| !p.nodelist.is_empty() || !p.exclude.is_empty())
+    req.reservation.is_some()
+        || !req.nodelist.is_empty()
+        || !req.exclude.is_empty()
+        || req.het.iter().any(|p| !p.nodelist.is_empty() || !p.exclude.is_empty())
 }
 
 /// Runs one scheduling pass. Pure: the same arguments give the same plan.
 pub fn schedule(snap: &Snapshot, now: Time, seed: u64, cfg: &Config) -> Plan {
     let topo = std::sync::Arc::new(view::Topology::new(snap.nodes));
-    let names = snap.pending.iter().any(|p| needs_names(&p.req));
+    let names = !snap.reservations.is_empty() || snap.pending.iter().any(|p| needs_names(&p.req));
     let facts = Facts::new(snap.nodes, snap.config, names);
     let mut spare = conservative::Spare::default();
     schedule_inner(snap.nodes, topo, &facts, &mut EverFits::default(), &mut FragCache::default(), &mut spare, snap, now, seed, cfg).0
@@ -502,7 +510,7 @@ pub fn schedule_reusing(snap: &Snapshot, now: Time, seed: u64, cfg: &Config, reu
             t
         }
     };
-    let names = snap.pending.iter().any(|p| needs_names(&p.req));
+    let names = !snap.reservations.is_empty() || snap.pending.iter().any(|p| needs_names(&p.req));
     let facts = Facts::new(snap.nodes, snap.config, names);
     schedule_inner(snap.nodes, topo, &facts, &mut reuse.ever, &mut reuse.frag, &mut reuse.spare, snap, now, seed, cfg).0
 }
@@ -541,12 +549,13 @@ pub(crate) fn schedule_inner<'n>(
     let mut limits = Limits::new(snap);
 
     // Resolve and filter.
+    let resv = resv::ResvTable::new(snap.reservations, now, nodes, &facts.name_index);
     let mut ready: Vec<Resolved> = Vec::with_capacity(snap.pending.len());
     for (idx, p) in snap.pending.iter().enumerate() {
-        match admit(snap, facts, ever, &limits, now, idx, p) {
+        match admit(snap, facts, ever, &limits, &resv, now, idx, p) {
             Admit::Ready(mut r) => {
                 if cfg.predicting() {
-                    r.limit = snap.history.predict(cfg.predict, r.req);
+                    r.limit = snap.history.predict(cfg.predict, r.req).min(r.cut.unwrap_or(Time::MAX));
                 }
                 ready.push(r)
             }
@@ -594,10 +603,24 @@ pub(crate) fn schedule_inner<'n>(
             }
         }
     }
+    cut_to_reservations(&mut plan, &ready);
     let accounts = seen.into_iter().map(str::to_string).collect();
     let total_shares = ctx.total_shares;
     let profile = placer.profile().cloned().unwrap_or_default();
     (plan, PassMemo { view, top, total_shares, accounts, profile })
+}
+
+/// Jobs that start in an advance reservation end with it: their starts carry the cut limit.
+fn cut_to_reservations(plan: &mut Plan, ready: &[Resolved]) {
+    let cuts: FxHashMap<JobId, Time> = ready.iter().filter_map(|r| r.cut.map(|c| (r.req.id, c))).collect();
+    if cuts.is_empty() {
+        return;
+    }
+    for s in &mut plan.starts {
+        if let Some(&c) = cuts.get(&s.job) {
+            s.time_limit = Some(s.time_limit.map_or(c, |t| t.min(c)));
+        }
+    }
 }
 
 /// The accounts with pending or running work, and their shares summed (fair-share's
@@ -805,12 +828,14 @@ pub(crate) enum Admit<'a> {
 }
 
 /// Checks everything that keeps a job out of this pass: holds, impossible shapes, dependencies,
-/// begin time, partition and QOS limits, required nodes down.
+/// begin time, partition and QOS limits, required nodes down, advance reservations.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn admit<'a>(
     snap: &Snapshot<'a>,
     facts: &Facts,
     ever: &mut EverFits,
     limits: &Limits,
+    resv: &resv::ResvTable,
     now: Time,
     idx: usize,
     p: &'a Pending,
@@ -853,6 +878,10 @@ pub(crate) fn admit<'a>(
     }
     if !r.filter.include.is_empty() && r.filter.include.iter().any(|&i| !snap.nodes[i as usize].state.schedulable()) {
         return Admit::Wait(PendingReason::ReqNodeNotAvail);
+    }
+    let mut r = r;
+    if let Err(reason) = resv.apply(&mut r, now, snap.nodes) {
+        return Admit::Wait(reason);
     }
     Admit::Ready(r)
 }

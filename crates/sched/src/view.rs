@@ -35,6 +35,15 @@ pub(crate) struct Filter {
 }
 
 impl Filter {
+    /// Narrows the eligible nodes to those `m` allows (and whatever mask there was).
+    pub fn restrict(&mut self, m: &[bool]) {
+        match &mut self.mask {
+            Some(old) => old.iter_mut().zip(m).for_each(|(a, b)| *a &= *b),
+            None => self.mask = Some(m.to_vec()),
+        }
+        self.all = false;
+    }
+
     pub fn ok(&self, i: u32, node: &Node) -> bool {
         if let Some(m) = &self.mask
             && !m[i as usize]

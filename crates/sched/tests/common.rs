@@ -46,6 +46,7 @@ pub struct World {
     pub fairshare: FairShare,
     pub carry: Carry,
     pub history: History,
+    pub reservations: Vec<model::Reservation>,
     seq: u64,
 }
 
@@ -60,6 +61,7 @@ impl World {
             fairshare: FairShare::default(),
             carry: Carry::default(),
             history: History::default(),
+            reservations: Vec::new(),
             seq: 0,
         }
     }
@@ -79,6 +81,7 @@ impl World {
             fairshare: &self.fairshare,
             carry: &self.carry,
             history: &self.history,
+            reservations: &self.reservations,
         }
     }
 

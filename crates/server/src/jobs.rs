@@ -174,6 +174,7 @@ fn job_info(j: &Job, v: &Viewer, part: &str) -> JobInfo {
         het_job_id: None,
         het_job_offset: None,
         het_size: None,
+        reservation: j.req.reservation.clone(),
     }
 }
 
@@ -685,7 +686,7 @@ async fn list_nodes(State(app): State<App>, ConnectInfo(peer): ConnectInfo<Peer>
         let piece = &piece[..piece.len().min(LIST_CHUNK)];
         at += piece.len();
         let parts: Vec<String> = g.ctl.settings().cluster.partitions.iter().map(|p| p.name.clone()).collect();
-        nodes.extend(node_infos(piece, &parts));
+        nodes.extend(node_infos(&g.ctl, piece, &parts, crate::app::now()));
         let (done, seq) = (at >= all.len(), app.journal.last());
         drop(g);
         if done {
@@ -699,15 +700,20 @@ async fn list_nodes(State(app): State<App>, ConnectInfo(peer): ConnectInfo<Peer>
 }
 
 /// The nodes as listed: a deleted node's slot is not.
-fn node_infos(nodes: &[control::NodeRec], all: &[String]) -> Vec<NodeInfo> {
+/// A node in an advance reservation in force is `maint` (a maintenance one, whatever runs on
+/// it) or, while idle, `reserved` (Slurm's `resv`).
+fn node_infos(ctl: &control::Controller, nodes: &[control::NodeRec], all: &[String], t: i64) -> Vec<NodeInfo> {
     nodes
         .iter()
         .filter(|n| !n.deleted)
         .map(|n| {
             let alloc_gpus = n.usage.gpu_milli.iter().filter(|&&m| m > 0).count() as u32;
+            let resv = ctl.node_reservation(&n.node.name, t);
             let state = match n.node.state {
                 model::NodeState::Down => "down",
                 model::NodeState::Drain => "drain",
+                model::NodeState::Up if resv.is_some_and(|r| r.flags.maint) => "maint",
+                model::NodeState::Up if n.usage.jobs == 0 && resv.is_some() => "reserved",
                 model::NodeState::Up if n.usage.jobs == 0 => "idle",
                 model::NodeState::Up if n.usage.cpus >= n.node.cpus || n.usage.exclusive => "allocated",
                 model::NodeState::Up => "mixed",
@@ -722,6 +728,7 @@ fn node_infos(nodes: &[control::NodeRec], all: &[String]) -> Vec<NodeInfo> {
                 addr: n.addr.clone(),
                 partitions: if n.node.partitions.is_empty() { all.to_vec() } else { n.node.partitions.clone() },
                 features: n.node.features.clone(),
+                reservation: resv.map(|r| r.name.clone()),
             }
         })
         .collect()

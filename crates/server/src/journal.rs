@@ -199,6 +199,13 @@ fn merge(carry: Option<Dirty>, batches: Vec<Dirty>) -> Dirty {
         if b.next_id.is_some() {
             a.next_id = b.next_id;
         }
+        // Kept whole: the newest copy wins.
+        if b.accounting.is_some() {
+            a.accounting = b.accounting;
+        }
+        if b.reservations.is_some() {
+            a.reservations = b.reservations;
+        }
         // An array record never changes after submission; its tasks' changes are job records.
         a.arrays.extend(b.arrays);
         // Services: the newest version wins; a removal cancels earlier versions, a later

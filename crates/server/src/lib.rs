@@ -112,12 +112,13 @@ mod limits;
 mod listen;
 mod nodes;
 mod private;
+mod resv;
 mod services;
 mod tls;
 mod token;
 
 fn router(app: App) -> Router {
-    accounting::routes(nodes::routes(jobs::routes(services::routes(Router::new()))))
+    resv::routes(accounting::routes(nodes::routes(jobs::routes(services::routes(Router::new())))))
         .layer(axum::middleware::from_fn_with_state(app.clone(), count_response))
         .with_state(app)
 }
@@ -181,6 +182,7 @@ async fn run(args: ServerArgs) -> Result<()> {
         }
         ctl.restore_accounting(a);
     }
+    ctl.restore_reservations(loaded.reservations);
     accounting::refresh_admins(&mut ctl);
     let heartbeat_ms = ctl.heartbeat_ms();
     let db = Arc::new(Mutex::new(db));

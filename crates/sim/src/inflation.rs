@@ -120,6 +120,7 @@ pub fn inflate(w: &Workload, mut cfg: Config, ratio: f64, step: f64, seed: u64, 
             fairshare: &fairshare,
             carry: &carry,
             history: &history,
+            reservations: &[],
         };
         let t0 = clock();
         let plan = scheduler.pass(&snap, n as i64, seed);

@@ -57,6 +57,10 @@ pub struct SimConfig {
     pub no_departures: bool,
     /// Keep every pass's time and plan in [`Outcome::plans`] (for tests).
     pub record_plans: bool,
+    /// Advance reservations the scheduler honours, as the controller's (`scontrol create
+    /// reservation`); their starts and ends are events.
+    #[serde(default)]
+    pub reservations: Vec<model::Reservation>,
 }
 
 impl SimConfig {
@@ -71,6 +75,7 @@ impl SimConfig {
             record_series: false,
             no_departures: false,
             record_plans: false,
+            reservations: Vec::new(),
         }
     }
 }
@@ -158,6 +163,7 @@ struct State<'w> {
     fairshare: FairShare,
     /// Finished jobs' actual run times, recorded at their completion events only.
     history: History,
+    reservations: Vec<model::Reservation>,
     last_decay: Time,
     busy_units: u64,
     base: usize,
@@ -193,9 +199,11 @@ impl<'w> State<'w> {
         }
         self.busy_units -= m.units;
         let job = &self.w.jobs[m.job];
-        self.fairshare.accrue(&job.req.account, &job.req.user, (job.units as f64) * job.runtime as f64);
+        // What it ran: its run time, or less where its limit was cut at the start.
+        let ran = m.end - r.start;
+        self.fairshare.accrue(&job.req.account, &job.req.user, (job.units as f64) * ran as f64);
         // The completion event is the only way a run time reaches the scheduler.
-        self.history.record(&job.req, job.runtime);
+        self.history.record(&job.req, ran);
     }
 
     fn pass(&mut self, now: Time, cfg: &SimConfig, clock: &mut dyn FnMut() -> u64) -> Plan {
@@ -214,6 +222,7 @@ impl<'w> State<'w> {
             fairshare: &self.fairshare,
             carry: &self.carry,
             history: &self.history,
+            reservations: &self.reservations,
         };
         let t0 = clock();
         let plan = self.scheduler.pass(&snap, now, cfg.seed);
@@ -255,19 +264,30 @@ impl<'w> State<'w> {
                 self.usage[a.node as usize].apply(&self.nodes[a.node as usize], a);
             }
             self.busy_units += job.units;
+            // A job in an advance reservation ends with it: its limit, cut at the start, ends it
+            // there. (A --time-min cut is left as the trace ran it: traces carry actual run
+            // times, which their own limits allowed.)
+            let mut req = pending.req.clone();
+            let run = match s.time_limit {
+                Some(cut) if req.reservation.is_some() => {
+                    req.time_limit = cut;
+                    job.runtime.min(cut)
+                }
+                _ => job.runtime,
+            };
             self.out.jobs.push(JobOutcome {
                 id: s.job,
                 submit: job.req.submit_time,
                 start: now,
-                run: job.runtime,
+                run,
                 units: job.units,
                 backfilled: s.backfilled,
             });
             self.out.last_start = now;
-            let end = now + job.runtime;
+            let end = now + run;
             started.push((end, s.job.0));
-            self.meta.push(Meta { end, req_end: now + job.req.time_limit, units: job.units, job: j });
-            self.running.push(Running { req: pending.req.clone(), start: now, allocs: s.allocs });
+            self.meta.push(Meta { end, req_end: now + req.time_limit, units: job.units, job: j });
+            self.running.push(Running { req, start: now, allocs: s.allocs });
         }
         if new_reservation && !sorted {
             self.sort_running(|m| m.req_end);
@@ -306,6 +326,7 @@ pub fn run(w: &Workload, range: std::ops::Range<usize>, cfg: &SimConfig, clock: 
         scheduler: sched::Scheduler::new(sched_config(w, cfg), &w.nodes),
         fairshare: FairShare::default(),
         history: History::default(),
+        reservations: cfg.reservations.clone(),
         last_decay: 0,
         busy_units: 0,
         next_seq: 0,
@@ -385,6 +406,7 @@ fn run_batched(st: &mut State, range: std::ops::Range<usize>, cfg: &SimConfig, c
     let mut next = range.start;
     let mut ends: BinaryHeap<Reverse<(Time, u64)>> = BinaryHeap::new();
     let mut now = st.w.jobs[next].req.submit_time;
+    let (mut idle_wakes, mut waiting_before) = (0u32, usize::MAX);
     loop {
         while next < range.end && st.w.jobs[next].req.submit_time <= now {
             st.arrive(next);
@@ -410,9 +432,14 @@ fn run_batched(st: &mut State, range: std::ops::Range<usize>, cfg: &SimConfig, c
         if all_started && (cfg.stop_at_last_start || ends.is_empty()) {
             break;
         }
-        now = match next_event(st, next, &range, &ends) {
-            Some(t) => t,
-            None => break, // pending jobs that can never start (e.g. all nodes down)
+        // Waking only for reservations' starts and ends while nothing starts: after a few such
+        // wakes, pending jobs that can never start (e.g. all nodes down) end the run.
+        let plain = next_event(st, next, &range, &ends);
+        idle_wakes = if st.pending.len() < waiting_before || plain.is_some() { 0 } else { idle_wakes + 1 };
+        waiting_before = st.pending.len();
+        now = match next_resv_event(st, now).into_iter().chain(plain).min() {
+            Some(t) if idle_wakes < 64 => t,
+            _ => break, // pending jobs that can never start (e.g. all nodes down)
         };
     }
     st.out.end = if cfg.stop_at_last_start { st.out.last_start } else { now.max(st.out.last_start) };
@@ -422,10 +449,16 @@ fn run_batched(st: &mut State, range: std::ops::Range<usize>, cfg: &SimConfig, c
 fn next_event(st: &State, next: usize, range: &std::ops::Range<usize>, ends: &BinaryHeap<Reverse<(Time, u64)>>) -> Option<Time> {
     let t_arr = (next < range.end).then(|| st.w.jobs[next].req.submit_time);
     let t_end = ends.peek().map(|Reverse((t, _))| *t);
-    match (t_arr, t_end) {
-        (Some(a), Some(e)) => Some(a.min(e)),
-        (a, e) => a.or(e),
+    [t_arr, t_end].into_iter().flatten().min()
+}
+
+/// While jobs wait, the next start or end of an advance reservation after `now` (a pass then
+/// may start what it let in or kept out).
+fn next_resv_event(st: &State, now: Time) -> Option<Time> {
+    if st.pending.is_empty() {
+        return None;
     }
+    st.reservations.iter().filter_map(|r| r.window(now)).map(|(s, e)| if s > now { s } else { e }).min()
 }
 
 /// Accumulates free GPU capacity left idle while GPU jobs wait, until the next event.
@@ -458,6 +491,7 @@ pub fn rlscheduler_config(mut sched: Config, seed: u64) -> SimConfig {
         record_series: false,
         no_departures: false,
         record_plans: false,
+        reservations: Vec::new(),
     }
 }
 

@@ -89,7 +89,7 @@ const SINFO_OPTS: &[Opt] = &[
     Opt::both('S', "sort", Arg::Required),
     Opt::both('t', "states", Arg::Required),
     Opt::alias("state", "states", Arg::Required),
-    // Lists the reservations: there are none.
+    // Lists the advance reservations.
     Opt::both('T', "reservation", Arg::None),
     Opt::both('l', "long", Arg::None),
     Opt::long("noconvert", Arg::None),
@@ -177,7 +177,7 @@ const SCANCEL_OPTS: &[Opt] = &[
     Opt::both('p', "partition", Arg::Required),
     Opt::both('Q', "quiet", Arg::None),
     Opt::both('q', "qos", Arg::Required),
-    // There are no reservations here: the filter matches no job.
+    // Jobs in this advance reservation.
     Opt::both('R', "reservation", Arg::Required),
     Opt::both('s', "signal", Arg::Required),
     Opt::both('t', "state", Arg::Required),

@@ -99,10 +99,10 @@ pub fn parse_node_states(s: &str) -> Result<Vec<&'static str>, Invalid> {
     Ok(out)
 }
 
-/// Whether a node in Tandem's `state` (`idle`, `mixed`, `allocated`, `drain`, `down`), with
-/// jobs on it or not (`busy`: a drain still draining), is in one of `states`
+/// Whether a node in Tandem's `state` (`idle`, `mixed`, `allocated`, `drain`, `down`, `maint`,
+/// `reserved`), with jobs on it or not (`busy`: a drain still draining), is in one of `states`
 /// ([`parse_node_states`]). A down node is also not responding; the states Tandem's nodes are
-/// never in (cloud, powered down, reserved, ...) match none.
+/// never in (cloud, powered down, ...) match none.
 pub fn node_in_states(states: &[&str], state: &str, busy: bool) -> bool {
     let mine: &[&str] = match (state, busy) {
         ("idle", _) => &["IDLE"],
@@ -111,6 +111,8 @@ pub fn node_in_states(states: &[&str], state: &str, busy: bool) -> bool {
         ("drain", true) => &["DRAIN", "DRAINING"],
         ("drain", false) => &["DRAIN", "DRAINED"],
         ("down", _) => &["DOWN", "NO_RESPOND"],
+        ("maint", _) => &["MAINT", "RESERVED"],
+        ("reserved", _) => &["IDLE", "RESERVED"],
         _ => &["UNKNOWN"],
     };
     states.iter().any(|s| mine.contains(s))

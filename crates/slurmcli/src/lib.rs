@@ -19,6 +19,7 @@ mod limits;
 mod options;
 mod query;
 mod report;
+pub mod resv;
 pub mod sacctmgr;
 mod srun;
 pub mod update;

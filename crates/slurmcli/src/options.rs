@@ -107,7 +107,7 @@ pub struct BatchSpec {
     /// `--cpus-per-gpu`: CPUs per task from the GPUs the job gets on a node.
     #[serde(default)]
     pub cpus_per_gpu: Option<u32>,
-    /// `--reservation` (there are no reservations: the controller refuses it).
+    /// `--reservation`: the advance reservation to run in.
     #[serde(default)]
     pub reservation: Option<String>,
     /// `--hint` (recorded: nodes here count CPUs, not cores and threads).
@@ -698,6 +698,7 @@ impl BatchSpec {
         r.max_switches = self.switches;
         r.dependencies = self.dependency.clone();
         r.held = self.hold;
+        r.reservation = self.reservation.clone();
         r.het = self
             .het
             .iter()

@@ -554,6 +554,7 @@ pub const SQUEUE_FIELDS: &[FieldDef] = &[
     ('T', "State", "STATE"),
     ('u', "UserName", "USER"),
     ('U', "UserID", "UID"),
+    ('v', "Reservation", "RESERVATION"),
     ('V', "SubmitTime", "SUBMIT_TIME"),
     ('x', "ExcNodes", "EXC_NODES"),
     ('y', "Nice", "NICE"),
@@ -601,6 +602,7 @@ pub const SINFO_FIELDS: &[FieldDef] = &[
     ('d', "Disk", "TMP_DISK"),
     ('w', "Weight", "WEIGHT"),
     ('V', "Cluster", "CLUSTER"),
+    ('i', "Reservation", "RESERVATION"),
 ];
 
 /// The long name of a `%` letter in `table`.

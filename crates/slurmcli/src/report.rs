@@ -40,7 +40,7 @@ pub struct Utilization {
     pub planned_down: u64,
     /// Neither allocated nor down.
     pub idle: u64,
-    /// Reserved but unused (no reservations: 0).
+    /// Reserved but unused (reserved time is not yet counted: 0).
     pub planned: u64,
     /// The whole: CPUs times the period.
     pub reported: u64,

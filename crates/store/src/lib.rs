@@ -50,6 +50,8 @@ pub struct Loaded {
     /// The accounting `sacctmgr` last changed (`None`: never; the configuration file's seed
     /// stands).
     pub accounting: Option<control::accounting::Accounting>,
+    /// Advance reservations.
+    pub reservations: Vec<control::Reservation>,
 }
 
 impl Store {
@@ -128,6 +130,9 @@ impl Store {
             if let Some(a) = &d.accounting {
                 tx.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('accounting', ?1)", params![serde_json::to_string(a)?])?;
             }
+            if let Some(r) = &d.reservations {
+                tx.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('reservations', ?1)", params![serde_json::to_string(r)?])?;
+            }
         }
         tx.commit()?;
         Ok(())
@@ -204,7 +209,11 @@ impl Store {
             Some(v) => Some(serde_json::from_str(&v)?),
             None => None,
         };
-        Ok(Loaded { jobs, arrays, stored, nodes, next_id, secret, services, credentials, accounting })
+        let reservations = match meta("reservations")? {
+            Some(v) => serde_json::from_str(&v)?,
+            None => Vec::new(),
+        };
+        Ok(Loaded { jobs, arrays, stored, nodes, next_id, secret, services, credentials, accounting, reservations })
     }
 
     fn arrays(&self) -> Result<Vec<ArrayRecord>, StoreError> {

@@ -325,7 +325,7 @@ fn scripts_with_the_options_slurm_users_write_submit_and_run() {
     assert_eq!(String::from_utf8_lossy(&o.stdout), "0: hi\n", "{o:?}");
     let o = c.run_env("srun", &["-n1", "true"], &[("SLURM_TIMELIMIT", "soon")]);
     assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("SLURM_TIMELIMIT: invalid time limit"), "{o:?}");
-    // No reservations exist: asking for one is refused with Slurm's words.
+    // No such reservation: asking for one is refused with Slurm's words.
     let o = c.run("sbatch", &["--reservation=maint", "--wrap", "true"]);
     assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("Requested reservation is invalid"), "{o:?}");
     let o = c.run("sbatch", &["--mail-type=SOMETIMES", "--wrap", "true"]);

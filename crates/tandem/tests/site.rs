@@ -236,3 +236,123 @@ fn a_failing_health_check_drains_its_node_with_its_words_nhc_drains_its_own_node
     assert_eq!(node(&c, "node2"), "drain|maintenance");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Runs a command of the cluster's as `nobody` (a second, ordinary user).
+fn as_nobody(c: &Cluster, cmd: &str, args: &[&str]) -> std::process::Output {
+    std::process::Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(c.shims.join(cmd))
+        .args(args)
+        .env("TANDEM_SERVER", format!("unix://{}", c.sock))
+        .current_dir("/")
+        .output()
+        .unwrap()
+}
+
+fn text(o: &std::process::Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+}
+
+#[test]
+fn advance_reservations_keep_outsiders_off_run_their_own_and_maintenance_shows_in_sinfo() {
+    let c = Cluster::new("resv", 2, None, 30);
+    c.wait_nodes(2);
+    // Node 1 is busy for a while; a maintenance on node2 starts in 75 s (Slurm's limits are in
+    // minutes: a job of 1 minute fits before it, one of 5 does not).
+    let filler = c.sbatch(&["-w", "node1", "--exclusive", "-t", "10", "-o", "/dev/null", "--wrap", "sleep 300"]);
+    c.wait_state(filler, &["RUNNING"], 30);
+    let made = c.ok(
+        "scontrol",
+        &["create", "reservation", "ReservationName=maint", "StartTime=now+75", "Duration=1", "Nodes=node2", "Users=root", "Flags=MAINT"],
+    );
+    assert_eq!(made, "Reservation created: maint\n");
+    let show = c.ok("scontrol", &["show", "reservation", "maint"]);
+    assert!(show.starts_with("ReservationName=maint StartTime="), "{show}");
+    assert!(show.contains(" Duration=00:01:00\n   Nodes=node2 NodeCnt=1 CoreCnt=4 Features=(null) PartitionName=(null) Flags=MAINT,SPEC_NODES\n   TRES=cpu=4\n   Users=root Groups=(null) Accounts=(null) Licenses=(null) State=INACTIVE"), "{show}");
+    let table = c.ok("sinfo", &["-T"]);
+    assert!(
+        table.starts_with("RESV_NAME     STATE           START_TIME             END_TIME     DURATION  NODELIST\nmaint      INACTIVE  "),
+        "{table}"
+    );
+    // The long job stays off node2 (it would overlap the window); the short one backfills there.
+    let long = c.sbatch(&["--exclusive", "-t", "5", "-o", "/dev/null", "--wrap", "sleep 1"]);
+    let short = c.sbatch(&["--exclusive", "-t", "1", "-o", "/dev/null", "--wrap", "sleep 1"]);
+    c.wait_state(short, &["COMPLETED"], 30);
+    assert_eq!(c.job(short)["NodeList"], "node2");
+    assert_eq!(c.job(long)["JobState"], "PENDING");
+    // The window comes forward to now (an update keeps the duration): node2 is in maintenance,
+    // and a job that needs it waits with Slurm's reason.
+    assert_eq!(c.ok("scontrol", &["update", "ReservationName=maint", "StartTime=now"]), "Reservation updated.\n");
+    wait_for("node2 in maintenance", 10, || node(&c, "node2").starts_with("maint|"));
+    assert!(c.ok("sinfo", &["-h", "-o", "%t %N"]).contains("maint node2"));
+    assert!(c.ok("scontrol", &["show", "node", "node2"]).contains("State=IDLE+MAINTENANCE+RESERVED "));
+    assert!(c.ok("sinfo", &["-T", "-h"]).contains("maint    ACTIVE  "));
+    let pinned = c.sbatch(&["-w", "node2", "-t", "1", "-o", "/dev/null", "--wrap", "true"]);
+    wait_for("the maintenance reason", 10, || {
+        c.ok("squeue", &["-h", "-j", &pinned.to_string(), "-o", "%r"]).trim() == "ReqNodeNotAvail, Reserved for maintenance"
+    });
+    c.ok("scancel", &[&pinned.to_string(), &long.to_string(), &filler.to_string()]);
+    // An account's reservation runs that account's jobs, on its node only; another's is refused.
+    c.wait_state(filler, &["CANCELLED"], 30);
+    c.ok("scontrol", &["create", "reservation", "ReservationName=team", "StartTime=now", "Duration=10", "Nodes=node1", "Accounts=root"]);
+    let mine = c.sbatch(&["--reservation=team", "-t", "2", "-o", "team.out", "--wrap", "echo ran"]);
+    c.wait_state(mine, &["COMPLETED"], 30);
+    let j = c.job(mine);
+    assert_eq!((j["NodeList"].as_str(), j["Reservation"].as_str()), ("node1", "team"));
+    assert!(c.ok("squeue", &["-h", "-t", "all", "--reservation=team", "-o", "%i %v"]).contains(&format!("{mine} team")));
+    let o = c.run("sbatch", &["--reservation=nosuch", "--wrap", "true"]);
+    assert!(!o.status.success() && text(&o).contains("Requested reservation is invalid"), "{}", text(&o));
+    // Deleting needs no job in it; then it is gone.
+    c.ok("scontrol", &["delete", "ReservationName=team"]);
+    assert_eq!(c.run("scontrol", &["show", "reservation", "team"]).stdout, b"Reservation team not found\n");
+    if !common::is_root() {
+        eprintln!("skipping the ordinary user's part: not root (setpriv needs it)");
+        return;
+    }
+    c.ok("scontrol", &["create", "reservation", "ReservationName=team", "StartTime=now", "Duration=10", "Nodes=node1", "Accounts=root"]);
+    let o = as_nobody(&c, "sbatch", &["--reservation=team", "--wrap", "true"]);
+    assert!(!o.status.success() && text(&o).contains("Access denied to requested reservation"), "{}", text(&o));
+    // An ordinary user may not create, change or delete one (Slurm's words); nothing changes.
+    let o = as_nobody(
+        &c,
+        "scontrol",
+        &["create", "reservation", "StartTime=now", "Duration=5", "Nodes=node1", "Users=nobody", "Flags=OVERLAP"],
+    );
+    assert_eq!(
+        (o.status.code(), String::from_utf8_lossy(&o.stderr).into_owned()),
+        (Some(1), "Error creating the reservation: Invalid user id\n".into())
+    );
+    let o = as_nobody(&c, "scontrol", &["update", "ReservationName=team", "Duration=60"]);
+    assert!(text(&o).contains("Error updating the reservation: Invalid user id"), "{}", text(&o));
+    let o = as_nobody(&c, "scontrol", &["delete", "reservation", "team"]);
+    assert!(text(&o).contains("delete_reservation reservation: Invalid user id"), "{}", text(&o));
+    assert_eq!(c.ok("sinfo", &["-T", "-h"]).lines().count(), 2, "maint and team, nothing else");
+    // Bad input from root: Slurm's client errors, nothing stored.
+    for (args, says) in [
+        (
+            vec!["StartTime=garbage", "Duration=5", "Nodes=node1", "Users=root"],
+            "scontrol: error: Invalid start time StartTime=garbage.  No reservation created.\n",
+        ),
+        (vec!["Duration=5", "Nodes=node1", "Users=root"], "scontrol: error: A start time must be given.  No reservation created.\n"),
+        (vec!["StartTime=now", "Duration=5", "Nodes=node1", "Users=root", "Flags=BOGUS"], "scontrol: error: Error parsing flags BOGUS"),
+        (
+            vec!["StartTime=now", "Duration=5", "Nodes=nosuch", "Users=root", "Flags=OVERLAP"],
+            "Error creating the reservation: Invalid node name specified: nosuch\n",
+        ),
+        (
+            vec!["StartTime=now", "Duration=5", "Nodes=node1", "Users=nosuchuser", "Flags=OVERLAP"],
+            "Error creating the reservation: Invalid user id",
+        ),
+        (
+            vec!["ReservationName=team", "StartTime=now", "Duration=5", "Nodes=node2", "Users=root", "Flags=OVERLAP"],
+            "Error creating the reservation: Duplicate reservation name\n",
+        ),
+    ] {
+        let mut a = vec!["create", "reservation"];
+        a.extend(args.iter());
+        let o = c.run("scontrol", &a);
+        assert_eq!(o.status.code(), Some(1), "{args:?}");
+        assert!(String::from_utf8_lossy(&o.stderr).starts_with(says), "{args:?}: {}", text(&o));
+    }
+    assert_eq!(c.ok("sinfo", &["-T", "-h"]).lines().count(), 2, "nothing stored");
+}

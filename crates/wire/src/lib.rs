@@ -185,6 +185,9 @@ pub struct JobInfo {
     /// How many components the job has.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub het_size: Option<u32>,
+    /// The advance reservation it runs in (`--reservation`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reservation: Option<String>,
 }
 
 impl JobInfo {
@@ -259,6 +262,33 @@ pub struct NodeInfo {
     /// Its features.
     #[serde(default)]
     pub features: Vec<String>,
+    /// The advance reservation in force on it, if any (`sinfo %i`, `+RESERVED`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reservation: Option<String>,
+}
+
+/// One advance reservation as `scontrol show reservation` and `sinfo -T` show it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ResvInfo {
+    /// The reservation as kept.
+    pub resv: model::Reservation,
+    /// The window in force or next (a repeating one moves forward).
+    pub start: i64,
+    /// Its end.
+    pub end: i64,
+    /// In force now (`State=ACTIVE`).
+    pub active: bool,
+    /// CPUs of its nodes (`CoreCnt`).
+    pub cpus: u32,
+    /// GPUs of its nodes.
+    pub gpus: u32,
+}
+
+/// `POST /v1/reservations`'s answer.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ResvCreated {
+    /// The reservation's name (generated when none was given).
+    pub name: String,
 }
 
 /// `GET /v1/config`: what `scontrol show config`, `show partition` and `sinfo` read.

@@ -359,6 +359,56 @@ pub const DOCUMENT: &str = r##"{
         }
       }
     },
+    "/v1/reservations": {
+      "get": {
+        "operationId": "reservations", "tags": ["reservations"], "summary": "Advance reservations (scontrol show reservation, sinfo -T)",
+        "responses": {
+          "200": {"description": "Every reservation, by name", "content": {"application/json": {"schema": {"type": "array", "items": {"$ref": "#/components/schemas/ResvInfo"}}}}},
+          "401": {"$ref": "#/components/responses/Unauthenticated"}
+        }
+      },
+      "post": {
+        "operationId": "createReservation", "tags": ["reservations"], "summary": "scontrol create reservation (operators and administrators; root always)",
+        "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ResvSpec"}}}},
+        "responses": {
+          "200": {"description": "Created", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ResvCreated"}}}},
+          "400": {"$ref": "#/components/responses/Invalid"},
+          "401": {"$ref": "#/components/responses/Unauthenticated"},
+          "403": {"$ref": "#/components/responses/Forbidden"},
+          "409": {"$ref": "#/components/responses/Conflict"},
+          "423": {"$ref": "#/components/responses/Busy"},
+          "500": {"$ref": "#/components/responses/ServerError"}
+        }
+      }
+    },
+    "/v1/reservations/{name}": {
+      "parameters": [{"name": "name", "in": "path", "required": true, "schema": {"type": "string"}}],
+      "post": {
+        "operationId": "updateReservation", "tags": ["reservations"], "summary": "scontrol update ReservationName=... (operators and administrators)",
+        "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ResvSpec"}}}},
+        "responses": {
+          "204": {"description": "Updated"},
+          "400": {"$ref": "#/components/responses/Invalid"},
+          "401": {"$ref": "#/components/responses/Unauthenticated"},
+          "403": {"$ref": "#/components/responses/Forbidden"},
+          "404": {"$ref": "#/components/responses/NotFound"},
+          "423": {"$ref": "#/components/responses/Busy"},
+          "500": {"$ref": "#/components/responses/ServerError"}
+        }
+      },
+      "delete": {
+        "operationId": "deleteReservation", "tags": ["reservations"], "summary": "scontrol delete ReservationName=... (refused while jobs wait for it or run in it)",
+        "responses": {
+          "204": {"description": "Deleted"},
+          "400": {"$ref": "#/components/responses/Malformed"},
+          "401": {"$ref": "#/components/responses/Unauthenticated"},
+          "403": {"$ref": "#/components/responses/Forbidden"},
+          "404": {"$ref": "#/components/responses/NotFound"},
+          "409": {"$ref": "#/components/responses/Conflict"},
+          "500": {"$ref": "#/components/responses/ServerError"}
+        }
+      }
+    },
     "/v1/shares": {
       "get": {
         "operationId": "shares", "tags": ["jobs"], "summary": "The fair-share tree: each account's shares, decayed usage and fair-share factor (sshare)",
@@ -457,7 +507,8 @@ pub const DOCUMENT: &str = r##"{
       "Forbidden": {"description": "Another user's job or service, or an operation only root may do", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}},
       "NotFound": {"description": "No such job, node or service (or one the caller may not see)", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}},
       "Conflict": {"description": "Not in a state that allows it (already finished, not pending, not running, being deleted, no such revision)", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}},
-      "ServerError": {"description": "The database failed", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
+      "ServerError": {"description": "The database failed", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}},
+      "Busy": {"description": "What it needs is in use (Requested nodes are busy, or overlap another reservation)", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
     },
     "schemas": {
       "u8": {"type": "integer", "minimum": 0, "maximum": 255},
@@ -528,7 +579,7 @@ pub const DOCUMENT: &str = r##"{
           "mail_user": {"$ref": "#/components/schemas/StringOrNull", "description": "--mail-user (recorded)"},
           "mem_per_gpu": {"anyOf": [{"$ref": "#/components/schemas/u64"}, {"type": "null"}], "description": "--mem-per-gpu, bytes"},
           "cpus_per_gpu": {"$ref": "#/components/schemas/u32OrNull", "description": "--cpus-per-gpu"},
-          "reservation": {"$ref": "#/components/schemas/StringOrNull", "description": "--reservation (refused: there are none)"},
+          "reservation": {"$ref": "#/components/schemas/StringOrNull", "description": "--reservation: the advance reservation to run in"},
           "hint": {"$ref": "#/components/schemas/StringOrNull", "description": "--hint (recorded)"},
           "distribution": {"$ref": "#/components/schemas/StringOrNull", "description": "-m/--distribution (recorded)"},
           "threads_per_core": {"$ref": "#/components/schemas/u32OrNull", "description": "--threads-per-core (recorded)"},
@@ -609,7 +660,8 @@ pub const DOCUMENT: &str = r##"{
           "allocation": {"type": "array", "items": {"$ref": "#/components/schemas/NodeAllocInfo"}, "description": "What it holds on each node (the last run's once it ended; empty while pending)"},
           "het_job_id": {"$ref": "#/components/schemas/u64", "description": "A heterogeneous job's component: the leader's id (lists show one row per component, id the leader's plus het_job_offset, display_id N+K)"},
           "het_job_offset": {"$ref": "#/components/schemas/u32", "description": "A heterogeneous job's component: its index"},
-          "het_size": {"$ref": "#/components/schemas/u32", "description": "A heterogeneous job's component: how many components the job has"}}},
+          "het_size": {"$ref": "#/components/schemas/u32", "description": "A heterogeneous job's component: how many components the job has"},
+          "reservation": {"type": "string", "description": "The advance reservation it runs in (--reservation)"}}},
       "NodeAllocInfo": {"type": "object", "additionalProperties": false, "required": ["name", "cpus", "memory_mb", "gpus"],
         "properties": {"name": {"type": "string"}, "cpus": {"$ref": "#/components/schemas/u32"}, "memory_mb": {"$ref": "#/components/schemas/u64"}, "gpus": {"$ref": "#/components/schemas/u32"}}},
       "CancelRequest": {"type": "object", "additionalProperties": false, "required": ["ids"],
@@ -658,6 +710,34 @@ pub const DOCUMENT: &str = r##"{
           "filter": {"type": "array", "items": {"$ref": "#/components/schemas/Setting"}}, "set": {"type": "array", "items": {"$ref": "#/components/schemas/Setting"}}}},
       "AcctRequest": {"type": "object", "additionalProperties": false, "required": ["change"],
         "properties": {"change": {"$ref": "#/components/schemas/AcctChange"}, "dry_run": {"type": "boolean", "description": "Only say what it would do"}}},
+      "ResvList": {"type": "object", "additionalProperties": false, "required": ["op", "names"], "properties": {
+        "op": {"enum": ["set", "add", "remove"]}, "negated": {"type": "boolean", "description": "Users=-bob: everyone but these"},
+        "names": {"type": "array", "items": {"type": "string"}}}},
+      "ResvSpec": {"type": "object", "additionalProperties": false, "description": "scontrol create|update reservation's keys, times absolute",
+        "properties": {
+          "name": {"$ref": "#/components/schemas/StringOrNull"}, "start": {"$ref": "#/components/schemas/i64OrNull"}, "end": {"$ref": "#/components/schemas/i64OrNull"},
+          "duration": {"$ref": "#/components/schemas/i64OrNull", "description": "Seconds"},
+          "nodes": {"oneOf": [{"type": "null"}, {"type": "array", "items": {"type": "string"}}], "description": "Expanded node names, or [\"ALL\"]"},
+          "node_cnt": {"$ref": "#/components/schemas/u32OrNull"},
+          "users": {"oneOf": [{"type": "null"}, {"$ref": "#/components/schemas/ResvList"}]},
+          "accounts": {"oneOf": [{"type": "null"}, {"$ref": "#/components/schemas/ResvList"}]},
+          "partition": {"$ref": "#/components/schemas/StringOrNull"},
+          "flags_set": {"type": "array", "items": {"type": "string"}}, "flags_clear": {"type": "array", "items": {"type": "string"}},
+          "tres": {"$ref": "#/components/schemas/StringOrNull"}, "cpus": {"$ref": "#/components/schemas/u32OrNull"}, "gpus": {"$ref": "#/components/schemas/u32OrNull"}}},
+      "ResvFlags": {"type": "object", "additionalProperties": false, "properties": {
+        "maint": {"type": "boolean"}, "ignore_jobs": {"type": "boolean"}, "daily": {"type": "boolean"}, "weekly": {"type": "boolean"},
+        "flex": {"type": "boolean"}, "magnetic": {"type": "boolean"}, "overlap": {"type": "boolean"}, "spec_nodes": {"type": "boolean"}}},
+      "Reservation": {"type": "object", "additionalProperties": false, "required": ["name", "start", "end", "nodes"], "properties": {
+        "name": {"type": "string"}, "start": {"$ref": "#/components/schemas/i64"}, "end": {"$ref": "#/components/schemas/i64"},
+        "nodes": {"type": "array", "items": {"type": "string"}},
+        "users": {"type": "array", "items": {"type": "string"}}, "users_negated": {"type": "boolean"},
+        "accounts": {"type": "array", "items": {"type": "string"}}, "accounts_negated": {"type": "boolean"},
+        "partition": {"$ref": "#/components/schemas/StringOrNull"}, "flags": {"$ref": "#/components/schemas/ResvFlags"}, "tres": {"type": "string"}}},
+      "ResvInfo": {"type": "object", "additionalProperties": false, "required": ["resv", "start", "end", "active", "cpus", "gpus"], "properties": {
+        "resv": {"$ref": "#/components/schemas/Reservation"},
+        "start": {"$ref": "#/components/schemas/i64", "description": "The window in force or next"}, "end": {"$ref": "#/components/schemas/i64"},
+        "active": {"type": "boolean"}, "cpus": {"$ref": "#/components/schemas/u32"}, "gpus": {"$ref": "#/components/schemas/u32"}}},
+      "ResvCreated": {"type": "object", "additionalProperties": false, "required": ["name"], "properties": {"name": {"type": "string"}}},
       "AcctResponse": {"type": "object", "additionalProperties": false, "required": ["text"], "properties": {"text": {"type": "string"}}},
       "ShareRow": {"type": "object", "additionalProperties": false,
         "required": ["account", "raw_shares", "norm_shares", "raw_usage", "effective_usage", "fairshare"],
@@ -750,14 +830,15 @@ pub const DOCUMENT: &str = r##"{
 
       "NodeInfo": {"type": "object", "additionalProperties": false, "required": ["name", "state", "cpus", "memory_mb", "gpus", "reason", "addr"], "properties": {
         "name": {"type": "string"},
-        "state": {"enum": ["idle", "mixed", "allocated", "drain", "down"]},
+        "state": {"enum": ["idle", "mixed", "allocated", "drain", "down", "maint", "reserved"]},
         "cpus": {"description": "Total and allocated", "type": "array", "prefixItems": [{"$ref": "#/components/schemas/u32"}, {"$ref": "#/components/schemas/u32"}], "items": false, "minItems": 2},
         "memory_mb": {"description": "Total and allocated, MiB", "type": "array", "prefixItems": [{"$ref": "#/components/schemas/u64"}, {"$ref": "#/components/schemas/u64"}], "items": false, "minItems": 2},
         "gpus": {"description": "Total, allocated and the model", "type": "array", "prefixItems": [{"$ref": "#/components/schemas/u32"}, {"$ref": "#/components/schemas/u32"}, {"$ref": "#/components/schemas/StringOrNull"}], "items": false, "minItems": 3},
         "reason": {"$ref": "#/components/schemas/StringOrNull"},
         "addr": {"type": "string"},
         "partitions": {"type": "array", "items": {"type": "string"}},
-        "features": {"type": "array", "items": {"type": "string"}}}},
+        "features": {"type": "array", "items": {"type": "string"}},
+        "reservation": {"type": "string", "description": "The advance reservation in force on it"}}},
       "ConfigInfo": {"type": "object", "additionalProperties": false,
         "required": ["cluster_name", "kill_wait", "lease", "max_array", "min_job_age", "scheduler", "partitions", "qos"], "properties": {
         "cluster_name": {"type": "string"}, "kill_wait": {"$ref": "#/components/schemas/i64"}, "lease": {"$ref": "#/components/schemas/i64"},
@@ -1349,6 +1430,7 @@ mod tests {
             het_job_id: Some(119),
             het_job_offset: Some(1),
             het_size: Some(2),
+            reservation: Some("maint".into()),
         }
     }
 
@@ -1602,7 +1684,52 @@ mod tests {
                     addr: "127.0.0.1".into(),
                     partitions: vec!["batch".into()],
                     features: vec![],
+                    reservation: Some("maint".into()),
                 }),
+            ),
+            (
+                "ResvInfo",
+                v(&ResvInfo {
+                    resv: model::Reservation {
+                        name: "maint".into(),
+                        start: 100,
+                        end: 200,
+                        nodes: vec!["node2".into()],
+                        users: vec!["root".into()],
+                        users_negated: false,
+                        accounts: vec![],
+                        accounts_negated: true,
+                        partition: Some("batch".into()),
+                        flags: model::ResvFlags { maint: true, daily: true, ..Default::default() },
+                        tres: "cpu=4".into(),
+                    },
+                    start: 100,
+                    end: 200,
+                    active: true,
+                    cpus: 4,
+                    gpus: 0,
+                }),
+            ),
+            ("ResvCreated", v(&ResvCreated { name: "root_1".into() })),
+            (
+                "ResvSpec",
+                v(&slurmcli::resv::parse_reservation(
+                    &[
+                        "ReservationName=m",
+                        "StartTime=now",
+                        "Duration=5",
+                        "Nodes=n[1-2]",
+                        "Users=-bob",
+                        "Accounts+=ml",
+                        "Flags=MAINT,-DAILY",
+                        "TRES=cpu=4",
+                        "PartitionName=batch",
+                        "NodeCnt=2",
+                    ]
+                    .map(String::from),
+                    0,
+                )
+                .expect("valid")),
             ),
             (
                 "ConfigInfo",

@@ -1,0 +1,115 @@
+//! The advance reservations API (`scontrol create|update|delete|show reservation`, `sinfo -T`):
+//! anyone may list them; operators and administrators (root always) change them, which the
+//! controller checks. Named users must exist on this host (Slurm's `Invalid user id`).
+
+use axum::extract::rejection::{JsonRejection, PathRejection};
+use axum::extract::{ConnectInfo, Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use control::Controller;
+use slurmcli::resv::{ListOp, ResvSpec};
+use wire::{ResvCreated, ResvInfo};
+
+use crate::app::{App, Peer, err, json_body, now, refused, user_of, viewer_of};
+
+fn path(p: Result<Path<String>, PathRejection>) -> Result<String, Response> {
+    p.map(|Path(x)| x).map_err(|e| err(StatusCode::BAD_REQUEST, format!("malformed path: {}", e.body_text())))
+}
+
+/// Every reservation as `scontrol show reservation` lists it.
+pub(crate) fn infos(ctl: &Controller, t: i64) -> Vec<ResvInfo> {
+    ctl.reservations()
+        .map(|r| {
+            let (mut cpus, mut gpus) = (0u32, 0u32);
+            for rec in ctl.nodes().iter().filter(|n| !n.deleted && r.holds(&n.node.name)) {
+                cpus += rec.node.cpus;
+                gpus += rec.node.gpus;
+            }
+            let (start, end) = r.window(t).unwrap_or((r.start, r.end));
+            ResvInfo { active: start <= t && t < end, start, end, cpus, gpus, resv: r.clone() }
+        })
+        .collect()
+}
+
+async fn list(State(app): State<App>, ConnectInfo(peer): ConnectInfo<Peer>, headers: HeaderMap) -> Response {
+    or_reply!(viewer_of(&app, &peer, &headers));
+    let g = app.lock();
+    Json(infos(&g.ctl, now())).into_response()
+}
+
+/// Users named to be allowed must exist here (a negated list may name anyone).
+fn check_users(spec: &ResvSpec) -> Result<(), Response> {
+    if let Some(u) = &spec.users
+        && !u.negated
+        && u.op != ListOp::Remove
+        && let Some(bad) = u.names.iter().find(|n| nix::unistd::User::from_name(n).ok().flatten().is_none())
+    {
+        return Err(err(StatusCode::BAD_REQUEST, format!("Invalid user id: no user {bad} on the controller's host")));
+    }
+    Ok(())
+}
+
+async fn create(
+    State(app): State<App>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+    headers: HeaderMap,
+    body: Result<Json<ResvSpec>, JsonRejection>,
+) -> Response {
+    let uid = or_reply!(user_of(&app, &peer, &headers));
+    let spec = or_reply!(json_body(body));
+    or_reply!(check_users(&spec));
+    match app.with(|c| c.create_reservation(now(), uid, &spec)).await {
+        Ok(Ok(name)) => {
+            app.wake.notify_one();
+            Json(ResvCreated { name }).into_response()
+        }
+        Ok(Err(e)) => refused(e),
+        Err(r) => r,
+    }
+}
+
+async fn update(
+    State(app): State<App>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+    headers: HeaderMap,
+    name: Result<Path<String>, PathRejection>,
+    body: Result<Json<ResvSpec>, JsonRejection>,
+) -> Response {
+    let uid = or_reply!(user_of(&app, &peer, &headers));
+    let name = or_reply!(path(name));
+    let mut spec = or_reply!(json_body(body));
+    spec.name = Some(name);
+    or_reply!(check_users(&spec));
+    match app.with(|c| c.update_reservation(now(), uid, &spec)).await {
+        Ok(Ok(())) => {
+            app.wake.notify_one();
+            StatusCode::NO_CONTENT.into_response()
+        }
+        Ok(Err(e)) => refused(e),
+        Err(r) => r,
+    }
+}
+
+async fn delete(
+    State(app): State<App>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+    headers: HeaderMap,
+    name: Result<Path<String>, PathRejection>,
+) -> Response {
+    let uid = or_reply!(user_of(&app, &peer, &headers));
+    let name = or_reply!(path(name));
+    match app.with(|c| c.delete_reservation(uid, &name)).await {
+        Ok(Ok(())) => {
+            app.wake.notify_one();
+            StatusCode::NO_CONTENT.into_response()
+        }
+        Ok(Err(e)) => refused(e),
+        Err(r) => r,
+    }
+}
+
+pub(crate) fn routes(r: Router<App>) -> Router<App> {
+    r.route("/v1/reservations", get(list).post(create)).route("/v1/reservations/{name}", post(update).delete(delete))
+}
