@@ -26,6 +26,19 @@ pub(crate) fn help(text: &str) -> Result<i32> {
     Ok(0)
 }
 
+/// Prints records of `Key=Value` lines: indented three spaces per line, or on one line with
+/// `-o`, as Slurm's.
+pub(crate) fn print_record(lines: &[String], oneliner: bool) {
+    if oneliner {
+        println!("{}", lines.iter().map(|l| l.trim()).collect::<Vec<_>>().join(" "));
+    } else {
+        for (i, l) in lines.iter().enumerate() {
+            println!("{}{}", if i == 0 { "" } else { "   " }, l.trim());
+        }
+        println!();
+    }
+}
+
 /// `YYYY-MM-DDTHH:MM:SS` (UTC) for Unix seconds, as Slurm prints times, or the form
 /// `SLURM_TIME_FORMAT` asks for (`relative`, a strftime format) where the command reads it.
 pub(crate) fn iso(t: i64) -> String {

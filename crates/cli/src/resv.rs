@@ -79,7 +79,7 @@ pub(crate) fn show(name: Option<&str>, oneliner: bool) -> Result<i32> {
         println!("No reservations in the system");
     }
     for r in &all {
-        crate::scontrol::print_record(&lines(r), oneliner);
+        crate::query::print_record(&lines(r), oneliner);
     }
     Ok(0)
 }

@@ -10,7 +10,8 @@ use wire::{JobInfo, NodeInfo};
 
 use crate::common::{now, runtime};
 use crate::query::{
-    config, elapsed, get, help, iso, job_info_json, node_json, nodes, partition_json, print_reply, selects, stdout_path, version,
+    config, elapsed, get, help, iso, job_info_json, node_json, nodes, partition_json, print_record, print_reply, selects, stdout_path,
+    version,
 };
 
 const HELP: &str = "Usage: scontrol [<OPTION>] [<COMMAND>]
@@ -38,19 +39,6 @@ const HELP: &str = "Usage: scontrol [<OPTION>] [<COMMAND>]
      update NodeName=<n> State=DRAIN|RESUME [Reason=<r>]
      delete NodeName=<hostlist>       delete nodes (administrators)
 ";
-
-/// Prints records of `Key=Value` lines: indented three spaces per line, or on one line with
-/// `-o`, as Slurm's.
-pub(crate) fn print_record(lines: &[String], oneliner: bool) {
-    if oneliner {
-        println!("{}", lines.iter().map(|l| l.trim()).collect::<Vec<_>>().join(" "));
-    } else {
-        for (i, l) in lines.iter().enumerate() {
-            println!("{}{}", if i == 0 { "" } else { "   " }, l.trim());
-        }
-        println!();
-    }
-}
 
 fn or_null(s: &str) -> String {
     if s.is_empty() { "(null)".into() } else { s.to_string() }

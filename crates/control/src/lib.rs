@@ -315,6 +315,10 @@ pub struct Controller {
     reservations: BTreeMap<String, model::Reservation>,
     /// The reservations changed since the last [`Controller::take_dirty`].
     reservations_dirty: bool,
+    /// The reservations as passes take them (rebuilt after a change), and how many changes
+    /// there have been: a pass planned before a change starts nothing ([`Pass`]).
+    resv_list: Option<std::sync::Arc<Vec<model::Reservation>>>,
+    resv_gen: u64,
 }
 
 /// How many recent submissions' specs [`Controller::share_spec`] compares a new one with.
@@ -435,6 +439,8 @@ impl Controller {
             accounting_dirty: false,
             reservations: BTreeMap::new(),
             reservations_dirty: false,
+            resv_list: None,
+            resv_gen: 0,
         }
     }
 

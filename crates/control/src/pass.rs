@@ -92,8 +92,9 @@ pub struct Pass {
     /// Finished jobs' run times (copied only when the scheduler predicts from them).
     history: sched::History,
     carry: Carry,
-    /// Advance reservations (few: copied whole).
-    reservations: Vec<model::Reservation>,
+    /// Advance reservations, and their generation when the pass began.
+    reservations: Arc<Vec<model::Reservation>>,
+    resv_gen: u64,
     ran: bool,
     plan: Option<Plan>,
     /// Applying: the reasons, rejections and preemptions are done.
@@ -354,7 +355,8 @@ impl Controller {
             fairshare: self.fairshare.clone(),
             history: if self.settings.sched.predicting() { self.history.clone() } else { sched::History::default() },
             carry: self.carry.clone(),
-            reservations: self.reservations.values().cloned().collect(),
+            reservations: self.reservation_list(),
+            resv_gen: self.resv_gen,
             ran: false,
             plan: None,
             head_done: false,
@@ -402,7 +404,12 @@ impl Controller {
         }
         if let Some(plan) = &mut pass.plan {
             let end = pass.applied.saturating_add(max_starts).min(plan.starts.len());
+            // A reservation made or changed while the pass ran: its starts wait for the next.
+            let stale = pass.resv_gen != self.resv_gen;
             for k in pass.applied..end {
+                if stale {
+                    break;
+                }
                 let s = &mut plan.starts[k];
                 // Only jobs untouched since the pass began (this apply touches no job it starts
                 // before starting it), on nodes that are still up and have room.

@@ -44,11 +44,40 @@ impl Controller {
     /// Puts back the reservations the store kept.
     pub fn restore_reservations(&mut self, list: Vec<Reservation>) {
         self.reservations = list.into_iter().map(|r| (r.name.clone(), r)).collect();
+        self.resv_list = None;
+        self.resv_gen += 1;
     }
 
-    /// The reservation in force on node `name` at `now`, if any (the first by name).
-    pub fn node_reservation(&self, name: &str, now: Time) -> Option<&Reservation> {
-        self.reservations.values().find(|r| r.active(now) && r.holds(name))
+    /// Something changed the reservations: to persist, and passes planned before it are stale.
+    pub(crate) fn reservations_changed(&mut self) {
+        self.reservations_dirty = true;
+        self.resv_list = None;
+        self.resv_gen += 1;
+    }
+
+    /// The reservations as a pass takes them: one shared copy until they change.
+    pub(crate) fn reservation_list(&mut self) -> std::sync::Arc<Vec<Reservation>> {
+        self.resv_list.get_or_insert_with(|| std::sync::Arc::new(self.reservations.values().cloned().collect())).clone()
+    }
+
+    /// The reservation in force on each node at `now` that has one (a maintenance one first):
+    /// built once per listing.
+    pub fn node_reservations(&self, now: Time) -> std::collections::HashMap<&str, &Reservation> {
+        let mut m: std::collections::HashMap<&str, &Reservation> = std::collections::HashMap::new();
+        for r in self.reservations.values().filter(|r| r.active(now)) {
+            for n in &r.nodes {
+                let e = m.entry(n.as_str()).or_insert(r);
+                if r.flags.maint && !e.flags.maint {
+                    *e = r;
+                }
+            }
+        }
+        m
+    }
+
+    /// A node by name.
+    pub fn node_rec(&self, name: &str) -> Option<&crate::NodeRec> {
+        self.node_index.get(name).map(|&i| &self.nodes[i]).filter(|n| !n.deleted)
     }
 
     fn may_reserve(&self, uid: u32) -> Result<(), Refused> {
@@ -99,7 +128,7 @@ impl Controller {
         };
         let name = r.name.clone();
         self.reservations.insert(name.clone(), r);
-        self.reservations_dirty = true;
+        self.reservations_changed();
         Ok(name)
     }
 
@@ -108,6 +137,10 @@ impl Controller {
         self.may_reserve(uid)?;
         let name = spec.name.as_deref().ok_or_else(|| Refused::Invalid("ReservationName must be specified".into()))?;
         let mut r = self.reservations.get(name).cloned().ok_or_else(|| Refused::NotFound("Requested reservation is invalid".into()))?;
+        // A repeating one is changed from its window in force or next.
+        if let Some((s, e)) = r.window(now) {
+            (r.start, r.end) = (s, e);
+        }
         if let Some(t) = &spec.tres {
             r.tres = t.clone();
         }
@@ -130,7 +163,7 @@ impl Controller {
         }
         self.apply_resv_spec(&mut r, spec, now, false)?;
         self.reservations.insert(name.to_string(), r);
-        self.reservations_dirty = true;
+        self.reservations_changed();
         Ok(())
     }
 
@@ -145,17 +178,36 @@ impl Controller {
             return Err(Refused::Conflict("Requested reservation is in use".into()));
         }
         self.reservations.remove(name);
-        self.reservations_dirty = true;
+        self.reservations_changed();
         Ok(())
     }
 
-    /// Drops the reservations that have ended and do not repeat; whether any was dropped.
+    /// Drops the reservations that have ended and do not repeat; whether any was dropped. The
+    /// jobs still waiting for one lose it and are held (Slurm's default, without
+    /// `NO_HOLD_JOBS_AFTER`): `scontrol release` lets them run outside it.
     pub(crate) fn expire_reservations(&mut self, now: Time) -> bool {
-        let before = self.reservations.len();
-        self.reservations.retain(|_, r| r.window(now).is_some());
-        let changed = self.reservations.len() != before;
-        self.reservations_dirty |= changed;
-        changed
+        let ended: Vec<String> = self.reservations.values().filter(|r| r.window(now).is_none()).map(|r| r.name.clone()).collect();
+        if ended.is_empty() {
+            return false;
+        }
+        for name in &ended {
+            self.reservations.remove(name);
+        }
+        let waiting: Vec<u64> = self
+            .active()
+            .filter(|j| j.state == JobState::Pending && j.req.reservation.as_ref().is_some_and(|r| ended.contains(r)))
+            .map(|j| j.req.id.0)
+            .collect();
+        for id in waiting {
+            if let Some(j) = self.jobs.get_mut(&id) {
+                j.req.reservation = None;
+                j.req.held = true;
+                j.reason = model::PendingReason::JobHeldUser;
+                self.dirty_jobs.insert(id);
+            }
+        }
+        self.reservations_changed();
+        true
     }
 
     /// A submission's `--reservation`: the reservation exists and admits the job's user or
@@ -185,6 +237,7 @@ impl Controller {
     /// the same time (without `OVERLAP`).
     fn apply_resv_spec(&self, r: &mut Reservation, spec: &ResvSpec, now: Time, create: bool) -> Result<(), Refused> {
         let invalid = |m: &str| Err(Refused::Invalid(m.to_string()));
+        check_form(spec, now)?;
         for f in &spec.flags_set {
             if !r.flags.set(f, true) {
                 return invalid(&format!("Error parsing flags: {f}"));
@@ -252,8 +305,10 @@ impl Controller {
         let chosen: Option<Vec<String>> = match (&spec.nodes, spec.node_cnt, spec.cpus, spec.gpus) {
             (Some(list), _, _, _) => {
                 let all = list.len() == 1 && list[0] == "ALL";
-                let names: Vec<String> =
+                let mut names: Vec<String> =
                     if all { self.nodes.iter().filter(|n| !n.deleted).map(|n| n.node.name.clone()).collect() } else { list.clone() };
+                let mut seen = BTreeSet::new();
+                names.retain(|n| seen.insert(n.clone()));
                 for n in &names {
                     if !self.node_index.contains_key(n) || self.nodes[self.node_index[n]].deleted {
                         return invalid(&format!("Invalid node name specified: {n}"));
@@ -333,13 +388,54 @@ impl Controller {
     }
 }
 
-/// Whether two reservations share time (some occurrence of each, within their next few).
+/// Ten years: no time a reservation names is further from now (nor any duration longer).
+const FAR: Time = 10 * 366 * model::resv::DAY;
+
+/// A body that did not come from `scontrol` gets the checks its parser makes: names, list
+/// sizes, flags, and times within ten years of now.
+fn check_form(spec: &ResvSpec, now: Time) -> Result<(), Refused> {
+    let bad = |m: String| Err(Refused::Invalid(m));
+    let valid = slurmcli::resv::valid_resv_name;
+    if let Some(n) = spec.name.as_deref().filter(|n| !valid(n)) {
+        return bad(format!("Invalid reservation name: {} (letters, digits, _ - and ., at most 64)", slurmcli::visible(n)));
+    }
+    if let Some(p) = spec.partition.as_deref().filter(|n| !valid(n)) {
+        return bad(format!("Invalid partition name specified: {}", slurmcli::visible(p)));
+    }
+    for (what, l) in [("Users", &spec.users), ("Accounts", &spec.accounts)] {
+        if let Some(l) = l
+            && (l.names.is_empty() || l.names.len() > slurmcli::resv::MAX_RESV_NAMES || l.names.iter().any(|n| !valid(n)))
+        {
+            return bad(format!("Invalid {what} value: names of letters, digits, _ - and ., at most {}", slurmcli::resv::MAX_RESV_NAMES));
+        }
+    }
+    if let Some(n) = &spec.nodes
+        && (n.is_empty() || n.len() > slurmcli::resv::MAX_RESV_NODES || n.iter().any(|x| x.is_empty() || x.len() > slurmcli::MAX_HOST_NAME))
+    {
+        return bad(format!("Invalid node name specified: at most {} nodes", slurmcli::resv::MAX_RESV_NODES));
+    }
+    if spec.tres.as_ref().is_some_and(|t| t.len() > 256) || spec.flags_set.len() + spec.flags_clear.len() > 64 {
+        return bad("Invalid TRES or Flags value: too long".into());
+    }
+    if spec.node_cnt == Some(0) || spec.cpus == Some(0) || spec.gpus == Some(0) {
+        return bad("Invalid node count: at least 1".into());
+    }
+    let near = |t: Time| (now.saturating_sub(FAR)..=now.saturating_add(FAR)).contains(&t);
+    if spec.start.is_some_and(|t| !near(t)) || spec.end.is_some_and(|t| !near(t)) || spec.duration.is_some_and(|d| !(0..=FAR).contains(&d))
+    {
+        return bad("Invalid time specified: more than ten years away".into());
+    }
+    Ok(())
+}
+
+/// Whether two reservations share time: their occurrences from the later start on, over eight
+/// days (past which both repeat as before: a period is a day or a week).
 fn clash(a: &Reservation, b: &Reservation, now: Time) -> bool {
-    // A repeating one is checked over its next occurrences up to a week after the later start.
-    let horizon = a.start.max(b.start).max(now) + 8 * model::resv::DAY;
+    let from = a.start.max(b.start).max(now);
+    let horizon = from.saturating_add(8 * model::resv::DAY);
     let windows = |r: &Reservation| -> Vec<(Time, Time)> {
         let mut v = Vec::new();
-        let mut t = now;
+        let mut t = from;
         while let Some((s, e)) = r.window(t) {
             v.push((s, e));
             if r.flags.period().is_none() || s > horizon || v.len() > 16 {

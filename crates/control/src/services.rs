@@ -744,9 +744,9 @@ impl Controller {
             let on_drained = j.allocs.first().is_some_and(|(n, _)| {
                 self.node_index.get(n).is_some_and(|&i| self.nodes[i].node.state == NodeState::Drain)
                     || self.reservations.values().any(|r| {
-                        r.holds(n)
+                        r.overlaps(now, now + model::resv::REPLICA_LEAD)
                             && j.req.reservation.as_deref() != Some(r.name.as_str())
-                            && r.overlaps(now, now + model::resv::REPLICA_LEAD)
+                            && r.holds(n)
                     })
             });
             replicas.push((ReplicaView { id: j.req.id.0, revision: ri.revision, state: ri.state }, on_drained));

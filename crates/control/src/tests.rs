@@ -1154,3 +1154,72 @@ fn reservations_update_delete_and_admit_only_their_users_and_accounts() {
     assert!(c.reservations().all(|r| r.name != "short"));
     assert!(c.take_dirty().reservations.is_some_and(|v| v.iter().all(|r| r.name != "short")));
 }
+
+#[test]
+fn reservation_changes_during_a_pass_stale_its_starts_and_hostile_specs_are_refused() {
+    let mut c = cluster(2, 0);
+    c.submit(10, spec(1000), &batch(&["-t", "60", "-c", "4"]), "alice").unwrap();
+    // A pass planned before a reservation is made starts nothing; the next decides again.
+    let mut pass = c.begin_tick(10);
+    pass.run();
+    c.create_reservation(10, 0, &resv_words("ReservationName=all StartTime=now Duration=600 Nodes=n[0-1] Users=root")).unwrap();
+    c.finish_tick(pass);
+    assert_eq!(c.job(1).unwrap().state, JobState::Pending, "no start from the stale plan");
+    c.tick(11);
+    assert_eq!(c.job(1).unwrap().state, JobState::Pending);
+    assert_eq!(c.job(1).unwrap().reason, PendingReason::ReservedNodes);
+    // A one-off reservation a month ahead on a DAILY one's hours and nodes overlaps it.
+    let day = model::resv::DAY;
+    let daily = slurmcli::resv::ResvSpec {
+        name: Some("d".into()),
+        start: Some(10 + day),
+        duration: Some(3600),
+        nodes: Some(vec!["n0".into()]),
+        users: Some(slurmcli::resv::ListChange { op: slurmcli::resv::ListOp::Set, negated: false, names: vec!["root".into()] }),
+        flags_set: vec!["DAILY".into()],
+        ..Default::default()
+    };
+    c.create_reservation(10, 0, &daily).unwrap();
+    let later = slurmcli::resv::ResvSpec { name: Some("m".into()), start: Some(10 + 30 * day + 600), flags_set: vec![], ..daily.clone() };
+    let e = c.create_reservation(10, 0, &later).unwrap_err().to_string();
+    assert!(e.starts_with("Requested reservation overlaps"), "{e}");
+    // Bodies no scontrol would send: refused, nothing kept.
+    let n = c.reservations().count();
+    for bad in [
+        slurmcli::resv::ResvSpec { name: Some("a b/../c".into()), start: Some(10 + 40 * day), ..daily.clone() },
+        slurmcli::resv::ResvSpec { name: Some("far".into()), start: Some(i64::MAX - 5), ..daily.clone() },
+        slurmcli::resv::ResvSpec { name: Some("long".into()), duration: Some(i64::MAX), start: Some(10 + 40 * day), ..daily.clone() },
+        slurmcli::resv::ResvSpec {
+            name: Some("nodes".into()),
+            nodes: Some(vec![String::new()]),
+            start: Some(10 + 40 * day),
+            ..daily.clone()
+        },
+        slurmcli::resv::ResvSpec {
+            name: Some("users".into()),
+            start: Some(10 + 40 * day),
+            users: Some(slurmcli::resv::ListChange { op: slurmcli::resv::ListOp::Set, negated: false, names: vec!["\u{1b}[2J".into()] }),
+            ..daily.clone()
+        },
+    ] {
+        assert!(matches!(c.create_reservation(10, 0, &bad), Err(Refused::Invalid(_))), "{bad:?}");
+    }
+    assert_eq!(c.reservations().count(), n);
+}
+
+#[test]
+fn jobs_still_waiting_when_their_reservation_ends_lose_it_and_are_held() {
+    let mut c = cluster(1, 0);
+    c.create_reservation(10, 0, &resv_words("ReservationName=r StartTime=now Duration=1 Nodes=n0 Users=alice Flags=IGNORE_JOBS")).unwrap();
+    // The node is busy for the whole window: alice's job in it cannot start.
+    let busy = c.submit(10, spec(0), &batch(&["-t", "10", "-c", "4", "--reservation=r"]), "root").unwrap()[0];
+    c.tick(10);
+    assert_eq!(c.job(busy).unwrap().state, JobState::Running);
+    let id = c.submit(10, spec(1000), &batch(&["-t", "1", "-c", "4", "--reservation=r"]), "alice").unwrap()[0];
+    c.tick(11);
+    assert_eq!(c.job(id).unwrap().state, JobState::Pending);
+    c.tick(71);
+    let j = c.job(id).unwrap();
+    assert_eq!((j.req.reservation.as_deref(), j.req.held, j.reason), (None, true, PendingReason::JobHeldUser));
+    assert!(c.reservations().next().is_none());
+}

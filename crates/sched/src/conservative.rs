@@ -154,12 +154,12 @@ impl Bits {
     }
 
     /// As a placement mask over `n` nodes.
-    fn mask(&self, n: usize) -> Vec<bool> {
+    fn mask(&self, n: usize) -> std::sync::Arc<[bool]> {
         let mut m = vec![false; n];
         for i in self.iter() {
             m[i as usize] = true;
         }
-        m
+        m.into()
     }
 }
 

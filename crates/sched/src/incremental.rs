@@ -164,7 +164,7 @@ impl<'n> Scheduler<'n> {
                 for &n in reserved {
                     mask[n as usize] = false;
                 }
-                outside.filter.restrict(&mask);
+                outside.filter.restrict(&mask.into());
                 try_place(snap, &mut memo.view, &outside, &mut replicas)
             };
             match started {

@@ -957,11 +957,11 @@ fn place_components(view: &mut View, r: &Resolved) -> Option<Vec<Alloc>> {
     let mut used: Vec<bool> = vec![true; view.len()];
     for k in order {
         let (demand, n, filter) = parts[k];
-        let mask = match &filter.mask {
-            Some(m) => used.iter().zip(m).map(|(a, b)| *a && *b).collect(),
+        let mask: Vec<bool> = match &filter.mask {
+            Some(m) => used.iter().zip(m.iter()).map(|(a, b)| *a && *b).collect(),
             None => used.clone(),
         };
-        let f = Filter { mask: Some(mask), all: false, ..filter.clone() };
+        let f = Filter { mask: Some(mask.into()), all: false, ..filter.clone() };
         let Some(nodes) = view.place(demand, n, &f, &Strategy::Pack, r.req.max_switches) else {
             for a in taken.iter().flatten() {
                 view.give(a);

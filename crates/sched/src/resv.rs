@@ -1,11 +1,19 @@
 //! Advance reservations ([`model::Reservation`]) in a pass: which nodes a job may use if it
 //! starts now, and until when. A job outside every reservation may use a reserved node only if
-//! it ends before the reservation's window begins; a job inside one uses only its nodes, only
-//! while it is in force, and is cut to end with it (`FLEX` lifts all three; `MAGNETIC` lets
-//! jobs that may use it land there without naming it).
+//! it ends before the reservation's window begins; a job inside one uses only its nodes (less
+//! those another reservation takes meanwhile), only while it is in force and while it admits
+//! the job's user or account, and is cut to end with it (`FLEX` lifts all but the access;
+//! `MAGNETIC` lets batch jobs that may use it land there without naming it).
 //!
 //! Planned starts (backfill's) use the same per-job mask, computed for a start now: a job that
 //! may not touch a node now is not planned onto it later either (cautious, never overlapping).
+//!
+//! Masks are shared: jobs that the same reservations keep out (or let in) get one mask, and the
+//! count of nodes it leaves them is kept per kind of node filter, so a pass costs O(nodes) per
+//! distinct case, not per job.
+
+use std::cell::RefCell;
+use std::sync::Arc;
 
 use model::{Node, PendingReason, Reservation, Time};
 use rustc_hash::FxHashMap;
@@ -20,17 +28,31 @@ struct Entry<'a> {
     nodes: Vec<u32>,
 }
 
+/// What decides a job's mask: the reservation it is in (and whether it is `FLEX`), and the
+/// reservations that keep it off their nodes.
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct MaskKey {
+    own: Option<(u16, bool)>,
+    blocked: Vec<u16>,
+}
+
+/// The parts of a node filter that say which nodes it passes (a count of usable nodes is kept
+/// per mask and filter).
+type FilterKey = (Option<String>, Vec<String>, Option<String>, Vec<u32>, Vec<u32>, bool);
+
 /// The reservations in force now or later, resolved against the node list.
 pub(crate) struct ResvTable<'a> {
     entries: Vec<Entry<'a>>,
     n_nodes: usize,
+    masks: RefCell<FxHashMap<MaskKey, Arc<[bool]>>>,
+    usable: RefCell<FxHashMap<(MaskKey, FilterKey), u32>>,
 }
 
 impl<'a> ResvTable<'a> {
     /// Resolves `reservations` at `now` (ended ones drop out; nodes not in `index` are ignored).
     pub fn new(reservations: &'a [Reservation], now: Time, nodes: &[Node], index: &FxHashMap<&str, u32>) -> ResvTable<'a> {
         let mut entries = Vec::new();
-        for r in reservations {
+        for r in reservations.iter().take(u16::MAX as usize) {
             let Some((start, end)) = r.window(now) else { continue };
             let ids: Vec<u32> = if index.is_empty() {
                 r.nodes.iter().filter_map(|n| nodes.iter().position(|x| &x.name == n).map(|i| i as u32)).collect()
@@ -39,7 +61,7 @@ impl<'a> ResvTable<'a> {
             };
             entries.push(Entry { r, start, end, nodes: ids });
         }
-        ResvTable { entries, n_nodes: nodes.len() }
+        ResvTable { entries, n_nodes: nodes.len(), masks: RefCell::default(), usable: RefCell::default() }
     }
 
     /// Restricts `r` to the nodes it may use if started now (its filter's mask, every
@@ -54,24 +76,21 @@ impl<'a> ResvTable<'a> {
             };
         }
         // A replica has no end to plan with: it leaves a node ahead of a reservation instead.
-        let limit = match req.kind {
-            model::RequestKind::Replica { .. } => req.time_limit.clamp(1, model::resv::REPLICA_LEAD),
-            model::RequestKind::Batch => req.time_limit.max(1),
-        };
-        let mut maint_blocked = false;
-        let mask = match &req.reservation {
+        let replica = matches!(req.kind, model::RequestKind::Replica { .. });
+        let limit = if replica { req.time_limit.clamp(1, model::resv::REPLICA_LEAD) } else { req.time_limit.max(1) };
+        let own = match &req.reservation {
+            None => None,
             Some(name) => {
-                let Some(own) = self.entries.iter().position(|e| &e.r.name == name) else {
+                let Some(k) = self.entries.iter().position(|e| &e.r.name == name) else {
                     return Err(PendingReason::ReservationDeleted);
                 };
-                let e = &self.entries[own];
-                if e.r.flags.flex {
-                    let mut m = self.outside(req, now, limit, Some(own), &mut maint_blocked).unwrap_or_else(|| vec![true; self.n_nodes]);
-                    for &n in &e.nodes {
-                        m[n as usize] = true;
-                    }
-                    m
-                } else {
+                let e = &self.entries[k];
+                // Access is checked again at each pass (an update may have taken it away; root
+                // may use any, as at submission).
+                if req.user != "root" && !e.r.admits(&req.user, &req.account) {
+                    return Err(PendingReason::Reservation);
+                }
+                if !e.r.flags.flex {
                     if e.start > now {
                         return Err(PendingReason::Reservation);
                     }
@@ -80,23 +99,51 @@ impl<'a> ResvTable<'a> {
                         r.cut = Some(cut);
                         r.limit = r.limit.min(cut);
                     }
-                    let mut m = vec![false; self.n_nodes];
-                    for &n in &e.nodes {
-                        m[n as usize] = true;
-                    }
-                    m
                 }
+                Some((k as u16, e.r.flags.flex))
             }
-            None => match self.outside(req, now, limit, None, &mut maint_blocked) {
-                Some(m) => m,
-                None => return Ok(()),
-            },
         };
-        let usable = (0..self.n_nodes as u32).filter(|&i| mask[i as usize] && r.filter.ok(i, &nodes[i as usize])).count();
-        if (usable as u32) < r.nodes {
-            return Err(if req.reservation.is_some() {
+        // The window it would hold the nodes for (cut to its reservation's end).
+        let until = now.saturating_add(r.cut.unwrap_or(limit));
+        let mut maint = false;
+        let blocked: Vec<u16> = self
+            .entries
+            .iter()
+            .enumerate()
+            .filter(|&(k, e)| {
+                if own.is_some_and(|(o, _)| o as usize == k) || !(e.start < until && now < e.end) {
+                    return false;
+                }
+                // A magnetic reservation takes batch jobs that may use it and end within it.
+                let magnetic = !replica
+                    && own.is_none()
+                    && e.r.flags.magnetic
+                    && e.start <= now
+                    && until <= e.end
+                    && e.r.admits(&req.user, &req.account);
+                !magnetic
+            })
+            .map(|(k, e)| {
+                maint |= e.r.flags.maint;
+                k as u16
+            })
+            .collect();
+        if own.is_none() && blocked.is_empty() {
+            return Ok(());
+        }
+        let key = MaskKey { own, blocked };
+        let mask = self.masks.borrow_mut().entry(key.clone()).or_insert_with(|| self.build(&key)).clone();
+        let f = &r.filter;
+        let fkey: FilterKey =
+            (f.partition.clone(), f.features.clone(), f.gpu_type.clone(), f.include.clone(), f.exclude.clone(), f.all && f.mask.is_none());
+        let usable =
+            *self.usable.borrow_mut().entry((key, fkey)).or_insert_with(|| {
+                (0..self.n_nodes as u32).filter(|&i| mask[i as usize] && r.filter.ok(i, &nodes[i as usize])).count() as u32
+            });
+        if usable < r.nodes {
+            return Err(if own.is_some() {
                 PendingReason::Reservation
-            } else if maint_blocked {
+            } else if maint {
                 PendingReason::ReservedForMaintenance
             } else {
                 PendingReason::ReservedNodes
@@ -109,26 +156,22 @@ impl<'a> ResvTable<'a> {
         Ok(())
     }
 
-    /// The nodes a job that is not in reservation `own` may use for `[now, now + limit)`:
-    /// `None` when no reservation is in the way. `maint` is set when a maintenance reservation is
-    /// among those in the way.
-    fn outside(&self, req: &model::JobRequest, now: Time, limit: Time, own: Option<usize>, maint: &mut bool) -> Option<Vec<bool>> {
-        let mut mask: Option<Vec<bool>> = None;
-        for (k, e) in self.entries.iter().enumerate() {
-            if Some(k) == own || !(e.start < now.saturating_add(limit) && now < e.end) {
-                continue;
+    /// The mask of a case: its own reservation's nodes (all nodes outside the others' with
+    /// `FLEX`, or for a job in none), less the nodes of the reservations that keep it off.
+    fn build(&self, key: &MaskKey) -> Arc<[bool]> {
+        let mut blocked = vec![false; self.n_nodes];
+        for &k in &key.blocked {
+            for &n in &self.entries[k as usize].nodes {
+                blocked[n as usize] = true;
             }
-            // A magnetic reservation takes jobs that may use it and end within it.
-            let magnetic = e.r.flags.magnetic && e.start <= now && now + limit <= e.end && e.r.admits(&req.user, &req.account);
-            if magnetic {
-                continue;
-            }
-            let m = mask.get_or_insert_with(|| vec![true; self.n_nodes]);
-            for &n in &e.nodes {
-                m[n as usize] = false;
-            }
-            *maint |= e.r.flags.maint;
         }
-        mask
+        let anywhere = key.own.is_none_or(|(_, flex)| flex);
+        let mut m: Vec<bool> = blocked.iter().map(|b| anywhere && !b).collect();
+        if let Some((o, _)) = key.own {
+            for &n in &self.entries[o as usize].nodes {
+                m[n as usize] = !blocked[n as usize];
+            }
+        }
+        m.into()
     }
 }

@@ -30,17 +30,18 @@ pub(crate) struct Filter {
     pub gpu_type: Option<String>,
     pub include: Vec<u32>,
     pub exclude: Vec<u32>,
-    /// Extra per-node mask (conservative backfill: nodes free for the whole window).
-    pub mask: Option<Vec<bool>>,
+    /// Extra per-node mask (advance reservations; conservative backfill: nodes free for the
+    /// whole window). Shared: many jobs of a pass have the same one.
+    pub mask: Option<std::sync::Arc<[bool]>>,
 }
 
 impl Filter {
     /// Narrows the eligible nodes to those `m` allows (and whatever mask there was).
-    pub fn restrict(&mut self, m: &[bool]) {
-        match &mut self.mask {
-            Some(old) => old.iter_mut().zip(m).for_each(|(a, b)| *a &= *b),
-            None => self.mask = Some(m.to_vec()),
-        }
+    pub fn restrict(&mut self, m: &std::sync::Arc<[bool]>) {
+        self.mask = Some(match &self.mask {
+            Some(old) => old.iter().zip(m.iter()).map(|(a, b)| *a && *b).collect(),
+            None => m.clone(),
+        });
         self.all = false;
     }
 

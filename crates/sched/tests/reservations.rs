@@ -127,6 +127,7 @@ fn daily_and_weekly_reservations_repeat_in_virtual_time() {
         r.flags.set(flag, true);
         w.reservations.push(r);
         let mut j = job(2, 0, 1000, 1, 0, 4);
+        j.user = "alice".into();
         j.reservation = Some("r".into());
         w.submit(j);
         assert_eq!(reason(&w.pass(3 * period + 250, &cfg(Backfill::Easy)), 2), PendingReason::Reservation, "{flag}");
@@ -142,6 +143,7 @@ fn flex_lets_a_job_start_early_and_outside_magnetic_draws_allowed_jobs_in() {
     f.flags.flex = true;
     w.reservations.push(f);
     let mut j = job(1, 0, 1000, 1, 0, 4);
+    j.user = "alice".into();
     j.reservation = Some("flex".into());
     w.submit(j);
     let p = w.pass(0, &cfg(Backfill::Easy));
@@ -162,6 +164,34 @@ fn flex_lets_a_job_start_early_and_outside_magnetic_draws_allowed_jobs_in() {
     let p = w.pass(10, &cfg(Backfill::Easy));
     assert_eq!(started_on(&p, 2), Some(vec![0]));
     assert!(started_on(&p, 1).is_none());
+}
+
+#[test]
+fn access_is_checked_again_and_an_overlapping_maintenance_keeps_a_job_inside_off_its_node() {
+    let mut w = World::new(nodes(2, 4, 0, 2));
+    let mut team = resv("team", 0, 1000, &["n000", "n001"], &["alice"]);
+    team.flags.overlap = true;
+    w.reservations.push(team);
+    let mut m = resv("maint", 100, 200, &["n001"], &["root"]);
+    m.flags.maint = true;
+    m.flags.overlap = true;
+    w.reservations.push(m);
+    let mut bob = job(1, 0, 50, 1, 0, 4);
+    bob.user = "bob".into();
+    bob.reservation = Some("team".into());
+    w.submit(bob);
+    let p = w.pass(10, &cfg(Backfill::Easy));
+    assert_eq!(reason(&p, 1), PendingReason::Reservation, "bob is not (or no longer) among its users");
+    // Alice's two jobs of 500 s: only n000 is free of the maintenance for that long.
+    for id in [2, 3] {
+        let mut j = job(id, 0, 500, 1, 0, 4);
+        j.user = "alice".into();
+        j.reservation = Some("team".into());
+        w.submit(j);
+    }
+    let p = w.pass(10, &cfg(Backfill::Easy));
+    assert_eq!(started_on(&p, 2), Some(vec![0]));
+    assert!(started_on(&p, 3).is_none(), "n001's maintenance overlaps its run: {p:?}");
 }
 
 #[test]
@@ -189,6 +219,7 @@ fn no_job_outside_ever_overlaps_a_reservation_on_random_workloads() {
             for id in 1..=30u64 {
                 let mut j = job(id, 0, 5 + next(120) as Time, 1 + next(2) as u32, 0, 1 + next(4) as u32);
                 if next(4) == 0 {
+                    j.user = "alice".into();
                     j.reservation = Some(format!("r{}", next(3)));
                     j.shape.nodes_min = 1;
                     j.shape.nodes_max = 1;

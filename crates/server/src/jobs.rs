@@ -686,7 +686,8 @@ async fn list_nodes(State(app): State<App>, ConnectInfo(peer): ConnectInfo<Peer>
         let piece = &piece[..piece.len().min(LIST_CHUNK)];
         at += piece.len();
         let parts: Vec<String> = g.ctl.settings().cluster.partitions.iter().map(|p| p.name.clone()).collect();
-        nodes.extend(node_infos(&g.ctl, piece, &parts, crate::app::now()));
+        let t = crate::app::now();
+        nodes.extend(node_infos(&g.ctl.node_reservations(t), piece, &parts));
         let (done, seq) = (at >= all.len(), app.journal.last());
         drop(g);
         if done {
@@ -700,19 +701,19 @@ async fn list_nodes(State(app): State<App>, ConnectInfo(peer): ConnectInfo<Peer>
 }
 
 /// The nodes as listed: a deleted node's slot is not.
-/// A node in an advance reservation in force is `maint` (a maintenance one, whatever runs on
-/// it) or, while idle, `reserved` (Slurm's `resv`).
-fn node_infos(ctl: &control::Controller, nodes: &[control::NodeRec], all: &[String], t: i64) -> Vec<NodeInfo> {
+/// An idle node in an advance reservation in force is `maint` (a maintenance one) or
+/// `reserved` (Slurm's `resv`); `resv` has the reservation in force on each node that has one.
+fn node_infos(resv: &std::collections::HashMap<&str, &model::Reservation>, nodes: &[control::NodeRec], all: &[String]) -> Vec<NodeInfo> {
     nodes
         .iter()
         .filter(|n| !n.deleted)
         .map(|n| {
             let alloc_gpus = n.usage.gpu_milli.iter().filter(|&&m| m > 0).count() as u32;
-            let resv = ctl.node_reservation(&n.node.name, t);
+            let resv = resv.get(n.node.name.as_str());
             let state = match n.node.state {
                 model::NodeState::Down => "down",
                 model::NodeState::Drain => "drain",
-                model::NodeState::Up if resv.is_some_and(|r| r.flags.maint) => "maint",
+                model::NodeState::Up if n.usage.jobs == 0 && resv.is_some_and(|r| r.flags.maint) => "maint",
                 model::NodeState::Up if n.usage.jobs == 0 && resv.is_some() => "reserved",
                 model::NodeState::Up if n.usage.jobs == 0 => "idle",
                 model::NodeState::Up if n.usage.cpus >= n.node.cpus || n.usage.exclusive => "allocated",

@@ -23,9 +23,9 @@ pub(crate) fn infos(ctl: &Controller, t: i64) -> Vec<ResvInfo> {
     ctl.reservations()
         .map(|r| {
             let (mut cpus, mut gpus) = (0u32, 0u32);
-            for rec in ctl.nodes().iter().filter(|n| !n.deleted && r.holds(&n.node.name)) {
-                cpus += rec.node.cpus;
-                gpus += rec.node.gpus;
+            for rec in r.nodes.iter().filter_map(|n| ctl.node_rec(n)) {
+                cpus = cpus.saturating_add(rec.node.cpus);
+                gpus = gpus.saturating_add(rec.node.gpus);
             }
             let (start, end) = r.window(t).unwrap_or((r.start, r.end));
             ResvInfo { active: start <= t && t < end, start, end, cpus, gpus, resv: r.clone() }
@@ -39,16 +39,27 @@ async fn list(State(app): State<App>, ConnectInfo(peer): ConnectInfo<Peer>, head
     Json(infos(&g.ctl, now())).into_response()
 }
 
-/// Users named to be allowed must exist here (a negated list may name anyone).
-fn check_users(spec: &ResvSpec) -> Result<(), Response> {
-    if let Some(u) = &spec.users
-        && !u.negated
-        && u.op != ListOp::Remove
-        && let Some(bad) = u.names.iter().find(|n| nix::unistd::User::from_name(n).ok().flatten().is_none())
-    {
-        return Err(err(StatusCode::BAD_REQUEST, format!("Invalid user id: no user {bad} on the controller's host")));
+/// Users named to be allowed must exist here (a negated list may name anyone). Asked only of
+/// operators (others are refused first, as the controller would), for a bounded list, off the
+/// async threads (each name is a passwd lookup).
+async fn check_users(app: &App, uid: u32, spec: &ResvSpec) -> Result<(), Response> {
+    let Some(u) = spec.users.clone().filter(|u| !u.negated && u.op != ListOp::Remove) else { return Ok(()) };
+    if !app.lock().ctl.is_operator(uid) {
+        return Err(refused(control::Refused::Forbidden("Invalid user id".into())));
     }
-    Ok(())
+    if u.names.len() > slurmcli::resv::MAX_RESV_NAMES {
+        return Err(err(StatusCode::BAD_REQUEST, format!("Invalid Users value: at most {} names", slurmcli::resv::MAX_RESV_NAMES)));
+    }
+    let missing =
+        tokio::task::spawn_blocking(move || u.names.into_iter().find(|n| nix::unistd::User::from_name(n).ok().flatten().is_none()))
+            .await
+            .map_err(|_| err(StatusCode::INTERNAL_SERVER_ERROR, "looking users up failed"))?;
+    match missing {
+        Some(bad) => {
+            Err(err(StatusCode::BAD_REQUEST, format!("Invalid user id: no user {} on the controller's host", slurmcli::visible(&bad))))
+        }
+        None => Ok(()),
+    }
 }
 
 async fn create(
@@ -59,7 +70,7 @@ async fn create(
 ) -> Response {
     let uid = or_reply!(user_of(&app, &peer, &headers));
     let spec = or_reply!(json_body(body));
-    or_reply!(check_users(&spec));
+    or_reply!(check_users(&app, uid, &spec).await);
     match app.with(|c| c.create_reservation(now(), uid, &spec)).await {
         Ok(Ok(name)) => {
             app.wake.notify_one();
@@ -81,7 +92,7 @@ async fn update(
     let name = or_reply!(path(name));
     let mut spec = or_reply!(json_body(body));
     spec.name = Some(name);
-    or_reply!(check_users(&spec));
+    or_reply!(check_users(&app, uid, &spec).await);
     match app.with(|c| c.update_reservation(now(), uid, &spec)).await {
         Ok(Ok(())) => {
             app.wake.notify_one();
