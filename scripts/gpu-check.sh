@@ -8,6 +8,8 @@
 #      the node's CDI specification (made here with nvidia-ctk where /etc/cdi has none): inside,
 #      its device alone, numbered 0, and nvidia-smi sees it. This case fails, never skips:
 #      it needs runc, catatonit, umoci, skopeo, docker-registry and nvidia-ctk.
+#   5. the built-in GPU health check through NVML (health_check_interval = 1): it runs at each
+#      turn, and a healthy GPU leaves the node up (its findings, if any, are printed).
 set -euo pipefail
 T=${TANDEM:-target/release/tandem}
 D=$(mktemp -d)
@@ -36,7 +38,8 @@ umoci repack --image "$D/layout:1" "$D/bundle" && umoci config --image "$D/layou
 for _ in $(seq 50); do curl -sf "http://127.0.0.1:$PORT/v2/" >/dev/null && break; sleep 0.2; done
 skopeo copy --dest-tls-verify=false "oci:$D/layout:1" "docker://127.0.0.1:$PORT/check/gpu:1" >/dev/null
 export TANDEM_INSECURE_REGISTRIES=127.0.0.1:$PORT
-"$T" up --agents 1 --port 0 --data "$D" > "$D/up.out" 2>&1 &
+printf 'health_check_interval = 1\ngpu_health_check = true\n' > "$D/tandem.toml"
+"$T" up --agents 1 --port 0 --data "$D" --config "$D/tandem.toml" > "$D/up.out" 2>&1 &
 for _ in $(seq 100); do [ -f "$D/env" ] && break; sleep 0.1; done
 source "$D/env"
 sleep 1
@@ -72,4 +75,11 @@ echo "$out" | grep -q '^CUDA_VISIBLE_DEVICES=0$' || { echo "gpu-check: the conta
 [ "$(echo "$out" | grep -c '^nvidia[0-9]')" = 1 ] || { echo "gpu-check: the container does not have exactly its one GPU" >&2; exit 1; }
 echo "$out" | grep -q '^GPU 0:' || { echo "gpu-check: nvidia-smi sees no GPU inside" >&2; exit 1; }
 echo "== container case: ok"
+echo "== GPU health check (NVML, every second)"
+sleep 3
+state=$("$T" nodes -N -h -o '%T|%E' 2>/dev/null || sinfo -N -h -o '%T|%E')
+echo "$state"
+grep -h "GPU check" "$D"/node1.log || echo "(no GPU check findings)"
+case "$state" in drain*"GPU check"*|down*) echo "gpu-check: the GPU check drained a healthy node: $state" >&2; exit 1;; esac
+echo "== GPU health check: ok"
 

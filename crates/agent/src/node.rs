@@ -157,6 +157,12 @@ pub(crate) async fn run(a: AgentArgs) -> Result<()> {
         Some(g) => (Some(g.clone()), "declared"),
         None => (nvml_gpus(), "NVML"),
     };
+    // The built-in GPU check looks at NVML's GPUs, or at declared ones' injected faults.
+    let probe: Option<Box<dyn crate::gpuhealth::GpuProbe>> = match (&gpus, source) {
+        (Some((_, n)), "declared") => Some(Box::new(crate::gpuhealth::Declared { count: *n, file: a.data.join("gpu-faults") })),
+        (Some(_), _) => crate::gpuhealth::Nvml::open().map(|p| Box::new(p) as Box<dyn crate::gpuhealth::GpuProbe>),
+        (None, _) => None,
+    };
     if let Some((ty, n)) = gpus {
         node.gpus = n;
         node.gpu_type = ty;
@@ -276,7 +282,7 @@ pub(crate) async fn run(a: AgentArgs) -> Result<()> {
     let mut health = Health::default();
     let health_cfg = std::sync::Arc::new(std::sync::Mutex::new(HealthCfg::of(&info)));
     let idle = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
-    let (htx, mut hrx) = mpsc::unbounded_channel::<std::result::Result<(), String>>();
+    let (htx, mut hrx) = mpsc::unbounded_channel::<Verdict>();
     // The check reaches the controller as the node (NHC's `scontrol update nodename=$(hostname)
     // state=drain`): the Slurm commands read these.
     let mut check_env = vec![
@@ -287,7 +293,7 @@ pub(crate) async fn run(a: AgentArgs) -> Result<()> {
     if let Some(ca) = &a.ca {
         check_env.push(("TANDEM_CA".to_string(), ca.display().to_string()));
     }
-    tokio::spawn(health_loop(health_cfg.clone(), idle.clone(), check_env, htx));
+    spawn_health_loop(health_cfg.clone(), idle.clone(), check_env, probe, htx);
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
     loop {
@@ -360,6 +366,7 @@ pub(crate) async fn run(a: AgentArgs) -> Result<()> {
             pulling: crate::container::pulls(),
             drain: drain.clone(),
             health_failed: health.failed.clone(),
+            health_down: health.down,
             health_passed: health.passed,
         };
         let req = conn.send("POST", "/v1/agent/heartbeat", Some(&hb), &hdr);
@@ -435,7 +442,7 @@ pub(crate) async fn run(a: AgentArgs) -> Result<()> {
             drain = None; // the controller has it
         }
         if (hb.health_failed.is_some() || hb.health_passed) && (health.failed == hb.health_failed && health.passed == hb.health_passed) {
-            (health.failed, health.passed) = (None, false);
+            (health.failed, health.passed, health.down) = (None, false, false);
         }
         renew_keepers(&records, &tasks, &info, sent);
         for e in exits.drain(..) {
@@ -637,20 +644,26 @@ fn start_task(
     }
 }
 
+/// A health check turn's verdict: passed, or failed with the reason, marking the node down
+/// (`true`: the program exited with [`crate::scripts::DOWN_EXIT`]) or draining it.
+type Verdict = std::result::Result<(), (String, bool)>;
+
 /// The node's health check's verdict not yet reported.
 #[derive(Default)]
 struct Health {
     failed: Option<String>,
+    down: bool,
     passed: bool,
 }
 
 impl Health {
-    fn done(&mut self, result: std::result::Result<(), String>, node: &str) {
+    fn done(&mut self, result: Verdict, node: &str) {
         match result {
-            Ok(()) => (self.failed, self.passed) = (None, true),
-            Err(why) => {
-                eprintln!("tandem agent {node}: the health check failed: {why}; draining the node");
-                (self.failed, self.passed) = (Some(why), false);
+            Ok(()) => (self.failed, self.passed, self.down) = (None, true, false),
+            Err((why, down)) => {
+                let what = if down { "marking the node down" } else { "draining the node" };
+                eprintln!("tandem agent {node}: the health check failed: {why}; {what}");
+                (self.failed, self.passed, self.down) = (Some(why), false, down);
             }
         }
     }
@@ -662,6 +675,7 @@ struct HealthCfg {
     program: Option<String>,
     interval: u64,
     state: Option<String>,
+    gpu: bool,
 }
 
 impl HealthCfg {
@@ -670,8 +684,43 @@ impl HealthCfg {
             program: info.health_check_program.clone(),
             interval: info.health_check_interval_s,
             state: info.health_check_node_state.clone(),
+            gpu: info.gpu_health_check,
         }
     }
+}
+
+/// Starts the health check's loop: the program in a task of its own, the GPU check (whose
+/// library calls block) on a thread of its own that it asks at each turn.
+fn spawn_health_loop(
+    cfg: std::sync::Arc<std::sync::Mutex<HealthCfg>>,
+    idle: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    env: Vec<(String, String)>,
+    probe: Option<Box<dyn crate::gpuhealth::GpuProbe>>,
+    out: mpsc::UnboundedSender<Verdict>,
+) {
+    let gpu = probe.map(|mut p| {
+        let (ask, asked) = std::sync::mpsc::channel::<tokio::sync::oneshot::Sender<Option<String>>>();
+        std::thread::spawn(move || {
+            // XIDs are events, and the ones that drain call for a reset: each stays in the
+            // verdict for the agent's life (a restart, as after the reset or reboot, clears it).
+            let mut seen: std::collections::BTreeMap<u32, Vec<u64>> = std::collections::BTreeMap::new();
+            while let Ok(reply) = asked.recv() {
+                let mut samples = p.look();
+                for s in &mut samples {
+                    let e = seen.entry(s.index).or_default();
+                    for x in s.xids.drain(..) {
+                        if !e.contains(&x) && e.len() < 64 {
+                            e.push(x);
+                        }
+                    }
+                    s.xids = e.clone();
+                }
+                let _ = reply.send(crate::gpuhealth::judge(&samples));
+            }
+        });
+        ask
+    });
+    tokio::spawn(health_loop(cfg, idle, env, gpu, out));
 }
 
 /// Runs the node's health check every interval while one is configured (when the node's state
@@ -680,14 +729,16 @@ async fn health_loop(
     cfg: std::sync::Arc<std::sync::Mutex<HealthCfg>>,
     idle: std::sync::Arc<std::sync::atomic::AtomicBool>,
     env: Vec<(String, String)>,
-    out: mpsc::UnboundedSender<std::result::Result<(), String>>,
+    gpu: Option<std::sync::mpsc::Sender<tokio::sync::oneshot::Sender<Option<String>>>>,
+    out: mpsc::UnboundedSender<Verdict>,
 ) {
     loop {
         let c = cfg.lock().expect("health settings").clone();
-        let Some(program) = c.program.filter(|_| c.interval > 0) else {
+        let gpu = gpu.as_ref().filter(|_| c.gpu);
+        if c.interval == 0 || (c.program.is_none() && gpu.is_none()) {
             tokio::time::sleep(Duration::from_secs(1)).await;
             continue;
-        };
+        }
         let every = Duration::from_secs(c.interval);
         tokio::time::sleep(every).await;
         let idle = idle.load(std::sync::atomic::Ordering::Relaxed);
@@ -699,7 +750,28 @@ async fn health_loop(
         if !due {
             continue;
         }
-        let verdict = crate::scripts::run(crate::scripts::Kind::Health, &program, env.clone(), Some(every)).await;
+        // The GPUs first (a failing GPU is the reason when both fail), then the program.
+        let gpu_verdict = match gpu {
+            Some(ask) => {
+                let (tx, rx) = tokio::sync::oneshot::channel();
+                match ask.send(tx) {
+                    Ok(()) => tokio::time::timeout(every, rx).await.ok().and_then(Result::ok).flatten(),
+                    Err(_) => None,
+                }
+            }
+            None => None,
+        };
+        let program_verdict = match &c.program {
+            Some(program) => crate::scripts::run_status(crate::scripts::Kind::Health, program, env.clone(), Some(every))
+                .await
+                .map_err(|(why, code)| (why, code == Some(crate::scripts::DOWN_EXIT))),
+            None => Ok(()),
+        };
+        let verdict = match (gpu_verdict, program_verdict) {
+            (_, Err((why, true))) => Err((why, true)),
+            (Some(why), _) => Err((why, false)),
+            (None, v) => v,
+        };
         if out.send(verdict).is_err() {
             return;
         }

@@ -133,7 +133,20 @@ async fn read_some(mut r: impl tokio::io::AsyncRead + Unpin) -> Vec<u8> {
 }
 
 pub(crate) async fn run(kind: Kind, path: &str, env: Vec<(String, String)>, timeout: Option<Duration>) -> Result<(), String> {
-    let real = check(path)?;
+    run_status(kind, path, env, timeout).await.map_err(|(why, _)| why)
+}
+
+/// A health check's exit code that marks the node down (its jobs fail) instead of draining it.
+pub(crate) const DOWN_EXIT: i32 = 2;
+
+/// [`run`], with the exit code of a program that failed by exiting.
+pub(crate) async fn run_status(
+    kind: Kind,
+    path: &str,
+    env: Vec<(String, String)>,
+    timeout: Option<Duration>,
+) -> Result<(), (String, Option<i32>)> {
+    let real = check(path).map_err(|e| (e, None))?;
     let mut cmd = tokio::process::Command::new(&real);
     cmd.env_clear()
         .env("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
@@ -144,7 +157,7 @@ pub(crate) async fn run(kind: Kind, path: &str, env: Vec<(String, String)>, time
         .stderr(std::process::Stdio::piped())
         .process_group(0)
         .kill_on_drop(true);
-    let mut child = cmd.spawn().map_err(|e| format!("cannot run {path}: {e}"))?;
+    let mut child = cmd.spawn().map_err(|e| (format!("cannot run {path}: {e}"), None))?;
     let pgid = child.id().map(|p| p as i32);
     let kill_group = || {
         if let Some(g) = pgid {
@@ -164,12 +177,12 @@ pub(crate) async fn run(kind: Kind, path: &str, env: Vec<(String, String)>, time
                     Kind::Health => "health_check_interval",
                     _ => "prolog_epilog_timeout",
                 };
-                return Err(format!("{} {path} ran past {what} ({} s) and was killed", kind.name(), t.as_secs()));
+                return Err((format!("{} {path} ran past {what} ({} s) and was killed", kind.name(), t.as_secs()), None));
             }
         },
         None => child.wait().await,
     }
-    .map_err(|e| format!("{} {path}: {e}", kind.name()))?;
+    .map_err(|e| (format!("{} {path}: {e}", kind.name()), None))?;
     // Whatever it left behind in its process group goes with it.
     kill_group();
     let collect = |h: Option<tokio::task::JoinHandle<Vec<u8>>>| async move {
@@ -190,14 +203,18 @@ pub(crate) async fn run(kind: Kind, path: &str, env: Vec<(String, String)>, time
         (None, None) => "an unknown status".into(),
     };
     let said = said.trim();
+    let code = status.code();
     if kind == Kind::Health && !said.is_empty() {
-        return Err(said.to_string());
+        return Err((said.to_string(), code));
     }
-    Err(if said.is_empty() {
-        format!("{} {path} failed with {how}", kind.name())
-    } else {
-        format!("{} {path} failed with {how}: {said}", kind.name())
-    })
+    Err((
+        if said.is_empty() {
+            format!("{} {path} failed with {how}", kind.name())
+        } else {
+            format!("{} {path} failed with {how}: {said}", kind.name())
+        },
+        code,
+    ))
 }
 
 #[cfg(test)]

@@ -365,6 +365,7 @@ async fn sim_agent(sh: Arc<Shared>, i: usize, node: model::Node) {
             pulling: Vec::new(),
             drain: None,
             health_failed: None,
+            health_down: false,
             health_passed: false,
         };
         let next_end = tasks.values().min().copied();

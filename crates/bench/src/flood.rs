@@ -335,6 +335,7 @@ async fn probes(pool: Arc<client::H2Pool>, creds: Vec<(String, String)>, stop: A
                     pulling: Vec::new(),
                     drain: None,
                     health_failed: None,
+                    health_down: false,
                     health_passed: false,
                 };
                 let t = Instant::now();

@@ -21,6 +21,8 @@
 //! health_check_program = "/usr/sbin/nhc"  # Slurm's HealthCheckProgram: run on each node as root
 //! health_check_interval = 60     # seconds between checks (0: never)
 //! health_check_node_state = "any" # any, idle (no job's task on the node), alloc (some)
+//! gpu_health_check = true        # the built-in GPU check at each health check turn
+//! enable_expedited_requeue = false # Slurm's SlurmctldParameters=enable_expedited_requeue
 //! [scheduler]
 //! policy = "default"      # fcfs, sjf, f1, multifactor, default
 //! backfill = "easy"       # none, easy, conservative
@@ -118,6 +120,8 @@ struct File {
     health_check_program: Option<String>,
     health_check_interval: Option<u32>,
     health_check_node_state: Option<String>,
+    gpu_health_check: Option<bool>,
+    enable_expedited_requeue: Option<bool>,
     scheduler: Option<Sched>,
     weights: Option<toml::Table>,
     #[serde(default)]
@@ -436,6 +440,12 @@ pub fn parse(text: &str) -> Result<(crate::Settings, Security)> {
     if let Some(t) = f.health_check_interval {
         s.health_check_interval = i64::from(t);
     }
+    if let Some(g) = f.gpu_health_check {
+        s.gpu_health_check = g;
+    }
+    if let Some(e) = f.enable_expedited_requeue {
+        s.enable_expedited_requeue = e;
+    }
     if let Some(st) = f.health_check_node_state {
         let v = st.to_ascii_lowercase();
         if !["any", "idle", "alloc"].contains(&v.as_str()) {
@@ -736,6 +746,10 @@ mod tests {
             (Some("/usr/sbin/nhc"), 30, Some("idle"))
         );
         assert!(e("health_check_node_state = \"cycle\"").contains("health_check_node_state must be one of"));
+        let s = parse("gpu_health_check = false\nenable_expedited_requeue = true").unwrap();
+        assert_eq!((s.gpu_health_check, s.enable_expedited_requeue), (false, true));
+        assert!(parse("").unwrap().gpu_health_check, "on by default");
+        assert!(e("gpu_health_check = \"yes\"").contains("gpu_health_check"));
         assert!(e("health_check_program = \"nhc\"").contains("health_check_program must be an absolute path"));
         assert!(e("[scheduler]\nbackfill = \"rls\"").contains("scheduler.backfill"));
         assert!(e("[scheduler]\npredict = \"oracle\"").contains("scheduler.predict"));

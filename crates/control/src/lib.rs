@@ -127,6 +127,14 @@ pub struct Settings {
     /// (some).
     #[serde(default)]
     pub health_check_node_state: Option<String>,
+    /// The agents' built-in GPU check (XID errors, retired pages, ECC, temperature, a device
+    /// that stopped answering) at each health check turn.
+    #[serde(default = "types::yes")]
+    pub gpu_health_check: bool,
+    /// Slurm's `SlurmctldParameters=enable_expedited_requeue`: jobs may ask for
+    /// `--requeue=expedite` (requeued first in the queue when their node fails).
+    #[serde(default)]
+    pub enable_expedited_requeue: bool,
 }
 
 fn array_window() -> u64 {
@@ -170,6 +178,8 @@ impl Default for Settings {
             health_check_program: None,
             health_check_interval: 0,
             health_check_node_state: None,
+            gpu_health_check: true,
+            enable_expedited_requeue: false,
         }
     }
 }
@@ -684,12 +694,24 @@ impl Controller {
         self.clamp_to_components(batch, &mut probe);
         (probe.account, probe.qos) = self.charge(uid, user, batch.account.as_deref(), batch.qos.as_deref(), batch.nice)?;
         self.check_partition_access(uid, user, batch.partition.as_deref(), &probe.account, probe.qos.as_deref())?;
+        self.check_expedite(&probe)?;
         self.check_reservation(now, uid, user, &probe.account, batch.reservation.as_deref())?;
         self.check_components(uid, user, batch, &probe)?;
         sched::check_request(&self.node_defs(), &self.settings.cluster, &probe).map_err(|r| Refused::Invalid(r.message))?;
         self.check_job_limits(&probe, batch.array.as_ref().map_or(1, |a| a.indices.len() as u64) * probe.components() as u64)?;
         self.resolve_dependencies(&mut probe)?;
         Ok(part.name.clone())
+    }
+
+    /// `--requeue=expedite` needs the cluster's leave (Slurm's `enable_expedited_requeue`).
+    fn check_expedite(&self, probe: &model::JobRequest) -> Result<(), Refused> {
+        if probe.expedite && !self.settings.enable_expedited_requeue {
+            return Err(Refused::Invalid(
+                "--requeue=expedite is not enabled on this cluster (enable_expedited_requeue in the controller's tandem.toml, Slurm's SlurmctldParameters=enable_expedited_requeue)"
+                    .into(),
+            ));
+        }
+        Ok(())
     }
 
     /// A job in an advance reservation that names no partition runs in the reservation's.
@@ -854,6 +876,7 @@ impl Controller {
         self.clamp_to_components(batch, &mut probe);
         (probe.account, probe.qos) = self.charge(spec.uid, user, batch.account.as_deref(), batch.qos.as_deref(), batch.nice)?;
         self.check_partition_access(spec.uid, user, batch.partition.as_deref(), &probe.account, probe.qos.as_deref())?;
+        self.check_expedite(&probe)?;
         self.check_reservation(now, spec.uid, user, &probe.account, batch.reservation.as_deref())?;
         self.check_components(spec.uid, user, batch, &probe)?;
         self.check_cached(&probe)?;
@@ -1277,10 +1300,19 @@ impl Controller {
         Ok(())
     }
 
-    /// A node's health check passed: a drain the check made is undone (any other stays).
+    /// A node's health check passed: a drain (or a down) the check made is undone (any other
+    /// stays).
     pub fn agent_healthy(&mut self, name: &str) -> Result<(), Refused> {
         let &i = self.node_index.get(name).ok_or_else(|| Refused::NotFound(format!("node {name} is not registered")))?;
         let rec = &mut self.nodes[i];
+        if rec.health_down && rec.node.state == NodeState::Down {
+            rec.node.state = rec.node.state.step(NodeEvent::Resume).map_err(|e| Refused::Conflict(e.to_string()))?;
+            rec.reason = None;
+            rec.health_down = false;
+            self.dirty_nodes.insert(i);
+            self.nodes_changed();
+            return Ok(());
+        }
         if rec.health_drained && rec.node.state == NodeState::Drain {
             rec.node.state = rec.node.state.step(NodeEvent::Resume).map_err(|e| Refused::Conflict(e.to_string()))?;
             rec.reason = None;
@@ -1391,9 +1423,11 @@ impl Controller {
         match self.node_index.get(&node.name).copied() {
             Some(i) => {
                 let rec = &mut self.nodes[i];
-                // Keep the state an operator set (drain); a node that was down comes back up.
+                // Keep the state an operator set (drain); a node that was down comes back up,
+                // unless its health check marked it down.
                 node.state = match rec.node.state {
                     NodeState::Drain => NodeState::Drain,
+                    NodeState::Down if rec.health_down => NodeState::Down,
                     NodeState::Up | NodeState::Down => NodeState::Up,
                 };
                 if rec.usage.jobs == 0 {
@@ -1432,6 +1466,7 @@ impl Controller {
                     runs: Vec::new(),
                     health_drained: false,
                     self_drained: false,
+                    health_down: false,
                 });
                 self.dirty_nodes.insert(i);
                 self.touch_node(i);
@@ -1591,6 +1626,7 @@ impl Controller {
         rec.reason = if drain { Some(reason.unwrap_or_else(|| "drained by root".into())) } else { None };
         rec.health_drained = false;
         rec.self_drained = false;
+        rec.health_down = false;
         self.dirty_nodes.insert(i);
         self.nodes_changed();
         Ok(())
@@ -1670,7 +1706,7 @@ impl Controller {
         rec.orders.retain(|(seq, _)| *seq > ack);
         rec.lease_until = now + self.settings.lease;
         rec.last_seen = now;
-        if rec.node.state == NodeState::Down {
+        if rec.node.state == NodeState::Down && !rec.health_down {
             rec.node.state = rec.node.state.step(NodeEvent::Resume).expect("down nodes resume");
             rec.reason = None;
             self.dirty_nodes.insert(i);
@@ -1894,28 +1930,56 @@ impl Controller {
     fn expire_leases(&mut self, now: Time, info: &mut TickInfo) {
         for i in 0..self.nodes.len() {
             if self.nodes[i].node.state != NodeState::Down && self.nodes[i].lease_until < now {
-                let rec = &mut self.nodes[i];
-                rec.node.state = rec.node.state.step(NodeEvent::Fail).expect("any state can fail");
-                rec.reason = Some("not responding (lease expired)".into());
-                self.dirty_nodes.insert(i);
-                info.nodes_down += 1;
-                let name = rec.node.name.clone();
-                self.nodes_changed();
-                let hit: Vec<u64> = self
-                    .active()
-                    .filter(|j| j.state == JobState::Running && j.allocs.iter().any(|(n, _)| *n == name))
-                    .map(|j| j.req.id.0)
-                    .collect();
-                for id in hit {
-                    if let Some(j) = self.jobs.get_mut(&id) {
-                        j.end = Some(now);
-                    }
-                    if self.requeue_job(id, false) {
-                        info.requeued += 1;
-                    }
+                self.fail_node(i, "not responding (lease expired)".into(), now, info);
+            }
+        }
+    }
+
+    /// Node `i` goes down with `reason`: the jobs on it are requeued (those with
+    /// `--requeue=expedite`, where the cluster allows it, first in the queue) or fail.
+    fn fail_node(&mut self, i: usize, reason: String, now: Time, info: &mut TickInfo) {
+        let rec = &mut self.nodes[i];
+        rec.node.state = rec.node.state.step(NodeEvent::Fail).expect("any state can fail");
+        rec.reason = Some(reason);
+        self.dirty_nodes.insert(i);
+        info.nodes_down += 1;
+        let name = rec.node.name.clone();
+        self.nodes_changed();
+        let hit: Vec<u64> = self
+            .active()
+            .filter(|j| j.state == JobState::Running && j.allocs.iter().any(|(n, _)| *n == name))
+            .map(|j| j.req.id.0)
+            .collect();
+        for id in hit {
+            if let Some(j) = self.jobs.get_mut(&id) {
+                j.end = Some(now);
+            }
+            if self.requeue_job(id, false) {
+                info.requeued += 1;
+                let expedite = self.settings.enable_expedited_requeue;
+                if let Some(j) = self.jobs.get_mut(&id)
+                    && expedite
+                    && j.req.expedite
+                {
+                    j.req.expedited = true;
                 }
             }
         }
+    }
+
+    /// A node's health check marked it down (the program exited 2): its jobs are requeued or
+    /// fail, as when a node is lost, and it stays down until a pass of the check (or root)
+    /// resumes it.
+    pub fn agent_health_down(&mut self, now: Time, name: &str, reason: &str) -> Result<(), Refused> {
+        let &i = self.node_index.get(name).ok_or_else(|| Refused::NotFound(format!("node {name} is not registered")))?;
+        let reason: String = reason.chars().filter(|c| !c.is_control()).take(256).collect();
+        if self.nodes[i].node.state == NodeState::Down {
+            return Ok(());
+        }
+        self.nodes[i].health_down = true;
+        self.nodes[i].health_drained = false;
+        self.fail_node(i, reason, now, &mut TickInfo::default());
+        Ok(())
     }
 
     /// Preemption grace and time limits (`--signal`, SIGTERM, SIGKILL after KillWait).
@@ -2118,6 +2182,7 @@ impl Controller {
         j.expected_start = None;
         j.exit_code = None;
         j.exit_signal = None;
+        j.req.expedited = false;
         let first = j.allocs[0].0.clone();
         self.limits_due = self.limits_due.min(Self::due_at(j, now, self.settings.kill_wait));
         j.steps = vec![Step {

@@ -1223,3 +1223,48 @@ fn jobs_still_waiting_when_their_reservation_ends_lose_it_and_are_held() {
     assert_eq!((j.req.reservation.as_deref(), j.req.held, j.reason), (None, true, PendingReason::JobHeldUser));
     assert!(c.reservations().next().is_none());
 }
+
+#[test]
+fn a_health_check_marks_its_node_down_and_an_expedited_job_is_requeued_first() {
+    let settings = Settings { enable_expedited_requeue: true, ..Settings::default() };
+    let mut c = Controller::new(settings);
+    for i in 0..2 {
+        c.register(0, Node::new(format!("n{i}"), 4, 8 << 30, 0), format!("127.0.0.{}", i + 1)).unwrap();
+    }
+    let hold = c.submit(1, spec(1000), &batch(&["-w", "n1", "-c", "4"]), "alice").unwrap()[0];
+    let earlier = c.submit(1, spec(1000), &batch(&["-c", "4"]), "alice").unwrap()[0];
+    c.tick(1);
+    let victim = c.submit(2, spec(1000), &batch(&["-c", "4", "--requeue=expedite"]), "alice").unwrap()[0];
+    c.tick(2);
+    assert_eq!(c.job(earlier).unwrap().state, JobState::Running, "n0");
+    let _ = victim;
+    // Put the earlier job back to waiting behind the expedited one: the victim runs on n0.
+    c.cancel(3, 0, earlier, None).unwrap();
+    c.hb(3, "n0", &[], &[ended(earlier, 1, None, Some(15))]).unwrap();
+    let waiting = c.submit(3, spec(1000), &batch(&["-c", "4"]), "alice").unwrap()[0];
+    c.tick(4);
+    assert_eq!(c.job(victim).unwrap().state, JobState::Running);
+    assert_eq!(c.job(waiting).unwrap().state, JobState::Pending);
+    // n0's check marks it down: the victim is requeued, expedited; heartbeats keep n0 down.
+    c.agent_health_down(5, "n0", "GPU 0 fell off the bus").unwrap();
+    assert_eq!(c.nodes()[0].node.state, NodeState::Down);
+    assert_eq!(c.nodes()[0].reason.as_deref(), Some("GPU 0 fell off the bus"));
+    let j = c.job(victim).unwrap();
+    assert_eq!((j.state, j.req.expedited, j.restart_count), (JobState::Pending, true, 1));
+    c.hb(6, "n0", &[], &[]).unwrap();
+    assert_eq!(c.nodes()[0].node.state, NodeState::Down, "a heartbeat does not bring it back");
+    // n1 frees: the expedited job starts there before the job that waited longer.
+    c.cancel(7, 0, hold, None).unwrap();
+    c.hb(7, "n1", &[], &[ended(hold, 1, None, Some(15))]).unwrap();
+    c.tick(8);
+    let j = c.job(victim).unwrap();
+    assert_eq!((j.state, j.allocs[0].0.as_str(), j.req.expedited), (JobState::Running, "n1", false));
+    assert_eq!(c.job(waiting).unwrap().state, JobState::Pending);
+    // The check passes: n0 is back.
+    c.agent_healthy("n0").unwrap();
+    assert_eq!(c.nodes()[0].node.state, NodeState::Up);
+    // Without the cluster's leave, --requeue=expedite is refused.
+    let mut plain = cluster(1, 0);
+    let e = plain.submit(1, spec(1000), &batch(&["--requeue=expedite"]), "alice").unwrap_err().to_string();
+    assert!(e.contains("enable_expedited_requeue"), "{e}");
+}

@@ -661,6 +661,10 @@ pub struct NodeRec {
     /// update nodename=$(hostname) state=drain`): the node may resume it, and only it.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub self_drained: bool,
+    /// Marked down by its health check (the program exited 2): its heartbeats and a new
+    /// registration do not bring it back; a later pass of the check does (or root's resume).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub health_down: bool,
 }
 
 impl NodeRec {
@@ -939,6 +943,6 @@ impl ArrayRecord {
 }
 
 /// Serde default of fields that were always on before they were kept.
-fn yes() -> bool {
+pub(crate) fn yes() -> bool {
     true
 }

@@ -226,6 +226,13 @@ pub struct JobRequest {
     /// The advance reservation it runs in (`--reservation`), by name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reservation: Option<String>,
+    /// `--requeue=expedite`: when its node fails, it is requeued first in the queue (where the
+    /// cluster allows it).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub expedite: bool,
+    /// Requeued expedited after its node failed: it comes first in the queue until it starts.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub expedited: bool,
 }
 
 /// One component of a heterogeneous job beyond the first ([`JobRequest::het`]).
@@ -273,6 +280,8 @@ impl JobRequest {
             held: false,
             het: Vec::new(),
             reservation: None,
+            expedite: false,
+            expedited: false,
         }
     }
 
@@ -304,6 +313,8 @@ impl JobRequest {
                 held: self.held,
                 het: Vec::new(),
                 reservation: self.reservation.clone(),
+                expedite: self.expedite,
+                expedited: self.expedited,
             };
         if k == 0 {
             return Some(shared(&self.shape, &self.partition, &self.features, &self.nodelist, &self.exclude));

@@ -572,7 +572,9 @@ pub(crate) fn schedule_inner<'n>(
         .enumerate()
         .map(|(i, r)| {
             let k = priority::key(&cfg.policy, &ctx, r.req, r.nodes, r.limit);
-            (sortable(k.0), sortable(k.1), snap.pending[r.idx].seq, r.req.id, i)
+            // A job requeued expedited after its node failed comes before every other.
+            let first = if r.req.expedited { 0 } else { sortable(k.0) };
+            (first, sortable(k.1), snap.pending[r.idx].seq, r.req.id, i)
         })
         .collect();
     keyed.sort_unstable();

@@ -918,6 +918,7 @@ async fn register(
                     prolog_epilog_timeout_s: s.prolog_epilog_timeout.max(0) as u64,
                     health_check_program: s.health_check_program.clone(),
                     health_check_interval_s: s.health_check_interval.max(0) as u64,
+                    gpu_health_check: s.gpu_health_check,
                     health_check_node_state: s.health_check_node_state.clone(),
                 }
             })
@@ -953,7 +954,11 @@ async fn heartbeat(
                 c.agent_drain(&hb.node, why, false)?;
             }
             if let Some(why) = &hb.health_failed {
-                c.agent_drain(&hb.node, why, true)?;
+                if hb.health_down {
+                    c.agent_health_down(t, &hb.node, why)?;
+                } else {
+                    c.agent_drain(&hb.node, why, true)?;
+                }
             } else if hb.health_passed {
                 c.agent_healthy(&hb.node)?;
             }

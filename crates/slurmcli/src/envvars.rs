@@ -127,6 +127,11 @@ pub fn read_env(table: &EnvTable, cmd: &Command, env: &[(String, String)]) -> Re
                         Flags::Truthy => continue,
                     },
                     Arg::Optional if value.is_empty() => None,
+                    // A flag with an optional value (`--requeue[=expedite]`, `--exclusive[=user]`)
+                    // reads as a flag where the variable's value is one, is unset by a false one
+                    // (`0`, `no`), and is the option's value otherwise.
+                    Arg::Optional if table.flags == Flags::Truthy && truthy(value) => None,
+                    Arg::Optional if table.flags == Flags::Truthy && falsy(value) => continue,
                     Arg::Required if value.is_empty() => continue,
                     _ => Some(value.clone()),
                 };
@@ -140,6 +145,12 @@ pub fn read_env(table: &EnvTable, cmd: &Command, env: &[(String, String)]) -> Re
         }
     }
     Ok(out)
+}
+
+/// Whether a flag's variable says no: `no` or zero.
+fn falsy(v: &str) -> bool {
+    let v = v.trim();
+    v.eq_ignore_ascii_case("no") || v.parse::<i64>().is_ok_and(|n| n == 0)
 }
 
 /// Whether a flag's variable sets its option, as Slurm's sbatch, salloc and srun read one: empty,
@@ -673,7 +684,13 @@ mod tests {
         let t = &SBATCH_ENV;
         let on = |v: &str| read_env(t, &crate::options::SBATCH, &env(&[("SBATCH_REQUEUE", v)])).unwrap().opts.len() == 1;
         assert!(on("") && on("yes") && on("1") && on("7"));
-        assert!(!on("0") && !on("no") && !on("x"), "any other value leaves the option unset");
+        assert!(!on("0") && !on("no"), "a false value leaves the option unset");
+        // --requeue takes a value too (Slurm 25.11's `expedite`): any other word is its value,
+        // which the option then checks.
+        let r = read_env(t, &crate::options::SBATCH, &env(&[("SBATCH_REQUEUE", "expedite")])).unwrap();
+        assert_eq!(r.opts[0].1.value.as_deref(), Some("expedite"));
+        let r = read_env(t, &crate::options::SBATCH, &env(&[("SBATCH_REQUEUE", "yes")])).unwrap();
+        assert_eq!(r.opts[0].1.value, None);
         // An optional value may be empty; a required one empty counts as unset.
         let r = read_env(t, &crate::options::SBATCH, &env(&[("SBATCH_EXCLUSIVE", ""), ("SBATCH_PARTITION", "")])).unwrap();
         assert_eq!(r.opts.iter().map(|(v, g)| (*v, g.value.clone())).collect::<Vec<_>>(), vec![("SBATCH_EXCLUSIVE", None)]);

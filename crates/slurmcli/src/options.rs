@@ -61,6 +61,9 @@ pub struct BatchSpec {
     pub dependency: Vec<Dependency>,
     /// `--requeue` / `--no-requeue` (None: the cluster default, requeue on).
     pub requeue: Option<bool>,
+    /// `--requeue=expedite`: requeued first in the queue when its node fails.
+    #[serde(default)]
+    pub expedite: bool,
     /// `--signal`.
     pub signal: Option<Signal>,
     /// `--exclusive`.
@@ -191,7 +194,7 @@ const OPTS: &[Opt] = &[
     Opt::both('e', "error", Arg::Required),
     Opt::both('a', "array", Arg::Required),
     Opt::both('d', "dependency", Arg::Required),
-    Opt::long("requeue", Arg::None),
+    Opt::long("requeue", Arg::Optional),
     Opt::long("no-requeue", Arg::None),
     Opt::long("signal", Arg::Required),
     Opt::long("exclusive", Arg::Optional),
@@ -521,7 +524,14 @@ impl BatchSpec {
             "error" => self.error = Some(text(&val(), "--error")?),
             "array" => self.array = Some(parse_array(&val())?),
             "dependency" => self.dependency = parse_dependency(&val())?,
-            "requeue" => self.requeue = Some(true),
+            "requeue" => {
+                match v.as_deref() {
+                    None => {}
+                    Some(e) if e.eq_ignore_ascii_case("expedite") => self.expedite = true,
+                    Some(o) => return Err(Invalid::new(format!("invalid --requeue={o}: the only value is expedite"))),
+                }
+                self.requeue = Some(true);
+            }
             "no-requeue" => self.requeue = Some(false),
             "signal" => self.signal = Some(parse_signal(&val())?),
             "exclusive" => {
@@ -699,6 +709,7 @@ impl BatchSpec {
         r.dependencies = self.dependency.clone();
         r.held = self.hold;
         r.reservation = self.reservation.clone();
+        r.expedite = self.expedite;
         r.het = self
             .het
             .iter()
@@ -1216,8 +1227,14 @@ mod tests {
         let s = parse(&["j.sh"], "SBATCH_", &e).unwrap();
         assert_eq!((s.partition.as_deref(), s.time, s.job_name.as_deref()), (Some("fromenv"), Some(Some(600)), Some("fromscript")));
         assert_eq!((s.requeue, s.exclusive), (Some(true), true), "a flag's variable counts when empty, yes or a non-zero number");
-        let s = parse(&["j.sh"], "SBATCH_", &env(&[("SBATCH_REQUEUE", "x"), ("SBATCH_WAIT", "0")])).unwrap();
+        let s = parse(&["j.sh"], "SBATCH_", &env(&[("SBATCH_REQUEUE", "no"), ("SBATCH_WAIT", "x")])).unwrap();
         assert_eq!((s.requeue, s.wait), (None, false), "any other value leaves the flag unset, as sbatch's page says");
+        // --requeue also takes a value (Slurm 25.11's expedite), which its variable may give.
+        let s = parse(&["j.sh"], "SBATCH_", &env(&[("SBATCH_REQUEUE", "expedite")])).unwrap();
+        assert_eq!((s.requeue, s.expedite), (Some(true), true));
+        assert!(
+            parse(&["j.sh"], "SBATCH_", &env(&[("SBATCH_REQUEUE", "x")])).unwrap_err().0.contains("SBATCH_REQUEUE: invalid --requeue=x")
+        );
         let s = parse(&["-p", "cli", "j.sh"], "SBATCH_", &e).unwrap();
         assert_eq!(s.partition.as_deref(), Some("cli"), "the command line wins");
         // salloc reads SALLOC_*, not SBATCH_*; SLURM_HINT stands for either's.
@@ -1285,7 +1302,9 @@ mod tests {
         assert!(e(&["-p", "batch;rm", "--wrap=x"]).contains("invalid partition"));
         assert!(e(&["--nice=99999", "--wrap=x"]).contains("--nice"));
         assert!(e(&["--exclusive=everyone", "--wrap=x"]).contains("--exclusive"));
-        assert!(e(&["--requeue=yes", "--wrap=x"]).contains("doesn't allow an argument"));
+        assert!(e(&["--requeue=sometimes", "--wrap=x"]).contains("invalid --requeue=sometimes: the only value is expedite"));
+        assert!(e(&["--no-requeue=yes", "--wrap=x"]).contains("doesn't allow an argument"));
+        assert!(with_script(&["--requeue=expedite", "job.sh"], SCRIPT).unwrap().expedite);
         assert!(e(&["--open-mode=sometimes", "--wrap=x"]).contains("append or truncate"));
         assert_eq!(with_script(&["--open-mode=append", "job.sh"], SCRIPT).unwrap().open_append, Some(true));
         let s = with_script(&["--wckey=submitit", "--comment", "a run", "job.sh"], SCRIPT).unwrap();

@@ -356,3 +356,51 @@ fn advance_reservations_keep_outsiders_off_run_their_own_and_maintenance_shows_i
     }
     assert_eq!(c.ok("sinfo", &["-T", "-h"]).lines().count(), 2, "nothing stored");
 }
+
+#[test]
+fn a_check_that_marks_its_node_down_requeues_its_job_expedited_ahead_of_earlier_ones_and_the_gpu_check_drains_on_an_xid() {
+    let dir = scripts_dir("down");
+    let work = free_dir("site-down");
+    let w = work.display();
+    write_script(
+        &dir.join("check"),
+        &format!("#!/bin/sh\nif [ -e {w}/down-$SLURMD_NODENAME ]; then echo 'GPU 0 has fallen off the bus' >&2; exit 2; fi\nexit 0\n"),
+    );
+    let cfg =
+        format!("health_check_program = \"{}\"\nhealth_check_interval = 1\nenable_expedited_requeue = true\n", dir.join("check").display());
+    let c = Cluster::with_config("down", 2, Some("2"), 30, Some(&cfg));
+    c.wait_nodes(2);
+    // node2 is busy; an earlier job waits for node2; the victim runs on node1.
+    let filler = c.sbatch(&["-w", "node2", "--exclusive", "-t", "10", "-o", "/dev/null", "--wrap", "sleep 300"]);
+    c.wait_state(filler, &["RUNNING"], 30);
+    let earlier = c.sbatch(&["-w", "node2", "--exclusive", "-t", "10", "-o", "/dev/null", "--wrap", "sleep 300"]);
+    let victim = c.sbatch(&["--exclusive", "--requeue=expedite", "-t", "10", "-o", "/dev/null", "--wrap", "sleep 300"]);
+    c.wait_state(victim, &["RUNNING"], 30);
+    assert_eq!(c.job(victim)["NodeList"], "node1");
+    // The check marks node1 down: the victim goes back to the queue at once.
+    std::fs::write(work.join("down-node1"), "").unwrap();
+    wait_for("node1 down", 10, || node(&c, "node1") == "down|GPU 0 has fallen off the bus");
+    c.wait_state(victim, &["PENDING"], 10);
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(node(&c, "node1"), "down|GPU 0 has fallen off the bus", "its heartbeats do not bring it back");
+    // node2 frees: the requeued job takes it, ahead of the job that waited for it before.
+    c.ok("scancel", &[&filler.to_string()]);
+    let j = c.wait_state(victim, &["RUNNING"], 30);
+    assert_eq!((j["NodeList"].as_str(), j["Restarts"].as_str()), ("node2", "1"));
+    assert_eq!(c.job(earlier)["JobState"], "PENDING");
+    // The check passes again: node1 is back, and the earlier job... still waits for node2.
+    std::fs::remove_file(work.join("down-node1")).unwrap();
+    wait_for("node1 back", 10, || node(&c, "node1").starts_with("idle"));
+    // A bad value of --requeue is refused.
+    let o = c.run("sbatch", &["--requeue=soon", "--wrap", "true"]);
+    assert!(!o.status.success() && text(&o).contains("invalid --requeue=soon"), "{}", text(&o));
+    // The built-in GPU check (declared GPUs: faults injected in the agent's data directory).
+    std::fs::write(c.dir.join("node1/gpu-faults"), "1 xid 79\n").unwrap();
+    wait_for("the GPU check's drain", 10, || node(&c, "node1").starts_with("drain"));
+    assert_eq!(node(&c, "node1"), "drain|GPU check: GPU 1: XID 79 (fallen off the bus)");
+    // An XID calls for a reset: the node stays drained through the check's next passes.
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(node(&c, "node1").starts_with("drain|GPU check"), "{}", node(&c, "node1"));
+    c.ok("scancel", &[&victim.to_string(), &earlier.to_string()]);
+    let _ = std::fs::remove_dir_all(&dir);
+}

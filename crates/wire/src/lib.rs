@@ -547,6 +547,9 @@ pub struct RegisterResponse {
     /// When the check runs: `any`, `idle` (no task here), `alloc` (some); absent: any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub health_check_node_state: Option<String>,
+    /// The built-in GPU check runs at each health check turn.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub gpu_health_check: bool,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -581,6 +584,9 @@ pub struct Heartbeat {
     /// Its health check failed since the last heartbeat, saying this: the node drains.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub health_failed: Option<String>,
+    /// The failed check marks the node down (the program exited 2) instead.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub health_down: bool,
     /// Its health check passed since the last heartbeat: a drain the check made is undone.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub health_passed: bool,

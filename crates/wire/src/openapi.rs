@@ -900,7 +900,8 @@ pub const DOCUMENT: &str = r##"{
         "prolog_epilog_timeout_s": {"$ref": "#/components/schemas/u64", "description": "A prolog or epilog running longer is killed and fails (0: no limit)"},
         "health_check_program": {"$ref": "#/components/schemas/StringOrNull", "description": "The node-local health check, run as root"},
         "health_check_interval_s": {"$ref": "#/components/schemas/u64", "description": "Seconds between health checks (0: never)"},
-        "health_check_node_state": {"enum": ["any", "idle", "alloc", null], "description": "When the check runs (absent: any)"}}},
+        "health_check_node_state": {"enum": ["any", "idle", "alloc", null], "description": "When the check runs (absent: any)"},
+        "gpu_health_check": {"type": "boolean", "description": "The built-in GPU check runs at each health check turn"}}},
       "TaskKey": {"type": "object", "required": ["job", "epoch", "step", "rank"], "properties": {
         "job": {"$ref": "#/components/schemas/u64"}, "epoch": {"$ref": "#/components/schemas/u32"},
         "step": {"$ref": "#/components/schemas/u32"}, "rank": {"$ref": "#/components/schemas/u32"}}},
@@ -931,6 +932,7 @@ pub const DOCUMENT: &str = r##"{
           "required": ["key", "progress"], "properties": {"key": {"$ref": "#/components/schemas/TaskKey"}, "progress": {"type": "string"}}}},
         "drain": {"$ref": "#/components/schemas/StringOrNull", "description": "The node drains itself with this reason (its prolog or epilog failed)"},
         "health_failed": {"$ref": "#/components/schemas/StringOrNull", "description": "Its health check failed, saying this: the node drains"},
+        "health_down": {"type": "boolean", "description": "The failed check marks the node down instead (the program exited 2): its jobs are requeued or fail"},
         "health_passed": {"type": "boolean", "description": "Its health check passed: a drain the check made is undone"}}},
       "Orders": {"type": "object", "required": ["orders"], "additionalProperties": false, "properties": {
         "orders": {"type": "array", "items": {"type": "array", "prefixItems": [{"$ref": "#/components/schemas/u64"}, {"$ref": "#/components/schemas/Order"}], "items": false, "minItems": 2}}}},
@@ -1863,6 +1865,7 @@ mod tests {
                     health_check_program: Some("/usr/sbin/nhc".into()),
                     health_check_interval_s: 60,
                     health_check_node_state: Some("idle".into()),
+                    gpu_health_check: true,
                 }),
             ),
             (
@@ -1886,6 +1889,7 @@ mod tests {
                     }],
                     drain: Some("Epilog error: exit status 1".into()),
                     health_failed: Some("NHC: check_fs_mount: /scratch not mounted".into()),
+                    health_down: true,
                     health_passed: true,
                 }),
             ),
