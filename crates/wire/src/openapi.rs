@@ -562,6 +562,7 @@ pub const DOCUMENT: &str = r##"{
           "array": {"anyOf": [{"$ref": "#/components/schemas/ArraySpec"}, {"type": "null"}]},
           "dependency": {"type": "array", "items": {"$ref": "#/components/schemas/Dependency"}},
           "requeue": {"$ref": "#/components/schemas/BoolOrNull"},
+          "expedite": {"type": "boolean", "description": "--requeue=expedite: requeued first in the queue when its node fails (needs enable_expedited_requeue)"},
           "signal": {"anyOf": [{"$ref": "#/components/schemas/Signal"}, {"type": "null"}]},
           "exclusive": {"type": "boolean"},
           "hold": {"type": "boolean"},
