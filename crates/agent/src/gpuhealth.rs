@@ -195,7 +195,7 @@ mod tests {
     #[test]
     fn a_failing_gpu_drains_with_what_is_wrong_and_healthy_ones_say_nothing() {
         let ok = Sample { index: 0, temperature: Some((60, 90)), ..Sample::default() };
-        assert_eq!(judge(&[ok.clone()]), None);
+        assert_eq!(judge(std::slice::from_ref(&ok)), None);
         let bad = Sample { index: 1, xids: vec![79], ecc_uncorrected: 2, temperature: Some((95, 90)), ..Sample::default() };
         assert_eq!(
             judge(&[ok.clone(), bad]).as_deref(),

@@ -476,6 +476,16 @@ pub(crate) fn launch(t: &Task, spool: &Path, tasks: &Tasks, cg: &Cgroups) -> Res
         }
         None => (program, args),
     };
+    // The site's task prolog and epilog: `tandem __task-wrap`, as the user, runs the prolog,
+    // takes its exports and becomes the task (or, with an epilog, runs it as its child).
+    let (program, args) = match &t.task_scripts {
+        Some(ts) if ts.prolog.is_some() || ts.epilog.is_some() => {
+            let exe = std::env::current_exe().map_err(|e| LaunchError(format!("task prolog: cannot find the agent's own program: {e}")))?;
+            let timeout = if ts.timeout_s > 0 { ts.timeout_s } else { 60 };
+            (exe.display().to_string(), crate::taskwrap::args_for(ts.prolog.as_deref(), ts.epilog.as_deref(), timeout, program, args))
+        }
+        _ => (program, args),
+    };
     let cgroup = cg.create(t);
     // The record first: an agent that dies from here on finds the task again at its restart.
     let key = key_of(t);

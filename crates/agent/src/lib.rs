@@ -23,6 +23,7 @@ mod resources;
 mod rootfs;
 mod scripts;
 mod stepio;
+mod taskwrap;
 mod usage;
 
 pub use container::{
@@ -30,6 +31,7 @@ pub use container::{
     root_main as container_root_main,
 };
 pub use loginenv::{LOGIN_ENV_CMD, main as login_env_main};
+pub use taskwrap::{TASK_WRAP_CMD, main as task_wrap_main};
 
 use anyhow::{Context, Result};
 use std::path::PathBuf;

@@ -21,6 +21,8 @@
 //! health_check_program = "/usr/sbin/nhc"  # Slurm's HealthCheckProgram: run on each node as root
 //! health_check_interval = 60     # seconds between checks (0: never)
 //! health_check_node_state = "any" # any, idle (no job's task on the node), alloc (some)
+//! task_prolog = "/etc/tandem/task_prolog"  # Slurm's TaskProlog: as the user, before each task
+//! task_epilog = "/etc/tandem/task_epilog"  # Slurm's TaskEpilog: as the user, after each task
 //! gpu_health_check = true        # the built-in GPU check at each health check turn
 //! enable_expedited_requeue = false # Slurm's SlurmctldParameters=enable_expedited_requeue
 //! [scheduler]
@@ -122,6 +124,8 @@ struct File {
     health_check_node_state: Option<String>,
     gpu_health_check: Option<bool>,
     enable_expedited_requeue: Option<bool>,
+    task_prolog: Option<String>,
+    task_epilog: Option<String>,
     scheduler: Option<Sched>,
     weights: Option<toml::Table>,
     #[serde(default)]
@@ -423,6 +427,8 @@ pub fn parse(text: &str) -> Result<(crate::Settings, Security)> {
         ("prolog", f.prolog, &mut s.prolog),
         ("epilog", f.epilog, &mut s.epilog),
         ("health_check_program", f.health_check_program, &mut s.health_check_program),
+        ("task_prolog", f.task_prolog, &mut s.task_prolog),
+        ("task_epilog", f.task_epilog, &mut s.task_epilog),
     ] {
         if let Some(p) = path {
             if !p.starts_with('/') || p.len() > 4096 || p.chars().any(char::is_control) {
@@ -746,6 +752,9 @@ mod tests {
             (Some("/usr/sbin/nhc"), 30, Some("idle"))
         );
         assert!(e("health_check_node_state = \"cycle\"").contains("health_check_node_state must be one of"));
+        let s = parse("task_prolog = \"/etc/tp\"\ntask_epilog = \"/etc/te\"").unwrap();
+        assert_eq!((s.task_prolog.as_deref(), s.task_epilog.as_deref()), (Some("/etc/tp"), Some("/etc/te")));
+        assert!(e("task_epilog = \"te\"").contains("task_epilog must be an absolute path"));
         let s = parse("gpu_health_check = false\nenable_expedited_requeue = true").unwrap();
         assert_eq!((s.gpu_health_check, s.enable_expedited_requeue), (false, true));
         assert!(parse("").unwrap().gpu_health_check, "on by default");

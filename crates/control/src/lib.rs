@@ -38,7 +38,7 @@ pub use services::{Endpoint, EndpointView, ProxyServiceStats, ServiceEndpoints, 
 pub use tails::{ARRAY_WINDOW, Listing};
 pub use types::{
     ArrayInfo, ArrayRecord, BATCH_STEP, HetStep, Job, JobSpec, NodeRec, Order, Pulling, ReplicaInfo, ReplicaReport, ReplicaTask, StdinTo,
-    Step, StepHold, StepIo, StepRes, StepSpec, TailCancel, Task, TaskExit, TaskKey, TaskUsage,
+    Step, StepHold, StepIo, StepRes, StepSpec, TailCancel, Task, TaskExit, TaskKey, TaskScripts, TaskUsage,
 };
 
 use model::{ClusterConfig, DepKind, DepStatus, JobEvent, JobId, JobState, Node, NodeEvent, NodeState, PendingReason, Time};
@@ -131,6 +131,13 @@ pub struct Settings {
     /// that stopped answering) at each health check turn.
     #[serde(default = "types::yes")]
     pub gpu_health_check: bool,
+    /// Slurm's `TaskProlog`: a node-local program each agent runs as the job's user before each
+    /// task (its `export NAME=value` lines reach the task's environment).
+    #[serde(default)]
+    pub task_prolog: Option<String>,
+    /// Slurm's `TaskEpilog`: likewise after each task.
+    #[serde(default)]
+    pub task_epilog: Option<String>,
     /// Slurm's `SlurmctldParameters=enable_expedited_requeue`: jobs may ask for
     /// `--requeue=expedite` (requeued first in the queue when their node fails).
     #[serde(default)]
@@ -179,6 +186,8 @@ impl Default for Settings {
             health_check_interval: 0,
             health_check_node_state: None,
             gpu_health_check: true,
+            task_prolog: None,
+            task_epilog: None,
             enable_expedited_requeue: false,
         }
     }
@@ -2460,6 +2469,16 @@ impl Controller {
                 (Some(_), None) => self.script_env(j, node_index, "prolog_slurmd"),
                 _ => Vec::new(),
             },
+            // Around every task of a job (not a service's replica, not an allocation's
+            // placeholder, which runs nothing of the user's).
+            task_scripts: (j.replica.is_none()
+                && !(step == BATCH_STEP && j.spec.interactive)
+                && (self.settings.task_prolog.is_some() || self.settings.task_epilog.is_some()))
+            .then(|| TaskScripts {
+                prolog: self.settings.task_prolog.clone(),
+                epilog: self.settings.task_epilog.clone(),
+                timeout_s: self.settings.prolog_epilog_timeout.max(0) as u64,
+            }),
         }
     }
 

@@ -745,6 +745,25 @@ pub struct Task {
     /// ...), when the cluster has one: the agent runs it before the run's first task there.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub script_env: Vec<(String, String)>,
+    /// The site's task prolog and epilog (Slurm's TaskProlog, TaskEpilog), run as the user
+    /// around this task, when the cluster has either.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_scripts: Option<TaskScripts>,
+}
+
+/// Slurm's `TaskProlog` and `TaskEpilog`: node-local programs run as the job's user before and
+/// after each task ([`Task::task_scripts`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskScripts {
+    /// Run before the task; its `export NAME=value` lines reach the task's environment.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prolog: Option<String>,
+    /// Run after the task.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub epilog: Option<String>,
+    /// Each runs at most this long, seconds (`prolog_epilog_timeout`; 0: a minute).
+    #[serde(default)]
+    pub timeout_s: u64,
 }
 
 /// A task whose image its agent is pulling, and how far it is.

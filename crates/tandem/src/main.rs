@@ -353,6 +353,10 @@ fn main() -> std::process::ExitCode {
         // An srun --mpi=pmix task, started by an agent as the job's user: its PMIx server.
         return std::process::ExitCode::from(pmix::task_main(&argv[2..]).clamp(0, 255) as u8);
     }
+    if argv.get(1).map(String::as_str) == Some(agent::TASK_WRAP_CMD) {
+        // A task between the site's task prolog and epilog, started by an agent as its user.
+        return std::process::ExitCode::from(agent::task_wrap_main(&argv[2..]).clamp(0, 255) as u8);
+    }
     if argv.get(1).map(String::as_str) == Some(agent::LOGIN_ENV_CMD) {
         // A batch script with --get-user-env, started by an agent as the job's user.
         return std::process::ExitCode::from(agent::login_env_main(&argv[2..]).clamp(0, 255) as u8);

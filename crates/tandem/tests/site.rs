@@ -404,3 +404,61 @@ fn a_check_that_marks_its_node_down_requeues_its_job_expedited_ahead_of_earlier_
     c.ok("scancel", &[&victim.to_string(), &earlier.to_string()]);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn the_task_prolog_exports_into_the_task_and_the_task_epilog_runs_after_it_as_the_user() {
+    let dir = scripts_dir("task");
+    let work = free_dir("site-task");
+    std::fs::set_permissions(&work, std::fs::Permissions::from_mode(0o777)).unwrap();
+    // The epilog's log, which every user's epilog appends to.
+    std::fs::write(work.join("task_epilog.log"), "").unwrap();
+    std::fs::set_permissions(work.join("task_epilog.log"), std::fs::Permissions::from_mode(0o666)).unwrap();
+    let w = work.display();
+    write_script(
+        &dir.join("task_prolog"),
+        "#!/bin/sh\necho \"export FROM_PROLOG=yes-$SLURM_JOB_ID\"\necho 'unset DROP_ME'\necho 'print hello from the task prolog'\n",
+    );
+    write_script(
+        &dir.join("task_epilog"),
+        &format!("#!/bin/sh\necho \"$SLURM_JOB_ID $SLURM_PROCID $(id -u) $FROM_PROLOG\" >> {w}/task_epilog.log\n"),
+    );
+    let cfg = format!("task_prolog = \"{}\"\ntask_epilog = \"{}\"\n", dir.join("task_prolog").display(), dir.join("task_epilog").display());
+    let c = Cluster::with_config("task", 1, None, 30, Some(&cfg));
+    c.wait_nodes(1);
+    // The batch script sees the prolog's export and not the variable it unset; the epilog runs
+    // after it, with the task's environment.
+    let id =
+        c.sbatch(&["-o", &format!("{w}/out-%j"), "--export=ALL,DROP_ME=1", "--wrap", "echo \"got $FROM_PROLOG drop=${DROP_ME:-gone}\""]);
+    c.wait_state(id, &["COMPLETED"], 30);
+    assert_eq!(read(&work.join(format!("out-{id}"))), format!("hello from the task prolog\ngot yes-{id} drop=gone\n"));
+    wait_for("the task epilog", 10, || read(&work.join("task_epilog.log")).contains(&format!("{id} 0 0 yes-{id}")));
+    // srun's tasks each get it too; a task's exit code is kept.
+    let id = c.sbatch(&["-n2", "-o", &format!("{w}/out-%j"), "--wrap", "srun -n2 sh -c 'echo $SLURM_PROCID:$FROM_PROLOG; exit 3'"]);
+    let j = c.wait_state(id, &["FAILED", "COMPLETED"], 30);
+    assert_eq!(j["ExitCode"], "3:0", "{j:?}");
+    let out = read(&work.join(format!("out-{id}")));
+    assert!(out.contains(&format!("0:yes-{id}")) && out.contains(&format!("1:yes-{id}")), "{out}");
+    // A cancel reaches the task through the wrapper, and the epilog still runs.
+    let id = c.sbatch(&["-o", "/dev/null", "--wrap", "sleep 300"]);
+    c.wait_state(id, &["RUNNING"], 30);
+    std::thread::sleep(Duration::from_millis(500));
+    c.ok("scancel", &[&id.to_string()]);
+    c.wait_state(id, &["CANCELLED"], 30);
+    wait_for("the cancelled task's epilog", 10, || read(&work.join("task_epilog.log")).contains(&format!("{id} 0 ")));
+    // Another user's task: the prolog and epilog run as that user.
+    if common::is_root() {
+        let o = as_nobody(&c, "sbatch", &["--parsable", "-o", &format!("{w}/nobody-%j"), "--wrap", "echo $FROM_PROLOG"]);
+        assert!(o.status.success(), "{}", text(&o));
+        let id: u64 = String::from_utf8_lossy(&o.stdout).trim().parse().unwrap();
+        c.wait_state(id, &["COMPLETED"], 30);
+        assert_eq!(read(&work.join(format!("nobody-{id}"))), format!("hello from the task prolog\nyes-{id}\n"));
+        wait_for("nobody's task epilog", 10, || read(&work.join("task_epilog.log")).contains(&format!("{id} 0 65534 yes-{id}")));
+    }
+    // A task prolog others may write is refused: the task fails, saying why.
+    std::fs::set_permissions(dir.join("task_prolog"), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let id = c.sbatch(&["-o", &format!("{w}/bad-%j"), "--wrap", "echo ran"]);
+    c.wait_state(id, &["FAILED"], 30);
+    let out = read(&work.join(format!("bad-{id}")));
+    assert!(out.contains("task prolog") && out.contains("writable by its group or others") && !out.contains("ran"), "{out}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

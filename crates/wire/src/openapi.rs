@@ -973,7 +973,9 @@ pub const DOCUMENT: &str = r##"{
           "replica": {"anyOf": [{"$ref": "#/components/schemas/ReplicaTask"}, {"type": "null"}]},
           "io": {"anyOf": [{"$ref": "#/components/schemas/StepIo"}, {"type": "null"}]},
           "container": {"anyOf": [{"$ref": "#/components/schemas/Container"}, {"type": "null"}]},
-          "script_env": {"type": "array", "items": {"$ref": "#/components/schemas/StringPair"}, "description": "The prolog's environment for this run (absent: no prolog)"}}},
+          "script_env": {"type": "array", "items": {"$ref": "#/components/schemas/StringPair"}, "description": "The prolog's environment for this run (absent: no prolog)"},
+          "task_scripts": {"type": "object", "additionalProperties": false, "description": "The site's task prolog and epilog, run as the user around this task (absent: none)",
+            "properties": {"prolog": {"type": "string"}, "epilog": {"type": "string"}, "timeout_s": {"$ref": "#/components/schemas/u64"}}}}},
       "ReplicaTask": {"type": "object", "additionalProperties": false, "required": ["service", "replica", "readiness", "liveness", "startup", "grace_ms"], "properties": {
         "service": {"type": "string"}, "replica": {"type": "string"},
         "readiness": {"anyOf": [{"$ref": "#/components/schemas/Probe"}, {"type": "null"}]},
@@ -1584,6 +1586,11 @@ mod tests {
                 ..Default::default()
             }),
             script_env: vec![("SLURM_JOB_ID".into(), "5".into()), ("SLURM_SCRIPT_CONTEXT".into(), "prolog_slurmd".into())],
+            task_scripts: Some(control::TaskScripts {
+                prolog: Some("/etc/tandem/task_prolog".into()),
+                epilog: Some("/etc/tandem/task_epilog".into()),
+                timeout_s: 60,
+            }),
         };
         let exit = control::TaskExit {
             job: 5,
