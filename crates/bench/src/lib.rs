@@ -179,6 +179,11 @@ pub enum BenchCmd {
         /// New submissions timed through the fast path.
         #[arg(long, default_value_t = 200)]
         submissions: u32,
+        /// Advance reservations in the snapshot: each a maintenance of one node (spread over
+        /// the cluster), starting 10 minutes from now plus a minute per reservation, an hour
+        /// long, so that every pending job longer than that is kept off their nodes.
+        #[arg(long, default_value_t = 0)]
+        reservations: u32,
         /// Seed.
         #[arg(long, default_value_t = 1)]
         seed: u64,
@@ -197,6 +202,7 @@ struct SchedReport {
     gpu_busy_fraction: f64,
     policy: &'static str,
     backfill: String,
+    reservations: u32,
     seed: u64,
     full_pass_ms_median: f64,
     full_pass_ms_min: f64,
@@ -317,7 +323,7 @@ pub fn run(cmd: BenchCmd) -> Result<()> {
             let r = crate::agents::run(o)?;
             report(json, &r, crate::agents::print)
         }
-        BenchCmd::Sched { nodes, gpus_per_node, pending, backfill, repeat, submissions, seed, json } => {
+        BenchCmd::Sched { nodes, gpus_per_node, pending, backfill, repeat, submissions, reservations, seed, json } => {
             let bf = match Backfill::parse(&backfill) {
                 Some(b @ (Backfill::Easy | Backfill::Conservative)) => b,
                 _ => {
@@ -327,7 +333,10 @@ pub fn run(cmd: BenchCmd) -> Result<()> {
             if nodes == 0 || pending == 0 || repeat == 0 {
                 bail!("--nodes, --pending and --repeat must be positive");
             }
-            let r = sched_bench(nodes, gpus_per_node, pending, bf, repeat, submissions, seed)?;
+            if reservations > nodes {
+                bail!("--reservations must be at most --nodes (one node each)");
+            }
+            let r = sched_bench(nodes, gpus_per_node, pending, bf, repeat, submissions, reservations, seed)?;
             if json {
                 println!("{}", serde_json::to_string(&r)?);
             } else {
@@ -362,6 +371,7 @@ struct World<'n> {
     usage: Vec<NodeUsage>,
     running: Vec<Running>,
     pending: Vec<Pending>,
+    reservations: Vec<model::Reservation>,
 }
 
 impl World<'_> {
@@ -375,7 +385,7 @@ impl World<'_> {
             fairshare: fs,
             carry,
             history: sched::History::empty(),
-            reservations: &[],
+            reservations: &self.reservations,
         }
     }
 
@@ -404,7 +414,17 @@ fn pct(v: &mut [f64], p: f64) -> f64 {
     v[((p / 100.0) * (v.len() - 1) as f64).round() as usize]
 }
 
-fn sched_bench(nodes: u32, gpus: u32, pending: u32, bf: Backfill, repeat: u32, submissions: u32, seed: u64) -> Result<SchedReport> {
+#[allow(clippy::too_many_arguments)]
+fn sched_bench(
+    nodes: u32,
+    gpus: u32,
+    pending: u32,
+    bf: Backfill,
+    repeat: u32,
+    submissions: u32,
+    reservations: u32,
+    seed: u64,
+) -> Result<SchedReport> {
     let t_setup = Instant::now();
     let spec = trace::SyntheticSpec { nodes, gpus, jobs: 1, ..Default::default() };
     let per_job = 5.0f64; // mean GPUs per job of the mix, roughly
@@ -416,8 +436,13 @@ fn sched_bench(nodes: u32, gpus: u32, pending: u32, bf: Backfill, repeat: u32, s
     let carry = Carry::default();
     let now: Time = w.jobs.last().map_or(0, |j| j.req.submit_time) + 1;
     let node_list = w.nodes;
-    let mut world =
-        World { usage: node_list.iter().map(NodeUsage::for_node).collect(), nodes: &node_list, running: Vec::new(), pending: Vec::new() };
+    let mut world = World {
+        usage: node_list.iter().map(NodeUsage::for_node).collect(),
+        nodes: &node_list,
+        running: Vec::new(),
+        pending: Vec::new(),
+        reservations: Vec::new(),
+    };
     let mut jobs = w.jobs.into_iter().enumerate().map(|(i, j)| Pending { req: j.req, seq: i as u64, dep: DepStatus::Satisfied });
     // Fill: the scheduler itself packs the cluster.
     let fill_cfg = Config { backfill: Backfill::Easy, ..Config::default() };
@@ -426,6 +451,26 @@ fn sched_bench(nodes: u32, gpus: u32, pending: u32, bf: Backfill, repeat: u32, s
     world.apply(&plan, now, true);
     world.pending.clear();
     world.pending.extend(jobs.by_ref().take(pending as usize));
+    // The advance reservations come after the fill (the cluster was packed before they were made).
+    let stride = (nodes / reservations.max(1)).max(1) as usize;
+    world.reservations = (0..reservations as usize)
+        .map(|k| {
+            let start = now + 600 + 60 * k as Time;
+            model::Reservation {
+                name: format!("maint{k}"),
+                start,
+                end: start + 3600,
+                nodes: vec![node_list[(k * stride) % node_list.len()].name.clone()],
+                users: vec!["root".into()],
+                users_negated: false,
+                accounts: Vec::new(),
+                accounts_negated: false,
+                partition: None,
+                flags: model::ResvFlags { maint: true, ..Default::default() },
+                tres: String::new(),
+            }
+        })
+        .collect();
     let extra: Vec<Pending> = jobs.collect();
     let total_gpus = (nodes as u64 * gpus as u64).max(1);
     let busy: u64 = world.usage.iter().map(|u| u.gpu_milli.iter().map(|&m| m as u64).sum::<u64>()).sum::<u64>() / 1000;
@@ -476,6 +521,7 @@ fn sched_bench(nodes: u32, gpus: u32, pending: u32, bf: Backfill, repeat: u32, s
         gpu_busy_fraction: busy as f64 / total_gpus as f64,
         policy: "default",
         backfill: format!("{bf:?}").to_lowercase(),
+        reservations,
         seed,
         full_pass_ms_median: full_med,
         full_pass_ms_min: full_min,

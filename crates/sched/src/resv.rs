@@ -29,23 +29,24 @@ struct Entry<'a> {
 }
 
 /// What decides a job's mask: the reservation it is in (and whether it is `FLEX`), and the
-/// reservations that keep it off their nodes.
+/// reservations that keep it off their nodes: those listed, and the first `prefix` entries.
 #[derive(Clone, PartialEq, Eq, Hash)]
 struct MaskKey {
     own: Option<(u16, bool)>,
     blocked: Vec<u16>,
+    prefix: usize,
 }
-
-/// The parts of a node filter that say which nodes it passes (a count of usable nodes is kept
-/// per mask and filter).
-type FilterKey = (Option<String>, Vec<String>, Option<String>, Vec<u32>, Vec<u32>, bool);
 
 /// The reservations in force now or later, resolved against the node list.
 pub(crate) struct ResvTable<'a> {
+    /// By start of the window in force or next.
     entries: Vec<Entry<'a>>,
+    /// Whether the first `k + 1` entries include a maintenance one.
+    prefix_maint: Vec<bool>,
+    /// Some entry is `MAGNETIC`.
+    magnetic: bool,
     n_nodes: usize,
     masks: RefCell<FxHashMap<MaskKey, Arc<[bool]>>>,
-    usable: RefCell<FxHashMap<(MaskKey, FilterKey), u32>>,
 }
 
 impl<'a> ResvTable<'a> {
@@ -61,7 +62,14 @@ impl<'a> ResvTable<'a> {
             };
             entries.push(Entry { r, start, end, nodes: ids });
         }
-        ResvTable { entries, n_nodes: nodes.len(), masks: RefCell::default(), usable: RefCell::default() }
+        entries.sort_by_key(|e| e.start);
+        let prefix_maint = entries.iter().scan(false, |m, e| {
+            *m |= e.r.flags.maint;
+            Some(*m)
+        });
+        let prefix_maint = prefix_maint.collect();
+        let magnetic = entries.iter().any(|e| e.r.flags.magnetic);
+        ResvTable { entries, prefix_maint, magnetic, n_nodes: nodes.len(), masks: RefCell::default() }
     }
 
     /// Restricts `r` to the nodes it may use if started now (its filter's mask, every
@@ -106,6 +114,18 @@ impl<'a> ResvTable<'a> {
         // The window it would hold the nodes for (cut to its reservation's end).
         let until = now.saturating_add(r.cut.unwrap_or(limit));
         let mut maint = false;
+        // The common case, a job in no reservation with no magnetic one about: the
+        // reservations in its way are those starting before it would end, a prefix of the
+        // entries (sorted by start; every entry ends after now).
+        if own.is_none() && !self.magnetic {
+            let n = self.entries.partition_point(|e| e.start < until);
+            if n == 0 {
+                return Ok(());
+            }
+            let key = MaskKey { own: None, blocked: Vec::new(), prefix: n };
+            let mask = self.masks.borrow_mut().entry(key.clone()).or_insert_with(|| self.build(&key)).clone();
+            return self.finish(r, mask, nodes, None, self.prefix_maint[n - 1]);
+        }
         let blocked: Vec<u16> = self
             .entries
             .iter()
@@ -131,15 +151,30 @@ impl<'a> ResvTable<'a> {
         if own.is_none() && blocked.is_empty() {
             return Ok(());
         }
-        let key = MaskKey { own, blocked };
+        let key = MaskKey { own, blocked, prefix: 0 };
         let mask = self.masks.borrow_mut().entry(key.clone()).or_insert_with(|| self.build(&key)).clone();
-        let f = &r.filter;
-        let fkey: FilterKey =
-            (f.partition.clone(), f.features.clone(), f.gpu_type.clone(), f.include.clone(), f.exclude.clone(), f.all && f.mask.is_none());
-        let usable =
-            *self.usable.borrow_mut().entry((key, fkey)).or_insert_with(|| {
-                (0..self.n_nodes as u32).filter(|&i| mask[i as usize] && r.filter.ok(i, &nodes[i as usize])).count() as u32
-            });
+        self.finish(r, mask, nodes, own, maint)
+    }
+
+    /// Gives `r` its mask, or the reason it cannot start now: fewer nodes than it needs are
+    /// left it (counted until enough are found: usually a few).
+    fn finish(
+        &self,
+        r: &mut Resolved,
+        mask: Arc<[bool]>,
+        nodes: &[Node],
+        own: Option<(u16, bool)>,
+        maint: bool,
+    ) -> Result<(), PendingReason> {
+        let mut usable = 0u32;
+        for i in 0..self.n_nodes as u32 {
+            if usable >= r.nodes {
+                break;
+            }
+            if mask[i as usize] && r.filter.ok(i, &nodes[i as usize]) {
+                usable += 1;
+            }
+        }
         if usable < r.nodes {
             return Err(if own.is_some() {
                 PendingReason::Reservation
@@ -160,8 +195,8 @@ impl<'a> ResvTable<'a> {
     /// `FLEX`, or for a job in none), less the nodes of the reservations that keep it off.
     fn build(&self, key: &MaskKey) -> Arc<[bool]> {
         let mut blocked = vec![false; self.n_nodes];
-        for &k in &key.blocked {
-            for &n in &self.entries[k as usize].nodes {
+        for k in key.blocked.iter().map(|&k| k as usize).chain(0..key.prefix) {
+            for &n in &self.entries[k].nodes {
                 blocked[n as usize] = true;
             }
         }
