@@ -109,6 +109,12 @@ pub(crate) fn json_body<T>(b: Result<Json<T>, axum::extract::rejection::JsonReje
     b.map(|Json(x)| x).map_err(|e| err(StatusCode::BAD_REQUEST, format!("malformed request: {}", e.body_text())))
 }
 
+/// A path parameter, or a 400 with the JSON error body of every other refusal (axum's own
+/// rejection is plain text).
+pub(crate) fn path<T>(p: Result<axum::extract::Path<T>, axum::extract::rejection::PathRejection>) -> Result<T, Response> {
+    p.map(|axum::extract::Path(x)| x).map_err(|e| err(StatusCode::BAD_REQUEST, format!("malformed request: {}", e.body_text())))
+}
+
 pub(crate) fn err(code: StatusCode, msg: impl Into<String>) -> Response {
     (code, Json(ApiError { error: msg.into() })).into_response()
 }

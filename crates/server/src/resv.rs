@@ -12,11 +12,7 @@ use control::Controller;
 use slurmcli::resv::{ListOp, ResvSpec};
 use wire::{ResvCreated, ResvInfo};
 
-use crate::app::{App, Peer, err, json_body, now, refused, user_of, viewer_of};
-
-fn path(p: Result<Path<String>, PathRejection>) -> Result<String, Response> {
-    p.map(|Path(x)| x).map_err(|e| err(StatusCode::BAD_REQUEST, format!("malformed path: {}", e.body_text())))
-}
+use crate::app::{App, Peer, err, json_body, now, path, refused, user_of, viewer_of};
 
 /// Every reservation as `scontrol show reservation` lists it.
 pub(crate) fn infos(ctl: &Controller, t: i64) -> Vec<ResvInfo> {

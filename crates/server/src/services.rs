@@ -15,12 +15,6 @@ use wire::{ApplyRequest, ApplyResponse, ProxySync, ReplicaRow, ServiceAction, Se
 
 use crate::app::*;
 
-/// A path parameter, or a 400 with the JSON error body of every other refusal (axum's own
-/// rejection is plain text).
-fn path<T>(p: Result<Path<T>, PathRejection>) -> Result<T, Response> {
-    p.map(|Path(x)| x).map_err(|e| err(StatusCode::BAD_REQUEST, format!("malformed request: {}", e.body_text())))
-}
-
 /// Converts a service for display to `v`: another user's environment values, arguments and
 /// tenant API keys are hidden from it.
 fn service_info(c: &Controller, s: &control::Service, v: &Viewer) -> ServiceInfo {

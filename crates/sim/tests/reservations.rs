@@ -8,26 +8,7 @@ use sim::{SimConfig, run};
 use std::collections::{BTreeMap, BTreeSet};
 
 fn spec(uid: u32) -> JobSpec {
-    JobSpec {
-        script: "#!/bin/sh\ntrue\n".into(),
-        script_args: vec![],
-        workdir: "/tmp".into(),
-        submit_dir: "/tmp".into(),
-        submit_host: "h".into(),
-        env: vec![],
-        output: "slurm-%j.out".into(),
-        error: None,
-        append: true,
-        requeue: true,
-        signal: None,
-        interactive: false,
-        uid,
-        gid: uid,
-        recorded: Vec::new(),
-        login_env: false,
-        umask: None,
-        container: None,
-    }
+    JobSpec { uid, gid: uid, ..JobSpec::script("#!/bin/sh\ntrue\n") }
 }
 
 /// A well-behaved agent per node: acknowledges orders, holds what it launched, reports ends.
