@@ -10,8 +10,6 @@
 //! can change it: a regular, executable file owned by one of them, not writable by its group or
 //! others, in a directory likewise.
 
-use std::os::unix::fs::MetadataExt;
-use std::path::Path;
 use std::time::Duration;
 use tokio::sync::mpsc::UnboundedSender;
 
@@ -62,39 +60,10 @@ pub(crate) struct Done {
 /// Most bytes of a failed program's output kept for the reason.
 const REASON_BYTES: usize = 200;
 
-/// Whether `path` may be run as the agent's user: an absolute path to a regular, executable file
-/// that only root or the agent's own user can change (owner, and no write bit for group or
-/// others), every directory above it (after links are resolved) likewise (or sticky and
-/// theirs). Returns the resolved path, which is what is run, so that nothing can be swapped
-/// between the check and the run.
+/// Whether `path` may be run as the agent's user: root or the agent's own user alone controls
+/// it ([`exec::trusted_file`]). Returns the resolved path, which is what is run.
 pub(crate) fn check(path: &str) -> Result<std::path::PathBuf, String> {
-    let p = Path::new(path);
-    if !p.is_absolute() {
-        return Err(format!("{path} is not an absolute path"));
-    }
-    let me = nix::unistd::geteuid().as_raw();
-    let trusted = |uid: u32| uid == 0 || uid == me;
-    let real = std::fs::canonicalize(p).map_err(|e| format!("{path}: {e}"))?;
-    let m = std::fs::metadata(&real).map_err(|e| format!("{path}: {e}"))?;
-    if !m.is_file() {
-        return Err(format!("{path} is not a regular file"));
-    }
-    if m.mode() & 0o111 == 0 {
-        return Err(format!("{path} is not executable"));
-    }
-    if !trusted(m.uid()) {
-        return Err(format!("{path} is owned by uid {}, not root: refused", m.uid()));
-    }
-    if m.mode() & 0o022 != 0 {
-        return Err(format!("{path} is writable by its group or others (mode {:o}): refused", m.mode() & 0o7777));
-    }
-    for dir in real.ancestors().skip(1) {
-        let d = std::fs::metadata(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-        if !trusted(d.uid()) || (d.mode() & 0o022 != 0 && d.mode() & 0o1000 == 0) {
-            return Err(format!("{path} is under {}, which others may change: refused", dir.display()));
-        }
-    }
-    Ok(real)
+    exec::trusted_file(path, nix::unistd::geteuid().as_raw(), true)
 }
 
 /// Runs `path` for job `job`'s run `epoch` in the background, with `env` only (and a plain
@@ -221,6 +190,7 @@ pub(crate) async fn run_status(
 mod tests {
     use super::*;
     use std::os::unix::fs::PermissionsExt;
+    use std::path::Path;
 
     fn script(dir: &Path, name: &str, body: &str, mode: u32) -> String {
         let p = dir.join(name);

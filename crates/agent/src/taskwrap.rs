@@ -12,7 +12,6 @@
 //! stream, as it does when the task prolog fails.
 
 use std::io::Read;
-use std::os::unix::fs::MetadataExt;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -121,29 +120,7 @@ fn outlive_signals<T>(wait: impl FnOnce() -> T) -> std::io::Result<T> {
 /// The program at `path` if root (or the agent's user, `trusted`) alone controls it, as the
 /// node's prolog must be.
 fn checked(path: &str, trusted: u32) -> Result<PathBuf, String> {
-    let p = Path::new(path);
-    if !p.is_absolute() {
-        return Err(format!("{path} is not an absolute path"));
-    }
-    let ok = |uid: u32| uid == 0 || uid == trusted;
-    let real = std::fs::canonicalize(p).map_err(|e| format!("{path}: {e}"))?;
-    let m = std::fs::metadata(&real).map_err(|e| format!("{path}: {e}"))?;
-    if !m.is_file() || m.mode() & 0o111 == 0 {
-        return Err(format!("{path} is not an executable file"));
-    }
-    if !ok(m.uid()) {
-        return Err(format!("{path} is owned by uid {}, not root: refused", m.uid()));
-    }
-    if m.mode() & 0o022 != 0 {
-        return Err(format!("{path} is writable by its group or others (mode {:o}): refused", m.mode() & 0o7777));
-    }
-    for dir in real.ancestors().skip(1) {
-        let d = std::fs::metadata(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-        if !ok(d.uid()) || (d.mode() & 0o022 != 0 && d.mode() & 0o1000 == 0) {
-            return Err(format!("{path} is under {}, which others may change: refused", dir.display()));
-        }
-    }
-    Ok(real)
+    exec::trusted_file(path, trusted, true)
 }
 
 /// Runs `path` with `env`, bounded by `timeout`; returns its output when `read` (the task

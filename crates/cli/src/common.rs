@@ -117,3 +117,14 @@ pub(crate) fn time_format() -> &'static slurmcli::TimeFormat {
 pub(crate) fn table(name: &str) -> &'static slurmcli::getopt::Command {
     slurmcli::command(name).expect("every Slurm command has an option table")
 }
+
+/// Prints the site's job-submit policy's message to the user, as Slurm's commands do: each line
+/// as `CMD: LINE` after a success, `CMD: error: LINE` before a refusal's own error.
+pub(crate) fn show_user_msg(cmd: &str, reply: &client::Reply) {
+    if let Some(m) = reply.user_msg() {
+        let error = if reply.status >= 400 { "error: " } else { "" };
+        for line in m.lines() {
+            eprintln!("{cmd}: {error}{}", slurmcli::visible(line));
+        }
+    }
+}

@@ -38,6 +38,7 @@ const HELP: &str = "Usage: scontrol [<OPTION>] [<COMMAND>]
      update JobId=<id> TimeLimit=<t>  change a job's time limit
      update NodeName=<n> State=DRAIN|RESUME [Reason=<r>]
      delete NodeName=<hostlist>       delete nodes (administrators)
+     reconfigure                      read tandem.toml again and reload job_submit.lua (operators)
 ";
 
 fn or_null(s: &str) -> String {
@@ -409,6 +410,21 @@ fn actions(args: &[String]) -> Result<i32> {
             }
         },
         ["delete", ..] if kv.contains_key("nodename") => crate::slurm::delete_nodes(&kv["nodename"]),
+        [r] if r.len() >= 3 && "reconfigure".starts_with(&r.to_ascii_lowercase()) => {
+            let reply = rt.block_on(send(&t, "POST", "/v1/reconfigure", Some(&serde_json::json!({})), &[]))?;
+            if reply.status >= 400 {
+                eprintln!("slurm_reconfigure error: {}", slurmcli::visible_text(&reply.error()));
+                return Ok(1);
+            }
+            let r: wire::Reconfigured = reply.json()?;
+            if !r.restart_needed.is_empty() {
+                eprintln!(
+                    "scontrol: changed, in effect when the controller (and for node scripts, the agents) restart: {}",
+                    r.restart_needed.join(", ")
+                );
+            }
+            Ok(0)
+        }
         _ => bail!("invalid scontrol command: {}\n{HELP}", args.join(" ")),
     }
 }

@@ -37,8 +37,9 @@ pub(crate) fn sbatch(args: &[String]) -> Result<i32> {
     let req = submission(batch)?;
     crate::common::check_script_size(&t, &req.batch.script)?;
     // Slurm's words before the controller's reason.
-    let r: SubmitResponse =
-        runtime()?.block_on(send(&t, "POST", "/v1/jobs", Some(&req), &[]))?.json().context("Batch job submission failed")?;
+    let reply = runtime()?.block_on(send(&t, "POST", "/v1/jobs", Some(&req), &[]))?;
+    crate::common::show_user_msg("sbatch", &reply);
+    let r: SubmitResponse = reply.json().context("Batch job submission failed")?;
     if let Some(msg) = r.test_only {
         eprintln!("sbatch: {}", slurmcli::visible(&msg));
         return Ok(0);
@@ -157,7 +158,9 @@ pub(crate) fn srun_in(args: &[String], job: Option<u64>) -> Result<i32> {
         let mut batch = slurmcli::parse_sbatch(&argv, now(), &mut |_| Ok("#!/bin/sh\n".into())).map_err(|e| anyhow::anyhow!("{}", e.0))?;
         batch.interactive = true;
         batch.script_args.clear();
-        let r: SubmitResponse = runtime()?.block_on(send(&t, "POST", "/v1/jobs", Some(&submission(batch)?), &[]))?.json()?;
+        let reply = runtime()?.block_on(send(&t, "POST", "/v1/jobs", Some(&submission(batch)?), &[]))?;
+        crate::common::show_user_msg("srun", &reply);
+        let r: SubmitResponse = reply.json()?;
         eprintln!("srun: {}", r.test_only.unwrap_or_default());
         return Ok(0);
     }

@@ -666,7 +666,9 @@ pub(crate) fn allocate(t: &Target, cmd: &str, opts: &[String], command: &[String
     let req = crate::common::submission(batch)?;
     // Slurm's words before the controller's reason.
     let failed = if cmd == "salloc" { "Job submit/allocate failed" } else { "Unable to allocate resources" };
-    let r: SubmitResponse = rt.block_on(send(t, "POST", "/v1/jobs", Some(&req), &[]))?.json().context(failed)?;
+    let reply = rt.block_on(send(t, "POST", "/v1/jobs", Some(&req), &[]))?;
+    crate::common::show_user_msg(cmd, &reply);
+    let r: SubmitResponse = reply.json().context(failed)?;
     let job = r.job_ids.first().copied().context("no job id returned")?;
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let flag = stop.clone();

@@ -226,6 +226,16 @@ impl Reply {
             .map_err(|source| Error::Decode { body: String::from_utf8_lossy(&self.body).into_owned(), source })
     }
 
+    /// The site's job-submit policy's message to the user (`user_msg` of a submission's reply,
+    /// an error's or a success's).
+    pub fn user_msg(&self) -> Option<String> {
+        #[derive(serde::Deserialize)]
+        struct UserMsg {
+            user_msg: Option<String>,
+        }
+        serde_json::from_slice::<UserMsg>(&self.body).ok().and_then(|m| m.user_msg)
+    }
+
     /// The error message of an error reply.
     pub fn error(&self) -> String {
         serde_json::from_slice::<wire::ApiError>(&self.body)

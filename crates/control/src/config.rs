@@ -25,6 +25,10 @@
 //! task_epilog = "/etc/tandem/task_epilog"  # Slurm's TaskEpilog: as the user, after each task
 //! gpu_health_check = true        # the built-in GPU check at each health check turn
 //! enable_expedited_requeue = false # Slurm's SlurmctldParameters=enable_expedited_requeue
+//! job_submit = "/etc/tandem/job_submit.lua" # Slurm's JobSubmitPlugins=lua: the site's policy
+//!                         # script, run by the controller for each submission and modification
+//! job_submit_timeout = 5  # seconds one call of it may take; past it, killed and refused
+//! job_submit_memory = 256 # MiB of memory it may use
 //! [scheduler]
 //! policy = "default"      # fcfs, sjf, f1, multifactor, default
 //! backfill = "easy"       # none, easy, conservative
@@ -124,6 +128,9 @@ struct File {
     health_check_node_state: Option<String>,
     gpu_health_check: Option<bool>,
     enable_expedited_requeue: Option<bool>,
+    job_submit: Option<String>,
+    job_submit_timeout: Option<f64>,
+    job_submit_memory: Option<u64>,
     task_prolog: Option<String>,
     task_epilog: Option<String>,
     scheduler: Option<Sched>,
@@ -452,6 +459,24 @@ pub fn parse(text: &str) -> Result<(crate::Settings, Security)> {
     if let Some(e) = f.enable_expedited_requeue {
         s.enable_expedited_requeue = e;
     }
+    if let Some(p) = f.job_submit {
+        if !p.starts_with('/') || p.len() > 4096 || p.chars().any(char::is_control) {
+            bail!("job_submit must be an absolute path (the controller's job_submit.lua), at most 4096 bytes, got {p:?}");
+        }
+        s.job_submit = Some(p);
+    }
+    if let Some(t) = f.job_submit_timeout {
+        if !(t.is_finite() && (0.1..=600.0).contains(&t)) {
+            bail!("job_submit_timeout must be from 0.1 to 600 seconds, got {t}");
+        }
+        s.job_submit_timeout_ms = (t * 1000.0).round() as i64;
+    }
+    if let Some(m) = f.job_submit_memory {
+        if !(16..=65_536).contains(&m) {
+            bail!("job_submit_memory must be from 16 to 65536 MiB, got {m}");
+        }
+        s.job_submit_memory = m;
+    }
     if let Some(st) = f.health_check_node_state {
         let v = st.to_ascii_lowercase();
         if !["any", "idle", "alloc"].contains(&v.as_str()) {
@@ -722,6 +747,16 @@ mod tests {
     fn bad_configs_say_what_is_wrong() {
         let e = |t: &str| format!("{:#}", parse(t).unwrap_err());
         assert!(e("leese = 3").contains("unknown field"));
+        let s = parse("job_submit = \"/etc/tandem/job_submit.lua\"\njob_submit_timeout = 0.5\njob_submit_memory = 64").unwrap();
+        assert_eq!((s.job_submit.as_deref(), s.job_submit_timeout_ms, s.job_submit_memory), (Some("/etc/tandem/job_submit.lua"), 500, 64));
+        assert_eq!((parse("").unwrap().job_submit_timeout_ms, parse("").unwrap().job_submit_memory), (5000, 256));
+        assert!(e("job_submit = \"job_submit.lua\"").contains("job_submit must be an absolute path"));
+        assert!(e("job_submit = \"/etc/x\\n\"").contains("job_submit must be an absolute path"));
+        assert!(e("job_submit_timeout = 0").contains("job_submit_timeout must be from 0.1 to 600"));
+        assert!(e("job_submit_timeout = 1e9").contains("job_submit_timeout must be from 0.1 to 600"));
+        assert!(e("job_submit_timeout = nan").contains("job_submit_timeout"));
+        assert!(e("job_submit_memory = 1").contains("job_submit_memory must be from 16 to 65536"));
+        assert!(e("job_submit_memory = -5").contains("invalid value"));
         assert!(e("lease = 0").contains("lease"));
         assert!(e("heartbeat = 2\nfailover = 1").contains("longer"));
         assert!(e("heartbeat = 0.01").contains("heartbeat"));

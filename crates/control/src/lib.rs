@@ -142,6 +142,24 @@ pub struct Settings {
     /// `--requeue=expedite` (requeued first in the queue when their node fails).
     #[serde(default)]
     pub enable_expedited_requeue: bool,
+    /// Slurm's `JobSubmitPlugins=lua`: the site's `job_submit.lua`, run by the controller (in a
+    /// child process of its own) for every submission and modification.
+    #[serde(default)]
+    pub job_submit: Option<String>,
+    /// The longest one call of it may take, milliseconds.
+    #[serde(default = "job_submit_timeout_ms")]
+    pub job_submit_timeout_ms: i64,
+    /// Its memory limit, MiB.
+    #[serde(default = "job_submit_memory")]
+    pub job_submit_memory: u64,
+}
+
+fn job_submit_timeout_ms() -> i64 {
+    5000
+}
+
+fn job_submit_memory() -> u64 {
+    256
 }
 
 fn array_window() -> u64 {
@@ -189,6 +207,9 @@ impl Default for Settings {
             task_prolog: None,
             task_epilog: None,
             enable_expedited_requeue: false,
+            job_submit: None,
+            job_submit_timeout_ms: job_submit_timeout_ms(),
+            job_submit_memory: job_submit_memory(),
         }
     }
 }
@@ -570,6 +591,48 @@ impl Controller {
     /// Settings.
     pub fn settings(&self) -> &Settings {
         &self.settings
+    }
+
+    /// `scontrol reconfigure`: takes the settings of `new` (the configuration file read again)
+    /// that apply at once (the job-submit script and its limits, KillWait, MinJobAge, the
+    /// script and array size limits, expedited requeue, `nohold_on_prolog_fail`, the task
+    /// prolog and epilog, the MPI default). Returns the names of the keys that differ but take
+    /// effect only when the controller (and, for the node scripts, the agents) restart.
+    pub fn reconfigure(&mut self, new: &Settings) -> Vec<&'static str> {
+        let s = &mut self.settings;
+        s.job_submit = new.job_submit.clone();
+        s.job_submit_timeout_ms = new.job_submit_timeout_ms;
+        s.job_submit_memory = new.job_submit_memory;
+        s.kill_wait = new.kill_wait;
+        s.min_job_age = new.min_job_age;
+        s.max_script_size = new.max_script_size;
+        s.max_array = new.max_array;
+        s.enable_expedited_requeue = new.enable_expedited_requeue;
+        s.nohold_on_prolog_fail = new.nohold_on_prolog_fail;
+        s.task_prolog = new.task_prolog.clone();
+        s.task_epilog = new.task_epilog.clone();
+        s.mpi_default = new.mpi_default.clone();
+        let mut later = Vec::new();
+        let mut differs = |name: &'static str, d: bool| {
+            if d {
+                later.push(name);
+            }
+        };
+        differs("cluster_name", s.cluster_name != new.cluster_name);
+        differs("lease", s.lease != new.lease);
+        differs("heartbeat", s.heartbeat_ms != new.heartbeat_ms);
+        differs("failover", s.failover_ms != new.failover_ms);
+        differs("array_window", s.array_window != new.array_window);
+        differs("[[partition]]", s.cluster.partitions != new.cluster.partitions || s.partition_nodes != new.partition_nodes);
+        differs("[scheduler]", s.sched != new.sched);
+        differs("prolog", s.prolog != new.prolog);
+        differs("epilog", s.epilog != new.epilog);
+        differs("prolog_epilog_timeout", s.prolog_epilog_timeout != new.prolog_epilog_timeout);
+        differs("health_check_program", s.health_check_program != new.health_check_program);
+        differs("health_check_interval", s.health_check_interval != new.health_check_interval);
+        differs("health_check_node_state", s.health_check_node_state != new.health_check_node_state);
+        differs("gpu_health_check", s.gpu_health_check != new.gpu_health_check);
+        later
     }
 
     /// The heartbeat interval agents are told to use, milliseconds: the configured one, else a

@@ -1268,3 +1268,20 @@ fn a_health_check_marks_its_node_down_and_an_expedited_job_is_requeued_first() {
     let e = plain.submit(1, spec(1000), &batch(&["--requeue=expedite"]), "alice").unwrap_err().to_string();
     assert!(e.contains("enable_expedited_requeue"), "{e}");
 }
+
+#[test]
+fn reconfigure_applies_what_can_change_at_once_and_names_what_waits_for_a_restart() {
+    let mut c = Controller::new(Settings::default());
+    let mut new = Settings { job_submit: Some("/etc/tandem/job_submit.lua".into()), kill_wait: 7, min_job_age: 9, ..Settings::default() };
+    assert!(c.reconfigure(&new).is_empty());
+    assert_eq!(
+        (c.settings().job_submit.as_deref(), c.settings().kill_wait, c.settings().min_job_age),
+        (Some("/etc/tandem/job_submit.lua"), 7, 9)
+    );
+    new.lease = 99;
+    new.prolog = Some("/etc/p".into());
+    new.cluster.partitions.push(model::Partition::new("extra", 60, 3600, 0));
+    assert_eq!(c.reconfigure(&new), vec!["lease", "[[partition]]", "prolog"]);
+    assert_eq!(c.settings().lease, Settings::default().lease, "the lease waits for a restart");
+    assert!(c.settings().prolog.is_none());
+}

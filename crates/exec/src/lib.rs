@@ -21,7 +21,9 @@
 //! ([`quiet_sigpipe`]).
 
 mod fds;
+mod trust;
 pub use fds::{HeldError, inherited_listener, listen_tcp, pass_fd_at, pass_fds};
+pub use trust::trusted_file;
 
 use std::ffi::{CStr, CString};
 use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};

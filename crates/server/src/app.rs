@@ -54,6 +54,10 @@ pub(crate) struct App {
     pub(crate) tokens: Arc<crate::token::Tokens>,
     /// The connection caps, tables and counters (`limits`).
     pub(crate) gate: Arc<crate::limits::Gate>,
+    /// The site's job-submit policy (`job_submit`).
+    pub(crate) hook: Arc<crate::hook::Hook>,
+    /// Where the configuration came from (`scontrol reconfigure`).
+    pub(crate) source: Arc<crate::config::Source>,
 }
 
 #[derive(Default)]
@@ -91,7 +95,7 @@ pub(crate) fn refused(e: Refused) -> Response {
         // Retry later (a step waiting for its job's other steps).
         Refused::Busy(_) => StatusCode::LOCKED,
     };
-    (code, Json(ApiError { error: e.to_string() })).into_response()
+    (code, Json(ApiError { error: e.to_string(), user_msg: None })).into_response()
 }
 
 /// Unwraps a `Result<T, Response>` or returns the error response from the handler.
@@ -116,7 +120,12 @@ pub(crate) fn path<T>(p: Result<axum::extract::Path<T>, axum::extract::rejection
 }
 
 pub(crate) fn err(code: StatusCode, msg: impl Into<String>) -> Response {
-    (code, Json(ApiError { error: msg.into() })).into_response()
+    (code, Json(ApiError { error: msg.into(), user_msg: None })).into_response()
+}
+
+/// An error reply with the job-submit policy's message to the user.
+pub(crate) fn refused_with(code: StatusCode, msg: impl Into<String>, user_msg: Option<String>) -> Response {
+    (code, Json(ApiError { error: msg.into(), user_msg })).into_response()
 }
 
 /// The caller's uid: from the kernel on the Unix socket, else from a token (`tandem token`).

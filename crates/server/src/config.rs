@@ -19,6 +19,35 @@ pub struct Security {
 }
 
 /// Reads the configuration; `None` gives the defaults.
+/// Where the configuration comes from, with the command line's overrides: read at start and
+/// again at `scontrol reconfigure`.
+#[derive(Debug, Clone, Default)]
+pub struct Source {
+    /// The file (`None`: the built-in defaults).
+    pub path: Option<std::path::PathBuf>,
+    /// `--lease`.
+    pub lease: Option<u32>,
+    /// `--kill-wait`.
+    pub kill_wait: Option<u32>,
+}
+
+impl Source {
+    /// Reads the configuration, with the overrides applied.
+    pub fn read(&self) -> Result<(control::Settings, Security, control::config::Limits)> {
+        let (mut settings, security, limits) = load(self.path.as_deref())?;
+        if let Some(l) = self.lease {
+            if l == 0 {
+                bail!("--lease must be at least 1 second");
+            }
+            settings.lease = i64::from(l);
+        }
+        if let Some(k) = self.kill_wait {
+            settings.kill_wait = i64::from(k);
+        }
+        Ok((settings, security, limits))
+    }
+}
+
 pub fn load(path: Option<&Path>) -> Result<(control::Settings, Security, control::config::Limits)> {
     let text = match path {
         Some(p) => std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?,

@@ -150,22 +150,7 @@ fn job_info(j: &Job, v: &Viewer, part: &str) -> JobInfo {
         cancelled_by: j.cancelled_by,
         error: j.spec.error.clone(),
         features: j.req.features.clone(),
-        dependency: j
-            .req
-            .dependencies
-            .iter()
-            .map(|d| {
-                let kind = match d.kind {
-                    model::DepKind::After => "after",
-                    model::DepKind::AfterOk => "afterok",
-                    model::DepKind::AfterNotOk => "afternotok",
-                    model::DepKind::AfterAny => "afterany",
-                    model::DepKind::Singleton => "singleton",
-                };
-                d.job.map_or_else(|| kind.to_string(), |id| format!("{kind}:{}", id.0))
-            })
-            .collect::<Vec<_>>()
-            .join(","),
+        dependency: slurmcli::jobdesc::dependency_text(&j.req.dependencies),
         req_nodes: slurmcli::compress(&j.req.nodelist),
         exc_nodes: slurmcli::compress(&j.req.exclude),
         nice: j.req.nice,
@@ -263,16 +248,22 @@ async fn bounded_json_body(app: &App, body: axum::body::Body) -> Result<SubmitRe
 async fn submit(State(app): State<App>, ConnectInfo(peer): ConnectInfo<Peer>, headers: HeaderMap, body: axum::body::Body) -> Response {
     let uid = or_reply!(user_of(&app, &peer, &headers));
     let req = or_reply!(bounded_json_body(&app, body).await);
-    let b = req.batch;
+    let mut b = req.batch;
+    let user = user_name(uid);
+    let work_dir = |b: &slurmcli::BatchSpec| {
+        b.chdir.clone().map(|d| if d.starts_with('/') { d } else { format!("{}/{d}", req.cwd) }).unwrap_or_else(|| req.cwd.clone())
+    };
+    let mut env = slurmcli::apply_export(b.export.as_deref(), &req.env);
+    // The site's policy first; what it leaves is checked as any request.
+    let batch = !b.interactive;
+    let wd = work_dir(&b);
+    let user_msg = or_reply!(crate::policy::on_submit(&app, uid, &user, &mut b, batch.then_some(&mut env), &wd).await);
     or_reply!(crate::app::check_groups(&app, uid, b.partition.as_deref()));
     // Each component of a heterogeneous job in its own partition (none: the default one).
     for c in &b.het {
         or_reply!(crate::app::check_groups(&app, uid, c.partition.as_deref()));
     }
-    let user = user_name(uid);
-    let workdir =
-        b.chdir.clone().map(|d| if d.starts_with('/') { d } else { format!("{}/{d}", req.cwd) }).unwrap_or_else(|| req.cwd.clone());
-    let env = slurmcli::apply_export(b.export.as_deref(), &req.env);
+    let workdir = work_dir(&b);
     let spec = control::JobSpec {
         script: b.script.clone(),
         script_args: b.script_args.clone(),
@@ -304,6 +295,7 @@ async fn submit(State(app): State<App>, ConnectInfo(peer): ConnectInfo<Peer>, he
             Ok(part) => Json(SubmitResponse {
                 job_ids: vec![],
                 test_only: Some(format!("Job would be accepted in partition {part} (nothing was submitted)")),
+                user_msg,
             })
             .into_response(),
             Err(e) => refused(e),
@@ -315,7 +307,7 @@ async fn submit(State(app): State<App>, ConnectInfo(peer): ConnectInfo<Peer>, he
         Ok(Ok(ids)) => {
             app.metrics.lock().expect("lock").submissions += ids.len() as u64;
             app.wake.notify_one();
-            Json(SubmitResponse { job_ids: ids, test_only: None }).into_response()
+            Json(SubmitResponse { job_ids: ids, test_only: None, user_msg }).into_response()
         }
         Ok(Err(e)) => refused(e),
         Err(r) => r,
@@ -604,7 +596,10 @@ async fn job_action(
 ) -> Response {
     let uid = or_reply!(user_of(&app, &peer, &headers));
     let id = or_reply!(path(id));
-    let a = or_reply!(json_body(body));
+    let mut a: Action = or_reply!(json_body(body));
+    if matches!(a.action.as_str(), "update" | "hold" | "release") {
+        a.time_limit = or_reply!(crate::policy::on_change(&app, uid, id, &a.action, a.time_limit).await).or(a.time_limit);
+    }
     let r = app
         .with(|c| match a.action.as_str() {
             "hold" => c.hold(uid, id, true),

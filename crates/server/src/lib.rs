@@ -7,13 +7,15 @@
 //!
 //! It owns the cluster's state and its one writer. It never runs a task, proxies a request or
 //! prints for a user: it depends on `control` (the decisions, with `sched`, `slurmcli` and
-//! `model`), `store` and `wire`, and on `exec` only for its open-file limit; never on `agent`,
+//! `model`), `store` and `wire`, and on `exec` only for its open-file limit and the check of the
+//! site's `job_submit.lua`; never on `agent`,
 //! `proxy` or `cli` (the tidy test checks). Its public face is [`Options`] and [`main`].
 //!
 //! Modules, lowest first: `failpoint` (crash points of test builds), `journal` (group commit), `config`,
 //! `limits` (the flood defences' caps, tables, deadlines and counters), `app` (state, identity,
 //! reply helpers), `listen` (the two accept loops, on `app` and `limits`), then the handlers
-//! `jobs` and `services`, which only use `app`; this file ties the routes and loops together.
+//! `jobs` and `services`, which use `app` and `policy` (the site's job-submit script, through
+//! `hook`, whose child is `lua`); this file ties the routes and loops together.
 
 use anyhow::{Context, Result, bail};
 use axum::Router;
@@ -50,20 +52,21 @@ pub struct Options {
     pub tls_san: Vec<String>,
 }
 
+/// The hidden command that runs the site's job-submit script for the controller.
+pub const JOB_SUBMIT_CMD: &str = hook::WORKER_CMD;
+
+/// `tandem __job-submit SCRIPT MEMORY_MB CLUSTER`: the job-submit script's process, started
+/// by the controller; returns its exit code.
+pub fn job_submit_main(args: &[String]) -> i32 {
+    lua::worker_main(args)
+}
+
 /// Runs the controller until the process is stopped (on a runtime of its own).
 pub fn main(o: Options) -> Result<()> {
     failpoint::init();
     let path = o.config.or_else(|| Some(o.data.join("tandem.toml")).filter(|p| p.exists()));
-    let (mut settings, security, limits) = config::load(path.as_deref())?;
-    if let Some(l) = o.lease {
-        if l == 0 {
-            bail!("--lease must be at least 1 second");
-        }
-        settings.lease = l as i64;
-    }
-    if let Some(k) = o.kill_wait {
-        settings.kill_wait = k as i64;
-    }
+    let source = config::Source { path, lease: o.lease, kill_wait: o.kill_wait };
+    let (settings, security, limits) = source.read()?;
     // One descriptor per agent connection (or per proxy's connection) at scale.
     exec::raise_nofile(1 << 20);
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
@@ -83,7 +86,7 @@ pub fn main(o: Options) -> Result<()> {
         sans.push(listen.ip().to_string());
     }
     let tls = (!o.insecure).then_some(sans);
-    rt.block_on(run(ServerArgs { listen, held, data: o.data, settings, security, limits, tls }))
+    rt.block_on(run(ServerArgs { listen, held, data: o.data, settings, security, limits, tls, source }))
 }
 
 /// Server settings, resolved.
@@ -98,6 +101,8 @@ struct ServerArgs {
     limits: limits::Limits,
     /// TLS with these extra certificate names; `None`: plain HTTP (`--insecure`).
     tls: Option<Vec<String>>,
+    /// Where the configuration came from (`scontrol reconfigure` reads it again).
+    source: config::Source,
 }
 
 #[macro_use]
@@ -106,11 +111,14 @@ mod accounting;
 #[doc(hidden)]
 pub mod config;
 mod failpoint;
+mod hook;
 mod jobs;
 mod journal;
 mod limits;
 mod listen;
+mod lua;
 mod nodes;
+mod policy;
 mod private;
 mod resv;
 mod services;
@@ -118,7 +126,7 @@ mod tls;
 mod token;
 
 fn router(app: App) -> Router {
-    resv::routes(accounting::routes(nodes::routes(jobs::routes(services::routes(Router::new())))))
+    policy::routes(resv::routes(accounting::routes(nodes::routes(jobs::routes(services::routes(Router::new()))))))
         .layer(axum::middleware::from_fn_with_state(app.clone(), count_response))
         .with_state(app)
 }
@@ -201,7 +209,16 @@ async fn run(args: ServerArgs) -> Result<()> {
         security: Arc::new(args.security),
         tokens: Arc::new(token::Tokens::new(private::key(&args.data.join("jwt.key"))?.as_bytes())),
         gate: Arc::new(limits::Gate::new(args.limits, nix::unistd::geteuid().as_raw())),
+        hook: Arc::new(hook::Hook::default()),
+        source: Arc::new(args.source),
     };
+    // The site's job-submit script is loaded now, so an error in it is logged at once; the
+    // controller serves either way (and refuses submissions while the script cannot be used).
+    let hook_cfg = hook::config_of(app.lock().ctl.settings());
+    if let Err(e) = app.hook.configure(hook_cfg).await {
+        eprintln!("tandem server: job_submit: {e}");
+    }
+    tokio::spawn(policy::reconfigure_on_sighup(app.clone()));
     let tcp = match args.held {
         Some(l) => {
             l.set_nonblocking(true)?;

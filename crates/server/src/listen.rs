@@ -41,7 +41,7 @@ fn to_router(mut req: hyper::Request<hyper::body::Incoming>, peer: Peer) -> axum
 fn refusal(r: &Refusal, http1: bool) -> axum::response::Response {
     use axum::response::IntoResponse;
     let code = axum::http::StatusCode::from_u16(r.status()).unwrap_or(axum::http::StatusCode::SERVICE_UNAVAILABLE);
-    let mut resp = (code, [("retry-after", "1")], axum::Json(wire::ApiError { error: r.message() })).into_response();
+    let mut resp = (code, [("retry-after", "1")], axum::Json(wire::ApiError { error: r.message(), user_msg: None })).into_response();
     if http1 {
         resp.headers_mut().insert("connection", axum::http::HeaderValue::from_static("close"));
     }

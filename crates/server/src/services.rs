@@ -89,9 +89,11 @@ async fn apply(
     body: Result<Json<ApplyRequest>, axum::extract::rejection::JsonRejection>,
 ) -> Response {
     let uid = or_reply!(user_of(&app, &peer, &headers));
-    let req = or_reply!(json_body(body));
-    or_reply!(crate::app::check_groups(&app, uid, req.spec.partition.as_deref()));
+    let mut req: ApplyRequest = or_reply!(json_body(body));
     let user = user_name(uid);
+    // The site's policy once per apply; what it leaves is checked as any spec.
+    or_reply!(crate::policy::on_service(&app, uid, &user, &mut req.spec).await);
+    or_reply!(crate::app::check_groups(&app, uid, req.spec.partition.as_deref()));
     let gid = primary_gid(uid);
     let name = req.spec.name.clone();
     let t = now_ms();

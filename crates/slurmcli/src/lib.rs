@@ -14,6 +14,7 @@ mod filters;
 mod formats;
 pub mod getopt;
 mod hostlist;
+pub mod jobdesc;
 pub mod keywords;
 mod limits;
 mod options;

@@ -444,6 +444,13 @@ pub(crate) fn text(v: &str, what: &str) -> Result<String, Invalid> {
 }
 
 impl BatchSpec {
+    /// Sets one of sbatch's own options by its long name, as `--long=value` would: the
+    /// job-submit hook's changes go through here, so they meet the command line's checks.
+    pub fn set_option(&mut self, long: &str, value: Option<&str>, now: Time) -> Result<(), Invalid> {
+        let opt = OPTS.iter().find(|o| o.long == long).ok_or_else(|| Invalid::new(format!("sbatch has no option --{long}")))?;
+        self.set(Given { opt, value: value.map(str::to_string) }, now)
+    }
+
     fn set(&mut self, given: Given, now: Time) -> Result<(), Invalid> {
         if crate::container::read_option(&mut self.container, given.opt.key, given.value.as_deref())? {
             return Ok(());

@@ -462,3 +462,181 @@ fn the_task_prolog_exports_into_the_task_and_the_task_epilog_runs_after_it_as_th
     assert!(out.contains("task prolog") && out.contains("writable by its group or others") && !out.contains("ran"), "{out}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The site's job_submit.lua: the common patterns (a default partition, a job without a time
+/// limit refused with the script's words and Slurm's, a GPU cap, an environment variable
+/// added), once per service apply, a modification through `slurm_job_modify`; the script can
+/// never grant what the user may not have; a runaway, sleeping, failing, greedy or broken
+/// script refuses the request with a clear message and the controller keeps serving;
+/// `scontrol reconfigure` reloads it (operators only), and a script others may write is refused.
+const POLICY: &str = r#"
+function slurm_job_submit(job_desc, part_list, submit_uid)
+  if job_desc.name == "svc-no" then
+    slurm.log_user("services named %s are not allowed", job_desc.name)
+    return slurm.ESLURM_ACCESS_DENIED
+  end
+  if job_desc.time_limit == slurm.NO_VAL and job_desc.script ~= nil then
+    slurm.log_user("please give a time limit (--time)")
+    return slurm.ESLURM_MISSING_TIME_LIMIT
+  end
+  if job_desc.partition == nil then
+    for name, p in pairs(part_list) do
+      if p.flag_default == 0 then job_desc.partition = name end
+    end
+  end
+  local tres = job_desc.tres_per_node
+  if tres ~= nil and string.find(tres, "gpu:[2-9]") then
+    slurm.log_user("at most 1 GPU per node here, not %s", tres)
+    return slurm.ERROR
+  end
+  if job_desc.name == "sneaky" then job_desc.qos = "critical" end
+  if job_desc.name == "loop" then while true do end end
+  if job_desc.name == "sleep" then os.execute("sleep 97") end
+  if job_desc.name == "boom" then error("policy bug") end
+  if job_desc.name == "greedy" then local s = "x" while true do s = s .. s end end
+  if job_desc.environment ~= nil and job_desc.environment["POLICY"] ~= nil then
+    job_desc.environment["POLICY_SEEN"] = "seen-by-" .. job_desc.user_name
+  end
+  slurm.log_info("job_submit: accepted from uid %d", submit_uid)
+  return slurm.SUCCESS
+end
+
+function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)
+  if job_desc.time_limit ~= nil and job_desc.time_limit ~= slurm.NO_VAL and job_desc.time_limit > 60 then
+    slurm.log_info("job_modify: capping job %d of %s at 60 minutes", job_rec.job_id, job_rec.user_name)
+    job_desc.time_limit = 60
+  end
+  return slurm.SUCCESS
+end
+"#;
+
+#[test]
+fn job_submit_lua_routes_refuses_and_caps_with_slurms_words_and_a_broken_or_runaway_script_refuses_without_harm() {
+    let dir = scripts_dir("jobsubmit");
+    let script = dir.join("job_submit.lua");
+    std::fs::write(&script, POLICY).unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let cfg = format!(
+        "job_submit = \"{}\"\njob_submit_timeout = 1\njob_submit_memory = 64\n\
+         [[partition]]\nname = \"batch\"\n[[partition]]\nname = \"debug\"\n\
+         [[qos]]\nname = \"normal\"\n[[qos]]\nname = \"critical\"\npreempt_tier = 1\n",
+        script.display()
+    );
+    let c = Cluster::with_config("jobsubmit", 1, None, 30, Some(&cfg));
+    // No time limit: the script's words, then Slurm's for its code; nothing stored.
+    let o = c.run("sbatch", &["--wrap", "true"]);
+    assert!(!o.status.success());
+    let e = text(&o);
+    assert!(e.contains("sbatch: error: please give a time limit (--time)\n"), "{e}");
+    assert!(e.contains("sbatch: error: Batch job submission failed: Time limit specification required, but not provided"), "{e}");
+    // A default partition chosen by the script, and a variable it adds to the job's environment.
+    let o =
+        c.run_env("sbatch", &["--parsable", "-t", "5", "-o", "env-%j.out", "--wrap", "echo POLICY_SEEN=$POLICY_SEEN"], &[("POLICY", "1")]);
+    assert!(o.status.success(), "{}", text(&o));
+    let id: u64 = String::from_utf8_lossy(&o.stdout).trim().parse().unwrap();
+    let j = c.wait_state(id, &["COMPLETED"], 60);
+    assert_eq!(j["Partition"], "debug");
+    let out = read(&c.work.join(format!("env-{id}.out")));
+    assert!(out.contains("POLICY_SEEN=seen-by-root"), "{out}");
+    // The GPU cap, with the script's words.
+    let e = text(&c.run("sbatch", &["-t", "5", "--gres=gpu:4", "--wrap", "true"]));
+    assert!(e.contains("sbatch: error: at most 1 GPU per node here, not gres:gpu:4"), "{e}");
+    assert!(e.contains("Batch job submission failed: Unspecified error"), "{e}");
+    // What the script sets is checked again: a QOS the user may not have stays refused.
+    let o = as_nobody(&c, "sbatch", &["-t", "5", "-J", "sneaky", "-D", "/tmp", "--wrap", "true"]);
+    assert!(!o.status.success(), "{}", text(&o));
+    assert!(text(&o).to_lowercase().contains("qos"), "{}", text(&o));
+    // A modification through slurm_job_modify: the script caps a raised limit.
+    let held = c.sbatch(&["-t", "30", "-H", "--wrap", "true"]);
+    c.ok("scontrol", &["update", &format!("JobId={held}"), "TimeLimit=180"]);
+    assert_eq!(c.job(held)["TimeLimit"], "01:00:00");
+    c.ok("scancel", &[&held.to_string()]);
+    // Once per service apply, with Slurm's words for its code.
+    std::fs::write(c.work.join("no.toml"), "name = \"svc-no\"\ncommand = [\"sleep\", \"60\"]\nreplicas = 2\n").unwrap();
+    let o = c.tandem(&["service", "apply", "-f", "no.toml"]);
+    assert!(!o.status.success());
+    assert!(text(&o).contains("Access/permission denied"), "{}", text(&o));
+    // A runaway loop, a sleeping child, a Lua error, a memory hog: refused, clearly, and the
+    // next request is served.
+    for (name, words) in [
+        ("loop", "did not finish within 1 s"),
+        ("sleep", "did not finish within 1 s"),
+        ("boom", "failed with an error"),
+        ("greedy", "failed with an error"),
+    ] {
+        let started = Instant::now();
+        let o = c.run("sbatch", &["-t", "5", "-J", name, "--wrap", "true"]);
+        assert!(!o.status.success(), "{name}");
+        assert!(text(&o).contains(words), "{name}: {}", text(&o));
+        assert!(started.elapsed() < Duration::from_secs(20), "{name} took {:?}", started.elapsed());
+        c.sbatch(&["-t", "5", "--wrap", "true"]);
+    }
+    let log = c.log("controller");
+    assert!(log.contains("policy bug") && log.contains("not enough memory"), "{log}");
+    assert!(log.contains("job_submit: accepted from uid 0"), "{log}");
+    // The sleeping child was killed with its script's process group.
+    let sleepers = std::process::Command::new("pgrep").args(["-f", "^sleep 97$"]).output().unwrap();
+    assert!(sleepers.stdout.is_empty(), "os.execute's child outlived its script: {}", text(&sleepers));
+    // A broken script: reconfigure says why; submissions are refused until it is fixed.
+    std::fs::write(&script, "function slurm_job_submit(\n").unwrap();
+    let o = c.run("scontrol", &["reconfigure"]);
+    assert!(!o.status.success());
+    assert!(text(&o).contains("slurm_reconfigure error:") && text(&o).contains("syntax error"), "{}", text(&o));
+    let e = text(&c.run("sbatch", &["-t", "5", "--wrap", "true"]));
+    assert!(e.contains("cannot be loaded"), "{e}");
+    // Fixed, but writable by others: refused as a prolog would be.
+    std::fs::write(&script, POLICY).unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let o = c.run("scontrol", &["reconfigure"]);
+    assert!(text(&o).contains("writable by its group or others"), "{}", text(&o));
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o644)).unwrap();
+    c.ok("scontrol", &["reconfigure"]);
+    c.sbatch(&["-t", "5", "--wrap", "true"]);
+    // Reconfiguring is for operators and administrators.
+    let o = as_nobody(&c, "scontrol", &["reconfigure"]);
+    assert!(!o.status.success());
+    assert!(text(&o).contains("slurm_reconfigure error: Invalid user id"), "{}", text(&o));
+}
+
+/// The job_submit.lua examples of Debian's `slurm-wlm-doc` package (its
+/// job_submit_plugins.html, fetched now with `apt-get download`, not kept in the repository),
+/// each as the body of `slurm_job_submit`, unchanged: an sbatch variable logged to the user,
+/// and a job without a node count refused with the example's words.
+#[test]
+fn the_job_submit_examples_of_debians_slurm_doc_package_work_unchanged() {
+    let tmp = free_dir("slurm-doc");
+    let got = std::process::Command::new("apt-get").args(["download", "slurm-wlm-doc"]).current_dir(&tmp).output().unwrap();
+    assert!(got.status.success(), "apt-get download slurm-wlm-doc: {}", text(&got));
+    let deb = std::fs::read_dir(&tmp).unwrap().flatten().map(|e| e.path()).find(|p| p.extension().is_some_and(|x| x == "deb")).unwrap();
+    let x = tmp.join("x");
+    assert!(std::process::Command::new("dpkg").arg("-x").arg(&deb).arg(&x).status().unwrap().success());
+    let html = read(&x.join("usr/share/doc/slurm-wlm/html/job_submit_plugins.html"));
+    // Its Lua examples: the <pre> blocks between "..." lines.
+    let unescape = |s: &str| s.replace("&lt;", "<").replace("&gt;", ">").replace("&quot;", "\"").replace("&amp;", "&");
+    let examples: Vec<String> = html
+        .split("<pre>")
+        .skip(1)
+        .filter_map(|b| b.split("</pre>").next())
+        .filter(|b| b.trim_start().starts_with("...") && b.contains("job_desc"))
+        .map(|b| unescape(b.trim().trim_start_matches("...").trim_end_matches("...")))
+        .collect();
+    assert_eq!(examples.len(), 2, "{examples:?}");
+    let dir = scripts_dir("slurmdoc");
+    let script = dir.join("job_submit.lua");
+    let body = format!(
+        "function slurm_job_submit(job_desc, part_list, submit_uid)\n{}\n{}\n\treturn slurm.SUCCESS\nend\n\n\
+         function slurm_job_modify(job_desc, job_rec, part_list, modify_uid)\n\treturn slurm.SUCCESS\nend\n",
+        examples[0], examples[1]
+    );
+    std::fs::write(&script, body).unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let c = Cluster::with_config("slurmdoc", 1, None, 30, Some(&format!("job_submit = \"{}\"\n", script.display())));
+    let o = c.run_env("sbatch", &["-N", "1", "-t", "1", "--wrap", "true"], &[("FOO", "bar")]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("sbatch: Found env FOO=bar\n"), "{}", text(&o));
+    let o = c.run("sbatch", &["-t", "1", "--wrap", "true"]);
+    assert!(!o.status.success());
+    let e = text(&o);
+    assert!(e.contains("sbatch: error: No max_nodes specified, please specify a number of nodes\n"), "{e}");
+    assert!(e.contains("sbatch: error: Batch job submission failed: Unspecified error"), "{e}");
+}

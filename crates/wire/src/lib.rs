@@ -45,6 +45,9 @@ pub struct SubmitResponse {
     pub job_ids: Vec<u64>,
     /// `--test-only`: the expected start instead of a submission.
     pub test_only: Option<String>,
+    /// The site's job-submit policy's message to the user (Slurm's `slurm.log_user`).
+    #[serde(default)]
+    pub user_msg: Option<String>,
 }
 
 /// What a job holds on one of its nodes (`squeue --json`'s `job_resources.nodes.allocation`).
@@ -282,6 +285,14 @@ pub struct ResvInfo {
     pub cpus: u32,
     /// GPUs of its nodes.
     pub gpus: u32,
+}
+
+/// `POST /v1/reconfigure`'s answer (`scontrol reconfigure`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Reconfigured {
+    /// Keys of the configuration that changed but take effect only at the next start of the
+    /// controller (and, for the node scripts, of the agents).
+    pub restart_needed: Vec<String>,
 }
 
 /// `POST /v1/reservations`'s answer.
@@ -618,6 +629,10 @@ pub struct Unsaved {
 pub struct ApiError {
     /// Message for the user.
     pub error: String,
+    /// The site's job-submit policy's message to the user (Slurm's `slurm.log_user`), shown
+    /// before the error.
+    #[serde(default)]
+    pub user_msg: Option<String>,
 }
 
 // ---- Services ----

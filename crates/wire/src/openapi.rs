@@ -359,6 +359,18 @@ pub const DOCUMENT: &str = r##"{
         }
       }
     },
+    "/v1/reconfigure": {
+      "post": {
+        "operationId": "reconfigure", "tags": ["admin"], "summary": "scontrol reconfigure (operators and administrators; root always): reads tandem.toml again, applies what can change at once, loads the job-submit script again",
+        "responses": {
+          "200": {"description": "Applied", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Reconfigured"}}}},
+          "400": {"$ref": "#/components/responses/Invalid"},
+          "401": {"$ref": "#/components/responses/Unauthenticated"},
+          "403": {"$ref": "#/components/responses/Forbidden"},
+          "500": {"$ref": "#/components/responses/ServerError"}
+        }
+      }
+    },
     "/v1/reservations": {
       "get": {
         "operationId": "reservations", "tags": ["reservations"], "summary": "Advance reservations (scontrol show reservation, sinfo -T)",
@@ -526,7 +538,8 @@ pub const DOCUMENT: &str = r##"{
       "Strings": {"type": "array", "items": {"type": "string"}},
       "StringPair": {"type": "array", "prefixItems": [{"type": "string"}, {"type": "string"}], "items": false, "minItems": 2},
       "Count": {"description": "A name and a count", "type": "array", "prefixItems": [{"type": "string"}, {"$ref": "#/components/schemas/u64"}], "items": false, "minItems": 2},
-      "Error": {"type": "object", "required": ["error"], "properties": {"error": {"type": "string", "description": "Message for the user"}}, "additionalProperties": false},
+      "Error": {"type": "object", "required": ["error"], "properties": {"error": {"type": "string", "description": "Message for the user"},
+        "user_msg": {"$ref": "#/components/schemas/StringOrNull", "description": "The site's job-submit policy's message to the user (slurm.log_user), shown before the error"}}, "additionalProperties": false},
       "Token": {"type": "object", "required": ["token", "expires"], "additionalProperties": false, "properties": {
         "token": {"type": "string", "description": "The JWT"},
         "expires": {"$ref": "#/components/schemas/i64", "description": "Unix seconds"}}},
@@ -615,7 +628,8 @@ pub const DOCUMENT: &str = r##"{
         "batch_only": {"type": "boolean"}}},
       "SubmitResponse": {"type": "object", "required": ["job_ids", "test_only"], "additionalProperties": false, "properties": {
         "job_ids": {"type": "array", "items": {"$ref": "#/components/schemas/u64"}, "description": "New job ids (several for an array; none with test_only)"},
-        "test_only": {"$ref": "#/components/schemas/StringOrNull", "description": "With test_only: what would happen"}}},
+        "test_only": {"$ref": "#/components/schemas/StringOrNull", "description": "With test_only: what would happen"},
+        "user_msg": {"$ref": "#/components/schemas/StringOrNull", "description": "The site's job-submit policy's message to the user (slurm.log_user)"}}},
 
       "JobInfo": {"type": "object", "additionalProperties": false,
         "required": ["id", "display_id", "name", "user", "account", "partition", "qos", "state", "reason", "nodelist", "nodes", "ntasks", "cpus", "gpus", "time_limit", "submit", "start", "start_estimated", "end", "exit_code", "restarts", "workdir", "output", "steps", "message"],
@@ -738,6 +752,8 @@ pub const DOCUMENT: &str = r##"{
         "resv": {"$ref": "#/components/schemas/Reservation"},
         "start": {"$ref": "#/components/schemas/i64", "description": "The window in force or next"}, "end": {"$ref": "#/components/schemas/i64"},
         "active": {"type": "boolean"}, "cpus": {"$ref": "#/components/schemas/u32"}, "gpus": {"$ref": "#/components/schemas/u32"}}},
+      "Reconfigured": {"type": "object", "additionalProperties": false, "required": ["restart_needed"], "properties": {
+        "restart_needed": {"type": "array", "items": {"type": "string"}, "description": "Changed keys that take effect at the next start"}}},
       "ResvCreated": {"type": "object", "additionalProperties": false, "required": ["name"], "properties": {"name": {"type": "string"}}},
       "AcctResponse": {"type": "object", "additionalProperties": false, "required": ["text"], "properties": {"text": {"type": "string"}}},
       "ShareRow": {"type": "object", "additionalProperties": false,
@@ -1654,7 +1670,8 @@ mod tests {
             changed_ms: 1,
         };
         vec![
-            ("Error", v(&ApiError { error: "no".into() })),
+            ("Error", v(&ApiError { error: "no".into(), user_msg: None })),
+            ("Error", v(&ApiError { error: "Unspecified error".into(), user_msg: Some("no time limit given".into()) })),
             (
                 "SubmitRequest",
                 v(&SubmitRequest {
@@ -1679,8 +1696,9 @@ mod tests {
                     umask: None,
                 }),
             ),
-            ("SubmitResponse", v(&SubmitResponse { job_ids: vec![1, 2], test_only: None })),
-            ("SubmitResponse", v(&SubmitResponse { job_ids: vec![], test_only: Some("would start".into()) })),
+            ("SubmitResponse", v(&SubmitResponse { job_ids: vec![1, 2], test_only: None, user_msg: None })),
+            ("SubmitResponse", v(&SubmitResponse { job_ids: vec![3], test_only: None, user_msg: Some("partition set to debug".into()) })),
+            ("SubmitResponse", v(&SubmitResponse { job_ids: vec![], test_only: Some("would start".into()), user_msg: None })),
             ("JobInfo", v(&job_info())),
             (
                 "NodeInfo",
@@ -1721,6 +1739,7 @@ mod tests {
                 }),
             ),
             ("ResvCreated", v(&ResvCreated { name: "root_1".into() })),
+            ("Reconfigured", v(&Reconfigured { restart_needed: vec!["lease".into()] })),
             (
                 "ResvSpec",
                 v(&slurmcli::resv::parse_reservation(
