@@ -536,6 +536,13 @@ pub(crate) async fn run(a: AgentArgs) -> Result<()> {
                         epilogs.insert((job, epoch), env);
                     }
                 }
+                Order::Reboot { program } => {
+                    // The node is idle and drained; the program reboots the machine, and the
+                    // agent started after it registers again. A failure drains the node.
+                    eprintln!("tandem agent {}: reboot ordered: running {program}", a.name);
+                    let env = vec![("SLURMD_NODENAME".to_string(), a.name.clone())];
+                    crate::scripts::spawn(crate::scripts::Kind::Reboot, program, 0, 0, env, None, stx.clone());
+                }
                 Order::Attach { job, epoch, step, io } => {
                     let addr = io.addr.clone();
                     if crate::stepio::attach(job, epoch, step, io) == 0 {
@@ -853,7 +860,7 @@ fn script_done(
             };
             Err((failed, reason))
         }
-        (crate::scripts::Kind::Epilog | crate::scripts::Kind::Health, Ok(())) => Ok(Vec::new()),
+        (crate::scripts::Kind::Epilog | crate::scripts::Kind::Health | crate::scripts::Kind::Reboot, Ok(())) => Ok(Vec::new()),
     }
 }
 

@@ -22,6 +22,8 @@ pub(crate) enum Kind {
     Epilog,
     /// The node's health check (`health_check_program`), every `health_check_interval`.
     Health,
+    /// The site's reboot program (`scontrol reboot`).
+    Reboot,
 }
 
 impl Kind {
@@ -30,6 +32,7 @@ impl Kind {
             Kind::Prolog => "prolog",
             Kind::Epilog => "epilog",
             Kind::Health => "health check",
+            Kind::Reboot => "reboot program",
         }
     }
 
@@ -40,6 +43,7 @@ impl Kind {
             Kind::Epilog => format!("Epilog error: {why}"),
             // Tandem's rule: what the check said is the reason (`sinfo -R`).
             Kind::Health => why.to_string(),
+            Kind::Reboot => format!("Reboot program error: {why}"),
         }
     }
 }

@@ -459,7 +459,7 @@ async fn sim_agent(sh: Arc<Shared>, i: usize, node: model::Node) {
                     }
                 }
                 // Simulated tasks have no I/O to attach to, nor nodes to run an epilog on.
-                Order::Attach { .. } | Order::Epilog { .. } => {}
+                Order::Attach { .. } | Order::Epilog { .. } | Order::Reboot { .. } => {}
             }
         }
     }

@@ -387,7 +387,7 @@ pub(crate) fn node_json(n: &NodeInfo) -> Value {
         "name": n.name,
         "hostname": n.name,
         "address": n.addr,
-        "state": node_state_list(&n.state),
+        "state": node_flags(n),
         "cpus": n.cpus.0,
         "alloc_cpus": n.cpus.1,
         "alloc_idle_cpus": n.cpus.0.saturating_sub(n.cpus.1),
@@ -403,6 +403,36 @@ pub(crate) fn node_json(n: &NodeInfo) -> Value {
     });
     crate::data_parser::fill("NODE", &mut v);
     v
+}
+
+/// A node's state and flags as data_parser's list and `scontrol show node`'s `State=` name
+/// them: its state's, then `RESERVED` in a reservation, `REBOOT_REQUESTED` or `REBOOT_ISSUED`.
+pub(crate) fn node_flags(n: &wire::NodeInfo) -> Vec<&'static str> {
+    let mut state = node_state_list(&n.state);
+    if n.reservation.is_some() && !state.contains(&"RESERVED") {
+        state.push("RESERVED");
+    }
+    match n.reboot.as_deref() {
+        Some("issued") => state.push("REBOOT_ISSUED"),
+        Some(_) => state.push("REBOOT_REQUESTED"),
+        None => {}
+    }
+    state
+}
+
+/// A node's state as `sinfo` prints it, with Slurm's reboot marks: an empty node with a
+/// reboot asked for is `boot` (`reboot` long), `^` once it is issued; a busy one keeps its
+/// state with `@` (`mix@`, `alloc@`, `drain@`), `^` once issued.
+pub(crate) fn sinfo_state(n: &wire::NodeInfo, compact: bool) -> String {
+    let base = if compact { crate::sinfo::compact_state(&n.state).to_string() } else { n.state.clone() };
+    let Some(r) = n.reboot.as_deref() else { return base };
+    let mark = if r == "issued" { "^" } else { "@" };
+    let empty = n.cpus.1 == 0 && matches!(n.state.as_str(), "idle" | "drain" | "reserved" | "maint");
+    match (empty, compact) {
+        (true, true) => format!("boot{}", if r == "issued" { "^" } else { "" }),
+        (true, false) => format!("reboot{}", if r == "issued" { "^" } else { "" }),
+        (false, _) => format!("{base}{mark}"),
+    }
 }
 
 /// Tandem's node state as data_parser's list (`["IDLE"]`, `["IDLE", "DRAIN"]`).

@@ -39,6 +39,9 @@ const HELP: &str = "Usage: scontrol [<OPTION>] [<COMMAND>]
      update NodeName=<n> State=DRAIN|RESUME [Reason=<r>]
      delete NodeName=<hostlist>       delete nodes (administrators)
      reconfigure                      read tandem.toml again and reload job_submit.lua (operators)
+     reboot [ASAP] [nextstate=RESUME|DOWN] [reason=<r>] ALL|<nodes>
+                                      reboot nodes by reboot_program once idle (administrators)
+     cancel_reboot <nodes>            forget reboots not yet issued (administrators)
 ";
 
 fn or_null(s: &str) -> String {
@@ -124,11 +127,7 @@ fn job_lines(j: &JobInfo, t: i64) -> Vec<String> {
 fn node_lines(n: &NodeInfo) -> Vec<String> {
     let gres =
         if n.gpus.0 > 0 { format!("gpu:{}:{}", n.gpus.2.clone().unwrap_or_else(|| "gpu".into()), n.gpus.0) } else { "(null)".into() };
-    let mut state = crate::query::node_state_list(&n.state);
-    if n.reservation.is_some() && !state.contains(&"RESERVED") {
-        state.push("RESERVED");
-    }
-    let state = state.join("+");
+    let state = crate::query::node_flags(n).join("+");
     let mut v = vec![
         format!("NodeName={} Arch=x86_64 CoresPerSocket=1", n.name),
         format!("CPUAlloc={} CPUEfctv={} CPUTot={} CPULoad=N/A", n.cpus.1, n.cpus.0, n.cpus.0),
@@ -410,6 +409,36 @@ fn actions(args: &[String]) -> Result<i32> {
             }
         },
         ["delete", ..] if kv.contains_key("nodename") => crate::slurm::delete_nodes(&kv["nodename"]),
+        [r, ..] if r.len() >= 3 && "reboot_nodes".starts_with(&r.to_ascii_lowercase()) => {
+            let cmd = match slurmcli::update::parse_reboot(args) {
+                Ok(c) => c,
+                Err(msg) => {
+                    eprintln!("{msg}");
+                    return Ok(1);
+                }
+            };
+            let body = wire::RebootRequest { nodes: cmd.nodes, asap: cmd.asap, next_state: cmd.next_state, reason: cmd.reason };
+            let reply = rt.block_on(send(&t, "POST", "/v1/reboot", Some(&body), &[]))?;
+            if reply.status >= 400 {
+                eprintln!("scontrol_reboot_nodes error: {}", slurmcli::visible_text(&reply.error()));
+                return Ok(1);
+            }
+            Ok(0)
+        }
+        [c, rest @ ..] if c.len() >= 3 && "cancel_reboot".starts_with(&c.to_ascii_lowercase()) => {
+            let [nodes] = rest else {
+                let why = if rest.is_empty() { "missing argument" } else { "too many arguments" };
+                eprintln!("{why} for keyword:{c}");
+                return Ok(1);
+            };
+            let body = wire::CancelRebootRequest { nodes: nodes.to_string() };
+            let reply = rt.block_on(send(&t, "POST", "/v1/reboot/cancel", Some(&body), &[]))?;
+            if reply.status >= 400 {
+                eprintln!("slurm_update error: {}", slurmcli::visible_text(&reply.error()));
+                return Ok(1);
+            }
+            Ok(0)
+        }
         [r] if r.len() >= 3 && "reconfigure".starts_with(&r.to_ascii_lowercase()) => {
             let reply = rt.block_on(send(&t, "POST", "/v1/reconfigure", Some(&serde_json::json!({})), &[]))?;
             if reply.status >= 400 {

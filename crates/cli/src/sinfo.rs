@@ -157,7 +157,7 @@ fn show(
         let mut items = Vec::new();
         for p in &partitions {
             for n in list.iter().filter(|n| n.partitions.contains(&p.name)) {
-                let mut v = json!({"node": {"state": crate::query::node_state_list(&n.state)}, "nodes": {"nodes": [n.name], "total": 1,
+                let mut v = json!({"node": {"state": crate::query::node_flags(n)}, "nodes": {"nodes": [n.name], "total": 1,
                     "allocated": u32::from(n.state == "allocated" || n.state == "mixed"), "idle": u32::from(n.state == "idle")},
                     "cpus": {"allocated": n.cpus.1, "idle": n.cpus.0.saturating_sub(n.cpus.1), "other": 0, "total": n.cpus.0},
                     "memory": {"minimum": n.memory_mb.0, "maximum": n.memory_mb.0, "allocated": n.memory_mb.1},
@@ -208,7 +208,7 @@ fn show(
                 let n0 = g.nodes[0];
                 std::ptr::eq(g.part, p)
                     && !node_oriented
-                    && (!by_state || n0.state == n.state)
+                    && (!by_state || (n0.state == n.state && n0.reboot == n.reboot))
                     && (!exact || (n0.cpus.0, n0.memory_mb.0, n0.gpus.0) == (n.cpus.0, n.memory_mb.0, n.gpus.0))
             });
             match same {
@@ -261,8 +261,8 @@ fn value(f: &str, g: &Group<'_>, node_oriented: bool) -> String {
         "Nodes" => g.nodes.len().to_string(),
         "NodeList" | "NodeHost" => slurmcli::compress(&names),
         "NodeAddr" => g.nodes.iter().map(|n| n.addr.clone()).collect::<Vec<_>>().join(","),
-        "StateCompact" => compact_state(&n0.state).into(),
-        "StateLong" | "StateComplete" => n0.state.clone(),
+        "StateCompact" => crate::query::sinfo_state(n0, true),
+        "StateLong" | "StateComplete" => crate::query::sinfo_state(n0, false),
         "NodeAIOT" => format!("{alloc}/{idle}/{other}/{}", g.nodes.len()),
         "NodeAI" => format!("{alloc}/{idle}"),
         "CPUs" => n0.cpus.0.to_string(),
@@ -304,7 +304,7 @@ fn value(f: &str, g: &Group<'_>, node_oriented: bool) -> String {
 }
 
 /// A node state as Slurm's `%t` prints it (`mix`, `alloc`, `drng`, ...).
-fn compact_state(s: &str) -> &str {
+pub(crate) fn compact_state(s: &str) -> &str {
     match s {
         "mixed" => "mix",
         "allocated" => "alloc",

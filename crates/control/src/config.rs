@@ -29,6 +29,9 @@
 //!                         # script, run by the controller for each submission and modification
 //! job_submit_timeout = 5  # seconds one call of it may take; past it, killed and refused
 //! job_submit_memory = 256 # MiB of memory it may use
+//! reboot_program = "/usr/sbin/reboot" # Slurm's RebootProgram: run on each node as root for
+//!                         # `scontrol reboot` (none: reboots are refused)
+//! resume_timeout = 600    # Slurm's ResumeTimeout: a rebooted node not back this long is down
 //! [scheduler]
 //! policy = "default"      # fcfs, sjf, f1, multifactor, default
 //! backfill = "easy"       # none, easy, conservative
@@ -131,6 +134,8 @@ struct File {
     job_submit: Option<String>,
     job_submit_timeout: Option<f64>,
     job_submit_memory: Option<u64>,
+    reboot_program: Option<String>,
+    resume_timeout: Option<u32>,
     task_prolog: Option<String>,
     task_epilog: Option<String>,
     scheduler: Option<Sched>,
@@ -436,6 +441,7 @@ pub fn parse(text: &str) -> Result<(crate::Settings, Security)> {
         ("health_check_program", f.health_check_program, &mut s.health_check_program),
         ("task_prolog", f.task_prolog, &mut s.task_prolog),
         ("task_epilog", f.task_epilog, &mut s.task_epilog),
+        ("reboot_program", f.reboot_program, &mut s.reboot_program),
     ] {
         if let Some(p) = path {
             if !p.starts_with('/') || p.len() > 4096 || p.chars().any(char::is_control) {
@@ -470,6 +476,12 @@ pub fn parse(text: &str) -> Result<(crate::Settings, Security)> {
             bail!("job_submit_timeout must be from 0.1 to 600 seconds, got {t}");
         }
         s.job_submit_timeout_ms = (t * 1000.0).round() as i64;
+    }
+    if let Some(t) = f.resume_timeout {
+        if t == 0 {
+            bail!("resume_timeout must be at least 1 second");
+        }
+        s.resume_timeout = i64::from(t);
     }
     if let Some(m) = f.job_submit_memory {
         if !(16..=65_536).contains(&m) {
@@ -757,6 +769,11 @@ mod tests {
         assert!(e("job_submit_timeout = nan").contains("job_submit_timeout"));
         assert!(e("job_submit_memory = 1").contains("job_submit_memory must be from 16 to 65536"));
         assert!(e("job_submit_memory = -5").contains("invalid value"));
+        let s = parse("reboot_program = \"/usr/sbin/reboot\"\nresume_timeout = 30").unwrap();
+        assert_eq!((s.reboot_program.as_deref(), s.resume_timeout), (Some("/usr/sbin/reboot"), 30));
+        assert!(e("reboot_program = \"reboot\"").contains("reboot_program must be an absolute path"));
+        assert!(e("resume_timeout = 0").contains("resume_timeout must be at least 1 second"));
+        assert!(e("resume_timeout = -1").contains("invalid value"));
         assert!(e("lease = 0").contains("lease"));
         assert!(e("heartbeat = 2\nfailover = 1").contains("longer"));
         assert!(e("heartbeat = 0.01").contains("heartbeat"));

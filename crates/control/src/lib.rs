@@ -24,6 +24,7 @@ pub mod accounting;
 pub mod config;
 pub mod creds;
 mod pass;
+pub mod reboot;
 pub mod resv;
 pub mod service;
 mod services;
@@ -152,6 +153,18 @@ pub struct Settings {
     /// Its memory limit, MiB.
     #[serde(default = "job_submit_memory")]
     pub job_submit_memory: u64,
+    /// Slurm's RebootProgram: the node-local program each agent runs as root for `scontrol
+    /// reboot` (`None`: reboots are refused).
+    #[serde(default)]
+    pub reboot_program: Option<String>,
+    /// Slurm's ResumeTimeout, seconds: a node whose reboot was issued and whose agent has not
+    /// registered again this long after is marked down (`reboot timed out`).
+    #[serde(default = "resume_timeout")]
+    pub resume_timeout: Time,
+}
+
+fn resume_timeout() -> Time {
+    600
 }
 
 fn job_submit_timeout_ms() -> i64 {
@@ -210,6 +223,8 @@ impl Default for Settings {
             job_submit: None,
             job_submit_timeout_ms: job_submit_timeout_ms(),
             job_submit_memory: job_submit_memory(),
+            reboot_program: None,
+            resume_timeout: resume_timeout(),
         }
     }
 }
@@ -612,6 +627,8 @@ impl Controller {
         s.task_prolog = new.task_prolog.clone();
         s.task_epilog = new.task_epilog.clone();
         s.mpi_default = new.mpi_default.clone();
+        s.reboot_program = new.reboot_program.clone();
+        s.resume_timeout = new.resume_timeout;
         let mut later = Vec::new();
         let mut differs = |name: &'static str, d: bool| {
             if d {
@@ -1499,7 +1516,7 @@ impl Controller {
                 // unless its health check marked it down.
                 node.state = match rec.node.state {
                     NodeState::Drain => NodeState::Drain,
-                    NodeState::Down if rec.health_down => NodeState::Down,
+                    NodeState::Down if rec.health_down || rec.reboot_down => NodeState::Down,
                     NodeState::Up | NodeState::Down => NodeState::Up,
                 };
                 if rec.usage.jobs == 0 {
@@ -1539,13 +1556,16 @@ impl Controller {
                     health_drained: false,
                     self_drained: false,
                     health_down: false,
+                    reboot_down: false,
+                    reboot: None,
                 });
                 self.dirty_nodes.insert(i);
                 self.touch_node(i);
             }
         }
-        self.nodes_changed();
         let i = self.node_index[&node_name];
+        self.rebooted(i);
+        self.nodes_changed();
         for e in exits {
             self.task_exit(now, &node_name, e);
         }
@@ -1699,6 +1719,7 @@ impl Controller {
         rec.health_drained = false;
         rec.self_drained = false;
         rec.health_down = false;
+        rec.reboot_down = false;
         self.dirty_nodes.insert(i);
         self.nodes_changed();
         Ok(())
@@ -1778,7 +1799,7 @@ impl Controller {
         rec.orders.retain(|(seq, _)| *seq > ack);
         rec.lease_until = now + self.settings.lease;
         rec.last_seen = now;
-        if rec.node.state == NodeState::Down && !rec.health_down {
+        if rec.node.state == NodeState::Down && !rec.health_down && !rec.reboot_down {
             rec.node.state = rec.node.state.step(NodeEvent::Resume).expect("down nodes resume");
             rec.reason = None;
             self.dirty_nodes.insert(i);
@@ -2001,7 +2022,9 @@ impl Controller {
     /// Nodes whose lease lapsed go down; their jobs are requeued (or fail).
     fn expire_leases(&mut self, now: Time, info: &mut TickInfo) {
         for i in 0..self.nodes.len() {
-            if self.nodes[i].node.state != NodeState::Down && self.nodes[i].lease_until < now {
+            // A node whose reboot was issued is expected silent (`resume_timeout` bounds it).
+            let rebooting = self.nodes[i].reboot.as_ref().is_some_and(|r| r.issued_at.is_some());
+            if self.nodes[i].node.state != NodeState::Down && self.nodes[i].lease_until < now && !rebooting {
                 self.fail_node(i, "not responding (lease expired)".into(), now, info);
             }
         }

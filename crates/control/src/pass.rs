@@ -273,6 +273,7 @@ impl Controller {
         assert!(self.mirror.is_some() || !self.pass_out, "one scheduling pass at a time");
         let mut info = TickInfo::default();
         self.expire_leases(now, &mut info);
+        self.reboots(now);
         self.enforce_limits(now, &mut info);
         self.purge(now);
         self.decay_usage(now);

@@ -1285,3 +1285,68 @@ fn reconfigure_applies_what_can_change_at_once_and_names_what_waits_for_a_restar
     assert_eq!(c.settings().lease, Settings::default().lease, "the lease waits for a restart");
     assert!(c.settings().prolog.is_none());
 }
+
+#[test]
+fn a_reboot_waits_for_its_node_to_empty_is_issued_once_and_completes_when_the_agent_registers_again() {
+    use crate::reboot::NextState;
+    let settings = Settings { reboot_program: Some("/sbin/reboot-node".into()), resume_timeout: 100, ..Settings::default() };
+    let mut c = Controller::new(settings);
+    for i in 0..3 {
+        c.register(0, Node::new(format!("n{i}"), 4, 8 << 30, 0), format!("127.0.0.{}", i + 1)).unwrap();
+    }
+    let names = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    // Administrators only; a program must be configured; names must exist.
+    assert!(matches!(c.reboot_nodes(1000, "alice", &names(&["n0"]), false, None, None), Err(Refused::Forbidden(_))));
+    assert!(matches!(c.reboot_nodes(0, "root", &names(&["n9"]), false, None, None), Err(Refused::NotFound(_))));
+    assert!(matches!(c.reboot_nodes(0, "root", &[], false, None, None), Err(Refused::Invalid(_))));
+    assert!(matches!(c.reboot_nodes(0, "root", &names(&["n0"]), false, None, Some("bad\nreason".into())), Err(Refused::Invalid(_))));
+    let job = c.submit(1, spec(1000), &batch(&["-w", "n0", "-c", "4"]), "alice").unwrap()[0];
+    c.tick(1);
+    assert_eq!(c.job(job).unwrap().state, JobState::Running);
+    // ASAP: drained at once; not issued while the job runs.
+    c.reboot_nodes(0, "root", &names(&["n0"]), true, None, None).unwrap();
+    assert_eq!((c.nodes()[0].node.state, c.nodes()[0].reason.as_deref()), (NodeState::Drain, Some("Reboot ASAP")));
+    let orders = c.hb(2, "n0", &[TaskKey { job, epoch: 1, step: BATCH_STEP, rank: 0 }], &[]).unwrap();
+    c.tick(2);
+    assert!(!orders.iter().any(|o| matches!(o, Order::Reboot { .. })));
+    // A plain reboot of an idle node is issued at the next tick; nextstate=DOWN keeps it down.
+    c.reboot_nodes(0, "root", &names(&["n1"]), false, Some(NextState::Down), Some("firmware".into())).unwrap();
+    assert_eq!(c.nodes()[1].node.state, NodeState::Up, "not drained: work may still land until it is issued");
+    c.tick(3);
+    assert_eq!(c.nodes()[1].node.state, NodeState::Drain);
+    assert_eq!(c.nodes()[1].reason.as_deref(), Some("firmware : reboot issued"));
+    let orders = c.hb(3, "n1", &[], &[]).unwrap();
+    assert_eq!(orders.iter().filter(|o| matches!(o, Order::Reboot { .. })).count(), 1);
+    // Silent while it reboots: its lease lapses without marking it down.
+    c.hb(60, "n0", &[TaskKey { job, epoch: 1, step: BATCH_STEP, rank: 0 }], &[]).unwrap();
+    c.hb(60, "n2", &[], &[]).unwrap();
+    c.tick(3 + 60);
+    assert_eq!(c.nodes()[1].node.state, NodeState::Drain);
+    c.register(70, Node::new("n1", 4, 8 << 30, 0), "127.0.0.2".into()).unwrap();
+    assert_eq!(c.nodes()[1].node.state, NodeState::Down);
+    assert_eq!(c.nodes()[1].reason.as_deref(), Some("firmware : reboot issued : reboot complete"));
+    assert!(c.nodes()[1].reboot.is_none());
+    c.hb(71, "n1", &[], &[]).unwrap();
+    assert_eq!(c.nodes()[1].node.state, NodeState::Down, "its heartbeats do not bring it back");
+    // n0's job ends: the reboot is issued; after it the node resumes (ASAP means resume).
+    c.hb(71, "n0", &[], &[ended(job, 1, Some(0), None)]).unwrap();
+    c.tick(72);
+    assert!(c.hb(72, "n0", &[], &[]).unwrap().iter().any(|o| matches!(o, Order::Reboot { .. })));
+    // Cancelling an issued reboot is refused; a pending one is forgotten, its ASAP drain undone.
+    assert!(matches!(c.cancel_reboot(0, "root", &names(&["n0"])), Err(Refused::Conflict(_))));
+    c.register(80, Node::new("n0", 4, 8 << 30, 0), "127.0.0.1".into()).unwrap();
+    assert_eq!((c.nodes()[0].node.state, c.nodes()[0].reason.as_deref()), (NodeState::Up, None));
+    let busy = c.submit(81, spec(1000), &batch(&["-w", "n2", "-c", "4"]), "alice").unwrap()[0];
+    c.tick(81);
+    assert_eq!(c.job(busy).unwrap().state, JobState::Running);
+    c.reboot_nodes(0, "root", &names(&["n2"]), true, None, None).unwrap();
+    c.cancel_reboot(0, "root", &names(&["n2"])).unwrap();
+    assert_eq!((c.nodes()[2].node.state, c.nodes()[2].reason.as_deref()), (NodeState::Up, None));
+    // A node that never comes back is down past resume_timeout.
+    c.cancel(82, 0, busy, None).unwrap();
+    c.hb(82, "n2", &[], &[ended(busy, 1, None, Some(15))]).unwrap();
+    c.reboot_nodes(0, "root", &names(&["ALL"]), false, None, None).unwrap();
+    c.tick(83);
+    c.tick(83 + 100);
+    assert_eq!((c.nodes()[2].node.state, c.nodes()[2].reason.as_deref()), (NodeState::Down, Some("reboot timed out")));
+}

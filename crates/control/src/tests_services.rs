@@ -78,7 +78,7 @@ impl World {
                             exits.push(ended(job, epoch, None, Some(9)));
                         }
                     }
-                    Order::Attach { .. } | Order::Epilog { .. } => {}
+                    Order::Attach { .. } | Order::Epilog { .. } | Order::Reboot { .. } => {}
                 }
             }
             if !exits.is_empty() {

@@ -665,6 +665,13 @@ pub struct NodeRec {
     /// registration do not bring it back; a later pass of the check does (or root's resume).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub health_down: bool,
+    /// Down after a reboot with `nextstate=DOWN`: its heartbeats and registrations do not bring
+    /// it back; root's `state=resume` does.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub reboot_down: bool,
+    /// A reboot asked for (`scontrol reboot`) and not yet complete.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reboot: Option<crate::reboot::Reboot>,
 }
 
 impl NodeRec {
@@ -811,6 +818,12 @@ pub enum Order {
         epoch: u32,
         /// `SLURM_JOB_ID`, `SLURM_JOB_USER`, ... as the prolog's.
         env: Vec<(String, String)>,
+    },
+    /// Run the site's reboot program (`scontrol reboot`): the node is idle and takes no work
+    /// until its agent registers again.
+    Reboot {
+        /// The program (`reboot_program`).
+        program: String,
     },
     /// Connect a running step's tasks' I/O to one more listener (`sattach`) as well as to
     /// the `srun` that started them: output (the last 128 frames first, then as it comes) and,

@@ -725,6 +725,7 @@ fn node_infos(resv: &std::collections::HashMap<&str, &model::Reservation>, nodes
                 partitions: if n.node.partitions.is_empty() { all.to_vec() } else { n.node.partitions.clone() },
                 features: n.node.features.clone(),
                 reservation: resv.map(|r| r.name.clone()),
+                reboot: n.reboot.as_ref().map(|r| if r.issued_at.is_some() { "issued" } else { "requested" }.into()),
             }
         })
         .collect()

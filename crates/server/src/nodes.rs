@@ -1,5 +1,6 @@
 //! Node and proxy identity (SECURITY.md, N1): single-use join tokens, the credentials they are
-//! spent on, proxy credentials, and node deletion, which revokes a node's credential.
+//! spent on, proxy credentials, and node deletion, which revokes a node's credential; and
+//! nodes' reboots (`scontrol reboot`, `cancel_reboot`: administrators).
 //!
 //! A node's credential is a token signed with the controller's `DATA/nodes.key` naming the node
 //! and a serial; the controller accepts it while it holds that serial for that name. It is sent
@@ -110,6 +111,67 @@ async fn delete_node(
     }
 }
 
+/// A request's node list (a hostlist, or `ALL`), bounded.
+fn node_list(nodes: &str) -> Result<Vec<String>, Response> {
+    if nodes.trim().eq_ignore_ascii_case("ALL") {
+        return Ok(vec!["ALL".into()]);
+    }
+    if nodes.trim().is_empty() {
+        return Err(err(StatusCode::BAD_REQUEST, "Missing node list. Specify ALL|<NodeList>"));
+    }
+    slurmcli::expand(nodes.trim(), 100_000).map_err(|e| err(StatusCode::BAD_REQUEST, format!("Invalid node name specified: {}", e.0)))
+}
+
+/// `POST /v1/reboot`: `scontrol reboot` (administrators, as Slurm's super users).
+async fn reboot(
+    State(app): State<App>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+    headers: HeaderMap,
+    body: Result<Json<wire::RebootRequest>, JsonRejection>,
+) -> Response {
+    let uid = or_reply!(crate::app::user_of(&app, &peer, &headers));
+    let r = or_reply!(json_body(body));
+    let names = or_reply!(node_list(&r.nodes));
+    let next = match r.next_state.as_deref().map(str::to_ascii_lowercase).as_deref() {
+        None => None,
+        Some("resume") => Some(control::reboot::NextState::Resume),
+        Some("down") => Some(control::reboot::NextState::Down),
+        Some(other) => {
+            return err(StatusCode::BAD_REQUEST, format!("Invalid state: {}\nValid states: DOWN, RESUME", slurmcli::visible(other)));
+        }
+    };
+    let user = crate::app::user_name(uid);
+    match app.with(|c| c.reboot_nodes(uid, &user, &names, r.asap, next, r.reason)).await {
+        Ok(Ok(())) => {
+            app.wake.notify_one();
+            StatusCode::NO_CONTENT.into_response()
+        }
+        Ok(Err(e)) => refused(e),
+        Err(r) => r,
+    }
+}
+
+/// `POST /v1/reboot/cancel`: `scontrol cancel_reboot` (administrators).
+async fn cancel_reboot(
+    State(app): State<App>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+    headers: HeaderMap,
+    body: Result<Json<wire::CancelRebootRequest>, JsonRejection>,
+) -> Response {
+    let uid = or_reply!(crate::app::user_of(&app, &peer, &headers));
+    let r = or_reply!(json_body(body));
+    let names = or_reply!(node_list(&r.nodes));
+    let user = crate::app::user_name(uid);
+    match app.with(|c| c.cancel_reboot(uid, &user, &names)).await {
+        Ok(Ok(())) => {
+            app.wake.notify_one();
+            StatusCode::NO_CONTENT.into_response()
+        }
+        Ok(Err(e)) => refused(e),
+        Err(r) => r,
+    }
+}
+
 /// Whether a proxy's request carries a valid proxy credential.
 pub(crate) fn proxy_ok(app: &App, headers: &HeaderMap) -> Result<(), Response> {
     let (name, serial) = crate::app::credential_of(app, headers, true)?;
@@ -122,4 +184,6 @@ pub(crate) fn routes(r: Router<App>) -> Router<App> {
         .route("/v1/agent/join", post(join))
         .route("/v1/proxy-credentials", post(proxy_credential))
         .route("/v1/nodes/{name}", delete(delete_node))
+        .route("/v1/reboot", post(reboot))
+        .route("/v1/reboot/cancel", post(cancel_reboot))
 }

@@ -122,6 +122,63 @@ pub fn parse_update(words: &[String]) -> Result<Update, String> {
     }
 }
 
+/// `scontrol reboot [ASAP] [nextstate=RESUME|DOWN] [reason=..] NODES|ALL`, read as Slurm's
+/// scontrol reads it: up to three of the options first (in any order, `ASAP` in any case,
+/// `nextstate=` abbreviated), then exactly one node list.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reboot {
+    /// `ASAP`.
+    pub asap: bool,
+    /// `resume` or `down`.
+    pub next_state: Option<String>,
+    /// `reason=`.
+    pub reason: Option<String>,
+    /// The node list (`ALL` or a hostlist).
+    pub nodes: String,
+}
+
+/// Reads `scontrol reboot`'s words after the command (`words[0]` is the command as typed);
+/// the error is Slurm's text.
+pub fn parse_reboot(words: &[String]) -> Result<Reboot, String> {
+    let mut r = Reboot { asap: false, next_state: None, reason: None, nodes: String::new() };
+    let mut used = 1;
+    for w in words.iter().skip(1).take(3) {
+        let lower = w.to_ascii_lowercase();
+        if lower == "asap" {
+            r.asap = true;
+        } else if lower.starts_with("reason=") {
+            let v = &w["reason=".len()..];
+            if v.is_empty() {
+                return Err("missing reason".into());
+            }
+            r.reason = Some(v.to_string());
+        } else if lower.starts_with("nextstate=") {
+            let v = &lower["nextstate=".len()..];
+            if v.is_empty() {
+                return Err("missing state".into());
+            }
+            r.next_state = Some(if "down".starts_with(v) {
+                "down".into()
+            } else if "resume".starts_with(v) {
+                "resume".into()
+            } else {
+                return Err(format!("Invalid state: {}\nValid states: DOWN, RESUME", &w["nextstate=".len()..]));
+            });
+        } else {
+            break;
+        }
+        used += 1;
+    }
+    match words.len().saturating_sub(used) {
+        0 => Err("Missing node list. Specify ALL|<NodeList>".into()),
+        1 => {
+            r.nodes = words[used].clone();
+            Ok(r)
+        }
+        _ => Err(format!("too many arguments for keyword:{}", words[0])),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -162,5 +219,20 @@ mod tests {
         assert!(parse_update(&w("NodeName=../jobs State=DRAIN")).unwrap_err().starts_with("Invalid node name specified"));
         assert!(!parse_update(&w("NodeName=\u{1b}[2J State=DRAIN")).unwrap_err().contains('\u{1b}'));
         assert!(!parse_update(&w("JobId=5 \u{1b}]0;x=1")).unwrap_err().contains('\u{1b}'), "control characters made visible");
+    }
+
+    #[test]
+    fn reboot_reads_as_slurms_scontrol() {
+        let w = |s: &str| s.split(' ').map(String::from).collect::<Vec<_>>();
+        let r = parse_reboot(&w("reboot asap nextstate=RES reason=firmware node[1-2]")).unwrap();
+        assert_eq!(r, Reboot { asap: true, next_state: Some("resume".into()), reason: Some("firmware".into()), nodes: "node[1-2]".into() });
+        assert_eq!(parse_reboot(&w("reboot ALL")).unwrap().nodes, "ALL");
+        assert_eq!(parse_reboot(&w("reb nextstate=d n1")).unwrap().next_state.as_deref(), Some("down"));
+        assert_eq!(parse_reboot(&w("reboot")).unwrap_err(), "Missing node list. Specify ALL|<NodeList>");
+        assert_eq!(parse_reboot(&w("reboot ASAP")).unwrap_err(), "Missing node list. Specify ALL|<NodeList>");
+        assert_eq!(parse_reboot(&w("reboot n1 n2")).unwrap_err(), "too many arguments for keyword:reboot");
+        assert_eq!(parse_reboot(&w("reboot reason= n1")).unwrap_err(), "missing reason");
+        assert_eq!(parse_reboot(&w("reboot nextstate= n1")).unwrap_err(), "missing state");
+        assert_eq!(parse_reboot(&w("reboot nextstate=sideways n1")).unwrap_err(), "Invalid state: sideways\nValid states: DOWN, RESUME");
     }
 }

@@ -640,3 +640,72 @@ fn the_job_submit_examples_of_debians_slurm_doc_package_work_unchanged() {
     assert!(e.contains("sbatch: error: No max_nodes specified, please specify a number of nodes\n"), "{e}");
     assert!(e.contains("sbatch: error: Batch job submission failed: Unspecified error"), "{e}");
 }
+
+/// `scontrol reboot`: an administrator's reboot waits for the node to empty (`ASAP` drains it
+/// at once), then the agent runs `reboot_program` once; the node takes no work until its
+/// agent registers again (the "machine" coming back: the agent restarted), then returns as
+/// `nextstate=` says. `cancel_reboot` forgets a reboot not yet issued. Ordinary users are
+/// refused, and bad input gets Slurm's words.
+#[test]
+fn scontrol_reboot_waits_for_the_node_to_empty_runs_the_reboot_program_once_and_the_node_returns_as_nextstate_says() {
+    let dir = scripts_dir("reboot");
+    let work = free_dir("site-reboot");
+    let log = work.join("reboots.log");
+    write_script(&dir.join("reboot"), &format!("#!/bin/sh\necho \"$SLURMD_NODENAME\" >> {}\n", log.display()));
+    let cfg = format!("reboot_program = \"{}\"\nresume_timeout = 120\n", dir.join("reboot").display());
+    let mut c = Cluster::with_config("reboot", 2, None, 30, Some(&cfg));
+    let o = as_nobody(&c, "scontrol", &["reboot", "node1"]);
+    assert!(!o.status.success());
+    assert!(text(&o).contains("scontrol_reboot_nodes error: Permission denied"), "{}", text(&o));
+    for (args, words) in [
+        (&["reboot"][..], "Missing node list. Specify ALL|<NodeList>"),
+        (&["reboot", "ASAP", "nextstate=up", "node1"][..], "Invalid state: up"),
+        (&["reboot", "node9"][..], "Invalid node name specified"),
+        (&["reboot", "node1", "node2"][..], "too many arguments for keyword:reboot"),
+        (&["cancel_reboot"][..], "missing argument for keyword:cancel_reboot"),
+    ] {
+        let o = c.run("scontrol", args);
+        assert!(!o.status.success(), "{args:?}");
+        assert!(text(&o).contains(words), "{args:?}: {}", text(&o));
+    }
+    assert_eq!(node(&c, "node1"), "idle|none", "nothing was changed");
+    // ASAP on a busy node: drained at once, its job runs on, nothing new lands there.
+    let id = c.sbatch(&["-w", "node1", "-c", "4", "--wrap", "sleep 3"]);
+    c.wait_state(id, &["RUNNING"], 30);
+    c.ok("scontrol", &["reboot", "ASAP", "nextstate=RESUME", "node1"]);
+    assert_eq!(node(&c, "node1"), "drain@|Reboot ASAP");
+    let show = c.ok("scontrol", &["show", "node", "node1"]);
+    assert!(show.contains("+REBOOT_REQUESTED"), "{show}");
+    c.wait_state(id, &["COMPLETED"], 30);
+    wait_for("node1's reboot program", 20, || read(&log).contains("node1"));
+    wait_for("the reboot issued", 10, || node(&c, "node1") == "reboot^|Reboot ASAP : reboot issued");
+    let later = c.sbatch(&["-w", "node1", "--wrap", "true"]);
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(c.job(later)["JobState"], "PENDING", "a rebooting node takes no work");
+    // The machine comes back: its agent starts again and registers; nextstate=RESUME.
+    c.kill_agent(0);
+    let server = c.agent_server[0].clone();
+    c.start_agent(0, &server);
+    c.wait_state(later, &["COMPLETED"], 30);
+    assert_eq!(node(&c, "node1"), "idle|none");
+    assert_eq!(read(&log).matches("node1").count(), 1, "the program ran once");
+    // nextstate=DOWN on an idle node: issued at once, down with Slurm's words after it.
+    c.ok("scontrol", &["reboot", "nextstate=DOWN", "reason=firmware", "node2"]);
+    wait_for("node2's reboot program", 20, || read(&log).contains("node2"));
+    c.kill_agent(1);
+    let server = c.agent_server[1].clone();
+    c.start_agent(1, &server);
+    wait_for("node2 down after its reboot", 30, || node(&c, "node2") == "down|firmware : reboot issued : reboot complete");
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(node(&c, "node2"), "down|firmware : reboot issued : reboot complete", "its heartbeats keep it down");
+    c.ok("scontrol", &["update", "nodename=node2", "state=resume"]);
+    assert_eq!(node(&c, "node2"), "idle|none");
+    // A reboot not yet issued is cancelled, and its ASAP drain undone.
+    let busy = c.sbatch(&["-w", "node1", "-c", "4", "--wrap", "sleep 30"]);
+    c.wait_state(busy, &["RUNNING"], 30);
+    c.ok("scontrol", &["reboot", "ASAP", "node1"]);
+    assert_eq!(node(&c, "node1"), "drain@|Reboot ASAP");
+    c.ok("scontrol", &["cancel_reboot", "node1"]);
+    assert_eq!(node(&c, "node1"), "allocated|none");
+    c.ok("scancel", &[&busy.to_string()]);
+}

@@ -268,6 +268,36 @@ pub struct NodeInfo {
     /// The advance reservation in force on it, if any (`sinfo %i`, `+RESERVED`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reservation: Option<String>,
+    /// A reboot asked for (`scontrol reboot`): `requested` (Slurm's `@`), or `issued` (`^`:
+    /// the reboot program runs; the node takes no work until its agent registers again).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reboot: Option<String>,
+}
+
+/// `POST /v1/reboot`: `scontrol reboot [ASAP] [nextstate=RESUME|DOWN] [reason=..] NODES`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RebootRequest {
+    /// A hostlist, or `ALL`.
+    pub nodes: String,
+    /// Drain the nodes now, so they empty (`ASAP`).
+    #[serde(default)]
+    pub asap: bool,
+    /// `resume` or `down` after the reboot (absent: the node's state before it; `resume` with
+    /// `asap`).
+    #[serde(default)]
+    pub next_state: Option<String>,
+    /// The nodes' reason meanwhile.
+    #[serde(default)]
+    pub reason: Option<String>,
+}
+
+/// `POST /v1/reboot/cancel`: `scontrol cancel_reboot NODES`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CancelRebootRequest {
+    /// A hostlist, or `ALL`.
+    pub nodes: String,
 }
 
 /// One advance reservation as `scontrol show reservation` and `sinfo -T` show it.

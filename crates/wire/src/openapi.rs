@@ -359,6 +359,35 @@ pub const DOCUMENT: &str = r##"{
         }
       }
     },
+    "/v1/reboot": {
+      "post": {
+        "operationId": "rebootNodes", "tags": ["admin"], "summary": "scontrol reboot (administrators): each node reboots by reboot_program once it is idle",
+        "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/RebootRequest"}}}},
+        "responses": {
+          "204": {"description": "Requested"},
+          "400": {"$ref": "#/components/responses/Invalid"},
+          "401": {"$ref": "#/components/responses/Unauthenticated"},
+          "403": {"$ref": "#/components/responses/Forbidden"},
+          "404": {"$ref": "#/components/responses/NotFound"},
+          "500": {"$ref": "#/components/responses/ServerError"}
+        }
+      }
+    },
+    "/v1/reboot/cancel": {
+      "post": {
+        "operationId": "cancelReboot", "tags": ["admin"], "summary": "scontrol cancel_reboot (administrators): forget reboots not yet issued",
+        "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/CancelRebootRequest"}}}},
+        "responses": {
+          "204": {"description": "Cancelled"},
+          "400": {"$ref": "#/components/responses/Invalid"},
+          "401": {"$ref": "#/components/responses/Unauthenticated"},
+          "403": {"$ref": "#/components/responses/Forbidden"},
+          "404": {"$ref": "#/components/responses/NotFound"},
+          "409": {"$ref": "#/components/responses/Conflict"},
+          "500": {"$ref": "#/components/responses/ServerError"}
+        }
+      }
+    },
     "/v1/reconfigure": {
       "post": {
         "operationId": "reconfigure", "tags": ["admin"], "summary": "scontrol reconfigure (operators and administrators; root always): reads tandem.toml again, applies what can change at once, loads the job-submit script again",
@@ -855,7 +884,15 @@ pub const DOCUMENT: &str = r##"{
         "addr": {"type": "string"},
         "partitions": {"type": "array", "items": {"type": "string"}},
         "features": {"type": "array", "items": {"type": "string"}},
-        "reservation": {"type": "string", "description": "The advance reservation in force on it"}}},
+        "reservation": {"type": "string", "description": "The advance reservation in force on it"},
+        "reboot": {"enum": ["requested", "issued"], "description": "A reboot asked for (scontrol reboot): requested, or issued (the reboot program runs)"}}},
+      "RebootRequest": {"type": "object", "additionalProperties": false, "required": ["nodes"], "properties": {
+        "nodes": {"type": "string", "maxLength": 1048576, "description": "A hostlist, or ALL"},
+        "asap": {"type": "boolean", "description": "Drain the nodes now, so they empty (ASAP)"},
+        "next_state": {"enum": ["resume", "down", null], "description": "The nodes' state after the reboot (absent: as before it; resume with asap)"},
+        "reason": {"$ref": "#/components/schemas/StringOrNull", "description": "The nodes' reason meanwhile"}}},
+      "CancelRebootRequest": {"type": "object", "additionalProperties": false, "required": ["nodes"], "properties": {
+        "nodes": {"type": "string", "maxLength": 1048576, "description": "A hostlist, or ALL"}}},
       "ConfigInfo": {"type": "object", "additionalProperties": false,
         "required": ["cluster_name", "kill_wait", "lease", "max_array", "min_job_age", "scheduler", "partitions", "qos"], "properties": {
         "cluster_name": {"type": "string"}, "kill_wait": {"$ref": "#/components/schemas/i64"}, "lease": {"$ref": "#/components/schemas/i64"},
@@ -968,7 +1005,10 @@ pub const DOCUMENT: &str = r##"{
         {"type": "object", "required": ["Epilog"], "additionalProperties": false, "properties": {"Epilog": {"type": "object", "additionalProperties": false,
           "description": "A run is over on this node: run the epilog once its tasks here are gone",
           "required": ["job", "epoch", "env"], "properties": {"job": {"$ref": "#/components/schemas/u64"}, "epoch": {"$ref": "#/components/schemas/u32"},
-            "env": {"type": "array", "items": {"$ref": "#/components/schemas/StringPair"}}}}}}]},
+            "env": {"type": "array", "items": {"$ref": "#/components/schemas/StringPair"}}}}}},
+        {"type": "object", "required": ["Reboot"], "additionalProperties": false, "properties": {"Reboot": {"type": "object", "additionalProperties": false,
+          "description": "Run the site's reboot program (scontrol reboot); the node is idle and takes no work until the agent registers again",
+          "required": ["program"], "properties": {"program": {"type": "string"}}}}}]},
       "Task": {"type": "object", "additionalProperties": false,
         "required": ["job", "epoch", "step", "rank", "script", "argv", "env", "workdir", "stdout", "stderr", "uid", "gid", "gpus", "mem_limit", "replica"],
         "properties": {
@@ -1713,6 +1753,7 @@ mod tests {
                     partitions: vec!["batch".into()],
                     features: vec![],
                     reservation: Some("maint".into()),
+                    reboot: Some("requested".into()),
                 }),
             ),
             (
@@ -1740,6 +1781,16 @@ mod tests {
             ),
             ("ResvCreated", v(&ResvCreated { name: "root_1".into() })),
             ("Reconfigured", v(&Reconfigured { restart_needed: vec!["lease".into()] })),
+            (
+                "RebootRequest",
+                v(&RebootRequest {
+                    nodes: "node[1-2]".into(),
+                    asap: true,
+                    next_state: Some("resume".into()),
+                    reason: Some("firmware".into()),
+                }),
+            ),
+            ("CancelRebootRequest", v(&CancelRebootRequest { nodes: "ALL".into() })),
             (
                 "ResvSpec",
                 v(&slurmcli::resv::parse_reservation(
@@ -1927,6 +1978,7 @@ mod tests {
                         (1, control::Order::Launch(task)),
                         (2, control::Order::Signal { job: 5, epoch: 1, signal: 10, batch_only: true, step: Some(0) }),
                         (3, control::Order::Kill { job: 5, epoch: 1 }),
+                        (4, control::Order::Reboot { program: "/usr/sbin/reboot".into() }),
                     ],
                 }),
             ),
