@@ -1,7 +1,8 @@
-//! `sreport`: Slurm's common reports from the accounting records, `cluster utilization` and
-//! `user top`, over a period (`start=`, `end=`; by default yesterday, midnight to midnight),
-//! in CPU minutes (`-t` hours, seconds, percent), as Slurm prints them. The arithmetic is
-//! slurmcli's (`utilization`, `top_users`); this reads the jobs and nodes and prints.
+//! `sreport`: Slurm's common reports from the accounting records, `cluster utilization`,
+//! `user top` and `reservation utilization`, over a period (`start=`, `end=`; by default
+//! yesterday, midnight to midnight), in CPU minutes (`-t` hours, seconds, percent), as Slurm
+//! prints them. The arithmetic is slurmcli's (`utilization`, `top_users`,
+//! `reservation_usage`); this reads the jobs, nodes and reservations and prints.
 
 use anyhow::{Result, bail};
 use client::Target;
@@ -11,7 +12,7 @@ use wire::{JobInfo, NodeInfo};
 use crate::common::now;
 use crate::query::{get, iso};
 
-const USAGE: &str = "Usage: sreport [-n] [-p|-P] [-t seconds|minutes|hours|percent] cluster utilization | user top [start=TIME] [end=TIME] [topcount=N] [users=LIST] [accounts=LIST]";
+const USAGE: &str = "Usage: sreport [-n] [-p|-P] [-t seconds|minutes|hours|percent] cluster utilization | user top | reservation utilization [start=TIME] [end=TIME] [topcount=N] [users=LIST] [accounts=LIST] [names=LIST]";
 
 /// `sreport`.
 pub(crate) fn sreport(args: &[String]) -> Result<i32> {
@@ -51,6 +52,7 @@ pub(crate) fn sreport(args: &[String]) -> Result<i32> {
     let mut command = Vec::new();
     let (mut users, mut accounts): (Vec<String>, Vec<String>) = (Vec::new(), Vec::new());
     let mut filter_word = String::new();
+    let (mut names, mut names_word): (Vec<String>, String) = (Vec::new(), String::new());
     // The conditions as Slurm's sreport reads them (`xstrncasecmp` with its minimum lengths):
     // any case, abbreviated; the report's two words come first.
     const CONDITIONS: &[Keyword] = &[
@@ -62,6 +64,7 @@ pub(crate) fn sreport(args: &[String]) -> Result<i32> {
         Keyword::alias("Acct", 4, "Accounts"),
         Keyword::new("Clusters", 1),
         Keyword::new("Format", 1),
+        Keyword::new("Names", 2),
     ];
     for w in &words {
         let Some((k, v)) = w.split_once('=') else {
@@ -93,6 +96,10 @@ pub(crate) fn sreport(args: &[String]) -> Result<i32> {
                 if key == "Users" { users.extend(list()) } else { accounts.extend(list()) }
             }
             "Clusters" => crate::query::check_clusters(&Target::from_env()?, v)?,
+            "Names" => {
+                names_word = w.clone();
+                names.extend(list());
+            }
             _ => bail!("Format= is not supported by this sreport (its columns are Slurm's defaults)"),
         }
     }
@@ -102,12 +109,17 @@ pub(crate) fn sreport(args: &[String]) -> Result<i32> {
     let report = match command.iter().map(String::as_str).collect::<Vec<_>>().as_slice() {
         [c, u] if "cluster".starts_with(c) && c.len() >= 2 && "utilization".starts_with(u) && u.len() >= 2 => Report::Cluster,
         [c, u] if "user".starts_with(c) && !c.is_empty() && "topusage".starts_with(u) && u.len() >= 2 => Report::Top,
+        [c, u] if "reservation".starts_with(c) && c.len() >= 2 && "utilization".starts_with(u) && u.len() >= 2 => Report::Resv,
         [] => bail!("no report named\n{USAGE}"),
         other => bail!("unknown report: {}\n{USAGE}", other.join(" ")),
     };
-    if matches!(report, Report::Cluster) && !(users.is_empty() && accounts.is_empty()) {
-        // Slurm's cluster utilization takes no user or account condition.
+    if !matches!(report, Report::Top) && !(users.is_empty() && accounts.is_empty()) {
+        // Slurm's cluster and reservation utilization take no user or account condition.
         eprintln!(" Unknown condition: {}\nUse keyword set to modify value", slurmcli::visible(&filter_word));
+        return Ok(1);
+    }
+    if !matches!(report, Report::Resv) && !names_word.is_empty() {
+        eprintln!(" Unknown condition: {}\nUse keyword set to modify value", slurmcli::visible(&names_word));
         return Ok(1);
     }
     let target = Target::from_env()?;
@@ -122,6 +134,7 @@ pub(crate) fn sreport(args: &[String]) -> Result<i32> {
             cpus: j.cpus,
             start: j.start.filter(|_| !j.start_estimated),
             end: j.end,
+            reservation: j.reservation.clone(),
         })
         .collect();
     let out = Out { header, sep };
@@ -130,7 +143,9 @@ pub(crate) fn sreport(args: &[String]) -> Result<i32> {
         Report::Cluster => {
             let nodes: Vec<NodeInfo> = get(&target, "/v1/nodes")?;
             let cpus: u64 = nodes.iter().map(|n| n.cpus.0 as u64).sum();
-            let u = slurmcli::utilization(&usage, cpus, from, to, t);
+            let resvs: Vec<wire::ResvInfo> = get(&target, "/v1/reservations")?;
+            let resvs: Vec<(wire::Reservation, u64)> = resvs.into_iter().map(|r| (r.resv, u64::from(r.cpus))).collect();
+            let u = slurmcli::utilization(&usage, cpus, &resvs, from, to, t);
             out.banner(&format!("Cluster Utilization {} - {}", iso(period.0), iso(period.1)), unit);
             let cols = [("Cluster", 9), ("Allocated", 12), ("Down", 10), ("PLND Down", 10), ("Idle", 12), ("Planned", 9), ("Reported", 12)];
             let name = cluster_name(&target);
@@ -149,6 +164,31 @@ pub(crate) fn sreport(args: &[String]) -> Result<i32> {
                 .collect();
             out.table(&cols, &cells);
         }
+        Report::Resv => {
+            // Each occurrence that ran at any time in the period, whole (as Slurm's: the
+            // period does not cut a reservation's time), up to now.
+            let resvs: Vec<wire::ResvInfo> = get(&target, "/v1/reservations")?;
+            out.banner(&format!("Reservation Utilization {} - {}", iso(period.0), iso(period.1)), unit);
+            let cols = [("Cluster", 9), ("Name", 9), ("Start", 19), ("End", 19), ("TRES Name", 14), ("Allocated", 20), ("Idle", 20)];
+            let name = cluster_name(&target);
+            let mut rows = Vec::new();
+            for r in resvs.iter().filter(|r| names.is_empty() || names.contains(&r.resv.name)) {
+                for w in slurmcli::reservation_windows(&r.resv, from, to).into_iter().filter(|w| w.0 < t) {
+                    let (used, idle) = slurmcli::reservation_usage(&r.resv, u64::from(r.cpus), &usage, w, t);
+                    let total = used + idle;
+                    rows.push(vec![
+                        name.clone(),
+                        r.resv.name.clone(),
+                        iso(w.0),
+                        iso(w.1),
+                        "cpu".into(),
+                        unit.value(used, total),
+                        unit.value(idle, total),
+                    ]);
+                }
+            }
+            out.table(&cols, &rows);
+        }
     }
     Ok(0)
 }
@@ -156,6 +196,7 @@ pub(crate) fn sreport(args: &[String]) -> Result<i32> {
 enum Report {
     Cluster,
     Top,
+    Resv,
 }
 
 /// How rows are printed: columns or separated fields, with or without the header.

@@ -49,7 +49,7 @@ pub use query::{
     array_id, field_of, fields_used, header_of, hms, index_ranges, parse_long, parse_percent, parse_sacct_fields, parse_sort, parse_states,
     parse_unit, parse_when, render, sacct_line, sacct_rule, size, squeue_secs, state_code,
 };
-pub use report::{ReportUnit, UsageJob, Utilization, top_users, utilization};
+pub use report::{ReportUnit, UsageJob, Utilization, reservation_usage, reservation_windows, top_users, utilization};
 pub use srun::{HetSegment, Input, MAX_CPU_ID, MPI_TYPES, SrunSpec, cpu_bind_cpus, parse_srun, parse_srun_env};
 pub use visible::{is_control, visible, visible_text};
 

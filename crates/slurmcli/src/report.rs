@@ -1,5 +1,6 @@
 //! `sreport`'s arithmetic, as Slurm's: usage over a period from the jobs' CPU allocations
-//! (`cluster utilization`, `user top`) and its units. Pure: the caller passes the jobs and the
+//! and the advance reservations (`cluster utilization`, `user top`, `reservation
+//! utilization`) and its units. Pure: the caller passes the jobs, the reservations and the
 //! cluster's CPUs.
 
 use crate::Invalid;
@@ -17,6 +18,8 @@ pub struct UsageJob {
     pub start: Option<i64>,
     /// End (None: still running).
     pub end: Option<i64>,
+    /// The advance reservation it ran in.
+    pub reservation: Option<String>,
 }
 
 impl UsageJob {
@@ -36,21 +39,58 @@ pub struct Utilization {
     pub allocated: u64,
     /// Down or drained (Tandem keeps no node-state history: 0).
     pub down: u64,
-    /// Planned down (no maintenance reservations: 0).
+    /// Planned down: `MAINT` reservations' time that no job in them used.
     pub planned_down: u64,
     /// Neither allocated nor down.
     pub idle: u64,
-    /// Reserved but unused (reserved time is not yet counted: 0).
+    /// Idle time with jobs waiting that could not start (not counted: 0).
     pub planned: u64,
     /// The whole: CPUs times the period.
     pub reported: u64,
 }
 
-/// The cluster's utilization over `[from, to)` with `cpus` CPUs in all.
-pub fn utilization(jobs: &[UsageJob], cpus: u64, from: i64, to: i64, now: i64) -> Utilization {
+/// The cluster's utilization over `[from, to)` with `cpus` CPUs in all, as Slurm's: jobs'
+/// time is allocated; so is the time of an advance reservation that no job in it used (its
+/// CPUs were kept from everyone else), unless it is a `MAINT` one (planned down) or has
+/// `IGNORE_JOBS` (not counted). `resvs` pairs each reservation with its nodes' CPUs.
+pub fn utilization(jobs: &[UsageJob], cpus: u64, resvs: &[(model::Reservation, u64)], from: i64, to: i64, now: i64) -> Utilization {
     let reported = cpus.saturating_mul((to - from).max(0) as u64);
-    let allocated: u64 = jobs.iter().map(|j| j.cpu_seconds(from, to, now)).sum::<u64>().min(reported);
-    Utilization { allocated, idle: reported - allocated, reported, ..Utilization::default() }
+    let mut allocated: u64 = jobs.iter().map(|j| j.cpu_seconds(from, to, now)).sum::<u64>();
+    let mut planned_down = 0u64;
+    for (r, c) in resvs.iter().filter(|(r, _)| !r.flags.ignore_jobs) {
+        let idle: u64 = reservation_windows(r, from, to).iter().map(|&w| reservation_usage(r, *c, jobs, w, now).1).sum();
+        if r.flags.maint {
+            planned_down += idle;
+        } else {
+            allocated += idle;
+        }
+    }
+    let allocated = allocated.min(reported);
+    let planned_down = planned_down.min(reported - allocated);
+    Utilization { allocated, planned_down, idle: reported - allocated - planned_down, reported, ..Utilization::default() }
+}
+
+/// The windows of reservation `r` that share time with `[from, to)`: its one window, or each
+/// occurrence of a `DAILY` or `WEEKLY` one.
+pub fn reservation_windows(r: &model::Reservation, from: i64, to: i64) -> Vec<(i64, i64)> {
+    let Some(p) = r.flags.period() else {
+        return if r.start < to && from < r.end { vec![(r.start, r.end)] } else { Vec::new() };
+    };
+    let first = if from > r.end { (from - r.end) / p } else { 0 };
+    (first..).map(|k| (r.start + k * p, r.end + k * p)).take_while(|&(s, _)| s < to).filter(|&(_, e)| from < e).take(10_000).collect()
+}
+
+/// CPU-seconds of reservation `r` (with `cpus` CPUs on its nodes) over `window`, up to `now`:
+/// what jobs in it used, and what stayed idle.
+pub fn reservation_usage(r: &model::Reservation, cpus: u64, jobs: &[UsageJob], window: (i64, i64), now: i64) -> (u64, u64) {
+    let (a, b) = (window.0, window.1.min(now));
+    if b <= a {
+        return (0, 0);
+    }
+    let total = cpus.saturating_mul((b - a) as u64);
+    let used: u64 = jobs.iter().filter(|j| j.reservation.as_deref() == Some(r.name.as_str())).map(|j| j.cpu_seconds(a, b, now)).sum();
+    let used = used.min(total);
+    (used, total - used)
 }
 
 /// `user top`: each (user, account) with the CPU-seconds its jobs held in `[from, to)`, most
@@ -128,7 +168,7 @@ mod tests {
     use super::*;
 
     fn job(user: &str, cpus: u32, start: Option<i64>, end: Option<i64>) -> UsageJob {
-        UsageJob { user: user.into(), account: format!("{user}-acct"), cpus, start, end }
+        UsageJob { user: user.into(), account: format!("{user}-acct"), cpus, start, end, reservation: None }
     }
 
     #[test]
@@ -139,11 +179,49 @@ mod tests {
         assert_eq!(j.cpu_seconds(500, 600, 2000), 0);
         assert_eq!(job("b", 2, Some(100), None).cpu_seconds(0, 1000, 300), 400, "running: up to now");
         assert_eq!(job("c", 2, None, None).cpu_seconds(0, 1000, 300), 0, "never started");
-        let u = utilization(&[j, job("b", 2, Some(100), None)], 8, 0, 1000, 300);
+        let u = utilization(&[j, job("b", 2, Some(100), None)], 8, &[], 0, 1000, 300);
         assert_eq!(u, Utilization { allocated: 1600, idle: 6400, reported: 8000, ..Utilization::default() });
         // More than the cluster held (clocks, a shrunk cluster) never makes idle negative.
-        let over = utilization(&[job("x", 100, Some(0), Some(1000))], 1, 0, 1000, 1000);
+        let over = utilization(&[job("x", 100, Some(0), Some(1000))], 1, &[], 0, 1000, 1000);
         assert_eq!((over.allocated, over.idle), (1000, 0));
+    }
+
+    fn resv(name: &str, start: i64, end: i64, flags: model::ResvFlags) -> model::Reservation {
+        model::Reservation {
+            name: name.into(),
+            start,
+            end,
+            nodes: vec!["n1".into()],
+            users: vec!["a".into()],
+            users_negated: false,
+            accounts: vec![],
+            accounts_negated: false,
+            partition: None,
+            flags,
+            tres: String::new(),
+        }
+    }
+
+    #[test]
+    fn reserved_time_is_allocated_unless_maintenance_and_jobs_in_it_count_once() {
+        // 4 CPUs reserved over [100, 300); a job in it used 2 CPUs over [100, 200).
+        let mut inside = job("a", 2, Some(100), Some(200));
+        inside.reservation = Some("team".into());
+        let team = resv("team", 100, 300, model::ResvFlags::default());
+        assert_eq!(reservation_usage(&team, 4, std::slice::from_ref(&inside), (100, 300), 1000), (200, 600));
+        assert_eq!(reservation_usage(&team, 4, std::slice::from_ref(&inside), (100, 300), 150), (100, 100), "up to now");
+        let u = utilization(std::slice::from_ref(&inside), 8, &[(team.clone(), 4)], 0, 1000, 1000);
+        assert_eq!(u, Utilization { allocated: 800, idle: 7200, reported: 8000, ..Utilization::default() });
+        let maint = resv("team", 100, 300, model::ResvFlags { maint: true, ..Default::default() });
+        let u = utilization(std::slice::from_ref(&inside), 8, &[(maint, 4)], 0, 1000, 1000);
+        assert_eq!((u.allocated, u.planned_down, u.idle), (200, 600, 7200));
+        let ignored = resv("team", 100, 300, model::ResvFlags { ignore_jobs: true, ..Default::default() });
+        assert_eq!(utilization(std::slice::from_ref(&inside), 8, &[(ignored, 4)], 0, 1000, 1000).allocated, 200);
+        // A daily one: each occurrence within the period.
+        let daily = resv("d", 3600, 7200, model::ResvFlags { daily: true, ..Default::default() });
+        assert_eq!(reservation_windows(&daily, 0, 2 * 86400), vec![(3600, 7200), (86400 + 3600, 86400 + 7200)]);
+        assert_eq!(reservation_windows(&daily, 5 * 86400, 5 * 86400 + 4000), vec![(5 * 86400 + 3600, 5 * 86400 + 7200)]);
+        assert!(reservation_windows(&team, 300, 1000).is_empty());
     }
 
     #[test]

@@ -709,3 +709,39 @@ fn scontrol_reboot_waits_for_the_node_to_empty_runs_the_reboot_program_once_and_
     assert_eq!(node(&c, "node1"), "allocated|none");
     c.ok("scancel", &[&busy.to_string()]);
 }
+
+/// `sreport` counts reserved time as Slurm's: an advance reservation's time that no job in it
+/// used is allocated (a `MAINT` one's is planned down), and `reservation utilization` shows
+/// each reservation's allocated and idle time.
+#[test]
+fn sreport_counts_reserved_time_and_reports_each_reservations_use() {
+    let c = Cluster::new("sreport-resv", 2, None, 30);
+    c.ok("scontrol", &["create", "reservation", "ReservationName=team", "StartTime=now", "Duration=60", "Nodes=node2", "Users=root"]);
+    c.ok(
+        "scontrol",
+        &["create", "reservation", "ReservationName=fix", "StartTime=now", "Duration=60", "Nodes=node1", "Users=root", "Flags=MAINT"],
+    );
+    let id = c.sbatch(&["--reservation=team", "-c", "2", "--wrap", "sleep 2"]);
+    c.wait_state(id, &["COMPLETED"], 30);
+    std::thread::sleep(Duration::from_secs(1));
+    let (start, end) = ("start=now-1hour", "end=now+1hour");
+    let r = c.ok("sreport", &["-n", "-P", "-t", "seconds", "cluster", "utilization", start, end]);
+    let row: Vec<u64> = r.trim().split('|').skip(1).map(|v| v.parse().unwrap()).collect();
+    let (alloc, down, plnd, idle, reported) = (row[0], row[1], row[2], row[3], row[5]);
+    // node2's reserved time (4 CPUs) is allocated, the job's 2 CPUs inside it counted once;
+    // node1's maintenance time is planned down.
+    assert!(alloc >= 4 * 2 && plnd >= 4 * 2 && down == 0, "more than the job alone (2 CPUs for 2 s): {r}");
+    assert_eq!(alloc + plnd + idle, reported, "{r}");
+    let r = c.ok("sreport", &["-P", "-t", "seconds", "reservation", "utilization", start, end]);
+    assert!(r.contains("Reservation Utilization ") && r.contains("Cluster|Name|Start|End|TRES Name|Allocated|Idle\n"), "{r}");
+    let team = r.lines().find(|l| l.contains("|team|")).unwrap_or_else(|| panic!("{r}"));
+    let f: Vec<&str> = team.split('|').collect();
+    assert_eq!(f[4], "cpu", "{r}");
+    let (used, unused): (u64, u64) = (f[5].parse().unwrap(), f[6].parse().unwrap());
+    assert!(used >= 2 * 2 && unused > 0, "the job's 2 CPUs for 2 s, and the rest idle: {r}");
+    let pct = c.ok("sreport", &["-n", "-P", "-t", "percent", "res", "util", "names=team", start, end]);
+    assert_eq!(pct.lines().count(), 1, "{pct}");
+    assert_eq!(c.ok("sreport", &["-n", "-P", "reservation", "utilization", "names=other", start, end]), "");
+    let o = c.run("sreport", &["reservation", "utilization", "users=root"]);
+    assert!(!o.status.success() && text(&o).contains(" Unknown condition: users=root"), "{}", text(&o));
+}

@@ -789,7 +789,7 @@ pub use control::service::DEFAULT_PREFILL_PACE;
 /// The view types are the controller's own (the wire format is defined there).
 pub use control::{EndpointView, HetStep, ProxyServiceStats, ServiceEndpoints, ShareRow, StdinTo, StepIo, StepRes, StepSpec};
 /// The accounting's objects are the model's.
-pub use model::{Account, AdminLevel, Limits, Qos, Tres, User};
+pub use model::{Account, AdminLevel, Limits, Qos, Reservation, Tres, User};
 
 #[cfg(test)]
 mod tests {
