@@ -424,7 +424,7 @@ pub(crate) fn node_flags(n: &wire::NodeInfo) -> Vec<&'static str> {
 /// reboot asked for is `boot` (`reboot` long), `^` once it is issued; a busy one keeps its
 /// state with `@` (`mix@`, `alloc@`, `drain@`), `^` once issued.
 pub(crate) fn sinfo_state(n: &wire::NodeInfo, compact: bool) -> String {
-    let base = if compact { crate::sinfo::compact_state(&n.state).to_string() } else { n.state.clone() };
+    let base = if compact { compact_state(&n.state).to_string() } else { n.state.clone() };
     let Some(r) = n.reboot.as_deref() else { return base };
     let mark = if r == "issued" { "^" } else { "@" };
     let empty = n.cpus.1 == 0 && matches!(n.state.as_str(), "idle" | "drain" | "reserved" | "maint");
@@ -432,6 +432,22 @@ pub(crate) fn sinfo_state(n: &wire::NodeInfo, compact: bool) -> String {
         (true, true) => format!("boot{}", if r == "issued" { "^" } else { "" }),
         (true, false) => format!("reboot{}", if r == "issued" { "^" } else { "" }),
         (false, _) => format!("{base}{mark}"),
+    }
+}
+
+/// A node state as Slurm's `%t` prints it (`mix`, `alloc`, `drng`, ...).
+pub(crate) fn compact_state(s: &str) -> &str {
+    match s {
+        "mixed" => "mix",
+        "allocated" => "alloc",
+        "draining" => "drng",
+        "drained" => "drain",
+        "completing" => "comp",
+        "unknown" => "unk",
+        "future" => "futr",
+        "reserved" => "resv",
+        "planned" => "plnd",
+        other => other,
     }
 }
 

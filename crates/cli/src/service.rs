@@ -112,9 +112,15 @@ pub(crate) fn run(cmd: ServiceCmd) -> Result<i32> {
             let spec = parse_spec(&text, &path)?;
             spec.resolve().map_err(|e| anyhow::anyhow!("{path}: {e}"))?;
             let cwd = std::env::current_dir()?.display().to_string();
-            let r: ApplyResponse = rt()?
-                .block_on(send(&t, "POST", "/v1/services", Some(&ApplyRequest { spec, cwd, umask: Some(crate::common::umask()) }), &[]))?
-                .json()?;
+            let reply = rt()?.block_on(send(
+                &t,
+                "POST",
+                "/v1/services",
+                Some(&ApplyRequest { spec, cwd, umask: Some(crate::common::umask()) }),
+                &[],
+            ))?;
+            crate::common::show_user_msg("tandem service apply", &reply);
+            let r: ApplyResponse = reply.json()?;
             let what = match (r.changed, r.revision) {
                 (false, _) => "unchanged",
                 (true, 1) => "created",

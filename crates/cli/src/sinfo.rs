@@ -302,19 +302,3 @@ fn value(f: &str, g: &Group<'_>, node_oriented: bool) -> String {
         _ => String::new(),
     }
 }
-
-/// A node state as Slurm's `%t` prints it (`mix`, `alloc`, `drng`, ...).
-pub(crate) fn compact_state(s: &str) -> &str {
-    match s {
-        "mixed" => "mix",
-        "allocated" => "alloc",
-        "draining" => "drng",
-        "drained" => "drain",
-        "completing" => "comp",
-        "unknown" => "unk",
-        "future" => "futr",
-        "reserved" => "resv",
-        "planned" => "plnd",
-        other => other,
-    }
-}

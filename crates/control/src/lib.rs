@@ -543,6 +543,11 @@ impl Controller {
             n.next_seq = c.seq_base;
             n.seen_ms = now * 1000;
             n.runs.clear();
+            // A reboot issued before the restart: its order may have been lost with the old
+            // process; again (a node that already went down registers first, which ends it).
+            if let (Some(true), Some(p)) = (n.reboot.as_ref().map(|r| r.issued_at.is_some()), &c.settings.reboot_program) {
+                n.push(Order::Reboot { program: p.clone() });
+            }
             c.node_index.insert(n.node.name.clone(), c.nodes.len());
             c.nodes.push(n);
         }
@@ -611,7 +616,7 @@ impl Controller {
     /// `scontrol reconfigure`: takes the settings of `new` (the configuration file read again)
     /// that apply at once (the job-submit script and its limits, KillWait, MinJobAge, the
     /// script and array size limits, expedited requeue, `nohold_on_prolog_fail`, the task
-    /// prolog and epilog, the MPI default). Returns the names of the keys that differ but take
+    /// prolog and epilog, the MPI default, the reboot program and ResumeTimeout). Returns the names of the keys that differ but take
     /// effect only when the controller (and, for the node scripts, the agents) restart.
     pub fn reconfigure(&mut self, new: &Settings) -> Vec<&'static str> {
         let s = &mut self.settings;
@@ -1336,6 +1341,20 @@ impl Controller {
         let &i = self.node_index.get(name).ok_or_else(|| Refused::NotFound(format!("node {name} is not registered")))?;
         let rec = &mut self.nodes[i];
         let reason: String = reason.chars().filter(|c| !c.is_control()).take(256).collect();
+        if rec.reboot.as_ref().is_some_and(|r| r.issued_at.is_some()) {
+            // Its reboot program failed (or anything else went wrong before it rebooted): the
+            // reboot is over, the node stays out of service with the agent's words.
+            rec.reboot = None;
+            rec.orders.retain(|(_, o)| !matches!(o, Order::Reboot { .. }));
+            if rec.node.state == NodeState::Up {
+                rec.node.state = NodeState::Drain;
+            }
+            rec.reason = Some(reason);
+            (rec.health_drained, rec.self_drained) = (health, false);
+            self.dirty_nodes.insert(i);
+            self.nodes_changed();
+            return Ok(());
+        }
         if rec.node.state == NodeState::Drain {
             // Drained by its health check, now by a failed prolog or epilog: that reason wins,
             // and the check's next pass no longer resumes it.
@@ -1713,6 +1732,11 @@ impl Controller {
         }
         let &i = self.node_index.get(name).ok_or_else(|| Refused::NotFound(format!("invalid node name specified: {name}")))?;
         let rec = &mut self.nodes[i];
+        if !drain && rec.reboot.as_ref().is_some_and(|r| r.issued_at.is_some()) {
+            return Err(Refused::Conflict(format!(
+                "node {name} is rebooting (its reboot was issued): it returns when its agent registers again"
+            )));
+        }
         let ev = if drain { NodeEvent::Drain } else { NodeEvent::Resume };
         rec.node.state = rec.node.state.step(ev).map_err(|e| Refused::Conflict(e.to_string()))?;
         rec.reason = if drain { Some(reason.unwrap_or_else(|| "drained by root".into())) } else { None };

@@ -94,11 +94,13 @@ impl Controller {
             return Err(Refused::Forbidden("Permission denied".into()));
         }
         let idx = self.node_indices(names)?;
+        let mut issued = Vec::new();
         for i in idx {
             let rec = &mut self.nodes[i];
             let Some(r) = rec.reboot.clone() else { continue };
             if r.issued_at.is_some() {
-                return Err(Refused::Conflict(format!("Reboot already issued on node {}: it cannot be cancelled", rec.node.name)));
+                issued.push(rec.node.name.clone());
+                continue;
             }
             rec.reboot = None;
             if r.asap && !r.was_drained && rec.node.state == NodeState::Drain {
@@ -110,6 +112,12 @@ impl Controller {
             self.dirty_nodes.insert(i);
         }
         self.nodes_changed();
+        if !issued.is_empty() {
+            return Err(Refused::Conflict(format!(
+                "Reboot already issued on node {}: it cannot be cancelled (any other reboot named was)",
+                issued.join(",")
+            )));
+        }
         Ok(())
     }
 
@@ -133,29 +141,36 @@ impl Controller {
             .collect()
     }
 
-    /// At each tick: issues the reboots of nodes that are idle now, and marks down the nodes
-    /// whose reboot did not bring their agent back within `resume_timeout`.
+    /// At each tick: issues the reboots of nodes that are empty now and whose agent answers
+    /// (a down node's too, as Slurm's), and marks down, to stay down, the nodes whose reboot did
+    /// not bring their agent back within `resume_timeout`.
     pub(crate) fn reboots(&mut self, now: Time) {
-        let Some(program) = self.settings.reboot_program.clone() else { return };
+        let program = self.settings.reboot_program.clone();
         let timeout = self.settings.resume_timeout;
         let mut changed = false;
         for i in 0..self.nodes.len() {
             let rec = &mut self.nodes[i];
             let Some(issued) = rec.reboot.as_ref().map(|r| r.issued_at) else { continue };
-            match issued {
-                None if rec.usage.jobs == 0 && rec.runs.is_empty() && rec.node.state != NodeState::Down => {
+            match (issued, &program) {
+                (None, Some(program)) if rec.usage.jobs == 0 && rec.runs.is_empty() && rec.lease_until >= now && !rec.deleted => {
                     if let Some(r) = rec.reboot.as_mut() {
                         r.issued_at = Some(now);
                     }
-                    rec.node.state = NodeState::Drain;
+                    // No work lands on it, and nothing but its agent's registration resumes it.
+                    if rec.node.state == NodeState::Up {
+                        rec.node.state = NodeState::Drain;
+                    }
+                    (rec.health_drained, rec.self_drained) = (false, false);
                     rec.reason = Some(format!("{} : reboot issued", rec.reason.as_deref().unwrap_or("reboot requested")));
                     rec.push(Order::Reboot { program: program.clone() });
                     self.dirty_nodes.insert(i);
                     changed = true;
                 }
-                Some(t) if now >= t + timeout => {
+                (Some(t), _) if now >= t + timeout => {
                     rec.reboot = None;
+                    rec.orders.retain(|(_, o)| !matches!(o, Order::Reboot { .. }));
                     rec.node.state = NodeState::Down;
+                    rec.reboot_down = true;
                     rec.reason = Some("reboot timed out".into());
                     self.dirty_nodes.insert(i);
                     changed = true;
@@ -173,6 +188,8 @@ impl Controller {
         let rec = &mut self.nodes[i];
         let Some(r) = rec.reboot.clone().filter(|r| r.issued_at.is_some()) else { return };
         rec.reboot = None;
+        // Never again: the agent after the reboot starts its acknowledgements afresh.
+        rec.orders.retain(|(_, o)| !matches!(o, Order::Reboot { .. }));
         match r.next {
             Some(NextState::Down) => {
                 rec.node.state = NodeState::Down;
@@ -181,12 +198,14 @@ impl Controller {
             }
             Some(NextState::Resume) => {
                 rec.node.state = NodeState::Up;
-                rec.reason = None;
+                (rec.reason, rec.reboot_down, rec.health_down) = (None, false, false);
             }
             None if r.was_drained => {
                 rec.node.state = NodeState::Drain;
                 rec.reason = rec.reason.as_deref().map(|s| s.trim_end_matches(" : reboot issued").to_string());
             }
+            // A node its health check (or an earlier reboot) keeps down stays down.
+            None if rec.health_down || rec.reboot_down => rec.node.state = NodeState::Down,
             None => {
                 rec.node.state = NodeState::Up;
                 rec.reason = None;

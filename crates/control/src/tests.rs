@@ -1347,6 +1347,17 @@ fn a_reboot_waits_for_its_node_to_empty_is_issued_once_and_completes_when_the_ag
     c.hb(82, "n2", &[], &[ended(busy, 1, None, Some(15))]).unwrap();
     c.reboot_nodes(0, "root", &names(&["ALL"]), false, None, None).unwrap();
     c.tick(83);
+    assert!(c.nodes()[1].reboot.as_ref().is_some_and(|r| r.issued_at.is_some()), "a down node that answers is rebooted too");
+    // While issued: root's resume is refused; cancel_reboot cancels nothing issued.
+    assert!(matches!(c.set_node_state(0, "n2", false, None), Err(Refused::Conflict(_))));
+    assert!(matches!(c.cancel_reboot(0, "root", &names(&["ALL"])), Err(Refused::Conflict(_))));
+    // n0's reboot program fails: the reboot is over, the node drained with its words.
+    c.agent_drain("n0", "Reboot program error: exit status 1", false).unwrap();
+    assert!(c.nodes()[0].reboot.is_none());
+    assert_eq!((c.nodes()[0].node.state, c.nodes()[0].reason.as_deref()), (NodeState::Drain, Some("Reboot program error: exit status 1")));
+    assert!(!c.hb(84, "n0", &[], &[]).unwrap().iter().any(|o| matches!(o, Order::Reboot { .. })), "its order is withdrawn");
     c.tick(83 + 100);
     assert_eq!((c.nodes()[2].node.state, c.nodes()[2].reason.as_deref()), (NodeState::Down, Some("reboot timed out")));
+    c.hb(184, "n2", &[], &[]).unwrap();
+    assert_eq!(c.nodes()[2].node.state, NodeState::Down, "a timed-out node stays down through its heartbeats");
 }

@@ -107,15 +107,19 @@ struct Worker {
 }
 
 impl Worker {
-    /// Kills the child's whole process group (what `os.execute` started too) and reaps it
-    /// in the background.
-    fn kill(mut self) {
+    /// Kills the child's whole process group (what `os.execute` started too); tokio reaps it.
+    fn kill(self) {
+        drop(self);
+    }
+}
+
+impl Drop for Worker {
+    /// However a worker goes (killed, or dropped with a request its caller abandoned), its
+    /// whole process group goes with it.
+    fn drop(&mut self) {
         if let Some(pid) = self.child.id() {
             let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGKILL);
         }
-        tokio::spawn(async move {
-            let _ = self.child.wait().await;
-        });
     }
 }
 

@@ -257,7 +257,16 @@ async fn submit(State(app): State<App>, ConnectInfo(peer): ConnectInfo<Peer>, he
     // The site's policy first; what it leaves is checked as any request.
     let batch = !b.interactive;
     let wd = work_dir(&b);
-    let user_msg = or_reply!(crate::policy::on_submit(&app, uid, &user, &mut b, batch.then_some(&mut env), &wd).await);
+    let mut msgs: Vec<String> =
+        or_reply!(crate::policy::on_submit(&app, uid, &user, &mut b, batch.then_some(&mut env), &wd).await).into_iter().collect();
+    // A heterogeneous job's later components, each as a request of its own (as Slurm's).
+    for k in 0..b.het.len() {
+        let mut comp = std::mem::take(&mut b.het[k]);
+        let m = crate::policy::on_submit(&app, uid, &user, &mut comp, None, &wd).await;
+        b.het[k] = comp;
+        msgs.extend(or_reply!(m));
+    }
+    let user_msg = (!msgs.is_empty()).then(|| msgs.join("\n"));
     or_reply!(crate::app::check_groups(&app, uid, b.partition.as_deref()));
     // Each component of a heterogeneous job in its own partition (none: the default one).
     for c in &b.het {

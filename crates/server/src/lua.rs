@@ -39,6 +39,9 @@ local function check(k, v)
   if t ~= "string" and t ~= "number" and t ~= "boolean" then
     error(fmt("bad argument #3 to '_set_job_req_field' (string or number expected, got %s) for field %s", t, tostring(k)), 3)
   end
+  if t == "number" and (v ~= v or v == math.huge or v == -math.huge) then
+    error(fmt("bad argument #3 to '_set_job_req_field' (a finite number expected) for field %s", tostring(k)), 3)
+  end
 end
 function __tandem_desc(fields, writable, env)
   local changed, env_changed = {}, {}
@@ -233,7 +236,7 @@ fn to_lua(lua: &Lua, v: &Value) -> mlua::Result<LuaValue> {
 
 fn from_lua(v: &LuaValue) -> Option<Value> {
     match v {
-        LuaValue::Number(n) => Some(Value::Num(*n)),
+        LuaValue::Number(n) if n.is_finite() => Some(Value::Num(*n)),
         LuaValue::Integer(n) => Some(Value::Num(*n as f64)),
         LuaValue::String(s) => Some(Value::Str(s.to_string_lossy())),
         LuaValue::Boolean(b) => Some(Value::Bool(*b)),

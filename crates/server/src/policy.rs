@@ -23,7 +23,13 @@ fn part_list(app: &App, uid: u32) -> BTreeMap<String, Fields> {
             .partitions
             .iter()
             .map(|p| {
-                let nodes: Vec<&control::NodeRec> = g.ctl.nodes().iter().filter(|n| n.node.partitions.contains(&p.name)).collect();
+                // A node that names no partition is in every one.
+                let nodes: Vec<&control::NodeRec> = g
+                    .ctl
+                    .nodes()
+                    .iter()
+                    .filter(|n| !n.deleted && (n.node.partitions.is_empty() || n.node.partitions.contains(&p.name)))
+                    .collect();
                 let cpus = nodes.iter().map(|n| u64::from(n.node.cpus)).sum();
                 (p.clone(), default.as_deref() == Some(p.name.as_str()), nodes.iter().map(|n| n.node.name.clone()).collect(), cpus)
             })
@@ -129,6 +135,11 @@ pub(crate) async fn on_modify(app: &App, uid: u32, id: u64, desc: Fields) -> Res
     let (rec, owner) = {
         let g = app.lock();
         let Some(j) = g.ctl.job(id) else { return Ok(desc) };
+        // Only a change the caller may make reaches the script (the controller refuses the
+        // others, and the script never sees another user's job for them).
+        if j.spec.uid != uid && !g.ctl.is_operator(uid) {
+            return Ok(desc);
+        }
         (job_rec(&j), j.spec.uid)
     };
     let call = Call {
@@ -262,7 +273,8 @@ pub(crate) async fn on_service(app: &App, uid: u32, user: &str, spec: &mut contr
         Some(control::service::Quantity::Text(t)) => Some(t.clone()),
         _ => None,
     };
-    let mut b = BatchSpec { script: "#!/bin/sh\n".into(), ..BatchSpec::default() };
+    // No script: a service is not a batch job (`job_desc.script` is nil, as for srun's).
+    let mut b = BatchSpec::default();
     let now = crate::app::now();
     // What does not read as an option is the service's own check to refuse, later.
     let _ = b.set_option("job-name", Some(&spec.name), now);
@@ -303,6 +315,9 @@ pub(crate) async fn on_service(app: &App, uid: u32, user: &str, spec: &mut contr
 /// nothing; a script that does not load is reported (with its error: the caller is an
 /// operator) and refuses submissions until it is fixed.
 pub(crate) async fn reconfigure(app: &App) -> Result<wire::Reconfigured, String> {
+    // One at a time (a command and a SIGHUP together), so the script loaded is the settings'.
+    static ONE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+    let _turn = ONE.lock().await;
     let source = app.source.clone();
     let read = tokio::task::spawn_blocking(move || source.read()).await.map_err(|e| e.to_string())?;
     let (new, _, _) = read.map_err(|e| format!("{e:#}; nothing was changed"))?;

@@ -92,7 +92,7 @@ async fn apply(
     let mut req: ApplyRequest = or_reply!(json_body(body));
     let user = user_name(uid);
     // The site's policy once per apply; what it leaves is checked as any spec.
-    or_reply!(crate::policy::on_service(&app, uid, &user, &mut req.spec).await);
+    let user_msg = or_reply!(crate::policy::on_service(&app, uid, &user, &mut req.spec).await);
     or_reply!(crate::app::check_groups(&app, uid, req.spec.partition.as_deref()));
     let gid = primary_gid(uid);
     let name = req.spec.name.clone();
@@ -104,7 +104,7 @@ async fn apply(
     match r {
         Ok((revision, changed)) => {
             app.service_wake.notify_one();
-            Json(ApplyResponse { name, revision, changed }).into_response()
+            Json(ApplyResponse { name, revision, changed, user_msg }).into_response()
         }
         Err(e) => refused(e),
     }

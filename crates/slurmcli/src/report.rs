@@ -58,7 +58,8 @@ pub fn utilization(jobs: &[UsageJob], cpus: u64, resvs: &[(model::Reservation, u
     let mut allocated: u64 = jobs.iter().map(|j| j.cpu_seconds(from, to, now)).sum::<u64>();
     let mut planned_down = 0u64;
     for (r, c) in resvs.iter().filter(|(r, _)| !r.flags.ignore_jobs) {
-        let idle: u64 = reservation_windows(r, from, to).iter().map(|&w| reservation_usage(r, *c, jobs, w, now).1).sum();
+        let idle: u64 =
+            reservation_windows(r, from, to).iter().map(|&(s, e)| reservation_usage(r, *c, jobs, (s.max(from), e.min(to)), now).1).sum();
         if r.flags.maint {
             planned_down += idle;
         } else {
@@ -222,6 +223,9 @@ mod tests {
         assert_eq!(reservation_windows(&daily, 0, 2 * 86400), vec![(3600, 7200), (86400 + 3600, 86400 + 7200)]);
         assert_eq!(reservation_windows(&daily, 5 * 86400, 5 * 86400 + 4000), vec![(5 * 86400 + 3600, 5 * 86400 + 7200)]);
         assert!(reservation_windows(&team, 300, 1000).is_empty());
+        // A period that starts inside the reservation counts only its part of it.
+        let u = utilization(&[], 8, &[(team, 4)], 200, 1000, 1000);
+        assert_eq!(u.allocated, 4 * 100, "{u:?}");
     }
 
     #[test]

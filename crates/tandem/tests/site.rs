@@ -475,6 +475,7 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
     slurm.log_user("services named %s are not allowed", job_desc.name)
     return slurm.ESLURM_ACCESS_DENIED
   end
+  if job_desc.name == "svc-yes" then slurm.log_user("welcome, %s", job_desc.name) end
   if job_desc.time_limit == slurm.NO_VAL and job_desc.script ~= nil then
     slurm.log_user("please give a time limit (--time)")
     return slurm.ESLURM_MISSING_TIME_LIMIT
@@ -493,6 +494,7 @@ function slurm_job_submit(job_desc, part_list, submit_uid)
   if job_desc.name == "loop" then while true do end end
   if job_desc.name == "sleep" then os.execute("sleep 97") end
   if job_desc.name == "boom" then error("policy bug") end
+  if job_desc.name == "nan" then job_desc.time_limit = 0/0 end
   if job_desc.name == "greedy" then local s = "x" while true do s = s .. s end end
   if job_desc.environment ~= nil and job_desc.environment["POLICY"] ~= nil then
     job_desc.environment["POLICY_SEEN"] = "seen-by-" .. job_desc.user_name
@@ -542,6 +544,9 @@ fn job_submit_lua_routes_refuses_and_caps_with_slurms_words_and_a_broken_or_runa
     let e = text(&c.run("sbatch", &["-t", "5", "--gres=gpu:4", "--wrap", "true"]));
     assert!(e.contains("sbatch: error: at most 1 GPU per node here, not gres:gpu:4"), "{e}");
     assert!(e.contains("Batch job submission failed: Unspecified error"), "{e}");
+    // A heterogeneous job's later component is a request the script sees too.
+    let e = text(&c.run("sbatch", &["-t", "5", "-n1", ":", "-t", "5", "-n1", "--gres=gpu:3", "--wrap", "true"]));
+    assert!(e.contains("sbatch: error: at most 1 GPU per node here, not gres:gpu:3"), "{e}");
     // What the script sets is checked again: a QOS the user may not have stays refused.
     let o = as_nobody(&c, "sbatch", &["-t", "5", "-J", "sneaky", "-D", "/tmp", "--wrap", "true"]);
     assert!(!o.status.success(), "{}", text(&o));
@@ -556,6 +561,14 @@ fn job_submit_lua_routes_refuses_and_caps_with_slurms_words_and_a_broken_or_runa
     let o = c.tandem(&["service", "apply", "-f", "no.toml"]);
     assert!(!o.status.success());
     assert!(text(&o).contains("Access/permission denied"), "{}", text(&o));
+    std::fs::write(c.work.join("yes.toml"), "name = \"svc-yes\"\ncommand = [\"sleep\", \"60\"]\nreplicas = 1\n").unwrap();
+    let o = c.tandem(&["service", "apply", "-f", "yes.toml"]);
+    assert!(o.status.success() && text(&o).contains("tandem service apply: welcome, svc-yes"), "{}", text(&o));
+    c.tandem_ok(&["service", "delete", "svc-yes"]);
+    // A script's number that is not finite is refused by its field, not as a crash.
+    let o = c.run("sbatch", &["-t", "5", "-J", "nan", "--wrap", "true"]);
+    assert!(!o.status.success() && text(&o).contains("failed with an error"), "{}", text(&o));
+    assert!(c.log("controller").contains("a finite number expected"), "{}", c.log("controller"));
     // A runaway loop, a sleeping child, a Lua error, a memory hog: refused, clearly, and the
     // next request is served.
     for (name, words) in [

@@ -689,6 +689,9 @@ pub struct ApplyResponse {
     pub revision: u32,
     /// Whether anything changed.
     pub changed: bool,
+    /// The site's job-submit policy's message to the user (`slurm.log_user`).
+    #[serde(default)]
+    pub user_msg: Option<String>,
 }
 
 /// `POST /v1/services/{name}`: scale or undo.

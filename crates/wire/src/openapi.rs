@@ -1096,7 +1096,8 @@ pub const DOCUMENT: &str = r##"{
         "cwd": {"type": "string", "description": "Where it was applied from: the default workdir"},
         "umask": {"$ref": "#/components/schemas/u32OrNull", "description": "The applying command's umask, the replicas' (null or absent: 0022)"}}},
       "ApplyResponse": {"type": "object", "additionalProperties": false, "required": ["name", "revision", "changed"], "properties": {
-        "name": {"type": "string"}, "revision": {"$ref": "#/components/schemas/u32"}, "changed": {"type": "boolean"}}},
+        "name": {"type": "string"}, "revision": {"$ref": "#/components/schemas/u32"}, "changed": {"type": "boolean"},
+        "user_msg": {"$ref": "#/components/schemas/StringOrNull", "description": "The site's job-submit policy's message to the user (slurm.log_user)"}}},
       "ServiceAction": {"oneOf": [
         {"type": "object", "additionalProperties": false, "required": ["action", "replicas"], "properties": {"action": {"const": "scale"}, "replicas": {"$ref": "#/components/schemas/u32"}}},
         {"type": "object", "additionalProperties": false, "required": ["action"], "properties": {"action": {"const": "undo"}, "revision": {"$ref": "#/components/schemas/u32OrNull", "description": "Default: the previous revision"}}}]},
@@ -1991,7 +1992,7 @@ mod tests {
                     umask: None,
                 }),
             ),
-            ("ApplyResponse", v(&ApplyResponse { name: "llm".into(), revision: 1, changed: true })),
+            ("ApplyResponse", v(&ApplyResponse { name: "llm".into(), revision: 1, changed: true, user_msg: None })),
             ("ServiceAction", v(&ServiceAction::Scale { replicas: 3 })),
             ("ServiceAction", v(&ServiceAction::Undo { revision: None })),
             ("ServiceAction", v(&ServiceAction::Undo { revision: Some(1) })),
