@@ -149,9 +149,26 @@ impl std::fmt::Display for HookError {
 #[derive(Default)]
 pub struct Hook {
     state: tokio::sync::Mutex<(Option<HookConfig>, Option<Worker>)>,
+    /// Calls made, refused by the script's return code, and failed (not loaded, an error,
+    /// out of time or memory): `/metrics`.
+    counts: [std::sync::atomic::AtomicU64; 3],
 }
 
 impl Hook {
+    /// `/metrics`' lines for the hook.
+    pub fn render(&self) -> String {
+        let [calls, refused, failed] = self.counts.each_ref().map(|c| c.load(std::sync::atomic::Ordering::Relaxed));
+        format!(
+            "# HELP tandem_job_submit_calls_total Calls of the site's job_submit.lua.\n# TYPE tandem_job_submit_calls_total counter\ntandem_job_submit_calls_total {calls}\n\
+             # HELP tandem_job_submit_refused_total Requests the script refused (a non-zero return code).\n# TYPE tandem_job_submit_refused_total counter\ntandem_job_submit_refused_total {refused}\n\
+             # HELP tandem_job_submit_failures_total Calls that failed (not loaded, a Lua error, out of time or memory): requests refused.\n# TYPE tandem_job_submit_failures_total counter\ntandem_job_submit_failures_total {failed}\n"
+        )
+    }
+
+    fn count(&self, which: usize) {
+        self.counts[which].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// Whether a script is configured.
     pub async fn enabled(&self) -> bool {
         self.state.lock().await.0.is_some()
@@ -173,6 +190,24 @@ impl Hook {
 
     /// Runs `call`; `None` when no script is configured.
     pub async fn call(&self, call: &Call) -> Result<Option<Answer>, HookError> {
+        let r = self.call_inner(call).await;
+        match &r {
+            Ok(None) => {}
+            Ok(Some(a)) => {
+                self.count(0);
+                if a.rc != 0 {
+                    self.count(1);
+                }
+            }
+            Err(_) => {
+                self.count(0);
+                self.count(2);
+            }
+        }
+        r
+    }
+
+    async fn call_inner(&self, call: &Call) -> Result<Option<Answer>, HookError> {
         let mut st = self.state.lock().await;
         let Some(cfg) = st.0.clone() else { return Ok(None) };
         let mut w = match st.1.take() {

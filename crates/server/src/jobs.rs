@@ -1096,6 +1096,7 @@ tandem_array_tail_tasks {}
         m.responses, m.response_bytes
     ));
     drop((m, g));
+    s.push_str(&app.hook.render());
     s.push_str(&app.gate.render());
     ([("content-type", "text/plain; version=0.0.4")], s).into_response()
 }

@@ -519,7 +519,7 @@ fn job_submit_lua_routes_refuses_and_caps_with_slurms_words_and_a_broken_or_runa
     std::fs::write(&script, POLICY).unwrap();
     std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o644)).unwrap();
     let cfg = format!(
-        "job_submit = \"{}\"\njob_submit_timeout = 1\njob_submit_memory = 64\n\
+        "job_submit = \"{}\"\njob_submit_timeout = 2\njob_submit_memory = 64\n\
          [[partition]]\nname = \"batch\"\n[[partition]]\nname = \"debug\"\n\
          [[qos]]\nname = \"normal\"\n[[qos]]\nname = \"critical\"\npreempt_tier = 1\n",
         script.display()
@@ -572,8 +572,8 @@ fn job_submit_lua_routes_refuses_and_caps_with_slurms_words_and_a_broken_or_runa
     // A runaway loop, a sleeping child, a Lua error, a memory hog: refused, clearly, and the
     // next request is served.
     for (name, words) in [
-        ("loop", "did not finish within 1 s"),
-        ("sleep", "did not finish within 1 s"),
+        ("loop", "did not finish within 2 s"),
+        ("sleep", "did not finish within 2 s"),
         ("boom", "failed with an error"),
         ("greedy", "failed with an error"),
     ] {
@@ -586,6 +586,14 @@ fn job_submit_lua_routes_refuses_and_caps_with_slurms_words_and_a_broken_or_runa
     }
     let log = c.log("controller");
     assert!(log.contains("policy bug") && log.contains("not enough memory"), "{log}");
+    // Operators see the hook's calls, refusals and failures in /metrics.
+    let m = common::raw_http(&c.sock, "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").1;
+    let count = |name: &str| -> u64 {
+        m.lines().find_map(|l| l.strip_prefix(name).and_then(|v| v.trim().parse().ok())).unwrap_or_else(|| panic!("{name} in {m}"))
+    };
+    assert!(count("tandem_job_submit_failures_total ") >= 4, "{m}");
+    assert!(count("tandem_job_submit_refused_total ") >= 3, "{m}");
+    assert!(count("tandem_job_submit_calls_total ") > count("tandem_job_submit_failures_total "), "{m}");
     assert!(log.contains("job_submit: accepted from uid 0"), "{log}");
     // The sleeping child was killed with its script's process group.
     let sleepers = std::process::Command::new("pgrep").args(["-f", "^sleep 97$"]).output().unwrap();

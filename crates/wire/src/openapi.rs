@@ -887,12 +887,12 @@ pub const DOCUMENT: &str = r##"{
         "reservation": {"type": "string", "description": "The advance reservation in force on it"},
         "reboot": {"enum": ["requested", "issued"], "description": "A reboot asked for (scontrol reboot): requested, or issued (the reboot program runs)"}}},
       "RebootRequest": {"type": "object", "additionalProperties": false, "required": ["nodes"], "properties": {
-        "nodes": {"type": "string", "maxLength": 1048576, "description": "A hostlist, or ALL"},
+        "nodes": {"type": "string", "minLength": 1, "maxLength": 1048576, "description": "A hostlist, or ALL"},
         "asap": {"type": "boolean", "description": "Drain the nodes now, so they empty (ASAP)"},
         "next_state": {"enum": ["resume", "down", null], "description": "The nodes' state after the reboot (absent: as before it; resume with asap)"},
         "reason": {"$ref": "#/components/schemas/StringOrNull", "description": "The nodes' reason meanwhile"}}},
       "CancelRebootRequest": {"type": "object", "additionalProperties": false, "required": ["nodes"], "properties": {
-        "nodes": {"type": "string", "maxLength": 1048576, "description": "A hostlist, or ALL"}}},
+        "nodes": {"type": "string", "minLength": 1, "maxLength": 1048576, "description": "A hostlist, or ALL"}}},
       "ConfigInfo": {"type": "object", "additionalProperties": false,
         "required": ["cluster_name", "kill_wait", "lease", "max_array", "min_job_age", "scheduler", "partitions", "qos"], "properties": {
         "cluster_name": {"type": "string"}, "kill_wait": {"$ref": "#/components/schemas/i64"}, "lease": {"$ref": "#/components/schemas/i64"},
