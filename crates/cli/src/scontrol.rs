@@ -293,12 +293,15 @@ pub(crate) fn scontrol(args: &[String]) -> Result<i32> {
             println!("Configuration data as of {}", iso(now()));
             let rows: Vec<(&str, String)> = vec![
                 ("ClusterName", cfg.cluster_name.clone()),
+                ("JobSubmitPlugins", if cfg.job_submit.is_some() { "lua".into() } else { "(null)".into() }),
                 ("KillWait", format!("{} sec", cfg.kill_wait)),
                 ("MaxArraySize", cfg.max_array.to_string()),
                 ("MinJobAge", format!("{} sec", cfg.min_job_age)),
                 ("MpiDefault", cfg.mpi_default.clone().unwrap_or_else(|| "none".into())),
                 ("PartitionNames", cfg.partitions.iter().map(|p| p.name.clone()).collect::<Vec<_>>().join(",")),
                 ("QOSNames", cfg.qos.join(",")),
+                ("RebootProgram", cfg.reboot_program.clone().unwrap_or_else(|| "(null)".into())),
+                ("ResumeTimeout", cfg.resume_timeout.map_or_else(|| "(null)".into(), |t| format!("{t} sec"))),
                 ("SchedulerType", cfg.scheduler.clone()),
                 ("SlurmctldTimeout", format!("{} sec", cfg.lease)),
                 ("SLURM_VERSION", format!("{x}.{y}.{z}")),

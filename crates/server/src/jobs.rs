@@ -771,6 +771,9 @@ async fn config(State(app): State<App>, ConnectInfo(peer): ConnectInfo<Peer>, he
         qos: s.cluster.qos.iter().map(|q| q.name.clone()).collect(),
         max_script_size: Some(s.max_script_size),
         mpi_default: s.mpi_default.clone(),
+        job_submit: s.job_submit.clone(),
+        reboot_program: s.reboot_program.clone(),
+        resume_timeout: Some(s.resume_timeout),
     };
     drop(g);
     Json(info).into_response()

@@ -525,6 +525,7 @@ fn job_submit_lua_routes_refuses_and_caps_with_slurms_words_and_a_broken_or_runa
         script.display()
     );
     let c = Cluster::with_config("jobsubmit", 1, None, 30, Some(&cfg));
+    assert!(c.ok("scontrol", &["show", "config"]).contains("JobSubmitPlugins        = lua\n"));
     // No time limit: the script's words, then Slurm's for its code; nothing stored.
     let o = c.run("sbatch", &["--wrap", "true"]);
     assert!(!o.status.success());
@@ -690,6 +691,9 @@ fn scontrol_reboot_waits_for_the_node_to_empty_runs_the_reboot_program_once_and_
         assert!(text(&o).contains(words), "{args:?}: {}", text(&o));
     }
     assert_eq!(node(&c, "node1"), "idle|none", "nothing was changed");
+    let conf = c.ok("scontrol", &["show", "config"]);
+    assert!(conf.contains(&format!("RebootProgram           = {}\n", dir.join("reboot").display())), "{conf}");
+    assert!(conf.contains("ResumeTimeout           = 120 sec\n") && conf.contains("JobSubmitPlugins        = (null)\n"), "{conf}");
     // ASAP on a busy node: drained at once, its job runs on, nothing new lands there.
     let id = c.sbatch(&["-w", "node1", "-c", "4", "--wrap", "sleep 3"]);
     c.wait_state(id, &["RUNNING"], 30);

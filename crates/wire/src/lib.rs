@@ -357,6 +357,15 @@ pub struct ConfigInfo {
     /// Slurm's MpiDefault (`pmi2` or `pmix`): srun's MPI type when it names none; absent: none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mpi_default: Option<String>,
+    /// The site's job-submit script (`JobSubmitPlugins=lua`), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_submit: Option<String>,
+    /// Slurm's RebootProgram, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reboot_program: Option<String>,
+    /// Slurm's ResumeTimeout, seconds; absent from older controllers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resume_timeout: Option<i64>,
 }
 
 /// `POST /v1/jobs/cancel`: many jobs cancelled (or signalled) in one request (`scancel -u`).

@@ -901,7 +901,10 @@ pub const DOCUMENT: &str = r##"{
         "partitions": {"type": "array", "items": {"$ref": "#/components/schemas/PartitionInfo"}, "description": "The default first"},
         "qos": {"type": "array", "items": {"type": "string"}, "description": "The default first"},
         "max_script_size": {"$ref": "#/components/schemas/u64", "description": "The largest batch script, bytes (absent from older controllers)"},
-        "mpi_default": {"type": "string", "enum": ["pmi2", "pmix"], "description": "Slurm's MpiDefault: srun's MPI type when it names none (absent: none)"}}},
+        "mpi_default": {"type": "string", "enum": ["pmi2", "pmix"], "description": "Slurm's MpiDefault: srun's MPI type when it names none (absent: none)"},
+        "job_submit": {"type": "string", "description": "The site's job_submit.lua (JobSubmitPlugins=lua; absent: none)"},
+        "reboot_program": {"type": "string", "description": "Slurm's RebootProgram (absent: none)"},
+        "resume_timeout": {"$ref": "#/components/schemas/i64", "description": "Slurm's ResumeTimeout, seconds"}}},
       "PartitionInfo": {"type": "object", "additionalProperties": false,
         "required": ["name", "default", "default_time", "max_time", "priority_tier", "nodes"], "properties": {
         "name": {"type": "string"}, "default": {"type": "boolean"},
@@ -1842,6 +1845,9 @@ mod tests {
                     qos: vec!["normal".into()],
                     max_script_size: Some(4194304),
                     mpi_default: Some("pmix".into()),
+                    job_submit: Some("/etc/tandem/job_submit.lua".into()),
+                    reboot_program: Some("/usr/sbin/reboot".into()),
+                    resume_timeout: Some(600),
                 }),
             ),
             (
