@@ -1,5 +1,5 @@
-//! Launching a task: its script in the spool directory, its output files, its cgroup (cgroup v1
-//! memory, where one can be made), and a fork and exec that joins the cgroup and drops to the
+//! Launching a task: its script in the spool directory, its output files, its cgroups (cgroup v1
+//! memory, where one can be made, and its run's freezer: `freezer`), and a fork and exec that joins the cgroup and drops to the
 //! user in between (the `exec` crate), under a keeper that records how the task ended. Also
 //! signalling a task's process group, and finding again, after a restart of the agent, the
 //! tasks an earlier agent process started (`rediscover`). The lower layer of the agent: the
@@ -36,6 +36,9 @@ fn key_of(t: &Task) -> TaskKey {
 struct Record {
     task: Task,
     cgroup: Option<PathBuf>,
+    /// Its run's freezer cgroup (`scontrol suspend`).
+    #[serde(default)]
+    freezer: Option<PathBuf>,
     /// The kernel's boot id when it started: after a reboot none of its processes exists.
     boot: String,
     /// The agent's program (a keeper is a fork of it).
@@ -110,6 +113,8 @@ pub(crate) struct Kept {
     pub(crate) pid: i32,
     keeper: Keeper,
     status: PathBuf,
+    /// Its run's freezer cgroup, which it joined.
+    pub(crate) freezer: Option<PathBuf>,
 }
 
 enum Keeper {
@@ -225,14 +230,14 @@ impl Tasks {
                 continue;
             } else if rec.boot == boot && status.keeper.is_some_and(|k| keeper_alive(k, rec.started.map(|s| s.0), rec.exe.as_deref())) {
                 let keeper = Keeper::Orphan { pid: status.keeper.unwrap_or(0), started: rec.started.map(|s| s.0) };
-                Now::Running(Kept { pid: status.task.unwrap_or(0), keeper, status: status_path })
+                Now::Running(Kept { pid: status.task.unwrap_or(0), keeper, status: status_path, freezer: rec.freezer.clone() })
             } else {
                 // Killed only when surely the same process (a pid may have been reused since).
                 if rec.boot == boot
                     && let (Some(pid), Some((_, t))) = (status.task, rec.started)
                     && start_time(pid) == Some(t)
                 {
-                    kill_gone(pid, rec.cgroup.as_deref());
+                    kill_gone(pid, rec.cgroup.as_deref(), rec.freezer.as_deref());
                 }
                 Now::Lost
             };
@@ -244,9 +249,13 @@ impl Tasks {
 
 /// Kills what is left of a lost task (its process group, its cgroup's processes) and waits,
 /// a bounded time, until they are gone.
-fn kill_gone(pid: i32, cgroup: Option<&Path>) {
+fn kill_gone(pid: i32, cgroup: Option<&Path>, freezer: Option<&Path>) {
     for _ in 0..50 {
         kill_group(pid, Signal::SIGKILL);
+        // A frozen process dies of its SIGKILL only once thawed.
+        if let Some(f) = freezer {
+            let _ = crate::freezer::thaw(f);
+        }
         let mut left = nix::sys::signal::killpg(Pid::from_raw(pid), None).is_ok();
         if let Some(dir) = cgroup {
             for p in std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default().lines() {
@@ -270,6 +279,8 @@ pub(crate) const STEP_CGROUP: &str = "step_";
 /// cgroup v1 memory hierarchy under the agent's own cgroup, when it can be used.
 pub(crate) struct Cgroups {
     base: Option<PathBuf>,
+    /// Runs' freezer cgroups.
+    pub(crate) freezer: crate::freezer::Freezer,
 }
 
 impl Cgroups {
@@ -285,13 +296,16 @@ impl Cgroups {
         let base = rel.map(|r| {
             PathBuf::from("/sys/fs/cgroup/memory").join(r.trim_start_matches('/')).join(format!("tandem-{name}-{}", std::process::id()))
         });
+        let freezer = crate::freezer::Freezer::detect(name);
         match base {
-            Some(b) if std::fs::create_dir_all(&b).is_ok() && b.join("memory.limit_in_bytes").exists() => Cgroups { base: Some(b) },
+            Some(b) if std::fs::create_dir_all(&b).is_ok() && b.join("memory.limit_in_bytes").exists() => {
+                Cgroups { base: Some(b), freezer }
+            }
             _ => {
                 eprintln!(
                     "tandem agent {name}: no writable cgroup memory controller here; tasks are tracked and killed by process group, without memory limits"
                 );
-                Cgroups { base: None }
+                Cgroups { base: None, freezer }
             }
         }
     }
@@ -487,11 +501,21 @@ pub(crate) fn launch(t: &Task, spool: &Path, tasks: &Tasks, cg: &Cgroups) -> Res
         _ => (program, args),
     };
     let cgroup = cg.create(t);
+    // Service replicas are never suspended. A container's runc (rootless) refuses to start in
+    // a freezer cgroup it may not write to: container tasks are stopped by signal instead.
+    let freezer = if t.replica.is_none() && t.container.is_none() { cg.freezer.create(t.job, t.epoch) } else { None };
     // The record first: an agent that dies from here on finds the task again at its restart.
     let key = key_of(t);
     let status_path = tasks.path(&key, "status");
     let _ = std::fs::remove_file(tasks.path(&key, "stopped"));
-    let mut rec = Record { task: t.clone(), cgroup: cgroup.clone(), boot: boot_id(), exe: std::env::current_exe().ok(), started: None };
+    let mut rec = Record {
+        task: t.clone(),
+        cgroup: cgroup.clone(),
+        freezer: freezer.clone(),
+        boot: boot_id(),
+        exe: std::env::current_exe().ok(),
+        started: None,
+    };
     let recorded = serde_json::to_vec(&rec)
         .map_err(std::io::Error::other)
         .and_then(|b| write_new(&tasks.path(&key, "json"), &b, false))
@@ -499,7 +523,7 @@ pub(crate) fn launch(t: &Task, spool: &Path, tasks: &Tasks, cg: &Cgroups) -> Res
     let status = match recorded {
         Ok(f) => f,
         Err(e) => {
-            if let Some(dir) = &cgroup {
+            for dir in cgroup.iter().chain(&freezer) {
                 let _ = std::fs::remove_dir(dir);
             }
             tasks.forget(&key);
@@ -509,15 +533,16 @@ pub(crate) fn launch(t: &Task, spool: &Path, tasks: &Tasks, cg: &Cgroups) -> Res
     // The child joins the job's cgroup while still root, then drops to the user, then enters
     // the working directory and opens its files, then becomes the task: all between fork and
     // exec, with system calls only (no exec of a launcher).
-    let procs = match &cgroup {
-        Some(p) => Some(
+    let mut procs = Vec::new();
+    for p in cgroup.iter().chain(&freezer) {
+        procs.push(
             std::fs::OpenOptions::new()
                 .write(true)
                 .open(p.join("cgroup.procs"))
                 .map_err(|e| LaunchError(format!("joining cgroup {}: {e}", p.display())))?,
-        ),
-        None => None,
-    };
+        );
+    }
+    let procs: Vec<&std::fs::File> = procs.iter().collect();
     let user = (nix::unistd::geteuid().is_root() && t.uid != 0).then(|| exec::User::lookup(t.uid, t.gid));
     // An srun step's streams that go to srun: pipes (or a terminal) and a PMI socket, made now.
     let mut ends = match &t.io {
@@ -546,7 +571,7 @@ pub(crate) fn launch(t: &Task, spool: &Path, tasks: &Tasks, cg: &Cgroups) -> Res
         (None, None) => (None, None),
     };
     let setup = exec::Setup {
-        cgroup_procs: procs.as_ref(),
+        cgroup_procs: &procs,
         user,
         workdir: Some(cstring("working directory", &t.workdir)?),
         stdout: so.map(|p| cstring("output file", p)).transpose()?,
@@ -588,10 +613,10 @@ pub(crate) fn launch(t: &Task, spool: &Path, tasks: &Tasks, cg: &Cgroups) -> Res
                 e.started();
                 crate::stepio::relay(t, io, e);
             }
-            Ok((Kept { pid, keeper: Keeper::Child(child), status: status_path }, cgroup))
+            Ok((Kept { pid, keeper: Keeper::Child(child), status: status_path, freezer }, cgroup))
         }
         Err(e) => {
-            if let Some(dir) = &cgroup {
+            for dir in cgroup.iter().chain(&freezer) {
                 let _ = std::fs::remove_dir(dir);
             }
             tasks.forget(&key);

@@ -14,6 +14,7 @@
 //! image socket the node's tasks ask, and `tandem __container`, which becomes runc).
 
 mod container;
+mod freezer;
 mod gpuhealth;
 mod launch;
 mod loginenv;

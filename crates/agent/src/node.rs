@@ -56,6 +56,8 @@ struct Running {
     /// last task here, or, named, kept for the job's next steps), and whether it is named.
     container: Option<(PathBuf, bool)>,
     cgroup: Option<PathBuf>,
+    /// Its run's freezer cgroup (`scontrol suspend`), if one could be made.
+    freezer: Option<PathBuf>,
     /// A service replica, supervised (restarted, probed) by its own task.
     replica: Option<std::sync::Arc<crate::replica::Ctl>>,
 }
@@ -179,6 +181,9 @@ pub(crate) async fn run(a: AgentArgs) -> Result<()> {
     let mut tasks: HashMap<TaskKey, Running> = HashMap::new();
     let mut exits: Vec<TaskExit> = Vec::new();
     let mut launched: std::collections::HashSet<TaskKey> = std::collections::HashSet::new();
+    // Runs this agent was told to suspend (and has not been told to resume): reported with
+    // each heartbeat, so the controller can order again what a restart lost.
+    let mut frozen: std::collections::BTreeSet<(u64, u32)> = std::collections::BTreeSet::new();
     // Before it reports anything: the tasks an earlier agent process started on this node.
     let replica_env =
         || crate::replica::Env { spool: spool.clone(), tasks: records.clone(), cg: cg.clone(), done: tx.clone(), changed: changed.clone() };
@@ -194,12 +199,16 @@ pub(crate) async fn run(a: AgentArgs) -> Result<()> {
                     let env = replica_env();
                     let shared = shared_of(&a.data, &task);
                     let ctl = crate::replica::spawn(task, env, Some((kept, cgroup)));
-                    tasks.insert(key, Running { pgid: 0, container: shared, cgroup: None, replica: Some(ctl) });
+                    tasks.insert(key, Running { pgid: 0, container: shared, cgroup: None, freezer: None, replica: Some(ctl) });
                 } else {
                     if let (Some(c), Some((dir, _))) = (&task.container, shared_of(&a.data, &task)) {
                         crate::container::ALLOWED.insert(&key, task.uid, &c.image, &dir);
                     }
-                    tasks.insert(key, Running { pgid: kept.pid, container: shared_of(&a.data, &task), cgroup, replica: None });
+                    if kept.freezer.as_deref().is_some_and(crate::freezer::is_frozen) {
+                        frozen.insert((key.job, key.epoch));
+                    }
+                    let freezer = kept.freezer.clone();
+                    tasks.insert(key, Running { pgid: kept.pid, container: shared_of(&a.data, &task), cgroup, freezer, replica: None });
                     watch(kept, key, tx.clone());
                 }
             }
@@ -312,7 +321,8 @@ pub(crate) async fn run(a: AgentArgs) -> Result<()> {
             match script_done(d, &mut prologs, &a.name) {
                 Ok(ready) => {
                     for t in ready {
-                        start_task(t, &a, &spool, &records, &cg, &mut tasks, &mut exits, &tx, &replica_env);
+                        let cold = frozen.contains(&(t.job, t.epoch));
+                        start_task(t, &a, &spool, &records, &cg, &mut tasks, &mut exits, &tx, &replica_env, cold);
                     }
                 }
                 Err((failed, reason)) => {
@@ -368,6 +378,9 @@ pub(crate) async fn run(a: AgentArgs) -> Result<()> {
             health_failed: health.failed.clone(),
             health_down: health.down,
             health_passed: health.passed,
+            // Until the run is resumed or killed, with tasks here or not (a batch job's
+            // other nodes have none until a step starts).
+            frozen: frozen.iter().copied().collect(),
         };
         let req = conn.send("POST", "/v1/agent/heartbeat", Some(&hb), &hdr);
         let reply = tokio::select! {
@@ -500,7 +513,8 @@ pub(crate) async fn run(a: AgentArgs) -> Result<()> {
                             Some(Prolog::Passed) => {}
                         }
                     }
-                    start_task(t, &a, &spool, &records, &cg, &mut tasks, &mut exits, &tx, &replica_env);
+                    let cold = frozen.contains(&(t.job, t.epoch));
+                    start_task(t, &a, &spool, &records, &cg, &mut tasks, &mut exits, &tx, &replica_env, cold);
                 }
                 Order::Signal { job, epoch, signal, batch_only, step } => {
                     let Ok(sig) = Signal::try_from(signal) else { continue };
@@ -542,6 +556,19 @@ pub(crate) async fn run(a: AgentArgs) -> Result<()> {
                     eprintln!("tandem agent {}: reboot ordered: running {program}", a.name);
                     let env = vec![("SLURMD_NODENAME".to_string(), a.name.clone())];
                     crate::scripts::spawn(crate::scripts::Kind::Reboot, program, 0, 0, env, None, stx.clone());
+                }
+                Order::Suspend { job, epoch } => {
+                    // Tasks of the run that start later here are frozen once started
+                    // (`start_task`).
+                    set_frozen(&tasks, job, epoch, true, &a.name);
+                    frozen.insert((job, epoch));
+                }
+                Order::Resume { job, epoch } => {
+                    set_frozen(&tasks, job, epoch, false, &a.name);
+                    if let Some(d) = cg.freezer.existing(job, epoch) {
+                        let _ = crate::freezer::thaw(&d);
+                    }
+                    frozen.remove(&(job, epoch));
                 }
                 Order::Attach { job, epoch, step, io } => {
                     let addr = io.addr.clone();
@@ -588,6 +615,16 @@ pub(crate) async fn run(a: AgentArgs) -> Result<()> {
                             }
                         }
                     }
+                    // A suspended run dies of its SIGKILL once thawed.
+                    if frozen.remove(&(job, epoch)) {
+                        set_frozen(&tasks, job, epoch, false, &a.name);
+                    }
+                    if let Some(d) = cg.freezer.existing(job, epoch) {
+                        let _ = crate::freezer::thaw(&d);
+                        if !tasks.keys().any(|k| k.job == job && k.epoch == epoch) {
+                            crate::freezer::remove(&d);
+                        }
+                    }
                 }
             }
         }
@@ -608,18 +645,34 @@ fn start_task(
     exits: &mut Vec<TaskExit>,
     tx: &mpsc::UnboundedSender<(TaskKey, Option<std::process::ExitStatus>)>,
     replica_env: &dyn Fn() -> crate::replica::Env,
+    frozen: bool,
 ) {
     let key = TaskKey { job: t.job, epoch: t.epoch, step: t.step, rank: t.rank };
     if t.replica.is_some() {
         let env = replica_env();
         let shared = shared_of(&a.data, &t);
         let ctl = crate::replica::spawn(t, env, None);
-        tasks.insert(key, Running { pgid: 0, container: shared, cgroup: None, replica: Some(ctl) });
+        tasks.insert(key, Running { pgid: 0, container: shared, cgroup: None, freezer: None, replica: Some(ctl) });
         return;
     }
-    match launch(&t, &spool, &records, &cg) {
+    // A task of a suspended run: its run's freezer cgroup is thawed for the launch (a task
+    // that joined a frozen cgroup would stop before its exec, and the launch wait for that
+    // exec), and the run frozen again, the new task with it, once it has started.
+    let dir = cg.freezer.existing(t.job, t.epoch).filter(|_| frozen);
+    if let Some(d) = &dir {
+        let _ = crate::freezer::thaw(d);
+    }
+    let launched = launch(&t, &spool, &records, &cg);
+    if frozen {
+        let dirs = dir.into_iter().chain(launched.as_ref().ok().and_then(|(k, _)| k.freezer.clone()));
+        for d in dirs.collect::<std::collections::BTreeSet<_>>() {
+            let _ = crate::freezer::freeze(&d);
+        }
+    }
+    match launched {
         Ok((kept, cgroup)) => {
-            tasks.insert(key, Running { pgid: kept.pid, container: shared_of(&a.data, &t), cgroup, replica: None });
+            let freezer = kept.freezer.clone();
+            tasks.insert(key, Running { pgid: kept.pid, container: shared_of(&a.data, &t), cgroup, freezer, replica: None });
             watch(kept, key, tx.clone());
         }
         Err(e) => {
@@ -897,6 +950,11 @@ fn ended(
     }
     run_ended(tasks, spool.parent().unwrap_or(spool), &k);
     release_cgroup(tasks, &k, r.cgroup);
+    if let Some(dir) = &r.freezer
+        && !tasks.keys().any(|o| o.job == k.job && o.epoch == k.epoch)
+    {
+        crate::freezer::remove(dir);
+    }
     if k.step == BATCH_STEP {
         let _ = std::fs::remove_file(script_path(spool, k.job, k.epoch));
     }
@@ -933,6 +991,34 @@ fn watch(mut kept: crate::launch::Kept, key: TaskKey, tx: mpsc::UnboundedSender<
         let st = kept.wait().await;
         let _ = tx.send((key, st));
     });
+}
+
+/// Freezes (or thaws) a run's tasks on this node: through their run's freezer cgroup, which
+/// holds whatever they started; where none could be made, by SIGSTOP (SIGCONT) to every
+/// process of their memory cgroup and to their process groups.
+fn set_frozen(tasks: &HashMap<TaskKey, Running>, job: u64, epoch: u32, freeze: bool, node: &str) {
+    let mut dirs = std::collections::BTreeSet::new();
+    let sig = if freeze { Signal::SIGSTOP } else { Signal::SIGCONT };
+    for r in tasks.iter().filter(|(k, r)| k.job == job && k.epoch == epoch && r.replica.is_none()).map(|(_, r)| r) {
+        match &r.freezer {
+            Some(d) => {
+                dirs.insert(d.clone());
+            }
+            None => {
+                kill_group(r.pgid, sig);
+                for p in r.cgroup.as_deref().map(crate::freezer::procs).unwrap_or_default() {
+                    let _ = nix::sys::signal::kill(Pid::from_raw(p), sig);
+                }
+            }
+        }
+    }
+    for d in dirs {
+        let done = if freeze { crate::freezer::freeze(&d) } else { crate::freezer::thaw(&d) };
+        if let Err(e) = done {
+            let what = if freeze { "suspending" } else { "resuming" };
+            eprintln!("tandem agent {node}: {what} job {job}: {}: {e}", d.display());
+        }
+    }
 }
 
 /// Removes a job run's cgroup once its last task on this node has ended, and a step's own

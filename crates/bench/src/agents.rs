@@ -367,6 +367,7 @@ async fn sim_agent(sh: Arc<Shared>, i: usize, node: model::Node) {
             health_failed: None,
             health_down: false,
             health_passed: false,
+            frozen: Vec::new(),
         };
         let next_end = tasks.values().min().copied();
         let sent = Instant::now();
@@ -458,8 +459,9 @@ async fn sim_agent(sh: Arc<Shared>, i: usize, node: model::Node) {
                         exits.push(ended(k, Some(9), false));
                     }
                 }
-                // Simulated tasks have no I/O to attach to, nor nodes to run an epilog on.
-                Order::Attach { .. } | Order::Epilog { .. } | Order::Reboot { .. } => {}
+                // Simulated tasks have no I/O to attach to, nor nodes to run an epilog on, nor
+                // processes to freeze (the benchmark's workload suspends nothing).
+                Order::Attach { .. } | Order::Epilog { .. } | Order::Reboot { .. } | Order::Suspend { .. } | Order::Resume { .. } => {}
             }
         }
     }

@@ -337,6 +337,7 @@ async fn probes(pool: Arc<client::H2Pool>, creds: Vec<(String, String)>, stop: A
                     health_failed: None,
                     health_down: false,
                     health_passed: false,
+                    frozen: Vec::new(),
                 };
                 let t = Instant::now();
                 match pool

@@ -16,7 +16,7 @@ use crate::common::runtime;
 const USAGE: &str = "Usage: sacctmgr [-hinpPQrsvV] COMMAND
   add|create     account NAME... [Parent= Description= Organization= Fairshare= QOS= DefaultQOS= limits]
                  user NAME... Account=A[,B] [DefaultAccount= AdminLevel= Fairshare= QOS= DefaultQOS= limits]
-                 qos NAME... [Priority= PreemptTier= GraceTime= Description= limits]
+                 qos NAME... [Priority= PreemptTier= PreemptMode=REQUEUE|SUSPEND GraceTime= Description= limits]
   modify|update  account|user|qos [where CONDITIONS] set SETTINGS   (QOS+=x and QOS-=x change a list)
   delete|remove  account|user|qos [where] CONDITIONS
   show|list      account|user|association|qos|cluster [where CONDITIONS] [format=F[%W],...] [withassoc]
@@ -311,7 +311,7 @@ fn rows(info: &AccountingInfo, entity: Entity, filter: &[Assign], with_assoc: bo
                 r.insert("GraceTime", slurmcli::format_time(Some(q.grace_time)));
                 let lower: Vec<String> = info.qos.iter().filter(|o| o.preempt_tier < q.preempt_tier).map(|o| o.name.clone()).collect();
                 r.insert("Preempt", lower.join(","));
-                r.insert("PreemptMode", "cluster".into());
+                r.insert("PreemptMode", q.preempt_mode.slurm_name().into());
                 r.insert("UsageFactor", "1.000000".into());
                 limits(&mut r, &q.limits, true);
                 out.push(r);

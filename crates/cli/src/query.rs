@@ -208,9 +208,15 @@ pub(crate) fn exit_parts(j: &JobInfo) -> (i64, i64) {
     (c.parse().unwrap_or(0), s.parse().unwrap_or(0))
 }
 
-/// Slurm's elapsed time of a job: from its start to its end (or now).
+/// Slurm's elapsed time of a job: from its start to its end (or now), less the time it was
+/// suspended.
 pub(crate) fn elapsed(j: &JobInfo, now: i64) -> i64 {
-    j.start.filter(|_| !j.start_estimated).map_or(0, |s| (j.end.unwrap_or(now) - s).max(0))
+    j.start.filter(|_| !j.start_estimated).map_or(0, |s| (j.end.unwrap_or(now) - s - suspended(j, now)).max(0))
+}
+
+/// Seconds a job's run has been suspended, up to `now` (sacct's `Suspended`).
+pub(crate) fn suspended(j: &JobInfo, now: i64) -> i64 {
+    j.suspended + j.suspended_since.map_or(0, |t| (j.end.unwrap_or(now) - t).max(0))
 }
 
 // ---- data_parser v0.0.44 ----
@@ -572,6 +578,12 @@ mod tests {
         assert!(selects("32", &j) && selects("32_1", &j) && selects("33", &j) && !selects("3", &j));
         assert_eq!(elapsed(&j, 1000), 11);
         assert_eq!(exit_parts(&j), (0, 15));
+        // Suspended for 4 s in all: left out of the elapsed time; and suspended now.
+        let mut s = j.clone();
+        (s.suspended, s.end) = (4, None);
+        assert_eq!((elapsed(&s, 130), suspended(&s, 130)), (16, 4));
+        s.suspended_since = Some(125);
+        assert_eq!((elapsed(&s, 130), suspended(&s, 130)), (11, 9));
     }
 
     #[test]

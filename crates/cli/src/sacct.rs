@@ -385,7 +385,7 @@ fn job_value(field: &str, j: &JobInfo, t: i64, units: Option<Unit>) -> String {
         "StdIn" => "/dev/null".into(),
         "Constraints" => j.features.join("&"),
         "Cluster" => "tandem".into(),
-        "Suspended" => "00:00:00".into(),
+        "Suspended" => slurmcli::hms(Some(crate::query::suspended(j, t))),
         _ => String::new(),
     }
 }
@@ -393,7 +393,7 @@ fn job_value(field: &str, j: &JobInfo, t: i64, units: Option<Unit>) -> String {
 /// A step's state: a cancelled job's steps are CANCELLED, as Slurm's.
 fn step_state(j: &JobInfo, s: &StepInfo) -> &'static str {
     if !s.done {
-        "RUNNING"
+        if j.state == "SUSPENDED" { "SUSPENDED" } else { "RUNNING" }
     } else if j.state == "CANCELLED" && (s.exit_code > 128 || s.id == "batch") {
         "CANCELLED"
     } else if s.timed_out {
@@ -572,7 +572,7 @@ fn job_json(j: &JobInfo, t: i64) -> Value {
             "start": j.start.filter(|_| !j.start_estimated).unwrap_or(0),
             "submission": j.submit,
             "limit": limit_minutes(j.time_limit),
-            "suspended": 0,
+            "suspended": crate::query::suspended(j, t),
         },
         "tres": {"allocated": if j.start.is_some() && !j.start_estimated { tres_json(j) } else { json!([]) }, "requested": tres_json(j)},
         "user": j.user,

@@ -35,6 +35,8 @@ const HELP: &str = "Usage: scontrol [<OPTION>] [<COMMAND>]
      hold <jobid>                     hold a pending job
      release <jobid>                  release a held job
      requeue <jobid>                  requeue a job
+     suspend <job_list>               freeze running jobs; their CPUs are lent (operators)
+     resume <job_list>                thaw suspended jobs once their CPUs are free (operators)
      update JobId=<id> TimeLimit=<t>  change a job's time limit
      update NodeName=<n> State=DRAIN|RESUME [Reason=<r>]
      delete NodeName=<hostlist>       delete nodes (administrators)
@@ -75,7 +77,11 @@ fn job_lines(j: &JobInfo, t: i64) -> Vec<String> {
     let start = j.start.map_or("Unknown".into(), iso);
     let end = j.end.or_else(|| j.start.zip(j.time_limit).map(|(s, l)| s + l)).map_or("Unknown".into(), iso);
     v.push(format!("StartTime={start} EndTime={end} Deadline=N/A"));
-    v.push(format!("SuspendTime=None SecsPreSuspend=0 LastSchedEval={} Scheduler=Main", iso(j.submit)));
+    let (sus_at, pre) = match (j.suspended_since, j.start) {
+        (Some(at), Some(s)) => (iso(at), (at - s - j.suspended).max(0)),
+        _ => ("None".to_string(), 0),
+    };
+    v.push(format!("SuspendTime={sus_at} SecsPreSuspend={pre} LastSchedEval={} Scheduler=Main", iso(j.submit)));
     v.push(format!("Partition={} AllocNode:Sid=tandem:0", j.partition));
     if let Some(r) = &j.reservation {
         v.push(format!("Reservation={}", slurmcli::visible(r)));
@@ -368,6 +374,40 @@ fn show_jobs(id: Option<&str>, oneliner: bool, json: bool) -> Result<i32> {
     Ok(0)
 }
 
+/// `scontrol suspend|resume JOB_LIST...`: each argument a job id or a comma list of them
+/// (`jobid=` or `job=` before it allowed); each job refused says why, as Slurm's
+/// (`Access/permission denied for job 12`), and the exit code is 1.
+fn suspend(t: &Target, rt: &tokio::runtime::Runtime, action: &str, op: &str, args: &[&str]) -> Result<i32> {
+    if args.is_empty() {
+        eprintln!("too few arguments for keyword:{}", slurmcli::visible(op));
+        return Ok(1);
+    }
+    let mut rc = 0;
+    for arg in args {
+        let lower = arg.to_ascii_lowercase();
+        let list = if lower.starts_with("jobid=") {
+            &arg[6..]
+        } else if lower.starts_with("job=") {
+            &arg[4..]
+        } else {
+            arg
+        };
+        for id in list.split(',') {
+            let Ok(n) = id.parse::<u64>() else {
+                eprintln!("Invalid job id specified for job {}", slurmcli::visible(id));
+                rc = 1;
+                continue;
+            };
+            let reply = rt.block_on(send(t, "POST", &format!("/v1/jobs/{n}"), Some(&serde_json::json!({ "action": action })), &[]))?;
+            if reply.status >= 400 {
+                eprintln!("{} for job {n}", slurmcli::visible_text(&reply.error()));
+                rc = 1;
+            }
+        }
+    }
+    Ok(rc)
+}
+
 /// The actions: hold, release, requeue, update, delete.
 fn actions(args: &[String]) -> Result<i32> {
     let t = Target::from_env()?;
@@ -412,6 +452,14 @@ fn actions(args: &[String]) -> Result<i32> {
             }
         },
         ["delete", ..] if kv.contains_key("nodename") => crate::slurm::delete_nodes(&kv["nodename"]),
+        // Slurm's abbreviations: `su`, `res` at the least.
+        [op, rest @ ..]
+            if (op.len() >= 2 && "suspend".starts_with(&op.to_ascii_lowercase()))
+                || (op.len() >= 3 && "resume".starts_with(&op.to_ascii_lowercase())) =>
+        {
+            let action = if op.to_ascii_lowercase().starts_with("su") { "suspend" } else { "resume" };
+            suspend(&t, &rt, action, op, rest)
+        }
         [r, ..] if r.len() >= 3 && "reboot_nodes".starts_with(&r.to_ascii_lowercase()) => {
             let cmd = match slurmcli::update::parse_reboot(args) {
                 Ok(c) => c,

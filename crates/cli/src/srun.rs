@@ -687,7 +687,8 @@ pub(crate) fn allocate(t: &Target, cmd: &str, opts: &[String], command: &[String
         }
         let j: JobInfo = rt.block_on(send(t, "GET", &format!("/v1/jobs/{job}"), None::<&()>, &[]))?.json()?;
         match j.base_state().to_string().as_str() {
-            "RUNNING" => break j,
+            // Granted, then suspended at once (preempted by suspension): its own.
+            "RUNNING" | "SUSPENDED" => break j,
             "PENDING" => {
                 // A pass or two of the scheduler is no wait worth saying.
                 if !said && asked.elapsed() > Duration::from_secs(1) {

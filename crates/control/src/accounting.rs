@@ -150,6 +150,7 @@ pub const QOS_KEYS: &[&str] = &[
     "Description",
     "Priority",
     "PreemptTier",
+    "PreemptMode",
     "GraceTime",
     "MaxJobsPerUser",
     "MaxSubmitJobsPerUser",
@@ -682,6 +683,7 @@ const QOS_SETTINGS: &[(&str, &str)] = &[
     ("MaxTRESPerJob", "MaxTRESPerJob           "),
     ("MaxTRESPerUser", "MaxTRESPerUser          "),
     ("MaxWall", "MaxWall                 "),
+    ("PreemptMode", "PreemptMode             "),
     ("PreemptTier", "PreemptTier             "),
     ("Priority", "Priority                "),
 ];
@@ -787,6 +789,11 @@ fn apply_qos(q: &mut Qos, s: &Setting) -> Result<(), Refused> {
         "Priority" => q.priority = number::<u32>("Priority", v)?.unwrap_or(0),
         "PreemptTier" => q.preempt_tier = number::<u32>("PreemptTier", v)?.unwrap_or(0),
         "GraceTime" => q.grace_time = wall(v)?.unwrap_or(0),
+        "PreemptMode" => {
+            q.preempt_mode = model::PreemptMode::parse(v).ok_or_else(|| {
+                Refused::Invalid(format!("invalid value for PreemptMode: {:?} (REQUEUE or SUSPEND)", slurmcli::visible(v)))
+            })?
+        }
         k => {
             if !set_limit(&mut q.limits, k, v)? {
                 return Err(unknown(k, "qos"));

@@ -53,6 +53,7 @@
 //! priority = 100
 //! preempt_tier = 1
 //! grace_time = 60
+//! preempt_mode = "requeue" # or "suspend": preempted batch jobs are frozen, then resumed
 //! max_jobs_per_user = 10
 //! max_gpus_per_user = 16
 //! [[account]]
@@ -340,6 +341,7 @@ struct Qos {
     priority: Option<u32>,
     preempt_tier: Option<u32>,
     grace_time: Option<u32>,
+    preempt_mode: Option<String>,
     description: Option<String>,
     max_jobs_per_user: Option<u32>,
     max_submit_jobs_per_user: Option<u32>,
@@ -615,8 +617,14 @@ pub fn parse(text: &str) -> Result<(crate::Settings, Security)> {
             if let Some(g) = q.max_gpus_per_user {
                 limits.max_tres_per_user.gpu = Some(g as u64);
             }
+            let preempt_mode = match q.preempt_mode.as_deref() {
+                None => model::PreemptMode::Requeue,
+                Some(m) => model::PreemptMode::parse(m)
+                    .ok_or_else(|| ConfigError(format!("{what} preempt_mode: {m:?} is not one of \"requeue\", \"suspend\"")))?,
+            };
             qos.push(model::Qos {
                 description: q.description.unwrap_or_else(|| q.name.clone()),
+                preempt_mode,
                 name: q.name,
                 priority: q.priority.unwrap_or(0),
                 preempt_tier: q.preempt_tier.unwrap_or(0),
@@ -824,6 +832,8 @@ mod tests {
         assert!(e("[[partition]]\nname = \"a\"\n[[partition]]\nname = \"a\"").contains("share a name"));
         assert!(e("[[partition]]\nname=\"a\"\ndefault=true\n[[partition]]\nname=\"b\"\ndefault=true").contains("more than one"));
         assert!(e("[[qos]]\nname = \"x\"\nbogus = 1").contains("unknown field"));
+        assert!(e("[[qos]]\nname = \"x\"\npreempt_mode = \"gang\"").contains("qos x preempt_mode: \"gang\" is not one of"));
+        assert!(e("[[qos]]\nname = \"x\"\npreempt_mode = 1").contains("invalid type"));
         assert!(e("not toml at all [").contains("TOML") || !e("not toml at all [").is_empty());
         assert!(e("[security]\nprivate_data = [\"secrets\"]").contains("unknown value"));
         assert!(e("[security]\nmetrics = true").contains("unknown field"));

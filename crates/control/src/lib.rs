@@ -29,6 +29,7 @@ pub mod resv;
 pub mod service;
 mod services;
 mod steps;
+pub mod suspend;
 mod tails;
 mod types;
 
@@ -374,6 +375,8 @@ pub struct Controller {
     /// there have been: a pass planned before a change starts nothing ([`Pass`]).
     resv_list: Option<std::sync::Arc<Vec<model::Reservation>>>,
     resv_gen: u64,
+    /// Suspended jobs (`suspend`), rebuilt at restore.
+    suspended: BTreeSet<u64>,
 }
 
 /// How many recent submissions' specs [`Controller::share_spec`] compares a new one with.
@@ -435,7 +438,7 @@ fn dep_on(kind: DepKind, state: JobState) -> DepStatus {
     match (kind, state) {
         (DepKind::After, JobState::Pending) => DepStatus::Waiting,
         (DepKind::After, _) => DepStatus::Satisfied,
-        (_, JobState::Pending | JobState::Running) => DepStatus::Waiting,
+        (_, JobState::Pending | JobState::Running | JobState::Suspended) => DepStatus::Waiting,
         (DepKind::AfterAny, _) => DepStatus::Satisfied,
         (DepKind::AfterOk, JobState::Completed) => DepStatus::Satisfied,
         (DepKind::AfterOk, _) => DepStatus::Never,
@@ -496,6 +499,7 @@ impl Controller {
             reservations_dirty: false,
             resv_list: None,
             resv_gen: 0,
+            suspended: BTreeSet::new(),
         }
     }
 
@@ -564,14 +568,29 @@ impl Controller {
             c.jobs.insert(j.req.id.0, Box::new(j));
         }
         c.advance_active();
-        // Re-apply running allocations to node usage.
-        let running: Vec<u64> = c.jobs.values().filter(|j| j.state == JobState::Running).map(|j| j.req.id.0).collect();
+        // Re-apply running allocations to node usage (a suspended job's without its CPUs, and
+        // its freeze ordered again: the order may have been lost with the old process).
+        let running: Vec<u64> = c.jobs.values().filter(|j| j.state.on_nodes()).map(|j| j.req.id.0).collect();
         for id in running {
             let allocs = c.jobs[&id].allocs.clone();
+            let (suspended, epoch) = (c.jobs[&id].state == JobState::Suspended, c.jobs[&id].epoch);
+            // Being cancelled or requeued: thawed for its signals, not frozen again.
+            let ending = c.jobs[&id].cancelling || c.jobs[&id].requeueing || c.jobs[&id].kill_at.is_some();
+            if suspended {
+                c.suspended.insert(id);
+            }
             for (name, a) in &allocs {
                 if let Some(&i) = c.node_index.get(name) {
                     let node = c.nodes[i].node.clone();
-                    c.nodes[i].usage.apply(&node, a);
+                    if suspended {
+                        // Without its CPUs: another job may hold them now.
+                        c.nodes[i].usage.apply(&node, &sched::Alloc { cpus: 0, ..a.clone() });
+                        if !ending {
+                            c.nodes[i].push(Order::Suspend { job: id, epoch });
+                        }
+                    } else {
+                        c.nodes[i].usage.apply(&node, a);
+                    }
                     c.nodes[i].runs.push(id);
                 }
             }
@@ -1067,6 +1086,15 @@ impl Controller {
                 // signal 15.
                 let kill_at = now.saturating_add(self.settings.kill_wait);
                 let j = self.jobs.get_mut(&id).expect("checked");
+                if j.state == JobState::Suspended {
+                    // Thawed first, so that it sees its SIGTERM (it stays suspended, its CPUs
+                    // lent, for the KillWait it has to end).
+                    let (epoch, nodes) = (j.epoch, j.allocs.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>());
+                    for n in nodes {
+                        self.order(&n, Order::Resume { job: id, epoch });
+                    }
+                }
+                let j = self.jobs.get_mut(&id).expect("checked");
                 j.cancelling = true;
                 j.cancelled_by = Some(uid);
                 j.kill_at = Some(j.kill_at.map_or(kill_at, |k| k.min(kill_at)));
@@ -1106,7 +1134,7 @@ impl Controller {
     pub fn signal_batch(&mut self, uid: u32, id: u64, signal: i32) -> Result<(), Refused> {
         self.ensure_owned(uid, id)?;
         let j = self.owned(uid, id)?;
-        if j.state != JobState::Running {
+        if !j.state.on_nodes() {
             return Err(Refused::Conflict(format!("job {id} is not running")));
         }
         if !(1..=64).contains(&signal) {
@@ -1124,7 +1152,7 @@ impl Controller {
     pub fn signal_step(&mut self, uid: u32, id: u64, step: u32, signal: i32) -> Result<(), Refused> {
         self.ensure_owned(uid, id)?;
         let j = self.owned(uid, id)?;
-        if j.state != JobState::Running {
+        if !j.state.on_nodes() {
             return Err(Refused::Conflict(format!("job {id} is not running")));
         }
         if !(1..=64).contains(&signal) {
@@ -1149,7 +1177,7 @@ impl Controller {
     pub fn attach_step(&mut self, uid: u32, id: u64, step: u32, io: StepIo) -> Result<Vec<(String, u32)>, Refused> {
         self.ensure_owned(uid, id)?;
         let j = self.owned(uid, id)?;
-        if j.state != JobState::Running {
+        if !j.state.on_nodes() {
             return Err(Refused::Conflict(format!("job {id} is not running")));
         }
         let Some(st) = j.steps.iter().find(|s| s.id == step) else {
@@ -1189,7 +1217,7 @@ impl Controller {
         if !j.spec.interactive {
             return Err(Refused::Invalid(format!("job {id} is a batch job: its script's end completes it")));
         }
-        if j.state != JobState::Running {
+        if !j.state.on_nodes() {
             return Err(Refused::Conflict(format!("job {id} is not running")));
         }
         if !(0..=255).contains(&code) {
@@ -1254,11 +1282,13 @@ impl Controller {
         if s == JobState::Cancelled || j.cancelling {
             return Err(Refused::Conflict(format!("job {id} was cancelled: it is not run again")));
         }
-        if s == JobState::Running {
+        if s.on_nodes() {
             // Back to the queue once this run's tasks are gone (as Slurm's requeue waits for
-            // its job to complete): kill them now, requeue at the batch script's end.
+            // its job to complete): kill them now, requeue at the batch script's end. A
+            // suspended job comes back held, as Slurm's.
             let j = self.jobs.get_mut(&id).expect("checked");
             j.requeueing = true;
+            j.req.held |= s == JobState::Suspended;
             let (epoch, nodes) = (j.epoch, j.allocs.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>());
             self.dirty_jobs.insert(id);
             for n in nodes {
@@ -1288,9 +1318,17 @@ impl Controller {
         let Some(j) = self.jobs.get_mut(&id) else { return };
         let allocs = std::mem::take(&mut j.allocs);
         let epoch = j.epoch;
+        // A run that ends suspended lent its CPUs: they are not taken back twice.
+        let lent = j.suspension.as_ref().map(|s| j.end.unwrap_or(s.since));
+        if let Some(at) = lent {
+            self.end_suspension(id, at);
+        }
         for (k, (name, a)) in allocs.iter().enumerate() {
             if let Some(&i) = self.node_index.get(name) {
-                self.nodes[i].usage.release(a);
+                match lent {
+                    Some(_) => self.nodes[i].usage.release(&sched::Alloc { cpus: 0, ..a.clone() }),
+                    None => self.nodes[i].usage.release(a),
+                }
                 self.nodes[i].runs.retain(|r| *r != id);
                 self.nodes[i].push(Order::Kill { job: id, epoch });
                 if let Some(env) = epilogs.get(k) {
@@ -1463,7 +1501,7 @@ impl Controller {
         }
         j.state = JobState::Pending;
         j.restart_count += 1;
-        j.reason = PendingReason::None;
+        j.reason = if j.req.held { PendingReason::JobHeldUser } else { PendingReason::None };
         j.steps.clear();
         j.start = None;
         j.timeout_at = None;
@@ -1598,10 +1636,8 @@ impl Controller {
     fn kill_unwanted(&mut self, i: usize, running: &[TaskKey]) {
         let name = self.nodes[i].node.name.clone();
         for t in running {
-            let live = self
-                .jobs
-                .get(&t.job)
-                .is_some_and(|j| j.state == JobState::Running && j.epoch == t.epoch && j.allocs.iter().any(|(n, _)| *n == name));
+            let live =
+                self.jobs.get(&t.job).is_some_and(|j| j.state.on_nodes() && j.epoch == t.epoch && j.allocs.iter().any(|(n, _)| *n == name));
             if live {
                 let j = self.jobs.get_mut(&t.job).expect("live");
                 if t.step == BATCH_STEP && !j.confirmed {
@@ -1624,7 +1660,7 @@ impl Controller {
         let mut lost = Vec::new();
         for &id in &rec.runs {
             let Some(j) = self.jobs.get(&id) else { continue };
-            if j.state != JobState::Running {
+            if !j.state.on_nodes() {
                 continue;
             }
             let missing = j.steps.iter().filter(|s| s.end.is_none()).find_map(|s| {
@@ -1698,7 +1734,7 @@ impl Controller {
         if self.nodes[i].usage.jobs > 0 {
             let on: Vec<String> = self
                 .active()
-                .filter(|j| j.state == JobState::Running && j.allocs.iter().any(|(n, _)| n == name))
+                .filter(|j| j.state.on_nodes() && j.allocs.iter().any(|(n, _)| n == name))
                 .map(|j| j.req.id.0.to_string())
                 .collect();
             return Err(Refused::Conflict(format!(
@@ -1801,7 +1837,7 @@ impl Controller {
     pub fn record_usage(&mut self, node: &str, usage: &[TaskUsage]) {
         for u in usage {
             let Some(j) = self.jobs.get_mut(&u.key.job) else { continue };
-            if j.epoch != u.key.epoch || j.state != JobState::Running || !j.allocs.iter().any(|(n, _)| n == node) {
+            if j.epoch != u.key.epoch || !j.state.on_nodes() || !j.allocs.iter().any(|(n, _)| n == node) {
                 continue;
             }
             let Some(s) = j.steps.iter_mut().find(|s| s.id == u.key.step && s.end.is_none()) else { continue };
@@ -1835,7 +1871,7 @@ impl Controller {
     fn task_exit(&mut self, now: Time, node: &str, e: &TaskExit) {
         let Some(j) = self.jobs.get_mut(&e.job) else { return };
         // Only the run's own nodes report on it.
-        if j.epoch != e.epoch || j.state != JobState::Running || !j.allocs.iter().any(|(n, _)| n == node) {
+        if j.epoch != e.epoch || !j.state.on_nodes() || !j.allocs.iter().any(|(n, _)| n == node) {
             return;
         }
         let code = e.code.unwrap_or(0).max(e.signal.map_or(0, |s| 128 + s));
@@ -1981,13 +2017,14 @@ impl Controller {
     fn learn(&mut self, id: u64) {
         let j = &self.jobs[&id];
         if let (Some(start), Some(end)) = (j.start, j.end) {
-            self.history.record(&j.req, end - start);
+            self.history.record(&j.req, end - start - j.suspended_secs);
         }
     }
 
     fn job_usage(&self, id: u64) -> f64 {
         let j = &self.jobs[&id];
-        let secs = (j.end.unwrap_or(0) - j.start.unwrap_or(0)).max(0) as f64;
+        // Suspended time is not charged: its CPUs were lent.
+        let secs = (j.end.unwrap_or(0) - j.start.unwrap_or(0) - j.suspended_secs).max(0) as f64;
         let size: f64 = j.allocs.iter().map(|(_, a)| a.cpus as f64 + 1000.0 * a.gpus.len() as f64).sum();
         secs * size
     }
@@ -1997,9 +2034,9 @@ impl Controller {
         for d in &j.req.dependencies {
             let s = match d.kind {
                 DepKind::Singleton => {
-                    let other = self.active().any(|o| {
-                        o.req.id != j.req.id && o.req.name == j.req.name && o.req.user == j.req.user && o.state == JobState::Running
-                    });
+                    let other = self
+                        .active()
+                        .any(|o| o.req.id != j.req.id && o.req.name == j.req.name && o.req.user == j.req.user && o.state.on_nodes());
                     if other { DepStatus::Waiting } else { DepStatus::Satisfied }
                 }
                 kind => match d.job.and_then(|id| self.jobs.get(&id.0)) {
@@ -2064,11 +2101,8 @@ impl Controller {
         info.nodes_down += 1;
         let name = rec.node.name.clone();
         self.nodes_changed();
-        let hit: Vec<u64> = self
-            .active()
-            .filter(|j| j.state == JobState::Running && j.allocs.iter().any(|(n, _)| *n == name))
-            .map(|j| j.req.id.0)
-            .collect();
+        let hit: Vec<u64> =
+            self.active().filter(|j| j.state.on_nodes() && j.allocs.iter().any(|(n, _)| *n == name)).map(|j| j.req.id.0).collect();
         for id in hit {
             if let Some(j) = self.jobs.get_mut(&id) {
                 j.end = Some(now);
@@ -2109,7 +2143,7 @@ impl Controller {
         // One scan, no lookups, no copies of node names; it also finds when the next is due.
         let mut next = Time::MAX;
         let mut due = Vec::new();
-        for j in self.active().filter(|j| j.state == JobState::Running) {
+        for j in self.active().filter(|j| j.state.on_nodes()) {
             let t = Self::due_at(j, now, self.settings.kill_wait);
             if t <= now {
                 due.push(j.req.id.0);
@@ -2120,7 +2154,8 @@ impl Controller {
         self.limits_due = next;
         for id in due.clone() {
             let j = &self.jobs[&id];
-            let end = j.start.unwrap_or(now).saturating_add(j.req.time_limit);
+            let end = j.start.unwrap_or(now).saturating_add(j.req.time_limit).saturating_add(j.suspended_secs);
+            let suspended = j.state == JobState::Suspended;
             let nodes: Vec<String> = j.allocs.iter().map(|(n, _)| n.clone()).collect();
             let epoch = j.epoch;
             if j.preempt_at.is_some_and(|t| t <= now) {
@@ -2136,6 +2171,9 @@ impl Controller {
                 self.jobs.get_mut(&id).expect("running").kill_at = None;
                 self.dirty_jobs.insert(id);
                 continue;
+            }
+            if suspended {
+                continue; // its clock is stopped: nothing else comes due
             }
             if let Some((sig, before, batch_only)) = j.spec.signal
                 && !j.warned
@@ -2167,7 +2205,7 @@ impl Controller {
         }
         // What was just done changes when those jobs are next due.
         for id in due {
-            if let Some(j) = self.jobs.get(&id).filter(|j| j.state == JobState::Running) {
+            if let Some(j) = self.jobs.get(&id).filter(|j| j.state.on_nodes()) {
                 self.limits_due = self.limits_due.min(Self::due_at(j, now, self.settings.kill_wait));
             }
         }
@@ -2178,12 +2216,12 @@ impl Controller {
     fn step_limits(&mut self, now: Time, id: u64) {
         let kill_wait = self.settings.kill_wait;
         let Some(j) = self.jobs.get_mut(&id) else { return };
-        let epoch = j.epoch;
+        let (epoch, suspended) = (j.epoch, j.suspended_secs);
         let mut orders = Vec::new();
         for s in j.steps.iter_mut().filter(|s| s.end.is_none()) {
             let Some(limit) = s.spec.res.time_limit else { continue };
             let signal = match s.timeout_at {
-                None if now >= s.start.saturating_add(limit) => {
+                None if now >= s.start.saturating_add(limit).saturating_add(suspended - s.suspended_base) => {
                     s.timeout_at = Some(now);
                     15
                 }
@@ -2206,13 +2244,16 @@ impl Controller {
     /// its `--signal` time, or its time limit (at `now` or before: due now, as every tick after
     /// its limit until it ends).
     fn due_at(j: &Job, now: Time, kill_wait: Time) -> Time {
-        let end = j.start.unwrap_or(now).saturating_add(j.req.time_limit);
+        if j.state == JobState::Suspended {
+            return j.kill_at.unwrap_or(Time::MAX);
+        }
+        let end = j.start.unwrap_or(now).saturating_add(j.req.time_limit).saturating_add(j.suspended_secs);
         let mut t = end;
         // Steps with a time limit of their own (`srun -t`): its end, then KillWait after.
         for s in j.steps.iter().filter(|s| s.end.is_none()) {
             if let Some(limit) = s.spec.res.time_limit {
                 t = t.min(match s.timeout_at {
-                    None => s.start.saturating_add(limit),
+                    None => s.start.saturating_add(limit).saturating_add(j.suspended_secs - s.suspended_base),
                     Some(at) => at.saturating_add(kill_wait),
                 });
             }
@@ -2293,6 +2334,7 @@ impl Controller {
         j.state = j.state.step(JobEvent::Start).expect("pending jobs start");
         j.start = Some(now);
         j.end = None;
+        (j.suspension, j.suspended_secs) = (None, 0);
         j.epoch += 1;
         j.last_allocs = named.clone();
         j.allocs = named;
@@ -2319,6 +2361,7 @@ impl Controller {
             timeout_at: None,
             usage: Vec::new(),
             het: Vec::new(),
+            suspended_base: 0,
         }];
         self.dirty_jobs.insert(id);
         if let Some(r) = &mut j.replica {
@@ -2446,7 +2489,7 @@ impl Controller {
             restart_count: j.restart_count,
             array: j.array.map(|a| (a.array_job, a.task, a.count, a.min, a.max, 1)),
             step_id: (step != BATCH_STEP).then_some(step),
-            start_end: (j.start.unwrap_or(0), j.start.map(|s| s.saturating_add(j.req.time_limit))),
+            start_end: (j.start.unwrap_or(0), j.start.map(|s| s.saturating_add(j.req.time_limit).saturating_add(j.suspended_secs))),
             master_port: 20_000 + (id % 20_000) as u16,
             het,
         };
@@ -2609,6 +2652,10 @@ impl Controller {
     ) -> Result<u32, Refused> {
         self.ensure_owned(uid, id)?;
         let j = self.owned(uid, id)?;
+        if j.state == JobState::Suspended {
+            // As Slurm's: srun waits ("Job step creation temporarily disabled, retrying").
+            return Err(Refused::Busy(format!("Requested operation is presently disabled: job {id} is suspended")));
+        }
         if j.state != JobState::Running {
             return Err(Refused::Conflict(format!("job {id} is not running")));
         }
@@ -2686,6 +2733,7 @@ impl Controller {
             timeout_at: None,
             usage: Vec::new(),
             het: het_parts,
+            suspended_base: j.suspended_secs,
         });
         let built = self.step_tasks(id, step_id);
         self.dirty_jobs.insert(id);

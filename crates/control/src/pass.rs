@@ -225,9 +225,10 @@ impl Controller {
             // say so (its reason is set when it is held), so the pass does not carry it.
             JobState::Pending if j.req.held => Entry::Gone,
             JobState::Pending => Entry::Pending(Pending { req: j.req.clone(), seq: j.req.id.0, dep: DepStatus::Satisfied }),
+            // Its time limit ends later by the time it spent suspended.
             JobState::Running => Entry::Running(Running {
                 req: j.req.clone(),
-                start: j.start.unwrap_or(now),
+                start: j.start.unwrap_or(now).saturating_add(j.suspended_secs),
                 allocs: j
                     .allocs
                     .iter()
@@ -278,6 +279,8 @@ impl Controller {
         self.purge(now);
         self.decay_usage(now);
         self.expire_reservations(now);
+        // Before the scheduler sees free CPUs: jobs preempted by suspension take theirs back.
+        self.resume_preempted(now);
         let (mirror, jobs, usage) = match self.mirror.take() {
             None => {
                 self.dirty_jobs.sched.clear();
@@ -317,7 +320,7 @@ impl Controller {
         let throttled = mirror.special.iter().any(|id| self.jobs.get(id).is_some_and(|j| j.array.is_some_and(|a| a.max_running.is_some())));
         let mut array_running: HashMap<u64, u32> = HashMap::new();
         if throttled {
-            for j in self.active().filter(|j| j.state == JobState::Running) {
+            for j in self.active().filter(|j| j.state.on_nodes()) {
                 if let Some(a) = j.array {
                     *array_running.entry(a.array_job).or_default() += 1;
                 }
@@ -493,6 +496,14 @@ impl Controller {
             }
             for v in &p.victims {
                 let Some(j) = self.jobs.get_mut(&v.job.0) else { continue };
+                if v.suspend && j.replica.is_none() && j.state == JobState::Running && j.preempt_at.is_none() {
+                    if j.cancelling || j.requeueing || j.completed.is_some() || j.timeout_at.is_some() || j.kill_at.is_some() {
+                        continue; // ending already: its CPUs come back with its end
+                    }
+                    // Frozen at once; its CPUs are free for the preemptor's start.
+                    self.freeze(now, v.job.0, Some(p.for_job.0));
+                    continue;
+                }
                 if j.preempt_at.is_none() && j.state == JobState::Running {
                     j.preempt_at = Some(now + v.grace);
                     self.limits_due = self.limits_due.min(now + v.grace);

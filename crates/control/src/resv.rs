@@ -295,10 +295,11 @@ impl Controller {
         let busy = |node: &str| -> bool {
             !r_.flags.ignore_jobs
                 && self.active().any(|j| {
-                    j.state == JobState::Running
+                    j.state.on_nodes()
                         && j.allocs.iter().any(|(n, _)| n == node)
                         && j.req.reservation.as_deref() != Some(r_.name.as_str())
-                        && j.start.unwrap_or(now).saturating_add(j.req.time_limit) > r_.start
+                        && (j.state == JobState::Suspended
+                            || j.start.unwrap_or(now).saturating_add(j.req.time_limit).saturating_add(j.suspended_secs) > r_.start)
                 })
         };
         let taken = |node: &str| others.iter().any(|o| o.holds(node));

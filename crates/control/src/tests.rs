@@ -1361,3 +1361,145 @@ fn a_reboot_waits_for_its_node_to_empty_is_issued_once_and_completes_when_the_ag
     c.hb(184, "n2", &[], &[]).unwrap();
     assert_eq!(c.nodes()[2].node.state, NodeState::Down, "a timed-out node stays down through its heartbeats");
 }
+
+/// Heartbeats and ticks every 20 s from `from` to before `to` (the node's lease holds); the
+/// orders delivered meanwhile.
+fn live(c: &mut Controller, from: Time, to: Time, running: &[TaskKey]) -> Vec<Order> {
+    let mut out = Vec::new();
+    let mut t = from;
+    while t < to {
+        out.extend(c.hb(t, "n0", running, &[]).unwrap());
+        c.tick(t);
+        t += 20;
+    }
+    out
+}
+
+#[test]
+fn suspend_lends_only_cpus_stops_the_clock_and_resume_waits_for_free_cpus() {
+    let mut c = cluster(1, 2);
+    // Job 1: 3 of 4 CPUs, 1 GiB, both GPUs, 10 minutes.
+    c.submit(0, spec(1000), &batch(&["-c3", "--mem=1G", "--gpus-per-node=2", "-t", "10"]), "alice").unwrap();
+    c.tick(0);
+    c.hb(0, "n0", &[], &[]).unwrap();
+    assert_eq!(c.job(1).unwrap().state, JobState::Running);
+    // Ordinary users may not; nor may a missing job be suspended, nor a running one resumed.
+    assert!(matches!(c.suspend(5, 1000, 1), Err(Refused::Forbidden(m)) if m == "Access/permission denied"));
+    assert!(matches!(c.suspend(5, 0, 99), Err(Refused::NotFound(_))));
+    assert!(matches!(c.resume(5, 0, 1), Err(Refused::Conflict(m)) if m == "Job is not suspended"));
+    c.suspend(10, 0, 1).unwrap();
+    assert!(matches!(c.suspend(11, 0, 1), Err(Refused::Conflict(_))), "already suspended");
+    assert_eq!(c.job(1).unwrap().state, JobState::Suspended);
+    assert!(c.hb(10, "n0", &[], &[]).unwrap().contains(&Order::Suspend { job: 1, epoch: 1 }));
+    let u = &c.nodes[0].usage;
+    assert_eq!((u.cpus, u.memory, u.gpu_milli.iter().sum::<u32>()), (0, 1 << 30, 2000), "only its CPUs are lent");
+    // A CPU-only job takes the lent CPUs; one needing a GPU cannot.
+    c.submit(10, spec(1000), &batch(&["-c2", "--mem=1G", "-t", "60"]), "alice").unwrap();
+    c.submit(10, spec(1000), &batch(&["-c1", "--gpus=1", "-t", "1"]), "alice").unwrap();
+    c.tick(10);
+    assert_eq!(c.job(2).unwrap().state, JobState::Running, "{:?} {:?}", c.job(2).unwrap().reason, c.job(3).unwrap().reason);
+    assert_eq!(c.job(3).unwrap().state, JobState::Pending);
+    // Its time limit does not run while suspended: long past it, it is not signalled.
+    let orders = live(&mut c, 20, 700, &[]);
+    assert!(!orders.iter().any(|o| matches!(o, Order::Signal { job: 1, .. } | Order::Kill { job: 1, .. })), "{orders:?}");
+    assert_eq!(c.job(1).unwrap().state, JobState::Suspended);
+    // Resume waits for the CPUs job 2 holds.
+    let e = c.resume(700, 0, 1).unwrap_err();
+    assert!(matches!(&e, Refused::Busy(m) if m.contains("in use (job 2)")), "{e}");
+    c.hb(701, "n0", &[], &[ended(2, 1, Some(0), None)]).unwrap();
+    c.resume(710, 0, 1).unwrap();
+    assert_eq!(c.job(1).unwrap().state, JobState::Running);
+    assert_eq!(c.job(1).unwrap().suspended_secs, 700);
+    assert!(c.hb(710, "n0", &[], &[]).unwrap().contains(&Order::Resume { job: 1, epoch: 1 }));
+    // It ran 10 s before and now has its 590 s left: the limit comes at 1300, not 600.
+    let orders = live(&mut c, 720, 1300, &[]);
+    assert!(!orders.iter().any(|o| matches!(o, Order::Signal { job: 1, signal: 15, .. })), "{orders:?}");
+    c.tick(1300);
+    assert!(c.hb(1300, "n0", &[], &[]).unwrap().contains(&Order::Signal { job: 1, epoch: 1, signal: 15, batch_only: false, step: None }));
+}
+
+#[test]
+fn a_suspended_job_is_cancelled_thawed_and_requeued_held_and_survives_a_restart() {
+    let mut c = cluster(1, 0);
+    c.submit(0, spec(1000), &batch(&["-c2", "-t", "10"]), "alice").unwrap();
+    c.submit(0, spec(1000), &batch(&["-c2", "-t", "10"]), "alice").unwrap();
+    c.tick(0);
+    c.hb(0, "n0", &[], &[]).unwrap();
+    c.suspend(10, 0, 1).unwrap();
+    c.hb(10, "n0", &[], &[]).unwrap();
+    // Job 3 takes the CPUs job 1 lent (a restore that gave them back to job 1 first would
+    // over-commit the node).
+    c.submit(10, spec(1000), &batch(&["-c2", "-t", "10"]), "alice").unwrap();
+    c.tick(10);
+    assert_eq!(c.job(3).unwrap().state, JobState::Running);
+    // A step cannot start in it (srun waits, as Slurm's).
+    let e = c.create_step(11, 1000, 1, None, Some(1), None, vec!["true".into()], StepSpec::default()).unwrap_err();
+    assert!(matches!(e, Refused::Busy(_)), "{e}");
+    // Restarted: still suspended, its CPUs still lent, and its agent told again.
+    let _ = c.take_dirty();
+    let jobs: Vec<Job> = c.jobs().map(|j| j.into_owned()).collect();
+    let nodes: Vec<NodeRec> = c.nodes().to_vec();
+    let mut c = Controller::restore(Settings::default(), jobs, nodes, Vec::new(), 3, 20, 2);
+    assert_eq!(c.job(1).unwrap().state, JobState::Suspended);
+    assert_eq!(c.nodes[0].usage.cpus, 4);
+    assert!(c.nodes[0].orders.iter().any(|(_, o)| *o == Order::Suspend { job: 1, epoch: 1 }));
+    // The agent reports it frozen: nothing more; a running job it reports frozen is thawed.
+    c.reconcile_frozen("n0", &[(1, 1), (2, 1)]);
+    assert!(c.nodes[0].orders.iter().any(|(_, o)| *o == Order::Resume { job: 2, epoch: 1 }));
+    // Cancelled: thawed first (to see its SIGTERM); its suspended time is counted at its end.
+    c.cancel(30, 1000, 1, None).unwrap();
+    let o: Vec<Order> = c.nodes[0].orders.iter().map(|(_, o)| o.clone()).collect();
+    let thaw = o.iter().rposition(|o| *o == Order::Resume { job: 1, epoch: 1 }).unwrap();
+    let term = o.iter().position(|o| matches!(o, Order::Signal { job: 1, signal: 15, .. })).unwrap();
+    assert!(thaw < term, "{o:?}");
+    let two = TaskKey { job: 2, epoch: 1, step: BATCH_STEP, rank: 0 };
+    let three = TaskKey { job: 3, ..two };
+    c.heartbeat(31, "n0", 0, &[two, three], &[ended(1, 1, None, Some(15))]).unwrap();
+    let j = c.job(1).unwrap();
+    assert_eq!((j.state, j.suspended_secs), (JobState::Cancelled, 21));
+    assert_eq!(c.nodes[0].usage.cpus, 4, "its CPUs were not taken back twice");
+    // A suspended job requeued comes back held.
+    c.suspend(40, 0, 2).unwrap();
+    c.requeue(0, 2).unwrap();
+    c.heartbeat(41, "n0", 0, &[three], &[ended(2, 1, None, Some(9))]).unwrap();
+    let j = c.job(2).unwrap();
+    assert_eq!((j.state, j.req.held, j.reason), (JobState::Pending, true, PendingReason::JobHeldUser));
+    assert_eq!(c.nodes[0].usage.cpus, 2, "job 3's");
+}
+
+#[test]
+fn a_suspending_qos_tier_is_frozen_for_a_higher_one_and_resumed_when_it_ends() {
+    let mut s = Settings::default();
+    s.cluster.qos = vec![
+        model::Qos::normal(),
+        model::Qos { name: "low".into(), preempt_mode: model::PreemptMode::Suspend, ..model::Qos::normal() },
+        model::Qos { name: "high".into(), priority: 100, preempt_tier: 1, ..model::Qos::normal() },
+    ];
+    let mut c = Controller::new(s);
+    c.register(0, Node::new("n0", 4, 8 << 30, 0), "127.0.0.1".into()).unwrap();
+    c.submit(0, spec(1000), &batch(&["-c4", "--mem=2G", "-q", "low", "-t", "10"]), "alice").unwrap();
+    c.tick(0);
+    c.hb(0, "n0", &[], &[]).unwrap();
+    c.hb(20, "n0", &[], &[]).unwrap();
+    c.submit(40, spec(1001), &batch(&["-c4", "--mem=2G", "-q", "high", "-t", "5"]), "bob").unwrap();
+    c.hb(40, "n0", &[], &[]).unwrap();
+    c.tick(40);
+    let j = c.job(1).unwrap();
+    assert_eq!((j.state, j.suspension.as_ref().and_then(|s| s.for_job)), (JobState::Suspended, Some(2)));
+    assert!(j.preempt_at.is_none(), "suspended, not requeued");
+    assert!(c.hb(41, "n0", &[], &[]).unwrap().contains(&Order::Suspend { job: 1, epoch: 1 }));
+    // Not resumed while its preemptor waits to start; the next pass starts it on the CPUs.
+    c.tick(41);
+    assert_eq!(c.job(2).unwrap().state, JobState::Running);
+    assert_eq!(c.job(1).unwrap().state, JobState::Suspended);
+    live(&mut c, 60, 100, &[]);
+    assert_eq!(c.job(1).unwrap().state, JobState::Suspended, "its CPUs are in use");
+    // The preemptor ends: the next pass gives the CPUs back before anything else starts.
+    c.submit(100, spec(1000), &batch(&["-c1", "-t", "10"]), "alice").unwrap();
+    c.hb(100, "n0", &[], &[ended(2, 1, Some(0), None)]).unwrap();
+    c.tick(101);
+    let j = c.job(1).unwrap();
+    assert_eq!((j.state, j.suspended_secs), (JobState::Running, 61));
+    assert_eq!(c.job(3).unwrap().state, JobState::Pending, "the resumed job had its CPUs first");
+    assert!(c.hb(101, "n0", &[], &[]).unwrap().contains(&Order::Resume { job: 1, epoch: 1 }));
+}

@@ -173,6 +173,10 @@ pub struct Step {
     /// component, how many entries of `layout` are its, and its command (empty: `argv`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub het: Vec<(u32, u32, Vec<String>)>,
+    /// Its job's suspended seconds when it started: its own time limit moves on by those
+    /// added since.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub suspended_base: Time,
 }
 
 /// What one task has used so far, as its agent reads it (`sstat`, sacct's MaxRSS and AveCPU).
@@ -508,6 +512,17 @@ pub struct Job {
     /// Held because its prolog failed (shown as `launch failed requeued held` until released).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub prolog_held: bool,
+    /// While suspended: since when, and for whom.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub suspension: Option<crate::suspend::Suspension>,
+    /// Seconds this run spent suspended before now (its time limit ends that much later;
+    /// `sacct`'s `Suspended`, taken out of its `Elapsed`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub suspended_secs: Time,
+}
+
+fn is_zero(t: &Time) -> bool {
+    *t == 0
 }
 
 impl Job {
@@ -557,6 +572,8 @@ impl Job {
             pulling: None,
             het: Vec::new(),
             prolog_held: false,
+            suspension: None,
+            suspended_secs: 0,
         }
     }
 }
@@ -818,6 +835,20 @@ pub enum Order {
         epoch: u32,
         /// `SLURM_JOB_ID`, `SLURM_JOB_USER`, ... as the prolog's.
         env: Vec<(String, String)>,
+    },
+    /// Freeze every process of a job's run through its cgroup (`scontrol suspend`).
+    Suspend {
+        /// Job.
+        job: u64,
+        /// Run.
+        epoch: u32,
+    },
+    /// Thaw a run frozen by [`Order::Suspend`].
+    Resume {
+        /// Job.
+        job: u64,
+        /// Run.
+        epoch: u32,
     },
     /// Run the site's reboot program (`scontrol reboot`): the node is idle and takes no work
     /// until its agent registers again.

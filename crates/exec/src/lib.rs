@@ -62,10 +62,10 @@ impl User {
 /// the user, enter the working directory, open the output and error files.
 #[derive(Debug, Default)]
 pub struct Setup<'a> {
-    /// The job cgroup's `cgroup.procs`, opened for writing by the caller; the child writes "0"
-    /// to it, which moves the writing process itself (cgroup v1 and v2). It must stay open until
-    /// the command is spawned.
-    pub cgroup_procs: Option<&'a std::fs::File>,
+    /// The job's cgroups' `cgroup.procs` (its memory cgroup's, its freezer's), opened for
+    /// writing by the caller; the child writes "0" to each, which moves the writing process
+    /// itself (cgroup v1 and v2). They must stay open until the command is spawned.
+    pub cgroup_procs: &'a [&'a std::fs::File],
     /// Switch to this user (uid, gid and supplementary groups).
     pub user: Option<User>,
     /// Enter this directory, as the user (do not also set the command's `current_dir`: std
@@ -407,7 +407,14 @@ pub fn prepare(cmd: &mut Command, setup: Setup) -> std::io::Result<Report> {
     use nix::fcntl::OFlag;
     let (read, write) = nix::unistd::pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK)?;
     let report_fd = write.as_raw_fd();
-    let fd = setup.cgroup_procs.map(AsRawFd::as_raw_fd);
+    // At most a few; a fixed array, so the child allocates nothing.
+    let mut fds: [Option<std::os::fd::RawFd>; 4] = [None; 4];
+    if setup.cgroup_procs.len() > fds.len() {
+        return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "more than 4 cgroups to join"));
+    }
+    for (slot, f) in fds.iter_mut().zip(setup.cgroup_procs) {
+        *slot = Some(f.as_raw_fd());
+    }
     let user = setup.user.map(|u| (u.uid, u.gid, u.groups.into_iter().map(nix::unistd::Gid::from_raw).collect::<Vec<_>>()));
     let (workdir, stdout, stderr, truncate) = (setup.workdir, setup.stdout, setup.stderr, setup.truncate);
     let (stdio, pty, inherit) = (setup.stdio, setup.pty, setup.inherit);
@@ -460,7 +467,7 @@ pub fn prepare(cmd: &mut Command, setup: Setup) -> std::io::Result<Report> {
         if let Some(set) = &cpus {
             nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), set).map_err(|e| fail(Stage::Affinity, e))?;
         }
-        if let Some(fd) = fd {
+        for fd in fds.into_iter().flatten() {
             // SAFETY: `fd` belongs to the caller's open file, which outlives the spawn.
             #[allow(unsafe_code)]
             let procs = unsafe { BorrowedFd::borrow_raw(fd) };
@@ -626,7 +633,7 @@ mod tests {
         let path = d.join("procs");
         let f = std::fs::File::create(&path).unwrap();
         let mut cmd = Command::new("true");
-        let mut r = prepare(&mut cmd, Setup { cgroup_procs: Some(&f), ..Setup::default() }).unwrap();
+        let mut r = prepare(&mut cmd, Setup { cgroup_procs: &[&f], ..Setup::default() }).unwrap();
         assert!(cmd.status().unwrap().success());
         assert_eq!(r.failed(), None);
         assert_eq!(std::fs::read_to_string(&path).unwrap(), "0");

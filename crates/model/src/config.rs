@@ -46,6 +46,9 @@ pub struct Qos {
     pub preempt_tier: u32,
     /// Grace time between the checkpoint signal and the kill when preempted, seconds.
     pub grace_time: Time,
+    /// What preemption does to this QOS's batch jobs (Slurm's per-QOS `PreemptMode`).
+    #[serde(default)]
+    pub preempt_mode: PreemptMode,
     /// Limits (`max_jobs` and `max_submit_jobs` count per user: Slurm's MaxJobsPerUser and
     /// MaxSubmitJobsPerUser).
     #[serde(default, skip_serializing_if = "Limits::is_empty")]
@@ -63,8 +66,41 @@ impl Qos {
             priority: 0,
             preempt_tier: 0,
             grace_time: 60,
+            preempt_mode: PreemptMode::Requeue,
             limits: Limits::default(),
             description: "Normal QOS default".into(),
+        }
+    }
+}
+
+/// How a preempted job of a QOS makes room (Slurm's `PreemptMode`, per QOS).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PreemptMode {
+    /// Signalled, then after its grace time killed and put back in the queue.
+    #[default]
+    Requeue,
+    /// Frozen at once, keeping its memory and GPUs and lending its CPUs, and thawed once the
+    /// job it was suspended for has started and its CPUs are free again. Service replicas are
+    /// never suspended: they drain and are replaced, as with `requeue`.
+    Suspend,
+}
+
+impl PreemptMode {
+    /// Slurm's upper-case name (`REQUEUE`, `SUSPEND`).
+    pub fn slurm_name(self) -> &'static str {
+        match self {
+            PreemptMode::Requeue => "REQUEUE",
+            PreemptMode::Suspend => "SUSPEND",
+        }
+    }
+
+    /// Parses Slurm's words, any case (`requeue`, `suspend`); `None` for anything else.
+    pub fn parse(s: &str) -> Option<PreemptMode> {
+        match s.to_ascii_lowercase().as_str() {
+            "requeue" => Some(PreemptMode::Requeue),
+            "suspend" => Some(PreemptMode::Suspend),
+            _ => None,
         }
     }
 }

@@ -359,6 +359,10 @@ impl InvalidTransition {
 ///    │ └── preempt ─────┘  │ oom ────────► OutOfMemory
 ///    │     node fail       │ node fail ──► NodeFail   (no requeue)
 ///    └──── cancel ─────────┴─ cancel ────► Cancelled
+///                       suspend │ ▲ resume
+///                               ▼ │
+///                          Suspended   (ends, is requeued or fails as Running does; its
+///                                       time limit does not run)
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum JobState {
@@ -378,6 +382,9 @@ pub enum JobState {
     OutOfMemory,
     /// Its node failed and it was not requeued.
     NodeFail,
+    /// Stopped (`scontrol suspend`, or preempted by suspension): its processes frozen, its
+    /// memory and GPUs kept, its CPUs lent.
+    Suspended,
 }
 
 /// Events of the job lifecycle.
@@ -397,6 +404,10 @@ pub enum JobEvent {
     Requeue,
     /// Its node failed and it may not be requeued.
     NodeFail,
+    /// Its processes were frozen (`scontrol suspend`, preemption by suspension).
+    Suspend,
+    /// Its processes were thawed (`scontrol resume`, or its preemptor ended).
+    Resume,
 }
 
 impl JobState {
@@ -414,9 +425,27 @@ impl JobState {
                 E::TimeLimit => bad("Pending", "TimeLimit"),
                 E::OutOfMemory => bad("Pending", "OutOfMemory"),
                 E::NodeFail => bad("Pending", "NodeFail"),
+                E::Suspend => bad("Pending", "Suspend"),
+                E::Resume => bad("Pending", "Resume"),
             },
             S::Running => match event {
                 E::Start => bad("Running", "Start"),
+                E::Exit(0) => Ok(S::Completed),
+                E::Exit(_) => Ok(S::Failed),
+                E::TimeLimit => Ok(S::Timeout),
+                E::OutOfMemory => Ok(S::OutOfMemory),
+                E::Cancel => Ok(S::Cancelled),
+                E::Requeue => Ok(S::Pending),
+                E::NodeFail => Ok(S::NodeFail),
+                E::Suspend => Ok(S::Suspended),
+                E::Resume => bad("Running", "Resume"),
+            },
+            // A suspended job's processes may still end (killed, out of memory) and a cancel,
+            // requeue or node failure ends it as a running one's; only its clock is stopped.
+            S::Suspended => match event {
+                E::Start => bad("Suspended", "Start"),
+                E::Suspend => bad("Suspended", "Suspend"),
+                E::Resume => Ok(S::Running),
                 E::Exit(0) => Ok(S::Completed),
                 E::Exit(_) => Ok(S::Failed),
                 E::TimeLimit => Ok(S::Timeout),
@@ -435,6 +464,8 @@ impl JobState {
                     E::OutOfMemory => bad(self.name(), "OutOfMemory"),
                     E::Cancel => bad(self.name(), "Cancel"),
                     E::NodeFail => bad(self.name(), "NodeFail"),
+                    E::Suspend => bad(self.name(), "Suspend"),
+                    E::Resume => bad(self.name(), "Resume"),
                 }
             }
         }
@@ -451,6 +482,7 @@ impl JobState {
             JobState::Timeout => "TIMEOUT",
             JobState::OutOfMemory => "OUT_OF_MEMORY",
             JobState::NodeFail => "NODE_FAIL",
+            JobState::Suspended => "SUSPENDED",
         }
     }
 
@@ -464,13 +496,19 @@ impl JobState {
             JobState::Timeout => "Timeout",
             JobState::OutOfMemory => "OutOfMemory",
             JobState::NodeFail => "NodeFail",
+            JobState::Suspended => "Suspended",
         }
+    }
+
+    /// Whether the job holds its allocation and has processes on it: running or suspended.
+    pub fn on_nodes(self) -> bool {
+        matches!(self, JobState::Running | JobState::Suspended)
     }
 
     /// Whether the job has ended.
     pub fn is_final(self) -> bool {
         match self {
-            JobState::Pending | JobState::Running => false,
+            JobState::Pending | JobState::Running | JobState::Suspended => false,
             JobState::Completed
             | JobState::Failed
             | JobState::Cancelled
@@ -494,6 +532,15 @@ mod tests {
         assert!(JobState::Completed.step(JobEvent::Start).is_err());
         assert!(JobState::Pending.step(JobEvent::Exit(0)).is_err());
         assert_eq!(JobState::NodeFail.slurm_name(), "NODE_FAIL");
+        let z = s.step(JobEvent::Suspend).unwrap();
+        assert_eq!(z, JobState::Suspended);
+        assert!(z.on_nodes() && !z.is_final());
+        assert!(z.step(JobEvent::Suspend).is_err() && s.step(JobEvent::Resume).is_err());
+        assert!(JobState::Pending.step(JobEvent::Suspend).is_err());
+        assert_eq!(z.step(JobEvent::Resume).unwrap(), JobState::Running);
+        assert_eq!(z.step(JobEvent::Cancel).unwrap(), JobState::Cancelled);
+        assert_eq!(z.step(JobEvent::Requeue).unwrap(), JobState::Pending);
+        assert_eq!(z.slurm_name(), "SUSPENDED");
     }
 
     #[test]

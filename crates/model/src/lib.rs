@@ -13,7 +13,7 @@ mod replica;
 pub mod resv;
 
 pub use accounting::{AdminLevel, Assoc, Enforce, Limits, Tres, Unlisted, User};
-pub use config::{Account, Association, ClusterConfig, Partition, Qos};
+pub use config::{Account, Association, ClusterConfig, Partition, PreemptMode, Qos};
 pub use job::{
     ArrayTask, DepKind, DepStatus, Dependency, GpuPer, GpuRequest, HetPart, InvalidTransition, JobEvent, JobId, JobRequest, JobState,
     MemRequest, RequestKind, Shape,

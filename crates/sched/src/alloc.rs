@@ -102,6 +102,23 @@ impl NodeUsage {
         }
     }
 
+    /// A job on the node was suspended: it lends its CPUs (it keeps the rest).
+    pub fn suspend(&mut self, a: &Alloc) {
+        self.cpus -= a.cpus;
+    }
+
+    /// Whether a suspended job's CPUs are free again ([`NodeUsage::resume`] would accept it).
+    pub fn can_resume(&self, node: &Node, a: &Alloc) -> bool {
+        self.cpus + a.cpus <= node.cpus
+    }
+
+    /// A suspended job resumes: it takes its CPUs back. Panics if they are not free (check
+    /// with [`NodeUsage::can_resume`] first).
+    pub fn resume(&mut self, node: &Node, a: &Alloc) {
+        self.cpus += a.cpus;
+        assert!(self.cpus <= node.cpus, "node {} over-committed on CPUs", node.name);
+    }
+
     /// Whether nothing runs on the node.
     pub fn is_idle(&self) -> bool {
         self.jobs == 0

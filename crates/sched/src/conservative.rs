@@ -273,6 +273,19 @@ impl<'n> SlotMap<'n> {
         }
         for i in 0..n {
             b.ends[b.off[i] as usize..b.off[i + 1] as usize].sort_unstable_by_key(|e| e.0);
+            // What the node's usage holds beyond its running jobs is held with no end (a
+            // suspended job's memory and GPUs).
+            if let Some(u) = snap.usage.get(i) {
+                let base = b.base[i];
+                let held = Use {
+                    cpus: u.cpus.saturating_sub(base.cpus),
+                    memory: u.memory.saturating_sub(base.memory),
+                    gpu_milli: u.gpu_milli.iter().sum::<u32>().saturating_sub(base.gpu_milli),
+                    jobs: u.jobs.saturating_sub(base.jobs),
+                    excl: u32::from(u.exclusive && base.excl == 0),
+                };
+                b.base[i].add(held);
+            }
         }
         SlotMap { nodes: snap.nodes, now, ready: FxHashMap::default(), b }
     }

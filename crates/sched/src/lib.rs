@@ -1026,7 +1026,9 @@ fn walk<'a>(
             let victims = if r.het.is_empty() { preempt::preempt_for(snap, view, r, now, my_tier, &preempt_victims) } else { None };
             let overrides = match victims {
                 Some(p) => {
-                    let o: FxHashMap<JobId, Time> = p.victims.iter().map(|v| (v.job, now + v.grace)).collect();
+                    // A suspended victim frees only its CPUs, at once (the controller releases
+                    // them): it never ends for the plan.
+                    let o: FxHashMap<JobId, Time> = p.victims.iter().filter(|v| !v.suspend).map(|v| (v.job, now + v.grace)).collect();
                     preempt_victims.extend(p.victims.iter().map(|v| v.job));
                     plan.preemptions.push(p);
                     o
@@ -1073,7 +1075,14 @@ fn walk<'a>(
                             plan.stats.reservations += 1;
                             easy = Some(Easy { shadow, proj, reserved, long });
                         }
-                        None => plan.waiting.push(Waiting { job: r.req.id, reason: PendingReason::Resources, expected_start: None }),
+                        None => {
+                            // Not even once every running job has ended (what it needs is held
+                            // with no end: a suspended job's GPUs, a node out of service): it
+                            // reserves nothing, and the jobs behind it are tried as if it were
+                            // not there.
+                            plan.waiting.push(Waiting { job: r.req.id, reason: PendingReason::Resources, expected_start: None });
+                            blocked = None;
+                        }
                     }
                 }
                 Backfill::Conservative => unreachable!("conservative backfill has its own walk"),

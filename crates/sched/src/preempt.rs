@@ -4,7 +4,9 @@
 //! Tiers decide (as Slurm's preempt/qos): only jobs of a strictly lower tier are candidates, never
 //! by the age-growing multifactor priority. Work lost is counted as resource-seconds already run
 //! (elapsed × (CPUs + 1000 × GPUs) over all the victim's nodes); the plan says whom to signal and
-//! with what grace time (the victim QOS's grace time).
+//! with what grace time (the victim QOS's grace time). A batch job whose QOS preempts by
+//! suspension (`PreemptMode::Suspend`) gives back only its CPUs: it keeps its memory, GPUs and
+//! other resources while it is frozen.
 
 use model::{JobId, JobRequest, Time};
 use rustc_hash::{FxHashMap, FxHashSet};
@@ -20,6 +22,9 @@ pub struct Victim {
     pub job: JobId,
     /// Seconds between its checkpoint signal and the kill.
     pub grace: Time,
+    /// Suspended (at once, no grace) rather than requeued: only its CPUs make room.
+    #[serde(default)]
+    pub suspend: bool,
 }
 
 /// Evictions that make room for one request.
@@ -35,6 +40,23 @@ pub struct Preemption {
 
 fn tier(snap: &Snapshot, req: &JobRequest) -> u32 {
     snap.config.qos(req.qos.as_deref()).map_or(0, |q| q.preempt_tier)
+}
+
+/// Whether preempting `req` suspends it: a batch job of a QOS that asks for it.
+fn suspends(snap: &Snapshot, req: &JobRequest) -> bool {
+    req.kind == model::RequestKind::Batch
+        && snap.config.qos(req.qos.as_deref()).is_some_and(|q| q.preempt_mode == model::PreemptMode::Suspend)
+}
+
+/// Makes room on `view` as preempting `run` would: all it holds, or only its CPUs when it is
+/// suspended; `back` undoes it.
+fn give(view: &mut View, a: &crate::Alloc, suspend: bool, back: bool) {
+    match (suspend, back) {
+        (false, false) => view.give(a),
+        (false, true) => view.hold(a),
+        (true, false) => view.give_cpus(a),
+        (true, true) => view.hold_cpus(a),
+    }
 }
 
 /// Plans evictions for `req` against the snapshot, excluding jobs already chosen as victims.
@@ -91,8 +113,9 @@ pub(crate) fn preempt_for(
         let mut cost = 0.0;
         let mut ok = false;
         for (c, k) in victims {
+            let sus = suspends(snap, &snap.running[k].req);
             for a in snap.running[k].allocs.iter().filter(|a| a.node == n) {
-                view.give(a);
+                give(view, a, sus, false);
             }
             given.push(k);
             cost += c;
@@ -102,8 +125,9 @@ pub(crate) fn preempt_for(
             }
         }
         for &k in &given {
+            let sus = suspends(snap, &snap.running[k].req);
             for a in snap.running[k].allocs.iter().filter(|a| a.node == n) {
-                view.hold(a);
+                give(view, a, sus, true);
             }
         }
         if ok {
@@ -129,8 +153,9 @@ pub(crate) fn preempt_for(
     // Check the whole gang really fits once the victims are gone.
     let mut trial = view.clone();
     for &k in &chosen {
+        let sus = suspends(snap, &snap.running[k].req);
         for a in &snap.running[k].allocs {
-            trial.give(a);
+            give(&mut trial, a, sus, false);
         }
     }
     let mut none = crate::Placer::tight();
@@ -147,8 +172,9 @@ pub(crate) fn preempt_for(
         .into_iter()
         .map(|k| {
             let run = &snap.running[k];
-            let grace = snap.config.qos(run.req.qos.as_deref()).map_or(0, |q| q.grace_time);
-            Victim { job: run.req.id, grace }
+            let suspend = suspends(snap, &run.req);
+            let grace = if suspend { 0 } else { snap.config.qos(run.req.qos.as_deref()).map_or(0, |q| q.grace_time) };
+            Victim { job: run.req.id, grace, suspend }
         })
         .collect();
     Some(Preemption { for_job: r.req.id, victims, cost })

@@ -628,6 +628,17 @@ impl<'n> View<'n> {
         self.count(iu, 1);
     }
 
+    /// Gives back only an allocation's CPUs (a job preempted by suspension keeps the rest).
+    pub fn give_cpus(&mut self, a: &Alloc) {
+        self.failed.clear();
+        self.free_cpus[a.node as usize] += a.cpus;
+    }
+
+    /// Takes back what [`View::give_cpus`] gave.
+    pub fn hold_cpus(&mut self, a: &Alloc) {
+        self.free_cpus[a.node as usize] -= a.cpus;
+    }
+
     /// Applies an allocation decided elsewhere (the same resources `take` would remove).
     pub fn hold(&mut self, a: &Alloc) {
         let iu = a.node as usize;

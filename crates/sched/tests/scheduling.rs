@@ -330,6 +330,55 @@ fn higher_tier_preempts_the_cheapest_lower_tier_work() {
 }
 
 #[test]
+fn a_suspending_qos_frees_only_cpus_at_once() {
+    // One node, 8 CPUs and 2 GPUs; the low job holds 6 CPUs and both GPUs.
+    let mut w = World::new(nodes(1, 8, 2, 1));
+    w.config.qos.push(Qos { name: "low".into(), preempt_mode: model::PreemptMode::Suspend, ..Qos::normal() });
+    w.config.qos.push(Qos { name: "high".into(), priority: 100, preempt_tier: 1, grace_time: 30, ..Qos::normal() });
+    let mut low = job(1, 0, 10_000, 1, 2, 6);
+    low.qos = Some("low".into());
+    w.submit(low);
+    let p = w.pass(0, &easy());
+    w.apply(&p, 0);
+    // A CPU-only high job: the low one is suspended for it, with no grace.
+    let mut cpu = job(2, 10, 1000, 1, 0, 6);
+    cpu.qos = Some("high".into());
+    w.submit(cpu.clone());
+    let p = w.pass(10, &easy());
+    assert_eq!(p.preemptions.len(), 1, "{p:?}");
+    assert_eq!(p.preemptions[0].victims.iter().map(|v| (v.job.0, v.grace, v.suspend)).collect::<Vec<_>>(), vec![(1, 0, true)]);
+    // A high job that needs a GPU: suspending frees no GPU, so nothing is preempted for it.
+    let mut w2 = World::new(nodes(1, 8, 2, 1));
+    w2.config = w.config.clone();
+    let mut low = job(1, 0, 10_000, 1, 2, 6);
+    low.qos = Some("low".into());
+    w2.submit(low);
+    let p = w2.pass(0, &easy());
+    w2.apply(&p, 0);
+    let mut gpu = job(3, 10, 1000, 1, 1, 1);
+    gpu.qos = Some("high".into());
+    w2.submit(gpu);
+    assert!(w2.pass(10, &easy()).preemptions.is_empty(), "a suspended job keeps its GPUs");
+}
+
+#[test]
+fn a_job_waiting_on_resources_held_with_no_end_does_not_block_the_queue() {
+    // A suspended job's GPU: in the node's usage, with no running job to end and free it.
+    let mut w = World::new(nodes(1, 8, 1, 1));
+    w.usage[0].gpu_milli[0] = 1000;
+    w.submit(job(1, 0, 60, 1, 1, 1));
+    w.submit(job(2, 10, 3600, 1, 0, 2));
+    let cfg = Config { policy: Policy::Fcfs, ..easy() };
+    let p = w.pass(20, &cfg);
+    assert_eq!(p.starts.iter().map(|s| s.job.0).collect::<Vec<_>>(), vec![2], "{p:?}");
+    assert!(p.waiting.iter().any(|x| x.job.0 == 1 && x.reason == model::PendingReason::Resources && x.expected_start.is_none()));
+    // Conservative backfill's plan sees the held GPU too: it plans no start that cannot happen.
+    let cfg = Config { policy: Policy::Fcfs, backfill: Backfill::Conservative, ..Config::default() };
+    let p = w.pass(20, &cfg);
+    assert_eq!(p.starts.iter().map(|s| s.job.0).collect::<Vec<_>>(), vec![2], "{p:?}");
+}
+
+#[test]
 fn multifactor_breakdown_adds_up_and_orders() {
     let mut w = World::new(nodes(1, 1, 0, 1));
     w.submit(job(1, 0, 100, 1, 0, 1));

@@ -160,6 +160,8 @@ fn job_info(j: &Job, v: &Viewer, part: &str) -> JobInfo {
         het_job_offset: None,
         het_size: None,
         reservation: j.req.reservation.clone(),
+        suspended: j.suspended_secs,
+        suspended_since: j.suspension.as_ref().map(|s| s.since),
     }
 }
 
@@ -614,12 +616,14 @@ async fn job_action(
             "hold" => c.hold(uid, id, true),
             "release" => c.hold(uid, id, false),
             "requeue" => c.requeue(uid, id),
+            "suspend" => c.suspend(now(), uid, id),
+            "resume" => c.resume(now(), uid, id),
             "complete" => c.complete(uid, id, a.exit_code.unwrap_or(0)),
             "update" => match a.time_limit {
                 Some(t) => c.set_time_limit(uid, id, t),
                 None => Err(Refused::Invalid("update needs time_limit".into())),
             },
-            other => Err(Refused::Invalid(format!("unknown action {other:?} (hold, release, requeue, update, complete)"))),
+            other => Err(Refused::Invalid(format!("unknown action {other:?} (hold, release, requeue, suspend, resume, update, complete)"))),
         })
         .await;
     match r {
@@ -973,6 +977,7 @@ async fn heartbeat(
             c.replica_reports(t_ms, &hb.node, &hb.replicas);
             c.record_usage(&hb.node, &hb.usage);
             c.record_pulls(&hb.node, &hb.pulling);
+            c.reconcile_frozen(&hb.node, &hb.frozen);
         }
         o
     });

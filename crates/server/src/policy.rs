@@ -227,13 +227,14 @@ fn job_rec(j: &control::Job) -> Fields {
     num("min_nodes", f64::from(j.req.shape.nodes_min));
     num("max_nodes", f64::from(j.req.shape.nodes_max));
     num("nice", jobdesc::NICE_OFFSET + f64::from(j.req.nice));
-    // Slurm's job_state numbers: PENDING 0, RUNNING 1, COMPLETE 3, CANCELLED 4, FAILED 5,
-    // TIMEOUT 6, NODE_FAIL 7, OOM 11.
+    // Slurm's job_state numbers: PENDING 0, RUNNING 1, SUSPENDED 2, COMPLETE 3, CANCELLED 4,
+    // FAILED 5, TIMEOUT 6, NODE_FAIL 7, OOM 11.
     num(
         "job_state",
         match j.state {
             model::JobState::Pending => 0.0,
             model::JobState::Running => 1.0,
+            model::JobState::Suspended => 2.0,
             model::JobState::Completed => 3.0,
             model::JobState::Cancelled => 4.0,
             model::JobState::Failed => 5.0,

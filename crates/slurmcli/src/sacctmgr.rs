@@ -127,6 +127,7 @@ pub const KEYWORDS: &[Keyword] = &[
     Keyword::new("Parent", 3),
     Keyword::alias("Partitions", 4, "Partition"),
     Keyword::new("Partition", 4),
+    Keyword::new("PreemptMode", 8),
     Keyword::new("PreemptTier", 8),
     Keyword::new("Priority", 3),
     Keyword::new("QOS", 1),

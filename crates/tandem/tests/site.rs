@@ -770,3 +770,105 @@ fn sreport_counts_reserved_time_and_reports_each_reservations_use() {
     let o = c.run("sreport", &["reservation", "utilization", "users=root"]);
     assert!(!o.status.success() && text(&o).contains(" Unknown condition: users=root"), "{}", text(&o));
 }
+
+/// A process's state letter (`/proc/PID/stat`): a frozen task is `D` under cgroup v1's
+/// freezer on recent kernels, `T` when stopped by a signal.
+fn proc_state(pid: &str) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{}/stat", pid.trim())).ok()?;
+    stat.rsplit_once(") ")?.1.chars().next()
+}
+
+/// How many lines a job's counter files hold: its script's and its `setsid` child's.
+fn counts(c: &Cluster, id: u64) -> (usize, usize) {
+    let n = |f: String| read(&c.work.join(f)).lines().count();
+    (n(format!("main-{id}.txt")), n(format!("daemon-{id}.txt")))
+}
+
+#[test]
+fn scontrol_suspend_freezes_every_process_of_the_job_stops_its_clock_and_a_suspending_qos_yields_to_a_higher_tier() {
+    let cfg = "[[qos]]\nname = \"low\"\npreempt_mode = \"suspend\"\n[[qos]]\nname = \"high\"\npriority = 100\npreempt_tier = 1\n";
+    let c = Cluster::with_config("suspend", 1, None, 30, Some(cfg));
+    // A job whose script counts, and whose daemon (a session of its own: no process group or
+    // session signal reaches it) counts too, until a `stop-ID` file appears.
+    let job = c.script(
+        "count.sh",
+        "#!/bin/bash\nsetsid bash -c 'while [ ! -e stop-'$SLURM_JOB_ID' ]; do echo x >> daemon-'$SLURM_JOB_ID'.txt; sleep 0.05; done' &\n\
+         echo $! > daemon-$SLURM_JOB_ID.pid; echo $$ > main-$SLURM_JOB_ID.pid\n\
+         while [ ! -e stop-$SLURM_JOB_ID ]; do echo x >> main-$SLURM_JOB_ID.txt; sleep 0.05; done\nwait\n",
+    );
+    let id = c.sbatch(&["-c", "4", "-t", "5", &job]);
+    c.wait_state(id, &["RUNNING"], 30);
+    wait_for("both counting", 30, || {
+        let (a, b) = counts(&c, id);
+        a > 3 && b > 3
+    });
+    // Bad input and ordinary users: Slurm's words, nothing changed.
+    let o = as_nobody(&c, "scontrol", &["suspend", &id.to_string()]);
+    assert!(!o.status.success());
+    assert_eq!(text(&o).trim(), format!("Access/permission denied for job {id}"));
+    let o = as_nobody(&c, "scontrol", &["resume", &id.to_string()]);
+    assert_eq!(text(&o).trim(), format!("Access/permission denied for job {id}"));
+    for (args, words) in [
+        (&["suspend"][..], "too few arguments for keyword:suspend".to_string()),
+        (&["suspend", "12x"][..], "Invalid job id specified for job 12x".to_string()),
+        (&["suspend", "999999"][..], "Invalid job id specified for job 999999".to_string()),
+        (&["resume", &id.to_string()][..], format!("Job is not suspended for job {id}")),
+    ] {
+        let o = c.run("scontrol", args);
+        assert!(!o.status.success(), "{args:?}");
+        assert_eq!(text(&o).trim(), words, "{args:?}");
+    }
+    assert_eq!(c.job(id)["JobState"], "RUNNING");
+    // Suspended: every process of it stops, the setsid daemon too, and its clock stops.
+    c.ok("scontrol", &["suspend", &format!("jobid={id}")]);
+    assert_eq!(c.job(id)["JobState"], "SUSPENDED");
+    assert_eq!(c.ok("squeue", &["-h", "-j", &id.to_string(), "-o", "%t"]).trim(), "S");
+    for who in ["main", "daemon"] {
+        let pid = read(&c.work.join(format!("{who}-{id}.pid")));
+        wait_for(&format!("the {who} process frozen"), 10, || matches!(proc_state(&pid), Some('D' | 'T')));
+    }
+    let frozen = counts(&c, id);
+    let run = c.job(id)["RunTime"].clone();
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(counts(&c, id), frozen, "nothing of the job ran while it was suspended");
+    assert_eq!(c.job(id)["RunTime"], run, "its run time stood still");
+    let left = c.ok("squeue", &["-h", "-j", &id.to_string(), "-o", "%L"]);
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(c.ok("squeue", &["-h", "-j", &id.to_string(), "-o", "%L"]), left, "its time left does not run down");
+    // Resumed: both count again; its end is reported with the time it was suspended.
+    c.ok("scontrol", &["resume", &id.to_string()]);
+    assert_eq!(c.job(id)["JobState"], "RUNNING");
+    wait_for("both counting again", 10, || {
+        let (a, b) = counts(&c, id);
+        a > frozen.0 + 3 && b > frozen.1 + 3
+    });
+    std::fs::write(c.work.join(format!("stop-{id}")), "").unwrap();
+    c.wait_state(id, &["COMPLETED"], 30);
+    let sacct = c.ok("sacct", &["-n", "-X", "-P", "-j", &id.to_string(), "-o", "State,Suspended"]);
+    let (state, suspended) = sacct.trim().split_once('|').unwrap();
+    assert_eq!(state, "COMPLETED");
+    let secs: Vec<u64> = suspended.split(':').map(|x| x.parse().unwrap()).collect();
+    assert!(secs[2] >= 4 && secs[0] == 0 && secs[1] == 0, "{sacct}");
+
+    // The QOS's mode as sacctmgr shows and changes it; a bad one is refused.
+    let qos = c.ok("sacctmgr", &["-nP", "show", "qos", "format=Name,PreemptMode"]);
+    assert!(qos.lines().any(|l| l == "low|SUSPEND") && qos.lines().any(|l| l == "high|REQUEUE"), "{qos}");
+    let o = c.run("sacctmgr", &["-i", "modify", "qos", "high", "set", "PreemptMode=gang"]);
+    assert!(!o.status.success() && text(&o).contains("invalid value for PreemptMode: \"gang\" (REQUEUE or SUSPEND)"), "{}", text(&o));
+    // Preemption by suspension: a high-tier job needs the CPUs the low one holds.
+    let low = c.sbatch(&["-q", "low", "-c", "4", "--mem=1G", "-t", "5", &job]);
+    c.wait_state(low, &["RUNNING"], 30);
+    wait_for("the low job counting", 30, || counts(&c, low).0 > 3);
+    let high = c.sbatch(&["-q", "high", "-c", "4", "--mem=1G", "--wrap", "sleep 3"]);
+    c.wait_state(low, &["SUSPENDED"], 30);
+    c.wait_state(high, &["RUNNING", "COMPLETED"], 30);
+    let during = counts(&c, low);
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(counts(&c, low), during, "the low job is frozen while the high one runs");
+    c.wait_state(high, &["COMPLETED"], 30);
+    c.wait_state(low, &["RUNNING"], 30);
+    wait_for("the low job counting again", 10, || counts(&c, low).0 > during.0 + 3);
+    assert_eq!(c.job(low)["Restarts"], "0", "suspended and resumed, not requeued");
+    std::fs::write(c.work.join(format!("stop-{low}")), "").unwrap();
+    c.wait_state(low, &["COMPLETED"], 30);
+}

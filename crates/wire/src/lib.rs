@@ -191,6 +191,13 @@ pub struct JobInfo {
     /// The advance reservation it runs in (`--reservation`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reservation: Option<String>,
+    /// Seconds its run has been suspended, up to the answer (sacct's `Suspended`; its
+    /// elapsed time leaves them out).
+    #[serde(default)]
+    pub suspended: i64,
+    /// Suspended now, since then: the time since counts as suspended too.
+    #[serde(default)]
+    pub suspended_since: Option<i64>,
 }
 
 impl JobInfo {
@@ -640,6 +647,9 @@ pub struct Heartbeat {
     /// Its health check passed since the last heartbeat: a drain the check made is undone.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub health_passed: bool,
+    /// Runs (job, run number) it holds suspended (`scontrol suspend`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub frozen: Vec<(u64, u32)>,
 }
 
 /// Response to a heartbeat.

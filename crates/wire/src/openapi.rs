@@ -208,7 +208,7 @@ pub const DOCUMENT: &str = r##"{
       },
       "post": {
         "operationId": "jobAction", "tags": ["jobs"],
-        "summary": "Hold or release a pending job, requeue a running or finished one, or change a pending job's time limit (scontrol hold/release/requeue/update; only root may raise a limit)",
+        "summary": "Hold or release a pending job, requeue a running or finished one, suspend or resume a running one (operators), or change a pending job's time limit (scontrol hold/release/requeue/suspend/resume/update; only root may raise a limit)",
         "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/JobAction"}}}},
         "responses": {
           "204": {"description": "Done"},
@@ -705,7 +705,9 @@ pub const DOCUMENT: &str = r##"{
           "het_job_id": {"$ref": "#/components/schemas/u64", "description": "A heterogeneous job's component: the leader's id (lists show one row per component, id the leader's plus het_job_offset, display_id N+K)"},
           "het_job_offset": {"$ref": "#/components/schemas/u32", "description": "A heterogeneous job's component: its index"},
           "het_size": {"$ref": "#/components/schemas/u32", "description": "A heterogeneous job's component: how many components the job has"},
-          "reservation": {"type": "string", "description": "The advance reservation it runs in (--reservation)"}}},
+          "reservation": {"type": "string", "description": "The advance reservation it runs in (--reservation)"},
+          "suspended": {"$ref": "#/components/schemas/i64", "description": "Seconds its run was suspended before suspended_since (sacct Suspended; left out of its elapsed time)"},
+          "suspended_since": {"$ref": "#/components/schemas/i64OrNull", "description": "Suspended now, since then (scontrol suspend, or preempted by suspension)"}}},
       "NodeAllocInfo": {"type": "object", "additionalProperties": false, "required": ["name", "cpus", "memory_mb", "gpus"],
         "properties": {"name": {"type": "string"}, "cpus": {"$ref": "#/components/schemas/u32"}, "memory_mb": {"$ref": "#/components/schemas/u64"}, "gpus": {"$ref": "#/components/schemas/u32"}}},
       "CancelRequest": {"type": "object", "additionalProperties": false, "required": ["ids"],
@@ -730,6 +732,7 @@ pub const DOCUMENT: &str = r##"{
         "properties": {"name": {"type": "string"}, "priority": {"$ref": "#/components/schemas/u32"},
           "preempt_tier": {"$ref": "#/components/schemas/u32", "description": "Preempts work of strictly lower tiers"},
           "grace_time": {"$ref": "#/components/schemas/i64", "description": "Seconds"}, "limits": {"$ref": "#/components/schemas/Limits"},
+          "preempt_mode": {"type": "string", "enum": ["requeue", "suspend"], "description": "What preemption does to this QOS's batch jobs"},
           "description": {"type": "string"}}},
       "Account": {"type": "object", "additionalProperties": false, "required": ["name", "shares"],
         "properties": {"name": {"type": "string"}, "shares": {"$ref": "#/components/schemas/u32"}, "parent": {"type": "string", "description": "Absent: root"},
@@ -808,7 +811,7 @@ pub const DOCUMENT: &str = r##"{
           "layout": {"type": "array", "description": "Its nodes and the tasks on each, in rank order (sattach --layout)",
             "items": {"type": "array", "prefixItems": [{"type": "string"}, {"$ref": "#/components/schemas/u32"}], "items": false, "minItems": 2}}}},
       "JobAction": {"oneOf": [
-        {"type": "object", "required": ["action"], "properties": {"action": {"enum": ["hold", "release", "requeue"]}, "time_limit": {"$ref": "#/components/schemas/i64OrNull", "description": "Ignored"}}},
+        {"type": "object", "required": ["action"], "properties": {"action": {"enum": ["hold", "release", "requeue", "suspend", "resume"]}, "time_limit": {"$ref": "#/components/schemas/i64OrNull", "description": "Ignored"}}},
         {"type": "object", "required": ["action", "time_limit"], "properties": {"action": {"const": "update"}, "time_limit": {"$ref": "#/components/schemas/i64", "description": "New time limit, seconds"}}},
         {"type": "object", "required": ["action"], "properties": {"action": {"const": "complete"}, "exit_code": {"type": "integer", "minimum": 0, "maximum": 255, "description": "The allocation's exit code (salloc's command's; default 0)"}}}]},
       "StepRequest": {"type": "object", "required": ["argv"], "properties": {
@@ -990,7 +993,9 @@ pub const DOCUMENT: &str = r##"{
         "drain": {"$ref": "#/components/schemas/StringOrNull", "description": "The node drains itself with this reason (its prolog or epilog failed)"},
         "health_failed": {"$ref": "#/components/schemas/StringOrNull", "description": "Its health check failed, saying this: the node drains"},
         "health_down": {"type": "boolean", "description": "The failed check marks the node down instead (the program exited 2): its jobs are requeued or fail"},
-        "health_passed": {"type": "boolean", "description": "Its health check passed: a drain the check made is undone"}}},
+        "health_passed": {"type": "boolean", "description": "Its health check passed: a drain the check made is undone"},
+        "frozen": {"type": "array", "description": "Runs it holds suspended (scontrol suspend): job, run number",
+          "items": {"type": "array", "prefixItems": [{"$ref": "#/components/schemas/u64"}, {"$ref": "#/components/schemas/u32"}], "items": false, "minItems": 2}}}},
       "Orders": {"type": "object", "required": ["orders"], "additionalProperties": false, "properties": {
         "orders": {"type": "array", "items": {"type": "array", "prefixItems": [{"$ref": "#/components/schemas/u64"}, {"$ref": "#/components/schemas/Order"}], "items": false, "minItems": 2}}}},
       "Order": {"oneOf": [
@@ -1009,6 +1014,12 @@ pub const DOCUMENT: &str = r##"{
           "description": "A run is over on this node: run the epilog once its tasks here are gone",
           "required": ["job", "epoch", "env"], "properties": {"job": {"$ref": "#/components/schemas/u64"}, "epoch": {"$ref": "#/components/schemas/u32"},
             "env": {"type": "array", "items": {"$ref": "#/components/schemas/StringPair"}}}}}},
+        {"type": "object", "required": ["Suspend"], "additionalProperties": false, "properties": {"Suspend": {"type": "object", "additionalProperties": false,
+          "description": "Freeze every process of a run through its cgroup (scontrol suspend)",
+          "required": ["job", "epoch"], "properties": {"job": {"$ref": "#/components/schemas/u64"}, "epoch": {"$ref": "#/components/schemas/u32"}}}}},
+        {"type": "object", "required": ["Resume"], "additionalProperties": false, "properties": {"Resume": {"type": "object", "additionalProperties": false,
+          "description": "Thaw a suspended run",
+          "required": ["job", "epoch"], "properties": {"job": {"$ref": "#/components/schemas/u64"}, "epoch": {"$ref": "#/components/schemas/u32"}}}}},
         {"type": "object", "required": ["Reboot"], "additionalProperties": false, "properties": {"Reboot": {"type": "object", "additionalProperties": false,
           "description": "Run the site's reboot program (scontrol reboot); the node is idle and takes no work until the agent registers again",
           "required": ["program"], "properties": {"program": {"type": "string"}}}}}]},
@@ -1496,6 +1507,8 @@ mod tests {
             het_job_offset: Some(1),
             het_size: Some(2),
             reservation: Some("maint".into()),
+            suspended: 30,
+            suspended_since: Some(1_700_000_100),
         }
     }
 
@@ -1976,6 +1989,7 @@ mod tests {
                     health_failed: Some("NHC: check_fs_mount: /scratch not mounted".into()),
                     health_down: true,
                     health_passed: true,
+                    frozen: vec![(5, 1)],
                 }),
             ),
             (
@@ -1986,6 +2000,8 @@ mod tests {
                         (2, control::Order::Signal { job: 5, epoch: 1, signal: 10, batch_only: true, step: Some(0) }),
                         (3, control::Order::Kill { job: 5, epoch: 1 }),
                         (4, control::Order::Reboot { program: "/usr/sbin/reboot".into() }),
+                        (5, control::Order::Suspend { job: 5, epoch: 1 }),
+                        (6, control::Order::Resume { job: 5, epoch: 1 }),
                     ],
                 }),
             ),
