@@ -381,6 +381,7 @@ impl World<'_> {
             usage: &self.usage,
             pending: &self.pending,
             running: &self.running,
+            suspended: &[],
             config,
             fairshare: fs,
             carry,

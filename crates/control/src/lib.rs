@@ -2916,6 +2916,7 @@ impl Controller {
             usage: &usage,
             pending: &pending,
             running: &[],
+            suspended: &[],
             config: &self.settings.cluster,
             fairshare: &self.fairshare,
             carry: &self.carry,

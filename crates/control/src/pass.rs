@@ -50,6 +50,8 @@ pub(crate) struct Mirror {
     usage: Vec<NodeUsage>,
     pending: Vec<Pending>,
     running: Vec<Running>,
+    /// Suspended jobs (they count toward limits).
+    suspended: Vec<Running>,
     /// Pending jobs whose admission depends on other jobs, recomputed at every pass: those with
     /// dependencies, and array tasks with a limit on running tasks.
     special: BTreeSet<u64>,
@@ -68,6 +70,7 @@ pub(crate) struct Mirror {
 enum Entry {
     Pending(Pending),
     Running(Running),
+    Suspended(Running),
     Gone,
 }
 
@@ -146,6 +149,7 @@ impl Pass {
             usage: &m.usage,
             pending,
             running: &m.running,
+            suspended: &m.suspended,
             config: &self.cluster,
             fairshare: &self.fairshare,
             carry: &self.carry,
@@ -182,16 +186,20 @@ impl Mirror {
         for id in &changed {
             self.reasons.remove(id);
         }
-        let (mut pend, mut run) = (Vec::new(), Vec::new());
+        let (mut pend, mut run, mut sus) = (Vec::new(), Vec::new(), Vec::new());
         for (_, e) in jobs {
             match e {
                 Entry::Pending(p) => pend.push(p),
                 Entry::Running(r) => run.push(r),
+                Entry::Suspended(r) => sus.push(r),
                 Entry::Gone => {}
             }
         }
         self.pending = merge(std::mem::take(&mut self.pending), &changed, pend, |p| p.req.id.0);
         self.running = merge(std::mem::take(&mut self.running), &changed, run, |r| r.req.id.0);
+        if !sus.is_empty() || !self.suspended.is_empty() {
+            self.suspended = merge(std::mem::take(&mut self.suspended), &changed, sus, |r| r.req.id.0);
+        }
     }
 }
 
@@ -226,15 +234,18 @@ impl Controller {
             JobState::Pending if j.req.held => Entry::Gone,
             JobState::Pending => Entry::Pending(Pending { req: j.req.clone(), seq: j.req.id.0, dep: DepStatus::Satisfied }),
             // Its time limit ends later by the time it spent suspended.
-            JobState::Running => Entry::Running(Running {
-                req: j.req.clone(),
-                start: j.start.unwrap_or(now).saturating_add(j.suspended_secs),
-                allocs: j
-                    .allocs
-                    .iter()
-                    .filter_map(|(n, a)| self.node_index.get(n).map(|&i| sched::Alloc { node: i as u32, ..a.clone() }))
-                    .collect(),
-            }),
+            JobState::Running | JobState::Suspended => {
+                let r = Running {
+                    req: j.req.clone(),
+                    start: j.start.unwrap_or(now).saturating_add(j.suspended_secs),
+                    allocs: j
+                        .allocs
+                        .iter()
+                        .filter_map(|(n, a)| self.node_index.get(n).map(|&i| sched::Alloc { node: i as u32, ..a.clone() }))
+                        .collect(),
+                };
+                if j.state == JobState::Suspended { Entry::Suspended(r) } else { Entry::Running(r) }
+            }
             _ => Entry::Gone,
         }
     }
@@ -257,6 +268,7 @@ impl Controller {
                     m.pending.push(p);
                 }
                 Entry::Running(r) => m.running.push(r),
+                Entry::Suspended(r) => m.suspended.push(r),
                 Entry::Gone => {}
             }
         }

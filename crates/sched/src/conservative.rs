@@ -884,6 +884,7 @@ mod tests {
                 usage: &self.usage,
                 pending: &self.pending,
                 running: &self.running,
+                suspended: &[],
                 config: &self.config,
                 fairshare: &self.fairshare,
                 carry: &self.carry,

@@ -165,6 +165,9 @@ pub struct Snapshot<'a> {
     pub pending: &'a [Pending],
     /// Running jobs.
     pub running: &'a [Running],
+    /// Suspended jobs: they count toward limits as running ones do (as Slurm's), hold their
+    /// memory and GPUs (in `usage`) with no planned end, and are never preempted again.
+    pub suspended: &'a [Running],
     /// Partitions, QOS, accounts.
     pub config: &'a ClusterConfig,
     /// Decayed usage for fair-share.
@@ -723,7 +726,7 @@ impl<'a> Limits<'a> {
             for a in &c.assocs {
                 l.assoc_limits.insert((a.user.as_str(), a.account.as_str()), &a.limits);
             }
-            for r in snap.running {
+            for r in snap.running.iter().chain(snap.suspended) {
                 l.count(&r.req, &running_usage(r));
             }
         }

@@ -151,6 +151,14 @@ fn every_waiting_job_has_a_slurm_reason() {
     w2.apply(&p, 0);
     let p = w2.pass(1, &easy());
     assert_eq!(reason(&p, 2), PendingReason::QosMaxJobsPerUserLimit);
+    // A suspended job counts as a running one: suspending it frees no place under the limit.
+    let r = w2.running.remove(0);
+    w2.suspended.push(r);
+    let p = w2.pass(2, &easy());
+    assert!(p.starts.is_empty(), "{p:?}");
+    assert_eq!(reason(&p, 2), PendingReason::QosMaxJobsPerUserLimit);
+    w2.suspended.clear();
+    assert_eq!(w2.pass(3, &easy()).starts.len(), 1, "gone, it frees its place");
     // Unenforced (the simulator's default), the same limit holds nothing back.
     let mut w3 = World::new(nodes(2, 4, 0, 1));
     w3.config.qos.push(Qos { name: "limited".into(), limits: Limits { max_jobs: Some(1), ..Limits::default() }, ..Qos::normal() });

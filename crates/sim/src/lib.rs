@@ -218,6 +218,7 @@ impl<'w> State<'w> {
             usage: &self.usage,
             pending: &self.pending,
             running: &self.running,
+            suspended: &[],
             config: &DEFAULT_CONFIG,
             fairshare: &self.fairshare,
             carry: &self.carry,
