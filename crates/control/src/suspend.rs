@@ -22,11 +22,7 @@ pub struct Suspension {
 impl Controller {
     /// `scontrol suspend JOB` by `uid`: operators and administrators only, as Slurm's.
     pub fn suspend(&mut self, now: Time, uid: u32, id: u64) -> Result<(), Refused> {
-        self.ensure_owned(uid, id)?;
-        let j = self.jobs.get(&id).ok_or_else(|| Refused::NotFound("Invalid job id specified".into()))?;
-        if !self.is_operator(uid) {
-            return Err(Refused::Forbidden("Access/permission denied".into()));
-        }
+        let j = self.operators_job(uid, id)?;
         match j.state {
             JobState::Running => {}
             JobState::Pending => return Err(Refused::Conflict("Job is pending execution".into())),
@@ -51,11 +47,7 @@ impl Controller {
     /// `scontrol resume JOB` by `uid`: operators and administrators only. Refused while
     /// another job uses the CPUs the suspended one lent (it may be asked again later).
     pub fn resume(&mut self, now: Time, uid: u32, id: u64) -> Result<(), Refused> {
-        self.ensure_owned(uid, id)?;
-        let j = self.jobs.get(&id).ok_or_else(|| Refused::NotFound("Invalid job id specified".into()))?;
-        if !self.is_operator(uid) {
-            return Err(Refused::Forbidden("Access/permission denied".into()));
-        }
+        let j = self.operators_job(uid, id)?;
         match j.state {
             JobState::Suspended => {}
             JobState::Pending => return Err(Refused::Conflict("Job is pending execution".into())),
@@ -75,6 +67,18 @@ impl Controller {
         }
         self.thaw(now, id);
         Ok(())
+    }
+
+    /// The job `uid` asks to suspend or resume, if it exists and `uid` may (Slurm's words).
+    fn operators_job(&mut self, uid: u32, id: u64) -> Result<&crate::Job, Refused> {
+        self.ensure_owned(uid, id)?;
+        if !self.jobs.contains_key(&id) {
+            return Err(Refused::NotFound("Invalid job id specified".into()));
+        }
+        if !self.is_operator(uid) {
+            return Err(Refused::Forbidden("Access/permission denied".into()));
+        }
+        Ok(&self.jobs[&id])
     }
 
     /// The first node of a suspended job's allocation whose CPUs are not free for it.
