@@ -55,6 +55,9 @@ impl Freezer {
                 .map(|m| m.join(r).join(&dir))
         });
         for base in [v1, v2].into_iter().flatten() {
+            if let Some(parent) = base.parent() {
+                sweep(parent);
+            }
             if std::fs::create_dir_all(&base).is_ok() && kind(&base).is_some() {
                 return Freezer { base: Some(base) };
             }
@@ -82,6 +85,36 @@ impl Freezer {
         std::fs::create_dir_all(&dir).ok()?;
         Some(dir)
     }
+}
+
+/// Removes what agents that are gone left in `parent` (the freezer hierarchy's directory of
+/// agents): each `tandem-NAME-PID` directory whose process no longer exists, with the run
+/// and step cgroups inside it that are empty. A cgroup that still holds a process (a task an
+/// agent started after a restart adopted) is left: `rmdir` refuses it. (Memory cgroups are not
+/// swept: a restarted agent reads an ended task's OOM count from its cgroup.)
+pub(crate) fn sweep(parent: &Path) {
+    let Ok(entries) = std::fs::read_dir(parent) else { return };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let pid = name.strip_prefix("tandem-").and_then(|r| r.rsplit_once('-')).and_then(|(_, p)| p.parse::<u32>().ok());
+        let Some(pid) = pid else { continue };
+        if pid == std::process::id() || Path::new(&format!("/proc/{pid}")).exists() {
+            continue;
+        }
+        let dir = e.path();
+        for run in subdirs(&dir) {
+            for step in subdirs(&run) {
+                let _ = std::fs::remove_dir(step);
+            }
+            let _ = std::fs::remove_dir(run);
+        }
+        let _ = std::fs::remove_dir(&dir);
+    }
+}
+
+fn subdirs(dir: &Path) -> Vec<PathBuf> {
+    std::fs::read_dir(dir)
+        .map_or_else(|_| Vec::new(), |r| r.flatten().filter(|e| e.file_type().is_ok_and(|t| t.is_dir())).map(|e| e.path()).collect())
 }
 
 /// Freezes every process in `dir` (and below it). Returns at once: the kernel completes it.
@@ -205,6 +238,30 @@ mod tests {
             eprintln!("skipped: {} cannot be made here (needs root and that hierarchy)", base.display());
         }
         ok
+    }
+
+    #[test]
+    fn what_gone_agents_left_is_swept_and_what_live_ones_hold_is_not() {
+        let parent = PathBuf::from("/sys/fs/cgroup/freezer").join(format!("tandem-sweep-test-{}", std::process::id()));
+        if !writable(&parent) {
+            return;
+        }
+        // A process that is gone, and its pid.
+        let mut gone = std::process::Command::new("true").spawn().unwrap();
+        let dead = gone.id();
+        gone.wait().unwrap();
+        let left = parent.join(format!("tandem-node9-{dead}"));
+        std::fs::create_dir_all(left.join("job_3_1").join("step_0")).unwrap();
+        let live = parent.join(format!("tandem-node9-{}", std::process::id()));
+        std::fs::create_dir_all(live.join("job_4_1")).unwrap();
+        let other = parent.join("not-ours");
+        std::fs::create_dir_all(&other).unwrap();
+        sweep(&parent);
+        assert!(!left.exists(), "a gone agent's directory is removed");
+        assert!(live.join("job_4_1").exists() && other.exists(), "a live agent's, and anything not ours, stay");
+        for d in [live.join("job_4_1"), live, other, parent] {
+            let _ = std::fs::remove_dir(d);
+        }
     }
 
     #[test]
