@@ -859,7 +859,7 @@ fn scontrol_suspend_freezes_every_process_of_the_job_stops_its_clock_and_a_suspe
     let low = c.sbatch(&["-q", "low", "-c", "4", "--mem=1G", "-t", "5", &job]);
     c.wait_state(low, &["RUNNING"], 30);
     wait_for("the low job counting", 30, || counts(&c, low).0 > 3);
-    let high = c.sbatch(&["-q", "high", "-c", "4", "--mem=1G", "--wrap", "sleep 3"]);
+    let high = c.sbatch(&["-q", "high", "-c", "4", "--mem=1G", "--wrap", "sleep 5"]);
     c.wait_state(low, &["SUSPENDED"], 30);
     c.wait_state(high, &["RUNNING", "COMPLETED"], 30);
     let during = counts(&c, low);
