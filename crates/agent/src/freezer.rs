@@ -67,6 +67,12 @@ impl Freezer {
         Freezer { base: None }
     }
 
+    /// No freezer (tests).
+    #[cfg(test)]
+    pub(crate) fn none() -> Freezer {
+        Freezer { base: None }
+    }
+
     /// A freezer of a given hierarchy's directory (tests).
     #[cfg(test)]
     pub(crate) fn at(base: PathBuf) -> Freezer {

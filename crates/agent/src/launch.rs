@@ -6,11 +6,15 @@
 //! node loop (`node`) and the replica supervisor (`replica`) both launch through it; it knows
 //! neither.
 //!
-//! Each task has two files in the agent's `tasks` directory (root's, 0700), named after its
-//! key `JOB.RUN.STEP.RANK`: `.json`, the task as ordered (written before it starts), and
-//! `.status`, which the task and its keeper write (`exec::Status`). A third, `.stopped`, marks
-//! a task its agent killed (fencing, shutdown), not one that ended by itself. They are removed
-//! once the controller has the task's end.
+//! The agent's `tasks` directory (root's, 0700) holds two files for all its tasks, so that no
+//! file is made or removed per task: `log`, one JSON line per change (a task as ordered,
+//! written before it starts, with its slot; its start times; that its agent killed it, by
+//! fencing or at shutdown, rather than it ending by itself; that the controller has its end,
+//! so it is forgotten), rewritten with only the live tasks once it has grown; and `status`, the
+//! table whose slots the tasks and their keepers write (`exec::Status`), with the fencing
+//! deadline in its header. Tasks started by an older agent, one `JOB.RUN.STEP.RANK.json`,
+//! `.status` and `.stopped` file each, are still found and adopted (an upgrade with jobs
+//! running).
 
 use anyhow::{Context, Result};
 use control::{BATCH_STEP, Task, TaskKey};
@@ -31,8 +35,8 @@ fn key_of(t: &Task) -> TaskKey {
     TaskKey { job: t.job, epoch: t.epoch, step: t.step, rank: t.rank }
 }
 
-/// What a task's `.json` file holds.
-#[derive(serde::Serialize, serde::Deserialize)]
+/// A task as recorded: as ordered, with what finds it again after a restart.
+#[derive(Clone, serde::Serialize, serde::Deserialize)]
 struct Record {
     task: Task,
     cgroup: Option<PathBuf>,
@@ -50,6 +54,20 @@ struct Record {
     started: Option<(u64, u64)>,
 }
 
+/// One line of the task log.
+#[derive(serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum Entry {
+    /// A task about to start, kept in `slot` of the status table.
+    Launch { slot: u32, record: Box<Record> },
+    /// Its keeper's and its own start times.
+    Started { key: TaskKey, at: (u64, u64) },
+    /// Killed by its agent (fenced, shut down).
+    Stopped { key: TaskKey },
+    /// The controller has its end.
+    Forget { key: TaskKey },
+}
+
 /// A process's start time, clock ticks since boot (`/proc/PID/stat`, field 22).
 fn start_time(pid: i32) -> Option<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
@@ -60,49 +78,249 @@ fn boot_id() -> String {
     std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default().trim().to_string()
 }
 
+/// A task the log holds.
+struct Live {
+    slot: u32,
+    record: Record,
+    stopped: bool,
+}
+
+/// The log and the slots, under one lock.
+struct Book {
+    /// The log, open for appending.
+    log: std::fs::File,
+    /// Lines in it.
+    lines: usize,
+    live: std::collections::HashMap<TaskKey, Live>,
+    /// Slots free to reuse, and the first never used.
+    free: std::collections::BTreeSet<u32>,
+    next: u32,
+    /// Tasks an older agent started: their own status files.
+    legacy: std::collections::HashMap<TaskKey, PathBuf>,
+}
+
 /// The agent's record of the tasks it runs: `DATA/tasks`.
 pub(crate) struct Tasks {
     dir: PathBuf,
-    /// The fencing deadline given to each task's keeper (`exec::set_deadline`; 0: none yet).
-    deadline_ms: std::sync::atomic::AtomicI64,
+    /// The status table.
+    table: std::sync::Arc<std::fs::File>,
+    book: std::sync::Mutex<Book>,
+    boot: String,
+    exe: Option<PathBuf>,
+    /// Who forks the tasks.
+    spawner: Spawner,
+}
+
+/// Who forks the tasks: the agent's launcher process (`launcher`), or, in unit tests, the
+/// test process itself.
+pub(crate) enum Spawner {
+    Launcher(crate::launcher::Launcher),
+    #[cfg(test)]
+    Here,
+}
+
+impl Spawner {
+    fn launch(
+        &self,
+        r: &crate::launcher::Request,
+        fds: &[std::os::fd::RawFd],
+        table: &std::sync::Arc<std::fs::File>,
+    ) -> Result<(i32, tokio::sync::oneshot::Receiver<bool>), crate::launcher::Failure> {
+        match self {
+            Spawner::Launcher(l) => l.launch(r, fds, table),
+            #[cfg(test)]
+            Spawner::Here => crate::launcher::spawn_here(r, fds, table),
+        }
+    }
+}
+
+/// The log is rewritten when it holds more lines than this beyond twice its live tasks.
+const LOG_SLACK: usize = 4096;
+
+fn open_private(path: &Path, append: bool) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut o = std::fs::OpenOptions::new();
+    if append {
+        o.append(true);
+    } else {
+        o.read(true).write(true);
+    }
+    o.create(true).mode(0o600).custom_flags(nix::libc::O_NOFOLLOW).open(path)
 }
 
 impl Tasks {
-    /// The directory, created (root's alone) if need be.
+    /// The directory, created (root's alone) if need be, and its two files.
     pub(crate) fn open(data: &Path) -> Result<Tasks> {
+        // A binary replaced on disk since this agent started reads as "PATH (deleted)": the
+        // launcher is then the new one.
+        let exe = std::env::current_exe().context("finding the agent's own program")?;
+        let exe = PathBuf::from(exe.to_string_lossy().trim_end_matches(" (deleted)"));
+        Tasks::with_spawner(data, Spawner::Launcher(crate::launcher::Launcher::new(exe, data.to_path_buf())))
+    }
+
+    /// The same, tasks forked by `spawner`.
+    pub(crate) fn with_spawner(data: &Path, spawner: Spawner) -> Result<Tasks> {
         let dir = data.join("tasks");
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))?;
-        Ok(Tasks { dir, deadline_ms: std::sync::atomic::AtomicI64::new(0) })
+        let table = open_private(&dir.join("status"), false).with_context(|| format!("opening {}", dir.join("status").display()))?;
+        let log = open_private(&dir.join("log"), true).with_context(|| format!("opening {}", dir.join("log").display()))?;
+        let book = Book {
+            log,
+            lines: 0,
+            live: std::collections::HashMap::new(),
+            free: std::collections::BTreeSet::new(),
+            next: 0,
+            legacy: std::collections::HashMap::new(),
+        };
+        Ok(Tasks {
+            dir,
+            table: std::sync::Arc::new(table),
+            book: std::sync::Mutex::new(book),
+            boot: boot_id(),
+            exe: std::env::current_exe().ok(),
+            spawner,
+        })
+    }
+
+    fn book(&self) -> std::sync::MutexGuard<'_, Book> {
+        self.book.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Appends one line to the log, and rewrites the log once it has grown.
+    fn append(&self, b: &mut Book, e: &Entry) -> std::io::Result<()> {
+        use std::io::Write;
+        let mut line = serde_json::to_vec(e).map_err(std::io::Error::other)?;
+        line.push(b'\n');
+        b.log.write_all(&line)?;
+        b.lines += 1;
+        if b.lines > 2 * b.live.len() + LOG_SLACK {
+            self.compact(b)?;
+        }
+        Ok(())
+    }
+
+    /// Rewrites the log with the live tasks alone (a fresh file renamed into place).
+    fn compact(&self, b: &mut Book) -> std::io::Result<()> {
+        let mut text = Vec::new();
+        let mut lines = 0;
+        let mut keys: Vec<&TaskKey> = b.live.keys().collect();
+        keys.sort_by_key(|k| (k.job, k.epoch, k.step, k.rank));
+        for k in keys {
+            let l = &b.live[k];
+            let mut entries = vec![Entry::Launch { slot: l.slot, record: Box::new(l.record.clone()) }];
+            if l.stopped {
+                entries.push(Entry::Stopped { key: *k });
+            }
+            for e in entries {
+                text.extend(serde_json::to_vec(&e).map_err(std::io::Error::other)?);
+                text.push(b'\n');
+                lines += 1;
+            }
+        }
+        let path = self.dir.join("log");
+        write_new(&path, &text, false)?;
+        b.log = open_private(&path, true)?;
+        b.lines = lines;
+        Ok(())
+    }
+
+    /// Records a task before its launch, in a free slot of the status table (emptied); returns
+    /// the slot.
+    fn record(&self, rec: &Record) -> std::io::Result<u32> {
+        let mut b = self.book();
+        let key = key_of(&rec.task);
+        if let Some(old) = b.live.remove(&key) {
+            b.free.insert(old.slot);
+        }
+        let slot = match b.free.pop_first() {
+            Some(s) => s,
+            None => {
+                b.next += 1;
+                b.next - 1
+            }
+        };
+        let done =
+            exec::clear_slot(&self.table, slot).and_then(|()| self.append(&mut b, &Entry::Launch { slot, record: Box::new(rec.clone()) }));
+        match done {
+            Ok(()) => {
+                b.live.insert(key, Live { slot, record: rec.clone(), stopped: false });
+                Ok(slot)
+            }
+            Err(e) => {
+                b.free.insert(slot);
+                Err(e)
+            }
+        }
+    }
+
+    /// Records a started task's start times (its keeper's, its own).
+    fn started(&self, key: &TaskKey, at: (u64, u64)) {
+        let mut b = self.book();
+        let Some(l) = b.live.get_mut(key) else { return };
+        l.record.started = Some(at);
+        let _ = self.append(&mut b, &Entry::Started { key: *key, at });
     }
 
     /// The controller answered a heartbeat: every task's keeper gets the new fencing deadline
     /// (`deadline_ms` of `exec::monotonic_ms`'s clock), before the controller's lease on this
     /// node can lapse; past it, with no newer one, the keeper kills its task (the agent died,
-    /// hung, or lost the controller without fencing).
-    pub(crate) fn renew<'a>(&self, deadline_ms: i64, keys: impl Iterator<Item = &'a TaskKey>) {
-        self.deadline_ms.store(deadline_ms, std::sync::atomic::Ordering::SeqCst);
-        for k in keys {
-            if let Ok(f) = std::fs::OpenOptions::new().write(true).open(self.path(k, "status")) {
-                let _ = exec::set_deadline(&f, deadline_ms);
+    /// hung, or lost the controller without fencing). One write for all of them.
+    pub(crate) fn renew(&self, deadline_ms: i64) {
+        let _ = exec::set_deadline(&self.table, deadline_ms);
+        let legacy: Vec<PathBuf> = self.book().legacy.values().cloned().collect();
+        for path in legacy {
+            if let Ok(f) = std::fs::OpenOptions::new().write(true).open(&path) {
+                let _ = exec::set_deadline_at(&f, exec::LEGACY_DEADLINE_AT, deadline_ms);
             }
         }
     }
 
-    fn path(&self, k: &TaskKey, ext: &str) -> PathBuf {
+    fn legacy_path(&self, k: &TaskKey, ext: &str) -> PathBuf {
         self.dir.join(format!("{}.{ext}", stem(k)))
     }
 
     /// Marks a task as stopped by its agent (fenced, or the agent shutting down): a restarted
     /// agent reports its end as such, not as the task's own.
     pub(crate) fn mark_stopped(&self, k: &TaskKey) {
-        let _ = std::fs::write(self.path(k, "stopped"), b"");
+        let mut b = self.book();
+        if let Some(l) = b.live.get_mut(k) {
+            if !l.stopped {
+                l.stopped = true;
+                let _ = self.append(&mut b, &Entry::Stopped { key: *k });
+            }
+        } else if b.legacy.contains_key(k) {
+            let _ = std::fs::write(self.legacy_path(k, "stopped"), b"");
+        }
     }
 
     /// Forgets a task whose end the controller has.
     pub(crate) fn forget(&self, k: &TaskKey) {
-        for ext in ["json", "status", "stopped"] {
-            let _ = std::fs::remove_file(self.path(k, ext));
+        let mut b = self.book();
+        if let Some(l) = b.live.remove(k) {
+            b.free.insert(l.slot);
+            let _ = self.append(&mut b, &Entry::Forget { key: *k });
+        }
+        if b.legacy.remove(k).is_some() {
+            for ext in ["json", "status", "stopped"] {
+                let _ = std::fs::remove_file(self.legacy_path(k, ext));
+            }
+        }
+    }
+}
+
+/// Where a kept task's status is: its slot of the status table, or the status file of a task
+/// an older agent started.
+enum StatusAt {
+    Slot(std::sync::Arc<std::fs::File>, u32),
+    File(PathBuf),
+}
+
+impl StatusAt {
+    fn read(&self) -> exec::Status {
+        match self {
+            StatusAt::Slot(table, slot) => exec::Status::read(table, *slot).unwrap_or_default(),
+            StatusAt::File(path) => exec::Status::parse(&std::fs::read(path).unwrap_or_default()),
         }
     }
 }
@@ -112,21 +330,23 @@ pub(crate) struct Kept {
     /// The task's pid, which is also its process group.
     pub(crate) pid: i32,
     keeper: Keeper,
-    status: PathBuf,
+    /// Its keeper's pid and start time (when known): a process kept alive while the task runs
+    /// (a launcher keeps several).
+    keeper_pid: i32,
+    keeper_started: Option<u64>,
+    /// The task's start time, when known (to kill it only if it is still the same process).
+    started: Option<u64>,
+    status: StatusAt,
     /// Its run's freezer cgroup, which it joined.
     pub(crate) freezer: Option<PathBuf>,
 }
 
 enum Keeper {
-    /// Started by this agent process: its child.
-    Child(tokio::process::Child),
-    /// Started by an earlier agent process: its pid and start time.
-    Orphan {
-        /// Pid.
-        pid: i32,
-        /// Start time, when known.
-        started: Option<u64>,
-    },
+    /// Kept by this agent's launcher: word of the task's end from it (`false`: the launcher is
+    /// gone; look in the status table).
+    Launched(tokio::sync::oneshot::Receiver<bool>),
+    /// Kept by the launcher (or a keeper) of an earlier agent process.
+    Orphan,
 }
 
 /// Whether `pid` is the live keeper it was: the same start time when that is known, else a
@@ -156,22 +376,28 @@ impl Kept {
     /// Waits for the task's end: its exit status, or `None` when it is not known (its keeper
     /// was killed, or died with the machine).
     pub(crate) async fn wait(&mut self) -> Option<ExitStatus> {
-        match &mut self.keeper {
-            Keeper::Child(c) => {
-                let _ = c.wait().await;
-            }
-            Keeper::Orphan { pid, started } => {
-                while keeper_alive(*pid, *started, None) {
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
+        let told = match &mut self.keeper {
+            Keeper::Launched(reaped) => reaped.await.unwrap_or(false),
+            Keeper::Orphan => false,
+        };
+        if !told {
+            while !self.status.read().ended() && keeper_alive(self.keeper_pid, self.keeper_started, None) {
+                tokio::time::sleep(Duration::from_millis(100)).await;
             }
         }
-        status_of(&self.status)
+        let st = exit_status(&self.status.read());
+        if st.is_none()
+            && let Some(t) = self.started
+            && start_time(self.pid) == Some(t)
+        {
+            // Its keeper is gone and it is not: reported lost, it must not run on.
+            kill_group(self.pid, Signal::SIGKILL);
+        }
+        st
     }
 }
 
-fn status_of(path: &Path) -> Option<ExitStatus> {
-    let s = exec::Status::parse(&std::fs::read(path).unwrap_or_default());
+fn exit_status(s: &exec::Status) -> Option<ExitStatus> {
     match (s.code, s.signal) {
         (Some(c), _) => Some(ExitStatus::from_raw((c & 0xff) << 8)),
         (_, Some(sig)) => Some(ExitStatus::from_raw(sig & 0x7f)),
@@ -208,10 +434,50 @@ impl Tasks {
     /// task whose launch never began is forgotten (its order was not acknowledged, so the
     /// controller sends it again).
     pub(crate) fn rediscover(&self) -> Vec<Found> {
-        let boot = boot_id();
         let mut found = Vec::new();
-        let Ok(entries) = std::fs::read_dir(&self.dir) else { return found };
-        let mut names: Vec<PathBuf> = entries.flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == "json")).collect();
+        let mut b = self.book();
+        // The log, replayed (a line cut short by a crash is skipped).
+        let text = std::fs::read(self.dir.join("log")).unwrap_or_default();
+        let mut live: std::collections::HashMap<TaskKey, Live> = std::collections::HashMap::new();
+        for line in text.split(|c| *c == b'\n').filter(|l| !l.is_empty()) {
+            match serde_json::from_slice::<Entry>(line) {
+                Ok(Entry::Launch { slot, record }) => {
+                    live.insert(key_of(&record.task), Live { slot, record: *record, stopped: false });
+                }
+                Ok(Entry::Started { key, at }) => {
+                    if let Some(l) = live.get_mut(&key) {
+                        l.record.started = Some(at);
+                    }
+                }
+                Ok(Entry::Stopped { key }) => {
+                    if let Some(l) = live.get_mut(&key) {
+                        l.stopped = true;
+                    }
+                }
+                Ok(Entry::Forget { key }) => {
+                    live.remove(&key);
+                }
+                Err(_) => {}
+            }
+        }
+        // No slot seen in the log is used again by this process unless it is free: a task whose
+        // launch had begun when its agent died may still write to its slot.
+        b.next = live.values().map(|l| l.slot + 1).max().unwrap_or(0);
+        let mut keys: Vec<TaskKey> = live.keys().copied().collect();
+        keys.sort_by_key(|k| (k.job, k.epoch, k.step, k.rank));
+        for key in keys {
+            let l = live.remove(&key).expect("listed");
+            let at = StatusAt::Slot(self.table.clone(), l.slot);
+            let Some(now) = self.what_became(&l.record, &at) else { continue };
+            found.push(Found { task: l.record.task.clone(), cgroup: l.record.cgroup.clone(), stopped: l.stopped || at.read().fenced, now });
+            b.live.insert(key, l);
+        }
+        let used: std::collections::BTreeSet<u32> = b.live.values().map(|l| l.slot).collect();
+        b.free = (0..b.next).filter(|s| !used.contains(s)).collect();
+        // Tasks an older agent started: a file each.
+        let mut names: Vec<PathBuf> = std::fs::read_dir(&self.dir)
+            .map(|d| d.flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == "json")).collect())
+            .unwrap_or_default();
         names.sort();
         for path in names {
             let Ok(rec) = std::fs::read(&path).map_err(|_| ()).and_then(|b| serde_json::from_slice::<Record>(&b).map_err(|_| ())) else {
@@ -219,31 +485,58 @@ impl Tasks {
                 continue;
             };
             let key = key_of(&rec.task);
-            let status_path = self.path(&key, "status");
-            let status = exec::Status::parse(&std::fs::read(&status_path).unwrap_or_default());
-            let stopped = self.path(&key, "stopped").exists() || status.fenced;
-            let now = if status.ended() {
-                Now::Ended(status_of(&status_path).expect("ended"))
-            } else if status.task.is_none() && status.keeper.is_none() {
-                // Its launch never began, or failed before the fork.
-                self.forget(&key);
-                continue;
-            } else if rec.boot == boot && status.keeper.is_some_and(|k| keeper_alive(k, rec.started.map(|s| s.0), rec.exe.as_deref())) {
-                let keeper = Keeper::Orphan { pid: status.keeper.unwrap_or(0), started: rec.started.map(|s| s.0) };
-                Now::Running(Kept { pid: status.task.unwrap_or(0), keeper, status: status_path, freezer: rec.freezer.clone() })
-            } else {
-                // Killed only when surely the same process (a pid may have been reused since).
-                if rec.boot == boot
-                    && let (Some(pid), Some((_, t))) = (status.task, rec.started)
-                    && start_time(pid) == Some(t)
-                {
-                    kill_gone(pid, rec.cgroup.as_deref(), rec.freezer.as_deref());
+            let status_path = self.legacy_path(&key, "status");
+            let at = StatusAt::File(status_path.clone());
+            let Some(now) = self.what_became(&rec, &at) else {
+                for ext in ["json", "status", "stopped"] {
+                    let _ = std::fs::remove_file(self.legacy_path(&key, ext));
                 }
-                Now::Lost
+                continue;
             };
+            let stopped = self.legacy_path(&key, "stopped").exists() || at.read().fenced;
             found.push(Found { task: rec.task, cgroup: rec.cgroup, stopped, now });
+            b.legacy.insert(key, status_path);
+        }
+        // The log from here on: the tasks found, alone.
+        if let Err(e) = self.compact(&mut b) {
+            eprintln!("tandem agent: rewriting {}: {e}", self.dir.join("log").display());
         }
         found
+    }
+
+    /// What became of a recorded task while no agent watched it; `None`: its launch never
+    /// began (or failed before the fork), so it is forgotten (its order was not acknowledged,
+    /// so the controller sends it again).
+    fn what_became(&self, rec: &Record, at: &StatusAt) -> Option<Now> {
+        let status = at.read();
+        Some(if status.ended() {
+            Now::Ended(exit_status(&status).expect("ended"))
+        } else if status.task.is_none() && status.keeper.is_none() {
+            return None;
+        } else if rec.boot == self.boot && status.keeper.is_some_and(|k| keeper_alive(k, rec.started.map(|s| s.0), rec.exe.as_deref())) {
+            let status_at = match at {
+                StatusAt::Slot(t, s) => StatusAt::Slot(t.clone(), *s),
+                StatusAt::File(p) => StatusAt::File(p.clone()),
+            };
+            Now::Running(Kept {
+                pid: status.task.unwrap_or(0),
+                keeper: Keeper::Orphan,
+                keeper_pid: status.keeper.unwrap_or(0),
+                keeper_started: rec.started.map(|s| s.0),
+                started: rec.started.map(|s| s.1),
+                status: status_at,
+                freezer: rec.freezer.clone(),
+            })
+        } else {
+            // Killed only when surely the same process (a pid may have been reused since).
+            if rec.boot == self.boot
+                && let (Some(pid), Some((_, t))) = (status.task, rec.started)
+                && start_time(pid) == Some(t)
+            {
+                kill_gone(pid, rec.cgroup.as_deref(), rec.freezer.as_deref());
+            }
+            Now::Lost
+        })
     }
 }
 
@@ -506,43 +799,26 @@ pub(crate) fn launch(t: &Task, spool: &Path, tasks: &Tasks, cg: &Cgroups) -> Res
     let freezer = if t.replica.is_none() && t.container.is_none() { cg.freezer.create(t.job, t.epoch) } else { None };
     // The record first: an agent that dies from here on finds the task again at its restart.
     let key = key_of(t);
-    let status_path = tasks.path(&key, "status");
-    let _ = std::fs::remove_file(tasks.path(&key, "stopped"));
-    let mut rec = Record {
+    let rec = Record {
         task: t.clone(),
         cgroup: cgroup.clone(),
         freezer: freezer.clone(),
-        boot: boot_id(),
-        exe: std::env::current_exe().ok(),
+        boot: tasks.boot.clone(),
+        exe: tasks.exe.clone(),
         started: None,
     };
-    let recorded = serde_json::to_vec(&rec)
-        .map_err(std::io::Error::other)
-        .and_then(|b| write_new(&tasks.path(&key, "json"), &b, false))
-        .and_then(|()| std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(true).open(&status_path));
-    let status = match recorded {
-        Ok(f) => f,
+    let slot = match tasks.record(&rec) {
+        Ok(slot) => slot,
         Err(e) => {
             for dir in cgroup.iter().chain(&freezer) {
                 let _ = std::fs::remove_dir(dir);
             }
-            tasks.forget(&key);
             return Err(LaunchError(format!("recording the task in {}: {e}", tasks.dir.display())));
         }
     };
-    // The child joins the job's cgroup while still root, then drops to the user, then enters
-    // the working directory and opens its files, then becomes the task: all between fork and
-    // exec, with system calls only (no exec of a launcher).
-    let mut procs = Vec::new();
-    for p in cgroup.iter().chain(&freezer) {
-        procs.push(
-            std::fs::OpenOptions::new()
-                .write(true)
-                .open(p.join("cgroup.procs"))
-                .map_err(|e| LaunchError(format!("joining cgroup {}: {e}", p.display())))?,
-        );
-    }
-    let procs: Vec<&std::fs::File> = procs.iter().collect();
+    // The launcher forks the keeper, which forks the task; the task joins the job's cgroup
+    // while still root, then drops to the user, then enters the working directory and opens
+    // its files, then becomes the task: all between fork and exec, with system calls only.
     let user = (nix::unistd::geteuid().is_root() && t.uid != 0).then(|| exec::User::lookup(t.uid, t.gid));
     // An srun step's streams that go to srun: pipes (or a terminal) and a PMI socket, made now.
     let mut ends = match &t.io {
@@ -570,59 +846,50 @@ pub(crate) fn launch(t: &Task, spool: &Path, tasks: &Tasks, cg: &Cgroups) -> Res
         (Some(o), None) | (None, Some(o)) => (Some(o), None),
         (None, None) => (None, None),
     };
-    let setup = exec::Setup {
-        cgroup_procs: &procs,
-        user,
-        workdir: Some(cstring("working directory", &t.workdir)?),
-        stdout: so.map(|p| cstring("output file", p)).transpose()?,
-        stderr: se.map(|p| cstring("error file", p)).transpose()?,
+    let bytes = |what: &str, p: &str| cstring(what, p).map(|c| c.into_bytes());
+    let stdio = ends.as_ref().map_or([None; 3], |e| e.stdio());
+    let pmi = ends.as_ref().and_then(|e| e.pmi_theirs.as_ref().map(std::os::fd::AsRawFd::as_raw_fd));
+    let request = crate::launcher::Request {
+        program: program.clone(),
+        args,
+        env: t.env.clone(),
+        cgroups: cgroup.iter().chain(&freezer).cloned().collect(),
+        user: user.map(|u| (u.uid, u.gid, u.groups)),
+        workdir: Some(bytes("working directory", &t.workdir)?),
+        stdout: so.map(|p| bytes("output file", p)).transpose()?,
+        stderr: se.map(|p| bytes("error file", p)).transpose()?,
         truncate: t.truncate,
-        keep: Some(exec::Keep { status: &status }),
-        stdio: ends.as_ref().map_or([None; 3], |e| e.stdio()),
+        slot,
         pty: ends.as_ref().is_some_and(|e| e.pty),
-        inherit: ends.as_ref().and_then(|e| e.pmi_theirs.as_ref().map(std::os::fd::AsRawFd::as_raw_fd)),
-        cpus: &t.cpus,
+        cpus: t.cpus.clone(),
         umask: t.umask,
+        stdio: stdio.map(|f| f.is_some()),
+        pmi: pmi.is_some(),
     };
-    let mut cmd = tokio::process::Command::new(&program);
-    let mut report = exec::prepare(cmd.as_std_mut(), setup).map_err(|e| LaunchError(format!("preparing the launch: {e}")))?;
-    cmd.args(&args)
-        .env_clear()
-        .envs(t.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null());
-    if let Some(fd) = ends.as_ref().and_then(|e| e.pmi_theirs.as_ref()) {
-        cmd.env("PMI_FD", std::os::fd::AsRawFd::as_raw_fd(fd).to_string());
-    }
-    match cmd.spawn() {
-        Ok(child) => {
-            // The task wrote its pid before it exec'd, and the spawn returns only after that.
-            let pid = exec::Status::parse(&std::fs::read(&status_path).unwrap_or_default()).task.unwrap_or(0);
-            let deadline = tasks.deadline_ms.load(std::sync::atomic::Ordering::SeqCst);
-            if deadline > 0 {
-                let _ = exec::set_deadline(&status, deadline);
-            }
-            if let (Some(k), Some(t)) = (child.id().and_then(|k| start_time(k as i32)), start_time(pid)) {
-                rec.started = Some((k, t));
-                if let Ok(b) = serde_json::to_vec(&rec) {
-                    let _ = write_new(&tasks.path(&key, "json"), &b, false);
-                }
+    let fds: Vec<std::os::fd::RawFd> = stdio.into_iter().flatten().chain(pmi).collect();
+    match tasks.spawner.launch(&request, &fds, &tasks.table) {
+        Ok((pid, reaped)) => {
+            // The task wrote its pid before it exec'd, and its keeper its own before answering.
+            let keeper_pid = exec::Status::read(&tasks.table, slot).ok().and_then(|s| s.keeper).unwrap_or(0);
+            let (keeper_started, started) = (start_time(keeper_pid), start_time(pid));
+            if let (Some(k), Some(t)) = (keeper_started, started) {
+                tasks.started(&key, (k, t));
             }
             if let (Some(mut e), Some(io)) = (ends.take(), t.io.clone()) {
                 e.started();
                 crate::stepio::relay(t, io, e);
             }
-            Ok((Kept { pid, keeper: Keeper::Child(child), status: status_path, freezer }, cgroup))
+            let status = StatusAt::Slot(tasks.table.clone(), slot);
+            Ok((Kept { pid, keeper: Keeper::Launched(reaped), keeper_pid, keeper_started, started, status, freezer }, cgroup))
         }
-        Err(e) => {
+        Err(f) => {
             for dir in cgroup.iter().chain(&freezer) {
                 let _ = std::fs::remove_dir(dir);
             }
             tasks.forget(&key);
-            let e = e.to_string();
+            let e = f.error.to_string();
             let e = e.split(" (os error").next().unwrap_or(&e);
-            Err(LaunchError(match report.failed() {
+            Err(LaunchError(match f.stage {
                 Some(exec::Stage::Keep) => format!("cannot start the task's keeper: {e}"),
                 Some(exec::Stage::Cgroup) => format!("cannot join the job's cgroup: {e}"),
                 Some(exec::Stage::User) => format!("cannot switch to uid {}: {e}", t.uid),
@@ -642,4 +909,150 @@ pub(crate) fn kill_group(pgid: i32, sig: Signal) {
         return;
     }
     let _ = killpg(Pid::from_raw(pgid), sig);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    fn task(job: u64, argv: &[&str], dir: &Path) -> Task {
+        Task {
+            job,
+            epoch: 1,
+            step: 0,
+            rank: 0,
+            script: None,
+            argv: argv.iter().map(|s| s.to_string()).collect(),
+            env: vec![("PATH".into(), "/usr/bin:/bin".into())],
+            workdir: dir.display().to_string(),
+            stdout: "/dev/null".into(),
+            stderr: "/dev/null".into(),
+            truncate: false,
+            uid: nix::unistd::getuid().as_raw(),
+            gid: nix::unistd::getgid().as_raw(),
+            gpus: vec![],
+            mem_limit: 0,
+            step_mem: 0,
+            cpus: vec![],
+            login_env: false,
+            umask: None,
+            replica: None,
+            io: None,
+            container: None,
+            script_env: vec![],
+            task_scripts: None,
+        }
+    }
+
+    fn key(job: u64) -> TaskKey {
+        TaskKey { job, epoch: 1, step: 0, rank: 0 }
+    }
+
+    fn temp(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("agent-launch-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(d.join("spool")).unwrap();
+        d
+    }
+
+    fn files(dir: &Path) -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(dir).unwrap().flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
+        v.sort();
+        v
+    }
+
+    #[tokio::test]
+    async fn tasks_are_found_again_from_one_log_and_one_status_table() {
+        let data = temp("found");
+        let spool = data.join("spool");
+        let cg = Cgroups { base: None, freezer: crate::freezer::Freezer::none() };
+        let tasks = Tasks::with_spawner(&data, Spawner::Here).unwrap();
+        tasks.renew(exec::monotonic_ms() + 60_000);
+        let (mut exits, _) = launch(&task(1, &["sh", "-c", "exit 3"], &data), &spool, &tasks, &cg).unwrap();
+        let (runs, _) = launch(&task(2, &["sleep", "30"], &data), &spool, &tasks, &cg).unwrap();
+        let (mut done, _) = launch(&task(3, &["true"], &data), &spool, &tasks, &cg).unwrap();
+        assert!(runs.pid > 0);
+        assert_eq!(exits.wait().await.and_then(|s| s.code()), Some(3));
+        assert_eq!(done.wait().await.map(|s| s.success()), Some(true));
+        // The controller has task 3's end.
+        tasks.forget(&key(3));
+        let freed = 2;
+        // Two files, whatever the number of tasks; root's alone.
+        assert_eq!(files(&data.join("tasks")), ["log", "status"]);
+        for f in ["log", "status"] {
+            assert_eq!(std::fs::metadata(data.join("tasks").join(f)).unwrap().permissions().mode() & 0o777, 0o600, "{f}");
+        }
+        // A line cut short by a crash and a line of garbage are skipped.
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(data.join("tasks/log"))
+            .unwrap()
+            .write_all(b"{\"forget\":{\"key\":{\"jo\n\x00\xff garbage\n")
+            .unwrap();
+        // The agent restarts.
+        drop(tasks);
+        let tasks = Tasks::with_spawner(&data, Spawner::Here).unwrap();
+        let found = tasks.rediscover();
+        let by_job: std::collections::BTreeMap<u64, &Found> = found.iter().map(|f| (f.task.job, f)).collect();
+        assert_eq!(by_job.keys().copied().collect::<Vec<_>>(), [1, 2], "task 3 was forgotten");
+        assert!(matches!(by_job[&1].now, Now::Ended(st) if st.code() == Some(3)));
+        assert!(!by_job[&1].stopped);
+        let Now::Running(_) = &by_job[&2].now else { panic!("task 2 runs on under its keeper") };
+        // The forgotten task's slot is used again; the others' are not.
+        let (mut next, _) = launch(&task(4, &["true"], &data), &spool, &tasks, &cg).unwrap();
+        assert_eq!(tasks.book().live[&key(4)].slot, freed);
+        assert_eq!(next.wait().await.map(|s| s.success()), Some(true));
+        // Adopted: its end is still seen, through its slot.
+        let mut found = found;
+        let Now::Running(mut adopted) = found.remove(1).now else { unreachable!() };
+        kill_group(runs.pid, Signal::SIGKILL);
+        assert_eq!(adopted.wait().await.and_then(|s| s.signal()), Some(9));
+        // Killed by its agent: said so after a restart.
+        tasks.mark_stopped(&key(2));
+        drop(tasks);
+        let tasks = Tasks::with_spawner(&data, Spawner::Here).unwrap();
+        let found = tasks.rediscover();
+        assert!(found.iter().any(|f| f.task.job == 2 && f.stopped && matches!(f.now, Now::Ended(_))));
+        // The log stays small however many tasks came and went.
+        for job in 10..10 + LOG_SLACK as u64 + 100 {
+            let rec = Record {
+                task: task(job, &["true"], &data),
+                cgroup: None,
+                freezer: None,
+                boot: tasks.boot.clone(),
+                exe: None,
+                started: None,
+            };
+            tasks.record(&rec).unwrap();
+            tasks.forget(&key(job));
+        }
+        let lines = std::fs::read_to_string(data.join("tasks/log")).unwrap().lines().count();
+        assert!(lines <= 2 * 4 + LOG_SLACK + 1, "{lines} lines");
+        assert!(tasks.book().next <= 5, "slots are reused: {}", tasks.book().next);
+        std::fs::remove_dir_all(&data).ok();
+    }
+
+    #[tokio::test]
+    async fn the_files_of_tasks_an_older_agent_started_are_still_found() {
+        let data = temp("legacy");
+        let dir = data.join("tasks");
+        std::fs::create_dir_all(&dir).unwrap();
+        let rec = Record { task: task(7, &["true"], &data), cgroup: None, freezer: None, boot: boot_id(), exe: None, started: None };
+        std::fs::write(dir.join("7.1.0.0.json"), serde_json::to_vec(&rec).unwrap()).unwrap();
+        std::fs::write(dir.join("7.1.0.0.status"), "task 100       \nkeep 101       \nexit 5         \n").unwrap();
+        // One never started: forgotten.
+        let rec8 = Record { task: task(8, &["true"], &data), ..rec.clone() };
+        std::fs::write(dir.join("8.1.0.0.json"), serde_json::to_vec(&rec8).unwrap()).unwrap();
+        std::fs::write(dir.join("garbage.json"), "{not json").unwrap();
+        let tasks = Tasks::with_spawner(&data, Spawner::Here).unwrap();
+        let found = tasks.rediscover();
+        assert_eq!(found.len(), 1);
+        assert!(matches!(found[0].now, Now::Ended(st) if st.code() == Some(5)));
+        tasks.renew(12345);
+        assert_eq!(exec::Status::parse(&std::fs::read(dir.join("7.1.0.0.status")).unwrap()).deadline_ms, Some(12345));
+        tasks.forget(&key(7));
+        assert_eq!(files(&dir), ["log", "status"]);
+        std::fs::remove_dir_all(&data).ok();
+    }
 }

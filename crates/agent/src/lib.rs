@@ -17,6 +17,7 @@ mod container;
 mod freezer;
 mod gpuhealth;
 mod launch;
+mod launcher;
 mod loginenv;
 mod node;
 mod replica;
@@ -31,6 +32,7 @@ pub use container::{
     CONTAINER_CMD, ROOT_CMD as CONTAINER_ROOT_CMD, credentials as registry_credentials, main as container_main,
     root_main as container_root_main,
 };
+pub use launcher::{LAUNCHER_CMD, serve as launcher_main};
 pub use loginenv::{LOGIN_ENV_CMD, main as login_env_main};
 pub use taskwrap::{TASK_WRAP_CMD, main as task_wrap_main};
 

@@ -431,7 +431,7 @@ pub(crate) async fn run(a: AgentArgs) -> Result<()> {
                     unsaved_said = true;
                 }
                 last_ok = sent;
-                renew_keepers(&records, &tasks, &info, sent);
+                renew_keepers(&records, &info, sent);
                 tokio::time::sleep(Duration::from_millis(500)).await;
                 continue;
             }
@@ -457,7 +457,7 @@ pub(crate) async fn run(a: AgentArgs) -> Result<()> {
         if (hb.health_failed.is_some() || hb.health_passed) && (health.failed == hb.health_failed && health.passed == hb.health_passed) {
             (health.failed, health.passed, health.down) = (None, false, false);
         }
-        renew_keepers(&records, &tasks, &info, sent);
+        renew_keepers(&records, &info, sent);
         for e in exits.drain(..) {
             records.forget(&TaskKey { job: e.job, epoch: e.epoch, step: e.step, rank: e.rank });
         }
@@ -927,10 +927,10 @@ fn lease_and_margin(info: &RegisterResponse) -> (Duration, Duration) {
 /// Each task's keeper fences it a little after this agent would (and before the controller's
 /// lease, which runs from no earlier than `sent`, the last answered heartbeat's sending, can
 /// lapse).
-fn renew_keepers(records: &Tasks, tasks: &HashMap<TaskKey, Running>, info: &RegisterResponse, sent: Instant) {
+fn renew_keepers(records: &Tasks, info: &RegisterResponse, sent: Instant) {
     let (lease, margin) = lease_and_margin(info);
     let deadline = exec::monotonic_ms() - sent.elapsed().as_millis() as i64 + (lease - margin / 2).as_millis() as i64;
-    records.renew(deadline, tasks.keys());
+    records.renew(deadline);
 }
 
 /// A task ended: forget it, remove its script and (once the run's last task here ended) its

@@ -17,11 +17,26 @@ pub(crate) fn children(parent: i32) -> Vec<i32> {
         .collect()
 }
 
+/// The task keepers of agent `pid`: its launcher's children (and its own, as an agent before
+/// the launcher had them).
+pub(crate) fn keepers_of(pid: i32) -> Vec<i32> {
+    let keeper = |p: &i32| std::fs::read_to_string(format!("/proc/{p}/comm")).is_ok_and(|c| c.trim() == "tandem-keeper");
+    let mut out = Vec::new();
+    for c in children(pid) {
+        if keeper(&c) {
+            out.push(c);
+        } else {
+            out.extend(children(c).into_iter().filter(keeper));
+        }
+    }
+    out
+}
+
 /// Kills (SIGKILL) every keeper of agent `pid` and its task's process group, not the agent.
 pub(crate) fn kill_tasks_of(pid: u32) {
     use nix::sys::signal::{Signal, kill, killpg};
     use nix::unistd::Pid;
-    for k in children(pid as i32) {
+    for k in keepers_of(pid as i32) {
         for t in children(k) {
             let _ = killpg(Pid::from_raw(t), Signal::SIGKILL);
         }
@@ -30,20 +45,27 @@ pub(crate) fn kill_tasks_of(pid: u32) {
     }
 }
 
-/// A node dies as a whole: its agent first (so it reports nothing), then each task's keeper
-/// and the task's process group.
+/// A node dies as a whole: its agent first (so it reports nothing), then its other processes
+/// (its launcher), each task's keeper and the task's process group.
 pub(crate) fn kill_node(agent_pid: u32) {
-    let keepers = children(agent_pid as i32);
-    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(agent_pid as i32), nix::sys::signal::Signal::SIGKILL);
+    use nix::sys::signal::{Signal, kill, killpg};
+    use nix::unistd::Pid;
+    let keepers = keepers_of(agent_pid as i32);
+    let others = children(agent_pid as i32);
+    let _ = kill(Pid::from_raw(agent_pid as i32), Signal::SIGKILL);
+    for o in others {
+        let _ = kill(Pid::from_raw(o), Signal::SIGKILL);
+    }
     for k in keepers {
         for t in children(k) {
-            let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(t), nix::sys::signal::Signal::SIGKILL);
+            let _ = killpg(Pid::from_raw(t), Signal::SIGKILL);
         }
-        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(k), nix::sys::signal::Signal::SIGKILL);
+        let _ = kill(Pid::from_raw(k), Signal::SIGKILL);
     }
 }
 
-/// Kills (SIGKILL) every task keeper whose command line (its agent's, which forked it) holds
+/// Kills (SIGKILL) every task keeper whose command line (its launcher's, which forked it: the
+/// agent's data directory is in it) holds
 /// `pattern`, and its task's process group: keepers adopted by a later agent, or orphaned, are
 /// no agent's children.
 pub(crate) fn kill_keepers_matching(pattern: &str) {

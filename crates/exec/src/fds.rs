@@ -119,10 +119,55 @@ pub fn inherited_listener(fd: i32) -> Result<std::net::TcpListener, HeldError> {
     Ok(std::net::TcpListener::from(owned))
 }
 
+/// Takes ownership of a connected Unix stream socket this process inherited at `fd` (from
+/// [`pass_fd_at`]: the agent's launcher), after checking that it is one; it is made
+/// close-on-exec again. Each number may be taken once.
+pub fn inherited_unix_stream(fd: i32) -> std::io::Result<std::os::unix::net::UnixStream> {
+    let bad = |why: &str| std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("descriptor {fd} {why}"));
+    if fd <= 2 {
+        return Err(bad("is a standard stream or not a descriptor"));
+    }
+    // SAFETY: only borrowed for the checks below; fcntl fails with EBADF on a number not open.
+    #[allow(unsafe_code)]
+    let b = unsafe { BorrowedFd::borrow_raw(fd) };
+    nix::fcntl::fcntl(b, nix::fcntl::FcntlArg::F_GETFD)?;
+    let st = nix::sys::stat::fstat(b)?;
+    let is_socket = (st.st_mode & nix::libc::S_IFMT) == nix::libc::S_IFSOCK;
+    let stream = is_socket && socket::getsockopt(&b, sockopt::SockType).is_ok_and(|t| t == SockType::Stream);
+    let unix = stream && socket::getsockname::<SockaddrStorage>(fd).is_ok_and(|a| a.family() == Some(AddressFamily::Unix));
+    if !unix {
+        return Err(bad("is not a Unix stream socket"));
+    }
+    nix::fcntl::fcntl(b, nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC))?;
+    // SAFETY: the number is an open Unix stream socket (checked above) that nothing else in
+    // this process owns: it was inherited, and the caller takes each number once.
+    #[allow(unsafe_code)]
+    let owned = unsafe { OwnedFd::from_raw_fd(fd) };
+    Ok(std::os::unix::net::UnixStream::from(owned))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::os::fd::AsFd;
+
+    #[test]
+    fn an_inherited_unix_stream_is_taken_only_if_it_is_one() {
+        assert!(inherited_unix_stream(1).is_err());
+        assert!(inherited_unix_stream(987_654).is_err());
+        let file = std::fs::File::open("/proc/self/status").unwrap();
+        assert!(inherited_unix_stream(file.as_raw_fd()).is_err());
+        let l = listen_tcp("127.0.0.1:0".parse().unwrap(), false).unwrap();
+        assert!(inherited_unix_stream(l.as_raw_fd()).is_err());
+        let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
+        let fd = nix::unistd::dup(a.as_fd()).unwrap();
+        let mut taken = inherited_unix_stream(std::os::fd::IntoRawFd::into_raw_fd(fd)).unwrap();
+        use std::io::{Read, Write};
+        taken.write_all(b"hi").unwrap();
+        let mut got = [0u8; 2];
+        (&b).read_exact(&mut got).unwrap();
+        assert_eq!(&got, b"hi");
+    }
 
     #[test]
     fn refuses_what_is_not_a_listening_socket() {

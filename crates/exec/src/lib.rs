@@ -6,9 +6,10 @@
 //! user-named path is ever touched as root (SECURITY.md, "Paths"). Also the one process-wide
 //! limit Tandem's daemons raise ([`raise_nofile`]).
 //!
-//! A kept task ([`Setup::keep`]) has a keeper between the agent and it: the spawned process
-//! forks the task and waits for it, and writes how it ended to a status file, so a restarted
-//! agent can adopt a task that outlived it and still learn its exit status.
+//! A kept task ([`Setup::keep`]) writes its pid to its slot of a status table before it
+//! becomes the task; the process that spawned it (the agent's launcher, which is the keeper of
+//! all the agent's tasks) records how it ended there ([`record_end`]), so a restarted agent can
+//! adopt a task that outlived it and still learn its exit status.
 //!
 //! Also held listening sockets ([`listen_tcp`], [`pass_fds`], [`inherited_listener`]): `tandem
 //! up` keeps the controller's and the proxy's ports for their whole life and each restart of
@@ -17,12 +18,13 @@
 //! **Invariant:** this is the only crate with `unsafe` code: two `pre_exec` hooks that make only
 //! async-signal-safe system calls and do not allocate (the task's, and clearing close-on-exec on
 //! passed sockets), the adoption of an inherited descriptor once checked to be a listening
-//! socket, and one `signal` call that restores SIGPIPE's default action for commands
-//! ([`quiet_sigpipe`]).
+//! socket (or, for the agent's launcher, a Unix stream socket: [`inherited_unix_stream`]), and
+//! the `signal` calls that restore SIGPIPE's default action for commands ([`quiet_sigpipe`])
+//! and make a keeper ignore what a terminal would send it ([`become_keeper`]).
 
 mod fds;
 mod trust;
-pub use fds::{HeldError, inherited_listener, listen_tcp, pass_fd_at, pass_fds};
+pub use fds::{HeldError, inherited_listener, inherited_unix_stream, listen_tcp, pass_fd_at, pass_fds};
 pub use trust::trusted_file;
 
 use std::ffi::{CStr, CString};
@@ -79,9 +81,9 @@ pub struct Setup<'a> {
     /// Empty `stdout` and `stderr` as they are opened (`--open-mode=truncate`), still as the
     /// user and still appending from there.
     pub truncate: bool,
-    /// Keep the task: the spawned process becomes the task's *keeper*, which forks the task
-    /// and waits for it, so that the task's end is recorded even when the agent that started
-    /// it has died meanwhile. Without it, the spawned process is the task.
+    /// Keep the task: it writes its pid to its slot of the status table and leads a process
+    /// group of its own; the spawning process (its keeper) records how it ended, so that the
+    /// task's end is known even when the agent that ordered it has died meanwhile.
     pub keep: Option<Keep<'a>>,
     /// Descriptors (the caller's, close-on-exec) that become the task's standard input,
     /// output and error, after the files above (so one given here wins over its file).
@@ -100,25 +102,86 @@ pub struct Setup<'a> {
 
 /// How a task is kept ([`Setup::keep`]).
 ///
-/// The task and its keeper write to the status file (opened for reading and writing by the
-/// caller, with close-on-exec; see [`Status`]): the task its pid before it becomes the task,
-/// the keeper its own pid and then how the task ended. The keeper has a session of its own and
-/// ignores the signals a terminal or a process group would send; the task leads a process
-/// group of its own in that session. The keeper also fences: the agent writes a deadline into
-/// the file after each heartbeat the controller answered ([`set_deadline`]), and once it has
-/// passed (the agent died, hung or lost the controller and did not fence the task itself) the
-/// keeper kills the task's process group, before the controller's lease on the node can lapse.
+/// The task and its keeper write to the task's slot of a *status table* (one file for all the
+/// tasks of an agent, opened for reading and writing by the caller, with close-on-exec; see
+/// [`Status`] and [`slot_offset`]): the task its pid before it becomes the task, the keeper
+/// (the process that spawned it, which waits for it) its own pid ([`record_keeper`]) and then
+/// how the task ended ([`record_end`]). One table instead of a file per task: no inode is made
+/// or freed per task. The task leads a process group of its own (a session, with a terminal).
+/// The keeper also fences: the agent writes one deadline for all its tasks into the table's
+/// header after each heartbeat the controller answered ([`set_deadline`]), and once it has
+/// passed ([`deadline`]: the agent died, hung or lost the controller and did not fence the
+/// task itself) the keeper kills the task's process group ([`record_fenced`]), before the
+/// controller's lease on the node can lapse.
 #[derive(Debug, Clone, Copy)]
 pub struct Keep<'a> {
-    /// The status file.
-    pub status: &'a std::fs::File,
+    /// The status table.
+    pub table: &'a std::fs::File,
+    /// The task's slot in it, cleared ([`clear_slot`]) before the launch.
+    pub slot: u32,
 }
 
-/// Writes a kept task's fencing deadline, in milliseconds of [`monotonic_ms`]'s clock, to its
-/// status file: past it, the keeper kills the task.
-pub fn set_deadline(status: &std::fs::File, monotonic_ms: i64) -> std::io::Result<()> {
+/// Bytes of a status table's header (the fencing deadline) and of each slot.
+pub const SLOT_BYTES: u64 = 64;
+
+/// Where slot `slot` of a status table begins: after the header, one [`SLOT_BYTES`] each.
+pub fn slot_offset(slot: u32) -> u64 {
+    SLOT_BYTES * (u64::from(slot) + 1)
+}
+
+/// Writes the fencing deadline of every task kept in a status table, in milliseconds of
+/// [`monotonic_ms`]'s clock: past it, the keepers kill their tasks.
+pub fn set_deadline(table: &std::fs::File, monotonic_ms: i64) -> std::io::Result<()> {
+    set_deadline_at(table, DEADLINE_AT as u64, monotonic_ms)
+}
+
+/// Writes a fencing deadline at `offset` of a status file: a table's header
+/// ([`set_deadline`]), or [`LEGACY_DEADLINE_AT`] of the status file of a task an older agent
+/// started (one file per task).
+pub fn set_deadline_at(file: &std::fs::File, offset: u64, monotonic_ms: i64) -> std::io::Result<()> {
     use std::os::unix::fs::FileExt;
-    status.write_all_at(&status_line(b"dead", monotonic_ms), DEADLINE_AT as u64)
+    file.write_all_at(&status_line(b"dead", monotonic_ms), offset)
+}
+
+/// Where the keepers of older agents (one status file per task) read their deadline.
+pub const LEGACY_DEADLINE_AT: u64 = 64;
+
+/// Empties a slot of a status table, before a new task is kept in it.
+pub fn clear_slot(table: &std::fs::File, slot: u32) -> std::io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    table.write_all_at(&[0u8; SLOT_BYTES as usize], slot_offset(slot))
+}
+
+fn put_line(table: &std::fs::File, slot: u32, at: i64, tag: &[u8; 4], n: i64) -> std::io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    table.write_all_at(&status_line(tag, n), slot_offset(slot) + at as u64)
+}
+
+/// Records the keeper of the task in `slot`: its pid.
+pub fn record_keeper(table: &std::fs::File, slot: u32, pid: i32) -> std::io::Result<()> {
+    put_line(table, slot, KEEP_AT, b"keep", i64::from(pid))
+}
+
+/// Records how the task in `slot` ended: its exit code, or the signal that killed it.
+pub fn record_end(table: &std::fs::File, slot: u32, code: Option<i32>, signal: Option<i32>) -> std::io::Result<()> {
+    match (code, signal) {
+        (Some(c), _) => put_line(table, slot, END_AT, b"exit", i64::from(c)),
+        (None, Some(s)) => put_line(table, slot, END_AT, b"kill", i64::from(s)),
+        (None, None) => put_line(table, slot, END_AT, b"exit", 255),
+    }
+}
+
+/// Records that the keeper killed the task in `slot` (fenced it): its deadline passed.
+pub fn record_fenced(table: &std::fs::File, slot: u32) -> std::io::Result<()> {
+    put_line(table, slot, FENCE_AT, b"fenc", 1)
+}
+
+/// The fencing deadline in a status table's header ([`set_deadline`]), if one was written.
+pub fn deadline(table: &std::fs::File) -> Option<i64> {
+    use std::os::unix::fs::FileExt;
+    let mut b = [0u8; 16];
+    table.read_exact_at(&mut b, DEADLINE_AT as u64).ok()?;
+    Status::parse(&b).deadline_ms
 }
 
 /// The system's monotonic clock (`CLOCK_MONOTONIC`, the same for every process), milliseconds.
@@ -126,8 +189,9 @@ pub fn monotonic_ms() -> i64 {
     monotonic_ns() / 1_000_000
 }
 
-/// What a kept task's status file (`Setup::keep`) says: fixed 16-byte lines, `task PID`,
-/// `keep PID`, then `exit CODE` or `kill SIGNAL` once the task ended.
+/// What a kept task's slot of the status table (`Setup::keep`) says: fixed 16-byte lines,
+/// `task PID`, `keep PID`, then `exit CODE` or `kill SIGNAL` once the task ended, and `fenc 1`
+/// if its keeper fenced it; the table's header holds the deadline, `dead MS`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Status {
     /// The task's pid (its process group), once it was forked.
@@ -174,17 +238,40 @@ impl Status {
     pub fn ended(&self) -> bool {
         self.code.is_some() || self.signal.is_some()
     }
+
+    /// Reads slot `slot` of a status table, with the table's deadline.
+    pub fn read(table: &std::fs::File, slot: u32) -> std::io::Result<Status> {
+        use std::os::unix::fs::FileExt;
+        // What was never written (past the end, or a hole) reads as NUL bytes.
+        let mut b = [0u8; 2 * SLOT_BYTES as usize];
+        let (head, line) = b.split_at_mut(SLOT_BYTES as usize);
+        for (buf, offset) in [(head, 0), (line, slot_offset(slot))] {
+            let mut at = 0;
+            while at < buf.len() {
+                match table.read_at(&mut buf[at..], offset + at as u64)? {
+                    0 => break,
+                    n => at += n,
+                }
+            }
+        }
+        Ok(Status::parse(&b))
+    }
 }
 
-/// Offsets of the status file's lines.
+/// The signals a keeper ignores (those a terminal or a process group would send it): its
+/// tasks get their default actions back ([`Setup::keep`]).
+pub const KEEPER_IGNORES: [nix::sys::signal::Signal; 7] = {
+    use nix::sys::signal::Signal;
+    [Signal::SIGHUP, Signal::SIGINT, Signal::SIGQUIT, Signal::SIGTERM, Signal::SIGUSR1, Signal::SIGUSR2, Signal::SIGPIPE]
+};
+
+/// Offsets of a slot's lines, from the slot's start.
 const TASK_AT: i64 = 0;
 const KEEP_AT: i64 = 16;
 const END_AT: i64 = 32;
 const FENCE_AT: i64 = 48;
-const DEADLINE_AT: i64 = 64;
-/// How often a keeper looks at its task and its agent.
-const KEEPER_TICK_NS: i64 = 100_000_000;
-
+/// Offset of the deadline in the table.
+const DEADLINE_AT: i64 = 0;
 /// `TAG NUMBER` padded with spaces to 15 bytes and a newline, built without allocating.
 fn status_line(tag: &[u8; 4], n: i64) -> [u8; 16] {
     let mut b = [b' '; 16];
@@ -225,30 +312,6 @@ fn monotonic_ns() -> i64 {
     ts.tv_sec * 1_000_000_000 + ts.tv_nsec
 }
 
-/// The number in the status file's `dead` line, read without allocating (async-signal-safe).
-fn read_deadline(fd: i32) -> Option<i64> {
-    let mut b = [0u8; 16];
-    // SAFETY: pread writes at most 16 bytes into the buffer on the stack.
-    #[allow(unsafe_code)]
-    let n = unsafe { nix::libc::pread(fd, b.as_mut_ptr().cast(), b.len(), DEADLINE_AT) };
-    if n != 16 || &b[..5] != b"dead " {
-        return None;
-    }
-    let (mut v, mut neg, mut any): (i64, bool, bool) = (0, false, false);
-    for &c in &b[5..15] {
-        match c {
-            b'-' if !any => neg = true,
-            b'0'..=b'9' => {
-                v = v.checked_mul(10)?.checked_add(i64::from(c - b'0'))?;
-                any = true;
-            }
-            b' ' => break,
-            _ => return None,
-        }
-    }
-    any.then_some(if neg { -v } else { v })
-}
-
 /// Writes `line` at `offset` of the file `fd` (async-signal-safe).
 fn put(fd: i32, line: &[u8; 16], offset: i64) {
     // SAFETY: `line` is a live buffer of 16 bytes; `fd` is the caller's open status file.
@@ -258,82 +321,10 @@ fn put(fd: i32, line: &[u8; 16], offset: i64) {
     }
 }
 
-/// The keeper: in the spawned process after it forked the task. Records its pid, lets go of
-/// every descriptor but the status file (so the agent's sockets and pipes close when the agent
-/// does, and the agent's spawn returns when the task execs), ignores the signals meant for
-/// others, names itself `tandem-keeper` (in `ps`), waits for the task, records how it ended and exits. Async-signal-safe system calls
-/// only, no allocation.
-fn keeper(task: nix::unistd::Pid, fd: i32) -> ! {
-    use nix::sys::signal::{SigHandler, Signal, signal};
-    use nix::sys::wait::{WaitStatus, waitpid};
-    put(fd, &status_line(b"keep", i64::from(nix::unistd::getpid().as_raw())), KEEP_AT);
-    // SAFETY: PR_SET_NAME reads a NUL-terminated string of at most 16 bytes.
-    #[allow(unsafe_code)]
-    unsafe {
-        nix::libc::prctl(nix::libc::PR_SET_NAME, c"tandem-keeper".as_ptr());
-    }
-    // SAFETY: close_range only closes descriptors; none of them is used again here.
-    #[allow(unsafe_code)]
-    unsafe {
-        let ok = fd <= 3 || nix::libc::syscall(nix::libc::SYS_close_range, 3u32, (fd - 1) as u32, 0u32) == 0;
-        let ok = ok && nix::libc::syscall(nix::libc::SYS_close_range, (fd + 1) as u32, u32::MAX, 0u32) == 0;
-        if !ok {
-            // An old kernel: one at a time, up to a bound.
-            for other in 3..65_536 {
-                if other != fd {
-                    nix::libc::close(other);
-                }
-            }
-        }
-    }
-    for sig in [Signal::SIGHUP, Signal::SIGINT, Signal::SIGQUIT, Signal::SIGTERM, Signal::SIGUSR1, Signal::SIGUSR2, Signal::SIGPIPE] {
-        // SAFETY: ignoring a signal runs no handler code.
-        #[allow(unsafe_code)]
-        let _ = unsafe { signal(sig, SigHandler::SigIgn) };
-    }
-    let mut fenced = false;
-    let line = loop {
-        match waitpid(task, Some(nix::sys::wait::WaitPidFlag::WNOHANG)) {
-            Ok(WaitStatus::Exited(_, code)) => break status_line(b"exit", i64::from(code)),
-            Ok(WaitStatus::Signaled(_, sig, _)) => break status_line(b"kill", sig as i64),
-            Ok(_) | Err(nix::errno::Errno::EINTR) => {}
-            // Reaped by someone else (cannot happen: SIGCHLD has its default action here).
-            Err(_) => break status_line(b"exit", 255),
-        }
-        if !fenced && read_deadline(fd).is_some_and(|d| monotonic_ns() / 1_000_000 > d) {
-            let _ = nix::sys::signal::killpg(task, Signal::SIGKILL);
-            put(fd, &status_line(b"fenc", 1), FENCE_AT);
-            fenced = true;
-        }
-        // SAFETY: nanosleep reads the timespec on the stack only.
-        #[allow(unsafe_code)]
-        unsafe {
-            let ts = nix::libc::timespec { tv_sec: 0, tv_nsec: KEEPER_TICK_NS };
-            nix::libc::nanosleep(&ts, std::ptr::null_mut());
-        }
-    };
-    put(fd, &line, END_AT);
-    // SAFETY: fdatasync only flushes the file.
-    #[allow(unsafe_code)]
-    unsafe {
-        nix::libc::fdatasync(fd);
-    }
-    exit_now(0)
-}
-
-/// `_exit`: ends the process at once, running no destructor and no `atexit` handler.
-fn exit_now(code: i32) -> ! {
-    // SAFETY: `_exit` is async-signal-safe and touches no memory of ours.
-    #[allow(unsafe_code)]
-    unsafe {
-        nix::libc::_exit(code)
-    }
-}
-
 /// The step of [`Setup`] that failed in the child.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Stage {
-    /// Starting the keeper's session or forking the task.
+    /// Leading a process group (with a terminal, a session) of its own.
     Keep,
     /// Joining the cgroup.
     Cgroup,
@@ -352,6 +343,16 @@ pub enum Stage {
 }
 
 impl Stage {
+    /// A one-byte code for the stage (to tell it to another process).
+    pub fn code(self) -> u8 {
+        self.byte()
+    }
+
+    /// The stage of a [`Stage::code`].
+    pub fn from_code(b: u8) -> Option<Stage> {
+        Stage::from_byte(b)
+    }
+
     fn byte(self) -> u8 {
         match self {
             Stage::Keep => b'k',
@@ -418,7 +419,7 @@ pub fn prepare(cmd: &mut Command, setup: Setup) -> std::io::Result<Report> {
     let user = setup.user.map(|u| (u.uid, u.gid, u.groups.into_iter().map(nix::unistd::Gid::from_raw).collect::<Vec<_>>()));
     let (workdir, stdout, stderr, truncate) = (setup.workdir, setup.stdout, setup.stderr, setup.truncate);
     let (stdio, pty, inherit) = (setup.stdio, setup.pty, setup.inherit);
-    let keep = setup.keep.map(|k| k.status.as_raw_fd());
+    let keep = setup.keep.map(|k| (k.table.as_raw_fd(), slot_offset(k.slot) as i64));
     let umask = nix::sys::stat::Mode::from_bits_truncate(setup.umask.unwrap_or(0o022) & 0o777);
     // The CPU set is made here, not in the child; an id it cannot hold fails the launch now.
     let cpus = match setup.cpus {
@@ -441,27 +442,19 @@ pub fn prepare(cmd: &mut Command, setup: Setup) -> std::io::Result<Report> {
             let _ = nix::unistd::write(report, &[stage.byte()]);
             e.into()
         };
-        if let Some(fd) = keep {
-            // The keeper waits for its task itself: no SIGCHLD disposition inherited from the
-            // agent may reap it first.
-            // SAFETY: restoring the default action runs no handler code.
-            #[allow(unsafe_code)]
-            let _ = unsafe { nix::sys::signal::signal(nix::sys::signal::Signal::SIGCHLD, nix::sys::signal::SigHandler::SigDfl) };
-            nix::unistd::setsid().map_err(|e| fail(Stage::Keep, e))?;
-            // SAFETY: in a forked child already; both sides make async-signal-safe calls only.
-            #[allow(unsafe_code)]
-            match unsafe { nix::unistd::fork() }.map_err(|e| fail(Stage::Keep, e))? {
-                nix::unistd::ForkResult::Parent { child } => keeper(child, fd),
-                nix::unistd::ForkResult::Child => {
-                    put(fd, &status_line(b"task", i64::from(nix::unistd::getpid().as_raw())), TASK_AT);
-                    if pty {
-                        // Its own session (and so its own process group, as without a terminal).
-                        nix::unistd::setsid().map_err(|e| fail(Stage::Keep, e))?;
-                    } else {
-                        nix::unistd::setpgid(nix::unistd::Pid::from_raw(0), nix::unistd::Pid::from_raw(0))
-                            .map_err(|e| fail(Stage::Keep, e))?;
-                    }
-                }
+        if let Some((fd, base)) = keep {
+            // What its keeper ignores is the task's to handle: the default actions again.
+            for sig in KEEPER_IGNORES {
+                // SAFETY: restoring the default action runs no handler code.
+                #[allow(unsafe_code)]
+                let _ = unsafe { nix::sys::signal::signal(sig, nix::sys::signal::SigHandler::SigDfl) };
+            }
+            put(fd, &status_line(b"task", i64::from(nix::unistd::getpid().as_raw())), base + TASK_AT);
+            if pty {
+                // Its own session (and so its own process group, as without a terminal).
+                nix::unistd::setsid().map_err(|e| fail(Stage::Keep, e))?;
+            } else {
+                nix::unistd::setpgid(nix::unistd::Pid::from_raw(0), nix::unistd::Pid::from_raw(0)).map_err(|e| fail(Stage::Keep, e))?;
             }
         }
         if let Some(set) = &cpus {
@@ -519,9 +512,9 @@ pub fn prepare(cmd: &mut Command, setup: Setup) -> std::io::Result<Report> {
         Ok(())
     };
     // SAFETY: the hook runs in the forked child, where only async-signal-safe calls are allowed:
-    // it makes only the system calls signal, setsid, fork, pwrite, setpgid, write, setgroups, setgid,
-    // setuid, chdir, umask, open, dup2, ioctl, fcntl and close (and, in a keeper, close_range, signal,
-    // prctl, waitpid, kill, clock_gettime, pread, nanosleep, fdatasync and _exit), on memory prepared before the fork, and allocates nothing.
+    // it makes only the system calls signal, pwrite, setsid, setpgid, write, sched_setaffinity,
+    // setgroups, setgid, setuid, chdir, umask, open, dup2, ioctl, fcntl and close, on memory
+    // prepared before the fork, and allocates nothing.
     #[allow(unsafe_code)]
     unsafe {
         cmd.pre_exec(hook);
@@ -572,6 +565,20 @@ pub fn quiet_sigpipe() {
     // SAFETY: installing the default action runs no handler code of ours.
     #[allow(unsafe_code)]
     let _ = unsafe { signal(Signal::SIGPIPE, SigHandler::SigDfl) };
+}
+
+/// Makes this process a keeper of tasks (the agent's launcher): a session of its own, named
+/// `tandem-keeper` (in `ps`), ignoring the signals a terminal or a process group would send it
+/// ([`KEEPER_IGNORES`]; its tasks get their default actions back).
+pub fn become_keeper() {
+    use nix::sys::signal::{SigHandler, signal};
+    let _ = nix::unistd::setsid();
+    let _ = nix::sys::prctl::set_name(c"tandem-keeper");
+    for sig in KEEPER_IGNORES {
+        // SAFETY: ignoring a signal runs no handler code.
+        #[allow(unsafe_code)]
+        let _ = unsafe { signal(sig, SigHandler::SigIgn) };
+    }
 }
 
 /// Ignores SIGPIPE again (after [`quiet_sigpipe`]), for a command that writes to sockets whose
@@ -729,41 +736,48 @@ mod tests {
     }
 
     #[test]
-    fn a_kept_task_has_a_keeper_that_records_how_it_ended() {
+    fn a_kept_task_writes_its_pid_to_its_slot_and_its_keeper_records_the_rest() {
         let d = temp("keep");
-        for (script, want) in [("exit 7", (Some(7), None)), ("kill -TERM $$", (None, Some(15))), ("exit 0", (Some(0), None))] {
-            let path = d.join("status");
-            let f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).open(&path).unwrap();
+        // Tasks share one table, each in its own slot.
+        let path = d.join("status");
+        let f = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(true).open(&path).unwrap();
+        for (slot, (script, want)) in
+            [("exit 7", (Some(7), None)), ("kill -TERM $$", (None, Some(15))), ("exit 0", (Some(0), None))].into_iter().enumerate()
+        {
+            let slot = slot as u32;
+            clear_slot(&f, slot).unwrap();
             let mut cmd = Command::new("sh");
-            cmd.args(["-c", script]);
-            let _r = prepare(&mut cmd, Setup { keep: Some(Keep { status: &f }), ..Setup::default() }).unwrap();
+            // Its own process group, and the default action for what a keeper ignores.
+            cmd.args(["-c", &format!("test $(ps -o pgid= $$) -eq $$ || exit 9; {script}")]);
+            let _r = prepare(&mut cmd, Setup { keep: Some(Keep { table: &f, slot }), ..Setup::default() }).unwrap();
+            // SAFETY: ignoring a signal runs no handler code.
+            #[allow(unsafe_code)]
+            let _ = unsafe { nix::sys::signal::signal(nix::sys::signal::Signal::SIGTERM, nix::sys::signal::SigHandler::SigIgn) };
             let mut child = cmd.spawn().unwrap();
-            assert!(child.wait().unwrap().success(), "the keeper exits 0");
-            let s = Status::parse(&std::fs::read(&path).unwrap());
-            assert_eq!(s.keeper, Some(child.id() as i32), "{script}: {s:?}");
-            assert!(s.task.is_some_and(|t| t != s.keeper.unwrap()), "{script}: {s:?}");
-            assert_eq!((s.code, s.signal), want, "{script}: {s:?}");
-            assert!(s.ended());
+            #[allow(unsafe_code)]
+            let _ = unsafe { nix::sys::signal::signal(nix::sys::signal::Signal::SIGTERM, nix::sys::signal::SigHandler::SigDfl) };
+            let st = child.wait().unwrap();
+            let s = Status::read(&f, slot).unwrap();
+            assert_eq!(s.task, Some(child.id() as i32), "{script}: {s:?}");
+            assert!(!s.ended());
+            record_keeper(&f, slot, 42).unwrap();
+            use std::os::unix::process::ExitStatusExt;
+            record_end(&f, slot, st.code(), st.signal()).unwrap();
+            let s = Status::read(&f, slot).unwrap();
+            assert_eq!((s.keeper, s.code, s.signal), (Some(42), want.0, want.1), "{script}: {s:?}");
+            assert!(s.ended() && !s.fenced);
         }
         // Lines are fixed-width, whatever the number.
         assert_eq!(&status_line(b"exit", -3), b"exit -3        \n");
         assert_eq!(Status::parse(b"task 12\nkeep x\nbogus\n"), Status { task: Some(12), ..Status::default() });
-        // A deadline in the future changes nothing; once it has passed, the keeper kills the
-        // task and says so.
-        for passed in [false, true] {
-            let path = d.join(format!("fence-{passed}"));
-            let f = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(true).open(&path).unwrap();
-            let mut cmd = Command::new("sleep");
-            cmd.arg(if passed { "30" } else { "0.3" });
-            let _r = prepare(&mut cmd, Setup { keep: Some(Keep { status: &f }), ..Setup::default() }).unwrap();
-            let mut keeper = cmd.spawn().unwrap();
-            set_deadline(&f, monotonic_ms() + if passed { -1 } else { 60_000 }).unwrap();
-            assert!(keeper.wait().unwrap().success());
-            let s = Status::parse(&std::fs::read(&path).unwrap());
-            let want = if passed { (None, Some(9), true) } else { (Some(0), None, false) };
-            assert_eq!((s.code, s.signal, s.fenced), want, "{s:?}");
-            assert!(s.deadline_ms.is_some());
-        }
+        // One deadline for every slot; a fenced task says so.
+        assert_eq!(deadline(&f), None);
+        set_deadline(&f, 1234).unwrap();
+        assert_eq!(deadline(&f), Some(1234));
+        record_fenced(&f, 1).unwrap();
+        let s = Status::read(&f, 1).unwrap();
+        assert!(s.fenced && s.deadline_ms == Some(1234), "{s:?}");
+        assert!(!Status::read(&f, 0).unwrap().fenced);
         std::fs::remove_dir_all(d).ok();
     }
 

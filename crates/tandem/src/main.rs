@@ -353,6 +353,11 @@ fn main() -> std::process::ExitCode {
         // An srun --mpi=pmix task, started by an agent as the job's user: its PMIx server.
         return std::process::ExitCode::from(pmix::task_main(&argv[2..]).clamp(0, 255) as u8);
     }
+    if argv.get(1).map(String::as_str) == Some(agent::LAUNCHER_CMD) {
+        // The process that forks an agent's tasks, started by the agent (its data directory).
+        let Some(data) = argv.get(2) else { return std::process::ExitCode::from(2) };
+        return exit_with("tandem __launcher", agent::launcher_main(std::path::Path::new(data)).map(|_| 0));
+    }
     if argv.get(1).map(String::as_str) == Some(agent::TASK_WRAP_CMD) {
         // A task between the site's task prolog and epilog, started by an agent as its user.
         return std::process::ExitCode::from(agent::task_wrap_main(&argv[2..]).clamp(0, 255) as u8);

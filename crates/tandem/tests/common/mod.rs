@@ -36,9 +36,9 @@ pub fn free_dir(tag: &str) -> PathBuf {
 }
 
 pub fn kill_tree(pid: u32, sig: &str) {
-    // Tasks lead process groups below their keepers, below the agent. Note them, kill the
-    // agent first (so it cannot report their deaths: the node dies as a whole), then their
-    // keepers and groups.
+    // Tasks lead process groups below their keepers, below the agent's launcher, below the
+    // agent. Note them all, signal the agent first (so it cannot report their deaths: the node
+    // dies as a whole), then the rest and their groups.
     let children = |p: &str| -> Vec<String> {
         Command::new("pgrep")
             .args(["-P", p])
@@ -46,10 +46,15 @@ pub fn kill_tree(pid: u32, sig: &str) {
             .map(|o| String::from_utf8_lossy(&o.stdout).split_whitespace().map(str::to_string).collect())
             .unwrap_or_default()
     };
-    let keepers = children(&pid.to_string());
-    let tasks: Vec<String> = keepers.iter().flat_map(|k| children(k)).collect();
+    let mut below = Vec::new();
+    let mut next = children(&pid.to_string());
+    while !next.is_empty() {
+        let more: Vec<String> = next.iter().flat_map(|c| children(c)).collect();
+        below.append(&mut next);
+        next = more;
+    }
     let _ = Command::new("kill").args([sig, &pid.to_string()]).status();
-    for c in keepers.iter().chain(&tasks) {
+    for c in &below {
         let _ = Command::new("kill").args([sig, "--", &format!("-{c}")]).status();
         let _ = Command::new("kill").args([sig, c]).status();
     }
