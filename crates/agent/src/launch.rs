@@ -68,6 +68,13 @@ enum Entry {
     Forget { key: TaskKey },
 }
 
+/// [`Entry::Launch`], written from a borrowed record.
+#[derive(serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+enum LaunchRef<'a> {
+    Launch { slot: u32, record: &'a Record },
+}
+
 /// A process's start time, clock ticks since boot (`/proc/PID/stat`, field 22).
 fn start_time(pid: i32) -> Option<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
@@ -109,6 +116,8 @@ pub(crate) struct Tasks {
     exe: Option<PathBuf>,
     /// Who forks the tasks.
     spawner: Spawner,
+    /// The last keeper's pid and start time (one launcher keeps many tasks).
+    keeper: std::sync::Mutex<Option<(i32, u64)>>,
 }
 
 /// Who forks the tasks: the agent's launcher process (`launcher`), or, in unit tests, the
@@ -180,7 +189,21 @@ impl Tasks {
             boot: boot_id(),
             exe: std::env::current_exe().ok(),
             spawner,
+            keeper: std::sync::Mutex::new(None),
         })
+    }
+
+    /// A keeper's start time (read once per keeper).
+    fn keeper_start(&self, pid: i32) -> Option<u64> {
+        let mut k = self.keeper.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some((p, t)) = *k
+            && p == pid
+        {
+            return Some(t);
+        }
+        let t = start_time(pid)?;
+        *k = Some((pid, t));
+        Some(t)
     }
 
     fn book(&self) -> std::sync::MutexGuard<'_, Book> {
@@ -188,7 +211,7 @@ impl Tasks {
     }
 
     /// Appends one line to the log, and rewrites the log once it has grown.
-    fn append(&self, b: &mut Book, e: &Entry) -> std::io::Result<()> {
+    fn append(&self, b: &mut Book, e: &impl serde::Serialize) -> std::io::Result<()> {
         use std::io::Write;
         let mut line = serde_json::to_vec(e).map_err(std::io::Error::other)?;
         line.push(b'\n');
@@ -208,12 +231,11 @@ impl Tasks {
         keys.sort_by_key(|k| (k.job, k.epoch, k.step, k.rank));
         for k in keys {
             let l = &b.live[k];
-            let mut entries = vec![Entry::Launch { slot: l.slot, record: Box::new(l.record.clone()) }];
+            serde_json::to_writer(&mut text, &LaunchRef::Launch { slot: l.slot, record: &l.record }).map_err(std::io::Error::other)?;
+            text.push(b'\n');
+            lines += 1;
             if l.stopped {
-                entries.push(Entry::Stopped { key: *k });
-            }
-            for e in entries {
-                text.extend(serde_json::to_vec(&e).map_err(std::io::Error::other)?);
+                serde_json::to_writer(&mut text, &Entry::Stopped { key: *k }).map_err(std::io::Error::other)?;
                 text.push(b'\n');
                 lines += 1;
             }
@@ -227,7 +249,7 @@ impl Tasks {
 
     /// Records a task before its launch, in a free slot of the status table (emptied); returns
     /// the slot.
-    fn record(&self, rec: &Record) -> std::io::Result<u32> {
+    fn record(&self, rec: Record) -> std::io::Result<u32> {
         let mut b = self.book();
         let key = key_of(&rec.task);
         if let Some(old) = b.live.remove(&key) {
@@ -241,10 +263,10 @@ impl Tasks {
             }
         };
         let done =
-            exec::clear_slot(&self.table, slot).and_then(|()| self.append(&mut b, &Entry::Launch { slot, record: Box::new(rec.clone()) }));
+            exec::clear_slot(&self.table, slot).and_then(|()| self.append(&mut b, &LaunchRef::Launch { slot, record: &rec }));
         match done {
             Ok(()) => {
-                b.live.insert(key, Live { slot, record: rec.clone(), stopped: false });
+                b.live.insert(key, Live { slot, record: rec, stopped: false });
                 Ok(slot)
             }
             Err(e) => {
@@ -807,7 +829,7 @@ pub(crate) fn launch(t: &Task, spool: &Path, tasks: &Tasks, cg: &Cgroups) -> Res
         exe: tasks.exe.clone(),
         started: None,
     };
-    let slot = match tasks.record(&rec) {
+    let slot = match tasks.record(rec) {
         Ok(slot) => slot,
         Err(e) => {
             for dir in cgroup.iter().chain(&freezer) {
@@ -871,7 +893,7 @@ pub(crate) fn launch(t: &Task, spool: &Path, tasks: &Tasks, cg: &Cgroups) -> Res
         Ok((pid, reaped)) => {
             // The task wrote its pid before it exec'd, and its keeper its own before answering.
             let keeper_pid = exec::Status::read(&tasks.table, slot).ok().and_then(|s| s.keeper).unwrap_or(0);
-            let (keeper_started, started) = (start_time(keeper_pid), start_time(pid));
+            let (keeper_started, started) = (tasks.keeper_start(keeper_pid), start_time(pid));
             if let (Some(k), Some(t)) = (keeper_started, started) {
                 tasks.started(&key, (k, t));
             }
@@ -1024,7 +1046,7 @@ mod tests {
                 exe: None,
                 started: None,
             };
-            tasks.record(&rec).unwrap();
+            tasks.record(rec).unwrap();
             tasks.forget(&key(job));
         }
         let lines = std::fs::read_to_string(data.join("tasks/log")).unwrap().lines().count();
