@@ -52,6 +52,9 @@ struct Record {
     /// once started: a pid taken by another process since is not theirs.
     #[serde(default)]
     started: Option<(u64, u64)>,
+    /// When it was recorded, clock ticks since boot (its task starts just after).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    recorded: Option<u64>,
 }
 
 /// One line of the task log.
@@ -79,6 +82,30 @@ enum LaunchRef<'a> {
 fn start_time(pid: i32) -> Option<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     stat.rsplit_once(") ")?.1.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// Clock ticks since boot now (`/proc/uptime`, in the unit of `/proc/PID/stat`'s start time).
+fn ticks_now() -> Option<u64> {
+    let up = std::fs::read_to_string("/proc/uptime").ok()?;
+    let secs: f64 = up.split_whitespace().next()?.parse().ok()?;
+    // USER_HZ = 100; a tick early, so a task started at once is never before it.
+    Some(((secs * 100.0) as u64).saturating_sub(1))
+}
+
+/// Whether process group `pgid` is a lost task's, recorded as `rec`: on this boot, and its
+/// leader is the task (its start time the one recorded, or, when its agent died before it
+/// could record it, within a minute of the record), or the leader is gone while the group
+/// lives on (a pid in use as a process group is not given to a new process).
+fn group_is_the_tasks(pgid: i32, rec: &Record, boot: &str) -> bool {
+    if rec.boot != boot || pgid <= 0 || nix::sys::signal::killpg(Pid::from_raw(pgid), None).is_err() {
+        return false;
+    }
+    match (start_time(pgid), rec.started, rec.recorded) {
+        (Some(t), Some((_, want)), _) => t == want,
+        (Some(t), None, Some(at)) => t >= at && t <= at + 60 * 100,
+        (Some(_), None, None) => false,
+        (None, _, _) => true,
+    }
 }
 
 fn boot_id() -> String {
@@ -262,8 +289,7 @@ impl Tasks {
                 b.next - 1
             }
         };
-        let done =
-            exec::clear_slot(&self.table, slot).and_then(|()| self.append(&mut b, &LaunchRef::Launch { slot, record: &rec }));
+        let done = exec::clear_slot(&self.table, slot).and_then(|()| self.append(&mut b, &LaunchRef::Launch { slot, record: &rec }));
         match done {
             Ok(()) => {
                 b.live.insert(key, Live { slot, record: rec, stopped: false });
@@ -408,11 +434,9 @@ impl Kept {
             }
         }
         let st = exit_status(&self.status.read());
-        if st.is_none()
-            && let Some(t) = self.started
-            && start_time(self.pid) == Some(t)
-        {
-            // Its keeper is gone and it is not: reported lost, it must not run on.
+        // Its keeper is gone and its group may not be: reported lost, it must not run on.
+        let group_left = nix::sys::signal::killpg(Pid::from_raw(self.pid), None).is_ok();
+        if st.is_none() && group_left && self.started.is_none_or(|t| start_time(self.pid).is_none_or(|now| now == t)) {
             kill_group(self.pid, Signal::SIGKILL);
         }
         st
@@ -487,15 +511,19 @@ impl Tasks {
         b.next = live.values().map(|l| l.slot + 1).max().unwrap_or(0);
         let mut keys: Vec<TaskKey> = live.keys().copied().collect();
         keys.sort_by_key(|k| (k.job, k.epoch, k.step, k.rank));
+        let mut unstarted = std::collections::BTreeSet::new();
         for key in keys {
             let l = live.remove(&key).expect("listed");
             let at = StatusAt::Slot(self.table.clone(), l.slot);
-            let Some(now) = self.what_became(&l.record, &at) else { continue };
+            let Some(now) = self.what_became(&l.record, &at) else {
+                unstarted.insert(l.slot);
+                continue;
+            };
             found.push(Found { task: l.record.task.clone(), cgroup: l.record.cgroup.clone(), stopped: l.stopped || at.read().fenced, now });
             b.live.insert(key, l);
         }
         let used: std::collections::BTreeSet<u32> = b.live.values().map(|l| l.slot).collect();
-        b.free = (0..b.next).filter(|s| !used.contains(s)).collect();
+        b.free = (0..b.next).filter(|s| !used.contains(s) && !unstarted.contains(s)).collect();
         // Tasks an older agent started: a file each.
         let mut names: Vec<PathBuf> = std::fs::read_dir(&self.dir)
             .map(|d| d.flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == "json")).collect())
@@ -550,10 +578,9 @@ impl Tasks {
                 freezer: rec.freezer.clone(),
             })
         } else {
-            // Killed only when surely the same process (a pid may have been reused since).
-            if rec.boot == self.boot
-                && let (Some(pid), Some((_, t))) = (status.task, rec.started)
-                && start_time(pid) == Some(t)
+            // Killed only when surely the same processes (a pid may have been reused since).
+            if let Some(pid) = status.task
+                && group_is_the_tasks(pid, rec, &self.boot)
             {
                 kill_gone(pid, rec.cgroup.as_deref(), rec.freezer.as_deref());
             }
@@ -828,6 +855,7 @@ pub(crate) fn launch(t: &Task, spool: &Path, tasks: &Tasks, cg: &Cgroups) -> Res
         boot: tasks.boot.clone(),
         exe: tasks.exe.clone(),
         started: None,
+        recorded: ticks_now(),
     };
     let slot = match tasks.record(rec) {
         Ok(slot) => slot,
@@ -1005,6 +1033,18 @@ mod tests {
         for f in ["log", "status"] {
             assert_eq!(std::fs::metadata(data.join("tasks").join(f)).unwrap().permissions().mode() & 0o777, 0o600, "{f}");
         }
+        // A launch that had not begun when its agent died (its slot may yet be written by a
+        // launcher that got the request: never used again by the next agent process).
+        let unstarted = Record {
+            task: task(5, &["true"], &data),
+            cgroup: None,
+            freezer: None,
+            boot: tasks.boot.clone(),
+            exe: None,
+            started: None,
+            recorded: None,
+        };
+        assert_eq!(tasks.record(unstarted).unwrap(), freed, "the forgotten task's slot is used again");
         // A line cut short by a crash and a line of garbage are skipped.
         std::fs::OpenOptions::new()
             .append(true)
@@ -1017,13 +1057,13 @@ mod tests {
         let tasks = Tasks::with_spawner(&data, Spawner::Here).unwrap();
         let found = tasks.rediscover();
         let by_job: std::collections::BTreeMap<u64, &Found> = found.iter().map(|f| (f.task.job, f)).collect();
-        assert_eq!(by_job.keys().copied().collect::<Vec<_>>(), [1, 2], "task 3 was forgotten");
+        assert_eq!(by_job.keys().copied().collect::<Vec<_>>(), [1, 2], "task 3 was forgotten, task 5 never began");
         assert!(matches!(by_job[&1].now, Now::Ended(st) if st.code() == Some(3)));
         assert!(!by_job[&1].stopped);
         let Now::Running(_) = &by_job[&2].now else { panic!("task 2 runs on under its keeper") };
-        // The forgotten task's slot is used again; the others' are not.
+        // Neither the live tasks' slots nor the one of the launch that never began is used.
         let (mut next, _) = launch(&task(4, &["true"], &data), &spool, &tasks, &cg).unwrap();
-        assert_eq!(tasks.book().live[&key(4)].slot, freed);
+        assert_eq!(tasks.book().live[&key(4)].slot, 3);
         assert_eq!(next.wait().await.map(|s| s.success()), Some(true));
         // Adopted: its end is still seen, through its slot.
         let mut found = found;
@@ -1045,13 +1085,55 @@ mod tests {
                 boot: tasks.boot.clone(),
                 exe: None,
                 started: None,
+                recorded: None,
             };
             tasks.record(rec).unwrap();
             tasks.forget(&key(job));
         }
         let lines = std::fs::read_to_string(data.join("tasks/log")).unwrap().lines().count();
         assert!(lines <= 2 * 4 + LOG_SLACK + 1, "{lines} lines");
-        assert!(tasks.book().next <= 5, "slots are reused: {}", tasks.book().next);
+        assert!(tasks.book().next <= 6, "slots are reused: {}", tasks.book().next);
+        std::fs::remove_dir_all(&data).ok();
+    }
+
+    #[test]
+    fn a_lost_tasks_group_is_killed_only_when_surely_its() {
+        use std::os::unix::process::CommandExt;
+        let data = temp("group");
+        let before = ticks_now();
+        // A leader, and a member that outlives it (as a script's child holding its files).
+        let mut leader = std::process::Command::new("sh").args(["-c", "sleep 30 & wait"]).process_group(0).spawn().unwrap();
+        let pid = leader.id() as i32;
+        std::thread::sleep(Duration::from_millis(200));
+        let rec = |started: Option<(u64, u64)>, recorded: Option<u64>| Record {
+            task: task(9, &["true"], &data),
+            cgroup: None,
+            freezer: None,
+            boot: boot_id(),
+            exe: None,
+            started,
+            recorded,
+        };
+        let boot = boot_id();
+        let t = start_time(pid).unwrap();
+        assert!(group_is_the_tasks(pid, &rec(Some((0, t)), None), &boot), "the start time recorded");
+        assert!(!group_is_the_tasks(pid, &rec(Some((0, t + 1)), None), &boot), "another start time");
+        assert!(group_is_the_tasks(pid, &rec(None, before), &boot), "started just after its record");
+        assert!(!group_is_the_tasks(pid, &rec(None, before.map(|b| b.saturating_sub(100_000))), &boot), "long after its record");
+        assert!(!group_is_the_tasks(pid, &rec(None, None), &boot), "nothing to tell it by");
+        assert!(!group_is_the_tasks(pid, &rec(Some((0, t)), None), "another boot"));
+        // The leader dies; its member holds the group: still the task's.
+        let _ = nix::sys::signal::kill(Pid::from_raw(pid), Signal::SIGKILL);
+        let _ = leader.wait();
+        assert!(group_is_the_tasks(pid, &rec(Some((0, t)), None), &boot), "the group lives on");
+        kill_gone(pid, None, None);
+        // Nothing of it runs (a member reparented to an init that does not reap stays a zombie).
+        let running =
+            std::fs::read_dir("/proc").unwrap().flatten().filter_map(|e| std::fs::read_to_string(e.path().join("stat")).ok()).any(|st| {
+                let f: Vec<&str> = st.rsplit_once(") ").map(|(_, r)| r.split_whitespace().collect()).unwrap_or_default();
+                f.get(2) == Some(&pid.to_string().as_str()) && f.first() != Some(&"Z")
+            });
+        assert!(!running, "all killed");
         std::fs::remove_dir_all(&data).ok();
     }
 
@@ -1060,7 +1142,15 @@ mod tests {
         let data = temp("legacy");
         let dir = data.join("tasks");
         std::fs::create_dir_all(&dir).unwrap();
-        let rec = Record { task: task(7, &["true"], &data), cgroup: None, freezer: None, boot: boot_id(), exe: None, started: None };
+        let rec = Record {
+            task: task(7, &["true"], &data),
+            cgroup: None,
+            freezer: None,
+            boot: boot_id(),
+            exe: None,
+            started: None,
+            recorded: None,
+        };
         std::fs::write(dir.join("7.1.0.0.json"), serde_json::to_vec(&rec).unwrap()).unwrap();
         std::fs::write(dir.join("7.1.0.0.status"), "task 100       \nkeep 101       \nexit 5         \n").unwrap();
         // One never started: forgotten.

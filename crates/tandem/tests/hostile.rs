@@ -1505,7 +1505,8 @@ fn associations_keep_users_to_their_accounts_qos_and_limits() {
     let (wd, vd) = (&f.attacker_dir, &f.victim_dir);
     // Every job stored, finished ones included (the positive controls' `true` may end while
     // the attacks run).
-    let jobs_of = |u: &User| String::from_utf8_lossy(&up.root(&["sacct", "-n", "-X", "-P", "--format=JobID", "-u", &u.name]).stdout).lines().count();
+    let jobs_of =
+        |u: &User| String::from_utf8_lossy(&up.root(&["sacct", "-n", "-X", "-P", "--format=JobID", "-u", &u.name]).stdout).lines().count();
     // Positive controls: an ordinary user with nothing configured has an account of their own
     // and the QOS that preempt nobody.
     let own = up.sbatch(&a, wd, &["-o", "/dev/null", "--wrap", "true"]);
