@@ -995,6 +995,11 @@ mod tests {
         }
     }
 
+    /// A record of `t` with nothing but its boot.
+    fn bare(t: Task, boot: &str) -> Record {
+        Record { task: t, cgroup: None, freezer: None, boot: boot.to_string(), exe: None, started: None, recorded: None }
+    }
+
     fn key(job: u64) -> TaskKey {
         TaskKey { job, epoch: 1, step: 0, rank: 0 }
     }
@@ -1035,15 +1040,7 @@ mod tests {
         }
         // A launch that had not begun when its agent died (its slot may yet be written by a
         // launcher that got the request: never used again by the next agent process).
-        let unstarted = Record {
-            task: task(5, &["true"], &data),
-            cgroup: None,
-            freezer: None,
-            boot: tasks.boot.clone(),
-            exe: None,
-            started: None,
-            recorded: None,
-        };
+        let unstarted = bare(task(5, &["true"], &data), &tasks.boot);
         assert_eq!(tasks.record(unstarted).unwrap(), freed, "the forgotten task's slot is used again");
         // A line cut short by a crash and a line of garbage are skipped.
         std::fs::OpenOptions::new()
@@ -1078,16 +1075,7 @@ mod tests {
         assert!(found.iter().any(|f| f.task.job == 2 && f.stopped && matches!(f.now, Now::Ended(_))));
         // The log stays small however many tasks came and went.
         for job in 10..10 + LOG_SLACK as u64 + 100 {
-            let rec = Record {
-                task: task(job, &["true"], &data),
-                cgroup: None,
-                freezer: None,
-                boot: tasks.boot.clone(),
-                exe: None,
-                started: None,
-                recorded: None,
-            };
-            tasks.record(rec).unwrap();
+            tasks.record(bare(task(job, &["true"], &data), &tasks.boot)).unwrap();
             tasks.forget(&key(job));
         }
         let lines = std::fs::read_to_string(data.join("tasks/log")).unwrap().lines().count();
