@@ -202,7 +202,7 @@ pub fn serve(data: &Path) -> anyhow::Result<()> {
                 continue;
             };
             let answer = match serde_json::from_slice::<Request>(&body) {
-                Ok(r) => match spawn(&r, &fds, &table) {
+                Ok(r) => match spawn(&r, &fds, &table, Fork::Clone) {
                     Ok(pid) => {
                         let _ = exec::record_keeper(&table, r.slot, me);
                         kept.insert(pid, (r.slot, false));
@@ -251,9 +251,20 @@ fn reap(kept: &mut HashMap<i32, (u32, bool)>, table: &std::fs::File, to: Option<
     }
 }
 
+/// How a task is started.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Fork {
+    /// Without copying the process (`exec::spawn_single_threaded`): the launcher, which has
+    /// one thread.
+    Clone,
+    /// With `Command` (a fork): a process with threads (the unit tests).
+    #[cfg_attr(not(test), allow(dead_code))]
+    Command,
+}
+
 /// Spawns one task, kept (in the launcher; in unit tests, in the test process). `fds` are the
 /// descriptors the request came with. Returns the task's pid.
-pub(crate) fn spawn(r: &Request, fds: &[RawFd], table: &std::fs::File) -> Result<i32, Failure> {
+pub(crate) fn spawn(r: &Request, fds: &[RawFd], table: &std::fs::File, how: Fork) -> Result<i32, Failure> {
     let fail = |error: std::io::Error| Failure { error, stage: None };
     let want = r.stdio.iter().filter(|b| **b).count() + usize::from(r.pmi);
     if fds.len() != want {
@@ -293,6 +304,14 @@ pub(crate) fn spawn(r: &Request, fds: &[RawFd], table: &std::fs::File) -> Result
         cpus: &r.cpus,
         umask: r.umask,
     };
+    if how == Fork::Clone {
+        let mut env = r.env.clone();
+        if let Some(fd) = pmi {
+            env.push(("PMI_FD".into(), fd.to_string()));
+        }
+        let mut program = exec::Program::new(&r.program, &r.args, &env).map_err(fail)?;
+        return exec::spawn_single_threaded(&mut program, setup).map_err(|f| Failure { error: f.error, stage: f.stage });
+    }
     let mut cmd = std::process::Command::new(&r.program);
     let mut report = exec::prepare(&mut cmd, setup).map_err(fail)?;
     cmd.args(&r.args)
@@ -319,7 +338,7 @@ pub(crate) fn spawn_here(
     fds: &[RawFd],
     table: &Arc<std::fs::File>,
 ) -> Result<(i32, tokio::sync::oneshot::Receiver<bool>), Failure> {
-    let pid = spawn(r, fds, table)?;
+    let pid = spawn(r, fds, table, Fork::Command)?;
     let _ = exec::record_keeper(table, r.slot, std::process::id() as i32);
     let (tx, rx) = tokio::sync::oneshot::channel();
     let (table, slot) = (table.clone(), r.slot);
@@ -551,17 +570,17 @@ mod tests {
             stdio: [false, true, false],
             pmi: false,
         };
-        let e = spawn(&r, &[], &table).unwrap_err();
+        let e = spawn(&r, &[], &table, Fork::Command).unwrap_err();
         assert!(e.error.to_string().contains("descriptors"), "{e:?}");
         r.stdio = [false; 3];
-        let e = spawn(&r, &[], &table).unwrap_err();
+        let e = spawn(&r, &[], &table, Fork::Command).unwrap_err();
         assert_eq!(e.stage, Some(exec::Stage::Workdir));
         r.workdir = None;
         r.cgroups = vec![d.join("no-such-cgroup")];
-        assert_eq!(spawn(&r, &[], &table).unwrap_err().stage, Some(exec::Stage::Cgroup));
+        assert_eq!(spawn(&r, &[], &table, Fork::Command).unwrap_err().stage, Some(exec::Stage::Cgroup));
         r.cgroups = vec![];
         r.workdir = Some(b"a\0b".to_vec());
-        assert!(spawn(&r, &[], &table).is_err());
+        assert!(spawn(&r, &[], &table, Fork::Command).is_err());
         std::fs::remove_dir_all(&d).ok();
     }
 }

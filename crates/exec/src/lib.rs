@@ -17,14 +17,17 @@
 //!
 //! **Invariant:** this is the only crate with `unsafe` code: two `pre_exec` hooks that make only
 //! async-signal-safe system calls and do not allocate (the task's, and clearing close-on-exec on
-//! passed sockets), the adoption of an inherited descriptor once checked to be a listening
+//! passed sockets), the task's same steps in a child `clone`d without a copy of a process with
+//! one thread ([`spawn_single_threaded`], the agent's launcher), the adoption of an inherited descriptor once checked to be a listening
 //! socket (or, for the agent's launcher, a Unix stream socket: [`inherited_unix_stream`]), and
 //! the `signal` calls that restore SIGPIPE's default action for commands ([`quiet_sigpipe`])
 //! and make a keeper ignore what a terminal would send it ([`become_keeper`]).
 
 mod fds;
+mod spawn;
 mod trust;
 pub use fds::{HeldError, inherited_listener, inherited_unix_stream, listen_tcp, pass_fd_at, pass_fds};
+pub use spawn::{Program, SpawnFailed, spawn_single_threaded};
 pub use trust::trusted_file;
 
 use std::ffi::{CStr, CString};
@@ -405,6 +408,21 @@ impl Report {
 /// fails the spawn with the system call's error; the returned [`Report`] then says which step
 /// it was.
 pub fn prepare(cmd: &mut Command, setup: Setup) -> std::io::Result<Report> {
+    let (hook, report) = hook_of(setup)?;
+    // SAFETY: the hook runs in the forked child, where only async-signal-safe calls are allowed:
+    // it makes only the system calls signal, pwrite, setsid, setpgid, write, sched_setaffinity,
+    // setgroups, setgid, setuid, chdir, umask, open, dup2, ioctl, fcntl and close, on memory
+    // prepared before the fork, and allocates nothing.
+    #[allow(unsafe_code)]
+    unsafe {
+        cmd.pre_exec(hook);
+    }
+    Ok(report)
+}
+
+/// The child's steps of `setup`, to run between the fork (or `clone`, [`spawn_single_threaded`])
+/// and the exec, and the [`Report`] that tells which failed.
+fn hook_of(setup: Setup) -> std::io::Result<(impl FnMut() -> std::io::Result<()> + Send + Sync + 'static, Report)> {
     use nix::fcntl::OFlag;
     let (read, write) = nix::unistd::pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK)?;
     let report_fd = write.as_raw_fd();
@@ -511,15 +529,7 @@ pub fn prepare(cmd: &mut Command, setup: Setup) -> std::io::Result<Report> {
         }
         Ok(())
     };
-    // SAFETY: the hook runs in the forked child, where only async-signal-safe calls are allowed:
-    // it makes only the system calls signal, pwrite, setsid, setpgid, write, sched_setaffinity,
-    // setgroups, setgid, setuid, chdir, umask, open, dup2, ioctl, fcntl and close, on memory
-    // prepared before the fork, and allocates nothing.
-    #[allow(unsafe_code)]
-    unsafe {
-        cmd.pre_exec(hook);
-    }
-    Ok(Report { read, write: Some(write) })
+    Ok((hook, Report { read, write: Some(write) }))
 }
 
 /// Opens `path` for appending, creating it (mode 0666 under the child's umask), never as a

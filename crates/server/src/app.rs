@@ -296,8 +296,36 @@ impl App {
     }
 }
 
+/// How long a user's name and primary group, looked up by uid, are kept: every request names
+/// its caller, and a lookup reads the password database (a file, or a directory service) each
+/// time. A user renamed or moved to another primary group is seen within this time, as with
+/// `nscd`; a uid that is not found is looked up again each time.
+const PASSWD_TTL: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Most uids kept (the cache starts afresh past it).
+const PASSWD_MAX: usize = 65_536;
+
+/// A uid's name and primary group from the password database, kept for [`PASSWD_TTL`].
+fn passwd(uid: u32) -> Option<(String, u32)> {
+    static CACHE: Mutex<Option<HashMap<u32, (std::time::Instant, String, u32)>>> = Mutex::new(None);
+    let now = std::time::Instant::now();
+    if let Some((at, name, gid)) = CACHE.lock().expect("passwd cache").as_ref().and_then(|c| c.get(&uid))
+        && now.duration_since(*at) < PASSWD_TTL
+    {
+        return Some((name.clone(), *gid));
+    }
+    let u = nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid)).ok().flatten()?;
+    let mut c = CACHE.lock().expect("passwd cache");
+    let c = c.get_or_insert_with(HashMap::new);
+    if c.len() >= PASSWD_MAX {
+        c.clear();
+    }
+    c.insert(uid, (now, u.name.clone(), u.gid.as_raw()));
+    Some((u.name, u.gid.as_raw()))
+}
+
 pub(crate) fn user_name(uid: u32) -> String {
-    nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid)).ok().flatten().map_or_else(|| uid.to_string(), |u| u.name)
+    passwd(uid).map_or_else(|| uid.to_string(), |(name, _)| name)
 }
 
 /// A partition's AllowGroups (Slurm's): the caller must be in one of its groups (by
@@ -337,5 +365,5 @@ pub(crate) fn check_groups(app: &App, uid: u32, partition: Option<&str>) -> Resu
 }
 
 pub(crate) fn primary_gid(uid: u32) -> u32 {
-    nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid)).ok().flatten().map_or(uid, |u| u.gid.as_raw())
+    passwd(uid).map_or(uid, |(_, gid)| gid)
 }
