@@ -82,6 +82,8 @@ impl Journal {
 
     /// Waits until every batch up to `seq` is on disk.
     pub async fn durable(&self, seq: u64) -> Result<(), CommitFailed> {
+        // A request that waits here holds no user's turn (`limits`).
+        crate::limits::give_back_turn();
         let mut rx = self.written.subscribe();
         let w = rx.wait_for(|w| w.upto >= seq).await.map_err(|_| CommitFailed("the journal writer stopped".into()))?;
         match &w.failed {

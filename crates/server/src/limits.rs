@@ -161,6 +161,24 @@ impl Slot {
     }
 }
 
+tokio::task_local! {
+    /// The user's turn that the request being handled holds.
+    static TURN: std::cell::RefCell<Option<OwnedSemaphorePermit>>;
+}
+
+/// Handles one request (`handling`) in `turn`, which [`give_back_turn`] may end early.
+pub(crate) async fn in_turn<F: std::future::Future>(turn: Option<OwnedSemaphorePermit>, handling: F) -> F::Output {
+    TURN.scope(std::cell::RefCell::new(turn), handling).await
+}
+
+/// Ends the current request's turn (if it holds one): it only waits for the disk now, for the
+/// group commit that makes its change durable, which costs the controller nothing, so the
+/// user's next request is handled meanwhile and can share that commit. Without this a user's
+/// requests in flight would be at most its turns, and so would each commit's batch of them.
+pub(crate) fn give_back_turn() {
+    let _ = TURN.try_with(|t| t.borrow_mut().take());
+}
+
 impl Drop for Slot {
     fn drop(&mut self) {
         let mut g = self.users.map.lock().expect("users lock");
@@ -560,11 +578,22 @@ mod tests {
         rt.block_on(async {
             let u = Arc::new(Users::new(limits(10, 100), 1000));
             let (s1, s2) = (u.take(7).unwrap(), u.take(7).unwrap());
-            let (_t1, _t2) = (s1.turn().await.unwrap(), s2.turn().await.unwrap());
+            let (t1, t2) = (s1.turn().await.unwrap(), s2.turn().await.unwrap());
             // The user's third request waits; another user's does not.
             assert!(tokio::time::timeout(Duration::from_millis(20), s1.turn()).await.is_err());
             let other = u.take(8).unwrap();
             assert!(other.turn().await.is_some());
+            // A request that only waits for the disk gives its turn back: the third goes on.
+            let waiting = in_turn(Some(t1), async {
+                give_back_turn();
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            });
+            let third = async { tokio::time::timeout(Duration::from_millis(100), s1.turn()).await.ok().flatten() };
+            let ((), got) = tokio::join!(waiting, third);
+            assert!(got.is_some(), "the turn given back goes to the next request");
+            // Outside a request, nothing to give back.
+            give_back_turn();
+            drop(t2);
         });
     }
 

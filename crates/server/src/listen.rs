@@ -81,8 +81,8 @@ async fn serve_unix_conn(s: tokio::net::UnixStream, uid: u32, slot: Slot, router
         let (router, slot, act) = (router.clone(), slot.clone(), a.clone());
         async move {
             let _busy = act.busy();
-            let _turn = slot.turn().await;
-            tower::ServiceExt::oneshot(router, to_router(req, Peer { uid: Some(uid) })).await
+            let turn = slot.turn().await;
+            limits::in_turn(turn, tower::ServiceExt::oneshot(router, to_router(req, Peer { uid: Some(uid) }))).await
         }
     });
     // HTTP/1.1 only: the users' clients speak it, and it has the head deadline.
@@ -197,11 +197,11 @@ where
                     },
                 }
             };
-            let _turn = match &slot {
+            let turn = match &slot {
                 Some(s) => s.turn().await,
                 None => None,
             };
-            tower::ServiceExt::oneshot(router, to_router(req, Peer { uid: None })).await
+            limits::in_turn(turn, tower::ServiceExt::oneshot(router, to_router(req, Peer { uid: None }))).await
         }
     });
     let mut b = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
