@@ -682,6 +682,66 @@ impl Cgroups {
     }
 }
 
+/// Makes the agent's spool of batch scripts, `DATA/spool` (root's, 0711: others may enter but
+/// not list it), and returns its path. An agent running as root makes it a link to
+/// `/run/tandem/spool-HASH` where `/run` is a tmpfs (else `/dev/shm/tandem/spool-HASH`), HASH
+/// of DATA's canonical path, so that an agent restarted on the same DATA finds it again: a
+/// script is made and removed for every task, and on a disk file system making a file can cost
+/// more than a short task (ext4 without a journal scans past every inode freed in the last
+/// minutes). The scripts live as long as before (a reboot ends their tasks too) and their
+/// paths are unchanged. A directory an older agent left there is kept while it holds a script;
+/// where no tmpfs can be used safely (a directory there that is not root's alone), the spool
+/// is that directory.
+pub(crate) fn make_spool(data: &Path) -> std::io::Result<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let spool = data.join("spool");
+    let private = |d: &Path| std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o711));
+    let target = if nix::unistd::geteuid().is_root() { runtime_spool(data) } else { None };
+    if let Some(t) = &target {
+        let link = match std::fs::symlink_metadata(&spool) {
+            Ok(m) if m.file_type().is_symlink() => std::fs::read_link(&spool).ok().as_ref() != Some(t),
+            // An older agent's directory: replaced once it is empty.
+            Ok(m) if m.is_dir() => std::fs::remove_dir(&spool).is_ok(),
+            _ => true,
+        };
+        if link {
+            let _ = std::fs::remove_file(&spool);
+            std::os::unix::fs::symlink(t, &spool)?;
+        }
+        if std::fs::symlink_metadata(&spool).is_ok_and(|m| m.file_type().is_symlink()) {
+            return Ok(spool);
+        }
+    }
+    std::fs::create_dir_all(&spool)?;
+    private(&spool)?;
+    Ok(spool)
+}
+
+/// The directory on a tmpfs that [`make_spool`] links `DATA/spool` to, made (0711, root's),
+/// or `None` where there is no tmpfs or what is there is not root's alone.
+fn runtime_spool(data: &Path) -> Option<PathBuf> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+    let tmpfs = |p: &str| nix::sys::statfs::statfs(p).is_ok_and(|f| f.filesystem_type() == nix::sys::statfs::TMPFS_MAGIC);
+    let base = Path::new(RUN_SPOOLS.iter().find(|p| tmpfs(p))?).join("tandem");
+    let canon = std::fs::canonicalize(data).ok()?;
+    let dir = base.join(format!("spool-{:016x}", fnv1a(canon.as_os_str().as_encoded_bytes())));
+    // Made by root, or checked to be: in /dev/shm anyone may make a name first.
+    let root_only = |d: &Path| {
+        let _ = std::fs::DirBuilder::new().mode(0o711).create(d);
+        std::fs::symlink_metadata(d).is_ok_and(|m| m.is_dir() && m.uid() == 0 && m.mode() & 0o022 == 0)
+            && std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o711)).is_ok()
+    };
+    (root_only(&base) && root_only(&dir)).then_some(dir)
+}
+
+/// Where root's agents may keep their spools, the first that is a tmpfs ([`make_spool`]).
+const RUN_SPOOLS: [&str; 2] = ["/run", "/dev/shm"];
+
+/// FNV-1a, 64 bits: a hash that stays the same across builds (the spool's name must).
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3))
+}
+
 /// Where a task's batch script is kept while it runs: `SPOOL/job_JOB_EPOCH.sh`.
 pub(crate) fn script_path(spool: &Path, job: u64, epoch: u32) -> PathBuf {
     spool.join(format!("job_{job}_{epoch}.sh"))
@@ -1153,6 +1213,46 @@ mod tests {
         assert_eq!(exec::Status::parse(&std::fs::read(dir.join("7.1.0.0.status")).unwrap()).deadline_ms, Some(12345));
         tasks.forget(&key(7));
         assert_eq!(files(&dir), ["log", "status"]);
+        std::fs::remove_dir_all(&data).ok();
+    }
+
+    #[test]
+    fn the_spool_is_a_private_directory_on_a_tmpfs_for_root_and_an_older_one_is_kept_while_it_holds_scripts() {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        let data = std::env::temp_dir().join(format!("agent-spool-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&data);
+        std::fs::create_dir_all(&data).unwrap();
+        let spool = make_spool(&data).unwrap();
+        assert_eq!(spool, data.join("spool"));
+        let private = |p: &Path| std::fs::metadata(p).is_ok_and(|m| m.is_dir() && m.mode() & 0o777 == 0o711);
+        assert!(private(&spool), "0711 where it leads");
+        match runtime_spool(&data) {
+            Some(target) if nix::unistd::geteuid().is_root() => {
+                assert_eq!(std::fs::read_link(&spool).unwrap(), target, "root's spool is on a tmpfs");
+                let fs = nix::sys::statfs::statfs(&target).unwrap().filesystem_type();
+                assert_eq!(fs, nix::sys::statfs::TMPFS_MAGIC);
+                assert!(private(target.parent().unwrap()) && std::fs::metadata(&target).unwrap().uid() == 0);
+                // The same again after a restart; a script written through the link is there.
+                assert_eq!(make_spool(&data).unwrap(), spool);
+                std::fs::write(script_path(&spool, 1, 1), "#!/bin/sh\n").unwrap();
+                assert!(target.join("job_1_1.sh").exists());
+                std::fs::remove_file(script_path(&spool, 1, 1)).unwrap();
+                // An older agent's directory: kept while it holds a script, replaced once empty.
+                std::fs::remove_file(&spool).unwrap();
+                std::fs::create_dir(&spool).unwrap();
+                std::fs::write(spool.join("job_2_1.sh"), "").unwrap();
+                make_spool(&data).unwrap();
+                assert!(std::fs::symlink_metadata(&spool).unwrap().is_dir() && spool.join("job_2_1.sh").exists());
+                std::fs::remove_file(spool.join("job_2_1.sh")).unwrap();
+                make_spool(&data).unwrap();
+                assert_eq!(std::fs::read_link(&spool).unwrap(), target);
+                let _ = std::fs::remove_dir(&target);
+            }
+            _ => assert!(std::fs::symlink_metadata(&spool).unwrap().is_dir(), "elsewhere a directory of its own"),
+        }
+        let _ = std::fs::remove_file(&spool);
+        let _ = std::fs::remove_dir_all(&spool);
+        std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o700)).unwrap();
         std::fs::remove_dir_all(&data).ok();
     }
 }

@@ -138,11 +138,9 @@ async fn register(conn: &Conn, a: &AgentArgs, hdr: &[(&str, &str)], reg: &Regist
 
 /// Runs the agent until the process is stopped.
 pub(crate) async fn run(a: AgentArgs) -> Result<()> {
-    let spool = a.data.join("spool");
-    std::fs::create_dir_all(&spool).with_context(|| format!("creating {}", spool.display()))?;
     // Root's, and others may enter but not list it: each script in it is its user's, 0500.
     std::fs::set_permissions(&a.data, std::fs::Permissions::from_mode(0o711))?;
-    std::fs::set_permissions(&spool, std::fs::Permissions::from_mode(0o711))?;
+    let spool = crate::launch::make_spool(&a.data).with_context(|| format!("creating {}", a.data.join("spool").display()))?;
     let cg = std::sync::Arc::new(Cgroups::detect(&a.name));
     let records = std::sync::Arc::new(Tasks::open(&a.data)?);
     // Replica status changes: report them at once rather than at the next heartbeat.
