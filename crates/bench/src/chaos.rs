@@ -482,6 +482,10 @@ struct Book {
     arrays: Vec<(u64, u32)>,
     /// Cancels acknowledged: job, time of the reply.
     cancels: Vec<(u64, i128)>,
+    /// `scontrol requeue` acknowledged: job, time of the reply. The workload requeues a job it
+    /// last saw running, which may have ended meanwhile: a finished job is requeued too (as
+    /// Slurm's), and leaves its terminal state for a new run.
+    requeues: Vec<(u64, i128)>,
     /// Observed states of each job: (time, state, restarts), one entry per change.
     seen: HashMap<u64, Vec<(i128, String, u32)>>,
     /// The last full listing.
@@ -1067,7 +1071,9 @@ fn workload(seed: u64, exe: &Path, server: &str, dir: &Path, book: &Mutex<Book>,
         } else if roll < 85
             && let Some((id, _)) = live.iter().find(|(_, s)| s == "RUNNING")
         {
-            run(&["show".into(), "requeue".into(), id.to_string()]);
+            if run(&["show".into(), "requeue".into(), id.to_string()]).is_some() {
+                book.lock().expect("lock").requeues.push((*id, now_ns()));
+            }
         }
     }
     for id in held {
@@ -1138,23 +1144,36 @@ fn check(b: &Book, jobs: &[JobInfo], ledger_dir: &Path) -> Vec<String> {
             v.push(format!("array {array} has {tasks} tasks, not {n}"));
         }
     }
-    // Each job's observed history: once terminal, it never changes; restarts never go down.
+    // Each job's observed history: once terminal, it never changes but by a requeue the workload
+    // made (into a new run, the job not cancelled); restarts never go down.
+    let requeued: HashMap<u64, Vec<i128>> = b.requeues.iter().fold(HashMap::new(), |mut m, (id, t)| {
+        m.entry(*id).or_default().push(*t);
+        m
+    });
     for (id, h) in &b.seen {
-        let mut terminal: Option<&str> = None;
+        let mut terminal: Option<(&str, i128)> = None;
         let mut restarts = 0;
-        for (_, s, r) in h {
-            if let Some(t) = terminal
+        for (at, s, r) in h {
+            if let Some((t, since)) = terminal
                 && (t != s || *r != restarts)
             {
-                v.push(format!("job {id} left its terminal state {t}: {}", describe(*id)));
-                break;
+                // A requeue acknowledged after the job was seen running and before this new run
+                // was seen (the job may have ended between the workload's look and its requeue).
+                let by_requeue = t != "CANCELLED"
+                    && *r > restarts
+                    && requeued.get(id).is_some_and(|ts| ts.iter().any(|q| *q <= *at && *q + 60_000_000_000 >= since));
+                if !by_requeue {
+                    v.push(format!("job {id} left its terminal state {t}: {}", describe(*id)));
+                    break;
+                }
+                terminal = None;
             }
             if *r < restarts {
                 v.push(format!("job {id}'s restart count went down: {}", describe(*id)));
             }
             restarts = restarts.max(*r);
-            if is_final(s) {
-                terminal = Some(s);
+            if is_final(s) && terminal.is_none() {
+                terminal = Some((s, *at));
             }
         }
     }
@@ -1252,6 +1271,35 @@ pub fn print(r: &ChaosReport) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_terminal_state_is_left_only_by_a_requeue_the_workload_made() {
+        let dir = std::env::temp_dir().join(format!("chaos-check-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let s = 1_000_000_000i128;
+        let seen = |first: &str| {
+            vec![
+                (s, "RUNNING".to_string(), 0),
+                (2 * s, first.to_string(), 0),
+                (4 * s, "PENDING".to_string(), 1),
+                (5 * s, "RUNNING".to_string(), 1),
+            ]
+        };
+        let left = |b: &Book| check(b, &[], &dir).iter().filter(|v| v.contains("left its terminal state")).count();
+        let mut b = Book::default();
+        b.seen.insert(5, seen("COMPLETED"));
+        assert_eq!(left(&b), 1, "no requeue: a violation");
+        // The workload saw it running and requeued it; it had completed meanwhile.
+        b.requeues.push((5, 3 * s));
+        assert_eq!(left(&b), 0);
+        // A requeue long before, or of a cancelled job, does not excuse it.
+        b.requeues = vec![(5, -100 * s)];
+        assert_eq!(left(&b), 1);
+        b.requeues = vec![(5, 3 * s)];
+        b.seen.insert(5, seen("CANCELLED"));
+        assert_eq!(left(&b), 1);
+        std::fs::remove_dir_all(&dir).ok();
+    }
 
     #[test]
     fn a_seed_gives_one_schedule_of_faults_within_the_run() {
