@@ -27,7 +27,7 @@ use anyhow::{Context, Result, bail};
 use rand::rngs::SmallRng;
 use rand::{RngExt, SeedableRng};
 use serde::Serialize;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
@@ -1177,13 +1177,25 @@ fn check(b: &Book, jobs: &[JobInfo], ledger_dir: &Path) -> Vec<String> {
             }
         }
     }
+    // What each acknowledged cancel covers: the job, or, for an array's id, every task of it
+    // (`scancel 12` cancels the array's unfinished tasks; one that ended before keeps its state).
+    let arrays: HashSet<u64> = b.arrays.iter().map(|(a, _)| *a).collect();
+    let mut cancels: HashMap<u64, (i128, bool)> = HashMap::new();
+    for &(id, t) in &b.cancels {
+        if arrays.contains(&id) {
+            for j in jobs.iter().filter(|j| j.array_job_id == Some(id)) {
+                cancels.entry(j.id).or_insert((t, true));
+            }
+        }
+        let e = cancels.entry(id).or_insert((t, false));
+        e.1 &= arrays.contains(&id);
+    }
     // Runs: never two at once, none after its cancel, no output after the controller ended it.
-    let cancels: HashMap<u64, i128> = b.cancels.iter().copied().collect();
     for (id, lines) in &ledger {
         if lines.iter().any(|l| l.kind == "overlap") {
             v.push(format!("job {id}: a run started while another held its lock: {}", describe(*id)));
         }
-        if let Some(&c) = cancels.get(id) {
+        if let Some(&(c, _)) = cancels.get(id) {
             // A launch delivered just before the cancel may start just after it.
             if let Some(l) = lines.iter().find(|l| l.kind == "start" && l.t > c + 2_000_000_000) {
                 v.push(format!(
@@ -1214,11 +1226,18 @@ fn check(b: &Book, jobs: &[JobInfo], ledger_dir: &Path) -> Vec<String> {
             v.push(format!("job {id}: one run number started twice: {}", describe(*id)));
         }
     }
-    // An acknowledged cancel ends CANCELLED.
-    for (id, _) in &b.cancels {
-        if let Some(j) = by_id.get(id)
-            && j.state != "CANCELLED"
-        {
+    // An acknowledged cancel ends CANCELLED: a job always (a finished one is refused), an array's
+    // task unless its last run had ended before the cancel (seen final, or its ledger's last line
+    // written before the reply).
+    for (id, &(c, array)) in &cancels {
+        let Some(j) = by_id.get(id) else { continue };
+        let ended_before = || {
+            b.seen.get(id).is_some_and(|h| h.iter().any(|(at, s, r)| *at <= c && *r == j.restarts && is_final(s)))
+                || ledger
+                    .get(id)
+                    .is_some_and(|l| l.iter().any(|x| x.run == j.restarts && x.t <= c && (x.kind == "end" || x.kind == "overlap")))
+        };
+        if j.state != "CANCELLED" && !(array && ended_before()) {
             v.push(format!("job {id} was cancelled but ended {}: {}", j.state, describe(*id)));
         }
     }
@@ -1300,6 +1319,45 @@ mod tests {
         assert_eq!(left(&b), 1);
         std::fs::remove_dir_all(&dir).ok();
     }
+
+    #[test]
+    fn a_cancelled_array_keeps_the_tasks_that_had_ended_before_it() {
+        let dir = std::env::temp_dir().join(format!("chaos-array-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let s = 1_000_000_000i128;
+        let task = |id: u64, k: u32, state: &str| -> JobInfo {
+            let mut j: JobInfo = serde_json::from_str(JOB).unwrap();
+            (j.id, j.display_id, j.state, j.array_job_id) = (id, format!("10_{k}"), state.into(), Some(10));
+            j
+        };
+        let cancelled = |b: &Book, jobs: &[JobInfo]| {
+            let mut v: Vec<String> = check(b, jobs, &dir).into_iter().filter(|v| v.contains("was cancelled")).collect();
+            v.sort();
+            v
+        };
+        let mut b = Book { arrays: vec![(10, 3)], cancels: vec![(10, 5 * s)], ..Book::default() };
+        // Task 0 ended on its own before the cancel (its ledger says so), 1 and 2 were cancelled.
+        std::fs::write(dir.join("10.log"), format!("start 10 0 node1 {}\nend 10 0 node1 {}\n", s, 4 * s)).unwrap();
+        let jobs = [task(10, 0, "COMPLETED"), task(11, 1, "CANCELLED"), task(12, 2, "CANCELLED")];
+        assert!(cancelled(&b, &jobs).is_empty());
+        // A task that ended after the cancel, or whose end nobody saw, is a violation.
+        let jobs = [task(10, 0, "CANCELLED"), task(11, 1, "COMPLETED"), task(12, 2, "FAILED")];
+        assert_eq!(cancelled(&b, &jobs).len(), 2, "{:?}", cancelled(&b, &jobs));
+        // Seen failed before the cancel: its own end.
+        b.seen.insert(12, vec![(4 * s, "FAILED".into(), 0)]);
+        assert_eq!(cancelled(&b, &jobs).len(), 1);
+        // A job that is not an array's must end CANCELLED whatever its ledger says.
+        let b = Book { cancels: vec![(10, 5 * s)], ..Book::default() };
+        let mut one = task(10, 0, "COMPLETED");
+        one.array_job_id = None;
+        assert_eq!(cancelled(&b, &[one]).len(), 1);
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
+    const JOB: &str = r#"{"id":1,"display_id":"1","name":"job.sh","user":"root","account":"root","partition":"batch",
+        "qos":"normal","state":"PENDING","reason":"None","nodelist":"","nodes":1,"ntasks":1,"cpus":1,"gpus":0,
+        "time_limit":null,"submit":0,"start":null,"start_estimated":false,"end":null,"exit_code":"0:0","restarts":0,
+        "workdir":"/","output":"/dev/null","steps":[],"recorded":[],"message":null,"uid":0,"gid":0}"#;
 
     #[test]
     fn a_seed_gives_one_schedule_of_faults_within_the_run() {

@@ -327,6 +327,10 @@ struct SvcState {
     pool: Pool<Arc<Upstream>>,
     hold_ms: u64,
     retries: u32,
+    /// A retry that finds no replica left to try waits (up to `hold_ms`) for one to become
+    /// ready, as a first attempt does: a service of the controller's view, whose replicas come
+    /// back. A `--static` one's never change, so its retry fails at once.
+    hold_retries: bool,
     listed: bool,
     /// The fair queue, when the service has a per-replica limit (`fair`).
     fair: Option<fair::Fair>,
@@ -419,6 +423,7 @@ impl Service {
                 pool: Pool::new(Policy::RoundRobin, Ejection::default(), seed),
                 hold_ms: 60_000,
                 retries: 2,
+                hold_retries: true,
                 listed: true,
                 fair: None,
             }),
@@ -1016,6 +1021,7 @@ async fn acquire(
     llm: Option<&LlmRequest>,
     ticket: Option<&fair::Ticket>,
     hold: &mut Option<WaitGuard>,
+    hold_retries: bool,
 ) -> Result<(Key, Arc<Upstream>, u32), Response<ProxyBody>> {
     let mut deadline: Option<tokio::time::Instant> = None;
     loop {
@@ -1071,7 +1077,10 @@ async fn acquire(
                     None => Err(Wait::Hold(s.hold_ms)),
                 },
                 (Pick::Nothing, ..) => {
-                    if s.pool.has_serving() || !tried.is_empty() {
+                    // Every replica was tried (they failed before answering): a retry waits for
+                    // one to come back (a replica restarted, or started elsewhere after its node
+                    // was lost) rather than failing while it is on its way.
+                    if s.pool.has_serving() && tried.is_empty() || !tried.is_empty() && !(s.hold_retries && hold_retries) {
                         return Err(plain(StatusCode::BAD_GATEWAY, format!("service {:?}: no other replica left to retry on", svc.name)));
                     }
                     Err(Wait::Hold(s.hold_ms))
@@ -1113,9 +1122,10 @@ async fn acquire(
             st.push.notify_one();
         }
         if st.draining.load(Relaxed) || tokio::time::timeout_at(d, notified).await.is_err() {
+            let again = if tried.is_empty() { "" } else { " other than the ones tried" };
             return Err(plain(
                 StatusCode::SERVICE_UNAVAILABLE,
-                format!("service {:?} has no ready replica (held {} ms)", svc.name, hold_ms),
+                format!("service {:?} has no ready replica{again} (held {} ms)", svc.name, hold_ms),
             ));
         }
     }
@@ -1462,21 +1472,22 @@ async fn handle(
     let mut slot: Option<TenantSlot> = None;
     let mut last = String::new();
     loop {
-        let (key, up, retries) = match acquire(&st, &svc, &tried[..attempts as usize], llm_req.as_ref(), ticket.as_ref(), &mut hold).await {
-            Ok(x) => x,
-            Err(resp) => {
-                drop(hold);
-                let resp = if resp.status() == StatusCode::BAD_GATEWAY && attempts > 0 {
-                    plain(StatusCode::BAD_GATEWAY, format!("service {:?}: {attempts} attempt(s) failed; last: {last}", svc.name))
-                } else {
-                    resp
-                };
-                if resp.status().is_server_error() {
-                    svc.failures.fetch_add(1, Relaxed);
+        let (key, up, retries) =
+            match acquire(&st, &svc, &tried[..attempts as usize], llm_req.as_ref(), ticket.as_ref(), &mut hold, true).await {
+                Ok(x) => x,
+                Err(resp) => {
+                    drop(hold);
+                    let resp = if resp.status() == StatusCode::BAD_GATEWAY && attempts > 0 {
+                        plain(StatusCode::BAD_GATEWAY, format!("service {:?}: {attempts} attempt(s) failed; last: {last}", svc.name))
+                    } else {
+                        resp
+                    };
+                    if resp.status().is_server_error() {
+                        svc.failures.fetch_add(1, Relaxed);
+                    }
+                    return Ok(resp);
                 }
-                return Ok(resp);
-            }
-        };
+            };
         drop(hold.take());
         if attempts == 0
             && let Some(t) = &ticket
@@ -1825,6 +1836,7 @@ pub(crate) fn run(a: ProxyArgs, threads: usize) -> Result<()> {
                 let mut ss = svc.lock();
                 svc.set_policy(&mut ss, s.policy);
                 ss.retries = a.retries.min(MAX_RETRIES);
+                ss.hold_retries = false;
                 if s.policy == Policy::Llm {
                     ss.set_fair(&s.name, a.fair.clone(), 0);
                 }

@@ -210,7 +210,7 @@ async fn next(r: &mut Resume, t: &Tracker, why: &str) -> Next {
         if r.left == 0 {
             return Next::Fail(format!("{last}; not resumed: retries used up ({} attempts)", r.tried.len()));
         }
-        let (key, up, _) = match acquire(&r.st, &r.svc, &r.tried, r.llm.as_ref(), None, &mut None).await {
+        let (key, up, _) = match acquire(&r.st, &r.svc, &r.tried, r.llm.as_ref(), None, &mut None, false).await {
             Ok(x) => x,
             Err(_) => return Next::Fail(format!("{last}; not resumed: no other replica left")),
         };

@@ -571,6 +571,42 @@ fn the_proxy_follows_the_controller_view_and_reports_its_gauges() {
 }
 
 #[test]
+fn a_retry_with_no_replica_left_waits_for_one_to_come_back() {
+    // A service's replicas all fail at once (one restarting, the other's node lost): a request
+    // that found each refusing waits for a replica to become ready, as a first request waits
+    // for a service scaling from zero, instead of failing while the replica is on its way.
+    let mut p = Procs(Vec::new());
+    let up = p.upstream("back");
+    let dead = format!("127.0.0.1:{}", dead_port());
+    let (ctl, caddr) = controller();
+    let secret = std::env::temp_dir().join(format!("tandem-proxy-secret-retry-{}", std::process::id()));
+    std::fs::write(&secret, "s3cret\n").unwrap();
+    let view = |version: u64, endpoints: serde_json::Value| {
+        serde_json::json!({"version": version, "services": [
+            {"name": "web", "hold_ms": 60000, "endpoints": endpoints},
+            {"name": "brief", "hold_ms": 300, "endpoints": [{"replica": "brief-1", "addr": dead}]},
+        ]})
+    };
+    ctl.set(view(1, serde_json::json!([{"replica": "web-1", "addr": dead}])));
+    let proxy = p.proxy(&["--server", &format!("http://{caddr}"), "--credential-file", secret.to_str().unwrap()]);
+    until("the proxy has the view", || http(&proxy, "/s/brief/x", &[]).status != 404);
+    let held_proxy = proxy.clone();
+    let held = std::thread::spawn(move || http(&held_proxy, "/s/web/echo/again", &[]));
+    ctl.report_where("the retried request waits", |r| r["services"]["web"]["waiting"] == 1);
+    // The replica comes back elsewhere: the request goes there.
+    ctl.set(view(2, serde_json::json!([{"replica": "web-2", "addr": up}])));
+    let r = held.join().unwrap();
+    assert_eq!((r.status, replica(&r)), (200, "web-2".to_string()), "{}", r.body);
+    assert_eq!(field(&r.body, "path"), "/echo/again");
+    // None comes back within the service's hold: 503, saying so.
+    let r = http(&proxy, "/s/brief/x", &[]);
+    assert_eq!(r.status, 503, "{}", r.body);
+    assert!(r.body.contains("no ready replica other than the ones tried (held 300 ms)"), "{}", r.body);
+    ctl.shut_down();
+    std::fs::remove_file(&secret).ok();
+}
+
+#[test]
 fn sigterm_lets_in_flight_requests_finish() {
     let mut p = Procs(Vec::new());
     let up = p.upstream("a");
