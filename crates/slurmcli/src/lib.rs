@@ -51,7 +51,7 @@ pub use query::{
 };
 pub use report::{ReportUnit, UsageJob, Utilization, reservation_usage, reservation_windows, top_users, utilization};
 pub use srun::{HetSegment, Input, MAX_CPU_ID, MPI_TYPES, SrunSpec, cpu_bind_cpus, parse_srun, parse_srun_env};
-pub use visible::{is_control, visible, visible_text};
+pub use visible::{is_control, json_may_hold_control, visible, visible_text};
 
 /// A user error in a command line, script or value. The message says what to fix.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -16,6 +16,34 @@ pub fn is_control(c: char) -> bool {
     matches!(c, '\u{0}'..='\u{1f}' | '\u{7f}'..='\u{9f}')
 }
 
+/// Whether the JSON text `json` may hold a control character in a string or a key once decoded:
+/// a raw control byte (C0 or DEL), C1 encoded as UTF-8 (`C2 80`..`C2 9F`), or an escape that
+/// could decode to one (`\b \f \n \r \t`, `\u00` followed by `0`, `1`, `7`, `8` or `9`; an
+/// escaped backslash is skipped whole, so `\\n` is a backslash and an `n`). It may answer yes
+/// for text that holds none (a raw newline between values, `\u00a0`), never no for text that
+/// holds one: a reply it says no to is decoded as it is, without a walk through every string
+/// ([`visible`]'s callers' slow path).
+pub fn json_may_hold_control(json: &[u8]) -> bool {
+    let mut i = 0;
+    while i < json.len() {
+        match json[i] {
+            0..=0x1f | 0x7f => return true,
+            0xc2 if json.get(i + 1).is_some_and(|b| (0x80..=0x9f).contains(b)) => return true,
+            b'\\' => match json.get(i + 1) {
+                Some(b'b' | b'f' | b'n' | b'r' | b't') => return true,
+                Some(b'u') if json.get(i + 2..i + 4) == Some(b"00") && json.get(i + 4).is_some_and(|b| b"01789".contains(b)) => {
+                    return true;
+                }
+                // Any other escape (`\\`, `\"`, `\/`, another `\u`): its two bytes are skipped.
+                _ => i += 1,
+            },
+            _ => {}
+        }
+        i += 1;
+    }
+    false
+}
+
 /// `s` with every control character (C0, newline and tab included, DEL, C1) in caret notation;
 /// borrowed when there is none.
 pub fn visible(s: &str) -> Cow<'_, str> {
@@ -56,6 +84,43 @@ fn escape(s: &str, shown: impl Fn(char) -> bool) -> Cow<'_, str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn json_that_may_hold_a_control_character_is_never_missed() {
+        // Every control character, in a string and in a key, as serde_json writes it and as
+        // other writers may (`\u` escapes of either case, raw C1 and DEL): always yes.
+        for n in (0u32..0x20).chain(0x7f..0xa0) {
+            let c = char::from_u32(n).unwrap();
+            let s = c.to_string();
+            for text in [
+                serde_json::to_string(&serde_json::json!({"name": format!("a{s}b")})).unwrap(),
+                serde_json::to_string(&serde_json::json!({format!("k{s}"): 1})).unwrap(),
+                format!("[\"\\u{n:04x}\"]"),
+                format!("[\"\\u{n:04X}\"]"),
+            ] {
+                assert!(json_may_hold_control(text.as_bytes()), "{n:#x}: {text:?}");
+                let back: serde_json::Value = serde_json::from_str(&text).unwrap();
+                let decoded: String = match &back {
+                    serde_json::Value::Object(m) => m.iter().map(|(k, v)| format!("{k}{}", v.as_str().unwrap_or(""))).collect(),
+                    v => v[0].as_str().unwrap().to_string(),
+                };
+                assert!(decoded.contains(c), "{text:?} holds {c:?}");
+            }
+        }
+        // Plain text, other escapes and characters beyond C1: no, so it is decoded directly.
+        for text in [r#"{"a":"b","n":[1,2.5,null,true],"q":"\"x\"","p":"a\/b","s":"a\\b"}"#, r#"["é ü € 😀 \u00a0 \u00e9 \ud83d\ude00"]"#]
+        {
+            assert!(!json_may_hold_control(text.as_bytes()), "{text}");
+        }
+        // A backslash then `n` as text is no control character; an escaped quote or backslash
+        // before an escape does not hide it.
+        assert!(!json_may_hold_control(br#"["\\n"]"#));
+        assert!(json_may_hold_control(br#"["\"\n"]"#));
+        assert!(json_may_hold_control(br#"["\\\n"]"#));
+        // An escape cut at the end of the text is not read past it.
+        assert!(!json_may_hold_control(b"\\"));
+        assert!(!json_may_hold_control(b"\\u00"));
+    }
 
     #[test]
     fn every_c0_del_and_c1_character_is_made_visible() {
