@@ -216,12 +216,17 @@ pub(crate) fn run(cmd: ServiceCmd) -> Result<i32> {
                     println!("service \"{name}\" successfully rolled out (revision {})", s.revision);
                     return Ok(0);
                 }
+                // What the rollout waits for, when the controller knows (pending reasons, the
+                // last problem of a replica that does not get ready).
+                let why = waiting_for(&s);
+                let msg = if why.is_empty() { msg } else { format!("{msg}\n  {why}") };
                 if msg != last {
                     println!("{msg}");
                     last = msg;
                 }
                 if Instant::now() > deadline {
-                    bail!("rollout of {name} did not finish within {timeout} s");
+                    let why = if why.is_empty() { String::new() } else { format!(": {why}") };
+                    bail!("rollout of {name} did not finish within {timeout} s{why}");
                 }
                 std::thread::sleep(Duration::from_millis(200));
             }
@@ -244,4 +249,21 @@ pub(crate) fn run(cmd: ServiceCmd) -> Result<i32> {
         }
     }
     Ok(0)
+}
+
+/// Why a rollout's replicas of the current revision are not ready yet, one clause per kind:
+/// `3 replica(s) pending (Resources), 1 starting (node2: readiness probe failed: ...)`; empty
+/// when every one is ready.
+fn waiting_for(s: &wire::ServiceInfo) -> String {
+    let mut kinds: std::collections::BTreeMap<String, u32> = std::collections::BTreeMap::new();
+    let waited = |st: &str| !matches!(st, "Ready" | "Draining" | "Stopping" | "Lost" | "Gone");
+    for r in s.replicas.iter().filter(|r| r.revision == s.revision && waited(&r.state)) {
+        let what = match (r.state.as_str(), r.message.as_deref()) {
+            ("Pending", _) if !r.reason.is_empty() && r.reason != "None" => format!("pending ({})", r.reason),
+            (st, Some(m)) if !m.is_empty() => format!("{} ({})", st.to_lowercase(), m),
+            (st, _) => st.to_lowercase(),
+        };
+        *kinds.entry(slurmcli::visible(&what).into_owned()).or_default() += 1;
+    }
+    kinds.iter().map(|(what, n)| format!("{n} replica(s) {what}")).collect::<Vec<_>>().join(", ")
 }

@@ -75,9 +75,17 @@ fn replicas_spread_over_nodes_serve_scale_and_delete() {
     let q = c.ok("squeue", &["-h", "-o", "%j %t"]);
     assert_eq!(q.lines().filter(|l| *l == "echo R").count(), 3, "{q}");
 
+    // More replicas than the nodes hold (3 x 4 CPUs): a rollout that cannot finish says why.
+    c.tandem_ok(&["service", "scale", "echo", "40"]);
+    let o = c.tandem(&["service", "rollout", "status", "echo", "--timeout", "2"]);
+    let (out, err) = (String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert!(!o.status.success(), "{out}");
+    assert!(out.contains(" of 40 updated replicas are ready..."), "{out}");
+    assert!(out.contains("replica(s) pending (Resources)"), "the reason is printed as it waits: {out}");
+    assert!(err.contains("did not finish within 2 s: ") && err.contains("replica(s) pending (Resources)"), "{err}");
     c.tandem_ok(&["service", "scale", "echo", "1"]);
     let s = wait_service(&c, "echo", 60, "scaled to 1", |s| s["replicas"].as_array().unwrap().len() == 1 && ready(s) == 1);
-    assert_eq!(s["scale_log"].as_array().unwrap().iter().map(|e| e[1].as_u64().unwrap()).collect::<Vec<_>>(), vec![3, 1]);
+    assert_eq!(s["scale_log"].as_array().unwrap().iter().map(|e| e[1].as_u64().unwrap()).collect::<Vec<_>>(), vec![3, 40, 1]);
     c.tandem_ok(&["service", "delete", "echo"]);
     let deadline = Instant::now() + Duration::from_secs(60);
     while c.tandem_ok(&["service", "list"]).lines().nth(1).is_some() {
