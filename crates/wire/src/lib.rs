@@ -63,7 +63,9 @@ pub struct NodeAllocInfo {
     pub gpus: u32,
 }
 
-/// One job as `squeue`/`sacct`/`scontrol show job` show it.
+/// One job as `squeue`/`sacct`/`scontrol show job` show it. The fields after `message` that
+/// are null, empty lists or empty strings are left out of the JSON (the OpenAPI document lists
+/// them as optional): a listing of thousands of jobs is half as long.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct JobInfo {
     /// Id (`123` or `120_3` for an array task).
@@ -116,7 +118,7 @@ pub struct JobInfo {
     pub steps: Vec<StepInfo>,
     /// Options recorded with no effect here (`--comment`, `--wckey`, `--mail-user`, ...), as
     /// (`scontrol show job` key, value); only for the job's owner and root.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub recorded: Vec<(String, String)>,
     /// Why it failed or was rejected.
     pub message: Option<String>,
@@ -127,13 +129,13 @@ pub struct JobInfo {
     #[serde(default)]
     pub gid: u32,
     /// An array task's array job id (`%F`, `SLURM_ARRAY_JOB_ID`).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub array_job_id: Option<u64>,
     /// An array task's index (`%K`).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub array_task_id: Option<u32>,
     /// The array's most tasks running at once (`--array=...%N`).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub array_max_running: Option<u32>,
     /// With `collapse=true`: the pending tasks of this array that wait for the same reason,
     /// this one among them, as index ranges (first, last); they are listed only here.
@@ -143,28 +145,28 @@ pub struct JobInfo {
     #[serde(default)]
     pub mem_per_node_mb: Option<u64>,
     /// Memory asked per CPU, MiB (`--mem-per-cpu`).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mem_per_cpu_mb: Option<u64>,
     /// CPUs per task (`-c`).
     #[serde(default)]
     pub cpus_per_task: u32,
     /// The uid that cancelled it (`scancel`): sacct's `CANCELLED by UID`.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cancelled_by: Option<u32>,
     /// Standard error file pattern (`-e`; none: with the output).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
     /// Features asked for (`-C`).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub features: Vec<String>,
     /// Dependencies as Slurm prints them (`afterok:12,singleton`).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub dependency: String,
     /// Nodes asked for (`-w`) and excluded (`-x`), hostlist syntax.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub req_nodes: String,
     /// See `req_nodes`.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub exc_nodes: String,
     /// Nice value.
     #[serde(default)]
@@ -173,10 +175,10 @@ pub struct JobInfo {
     #[serde(default)]
     pub submit_dir: String,
     /// The shortest time limit backfill may cut it to (`--time-min`), seconds.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub time_min: Option<i64>,
     /// What it holds on each node: the current run's, else the last run's (empty while pending).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub allocation: Vec<NodeAllocInfo>,
     /// A heterogeneous job's component (lists show one row per component: `id` is the
     /// leader's plus the offset, `display_id` is `N+K`): the leader's id.
@@ -196,7 +198,7 @@ pub struct JobInfo {
     #[serde(default)]
     pub suspended: i64,
     /// Suspended now, since then: the time since counts as suspended too.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub suspended_since: Option<i64>,
 }
 
