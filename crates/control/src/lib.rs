@@ -290,6 +290,52 @@ pub struct TickInfo {
     pub more: bool,
 }
 
+/// Something that happened that an operator reads in the controller's log: the controller
+/// returns it ([`Controller::take_events`]), the daemon writes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// A node went down (its lease lapsed, or its health check failed): the jobs that ran there
+    /// were requeued or ended (`--no-requeue`, service replicas).
+    NodeDown {
+        /// The node.
+        node: String,
+        /// Why (`not responding (lease expired)`, the health check's message).
+        reason: String,
+        /// Jobs requeued.
+        requeued: Vec<u64>,
+        /// Jobs ended with it (`--no-requeue`, cancelled, service replicas).
+        ended: Vec<u64>,
+    },
+}
+
+/// Most events kept for the daemon to take; older ones are dropped (a simulator takes none).
+const EVENTS_KEPT: usize = 10_000;
+
+impl std::fmt::Display for Event {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let ids = |v: &[u64]| {
+            let shown: Vec<String> = v.iter().take(20).map(u64::to_string).collect();
+            let more = if v.len() > 20 { format!(" and {} more", v.len() - 20) } else { String::new() };
+            format!("{}{more}", shown.join(","))
+        };
+        match self {
+            Event::NodeDown { node, reason, requeued, ended } => {
+                write!(f, "node {node} down: {reason}")?;
+                if !requeued.is_empty() {
+                    write!(f, "; {} job(s) requeued: {}", requeued.len(), ids(requeued))?;
+                }
+                if !ended.is_empty() {
+                    write!(f, "; {} job(s) ended: {}", ended.len(), ids(ended))?;
+                }
+                if requeued.is_empty() && ended.is_empty() {
+                    write!(f, "; no job ran there")?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
 /// A node name: 1 to 64 of `A-Za-z0-9-_.`.
 fn valid_node_name(name: &str) -> Result<(), Refused> {
     if name.is_empty() || name.len() > 64 || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.') {
@@ -314,6 +360,8 @@ pub struct Controller {
     carry: Carry,
     dirty_jobs: pass::Touched,
     dirty_nodes: BTreeSet<usize>,
+    /// What the operator should read in the log, for the daemon to write ([`Controller::take_events`]).
+    events: Vec<Event>,
     next_id_dirty: bool,
     seq_base: u64,
     services: BTreeMap<String, Service>,
@@ -467,6 +515,7 @@ impl Controller {
             carry: Carry::default(),
             dirty_jobs: pass::Touched::default(),
             dirty_nodes: BTreeSet::new(),
+            events: Vec::new(),
             next_id_dirty: false,
             seq_base: 1,
             services: BTreeMap::new(),
@@ -2070,6 +2119,12 @@ impl Controller {
         status
     }
 
+    /// What happened since the last call that the operator should read in the log, oldest
+    /// first (at most the last 10,000).
+    pub fn take_events(&mut self) -> Vec<Event> {
+        std::mem::take(&mut self.events)
+    }
+
     /// The periodic and event-driven work: leases, preemption grace, time limits, then a
     /// scheduling pass and the dispatch of its plan. The same as [`Controller::begin_tick`],
     /// [`Pass::run`] and [`Controller::finish_tick`] in a row; a daemon calls those instead, to
@@ -2096,18 +2151,22 @@ impl Controller {
     fn fail_node(&mut self, i: usize, reason: String, now: Time, info: &mut TickInfo) {
         let rec = &mut self.nodes[i];
         rec.node.state = rec.node.state.step(NodeEvent::Fail).expect("any state can fail");
-        rec.reason = Some(reason);
+        rec.reason = Some(reason.clone());
         self.dirty_nodes.insert(i);
         info.nodes_down += 1;
         let name = rec.node.name.clone();
         self.nodes_changed();
         let hit: Vec<u64> =
             self.active().filter(|j| j.state.on_nodes() && j.allocs.iter().any(|(n, _)| *n == name)).map(|j| j.req.id.0).collect();
+        let (mut requeued, mut ended) = (Vec::new(), Vec::new());
         for id in hit {
             if let Some(j) = self.jobs.get_mut(&id) {
                 j.end = Some(now);
             }
-            if self.requeue_job(id, false) {
+            if !self.requeue_job(id, false) {
+                ended.push(id);
+            } else {
+                requeued.push(id);
                 info.requeued += 1;
                 let expedite = self.settings.enable_expedited_requeue;
                 if let Some(j) = self.jobs.get_mut(&id)
@@ -2118,6 +2177,10 @@ impl Controller {
                 }
             }
         }
+        if self.events.len() >= EVENTS_KEPT {
+            self.events.remove(0);
+        }
+        self.events.push(Event::NodeDown { node: name, reason, requeued, ended });
     }
 
     /// A node's health check marked it down (the program exited 2): its jobs are requeued or

@@ -243,6 +243,13 @@ fn a_lapsed_lease_requeues_and_old_reports_are_ignored() {
     } else {
         assert_eq!(j.state, JobState::NodeFail);
     }
+    // The daemon is given what to log: the node, why, and what became of its job.
+    let (requeued, gone) = if victim == 1 { (vec![1], vec![]) } else { (vec![], vec![2]) };
+    let want = crate::Event::NodeDown { node: dead.clone(), reason: "not responding (lease expired)".into(), requeued, ended: gone };
+    assert_eq!(c.take_events(), vec![want.clone()]);
+    let line = want.to_string();
+    assert!(line.starts_with(&format!("node {dead} down: not responding (lease expired); 1 job(s) ")), "{line}");
+    assert!(c.take_events().is_empty(), "taken once");
     // The dead node comes back and reports the old run: it is told to kill it.
     let old = TaskKey { job: victim, epoch: 1, step: BATCH_STEP, rank: 0 };
     let orders = c.hb(40, &dead, &[old], &[ended(victim, 1, Some(0), None)]).unwrap();

@@ -258,7 +258,14 @@ async fn run(args: ServerArgs) -> Result<()> {
             // The controller is held only to take the pass's inputs (what changed since the last
             // pass) and to apply its plan; the scheduler runs on a blocking thread meanwhile,
             // while requests go on.
-            let (mut pass, _) = sched_app.apply(|c| c.begin_tick(t));
+            let ((mut pass, events), _) = sched_app.apply(|c| {
+                let pass = c.begin_tick(t);
+                (pass, c.take_events())
+            });
+            // Nodes lost (lease lapsed, health check) and what became of their jobs.
+            for e in events {
+                eprintln!("tandem server: {e}");
+            }
             let held = started.elapsed();
             pass = tokio::task::spawn_blocking(move || {
                 pass.run();
