@@ -1008,6 +1008,11 @@ pub(crate) fn launch(t: &Task, spool: &Path, tasks: &Tasks, cg: &Cgroups) -> Res
                 Some(exec::Stage::Stderr) => format!("cannot open the error file {} as uid {}: {e}", t.stderr, t.uid),
                 Some(exec::Stage::Stdio) => format!("cannot take the streams (pipes, terminal, PMI socket) srun's step gave the task: {e}"),
                 Some(exec::Stage::Affinity) => format!("cannot bind the task to CPUs {:?} (srun --cpu-bind): {e}", t.cpus),
+                // A bare name not found: say where it was looked for.
+                None if !program.contains('/') && f.error.kind() == std::io::ErrorKind::NotFound => {
+                    let path = t.env.iter().rev().find(|(k, _)| k == "PATH").map_or("(none: /bin:/usr/bin)", |(_, v)| v.as_str());
+                    format!("cannot run {program}: not found in PATH={path}; give its full path, or set PATH in the job's environment")
+                }
                 None => format!("cannot run {program}: {e}"),
             }))
         }

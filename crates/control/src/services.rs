@@ -129,6 +129,19 @@ pub fn replica_id(service: &str, job: u64) -> String {
     format!("{service}-{job}")
 }
 
+/// `PATH` of a replica whose spec's `env` sets none: systemd's default for services. Not the
+/// applying shell's: a spec means the same whoever applies it, from whatever shell.
+pub const REPLICA_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// A replica's environment: its spec's `env`, with [`REPLICA_PATH`] unless that sets `PATH`.
+fn replica_env(env: &BTreeMap<String, String>) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = env.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    if !env.contains_key("PATH") {
+        out.push(("PATH".into(), REPLICA_PATH.into()));
+    }
+    out
+}
+
 impl Controller {
     /// Services, by name.
     pub fn services(&self) -> impl Iterator<Item = &Service> {
@@ -552,7 +565,7 @@ impl Controller {
             workdir: workdir.clone(),
             submit_dir: svc.submit_dir.clone(),
             submit_host: "localhost".into(),
-            env: spec.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+            env: replica_env(&spec.env),
             output,
             error: None,
             append: true,

@@ -136,6 +136,16 @@ fn replicas_spread_become_endpoints() {
     let t = w.c.jobs().find(|j| j.replica.is_some()).unwrap();
     let task = w.c.replica_task(&t).unwrap();
     assert!(task.replica.starts_with("echo-"));
+    // A replica's PATH: systemd's default for services, unless its spec's env sets one.
+    let path = |j: &Job| j.spec.env.iter().filter(|(k, _)| k == "PATH").map(|(_, v)| v.clone()).collect::<Vec<_>>();
+    assert_eq!(path(&t), vec![crate::services::REPLICA_PATH.to_string()]);
+    let mut own = echo(1);
+    own.name = "own".into();
+    own.env.insert("PATH".into(), "/opt/model/bin:/usr/bin".into());
+    w.apply(own).unwrap();
+    w.round(200);
+    let j = w.c.jobs().find(|j| j.replica.as_ref().is_some_and(|r| r.service == "own")).unwrap();
+    assert_eq!(path(&j), vec!["/opt/model/bin:/usr/bin".to_string()]);
 }
 
 #[test]

@@ -177,6 +177,17 @@ fn bad_specs_are_refused_and_crash_loops_back_off_without_disturbing_others() {
     let r = &s["replicas"][0];
     assert!(r["message"].as_str().unwrap().contains("exited with code 3"), "{r}");
     assert!(r["message"].as_str().unwrap().contains("back-off 10 s"), "{r}");
+    // A command found in no directory of the replica's PATH says where it looked.
+    assert!(apply("nocmd.toml", "name = \"nocmd\"\ncommand = [\"tandem-no-such-program\"]\nreplicas = 1\n").status.success());
+    let s = wait_service(&c, "nocmd", 60, "its launch failed", |s| {
+        s["replicas"].as_array().unwrap().iter().any(|r| r["message"].as_str().is_some_and(|m| m.contains("cannot run")))
+    });
+    let m = s["replicas"][0]["message"].as_str().unwrap().to_string();
+    assert!(
+        m.contains("cannot run tandem-no-such-program: not found in PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin; give its full path"),
+        "{m}"
+    );
+    c.tandem_ok(&["service", "delete", "nocmd"]);
     let ok = wait_service(&c, "ok", 60, "2 ready", |s| ready(s) == 2);
     std::thread::sleep(Duration::from_secs(5));
     // Back-off, not a hot loop: 10 s before the first restart, 20 s before the second.
