@@ -82,19 +82,25 @@ impl Store {
         }
         let tx = self.conn.transaction()?;
         {
-            let mut put = tx.prepare_cached("INSERT OR REPLACE INTO jobs (id, state, user, end_time, data) VALUES (?1, ?2, ?3, ?4, ?5)")?;
+            let mut put = tx.prepare_cached(
+                "INSERT INTO jobs (id, state, user, end_time, data) VALUES (?1, ?2, ?3, ?4, ?5) \
+                 ON CONFLICT(id) DO UPDATE SET state = excluded.state, end_time = excluded.end_time, data = excluded.data",
+            )?;
             for j in &d.jobs {
                 put.execute(params![j.req.id.0 as i64, j.state.slurm_name(), j.req.user, j.end, serde_json::to_string(j)?])?;
             }
-            let mut put = tx.prepare_cached("INSERT OR REPLACE INTO arrays (id, data) VALUES (?1, ?2)")?;
+            let mut put =
+                tx.prepare_cached("INSERT INTO arrays (id, data) VALUES (?1, ?2) ON CONFLICT(id) DO UPDATE SET data = excluded.data")?;
             for a in &d.arrays {
                 put.execute(params![a.id() as i64, serde_json::to_string(a)?])?;
             }
-            let mut put = tx.prepare_cached("INSERT OR REPLACE INTO nodes (name, data) VALUES (?1, ?2)")?;
+            let mut put =
+                tx.prepare_cached("INSERT INTO nodes (name, data) VALUES (?1, ?2) ON CONFLICT(name) DO UPDATE SET data = excluded.data")?;
             for n in &d.nodes {
                 put.execute(params![n.node.name, serde_json::to_string(n)?])?;
             }
-            let mut put = tx.prepare_cached("INSERT OR REPLACE INTO services (name, data) VALUES (?1, ?2)")?;
+            let mut put = tx
+                .prepare_cached("INSERT INTO services (name, data) VALUES (?1, ?2) ON CONFLICT(name) DO UPDATE SET data = excluded.data")?;
             for s in &d.services {
                 put.execute(params![s.spec.name, serde_json::to_string(s)?])?;
             }
@@ -122,16 +128,28 @@ impl Store {
                 put.execute(params![jti, exp])?;
             }
             if let Some(n) = d.creds.next_serial {
-                tx.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('next_serial', ?1)", params![n.to_string()])?;
+                tx.execute(
+                    "INSERT INTO meta (key, value) VALUES ('next_serial', ?1) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                    params![n.to_string()],
+                )?;
             }
             if let Some(id) = d.next_id {
-                tx.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('next_id', ?1)", params![id.to_string()])?;
+                tx.execute(
+                    "INSERT INTO meta (key, value) VALUES ('next_id', ?1) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                    params![id.to_string()],
+                )?;
             }
             if let Some(a) = &d.accounting {
-                tx.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('accounting', ?1)", params![serde_json::to_string(a)?])?;
+                tx.execute(
+                    "INSERT INTO meta (key, value) VALUES ('accounting', ?1) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                    params![serde_json::to_string(a)?],
+                )?;
             }
             if let Some(r) = &d.reservations {
-                tx.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('reservations', ?1)", params![serde_json::to_string(r)?])?;
+                tx.execute(
+                    "INSERT INTO meta (key, value) VALUES ('reservations', ?1) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                    params![serde_json::to_string(r)?],
+                )?;
             }
         }
         tx.commit()?;
@@ -148,7 +166,10 @@ impl Store {
             .and_then(|v| v.parse().ok())
             .unwrap_or(0)
             + 1;
-        tx.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('boot', ?1)", params![n.to_string()])?;
+        tx.execute(
+            "INSERT INTO meta (key, value) VALUES ('boot', ?1) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+            params![n.to_string()],
+        )?;
         tx.commit()?;
         Ok(n)
     }
