@@ -15,6 +15,7 @@ mod acctmgr;
 mod attach;
 mod bcast;
 mod common;
+mod kube;
 mod data_parser;
 mod query;
 mod report;
@@ -148,6 +149,13 @@ pub enum TokenKind {
         /// The proxy's name.
         name: String,
     },
+    /// A kubeconfig (to `path`, else standard output).
+    Kubeconfig {
+        /// Where to write it.
+        path: Option<String>,
+    },
+    /// A token as a Kubernetes `ExecCredential` (a kubeconfig's credential plugin).
+    ExecCredential,
 }
 
 /// `tandem token`: asks the controller for a token and prints it. `lifespan`: seconds (default
@@ -162,6 +170,22 @@ pub fn token(kind: TokenKind, lifespan: Option<i64>) -> Result<i32> {
                 .block_on(client::send(&t, "POST", &format!("/v1/token?lifespan={}", lifespan.unwrap_or(1800)), None::<&()>, &[]))?
                 .json()?;
             println!("export TANDEM_TOKEN={}", v["token"].as_str().context("no token in the reply")?);
+        }
+        TokenKind::Kubeconfig { path } => {
+            let v: serde_json::Value = rt
+                .block_on(client::send(&t, "POST", &format!("/v1/token?lifespan={}", lifespan.unwrap_or(1800)), None::<&()>, &[]))?
+                .json()?;
+            let text = kube::kubeconfig(&v, lifespan)?;
+            match path {
+                Some(p) => kube::write_private(std::path::Path::new(&p), &text)?,
+                None => print!("{text}"),
+            }
+        }
+        TokenKind::ExecCredential => {
+            let v: serde_json::Value = rt
+                .block_on(client::send(&t, "POST", &format!("/v1/token?lifespan={}", lifespan.unwrap_or(1800)), None::<&()>, &[]))?
+                .json()?;
+            println!("{}", kube::exec_credential(&v)?);
         }
         TokenKind::Join { count } => {
             let v: wire::JoinTokens = send("/v1/join-tokens", serde_json::json!({"count": count, "lifetime": lifespan}))?.json()?;

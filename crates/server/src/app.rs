@@ -58,6 +58,17 @@ pub(crate) struct App {
     pub(crate) hook: Arc<crate::hook::Hook>,
     /// Where the configuration came from (`scontrol reconfigure`).
     pub(crate) source: Arc<crate::config::Source>,
+    /// The TCP address clients reach, set once it is bound (`tandem token --kubeconfig`).
+    pub(crate) endpoint: Arc<std::sync::OnceLock<Endpoint>>,
+}
+
+/// How a client reaches the controller over TCP.
+#[derive(Debug, Clone)]
+pub(crate) struct Endpoint {
+    /// `https://ADDR` (`http://` with `--insecure`); an unspecified address reads as loopback.
+    pub(crate) url: String,
+    /// The cluster CA's certificate (PEM), with TLS.
+    pub(crate) ca_pem: Option<String>,
 }
 
 #[derive(Default)]
@@ -177,12 +188,16 @@ impl Viewer {
 
 /// The caller as a [`Viewer`]; a caller without an identity (unauthenticated TCP) sees nothing.
 pub(crate) fn viewer_of(app: &App, peer: &Peer, headers: &HeaderMap) -> Result<Viewer, Response> {
-    let uid = user_of(app, peer, headers)?;
+    Ok(viewer_for(app, user_of(app, peer, headers)?))
+}
+
+/// What user `uid` may see.
+pub(crate) fn viewer_for(app: &App, uid: u32) -> Viewer {
     let sec = &app.security;
     // Operators and administrators (`[security] operators`, `sacctmgr ... AdminLevel=`) see
     // what root sees.
     let all = uid == 0 || sec.operators.contains(&uid) || app.inner.lock().expect("controller lock").ctl.is_operator(uid);
-    Ok(Viewer { uid, all, private_jobs: sec.private_jobs, private_usage: sec.private_usage })
+    Viewer { uid, all, private_jobs: sec.private_jobs, private_usage: sec.private_usage }
 }
 
 /// What a hidden value reads as.

@@ -49,12 +49,14 @@ async fn issue_token(
         return err(StatusCode::BAD_REQUEST, "lifespan must be between 1 s and 7 days");
     }
     let expiry = now() + life;
-    Json(serde_json::json!({"token": app.tokens.issue(uid, now(), expiry), "expires": expiry})).into_response()
+    let (server, ca_pem) = app.endpoint.get().map_or((None, None), |e| (Some(e.url.clone()), e.ca_pem.clone()));
+    Json(serde_json::json!({"token": app.tokens.issue(uid, now(), expiry), "expires": expiry, "server": server, "ca_pem": ca_pem}))
+        .into_response()
 }
 
 /// Converts a job for display to `v`: another user's command lines are hidden from it. A job
 /// that named no partition shows the default one, `part`.
-fn job_info(j: &Job, v: &Viewer, part: &str) -> JobInfo {
+pub(crate) fn job_info(j: &Job, v: &Viewer, part: &str) -> JobInfo {
     let details = v.sees_details(j.spec.uid);
     let allocs = if j.allocs.is_empty() && j.state.is_final() { &j.last_allocs } else { &j.allocs };
     let names: Vec<String> = allocs.iter().map(|(n, _)| n.clone()).collect();
@@ -168,7 +170,7 @@ fn job_info(j: &Job, v: &Viewer, part: &str) -> JobInfo {
 /// A job as lists show it: an ordinary job's one row, or a heterogeneous job's row per
 /// component (`N+0`, `N+1`, ...: each with its own id, shape, partition, nodes and CPUs; the
 /// steps on component 0's).
-fn job_rows(j: &Job, v: &Viewer, part: &str) -> Vec<JobInfo> {
+pub(crate) fn job_rows(j: &Job, v: &Viewer, part: &str) -> Vec<JobInfo> {
     let whole = job_info(j, v, part);
     if j.req.het.is_empty() {
         return vec![whole];
@@ -225,7 +227,7 @@ fn job_rows(j: &Job, v: &Viewer, part: &str) -> Vec<JobInfo> {
 }
 
 /// The default partition's name (the first configured).
-fn default_partition(c: &control::Controller) -> String {
+pub(crate) fn default_partition(c: &control::Controller) -> String {
     c.settings().cluster.partitions.first().map_or_else(|| "batch".into(), |p| p.name.clone())
 }
 
@@ -338,7 +340,7 @@ struct JobQuery {
 /// Jobs (or nodes) a listing reads per hold of the controller: a long listing is read a piece
 /// at a time, so requests and heartbeats get the controller in between. Each row is as it was
 /// when its piece was read.
-const LIST_CHUNK: usize = 512;
+pub(crate) const LIST_CHUNK: usize = 512;
 
 async fn list_jobs(
     State(app): State<App>,
@@ -711,7 +713,7 @@ async fn list_nodes(State(app): State<App>, ConnectInfo(peer): ConnectInfo<Peer>
 /// The nodes as listed: a deleted node's slot is not.
 /// An idle node in an advance reservation in force is `maint` (a maintenance one) or
 /// `reserved` (Slurm's `resv`); `resv` has the reservation in force on each node that has one.
-fn node_infos(resv: &std::collections::HashMap<&str, &model::Reservation>, nodes: &[control::NodeRec], all: &[String]) -> Vec<NodeInfo> {
+pub(crate) fn node_infos(resv: &std::collections::HashMap<&str, &model::Reservation>, nodes: &[control::NodeRec], all: &[String]) -> Vec<NodeInfo> {
     nodes
         .iter()
         .filter(|n| !n.deleted)

@@ -114,6 +114,7 @@ mod failpoint;
 mod hook;
 mod jobs;
 mod journal;
+mod kube;
 mod limits;
 mod listen;
 mod lua;
@@ -126,7 +127,7 @@ mod tls;
 mod token;
 
 fn router(app: App) -> Router {
-    policy::routes(resv::routes(accounting::routes(nodes::routes(jobs::routes(services::routes(Router::new()))))))
+    kube::routes(policy::routes(resv::routes(accounting::routes(nodes::routes(jobs::routes(services::routes(Router::new())))))))
         .layer(axum::middleware::from_fn_with_state(app.clone(), count_response))
         .with_state(app)
 }
@@ -211,6 +212,7 @@ async fn run(args: ServerArgs) -> Result<()> {
         gate: Arc::new(limits::Gate::new(args.limits, nix::unistd::geteuid().as_raw())),
         hook: Arc::new(hook::Hook::default()),
         source: Arc::new(args.source),
+        endpoint: Arc::new(std::sync::OnceLock::new()),
     };
     // The site's job-submit script is loaded now, so an error in it is logged at once; the
     // controller serves either way (and refuses submissions while the script cannot be used).
@@ -239,6 +241,12 @@ async fn run(args: ServerArgs) -> Result<()> {
     let scheme = if tls.is_some() { "https" } else { "http" };
     eprintln!("tandem server: listening on {scheme}://{local} and unix://{}", sock.display());
     private::write(&args.data.join("addr"), &local.to_string()).context("writing the address file")?;
+    let reach = if local.ip().is_unspecified() { SocketAddr::new(std::net::Ipv4Addr::LOCALHOST.into(), local.port()) } else { local };
+    let ca_pem = match tls.is_some() {
+        true => Some(std::fs::read_to_string(args.data.join("ca.pem")).context("reading the cluster CA's certificate")?),
+        false => None,
+    };
+    let _ = app.endpoint.set(app::Endpoint { url: format!("{scheme}://{reach}"), ca_pem });
     // Two accept loops, each its own task: a flood of one cannot hold the other back.
     let t1 = tokio::spawn(listen::serve_tcp(tcp, tls, router(app.clone()), app.clone()));
     let t2 = tokio::spawn(listen::serve_unix(unix, router(app.clone()), app.clone()));

@@ -17,7 +17,7 @@ use crate::app::*;
 
 /// Converts a service for display to `v`: another user's environment values, arguments and
 /// tenant API keys are hidden from it.
-fn service_info(c: &Controller, s: &control::Service, v: &Viewer) -> ServiceInfo {
+pub(crate) fn service_info(c: &Controller, s: &control::Service, v: &Viewer) -> ServiceInfo {
     let mut replicas = Vec::new();
     let (mut ready, mut updated_ready) = (0, 0);
     for j in c.replicas_of(&s.spec.name) {
@@ -66,7 +66,7 @@ fn service_info(c: &Controller, s: &control::Service, v: &Viewer) -> ServiceInfo
 }
 
 /// A spec with its environment's values, its arguments and its tenants' API keys hidden.
-fn hide(spec: &control::ServiceSpec) -> control::ServiceSpec {
+pub(crate) fn hide(spec: &control::ServiceSpec) -> control::ServiceSpec {
     let mut out = spec.clone();
     for v in out.env.values_mut() {
         *v = HIDDEN.into();

@@ -9,6 +9,11 @@
 //! anywhere in `crates/server/src` is seen; a way of adding routes this reader does not
 //! understand (`nest`, `merge`, `route_service`, a method router it cannot name) fails the
 //! test rather than slip past it.
+//!
+//! The Kubernetes API's routes (`src/kube.rs`: `/version`, `/api/...`, `/apis/...`) are not
+//! Tandem's API and are not in this document (Kubernetes clients read discovery instead): the
+//! test checks that they stay under those prefixes, in that one file, and that the document
+//! names no path there.
 
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
@@ -191,6 +196,9 @@ fn sources() -> Vec<(PathBuf, String)> {
     files.into_iter().map(|f| (f.clone(), strip_comments(&std::fs::read_to_string(&f).unwrap()))).collect()
 }
 
+/// The Kubernetes API's paths (served by `kube.rs`, described by Kubernetes' discovery).
+const KUBE_PREFIXES: [&str; 3] = ["/version", "/api", "/apis"];
+
 fn routes(sources: &[(PathBuf, String)]) -> Vec<Route> {
     let mut out = Vec::new();
     for (file, code) in sources {
@@ -198,6 +206,7 @@ fn routes(sources: &[(PathBuf, String)]) -> Vec<Route> {
         for other in [".nest(", ".nest_service(", ".merge(", ".route_service(", ".route_layer("] {
             assert!(!code.contains(other), "{name}: `{other}` adds routes this test cannot see: teach it, then document them");
         }
+        let kube = name == "kube.rs";
         for (at, _) in code.match_indices(".route(") {
             let line = code[..at].matches('\n').count() + 1;
             let where_ = format!("{name}:{line}");
@@ -208,6 +217,11 @@ fn routes(sources: &[(PathBuf, String)]) -> Vec<Route> {
             let path = args[1..end].to_string();
             let rest = args[end + 1..].trim_start().strip_prefix(',').unwrap_or_else(|| panic!("{where_}: no method router")).trim();
             let rest = rest.strip_suffix(',').unwrap_or(rest);
+            let k8s = KUBE_PREFIXES.iter().any(|p| path == *p || path.starts_with(&format!("{p}/")));
+            assert_eq!(kube, k8s, "{where_}: the Kubernetes API's routes ({KUBE_PREFIXES:?}) are kube.rs's, and only they");
+            if kube {
+                continue;
+            }
             assert!(!path.contains("{*"), "{where_}: wildcard route {path} cannot be documented path by path");
             out.push(Route { file: file.clone(), path, methods: method_router(rest, &where_) });
         }
@@ -259,6 +273,9 @@ fn the_document_lists_exactly_the_routes() {
     }
     let docs = documented(&doc());
     let documented: BTreeSet<(String, String)> = docs.keys().cloned().collect();
+    for (_, p) in &documented {
+        assert!(!KUBE_PREFIXES.iter().any(|k| p == k || p.starts_with(&format!("{k}/"))), "{p} is the Kubernetes API's, not this document's");
+    }
     let fmt = |s: &BTreeSet<(String, String)>| s.iter().map(|(m, p)| format!("  {} {p}", m.to_uppercase())).collect::<Vec<_>>().join("\n");
     let undocumented: BTreeSet<_> = served.difference(&documented).cloned().collect();
     let unrouted: BTreeSet<_> = documented.difference(&served).cloned().collect();

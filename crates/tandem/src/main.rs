@@ -230,6 +230,14 @@ enum Cmd {
         /// one issued earlier for NAME stops working.
         #[arg(long, value_name = "NAME")]
         proxy: Option<String>,
+        /// Write a kubeconfig for kubectl and the Kubernetes client libraries to FILE (0600;
+        /// `-` or no FILE: standard output): the controller's address and CA, and a
+        /// credential plugin (`tandem token --exec-credential`) that renews the token by itself.
+        #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = "-", conflicts_with_all = ["join", "proxy"])]
+        kubeconfig: Option<String>,
+        /// Print a token as a Kubernetes ExecCredential (what a kubeconfig's `exec` plugin runs).
+        #[arg(long, conflicts_with_all = ["join", "proxy", "kubeconfig"])]
+        exec_credential: bool,
     },
     /// Node administration: `tandem node delete HOSTLIST` (as `scontrol delete NodeName=`)
     /// removes nodes and revokes their credentials.
@@ -438,11 +446,13 @@ fn main() -> std::process::ExitCode {
             })
             .map(|_| 0),
         ),
-        Cmd::Token { lifespan, join, count, proxy } => {
-            let kind = match (join, proxy) {
-                (true, _) => cli::TokenKind::Join { count },
-                (false, Some(name)) => cli::TokenKind::Proxy { name },
-                (false, None) => cli::TokenKind::User,
+        Cmd::Token { lifespan, join, count, proxy, kubeconfig, exec_credential } => {
+            let kind = match (join, proxy, kubeconfig) {
+                (true, _, _) => cli::TokenKind::Join { count },
+                (false, Some(name), _) => cli::TokenKind::Proxy { name },
+                (false, None, Some(path)) => cli::TokenKind::Kubeconfig { path: (path != "-").then_some(path) },
+                (false, None, None) if exec_credential => cli::TokenKind::ExecCredential,
+                (false, None, None) => cli::TokenKind::User,
             };
             ("tandem token", cli::token(kind, lifespan))
         }

@@ -571,7 +571,9 @@ pub const DOCUMENT: &str = r##"{
         "user_msg": {"$ref": "#/components/schemas/StringOrNull", "description": "The site's job-submit policy's message to the user (slurm.log_user), shown before the error"}}, "additionalProperties": false},
       "Token": {"type": "object", "required": ["token", "expires"], "additionalProperties": false, "properties": {
         "token": {"type": "string", "description": "The JWT"},
-        "expires": {"$ref": "#/components/schemas/i64", "description": "Unix seconds"}}},
+        "expires": {"$ref": "#/components/schemas/i64", "description": "Unix seconds"},
+        "server": {"type": ["string", "null"], "description": "The controller's TCP address as clients reach it (`https://ADDR`; an unspecified listen address reads as loopback), for `tandem token --kubeconfig`"},
+        "ca_pem": {"type": ["string", "null"], "description": "The cluster CA's certificate (PEM), when the TCP port serves TLS"}}},
 
       "SubmitRequest": {"type": "object", "required": ["batch", "cwd", "host", "env"], "properties": {
         "batch": {"$ref": "#/components/schemas/BatchSpec"},
@@ -941,7 +943,9 @@ pub const DOCUMENT: &str = r##"{
         "lifetime": {"type": ["integer", "null"], "minimum": 1, "maximum": 2592000, "description": "Seconds each is valid (default 3600)"}}},
       "JoinTokens": {"type": "object", "required": ["tokens", "expires"], "additionalProperties": false, "properties": {
         "tokens": {"type": "array", "items": {"type": "string"}},
-        "expires": {"$ref": "#/components/schemas/i64", "description": "Unix seconds"}}},
+        "expires": {"$ref": "#/components/schemas/i64", "description": "Unix seconds"},
+        "server": {"type": ["string", "null"], "description": "The controller's TCP address as clients reach it (`https://ADDR`; an unspecified listen address reads as loopback), for `tandem token --kubeconfig`"},
+        "ca_pem": {"type": ["string", "null"], "description": "The cluster CA's certificate (PEM), when the TCP port serves TLS"}}},
       "JoinRequest": {"type": "object", "required": ["name"], "additionalProperties": false, "properties": {
         "name": {"type": "string", "description": "The node's name: 1 to 64 of A-Za-z0-9-_."}}},
       "ProxyCredentialRequest": {"type": "object", "required": ["name"], "additionalProperties": false, "properties": {

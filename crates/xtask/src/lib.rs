@@ -23,6 +23,8 @@ pub const ARROWS: &[(&str, &[&str])] = &[
     ("pmi", &[]),
     // the wire format: pure
     ("wire", &["control", "slurmcli", "model"]),
+    // the Kubernetes API's views of the wire's: pure
+    ("k8s", &["wire"]),
     // adapters
     ("store", &["control"]),
     ("exec", &[]),
@@ -30,7 +32,7 @@ pub const ARROWS: &[(&str, &[&str])] = &[
     ("image", &["slurmcli"]),
     ("client", &["wire"]),
     // shells: one crate per daemon, the user's commands, the local cluster, the benchmarks
-    ("server", &["control", "store", "wire", "exec", "sched", "slurmcli", "model"]),
+    ("server", &["control", "store", "wire", "k8s", "exec", "sched", "slurmcli", "model"]),
     ("agent", &["wire", "client", "exec", "control", "slurmcli", "image", "model", "pmi"]),
     ("proxy", &["balance", "wire", "client", "exec"]),
     ("cli", &["wire", "client", "slurmcli", "sched", "pmi", "exec"]),
@@ -87,7 +89,7 @@ pub const MAY_USE_ANYHOW: &[&str] = &["server", "agent", "proxy", "cli", "up", "
 pub const UNSAFE_ALLOWED: &[&str] = &["exec", "pmix"];
 
 /// Crates that must stay pure: no IO, no clock, no unseeded randomness, no async runtime.
-pub const PURE: &[&str] = &["model", "sched", "sim", "slurmcli", "control", "balance", "pmi", "wire"];
+pub const PURE: &[&str] = &["model", "sched", "sim", "slurmcli", "control", "balance", "pmi", "wire", "k8s"];
 
 /// Strings that must not appear in a pure crate's source.
 pub const BANNED: &[&str] = &[

@@ -1,0 +1,1048 @@
+//! Kubernetes objects built from Tandem's views. Every field is derived from the ledger, none is
+//! stored apart from it, so `kubectl` and `squeue` cannot disagree:
+//!
+//! - a **node** is a Node: capacity and allocatable from its CPUs, memory and GPUs
+//!   (`nvidia.com/gpu`), `Ready` from its lease, drained nodes unschedulable with Kubernetes'
+//!   taint, its partitions and features as labels;
+//! - a **service** is a Deployment (`spec.replicas` its desired count, the rolling update limits,
+//!   the current revision's container; `generation` and `observedGeneration` its revision), a
+//!   ReplicaSet per kept revision (`NAME-rREV`, with the `deployment.kubernetes.io/revision`
+//!   annotation `rollout history` reads), and a Pod per replica, named by the replica's id as in
+//!   `tandem service show`;
+//! - a **batch job** is a Job named `job-ID`, and an array is one Job with a Pod per task
+//!   (`completionMode: Indexed`, the task's index as `batch.kubernetes.io/job-completion-index`);
+//!   a task on several nodes has a Pod per node. Pods are named `job-ID-INDEX` (`-RANK` added on
+//!   several nodes); a job that is not an array is index 0.
+
+use crate::{DEFAULT_NAMESPACE, PREFIX};
+use k8s_openapi::api::apps::v1::{
+    Deployment, DeploymentCondition, DeploymentSpec, DeploymentStatus, DeploymentStrategy, ReplicaSet, ReplicaSetSpec, ReplicaSetStatus,
+    RollingUpdateDeployment,
+};
+use k8s_openapi::api::batch::v1::{Job, JobCondition, JobSpec, JobStatus};
+use k8s_openapi::api::core::v1::{
+    Container, ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStateWaiting, ContainerStatus, EnvVar, Namespace,
+    NamespaceSpec, NamespaceStatus, Node, NodeAddress, NodeCondition, NodeSpec, NodeStatus, Pod, PodCondition, PodSpec, PodStatus,
+    PodTemplateSpec, ResourceRequirements, Taint,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference, Time};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use std::collections::BTreeMap;
+use wire::{JobInfo, NodeInfo, ServiceInfo};
+
+/// A batch job (or one task of an array) as the controller shows it, with what `JobInfo` leaves
+/// out.
+#[derive(Debug, Clone)]
+pub struct Task {
+    /// The job as `squeue` sees it.
+    pub info: JobInfo,
+    /// The image its batch step runs in (`--container-image`), if any.
+    pub image: Option<String>,
+}
+
+/// A service as the controller shows it, with what `ServiceInfo` leaves out.
+#[derive(Debug, Clone)]
+pub struct ServiceView {
+    /// The service as `tandem service show` sees it.
+    pub info: ServiceInfo,
+    /// When it was first applied, Unix seconds.
+    pub created: i64,
+    /// Its replicas' jobs (for their times).
+    pub jobs: Vec<JobInfo>,
+    /// The earlier revisions kept for undo, with their specs (hidden as `info.spec` is).
+    pub history: Vec<(u32, wire::ServiceSpec)>,
+}
+
+/// The Job name of a batch job (an array's, for its tasks).
+pub fn job_name(id: u64) -> String {
+    format!("job-{id}")
+}
+
+/// The job id a Job name stands for.
+pub fn job_id(name: &str) -> Option<u64> {
+    name.strip_prefix("job-").filter(|d| !d.starts_with('0') || *d == "0").and_then(|d| d.parse().ok())
+}
+
+/// A Unix time (seconds) as a Kubernetes time.
+pub fn time(secs: i64) -> Option<Time> {
+    k8s_openapi::jiff::Timestamp::from_second(secs).ok().map(Time)
+}
+
+/// A stable UID for an object: the same kind, name and creation time give the same UID, a
+/// service deleted and applied again gets a new one. In UUID form (FNV-1a, 128 bits).
+pub fn uid(kind: &str, name: &str, created: i64) -> String {
+    let mut h: u128 = 0x6c62272e07bb014262b821756295c58d;
+    for b in kind.bytes().chain([0]).chain(name.bytes()).chain([0]).chain(created.to_le_bytes()) {
+        h ^= u128::from(b);
+        h = h.wrapping_mul(0x0000000001000000000000000000013B);
+    }
+    let s = format!("{h:032x}");
+    format!("{}-{}-{}-{}-{}", &s[0..8], &s[8..12], &s[12..16], &s[16..20], &s[20..32])
+}
+
+/// Whether `v` may be a label value (at most 63 characters, alphanumerics, `-`, `_`, `.`, with
+/// alphanumerics at both ends).
+pub fn label_value_ok(v: &str) -> bool {
+    v.len() <= 63
+        && (v.is_empty()
+            || (v.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+                && v.as_bytes()[0].is_ascii_alphanumeric()
+                && v.as_bytes()[v.len() - 1].is_ascii_alphanumeric()))
+}
+
+fn labels(pairs: &[(&str, &str)]) -> Option<BTreeMap<String, String>> {
+    let m: BTreeMap<String, String> = pairs.iter().filter(|(_, v)| label_value_ok(v)).map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    (!m.is_empty()).then_some(m)
+}
+
+fn meta(name: &str, namespaced: bool, uid: String, created: Option<i64>) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name.into()),
+        namespace: namespaced.then(|| DEFAULT_NAMESPACE.into()),
+        uid: Some(uid),
+        creation_timestamp: created.and_then(time),
+        ..Default::default()
+    }
+}
+
+fn q(s: impl Into<String>) -> Quantity {
+    Quantity(s.into())
+}
+
+fn host_of(addr: &str) -> String {
+    match addr.rsplit_once(':') {
+        Some((h, p)) if p.bytes().all(|b| b.is_ascii_digit()) => h.trim_start_matches('[').trim_end_matches(']').to_string(),
+        _ => addr.to_string(),
+    }
+}
+
+fn condition_status(b: bool) -> String {
+    if b { "True" } else { "False" }.into()
+}
+
+// ---- Nodes ----
+
+/// A node. `Ready` is `Unknown` for a node that is down (its lease ran out) and `True`
+/// otherwise; a drained node is unschedulable with `node.kubernetes.io/unschedulable`.
+pub fn node(n: &NodeInfo) -> Node {
+    let state = n.state.to_ascii_lowercase();
+    let down = state.starts_with("down") || state.contains("not_responding") || state.starts_with("fail");
+    let drained = state.starts_with("drain") || state.contains("drain") || n.reboot.is_some();
+    let hostname = [("kubernetes.io/hostname", n.name.as_str()), ("kubernetes.io/os", "linux")];
+    let mut lab = labels(&hostname).unwrap_or_default();
+    for p in &n.partitions {
+        if label_value_ok(p) && !p.is_empty() {
+            lab.insert(format!("{PREFIX}/partition-{p}"), "true".into());
+        }
+    }
+    for f in &n.features {
+        if label_value_ok(f) && !f.is_empty() {
+            lab.insert(format!("{PREFIX}/feature-{f}"), "true".into());
+        }
+    }
+    if let Some(model) = n.gpus.2.as_deref().filter(|m| label_value_ok(m) && !m.is_empty()) {
+        lab.insert("nvidia.com/gpu.product".into(), model.into());
+    }
+    let mut capacity = BTreeMap::from([
+        ("cpu".to_string(), q(n.cpus.0.to_string())),
+        ("memory".to_string(), q(format!("{}Mi", n.memory_mb.0))),
+        ("pods".to_string(), q("110")),
+    ]);
+    if n.gpus.0 > 0 {
+        capacity.insert("nvidia.com/gpu".into(), q(n.gpus.0.to_string()));
+    }
+    let mut taints = Vec::new();
+    if drained {
+        taints.push(Taint { key: "node.kubernetes.io/unschedulable".into(), effect: "NoSchedule".into(), ..Default::default() });
+    }
+    if down {
+        taints.push(Taint { key: "node.kubernetes.io/unreachable".into(), effect: "NoExecute".into(), ..Default::default() });
+    }
+    let (ready, reason, message) = if down {
+        ("Unknown", "NodeStatusUnknown", n.reason.clone().unwrap_or_else(|| "Tandem's agent stopped posting its lease".into()))
+    } else {
+        ("True", "AgentReady", "Tandem's agent is posting its lease".into())
+    };
+    let mut addresses = vec![NodeAddress { type_: "Hostname".into(), address: n.name.clone() }];
+    if !n.addr.is_empty() {
+        addresses.insert(0, NodeAddress { type_: "InternalIP".into(), address: host_of(&n.addr) });
+    }
+    let mut annotations = BTreeMap::from([
+        (format!("{PREFIX}/state"), n.state.clone()),
+        (format!("{PREFIX}/cpus"), format!("{}/{}", n.cpus.1, n.cpus.0)),
+        (format!("{PREFIX}/gpus"), format!("{}/{}", n.gpus.1, n.gpus.0)),
+        (format!("{PREFIX}/version"), format!("tandem-{}", env!("CARGO_PKG_VERSION"))),
+    ]);
+    if let Some(r) = &n.reason {
+        annotations.insert(format!("{PREFIX}/reason"), r.clone());
+    }
+    Node {
+        metadata: ObjectMeta { labels: Some(lab), annotations: Some(annotations), ..meta(&n.name, false, uid("Node", &n.name, 0), None) },
+        spec: Some(NodeSpec { unschedulable: drained.then_some(true), taints: (!taints.is_empty()).then_some(taints), ..Default::default() }),
+        status: Some(NodeStatus {
+            allocatable: Some(capacity.clone()),
+            capacity: Some(capacity),
+            addresses: Some(addresses),
+            conditions: Some(vec![NodeCondition {
+                type_: "Ready".into(),
+                status: ready.into(),
+                reason: Some(reason.into()),
+                message: Some(message),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        }),
+    }
+}
+
+/// A namespace (only `default` exists for now); `created`: Unix seconds, if known.
+pub fn namespace(name: &str, created: Option<i64>) -> Namespace {
+    Namespace {
+        metadata: ObjectMeta {
+            labels: labels(&[("kubernetes.io/metadata.name", name)]),
+            ..meta(name, false, uid("Namespace", name, created.unwrap_or(0)), created)
+        },
+        spec: Some(NamespaceSpec { finalizers: Some(vec!["kubernetes".into()]) }),
+        status: Some(NamespaceStatus { phase: Some("Active".into()), ..Default::default() }),
+    }
+}
+
+// ---- Batch jobs ----
+
+/// The Jobs of a listing's batch jobs: one per job, one per array (its tasks together, in
+/// index order), in the order of first appearance.
+pub fn group_jobs(tasks: &[Task]) -> Vec<Vec<&Task>> {
+    let mut order: Vec<u64> = Vec::new();
+    let mut by: BTreeMap<u64, Vec<&Task>> = BTreeMap::new();
+    for t in tasks {
+        // A heterogeneous job's components are one job (the leader's id).
+        let key = t.info.array_job_id.or(t.info.het_job_id).unwrap_or(t.info.id);
+        let e = by.entry(key).or_default();
+        if e.is_empty() {
+            order.push(key);
+        }
+        e.push(t);
+    }
+    order
+        .into_iter()
+        .map(|k| {
+            let mut v = by.remove(&k).unwrap_or_default();
+            v.sort_by_key(|t| (t.info.array_task_id, t.info.het_job_offset, t.info.id));
+            v
+        })
+        .collect()
+}
+
+fn final_state(s: &str) -> bool {
+    !matches!(s, "PENDING" | "RUNNING" | "CONFIGURING" | "SUSPENDED" | "COMPLETING" | "REQUEUED" | "RESIZING" | "STOPPED")
+}
+
+fn exit_of(code: &str) -> (i32, i32) {
+    let mut it = code.split(':').map(|x| x.parse::<i32>().unwrap_or(0));
+    (it.next().unwrap_or(0), it.next().unwrap_or(0))
+}
+
+/// The Job of one job's tasks (from [`group_jobs`]).
+pub fn job(tasks: &[&Task]) -> Job {
+    let first = &tasks[0].info;
+    let id = first.array_job_id.or(first.het_job_id).unwrap_or(first.id);
+    let name = job_name(id);
+    let created = tasks.iter().map(|t| t.info.submit).min().unwrap_or(first.submit);
+    let the_uid = uid("Job", &name, created);
+    let array = first.array_job_id.is_some();
+    let count = if first.het_job_id.is_some() { 1 } else { tasks.len() as i32 };
+    let (mut active, mut succeeded, mut failed, mut suspended) = (0, 0, 0, false);
+    for t in tasks {
+        match t.info.base_state() {
+            "COMPLETED" => succeeded += 1,
+            "PENDING" => {}
+            "SUSPENDED" => {
+                suspended = true;
+                active += 1
+            }
+            s if final_state(s) => failed += 1,
+            _ => active += 1,
+        }
+    }
+    if first.het_job_id.is_some() {
+        (succeeded, failed, active) = (succeeded.min(1), failed.min(1), active.min(1));
+    }
+    let start = tasks.iter().filter_map(|t| t.info.start.filter(|_| !t.info.start_estimated)).min();
+    let done = tasks.iter().all(|t| final_state(t.info.base_state()));
+    let end = tasks.iter().filter_map(|t| t.info.end).max();
+    let mut conditions = Vec::new();
+    if suspended {
+        conditions.push(JobCondition {
+            type_: "Suspended".into(),
+            status: "True".into(),
+            reason: Some("JobSuspended".into()),
+            message: Some("Job suspended".into()),
+            ..Default::default()
+        });
+    }
+    if done {
+        let t = end.and_then(time);
+        if failed == 0 {
+            for ty in ["SuccessCriteriaMet", "Complete"] {
+                conditions.push(JobCondition {
+                    type_: ty.into(),
+                    status: "True".into(),
+                    reason: Some("CompletionsReached".into()),
+                    message: Some("Reached expected number of succeeded pods".into()),
+                    last_transition_time: t.clone(),
+                    last_probe_time: t.clone(),
+                });
+            }
+        } else {
+            let bad = tasks.iter().find(|t| t.info.base_state() != "COMPLETED").map(|t| &t.info).unwrap_or(first);
+            let reason = match bad.base_state() {
+                "TIMEOUT" => "DeadlineExceeded",
+                _ => "BackoffLimitExceeded",
+            };
+            let why = bad.message.clone().unwrap_or_else(|| format!("{} ended {} (exit code {})", bad.display_id, bad.state, bad.exit_code));
+            for ty in ["FailureTarget", "Failed"] {
+                conditions.push(JobCondition {
+                    type_: ty.into(),
+                    status: "True".into(),
+                    reason: Some(reason.into()),
+                    message: Some(why.clone()),
+                    last_transition_time: t.clone(),
+                    last_probe_time: t.clone(),
+                });
+            }
+        }
+    }
+    let selector = labels(&[("batch.kubernetes.io/controller-uid", &the_uid)]);
+    let mut annotations = BTreeMap::from([(format!("{PREFIX}/job-id"), id.to_string()), (format!("{PREFIX}/job-name"), first.name.clone())]);
+    if array {
+        let ids: Vec<String> = tasks.iter().filter_map(|t| t.info.array_task_id).map(|i| i.to_string()).collect();
+        annotations.insert(format!("{PREFIX}/array-indexes"), ids.join(","));
+    }
+    let completed: Vec<String> =
+        tasks.iter().filter(|t| t.info.base_state() == "COMPLETED").filter_map(|t| t.info.array_task_id).map(|i| i.to_string()).collect();
+    Job {
+        metadata: ObjectMeta {
+            labels: labels(&[(&format!("{PREFIX}/user"), &first.user), (&format!("{PREFIX}/partition"), &first.partition)]),
+            annotations: Some(annotations),
+            ..meta(&name, true, the_uid.clone(), Some(created))
+        },
+        spec: Some(JobSpec {
+            parallelism: Some(first.array_max_running.map_or(count, |m| (m as i32).min(count))),
+            completions: Some(count),
+            completion_mode: Some(if array { "Indexed" } else { "NonIndexed" }.into()),
+            backoff_limit: Some(0),
+            active_deadline_seconds: first.time_limit,
+            suspend: Some(false),
+            selector: Some(LabelSelector { match_labels: selector.clone(), ..Default::default() }),
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: labels(&[("batch.kubernetes.io/controller-uid", &the_uid), ("batch.kubernetes.io/job-name", &name)]),
+                    ..Default::default()
+                }),
+                spec: Some(PodSpec {
+                    containers: vec![batch_container(tasks[0], None)],
+                    restart_policy: Some("Never".into()),
+                    ..Default::default()
+                }),
+            },
+            ..Default::default()
+        }),
+        status: Some(JobStatus {
+            active: (active > 0).then_some(active),
+            succeeded: (succeeded > 0).then_some(succeeded),
+            failed: (failed > 0).then_some(failed),
+            ready: Some(active),
+            start_time: start.and_then(time),
+            completion_time: if done && failed == 0 { end.and_then(time) } else { None },
+            completed_indexes: (array && !completed.is_empty()).then(|| completed.join(",")),
+            conditions: (!conditions.is_empty()).then_some(conditions),
+            ..Default::default()
+        }),
+    }
+}
+
+/// The container of a batch task (`cpus`, memory and GPUs: on that node, else the request).
+fn batch_container(t: &Task, on: Option<&wire::NodeAllocInfo>) -> Container {
+    let (cpus, mem, gpus) = match on {
+        Some(a) => (a.cpus, a.memory_mb, a.gpus),
+        None => (t.info.cpus, t.info.mem_per_node_mb.unwrap_or(0), t.info.gpus),
+    };
+    let mut res = BTreeMap::from([("cpu".to_string(), q(cpus.max(1).to_string()))]);
+    if mem > 0 {
+        res.insert("memory".into(), q(format!("{mem}Mi")));
+    }
+    if gpus > 0 {
+        res.insert("nvidia.com/gpu".into(), q(gpus.to_string()));
+    }
+    Container {
+        name: "batch".into(),
+        image: t.image.clone(),
+        resources: Some(ResourceRequirements { limits: Some(res.clone()), requests: Some(res), ..Default::default() }),
+        ..Default::default()
+    }
+}
+
+/// The Pods of one job's tasks: one per task and node it holds (a pending task: one per node it
+/// asks for).
+pub fn job_pods(tasks: &[&Task], addrs: &BTreeMap<String, String>) -> Vec<Pod> {
+    let first = &tasks[0].info;
+    let id = first.array_job_id.or(first.het_job_id).unwrap_or(first.id);
+    let jname = job_name(id);
+    let created = tasks.iter().map(|t| t.info.submit).min().unwrap_or(first.submit);
+    let job_uid = uid("Job", &jname, created);
+    let mut out = Vec::new();
+    for t in tasks {
+        let info = &t.info;
+        let index = info.array_task_id.or(info.het_job_offset).unwrap_or(0);
+        let nodes: Vec<Option<&wire::NodeAllocInfo>> =
+            if info.allocation.is_empty() { (0..info.nodes.max(1)).map(|_| None).collect() } else { info.allocation.iter().map(Some).collect() };
+        let several = nodes.len() > 1;
+        for (rank, on) in nodes.into_iter().enumerate() {
+            let name = if several { format!("{jname}-{index}-{rank}") } else { format!("{jname}-{index}") };
+            out.push(task_pod(t, &name, &jname, &job_uid, index, on, addrs));
+        }
+    }
+    out
+}
+
+fn task_pod(t: &Task, name: &str, jname: &str, job_uid: &str, index: u32, on: Option<&wire::NodeAllocInfo>, addrs: &BTreeMap<String, String>) -> Pod {
+    let info = &t.info;
+    let state = info.base_state();
+    let fin = final_state(state);
+    let started = info.start.filter(|_| !info.start_estimated && state != "PENDING");
+    let phase = match state {
+        "PENDING" => "Pending",
+        "COMPLETED" => "Succeeded",
+        s if final_state(s) => "Failed",
+        _ => "Running",
+    };
+    let index_s = index.to_string();
+    let mut lab = vec![
+        ("batch.kubernetes.io/controller-uid", job_uid),
+        ("batch.kubernetes.io/job-name", jname),
+        ("controller-uid", job_uid),
+        ("job-name", jname),
+    ];
+    if info.array_job_id.is_some() {
+        lab.push(("batch.kubernetes.io/job-completion-index", &index_s));
+    }
+    let id_s = info.id.to_string();
+    let uid_key = format!("{PREFIX}/job-id");
+    lab.push((&uid_key, &id_s));
+    let mut annotations = BTreeMap::from([(format!("{PREFIX}/job-id"), info.display_id.clone())]);
+    if info.array_job_id.is_some() {
+        annotations.insert("batch.kubernetes.io/job-completion-index".into(), index_s.clone());
+    }
+    let node = on.map(|a| a.name.clone());
+    let ip = node.as_ref().and_then(|n| addrs.get(n)).map(|a| host_of(a));
+    let container = batch_container(t, on);
+    let (exit, signal) = exit_of(&info.exit_code);
+    let cstate = if fin {
+        let reason = match state {
+            "COMPLETED" => "Completed",
+            "OUT_OF_MEMORY" => "OOMKilled",
+            "TIMEOUT" => "DeadlineExceeded",
+            "CANCELLED" => "Cancelled",
+            "PREEMPTED" => "Preempted",
+            "NODE_FAIL" => "NodeLost",
+            _ => "Error",
+        };
+        ContainerState {
+            terminated: Some(ContainerStateTerminated {
+                exit_code: if signal > 0 { 128 + signal } else { exit },
+                signal: (signal > 0).then_some(signal),
+                reason: Some(reason.into()),
+                message: info.message.clone(),
+                started_at: started.and_then(time),
+                finished_at: info.end.and_then(time),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    } else if let Some(s) = started {
+        ContainerState { running: Some(ContainerStateRunning { started_at: time(s) }), ..Default::default() }
+    } else {
+        let reason = if node.is_some() || info.state == "CONFIGURING" { "ContainerCreating" } else { "Pending" };
+        ContainerState { waiting: Some(ContainerStateWaiting { reason: Some(reason.into()), message: None }), ..Default::default() }
+    };
+    let running = phase == "Running" && started.is_some();
+    let scheduled = node.is_some() || started.is_some() || fin;
+    let mut conditions = vec![PodCondition {
+        type_: "PodScheduled".into(),
+        status: condition_status(scheduled),
+        reason: (!scheduled).then(|| "Unschedulable".into()),
+        message: (!scheduled && !info.reason.is_empty()).then(|| format!("pending: {}", info.reason)),
+        ..Default::default()
+    }];
+    if scheduled {
+        for ty in ["Initialized", "ContainersReady", "Ready"] {
+            let ok = ty == "Initialized" || running;
+            conditions.push(PodCondition {
+                type_: ty.into(),
+                status: condition_status(ok),
+                reason: (!ok && fin).then(|| "PodCompleted".into()),
+                ..Default::default()
+            });
+        }
+    }
+    Pod {
+        metadata: ObjectMeta {
+            labels: labels(&lab),
+            annotations: Some(annotations),
+            owner_references: Some(vec![OwnerReference {
+                api_version: "batch/v1".into(),
+                kind: "Job".into(),
+                name: jname.into(),
+                uid: job_uid.into(),
+                controller: Some(true),
+                block_owner_deletion: Some(true),
+            }]),
+            ..meta(name, true, uid("Pod", name, info.submit), Some(info.submit))
+        },
+        spec: Some(PodSpec {
+            containers: vec![container.clone()],
+            node_name: node,
+            restart_policy: Some("Never".into()),
+            scheduler_name: Some("tandem".into()),
+            priority_class_name: (!info.qos.is_empty() && label_value_ok(&info.qos)).then(|| info.qos.clone()),
+            ..Default::default()
+        }),
+        status: Some(PodStatus {
+            phase: Some(phase.into()),
+            conditions: Some(conditions),
+            host_ip: ip.clone(),
+            pod_ip: ip,
+            start_time: started.and_then(time),
+            reason: (state == "SUSPENDED").then(|| "Suspended".into()),
+            container_statuses: scheduled.then(|| {
+                vec![ContainerStatus {
+                    name: container.name.clone(),
+                    image: container.image.clone().unwrap_or_default(),
+                    image_id: String::new(),
+                    ready: running,
+                    restart_count: info.restarts as i32,
+                    started: Some(running),
+                    state: Some(cstate),
+                    ..Default::default()
+                }]
+            }),
+            ..Default::default()
+        }),
+    }
+}
+
+// ---- Services ----
+
+fn quantity_text(q: &wire::Quantity) -> String {
+    match q {
+        wire::Quantity::Num(n) if n.fract() == 0.0 => format!("{}", *n as i64),
+        wire::Quantity::Num(n) => n.to_string(),
+        wire::Quantity::Text(t) => t.clone(),
+    }
+}
+
+fn int_or_percent(q: &Option<wire::Quantity>) -> Option<IntOrString> {
+    Some(match q.as_ref()? {
+        wire::Quantity::Num(n) => IntOrString::Int(*n as i32),
+        wire::Quantity::Text(t) => match t.trim().parse::<i32>() {
+            Ok(n) => IntOrString::Int(n),
+            Err(_) => IntOrString::String(t.trim().into()),
+        },
+    })
+}
+
+/// Memory as Kubernetes writes it: a bare number is MiB (as in a service spec); `MiB`, `GiB`
+/// become `Mi`, `Gi`.
+fn memory_text(q: &wire::Quantity) -> String {
+    match q {
+        wire::Quantity::Num(n) => format!("{}Mi", *n as i64),
+        wire::Quantity::Text(t) => {
+            let t = t.trim();
+            for (from, to) in [("KiB", "Ki"), ("MiB", "Mi"), ("GiB", "Gi"), ("TiB", "Ti"), ("KB", "k"), ("MB", "M"), ("GB", "G"), ("TB", "T")] {
+                if let Some(n) = t.strip_suffix(from) {
+                    return format!("{n}{to}");
+                }
+            }
+            if t.bytes().all(|b| b.is_ascii_digit()) { format!("{t}Mi") } else { t.to_string() }
+        }
+    }
+}
+
+/// The container a service's revision runs (values another user may not see are `(hidden)`,
+/// as in `tandem service show`).
+pub fn service_container(spec: &wire::ServiceSpec) -> Container {
+    let r = &spec.resources;
+    let mut res = BTreeMap::from([("cpu".to_string(), q(r.cpus.as_ref().map_or("1".into(), quantity_text)))]);
+    if let Some(m) = &r.memory {
+        res.insert("memory".into(), q(memory_text(m)));
+    }
+    if let Some(g) = r.gpus.as_ref().map(quantity_text).filter(|g| g != "0") {
+        res.insert("nvidia.com/gpu".into(), q(g));
+    }
+    let env: Vec<EnvVar> = spec.env.iter().map(|(k, v)| EnvVar { name: k.clone(), value: Some(v.clone()), value_from: None }).collect();
+    Container {
+        name: spec.name.clone(),
+        image: spec.image.clone(),
+        command: Some(spec.command.clone()),
+        args: (!spec.args.is_empty()).then(|| spec.args.clone()),
+        env: (!env.is_empty()).then_some(env),
+        working_dir: spec.workdir.clone(),
+        resources: Some(ResourceRequirements { limits: Some(res.clone()), requests: Some(res), ..Default::default() }),
+        ..Default::default()
+    }
+}
+
+fn template_hash(rev: u32) -> String {
+    format!("r{rev}")
+}
+
+/// The ReplicaSet name of a service's revision.
+pub fn replica_set_name(service: &str, rev: u32) -> String {
+    format!("{service}-{}", template_hash(rev))
+}
+
+fn service_labels(name: &str) -> Option<BTreeMap<String, String>> {
+    labels(&[(&format!("{PREFIX}/service"), name)])
+}
+
+fn pod_template(spec: &wire::ServiceSpec, rev: Option<u32>) -> PodTemplateSpec {
+    let mut lab = service_labels(&spec.name).unwrap_or_default();
+    if let Some(r) = rev {
+        lab.insert("pod-template-hash".into(), template_hash(r));
+    }
+    PodTemplateSpec {
+        metadata: Some(ObjectMeta { labels: Some(lab), ..Default::default() }),
+        spec: Some(PodSpec {
+            containers: vec![service_container(spec)],
+            termination_grace_period_seconds: spec.termination_grace.as_ref().and_then(|g| quantity_text(g).parse().ok()),
+            restart_policy: Some("Always".into()),
+            priority_class_name: spec.qos.clone().filter(|q| label_value_ok(q)),
+            ..Default::default()
+        }),
+    }
+}
+
+/// A service's Deployment. Its `generation` is the revision: `observedGeneration` equals it, as
+/// the controller acts on a revision the moment it is applied.
+pub fn deployment(s: &ServiceView) -> Deployment {
+    let i = &s.info;
+    let name = &i.name;
+    let live: Vec<&wire::ReplicaRow> = i.replicas.iter().filter(|r| !matches!(r.state.as_str(), "Draining" | "Stopping" | "Gone")).collect();
+    let updated = live.iter().filter(|r| r.revision == i.revision).count() as i32;
+    let desired = i.desired as i32;
+    let ready = i.ready as i32;
+    let max_unavailable = match int_or_percent(&i.spec.rolling_update.max_unavailable) {
+        Some(IntOrString::Int(n)) => n,
+        Some(IntOrString::String(p)) => p.trim_end_matches('%').parse::<i32>().map_or(0, |p| desired * p / 100),
+        None => desired / 4,
+    };
+    let available = ready >= desired - max_unavailable;
+    let complete = i.updated_ready as i32 >= desired && live.len() as i32 == updated && !i.deleting;
+    let rs = replica_set_name(name, i.revision);
+    let created = time(s.created);
+    let conditions = vec![
+        DeploymentCondition {
+            type_: Some("Available".into()),
+            status: Some(condition_status(available)),
+            reason: Some(if available { "MinimumReplicasAvailable" } else { "MinimumReplicasUnavailable" }.into()),
+            message: Some(if available { "Deployment has minimum availability." } else { "Deployment does not have minimum availability." }.into()),
+            last_transition_time: created.clone(),
+            last_update_time: created.clone(),
+        },
+        DeploymentCondition {
+            type_: Some("Progressing".into()),
+            status: Some("True".into()),
+            reason: Some(if complete { "NewReplicaSetAvailable" } else { "ReplicaSetUpdated" }.into()),
+            message: Some(if complete {
+                format!("ReplicaSet \"{rs}\" has successfully progressed.")
+            } else {
+                format!("ReplicaSet \"{rs}\" is progressing.")
+            }),
+            last_transition_time: created.clone(),
+            last_update_time: created,
+        },
+    ];
+    let ru = &i.spec.rolling_update;
+    Deployment {
+        metadata: ObjectMeta {
+            generation: Some(i64::from(i.revision)),
+            labels: service_labels(name),
+            annotations: Some(BTreeMap::from([
+                ("deployment.kubernetes.io/revision".to_string(), i.revision.to_string()),
+                (format!("{PREFIX}/user"), i.user.clone()),
+            ])),
+            ..meta(name, true, uid("Deployment", name, s.created), Some(s.created))
+        },
+        spec: DeploymentSpec {
+            replicas: Some(desired),
+            selector: LabelSelector { match_labels: service_labels(name), ..Default::default() },
+            strategy: Some(DeploymentStrategy {
+                type_: Some("RollingUpdate".into()),
+                rolling_update: Some(RollingUpdateDeployment {
+                    max_surge: int_or_percent(&ru.max_surge).or(Some(IntOrString::String("25%".into()))),
+                    max_unavailable: int_or_percent(&ru.max_unavailable).or(Some(IntOrString::String("25%".into()))),
+                }),
+            }),
+            template: pod_template(&i.spec, None),
+            revision_history_limit: Some(10),
+            progress_deadline_seconds: Some(600),
+            ..Default::default()
+        },
+        status: Some(DeploymentStatus {
+            observed_generation: Some(i64::from(i.revision)),
+            replicas: Some(live.len() as i32),
+            updated_replicas: Some(updated),
+            ready_replicas: Some(ready),
+            available_replicas: Some(ready),
+            unavailable_replicas: (desired > ready).then_some(desired - ready),
+            conditions: Some(conditions),
+            ..Default::default()
+        }),
+    }
+}
+
+/// A service's ReplicaSets: one per revision kept, the current one last.
+pub fn replica_sets(s: &ServiceView) -> Vec<ReplicaSet> {
+    let i = &s.info;
+    let dep_uid = uid("Deployment", &i.name, s.created);
+    let mut revs: Vec<(u32, &wire::ServiceSpec)> = s.history.iter().map(|(r, sp)| (*r, sp)).collect();
+    revs.retain(|(r, _)| *r != i.revision);
+    revs.push((i.revision, &i.spec));
+    revs.into_iter()
+        .map(|(rev, spec)| {
+            let name = replica_set_name(&i.name, rev);
+            let mine: Vec<&wire::ReplicaRow> = i.replicas.iter().filter(|r| r.revision == rev).collect();
+            let ready = mine.iter().filter(|r| r.state == "Ready").count() as i32;
+            let want = if rev == i.revision { i.desired as i32 } else { 0 };
+            let mut sel = service_labels(&i.name).unwrap_or_default();
+            sel.insert("pod-template-hash".into(), template_hash(rev));
+            ReplicaSet {
+                metadata: ObjectMeta {
+                    labels: Some(sel.clone()),
+                    generation: Some(1),
+                    annotations: Some(BTreeMap::from([
+                        ("deployment.kubernetes.io/revision".to_string(), rev.to_string()),
+                        ("deployment.kubernetes.io/desired-replicas".to_string(), i.desired.to_string()),
+                    ])),
+                    owner_references: Some(vec![OwnerReference {
+                        api_version: "apps/v1".into(),
+                        kind: "Deployment".into(),
+                        name: i.name.clone(),
+                        uid: dep_uid.clone(),
+                        controller: Some(true),
+                        block_owner_deletion: Some(true),
+                    }]),
+                    ..meta(&name, true, uid("ReplicaSet", &name, s.created), Some(s.created))
+                },
+                spec: ReplicaSetSpec {
+                    replicas: Some(want),
+                    selector: LabelSelector { match_labels: Some(sel), ..Default::default() },
+                    template: Some(pod_template(spec, Some(rev))),
+                    ..Default::default()
+                },
+                status: Some(ReplicaSetStatus {
+                    replicas: mine.len() as i32,
+                    fully_labeled_replicas: Some(mine.len() as i32),
+                    ready_replicas: Some(ready),
+                    available_replicas: Some(ready),
+                    observed_generation: Some(1),
+                    ..Default::default()
+                }),
+            }
+        })
+        .collect()
+}
+
+/// A service's Pods, one per replica. `now`: the deletion time of replicas on their way out.
+pub fn service_pods(s: &ServiceView, addrs: &BTreeMap<String, String>, now: i64) -> Vec<Pod> {
+    let i = &s.info;
+    let spec_of = |rev: u32| s.history.iter().find(|(r, _)| *r == rev).map_or(&i.spec, |(_, sp)| sp);
+    i.replicas
+        .iter()
+        .map(|r| {
+            let job = s.jobs.iter().find(|j| j.id == r.job);
+            let created = job.map_or(s.created, |j| j.submit);
+            let started = job.and_then(|j| j.start.filter(|_| !j.start_estimated && j.state != "PENDING"));
+            let container = service_container(spec_of(r.revision));
+            let rs = replica_set_name(&i.name, r.revision);
+            let mut lab = service_labels(&i.name).unwrap_or_default();
+            lab.insert("pod-template-hash".into(), template_hash(r.revision));
+            lab.insert(format!("{PREFIX}/job-id"), r.job.to_string());
+            let leaving = matches!(r.state.as_str(), "Draining" | "Stopping" | "Gone");
+            let phase = match r.state.as_str() {
+                "Pending" => "Pending",
+                "Lost" => "Unknown",
+                "Gone" => "Succeeded",
+                _ if started.is_none() => "Pending",
+                _ => "Running",
+            };
+            let ready = r.state == "Ready";
+            let cstate = match (r.state.as_str(), started) {
+                ("CrashLoopBackOff", _) => ContainerState {
+                    waiting: Some(ContainerStateWaiting { reason: Some("CrashLoopBackOff".into()), message: r.message.clone() }),
+                    ..Default::default()
+                },
+                (_, Some(t)) => ContainerState { running: Some(ContainerStateRunning { started_at: time(t) }), ..Default::default() },
+                _ => ContainerState {
+                    waiting: Some(ContainerStateWaiting {
+                        reason: Some(if r.node.is_some() { "ContainerCreating" } else { "Pending" }.into()),
+                        message: None,
+                    }),
+                    ..Default::default()
+                },
+            };
+            let scheduled = r.node.is_some();
+            let mut conditions = vec![PodCondition {
+                type_: "PodScheduled".into(),
+                status: condition_status(scheduled),
+                reason: (!scheduled).then(|| "Unschedulable".into()),
+                message: (!scheduled && !r.reason.is_empty()).then(|| format!("pending: {}", r.reason)),
+                ..Default::default()
+            }];
+            if scheduled {
+                for ty in ["Initialized", "ContainersReady", "Ready"] {
+                    let ok = ty == "Initialized" || ready;
+                    conditions.push(PodCondition {
+                        type_: ty.into(),
+                        status: condition_status(ok),
+                        message: (!ok).then(|| r.message.clone()).flatten(),
+                        ..Default::default()
+                    });
+                }
+            }
+            let ip = r.node.as_ref().and_then(|n| addrs.get(n)).map(|a| host_of(a));
+            Pod {
+                metadata: ObjectMeta {
+                    labels: Some(lab),
+                    deletion_timestamp: leaving.then(|| time(now)).flatten(),
+                    annotations: Some(BTreeMap::from([(format!("{PREFIX}/replica-state"), r.state.clone())])),
+                    owner_references: Some(vec![OwnerReference {
+                        api_version: "apps/v1".into(),
+                        kind: "ReplicaSet".into(),
+                        name: rs.clone(),
+                        uid: uid("ReplicaSet", &rs, s.created),
+                        controller: Some(true),
+                        block_owner_deletion: Some(true),
+                    }]),
+                    ..meta(&r.id, true, uid("Pod", &r.id, created), Some(created))
+                },
+                spec: Some(PodSpec {
+                    containers: vec![container.clone()],
+                    node_name: r.node.clone(),
+                    restart_policy: Some("Always".into()),
+                    scheduler_name: Some("tandem".into()),
+                    ..Default::default()
+                }),
+                status: Some(PodStatus {
+                    phase: Some(phase.into()),
+                    conditions: Some(conditions),
+                    host_ip: ip.clone(),
+                    pod_ip: ip,
+                    start_time: started.and_then(time),
+                    container_statuses: scheduled.then(|| {
+                        vec![ContainerStatus {
+                            name: container.name.clone(),
+                            image: container.image.clone().unwrap_or_default(),
+                            image_id: String::new(),
+                            ready,
+                            restart_count: r.restarts as i32,
+                            started: Some(started.is_some()),
+                            state: Some(cstate),
+                            ..Default::default()
+                        }]
+                    }),
+                    ..Default::default()
+                }),
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{Value, json};
+
+    fn info(id: u64, state: &str, extra: Value) -> JobInfo {
+        let mut v = json!({"id": id, "display_id": id.to_string(), "name": "train", "user": "alice", "account": "a", "partition": "batch",
+            "qos": "normal", "state": state, "reason": if state == "PENDING" { "Resources" } else { "None" }, "nodelist": "", "nodes": 1,
+            "ntasks": 1, "cpus": 2, "gpus": 0, "time_limit": 3600, "submit": 1_800_000_000i64, "start": 1_800_000_010i64,
+            "start_estimated": false, "end": null, "exit_code": "0:0", "restarts": 0, "workdir": "/w", "output": "o", "steps": []});
+        for (k, x) in extra.as_object().unwrap() {
+            v[k] = x.clone();
+        }
+        serde_json::from_value(v).unwrap()
+    }
+
+    fn task(id: u64, state: &str, extra: Value) -> Task {
+        Task { info: info(id, state, extra), image: None }
+    }
+
+    fn alloc(node: &str) -> Value {
+        json!([{"name": node, "cpus": 2, "memory_mb": 1024, "gpus": 1}])
+    }
+
+    #[test]
+    fn an_array_is_one_indexed_job_with_a_pod_per_task() {
+        let tasks = vec![
+            task(10, "COMPLETED", json!({"array_job_id": 10, "array_task_id": 0, "allocation": alloc("n1"), "end": 1_800_000_100i64})),
+            task(11, "RUNNING", json!({"array_job_id": 10, "array_task_id": 1, "allocation": alloc("n2")})),
+            task(12, "PENDING", json!({"array_job_id": 10, "array_task_id": 2, "start": null})),
+            task(20, "RUNNING", json!({"nodes": 2, "allocation": [{"name": "n1", "cpus": 1, "memory_mb": 0, "gpus": 0},
+                {"name": "n2", "cpus": 1, "memory_mb": 0, "gpus": 0}]})),
+        ];
+        let groups = group_jobs(&tasks);
+        assert_eq!(groups.len(), 2);
+        let j = serde_json::to_value(job(&groups[0])).unwrap();
+        assert_eq!(j["metadata"]["name"], "job-10");
+        assert_eq!(j["spec"]["completionMode"], "Indexed");
+        assert_eq!(j["spec"]["completions"], 3);
+        assert_eq!(j["status"]["succeeded"], 1);
+        assert_eq!(j["status"]["active"], 1);
+        assert_eq!(j["status"]["completedIndexes"], "0");
+        assert!(j["status"]["conditions"].is_null(), "not done: {j}");
+        let addrs = BTreeMap::from([("n1".to_string(), "10.0.0.1:7201".to_string())]);
+        let pods: Vec<Value> = job_pods(&groups[0], &addrs).into_iter().map(|p| serde_json::to_value(p).unwrap()).collect();
+        let names: Vec<&str> = pods.iter().map(|p| p["metadata"]["name"].as_str().unwrap()).collect();
+        assert_eq!(names, ["job-10-0", "job-10-1", "job-10-2"]);
+        assert_eq!(pods[0]["status"]["phase"], "Succeeded");
+        assert_eq!(pods[0]["status"]["podIP"], "10.0.0.1");
+        assert_eq!(pods[0]["metadata"]["labels"]["batch.kubernetes.io/job-completion-index"], "0");
+        assert_eq!(pods[0]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"], "1");
+        assert_eq!(pods[1]["status"]["phase"], "Running");
+        assert_eq!(pods[2]["status"]["phase"], "Pending");
+        assert_eq!(pods[2]["status"]["conditions"][0]["message"], "pending: Resources");
+        assert_eq!(crate::table::pod_status(&pods[0]), "Completed");
+        // Owned by their Job, as kubectl's `logs job/x` and garbage collection expect.
+        assert_eq!(pods[1]["metadata"]["ownerReferences"][0]["uid"], j["metadata"]["uid"]);
+        let multi: Vec<Value> = job_pods(&groups[1], &addrs).into_iter().map(|p| serde_json::to_value(p).unwrap()).collect();
+        let names: Vec<&str> = multi.iter().map(|p| p["metadata"]["name"].as_str().unwrap()).collect();
+        assert_eq!(names, ["job-20-0-0", "job-20-0-1"]);
+        assert_eq!(job_id("job-20"), Some(20));
+        assert_eq!(job_id("job-020"), None);
+        assert_eq!(job_id("web"), None);
+    }
+
+    #[test]
+    fn a_job_that_ended_says_how() {
+        let done = [task(5, "COMPLETED", json!({"end": 1_800_000_100i64}))];
+        let j = serde_json::to_value(job(&done.iter().collect::<Vec<_>>())).unwrap();
+        let types: Vec<&str> = j["status"]["conditions"].as_array().unwrap().iter().map(|c| c["type"].as_str().unwrap()).collect();
+        assert_eq!(types, ["SuccessCriteriaMet", "Complete"]);
+        assert_eq!(j["status"]["completionTime"], "2027-01-15T08:01:40Z");
+        let late = [task(6, "TIMEOUT", json!({"end": 1_800_000_100i64, "exit_code": "0:15"}))];
+        let j = serde_json::to_value(job(&late.iter().collect::<Vec<_>>())).unwrap();
+        assert_eq!(j["status"]["conditions"][1]["type"], "Failed");
+        assert_eq!(j["status"]["conditions"][1]["reason"], "DeadlineExceeded");
+        assert!(j["status"]["completionTime"].is_null());
+        let pod = serde_json::to_value(&job_pods(&late.iter().collect::<Vec<_>>(), &BTreeMap::new())[0]).unwrap();
+        assert_eq!(pod["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"], 143);
+        assert_eq!(crate::table::pod_status(&pod), "DeadlineExceeded");
+    }
+
+    fn service(replicas: Vec<wire::ReplicaRow>, desired: u32, ready: u32, updated_ready: u32) -> ServiceView {
+        let spec: wire::ServiceSpec = serde_json::from_value(json!({"name": "web", "command": ["serve", "$PORT"], "env": {"A": "1"},
+            "image": "busybox", "resources": {"cpus": 2, "memory": "512MiB", "gpus": 1}})).unwrap();
+        let mut old = spec.clone();
+        old.image = Some("busybox:old".into());
+        ServiceView {
+            info: ServiceInfo {
+                name: "web".into(),
+                user: "alice".into(),
+                revision: 2,
+                history: vec![1],
+                desired,
+                ready,
+                updated_ready,
+                replicas,
+                deleting: false,
+                scale_log: vec![],
+                stats: Default::default(),
+                spec,
+            },
+            created: 1_800_000_000,
+            jobs: vec![],
+            history: vec![(1, old)],
+        }
+    }
+
+    fn replica(job: u64, state: &str, revision: u32) -> wire::ReplicaRow {
+        wire::ReplicaRow {
+            id: format!("web-{job}"),
+            job,
+            state: state.into(),
+            revision,
+            node: (state != "Pending").then(|| "n1".into()),
+            addr: None,
+            restarts: 0,
+            message: None,
+            reason: String::new(),
+            log: String::new(),
+        }
+    }
+
+    #[test]
+    fn a_service_is_a_deployment_with_a_replica_set_per_revision() {
+        let s = service(vec![replica(7, "Ready", 2), replica(8, "Ready", 2)], 2, 2, 2);
+        let d = serde_json::to_value(deployment(&s)).unwrap();
+        assert_eq!(d["spec"]["replicas"], 2);
+        assert_eq!(d["metadata"]["generation"], d["status"]["observedGeneration"]);
+        assert_eq!(d["status"]["updatedReplicas"], 2);
+        assert_eq!(d["status"]["availableReplicas"], 2);
+        assert_eq!(d["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["memory"], "512Mi");
+        assert_eq!(d["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"], "1");
+        let cond = |t: &str| d["status"]["conditions"].as_array().unwrap().iter().find(|c| c["type"] == t).unwrap().clone();
+        assert_eq!(cond("Available")["status"], "True");
+        assert_eq!(cond("Progressing")["reason"], "NewReplicaSetAvailable");
+        let rs: Vec<Value> = replica_sets(&s).into_iter().map(|r| serde_json::to_value(r).unwrap()).collect();
+        assert_eq!(rs.len(), 2);
+        assert_eq!(rs[0]["metadata"]["name"], "web-r1");
+        assert_eq!(rs[0]["spec"]["template"]["spec"]["containers"][0]["image"], "busybox:old");
+        assert_eq!(rs[0]["spec"]["replicas"], 0);
+        assert_eq!(rs[1]["metadata"]["annotations"]["deployment.kubernetes.io/revision"], "2");
+        assert_eq!(rs[1]["status"]["readyReplicas"], 2);
+        // A rollout under way: an old replica still serves, a new one starts.
+        let s = service(vec![replica(7, "Ready", 1), replica(9, "Starting", 2), replica(3, "Draining", 1)], 1, 1, 0);
+        let d = serde_json::to_value(deployment(&s)).unwrap();
+        assert_eq!(d["status"]["replicas"], 2);
+        assert_eq!(d["status"]["updatedReplicas"], 1);
+        assert_eq!(d["status"]["conditions"][1]["reason"], "ReplicaSetUpdated");
+        let pods: Vec<Value> = service_pods(&s, &BTreeMap::new(), 1_800_000_500).into_iter().map(|p| serde_json::to_value(p).unwrap()).collect();
+        assert_eq!(pods[0]["metadata"]["labels"]["pod-template-hash"], "r1");
+        assert_eq!(pods[0]["metadata"]["ownerReferences"][0]["name"], "web-r1");
+        assert_eq!(pods[0]["spec"]["containers"][0]["image"], "busybox:old");
+        assert_eq!(crate::table::pod_status(&pods[2]), "Terminating");
+        assert!(pods[0]["metadata"]["deletionTimestamp"].is_null());
+    }
+
+    #[test]
+    fn a_drained_or_lost_node_says_so() {
+        let n: NodeInfo = serde_json::from_value(json!({"name": "n1", "state": "drain", "cpus": [8, 2], "memory_mb": [16384, 0],
+            "gpus": [4, 1, "h100"], "reason": "maintenance", "addr": "10.0.0.5:7201", "partitions": ["gpu"], "features": ["ib"]}))
+        .unwrap();
+        let v = serde_json::to_value(node(&n)).unwrap();
+        assert_eq!(v["spec"]["unschedulable"], true);
+        assert_eq!(v["spec"]["taints"][0]["key"], "node.kubernetes.io/unschedulable");
+        assert_eq!(v["status"]["capacity"]["nvidia.com/gpu"], "4");
+        assert_eq!(v["status"]["capacity"]["memory"], "16384Mi");
+        assert_eq!(v["status"]["addresses"][0]["address"], "10.0.0.5");
+        assert_eq!(v["metadata"]["labels"]["tandem.dev/partition-gpu"], "true");
+        assert_eq!(v["metadata"]["labels"]["nvidia.com/gpu.product"], "h100");
+        assert_eq!(crate::table::cells("Node", &v, 0)[1], "Ready,SchedulingDisabled");
+        let mut down = n.clone();
+        down.state = "down".into();
+        let v = serde_json::to_value(node(&down)).unwrap();
+        assert_eq!(v["status"]["conditions"][0]["status"], "Unknown");
+        assert_eq!(crate::table::cells("Node", &v, 0)[1], "Unknown");
+    }
+
+    #[test]
+    fn uids_are_stable_and_differ_by_kind_name_and_creation() {
+        assert_eq!(uid("Pod", "a", 1), uid("Pod", "a", 1));
+        assert_ne!(uid("Pod", "a", 1), uid("Pod", "a", 2));
+        assert_ne!(uid("Pod", "a", 1), uid("Job", "a", 1));
+        assert_eq!(uid("Pod", "a", 1).len(), 36);
+        assert!(label_value_ok("a.b-c_d") && label_value_ok("") && !label_value_ok("-a") && !label_value_ok(&"a".repeat(64)));
+    }
+}

