@@ -3,18 +3,19 @@ crates/tandem/tests/kubernetes.rs): typed reads of every kind served, DynamicCli
 errors as metav1.Status, and every object returned checked by kubernetes-validate (1.37,
 strict). Prints one `ok ...` line per check; exits non-zero at the first failure.
 
-    python kubernetes_check.py KUBECONFIG ARRAY_JOB_ID SERVICE
+    python kubernetes_check.py KUBECONFIG ARRAY_JOB_ID SERVICE SBATCH
 """
 
 import json
 import ssl
+import subprocess
 import sys
 import urllib.request
 
 import kubernetes_validate
-from kubernetes import client, config, dynamic
+from kubernetes import client, config, dynamic, watch
 
-kubeconfig, array_id, service = sys.argv[1], sys.argv[2], sys.argv[3]
+kubeconfig, array_id, service, sbatch = sys.argv[1:5]
 config.load_kube_config(kubeconfig)
 api = client.ApiClient()
 core, apps, batch = client.CoreV1Api(api), client.AppsV1Api(api), client.BatchV1Api(api)
@@ -124,3 +125,30 @@ check(service in [x.metadata.name for x in deps.items], "dynamic client")
 jobs = dc.resources.get(api_version="batch/v1", kind="Job").get(namespace="default")
 check(f"job-{array_id}" in [x.metadata.name for x in jobs.items], "dynamic client jobs")
 print("ok dynamic client")
+
+# A watch from a list's version sees a new job's pod come and run to its end, in order.
+rv = core.list_namespaced_pod("default").metadata.resource_version
+job = subprocess.run([sbatch, "--parsable", "--wrap", "sleep 1"], check=True, capture_output=True, text=True).stdout.strip()
+pod = f"job-{job}-0"
+seen, versions = [], []
+w = watch.Watch()
+for ev in w.stream(core.list_namespaced_pod, "default", resource_version=rv, timeout_seconds=60):
+    obj = ev["object"]
+    if obj.metadata.name != pod:
+        continue
+    seen.append((ev["type"], obj.status.phase))
+    versions.append(int(obj.metadata.resource_version))
+    if obj.status.phase == "Succeeded":
+        w.stop()
+check(seen and seen[0][0] == "ADDED" and seen[-1] == ("MODIFIED", "Succeeded"), f"watch events: {seen}")
+check(versions == sorted(versions) and len(set(versions)) == len(versions), f"versions in order: {versions}")
+print("ok watch", " ".join(f"{t}:{p}" for t, p in seen))
+
+# A version from before the controller's start is gone: 410, after the client's one retry.
+try:
+    for _ in watch.Watch().stream(core.list_namespaced_pod, "default", resource_version="1", timeout_seconds=5):
+        pass
+    check(False, "a watch from an expired version was served")
+except client.ApiException as e:
+    check(e.status == 410, f"410: {e}")
+print("ok expired")

@@ -10,7 +10,8 @@
 //!   Pod per task and node; a node is a Node), every field derived from the ledger;
 //! - [`table`]: the server-side `Table` that `kubectl get` asks for, with kubectl's columns;
 //! - [`select`]: label and field selectors;
-//! - [`status`]: `metav1.Status` errors with Kubernetes' reasons and codes.
+//! - [`status`]: `metav1.Status` errors with Kubernetes' reasons and codes;
+//! - [`watch`]: resource versions for computed objects, and the events of a watch.
 //!
 //! Objects are `k8s-openapi`'s types, so every field name and shape is upstream's.
 
@@ -19,6 +20,7 @@ pub mod objects;
 pub mod select;
 pub mod status;
 pub mod table;
+pub mod watch;
 
 pub use api::{RESOURCES, Resource, Route, Target};
 pub use status::Failure;

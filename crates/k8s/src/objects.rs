@@ -48,6 +48,8 @@ pub struct ServiceView {
     pub info: ServiceInfo,
     /// When it was first applied, Unix seconds.
     pub created: i64,
+    /// Its owner's uid.
+    pub uid: u32,
     /// Its replicas' jobs (for their times).
     pub jobs: Vec<JobInfo>,
     /// The earlier revisions kept for undo, with their specs (hidden as `info.spec` is).
@@ -91,8 +93,41 @@ pub fn label_value_ok(v: &str) -> bool {
                 && v.as_bytes()[v.len() - 1].is_ascii_alphanumeric()))
 }
 
+/// The annotation that names an object's owner's uid (what the controller filters and hides by,
+/// as `squeue` and `tandem service show` do).
+pub const UID_ANNOTATION: &str = "tandem.dev/uid";
+
+/// The owner's uid an object carries, if any.
+pub fn owner_uid(o: &serde_json::Value) -> Option<u32> {
+    o["metadata"]["annotations"][UID_ANNOTATION].as_str()?.parse().ok()
+}
+
+/// Hides what another user may not see of an object: its containers' environment values and
+/// arguments read `(hidden)`, as in `tandem service show`.
+pub fn redact(o: &mut serde_json::Value, hidden: &str) {
+    fn containers(spec: &mut serde_json::Value, hidden: &str) {
+        for c in spec["containers"].as_array_mut().into_iter().flatten() {
+            for e in c["env"].as_array_mut().into_iter().flatten() {
+                if e.get("value").is_some() {
+                    e["value"] = hidden.into();
+                }
+            }
+            for a in c["args"].as_array_mut().into_iter().flatten() {
+                *a = hidden.into();
+            }
+        }
+    }
+    if o["spec"]["template"]["spec"].is_object() {
+        containers(&mut o["spec"]["template"]["spec"], hidden);
+    }
+    if o["spec"]["containers"].is_array() {
+        containers(&mut o["spec"], hidden);
+    }
+}
+
 fn labels(pairs: &[(&str, &str)]) -> Option<BTreeMap<String, String>> {
-    let m: BTreeMap<String, String> = pairs.iter().filter(|(_, v)| label_value_ok(v)).map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    let m: BTreeMap<String, String> =
+        pairs.iter().filter(|(_, v)| label_value_ok(v)).map(|(k, v)| (k.to_string(), v.to_string())).collect();
     (!m.is_empty()).then_some(m)
 }
 
@@ -179,7 +214,11 @@ pub fn node(n: &NodeInfo) -> Node {
     }
     Node {
         metadata: ObjectMeta { labels: Some(lab), annotations: Some(annotations), ..meta(&n.name, false, uid("Node", &n.name, 0), None) },
-        spec: Some(NodeSpec { unschedulable: drained.then_some(true), taints: (!taints.is_empty()).then_some(taints), ..Default::default() }),
+        spec: Some(NodeSpec {
+            unschedulable: drained.then_some(true),
+            taints: (!taints.is_empty()).then_some(taints),
+            ..Default::default()
+        }),
         status: Some(NodeStatus {
             allocatable: Some(capacity.clone()),
             capacity: Some(capacity),
@@ -300,7 +339,8 @@ pub fn job(tasks: &[&Task]) -> Job {
                 "TIMEOUT" => "DeadlineExceeded",
                 _ => "BackoffLimitExceeded",
             };
-            let why = bad.message.clone().unwrap_or_else(|| format!("{} ended {} (exit code {})", bad.display_id, bad.state, bad.exit_code));
+            let why =
+                bad.message.clone().unwrap_or_else(|| format!("{} ended {} (exit code {})", bad.display_id, bad.state, bad.exit_code));
             for ty in ["FailureTarget", "Failed"] {
                 conditions.push(JobCondition {
                     type_: ty.into(),
@@ -314,7 +354,11 @@ pub fn job(tasks: &[&Task]) -> Job {
         }
     }
     let selector = labels(&[("batch.kubernetes.io/controller-uid", &the_uid)]);
-    let mut annotations = BTreeMap::from([(format!("{PREFIX}/job-id"), id.to_string()), (format!("{PREFIX}/job-name"), first.name.clone())]);
+    let mut annotations = BTreeMap::from([
+        (format!("{PREFIX}/job-id"), id.to_string()),
+        (format!("{PREFIX}/job-name"), first.name.clone()),
+        (UID_ANNOTATION.to_string(), first.uid.to_string()),
+    ]);
     if array {
         let ids: Vec<String> = tasks.iter().filter_map(|t| t.info.array_task_id).map(|i| i.to_string()).collect();
         annotations.insert(format!("{PREFIX}/array-indexes"), ids.join(","));
@@ -395,8 +439,11 @@ pub fn job_pods(tasks: &[&Task], addrs: &BTreeMap<String, String>) -> Vec<Pod> {
     for t in tasks {
         let info = &t.info;
         let index = info.array_task_id.or(info.het_job_offset).unwrap_or(0);
-        let nodes: Vec<Option<&wire::NodeAllocInfo>> =
-            if info.allocation.is_empty() { (0..info.nodes.max(1)).map(|_| None).collect() } else { info.allocation.iter().map(Some).collect() };
+        let nodes: Vec<Option<&wire::NodeAllocInfo>> = if info.allocation.is_empty() {
+            (0..info.nodes.max(1)).map(|_| None).collect()
+        } else {
+            info.allocation.iter().map(Some).collect()
+        };
         let several = nodes.len() > 1;
         for (rank, on) in nodes.into_iter().enumerate() {
             let name = if several { format!("{jname}-{index}-{rank}") } else { format!("{jname}-{index}") };
@@ -406,7 +453,15 @@ pub fn job_pods(tasks: &[&Task], addrs: &BTreeMap<String, String>) -> Vec<Pod> {
     out
 }
 
-fn task_pod(t: &Task, name: &str, jname: &str, job_uid: &str, index: u32, on: Option<&wire::NodeAllocInfo>, addrs: &BTreeMap<String, String>) -> Pod {
+fn task_pod(
+    t: &Task,
+    name: &str,
+    jname: &str,
+    job_uid: &str,
+    index: u32,
+    on: Option<&wire::NodeAllocInfo>,
+    addrs: &BTreeMap<String, String>,
+) -> Pod {
     let info = &t.info;
     let state = info.base_state();
     let fin = final_state(state);
@@ -430,7 +485,8 @@ fn task_pod(t: &Task, name: &str, jname: &str, job_uid: &str, index: u32, on: Op
     let id_s = info.id.to_string();
     let uid_key = format!("{PREFIX}/job-id");
     lab.push((&uid_key, &id_s));
-    let mut annotations = BTreeMap::from([(format!("{PREFIX}/job-id"), info.display_id.clone())]);
+    let mut annotations =
+        BTreeMap::from([(format!("{PREFIX}/job-id"), info.display_id.clone()), (UID_ANNOTATION.to_string(), info.uid.to_string())]);
     if info.array_job_id.is_some() {
         annotations.insert("batch.kubernetes.io/job-completion-index".into(), index_s.clone());
     }
@@ -559,7 +615,9 @@ fn memory_text(q: &wire::Quantity) -> String {
         wire::Quantity::Num(n) => format!("{}Mi", *n as i64),
         wire::Quantity::Text(t) => {
             let t = t.trim();
-            for (from, to) in [("KiB", "Ki"), ("MiB", "Mi"), ("GiB", "Gi"), ("TiB", "Ti"), ("KB", "k"), ("MB", "M"), ("GB", "G"), ("TB", "T")] {
+            for (from, to) in
+                [("KiB", "Ki"), ("MiB", "Mi"), ("GiB", "Gi"), ("TiB", "Ti"), ("KB", "k"), ("MB", "M"), ("GB", "G"), ("TB", "T")]
+            {
                 if let Some(n) = t.strip_suffix(from) {
                     return format!("{n}{to}");
                 }
@@ -628,7 +686,8 @@ fn pod_template(spec: &wire::ServiceSpec, rev: Option<u32>) -> PodTemplateSpec {
 pub fn deployment(s: &ServiceView) -> Deployment {
     let i = &s.info;
     let name = &i.name;
-    let live: Vec<&wire::ReplicaRow> = i.replicas.iter().filter(|r| !matches!(r.state.as_str(), "Draining" | "Stopping" | "Gone")).collect();
+    let live: Vec<&wire::ReplicaRow> =
+        i.replicas.iter().filter(|r| !matches!(r.state.as_str(), "Draining" | "Stopping" | "Gone")).collect();
     let updated = live.iter().filter(|r| r.revision == i.revision).count() as i32;
     let desired = i.desired as i32;
     let ready = i.ready as i32;
@@ -646,7 +705,9 @@ pub fn deployment(s: &ServiceView) -> Deployment {
             type_: Some("Available".into()),
             status: Some(condition_status(available)),
             reason: Some(if available { "MinimumReplicasAvailable" } else { "MinimumReplicasUnavailable" }.into()),
-            message: Some(if available { "Deployment has minimum availability." } else { "Deployment does not have minimum availability." }.into()),
+            message: Some(
+                if available { "Deployment has minimum availability." } else { "Deployment does not have minimum availability." }.into(),
+            ),
             last_transition_time: created.clone(),
             last_update_time: created.clone(),
         },
@@ -671,6 +732,7 @@ pub fn deployment(s: &ServiceView) -> Deployment {
             annotations: Some(BTreeMap::from([
                 ("deployment.kubernetes.io/revision".to_string(), i.revision.to_string()),
                 (format!("{PREFIX}/user"), i.user.clone()),
+                (UID_ANNOTATION.to_string(), s.uid.to_string()),
             ])),
             ..meta(name, true, uid("Deployment", name, s.created), Some(s.created))
         },
@@ -724,6 +786,7 @@ pub fn replica_sets(s: &ServiceView) -> Vec<ReplicaSet> {
                     annotations: Some(BTreeMap::from([
                         ("deployment.kubernetes.io/revision".to_string(), rev.to_string()),
                         ("deployment.kubernetes.io/desired-replicas".to_string(), i.desired.to_string()),
+                        (UID_ANNOTATION.to_string(), s.uid.to_string()),
                     ])),
                     owner_references: Some(vec![OwnerReference {
                         api_version: "apps/v1".into(),
@@ -754,8 +817,9 @@ pub fn replica_sets(s: &ServiceView) -> Vec<ReplicaSet> {
         .collect()
 }
 
-/// A service's Pods, one per replica. `now`: the deletion time of replicas on their way out.
-pub fn service_pods(s: &ServiceView, addrs: &BTreeMap<String, String>, now: i64) -> Vec<Pod> {
+/// A service's Pods, one per replica. A replica on its way out has a `deletionTimestamp` (its
+/// job's end, else its start: stable, so a watch sees it change once).
+pub fn service_pods(s: &ServiceView, addrs: &BTreeMap<String, String>) -> Vec<Pod> {
     let i = &s.info;
     let spec_of = |rev: u32| s.history.iter().find(|(r, _)| *r == rev).map_or(&i.spec, |(_, sp)| sp);
     i.replicas
@@ -815,8 +879,11 @@ pub fn service_pods(s: &ServiceView, addrs: &BTreeMap<String, String>, now: i64)
             Pod {
                 metadata: ObjectMeta {
                     labels: Some(lab),
-                    deletion_timestamp: leaving.then(|| time(now)).flatten(),
-                    annotations: Some(BTreeMap::from([(format!("{PREFIX}/replica-state"), r.state.clone())])),
+                    deletion_timestamp: leaving.then(|| time(job.and_then(|j| j.end).or(started).unwrap_or(created))).flatten(),
+                    annotations: Some(BTreeMap::from([
+                        (format!("{PREFIX}/replica-state"), r.state.clone()),
+                        (UID_ANNOTATION.to_string(), s.uid.to_string()),
+                    ])),
                     owner_references: Some(vec![OwnerReference {
                         api_version: "apps/v1".into(),
                         kind: "ReplicaSet".into(),
@@ -889,8 +956,12 @@ mod tests {
             task(10, "COMPLETED", json!({"array_job_id": 10, "array_task_id": 0, "allocation": alloc("n1"), "end": 1_800_000_100i64})),
             task(11, "RUNNING", json!({"array_job_id": 10, "array_task_id": 1, "allocation": alloc("n2")})),
             task(12, "PENDING", json!({"array_job_id": 10, "array_task_id": 2, "start": null})),
-            task(20, "RUNNING", json!({"nodes": 2, "allocation": [{"name": "n1", "cpus": 1, "memory_mb": 0, "gpus": 0},
-                {"name": "n2", "cpus": 1, "memory_mb": 0, "gpus": 0}]})),
+            task(
+                20,
+                "RUNNING",
+                json!({"nodes": 2, "allocation": [{"name": "n1", "cpus": 1, "memory_mb": 0, "gpus": 0},
+                {"name": "n2", "cpus": 1, "memory_mb": 0, "gpus": 0}]}),
+            ),
         ];
         let groups = group_jobs(&tasks);
         assert_eq!(groups.len(), 2);
@@ -943,7 +1014,8 @@ mod tests {
 
     fn service(replicas: Vec<wire::ReplicaRow>, desired: u32, ready: u32, updated_ready: u32) -> ServiceView {
         let spec: wire::ServiceSpec = serde_json::from_value(json!({"name": "web", "command": ["serve", "$PORT"], "env": {"A": "1"},
-            "image": "busybox", "resources": {"cpus": 2, "memory": "512MiB", "gpus": 1}})).unwrap();
+            "image": "busybox", "resources": {"cpus": 2, "memory": "512MiB", "gpus": 1}}))
+        .unwrap();
         let mut old = spec.clone();
         old.image = Some("busybox:old".into());
         ServiceView {
@@ -962,6 +1034,7 @@ mod tests {
                 spec,
             },
             created: 1_800_000_000,
+            uid: 1000,
             jobs: vec![],
             history: vec![(1, old)],
         }
@@ -1008,7 +1081,7 @@ mod tests {
         assert_eq!(d["status"]["replicas"], 2);
         assert_eq!(d["status"]["updatedReplicas"], 1);
         assert_eq!(d["status"]["conditions"][1]["reason"], "ReplicaSetUpdated");
-        let pods: Vec<Value> = service_pods(&s, &BTreeMap::new(), 1_800_000_500).into_iter().map(|p| serde_json::to_value(p).unwrap()).collect();
+        let pods: Vec<Value> = service_pods(&s, &BTreeMap::new()).into_iter().map(|p| serde_json::to_value(p).unwrap()).collect();
         assert_eq!(pods[0]["metadata"]["labels"]["pod-template-hash"], "r1");
         assert_eq!(pods[0]["metadata"]["ownerReferences"][0]["name"], "web-r1");
         assert_eq!(pods[0]["spec"]["containers"][0]["image"], "busybox:old");

@@ -81,7 +81,9 @@ impl Labels {
         for req in split_top(sel).map_err(|e| bad("label", sel, e))? {
             let req = req.trim();
             let word_op = |op: &str| {
-                req.find(op).map(|i| (req[..i].trim(), req[i + op.len()..].trim())).filter(|(k, _)| !k.is_empty() && !k.contains(['=', '!', '<', '>']))
+                req.find(op)
+                    .map(|i| (req[..i].trim(), req[i + op.len()..].trim()))
+                    .filter(|(k, _)| !k.is_empty() && !k.contains(['=', '!', '<', '>']))
             };
             let (key, op) = if let Some(k) = req.strip_prefix('!') {
                 (k.trim(), Op::NotExists)

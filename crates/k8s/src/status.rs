@@ -26,7 +26,12 @@ impl Failure {
     /// 404 for an object that does not exist: `pods "x" not found`, as the API server words it.
     pub fn not_found(resource: &str, group: &str, name: &str) -> Failure {
         let what = if group.is_empty() { resource.to_string() } else { format!("{resource}.{group}") };
-        Failure { code: 404, reason: "NotFound", message: format!("{what} \"{name}\" not found"), details: Some((resource.into(), name.into())) }
+        Failure {
+            code: 404,
+            reason: "NotFound",
+            message: format!("{what} \"{name}\" not found"),
+            details: Some((resource.into(), name.into())),
+        }
     }
 
     /// 400 for a malformed request (a selector, a parameter).

@@ -115,8 +115,18 @@ pub fn columns(kind: &str) -> Vec<Value> {
             let mut v = vec![
                 name,
                 col("Ready", "string", 0, "Number of the pod with ready state"),
-                col("Up-to-date", "integer", 0, "Total number of non-terminated pods targeted by this deployment that have the desired template spec."),
-                col("Available", "integer", 0, "Total number of available pods (ready for at least minReadySeconds) targeted by this deployment."),
+                col(
+                    "Up-to-date",
+                    "integer",
+                    0,
+                    "Total number of non-terminated pods targeted by this deployment that have the desired template spec.",
+                ),
+                col(
+                    "Available",
+                    "integer",
+                    0,
+                    "Total number of available pods (ready for at least minReadySeconds) targeted by this deployment.",
+                ),
                 age,
             ];
             v.extend(wide_workload);
@@ -273,19 +283,20 @@ pub fn cells(kind: &str, obj: &Value, now: i64) -> Vec<Value> {
         }
         "ReplicaSet" => {
             let st = &obj["status"];
-            let mut v = vec![name, json!(i(&obj["spec"]["replicas"])), json!(i(&st["replicas"])), json!(i(&st["readyReplicas"])), json!(age(obj, now))];
+            let mut v = vec![
+                name,
+                json!(i(&obj["spec"]["replicas"])),
+                json!(i(&st["replicas"])),
+                json!(i(&st["readyReplicas"])),
+                json!(age(obj, now)),
+            ];
             v.extend(workload_wide(obj, &obj["spec"]["template"]));
             v
         }
         "Job" => {
             let st = &obj["status"];
-            let conds: Vec<&str> = st["conditions"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter(|c| c["status"] == "True")
-                .map(|c| s(&c["type"]))
-                .collect();
+            let conds: Vec<&str> =
+                st["conditions"].as_array().into_iter().flatten().filter(|c| c["status"] == "True").map(|c| s(&c["type"])).collect();
             let status = ["Failed", "Complete", "Suspended", "FailureTarget", "SuccessCriteriaMet"]
                 .into_iter()
                 .find(|c| conds.contains(c))
@@ -360,7 +371,9 @@ mod tests {
 
     #[test]
     fn the_table_accept_header_is_recognised() {
-        assert!(wants_table("application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json"));
+        assert!(wants_table(
+            "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json"
+        ));
         assert!(!wants_table("application/json"));
         assert!(!wants_table("application/vnd.kubernetes.protobuf,application/json"));
     }
@@ -395,7 +408,10 @@ mod tests {
             pod_status(&p(json!({"phase": "Succeeded", "containerStatuses": [{"state": {"terminated": {"reason": "Completed"}}}]}))),
             "Completed"
         );
-        assert_eq!(pod_status(&p(json!({"phase": "Failed", "containerStatuses": [{"state": {"terminated": {"exitCode": 3}}}]}))), "ExitCode:3");
+        assert_eq!(
+            pod_status(&p(json!({"phase": "Failed", "containerStatuses": [{"state": {"terminated": {"exitCode": 3}}}]}))),
+            "ExitCode:3"
+        );
         assert_eq!(pod_status(&p(json!({"phase": "Failed", "containerStatuses": [{"state": {"terminated": {"signal": 9}}}]}))), "Signal:9");
     }
 }

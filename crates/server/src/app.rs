@@ -60,6 +60,8 @@ pub(crate) struct App {
     pub(crate) source: Arc<crate::config::Source>,
     /// The TCP address clients reach, set once it is bound (`tandem token --kubeconfig`).
     pub(crate) endpoint: Arc<std::sync::OnceLock<Endpoint>>,
+    /// The Kubernetes API's views, with their resource versions (`kube`).
+    pub(crate) kube: Arc<Mutex<crate::kube::Views>>,
 }
 
 /// How a client reaches the controller over TCP.

@@ -713,7 +713,11 @@ async fn list_nodes(State(app): State<App>, ConnectInfo(peer): ConnectInfo<Peer>
 /// The nodes as listed: a deleted node's slot is not.
 /// An idle node in an advance reservation in force is `maint` (a maintenance one) or
 /// `reserved` (Slurm's `resv`); `resv` has the reservation in force on each node that has one.
-pub(crate) fn node_infos(resv: &std::collections::HashMap<&str, &model::Reservation>, nodes: &[control::NodeRec], all: &[String]) -> Vec<NodeInfo> {
+pub(crate) fn node_infos(
+    resv: &std::collections::HashMap<&str, &model::Reservation>,
+    nodes: &[control::NodeRec],
+    all: &[String],
+) -> Vec<NodeInfo> {
     nodes
         .iter()
         .filter(|n| !n.deleted)

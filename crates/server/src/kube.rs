@@ -1,7 +1,10 @@
 //! The Kubernetes API on the controller's TLS port (README, "For Kubernetes users"): discovery,
-//! `/version`, and reads of Nodes, Namespaces, Pods, Deployments, ReplicaSets and Jobs, each a
-//! view of the controller's own state built by the pure `k8s` crate. Users are who their bearer
-//! token says (`tandem token --kubeconfig`), and see what `squeue` would show them. Errors are
+//! `/version`, and reads and watches of Nodes, Namespaces, Pods, Deployments, ReplicaSets and
+//! Jobs, each a view of the controller's own state built by the pure `k8s` crate. A kind's
+//! objects are computed as root sees them when read (at most every [`FRESH`]) and kept in a
+//! `k8s::watch::Cache`, which versions them; each caller then gets what it may see (another
+//! user's objects hidden under `private_jobs`, environment values and arguments `(hidden)`).
+//! Users are who their bearer token says (`tandem token --kubeconfig`). Errors are
 //! `metav1.Status` bodies.
 
 use axum::Json;
@@ -14,9 +17,11 @@ use axum::routing::any;
 use k8s::api::Route;
 use k8s::objects::{ServiceView, Task};
 use k8s::select::{Fields, Labels};
+use k8s::watch::{Cache, Watcher};
 use k8s::{Failure, Target};
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, Instant};
 
 use crate::app::*;
 
@@ -66,7 +71,14 @@ fn viewer(app: &App, peer: &Peer, headers: &HeaderMap) -> Result<Viewer, Failure
     Ok(viewer_for(app, uid))
 }
 
-async fn serve(app: &App, peer: &Peer, method: &Method, path: &str, headers: &HeaderMap, q: &HashMap<String, String>) -> Result<Response, Failure> {
+async fn serve(
+    app: &App,
+    peer: &Peer,
+    method: &Method,
+    path: &str,
+    headers: &HeaderMap,
+    q: &HashMap<String, String>,
+) -> Result<Response, Failure> {
     let route = k8s::api::route(path)?;
     if route == Route::Version {
         return Ok(Json(k8s::api::version(env!("CARGO_PKG_VERSION"))).into_response());
@@ -91,12 +103,62 @@ fn flag(q: &HashMap<String, String>, k: &str) -> bool {
     q.get(k).is_some_and(|v| v == "true" || v == "1")
 }
 
-/// Every object of `kind` the viewer may see, as JSON, and the journal position they reflect.
-fn gather(app: &App, v: &Viewer, kind: &str, now: i64) -> (Vec<Value>, u64) {
+/// How long a computation of a kind's objects serves later reads and watches, while the
+/// controller has journalled nothing since (a change it acknowledged is always seen).
+const FRESH: Duration = Duration::from_millis(250);
+
+/// How often a watch looks for changes.
+const WATCH_EVERY: Duration = Duration::from_millis(500);
+
+/// The kinds' caches and the version counter they share.
+pub(crate) struct Views {
+    counter: u64,
+    /// Each kind's cache, when it was computed, and the journal's position then.
+    caches: HashMap<&'static str, (Cache, Instant, u64)>,
+}
+
+impl Views {
+    /// Versions of the controller's `boot`-th start.
+    pub(crate) fn new(boot: u64) -> Views {
+        Views { counter: k8s::watch::first_version(boot), caches: HashMap::new() }
+    }
+}
+
+/// The cache of `kind`, computed afresh unless it is younger than [`FRESH`]; run with it.
+fn with_cache<T>(app: &App, kind: &'static str, f: impl FnOnce(&Cache) -> T) -> T {
+    let mut views = app.kube.lock().expect("views lock");
+    let seq = app.journal.last();
+    let fresh = views.caches.get(kind).is_some_and(|(_, at, s)| at.elapsed() < FRESH && *s == seq);
+    if !fresh {
+        let objs = gather(app, kind);
+        let Views { counter, caches } = &mut *views;
+        let (cache, at, s) = caches.entry(kind).or_insert_with(|| (Cache::new(*counter), Instant::now(), seq));
+        cache.refresh(objs, counter);
+        (*at, *s) = (Instant::now(), seq);
+    }
+    f(&views.caches[kind].0)
+}
+
+/// What `v` may see of `o`: nothing of another user's under `private_jobs`, no environment
+/// values or arguments of another user's.
+fn visible(v: &Viewer, mut o: Value) -> Option<Value> {
+    match k8s::objects::owner_uid(&o) {
+        Some(uid) if !v.sees(uid) => None,
+        Some(uid) if !v.sees_details(uid) => {
+            k8s::objects::redact(&mut o, HIDDEN);
+            Some(o)
+        }
+        _ => Some(o),
+    }
+}
+
+/// Every object of `kind`, as root sees it.
+fn gather(app: &App, kind: &str) -> Vec<Value> {
+    let v = &Viewer { uid: 0, all: true, private_jobs: false, private_usage: false };
     let to = |x: Result<Value, serde_json::Error>| x.expect("Kubernetes objects serialize");
     let g = app.lock();
     let ctl = &g.ctl;
-    let t = crate::app::now();
+    let t = now();
     let parts: Vec<String> = ctl.settings().cluster.partitions.iter().map(|p| p.name.clone()).collect();
     let nodes = crate::jobs::node_infos(&ctl.node_reservations(t), ctl.nodes(), &parts);
     let addrs: BTreeMap<String, String> = nodes.iter().map(|n| (n.name.clone(), n.addr.clone())).collect();
@@ -113,15 +175,14 @@ fn gather(app: &App, v: &Viewer, kind: &str, now: i64) -> (Vec<Value>, u64) {
             let jobs = info.replicas.iter().filter_map(|r| ctl.job(r.job)).map(|j| crate::jobs::job_info(&j, v, &part)).collect();
             let history =
                 s.history.iter().map(|(n, sp)| (*n, if v.sees_details(s.uid) { sp.clone() } else { crate::services::hide(sp) })).collect();
-            let view = ServiceView { info, created: s.created, jobs, history };
+            let view = ServiceView { info, created: s.created, uid: s.uid, jobs, history };
             match kind {
                 "Deployment" => out.push(to(serde_json::to_value(k8s::objects::deployment(&view)))),
                 "ReplicaSet" => out.extend(k8s::objects::replica_sets(&view).into_iter().map(|x| to(serde_json::to_value(x)))),
-                _ => out.extend(k8s::objects::service_pods(&view, &addrs, now).into_iter().map(|x| to(serde_json::to_value(x)))),
+                _ => out.extend(k8s::objects::service_pods(&view, &addrs).into_iter().map(|x| to(serde_json::to_value(x)))),
             }
         }
     }
-    let seq = app.journal.last();
     drop(g);
     if matches!(kind, "Pod" | "Job") {
         let tasks = batch_tasks(app, v);
@@ -133,7 +194,7 @@ fn gather(app: &App, v: &Viewer, kind: &str, now: i64) -> (Vec<Value>, u64) {
             }
         }
     }
-    (out, seq.max(app.journal.last()))
+    out
 }
 
 /// The batch jobs the viewer may see (not service replicas), every array task on its own, in
@@ -167,33 +228,38 @@ fn batch_tasks(app: &App, v: &Viewer) -> Vec<Task> {
 
 async fn objects(app: &App, v: &Viewer, t: &Target, headers: &HeaderMap, q: &HashMap<String, String>) -> Result<Response, Failure> {
     let kind = t.resource.kind;
-    if flag(q, "watch") || flag(q, "sendInitialEvents") {
-        return Err(Failure::method_not_allowed(
-            "watch is not served yet by Tandem's Kubernetes API: list again, or use `squeue -i` / `tandem service show`",
-        ));
-    }
     let labels = Labels::parse(q.get("labelSelector").map_or("", String::as_str))?;
-    let fields = Fields::parse(q.get("fieldSelector").map_or("", String::as_str), kind)?;
+    let mut fields = Fields::parse(q.get("fieldSelector").map_or("", String::as_str), kind)?;
     let include = k8s::table::Include::parse(q.get("includeObject").map(String::as_str))?;
-    let now = now();
-    let (mut objs, seq) = gather(app, v, kind, now);
-    app.settled(seq).await.map_err(|_| Failure::from_code(503, "the controller cannot save its state; try again"))?;
-    let rv = seq.to_string();
-    let ns_ok = |o: &Value| t.namespace.as_deref().is_none_or(|ns| o["metadata"]["namespace"] == ns);
-    objs.retain(|o| ns_ok(o) && labels.matches(o) && fields.matches(o));
-    // In the order of their keys, as an etcd-backed server lists them.
-    let key = |o: &Value| (o["metadata"]["namespace"].as_str().unwrap_or("").to_string(), o["metadata"]["name"].as_str().unwrap_or("").to_string());
-    objs.sort_by_cached_key(key);
-    for o in &mut objs {
-        o["metadata"]["resourceVersion"] = json!(rv);
+    let accept = headers.get("accept").and_then(|h| h.to_str().ok()).unwrap_or("").to_string();
+    if flag(q, "watch") {
+        if t.sub.is_some() {
+            return Err(Failure::no_route());
+        }
+        if let Some(name) = &t.name {
+            // The old form of a watch of one object: `.../pods/NAME?watch=1`.
+            let sel = format!("metadata.name={name}{}", q.get("fieldSelector").map_or(String::new(), |f| format!(",{f}")));
+            fields = Fields::parse(&sel, kind)?;
+        }
+        let w = Watcher::new(t.namespace.clone(), labels, fields);
+        return watch(app, v, t.resource, w, q, include, k8s::table::wants_table(&accept));
     }
-    let accept = headers.get("accept").and_then(|h| h.to_str().ok()).unwrap_or("");
+    if flag(q, "sendInitialEvents") {
+        return Err(Failure::bad_request("sendInitialEvents is for watches (watch=true)"));
+    }
+    let now = now();
+    let (objs, rv) = with_cache(app, kind, |c| (c.list(), c.version()));
+    // Show nothing a crash could undo.
+    app.settled(app.journal.last()).await.map_err(|_| Failure::from_code(503, "the controller cannot save its state; try again"))?;
+    let rv = rv.to_string();
+    let w = Watcher::new(t.namespace.clone(), labels, fields);
+    let objs: Vec<Value> = objs.into_iter().filter(|o| w.matches(o)).filter_map(|o| visible(v, o)).collect();
     if let Some(name) = &t.name {
         let Some(obj) = objs.into_iter().find(|o| o["metadata"]["name"] == name.as_str()) else {
             return Err(Failure::not_found(t.resource.plural, t.resource.group, name));
         };
         return match t.sub.as_deref() {
-            None | Some("status") if k8s::table::wants_table(accept) => {
+            None | Some("status") if k8s::table::wants_table(&accept) => {
                 Ok(Json(k8s::table::table(kind, &[obj], &rv, include, now)).into_response())
             }
             None | Some("status") => Ok(Json(obj).into_response()),
@@ -203,7 +269,7 @@ async fn objects(app: &App, v: &Viewer, t: &Target, headers: &HeaderMap, q: &Has
     if t.sub.is_some() {
         return Err(Failure::no_route());
     }
-    if k8s::table::wants_table(accept) {
+    if k8s::table::wants_table(&accept) {
         return Ok(Json(k8s::table::table(kind, &objs, &rv, include, now)).into_response());
     }
     Ok(Json(json!({
@@ -213,4 +279,139 @@ async fn objects(app: &App, v: &Viewer, t: &Target, headers: &HeaderMap, q: &Has
         "items": objs,
     }))
     .into_response())
+}
+
+/// Frames from a channel, as a streamed body (a watch's events).
+struct Feed(tokio::sync::mpsc::Receiver<axum::body::Bytes>);
+
+impl hyper::body::Body for Feed {
+    type Data = axum::body::Bytes;
+    type Error = std::convert::Infallible;
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
+        self.0.poll_recv(cx).map(|b| b.map(|b| Ok(hyper::body::Frame::data(b))))
+    }
+}
+
+/// A watch: newline-delimited JSON events (`{"type": ..., "object": ...}`), each object a
+/// one-row Table when kubectl asked for Tables. From `resourceVersion` V: the changes after V
+/// (410 `Expired` in an `ERROR` event when V is older than what the controller knows); without
+/// one, or with `sendInitialEvents=true`: every object as `ADDED` first (then a `BOOKMARK`
+/// marked `k8s.io/initial-events-end` when asked for). It ends after `timeoutSeconds` (default
+/// 30 minutes) or when the client goes.
+fn watch(
+    app: &App,
+    v: &Viewer,
+    resource: &'static k8s::Resource,
+    mut w: Watcher,
+    q: &HashMap<String, String>,
+    include: k8s::table::Include,
+    table: bool,
+) -> Result<Response, Failure> {
+    let kind = resource.kind;
+    let since = match q.get("resourceVersion").map(String::as_str) {
+        None | Some("") | Some("0") => None,
+        Some(rv) => Some(rv.parse::<u64>().map_err(|_| Failure::bad_request(format!("resourceVersion: {rv:?} is not a version")))?),
+    };
+    let initial = flag(q, "sendInitialEvents");
+    if initial && q.get("resourceVersionMatch").map(String::as_str) != Some("NotOlderThan") {
+        return Err(Failure::bad_request("sendInitialEvents needs resourceVersionMatch=NotOlderThan"));
+    }
+    let bookmarks = flag(q, "allowWatchBookmarks");
+    let timeout = match q.get("timeoutSeconds") {
+        Some(s) => s.parse::<u64>().map_err(|_| Failure::bad_request(format!("timeoutSeconds: {s:?} is not a number")))?,
+        None => 1800,
+    };
+    let (tx, rx) = tokio::sync::mpsc::channel::<axum::body::Bytes>(64);
+    let (app, v) = (app.clone(), *v);
+    let api_version = resource.api_version();
+    let line = move |ty: &str, obj: Value, rv: u64| -> axum::body::Bytes {
+        let obj = if table && ty != "BOOKMARK" && ty != "ERROR" {
+            k8s::table::table(kind, std::slice::from_ref(&obj), &rv.to_string(), include, now())
+        } else {
+            obj
+        };
+        let mut b = serde_json::to_vec(&json!({"type": ty, "object": obj})).expect("events serialize");
+        b.push(b'\n');
+        b.into()
+    };
+    tokio::spawn(async move {
+        let end = Instant::now() + Duration::from_secs(timeout);
+        // Where the watch starts, and what the client knows there.
+        let (mut at, first) = with_cache(&app, kind, |c| match since {
+            Some(rv) if !initial => {
+                w.knows(&c.existed_at(rv));
+                (rv, c.since(rv).map(|ch| w.events(ch)))
+            }
+            _ => {
+                let now_objs: Vec<Value> = c.list();
+                let changes = now_objs
+                    .into_iter()
+                    .map(|obj| k8s::watch::Change { kind: "ADDED", rv: c.version(), created: c.version(), obj })
+                    .collect();
+                (c.version(), Ok(w.events(changes)))
+            }
+        });
+        let mut send = Vec::new();
+        match first {
+            Ok(events) => send.extend(events.into_iter().filter_map(|(ty, o)| visible(&v, o).map(|o| (ty, o)))),
+            Err(f) => {
+                let _ = tx.send(line("ERROR", f.body(), at)).await;
+                return;
+            }
+        }
+        if app.settled(app.journal.last()).await.is_err() {
+            return;
+        }
+        for (ty, o) in send {
+            let rv = o["metadata"]["resourceVersion"].as_str().and_then(|r| r.parse().ok()).unwrap_or(at);
+            if tx.send(line(ty, o, rv)).await.is_err() {
+                return;
+            }
+        }
+        if initial && bookmarks {
+            let mark = json!({"kind": kind, "apiVersion": api_version,
+                "metadata": {"resourceVersion": at.to_string(), "annotations": {"k8s.io/initial-events-end": "true"}}});
+            if tx.send(line("BOOKMARK", mark, at)).await.is_err() {
+                return;
+            }
+        }
+        let mut last_mark = Instant::now();
+        while Instant::now() < end {
+            tokio::time::sleep(WATCH_EVERY).await;
+            if tx.is_closed() {
+                return;
+            }
+            let (next, changes) = with_cache(&app, kind, |c| (c.version(), c.since(at)));
+            let events = match changes {
+                Ok(ch) => w.events(ch),
+                Err(f) => {
+                    let _ = tx.send(line("ERROR", f.body(), at)).await;
+                    return;
+                }
+            };
+            at = next;
+            if app.settled(app.journal.last()).await.is_err() {
+                return;
+            }
+            for (ty, o) in events.into_iter().filter_map(|(ty, o)| visible(&v, o).map(|o| (ty, o))) {
+                let rv = o["metadata"]["resourceVersion"].as_str().and_then(|r| r.parse().ok()).unwrap_or(at);
+                if tx.send(line(ty, o, rv)).await.is_err() {
+                    return;
+                }
+            }
+            if bookmarks && last_mark.elapsed() > Duration::from_secs(30) {
+                last_mark = Instant::now();
+                let mark = json!({"kind": kind, "apiVersion": api_version, "metadata": {"resourceVersion": at.to_string()}});
+                if tx.send(line("BOOKMARK", mark, at)).await.is_err() {
+                    return;
+                }
+            }
+        }
+    });
+    let mut r = Response::new(axum::body::Body::new(Feed(rx)));
+    r.headers_mut().insert("content-type", axum::http::HeaderValue::from_static("application/json"));
+    Ok(r)
 }

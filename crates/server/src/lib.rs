@@ -213,6 +213,7 @@ async fn run(args: ServerArgs) -> Result<()> {
         hook: Arc::new(hook::Hook::default()),
         source: Arc::new(args.source),
         endpoint: Arc::new(std::sync::OnceLock::new()),
+        kube: Arc::new(Mutex::new(kube::Views::new(boot))),
     };
     // The site's job-submit script is loaded now, so an error in it is logged at once; the
     // controller serves either way (and refuses submissions while the script cannot be used).

@@ -274,7 +274,10 @@ fn the_document_lists_exactly_the_routes() {
     let docs = documented(&doc());
     let documented: BTreeSet<(String, String)> = docs.keys().cloned().collect();
     for (_, p) in &documented {
-        assert!(!KUBE_PREFIXES.iter().any(|k| p == k || p.starts_with(&format!("{k}/"))), "{p} is the Kubernetes API's, not this document's");
+        assert!(
+            !KUBE_PREFIXES.iter().any(|k| p == k || p.starts_with(&format!("{k}/"))),
+            "{p} is the Kubernetes API's, not this document's"
+        );
     }
     let fmt = |s: &BTreeSet<(String, String)>| s.iter().map(|(m, p)| format!("  {} {p}", m.to_uppercase())).collect::<Vec<_>>().join("\n");
     let undocumented: BTreeSet<_> = served.difference(&documented).cloned().collect();

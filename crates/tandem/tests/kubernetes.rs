@@ -181,20 +181,84 @@ fn kubectl_and_the_python_client_see_what_squeue_and_tandem_service_see() {
         let o = c.kubectl(k, &["delete", "pod", &format!("job-{array}-0"), "--wait=false"]);
         assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("serves reads for now"), "{o:?}");
     }
+    for (k, _) in &kubectls {
+        let k = k.as_path();
+        // Watches: `get -w` prints a new job's pod as it comes, runs and ends.
+        let mut w = Command::new(k)
+            .args(["get", "pods", "-w", "--output-watch-events"])
+            .env("KUBECONFIG", &c.kubeconfig)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(500));
+        let short = c.slurm("sbatch", &["--parsable", "--wrap", "sleep 1"]).trim().to_string();
+        let out = c.ok(k, &["wait", "--for=condition=Complete", &format!("job/job-{short}"), "--timeout=60s"]);
+        assert!(out.contains("condition met"), "{out}");
+        std::thread::sleep(Duration::from_millis(1500));
+        let _ = w.kill();
+        let out = w.wait_with_output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        let pod = format!("job-{short}-0");
+        let events: Vec<Vec<&str>> =
+            text.lines().map(|l| l.split_whitespace().collect::<Vec<_>>()).filter(|w| w.get(1) == Some(&pod.as_str())).collect();
+        assert!(
+            events.first().is_some_and(|e| e[0] == "ADDED") && events.last().is_some_and(|e| e[0] == "MODIFIED" && e[3] == "Completed"),
+            "kubectl get -w:\n{text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        // `tandem service scale` is the Deployment's spec.replicas; `rollout status` and `wait`
+        // end when the replicas are ready (WatchList with the initial-events-end bookmark).
+        c.tandem(&["service", "scale", "echo", "2"]);
+        let out = c.ok(k, &["rollout", "status", "deploy/echo", "--timeout=60s"]);
+        assert!(out.contains("successfully rolled out"), "{out}");
+        assert_eq!(row(&c.ok(k, &["get", "deploy", "echo"]), "echo")[1], "2/2");
+        let out = c.ok(k, &["wait", "--for=condition=Available", "deploy/echo", "--timeout=60s"]);
+        assert!(out.contains("condition met"), "{out}");
+        // The replica a scale-down stops: its Pod is Terminating, then gone.
+        let names = |c: &Kube| {
+            let out = c.ok(
+                k,
+                &[
+                    "get",
+                    "pods",
+                    "-l",
+                    "tandem.dev/service=echo",
+                    "-o",
+                    "jsonpath={range .items[*]}{.metadata.name} {.metadata.deletionTimestamp}{\"\\n\"}{end}",
+                ],
+            );
+            out.lines()
+                .map(|l| (l.split_whitespace().next().unwrap_or("").to_string(), l.split_whitespace().count() > 1))
+                .collect::<Vec<_>>()
+        };
+        let before = names(&c);
+        assert_eq!(before.len(), 2, "{before:?}");
+        c.tandem(&["service", "scale", "echo", "1"]);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let doomed = loop {
+            let now = names(&c);
+            let kept: Vec<&String> = now.iter().filter(|(_, leaving)| !leaving).map(|(n, _)| n).collect();
+            if kept.len() == 1 {
+                break before.iter().map(|(n, _)| n).find(|n| *n != kept[0]).unwrap().clone();
+            }
+            assert!(Instant::now() < deadline, "no replica left: {now:?}");
+            std::thread::sleep(Duration::from_millis(200));
+        };
+        let out = c.ok(k, &["wait", "--for=delete", &format!("pod/{doomed}"), "--timeout=60s"]);
+        assert!(out.contains("condition met") || out.is_empty(), "{out}");
+        assert!(!c.ok(k, &["get", "pods"]).contains(&format!("{doomed} ")), "{doomed} is still listed");
+    }
     let k = kubectls[0].0.as_path();
-    // `tandem service scale` is the Deployment's spec.replicas.
-    c.tandem(&["service", "scale", "echo", "2"]);
-    let dep = c.wait_for(k, &["get", "deploy", "echo"], "2/2");
-    assert_eq!(row(&dep, "echo")[1], "2/2", "{dep}");
     // The Python client: every kind read raw and validated against Kubernetes 1.37's schema.
     let o = Command::new(&py)
         .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/clients/kubernetes_check.py"))
-        .args([c.kubeconfig.to_str().unwrap(), &array, "echo"])
-        .env_remove("TANDEM_SERVER")
+        .args([c.kubeconfig.to_str().unwrap(), &array, "echo", c.dir.join("shims/sbatch").to_str().unwrap()])
+        .env("TANDEM_SERVER", &c.server)
         .output()
         .unwrap();
     let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
-    assert!(o.status.success() && text.contains("ok dynamic client"), "kubernetes_check.py:\n{text}");
+    assert!(o.status.success() && text.contains("ok expired"), "kubernetes_check.py:\n{text}");
     eprintln!("{text}");
     // scancel is seen by kubectl: the array's Job fails, its Pods end.
     c.slurm("scancel", &[&array]);

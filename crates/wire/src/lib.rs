@@ -804,14 +804,14 @@ pub struct ProxySync {
     pub services: std::collections::BTreeMap<String, ProxyServiceStats>,
 }
 
+/// A service's spec file, and its quantities, are the controller's own.
+pub use control::ServiceSpec;
 /// What the controller answers a caller without the right to change the accounting.
 pub use control::accounting::NO_PRIVILEGE;
 /// `sacctmgr`'s changes are the controller's own type.
 pub use control::accounting::{AcctChange, Entity as AcctEntity, SetOp, Setting, Verb as AcctVerb};
 /// `[proxy] prefill_pace` when a spec does not say (also `tandem proxy --prefill-pace`'s default).
 pub use control::service::DEFAULT_PREFILL_PACE;
-/// A service's spec file, and its quantities, are the controller's own.
-pub use control::ServiceSpec;
 pub use control::service::Quantity;
 /// The view types are the controller's own (the wire format is defined there).
 pub use control::{EndpointView, HetStep, ProxyServiceStats, ServiceEndpoints, ShareRow, StdinTo, StepIo, StepRes, StepSpec};
