@@ -734,6 +734,12 @@ pub struct Service {
     /// Autoscaler recommendations within the scale-down window (not persisted).
     #[serde(skip)]
     pub recommendations: VecDeque<(i64, u32)>,
+    /// The Kubernetes Deployment it was last written as (`kubectl apply`, the Kubernetes API),
+    /// as submitted: its metadata (labels, annotations, the last-applied configuration) and
+    /// spec. `None` for a service applied as a Tandem spec. Its status is never kept: it is
+    /// derived from the service's state when read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kube: Option<serde_json::Value>,
 }
 
 /// Revisions kept for `rollout undo`.
@@ -1139,6 +1145,7 @@ mod tests {
             deleting: false,
             scale_log: vec![],
             recommendations: VecDeque::new(),
+            kube: None,
         };
         let a = Autoscale { min: 0, max: 5, target: 2.0, window_ms: 10_000 };
         assert_eq!(autoscale(&mut s, &a, 0, 8, 0), 4);

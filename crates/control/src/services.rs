@@ -275,6 +275,7 @@ impl Controller {
             deleting: false,
             scale_log: Vec::new(),
             recommendations: Default::default(),
+            kube: None,
         });
         let mut changed = false;
         if svc.revision == 0 {
@@ -364,6 +365,17 @@ impl Controller {
             && s.umask != umask
         {
             s.umask = umask.map(|m| m & 0o777);
+            self.dirty_services.insert(name.to_string());
+        }
+    }
+
+    /// Records the Kubernetes object a service was written as (`Service::kube`); `None` when it
+    /// is applied as a Tandem spec again.
+    pub fn set_service_kube(&mut self, name: &str, kube: Option<serde_json::Value>) {
+        if let Some(s) = self.services.get_mut(name)
+            && s.kube != kube
+        {
+            s.kube = kube;
             self.dirty_services.insert(name.to_string());
         }
     }

@@ -35,9 +35,15 @@ impl Resource {
         if self.group.is_empty() { self.version.to_string() } else { format!("{}/{}", self.group, self.version) }
     }
 
-    /// The verbs served on it: reads for now (README, "For Kubernetes users").
+    /// Whether it is written through this API (the others are read and watched only; README,
+    /// "For Kubernetes users").
+    pub fn writable(&self) -> bool {
+        self.kind == "Deployment"
+    }
+
+    /// The verbs served on it.
     pub fn verbs(&self) -> &'static [&'static str] {
-        &["get", "list"]
+        if self.writable() { &["create", "delete", "get", "list", "patch", "update", "watch"] } else { &["get", "list", "watch"] }
     }
 }
 
@@ -88,6 +94,10 @@ pub enum Route {
     },
     /// A resource's objects, or one of them.
     Objects(Target),
+    /// `/openapi/v3`: the index of documents.
+    OpenApiIndex,
+    /// `/openapi/v3/api/v1`, `/openapi/v3/apis/GROUP/v1`.
+    OpenApi(&'static str),
 }
 
 /// A resource, in a namespace or all, and maybe one object of it.
@@ -110,6 +120,9 @@ pub fn route(path: &str) -> Result<Route, Failure> {
         ["version"] | ["version", ""] => Ok(Route::Version),
         ["api"] | ["api", ""] => Ok(Route::CoreVersions),
         ["apis"] | ["apis", ""] => Ok(Route::Groups),
+        ["openapi", "v3"] | ["openapi", "v3", ""] => Ok(Route::OpenApiIndex),
+        ["openapi", "v3", "api", "v1"] => Ok(Route::OpenApi("")),
+        ["openapi", "v3", "apis", g, "v1"] => GROUPS.iter().find(|x| *x == g).map(|g| Route::OpenApi(g)).ok_or_else(Failure::no_route),
         ["api", v, rest @ ..] => group_route("", v, rest),
         ["apis", g, rest @ ..] => {
             let group = GROUPS.iter().find(|x| *x == g).ok_or_else(Failure::no_route)?;
@@ -207,21 +220,31 @@ pub fn group(name: &str) -> APIGroup {
 /// `/api/v1`, `/apis/GROUP/v1`.
 pub fn resources(group: &str) -> APIResourceList {
     let list = RESOURCES.iter().filter(|r| r.group == group);
-    APIResourceList {
-        group_version: if group.is_empty() { "v1".into() } else { format!("{group}/v1") },
-        resources: list
-            .map(|r| APIResource {
-                name: r.plural.into(),
-                singular_name: r.singular.into(),
-                namespaced: r.namespaced,
-                kind: r.kind.into(),
-                verbs: r.verbs().iter().map(|v| v.to_string()).collect(),
-                short_names: (!r.short.is_empty()).then(|| r.short.iter().map(|s| s.to_string()).collect()),
-                categories: (!r.categories.is_empty()).then(|| r.categories.iter().map(|s| s.to_string()).collect()),
-                ..Default::default()
-            })
-            .collect(),
+    let mut resources: Vec<APIResource> = list
+        .map(|r| APIResource {
+            name: r.plural.into(),
+            singular_name: r.singular.into(),
+            namespaced: r.namespaced,
+            kind: r.kind.into(),
+            verbs: r.verbs().iter().map(|v| v.to_string()).collect(),
+            short_names: (!r.short.is_empty()).then(|| r.short.iter().map(|s| s.to_string()).collect()),
+            categories: (!r.categories.is_empty()).then(|| r.categories.iter().map(|s| s.to_string()).collect()),
+            ..Default::default()
+        })
+        .collect();
+    // `kubectl scale` finds the scale subresource here.
+    if group == "apps" {
+        resources.push(APIResource {
+            name: "deployments/scale".into(),
+            group: Some("autoscaling".into()),
+            version: Some("v1".into()),
+            kind: "Scale".into(),
+            namespaced: true,
+            verbs: vec!["get".into(), "patch".into(), "update".into()],
+            ..Default::default()
+        });
     }
+    APIResourceList { group_version: if group.is_empty() { "v1".into() } else { format!("{group}/v1") }, resources }
 }
 
 #[cfg(test)]
@@ -284,7 +307,9 @@ mod tests {
         let names: Vec<&str> = core.resources.iter().map(|r| r.name.as_str()).collect();
         assert_eq!(names, ["namespaces", "nodes", "pods"]);
         let apps = resources("apps");
-        assert!(apps.resources.iter().all(|r| r.namespaced && r.verbs == ["get", "list"]));
+        assert!(apps.resources.iter().all(|r| r.namespaced));
+        assert!(apps.resources.iter().any(|r| r.name == "deployments/scale" && r.kind == "Scale"));
+        assert!(apps.resources.iter().find(|r| r.name == "replicasets").unwrap().verbs == ["get", "list", "watch"]);
         assert_eq!(groups().groups.len(), GROUPS.len());
         let v = serde_json::to_value(groups()).unwrap();
         assert_eq!(v["kind"], "APIGroupList");

@@ -11,16 +11,22 @@
 //! - [`table`]: the server-side `Table` that `kubectl get` asks for, with kubectl's columns;
 //! - [`select`]: label and field selectors;
 //! - [`status`]: `metav1.Status` errors with Kubernetes' reasons and codes;
-//! - [`watch`]: resource versions for computed objects, and the events of a watch.
+//! - [`watch`]: resource versions for computed objects, and the events of a watch;
+//! - [`write`]: a Deployment written by a client, checked and turned into a service spec;
+//! - [`patch`]: JSON merge patch, JSON Patch and strategic merge patch;
+//! - [`openapi`]: `/openapi/v3`, generated from the types and the resources served.
 //!
 //! Objects are `k8s-openapi`'s types, so every field name and shape is upstream's.
 
 pub mod api;
 pub mod objects;
+pub mod openapi;
+pub mod patch;
 pub mod select;
 pub mod status;
 pub mod table;
 pub mod watch;
+pub mod write;
 
 pub use api::{RESOURCES, Resource, Route, Target};
 pub use status::Failure;

@@ -54,6 +54,20 @@ pub struct ServiceView {
     pub jobs: Vec<JobInfo>,
     /// The earlier revisions kept for undo, with their specs (hidden as `info.spec` is).
     pub history: Vec<(u32, wire::ServiceSpec)>,
+    /// The Deployment it was last written as through the Kubernetes API (`Service::kube`).
+    pub kube: Option<serde_json::Value>,
+}
+
+impl ServiceView {
+    /// The labels its Pods carry beyond Tandem's: the written template's (what the Deployment's
+    /// selector selects).
+    fn template_labels(&self) -> BTreeMap<String, String> {
+        self.kube
+            .as_ref()
+            .and_then(|k| k["spec"]["template"]["metadata"]["labels"].as_object())
+            .map(|m| m.iter().filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string()))).collect())
+            .unwrap_or_default()
+    }
 }
 
 /// The Job name of a batch job (an array's, for its tasks).
@@ -97,6 +111,9 @@ pub fn label_value_ok(v: &str) -> bool {
 /// as `squeue` and `tandem service show` do).
 pub const UID_ANNOTATION: &str = "tandem.dev/uid";
 
+/// kubectl's annotation of the configuration it last applied.
+pub const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
 /// The owner's uid an object carries, if any.
 pub fn owner_uid(o: &serde_json::Value) -> Option<u32> {
     o["metadata"]["annotations"][UID_ANNOTATION].as_str()?.parse().ok()
@@ -119,6 +136,10 @@ pub fn redact(o: &mut serde_json::Value, hidden: &str) {
     }
     if o["spec"]["template"]["spec"].is_object() {
         containers(&mut o["spec"]["template"]["spec"], hidden);
+    }
+    // kubectl's copy of what was applied holds the same values.
+    if let Some(a) = o["metadata"]["annotations"].get_mut(LAST_APPLIED) {
+        *a = hidden.into();
     }
     if o["spec"]["containers"].is_array() {
         containers(&mut o["spec"], hidden);
@@ -764,6 +785,27 @@ pub fn deployment(s: &ServiceView) -> Deployment {
     }
 }
 
+/// A service's Deployment as JSON: [`deployment`], and for one written through the Kubernetes
+/// API its labels, annotations and spec as written (the annotations Tandem derives added, the
+/// replica count the service's now: a `scale` or the autoscaler may have changed it).
+pub fn deployment_value(s: &ServiceView) -> serde_json::Value {
+    let mut d = serde_json::to_value(deployment(s)).expect("a Deployment serializes");
+    let Some(k) = &s.kube else { return d };
+    d["metadata"]["labels"] = k["metadata"]["labels"].clone();
+    if d["metadata"]["labels"].is_null() {
+        d["metadata"].as_object_mut().expect("metadata").remove("labels");
+    }
+    let derived = d["metadata"]["annotations"].as_object().cloned().unwrap_or_default();
+    let mut annotations = k["metadata"]["annotations"].as_object().cloned().unwrap_or_default();
+    annotations.extend(derived);
+    d["metadata"]["annotations"] = serde_json::Value::Object(annotations);
+    for (key, v) in k["spec"].as_object().into_iter().flatten() {
+        d["spec"][key] = v.clone();
+    }
+    d["spec"]["replicas"] = serde_json::json!(s.info.desired);
+    d
+}
+
 /// A service's ReplicaSets: one per revision kept, the current one last.
 pub fn replica_sets(s: &ServiceView) -> Vec<ReplicaSet> {
     let i = &s.info;
@@ -777,7 +819,8 @@ pub fn replica_sets(s: &ServiceView) -> Vec<ReplicaSet> {
             let mine: Vec<&wire::ReplicaRow> = i.replicas.iter().filter(|r| r.revision == rev).collect();
             let ready = mine.iter().filter(|r| r.state == "Ready").count() as i32;
             let want = if rev == i.revision { i.desired as i32 } else { 0 };
-            let mut sel = service_labels(&i.name).unwrap_or_default();
+            let mut sel = s.template_labels();
+            sel.extend(service_labels(&i.name).unwrap_or_default());
             sel.insert("pod-template-hash".into(), template_hash(rev));
             ReplicaSet {
                 metadata: ObjectMeta {
@@ -830,7 +873,8 @@ pub fn service_pods(s: &ServiceView, addrs: &BTreeMap<String, String>) -> Vec<Po
             let started = job.and_then(|j| j.start.filter(|_| !j.start_estimated && j.state != "PENDING"));
             let container = service_container(spec_of(r.revision));
             let rs = replica_set_name(&i.name, r.revision);
-            let mut lab = service_labels(&i.name).unwrap_or_default();
+            let mut lab = s.template_labels();
+            lab.extend(service_labels(&i.name).unwrap_or_default());
             lab.insert("pod-template-hash".into(), template_hash(r.revision));
             lab.insert(format!("{PREFIX}/job-id"), r.job.to_string());
             let leaving = matches!(r.state.as_str(), "Draining" | "Stopping" | "Gone");
@@ -1035,6 +1079,7 @@ mod tests {
             },
             created: 1_800_000_000,
             uid: 1000,
+            kube: None,
             jobs: vec![],
             history: vec![(1, old)],
         }

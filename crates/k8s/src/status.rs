@@ -15,12 +15,21 @@ pub struct Failure {
     pub message: String,
     /// The object it is about: (kind's resource, name), for `details`.
     pub details: Option<(String, String)>,
+    /// The fields at fault (`details.causes`: reason, message, field), which kubectl prints
+    /// after "is invalid:".
+    pub causes: Vec<(String, String, String)>,
 }
 
 impl Failure {
     /// 404 for a path or resource this server does not serve.
     pub fn no_route() -> Failure {
-        Failure { code: 404, reason: "NotFound", message: "the server could not find the requested resource".into(), details: None }
+        Failure {
+            code: 404,
+            reason: "NotFound",
+            message: "the server could not find the requested resource".into(),
+            details: None,
+            causes: Vec::new(),
+        }
     }
 
     /// 404 for an object that does not exist: `pods "x" not found`, as the API server words it.
@@ -31,27 +40,28 @@ impl Failure {
             reason: "NotFound",
             message: format!("{what} \"{name}\" not found"),
             details: Some((resource.into(), name.into())),
+            causes: Vec::new(),
         }
     }
 
     /// 400 for a malformed request (a selector, a parameter).
     pub fn bad_request(message: impl Into<String>) -> Failure {
-        Failure { code: 400, reason: "BadRequest", message: message.into(), details: None }
+        Failure { code: 400, reason: "BadRequest", message: message.into(), details: None, causes: Vec::new() }
     }
 
     /// 405 for a verb this server does not serve on a resource.
     pub fn method_not_allowed(message: impl Into<String>) -> Failure {
-        Failure { code: 405, reason: "MethodNotAllowed", message: message.into(), details: None }
+        Failure { code: 405, reason: "MethodNotAllowed", message: message.into(), details: None, causes: Vec::new() }
     }
 
     /// 401: no identity, or a bad token.
     pub fn unauthorized(message: impl Into<String>) -> Failure {
-        Failure { code: 401, reason: "Unauthorized", message: message.into(), details: None }
+        Failure { code: 401, reason: "Unauthorized", message: message.into(), details: None, causes: Vec::new() }
     }
 
     /// 403: an identity without the right.
     pub fn forbidden(message: impl Into<String>) -> Failure {
-        Failure { code: 403, reason: "Forbidden", message: message.into(), details: None }
+        Failure { code: 403, reason: "Forbidden", message: message.into(), details: None, causes: Vec::new() }
     }
 
     /// The reason Kubernetes gives for an HTTP status code that no more specific reason fits.
@@ -72,7 +82,7 @@ impl Failure {
             504 => "Timeout",
             _ => "InternalError",
         };
-        Failure { code, reason, message: message.into(), details: None }
+        Failure { code, reason, message: message.into(), details: None, causes: Vec::new() }
     }
 
     /// The `Status` object.
@@ -88,6 +98,10 @@ impl Failure {
         });
         if let Some((kind, name)) = &self.details {
             v["details"] = json!({"name": name, "kind": kind});
+        }
+        if !self.causes.is_empty() {
+            let causes: Vec<Value> = self.causes.iter().map(|(r, m, f)| json!({"reason": r, "message": m, "field": f})).collect();
+            v["details"]["causes"] = json!(causes);
         }
         v
     }

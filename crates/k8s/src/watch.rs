@@ -153,7 +153,7 @@ impl Cache {
 
 /// The `410 Expired` of a watch from a version the server no longer knows.
 pub fn expired(rv: u64) -> Failure {
-    Failure { code: 410, reason: "Expired", message: format!("too old resource version: {rv}"), details: None }
+    Failure { code: 410, reason: "Expired", message: format!("too old resource version: {rv}"), details: None, causes: Vec::new() }
 }
 
 /// What one watch has told its client: the objects it matched, so an object that stops matching

@@ -31,7 +31,12 @@ pub(crate) fn routes(r: Router<App>) -> Router<App> {
         .route("/api/{*rest}", any(handle))
         .route("/apis", any(handle))
         .route("/apis/{*rest}", any(handle))
+        .route("/openapi/v3", any(handle))
+        .route("/openapi/v3/{*rest}", any(handle))
 }
+
+/// The most a written object's body may hold.
+const MAX_BODY: usize = 3 << 20;
 
 fn failure(f: Failure) -> Response {
     (StatusCode::from_u16(f.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR), Json(f.body())).into_response()
@@ -44,12 +49,17 @@ async fn handle(
     uri: Uri,
     headers: HeaderMap,
     q: Result<Query<HashMap<String, String>>, QueryRejection>,
+    body: axum::body::Body,
 ) -> Response {
     let q = match q {
         Ok(Query(q)) => q,
         Err(e) => return failure(Failure::bad_request(format!("malformed query: {}", e.body_text()))),
     };
-    match serve(&app, &peer, &method, uri.path(), &headers, &q).await {
+    let body = match axum::body::to_bytes(body, MAX_BODY).await {
+        Ok(b) => b,
+        Err(_) => return failure(Failure::from_code(413, format!("the request body is larger than {MAX_BODY} bytes"))),
+    };
+    match serve(&app, &peer, &method, uri.path(), &headers, &q, &body).await {
         Ok(r) => r,
         Err(f) => failure(f),
     }
@@ -78,6 +88,7 @@ async fn serve(
     path: &str,
     headers: &HeaderMap,
     q: &HashMap<String, String>,
+    body: &[u8],
 ) -> Result<Response, Failure> {
     let route = k8s::api::route(path)?;
     if route == Route::Version {
@@ -85,9 +96,15 @@ async fn serve(
     }
     let v = viewer(app, peer, headers)?;
     if method != Method::GET {
-        return Err(Failure::method_not_allowed(format!(
-            "{method} {path}: Tandem's Kubernetes API serves reads for now (get, list); use `tandem service`, `sbatch` or `scancel` to change things"
-        )));
+        return match route {
+            Route::Objects(t) if t.resource.writable() => crate::kube::write(app, &v, method, &t, headers, q, body).await,
+            Route::Objects(t) => Err(Failure::method_not_allowed(format!(
+                "{method} {path}: {} are read and watched through Tandem's Kubernetes API; change them with `sbatch`, `scancel` \
+                 and `tandem service` (README, \"For Kubernetes users\")",
+                t.resource.plural
+            ))),
+            _ => Err(Failure::method_not_allowed(format!("{method} {path}: only GET is served here"))),
+        };
     }
     Ok(match route {
         Route::Version => unreachable!("answered above"),
@@ -95,7 +112,36 @@ async fn serve(
         Route::Groups => Json(k8s::api::groups()).into_response(),
         Route::Group(g) => Json(k8s::api::group(g)).into_response(),
         Route::Resources { group } => Json(k8s::api::resources(group)).into_response(),
+        Route::OpenApiIndex => {
+            Json(k8s::openapi::index(&openapi_docs().iter().map(|(gv, _, h)| (gv.clone(), h.clone())).collect::<Vec<_>>())).into_response()
+        }
+        Route::OpenApi(g) => {
+            let gv = if g.is_empty() { "api/v1".to_string() } else { format!("apis/{g}/v1") };
+            let (_, text, _) = openapi_docs().iter().find(|(x, _, _)| *x == gv).ok_or_else(Failure::no_route)?;
+            let mut r = Response::new(axum::body::Body::from(text.clone()));
+            r.headers_mut().insert("content-type", axum::http::HeaderValue::from_static("application/json"));
+            r
+        }
+        Route::Objects(t) if t.sub.as_deref() == Some("scale") && t.resource.kind == "Deployment" => {
+            let name = t.name.clone().ok_or_else(Failure::no_route)?;
+            Json(scale_of(app, &v, &name)?).into_response()
+        }
         Route::Objects(t) => objects(app, &v, &t, headers, q).await?,
+    })
+}
+
+/// The `/openapi/v3` documents, made once: (group-version path, text, hash).
+fn openapi_docs() -> &'static [(String, String, String)] {
+    static DOCS: std::sync::OnceLock<Vec<(String, String, String)>> = std::sync::OnceLock::new();
+    DOCS.get_or_init(|| {
+        k8s::openapi::group_versions()
+            .into_iter()
+            .map(|(g, gv)| {
+                let text = k8s::openapi::document(g).to_string();
+                let h = k8s::openapi::hash(&text);
+                (gv, text, h)
+            })
+            .collect()
     })
 }
 
@@ -175,9 +221,9 @@ fn gather(app: &App, kind: &str) -> Vec<Value> {
             let jobs = info.replicas.iter().filter_map(|r| ctl.job(r.job)).map(|j| crate::jobs::job_info(&j, v, &part)).collect();
             let history =
                 s.history.iter().map(|(n, sp)| (*n, if v.sees_details(s.uid) { sp.clone() } else { crate::services::hide(sp) })).collect();
-            let view = ServiceView { info, created: s.created, uid: s.uid, jobs, history };
+            let view = ServiceView { info, created: s.created, uid: s.uid, jobs, history, kube: s.kube.clone() };
             match kind {
-                "Deployment" => out.push(to(serde_json::to_value(k8s::objects::deployment(&view)))),
+                "Deployment" => out.push(k8s::objects::deployment_value(&view)),
                 "ReplicaSet" => out.extend(k8s::objects::replica_sets(&view).into_iter().map(|x| to(serde_json::to_value(x)))),
                 _ => out.extend(k8s::objects::service_pods(&view, &addrs).into_iter().map(|x| to(serde_json::to_value(x)))),
             }
@@ -414,4 +460,205 @@ fn watch(
     let mut r = Response::new(axum::body::Body::new(Feed(rx)));
     r.headers_mut().insert("content-type", axum::http::HeaderValue::from_static("application/json"));
     Ok(r)
+}
+
+// ---- Writes: Deployments are Tandem's services ----
+
+/// The Deployment `name` as `v` sees it now (computed afresh), if any.
+fn current(app: &App, v: &Viewer, name: &str) -> Option<Value> {
+    with_cache(app, "Deployment", |c| c.list()).into_iter().find(|o| o["metadata"]["name"] == name).and_then(|o| visible(v, o))
+}
+
+/// The failure a Tandem error reply stands for.
+async fn failure_of(r: Response) -> Failure {
+    let code = r.status().as_u16();
+    let body = axum::body::to_bytes(r.into_body(), 1 << 20).await.unwrap_or_default();
+    let msg =
+        serde_json::from_slice::<wire::ApiError>(&body).map(|e| e.error).unwrap_or_else(|_| String::from_utf8_lossy(&body).into_owned());
+    let mut f = Failure::from_code(code, msg);
+    if code == 400 {
+        // The controller refused the spec: to a Kubernetes client that is an invalid object.
+        f = Failure::from_code(422, f.message);
+    }
+    f
+}
+
+/// The home directory of `uid`: a Deployment's replicas run there unless it says otherwise.
+fn home_of(uid: u32) -> String {
+    nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid)).ok().flatten().map_or_else(|| "/".into(), |u| u.dir.display().to_string())
+}
+
+fn json_body(headers: &HeaderMap, body: &[u8]) -> Result<Value, Failure> {
+    let ct = headers.get("content-type").and_then(|h| h.to_str().ok()).unwrap_or("application/json");
+    if ct.starts_with("application/vnd.kubernetes.protobuf") {
+        return Err(Failure::from_code(
+            415,
+            "protobuf bodies are not read yet (`kubectl create deployment` sends one): write the Deployment as YAML or JSON and `kubectl apply -f` it",
+        ));
+    }
+    if ct.starts_with("application/yaml") {
+        return yaml_serde::from_slice::<Value>(body).map_err(|e| Failure::bad_request(format!("malformed YAML: {e}")));
+    }
+    serde_json::from_slice(body).map_err(|e| Failure::bad_request(format!("malformed JSON: {e}")))
+}
+
+fn with_warnings(mut r: Response, warnings: &[String]) -> Response {
+    for w in warnings {
+        let text = format!("299 - {:?}", w.replace(|c: char| c.is_control(), " "));
+        if let Ok(h) = axum::http::HeaderValue::from_str(&text) {
+            r.headers_mut().append("warning", h);
+        }
+    }
+    r
+}
+
+/// A create, replace, patch or delete of a Deployment, or a change of its scale.
+async fn write(
+    app: &App,
+    v: &Viewer,
+    method: &Method,
+    t: &Target,
+    headers: &HeaderMap,
+    q: &HashMap<String, String>,
+    body: &[u8],
+) -> Result<Response, Failure> {
+    let ns = t.namespace.as_deref().ok_or_else(|| Failure::method_not_allowed("write Deployments in a namespace"))?;
+    let validation = k8s::write::Validation::parse(q.get("fieldValidation").map(String::as_str))?;
+    let dry = match q.get("dryRun").map(String::as_str) {
+        None | Some("") => false,
+        Some("All") => true,
+        Some(other) => return Err(Failure::bad_request(format!("dryRun: {other:?} is not All"))),
+    };
+    let name = t.name.clone();
+    match (method.as_str(), name, t.sub.as_deref()) {
+        ("POST", None, None) => {
+            let obj = json_body(headers, body)?;
+            let w = k8s::write::deployment(&obj, ns, validation)?;
+            if app.lock().ctl.service(&w.name).is_some() {
+                let mut f = Failure::from_code(409, format!("deployments.apps \"{}\" already exists", w.name));
+                f.reason = "AlreadyExists";
+                f.details = Some(("deployments".into(), w.name.clone()));
+                return Err(f);
+            }
+            let out = commit(app, v, w, dry, &obj).await?;
+            let (status, body, warnings) = out;
+            Ok(with_warnings((StatusCode::from_u16(status).expect("status"), Json(body)).into_response(), &warnings))
+        }
+        ("PUT" | "PATCH", Some(name), None) => {
+            let live = current(app, v, &name).ok_or_else(|| Failure::not_found("deployments", "apps", &name))?;
+            let obj = if method == Method::PUT {
+                let obj = json_body(headers, body)?;
+                if obj["metadata"]["name"].as_str().is_some_and(|n| n != name) {
+                    return Err(Failure::bad_request("the name of the object does not match the name on the URL"));
+                }
+                obj
+            } else {
+                let kind = k8s::patch::Kind::of(headers.get("content-type").and_then(|h| h.to_str().ok()).unwrap_or(""))?;
+                let patch: Value = serde_json::from_slice(body).map_err(|e| Failure::bad_request(format!("malformed patch: {e}")))?;
+                k8s::patch::apply(kind, &live, &patch)?
+            };
+            if let Some(rv) = obj["metadata"]["resourceVersion"].as_str()
+                && rv != live["metadata"]["resourceVersion"].as_str().unwrap_or("")
+            {
+                let mut f = Failure::from_code(
+                    409,
+                    format!(
+                        "Operation cannot be fulfilled on deployments.apps \"{name}\": the object has been modified; please apply your changes to the latest version and try again"
+                    ),
+                );
+                f.details = Some(("deployments".into(), name.clone()));
+                return Err(f);
+            }
+            let w = k8s::write::deployment(&obj, ns, validation)?;
+            let (_, body, warnings) = commit(app, v, w, dry, &obj).await?;
+            Ok(with_warnings(Json(body).into_response(), &warnings))
+        }
+        ("DELETE", Some(name), None) => {
+            let live = current(app, v, &name).ok_or_else(|| Failure::not_found("deployments", "apps", &name))?;
+            if !dry {
+                match app.with(|c| c.delete_service(v.uid, &name)).await {
+                    Ok(Ok(())) => app.service_wake.notify_one(),
+                    Ok(Err(e)) => return Err(failure_of(refused(e)).await),
+                    Err(r) => return Err(failure_of(r).await),
+                }
+            }
+            Ok(Json(json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+                "details": {"name": name, "group": "apps", "kind": "deployments", "uid": live["metadata"]["uid"]}}))
+            .into_response())
+        }
+        ("PUT" | "PATCH", Some(name), Some("scale")) => {
+            let live = scale_of(app, v, &name)?;
+            let obj = if method == Method::PUT {
+                json_body(headers, body)?
+            } else {
+                let kind = k8s::patch::Kind::of(headers.get("content-type").and_then(|h| h.to_str().ok()).unwrap_or(""))?;
+                let patch: Value = serde_json::from_slice(body).map_err(|e| Failure::bad_request(format!("malformed patch: {e}")))?;
+                k8s::patch::apply(kind, &live, &patch)?
+            };
+            let n = obj["spec"]["replicas"].as_u64().filter(|n| *n <= u64::from(u32::MAX)).ok_or_else(|| {
+                Failure::from_code(
+                    422,
+                    format!("Scale.autoscaling \"{name}\" is invalid: spec.replicas: Invalid value: a count of replicas"),
+                )
+            })?;
+            if !dry {
+                let t = now_ms();
+                match app.with(|c| c.scale_service(t, v.uid, &name, n as u32)).await {
+                    Ok(Ok(_)) => app.service_wake.notify_one(),
+                    Ok(Err(e)) => return Err(failure_of(refused(e)).await),
+                    Err(r) => return Err(failure_of(r).await),
+                }
+            }
+            let mut out = scale_of(app, v, &name)?;
+            if dry {
+                out["spec"]["replicas"] = json!(n);
+            }
+            Ok(Json(out).into_response())
+        }
+        (m, _, sub) => {
+            Err(Failure::method_not_allowed(format!("{m} is not served on deployments{}", sub.map_or(String::new(), |s| format!("/{s}")))))
+        }
+    }
+}
+
+/// Makes (or, with `dry`, only checks) a written Deployment: its service is applied as `v`'s
+/// (the controller checks ownership, the site's policy and the spec). Answers the status code,
+/// the Deployment as it now reads, and the warnings.
+async fn commit(app: &App, v: &Viewer, w: k8s::write::Written, dry: bool, obj: &Value) -> Result<(u16, Value, Vec<String>), Failure> {
+    let existed = app.lock().ctl.service(&w.name).is_some();
+    let status = if existed { 200 } else { 201 };
+    if dry {
+        w.spec.resolve().map(|_| ()).map_err(|e| Failure::from_code(422, format!("Deployment.apps \"{}\" is invalid: {e}", w.name)))?;
+        let mut out = obj.clone();
+        out["apiVersion"] = json!("apps/v1");
+        out["kind"] = json!("Deployment");
+        return Ok((status, out, w.warnings));
+    }
+    let name = w.name.clone();
+    let r = crate::services::apply_spec(app, v.uid, w.spec, &home_of(v.uid), None, Some(w.stored)).await;
+    let r = match r {
+        Ok(r) => r,
+        Err(resp) => return Err(failure_of(resp).await),
+    };
+    let mut warnings = w.warnings;
+    warnings.extend(r.user_msg);
+    let out = current(app, v, &name).ok_or_else(|| Failure::from_code(500, "the Deployment was written but cannot be read back"))?;
+    Ok((status, out, warnings))
+}
+
+/// The `autoscaling/v1` Scale of Deployment `name`.
+fn scale_of(app: &App, v: &Viewer, name: &str) -> Result<Value, Failure> {
+    let d = current(app, v, name).ok_or_else(|| Failure::not_found("deployments", "apps", name))?;
+    let selector = d["spec"]["selector"]["matchLabels"]
+        .as_object()
+        .map(|m| m.iter().map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or(""))).collect::<Vec<_>>().join(","))
+        .unwrap_or_default();
+    Ok(json!({
+        "kind": "Scale",
+        "apiVersion": "autoscaling/v1",
+        "metadata": {"name": name, "namespace": d["metadata"]["namespace"], "uid": d["metadata"]["uid"],
+            "resourceVersion": d["metadata"]["resourceVersion"], "creationTimestamp": d["metadata"]["creationTimestamp"]},
+        "spec": {"replicas": d["spec"]["replicas"]},
+        "status": {"replicas": d["status"]["replicas"].as_i64().unwrap_or(0), "selector": selector},
+    }))
 }

@@ -89,24 +89,45 @@ async fn apply(
     body: Result<Json<ApplyRequest>, axum::extract::rejection::JsonRejection>,
 ) -> Response {
     let uid = or_reply!(user_of(&app, &peer, &headers));
-    let mut req: ApplyRequest = or_reply!(json_body(body));
+    let req: ApplyRequest = or_reply!(json_body(body));
+    match apply_spec(&app, uid, req.spec, &req.cwd, req.umask, None).await {
+        Ok(r) => Json(r).into_response(),
+        Err(r) => r,
+    }
+}
+
+/// Applies a service spec for `uid` from directory `cwd`: the site's policy, the partition's
+/// groups, then the controller; records the Kubernetes object it was written as (`kube`: `None`
+/// for a Tandem spec).
+pub(crate) async fn apply_spec(
+    app: &App,
+    uid: u32,
+    mut spec: control::ServiceSpec,
+    cwd: &str,
+    umask: Option<u32>,
+    kube: Option<serde_json::Value>,
+) -> Result<ApplyResponse, Response> {
     let user = user_name(uid);
     // The site's policy once per apply; what it leaves is checked as any spec.
-    let user_msg = or_reply!(crate::policy::on_service(&app, uid, &user, &mut req.spec).await);
-    or_reply!(crate::app::check_groups(&app, uid, req.spec.partition.as_deref()));
+    let user_msg = crate::policy::on_service(app, uid, &user, &mut spec).await?;
+    crate::app::check_groups(app, uid, spec.partition.as_deref())?;
     let gid = primary_gid(uid);
-    let name = req.spec.name.clone();
+    let name = spec.name.clone();
     let t = now_ms();
-    let umask = req.umask;
-    let r = or_reply!(
-        app.with(|c| c.apply_service(t, uid, gid, &user, &req.cwd, req.spec).inspect(|_| c.set_service_umask(&name, umask))).await
-    );
+    let r = app
+        .with(|c| {
+            c.apply_service(t, uid, gid, &user, cwd, spec).inspect(|_| {
+                c.set_service_umask(&name, umask);
+                c.set_service_kube(&name, kube);
+            })
+        })
+        .await?;
     match r {
         Ok((revision, changed)) => {
             app.service_wake.notify_one();
-            Json(ApplyResponse { name, revision, changed, user_msg }).into_response()
+            Ok(ApplyResponse { name, revision, changed, user_msg })
         }
-        Err(e) => refused(e),
+        Err(e) => Err(refused(e)),
     }
 }
 

@@ -179,7 +179,7 @@ fn kubectl_and_the_python_client_see_what_squeue_and_tandem_service_see() {
         let o = c.kubectl(k, &["get", "pods", "--field-selector", "spec.bogus=1"]);
         assert!(String::from_utf8_lossy(&o.stderr).contains("field label not supported: spec.bogus"), "{o:?}");
         let o = c.kubectl(k, &["delete", "pod", &format!("job-{array}-0"), "--wait=false"]);
-        assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("serves reads for now"), "{o:?}");
+        assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("are read and watched"), "{o:?}");
     }
     for (k, _) in &kubectls {
         let k = k.as_path();
@@ -266,4 +266,82 @@ fn kubectl_and_the_python_client_see_what_squeue_and_tandem_service_see() {
     assert_eq!(row(&jobs, &format!("job-{array}"))[1], "Failed", "{jobs}");
     let pods = c.ok(k, &["get", "pods", "-l", &format!("batch.kubernetes.io/job-name=job-{array}"), "-o", "wide"]);
     assert!(pods.lines().skip(1).all(|l| l.contains("Cancelled")), "{pods}");
+}
+
+/// A Deployment manifest whose replica serves HTTP on its `$PORT`, with `GREETING` set.
+fn manifest(greeting: &str, extra_spec: &str) -> String {
+    format!(
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\n  labels: {{app: web}}\nspec:\n  replicas: 1\n{extra_spec}  selector:\n    matchLabels: {{app: web}}\n  template:\n    metadata:\n      labels: {{app: web}}\n    spec:\n      containers:\n      - name: web\n        command: [python3, -m, http.server, --bind, 127.0.0.1, $PORT]\n        env:\n        - {{name: GREETING, value: {greeting}}}\n        - {{name: OTHER, value: x}}\n        ports: [{{containerPort: 8080}}]\n        readinessProbe:\n          httpGet: {{path: /, port: 8080}}\n          periodSeconds: 1\n"
+    )
+}
+
+#[test]
+fn kubectl_applies_scales_and_deletes_a_deployment_that_is_a_tandem_service() {
+    let kubectls = match kubectls() {
+        Ok(k) => k,
+        Err(why) => {
+            assert!(std::env::var("CI").is_err(), "the Kubernetes clients' test cannot run under CI=true: {why}");
+            eprintln!("skipped: {why}");
+            return;
+        }
+    };
+    let c = Kube::start("kube-apply");
+    let file = c.dir.join("web.yaml");
+    for (k, _) in &kubectls {
+        let k = k.as_path();
+        // `explain` reads /openapi/v3.
+        let out = c.ok(k, &["explain", "deployment.spec.strategy"]);
+        assert!(out.contains("rollingUpdate") && out.contains("DeploymentStrategy"), "{out}");
+        std::fs::write(&file, manifest("hello", "")).unwrap();
+        let f = file.to_str().unwrap();
+        assert!(c.ok(k, &["apply", "-f", f]).contains("deployment.apps/web created"));
+        assert!(c.ok(k, &["apply", "-f", f]).contains("deployment.apps/web unchanged"));
+        let out = c.ok(k, &["rollout", "status", "deploy/web", "--timeout=60s"]);
+        assert!(out.contains("successfully rolled out"), "{out}");
+        // One ledger: the Deployment is a Tandem service, its replica a job squeue lists.
+        let list = c.tandem(&["service", "list"]);
+        assert!(row(&list, "web").len() > 2 && row(&list, "web")[1] == "1/1", "{list}");
+        let show = c.tandem(&["service", "show", "web"]);
+        let replica = show.lines().find(|l| l.starts_with("web-")).unwrap().split_whitespace().next().unwrap().to_string();
+        let job = replica.trim_start_matches("web-").to_string();
+        let q = c.slurm("squeue", &["-h", "-o", "%i %T"]);
+        assert!(q.lines().any(|l| l == format!("{job} RUNNING")), "{q}");
+        // An edit of one env entry: configured, the list merged by name (strategic merge patch).
+        std::fs::write(&file, manifest("bonjour", "")).unwrap();
+        assert!(c.ok(k, &["apply", "-f", f]).contains("deployment.apps/web configured"));
+        let env = c.ok(k, &["get", "deploy", "web", "-o", "jsonpath={.spec.template.spec.containers[0].env}"]);
+        let env: serde_json::Value = serde_json::from_str(&env).unwrap();
+        assert_eq!(env, serde_json::json!([{"name": "GREETING", "value": "bonjour"}, {"name": "OTHER", "value": "x"}]));
+        assert!(c.tandem(&["service", "show", "web"]).contains("Revision:    2"), "a new revision");
+        c.ok(k, &["rollout", "status", "deploy/web", "--timeout=60s"]);
+        let history = c.ok(k, &["rollout", "history", "deploy/web"]);
+        assert!(history.lines().any(|l| l.starts_with("2 ")), "{history}");
+        // --dry-run=server changes nothing.
+        std::fs::write(&file, manifest("hola", "")).unwrap();
+        assert!(c.ok(k, &["apply", "-f", f, "--dry-run=server"]).contains("(server dry run)"));
+        let v = c.ok(k, &["get", "deploy", "web", "-o", "jsonpath={.spec.template.spec.containers[0].env[0].value}"]);
+        assert_eq!(v, "bonjour");
+        // An unknown field is refused under kubectl's default validation, an unimplemented
+        // one with a 422 that names it.
+        std::fs::write(&file, manifest("hola", "  replicaz: 3\n")).unwrap();
+        let o = c.kubectl(k, &["apply", "-f", f]);
+        assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("unknown field \"spec.replicaz\""), "{o:?}");
+        std::fs::write(&file, manifest("hola", "  paused: true\n")).unwrap();
+        let o = c.kubectl(k, &["apply", "-f", f]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success() && err.contains("spec.paused") && err.contains("not supported by Tandem"), "{err}");
+        // `kubectl scale` and `tandem service scale` act on the same object.
+        assert!(c.ok(k, &["scale", "deploy/web", "--replicas=2"]).contains("scaled"));
+        c.ok(k, &["rollout", "status", "deploy/web", "--timeout=60s"]);
+        assert!(row(&c.tandem(&["service", "list"]), "web")[1] == "2/2");
+        c.tandem(&["service", "scale", "web", "1"]);
+        assert_eq!(c.ok(k, &["get", "deploy", "web", "-o", "jsonpath={.spec.replicas}"]), "1");
+        // Commands that send protobuf say what to do instead.
+        let o = c.kubectl(k, &["create", "deployment", "x", "--image=busybox"]);
+        assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("kubectl apply -f"), "{o:?}");
+        // delete waits until the service is gone.
+        assert!(c.ok(k, &["delete", "deploy", "web", "--timeout=60s"]).contains("deleted"));
+        assert!(!c.tandem(&["service", "list"]).contains("web "), "the service is gone");
+        assert!(!c.ok(k, &["get", "deploy"]).contains("web"));
+    }
 }

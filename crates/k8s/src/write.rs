@@ -1,0 +1,566 @@
+//! Writes: a Deployment as a client submits it, checked the way the API server checks it
+//! (`fieldValidation`: an unknown field is refused under `Strict`, kubectl's default, and
+//! warned about under `Warn`), refused with a 422 naming any field Tandem does not implement
+//! (never silently dropped), and turned into Tandem's own service spec. What is stored of it
+//! ([`Written::stored`]): its metadata's labels and annotations (kubectl's last-applied
+//! configuration among them) and its spec, as submitted; everything else is derived.
+
+use crate::DEFAULT_NAMESPACE;
+use crate::status::Failure;
+use serde_json::{Map, Value, json};
+
+/// `fieldValidation`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Validation {
+    /// Refuse unknown and duplicate fields (kubectl's default).
+    Strict,
+    /// Accept them with a warning (the server's default).
+    Warn,
+    /// Accept them.
+    Ignore,
+}
+
+impl Validation {
+    /// `fieldValidation`'s value (absent: `Warn`).
+    pub fn parse(v: Option<&str>) -> Result<Validation, Failure> {
+        match v {
+            None | Some("") | Some("Warn") => Ok(Validation::Warn),
+            Some("Strict") => Ok(Validation::Strict),
+            Some("Ignore") => Ok(Validation::Ignore),
+            Some(other) => Err(Failure::bad_request(format!("fieldValidation: {other:?} is not Strict, Warn or Ignore"))),
+        }
+    }
+}
+
+/// A Deployment accepted for writing.
+#[derive(Debug, Clone)]
+pub struct Written {
+    /// Its name: the service's.
+    pub name: String,
+    /// The service spec it is.
+    pub spec: wire::ServiceSpec,
+    /// What is kept of it: `metadata` (name, namespace, labels, annotations) and `spec`.
+    pub stored: Value,
+    /// Warnings for the client (`Warning` headers): unknown fields under `Warn`.
+    pub warnings: Vec<String>,
+}
+
+/// The paths (`a.b[].c`) a Deployment may carry; `*` ends a path under which anything goes.
+/// Every other field present is refused with a 422 that names it.
+const SUPPORTED: &[&str] = &[
+    "apiVersion",
+    "kind",
+    "metadata.name",
+    "metadata.namespace",
+    "metadata.labels.*",
+    "metadata.annotations.*",
+    "metadata.uid",
+    "metadata.resourceVersion",
+    "metadata.generation",
+    "metadata.creationTimestamp",
+    "metadata.managedFields.*",
+    "status.*",
+    "spec.replicas",
+    "spec.selector.matchLabels.*",
+    "spec.strategy.type",
+    "spec.strategy.rollingUpdate.maxSurge",
+    "spec.strategy.rollingUpdate.maxUnavailable",
+    "spec.revisionHistoryLimit",
+    "spec.progressDeadlineSeconds",
+    "spec.minReadySeconds",
+    "spec.paused",
+    "spec.template.metadata.labels.*",
+    "spec.template.metadata.annotations.*",
+    "spec.template.metadata.name",
+    "spec.template.metadata.creationTimestamp",
+    "spec.template.spec.containers[].name",
+    "spec.template.spec.containers[].image",
+    "spec.template.spec.containers[].imagePullPolicy",
+    "spec.template.spec.containers[].command[]",
+    "spec.template.spec.containers[].args[]",
+    "spec.template.spec.containers[].workingDir",
+    "spec.template.spec.containers[].env[].name",
+    "spec.template.spec.containers[].env[].value",
+    "spec.template.spec.containers[].ports[].containerPort",
+    "spec.template.spec.containers[].ports[].name",
+    "spec.template.spec.containers[].ports[].protocol",
+    "spec.template.spec.containers[].resources.limits.*",
+    "spec.template.spec.containers[].resources.requests.*",
+    "spec.template.spec.containers[].terminationMessagePath",
+    "spec.template.spec.containers[].terminationMessagePolicy",
+    "spec.template.spec.containers[].readinessProbe.*",
+    "spec.template.spec.containers[].livenessProbe.*",
+    "spec.template.spec.containers[].startupProbe.*",
+    "spec.template.spec.nodeSelector.*",
+    "spec.template.spec.terminationGracePeriodSeconds",
+    "spec.template.spec.priorityClassName",
+    "spec.template.spec.restartPolicy",
+    "spec.template.spec.schedulerName",
+    "spec.template.spec.dnsPolicy",
+    "spec.template.spec.securityContext",
+];
+
+/// Every leaf path of `v` (objects' keys joined with `.`, list items as `[]`), with the path
+/// as written (indices kept) for messages.
+fn leaves(v: &Value, pattern: String, shown: String, out: &mut Vec<(String, String)>) {
+    match v {
+        Value::Object(m) if !m.is_empty() => {
+            for (k, x) in m {
+                let dot = if pattern.is_empty() { "" } else { "." };
+                leaves(x, format!("{pattern}{dot}{k}"), format!("{shown}{dot}{k}"), out);
+            }
+        }
+        Value::Array(a) if !a.is_empty() => {
+            for (i, x) in a.iter().enumerate() {
+                leaves(x, format!("{pattern}[]"), format!("{shown}[{i}]"), out);
+            }
+        }
+        Value::Null => {}
+        _ => out.push((pattern, shown)),
+    }
+}
+
+fn supported(pattern: &str) -> bool {
+    SUPPORTED.iter().any(|s| match s.strip_suffix(".*") {
+        Some(prefix) => pattern == prefix || pattern.starts_with(&format!("{prefix}.")),
+        None => pattern == *s,
+    })
+}
+
+/// The fields of `input` that a typed round trip (`typed`) lost: fields Kubernetes does not
+/// know, as `a.b[0].c`.
+pub fn unknown_fields(input: &Value, typed: &Value) -> Vec<String> {
+    fn walk(i: &Value, t: &Value, at: &str, out: &mut Vec<String>) {
+        match (i, t) {
+            (Value::Object(a), Value::Object(b)) => {
+                for (k, x) in a {
+                    let path = if at.is_empty() { k.clone() } else { format!("{at}.{k}") };
+                    match b.get(k) {
+                        Some(y) => walk(x, y, &path, out),
+                        None if x.is_null() => {}
+                        None => out.push(path),
+                    }
+                }
+            }
+            (Value::Array(a), Value::Array(b)) => {
+                for (n, (x, y)) in a.iter().zip(b).enumerate() {
+                    walk(x, y, &format!("{at}[{n}]"), out);
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    walk(input, typed, "", &mut out);
+    out
+}
+
+fn invalid(name: &str, field: &str, why: &str) -> Failure {
+    let mut f = Failure::from_code(422, format!("Deployment.apps \"{name}\" is invalid: {field}: {why}"));
+    f.details = Some(("Deployment".into(), name.into()));
+    let reason = match why.split(':').next().unwrap_or("") {
+        "Required value" => "FieldValueRequired",
+        "Unsupported value" => "FieldValueNotSupported",
+        "Forbidden" => "FieldValueForbidden",
+        _ => "FieldValueInvalid",
+    };
+    f.causes = vec![(reason.into(), why.into(), field.into())];
+    f
+}
+
+/// Whether `name` is a DNS label (what a Tandem service's name is).
+fn dns_label(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 63
+        && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !name.starts_with('-')
+        && !name.ends_with('-')
+}
+
+/// CPUs from a Kubernetes quantity: millicores round up to whole CPUs.
+fn cpus(q: &str) -> Option<f64> {
+    match q.strip_suffix('m') {
+        Some(m) => m.parse::<f64>().ok().map(|m| (m / 1000.0).ceil().max(1.0)),
+        None => q.parse::<f64>().ok().map(|c| c.ceil().max(1.0)),
+    }
+}
+
+/// A probe, as a service spec writes it.
+fn probe(name: &str, field: &str, p: &Value, container_ports: &[i64]) -> Result<Value, Failure> {
+    let mut out = Map::new();
+    let port = |h: &Value| -> Result<Option<i64>, Failure> {
+        match &h["port"] {
+            Value::Number(n) => {
+                let n = n.as_i64().unwrap_or(0);
+                // The container's own port is the replica's `$PORT`.
+                Ok(if container_ports.contains(&n) { None } else { Some(n) })
+            }
+            Value::String(_) => Ok(None),
+            Value::Null => Ok(None),
+            _ => Err(invalid(name, &format!("{field}.port"), "Invalid value: a number or a port's name")),
+        }
+    };
+    if let Some(h) = p.get("httpGet") {
+        for k in h.as_object().into_iter().flatten().map(|(k, _)| k) {
+            if !["path", "port", "scheme"].contains(&k.as_str()) || (k == "scheme" && h[k] != "HTTP") {
+                return Err(invalid(name, &format!("{field}.httpGet.{k}"), "Forbidden: not supported by Tandem (path and port are)"));
+            }
+        }
+        out.insert("http".into(), json!(h["path"].as_str().unwrap_or("/")));
+        if let Some(n) = port(h)? {
+            out.insert("port".into(), json!(n));
+        }
+    } else if let Some(t) = p.get("tcpSocket") {
+        out.insert("tcp".into(), json!(true));
+        if let Some(n) = port(t)? {
+            out.insert("port".into(), json!(n));
+        }
+    } else {
+        let which = ["exec", "grpc"].into_iter().find(|k| p.get(*k).is_some()).unwrap_or("handler");
+        return Err(invalid(name, &format!("{field}.{which}"), "Forbidden: Tandem probes with httpGet or tcpSocket"));
+    }
+    for (k, to) in [
+        ("periodSeconds", "period"),
+        ("timeoutSeconds", "timeout"),
+        ("failureThreshold", "failure_threshold"),
+        ("successThreshold", "success_threshold"),
+        ("initialDelaySeconds", "initial_delay"),
+    ] {
+        if let Some(v) = p.get(k).and_then(Value::as_i64) {
+            out.insert(to.into(), json!(v));
+        }
+    }
+    if let Some(k) = ["terminationGracePeriodSeconds"].into_iter().find(|k| p.get(*k).is_some()) {
+        return Err(invalid(name, &format!("{field}.{k}"), "Forbidden: not supported by Tandem"));
+    }
+    Ok(Value::Object(out))
+}
+
+/// Checks a Deployment written to `namespace` and turns it into a service spec.
+pub fn deployment(obj: &Value, namespace: &str, validation: Validation) -> Result<Written, Failure> {
+    if !obj.is_object() {
+        return Err(Failure::bad_request("the body is not a JSON object"));
+    }
+    match (obj["apiVersion"].as_str(), obj["kind"].as_str()) {
+        (Some("apps/v1") | None, Some("Deployment") | None) => {}
+        (v, k) => {
+            return Err(Failure::bad_request(format!(
+                "this is the Deployment resource of apps/v1; the body is {} {}",
+                v.unwrap_or("(no apiVersion)"),
+                k.unwrap_or("(no kind)")
+            )));
+        }
+    }
+    let typed: k8s_openapi::api::apps::v1::Deployment =
+        serde_json::from_value(obj.clone()).map_err(|e| Failure::bad_request(format!("malformed Deployment: {e}")))?;
+    let name = typed.metadata.name.clone().unwrap_or_default();
+    let mut warnings = Vec::new();
+    let unknown = unknown_fields(obj, &serde_json::to_value(&typed).expect("a Deployment serializes"));
+    if !unknown.is_empty() {
+        match validation {
+            Validation::Strict => {
+                let list: Vec<String> = unknown.iter().map(|f| format!("unknown field \"{f}\"")).collect();
+                return Err(Failure::bad_request(format!("strict decoding error: {}", list.join(", "))));
+            }
+            Validation::Warn => warnings.extend(unknown.iter().map(|f| format!("unknown field \"{f}\""))),
+            Validation::Ignore => {}
+        }
+    }
+    if name.is_empty() {
+        return Err(invalid("", "metadata.name", "Required value: name is required"));
+    }
+    if !dns_label(&name) {
+        return Err(invalid(
+            &name,
+            "metadata.name",
+            &format!(
+                "Invalid value: {name:?}: a Tandem service's name is a DNS label: 1 to 63 lower-case letters, digits and '-', not starting or ending with '-'"
+            ),
+        ));
+    }
+    if let Some(ns) = typed.metadata.namespace.as_deref()
+        && ns != namespace
+    {
+        return Err(Failure::bad_request("the namespace of the provided object does not match the namespace sent on the request"));
+    }
+    if namespace != DEFAULT_NAMESPACE {
+        return Err(invalid(
+            &name,
+            "metadata.namespace",
+            &format!("Unsupported value: {namespace:?}: Tandem serves the namespace \"default\" only, for now"),
+        ));
+    }
+    // Every field present must be one Tandem implements.
+    let mut paths = Vec::new();
+    leaves(obj, String::new(), String::new(), &mut paths);
+    if let Some((_, shown)) = paths.iter().find(|(p, _)| !unknown.iter().any(|u| shown_matches(u, p)) && !supported(p)) {
+        return Err(invalid(&name, shown, "Forbidden: not supported by Tandem (README, \"For Kubernetes users\")"));
+    }
+    let spec = &obj["spec"];
+    let tspec = &spec["template"]["spec"];
+    if spec["paused"].as_bool() == Some(true) {
+        return Err(invalid(&name, "spec.paused", "Forbidden: not supported by Tandem"));
+    }
+    if spec["minReadySeconds"].as_i64().is_some_and(|s| s != 0) {
+        return Err(invalid(&name, "spec.minReadySeconds", "Forbidden: Tandem counts a replica available when it is ready (0)"));
+    }
+    match spec["strategy"]["type"].as_str() {
+        None | Some("RollingUpdate") => {}
+        Some(other) => {
+            return Err(invalid(
+                &name,
+                "spec.strategy.type",
+                &format!("Unsupported value: {other:?}: Tandem rolls updates (RollingUpdate)"),
+            ));
+        }
+    }
+    if tspec["restartPolicy"].as_str().is_some_and(|p| p != "Always") {
+        return Err(invalid(&name, "spec.template.spec.restartPolicy", "Unsupported value: a Deployment's pods restart Always"));
+    }
+    if tspec["securityContext"].as_object().is_some_and(|m| !m.is_empty()) {
+        return Err(invalid(&name, "spec.template.spec.securityContext", "Forbidden: replicas run as the user who wrote them"));
+    }
+    // The selector must select the template (as the API server requires).
+    let labels = spec["template"]["metadata"]["labels"].as_object().cloned().unwrap_or_default();
+    let selector = spec["selector"]["matchLabels"].as_object().cloned().unwrap_or_default();
+    if selector.is_empty() {
+        return Err(invalid(&name, "spec.selector", "Required value"));
+    }
+    if selector.iter().any(|(k, v)| labels.get(k) != Some(v)) {
+        return Err(invalid(&name, "spec.template.metadata.labels", "Invalid value: `selector` does not match template `labels`"));
+    }
+    let containers = tspec["containers"].as_array().cloned().unwrap_or_default();
+    if containers.len() != 1 {
+        return Err(invalid(
+            &name,
+            "spec.template.spec.containers",
+            &format!("Invalid value: {} containers: a Tandem replica runs one container", containers.len()),
+        ));
+    }
+    let c = &containers[0];
+    let cf = "spec.template.spec.containers[0]";
+    let mut command: Vec<String> = c["command"].as_array().into_iter().flatten().filter_map(|x| x.as_str().map(str::to_string)).collect();
+    let args: Vec<String> = c["args"].as_array().into_iter().flatten().filter_map(|x| x.as_str().map(str::to_string)).collect();
+    if command.is_empty() {
+        return Err(invalid(
+            &name,
+            &format!("{cf}.command"),
+            "Required value: Tandem runs the command given, not the image's entrypoint (README, \"Containers\")",
+        ));
+    }
+    let mut env = Map::new();
+    for e in c["env"].as_array().into_iter().flatten() {
+        env.insert(e["name"].as_str().unwrap_or("").to_string(), json!(e["value"].as_str().unwrap_or("")));
+    }
+    let ports: Vec<i64> = c["ports"].as_array().into_iter().flatten().filter_map(|p| p["containerPort"].as_i64()).collect();
+    let mut resources = Map::new();
+    let res = |k: &str| c["resources"]["limits"][k].as_str().or(c["resources"]["requests"][k].as_str()).map(str::to_string);
+    for (k, _) in c["resources"]["limits"].as_object().into_iter().chain(c["resources"]["requests"].as_object()).flatten() {
+        if !["cpu", "memory", "nvidia.com/gpu"].contains(&k.as_str()) {
+            return Err(invalid(
+                &name,
+                &format!("{cf}.resources"),
+                &format!("Unsupported value: {k:?}: Tandem allocates cpu, memory and nvidia.com/gpu"),
+            ));
+        }
+    }
+    if let Some(q) = res("cpu") {
+        let n = cpus(&q).ok_or_else(|| invalid(&name, &format!("{cf}.resources.limits.cpu"), &format!("Invalid value: {q:?}")))?;
+        resources.insert("cpus".into(), json!(n));
+    }
+    if let Some(q) = res("memory") {
+        resources.insert("memory".into(), json!(q));
+    }
+    if let Some(q) = res("nvidia.com/gpu") {
+        let n: u32 = q.parse().map_err(|_| {
+            invalid(&name, &format!("{cf}.resources.limits.nvidia.com/gpu"), &format!("Invalid value: {q:?}: a whole number"))
+        })?;
+        resources.insert("gpus".into(), json!(n));
+    }
+    let mut out = json!({"name": name, "command": [], "env": env, "resources": resources});
+    out["command"] = json!(std::mem::take(&mut command));
+    if !args.is_empty() {
+        out["args"] = json!(args);
+    }
+    if let Some(i) = c["image"].as_str() {
+        out["image"] = json!(i);
+    }
+    if let Some(w) = c["workingDir"].as_str() {
+        out["workdir"] = json!(w);
+    }
+    out["replicas"] = json!(spec["replicas"].as_i64().unwrap_or(1));
+    for (k, to) in [("readinessProbe", "readiness"), ("livenessProbe", "liveness"), ("startupProbe", "startup")] {
+        if let Some(p) = c.get(k).filter(|p| !p.is_null()) {
+            out[to] = probe(&name, &format!("{cf}.{k}"), p, &ports)?;
+        }
+    }
+    let ru = &spec["strategy"]["rollingUpdate"];
+    let mut rolling = Map::new();
+    for (k, to) in [("maxSurge", "max_surge"), ("maxUnavailable", "max_unavailable")] {
+        if !ru[k].is_null() {
+            rolling.insert(to.into(), ru[k].clone());
+        }
+    }
+    out["rolling_update"] = Value::Object(rolling);
+    if let Some(g) = tspec["terminationGracePeriodSeconds"].as_i64() {
+        out["termination_grace"] = json!(g);
+    }
+    if let Some(p) = tspec["priorityClassName"].as_str() {
+        out["qos"] = json!(p);
+    }
+    for (k, v) in tspec["nodeSelector"].as_object().into_iter().flatten() {
+        match k.strip_prefix(&format!("{}/partition-", crate::PREFIX)) {
+            Some(p) if v == "true" => out["partition"] = json!(p),
+            _ => {
+                return Err(invalid(
+                    &name,
+                    &format!("spec.template.spec.nodeSelector.{k}"),
+                    "Unsupported value: Tandem selects a partition (tandem.dev/partition-NAME: \"true\")",
+                ));
+            }
+        }
+    }
+    let spec: wire::ServiceSpec = serde_json::from_value(out).map_err(|e| invalid(&name, "spec", &format!("Invalid value: {e}")))?;
+    let stored = json!({
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": obj["metadata"]["labels"],
+            "annotations": obj["metadata"]["annotations"],
+        },
+        "spec": obj["spec"],
+    });
+    Ok(Written { name, spec, stored, warnings })
+}
+
+/// Whether an unknown field's shown path (`a.b[0].c`) is the pattern `p` (`a.b[].c`) or under it.
+fn shown_matches(unknown: &str, p: &str) -> bool {
+    let mut pat = String::new();
+    let mut skip = false;
+    for ch in unknown.chars() {
+        match ch {
+            '[' => {
+                pat.push_str("[]");
+                skip = true;
+            }
+            ']' => skip = false,
+            _ if skip => {}
+            _ => pat.push(ch),
+        }
+    }
+    p == pat || p.starts_with(&format!("{pat}.")) || p.starts_with(&format!("{pat}["))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dep() -> Value {
+        json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "labels": {"app": "web"},
+            "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{}"}},
+            "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "web"}},
+                "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": "50%"}},
+                "template": {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{"name": "web", "image": "busybox",
+                    "command": ["httpd", "-f", "-p", "$PORT"], "env": [{"name": "A", "value": "1"}], "ports": [{"containerPort": 8080}],
+                    "resources": {"limits": {"cpu": "500m", "memory": "64Mi", "nvidia.com/gpu": "1"}},
+                    "readinessProbe": {"httpGet": {"path": "/", "port": 8080}, "periodSeconds": 1}}],
+                    "terminationGracePeriodSeconds": 5, "nodeSelector": {"tandem.dev/partition-batch": "true"}}}}})
+    }
+
+    #[test]
+    fn a_deployment_becomes_a_service_spec() {
+        let w = deployment(&dep(), "default", Validation::Strict).unwrap();
+        let s = serde_json::to_value(&w.spec).unwrap();
+        assert_eq!(w.name, "web");
+        assert_eq!(s["command"], json!(["httpd", "-f", "-p", "$PORT"]));
+        assert_eq!(s["env"]["A"], "1");
+        assert_eq!(s["image"], "busybox");
+        assert_eq!(s["replicas"], 2.0);
+        assert_eq!(s["resources"]["cpus"], 1.0);
+        assert_eq!(s["resources"]["memory"], "64Mi");
+        assert_eq!(s["resources"]["gpus"], 1.0);
+        assert_eq!(s["readiness"]["http"], "/");
+        assert!(s["readiness"]["port"].is_null(), "the container's port is the replica's $PORT: {s}");
+        assert_eq!(s["rolling_update"]["max_unavailable"], "50%");
+        assert_eq!(s["partition"], "batch");
+        assert_eq!(w.stored["metadata"]["annotations"]["kubectl.kubernetes.io/last-applied-configuration"], "{}");
+        assert_eq!(w.stored["spec"], dep()["spec"]);
+    }
+
+    #[test]
+    fn unknown_fields_are_refused_under_strict_and_warned_about_under_warn() {
+        let mut d = dep();
+        d["spec"]["replicaz"] = json!(3);
+        d["spec"]["template"]["spec"]["containers"][0]["imag"] = json!("x");
+        let e = deployment(&d, "default", Validation::Strict).unwrap_err();
+        assert_eq!(e.code, 400);
+        assert!(e.message.contains("unknown field \"spec.replicaz\""), "{}", e.message);
+        assert!(e.message.contains("unknown field \"spec.template.spec.containers[0].imag\""), "{}", e.message);
+        let w = deployment(&d, "default", Validation::Warn).unwrap();
+        assert_eq!(w.warnings.len(), 2);
+        assert!(deployment(&d, "default", Validation::Ignore).unwrap().warnings.is_empty());
+    }
+
+    #[test]
+    fn what_tandem_does_not_implement_is_a_422_naming_the_field() {
+        type Change = Box<dyn Fn(&mut Value)>;
+        let cases: Vec<(Change, &str)> = vec![
+            (
+                Box::new(|d| d["spec"]["template"]["spec"]["initContainers"] = json!([{"name": "i", "image": "x"}])),
+                "spec.template.spec.initContainers[0].image",
+            ),
+            (Box::new(|d| d["spec"]["template"]["spec"]["affinity"] = json!({"nodeAffinity": {}})), "spec.template.spec.affinity"),
+            (
+                Box::new(|d| d["spec"]["template"]["spec"]["securityContext"] = json!({"runAsUser": 0})),
+                "spec.template.spec.securityContext.runAsUser",
+            ),
+            (
+                Box::new(|d| d["spec"]["template"]["spec"]["imagePullSecrets"] = json!([{"name": "s"}])),
+                "spec.template.spec.imagePullSecrets[0].name",
+            ),
+            (
+                Box::new(|d| {
+                    d["spec"]["template"]["spec"]["containers"][0]["env"][0] =
+                        json!({"name": "A", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}})
+                }),
+                "spec.template.spec.containers[0].env[0].valueFrom.secretKeyRef.key",
+            ),
+            (
+                Box::new(|d| {
+                    d["spec"]["template"]["spec"]["containers"][0].as_object_mut().unwrap().remove("command");
+                }),
+                "spec.template.spec.containers[0].command",
+            ),
+            (Box::new(|d| d["spec"]["strategy"] = json!({"type": "Recreate"})), "spec.strategy.type"),
+            (Box::new(|d| d["spec"]["template"]["spec"]["nodeSelector"] = json!({"zone": "a"})), "spec.template.spec.nodeSelector.zone"),
+            (Box::new(|d| d["spec"]["template"]["metadata"]["labels"] = json!({"app": "other"})), "spec.template.metadata.labels"),
+            (Box::new(|d| d["metadata"]["name"] = json!("Web_1")), "metadata.name"),
+            (
+                Box::new(|d| {
+                    let c = d["spec"]["template"]["spec"]["containers"][0].clone();
+                    d["spec"]["template"]["spec"]["containers"] = json!([c.clone(), c]);
+                }),
+                "spec.template.spec.containers",
+            ),
+            (
+                Box::new(|d| d["spec"]["template"]["spec"]["containers"][0]["readinessProbe"] = json!({"exec": {"command": ["true"]}})),
+                "readinessProbe.exec",
+            ),
+        ];
+        for (change, field) in cases {
+            let mut d = dep();
+            change(&mut d);
+            let e = deployment(&d, "default", Validation::Strict).unwrap_err();
+            assert_eq!(e.code, 422, "{field}: {}", e.message);
+            assert!(e.message.contains(field), "{field}: {}", e.message);
+        }
+        let e = deployment(&dep(), "team-a", Validation::Strict).unwrap_err();
+        assert!(e.code == 422 && e.message.contains("metadata.namespace"), "{}", e.message);
+        let mut d = dep();
+        d["metadata"]["namespace"] = json!("other");
+        assert_eq!(deployment(&d, "default", Validation::Strict).unwrap_err().code, 400);
+        for bad in [json!([]), json!({"kind": "Pod", "apiVersion": "v1"}), json!({"spec": {"replicas": "many"}})] {
+            assert_eq!(deployment(&bad, "default", Validation::Strict).unwrap_err().code, 400, "{bad}");
+        }
+    }
+}
