@@ -2691,3 +2691,86 @@ int main(int argc, char **argv) {
     return 0;
 }
 "#;
+
+/// An HTTP request to the controller's TCP port with a body of `content_type`: status and body.
+fn kube_req(up: &Up, method: &str, path: &str, token: Option<&str>, body: &[u8], content_type: &str) -> (u16, serde_json::Value) {
+    let file = up.dir.join(format!("body-{}", std::process::id()));
+    std::fs::write(&file, body).unwrap();
+    let mut c = Command::new("curl");
+    c.args(["-s", "--http1.1", "--cacert", &up.dir.join("controller/ca.pem").display().to_string(), "-X", method, "-w", "\n%{http_code}"])
+        .arg(format!("https://{}{path}", up.addr))
+        .args(["-H", &format!("content-type: {content_type}"), "--data-binary"])
+        .arg(format!("@{}", file.display()));
+    if let Some(t) = token {
+        c.args(["-H", &format!("Authorization: Bearer {t}")]);
+    }
+    let o = c.output().unwrap();
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    let (body, code) = out.rsplit_once('\n').unwrap_or(("", "0"));
+    (code.trim().parse().unwrap_or(0), serde_json::from_str(body).unwrap_or(serde_json::Value::String(body.to_string())))
+}
+
+/// The Kubernetes API with two users: Mallory cannot read Alice's environment values (nor
+/// kubectl's copy of them), patch, scale, replace or delete her Deployment; malformed, wrong and
+/// huge bodies are refused as `Status` errors; nothing of Alice's changes.
+#[test]
+fn another_user_cannot_read_the_secrets_of_or_change_a_deployment_through_the_kubernetes_api() {
+    let Some((alice, mallory)) = users() else { return };
+    let root = root_dir("kube");
+    let up = Up::start(&root, None);
+    let (ta, tm) = (up.token(&alice), up.token(&mallory));
+    let base = "/apis/apps/v1/namespaces/default/deployments";
+    let dep = serde_json::json!({"apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "secret-web", "labels": {"app": "s"},
+            "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{\"env\":\"API_KEY=alice-secret\"}"}},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "s"}}, "template": {"metadata": {"labels": {"app": "s"}},
+            "spec": {"containers": [{"name": "web", "command": ["sleep", "600"], "env": [{"name": "API_KEY", "value": "alice-secret"}]}]}}}});
+    // Positive control: Alice writes and reads her own.
+    let (code, made) = kube_req(&up, "POST", base, Some(&ta), dep.to_string().as_bytes(), "application/json");
+    assert_eq!(code, 201, "{made}");
+    let (code, mine) = kube_req(&up, "GET", &format!("{base}/secret-web"), Some(&ta), b"", "application/json");
+    assert_eq!(code, 200);
+    assert!(mine.to_string().contains("alice-secret"), "the owner sees her values: {mine}");
+    // Mallory sees the Deployment (as `tandem service list` shows it) but not its values.
+    let (code, seen) = kube_req(&up, "GET", &format!("{base}/secret-web"), Some(&tm), b"", "application/json");
+    assert_eq!(code, 200, "{seen}");
+    assert!(!seen.to_string().contains("alice-secret"), "another user read a value: {seen}");
+    assert_eq!(seen["spec"]["template"]["spec"]["containers"][0]["env"][0]["value"], "(hidden)");
+    let (_, list) = kube_req(&up, "GET", base, Some(&tm), b"", "application/json");
+    assert!(!list.to_string().contains("alice-secret"), "{list}");
+    let (_, pods) = kube_req(&up, "GET", "/api/v1/namespaces/default/pods", Some(&tm), b"", "application/json");
+    assert!(!pods.to_string().contains("alice-secret"), "{pods}");
+    // Every write of Mallory's is a 403 Status; nothing changes.
+    let attacks: Vec<(&str, String, Vec<u8>, &str)> = vec![
+        ("PATCH", format!("{base}/secret-web"), br#"{"spec":{"replicas":0}}"#.to_vec(), "application/merge-patch+json"),
+        ("PATCH", format!("{base}/secret-web"), br#"[{"op":"replace","path":"/spec/template/spec/containers/0/command","value":["sh"]}]"#.to_vec(), "application/json-patch+json"),
+        ("PATCH", format!("{base}/secret-web/scale"), br#"{"spec":{"replicas":5}}"#.to_vec(), "application/merge-patch+json"),
+        ("PUT", format!("{base}/secret-web"), seen.to_string().into_bytes(), "application/json"),
+        ("DELETE", format!("{base}/secret-web"), Vec::new(), "application/json"),
+    ];
+    for (method, path, body, ct) in &attacks {
+        let (code, st) = kube_req(&up, method, path, Some(&tm), body, ct);
+        assert_eq!(code, 403, "{method} {path}: {st}");
+        assert_eq!(st["kind"], "Status");
+        assert_eq!(st["reason"], "Forbidden", "{st}");
+    }
+    // Malformed, wrong, huge and anonymous requests: clear Status errors.
+    let bad: Vec<(&str, Option<&str>, Vec<u8>, &str, u16)> = vec![
+        ("POST", Some(&tm), b"{".to_vec(), "application/json", 400),
+        ("POST", Some(&tm), b"kind: [".to_vec(), "application/yaml", 400),
+        ("POST", Some(&tm), br#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"p"}}"#.to_vec(), "application/json", 400),
+        ("POST", Some(&tm), b"\x0a\x0b\x00\xff".to_vec(), "application/vnd.kubernetes.protobuf", 415),
+        ("POST", Some(&tm), vec![b' '; 4 << 20], "application/json", 413),
+        ("POST", None, dep.to_string().into_bytes(), "application/json", 401),
+    ];
+    for (method, tok, body, ct, want) in bad {
+        let (code, st) = kube_req(&up, method, base, tok, &body, ct);
+        assert_eq!(code, want, "{ct}: {st}");
+        assert_eq!(st["kind"], "Status", "{st}");
+    }
+    let (_, after) = kube_req(&up, "GET", &format!("{base}/secret-web"), Some(&ta), b"", "application/json");
+    assert_eq!(after["spec"]["replicas"], 1);
+    assert_eq!(after["spec"]["template"]["spec"]["containers"][0]["command"], serde_json::json!(["sleep", "600"]));
+    assert_eq!(after["metadata"]["generation"], 1, "no new revision");
+    let _ = std::fs::remove_dir_all(&root);
+}
