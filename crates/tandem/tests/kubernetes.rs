@@ -345,3 +345,92 @@ fn kubectl_applies_scales_and_deletes_a_deployment_that_is_a_tandem_service() {
         assert!(!c.ok(k, &["get", "deploy"]).contains("web"));
     }
 }
+
+/// The pid `tandem up` last recorded for its daemon `name` (`DATA/up.pid`).
+fn daemon_pid(dir: &Path, name: &str) -> u32 {
+    let pids = std::fs::read_to_string(dir.join("up.pid")).unwrap();
+    pids.lines().find_map(|l| l.strip_prefix(&format!("{name} "))).unwrap().trim().parse().unwrap()
+}
+
+#[test]
+fn a_controller_killed_during_kubectl_apply_keeps_every_acknowledged_deployment_once() {
+    let kubectls = match kubectls() {
+        Ok(k) => k,
+        Err(why) => {
+            assert!(std::env::var("CI").is_err(), "the Kubernetes clients' test cannot run under CI=true: {why}");
+            eprintln!("skipped: {why}");
+            return;
+        }
+    };
+    let k = kubectls[0].0.as_path();
+    let c = Kube::start("kube-kill");
+    let n = 200;
+    let docs: Vec<String> = (0..n)
+        .map(|i| {
+            format!(
+                "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: d{i}\nspec:\n  replicas: 0\n  selector:\n    matchLabels: {{app: d{i}}}\n  template:\n    metadata:\n      labels: {{app: d{i}}}\n    spec:\n      containers:\n      - name: c\n        command: [sleep, '600']\n"
+            )
+        })
+        .collect();
+    let file = c.dir.join("many.yaml");
+    std::fs::write(&file, docs.join("---\n")).unwrap();
+    let before: serde_json::Value = serde_json::from_str(&c.ok(k, &["get", "--raw", "/apis/apps/v1/namespaces/default/deployments"])).unwrap();
+    let old_rv = before["metadata"]["resourceVersion"].as_str().unwrap().to_string();
+    let mut apply = Command::new(k)
+        .args(["apply", "-f"])
+        .arg(&file)
+        .env("KUBECONFIG", &c.kubeconfig)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = apply.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for l in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = tx.send(l);
+        }
+    });
+    // Kill the controller once some are made, while the rest are being sent.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while c.tandem(&["service", "list"]).lines().count() < 11 {
+        assert!(Instant::now() < deadline, "kubectl apply made nothing");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let pid = daemon_pid(&c.dir, "controller");
+    kill_tree(pid, "-KILL");
+    let _ = apply.wait();
+    let acked: Vec<String> = rx.iter().collect();
+    let names: Vec<String> = acked
+        .iter()
+        .filter_map(|l| l.strip_prefix("deployment.apps/").and_then(|r| r.strip_suffix(" created")).map(str::to_string))
+        .collect();
+    assert!(names.len() >= 10 && names.len() < n, "acknowledged: {acked:?}");
+    // `tandem up` starts the controller again; every acknowledged Deployment is there, once.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let listed = loop {
+        let o = c.kubectl(k, &["get", "deploy", "-o", "name"]);
+        if o.status.success() {
+            break String::from_utf8_lossy(&o.stdout).into_owned();
+        }
+        assert!(Instant::now() < deadline, "the controller did not come back: {}", String::from_utf8_lossy(&o.stderr));
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let listed: Vec<&str> = listed.lines().map(|l| l.trim_start_matches("deployment.apps/")).collect();
+    for name in &names {
+        assert_eq!(listed.iter().filter(|l| *l == name).count(), 1, "{name} after the restart: {listed:?}");
+    }
+    let services = c.tandem(&["service", "list"]);
+    for name in &names {
+        assert_eq!(services.lines().filter(|l| l.split_whitespace().next() == Some(name)).count(), 1, "{services}");
+    }
+    // A watch from a version of before the restart is 410 Expired: the client lists again.
+    let out = c.ok(k, &["get", "--raw", &format!("/apis/apps/v1/namespaces/default/deployments?watch=1&resourceVersion={old_rv}&timeoutSeconds=2")]);
+    assert!(out.contains("\"type\":\"ERROR\"") && out.contains("\"code\":410") && out.contains("Expired"), "{out}");
+    // Applying again finishes the job: every Deployment, each once.
+    let out = c.ok(k, &["apply", "-f", file.to_str().unwrap()]);
+    assert_eq!(out.lines().count(), n, "{out}");
+    let listed = c.ok(k, &["get", "deploy", "-o", "name"]);
+    assert_eq!(listed.lines().count(), n, "{listed}");
+}
