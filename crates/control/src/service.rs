@@ -261,6 +261,11 @@ pub struct ServiceSpec {
     /// relative SRC is from the working directory.
     #[serde(default)]
     pub mounts: Vec<String>,
+    /// A restart marker: a new value (a time, say) makes a new revision whose replicas replace
+    /// the running ones with nothing else changed (`kubectl rollout restart` sets it, from the
+    /// template's `kubectl.kubernetes.io/restartedAt` annotation).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restarted_at: Option<String>,
 }
 
 impl ServiceSpec {

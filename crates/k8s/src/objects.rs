@@ -21,9 +21,9 @@ use k8s_openapi::api::apps::v1::{
 };
 use k8s_openapi::api::batch::v1::{Job, JobCondition, JobSpec, JobStatus};
 use k8s_openapi::api::core::v1::{
-    Container, ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStateWaiting, ContainerStatus, EnvVar, Namespace,
-    NamespaceSpec, NamespaceStatus, Node, NodeAddress, NodeCondition, NodeSpec, NodeStatus, Pod, PodCondition, PodSpec, PodStatus,
-    PodTemplateSpec, ResourceRequirements, Taint,
+    Container, ContainerState, ContainerStateRunning, ContainerStateTerminated, ContainerStateWaiting, ContainerStatus, EnvVar,
+    HTTPGetAction, Namespace, NamespaceSpec, NamespaceStatus, Node, NodeAddress, NodeCondition, NodeSpec, NodeStatus, Pod, PodCondition,
+    PodSpec, PodStatus, PodTemplateSpec, Probe, ResourceRequirements, TCPSocketAction, Taint,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference, Time};
@@ -660,7 +660,29 @@ pub fn service_container(spec: &wire::ServiceSpec) -> Container {
         res.insert("nvidia.com/gpu".into(), q(g));
     }
     let env: Vec<EnvVar> = spec.env.iter().map(|(k, v)| EnvVar { name: k.clone(), value: Some(v.clone()), value_from: None }).collect();
+    let probe = |p: &Option<wire::ProbeSpec>| {
+        let p = p.as_ref()?;
+        // The replica's own port is `$PORT` (a name, as Kubernetes writes a named port).
+        let port = p.port.as_ref().map_or(IntOrString::String("$PORT".into()), |q| match int_or_percent(&Some(q.clone())) {
+            Some(IntOrString::Int(n)) => IntOrString::Int(n),
+            _ => IntOrString::String("$PORT".into()),
+        });
+        let secs = |q: &Option<wire::Quantity>| q.as_ref().and_then(|q| quantity_text(q).trim_end_matches('s').parse::<i32>().ok());
+        Some(Probe {
+            http_get: p.http.as_ref().map(|path| HTTPGetAction { path: Some(path.clone()), port: port.clone(), ..Default::default() }),
+            tcp_socket: (p.http.is_none() && p.tcp == Some(true)).then(|| TCPSocketAction { port: port.clone(), host: None }),
+            period_seconds: secs(&p.period),
+            timeout_seconds: secs(&p.timeout),
+            failure_threshold: secs(&p.failure_threshold),
+            success_threshold: secs(&p.success_threshold),
+            initial_delay_seconds: secs(&p.initial_delay),
+            ..Default::default()
+        })
+    };
     Container {
+        readiness_probe: probe(&spec.readiness),
+        liveness_probe: probe(&spec.liveness),
+        startup_probe: probe(&spec.startup),
         name: spec.name.clone(),
         image: spec.image.clone(),
         command: Some(spec.command.clone()),
@@ -685,13 +707,15 @@ fn service_labels(name: &str) -> Option<BTreeMap<String, String>> {
     labels(&[(&format!("{PREFIX}/service"), name)])
 }
 
-fn pod_template(spec: &wire::ServiceSpec, rev: Option<u32>) -> PodTemplateSpec {
-    let mut lab = service_labels(&spec.name).unwrap_or_default();
+fn pod_template(spec: &wire::ServiceSpec, rev: Option<u32>, extra: BTreeMap<String, String>) -> PodTemplateSpec {
+    let mut lab = extra;
+    lab.extend(service_labels(&spec.name).unwrap_or_default());
     if let Some(r) = rev {
         lab.insert("pod-template-hash".into(), template_hash(r));
     }
+    let annotations = spec.restarted_at.as_ref().map(|t| BTreeMap::from([(crate::write::RESTARTED_AT.to_string(), t.clone())]));
     PodTemplateSpec {
-        metadata: Some(ObjectMeta { labels: Some(lab), ..Default::default() }),
+        metadata: Some(ObjectMeta { labels: Some(lab), annotations, ..Default::default() }),
         spec: Some(PodSpec {
             containers: vec![service_container(spec)],
             termination_grace_period_seconds: spec.termination_grace.as_ref().and_then(|g| quantity_text(g).parse().ok()),
@@ -767,7 +791,7 @@ pub fn deployment(s: &ServiceView) -> Deployment {
                     max_unavailable: int_or_percent(&ru.max_unavailable).or(Some(IntOrString::String("25%".into()))),
                 }),
             }),
-            template: pod_template(&i.spec, None),
+            template: pod_template(&i.spec, None, s.template_labels()),
             revision_history_limit: Some(10),
             progress_deadline_seconds: Some(600),
             ..Default::default()
@@ -844,7 +868,7 @@ pub fn replica_sets(s: &ServiceView) -> Vec<ReplicaSet> {
                 spec: ReplicaSetSpec {
                     replicas: Some(want),
                     selector: LabelSelector { match_labels: Some(sel), ..Default::default() },
-                    template: Some(pod_template(spec, Some(rev))),
+                    template: Some(pod_template(spec, Some(rev), s.template_labels())),
                     ..Default::default()
                 },
                 status: Some(ReplicaSetStatus {

@@ -9,6 +9,9 @@ use crate::DEFAULT_NAMESPACE;
 use crate::status::Failure;
 use serde_json::{Map, Value, json};
 
+/// The template annotation `kubectl rollout restart` sets: a new revision, nothing else changed.
+pub const RESTARTED_AT: &str = "kubectl.kubernetes.io/restartedAt";
+
 /// `fieldValidation`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Validation {
@@ -404,6 +407,9 @@ pub fn deployment(obj: &Value, namespace: &str, validation: Validation) -> Resul
     out["rolling_update"] = Value::Object(rolling);
     if let Some(g) = tspec["terminationGracePeriodSeconds"].as_i64() {
         out["termination_grace"] = json!(g);
+    }
+    if let Some(t) = spec["template"]["metadata"]["annotations"][RESTARTED_AT].as_str() {
+        out["restarted_at"] = json!(t);
     }
     if let Some(p) = tspec["priorityClassName"].as_str() {
         out["qos"] = json!(p);

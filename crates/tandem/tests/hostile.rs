@@ -2743,7 +2743,12 @@ fn another_user_cannot_read_the_secrets_of_or_change_a_deployment_through_the_ku
     // Every write of Mallory's is a 403 Status; nothing changes.
     let attacks: Vec<(&str, String, Vec<u8>, &str)> = vec![
         ("PATCH", format!("{base}/secret-web"), br#"{"spec":{"replicas":0}}"#.to_vec(), "application/merge-patch+json"),
-        ("PATCH", format!("{base}/secret-web"), br#"[{"op":"replace","path":"/spec/template/spec/containers/0/command","value":["sh"]}]"#.to_vec(), "application/json-patch+json"),
+        (
+            "PATCH",
+            format!("{base}/secret-web"),
+            br#"[{"op":"replace","path":"/spec/template/spec/containers/0/command","value":["sh"]}]"#.to_vec(),
+            "application/json-patch+json",
+        ),
         ("PATCH", format!("{base}/secret-web/scale"), br#"{"spec":{"replicas":5}}"#.to_vec(), "application/merge-patch+json"),
         ("PUT", format!("{base}/secret-web"), seen.to_string().into_bytes(), "application/json"),
         ("DELETE", format!("{base}/secret-web"), Vec::new(), "application/json"),

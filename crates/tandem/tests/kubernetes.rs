@@ -336,6 +336,16 @@ fn kubectl_applies_scales_and_deletes_a_deployment_that_is_a_tandem_service() {
         assert!(row(&c.tandem(&["service", "list"]), "web")[1] == "2/2");
         c.tandem(&["service", "scale", "web", "1"]);
         assert_eq!(c.ok(k, &["get", "deploy", "web", "-o", "jsonpath={.spec.replicas}"]), "1");
+        // `rollout restart` is a new revision with nothing else changed; `rollout undo` goes
+        // back to revision 1's template (a new revision, as in Kubernetes).
+        assert!(c.ok(k, &["rollout", "restart", "deploy/web"]).contains("restarted"));
+        c.ok(k, &["rollout", "status", "deploy/web", "--timeout=60s"]);
+        assert!(c.tandem(&["service", "show", "web"]).contains("Revision:    3"), "restart: a new revision");
+        assert!(c.ok(k, &["rollout", "undo", "deploy/web", "--to-revision=1"]).contains("rolled back"));
+        c.ok(k, &["rollout", "status", "deploy/web", "--timeout=60s"]);
+        let v = c.ok(k, &["get", "deploy", "web", "-o", "jsonpath={.spec.template.spec.containers[0].env[0].value}"]);
+        assert_eq!(v, "hello", "revision 1's environment");
+        assert!(c.tandem(&["service", "show", "web"]).contains("Revision:    4"));
         // Commands that send protobuf say what to do instead.
         let o = c.kubectl(k, &["create", "deployment", "x", "--image=busybox"]);
         assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("kubectl apply -f"), "{o:?}");
@@ -374,7 +384,8 @@ fn a_controller_killed_during_kubectl_apply_keeps_every_acknowledged_deployment_
         .collect();
     let file = c.dir.join("many.yaml");
     std::fs::write(&file, docs.join("---\n")).unwrap();
-    let before: serde_json::Value = serde_json::from_str(&c.ok(k, &["get", "--raw", "/apis/apps/v1/namespaces/default/deployments"])).unwrap();
+    let before: serde_json::Value =
+        serde_json::from_str(&c.ok(k, &["get", "--raw", "/apis/apps/v1/namespaces/default/deployments"])).unwrap();
     let old_rv = before["metadata"]["resourceVersion"].as_str().unwrap().to_string();
     let mut apply = Command::new(k)
         .args(["apply", "-f"])
@@ -426,7 +437,10 @@ fn a_controller_killed_during_kubectl_apply_keeps_every_acknowledged_deployment_
         assert_eq!(services.lines().filter(|l| l.split_whitespace().next() == Some(name)).count(), 1, "{services}");
     }
     // A watch from a version of before the restart is 410 Expired: the client lists again.
-    let out = c.ok(k, &["get", "--raw", &format!("/apis/apps/v1/namespaces/default/deployments?watch=1&resourceVersion={old_rv}&timeoutSeconds=2")]);
+    let out = c.ok(
+        k,
+        &["get", "--raw", &format!("/apis/apps/v1/namespaces/default/deployments?watch=1&resourceVersion={old_rv}&timeoutSeconds=2")],
+    );
     assert!(out.contains("\"type\":\"ERROR\"") && out.contains("\"code\":410") && out.contains("Expired"), "{out}");
     // Applying again finishes the job: every Deployment, each once.
     let out = c.ok(k, &["apply", "-f", file.to_str().unwrap()]);

@@ -812,7 +812,7 @@ pub use control::accounting::NO_PRIVILEGE;
 pub use control::accounting::{AcctChange, Entity as AcctEntity, SetOp, Setting, Verb as AcctVerb};
 /// `[proxy] prefill_pace` when a spec does not say (also `tandem proxy --prefill-pace`'s default).
 pub use control::service::DEFAULT_PREFILL_PACE;
-pub use control::service::Quantity;
+pub use control::service::{ProbeSpec, Quantity};
 /// The view types are the controller's own (the wire format is defined there).
 pub use control::{EndpointView, HetStep, ProxyServiceStats, ServiceEndpoints, ShareRow, StdinTo, StepIo, StepRes, StepSpec};
 /// The accounting's objects are the model's.
