@@ -44,6 +44,7 @@ for path, kind in [
     ("/api/v1/nodes", "Node"),
     ("/api/v1/namespaces", "Namespace"),
     ("/api/v1/namespaces/default/pods", "Pod"),
+    ("/api/v1/namespaces/default/events", "Event"),
     ("/apis/apps/v1/namespaces/default/deployments", "Deployment"),
     ("/apis/apps/v1/namespaces/default/replicasets", "ReplicaSet"),
     ("/apis/batch/v1/namespaces/default/jobs", "Job"),

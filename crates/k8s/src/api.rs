@@ -64,6 +64,7 @@ pub const RESOURCES: &[Resource] = &[
     res("", "namespaces", "namespace", "Namespace", false, &["ns"], &[]),
     res("", "nodes", "node", "Node", false, &["no"], &[]),
     res("", "pods", "pod", "Pod", true, &["po"], &["all"]),
+    res("", "events", "event", "Event", true, &["ev"], &[]),
     res("apps", "deployments", "deployment", "Deployment", true, &["deploy"], &["all"]),
     res("apps", "replicasets", "replicaset", "ReplicaSet", true, &["rs"], &["all"]),
     res("batch", "jobs", "job", "Job", true, &[], &["all"]),
@@ -288,6 +289,7 @@ mod tests {
             "/apis/extensions/v1beta1",
             "/apis/apps/v2/deployments",
             "/api/v1/secrets",
+            "/api/v1/services",
             "/api/v1/pods/x",
             "/api/v1/namespaces/default/nodes",
             "/api/v1/namespaces//pods",
@@ -305,7 +307,7 @@ mod tests {
         let core = resources("");
         assert_eq!(core.group_version, "v1");
         let names: Vec<&str> = core.resources.iter().map(|r| r.name.as_str()).collect();
-        assert_eq!(names, ["namespaces", "nodes", "pods"]);
+        assert_eq!(names, ["namespaces", "nodes", "pods", "events"]);
         let apps = resources("apps");
         assert!(apps.resources.iter().all(|r| r.namespaced));
         assert!(apps.resources.iter().any(|r| r.name == "deployments/scale" && r.kind == "Scale"));

@@ -1188,3 +1188,88 @@ mod tests {
         assert!(label_value_ok("a.b-c_d") && label_value_ok("") && !label_value_ok("-a") && !label_value_ok(&"a".repeat(64)));
     }
 }
+
+// ---- Events ----
+
+fn event(obj: &serde_json::Value, reason: &str, kind: &str, message: &str, at: Option<&serde_json::Value>) -> serde_json::Value {
+    let m = &obj["metadata"];
+    let name = format!("{}.{}", m["name"].as_str().unwrap_or(""), reason.to_ascii_lowercase());
+    let at = at.filter(|t| t.is_string()).unwrap_or(&m["creationTimestamp"]).clone();
+    let mut ev = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": name, "namespace": m["namespace"].as_str().unwrap_or(DEFAULT_NAMESPACE),
+            "uid": uid("Event", &name, 0), "creationTimestamp": at},
+        "involvedObject": {"apiVersion": obj["apiVersion"], "kind": obj["kind"], "name": m["name"], "uid": m["uid"]},
+        "reason": reason,
+        "message": message,
+        "type": kind,
+        "count": 1,
+        "firstTimestamp": at,
+        "lastTimestamp": at,
+        "source": {"component": "tandem"},
+        "reportingComponent": "tandem",
+        "reportingInstance": "controller",
+    });
+    if !m["namespace"].is_null() {
+        ev["involvedObject"]["namespace"] = m["namespace"].clone();
+    }
+    if let Some(u) = m["annotations"][UID_ANNOTATION].as_str() {
+        ev["metadata"]["annotations"] = serde_json::json!({UID_ANNOTATION: u});
+    }
+    ev
+}
+
+/// The Events of the objects' states, derived as the objects are (no history is kept): why a
+/// Pod waits (`FailedScheduling`, with Tandem's pending reason), where it was placed
+/// (`Scheduled`), why its container is not ready (`Unhealthy`, `BackOff`) or how it ended
+/// (`Preempted`, `Cancelled`, `OOMKilled`, `DeadlineExceeded`, `NodeLost`, `Error`), and a Node
+/// that stopped posting its lease (`NodeNotReady`).
+pub fn events(pods: &[serde_json::Value], nodes: &[serde_json::Value]) -> Vec<serde_json::Value> {
+    let mut out = Vec::new();
+    for p in pods {
+        let st = &p["status"];
+        let cond = |t: &str| st["conditions"].as_array().into_iter().flatten().find(|c| c["type"] == t).cloned();
+        match cond("PodScheduled") {
+            Some(c) if c["status"] == "False" => {
+                let why = c["message"].as_str().unwrap_or("pending");
+                out.push(event(p, "FailedScheduling", "Warning", &format!("Tandem's scheduler: {why}"), None));
+            }
+            Some(_) => {
+                if let Some(n) = p["spec"]["nodeName"].as_str() {
+                    let name = p["metadata"]["name"].as_str().unwrap_or("");
+                    out.push(event(
+                        p,
+                        "Scheduled",
+                        "Normal",
+                        &format!("Successfully assigned default/{name} to {n}"),
+                        Some(&st["startTime"]),
+                    ));
+                }
+            }
+            None => {}
+        }
+        if let Some(c) = cond("Ready").filter(|c| c["status"] == "False" && c["message"].is_string()) {
+            out.push(event(p, "Unhealthy", "Warning", c["message"].as_str().unwrap_or(""), None));
+        }
+        for cs in st["containerStatuses"].as_array().into_iter().flatten() {
+            if cs["state"]["waiting"]["reason"] == "CrashLoopBackOff" {
+                let why = cs["state"]["waiting"]["message"].as_str().unwrap_or("the replica keeps exiting");
+                out.push(event(p, "BackOff", "Warning", &format!("Back-off restarting failed container: {why}"), None));
+            }
+            let t = &cs["state"]["terminated"];
+            if let Some(reason) = t["reason"].as_str().filter(|r| *r != "Completed") {
+                let msg = t["message"].as_str().map_or_else(|| format!("ended {reason}, exit code {}", t["exitCode"]), str::to_string);
+                let kind = if reason == "Cancelled" { "Normal" } else { "Warning" };
+                out.push(event(p, reason, kind, &msg, Some(&t["finishedAt"])));
+            }
+        }
+    }
+    for n in nodes {
+        let ready = n["status"]["conditions"].as_array().into_iter().flatten().find(|c| c["type"] == "Ready");
+        if let Some(c) = ready.filter(|c| c["status"] != "True") {
+            out.push(event(n, "NodeNotReady", "Warning", c["message"].as_str().unwrap_or("not ready"), None));
+        }
+    }
+    out
+}

@@ -112,6 +112,7 @@ pub fn document(group: &str) -> Value {
         use k8s_openapi::api::{apps::v1 as apps, batch::v1 as batch, core::v1 as core};
         let name = match r.kind {
             "Pod" => add::<core::Pod>(&mut g, &mut kinds, group, r.kind),
+            "Event" => add::<core::Event>(&mut g, &mut kinds, group, r.kind),
             "Node" => add::<core::Node>(&mut g, &mut kinds, group, r.kind),
             "Namespace" => add::<core::Namespace>(&mut g, &mut kinds, group, r.kind),
             "Deployment" => add::<apps::Deployment>(&mut g, &mut kinds, group, r.kind),

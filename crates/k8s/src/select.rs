@@ -155,6 +155,19 @@ pub fn fields_of(kind: &str) -> &'static [&'static str] {
         "Namespace" => &["status.phase"],
         "Job" => &["status.successful"],
         "ReplicaSet" => &["status.replicas"],
+        "Event" => &[
+            "involvedObject.kind",
+            "involvedObject.namespace",
+            "involvedObject.name",
+            "involvedObject.uid",
+            "involvedObject.apiVersion",
+            "involvedObject.resourceVersion",
+            "involvedObject.fieldPath",
+            "reason",
+            "reportingComponent",
+            "source",
+            "type",
+        ],
         _ => &[],
     }
 }

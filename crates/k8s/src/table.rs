@@ -111,6 +111,13 @@ pub fn columns(kind: &str) -> Vec<Value> {
             col("Partitions", "string", 1, "The partitions the node belongs to."),
         ],
         "Namespace" => vec![name, col("Status", "string", 0, "The status of the namespace"), age],
+        "Event" => vec![
+            col("Last Seen", "string", 0, "Time since the most recent occurrence"),
+            col("Type", "string", 0, "Normal or Warning"),
+            col("Reason", "string", 0, "Why the event happened"),
+            col("Object", "string", 0, "The object it is about"),
+            col("Message", "string", 0, "A description of the status of this operation."),
+        ],
         "Deployment" => {
             let mut v = vec![
                 name,
@@ -269,6 +276,11 @@ pub fn cells(kind: &str, obj: &Value, now: i64) -> Vec<Value> {
             ]
         }
         "Namespace" => vec![name, json!(s(&obj["status"]["phase"])), json!(age(obj, now))],
+        "Event" => {
+            let last = seconds(&obj["lastTimestamp"]).map_or_else(|| "<unknown>".into(), |t| human_duration(now - t));
+            let what = format!("{}/{}", s(&obj["involvedObject"]["kind"]).to_ascii_lowercase(), s(&obj["involvedObject"]["name"]));
+            vec![json!(last), json!(s(&obj["type"])), json!(s(&obj["reason"])), json!(what), json!(s(&obj["message"]))]
+        }
         "Deployment" => {
             let st = &obj["status"];
             let mut v = vec![
@@ -383,7 +395,7 @@ mod tests {
         let pod = json!({"metadata": {"name": "p", "creationTimestamp": "2026-12-06T00:00:00Z", "deletionTimestamp": "2026-12-06T00:01:00Z"},
             "spec": {"containers": [{"name": "c"}]},
             "status": {"phase": "Running", "containerStatuses": [{"ready": true, "restartCount": 2, "state": {"running": {}}}]}});
-        for kind in ["Pod", "Node", "Namespace", "Deployment", "ReplicaSet", "Job", "Other"] {
+        for kind in ["Pod", "Node", "Namespace", "Deployment", "ReplicaSet", "Job", "Event", "Other"] {
             assert_eq!(cells(kind, &pod, 0).len(), columns(kind).len(), "{kind}");
         }
         let c = cells("Pod", &pod, k8s_openapi::jiff::Timestamp::from_second(1_796_515_200 + 45).unwrap().as_second());

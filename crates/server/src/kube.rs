@@ -230,6 +230,10 @@ fn gather(app: &App, kind: &str) -> Vec<Value> {
         }
     }
     drop(g);
+    if kind == "Event" {
+        let (pods, nodes) = (gather(app, "Pod"), gather(app, "Node"));
+        return k8s::objects::events(&pods, &nodes);
+    }
     if matches!(kind, "Pod" | "Job") {
         let tasks = batch_tasks(app, v);
         for group in k8s::objects::group_jobs(&tasks) {

@@ -266,6 +266,11 @@ fn kubectl_and_the_python_client_see_what_squeue_and_tandem_service_see() {
     assert_eq!(row(&jobs, &format!("job-{array}"))[1], "Failed", "{jobs}");
     let pods = c.ok(k, &["get", "pods", "-l", &format!("batch.kubernetes.io/job-name=job-{array}"), "-o", "wide"]);
     assert!(pods.lines().skip(1).all(|l| l.contains("Cancelled")), "{pods}");
+    // Events say what happened to each Pod; describe shows them.
+    let ev = c.ok(k, &["get", "events", "--field-selector", &format!("involvedObject.name=job-{array}-0")]);
+    assert!(ev.contains("Scheduled") && ev.contains("Cancelled"), "{ev}");
+    let d = c.ok(k, &["describe", "pod", &format!("job-{array}-0")]);
+    assert!(d.contains("Successfully assigned default/") && d.contains("Cancelled"), "{d}");
 }
 
 /// A Deployment manifest whose replica serves HTTP on its `$PORT`, with `GREETING` set.
