@@ -94,6 +94,10 @@ pub enum BenchCmd {
         /// API requests in flight at once.
         #[arg(long, default_value_t = 32)]
         concurrency: u32,
+        /// Kubernetes watches of every Pod to keep open meanwhile (what the Kubernetes API's
+        /// views cost the batch system).
+        #[arg(long, default_value_t = 0)]
+        kube_watchers: u32,
         /// Print one JSON object.
         #[arg(long)]
         json: bool,
@@ -267,11 +271,11 @@ pub fn run(cmd: BenchCmd) -> Result<()> {
             let r = crate::proxy::run(a)?;
             report(json, &r, crate::proxy::print)
         }
-        BenchCmd::Submit { jobs, cli_jobs, agents, cpus_per_agent, concurrency, json } => {
+        BenchCmd::Submit { jobs, cli_jobs, agents, cpus_per_agent, concurrency, kube_watchers, json } => {
             if jobs == 0 || agents == 0 || concurrency == 0 {
                 bail!("--jobs, --agents and --concurrency must be positive");
             }
-            let r = crate::submit::run(jobs, cli_jobs, agents, cpus_per_agent, concurrency)?;
+            let r = crate::submit::run(jobs, cli_jobs, agents, cpus_per_agent, concurrency, kube_watchers)?;
             report(json, &r, crate::submit::print)
         }
         BenchCmd::Agents {

@@ -28,8 +28,42 @@ pub struct Report {
     squeue_cli_ms_median: f64,
     pending_for_squeue: u32,
     settings: &'static str,
+    /// Kubernetes watches of every Pod kept open meanwhile (`--kube-watchers`), and the events
+    /// they received.
+    kube_watchers: u32,
+    kube_watch_events: u64,
 }
 
+/// A Kubernetes client's watch of every Pod, as client-go's reflector keeps one: watch from the
+/// last version seen, each request ending after 2 s; list again (a watch without a version) on
+/// `410 Expired`. Counts the events into `events` until `stop`.
+async fn kube_watch(t: Target, stop: Arc<AtomicBool>, events: Arc<AtomicU64>) {
+    let mut rv = String::new();
+    while !stop.load(Ordering::Relaxed) {
+        let path = if rv.is_empty() {
+            "/api/v1/pods?watch=1&timeoutSeconds=2".to_string()
+        } else {
+            format!("/api/v1/pods?watch=1&timeoutSeconds=2&resourceVersion={rv}")
+        };
+        let Ok(r) = send(&t, "GET", &path, None::<&()>, &[]).await else {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            continue;
+        };
+        for line in r.body.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+            let Ok(ev) = serde_json::from_slice::<serde_json::Value>(line) else { continue };
+            if ev["type"] == "ERROR" {
+                rv.clear();
+                continue;
+            }
+            events.fetch_add(1, Ordering::Relaxed);
+            if let Some(v) = ev["object"]["metadata"]["resourceVersion"].as_str() {
+                rv = v.to_string();
+            }
+        }
+    }
+}
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use up::Kids as Procs;
 
 fn rss_mib(pid: u32) -> f64 {
@@ -81,7 +115,7 @@ async fn submit_many(t: &Target, req: &SubmitRequest, n: u32, concurrency: u32) 
 }
 
 /// Runs the benchmark.
-pub fn run(jobs: u32, cli_jobs: u32, agents: u32, cpus: u32, concurrency: u32) -> Result<Report> {
+pub fn run(jobs: u32, cli_jobs: u32, agents: u32, cpus: u32, concurrency: u32, kube_watchers: u32) -> Result<Report> {
     let dir: PathBuf = std::env::temp_dir().join(format!("tandem-bench-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(dir.join("ctl"))?;
@@ -157,6 +191,11 @@ pub fn run(jobs: u32, cli_jobs: u32, agents: u32, cpus: u32, concurrency: u32) -
     })?;
     let work = dir.join("work");
     std::fs::create_dir_all(&work)?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let events = Arc::new(AtomicU64::new(0));
+    for _ in 0..kube_watchers {
+        rt.spawn(kube_watch(t.clone(), stop.clone(), events.clone()));
+    }
     // 1. A loop of the CLI, one process per submission, as a user's shell loop would: through
     // the `sbatch` link that `tandem shims` writes (to `tandem-slurm`).
     let shims = dir.join("bin");
@@ -211,6 +250,7 @@ pub fn run(jobs: u32, cli_jobs: u32, agents: u32, cpus: u32, concurrency: u32) -
             bail!("expected {jobs} pending jobs, saw {}", v.len());
         }
     }
+    stop.store(true, Ordering::Relaxed);
     let mut cli_ms = Vec::new();
     for _ in 0..3 {
         let s = Instant::now();
@@ -236,6 +276,8 @@ pub fn run(jobs: u32, cli_jobs: u32, agents: u32, cpus: u32, concurrency: u32) -
         squeue_cli_ms_median: median(cli_ms),
         pending_for_squeue: jobs,
         settings: "durable commits (SQLite WAL, synchronous=FULL), Unix-socket peer-credential identity, real process launches, lease 30 s",
+        kube_watchers,
+        kube_watch_events: events.load(Ordering::Relaxed),
     })
 }
 
@@ -251,4 +293,7 @@ pub fn print(r: &Report) {
         "squeue with {} pending   API {:.1} ms, CLI {:.1} ms (median)",
         r.pending_for_squeue, r.squeue_api_ms_median, r.squeue_cli_ms_median
     );
+    if r.kube_watchers > 0 {
+        println!("Kubernetes Pod watches      {} open throughout, {} events received", r.kube_watchers, r.kube_watch_events);
+    }
 }

@@ -52,13 +52,18 @@ pub struct Cache {
     /// The newest version.
     rv: u64,
     objs: BTreeMap<(String, String), Entry>,
-    /// (version deleted at, the entry): oldest first.
-    tombstones: VecDeque<(u64, Entry)>,
+    /// (version deleted at, version created at, the last state as JSON text: a third of a
+    /// parsed object's memory): oldest first.
+    tombstones: VecDeque<(u64, u64, Box<str>)>,
 }
 
 fn key(o: &Value) -> (String, String) {
     let m = &o["metadata"];
     (m["namespace"].as_str().unwrap_or("").to_string(), m["name"].as_str().unwrap_or("").to_string())
+}
+
+fn parse(text: &str) -> Value {
+    serde_json::from_str(text).expect("a tombstone is the JSON it was written as")
 }
 
 fn with_rv(mut o: Value, rv: u64) -> Value {
@@ -100,11 +105,11 @@ impl Cache {
         for k in gone {
             if let Some(e) = self.objs.remove(&k) {
                 *counter += 1;
-                self.tombstones.push_back((*counter, e));
+                self.tombstones.push_back((*counter, e.created, e.obj.to_string().into_boxed_str()));
             }
         }
         while self.tombstones.len() > TOMBSTONES {
-            if let Some((rv, _)) = self.tombstones.pop_front() {
+            if let Some((rv, _, _)) = self.tombstones.pop_front() {
                 self.base = self.base.max(rv);
             }
         }
@@ -132,11 +137,11 @@ impl Cache {
                 created: e.created,
             })
             .collect();
-        out.extend(self.tombstones.iter().filter(|(rv, _)| *rv > since).map(|(rv, e)| Change {
+        out.extend(self.tombstones.iter().filter(|(rv, _, _)| *rv > since).map(|(rv, created, text)| Change {
             kind: "DELETED",
-            obj: with_rv(e.obj.clone(), *rv),
+            obj: with_rv(parse(text), *rv),
             rv: *rv,
-            created: e.created,
+            created: *created,
         }));
         out.sort_by_key(|c| c.rv);
         Ok(out)
@@ -146,7 +151,7 @@ impl Cache {
     /// by then and are still here, or were deleted after it (their last state).
     pub fn existed_at(&self, at: u64) -> Vec<Value> {
         let live = self.objs.values().filter(|e| e.created <= at).map(|e| e.obj.clone());
-        let dead = self.tombstones.iter().filter(|(rv, e)| *rv > at && e.created <= at).map(|(_, e)| e.obj.clone());
+        let dead = self.tombstones.iter().filter(|(rv, created, _)| *rv > at && *created <= at).map(|(_, _, text)| parse(text));
         live.chain(dead).collect()
     }
 }

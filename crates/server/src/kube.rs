@@ -153,6 +153,9 @@ fn flag(q: &HashMap<String, String>, k: &str) -> bool {
 /// controller has journalled nothing since (a change it acknowledged is always seen).
 const FRESH: Duration = Duration::from_millis(250);
 
+/// How old a computation a watch's look for changes may use.
+const WATCH_FRESH: Duration = Duration::from_secs(1);
+
 /// How often a watch looks for changes.
 const WATCH_EVERY: Duration = Duration::from_millis(500);
 
@@ -172,9 +175,23 @@ impl Views {
 
 /// The cache of `kind`, computed afresh unless it is younger than [`FRESH`]; run with it.
 fn with_cache<T>(app: &App, kind: &'static str, f: impl FnOnce(&Cache) -> T) -> T {
+    cached(app, kind, false, f)
+}
+
+/// A watch's look for changes: [`with_cache`], but any computation younger than [`WATCH_FRESH`]
+/// serves, changes since or not (a watch learns of them within a second; the controller does
+/// not recompute a kind for every poll while jobs come and go).
+fn watch_cache<T>(app: &App, kind: &'static str, f: impl FnOnce(&Cache) -> T) -> T {
+    cached(app, kind, true, f)
+}
+
+fn cached<T>(app: &App, kind: &'static str, watching: bool, f: impl FnOnce(&Cache) -> T) -> T {
     let mut views = app.kube.lock().expect("views lock");
     let seq = app.journal.last();
-    let fresh = views.caches.get(kind).is_some_and(|(_, at, s)| at.elapsed() < FRESH && *s == seq);
+    let fresh = views
+        .caches
+        .get(kind)
+        .is_some_and(|(_, at, s)| if watching { at.elapsed() < WATCH_FRESH } else { at.elapsed() < FRESH && *s == seq });
     if !fresh {
         let objs = gather(app, kind);
         let Views { counter, caches } = &mut *views;
@@ -434,7 +451,7 @@ fn watch(
             if tx.is_closed() {
                 return;
             }
-            let (next, changes) = with_cache(&app, kind, |c| (c.version(), c.since(at)));
+            let (next, changes) = watch_cache(&app, kind, |c| (c.version(), c.since(at)));
             let events = match changes {
                 Ok(ch) => w.events(ch),
                 Err(f) => {

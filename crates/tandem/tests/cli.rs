@@ -267,6 +267,10 @@ fn bench_submit_smoke() {
     assert!(v["cli_submissions_per_s"].as_f64().unwrap() > 0.0);
     assert_eq!(v["pending_for_squeue"].as_u64(), Some(10));
     assert!(err(&["bench", "submit", "--jobs", "0"]).contains("must be positive"));
+    // With Kubernetes watches of every Pod open: they see the jobs come and go.
+    let v = ok_json(&["bench", "submit", "--jobs", "10", "--cli-jobs", "3", "--agents", "1", "--kube-watchers", "2", "--json"]);
+    assert_eq!(v["kube_watchers"].as_u64(), Some(2), "{v}");
+    assert!(v["kube_watch_events"].as_u64().unwrap() >= 2 * 13, "every job's Pod, to each watch: {v}");
 }
 
 #[test]
