@@ -193,9 +193,7 @@ pub fn run(jobs: u32, cli_jobs: u32, agents: u32, cpus: u32, concurrency: u32, k
     std::fs::create_dir_all(&work)?;
     let stop = Arc::new(AtomicBool::new(false));
     let events = Arc::new(AtomicU64::new(0));
-    for _ in 0..kube_watchers {
-        rt.spawn(kube_watch(t.clone(), stop.clone(), events.clone()));
-    }
+    let watches: Vec<_> = (0..kube_watchers).map(|_| rt.spawn(kube_watch(t.clone(), stop.clone(), events.clone()))).collect();
     // 1. A loop of the CLI, one process per submission, as a user's shell loop would: through
     // the `sbatch` link that `tandem shims` writes (to `tandem-slurm`).
     let shims = dir.join("bin");
@@ -250,7 +248,11 @@ pub fn run(jobs: u32, cli_jobs: u32, agents: u32, cpus: u32, concurrency: u32, k
             bail!("expected {jobs} pending jobs, saw {}", v.len());
         }
     }
+    // The watches end their requests (at most 2 s) while the controller still answers.
     stop.store(true, Ordering::Relaxed);
+    for w in watches {
+        let _ = rt.block_on(w);
+    }
     let mut cli_ms = Vec::new();
     for _ in 0..3 {
         let s = Instant::now();

@@ -23,6 +23,7 @@
 pub mod accounting;
 pub mod config;
 pub mod creds;
+pub mod kube;
 mod pass;
 pub mod reboot;
 pub mod resv;
@@ -419,6 +420,10 @@ pub struct Controller {
     reservations: BTreeMap<String, model::Reservation>,
     /// The reservations changed since the last [`Controller::take_dirty`].
     reservations_dirty: bool,
+    /// Objects written through the Kubernetes API that are not views (`kube`).
+    kube: BTreeMap<kube::KubeKey, kube::KubeObject>,
+    /// Their changes since the last [`Controller::take_dirty`], in order (`None`: deleted).
+    dirty_kube: Vec<(kube::KubeKey, Option<kube::KubeObject>)>,
     /// The reservations as passes take them (rebuilt after a change), and how many changes
     /// there have been: a pass planned before a change starts nothing ([`Pass`]).
     resv_list: Option<std::sync::Arc<Vec<model::Reservation>>>,
@@ -456,6 +461,9 @@ pub struct Dirty {
     pub accounting: Option<accounting::Accounting>,
     /// Every advance reservation, when one changed (they are few: kept whole).
     pub reservations: Option<Vec<model::Reservation>>,
+    /// Objects written through the Kubernetes API, changed (`Some`) or deleted (`None`), in
+    /// order.
+    pub kube: Vec<(kube::KubeKey, Option<kube::KubeObject>)>,
 }
 
 impl Dirty {
@@ -471,6 +479,7 @@ impl Dirty {
             && self.creds.is_empty()
             && self.accounting.is_none()
             && self.reservations.is_none()
+            && self.kube.is_empty()
     }
 }
 
@@ -546,6 +555,8 @@ impl Controller {
             accounting_dirty: false,
             reservations: BTreeMap::new(),
             reservations_dirty: false,
+            kube: BTreeMap::new(),
+            dirty_kube: Vec::new(),
             resv_list: None,
             resv_gen: 0,
             suspended: BTreeSet::new(),
@@ -781,7 +792,8 @@ impl Controller {
         let creds = self.creds.take_dirty();
         let accounting = self.take_accounting();
         let reservations = std::mem::take(&mut self.reservations_dirty).then(|| self.reservations.values().cloned().collect());
-        Dirty { jobs, nodes, next_id, services, removed_services, arrays, removed_nodes, creds, accounting, reservations }
+        let kube = std::mem::take(&mut self.dirty_kube);
+        Dirty { jobs, nodes, next_id, services, removed_services, arrays, removed_nodes, creds, accounting, reservations, kube }
     }
 
     fn node_defs(&self) -> Vec<Node> {

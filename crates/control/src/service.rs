@@ -264,7 +264,7 @@ pub struct ServiceSpec {
     /// A restart marker: a new value (a time, say) makes a new revision whose replicas replace
     /// the running ones with nothing else changed (`kubectl rollout restart` sets it, from the
     /// template's `kubectl.kubernetes.io/restartedAt` annotation).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub restarted_at: Option<String>,
 }
 

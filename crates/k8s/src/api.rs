@@ -38,7 +38,12 @@ impl Resource {
     /// Whether it is written through this API (the others are read and watched only; README,
     /// "For Kubernetes users").
     pub fn writable(&self) -> bool {
-        self.kind == "Deployment"
+        matches!(self.kind, "Deployment" | "Service" | "ConfigMap" | "Secret")
+    }
+
+    /// Whether its objects are stored as written (not views of Tandem's own records).
+    pub fn stored(&self) -> bool {
+        matches!(self.kind, "Service" | "ConfigMap" | "Secret")
     }
 
     /// The verbs served on it.
@@ -65,6 +70,9 @@ pub const RESOURCES: &[Resource] = &[
     res("", "nodes", "node", "Node", false, &["no"], &[]),
     res("", "pods", "pod", "Pod", true, &["po"], &["all"]),
     res("", "events", "event", "Event", true, &["ev"], &[]),
+    res("", "services", "service", "Service", true, &["svc"], &["all"]),
+    res("", "configmaps", "configmap", "ConfigMap", true, &["cm"], &[]),
+    res("", "secrets", "secret", "Secret", true, &[], &[]),
     res("apps", "deployments", "deployment", "Deployment", true, &["deploy"], &["all"]),
     res("apps", "replicasets", "replicaset", "ReplicaSet", true, &["rs"], &["all"]),
     res("batch", "jobs", "job", "Job", true, &[], &["all"]),
@@ -288,8 +296,7 @@ mod tests {
             "/api/v2",
             "/apis/extensions/v1beta1",
             "/apis/apps/v2/deployments",
-            "/api/v1/secrets",
-            "/api/v1/services",
+            "/api/v1/persistentvolumeclaims",
             "/api/v1/pods/x",
             "/api/v1/namespaces/default/nodes",
             "/api/v1/namespaces//pods",
@@ -307,7 +314,7 @@ mod tests {
         let core = resources("");
         assert_eq!(core.group_version, "v1");
         let names: Vec<&str> = core.resources.iter().map(|r| r.name.as_str()).collect();
-        assert_eq!(names, ["namespaces", "nodes", "pods", "events"]);
+        assert_eq!(names, ["namespaces", "nodes", "pods", "events", "services", "configmaps", "secrets"]);
         let apps = resources("apps");
         assert!(apps.resources.iter().all(|r| r.namespaced));
         assert!(apps.resources.iter().any(|r| r.name == "deployments/scale" && r.kind == "Scale"));

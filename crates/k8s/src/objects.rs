@@ -1273,3 +1273,73 @@ pub fn events(pods: &[serde_json::Value], nodes: &[serde_json::Value]) -> Vec<se
     }
     out
 }
+
+// ---- Stored kinds: Services, ConfigMaps, Secrets ----
+
+/// An object written through the Kubernetes API and stored as written (`control::kube`).
+#[derive(Debug, Clone)]
+pub struct StoredView<'a> {
+    /// Kind.
+    pub kind: &'a str,
+    /// Its owner's uid.
+    pub uid: u32,
+    /// Created, Unix seconds.
+    pub created: i64,
+    /// As written: `metadata` (name, namespace, labels, annotations) and its body.
+    pub data: &'a serde_json::Value,
+}
+
+/// Whether `selector` (a Service's) selects a Pod with `labels`.
+pub fn selects(selector: &serde_json::Value, labels: &BTreeMap<String, String>) -> bool {
+    let Some(sel) = selector.as_object().filter(|m| !m.is_empty()) else { return false };
+    sel.iter().all(|(k, v)| v.as_str().is_some_and(|v| labels.get(k).is_some_and(|l| l == v)))
+}
+
+/// A stored object as read: the written metadata and body, with what the server adds (uid,
+/// creation time, the owner annotation; for a Service its defaults and, as annotations, the
+/// Tandem services it selects, `routes`, with their proxy paths).
+pub fn stored_object(o: &StoredView<'_>, routes: &[String]) -> serde_json::Value {
+    let d = o.data;
+    let name = d["metadata"]["name"].as_str().unwrap_or("");
+    let mut obj = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": o.kind,
+        "metadata": {"name": name, "namespace": d["metadata"]["namespace"], "uid": uid(o.kind, name, o.created),
+            "creationTimestamp": time(o.created)},
+    });
+    if !d["metadata"]["labels"].is_null() {
+        obj["metadata"]["labels"] = d["metadata"]["labels"].clone();
+    }
+    let mut annotations = d["metadata"]["annotations"].as_object().cloned().unwrap_or_default();
+    annotations.insert(UID_ANNOTATION.into(), o.uid.to_string().into());
+    if o.kind == "Service" {
+        annotations.insert(format!("{PREFIX}/routes-to"), routes.join(",").into());
+        let paths: Vec<String> = routes.iter().map(|r| format!("/s/{r}/")).collect();
+        annotations.insert(format!("{PREFIX}/proxy-paths"), paths.join(",").into());
+    }
+    obj["metadata"]["annotations"] = serde_json::Value::Object(annotations);
+    for (k, v) in d.as_object().into_iter().flatten().filter(|(k, _)| *k != "metadata") {
+        obj[k] = v.clone();
+    }
+    if o.kind == "Service" {
+        let spec = &mut obj["spec"];
+        if spec["type"].is_null() {
+            spec["type"] = "ClusterIP".into();
+        }
+        spec["clusterIP"] = "None".into();
+        spec["clusterIPs"] = serde_json::json!(["None"]);
+        if spec["sessionAffinity"].is_null() {
+            spec["sessionAffinity"] = "None".into();
+        }
+        for p in spec["ports"].as_array_mut().into_iter().flatten() {
+            if p["protocol"].is_null() {
+                p["protocol"] = "TCP".into();
+            }
+            if p["targetPort"].is_null() {
+                p["targetPort"] = p["port"].clone();
+            }
+        }
+        obj["status"] = serde_json::json!({"loadBalancer": {}});
+    }
+    obj
+}

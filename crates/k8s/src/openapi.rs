@@ -113,6 +113,9 @@ pub fn document(group: &str) -> Value {
         let name = match r.kind {
             "Pod" => add::<core::Pod>(&mut g, &mut kinds, group, r.kind),
             "Event" => add::<core::Event>(&mut g, &mut kinds, group, r.kind),
+            "Service" => add::<core::Service>(&mut g, &mut kinds, group, r.kind),
+            "ConfigMap" => add::<core::ConfigMap>(&mut g, &mut kinds, group, r.kind),
+            "Secret" => add::<core::Secret>(&mut g, &mut kinds, group, r.kind),
             "Node" => add::<core::Node>(&mut g, &mut kinds, group, r.kind),
             "Namespace" => add::<core::Namespace>(&mut g, &mut kinds, group, r.kind),
             "Deployment" => add::<apps::Deployment>(&mut g, &mut kinds, group, r.kind),

@@ -111,6 +111,17 @@ pub fn columns(kind: &str) -> Vec<Value> {
             col("Partitions", "string", 1, "The partitions the node belongs to."),
         ],
         "Namespace" => vec![name, col("Status", "string", 0, "The status of the namespace"), age],
+        "Service" => vec![
+            name,
+            col("Type", "string", 0, "The type of the service."),
+            col("Cluster-IP", "string", 0, "The cluster IP (none: reached through Tandem's proxy)."),
+            col("External-IP", "string", 0, "External IPs."),
+            col("Port(s)", "string", 0, "The ports exposed."),
+            age,
+            col("Selector", "string", 1, "The pods it selects."),
+        ],
+        "ConfigMap" => vec![name, col("Data", "integer", 0, "Number of keys."), age],
+        "Secret" => vec![name, col("Type", "string", 0, "The type of the secret."), col("Data", "integer", 0, "Number of keys."), age],
         "Event" => vec![
             col("Last Seen", "string", 0, "Time since the most recent occurrence"),
             col("Type", "string", 0, "Normal or Warning"),
@@ -276,6 +287,36 @@ pub fn cells(kind: &str, obj: &Value, now: i64) -> Vec<Value> {
             ]
         }
         "Namespace" => vec![name, json!(s(&obj["status"]["phase"])), json!(age(obj, now))],
+        "Service" => {
+            let ports: Vec<String> = obj["spec"]["ports"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|p| format!("{}/{}", p["port"], p["protocol"].as_str().unwrap_or("TCP")))
+                .collect();
+            let sel = obj["spec"]["selector"].as_object().map(|m| {
+                let mut v: Vec<String> = m.iter().map(|(k, v)| format!("{k}={}", s(v))).collect();
+                v.sort();
+                v.join(",")
+            });
+            vec![
+                name,
+                json!(s(&obj["spec"]["type"])),
+                json!(s(&obj["spec"]["clusterIP"])),
+                json!("<none>"),
+                json!(none_if_empty(ports.join(","))),
+                json!(age(obj, now)),
+                json!(none_if_empty(sel.unwrap_or_default())),
+            ]
+        }
+        "ConfigMap" => {
+            let n = obj["data"].as_object().map_or(0, |m| m.len()) + obj["binaryData"].as_object().map_or(0, |m| m.len());
+            vec![name, json!(n), json!(age(obj, now))]
+        }
+        "Secret" => {
+            let n = obj["data"].as_object().map_or(0, |m| m.len());
+            vec![name, json!(s(&obj["type"])), json!(n), json!(age(obj, now))]
+        }
         "Event" => {
             let last = seconds(&obj["lastTimestamp"]).map_or_else(|| "<unknown>".into(), |t| human_duration(now - t));
             let what = format!("{}/{}", s(&obj["involvedObject"]["kind"]).to_ascii_lowercase(), s(&obj["involvedObject"]["name"]));
@@ -395,7 +436,7 @@ mod tests {
         let pod = json!({"metadata": {"name": "p", "creationTimestamp": "2026-12-06T00:00:00Z", "deletionTimestamp": "2026-12-06T00:01:00Z"},
             "spec": {"containers": [{"name": "c"}]},
             "status": {"phase": "Running", "containerStatuses": [{"ready": true, "restartCount": 2, "state": {"running": {}}}]}});
-        for kind in ["Pod", "Node", "Namespace", "Deployment", "ReplicaSet", "Job", "Event", "Other"] {
+        for kind in ["Pod", "Node", "Namespace", "Deployment", "ReplicaSet", "Job", "Event", "Service", "ConfigMap", "Secret", "Other"] {
             assert_eq!(cells(kind, &pod, 0).len(), columns(kind).len(), "{kind}");
         }
         let c = cells("Pod", &pod, k8s_openapi::jiff::Timestamp::from_second(1_796_515_200 + 45).unwrap().as_second());

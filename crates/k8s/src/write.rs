@@ -570,3 +570,190 @@ mod tests {
         }
     }
 }
+
+/// An object of a stored kind (Service, ConfigMap, Secret) accepted for writing: its name, what
+/// is kept of it, and the warnings.
+#[derive(Debug, Clone)]
+pub struct Stored {
+    /// Its name.
+    pub name: String,
+    /// `metadata` (name, namespace, labels, annotations) and its body as written.
+    pub stored: Value,
+    /// Warnings (`Warning` headers).
+    pub warnings: Vec<String>,
+}
+
+/// The most a ConfigMap's or Secret's data may hold (Kubernetes' limit).
+pub const MAX_DATA: usize = 1 << 20;
+
+fn invalid_kind(kind: &str, name: &str, field: &str, why: &str) -> Failure {
+    let mut f = invalid(name, field, why);
+    f.message = format!("{kind} \"{name}\" is invalid: {field}: {why}");
+    f.details = Some((kind.into(), name.into()));
+    f
+}
+
+/// A DNS subdomain (a ConfigMap's or Secret's name).
+fn dns_subdomain(name: &str) -> bool {
+    !name.is_empty() && name.len() <= 253 && name.split('.').all(dns_label)
+}
+
+fn roundtrip<T: serde::de::DeserializeOwned + serde::Serialize>(obj: &Value, kind: &str) -> Result<(Value, Vec<String>), Failure> {
+    let typed: T = serde_json::from_value(obj.clone()).map_err(|e| Failure::bad_request(format!("malformed {kind}: {e}")))?;
+    let back = serde_json::to_value(&typed).expect("objects serialize");
+    Ok((back.clone(), unknown_fields(obj, &back)))
+}
+
+/// Checks an object of a stored kind (`Service`, `ConfigMap`, `Secret`) written to `namespace`.
+pub fn stored(kind: &str, obj: &Value, namespace: &str, validation: Validation) -> Result<Stored, Failure> {
+    if !obj.is_object() {
+        return Err(Failure::bad_request("the body is not a JSON object"));
+    }
+    match (obj["apiVersion"].as_str(), obj["kind"].as_str()) {
+        (Some("v1") | None, Some(k)) if k == kind => {}
+        (Some("v1") | None, None) => {}
+        (v, k) => {
+            return Err(Failure::bad_request(format!(
+                "this is the {kind} resource of v1; the body is {} {}",
+                v.unwrap_or("(no apiVersion)"),
+                k.unwrap_or("(no kind)")
+            )));
+        }
+    }
+    use k8s_openapi::api::core::v1 as core;
+    let (typed, unknown) = match kind {
+        "Service" => roundtrip::<core::Service>(obj, kind)?,
+        "ConfigMap" => roundtrip::<core::ConfigMap>(obj, kind)?,
+        "Secret" => roundtrip::<core::Secret>(obj, kind)?,
+        other => return Err(Failure::method_not_allowed(format!("{other} is not written here"))),
+    };
+    let name = obj["metadata"]["name"].as_str().unwrap_or("").to_string();
+    let mut warnings = Vec::new();
+    if !unknown.is_empty() {
+        match validation {
+            Validation::Strict => {
+                let list: Vec<String> = unknown.iter().map(|f| format!("unknown field \"{f}\"")).collect();
+                return Err(Failure::bad_request(format!("strict decoding error: {}", list.join(", "))));
+            }
+            Validation::Warn => warnings.extend(unknown.iter().map(|f| format!("unknown field \"{f}\""))),
+            Validation::Ignore => {}
+        }
+    }
+    let name_ok = if kind == "Service" { dns_label(&name) } else { dns_subdomain(&name) };
+    if !name_ok {
+        return Err(invalid_kind(kind, &name, "metadata.name", &format!("Invalid value: {name:?}: a lower-case DNS name")));
+    }
+    if obj["metadata"]["namespace"].as_str().is_some_and(|ns| ns != namespace) {
+        return Err(Failure::bad_request("the namespace of the provided object does not match the namespace sent on the request"));
+    }
+    if namespace != DEFAULT_NAMESPACE {
+        return Err(invalid_kind(
+            kind,
+            &name,
+            "metadata.namespace",
+            &format!("Unsupported value: {namespace:?}: Tandem serves the namespace \"default\" only, for now"),
+        ));
+    }
+    let mut body = Map::new();
+    match kind {
+        "Service" => {
+            let spec = &typed["spec"];
+            match spec["type"].as_str() {
+                None | Some("ClusterIP") => {}
+                Some(other) => {
+                    return Err(invalid_kind(
+                        kind,
+                        &name,
+                        "spec.type",
+                        &format!("Unsupported value: {other:?}: Tandem's Services are reached through its proxy (ClusterIP)"),
+                    ));
+                }
+            }
+            if spec["clusterIP"].as_str().is_some_and(|ip| ip != "None" && !ip.is_empty()) {
+                return Err(invalid_kind(
+                    kind,
+                    &name,
+                    "spec.clusterIP",
+                    "Forbidden: Tandem assigns no cluster IPs (its proxy routes by name)",
+                ));
+            }
+            for (i, p) in spec["ports"].as_array().into_iter().flatten().enumerate() {
+                if p["protocol"].as_str().is_some_and(|x| x != "TCP") {
+                    return Err(invalid_kind(
+                        kind,
+                        &name,
+                        &format!("spec.ports[{i}].protocol"),
+                        "Unsupported value: the proxy carries TCP (HTTP)",
+                    ));
+                }
+            }
+            let mut paths = Vec::new();
+            leaves(obj, String::new(), String::new(), &mut paths);
+            let allowed = [
+                "spec.selector.",
+                "spec.ports[].",
+                "spec.type",
+                "spec.clusterIP",
+                "spec.sessionAffinity",
+                "apiVersion",
+                "kind",
+                "metadata.",
+                "status.",
+            ];
+            if let Some((_, shown)) = paths.iter().find(|(p, s)| !allowed.iter().any(|a| p.starts_with(a)) && !unknown.contains(s)) {
+                return Err(invalid_kind(kind, &name, shown, "Forbidden: not supported by Tandem (README, \"For Kubernetes users\")"));
+            }
+            body.insert("spec".into(), obj["spec"].clone());
+        }
+        _ => {
+            let mut size = 0;
+            let mut data = typed["data"].as_object().cloned().unwrap_or_default();
+            if kind == "Secret" {
+                // `stringData` is written into `data` (base64), as the API server does.
+                use base64::Engine;
+                for (k, v) in obj["stringData"].as_object().into_iter().flatten() {
+                    let text = v.as_str().unwrap_or("");
+                    data.insert(k.clone(), json!(base64::engine::general_purpose::STANDARD.encode(text)));
+                }
+                body.insert("type".into(), json!(obj["type"].as_str().unwrap_or("Opaque")));
+            }
+            for (k, v) in &data {
+                if k.is_empty() || !k.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b)) {
+                    return Err(invalid_kind(
+                        kind,
+                        &name,
+                        &format!("data[{k}]"),
+                        "Invalid value: a key is letters, digits, '-', '_' or '.'",
+                    ));
+                }
+                size += k.len() + v.as_str().map_or(0, str::len);
+            }
+            for (k, v) in typed["binaryData"].as_object().into_iter().flatten() {
+                size += k.len() + v.as_str().map_or(0, str::len);
+            }
+            if size > MAX_DATA {
+                let mut f = Failure::from_code(413, format!("{kind} \"{name}\" is larger than {MAX_DATA} bytes"));
+                f.reason = "RequestEntityTooLarge";
+                return Err(f);
+            }
+            if !data.is_empty() {
+                body.insert("data".into(), Value::Object(data));
+            }
+            for k in ["binaryData", "immutable"] {
+                if !obj[k].is_null() {
+                    body.insert(k.into(), obj[k].clone());
+                }
+            }
+        }
+    }
+    let mut stored = json!({"metadata": {"name": name, "namespace": namespace}});
+    for k in ["labels", "annotations"] {
+        if !obj["metadata"][k].is_null() {
+            stored["metadata"][k] = obj["metadata"][k].clone();
+        }
+    }
+    for (k, v) in body {
+        stored[k] = v;
+    }
+    Ok(Stored { name, stored, warnings })
+}

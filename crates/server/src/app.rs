@@ -61,7 +61,7 @@ pub(crate) struct App {
     /// The TCP address clients reach, set once it is bound (`tandem token --kubeconfig`).
     pub(crate) endpoint: Arc<std::sync::OnceLock<Endpoint>>,
     /// The Kubernetes API's views, with their resource versions (`kube`).
-    pub(crate) kube: Arc<Mutex<crate::kube::Views>>,
+    pub(crate) kube: Arc<Mutex<Views>>,
 }
 
 /// How a client reaches the controller over TCP.
@@ -383,4 +383,18 @@ pub(crate) fn check_groups(app: &App, uid: u32, partition: Option<&str>) -> Resu
 
 pub(crate) fn primary_gid(uid: u32) -> u32 {
     passwd(uid).map_or(uid, |(_, gid)| gid)
+}
+
+/// The kinds' caches and the version counter they share.
+pub(crate) struct Views {
+    pub(crate) counter: u64,
+    /// Each kind's cache, when it was computed, and the journal's position then.
+    pub(crate) caches: HashMap<&'static str, (k8s::watch::Cache, std::time::Instant, u64)>,
+}
+
+impl Views {
+    /// Versions of the controller's `boot`-th start.
+    pub(crate) fn new(boot: u64) -> Views {
+        Views { counter: k8s::watch::first_version(boot), caches: HashMap::new() }
+    }
 }

@@ -208,6 +208,8 @@ fn merge(carry: Option<Dirty>, batches: Vec<Dirty>) -> Dirty {
         if b.reservations.is_some() {
             a.reservations = b.reservations;
         }
+        // Kubernetes objects: every change in order (the store applies them in order).
+        a.kube.extend(b.kube);
         // An array record never changes after submission; its tasks' changes are job records.
         a.arrays.extend(b.arrays);
         // Services: the newest version wins; a removal cancels earlier versions, a later

@@ -159,20 +159,6 @@ const WATCH_FRESH: Duration = Duration::from_secs(1);
 /// How often a watch looks for changes.
 const WATCH_EVERY: Duration = Duration::from_millis(500);
 
-/// The kinds' caches and the version counter they share.
-pub(crate) struct Views {
-    counter: u64,
-    /// Each kind's cache, when it was computed, and the journal's position then.
-    caches: HashMap<&'static str, (Cache, Instant, u64)>,
-}
-
-impl Views {
-    /// Versions of the controller's `boot`-th start.
-    pub(crate) fn new(boot: u64) -> Views {
-        Views { counter: k8s::watch::first_version(boot), caches: HashMap::new() }
-    }
-}
-
 /// The cache of `kind`, computed afresh unless it is younger than [`FRESH`]; run with it.
 fn with_cache<T>(app: &App, kind: &'static str, f: impl FnOnce(&Cache) -> T) -> T {
     cached(app, kind, false, f)
@@ -207,6 +193,8 @@ fn cached<T>(app: &App, kind: &'static str, watching: bool, f: impl FnOnce(&Cach
 fn visible(v: &Viewer, mut o: Value) -> Option<Value> {
     match k8s::objects::owner_uid(&o) {
         Some(uid) if !v.sees(uid) => None,
+        // A Secret is its owner's (and root's) alone, whatever the site's visibility.
+        Some(uid) if o["kind"] == "Secret" && !v.sees_details(uid) => None,
         Some(uid) if !v.sees_details(uid) => {
             k8s::objects::redact(&mut o, HIDDEN);
             Some(o)
@@ -247,6 +235,41 @@ fn gather(app: &App, kind: &str) -> Vec<Value> {
         }
     }
     drop(g);
+    if matches!(kind, "Service" | "ConfigMap" | "Secret") {
+        let g = app.lock();
+        // Which Tandem services a Service selects: those whose Pods carry its selector's labels.
+        let templates: Vec<(String, std::collections::BTreeMap<String, String>)> = g
+            .ctl
+            .services()
+            .map(|s| {
+                let mut labels: std::collections::BTreeMap<String, String> = s
+                    .kube
+                    .as_ref()
+                    .and_then(|k| k["spec"]["template"]["metadata"]["labels"].as_object())
+                    .map(|m| m.iter().filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string()))).collect())
+                    .unwrap_or_default();
+                labels.insert(format!("{}/service", k8s::PREFIX), s.spec.name.clone());
+                (s.spec.name.clone(), labels)
+            })
+            .collect();
+        return g
+            .ctl
+            .kube_objects(kind)
+            .map(|o| {
+                let routes: Vec<String> = if kind == "Service" {
+                    templates
+                        .iter()
+                        .filter(|(_, l)| k8s::objects::selects(&o.data["spec"]["selector"], l))
+                        .map(|(n, _)| n.clone())
+                        .collect()
+                } else {
+                    Vec::new()
+                };
+                let view = k8s::objects::StoredView { kind, uid: o.uid, created: o.created, data: &o.data };
+                k8s::objects::stored_object(&view, &routes)
+            })
+            .collect();
+    }
     if kind == "Event" {
         let (pods, nodes) = (gather(app, "Pod"), gather(app, "Node"));
         return k8s::objects::events(&pods, &nodes);
@@ -410,7 +433,8 @@ fn watch(
         let (mut at, first) = with_cache(&app, kind, |c| match since {
             Some(rv) if !initial => {
                 w.knows(&c.existed_at(rv));
-                (rv, c.since(rv).map(|ch| w.events(ch)))
+                // From here on, the changes after what this computation holds.
+                (c.version().max(rv), c.since(rv).map(|ch| w.events(ch)))
             }
             _ => {
                 let now_objs: Vec<Value> = c.list();
@@ -543,7 +567,10 @@ async fn write(
     q: &HashMap<String, String>,
     body: &[u8],
 ) -> Result<Response, Failure> {
-    let ns = t.namespace.as_deref().ok_or_else(|| Failure::method_not_allowed("write Deployments in a namespace"))?;
+    let ns = t.namespace.as_deref().ok_or_else(|| Failure::method_not_allowed(format!("write {} in a namespace", t.resource.plural)))?;
+    if t.resource.stored() {
+        return write_stored(app, v, method, t, ns, headers, q, body).await;
+    }
     let validation = k8s::write::Validation::parse(q.get("fieldValidation").map(String::as_str))?;
     let dry = match q.get("dryRun").map(String::as_str) {
         None | Some("") => false,
@@ -682,4 +709,124 @@ fn scale_of(app: &App, v: &Viewer, name: &str) -> Result<Value, Failure> {
         "spec": {"replicas": d["spec"]["replicas"]},
         "status": {"replicas": d["status"]["replicas"].as_i64().unwrap_or(0), "selector": selector},
     }))
+}
+
+/// The object `name` of `kind` as `v` sees it now (computed afresh), if any.
+fn current_of(app: &App, v: &Viewer, kind: &'static str, name: &str) -> Option<Value> {
+    with_cache(app, kind, |c| c.list()).into_iter().find(|o| o["metadata"]["name"] == name).and_then(|o| visible(v, o))
+}
+
+fn conflict(plural: &str, name: &str) -> Failure {
+    let mut f = Failure::from_code(
+        409,
+        format!(
+            "Operation cannot be fulfilled on {plural} \"{name}\": the object has been modified; please apply your changes to the latest version and try again"
+        ),
+    );
+    f.details = Some((plural.into(), name.into()));
+    f
+}
+
+/// A create, replace, patch or delete of a stored object (Service, ConfigMap, Secret).
+#[allow(clippy::too_many_arguments)]
+async fn write_stored(
+    app: &App,
+    v: &Viewer,
+    method: &Method,
+    t: &Target,
+    ns: &str,
+    headers: &HeaderMap,
+    q: &HashMap<String, String>,
+    body: &[u8],
+) -> Result<Response, Failure> {
+    let (kind, plural) = (t.resource.kind, t.resource.plural);
+    let validation = k8s::write::Validation::parse(q.get("fieldValidation").map(String::as_str))?;
+    let dry = match q.get("dryRun").map(String::as_str) {
+        None | Some("") => false,
+        Some("All") => true,
+        Some(other) => return Err(Failure::bad_request(format!("dryRun: {other:?} is not All"))),
+    };
+    if t.sub.is_some() {
+        return Err(Failure::no_route());
+    }
+    let key = |name: &str| (kind.to_string(), ns.to_string(), name.to_string());
+    let (obj, status) = match (method.as_str(), t.name.as_deref()) {
+        ("POST", None) => {
+            let obj = json_body(headers, body)?;
+            let name = obj["metadata"]["name"].as_str().unwrap_or("").to_string();
+            if app.lock().ctl.kube_object(&key(&name)).is_some() {
+                let mut f = Failure::from_code(409, format!("{plural} \"{name}\" already exists"));
+                f.reason = "AlreadyExists";
+                f.details = Some((plural.into(), name));
+                return Err(f);
+            }
+            (obj, 201)
+        }
+        ("PUT" | "PATCH", Some(name)) => {
+            let exists = app.lock().ctl.kube_object(&key(name)).is_some();
+            let live = current_of(app, v, kind, name);
+            let live = match (exists, live) {
+                (_, Some(l)) => l,
+                (true, None) => return Err(Failure::forbidden(format!("{plural} \"{name}\" belongs to another user"))),
+                (false, None) => return Err(Failure::not_found(plural, "", name)),
+            };
+            let obj = if method == Method::PUT {
+                json_body(headers, body)?
+            } else {
+                let pk = k8s::patch::Kind::of(headers.get("content-type").and_then(|h| h.to_str().ok()).unwrap_or(""))?;
+                let patch: Value = serde_json::from_slice(body).map_err(|e| Failure::bad_request(format!("malformed patch: {e}")))?;
+                k8s::patch::apply(pk, &live, &patch)?
+            };
+            if obj["metadata"]["name"].as_str().is_some_and(|n| n != name) {
+                return Err(Failure::bad_request("the name of the object does not match the name on the URL"));
+            }
+            if let Some(rv) = obj["metadata"]["resourceVersion"].as_str()
+                && rv != live["metadata"]["resourceVersion"].as_str().unwrap_or("")
+            {
+                return Err(conflict(plural, name));
+            }
+            (obj, 200)
+        }
+        ("DELETE", Some(name)) => {
+            let exists = app.lock().ctl.kube_object(&key(name)).is_some();
+            let live = match (exists, current_of(app, v, kind, name)) {
+                (_, Some(l)) => l,
+                (true, None) => return Err(Failure::forbidden(format!("{plural} \"{name}\" belongs to another user"))),
+                (false, None) => return Err(Failure::not_found(plural, "", name)),
+            };
+            if !dry {
+                match app.with(|c| c.delete_kube_object(v.uid, &key(name))).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => return Err(failure_of(refused(e)).await),
+                    Err(r) => return Err(failure_of(r).await),
+                }
+            }
+            return Ok(Json(json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+                "details": {"name": name, "kind": plural, "uid": live["metadata"]["uid"]}}))
+            .into_response());
+        }
+        (m, _) => return Err(Failure::method_not_allowed(format!("{m} is not served on {plural}"))),
+    };
+    let w = k8s::write::stored(kind, &obj, ns, validation)?;
+    if dry {
+        let mut out = obj.clone();
+        out["apiVersion"] = json!("v1");
+        out["kind"] = json!(kind);
+        return Ok(with_warnings((StatusCode::from_u16(status).expect("status"), Json(out)).into_response(), &w.warnings));
+    }
+    let o = control::kube::KubeObject {
+        kind: kind.into(),
+        namespace: ns.into(),
+        name: w.name.clone(),
+        uid: v.uid,
+        created: now(),
+        data: w.stored,
+    };
+    match app.with(|c| c.put_kube_object(v.uid, o)).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => return Err(failure_of(refused(e)).await),
+        Err(r) => return Err(failure_of(r).await),
+    }
+    let out = current_of(app, v, kind, &w.name).ok_or_else(|| Failure::from_code(500, "the object was written but cannot be read back"))?;
+    Ok(with_warnings((StatusCode::from_u16(status).expect("status"), Json(out)).into_response(), &w.warnings))
 }

@@ -192,6 +192,7 @@ async fn run(args: ServerArgs) -> Result<()> {
         ctl.restore_accounting(a);
     }
     ctl.restore_reservations(loaded.reservations);
+    ctl.restore_kube_objects(loaded.kube_objects);
     accounting::refresh_admins(&mut ctl);
     let heartbeat_ms = ctl.heartbeat_ms();
     let db = Arc::new(Mutex::new(db));
@@ -213,7 +214,7 @@ async fn run(args: ServerArgs) -> Result<()> {
         hook: Arc::new(hook::Hook::default()),
         source: Arc::new(args.source),
         endpoint: Arc::new(std::sync::OnceLock::new()),
-        kube: Arc::new(Mutex::new(kube::Views::new(boot))),
+        kube: Arc::new(Mutex::new(app::Views::new(boot))),
     };
     // The site's job-submit script is loaded now, so an error in it is logged at once; the
     // controller serves either way (and refuses submissions while the script cannot be used).

@@ -52,6 +52,8 @@ pub struct Loaded {
     pub accounting: Option<control::accounting::Accounting>,
     /// Advance reservations.
     pub reservations: Vec<control::Reservation>,
+    /// Objects written through the Kubernetes API that are not views.
+    pub kube_objects: Vec<control::kube::KubeObject>,
 }
 
 impl Store {
@@ -70,7 +72,9 @@ impl Store {
              CREATE TABLE IF NOT EXISTS services (name TEXT PRIMARY KEY, data TEXT NOT NULL);
              CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
              CREATE TABLE IF NOT EXISTS credentials (holder TEXT PRIMARY KEY, serial INTEGER NOT NULL);
-             CREATE TABLE IF NOT EXISTS spent_joins (jti TEXT PRIMARY KEY, exp INTEGER NOT NULL);",
+             CREATE TABLE IF NOT EXISTS spent_joins (jti TEXT PRIMARY KEY, exp INTEGER NOT NULL);
+             CREATE TABLE IF NOT EXISTS kube_objects (kind TEXT NOT NULL, namespace TEXT NOT NULL, name TEXT NOT NULL, data TEXT NOT NULL,
+                 PRIMARY KEY (kind, namespace, name));",
         )?;
         Ok(Store { conn })
     }
@@ -107,6 +111,17 @@ impl Store {
             let mut del = tx.prepare_cached("DELETE FROM services WHERE name = ?1")?;
             for n in &d.removed_services {
                 del.execute(params![n])?;
+            }
+            let mut put = tx.prepare_cached(
+                "INSERT INTO kube_objects (kind, namespace, name, data) VALUES (?1, ?2, ?3, ?4) \
+                 ON CONFLICT(kind, namespace, name) DO UPDATE SET data = excluded.data",
+            )?;
+            let mut del = tx.prepare_cached("DELETE FROM kube_objects WHERE kind = ?1 AND namespace = ?2 AND name = ?3")?;
+            for ((kind, ns, name), o) in &d.kube {
+                match o {
+                    Some(o) => put.execute(params![kind, ns, name, serde_json::to_string(o)?])?,
+                    None => del.execute(params![kind, ns, name])?,
+                };
             }
             let mut del = tx.prepare_cached("DELETE FROM nodes WHERE name = ?1")?;
             for n in &d.removed_nodes {
@@ -209,6 +224,11 @@ impl Store {
         for row in stmt.query_map([], |r| r.get::<_, String>(0))? {
             services.push(serde_json::from_str(&row?)?);
         }
+        let mut kube_objects = Vec::new();
+        let mut stmt = self.conn.prepare("SELECT data FROM kube_objects ORDER BY kind, namespace, name")?;
+        for row in stmt.query_map([], |r| r.get::<_, String>(0))? {
+            kube_objects.push(serde_json::from_str(&row?)?);
+        }
         let meta = |k: &str| self.conn.query_row("SELECT value FROM meta WHERE key = ?1", params![k], |r| r.get::<_, String>(0)).optional();
         let next_id = meta("next_id")?.and_then(|v| v.parse().ok()).unwrap_or(1);
         let secret = meta("secret")?;
@@ -234,7 +254,7 @@ impl Store {
             Some(v) => serde_json::from_str(&v)?,
             None => Vec::new(),
         };
-        Ok(Loaded { jobs, arrays, stored, nodes, next_id, secret, services, credentials, accounting, reservations })
+        Ok(Loaded { jobs, arrays, stored, nodes, next_id, secret, services, credentials, accounting, reservations, kube_objects })
     }
 
     fn arrays(&self) -> Result<Vec<ArrayRecord>, StoreError> {

@@ -2773,6 +2773,31 @@ fn another_user_cannot_read_the_secrets_of_or_change_a_deployment_through_the_ku
         assert_eq!(code, want, "{ct}: {st}");
         assert_eq!(st["kind"], "Status", "{st}");
     }
+    // Alice's Secret is hers alone; her ConfigMap is readable, not writable, by Mallory.
+    let core = "/api/v1/namespaces/default";
+    let secret = br#"{"apiVersion":"v1","kind":"Secret","metadata":{"name":"alice-key"},"stringData":{"key":"alice-secret"}}"#;
+    assert_eq!(kube_req(&up, "POST", &format!("{core}/secrets"), Some(&ta), secret, "application/json").0, 201);
+    let cm = br#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"alice-cm"},"data":{"mode":"fast"}}"#;
+    assert_eq!(kube_req(&up, "POST", &format!("{core}/configmaps"), Some(&ta), cm, "application/json").0, 201);
+    let (code, mine) = kube_req(&up, "GET", &format!("{core}/secrets/alice-key"), Some(&ta), b"", "application/json");
+    assert!(code == 200 && mine["data"]["key"] == "YWxpY2Utc2VjcmV0", "{mine}");
+    let (code, st) = kube_req(&up, "GET", &format!("{core}/secrets/alice-key"), Some(&tm), b"", "application/json");
+    assert_eq!(code, 404, "{st}");
+    let (_, list) = kube_req(&up, "GET", &format!("{core}/secrets"), Some(&tm), b"", "application/json");
+    assert!(!list.to_string().contains("alice"), "{list}");
+    let (code, _) = kube_req(&up, "GET", &format!("{core}/configmaps/alice-cm"), Some(&tm), b"", "application/json");
+    assert_eq!(code, 200);
+    for (method, path, body, ct) in [
+        ("PATCH", format!("{core}/configmaps/alice-cm"), br#"{"data":{"mode":"slow"}}"#.to_vec(), "application/merge-patch+json"),
+        ("DELETE", format!("{core}/configmaps/alice-cm"), Vec::new(), "application/json"),
+        ("PUT", format!("{core}/configmaps/alice-cm"), cm.to_vec(), "application/json"),
+        ("POST", format!("{core}/secrets"), secret.to_vec(), "application/json"),
+    ] {
+        let (code, st) = kube_req(&up, method, &path, Some(&tm), &body, ct);
+        assert!(code == 403 || (method == "POST" && code == 409), "{method} {path}: {st}");
+    }
+    let (_, cm_after) = kube_req(&up, "GET", &format!("{core}/configmaps/alice-cm"), Some(&ta), b"", "application/json");
+    assert_eq!(cm_after["data"]["mode"], "fast");
     let (_, after) = kube_req(&up, "GET", &format!("{base}/secret-web"), Some(&ta), b"", "application/json");
     assert_eq!(after["spec"]["replicas"], 1);
     assert_eq!(after["spec"]["template"]["spec"]["containers"][0]["command"], serde_json::json!(["sleep", "600"]));

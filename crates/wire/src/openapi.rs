@@ -1104,7 +1104,7 @@ pub const DOCUMENT: &str = r##"{
           "termination_grace": {"$ref": "#/components/schemas/Quantity"},
           "image": {"$ref": "#/components/schemas/StringOrNull", "description": "The OCI image the replicas run in (--container-image's forms)"},
           "mounts": {"$ref": "#/components/schemas/Strings", "description": "Host paths bound into the image, SRC:DST[:ro] each"},
-          "restarted_at": {"type": "string", "description": "A restart marker: a new value makes a new revision whose replicas replace the running ones, nothing else changed (kubectl rollout restart sets it)"}}},
+          "restarted_at": {"type": ["string", "null"], "description": "A restart marker: a new value makes a new revision whose replicas replace the running ones, nothing else changed (kubectl rollout restart sets it)"}}},
       "ProbeSpec": {"anyOf": [{"type": "null"}, {"type": "object", "additionalProperties": false, "properties": {
         "http": {"$ref": "#/components/schemas/StringOrNull"}, "tcp": {"$ref": "#/components/schemas/BoolOrNull"},
         "port": {"$ref": "#/components/schemas/Quantity"}, "period": {"$ref": "#/components/schemas/Quantity"},
