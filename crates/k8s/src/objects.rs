@@ -173,6 +173,32 @@ fn host_of(addr: &str) -> String {
     }
 }
 
+/// A Pod's conditions: `PodScheduled` (false with Tandem's pending reason), then, once placed,
+/// `Initialized`, `ContainersReady` and `Ready` (the last two with `why_not`'s reason and
+/// message while not ready).
+fn pod_conditions(scheduled: bool, pending: &str, ready: bool, why_not: Option<String>, message: Option<String>) -> Vec<PodCondition> {
+    let mut conditions = vec![PodCondition {
+        type_: "PodScheduled".into(),
+        status: condition_status(scheduled),
+        reason: (!scheduled).then(|| "Unschedulable".into()),
+        message: (!scheduled && !pending.is_empty()).then(|| format!("pending: {pending}")),
+        ..Default::default()
+    }];
+    if scheduled {
+        for ty in ["Initialized", "ContainersReady", "Ready"] {
+            let ok = ty == "Initialized" || ready;
+            conditions.push(PodCondition {
+                type_: ty.into(),
+                status: condition_status(ok),
+                reason: if ok { None } else { why_not.clone() },
+                message: if ok { None } else { message.clone() },
+                ..Default::default()
+            });
+        }
+    }
+    conditions
+}
+
 fn condition_status(b: bool) -> String {
     if b { "True" } else { "False" }.into()
 }
@@ -545,24 +571,7 @@ fn task_pod(
     };
     let running = phase == "Running" && started.is_some();
     let scheduled = node.is_some() || started.is_some() || fin;
-    let mut conditions = vec![PodCondition {
-        type_: "PodScheduled".into(),
-        status: condition_status(scheduled),
-        reason: (!scheduled).then(|| "Unschedulable".into()),
-        message: (!scheduled && !info.reason.is_empty()).then(|| format!("pending: {}", info.reason)),
-        ..Default::default()
-    }];
-    if scheduled {
-        for ty in ["Initialized", "ContainersReady", "Ready"] {
-            let ok = ty == "Initialized" || running;
-            conditions.push(PodCondition {
-                type_: ty.into(),
-                status: condition_status(ok),
-                reason: (!ok && fin).then(|| "PodCompleted".into()),
-                ..Default::default()
-            });
-        }
-    }
+    let conditions = pod_conditions(scheduled, &info.reason, running, fin.then(|| "PodCompleted".into()), None);
     Pod {
         metadata: ObjectMeta {
             labels: labels(&lab),
@@ -925,24 +934,7 @@ pub fn service_pods(s: &ServiceView, addrs: &BTreeMap<String, String>) -> Vec<Po
                 },
             };
             let scheduled = r.node.is_some();
-            let mut conditions = vec![PodCondition {
-                type_: "PodScheduled".into(),
-                status: condition_status(scheduled),
-                reason: (!scheduled).then(|| "Unschedulable".into()),
-                message: (!scheduled && !r.reason.is_empty()).then(|| format!("pending: {}", r.reason)),
-                ..Default::default()
-            }];
-            if scheduled {
-                for ty in ["Initialized", "ContainersReady", "Ready"] {
-                    let ok = ty == "Initialized" || ready;
-                    conditions.push(PodCondition {
-                        type_: ty.into(),
-                        status: condition_status(ok),
-                        message: (!ok).then(|| r.message.clone()).flatten(),
-                        ..Default::default()
-                    });
-                }
-            }
+            let conditions = pod_conditions(scheduled, &r.reason, ready, None, r.message.clone());
             let ip = r.node.as_ref().and_then(|n| addrs.get(n)).map(|a| host_of(a));
             Pod {
                 metadata: ObjectMeta {

@@ -171,6 +171,16 @@ fn invalid(name: &str, field: &str, why: &str) -> Failure {
     f
 }
 
+/// What `fieldValidation` makes of unknown fields: a 400 under `Strict`, warnings under `Warn`.
+fn check_unknown(unknown: &[String], validation: Validation) -> Result<Vec<String>, Failure> {
+    let said: Vec<String> = unknown.iter().map(|f| format!("unknown field \"{f}\"")).collect();
+    match validation {
+        Validation::Strict if !said.is_empty() => Err(Failure::bad_request(format!("strict decoding error: {}", said.join(", ")))),
+        Validation::Warn => Ok(said),
+        _ => Ok(Vec::new()),
+    }
+}
+
 /// Whether `name` is a DNS label (what a Tandem service's name is).
 fn dns_label(name: &str) -> bool {
     !name.is_empty()
@@ -257,18 +267,8 @@ pub fn deployment(obj: &Value, namespace: &str, validation: Validation) -> Resul
     let typed: k8s_openapi::api::apps::v1::Deployment =
         serde_json::from_value(obj.clone()).map_err(|e| Failure::bad_request(format!("malformed Deployment: {e}")))?;
     let name = typed.metadata.name.clone().unwrap_or_default();
-    let mut warnings = Vec::new();
     let unknown = unknown_fields(obj, &serde_json::to_value(&typed).expect("a Deployment serializes"));
-    if !unknown.is_empty() {
-        match validation {
-            Validation::Strict => {
-                let list: Vec<String> = unknown.iter().map(|f| format!("unknown field \"{f}\"")).collect();
-                return Err(Failure::bad_request(format!("strict decoding error: {}", list.join(", "))));
-            }
-            Validation::Warn => warnings.extend(unknown.iter().map(|f| format!("unknown field \"{f}\""))),
-            Validation::Ignore => {}
-        }
-    }
+    let warnings = check_unknown(&unknown, validation)?;
     if name.is_empty() {
         return Err(invalid("", "metadata.name", "Required value: name is required"));
     }
@@ -628,17 +628,7 @@ pub fn stored(kind: &str, obj: &Value, namespace: &str, validation: Validation) 
         other => return Err(Failure::method_not_allowed(format!("{other} is not written here"))),
     };
     let name = obj["metadata"]["name"].as_str().unwrap_or("").to_string();
-    let mut warnings = Vec::new();
-    if !unknown.is_empty() {
-        match validation {
-            Validation::Strict => {
-                let list: Vec<String> = unknown.iter().map(|f| format!("unknown field \"{f}\"")).collect();
-                return Err(Failure::bad_request(format!("strict decoding error: {}", list.join(", "))));
-            }
-            Validation::Warn => warnings.extend(unknown.iter().map(|f| format!("unknown field \"{f}\""))),
-            Validation::Ignore => {}
-        }
-    }
+    let warnings = check_unknown(&unknown, validation)?;
     let name_ok = if kind == "Service" { dns_label(&name) } else { dns_subdomain(&name) };
     if !name_ok {
         return Err(invalid_kind(kind, &name, "metadata.name", &format!("Invalid value: {name:?}: a lower-case DNS name")));
