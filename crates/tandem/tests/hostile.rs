@@ -2767,7 +2767,9 @@ fn another_user_cannot_read_the_secrets_of_or_change_a_deployment_through_the_ku
         assert_eq!(st["reason"], "Forbidden", "{st}");
     }
     // Malformed, wrong, huge and anonymous requests: clear Status errors.
-    let bad: Vec<(&str, Option<&str>, Vec<u8>, &str, u16)> = vec![
+    // (method, token, body, content type, the status wanted)
+    type Bad<'a> = (&'a str, Option<&'a str>, Vec<u8>, &'a str, u16);
+    let bad: Vec<Bad> = vec![
         ("POST", Some(&tm), b"{".to_vec(), "application/json", 400),
         ("POST", Some(&tm), b"kind: [".to_vec(), "application/yaml", 400),
         ("POST", Some(&tm), br#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"p"}}"#.to_vec(), "application/json", 400),
