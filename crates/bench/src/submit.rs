@@ -32,6 +32,18 @@ pub struct Report {
     /// they received.
     kube_watchers: u32,
     kube_watch_events: u64,
+    /// CPU time the controller used over the whole run (user and system, seconds).
+    controller_cpu_s: f64,
+}
+
+/// A process's CPU time so far, user and system, seconds (`/proc/PID/stat`).
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // The fields after the command name, which is in parentheses and may hold spaces.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<f64> = rest.split_whitespace().map(|x| x.parse().unwrap_or(0.0)).collect();
+    let ticks = f.get(11).copied().unwrap_or(0.0) + f.get(12).copied().unwrap_or(0.0);
+    ticks / nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK).ok().flatten().unwrap_or(100) as f64
 }
 
 /// A Kubernetes client's watch of every Pod, as client-go's reflector keeps one: watch from the
@@ -262,6 +274,7 @@ pub fn run(jobs: u32, cli_jobs: u32, agents: u32, cpus: u32, concurrency: u32, k
             bail!("squeue failed");
         }
     }
+    let controller_cpu_s = cpu_seconds(ctl_pid);
     drop(procs);
     let _ = std::fs::remove_dir_all(&dir);
     Ok(Report {
@@ -280,6 +293,7 @@ pub fn run(jobs: u32, cli_jobs: u32, agents: u32, cpus: u32, concurrency: u32, k
         settings: "durable commits (SQLite WAL, synchronous=FULL), Unix-socket peer-credential identity, real process launches, lease 30 s",
         kube_watchers,
         kube_watch_events: events.load(Ordering::Relaxed),
+        controller_cpu_s,
     })
 }
 
@@ -291,6 +305,7 @@ pub fn print(r: &Report) {
     println!("API submissions             {:.1} /s ({} jobs)", r.api_submissions_per_s, r.api_jobs);
     println!("API jobs all completed in   {:.1} s ({:.1} completed jobs/s)", r.all_completed_s, r.completed_jobs_per_s);
     println!("controller RSS (max)        {:.1} MiB", r.controller_rss_mib_max);
+    println!("controller CPU              {:.1} s over the run", r.controller_cpu_s);
     println!(
         "squeue with {} pending   API {:.1} ms, CLI {:.1} ms (median)",
         r.pending_for_squeue, r.squeue_api_ms_median, r.squeue_cli_ms_median
