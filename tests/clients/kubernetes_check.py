@@ -10,6 +10,7 @@ import json
 import ssl
 import subprocess
 import sys
+import time
 import urllib.request
 
 import kubernetes_validate
@@ -126,6 +127,29 @@ check(service in [x.metadata.name for x in deps.items], "dynamic client")
 jobs = dc.resources.get(api_version="batch/v1", kind="Job").get(namespace="default")
 check(f"job-{array_id}" in [x.metadata.name for x in jobs.items], "dynamic client jobs")
 print("ok dynamic client")
+
+# A pod's log, as the node reads the job's output file: whole, its last line, and streamed.
+job = subprocess.run([sbatch, "--parsable", "-o", "py-%j.out", "--wrap", "echo hello from python; echo second"],
+                     check=True, capture_output=True, text=True).stdout.strip()
+pod, text = f"job-{job}-0", None
+for _ in range(150):
+    try:
+        text = core.read_namespaced_pod_log(pod, "default")
+        if text == "hello from python\nsecond\n":
+            break
+    except client.ApiException as e:
+        check(e.status == 400, f"a log not there yet is a 400: {e.status} {e.body}")
+    time.sleep(0.2)
+check(text == "hello from python\nsecond\n", f"pod log: {text!r}")
+check(core.read_namespaced_pod_log(pod, "default", tail_lines=1) == "second\n", "tail_lines")
+r = core.read_namespaced_pod_log(pod, "default", follow=True, _preload_content=False)
+check(r.read() == b"hello from python\nsecond\n", "a followed log of an ended job ends")
+try:
+    core.read_namespaced_pod_log(pod, "default", previous=True)
+    check(False, "previous was accepted")
+except client.ApiException as e:
+    check(e.status == 400 and "previous" in json.loads(e.body)["message"], f"previous: {e.body}")
+print("ok pod log")
 
 # A watch from a list's version sees a new job's pod come and run to its end, in order.
 rv = core.list_namespaced_pod("default").metadata.resource_version

@@ -11,7 +11,9 @@
 //! Modules, lowest first: `resources` (GPUs, memory), `launch` (cgroups, output files, one fork
 //! and exec per task, process-group signals), `replica` (the replica supervisor, on `launch`),
 //! `node` (the registration and heartbeat loop, on both), `container` (container tasks: the
-//! image socket the node's tasks ask, and `tandem __container`, which becomes runc).
+//! image socket the node's tasks ask, and `tandem __container`, which becomes runc), `output`
+//! (a task's output sent to the controller for `kubectl logs`, read by `tandem __read-output`
+//! as the job's user).
 
 mod container;
 mod freezer;
@@ -20,6 +22,7 @@ mod launch;
 mod launcher;
 mod loginenv;
 mod node;
+mod output;
 mod replica;
 mod resources;
 mod rootfs;
@@ -34,6 +37,7 @@ pub use container::{
 };
 pub use launcher::{LAUNCHER_CMD, serve as launcher_main};
 pub use loginenv::{LOGIN_ENV_CMD, main as login_env_main};
+pub use output::{READ_OUTPUT_CMD, main as read_output_main};
 pub use taskwrap::{TASK_WRAP_CMD, main as task_wrap_main};
 
 use anyhow::{Context, Result};

@@ -175,6 +175,9 @@ pub(crate) async fn run(a: AgentArgs) -> Result<()> {
     let credential = credential(&conn, &a).await?;
     let bearer = format!("Bearer {credential}");
     let hdr = [("authorization", bearer.as_str())];
+    let uplink = crate::output::Uplink { target: a.server.clone(), authorization: bearer.clone() };
+    // `kubectl logs -f` of a run's tasks here: told when the run's last task here has ended.
+    let mut followers: HashMap<(u64, u32), Vec<tokio::sync::oneshot::Sender<()>>> = HashMap::new();
     let (tx, mut rx) = mpsc::unbounded_channel::<(TaskKey, Option<std::process::ExitStatus>)>();
     let mut tasks: HashMap<TaskKey, Running> = HashMap::new();
     let mut exits: Vec<TaskExit> = Vec::new();
@@ -362,6 +365,15 @@ pub(crate) async fn run(a: AgentArgs) -> Result<()> {
             }
         }
         idle.store(tasks.is_empty() && waiting(&prologs).next().is_none(), std::sync::atomic::Ordering::Relaxed);
+        followers.retain(|(job, epoch), waiting| {
+            let live = tasks.keys().any(|k| k.job == *job && k.epoch == *epoch);
+            if !live {
+                for w in waiting.drain(..) {
+                    let _ = w.send(());
+                }
+            }
+            live && waiting.iter().any(|w| !w.is_closed())
+        });
         let sent = Instant::now();
         let hb = Heartbeat {
             node: a.name.clone(),
@@ -567,6 +579,15 @@ pub(crate) async fn run(a: AgentArgs) -> Result<()> {
                         let _ = crate::freezer::thaw(&d);
                     }
                     frozen.remove(&(job, epoch));
+                }
+                Order::Output { job, epoch, read } => {
+                    let live = tasks.keys().any(|k| k.job == job && k.epoch == epoch);
+                    let finish = (read.follow && live).then(|| {
+                        let (tx, rx) = tokio::sync::oneshot::channel();
+                        followers.entry((job, epoch)).or_default().push(tx);
+                        rx
+                    });
+                    tokio::spawn(crate::output::serve(uplink.clone(), read, finish, a.name.clone()));
                 }
                 Order::Attach { job, epoch, step, io } => {
                     let addr = io.addr.clone();

@@ -461,7 +461,12 @@ async fn sim_agent(sh: Arc<Shared>, i: usize, node: model::Node) {
                 }
                 // Simulated tasks have no I/O to attach to, nor nodes to run an epilog on, nor
                 // processes to freeze (the benchmark's workload suspends nothing).
-                Order::Attach { .. } | Order::Epilog { .. } | Order::Reboot { .. } | Order::Suspend { .. } | Order::Resume { .. } => {}
+                Order::Attach { .. }
+                | Order::Output { .. }
+                | Order::Epilog { .. }
+                | Order::Reboot { .. }
+                | Order::Suspend { .. }
+                | Order::Resume { .. } => {}
             }
         }
     }

@@ -471,10 +471,13 @@ impl<S: Sock> tokio::io::AsyncWrite for NoSigPipe<S> {
 }
 
 /// One request on a fresh connection: the status, the body and whether `Retry-After` came.
-async fn exchange<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static>(
-    s: S,
-    req: Request<Full<Bytes>>,
-) -> Result<(u16, Bytes, bool)> {
+async fn exchange<S, B>(s: S, req: Request<B>) -> Result<(u16, Bytes, bool)>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    B: hyper::body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
     let (mut tx, conn) = hyper::client::conn::http1::handshake(TokioIo::new(s)).await?;
     tokio::spawn(async move {
         let _ = conn.await;
@@ -484,6 +487,80 @@ async fn exchange<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send
     let retry = resp.headers().contains_key("retry-after");
     let body = resp.into_body().collect().await?.to_bytes();
     Ok((status, body, retry))
+}
+
+/// Sends one request whose body is what `reader` yields until its end (an agent's upload of a
+/// task's output for `kubectl logs`), on a connection of its own, and returns the reply, which
+/// the controller sends once it no longer wants the body.
+pub async fn upload<R>(t: &Target, path: &str, headers: &[(&str, &str)], reader: R) -> Result<Reply>
+where
+    R: tokio::io::AsyncRead + Unpin + Send + 'static,
+{
+    let mut req = Request::builder().method("POST").uri(path).header("host", "tandem").header("content-type", "application/octet-stream");
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let req = req.body(ReadBody { reader, buf: vec![0; 32 << 10], done: false })?;
+    let (status, body, _) = match t {
+        Target::Tcp(addr) => {
+            let s =
+                tokio::net::TcpStream::connect(addr).await.map_err(|source| Error::Connect { target: format!("http://{addr}"), source })?;
+            s.set_nodelay(true).ok();
+            exchange(NoSigPipe::new(s), req).await?
+        }
+        Target::Tls(addr, cfg) => {
+            let s = tokio::net::TcpStream::connect(addr)
+                .await
+                .map_err(|source| Error::Connect { target: format!("https://{addr}"), source })?;
+            s.set_nodelay(true).ok();
+            exchange(tls_connect(NoSigPipe::new(s), cfg.clone(), addr).await?, req).await?
+        }
+        Target::Unix(p) => {
+            let s = tokio::net::UnixStream::connect(p).await.map_err(|source| Error::Connect { target: format!("unix://{p}"), source })?;
+            exchange(NoSigPipe::new(s), req).await?
+        }
+    };
+    Ok(Reply { status, body })
+}
+
+/// A request body read from an `AsyncRead` as it comes (chunked on HTTP/1.1).
+struct ReadBody<R> {
+    reader: R,
+    buf: Vec<u8>,
+    done: bool,
+}
+
+impl<R: tokio::io::AsyncRead + Unpin> hyper::body::Body for ReadBody<R> {
+    type Data = Bytes;
+    type Error = std::io::Error;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<std::result::Result<hyper::body::Frame<Bytes>, std::io::Error>>> {
+        use std::task::Poll;
+        let this = self.get_mut();
+        if this.done {
+            return Poll::Ready(None);
+        }
+        let mut rb = tokio::io::ReadBuf::new(&mut this.buf);
+        match std::pin::Pin::new(&mut this.reader).poll_read(cx, &mut rb) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(Err(e)) => {
+                this.done = true;
+                Poll::Ready(Some(Err(e)))
+            }
+            Poll::Ready(Ok(())) if rb.filled().is_empty() => {
+                this.done = true;
+                Poll::Ready(None)
+            }
+            Poll::Ready(Ok(())) => Poll::Ready(Some(Ok(hyper::body::Frame::data(Bytes::copy_from_slice(rb.filled()))))),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.done
+    }
 }
 
 /// HTTP/2 over TLS (ALPN `h2`) or, for development, cleartext TCP (prior knowledge):

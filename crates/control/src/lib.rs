@@ -40,8 +40,9 @@ pub use service::{Service, ServiceSpec};
 pub use services::{Endpoint, EndpointView, ProxyServiceStats, ServiceEndpoints, replica_id};
 pub use tails::{ARRAY_WINDOW, Listing};
 pub use types::{
-    ArrayInfo, ArrayRecord, BATCH_STEP, HetStep, Job, JobSpec, NodeRec, Order, Pulling, ReplicaInfo, ReplicaReport, ReplicaTask, StdinTo,
-    Step, StepHold, StepIo, StepRes, StepSpec, TailCancel, Task, TaskExit, TaskKey, TaskScripts, TaskUsage,
+    ArrayInfo, ArrayRecord, BATCH_STEP, HetStep, Job, JobSpec, NodeRec, Order, OutputRead, Pulling, ReplicaInfo, ReplicaReport,
+    ReplicaTask, StdinTo, Step, StepHold, StepIo, StepRes, StepSpec, TailCancel, Task, TaskExit, TaskKey, TaskOutput, TaskScripts,
+    TaskUsage,
 };
 
 use model::{ClusterConfig, DepKind, DepStatus, JobEvent, JobId, JobState, Node, NodeEvent, NodeState, PendingReason, Time};
@@ -1268,6 +1269,54 @@ impl Controller {
             self.order(n, Order::Attach { job: id, epoch, step, io: io.clone() });
         }
         Ok(layout)
+    }
+
+    /// Where a job's batch script (or a service replica) writes its output, for `kubectl logs`
+    /// of its Pod: on `node` (the job's first node when `None`), as its user. Only the job's
+    /// owner and root may read it (the files are the owner's, read on the node as the owner).
+    pub fn task_output(&self, uid: u32, id: u64, node: Option<&str>) -> Result<TaskOutput, Refused> {
+        let j = self.jobs.get(&id).ok_or_else(|| Refused::NotFound(format!("invalid job id specified: {id}")))?;
+        if uid != j.spec.uid && uid != 0 {
+            return Err(Refused::Forbidden(format!("access/permission denied: job {id} belongs to another user")));
+        }
+        if j.spec.interactive {
+            return Err(Refused::Invalid(format!(
+                "job {id} is an allocation (salloc): it has no output of its own, its steps write theirs"
+            )));
+        }
+        let allocs = if j.allocs.is_empty() { &j.last_allocs } else { &j.allocs };
+        let Some((first, _)) = allocs.first() else {
+            return Err(Refused::Invalid(format!("job {id} has not started: it has no output yet")));
+        };
+        if let Some(n) = node
+            && n != first
+        {
+            let why = if allocs.iter().any(|(a, _)| a == n) {
+                format!("job {id}'s batch script runs on {first}, not on {n}: {n} runs only its srun steps, whose output srun writes")
+            } else {
+                format!("job {id} did not run on {n}")
+            };
+            return Err(Refused::Invalid(why));
+        }
+        let (out, err) = output_files(j, None, BATCH_STEP, 0, 0, first);
+        let mut files = vec![out];
+        if err != files[0] {
+            files.push(err);
+        }
+        Ok(TaskOutput {
+            node: first.clone(),
+            job: id,
+            epoch: j.epoch,
+            files,
+            uid: j.spec.uid,
+            gid: j.spec.gid,
+            running: !j.state.is_final() && !j.allocs.is_empty(),
+        })
+    }
+
+    /// Orders `node`'s agent to send a job's output to the controller ([`Order::Output`]).
+    pub fn order_output(&mut self, node: &str, job: u64, epoch: u32, read: OutputRead) {
+        self.order(node, Order::Output { job, epoch, read });
     }
 
     /// Ends an allocation (`salloc`'s command exited with `code`): its placeholder and any
@@ -2604,29 +2653,9 @@ impl Controller {
         env.retain(|(k, _)| !slurm.iter().any(|(s, _)| s == k));
         env.extend(slurm);
         let node_name = job_names.get(node_index).cloned().unwrap_or_default();
-        let array = j.array.map(|a| (a.array_job, a.task));
         let workdir = st.and_then(|s| s.workdir.clone()).unwrap_or_else(|| j.spec.workdir.clone());
-        let (out_pat, err_pat) = match st.map(|s| (&s.output, &s.error)) {
-            Some((Some(o), e)) => (o.clone(), e.clone().unwrap_or_else(|| o.clone())),
-            Some((None, Some(e))) => (j.spec.output.clone(), e.clone()),
-            _ => (j.spec.output.clone(), j.spec.error.clone().unwrap_or_else(|| j.spec.output.clone())),
-        };
-        let abs = |p: String| if p.starts_with('/') { p } else { format!("{}/{}", workdir.trim_end_matches('/'), p) };
-        let at = slurmcli::PatternAt {
-            job: id,
-            name: &j.req.name,
-            array,
-            node: &node_name,
-            user: &j.req.user,
-            step: (step != BATCH_STEP).then_some(step),
-            task: rank,
-            node_index: node_index as u32,
-        };
-        let (stdout, stderr) = if step == BATCH_STEP && j.spec.interactive {
-            ("/dev/null".to_string(), "/dev/null".to_string())
-        } else {
-            (abs(slurmcli::expand_pattern_at(&out_pat, &at)), abs(slurmcli::expand_pattern_at(&err_pat, &at)))
-        };
+        let (out_pat, err_pat) = output_patterns(j, st);
+        let (stdout, stderr) = output_files(j, st, step, rank, node_index, &node_name);
         let mem_limit = j.allocs.get(node_index).map_or(0, |(_, a)| a.memory);
         let io = st.and_then(|s| s.io.clone());
         if io.as_ref().is_some_and(|io| io.pmix) {
@@ -3000,6 +3029,39 @@ impl Controller {
         };
         sched::priority_breakdown(&snap, now, &self.settings.sched).into_iter().map(|(j, b)| (j.0, b)).collect()
     }
+}
+
+/// A task's output and error patterns (`-o`, `-e`): its step's, else its job's (`-e` defaults to
+/// `-o`).
+fn output_patterns(j: &Job, st: Option<&StepSpec>) -> (String, String) {
+    match st.map(|s| (&s.output, &s.error)) {
+        Some((Some(o), e)) => (o.clone(), e.clone().unwrap_or_else(|| o.clone())),
+        Some((None, Some(e))) => (j.spec.output.clone(), e.clone()),
+        _ => (j.spec.output.clone(), j.spec.error.clone().unwrap_or_else(|| j.spec.output.clone())),
+    }
+}
+
+/// The files a task's standard output and error go to (absolute: a relative pattern is under
+/// the working directory), its patterns expanded as Slurm's (`%j`, `%t`, `%N`, ...); an
+/// allocation's placeholder (`salloc`) writes nowhere.
+fn output_files(j: &Job, st: Option<&StepSpec>, step: u32, rank: u32, node_index: usize, node_name: &str) -> (String, String) {
+    if step == BATCH_STEP && j.spec.interactive {
+        return ("/dev/null".to_string(), "/dev/null".to_string());
+    }
+    let workdir = st.and_then(|s| s.workdir.clone()).unwrap_or_else(|| j.spec.workdir.clone());
+    let (out_pat, err_pat) = output_patterns(j, st);
+    let abs = |p: String| if p.starts_with('/') { p } else { format!("{}/{}", workdir.trim_end_matches('/'), p) };
+    let at = slurmcli::PatternAt {
+        job: j.req.id.0,
+        name: &j.req.name,
+        array: j.array.map(|a| (a.array_job, a.task)),
+        node: node_name,
+        user: &j.req.user,
+        step: (step != BATCH_STEP).then_some(step),
+        task: rank,
+        node_index: node_index as u32,
+    };
+    (abs(slurmcli::expand_pattern_at(&out_pat, &at)), abs(slurmcli::expand_pattern_at(&err_pat, &at)))
 }
 
 #[cfg(test)]

@@ -154,6 +154,54 @@ fn a_job_whose_image_is_pulled_is_configuring_until_its_node_says_no_more() {
 }
 
 #[test]
+fn a_jobs_output_is_found_on_its_first_node_for_its_owner_and_root_alone() {
+    let mut c = cluster(2, 0);
+    let mut files = spec(1000);
+    (files.output, files.error) = ("out-%j-%N.txt".into(), Some("/var/tmp/err-%j".into()));
+    c.submit(0, files, &batch(&["-N2"]), "alice").unwrap();
+    assert!(matches!(c.task_output(1000, 1, None), Err(Refused::Invalid(m)) if m.contains("not started")));
+    c.tick(1);
+    let launched = launches(&c.hb(1, "n0", &[], &[]).unwrap()).into_iter().cloned().collect::<Vec<_>>();
+    let out = c.task_output(1000, 1, None).unwrap();
+    assert_eq!(out.files, [launched[0].stdout.clone(), launched[0].stderr.clone()], "the files the task was given");
+    assert_eq!(out.files, ["/tmp/out-1-n0.txt", "/var/tmp/err-1"]);
+    assert_eq!((out.node.as_str(), out.job, out.epoch, out.uid, out.gid, out.running), ("n0", 1, 1, 1000, 1000, true));
+    assert_eq!(c.task_output(0, 1, Some("n0")).unwrap(), out, "root may read it");
+    assert!(matches!(c.task_output(1001, 1, None), Err(Refused::Forbidden(_))), "another user may not");
+    assert!(matches!(c.task_output(1000, 1, Some("n1")), Err(Refused::Invalid(m)) if m.contains("runs on n0")));
+    assert!(matches!(c.task_output(1000, 1, Some("n9")), Err(Refused::Invalid(m)) if m.contains("did not run on n9")));
+    assert!(matches!(c.task_output(1000, 7, None), Err(Refused::NotFound(_))));
+    c.order_output(
+        "n0",
+        1,
+        1,
+        OutputRead {
+            id: 3,
+            key: "k".into(),
+            files: out.files.clone(),
+            uid: 1000,
+            gid: 1000,
+            follow: true,
+            tail_lines: Some(5),
+            limit_bytes: None,
+        },
+    );
+    assert!(c.hb(2, "n0", &[], &[]).unwrap().iter().any(|o| matches!(o, Order::Output { job: 1, epoch: 1, read } if read.id == 3)));
+    // Ended, its output is still where it ran; one output file for both streams is named once.
+    c.hb(5, "n0", &[], &[ended(1, 1, Some(0), None)]).unwrap();
+    let done = c.task_output(1000, 1, None).unwrap();
+    assert_eq!((done.node.as_str(), done.running), ("n0", false));
+    c.submit(0, spec(1000), &batch(&[]), "alice").unwrap();
+    c.tick(6);
+    assert_eq!(c.task_output(1000, 2, None).unwrap().files, ["/tmp/slurm-2.out"]);
+    // An allocation writes nothing of its own.
+    let mut alloc = spec(1000);
+    alloc.interactive = true;
+    c.submit(0, alloc, &batch(&[]), "alice").unwrap();
+    assert!(matches!(c.task_output(1000, 3, None), Err(Refused::Invalid(m)) if m.contains("salloc")));
+}
+
+#[test]
 fn impossible_submissions_are_refused_and_not_stored() {
     let mut c = cluster(2, 4);
     let e = c.submit(0, spec(1), &batch(&["--gpus-per-node=8"]), "a").unwrap_err();

@@ -78,7 +78,12 @@ impl World {
                             exits.push(ended(job, epoch, None, Some(9)));
                         }
                     }
-                    Order::Attach { .. } | Order::Epilog { .. } | Order::Reboot { .. } | Order::Suspend { .. } | Order::Resume { .. } => {}
+                    Order::Attach { .. }
+                    | Order::Output { .. }
+                    | Order::Epilog { .. }
+                    | Order::Reboot { .. }
+                    | Order::Suspend { .. }
+                    | Order::Resume { .. } => {}
                 }
             }
             if !exits.is_empty() {

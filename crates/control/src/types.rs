@@ -856,6 +856,16 @@ pub enum Order {
         /// The program (`reboot_program`).
         program: String,
     },
+    /// Send a task's output files to the controller (`kubectl logs`), read as the job's user,
+    /// on a connection of its own (`POST /v1/agent/output/ID` with the key).
+    Output {
+        /// Job.
+        job: u64,
+        /// Run.
+        epoch: u32,
+        /// What to read and where it goes.
+        read: OutputRead,
+    },
     /// Connect a running step's tasks' I/O to one more listener (`sattach`) as well as to
     /// the `srun` that started them: output (the last 128 frames first, then as it comes) and,
     /// where `io.stdin` says, input.
@@ -869,6 +879,46 @@ pub enum Order {
         /// Where `sattach` listens, its certificate and its key.
         io: StepIo,
     },
+}
+
+/// What an agent reads for [`Order::Output`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OutputRead {
+    /// The request's number at the controller.
+    pub id: u64,
+    /// Its key (64 hex digits), which the agent presents with the output.
+    pub key: String,
+    /// The files, in order (output, then error where it differs).
+    pub files: Vec<String>,
+    /// Read as this user.
+    pub uid: u32,
+    /// And group.
+    pub gid: u32,
+    /// Go on sending what is written until the task ends here.
+    pub follow: bool,
+    /// Only the last lines of each file.
+    pub tail_lines: Option<u64>,
+    /// At most this many bytes in all.
+    pub limit_bytes: Option<u64>,
+}
+
+/// Where a job's output is ([`crate::Controller::task_output`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskOutput {
+    /// The node that holds it.
+    pub node: String,
+    /// The job.
+    pub job: u64,
+    /// Its run.
+    pub epoch: u32,
+    /// Its output file, then its error file where that differs.
+    pub files: Vec<String>,
+    /// Its owner.
+    pub uid: u32,
+    /// Its group.
+    pub gid: u32,
+    /// Its run has not ended: the files may still grow.
+    pub running: bool,
 }
 
 /// A task's end, as an agent reports it.

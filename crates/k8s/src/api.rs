@@ -253,6 +253,16 @@ pub fn resources(group: &str) -> APIResourceList {
             ..Default::default()
         });
     }
+    // A Pod's output (`kubectl logs`).
+    if group.is_empty() {
+        resources.push(APIResource {
+            name: "pods/log".into(),
+            kind: "Pod".into(),
+            namespaced: true,
+            verbs: vec!["get".into()],
+            ..Default::default()
+        });
+    }
     APIResourceList { group_version: if group.is_empty() { "v1".into() } else { format!("{group}/v1") }, resources }
 }
 
@@ -314,10 +324,11 @@ mod tests {
         let core = resources("");
         assert_eq!(core.group_version, "v1");
         let names: Vec<&str> = core.resources.iter().map(|r| r.name.as_str()).collect();
-        assert_eq!(names, ["namespaces", "nodes", "pods", "events", "services", "configmaps", "secrets"]);
+        assert_eq!(names, ["namespaces", "nodes", "pods", "events", "services", "configmaps", "secrets", "pods/log"]);
         let apps = resources("apps");
         assert!(apps.resources.iter().all(|r| r.namespaced));
         assert!(apps.resources.iter().any(|r| r.name == "deployments/scale" && r.kind == "Scale"));
+        assert!(resources("").resources.iter().any(|r| r.name == "pods/log" && r.verbs == ["get"]));
         assert!(apps.resources.iter().find(|r| r.name == "replicasets").unwrap().verbs == ["get", "list", "watch"]);
         assert_eq!(groups().groups.len(), GROUPS.len());
         let v = serde_json::to_value(groups()).unwrap();

@@ -103,6 +103,27 @@ fn op(r: &Resource, action: &str, schema: &str, body: Option<&[&str]>, path_para
     o
 }
 
+/// `GET .../pods/{name}/log`: a Pod's output as plain text, with the options Tandem honours.
+fn log_path() -> Value {
+    let param = |name: &str, ty: &str, what: &str| json!({"name": name, "in": "query", "description": what, "schema": {"type": ty}});
+    let path = |name: &str| json!({"name": name, "in": "path", "required": true, "schema": {"type": "string"}});
+    json!({"get": {
+        "operationId": "readCoreV1NamespacedPodLog",
+        "description": "read the output of the specified Pod (its task's output and error files, as its node reads them)",
+        "parameters": [
+            path("namespace"),
+            path("name"),
+            param("container", "string", "The container (a Pod has one)."),
+            param("follow", "boolean", "Send what is written until the task ends."),
+            param("tailLines", "integer", "Only the last lines of each file."),
+            param("limitBytes", "integer", "At most this many bytes."),
+        ],
+        "responses": {"200": {"description": "OK", "content": {"text/plain": {"schema": {"type": "string"}}}}},
+        "x-kubernetes-action": "get",
+        "x-kubernetes-group-version-kind": {"group": "", "version": "v1", "kind": "Pod"},
+    }})
+}
+
 /// The OpenAPI document of group `group` (`""`: the core group).
 pub fn document(group: &str) -> Value {
     let mut g = SchemaSettings::openapi3().into_generator();
@@ -169,6 +190,9 @@ pub fn document(group: &str) -> Value {
                 }
                 paths.insert(format!("{base}/namespaces/{{namespace}}/{}/{{name}}/scale", r.plural), o);
             }
+            if r.kind == "Pod" {
+                paths.insert(format!("{base}/namespaces/{{namespace}}/pods/{{name}}/log"), log_path());
+            }
         } else {
             paths.insert(format!("{base}/{}", r.plural), json!({"get": op(r, "list", s, None, &[])}));
             paths.insert(format!("{base}/{}/{{name}}", r.plural), json!({"get": op(r, "get", s, None, &["name"])}));
@@ -195,6 +219,8 @@ mod tests {
         assert!(dep["properties"]["spec"]["allOf"][0]["$ref"].as_str().unwrap().ends_with("DeploymentSpec"), "{dep}");
         let strategy = &d["components"]["schemas"]["io.k8s.api.apps.v1.DeploymentStrategy"];
         assert!(strategy["properties"]["rollingUpdate"].is_object());
+        let log = &document("")["paths"]["/api/v1/namespaces/{namespace}/pods/{name}/log"]["get"];
+        assert!(log["parameters"].as_array().unwrap().iter().any(|p| p["name"] == "tailLines"), "{log}");
         let patch = &d["paths"]["/apis/apps/v1/namespaces/{namespace}/deployments/{name}"]["patch"];
         assert!(patch["parameters"].as_array().unwrap().iter().any(|p| p["name"] == "fieldValidation"));
         assert_eq!(patch["x-kubernetes-group-version-kind"]["kind"], "Deployment");

@@ -62,6 +62,8 @@ pub(crate) struct App {
     pub(crate) endpoint: Arc<std::sync::OnceLock<Endpoint>>,
     /// The Kubernetes API's views, with their resource versions (`kube`).
     pub(crate) kube: Arc<Mutex<Views>>,
+    /// Task outputs waiting for their nodes (`kubectl logs`).
+    pub(crate) outputs: Arc<crate::output::Outputs>,
 }
 
 /// How a client reaches the controller over TCP.

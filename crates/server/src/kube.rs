@@ -126,8 +126,73 @@ async fn serve(
             let name = t.name.clone().ok_or_else(Failure::no_route)?;
             Json(scale_of(app, &v, &name)?).into_response()
         }
+        Route::Objects(t) if t.sub.as_deref() == Some("log") && t.resource.kind == "Pod" => pod_log(app, &v, &t, q).await?,
         Route::Objects(t) => objects(app, &v, &t, headers, q).await?,
     })
+}
+
+/// `GET .../pods/NAME/log`: the Pod's output as its node reads it (`output`), plain text, as it
+/// comes with `follow` until the task ends. Options Tandem cannot honour are refused, not
+/// ignored: its output files hold no times per line (`timestamps`, `sinceSeconds`, `sinceTime`)
+/// and a replica restarted in place appends to the same file (`previous`).
+async fn pod_log(app: &App, v: &Viewer, t: &Target, q: &HashMap<String, String>) -> Result<Response, Failure> {
+    let name = t.name.clone().ok_or_else(Failure::no_route)?;
+    let why_not = [
+        ("previous", "Tandem keeps one output file per task: a restarted replica's earlier output is at the start of the same log"),
+        ("timestamps", "Tandem's output files hold no time per line"),
+        ("sinceSeconds", "Tandem's output files hold no time per line: use tailLines (--tail)"),
+        ("sinceTime", "Tandem's output files hold no time per line: use tailLines (--tail)"),
+    ];
+    for (k, why) in why_not {
+        if q.get(k).is_some_and(|x| !matches!(x.as_str(), "" | "false" | "0")) {
+            return Err(Failure::bad_request(format!("{k} is not supported: {why}")));
+        }
+    }
+    let number = |k: &str, least: i64| -> Result<Option<u64>, Failure> {
+        let Some(x) = q.get(k) else { return Ok(None) };
+        match x.parse::<i64>() {
+            Ok(n) if n >= least => Ok(Some(n as u64)),
+            _ => Err(Failure::bad_request(format!("{k}: Invalid value {x:?}: must be an integer of at least {least}"))),
+        }
+    };
+    let (tail_lines, limit_bytes) = (number("tailLines", 0)?, number("limitBytes", 1)?);
+    let follow = flag(q, "follow");
+    let pods = with_cache(app, "Pod", |c| c.list());
+    let pod = pods
+        .into_iter()
+        .filter(|o| o["metadata"]["name"] == name.as_str() && t.namespace.as_deref().is_none_or(|ns| o["metadata"]["namespace"] == ns))
+        .find_map(|o| visible(v, o))
+        .ok_or_else(|| Failure::not_found("pods", "", &name))?;
+    let container = pod["spec"]["containers"][0]["name"].as_str().unwrap_or_default().to_string();
+    if let Some(c) = q.get("container").filter(|c| !c.is_empty() && **c != container) {
+        return Err(Failure::bad_request(format!("container {c} is not valid for pod {name}")));
+    }
+    let job = pod["metadata"]["labels"][format!("{}/job-id", k8s::PREFIX)]
+        .as_str()
+        .and_then(|j| j.parse::<u64>().ok())
+        .ok_or_else(|| Failure::from_code(500, format!("pod {name} names no Tandem job")))?;
+    let Some(node) = pod["spec"]["nodeName"].as_str() else {
+        return Err(Failure::bad_request(format!("container \"{container}\" in pod \"{name}\" is waiting to start: it has no node yet")));
+    };
+    let want = crate::output::Want { follow, tail_lines, limit_bytes };
+    match crate::output::fetch(app, v.uid, job, Some(node), want).await {
+        Ok(body) => {
+            let mut r = Response::new(body);
+            r.headers_mut().insert("content-type", axum::http::HeaderValue::from_static("text/plain"));
+            Ok(r)
+        }
+        Err(crate::output::FetchError::Refused(e)) => {
+            let code = match &e {
+                control::Refused::NotFound(_) => 404,
+                control::Refused::Forbidden(_) => 403,
+                control::Refused::Unauthorized(_) => 401,
+                control::Refused::Conflict(_) => 409,
+                _ => 400,
+            };
+            Err(Failure::from_code(code, e.to_string()))
+        }
+        Err(crate::output::FetchError::Node(why)) => Err(Failure::from_code(500, why)),
+    }
 }
 
 /// The `/openapi/v3` documents, made once: (group-version path, text, hash).

@@ -119,6 +119,7 @@ mod limits;
 mod listen;
 mod lua;
 mod nodes;
+mod output;
 mod policy;
 mod private;
 mod resv;
@@ -127,9 +128,11 @@ mod tls;
 mod token;
 
 fn router(app: App) -> Router {
-    kube::routes(policy::routes(resv::routes(accounting::routes(nodes::routes(jobs::routes(services::routes(Router::new())))))))
-        .layer(axum::middleware::from_fn_with_state(app.clone(), count_response))
-        .with_state(app)
+    output::routes(kube::routes(policy::routes(resv::routes(accounting::routes(nodes::routes(jobs::routes(services::routes(
+        Router::new(),
+    ))))))))
+    .layer(axum::middleware::from_fn_with_state(app.clone(), count_response))
+    .with_state(app)
 }
 
 /// Counts each reply and its body's bytes (`tandem_response_bytes_total`): what listings cost.
@@ -215,6 +218,7 @@ async fn run(args: ServerArgs) -> Result<()> {
         source: Arc::new(args.source),
         endpoint: Arc::new(std::sync::OnceLock::new()),
         kube: Arc::new(Mutex::new(app::Views::new(boot))),
+        outputs: Arc::new(output::Outputs::default()),
     };
     // The site's job-submit script is loaded now, so an error in it is logged at once; the
     // controller serves either way (and refuses submissions while the script cannot be used).

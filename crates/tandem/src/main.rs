@@ -370,6 +370,10 @@ fn main() -> std::process::ExitCode {
         // A task between the site's task prolog and epilog, started by an agent as its user.
         return std::process::ExitCode::from(agent::task_wrap_main(&argv[2..]).clamp(0, 255) as u8);
     }
+    if argv.get(1).map(String::as_str) == Some(agent::READ_OUTPUT_CMD) {
+        // A task's output for `kubectl logs`, read by an agent as the job's user.
+        return std::process::ExitCode::from(agent::read_output_main(&argv[2..]).clamp(0, 255) as u8);
+    }
     if argv.get(1).map(String::as_str) == Some(server::JOB_SUBMIT_CMD) {
         // The site's job_submit.lua, started by the controller.
         return std::process::ExitCode::from(server::job_submit_main(&argv[2..]).clamp(0, 255) as u8);

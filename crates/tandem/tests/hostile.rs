@@ -2717,6 +2717,67 @@ fn kube_req(up: &Up, method: &str, path: &str, token: Option<&str>, body: &[u8],
     (code.trim().parse().unwrap_or(0), serde_json::from_str(body).unwrap_or(serde_json::Value::String(body.to_string())))
 }
 
+/// `kubectl logs` with two users: Alice reads her Pod's output; Mallory cannot read it (403),
+/// nor read through her own job a file she may not read (its output named `/etc/shadow`: the
+/// node reads as her); malformed and unsupported options are 400s; nothing is read twice.
+#[test]
+fn another_user_cannot_read_the_output_of_a_pod_through_the_kubernetes_api() {
+    let Some((alice, mallory)) = users() else { return };
+    let root = root_dir("kube-logs");
+    let up = Up::start(&root, None);
+    let (ta, tm) = (up.token(&alice), up.token(&mallory));
+    let ad = user_dir(&root.join("alice-work"), &alice, 0o700);
+    let md = user_dir(&root.join("mallory-work"), &mallory, 0o755);
+    let id = up.sbatch(&alice, &ad, &["-o", "secret-%j.out", "--wrap", "echo alice-private-output; sleep 60"]);
+    up.wait_state(id, &["RUNNING"]);
+    let log = format!("/api/v1/namespaces/default/pods/job-{id}-0/log");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (code, body) = kube_req(&up, "GET", &log, Some(&ta), b"", "application/json");
+        if code == 200 && body.to_string().contains("alice-private-output") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "Alice never read her own output: {code} {body}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let (code, st) = kube_req(&up, "GET", &log, Some(&tm), b"", "application/json");
+    assert_eq!((code, st["kind"].as_str(), st["reason"].as_str()), (403, Some("Status"), Some("Forbidden")), "{st}");
+    assert!(!st.to_string().contains("alice-private-output"), "{st}");
+    let (code, _) = kube_req(&up, "GET", &log, None, b"", "application/json");
+    assert_eq!(code, 401, "no identity, no output");
+    for (query, want) in [
+        ("tailLines=-1", 400),
+        ("tailLines=abc", 400),
+        ("limitBytes=0", 400),
+        ("previous=true", 400),
+        ("timestamps=true", 400),
+        ("sinceSeconds=60", 400),
+        ("container=other", 400),
+    ] {
+        let (code, st) = kube_req(&up, "GET", &format!("{log}?{query}"), Some(&ta), b"", "application/json");
+        assert_eq!((code, st["kind"].as_str()), (want, Some("Status")), "{query}: {st}");
+    }
+    let (code, st) = kube_req(&up, "GET", "/api/v1/namespaces/default/pods/job-999999-0/log", Some(&ta), b"", "application/json");
+    assert_eq!(code, 404, "{st}");
+    // Mallory's own job whose output file is one she may not read: the node reads it as her.
+    let own = up.sbatch(&mallory, &md, &["-o", "/etc/shadow", "--wrap", "sleep 60"]);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let st = loop {
+        let (code, st) =
+            kube_req(&up, "GET", &format!("/api/v1/namespaces/default/pods/job-{own}-0/log"), Some(&tm), b"", "application/json");
+        if code != 400 {
+            assert_eq!(code, 500, "{st}");
+            break st;
+        }
+        assert!(Instant::now() < deadline, "Mallory's job never ran: {st}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(st["message"].as_str().is_some_and(|m| m.contains("/etc/shadow") && m.contains("ermission denied")), "{st}");
+    assert!(!st.to_string().contains("root:"), "a line of /etc/shadow was sent: {st}");
+    let _ = up.root(&["scancel", &id.to_string(), &own.to_string()]);
+    let _ = std::fs::remove_dir_all(&root);
+}
+
 /// The Kubernetes API with two users: Mallory cannot read Alice's environment values (nor
 /// kubectl's copy of them), patch, scale, replace or delete her Deployment; malformed, wrong and
 /// huge bodies are refused as `Status` errors; nothing of Alice's changes.

@@ -219,6 +219,21 @@ fn kubectl_and_the_python_client_see_what_squeue_and_tandem_service_see() {
             "kubectl get -w:\n{text}{}",
             String::from_utf8_lossy(&out.stderr)
         );
+        // `kubectl logs`: a job's output as its node reads it, `-f` until the job ends.
+        let talk = c
+            .slurm(
+                "sbatch",
+                &["--parsable", "-o", "talk-%j.out", "--wrap", "for i in 1 2 3; do echo line $i; sleep 1; done; echo oops >&2"],
+            )
+            .trim()
+            .to_string();
+        let out = c.ok(k, &["logs", "-f", &format!("job/job-{talk}")]);
+        assert_eq!(out, "line 1\nline 2\nline 3\noops\n");
+        let pod = format!("job-{talk}-0");
+        assert_eq!(c.ok(k, &["logs", &pod, "--tail=1"]), "oops\n");
+        assert_eq!(c.ok(k, &["logs", &pod, "--limit-bytes=4"]), "line");
+        let o = c.kubectl(k, &["logs", &pod, "--timestamps"]);
+        assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("timestamps is not supported"), "{o:?}");
         // `tandem service scale` is the Deployment's spec.replicas; `rollout status` and `wait`
         // end when the replicas are ready (WatchList with the initial-events-end bookmark).
         c.tandem(&["service", "scale", "echo", "2"]);
@@ -316,6 +331,17 @@ fn kubectl_applies_scales_and_deletes_a_deployment_that_is_a_tandem_service() {
         let job = replica.trim_start_matches("web-").to_string();
         let q = c.slurm("squeue", &["-h", "-o", "%i %T"]);
         assert!(q.lines().any(|l| l == format!("{job} RUNNING")), "{q}");
+        // `kubectl logs deploy/web`: its replica's output, read on its node (the server logs
+        // each readiness probe).
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let logs = loop {
+            let out = c.ok(k, &["logs", "deploy/web", "--tail=3"]);
+            if out.contains("\"GET / HTTP/1.1\" 200") || Instant::now() > deadline {
+                break out;
+            }
+            std::thread::sleep(Duration::from_millis(300));
+        };
+        assert!(logs.contains("\"GET / HTTP/1.1\" 200") && logs.lines().count() <= 3, "{logs}");
         // An edit of one env entry: configured, the list merged by name (strategic merge patch).
         std::fs::write(&file, manifest("bonjour", "")).unwrap();
         assert!(c.ok(k, &["apply", "-f", f]).contains("deployment.apps/web configured"));
