@@ -233,17 +233,17 @@ pub(crate) fn run(cmd: ServiceCmd) -> Result<i32> {
         }
         ServiceCmd::Logs { name, tail } => {
             let s = get(&t, &name)?;
-            for r in &s.replicas {
-                let text = match std::fs::read_to_string(&r.log) {
-                    Ok(x) => x,
-                    Err(e) => {
-                        eprintln!("[{}] cannot read {}: {e}", r.id, r.log);
-                        continue;
-                    }
-                };
-                let lines: Vec<&str> = text.lines().collect();
-                for l in &lines[lines.len().saturating_sub(tail)..] {
-                    println!("[{}] {l}", r.id);
+            // Each replica's output as its node reads it (`GET /v1/jobs/ID/output`), so from
+            // any machine.
+            let rt = rt()?;
+            for r in s.replicas.iter().filter(|r| r.node.is_some()) {
+                let reply = rt.block_on(send(&t, "GET", &format!("/v1/jobs/{}/output?tail={tail}", r.job), None::<&()>, &[]))?;
+                if reply.status != 200 {
+                    eprintln!("[{}] cannot read {}: {}", r.id, slurmcli::visible(&r.log), slurmcli::visible(&reply.error()));
+                    continue;
+                }
+                for l in String::from_utf8_lossy(&reply.body).lines() {
+                    println!("[{}] {}", r.id, slurmcli::visible_text(l));
                 }
             }
         }

@@ -6,7 +6,8 @@
 
 use axum::Router;
 use axum::body::Body;
-use axum::extract::{Path, State};
+use axum::extract::rejection::{PathRejection, QueryRejection};
+use axum::extract::{ConnectInfo, Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
@@ -19,7 +20,7 @@ use tokio::sync::oneshot;
 use crate::app::*;
 
 pub(crate) fn routes(r: Router<App>) -> Router<App> {
-    r.route("/v1/agent/output/{id}", post(upload))
+    r.route("/v1/agent/output/{id}", post(upload)).route("/v1/jobs/{id}/output", axum::routing::get(job_output))
 }
 
 /// How long the controller waits for a node to start sending.
@@ -129,6 +130,39 @@ impl hyper::body::Body for Relay {
 /// Whether two secrets are equal, in a time that does not depend on where they differ.
 fn same_secret(a: &str, b: &str) -> bool {
     a.len() == b.len() && a.bytes().zip(b.bytes()).fold(0u8, |d, (x, y)| d | (x ^ y)) == 0
+}
+
+/// `GET /v1/jobs/ID/output?tail=N&limit=B&follow=true&node=NODE`: a job's output, as its node
+/// reads it (`tandem service logs`; `kubectl logs` is the same through `kube`).
+async fn job_output(
+    State(app): State<App>,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+    headers: HeaderMap,
+    id: Result<Path<u64>, PathRejection>,
+    q: Result<Query<HashMap<String, String>>, QueryRejection>,
+) -> Response {
+    let uid = or_reply!(user_of(&app, &peer, &headers));
+    let Ok(Path(id)) = id else { return err(StatusCode::BAD_REQUEST, "a job id is an unsigned integer") };
+    let Ok(Query(q)) = q else { return err(StatusCode::BAD_REQUEST, "malformed query") };
+    let number = |k: &str| -> Result<Option<u64>, Response> {
+        q.get(k)
+            .map(|x| x.parse::<u64>().map_err(|_| err(StatusCode::BAD_REQUEST, format!("{k}: {x:?} is not an unsigned integer"))))
+            .transpose()
+    };
+    let (tail_lines, limit_bytes) = (or_reply!(number("tail")), or_reply!(number("limit")));
+    if limit_bytes == Some(0) {
+        return err(StatusCode::BAD_REQUEST, "limit: at least 1 byte");
+    }
+    let follow = q.get("follow").is_some_and(|v| v == "true" || v == "1");
+    match fetch(&app, uid, id, q.get("node").map(String::as_str), Want { follow, tail_lines, limit_bytes }).await {
+        Ok(body) => {
+            let mut r = Response::new(body);
+            r.headers_mut().insert("content-type", axum::http::HeaderValue::from_static("text/plain"));
+            r
+        }
+        Err(FetchError::Refused(e)) => refused(e),
+        Err(FetchError::Node(why)) => err(StatusCode::INTERNAL_SERVER_ERROR, why),
+    }
 }
 
 /// `POST /v1/agent/output/ID`: a node's answer to [`control::Order::Output`].

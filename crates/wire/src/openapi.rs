@@ -115,6 +115,45 @@ pub const DOCUMENT: &str = r##"{
         }
       }
     },
+    "/v1/agent/output/{id}": {
+      "parameters": [{"name": "id", "in": "path", "required": true, "schema": {"$ref": "#/components/schemas/u64"}}],
+      "post": {
+        "operationId": "sendOutput", "tags": ["cluster"],
+        "summary": "A node agent sends the output an Output order asked for, as it reads it (the body); the controller passes it on to the client that asked and answers once that client has it all or went away",
+        "security": [{"nodeCredential": []}],
+        "parameters": [
+          {"name": "x-tandem-output-key", "in": "header", "required": true, "schema": {"type": "string"}, "description": "The order's key"},
+          {"name": "x-tandem-output-failed", "in": "header", "schema": {"type": "string"}, "description": "Present: the body says why the output could not be read"}],
+        "requestBody": {"required": true, "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}},
+        "responses": {
+          "204": {"description": "Passed on"},
+          "400": {"$ref": "#/components/responses/Malformed"},
+          "401": {"$ref": "#/components/responses/NoCredential"},
+          "403": {"$ref": "#/components/responses/OtherNode"},
+          "404": {"$ref": "#/components/responses/NotFound"}
+        }
+      }
+    },
+    "/v1/jobs/{id}/output": {
+      "parameters": [{"$ref": "#/components/parameters/JobId"}],
+      "get": {
+        "operationId": "jobOutput", "tags": ["jobs"],
+        "summary": "A job's (or a service replica's) output and error files as its node reads them, as the job's user; its owner and root only",
+        "parameters": [
+          {"name": "tail", "in": "query", "schema": {"$ref": "#/components/schemas/u64"}, "description": "Only the last lines of each file"},
+          {"name": "limit", "in": "query", "schema": {"$ref": "#/components/schemas/u64"}, "description": "At most this many bytes"},
+          {"name": "follow", "in": "query", "schema": {"type": "boolean"}, "description": "Go on until the job's tasks there have ended"},
+          {"name": "node", "in": "query", "schema": {"type": "string"}, "description": "The node (default: the job's first, where its batch script runs)"}],
+        "responses": {
+          "200": {"description": "The output, as it comes", "content": {"text/plain": {"schema": {"type": "string"}}}},
+          "400": {"$ref": "#/components/responses/Invalid"},
+          "401": {"$ref": "#/components/responses/Unauthenticated"},
+          "403": {"$ref": "#/components/responses/Forbidden"},
+          "404": {"$ref": "#/components/responses/NotFound"},
+          "500": {"$ref": "#/components/responses/ServerError"}
+        }
+      }
+    },
     "/v1/agent/heartbeat": {
       "post": {
         "operationId": "heartbeat", "tags": ["cluster"],
@@ -1014,6 +1053,16 @@ pub const DOCUMENT: &str = r##"{
           "description": "Connect a running step's task I/O to one more listener (sattach)",
           "required": ["job", "epoch", "step", "io"], "properties": {"job": {"$ref": "#/components/schemas/u64"}, "epoch": {"$ref": "#/components/schemas/u32"},
             "step": {"$ref": "#/components/schemas/u32"}, "io": {"$ref": "#/components/schemas/StepIo"}}}}},
+        {"type": "object", "required": ["Output"], "additionalProperties": false, "properties": {"Output": {"type": "object", "additionalProperties": false,
+          "description": "Send a run's output files to the controller (kubectl logs), read as the job's user, on a connection of its own: POST /v1/agent/output/{id}",
+          "required": ["job", "epoch", "read"], "properties": {"job": {"$ref": "#/components/schemas/u64"}, "epoch": {"$ref": "#/components/schemas/u32"},
+            "read": {"type": "object", "additionalProperties": false,
+              "required": ["id", "key", "files", "uid", "gid", "follow", "tail_lines", "limit_bytes"],
+              "properties": {"id": {"$ref": "#/components/schemas/u64"}, "key": {"type": "string", "description": "64 hex digits, presented with the output"},
+                "files": {"$ref": "#/components/schemas/Strings"}, "uid": {"$ref": "#/components/schemas/u32"}, "gid": {"$ref": "#/components/schemas/u32"},
+                "follow": {"type": "boolean", "description": "Go on until the run's tasks on this node have ended"},
+                "tail_lines": {"oneOf": [{"$ref": "#/components/schemas/u64"}, {"type": "null"}]},
+                "limit_bytes": {"oneOf": [{"$ref": "#/components/schemas/u64"}, {"type": "null"}]}}}}}}},
         {"type": "object", "required": ["Epilog"], "additionalProperties": false, "properties": {"Epilog": {"type": "object", "additionalProperties": false,
           "description": "A run is over on this node: run the epilog once its tasks here are gone",
           "required": ["job", "epoch", "env"], "properties": {"job": {"$ref": "#/components/schemas/u64"}, "epoch": {"$ref": "#/components/schemas/u32"},
@@ -2007,6 +2056,23 @@ mod tests {
                         (4, control::Order::Reboot { program: "/usr/sbin/reboot".into() }),
                         (5, control::Order::Suspend { job: 5, epoch: 1 }),
                         (6, control::Order::Resume { job: 5, epoch: 1 }),
+                        (
+                            7,
+                            control::Order::Output {
+                                job: 5,
+                                epoch: 1,
+                                read: control::OutputRead {
+                                    id: 3,
+                                    key: "ab".repeat(32),
+                                    files: vec!["/home/a/slurm-5.out".into()],
+                                    uid: 1000,
+                                    gid: 1000,
+                                    follow: true,
+                                    tail_lines: Some(10),
+                                    limit_bytes: None,
+                                },
+                            },
+                        ),
                     ],
                 }),
             ),
