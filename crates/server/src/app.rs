@@ -63,7 +63,28 @@ pub(crate) struct App {
     /// The Kubernetes API's views, with their resource versions (`kube`).
     pub(crate) kube: Arc<Mutex<Views>>,
     /// Task outputs waiting for their nodes (`kubectl logs`).
-    pub(crate) outputs: Arc<crate::output::Outputs>,
+    pub(crate) outputs: Arc<Outputs>,
+}
+
+/// What a node sent.
+pub(crate) enum OutputSent {
+    /// The output, as it comes; the sender is dropped once the client no longer reads it.
+    Output(axum::body::Body, tokio::sync::oneshot::Sender<()>),
+    /// Why it could not be read (a file the user may not read).
+    Failed(String),
+}
+
+/// Task outputs waiting for their nodes (`output`: `kubectl logs`).
+#[derive(Default)]
+pub(crate) struct Outputs {
+    pub(crate) next: std::sync::atomic::AtomicU64,
+    pub(crate) waiting: Mutex<HashMap<u64, OutputWaiting>>,
+}
+
+pub(crate) struct OutputWaiting {
+    pub(crate) node: String,
+    pub(crate) key: String,
+    pub(crate) to: tokio::sync::oneshot::Sender<OutputSent>,
 }
 
 /// How a client reaches the controller over TCP.

@@ -218,7 +218,7 @@ async fn run(args: ServerArgs) -> Result<()> {
         source: Arc::new(args.source),
         endpoint: Arc::new(std::sync::OnceLock::new()),
         kube: Arc::new(Mutex::new(app::Views::new(boot))),
-        outputs: Arc::new(output::Outputs::default()),
+        outputs: Arc::new(app::Outputs::default()),
     };
     // The site's job-submit script is loaded now, so an error in it is logged at once; the
     // controller serves either way (and refuses submissions while the script cannot be used).

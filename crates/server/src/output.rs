@@ -12,8 +12,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use std::collections::HashMap;
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 use tokio::sync::oneshot;
 
@@ -28,27 +27,6 @@ const ANSWER_WITHIN: Duration = Duration::from_secs(15);
 
 /// The most an agent's account of why it could not read may hold.
 const MAX_FAILURE: usize = 16 << 10;
-
-/// What a node sent.
-pub(crate) enum Sent {
-    /// The output, as it comes; the sender is dropped once the client no longer reads it.
-    Output(Body, oneshot::Sender<()>),
-    /// Why it could not be read (a file the user may not read).
-    Failed(String),
-}
-
-/// The requests waiting for their nodes.
-#[derive(Default)]
-pub(crate) struct Outputs {
-    next: AtomicU64,
-    waiting: Mutex<HashMap<u64, Waiting>>,
-}
-
-struct Waiting {
-    node: String,
-    key: String,
-    to: oneshot::Sender<Sent>,
-}
 
 /// Why a fetch failed, for the client.
 pub(crate) enum FetchError {
@@ -90,13 +68,13 @@ pub(crate) async fn fetch(app: &App, uid: u32, job: u64, node: Option<&str>, wan
         (Ok(n), _) => n,
         (Err(e), _) => return Err(FetchError::Refused(e)),
     };
-    app.outputs.waiting.lock().expect("outputs lock").insert(id, Waiting { node: node.clone(), key, to: tx });
+    app.outputs.waiting.lock().expect("outputs lock").insert(id, OutputWaiting { node: node.clone(), key, to: tx });
     app.wake_nodes();
     let got = tokio::time::timeout(ANSWER_WITHIN, rx).await;
     app.outputs.waiting.lock().expect("outputs lock").remove(&id);
     match got {
-        Ok(Ok(Sent::Output(body, done))) => Ok(Body::new(Relay { inner: body, _done: done })),
-        Ok(Ok(Sent::Failed(why))) => Err(FetchError::Node(why)),
+        Ok(Ok(OutputSent::Output(body, done))) => Ok(Body::new(Relay { inner: body, _done: done })),
+        Ok(Ok(OutputSent::Failed(why))) => Err(FetchError::Node(why)),
         Ok(Err(_)) | Err(_) => Err(FetchError::Node(format!(
             "node {node} did not send the output within {} s (is its agent running?)",
             ANSWER_WITHIN.as_secs()
@@ -195,11 +173,11 @@ async fn upload(
     let Some(w) = w else { return err(StatusCode::NOT_FOUND, format!("no output {id} is waited for (its client went away)")) };
     if headers.contains_key("x-tandem-output-failed") {
         let why = axum::body::to_bytes(body, MAX_FAILURE).await.unwrap_or_default();
-        let _ = w.to.send(Sent::Failed(slurmcli::visible(&String::from_utf8_lossy(&why)).into_owned()));
+        let _ = w.to.send(OutputSent::Failed(slurmcli::visible(&String::from_utf8_lossy(&why)).into_owned()));
         return StatusCode::NO_CONTENT.into_response();
     }
     let (done, gone) = oneshot::channel();
-    if w.to.send(Sent::Output(body, done)).is_err() {
+    if w.to.send(OutputSent::Output(body, done)).is_err() {
         return err(StatusCode::NOT_FOUND, format!("output {id}'s client went away"));
     }
     // Answered once the client has it all, or no longer wants it.
