@@ -23,7 +23,7 @@ pub fn first_version(boot: u64) -> u64 {
 
 #[derive(Debug, Clone)]
 struct Entry {
-    /// The object as computed (no `resourceVersion`).
+    /// The object as computed, with its `resourceVersion` (`rv`) set.
     obj: Value,
     /// The version of its last change.
     rv: u64,
@@ -57,7 +57,8 @@ pub struct Cache {
     tombstones: VecDeque<(u64, u64, Box<str>)>,
 }
 
-fn key(o: &Value) -> (String, String) {
+/// An object's key in a cache: its namespace and name.
+pub fn key(o: &Value) -> (String, String) {
     let m = &o["metadata"];
     (m["namespace"].as_str().unwrap_or("").to_string(), m["name"].as_str().unwrap_or("").to_string())
 }
@@ -85,23 +86,33 @@ impl Cache {
     /// Takes a new computation of every object; each that is new, changed or gone takes the next
     /// value of `counter` (shared by the kinds, so versions are comparable across them).
     pub fn refresh(&mut self, objs: Vec<Value>, counter: &mut u64) {
+        self.refresh_keeping(objs, &BTreeSet::new(), counter);
+    }
+
+    /// [`Cache::refresh`] with a part of the computation skipped: `kept` are the keys
+    /// (namespace, name) of objects known unchanged since the last one (their inputs were the
+    /// same), kept as they are; every other object not in `objs` is gone.
+    pub fn refresh_keeping(&mut self, objs: Vec<Value>, kept: &BTreeSet<(String, String)>, counter: &mut u64) {
         let mut seen = BTreeSet::new();
         for o in objs {
             let k = key(&o);
             seen.insert(k.clone());
             match self.objs.get_mut(&k) {
-                Some(e) if e.obj == o => {}
                 Some(e) => {
-                    *counter += 1;
-                    (e.obj, e.rv) = (o, *counter);
+                    // Compared as kept: with the version it has.
+                    let o = with_rv(o, e.rv);
+                    if e.obj != o {
+                        *counter += 1;
+                        (e.obj, e.rv) = (with_rv(o, *counter), *counter);
+                    }
                 }
                 None => {
                     *counter += 1;
-                    self.objs.insert(k, Entry { obj: o, rv: *counter, created: *counter });
+                    self.objs.insert(k, Entry { obj: with_rv(o, *counter), rv: *counter, created: *counter });
                 }
             }
         }
-        let gone: Vec<(String, String)> = self.objs.keys().filter(|k| !seen.contains(*k)).cloned().collect();
+        let gone: Vec<(String, String)> = self.objs.keys().filter(|k| !seen.contains(*k) && !kept.contains(*k)).cloned().collect();
         for k in gone {
             if let Some(e) = self.objs.remove(&k) {
                 *counter += 1;
@@ -118,7 +129,28 @@ impl Cache {
 
     /// Every object, with its version, in key order.
     pub fn list(&self) -> Vec<Value> {
-        self.objs.values().map(|e| with_rv(e.obj.clone(), e.rv)).collect()
+        self.objs.values().map(|e| e.obj.clone()).collect()
+    }
+
+    /// [`Cache::since`] without copies: `f` sees each change after `since`, oldest first, as
+    /// (the object with its `resourceVersion`, its version, whether it was deleted).
+    pub fn since_each(&self, since: u64, mut f: impl FnMut(&Value, u64, bool)) -> Result<(), Failure> {
+        if since < self.base {
+            return Err(expired(since));
+        }
+        let mut live: Vec<&Entry> = self.objs.values().filter(|e| e.rv > since).collect();
+        live.sort_by_key(|e| e.rv);
+        let mut dead = self.tombstones.iter().filter(|(rv, _, _)| *rv > since).peekable();
+        for e in live {
+            while let Some((rv, _, text)) = dead.next_if(|(rv, _, _)| *rv < e.rv) {
+                f(&with_rv(parse(text), *rv), *rv, true);
+            }
+            f(&e.obj, e.rv, false);
+        }
+        for (rv, _, text) in dead {
+            f(&with_rv(parse(text), *rv), *rv, true);
+        }
+        Ok(())
     }
 
     /// The changes after version `since`, oldest first; 410 when the cache no longer knows them.
@@ -132,7 +164,7 @@ impl Cache {
             .filter(|e| e.rv > since)
             .map(|e| Change {
                 kind: if e.created > since { "ADDED" } else { "MODIFIED" },
-                obj: with_rv(e.obj.clone(), e.rv),
+                obj: e.obj.clone(),
                 rv: e.rv,
                 created: e.created,
             })
@@ -193,25 +225,26 @@ impl Watcher {
 
     /// The events of `changes` for this watch: (type, object).
     pub fn events(&mut self, changes: Vec<Change>) -> Vec<(&'static str, Value)> {
-        let mut out = Vec::new();
-        for c in changes {
-            let k = key(&c.obj);
-            let was = self.known.contains(&k);
-            let is = c.kind != "DELETED" && self.matches(&c.obj);
-            match (was, is) {
-                (false, true) => {
-                    self.known.insert(k);
-                    out.push(("ADDED", c.obj));
-                }
-                (true, true) => out.push(("MODIFIED", c.obj)),
-                (true, false) => {
-                    self.known.remove(&k);
-                    out.push(("DELETED", c.obj));
-                }
-                (false, false) => {}
+        changes.into_iter().filter_map(|c| self.event(&c.obj, c.kind == "DELETED").map(|ty| (ty, c.obj))).collect()
+    }
+
+    /// The event one change (of `obj`, `deleted` or not) is for this watch, if any.
+    pub fn event(&mut self, obj: &Value, deleted: bool) -> Option<&'static str> {
+        let k = key(obj);
+        let was = self.known.contains(&k);
+        let is = !deleted && self.matches(obj);
+        match (was, is) {
+            (false, true) => {
+                self.known.insert(k);
+                Some("ADDED")
             }
+            (true, true) => Some("MODIFIED"),
+            (true, false) => {
+                self.known.remove(&k);
+                Some("DELETED")
+            }
+            (false, false) => None,
         }
-        out
     }
 }
 
@@ -243,6 +276,48 @@ mod tests {
         // What existed at v1: a and b (b since deleted).
         let names: Vec<String> = c.existed_at(v1).iter().map(|o| o["metadata"]["name"].as_str().unwrap().to_string()).collect();
         assert_eq!(names, ["a", "b"]);
+    }
+
+    #[test]
+    fn objects_kept_unchanged_keep_their_versions_and_the_rest_not_computed_are_gone() {
+        let mut counter = 0;
+        let mut c = Cache::new(0);
+        c.refresh(vec![obj("a", "Running"), obj("b", "Running"), obj("c", "Running")], &mut counter);
+        let v = c.version();
+        let kept = BTreeSet::from([("default".to_string(), "a".to_string())]);
+        c.refresh_keeping(vec![obj("b", "Succeeded")], &kept, &mut counter);
+        let got: Vec<(&str, String)> =
+            c.since(v).unwrap().iter().map(|x| (x.kind, x.obj["metadata"]["name"].as_str().unwrap().into())).collect();
+        assert_eq!(got, [("MODIFIED", "b".to_string()), ("DELETED", "c".to_string())], "a kept as it was");
+        let a = c.list().into_iter().find(|o| o["metadata"]["name"] == "a").unwrap();
+        assert_eq!(a["status"]["phase"], "Running");
+        assert_eq!(key(&a), ("default".to_string(), "a".to_string()));
+    }
+
+    #[test]
+    fn a_visit_of_the_changes_sees_what_since_lists_in_the_same_order() {
+        let mut counter = 0;
+        let mut c = Cache::new(0);
+        c.refresh(vec![obj("a", "Pending"), obj("b", "Pending"), obj("c", "Pending")], &mut counter);
+        let v = c.version();
+        c.refresh(vec![obj("a", "Running"), obj("c", "Pending")], &mut counter);
+        c.refresh(vec![obj("c", "Running"), obj("d", "Pending")], &mut counter);
+        let listed: Vec<(String, u64, bool)> = c
+            .since(v)
+            .unwrap()
+            .into_iter()
+            .map(|x| (x.obj["metadata"]["name"].as_str().unwrap().to_string(), x.rv, x.kind == "DELETED"))
+            .collect();
+        let mut visited = Vec::new();
+        c.since_each(v, |o, rv, deleted| {
+            assert_eq!(o["metadata"]["resourceVersion"], rv.to_string());
+            visited.push((o["metadata"]["name"].as_str().unwrap().to_string(), rv, deleted));
+        })
+        .unwrap();
+        assert_eq!(visited, listed);
+        let names: Vec<&str> = visited.iter().map(|(n, _, _)| n.as_str()).collect();
+        assert_eq!(names, ["b", "c", "d", "a"], "b deleted, c changed, d added, then a deleted (left out of the last computation)");
+        assert!(visited[0].2 && visited[3].2 && !visited[1].2);
     }
 
     #[test]

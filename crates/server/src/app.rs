@@ -413,11 +413,15 @@ pub(crate) struct Views {
     pub(crate) counter: u64,
     /// Each kind's cache, when it was computed, and the journal's position then.
     pub(crate) caches: HashMap<&'static str, (k8s::watch::Cache, std::time::Instant, u64)>,
+    /// For the Pods and Jobs of batch jobs, per kind and job (an array's, a heterogeneous
+    /// job's leader's id): a hash of what its objects were computed from, and their keys, so a
+    /// job whose rows have not changed since is not computed again (`kube::cached`).
+    pub(crate) memo: HashMap<(&'static str, u64), (u64, Vec<(String, String)>)>,
 }
 
 impl Views {
     /// Versions of the controller's `boot`-th start.
     pub(crate) fn new(boot: u64) -> Views {
-        Views { counter: k8s::watch::first_version(boot), caches: HashMap::new() }
+        Views { counter: k8s::watch::first_version(boot), caches: HashMap::new(), memo: HashMap::new() }
     }
 }

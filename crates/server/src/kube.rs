@@ -214,6 +214,18 @@ fn flag(q: &HashMap<String, String>, k: &str) -> bool {
     q.get(k).is_some_and(|v| v == "true" || v == "1")
 }
 
+/// One watch event's line: `{"type":TYPE,"object":OBJECT}` (written from the object as it is:
+/// a `json!` of it would copy it first).
+fn event_line(ty: &str, obj: &Value) -> axum::body::Bytes {
+    let mut b = Vec::with_capacity(1024);
+    b.extend_from_slice(b"{\"type\":");
+    serde_json::to_writer(&mut b, ty).expect("events serialize");
+    b.extend_from_slice(b",\"object\":");
+    serde_json::to_writer(&mut b, obj).expect("events serialize");
+    b.extend_from_slice(b"}\n");
+    b.into()
+}
+
 /// How long a computation of a kind's objects serves later reads and watches, while the
 /// controller has journalled nothing since (a change it acknowledged is always seen).
 const FRESH: Duration = Duration::from_millis(250);
@@ -244,10 +256,15 @@ fn cached<T>(app: &App, kind: &'static str, watching: bool, f: impl FnOnce(&Cach
         .get(kind)
         .is_some_and(|(_, at, s)| if watching { at.elapsed() < WATCH_FRESH } else { at.elapsed() < FRESH && *s == seq });
     if !fresh {
-        let objs = gather(app, kind);
-        let Views { counter, caches } = &mut *views;
+        let Views { counter, caches, memo } = &mut *views;
+        let first = !caches.contains_key(kind);
+        if first {
+            memo.retain(|(k, _), _| *k != kind);
+        }
+        let mut kept = std::collections::BTreeSet::new();
+        let objs = gather_with(app, kind, Some((memo, &mut kept)));
         let (cache, at, s) = caches.entry(kind).or_insert_with(|| (Cache::new(*counter), Instant::now(), seq));
-        cache.refresh(objs, counter);
+        cache.refresh_keeping(objs, &kept, counter);
         (*at, *s) = (Instant::now(), seq);
     }
     f(&views.caches[kind].0)
@@ -269,7 +286,18 @@ fn visible(v: &Viewer, mut o: Value) -> Option<Value> {
 }
 
 /// Every object of `kind`, as root sees it.
-fn gather(app: &App, kind: &str) -> Vec<Value> {
+fn gather(app: &App, kind: &'static str) -> Vec<Value> {
+    gather_with(app, kind, None)
+}
+
+/// What a cache keeps from one computation to the next: per batch job, a hash of its rows and
+/// its objects' keys; and the keys of the objects not computed again this time.
+type Memo<'a> = (&'a mut HashMap<(&'static str, u64), (u64, Vec<(String, String)>)>, &'a mut std::collections::BTreeSet<(String, String)>);
+
+/// [`gather`]; with a memo, a batch job whose rows (and its nodes' addresses) hash as they did
+/// last time is not turned into objects again: its objects' keys go to the memo's kept set
+/// instead (what a Pod or Job shows is computed from those rows alone).
+fn gather_with(app: &App, kind: &'static str, mut memo: Option<Memo>) -> Vec<Value> {
     let v = &Viewer { uid: 0, all: true, private_jobs: false, private_usage: false };
     let to = |x: Result<Value, serde_json::Error>| x.expect("Kubernetes objects serialize");
     let g = app.lock();
@@ -341,15 +369,54 @@ fn gather(app: &App, kind: &str) -> Vec<Value> {
     }
     if matches!(kind, "Pod" | "Job") {
         let tasks = batch_tasks(app, v);
+        let mut live = std::collections::HashSet::new();
+        let addrs_hash = if kind == "Pod" { rows_hash(&addrs, 0) } else { 0 };
         for group in k8s::objects::group_jobs(&tasks) {
-            if kind == "Job" {
-                out.push(to(serde_json::to_value(k8s::objects::job(&group))));
-            } else {
-                out.extend(k8s::objects::job_pods(&group, &addrs).into_iter().map(|x| to(serde_json::to_value(x))));
+            let id = group[0].info.array_job_id.or(group[0].info.het_job_id).unwrap_or(group[0].info.id);
+            let h = memo.as_ref().map(|_| group.iter().fold(addrs_hash, |h, t| rows_hash(&(&t.info, &t.image), h)));
+            if let (Some((m, kept)), Some(h)) = (memo.as_mut(), h) {
+                live.insert(id);
+                if let Some((old, keys)) = m.get(&(kind, id))
+                    && *old == h
+                {
+                    kept.extend(keys.iter().cloned());
+                    continue;
+                }
             }
+            let objs: Vec<Value> = if kind == "Job" {
+                vec![to(serde_json::to_value(k8s::objects::job(&group)))]
+            } else {
+                k8s::objects::job_pods(&group, &addrs).into_iter().map(|x| to(serde_json::to_value(x))).collect()
+            };
+            if let (Some((m, _)), Some(h)) = (memo.as_mut(), h) {
+                m.insert((kind, id), (h, objs.iter().map(k8s::watch::key).collect()));
+            }
+            out.extend(objs);
+        }
+        if let Some((m, _)) = memo {
+            m.retain(|(k, id), _| *k != kind || live.contains(id));
         }
     }
     out
+}
+
+/// A hash of `x`'s JSON, chained on `h` (no text is made: the serializer writes to the hasher).
+fn rows_hash(x: &impl serde::Serialize, h: u64) -> u64 {
+    use std::hash::Hasher;
+    struct Sink(std::collections::hash_map::DefaultHasher);
+    impl std::io::Write for Sink {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.write(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut s = Sink(std::collections::hash_map::DefaultHasher::new());
+    s.0.write_u64(h);
+    let _ = serde_json::to_writer(&mut s, x);
+    s.0.finish()
 }
 
 /// The batch jobs the viewer may see (not service replicas), every array task on its own, in
@@ -488,9 +555,7 @@ fn watch(
         } else {
             obj
         };
-        let mut b = serde_json::to_vec(&json!({"type": ty, "object": obj})).expect("events serialize");
-        b.push(b'\n');
-        b.into()
+        event_line(ty, &obj)
     };
     tokio::spawn(async move {
         let end = Instant::now() + Duration::from_secs(timeout);
@@ -540,9 +605,26 @@ fn watch(
             if tx.is_closed() {
                 return;
             }
-            let (next, changes) = watch_cache(&app, kind, |c| (c.version(), c.since(at)));
-            let events = match changes {
-                Ok(ch) => w.events(ch),
+            // Each change made into its line where it is kept (copied only to be hidden in part
+            // or made a Table row).
+            let (next, lines) = watch_cache(&app, kind, |c| {
+                let mut lines = Vec::new();
+                let done = c.since_each(at, |o, rv, deleted| {
+                    let Some(ty) = w.event(o, deleted) else { return };
+                    match k8s::objects::owner_uid(o) {
+                        Some(uid) if !v.sees(uid) => {}
+                        _ if table || k8s::objects::owner_uid(o).is_some_and(|uid| !v.sees_details(uid) || o["kind"] == "Secret") => {
+                            if let Some(o) = visible(&v, o.clone()) {
+                                lines.push(line(ty, o, rv));
+                            }
+                        }
+                        _ => lines.push(event_line(ty, o)),
+                    }
+                });
+                (c.version(), done.map(|()| lines))
+            });
+            let lines = match lines {
+                Ok(l) => l,
                 Err(f) => {
                     let _ = tx.send(line("ERROR", f.body(), at)).await;
                     return;
@@ -552,9 +634,8 @@ fn watch(
             if app.settled(app.journal.last()).await.is_err() {
                 return;
             }
-            for (ty, o) in events.into_iter().filter_map(|(ty, o)| visible(&v, o).map(|o| (ty, o))) {
-                let rv = o["metadata"]["resourceVersion"].as_str().and_then(|r| r.parse().ok()).unwrap_or(at);
-                if tx.send(line(ty, o, rv)).await.is_err() {
+            for l in lines {
+                if tx.send(l).await.is_err() {
                     return;
                 }
             }
