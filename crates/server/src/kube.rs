@@ -95,6 +95,14 @@ async fn serve(
         return Ok(Json(k8s::api::version(env!("CARGO_PKG_VERSION"))).into_response());
     }
     let v = viewer(app, peer, headers)?;
+    // A Pod's interactive subresources: whatever the method (kubectl tries a WebSocket upgrade,
+    // then SPDY), a refusal that says what to use instead.
+    if let Route::Objects(t) = &route
+        && t.resource.kind == "Pod"
+        && let Some(why) = t.sub.as_deref().and_then(not_served)
+    {
+        return Err(Failure::bad_request(why));
+    }
     if method != Method::GET {
         return match route {
             Route::Objects(t) if t.resource.writable() => crate::kube::write(app, &v, method, &t, headers, q, body).await,
@@ -129,6 +137,23 @@ async fn serve(
         Route::Objects(t) if t.sub.as_deref() == Some("log") && t.resource.kind == "Pod" => pod_log(app, &v, &t, q).await?,
         Route::Objects(t) => objects(app, &v, &t, headers, q).await?,
     })
+}
+
+/// Why a Pod's subresource `sub` is not served, and what to use instead (`None`: it is served).
+fn not_served(sub: &str) -> Option<String> {
+    match sub {
+        "exec" | "attach" => Some(format!(
+            "pods/{sub} is not served by Tandem yet (README, \"For Kubernetes users\"): run a command beside a running batch job \
+             with `srun --jobid=ID --overlap COMMAND` (`--pty` for a shell; `sattach ID.STEP` attaches to an srun step), and read \
+             a Pod's output with `kubectl logs`"
+        )),
+        "portforward" => Some(
+            "pods/portforward is not served by Tandem: a Deployment's replicas are reached through Tandem's proxy \
+             (http://PROXY/s/NAME/, or with `Host: NAME`), each also on its node at its $PORT (`tandem service show NAME`)"
+                .to_string(),
+        ),
+        _ => None,
+    }
 }
 
 /// `GET .../pods/NAME/log`: the Pod's output as its node reads it (`output`), plain text, as it

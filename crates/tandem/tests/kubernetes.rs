@@ -234,6 +234,17 @@ fn kubectl_and_the_python_client_see_what_squeue_and_tandem_service_see() {
         assert_eq!(c.ok(k, &["logs", &pod, "--limit-bytes=4"]), "line");
         let o = c.kubectl(k, &["logs", &pod, "--timestamps"]);
         assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("timestamps is not supported"), "{o:?}");
+        // exec, attach, cp and port-forward (of a running Pod: kubectl looks at the phase
+        // first): refused, saying what to use instead.
+        let pod = format!("job-{array}-0");
+        for (args, says) in [
+            (vec!["exec", &pod, "--", "true"], "srun --jobid=ID --overlap"),
+            (vec!["cp", &format!("{pod}:/etc/hostname"), "hostname"], "pods/exec is not served"),
+            (vec!["port-forward", &format!("pod/{pod}"), "18080:80"], "reached through Tandem's proxy"),
+        ] {
+            let o = c.kubectl(k, &args);
+            assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains(says), "kubectl {args:?}: {o:?}");
+        }
         // `tandem service scale` is the Deployment's spec.replicas; `rollout status` and `wait`
         // end when the replicas are ready (WatchList with the initial-events-end bookmark).
         c.tandem(&["service", "scale", "echo", "2"]);
