@@ -8,6 +8,7 @@
 use crate::DEFAULT_NAMESPACE;
 use crate::status::Failure;
 use serde_json::{Map, Value, json};
+use std::collections::BTreeMap;
 
 /// The template annotation `kubectl rollout restart` sets: a new revision, nothing else changed.
 pub const RESTARTED_AT: &str = "kubectl.kubernetes.io/restartedAt";
@@ -84,6 +85,17 @@ const SUPPORTED: &[&str] = &[
     "spec.template.spec.containers[].workingDir",
     "spec.template.spec.containers[].env[].name",
     "spec.template.spec.containers[].env[].value",
+    "spec.template.spec.containers[].env[].valueFrom.configMapKeyRef.name",
+    "spec.template.spec.containers[].env[].valueFrom.configMapKeyRef.key",
+    "spec.template.spec.containers[].env[].valueFrom.configMapKeyRef.optional",
+    "spec.template.spec.containers[].env[].valueFrom.secretKeyRef.name",
+    "spec.template.spec.containers[].env[].valueFrom.secretKeyRef.key",
+    "spec.template.spec.containers[].env[].valueFrom.secretKeyRef.optional",
+    "spec.template.spec.containers[].envFrom[].configMapRef.name",
+    "spec.template.spec.containers[].envFrom[].configMapRef.optional",
+    "spec.template.spec.containers[].envFrom[].secretRef.name",
+    "spec.template.spec.containers[].envFrom[].secretRef.optional",
+    "spec.template.spec.containers[].envFrom[].prefix",
     "spec.template.spec.containers[].ports[].containerPort",
     "spec.template.spec.containers[].ports[].name",
     "spec.template.spec.containers[].ports[].protocol",
@@ -165,6 +177,7 @@ fn invalid(name: &str, field: &str, why: &str) -> Failure {
         "Required value" => "FieldValueRequired",
         "Unsupported value" => "FieldValueNotSupported",
         "Forbidden" => "FieldValueForbidden",
+        "Not found" => "FieldValueNotFound",
         _ => "FieldValueInvalid",
     };
     f.causes = vec![(reason.into(), why.into(), field.into())];
@@ -249,8 +262,42 @@ fn probe(name: &str, field: &str, p: &Value, container_ports: &[i64]) -> Result<
     Ok(Value::Object(out))
 }
 
-/// Checks a Deployment written to `namespace` and turns it into a service spec.
-pub fn deployment(obj: &Value, namespace: &str, validation: Validation) -> Result<Written, Failure> {
+/// The ConfigMaps and Secrets a Deployment's environment may name, for its writer: (kind, name)
+/// to their entries as text ([`env_data`]); `None` where there is none the writer may use.
+pub type EnvSources<'a> = &'a dyn Fn(&str, &str) -> Option<BTreeMap<String, String>>;
+
+/// A stored ConfigMap's or Secret's entries as environment values: a ConfigMap's `data`, and
+/// its `binaryData` that is text; a Secret's `data` (base64) that is text, and any
+/// `stringData`.
+pub fn env_data(kind: &str, obj: &Value) -> BTreeMap<String, String> {
+    use base64::Engine;
+    let b64 = |v: &Value| {
+        v.as_str().and_then(|t| base64::engine::general_purpose::STANDARD.decode(t).ok()).and_then(|b| String::from_utf8(b).ok())
+    };
+    let mut out = BTreeMap::new();
+    let (text, encoded) = if kind == "Secret" { ("stringData", "data") } else { ("data", "binaryData") };
+    for (k, v) in obj[encoded].as_object().into_iter().flatten() {
+        if let Some(t) = b64(v) {
+            out.insert(k.clone(), t);
+        }
+    }
+    for (k, v) in obj[text].as_object().into_iter().flatten() {
+        if let Some(t) = v.as_str() {
+            out.insert(k.clone(), t.to_string());
+        }
+    }
+    out
+}
+
+/// Whether `k` can be an environment variable's name as Kubernetes requires (a C identifier,
+/// or with `.` and `-`, not starting with a digit).
+fn env_name_ok(k: &str) -> bool {
+    !k.is_empty() && !k.starts_with(|c: char| c.is_ascii_digit()) && k.chars().all(|c| c.is_ascii_alphanumeric() || "_.-".contains(c))
+}
+
+/// Checks a Deployment written to `namespace` and turns it into a service spec; the values its
+/// environment takes from ConfigMaps and Secrets come from `sources`.
+pub fn deployment(obj: &Value, namespace: &str, validation: Validation, sources: EnvSources) -> Result<Written, Failure> {
     if !obj.is_object() {
         return Err(Failure::bad_request("the body is not a JSON object"));
     }
@@ -351,9 +398,77 @@ pub fn deployment(obj: &Value, namespace: &str, validation: Validation) -> Resul
             "Required value: Tandem runs the command given, not the image's entrypoint (README, \"Containers\")",
         ));
     }
+    // The environment: `envFrom` first, then `env` (which wins), values from ConfigMaps and
+    // Secrets copied as the Deployment is written.
     let mut env = Map::new();
-    for e in c["env"].as_array().into_iter().flatten() {
-        env.insert(e["name"].as_str().unwrap_or("").to_string(), json!(e["value"].as_str().unwrap_or("")));
+    let refs = |e: &Value| -> Option<(&'static str, &'static str)> {
+        if e["configMapRef"].is_object() || e["configMapKeyRef"].is_object() {
+            Some(("ConfigMap", if e["configMapRef"].is_object() { "configMapRef" } else { "configMapKeyRef" }))
+        } else if e["secretRef"].is_object() || e["secretKeyRef"].is_object() {
+            Some(("Secret", if e["secretRef"].is_object() { "secretRef" } else { "secretKeyRef" }))
+        } else {
+            None
+        }
+    };
+    for (i, e) in c["envFrom"].as_array().into_iter().flatten().enumerate() {
+        let at = format!("{cf}.envFrom[{i}]");
+        let Some((kind, field)) = refs(e) else {
+            return Err(invalid(&name, &at, "Required value: configMapRef or secretRef"));
+        };
+        let r = &e[field];
+        let rname = r["name"].as_str().unwrap_or("");
+        let prefix = e["prefix"].as_str().unwrap_or("");
+        match sources(kind, rname) {
+            Some(data) => {
+                for (k, v) in data {
+                    let k = format!("{prefix}{k}");
+                    // Kubernetes leaves out the keys that cannot be variables' names.
+                    if env_name_ok(&k) {
+                        env.insert(k, json!(v));
+                    }
+                }
+            }
+            None if r["optional"].as_bool() == Some(true) => {}
+            None => {
+                return Err(invalid(
+                    &name,
+                    &format!("{at}.{field}.name"),
+                    &format!("Not found: {kind} {rname:?} (in namespace default, that its writer may use)"),
+                ));
+            }
+        }
+    }
+    for (i, e) in c["env"].as_array().into_iter().flatten().enumerate() {
+        let at = format!("{cf}.env[{i}]");
+        let key = e["name"].as_str().unwrap_or("").to_string();
+        let value = if e["valueFrom"].is_null() {
+            e["value"].as_str().unwrap_or("").to_string()
+        } else {
+            let Some((kind, field)) = refs(&e["valueFrom"]) else {
+                return Err(invalid(&name, &format!("{at}.valueFrom"), "Required value: configMapKeyRef or secretKeyRef"));
+            };
+            let r = &e["valueFrom"][field];
+            let (rname, rkey) = (r["name"].as_str().unwrap_or(""), r["key"].as_str().unwrap_or(""));
+            match sources(kind, rname).map(|d| d.get(rkey).cloned()) {
+                Some(Some(v)) => v,
+                _ if r["optional"].as_bool() == Some(true) => continue,
+                Some(None) => {
+                    return Err(invalid(
+                        &name,
+                        &format!("{at}.valueFrom.{field}.key"),
+                        &format!("Not found: key {rkey:?} in {kind} {rname:?}"),
+                    ));
+                }
+                None => {
+                    return Err(invalid(
+                        &name,
+                        &format!("{at}.valueFrom.{field}.name"),
+                        &format!("Not found: {kind} {rname:?} (in namespace default, that its writer may use)"),
+                    ));
+                }
+            }
+        };
+        env.insert(key, json!(value));
     }
     let ports: Vec<i64> = c["ports"].as_array().into_iter().flatten().filter_map(|p| p["containerPort"].as_i64()).collect();
     let mut resources = Map::new();
@@ -473,9 +588,66 @@ mod tests {
                     "terminationGracePeriodSeconds": 5, "nodeSelector": {"tandem.dev/partition-batch": "true"}}}}})
     }
 
+    fn no_sources(_: &str, _: &str) -> Option<BTreeMap<String, String>> {
+        None
+    }
+
+    #[test]
+    fn environment_values_come_from_configmaps_and_secrets_and_env_wins() {
+        use base64::Engine;
+        let cm = json!({"data": {"MODE": "fast", "LEVEL": "3", "bad key": "x"}, "binaryData": {"BLOB": base64::engine::general_purpose::STANDARD.encode("text")}});
+        let secret = json!({"data": {"TOKEN": base64::engine::general_purpose::STANDARD.encode("s3cret"), "RAW": base64::engine::general_purpose::STANDARD.encode([0xff, 0xfe])}});
+        assert_eq!(
+            env_data("Secret", &secret),
+            BTreeMap::from([("TOKEN".to_string(), "s3cret".to_string())]),
+            "bytes that are not text are left out"
+        );
+        let sources = |kind: &str, name: &str| match (kind, name) {
+            ("ConfigMap", "settings") => Some(env_data(kind, &cm)),
+            ("Secret", "keys") => Some(env_data(kind, &secret)),
+            _ => None,
+        };
+        let mut d = dep();
+        let c = &mut d["spec"]["template"]["spec"]["containers"][0];
+        c["envFrom"] = json!([{"configMapRef": {"name": "settings"}}, {"secretRef": {"name": "keys"}, "prefix": "K_"}, {"configMapRef": {"name": "gone", "optional": true}}]);
+        c["env"] = json!([
+            {"name": "MODE", "value": "slow"},
+            {"name": "API", "valueFrom": {"secretKeyRef": {"name": "keys", "key": "TOKEN"}}},
+            {"name": "LVL", "valueFrom": {"configMapKeyRef": {"name": "settings", "key": "LEVEL"}}},
+            {"name": "MAYBE", "valueFrom": {"configMapKeyRef": {"name": "settings", "key": "nope", "optional": true}}}
+        ]);
+        let w = deployment(&d, "default", Validation::Strict, &sources).unwrap();
+        let env = w.spec.env.clone();
+        let get = |k: &str| env.get(k).map(String::as_str);
+        assert_eq!(
+            (get("MODE"), get("LEVEL"), get("BLOB"), get("K_TOKEN"), get("API"), get("LVL")),
+            (Some("slow"), Some("3"), Some("text"), Some("s3cret"), Some("s3cret"), Some("3"))
+        );
+        assert_eq!((get("bad key"), get("MAYBE")), (None, None), "invalid names and optional misses are left out");
+        // What is missing, and not optional, is named.
+        for (change, field) in [
+            (json!([{"name": "X", "valueFrom": {"secretKeyRef": {"name": "other", "key": "k"}}}]), "env[0].valueFrom.secretKeyRef.name"),
+            (
+                json!([{"name": "X", "valueFrom": {"configMapKeyRef": {"name": "settings", "key": "k"}}}]),
+                "env[0].valueFrom.configMapKeyRef.key",
+            ),
+            (json!([{"name": "X", "valueFrom": {}}]), "env[0].valueFrom"),
+        ] {
+            let mut d = dep();
+            d["spec"]["template"]["spec"]["containers"][0]["env"] = change;
+            let e = deployment(&d, "default", Validation::Strict, &sources).unwrap_err();
+            assert_eq!(e.code, 422);
+            assert!(e.causes.iter().any(|c| c.2.ends_with(field)), "{field}: {e:?}");
+        }
+        let mut d = dep();
+        d["spec"]["template"]["spec"]["containers"][0]["envFrom"] = json!([{"secretRef": {"name": "other"}}]);
+        let e = deployment(&d, "default", Validation::Strict, &sources).unwrap_err();
+        assert!(e.causes.iter().any(|c| c.2.ends_with("envFrom[0].secretRef.name") && c.1.contains("Not found")), "{e:?}");
+    }
+
     #[test]
     fn a_deployment_becomes_a_service_spec() {
-        let w = deployment(&dep(), "default", Validation::Strict).unwrap();
+        let w = deployment(&dep(), "default", Validation::Strict, &no_sources).unwrap();
         let s = serde_json::to_value(&w.spec).unwrap();
         assert_eq!(w.name, "web");
         assert_eq!(s["command"], json!(["httpd", "-f", "-p", "$PORT"]));
@@ -498,13 +670,13 @@ mod tests {
         let mut d = dep();
         d["spec"]["replicaz"] = json!(3);
         d["spec"]["template"]["spec"]["containers"][0]["imag"] = json!("x");
-        let e = deployment(&d, "default", Validation::Strict).unwrap_err();
+        let e = deployment(&d, "default", Validation::Strict, &no_sources).unwrap_err();
         assert_eq!(e.code, 400);
         assert!(e.message.contains("unknown field \"spec.replicaz\""), "{}", e.message);
         assert!(e.message.contains("unknown field \"spec.template.spec.containers[0].imag\""), "{}", e.message);
-        let w = deployment(&d, "default", Validation::Warn).unwrap();
+        let w = deployment(&d, "default", Validation::Warn, &no_sources).unwrap();
         assert_eq!(w.warnings.len(), 2);
-        assert!(deployment(&d, "default", Validation::Ignore).unwrap().warnings.is_empty());
+        assert!(deployment(&d, "default", Validation::Ignore, &no_sources).unwrap().warnings.is_empty());
     }
 
     #[test]
@@ -527,9 +699,9 @@ mod tests {
             (
                 Box::new(|d| {
                     d["spec"]["template"]["spec"]["containers"][0]["env"][0] =
-                        json!({"name": "A", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}})
+                        json!({"name": "A", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}})
                 }),
-                "spec.template.spec.containers[0].env[0].valueFrom.secretKeyRef.key",
+                "spec.template.spec.containers[0].env[0].valueFrom.fieldRef.fieldPath",
             ),
             (
                 Box::new(|d| {
@@ -556,17 +728,17 @@ mod tests {
         for (change, field) in cases {
             let mut d = dep();
             change(&mut d);
-            let e = deployment(&d, "default", Validation::Strict).unwrap_err();
+            let e = deployment(&d, "default", Validation::Strict, &no_sources).unwrap_err();
             assert_eq!(e.code, 422, "{field}: {}", e.message);
             assert!(e.message.contains(field), "{field}: {}", e.message);
         }
-        let e = deployment(&dep(), "team-a", Validation::Strict).unwrap_err();
+        let e = deployment(&dep(), "team-a", Validation::Strict, &no_sources).unwrap_err();
         assert!(e.code == 422 && e.message.contains("metadata.namespace"), "{}", e.message);
         let mut d = dep();
         d["metadata"]["namespace"] = json!("other");
-        assert_eq!(deployment(&d, "default", Validation::Strict).unwrap_err().code, 400);
+        assert_eq!(deployment(&d, "default", Validation::Strict, &no_sources).unwrap_err().code, 400);
         for bad in [json!([]), json!({"kind": "Pod", "apiVersion": "v1"}), json!({"spec": {"replicas": "many"}})] {
-            assert_eq!(deployment(&bad, "default", Validation::Strict).unwrap_err().code, 400, "{bad}");
+            assert_eq!(deployment(&bad, "default", Validation::Strict, &no_sources).unwrap_err().code, 400, "{bad}");
         }
     }
 }

@@ -699,6 +699,18 @@ async fn failure_of(r: Response) -> Failure {
     f
 }
 
+/// A ConfigMap or Secret a Deployment written by `v` takes environment values from: a
+/// ConfigMap `v` may see, a Secret of `v`'s own (root: anyone's).
+fn env_source(app: &App, v: &Viewer, kind: &str, name: &str) -> Option<std::collections::BTreeMap<String, String>> {
+    let g = app.lock();
+    let o = g.ctl.kube_objects(kind).find(|o| o.namespace == k8s::DEFAULT_NAMESPACE && o.name == name)?;
+    let usable = match kind {
+        "Secret" => o.uid == v.uid || v.uid == 0,
+        _ => v.sees(o.uid),
+    };
+    usable.then(|| k8s::write::env_data(kind, &o.data))
+}
+
 /// The home directory of `uid`: a Deployment's replicas run there unless it says otherwise.
 fn home_of(uid: u32) -> String {
     nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid)).ok().flatten().map_or_else(|| "/".into(), |u| u.dir.display().to_string())
@@ -752,7 +764,7 @@ async fn write(
     match (method.as_str(), name, t.sub.as_deref()) {
         ("POST", None, None) => {
             let obj = json_body(headers, body)?;
-            let w = k8s::write::deployment(&obj, ns, validation)?;
+            let w = k8s::write::deployment(&obj, ns, validation, &|kind, name| env_source(app, v, kind, name))?;
             if app.lock().ctl.service(&w.name).is_some() {
                 let mut f = Failure::from_code(409, format!("deployments.apps \"{}\" already exists", w.name));
                 f.reason = "AlreadyExists";
@@ -788,7 +800,7 @@ async fn write(
                 f.details = Some(("deployments".into(), name.clone()));
                 return Err(f);
             }
-            let w = k8s::write::deployment(&obj, ns, validation)?;
+            let w = k8s::write::deployment(&obj, ns, validation, &|kind, name| env_source(app, v, kind, name))?;
             let (_, body, warnings) = commit(app, v, w, dry, &obj).await?;
             Ok(with_warnings(Json(body).into_response(), &warnings))
         }

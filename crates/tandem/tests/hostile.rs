@@ -2853,6 +2853,24 @@ fn another_user_cannot_read_the_secrets_of_or_change_a_deployment_through_the_ku
     assert!(code == 200 && mine["data"]["key"] == "YWxpY2Utc2VjcmV0", "{mine}");
     let (code, st) = kube_req(&up, "GET", &format!("{core}/secrets/alice-key"), Some(&tm), b"", "application/json");
     assert_eq!(code, 404, "{st}");
+    // Nor can Mallory's Deployment take its environment from Alice's Secret: not found for her.
+    for env in [
+        serde_json::json!({"env": [{"name": "K", "valueFrom": {"secretKeyRef": {"name": "alice-key", "key": "key"}}}]}),
+        serde_json::json!({"envFrom": [{"secretRef": {"name": "alice-key"}}]}),
+    ] {
+        let mut thief = dep.clone();
+        thief["metadata"] = serde_json::json!({"name": "thief", "labels": {"app": "t"}});
+        thief["spec"]["selector"] = serde_json::json!({"matchLabels": {"app": "t"}});
+        thief["spec"]["template"]["metadata"] = serde_json::json!({"labels": {"app": "t"}});
+        let c = &mut thief["spec"]["template"]["spec"]["containers"][0];
+        c.as_object_mut().unwrap().remove("env");
+        for (k, v) in env.as_object().unwrap() {
+            c[k] = v.clone();
+        }
+        let (code, st) = kube_req(&up, "POST", base, Some(&tm), thief.to_string().as_bytes(), "application/json");
+        assert_eq!(code, 422, "{st}");
+        assert!(st["message"].as_str().is_some_and(|m| m.contains("Not found")) && !st.to_string().contains("alice-secret"), "{st}");
+    }
     let (_, list) = kube_req(&up, "GET", &format!("{core}/secrets"), Some(&tm), b"", "application/json");
     assert!(!list.to_string().contains("alice"), "{list}");
     let (code, _) = kube_req(&up, "GET", &format!("{core}/configmaps/alice-cm"), Some(&tm), b"", "application/json");

@@ -419,6 +419,40 @@ fn kubectl_applies_scales_and_deletes_a_deployment_that_is_a_tandem_service() {
         assert_eq!(row(&c.ok(k, &["get", "cm"]), "web-config")[1], "2");
         let token = c.ok(k, &["get", "secret", "web-secret", "-o", "jsonpath={.data.token}"]);
         assert_eq!(token, "czNjcjN0", "the owner reads her Secret (base64 of s3cr3t)");
+        // A Deployment takes its environment from them (envFrom, valueFrom): its replica sees
+        // the values, its log says so; the Deployment keeps the references as written.
+        let envy = c.dir.join("envy.yaml");
+        std::fs::write(
+            &envy,
+            "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: envy}\nspec:\n  selector: {matchLabels: {app: envy}}\n  template:\n    \
+             metadata: {labels: {app: envy}}\n    spec:\n      containers:\n      - name: envy\n        \
+             command: [sh, -c, 'echo \"mode=$mode token=$TOKEN\"; exec python3 -m http.server --bind 127.0.0.1 $PORT']\n        \
+             envFrom: [{configMapRef: {name: web-config}}]\n        \
+             env: [{name: TOKEN, valueFrom: {secretKeyRef: {name: web-secret, key: token}}}]\n        \
+             readinessProbe: {tcpSocket: {port: 8080}, periodSeconds: 1}\n        ports: [{containerPort: 8080}]\n",
+        )
+        .unwrap();
+        assert!(c.ok(k, &["apply", "-f", envy.to_str().unwrap()]).contains("deployment.apps/envy created"));
+        c.ok(k, &["rollout", "status", "deploy/envy", "--timeout=60s"]);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let said = loop {
+            let out = c.ok(k, &["logs", "deploy/envy"]);
+            if out.contains("mode=") || Instant::now() > deadline {
+                break out;
+            }
+            std::thread::sleep(Duration::from_millis(300));
+        };
+        assert!(said.contains("mode=fast token=s3cr3t"), "{said}");
+        let kept =
+            c.ok(k, &["get", "deploy", "envy", "-o", "jsonpath={.spec.template.spec.containers[0].env[0].valueFrom.secretKeyRef.name}"]);
+        assert_eq!(kept, "web-secret");
+        let o = c.kubectl(k, &["set", "env", "deploy/envy", "--from=secret/nope"]);
+        assert!(!o.status.success(), "{o:?}");
+        std::fs::write(&envy, std::fs::read_to_string(&envy).unwrap().replace("key: token", "key: nokey")).unwrap();
+        let o = c.kubectl(k, &["apply", "-f", envy.to_str().unwrap()]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success() && err.contains("secretKeyRef.key") && err.contains("Not found"), "{err}");
+        assert!(c.ok(k, &["delete", "deploy", "envy", "--timeout=60s"]).contains("deleted"));
         let out = c.ok(k, &["delete", "-f", x]);
         assert!(out.contains("service \"web\" deleted") && out.contains("secret \"web-secret\" deleted"), "{out}");
         assert!(!c.ok(k, &["get", "svc,cm,secret"]).contains("web"));
