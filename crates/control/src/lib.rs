@@ -185,6 +185,10 @@ fn array_window() -> u64 {
 /// The umask of a job whose submission did not say (a body from an older client).
 pub const DEFAULT_UMASK: u32 = 0o022;
 
+/// How a preempted job's message begins (`preempted by job 7, a replica of service llm (qos
+/// serve); requeued`): the Kubernetes view makes it a `Preempted` event.
+pub const PREEMPTED_PREFIX: &str = "preempted by ";
+
 fn week() -> Time {
     7 * 86400
 }
@@ -1581,6 +1585,26 @@ impl Controller {
 
     /// Puts a running job back in the queue (same id, restart count + 1), or fails it as
     /// NODE_FAIL when it may not be requeued and `force` is off.
+    /// Says in a preempted job's message who preempted it (`scontrol show job`'s `Message`, the
+    /// Kubernetes `Preempted` event): the job, and the service it is a replica of.
+    fn note_preemption(&mut self, id: u64) {
+        let Some(by) = self.jobs.get(&id).and_then(|j| j.preempted_by) else { return };
+        let what = match self.jobs.get(&by) {
+            Some(p) => {
+                let qos = p.req.qos.as_deref().map(|q| format!(" (qos {q})")).unwrap_or_default();
+                match &p.replica {
+                    Some(r) => format!("job {by}, a replica of service {}{qos}", r.service),
+                    None => format!("job {by}{qos}"),
+                }
+            }
+            None => format!("job {by}"),
+        };
+        if let Some(j) = self.jobs.get_mut(&id) {
+            j.message = Some(format!("{PREEMPTED_PREFIX}{what}; requeued"));
+            j.preempted_by = None;
+        }
+    }
+
     fn requeue_job(&mut self, id: u64, force: bool) -> bool {
         self.release(id);
         let Some(j) = self.jobs.get_mut(&id) else { return false };
@@ -1619,6 +1643,7 @@ impl Controller {
         j.cancelling = false;
         j.kill_at = None;
         j.preempt_at = None;
+        j.preempted_by = None;
         j.requeueing = false;
         j.confirmed = false;
         true
@@ -2107,8 +2132,9 @@ impl Controller {
         } else if j.timeout_at.is_some() {
             JobEvent::TimeLimit
         } else if j.preempt_at.is_some() {
-            // Preempted work that exits within its grace time is requeued.
+            // Preempted work that exits within its grace time is requeued, saying why.
             let id = e.job;
+            self.note_preemption(id);
             self.requeue_job(id, true);
             return;
         } else {
@@ -2283,6 +2309,7 @@ impl Controller {
             let nodes: Vec<String> = j.allocs.iter().map(|(n, _)| n.clone()).collect();
             let epoch = j.epoch;
             if j.preempt_at.is_some_and(|t| t <= now) {
+                self.note_preemption(id);
                 self.requeue_job(id, true);
                 info.requeued += 1;
                 continue;

@@ -518,6 +518,7 @@ impl Controller {
                 }
                 if j.preempt_at.is_none() && j.state == JobState::Running {
                     j.preempt_at = Some(now + v.grace);
+                    j.preempted_by = Some(p.for_job.0);
                     self.limits_due = self.limits_due.min(now + v.grace);
                     if j.replica.is_some() {
                         // A preempted replica drains first: out of the endpoint set, in-flight

@@ -266,6 +266,8 @@ fn gpu_service_preempts_lower_tier_training_only() {
     w.apply(svc).unwrap();
     w.round(200);
     assert!(w.c.job(low).unwrap().preempt_at.is_some(), "the low-tier job was chosen");
+    let by = w.c.replicas_of("echo").next().unwrap().req.id.0;
+    assert_eq!(w.c.job(low).unwrap().preempted_by, Some(by), "its preemptor is kept for its message");
     assert!(w.c.job(high).unwrap().preempt_at.is_none(), "the high-tier job is never a victim of a lower tier");
     // The batch job's launch was never delivered to the fake agent, so it is requeued when its
     // grace time ends.

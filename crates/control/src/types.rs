@@ -479,6 +479,9 @@ pub struct Job {
     pub message: Option<String>,
     /// Preemption: requeue at this time (after its grace time) unless it exits first.
     pub preempt_at: Option<Time>,
+    /// The job whose start preempted this one's run (kept until the run ends).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preempted_by: Option<u64>,
     /// The agent confirmed the batch script started (reported it running or exited).
     pub confirmed: bool,
     /// Requeued by a user (`scontrol requeue`) while running: its tasks are being killed, and
@@ -563,6 +566,7 @@ impl Job {
             node_failed: false,
             message: None,
             preempt_at: None,
+            preempted_by: None,
             requeueing: false,
             confirmed: false,
             completed: None,

@@ -70,6 +70,9 @@ impl ServiceView {
     }
 }
 
+/// How the controller's message of a preempted, requeued job begins (`control::PREEMPTED_PREFIX`).
+pub const PREEMPTED: &str = "preempted by ";
+
 /// The Job name of a batch job (an array's, for its tasks).
 pub fn job_name(id: u64) -> String {
     format!("job-{id}")
@@ -536,6 +539,10 @@ fn task_pod(
         BTreeMap::from([(format!("{PREFIX}/job-id"), info.display_id.clone()), (UID_ANNOTATION.to_string(), info.uid.to_string())]);
     if info.array_job_id.is_some() {
         annotations.insert("batch.kubernetes.io/job-completion-index".into(), index_s.clone());
+    }
+    // A run preempted and requeued: who preempted it (the `Preempted` event).
+    if let Some(m) = info.message.as_deref().filter(|m| m.starts_with(PREEMPTED)) {
+        annotations.insert(format!("{PREFIX}/preempted"), m.to_string());
     }
     let node = on.map(|a| a.name.clone());
     let ip = node.as_ref().and_then(|n| addrs.get(n)).map(|a| host_of(a));
@@ -1011,6 +1018,23 @@ mod tests {
     }
 
     #[test]
+    fn a_preempted_requeued_job_has_a_preempted_event_that_names_its_preemptor() {
+        let msg = "preempted by job 9, a replica of service llm (qos serve); requeued";
+        let t = task(4, "PENDING", json!({"message": msg, "restarts": 1, "reason": "Priority"}));
+        let pod = serde_json::to_value(&job_pods(&[&t], &BTreeMap::new())[0]).unwrap();
+        assert_eq!(pod["metadata"]["annotations"]["tandem.dev/preempted"], msg);
+        let ev = events(&[pod], &[]);
+        let p: Vec<&Value> = ev.iter().filter(|e| e["reason"] == "Preempted").collect();
+        assert_eq!(p.len(), 1, "{ev:?}");
+        assert_eq!((p[0]["type"].as_str(), p[0]["message"].as_str()), (Some("Warning"), Some(msg)));
+        assert_eq!(p[0]["involvedObject"]["name"], "job-4-0");
+        // Another message is no preemption.
+        let t = task(5, "PENDING", json!({"message": "held by its user"}));
+        let pod = serde_json::to_value(&job_pods(&[&t], &BTreeMap::new())[0]).unwrap();
+        assert!(events(&[pod], &[]).iter().all(|e| e["reason"] != "Preempted"));
+    }
+
+    #[test]
     fn an_array_is_one_indexed_job_with_a_pod_per_task() {
         let tasks = vec![
             task(10, "COMPLETED", json!({"array_job_id": 10, "array_task_id": 0, "allocation": alloc("n1"), "end": 1_800_000_100i64})),
@@ -1243,6 +1267,10 @@ pub fn events(pods: &[serde_json::Value], nodes: &[serde_json::Value]) -> Vec<se
         }
         if let Some(c) = cond("Ready").filter(|c| c["status"] == "False" && c["message"].is_string()) {
             out.push(event(p, "Unhealthy", "Warning", c["message"].as_str().unwrap_or(""), None));
+        }
+        let ended_preempted = st["containerStatuses"][0]["state"]["terminated"]["reason"] == "Preempted";
+        if let Some(m) = p["metadata"]["annotations"][format!("{PREFIX}/preempted")].as_str().filter(|_| !ended_preempted) {
+            out.push(event(p, "Preempted", "Warning", m, None));
         }
         for cs in st["containerStatuses"].as_array().into_iter().flatten() {
             if cs["state"]["waiting"]["reason"] == "CrashLoopBackOff" {

@@ -5,6 +5,7 @@
 mod common;
 
 use common::*;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 const ECHO: &str = r#"
@@ -248,6 +249,19 @@ preempt_tier = 3
     let j = c.job(low);
     assert_eq!(j["JobState"], "PENDING", "{j:?}");
     assert_eq!(j["Restarts"], "1", "{j:?}");
+    // Who preempted it, in scontrol and as a Kubernetes Event of its Pod (one ledger).
+    let shown = c.ok("scontrol", &["show", "job", &low.to_string()]);
+    let replica_job = s["replicas"][0]["job"].as_u64().unwrap();
+    let said = format!("preempted by job {replica_job}, a replica of service llm (qos serve); requeued");
+    assert!(shown.contains(&format!("Message={said}")), "{shown}");
+    let o = Command::new("curl")
+        .args(["-s", "--unix-socket", &c.sock])
+        .arg(format!("http://localhost/api/v1/namespaces/default/events?fieldSelector=involvedObject.name%3Djob-{low}-0"))
+        .output()
+        .unwrap();
+    let events: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let pre: Vec<&serde_json::Value> = events["items"].as_array().unwrap().iter().filter(|e| e["reason"] == "Preempted").collect();
+    assert!(pre.len() == 1 && pre[0]["message"] == said.as_str(), "{events:#}");
     let h = c.job(high);
     assert_eq!((h["JobState"].as_str(), h["Restarts"].as_str()), ("RUNNING", "0"), "the higher tier is untouched: {h:?}");
     assert_ne!(h["NodeList"], node);
