@@ -339,8 +339,19 @@ async fn send_once(t: &Target, method: &str, path: &str, bytes: Bytes, headers: 
     {
         req = req.header("authorization", format!("Bearer {}", tok.trim()));
     }
-    let req = req.body(Full::new(bytes))?;
-    let (status, body, retry) = match t {
+    let (status, body, retry) = connect_exchange(t, req.body(Full::new(bytes))?).await?;
+    Ok((Reply { status, body }, retry))
+}
+
+/// One request on a connection of its own to `t`: the reply's status, body, and whether it
+/// carried `Retry-After`.
+async fn connect_exchange<B>(t: &Target, req: Request<B>) -> Result<(u16, Bytes, bool)>
+where
+    B: hyper::body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    match t {
         Target::Tcp(addr) => {
             let s =
                 tokio::net::TcpStream::connect(addr).await.map_err(|source| Error::Connect { target: format!("http://{addr}"), source })?;
@@ -351,21 +362,20 @@ async fn send_once(t: &Target, method: &str, path: &str, bytes: Bytes, headers: 
                     unset: if std::env::var_os("TANDEM_SERVER").is_none() { "TANDEM_SERVER is not set, and its default " } else { "" },
                 },
                 e => e,
-            })?
+            })
         }
         Target::Tls(addr, cfg) => {
             let s = tokio::net::TcpStream::connect(addr)
                 .await
                 .map_err(|source| Error::Connect { target: format!("https://{addr}"), source })?;
             s.set_nodelay(true).ok();
-            exchange(tls_connect(NoSigPipe::new(s), cfg.clone(), addr).await?, req).await?
+            exchange(tls_connect(NoSigPipe::new(s), cfg.clone(), addr).await?, req).await
         }
         Target::Unix(p) => {
             let s = tokio::net::UnixStream::connect(p).await.map_err(|source| Error::Connect { target: format!("unix://{p}"), source })?;
-            exchange(NoSigPipe::new(s), req).await?
+            exchange(NoSigPipe::new(s), req).await
         }
-    };
-    Ok((Reply { status, body }, retry))
+    }
 }
 
 /// The TLS handshake with the controller (verified as [`wire::CONTROLLER_NAME`]).
@@ -501,25 +511,7 @@ where
         req = req.header(*k, *v);
     }
     let req = req.body(ReadBody { reader, buf: vec![0; 32 << 10], done: false })?;
-    let (status, body, _) = match t {
-        Target::Tcp(addr) => {
-            let s =
-                tokio::net::TcpStream::connect(addr).await.map_err(|source| Error::Connect { target: format!("http://{addr}"), source })?;
-            s.set_nodelay(true).ok();
-            exchange(NoSigPipe::new(s), req).await?
-        }
-        Target::Tls(addr, cfg) => {
-            let s = tokio::net::TcpStream::connect(addr)
-                .await
-                .map_err(|source| Error::Connect { target: format!("https://{addr}"), source })?;
-            s.set_nodelay(true).ok();
-            exchange(tls_connect(NoSigPipe::new(s), cfg.clone(), addr).await?, req).await?
-        }
-        Target::Unix(p) => {
-            let s = tokio::net::UnixStream::connect(p).await.map_err(|source| Error::Connect { target: format!("unix://{p}"), source })?;
-            exchange(NoSigPipe::new(s), req).await?
-        }
-    };
+    let (status, body, _) = connect_exchange(t, req).await?;
     Ok(Reply { status, body })
 }
 
