@@ -144,6 +144,8 @@ fn node_lines(n: &NodeInfo) -> Vec<String> {
         format!("RealMemory={} AllocMem={} FreeMem=N/A Sockets=1 Boards=1", n.memory_mb.0, n.memory_mb.1),
         format!("State={state} ThreadsPerCore=1 TmpDisk=0 Weight=1"),
         format!("Partitions={}", n.partitions.join(",")),
+        // The machine's boot time is not known to Tandem; its agent's start is.
+        format!("BootTime=None SlurmdStartTime={}", n.agent_started.map_or_else(|| "None".to_string(), iso)),
         format!("CfgTRES={}", node_tres(n.cpus.0, n.memory_mb.0, n.gpus.0)),
         format!("AllocTRES={}", if n.cpus.1 == 0 && n.gpus.1 == 0 { String::new() } else { node_tres(n.cpus.1, n.memory_mb.1, n.gpus.1) }),
     ];

@@ -1724,6 +1724,10 @@ impl Controller {
                 rec.last_seen = now;
                 rec.seen_ms = self.now_ms.max(now * 1000);
                 rec.addr = addr;
+                rec.agent_started = now;
+                if rec.registered == 0 {
+                    rec.registered = now;
+                }
                 self.dirty_nodes.insert(i);
                 self.touch_node(i);
             }
@@ -1740,6 +1744,8 @@ impl Controller {
                     lease_until,
                     last_seen: now,
                     addr,
+                    registered: now,
+                    agent_started: now,
                     orders: Vec::new(),
                     next_seq: self.seq_base,
                     seen_ms: self.now_ms.max(now * 1000),

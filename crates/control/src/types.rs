@@ -656,6 +656,12 @@ pub struct NodeRec {
     pub last_seen: Time,
     /// Address other nodes reach it at (MASTER_ADDR).
     pub addr: String,
+    /// When it first registered (0: before this was recorded).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub registered: Time,
+    /// When its agent last registered (`scontrol show node`'s `SlurmdStartTime`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub agent_started: Time,
     /// Orders not yet acknowledged by the agent, with their sequence numbers (not persisted
     /// across controller restarts). They are sent with every heartbeat reply until acknowledged,
     /// so a reply lost on the way costs nothing.

@@ -263,7 +263,11 @@ pub fn node(n: &NodeInfo) -> Node {
         annotations.insert(format!("{PREFIX}/reason"), r.clone());
     }
     Node {
-        metadata: ObjectMeta { labels: Some(lab), annotations: Some(annotations), ..meta(&n.name, false, uid("Node", &n.name, 0), None) },
+        metadata: ObjectMeta {
+            labels: Some(lab),
+            annotations: Some(annotations),
+            ..meta(&n.name, false, uid("Node", &n.name, n.registered.unwrap_or(0)), n.registered)
+        },
         spec: Some(NodeSpec {
             unschedulable: drained.then_some(true),
             taints: (!taints.is_empty()).then_some(taints),

@@ -745,6 +745,8 @@ pub(crate) fn node_infos(
                 features: n.node.features.clone(),
                 reservation: resv.map(|r| r.name.clone()),
                 reboot: n.reboot.as_ref().map(|r| if r.issued_at.is_some() { "issued" } else { "requested" }.into()),
+                registered: (n.registered > 0).then_some(n.registered),
+                agent_started: (n.agent_started > 0).then_some(n.agent_started),
             }
         })
         .collect()

@@ -154,6 +154,7 @@ fn kubectl_and_the_python_client_see_what_squeue_and_tandem_service_see() {
         let nodes = c.ok(k, &["get", "nodes"]);
         assert_eq!(header(&nodes), ["NAME", "STATUS", "ROLES", "AGE", "VERSION"], "{nodes}");
         assert_eq!(row(&nodes, "node1")[1], "Ready", "{nodes}");
+        assert_ne!(row(&nodes, "node1")[3], "<unknown>", "a Node's age is its first registration's: {nodes}");
         let wide = c.ok(k, &["get", "nodes", "-o", "wide"]);
         assert!(header(&wide).contains(&"INTERNAL-IP") && row(&wide, "node1").contains(&"127.0.0.1"), "{wide}");
         // The array: one Indexed Job, a Pod per task, named by job id and index.

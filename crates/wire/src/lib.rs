@@ -281,6 +281,12 @@ pub struct NodeInfo {
     /// the reboot program runs; the node takes no work until its agent registers again).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reboot: Option<String>,
+    /// When it first registered, Unix seconds (a Node's `creationTimestamp`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub registered: Option<i64>,
+    /// When its agent last registered, Unix seconds (`SlurmdStartTime`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_started: Option<i64>,
 }
 
 /// `POST /v1/reboot`: `scontrol reboot [ASAP] [nextstate=RESUME|DOWN] [reason=..] NODES`.

@@ -929,7 +929,9 @@ pub const DOCUMENT: &str = r##"{
         "partitions": {"type": "array", "items": {"type": "string"}},
         "features": {"type": "array", "items": {"type": "string"}},
         "reservation": {"type": "string", "description": "The advance reservation in force on it"},
-        "reboot": {"enum": ["requested", "issued"], "description": "A reboot asked for (scontrol reboot): requested, or issued (the reboot program runs)"}}},
+        "reboot": {"enum": ["requested", "issued"], "description": "A reboot asked for (scontrol reboot): requested, or issued (the reboot program runs)"},
+        "registered": {"$ref": "#/components/schemas/i64", "description": "When it first registered, Unix seconds"},
+        "agent_started": {"$ref": "#/components/schemas/i64", "description": "When its agent last registered, Unix seconds"}}},
       "RebootRequest": {"type": "object", "additionalProperties": false, "required": ["nodes"], "properties": {
         "nodes": {"type": "string", "minLength": 1, "maxLength": 1048576, "description": "A hostlist, or ALL"},
         "asap": {"type": "boolean", "description": "Drain the nodes now, so they empty (ASAP)"},
@@ -1825,6 +1827,8 @@ mod tests {
                     features: vec![],
                     reservation: Some("maint".into()),
                     reboot: Some("requested".into()),
+                    registered: Some(1_800_000_000),
+                    agent_started: Some(1_800_000_100),
                 }),
             ),
             (
