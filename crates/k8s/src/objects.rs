@@ -1022,6 +1022,32 @@ mod tests {
     }
 
     #[test]
+    fn a_deployment_has_an_event_per_replica_set_it_scaled() {
+        let d = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "web", "namespace": "default", "uid": "u1", "annotations": {UID_ANNOTATION: "1000"}}});
+        let rs = |n: &str, r: i64| {
+            json!({"metadata": {"name": n, "creationTimestamp": "2026-12-06T10:00:00Z",
+            "ownerReferences": [{"name": "web"}]}, "spec": {"replicas": r}})
+        };
+        let ev = deployment_events(&[d], &[rs("web-r1", 0), rs("web-r2", 3), json!({"metadata": {"name": "orphan"}})]);
+        let got: Vec<(&str, &str, &str)> = ev
+            .iter()
+            .map(|e| {
+                (e["metadata"]["name"].as_str().unwrap(), e["involvedObject"]["kind"].as_str().unwrap(), e["message"].as_str().unwrap())
+            })
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("web.web-r1.scalingreplicaset", "Deployment", "Scaled down replica set web-r1 to 0"),
+                ("web.web-r2.scalingreplicaset", "Deployment", "Scaled up replica set web-r2 to 3")
+            ]
+        );
+        assert_eq!(ev[0]["involvedObject"]["uid"], "u1");
+        assert_eq!(ev[0]["metadata"]["annotations"][UID_ANNOTATION], "1000", "seen by whom the Deployment is");
+    }
+
+    #[test]
     fn a_preempted_requeued_job_has_a_preempted_event_that_names_its_preemptor() {
         let msg = "preempted by job 9, a replica of service llm (qos serve); requeued";
         let t = task(4, "PENDING", json!({"message": msg, "restarts": 1, "reason": "Priority"}));
@@ -1238,6 +1264,33 @@ fn event(obj: &serde_json::Value, reason: &str, kind: &str, message: &str, at: O
         ev["metadata"]["annotations"] = serde_json::json!({UID_ANNOTATION: u});
     }
     ev
+}
+
+/// A Deployment's Events, derived from its ReplicaSets as they are now (`kubectl describe
+/// deploy`): `ScalingReplicaSet`, "Scaled up replica set NAME to N" for each with replicas
+/// wanted, "Scaled down ... to 0" for the earlier revisions'.
+pub fn deployment_events(deployments: &[serde_json::Value], replica_sets: &[serde_json::Value]) -> Vec<serde_json::Value> {
+    let mut out = Vec::new();
+    for rs in replica_sets {
+        let Some(owner) = rs["metadata"]["ownerReferences"][0]["name"].as_str() else { continue };
+        let Some(d) = deployments.iter().find(|d| d["metadata"]["name"] == owner) else { continue };
+        let name = rs["metadata"]["name"].as_str().unwrap_or("");
+        let want = rs["spec"]["replicas"].as_i64().unwrap_or(0);
+        let how = if want > 0 { "up" } else { "down" };
+        let mut ev = event(
+            d,
+            "ScalingReplicaSet",
+            "Normal",
+            &format!("Scaled {how} replica set {name} to {want}"),
+            Some(&rs["metadata"]["creationTimestamp"]),
+        );
+        // One per ReplicaSet.
+        let ev_name = format!("{owner}.{name}.scalingreplicaset");
+        ev["metadata"]["uid"] = serde_json::json!(uid("Event", &ev_name, 0));
+        ev["metadata"]["name"] = serde_json::json!(ev_name);
+        out.push(ev);
+    }
+    out
 }
 
 /// The Events of the objects' states, derived as the objects are (no history is kept): why a

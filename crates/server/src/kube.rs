@@ -390,7 +390,10 @@ fn gather_with(app: &App, kind: &'static str, mut memo: Option<Memo>) -> Vec<Val
     }
     if kind == "Event" {
         let (pods, nodes) = (gather(app, "Pod"), gather(app, "Node"));
-        return k8s::objects::events(&pods, &nodes);
+        let (deployments, replica_sets) = (gather(app, "Deployment"), gather(app, "ReplicaSet"));
+        let mut out = k8s::objects::events(&pods, &nodes);
+        out.extend(k8s::objects::deployment_events(&deployments, &replica_sets));
+        return out;
     }
     if matches!(kind, "Pod" | "Job") {
         let tasks = batch_tasks(app, v);

@@ -364,6 +364,10 @@ fn kubectl_applies_scales_and_deletes_a_deployment_that_is_a_tandem_service() {
         c.ok(k, &["rollout", "status", "deploy/web", "--timeout=60s"]);
         let history = c.ok(k, &["rollout", "history", "deploy/web"]);
         assert!(history.lines().any(|l| l.starts_with("2 ")), "{history}");
+        // describe shows the Deployment's events: its ReplicaSets scaled up and down.
+        let d = c.ok(k, &["describe", "deploy/web"]);
+        assert!(d.contains("ScalingReplicaSet") && d.contains("Scaled up replica set web-r2 to 1"), "{d}");
+        assert!(d.contains("Scaled down replica set web-r1 to 0"), "{d}");
         // --dry-run=server changes nothing.
         std::fs::write(&file, manifest("hola", "")).unwrap();
         assert!(c.ok(k, &["apply", "-f", f, "--dry-run=server"]).contains("(server dry run)"));
