@@ -96,20 +96,7 @@ fn spawn(read: &OutputRead, follow: bool) -> std::io::Result<tokio::process::Chi
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null());
     let user = (nix::unistd::geteuid().is_root() && read.uid != 0).then(|| exec::User::lookup(read.uid, read.gid));
-    let setup = exec::Setup {
-        cgroup_procs: &[],
-        user,
-        workdir: None,
-        stdout: None,
-        stderr: None,
-        truncate: false,
-        keep: None,
-        stdio: [None; 3],
-        pty: false,
-        inherit: None,
-        cpus: &[],
-        umask: None,
-    };
+    let setup = exec::Setup { user, ..exec::Setup::default() };
     exec::prepare(&mut cmd, setup)?;
     let mut cmd = tokio::process::Command::from(cmd);
     cmd.kill_on_drop(true);

@@ -8,20 +8,7 @@ use std::path::Path;
 
 fn setup<'a>(out: Option<&Path>, workdir: Option<&Path>) -> Setup<'a> {
     let c = |p: &Path| CString::new(p.as_os_str().as_encoded_bytes()).unwrap();
-    Setup {
-        cgroup_procs: &[],
-        user: None,
-        workdir: workdir.map(c),
-        stdout: out.map(c),
-        stderr: None,
-        truncate: false,
-        keep: None,
-        stdio: [None; 3],
-        pty: false,
-        inherit: None,
-        cpus: &[],
-        umask: None,
-    }
+    Setup { workdir: workdir.map(c), stdout: out.map(c), ..Setup::default() }
 }
 
 fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
