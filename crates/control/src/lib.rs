@@ -1284,13 +1284,13 @@ impl Controller {
             return Err(Refused::Forbidden(format!("access/permission denied: job {id} belongs to another user")));
         }
         if j.spec.interactive {
-            return Err(Refused::Invalid(format!(
+            return Err(Refused::Conflict(format!(
                 "job {id} is an allocation (salloc): it has no output of its own, its steps write theirs"
             )));
         }
         let allocs = if j.allocs.is_empty() { &j.last_allocs } else { &j.allocs };
         let Some((first, _)) = allocs.first() else {
-            return Err(Refused::Invalid(format!("job {id} has not started: it has no output yet")));
+            return Err(Refused::Conflict(format!("job {id} has not started: it has no output yet")));
         };
         if let Some(n) = node
             && n != first
@@ -1300,7 +1300,7 @@ impl Controller {
             } else {
                 format!("job {id} did not run on {n}")
             };
-            return Err(Refused::Invalid(why));
+            return Err(Refused::NotFound(why));
         }
         let (out, err) = output_files(j, None, BATCH_STEP, 0, 0, first);
         let mut files = vec![out];

@@ -159,7 +159,7 @@ fn a_jobs_output_is_found_on_its_first_node_for_its_owner_and_root_alone() {
     let mut files = spec(1000);
     (files.output, files.error) = ("out-%j-%N.txt".into(), Some("/var/tmp/err-%j".into()));
     c.submit(0, files, &batch(&["-N2"]), "alice").unwrap();
-    assert!(matches!(c.task_output(1000, 1, None), Err(Refused::Invalid(m)) if m.contains("not started")));
+    assert!(matches!(c.task_output(1000, 1, None), Err(Refused::Conflict(m)) if m.contains("not started")));
     c.tick(1);
     let launched = launches(&c.hb(1, "n0", &[], &[]).unwrap()).into_iter().cloned().collect::<Vec<_>>();
     let out = c.task_output(1000, 1, None).unwrap();
@@ -168,8 +168,8 @@ fn a_jobs_output_is_found_on_its_first_node_for_its_owner_and_root_alone() {
     assert_eq!((out.node.as_str(), out.job, out.epoch, out.uid, out.gid, out.running), ("n0", 1, 1, 1000, 1000, true));
     assert_eq!(c.task_output(0, 1, Some("n0")).unwrap(), out, "root may read it");
     assert!(matches!(c.task_output(1001, 1, None), Err(Refused::Forbidden(_))), "another user may not");
-    assert!(matches!(c.task_output(1000, 1, Some("n1")), Err(Refused::Invalid(m)) if m.contains("runs on n0")));
-    assert!(matches!(c.task_output(1000, 1, Some("n9")), Err(Refused::Invalid(m)) if m.contains("did not run on n9")));
+    assert!(matches!(c.task_output(1000, 1, Some("n1")), Err(Refused::NotFound(m)) if m.contains("runs on n0")));
+    assert!(matches!(c.task_output(1000, 1, Some("n9")), Err(Refused::NotFound(m)) if m.contains("did not run on n9")));
     assert!(matches!(c.task_output(1000, 7, None), Err(Refused::NotFound(_))));
     c.order_output(
         "n0",

@@ -132,7 +132,8 @@ async fn job_output(
         return err(StatusCode::BAD_REQUEST, "limit: at least 1 byte");
     }
     let follow = q.get("follow").is_some_and(|v| v == "true" || v == "1");
-    match fetch(&app, uid, id, q.get("node").map(String::as_str), Want { follow, tail_lines, limit_bytes }).await {
+    match fetch(&app, uid, id, q.get("node").map(String::as_str).filter(|n| !n.is_empty()), Want { follow, tail_lines, limit_bytes }).await
+    {
         Ok(body) => {
             let mut r = Response::new(body);
             r.headers_mut().insert("content-type", axum::http::HeaderValue::from_static("text/plain"));

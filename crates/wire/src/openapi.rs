@@ -141,9 +141,9 @@ pub const DOCUMENT: &str = r##"{
         "summary": "A job's (or a service replica's) output and error files as its node reads them, as the job's user; its owner and root only",
         "parameters": [
           {"name": "tail", "in": "query", "schema": {"$ref": "#/components/schemas/u64"}, "description": "Only the last lines of each file"},
-          {"name": "limit", "in": "query", "schema": {"$ref": "#/components/schemas/u64"}, "description": "At most this many bytes"},
+          {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 18446744073709551615}, "description": "At most this many bytes (at least 1)"},
           {"name": "follow", "in": "query", "schema": {"type": "boolean"}, "description": "Go on until the job's tasks there have ended"},
-          {"name": "node", "in": "query", "schema": {"type": "string"}, "description": "The node (default: the job's first, where its batch script runs)"}],
+          {"name": "node", "in": "query", "schema": {"type": "string"}, "description": "The node (default, or empty: the job's first, where its batch script runs)"}],
         "responses": {
           "200": {"description": "The output, as it comes", "content": {"text/plain": {"schema": {"type": "string"}}}},
           "400": {"$ref": "#/components/responses/Invalid"},
