@@ -198,7 +198,7 @@ fn a_jobs_output_is_found_on_its_first_node_for_its_owner_and_root_alone() {
     let mut alloc = spec(1000);
     alloc.interactive = true;
     c.submit(0, alloc, &batch(&[]), "alice").unwrap();
-    assert!(matches!(c.task_output(1000, 3, None), Err(Refused::Invalid(m)) if m.contains("salloc")));
+    assert!(matches!(c.task_output(1000, 3, None), Err(Refused::Conflict(m)) if m.contains("salloc")));
 }
 
 #[test]
