@@ -15,6 +15,7 @@ import urllib.request
 
 import kubernetes_validate
 from kubernetes import client, config, dynamic, watch
+from kubernetes.stream import stream
 
 kubeconfig, array_id, service, sbatch = sys.argv[1:5]
 config.load_kube_config(kubeconfig)
@@ -138,7 +139,7 @@ for _ in range(150):
         if text == "hello from python\nsecond\n":
             break
     except client.ApiException as e:
-        check(e.status == 400, f"a log not there yet is a 400: {e.status} {e.body}")
+        check(e.status in (400, 409), f"a log not there yet is a 400 or a 409: {e.status} {e.body}")
     time.sleep(0.2)
 check(text == "hello from python\nsecond\n", f"pod log: {text!r}")
 check(core.read_namespaced_pod_log(pod, "default", tail_lines=1) == "second\n", "tail_lines")
@@ -150,6 +151,33 @@ try:
 except client.ApiException as e:
     check(e.status == 400 and "previous" in json.loads(e.body)["message"], f"previous: {e.body}")
 print("ok pod log")
+
+# exec (WebSocket, the channel protocol): the output, the return code, input written.
+pod = f"job-{array_id}-0"
+out = stream(core.connect_get_namespaced_pod_exec, pod, "default", command=["sh", "-c", "echo hi; exit 4"],
+             stderr=True, stdin=False, stdout=True, tty=False)
+check(out == "hi\n", f"exec output: {out!r}")
+r = stream(core.connect_get_namespaced_pod_exec, pod, "default", command=["sh", "-c", "echo out; exit 4"],
+           stderr=True, stdin=False, stdout=True, tty=False, _preload_content=False)
+r.run_forever(timeout=60)
+check(r.returncode == 4, f"exec returncode: {r.returncode}")
+r = stream(core.connect_get_namespaced_pod_exec, pod, "default", command=["sh", "-c", "read line; echo got $line"],
+           stderr=True, stdin=True, stdout=True, tty=False, _preload_content=False)
+r.write_stdin("from python\n")
+got, until = "", time.time() + 60
+while r.is_open() and time.time() < until and "got from python" not in got:
+    r.update(timeout=1)
+    got += r.read_stdout() if r.peek_stdout() else ""
+r.close()
+check("got from python" in got, f"exec with input: {got!r}")
+try:
+    stream(core.connect_get_namespaced_pod_exec, pod, "default", command=["true"], stderr=True, stdin=False,
+           stdout=True, tty=True)
+    check(False, "stderr with tty was accepted")
+except client.ApiException as e:
+    # The client reports a refused upgrade as status 0, the server's Status in its reason.
+    check("400" in e.reason and "tty" in e.reason, f"stderr with tty: {e.status} {e.reason}")
+print("ok exec")
 
 # A watch from a list's version sees a new job's pod come and run to its end, in order.
 rv = core.list_namespaced_pod("default").metadata.resource_version

@@ -61,12 +61,14 @@ pub const INIT: &str = "catatonit";
 
 /// The directory of the container a task joins: one per step and node
 /// (`DATA/containers/JOB.RUN.STEP`), or, named (`--container-name`), one per job and node
-/// (`DATA/containers/JOB.RUN.name-NAME`), kept from step to step until the job ends.
-pub(crate) fn shared_dir(data: &Path, k: &TaskKey, name: Option<&str>) -> PathBuf {
+/// (`DATA/containers/JOB.RUN.name-NAME`), kept from step to step until the job ends; with
+/// `join_job` (`kubectl exec`), that of the run's batch script or replica.
+pub(crate) fn shared_dir(data: &Path, k: &TaskKey, c: &slurmcli::Container) -> PathBuf {
     let base = data.join("containers");
-    match name {
-        Some(n) => base.join(format!("{}.{}.name-{n}", k.job, k.epoch)),
-        None => base.join(format!("{}.{}.{}", k.job, k.epoch, k.step)),
+    match (&c.name, c.join_job) {
+        (Some(n), _) => base.join(format!("{}.{}.name-{n}", k.job, k.epoch)),
+        (None, true) => base.join(format!("{}.{}.{}", k.job, k.epoch, control::BATCH_STEP)),
+        (None, false) => base.join(format!("{}.{}.{}", k.job, k.epoch, k.step)),
     }
 }
 

@@ -848,7 +848,7 @@ pub(crate) fn launch(t: &Task, spool: &Path, tasks: &Tasks, cg: &Cgroups) -> Res
             let bundle = crate::container::make_bundle(data, &key, t.uid, t.gid)
                 .map_err(|e| LaunchError(format!("making the container's bundle directory: {e}")))?;
             // The container the step's tasks on this node share (a named one: the job's steps).
-            let shared = crate::container::shared_dir(data, &key, c.name.as_deref());
+            let shared = crate::container::shared_dir(data, &key, c);
             crate::container::make_shared(&shared, t.uid, t.gid)
                 .map_err(|e| LaunchError(format!("making the container's directory: {e}")))?;
             // The job's GPUs on this node: the container's devices.

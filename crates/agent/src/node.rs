@@ -1062,7 +1062,7 @@ fn release_cgroup(tasks: &HashMap<TaskKey, Running>, k: &TaskKey, dir: Option<Pa
 fn shared_of(data: &std::path::Path, t: &control::Task) -> Option<(PathBuf, bool)> {
     let c = t.container.as_ref()?;
     let k = TaskKey { job: t.job, epoch: t.epoch, step: t.step, rank: t.rank };
-    Some((crate::container::shared_dir(data, &k, c.name.as_deref()), c.name.is_some()))
+    Some((crate::container::shared_dir(data, &k, c), c.name.is_some()))
 }
 
 /// A container task ended: its container ends with the last task here that joined it; a

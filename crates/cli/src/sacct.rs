@@ -491,6 +491,7 @@ mod usage_tests {
             cpus: 2,
             usage: vec![(0, "node1".into(), 1000, 61_500), (1, "node2".into(), 3000, 1_250)],
             layout: vec![("node1".into(), 1), ("node2".into(), 1)],
+            error: None,
         };
         let v = |f: &str| usage_value(f, &s).unwrap();
         assert_eq!(

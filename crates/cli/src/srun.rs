@@ -631,6 +631,10 @@ pub(crate) fn run_step(t: &Target, job: u64, mut req: StepRequest, a: &slurmcli:
                     match j.steps.iter().find(|s| s.id == sid) {
                         Some(s) if s.done => {
                             let code = s.exit_code.clamp(0, 255);
+                            // A task that could not start: why, as slurmstepd's error says it.
+                            if let Some(why) = &s.error {
+                                eprintln!("srun: error: {}", slurmcli::visible(why));
+                            }
                             if lock(&state).finished.len() as u32 >= total {
                                 return Ok(code);
                             }

@@ -2084,10 +2084,15 @@ impl Controller {
         if e.step != BATCH_STEP {
             // A step's task that could not run (a launch, a container's image): the job says
             // why (`scontrol show job`), the first such reason kept.
-            if let Some(why) = &e.error
-                && j.message.is_none()
-            {
-                j.message = Some(format!("step {}: {why}", e.step));
+            if let Some(why) = &e.error {
+                if j.message.is_none() {
+                    j.message = Some(format!("step {}: {why}", e.step));
+                }
+                if let Some(s) = j.steps.iter_mut().find(|s| s.id == e.step)
+                    && s.error.is_none()
+                {
+                    s.error = Some(why.clone());
+                }
             }
             return;
         }
@@ -2519,6 +2524,7 @@ impl Controller {
             usage: Vec::new(),
             het: Vec::new(),
             suspended_base: 0,
+            error: None,
         }];
         self.dirty_jobs.insert(id);
         if let Some(r) = &mut j.replica {
@@ -2746,7 +2752,8 @@ impl Controller {
                 .unwrap_or_default(),
             login_env: step == BATCH_STEP && j.spec.login_env && !j.spec.interactive && j.replica.is_none(),
             umask: Some(umask),
-            replica,
+            // The replica is its batch step; a step beside it (`kubectl exec`) is an ordinary task.
+            replica: replica.filter(|_| step == BATCH_STEP),
             io,
             container: match st {
                 Some(s) => s.container.clone(),
@@ -2871,6 +2878,7 @@ impl Controller {
             usage: Vec::new(),
             het: het_parts,
             suspended_base: j.suspended_secs,
+            error: None,
         });
         let built = self.step_tasks(id, step_id);
         self.dirty_jobs.insert(id);

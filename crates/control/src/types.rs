@@ -177,6 +177,9 @@ pub struct Step {
     /// added since.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub suspended_base: Time,
+    /// Why a task of it could not run (its launch, its container), the first reason given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// What one task has used so far, as its agent reads it (`sstat`, sacct's MaxRSS and AveCPU).

@@ -262,6 +262,14 @@ pub fn resources(group: &str) -> APIResourceList {
             verbs: vec!["get".into()],
             ..Default::default()
         });
+        // A command in a Pod (`kubectl exec`, `cp`): a WebSocket upgrade of GET or POST.
+        resources.push(APIResource {
+            name: "pods/exec".into(),
+            kind: "PodExecOptions".into(),
+            namespaced: true,
+            verbs: vec!["create".into(), "get".into()],
+            ..Default::default()
+        });
     }
     APIResourceList { group_version: if group.is_empty() { "v1".into() } else { format!("{group}/v1") }, resources }
 }
@@ -324,7 +332,7 @@ mod tests {
         let core = resources("");
         assert_eq!(core.group_version, "v1");
         let names: Vec<&str> = core.resources.iter().map(|r| r.name.as_str()).collect();
-        assert_eq!(names, ["namespaces", "nodes", "pods", "events", "services", "configmaps", "secrets", "pods/log"]);
+        assert_eq!(names, ["namespaces", "nodes", "pods", "events", "services", "configmaps", "secrets", "pods/log", "pods/exec"]);
         let apps = resources("apps");
         assert!(apps.resources.iter().all(|r| r.namespaced));
         assert!(apps.resources.iter().any(|r| r.name == "deployments/scale" && r.kind == "Scale"));

@@ -14,11 +14,13 @@
 //! - [`watch`]: resource versions for computed objects, and the events of a watch;
 //! - [`write`]: a Deployment written by a client, checked and turned into a service spec;
 //! - [`patch`]: JSON merge patch, JSON Patch and strategic merge patch;
-//! - [`openapi`]: `/openapi/v3`, generated from the types and the resources served.
+//! - [`openapi`]: `/openapi/v3`, generated from the types and the resources served;
+//! - [`exec`]: `pods/exec`'s options and WebSocket channel messages (`kubectl exec`, `cp`).
 //!
 //! Objects are `k8s-openapi`'s types, so every field name and shape is upstream's.
 
 pub mod api;
+pub mod exec;
 pub mod objects;
 pub mod openapi;
 pub mod patch;

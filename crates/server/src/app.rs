@@ -94,6 +94,8 @@ pub(crate) struct Endpoint {
     pub(crate) url: String,
     /// The cluster CA's certificate (PEM), with TLS.
     pub(crate) ca_pem: Option<String>,
+    /// The address the TCP port is bound to (maybe unspecified: every address).
+    pub(crate) bound: std::net::IpAddr,
 }
 
 #[derive(Default)]

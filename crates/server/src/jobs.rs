@@ -90,6 +90,7 @@ pub(crate) fn job_info(j: &Job, v: &Viewer, part: &str) -> JobInfo {
             end: s.end,
             timed_out: s.timeout_at.is_some(),
             usage: if details { s.usage.clone() } else { Vec::new() },
+            error: s.error.clone().filter(|_| details),
             layout: s.layout.clone(),
             cpus: if s.held.iter().any(|h| h.cpus > 0) {
                 s.held.iter().map(|h| h.cpus).sum()

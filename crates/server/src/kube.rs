@@ -42,6 +42,7 @@ fn failure(f: Failure) -> Response {
     (StatusCode::from_u16(f.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR), Json(f.body())).into_response()
 }
 
+#[allow(clippy::too_many_arguments)] // an axum handler: one argument per extractor
 async fn handle(
     State(app): State<App>,
     ConnectInfo(peer): ConnectInfo<Peer>,
@@ -49,8 +50,20 @@ async fn handle(
     uri: Uri,
     headers: HeaderMap,
     q: Result<Query<HashMap<String, String>>, QueryRejection>,
+    ws: Result<axum::extract::ws::WebSocketUpgrade, axum::extract::ws::rejection::WebSocketUpgradeRejection>,
     body: axum::body::Body,
 ) -> Response {
+    // `kubectl exec` and `cp`: a WebSocket (kubectl's SPDY fallback is answered why not).
+    if let Ok(Route::Objects(t)) = k8s::api::route(uri.path())
+        && t.resource.kind == "Pod"
+        && t.sub.as_deref() == Some("exec")
+    {
+        let served = async {
+            let v = viewer(&app, &peer, &headers)?;
+            crate::podexec::serve(&app, &v, &t, uri.query(), &headers, ws.ok()).await
+        };
+        return served.await.unwrap_or_else(failure);
+    }
     let q = match q {
         Ok(Query(q)) => q,
         Err(e) => return failure(Failure::bad_request(format!("malformed query: {}", e.body_text()))),
@@ -142,11 +155,12 @@ async fn serve(
 /// Why a Pod's subresource `sub` is not served, and what to use instead (`None`: it is served).
 fn not_served(sub: &str) -> Option<String> {
     match sub {
-        "exec" | "attach" => Some(format!(
-            "pods/{sub} is not served by Tandem yet (README, \"For Kubernetes users\"): run a command beside a running batch job \
-             with `srun --jobid=ID --overlap COMMAND` (`--pty` for a shell; `sattach ID.STEP` attaches to an srun step), and read \
-             a Pod's output with `kubectl logs`"
-        )),
+        "attach" => Some(
+            "pods/attach is not served by Tandem (README, \"For Kubernetes users\"): a Pod's task has no terminal to attach to; \
+             read its output with `kubectl logs -f`, run a command in it with `kubectl exec`, or attach to an srun step with \
+             `sattach ID.STEP`"
+                .to_string(),
+        ),
         "portforward" => Some(
             "pods/portforward is not served by Tandem: a Deployment's replicas are reached through Tandem's proxy \
              (http://PROXY/s/NAME/, or with `Host: NAME`), each also on its node at its $PORT (`tandem service show NAME`)"
@@ -161,7 +175,6 @@ fn not_served(sub: &str) -> Option<String> {
 /// ignored: its output files hold no times per line (`timestamps`, `sinceSeconds`, `sinceTime`)
 /// and a replica restarted in place appends to the same file (`previous`).
 async fn pod_log(app: &App, v: &Viewer, t: &Target, q: &HashMap<String, String>) -> Result<Response, Failure> {
-    let name = t.name.clone().ok_or_else(Failure::no_route)?;
     let why_not = [
         ("previous", "Tandem keeps one output file per task: a restarted replica's earlier output is at the start of the same log"),
         ("timestamps", "Tandem's output files hold no time per line"),
@@ -182,42 +195,63 @@ async fn pod_log(app: &App, v: &Viewer, t: &Target, q: &HashMap<String, String>)
     };
     let (tail_lines, limit_bytes) = (number("tailLines", 0)?, number("limitBytes", 1)?);
     let follow = flag(q, "follow");
+    let pod = pod_of(app, v, t, q.get("container").map(String::as_str))?;
+    let want = crate::output::Want { follow, tail_lines, limit_bytes };
+    match crate::output::fetch(app, v.uid, pod.job, Some(&pod.node), want).await {
+        Ok(body) => {
+            let mut r = Response::new(body);
+            r.headers_mut().insert("content-type", axum::http::HeaderValue::from_static("text/plain"));
+            Ok(r)
+        }
+        Err(crate::output::FetchError::Refused(e)) => Err(failure_of_refused(&e)),
+        Err(crate::output::FetchError::Node(why)) => Err(Failure::from_code(500, why)),
+    }
+}
+
+/// A Pod that runs, as its log and exec find it.
+pub(crate) struct PodRef {
+    pub(crate) name: String,
+    /// The Tandem job it is a task or replica of.
+    pub(crate) job: u64,
+    /// Its node.
+    pub(crate) node: String,
+}
+
+/// The Pod `t` names, as `v` may see it, with a node (its container's name, `container`,
+/// checked where given).
+pub(crate) fn pod_of(app: &App, v: &Viewer, t: &Target, container: Option<&str>) -> Result<PodRef, Failure> {
+    let name = t.name.clone().ok_or_else(Failure::no_route)?;
     let pods = with_cache(app, "Pod", |c| c.list());
     let pod = pods
         .into_iter()
         .filter(|o| o["metadata"]["name"] == name.as_str() && t.namespace.as_deref().is_none_or(|ns| o["metadata"]["namespace"] == ns))
         .find_map(|o| visible(v, o))
         .ok_or_else(|| Failure::not_found("pods", "", &name))?;
-    let container = pod["spec"]["containers"][0]["name"].as_str().unwrap_or_default().to_string();
-    if let Some(c) = q.get("container").filter(|c| !c.is_empty() && **c != container) {
+    let own = pod["spec"]["containers"][0]["name"].as_str().unwrap_or_default().to_string();
+    if let Some(c) = container.filter(|c| !c.is_empty() && *c != own) {
         return Err(Failure::bad_request(format!("container {c} is not valid for pod {name}")));
     }
     let job = pod["metadata"]["labels"][format!("{}/job-id", k8s::PREFIX)]
         .as_str()
         .and_then(|j| j.parse::<u64>().ok())
         .ok_or_else(|| Failure::from_code(500, format!("pod {name} names no Tandem job")))?;
-    let Some(node) = pod["spec"]["nodeName"].as_str() else {
-        return Err(Failure::bad_request(format!("container \"{container}\" in pod \"{name}\" is waiting to start: it has no node yet")));
+    let Some(node) = pod["spec"]["nodeName"].as_str().map(str::to_string) else {
+        return Err(Failure::bad_request(format!("container \"{own}\" in pod \"{name}\" is waiting to start: it has no node yet")));
     };
-    let want = crate::output::Want { follow, tail_lines, limit_bytes };
-    match crate::output::fetch(app, v.uid, job, Some(node), want).await {
-        Ok(body) => {
-            let mut r = Response::new(body);
-            r.headers_mut().insert("content-type", axum::http::HeaderValue::from_static("text/plain"));
-            Ok(r)
-        }
-        Err(crate::output::FetchError::Refused(e)) => {
-            let code = match &e {
-                control::Refused::NotFound(_) => 404,
-                control::Refused::Forbidden(_) => 403,
-                control::Refused::Unauthorized(_) => 401,
-                control::Refused::Conflict(_) => 409,
-                _ => 400,
-            };
-            Err(Failure::from_code(code, e.to_string()))
-        }
-        Err(crate::output::FetchError::Node(why)) => Err(Failure::from_code(500, why)),
-    }
+    Ok(PodRef { name, job, node })
+}
+
+/// The failure a controller's refusal is, keeping its code (400 stays a bad request).
+pub(crate) fn failure_of_refused(e: &control::Refused) -> Failure {
+    let code = match e {
+        control::Refused::NotFound(_) => 404,
+        control::Refused::Forbidden(_) => 403,
+        control::Refused::Unauthorized(_) => 401,
+        control::Refused::Conflict(_) => 409,
+        control::Refused::Busy(_) => 503,
+        control::Refused::Invalid(_) => 400,
+    };
+    Failure::from_code(code, e.to_string())
 }
 
 /// The `/openapi/v3` documents, made once: (group-version path, text, hash).
@@ -689,7 +723,7 @@ fn current(app: &App, v: &Viewer, name: &str) -> Option<Value> {
 }
 
 /// The failure a Tandem error reply stands for.
-async fn failure_of(r: Response) -> Failure {
+pub(crate) async fn failure_of(r: Response) -> Failure {
     let code = r.status().as_u16();
     let body = axum::body::to_bytes(r.into_body(), 1 << 20).await.unwrap_or_default();
     let msg =

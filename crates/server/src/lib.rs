@@ -120,6 +120,7 @@ mod listen;
 mod lua;
 mod nodes;
 mod output;
+mod podexec;
 mod policy;
 mod private;
 mod resv;
@@ -252,7 +253,7 @@ async fn run(args: ServerArgs) -> Result<()> {
         true => Some(std::fs::read_to_string(args.data.join("ca.pem")).context("reading the cluster CA's certificate")?),
         false => None,
     };
-    let _ = app.endpoint.set(app::Endpoint { url: format!("{scheme}://{reach}"), ca_pem });
+    let _ = app.endpoint.set(app::Endpoint { url: format!("{scheme}://{reach}"), ca_pem, bound: local.ip() });
     // Two accept loops, each its own task: a flood of one cannot hold the other back.
     let t1 = tokio::spawn(listen::serve_tcp(tcp, tls, router(app.clone()), app.clone()));
     let t2 = tokio::spawn(listen::serve_unix(unix, router(app.clone()), app.clone()));

@@ -89,7 +89,8 @@ async fn serve_unix_conn(s: tokio::net::UnixStream, uid: u32, slot: Slot, router
     let conn = hyper::server::conn::http1::Builder::new()
         .timer(TokioTimer::new())
         .header_read_timeout(limits::HEAD_DEADLINE)
-        .serve_connection(TokioIo::new(Watched::new(s, act.clone())), svc);
+        .serve_connection(TokioIo::new(Watched::new(s, act.clone())), svc)
+        .with_upgrades();
     tokio::select! {
         _ = conn => {}
         () = act.idle(limits::UNIX_IDLE) => app.gate.closed(Closed::Idle),
@@ -207,5 +208,7 @@ where
     let mut b = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
     b.http1().timer(TokioTimer::new()).header_read_timeout(limits::HEAD_DEADLINE);
     b.http2().timer(TokioTimer::new());
-    let _ = b.serve_connection(TokioIo::new(Watched::new(io, act)), svc).await;
+    // Upgrades: `kubectl exec`'s WebSocket (`podexec`), which lives on past this connection's
+    // HTTP, in a task of its own.
+    let _ = b.serve_connection_with_upgrades(TokioIo::new(Watched::new(io, act)), svc).await;
 }

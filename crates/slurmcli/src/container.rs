@@ -316,6 +316,11 @@ pub struct Container {
     /// `--container-writable` (default: read-only, as Pyxis's `--container-readonly`).
     #[serde(default)]
     pub writable: bool,
+    /// Tandem's own (`kubectl exec`): the step's tasks join the container the job's batch
+    /// script or replica runs in on their node, rather than one of their own (a named
+    /// container is joined by its name whatever this says).
+    #[serde(default)]
+    pub join_job: bool,
 }
 
 impl Container {

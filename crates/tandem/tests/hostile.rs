@@ -2638,6 +2638,29 @@ fn container_tasks_run_as_their_user_from_a_registry_and_no_further() {
     }
     let o = Command::new("curl").args(["-s", "-m", "10", &format!("http://{proxy}/s/web/www/index.html")]).output().unwrap();
     assert!(String::from_utf8_lossy(&o.stdout).contains("alice-container"), "the mount came along: {}", text(&o));
+    // `kubectl exec` into a replica joins its container: the image's files, the mount, and the
+    // replica's own httpd beside it (one PID namespace); the replica serves on after.
+    let kubectl = common::venv().join("bin/kubectl");
+    if kubectl.exists() {
+        up.ok(&v, &vdir, &["tandem", "token", "--kubeconfig", "kc"]);
+        let kube = |args: &[&str]| -> Output {
+            let mut c = up.cmd(Some(&v), &vdir, &[kubectl.to_str().unwrap()]);
+            c.args(args).env("KUBECONFIG", vdir.join("kc")).env("HOME", &vdir);
+            c.output().unwrap()
+        };
+        let o = kube(&["get", "pods", "-l", "tandem.dev/service=web", "-o", "jsonpath={.items[0].metadata.name}"]);
+        let pod = String::from_utf8_lossy(&o.stdout).trim().to_string();
+        assert!(o.status.success() && !pod.is_empty(), "{}", text(&o));
+        let o = kube(&["exec", &pod, "--", "sh", "-c", "cat /etc/os-release /www/index.html; ps -o comm; exit 6"]);
+        let out = String::from_utf8_lossy(&o.stdout).into_owned();
+        assert_eq!(o.status.code(), Some(6), "{}", text(&o));
+        // The image's /etc/os-release (the old image's or the new: the rollout may still go on).
+        assert!(out.contains("PRETTY_NAME=\"Bars") && out.contains("alice-container") && out.contains("httpd"), "{}", text(&o));
+        let o = Command::new("curl").args(["-s", "-m", "10", &format!("http://{proxy}/s/web/www/index.html")]).output().unwrap();
+        assert!(String::from_utf8_lossy(&o.stdout).contains("alice-container"), "the replica serves on after exec: {}", text(&o));
+    } else {
+        assert!(std::env::var("CI").is_err(), "kubectl is missing under CI=true (tests/clients/setup.sh installs it)");
+    }
     up.ok(&v, &vdir, &["tandem", "service", "delete", "web"]);
     // A replica's stop (SIGTERM, which busybox's httpd leaves to its default) reaches the
     // program inside: the replicas end well before the 30 s grace's SIGKILL.
@@ -2775,6 +2798,76 @@ fn another_user_cannot_read_the_output_of_a_pod_through_the_kubernetes_api() {
     assert!(st["message"].as_str().is_some_and(|m| m.contains("/etc/shadow") && m.contains("ermission denied")), "{st}");
     assert!(!st.to_string().contains("root:"), "a line of /etc/shadow was sent: {st}");
     let _ = up.root(&["scancel", &id.to_string(), &own.to_string()]);
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+/// `kubectl exec` with two users: Alice runs a command in her Pod (the real kubectl, over
+/// WebSocket: it runs as her); Mallory's exec into it is refused (403, through kubectl and as a
+/// bare request, GET or SPDY's POST) and nothing of hers runs there; no identity is a 401;
+/// malformed options are 400s.
+#[test]
+fn another_user_cannot_exec_into_a_pod_through_the_kubernetes_api() {
+    let Some((alice, mallory)) = users() else { return };
+    let kubectl = common::venv().join("bin/kubectl");
+    if !kubectl.exists() {
+        assert!(std::env::var("CI").is_err(), "kubectl is missing under CI=true (tests/clients/setup.sh installs it)");
+        eprintln!("skipped: {} is missing (run tests/clients/setup.sh)", kubectl.display());
+        return;
+    }
+    let root = root_dir("kube-exec");
+    let up = Up::start(&root, None);
+    let (ta, tm) = (up.token(&alice), up.token(&mallory));
+    let ad = user_dir(&root.join("alice-work"), &alice, 0o700);
+    let md = user_dir(&root.join("mallory-work"), &mallory, 0o700);
+    let id = up.sbatch(&alice, &ad, &["--wrap", "sleep 120"]);
+    up.wait_state(id, &["RUNNING"]);
+    let pod = format!("job-{id}-0");
+    let kube = |u: &User, dir: &Path, args: &[&str]| -> Output {
+        let mut c = up.cmd(Some(u), dir, &[kubectl.to_str().unwrap()]);
+        c.args(args).env("KUBECONFIG", dir.join("kc")).env("HOME", dir);
+        c.output().unwrap()
+    };
+    up.ok(&alice, &ad, &["tandem", "token", "--kubeconfig", "kc"]);
+    up.ok(&mallory, &md, &["tandem", "token", "--kubeconfig", "kc"]);
+    // Positive control: Alice's command runs in her Pod, as her.
+    let o = kube(&alice, &ad, &["exec", &pod, "--", "id", "-u"]);
+    assert!(o.status.success() && String::from_utf8_lossy(&o.stdout).trim() == alice.uid.to_string(), "{}", text(&o));
+    // Where the command would leave its mark if it ran (it would run as Alice: her directory).
+    let pwned = ad.join(format!("pwned-{id}"));
+    let o = kube(&mallory, &md, &["exec", &pod, "--", "touch", pwned.to_str().unwrap()]);
+    assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("forbidden"), "{}", text(&o));
+    let exec = format!("/api/v1/namespaces/default/pods/{pod}/exec?command=touch&command={}&stdout=true", pwned.display());
+    for method in ["GET", "POST"] {
+        let (code, st) = kube_req(&up, method, &exec, Some(&tm), b"", "application/json");
+        assert_eq!((code, st["kind"].as_str(), st["reason"].as_str()), (403, Some("Status"), Some("Forbidden")), "{method}: {st}");
+    }
+    let (code, _) = kube_req(&up, "GET", &exec, None, b"", "application/json");
+    assert_eq!(code, 401, "no identity, no exec");
+    let base = format!("/api/v1/namespaces/default/pods/{pod}/exec");
+    for (query, says) in [
+        ("stdout=true", "at least one command"),
+        ("command=id", "at least 1 of stdin, stdout, stderr"),
+        ("command=id&stdout=maybe", "not a boolean"),
+        ("command=id&stdout=true&stderr=true&tty=true", "tty"),
+        ("command=id&stdout=true&container=other", "not valid for pod"),
+        ("command=id&stdout=true", "WebSocket upgrade"),
+    ] {
+        let (code, st) = kube_req(&up, "GET", &format!("{base}?{query}"), Some(&ta), b"", "application/json");
+        assert_eq!((code, st["kind"].as_str()), (400, Some("Status")), "{query}: {st}");
+        assert!(st["message"].as_str().is_some_and(|m| m.contains(says)), "{query}: {st}");
+    }
+    let (code, st) = kube_req(
+        &up,
+        "GET",
+        "/api/v1/namespaces/default/pods/job-999999-0/exec?command=id&stdout=true",
+        Some(&ta),
+        b"",
+        "application/json",
+    );
+    assert_eq!(code, 404, "{st}");
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(!pwned.exists(), "Mallory's command ran in Alice's Pod");
+    let _ = up.root(&["scancel", &id.to_string()]);
     let _ = std::fs::remove_dir_all(&root);
 }
 

@@ -235,12 +235,45 @@ fn kubectl_and_the_python_client_see_what_squeue_and_tandem_service_see() {
         assert_eq!(c.ok(k, &["logs", &pod, "--limit-bytes=4"]), "line");
         let o = c.kubectl(k, &["logs", &pod, "--timestamps"]);
         assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("timestamps is not supported"), "{o:?}");
-        // exec, attach, cp and port-forward (of a running Pod: kubectl looks at the phase
-        // first): refused, saying what to use instead.
+        // exec (WebSocket v5): a command beside the Pod's running task, its output and error
+        // output, its exit code; its input to the end (v5's CLOSE); a command that cannot run
+        // says why. cp both ways (tar through exec).
         let pod = format!("job-{array}-0");
+        let o = c.kubectl(k, &["exec", &pod, "--", "sh", "-c", "echo hi; echo oops >&2; exit 3"]);
+        assert_eq!((o.status.code(), String::from_utf8_lossy(&o.stdout).as_ref()), (Some(3), "hi\n"), "kubectl exec: {o:?}");
+        assert!(String::from_utf8_lossy(&o.stderr).contains("oops"), "kubectl exec: {o:?}");
+        let input: String = (0..20_000).map(|i| format!("{i}\n")).collect();
+        let mut child = Command::new(k)
+            .args(["exec", "-i", &pod, "--", "sh", "-c", "wc -c; echo done"])
+            .env("KUBECONFIG", &c.kubeconfig)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::io::Write::write_all(&mut child.stdin.take().unwrap(), input.as_bytes()).unwrap();
+        let o = child.wait_with_output().unwrap();
+        assert_eq!(
+            String::from_utf8_lossy(&o.stdout).split_whitespace().collect::<Vec<_>>(),
+            [input.len().to_string(), "done".into()],
+            "{o:?}"
+        );
+        let o = c.kubectl(k, &["exec", &pod, "--", "/no/such-command"]);
+        assert!(
+            !o.status.success() && String::from_utf8_lossy(&o.stderr).contains("cannot run /no/such-command: No such file or directory"),
+            "kubectl exec of a missing command: {o:?}"
+        );
+        let (there, here) = (c.dir.join(format!("cp-there-{array}")), c.dir.join("cp-here"));
+        std::fs::write(&here, format!("copied by {}\n", k.display())).unwrap();
+        c.ok(k, &["cp", here.to_str().unwrap(), &format!("{pod}:{}", there.display())]);
+        assert_eq!(std::fs::read_to_string(&there).unwrap(), format!("copied by {}\n", k.display()), "kubectl cp to the pod");
+        let back = c.dir.join("cp-back");
+        c.ok(k, &["cp", &format!("{pod}:{}", there.display()), back.to_str().unwrap()]);
+        assert_eq!(std::fs::read_to_string(&back).unwrap(), format!("copied by {}\n", k.display()), "kubectl cp from the pod");
+        std::fs::remove_file(&there).unwrap();
+        // attach and port-forward: refused, saying what to use instead.
         for (args, says) in [
-            (vec!["exec", &pod, "--", "true"], "srun --jobid=ID --overlap"),
-            (vec!["cp", &format!("{pod}:/etc/hostname"), "hostname"], "pods/exec is not served"),
+            (vec!["attach", &pod], "pods/attach is not served"),
             (vec!["port-forward", &format!("pod/{pod}"), "18080:80"], "reached through Tandem's proxy"),
         ] {
             let o = c.kubectl(k, &args);

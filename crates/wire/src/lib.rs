@@ -249,6 +249,9 @@ pub struct StepInfo {
     /// Its nodes and the number of tasks on each, in rank order (`sattach --layout`).
     #[serde(default)]
     pub layout: Vec<(String, u32)>,
+    /// Why a task of it could not run (owner and root only).
+    #[serde(default)]
+    pub error: Option<String>,
 }
 
 /// One node as `sinfo` shows it.

@@ -850,7 +850,8 @@ pub const DOCUMENT: &str = r##"{
           "usage": {"type": "array", "description": "Its tasks' usage as last reported: rank, node, most resident memory (KiB), CPU milliseconds; owner and root only",
             "items": {"type": "array", "prefixItems": [{"$ref": "#/components/schemas/u32"}, {"type": "string"}, {"$ref": "#/components/schemas/u64"}, {"$ref": "#/components/schemas/u64"}], "items": false, "minItems": 4}},
           "layout": {"type": "array", "description": "Its nodes and the tasks on each, in rank order (sattach --layout)",
-            "items": {"type": "array", "prefixItems": [{"type": "string"}, {"$ref": "#/components/schemas/u32"}], "items": false, "minItems": 2}}}},
+            "items": {"type": "array", "prefixItems": [{"type": "string"}, {"$ref": "#/components/schemas/u32"}], "items": false, "minItems": 2}},
+          "error": {"$ref": "#/components/schemas/StringOrNull", "description": "Why a task of it could not run (its launch, its container); owner and root only"}}},
       "JobAction": {"oneOf": [
         {"type": "object", "required": ["action"], "properties": {"action": {"enum": ["hold", "release", "requeue", "suspend", "resume"]}, "time_limit": {"$ref": "#/components/schemas/i64OrNull", "description": "Ignored"}}},
         {"type": "object", "required": ["action", "time_limit"], "properties": {"action": {"const": "update"}, "time_limit": {"$ref": "#/components/schemas/i64", "description": "New time limit, seconds"}}},
@@ -891,7 +892,8 @@ pub const DOCUMENT: &str = r##"{
         "name": {"$ref": "#/components/schemas/StringOrNull", "description": "--container-name"},
         "mount_home": {"type": "boolean", "description": "--container-mount-home"},
         "remap_root": {"type": "boolean", "description": "--container-remap-root"},
-        "writable": {"type": "boolean", "description": "--container-writable"}}},
+        "writable": {"type": "boolean", "description": "--container-writable"},
+        "join_job": {"type": "boolean", "description": "Join the container the job's batch script or replica runs in on each node (kubectl exec), not a new one"}}},
       "StepRes": {"type": "object", "additionalProperties": false,
         "description": "What the step takes of its job's allocation, as srun's options inside one (a step that cannot have it now waits: HTTP 423)", "properties": {
         "cpus_per_task": {"$ref": "#/components/schemas/u32OrNull", "description": "-c (implies exact)"},
@@ -1537,6 +1539,7 @@ mod tests {
                 cpus: 4,
                 usage: vec![(0, "node1".into(), 2048, 1500)],
                 layout: vec![("node1".into(), 1)],
+                error: Some("cannot run x: No such file or directory".into()),
             }],
             recorded: vec![("Comment".into(), "a note".into())],
             message: Some("why".into()),

@@ -32,7 +32,7 @@ pub const ARROWS: &[(&str, &[&str])] = &[
     ("image", &["slurmcli"]),
     ("client", &["wire"]),
     // shells: one crate per daemon, the user's commands, the local cluster, the benchmarks
-    ("server", &["control", "store", "wire", "k8s", "exec", "sched", "slurmcli", "model"]),
+    ("server", &["control", "store", "wire", "client", "k8s", "exec", "sched", "slurmcli", "model"]),
     ("agent", &["wire", "client", "exec", "control", "slurmcli", "image", "model", "pmi"]),
     ("proxy", &["balance", "wire", "client", "exec"]),
     ("cli", &["wire", "client", "slurmcli", "sched", "pmi", "exec"]),
