@@ -316,19 +316,35 @@ async fn agent_side(
 ) {
     let acceptor = tokio_rustls::TlsAcceptor::from(tls);
     let until = tokio::time::Instant::now() + CONNECT_WAIT;
+    // Each connection's handshake and hello in a task of its own: one that stalls holds up
+    // nothing (at most `MAX_PENDING` at once; more are closed).
+    const MAX_PENDING: usize = 64;
+    let mut pending = tokio::task::JoinSet::new();
     let conn = loop {
-        let Ok(Ok((s, _))) = tokio::time::timeout_at(until, listener.accept()).await else { return };
-        let hello = async {
-            let tls = tokio::time::timeout(Duration::from_secs(10), acceptor.accept(s)).await.ok()?.ok()?;
-            let (mut rd, wr) = tokio::io::split(tls);
-            let (kind, data) = tokio::time::timeout(Duration::from_secs(10), stepio::read_frame(&mut rd)).await.ok()?.ok()??;
-            let h: stepio::Hello = serde_json::from_slice(&data).ok()?;
-            (kind == Kind::Hello && stepio::same_key(&h.key, &key) && h.job == job && h.step == step).then_some((rd, wr))
-        };
-        if let Some(c) = hello.await {
-            break c;
+        tokio::select! {
+            a = tokio::time::timeout_at(until, listener.accept()) => match a {
+                Ok(Ok((s, _))) if pending.len() < MAX_PENDING => {
+                    let (acceptor, key) = (acceptor.clone(), key.clone());
+                    pending.spawn(async move {
+                        let tls = tokio::time::timeout(Duration::from_secs(10), acceptor.accept(s)).await.ok()?.ok()?;
+                        let (mut rd, wr) = tokio::io::split(tls);
+                        let (kind, data) =
+                            tokio::time::timeout(Duration::from_secs(10), stepio::read_frame(&mut rd)).await.ok()?.ok()??;
+                        let h: stepio::Hello = serde_json::from_slice(&data).ok()?;
+                        (kind == Kind::Hello && stepio::same_key(&h.key, &key) && h.job == job && h.step == step).then_some((rd, wr))
+                    });
+                }
+                Ok(Ok(_)) => {}
+                _ => return,
+            },
+            Some(r) = pending.join_next(), if !pending.is_empty() => {
+                if let Ok(Some(c)) = r {
+                    break c;
+                }
+            }
         }
     };
+    pending.abort_all();
     drop(listener);
     let (mut rd, mut wr) = conn;
     let writer = tokio::spawn(async move {
