@@ -15,7 +15,8 @@
 //! - [`write`]: a Deployment written by a client, checked and turned into a service spec;
 //! - [`patch`]: JSON merge patch, JSON Patch and strategic merge patch;
 //! - [`openapi`]: `/openapi/v3`, generated from the types and the resources served;
-//! - [`exec`]: `pods/exec`'s options and WebSocket channel messages (`kubectl exec`, `cp`).
+//! - [`exec`]: `pods/exec`'s options and WebSocket channel messages (`kubectl exec`, `cp`);
+//! - [`proto`]: protobuf request bodies (`kubectl create configmap|secret|deployment`).
 //!
 //! Objects are `k8s-openapi`'s types, so every field name and shape is upstream's.
 
@@ -24,6 +25,7 @@ pub mod exec;
 pub mod objects;
 pub mod openapi;
 pub mod patch;
+pub mod proto;
 pub mod select;
 pub mod status;
 pub mod table;

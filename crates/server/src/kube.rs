@@ -755,11 +755,9 @@ fn home_of(uid: u32) -> String {
 
 fn json_body(headers: &HeaderMap, body: &[u8]) -> Result<Value, Failure> {
     let ct = headers.get("content-type").and_then(|h| h.to_str().ok()).unwrap_or("application/json");
-    if ct.starts_with("application/vnd.kubernetes.protobuf") {
-        return Err(Failure::from_code(
-            415,
-            "protobuf bodies are not read yet (`kubectl create deployment` sends one): write the Deployment as YAML or JSON and `kubectl apply -f` it",
-        ));
+    if ct.starts_with(k8s::proto::CONTENT_TYPE) {
+        // `kubectl create configmap|secret|deployment`: read into the same JSON as any body.
+        return k8s::proto::decode(body);
     }
     if ct.starts_with("application/yaml") {
         return yaml_serde::from_slice::<Value>(body).map_err(|e| Failure::bad_request(format!("malformed YAML: {e}")));

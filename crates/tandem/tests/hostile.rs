@@ -2927,7 +2927,10 @@ fn another_user_cannot_read_the_secrets_of_or_change_a_deployment_through_the_ku
         ("POST", Some(&tm), b"{".to_vec(), "application/json", 400),
         ("POST", Some(&tm), b"kind: [".to_vec(), "application/yaml", 400),
         ("POST", Some(&tm), br#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"p"}}"#.to_vec(), "application/json", 400),
-        ("POST", Some(&tm), b"\x0a\x0b\x00\xff".to_vec(), "application/vnd.kubernetes.protobuf", 415),
+        // Protobuf: no magic number, a malformed envelope, a kind not read from protobuf.
+        ("POST", Some(&tm), b"\x0a\x0b\x00\xff".to_vec(), "application/vnd.kubernetes.protobuf", 400),
+        ("POST", Some(&tm), b"k8s\x00\x0a\xff\xff\xff".to_vec(), "application/vnd.kubernetes.protobuf", 400),
+        ("POST", Some(&tm), b"k8s\x00\x0a\x09\x0a\x02v1\x12\x03Pod\x12\x00".to_vec(), "application/vnd.kubernetes.protobuf", 415),
         ("POST", Some(&tm), vec![b' '; 4 << 20], "application/json", 413),
         ("POST", None, dep.to_string().into_bytes(), "application/json", 401),
     ];

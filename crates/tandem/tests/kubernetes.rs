@@ -431,9 +431,22 @@ fn kubectl_applies_scales_and_deletes_a_deployment_that_is_a_tandem_service() {
         let v = c.ok(k, &["get", "deploy", "web", "-o", "jsonpath={.spec.template.spec.containers[0].env[0].value}"]);
         assert_eq!(v, "hello", "revision 1's environment");
         assert!(c.tandem(&["service", "show", "web"]).contains("Revision:    4"));
-        // Commands that send protobuf say what to do instead.
-        let o = c.kubectl(k, &["create", "deployment", "x", "--image=busybox"]);
-        assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("kubectl apply -f"), "{o:?}");
+        // Typed commands send protobuf bodies (kubectl's default for built-in kinds): read as
+        // any other body is, and checked the same.
+        let out = c.ok(k, &["create", "configmap", "pb-config", "--from-literal=a=1", "--from-literal=b=two"]);
+        assert!(out.contains("configmap/pb-config created"), "{out}");
+        assert_eq!(c.ok(k, &["get", "cm", "pb-config", "-o", "jsonpath={.data.b}"]), "two");
+        assert!(c.ok(k, &["create", "secret", "generic", "pb-secret", "--from-literal=token=s3"]).contains("secret/pb-secret created"));
+        assert_eq!(c.ok(k, &["get", "secret", "pb-secret", "-o", "jsonpath={.data.token}{.type}"]), "czM=Opaque");
+        let out =
+            c.ok(k, &["create", "deployment", "pb-web", "--image=oci:/nonexistent:1", "--replicas=0", "--port=8080", "--", "sleep", "60"]);
+        assert!(out.contains("deployment.apps/pb-web created"), "{out}");
+        let cmd = c.ok(k, &["get", "deploy", "pb-web", "-o", "jsonpath={.spec.template.spec.containers[0].command}"]);
+        assert_eq!(cmd, r#"["sleep","60"]"#);
+        assert!(row(&c.tandem(&["service", "list"]), "pb-web").len() > 2, "a Tandem service");
+        let o = c.kubectl(k, &["create", "deployment", "pb-bad", "--image=busybox"]);
+        assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("command: Required value"), "{o:?}");
+        c.ok(k, &["delete", "deploy/pb-web", "cm/pb-config", "secret/pb-secret"]);
         // A Service, a ConfigMap and a Secret in one file beside the Deployment: kept as
         // written; the Service names the Tandem service it selects and its proxy path.
         let extra = c.dir.join("extra.yaml");
