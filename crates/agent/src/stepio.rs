@@ -128,11 +128,25 @@ pub(crate) fn make(t: &Task, io: &StepIo) -> std::io::Result<Ends> {
 type Reader = Box<dyn tokio::io::AsyncRead + Unpin + Send>;
 type Writer = Box<dyn tokio::io::AsyncWrite + Unpin + Send>;
 
+/// Our end of a pipe, terminal or socket made non-blocking, as tokio's pipe types require of
+/// a descriptor given unchecked: a blocking one would stop the agent's whole runtime in a
+/// read that waits for the task's next output, while the task waits for input that only this
+/// runtime can give it (`srun cat < file`, `kubectl exec -i ... cat`). The task's ends are
+/// other open files and stay blocking.
+fn nonblocking(fd: &OwnedFd) -> std::io::Result<()> {
+    use nix::fcntl::{FcntlArg, OFlag, fcntl};
+    let flags = OFlag::from_bits_truncate(fcntl(fd, FcntlArg::F_GETFL)?);
+    fcntl(fd, FcntlArg::F_SETFL(flags | OFlag::O_NONBLOCK))?;
+    Ok(())
+}
+
 fn reader(fd: OwnedFd) -> std::io::Result<Reader> {
+    nonblocking(&fd)?;
     Ok(Box::new(tokio::net::unix::pipe::Receiver::from_owned_fd_unchecked(fd)?))
 }
 
 fn writer(fd: OwnedFd) -> std::io::Result<Writer> {
+    nonblocking(&fd)?;
     Ok(Box::new(tokio::net::unix::pipe::Sender::from_owned_fd_unchecked(fd)?))
 }
 

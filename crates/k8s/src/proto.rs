@@ -39,15 +39,26 @@ fn unread(what: &str) -> Failure {
 /// `what`'s remains after every part read was taken out: nothing, or [`unread`]. Go's encoder
 /// writes every field that is not a pointer, set or not, so "nothing" is a message whose every
 /// field holds its zero value (`""`, 0, false, or an empty message), as an omitted field reads
-/// in Kubernetes' JSON.
+/// in Kubernetes' JSON. Limits: a field newer than `k8s-pb`'s Kubernetes version is dropped by
+/// the decoder unseen; a pointer field Go writes only when set (`paused`,
+/// `minReadySeconds`, ...) set to its zero value reads as unset; and a string whose bytes
+/// happen to read as zero-valued fields (`"\x08\x00"`) as empty. The fields Tandem implements
+/// are all read explicitly, so none of these changes what runs.
 fn nothing_left<M: Message>(m: &M, what: &str) -> Result<(), Failure> {
-    if all_zero(&m.encode_to_vec()) { Ok(()) } else { Err(unread(what)) }
+    if all_zero(&m.encode_to_vec(), 0) { Ok(()) } else { Err(unread(what)) }
 }
 
+/// How deep [`all_zero`] looks into nested messages: deeper is taken as set (no object
+/// Tandem reads nests empty messages this deep, and a body cannot make it recurse further).
+const MAX_DEPTH: u32 = 16;
+
 /// Whether `b` is a message whose every field is zero: varints and fixed values 0, and every
-/// length-delimited field empty or itself such a message (a non-empty string is not one: its
-/// bytes do not parse as fields that are all zero).
-fn all_zero(mut b: &[u8]) -> bool {
+/// length-delimited field empty or itself such a message (a non-empty string is almost never
+/// one: its bytes do not parse as fields that are all zero).
+fn all_zero(mut b: &[u8], depth: u32) -> bool {
+    if depth > MAX_DEPTH {
+        return b.is_empty();
+    }
     fn varint(b: &mut &[u8]) -> Option<u64> {
         let mut v = 0u64;
         for i in 0..10 {
@@ -80,7 +91,7 @@ fn all_zero(mut b: &[u8]) -> bool {
                 Some(n) => {
                     let (inner, rest) = b.split_at(n);
                     b = rest;
-                    all_zero(inner)
+                    all_zero(inner, depth + 1)
                 }
                 None => false,
             },
@@ -196,12 +207,15 @@ fn secret(mut s: Secret) -> Result<Value, Failure> {
     Ok(Value::Object(o))
 }
 
-fn int_or_string(v: Option<IntOrString>) -> Option<Value> {
-    let v = v?;
-    Some(match (v.r#type, v.int_val, v.str_val) {
-        (Some(1), _, Some(s)) => json!(s),
-        (_, i, _) => json!(i.unwrap_or(0)),
-    })
+/// An `IntOrString` (type 0: the number; type 1: the string, as `"25%"`); one whose type and
+/// value disagree is refused.
+fn int_or_string(v: Option<IntOrString>, what: &str) -> Result<Option<Value>, Failure> {
+    let Some(v) = v else { return Ok(None) };
+    match (v.r#type.unwrap_or(0), v.int_val, v.str_val.filter(|s| !s.is_empty())) {
+        (0, i, None) => Ok(Some(json!(i.unwrap_or(0)))),
+        (1, None | Some(0), Some(s)) => Ok(Some(json!(s))),
+        _ => Err(Failure::bad_request(format!("malformed protobuf {what}: its type and value disagree"))),
+    }
 }
 
 fn deployment(mut d: Deployment) -> Result<Value, Failure> {
@@ -225,8 +239,8 @@ fn deployment(mut d: Deployment) -> Result<Value, Failure> {
         put(&mut so, "type", text(st.r#type.take()));
         if let Some(mut ru) = st.rolling_update.take() {
             let mut r = Map::new();
-            put(&mut r, "maxSurge", int_or_string(ru.max_surge.take()));
-            put(&mut r, "maxUnavailable", int_or_string(ru.max_unavailable.take()));
+            put(&mut r, "maxSurge", int_or_string(ru.max_surge.take(), "maxSurge")?);
+            put(&mut r, "maxUnavailable", int_or_string(ru.max_unavailable.take(), "maxUnavailable")?);
             nothing_left(&ru, "spec.strategy.rollingUpdate")?;
             so.insert("rollingUpdate".into(), Value::Object(r));
         }
@@ -250,17 +264,21 @@ fn deployment(mut d: Deployment) -> Result<Value, Failure> {
 }
 
 fn pod_spec(mut ps: PodSpec) -> Result<Value, Failure> {
+    let mut o = Map::new();
     let containers = std::mem::take(&mut ps.containers);
-    put_back_nothing(&ps)?;
+    put(&mut o, "terminationGracePeriodSeconds", ps.termination_grace_period_seconds.take().map(Value::from));
+    put(&mut o, "priorityClassName", text(ps.priority_class_name.take()));
+    let selector = std::mem::take(&mut ps.node_selector);
+    if !selector.is_empty() {
+        o.insert("nodeSelector".into(), strings(selector));
+    }
+    nothing_left(&ps, "spec.template.spec (beyond its containers, terminationGracePeriodSeconds, priorityClassName, nodeSelector)")?;
     let mut list = Vec::new();
     for (i, c) in containers.into_iter().enumerate() {
         list.push(container(c, i)?);
     }
-    Ok(json!({"containers": list}))
-}
-
-fn put_back_nothing(ps: &PodSpec) -> Result<(), Failure> {
-    nothing_left(ps, "spec.template.spec (beyond its containers)")
+    o.insert("containers".into(), json!(list));
+    Ok(Value::Object(o))
 }
 
 fn container(mut c: Container, i: usize) -> Result<Value, Failure> {
@@ -356,13 +374,30 @@ mod tests {
 
     #[test]
     fn zero_fields_are_nothing_and_anything_else_is_something() {
-        assert!(all_zero(&[]));
-        assert!(all_zero(&[0x08, 0x00, 0x12, 0x00, 0x1a, 0x02, 0x08, 0x00]), "0, \"\", a message of a 0");
-        assert!(!all_zero(&[0x08, 0x01]), "1");
-        assert!(!all_zero(&[0x12, 0x01, b'f']), "the string \"f\"");
-        assert!(!all_zero(&[0x12, 0x05, 0x00]), "a length past the end");
-        assert!(!all_zero(&[0x0b]), "a group");
-        assert!(all_zero(&[0x09, 0, 0, 0, 0, 0, 0, 0, 0]) && !all_zero(&[0x0d, 0, 0, 1, 0]), "fixed");
+        assert!(all_zero(&[], 0));
+        assert!(all_zero(&[0x08, 0x00, 0x12, 0x00, 0x1a, 0x02, 0x08, 0x00], 0), "0, \"\", a message of a 0");
+        assert!(!all_zero(&[0x08, 0x01], 0), "1");
+        assert!(!all_zero(&[0x12, 0x01, b'f'], 0), "the string \"f\"");
+        assert!(!all_zero(&[0x12, 0x05, 0x00], 0), "a length past the end");
+        assert!(!all_zero(&[0x0b], 0), "a group");
+        assert!(all_zero(&[0x09, 0, 0, 0, 0, 0, 0, 0, 0], 0) && !all_zero(&[0x0d, 0, 0, 1, 0], 0), "fixed");
+        // Empty messages nested 1,000 deep: no recursion past MAX_DEPTH, and not nothing.
+        let mut deep: Vec<u8> = Vec::new();
+        for _ in 0..1_000 {
+            let mut m = vec![0x0a];
+            let mut n = deep.len();
+            while n >= 0x80 {
+                m.push((n as u8 & 0x7f) | 0x80);
+                n >>= 7;
+            }
+            m.push(n as u8);
+            m.extend_from_slice(&deep);
+            deep = m;
+        }
+        assert!(!all_zero(&deep, 0), "deeper than MAX_DEPTH is something");
+        // A ConfigMap whose managedFields carry bytes nested 3,000 deep: refused, not a crash.
+        let body = include_bytes!("../../../fuzz/regressions/k8s_body/deep-nesting-in-bytes");
+        assert_eq!(decode(body).unwrap_err().code, 415);
     }
 
     #[test]

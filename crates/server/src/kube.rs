@@ -24,6 +24,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
 use crate::app::*;
+use crate::kshared::{failure_of, failure_of_refused};
 
 pub(crate) fn routes(r: Router<App>) -> Router<App> {
     r.route("/version", any(handle))
@@ -60,7 +61,9 @@ async fn handle(
     {
         let served = async {
             let v = viewer(&app, &peer, &headers)?;
-            crate::podexec::serve(&app, &v, &t, uri.query(), &headers, ws.ok()).await
+            let opts = crate::podexec::options(uri.query())?;
+            let pod = pod_of(&app, &v, &t, opts.container.as_deref())?;
+            crate::podexec::serve(&app, &v, pod, opts, &headers, ws.ok()).await
         };
         return served.await.unwrap_or_else(failure);
     }
@@ -208,18 +211,9 @@ async fn pod_log(app: &App, v: &Viewer, t: &Target, q: &HashMap<String, String>)
     }
 }
 
-/// A Pod that runs, as its log and exec find it.
-pub(crate) struct PodRef {
-    pub(crate) name: String,
-    /// The Tandem job it is a task or replica of.
-    pub(crate) job: u64,
-    /// Its node.
-    pub(crate) node: String,
-}
-
 /// The Pod `t` names, as `v` may see it, with a node (its container's name, `container`,
 /// checked where given).
-pub(crate) fn pod_of(app: &App, v: &Viewer, t: &Target, container: Option<&str>) -> Result<PodRef, Failure> {
+pub(crate) fn pod_of(app: &App, v: &Viewer, t: &Target, container: Option<&str>) -> Result<crate::kshared::PodRef, Failure> {
     let name = t.name.clone().ok_or_else(Failure::no_route)?;
     let pods = with_cache(app, "Pod", |c| c.list());
     let pod = pods
@@ -238,20 +232,7 @@ pub(crate) fn pod_of(app: &App, v: &Viewer, t: &Target, container: Option<&str>)
     let Some(node) = pod["spec"]["nodeName"].as_str().map(str::to_string) else {
         return Err(Failure::bad_request(format!("container \"{own}\" in pod \"{name}\" is waiting to start: it has no node yet")));
     };
-    Ok(PodRef { name, job, node })
-}
-
-/// The failure a controller's refusal is, keeping its code (400 stays a bad request).
-pub(crate) fn failure_of_refused(e: &control::Refused) -> Failure {
-    let code = match e {
-        control::Refused::NotFound(_) => 404,
-        control::Refused::Forbidden(_) => 403,
-        control::Refused::Unauthorized(_) => 401,
-        control::Refused::Conflict(_) => 409,
-        control::Refused::Busy(_) => 503,
-        control::Refused::Invalid(_) => 400,
-    };
-    Failure::from_code(code, e.to_string())
+    Ok(crate::kshared::PodRef { name, job, node })
 }
 
 /// The `/openapi/v3` documents, made once: (group-version path, text, hash).
@@ -720,20 +701,6 @@ fn watch(
 /// The Deployment `name` as `v` sees it now (computed afresh), if any.
 fn current(app: &App, v: &Viewer, name: &str) -> Option<Value> {
     with_cache(app, "Deployment", |c| c.list()).into_iter().find(|o| o["metadata"]["name"] == name).and_then(|o| visible(v, o))
-}
-
-/// The failure a Tandem error reply stands for.
-pub(crate) async fn failure_of(r: Response) -> Failure {
-    let code = r.status().as_u16();
-    let body = axum::body::to_bytes(r.into_body(), 1 << 20).await.unwrap_or_default();
-    let msg =
-        serde_json::from_slice::<wire::ApiError>(&body).map(|e| e.error).unwrap_or_else(|_| String::from_utf8_lossy(&body).into_owned());
-    let mut f = Failure::from_code(code, msg);
-    if code == 400 {
-        // The controller refused the spec: to a Kubernetes client that is an invalid object.
-        f = Failure::from_code(422, f.message);
-    }
-    f
 }
 
 /// A ConfigMap or Secret a Deployment written by `v` takes environment values from: a

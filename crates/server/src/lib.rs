@@ -114,6 +114,7 @@ mod failpoint;
 mod hook;
 mod jobs;
 mod journal;
+mod kshared;
 mod kube;
 mod limits;
 mod listen;

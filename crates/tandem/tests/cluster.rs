@@ -399,6 +399,30 @@ fn sstat_shows_a_running_steps_memory_and_cpu_and_sacct_keeps_them() {
     }
 }
 
+/// `srun cat` with megabytes of input: its input and output flow at once (the agent reads the
+/// task's output and writes its input without either waiting on the other), every byte back in
+/// order, and the job it runs in is untouched.
+#[test]
+fn srun_streams_input_and_output_at_once() {
+    let c = Cluster::new("srun-cat", 1, None, 30);
+    let id = c.sbatch(&["--wrap", "sleep 120"]);
+    c.wait_state(id, &["RUNNING"], 30);
+    let input: Vec<u8> = (0..(8u32 << 20)).map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8).collect();
+    let file = c.work.join("cat-input");
+    std::fs::write(&file, &input).unwrap();
+    let o = Command::new(c.shims.join("srun"))
+        .args([&format!("--jobid={id}"), "--overlap", "cat"])
+        .current_dir(&c.work)
+        .env("TANDEM_SERVER", format!("unix://{}", c.sock))
+        .stdin(std::fs::File::open(&file).unwrap())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "srun cat: {}", String::from_utf8_lossy(&o.stderr));
+    assert!(o.stdout == input, "srun cat gave back {} bytes of {}, or not in order", o.stdout.len(), input.len());
+    assert_eq!(c.wait_state(id, &["RUNNING"], 5)["JobState"], "RUNNING", "the job runs on");
+    let _ = c.run("scancel", &[&id.to_string()]);
+}
+
 /// `sattach` started in the background, its output collected as it comes.
 struct Attached {
     child: std::process::Child,

@@ -242,21 +242,27 @@ fn kubectl_and_the_python_client_see_what_squeue_and_tandem_service_see() {
         let o = c.kubectl(k, &["exec", &pod, "--", "sh", "-c", "echo hi; echo oops >&2; exit 3"]);
         assert_eq!((o.status.code(), String::from_utf8_lossy(&o.stdout).as_ref()), (Some(3), "hi\n"), "kubectl exec: {o:?}");
         assert!(String::from_utf8_lossy(&o.stderr).contains("oops"), "kubectl exec: {o:?}");
-        let input: String = (0..20_000).map(|i| format!("{i}\n")).collect();
+        // Input and output at once (cat echoes as it reads): every byte back, in order.
+        let input: String = (0..250_000).map(|i| format!("{i}\n")).collect();
         let mut child = Command::new(k)
-            .args(["exec", "-i", &pod, "--", "sh", "-c", "wc -c; echo done"])
+            .args(["exec", "-i", &pod, "--", "cat"])
             .env("KUBECONFIG", &c.kubeconfig)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        std::io::Write::write_all(&mut child.stdin.take().unwrap(), input.as_bytes()).unwrap();
+        let mut feed = child.stdin.take().unwrap();
+        let sent = input.clone();
+        let feeder = std::thread::spawn(move || std::io::Write::write_all(&mut feed, sent.as_bytes()));
         let o = child.wait_with_output().unwrap();
-        assert_eq!(
-            String::from_utf8_lossy(&o.stdout).split_whitespace().collect::<Vec<_>>(),
-            [input.len().to_string(), "done".into()],
-            "{o:?}"
+        feeder.join().unwrap().unwrap();
+        assert!(
+            o.status.success() && o.stdout == input.as_bytes(),
+            "kubectl exec -i cat: {} of {} bytes: {}",
+            o.stdout.len(),
+            input.len(),
+            String::from_utf8_lossy(&o.stderr)
         );
         let o = c.kubectl(k, &["exec", &pod, "--", "/no/such-command"]);
         assert!(
