@@ -35,9 +35,10 @@ ms() { local t0 t1; t0=$(date +%s%N); "$@" > /dev/null; t1=$(date +%s%N); echo $
 for r in $(seq "$runs"); do
   s=$(ms "$dir/shims/srun" --jobid="$job" --overlap true)
   k=$(ms "$kubectl" exec "$pod" -- true)
+  g=$(ms "$kubectl" get pod "$pod")
   sp=$(ms sh -c "'$dir/shims/srun' --jobid=$job --overlap wc -c < '$dir/input'")
   kp=$(ms sh -c "'$kubectl' exec -i $pod -- wc -c < '$dir/input'")
-  echo "$r $s $k $sp $kp" >> "$dir/times"
+  echo "$r $s $k $sp $kp $g" >> "$dir/times"
 done
 "$dir/shims/scancel" "$job"
 python3 - "$dir/times" "$mb" <<'EOF'
@@ -47,10 +48,11 @@ mb = int(sys.argv[2])
 cols = list(zip(*rows))
 def fig(c):
     return f"{statistics.median(c):.0f} ms ({min(c)}, {max(c)})"
-s, k, sp, kp = cols
+s, k, sp, kp, g = cols
 print(f"rounds: {len(rows)}")
 print(f"| srun --overlap true | {fig(s)} | 1 |")
 print(f"| kubectl exec true | {fig(k)} | {statistics.median(k) / statistics.median(s):.2f}x |")
+print(f"| kubectl get pod (kubectl's own start, its token plugin, one request) | {fig(g)} | {statistics.median(g) / statistics.median(s):.2f}x |")
 print(f"| srun --overlap wc -c < {mb} MiB | {fig(sp)} ({mb * 1000 / statistics.median(sp):.0f} MiB/s) | 1 |")
 print(f"| kubectl exec -i wc -c < {mb} MiB | {fig(kp)} ({mb * 1000 / statistics.median(kp):.0f} MiB/s) | {statistics.median(kp) / statistics.median(sp):.2f}x |")
 EOF

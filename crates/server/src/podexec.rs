@@ -518,7 +518,8 @@ async fn relay(mut ws: WebSocket, v5: bool, s: Session) {
     let mut slot: Option<(Kind, Vec<u8>)> = early.pop_front();
     let mut agent_done = false;
     let mut end: Option<(Instant, Ended)> = None;
-    let mut tick = tokio::time::interval(Duration::from_millis(100));
+    // How often the step's end is looked for (as srun polls: a lookup under the lock).
+    let mut tick = tokio::time::interval(Duration::from_millis(20));
     let mut ping = tokio::time::interval_at(tokio::time::Instant::now() + PING_EVERY, PING_EVERY);
     let mut heard = Instant::now();
     loop {
