@@ -265,7 +265,13 @@ async fn connect(io: &StepIo) -> std::io::Result<tokio_rustls::client::TlsStream
         match tokio::time::timeout(Duration::from_secs(5), tokio::net::TcpStream::connect(&io.addr)).await {
             Ok(Ok(s)) => {
                 let _ = s.set_nodelay(true);
-                return tls.connect(name, s).await;
+                // The handshake is tried again too: a listener that dropped this connection
+                // (one crowded by strangers' connections drops its oldest) takes the next.
+                match tokio::time::timeout(Duration::from_secs(5), tls.connect(name.clone(), s)).await {
+                    Ok(Ok(c)) => return Ok(c),
+                    Ok(Err(e)) => last = Some(e),
+                    Err(_) => last = Some(std::io::Error::new(std::io::ErrorKind::TimedOut, "the TLS handshake timed out")),
+                }
             }
             Ok(Err(e)) => last = Some(e),
             Err(_) => last = Some(std::io::Error::new(std::io::ErrorKind::TimedOut, "connecting timed out")),
