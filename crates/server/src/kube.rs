@@ -121,6 +121,9 @@ async fn serve(
     }
     if method != Method::GET {
         return match route {
+            Route::Objects(t) if t.resource.kind == "Pod" && method == Method::DELETE && t.name.is_some() && t.sub.is_none() => {
+                delete_pod(app, &v, &t, q).await
+            }
             Route::Objects(t) if t.resource.writable() => crate::kube::write(app, &v, method, &t, headers, q, body).await,
             Route::Objects(t) => Err(Failure::method_not_allowed(format!(
                 "{method} {path}: {} are read and watched through Tandem's Kubernetes API; change them with `sbatch`, `scancel` \
@@ -209,6 +212,47 @@ async fn pod_log(app: &App, v: &Viewer, t: &Target, q: &HashMap<String, String>)
         Err(crate::output::FetchError::Refused(e)) => Err(failure_of_refused(&e)),
         Err(crate::output::FetchError::Node(why)) => Err(Failure::from_code(500, why)),
     }
+}
+
+/// `DELETE .../pods/NAME` of a Deployment's Pod: its replica is stopped (`scancel` of its job,
+/// with the same rights: its owner, root, operators) and the service starts another, as a
+/// ReplicaSet replaces a deleted Pod; the Pod is gone once the replica has stopped (kubectl
+/// waits for that). A batch job's Pod ends with its job: a 405 naming `scancel`.
+async fn delete_pod(app: &App, v: &Viewer, t: &Target, q: &HashMap<String, String>) -> Result<Response, Failure> {
+    let name = t.name.clone().ok_or_else(Failure::no_route)?;
+    let dry = match q.get("dryRun").map(String::as_str) {
+        None | Some("") => false,
+        Some("All") => true,
+        Some(other) => return Err(Failure::bad_request(format!("dryRun: {other:?} is not All"))),
+    };
+    let pods = with_cache(app, "Pod", |c| c.list());
+    let mut pod = pods
+        .into_iter()
+        .filter(|o| o["metadata"]["name"] == name.as_str() && t.namespace.as_deref().is_none_or(|ns| o["metadata"]["namespace"] == ns))
+        .find_map(|o| visible(v, o))
+        .ok_or_else(|| Failure::not_found("pods", "", &name))?;
+    let labels = &pod["metadata"]["labels"];
+    let job = labels[format!("{}/job-id", k8s::PREFIX)].as_str().and_then(|j| j.parse::<u64>().ok());
+    let (Some(job), true) = (job, labels[format!("{}/service", k8s::PREFIX)].is_string()) else {
+        return Err(Failure::method_not_allowed(format!(
+            "pods \"{name}\" is a batch job's: it ends with its job (`scancel`); only a Deployment's Pods are deleted here (its replica is replaced)"
+        )));
+    };
+    if !dry {
+        let t = now();
+        match app.with(|c| c.cancel(t, v.uid, job, None)).await {
+            Ok(Ok(())) => app.service_wake.notify_one(),
+            // Already ending: deleting it again is not an error.
+            Ok(Err(control::Refused::Conflict(_))) => {}
+            Ok(Err(e)) => return Err(failure_of_refused(&e)),
+            Err(r) => return Err(failure_of(r).await),
+        }
+        app.wake_nodes();
+    }
+    if pod["metadata"]["deletionTimestamp"].is_null() {
+        pod["metadata"]["deletionTimestamp"] = serde_json::to_value(k8s::objects::time(now())).unwrap_or(Value::Null);
+    }
+    Ok(Json(pod).into_response())
 }
 
 /// The Pod `t` names, as `v` may see it, with a node (its container's name, `container`,

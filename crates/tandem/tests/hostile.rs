@@ -2920,6 +2920,21 @@ fn another_user_cannot_read_the_secrets_of_or_change_a_deployment_through_the_ku
         assert_eq!(st["kind"], "Status");
         assert_eq!(st["reason"], "Forbidden", "{st}");
     }
+    // Nor may she delete its Pod (which would stop the replica for another): 403, it runs on.
+    let mine = "/api/v1/namespaces/default/pods?labelSelector=tandem.dev%2Fservice%3Dsecret-web";
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let pod = loop {
+        let (_, list) = kube_req(&up, "GET", mine, Some(&ta), b"", "application/json");
+        if let Some(n) = list["items"][0]["metadata"]["name"].as_str() {
+            break n.to_string();
+        }
+        assert!(Instant::now() < deadline, "Alice's replica has no Pod: {list}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let (code, st) = kube_req(&up, "DELETE", &format!("/api/v1/namespaces/default/pods/{pod}"), Some(&tm), b"", "application/json");
+    assert_eq!((code, st["reason"].as_str()), (403, Some("Forbidden")), "{st}");
+    let (_, list) = kube_req(&up, "GET", mine, Some(&ta), b"", "application/json");
+    assert!(list["items"][0]["metadata"]["name"] == pod.as_str() && list["items"][0]["metadata"]["deletionTimestamp"].is_null(), "{list}");
     // Malformed, wrong, huge and anonymous requests: clear Status errors.
     // (method, token, body, content type, the status wanted)
     type Bad<'a> = (&'a str, Option<&'a str>, Vec<u8>, &'a str, u16);

@@ -192,7 +192,7 @@ fn kubectl_and_the_python_client_see_what_squeue_and_tandem_service_see() {
         let o = c.kubectl(k, &["get", "pods", "--field-selector", "spec.bogus=1"]);
         assert!(String::from_utf8_lossy(&o.stderr).contains("field label not supported: spec.bogus"), "{o:?}");
         let o = c.kubectl(k, &["delete", "pod", &format!("job-{array}-0"), "--wait=false"]);
-        assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("are read and watched"), "{o:?}");
+        assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("ends with its job (`scancel`)"), "{o:?}");
     }
     for (k, _) in &kubectls {
         let k = k.as_path();
@@ -277,6 +277,15 @@ fn kubectl_and_the_python_client_see_what_squeue_and_tandem_service_see() {
         c.ok(k, &["cp", &format!("{pod}:{}", there.display()), back.to_str().unwrap()]);
         assert_eq!(std::fs::read_to_string(&back).unwrap(), format!("copied by {}\n", k.display()), "kubectl cp from the pod");
         std::fs::remove_file(&there).unwrap();
+        // A Deployment's Pod deleted: its replica stops and another takes its place.
+        let echo_pods = |c: &Kube| c.ok(k, &["get", "pods", "-l", "tandem.dev/service=echo", "-o", "jsonpath={.items[*].metadata.name}"]);
+        let before = echo_pods(&c);
+        assert_eq!(before.split_whitespace().count(), 1, "{before}");
+        let out = c.ok(k, &["delete", "pod", before.trim(), "--timeout=60s"]);
+        assert!(out.contains(&format!("pod \"{}\" deleted", before.trim())), "{out}");
+        let after = c.wait_for(k, &["get", "pods", "-l", "tandem.dev/service=echo"], "Running");
+        assert!(!after.contains(&format!("{} ", before.trim())), "the deleted Pod is gone: {after}");
+        c.ok(k, &["rollout", "status", "deploy/echo", "--timeout=60s"]);
         // attach and port-forward: refused, saying what to use instead.
         for (args, says) in [
             (vec!["attach", &pod], "pods/attach is not served"),
