@@ -152,6 +152,9 @@ pub(crate) async fn serve(
     if final_state {
         return Err(Failure::bad_request(format!("cannot exec into a container in a completed pod ({})", pod.name)));
     }
+    // Before the upgrade's checks: kubectl answered anything but an upgrade tries SPDY next
+    // and prints that answer, so this one must be the same there.
+    let seat = Seat::take(v.uid)?;
     let offered = headers.get("sec-websocket-protocol").and_then(|h| h.to_str().ok()).unwrap_or("");
     let upgrade = headers.get("upgrade").and_then(|h| h.to_str().ok()).unwrap_or("");
     let Some(ws) = ws else {
@@ -169,7 +172,6 @@ pub(crate) async fn serve(
             k8s::exec::PROTOCOLS.join(", ")
         )));
     };
-    let seat = Seat::take(v.uid)?;
     let id = stepio::identity().map_err(|e| Failure::from_code(500, format!("making the session's certificate: {e}")))?;
     let key = stepio::new_key();
     let ip = reachable_ip(app, &pod.node).await;

@@ -2867,6 +2867,36 @@ fn another_user_cannot_exec_into_a_pod_through_the_kubernetes_api() {
     assert_eq!(code, 404, "{st}");
     std::thread::sleep(Duration::from_millis(500));
     assert!(!pwned.exists(), "Mallory's command ran in Alice's Pod");
+    // One user's sessions are capped (16 at once), and a client that goes away ends its
+    // command, giving its session back.
+    let running_execs = || -> usize {
+        let o = up.root(&["sacct", "-j", &id.to_string(), "-n", "-P", "-o", "jobname,state"]);
+        String::from_utf8_lossy(&o.stdout).lines().filter(|l| *l == "kubectl-exec|RUNNING").count()
+    };
+    let mut held = Vec::new();
+    for _ in 0..16 {
+        let mut c = up.cmd(Some(&alice), &ad, &[kubectl.to_str().unwrap()]);
+        c.args(["exec", &pod, "--", "sleep", "300"]).env("KUBECONFIG", ad.join("kc")).env("HOME", &ad);
+        held.push(c.stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap());
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while running_execs() < 16 {
+        assert!(Instant::now() < deadline, "16 sessions never ran: {}", running_execs());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let o = kube(&alice, &ad, &["exec", &pod, "--", "true"]);
+    assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("at most 16 exec sessions"), "{}", text(&o));
+    for mut c in held {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while running_execs() > 0 {
+        assert!(Instant::now() < deadline, "commands outlived their clients: {} still run", running_execs());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let o = kube(&alice, &ad, &["exec", &pod, "--", "true"]);
+    assert!(o.status.success(), "the sessions were given back: {}", text(&o));
     let _ = up.root(&["scancel", &id.to_string()]);
     let _ = std::fs::remove_dir_all(&root);
 }
