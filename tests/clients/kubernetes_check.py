@@ -7,6 +7,7 @@ strict). Prints one `ok ...` line per check; exits non-zero at the first failure
 """
 
 import json
+import os
 import ssl
 import subprocess
 import sys
@@ -251,3 +252,51 @@ except client.ApiException as e:
     check(e.status == 409 and json.loads(e.body)["reason"] == "AlreadyExists", f"409: {e.body}")
 apps.delete_namespaced_deployment("pyweb", "default")
 print("ok writes")
+
+# A Job through BatchV1Api: created (an sbatch array), watched to Complete, each Pod's index
+# in its log, suspended and resumed with patches, deleted.
+job_body = client.V1Job(
+    metadata=client.V1ObjectMeta(name="pyjob"),
+    spec=client.V1JobSpec(
+        completions=2,
+        parallelism=2,
+        completion_mode="Indexed",
+        suspend=True,
+        template=client.V1PodTemplateSpec(
+            spec=client.V1PodSpec(
+                restart_policy="Never",
+                containers=[
+                    client.V1Container(name="c", command=["sh", "-c", "echo py-index=$JOB_COMPLETION_INDEX"], working_dir=os.getcwd())
+                ],
+            )
+        ),
+    ),
+)
+made = batch.create_namespaced_job("default", job_body)
+check(made.metadata.name == "pyjob" and made.spec.suspend, f"create job: {made.spec}")
+kubernetes_validate.validate(raw("/apis/batch/v1/namespaces/default/jobs/pyjob"), "1.37.0", strict=True)
+batch.patch_namespaced_job("pyjob", "default", {"spec": {"suspend": False}})
+done = False
+for ev in watch.Watch().stream(batch.list_namespaced_job, "default", field_selector="metadata.name=pyjob", timeout_seconds=60):
+    conds = ev["object"].status.conditions or []
+    if any(c.type == "Complete" and c.status == "True" for c in conds):
+        done = True
+        break
+check(done, "the Job never completed")
+pods = core.list_namespaced_pod("default", label_selector="job-name=pyjob").items
+logs = sorted(core.read_namespaced_pod_log(p.metadata.name, "default").strip() for p in pods)
+check(logs == ["py-index=0", "py-index=1"], f"job logs: {logs}")
+for p in pods:
+    kubernetes_validate.validate(raw(f"/api/v1/namespaces/default/pods/{p.metadata.name}"), "1.37.0", strict=True)
+try:
+    batch.patch_namespaced_job("pyjob", "default", {"spec": {"completions": 5}})
+    check(False, "a change of completions was accepted")
+except client.ApiException as e:
+    check(e.status == 422 and "immutable" in e.body, f"422: {e.body}")
+batch.delete_namespaced_job("pyjob", "default")
+try:
+    batch.read_namespaced_job("pyjob", "default")
+    check(False, "a deleted Job reads")
+except client.ApiException as e:
+    check(e.status == 404, f"404: {e.body}")
+print("ok jobs")

@@ -867,15 +867,17 @@ fn run(args: &[String]) -> Result<Never> {
 /// namespace in which the user is root (with `sub`, the user's first subordinate id is root
 /// and the user is itself), and in it `tandem __container-root` builds the root filesystem
 /// and runs `runc run --detach`.
-fn create(
-    shared: &Path,
-    id: &str,
-    mut spec: oci_spec::runtime::Spec,
-    made: &str,
-    sub: Option<(u32, u32)>,
-    uid: u32,
-    gid: u32,
-) -> Result<()> {
+fn create(shared: &Path, id: &str, spec: oci_spec::runtime::Spec, made: &str, sub: Option<(u32, u32)>, uid: u32, gid: u32) -> Result<()> {
+    // The container is made under umask 022 whatever the job's (a job submitted under umask
+    // 077 would make its root's directories its subordinate root's alone, which process 1,
+    // running as the user, cannot enter); the task inside still runs under the job's umask.
+    let job_umask = nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o022));
+    let made = make(shared, id, spec, made, sub, uid, gid);
+    nix::sys::stat::umask(job_umask);
+    made
+}
+
+fn make(shared: &Path, id: &str, mut spec: oci_spec::runtime::Spec, made: &str, sub: Option<(u32, u32)>, uid: u32, gid: u32) -> Result<()> {
     std::fs::write(shared.join("digest"), made)?;
     if let Some(p) = spec.process_mut() {
         p.set_args(Some(vec![image::spec::INIT_PATH.to_string(), "-P".to_string()]));

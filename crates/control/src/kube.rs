@@ -27,6 +27,11 @@ pub struct KubeObject {
 }
 
 impl KubeObject {
+    /// Whether it is a deleted Job's tombstone ([`Controller::bury_kube_job`]).
+    pub fn buried(&self) -> bool {
+        self.data["deleted"] == true
+    }
+
     /// Its key.
     pub fn key(&self) -> KubeKey {
         (self.kind.clone(), self.namespace.clone(), self.name.clone())
@@ -69,6 +74,44 @@ impl Controller {
         self.kube.remove(key);
         self.dirty_kube.push((key.clone(), None));
         Ok(())
+    }
+
+    /// Deletes the Job of `key`, leaving a tombstone (`"deleted": true` in its data, under the
+    /// name `NAME#JOB`, which no object can have): its job, cancelled, stays hidden from the
+    /// Kubernetes API's views until it leaves memory, when [`Controller::purge`] drops the
+    /// tombstone. The name is free at once.
+    pub fn bury_kube_job(&mut self, uid: u32, key: &KubeKey) -> Result<(), crate::Refused> {
+        let Some(old) = self.kube.get(key).filter(|o| !o.buried()).cloned() else {
+            return Err(crate::Refused::NotFound(format!("no {} named {}", key.0, key.2)));
+        };
+        self.delete_kube_object(uid, key)?;
+        let mut o = old;
+        o.name = format!("{}#{}", o.name, o.data["job"]);
+        o.data["deleted"] = serde_json::Value::Bool(true);
+        let k = o.key();
+        self.kube.insert(k.clone(), o.clone());
+        self.dirty_kube.push((k, Some(o)));
+        Ok(())
+    }
+
+    /// Drops the tombstones of buried Jobs whose jobs have left memory.
+    pub(crate) fn drop_buried(&mut self) {
+        let gone: Vec<KubeKey> = self
+            .kube
+            .values()
+            .filter(|o| o.kind == "Job" && o.buried())
+            .filter(|o| {
+                o.data["job"].as_u64().is_none_or(|id| {
+                    self.tail_of(id).is_none()
+                        && !self.jobs.values().any(|j| j.req.id.0 == id || j.array.is_some_and(|a| a.array_job == id))
+                })
+            })
+            .map(KubeObject::key)
+            .collect();
+        for key in gone {
+            self.kube.remove(&key);
+            self.dirty_kube.push((key, None));
+        }
     }
 
     /// Takes the stored objects as loaded.

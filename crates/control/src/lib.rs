@@ -2151,12 +2151,46 @@ impl Controller {
         } else {
             JobEvent::Exit(code)
         };
+        // A failed run of a job that runs failures again (a Kubernetes Job's backoffLimit):
+        // again while the array's failures so far are under its limit; past it, the array's
+        // other tasks are cancelled (the Job failed).
+        let mut exceeded = None;
+        if let (JobEvent::Exit(c), Some(limit)) = (ev, j.spec.retries)
+            && c != 0
+        {
+            let (id, array, own) = (e.job, j.array.map(|a| a.array_job), j.failed_runs);
+            let failed: u32 = match array {
+                Some(a) => self.jobs.values().filter(|x| x.array.is_some_and(|y| y.array_job == a)).map(|x| x.failed_runs).sum(),
+                None => own,
+            };
+            if failed < limit {
+                let j = self.jobs.get_mut(&id).expect("listed");
+                j.failed_runs += 1;
+                j.message = Some(format!("exit code {c}: run again (failure {} of the {limit} allowed)", failed + 1));
+                self.requeue_job(id, true);
+                return;
+            }
+            exceeded = Some(array.unwrap_or(id));
+        }
+        let j = self.jobs.get_mut(&e.job).expect("listed");
         j.state = j.state.step(ev).expect("a running job can end");
         let usage = self.job_usage(e.job);
         let (acct, user) = (self.jobs[&e.job].req.account.clone(), self.jobs[&e.job].req.user.clone());
         self.fairshare.accrue(&acct, &user, usage);
         self.learn(e.job);
         self.release(e.job);
+        if let Some(a) = exceeded {
+            let by = self.jobs[&e.job].spec.uid;
+            let mut ids: Vec<u64> = self
+                .jobs
+                .values()
+                .filter(|x| x.array.is_some_and(|y| y.array_job == a) && !x.state.is_final())
+                .map(|x| x.req.id.0)
+                .collect();
+            ids.extend(self.lazy.get(&a).map(|t| t.ids()).into_iter().flatten());
+            // Refusals (a task that ended meanwhile) leave nothing to do.
+            let _ = self.cancel_many(now, by, ids, None);
+        }
     }
 
     /// Records a finished job's actual run time in the history predictions learn from: its
@@ -2454,6 +2488,7 @@ impl Controller {
                 && j.array.is_none_or(|a| !needed.contains(&a.array_job)))
         });
         self.purge_tails(now, age, &needed);
+        self.drop_buried();
     }
 
     /// Sets a pending job's reason and expected start. Both are derived from the queue by every

@@ -591,6 +591,7 @@ impl Controller {
             umask: svc.umask,
             // Checked when the service was applied.
             container: spec.container(&workdir).ok().flatten(),
+            retries: None,
         };
         let job = Job {
             replica: Some(ReplicaInfo {

@@ -22,6 +22,7 @@ pub(super) fn spec(uid: u32) -> JobSpec {
         login_env: false,
         umask: None,
         container: None,
+        retries: None,
     }
 }
 
@@ -565,6 +566,78 @@ fn a_requeued_finished_job_is_scheduled_again() {
     c.tick(4);
     let j = c.job(a).unwrap();
     assert_eq!((j.state, j.epoch, j.restart_count), (JobState::Running, 2, 1));
+}
+
+#[test]
+fn failed_runs_run_again_up_to_the_limit_then_the_array_is_cancelled() {
+    // A Kubernetes Job's backoffLimit: an array's failures counted together.
+    let mut c = cluster(1, 0);
+    let mut s = spec(1);
+    s.retries = Some(2);
+    let ids = c.submit(0, s, &batch(&["--array=0-2%1"]), "a").unwrap();
+    let first = ids[0];
+    c.tick(1);
+    let fail = |c: &mut Controller, t: i64, id: u64| {
+        let epoch = c.job(id).unwrap().epoch;
+        c.hb(t, "n0", &[], &[ended(id, epoch, Some(3), None)]).unwrap();
+        c.tick(t + 1);
+    };
+    assert_eq!(c.job(first).unwrap().state, JobState::Running);
+    fail(&mut c, 2, first);
+    let j = c.job(first).unwrap();
+    assert_eq!((j.state, j.failed_runs, j.restart_count), (JobState::Running, 1, 1), "run again: {:?}", j.message);
+    // Success ends a task as always.
+    let epoch = j.epoch;
+    c.hb(4, "n0", &[], &[ended(first, epoch, Some(0), None)]).unwrap();
+    c.tick(5);
+    assert_eq!(c.job(first).unwrap().state, JobState::Completed);
+    let second = c.jobs().find(|j| j.array.is_some_and(|a| a.task == 1)).unwrap().req.id.0;
+    assert_eq!(c.job(second).unwrap().state, JobState::Running);
+    fail(&mut c, 6, second);
+    assert_eq!(c.job(second).unwrap().failed_runs, 1, "the second failure of the array");
+    // The third failure is past the limit of 2: the task fails and the rest is cancelled.
+    fail(&mut c, 8, second);
+    assert_eq!(c.job(second).unwrap().state, JobState::Failed);
+    let third = c.jobs_from_where(0, false, |_| true).first_of_tails(false).find(|j| j.array.is_some_and(|a| a.task == 2)).map(|j| j.state);
+    assert_eq!(third, Some(JobState::Cancelled));
+    // Without retries (sbatch's), a failure ends the job.
+    let plain = c.submit(10, spec(1), &batch(&[]), "a").unwrap()[0];
+    c.tick(11);
+    fail(&mut c, 12, plain);
+    assert_eq!(c.job(plain).unwrap().state, JobState::Failed);
+}
+
+#[test]
+fn a_deleted_jobs_tombstone_frees_its_name_and_goes_when_its_job_leaves_memory() {
+    let mut c = cluster(1, 0);
+    let id = c.submit(0, spec(1), &batch(&[]), "a").unwrap()[0];
+    c.tick(1);
+    let o = kube::KubeObject {
+        kind: "Job".into(),
+        namespace: "default".into(),
+        name: "pi".into(),
+        uid: 1,
+        created: 0,
+        data: serde_json::json!({"job": id}),
+    };
+    let key = o.key();
+    c.put_kube_object(1, o.clone()).unwrap();
+    assert!(matches!(c.bury_kube_job(2, &key), Err(Refused::Forbidden(_))), "only its owner");
+    c.bury_kube_job(1, &key).unwrap();
+    assert!(c.kube_object(&key).is_none(), "the name is free");
+    let tomb = ("Job".to_string(), "default".to_string(), format!("pi#{id}"));
+    assert!(c.kube_object(&tomb).is_some_and(|t| t.buried()));
+    assert!(matches!(c.bury_kube_job(1, &key), Err(Refused::NotFound(_))));
+    // Another user may take the name at once.
+    c.put_kube_object(2, kube::KubeObject { uid: 2, ..o }).unwrap();
+    // The job ends and leaves memory: its tombstone goes with it.
+    let epoch = c.job(id).unwrap().epoch;
+    c.hb(2, "n0", &[], &[ended(id, epoch, Some(0), None)]).unwrap();
+    c.tick(100);
+    assert!(c.kube_object(&tomb).is_some(), "its job is still in memory");
+    c.tick(400);
+    assert!(c.job(id).is_none() && c.kube_object(&tomb).is_none());
+    assert_eq!(c.kube_object(&key).map(|o| o.uid), Some(2));
 }
 
 #[test]

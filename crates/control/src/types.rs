@@ -61,6 +61,12 @@ pub struct JobSpec {
     /// `sbatch --container-image` and the rest: the batch script runs in this image.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub container: Option<slurmcli::Container>,
+    /// How many failed runs (a batch script that exits non-zero or is killed by a signal) run
+    /// again, an array's tasks counted together: a Kubernetes Job's `backoffLimit`. Once one
+    /// more fails, the array's other tasks are cancelled. `None` (sbatch's): a failed run ends
+    /// its job.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retries: Option<u32>,
 }
 
 impl JobSpec {
@@ -107,6 +113,7 @@ impl JobSpec {
             login_env: false,
             umask: None,
             container: None,
+            retries: None,
         }
     }
 }
@@ -464,6 +471,9 @@ pub struct Job {
     pub last_allocs: Vec<(String, Alloc)>,
     /// Times requeued (`SLURM_RESTART_COUNT`).
     pub restart_count: u32,
+    /// Its failed runs that ran again ([`JobSpec::retries`]).
+    #[serde(default, skip_serializing_if = "none_failed")]
+    pub failed_runs: u32,
     /// Array position.
     pub array: Option<ArrayInfo>,
     /// Steps of the current run.
@@ -560,6 +570,7 @@ impl Job {
             allocs: Vec::new(),
             last_allocs: Vec::new(),
             restart_count: 0,
+            failed_runs: 0,
             array: None,
             steps: Vec::new(),
             epoch: 0,
@@ -1071,4 +1082,8 @@ impl ArrayRecord {
 /// Serde default of fields that were always on before they were kept.
 pub(crate) fn yes() -> bool {
     true
+}
+
+fn none_failed(n: &u32) -> bool {
+    *n == 0
 }

@@ -38,7 +38,7 @@ impl Resource {
     /// Whether it is written through this API (the others are read and watched only; README,
     /// "For Kubernetes users").
     pub fn writable(&self) -> bool {
-        matches!(self.kind, "Deployment" | "Service" | "ConfigMap" | "Secret")
+        matches!(self.kind, "Deployment" | "Job" | "Service" | "ConfigMap" | "Secret")
     }
 
     /// Whether its objects are stored as written (not views of Tandem's own records).

@@ -22,6 +22,7 @@
 
 pub mod api;
 pub mod exec;
+pub mod jobs;
 pub mod objects;
 pub mod openapi;
 pub mod patch;

@@ -39,6 +39,37 @@ pub struct Task {
     pub info: JobInfo,
     /// The image its batch step runs in (`--container-image`), if any.
     pub image: Option<String>,
+    /// The Job it was written as through the Kubernetes API, if it was.
+    pub kube: Option<std::sync::Arc<KubeJob>>,
+}
+
+/// A Job written through the Kubernetes API: its name, when, and what is stored of it
+/// ([`crate::jobs::WrittenJob::stored`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct KubeJob {
+    /// Its name.
+    pub name: String,
+    /// When it was written, Unix seconds.
+    pub created: i64,
+    /// Its metadata's labels and annotations and its spec, as written (and changed since).
+    pub stored: serde_json::Value,
+}
+
+impl KubeJob {
+    /// Whether its Pods have indices (`completionMode: Indexed`).
+    fn indexed(&self) -> bool {
+        self.stored["spec"]["completionMode"] == "Indexed"
+    }
+
+    /// Its template's labels, as written.
+    fn template_labels(&self) -> Vec<(String, String)> {
+        self.stored["spec"]["template"]["metadata"]["labels"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+            .collect()
+    }
 }
 
 /// A service as the controller shows it, with what `ServiceInfo` leaves out.
@@ -340,10 +371,11 @@ fn exit_of(code: &str) -> (i32, i32) {
 pub fn job(tasks: &[&Task]) -> Job {
     let first = &tasks[0].info;
     let id = first.array_job_id.or(first.het_job_id).unwrap_or(first.id);
-    let name = job_name(id);
-    let created = tasks.iter().map(|t| t.info.submit).min().unwrap_or(first.submit);
+    let kube = tasks[0].kube.as_deref();
+    let (name, created) = job_identity(tasks);
     let the_uid = uid("Job", &name, created);
     let array = first.array_job_id.is_some();
+    let indexed = kube.map_or(array, KubeJob::indexed);
     let count = if first.het_job_id.is_some() { 1 } else { tasks.len() as i32 };
     let (mut active, mut succeeded, mut failed, mut suspended) = (0, 0, 0, false);
     for t in tasks {
@@ -366,6 +398,15 @@ pub fn job(tasks: &[&Task]) -> Job {
     let end = tasks.iter().filter_map(|t| t.info.end).max();
     let mut conditions = Vec::new();
     if suspended {
+        conditions.push(JobCondition {
+            type_: "Suspended".into(),
+            status: "True".into(),
+            reason: Some("JobSuspended".into()),
+            message: Some("Job suspended".into()),
+            ..Default::default()
+        });
+    }
+    if !done && !suspended && kube.is_some_and(|k| k.stored["spec"]["suspend"] == true) {
         conditions.push(JobCondition {
             type_: "Suspended".into(),
             status: "True".into(),
@@ -417,18 +458,22 @@ pub fn job(tasks: &[&Task]) -> Job {
         let ids: Vec<String> = tasks.iter().filter_map(|t| t.info.array_task_id).map(|i| i.to_string()).collect();
         annotations.insert(format!("{PREFIX}/array-indexes"), ids.join(","));
     }
-    let completed: Vec<String> =
-        tasks.iter().filter(|t| t.info.base_state() == "COMPLETED").filter_map(|t| t.info.array_task_id).map(|i| i.to_string()).collect();
-    Job {
-        metadata: ObjectMeta {
-            labels: labels(&[(&format!("{PREFIX}/user"), &first.user), (&format!("{PREFIX}/partition"), &first.partition)]),
-            annotations: Some(annotations),
-            ..meta(&name, true, the_uid.clone(), Some(created))
-        },
-        spec: Some(JobSpec {
+    let completed = index_ranges(tasks.iter().filter(|t| t.info.base_state() == "COMPLETED").filter_map(|t| t.info.array_task_id));
+    let mut job_labels = labels(&[(&format!("{PREFIX}/user"), &first.user), (&format!("{PREFIX}/partition"), &first.partition)]);
+    let spec = match kube {
+        Some(k) => {
+            for (key, v) in k.stored["metadata"]["labels"].as_object().into_iter().flatten() {
+                job_labels.get_or_insert_default().insert(key.clone(), v.as_str().unwrap_or_default().to_string());
+            }
+            for (key, v) in k.stored["metadata"]["annotations"].as_object().into_iter().flatten() {
+                annotations.entry(key.clone()).or_insert_with(|| v.as_str().unwrap_or_default().to_string());
+            }
+            kube_spec(k, &the_uid)
+        }
+        None => JobSpec {
             parallelism: Some(first.array_max_running.map_or(count, |m| (m as i32).min(count))),
             completions: Some(count),
-            completion_mode: Some(if array { "Indexed" } else { "NonIndexed" }.into()),
+            completion_mode: Some(if indexed { "Indexed" } else { "NonIndexed" }.into()),
             backoff_limit: Some(0),
             active_deadline_seconds: first.time_limit,
             suspend: Some(false),
@@ -445,7 +490,11 @@ pub fn job(tasks: &[&Task]) -> Job {
                 }),
             },
             ..Default::default()
-        }),
+        },
+    };
+    Job {
+        metadata: ObjectMeta { labels: job_labels, annotations: Some(annotations), ..meta(&name, true, the_uid.clone(), Some(created)) },
+        spec: Some(spec),
         status: Some(JobStatus {
             active: (active > 0).then_some(active),
             succeeded: (succeeded > 0).then_some(succeeded),
@@ -453,11 +502,78 @@ pub fn job(tasks: &[&Task]) -> Job {
             ready: Some(active),
             start_time: start.and_then(time),
             completion_time: if done && failed == 0 { end.and_then(time) } else { None },
-            completed_indexes: (array && !completed.is_empty()).then(|| completed.join(",")),
+            completed_indexes: (indexed && !completed.is_empty()).then_some(completed),
             conditions: (!conditions.is_empty()).then_some(conditions),
             ..Default::default()
         }),
     }
+}
+
+/// Indices as Kubernetes writes `completedIndexes`: ascending, runs as ranges (`0-2,5`).
+fn index_ranges(indices: impl Iterator<Item = u32>) -> String {
+    let mut v: Vec<u32> = indices.collect();
+    v.sort_unstable();
+    v.dedup();
+    let mut out: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < v.len() {
+        let mut j = i;
+        while j + 1 < v.len() && v[j + 1] == v[j] + 1 {
+            j += 1;
+        }
+        out.push(if j == i { v[i].to_string() } else { format!("{}-{}", v[i], v[j]) });
+        i = j + 1;
+    }
+    out.join(",")
+}
+
+/// A job's Job name and creation time: as written through the Kubernetes API, else
+/// `job-ID` and its first submission.
+fn job_identity(tasks: &[&Task]) -> (String, i64) {
+    let first = &tasks[0].info;
+    match tasks[0].kube.as_deref() {
+        Some(k) => (k.name.clone(), k.created),
+        None => {
+            let id = first.array_job_id.or(first.het_job_id).unwrap_or(first.id);
+            (job_name(id), tasks.iter().map(|t| t.info.submit).min().unwrap_or(first.submit))
+        }
+    }
+}
+
+/// The labels Kubernetes gives a Job's template and Pods.
+fn job_pod_labels(name: &str, job_uid: &str) -> [(&'static str, String); 4] {
+    [
+        ("batch.kubernetes.io/controller-uid", job_uid.to_string()),
+        ("batch.kubernetes.io/job-name", name.to_string()),
+        ("controller-uid", job_uid.to_string()),
+        ("job-name", name.to_string()),
+    ]
+}
+
+/// A written Job's spec as it reads: as written, with Kubernetes' defaults and the selector
+/// and template labels its uid makes.
+fn kube_spec(k: &KubeJob, job_uid: &str) -> JobSpec {
+    let mut s: JobSpec = serde_json::from_value(k.stored["spec"].clone()).unwrap_or_default();
+    s.parallelism.get_or_insert(1);
+    s.completions.get_or_insert(1);
+    s.completion_mode.get_or_insert_with(|| "NonIndexed".into());
+    s.backoff_limit.get_or_insert(crate::jobs::DEFAULT_BACKOFF_LIMIT as i32);
+    s.suspend.get_or_insert(false);
+    s.manual_selector = Some(false);
+    s.selector = Some(LabelSelector { match_labels: labels(&[("batch.kubernetes.io/controller-uid", job_uid)]), ..Default::default() });
+    let l = s.template.metadata.get_or_insert_default().labels.get_or_insert_default();
+    for (key, v) in job_pod_labels(&k.name, job_uid) {
+        l.insert(key.into(), v);
+    }
+    s
+}
+
+/// A short suffix for a written Job's Pod (as Kubernetes' random one), from its Job's uid and
+/// its place: five letters and digits.
+fn pod_suffix(job_uid: &str, index: u32, rank: usize) -> String {
+    let u = uid("PodSuffix", job_uid, i64::from(index) << 16 | rank as i64);
+    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    u.bytes().filter(u8::is_ascii_hexdigit).take(5).map(|b| ALPHABET[(b as usize * 7) % ALPHABET.len()] as char).collect()
 }
 
 /// The container of a batch task (`cpus`, memory and GPUs: on that node, else the request).
@@ -484,11 +600,9 @@ fn batch_container(t: &Task, on: Option<&wire::NodeAllocInfo>) -> Container {
 /// The Pods of one job's tasks: one per task and node it holds (a pending task: one per node it
 /// asks for).
 pub fn job_pods(tasks: &[&Task], addrs: &BTreeMap<String, String>) -> Vec<Pod> {
-    let first = &tasks[0].info;
-    let id = first.array_job_id.or(first.het_job_id).unwrap_or(first.id);
-    let jname = job_name(id);
-    let created = tasks.iter().map(|t| t.info.submit).min().unwrap_or(first.submit);
+    let (jname, created) = job_identity(tasks);
     let job_uid = uid("Job", &jname, created);
+    let kube = tasks[0].kube.as_deref();
     let mut out = Vec::new();
     for t in tasks {
         let info = &t.info;
@@ -500,7 +614,11 @@ pub fn job_pods(tasks: &[&Task], addrs: &BTreeMap<String, String>) -> Vec<Pod> {
         };
         let several = nodes.len() > 1;
         for (rank, on) in nodes.into_iter().enumerate() {
-            let name = if several { format!("{jname}-{index}-{rank}") } else { format!("{jname}-{index}") };
+            let mut name = if several { format!("{jname}-{index}-{rank}") } else { format!("{jname}-{index}") };
+            if kube.is_some() {
+                // Not to be taken for a Deployment's Pod (`NAME-ID`): Kubernetes' own suffix.
+                name = format!("{name}-{}", pod_suffix(&job_uid, index, rank));
+            }
             out.push(task_pod(t, &name, &jname, &job_uid, index, on, addrs));
         }
     }
@@ -527,21 +645,17 @@ fn task_pod(
         _ => "Running",
     };
     let index_s = index.to_string();
-    let mut lab = vec![
-        ("batch.kubernetes.io/controller-uid", job_uid),
-        ("batch.kubernetes.io/job-name", jname),
-        ("controller-uid", job_uid),
-        ("job-name", jname),
-    ];
-    if info.array_job_id.is_some() {
-        lab.push(("batch.kubernetes.io/job-completion-index", &index_s));
+    let kube = t.kube.as_deref();
+    let indexed = kube.map_or(info.array_job_id.is_some(), KubeJob::indexed);
+    let mut lab: BTreeMap<String, String> = kube.map(KubeJob::template_labels).unwrap_or_default().into_iter().collect();
+    lab.extend(job_pod_labels(jname, job_uid).into_iter().map(|(k, v)| (k.to_string(), v)));
+    if indexed {
+        lab.insert("batch.kubernetes.io/job-completion-index".into(), index_s.clone());
     }
-    let id_s = info.id.to_string();
-    let uid_key = format!("{PREFIX}/job-id");
-    lab.push((&uid_key, &id_s));
+    lab.insert(format!("{PREFIX}/job-id"), info.id.to_string());
     let mut annotations =
         BTreeMap::from([(format!("{PREFIX}/job-id"), info.display_id.clone()), (UID_ANNOTATION.to_string(), info.uid.to_string())]);
-    if info.array_job_id.is_some() {
+    if indexed {
         annotations.insert("batch.kubernetes.io/job-completion-index".into(), index_s.clone());
     }
     // A run preempted and requeued: who preempted it (the `Preempted` event).
@@ -550,7 +664,15 @@ fn task_pod(
     }
     let node = on.map(|a| a.name.clone());
     let ip = node.as_ref().and_then(|n| addrs.get(n)).map(|a| host_of(a));
-    let container = batch_container(t, on);
+    let mut container = batch_container(t, on);
+    if let Some(mut c) =
+        kube.and_then(|k| serde_json::from_value::<Container>(k.stored["spec"]["template"]["spec"]["containers"][0].clone()).ok())
+    {
+        // A written Job's Pod: its container as written, with what it was given.
+        c.resources = container.resources.take();
+        container = c;
+    }
+    let restart = kube.and_then(|k| k.stored["spec"]["template"]["spec"]["restartPolicy"].as_str()).unwrap_or("Never").to_string();
     let (exit, signal) = exit_of(&info.exit_code);
     let cstate = if fin {
         let reason = match state {
@@ -585,7 +707,7 @@ fn task_pod(
     let conditions = pod_conditions(scheduled, &info.reason, running, fin.then(|| "PodCompleted".into()), None);
     Pod {
         metadata: ObjectMeta {
-            labels: labels(&lab),
+            labels: Some(lab),
             annotations: Some(annotations),
             owner_references: Some(vec![OwnerReference {
                 api_version: "batch/v1".into(),
@@ -600,7 +722,7 @@ fn task_pod(
         spec: Some(PodSpec {
             containers: vec![container.clone()],
             node_name: node,
-            restart_policy: Some("Never".into()),
+            restart_policy: Some(restart),
             scheduler_name: Some("tandem".into()),
             priority_class_name: (!info.qos.is_empty() && label_value_ok(&info.qos)).then(|| info.qos.clone()),
             ..Default::default()
@@ -1014,7 +1136,7 @@ mod tests {
     }
 
     fn task(id: u64, state: &str, extra: Value) -> Task {
-        Task { info: info(id, state, extra), image: None }
+        Task { info: info(id, state, extra), image: None, kube: None }
     }
 
     fn alloc(node: &str) -> Value {
@@ -1062,6 +1184,56 @@ mod tests {
         let t = task(5, "PENDING", json!({"message": "held by its user"}));
         let pod = serde_json::to_value(&job_pods(&[&t], &BTreeMap::new())[0]).unwrap();
         assert!(events(&[pod], &[]).iter().all(|e| e["reason"] != "Preempted"));
+    }
+
+    #[test]
+    fn a_written_job_reads_with_its_name_spec_and_template() {
+        let stored = json!({"metadata": {"name": "pi", "labels": {"team": "a"}},
+            "spec": {"completions": 3, "completionMode": "Indexed", "suspend": true,
+                "template": {"metadata": {"labels": {"app": "pi"}}, "spec": {"restartPolicy": "OnFailure",
+                    "containers": [{"name": "calc", "image": "busybox", "command": ["true"]}]}}}, "job": 10});
+        let kube = std::sync::Arc::new(KubeJob { name: "pi".into(), created: 1_800_000_000, stored });
+        let mut tasks = vec![
+            task(10, "COMPLETED", json!({"array_job_id": 10, "array_task_id": 0, "allocation": alloc("n1")})),
+            task(11, "COMPLETED", json!({"array_job_id": 10, "array_task_id": 1, "allocation": alloc("n1")})),
+            task(12, "PENDING", json!({"array_job_id": 10, "array_task_id": 2, "start": null})),
+        ];
+        for t in &mut tasks {
+            t.kube = Some(kube.clone());
+        }
+        let groups = group_jobs(&tasks);
+        let j = serde_json::to_value(job(&groups[0])).unwrap();
+        assert_eq!(j["metadata"]["name"], "pi");
+        assert_eq!(j["metadata"]["labels"]["team"], "a");
+        assert_eq!(j["metadata"]["annotations"]["tandem.dev/job-id"], "10");
+        assert_eq!(
+            (j["spec"]["completions"].as_i64(), j["spec"]["parallelism"].as_i64(), j["spec"]["backoffLimit"].as_i64()),
+            (Some(3), Some(1), Some(6))
+        );
+        assert_eq!(j["status"]["completedIndexes"], "0-1");
+        assert_eq!(j["status"]["conditions"][0]["type"], "Suspended");
+        let sel = &j["spec"]["selector"]["matchLabels"]["batch.kubernetes.io/controller-uid"];
+        assert_eq!(&j["spec"]["template"]["metadata"]["labels"]["batch.kubernetes.io/controller-uid"], sel);
+        assert_eq!(j["spec"]["template"]["metadata"]["labels"]["job-name"], "pi");
+        let pods: Vec<Value> = job_pods(&groups[0], &BTreeMap::new()).into_iter().map(|p| serde_json::to_value(p).unwrap()).collect();
+        let names: Vec<&str> = pods.iter().map(|p| p["metadata"]["name"].as_str().unwrap()).collect();
+        assert!(names.iter().enumerate().all(|(i, n)| n.starts_with(&format!("pi-{i}-")) && n.len() == 10), "{names:?}");
+        assert_ne!(names[0][5..], names[1][5..], "suffixes differ");
+        let p = &pods[1];
+        assert_eq!(p["metadata"]["labels"]["app"], "pi");
+        assert_eq!(p["metadata"]["labels"]["batch.kubernetes.io/job-completion-index"], "1");
+        assert_eq!(&p["metadata"]["labels"]["controller-uid"], sel);
+        assert_eq!(p["metadata"]["ownerReferences"][0]["name"], "pi");
+        assert_eq!(p["spec"]["containers"][0]["name"], "calc");
+        assert_eq!(p["spec"]["restartPolicy"], "OnFailure");
+        assert_eq!(index_ranges([5, 0, 1, 2, 9, 8].into_iter()), "0-2,5,8-9");
+        // `kubectl describe job`'s Events: a Pod created for each task, suspended.
+        let ev = job_events(&[j], &pods);
+        let said: Vec<(&str, &str)> = ev.iter().map(|e| (e["reason"].as_str().unwrap(), e["message"].as_str().unwrap())).collect();
+        assert_eq!(said.len(), 4, "{said:?}");
+        assert!(said[..3].iter().zip(&names).all(|((r, m), n)| *r == "SuccessfulCreate" && *m == format!("Created pod: {n}")), "{said:?}");
+        assert_eq!(said[3], ("Suspended", "Job suspended"));
+        assert_eq!(ev[0]["involvedObject"]["kind"], "Job");
     }
 
     #[test]
@@ -1289,6 +1461,46 @@ pub fn deployment_events(deployments: &[serde_json::Value], replica_sets: &[serd
         ev["metadata"]["uid"] = serde_json::json!(uid("Event", &ev_name, 0));
         ev["metadata"]["name"] = serde_json::json!(ev_name);
         out.push(ev);
+    }
+    out
+}
+
+/// A Job's Events, derived from its Pods and conditions as they are now (`kubectl describe
+/// job`): `SuccessfulCreate` per Pod ("Created pod: NAME"), `Suspended`, `Completed`, and why
+/// it failed (`BackoffLimitExceeded`, `DeadlineExceeded`).
+pub fn job_events(jobs: &[serde_json::Value], pods: &[serde_json::Value]) -> Vec<serde_json::Value> {
+    let mut out = Vec::new();
+    for p in pods {
+        let owner = &p["metadata"]["ownerReferences"][0];
+        if owner["kind"] != "Job" {
+            continue;
+        }
+        let Some(j) = jobs.iter().find(|j| j["metadata"]["uid"] == owner["uid"]) else { continue };
+        let pod = p["metadata"]["name"].as_str().unwrap_or("");
+        let mut ev = event(j, "SuccessfulCreate", "Normal", &format!("Created pod: {pod}"), Some(&p["metadata"]["creationTimestamp"]));
+        let ev_name = format!("{}.{pod}.successfulcreate", j["metadata"]["name"].as_str().unwrap_or(""));
+        ev["metadata"]["uid"] = serde_json::json!(uid("Event", &ev_name, 0));
+        ev["metadata"]["name"] = serde_json::json!(ev_name);
+        out.push(ev);
+    }
+    for j in jobs {
+        for c in j["status"]["conditions"].as_array().into_iter().flatten().filter(|c| c["status"] == "True") {
+            let at = Some(&c["lastTransitionTime"]);
+            match (c["type"].as_str(), c["reason"].as_str()) {
+                (Some("Complete"), _) => out.push(event(j, "Completed", "Normal", "Job completed", at)),
+                (Some("Suspended"), _) => out.push(event(j, "Suspended", "Normal", "Job suspended", at)),
+                (Some("Failed"), Some(reason)) => {
+                    let why = c["message"].as_str().unwrap_or("");
+                    let said = match reason {
+                        "BackoffLimitExceeded" => format!("Job has reached the specified backoff limit: {why}"),
+                        "DeadlineExceeded" => format!("Job was active longer than specified deadline: {why}"),
+                        _ => why.to_string(),
+                    };
+                    out.push(event(j, reason, "Warning", &said, at));
+                }
+                _ => {}
+            }
+        }
     }
     out
 }

@@ -11,6 +11,7 @@
 use crate::Failure;
 use base64::Engine;
 use k8s_pb::api::apps::v1::Deployment;
+use k8s_pb::api::batch::v1::Job;
 use k8s_pb::api::core::v1::{ConfigMap, Container, PodSpec, Secret};
 use k8s_pb::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_pb::apimachinery::pkg::runtime::Unknown;
@@ -126,6 +127,7 @@ pub fn decode(body: &[u8]) -> Result<Value, Failure> {
         ("v1", "ConfigMap") => config_map(ConfigMap::decode(raw.as_slice()).map_err(bad)?)?,
         ("v1", "Secret") => secret(Secret::decode(raw.as_slice()).map_err(bad)?)?,
         ("apps/v1", "Deployment") => deployment(Deployment::decode(raw.as_slice()).map_err(bad)?)?,
+        ("batch/v1", "Job") => job(Job::decode(raw.as_slice()).map_err(bad)?)?,
         (v, k) => {
             return Err(Failure::from_code(
                 415,
@@ -263,16 +265,50 @@ fn deployment(mut d: Deployment) -> Result<Value, Failure> {
     Ok(Value::Object(o))
 }
 
+/// A Job as `kubectl create job` sends it: metadata, the counts, limits and mode Tandem
+/// implements, and the template.
+fn job(mut j: Job) -> Result<Value, Failure> {
+    let mut o = Map::new();
+    o.insert("metadata".into(), meta(j.metadata.take(), "the Job's metadata")?);
+    if let Some(st) = j.status.take() {
+        nothing_left(&st, "the Job's status")?;
+    }
+    let mut spec = j.spec.take().unwrap_or_default();
+    nothing_left(&j, "the Job")?;
+    let mut s = Map::new();
+    put(&mut s, "parallelism", spec.parallelism.take().map(Value::from));
+    put(&mut s, "completions", spec.completions.take().map(Value::from));
+    put(&mut s, "backoffLimit", spec.backoff_limit.take().map(Value::from));
+    put(&mut s, "activeDeadlineSeconds", spec.active_deadline_seconds.take().map(Value::from));
+    put(&mut s, "completionMode", text(spec.completion_mode.take()));
+    put(&mut s, "suspend", spec.suspend.take().map(Value::from));
+    if let Some(mut t) = spec.template.take() {
+        let mut to = Map::new();
+        to.insert("metadata".into(), meta(t.metadata.take(), "spec.template.metadata")?);
+        let ps = t.spec.take().unwrap_or_default();
+        nothing_left(&t, "spec.template")?;
+        to.insert("spec".into(), pod_spec(ps)?);
+        s.insert("template".into(), Value::Object(to));
+    }
+    nothing_left(&spec, "spec (selector, ttlSecondsAfterFinished, podFailurePolicy, ...)")?;
+    o.insert("spec".into(), Value::Object(s));
+    Ok(Value::Object(o))
+}
+
 fn pod_spec(mut ps: PodSpec) -> Result<Value, Failure> {
     let mut o = Map::new();
     let containers = std::mem::take(&mut ps.containers);
     put(&mut o, "terminationGracePeriodSeconds", ps.termination_grace_period_seconds.take().map(Value::from));
     put(&mut o, "priorityClassName", text(ps.priority_class_name.take()));
+    put(&mut o, "restartPolicy", text(ps.restart_policy.take()));
     let selector = std::mem::take(&mut ps.node_selector);
     if !selector.is_empty() {
         o.insert("nodeSelector".into(), strings(selector));
     }
-    nothing_left(&ps, "spec.template.spec (beyond its containers, terminationGracePeriodSeconds, priorityClassName, nodeSelector)")?;
+    nothing_left(
+        &ps,
+        "spec.template.spec (beyond its containers, terminationGracePeriodSeconds, priorityClassName, restartPolicy, nodeSelector)",
+    )?;
     let mut list = Vec::new();
     for (i, c) in containers.into_iter().enumerate() {
         list.push(container(c, i)?);

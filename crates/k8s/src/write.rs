@@ -116,9 +116,12 @@ const SUPPORTED: &[&str] = &[
 ];
 
 /// Every leaf path of `v` (objects' keys joined with `.`, list items as `[]`), with the path
-/// as written (indices kept) for messages.
-fn leaves(v: &Value, pattern: String, shown: String, out: &mut Vec<(String, String)>) {
+/// as written (indices kept) for messages. An empty object or list sets nothing, as a null
+/// does (`kubectl create ... --dry-run=client -o yaml` writes `resources: {}`, `strategy: {}`).
+pub(crate) fn leaves(v: &Value, pattern: String, shown: String, out: &mut Vec<(String, String)>) {
     match v {
+        Value::Object(m) if m.is_empty() => {}
+        Value::Array(a) if a.is_empty() => {}
         Value::Object(m) if !m.is_empty() => {
             for (k, x) in m {
                 let dot = if pattern.is_empty() { "" } else { "." };
@@ -136,7 +139,12 @@ fn leaves(v: &Value, pattern: String, shown: String, out: &mut Vec<(String, Stri
 }
 
 fn supported(pattern: &str) -> bool {
-    SUPPORTED.iter().any(|s| match s.strip_suffix(".*") {
+    supported_in(SUPPORTED, pattern)
+}
+
+/// Whether `pattern` is one of `list`'s paths (or under one ending in `.*`).
+pub(crate) fn supported_in(list: &[&str], pattern: &str) -> bool {
+    list.iter().any(|s| match s.strip_suffix(".*") {
         Some(prefix) => pattern == prefix || pattern.starts_with(&format!("{prefix}.")),
         None => pattern == *s,
     })
@@ -185,7 +193,7 @@ fn invalid(name: &str, field: &str, why: &str) -> Failure {
 }
 
 /// What `fieldValidation` makes of unknown fields: a 400 under `Strict`, warnings under `Warn`.
-fn check_unknown(unknown: &[String], validation: Validation) -> Result<Vec<String>, Failure> {
+pub(crate) fn check_unknown(unknown: &[String], validation: Validation) -> Result<Vec<String>, Failure> {
     let said: Vec<String> = unknown.iter().map(|f| format!("unknown field \"{f}\"")).collect();
     match validation {
         Validation::Strict if !said.is_empty() => Err(Failure::bad_request(format!("strict decoding error: {}", said.join(", ")))),
@@ -195,7 +203,7 @@ fn check_unknown(unknown: &[String], validation: Validation) -> Result<Vec<Strin
 }
 
 /// Whether `name` is a DNS label (what a Tandem service's name is).
-fn dns_label(name: &str) -> bool {
+pub(crate) fn dns_label(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= 63
         && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
@@ -379,133 +387,12 @@ pub fn deployment(obj: &Value, namespace: &str, validation: Validation, sources:
     if selector.iter().any(|(k, v)| labels.get(k) != Some(v)) {
         return Err(invalid(&name, "spec.template.metadata.labels", "Invalid value: `selector` does not match template `labels`"));
     }
-    let containers = tspec["containers"].as_array().cloned().unwrap_or_default();
-    if containers.len() != 1 {
-        return Err(invalid(
-            &name,
-            "spec.template.spec.containers",
-            &format!("Invalid value: {} containers: a Tandem replica runs one container", containers.len()),
-        ));
-    }
-    let c = &containers[0];
+    let mut out = template_container(tspec, sources, &|field, why| invalid(&name, field, why))?;
+    out.insert("name".into(), json!(name));
+    let mut out = Value::Object(out);
+    let c = &tspec["containers"][0];
     let cf = "spec.template.spec.containers[0]";
-    let mut command: Vec<String> = c["command"].as_array().into_iter().flatten().filter_map(|x| x.as_str().map(str::to_string)).collect();
-    let args: Vec<String> = c["args"].as_array().into_iter().flatten().filter_map(|x| x.as_str().map(str::to_string)).collect();
-    if command.is_empty() {
-        return Err(invalid(
-            &name,
-            &format!("{cf}.command"),
-            "Required value: Tandem runs the command given, not the image's entrypoint (README, \"Containers\")",
-        ));
-    }
-    // The environment: `envFrom` first, then `env` (which wins), values from ConfigMaps and
-    // Secrets copied as the Deployment is written.
-    let mut env = Map::new();
-    let refs = |e: &Value| -> Option<(&'static str, &'static str)> {
-        if e["configMapRef"].is_object() || e["configMapKeyRef"].is_object() {
-            Some(("ConfigMap", if e["configMapRef"].is_object() { "configMapRef" } else { "configMapKeyRef" }))
-        } else if e["secretRef"].is_object() || e["secretKeyRef"].is_object() {
-            Some(("Secret", if e["secretRef"].is_object() { "secretRef" } else { "secretKeyRef" }))
-        } else {
-            None
-        }
-    };
-    for (i, e) in c["envFrom"].as_array().into_iter().flatten().enumerate() {
-        let at = format!("{cf}.envFrom[{i}]");
-        let Some((kind, field)) = refs(e) else {
-            return Err(invalid(&name, &at, "Required value: configMapRef or secretRef"));
-        };
-        let r = &e[field];
-        let rname = r["name"].as_str().unwrap_or("");
-        let prefix = e["prefix"].as_str().unwrap_or("");
-        match sources(kind, rname) {
-            Some(data) => {
-                for (k, v) in data {
-                    let k = format!("{prefix}{k}");
-                    // Kubernetes leaves out the keys that cannot be variables' names.
-                    if env_name_ok(&k) {
-                        env.insert(k, json!(v));
-                    }
-                }
-            }
-            None if r["optional"].as_bool() == Some(true) => {}
-            None => {
-                return Err(invalid(
-                    &name,
-                    &format!("{at}.{field}.name"),
-                    &format!("Not found: {kind} {rname:?} (in namespace default, that its writer may use)"),
-                ));
-            }
-        }
-    }
-    for (i, e) in c["env"].as_array().into_iter().flatten().enumerate() {
-        let at = format!("{cf}.env[{i}]");
-        let key = e["name"].as_str().unwrap_or("").to_string();
-        let value = if e["valueFrom"].is_null() {
-            e["value"].as_str().unwrap_or("").to_string()
-        } else {
-            let Some((kind, field)) = refs(&e["valueFrom"]) else {
-                return Err(invalid(&name, &format!("{at}.valueFrom"), "Required value: configMapKeyRef or secretKeyRef"));
-            };
-            let r = &e["valueFrom"][field];
-            let (rname, rkey) = (r["name"].as_str().unwrap_or(""), r["key"].as_str().unwrap_or(""));
-            match sources(kind, rname).map(|d| d.get(rkey).cloned()) {
-                Some(Some(v)) => v,
-                _ if r["optional"].as_bool() == Some(true) => continue,
-                Some(None) => {
-                    return Err(invalid(
-                        &name,
-                        &format!("{at}.valueFrom.{field}.key"),
-                        &format!("Not found: key {rkey:?} in {kind} {rname:?}"),
-                    ));
-                }
-                None => {
-                    return Err(invalid(
-                        &name,
-                        &format!("{at}.valueFrom.{field}.name"),
-                        &format!("Not found: {kind} {rname:?} (in namespace default, that its writer may use)"),
-                    ));
-                }
-            }
-        };
-        env.insert(key, json!(value));
-    }
     let ports: Vec<i64> = c["ports"].as_array().into_iter().flatten().filter_map(|p| p["containerPort"].as_i64()).collect();
-    let mut resources = Map::new();
-    let res = |k: &str| c["resources"]["limits"][k].as_str().or(c["resources"]["requests"][k].as_str()).map(str::to_string);
-    for (k, _) in c["resources"]["limits"].as_object().into_iter().chain(c["resources"]["requests"].as_object()).flatten() {
-        if !["cpu", "memory", "nvidia.com/gpu"].contains(&k.as_str()) {
-            return Err(invalid(
-                &name,
-                &format!("{cf}.resources"),
-                &format!("Unsupported value: {k:?}: Tandem allocates cpu, memory and nvidia.com/gpu"),
-            ));
-        }
-    }
-    if let Some(q) = res("cpu") {
-        let n = cpus(&q).ok_or_else(|| invalid(&name, &format!("{cf}.resources.limits.cpu"), &format!("Invalid value: {q:?}")))?;
-        resources.insert("cpus".into(), json!(n));
-    }
-    if let Some(q) = res("memory") {
-        resources.insert("memory".into(), json!(q));
-    }
-    if let Some(q) = res("nvidia.com/gpu") {
-        let n: u32 = q.parse().map_err(|_| {
-            invalid(&name, &format!("{cf}.resources.limits.nvidia.com/gpu"), &format!("Invalid value: {q:?}: a whole number"))
-        })?;
-        resources.insert("gpus".into(), json!(n));
-    }
-    let mut out = json!({"name": name, "command": [], "env": env, "resources": resources});
-    out["command"] = json!(std::mem::take(&mut command));
-    if !args.is_empty() {
-        out["args"] = json!(args);
-    }
-    if let Some(i) = c["image"].as_str() {
-        out["image"] = json!(i);
-    }
-    if let Some(w) = c["workingDir"].as_str() {
-        out["workdir"] = json!(w);
-    }
     out["replicas"] = json!(spec["replicas"].as_i64().unwrap_or(1));
     for (k, to) in [("readinessProbe", "readiness"), ("livenessProbe", "liveness"), ("startupProbe", "startup")] {
         if let Some(p) = c.get(k).filter(|p| !p.is_null()) {
@@ -526,21 +413,6 @@ pub fn deployment(obj: &Value, namespace: &str, validation: Validation, sources:
     if let Some(t) = spec["template"]["metadata"]["annotations"][RESTARTED_AT].as_str() {
         out["restarted_at"] = json!(t);
     }
-    if let Some(p) = tspec["priorityClassName"].as_str() {
-        out["qos"] = json!(p);
-    }
-    for (k, v) in tspec["nodeSelector"].as_object().into_iter().flatten() {
-        match k.strip_prefix(&format!("{}/partition-", crate::PREFIX)) {
-            Some(p) if v == "true" => out["partition"] = json!(p),
-            _ => {
-                return Err(invalid(
-                    &name,
-                    &format!("spec.template.spec.nodeSelector.{k}"),
-                    "Unsupported value: Tandem selects a partition (tandem.dev/partition-NAME: \"true\")",
-                ));
-            }
-        }
-    }
     let spec: wire::ServiceSpec = serde_json::from_value(out).map_err(|e| invalid(&name, "spec", &format!("Invalid value: {e}")))?;
     let stored = json!({
         "metadata": {
@@ -554,8 +426,154 @@ pub fn deployment(obj: &Value, namespace: &str, validation: Validation, sources:
     Ok(Written { name, spec, stored, warnings })
 }
 
+/// The one container of a Pod template's spec (`tspec`), as a service spec's fields write it:
+/// `command`, `args`, `env` (from ConfigMaps and Secrets through `sources`), `resources`,
+/// `image`, `workdir`, `qos` (`priorityClassName`) and `partition` (`nodeSelector`). `bad` makes
+/// the 422 of a field (`spec.template...`) and why.
+pub(crate) fn template_container(
+    tspec: &Value,
+    sources: EnvSources,
+    bad: &dyn Fn(&str, &str) -> Failure,
+) -> Result<Map<String, Value>, Failure> {
+    let containers = tspec["containers"].as_array().cloned().unwrap_or_default();
+    if containers.len() != 1 {
+        return Err(bad(
+            "spec.template.spec.containers",
+            &format!("Invalid value: {} containers: a Tandem Pod runs one container", containers.len()),
+        ));
+    }
+    let c = &containers[0];
+    let cf = "spec.template.spec.containers[0]";
+    let mut command: Vec<String> = c["command"].as_array().into_iter().flatten().filter_map(|x| x.as_str().map(str::to_string)).collect();
+    let args: Vec<String> = c["args"].as_array().into_iter().flatten().filter_map(|x| x.as_str().map(str::to_string)).collect();
+    if command.is_empty() {
+        return Err(bad(
+            &format!("{cf}.command"),
+            "Required value: Tandem runs the command given, not the image's entrypoint (README, \"Containers\")",
+        ));
+    }
+    // The environment: `envFrom` first, then `env` (which wins), values from ConfigMaps and
+    // Secrets copied as the Deployment is written.
+    let mut env = Map::new();
+    let refs = |e: &Value| -> Option<(&'static str, &'static str)> {
+        if e["configMapRef"].is_object() || e["configMapKeyRef"].is_object() {
+            Some(("ConfigMap", if e["configMapRef"].is_object() { "configMapRef" } else { "configMapKeyRef" }))
+        } else if e["secretRef"].is_object() || e["secretKeyRef"].is_object() {
+            Some(("Secret", if e["secretRef"].is_object() { "secretRef" } else { "secretKeyRef" }))
+        } else {
+            None
+        }
+    };
+    for (i, e) in c["envFrom"].as_array().into_iter().flatten().enumerate() {
+        let at = format!("{cf}.envFrom[{i}]");
+        let Some((kind, field)) = refs(e) else {
+            return Err(bad(&at, "Required value: configMapRef or secretRef"));
+        };
+        let r = &e[field];
+        let rname = r["name"].as_str().unwrap_or("");
+        let prefix = e["prefix"].as_str().unwrap_or("");
+        match sources(kind, rname) {
+            Some(data) => {
+                for (k, v) in data {
+                    let k = format!("{prefix}{k}");
+                    // Kubernetes leaves out the keys that cannot be variables' names.
+                    if env_name_ok(&k) {
+                        env.insert(k, json!(v));
+                    }
+                }
+            }
+            None if r["optional"].as_bool() == Some(true) => {}
+            None => {
+                return Err(bad(
+                    &format!("{at}.{field}.name"),
+                    &format!("Not found: {kind} {rname:?} (in namespace default, that its writer may use)"),
+                ));
+            }
+        }
+    }
+    for (i, e) in c["env"].as_array().into_iter().flatten().enumerate() {
+        let at = format!("{cf}.env[{i}]");
+        let key = e["name"].as_str().unwrap_or("").to_string();
+        let value = if e["valueFrom"].is_null() {
+            e["value"].as_str().unwrap_or("").to_string()
+        } else {
+            let Some((kind, field)) = refs(&e["valueFrom"]) else {
+                return Err(bad(&format!("{at}.valueFrom"), "Required value: configMapKeyRef or secretKeyRef"));
+            };
+            let r = &e["valueFrom"][field];
+            let (rname, rkey) = (r["name"].as_str().unwrap_or(""), r["key"].as_str().unwrap_or(""));
+            match sources(kind, rname).map(|d| d.get(rkey).cloned()) {
+                Some(Some(v)) => v,
+                _ if r["optional"].as_bool() == Some(true) => continue,
+                Some(None) => {
+                    return Err(bad(&format!("{at}.valueFrom.{field}.key"), &format!("Not found: key {rkey:?} in {kind} {rname:?}")));
+                }
+                None => {
+                    return Err(bad(
+                        &format!("{at}.valueFrom.{field}.name"),
+                        &format!("Not found: {kind} {rname:?} (in namespace default, that its writer may use)"),
+                    ));
+                }
+            }
+        };
+        env.insert(key, json!(value));
+    }
+    let mut resources = Map::new();
+    let res = |k: &str| c["resources"]["limits"][k].as_str().or(c["resources"]["requests"][k].as_str()).map(str::to_string);
+    for (k, _) in c["resources"]["limits"].as_object().into_iter().chain(c["resources"]["requests"].as_object()).flatten() {
+        if !["cpu", "memory", "nvidia.com/gpu"].contains(&k.as_str()) {
+            return Err(bad(
+                &format!("{cf}.resources"),
+                &format!("Unsupported value: {k:?}: Tandem allocates cpu, memory and nvidia.com/gpu"),
+            ));
+        }
+    }
+    if let Some(q) = res("cpu") {
+        let n = cpus(&q).ok_or_else(|| bad(&format!("{cf}.resources.limits.cpu"), &format!("Invalid value: {q:?}")))?;
+        resources.insert("cpus".into(), json!(n));
+    }
+    if let Some(q) = res("memory") {
+        resources.insert("memory".into(), json!(q));
+    }
+    if let Some(q) = res("nvidia.com/gpu") {
+        let n: u32 = q
+            .parse()
+            .map_err(|_| bad(&format!("{cf}.resources.limits.nvidia.com/gpu"), &format!("Invalid value: {q:?}: a whole number")))?;
+        resources.insert("gpus".into(), json!(n));
+    }
+    let mut out = json!({"command": [], "env": env, "resources": resources});
+    out["command"] = json!(std::mem::take(&mut command));
+    if !args.is_empty() {
+        out["args"] = json!(args);
+    }
+    if let Some(i) = c["image"].as_str() {
+        out["image"] = json!(i);
+    }
+    if let Some(w) = c["workingDir"].as_str() {
+        out["workdir"] = json!(w);
+    }
+    if let Some(p) = tspec["priorityClassName"].as_str() {
+        out["qos"] = json!(p);
+    }
+    for (k, v) in tspec["nodeSelector"].as_object().into_iter().flatten() {
+        match k.strip_prefix(&format!("{}/partition-", crate::PREFIX)) {
+            Some(p) if v == "true" => out["partition"] = json!(p),
+            _ => {
+                return Err(bad(
+                    &format!("spec.template.spec.nodeSelector.{k}"),
+                    "Unsupported value: Tandem selects a partition (tandem.dev/partition-NAME: \"true\")",
+                ));
+            }
+        }
+    }
+    match out {
+        Value::Object(m) => Ok(m),
+        _ => unreachable!("made as an object"),
+    }
+}
+
 /// Whether an unknown field's shown path (`a.b[0].c`) is the pattern `p` (`a.b[].c`) or under it.
-fn shown_matches(unknown: &str, p: &str) -> bool {
+pub(crate) fn shown_matches(unknown: &str, p: &str) -> bool {
     let mut pat = String::new();
     let mut skip = false;
     for ch in unknown.chars() {
@@ -687,7 +705,12 @@ mod tests {
                 Box::new(|d| d["spec"]["template"]["spec"]["initContainers"] = json!([{"name": "i", "image": "x"}])),
                 "spec.template.spec.initContainers[0].image",
             ),
-            (Box::new(|d| d["spec"]["template"]["spec"]["affinity"] = json!({"nodeAffinity": {}})), "spec.template.spec.affinity"),
+            (
+                Box::new(
+                    |d| d["spec"]["template"]["spec"]["affinity"] = json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": [{"key": "a", "operator": "Exists"}]}]}}}),
+                ),
+                "spec.template.spec.affinity.nodeAffinity",
+            ),
             (
                 Box::new(|d| d["spec"]["template"]["spec"]["securityContext"] = json!({"runAsUser": 0})),
                 "spec.template.spec.securityContext.runAsUser",
@@ -732,6 +755,14 @@ mod tests {
             assert_eq!(e.code, 422, "{field}: {}", e.message);
             assert!(e.message.contains(field), "{field}: {}", e.message);
         }
+        // What `kubectl create deployment --dry-run=client -o yaml` writes sets nothing more.
+        let mut d = dep();
+        d["spec"]["strategy"] = json!({});
+        d["status"] = json!({});
+        d["spec"]["template"]["metadata"]["creationTimestamp"] = Value::Null;
+        d["spec"]["template"]["spec"]["containers"][0]["resources"] = json!({});
+        d["spec"]["template"]["spec"]["tolerations"] = json!([]);
+        deployment(&d, "default", Validation::Strict, &no_sources).unwrap();
         let e = deployment(&dep(), "team-a", Validation::Strict, &no_sources).unwrap_err();
         assert!(e.code == 422 && e.message.contains("metadata.namespace"), "{}", e.message);
         let mut d = dep();
@@ -758,7 +789,7 @@ pub struct Stored {
 /// The most a ConfigMap's or Secret's data may hold (Kubernetes' limit).
 pub const MAX_DATA: usize = 1 << 20;
 
-fn invalid_kind(kind: &str, name: &str, field: &str, why: &str) -> Failure {
+pub(crate) fn invalid_kind(kind: &str, name: &str, field: &str, why: &str) -> Failure {
     let mut f = invalid(name, field, why);
     f.message = format!("{kind} \"{name}\" is invalid: {field}: {why}");
     f.details = Some((kind.into(), name.into()));

@@ -253,6 +253,32 @@ async fn bounded_json_body(app: &App, body: axum::body::Body) -> Result<SubmitRe
 async fn submit(State(app): State<App>, ConnectInfo(peer): ConnectInfo<Peer>, headers: HeaderMap, body: axum::body::Body) -> Response {
     let uid = or_reply!(user_of(&app, &peer, &headers));
     let req = or_reply!(bounded_json_body(&app, body).await);
+    match submit_as(&app, uid, req, None, None).await {
+        Ok(r) => Json(r).into_response(),
+        Err(r) => r,
+    }
+}
+
+/// Submits `req` as `uid`, as `sbatch` does: the site's policy first, then the controller's
+/// checks. With `kube` (a Job written through the Kubernetes API), the object is stored with
+/// the job's id in the same change, refused if one of its name exists; `retries` is the job's
+/// [`control::JobSpec::retries`].
+pub(crate) async fn submit_as(
+    app: &App,
+    uid: u32,
+    req: SubmitRequest,
+    kube: Option<control::kube::KubeObject>,
+    retries: Option<u32>,
+) -> Result<SubmitResponse, Response> {
+    macro_rules! or_reply {
+        ($e:expr) => {
+            match $e {
+                Ok(v) => v,
+                Err(r) => return Err(r),
+            }
+        };
+    }
+    let app = app.clone();
     let mut b = req.batch;
     let user = user_name(uid);
     let work_dir = |b: &slurmcli::BatchSpec| {
@@ -301,30 +327,44 @@ async fn submit(State(app): State<App>, ConnectInfo(peer): ConnectInfo<Peer>, he
             c.resolve(&req.cwd);
             c
         }),
+        retries,
     };
     if b.test_only {
         let t = now();
         let checked = app.lock().ctl.check_submit(t, &b, uid, &user);
         return match checked {
-            Ok(part) => Json(SubmitResponse {
+            Ok(part) => Ok(SubmitResponse {
                 job_ids: vec![],
                 test_only: Some(format!("Job would be accepted in partition {part} (nothing was submitted)")),
                 user_msg,
-            })
-            .into_response(),
-            Err(e) => refused(e),
+            }),
+            Err(e) => Err(refused(e)),
         };
     }
     let t = now();
-    let r = app.with(|c| c.accept(t, spec, &b, &user)).await;
+    let r = app
+        .with(|c| {
+            if let Some(o) = &kube
+                && c.kube_object(&o.key()).is_some_and(|o| !o.buried())
+            {
+                return Err(Refused::Conflict(format!("{} {:?} already exists", o.kind, o.name)));
+            }
+            let ids = c.accept(t, spec, &b, &user)?;
+            if let (Some(mut o), Some(&id)) = (kube, ids.first()) {
+                o.data["job"] = serde_json::json!(id);
+                c.put_kube_object(uid, o)?;
+            }
+            Ok(ids)
+        })
+        .await;
     match r {
         Ok(Ok(ids)) => {
             app.metrics.lock().expect("lock").submissions += ids.len() as u64;
             app.wake.notify_one();
-            Json(SubmitResponse { job_ids: ids, test_only: None, user_msg }).into_response()
+            Ok(SubmitResponse { job_ids: ids, test_only: None, user_msg })
         }
-        Ok(Err(e)) => refused(e),
-        Err(r) => r,
+        Ok(Err(e)) => Err(refused(e)),
+        Err(r) => Err(r),
     }
 }
 

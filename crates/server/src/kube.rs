@@ -15,12 +15,13 @@ use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::any;
 use k8s::api::Route;
-use k8s::objects::{ServiceView, Task};
+use k8s::objects::{KubeJob, ServiceView, Task};
 use k8s::select::{Fields, Labels};
 use k8s::watch::{Cache, Watcher};
 use k8s::{Failure, Target};
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::app::*;
@@ -452,6 +453,7 @@ fn gather_with(app: &App, kind: &'static str, mut memo: Option<Memo>) -> Vec<Val
         let (deployments, replica_sets) = (gather(app, "Deployment"), gather(app, "ReplicaSet"));
         let mut out = k8s::objects::events(&pods, &nodes);
         out.extend(k8s::objects::deployment_events(&deployments, &replica_sets));
+        out.extend(k8s::objects::job_events(&gather(app, "Job"), &pods));
         return out;
     }
     if matches!(kind, "Pod" | "Job") {
@@ -460,7 +462,9 @@ fn gather_with(app: &App, kind: &'static str, mut memo: Option<Memo>) -> Vec<Val
         let addrs_hash = if kind == "Pod" { rows_hash(&addrs, 0) } else { 0 };
         for group in k8s::objects::group_jobs(&tasks) {
             let id = group[0].info.array_job_id.or(group[0].info.het_job_id).unwrap_or(group[0].info.id);
-            let h = memo.as_ref().map(|_| group.iter().fold(addrs_hash, |h, t| rows_hash(&(&t.info, &t.image), h)));
+            let h = memo.as_ref().map(|_| {
+                group.iter().fold(addrs_hash, |h, t| rows_hash(&(&t.info, &t.image, t.kube.as_ref().map(|k| (&k.name, &k.stored))), h))
+            });
             if let (Some((m, kept)), Some(h)) = (memo.as_mut(), h) {
                 live.insert(id);
                 if let Some((old, keys)) = m.get(&(kind, id))
@@ -511,6 +515,27 @@ fn rows_hash(x: &impl serde::Serialize, h: u64) -> u64 {
 fn batch_tasks(app: &App, v: &Viewer) -> Vec<Task> {
     let mut out = Vec::new();
     let mut from = 0u64;
+    // The Jobs written through this API, by their jobs' ids (an array's: its first task's),
+    // with how many tasks each has.
+    // Deleted Jobs' jobs (cancelled) are not shown until they leave memory.
+    let buried: std::collections::HashSet<u64> =
+        app.lock().ctl.kube_objects("Job").filter(|o| o.buried()).filter_map(|o| o.data["job"].as_u64()).collect();
+    let written: HashMap<u64, (Arc<KubeJob>, u64)> = app
+        .lock()
+        .ctl
+        .kube_objects("Job")
+        .filter(|o| v.sees(o.uid) && !o.buried())
+        .filter_map(|o| {
+            let id = o.data["job"].as_u64()?;
+            let count = if o.data["spec"]["completionMode"] == "Indexed" || o.data["spec"]["completions"].as_u64().is_some_and(|c| c > 1) {
+                o.data["spec"]["completions"].as_u64().unwrap_or(1)
+            } else {
+                1
+            };
+            Some((id, (Arc::new(KubeJob { name: o.name.clone(), created: o.created, stored: o.data.clone() }), count)))
+        })
+        .collect();
+    let mut seen = std::collections::HashSet::new();
     loop {
         let g = app.lock();
         let part = crate::jobs::default_partition(&g.ctl);
@@ -525,14 +550,43 @@ fn batch_tasks(app: &App, v: &Viewer) -> Vec<Task> {
                 continue;
             }
             let image = j.spec.container.as_ref().map(|c| c.image.clone());
-            out.extend(crate::jobs::job_rows(j, v, &part).into_iter().map(|info| Task { info, image: image.clone() }));
+            let first = j.array.map_or(j.req.id.0, |a| a.array_job);
+            if buried.contains(&first) {
+                continue;
+            }
+            let kube = written.get(&first).map(|(k, _)| k.clone());
+            if kube.is_some() {
+                seen.insert(first);
+            }
+            out.extend(crate::jobs::job_rows(j, v, &part).into_iter().map(|info| Task { info, image: image.clone(), kube: kube.clone() }));
         }
         drop(g);
         match next {
             Some(id) => from = id,
-            None => return out,
+            None => break,
         }
     }
+    // A written Job whose job has left the controller's memory (`min_job_age`) reads from its
+    // records in the database, as `sacct` does: a Job is kept until it is deleted.
+    let gone: Vec<(&u64, &(Arc<KubeJob>, u64))> = written.iter().filter(|(id, _)| !seen.contains(*id)).collect();
+    if !gone.is_empty() {
+        let part = crate::jobs::default_partition(&app.lock().ctl);
+        let db = app.db.lock().expect("database lock");
+        for (&id, (kube, count)) in gone {
+            for j in db.jobs_between(id, id.saturating_add(*count)).unwrap_or_default() {
+                if j.array.map_or(j.req.id.0, |a| a.array_job) != id {
+                    continue;
+                }
+                let image = j.spec.container.as_ref().map(|c| c.image.clone());
+                out.extend(crate::jobs::job_rows(&j, v, &part).into_iter().map(|info| Task {
+                    info,
+                    image: image.clone(),
+                    kube: Some(kube.clone()),
+                }));
+            }
+        }
+    }
+    out
 }
 
 async fn objects(app: &App, v: &Viewer, t: &Target, headers: &HeaderMap, q: &HashMap<String, String>) -> Result<Response, Failure> {
@@ -800,6 +854,9 @@ async fn write(
     if t.resource.stored() {
         return write_stored(app, v, method, t, ns, headers, q, body).await;
     }
+    if t.resource.kind == "Job" {
+        return write_job(app, v, method, t, ns, headers, q, body).await;
+    }
     let validation = k8s::write::Validation::parse(q.get("fieldValidation").map(String::as_str))?;
     let dry = match q.get("dryRun").map(String::as_str) {
         None | Some("") => false,
@@ -1058,4 +1115,253 @@ async fn write_stored(
     }
     let out = current_of(app, v, kind, &w.name).ok_or_else(|| Failure::from_code(500, "the object was written but cannot be read back"))?;
     Ok(with_warnings((StatusCode::from_u16(status).expect("status"), Json(out)).into_response(), &w.warnings))
+}
+
+/// The batch job a written Job is: `sbatch`'s options from it, read by `sbatch`'s own parser,
+/// its command the arguments of a script that runs it (with `JOB_COMPLETION_INDEX` where the
+/// Job is `Indexed`), in the user's home directory (or `/tmp`).
+fn batch_request(uid: u32, w: &k8s::jobs::WrittenJob) -> Result<wire::SubmitRequest, Failure> {
+    let bad = |field: &str, why: String| {
+        let mut f = Failure::from_code(422, format!("Job.batch \"{}\" is invalid: {field}: {why}", w.name));
+        f.details = Some(("Job".into(), w.name.clone()));
+        f.causes = vec![("FieldValueInvalid".into(), why, field.into())];
+        f
+    };
+    let cf = "spec.template.spec.containers[0]";
+    let pod = Value::Object(w.pod.clone());
+    let mut argv = vec![format!("--job-name={}", w.name)];
+    if w.completions > 1 || w.indexed {
+        let last = w.completions - 1;
+        let range = if last == 0 { "0".to_string() } else { format!("0-{last}") };
+        let throttle = if w.parallelism < w.completions { format!("%{}", w.parallelism) } else { String::new() };
+        argv.push(format!("--array={range}{throttle}"));
+    }
+    if let Some(d) = w.deadline {
+        argv.push(format!("--time={}:{:02}:{:02}", d / 3600, d % 3600 / 60, d % 60));
+    }
+    if w.suspend {
+        argv.push("--hold".into());
+    }
+    let res = &pod["resources"];
+    if let Some(c) = res["cpus"].as_f64() {
+        argv.push(format!("--cpus-per-task={}", c.ceil().max(1.0) as u64));
+    }
+    if !res["memory"].is_null() {
+        let q: wire::Quantity =
+            serde_json::from_value(res["memory"].clone()).map_err(|e| bad(&format!("{cf}.resources.limits.memory"), e.to_string()))?;
+        let bytes =
+            control::service::parse_memory(&q).map_err(|e| bad(&format!("{cf}.resources.limits.memory"), format!("Invalid value: {e}")))?;
+        argv.push(format!("--mem={}M", bytes.div_ceil(1 << 20).max(1)));
+    }
+    if let Some(g) = res["gpus"].as_u64() {
+        argv.push(format!("--gpus={g}"));
+    }
+    if let Some(p) = pod["qos"].as_str() {
+        argv.push(format!("--qos={p}"));
+    }
+    if let Some(p) = pod["partition"].as_str() {
+        argv.push(format!("--partition={p}"));
+    }
+    // The writer's home directory, where it is a directory; else /tmp (where Slurm's
+    // slurmstepd goes when it cannot enter a job's directory). Output files are the writer's
+    // alone (umask 077) either way.
+    let home = Some(home_of(uid)).filter(|h| std::path::Path::new(h).is_dir()).unwrap_or_else(|| "/tmp".into());
+    match (pod["image"].as_str(), pod["workdir"].as_str()) {
+        (Some(i), d) => {
+            argv.push(format!("--container-image={i}"));
+            if let Some(d) = d {
+                argv.push(format!("--container-workdir={d}"));
+            }
+        }
+        (None, Some(d)) => argv.push(format!("--chdir={d}")),
+        (None, None) => {}
+    }
+    argv.push(JOB_SCRIPT.into());
+    for k in ["command", "args"] {
+        argv.extend(pod[k].as_array().into_iter().flatten().filter_map(|x| x.as_str().map(str::to_string)));
+    }
+    let index = if w.indexed { "export JOB_COMPLETION_INDEX=\"${SLURM_ARRAY_TASK_ID:-0}\"\n" } else { "" };
+    let script = format!("#!/bin/sh\n# The Pod of Kubernetes Job {}: its container's command.\n{index}exec \"$@\"\n", w.name);
+    let batch =
+        slurmcli::parse_sbatch(&argv, now(), &mut |_| Ok(script.clone())).map_err(|e| bad("spec", format!("Invalid value: {}", e.0)))?;
+    let env: Vec<(String, String)> =
+        pod["env"].as_object().into_iter().flatten().map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string())).collect();
+    Ok(wire::SubmitRequest { batch, cwd: home, host: KUBE_HOST.into(), env, umask: Some(0o077) })
+}
+
+/// The name a written Job's script has (`scontrol show job`'s `Command`).
+const JOB_SCRIPT: &str = "kubernetes-job";
+
+/// The submit host of a Job written through the Kubernetes API.
+const KUBE_HOST: &str = "kubernetes-api";
+
+/// The stored Job `name` in `ns`, if any, and whether `v` may see it.
+fn stored_job(app: &App, v: &Viewer, ns: &str, name: &str) -> Result<control::kube::KubeObject, Failure> {
+    let o = app.lock().ctl.kube_object(&("Job".to_string(), ns.to_string(), name.to_string())).filter(|o| !o.buried()).cloned();
+    match o {
+        Some(o) if o.uid == v.uid || v.uid == 0 => Ok(o),
+        Some(o) if v.sees(o.uid) => Err(Failure::forbidden(format!("jobs.batch \"{name}\" belongs to another user"))),
+        Some(_) => Err(Failure::not_found("jobs", "batch", name)),
+        None if k8s::objects::job_id(name).is_some() && current_of(app, v, "Job", name).is_some() => {
+            Err(Failure::method_not_allowed(format!(
+                "jobs.batch \"{name}\" is an sbatch job's Job: change it with scontrol (hold, release, update) and cancel it with scancel"
+            )))
+        }
+        None => Err(Failure::not_found("jobs", "batch", name)),
+    }
+}
+
+/// The job ids of a written Job: its job's, or its array's every task's.
+fn job_ids(o: &control::kube::KubeObject) -> Vec<u64> {
+    let Some(first) = o.data["job"].as_u64() else { return Vec::new() };
+    let spec = &o.data["spec"];
+    let count = if spec["completionMode"] == "Indexed" || spec["completions"].as_u64().is_some_and(|c| c > 1) {
+        spec["completions"].as_u64().unwrap_or(1)
+    } else {
+        1
+    };
+    (first..first.saturating_add(count)).collect()
+}
+
+/// A create, replace, patch or delete of a Job: a batch job, submitted as `sbatch` submits one
+/// (the site's policy, limits and checks), its suspension `scontrol hold`/`release`, its
+/// deletion `scancel`'s.
+#[allow(clippy::too_many_arguments)]
+async fn write_job(
+    app: &App,
+    v: &Viewer,
+    method: &Method,
+    t: &Target,
+    ns: &str,
+    headers: &HeaderMap,
+    q: &HashMap<String, String>,
+    body: &[u8],
+) -> Result<Response, Failure> {
+    let validation = k8s::write::Validation::parse(q.get("fieldValidation").map(String::as_str))?;
+    let dry = match q.get("dryRun").map(String::as_str) {
+        None | Some("") => false,
+        Some("All") => true,
+        Some(other) => return Err(Failure::bad_request(format!("dryRun: {other:?} is not All"))),
+    };
+    if t.sub.is_some() {
+        return Err(Failure::method_not_allowed(format!("{method} is not served on jobs/{}", t.sub.as_deref().unwrap_or(""))));
+    }
+    match (method.as_str(), t.name.as_deref()) {
+        ("POST", None) => {
+            let obj = json_body(headers, body)?;
+            let w = k8s::jobs::write(&obj, ns, validation, &|kind, name| env_source(app, v, kind, name))?;
+            let key = ("Job".to_string(), ns.to_string(), w.name.clone());
+            if app.lock().ctl.kube_object(&key).is_some_and(|o| !o.buried()) {
+                let mut f = Failure::from_code(409, format!("jobs.batch \"{}\" already exists", w.name));
+                f.reason = "AlreadyExists";
+                f.details = Some(("jobs".into(), w.name.clone()));
+                return Err(f);
+            }
+            let mut req = batch_request(v.uid, &w)?;
+            let mut warnings = w.warnings.clone();
+            if dry {
+                req.batch.test_only = true;
+                if let Err(r) = crate::jobs::submit_as(app, v.uid, req, None, Some(w.backoff_limit)).await {
+                    return Err(failure_of(r).await);
+                }
+                let mut out = obj.clone();
+                out["apiVersion"] = json!("batch/v1");
+                out["kind"] = json!("Job");
+                return Ok(with_warnings((StatusCode::CREATED, Json(out)).into_response(), &warnings));
+            }
+            let o = control::kube::KubeObject {
+                kind: "Job".into(),
+                namespace: ns.into(),
+                name: w.name.clone(),
+                uid: v.uid,
+                created: now(),
+                data: w.stored.clone(),
+            };
+            let r = match crate::jobs::submit_as(app, v.uid, req, Some(o), Some(w.backoff_limit)).await {
+                Ok(r) => r,
+                Err(resp) => return Err(failure_of(resp).await),
+            };
+            warnings.extend(r.user_msg);
+            let out =
+                current_of(app, v, "Job", &w.name).ok_or_else(|| Failure::from_code(500, "the Job was written but cannot be read back"))?;
+            Ok(with_warnings((StatusCode::CREATED, Json(out)).into_response(), &warnings))
+        }
+        ("PUT" | "PATCH", Some(name)) => {
+            let o = stored_job(app, v, ns, name)?;
+            let live = current_of(app, v, "Job", name).ok_or_else(|| Failure::not_found("jobs", "batch", name))?;
+            let new = if method == Method::PUT {
+                json_body(headers, body)?
+            } else {
+                let pk = k8s::patch::Kind::of(headers.get("content-type").and_then(|h| h.to_str().ok()).unwrap_or(""))?;
+                let patch: Value = serde_json::from_slice(body).map_err(|e| Failure::bad_request(format!("malformed patch: {e}")))?;
+                k8s::patch::apply(pk, &live, &patch)?
+            };
+            if new["metadata"]["name"].as_str().is_some_and(|n| n != name) {
+                return Err(Failure::bad_request("the name of the object does not match the name on the URL"));
+            }
+            if let Some(rv) = new["metadata"]["resourceVersion"].as_str()
+                && rv != live["metadata"]["resourceVersion"].as_str().unwrap_or("")
+            {
+                return Err(conflict("jobs.batch", name));
+            }
+            let (c, warnings) = k8s::jobs::change(name, &live, &new, &o.data, validation)?;
+            if dry {
+                return Ok(with_warnings(Json(new).into_response(), &warnings));
+            }
+            let was = o.data["spec"]["suspend"] == true;
+            let ids = job_ids(&o);
+            let uid = v.uid;
+            let mut data = c.stored;
+            data["job"] = o.data["job"].clone();
+            let updated = control::kube::KubeObject { data, ..o };
+            let r = app
+                .with(|ctl| {
+                    if c.suspend != was {
+                        // Its tasks not started are held, or released (those that run go on).
+                        for &id in &ids {
+                            match ctl.hold(uid, id, c.suspend) {
+                                Ok(()) | Err(control::Refused::Conflict(_) | control::Refused::NotFound(_)) => {}
+                                Err(e) => return Err(e),
+                            }
+                        }
+                    }
+                    ctl.put_kube_object(uid, updated)
+                })
+                .await;
+            match r {
+                Ok(Ok(())) => app.wake.notify_one(),
+                Ok(Err(e)) => return Err(failure_of(refused(e)).await),
+                Err(r) => return Err(failure_of(r).await),
+            }
+            let out =
+                current_of(app, v, "Job", name).ok_or_else(|| Failure::from_code(500, "the Job was written but cannot be read back"))?;
+            Ok(with_warnings(Json(out).into_response(), &warnings))
+        }
+        ("DELETE", Some(name)) => {
+            let o = stored_job(app, v, ns, name)?;
+            let uid_s = current_of(app, v, "Job", name).map(|l| l["metadata"]["uid"].clone()).unwrap_or(Value::Null);
+            if !dry {
+                // `scancel` of its job (its array's every task), and the object gone.
+                let (ids, key, uid, t) = (job_ids(&o), o.key(), v.uid, now());
+                let r = app
+                    .with(|ctl| {
+                        ctl.cancel_many(t, uid, ids, None);
+                        ctl.bury_kube_job(uid, &key)
+                    })
+                    .await;
+                match r {
+                    Ok(Ok(())) => {
+                        app.wake_nodes();
+                        app.wake.notify_one();
+                    }
+                    Ok(Err(e)) => return Err(failure_of(refused(e)).await),
+                    Err(r) => return Err(failure_of(r).await),
+                }
+            }
+            Ok(Json(json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+                "details": {"name": name, "group": "batch", "kind": "jobs", "uid": uid_s}}))
+            .into_response())
+        }
+        (m, _) => Err(Failure::method_not_allowed(format!("{m} is not served on jobs"))),
+    }
 }

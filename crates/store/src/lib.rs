@@ -266,6 +266,18 @@ impl Store {
         Ok(out)
     }
 
+    /// The jobs with ids from `lo` up to (not including) `hi` that have records of their own,
+    /// in id order: an array's tasks, read back once they have left the controller's memory.
+    pub fn jobs_between(&self, lo: u64, hi: u64) -> Result<Vec<Job>, StoreError> {
+        let mut stmt = self.conn.prepare_cached("SELECT data FROM jobs WHERE id >= ?1 AND id < ?2 ORDER BY id")?;
+        let rows = stmt.query_map(params![lo as i64, hi.min(i64::MAX as u64) as i64], |r| r.get::<_, String>(0))?;
+        let mut out = Vec::new();
+        for r in rows {
+            out.push(serde_json::from_str(&r?)?);
+        }
+        Ok(out)
+    }
+
     /// Finished jobs, optionally of one user, ended at or after `since` (for `sacct`): those
     /// with records of their own, and arrays' pending tasks cancelled together (from the
     /// arrays' records).

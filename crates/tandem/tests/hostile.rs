@@ -2658,6 +2658,15 @@ fn container_tasks_run_as_their_user_from_a_registry_and_no_further() {
         assert!(out.contains("PRETTY_NAME=\"Bars") && out.contains("alice-container") && out.contains("httpd"), "{}", text(&o));
         let o = Command::new("curl").args(["-s", "-m", "10", &format!("http://{proxy}/s/web/www/index.html")]).output().unwrap();
         assert!(String::from_utf8_lossy(&o.stdout).contains("alice-container"), "the replica serves on after exec: {}", text(&o));
+        // `kubectl create job` (a protobuf body) runs its command in the image, as her.
+        let o = kube(&["create", "job", "osr", &format!("--image={docker}"), "--", "sh", "-c", "cat /etc/os-release; id -u"]);
+        assert!(o.status.success(), "{}", text(&o));
+        let o = kube(&["wait", "--for=condition=Complete", "job/osr", "--timeout=60s"]);
+        assert!(o.status.success(), "{}\n{}", text(&o), text(&kube(&["describe", "job,pods", "-l", "job-name=osr"])));
+        let o = kube(&["logs", "job/osr"]);
+        let out = String::from_utf8_lossy(&o.stdout).into_owned();
+        assert!(out.contains("PRETTY_NAME=\"Bars BusyBox 1") && out.contains(&v.uid.to_string()), "{}", text(&o));
+        assert!(kube(&["delete", "job", "osr"]).status.success());
     } else {
         assert!(std::env::var("CI").is_err(), "kubectl is missing under CI=true (tests/clients/setup.sh installs it)");
     }
@@ -3031,5 +3040,44 @@ fn another_user_cannot_read_the_secrets_of_or_change_a_deployment_through_the_ku
     assert_eq!(after["spec"]["replicas"], 1);
     assert_eq!(after["spec"]["template"]["spec"]["containers"][0]["command"], serde_json::json!(["sleep", "600"]));
     assert_eq!(after["metadata"]["generation"], 1, "no new revision");
+    // Alice's Job (held: suspended): Mallory sees it, not its values, and cannot resume,
+    // replace, relabel or delete it, nor take its name or its Secret.
+    let jobs = "/apis/batch/v1/namespaces/default/jobs";
+    let job = serde_json::json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "alice-job"},
+        "spec": {"suspend": true, "template": {"spec": {"restartPolicy": "Never",
+            "containers": [{"name": "c", "command": ["sleep", "600"], "env": [{"name": "API_KEY", "value": "alice-secret"}]}]}}}});
+    let (code, made) = kube_req(&up, "POST", jobs, Some(&ta), job.to_string().as_bytes(), "application/json");
+    assert_eq!(code, 201, "{made}");
+    let (code, seen) = kube_req(&up, "GET", &format!("{jobs}/alice-job"), Some(&tm), b"", "application/json");
+    assert_eq!(code, 200, "{seen}");
+    assert!(!seen.to_string().contains("alice-secret"), "another user read a Job's value: {seen}");
+    for (method, body, ct) in [
+        ("PATCH", br#"{"spec":{"suspend":false}}"#.to_vec(), "application/merge-patch+json"),
+        ("PATCH", br#"{"metadata":{"labels":{"owned":"mallory"}}}"#.to_vec(), "application/merge-patch+json"),
+        ("PUT", seen.to_string().into_bytes(), "application/json"),
+        ("DELETE", Vec::new(), "application/json"),
+    ] {
+        let (code, st) = kube_req(&up, method, &format!("{jobs}/alice-job"), Some(&tm), &body, ct);
+        assert_eq!((code, st["reason"].as_str()), (403, Some("Forbidden")), "{method}: {st}");
+    }
+    let (code, st) = kube_req(&up, "POST", jobs, Some(&tm), job.to_string().as_bytes(), "application/json");
+    assert_eq!((code, st["reason"].as_str()), (409, Some("AlreadyExists")), "{st}");
+    let mut thief = job.clone();
+    thief["metadata"]["name"] = serde_json::json!("thief-job");
+    thief["spec"]["template"]["spec"]["containers"][0]["env"] =
+        serde_json::json!([{"name": "K", "valueFrom": {"secretKeyRef": {"name": "alice-key", "key": "key"}}}]);
+    let (code, st) = kube_req(&up, "POST", jobs, Some(&tm), thief.to_string().as_bytes(), "application/json");
+    assert_eq!(code, 422, "{st}");
+    thief["metadata"]["name"] = serde_json::json!("job-1");
+    let (code, st) = kube_req(&up, "POST", jobs, Some(&tm), thief.to_string().as_bytes(), "application/json");
+    assert_eq!(code, 422, "an sbatch job's name: {st}");
+    let (_, after) = kube_req(&up, "GET", &format!("{jobs}/alice-job"), Some(&ta), b"", "application/json");
+    assert_eq!(after["spec"]["suspend"], true, "{after}");
+    assert!(after["metadata"]["labels"]["owned"].is_null(), "{after}");
+    let id = after["metadata"]["annotations"]["tandem.dev/job-id"].as_str().unwrap().to_string();
+    let q = String::from_utf8_lossy(&up.root(&["squeue", "-h", "-j", &id, "-o", "%T %r"]).stdout).into_owned();
+    assert!(q.contains("PENDING") && q.contains("JobHeldUser"), "{q}");
+    let (code, _) = kube_req(&up, "DELETE", &format!("{jobs}/alice-job"), Some(&ta), b"", "application/json");
+    assert_eq!(code, 200, "the owner deletes it");
     let _ = std::fs::remove_dir_all(&root);
 }

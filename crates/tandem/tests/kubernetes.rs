@@ -342,10 +342,11 @@ fn kubectl_and_the_python_client_see_what_squeue_and_tandem_service_see() {
         .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/clients/kubernetes_check.py"))
         .args([c.kubeconfig.to_str().unwrap(), &array, "echo", c.dir.join("shims/sbatch").to_str().unwrap()])
         .env("TANDEM_SERVER", &c.server)
+        .current_dir(&c.dir)
         .output()
         .unwrap();
     let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
-    assert!(o.status.success() && text.contains("ok expired"), "kubernetes_check.py:\n{text}");
+    assert!(o.status.success() && text.contains("ok expired") && text.contains("ok jobs"), "kubernetes_check.py:\n{text}");
     eprintln!("{text}");
     // scancel is seen by kubectl: the array's Job fails, its Pods end.
     c.slurm("scancel", &[&array]);
@@ -626,4 +627,137 @@ fn a_controller_killed_during_kubectl_apply_keeps_every_acknowledged_deployment_
     assert_eq!(out.lines().count(), n, "{out}");
     let listed = c.ok(k, &["get", "deploy", "-o", "name"]);
     assert_eq!(listed.lines().count(), n, "{listed}");
+}
+
+/// A Job manifest run on the nodes as its writer (no image): `command` in `sh -c`, in `dir`
+/// (its output files there, not in the writer's home).
+fn job_manifest(name: &str, spec: &str, command: &str, dir: &Path) -> String {
+    format!(
+        "apiVersion: batch/v1\nkind: Job\nmetadata:\n  name: {name}\n  labels: {{team: a}}\nspec:\n{spec}  template:\n    metadata:\n      labels: {{app: {name}}}\n    spec:\n      restartPolicy: Never\n      containers:\n      - name: {name}\n        command: [sh, -c, '{command}']\n        workingDir: {}\n        env:\n        - {{name: GREETING, value: hi}}\n",
+        dir.display()
+    )
+}
+
+#[test]
+fn kubectl_runs_an_indexed_job_that_is_an_sbatch_array() {
+    let Some(kubectls) = kubectls_or_skip() else { return };
+    let c = Kube::start("kube-job");
+    let marks = c.dir.join("marks");
+    std::fs::create_dir_all(&marks).unwrap();
+    let file = c.dir.join("job.yaml");
+    let f = file.to_str().unwrap();
+    for (n, (k, _)) in kubectls.iter().enumerate() {
+        let k = k.as_path();
+        // Three completions, two at once, each with its index; index 1 fails once and is run
+        // again (backoffLimit 2).
+        let mark = marks.join(format!("once-{n}"));
+        let cmd = format!(
+            "echo index=$JOB_COMPLETION_INDEX greeting=$GREETING; if [ \"$JOB_COMPLETION_INDEX\" = 1 ] && [ ! -e {m} ]; then touch {m}; exit 3; fi",
+            m = mark.display()
+        );
+        std::fs::write(
+            &file,
+            job_manifest("pi", "  completions: 3\n  parallelism: 2\n  completionMode: Indexed\n  backoffLimit: 2\n", &cmd, &c.dir),
+        )
+        .unwrap();
+        assert!(c.ok(k, &["apply", "-f", f]).contains("job.batch/pi created"));
+        let out = c.ok(k, &["wait", "--for=condition=Complete", "job/pi", "--timeout=90s"]);
+        assert!(out.contains("condition met"), "{out}");
+        let job: serde_json::Value = serde_json::from_str(&c.ok(k, &["get", "job", "pi", "-o", "json"])).unwrap();
+        assert_eq!(job["status"]["succeeded"], 3, "{job}");
+        assert_eq!(job["status"]["completedIndexes"], "0-2", "{job}");
+        assert_eq!((job["spec"]["completionMode"].as_str(), job["spec"]["parallelism"].as_i64()), (Some("Indexed"), Some(2)));
+        assert_eq!(job["metadata"]["labels"]["team"], "a");
+        // Its Pods: one per index, Kubernetes' names and labels.
+        let pods: serde_json::Value = serde_json::from_str(&c.ok(k, &["get", "pods", "-l", "job-name=pi", "-o", "json"])).unwrap();
+        let items = pods["items"].as_array().unwrap();
+        assert_eq!(items.len(), 3, "{pods}");
+        for p in items {
+            let name = p["metadata"]["name"].as_str().unwrap();
+            let index = p["metadata"]["labels"]["batch.kubernetes.io/job-completion-index"].as_str().unwrap();
+            assert!(name.starts_with(&format!("pi-{index}-")), "{name}");
+            assert_eq!(p["metadata"]["labels"]["app"], "pi");
+            assert_eq!(p["status"]["phase"], "Succeeded");
+            let restarts = p["status"]["containerStatuses"][0]["restartCount"].as_i64().unwrap();
+            assert_eq!(restarts, i64::from(index == "1"), "{name}: the failed run ran again");
+            // Each Pod's output: its own index, its environment.
+            let logs = c.ok(k, &["logs", name]);
+            assert!(logs.contains(&format!("index={index} greeting=hi")), "{name}: {logs}");
+        }
+        assert!(c.ok(k, &["logs", "job/pi"]).contains("greeting=hi"));
+        let d = c.ok(k, &["describe", "job", "pi"]);
+        assert!(d.contains("Created pod: pi-0-") && d.contains("Job completed"), "{d}");
+        assert!(d.lines().any(|l| l.starts_with("Completion Mode:") && l.ends_with("Indexed")), "{d}");
+        // One ledger: the Job is an array sbatch's tools show by its name.
+        let id = job["metadata"]["annotations"]["tandem.dev/job-id"].as_str().unwrap().to_string();
+        let acct = c.slurm("sacct", &["-n", "-X", "-j", &id, "-o", "JobID%20,JobName%10,State%12"]);
+        assert_eq!(acct.lines().filter(|l| l.contains(" pi ") && l.contains("COMPLETED")).count(), 3, "{acct}");
+        // Only suspend, labels and annotations change; the rest is immutable.
+        let o = c.kubectl(k, &["patch", "job", "pi", "--type=merge", "-p", r#"{"spec":{"parallelism":5}}"#]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success() && err.contains("spec.parallelism") && err.contains("field is immutable"), "{err}");
+        assert!(c.ok(k, &["label", "job", "pi", "tier=x"]).contains("labeled"));
+        assert_eq!(c.ok(k, &["get", "job", "pi", "-o", "jsonpath={.metadata.labels.tier}"]), "x");
+        // A suspended Job holds its job until it is resumed.
+        std::fs::write(&file, job_manifest("later", "  suspend: true\n", "echo resumed", &c.dir)).unwrap();
+        assert!(c.ok(k, &["apply", "-f", f]).contains("job.batch/later created"));
+        let id = c.ok(k, &["get", "job", "later", "-o", "jsonpath={.metadata.annotations.tandem\\.dev/job-id}"]);
+        let q = c.slurm("squeue", &["-h", "-j", &id, "-o", "%T %r"]);
+        assert!(q.contains("PENDING") && q.contains("JobHeldUser"), "{q}");
+        c.wait_for(k, &["get", "job", "later", "-o", "jsonpath={.status.conditions[*].type}"], "Suspended");
+        assert!(c.ok(k, &["patch", "job", "later", "-p", r#"{"spec":{"suspend":false}}"#]).contains("patched"));
+        c.ok(k, &["wait", "--for=condition=Complete", "job/later", "--timeout=60s"]);
+        // Past its backoffLimit, a Job fails, saying why.
+        std::fs::write(&file, job_manifest("bad", "  backoffLimit: 1\n", "exit 7", &c.dir)).unwrap();
+        c.ok(k, &["apply", "-f", f]);
+        c.ok(k, &["wait", "--for=condition=Failed", "job/bad", "--timeout=60s"]);
+        let reason = c.ok(k, &["get", "job", "bad", "-o", "jsonpath={.status.conditions[?(@.type==\"Failed\")].reason}"]);
+        assert_eq!(reason, "BackoffLimitExceeded");
+        let pod = c.ok(k, &["get", "pods", "-l", "job-name=bad", "-o", "jsonpath={.items[0].status.containerStatuses[0].restartCount} {.items[0].status.containerStatuses[0].state.terminated.exitCode}"]);
+        assert_eq!(pod, "1 7", "run once more, then failed with its code");
+        // Every object read checks against Kubernetes' schema.
+        let py = venv().join("bin/python");
+        let all = c.ok(k, &["get", "jobs,pods", "-o", "json"]);
+        let check = "import json,sys,kubernetes_validate\nfor o in json.load(sys.stdin)['items']:\n    kubernetes_validate.validate(o, '1.37.0', strict=True)\nprint('valid')";
+        let mut p =
+            Command::new(&py).args(["-c", check]).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+        use std::io::Write;
+        p.stdin.take().unwrap().write_all(all.as_bytes()).unwrap();
+        let o = p.wait_with_output().unwrap();
+        assert!(String::from_utf8_lossy(&o.stdout).contains("valid"), "{}", String::from_utf8_lossy(&o.stderr));
+        // kubectl create job sends protobuf: read, checked, and (dry run) not submitted.
+        let out = c.ok(k, &["create", "job", "pb", "--image=oci:/nonexistent:1", "--dry-run=server", "--", "true"]);
+        assert!(out.contains("job.batch/pb created (server dry run)"), "{out}");
+        assert!(!c.kubectl(k, &["get", "job", "pb"]).status.success(), "a dry run makes nothing");
+        // Bad input: an unknown field, a Job that cannot be, a name taken.
+        std::fs::write(&file, job_manifest("odd", "  completionz: 3\n", "true", &c.dir)).unwrap();
+        let o = c.kubectl(k, &["apply", "-f", f]);
+        assert!(String::from_utf8_lossy(&o.stderr).contains("unknown field \"spec.completionz\""), "{o:?}");
+        std::fs::write(&file, job_manifest("odd", "  parallelism: 3\n", "true", &c.dir)).unwrap();
+        let o = c.kubectl(k, &["apply", "-f", f]);
+        assert!(String::from_utf8_lossy(&o.stderr).contains("spec.completions: Required value"), "{o:?}");
+        let o = c.kubectl(k, &["create", "job", "pi", "--image=oci:/nonexistent:1", "--", "true"]);
+        assert!(String::from_utf8_lossy(&o.stderr).contains("already exists"), "{o:?}");
+        // Deleting a Job cancels what is left of its job and the Job is gone.
+        std::fs::write(&file, job_manifest("long", "", "sleep 300", &c.dir)).unwrap();
+        c.ok(k, &["apply", "-f", f]);
+        c.wait_for(k, &["get", "pods", "-l", "job-name=long"], "Running");
+        let id = c.ok(k, &["get", "job", "long", "-o", "jsonpath={.metadata.annotations.tandem\\.dev/job-id}"]);
+        for name in ["pi", "later", "bad", "long"] {
+            assert!(c.ok(k, &["delete", "job", name]).contains("deleted"));
+            assert!(!c.kubectl(k, &["get", "job", name]).status.success());
+        }
+        // The cancelled jobs do not come back as sbatch jobs' Jobs.
+        let left = c.ok(k, &["get", "jobs,pods", "-o", "name"]);
+        assert!(!left.contains("job-"), "{left}");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let q = c.slurm("sacct", &["-n", "-X", "-j", &id, "-o", "State"]);
+            if q.contains("CANCELLED") {
+                break;
+            }
+            assert!(Instant::now() < deadline, "scancel'd: {q}");
+            std::thread::sleep(Duration::from_millis(300));
+        }
+    }
 }
