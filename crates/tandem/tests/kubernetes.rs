@@ -45,8 +45,15 @@ struct Kube {
 
 impl Kube {
     fn start(tag: &str) -> Kube {
+        Kube::start_with(tag, &[])
+    }
+
+    /// [`Kube::start`] with more of `tandem up`'s options.
+    fn start_with(tag: &str, more: &[&str]) -> Kube {
         let dir = free_dir(tag);
-        let (child, server, _) = up(&dir, 2, &["--no-proxy", "--cpus-per-agent", "4"]);
+        let mut args = vec!["--no-proxy", "--cpus-per-agent", "4"];
+        args.extend_from_slice(more);
+        let (child, server, _) = up(&dir, 2, &args);
         let kubeconfig = dir.join("kube/config");
         let o = Command::new(bin())
             .args(["token", "--kubeconfig"])
@@ -760,4 +767,40 @@ fn kubectl_runs_an_indexed_job_that_is_an_sbatch_array() {
             std::thread::sleep(Duration::from_millis(300));
         }
     }
+}
+
+/// A Job stays until it is deleted, as Kubernetes keeps one: after its job left the
+/// controller's memory (`min_job_age`), it reads from the job's records in the database, its
+/// Pods too.
+#[test]
+fn a_job_outlives_its_job_in_memory() {
+    let Some(kubectls) = kubectls_or_skip() else { return };
+    let k = kubectls[0].0.as_path();
+    let conf = std::env::temp_dir().join(format!("tandem-kube-age-{}.toml", std::process::id()));
+    std::fs::write(&conf, "min_job_age = 1\n").unwrap();
+    let c = Kube::start_with("kube-job-age", &["--config", conf.to_str().unwrap()]);
+    c.slurm("squeue", &["-h"]);
+    let file = c.dir.join("job.yaml");
+    std::fs::write(&file, job_manifest("kept", "  completions: 2\n  completionMode: Indexed\n", "echo i=$JOB_COMPLETION_INDEX", &c.dir))
+        .unwrap();
+    c.ok(k, &["apply", "-f", file.to_str().unwrap()]);
+    c.ok(k, &["wait", "--for=condition=Complete", "job/kept", "--timeout=60s"]);
+    let id = c.ok(k, &["get", "job", "kept", "-o", "jsonpath={.metadata.annotations.tandem\\.dev/job-id}"]);
+    // The controller forgets finished jobs every 30 s at most once they are older than 1 s.
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let o = Command::new(c.dir.join("shims/scontrol")).args(["show", "job", &id]).env("TANDEM_SERVER", &c.server).output().unwrap();
+        if !o.status.success() || !String::from_utf8_lossy(&o.stdout).contains(&format!("JobId={id}")) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "job {id} never left memory");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let job: serde_json::Value = serde_json::from_str(&c.ok(k, &["get", "job", "kept", "-o", "json"])).unwrap();
+    assert_eq!((job["status"]["succeeded"].as_i64(), job["status"]["completedIndexes"].as_str()), (Some(2), Some("0-1")), "{job}");
+    let pods = c.ok(k, &["get", "pods", "-l", "job-name=kept", "-o", "jsonpath={.items[*].status.phase}"]);
+    assert_eq!(pods, "Succeeded Succeeded");
+    assert!(c.ok(k, &["delete", "job", "kept"]).contains("deleted"));
+    assert!(!c.ok(k, &["get", "jobs", "-o", "name"]).contains("kept"));
+    let _ = std::fs::remove_file(&conf);
 }
