@@ -11,15 +11,12 @@
 //! `backoffLimit` failed runs are run again (the array's failures together) before the Job
 //! fails; the container's command, image, environment and resources as a Deployment's are.
 
-use crate::DEFAULT_NAMESPACE;
 use crate::status::Failure;
 use crate::write::{
     EnvSources, Validation, check_unknown, dns_label, invalid_kind, leaves, shown_matches, supported_in, template_container, unknown_fields,
 };
+use crate::{DEFAULT_BACKOFF_LIMIT, DEFAULT_NAMESPACE};
 use serde_json::{Map, Value, json};
-
-/// Kubernetes' default `backoffLimit`.
-pub const DEFAULT_BACKOFF_LIMIT: u32 = 6;
 
 /// A Job accepted for writing.
 #[derive(Debug, Clone)]

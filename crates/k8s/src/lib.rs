@@ -40,5 +40,8 @@ pub use status::Failure;
 /// Kubernetes users").
 pub const DEFAULT_NAMESPACE: &str = "default";
 
+/// Kubernetes' default `backoffLimit` of a Job.
+pub const DEFAULT_BACKOFF_LIMIT: u32 = 6;
+
 /// The prefix of Tandem's own labels and annotations.
 pub const PREFIX: &str = "tandem.dev";

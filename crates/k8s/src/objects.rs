@@ -557,7 +557,7 @@ fn kube_spec(k: &KubeJob, job_uid: &str) -> JobSpec {
     s.parallelism.get_or_insert(1);
     s.completions.get_or_insert(1);
     s.completion_mode.get_or_insert_with(|| "NonIndexed".into());
-    s.backoff_limit.get_or_insert(crate::jobs::DEFAULT_BACKOFF_LIMIT as i32);
+    s.backoff_limit.get_or_insert(crate::DEFAULT_BACKOFF_LIMIT as i32);
     s.suspend.get_or_insert(false);
     s.manual_selector = Some(false);
     s.selector = Some(LabelSelector { match_labels: labels(&[("batch.kubernetes.io/controller-uid", job_uid)]), ..Default::default() });
