@@ -27,6 +27,19 @@ pub struct KubeObject {
 }
 
 impl KubeObject {
+    /// A written Job's job ids: its job's, or its array's every task's (`completions` of them
+    /// where it is `Indexed` or has more than one); empty for another kind.
+    pub fn job_ids(&self) -> std::ops::Range<u64> {
+        let Some(first) = self.data["job"].as_u64() else { return 0..0 };
+        let spec = &self.data["spec"];
+        let count = if spec["completionMode"] == "Indexed" || spec["completions"].as_u64().is_some_and(|c| c > 1) {
+            spec["completions"].as_u64().unwrap_or(1)
+        } else {
+            1
+        };
+        first..first.saturating_add(count)
+    }
+
     /// Whether it is a deleted Job's tombstone ([`Controller::bury_kube_job`]).
     pub fn buried(&self) -> bool {
         self.data["deleted"] == true
@@ -92,6 +105,38 @@ impl Controller {
         self.kube.insert(k.clone(), o.clone());
         self.dirty_kube.push((k, Some(o)));
         Ok(())
+    }
+
+    /// Deletes the Jobs whose `ttlSecondsAfterFinished` has passed since every task of their job
+    /// ended, as Kubernetes' TTL-after-finished controller does (a Job whose job left memory
+    /// ended at least `min_job_age` ago). Looked at once a second at most.
+    pub(crate) fn expire_kube_jobs(&mut self, now: model::Time) {
+        if now <= self.last_ttl_check {
+            return;
+        }
+        self.last_ttl_check = now;
+        let due: Vec<(KubeKey, u32)> = self
+            .kube
+            .values()
+            .filter(|o| o.kind == "Job" && !o.buried())
+            .filter_map(|o| {
+                let ttl = o.data["spec"]["ttlSecondsAfterFinished"].as_i64()?;
+                let mut end = 0;
+                for id in o.job_ids() {
+                    match self.jobs.get(&id) {
+                        Some(j) if j.state.is_final() => end = end.max(j.end.unwrap_or(0)),
+                        Some(_) => return None,
+                        None if self.tail_of(id).is_some_and(|t| t.pending()) => return None,
+                        None => {}
+                    }
+                }
+                (end.saturating_add(ttl) <= now).then(|| (o.key(), o.uid))
+            })
+            .collect();
+        for (key, uid) in due {
+            // Only a Job not already buried is listed: this cannot be refused.
+            let _ = self.bury_kube_job(uid, &key);
+        }
     }
 
     /// Drops the tombstones of buried Jobs whose jobs have left memory.

@@ -383,6 +383,8 @@ pub struct Controller {
     silence_storm: bool,
     /// When finished jobs were last purged from memory.
     last_purge: Time,
+    /// When Jobs' `ttlSecondsAfterFinished` were last looked at ([`Controller::expire_kube_jobs`]).
+    last_ttl_check: Time,
     /// Node definitions as the scheduler takes them, rebuilt only after a node changed
     /// ([`Controller::nodes_changed`]): a pass or a submission no longer copies every node.
     defs: Option<std::sync::Arc<Vec<Node>>>,
@@ -543,6 +545,7 @@ impl Controller {
             live_replicas: BTreeSet::new(),
             silence_storm: false,
             last_purge: 0,
+            last_ttl_check: 0,
             defs: None,
             checked: HashMap::new(),
             active_from: 0,

@@ -289,6 +289,7 @@ impl Controller {
         self.reboots(now);
         self.enforce_limits(now, &mut info);
         self.purge(now);
+        self.expire_kube_jobs(now);
         self.decay_usage(now);
         self.expire_reservations(now);
         // Before the scheduler sees free CPUs: jobs preempted by suspension take theirs back.

@@ -641,6 +641,39 @@ fn a_deleted_jobs_tombstone_frees_its_name_and_goes_when_its_job_leaves_memory()
 }
 
 #[test]
+fn a_job_with_a_ttl_after_finished_is_deleted_that_long_after_its_job_ended() {
+    let mut c = cluster(1, 0);
+    let ids = c.submit(0, spec(1), &batch(&["--array=0-1"]), "a").unwrap();
+    c.tick(1);
+    let o = |name: &str, ttl: Option<i64>| kube::KubeObject {
+        kind: "Job".into(),
+        namespace: "default".into(),
+        name: name.into(),
+        uid: 1,
+        created: 0,
+        data: serde_json::json!({"job": ids[0], "spec": {"completions": 2, "ttlSecondsAfterFinished": ttl}}),
+    };
+    c.put_kube_object(1, o("ttl", Some(10))).unwrap();
+    c.put_kube_object(1, o("kept", None)).unwrap();
+    let key = |n: &str| ("Job".to_string(), "default".to_string(), n.to_string());
+    assert_eq!(kube::KubeObject::job_ids(c.kube_object(&key("ttl")).unwrap()), ids[0]..ids[0] + 2);
+    // One task ended: not finished yet.
+    let first = c.jobs().find(|j| j.array.is_some_and(|a| a.task == 0)).unwrap().req.id.0;
+    c.hb(5, "n0", &[], &[ended(first, 1, Some(0), None)]).unwrap();
+    c.tick(30);
+    assert!(c.kube_object(&key("ttl")).is_some());
+    let second = c.jobs().find(|j| j.array.is_some_and(|a| a.task == 1)).unwrap().req.id.0;
+    let epoch = c.job(second).unwrap().epoch;
+    c.hb(31, "n0", &[], &[ended(second, epoch, Some(1), None)]).unwrap();
+    c.tick(40);
+    assert!(c.kube_object(&key("ttl")).is_some(), "9 s after its end");
+    c.tick(41);
+    assert!(c.kube_object(&key("ttl")).is_none(), "10 s after its end: deleted");
+    assert!(c.kube_objects("Job").any(|o| o.buried() && o.name.starts_with("ttl#")), "its job hidden until it leaves memory");
+    assert!(c.kube_object(&key("kept")).is_some(), "no TTL: kept");
+}
+
+#[test]
 fn finished_jobs_leave_memory_after_min_job_age_unless_a_job_waits_on_them() {
     let mut c = cluster(1, 0);
     let a = c.submit(0, spec(1), &batch(&[]), "a").unwrap()[0];

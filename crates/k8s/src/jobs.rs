@@ -9,7 +9,9 @@
 //! `Indexed`), `parallelism` P its `%P`; `Indexed` Pods get `JOB_COMPLETION_INDEX`, the task's
 //! index; `activeDeadlineSeconds` is each Pod's time limit; `suspend` holds the job;
 //! `backoffLimit` failed runs are run again (the array's failures together) before the Job
-//! fails; the container's command, image, environment and resources as a Deployment's are.
+//! fails; `ttlSecondsAfterFinished` deletes it that long after its job ended (the
+//! controller's tick); the container's command, image, environment and resources as a
+//! Deployment's are.
 
 use crate::status::Failure;
 use crate::write::{
@@ -65,6 +67,7 @@ const SUPPORTED: &[&str] = &[
     "spec.backoffLimit",
     "spec.activeDeadlineSeconds",
     "spec.suspend",
+    "spec.ttlSecondsAfterFinished",
     "spec.manualSelector",
     "spec.template.metadata.labels.*",
     "spec.template.metadata.annotations.*",
@@ -218,6 +221,7 @@ pub fn write(obj: &Value, namespace: &str, validation: Validation, sources: EnvS
     };
     let backoff_limit = count(&name, spec, "backoffLimit", 0)?.unwrap_or(DEFAULT_BACKOFF_LIMIT);
     let deadline = count(&name, spec, "activeDeadlineSeconds", 1)?.map(i64::from);
+    count(&name, spec, "ttlSecondsAfterFinished", 0)?;
     let suspend = match &spec["suspend"] {
         Value::Null => false,
         Value::Bool(b) => *b,
@@ -267,8 +271,9 @@ fn spec_as_written(spec: &Value) -> Value {
 /// The labels a Job's template and Pods carry that Kubernetes derives.
 pub const DERIVED_LABELS: &[&str] = &["batch.kubernetes.io/controller-uid", "batch.kubernetes.io/job-name", "controller-uid", "job-name"];
 
-/// What a write to an existing Job changes: Kubernetes lets a Job's `suspend` change, and its
-/// labels and annotations; the rest of its spec is immutable.
+/// What a write to an existing Job changes: Kubernetes lets a Job's `suspend` and
+/// `ttlSecondsAfterFinished` change, and its labels and annotations; the rest of its spec is
+/// immutable.
 #[derive(Debug, Clone, PartialEq)]
 pub struct JobChange {
     /// `spec.suspend` as now written.
@@ -302,11 +307,17 @@ pub fn change(name: &str, live: &Value, new: &Value, stored: &Value, validation:
         Value::Bool(b) => *b,
         v => return Err(invalid(name, "spec.suspend", &format!("Invalid value: {v}: true or false"))),
     };
-    // Everything but `suspend` as it was.
+    if let Some(t) = new["spec"].get("ttlSecondsAfterFinished").filter(|t| !t.is_null())
+        && t.as_i64().is_none_or(|t| !(0..=i64::from(i32::MAX)).contains(&t))
+    {
+        return Err(invalid(name, "spec.ttlSecondsAfterFinished", &format!("Invalid value: {t}: must be a whole number, at least 0")));
+    }
+    // Everything but `suspend` and `ttlSecondsAfterFinished` as it was.
     let without = |s: &Value| {
         let mut s = s.clone();
         if let Some(m) = s.as_object_mut() {
             m.remove("suspend");
+            m.remove("ttlSecondsAfterFinished");
         }
         s
     };
@@ -317,10 +328,16 @@ pub fn change(name: &str, live: &Value, new: &Value, stored: &Value, validation:
             .find(|k| was[*k] != now[*k])
             .unwrap_or("");
         let field = if field.is_empty() { "spec".to_string() } else { format!("spec.{field}") };
-        return Err(invalid(name, &field, "Invalid value: field is immutable (a Job's suspend, labels and annotations change)"));
+        return Err(invalid(name, &field, "Invalid value: field is immutable (a Job's suspend, ttlSecondsAfterFinished, labels and annotations change)"));
     }
     let mut stored = stored.clone();
     stored["spec"]["suspend"] = json!(suspend);
+    match new["spec"].get("ttlSecondsAfterFinished").filter(|t| !t.is_null()) {
+        Some(t) => stored["spec"]["ttlSecondsAfterFinished"] = t.clone(),
+        None => {
+            stored["spec"].as_object_mut().map(|m| m.remove("ttlSecondsAfterFinished"));
+        }
+    }
     for k in ["labels", "annotations"] {
         stored["metadata"][k] = new["metadata"][k].clone();
     }
@@ -383,7 +400,8 @@ mod tests {
             (Box::new(|j| j["spec"]["backoffLimit"] = json!(-1)), "spec.backoffLimit"),
             (Box::new(|j| j["spec"]["completionMode"] = json!("Sometimes")), "spec.completionMode"),
             (Box::new(|j| j["spec"].as_object_mut().unwrap().remove("completions").map(|_| ()).unwrap()), "spec.completions"),
-            (Box::new(|j| j["spec"]["ttlSecondsAfterFinished"] = json!(5)), "spec.ttlSecondsAfterFinished"),
+            (Box::new(|j| j["spec"]["ttlSecondsAfterFinished"] = json!(-5)), "spec.ttlSecondsAfterFinished"),
+            (Box::new(|j| j["spec"]["podFailurePolicy"] = json!({"rules": [{"action": "Ignore", "onExitCodes": {"operator": "In", "values": [1]}}]})), "spec.podFailurePolicy.rules[0].action"),
             (Box::new(|j| j["spec"]["selector"] = json!({"matchLabels": {"app": "pi"}})), "spec.selector.matchLabels.app"),
             (Box::new(|j| j["spec"]["manualSelector"] = json!(true)), "spec.manualSelector"),
             (

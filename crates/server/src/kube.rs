@@ -526,13 +526,9 @@ fn batch_tasks(app: &App, v: &Viewer) -> Vec<Task> {
         .kube_objects("Job")
         .filter(|o| v.sees(o.uid) && !o.buried())
         .filter_map(|o| {
-            let id = o.data["job"].as_u64()?;
-            let count = if o.data["spec"]["completionMode"] == "Indexed" || o.data["spec"]["completions"].as_u64().is_some_and(|c| c > 1) {
-                o.data["spec"]["completions"].as_u64().unwrap_or(1)
-            } else {
-                1
-            };
-            Some((id, (Arc::new(KubeJob { name: o.name.clone(), created: o.created, stored: o.data.clone() }), count)))
+            let ids = o.job_ids();
+            let kube = Arc::new(KubeJob { name: o.name.clone(), created: o.created, stored: o.data.clone() });
+            (!ids.is_empty()).then(|| (ids.start, (kube, ids.end - ids.start)))
         })
         .collect();
     let mut seen = std::collections::HashSet::new();
@@ -1211,18 +1207,6 @@ fn stored_job(app: &App, v: &Viewer, ns: &str, name: &str) -> Result<control::ku
     }
 }
 
-/// The job ids of a written Job: its job's, or its array's every task's.
-fn job_ids(o: &control::kube::KubeObject) -> Vec<u64> {
-    let Some(first) = o.data["job"].as_u64() else { return Vec::new() };
-    let spec = &o.data["spec"];
-    let count = if spec["completionMode"] == "Indexed" || spec["completions"].as_u64().is_some_and(|c| c > 1) {
-        spec["completions"].as_u64().unwrap_or(1)
-    } else {
-        1
-    };
-    (first..first.saturating_add(count)).collect()
-}
-
 /// A create, replace, patch or delete of a Job: a batch job, submitted as `sbatch` submits one
 /// (the site's policy, limits and checks), its suspension `scontrol hold`/`release`, its
 /// deletion `scancel`'s.
@@ -1309,7 +1293,7 @@ async fn write_job(
                 return Ok(with_warnings(Json(new).into_response(), &warnings));
             }
             let was = o.data["spec"]["suspend"] == true;
-            let ids = job_ids(&o);
+            let ids: Vec<u64> = o.job_ids().collect();
             let uid = v.uid;
             let mut data = c.stored;
             data["job"] = o.data["job"].clone();
@@ -1342,7 +1326,7 @@ async fn write_job(
             let uid_s = current_of(app, v, "Job", name).map(|l| l["metadata"]["uid"].clone()).unwrap_or(Value::Null);
             if !dry {
                 // `scancel` of its job (its array's every task), and the object gone.
-                let (ids, key, uid, t) = (job_ids(&o), o.key(), v.uid, now());
+                let (ids, key, uid, t) = (o.job_ids().collect(), o.key(), v.uid, now());
                 let r = app
                     .with(|ctl| {
                         ctl.cancel_many(t, uid, ids, None);

@@ -714,6 +714,11 @@ fn kubectl_runs_an_indexed_job_that_is_an_sbatch_array() {
         c.wait_for(k, &["get", "job", "later", "-o", "jsonpath={.status.conditions[*].type}"], "Suspended");
         assert!(c.ok(k, &["patch", "job", "later", "-p", r#"{"spec":{"suspend":false}}"#]).contains("patched"));
         c.ok(k, &["wait", "--for=condition=Complete", "job/later", "--timeout=60s"]);
+        // ttlSecondsAfterFinished: gone that long after its job ended.
+        std::fs::write(&file, job_manifest("brief", "  ttlSecondsAfterFinished: 0\n", "true", &c.dir)).unwrap();
+        c.ok(k, &["apply", "-f", f]);
+        let out = c.ok(k, &["wait", "--for=delete", "job/brief", "--timeout=60s"]);
+        assert!(out.contains("condition met") || out.is_empty(), "{out}");
         // Past its backoffLimit, a Job fails, saying why.
         std::fs::write(&file, job_manifest("bad", "  backoffLimit: 1\n", "exit 7", &c.dir)).unwrap();
         c.ok(k, &["apply", "-f", f]);
