@@ -1728,6 +1728,8 @@ impl Controller {
                 rec.seen_ms = self.now_ms.max(now * 1000);
                 rec.addr = addr;
                 rec.agent_started = now;
+                // A registered agent counts its acknowledgements from 0 again.
+                rec.acked = 0;
                 if rec.registered == 0 {
                     rec.registered = now;
                 }
@@ -1751,6 +1753,7 @@ impl Controller {
                     agent_started: now,
                     orders: Vec::new(),
                     next_seq: self.seq_base,
+                    acked: 0,
                     seen_ms: self.now_ms.max(now * 1000),
                     deleted: false,
                     runs: Vec::new(),
@@ -1943,11 +1946,17 @@ impl Controller {
     ) -> Result<Vec<(u64, Order)>, Refused> {
         self.poll(now, name, ack)?;
         let i = self.node_index[name];
+        // A report older than one already taken (it acknowledges less) may lack a task that
+        // the later one had: its exits are still news (each is taken once), its list is not.
+        let stale = ack < self.nodes[i].acked;
+        self.nodes[i].acked = self.nodes[i].acked.max(ack);
         for e in exits {
             self.task_exit(now, name, e);
         }
-        self.kill_unwanted(i, running);
-        self.reconcile(now, i, running);
+        if !stale {
+            self.kill_unwanted(i, running);
+            self.reconcile(now, i, running);
+        }
         Ok(self.nodes[i].orders.clone())
     }
 

@@ -725,6 +725,27 @@ fn a_deleted_node_is_gone_and_a_busy_one_cannot_be_deleted() {
 }
 
 #[test]
+fn a_heartbeat_that_reaches_the_controller_after_a_later_one_loses_no_run() {
+    // The agent gave up on a long poll (a task ended meanwhile) and its request reached the
+    // controller only after the next ones: its list, from before the launch, must not lose the
+    // run the later heartbeat acknowledged.
+    let mut c = cluster(1, 0);
+    c.submit(0, spec(1), &batch(&["-c1"]), "a").unwrap();
+    c.tick(0);
+    let orders = c.heartbeat(0, "n0", 0, &[], &[]).unwrap();
+    let launch = orders.iter().filter(|(_, o)| matches!(o, Order::Launch(t) if t.job == 1)).map(|(s, _)| *s).max().unwrap();
+    let one = TaskKey { job: 1, epoch: 1, step: BATCH_STEP, rank: 0 };
+    c.heartbeat(1, "n0", launch, &[one], &[]).unwrap();
+    // The old report: acknowledging less, listing nothing.
+    c.heartbeat(1, "n0", launch - 1, &[], &[]).unwrap();
+    let j = c.job(1).unwrap();
+    assert_eq!((j.state, j.restart_count), (JobState::Running, 0), "{:?}", j.message);
+    // A current report without it still loses it (the agent restarted without it).
+    c.heartbeat(2, "n0", launch, &[], &[]).unwrap();
+    assert_eq!(c.job(1).unwrap().restart_count, 1);
+}
+
+#[test]
 fn an_agent_that_registers_again_without_its_tasks_loses_their_runs_at_once() {
     let mut c = cluster(1, 0);
     c.submit(0, spec(1), &batch(&["-c1"]), "a").unwrap();

@@ -684,6 +684,11 @@ pub struct NodeRec {
     /// Next order sequence number.
     #[serde(skip)]
     pub next_seq: u64,
+    /// The highest acknowledgement of its agent's heartbeats since it last registered: a
+    /// heartbeat acknowledging less was sent before one already taken (a request its agent gave
+    /// up on that reached the controller late) and is not judged by.
+    #[serde(skip)]
+    pub acked: u64,
     /// Last heartbeat, milliseconds (for replica failover; not persisted).
     #[serde(skip)]
     pub seen_ms: i64,

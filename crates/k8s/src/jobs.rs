@@ -328,7 +328,11 @@ pub fn change(name: &str, live: &Value, new: &Value, stored: &Value, validation:
             .find(|k| was[*k] != now[*k])
             .unwrap_or("");
         let field = if field.is_empty() { "spec".to_string() } else { format!("spec.{field}") };
-        return Err(invalid(name, &field, "Invalid value: field is immutable (a Job's suspend, ttlSecondsAfterFinished, labels and annotations change)"));
+        return Err(invalid(
+            name,
+            &field,
+            "Invalid value: field is immutable (a Job's suspend, ttlSecondsAfterFinished, labels and annotations change)",
+        ));
     }
     let mut stored = stored.clone();
     stored["spec"]["suspend"] = json!(suspend);
@@ -401,7 +405,13 @@ mod tests {
             (Box::new(|j| j["spec"]["completionMode"] = json!("Sometimes")), "spec.completionMode"),
             (Box::new(|j| j["spec"].as_object_mut().unwrap().remove("completions").map(|_| ()).unwrap()), "spec.completions"),
             (Box::new(|j| j["spec"]["ttlSecondsAfterFinished"] = json!(-5)), "spec.ttlSecondsAfterFinished"),
-            (Box::new(|j| j["spec"]["podFailurePolicy"] = json!({"rules": [{"action": "Ignore", "onExitCodes": {"operator": "In", "values": [1]}}]})), "spec.podFailurePolicy.rules[0].action"),
+            (
+                Box::new(|j| {
+                    j["spec"]["podFailurePolicy"] =
+                        json!({"rules": [{"action": "Ignore", "onExitCodes": {"operator": "In", "values": [1]}}]})
+                }),
+                "spec.podFailurePolicy.rules[0].action",
+            ),
             (Box::new(|j| j["spec"]["selector"] = json!({"matchLabels": {"app": "pi"}})), "spec.selector.matchLabels.app"),
             (Box::new(|j| j["spec"]["manualSelector"] = json!(true)), "spec.manualSelector"),
             (
