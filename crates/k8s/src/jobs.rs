@@ -13,11 +13,12 @@
 //! controller's tick); the container's command, image, environment and resources as a
 //! Deployment's are.
 
+use crate::DEFAULT_BACKOFF_LIMIT;
 use crate::status::Failure;
 use crate::write::{
-    EnvSources, Validation, check_unknown, dns_label, invalid_kind, leaves, shown_matches, supported_in, template_container, unknown_fields,
+    EnvSources, TEMPLATE, Validation, check_namespace, check_unknown, dns_label, invalid_kind, leaves, shown_matches, supported_in,
+    template_container, unknown_fields,
 };
-use crate::{DEFAULT_BACKOFF_LIMIT, DEFAULT_NAMESPACE};
 use serde_json::{Map, Value, json};
 
 /// A Job accepted for writing.
@@ -46,21 +47,9 @@ pub struct WrittenJob {
     pub warnings: Vec<String>,
 }
 
-/// The paths a Job may carry (`*` ends a path under which anything goes); any other field
-/// present is refused with a 422 naming it.
+/// The paths a Job may carry beyond [`TEMPLATE`] (`*` ends a path under which anything goes);
+/// any other field present is refused with a 422 naming it.
 const SUPPORTED: &[&str] = &[
-    "apiVersion",
-    "kind",
-    "metadata.name",
-    "metadata.namespace",
-    "metadata.labels.*",
-    "metadata.annotations.*",
-    "metadata.uid",
-    "metadata.resourceVersion",
-    "metadata.generation",
-    "metadata.creationTimestamp",
-    "metadata.managedFields.*",
-    "status.*",
     "spec.parallelism",
     "spec.completions",
     "spec.completionMode",
@@ -69,46 +58,26 @@ const SUPPORTED: &[&str] = &[
     "spec.suspend",
     "spec.ttlSecondsAfterFinished",
     "spec.manualSelector",
-    "spec.template.metadata.labels.*",
-    "spec.template.metadata.annotations.*",
-    "spec.template.metadata.name",
-    "spec.template.metadata.creationTimestamp",
-    "spec.template.spec.containers[].name",
-    "spec.template.spec.containers[].image",
-    "spec.template.spec.containers[].imagePullPolicy",
-    "spec.template.spec.containers[].command[]",
-    "spec.template.spec.containers[].args[]",
-    "spec.template.spec.containers[].workingDir",
-    "spec.template.spec.containers[].env[].name",
-    "spec.template.spec.containers[].env[].value",
-    "spec.template.spec.containers[].env[].valueFrom.configMapKeyRef.name",
-    "spec.template.spec.containers[].env[].valueFrom.configMapKeyRef.key",
-    "spec.template.spec.containers[].env[].valueFrom.configMapKeyRef.optional",
-    "spec.template.spec.containers[].env[].valueFrom.secretKeyRef.name",
-    "spec.template.spec.containers[].env[].valueFrom.secretKeyRef.key",
-    "spec.template.spec.containers[].env[].valueFrom.secretKeyRef.optional",
-    "spec.template.spec.containers[].envFrom[].configMapRef.name",
-    "spec.template.spec.containers[].envFrom[].configMapRef.optional",
-    "spec.template.spec.containers[].envFrom[].secretRef.name",
-    "spec.template.spec.containers[].envFrom[].secretRef.optional",
-    "spec.template.spec.containers[].envFrom[].prefix",
-    "spec.template.spec.containers[].ports[].containerPort",
-    "spec.template.spec.containers[].ports[].name",
-    "spec.template.spec.containers[].ports[].protocol",
-    "spec.template.spec.containers[].resources.limits.*",
-    "spec.template.spec.containers[].resources.requests.*",
-    "spec.template.spec.containers[].terminationMessagePath",
-    "spec.template.spec.containers[].terminationMessagePolicy",
-    "spec.template.spec.nodeSelector.*",
-    "spec.template.spec.priorityClassName",
-    "spec.template.spec.restartPolicy",
-    "spec.template.spec.schedulerName",
-    "spec.template.spec.dnsPolicy",
-    "spec.template.spec.securityContext",
 ];
 
 fn invalid(name: &str, field: &str, why: &str) -> Failure {
     invalid_kind("Job.batch", name, field, why)
+}
+
+/// A Job body read as Kubernetes' type, once its `apiVersion` and `kind` are the Job's (or
+/// absent).
+fn typed_job(obj: &Value) -> Result<k8s_openapi::api::batch::v1::Job, Failure> {
+    match (obj["apiVersion"].as_str(), obj["kind"].as_str()) {
+        (Some("batch/v1") | None, Some("Job") | None) => {}
+        (v, k) => {
+            return Err(Failure::bad_request(format!(
+                "this is the Job resource of batch/v1; the body is {} {}",
+                v.unwrap_or("(no apiVersion)"),
+                k.unwrap_or("(no kind)")
+            )));
+        }
+    }
+    serde_json::from_value(obj.clone()).map_err(|e| Failure::bad_request(format!("malformed Job: {e}")))
 }
 
 /// A whole number of `spec`'s field `k`, at least `min`, if given.
@@ -128,18 +97,7 @@ pub fn write(obj: &Value, namespace: &str, validation: Validation, sources: EnvS
     if !obj.is_object() {
         return Err(Failure::bad_request("the body is not a JSON object"));
     }
-    match (obj["apiVersion"].as_str(), obj["kind"].as_str()) {
-        (Some("batch/v1") | None, Some("Job") | None) => {}
-        (v, k) => {
-            return Err(Failure::bad_request(format!(
-                "this is the Job resource of batch/v1; the body is {} {}",
-                v.unwrap_or("(no apiVersion)"),
-                k.unwrap_or("(no kind)")
-            )));
-        }
-    }
-    let typed: k8s_openapi::api::batch::v1::Job =
-        serde_json::from_value(obj.clone()).map_err(|e| Failure::bad_request(format!("malformed Job: {e}")))?;
+    let typed = typed_job(obj)?;
     let name = typed.metadata.name.clone().unwrap_or_default();
     let unknown = unknown_fields(obj, &serde_json::to_value(&typed).expect("a Job serializes"));
     let warnings = check_unknown(&unknown, validation)?;
@@ -158,21 +116,13 @@ pub fn write(obj: &Value, namespace: &str, validation: Validation, sources: EnvS
     if crate::objects::job_id(&name).is_some() {
         return Err(invalid(&name, "metadata.name", &format!("Invalid value: {name:?}: job-ID names the Jobs of sbatch's jobs")));
     }
-    if let Some(ns) = typed.metadata.namespace.as_deref()
-        && ns != namespace
-    {
-        return Err(Failure::bad_request("the namespace of the provided object does not match the namespace sent on the request"));
-    }
-    if namespace != DEFAULT_NAMESPACE {
-        return Err(invalid(
-            &name,
-            "metadata.namespace",
-            &format!("Unsupported value: {namespace:?}: Tandem serves the namespace \"default\" only, for now"),
-        ));
-    }
+    check_namespace(typed.metadata.namespace.as_deref(), namespace, &|field, why| invalid(&name, field, why))?;
     let mut paths = Vec::new();
     leaves(obj, String::new(), String::new(), &mut paths);
-    if let Some((_, shown)) = paths.iter().find(|(p, _)| !unknown.iter().any(|u| shown_matches(u, p)) && !supported_in(SUPPORTED, p)) {
+    if let Some((_, shown)) = paths
+        .iter()
+        .find(|(p, _)| !(unknown.iter().any(|u| shown_matches(u, p)) || supported_in(TEMPLATE, p) || supported_in(SUPPORTED, p)))
+    {
         return Err(invalid(&name, shown, "Forbidden: not supported by Tandem (README, \"For Kubernetes users\")"));
     }
     let spec = &obj["spec"];
@@ -288,18 +238,7 @@ pub fn change(name: &str, live: &Value, new: &Value, stored: &Value, validation:
     if !new.is_object() {
         return Err(Failure::bad_request("the body is not a JSON object"));
     }
-    match (new["apiVersion"].as_str(), new["kind"].as_str()) {
-        (Some("batch/v1") | None, Some("Job") | None) => {}
-        (v, k) => {
-            return Err(Failure::bad_request(format!(
-                "this is the Job resource of batch/v1; the body is {} {}",
-                v.unwrap_or("(no apiVersion)"),
-                k.unwrap_or("(no kind)")
-            )));
-        }
-    }
-    let typed: k8s_openapi::api::batch::v1::Job =
-        serde_json::from_value(new.clone()).map_err(|e| Failure::bad_request(format!("malformed Job: {e}")))?;
+    let typed = typed_job(new)?;
     let unknown = unknown_fields(new, &serde_json::to_value(&typed).expect("a Job serializes"));
     let warnings = check_unknown(&unknown, validation)?;
     let suspend = match &new["spec"]["suspend"] {

@@ -397,16 +397,8 @@ pub fn job(tasks: &[&Task]) -> Job {
     let done = tasks.iter().all(|t| final_state(t.info.base_state()));
     let end = tasks.iter().filter_map(|t| t.info.end).max();
     let mut conditions = Vec::new();
-    if suspended {
-        conditions.push(JobCondition {
-            type_: "Suspended".into(),
-            status: "True".into(),
-            reason: Some("JobSuspended".into()),
-            message: Some("Job suspended".into()),
-            ..Default::default()
-        });
-    }
-    if !done && !suspended && kube.is_some_and(|k| k.stored["spec"]["suspend"] == true) {
+    // Suspended: a task frozen (`scontrol suspend`), or a written Job's `suspend` until it ends.
+    if suspended || (!done && kube.is_some_and(|k| k.stored["spec"]["suspend"] == true)) {
         conditions.push(JobCondition {
             type_: "Suspended".into(),
             status: "True".into(),

@@ -12,7 +12,7 @@ use crate::Failure;
 use base64::Engine;
 use k8s_pb::api::apps::v1::Deployment;
 use k8s_pb::api::batch::v1::Job;
-use k8s_pb::api::core::v1::{ConfigMap, Container, PodSpec, Secret};
+use k8s_pb::api::core::v1::{ConfigMap, Container, PodSpec, PodTemplateSpec, Secret};
 use k8s_pb::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_pb::apimachinery::pkg::runtime::Unknown;
 use k8s_pb::apimachinery::pkg::util::intstr::IntOrString;
@@ -252,13 +252,8 @@ fn deployment(mut d: Deployment) -> Result<Value, Failure> {
             s.insert("strategy".into(), Value::Object(so));
         }
     }
-    if let Some(mut t) = spec.template.take() {
-        let mut to = Map::new();
-        to.insert("metadata".into(), meta(t.metadata.take(), "spec.template.metadata")?);
-        let ps = t.spec.take().unwrap_or_default();
-        nothing_left(&t, "spec.template")?;
-        to.insert("spec".into(), pod_spec(ps)?);
-        s.insert("template".into(), Value::Object(to));
+    if let Some(t) = spec.template.take() {
+        s.insert("template".into(), template(t)?);
     }
     nothing_left(&spec, "spec (minReadySeconds, revisionHistoryLimit, paused, progressDeadlineSeconds)")?;
     o.insert("spec".into(), Value::Object(s));
@@ -282,17 +277,22 @@ fn job(mut j: Job) -> Result<Value, Failure> {
     put(&mut s, "activeDeadlineSeconds", spec.active_deadline_seconds.take().map(Value::from));
     put(&mut s, "completionMode", text(spec.completion_mode.take()));
     put(&mut s, "suspend", spec.suspend.take().map(Value::from));
-    if let Some(mut t) = spec.template.take() {
-        let mut to = Map::new();
-        to.insert("metadata".into(), meta(t.metadata.take(), "spec.template.metadata")?);
-        let ps = t.spec.take().unwrap_or_default();
-        nothing_left(&t, "spec.template")?;
-        to.insert("spec".into(), pod_spec(ps)?);
-        s.insert("template".into(), Value::Object(to));
+    if let Some(t) = spec.template.take() {
+        s.insert("template".into(), template(t)?);
     }
     nothing_left(&spec, "spec (selector, ttlSecondsAfterFinished, podFailurePolicy, ...)")?;
     o.insert("spec".into(), Value::Object(s));
     Ok(Value::Object(o))
+}
+
+/// A Pod template (a Deployment's, a Job's): its metadata and Pod spec.
+fn template(mut t: PodTemplateSpec) -> Result<Value, Failure> {
+    let mut to = Map::new();
+    to.insert("metadata".into(), meta(t.metadata.take(), "spec.template.metadata")?);
+    let ps = t.spec.take().unwrap_or_default();
+    nothing_left(&t, "spec.template")?;
+    to.insert("spec".into(), pod_spec(ps)?);
+    Ok(Value::Object(to))
 }
 
 fn pod_spec(mut ps: PodSpec) -> Result<Value, Failure> {

@@ -49,9 +49,9 @@ pub struct Written {
     pub warnings: Vec<String>,
 }
 
-/// The paths (`a.b[].c`) a Deployment may carry; `*` ends a path under which anything goes.
-/// Every other field present is refused with a 422 that names it.
-const SUPPORTED: &[&str] = &[
+/// The paths every written object with a Pod template may carry (a Deployment, a Job): its
+/// metadata, its template's and its one container's fields Tandem implements.
+pub(crate) const TEMPLATE: &[&str] = &[
     "apiVersion",
     "kind",
     "metadata.name",
@@ -64,15 +64,6 @@ const SUPPORTED: &[&str] = &[
     "metadata.creationTimestamp",
     "metadata.managedFields.*",
     "status.*",
-    "spec.replicas",
-    "spec.selector.matchLabels.*",
-    "spec.strategy.type",
-    "spec.strategy.rollingUpdate.maxSurge",
-    "spec.strategy.rollingUpdate.maxUnavailable",
-    "spec.revisionHistoryLimit",
-    "spec.progressDeadlineSeconds",
-    "spec.minReadySeconds",
-    "spec.paused",
     "spec.template.metadata.labels.*",
     "spec.template.metadata.annotations.*",
     "spec.template.metadata.name",
@@ -103,16 +94,30 @@ const SUPPORTED: &[&str] = &[
     "spec.template.spec.containers[].resources.requests.*",
     "spec.template.spec.containers[].terminationMessagePath",
     "spec.template.spec.containers[].terminationMessagePolicy",
-    "spec.template.spec.containers[].readinessProbe.*",
-    "spec.template.spec.containers[].livenessProbe.*",
-    "spec.template.spec.containers[].startupProbe.*",
     "spec.template.spec.nodeSelector.*",
-    "spec.template.spec.terminationGracePeriodSeconds",
     "spec.template.spec.priorityClassName",
     "spec.template.spec.restartPolicy",
     "spec.template.spec.schedulerName",
     "spec.template.spec.dnsPolicy",
     "spec.template.spec.securityContext",
+];
+
+/// The paths (`a.b[].c`) a Deployment may carry; `*` ends a path under which anything goes.
+/// Every other field present is refused with a 422 that names it.
+const SUPPORTED: &[&str] = &[
+    "spec.replicas",
+    "spec.selector.matchLabels.*",
+    "spec.strategy.type",
+    "spec.strategy.rollingUpdate.maxSurge",
+    "spec.strategy.rollingUpdate.maxUnavailable",
+    "spec.revisionHistoryLimit",
+    "spec.progressDeadlineSeconds",
+    "spec.minReadySeconds",
+    "spec.paused",
+    "spec.template.spec.containers[].readinessProbe.*",
+    "spec.template.spec.containers[].livenessProbe.*",
+    "spec.template.spec.containers[].startupProbe.*",
+    "spec.template.spec.terminationGracePeriodSeconds",
 ];
 
 /// Every leaf path of `v` (objects' keys joined with `.`, list items as `[]`), with the path
@@ -139,7 +144,7 @@ pub(crate) fn leaves(v: &Value, pattern: String, shown: String, out: &mut Vec<(S
 }
 
 fn supported(pattern: &str) -> bool {
-    supported_in(SUPPORTED, pattern)
+    supported_in(TEMPLATE, pattern) || supported_in(SUPPORTED, pattern)
 }
 
 /// Whether `pattern` is one of `list`'s paths (or under one ending in `.*`).
@@ -297,6 +302,21 @@ pub fn env_data(kind: &str, obj: &Value) -> BTreeMap<String, String> {
     out
 }
 
+/// An object's namespace (`given` in its metadata) against the request's: the same, and
+/// `default`. `bad` makes the 422 of a field.
+pub(crate) fn check_namespace(given: Option<&str>, namespace: &str, bad: &dyn Fn(&str, &str) -> Failure) -> Result<(), Failure> {
+    if given.is_some_and(|ns| ns != namespace) {
+        return Err(Failure::bad_request("the namespace of the provided object does not match the namespace sent on the request"));
+    }
+    if namespace != DEFAULT_NAMESPACE {
+        return Err(bad(
+            "metadata.namespace",
+            &format!("Unsupported value: {namespace:?}: Tandem serves the namespace \"default\" only, for now"),
+        ));
+    }
+    Ok(())
+}
+
 /// Whether `k` can be an environment variable's name as Kubernetes requires (a C identifier,
 /// or with `.` and `-`, not starting with a digit).
 fn env_name_ok(k: &str) -> bool {
@@ -336,18 +356,7 @@ pub fn deployment(obj: &Value, namespace: &str, validation: Validation, sources:
             ),
         ));
     }
-    if let Some(ns) = typed.metadata.namespace.as_deref()
-        && ns != namespace
-    {
-        return Err(Failure::bad_request("the namespace of the provided object does not match the namespace sent on the request"));
-    }
-    if namespace != DEFAULT_NAMESPACE {
-        return Err(invalid(
-            &name,
-            "metadata.namespace",
-            &format!("Unsupported value: {namespace:?}: Tandem serves the namespace \"default\" only, for now"),
-        ));
-    }
+    check_namespace(typed.metadata.namespace.as_deref(), namespace, &|field, why| invalid(&name, field, why))?;
     // Every field present must be one Tandem implements.
     let mut paths = Vec::new();
     leaves(obj, String::new(), String::new(), &mut paths);

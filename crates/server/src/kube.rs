@@ -221,11 +221,7 @@ async fn pod_log(app: &App, v: &Viewer, t: &Target, q: &HashMap<String, String>)
 /// waits for that). A batch job's Pod ends with its job: a 405 naming `scancel`.
 async fn delete_pod(app: &App, v: &Viewer, t: &Target, q: &HashMap<String, String>) -> Result<Response, Failure> {
     let name = t.name.clone().ok_or_else(Failure::no_route)?;
-    let dry = match q.get("dryRun").map(String::as_str) {
-        None | Some("") => false,
-        Some("All") => true,
-        Some(other) => return Err(Failure::bad_request(format!("dryRun: {other:?} is not All"))),
-    };
+    let dry = dry_run(q)?;
     let pods = with_cache(app, "Pod", |c| c.list());
     let mut pod = pods
         .into_iter()
@@ -826,6 +822,26 @@ fn json_body(headers: &HeaderMap, body: &[u8]) -> Result<Value, Failure> {
     serde_json::from_slice(body).map_err(|e| Failure::bad_request(format!("malformed JSON: {e}")))
 }
 
+/// `dryRun`: `All`, or nothing.
+fn dry_run(q: &HashMap<String, String>) -> Result<bool, Failure> {
+    match q.get("dryRun").map(String::as_str) {
+        None | Some("") => Ok(false),
+        Some("All") => Ok(true),
+        Some(other) => Err(Failure::bad_request(format!("dryRun: {other:?} is not All"))),
+    }
+}
+
+/// The object a write makes of `live`: a replace's body, or a patch (its kind from the
+/// content type) applied to it.
+fn written_over(method: &Method, headers: &HeaderMap, body: &[u8], live: &Value) -> Result<Value, Failure> {
+    if method == Method::PUT {
+        return json_body(headers, body);
+    }
+    let kind = k8s::patch::Kind::of(headers.get("content-type").and_then(|h| h.to_str().ok()).unwrap_or(""))?;
+    let patch: Value = serde_json::from_slice(body).map_err(|e| Failure::bad_request(format!("malformed patch: {e}")))?;
+    k8s::patch::apply(kind, live, &patch)
+}
+
 fn with_warnings(mut r: Response, warnings: &[String]) -> Response {
     for w in warnings {
         let text = format!("299 - {:?}", w.replace(|c: char| c.is_control(), " "));
@@ -854,11 +870,7 @@ async fn write(
         return write_job(app, v, method, t, ns, headers, q, body).await;
     }
     let validation = k8s::write::Validation::parse(q.get("fieldValidation").map(String::as_str))?;
-    let dry = match q.get("dryRun").map(String::as_str) {
-        None | Some("") => false,
-        Some("All") => true,
-        Some(other) => return Err(Failure::bad_request(format!("dryRun: {other:?} is not All"))),
-    };
+    let dry = dry_run(q)?;
     let name = t.name.clone();
     match (method.as_str(), name, t.sub.as_deref()) {
         ("POST", None, None) => {
@@ -876,17 +888,10 @@ async fn write(
         }
         ("PUT" | "PATCH", Some(name), None) => {
             let live = current(app, v, &name).ok_or_else(|| Failure::not_found("deployments", "apps", &name))?;
-            let obj = if method == Method::PUT {
-                let obj = json_body(headers, body)?;
-                if obj["metadata"]["name"].as_str().is_some_and(|n| n != name) {
-                    return Err(Failure::bad_request("the name of the object does not match the name on the URL"));
-                }
-                obj
-            } else {
-                let kind = k8s::patch::Kind::of(headers.get("content-type").and_then(|h| h.to_str().ok()).unwrap_or(""))?;
-                let patch: Value = serde_json::from_slice(body).map_err(|e| Failure::bad_request(format!("malformed patch: {e}")))?;
-                k8s::patch::apply(kind, &live, &patch)?
-            };
+            let obj = written_over(method, headers, body, &live)?;
+            if obj["metadata"]["name"].as_str().is_some_and(|n| n != name) {
+                return Err(Failure::bad_request("the name of the object does not match the name on the URL"));
+            }
             if let Some(rv) = obj["metadata"]["resourceVersion"].as_str()
                 && rv != live["metadata"]["resourceVersion"].as_str().unwrap_or("")
             {
@@ -918,13 +923,7 @@ async fn write(
         }
         ("PUT" | "PATCH", Some(name), Some("scale")) => {
             let live = scale_of(app, v, &name)?;
-            let obj = if method == Method::PUT {
-                json_body(headers, body)?
-            } else {
-                let kind = k8s::patch::Kind::of(headers.get("content-type").and_then(|h| h.to_str().ok()).unwrap_or(""))?;
-                let patch: Value = serde_json::from_slice(body).map_err(|e| Failure::bad_request(format!("malformed patch: {e}")))?;
-                k8s::patch::apply(kind, &live, &patch)?
-            };
+            let obj = written_over(method, headers, body, &live)?;
             let n = obj["spec"]["replicas"].as_u64().filter(|n| *n <= u64::from(u32::MAX)).ok_or_else(|| {
                 Failure::from_code(
                     422,
@@ -1023,11 +1022,7 @@ async fn write_stored(
 ) -> Result<Response, Failure> {
     let (kind, plural) = (t.resource.kind, t.resource.plural);
     let validation = k8s::write::Validation::parse(q.get("fieldValidation").map(String::as_str))?;
-    let dry = match q.get("dryRun").map(String::as_str) {
-        None | Some("") => false,
-        Some("All") => true,
-        Some(other) => return Err(Failure::bad_request(format!("dryRun: {other:?} is not All"))),
-    };
+    let dry = dry_run(q)?;
     if t.sub.is_some() {
         return Err(Failure::no_route());
     }
@@ -1052,13 +1047,7 @@ async fn write_stored(
                 (true, None) => return Err(Failure::forbidden(format!("{plural} \"{name}\" belongs to another user"))),
                 (false, None) => return Err(Failure::not_found(plural, "", name)),
             };
-            let obj = if method == Method::PUT {
-                json_body(headers, body)?
-            } else {
-                let pk = k8s::patch::Kind::of(headers.get("content-type").and_then(|h| h.to_str().ok()).unwrap_or(""))?;
-                let patch: Value = serde_json::from_slice(body).map_err(|e| Failure::bad_request(format!("malformed patch: {e}")))?;
-                k8s::patch::apply(pk, &live, &patch)?
-            };
+            let obj = written_over(method, headers, body, &live)?;
             if obj["metadata"]["name"].as_str().is_some_and(|n| n != name) {
                 return Err(Failure::bad_request("the name of the object does not match the name on the URL"));
             }
@@ -1222,11 +1211,7 @@ async fn write_job(
     body: &[u8],
 ) -> Result<Response, Failure> {
     let validation = k8s::write::Validation::parse(q.get("fieldValidation").map(String::as_str))?;
-    let dry = match q.get("dryRun").map(String::as_str) {
-        None | Some("") => false,
-        Some("All") => true,
-        Some(other) => return Err(Failure::bad_request(format!("dryRun: {other:?} is not All"))),
-    };
+    let dry = dry_run(q)?;
     if t.sub.is_some() {
         return Err(Failure::method_not_allowed(format!("{method} is not served on jobs/{}", t.sub.as_deref().unwrap_or(""))));
     }
@@ -1273,13 +1258,7 @@ async fn write_job(
         ("PUT" | "PATCH", Some(name)) => {
             let o = stored_job(app, v, ns, name)?;
             let live = current_of(app, v, "Job", name).ok_or_else(|| Failure::not_found("jobs", "batch", name))?;
-            let new = if method == Method::PUT {
-                json_body(headers, body)?
-            } else {
-                let pk = k8s::patch::Kind::of(headers.get("content-type").and_then(|h| h.to_str().ok()).unwrap_or(""))?;
-                let patch: Value = serde_json::from_slice(body).map_err(|e| Failure::bad_request(format!("malformed patch: {e}")))?;
-                k8s::patch::apply(pk, &live, &patch)?
-            };
+            let new = written_over(method, headers, body, &live)?;
             if new["metadata"]["name"].as_str().is_some_and(|n| n != name) {
                 return Err(Failure::bad_request("the name of the object does not match the name on the URL"));
             }
