@@ -300,3 +300,53 @@ try:
 except client.ApiException as e:
     check(e.status == 404, f"404: {e.body}")
 print("ok jobs")
+
+# A namespace of one's own: made with CoreV1Api, a ConfigMap and a Deployment of the same name
+# as one in default made in it (a Tandem service of its own, `NAME.NAMESPACE`), the Deployment
+# taking its environment from that namespace's ConfigMap; listed per namespace and across all;
+# the namespace deleted with what is in it.
+ns = core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name="py-team", labels={"team": "py"})))
+check(ns.metadata.name == "py-team" and ns.status.phase == "Active", f"create namespace: {ns}")
+kubernetes_validate.validate(raw("/api/v1/namespaces/py-team"), "1.37.0", strict=True)
+check(raw("/api/v1/namespaces/py-team")["metadata"]["labels"]["team"] == "py", "its labels")
+core.create_namespaced_config_map("py-team", client.V1ConfigMap(metadata=client.V1ObjectMeta(name="cfg"), data={"WHO": "py-team"}))
+dep = client.V1Deployment(
+    metadata=client.V1ObjectMeta(name=service),
+    spec=client.V1DeploymentSpec(
+        replicas=0,
+        selector=client.V1LabelSelector(match_labels={"app": "py"}),
+        template=client.V1PodTemplateSpec(
+            metadata=client.V1ObjectMeta(labels={"app": "py"}),
+            spec=client.V1PodSpec(
+                containers=[
+                    client.V1Container(
+                        name="c",
+                        command=["sleep", "600"],
+                        env_from=[client.V1EnvFromSource(config_map_ref=client.V1ConfigMapEnvSource(name="cfg"))],
+                    )
+                ]
+            ),
+        ),
+    ),
+)
+apps.create_namespaced_deployment("py-team", dep)
+mine = apps.read_namespaced_deployment(service, "py-team")
+check(mine.metadata.namespace == "py-team", f"namespace: {mine.metadata}")
+check(mine.metadata.uid != apps.read_namespaced_deployment(service, "default").metadata.uid, "two Deployments, two uids")
+check([d.metadata.name for d in apps.list_namespaced_deployment("py-team").items] == [service], "listed in its namespace")
+everywhere = {(d.metadata.namespace, d.metadata.name) for d in apps.list_deployment_for_all_namespaces().items}
+check({("py-team", service), ("default", service)} <= everywhere, f"across namespaces: {everywhere}")
+kubernetes_validate.validate(raw(f"/apis/apps/v1/namespaces/py-team/deployments/{service}"), "1.37.0", strict=True)
+try:
+    core.create_namespaced_config_map("no-such-ns", client.V1ConfigMap(metadata=client.V1ObjectMeta(name="x")))
+    check(False, "an object was made in a namespace that does not exist")
+except client.ApiException as e:
+    check(e.status == 404 and "no-such-ns" in e.body, f"404: {e.body}")
+core.delete_namespace("py-team")
+deadline = time.time() + 60
+while any(n.metadata.name == "py-team" for n in core.list_namespace().items):
+    check(time.time() < deadline, "the namespace was never gone")
+    time.sleep(0.3)
+check(apps.list_namespaced_deployment("py-team").items == [], "its Deployment went with it")
+check(apps.read_namespaced_deployment(service, "default").metadata.name == service, "default's stays")
+print("ok namespaces")

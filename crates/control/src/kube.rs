@@ -5,8 +5,15 @@
 use crate::Controller;
 use serde::{Deserialize, Serialize};
 
-/// (kind, namespace, name).
+/// (kind, namespace, name); a Namespace's own namespace is `""`.
 pub type KubeKey = (String, String, String);
+
+use crate::service::DEFAULT_NAMESPACE;
+
+/// The key of the Namespace `ns`.
+pub fn namespace_key(ns: &str) -> KubeKey {
+    ("Namespace".into(), String::new(), ns.into())
+}
 
 /// One stored object.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -45,6 +52,11 @@ impl KubeObject {
         self.data["deleted"] == true
     }
 
+    /// Whether it is a Namespace being deleted ([`Controller::delete_namespace`]).
+    pub fn terminating(&self) -> bool {
+        self.kind == "Namespace" && self.data["terminating"] == true
+    }
+
     /// Its key.
     pub fn key(&self) -> KubeKey {
         (self.kind.clone(), self.namespace.clone(), self.name.clone())
@@ -62,9 +74,45 @@ impl Controller {
         self.kube.values().filter(move |o| o.kind == kind)
     }
 
-    /// Stores `o` (a new object, or a new version of one `uid` owns).
+    /// Whether `uid` may make or change objects in the Kubernetes namespace `ns`: anyone in
+    /// `default`; elsewhere the namespace's owner (who created it) and root, while it is not
+    /// being deleted.
+    pub fn check_namespace(&self, uid: u32, ns: &str) -> Result<(), crate::Refused> {
+        if ns.is_empty() || ns == DEFAULT_NAMESPACE {
+            return Ok(());
+        }
+        match self.kube.get(&namespace_key(ns)) {
+            None => {
+                Err(crate::Refused::NotFound(format!("namespaces \"{ns}\" not found: create it first (`kubectl create namespace {ns}`)")))
+            }
+            Some(o) if o.terminating() => {
+                Err(crate::Refused::Forbidden(format!("unable to create new content in namespace {ns} because it is being terminated")))
+            }
+            Some(o) if uid != 0 && o.uid != uid => Err(crate::Refused::Forbidden(format!(
+                "namespace {ns} belongs to another user: only its owner and root make objects in it"
+            ))),
+            Some(_) => Ok(()),
+        }
+    }
+
+    /// Stores `o` (a new object, or a new version of one `uid` owns), in a namespace `uid` may
+    /// write in ([`Controller::check_namespace`]).
     pub fn put_kube_object(&mut self, uid: u32, mut o: KubeObject) -> Result<(), crate::Refused> {
         let key = o.key();
+        if o.kind == "Namespace" {
+            if o.name == DEFAULT_NAMESPACE || !crate::service::dns_label(&o.name) {
+                return Err(crate::Refused::Invalid(format!(
+                    "namespace {:?} cannot be made: name one a DNS label other than default",
+                    o.name
+                )));
+            }
+            if self.kube.get(&key).is_some_and(KubeObject::terminating) {
+                return Err(crate::Refused::Conflict(format!("namespace {} is being deleted", o.name)));
+            }
+            o.data["terminating"] = serde_json::Value::Null;
+        } else {
+            self.check_namespace(uid, &o.namespace)?;
+        }
         if let Some(old) = self.kube.get(&key) {
             if uid != 0 && old.uid != uid {
                 return Err(crate::Refused::Forbidden(format!("{} {} belongs to another user", o.kind, o.name)));
@@ -154,6 +202,67 @@ impl Controller {
             .map(KubeObject::key)
             .collect();
         for key in gone {
+            self.kube.remove(&key);
+            self.dirty_kube.push((key, None));
+        }
+    }
+
+    /// Deletes the namespace `ns` (its owner or root) and everything in it, as Kubernetes'
+    /// namespace controller does: its Services, ConfigMaps and Secrets at once, its Jobs'
+    /// jobs cancelled, its Deployments' services deleted (their replicas stop). The namespace
+    /// reads `Terminating`, nothing new can be made in it, until its last service is gone
+    /// ([`Controller::drop_terminated_namespaces`]). Answers the jobs cancelled.
+    pub fn delete_namespace(&mut self, now: model::Time, uid: u32, ns: &str) -> Result<Vec<u64>, crate::Refused> {
+        let key = namespace_key(ns);
+        let Some(o) = self.kube.get(&key).cloned() else {
+            return Err(if ns == DEFAULT_NAMESPACE {
+                crate::Refused::Forbidden("namespace default may not be deleted".into())
+            } else {
+                crate::Refused::NotFound(format!("namespaces \"{ns}\" not found"))
+            });
+        };
+        if uid != 0 && o.uid != uid {
+            return Err(crate::Refused::Forbidden(format!("namespace {ns} belongs to another user")));
+        }
+        let inside: Vec<KubeObject> = self.kube.values().filter(|x| x.kind != "Namespace" && x.namespace == ns).cloned().collect();
+        let mut cancelled = Vec::new();
+        for x in inside {
+            if x.kind == "Job" && !x.buried() {
+                let ids: Vec<u64> = x.job_ids().collect();
+                // Its owner's (or root's): the namespace's own objects are.
+                self.cancel_many(now, 0, ids.clone(), None);
+                cancelled.extend(ids);
+                self.bury_kube_job(0, &x.key())?;
+            } else if x.kind != "Job" {
+                self.delete_kube_object(0, &x.key())?;
+            }
+        }
+        let services: Vec<String> =
+            self.services.iter().filter(|(n, s)| crate::service::split_name(n).0 == ns && !s.deleting).map(|(n, _)| n.clone()).collect();
+        for s in services {
+            self.delete_service(0, &s)?;
+        }
+        let mut o = o;
+        o.data["terminating"] = serde_json::Value::Bool(true);
+        self.kube.insert(key.clone(), o.clone());
+        self.dirty_kube.push((key, Some(o)));
+        self.drop_terminated_namespaces();
+        Ok(cancelled)
+    }
+
+    /// Drops the namespaces being deleted that no service is left in.
+    pub(crate) fn drop_terminated_namespaces(&mut self) {
+        let first = namespace_key("");
+        let done: Vec<KubeKey> = self
+            .kube
+            .range(first..)
+            .map(|(_, o)| o)
+            .take_while(|o| o.kind == "Namespace")
+            .filter(|o| o.terminating())
+            .filter(|o| !self.services.keys().any(|n| crate::service::split_name(n).0 == o.name))
+            .map(KubeObject::key)
+            .collect();
+        for key in done {
             self.kube.remove(&key);
             self.dirty_kube.push((key, None));
         }

@@ -290,6 +290,7 @@ impl Controller {
         self.enforce_limits(now, &mut info);
         self.purge(now);
         self.expire_kube_jobs(now);
+        self.drop_terminated_namespaces();
         self.decay_usage(now);
         self.expire_reservations(now);
         // Before the scheduler sees free CPUs: jobs preempted by suspension take theirs back.

@@ -544,8 +544,12 @@ fn probe(p: &Option<ProbeSpec>, what: &str, liveness: bool) -> Result<Option<Pro
     Ok(Some(Probe { kind, port, period_ms, timeout_ms, failure_threshold, success_threshold, initial_delay_ms }))
 }
 
-/// Whether `name` is a DNS label (what Kubernetes requires of a service name).
-pub fn valid_name(name: &str) -> bool {
+/// The Kubernetes namespace of every service whose name has none.
+pub const DEFAULT_NAMESPACE: &str = "default";
+
+/// Whether `name` is a DNS label (1 to 63 lower-case letters, digits and '-', not starting or
+/// ending with '-').
+pub fn dns_label(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= 63
         && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
@@ -553,12 +557,38 @@ pub fn valid_name(name: &str) -> bool {
         && !name.ends_with('-')
 }
 
+/// Whether `name` can name a service: a DNS label (what Kubernetes requires of a Deployment's
+/// name Tandem serves), or `NAME.NAMESPACE`, a service in a Kubernetes namespace other than
+/// `default` ([`split_name`]).
+pub fn valid_name(name: &str) -> bool {
+    match name.split_once('.') {
+        Some((n, ns)) => dns_label(n) && dns_label(ns) && ns != DEFAULT_NAMESPACE,
+        None => dns_label(name),
+    }
+}
+
+/// The Kubernetes namespace and name of service `service`: `web` is `web` in `default`, and
+/// `web.team-a` is `web` in the namespace `team-a`, as Kubernetes' DNS names a Service of a
+/// namespace (so the proxy's `/s/web.team-a/` and `Host: web.team-a` reach it).
+pub fn split_name(service: &str) -> (&str, &str) {
+    match service.split_once('.') {
+        Some((name, ns)) => (ns, name),
+        None => (DEFAULT_NAMESPACE, service),
+    }
+}
+
+/// The service that is the Deployment `name` of `namespace` ([`split_name`]'s inverse).
+pub fn join_name(namespace: &str, name: &str) -> String {
+    if namespace == DEFAULT_NAMESPACE || namespace.is_empty() { name.to_string() } else { format!("{name}.{namespace}") }
+}
+
 impl ServiceSpec {
     /// Checks every value and fills in the defaults; the error says what is wrong.
     pub fn resolve(&self) -> Result<Resolved, String> {
         if !valid_name(&self.name) {
             return Err(format!(
-                "invalid service name {:?}: use 1 to 63 lower-case letters, digits and '-', not starting or ending with '-'",
+                "invalid service name {:?}: use 1 to 63 lower-case letters, digits and '-', not starting or ending with '-' \
+                 (NAME.NAMESPACE, each such, for a service in a Kubernetes namespace other than default)",
                 self.name
             ));
         }

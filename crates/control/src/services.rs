@@ -252,6 +252,9 @@ impl Controller {
         (spec.account, spec.qos) = (Some(account), qos);
         let r = self.check_spec(&spec, user)?;
         let name = spec.name.clone();
+        if !self.services.contains_key(&name) {
+            self.check_namespace(uid, service::split_name(&name).0)?;
+        }
         if let Some(old) = self.services.get(&name) {
             if uid != 0 && uid != old.uid {
                 return Err(Refused::Forbidden(format!("service {name} belongs to another user")));

@@ -436,3 +436,51 @@ fn a_maintenance_window_moves_replicas_off_its_node_first_within_min_available()
     let after = on(&w);
     assert!(!after.contains(&victim) && after.len() == 2, "{after:?}");
 }
+
+#[test]
+fn a_namespace_is_its_owners_and_deleting_it_deletes_what_is_in_it() {
+    use crate::kube::{KubeObject, namespace_key};
+    let mut w = World::new(2, 0, Settings::default());
+    let obj = |kind: &str, ns: &str, name: &str, uid: u32| KubeObject {
+        kind: kind.into(),
+        namespace: ns.into(),
+        name: name.into(),
+        uid,
+        created: 0,
+        data: serde_json::json!({}),
+    };
+    let named = |name: &str| ServiceSpec { name: name.into(), ..echo(1) };
+    // Nothing is made in a namespace that does not exist.
+    assert!(matches!(w.apply(named("echo.team-a")), Err(Refused::NotFound(m)) if m.contains("kubectl create namespace team-a")));
+    assert!(matches!(w.c.put_kube_object(1000, obj("ConfigMap", "team-a", "cfg", 1000)), Err(Refused::NotFound(_))));
+    assert!(matches!(w.c.put_kube_object(1000, obj("Namespace", "", "default", 1000)), Err(Refused::Invalid(_))));
+    w.c.put_kube_object(1000, obj("Namespace", "", "team-a", 1000)).unwrap();
+    // Another user makes nothing in it, as a service or as an object, nor deletes it.
+    assert!(matches!(w.c.apply_service(0, 2000, 2000, "mallory", "/tmp", named("echo.team-a")), Err(Refused::Forbidden(_))));
+    assert!(matches!(w.c.put_kube_object(2000, obj("Secret", "team-a", "s", 2000)), Err(Refused::Forbidden(_))));
+    assert!(matches!(w.c.put_kube_object(2000, obj("Namespace", "", "team-a", 2000)), Err(Refused::Forbidden(_))));
+    assert!(matches!(w.c.delete_namespace(0, 2000, "team-a"), Err(Refused::Forbidden(_))));
+    assert!(matches!(w.c.delete_namespace(0, 1000, "default"), Err(Refused::Forbidden(_))));
+    // Its owner does; a service of the same name in default is another service.
+    w.apply(named("echo.team-a")).unwrap();
+    w.apply(named("echo")).unwrap();
+    w.c.put_kube_object(1000, obj("ConfigMap", "team-a", "cfg", 1000)).unwrap();
+    w.c.put_kube_object(1000, obj("ConfigMap", "default", "cfg", 1000)).unwrap();
+    for _ in 0..5 {
+        w.round(200);
+    }
+    assert_eq!((w.endpoints("echo.team-a").len(), w.endpoints("echo").len()), (1, 1));
+    // Deleted: what is in it goes, the rest stays; it is terminating until its replicas stop.
+    w.c.delete_namespace(0, 1000, "team-a").unwrap();
+    let cm = |ns: &str| ("ConfigMap".to_string(), ns.to_string(), "cfg".to_string());
+    assert!(w.c.kube_object(&cm("team-a")).is_none() && w.c.kube_object(&cm("default")).is_some());
+    assert!(w.c.kube_object(&namespace_key("team-a")).is_some_and(KubeObject::terminating));
+    assert!(matches!(w.apply(named("other.team-a")), Err(Refused::Forbidden(m)) if m.contains("terminated")));
+    for _ in 0..10 {
+        w.round(200);
+    }
+    assert!(w.c.service("echo.team-a").is_none() && w.c.service("echo").is_some());
+    assert!(w.c.kube_object(&namespace_key("team-a")).is_none(), "gone with its last service");
+    // The name is free again, for anyone.
+    w.c.put_kube_object(2000, obj("Namespace", "", "team-a", 2000)).unwrap();
+}

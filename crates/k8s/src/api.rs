@@ -38,12 +38,12 @@ impl Resource {
     /// Whether it is written through this API (the others are read and watched only; README,
     /// "For Kubernetes users").
     pub fn writable(&self) -> bool {
-        matches!(self.kind, "Deployment" | "Job" | "Service" | "ConfigMap" | "Secret")
+        matches!(self.kind, "Deployment" | "Job" | "Service" | "ConfigMap" | "Secret" | "Namespace")
     }
 
     /// Whether its objects are stored as written (not views of Tandem's own records).
     pub fn stored(&self) -> bool {
-        matches!(self.kind, "Service" | "ConfigMap" | "Secret")
+        matches!(self.kind, "Service" | "ConfigMap" | "Secret" | "Namespace")
     }
 
     /// The verbs served on it.

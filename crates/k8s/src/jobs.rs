@@ -374,8 +374,9 @@ mod tests {
             assert!(e.causes.iter().any(|c| c.2 == field), "{field}: {e:?}");
             assert!(e.message.starts_with("Job.batch \""), "{e:?}");
         }
-        let e = write(&job(), "other", Validation::Strict, &none).unwrap_err();
+        let e = write(&job(), "Not_A_Namespace", Validation::Strict, &none).unwrap_err();
         assert_eq!(e.code, 422);
+        assert_eq!(write(&job(), "team-a", Validation::Strict, &none).unwrap().name, "pi");
         let mut j = job();
         j["spec"]["bogus"] = json!(1);
         assert_eq!(write(&j, "default", Validation::Strict, &none).unwrap_err().code, 400);

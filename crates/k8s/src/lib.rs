@@ -36,9 +36,9 @@ pub mod write;
 pub use api::{RESOURCES, Resource, Route, Target};
 pub use status::Failure;
 
-/// The namespace every object of Tandem's lives in until namespaces can be made (README, "For
-/// Kubernetes users").
-pub const DEFAULT_NAMESPACE: &str = "default";
+/// The namespace of every `sbatch` job's Job and Pods, and of services without one in their name
+/// (README, "For Kubernetes users").
+pub use wire::DEFAULT_NAMESPACE;
 
 /// Kubernetes' default `backoffLimit` of a Job.
 pub const DEFAULT_BACKOFF_LIMIT: u32 = 6;

@@ -49,6 +49,8 @@ pub struct Task {
 pub struct KubeJob {
     /// Its name.
     pub name: String,
+    /// Its namespace.
+    pub namespace: String,
     /// When it was written, Unix seconds.
     pub created: i64,
     /// Its metadata's labels and annotations and its spec, as written (and changed since).
@@ -186,10 +188,10 @@ fn labels(pairs: &[(&str, &str)]) -> Option<BTreeMap<String, String>> {
     (!m.is_empty()).then_some(m)
 }
 
-fn meta(name: &str, namespaced: bool, uid: String, created: Option<i64>) -> ObjectMeta {
+fn meta(name: &str, namespace: Option<&str>, uid: String, created: Option<i64>) -> ObjectMeta {
     ObjectMeta {
         name: Some(name.into()),
-        namespace: namespaced.then(|| DEFAULT_NAMESPACE.into()),
+        namespace: namespace.map(str::to_string),
         uid: Some(uid),
         creation_timestamp: created.and_then(time),
         ..Default::default()
@@ -297,7 +299,7 @@ pub fn node(n: &NodeInfo) -> Node {
         metadata: ObjectMeta {
             labels: Some(lab),
             annotations: Some(annotations),
-            ..meta(&n.name, false, uid("Node", &n.name, n.registered.unwrap_or(0)), n.registered)
+            ..meta(&n.name, None, uid("Node", &n.name, n.registered.unwrap_or(0)), n.registered)
         },
         spec: Some(NodeSpec {
             unschedulable: drained.then_some(true),
@@ -320,15 +322,30 @@ pub fn node(n: &NodeInfo) -> Node {
     }
 }
 
-/// A namespace (only `default` exists for now); `created`: Unix seconds, if known.
-pub fn namespace(name: &str, created: Option<i64>) -> Namespace {
+/// A namespace: `default`, or one made through the API (`stored`: its labels and annotations
+/// as written, its owner's uid, whether it is being deleted); `created`: Unix seconds, if known.
+pub fn namespace(name: &str, created: Option<i64>, stored: Option<(&serde_json::Value, u32, bool)>) -> Namespace {
+    let mut lab: BTreeMap<String, String> = BTreeMap::new();
+    let mut annotations = BTreeMap::new();
+    if let Some((data, owner, _)) = stored {
+        for (key, v) in data["metadata"]["labels"].as_object().into_iter().flatten() {
+            lab.insert(key.clone(), v.as_str().unwrap_or_default().to_string());
+        }
+        for (key, v) in data["metadata"]["annotations"].as_object().into_iter().flatten() {
+            annotations.insert(key.clone(), v.as_str().unwrap_or_default().to_string());
+        }
+        annotations.insert(UID_ANNOTATION.to_string(), owner.to_string());
+    }
+    lab.insert("kubernetes.io/metadata.name".into(), name.into());
+    let terminating = stored.is_some_and(|(_, _, t)| t);
     Namespace {
         metadata: ObjectMeta {
-            labels: labels(&[("kubernetes.io/metadata.name", name)]),
-            ..meta(name, false, uid("Namespace", name, created.unwrap_or(0)), created)
+            labels: Some(lab),
+            annotations: (!annotations.is_empty()).then_some(annotations),
+            ..meta(name, None, uid("Namespace", name, created.unwrap_or(0)), created)
         },
-        spec: Some(NamespaceSpec { finalizers: Some(vec!["kubernetes".into()]) }),
-        status: Some(NamespaceStatus { phase: Some("Active".into()), ..Default::default() }),
+        spec: Some(NamespaceSpec { finalizers: (!terminating).then(|| vec!["kubernetes".into()]) }),
+        status: Some(NamespaceStatus { phase: Some(if terminating { "Terminating" } else { "Active" }.into()), ..Default::default() }),
     }
 }
 
@@ -372,8 +389,8 @@ pub fn job(tasks: &[&Task]) -> Job {
     let first = &tasks[0].info;
     let id = first.array_job_id.or(first.het_job_id).unwrap_or(first.id);
     let kube = tasks[0].kube.as_deref();
-    let (name, created) = job_identity(tasks);
-    let the_uid = uid("Job", &name, created);
+    let (name, ns, created) = job_identity(tasks);
+    let the_uid = uid("Job", &wire::service_name(ns, &name), created);
     let array = first.array_job_id.is_some();
     let indexed = kube.map_or(array, KubeJob::indexed);
     let count = if first.het_job_id.is_some() { 1 } else { tasks.len() as i32 };
@@ -485,7 +502,11 @@ pub fn job(tasks: &[&Task]) -> Job {
         },
     };
     Job {
-        metadata: ObjectMeta { labels: job_labels, annotations: Some(annotations), ..meta(&name, true, the_uid.clone(), Some(created)) },
+        metadata: ObjectMeta {
+            labels: job_labels,
+            annotations: Some(annotations),
+            ..meta(&name, Some(ns), the_uid.clone(), Some(created))
+        },
         spec: Some(spec),
         status: Some(JobStatus {
             active: (active > 0).then_some(active),
@@ -519,15 +540,15 @@ fn index_ranges(indices: impl Iterator<Item = u32>) -> String {
     out.join(",")
 }
 
-/// A job's Job name and creation time: as written through the Kubernetes API, else
-/// `job-ID` and its first submission.
-fn job_identity(tasks: &[&Task]) -> (String, i64) {
+/// A job's Job name, namespace and creation time: as written through the Kubernetes API, else
+/// `job-ID` in `default` and its first submission.
+fn job_identity<'a>(tasks: &[&'a Task]) -> (String, &'a str, i64) {
     let first = &tasks[0].info;
     match tasks[0].kube.as_deref() {
-        Some(k) => (k.name.clone(), k.created),
+        Some(k) => (k.name.clone(), &k.namespace, k.created),
         None => {
             let id = first.array_job_id.or(first.het_job_id).unwrap_or(first.id);
-            (job_name(id), tasks.iter().map(|t| t.info.submit).min().unwrap_or(first.submit))
+            (job_name(id), DEFAULT_NAMESPACE, tasks.iter().map(|t| t.info.submit).min().unwrap_or(first.submit))
         }
     }
 }
@@ -592,8 +613,8 @@ fn batch_container(t: &Task, on: Option<&wire::NodeAllocInfo>) -> Container {
 /// The Pods of one job's tasks: one per task and node it holds (a pending task: one per node it
 /// asks for).
 pub fn job_pods(tasks: &[&Task], addrs: &BTreeMap<String, String>) -> Vec<Pod> {
-    let (jname, created) = job_identity(tasks);
-    let job_uid = uid("Job", &jname, created);
+    let (jname, ns, created) = job_identity(tasks);
+    let job_uid = uid("Job", &wire::service_name(ns, &jname), created);
     let kube = tasks[0].kube.as_deref();
     let mut out = Vec::new();
     for t in tasks {
@@ -709,7 +730,7 @@ fn task_pod(
                 controller: Some(true),
                 block_owner_deletion: Some(true),
             }]),
-            ..meta(name, true, uid("Pod", name, info.submit), Some(info.submit))
+            ..meta(name, Some(kube.map_or(DEFAULT_NAMESPACE, |k| &k.namespace)), uid("Pod", name, info.submit), Some(info.submit))
         },
         spec: Some(PodSpec {
             containers: vec![container.clone()],
@@ -817,7 +838,7 @@ pub fn service_container(spec: &wire::ServiceSpec) -> Container {
         readiness_probe: probe(&spec.readiness),
         liveness_probe: probe(&spec.liveness),
         startup_probe: probe(&spec.startup),
-        name: spec.name.clone(),
+        name: wire::service_namespace(&spec.name).1.to_string(),
         image: spec.image.clone(),
         command: Some(spec.command.clone()),
         args: (!spec.args.is_empty()).then(|| spec.args.clone()),
@@ -864,6 +885,7 @@ fn pod_template(spec: &wire::ServiceSpec, rev: Option<u32>, extra: BTreeMap<Stri
 /// the controller acts on a revision the moment it is applied.
 pub fn deployment(s: &ServiceView) -> Deployment {
     let i = &s.info;
+    let (ns, short) = wire::service_namespace(&i.name);
     let name = &i.name;
     let live: Vec<&wire::ReplicaRow> =
         i.replicas.iter().filter(|r| !matches!(r.state.as_str(), "Draining" | "Stopping" | "Gone")).collect();
@@ -877,7 +899,7 @@ pub fn deployment(s: &ServiceView) -> Deployment {
     };
     let available = ready >= desired - max_unavailable;
     let complete = i.updated_ready as i32 >= desired && live.len() as i32 == updated && !i.deleting;
-    let rs = replica_set_name(name, i.revision);
+    let rs = replica_set_name(short, i.revision);
     let created = time(s.created);
     let conditions = vec![
         DeploymentCondition {
@@ -913,7 +935,7 @@ pub fn deployment(s: &ServiceView) -> Deployment {
                 (format!("{PREFIX}/user"), i.user.clone()),
                 (UID_ANNOTATION.to_string(), s.uid.to_string()),
             ])),
-            ..meta(name, true, uid("Deployment", name, s.created), Some(s.created))
+            ..meta(short, Some(ns), uid("Deployment", name, s.created), Some(s.created))
         },
         spec: DeploymentSpec {
             replicas: Some(desired),
@@ -967,13 +989,14 @@ pub fn deployment_value(s: &ServiceView) -> serde_json::Value {
 /// A service's ReplicaSets: one per revision kept, the current one last.
 pub fn replica_sets(s: &ServiceView) -> Vec<ReplicaSet> {
     let i = &s.info;
+    let (ns, short) = wire::service_namespace(&i.name);
     let dep_uid = uid("Deployment", &i.name, s.created);
     let mut revs: Vec<(u32, &wire::ServiceSpec)> = s.history.iter().map(|(r, sp)| (*r, sp)).collect();
     revs.retain(|(r, _)| *r != i.revision);
     revs.push((i.revision, &i.spec));
     revs.into_iter()
         .map(|(rev, spec)| {
-            let name = replica_set_name(&i.name, rev);
+            let name = replica_set_name(short, rev);
             let mine: Vec<&wire::ReplicaRow> = i.replicas.iter().filter(|r| r.revision == rev).collect();
             let ready = mine.iter().filter(|r| r.state == "Ready").count() as i32;
             let want = if rev == i.revision { i.desired as i32 } else { 0 };
@@ -992,17 +1015,17 @@ pub fn replica_sets(s: &ServiceView) -> Vec<ReplicaSet> {
                     owner_references: Some(vec![OwnerReference {
                         api_version: "apps/v1".into(),
                         kind: "Deployment".into(),
-                        name: i.name.clone(),
+                        name: short.to_string(),
                         uid: dep_uid.clone(),
                         controller: Some(true),
                         block_owner_deletion: Some(true),
                     }]),
-                    ..meta(&name, true, uid("ReplicaSet", &name, s.created), Some(s.created))
+                    ..meta(&name, Some(ns), uid("ReplicaSet", &replica_set_name(&i.name, rev), s.created), Some(s.created))
                 },
                 spec: ReplicaSetSpec {
                     replicas: Some(want),
                     selector: LabelSelector { match_labels: Some(sel), ..Default::default() },
-                    template: Some(pod_template(spec, Some(rev), s.template_labels())),
+                    template: Some(rs_template(s, spec, rev)),
                     ..Default::default()
                 },
                 status: Some(ReplicaSetStatus {
@@ -1018,10 +1041,28 @@ pub fn replica_sets(s: &ServiceView) -> Vec<ReplicaSet> {
         .collect()
 }
 
+/// A ReplicaSet's Pod template: the current revision's of a Deployment written through the
+/// API is the template as written (with its `pod-template-hash`), so that kubectl finds it as
+/// the Deployment's new ReplicaSet (`describe`'s `NewReplicaSet`, which compares templates);
+/// otherwise the one its service spec makes.
+fn rs_template(s: &ServiceView, spec: &wire::ServiceSpec, rev: u32) -> PodTemplateSpec {
+    let written = s.kube.as_ref().filter(|_| rev == s.info.revision).map(|k| &k["spec"]["template"]);
+    match written.and_then(|t| serde_json::from_value::<PodTemplateSpec>(t.clone()).ok()) {
+        Some(mut t) => {
+            let m = t.metadata.get_or_insert_default();
+            m.labels.get_or_insert_default().insert("pod-template-hash".into(), template_hash(rev));
+            m.creation_timestamp = None;
+            t
+        }
+        None => pod_template(spec, Some(rev), s.template_labels()),
+    }
+}
+
 /// A service's Pods, one per replica. A replica on its way out has a `deletionTimestamp` (its
 /// job's end, else its start: stable, so a watch sees it change once).
 pub fn service_pods(s: &ServiceView, addrs: &BTreeMap<String, String>) -> Vec<Pod> {
     let i = &s.info;
+    let (ns, short) = wire::service_namespace(&i.name);
     let spec_of = |rev: u32| s.history.iter().find(|(r, _)| *r == rev).map_or(&i.spec, |(_, sp)| sp);
     i.replicas
         .iter()
@@ -1030,7 +1071,9 @@ pub fn service_pods(s: &ServiceView, addrs: &BTreeMap<String, String>) -> Vec<Po
             let created = job.map_or(s.created, |j| j.submit);
             let started = job.and_then(|j| j.start.filter(|_| !j.start_estimated && j.state != "PENDING"));
             let container = service_container(spec_of(r.revision));
-            let rs = replica_set_name(&i.name, r.revision);
+            let rs = replica_set_name(short, r.revision);
+            // A replica `web.team-a-17` is the Pod `web-17` of namespace `team-a`.
+            let pod = r.id.strip_prefix(i.name.as_str()).map_or_else(|| r.id.clone(), |rest| format!("{short}{rest}"));
             let mut lab = s.template_labels();
             lab.extend(service_labels(&i.name).unwrap_or_default());
             lab.insert("pod-template-hash".into(), template_hash(r.revision));
@@ -1073,11 +1116,11 @@ pub fn service_pods(s: &ServiceView, addrs: &BTreeMap<String, String>) -> Vec<Po
                         api_version: "apps/v1".into(),
                         kind: "ReplicaSet".into(),
                         name: rs.clone(),
-                        uid: uid("ReplicaSet", &rs, s.created),
+                        uid: uid("ReplicaSet", &replica_set_name(&i.name, r.revision), s.created),
                         controller: Some(true),
                         block_owner_deletion: Some(true),
                     }]),
-                    ..meta(&r.id, true, uid("Pod", &r.id, created), Some(created))
+                    ..meta(&pod, Some(ns), uid("Pod", &r.id, created), Some(created))
                 },
                 spec: Some(PodSpec {
                     containers: vec![container.clone()],
@@ -1141,7 +1184,7 @@ mod tests {
             "metadata": {"name": "web", "namespace": "default", "uid": "u1", "annotations": {UID_ANNOTATION: "1000"}}});
         let rs = |n: &str, r: i64| {
             json!({"metadata": {"name": n, "creationTimestamp": "2026-12-06T10:00:00Z",
-            "ownerReferences": [{"name": "web"}]}, "spec": {"replicas": r}})
+            "ownerReferences": [{"name": "web", "uid": "u1"}]}, "spec": {"replicas": r}})
         };
         let ev = deployment_events(&[d], &[rs("web-r1", 0), rs("web-r2", 3), json!({"metadata": {"name": "orphan"}})]);
         let got: Vec<(&str, &str, &str)> = ev
@@ -1184,7 +1227,7 @@ mod tests {
             "spec": {"completions": 3, "completionMode": "Indexed", "suspend": true,
                 "template": {"metadata": {"labels": {"app": "pi"}}, "spec": {"restartPolicy": "OnFailure",
                     "containers": [{"name": "calc", "image": "busybox", "command": ["true"]}]}}}, "job": 10});
-        let kube = std::sync::Arc::new(KubeJob { name: "pi".into(), created: 1_800_000_000, stored });
+        let kube = std::sync::Arc::new(KubeJob { name: "pi".into(), namespace: "default".into(), created: 1_800_000_000, stored });
         let mut tasks = vec![
             task(10, "COMPLETED", json!({"array_job_id": 10, "array_task_id": 0, "allocation": alloc("n1")})),
             task(11, "COMPLETED", json!({"array_job_id": 10, "array_task_id": 1, "allocation": alloc("n1")})),
@@ -1401,15 +1444,27 @@ mod tests {
 
 // ---- Events ----
 
+/// An Event's uid, from its namespace and name.
+fn event_uid(ns: &str, name: &str) -> String {
+    uid("Event", &wire::service_name(ns, name), 0)
+}
+
+/// Renames an Event (one of several about the same object).
+fn rename_event(ev: &mut serde_json::Value, name: String) {
+    let ns = ev["metadata"]["namespace"].as_str().unwrap_or(DEFAULT_NAMESPACE).to_string();
+    ev["metadata"]["uid"] = serde_json::json!(event_uid(&ns, &name));
+    ev["metadata"]["name"] = serde_json::json!(name);
+}
+
 fn event(obj: &serde_json::Value, reason: &str, kind: &str, message: &str, at: Option<&serde_json::Value>) -> serde_json::Value {
     let m = &obj["metadata"];
     let name = format!("{}.{}", m["name"].as_str().unwrap_or(""), reason.to_ascii_lowercase());
     let at = at.filter(|t| t.is_string()).unwrap_or(&m["creationTimestamp"]).clone();
+    let ns = m["namespace"].as_str().unwrap_or(DEFAULT_NAMESPACE);
     let mut ev = serde_json::json!({
         "apiVersion": "v1",
         "kind": "Event",
-        "metadata": {"name": name, "namespace": m["namespace"].as_str().unwrap_or(DEFAULT_NAMESPACE),
-            "uid": uid("Event", &name, 0), "creationTimestamp": at},
+        "metadata": {"name": name, "namespace": ns, "uid": event_uid(ns, &name), "creationTimestamp": at},
         "involvedObject": {"apiVersion": obj["apiVersion"], "kind": obj["kind"], "name": m["name"], "uid": m["uid"]},
         "reason": reason,
         "message": message,
@@ -1436,8 +1491,9 @@ fn event(obj: &serde_json::Value, reason: &str, kind: &str, message: &str, at: O
 pub fn deployment_events(deployments: &[serde_json::Value], replica_sets: &[serde_json::Value]) -> Vec<serde_json::Value> {
     let mut out = Vec::new();
     for rs in replica_sets {
-        let Some(owner) = rs["metadata"]["ownerReferences"][0]["name"].as_str() else { continue };
-        let Some(d) = deployments.iter().find(|d| d["metadata"]["name"] == owner) else { continue };
+        let owner_ref = &rs["metadata"]["ownerReferences"][0];
+        let Some(owner) = owner_ref["name"].as_str() else { continue };
+        let Some(d) = deployments.iter().find(|d| d["metadata"]["uid"] == owner_ref["uid"]) else { continue };
         let name = rs["metadata"]["name"].as_str().unwrap_or("");
         let want = rs["spec"]["replicas"].as_i64().unwrap_or(0);
         let how = if want > 0 { "up" } else { "down" };
@@ -1449,9 +1505,7 @@ pub fn deployment_events(deployments: &[serde_json::Value], replica_sets: &[serd
             Some(&rs["metadata"]["creationTimestamp"]),
         );
         // One per ReplicaSet.
-        let ev_name = format!("{owner}.{name}.scalingreplicaset");
-        ev["metadata"]["uid"] = serde_json::json!(uid("Event", &ev_name, 0));
-        ev["metadata"]["name"] = serde_json::json!(ev_name);
+        rename_event(&mut ev, format!("{owner}.{name}.scalingreplicaset"));
         out.push(ev);
     }
     out
@@ -1470,9 +1524,7 @@ pub fn job_events(jobs: &[serde_json::Value], pods: &[serde_json::Value]) -> Vec
         let Some(j) = jobs.iter().find(|j| j["metadata"]["uid"] == owner["uid"]) else { continue };
         let pod = p["metadata"]["name"].as_str().unwrap_or("");
         let mut ev = event(j, "SuccessfulCreate", "Normal", &format!("Created pod: {pod}"), Some(&p["metadata"]["creationTimestamp"]));
-        let ev_name = format!("{}.{pod}.successfulcreate", j["metadata"]["name"].as_str().unwrap_or(""));
-        ev["metadata"]["uid"] = serde_json::json!(uid("Event", &ev_name, 0));
-        ev["metadata"]["name"] = serde_json::json!(ev_name);
+        rename_event(&mut ev, format!("{}.{pod}.successfulcreate", j["metadata"]["name"].as_str().unwrap_or("")));
         out.push(ev);
     }
     for j in jobs {
@@ -1515,13 +1567,8 @@ pub fn events(pods: &[serde_json::Value], nodes: &[serde_json::Value]) -> Vec<se
             Some(_) => {
                 if let Some(n) = p["spec"]["nodeName"].as_str() {
                     let name = p["metadata"]["name"].as_str().unwrap_or("");
-                    out.push(event(
-                        p,
-                        "Scheduled",
-                        "Normal",
-                        &format!("Successfully assigned default/{name} to {n}"),
-                        Some(&st["startTime"]),
-                    ));
+                    let ns = p["metadata"]["namespace"].as_str().unwrap_or(DEFAULT_NAMESPACE);
+                    out.push(event(p, "Scheduled", "Normal", &format!("Successfully assigned {ns}/{name} to {n}"), Some(&st["startTime"])));
                 }
             }
             None => {}
@@ -1562,6 +1609,8 @@ pub fn events(pods: &[serde_json::Value], nodes: &[serde_json::Value]) -> Vec<se
 pub struct StoredView<'a> {
     /// Kind.
     pub kind: &'a str,
+    /// Namespace.
+    pub namespace: &'a str,
     /// Its owner's uid.
     pub uid: u32,
     /// Created, Unix seconds.
@@ -1585,7 +1634,7 @@ pub fn stored_object(o: &StoredView<'_>, routes: &[String]) -> serde_json::Value
     let mut obj = serde_json::json!({
         "apiVersion": "v1",
         "kind": o.kind,
-        "metadata": {"name": name, "namespace": d["metadata"]["namespace"], "uid": uid(o.kind, name, o.created),
+        "metadata": {"name": name, "namespace": o.namespace, "uid": uid(o.kind, &wire::service_name(o.namespace, name), o.created),
             "creationTimestamp": time(o.created)},
     });
     if !d["metadata"]["labels"].is_null() {

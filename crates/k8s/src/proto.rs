@@ -12,7 +12,7 @@ use crate::Failure;
 use base64::Engine;
 use k8s_pb::api::apps::v1::Deployment;
 use k8s_pb::api::batch::v1::Job;
-use k8s_pb::api::core::v1::{ConfigMap, Container, PodSpec, PodTemplateSpec, Secret};
+use k8s_pb::api::core::v1::{ConfigMap, Container, Namespace, PodSpec, PodTemplateSpec, Secret};
 use k8s_pb::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_pb::apimachinery::pkg::runtime::Unknown;
 use k8s_pb::apimachinery::pkg::util::intstr::IntOrString;
@@ -126,6 +126,7 @@ pub fn decode(body: &[u8]) -> Result<Value, Failure> {
     let mut obj = match (api_version.as_str(), kind.as_str()) {
         ("v1", "ConfigMap") => config_map(ConfigMap::decode(raw.as_slice()).map_err(bad)?)?,
         ("v1", "Secret") => secret(Secret::decode(raw.as_slice()).map_err(bad)?)?,
+        ("v1", "Namespace") => namespace(Namespace::decode(raw.as_slice()).map_err(bad)?)?,
         ("apps/v1", "Deployment") => deployment(Deployment::decode(raw.as_slice()).map_err(bad)?)?,
         ("batch/v1", "Job") => job(Job::decode(raw.as_slice()).map_err(bad)?)?,
         (v, k) => {
@@ -173,6 +174,16 @@ fn meta(m: Option<ObjectMeta>, what: &str) -> Result<Value, Failure> {
     }
     m.creation_timestamp = None;
     nothing_left(&m, what)?;
+    Ok(Value::Object(o))
+}
+
+fn namespace(mut n: Namespace) -> Result<Value, Failure> {
+    let mut o = Map::new();
+    o.insert("metadata".into(), meta(n.metadata.take(), "the Namespace's metadata")?);
+    // `kubectl create namespace` sends an empty spec and status.
+    n.spec = None;
+    n.status = None;
+    nothing_left(&n, "the Namespace")?;
     Ok(Value::Object(o))
 }
 

@@ -5,7 +5,6 @@
 //! ([`Written::stored`]): its metadata's labels and annotations (kubectl's last-applied
 //! configuration among them) and its spec, as submitted; everything else is derived.
 
-use crate::DEFAULT_NAMESPACE;
 use crate::status::Failure;
 use serde_json::{Map, Value, json};
 use std::collections::BTreeMap;
@@ -302,17 +301,15 @@ pub fn env_data(kind: &str, obj: &Value) -> BTreeMap<String, String> {
     out
 }
 
-/// An object's namespace (`given` in its metadata) against the request's: the same, and
-/// `default`. `bad` makes the 422 of a field.
+/// An object's namespace (`given` in its metadata) against the request's: the same, and a
+/// namespace's name (whether it exists, and who may write in it, is the controller's to say).
+/// `bad` makes the 422 of a field.
 pub(crate) fn check_namespace(given: Option<&str>, namespace: &str, bad: &dyn Fn(&str, &str) -> Failure) -> Result<(), Failure> {
-    if given.is_some_and(|ns| ns != namespace) {
+    if given.is_some_and(|ns| !ns.is_empty() && ns != namespace) {
         return Err(Failure::bad_request("the namespace of the provided object does not match the namespace sent on the request"));
     }
-    if namespace != DEFAULT_NAMESPACE {
-        return Err(bad(
-            "metadata.namespace",
-            &format!("Unsupported value: {namespace:?}: Tandem serves the namespace \"default\" only, for now"),
-        ));
+    if !dns_label(namespace) {
+        return Err(bad("metadata.namespace", &format!("Invalid value: {namespace:?}: a namespace's name is a DNS label")));
     }
     Ok(())
 }
@@ -397,7 +394,8 @@ pub fn deployment(obj: &Value, namespace: &str, validation: Validation, sources:
         return Err(invalid(&name, "spec.template.metadata.labels", "Invalid value: `selector` does not match template `labels`"));
     }
     let mut out = template_container(tspec, sources, &|field, why| invalid(&name, field, why))?;
-    out.insert("name".into(), json!(name));
+    // `web` of namespace `team-a` is the service `web.team-a`.
+    out.insert("name".into(), json!(wire::service_name(namespace, &name)));
     let mut out = Value::Object(out);
     let c = &tspec["containers"][0];
     let cf = "spec.template.spec.containers[0]";
@@ -495,7 +493,7 @@ pub(crate) fn template_container(
             None => {
                 return Err(bad(
                     &format!("{at}.{field}.name"),
-                    &format!("Not found: {kind} {rname:?} (in namespace default, that its writer may use)"),
+                    &format!("Not found: {kind} {rname:?} (in the object's namespace, that its writer may use)"),
                 ));
             }
         }
@@ -520,7 +518,7 @@ pub(crate) fn template_container(
                 None => {
                     return Err(bad(
                         &format!("{at}.valueFrom.{field}.name"),
-                        &format!("Not found: {kind} {rname:?} (in namespace default, that its writer may use)"),
+                        &format!("Not found: {kind} {rname:?} (in the object's namespace, that its writer may use)"),
                     ));
                 }
             }
@@ -772,7 +770,13 @@ mod tests {
         d["spec"]["template"]["spec"]["containers"][0]["resources"] = json!({});
         d["spec"]["template"]["spec"]["tolerations"] = json!([]);
         deployment(&d, "default", Validation::Strict, &no_sources).unwrap();
-        let e = deployment(&dep(), "team-a", Validation::Strict, &no_sources).unwrap_err();
+        // `web` of namespace `team-a` is the service `web.team-a`.
+        let w = deployment(&dep(), "team-a", Validation::Strict, &no_sources).unwrap();
+        assert_eq!(
+            (w.name.as_str(), w.spec.name.as_str(), w.stored["metadata"]["namespace"].as_str()),
+            ("web", "web.team-a", Some("team-a"))
+        );
+        let e = deployment(&dep(), "Team_A", Validation::Strict, &no_sources).unwrap_err();
         assert!(e.code == 422 && e.message.contains("metadata.namespace"), "{}", e.message);
         let mut d = dep();
         d["metadata"]["namespace"] = json!("other");
@@ -816,7 +820,8 @@ fn roundtrip<T: serde::de::DeserializeOwned + serde::Serialize>(obj: &Value, kin
     Ok((back.clone(), unknown_fields(obj, &back)))
 }
 
-/// Checks an object of a stored kind (`Service`, `ConfigMap`, `Secret`) written to `namespace`.
+/// Checks an object of a stored kind (`Service`, `ConfigMap`, `Secret` written to `namespace`;
+/// `Namespace`, in none).
 pub fn stored(kind: &str, obj: &Value, namespace: &str, validation: Validation) -> Result<Stored, Failure> {
     if !obj.is_object() {
         return Err(Failure::bad_request("the body is not a JSON object"));
@@ -837,24 +842,17 @@ pub fn stored(kind: &str, obj: &Value, namespace: &str, validation: Validation) 
         "Service" => roundtrip::<core::Service>(obj, kind)?,
         "ConfigMap" => roundtrip::<core::ConfigMap>(obj, kind)?,
         "Secret" => roundtrip::<core::Secret>(obj, kind)?,
+        "Namespace" => roundtrip::<core::Namespace>(obj, kind)?,
         other => return Err(Failure::method_not_allowed(format!("{other} is not written here"))),
     };
     let name = obj["metadata"]["name"].as_str().unwrap_or("").to_string();
     let warnings = check_unknown(&unknown, validation)?;
-    let name_ok = if kind == "Service" { dns_label(&name) } else { dns_subdomain(&name) };
+    let name_ok = if matches!(kind, "Service" | "Namespace") { dns_label(&name) } else { dns_subdomain(&name) };
     if !name_ok {
         return Err(invalid_kind(kind, &name, "metadata.name", &format!("Invalid value: {name:?}: a lower-case DNS name")));
     }
-    if obj["metadata"]["namespace"].as_str().is_some_and(|ns| ns != namespace) {
-        return Err(Failure::bad_request("the namespace of the provided object does not match the namespace sent on the request"));
-    }
-    if namespace != DEFAULT_NAMESPACE {
-        return Err(invalid_kind(
-            kind,
-            &name,
-            "metadata.namespace",
-            &format!("Unsupported value: {namespace:?}: Tandem serves the namespace \"default\" only, for now"),
-        ));
+    if kind != "Namespace" {
+        check_namespace(obj["metadata"]["namespace"].as_str(), namespace, &|field, why| invalid_kind(kind, &name, field, why))?;
     }
     let mut body = Map::new();
     match kind {
@@ -907,6 +905,19 @@ pub fn stored(kind: &str, obj: &Value, namespace: &str, validation: Validation) 
             }
             body.insert("spec".into(), obj["spec"].clone());
         }
+        "Namespace" => {
+            // Its labels and annotations are all it keeps; its spec's one field is the
+            // finalizer Kubernetes itself sets, its status the server's.
+            let mut paths = Vec::new();
+            leaves(obj, String::new(), String::new(), &mut paths);
+            let allowed = ["spec.finalizers", "apiVersion", "kind", "metadata.", "status."];
+            if let Some((_, shown)) = paths.iter().find(|(p, s)| !allowed.iter().any(|a| p.starts_with(a)) && !unknown.contains(s)) {
+                return Err(invalid_kind(kind, &name, shown, "Forbidden: not supported by Tandem (README, \"For Kubernetes users\")"));
+            }
+            if name == crate::DEFAULT_NAMESPACE {
+                return Err(invalid_kind(kind, &name, "metadata.name", "Invalid value: \"default\" always exists"));
+            }
+        }
         _ => {
             let mut size = 0;
             let mut data = typed["data"].as_object().cloned().unwrap_or_default();
@@ -948,7 +959,10 @@ pub fn stored(kind: &str, obj: &Value, namespace: &str, validation: Validation) 
             }
         }
     }
-    let mut stored = json!({"metadata": {"name": name, "namespace": namespace}});
+    let mut stored = json!({"metadata": {"name": name}});
+    if kind != "Namespace" {
+        stored["metadata"]["namespace"] = json!(namespace);
+    }
     for k in ["labels", "annotations"] {
         if !obj["metadata"][k].is_null() {
             stored["metadata"][k] = obj["metadata"][k].clone();

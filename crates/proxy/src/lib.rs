@@ -235,7 +235,7 @@ pub(crate) fn parse_static(s: &str) -> Result<StaticService> {
         None => (name, Policy::RoundRobin),
     };
     if !valid_service_name(name) {
-        bail!("--static {s:?}: service name {name:?} must be non-empty letters, digits, '-' or '_'");
+        bail!("--static {s:?}: service name {name:?} must be non-empty letters, digits, '-' or '_' (NAME.NAMESPACE: two such)");
     }
     let mut out = Vec::new();
     for a in addrs.split(',') {
@@ -250,8 +250,14 @@ pub(crate) fn parse_static(s: &str) -> Result<StaticService> {
     Ok(StaticService { name: name.to_string(), addrs: out, policy, resume_streams: false })
 }
 
+/// Letters, digits, '-' and '_'; or two such joined by '.' (a Kubernetes namespace's service,
+/// `web.team-a`).
 fn valid_service_name(n: &str) -> bool {
-    !n.is_empty() && n.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    let part = |p: &str| !p.is_empty() && p.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+    match n.split_once('.') {
+        Some((a, b)) => part(a) && part(b),
+        None => part(n),
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -939,6 +945,17 @@ pub(crate) fn route<'a>(uri: &'a Uri, host: Option<&'a str>) -> Option<(&'a str,
     if name.is_empty() { None } else { Some((name, None)) }
 }
 
+/// The service of a Kubernetes namespace a Host names, if it has two labels or more:
+/// `web.team-a.svc.cluster.local` and `web.team-a` → `web.team-a` (the Deployment `web` of
+/// `team-a`), which is taken over the first label alone where it is a service.
+pub(crate) fn namespaced_host<'a>(uri: &'a Uri, host: Option<&'a str>) -> Option<&'a str> {
+    let host = host.or_else(|| uri.authority().map(|a| a.as_str()))?.split(':').next()?;
+    let mut dots = host.match_indices('.').map(|(i, _)| i);
+    let first = dots.next()?;
+    let end = dots.next().unwrap_or(host.len());
+    (first > 0 && end > first + 1).then(|| &host[..end])
+}
+
 const HOP_BY_HOP: [HeaderName; 6] =
     [header::CONNECTION, header::TE, header::TRAILER, header::TRANSFER_ENCODING, header::UPGRADE, header::PROXY_AUTHORIZATION];
 
@@ -1376,6 +1393,9 @@ async fn handle(
     let Some((name, new_pq)) = route(req.uri(), host) else {
         return Ok(plain(StatusCode::NOT_FOUND, "no service named: route with /s/SERVICE/... or Host: SERVICE"));
     };
+    let by_host = new_pq.is_none();
+    let namespaced = if by_host { namespaced_host(req.uri(), host).filter(|n| st.service(n).is_some()) } else { None };
+    let name = namespaced.unwrap_or(name);
     let Some(svc) = st.service(name) else {
         let why = if st.from_controller && st.version.load(Relaxed) == 0 {
             format!("unknown service {name:?}: no endpoint view from the controller yet")
@@ -1916,6 +1936,11 @@ mod tests {
         let u: Uri = "/v1/chat".parse().unwrap();
         assert_eq!(route(&u, Some("llama.svc.local:8080")), Some(("llama", None)));
         assert_eq!(route(&u, Some("llama")), Some(("llama", None)));
+        assert_eq!(namespaced_host(&u, Some("web.team-a.svc.cluster.local:80")), Some("web.team-a"));
+        assert_eq!(namespaced_host(&u, Some("web.team-a")), Some("web.team-a"));
+        assert_eq!(namespaced_host(&u, Some("web")), None);
+        assert_eq!(namespaced_host(&u, Some(".x")), None);
+        assert_eq!(namespaced_host(&u, Some("web..x")), None);
         assert_eq!(route(&u, None), None);
         let u: Uri = "http://chat:80/x".parse().unwrap();
         assert_eq!(route(&u, None), Some(("chat", None)), "HTTP/2 :authority");

@@ -349,6 +349,9 @@ pub(crate) async fn submit_as(
             {
                 return Err(Refused::Conflict(format!("{} {:?} already exists", o.kind, o.name)));
             }
+            if let Some(o) = &kube {
+                c.check_namespace(uid, &o.namespace)?;
+            }
             let ids = c.accept(t, spec, &b, &user)?;
             if let (Some(mut o), Some(&id)) = (kube, ids.first()) {
                 o.data["job"] = serde_json::json!(id);

@@ -152,7 +152,7 @@ async fn serve(
         }
         Route::Objects(t) if t.sub.as_deref() == Some("scale") && t.resource.kind == "Deployment" => {
             let name = t.name.clone().ok_or_else(Failure::no_route)?;
-            Json(scale_of(app, &v, &name)?).into_response()
+            Json(scale_of(app, &v, t.namespace.as_deref().unwrap_or(k8s::DEFAULT_NAMESPACE), &name)?).into_response()
         }
         Route::Objects(t) if t.sub.as_deref() == Some("log") && t.resource.kind == "Pod" => pod_log(app, &v, &t, q).await?,
         Route::Objects(t) => objects(app, &v, &t, headers, q).await?,
@@ -390,7 +390,13 @@ fn gather_with(app: &App, kind: &'static str, mut memo: Option<Memo>) -> Vec<Val
     let mut out = Vec::new();
     match kind {
         "Node" => out.extend(nodes.iter().map(|n| to(serde_json::to_value(k8s::objects::node(n))))),
-        "Namespace" => out.push(to(serde_json::to_value(k8s::objects::namespace(k8s::DEFAULT_NAMESPACE, None)))),
+        "Namespace" => {
+            out.push(to(serde_json::to_value(k8s::objects::namespace(k8s::DEFAULT_NAMESPACE, None, None))));
+            for o in ctl.kube_objects("Namespace") {
+                let stored = Some((&o.data, o.uid, o.terminating()));
+                out.push(to(serde_json::to_value(k8s::objects::namespace(&o.name, Some(o.created), stored))));
+            }
+        }
         _ => {}
     }
     if matches!(kind, "Pod" | "Deployment" | "ReplicaSet") {
@@ -411,7 +417,8 @@ fn gather_with(app: &App, kind: &'static str, mut memo: Option<Memo>) -> Vec<Val
     drop(g);
     if matches!(kind, "Service" | "ConfigMap" | "Secret") {
         let g = app.lock();
-        // Which Tandem services a Service selects: those whose Pods carry its selector's labels.
+        // Which Tandem services a Service selects: those of its namespace whose Pods carry its
+        // selector's labels.
         let templates: Vec<(String, std::collections::BTreeMap<String, String>)> = g
             .ctl
             .services()
@@ -433,13 +440,14 @@ fn gather_with(app: &App, kind: &'static str, mut memo: Option<Memo>) -> Vec<Val
                 let routes: Vec<String> = if kind == "Service" {
                     templates
                         .iter()
+                        .filter(|(n, _)| wire::service_namespace(n).0 == o.namespace)
                         .filter(|(_, l)| k8s::objects::selects(&o.data["spec"]["selector"], l))
                         .map(|(n, _)| n.clone())
                         .collect()
                 } else {
                     Vec::new()
                 };
-                let view = k8s::objects::StoredView { kind, uid: o.uid, created: o.created, data: &o.data };
+                let view = k8s::objects::StoredView { kind, namespace: &o.namespace, uid: o.uid, created: o.created, data: &o.data };
                 k8s::objects::stored_object(&view, &routes)
             })
             .collect();
@@ -523,7 +531,8 @@ fn batch_tasks(app: &App, v: &Viewer) -> Vec<Task> {
         .filter(|o| v.sees(o.uid) && !o.buried())
         .filter_map(|o| {
             let ids = o.job_ids();
-            let kube = Arc::new(KubeJob { name: o.name.clone(), created: o.created, stored: o.data.clone() });
+            let kube =
+                Arc::new(KubeJob { name: o.name.clone(), namespace: o.namespace.clone(), created: o.created, stored: o.data.clone() });
             (!ids.is_empty()).then(|| (ids.start, (kube, ids.end - ids.start)))
         })
         .collect();
@@ -788,16 +797,11 @@ fn watch(
 
 // ---- Writes: Deployments are Tandem's services ----
 
-/// The Deployment `name` as `v` sees it now (computed afresh), if any.
-fn current(app: &App, v: &Viewer, name: &str) -> Option<Value> {
-    with_cache(app, "Deployment", |c| c.list()).into_iter().find(|o| o["metadata"]["name"] == name).and_then(|o| visible(v, o))
-}
-
-/// A ConfigMap or Secret a Deployment written by `v` takes environment values from: a
-/// ConfigMap `v` may see, a Secret of `v`'s own (root: anyone's).
-fn env_source(app: &App, v: &Viewer, kind: &str, name: &str) -> Option<std::collections::BTreeMap<String, String>> {
+/// A ConfigMap or Secret of namespace `ns` a Deployment or Job written by `v` takes environment
+/// values from: a ConfigMap `v` may see, a Secret of `v`'s own (root: anyone's).
+fn env_source(app: &App, v: &Viewer, ns: &str, kind: &str, name: &str) -> Option<std::collections::BTreeMap<String, String>> {
     let g = app.lock();
-    let o = g.ctl.kube_objects(kind).find(|o| o.namespace == k8s::DEFAULT_NAMESPACE && o.name == name)?;
+    let o = g.ctl.kube_object(&(kind.to_string(), ns.to_string(), name.to_string()))?;
     let usable = match kind {
         "Secret" => o.uid == v.uid || v.uid == 0,
         _ => v.sees(o.uid),
@@ -862,7 +866,17 @@ async fn write(
     q: &HashMap<String, String>,
     body: &[u8],
 ) -> Result<Response, Failure> {
+    if t.resource.kind == "Namespace" {
+        return write_namespace(app, v, method, t, headers, q, body).await;
+    }
     let ns = t.namespace.as_deref().ok_or_else(|| Failure::method_not_allowed(format!("write {} in a namespace", t.resource.plural)))?;
+    if method != Method::DELETE {
+        // Said before anything else (the controller checks again as it writes).
+        let checked = app.lock().ctl.check_namespace(v.uid, ns);
+        if let Err(e) = checked {
+            return Err(failure_of_refused(&e));
+        }
+    }
     if t.resource.stored() {
         return write_stored(app, v, method, t, ns, headers, q, body).await;
     }
@@ -875,8 +889,8 @@ async fn write(
     match (method.as_str(), name, t.sub.as_deref()) {
         ("POST", None, None) => {
             let obj = json_body(headers, body)?;
-            let w = k8s::write::deployment(&obj, ns, validation, &|kind, name| env_source(app, v, kind, name))?;
-            if app.lock().ctl.service(&w.name).is_some() {
+            let w = k8s::write::deployment(&obj, ns, validation, &|kind, name| env_source(app, v, ns, kind, name))?;
+            if app.lock().ctl.service(&w.spec.name).is_some() {
                 let mut f = Failure::from_code(409, format!("deployments.apps \"{}\" already exists", w.name));
                 f.reason = "AlreadyExists";
                 f.details = Some(("deployments".into(), w.name.clone()));
@@ -887,7 +901,7 @@ async fn write(
             Ok(with_warnings((StatusCode::from_u16(status).expect("status"), Json(body)).into_response(), &warnings))
         }
         ("PUT" | "PATCH", Some(name), None) => {
-            let live = current(app, v, &name).ok_or_else(|| Failure::not_found("deployments", "apps", &name))?;
+            let live = current_of(app, v, "Deployment", ns, &name).ok_or_else(|| Failure::not_found("deployments", "apps", &name))?;
             let obj = written_over(method, headers, body, &live)?;
             if obj["metadata"]["name"].as_str().is_some_and(|n| n != name) {
                 return Err(Failure::bad_request("the name of the object does not match the name on the URL"));
@@ -904,14 +918,15 @@ async fn write(
                 f.details = Some(("deployments".into(), name.clone()));
                 return Err(f);
             }
-            let w = k8s::write::deployment(&obj, ns, validation, &|kind, name| env_source(app, v, kind, name))?;
+            let w = k8s::write::deployment(&obj, ns, validation, &|kind, name| env_source(app, v, ns, kind, name))?;
             let (_, body, warnings) = commit(app, v, w, dry, &obj).await?;
             Ok(with_warnings(Json(body).into_response(), &warnings))
         }
         ("DELETE", Some(name), None) => {
-            let live = current(app, v, &name).ok_or_else(|| Failure::not_found("deployments", "apps", &name))?;
+            let live = current_of(app, v, "Deployment", ns, &name).ok_or_else(|| Failure::not_found("deployments", "apps", &name))?;
             if !dry {
-                match app.with(|c| c.delete_service(v.uid, &name)).await {
+                let service = wire::service_name(ns, &name);
+                match app.with(|c| c.delete_service(v.uid, &service)).await {
                     Ok(Ok(())) => app.service_wake.notify_one(),
                     Ok(Err(e)) => return Err(failure_of(refused(e)).await),
                     Err(r) => return Err(failure_of(r).await),
@@ -922,7 +937,7 @@ async fn write(
             .into_response())
         }
         ("PUT" | "PATCH", Some(name), Some("scale")) => {
-            let live = scale_of(app, v, &name)?;
+            let live = scale_of(app, v, ns, &name)?;
             let obj = written_over(method, headers, body, &live)?;
             let n = obj["spec"]["replicas"].as_u64().filter(|n| *n <= u64::from(u32::MAX)).ok_or_else(|| {
                 Failure::from_code(
@@ -932,13 +947,14 @@ async fn write(
             })?;
             if !dry {
                 let t = now_ms();
-                match app.with(|c| c.scale_service(t, v.uid, &name, n as u32)).await {
+                let service = wire::service_name(ns, &name);
+                match app.with(|c| c.scale_service(t, v.uid, &service, n as u32)).await {
                     Ok(Ok(_)) => app.service_wake.notify_one(),
                     Ok(Err(e)) => return Err(failure_of(refused(e)).await),
                     Err(r) => return Err(failure_of(r).await),
                 }
             }
-            let mut out = scale_of(app, v, &name)?;
+            let mut out = scale_of(app, v, ns, &name)?;
             if dry {
                 out["spec"]["replicas"] = json!(n);
             }
@@ -954,7 +970,7 @@ async fn write(
 /// (the controller checks ownership, the site's policy and the spec). Answers the status code,
 /// the Deployment as it now reads, and the warnings.
 async fn commit(app: &App, v: &Viewer, w: k8s::write::Written, dry: bool, obj: &Value) -> Result<(u16, Value, Vec<String>), Failure> {
-    let existed = app.lock().ctl.service(&w.name).is_some();
+    let existed = app.lock().ctl.service(&w.spec.name).is_some();
     let status = if existed { 200 } else { 201 };
     if dry {
         w.spec.resolve().map(|_| ()).map_err(|e| Failure::from_code(422, format!("Deployment.apps \"{}\" is invalid: {e}", w.name)))?;
@@ -964,6 +980,7 @@ async fn commit(app: &App, v: &Viewer, w: k8s::write::Written, dry: bool, obj: &
         return Ok((status, out, w.warnings));
     }
     let name = w.name.clone();
+    let ns = wire::service_namespace(&w.spec.name).0.to_string();
     let r = crate::services::apply_spec(app, v.uid, w.spec, &home_of(v.uid), None, Some(w.stored)).await;
     let r = match r {
         Ok(r) => r,
@@ -971,13 +988,14 @@ async fn commit(app: &App, v: &Viewer, w: k8s::write::Written, dry: bool, obj: &
     };
     let mut warnings = w.warnings;
     warnings.extend(r.user_msg);
-    let out = current(app, v, &name).ok_or_else(|| Failure::from_code(500, "the Deployment was written but cannot be read back"))?;
+    let out = current_of(app, v, "Deployment", &ns, &name)
+        .ok_or_else(|| Failure::from_code(500, "the Deployment was written but cannot be read back"))?;
     Ok((status, out, warnings))
 }
 
 /// The `autoscaling/v1` Scale of Deployment `name`.
-fn scale_of(app: &App, v: &Viewer, name: &str) -> Result<Value, Failure> {
-    let d = current(app, v, name).ok_or_else(|| Failure::not_found("deployments", "apps", name))?;
+fn scale_of(app: &App, v: &Viewer, ns: &str, name: &str) -> Result<Value, Failure> {
+    let d = current_of(app, v, "Deployment", ns, name).ok_or_else(|| Failure::not_found("deployments", "apps", name))?;
     let selector = d["spec"]["selector"]["matchLabels"]
         .as_object()
         .map(|m| m.iter().map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or(""))).collect::<Vec<_>>().join(","))
@@ -992,9 +1010,11 @@ fn scale_of(app: &App, v: &Viewer, name: &str) -> Result<Value, Failure> {
     }))
 }
 
-/// The object `name` of `kind` as `v` sees it now (computed afresh), if any.
-fn current_of(app: &App, v: &Viewer, kind: &'static str, name: &str) -> Option<Value> {
-    with_cache(app, kind, |c| c.list()).into_iter().find(|o| o["metadata"]["name"] == name).and_then(|o| visible(v, o))
+/// The object `name` of `kind` in namespace `ns` (`""`: a cluster's object) as `v` sees it now
+/// (computed afresh), if any.
+fn current_of(app: &App, v: &Viewer, kind: &'static str, ns: &str, name: &str) -> Option<Value> {
+    let in_ns = |o: &Value| o["metadata"]["namespace"].as_str().unwrap_or("") == ns;
+    with_cache(app, kind, |c| c.list()).into_iter().find(|o| o["metadata"]["name"] == name && in_ns(o)).and_then(|o| visible(v, o))
 }
 
 fn conflict(plural: &str, name: &str) -> Failure {
@@ -1041,7 +1061,7 @@ async fn write_stored(
         }
         ("PUT" | "PATCH", Some(name)) => {
             let exists = app.lock().ctl.kube_object(&key(name)).is_some();
-            let live = current_of(app, v, kind, name);
+            let live = current_of(app, v, kind, ns, name);
             let live = match (exists, live) {
                 (_, Some(l)) => l,
                 (true, None) => return Err(Failure::forbidden(format!("{plural} \"{name}\" belongs to another user"))),
@@ -1060,7 +1080,7 @@ async fn write_stored(
         }
         ("DELETE", Some(name)) => {
             let exists = app.lock().ctl.kube_object(&key(name)).is_some();
-            let live = match (exists, current_of(app, v, kind, name)) {
+            let live = match (exists, current_of(app, v, kind, ns, name)) {
                 (_, Some(l)) => l,
                 (true, None) => return Err(Failure::forbidden(format!("{plural} \"{name}\" belongs to another user"))),
                 (false, None) => return Err(Failure::not_found(plural, "", name)),
@@ -1098,8 +1118,52 @@ async fn write_stored(
         Ok(Err(e)) => return Err(failure_of(refused(e)).await),
         Err(r) => return Err(failure_of(r).await),
     }
-    let out = current_of(app, v, kind, &w.name).ok_or_else(|| Failure::from_code(500, "the object was written but cannot be read back"))?;
+    let out =
+        current_of(app, v, kind, ns, &w.name).ok_or_else(|| Failure::from_code(500, "the object was written but cannot be read back"))?;
     Ok(with_warnings((StatusCode::from_u16(status).expect("status"), Json(out)).into_response(), &w.warnings))
+}
+
+/// A create, replace, patch or delete of a Namespace. Anyone makes one, and owns it: only its
+/// owner and root make objects in it (the controller checks). Deleting it deletes everything
+/// in it (its Jobs' jobs cancelled, its Deployments' services stopped); it reads `Terminating`
+/// until its services are gone, as kubectl's `delete namespace` waits for.
+async fn write_namespace(
+    app: &App,
+    v: &Viewer,
+    method: &Method,
+    t: &Target,
+    headers: &HeaderMap,
+    q: &HashMap<String, String>,
+    body: &[u8],
+) -> Result<Response, Failure> {
+    let (Some(name), &Method::DELETE) = (t.name.as_deref(), method) else {
+        return write_stored(app, v, method, t, "", headers, q, body).await;
+    };
+    if t.sub.is_some() {
+        return Err(Failure::no_route());
+    }
+    let dry = dry_run(q)?;
+    let live = current_of(app, v, "Namespace", "", name).ok_or_else(|| Failure::not_found("namespaces", "", name))?;
+    if dry {
+        return Ok(Json(live).into_response());
+    }
+    let (uid, at) = (v.uid, now());
+    match app.with(|c| c.delete_namespace(at, uid, name)).await {
+        Ok(Ok(_)) => {
+            app.wake_nodes();
+            app.wake.notify_one();
+            app.service_wake.notify_one();
+        }
+        Ok(Err(e)) => return Err(failure_of(refused(e)).await),
+        Err(r) => return Err(failure_of(r).await),
+    }
+    // Terminating while its services stop; a Status once it is gone.
+    Ok(match current_of(app, v, "Namespace", "", name) {
+        Some(o) => Json(o).into_response(),
+        None => Json(json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+            "details": {"name": name, "kind": "namespaces", "uid": live["metadata"]["uid"]}}))
+        .into_response(),
+    })
 }
 
 /// The batch job a written Job is: `sbatch`'s options from it, read by `sbatch`'s own parser,
@@ -1187,7 +1251,7 @@ fn stored_job(app: &App, v: &Viewer, ns: &str, name: &str) -> Result<control::ku
         Some(o) if o.uid == v.uid || v.uid == 0 => Ok(o),
         Some(o) if v.sees(o.uid) => Err(Failure::forbidden(format!("jobs.batch \"{name}\" belongs to another user"))),
         Some(_) => Err(Failure::not_found("jobs", "batch", name)),
-        None if k8s::objects::job_id(name).is_some() && current_of(app, v, "Job", name).is_some() => {
+        None if k8s::objects::job_id(name).is_some() && current_of(app, v, "Job", ns, name).is_some() => {
             Err(Failure::method_not_allowed(format!(
                 "jobs.batch \"{name}\" is an sbatch job's Job: change it with scontrol (hold, release, update) and cancel it with scancel"
             )))
@@ -1218,7 +1282,7 @@ async fn write_job(
     match (method.as_str(), t.name.as_deref()) {
         ("POST", None) => {
             let obj = json_body(headers, body)?;
-            let w = k8s::jobs::write(&obj, ns, validation, &|kind, name| env_source(app, v, kind, name))?;
+            let w = k8s::jobs::write(&obj, ns, validation, &|kind, name| env_source(app, v, ns, kind, name))?;
             let key = ("Job".to_string(), ns.to_string(), w.name.clone());
             if app.lock().ctl.kube_object(&key).is_some_and(|o| !o.buried()) {
                 let mut f = Failure::from_code(409, format!("jobs.batch \"{}\" already exists", w.name));
@@ -1251,13 +1315,13 @@ async fn write_job(
                 Err(resp) => return Err(failure_of(resp).await),
             };
             warnings.extend(r.user_msg);
-            let out =
-                current_of(app, v, "Job", &w.name).ok_or_else(|| Failure::from_code(500, "the Job was written but cannot be read back"))?;
+            let out = current_of(app, v, "Job", ns, &w.name)
+                .ok_or_else(|| Failure::from_code(500, "the Job was written but cannot be read back"))?;
             Ok(with_warnings((StatusCode::CREATED, Json(out)).into_response(), &warnings))
         }
         ("PUT" | "PATCH", Some(name)) => {
             let o = stored_job(app, v, ns, name)?;
-            let live = current_of(app, v, "Job", name).ok_or_else(|| Failure::not_found("jobs", "batch", name))?;
+            let live = current_of(app, v, "Job", ns, name).ok_or_else(|| Failure::not_found("jobs", "batch", name))?;
             let new = written_over(method, headers, body, &live)?;
             if new["metadata"]["name"].as_str().is_some_and(|n| n != name) {
                 return Err(Failure::bad_request("the name of the object does not match the name on the URL"));
@@ -1296,13 +1360,13 @@ async fn write_job(
                 Ok(Err(e)) => return Err(failure_of(refused(e)).await),
                 Err(r) => return Err(failure_of(r).await),
             }
-            let out =
-                current_of(app, v, "Job", name).ok_or_else(|| Failure::from_code(500, "the Job was written but cannot be read back"))?;
+            let out = current_of(app, v, "Job", ns, name)
+                .ok_or_else(|| Failure::from_code(500, "the Job was written but cannot be read back"))?;
             Ok(with_warnings(Json(out).into_response(), &warnings))
         }
         ("DELETE", Some(name)) => {
             let o = stored_job(app, v, ns, name)?;
-            let uid_s = current_of(app, v, "Job", name).map(|l| l["metadata"]["uid"].clone()).unwrap_or(Value::Null);
+            let uid_s = current_of(app, v, "Job", ns, name).map(|l| l["metadata"]["uid"].clone()).unwrap_or(Value::Null);
             if !dry {
                 // `scancel` of its job (its array's every task), and the object gone.
                 let (ids, key, uid, t) = (o.job_ids().collect(), o.key(), v.uid, now());

@@ -3079,5 +3079,50 @@ fn another_user_cannot_read_the_secrets_of_or_change_a_deployment_through_the_ku
     assert!(q.contains("PENDING") && q.contains("JobHeldUser"), "{q}");
     let (code, _) = kube_req(&up, "DELETE", &format!("{jobs}/alice-job"), Some(&ta), b"", "application/json");
     assert_eq!(code, 200, "the owner deletes it");
+    // Alice's namespace is hers: Mallory makes nothing in it (a Deployment, a Job, a Secret,
+    // a Service), reads no Secret of it, and neither relabels, takes nor deletes it.
+    let ns = serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "alice-team"}});
+    let (code, st) = kube_req(&up, "POST", "/api/v1/namespaces", Some(&ta), ns.to_string().as_bytes(), "application/json");
+    assert_eq!(code, 201, "{st}");
+    let secret =
+        serde_json::json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "alice-key"}, "stringData": {"key": "alice-secret"}});
+    let in_ns = |kind: &str| match kind {
+        "deployments" => "/apis/apps/v1/namespaces/alice-team/deployments".to_string(),
+        "jobs" => "/apis/batch/v1/namespaces/alice-team/jobs".to_string(),
+        other => format!("/api/v1/namespaces/alice-team/{other}"),
+    };
+    let (code, st) = kube_req(&up, "POST", &in_ns("secrets"), Some(&ta), secret.to_string().as_bytes(), "application/json");
+    assert_eq!(code, 201, "{st}");
+    let mut mallory_dep = dep.clone();
+    mallory_dep["metadata"]["name"] = serde_json::json!("squatter");
+    let service =
+        serde_json::json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "squatter"}, "spec": {"selector": {"app": "s"}}});
+    for (kind, body) in [("deployments", &mallory_dep), ("jobs", &thief), ("secrets", &secret), ("services", &service)] {
+        let (code, st) = kube_req(&up, "POST", &in_ns(kind), Some(&tm), body.to_string().as_bytes(), "application/json");
+        assert_eq!((code, st["reason"].as_str()), (403, Some("Forbidden")), "{kind}: {st}");
+        assert!(st["message"].as_str().unwrap().contains("belongs to another user"), "{st}");
+    }
+    let (code, st) = kube_req(&up, "GET", &format!("{}/alice-key", in_ns("secrets")), Some(&tm), b"", "application/json");
+    assert!(code == 404 && !st.to_string().contains("alice-secret"), "{st}");
+    for (method, body, ct) in [
+        ("PATCH", br#"{"metadata":{"labels":{"owned":"mallory"}}}"#.to_vec(), "application/merge-patch+json"),
+        ("DELETE", Vec::new(), "application/json"),
+    ] {
+        let (code, st) = kube_req(&up, method, "/api/v1/namespaces/alice-team", Some(&tm), &body, ct);
+        assert_eq!((code, st["reason"].as_str()), (403, Some("Forbidden")), "{method}: {st}");
+    }
+    let (code, st) = kube_req(&up, "POST", "/api/v1/namespaces", Some(&tm), ns.to_string().as_bytes(), "application/json");
+    assert_eq!((code, st["reason"].as_str()), (409, Some("AlreadyExists")), "{st}");
+    let (code, st) = kube_req(&up, "DELETE", "/api/v1/namespaces/default", Some(&tm), b"", "application/json");
+    assert_eq!(code, 403, "{st}");
+    // Nor as a Tandem service named into it.
+    let md = user_dir(&root.join("mallory"), &mallory, 0o755);
+    owned_file(&md.join("squat.toml"), "name = \"web.alice-team\"\ncommand = [\"sleep\", \"600\"]\n", mallory.uid, mallory.gid, 0o644);
+    let o = up.run(&mallory, &md, &["tandem", "service", "apply", "-f", "squat.toml"]);
+    assert!(!o.status.success() && text(&o).contains("belongs to another user"), "{}", text(&o));
+    let (code, _) = kube_req(&up, "GET", &format!("{}/alice-key", in_ns("secrets")), Some(&ta), b"", "application/json");
+    assert_eq!(code, 200, "Alice's Secret is untouched");
+    let (code, _) = kube_req(&up, "DELETE", "/api/v1/namespaces/alice-team", Some(&ta), b"", "application/json");
+    assert_eq!(code, 200, "the owner deletes it");
     let _ = std::fs::remove_dir_all(&root);
 }

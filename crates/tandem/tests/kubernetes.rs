@@ -41,6 +41,8 @@ struct Kube {
     dir: PathBuf,
     server: String,
     kubeconfig: PathBuf,
+    /// The inference proxy's address, where `--proxy-port` was given.
+    proxy: String,
 }
 
 impl Kube {
@@ -51,9 +53,12 @@ impl Kube {
     /// [`Kube::start`] with more of `tandem up`'s options.
     fn start_with(tag: &str, more: &[&str]) -> Kube {
         let dir = free_dir(tag);
-        let mut args = vec!["--no-proxy", "--cpus-per-agent", "4"];
+        let mut args = vec!["--cpus-per-agent", "4"];
+        if !more.contains(&"--proxy-port") {
+            args.push("--no-proxy");
+        }
         args.extend_from_slice(more);
-        let (child, server, _) = up(&dir, 2, &args);
+        let (child, server, proxy) = up(&dir, 2, &args);
         let kubeconfig = dir.join("kube/config");
         let o = Command::new(bin())
             .args(["token", "--kubeconfig"])
@@ -65,7 +70,7 @@ impl Kube {
         assert!(o.status.success(), "tandem token --kubeconfig: {}", String::from_utf8_lossy(&o.stderr));
         use std::os::unix::fs::PermissionsExt;
         assert_eq!(std::fs::metadata(&kubeconfig).unwrap().permissions().mode() & 0o777, 0o600, "the kubeconfig is its owner's alone");
-        Kube { child: Some(child), dir, server, kubeconfig }
+        Kube { child: Some(child), dir, server, kubeconfig, proxy }
     }
 
     fn kubectl(&self, k: &Path, args: &[&str]) -> Output {
@@ -353,7 +358,10 @@ fn kubectl_and_the_python_client_see_what_squeue_and_tandem_service_see() {
         .output()
         .unwrap();
     let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
-    assert!(o.status.success() && text.contains("ok expired") && text.contains("ok jobs"), "kubernetes_check.py:\n{text}");
+    assert!(
+        o.status.success() && text.contains("ok expired") && text.contains("ok jobs") && text.contains("ok namespaces"),
+        "kubernetes_check.py:\n{text}"
+    );
     eprintln!("{text}");
     // scancel is seen by kubectl: the array's Job fails, its Pods end.
     c.slurm("scancel", &[&array]);
@@ -808,4 +816,99 @@ fn a_job_outlives_its_job_in_memory() {
     assert!(c.ok(k, &["delete", "job", "kept"]).contains("deleted"));
     assert!(!c.ok(k, &["get", "jobs", "-o", "name"]).contains("kept"));
     let _ = std::fs::remove_file(&conf);
+}
+
+/// GETs `url` with curl (and a `Host` header where given): the status and body.
+fn curl(url: &str, host: Option<&str>) -> (String, String) {
+    let mut c = Command::new("curl");
+    c.args(["-s", "-w", "\n%{http_code}", "--max-time", "10", url]);
+    if let Some(h) = host {
+        c.args(["-H", &format!("Host: {h}")]);
+    }
+    let out = String::from_utf8_lossy(&c.output().unwrap().stdout).into_owned();
+    let (body, code) = out.rsplit_once('\n').unwrap_or(("", ""));
+    (code.to_string(), body.to_string())
+}
+
+#[test]
+fn deployments_of_one_name_in_two_namespaces_are_two_services_both_reached_through_the_proxy() {
+    let Some(kubectls) = kubectls_or_skip() else { return };
+    let c = Kube::start_with("kube-ns", &["--proxy-port", "0"]);
+    // Each replica serves a page that says which namespace it is of.
+    let web = |ns: &str| {
+        let page = c.dir.join(format!("page-{ns}"));
+        std::fs::create_dir_all(&page).unwrap();
+        std::fs::write(page.join("index.html"), format!("served in {ns}\n")).unwrap();
+        format!(
+            "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\nspec:\n  replicas: 1\n  selector:\n    matchLabels: {{app: web}}\n  template:\n    metadata:\n      labels: {{app: web}}\n    spec:\n      containers:\n      - name: web\n        command: [python3, -m, http.server, --bind, 127.0.0.1, $PORT]\n        workingDir: {}\n        readinessProbe:\n          httpGet: {{path: /, port: $PORT}}\n          periodSeconds: 1\n---\napiVersion: v1\nkind: Service\nmetadata:\n  name: web\nspec:\n  selector: {{app: web}}\n  ports: [{{port: 80}}]\n",
+            page.display()
+        )
+    };
+    let file = c.dir.join("web.yaml");
+    std::fs::write(&file, web("default")).unwrap();
+    let k0 = kubectls[0].0.as_path();
+    c.ok(k0, &["apply", "-f", file.to_str().unwrap()]);
+    let mut namespaces = Vec::new();
+    for (i, (k, _)) in kubectls.iter().enumerate() {
+        let k = k.as_path();
+        let ns = format!("team-{i}");
+        let f = file.to_str().unwrap();
+        // Nothing is made in a namespace that does not exist; `create namespace` makes one.
+        std::fs::write(&file, web(&ns)).unwrap();
+        let o = c.kubectl(k, &["apply", "-n", &ns, "-f", f]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success() && err.contains(&format!("namespaces \"{ns}\" not found")), "{err}");
+        assert!(c.ok(k, &["create", "namespace", &ns]).contains(&format!("namespace/{ns} created")));
+        let out = c.ok(k, &["apply", "-n", &ns, "-f", f]);
+        assert!(out.contains("deployment.apps/web created") && out.contains("service/web created"), "{out}");
+        assert!(c.ok(k, &["rollout", "status", "-n", &ns, "deploy/web", "--timeout=60s"]).contains("successfully rolled out"));
+        namespaces.push(ns);
+    }
+    c.ok(k0, &["rollout", "status", "deploy/web", "--timeout=60s"]);
+    // One ledger: each Deployment is a service, `web` and `web.NAMESPACE`; `kubectl get -A`
+    // shows each in its namespace, with its own ReplicaSet and Pod.
+    let list = c.tandem(&["service", "list"]);
+    for ns in &namespaces {
+        assert_eq!(row(&list, &format!("web.{ns}")).get(1), Some(&"1/1"), "{list}");
+    }
+    assert_eq!(row(&list, "web").get(1), Some(&"1/1"), "{list}");
+    let all = c.ok(k0, &["get", "deploy,rs,pods,svc", "-A", "--no-headers"]);
+    for ns in namespaces.iter().map(String::as_str).chain(["default"]) {
+        let mine: Vec<&str> = all.lines().filter(|l| l.split_whitespace().next() == Some(ns)).collect();
+        assert!(mine.iter().any(|l| l.contains("deployment.apps/web ")), "{ns}: {all}");
+        assert!(mine.iter().any(|l| l.contains("replicaset.apps/web-r1 ")), "{ns}: {all}");
+        assert!(mine.iter().any(|l| l.contains("pod/web-")), "{ns}: {all}");
+        let paths = c.ok(k0, &["get", "svc", "web", "-n", ns, "-o", "jsonpath={.metadata.annotations.tandem\\.dev/proxy-paths}"]);
+        let want = if ns == "default" { "/s/web/".to_string() } else { format!("/s/web.{ns}/") };
+        assert_eq!(paths, want, "the Service of {ns} routes to its own namespace's Deployment");
+        // Reached through the proxy, by path and by the Host Kubernetes' DNS would name.
+        let (code, body) = curl(&format!("{}{want}", c.proxy), None);
+        assert_eq!((code.as_str(), body.trim()), ("200", format!("served in {ns}").as_str()));
+        let host = if ns == "default" { "web".to_string() } else { format!("web.{ns}.svc.cluster.local") };
+        let (code, body) = curl(&format!("{}/", c.proxy), Some(&host));
+        assert_eq!((code.as_str(), body.trim()), ("200", format!("served in {ns}").as_str()), "Host: {host}");
+        // `kubectl describe` finds the Deployment's own ReplicaSet and Events in its namespace.
+        let d = c.ok(k0, &["describe", "deploy/web", "-n", ns]);
+        assert!(d.contains("NewReplicaSet:   web-r1") && d.contains("Scaled up replica set web-r1 to 1"), "{d}");
+    }
+    // Scaling one touches only it; `tandem service scale` and `kubectl scale` act on one object.
+    let ns = &namespaces[0];
+    c.ok(k0, &["scale", "-n", ns, "deploy/web", "--replicas=2"]);
+    c.wait_for(k0, &["get", "deploy", "web", "-n", ns, "-o", "jsonpath={.status.readyReplicas}"], "2");
+    c.tandem(&["service", "scale", &format!("web.{ns}"), "1"]);
+    c.wait_for(k0, &["get", "deploy", "web", "-n", ns, "-o", "jsonpath={.spec.replicas}"], "1");
+    assert_eq!(c.ok(k0, &["get", "deploy", "web", "-o", "jsonpath={.spec.replicas}"]), "1", "default's is another object");
+    // Deleting a namespace deletes what is in it (kubectl waits until it is gone); the rest serves on.
+    for (i, ns) in namespaces.iter().enumerate() {
+        let k = kubectls[i].0.as_path();
+        assert!(c.ok(k, &["delete", "namespace", ns, "--timeout=60s"]).contains(&format!("namespace \"{ns}\" deleted")));
+        let o = c.kubectl(k, &["get", "namespace", ns]);
+        assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("NotFound"));
+        assert!(c.ok(k, &["get", "all", "-n", ns]).is_empty(), "nothing is left in {ns}");
+        assert!(!c.tandem(&["service", "list"]).contains(&format!("web.{ns}")));
+    }
+    let (code, body) = curl(&format!("{}/s/web/", c.proxy), None);
+    assert_eq!((code.as_str(), body.trim()), ("200", "served in default"));
+    let o = c.kubectl(k0, &["delete", "namespace", "default"]);
+    assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("may not be deleted"));
 }

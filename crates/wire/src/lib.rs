@@ -821,6 +821,8 @@ pub use control::accounting::NO_PRIVILEGE;
 pub use control::accounting::{AcctChange, Entity as AcctEntity, SetOp, Setting, Verb as AcctVerb};
 /// `[proxy] prefill_pace` when a spec does not say (also `tandem proxy --prefill-pace`'s default).
 pub use control::service::DEFAULT_PREFILL_PACE;
+/// A service's Kubernetes namespace and name (`web.team-a`: `web` in `team-a`).
+pub use control::service::{DEFAULT_NAMESPACE, join_name as service_name, split_name as service_namespace};
 pub use control::service::{ProbeSpec, Quantity};
 /// The view types are the controller's own (the wire format is defined there).
 pub use control::{EndpointView, HetStep, ProxyServiceStats, ServiceEndpoints, ShareRow, StdinTo, StepIo, StepRes, StepSpec};
