@@ -226,6 +226,12 @@ pub(crate) fn sweep(data: &Path, live: &std::collections::HashSet<PathBuf>) {
             release(&e.path());
         }
     }
+    // Volumes of tasks whose containers are gone.
+    for e in std::fs::read_dir(data.join("volumes")).into_iter().flatten().flatten() {
+        if !live.contains(&data.join("containers").join(e.file_name())) {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
 }
 
 /// Ends the container in `dir` but keeps its files (a named container between steps).
@@ -277,8 +283,74 @@ fn read_users_file(path: &Path, max: u64, tail: bool) -> Option<Vec<u8>> {
     Some(b)
 }
 
+/// A task's volumes' directory: `DATA/volumes/JOB.RUN.STEP.RANK`.
+fn volumes_dir(data: &Path, k: &TaskKey) -> PathBuf {
+    data.join("volumes").join(format!("{}.{}.{}.{}", k.job, k.epoch, k.step, k.rank))
+}
+
+/// Writes a container task's volumes (Kubernetes ConfigMap and Secret volumes) and answers the
+/// read-only bind mounts that put them at their paths. They are written by the agent into a
+/// directory only it can write (`DATA/volumes` is root's, the task's directory new, made 0700
+/// and removed first if an old one is there), with files made new (never through a link), and
+/// handed to the user at the end: each volume a directory the user may read and enter, each
+/// file the user's with its mode. Removed with the task's bundle ([`forget`]).
+pub(crate) fn write_volumes(
+    data: &Path,
+    k: &TaskKey,
+    uid: u32,
+    gid: u32,
+    volumes: &[slurmcli::Volume],
+) -> anyhow::Result<Vec<slurmcli::Mount>> {
+    use base64::Engine;
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let base = data.join("volumes");
+    std::fs::create_dir_all(&base)?;
+    std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o711))?;
+    let dir = volumes_dir(data, k);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir(&dir)?;
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))?;
+    let owner = |p: &Path| -> std::io::Result<()> {
+        if nix::unistd::geteuid().is_root() {
+            nix::unistd::chown(p, Some(nix::unistd::Uid::from_raw(uid)), Some(nix::unistd::Gid::from_raw(gid)))?;
+        }
+        Ok(())
+    };
+    let mut mounts = Vec::new();
+    for (i, v) in volumes.iter().enumerate() {
+        let vdir = dir.join(i.to_string());
+        std::fs::create_dir(&vdir)?;
+        for f in &v.files {
+            anyhow::ensure!(slurmcli::container::volume_file_name_ok(&f.name), "volume file name {:?}", f.name);
+            let bytes = base64::engine::general_purpose::STANDARD
+                .decode(&f.base64)
+                .with_context(|| format!("volume file {}: its contents are not base64", f.name))?;
+            let path = vdir.join(&f.name);
+            let mut out = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .custom_flags(nix::libc::O_NOFOLLOW)
+                .open(&path)
+                .with_context(|| format!("writing {}", path.display()))?;
+            out.write_all(&bytes)?;
+            owner(&path)?;
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(f.mode & 0o777))?;
+        }
+        owner(&vdir)?;
+        std::fs::set_permissions(&vdir, std::fs::Permissions::from_mode(0o755))?;
+        let src = if v.file { vdir.join(&v.files[0].name) } else { vdir };
+        mounts.push(slurmcli::Mount { src: src.display().to_string(), dst: v.dst.clone(), readonly: true });
+    }
+    owner(&dir)?;
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o500))?;
+    Ok(mounts)
+}
+
 /// Removes a task's bundle once it ended; returns the reason its wrapper left, if any.
 pub(crate) fn forget(data: &Path, k: &TaskKey) -> Option<String> {
+    let _ = std::fs::remove_dir_all(volumes_dir(data, k));
     let dir = bundle_dir(data, k);
     let why = read_users_file(&dir.join("error"), 4096, false)
         .map(|b| String::from_utf8_lossy(&b).trim().to_string())

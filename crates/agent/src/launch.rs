@@ -861,6 +861,12 @@ pub(crate) fn launch(t: &Task, spool: &Path, tasks: &Tasks, cg: &Cgroups) -> Res
             let exe =
                 std::env::current_exe().map_err(|e| LaunchError(format!("--container-image: cannot find the agent's own program: {e}")))?;
             let mut c = c.clone();
+            if !c.volumes.is_empty() && !c.join_job {
+                let mounts = crate::container::write_volumes(data, &key, t.uid, t.gid, &c.volumes)
+                    .map_err(|e| LaunchError(format!("writing the container's volumes: {e:#}")))?;
+                c.mounts.extend(mounts);
+            }
+            c.volumes.clear();
             if t.script.is_some() {
                 if t.login_env {
                     return Err(LaunchError("--get-user-env cannot be used with --container-image: the script runs in the image".into()));

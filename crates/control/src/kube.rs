@@ -106,6 +106,10 @@ impl Controller {
                     o.name
                 )));
             }
+            // Kubernetes' own (`kube-system`, `kube-public`: what tools trust) are root's to make.
+            if uid != 0 && o.name.starts_with("kube-") {
+                return Err(crate::Refused::Forbidden(format!("namespace {}: names starting kube- are root's to make", o.name)));
+            }
             if self.kube.get(&key).is_some_and(KubeObject::terminating) {
                 return Err(crate::Refused::Conflict(format!("namespace {} is being deleted", o.name)));
             }
@@ -229,8 +233,8 @@ impl Controller {
         for x in inside {
             if x.kind == "Job" && !x.buried() {
                 let ids: Vec<u64> = x.job_ids().collect();
-                // Its owner's (or root's): the namespace's own objects are.
-                self.cancel_many(now, 0, ids.clone(), None);
+                // As the Job's owner (the namespace's, or root): with their rights, no more.
+                self.cancel_many(now, x.uid, ids.clone(), None);
                 cancelled.extend(ids);
                 self.bury_kube_job(0, &x.key())?;
             } else if x.kind != "Job" {

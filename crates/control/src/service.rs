@@ -261,6 +261,10 @@ pub struct ServiceSpec {
     /// relative SRC is from the working directory.
     #[serde(default)]
     pub mounts: Vec<String>,
+    /// Files mounted read-only into the image (a Deployment's ConfigMap and Secret volumes,
+    /// their contents copied in when it is written).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub volumes: Vec<slurmcli::Volume>,
     /// A restart marker: a new value (a time, say) makes a new revision whose replicas replace
     /// the running ones with nothing else changed (`kubectl rollout restart` sets it, from the
     /// template's `kubectl.kubernetes.io/restartedAt` annotation).
@@ -276,6 +280,9 @@ impl ServiceSpec {
             if !self.mounts.is_empty() {
                 return Err("mounts need an image".into());
             }
+            if !self.volumes.is_empty() {
+                return Err("volumes need an image: a bare process sees the node's own files".into());
+            }
             return Ok(None);
         };
         slurmcli::ImageRef::parse(image).map_err(|e| format!("image: {}", e.0))?;
@@ -286,8 +293,9 @@ impl ServiceSpec {
             }
             mounts.extend(slurmcli::container::parse_mounts(m).map_err(|e| format!("mounts: {}", e.0))?);
         }
-        let mut c = slurmcli::Container { image: image.clone(), mounts, ..Default::default() };
+        let mut c = slurmcli::Container { image: image.clone(), mounts, volumes: self.volumes.clone(), ..Default::default() };
         c.resolve(dir);
+        c.check().map_err(|e| e.0)?;
         Ok(Some(c))
     }
 }
@@ -561,8 +569,9 @@ pub fn dns_label(name: &str) -> bool {
 /// name Tandem serves), or `NAME.NAMESPACE`, a service in a Kubernetes namespace other than
 /// `default` ([`split_name`]).
 pub fn valid_name(name: &str) -> bool {
+    // At most 63 in all: the name is a label's value (`tandem.dev/service`).
     match name.split_once('.') {
-        Some((n, ns)) => dns_label(n) && dns_label(ns) && ns != DEFAULT_NAMESPACE,
+        Some((n, ns)) => dns_label(n) && dns_label(ns) && ns != DEFAULT_NAMESPACE && name.len() <= 63,
         None => dns_label(name),
     }
 }
@@ -588,7 +597,7 @@ impl ServiceSpec {
         if !valid_name(&self.name) {
             return Err(format!(
                 "invalid service name {:?}: use 1 to 63 lower-case letters, digits and '-', not starting or ending with '-' \
-                 (NAME.NAMESPACE, each such, for a service in a Kubernetes namespace other than default)",
+                 (NAME.NAMESPACE, each such and 63 in all, for a service in a Kubernetes namespace other than default)",
                 self.name
             ));
         }

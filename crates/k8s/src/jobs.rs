@@ -296,7 +296,6 @@ pub fn change(name: &str, live: &Value, new: &Value, stored: &Value, validation:
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::BTreeMap;
 
     fn job() -> Value {
         json!({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "pi", "labels": {"team": "a"}},
@@ -307,7 +306,7 @@ mod tests {
                         "env": [{"name": "A", "value": "1"}], "resources": {"limits": {"cpu": "2", "memory": "64Mi"}}}]}}}})
     }
 
-    fn none(_: &str, _: &str) -> Option<BTreeMap<String, String>> {
+    fn none(_: &str, _: &str) -> Option<Value> {
         None
     }
 

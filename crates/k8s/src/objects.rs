@@ -133,6 +133,12 @@ pub fn uid(kind: &str, name: &str, created: i64) -> String {
     format!("{}-{}-{}-{}-{}", &s[0..8], &s[8..12], &s[12..16], &s[16..20], &s[20..32])
 }
 
+/// What an object's uid is made from beside its kind: its name, in a namespace other than
+/// `default` after it (`team-a/web`: no name has a `/`, so no two objects share one).
+fn scoped(ns: &str, name: &str) -> String {
+    if ns == DEFAULT_NAMESPACE || ns.is_empty() { name.to_string() } else { format!("{ns}/{name}") }
+}
+
 /// Whether `v` may be a label value (at most 63 characters, alphanumerics, `-`, `_`, `.`, with
 /// alphanumerics at both ends).
 pub fn label_value_ok(v: &str) -> bool {
@@ -390,7 +396,7 @@ pub fn job(tasks: &[&Task]) -> Job {
     let id = first.array_job_id.or(first.het_job_id).unwrap_or(first.id);
     let kube = tasks[0].kube.as_deref();
     let (name, ns, created) = job_identity(tasks);
-    let the_uid = uid("Job", &wire::service_name(ns, &name), created);
+    let the_uid = uid("Job", &scoped(ns, &name), created);
     let array = first.array_job_id.is_some();
     let indexed = kube.map_or(array, KubeJob::indexed);
     let count = if first.het_job_id.is_some() { 1 } else { tasks.len() as i32 };
@@ -614,7 +620,7 @@ fn batch_container(t: &Task, on: Option<&wire::NodeAllocInfo>) -> Container {
 /// asks for).
 pub fn job_pods(tasks: &[&Task], addrs: &BTreeMap<String, String>) -> Vec<Pod> {
     let (jname, ns, created) = job_identity(tasks);
-    let job_uid = uid("Job", &wire::service_name(ns, &jname), created);
+    let job_uid = uid("Job", &scoped(ns, &jname), created);
     let kube = tasks[0].kube.as_deref();
     let mut out = Vec::new();
     for t in tasks {
@@ -1446,7 +1452,7 @@ mod tests {
 
 /// An Event's uid, from its namespace and name.
 fn event_uid(ns: &str, name: &str) -> String {
-    uid("Event", &wire::service_name(ns, name), 0)
+    uid("Event", &scoped(ns, name), 0)
 }
 
 /// Renames an Event (one of several about the same object).
@@ -1634,7 +1640,7 @@ pub fn stored_object(o: &StoredView<'_>, routes: &[String]) -> serde_json::Value
     let mut obj = serde_json::json!({
         "apiVersion": "v1",
         "kind": o.kind,
-        "metadata": {"name": name, "namespace": o.namespace, "uid": uid(o.kind, &wire::service_name(o.namespace, name), o.created),
+        "metadata": {"name": name, "namespace": o.namespace, "uid": uid(o.kind, &scoped(o.namespace, name), o.created),
             "creationTimestamp": time(o.created)},
     });
     if !d["metadata"]["labels"].is_null() {

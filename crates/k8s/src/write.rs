@@ -92,6 +92,23 @@ pub(crate) const TEMPLATE: &[&str] = &[
     "spec.template.spec.containers[].resources.limits.*",
     "spec.template.spec.containers[].resources.requests.*",
     "spec.template.spec.containers[].terminationMessagePath",
+    "spec.template.spec.containers[].volumeMounts[].name",
+    "spec.template.spec.containers[].volumeMounts[].mountPath",
+    "spec.template.spec.containers[].volumeMounts[].readOnly",
+    "spec.template.spec.containers[].volumeMounts[].subPath",
+    "spec.template.spec.volumes[].name",
+    "spec.template.spec.volumes[].configMap.name",
+    "spec.template.spec.volumes[].configMap.items[].key",
+    "spec.template.spec.volumes[].configMap.items[].path",
+    "spec.template.spec.volumes[].configMap.items[].mode",
+    "spec.template.spec.volumes[].configMap.defaultMode",
+    "spec.template.spec.volumes[].configMap.optional",
+    "spec.template.spec.volumes[].secret.secretName",
+    "spec.template.spec.volumes[].secret.items[].key",
+    "spec.template.spec.volumes[].secret.items[].path",
+    "spec.template.spec.volumes[].secret.items[].mode",
+    "spec.template.spec.volumes[].secret.defaultMode",
+    "spec.template.spec.volumes[].secret.optional",
     "spec.template.spec.containers[].terminationMessagePolicy",
     "spec.template.spec.nodeSelector.*",
     "spec.template.spec.priorityClassName",
@@ -274,9 +291,146 @@ fn probe(name: &str, field: &str, p: &Value, container_ports: &[i64]) -> Result<
     Ok(Value::Object(out))
 }
 
-/// The ConfigMaps and Secrets a Deployment's environment may name, for its writer: (kind, name)
-/// to their entries as text ([`env_data`]); `None` where there is none the writer may use.
-pub type EnvSources<'a> = &'a dyn Fn(&str, &str) -> Option<BTreeMap<String, String>>;
+/// The ConfigMaps and Secrets a Deployment's or Job's environment and volumes may name, for its
+/// writer: (kind, name) to the object as stored (its `data`, `binaryData`; read with
+/// [`env_data`] and [`file_data`]); `None` where there is none the writer may use.
+pub type EnvSources<'a> = &'a dyn Fn(&str, &str) -> Option<Value>;
+
+/// A stored ConfigMap's or Secret's entries as files: each key's bytes, base64 (a ConfigMap's
+/// `data` and `binaryData`, a Secret's `data` and any `stringData`).
+pub fn file_data(kind: &str, obj: &Value) -> BTreeMap<String, String> {
+    use base64::Engine;
+    let mut out = BTreeMap::new();
+    let (text, encoded) = if kind == "Secret" { ("stringData", "data") } else { ("data", "binaryData") };
+    for (k, v) in obj[encoded].as_object().into_iter().flatten() {
+        if let Some(t) = v.as_str() {
+            out.insert(k.clone(), t.to_string());
+        }
+    }
+    for (k, v) in obj[text].as_object().into_iter().flatten() {
+        if let Some(t) = v.as_str() {
+            out.insert(k.clone(), base64::engine::general_purpose::STANDARD.encode(t));
+        }
+    }
+    out
+}
+
+/// A Pod template's ConfigMap and Secret volumes its container mounts, as the files Tandem's
+/// agent writes and mounts read-only into the container (`slurmcli::Volume`'s JSON): each
+/// `volumeMount` a directory of the source's keys (or `items`' paths) at `mountPath`, or with
+/// `subPath` the one file at it; modes `items[].mode`, else `defaultMode`, else 0644. The
+/// contents are copied when the object is written, as environment values are.
+fn volumes(tspec: &Value, sources: EnvSources, bad: &dyn Fn(&str, &str) -> Failure) -> Result<Vec<Value>, Failure> {
+    let c = &tspec["containers"][0];
+    let cf = "spec.template.spec.containers[0]";
+    let declared = tspec["volumes"].as_array().cloned().unwrap_or_default();
+    for (i, v) in declared.iter().enumerate() {
+        let at = format!("spec.template.spec.volumes[{i}]");
+        if v["name"].as_str().is_none_or(|n| !dns_label(n)) {
+            return Err(bad(&format!("{at}.name"), "Required value: a DNS label"));
+        }
+        if declared[..i].iter().any(|d| d["name"] == v["name"]) {
+            return Err(bad(&format!("{at}.name"), &format!("Duplicate value: {}", v["name"])));
+        }
+        let sources_given = ["configMap", "secret"].iter().filter(|k| v[**k].is_object()).count();
+        if sources_given != 1 {
+            let other = v.as_object().and_then(|m| m.keys().find(|k| !["name", "configMap", "secret"].contains(&k.as_str())).cloned());
+            return Err(bad(
+                &other.map_or(at.clone(), |k| format!("{at}.{k}")),
+                "Unsupported value: Tandem mounts a configMap or a secret volume, one of them (README, \"For Kubernetes users\")",
+            ));
+        }
+    }
+    let mut out = Vec::new();
+    for (j, m) in c["volumeMounts"].as_array().into_iter().flatten().enumerate() {
+        let at = format!("{cf}.volumeMounts[{j}]");
+        let name = m["name"].as_str().unwrap_or("");
+        let Some(v) = declared.iter().find(|v| v["name"] == name) else {
+            return Err(bad(&format!("{at}.name"), &format!("Not found: {name:?}: no volume of that name")));
+        };
+        let dst = m["mountPath"].as_str().unwrap_or("");
+        if !dst.starts_with('/')
+            || dst.split('/').any(|p| p == "..")
+            || dst.contains([',', ':'])
+            || dst.bytes().any(|b| b.is_ascii_control())
+        {
+            return Err(bad(&format!("{at}.mountPath"), &format!("Invalid value: {dst:?}: an absolute path without '..', ',' or ':'")));
+        }
+        let (kind, field, src) =
+            if v["configMap"].is_object() { ("ConfigMap", "configMap", &v["configMap"]) } else { ("Secret", "secret", &v["secret"]) };
+        let vi = declared.iter().position(|d| d["name"] == name).unwrap_or(0);
+        let vat = format!("spec.template.spec.volumes[{vi}].{field}");
+        let rname = if kind == "Secret" { src["secretName"].as_str() } else { src["name"].as_str() }.unwrap_or("");
+        let optional = src["optional"].as_bool() == Some(true);
+        let mode_of = |x: &Value, at: &str| -> Result<Option<u32>, Failure> {
+            match x.as_i64() {
+                None if x.is_null() => Ok(None),
+                Some(n) if (0..=0o777).contains(&n) => Ok(Some(n as u32)),
+                _ => Err(bad(at, "Invalid value: must be a number between 0 and 0777 (octal), both inclusive")),
+            }
+        };
+        let default_mode = mode_of(&src["defaultMode"], &format!("{vat}.defaultMode"))?.unwrap_or(0o644);
+        let data = match sources(kind, rname) {
+            Some(o) => file_data(kind, &o),
+            None if optional => BTreeMap::new(),
+            None => {
+                let which = if kind == "Secret" { "secretName" } else { "name" };
+                return Err(bad(
+                    &format!("{vat}.{which}"),
+                    &format!("Not found: {kind} {rname:?} (in the object's namespace, that its writer may use)"),
+                ));
+            }
+        };
+        let mut files = Vec::new();
+        match src["items"].as_array() {
+            Some(items) => {
+                for (k, it) in items.iter().enumerate() {
+                    let key = it["key"].as_str().unwrap_or("");
+                    let path = it["path"].as_str().unwrap_or("");
+                    if !slurm_file_name_ok(path) {
+                        return Err(bad(
+                            &format!("{vat}.items[{k}].path"),
+                            &format!("Unsupported value: {path:?}: Tandem writes a volume's files in its directory, not in subdirectories"),
+                        ));
+                    }
+                    let mode = mode_of(&it["mode"], &format!("{vat}.items[{k}].mode"))?.unwrap_or(default_mode);
+                    match data.get(key) {
+                        Some(b) => files.push(json!({"name": path, "base64": b, "mode": mode})),
+                        None if optional => {}
+                        None => {
+                            return Err(bad(&format!("{vat}.items[{k}].key"), &format!("Not found: key {key:?} in {kind} {rname:?}")));
+                        }
+                    }
+                }
+            }
+            None => {
+                for (key, b) in &data {
+                    files.push(json!({"name": key, "base64": b, "mode": default_mode}));
+                }
+            }
+        }
+        let mut vol = json!({"dst": dst, "files": files});
+        if let Some(sub) = m["subPath"].as_str().filter(|p| !p.is_empty()) {
+            let one: Vec<Value> = vol["files"].as_array().into_iter().flatten().filter(|f| f["name"] == sub).cloned().collect();
+            if one.is_empty() {
+                return Err(bad(&format!("{at}.subPath"), &format!("Not found: {sub:?} in volume {name:?}")));
+            }
+            vol = json!({"dst": dst, "files": one, "file": true});
+        }
+        out.push(vol);
+    }
+    Ok(out)
+}
+
+/// Whether `p` can name a file of a volume (`slurmcli`'s rule: letters, digits, '.', '_' and
+/// '-', not `.` or `..`).
+fn slurm_file_name_ok(p: &str) -> bool {
+    !p.is_empty()
+        && p.len() <= 253
+        && p != "."
+        && p != ".."
+        && p.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+}
 
 /// A stored ConfigMap's or Secret's entries as environment values: a ConfigMap's `data`, and
 /// its `binaryData` that is text; a Secret's `data` (base64) that is text, and any
@@ -479,7 +633,7 @@ pub(crate) fn template_container(
         let r = &e[field];
         let rname = r["name"].as_str().unwrap_or("");
         let prefix = e["prefix"].as_str().unwrap_or("");
-        match sources(kind, rname) {
+        match sources(kind, rname).map(|o| env_data(kind, &o)) {
             Some(data) => {
                 for (k, v) in data {
                     let k = format!("{prefix}{k}");
@@ -509,7 +663,7 @@ pub(crate) fn template_container(
             };
             let r = &e["valueFrom"][field];
             let (rname, rkey) = (r["name"].as_str().unwrap_or(""), r["key"].as_str().unwrap_or(""));
-            match sources(kind, rname).map(|d| d.get(rkey).cloned()) {
+            match sources(kind, rname).map(|o| env_data(kind, &o).get(rkey).cloned()) {
                 Some(Some(v)) => v,
                 _ if r["optional"].as_bool() == Some(true) => continue,
                 Some(None) => {
@@ -555,6 +709,16 @@ pub(crate) fn template_container(
     }
     if let Some(i) = c["image"].as_str() {
         out["image"] = json!(i);
+    }
+    let vols = volumes(tspec, sources, bad)?;
+    if !vols.is_empty() {
+        if c["image"].as_str().is_none() {
+            return Err(bad(
+                &format!("{cf}.volumeMounts"),
+                "Forbidden: volumes need an image (a container without one runs on the node's own files)",
+            ));
+        }
+        out["volumes"] = json!(vols);
     }
     if let Some(w) = c["workingDir"].as_str() {
         out["workdir"] = json!(w);
@@ -613,7 +777,7 @@ mod tests {
                     "terminationGracePeriodSeconds": 5, "nodeSelector": {"tandem.dev/partition-batch": "true"}}}}})
     }
 
-    fn no_sources(_: &str, _: &str) -> Option<BTreeMap<String, String>> {
+    fn no_sources(_: &str, _: &str) -> Option<Value> {
         None
     }
 
@@ -628,8 +792,8 @@ mod tests {
             "bytes that are not text are left out"
         );
         let sources = |kind: &str, name: &str| match (kind, name) {
-            ("ConfigMap", "settings") => Some(env_data(kind, &cm)),
-            ("Secret", "keys") => Some(env_data(kind, &secret)),
+            ("ConfigMap", "settings") => Some(cm.clone()),
+            ("Secret", "keys") => Some(secret.clone()),
             _ => None,
         };
         let mut d = dep();
@@ -702,6 +866,109 @@ mod tests {
         let w = deployment(&d, "default", Validation::Warn, &no_sources).unwrap();
         assert_eq!(w.warnings.len(), 2);
         assert!(deployment(&d, "default", Validation::Ignore, &no_sources).unwrap().warnings.is_empty());
+    }
+
+    #[test]
+    fn configmap_and_secret_volumes_become_files_mounted_in_the_image() {
+        use base64::Engine;
+        let b64 = |t: &str| base64::engine::general_purpose::STANDARD.encode(t);
+        let cm = json!({"data": {"app.conf": "mode=fast", "level": "3"}, "binaryData": {"blob": b64("\u{1}")}});
+        let secret = json!({"data": {"token": b64("s3cret"), "other": b64("x")}});
+        let sources = |kind: &str, name: &str| match (kind, name) {
+            ("ConfigMap", "cfg") => Some(cm.clone()),
+            ("Secret", "sec") => Some(secret.clone()),
+            _ => None,
+        };
+        let with = |mounts: Value, volumes: Value| {
+            let mut d = dep();
+            let t = &mut d["spec"]["template"]["spec"];
+            t["containers"][0]["image"] = json!("oci:/x:1");
+            t["containers"][0]["volumeMounts"] = mounts;
+            t["volumes"] = volumes;
+            d
+        };
+        let d = with(
+            json!([{"name": "cfg", "mountPath": "/etc/cfg", "readOnly": true}, {"name": "sec", "mountPath": "/etc/sec"},
+                {"name": "cfg", "mountPath": "/etc/app.conf", "subPath": "app.conf"}]),
+            json!([{"name": "cfg", "configMap": {"name": "cfg", "defaultMode": 0o440}},
+                {"name": "sec", "secret": {"secretName": "sec", "items": [{"key": "token", "path": "tok", "mode": 0o400}]}},
+                {"name": "unused", "configMap": {"name": "nowhere"}}]),
+        );
+        let w = deployment(&d, "default", Validation::Strict, &sources).unwrap();
+        let v = serde_json::to_value(&w.spec.volumes).unwrap();
+        assert_eq!(
+            v,
+            json!([
+                {"dst": "/etc/cfg", "files": [{"name": "app.conf", "base64": b64("mode=fast"), "mode": 0o440},
+                    {"name": "blob", "base64": b64("\u{1}"), "mode": 0o440}, {"name": "level", "base64": b64("3"), "mode": 0o440}], "file": false},
+                {"dst": "/etc/sec", "files": [{"name": "tok", "base64": b64("s3cret"), "mode": 0o400}], "file": false},
+                {"dst": "/etc/app.conf", "files": [{"name": "app.conf", "base64": b64("mode=fast"), "mode": 0o440}], "file": true},
+            ])
+        );
+        // What cannot be is a 422 naming the field.
+        let cases = [
+            (with(json!([{"name": "x", "mountPath": "/x"}]), json!([])), "volumeMounts[0].name"),
+            (
+                with(json!([{"name": "e", "mountPath": "/x"}]), json!([{"name": "e", "emptyDir": {}}])),
+                "spec.template.spec.volumes[0].emptyDir",
+            ),
+            (with(json!([{"name": "c", "mountPath": "x"}]), json!([{"name": "c", "configMap": {"name": "cfg"}}])), "mountPath"),
+            (with(json!([{"name": "c", "mountPath": "/a/../b"}]), json!([{"name": "c", "configMap": {"name": "cfg"}}])), "mountPath"),
+            (with(json!([{"name": "c", "mountPath": "/x"}]), json!([{"name": "c", "configMap": {"name": "gone"}}])), "configMap.name"),
+            (
+                with(json!([{"name": "s", "mountPath": "/x"}]), json!([{"name": "s", "secret": {"secretName": "gone"}}])),
+                "secret.secretName",
+            ),
+            (
+                with(
+                    json!([{"name": "c", "mountPath": "/x"}]),
+                    json!([{"name": "c", "configMap": {"name": "cfg", "items": [{"key": "nope", "path": "p"}]}}]),
+                ),
+                "items[0].key",
+            ),
+            (
+                with(
+                    json!([{"name": "c", "mountPath": "/x"}]),
+                    json!([{"name": "c", "configMap": {"name": "cfg", "items": [{"key": "level", "path": "a/b"}]}}]),
+                ),
+                "items[0].path",
+            ),
+            (
+                with(json!([{"name": "c", "mountPath": "/x"}]), json!([{"name": "c", "configMap": {"name": "cfg", "defaultMode": 4096}}])),
+                "defaultMode",
+            ),
+            (
+                with(json!([{"name": "c", "mountPath": "/x", "subPath": "nope"}]), json!([{"name": "c", "configMap": {"name": "cfg"}}])),
+                "subPath",
+            ),
+            (
+                with(
+                    json!([{"name": "c", "mountPath": "/x", "subPathExpr": "$(X)"}]),
+                    json!([{"name": "c", "configMap": {"name": "cfg"}}]),
+                ),
+                "subPathExpr",
+            ),
+            (
+                with(json!([]), json!([{"name": "c", "configMap": {"name": "cfg"}}, {"name": "c", "secret": {"secretName": "sec"}}])),
+                "volumes[1].name",
+            ),
+        ];
+        for (d, field) in cases {
+            let e = deployment(&d, "default", Validation::Strict, &sources).unwrap_err();
+            assert_eq!(e.code, 422, "{field}: {}", e.message);
+            assert!(e.message.contains(field), "{field}: {}", e.message);
+        }
+        // Optional: a source not there mounts an empty directory.
+        let d = with(json!([{"name": "c", "mountPath": "/x"}]), json!([{"name": "c", "configMap": {"name": "gone", "optional": true}}]));
+        assert_eq!(
+            serde_json::to_value(deployment(&d, "default", Validation::Strict, &sources).unwrap().spec.volumes).unwrap()[0]["files"],
+            json!([])
+        );
+        // Without an image there is nowhere to mount them.
+        let mut d = with(json!([{"name": "c", "mountPath": "/x"}]), json!([{"name": "c", "configMap": {"name": "cfg"}}]));
+        d["spec"]["template"]["spec"]["containers"][0].as_object_mut().unwrap().remove("image");
+        let e = deployment(&d, "default", Validation::Strict, &sources).unwrap_err();
+        assert!(e.message.contains("volumes need an image"), "{}", e.message);
     }
 
     #[test]

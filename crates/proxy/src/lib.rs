@@ -945,15 +945,16 @@ pub(crate) fn route<'a>(uri: &'a Uri, host: Option<&'a str>) -> Option<(&'a str,
     if name.is_empty() { None } else { Some((name, None)) }
 }
 
-/// The service of a Kubernetes namespace a Host names, if it has two labels or more:
-/// `web.team-a.svc.cluster.local` and `web.team-a` → `web.team-a` (the Deployment `web` of
-/// `team-a`), which is taken over the first label alone where it is a service.
+/// The service of a Kubernetes namespace a Host names in the form cluster DNS gives a Service:
+/// `NAME.NAMESPACE.svc` and anything after (`web.team-a.svc.cluster.local` → `web.team-a`, the
+/// Deployment `web` of `team-a`). Only that form: any other Host is its first label's (so no
+/// namespace, whoever made it, takes the requests of `Host: llama.example.org`), and a Host of
+/// that form is its namespace's service or none (never `default`'s of the same name).
 pub(crate) fn namespaced_host<'a>(uri: &'a Uri, host: Option<&'a str>) -> Option<&'a str> {
     let host = host.or_else(|| uri.authority().map(|a| a.as_str()))?.split(':').next()?;
-    let mut dots = host.match_indices('.').map(|(i, _)| i);
-    let first = dots.next()?;
-    let end = dots.next().unwrap_or(host.len());
-    (first > 0 && end > first + 1).then(|| &host[..end])
+    let mut labels = host.split('.');
+    let (name, ns, svc) = (labels.next()?, labels.next()?, labels.next()?);
+    (!name.is_empty() && !ns.is_empty() && svc.eq_ignore_ascii_case("svc")).then(|| &host[..name.len() + 1 + ns.len()])
 }
 
 const HOP_BY_HOP: [HeaderName; 6] =
@@ -1393,9 +1394,7 @@ async fn handle(
     let Some((name, new_pq)) = route(req.uri(), host) else {
         return Ok(plain(StatusCode::NOT_FOUND, "no service named: route with /s/SERVICE/... or Host: SERVICE"));
     };
-    let by_host = new_pq.is_none();
-    let namespaced = if by_host { namespaced_host(req.uri(), host).filter(|n| st.service(n).is_some()) } else { None };
-    let name = namespaced.unwrap_or(name);
+    let name = if new_pq.is_none() { namespaced_host(req.uri(), host).unwrap_or(name) } else { name };
     let Some(svc) = st.service(name) else {
         let why = if st.from_controller && st.version.load(Relaxed) == 0 {
             format!("unknown service {name:?}: no endpoint view from the controller yet")
@@ -1937,10 +1936,12 @@ mod tests {
         assert_eq!(route(&u, Some("llama.svc.local:8080")), Some(("llama", None)));
         assert_eq!(route(&u, Some("llama")), Some(("llama", None)));
         assert_eq!(namespaced_host(&u, Some("web.team-a.svc.cluster.local:80")), Some("web.team-a"));
-        assert_eq!(namespaced_host(&u, Some("web.team-a")), Some("web.team-a"));
+        assert_eq!(namespaced_host(&u, Some("web.team-a.svc")), Some("web.team-a"));
+        assert_eq!(namespaced_host(&u, Some("web.team-a")), None, "only cluster DNS's form");
+        assert_eq!(namespaced_host(&u, Some("llama.svc.local")), None);
         assert_eq!(namespaced_host(&u, Some("web")), None);
-        assert_eq!(namespaced_host(&u, Some(".x")), None);
-        assert_eq!(namespaced_host(&u, Some("web..x")), None);
+        assert_eq!(namespaced_host(&u, Some(".x.svc")), None);
+        assert_eq!(namespaced_host(&u, Some("web..svc")), None);
         assert_eq!(route(&u, None), None);
         let u: Uri = "http://chat:80/x".parse().unwrap();
         assert_eq!(route(&u, None), Some(("chat", None)), "HTTP/2 :authority");

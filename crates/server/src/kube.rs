@@ -799,17 +799,24 @@ fn watch(
 
 /// A ConfigMap or Secret of namespace `ns` a Deployment or Job written by `v` takes environment
 /// values from: a ConfigMap `v` may see, a Secret of `v`'s own (root: anyone's).
-fn env_source(app: &App, v: &Viewer, ns: &str, kind: &str, name: &str) -> Option<std::collections::BTreeMap<String, String>> {
+fn env_source(app: &App, v: &Viewer, ns: &str, kind: &str, name: &str) -> Option<Value> {
     let g = app.lock();
     let o = g.ctl.kube_object(&(kind.to_string(), ns.to_string(), name.to_string()))?;
     let usable = match kind {
         "Secret" => o.uid == v.uid || v.uid == 0,
         _ => v.sees(o.uid),
     };
-    usable.then(|| k8s::write::env_data(kind, &o.data))
+    usable.then(|| o.data.clone())
 }
 
-/// The home directory of `uid`: a Deployment's replicas run there unless it says otherwise.
+/// Where a written Deployment's replicas and a Job's tasks run unless they say: the writer's
+/// home directory where it is one, else `/tmp` (where Slurm's slurmstepd goes when it cannot
+/// enter a job's directory).
+fn work_dir_of(uid: u32) -> String {
+    Some(home_of(uid)).filter(|h| std::path::Path::new(h).is_dir()).unwrap_or_else(|| "/tmp".into())
+}
+
+/// The home directory of `uid` (`/` where it has none in the password database).
 fn home_of(uid: u32) -> String {
     nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid)).ok().flatten().map_or_else(|| "/".into(), |u| u.dir.display().to_string())
 }
@@ -981,7 +988,7 @@ async fn commit(app: &App, v: &Viewer, w: k8s::write::Written, dry: bool, obj: &
     }
     let name = w.name.clone();
     let ns = wire::service_namespace(&w.spec.name).0.to_string();
-    let r = crate::services::apply_spec(app, v.uid, w.spec, &home_of(v.uid), None, Some(w.stored)).await;
+    let r = crate::services::apply_spec(app, v.uid, w.spec, &work_dir_of(v.uid), None, Some(w.stored)).await;
     let r = match r {
         Ok(r) => r,
         Err(resp) => return Err(failure_of(resp).await),
@@ -1085,6 +1092,10 @@ async fn write_stored(
                 (true, None) => return Err(Failure::forbidden(format!("{plural} \"{name}\" belongs to another user"))),
                 (false, None) => return Err(Failure::not_found(plural, "", name)),
             };
+            let owner = app.lock().ctl.kube_object(&key(name)).map(|o| o.uid);
+            if dry && owner.is_some_and(|o| v.uid != 0 && o != v.uid) {
+                return Err(Failure::forbidden(format!("{plural} \"{name}\" belongs to another user")));
+            }
             if !dry {
                 match app.with(|c| c.delete_kube_object(v.uid, &key(name))).await {
                     Ok(Ok(())) => {}
@@ -1100,6 +1111,11 @@ async fn write_stored(
     };
     let w = k8s::write::stored(kind, &obj, ns, validation)?;
     if dry {
+        // Refused as the write would be: another user's object.
+        let owner = app.lock().ctl.kube_object(&key(&w.name)).map(|o| o.uid);
+        if owner.is_some_and(|o| v.uid != 0 && o != v.uid) {
+            return Err(Failure::forbidden(format!("{plural} \"{}\" belongs to another user", w.name)));
+        }
         let mut out = obj.clone();
         out["apiVersion"] = json!("v1");
         out["kind"] = json!(kind);
@@ -1145,7 +1161,13 @@ async fn write_namespace(
     let dry = dry_run(q)?;
     let live = current_of(app, v, "Namespace", "", name).ok_or_else(|| Failure::not_found("namespaces", "", name))?;
     if dry {
-        return Ok(Json(live).into_response());
+        // Refused as the deletion would be.
+        let owner = app.lock().ctl.kube_object(&control::kube::namespace_key(name)).map(|o| o.uid);
+        return match owner {
+            None => Err(Failure::forbidden(format!("namespace {name} may not be deleted"))),
+            Some(o) if v.uid != 0 && o != v.uid => Err(Failure::forbidden(format!("namespace {name} belongs to another user"))),
+            Some(_) => Ok(Json(live).into_response()),
+        };
     }
     let (uid, at) = (v.uid, now());
     match app.with(|c| c.delete_namespace(at, uid, name)).await {
@@ -1214,7 +1236,7 @@ fn batch_request(uid: u32, w: &k8s::jobs::WrittenJob) -> Result<wire::SubmitRequ
     // The writer's home directory, where it is a directory; else /tmp (where Slurm's
     // slurmstepd goes when it cannot enter a job's directory). Output files are the writer's
     // alone (umask 077) either way.
-    let home = Some(home_of(uid)).filter(|h| std::path::Path::new(h).is_dir()).unwrap_or_else(|| "/tmp".into());
+    let home = work_dir_of(uid);
     match (pod["image"].as_str(), pod["workdir"].as_str()) {
         (Some(i), d) => {
             argv.push(format!("--container-image={i}"));
@@ -1231,8 +1253,13 @@ fn batch_request(uid: u32, w: &k8s::jobs::WrittenJob) -> Result<wire::SubmitRequ
     }
     let index = if w.indexed { "export JOB_COMPLETION_INDEX=\"${SLURM_ARRAY_TASK_ID:-0}\"\n" } else { "" };
     let script = format!("#!/bin/sh\n# The Pod of Kubernetes Job {}: its container's command.\n{index}exec \"$@\"\n", w.name);
-    let batch =
+    let mut batch =
         slurmcli::parse_sbatch(&argv, now(), &mut |_| Ok(script.clone())).map_err(|e| bad("spec", format!("Invalid value: {}", e.0)))?;
+    // Its ConfigMap and Secret volumes, read by the write checks (an image is required there).
+    if let (Some(c), Some(v)) = (batch.container.as_mut(), pod.get("volumes")) {
+        c.volumes = serde_json::from_value(v.clone()).map_err(|e| bad(&format!("{cf}.volumeMounts"), format!("Invalid value: {e}")))?;
+        c.check().map_err(|e| bad(&format!("{cf}.volumeMounts"), format!("Invalid value: {}", e.0)))?;
+    }
     let env: Vec<(String, String)> =
         pod["env"].as_object().into_iter().flatten().map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string())).collect();
     Ok(wire::SubmitRequest { batch, cwd: home, host: KUBE_HOST.into(), env, umask: Some(0o077) })
@@ -1343,6 +1370,7 @@ async fn write_job(
             let updated = control::kube::KubeObject { data, ..o };
             let r = app
                 .with(|ctl| {
+                    ctl.check_namespace(uid, &updated.namespace)?;
                     if c.suspend != was {
                         // Its tasks not started are held, or released (those that run go on).
                         for &id in &ids {

@@ -193,7 +193,7 @@ pub(crate) async fn serve(
         nodelist: vec![pod.node.clone()],
         name: Some("kubectl-exec".into()),
         res: control::StepRes { overlap: true, ..Default::default() },
-        container: container.map(|c| slurmcli::Container { join_job: true, ..c }),
+        container: container.map(|c| slurmcli::Container { join_job: true, volumes: Vec::new(), ..c }),
         ..Default::default()
     };
     // Started now, its refusals are HTTP answers; with a terminal, once the client has sent

@@ -79,6 +79,10 @@ pub(crate) fn hide(spec: &control::ServiceSpec) -> control::ServiceSpec {
             *k = HIDDEN.into();
         }
     }
+    // A volume's files may be a Secret's.
+    for f in out.volumes.iter_mut().flat_map(|v| v.files.iter_mut()) {
+        f.base64 = HIDDEN.into();
+    }
     out
 }
 

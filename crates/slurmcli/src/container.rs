@@ -222,6 +222,53 @@ pub struct Mount {
 /// Most mounts one step takes.
 pub const MAX_MOUNTS: usize = 64;
 
+/// Files the node writes for a container task and mounts read-only into it (a Kubernetes
+/// ConfigMap or Secret volume): a directory of them at `dst`, or with `file`, the one file at
+/// `dst` itself (a `volumeMount`'s `subPath`). Tandem's own: no Pyxis option sets it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Volume {
+    /// Path in the container (absolute).
+    pub dst: String,
+    /// The files, by name.
+    pub files: Vec<VolumeFile>,
+    /// `dst` is the one file's path, not a directory's.
+    #[serde(default)]
+    pub file: bool,
+}
+
+/// One file of a [`Volume`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VolumeFile {
+    /// Its name in the volume's directory: letters, digits, '.', '_' and '-', not `.` or `..`.
+    pub name: String,
+    /// Its bytes, base64 (standard alphabet, padded).
+    pub base64: String,
+    /// Its permission bits (Kubernetes' default 0644).
+    #[serde(default = "default_file_mode")]
+    pub mode: u32,
+}
+
+fn default_file_mode() -> u32 {
+    0o644
+}
+
+/// Most volumes one container takes.
+pub const MAX_VOLUMES: usize = 64;
+
+/// Most bytes (base64) all of a container's volumes hold together.
+pub const MAX_VOLUME_BYTES: usize = 4 << 20;
+
+/// Whether `n` can name a volume's file.
+pub fn volume_file_name_ok(n: &str) -> bool {
+    !n.is_empty()
+        && n.len() <= 253
+        && n != "."
+        && n != ".."
+        && n.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+}
+
 fn clean_path(p: &str, what: &str, whole: &str) -> Result<String, Invalid> {
     let bad = |why: &str| Invalid::new(format!("invalid --container-mounts {:?}: {what} {why}", crate::visible::visible(whole)));
     if p.is_empty() {
@@ -321,6 +368,10 @@ pub struct Container {
     /// container is joined by its name whatever this says).
     #[serde(default)]
     pub join_job: bool,
+    /// Tandem's own: files mounted read-only into the container (Kubernetes ConfigMap and
+    /// Secret volumes).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub volumes: Vec<Volume>,
 }
 
 impl Container {
@@ -366,6 +417,42 @@ impl Container {
                 .any(|n| n.is_empty() || n.as_bytes()[0].is_ascii_digit() || !n.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_'))
         {
             return Err(Invalid::new("invalid --container-env: variable names, at most 1024"));
+        }
+        if self.volumes.len() > MAX_VOLUMES {
+            return Err(Invalid::new(format!("at most {MAX_VOLUMES} volumes")));
+        }
+        let mut bytes = 0;
+        for v in &self.volumes {
+            clean_path(&v.dst, "the volume's path", &v.dst)?;
+            if v.dst.contains([',', ':']) {
+                return Err(Invalid::new(format!("invalid volume path {:?}: a path with ',' or ':'", crate::visible::visible(&v.dst))));
+            }
+            if v.file && v.files.len() != 1 {
+                return Err(Invalid::new("a volume mounted as one file holds one file"));
+            }
+            for f in &v.files {
+                if !volume_file_name_ok(&f.name) {
+                    return Err(Invalid::new(format!(
+                        "invalid volume file name {:?}: letters, digits, '.', '_' and '-', not . or ..",
+                        crate::visible::visible(&f.name)
+                    )));
+                }
+                if f.mode > 0o777 {
+                    return Err(Invalid::new(format!("invalid mode {:o} of volume file {}: at most 0777", f.mode, f.name)));
+                }
+                if !f.base64.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'=')) {
+                    return Err(Invalid::new(format!("volume file {}: its contents are not base64", f.name)));
+                }
+                bytes += f.base64.len() + f.name.len();
+            }
+            let mut names: Vec<&str> = v.files.iter().map(|f| f.name.as_str()).collect();
+            names.sort_unstable();
+            if names.windows(2).any(|w| w[0] == w[1]) {
+                return Err(Invalid::new(format!("volume {}: two files of one name", v.dst)));
+            }
+        }
+        if bytes > MAX_VOLUME_BYTES {
+            return Err(Invalid::new(format!("volumes hold at most {MAX_VOLUME_BYTES} bytes (base64) together")));
         }
         Ok(())
     }
@@ -591,7 +678,30 @@ mod tests {
         }
         let c = Container { workdir: Some("rel".into()), ..ok.clone() };
         assert!(c.check().is_err());
-        let c = Container { env: vec!["1X".into()], ..ok };
+        let c = Container { env: vec!["1X".into()], ..ok.clone() };
         assert!(c.check().is_err());
+        // Volumes (Tandem's own): absolute clean paths, plain file names, modes, base64, sizes.
+        let file = |name: &str, base64: &str, mode: u32| VolumeFile { name: name.into(), base64: base64.into(), mode };
+        let vol = |dst: &str, files: Vec<VolumeFile>, one: bool| Container {
+            volumes: vec![Volume { dst: dst.into(), files, file: one }],
+            ..ok.clone()
+        };
+        assert!(vol("/etc/cfg", vec![file("app.conf", "bW9kZT0x", 0o644), file("b", "", 0o400)], false).check().is_ok());
+        assert!(vol("/etc/app.conf", vec![file("app.conf", "eA==", 0o644)], true).check().is_ok());
+        for bad in [
+            vol("rel", vec![], false),
+            vol("/a/../etc", vec![], false),
+            vol("/a:b", vec![], false),
+            vol("/x", vec![file("../x", "", 0o644)], false),
+            vol("/x", vec![file("a/b", "", 0o644)], false),
+            vol("/x", vec![file("..", "", 0o644)], false),
+            vol("/x", vec![file("a", "not base64!", 0o644)], false),
+            vol("/x", vec![file("a", "", 0o4755)], false),
+            vol("/x", vec![file("a", "", 0o644), file("a", "", 0o644)], false),
+            vol("/x", vec![file("a", "", 0o644), file("b", "", 0o644)], true),
+            vol("/x", vec![file("a", &"A".repeat(MAX_VOLUME_BYTES + 1), 0o644)], false),
+        ] {
+            assert!(bad.check().is_err(), "{:?}", bad.volumes);
+        }
     }
 }

@@ -2667,6 +2667,40 @@ fn container_tasks_run_as_their_user_from_a_registry_and_no_further() {
         let out = String::from_utf8_lossy(&o.stdout).into_owned();
         assert!(out.contains("PRETTY_NAME=\"Bars BusyBox 1") && out.contains(&v.uid.to_string()), "{}", text(&o));
         assert!(kube(&["delete", "job", "osr"]).status.success());
+        // A ConfigMap and a Secret as files in the image: a directory of the ConfigMap's keys,
+        // a Secret's key under another name with its own mode, one key alone as a file
+        // (`subPath`); hers, read-only. Nothing of them is left on the node after.
+        assert!(kube(&["create", "configmap", "vcfg", "--from-literal=app.conf=mode=fast", "--from-literal=level=3"]).status.success());
+        assert!(kube(&["create", "secret", "generic", "vsec", "--from-literal=token=s3cret"]).status.success());
+        let job = format!(
+            "apiVersion: batch/v1\nkind: Job\nmetadata: {{name: vols}}\nspec:\n  template:\n    spec:\n      restartPolicy: Never\n      containers:\n      - name: c\n        image: {docker}\n        command: [sh, -c, 'ls /etc/cfg; cat /etc/cfg/app.conf /etc/sec/tok /etc/app.conf; stat -c \"%a %u\" /etc/sec/tok; touch /etc/cfg/x 2>/dev/null || echo read-only']\n        volumeMounts:\n        - {{name: cfg, mountPath: /etc/cfg}}\n        - {{name: sec, mountPath: /etc/sec}}\n        - {{name: cfg, mountPath: /etc/app.conf, subPath: app.conf}}\n      volumes:\n      - {{name: cfg, configMap: {{name: vcfg}}}}\n      - {{name: sec, secret: {{secretName: vsec, items: [{{key: token, path: tok, mode: 256}}]}}}}\n"
+        );
+        owned_file(&vdir.join("vols.yaml"), &job, v.uid, v.gid, 0o644);
+        let o = kube(&["apply", "-f", "vols.yaml"]);
+        assert!(o.status.success(), "{}", text(&o));
+        let o = kube(&["wait", "--for=condition=Complete", "job/vols", "--timeout=60s"]);
+        assert!(o.status.success(), "{}\n{}", text(&o), text(&kube(&["describe", "job,pods", "-l", "job-name=vols"])));
+        let out = String::from_utf8_lossy(&kube(&["logs", "job/vols"]).stdout).into_owned();
+        let want = format!("app.conf\nlevel\nmode=fasts3cretmode=fast400 {}\nread-only\n", v.uid);
+        assert!(out.ends_with(&want), "{out:?}");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let left: Vec<PathBuf> = std::fs::read_dir(&up.dir)
+                .unwrap()
+                .flatten()
+                .flat_map(|n| std::fs::read_dir(n.path().join("volumes")).into_iter().flatten().flatten().map(|e| e.path()))
+                .collect();
+            if left.is_empty() {
+                break;
+            }
+            assert!(Instant::now() < deadline, "volumes left on the node: {left:?}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        // Without an image there is nowhere to mount them: a 422 naming the field.
+        let bare = job.replace(&format!("        image: {docker}\n"), "").replace("name: vols", "name: bare");
+        owned_file(&vdir.join("bare.yaml"), &bare, v.uid, v.gid, 0o644);
+        let o = kube(&["apply", "-f", "bare.yaml"]);
+        assert!(!o.status.success() && text(&o).contains("volumeMounts: Forbidden: volumes need an image"), "{}", text(&o));
     } else {
         assert!(std::env::var("CI").is_err(), "kubectl is missing under CI=true (tests/clients/setup.sh installs it)");
     }
@@ -3114,6 +3148,13 @@ fn another_user_cannot_read_the_secrets_of_or_change_a_deployment_through_the_ku
     let (code, st) = kube_req(&up, "POST", "/api/v1/namespaces", Some(&tm), ns.to_string().as_bytes(), "application/json");
     assert_eq!((code, st["reason"].as_str()), (409, Some("AlreadyExists")), "{st}");
     let (code, st) = kube_req(&up, "DELETE", "/api/v1/namespaces/default", Some(&tm), b"", "application/json");
+    assert_eq!(code, 403, "{st}");
+    // Kubernetes' own namespaces (what tools trust) are root's to make; a dry run of a deletion
+    // is refused as the deletion is.
+    let kube_public = serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kube-public"}});
+    let (code, st) = kube_req(&up, "POST", "/api/v1/namespaces", Some(&tm), kube_public.to_string().as_bytes(), "application/json");
+    assert_eq!(code, 403, "{st}");
+    let (code, st) = kube_req(&up, "DELETE", "/api/v1/namespaces/alice-team?dryRun=All", Some(&tm), b"", "application/json");
     assert_eq!(code, 403, "{st}");
     // Nor as a Tandem service named into it.
     let md = user_dir(&root.join("mallory"), &mallory, 0o755);

@@ -891,6 +891,9 @@ fn deployments_of_one_name_in_two_namespaces_are_two_services_both_reached_throu
         let d = c.ok(k0, &["describe", "deploy/web", "-n", ns]);
         assert!(d.contains("NewReplicaSet:   web-r1") && d.contains("Scaled up replica set web-r1 to 1"), "{d}");
     }
+    // A namespace's Host form is that namespace's service or none, never `default`'s `web`.
+    let (code, _) = curl(&format!("{}/", c.proxy), Some("web.nowhere.svc.cluster.local"));
+    assert_eq!(code, "404");
     // Scaling one touches only it; `tandem service scale` and `kubectl scale` act on one object.
     let ns = &namespaces[0];
     c.ok(k0, &["scale", "-n", ns, "deploy/web", "--replicas=2"]);

@@ -63,3 +63,21 @@ http = "/"
         assert!(parse_spec("replicas = [", "x.toml").is_err());
     }
 }
+
+#[cfg(test)]
+mod volume_tests {
+    use super::*;
+
+    #[test]
+    fn a_spec_file_takes_volumes_for_its_image() {
+        let text = "name = \"web\"\ncommand = [\"httpd\"]\nimage = \"oci:/x:1\"\n\n[[volumes]]\ndst = \"/etc/app\"\nfiles = [{ name = \"app.conf\", base64 = \"bW9kZT0x\", mode = 420 }]\n";
+        let spec = parse_spec(text, "web.toml").unwrap();
+        let c = spec.container("/home/a").unwrap().unwrap();
+        assert_eq!((c.volumes[0].dst.as_str(), c.volumes[0].files[0].mode), ("/etc/app", 0o644));
+        // Without an image: refused, saying why.
+        let bare = parse_spec(&text.replace("image = \"oci:/x:1\"\n", ""), "web.toml").unwrap();
+        assert!(bare.container("/home/a").unwrap_err().contains("volumes need an image"));
+        let bad = parse_spec(&text.replace("app.conf", "../x"), "web.toml").unwrap();
+        assert!(bad.container("/home/a").is_err());
+    }
+}
