@@ -313,7 +313,7 @@ core.create_namespaced_config_map("py-team", client.V1ConfigMap(metadata=client.
 dep = client.V1Deployment(
     metadata=client.V1ObjectMeta(name=service),
     spec=client.V1DeploymentSpec(
-        replicas=0,
+        replicas=1,
         selector=client.V1LabelSelector(match_labels={"app": "py"}),
         template=client.V1PodTemplateSpec(
             metadata=client.V1ObjectMeta(labels={"app": "py"}),
@@ -342,7 +342,13 @@ try:
     check(False, "an object was made in a namespace that does not exist")
 except client.ApiException as e:
     check(e.status == 404 and "no-such-ns" in e.body, f"404: {e.body}")
-core.delete_namespace("py-team")
+# With its replica running: the namespace is Terminating until it has stopped.
+deadline = time.time() + 60
+while (apps.read_namespaced_deployment(service, "py-team").status.ready_replicas or 0) < 1:
+    check(time.time() < deadline, "the namespace's replica never became ready")
+    time.sleep(0.3)
+st = core.delete_namespace("py-team")
+check((st["status"] if isinstance(st, dict) else st.status) == "Success", f"delete_namespace: {st}")
 deadline = time.time() + 60
 while any(n.metadata.name == "py-team" for n in core.list_namespace().items):
     check(time.time() < deadline, "the namespace was never gone")
@@ -350,3 +356,54 @@ while any(n.metadata.name == "py-team" for n in core.list_namespace().items):
 check(apps.list_namespaced_deployment("py-team").items == [], "its Deployment went with it")
 check(apps.read_namespaced_deployment(service, "default").metadata.name == service, "default's stays")
 print("ok namespaces")
+
+# `utils.create_from_yaml` of a multi-document file: a ConfigMap, a Service and a Deployment
+# taking its environment from the ConfigMap, created in order; then read back and deleted.
+from kubernetes import utils
+
+multi = os.path.join(os.getcwd(), "multi.yaml")
+with open(multi, "w") as f:
+    f.write(
+        """apiVersion: v1
+kind: ConfigMap
+metadata: {name: multi-cfg}
+data: {GREETING: from-yaml}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: multi}
+spec:
+  selector: {app: multi}
+  ports: [{port: 80}]
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: multi}
+spec:
+  replicas: 0
+  selector: {matchLabels: {app: multi}}
+  template:
+    metadata: {labels: {app: multi}}
+    spec:
+      containers:
+      - name: c
+        command: [sleep, "600"]
+        envFrom: [{configMapRef: {name: multi-cfg}}]
+"""
+    )
+made = utils.create_from_yaml(api, multi, namespace="default")
+check(len(made) == 3, f"create_from_yaml made {made}")
+d = apps.read_namespaced_deployment("multi", "default")
+check(d.spec.template.spec.containers[0].env_from[0].config_map_ref.name == "multi-cfg", f"{d.spec.template}")
+svc = core.read_namespaced_service("multi", "default")
+check(svc.metadata.annotations.get("tandem.dev/proxy-paths") == "/s/multi/", f"{svc.metadata.annotations}")
+for obj in (
+    raw("/api/v1/namespaces/default/configmaps/multi-cfg"),
+    raw("/api/v1/namespaces/default/services/multi"),
+    raw("/apis/apps/v1/namespaces/default/deployments/multi"),
+):
+    kubernetes_validate.validate(obj, "1.37.0", strict=True)
+apps.delete_namespaced_deployment("multi", "default")
+core.delete_namespaced_service("multi", "default")
+core.delete_namespaced_config_map("multi-cfg", "default")
+print("ok create_from_yaml")

@@ -288,8 +288,9 @@ fn volumes_dir(data: &Path, k: &TaskKey) -> PathBuf {
     data.join("volumes").join(format!("{}.{}.{}.{}", k.job, k.epoch, k.step, k.rank))
 }
 
-/// Writes a container task's volumes (Kubernetes ConfigMap and Secret volumes) and answers the
-/// read-only bind mounts that put them at their paths. They are written by the agent into a
+/// Writes a container task's volumes (Kubernetes ConfigMap and Secret volumes; `emptyDir`s,
+/// empty and writable) and answers the bind mounts that put them at their paths (read-only
+/// but for `emptyDir`s). They are written by the agent into a
 /// directory only it can write (`DATA/volumes` is root's, the task's directory new, made 0700
 /// and removed first if an old one is there), with files made new (never through a link), and
 /// handed to the user at the end: each volume a directory the user may read and enter, each
@@ -339,9 +340,10 @@ pub(crate) fn write_volumes(
             std::fs::set_permissions(&path, std::fs::Permissions::from_mode(f.mode & 0o777))?;
         }
         owner(&vdir)?;
-        std::fs::set_permissions(&vdir, std::fs::Permissions::from_mode(0o755))?;
+        // A scratch directory (`emptyDir`) is the task's to write; the others it reads.
+        std::fs::set_permissions(&vdir, std::fs::Permissions::from_mode(if v.scratch { 0o700 } else { 0o755 }))?;
         let src = if v.file { vdir.join(&v.files[0].name) } else { vdir };
-        mounts.push(slurmcli::Mount { src: src.display().to_string(), dst: v.dst.clone(), readonly: true });
+        mounts.push(slurmcli::Mount { src: src.display().to_string(), dst: v.dst.clone(), readonly: !v.scratch });
     }
     owner(&dir)?;
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o500))?;

@@ -35,6 +35,10 @@ use anyhow::{Context, Result};
 
 pub use service::{RolloutCmd, ServiceCmd};
 
+/// Tandem's version and the commit it was built from (`0.1.0 (commit 1a2b3c4d5e6f)`; `unknown`
+/// outside a git checkout): `tandem --version`.
+pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("TANDEM_COMMIT"), ")");
+
 /// The Slurm commands, by the names they answer to (the links `tandem shims DIR` writes).
 pub const COMMANDS: [&str; 15] = [
     "sbatch", "squeue", "scancel", "sinfo", "sacct", "srun", "salloc", "scontrol", "sprio", "sshare", "sreport", "sbcast", "sstat",

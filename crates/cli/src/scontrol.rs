@@ -314,6 +314,7 @@ pub(crate) fn scontrol(args: &[String]) -> Result<i32> {
                 ("SlurmctldTimeout", format!("{} sec", cfg.lease)),
                 ("SLURM_VERSION", format!("{x}.{y}.{z}")),
                 ("TandemVersion", env!("CARGO_PKG_VERSION").into()),
+                ("TandemCommit", env!("TANDEM_COMMIT").into()),
             ];
             for (k, v) in rows {
                 println!("{k:<23} = {v}");

@@ -319,7 +319,8 @@ pub fn file_data(kind: &str, obj: &Value) -> BTreeMap<String, String> {
 /// agent writes and mounts read-only into the container (`slurmcli::Volume`'s JSON): each
 /// `volumeMount` a directory of the source's keys (or `items`' paths) at `mountPath`, or with
 /// `subPath` the one file at it; modes `items[].mode`, else `defaultMode`, else 0644. The
-/// contents are copied when the object is written, as environment values are.
+/// contents are copied when the object is written, as environment values are. An `emptyDir`
+/// is an empty directory the container writes.
 fn volumes(tspec: &Value, sources: EnvSources, bad: &dyn Fn(&str, &str) -> Failure) -> Result<Vec<Value>, Failure> {
     let c = &tspec["containers"][0];
     let cf = "spec.template.spec.containers[0]";
@@ -332,12 +333,13 @@ fn volumes(tspec: &Value, sources: EnvSources, bad: &dyn Fn(&str, &str) -> Failu
         if declared[..i].iter().any(|d| d["name"] == v["name"]) {
             return Err(bad(&format!("{at}.name"), &format!("Duplicate value: {}", v["name"])));
         }
-        let sources_given = ["configMap", "secret"].iter().filter(|k| v[**k].is_object()).count();
+        let kinds = ["configMap", "secret", "emptyDir"];
+        let sources_given = kinds.iter().filter(|k| v[**k].is_object()).count();
         if sources_given != 1 {
-            let other = v.as_object().and_then(|m| m.keys().find(|k| !["name", "configMap", "secret"].contains(&k.as_str())).cloned());
+            let other = v.as_object().and_then(|m| m.keys().find(|k| *k != "name" && !kinds.contains(&k.as_str())).cloned());
             return Err(bad(
                 &other.map_or(at.clone(), |k| format!("{at}.{k}")),
-                "Unsupported value: Tandem mounts a configMap or a secret volume, one of them (README, \"For Kubernetes users\")",
+                "Unsupported value: Tandem mounts a configMap, secret or emptyDir volume, one of them (README, \"For Kubernetes users\")",
             ));
         }
     }
@@ -355,6 +357,14 @@ fn volumes(tspec: &Value, sources: EnvSources, bad: &dyn Fn(&str, &str) -> Failu
             || dst.bytes().any(|b| b.is_ascii_control())
         {
             return Err(bad(&format!("{at}.mountPath"), &format!("Invalid value: {dst:?}: an absolute path without '..', ',' or ':'")));
+        }
+        if v["emptyDir"].is_object() {
+            // Scratch space: an empty directory the container writes, gone with the task.
+            if m["subPath"].as_str().is_some_and(|p| !p.is_empty()) {
+                return Err(bad(&format!("{at}.subPath"), "Unsupported value: an emptyDir is mounted whole"));
+            }
+            out.push(json!({"dst": dst, "files": [], "scratch": true}));
+            continue;
         }
         let (kind, field, src) =
             if v["configMap"].is_object() { ("ConfigMap", "configMap", &v["configMap"]) } else { ("Secret", "secret", &v["secret"]) };
@@ -909,9 +919,11 @@ mod tests {
         let cases = [
             (with(json!([{"name": "x", "mountPath": "/x"}]), json!([])), "volumeMounts[0].name"),
             (
-                with(json!([{"name": "e", "mountPath": "/x"}]), json!([{"name": "e", "emptyDir": {}}])),
-                "spec.template.spec.volumes[0].emptyDir",
+                with(json!([{"name": "e", "mountPath": "/x"}]), json!([{"name": "e", "hostPath": {"path": "/"}}])),
+                "spec.template.spec.volumes[0].hostPath",
             ),
+            (with(json!([{"name": "e", "mountPath": "/x"}]), json!([{"name": "e", "emptyDir": {"medium": "Memory"}}])), "emptyDir.medium"),
+            (with(json!([{"name": "e", "mountPath": "/x", "subPath": "a"}]), json!([{"name": "e", "emptyDir": {}}])), "subPath"),
             (with(json!([{"name": "c", "mountPath": "x"}]), json!([{"name": "c", "configMap": {"name": "cfg"}}])), "mountPath"),
             (with(json!([{"name": "c", "mountPath": "/a/../b"}]), json!([{"name": "c", "configMap": {"name": "cfg"}}])), "mountPath"),
             (with(json!([{"name": "c", "mountPath": "/x"}]), json!([{"name": "c", "configMap": {"name": "gone"}}])), "configMap.name"),
@@ -958,6 +970,10 @@ mod tests {
             assert_eq!(e.code, 422, "{field}: {}", e.message);
             assert!(e.message.contains(field), "{field}: {}", e.message);
         }
+        // An emptyDir: scratch space.
+        let d = with(json!([{"name": "e", "mountPath": "/scratch"}]), json!([{"name": "e", "emptyDir": {}}]));
+        let v = serde_json::to_value(deployment(&d, "default", Validation::Strict, &sources).unwrap().spec.volumes).unwrap();
+        assert_eq!(v, json!([{"dst": "/scratch", "files": [], "file": false, "scratch": true}]));
         // Optional: a source not there mounts an empty directory.
         let d = with(json!([{"name": "c", "mountPath": "/x"}]), json!([{"name": "c", "configMap": {"name": "gone", "optional": true}}]));
         assert_eq!(

@@ -224,7 +224,9 @@ pub const MAX_MOUNTS: usize = 64;
 
 /// Files the node writes for a container task and mounts read-only into it (a Kubernetes
 /// ConfigMap or Secret volume): a directory of them at `dst`, or with `file`, the one file at
-/// `dst` itself (a `volumeMount`'s `subPath`). Tandem's own: no Pyxis option sets it.
+/// `dst` itself (a `volumeMount`'s `subPath`); or with `scratch`, an empty directory the task
+/// may write (a Kubernetes `emptyDir`), gone with the task. Tandem's own: no Pyxis option sets
+/// it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Volume {
@@ -235,6 +237,9 @@ pub struct Volume {
     /// `dst` is the one file's path, not a directory's.
     #[serde(default)]
     pub file: bool,
+    /// An empty directory the task writes (no files).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub scratch: bool,
 }
 
 /// One file of a [`Volume`].
@@ -429,6 +434,9 @@ impl Container {
             }
             if v.file && v.files.len() != 1 {
                 return Err(Invalid::new("a volume mounted as one file holds one file"));
+            }
+            if v.scratch && (v.file || !v.files.is_empty()) {
+                return Err(Invalid::new("a scratch volume is an empty directory"));
             }
             for f in &v.files {
                 if !volume_file_name_ok(&f.name) {
@@ -683,9 +691,15 @@ mod tests {
         // Volumes (Tandem's own): absolute clean paths, plain file names, modes, base64, sizes.
         let file = |name: &str, base64: &str, mode: u32| VolumeFile { name: name.into(), base64: base64.into(), mode };
         let vol = |dst: &str, files: Vec<VolumeFile>, one: bool| Container {
-            volumes: vec![Volume { dst: dst.into(), files, file: one }],
+            volumes: vec![Volume { dst: dst.into(), files, file: one, scratch: false }],
             ..ok.clone()
         };
+        let scratch = |files: Vec<VolumeFile>| Container {
+            volumes: vec![Volume { dst: "/tmp".into(), files, file: false, scratch: true }],
+            ..ok.clone()
+        };
+        assert!(scratch(vec![]).check().is_ok());
+        assert!(scratch(vec![file("a", "", 0o644)]).check().is_err());
         assert!(vol("/etc/cfg", vec![file("app.conf", "bW9kZT0x", 0o644), file("b", "", 0o400)], false).check().is_ok());
         assert!(vol("/etc/app.conf", vec![file("app.conf", "eA==", 0o644)], true).check().is_ok());
         for bad in [

@@ -13,7 +13,7 @@ use std::path::PathBuf;
 
 /// Tandem: one scheduler for training gangs and inference replicas.
 #[derive(Parser)]
-#[command(name = "tandem", version, about, long_about = None)]
+#[command(name = "tandem", version = cli::VERSION, about, long_about = None)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,

@@ -325,3 +325,21 @@ fn shims_fail_clearly_without_tandem_slurm_beside_tandem() {
     assert!(!dir.exists(), "nothing is written when the target is missing");
     let _ = std::fs::remove_dir_all(&lonely);
 }
+
+/// `tandem --version`: the version and the commit it was built from (git's, where the source is
+/// a checkout, as in CI), so an operator can tell which build a machine runs.
+#[test]
+fn the_version_names_the_commit_it_was_built_from() {
+    let out = tandem(&["--version"]);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let head = Command::new("git")
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
+    let commit = head.unwrap_or_else(|| "unknown".into());
+    assert_eq!(text, format!("tandem {} (commit {commit})\n", env!("CARGO_PKG_VERSION")));
+}

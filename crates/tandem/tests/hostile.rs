@@ -2669,11 +2669,12 @@ fn container_tasks_run_as_their_user_from_a_registry_and_no_further() {
         assert!(kube(&["delete", "job", "osr"]).status.success());
         // A ConfigMap and a Secret as files in the image: a directory of the ConfigMap's keys,
         // a Secret's key under another name with its own mode, one key alone as a file
-        // (`subPath`); hers, read-only. Nothing of them is left on the node after.
+        // (`subPath`); hers, read-only; and an `emptyDir` she writes. Nothing of them is left
+        // on the node after.
         assert!(kube(&["create", "configmap", "vcfg", "--from-literal=app.conf=mode=fast", "--from-literal=level=3"]).status.success());
         assert!(kube(&["create", "secret", "generic", "vsec", "--from-literal=token=s3cret"]).status.success());
         let job = format!(
-            "apiVersion: batch/v1\nkind: Job\nmetadata: {{name: vols}}\nspec:\n  template:\n    spec:\n      restartPolicy: Never\n      containers:\n      - name: c\n        image: {docker}\n        command: [sh, -c, 'ls /etc/cfg; cat /etc/cfg/app.conf /etc/sec/tok /etc/app.conf; stat -c \"%a %u\" /etc/sec/tok; touch /etc/cfg/x 2>/dev/null || echo read-only']\n        volumeMounts:\n        - {{name: cfg, mountPath: /etc/cfg}}\n        - {{name: sec, mountPath: /etc/sec}}\n        - {{name: cfg, mountPath: /etc/app.conf, subPath: app.conf}}\n      volumes:\n      - {{name: cfg, configMap: {{name: vcfg}}}}\n      - {{name: sec, secret: {{secretName: vsec, items: [{{key: token, path: tok, mode: 256}}]}}}}\n"
+            "apiVersion: batch/v1\nkind: Job\nmetadata: {{name: vols}}\nspec:\n  template:\n    spec:\n      restartPolicy: Never\n      containers:\n      - name: c\n        image: {docker}\n        command: [sh, -c, 'ls /etc/cfg; cat /etc/cfg/app.conf /etc/sec/tok /etc/app.conf; stat -c \"%a %u\" /etc/sec/tok; touch /etc/cfg/x 2>/dev/null || echo read-only; echo w > /scratch/f && cat /scratch/f']\n        volumeMounts:\n        - {{name: cfg, mountPath: /etc/cfg}}\n        - {{name: sec, mountPath: /etc/sec}}\n        - {{name: cfg, mountPath: /etc/app.conf, subPath: app.conf}}\n        - {{name: tmp, mountPath: /scratch}}\n      volumes:\n      - {{name: tmp, emptyDir: {{}}}}\n      - {{name: cfg, configMap: {{name: vcfg}}}}\n      - {{name: sec, secret: {{secretName: vsec, items: [{{key: token, path: tok, mode: 256}}]}}}}\n"
         );
         owned_file(&vdir.join("vols.yaml"), &job, v.uid, v.gid, 0o644);
         let o = kube(&["apply", "-f", "vols.yaml"]);
@@ -2681,7 +2682,7 @@ fn container_tasks_run_as_their_user_from_a_registry_and_no_further() {
         let o = kube(&["wait", "--for=condition=Complete", "job/vols", "--timeout=60s"]);
         assert!(o.status.success(), "{}\n{}", text(&o), text(&kube(&["describe", "job,pods", "-l", "job-name=vols"])));
         let out = String::from_utf8_lossy(&kube(&["logs", "job/vols"]).stdout).into_owned();
-        let want = format!("app.conf\nlevel\nmode=fasts3cretmode=fast400 {}\nread-only\n", v.uid);
+        let want = format!("app.conf\nlevel\nmode=fasts3cretmode=fast400 {}\nread-only\nw\n", v.uid);
         assert!(out.ends_with(&want), "{out:?}");
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {

@@ -359,7 +359,11 @@ fn kubectl_and_the_python_client_see_what_squeue_and_tandem_service_see() {
         .unwrap();
     let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
     assert!(
-        o.status.success() && text.contains("ok expired") && text.contains("ok jobs") && text.contains("ok namespaces"),
+        o.status.success()
+            && text.contains("ok expired")
+            && text.contains("ok jobs")
+            && text.contains("ok namespaces")
+            && text.contains("ok create_from_yaml"),
         "kubernetes_check.py:\n{text}"
     );
     eprintln!("{text}");
@@ -831,7 +835,7 @@ fn curl(url: &str, host: Option<&str>) -> (String, String) {
 }
 
 #[test]
-fn deployments_of_one_name_in_two_namespaces_are_two_services_both_reached_through_the_proxy() {
+fn deployments_of_one_name_in_two_namespaces_are_two_services_both_reached_through_the_proxy_even_in_a_rollout() {
     let Some(kubectls) = kubectls_or_skip() else { return };
     let c = Kube::start_with("kube-ns", &["--proxy-port", "0"]);
     // Each replica serves a page that says which namespace it is of.
@@ -891,6 +895,24 @@ fn deployments_of_one_name_in_two_namespaces_are_two_services_both_reached_throu
         let d = c.ok(k0, &["describe", "deploy/web", "-n", ns]);
         assert!(d.contains("NewReplicaSet:   web-r1") && d.contains("Scaled up replica set web-r1 to 1"), "{d}");
     }
+    // Requests through the proxy to a Deployment's Service while `kubectl rollout restart`
+    // replaces every replica of it: none fails.
+    c.ok(k0, &["scale", "deploy/web", "--replicas=2"]);
+    c.ok(k0, &["rollout", "status", "deploy/web", "--timeout=60s"]);
+    let url = format!("{}/s/web/", c.proxy);
+    let load = std::thread::spawn(move || {
+        let o = Command::new(bin())
+            .args(["bench", "load", &url, "--json", "--requests", "1500", "--rate", "100", "--concurrency", "16", "--timeout", "10"])
+            .output()
+            .unwrap();
+        serde_json::from_slice::<serde_json::Value>(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&o.stderr)))
+    });
+    std::thread::sleep(Duration::from_secs(1));
+    assert!(c.ok(k0, &["rollout", "restart", "deploy/web"]).contains("restarted"));
+    c.ok(k0, &["rollout", "status", "deploy/web", "--timeout=60s"]);
+    let r = load.join().unwrap();
+    assert_eq!((r["sent"].as_u64(), r["failed"].as_u64()), (Some(1500), Some(0)), "requests failed during rollout restart: {r:#}");
+    assert!(c.tandem(&["service", "show", "web"]).contains("Revision:    2"), "every replica replaced: a new revision");
     // A namespace's Host form is that namespace's service or none, never `default`'s `web`.
     let (code, _) = curl(&format!("{}/", c.proxy), Some("web.nowhere.svc.cluster.local"));
     assert_eq!(code, "404");
@@ -900,7 +922,7 @@ fn deployments_of_one_name_in_two_namespaces_are_two_services_both_reached_throu
     c.wait_for(k0, &["get", "deploy", "web", "-n", ns, "-o", "jsonpath={.status.readyReplicas}"], "2");
     c.tandem(&["service", "scale", &format!("web.{ns}"), "1"]);
     c.wait_for(k0, &["get", "deploy", "web", "-n", ns, "-o", "jsonpath={.spec.replicas}"], "1");
-    assert_eq!(c.ok(k0, &["get", "deploy", "web", "-o", "jsonpath={.spec.replicas}"]), "1", "default's is another object");
+    assert_eq!(c.ok(k0, &["get", "deploy", "web", "-o", "jsonpath={.spec.replicas}"]), "2", "default's is another object");
     // Deleting a namespace deletes what is in it (kubectl waits until it is gone); the rest serves on.
     for (i, ns) in namespaces.iter().enumerate() {
         let k = kubectls[i].0.as_path();

@@ -200,6 +200,7 @@ fn query_commands_as_slurms() {
     assert!(nodes.lines().next().unwrap().starts_with("NodeName=node1 ") && nodes.contains("Partitions=gpu"), "{nodes}");
     let conf = c.ok("scontrol", &["show", "config"]);
     assert!(conf.contains("ClusterName") && conf.contains("SLURM_VERSION           = 25.11.0"), "{conf}");
+    assert!(conf.lines().any(|l| l.starts_with("TandemCommit            = ") && l.len() > 26), "{conf}");
     assert!(c.ok("scontrol", &["ping"]).contains("is UP"));
     let v: serde_json::Value = serde_json::from_str(&c.ok("scontrol", &["show", "node", "node2", "--json"])).unwrap();
     assert_eq!(v["nodes"][0]["name"], "node2");
