@@ -149,6 +149,9 @@ fn end_holders(dir: &Path) {
 /// bound in it: that would remove the node's shared copy).
 pub(crate) fn release(dir: &Path) {
     end_holders(dir);
+    if let Some(v) = volumes_dir(dir) {
+        let _ = std::fs::remove_dir_all(v);
+    }
     let image = dir.join(IMAGE_DIR);
     for _ in 0..3 {
         if !is_mount_point(&image) {
@@ -226,9 +229,11 @@ pub(crate) fn sweep(data: &Path, live: &std::collections::HashSet<PathBuf>) {
             release(&e.path());
         }
     }
-    // Volumes of tasks whose containers are gone.
+    // Volumes of containers no task is in (named ones' stay with them), and any half written.
     for e in std::fs::read_dir(data.join("volumes")).into_iter().flatten().flatten() {
-        if !live.contains(&data.join("containers").join(e.file_name())) {
+        let container = data.join("containers").join(e.file_name());
+        let half = e.file_name().to_str().is_none_or(|n| n.starts_with('.'));
+        if half || (!live.contains(&container) && !container.is_dir()) {
             let _ = std::fs::remove_dir_all(e.path());
         }
     }
@@ -283,20 +288,39 @@ fn read_users_file(path: &Path, max: u64, tail: bool) -> Option<Vec<u8>> {
     Some(b)
 }
 
-/// A task's volumes' directory: `DATA/volumes/JOB.RUN.STEP.RANK`.
-fn volumes_dir(data: &Path, k: &TaskKey) -> PathBuf {
-    data.join("volumes").join(format!("{}.{}.{}.{}", k.job, k.epoch, k.step, k.rank))
+/// A container's volumes' directory: `DATA/volumes/NAME`, `NAME` its directory's under
+/// `DATA/containers` ([`shared_dir`]): made with the container, removed with it ([`release`]).
+fn volumes_dir(shared: &Path) -> Option<PathBuf> {
+    let data = shared.parent()?.parent()?;
+    Some(data.join("volumes").join(shared.file_name()?))
 }
 
-/// Writes a container task's volumes (Kubernetes ConfigMap and Secret volumes; `emptyDir`s,
-/// empty and writable) and answers the bind mounts that put them at their paths (read-only
-/// but for `emptyDir`s). They are written by the agent into a
-/// directory only it can write (`DATA/volumes` is root's, the task's directory new, made 0700
-/// and removed first if an old one is there), with files made new (never through a link), and
-/// handed to the user at the end: each volume a directory the user may read and enter, each
-/// file the user's with its mode. Removed with the task's bundle ([`forget`]).
+/// The bind mounts that put a container's volumes at their paths (read-only but for
+/// `emptyDir`s), in their directory `dir` as [`write_volumes`] lays it out.
+fn volume_mounts(dir: &Path, volumes: &[slurmcli::Volume]) -> Vec<slurmcli::Mount> {
+    volumes
+        .iter()
+        .enumerate()
+        .map(|(i, v)| {
+            let vdir = dir.join(i.to_string());
+            let src = if v.file { vdir.join(&v.files[0].name) } else { vdir };
+            slurmcli::Mount { src: src.display().to_string(), dst: v.dst.clone(), readonly: !v.scratch }
+        })
+        .collect()
+}
+
+/// Writes the volumes of the container in `shared` (Kubernetes ConfigMap and Secret volumes;
+/// `emptyDir`s, empty and writable) once, as it is made, and answers the bind mounts that put
+/// them at their paths. A container made already (a replica restarted in it, a second task of
+/// its step, a named container's next step) keeps those it has: an `emptyDir` keeps its files
+/// across restarts, as Kubernetes'. They are written by the agent into a directory only it
+/// can write (`DATA/volumes` is root's; each container's written whole under a new name, with
+/// files made new and never through a link, then renamed into place), and handed to the user:
+/// each file the user's with its mode, each volume a directory the user may read (and write,
+/// for an `emptyDir`). Removed with the container ([`release`]; at an agent's start, those of
+/// containers no longer there: [`sweep`]).
 pub(crate) fn write_volumes(
-    data: &Path,
+    shared: &Path,
     k: &TaskKey,
     uid: u32,
     gid: u32,
@@ -305,54 +329,68 @@ pub(crate) fn write_volumes(
     use base64::Engine;
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
-    let base = data.join("volumes");
-    std::fs::create_dir_all(&base)?;
-    std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o711))?;
-    let dir = volumes_dir(data, k);
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir(&dir)?;
-    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))?;
+    let dir = volumes_dir(shared).ok_or_else(|| anyhow!("{} has no volumes' directory", shared.display()))?;
+    let base = dir.parent().expect("under DATA/volumes");
+    std::fs::create_dir_all(base)?;
+    std::fs::set_permissions(base, std::fs::Permissions::from_mode(0o711))?;
+    if dir.is_dir() {
+        return Ok(volume_mounts(&dir, volumes));
+    }
+    // Written whole under a name of this task's, then renamed into place.
+    let tmp = base.join(format!(".{}.{}", dir.file_name().and_then(|n| n.to_str()).unwrap_or("v"), k.rank));
+    let _ = std::fs::remove_dir_all(&tmp);
+    std::fs::create_dir(&tmp)?;
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o700))?;
     let owner = |p: &Path| -> std::io::Result<()> {
         if nix::unistd::geteuid().is_root() {
             nix::unistd::chown(p, Some(nix::unistd::Uid::from_raw(uid)), Some(nix::unistd::Gid::from_raw(gid)))?;
         }
         Ok(())
     };
-    let mut mounts = Vec::new();
-    for (i, v) in volumes.iter().enumerate() {
-        let vdir = dir.join(i.to_string());
-        std::fs::create_dir(&vdir)?;
-        for f in &v.files {
-            anyhow::ensure!(slurmcli::container::volume_file_name_ok(&f.name), "volume file name {:?}", f.name);
-            let bytes = base64::engine::general_purpose::STANDARD
-                .decode(&f.base64)
-                .with_context(|| format!("volume file {}: its contents are not base64", f.name))?;
-            let path = vdir.join(&f.name);
-            let mut out = std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .custom_flags(nix::libc::O_NOFOLLOW)
-                .open(&path)
-                .with_context(|| format!("writing {}", path.display()))?;
-            out.write_all(&bytes)?;
-            owner(&path)?;
-            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(f.mode & 0o777))?;
+    let written = (|| -> anyhow::Result<()> {
+        for (i, v) in volumes.iter().enumerate() {
+            let vdir = tmp.join(i.to_string());
+            std::fs::create_dir(&vdir)?;
+            for f in &v.files {
+                anyhow::ensure!(slurmcli::container::volume_file_name_ok(&f.name), "volume file name {:?}", f.name);
+                let bytes = base64::engine::general_purpose::STANDARD
+                    .decode(&f.base64)
+                    .with_context(|| format!("volume file {}: its contents are not base64", f.name))?;
+                let path = vdir.join(&f.name);
+                let mut out = std::fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .mode(0o600)
+                    .custom_flags(nix::libc::O_NOFOLLOW)
+                    .open(&path)
+                    .with_context(|| format!("writing {}", path.display()))?;
+                out.write_all(&bytes)?;
+                owner(&path)?;
+                std::fs::set_permissions(&path, std::fs::Permissions::from_mode(f.mode & 0o777))?;
+            }
+            owner(&vdir)?;
+            // A scratch directory (`emptyDir`) is the task's to write; the others it reads.
+            std::fs::set_permissions(&vdir, std::fs::Permissions::from_mode(if v.scratch { 0o700 } else { 0o755 }))?;
         }
-        owner(&vdir)?;
-        // A scratch directory (`emptyDir`) is the task's to write; the others it reads.
-        std::fs::set_permissions(&vdir, std::fs::Permissions::from_mode(if v.scratch { 0o700 } else { 0o755 }))?;
-        let src = if v.file { vdir.join(&v.files[0].name) } else { vdir };
-        mounts.push(slurmcli::Mount { src: src.display().to_string(), dst: v.dst.clone(), readonly: !v.scratch });
+        owner(&tmp)?;
+        Ok(())
+    })();
+    if let Err(e) = written {
+        let _ = std::fs::remove_dir_all(&tmp);
+        return Err(e);
     }
-    owner(&dir)?;
-    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o500))?;
-    Ok(mounts)
+    if let Err(e) = std::fs::rename(&tmp, &dir) {
+        // Another task of the step wrote them first: theirs are the container's.
+        let _ = std::fs::remove_dir_all(&tmp);
+        if !dir.is_dir() {
+            return Err(e).with_context(|| format!("placing {}", dir.display()));
+        }
+    }
+    Ok(volume_mounts(&dir, volumes))
 }
 
 /// Removes a task's bundle once it ended; returns the reason its wrapper left, if any.
 pub(crate) fn forget(data: &Path, k: &TaskKey) -> Option<String> {
-    let _ = std::fs::remove_dir_all(volumes_dir(data, k));
     let dir = bundle_dir(data, k);
     let why = read_users_file(&dir.join("error"), 4096, false)
         .map(|b| String::from_utf8_lossy(&b).trim().to_string())
@@ -1068,6 +1106,52 @@ fn stage_root(args: &[String]) -> Result<i32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn volumes_are_written_once_per_container_and_go_with_it() {
+        use base64::Engine;
+        let data = std::env::temp_dir().join(format!("vols-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&data);
+        let shared = data.join("containers").join("7.1.0");
+        std::fs::create_dir_all(&shared).unwrap();
+        let (uid, gid) = (nix::unistd::geteuid().as_raw(), nix::unistd::getegid().as_raw());
+        let file = |name: &str, text: &str, mode: u32| slurmcli::VolumeFile {
+            name: name.into(),
+            base64: base64::engine::general_purpose::STANDARD.encode(text),
+            mode,
+        };
+        let volumes = vec![
+            slurmcli::Volume { dst: "/etc/cfg".into(), files: vec![file("app.conf", "mode=1", 0o640)], file: false, scratch: false },
+            slurmcli::Volume { dst: "/etc/app.conf".into(), files: vec![file("app.conf", "mode=1", 0o644)], file: true, scratch: false },
+            slurmcli::Volume { dst: "/scratch".into(), files: vec![], file: false, scratch: true },
+        ];
+        let k = TaskKey { job: 7, epoch: 1, step: 0, rank: 0 };
+        let mounts = write_volumes(&shared, &k, uid, gid, &volumes).unwrap();
+        let dir = data.join("volumes/7.1.0");
+        assert_eq!(
+            mounts.iter().map(|m| (m.src.clone(), m.dst.as_str(), m.readonly)).collect::<Vec<_>>(),
+            [
+                (dir.join("0").display().to_string(), "/etc/cfg", true),
+                (dir.join("1/app.conf").display().to_string(), "/etc/app.conf", true),
+                (dir.join("2").display().to_string(), "/scratch", false),
+            ]
+        );
+        assert_eq!(std::fs::read_to_string(dir.join("0/app.conf")).unwrap(), "mode=1");
+        assert_eq!(std::fs::metadata(dir.join("0/app.conf")).unwrap().permissions().mode() & 0o777, 0o640);
+        // A restart in the same container (another task of it) keeps them: what the task
+        // wrote in its emptyDir is still there.
+        std::fs::write(dir.join("2/kept"), "x").unwrap();
+        let again = write_volumes(&shared, &TaskKey { rank: 1, ..k }, uid, gid, &volumes).unwrap();
+        assert_eq!(again, mounts);
+        assert!(dir.join("2/kept").exists());
+        // Gone with the container; a half-written one goes at the agent's start.
+        release(&shared);
+        assert!(!dir.exists() && !shared.exists());
+        std::fs::create_dir_all(data.join("volumes/.8.1.0.0")).unwrap();
+        sweep(&data, &std::collections::HashSet::new());
+        assert_eq!(std::fs::read_dir(data.join("volumes")).unwrap().count(), 0);
+        let _ = std::fs::remove_dir_all(&data);
+    }
 
     #[test]
     fn credentials_from_enroot_then_docker() {

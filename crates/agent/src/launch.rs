@@ -862,7 +862,7 @@ pub(crate) fn launch(t: &Task, spool: &Path, tasks: &Tasks, cg: &Cgroups) -> Res
                 std::env::current_exe().map_err(|e| LaunchError(format!("--container-image: cannot find the agent's own program: {e}")))?;
             let mut c = c.clone();
             if !c.volumes.is_empty() && !c.join_job {
-                let mounts = crate::container::write_volumes(data, &key, t.uid, t.gid, &c.volumes)
+                let mounts = crate::container::write_volumes(&shared, &key, t.uid, t.gid, &c.volumes)
                     .map_err(|e| LaunchError(format!("writing the container's volumes: {e:#}")))?;
                 c.mounts.extend(mounts);
             }

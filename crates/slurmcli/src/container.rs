@@ -262,8 +262,12 @@ fn default_file_mode() -> u32 {
 /// Most volumes one container takes.
 pub const MAX_VOLUMES: usize = 64;
 
-/// Most bytes (base64) all of a container's volumes hold together.
+/// Most bytes (base64) all of a container's volumes hold together, each file counted 256
+/// bytes more (its inode, its name, its work for the agent).
 pub const MAX_VOLUME_BYTES: usize = 4 << 20;
+
+/// Most files all of a container's volumes hold together.
+pub const MAX_VOLUME_FILES: usize = 1024;
 
 /// Whether `n` can name a volume's file.
 pub fn volume_file_name_ok(n: &str) -> bool {
@@ -451,13 +455,16 @@ impl Container {
                 if !f.base64.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'=')) {
                     return Err(Invalid::new(format!("volume file {}: its contents are not base64", f.name)));
                 }
-                bytes += f.base64.len() + f.name.len();
+                bytes += f.base64.len() + f.name.len() + 256;
             }
             let mut names: Vec<&str> = v.files.iter().map(|f| f.name.as_str()).collect();
             names.sort_unstable();
             if names.windows(2).any(|w| w[0] == w[1]) {
                 return Err(Invalid::new(format!("volume {}: two files of one name", v.dst)));
             }
+        }
+        if self.volumes.iter().map(|v| v.files.len()).sum::<usize>() > MAX_VOLUME_FILES {
+            return Err(Invalid::new(format!("volumes hold at most {MAX_VOLUME_FILES} files together")));
         }
         if bytes > MAX_VOLUME_BYTES {
             return Err(Invalid::new(format!("volumes hold at most {MAX_VOLUME_BYTES} bytes (base64) together")));
@@ -714,6 +721,7 @@ mod tests {
             vol("/x", vec![file("a", "", 0o644), file("a", "", 0o644)], false),
             vol("/x", vec![file("a", "", 0o644), file("b", "", 0o644)], true),
             vol("/x", vec![file("a", &"A".repeat(MAX_VOLUME_BYTES + 1), 0o644)], false),
+            vol("/x", (0..=MAX_VOLUME_FILES).map(|i| file(&i.to_string(), "", 0o644)).collect(), false),
         ] {
             assert!(bad.check().is_err(), "{:?}", bad.volumes);
         }
