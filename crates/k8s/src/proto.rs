@@ -12,7 +12,7 @@ use crate::Failure;
 use base64::Engine;
 use k8s_pb::api::apps::v1::Deployment;
 use k8s_pb::api::batch::v1::Job;
-use k8s_pb::api::core::v1::{ConfigMap, Container, Namespace, PodSpec, PodTemplateSpec, Secret};
+use k8s_pb::api::core::v1::{ConfigMap, Container, Namespace, PodSpec, PodTemplateSpec, Secret, Service};
 use k8s_pb::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_pb::apimachinery::pkg::runtime::Unknown;
 use k8s_pb::apimachinery::pkg::util::intstr::IntOrString;
@@ -127,6 +127,7 @@ pub fn decode(body: &[u8]) -> Result<Value, Failure> {
         ("v1", "ConfigMap") => config_map(ConfigMap::decode(raw.as_slice()).map_err(bad)?)?,
         ("v1", "Secret") => secret(Secret::decode(raw.as_slice()).map_err(bad)?)?,
         ("v1", "Namespace") => namespace(Namespace::decode(raw.as_slice()).map_err(bad)?)?,
+        ("v1", "Service") => service(Service::decode(raw.as_slice()).map_err(bad)?)?,
         ("apps/v1", "Deployment") => deployment(Deployment::decode(raw.as_slice()).map_err(bad)?)?,
         ("batch/v1", "Job") => job(Job::decode(raw.as_slice()).map_err(bad)?)?,
         (v, k) => {
@@ -184,6 +185,40 @@ fn namespace(mut n: Namespace) -> Result<Value, Failure> {
     n.spec = None;
     n.status = None;
     nothing_left(&n, "the Namespace")?;
+    Ok(Value::Object(o))
+}
+
+/// A Service as `kubectl create service clusterip` sends it: its selector, ports, type, cluster
+/// IP and session affinity (the write checks then refuse what Tandem does not provide).
+fn service(mut svc: Service) -> Result<Value, Failure> {
+    let mut o = Map::new();
+    o.insert("metadata".into(), meta(svc.metadata.take(), "the Service's metadata")?);
+    svc.status = None;
+    let mut spec = svc.spec.take().unwrap_or_default();
+    nothing_left(&svc, "the Service")?;
+    let mut s = Map::new();
+    let selector = std::mem::take(&mut spec.selector);
+    if !selector.is_empty() {
+        s.insert("selector".into(), strings(selector));
+    }
+    let mut ports = Vec::new();
+    for mut p in std::mem::take(&mut spec.ports) {
+        let mut q = Map::new();
+        put(&mut q, "name", text(p.name.take()));
+        put(&mut q, "protocol", text(p.protocol.take()));
+        put(&mut q, "port", p.port.take().map(Value::from));
+        put(&mut q, "targetPort", int_or_string(p.target_port.take(), "targetPort")?);
+        nothing_left(&p, "a port of the Service")?;
+        ports.push(Value::Object(q));
+    }
+    if !ports.is_empty() {
+        s.insert("ports".into(), Value::Array(ports));
+    }
+    put(&mut s, "type", text(spec.r#type.take()));
+    put(&mut s, "clusterIP", text(spec.cluster_ip.take()));
+    put(&mut s, "sessionAffinity", text(spec.session_affinity.take()));
+    nothing_left(&spec, "the Service's spec")?;
+    o.insert("spec".into(), Value::Object(s));
     Ok(Value::Object(o))
 }
 
@@ -417,6 +452,43 @@ mod tests {
             creation_timestamp: Some(Time { seconds: Some(0), nanos: Some(0) }),
             ..Default::default()
         })
+    }
+
+    #[test]
+    fn a_service_and_a_namespace_as_kubectl_create_sends_them() {
+        use k8s_pb::api::core::v1::{NamespaceSpec, ServicePort, ServiceSpec};
+        let port = ServicePort {
+            name: Some("80-8080".into()),
+            protocol: Some("TCP".into()),
+            port: Some(80),
+            target_port: Some(IntOrString { r#type: Some(0), int_val: Some(8080), str_val: Some(String::new()) }),
+            node_port: Some(0),
+            ..Default::default()
+        };
+        let svc = Service {
+            metadata: named("web"),
+            spec: Some(ServiceSpec {
+                ports: vec![port],
+                selector: BTreeMap::from([("app".to_string(), "web".to_string())]),
+                cluster_ip: Some(String::new()),
+                r#type: Some("ClusterIP".into()),
+                session_affinity: Some(String::new()),
+                ..Default::default()
+            }),
+            status: Some(Default::default()),
+        };
+        let v = decode(&envelope("v1", "Service", svc.encode_to_vec())).unwrap();
+        assert_eq!(
+            v,
+            json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"}, "spec": {"selector": {"app": "web"},
+                "ports": [{"name": "80-8080", "protocol": "TCP", "port": 80, "targetPort": 8080}], "type": "ClusterIP"}})
+        );
+        let mut odd = svc.clone();
+        odd.spec.as_mut().unwrap().external_ips = vec!["10.0.0.1".into()];
+        assert_eq!(decode(&envelope("v1", "Service", odd.encode_to_vec())).unwrap_err().code, 415, "a field not read");
+        let ns = Namespace { metadata: named("team-a"), spec: Some(NamespaceSpec { finalizers: vec![] }), status: None };
+        let v = decode(&envelope("v1", "Namespace", ns.encode_to_vec())).unwrap();
+        assert_eq!(v, json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}}));
     }
 
     #[test]

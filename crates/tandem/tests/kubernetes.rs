@@ -481,7 +481,14 @@ fn kubectl_applies_scales_and_deletes_a_deployment_that_is_a_tandem_service() {
         assert!(row(&c.tandem(&["service", "list"]), "pb-web").len() > 2, "a Tandem service");
         let o = c.kubectl(k, &["create", "deployment", "pb-bad", "--image=busybox"]);
         assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("command: Required value"), "{o:?}");
-        c.ok(k, &["delete", "deploy/pb-web", "cm/pb-config", "secret/pb-secret"]);
+        let out = c.ok(k, &["create", "service", "clusterip", "pb-web", "--tcp=80:8080"]);
+        assert!(out.contains("service/pb-web created"), "{out}");
+        let ports =
+            c.ok(k, &["get", "svc", "pb-web", "-o", "jsonpath={.spec.ports[0].port} {.spec.ports[0].targetPort} {.spec.selector.app}"]);
+        assert_eq!(ports, "80 8080 pb-web");
+        let o = c.kubectl(k, &["create", "service", "nodeport", "pb-np", "--tcp=80:8080"]);
+        assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("spec.type"), "{o:?}");
+        c.ok(k, &["delete", "deploy/pb-web", "cm/pb-config", "secret/pb-secret", "svc/pb-web"]);
         // A Service, a ConfigMap and a Secret in one file beside the Deployment: kept as
         // written; the Service names the Tandem service it selects and its proxy path.
         let extra = c.dir.join("extra.yaml");
