@@ -160,7 +160,7 @@ pub(crate) fn release(dir: &Path) {
         }
         let _ = nix::mount::umount2(&image, nix::mount::MntFlags::MNT_DETACH);
     }
-    eprintln!("tandem agent: {} is still mounted; {} is left", image.display(), dir.display());
+    tracing::warn!("{} is still mounted; {} is left", image.display(), dir.display());
 }
 
 /// Where a container's image is bound in its directory.
@@ -493,7 +493,7 @@ pub(crate) fn serve(data: &Path, store: Arc<image::Store>, allowed: Arc<Allowed>
                     let mut keep = allowed.live();
                     keep.insert(digest);
                     for d in store.trim(&keep).await {
-                        eprintln!("tandem agent: image cache: removed {d}, least recently used");
+                        tracing::info!("image cache: removed {d}, least recently used");
                     }
                 }
             });

@@ -63,7 +63,7 @@ impl Freezer {
             }
             let _ = std::fs::remove_dir(&base);
         }
-        eprintln!("tandem agent {name}: no writable freezer cgroup here; suspended jobs are stopped with SIGSTOP");
+        tracing::warn!(node = %name, "no writable freezer cgroup here; suspended jobs are stopped with SIGSTOP");
         Freezer { base: None }
     }
 

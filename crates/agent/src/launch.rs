@@ -549,7 +549,7 @@ impl Tasks {
         }
         // The log from here on: the tasks found, alone.
         if let Err(e) = self.compact(&mut b) {
-            eprintln!("tandem agent: rewriting {}: {e}", self.dir.join("log").display());
+            tracing::error!("rewriting {}: {e}", self.dir.join("log").display());
         }
         found
     }
@@ -612,7 +612,7 @@ fn kill_gone(pid: i32, cgroup: Option<&Path>, freezer: Option<&Path>) {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    eprintln!("tandem agent: processes of lost task group {pid} are still there after SIGKILL");
+    tracing::error!("processes of lost task group {pid} are still there after SIGKILL");
 }
 
 /// The name of a step's cgroup inside its job's, before the step id.
@@ -644,8 +644,8 @@ impl Cgroups {
                 Cgroups { base: Some(b), freezer }
             }
             _ => {
-                eprintln!(
-                    "tandem agent {name}: no writable cgroup memory controller here; tasks are tracked and killed by process group, without memory limits"
+                tracing::warn!(node = %name,
+                    "no writable cgroup memory controller here; tasks are tracked and killed by process group, without memory limits"
                 );
                 Cgroups { base: None, freezer }
             }

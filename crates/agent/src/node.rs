@@ -109,14 +109,14 @@ async fn credential(conn: &Conn, a: &AgentArgs) -> Result<String> {
             Ok(r) if r.status < 400 => break r.json::<Credential>()?.credential,
             // Refused (a spent or bad token, a name that is taken): trying again cannot help.
             Ok(r) if r.status < 500 => anyhow::bail!("joining the cluster as node {}: {}", a.name, r.error()),
-            Ok(r) => eprintln!("tandem agent {}: joining: {}", a.name, r.error()),
-            Err(e) => eprintln!("tandem agent {}: joining: {:#}", a.name, anyhow::Error::from(e)),
+            Ok(r) => tracing::warn!(node = %a.name, "joining: {}", r.error()),
+            Err(e) => tracing::warn!(node = %a.name, "joining: {:#}", anyhow::Error::from(e)),
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     };
     crate::launch::write_new(&path, cred.as_bytes(), true)
         .with_context(|| format!("keeping the node's credential in {}", path.display()))?;
-    eprintln!("tandem agent {}: joined the cluster; credential kept in {}", a.name, path.display());
+    tracing::info!(node = %a.name, "joined the cluster; credential kept in {}", path.display());
     Ok(cred)
 }
 
@@ -129,7 +129,7 @@ async fn register(conn: &Conn, a: &AgentArgs, hdr: &[(&str, &str)], reg: &Regist
                 return Err(revoked(a, status, &message));
             }
             Err(e) => {
-                eprintln!("tandem agent {}: registering: {:#}", a.name, anyhow::Error::from(e));
+                tracing::warn!(node = %a.name, "registering: {:#}", anyhow::Error::from(e));
                 tokio::time::sleep(Duration::from_millis(500)).await;
             }
         }
@@ -166,7 +166,7 @@ pub(crate) async fn run(a: AgentArgs) -> Result<()> {
     if let Some((ty, n)) = gpus {
         node.gpus = n;
         node.gpu_type = ty;
-        eprintln!("tandem agent {}: {} GPU(s) ({}), {source}", a.name, n, node.gpu_type.as_deref().unwrap_or("any model"));
+        tracing::info!(node = %a.name, "{} GPU(s) ({}), {source}", n, node.gpu_type.as_deref().unwrap_or("any model"));
     }
     node.features = a.features.clone();
     let mut reg = RegisterRequest { node: node.clone(), addr: a.addr.clone(), running: Vec::new(), exits: Vec::new() };
@@ -251,9 +251,8 @@ pub(crate) async fn run(a: AgentArgs) -> Result<()> {
     let images = image::Store::open(&a.data.join("images"), a.registries.clone()).map_err(|e| anyhow::anyhow!("{e}"))?;
     crate::container::serve(&a.data, std::sync::Arc::new(images), crate::container::ALLOWED.clone())?;
     if adopted + finished + lost > 0 {
-        eprintln!(
-            "tandem agent {}: found the tasks of an earlier agent process: {adopted} running (adopted), {finished} ended, {lost} lost",
-            a.name
+        tracing::info!(node = %a.name,
+            "found the tasks of an earlier agent process: {adopted} running (adopted), {finished} ended, {lost} lost"
         );
     }
     reg.running = tasks.keys().copied().collect();
@@ -262,9 +261,8 @@ pub(crate) async fn run(a: AgentArgs) -> Result<()> {
     for e in exits.drain(..) {
         records.forget(&TaskKey { job: e.job, epoch: e.epoch, step: e.step, rank: e.rank });
     }
-    eprintln!(
-        "tandem agent {}: registered ({} CPUs, {} MiB, {} GPUs), lease {} s",
-        a.name,
+    tracing::info!(node = %a.name,
+        "registered ({} CPUs, {} MiB, {} GPUs), lease {} s",
         node.cpus,
         node.memory >> 20,
         node.gpus,
@@ -306,6 +304,13 @@ pub(crate) async fn run(a: AgentArgs) -> Result<()> {
     spawn_health_loop(health_cfg.clone(), idle.clone(), check_env, probe, htx);
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
+    // logrotate's SIGHUP opens the log file afresh (and no longer ends the agent).
+    let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
+    tokio::spawn(async move {
+        while hup.recv().await.is_some() {
+            logging::reopen_at_sighup();
+        }
+    });
     loop {
         // Collect exits that happened meanwhile.
         while let Ok((k, st)) = rx.try_recv() {
@@ -349,9 +354,8 @@ pub(crate) async fn run(a: AgentArgs) -> Result<()> {
         // Fencing: without a renewed lease, nothing of ours may keep running.
         let (lease, margin) = lease_and_margin(&info);
         if last_ok.elapsed() > lease - margin && tasks.keys().any(|k| !fenced.contains(k)) {
-            eprintln!(
-                "tandem agent {}: no contact with the controller for {:?}; fencing: killing {} task(s)",
-                a.name,
+            tracing::error!(node = %a.name,
+                "no contact with the controller for {:?}; fencing: killing {} task(s)",
                 last_ok.elapsed(),
                 tasks.len()
             );
@@ -437,7 +441,7 @@ pub(crate) async fn run(a: AgentArgs) -> Result<()> {
                 // The controller took the heartbeat but cannot save (its disk is full, say): our
                 // lease is renewed, nothing else is (the exits are reported again).
                 if !unsaved_said {
-                    eprintln!("tandem agent {}: {}; the lease is renewed, the work keeps running", a.name, r.error());
+                    tracing::warn!(node = %a.name, "{}; the lease is renewed, the work keeps running", r.error());
                     unsaved_said = true;
                 }
                 last_ok = sent;
@@ -448,13 +452,13 @@ pub(crate) async fn run(a: AgentArgs) -> Result<()> {
             Ok(r) => match r.json::<Orders>() {
                 Ok(o) => o.orders,
                 Err(e) => {
-                    eprintln!("tandem agent {}: heartbeat refused: {:#}", a.name, anyhow::Error::from(e));
+                    tracing::error!(node = %a.name, "heartbeat refused: {:#}", anyhow::Error::from(e));
                     tokio::time::sleep(Duration::from_millis(500)).await;
                     continue;
                 }
             },
             Err(e) => {
-                eprintln!("tandem agent {}: heartbeat failed: {:#}", a.name, anyhow::Error::from(e));
+                tracing::warn!(node = %a.name, "heartbeat failed: {:#}", anyhow::Error::from(e));
                 tokio::time::sleep(Duration::from_millis(500)).await;
                 continue;
             }
@@ -563,7 +567,7 @@ pub(crate) async fn run(a: AgentArgs) -> Result<()> {
                 Order::Reboot { program } => {
                     // The node is idle and drained; the program reboots the machine, and the
                     // agent started after it registers again. A failure drains the node.
-                    eprintln!("tandem agent {}: reboot ordered: running {program}", a.name);
+                    tracing::info!(node = %a.name, "reboot ordered: running {program}");
                     let env = vec![("SLURMD_NODENAME".to_string(), a.name.clone())];
                     crate::scripts::spawn(crate::scripts::Kind::Reboot, program, 0, 0, env, None, stx.clone());
                 }
@@ -592,7 +596,7 @@ pub(crate) async fn run(a: AgentArgs) -> Result<()> {
                 Order::Attach { job, epoch, step, io } => {
                     let addr = io.addr.clone();
                     if crate::stepio::attach(job, epoch, step, io) == 0 {
-                        eprintln!("agent: sattach {job}.{step} at {addr}: no task of that step relays its I/O on this node");
+                        tracing::warn!("sattach {job}.{step} at {addr}: no task of that step relays its I/O on this node");
                     }
                 }
                 Order::Kill { job, epoch } => {
@@ -697,7 +701,7 @@ fn start_task(
         Err(e) => {
             // The user is told through the job (`scontrol show job`, `sacct`):
             // nothing is written to their files as root.
-            eprintln!("tandem agent {}: job {} step {}: {e}", a.name, t.job, t.step);
+            tracing::warn!(node = %a.name, "job {} step {}: {e}", t.job, t.step);
             if let Some((dir, named)) = shared_of(&a.data, &t) {
                 crate::container::ALLOWED.remove(&key);
                 crate::container::forget(&a.data, &key);
@@ -741,7 +745,7 @@ impl Health {
             Ok(()) => (self.failed, self.passed, self.down) = (None, true, false),
             Err((why, down)) => {
                 let what = if down { "marking the node down" } else { "draining the node" };
-                eprintln!("tandem agent {node}: the health check failed: {why}; {what}");
+                tracing::warn!(node = %node, "the health check failed: {why}; {what}");
                 (self.failed, self.passed, self.down) = (Some(why), false, down);
             }
         }
@@ -916,7 +920,7 @@ fn script_done(
             _ => Ok(Vec::new()),
         },
         (kind, Err(why)) => {
-            eprintln!("tandem agent {node}: job {} run {}: {why}; draining the node", d.job, d.epoch);
+            tracing::error!(node = %node, "job {} run {}: {why}; draining the node", d.job, d.epoch);
             let reason = kind.drain_reason(&why);
             let failed = match prologs.get_mut(&run) {
                 Some(p @ Prolog::Running(_)) if kind == crate::scripts::Kind::Prolog => {
@@ -1035,7 +1039,7 @@ fn set_frozen(tasks: &HashMap<TaskKey, Running>, job: u64, epoch: u32, freeze: b
         let done = if freeze { crate::freezer::freeze(&d) } else { crate::freezer::thaw(&d) };
         if let Err(e) = done {
             let what = if freeze { "suspending" } else { "resuming" };
-            eprintln!("tandem agent {node}: {what} job {job}: {}: {e}", d.display());
+            tracing::info!(node = %node, "{what} job {job}: {}: {e}", d.display());
         }
     }
 }

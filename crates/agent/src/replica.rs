@@ -320,7 +320,7 @@ pub fn spawn(mut t: Task, env: Env, adopted: Option<(Kept, Option<PathBuf>)>) ->
                 (_, Some(sig)) => format!("killed by signal {sig}"),
                 _ => "ended (how is not known)".into(),
             });
-            eprintln!("tandem agent: replica {}: {why}; restarting in {} s", r.replica, backoff.as_secs());
+            tracing::warn!("replica {}: {why}; restarting in {} s", r.replica, backoff.as_secs());
             set(&|s| {
                 s.ready = false;
                 s.crashloop = true;

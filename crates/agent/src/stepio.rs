@@ -177,7 +177,7 @@ pub(crate) fn relay(t: &Task, io: StepIo, ends: Ends) {
     lock(&ATTACHED).insert(key, shared.clone());
     tokio::spawn(async move {
         if let Err(e) = run(hello, &io, ends, shared.clone()).await {
-            eprintln!("agent: step {what}: I/O with srun at {}: {e}", io.addr);
+            tracing::warn!("step {what}: I/O with srun at {}: {e}", io.addr);
         }
         // The task's streams are over: every listener gets their end.
         lock(&ATTACHED).remove(&key);
@@ -200,7 +200,7 @@ pub(crate) fn attach(job: u64, epoch: u32, step: u32, io: StepIo) -> usize {
         let io = io.clone();
         tokio::spawn(async move {
             if let Err(e) = listen(k, &io, task).await {
-                eprintln!("agent: step {}.{} task {}: sattach at {}: {e}", k.job, k.step, k.rank, io.addr);
+                tracing::warn!("step {}.{} task {}: sattach at {}: {e}", k.job, k.step, k.rank, io.addr);
             }
         });
     }

@@ -120,6 +120,7 @@ pub fn run(a: FailoverArgs) -> Result<FailoverReport> {
         config: None,
         proxy_port: Some(0),
         hosts: None,
+        daemon_args: Vec::new(),
     })?;
     let proxy = cluster.proxy.clone().context("the proxy did not start")?;
     let t = Target::parse(&cluster.server)?;

@@ -474,6 +474,7 @@ pub fn run(a: FloodArgs) -> Result<FloodReport> {
         config: None,
         proxy_port: None,
         hosts: None,
+        daemon_args: Vec::new(),
     })?;
     let sock = cluster.data.join("controller/tandem.sock").display().to_string();
     let root = client::Target::parse(&cluster.server)?;

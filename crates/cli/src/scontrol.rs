@@ -41,6 +41,8 @@ const HELP: &str = "Usage: scontrol [<OPTION>] [<COMMAND>]
      update NodeName=<n> State=DRAIN|RESUME [Reason=<r>]
      delete NodeName=<hostlist>       delete nodes (administrators)
      reconfigure                      read tandem.toml again and reload job_submit.lua (operators)
+     setdebug LEVEL|FILTER            the controller's log level (info, debug, Slurm's verbose,
+                                      debug2...) or filter (info,server::jobs=debug) (operators)
      reboot [ASAP] [nextstate=RESUME|DOWN] [reason=<r>] ALL|<nodes>
                                       reboot nodes by reboot_program once idle (administrators)
      cancel_reboot <nodes>            forget reboots not yet issued (administrators)
@@ -311,6 +313,7 @@ pub(crate) fn scontrol(args: &[String]) -> Result<i32> {
                 ("RebootProgram", cfg.reboot_program.clone().unwrap_or_else(|| "(null)".into())),
                 ("ResumeTimeout", cfg.resume_timeout.map_or_else(|| "(null)".into(), |t| format!("{t} sec"))),
                 ("SchedulerType", cfg.scheduler.clone()),
+                ("SlurmctldDebug", cfg.log_filter.clone().unwrap_or_else(|| "info".into())),
                 ("SlurmctldTimeout", format!("{} sec", cfg.lease)),
                 ("SLURM_VERSION", format!("{x}.{y}.{z}")),
                 ("TandemVersion", env!("CARGO_PKG_VERSION").into()),
@@ -489,6 +492,20 @@ fn actions(args: &[String]) -> Result<i32> {
             let reply = rt.block_on(send(&t, "POST", "/v1/reboot/cancel", Some(&body), &[]))?;
             if reply.status >= 400 {
                 eprintln!("slurm_update error: {}", slurmcli::visible_text(&reply.error()));
+                return Ok(1);
+            }
+            Ok(0)
+        }
+        [c, rest @ ..] if c.len() >= 5 && "setdebug".starts_with(&c.to_ascii_lowercase()) => {
+            let [level] = rest else {
+                let why = if rest.is_empty() { "missing argument" } else { "too many arguments" };
+                eprintln!("{why} for keyword:{c}");
+                return Ok(1);
+            };
+            let body = wire::DebugLevel { filter: level.to_string() };
+            let reply = rt.block_on(send(&t, "POST", "/v1/debug", Some(&body), &[]))?;
+            if reply.status >= 400 {
+                eprintln!("slurm_set_debug_level error: {}", slurmcli::visible_text(&reply.error()));
                 return Ok(1);
             }
             Ok(0)

@@ -384,8 +384,7 @@ impl SvcState {
         cfg.max_awaiting = settings.as_ref().and_then(|s| (s.pace > 0).then_some(s.pace));
         self.pool.set_llm_config(cfg);
         let old = self.fair.take();
-        let fresh = settings
-            .and_then(|s| fair::Fair::new(s).map_err(|e| eprintln!("tandem proxy: service {name}: fair queue: {e}; no queue")).ok());
+        let fresh = settings.and_then(|s| fair::Fair::new(s).map_err(|e| tracing::warn!("service {name}: fair queue: {e}; no queue")).ok());
         match (fresh, old) {
             (Some(mut f), Some(old)) => {
                 f.carry_over(old);
@@ -524,7 +523,7 @@ impl State {
         let mut seen = std::collections::HashSet::new();
         for s in &view.services {
             if !valid_service_name(&s.name) {
-                eprintln!("tandem proxy: ignoring service with a bad name {:?}", s.name);
+                tracing::warn!("ignoring service with a bad name {:?}", s.name);
                 continue;
             }
             seen.insert(s.name.clone());
@@ -714,7 +713,7 @@ fn fair_settings(s: &ServiceEndpoints) -> Option<fair::FairSettings> {
 
 fn apply_service(svc: &Service, s: &ServiceEndpoints, now: u64) {
     let policy = s.balance.parse::<Policy>().unwrap_or_else(|e| {
-        eprintln!("tandem proxy: service {}: {e}; using round_robin", s.name);
+        tracing::warn!("service {}: {e}; using round_robin", s.name);
         Policy::RoundRobin
     });
     let eps: Vec<(String, String)> = s.endpoints.iter().map(|e| (e.replica.clone(), e.addr.clone())).collect();
@@ -739,7 +738,7 @@ fn apply_service(svc: &Service, s: &ServiceEndpoints, now: u64) {
         }
     }
     if let Err(e) = svc.set_endpoints(&eps, now) {
-        eprintln!("tandem proxy: service {}: {e:#}", s.name);
+        tracing::info!("service {}: {e:#}", s.name);
     }
 }
 
@@ -829,7 +828,7 @@ impl Drop for Guard {
         }
         let now = self.st.now_ms();
         if self.svc.lock().finish(self.key, self.outcome, now, self.answer) {
-            eprintln!("tandem proxy: service {}: replica {} ejected after repeated failures", self.svc.name, self.up.addr);
+            tracing::warn!("service {}: replica {} ejected after repeated failures", self.svc.name, self.up.addr);
         }
     }
 }
@@ -1614,7 +1613,7 @@ async fn handle(
                             let now = st.now_ms();
                             pending.armed = false;
                             if svc.lock().finish(key, outcome, now, answer) {
-                                eprintln!("tandem proxy: service {}: replica {} ejected after repeated failures", svc.name, up.addr);
+                                tracing::warn!("service {}: replica {} ejected after repeated failures", svc.name, up.addr);
                             }
                             continue;
                         }
@@ -1643,7 +1642,7 @@ async fn handle(
         let now = st.now_ms();
         pending.armed = false;
         if svc.lock().finish(key, outcome, now, answer) {
-            eprintln!("tandem proxy: service {}: replica {} ejected after repeated failures", svc.name, up.addr);
+            tracing::warn!("service {}: replica {} ejected after repeated failures", svc.name, up.addr);
         }
         last = format!("replica {} {}", up.addr, describe(outcome));
         svc.retries.fetch_add(1, Relaxed);
@@ -1685,7 +1684,7 @@ async fn sync_loop(st: Arc<State>, target: Arc<Conn>, auth: String) {
         match sync_once(&st, &target, &auth, SYNC_WAIT_MS).await {
             Ok(()) => {
                 if failing {
-                    eprintln!("tandem proxy: controller reachable again");
+                    tracing::info!("controller reachable again");
                 }
                 failing = false;
                 backoff = Duration::from_millis(100);
@@ -1697,7 +1696,7 @@ async fn sync_loop(st: Arc<State>, target: Arc<Conn>, auth: String) {
             }
             Err(e) => {
                 if !failing {
-                    eprintln!("tandem proxy: sync with the controller failed: {e:#}; serving the last view, retrying");
+                    tracing::warn!("sync with the controller failed: {e:#}; serving the last view, retrying");
                 }
                 failing = true;
                 tokio::time::sleep(backoff).await;
@@ -1711,7 +1710,7 @@ async fn push_loop(st: Arc<State>, target: Arc<Conn>, auth: String) {
     loop {
         st.push.notified().await;
         if let Err(e) = sync_once(&st, &target, &auth, 0).await {
-            eprintln!("tandem proxy: pushing a report failed: {e:#}");
+            tracing::warn!("pushing a report failed: {e:#}");
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
     }
@@ -1798,7 +1797,7 @@ async fn serve(
                 let (stream, peer) = match r {
                     Ok(x) => x,
                     Err(e) => {
-                        eprintln!("tandem proxy: accept: {e}");
+                        tracing::warn!("accept: {e}");
                         tokio::time::sleep(Duration::from_millis(20)).await;
                         continue;
                     }
@@ -1818,7 +1817,7 @@ async fn serve(
     }
     drop(listener);
     if tokio::time::timeout(Duration::from_secs(30), graceful.shutdown()).await.is_err() {
-        eprintln!("tandem proxy: requests still in flight after 30 s; exiting");
+        tracing::warn!("requests still in flight after 30 s; exiting");
     }
     Ok(())
 }
@@ -1892,6 +1891,13 @@ pub(crate) fn run(a: ProxyArgs, threads: usize) -> Result<()> {
         }
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
         let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
+        // logrotate's SIGHUP opens the log file afresh (and no longer ends the proxy).
+        let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
+        tokio::spawn(async move {
+            while hup.recv().await.is_some() {
+                logging::reopen_at_sighup();
+            }
+        });
         println!("tandem proxy listening on {local}");
         use std::io::Write as _;
         std::io::stdout().flush().ok();
@@ -1907,7 +1913,7 @@ pub(crate) fn run(a: ProxyArgs, threads: usize) -> Result<()> {
                 f.waiters.values().for_each(|w| w.notify.notify_one());
             }
         }
-        eprintln!("tandem proxy: shutting down, letting in-flight requests finish");
+        tracing::info!("shutting down, letting in-flight requests finish");
         let _ = stop_tx.send(true);
         anyhow::Ok(())
     })?;

@@ -174,7 +174,7 @@ async fn drive(mut r: Resume, mut body: Incoming, guard: Guard, tx: Tx) {
         match next(&mut r, &t, &why).await {
             Next::Stream(b, g) => {
                 r.svc.resumed.fetch_add(1, Relaxed);
-                eprintln!("tandem proxy: {why}; resumed on replica {} after {} tokens", g.up.addr, t.tokens());
+                tracing::info!("{why}; resumed on replica {} after {} tokens", g.up.addr, t.tokens());
                 t.resume();
                 (body, guard) = (b, g);
             }
@@ -183,7 +183,7 @@ async fn drive(mut r: Resume, mut body: Incoming, guard: Guard, tx: Tx) {
                 return;
             }
             Next::Fail(msg) => {
-                eprintln!("tandem proxy: {msg}");
+                tracing::warn!("{msg}");
                 if tx.send(Ok(error_event(&msg))).await.is_ok() {
                     let _ = tx.send(Err(msg.into())).await;
                 }

@@ -25,6 +25,64 @@ pub(crate) struct Inner {
     /// past [`MAX_JOB_SEQS`]). A read of one job waits only for that change to be durable, not
     /// for whatever else is being committed; a job not in it waits for the newest change.
     pub(crate) job_seq: HashMap<u64, u64>,
+    /// The state each job not yet ended was last logged in ([`job_lines`]).
+    pub(crate) logged: HashMap<u64, model::JobState>,
+}
+
+/// A job's change that the controller's log tells (target `server::jobs`, level info).
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum JobLine {
+    /// It started (again, after a requeue) on these nodes.
+    Started { id: u64, user: String, nodes: String },
+    /// It left its nodes for the queue.
+    Requeued { id: u64 },
+    /// It ended.
+    Ended { id: u64, state: &'static str, exit_code: Option<i32> },
+}
+
+impl JobLine {
+    /// Writes the line.
+    pub(crate) fn log(&self) {
+        match self {
+            JobLine::Started { id, user, nodes } => {
+                tracing::info!(target: "server::jobs", job_id = id, user = %user, nodes = %nodes, "job started")
+            }
+            JobLine::Requeued { id } => tracing::info!(target: "server::jobs", job_id = id, "job requeued"),
+            JobLine::Ended { id, state, exit_code } => {
+                tracing::info!(target: "server::jobs", job_id = id, state = %state, exit_code = exit_code, "job ended")
+            }
+        }
+    }
+}
+
+/// The lines the changed jobs make: each job's start, requeue and end once, against the state
+/// it was last logged in (`logged`, which forgets a job once it has ended).
+pub(crate) fn job_lines(logged: &mut HashMap<u64, model::JobState>, jobs: &[control::Job]) -> Vec<JobLine> {
+    use model::JobState;
+    let mut lines = Vec::new();
+    for j in jobs {
+        let id = j.req.id.0;
+        let before = logged.get(&id).copied();
+        if before == Some(j.state) {
+            continue;
+        }
+        if j.state.is_final() {
+            logged.remove(&id);
+            lines.push(JobLine::Ended { id, state: j.state.slurm_name(), exit_code: j.exit_code });
+            continue;
+        }
+        match (before, j.state) {
+            (Some(JobState::Running | JobState::Suspended), JobState::Running | JobState::Suspended) => {}
+            (_, JobState::Running) => {
+                let names: Vec<String> = j.allocs.iter().map(|(n, _)| n.clone()).collect();
+                lines.push(JobLine::Started { id, user: j.req.user.clone(), nodes: slurmcli::compress(&names) })
+            }
+            (Some(JobState::Running | JobState::Suspended), JobState::Pending) => lines.push(JobLine::Requeued { id }),
+            _ => {}
+        }
+        logged.insert(id, j.state);
+    }
+    lines
 }
 
 /// Most jobs [`Inner::job_seq`] remembers.
@@ -296,18 +354,28 @@ impl App {
     /// Returns `f`'s result and the journal sequence number its changes must reach. Proxies
     /// hear of a new endpoint view at once: endpoints are soft state, rebuilt at restart.
     pub(crate) fn apply<T>(&self, f: impl FnOnce(&mut Controller) -> T) -> (T, u64) {
-        let (out, seq, version) = {
+        let (out, seq, version, lines) = {
             let mut g = self.lock();
             let out = f(&mut g.ctl);
             let dirty = g.ctl.take_dirty();
+            let lines = if tracing::enabled!(target: "server::jobs", tracing::Level::INFO) {
+                job_lines(&mut g.logged, &dirty.jobs)
+            } else {
+                g.logged.clear();
+                Vec::new()
+            };
             let ids: Vec<u64> = dirty.jobs.iter().map(|j| j.req.id.0).collect();
             let seq = self.journal.push(dirty);
             if g.job_seq.len() + ids.len() > MAX_JOB_SEQS {
                 g.job_seq.clear();
             }
             g.job_seq.extend(ids.into_iter().map(|id| (id, seq)));
-            (out, seq, g.ctl.endpoint_version())
+            (out, seq, g.ctl.endpoint_version(), lines)
         };
+        // Written outside the controller's lock.
+        for l in lines {
+            l.log();
+        }
         self.ep_watch.send_if_modified(|old| std::mem::replace(old, version) != version);
         (out, seq)
     }
@@ -425,5 +493,43 @@ impl Views {
     /// Versions of the controller's `boot`-th start.
     pub(crate) fn new(boot: u64) -> Views {
         Views { counter: k8s::watch::first_version(boot), caches: HashMap::new(), memo: HashMap::new() }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{JobLine, job_lines};
+    use model::JobState;
+
+    #[test]
+    fn a_jobs_start_requeue_and_end_are_each_one_line() {
+        let mut j = control::Job::new(model::JobRequest::new(7, 0, 60, model::Shape::single()), control::JobSpec::script("true"));
+        j.req.user = "alice".into();
+        let mut logged = std::collections::HashMap::new();
+        let mut at = |state: JobState, nodes: &[&str], exit: Option<i32>| {
+            j.state = state;
+            let one = sched::Alloc { node: 0, cpus: 1, memory: 0, gpus: vec![], gpu_milli: 1000, other: vec![], exclusive: false };
+            j.allocs = nodes.iter().map(|n| (n.to_string(), one.clone())).collect();
+            j.exit_code = exit;
+            job_lines(&mut logged, std::slice::from_ref(&j))
+        };
+        // Seen pending (submitted: the handler's own line), then started on two nodes.
+        assert_eq!(at(JobState::Pending, &[], None), vec![]);
+        let started = JobLine::Started { id: 7, user: "alice".into(), nodes: "n[1-2]".into() };
+        assert_eq!(at(JobState::Running, &["n1", "n2"], None), vec![started]);
+        // Changed again while running (a step, usage): nothing; suspended and resumed: nothing.
+        assert_eq!(at(JobState::Running, &["n1", "n2"], None), vec![]);
+        assert_eq!(at(JobState::Suspended, &["n1", "n2"], None), vec![]);
+        assert_eq!(at(JobState::Running, &["n1", "n2"], None), vec![]);
+        // Requeued (its node lost), started again elsewhere, then ended.
+        assert_eq!(at(JobState::Pending, &[], None), vec![JobLine::Requeued { id: 7 }]);
+        assert_eq!(at(JobState::Running, &["n3"], None), vec![JobLine::Started { id: 7, user: "alice".into(), nodes: "n3".into() }]);
+        assert_eq!(at(JobState::Failed, &[], Some(3)), vec![JobLine::Ended { id: 7, state: "FAILED", exit_code: Some(3) }]);
+        assert!(logged.is_empty(), "an ended job is forgotten");
+        // A job first seen ended (a cancel while pending) is one line too.
+        let mut k = j.clone();
+        k.req.id = model::JobId(8);
+        k.state = JobState::Cancelled;
+        assert_eq!(job_lines(&mut logged, &[k]), vec![JobLine::Ended { id: 8, state: "CANCELLED", exit_code: Some(3) }]);
     }
 }

@@ -31,7 +31,7 @@ mod armed {
                 }
             }
             if !m.is_empty() {
-                eprintln!("tandem server: failpoints armed: {m:?}");
+                tracing::info!("failpoints armed: {m:?}");
             }
             Mutex::new(m)
         })
@@ -47,7 +47,7 @@ mod armed {
         if let Some(left) = t.get_mut(name) {
             *left -= 1;
             if *left == 0 {
-                eprintln!("tandem server: failpoint {name}: crashing");
+                tracing::error!("failpoint {name}: crashing");
                 let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGKILL);
             }
         }

@@ -134,7 +134,7 @@ pub struct HookError {
 
 impl HookError {
     fn new(user: String, detail: String) -> HookError {
-        eprintln!("tandem server: job_submit: {}", slurmcli::visible(&detail));
+        tracing::warn!("job_submit: {}", slurmcli::visible(&detail));
         HookError { user, detail }
     }
 }
@@ -252,7 +252,7 @@ impl Hook {
         };
         st.1 = Some(w);
         for (level, msg) in &answer.log {
-            eprintln!("tandem server: job_submit/lua: {level}: {}", slurmcli::visible(msg));
+            tracing::warn!("job_submit/lua: {level}: {}", slurmcli::visible(msg));
         }
         if let Some(e) = &answer.error {
             return Err(HookError::new(

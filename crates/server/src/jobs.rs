@@ -362,6 +362,18 @@ pub(crate) async fn submit_as(
         .await;
     match r {
         Ok(Ok(ids)) => {
+            if let Some(first) = ids.first() {
+                tracing::info!(target: "server::jobs", job_id = first, user = %user, jobs = ids.len(), "job submitted");
+                tracing::debug!(
+                    target: "server::jobs",
+                    job_id = first,
+                    partition = ?b.partition,
+                    array = ?b.array,
+                    workdir = ?wd,
+                    script_bytes = b.script.len(),
+                    "submission accepted"
+                );
+            }
             app.metrics.lock().expect("lock").submissions += ids.len() as u64;
             app.wake.notify_one();
             Ok(SubmitResponse { job_ids: ids, test_only: None, user_msg })
@@ -830,6 +842,7 @@ async fn config(State(app): State<App>, ConnectInfo(peer): ConnectInfo<Peer>, he
         job_submit: s.job_submit.clone(),
         reboot_program: s.reboot_program.clone(),
         resume_timeout: Some(s.resume_timeout),
+        log_filter: logging::filter(),
     };
     drop(g);
     Json(info).into_response()
@@ -1008,6 +1021,7 @@ async fn heartbeat(
     or_reply!(same_node(&cred, &hb.node));
     let notify = app.node_wake.lock().expect("lock").entry(hb.node.clone()).or_insert_with(|| Arc::new(Notify::new())).clone();
     let had_exits = !hb.exits.is_empty();
+    tracing::debug!(target: "server::nodes", node = %hb.node, ack = hb.ack, running = hb.running.len(), exits = hb.exits.len(), "heartbeat");
     let t = now();
     let t_ms = now_ms();
     let (out, seq) = app.apply(|c| {

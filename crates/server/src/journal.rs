@@ -138,15 +138,15 @@ impl Journal {
                 Err(e) => {
                     // Said once per outage (it is retried ten times a second).
                     if failing.is_none() {
-                        eprintln!("tandem server: cannot commit to the database: {e}; retrying, and answering nothing that needs it");
+                        tracing::error!("cannot commit to the database: {e}; retrying, and answering nothing that needs it");
                     }
                     carry = Some((merged, failing.unwrap_or_else(std::time::Instant::now)));
                     std::thread::sleep(std::time::Duration::from_millis(100));
                 }
                 Ok(()) => {
                     if let Some(since) = failing {
-                        eprintln!(
-                            "tandem server: the database takes commits again after {:.1} s; {records} record(s) caught up",
+                        tracing::warn!(
+                            "the database takes commits again after {:.1} s; {records} record(s) caught up",
                             since.elapsed().as_secs_f64()
                         );
                     }

@@ -156,7 +156,7 @@ async fn count_response(
 fn forget_secret(data: &std::path::Path, db: &mut store::Store, loaded: Option<String>) -> Result<()> {
     for name in private::LEGACY {
         if std::fs::remove_file(data.join(name)).is_ok() {
-            eprintln!("tandem server: removed {name}, the cluster secret of an older version (agents join with `tandem token --join` now)");
+            tracing::info!("removed {name}, the cluster secret of an older version (agents join with `tandem token --join` now)");
         }
     }
     if loaded.is_some() {
@@ -189,8 +189,8 @@ async fn run(args: ServerArgs) -> Result<()> {
     ctl.restore_credentials(loaded.credentials);
     if let Some(a) = loaded.accounting {
         if a != seed {
-            eprintln!(
-                "tandem server: the accounting is the one sacctmgr last changed (kept in the database); \
+            tracing::info!(
+                "the accounting is the one sacctmgr last changed (kept in the database); \
                  tandem.toml's [[qos]], [[account]], [[user]] and [[association]] only seed a new cluster's"
             );
         }
@@ -202,7 +202,7 @@ async fn run(args: ServerArgs) -> Result<()> {
     let heartbeat_ms = ctl.heartbeat_ms();
     let db = Arc::new(Mutex::new(db));
     let app = App {
-        inner: Arc::new(Mutex::new(Inner { ctl, job_seq: HashMap::new() })),
+        inner: Arc::new(Mutex::new(Inner { ctl, job_seq: HashMap::new(), logged: HashMap::new() })),
         journal: journal::Journal::start(db.clone()),
         db,
         nodes: Arc::new(token::NodeTokens::new(private::key(&args.data.join("nodes.key"))?.as_bytes())),
@@ -226,7 +226,7 @@ async fn run(args: ServerArgs) -> Result<()> {
     // controller serves either way (and refuses submissions while the script cannot be used).
     let hook_cfg = hook::config_of(app.lock().ctl.settings());
     if let Err(e) = app.hook.configure(hook_cfg).await {
-        eprintln!("tandem server: job_submit: {e}");
+        tracing::warn!("job_submit: {e}");
     }
     tokio::spawn(policy::reconfigure_on_sighup(app.clone()));
     let tcp = match args.held {
@@ -247,7 +247,7 @@ async fn run(args: ServerArgs) -> Result<()> {
         None => None,
     };
     let scheme = if tls.is_some() { "https" } else { "http" };
-    eprintln!("tandem server: listening on {scheme}://{local} and unix://{}", sock.display());
+    tracing::info!("listening on {scheme}://{local} and unix://{}", sock.display());
     private::write(&args.data.join("addr"), &local.to_string()).context("writing the address file")?;
     let reach = if local.ip().is_unspecified() { SocketAddr::new(std::net::Ipv4Addr::LOCALHOST.into(), local.port()) } else { local };
     let ca_pem = match tls.is_some() {
@@ -280,7 +280,7 @@ async fn run(args: ServerArgs) -> Result<()> {
             });
             // Nodes lost (lease lapsed, health check) and what became of their jobs.
             for e in events {
-                eprintln!("tandem server: {e}");
+                tracing::warn!("{e}");
             }
             let held = started.elapsed();
             pass = tokio::task::spawn_blocking(move || {

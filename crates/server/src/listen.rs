@@ -22,7 +22,7 @@ use crate::limits::{self, Activity, Closed, DeadlineBody, Listener, PendingSlot,
 async fn accept_failed(what: &str, e: std::io::Error, last: &mut Option<std::time::Instant>, quiet: &mut u64) {
     if last.is_none_or(|t| t.elapsed() >= Duration::from_secs(60)) {
         let more = if *quiet > 0 { format!(" ({quiet} more since the last report)") } else { String::new() };
-        eprintln!("tandem server: accepting a connection on the {what}: {e}{more}");
+        tracing::warn!("accepting a connection on the {what}: {e}{more}");
         *last = Some(std::time::Instant::now());
         *quiet = 0;
     } else {

@@ -59,7 +59,7 @@ async fn join(State(app): State<App>, headers: HeaderMap, body: Result<Json<Join
     let r = or_reply!(json_body(body));
     match app.with(|c| c.join(t, &jti, exp, &r.name)).await {
         Ok(Ok(serial)) => {
-            eprintln!("tandem server: node {} joined", r.name);
+            tracing::info!("node {} joined", r.name);
             Json(Credential { credential: app.nodes.credential(false, &r.name, serial, t) }).into_response()
         }
         Ok(Err(e)) => refused(e),
@@ -102,7 +102,7 @@ async fn delete_node(
             if let Some(n) = app.node_wake.lock().expect("lock").remove(&name) {
                 n.notify_waiters();
             }
-            eprintln!("tandem server: node {name} deleted, its credential revoked");
+            tracing::info!("node {name} deleted, its credential revoked");
             app.wake.notify_one();
             StatusCode::NO_CONTENT.into_response()
         }

@@ -105,11 +105,11 @@ pub(crate) async fn on_submit(
     match jobdesc::apply(b, &answer.set, now) {
         Ok(notes) => {
             for n in notes {
-                eprintln!("tandem server: job_submit/lua: {}", slurmcli::visible(&n));
+                tracing::warn!("job_submit/lua: {}", slurmcli::visible(&n));
             }
         }
         Err(e) => {
-            eprintln!("tandem server: job_submit/lua: {}", slurmcli::visible(&e.0));
+            tracing::warn!("job_submit/lua: {}", slurmcli::visible(&e.0));
             return Err(err(StatusCode::BAD_REQUEST, format!("the site's job submit policy set a value that is refused: {}", e.0)));
         }
     }
@@ -160,7 +160,7 @@ pub(crate) async fn on_modify(app: &App, uid: u32, id: u64, desc: Fields) -> Res
     }
     if !answer.user_msg.is_empty() {
         // As Slurm's: log_user in job_modify reaches no one.
-        eprintln!("tandem server: job_submit/lua: log_user() in slurm_job_modify is not supported; message discarded");
+        tracing::warn!("job_submit/lua: log_user() in slurm_job_modify is not supported; message discarded");
     }
     let mut out = desc;
     out.extend(answer.set);
@@ -306,7 +306,7 @@ pub(crate) async fn on_service(app: &App, uid: u32, user: &str, spec: &mut contr
         x.account = None;
     }
     if rest != was {
-        eprintln!("tandem server: job_submit/lua: service {}: changes other than partition, qos and account are ignored", spec.name);
+        tracing::warn!("job_submit/lua: service {}: changes other than partition, qos and account are ignored", spec.name);
     }
     Ok(msg)
 }
@@ -328,19 +328,21 @@ pub(crate) async fn reconfigure(app: &App) -> Result<wire::Reconfigured, String>
         (later, crate::hook::config_of(g.ctl.settings()))
     };
     if !later.is_empty() {
-        eprintln!("tandem server: reconfigure: changed, in effect at the next start: {}", later.join(", "));
+        tracing::info!("reconfigure: changed, in effect at the next start: {}", later.join(", "));
     }
     app.hook.configure(hook_cfg).await.map_err(|e| format!("the configuration was applied, but {}", e.detail))?;
-    eprintln!("tandem server: reconfigured");
+    tracing::info!("reconfigured");
     Ok(wire::Reconfigured { restart_needed: later.into_iter().map(String::from).collect() })
 }
 
-/// Reconfigures at each SIGHUP, as slurmctld does.
+/// Reopens the log file and reconfigures at each SIGHUP, as slurmctld does.
 pub(crate) async fn reconfigure_on_sighup(app: App) {
     let Ok(mut hup) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) else { return };
     while hup.recv().await.is_some() {
+        // The log file first (logrotate moved it), so what reconfiguring says lands in the new one.
+        logging::reopen_at_sighup();
         if let Err(e) = reconfigure(&app).await {
-            eprintln!("tandem server: reconfigure (SIGHUP): {e}");
+            tracing::error!("reconfigure (SIGHUP): {e}");
         }
     }
 }
@@ -361,7 +363,29 @@ async fn reconfigure_route(
     }
 }
 
+/// `scontrol setdebug`: the controller's log filter, changed at once (operators).
+async fn debug_route(
+    axum::extract::State(app): axum::extract::State<App>,
+    axum::extract::ConnectInfo(peer): axum::extract::ConnectInfo<crate::app::Peer>,
+    headers: axum::http::HeaderMap,
+    body: Result<axum::Json<wire::DebugLevel>, axum::extract::rejection::JsonRejection>,
+) -> Response {
+    use axum::response::IntoResponse;
+    let uid = or_reply!(crate::app::user_of(&app, &peer, &headers));
+    if !app.lock().ctl.is_operator(uid) {
+        return crate::app::refused(control::Refused::Forbidden("Invalid user id".into()));
+    }
+    let req = or_reply!(crate::app::json_body(body));
+    match logging::set_filter(&req.filter) {
+        Ok(filter) => {
+            tracing::info!(uid, filter = %filter, "log filter changed (scontrol setdebug)");
+            axum::Json(wire::DebugLevel { filter }).into_response()
+        }
+        Err(e) => err(StatusCode::BAD_REQUEST, e.to_string()),
+    }
+}
+
 /// The routes of site administration.
 pub(crate) fn routes(r: axum::Router<App>) -> axum::Router<App> {
-    r.route("/v1/reconfigure", axum::routing::post(reconfigure_route))
+    r.route("/v1/reconfigure", axum::routing::post(reconfigure_route)).route("/v1/debug", axum::routing::post(debug_route))
 }

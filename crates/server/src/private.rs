@@ -40,7 +40,7 @@ pub(crate) fn prepare_dir(dir: &Path) -> Result<()> {
                 );
             }
             if m.mode() & 0o7777 != DIR_MODE {
-                eprintln!("tandem server: {} had mode {:o}; now {DIR_MODE:o}", dir.display(), m.mode() & 0o7777);
+                tracing::warn!("{} had mode {:o}; now {DIR_MODE:o}", dir.display(), m.mode() & 0o7777);
                 std::fs::set_permissions(dir, std::fs::Permissions::from_mode(DIR_MODE))?;
             }
         }
@@ -53,7 +53,7 @@ pub(crate) fn prepare_dir(dir: &Path) -> Result<()> {
         }
         check_owner(&path, &m)?;
         if m.mode() & 0o077 != 0 {
-            eprintln!("tandem server: {} had mode {:o}; now 600", path.display(), m.mode() & 0o7777);
+            tracing::warn!("{} had mode {:o}; now 600", path.display(), m.mode() & 0o7777);
             std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
         }
     }

@@ -254,7 +254,7 @@ pub(crate) async fn service_loop(app: App) {
         match app.with(|c| c.services_tick(t)).await {
             Ok(n) if n > 0 => app.wake.notify_one(),
             Ok(_) => {}
-            Err(_) => eprintln!("tandem server: failed to persist after a service round"),
+            Err(_) => tracing::error!("failed to persist after a service round"),
         }
         app.wake_nodes();
     }

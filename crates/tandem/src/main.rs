@@ -19,6 +19,43 @@ struct Cli {
     cmd: Cmd,
 }
 
+/// How a daemon logs (the `logging` crate).
+#[derive(clap::Args, Clone)]
+struct LogArgs {
+    /// What to log: a level (error, warn, info, debug, trace; or Slurm's quiet, fatal,
+    /// verbose, debug2..debug5) or directives (info,server::jobs=debug). Default: TANDEM_LOG,
+    /// else info.
+    #[arg(long, value_name = "FILTER")]
+    log_level: Option<String>,
+    /// text (default) or json: one object per line with the event's fields.
+    #[arg(long, value_name = "FORMAT", default_value = "text", value_parser = ["text", "json"])]
+    log_format: String,
+    /// Append to this file (0600 if new) instead of standard error; opened afresh at SIGHUP,
+    /// after logrotate moved it.
+    #[arg(long, value_name = "FILE")]
+    log_file: Option<PathBuf>,
+}
+
+impl LogArgs {
+    /// Sets this process's logging up, before the daemon starts.
+    fn init(&self) -> Result<()> {
+        logging::init(&logging::Options { filter: self.log_level.clone(), format: self.log_format.parse()?, file: self.log_file.clone() })?;
+        Ok(())
+    }
+
+    /// The same options for a daemon `tandem up` starts.
+    fn to_args(&self) -> Vec<String> {
+        let mut a = Vec::new();
+        if let Some(l) = &self.log_level {
+            a.extend(["--log-level".to_string(), l.clone()]);
+        }
+        if self.log_format != "text" {
+            a.extend(["--log-format".to_string(), self.log_format.clone()]);
+        }
+        a
+    }
+}
+
 /// `tandem node ...`.
 #[derive(Subcommand)]
 enum NodeCmd {
@@ -34,6 +71,8 @@ enum NodeCmd {
 enum Cmd {
     /// Start a whole local cluster: the controller and N agents, each its own process.
     Up {
+        #[command(flatten)]
+        log: LogArgs,
         /// Node agents to start.
         #[arg(long, default_value_t = 2)]
         agents: u32,
@@ -77,6 +116,8 @@ enum Cmd {
     },
     /// The controller daemon.
     Server {
+        #[command(flatten)]
+        log: LogArgs,
         /// TCP address for agents (and `/metrics`, `/openapi.json`).
         #[arg(long, default_value = "127.0.0.1:7200")]
         listen: std::net::SocketAddr,
@@ -106,6 +147,8 @@ enum Cmd {
     },
     /// The node daemon.
     Agent {
+        #[command(flatten)]
+        log: LogArgs,
         /// Controller address, https://host:port (http:// with an --insecure controller).
         #[arg(long, env = "TANDEM_SERVER")]
         server: String,
@@ -156,6 +199,8 @@ enum Cmd {
     /// The inference proxy: routes `/s/SERVICE/...` (or `Host: SERVICE`) to a ready replica,
     /// with balancing, retries and passive ejection; endpoints from the controller or `--static`.
     Proxy {
+        #[command(flatten)]
+        log: LogArgs,
         /// Address to listen on (HTTP/1.1 and HTTP/2 cleartext).
         #[arg(long, default_value = "127.0.0.1:7280")]
         listen: String,
@@ -364,6 +409,8 @@ fn main() -> std::process::ExitCode {
     if argv.get(1).map(String::as_str) == Some(agent::LAUNCHER_CMD) {
         // The process that forks an agent's tasks, started by the agent (its data directory).
         let Some(data) = argv.get(2) else { return std::process::ExitCode::from(2) };
+        // Its lines beside its agent's (the filter from TANDEM_LOG, which it inherits).
+        let _ = logging::init(&logging::Options::default());
         return exit_with("tandem __launcher", agent::launcher_main(std::path::Path::new(data)).map(|_| 0));
     }
     if argv.get(1).map(String::as_str) == Some(agent::TASK_WRAP_CMD) {
@@ -414,6 +461,7 @@ fn main() -> std::process::ExitCode {
         Cmd::Bench { which } => ("tandem", bench::run(which).map(|_| 0)),
         Cmd::Shims { dir } => ("tandem", shims(&dir).map(|_| 0)),
         Cmd::Proxy {
+            log,
             listen,
             listen_fds,
             server,
@@ -431,24 +479,27 @@ fn main() -> std::process::ExitCode {
             prefill_pace,
         } => (
             "tandem proxy",
-            proxy::main(proxy::Options {
-                listen,
-                listen_fds,
-                server,
-                ca,
-                credential_file,
-                statics,
-                retries,
-                resume_streams,
-                threads,
-                seed,
-                max_concurrency,
-                max_wait,
-                tenant_header,
-                tenants,
-                prefill_pace,
-            })
-            .map(|_| 0),
+            log.init()
+                .and_then(|()| {
+                    proxy::main(proxy::Options {
+                        listen,
+                        listen_fds,
+                        server,
+                        ca,
+                        credential_file,
+                        statics,
+                        retries,
+                        resume_streams,
+                        threads,
+                        seed,
+                        max_concurrency,
+                        max_wait,
+                        tenant_header,
+                        tenants,
+                        prefill_pace,
+                    })
+                })
+                .map(|_| 0),
         ),
         Cmd::Token { lifespan, join, count, proxy, kubeconfig, exec_credential } => {
             let kind = match (join, proxy, kubeconfig) {
@@ -470,7 +521,20 @@ fn main() -> std::process::ExitCode {
                 0
             }),
         ),
-        Cmd::Up { agents, gpus_per_agent, cpus_per_agent, mem_per_agent, data, port, lease, config, proxy_port, no_proxy, no_hosts } => (
+        Cmd::Up {
+            log,
+            agents,
+            gpus_per_agent,
+            cpus_per_agent,
+            mem_per_agent,
+            data,
+            port,
+            lease,
+            config,
+            proxy_port,
+            no_proxy,
+            no_hosts,
+        } => (
             "tandem up",
             up::run(up::UpArgs {
                 agents,
@@ -483,14 +547,18 @@ fn main() -> std::process::ExitCode {
                 config,
                 proxy_port: (!no_proxy).then_some(proxy_port),
                 hosts: (!no_hosts).then(up::hosts::Hosts::system),
+                daemon_args: log.to_args(),
             })
             .map(|_| 0),
         ),
-        Cmd::Server { listen, listen_fd, data, config, lease, kill_wait, insecure, tls_san } => (
+        Cmd::Server { log, listen, listen_fd, data, config, lease, kill_wait, insecure, tls_san } => (
             "tandem server",
-            server::main(server::Options { listen, listen_fd, data, config, lease, kill_wait, insecure, tls_san }).map(|_| 0),
+            log.init().and_then(|()| {
+                server::main(server::Options { listen, listen_fd, data, config, lease, kill_wait, insecure, tls_san }).map(|_| 0)
+            }),
         ),
         Cmd::Agent {
+            log,
             server,
             ca,
             name,
@@ -507,23 +575,26 @@ fn main() -> std::process::ExitCode {
             image_cache_size,
         } => (
             "tandem agent",
-            agent::main(agent::Options {
-                server,
-                ca,
-                name,
-                join_token_file,
-                gpus,
-                cpus,
-                memory,
-                features,
-                data,
-                addr,
-                insecure_registries,
-                registry_ca,
-                cdi_spec_dirs,
-                image_cache_size,
-            })
-            .map(|_| 0),
+            log.init()
+                .and_then(|()| {
+                    agent::main(agent::Options {
+                        server,
+                        ca,
+                        name,
+                        join_token_file,
+                        gpus,
+                        cpus,
+                        memory,
+                        features,
+                        data,
+                        addr,
+                        insecure_registries,
+                        registry_ca,
+                        cdi_spec_dirs,
+                        image_cache_size,
+                    })
+                })
+                .map(|_| 0),
         ),
     };
     if name == "tandem" {

@@ -1315,3 +1315,81 @@ fn a_data_directory_in_use_is_refused_and_tandem_down_stops_what_holds_it() {
     assert!(String::from_utf8_lossy(&o.stdout).contains("nothing of"), "{o:?}");
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// The controller's JSON log lines (every line must be one object).
+fn json_log(path: &std::path::Path) -> Vec<serde_json::Value> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not a JSON line ({e}): {l:?}")))
+        .collect()
+}
+
+/// Waits for a log line of `path` that `pick` accepts (bounded).
+fn wait_log(path: &std::path::Path, what: &str, pick: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Some(l) = json_log(path).into_iter().find(|l| pick(l)) {
+            return l;
+        }
+        assert!(Instant::now() < deadline, "no {what} in {}:\n{}", path.display(), std::fs::read_to_string(path).unwrap_or_default());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn json_logs_tell_a_jobs_life_and_one_modules_debugging_is_turned_on_and_off_at_run_time() {
+    let dir = free_dir("logs");
+    std::fs::create_dir_all(&dir).unwrap();
+    let (child, server, _) = up(&dir, 1, &["--no-proxy", "--no-hosts", "--log-format", "json"]);
+    let ctl = dir.join("controller.log");
+    let job = |l: &serde_json::Value, id: u64, msg: &str| l["job_id"] == id && l["message"] == msg;
+    let id: u64 = run_in(&dir, &server, &["submit", "--parsable", "-o", "/dev/null", "--wrap", "exit 3"]).trim().parse().unwrap();
+    let submitted = wait_log(&ctl, "job submitted", |l| job(l, id, "job submitted"));
+    assert_eq!(submitted["level"], "INFO");
+    assert_eq!(submitted["target"], "server::jobs");
+    assert!(submitted["user"].is_string() && submitted["timestamp"].is_string(), "{submitted}");
+    let started = wait_log(&ctl, "job started", |l| job(l, id, "job started"));
+    assert_eq!(started["nodes"], "node1", "{started}");
+    let ended = wait_log(&ctl, "job ended", |l| job(l, id, "job ended"));
+    assert_eq!((&ended["state"], &ended["exit_code"]), (&serde_json::json!("FAILED"), &serde_json::json!(3)), "{ended}");
+    // In that order, once each.
+    let lines = json_log(&ctl);
+    let of_job: Vec<&str> = lines.iter().filter(|l| l["job_id"] == id).filter_map(|l| l["message"].as_str()).collect();
+    assert_eq!(of_job, ["job submitted", "job started", "job ended"]);
+    // The agent's lines are JSON too, with their node.
+    let agent = wait_log(&dir.join("node1.log"), "registered", |l| l["message"].as_str().is_some_and(|m| m.starts_with("registered")));
+    assert_eq!(agent["node"], "node1");
+    // Nothing below info by default: no submission's debug line.
+    assert!(!lines.iter().any(|l| l["level"] == "DEBUG"), "debug lines at info");
+    // One module's debugging on (as `scontrol setdebug`), then off.
+    run_in(&dir, &server, &["show", "setdebug", "info,server::jobs=debug"]);
+    assert!(run_in(&dir, &server, &["show", "show", "config"]).contains("SlurmctldDebug          = info,server::jobs=debug"));
+    let on: u64 = run_in(&dir, &server, &["submit", "--parsable", "--hold", "--wrap", "true"]).trim().parse().unwrap();
+    let debug = wait_log(&ctl, "the submission's debug line", |l| job(l, on, "submission accepted"));
+    assert_eq!((&debug["level"], &debug["target"]), (&serde_json::json!("DEBUG"), &serde_json::json!("server::jobs")), "{debug}");
+    assert!(debug["workdir"].is_string(), "{debug}");
+    // Other modules stayed at info.
+    assert!(!json_log(&ctl).iter().any(|l| l["level"] == "DEBUG" && l["target"] != "server::jobs"), "other modules' debug lines");
+    run_in(&dir, &server, &["show", "setdebug", "info"]);
+    let off: u64 = run_in(&dir, &server, &["submit", "--parsable", "--hold", "--wrap", "true"]).trim().parse().unwrap();
+    wait_log(&ctl, "the next submission", |l| job(l, off, "job submitted"));
+    assert!(!json_log(&ctl).iter().any(|l| job(l, off, "submission accepted")), "debug lines after setdebug info");
+    // A filter that does not parse changes nothing and says why.
+    let o = Command::new(bin()).args(["show", "setdebug", "server=loud"]).env("TANDEM_SERVER", &server).output().unwrap();
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("invalid log filter \"server=loud\""), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(run_in(&dir, &server, &["show", "show", "config"]).contains("SlurmctldDebug          = info\n"));
+    // Only operators change it.
+    if is_root() {
+        let o = Command::new("setpriv")
+            .args(["--reuid=1001", "--regid=1001", "--clear-groups"])
+            .arg(bin())
+            .args(["show", "setdebug", "debug"])
+            .env("TANDEM_SERVER", &server)
+            .output()
+            .unwrap();
+        assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("Invalid user id"), "{o:?}");
+    }
+    stop_up(child, &dir);
+}

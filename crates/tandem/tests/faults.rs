@@ -119,7 +119,7 @@ fn a_job_cancelled_while_its_node_is_cut_off_stays_cancelled() {
     let j = c.wait_state(id, &["CANCELLED"], 30);
     assert_eq!(j["Restarts"], "0", "{j:?}");
     // The controller's log says so, naming the job it ended.
-    let said = format!("tandem server: node node2 down: not responding (lease expired); 1 job(s) ended: {id}");
+    let said = format!(" WARN server: node node2 down: not responding (lease expired); 1 job(s) ended: {id}");
     let deadline = Instant::now() + Duration::from_secs(10);
     while !c.log("controller").contains(&said) {
         assert!(Instant::now() < deadline, "no {said:?} in the controller's log:\n{}", c.log("controller"));

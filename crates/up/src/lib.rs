@@ -40,6 +40,8 @@ pub struct UpArgs {
     /// Where to add the node names' lines (`/etc/hosts`: [`hosts::Hosts::system`]); `None`:
     /// nowhere (`--no-hosts`).
     pub hosts: Option<hosts::Hosts>,
+    /// Options given to every daemon (`--log-level`, `--log-format`).
+    pub daemon_args: Vec<String>,
 }
 
 /// Where every agent of a local cluster is reached, and what its node name resolves to.
@@ -330,6 +332,7 @@ pub fn start(a: UpArgs) -> Result<LocalCluster> {
     if a.agents == 0 || a.agents > 1000 {
         bail!("--agents must be between 1 and 1000");
     }
+    let daemon_args = a.daemon_args.clone();
     let (data, base) = match a.data {
         Some(d) => (shared_dir(&d)?, None),
         None => {
@@ -361,11 +364,11 @@ pub fn start(a: UpArgs) -> Result<LocalCluster> {
             .with_context(|| format!("cannot listen on {NODE_ADDR}:{} for the controller", a.port))?,
     );
     let server_cmd = {
-        let (exe, ctl_dir, lease) = (exe.clone(), ctl_dir.clone(), a.lease);
+        let (exe, ctl_dir, lease, daemon_args) = (exe.clone(), ctl_dir.clone(), a.lease, daemon_args.clone());
         move || {
             use std::os::fd::AsFd;
             let mut server = Command::new(&exe);
-            server.args(["server", "--listen-fd", &held.as_raw_fd().to_string(), "--data"]).arg(&ctl_dir);
+            server.args(["server", "--listen-fd", &held.as_raw_fd().to_string(), "--data"]).arg(&ctl_dir).args(&daemon_args);
             exec::pass_fds(&mut server, &[held.as_fd()]);
             if let Some(l) = lease {
                 server.args(["--lease", &l.to_string()]);
@@ -419,8 +422,8 @@ pub fn start(a: UpArgs) -> Result<LocalCluster> {
         let join = dir.join("join-token");
         write_file(&join, &format!("{}\n", joins[i as usize - 1]), 0o600)?;
         let agent_cmd = {
-            let (exe, addr, name, ctl_dir, gpus, cpus, memory) =
-                (exe.clone(), addr.clone(), name.clone(), ctl_dir.clone(), a.gpus.clone(), a.cpus, a.memory.clone());
+            let (exe, addr, name, ctl_dir, gpus, cpus, memory, daemon_args) =
+                (exe.clone(), addr.clone(), name.clone(), ctl_dir.clone(), a.gpus.clone(), a.cpus, a.memory.clone(), daemon_args.clone());
             move || {
                 let mut c = Command::new(&exe);
                 c.args(["agent", "--server", &format!("https://{addr}"), "--name", &name, "--addr", &node_addr, "--join-token-file"])
@@ -428,7 +431,8 @@ pub fn start(a: UpArgs) -> Result<LocalCluster> {
                     .arg("--ca")
                     .arg(ctl_dir.join("ca.pem"))
                     .arg("--data")
-                    .arg(&dir);
+                    .arg(&dir)
+                    .args(&daemon_args);
                 if let Some(g) = &gpus {
                     c.args(["--gpus", g]);
                 }
@@ -493,11 +497,11 @@ pub fn start(a: UpArgs) -> Result<LocalCluster> {
         let issued = token(&exe, &sock, &["--proxy", "proxy"])?;
         write_file(&cred, &format!("{}\n", issued.first().context("tandem token --proxy printed nothing")?), 0o600)?;
         let proxy_cmd = {
-            let (exe, addr, ctl_dir) = (exe.clone(), addr.clone(), ctl_dir.clone());
+            let (exe, addr, ctl_dir, daemon_args) = (exe.clone(), addr.clone(), ctl_dir.clone(), daemon_args.clone());
             move || {
                 use std::os::fd::AsFd;
                 let mut p = Command::new(&exe);
-                p.arg("proxy");
+                p.arg("proxy").args(&daemon_args);
                 for s in &socks {
                     p.args(["--listen-fd", &s.as_raw_fd().to_string()]);
                 }

@@ -343,6 +343,16 @@ pub struct Reconfigured {
     pub restart_needed: Vec<String>,
 }
 
+/// `POST /v1/debug` (`scontrol setdebug`): the controller's log filter, asked for and as it
+/// then reads.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DebugLevel {
+    /// A level (`info`, `debug`; Slurm's `quiet`, `verbose`, `debug2`...) or `EnvFilter`
+    /// directives (`info,server::jobs=debug`).
+    pub filter: String,
+}
+
 /// `POST /v1/reservations`'s answer.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ResvCreated {
@@ -384,6 +394,9 @@ pub struct ConfigInfo {
     /// Slurm's ResumeTimeout, seconds; absent from older controllers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resume_timeout: Option<i64>,
+    /// The controller's log filter (`SlurmctldDebug`); absent from older controllers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub log_filter: Option<String>,
 }
 
 /// `POST /v1/jobs/cancel`: many jobs cancelled (or signalled) in one request (`scancel -u`).

@@ -439,6 +439,18 @@ pub const DOCUMENT: &str = r##"{
         }
       }
     },
+    "/v1/debug": {
+      "post": {
+        "operationId": "setDebug", "tags": ["admin"], "summary": "scontrol setdebug (operators and administrators; root always): the controller's log filter, changed at once, until the next change or restart",
+        "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/DebugLevel"}}}},
+        "responses": {
+          "200": {"description": "The filter now in effect", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/DebugLevel"}}}},
+          "400": {"$ref": "#/components/responses/Invalid"},
+          "401": {"$ref": "#/components/responses/Unauthenticated"},
+          "403": {"$ref": "#/components/responses/Forbidden"}
+        }
+      }
+    },
     "/v1/reservations": {
       "get": {
         "operationId": "reservations", "tags": ["reservations"], "summary": "Advance reservations (scontrol show reservation, sinfo -T)",
@@ -827,6 +839,8 @@ pub const DOCUMENT: &str = r##"{
         "active": {"type": "boolean"}, "cpus": {"$ref": "#/components/schemas/u32"}, "gpus": {"$ref": "#/components/schemas/u32"}}},
       "Reconfigured": {"type": "object", "additionalProperties": false, "required": ["restart_needed"], "properties": {
         "restart_needed": {"type": "array", "items": {"type": "string"}, "description": "Changed keys that take effect at the next start"}}},
+      "DebugLevel": {"type": "object", "additionalProperties": false, "required": ["filter"], "properties": {
+        "filter": {"type": "string", "maxLength": 1024, "description": "A level (error, warn, info, debug, trace; Slurm's quiet, fatal, verbose, debug2..debug5, 0..9) or EnvFilter directives (info,server::jobs=debug)"}}},
       "ResvCreated": {"type": "object", "additionalProperties": false, "required": ["name"], "properties": {"name": {"type": "string"}}},
       "AcctResponse": {"type": "object", "additionalProperties": false, "required": ["text"], "properties": {"text": {"type": "string"}}},
       "ShareRow": {"type": "object", "additionalProperties": false,
@@ -952,7 +966,8 @@ pub const DOCUMENT: &str = r##"{
         "mpi_default": {"type": "string", "enum": ["pmi2", "pmix"], "description": "Slurm's MpiDefault: srun's MPI type when it names none (absent: none)"},
         "job_submit": {"type": "string", "description": "The site's job_submit.lua (JobSubmitPlugins=lua; absent: none)"},
         "reboot_program": {"type": "string", "description": "Slurm's RebootProgram (absent: none)"},
-        "resume_timeout": {"$ref": "#/components/schemas/i64", "description": "Slurm's ResumeTimeout, seconds"}}},
+        "resume_timeout": {"$ref": "#/components/schemas/i64", "description": "Slurm's ResumeTimeout, seconds"},
+        "log_filter": {"type": "string", "description": "The controller's log filter (SlurmctldDebug; absent from older controllers)"}}},
       "PartitionInfo": {"type": "object", "additionalProperties": false,
         "required": ["name", "default", "default_time", "max_time", "priority_tier", "nodes"], "properties": {
         "name": {"type": "string"}, "default": {"type": "boolean"},
@@ -1859,6 +1874,7 @@ mod tests {
             ),
             ("ResvCreated", v(&ResvCreated { name: "root_1".into() })),
             ("Reconfigured", v(&Reconfigured { restart_needed: vec!["lease".into()] })),
+            ("DebugLevel", v(&DebugLevel { filter: "info,server::jobs=debug".into() })),
             (
                 "RebootRequest",
                 v(&RebootRequest {
@@ -1922,6 +1938,7 @@ mod tests {
                     job_submit: Some("/etc/tandem/job_submit.lua".into()),
                     reboot_program: Some("/usr/sbin/reboot".into()),
                     resume_timeout: Some(600),
+                    log_filter: Some("info".into()),
                 }),
             ),
             (

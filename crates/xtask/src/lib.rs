@@ -28,18 +28,19 @@ pub const ARROWS: &[(&str, &[&str])] = &[
     // adapters
     ("store", &["control"]),
     ("exec", &[]),
+    ("logging", &[]),
     ("pmix", &["pmi"]),
     ("image", &["slurmcli"]),
     ("client", &["wire"]),
     // shells: one crate per daemon, the user's commands, the local cluster, the benchmarks
-    ("server", &["control", "store", "wire", "client", "k8s", "exec", "sched", "slurmcli", "model"]),
-    ("agent", &["wire", "client", "exec", "control", "slurmcli", "image", "model", "pmi"]),
-    ("proxy", &["balance", "wire", "client", "exec"]),
+    ("server", &["control", "store", "wire", "client", "k8s", "exec", "logging", "sched", "slurmcli", "model"]),
+    ("agent", &["wire", "client", "exec", "logging", "control", "slurmcli", "image", "model", "pmi"]),
+    ("proxy", &["balance", "wire", "client", "exec", "logging"]),
     ("cli", &["wire", "client", "slurmcli", "sched", "pmi", "exec"]),
     ("up", &["exec"]),
     ("bench", &["up", "wire", "client", "exec", "control", "sched", "slurmcli", "trace", "model"]),
     // the binary
-    ("tandem", &["server", "agent", "proxy", "cli", "up", "bench", "exec", "pmix", "sim", "sched", "trace"]),
+    ("tandem", &["server", "agent", "proxy", "cli", "up", "bench", "exec", "logging", "pmix", "sim", "sched", "trace"]),
     // tooling
     ("xtask", &[]),
 ];
