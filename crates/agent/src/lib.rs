@@ -92,12 +92,16 @@ pub fn main(o: Options) -> Result<()> {
         Some(n) => n,
         None => nix::unistd::gethostname()?.to_string_lossy().into_owned(),
     };
-    let join_token = o
-        .join_token_file
-        .as_ref()
-        .map(|f| std::fs::read_to_string(f).with_context(|| format!("reading the join token from {}", f.display())))
-        .transpose()?
-        .map(|t| t.trim().to_string());
+    // A join token is spent once the node has its credential: the file may be gone by a
+    // restart (the service unit names it always), and is read only where it exists.
+    let join_token = match &o.join_token_file {
+        Some(f) => match std::fs::read_to_string(f) {
+            Ok(t) => Some(t.trim().to_string()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => return Err(e).with_context(|| format!("reading the join token from {}", f.display())),
+        },
+        None => None,
+    };
     let gpus = o.gpus.as_deref().map(|s| slurmcli::parse_gpus(s).map_err(|e| anyhow::anyhow!("--gpus: {}", e.0))).transpose()?;
     let memory = o.memory.as_deref().map(|m| slurmcli::parse_memory(m).map_err(|e| anyhow::anyhow!("--memory: {}", e.0))).transpose()?;
     let features = o.features.map(|f| f.split(',').map(|x| x.trim().to_string()).filter(|x| !x.is_empty()).collect()).unwrap_or_default();

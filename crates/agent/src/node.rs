@@ -304,6 +304,10 @@ pub(crate) async fn run(a: AgentArgs) -> Result<()> {
     spawn_health_loop(health_cfg.clone(), idle.clone(), check_env, probe, htx);
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let mut int = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
+    // Registered, its earlier tasks adopted: systemd's `Type=notify` may go on.
+    if let Err(e) = exec::notify_ready() {
+        tracing::warn!(node = %a.name, "telling systemd the agent is ready: {e}");
+    }
     // logrotate's SIGHUP opens the log file afresh (and no longer ends the agent).
     let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
     tokio::spawn(async move {

@@ -72,6 +72,8 @@ pub enum HeldError {
     NotOpen(i32, nix::Error),
     /// Open, but not a listening TCP socket.
     NotListening(i32),
+    /// `LISTEN_PID` names this process but `LISTEN_FDS` does not read (socket activation).
+    Activation(String),
 }
 
 impl std::fmt::Display for HeldError {
@@ -80,6 +82,7 @@ impl std::fmt::Display for HeldError {
             HeldError::Stdio(fd) => write!(f, "descriptor {fd} is a standard stream, not a listening socket"),
             HeldError::NotOpen(fd, e) => write!(f, "descriptor {fd} is not open ({e})"),
             HeldError::NotListening(fd) => write!(f, "descriptor {fd} is not a listening TCP socket"),
+            HeldError::Activation(e) => write!(f, "the sockets systemd passed: {e}"),
         }
     }
 }

@@ -25,9 +25,11 @@
 
 mod fds;
 mod spawn;
+mod systemd;
 mod trust;
 pub use fds::{HeldError, inherited_listener, inherited_unix_stream, listen_tcp, pass_fd_at, pass_fds};
 pub use spawn::{Program, SpawnFailed, spawn_single_threaded};
+pub use systemd::{activated_listeners, notify_ready};
 pub use trust::trusted_file;
 
 use std::ffi::{CStr, CString};

@@ -126,6 +126,26 @@ pub fn main(o: Options) -> Result<()> {
     if !held.is_empty() && o.threads.is_some_and(|t| t != held.len()) {
         bail!("--threads: with --listen-fd, one worker thread serves each inherited socket ({} of them)", held.len());
     }
+    // Socket activation (a `.socket` unit): systemd holds the port; each worker thread accepts
+    // on the socket it passed (one passed socket is shared by every worker).
+    if held.is_empty() {
+        let mut passed = exec::activated_listeners().context("socket activation")?;
+        if let Some(first) = passed.first() {
+            let addr = first.local_addr()?;
+            if passed.iter().any(|l| l.local_addr().ok() != Some(addr)) {
+                bail!("the sockets systemd passed listen on different addresses: give the proxy's .socket unit one ListenStream");
+            }
+            if passed.len() == 1 {
+                let threads = o.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get())).max(1);
+                let one = passed.remove(0);
+                for _ in 1..threads {
+                    passed.push(one.try_clone()?);
+                }
+                passed.push(one);
+            }
+            held = passed;
+        }
+    }
     let mut statics = o.statics.iter().map(|s| parse_static(s)).collect::<Result<Vec<_>>>()?;
     for name in &o.resume_streams {
         match statics.iter_mut().find(|s| s.name == *name) {
@@ -1901,6 +1921,10 @@ pub(crate) fn run(a: ProxyArgs, threads: usize) -> Result<()> {
         println!("tandem proxy listening on {local}");
         use std::io::Write as _;
         std::io::stdout().flush().ok();
+        // Every worker accepts: systemd's `Type=notify` may go on.
+        if let Err(e) = exec::notify_ready() {
+            tracing::warn!("telling systemd the proxy is ready: {e}");
+        }
         tokio::select! {
             _ = term.recv() => {}
             _ = int.recv() => {}

@@ -258,6 +258,10 @@ async fn run(args: ServerArgs) -> Result<()> {
     // Two accept loops, each its own task: a flood of one cannot hold the other back.
     let t1 = tokio::spawn(listen::serve_tcp(tcp, tls, router(app.clone()), app.clone()));
     let t2 = tokio::spawn(listen::serve_unix(unix, router(app.clone()), app.clone()));
+    // Both listeners serve: systemd's `Type=notify` may start what waits for the controller.
+    if let Err(e) = exec::notify_ready() {
+        tracing::warn!("telling systemd the controller is ready: {e}");
+    }
     // The scheduling loop: woken by submissions and exits, and at least once a second.
     let sched_app = app.clone();
     let t3 = tokio::spawn(async move {

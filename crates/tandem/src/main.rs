@@ -159,7 +159,8 @@ enum Cmd {
         #[arg(long)]
         name: Option<String>,
         /// File holding a single-use join token (`tandem token --join`), for a node without a
-        /// credential in DATA/credential yet; a restart reuses the stored credential.
+        /// credential in DATA/credential yet; a restart reuses the stored credential (the file may
+        /// then be gone).
         #[arg(long)]
         join_token_file: Option<PathBuf>,
         /// GPUs to declare, as MODEL:COUNT or COUNT, when NVML does not report them.
