@@ -174,6 +174,16 @@ async fn run(args: ServerArgs) -> Result<()> {
     nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o077));
     private::prepare_dir(&args.data)?;
     let mut db = store::Store::open(&args.data.join("state.db")).context("opening the database")?;
+    if let Some(m) = db.migrated() {
+        tracing::warn!(
+            from = m.from,
+            to = m.to,
+            "the database was of schema {}, written by an older Tandem: migrated to schema {}; its copy from before is {}",
+            m.from,
+            m.to,
+            m.backup.display()
+        );
+    }
     let loaded = db.load().context("loading state")?;
     forget_secret(&args.data, &mut db, loaded.secret.clone())?;
     let boot = db.next_boot().context("recording this start")?;

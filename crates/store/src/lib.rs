@@ -20,11 +20,43 @@ pub enum StoreError {
     /// A stored document does not decode.
     #[error("database holds a record that does not decode: {0}")]
     Decode(#[from] serde_json::Error),
+    /// The database was written by a newer Tandem, whose schema this one does not know.
+    #[error(
+        "the database is of schema {found}, written by a newer Tandem; this one reads schemas up to {reads}: run that version (or newer), or restore a backup taken by this one"
+    )]
+    Newer {
+        /// The database's schema.
+        found: u32,
+        /// The newest this build reads ([`SCHEMA`]).
+        reads: u32,
+    },
+}
+
+/// The schema this build writes, and the newest it reads; an older database is migrated
+/// forward at open, a copy of it taken first. 1: every database written before the schema was
+/// recorded (no `schema` row in `meta`); 2: the index `jobs_end` on jobs' end time (`sacct`'s
+/// time windows).
+pub const SCHEMA: u32 = 2;
+
+/// Each schema's change from the one before, in order (`MIGRATIONS[i]` makes schema `i + 2`).
+const MIGRATIONS: &[&str] = &["CREATE INDEX IF NOT EXISTS jobs_end ON jobs(end_time);"];
+
+/// A migration [`Store::open`] made.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Migrated {
+    /// The schema the database had.
+    pub from: u32,
+    /// The schema it has now ([`SCHEMA`]).
+    pub to: u32,
+    /// The copy taken before (`DB.schema-FROM.UNIXTIME.bak`, beside the database).
+    pub backup: std::path::PathBuf,
 }
 
 /// The database.
 pub struct Store {
     conn: Connection,
+    /// The migration made at open, if any.
+    migrated: Option<Migrated>,
 }
 
 /// Everything loaded at start.
@@ -63,6 +95,38 @@ impl Store {
         conn.pragma_update(None, "journal_mode", "WAL")?;
         conn.pragma_update(None, "synchronous", "FULL")?;
         conn.pragma_update(None, "busy_timeout", 5000)?;
+        let fresh: bool =
+            conn.query_row("SELECT count(*) = 0 FROM sqlite_master WHERE type = 'table' AND name = 'jobs'", [], |r| r.get(0))?;
+        let found = if fresh {
+            SCHEMA
+        } else {
+            let has_meta: bool =
+                conn.query_row("SELECT count(*) > 0 FROM sqlite_master WHERE type = 'table' AND name = 'meta'", [], |r| r.get(0))?;
+            let v: Option<String> =
+                if has_meta { conn.query_row("SELECT value FROM meta WHERE key = 'schema'", [], |r| r.get(0)).optional()? } else { None };
+            // A value that does not read is no schema this build knows.
+            v.map_or(1, |v| v.parse().unwrap_or(u32::MAX))
+        };
+        if found > SCHEMA {
+            return Err(StoreError::Newer { found, reads: SCHEMA });
+        }
+        // A copy of an older database before it is changed: the consistent state of a read
+        // transaction (WAL included), written as a new file.
+        let backup = (found < SCHEMA).then(|| {
+            let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+            // A name not taken (an earlier attempt in the same second).
+            (0..)
+                .map(|n: u32| {
+                    let mut name = path.as_os_str().to_owned();
+                    name.push(if n == 0 { format!(".schema-{found}.{t}.bak") } else { format!(".schema-{found}.{t}-{n}.bak") });
+                    std::path::PathBuf::from(name)
+                })
+                .find(|p| !p.exists())
+                .expect("a free name")
+        });
+        if let Some(b) = &backup {
+            conn.execute("VACUUM INTO ?1", params![b.to_string_lossy()])?;
+        }
         conn.execute_batch(
             "CREATE TABLE IF NOT EXISTS jobs (id INTEGER PRIMARY KEY, state TEXT NOT NULL, user TEXT NOT NULL, end_time INTEGER, data TEXT NOT NULL);
              CREATE INDEX IF NOT EXISTS jobs_state ON jobs(state);
@@ -76,7 +140,31 @@ impl Store {
              CREATE TABLE IF NOT EXISTS kube_objects (kind TEXT NOT NULL, namespace TEXT NOT NULL, name TEXT NOT NULL, data TEXT NOT NULL,
                  PRIMARY KEY (kind, namespace, name));",
         )?;
-        Ok(Store { conn })
+        let mut conn = conn;
+        let tx = conn.transaction()?;
+        // A fresh database is made at this schema: every change applies (each is idempotent).
+        let from = if fresh { 1 } else { found };
+        for step in &MIGRATIONS[(from as usize - 1).min(MIGRATIONS.len())..] {
+            tx.execute_batch(step)?;
+        }
+        tx.execute(
+            "INSERT INTO meta (key, value) VALUES ('schema', ?1) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+            params![SCHEMA.to_string()],
+        )?;
+        tx.commit()?;
+        let migrated = backup.map(|backup| Migrated { from: found, to: SCHEMA, backup });
+        Ok(Store { conn, migrated })
+    }
+
+    /// The migration [`Store::open`] made, if the database was of an older schema.
+    pub fn migrated(&self) -> Option<&Migrated> {
+        self.migrated.as_ref()
+    }
+
+    /// The database's schema (after [`Store::open`]: [`SCHEMA`]).
+    pub fn schema(&self) -> Result<u32, StoreError> {
+        let v: String = self.conn.query_row("SELECT value FROM meta WHERE key = 'schema'", [], |r| r.get(0))?;
+        Ok(v.parse().unwrap_or(0))
     }
 
     /// Writes the changes in one transaction; returns once they are durable.
@@ -322,6 +410,84 @@ impl Store {
 mod tests {
     use super::*;
     use control::{Controller, JobSpec, Settings};
+
+    /// The tables as every build before the schema was recorded made them (schema 1).
+    const SCHEMA_1: &str =
+        "CREATE TABLE jobs (id INTEGER PRIMARY KEY, state TEXT NOT NULL, user TEXT NOT NULL, end_time INTEGER, data TEXT NOT NULL);
+         CREATE INDEX jobs_state ON jobs(state);
+         CREATE INDEX jobs_user ON jobs(user);
+         CREATE TABLE arrays (id INTEGER PRIMARY KEY, data TEXT NOT NULL);
+         CREATE TABLE nodes (name TEXT PRIMARY KEY, data TEXT NOT NULL);
+         CREATE TABLE services (name TEXT PRIMARY KEY, data TEXT NOT NULL);
+         CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+         CREATE TABLE credentials (holder TEXT PRIMARY KEY, serial INTEGER NOT NULL);
+         CREATE TABLE spent_joins (jti TEXT PRIMARY KEY, exp INTEGER NOT NULL);
+         CREATE TABLE kube_objects (kind TEXT NOT NULL, namespace TEXT NOT NULL, name TEXT NOT NULL, data TEXT NOT NULL,
+             PRIMARY KEY (kind, namespace, name));";
+
+    fn fresh(tag: &str) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("tandem-store-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    #[test]
+    fn an_older_schema_is_migrated_after_a_copy_and_a_newer_one_refused() {
+        let dir = fresh("schema");
+        // A new database is made at this schema, with nothing to migrate.
+        let new = dir.join("new.db");
+        let s = Store::open(&new).unwrap();
+        assert_eq!((s.schema().unwrap(), s.migrated()), (SCHEMA, None));
+        drop(s);
+        assert_eq!(Store::open(&new).unwrap().migrated(), None, "opened again: nothing to do");
+        // A schema-1 database with a job in it (an array, a node, the next id).
+        let old = dir.join("state.db");
+        let mut c = Controller::new(Settings::default());
+        c.register(0, model::Node::new("n0", 2, 1 << 30, 0), "127.0.0.1".into()).unwrap();
+        c.submit(0, control_spec(), &slurmcli_batch(), "root").unwrap();
+        {
+            let conn = Connection::open(&old).unwrap();
+            conn.execute_batch(SCHEMA_1).unwrap();
+            drop(conn);
+            // Written as that build wrote (persist writes the same tables), then its schema row
+            // taken away: what such a directory holds.
+            let mut s = Store::open(&old).unwrap();
+            s.persist(&c.take_dirty()).unwrap();
+            s.conn.execute_batch("DELETE FROM meta WHERE key = 'schema'; DROP INDEX jobs_end;").unwrap();
+        }
+        let s = Store::open(&old).unwrap();
+        let m = s.migrated().cloned().expect("migrated");
+        assert_eq!((m.from, m.to), (1, SCHEMA));
+        assert_eq!(s.schema().unwrap(), SCHEMA);
+        let l = s.load().unwrap();
+        assert_eq!((l.jobs.len(), l.nodes.len(), l.next_id), (1, 1, 2), "the data is intact");
+        let index: bool = s
+            .conn
+            .query_row("SELECT count(*) = 1 FROM sqlite_master WHERE type = 'index' AND name = 'jobs_end'", [], |r| r.get(0))
+            .unwrap();
+        assert!(index);
+        // The copy is the database as it was: schema 1, the same job.
+        let name = m.backup.file_name().unwrap().to_string_lossy().into_owned();
+        assert!(name.starts_with("state.db.schema-1.") && name.ends_with(".bak"), "{name}");
+        let copy = Connection::open(&m.backup).unwrap();
+        let (jobs, schema): (i64, Option<String>) = (
+            copy.query_row("SELECT count(*) FROM jobs", [], |r| r.get(0)).unwrap(),
+            copy.query_row("SELECT value FROM meta WHERE key = 'schema'", [], |r| r.get(0)).optional().unwrap(),
+        );
+        assert_eq!((jobs, schema), (1, None));
+        drop(s);
+        // A newer schema is refused, and left as it was.
+        let conn = Connection::open(&old).unwrap();
+        conn.execute("UPDATE meta SET value = ?1 WHERE key = 'schema'", params![(SCHEMA + 1).to_string()]).unwrap();
+        drop(conn);
+        let e = Store::open(&old).err().expect("refused").to_string();
+        assert!(e.contains(&format!("schema {}", SCHEMA + 1)) && e.contains("newer Tandem") && e.contains("restore a backup"), "{e}");
+        let conn = Connection::open(&old).unwrap();
+        let v: String = conn.query_row("SELECT value FROM meta WHERE key = 'schema'", [], |r| r.get(0)).unwrap();
+        assert_eq!(v, (SCHEMA + 1).to_string());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn round_trip_survives_reopen() {

@@ -1393,3 +1393,62 @@ fn json_logs_tell_a_jobs_life_and_one_modules_debugging_is_turned_on_and_off_at_
     }
     stop_up(child, &dir);
 }
+
+/// Issue 32's upgrades: a data directory of the schema before it was recorded is migrated at
+/// start, a copy taken first, its jobs and accounting intact; one of a newer schema is refused
+/// with what to do, and left as it was.
+#[test]
+fn an_older_database_is_migrated_with_its_jobs_and_a_newer_one_refused() {
+    let c = Cluster::new("schema", 1, None, 30);
+    let done = c.sbatch(&["--wrap", "true"]);
+    c.wait_state(done, &["COMPLETED"], 30);
+    let held = c.sbatch(&["--hold", "-J", "kept", "--wrap", "true"]);
+    let sacct_before = c.ok("sacct", &["-j", &done.to_string(), "-n", "-X", "-o", "JobID,State,ExitCode"]);
+    let mut c = c;
+    c.kill_server();
+    let db = c.dir.join("controller/state.db");
+    let sql = |stmt: &str| {
+        let o = Command::new("python3")
+            .args([
+                "-c",
+                "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); r = c.execute(sys.argv[2]).fetchall(); c.commit(); print(r)",
+            ])
+            .arg(&db)
+            .arg(stmt)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{stmt}: {}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8_lossy(&o.stdout).trim().to_string()
+    };
+    assert_eq!(sql("SELECT value FROM meta WHERE key = 'schema'"), "[('2',)]");
+    // As a build before schemas were recorded left it.
+    sql("DELETE FROM meta WHERE key = 'schema'");
+    sql("DROP INDEX jobs_end");
+    c.start_server();
+    c.wait_nodes(1);
+    let log = c.log("controller");
+    assert!(log.contains("written by an older Tandem: migrated to schema 2"), "{log}");
+    assert_eq!(sql("SELECT value FROM meta WHERE key = 'schema'"), "[('2',)]");
+    let backups: Vec<String> = std::fs::read_dir(c.dir.join("controller"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("state.db.schema-1.") && n.ends_with(".bak"))
+        .collect();
+    assert_eq!(backups.len(), 1, "{backups:?}");
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(c.dir.join("controller").join(&backups[0])).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "the copy is the controller's alone");
+    assert_eq!(c.ok("sacct", &["-j", &done.to_string(), "-n", "-X", "-o", "JobID,State,ExitCode"]), sacct_before);
+    assert_eq!(c.job(held)["JobState"], "PENDING");
+    assert_eq!(c.job(held)["JobName"], "kept");
+    // A newer schema: refused, with what to do; the database is left as it was.
+    c.kill_server();
+    sql("UPDATE meta SET value = '99' WHERE key = 'schema'");
+    let o = Command::new(bin()).args(["server", "--listen", "127.0.0.1:0", "--data"]).arg(c.dir.join("controller")).output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(!o.status.success(), "{err}");
+    assert!(err.contains("schema 99, written by a newer Tandem") && err.contains("reads schemas up to 2"), "{err}");
+    assert_eq!(sql("SELECT value FROM meta WHERE key = 'schema'"), "[('99',)]");
+    sql("UPDATE meta SET value = '2' WHERE key = 'schema'");
+    c.start_server();
+}
