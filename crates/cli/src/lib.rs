@@ -208,6 +208,11 @@ pub fn token(kind: TokenKind, lifespan: Option<i64>) -> Result<i32> {
     Ok(0)
 }
 
+/// `tandem admin backup FILE`: a consistent copy of the controller's database.
+pub fn backup(file: &std::path::Path) -> Result<i32> {
+    slurm::backup(file)
+}
+
 /// `tandem node delete HOSTLIST`: deletes nodes and revokes their credentials (as
 /// `scontrol delete NodeName=`).
 pub fn delete_nodes(list: &str) -> Result<i32> {

@@ -382,3 +382,41 @@ fn sprio_value(name: &str, j: &JobInfo, b: &sched::Breakdown) -> String {
         _ => String::new(),
     }
 }
+
+/// `tandem admin backup FILE`: a consistent copy of the controller's database, taken while it
+/// runs (administrators), written to FILE: a new file (never over an existing one or through a
+/// link), 0600, synced to disk before the command says so.
+pub(crate) fn backup(file: &std::path::Path) -> Result<i32> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let t = Target::from_env()?;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(nix::libc::O_NOFOLLOW)
+        .open(file)
+        .with_context(|| format!("creating {} (it must not exist)", file.display()))?;
+    let written = (|| -> Result<usize> {
+        let reply = runtime()?.block_on(send(&t, "GET", "/v1/backup", None::<&()>, &[]))?;
+        if reply.status >= 400 {
+            bail!("{}", slurmcli::visible_text(&reply.error()));
+        }
+        if !reply.body.starts_with(b"SQLite format 3\0") {
+            bail!("the controller's answer is not a database");
+        }
+        f.write_all(&reply.body)?;
+        f.sync_all()?;
+        Ok(reply.body.len())
+    })();
+    match written {
+        Ok(n) => {
+            println!("backup of the controller's database written to {} ({n} bytes)", file.display());
+            Ok(0)
+        }
+        Err(e) => {
+            let _ = std::fs::remove_file(file);
+            Err(e.context("tandem admin backup"))
+        }
+    }
+}

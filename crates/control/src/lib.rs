@@ -314,6 +314,31 @@ pub enum Event {
     },
 }
 
+/// A controller restored from a backup: every job the backup holds unfinished may have run, or
+/// ended, since it was taken. Each is marked [`Job::restored`]: a pending one is held (reason
+/// `Restored`), a running one waits for its agents' reports (a run still going settles it; one
+/// found lost is held, not run again), and an array's tasks not yet made are held with it.
+/// Returns the jobs and arrays changed, for the caller to store before anything else runs.
+pub fn mark_restored(jobs: &mut [Job], arrays: &mut [ArrayRecord]) -> (Vec<u64>, Vec<u64>) {
+    let mut changed = Vec::new();
+    for j in jobs.iter_mut().filter(|j| !j.state.is_final()) {
+        j.restored = true;
+        if j.state == JobState::Pending {
+            j.req.held = true;
+            (j.reason, j.expected_start) = (PendingReason::Restored, None);
+        }
+        changed.push(j.req.id.0);
+    }
+    let mut held = Vec::new();
+    for a in arrays.iter_mut() {
+        a.first.restored = true;
+        a.first.req.held = true;
+        a.first.reason = PendingReason::Restored;
+        held.push(a.id());
+    }
+    (changed, held)
+}
+
 /// Most events kept for the daemon to take; older ones are dropped (a simulator takes none).
 const EVENTS_KEPT: usize = 10_000;
 
@@ -665,8 +690,15 @@ impl Controller {
             // Launch orders of steps are not persisted: every task of a running step whose end
             // is not known is sent again (an agent that has it ignores the repeat: it keeps
             // its tasks' records until their ends are acknowledged).
-            let steps: Vec<(u32, Vec<u32>)> =
-                c.jobs[&id].steps.iter().filter(|s| s.id != BATCH_STEP && s.end.is_none()).map(|s| (s.id, s.done.clone())).collect();
+            // Not for a job restored from a backup: its steps and launch may have run and ended
+            // since, and their agents forgotten them; only their agents' reports settle it.
+            let restored = c.jobs[&id].restored;
+            let steps: Vec<(u32, Vec<u32>)> = c.jobs[&id]
+                .steps
+                .iter()
+                .filter(|s| !restored && s.id != BATCH_STEP && s.end.is_none())
+                .map(|s| (s.id, s.done.clone()))
+                .collect();
             for (step, done) in steps {
                 for (name, t) in c.step_tasks(id, step) {
                     if !done.contains(&t.rank) {
@@ -684,6 +716,7 @@ impl Controller {
             // A launch that no agent confirmed may have been lost with the old process: send it
             // again, same run number; an agent that already has it ignores the repeat.
             if !c.jobs[&id].confirmed
+                && !restored
                 && let Some(first) = allocs.first().map(|(n, _)| n.clone())
             {
                 let task = c.make_task(id, BATCH_STEP, 0, 0, 0, None, Vec::new());
@@ -1359,6 +1392,7 @@ impl Controller {
         let j = self.jobs.get_mut(&id).expect("checked");
         j.req.held = hold;
         j.prolog_held &= hold;
+        j.restored &= hold;
         if hold {
             // Held jobs are not in scheduling passes; a released one gets its reason from the next.
             (j.reason, j.expected_start) = (PendingReason::JobHeldUser, None);
@@ -1630,7 +1664,10 @@ impl Controller {
             j.end = Some(j.end.unwrap_or(0).max(j.start.unwrap_or(0)));
             return false;
         }
-        if !force && !j.spec.requeue {
+        // A job restored from a backup whose run is found lost may have ended after the backup:
+        // held, not failed and not run again, until an operator says which.
+        let restored = j.restored;
+        if !force && !j.spec.requeue && !restored {
             j.state = j.state.step(JobEvent::NodeFail).unwrap_or(JobState::NodeFail);
             j.end = Some(j.end.unwrap_or(0).max(j.start.unwrap_or(0)));
             j.node_failed = true;
@@ -1649,6 +1686,10 @@ impl Controller {
         j.preempted_by = None;
         j.requeueing = false;
         j.confirmed = false;
+        if restored {
+            j.req.held = true;
+            (j.reason, j.expected_start) = (PendingReason::Restored, None);
+        }
         true
     }
 
@@ -1787,8 +1828,10 @@ impl Controller {
                 self.jobs.get(&t.job).is_some_and(|j| j.state.on_nodes() && j.epoch == t.epoch && j.allocs.iter().any(|(n, _)| *n == name));
             if live {
                 let j = self.jobs.get_mut(&t.job).expect("live");
-                if t.step == BATCH_STEP && !j.confirmed {
+                if t.step == BATCH_STEP && (!j.confirmed || j.restored) {
+                    // Its agent runs it: a job restored from a backup is settled.
                     j.confirmed = true;
+                    j.restored = false;
                     self.dirty_jobs.insert(t.job);
                 }
             } else {
@@ -2508,7 +2551,11 @@ impl Controller {
     /// sets them again): a queue of N pending jobs whose estimates move costs no N writes per pass.
     fn set_reason(&mut self, id: u64, reason: PendingReason, expected: Option<Time>) {
         if let Some(j) = self.jobs.get_mut(&id) {
-            j.reason = if reason == PendingReason::JobHeldUser && j.prolog_held { PendingReason::LaunchFailedHeld } else { reason };
+            j.reason = match reason {
+                PendingReason::JobHeldUser if j.prolog_held => PendingReason::LaunchFailedHeld,
+                PendingReason::JobHeldUser if j.restored => PendingReason::Restored,
+                other => other,
+            };
             j.expected_start = expected;
         }
     }

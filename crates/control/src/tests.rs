@@ -325,6 +325,57 @@ fn restore_renews_leases_and_keeps_running_jobs() {
 }
 
 #[test]
+fn a_restored_backups_unfinished_jobs_are_held_or_settled_by_their_agent_never_run_again() {
+    let mut c = cluster(1, 0);
+    // 1 and 2 run (2 without --requeue), 3 waits (held by its user), 4 waits, 5 is over.
+    c.submit(0, spec(1), &batch(&["-c1"]), "a").unwrap();
+    c.submit(0, JobSpec { requeue: false, ..spec(1) }, &batch(&["-c1"]), "a").unwrap();
+    c.submit(0, spec(1), &batch(&["-c1", "--hold"]), "a").unwrap();
+    c.submit(0, spec(1), &batch(&["-c4"]), "a").unwrap();
+    c.submit(0, spec(1), &batch(&["-c1"]), "a").unwrap();
+    c.tick(0);
+    let first = c.heartbeat(0, "n0", 0, &[], &[]).unwrap();
+    let acked = first.iter().map(|(s, _)| *s).max().unwrap();
+    let running = [TaskKey { job: 1, epoch: 1, step: BATCH_STEP, rank: 0 }, TaskKey { job: 2, epoch: 1, step: BATCH_STEP, rank: 0 }];
+    c.heartbeat(1, "n0", acked, &running, &[ended(5, 1, Some(0), None)]).unwrap();
+    assert_eq!((c.job(1).unwrap().state, c.job(2).unwrap().state), (JobState::Running, JobState::Running));
+    assert_eq!(c.job(5).unwrap().state, JobState::Completed);
+    let _ = c.take_dirty();
+    let mut jobs: Vec<Job> = c.jobs().map(|j| j.into_owned()).collect();
+    let nodes: Vec<NodeRec> = c.nodes().to_vec();
+    let (marked, arrays) = crate::mark_restored(&mut jobs, &mut []);
+    assert_eq!((marked, arrays), (vec![1, 2, 3, 4], vec![]), "the unfinished ones");
+    let mut r = Controller::restore(Settings::default(), jobs, nodes, Vec::new(), 6, 10, 1 << 16);
+    // No launch is sent again for a restored run (it may have run and ended since).
+    let orders = r.heartbeat(10, "n0", 0, &[], &[]).unwrap();
+    assert!(launches(&orders.iter().map(|(_, o)| o.clone()).collect::<Vec<_>>()).is_empty(), "{orders:?}");
+    // The agent registers: job 1 still runs there (settled); job 2 is gone (ended after the
+    // backup, forgotten): held, though it may not be requeued.
+    let one = TaskKey { job: 1, epoch: 1, step: BATCH_STEP, rank: 0 };
+    r.register_with(11, Node::new("n0", 4, 8 << 30, 0), "127.0.0.1".into(), &[one], &[]).unwrap();
+    let j1 = r.job(1).unwrap();
+    assert_eq!((j1.state, j1.restored), (JobState::Running, false), "settled by its agent");
+    let j2 = r.job(2).unwrap();
+    assert_eq!((j2.state, j2.req.held, j2.reason), (JobState::Pending, true, PendingReason::Restored));
+    for id in [3, 4] {
+        let j = r.job(id).unwrap();
+        assert_eq!((j.state, j.req.held, j.reason), (JobState::Pending, true, PendingReason::Restored), "job {id}");
+    }
+    // Passes keep them held and say why.
+    r.tick(12);
+    r.tick(13);
+    for id in [2, 3, 4] {
+        assert_eq!(r.job(id).unwrap().reason, PendingReason::Restored, "job {id}");
+        assert_eq!(r.job(id).unwrap().state, JobState::Pending, "job {id}");
+    }
+    // An operator's release runs one (again: the operator's call); the mark goes with it.
+    r.hold(0, 3, false).unwrap();
+    assert!(!r.job(3).unwrap().restored);
+    r.tick(14);
+    assert_eq!(r.job(3).unwrap().state, JobState::Running);
+}
+
+#[test]
 fn steps_lay_out_tasks_with_disjoint_gpus() {
     let mut c = cluster(2, 4);
     c.submit(0, spec(1), &batch(&["-N2", "--ntasks-per-node=2", "--gpus-per-node=4"]), "a").unwrap();

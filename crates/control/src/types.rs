@@ -528,6 +528,12 @@ pub struct Job {
     /// Held because its prolog failed (shown as `launch failed requeued held` until released).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub prolog_held: bool,
+    /// Not finished in the backup the controller was restored from, and not settled since: a
+    /// pending one is held (reason `Restored`); a running one is settled by its agent's report
+    /// (still running), else held when its run is found lost, never run again by itself
+    /// ([`crate::Controller::restore`] with `from_backup`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub restored: bool,
     /// While suspended: since when, and for whom.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub suspension: Option<crate::suspend::Suspension>,
@@ -590,6 +596,7 @@ impl Job {
             pulling: None,
             het: Vec::new(),
             prolog_held: false,
+            restored: false,
             suspension: None,
             suspended_secs: 0,
         }

@@ -55,6 +55,9 @@ pub enum PendingReason {
     ReservedNodes,
     /// The advance reservation it names was deleted.
     ReservationDeleted,
+    /// Held because the controller was restored from a backup taken before it ended: it may
+    /// have run since; `scontrol release` runs it (again), `scancel` ends it (Tandem's reason).
+    Restored,
 }
 
 impl PendingReason {
@@ -100,6 +103,7 @@ impl PendingReason {
             PendingReason::ReservedForMaintenance => "ReqNodeNotAvail, Reserved for maintenance",
             PendingReason::ReservedNodes => "ReqNodeNotAvail, May be reserved for other job",
             PendingReason::ReservationDeleted => "ReservationDeleted",
+            PendingReason::Restored => "Restored",
         }
     }
 }

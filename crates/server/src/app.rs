@@ -122,6 +122,8 @@ pub(crate) struct App {
     pub(crate) kube: Arc<Mutex<Views>>,
     /// Task outputs waiting for their nodes (`kubectl logs`).
     pub(crate) outputs: Arc<Outputs>,
+    /// The data directory (the database's, for `tandem admin backup`).
+    pub(crate) data: Arc<std::path::PathBuf>,
 }
 
 /// What a node sent.

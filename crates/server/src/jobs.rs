@@ -342,44 +342,45 @@ pub(crate) async fn submit_as(
         };
     }
     let t = now();
-    let r = app
-        .with(|c| {
-            if let Some(o) = &kube
-                && c.kube_object(&o.key()).is_some_and(|o| !o.buried())
-            {
-                return Err(Refused::Conflict(format!("{} {:?} already exists", o.kind, o.name)));
-            }
-            if let Some(o) = &kube {
-                c.check_namespace(uid, &o.namespace)?;
-            }
-            let ids = c.accept(t, spec, &b, &user)?;
-            if let (Some(mut o), Some(&id)) = (kube, ids.first()) {
-                o.data["job"] = serde_json::json!(id);
-                c.put_kube_object(uid, o)?;
-            }
-            Ok(ids)
-        })
-        .await;
+    let (r, seq) = app.apply(|c| {
+        if let Some(o) = &kube
+            && c.kube_object(&o.key()).is_some_and(|o| !o.buried())
+        {
+            return Err(Refused::Conflict(format!("{} {:?} already exists", o.kind, o.name)));
+        }
+        if let Some(o) = &kube {
+            c.check_namespace(uid, &o.namespace)?;
+        }
+        let ids = c.accept(t, spec, &b, &user)?;
+        if let (Some(mut o), Some(&id)) = (kube, ids.first()) {
+            o.data["job"] = serde_json::json!(id);
+            c.put_kube_object(uid, o)?;
+        }
+        Ok(ids)
+    });
+    // Told before the commit is waited for, so that it comes before the job's start.
+    if let Ok(ids) = &r
+        && let Some(first) = ids.first()
+    {
+        tracing::info!(target: "server::jobs", job_id = first, user = %user, jobs = ids.len(), "job submitted");
+        tracing::debug!(
+            target: "server::jobs",
+            job_id = first,
+            partition = ?b.partition,
+            array = ?b.array,
+            workdir = ?wd,
+            script_bytes = b.script.len(),
+            "submission accepted"
+        );
+    }
+    app.settled(seq).await?;
     match r {
-        Ok(Ok(ids)) => {
-            if let Some(first) = ids.first() {
-                tracing::info!(target: "server::jobs", job_id = first, user = %user, jobs = ids.len(), "job submitted");
-                tracing::debug!(
-                    target: "server::jobs",
-                    job_id = first,
-                    partition = ?b.partition,
-                    array = ?b.array,
-                    workdir = ?wd,
-                    script_bytes = b.script.len(),
-                    "submission accepted"
-                );
-            }
+        Ok(ids) => {
             app.metrics.lock().expect("lock").submissions += ids.len() as u64;
             app.wake.notify_one();
             Ok(SubmitResponse { job_ids: ids, test_only: None, user_msg })
         }
-        Ok(Err(e)) => Err(refused(e)),
-        Err(r) => Err(r),
+        Err(e) => Err(refused(e)),
     }
 }
 

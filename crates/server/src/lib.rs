@@ -20,7 +20,7 @@
 use anyhow::{Context, Result, bail};
 use axum::Router;
 use control::{Controller, Settings};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -184,9 +184,35 @@ async fn run(args: ServerArgs) -> Result<()> {
             m.backup.display()
         );
     }
-    let loaded = db.load().context("loading state")?;
+    let mut loaded = db.load().context("loading state")?;
     forget_secret(&args.data, &mut db, loaded.secret.clone())?;
-    let boot = db.next_boot().context("recording this start")?;
+    let restored = db.restored_from().context("reading the database")?;
+    let boot = match restored {
+        // Past every start made since the backup was taken (agents skip orders numbered below
+        // what they acknowledged; proxies ignore views older than theirs).
+        Some(_) => db.next_boot_by(store::RESTORE_BOOT_STEP),
+        None => db.next_boot(),
+    }
+    .context("recording this start")?;
+    if let Some(taken) = restored {
+        let (jobs, arrays) = control::mark_restored(&mut loaded.jobs, &mut loaded.arrays);
+        let (job_set, array_set): (HashSet<u64>, HashSet<u64>) = (jobs.iter().copied().collect(), arrays.iter().copied().collect());
+        let dirty = control::Dirty {
+            jobs: loaded.jobs.iter().filter(|j| job_set.contains(&j.req.id.0)).cloned().collect(),
+            arrays: loaded.arrays.iter().filter(|a| array_set.contains(&a.id())).cloned().collect(),
+            ..Default::default()
+        };
+        // Stored before the mark is taken away: a crash between the two marks them again.
+        db.persist(&dirty).context("storing the restored jobs' holds")?;
+        db.finish_restore().context("finishing the restore")?;
+        tracing::warn!(
+            jobs = jobs.len(),
+            arrays = arrays.len(),
+            "restored from a backup taken at {taken} (unix time): {} job(s) and {} array(s) it holds unfinished are held (reason Restored) until their agents report them running or an operator releases or cancels them; this start is counted {boot}",
+            jobs.len(),
+            arrays.len()
+        );
+    }
     let t = now();
     let mut settings = args.settings;
     let me = nix::unistd::geteuid().as_raw();
@@ -231,6 +257,7 @@ async fn run(args: ServerArgs) -> Result<()> {
         endpoint: Arc::new(std::sync::OnceLock::new()),
         kube: Arc::new(Mutex::new(app::Views::new(boot))),
         outputs: Arc::new(app::Outputs::default()),
+        data: Arc::new(args.data.clone()),
     };
     // The site's job-submit script is loaded now, so an error in it is logged at once; the
     // controller serves either way (and refuses submissions while the script cannot be used).

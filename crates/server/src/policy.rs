@@ -385,7 +385,50 @@ async fn debug_route(
     }
 }
 
+/// `tandem admin backup`: a consistent copy of the database, taken while the controller goes on
+/// committing, streamed to the caller (administrators: it holds every user's jobs). The copy is
+/// made in the data directory (0600) and unlinked once open, so nothing is left behind.
+async fn backup_route(
+    axum::extract::State(app): axum::extract::State<App>,
+    axum::extract::ConnectInfo(peer): axum::extract::ConnectInfo<crate::app::Peer>,
+    headers: axum::http::HeaderMap,
+) -> Response {
+    use axum::response::IntoResponse;
+    let uid = or_reply!(crate::app::user_of(&app, &peer, &headers));
+    let user = crate::app::user_name(uid);
+    if app.lock().ctl.admin_level(uid, &user) < model::AdminLevel::Administrator {
+        return crate::app::refused(control::Refused::Forbidden("Invalid user id: only administrators take backups".into()));
+    }
+    let db = app.data.join("state.db");
+    let dest = app.data.join(format!("backup-{}-{}.tmp", std::process::id(), crate::app::now_ms()));
+    let taken = crate::app::now();
+    let (db2, dest2) = (db.clone(), dest.clone());
+    let made = tokio::task::spawn_blocking(move || {
+        let r = store::backup(&db2, &dest2, taken).map_err(|e| e.to_string());
+        let file = r.and_then(|()| std::fs::File::open(&dest2).map_err(|e| e.to_string()));
+        // Open or not, the copy leaves the data directory now.
+        let _ = std::fs::remove_file(&dest2);
+        file
+    })
+    .await;
+    let file = match made {
+        Ok(Ok(f)) => f,
+        Ok(Err(e)) => return err(StatusCode::INTERNAL_SERVER_ERROR, format!("taking the backup: {e}")),
+        Err(e) => return err(StatusCode::INTERNAL_SERVER_ERROR, format!("taking the backup: {e}")),
+    };
+    let len = file.metadata().map(|m| m.len()).unwrap_or(0);
+    tracing::info!(uid, bytes = len, "backup taken (tandem admin backup)");
+    let stream = tokio_util::io::ReaderStream::new(tokio::fs::File::from_std(file));
+    (
+        [(axum::http::header::CONTENT_TYPE, "application/vnd.sqlite3".to_string()), (axum::http::header::CONTENT_LENGTH, len.to_string())],
+        axum::body::Body::from_stream(stream),
+    )
+        .into_response()
+}
+
 /// The routes of site administration.
 pub(crate) fn routes(r: axum::Router<App>) -> axum::Router<App> {
-    r.route("/v1/reconfigure", axum::routing::post(reconfigure_route)).route("/v1/debug", axum::routing::post(debug_route))
+    r.route("/v1/reconfigure", axum::routing::post(reconfigure_route))
+        .route("/v1/debug", axum::routing::post(debug_route))
+        .route("/v1/backup", axum::routing::get(backup_route))
 }

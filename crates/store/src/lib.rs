@@ -41,6 +41,29 @@ pub const SCHEMA: u32 = 2;
 /// Each schema's change from the one before, in order (`MIGRATIONS[i]` makes schema `i + 2`).
 const MIGRATIONS: &[&str] = &["CREATE INDEX IF NOT EXISTS jobs_end ON jobs(end_time);"];
 
+/// How far a controller restored from a backup moves its start count past the backup's: more
+/// starts than any controller makes between a backup and its restore (one a minute for 45
+/// days), so the order numbers agents have acknowledged and the endpoint versions proxies hold
+/// are behind the restored controller's, never ahead.
+pub const RESTORE_BOOT_STEP: u64 = 1 << 16;
+
+/// Writes a consistent copy of the database at `db` to `dest` (a new file, the caller's mode),
+/// while the controller goes on committing: a read transaction's state of the WAL database,
+/// marked as a backup (`backup_taken`, `now`) so that a controller started on it knows it is
+/// restored ([`Store::restored_from`]).
+pub fn backup(db: &Path, dest: &Path, now: i64) -> Result<(), StoreError> {
+    let conn = Connection::open_with_flags(db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX)?;
+    conn.pragma_update(None, "busy_timeout", 5000)?;
+    conn.execute("VACUUM INTO ?1", params![dest.to_string_lossy()])?;
+    drop(conn);
+    let copy = Connection::open(dest)?;
+    copy.execute(
+        "INSERT INTO meta (key, value) VALUES ('backup_taken', ?1) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+        params![now.to_string()],
+    )?;
+    Ok(())
+}
+
 /// A migration [`Store::open`] made.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Migrated {
@@ -161,6 +184,20 @@ impl Store {
         self.migrated.as_ref()
     }
 
+    /// When the backup this database was restored from was taken ([`backup`] marks its copies),
+    /// until [`Store::finish_restore`]; `None` for a database that is no restored backup.
+    pub fn restored_from(&self) -> Result<Option<i64>, StoreError> {
+        let v: Option<String> = self.conn.query_row("SELECT value FROM meta WHERE key = 'backup_taken'", [], |r| r.get(0)).optional()?;
+        Ok(v.map(|v| v.parse().unwrap_or(0)))
+    }
+
+    /// The restore is settled (the caller stored what it changed): the database is the
+    /// controller's own again, and its next start an ordinary one.
+    pub fn finish_restore(&mut self) -> Result<(), StoreError> {
+        self.conn.execute("DELETE FROM meta WHERE key = 'backup_taken'", [])?;
+        Ok(())
+    }
+
     /// The database's schema (after [`Store::open`]: [`SCHEMA`]).
     pub fn schema(&self) -> Result<u32, StoreError> {
         let v: String = self.conn.query_row("SELECT value FROM meta WHERE key = 'schema'", [], |r| r.get(0))?;
@@ -262,13 +299,19 @@ impl Store {
     /// Counts this start of the controller and returns the count (1 for the first start). Order
     /// sequence numbers are based on it, so they grow across restarts.
     pub fn next_boot(&mut self) -> Result<u64, StoreError> {
+        self.next_boot_by(1)
+    }
+
+    /// As [`Store::next_boot`], the count raised by `step`: a restored backup's counter is
+    /// behind the starts made since it was taken, and must pass them all ([`RESTORE_BOOT_STEP`]).
+    pub fn next_boot_by(&mut self, step: u64) -> Result<u64, StoreError> {
         let tx = self.conn.transaction()?;
         let n: u64 = tx
             .query_row("SELECT value FROM meta WHERE key = 'boot'", [], |r| r.get::<_, String>(0))
             .optional()?
             .and_then(|v| v.parse().ok())
             .unwrap_or(0)
-            + 1;
+            + step.max(1);
         tx.execute(
             "INSERT INTO meta (key, value) VALUES ('boot', ?1) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
             params![n.to_string()],

@@ -56,6 +56,18 @@ impl LogArgs {
     }
 }
 
+/// `tandem admin ...`.
+#[derive(Subcommand)]
+enum AdminCmd {
+    /// Write a consistent copy of the controller's database to FILE (administrators; taken
+    /// while it runs). A controller started on the copy knows it is restored: it holds the
+    /// jobs the copy has unfinished until their agents or an operator settle them.
+    Backup {
+        /// Where (a new file, made 0600).
+        file: PathBuf,
+    },
+}
+
 /// `tandem node ...`.
 #[derive(Subcommand)]
 enum NodeCmd {
@@ -106,6 +118,11 @@ enum Cmd {
         /// Leave /etc/hosts alone: add no lines for the node names (node1 ...), print no notice.
         #[arg(long)]
         no_hosts: bool,
+    },
+    /// Cluster administration: `tandem admin backup FILE`.
+    Admin {
+        #[command(subcommand)]
+        cmd: AdminCmd,
     },
     /// Stop a local cluster that `tandem up` started: its `tandem up` (which stops its
     /// daemons), or the daemons a killed `tandem up` left running. Running jobs' keepers stay.
@@ -513,6 +530,7 @@ fn main() -> std::process::ExitCode {
             ("tandem token", cli::token(kind, lifespan))
         }
         Cmd::Node { cmd: NodeCmd::Delete { nodes } } => ("tandem node", cli::delete_nodes(&nodes)),
+        Cmd::Admin { cmd: AdminCmd::Backup { file } } => ("tandem admin", cli::backup(&file)),
         Cmd::Down { data } => (
             "tandem down",
             up::down(data).map(|lines| {

@@ -439,6 +439,17 @@ pub const DOCUMENT: &str = r##"{
         }
       }
     },
+    "/v1/backup": {
+      "get": {
+        "operationId": "backup", "tags": ["admin"], "summary": "tandem admin backup (administrators; root always): a consistent copy of the controller's database, taken while it runs; a controller started on it holds the jobs it has unfinished (reason Restored)",
+        "responses": {
+          "200": {"description": "The database (SQLite)", "content": {"application/vnd.sqlite3": {"schema": {"type": "string", "format": "binary"}}}},
+          "401": {"$ref": "#/components/responses/Unauthenticated"},
+          "403": {"$ref": "#/components/responses/Forbidden"},
+          "500": {"$ref": "#/components/responses/ServerError"}
+        }
+      }
+    },
     "/v1/debug": {
       "post": {
         "operationId": "setDebug", "tags": ["admin"], "summary": "scontrol setdebug (operators and administrators; root always): the controller's log filter, changed at once, until the next change or restart",
