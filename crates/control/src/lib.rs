@@ -321,11 +321,16 @@ pub enum Event {
 /// Returns the jobs and arrays changed, for the caller to store before anything else runs.
 pub fn mark_restored(jobs: &mut [Job], arrays: &mut [ArrayRecord]) -> (Vec<u64>, Vec<u64>) {
     let mut changed = Vec::new();
-    for j in jobs.iter_mut().filter(|j| !j.state.is_final()) {
+    // Service replicas are left to their services (a replica run twice is one too many for a
+    // moment, and the service ends it).
+    for j in jobs.iter_mut().filter(|j| !j.state.is_final() && j.replica.is_none()) {
         j.restored = true;
         if j.state == JobState::Pending {
             j.req.held = true;
             (j.reason, j.expected_start) = (PendingReason::Restored, None);
+            // Its run numbers move past any it may have had since (an agent ignores a launch
+            // of a run it already had).
+            j.epoch += RESTORE_EPOCH_STEP;
         }
         changed.push(j.req.id.0);
     }
@@ -338,6 +343,13 @@ pub fn mark_restored(jobs: &mut [Job], arrays: &mut [ArrayRecord]) -> (Vec<u64>,
     }
     (changed, held)
 }
+
+/// How far a restored pending job's run number moves ([`mark_restored`]).
+pub const RESTORE_EPOCH_STEP: u32 = 100;
+
+/// How far a restored controller's next job id moves past the backup's: the ids given since the
+/// backup are not given again (they name jobs users were told of, and an agent may run one).
+pub const RESTORE_ID_STEP: u64 = 100_000;
 
 /// Most events kept for the daemon to take; older ones are dropped (a simulator takes none).
 const EVENTS_KEPT: usize = 10_000;
@@ -1389,6 +1401,13 @@ impl Controller {
         if self.owned(uid, id)?.state != JobState::Pending {
             return Err(Refused::Conflict(format!("job {id} is not pending")));
         }
+        // Whether a job restored from a backup runs again is an operator's call: it may have
+        // run since the backup.
+        if !hold && self.jobs.get(&id).is_some_and(|j| j.restored) && !self.is_operator(uid) {
+            return Err(Refused::Forbidden(format!(
+                "job {id} is held because the controller was restored from a backup (it may have run since): an operator releases it"
+            )));
+        }
         let j = self.jobs.get_mut(&id).expect("checked");
         j.req.held = hold;
         j.prolog_held &= hold;
@@ -1828,10 +1847,10 @@ impl Controller {
                 self.jobs.get(&t.job).is_some_and(|j| j.state.on_nodes() && j.epoch == t.epoch && j.allocs.iter().any(|(n, _)| *n == name));
             if live {
                 let j = self.jobs.get_mut(&t.job).expect("live");
-                if t.step == BATCH_STEP && (!j.confirmed || j.restored) {
-                    // Its agent runs it: a job restored from a backup is settled.
+                // A job restored from a backup stays marked while it runs: one of its steps may
+                // have ended since, unreported, and a run found lost is held, not run again.
+                if t.step == BATCH_STEP && !j.confirmed {
                     j.confirmed = true;
-                    j.restored = false;
                     self.dirty_jobs.insert(t.job);
                 }
             } else {

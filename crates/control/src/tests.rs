@@ -354,7 +354,7 @@ fn a_restored_backups_unfinished_jobs_are_held_or_settled_by_their_agent_never_r
     let one = TaskKey { job: 1, epoch: 1, step: BATCH_STEP, rank: 0 };
     r.register_with(11, Node::new("n0", 4, 8 << 30, 0), "127.0.0.1".into(), &[one], &[]).unwrap();
     let j1 = r.job(1).unwrap();
-    assert_eq!((j1.state, j1.restored), (JobState::Running, false), "settled by its agent");
+    assert_eq!(j1.state, JobState::Running, "runs on where its agent has it");
     let j2 = r.job(2).unwrap();
     assert_eq!((j2.state, j2.req.held, j2.reason), (JobState::Pending, true, PendingReason::Restored));
     for id in [3, 4] {
@@ -368,11 +368,13 @@ fn a_restored_backups_unfinished_jobs_are_held_or_settled_by_their_agent_never_r
         assert_eq!(r.job(id).unwrap().reason, PendingReason::Restored, "job {id}");
         assert_eq!(r.job(id).unwrap().state, JobState::Pending, "job {id}");
     }
-    // An operator's release runs one (again: the operator's call); the mark goes with it.
+    // Its owner may not release it; an operator's release runs it (again: the operator's
+    // call), the mark going with it, at a run number past any it may have had.
+    assert!(matches!(r.hold(1, 3, false), Err(Refused::Forbidden(_))));
     r.hold(0, 3, false).unwrap();
     assert!(!r.job(3).unwrap().restored);
     r.tick(14);
-    assert_eq!(r.job(3).unwrap().state, JobState::Running);
+    assert_eq!((r.job(3).unwrap().state, r.job(3).unwrap().epoch), (JobState::Running, 1 + crate::RESTORE_EPOCH_STEP));
 }
 
 #[test]

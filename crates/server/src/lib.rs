@@ -187,19 +187,36 @@ async fn run(args: ServerArgs) -> Result<()> {
     let mut loaded = db.load().context("loading state")?;
     forget_secret(&args.data, &mut db, loaded.secret.clone())?;
     let restored = db.restored_from().context("reading the database")?;
-    let boot = match restored {
-        // Past every start made since the backup was taken (agents skip orders numbered below
-        // what they acknowledged; proxies ignore views older than theirs).
-        Some(_) => db.next_boot_by(store::RESTORE_BOOT_STEP),
-        None => db.next_boot(),
+    // The start count is kept beside the database too (DATA/boot): where a backup is restored
+    // into the same directory, the file still knows the starts made since the backup.
+    let boot_file = args.data.join("boot");
+    let floor = std::fs::read_to_string(&boot_file).ok().and_then(|s| s.trim().parse::<u64>().ok()).unwrap_or(0);
+    // Past every start made since the backup was taken (agents skip orders numbered below what
+    // they acknowledged; proxies ignore views older than theirs).
+    let step = if restored.is_some() { store::RESTORE_BOOT_STEP } else { 1 };
+    let boot = db.next_boot_after(floor, step).context("recording this start")?;
+    if boot >= 1 << 24 {
+        anyhow::bail!(
+            "the controller's start count is {boot}, at its limit (2^24: order numbers are the count times 2^40); this many starts means a restart loop or many restores: stop it, and report this"
+        );
     }
-    .context("recording this start")?;
+    private::write(&boot_file, &boot.to_string()).context("writing DATA/boot")?;
+    // What a `tandem admin backup` cut short (a crash) left.
+    for e in std::fs::read_dir(&args.data).into_iter().flatten().flatten() {
+        let n = e.file_name().to_string_lossy().into_owned();
+        if n.starts_with("backup-") && n.ends_with(".tmp") {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
     if let Some(taken) = restored {
+        // Ids given since the backup are not given again.
+        loaded.next_id = loaded.next_id.saturating_add(control::RESTORE_ID_STEP);
         let (jobs, arrays) = control::mark_restored(&mut loaded.jobs, &mut loaded.arrays);
         let (job_set, array_set): (HashSet<u64>, HashSet<u64>) = (jobs.iter().copied().collect(), arrays.iter().copied().collect());
         let dirty = control::Dirty {
             jobs: loaded.jobs.iter().filter(|j| job_set.contains(&j.req.id.0)).cloned().collect(),
             arrays: loaded.arrays.iter().filter(|a| array_set.contains(&a.id())).cloned().collect(),
+            next_id: Some(loaded.next_id),
             ..Default::default()
         };
         // Stored before the mark is taken away: a crash between the two marks them again.
@@ -208,9 +225,10 @@ async fn run(args: ServerArgs) -> Result<()> {
         tracing::warn!(
             jobs = jobs.len(),
             arrays = arrays.len(),
-            "restored from a backup taken at {taken} (unix time): {} job(s) and {} array(s) it holds unfinished are held (reason Restored) until their agents report them running or an operator releases or cancels them; this start is counted {boot}",
+            "restored from a backup taken at {taken} (unix time): {} job(s) and {} array(s) it holds unfinished are held (reason Restored) until their agents report them running or an operator releases or cancels them; new job ids start at {}; this start is counted {boot}",
             jobs.len(),
-            arrays.len()
+            arrays.len(),
+            loaded.next_id
         );
     }
     let t = now();
@@ -237,8 +255,10 @@ async fn run(args: ServerArgs) -> Result<()> {
     accounting::refresh_admins(&mut ctl);
     let heartbeat_ms = ctl.heartbeat_ms();
     let db = Arc::new(Mutex::new(db));
+    // The jobs' states as they are: their next change is logged, not their restart.
+    let logged: HashMap<u64, model::JobState> = ctl.jobs().filter(|j| !j.state.is_final()).map(|j| (j.req.id.0, j.state)).collect();
     let app = App {
-        inner: Arc::new(Mutex::new(Inner { ctl, job_seq: HashMap::new(), logged: HashMap::new() })),
+        inner: Arc::new(Mutex::new(Inner { ctl, job_seq: HashMap::new(), logged })),
         journal: journal::Journal::start(db.clone()),
         db,
         nodes: Arc::new(token::NodeTokens::new(private::key(&args.data.join("nodes.key"))?.as_bytes())),

@@ -47,6 +47,30 @@ const MIGRATIONS: &[&str] = &["CREATE INDEX IF NOT EXISTS jobs_end ON jobs(end_t
 /// are behind the restored controller's, never ahead.
 pub const RESTORE_BOOT_STEP: u64 = 1 << 16;
 
+/// The copy an earlier attempt to migrate the database at `path` from schema `found` made.
+fn earlier_copy(path: &Path, found: u32) -> Option<std::path::PathBuf> {
+    let dir = path.parent()?;
+    let prefix = format!("{}.schema-{found}.", path.file_name()?.to_string_lossy());
+    let mut copies: Vec<std::path::PathBuf> = std::fs::read_dir(dir)
+        .ok()?
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix) && e.file_name().to_string_lossy().ends_with(".bak"))
+        .map(|e| e.path())
+        .collect();
+    copies.sort();
+    copies.pop()
+}
+
+/// Marks a copy of the database as a backup taken at `now`.
+fn mark_backup(dest: &Path, now: i64) -> Result<(), StoreError> {
+    let copy = Connection::open(dest)?;
+    copy.execute(
+        "INSERT INTO meta (key, value) VALUES ('backup_taken', ?1) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+        params![now.to_string()],
+    )?;
+    Ok(())
+}
+
 /// Writes a consistent copy of the database at `db` to `dest` (a new file, the caller's mode),
 /// while the controller goes on committing: a read transaction's state of the WAL database,
 /// marked as a backup (`backup_taken`, `now`) so that a controller started on it knows it is
@@ -56,12 +80,7 @@ pub fn backup(db: &Path, dest: &Path, now: i64) -> Result<(), StoreError> {
     conn.pragma_update(None, "busy_timeout", 5000)?;
     conn.execute("VACUUM INTO ?1", params![dest.to_string_lossy()])?;
     drop(conn);
-    let copy = Connection::open(dest)?;
-    copy.execute(
-        "INSERT INTO meta (key, value) VALUES ('backup_taken', ?1) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-        params![now.to_string()],
-    )?;
-    Ok(())
+    mark_backup(dest, now)
 }
 
 /// A migration [`Store::open`] made.
@@ -130,12 +149,19 @@ impl Store {
             // A value that does not read is no schema this build knows.
             v.map_or(1, |v| v.parse().unwrap_or(u32::MAX))
         };
-        if found > SCHEMA {
+        if found > SCHEMA || found == 0 {
             return Err(StoreError::Newer { found, reads: SCHEMA });
         }
         // A copy of an older database before it is changed: the consistent state of a read
         // transaction (WAL included), written as a new file.
-        let backup = (found < SCHEMA).then(|| {
+        // A copy an earlier attempt of this same migration made (it failed, or the start was cut
+        // short) is the database as it was: kept, not taken again at every retry.
+        let earlier = (found < SCHEMA).then(|| earlier_copy(path, found)).flatten().filter(|c| {
+            // Made by a start in the last ten minutes (a crash loop): older ones are of another
+            // time the database had this schema (a restored backup, say).
+            std::fs::metadata(c).and_then(|m| m.modified()).is_ok_and(|t| t.elapsed().is_ok_and(|e| e.as_secs() < 600))
+        });
+        let backup = (found < SCHEMA && earlier.is_none()).then(|| {
             let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
             // A name not taken (an earlier attempt in the same second).
             (0..)
@@ -149,7 +175,10 @@ impl Store {
         });
         if let Some(b) = &backup {
             conn.execute("VACUUM INTO ?1", params![b.to_string_lossy()])?;
+            // Marked as a backup: a controller started on it is a restored one.
+            mark_backup(b, std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64))?;
         }
+        let backup = backup.or(earlier);
         conn.execute_batch(
             "CREATE TABLE IF NOT EXISTS jobs (id INTEGER PRIMARY KEY, state TEXT NOT NULL, user TEXT NOT NULL, end_time INTEGER, data TEXT NOT NULL);
              CREATE INDEX IF NOT EXISTS jobs_state ON jobs(state);
@@ -299,18 +328,21 @@ impl Store {
     /// Counts this start of the controller and returns the count (1 for the first start). Order
     /// sequence numbers are based on it, so they grow across restarts.
     pub fn next_boot(&mut self) -> Result<u64, StoreError> {
-        self.next_boot_by(1)
+        self.next_boot_after(0, 1)
     }
 
-    /// As [`Store::next_boot`], the count raised by `step`: a restored backup's counter is
-    /// behind the starts made since it was taken, and must pass them all ([`RESTORE_BOOT_STEP`]).
-    pub fn next_boot_by(&mut self, step: u64) -> Result<u64, StoreError> {
+    /// As [`Store::next_boot`], from the larger of the stored count and `floor` (the count the
+    /// controller also keeps beside the database), raised by `step`: a restored backup's count
+    /// is behind the starts made since it was taken, and must pass them all
+    /// ([`RESTORE_BOOT_STEP`]).
+    pub fn next_boot_after(&mut self, floor: u64, step: u64) -> Result<u64, StoreError> {
         let tx = self.conn.transaction()?;
         let n: u64 = tx
             .query_row("SELECT value FROM meta WHERE key = 'boot'", [], |r| r.get::<_, String>(0))
             .optional()?
-            .and_then(|v| v.parse().ok())
+            .and_then(|v| v.parse::<u64>().ok())
             .unwrap_or(0)
+            .max(floor)
             + step.max(1);
         tx.execute(
             "INSERT INTO meta (key, value) VALUES ('boot', ?1) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
@@ -499,6 +531,13 @@ mod tests {
             s.persist(&c.take_dirty()).unwrap();
             s.conn.execute_batch("DELETE FROM meta WHERE key = 'schema'; DROP INDEX jobs_end;").unwrap();
         }
+        // The copy that first open made (of the empty tables) is not the one wanted below.
+        for e in std::fs::read_dir(&dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.to_string_lossy().ends_with(".bak") {
+                std::fs::remove_file(p).unwrap();
+            }
+        }
         let s = Store::open(&old).unwrap();
         let m = s.migrated().cloned().expect("migrated");
         assert_eq!((m.from, m.to), (1, SCHEMA));
@@ -519,12 +558,26 @@ mod tests {
             copy.query_row("SELECT value FROM meta WHERE key = 'schema'", [], |r| r.get(0)).optional().unwrap(),
         );
         assert_eq!((jobs, schema), (1, None));
+        let marked: Option<String> =
+            copy.query_row("SELECT value FROM meta WHERE key = 'backup_taken'", [], |r| r.get(0)).optional().unwrap();
+        assert!(marked.is_some(), "a controller started on the copy knows it is restored");
         drop(s);
+        // A start cut short after the copy was made keeps that copy instead of taking another.
+        let conn = Connection::open(&old).unwrap();
+        conn.execute_batch("DELETE FROM meta WHERE key = 'schema';").unwrap();
+        drop(conn);
+        let again = Store::open(&old).unwrap().migrated().cloned().unwrap();
+        assert_eq!(again.backup, m.backup, "the earlier copy is kept");
         // A newer schema is refused, and left as it was.
         let conn = Connection::open(&old).unwrap();
         conn.execute("UPDATE meta SET value = ?1 WHERE key = 'schema'", params![(SCHEMA + 1).to_string()]).unwrap();
         drop(conn);
         let e = Store::open(&old).err().expect("refused").to_string();
+        // Schema 0 is no schema.
+        let zero = dir.join("zero.db");
+        drop(Store::open(&zero).unwrap());
+        Connection::open(&zero).unwrap().execute("UPDATE meta SET value = '0' WHERE key = 'schema'", []).unwrap();
+        assert!(Store::open(&zero).is_err());
         assert!(e.contains(&format!("schema {}", SCHEMA + 1)) && e.contains("newer Tandem") && e.contains("restore a backup"), "{e}");
         let conn = Connection::open(&old).unwrap();
         let v: String = conn.query_row("SELECT value FROM meta WHERE key = 'schema'", [], |r| r.get(0)).unwrap();

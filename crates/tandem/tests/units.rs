@@ -173,10 +173,25 @@ fn systemd_analyze_verify_says_nothing_of_any_unit() {
         let said = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
         assert!(o.status.success() && said.trim().is_empty(), "systemd-analyze verify {n}:\n{said}");
     }
-    // Stopping the agent's unit never stops its jobs; the agent manages its cgroups.
+    // Stopping the agent's unit never stops its jobs; the agent manages its cgroups; nothing
+    // that would bind its jobs too (they run in its cgroup) is set.
     let agent = unit("tandem-agent.service");
     assert_eq!(values(&agent, "KillMode"), ["process"]);
     assert_eq!(values(&agent, "Delegate"), ["yes"]);
+    for k in [
+        "ProtectClock",
+        "DeviceAllow",
+        "SystemCallArchitectures",
+        "SystemCallFilter",
+        "RestrictRealtime",
+        "OOMScoreAdjust",
+        "ProtectKernelModules",
+        "RestrictAddressFamilies",
+        "NoNewPrivileges",
+        "PrivateDevices",
+    ] {
+        assert!(values(&agent, k).is_empty(), "{k}= in the agent's unit would bind its jobs");
+    }
     for n in ["tandem-server.service", "tandem-agent.service", "tandem-proxy.service"] {
         assert_eq!(values(&unit(n), "Type"), ["notify"], "{n}");
         assert_eq!(values(&unit(n), "Restart"), ["on-failure"], "{n}");
@@ -261,8 +276,9 @@ fn each_daemon_started_by_its_units_command_line_is_ready_once_it_serves() {
     let creds = root.join("credentials");
     std::fs::create_dir_all(&creds).unwrap();
     std::fs::write(creds.join("proxy.credential"), tok(&["--proxy", "unit-proxy"])).unwrap();
+    std::fs::copy(data.join("ca.pem"), creds.join("ca.pem")).unwrap();
     let proxy_unit = unit("tandem-proxy.service");
-    assert_eq!(values(&proxy_unit, "LoadCredential"), ["proxy.credential:/etc/tandem/proxy.credential"]);
+    assert_eq!(values(&proxy_unit, "LoadCredential"), ["proxy.credential:/etc/tandem/proxy.credential", "ca.pem:/etc/tandem/ca.pem"]);
     let mut env = environment(&proxy_unit);
     env.insert("TANDEM_SERVER".into(), format!("https://localhost:{}", addr.rsplit(':').next().unwrap()));
     env.insert("CREDENTIALS_DIRECTORY".into(), creds.display().to_string());
