@@ -236,10 +236,16 @@ pub(crate) fn default_partition(c: &control::Controller) -> String {
 /// at the limit fits with room for its JSON escapes and the environment). A body over the
 /// bound is refused at once with 413, while the client may still be sending it: the client
 /// reads that answer after its write fails.
-async fn bounded_json_body(app: &App, body: axum::body::Body) -> Result<SubmitRequest, Response> {
+async fn bounded_json_body(app: &App, headers: &HeaderMap, body: axum::body::Body) -> Result<SubmitRequest, Response> {
     use http_body_util::BodyExt;
     let max = app.lock().ctl.settings().max_script_size;
     let limit = max.saturating_mul(2).saturating_add(1 << 20);
+    // A declared length over the bound is refused before the body is read (a client waiting
+    // for `100 Continue` gets the 413, not a connection cut mid-upload).
+    let declared = headers.get(axum::http::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit) {
+        return Err(err(StatusCode::PAYLOAD_TOO_LARGE, slurmcli::body_too_large(limit, max)));
+    }
     let bytes = match http_body_util::Limited::new(body, usize::try_from(limit).unwrap_or(usize::MAX)).collect().await {
         Ok(b) => b.to_bytes(),
         Err(e) if e.is::<http_body_util::LengthLimitError>() => {
@@ -252,7 +258,7 @@ async fn bounded_json_body(app: &App, body: axum::body::Body) -> Result<SubmitRe
 
 async fn submit(State(app): State<App>, ConnectInfo(peer): ConnectInfo<Peer>, headers: HeaderMap, body: axum::body::Body) -> Response {
     let uid = or_reply!(user_of(&app, &peer, &headers));
-    let req = or_reply!(bounded_json_body(&app, body).await);
+    let req = or_reply!(bounded_json_body(&app, &headers, body).await);
     match submit_as(&app, uid, req, None, None).await {
         Ok(r) => Json(r).into_response(),
         Err(r) => r,

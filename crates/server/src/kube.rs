@@ -72,6 +72,12 @@ async fn handle(
         Ok(Query(q)) => q,
         Err(e) => return failure(Failure::bad_request(format!("malformed query: {}", e.body_text()))),
     };
+    // A declared length over the bound is refused before the body is read: the client that
+    // waits for `100 Continue` gets the 413 itself, not a connection cut mid-upload.
+    let declared = headers.get(axum::http::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > MAX_BODY as u64) {
+        return failure(Failure::from_code(413, format!("the request body is larger than {MAX_BODY} bytes")));
+    }
     let body = match axum::body::to_bytes(body, MAX_BODY).await {
         Ok(b) => b,
         Err(_) => return failure(Failure::from_code(413, format!("the request body is larger than {MAX_BODY} bytes"))),

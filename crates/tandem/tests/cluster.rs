@@ -1541,3 +1541,22 @@ fn a_backup_taken_under_load_restores_every_acknowledged_job_and_runs_none_twice
     // The first start counted 1 (in the copy); the restored one passes every start since.
     assert!(c.log("controller").contains("this start is counted 65537"), "{}", c.log("controller"));
 }
+
+/// A body declared larger than the controller takes is refused before it is sent: a client
+/// waiting for `100 Continue` (curl's way with large bodies) gets the 413 itself, not a
+/// connection cut in the middle of its upload. Both APIs.
+#[test]
+fn a_declared_oversized_body_gets_its_413_before_any_byte_of_it() {
+    let c = Cluster::new("expect", 1, None, 30);
+    for path in ["/v1/jobs", "/apis/apps/v1/namespaces/default/deployments"] {
+        let req = format!(
+            "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100000000\r\nExpect: 100-continue\r\nConnection: close\r\n\r\n"
+        );
+        let (status, raw) = raw_http(&c.sock, &req);
+        assert_eq!(status, 413, "{path}: {raw}");
+        assert!(!raw.contains("100 Continue"), "{path}: {raw}");
+    }
+    // The controller serves on.
+    let id = c.sbatch(&["--wrap", "true"]);
+    c.wait_state(id, &["COMPLETED"], 30);
+}
