@@ -379,7 +379,15 @@ pub(crate) async fn submit_as(
             "submission accepted"
         );
     }
-    app.settled(seq).await?;
+    if let Err(unsaved) = app.settled(seq).await {
+        // Said above as submitted: the log says it was not kept after all.
+        if let Ok(ids) = &r
+            && let Some(first) = ids.first()
+        {
+            tracing::error!(target: "server::jobs", job_id = first, "job submission answered as failed: the database takes no commits (the job is kept if they resume)");
+        }
+        return Err(unsaved);
+    }
     match r {
         Ok(ids) => {
             app.metrics.lock().expect("lock").submissions += ids.len() as u64;
