@@ -128,6 +128,10 @@ async fn register(conn: &Conn, a: &AgentArgs, hdr: &[(&str, &str)], reg: &Regist
             Err(client::Error::Refused { status: status @ (401 | 403), message }) => {
                 return Err(revoked(a, status, &message));
             }
+            // A release the controller does not take: trying again cannot help.
+            Err(client::Error::Refused { status: 426, message }) => {
+                anyhow::bail!("the controller refuses this agent's release: {message}");
+            }
             Err(e) => {
                 tracing::warn!(node = %a.name, "registering: {:#}", anyhow::Error::from(e));
                 tokio::time::sleep(Duration::from_millis(500)).await;
@@ -169,7 +173,13 @@ pub(crate) async fn run(a: AgentArgs) -> Result<()> {
         tracing::info!(node = %a.name, "{} GPU(s) ({}), {source}", n, node.gpu_type.as_deref().unwrap_or("any model"));
     }
     node.features = a.features.clone();
-    let mut reg = RegisterRequest { node: node.clone(), addr: a.addr.clone(), running: Vec::new(), exits: Vec::new() };
+    let mut reg = RegisterRequest {
+        node: node.clone(),
+        addr: a.addr.clone(),
+        running: Vec::new(),
+        exits: Vec::new(),
+        version: Some(env!("CARGO_PKG_VERSION").to_string()),
+    };
     // One connection to the controller for everything (HTTP/2 over TLS, kept open).
     let conn = Conn::new(a.server.clone());
     let credential = credential(&conn, &a).await?;

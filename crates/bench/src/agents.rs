@@ -284,6 +284,7 @@ async fn sim_agent(sh: Arc<Shared>, i: usize, node: model::Node) {
         addr: format!("10.{}.{}.{}", (i >> 16) & 255, (i >> 8) & 255, i & 255),
         running: Vec::new(),
         exits: Vec::new(),
+        version: Some(env!("CARGO_PKG_VERSION").to_string()),
     };
     let register = || async {
         loop {

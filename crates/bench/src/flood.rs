@@ -498,6 +498,7 @@ pub fn run(a: FloodArgs) -> Result<FloodReport> {
                 addr: "127.0.0.1".into(),
                 running: Vec::new(),
                 exits: Vec::new(),
+                version: Some(env!("CARGO_PKG_VERSION").to_string()),
             };
             pool.send(i, "POST", "/v1/agent/register", Some(&reg), &[("authorization", bearer.as_str())]).await?.ok()?;
             let drain = serde_json::json!({"state": "drain", "reason": "heartbeat probe"});

@@ -996,6 +996,12 @@ async fn register(
     if r.node.gpus > MAX_NODE_GPUS {
         return err(StatusCode::BAD_REQUEST, format!("node {}: at most {MAX_NODE_GPUS} GPUs, not {}", r.node.name, r.node.gpus));
     }
+    // The controller may be one release ahead of its agents, never behind (upgrade order).
+    if let Err(why) = wire::agent_release_ok(env!("CARGO_PKG_VERSION"), r.version.as_deref()) {
+        tracing::warn!(node = %r.node.name, agent_release = ?r.version, "node {} refused: {why}", r.node.name);
+        let status = if why.starts_with("malformed") { StatusCode::BAD_REQUEST } else { StatusCode::UPGRADE_REQUIRED };
+        return err(status, format!("node {}: {why}", r.node.name));
+    }
     let t = now();
     let registered = app
         .with(|c| {

@@ -1560,3 +1560,51 @@ fn a_declared_oversized_body_gets_its_413_before_any_byte_of_it() {
     let id = c.sbatch(&["--wrap", "true"]);
     c.wait_state(id, &["COMPLETED"], 30);
 }
+
+/// Issue 32's upgrade promise, Slurm's: the controller may be one release ahead of its agents,
+/// never behind. An agent of a newer release is refused at registration with which to upgrade
+/// first, as is one more than a release behind; one that sends no release is 0.1's. The node
+/// stays as it was.
+#[test]
+fn an_agent_of_a_newer_release_is_refused_with_which_to_upgrade_first() {
+    let c = Cluster::new("release", 1, None, 30);
+    let cred = std::fs::read_to_string(c.dir.join("node1/credential")).unwrap().trim().to_string();
+    let ca = c.dir.join("controller/ca.pem").display().to_string();
+    let register = |version: Option<&str>| {
+        let v = version.map_or(String::new(), |v| format!(r#","version":"{v}""#));
+        let body = format!(
+            r#"{{"node":{{"name":"node1","cpus":4,"memory":1073741824,"gpus":0,"gpu_type":null,"other":[],"features":[],"partitions":[],"switch":0,"block":0,"state":"Up"}},"addr":"127.0.0.1"{v}}}"#
+        );
+        let port = c.addr.rsplit(':').next().unwrap();
+        let o = Command::new("curl")
+            .args([
+                "-s",
+                "--cacert",
+                &ca,
+                "--resolve",
+                &format!("controller.tandem:{port}:127.0.0.1"),
+                "-w",
+                "\n%{http_code}",
+                "-X",
+                "POST",
+            ])
+            .arg(format!("https://controller.tandem:{port}/v1/agent/register"))
+            .args(["-H", "content-type: application/json", "-H", &format!("authorization: Bearer {cred}"), "--data-binary", &body])
+            .output()
+            .unwrap();
+        let out = String::from_utf8_lossy(&o.stdout).into_owned();
+        let (text, code) = out.rsplit_once('\n').unwrap();
+        (code.trim().parse::<u16>().unwrap_or(0), text.to_string())
+    };
+    let (code, text) = register(Some("99.0.0"));
+    assert_eq!(code, 426, "{text}");
+    assert!(text.contains("is newer than the controller's") && text.contains("upgrade the controller first"), "{text}");
+    let (code, text) = register(Some("1.x"));
+    assert_eq!(code, 400, "{text}");
+    assert!(c.log("controller").contains("node node1 refused"), "{}", c.log("controller"));
+    // Its own release, and none (an agent from before releases were sent): taken.
+    assert_eq!(register(Some(env!("CARGO_PKG_VERSION"))).0, 200);
+    assert_eq!(register(None).0, 200);
+    let id = c.sbatch(&["--wrap", "true"]);
+    c.wait_state(id, &["COMPLETED"], 30);
+}

@@ -601,6 +601,78 @@ pub struct RegisterRequest {
     /// Tasks that ended and were not reported yet (an earlier agent process's included).
     #[serde(default)]
     pub exits: Vec<TaskExit>,
+    /// The agent's release (`MAJOR.MINOR.PATCH`, its `tandem --version`); absent from agents
+    /// from before releases were sent, which are release 0.1 ([`agent_release_ok`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+}
+
+/// Whether a controller of release `controller` takes an agent of release `agent` (`None`:
+/// an agent from before releases were sent, 0.1). As Slurm's promise: the controller may be
+/// one release ahead of its agents (a release is `MAJOR.MINOR`; patch levels are the same
+/// release), never behind, so a cluster upgrades its controller first, then its agents. The
+/// error says which to upgrade.
+pub fn agent_release_ok(controller: &str, agent: Option<&str>) -> Result<(), String> {
+    fn release(v: &str) -> Option<(u64, u64)> {
+        let mut p = v.trim().split(['.', '-', '+']);
+        let major = p.next()?.parse().ok()?;
+        let minor = p.next()?.parse().ok()?;
+        Some((major, minor))
+    }
+    let ctl = release(controller).ok_or_else(|| format!("the controller's release {controller:?} does not read"))?;
+    let a = match agent {
+        None => (0, 1),
+        Some(v) => {
+            release(v).ok_or_else(|| format!("malformed agent release {:?} (MAJOR.MINOR.PATCH)", v.chars().take(40).collect::<String>()))?
+        }
+    };
+    let shown = agent.unwrap_or("0.1 (sent none)");
+    if a > ctl {
+        return Err(format!(
+            "this agent's release {shown} is newer than the controller's {controller}: upgrade the controller first (a controller may be one release ahead of its agents, never behind)"
+        ));
+    }
+    // One release behind: the previous minor of the same major, or any of the previous major
+    // when the controller's is the first minor of its major.
+    let one_behind = a == ctl || (a.0 == ctl.0 && a.1 + 1 == ctl.1) || (a.0 + 1 == ctl.0 && ctl.1 == 0);
+    if !one_behind {
+        return Err(format!(
+            "this agent's release {shown} is more than one release behind the controller's {controller}: upgrade the agent (a controller may be one release ahead of its agents)"
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod release_tests {
+    use super::agent_release_ok;
+
+    #[test]
+    fn a_controller_takes_its_own_and_the_previous_release_never_a_newer_one() {
+        for (ctl, agent) in [
+            ("0.1.0", Some("0.1.0")),
+            ("0.1.3", Some("0.1.0")),
+            ("0.2.0", Some("0.1.9")),
+            ("0.1.0", None),
+            ("0.2.1", None),
+            ("1.0.0", Some("0.7.2")),
+            ("1.4.0", Some("1.3.0")),
+            ("0.1.0-rc1", Some("0.1.0")),
+        ] {
+            assert_eq!(agent_release_ok(ctl, agent), Ok(()), "{ctl} {agent:?}");
+        }
+        let newer = agent_release_ok("0.1.0", Some("0.2.0")).unwrap_err();
+        assert!(newer.contains("newer than the controller's 0.1.0: upgrade the controller first"), "{newer}");
+        assert!(agent_release_ok("0.1.5", Some("1.0.0")).is_err());
+        let older = agent_release_ok("0.3.0", Some("0.1.0")).unwrap_err();
+        assert!(older.contains("more than one release behind") && older.contains("upgrade the agent"), "{older}");
+        assert!(agent_release_ok("0.3.0", None).is_err(), "an agent that sends none is 0.1");
+        assert!(agent_release_ok("1.1.0", Some("0.9.0")).is_err());
+        for bad in ["", "x", "1", "1.x.0", "\u{1b}[31m"] {
+            let e = agent_release_ok("0.1.0", Some(bad)).unwrap_err();
+            assert!(e.starts_with("malformed agent release"), "{bad:?}: {e}");
+        }
+    }
 }
 
 /// Response to a registration.

@@ -111,6 +111,7 @@ pub const DOCUMENT: &str = r##"{
           "400": {"$ref": "#/components/responses/Malformed"},
           "401": {"$ref": "#/components/responses/NoCredential"},
           "403": {"$ref": "#/components/responses/OtherNode"},
+          "426": {"description": "The agent's release is not one this controller takes (newer than the controller's, or more than one release behind): the error says which to upgrade", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}},
           "500": {"$ref": "#/components/responses/ServerError"}
         }
       }
@@ -1025,7 +1026,8 @@ pub const DOCUMENT: &str = r##"{
         "node": {"$ref": "#/components/schemas/Node"},
         "addr": {"type": "string", "description": "Address other nodes reach it at"},
         "running": {"type": "array", "items": {"$ref": "#/components/schemas/TaskKey"}, "description": "The tasks it runs, adopted ones included: every other run placed here ends at once"},
-        "exits": {"type": "array", "items": {"$ref": "#/components/schemas/TaskExit"}, "description": "Tasks that ended and were not reported yet"}}},
+        "exits": {"type": "array", "items": {"$ref": "#/components/schemas/TaskExit"}, "description": "Tasks that ended and were not reported yet"},
+        "version": {"type": "string", "description": "The agent's release, MAJOR.MINOR.PATCH (absent: 0.1, agents from before releases were sent)"}}},
       "RegisterResponse": {"type": "object", "required": ["lease_s", "heartbeat_ms"], "additionalProperties": false, "properties": {
         "lease_s": {"$ref": "#/components/schemas/i64"}, "heartbeat_ms": {"$ref": "#/components/schemas/u64"},
         "prolog": {"$ref": "#/components/schemas/StringOrNull", "description": "The node-local prolog the agent runs before a job's first task on its node"},
@@ -2040,7 +2042,16 @@ mod tests {
                 }),
             ),
             ("AcctResponse", v(&AcctResponse { text: " Modified user associations...\n".into() })),
-            ("RegisterRequest", v(&RegisterRequest { node, addr: "127.0.0.1".into(), running: Vec::new(), exits: Vec::new() })),
+            (
+                "RegisterRequest",
+                v(&RegisterRequest {
+                    node,
+                    addr: "127.0.0.1".into(),
+                    running: Vec::new(),
+                    exits: Vec::new(),
+                    version: Some("0.1.0".into()),
+                }),
+            ),
             (
                 "RegisterResponse",
                 v(&RegisterResponse {
