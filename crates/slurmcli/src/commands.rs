@@ -416,6 +416,93 @@ pub fn option_reference() -> String {
     out
 }
 
+/// What each Slurm command Tandem ships does, in a line (its manual page's NAME).
+const SUMMARIES: [(&str, &str); 15] = [
+    ("sbatch", "submit a batch script to Tandem"),
+    ("srun", "run a parallel job step (in an allocation, or one made for it)"),
+    ("salloc", "obtain an allocation and run a command in it"),
+    ("squeue", "show the jobs in Tandem's queue"),
+    ("sinfo", "show Tandem's nodes and partitions"),
+    ("sacct", "show accounting records of finished and running jobs"),
+    ("scancel", "cancel or signal jobs"),
+    ("scontrol", "show and change jobs, nodes, partitions, reservations and the configuration"),
+    ("sprio", "show the priority factors of pending jobs"),
+    ("sshare", "show fair-share usage and shares"),
+    ("sreport", "report cluster utilization and top users"),
+    ("sstat", "show the resources of running job steps"),
+    ("sbcast", "copy a file to the nodes of an allocation"),
+    ("sattach", "attach to a running job step's input and output"),
+    ("sacctmgr", "show and change accounts, users, associations and QOS"),
+];
+
+/// Text for roff: backslashes escaped, and a line that would start with `.` or `'` (a request)
+/// kept as text.
+fn roff(s: &str) -> String {
+    let s = s.replace('\\', "\\e").replace('-', "\\-");
+    s.lines().map(|l| if l.starts_with(['.', '\'']) { format!("\\&{l}") } else { l.to_string() }).collect::<Vec<_>>().join("\n")
+}
+
+/// The manual page (roff, section 1) of the Slurm command `name` as Tandem ships it, rendered
+/// from the option table its parser reads (so the two cannot drift): every spelling of every
+/// option, with what Tandem does with it (read; accepted with no effect, and why; refused, and
+/// why) and its input variables, pointing to Slurm's own page for what each option means.
+/// `None` for a command Tandem does not ship.
+pub fn man_page(name: &str, version: &str) -> Option<String> {
+    use crate::getopt::{Arg, Effect};
+    let c = command(name)?;
+    let summary = SUMMARIES.iter().find(|(n, _)| *n == name).map_or("a Slurm command", |(_, s)| s);
+    let upper = name.to_uppercase();
+    let mut out = format!(".TH {upper} 1 \"\" \"tandem {}\" \"Tandem's Slurm commands\"\n", roff(version));
+    out.push_str(&format!(".SH NAME\n{name} \\- {}\n", roff(summary)));
+    out.push_str(&format!(".SH SYNOPSIS\n.B {name}\n[\\fIOPTIONS\\fR...] [\\fIARGUMENTS\\fR...]\n"));
+    out.push_str(&format!(
+        ".SH DESCRIPTION\nThis is Tandem's \\fB{name}\\fR: it reads Slurm's command line, options and input variables, and \
+         speaks to a Tandem controller (\\fBTANDEM_SERVER\\fR; see \\fBtandem\\fR(1)). What each option means is Slurm's \
+         own manual page's; this page lists what Tandem does with each one: read, accepted with no effect (and why), or \
+         refused (and why).\n"
+    ));
+    out.push_str(".SH OPTIONS\n");
+    let firsts: Vec<&Opt> = c.options().filter(|o| c.find_key(o.key).is_some_and(|f| std::ptr::eq(f, *o))).collect();
+    for o in firsts {
+        let mut spellings: Vec<String> = Vec::new();
+        for s in c.options().filter(|s| s.key == o.key) {
+            let value = match s.arg {
+                Arg::None => String::new(),
+                Arg::Required => "=\\fIvalue\\fR".to_string(),
+                Arg::Optional => "[=\\fIvalue\\fR]".to_string(),
+            };
+            if let Some(l) = s.short {
+                spellings.insert(0, format!("\\fB\\-{}\\fR", roff(&l.to_string())));
+            }
+            if !s.long.is_empty() {
+                spellings.push(format!("\\fB\\-\\-{}\\fR{value}", roff(s.long)));
+            }
+        }
+        let what = match o.effect {
+            Effect::Read => "Read as Slurm reads it.".to_string(),
+            Effect::Ignored(why) => format!("Accepted, with no effect: {}.", roff(why)),
+            Effect::Refused(words) => format!("Refused: \\(lq{}\\(rq", roff(words)),
+        };
+        out.push_str(&format!(".TP\n{}\n{what}\n", spellings.join(", ")));
+    }
+    if let Some(t) = crate::envvars::env_table(c.name) {
+        out.push_str(".SH ENVIRONMENT\n");
+        for v in t.all() {
+            let what = match v.means {
+                crate::envvars::Means::Opt(key) => match c.find_key(key) {
+                    Some(o) => format!("As \\fB{}\\fR.", roff(&o.name())),
+                    None => "Read.".to_string(),
+                },
+                crate::envvars::Means::Setting(what) => format!("{}.", roff(what)),
+                crate::envvars::Means::Ignored(why) => format!("Accepted, with no effect: {}.", roff(why)),
+            };
+            out.push_str(&format!(".TP\n\\fB{}\\fR\n{what}\n", roff(v.name)));
+        }
+    }
+    out.push_str(&format!(".SH SEE ALSO\n\\fBtandem\\fR(1), and Slurm's own \\fB{name}\\fR(1): https://slurm.schedmd.com/{name}.html\n"));
+    Some(out)
+}
+
 /// The README's lines for the input variables of `c` ([`option_reference`]): those read (as
 /// which option, or as what setting), then those set aside and refused, grouped by the reason.
 fn variable_reference(c: &Command, t: &crate::envvars::EnvTable) -> String {
@@ -455,6 +542,35 @@ fn variable_reference(c: &Command, t: &crate::envvars::EnvTable) -> String {
 mod tests {
     use super::*;
     use std::collections::HashSet;
+
+    #[test]
+    fn each_commands_manual_page_names_every_option_and_what_is_done_with_it() {
+        use crate::getopt::Effect;
+        assert!(man_page("nope", "1").is_none());
+        for c in COMMANDS {
+            let page = man_page(c.name, "0.1.0").unwrap();
+            assert!(page.starts_with(&format!(".TH {} 1 ", c.name.to_uppercase())), "{page}");
+            assert!(page.contains(&format!(".SH NAME\n{} \\- ", c.name)), "{page}");
+            for o in c.options() {
+                if !o.long.is_empty() {
+                    assert!(page.contains(&format!("\\fB\\-\\-{}\\fR", o.long.replace('-', "\\-"))), "{} --{}", c.name, o.long);
+                }
+                if let Effect::Refused(words) = o.effect {
+                    assert!(page.contains(&roff(words)), "{} --{}: {words}", c.name, o.long);
+                }
+            }
+            // Every line is text or one of the requests the page uses: nothing from a table
+            // reads as a request.
+            for line in page.lines() {
+                assert!(
+                    !line.starts_with(['.', '\'']) || [".TH ", ".SH ", ".TP", ".B "].iter().any(|r| line.starts_with(r)),
+                    "{}: {line}",
+                    c.name
+                );
+            }
+        }
+        assert_eq!(roff(".x -y \\z"), "\\&.x \\-y \\ez");
+    }
 
     #[test]
     fn every_option_of_slurms_man_pages_is_known() {

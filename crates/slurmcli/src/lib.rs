@@ -26,7 +26,7 @@ mod srun;
 pub mod update;
 mod visible;
 
-pub use commands::{COMMANDS, SLURM_OPTIONS, command, option_reference, unknown_options};
+pub use commands::{COMMANDS, SLURM_OPTIONS, command, man_page, option_reference, unknown_options};
 pub use container::{Container, ImageRef, Mount, Volume, VolumeFile};
 pub use env::{DEFAULTED, HetGroup, PYTORCH_VARS, TaskEnv, apply_export, task_env};
 pub use envvars::{ENV_TABLES, SLURM_ENV, TimeFormat, env_table, read_env, unknown_variables};

@@ -367,6 +367,23 @@ enum Cmd {
         #[command(subcommand)]
         cmd: cli::ServiceCmd,
     },
+    /// Print the shell completion script for `tandem` (bash, zsh, fish, elvish, powershell):
+    /// `source <(tandem completion bash)`; the Debian package installs it.
+    Completion {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// Write the manual pages: `tandem.1` and one per subcommand into DIR (`man1/`), and with
+    /// --slurm, the Slurm commands' pages, generated from their option tables, into that
+    /// directory (for packaging).
+    #[command(hide = true)]
+    Manpages {
+        /// Where `man1/tandem*.1` go.
+        dir: PathBuf,
+        /// Where `man1/sbatch.1` and the other Slurm commands' pages go.
+        #[arg(long, value_name = "DIR")]
+        slurm: Option<PathBuf>,
+    },
     /// Replay a workload trace (or a synthetic workload) through the scheduler in virtual time.
     Sim(simcmd::SimArgs),
     /// Benchmarks.
@@ -478,6 +495,11 @@ fn main() -> std::process::ExitCode {
         Cmd::Service { cmd } => ("tandem service", cli::service(cmd)),
         Cmd::Bench { which } => ("tandem", bench::run(which).map(|_| 0)),
         Cmd::Shims { dir } => ("tandem", shims(&dir).map(|_| 0)),
+        Cmd::Completion { shell } => {
+            clap_complete::generate(shell, &mut <Cli as clap::CommandFactory>::command(), "tandem", &mut std::io::stdout());
+            ("tandem", Ok(0))
+        }
+        Cmd::Manpages { dir, slurm } => ("tandem", manpages(&dir, slurm.as_deref()).map(|_| 0)),
         Cmd::Proxy {
             log,
             listen,
@@ -631,6 +653,37 @@ fn main() -> std::process::ExitCode {
 /// A Slurm command by name (one of `cli::COMMANDS`, always).
 fn slurm(name: &str, args: &[String]) -> Result<i32> {
     cli::slurm(name, args).unwrap_or_else(|| anyhow::bail!("{name} is no Slurm command"))
+}
+
+/// `tandem manpages DIR [--slurm DIR2]`: `DIR/man1/tandem.1`, `tandem-SUBCOMMAND.1` (clap's
+/// definitions, hidden commands left out), and `DIR2/man1/sbatch.1` and the other Slurm
+/// commands' pages (their option tables, `slurmcli::man_page`).
+fn manpages(dir: &std::path::Path, slurm: Option<&std::path::Path>) -> Result<()> {
+    let man1 = dir.join("man1");
+    std::fs::create_dir_all(&man1).with_context(|| format!("creating {}", man1.display()))?;
+    clap_mangen::generate_to(<Cli as clap::CommandFactory>::command(), &man1)
+        .with_context(|| format!("writing pages in {}", man1.display()))?;
+    let page = format!(
+        ".TH TANDEM-SLURM 1 \"\" \"tandem {v}\" \"Tandem\"\n.SH NAME\ntandem\\-slurm \\- Tandem's Slurm commands, in one program\n\
+         .SH SYNOPSIS\n.B sbatch\n|\n.B squeue\n| ... [\\fIOPTIONS\\fR...]\n.SH DESCRIPTION\n\\fBtandem\\-slurm\\fR runs as the \
+         Slurm command it is invoked as: {} (links of those names to it, in /usr/lib/tandem/bin, or made by \
+         \\fBtandem shims\\fR \\fIDIR\\fR). Run by any other name, it says so and exits 2. Each command's page lists \
+         what Tandem does with each of its options.\n.SH SEE ALSO\n\\fBtandem\\fR(1), {}\n",
+        cli::COMMANDS.join(", "),
+        cli::COMMANDS.iter().map(|c| format!("\\fB{c}\\fR(1)")).collect::<Vec<_>>().join(", "),
+        v = env!("CARGO_PKG_VERSION"),
+    );
+    std::fs::write(man1.join("tandem-slurm.1"), page).with_context(|| format!("writing {}", man1.display()))?;
+    if let Some(slurm) = slurm {
+        let man1 = slurm.join("man1");
+        std::fs::create_dir_all(&man1).with_context(|| format!("creating {}", man1.display()))?;
+        for c in cli::COMMANDS {
+            let page = slurmcli::man_page(c, env!("CARGO_PKG_VERSION")).with_context(|| format!("{c} has no option table"))?;
+            let path = man1.join(format!("{c}.1"));
+            std::fs::write(&path, page).with_context(|| format!("writing {}", path.display()))?;
+        }
+    }
+    Ok(())
 }
 
 /// The program `tandem shims` links the Slurm commands to: `tandem-slurm`, beside this one.

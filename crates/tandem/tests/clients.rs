@@ -337,68 +337,6 @@ fn openmpi_ranks_started_by_srun_form_one_world_over_pmix() {
     stop_up(child, &dir);
 }
 
-/// Two network namespaces joined to the host by veth links (`10.B.I.1` the host's end,
-/// `10.B.I.2` the node's, a default route through the host), as `tandem bench chaos` makes
-/// them, with the host forwarding between them; all undone on drop.
-struct Netns {
-    tag: String,
-    b: u32,
-    forward_was: String,
-}
-
-impl Netns {
-    fn new() -> Netns {
-        let pid = std::process::id();
-        let n = Netns {
-            tag: format!("px{}", pid % 100_000),
-            b: 200 + pid % 50,
-            forward_was: std::fs::read_to_string("/proc/sys/net/ipv4/ip_forward").unwrap_or_default().trim().to_string(),
-        };
-        let sh = |args: &[&str]| {
-            let o = Command::new(args[0]).args(&args[1..]).output().unwrap();
-            assert!(o.status.success(), "{args:?}: {}", String::from_utf8_lossy(&o.stderr));
-        };
-        for i in 1..=2 {
-            let (ns, host, inner) = (n.ns(i), format!("{}h{i}", n.tag), format!("{}n{i}", n.tag));
-            sh(&["ip", "netns", "add", &ns]);
-            sh(&["ip", "link", "add", &host, "type", "veth", "peer", "name", &inner]);
-            sh(&["ip", "link", "set", &inner, "netns", &ns]);
-            sh(&["ip", "addr", "add", &format!("{}/24", n.host_ip(i)), "dev", &host]);
-            sh(&["ip", "link", "set", &host, "up"]);
-            sh(&["ip", "-n", &ns, "addr", "add", &format!("{}/24", n.node_ip(i)), "dev", &inner]);
-            sh(&["ip", "-n", &ns, "link", "set", &inner, "up"]);
-            sh(&["ip", "-n", &ns, "link", "set", "lo", "up"]);
-            sh(&["ip", "-n", &ns, "route", "add", "default", "via", &n.host_ip(i)]);
-        }
-        std::fs::write("/proc/sys/net/ipv4/ip_forward", "1").unwrap();
-        n
-    }
-
-    fn ns(&self, i: u32) -> String {
-        format!("{}-{i}", self.tag)
-    }
-
-    fn host_ip(&self, i: u32) -> String {
-        format!("10.{}.{i}.1", self.b)
-    }
-
-    fn node_ip(&self, i: u32) -> String {
-        format!("10.{}.{i}.2", self.b)
-    }
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        for i in 1..=2 {
-            let _ = Command::new("sh").args(["-c", &format!("ip netns pids {} | xargs -r kill -9", self.ns(i))]).status();
-            let _ = Command::new("ip").args(["netns", "del", &self.ns(i)]).stderr(Stdio::null()).status();
-        }
-        if !self.forward_was.is_empty() {
-            let _ = std::fs::write("/proc/sys/net/ipv4/ip_forward", &self.forward_was);
-        }
-    }
-}
-
 /// The PMIx test's world again, with each agent in a network namespace of its own: each node's
 /// PMIx server listens on its own loopback, srun runs in the batch script on node1, and the
 /// ranks reach each other through the host.
@@ -414,7 +352,7 @@ fn openmpi_over_pmix_across_network_namespaces() {
         return;
     }
     let dir = free_dir("pmixns");
-    let net = Netns::new();
+    let net = Netns::new(2);
     let port = std::net::TcpListener::bind("0.0.0.0:0").unwrap().local_addr().unwrap().port();
     let ctl = dir.join("controller");
     std::fs::create_dir_all(&ctl).unwrap();

@@ -10,7 +10,6 @@
 mod common;
 
 use common::*;
-use std::collections::HashMap;
 use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -22,44 +21,6 @@ fn deploy() -> PathBuf {
 
 fn unit(name: &str) -> String {
     std::fs::read_to_string(deploy().join("systemd").join(name)).unwrap()
-}
-
-/// A unit's `KEY=` values, in order (`[Service]` and the others alike).
-fn values(unit: &str, key: &str) -> Vec<String> {
-    unit.lines().filter_map(|l| l.strip_prefix(&format!("{key}="))).map(str::to_string).collect()
-}
-
-/// `Environment=` assignments: `A=b` or `"A=b c"`.
-fn environment(unit: &str) -> HashMap<String, String> {
-    values(unit, "Environment")
-        .iter()
-        .map(|v| {
-            let v = v.trim_matches('"');
-            let (k, v) = v.split_once('=').unwrap();
-            (k.to_string(), v.to_string())
-        })
-        .collect()
-}
-
-/// `ExecStart=` expanded as systemd does: `${VAR}` is one word, `$VAR` splits on whitespace
-/// (an unset one expands to nothing).
-fn exec_start(unit: &str, env: &HashMap<String, String>) -> Vec<String> {
-    let line = values(unit, "ExecStart").pop().expect("an ExecStart line");
-    let mut argv = Vec::new();
-    for word in line.split_whitespace() {
-        if let Some(name) = word.strip_prefix('$').filter(|w| !w.starts_with('{')) {
-            argv.extend(env.get(name).map(|v| v.split_whitespace().map(str::to_string).collect::<Vec<_>>()).unwrap_or_default());
-            continue;
-        }
-        let mut w = word.to_string();
-        while let Some(at) = w.find("${") {
-            let end = w[at..].find('}').unwrap() + at;
-            let v = env.get(&w[at + 2..end]).cloned().unwrap_or_default();
-            w.replace_range(at..=end, &v);
-        }
-        argv.push(w);
-    }
-    argv
 }
 
 /// The host's paths the units name, moved under `root`, and the test's binary for
@@ -176,8 +137,8 @@ fn systemd_analyze_verify_says_nothing_of_any_unit() {
     // Stopping the agent's unit never stops its jobs; the agent manages its cgroups; nothing
     // that would bind its jobs too (they run in its cgroup) is set.
     let agent = unit("tandem-agent.service");
-    assert_eq!(values(&agent, "KillMode"), ["process"]);
-    assert_eq!(values(&agent, "Delegate"), ["yes"]);
+    assert_eq!(unit_values(&agent, "KillMode"), ["process"]);
+    assert_eq!(unit_values(&agent, "Delegate"), ["yes"]);
     for k in [
         "ProtectClock",
         "DeviceAllow",
@@ -190,11 +151,11 @@ fn systemd_analyze_verify_says_nothing_of_any_unit() {
         "NoNewPrivileges",
         "PrivateDevices",
     ] {
-        assert!(values(&agent, k).is_empty(), "{k}= in the agent's unit would bind its jobs");
+        assert!(unit_values(&agent, k).is_empty(), "{k}= in the agent's unit would bind its jobs");
     }
     for n in ["tandem-server.service", "tandem-agent.service", "tandem-proxy.service"] {
-        assert_eq!(values(&unit(n), "Type"), ["notify"], "{n}");
-        assert_eq!(values(&unit(n), "Restart"), ["on-failure"], "{n}");
+        assert_eq!(unit_values(&unit(n), "Type"), ["notify"], "{n}");
+        assert_eq!(unit_values(&unit(n), "Restart"), ["on-failure"], "{n}");
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -212,11 +173,11 @@ fn each_daemon_started_by_its_units_command_line_is_ready_once_it_serves() {
     std::fs::copy(deploy().join("tandem.toml"), root.join("etc/tandem/tandem.toml")).unwrap();
     // The controller: the unit's defaults, and the environment file's TANDEM_LISTEN.
     let server_unit = unit("tandem-server.service");
-    let mut env = environment(&server_unit);
+    let mut env = unit_environment(&server_unit);
     assert_eq!(env["TANDEM_LISTEN"], "0.0.0.0:7200", "the unit's default");
     env.insert("TANDEM_LISTEN".into(), "127.0.0.1:0".into());
     env.insert("TANDEM_SERVER_OPTS".into(), "--tls-san localhost --log-format json".into());
-    let argv = relocate(exec_start(&server_unit, &env), &root);
+    let argv = relocate(unit_exec_start(&server_unit, &env), &root);
     assert_eq!(argv[1], "server");
     let mut server = Daemon::start("server", &root, argv, &[]);
     server.ready();
@@ -247,11 +208,11 @@ fn each_daemon_started_by_its_units_command_line_is_ready_once_it_serves() {
     };
     std::fs::write(root.join("etc/tandem/join-token"), tok(&["--join"])).unwrap();
     let agent_unit = unit("tandem-agent.service");
-    let mut env = environment(&agent_unit);
+    let mut env = unit_environment(&agent_unit);
     assert_eq!(env["TANDEM_AGENT_OPTS"], "--join-token-file /etc/tandem/join-token", "the unit's default");
     env.insert("TANDEM_SERVER".into(), format!("https://localhost:{}", addr.rsplit(':').next().unwrap()));
     env.insert("TANDEM_AGENT_OPTS".into(), "--join-token-file /etc/tandem/join-token --name unit1 --cpus 2 --memory 2G".into());
-    let argv = relocate(exec_start(&agent_unit, &env), &root);
+    let argv = relocate(unit_exec_start(&agent_unit, &env), &root);
     let registered = || {
         let o = Command::new(bin()).args(["nodes", "-N", "-h", "-o", "%N %t"]).env("TANDEM_SERVER", &unix).output().unwrap();
         String::from_utf8_lossy(&o.stdout).lines().any(|l| l.starts_with("unit1 ") && !l.contains("down") && !l.contains('*'))
@@ -272,17 +233,17 @@ fn each_daemon_started_by_its_units_command_line_is_ready_once_it_serves() {
 
     // The proxy, as the .socket unit and the service start it.
     let socket_unit = unit("tandem-proxy.socket");
-    assert_eq!(values(&socket_unit, "ListenStream"), ["0.0.0.0:7280"]);
+    assert_eq!(unit_values(&socket_unit, "ListenStream"), ["0.0.0.0:7280"]);
     let creds = root.join("credentials");
     std::fs::create_dir_all(&creds).unwrap();
     std::fs::write(creds.join("proxy.credential"), tok(&["--proxy", "unit-proxy"])).unwrap();
     std::fs::copy(data.join("ca.pem"), creds.join("ca.pem")).unwrap();
     let proxy_unit = unit("tandem-proxy.service");
-    assert_eq!(values(&proxy_unit, "LoadCredential"), ["proxy.credential:/etc/tandem/proxy.credential", "ca.pem:/etc/tandem/ca.pem"]);
-    let mut env = environment(&proxy_unit);
+    assert_eq!(unit_values(&proxy_unit, "LoadCredential"), ["proxy.credential:/etc/tandem/proxy.credential", "ca.pem:/etc/tandem/ca.pem"]);
+    let mut env = unit_environment(&proxy_unit);
     env.insert("TANDEM_SERVER".into(), format!("https://localhost:{}", addr.rsplit(':').next().unwrap()));
     env.insert("CREDENTIALS_DIRECTORY".into(), creds.display().to_string());
-    let argv = relocate(exec_start(&proxy_unit, &env), &root);
+    let argv = relocate(unit_exec_start(&proxy_unit, &env), &root);
     if Command::new("systemd-socket-activate").arg("--help").output().is_err() {
         assert!(std::env::var_os("CI").is_none(), "systemd-socket-activate is missing (apt-get install systemd)");
         eprintln!("skipped: the proxy under systemd-socket-activate (not installed)");
@@ -325,9 +286,9 @@ fn each_daemon_started_by_its_units_command_line_is_ready_once_it_serves() {
         Command::new("chown").args(["1001:1001"]).arg(&own).status().unwrap();
         Command::new("chmod").args(["711"]).arg(&own).status().unwrap();
         Command::new("chmod").args(["755"]).arg(&root).status().unwrap();
-        let mut env = environment(&server_unit);
+        let mut env = unit_environment(&server_unit);
         env.insert("TANDEM_LISTEN".into(), "127.0.0.1:0".into());
-        let argv: Vec<String> = relocate(exec_start(&server_unit, &env), &root)
+        let argv: Vec<String> = relocate(unit_exec_start(&server_unit, &env), &root)
             .into_iter()
             .map(|a| if a.ends_with("var/lib/tandem") { own.display().to_string() } else { a })
             .collect();

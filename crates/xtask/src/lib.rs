@@ -40,7 +40,7 @@ pub const ARROWS: &[(&str, &[&str])] = &[
     ("up", &["exec"]),
     ("bench", &["up", "wire", "client", "exec", "control", "sched", "slurmcli", "trace", "model"]),
     // the binary
-    ("tandem", &["server", "agent", "proxy", "cli", "up", "bench", "exec", "logging", "pmix", "sim", "sched", "trace"]),
+    ("tandem", &["server", "agent", "proxy", "cli", "up", "bench", "exec", "logging", "pmix", "sim", "sched", "trace", "slurmcli"]),
     // tooling
     ("xtask", &[]),
 ];

@@ -757,3 +757,116 @@ impl Drop for Registry {
         let _ = self.child.wait();
     }
 }
+
+/// Network namespaces ("machines" 1..=count) joined to the host by veth links (`10.B.I.1` the host's end,
+/// `10.B.I.2` the node's, a default route through the host), as `tandem bench chaos` makes
+/// them, with the host forwarding between them; all undone on drop.
+pub struct Netns {
+    count: u32,
+    tag: String,
+    b: u32,
+    forward_was: String,
+}
+
+impl Netns {
+    pub fn new(count: u32) -> Netns {
+        let pid = std::process::id();
+        let n = Netns {
+            count,
+            tag: format!("px{}", pid % 100_000),
+            b: 200 + pid % 50,
+            forward_was: std::fs::read_to_string("/proc/sys/net/ipv4/ip_forward").unwrap_or_default().trim().to_string(),
+        };
+        let sh = |args: &[&str]| {
+            let o = Command::new(args[0]).args(&args[1..]).output().unwrap();
+            assert!(o.status.success(), "{args:?}: {}", String::from_utf8_lossy(&o.stderr));
+        };
+        for i in 1..=count {
+            let (ns, host, inner) = (n.ns(i), format!("{}h{i}", n.tag), format!("{}n{i}", n.tag));
+            sh(&["ip", "netns", "add", &ns]);
+            sh(&["ip", "link", "add", &host, "type", "veth", "peer", "name", &inner]);
+            sh(&["ip", "link", "set", &inner, "netns", &ns]);
+            sh(&["ip", "addr", "add", &format!("{}/24", n.host_ip(i)), "dev", &host]);
+            sh(&["ip", "link", "set", &host, "up"]);
+            sh(&["ip", "-n", &ns, "addr", "add", &format!("{}/24", n.node_ip(i)), "dev", &inner]);
+            sh(&["ip", "-n", &ns, "link", "set", &inner, "up"]);
+            sh(&["ip", "-n", &ns, "link", "set", "lo", "up"]);
+            sh(&["ip", "-n", &ns, "route", "add", "default", "via", &n.host_ip(i)]);
+        }
+        std::fs::write("/proc/sys/net/ipv4/ip_forward", "1").unwrap();
+        n
+    }
+
+    pub fn ns(&self, i: u32) -> String {
+        format!("{}-{i}", self.tag)
+    }
+
+    pub fn host_ip(&self, i: u32) -> String {
+        format!("10.{}.{i}.1", self.b)
+    }
+
+    pub fn node_ip(&self, i: u32) -> String {
+        format!("10.{}.{i}.2", self.b)
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        for i in 1..=self.count {
+            let _ = Command::new("sh").args(["-c", &format!("ip netns pids {} | xargs -r kill -9", self.ns(i))]).status();
+            let _ = Command::new("ip").args(["netns", "del", &self.ns(i)]).stderr(Stdio::null()).status();
+        }
+        if !self.forward_was.is_empty() {
+            let _ = std::fs::write("/proc/sys/net/ipv4/ip_forward", &self.forward_was);
+        }
+    }
+}
+
+/// A unit's `KEY=` values, in order (`[Service]` and the others alike).
+pub fn unit_values(unit: &str, key: &str) -> Vec<String> {
+    unit.lines().filter_map(|l| l.strip_prefix(&format!("{key}="))).map(str::to_string).collect()
+}
+
+/// `Environment=` assignments: `A=b` or `"A=b c"`.
+pub fn unit_environment(unit: &str) -> HashMap<String, String> {
+    unit_values(unit, "Environment")
+        .iter()
+        .map(|v| {
+            let v = v.trim_matches('"');
+            let (k, v) = v.split_once('=').unwrap();
+            (k.to_string(), v.to_string())
+        })
+        .collect()
+}
+
+/// `ExecStart=` expanded as systemd does: `${VAR}` is one word, `$VAR` splits on whitespace
+/// (an unset one expands to nothing).
+pub fn unit_exec_start(unit: &str, env: &HashMap<String, String>) -> Vec<String> {
+    let line = unit_values(unit, "ExecStart").pop().expect("an ExecStart line");
+    let mut argv = Vec::new();
+    for word in line.split_whitespace() {
+        if let Some(name) = word.strip_prefix('$').filter(|w| !w.starts_with('{')) {
+            argv.extend(env.get(name).map(|v| v.split_whitespace().map(str::to_string).collect::<Vec<_>>()).unwrap_or_default());
+            continue;
+        }
+        let mut w = word.to_string();
+        while let Some(at) = w.find("${") {
+            let end = w[at..].find('}').unwrap() + at;
+            let v = env.get(&w[at + 2..end]).cloned().unwrap_or_default();
+            w.replace_range(at..=end, &v);
+        }
+        argv.push(w);
+    }
+    argv
+}
+
+/// An environment file's `KEY=value` lines (as systemd's `EnvironmentFile=` reads them: comments
+/// and blank lines skipped, one pair of quotes around a value removed).
+pub fn env_file(text: &str) -> HashMap<String, String> {
+    text.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.trim().to_string(), v.trim().trim_matches('"').to_string()))
+        .collect()
+}
