@@ -10,6 +10,9 @@
 #      it needs runc, catatonit, umoci, skopeo, docker-registry and nvidia-ctk.
 #   5. the built-in GPU health check through NVML (health_check_interval = 1): it runs at each
 #      turn, and a healthy GPU leaves the node up (its findings, if any, are printed).
+#   6. on a pure cgroup v2 host (this machine: no v1 memory hierarchy), a job's limits are the
+#      kernel's: its cgroup has memory.max and cpu.max from --mem and -c, and a job that
+#      allocates past its --mem ends OUT_OF_MEMORY. Fails, never skips, where the host is v2.
 set -euo pipefail
 T=${TANDEM:-target/release/tandem}
 D=$(mktemp -d)
@@ -82,4 +85,22 @@ echo "$state"
 grep -h "GPU check" "$D"/node1.log || echo "(no GPU check findings)"
 case "$state" in drain*"GPU check"*|down*) echo "gpu-check: the GPU check drained a healthy node: $state" >&2; exit 1;; esac
 echo "== GPU health check: ok"
-
+if [ -f /sys/fs/cgroup/cgroup.controllers ] && ! grep -q ':memory:' /proc/self/cgroup; then
+  echo "== cgroup v2 limits"
+  grep -i "cgroup" "$D"/node1.log || true
+  "$T" submit -W -c 2 --mem=96M -o v2.out --wrap 'c=$(sed -n "s/^0:://p" /proc/self/cgroup); echo "cgroup $c"; echo "memory.max $(cat /sys/fs/cgroup${c%/*}/memory.max)"; echo "cpu.max $(cat /sys/fs/cgroup${c%/*}/cpu.max)"' || true
+  cat v2.out
+  grep -q "^memory.max $((96 * 1024 * 1024))$" v2.out || { echo "gpu-check: the job's cgroup has no memory.max of its --mem" >&2; exit 1; }
+  grep -q "^cpu.max 200000 100000$" v2.out || { echo "gpu-check: the job's cgroup has no cpu.max of its 2 CPUs" >&2; exit 1; }
+  id=$("$T" submit --parsable --mem=64M -o oom.out --wrap 'python3 -c "b = bytearray(512 * 1024 * 1024); print(len(b))"')
+  for _ in $(seq 120); do
+    st=$("$T" show job "$id" | sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p')
+    case "$st" in COMPLETED|FAILED|CANCELLED|TIMEOUT|OUT_OF_MEMORY|NODE_FAIL) break;; esac
+    sleep 0.5
+  done
+  echo "job $id (512 MiB in a 64 MiB job): $st"
+  [ "$st" = OUT_OF_MEMORY ] || { echo "gpu-check: a job past its --mem was not ended by the kernel (state $st)" >&2; exit 1; }
+  echo "== cgroup v2 limits: ok"
+else
+  echo "== cgroup v2 limits: not a pure cgroup v2 host (skipped)"
+fi

@@ -10,6 +10,9 @@ use std::path::{Path, PathBuf};
 /// Where the agent makes its runs' freezer cgroups.
 pub(crate) struct Freezer {
     base: Option<PathBuf>,
+    /// Whether tasks join the run's freezer cgroup themselves (a hierarchy of its own), or
+    /// are in a cgroup below it already (cgroup v2 with limits: the run's cgroup is both).
+    joined: bool,
 }
 
 /// Which interface a freezer cgroup has.
@@ -59,24 +62,35 @@ impl Freezer {
                 sweep(parent);
             }
             if std::fs::create_dir_all(&base).is_ok() && kind(&base).is_some() {
-                return Freezer { base: Some(base) };
+                return Freezer { base: Some(base), joined: true };
             }
             let _ = std::fs::remove_dir(&base);
         }
         tracing::warn!(node = %name, "no writable freezer cgroup here; suspended jobs are stopped with SIGSTOP");
-        Freezer { base: None }
+        Freezer { base: None, joined: true }
+    }
+
+    /// The runs' cgroups of cgroup v2 with limits ([`crate::cgroup2`]): each run's
+    /// `job_J_E` under `base` is its freezer, and its tasks are in leaves below it.
+    pub(crate) fn within(base: PathBuf) -> Freezer {
+        Freezer { base: Some(base), joined: false }
+    }
+
+    /// Whether a task joins its run's freezer cgroup (else it is below it).
+    pub(crate) fn joined(&self) -> bool {
+        self.joined
     }
 
     /// No freezer (tests).
     #[cfg(test)]
     pub(crate) fn none() -> Freezer {
-        Freezer { base: None }
+        Freezer { base: None, joined: true }
     }
 
     /// A freezer of a given hierarchy's directory (tests).
     #[cfg(test)]
     pub(crate) fn at(base: PathBuf) -> Freezer {
-        Freezer { base: Some(base) }
+        Freezer { base: Some(base), joined: true }
     }
 
     /// A run's freezer cgroup, if it was made.

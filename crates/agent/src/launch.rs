@@ -1,5 +1,6 @@
 //! Launching a task: its script in the spool directory, its output files, its cgroups (cgroup v1
-//! memory, where one can be made, and its run's freezer: `freezer`), and a fork and exec that joins the cgroup and drops to the
+//! memory, where one can be made, or cgroup v2's memory and CPUs: `cgroup2`; and its run's
+//! freezer: `freezer`), and a fork and exec that joins the cgroup and drops to the
 //! user in between (the `exec` crate), under a keeper that records how the task ended. Also
 //! signalling a task's process group, and finding again, after a restart of the agent, the
 //! tasks an earlier agent process started (`rediscover`). The lower layer of the agent: the
@@ -618,9 +619,13 @@ fn kill_gone(pid: i32, cgroup: Option<&Path>, freezer: Option<&Path>) {
 /// The name of a step's cgroup inside its job's, before the step id.
 pub(crate) const STEP_CGROUP: &str = "step_";
 
-/// cgroup v1 memory hierarchy under the agent's own cgroup, when it can be used.
+/// The cgroups of the agent's runs: cgroup v1's memory hierarchy under the agent's own cgroup
+/// where it can be used, else cgroup v2's unified one ([`crate::cgroup2`]: memory and CPUs).
 pub(crate) struct Cgroups {
     base: Option<PathBuf>,
+    /// Whether `base` is in the unified hierarchy (runs' limits on `job_J_E`, tasks in its
+    /// step leaves).
+    v2: bool,
     /// Runs' freezer cgroups.
     pub(crate) freezer: crate::freezer::Freezer,
 }
@@ -635,36 +640,55 @@ impl Cgroups {
         });
         // One directory per agent process: several agents (a local cluster, tests) may share a
         // node name on one machine, and must not share job cgroups.
-        let base = rel.map(|r| {
-            PathBuf::from("/sys/fs/cgroup/memory").join(r.trim_start_matches('/')).join(format!("tandem-{name}-{}", std::process::id()))
-        });
-        let freezer = crate::freezer::Freezer::detect(name);
-        match base {
-            Some(b) if std::fs::create_dir_all(&b).is_ok() && b.join("memory.limit_in_bytes").exists() => {
-                Cgroups { base: Some(b), freezer }
-            }
-            _ => {
-                tracing::warn!(node = %name,
-                    "no writable cgroup memory controller here; tasks are tracked and killed by process group, without memory limits"
-                );
-                Cgroups { base: None, freezer }
+        let dir = format!("tandem-{name}-{}", std::process::id());
+        let base = rel.map(|r| PathBuf::from("/sys/fs/cgroup/memory").join(r.trim_start_matches('/')).join(&dir));
+        if let Some(b) = base
+            && std::fs::create_dir_all(&b).is_ok()
+            && b.join("memory.limit_in_bytes").exists()
+        {
+            return Cgroups { base: Some(b), v2: false, freezer: crate::freezer::Freezer::detect(name) };
+        }
+        let mounts = [Path::new("/sys/fs/cgroup/unified"), Path::new("/sys/fs/cgroup")];
+        if let Some(own) = crate::cgroup2::own_cgroup(&own, &mounts) {
+            let mount = mounts.into_iter().find(|m| own.starts_with(m)).unwrap_or(Path::new("/sys/fs/cgroup"));
+            crate::cgroup2::sweep(&own);
+            match crate::cgroup2::prepare(&own, mount, &dir) {
+                Ok(base) => {
+                    tracing::info!(node = %name, "cgroup v2: jobs' memory and CPUs are limited in {}", base.display());
+                    return Cgroups { base: Some(base.clone()), v2: true, freezer: crate::freezer::Freezer::within(base) };
+                }
+                Err(e) => tracing::warn!(node = %name,
+                    "cannot set up cgroup v2 limits under {} ({e}): run the agent as root in a cgroup of its own (its systemd unit has Delegate=yes)",
+                    own.display()
+                ),
             }
         }
+        tracing::warn!(node = %name,
+            "no writable cgroup memory controller here; tasks are tracked and killed by process group, without memory limits"
+        );
+        Cgroups { base: None, v2: false, freezer: crate::freezer::Freezer::detect(name) }
     }
 
     /// The cgroup a task joins: its job run's (`job_J_E`, with the job's memory limit), or
-    /// for a step with a memory limit of its own (`srun --mem`) a `step_S` inside it.
+    /// for a step with a memory limit of its own (`srun --mem`) a `step_S` inside it; on cgroup
+    /// v2, always its step's leaf inside the run's (which has the job's memory and CPUs).
     pub(crate) fn create(&self, t: &Task) -> Option<PathBuf> {
         let base = self.base.as_ref()?;
+        let step_mem = if t.step == BATCH_STEP { 0 } else { t.step_mem };
+        if self.v2 {
+            return crate::cgroup2::create(base, t.job, t.epoch, t.step, t.mem_limit, t.cpu_limit, step_mem)
+                .inspect_err(|e| tracing::warn!(job = t.job, step = t.step, "the task runs without its cgroup limits: {e}"))
+                .ok();
+        }
         let dir = base.join(format!("job_{}_{}", t.job, t.epoch));
         std::fs::create_dir_all(&dir).ok()?;
         Self::limit(&dir, t.mem_limit)?;
-        if t.step_mem == 0 || t.step == BATCH_STEP {
+        if step_mem == 0 {
             return Some(dir);
         }
         let step = dir.join(format!("{STEP_CGROUP}{}", t.step));
         std::fs::create_dir_all(&step).ok()?;
-        Self::limit(&step, t.step_mem)?;
+        Self::limit(&step, step_mem)?;
         Some(step)
     }
 
@@ -676,7 +700,12 @@ impl Cgroups {
         Some(())
     }
 
+    /// Whether the kernel killed a process of the task's cgroup for memory (v1's
+    /// `memory.oom_control`, v2's `memory.events`).
     pub(crate) fn oom(dir: &Path) -> bool {
+        if dir.join("memory.events").exists() {
+            return crate::cgroup2::oom(dir);
+        }
         let ctl = std::fs::read_to_string(dir.join("memory.oom_control")).unwrap_or_default();
         ctl.lines().any(|l| l.strip_prefix("oom_kill ").is_some_and(|n| n.trim() != "0"))
     }
@@ -969,7 +998,8 @@ pub(crate) fn launch(t: &Task, spool: &Path, tasks: &Tasks, cg: &Cgroups) -> Res
         program: program.clone(),
         args,
         env: t.env.clone(),
-        cgroups: cgroup.iter().chain(&freezer).cloned().collect(),
+        // On cgroup v2 the run's freezer is the parent of the task's cgroup: joined already.
+        cgroups: cgroup.iter().chain(freezer.iter().filter(|_| cg.freezer.joined())).cloned().collect(),
         user: user.map(|u| (u.uid, u.gid, u.groups)),
         workdir: Some(bytes("working directory", &t.workdir)?),
         stdout: so.map(|p| bytes("output file", p)).transpose()?,
@@ -1055,6 +1085,7 @@ mod tests {
             gpus: vec![],
             mem_limit: 0,
             step_mem: 0,
+            cpu_limit: 0,
             cpus: vec![],
             login_env: false,
             umask: None,
@@ -1092,7 +1123,7 @@ mod tests {
     async fn tasks_are_found_again_from_one_log_and_one_status_table() {
         let data = temp("found");
         let spool = data.join("spool");
-        let cg = Cgroups { base: None, freezer: crate::freezer::Freezer::none() };
+        let cg = Cgroups { base: None, v2: false, freezer: crate::freezer::Freezer::none() };
         let tasks = Tasks::with_spawner(&data, Spawner::Here).unwrap();
         tasks.renew(exec::monotonic_ms() + 60_000);
         let (mut exits, _) = launch(&task(1, &["sh", "-c", "exit 3"], &data), &spool, &tasks, &cg).unwrap();

@@ -15,6 +15,7 @@
 //! (a task's output sent to the controller for `kubectl logs`, read by `tandem __read-output`
 //! as the job's user).
 
+mod cgroup2;
 mod container;
 mod freezer;
 mod gpuhealth;

@@ -2859,6 +2859,7 @@ impl Controller {
             gpus: gpus.unwrap_or(node_gpus),
             mem_limit,
             step_mem: 0,
+            cpu_limit: j.allocs.get(node_index).map_or(0, |(_, a)| a.cpus),
             cpus: st
                 .and_then(|s| s.cpu_bind.as_deref())
                 .and_then(|b| slurmcli::cpu_bind_cpus(b, localid).ok().flatten())

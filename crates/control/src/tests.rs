@@ -938,6 +938,8 @@ fn parallel_steps_share_the_allocation_as_slurms_and_wait_for_what_they_need() {
     let of = |s: u32| tasks.iter().find(|t| t.step == s).unwrap().clone();
     assert_eq!((of(a).gpus, of(b).gpus), (vec![0, 1], vec![2, 3]));
     assert_eq!((of(a).step_mem, of(a).mem_limit), (1 << 30, 2 << 30));
+    // The job's CPUs on the node: a cgroup v2 agent's cpu.max for the run.
+    assert_eq!((of(a).cpu_limit, of(b).cpu_limit), (4, 4));
     let env = |t: &Task, k: &str| t.env.iter().find(|(e, _)| e == k).map(|(_, v)| v.clone()).unwrap_or_default();
     assert_eq!(env(&of(a), "SLURM_CPUS_ON_NODE"), "1");
     assert_eq!(env(&of(a), "CUDA_VISIBLE_DEVICES"), "0,1");

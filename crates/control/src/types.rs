@@ -547,6 +547,10 @@ fn is_zero(t: &Time) -> bool {
     *t == 0
 }
 
+fn is_zero_u32(n: &u32) -> bool {
+    *n == 0
+}
+
 impl Job {
     /// The range of `allocs` (or `last_allocs`) that component `k` of a heterogeneous job
     /// holds; for an ordinary job, component 0 is all of them.
@@ -781,6 +785,9 @@ pub struct Task {
     /// --mem`, a cgroup of its own inside the job's.
     #[serde(default)]
     pub step_mem: u64,
+    /// CPUs of the job on this node (0 = no limit): a cgroup v2 agent's `cpu.max` quota.
+    #[serde(default, skip_serializing_if = "is_zero_u32")]
+    pub cpu_limit: u32,
     /// CPUs the task is bound to (`srun --cpu-bind`); empty: unbound.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub cpus: Vec<u32>,

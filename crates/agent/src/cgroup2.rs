@@ -1,0 +1,253 @@
+//! Jobs' limits on cgroup v2 (a host whose only hierarchy is the unified one: current Debian,
+//! the GPU machines): the agent's runs get `memory.max` (and `memory.swap.max` 0: what the v1
+//! hierarchy's `memsw` limit gives) and `cpu.max` (the job's CPUs on the node, as a quota of
+//! that many full CPUs per period), in a subtree the agent owns under its own cgroup, as
+//! systemd delegates it (`Delegate=yes`).
+//!
+//! cgroup v2 lets a cgroup either hold processes or hand controllers to its children, not both
+//! ("no internal processes"). So the agent first moves the processes of its own cgroup (itself,
+//! and a launcher or keepers an earlier agent of the unit left) into a leaf, `supervisor` (what
+//! systemd's `DelegateSubgroup=` does where it exists), then enables the controllers below, and
+//! runs tasks only in leaves: `OWN/tandem-NAME-PID/job_J_E` holds the run's limits (and is its
+//! freezer: `cgroup.freeze` freezes every descendant), and each step's tasks are in
+//! `job_J_E/step_S` (`step_batch` for the batch script), which has the step's own memory limit
+//! (`srun --mem`) when it has one. Where the agent runs in the root cgroup, the subtree is made
+//! there (the root may hold processes). Everything is plain file writes under a directory, so
+//! the unit tests drive it against a tree of ordinary files.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// The leaf the agent's own processes move to, beside its runs' subtree.
+pub(crate) const SUPERVISOR: &str = "supervisor";
+
+/// The controllers the agent sets limits with, where its cgroup has them.
+const CONTROLLERS: [&str; 2] = ["memory", "cpu"];
+
+/// `cpu.max`'s period, microseconds (the kernel's default).
+const PERIOD_US: u64 = 100_000;
+
+/// The leaf of a step's tasks inside its run's cgroup.
+pub(crate) fn step_leaf(step: u32) -> String {
+    if step == control::BATCH_STEP {
+        format!("{}batch", crate::launch::STEP_CGROUP)
+    } else {
+        format!("{}{step}", crate::launch::STEP_CGROUP)
+    }
+}
+
+/// The agent's cgroup in the unified hierarchy mounted at one of `mounts`, from
+/// `/proc/self/cgroup`'s text, where that hierarchy has the memory controller to give (a pure
+/// v2 host; on a hybrid one the controllers are v1's). A cgroup already in [`SUPERVISOR`] (the
+/// agent moved itself there before a restart that kept its process) counts as its parent.
+pub(crate) fn own_cgroup(proc_self_cgroup: &str, mounts: &[&Path]) -> Option<PathBuf> {
+    let rel = proc_self_cgroup.lines().find_map(|l| l.strip_prefix("0::"))?.trim().trim_start_matches('/');
+    let mount = mounts.iter().find(|m| m.join("cgroup.controllers").exists())?;
+    let mut own = mount.join(rel);
+    if own.file_name().is_some_and(|n| n == SUPERVISOR) {
+        own.pop();
+    }
+    let available = std::fs::read_to_string(own.join("cgroup.controllers")).ok()?;
+    available.split_whitespace().any(|c| c == "memory").then_some(own)
+}
+
+/// Makes the agent's subtree for its runs, `own/dir`, with the memory and CPU controllers
+/// enabled down to it, first moving `own`'s processes into [`SUPERVISOR`] (unless `own` is
+/// `mount`, the root cgroup). Returns the subtree.
+pub(crate) fn prepare(own: &Path, mount: &Path, dir: &str) -> std::io::Result<PathBuf> {
+    let available = std::fs::read_to_string(own.join("cgroup.controllers"))?;
+    let wanted: Vec<&str> = CONTROLLERS.into_iter().filter(|c| available.split_whitespace().any(|a| a == *c)).collect();
+    if own != mount {
+        let procs = std::fs::read_to_string(own.join("cgroup.procs"))?;
+        let pids: Vec<&str> = procs.split_whitespace().collect();
+        if !pids.is_empty() {
+            let leaf = own.join(SUPERVISOR);
+            make_dir(&leaf)?;
+            for pid in pids {
+                // One at a time, as the kernel takes them; one that ended meanwhile is gone.
+                match append(&leaf.join("cgroup.procs"), pid) {
+                    Err(e) if e.raw_os_error() == Some(nix::libc::ESRCH) => {}
+                    r => r?,
+                }
+            }
+        }
+        enable(own, &wanted)?;
+    }
+    let base = own.join(dir);
+    make_dir(&base)?;
+    enable(&base, &wanted)?;
+    Ok(base)
+}
+
+/// A run's cgroup (`base/job_J_E`, with the job's limits on this node: `mem` bytes, `cpus`
+/// CPUs; 0 for none) and the leaf its step's tasks join (`step_S`, limited to `step_mem` bytes
+/// when that is not 0). Returns the leaf.
+pub(crate) fn create(base: &Path, job: u64, epoch: u32, step: u32, mem: u64, cpus: u32, step_mem: u64) -> std::io::Result<PathBuf> {
+    let run = base.join(format!("job_{job}_{epoch}"));
+    make_dir(&run)?;
+    if mem > 0 {
+        limit_memory(&run, mem)?;
+    }
+    if cpus > 0 && run.join("cpu.max").exists() {
+        std::fs::write(run.join("cpu.max"), format!("{} {PERIOD_US}", u64::from(cpus) * PERIOD_US))?;
+    }
+    let given = std::fs::read_to_string(base.join("cgroup.subtree_control")).unwrap_or_default();
+    enable(&run, &given.split_whitespace().collect::<Vec<_>>())?;
+    let leaf = run.join(step_leaf(step));
+    make_dir(&leaf)?;
+    if step_mem > 0 {
+        limit_memory(&leaf, step_mem)?;
+    }
+    Ok(leaf)
+}
+
+fn limit_memory(dir: &Path, bytes: u64) -> std::io::Result<()> {
+    std::fs::write(dir.join("memory.max"), bytes.to_string())?;
+    if dir.join("memory.swap.max").exists() {
+        std::fs::write(dir.join("memory.swap.max"), "0")?;
+    }
+    Ok(())
+}
+
+/// Whether the kernel killed a process for memory in `leaf`'s cgroup or, for a step's leaf, in
+/// its run's (whose limit the step shares): `memory.events`' `oom_kill`.
+pub(crate) fn oom(leaf: &Path) -> bool {
+    let killed = |d: &Path| {
+        std::fs::read_to_string(d.join("memory.events"))
+            .unwrap_or_default()
+            .lines()
+            .any(|l| l.strip_prefix("oom_kill ").is_some_and(|n| n.trim() != "0"))
+    };
+    killed(leaf) || leaf.parent().is_some_and(|run| run.join("cgroup.freeze").exists() && killed(run))
+}
+
+/// Removes the empty subtrees (`tandem-NAME-PID`) that agents gone from `own` left; one that
+/// still holds a run (a task a restarted agent adopts, or an ended task's OOM count it has yet
+/// to read) stays.
+pub(crate) fn sweep(own: &Path) {
+    let Ok(entries) = std::fs::read_dir(own) else { return };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let pid = name.strip_prefix("tandem-").and_then(|r| r.rsplit_once('-')).and_then(|(_, p)| p.parse::<u32>().ok());
+        if pid.is_some_and(|p| p != std::process::id() && !Path::new(&format!("/proc/{p}")).exists()) {
+            let _ = std::fs::remove_dir(e.path());
+        }
+    }
+}
+
+fn make_dir(dir: &Path) -> std::io::Result<()> {
+    match std::fs::create_dir(dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        r => r,
+    }
+}
+
+/// Enables `ctrls` for `dir`'s children (those not enabled yet).
+fn enable(dir: &Path, ctrls: &[&str]) -> std::io::Result<()> {
+    let on = std::fs::read_to_string(dir.join("cgroup.subtree_control")).unwrap_or_default();
+    let add: Vec<String> = ctrls.iter().filter(|c| !on.split_whitespace().any(|o| o == **c)).map(|c| format!("+{c}")).collect();
+    if add.is_empty() {
+        return Ok(());
+    }
+    append(&dir.join("cgroup.subtree_control"), &add.join(" "))
+}
+
+/// One write to a cgroup file (`echo VALUE >> FILE`).
+fn append(file: &Path, value: &str) -> std::io::Result<()> {
+    std::fs::OpenOptions::new().append(true).open(file)?.write_all(value.as_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A cgroup directory of ordinary files, as the kernel shows one.
+    fn cgroup(dir: &Path, controllers: &str, procs: &str) {
+        std::fs::create_dir_all(dir).unwrap();
+        for (f, v) in [
+            ("cgroup.controllers", controllers),
+            ("cgroup.subtree_control", ""),
+            ("cgroup.procs", procs),
+            ("cgroup.freeze", "0"),
+            ("memory.max", "max"),
+            ("memory.swap.max", "max"),
+            ("cpu.max", "max 100000"),
+            ("memory.events", "low 0\nhigh 0\nmax 0\noom 0\noom_kill 0\n"),
+        ] {
+            std::fs::write(dir.join(f), v).unwrap();
+        }
+    }
+
+    fn read(p: PathBuf) -> String {
+        std::fs::read_to_string(p).unwrap()
+    }
+
+    #[test]
+    fn a_delegated_cgroup_gets_a_supervisor_leaf_and_runs_get_their_limits_in_leaves() {
+        let tmp = std::env::temp_dir().join(format!("tandem-cgroup2-test-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&tmp);
+        let mount = tmp.join("sys/fs/cgroup");
+        cgroup(&mount, "cpuset cpu io memory pids", "1\n");
+        let own = mount.join("system.slice/tandem-agent.service");
+        cgroup(&own, "cpu memory pids", "4242\n4243\n");
+        // Found from /proc/self/cgroup's line, also once moved into the supervisor leaf.
+        let unit = "0::/system.slice/tandem-agent.service\n";
+        assert_eq!(own_cgroup(unit, &[&tmp.join("nowhere"), &mount]), Some(own.clone()));
+        assert_eq!(own_cgroup("0::/system.slice/tandem-agent.service/supervisor\n", &[&mount]), Some(own.clone()));
+        // A hybrid host: v1 lines, a unified hierarchy without the memory controller.
+        let hybrid = tmp.join("hybrid");
+        cgroup(&hybrid, "", "");
+        assert_eq!(own_cgroup("4:memory:/user.slice\n0::/user.slice\n", &[&hybrid]), None);
+        assert_eq!(own_cgroup("4:memory:/user.slice\n", &[&mount]), None);
+
+        // The processes are moved (each pid a write of its own: here, the last stays), then
+        // the controllers go down to the runs' subtree.
+        cgroup(&own.join(SUPERVISOR), "cpu memory pids", "");
+        cgroup(&own.join("tandem-node1-77"), "cpu memory", "");
+        let base = prepare(&own, &mount, "tandem-node1-77").unwrap();
+        assert_eq!(base, own.join("tandem-node1-77"));
+        assert_eq!(read(own.join("supervisor/cgroup.procs")), "42424243");
+        assert_eq!(read(own.join("cgroup.subtree_control")), "+memory +cpu");
+        assert_eq!(read(base.join("cgroup.subtree_control")), "+memory +cpu");
+        // Enabled already: nothing written again.
+        std::fs::write(own.join("cgroup.subtree_control"), "cpu memory").unwrap();
+        prepare(&own, &mount, "tandem-node1-77").unwrap();
+        assert_eq!(read(own.join("cgroup.subtree_control")), "cpu memory");
+
+        // A run of 2 CPUs and 1 GiB; its batch script in step_batch, a step with --mem of its
+        // own in step_3.
+        std::fs::write(base.join("cgroup.subtree_control"), "memory cpu").unwrap();
+        let run = base.join("job_12_0");
+        cgroup(&run, "memory cpu", "");
+        cgroup(&run.join("step_batch"), "memory cpu", "");
+        cgroup(&run.join("step_3"), "memory cpu", "");
+        let leaf = create(&base, 12, 0, control::BATCH_STEP, 1 << 30, 2, 0).unwrap();
+        assert_eq!(leaf, run.join("step_batch"));
+        assert_eq!(read(run.join("memory.max")), (1u64 << 30).to_string());
+        assert_eq!(read(run.join("memory.swap.max")), "0");
+        assert_eq!(read(run.join("cpu.max")), "200000 100000");
+        assert_eq!(read(run.join("cgroup.subtree_control")), "+memory +cpu");
+        assert_eq!(read(leaf.join("memory.max")), "max", "the batch step has the job's limit only");
+        let step = create(&base, 12, 0, 3, 1 << 30, 2, 256 << 20).unwrap();
+        assert_eq!(step, run.join("step_3"));
+        assert_eq!(read(step.join("memory.max")), (256u64 << 20).to_string());
+        // OOM: the step's own limit, or the run's, which it shares.
+        assert!(!oom(&step));
+        std::fs::write(run.join("memory.events"), "oom 1\noom_kill 1\n").unwrap();
+        assert!(oom(&step) && oom(&leaf));
+        std::fs::write(run.join("memory.events"), "oom_kill 0\n").unwrap();
+        std::fs::write(step.join("memory.events"), "oom_kill 2\n").unwrap();
+        assert!(oom(&step) && !oom(&leaf));
+
+        // In the root cgroup, nothing is moved: the subtree is made beside.
+        cgroup(&mount.join("tandem-node2-78"), "cpu memory", "");
+        let b = prepare(&mount, &mount, "tandem-node2-78").unwrap();
+        assert_eq!(read(mount.join("cgroup.procs")), "1\n");
+        assert_eq!(read(b.join("cgroup.subtree_control")), "+memory +cpu");
+        // A limit that cannot be written is an error the launch reports.
+        std::fs::remove_dir_all(&run).unwrap();
+        std::fs::create_dir_all(run.join("memory.max")).unwrap();
+        assert!(create(&base, 12, 0, 1, 1 << 30, 0, 0).is_err());
+        std::fs::remove_dir_all(&tmp).unwrap();
+    }
+}
