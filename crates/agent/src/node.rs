@@ -60,6 +60,9 @@ struct Running {
     freezer: Option<PathBuf>,
     /// A service replica, supervised (restarted, probed) by its own task.
     replica: Option<std::sync::Arc<crate::replica::Ctl>>,
+    /// The Unix second a batch step launched here started, until a heartbeat that says so is
+    /// answered (a task adopted at a restart has none: its start was reported before).
+    started_at: Option<i64>,
 }
 
 impl Running {
@@ -210,7 +213,10 @@ pub(crate) async fn run(a: AgentArgs) -> Result<()> {
                     let env = replica_env();
                     let shared = shared_of(&a.data, &task);
                     let ctl = crate::replica::spawn(task, env, Some((kept, cgroup)));
-                    tasks.insert(key, Running { pgid: 0, container: shared, cgroup: None, freezer: None, replica: Some(ctl) });
+                    tasks.insert(
+                        key,
+                        Running { pgid: 0, container: shared, cgroup: None, freezer: None, replica: Some(ctl), started_at: None },
+                    );
                 } else {
                     if let (Some(c), Some((dir, _))) = (&task.container, shared_of(&a.data, &task)) {
                         crate::container::ALLOWED.insert(&key, task.uid, &c.image, &dir);
@@ -219,7 +225,10 @@ pub(crate) async fn run(a: AgentArgs) -> Result<()> {
                         frozen.insert((key.job, key.epoch));
                     }
                     let freezer = kept.freezer.clone();
-                    tasks.insert(key, Running { pgid: kept.pid, container: shared_of(&a.data, &task), cgroup, freezer, replica: None });
+                    tasks.insert(
+                        key,
+                        Running { pgid: kept.pid, container: shared_of(&a.data, &task), cgroup, freezer, replica: None, started_at: None },
+                    );
                     watch(kept, key, tx.clone());
                 }
             }
@@ -409,6 +418,7 @@ pub(crate) async fn run(a: AgentArgs) -> Result<()> {
             // Until the run is resumed or killed, with tasks here or not (a batch job's
             // other nodes have none until a step starts).
             frozen: frozen.iter().copied().collect(),
+            started: tasks.iter().filter_map(|(k, r)| r.started_at.map(|at| (*k, at))).collect(),
         };
         let req = conn.send("POST", "/v1/agent/heartbeat", Some(&hb), &hdr);
         let reply = tokio::select! {
@@ -457,6 +467,12 @@ pub(crate) async fn run(a: AgentArgs) -> Result<()> {
                 if !unsaved_said {
                     tracing::warn!(node = %a.name, "{}; the lease is renewed, the work keeps running", r.error());
                     unsaved_said = true;
+                }
+                // The starts it told are known now.
+                for (k, _) in &hb.started {
+                    if let Some(r) = tasks.get_mut(k) {
+                        r.started_at = None;
+                    }
                 }
                 last_ok = sent;
                 renew_keepers(&records, &info, sent);
@@ -668,6 +684,11 @@ pub(crate) async fn run(a: AgentArgs) -> Result<()> {
     }
 }
 
+/// For a batch step just started: this Unix second (the run's start in accounting).
+fn unix_start(k: &TaskKey) -> Option<i64> {
+    (k.step == BATCH_STEP).then(|| std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64))
+}
+
 /// Starts a task the controller ordered (its prolog, if any, passed): a service replica under
 /// its supervisor, anything else as a kept process; one that cannot start is reported ended
 /// with the reason.
@@ -689,7 +710,10 @@ fn start_task(
         let env = replica_env();
         let shared = shared_of(&a.data, &t);
         let ctl = crate::replica::spawn(t, env, None);
-        tasks.insert(key, Running { pgid: 0, container: shared, cgroup: None, freezer: None, replica: Some(ctl) });
+        tasks.insert(
+            key,
+            Running { pgid: 0, container: shared, cgroup: None, freezer: None, replica: Some(ctl), started_at: unix_start(&key) },
+        );
         return;
     }
     // A task of a suspended run: its run's freezer cgroup is thawed for the launch (a task
@@ -709,7 +733,8 @@ fn start_task(
     match launched {
         Ok((kept, cgroup)) => {
             let freezer = kept.freezer.clone();
-            tasks.insert(key, Running { pgid: kept.pid, container: shared_of(&a.data, &t), cgroup, freezer, replica: None });
+            let started_at = unix_start(&key);
+            tasks.insert(key, Running { pgid: kept.pid, container: shared_of(&a.data, &t), cgroup, freezer, replica: None, started_at });
             watch(kept, key, tx.clone());
         }
         Err(e) => {

@@ -369,6 +369,7 @@ async fn sim_agent(sh: Arc<Shared>, i: usize, node: model::Node) {
             health_down: false,
             health_passed: false,
             frozen: Vec::new(),
+            started: Vec::new(),
         };
         let next_end = tasks.values().min().copied();
         let sent = Instant::now();

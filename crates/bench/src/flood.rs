@@ -338,6 +338,7 @@ async fn probes(pool: Arc<client::H2Pool>, creds: Vec<(String, String)>, stop: A
                     health_down: false,
                     health_passed: false,
                     frozen: Vec::new(),
+                    started: Vec::new(),
                 };
                 let t = Instant::now();
                 match pool

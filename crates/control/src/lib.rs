@@ -2022,6 +2022,34 @@ impl Controller {
         Ok(self.nodes[i].orders.clone())
     }
 
+    /// Takes an agent's report of the batch steps it started, each with the second it
+    /// started (at most `now`): a run whose first node reports its batch step started later
+    /// than the scheduler decided (its launch waited, for the controller's disk say) has that
+    /// as its start, for accounting (`sacct`'s Start and Elapsed) and its time limit. Reports
+    /// of another node, an older run, or an earlier time change nothing.
+    pub fn runs_started(&mut self, now: Time, node: &str, started: &[(TaskKey, Time)]) {
+        for &(k, at) in started {
+            if k.step != BATCH_STEP {
+                continue;
+            }
+            let Some(j) = self.jobs.get_mut(&k.job) else { continue };
+            let at = at.min(now);
+            if j.epoch != k.epoch
+                || !j.state.on_nodes()
+                || j.allocs.first().is_none_or(|(n, _)| n != node)
+                || j.start.is_none_or(|s| s >= at)
+            {
+                continue;
+            }
+            j.start = Some(at);
+            if let Some(s) = j.steps.iter_mut().find(|s| s.id == BATCH_STEP) {
+                s.start = s.start.max(at);
+            }
+            self.limits_due = self.limits_due.min(Self::due_at(j, now, self.settings.kill_wait));
+            self.dirty_jobs.insert(k.job);
+        }
+    }
+
     /// Takes an agent's report of the tasks whose image it is pulling: their jobs show as
     /// `CONFIGURING` with the progress until the node's next report without them (in memory
     /// only; the job runs, and its time limit counts, all along).

@@ -245,6 +245,37 @@ fn only_the_owner_or_root_cancels() {
 }
 
 #[test]
+fn a_run_whose_batch_step_started_late_counts_from_then_for_accounting_and_its_limit() {
+    let mut c = cluster(2, 0);
+    c.submit(0, spec(1), &batch(&["-t", "2"]), "a").unwrap();
+    c.tick(10);
+    assert_eq!(c.job(1).unwrap().start, Some(10));
+    c.take_dirty();
+    let batch_key = |epoch| TaskKey { job: 1, epoch, step: BATCH_STEP, rank: 0 };
+    // Another node, an older run, another step, an earlier time: nothing changes.
+    c.runs_started(40, "n1", &[(batch_key(1), 33)]);
+    c.runs_started(40, "n0", &[(batch_key(0), 33), (TaskKey { step: 0, ..batch_key(1) }, 33), (batch_key(1), 9)]);
+    assert_eq!(c.job(1).unwrap().start, Some(10));
+    assert!(c.take_dirty().jobs.is_empty());
+    // The launch waited (the controller's disk was full): the agent's second is the start,
+    // never past the controller's now; it is saved.
+    c.runs_started(40, "n0", &[(batch_key(1), 33)]);
+    assert_eq!(c.job(1).unwrap().start, Some(33));
+    assert_eq!(c.job(1).unwrap().steps.iter().find(|s| s.id == BATCH_STEP).unwrap().start, 33);
+    assert_eq!(c.take_dirty().jobs.iter().map(|j| j.start).collect::<Vec<_>>(), [Some(33)]);
+    c.runs_started(41, "n0", &[(batch_key(1), 99)]);
+    assert_eq!(c.job(1).unwrap().start, Some(41));
+    // Its two minutes count from there: no signal at 10 + 120, the end at 41 + 120.
+    let term = |o: &Vec<Order>| o.contains(&Order::Signal { job: 1, epoch: 1, signal: 15, batch_only: false, step: None });
+    for t in [20, 40, 60, 80, 100, 120, 131, 150] {
+        c.tick(t);
+        assert!(!term(&c.hb(t, "n0", &[batch_key(1)], &[]).unwrap()), "at {t}");
+    }
+    c.tick(161);
+    assert!(term(&c.hb(161, "n0", &[batch_key(1)], &[]).unwrap()));
+}
+
+#[test]
 fn time_limit_signals_then_kills_then_times_out() {
     let mut c = cluster(1, 0);
     let mut s = spec(1);

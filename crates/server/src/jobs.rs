@@ -1065,6 +1065,7 @@ async fn heartbeat(
             c.record_usage(&hb.node, &hb.usage);
             c.record_pulls(&hb.node, &hb.pulling);
             c.reconcile_frozen(&hb.node, &hb.frozen);
+            c.runs_started(t, &hb.node, &hb.started);
         }
         o
     });

@@ -265,6 +265,69 @@ fn a_task_whose_agent_stays_dead_is_fenced_by_its_keeper_before_the_lease_lapses
 /// A tmpfs mounted on a directory for the life of the value (needs root).
 struct Tmpfs(std::path::PathBuf);
 
+/// The cluster's controller moved onto a small tmpfs of its own (restarted there): the mount
+/// and the controller's data directory.
+fn on_small_tmpfs(c: &mut Cluster) -> (Tmpfs, std::path::PathBuf) {
+    c.kill_server();
+    let ctl = c.dir.join("controller");
+    let saved = c.dir.join("controller.saved");
+    assert!(Command::new("cp").arg("-a").arg(&ctl).arg(&saved).status().unwrap().success());
+    assert!(Command::new("mount").args(["-t", "tmpfs", "-o", "size=16m", "tmpfs"]).arg(&ctl).status().unwrap().success());
+    let mount = Tmpfs(ctl.clone());
+    assert!(Command::new("cp").arg("-a").arg(format!("{}/.", saved.display())).arg(&ctl).status().unwrap().success());
+    c.start_server();
+    c.wait_nodes(1);
+    (mount, ctl)
+}
+
+/// A job the scheduler started while the controller's disk was full starts on its node only
+/// once the disk has room (its launch waits for the commit): accounting says when it really
+/// started, so its Elapsed is its run, not the wait (it read the wait and the run together).
+#[test]
+fn a_launch_that_waited_for_the_controllers_disk_is_accounted_from_its_real_start() {
+    if !is_root() {
+        assert!(std::env::var("CI").is_err(), "this test needs root (a tmpfs) and cannot run under CI=true without it");
+        eprintln!("skipped: a full disk needs a tmpfs, and so root");
+        return;
+    }
+    let mut c = Cluster::new("latestart", 1, None, 30);
+    let (_mount, ctl) = on_small_tmpfs(&mut c);
+    // One job holds the node's 4 CPUs; the next waits for them.
+    let first = c.sbatch(&["-c4", "-o", "first.out", "--wrap", "echo started; sleep 3"]);
+    wait_file(&c, "first.out", "started", 30);
+    let late = c.sbatch(&["-c4", "-o", "late.out", "--wrap", "echo began $(date +%s); sleep 2"]);
+    // The disk fills: the first job's end and the second's start are decided in memory, and
+    // the launch waits until they are saved.
+    let filler = ctl.join("filler");
+    let _ = Command::new("dd").arg("if=/dev/zero").arg(format!("of={}", filler.display())).args(["bs=1M", "status=none"]).status();
+    std::thread::sleep(Duration::from_secs(10));
+    assert!(!std::fs::read_to_string(c.work.join("late.out")).unwrap_or_default().contains("began"), "launched with the disk full");
+    let _ = std::fs::remove_file(&filler);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !c.run("squeue", &[]).status.success() {
+        assert!(Instant::now() < deadline, "the controller never caught up:\n{}", c.log("controller"));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    c.wait_state(first, &["COMPLETED"], 60);
+    c.wait_state(late, &["COMPLETED"], 60);
+    let began: i64 = std::fs::read_to_string(c.work.join("late.out"))
+        .unwrap()
+        .split_whitespace()
+        .nth(1)
+        .and_then(|t| t.parse().ok())
+        .expect("the script's start");
+    let o = c.run("sacct", &["-X", "-n", "-P", "-j", &late.to_string(), "-o", "Start,ElapsedRaw"]);
+    let line = String::from_utf8_lossy(&o.stdout).trim().to_string();
+    let (start, elapsed) = line.split_once('|').expect("Start|ElapsedRaw");
+    let o = Command::new("date").args(["-d", start, "+%s"]).output().unwrap();
+    let start: i64 = String::from_utf8_lossy(&o.stdout).trim().parse().unwrap_or_else(|_| panic!("{line}"));
+    // The run's start is the task's (to the second it was launched), not the scheduler's
+    // decision some 7 s before it; its Elapsed is its 2 s and the report of its end.
+    assert!((began - 1..=began).contains(&start), "Start {start} for a script that began at {began}: {line}\n{}", c.log("controller"));
+    let elapsed: i64 = elapsed.parse().unwrap();
+    assert!((2..=5).contains(&elapsed), "Elapsed {elapsed}: {line}");
+}
+
 impl Drop for Tmpfs {
     fn drop(&mut self) {
         let _ = Command::new("umount").arg("-l").arg(&self.0).status();
@@ -279,16 +342,7 @@ fn a_controller_whose_disk_is_full_past_the_lease_kills_no_running_work() {
         return;
     }
     let mut c = Cluster::new("diskfull", 1, None, 3);
-    // The controller's data directory moves onto a small tmpfs of its own.
-    c.kill_server();
-    let ctl = c.dir.join("controller");
-    let saved = c.dir.join("controller.saved");
-    assert!(Command::new("cp").arg("-a").arg(&ctl).arg(&saved).status().unwrap().success());
-    assert!(Command::new("mount").args(["-t", "tmpfs", "-o", "size=16m", "tmpfs"]).arg(&ctl).status().unwrap().success());
-    let _mount = Tmpfs(ctl.clone());
-    assert!(Command::new("cp").arg("-a").arg(format!("{}/.", saved.display())).arg(&ctl).status().unwrap().success());
-    c.start_server();
-    c.wait_nodes(1);
+    let (_mount, ctl) = on_small_tmpfs(&mut c);
     let s = ledger_script(&c, "full", 14, 0);
     let id = c.sbatch(&[&s]);
     let short = ledger_script(&c, "short", 3, 0);

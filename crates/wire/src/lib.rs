@@ -746,6 +746,11 @@ pub struct Heartbeat {
     /// Runs (job, run number) it holds suspended (`scontrol suspend`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub frozen: Vec<(u64, u32)>,
+    /// Batch steps it started since its last heartbeat that was answered, with the Unix second
+    /// each started: the run's start in accounting (the scheduler's decision may be earlier,
+    /// when the launch waited for the controller's disk).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub started: Vec<(TaskKey, i64)>,
 }
 
 /// Response to a heartbeat.

@@ -1070,7 +1070,9 @@ pub const DOCUMENT: &str = r##"{
         "health_down": {"type": "boolean", "description": "The failed check marks the node down instead (the program exited 2): its jobs are requeued or fail"},
         "health_passed": {"type": "boolean", "description": "Its health check passed: a drain the check made is undone"},
         "frozen": {"type": "array", "description": "Runs it holds suspended (scontrol suspend): job, run number",
-          "items": {"type": "array", "prefixItems": [{"$ref": "#/components/schemas/u64"}, {"$ref": "#/components/schemas/u32"}], "items": false, "minItems": 2}}}},
+          "items": {"type": "array", "prefixItems": [{"$ref": "#/components/schemas/u64"}, {"$ref": "#/components/schemas/u32"}], "items": false, "minItems": 2}},
+        "started": {"type": "array", "description": "Batch steps started since its last answered heartbeat, each with the Unix second it started (the run's start in accounting)",
+          "items": {"type": "array", "prefixItems": [{"$ref": "#/components/schemas/TaskKey"}, {"$ref": "#/components/schemas/i64"}], "items": false, "minItems": 2}}}},
       "Orders": {"type": "object", "required": ["orders"], "additionalProperties": false, "properties": {
         "orders": {"type": "array", "items": {"type": "array", "prefixItems": [{"$ref": "#/components/schemas/u64"}, {"$ref": "#/components/schemas/Order"}], "items": false, "minItems": 2}}}},
       "Order": {"oneOf": [
@@ -2092,6 +2094,7 @@ mod tests {
                     health_down: true,
                     health_passed: true,
                     frozen: vec![(5, 1)],
+                    started: vec![(TaskKey { job: 5, epoch: 1, step: u32::MAX, rank: 0 }, 1_764_000_000)],
                 }),
             ),
             (
