@@ -435,7 +435,14 @@ pub(crate) async fn run(a: AgentArgs) -> Result<()> {
                 done_q.extend(d);
                 None
             }
-            _ = term.recv() => { shutdown(&tasks, &records); return Ok(()); }
+            // SIGTERM (`systemctl stop` or `restart` of the unit, an upgrade): the agent alone
+            // ends; its tasks go on with their keepers, and its next start adopts them (past
+            // its lease, their keepers end them). SIGINT (Ctrl-C, `tandem up` stopping): the
+            // tasks are stopped too.
+            _ = term.recv() => {
+                tracing::info!(node = %a.name, tasks = tasks.len(), "stopping; the tasks stay with their keepers, and a start within the lease adopts them");
+                return Ok(());
+            }
             _ = int.recv() => { shutdown(&tasks, &records); return Ok(()); }
         };
         let Some(reply) = reply else { continue };

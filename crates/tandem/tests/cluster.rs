@@ -1453,6 +1453,83 @@ fn an_older_database_is_migrated_with_its_jobs_and_a_newer_one_refused() {
     c.start_server();
 }
 
+/// Issue 32's upgrade from a real older release: the controller's data directory that commit
+/// 7314e88's build wrote (`tests/fixtures/upgrade-7314e88`, made by
+/// `scripts/make-upgrade-fixture.sh`: jobs completed, failed, held, cancelled, an array, a
+/// service scaled to 0; before the database recorded its schema) is copied, then migrated to
+/// this build's schema at its first start, and `sacct` and `tandem service list` print what
+/// that build printed; the held job is still held; a second start migrates nothing.
+#[test]
+fn a_data_directory_of_commit_7314e88_is_migrated_with_its_jobs_accounting_and_services() {
+    let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/upgrade-7314e88");
+    let dir = free_dir("fixture7314");
+    let data = dir.join("controller");
+    std::fs::create_dir_all(&data).unwrap();
+    let o = Command::new("tar").arg("-xzf").arg(fixture.join("controller.tar.gz")).arg("-C").arg(&data).output().unwrap();
+    assert!(o.status.success(), "{o:?}");
+    Command::new("chmod").arg("711").arg(&data).status().unwrap();
+    let sock = format!("unix://{}", data.join("tandem.sock").display());
+    let start = |log: &str| {
+        let f = std::fs::File::create(dir.join(log)).unwrap();
+        let child = Command::new(bin())
+            .args(["server", "--listen", "127.0.0.1:0", "--data"])
+            .arg(&data)
+            .stdout(f.try_clone().unwrap())
+            .stderr(f)
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !Command::new(bin()).args(["nodes", "-h"]).env("TANDEM_SERVER", &sock).output().unwrap().status.success() {
+            assert!(
+                Instant::now() < deadline,
+                "the controller did not start:\n{}",
+                std::fs::read_to_string(dir.join(log)).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Procs(vec![child])
+    };
+    let server = start("controller.log");
+    let log = std::fs::read_to_string(dir.join("controller.log")).unwrap();
+    assert!(log.contains("written by an older Tandem: migrated to schema 2"), "{log}");
+    let backups = std::fs::read_dir(&data)
+        .unwrap()
+        .filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().starts_with("state.db.schema-1."))
+        .count();
+    assert_eq!(backups, 1, "one copy taken before the migration");
+    let run = |args: &[&str]| {
+        let o = Command::new(bin()).args(args).env("TANDEM_SERVER", &sock).output().unwrap();
+        assert!(o.status.success(), "{args:?}: {}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let sacct = run(&["history", "-a", "-X", "-n", "-P", "-S", "2026-01-01", "-E", "now", "-o", "JobID,JobName,State,ExitCode"]);
+    let want = std::fs::read_to_string(fixture.join("sacct.txt")).unwrap();
+    assert_eq!(sacct, want, "sacct after the migration");
+    for (name, state) in [("done", "COMPLETED"), ("fails", "FAILED"), ("held", "PENDING"), ("cancelled", "CANCELLED")] {
+        assert!(
+            want.lines().any(|l| l.split('|').nth(1) == Some(name) && l.split('|').nth(2).is_some_and(|s| s.starts_with(state))),
+            "{name} {state}:\n{want}"
+        );
+    }
+    let services: String = run(&["service", "list"])
+        .lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .map(|w| format!("{} {} {} {}\n", w[0], w[3], w[4], w[5]))
+        .collect();
+    assert_eq!(services, std::fs::read_to_string(fixture.join("services.txt")).unwrap(), "tandem service list after the migration");
+    let held = want.lines().find(|l| l.split('|').nth(1) == Some("held")).unwrap().split('|').next().unwrap().to_string();
+    let q = run(&["queue", "-h", "-j", &held, "-o", "%T %r"]);
+    assert_eq!(q.trim(), "PENDING JobHeldUser", "{q}");
+    // A second start finds the current schema: no migration, no second copy.
+    drop(server);
+    let _server = start("controller-again.log");
+    assert!(!std::fs::read_to_string(dir.join("controller-again.log")).unwrap().contains("migrated"));
+    assert_eq!(
+        std::fs::read_dir(&data).unwrap().filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().ends_with(".bak")).count(),
+        1
+    );
+}
+
 /// Issue 32's backup and restore: `tandem admin backup` taken while jobs are submitted and
 /// run, then the controller restored from it. Every job acknowledged before the backup is
 /// there; those it held unfinished are held (`Restored`) or settled by their agent; none runs

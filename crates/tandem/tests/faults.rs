@@ -60,6 +60,46 @@ fn an_agent_restarted_within_its_lease_ends_or_requeues_the_jobs_it_lost() {
     c.wait_state(d, &["COMPLETED"], 30);
 }
 
+/// An upgrade of a node with jobs running, as the Debian package does it: the binary replaced
+/// (a new file renamed over the old one) and the agent's unit restarted (SIGTERM to the agent
+/// alone, `KillMode=process`, then a start from the new binary). The new agent adopts the
+/// tasks the old one started: every job finishes, none is requeued, none runs twice. The old
+/// agent is this build, or with `TANDEM_UPGRADE_FROM=BINARY` another commit's
+/// (`scripts/upgrade-check.sh` builds 7314e88's and runs this test with it).
+#[test]
+fn an_agent_upgraded_under_running_jobs_adopts_them_and_none_is_requeued() {
+    let mut c = Cluster::new("upgrade", 1, None, 30);
+    let server = format!("https://{}", c.addr);
+    let bin_dir = c.dir.join("usr-bin");
+    std::fs::create_dir_all(&bin_dir).unwrap();
+    let installed = bin_dir.join("tandem");
+    let old = std::env::var_os("TANDEM_UPGRADE_FROM").map(std::path::PathBuf::from).unwrap_or_else(|| bin().into());
+    std::fs::copy(&old, &installed).unwrap();
+    c.stop_agent(0);
+    c.start_agent_with(0, &server, &installed);
+    c.wait_nodes(1);
+    let ids: Vec<u64> = (0..3).map(|i| c.sbatch(&["-c1", &ledger_script(&c, &format!("up{i}"), 8, 0)])).collect();
+    for i in 0..3 {
+        wait_file(&c, &format!("up{i}.ledger"), "start", 30);
+    }
+    // The package's upgrade: the new binary renamed over the old, the unit restarted.
+    let staged = bin_dir.join("tandem.dpkg-new");
+    std::fs::copy(bin(), &staged).unwrap();
+    std::fs::rename(&staged, &installed).unwrap();
+    c.stop_agent(0);
+    for i in 0..3 {
+        assert!(!ledger(&c, &format!("up{i}")).contains("end"), "a job ended with its agent's stop:\n{}", c.log("node1"));
+    }
+    c.start_agent_with(0, &server, &installed);
+    for (i, id) in ids.iter().enumerate() {
+        let j = c.wait_state(*id, &["COMPLETED", "FAILED", "NODE_FAIL", "CANCELLED"], 60);
+        assert_eq!((j["JobState"].as_str(), j["Restarts"].as_str()), ("COMPLETED", "0"), "{j:?}\n{}", c.log("node1"));
+        assert_eq!(ledger(&c, &format!("up{i}")), format!("start {id} 0 node1\nend {id} 0\n"));
+    }
+    let log = c.log("node1");
+    assert!(log.contains("3 running (adopted)"), "{log}");
+}
+
 #[test]
 fn a_task_that_outlives_its_agent_is_adopted_and_runs_once() {
     // A short lease: the adopted task outlives the fencing deadline its first agent gave its

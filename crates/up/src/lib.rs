@@ -47,13 +47,15 @@ pub struct UpArgs {
 /// Where every agent of a local cluster is reached, and what its node name resolves to.
 pub const NODE_ADDR: std::net::Ipv4Addr = std::net::Ipv4Addr::LOCALHOST;
 
-/// Child processes, stopped (SIGTERM, then SIGKILL after 5 s) when dropped.
+/// Child processes, stopped (SIGINT, then SIGKILL after 5 s) when dropped: SIGINT, as Ctrl-C,
+/// so that agents stop their tasks too (SIGTERM would leave them to their keepers, for the
+/// agent's next start).
 pub struct Kids(pub Vec<Child>);
 
 impl Drop for Kids {
     fn drop(&mut self) {
         for c in &mut self.0 {
-            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(c.id() as i32), nix::sys::signal::Signal::SIGTERM);
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(c.id() as i32), nix::sys::signal::Signal::SIGINT);
         }
         let deadline = Instant::now() + Duration::from_secs(5);
         for c in &mut self.0 {

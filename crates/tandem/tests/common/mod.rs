@@ -152,6 +152,11 @@ impl Cluster {
     }
 
     pub fn start_agent(&mut self, i: usize, server: &str) {
+        self.start_agent_with(i, server, std::path::Path::new(bin()));
+    }
+
+    /// Agent `i` started from `program` (another build of tandem: an upgrade's).
+    pub fn start_agent_with(&mut self, i: usize, server: &str, program: &std::path::Path) {
         let name = format!("node{}", i + 1);
         let data = self.dir.join(&name);
         std::fs::create_dir_all(&data).unwrap();
@@ -161,7 +166,7 @@ impl Cluster {
         if !data.join("credential").exists() {
             std::fs::write(&join, self.token(&["--join"])).unwrap();
         }
-        let mut cmd = Command::new(bin());
+        let mut cmd = Command::new(program);
         cmd.args(["agent", "--server", server, "--name", &name, "--cpus", "4", "--memory", "4G", "--join-token-file"])
             .arg(&join)
             .arg("--ca")
@@ -281,6 +286,15 @@ impl Cluster {
     pub fn kill_agent(&mut self, i: usize) {
         if let Some(mut c) = self.agents[i].take() {
             kill_tree(c.id(), "-9");
+            let _ = c.wait();
+        }
+    }
+
+    /// SIGTERM to agent `i` alone, as `systemctl stop` of its unit sends it (`KillMode=process`):
+    /// its tasks live on. Returns once it exited.
+    pub fn stop_agent(&mut self, i: usize) {
+        if let Some(mut c) = self.agents[i].take() {
+            let _ = Command::new("kill").args(["-TERM", &c.id().to_string()]).status();
             let _ = c.wait();
         }
     }
