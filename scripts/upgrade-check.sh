@@ -11,4 +11,6 @@ wt=${TMPDIR:-/tmp}/tandem-upgrade-$rev
 [ -d "$wt" ] || git worktree add -f "$wt" "$rev" >/dev/null
 [ -e "$wt/../shared" ] || ln -s "$PWD/../shared" "$wt/../shared" 2>/dev/null || true
 (cd "$wt" && cargo build -q -p tandem --bin tandem)
-TANDEM_UPGRADE_FROM="$wt/target/debug/tandem" cargo test -q -p tandem --test faults -- an_agent_upgraded_under_running_jobs --nocapture
+# Agents before d3e991f stop their tasks at SIGTERM: that one is stopped with SIGKILL, to the
+# agent alone (`systemctl kill --kill-whom=main --signal=SIGKILL tandem-agent`).
+TANDEM_UPGRADE_STOP=kill TANDEM_UPGRADE_FROM="$wt/target/debug/tandem" cargo test -q -p tandem --test faults -- an_agent_upgraded_under_running_jobs --nocapture

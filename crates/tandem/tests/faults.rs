@@ -65,7 +65,8 @@ fn an_agent_restarted_within_its_lease_ends_or_requeues_the_jobs_it_lost() {
 /// alone, `KillMode=process`, then a start from the new binary). The new agent adopts the
 /// tasks the old one started: every job finishes, none is requeued, none runs twice. The old
 /// agent is this build, or with `TANDEM_UPGRADE_FROM=BINARY` another commit's
-/// (`scripts/upgrade-check.sh` builds 7314e88's and runs this test with it).
+/// (`scripts/upgrade-check.sh` builds 7314e88's and runs this test with it, stopping that agent
+/// with SIGKILL: `TANDEM_UPGRADE_STOP=kill`).
 #[test]
 fn an_agent_upgraded_under_running_jobs_adopts_them_and_none_is_requeued() {
     let mut c = Cluster::new("upgrade", 1, None, 30);
@@ -86,7 +87,13 @@ fn an_agent_upgraded_under_running_jobs_adopts_them_and_none_is_requeued() {
     let staged = bin_dir.join("tandem.dpkg-new");
     std::fs::copy(bin(), &staged).unwrap();
     std::fs::rename(&staged, &installed).unwrap();
-    c.stop_agent(0);
+    // An agent from before SIGTERM left tasks to their keepers (7314e88's stops them) is ended
+    // with SIGKILL, to itself alone (`TANDEM_UPGRADE_STOP=kill`; README, "Upgrades").
+    if std::env::var("TANDEM_UPGRADE_STOP").as_deref() == Ok("kill") {
+        c.crash_agent(0);
+    } else {
+        c.stop_agent(0);
+    }
     for i in 0..3 {
         assert!(!ledger(&c, &format!("up{i}")).contains("end"), "a job ended with its agent's stop:\n{}", c.log("node1"));
     }
