@@ -18,6 +18,9 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+/// The name of a step's cgroup inside its job's, before the step id (both hierarchies).
+pub(crate) const STEP_CGROUP: &str = "step_";
+
 /// The leaf the agent's own processes move to, beside its runs' subtree.
 pub(crate) const SUPERVISOR: &str = "supervisor";
 
@@ -29,11 +32,7 @@ const PERIOD_US: u64 = 100_000;
 
 /// The leaf of a step's tasks inside its run's cgroup.
 pub(crate) fn step_leaf(step: u32) -> String {
-    if step == control::BATCH_STEP {
-        format!("{}batch", crate::launch::STEP_CGROUP)
-    } else {
-        format!("{}{step}", crate::launch::STEP_CGROUP)
-    }
+    if step == control::BATCH_STEP { format!("{STEP_CGROUP}batch") } else { format!("{STEP_CGROUP}{step}") }
 }
 
 /// The agent's cgroup in the unified hierarchy mounted at one of `mounts`, from

@@ -616,8 +616,7 @@ fn kill_gone(pid: i32, cgroup: Option<&Path>, freezer: Option<&Path>) {
     tracing::error!("processes of lost task group {pid} are still there after SIGKILL");
 }
 
-/// The name of a step's cgroup inside its job's, before the step id.
-pub(crate) const STEP_CGROUP: &str = "step_";
+pub(crate) use crate::cgroup2::STEP_CGROUP;
 
 /// The cgroups of the agent's runs: cgroup v1's memory hierarchy under the agent's own cgroup
 /// where it can be used, else cgroup v2's unified one ([`crate::cgroup2`]: memory and CPUs).

@@ -123,7 +123,7 @@ pub fn write(obj: &Value, namespace: &str, validation: Validation, sources: EnvS
         .iter()
         .find(|(p, _)| !(unknown.iter().any(|u| shown_matches(u, p)) || supported_in(TEMPLATE, p) || supported_in(SUPPORTED, p)))
     {
-        return Err(invalid(&name, shown, "Forbidden: not supported by Tandem (README, \"For Kubernetes users\")"));
+        return Err(invalid(&name, shown, "Forbidden: not supported by Tandem (docs/kubernetes.md)"));
     }
     let spec = &obj["spec"];
     let tspec = &spec["template"]["spec"];

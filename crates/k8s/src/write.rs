@@ -339,7 +339,7 @@ fn volumes(tspec: &Value, sources: EnvSources, bad: &dyn Fn(&str, &str) -> Failu
             let other = v.as_object().and_then(|m| m.keys().find(|k| *k != "name" && !kinds.contains(&k.as_str())).cloned());
             return Err(bad(
                 &other.map_or(at.clone(), |k| format!("{at}.{k}")),
-                "Unsupported value: Tandem mounts a configMap, secret or emptyDir volume, one of them (README, \"For Kubernetes users\")",
+                "Unsupported value: Tandem mounts a configMap, secret or emptyDir volume, one of them (docs/kubernetes.md)",
             ));
         }
     }
@@ -522,7 +522,7 @@ pub fn deployment(obj: &Value, namespace: &str, validation: Validation, sources:
     let mut paths = Vec::new();
     leaves(obj, String::new(), String::new(), &mut paths);
     if let Some((_, shown)) = paths.iter().find(|(p, _)| !unknown.iter().any(|u| shown_matches(u, p)) && !supported(p)) {
-        return Err(invalid(&name, shown, "Forbidden: not supported by Tandem (README, \"For Kubernetes users\")"));
+        return Err(invalid(&name, shown, "Forbidden: not supported by Tandem (docs/kubernetes.md)"));
     }
     let spec = &obj["spec"];
     let tspec = &spec["template"]["spec"];
@@ -620,7 +620,7 @@ pub(crate) fn template_container(
     if command.is_empty() {
         return Err(bad(
             &format!("{cf}.command"),
-            "Required value: Tandem runs the command given, not the image's entrypoint (README, \"Containers\")",
+            "Required value: Tandem runs the command given, not the image's entrypoint (docs/containers.md)",
         ));
     }
     // The environment: `envFrom` first, then `env` (which wins), values from ConfigMaps and
@@ -1184,7 +1184,7 @@ pub fn stored(kind: &str, obj: &Value, namespace: &str, validation: Validation) 
                 "status.",
             ];
             if let Some((_, shown)) = paths.iter().find(|(p, s)| !allowed.iter().any(|a| p.starts_with(a)) && !unknown.contains(s)) {
-                return Err(invalid_kind(kind, &name, shown, "Forbidden: not supported by Tandem (README, \"For Kubernetes users\")"));
+                return Err(invalid_kind(kind, &name, shown, "Forbidden: not supported by Tandem (docs/kubernetes.md)"));
             }
             body.insert("spec".into(), obj["spec"].clone());
         }
@@ -1195,7 +1195,7 @@ pub fn stored(kind: &str, obj: &Value, namespace: &str, validation: Validation) 
             leaves(obj, String::new(), String::new(), &mut paths);
             let allowed = ["spec.finalizers", "apiVersion", "kind", "metadata.", "status."];
             if let Some((_, shown)) = paths.iter().find(|(p, s)| !allowed.iter().any(|a| p.starts_with(a)) && !unknown.contains(s)) {
-                return Err(invalid_kind(kind, &name, shown, "Forbidden: not supported by Tandem (README, \"For Kubernetes users\")"));
+                return Err(invalid_kind(kind, &name, shown, "Forbidden: not supported by Tandem (docs/kubernetes.md)"));
             }
             if name == crate::DEFAULT_NAMESPACE {
                 return Err(invalid_kind(kind, &name, "metadata.name", "Invalid value: \"default\" always exists"));

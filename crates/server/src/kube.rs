@@ -134,7 +134,7 @@ async fn serve(
             Route::Objects(t) if t.resource.writable() => crate::kube::write(app, &v, method, &t, headers, q, body).await,
             Route::Objects(t) => Err(Failure::method_not_allowed(format!(
                 "{method} {path}: {} are read and watched through Tandem's Kubernetes API; change them with `sbatch`, `scancel` \
-                 and `tandem service` (README, \"For Kubernetes users\")",
+                 and `tandem service` (docs/kubernetes.md)",
                 t.resource.plural
             ))),
             _ => Err(Failure::method_not_allowed(format!("{method} {path}: only GET is served here"))),
@@ -169,7 +169,7 @@ async fn serve(
 fn not_served(sub: &str) -> Option<String> {
     match sub {
         "attach" => Some(
-            "pods/attach is not served by Tandem (README, \"For Kubernetes users\"): a Pod's task has no terminal to attach to; \
+            "pods/attach is not served by Tandem (docs/kubernetes.md): a Pod's task has no terminal to attach to; \
              read its output with `kubectl logs -f`, run a command in it with `kubectl exec`, or attach to an srun step with \
              `sattach ID.STEP`"
                 .to_string(),

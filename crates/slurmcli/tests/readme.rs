@@ -1,5 +1,5 @@
-//! The README's option reference is the one the parser's tables render
-//! (`slurmcli::option_reference`): a table changed without the README fails here.
+//! The book's option reference (`docs/slurm-compatibility.md`) is the one the parser's tables
+//! render (`slurmcli::option_reference`): a table changed without the page fails here.
 //! `UPDATE_README=1 cargo test -p slurmcli --test readme` writes it.
 
 const BEGIN: &str =
@@ -8,10 +8,10 @@ const END: &str = "<!-- end of the option reference -->\n";
 
 #[test]
 fn readme_lists_every_option_as_the_tables_say() {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md");
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/slurm-compatibility.md");
     let readme = std::fs::read_to_string(&path).unwrap();
     let (Some(a), Some(b)) = (readme.find(BEGIN), readme.find(END)) else {
-        panic!("README.md has no option reference between {BEGIN:?} and {END:?}");
+        panic!("docs/slurm-compatibility.md has no option reference between {BEGIN:?} and {END:?}");
     };
     let want = slurmcli::option_reference();
     let have = &readme[a + BEGIN.len()..b];
@@ -20,6 +20,8 @@ fn readme_lists_every_option_as_the_tables_say() {
             std::fs::write(&path, format!("{}{want}{}", &readme[..a + BEGIN.len()], &readme[b..])).unwrap();
             return;
         }
-        panic!("README.md's option reference differs from the tables: run UPDATE_README=1 cargo test -p slurmcli --test readme");
+        panic!(
+            "docs/slurm-compatibility.md's option reference differs from the tables: run UPDATE_README=1 cargo test -p slurmcli --test readme"
+        );
     }
 }

@@ -909,7 +909,7 @@ pub const DOCUMENT: &str = r##"{
             "group": {"$ref": "#/components/schemas/u32"}, "nodes": {"$ref": "#/components/schemas/u32OrNull"}, "ntasks": {"$ref": "#/components/schemas/u32OrNull"},
             "ntasks_per_node": {"$ref": "#/components/schemas/u32OrNull"}, "argv": {"type": "array", "items": {"type": "string"}, "description": "Its command (empty: the step's)"}}}}}},
       "Container": {"type": "object", "additionalProperties": false, "required": ["image"],
-        "description": "Pyxis's --container-* options: the step's tasks run in this image (README, Containers)", "properties": {
+        "description": "Pyxis's --container-* options: the step's tasks run in this image (docs/containers.md)", "properties": {
         "image": {"type": "string", "description": "--container-image: [USER@][REGISTRY#]IMAGE[:TAG], Docker's REGISTRY/IMAGE[:TAG], or oci:DIR[:TAG]"},
         "mounts": {"type": "array", "items": {"type": "object", "additionalProperties": false, "required": ["src", "dst"], "properties": {
           "src": {"type": "string"}, "dst": {"type": "string"}, "readonly": {"type": "boolean"}}}, "description": "--container-mounts"},

@@ -557,3 +557,113 @@ pub fn hand_read_options(src: &str) -> Vec<(usize, String)> {
     }
     found
 }
+
+/// The targets of a Markdown text's inline links and images (`[text](target)`), outside code
+/// spans and fenced blocks, with the line each is on.
+pub fn markdown_links(md: &str) -> Vec<(usize, String)> {
+    let mut out = Vec::new();
+    let mut fenced = false;
+    for (n, line) in md.lines().enumerate() {
+        if line.trim_start().starts_with("```") {
+            fenced = !fenced;
+            continue;
+        }
+        if fenced {
+            continue;
+        }
+        // Code spans hide what looks like a link.
+        let mut text = String::new();
+        let mut in_code = false;
+        for c in line.chars() {
+            if c == '`' {
+                in_code = !in_code;
+            } else if !in_code {
+                text.push(c);
+            }
+        }
+        let mut rest = text.as_str();
+        while let Some(at) = rest.find("](") {
+            let after = &rest[at + 2..];
+            let Some(end) = after.find(')') else { break };
+            let target = after[..end].split_whitespace().next().unwrap_or("").to_string();
+            if !target.is_empty() {
+                out.push((n + 1, target));
+            }
+            rest = &after[end..];
+        }
+    }
+    out
+}
+
+/// The anchors of a Markdown text's headings, as GitHub and mdBook make them: lower case,
+/// punctuation but `-` and `_` dropped, spaces as `-`.
+pub fn heading_anchors(md: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut fenced = false;
+    for line in md.lines() {
+        if line.trim_start().starts_with("```") {
+            fenced = !fenced;
+            continue;
+        }
+        let Some(title) = line.strip_prefix('#').map(|t| t.trim_start_matches('#')).filter(|t| t.starts_with(' ')) else { continue };
+        if fenced {
+            continue;
+        }
+        let slug: String = title
+            .trim()
+            .to_lowercase()
+            .chars()
+            .filter(|c| c.is_alphanumeric() || *c == ' ' || *c == '-' || *c == '_')
+            .map(|c| if c == ' ' { '-' } else { c })
+            .collect();
+        out.push(slug);
+    }
+    out
+}
+
+/// Every relative link of `files` (path, text) that leads nowhere: a file that is not there
+/// (`exists`), or an anchor that no heading of its page makes. `http:`, `https:` and `mailto:`
+/// links are not followed.
+pub fn broken_links(files: &[(PathBuf, String)], exists: impl Fn(&Path) -> bool) -> Vec<String> {
+    let mut out = Vec::new();
+    for (path, text) in files {
+        for (line, target) in markdown_links(text) {
+            if ["http://", "https://", "mailto:"].iter().any(|p| target.starts_with(p)) {
+                continue;
+            }
+            let (file, anchor) = match target.split_once('#') {
+                Some((f, a)) => (f, Some(a)),
+                None => (target.as_str(), None),
+            };
+            let dest = if file.is_empty() { path.clone() } else { normalize(&path.parent().unwrap_or(Path::new("")).join(file)) };
+            if !file.is_empty() && !exists(&dest) {
+                out.push(format!("{}:{line}: {target}: no such file", path.display()));
+                continue;
+            }
+            if let Some(a) = anchor {
+                let page = files.iter().find(|(p, _)| *p == dest).map(|(_, t)| t.as_str());
+                match page {
+                    Some(t) if heading_anchors(t).iter().any(|h| h == a) => {}
+                    Some(_) => out.push(format!("{}:{line}: {target}: no heading makes #{a}", path.display())),
+                    None => out.push(format!("{}:{line}: {target}: an anchor into a file that is not checked", path.display())),
+                }
+            }
+        }
+    }
+    out
+}
+
+/// `a/b/../c` as `a/c`.
+fn normalize(p: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for c in p.components() {
+        match c {
+            std::path::Component::ParentDir if out.file_name().is_some() => {
+                out.pop();
+            }
+            std::path::Component::CurDir => {}
+            c => out.push(c),
+        }
+    }
+    out
+}

@@ -303,3 +303,65 @@ fn hand_read_options_finds_arms_and_comparisons_only() {
     let found: Vec<usize> = xtask::hand_read_options(src).into_iter().map(|(l, _)| l).collect();
     assert_eq!(found, vec![3, 3, 4, 6, 7]);
 }
+
+/// The Markdown files whose links are checked: the README, the book (`docs/`) and the other
+/// documents at the root, each with its path from the root.
+fn markdown_files() -> Vec<(PathBuf, String)> {
+    fn walk(dir: &Path, rel: &Path, out: &mut Vec<(PathBuf, String)>) {
+        let mut entries: Vec<_> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()).collect();
+        entries.sort();
+        for p in entries {
+            let name = rel.join(p.file_name().unwrap());
+            if p.is_dir() {
+                walk(&p, &name, out);
+            } else if p.extension().is_some_and(|e| e == "md") {
+                out.push((name, std::fs::read_to_string(&p).unwrap()));
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for f in ["README.md", "ARCHITECTURE.md", "SECURITY.md", "BENCHMARKS.md", "CHANGELOG.md"] {
+        out.push((PathBuf::from(f), std::fs::read_to_string(root().join(f)).unwrap()));
+    }
+    walk(&root().join("docs"), Path::new("docs"), &mut out);
+    out
+}
+
+#[test]
+fn every_relative_link_of_the_readme_and_the_book_leads_somewhere() {
+    let files = markdown_files();
+    let broken = xtask::broken_links(&files, |p| root().join(p).exists());
+    assert!(broken.is_empty(), "links that lead nowhere:\n{}", broken.join("\n"));
+    // Every page of the book is in its table of contents, and the README leads to it.
+    let summary = &files.iter().find(|(p, _)| p == Path::new("docs/SUMMARY.md")).expect("docs/SUMMARY.md").1;
+    let listed: Vec<String> = xtask::markdown_links(summary).into_iter().map(|(_, t)| t).collect();
+    for (p, _) in files.iter().filter(|(p, _)| p.starts_with("docs") && p != Path::new("docs/SUMMARY.md")) {
+        let rel = p.strip_prefix("docs").unwrap().to_string_lossy().into_owned();
+        assert!(listed.contains(&rel), "docs/{rel} is not in docs/SUMMARY.md");
+    }
+    let readme = &files[0].1;
+    assert!(readme.contains("](docs/SUMMARY.md)"), "the README does not lead to the book");
+}
+
+#[test]
+fn broken_links_finds_missing_files_and_anchors_and_skips_code() {
+    let files = vec![
+        (
+            PathBuf::from("README.md"),
+            "# Top\n\n[a](docs/a.md) [b](docs/a.md#the-a-page) [gone](docs/gone.md) [web](https://x.example/y)\n\
+             `[not](a link)` and\n```\n[nor](this.md)\n```\n[self](#top) [bad](#nowhere)\n"
+                .to_string(),
+        ),
+        (PathBuf::from("docs/a.md"), "# The `a` page!\n\n[up](../README.md#top) [side](b.md)\n".to_string()),
+    ];
+    let exists = |p: &Path| [Path::new("README.md"), Path::new("docs/a.md")].contains(&p);
+    let broken = xtask::broken_links(&files, exists);
+    assert_eq!(
+        broken,
+        ["README.md:3: docs/gone.md: no such file", "README.md:8: #nowhere: no heading makes #nowhere", "docs/a.md:3: b.md: no such file"]
+    );
+    assert_eq!(
+        xtask::heading_anchors("# The `a` page!\n## Inference proxy: `tandem proxy`\n"),
+        ["the-a-page", "inference-proxy-tandem-proxy"]
+    );
+}
