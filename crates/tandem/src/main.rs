@@ -577,20 +577,22 @@ fn main() -> std::process::ExitCode {
             no_hosts,
         } => (
             "tandem up",
-            up::run(up::UpArgs {
-                agents,
-                gpus: gpus_per_agent,
-                cpus: cpus_per_agent,
-                memory: mem_per_agent,
-                data,
-                port,
-                lease,
-                config,
-                proxy_port: (!no_proxy).then_some(proxy_port),
-                hosts: (!no_hosts).then(up::hosts::Hosts::system),
-                daemon_args: log.to_args(),
-            })
-            .map(|_| 0),
+            log.init().and_then(|()| {
+                up::run(up::UpArgs {
+                    agents,
+                    gpus: gpus_per_agent,
+                    cpus: cpus_per_agent,
+                    memory: mem_per_agent,
+                    data,
+                    port,
+                    lease,
+                    config,
+                    proxy_port: (!no_proxy).then_some(proxy_port),
+                    hosts: (!no_hosts).then(up::hosts::Hosts::system),
+                    daemon_args: log.to_args(),
+                })
+                .map(|_| 0)
+            }),
         ),
         Cmd::Server { log, listen, listen_fd, data, config, lease, kill_wait, insecure, tls_san } => (
             "tandem server",

@@ -116,7 +116,7 @@ impl Drop for Block {
         if !self.done
             && let Err(e) = self.hosts.remove(&self.id)
         {
-            eprintln!("tandem up: removing its lines from {}: {e:#}", self.hosts.path.display());
+            tracing::warn!("tandem up: removing its lines from {}: {e:#}", self.hosts.path.display());
         }
     }
 }

@@ -313,8 +313,10 @@ pub fn run(a: UpArgs) -> Result<()> {
     );
     println!("In another shell:\n  {}\n  (or: source {})", env_line.trim().replace('\n', "\n  "), c.env.display());
     println!("Logs: {}/*.log. Ctrl-C stops the cluster.", data.display());
+    // Its own lines go to its log (standard error, `--log-format`, `--log-level`), as the
+    // daemons' do; what the user reads to use the cluster goes to standard output above.
     for line in &c.hosts_notes {
-        eprintln!("{line}");
+        tracing::info!("{line}");
     }
     loop {
         if signals() {
@@ -322,7 +324,7 @@ pub fn run(a: UpArgs) -> Result<()> {
             return Ok(());
         }
         for line in c.supervise() {
-            eprintln!("{line}");
+            tracing::warn!("{line}");
         }
         std::thread::sleep(Duration::from_millis(100));
     }
