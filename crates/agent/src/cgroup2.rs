@@ -1,19 +1,20 @@
 //! Jobs' limits on cgroup v2 (a host whose only hierarchy is the unified one: current Debian,
 //! the GPU machines): the agent's runs get `memory.max` (and `memory.swap.max` 0: what the v1
 //! hierarchy's `memsw` limit gives) and `cpu.max` (the job's CPUs on the node, as a quota of
-//! that many full CPUs per period), in a subtree the agent owns under its own cgroup, as
-//! systemd delegates it (`Delegate=yes`).
+//! that many full CPUs per period).
 //!
 //! cgroup v2 lets a cgroup either hold processes or hand controllers to its children, not both
-//! ("no internal processes"). So the agent first moves the processes of its own cgroup (itself,
-//! and a launcher or keepers an earlier agent of the unit left) into a leaf, `supervisor` (what
-//! systemd's `DelegateSubgroup=` does where it exists), then enables the controllers below, and
-//! runs tasks only in leaves: `OWN/tandem-NAME-PID/job_J_E` holds the run's limits (and is its
-//! freezer: `cgroup.freeze` freezes every descendant), and each step's tasks are in
-//! `job_J_E/step_S` (`step_batch` for the batch script), which has the step's own memory limit
-//! (`srun --mem`) when it has one. Where the agent runs in the root cgroup, the subtree is made
-//! there (the root may hold processes). Everything is plain file writes under a directory, so
-//! the unit tests drive it against a tree of ordinary files.
+//! ("no internal processes"). The agent's own cgroup (its systemd unit's) holds the agent, its
+//! launcher and the keepers, which outlive it; were the controllers enabled there, systemd could
+//! not put the next agent of a restarted unit into it (EBUSY; `DelegateSubgroup=` solves that
+//! only from systemd 254). So the runs live in a tree of their own beside the units, as
+//! container runtimes' cgroupfs drivers keep theirs: `/sys/fs/cgroup/tandem/tandem-NAME-PID`,
+//! with the memory and CPU controllers enabled down to it, no process moved. Each run's
+//! `job_J_E` holds its limits (and is its freezer: `cgroup.freeze` freezes every descendant);
+//! each step's tasks are in `job_J_E/step_S` (`step_batch` for the batch script), which has the
+//! step's own memory limit (`srun --mem`) when it has one. Stopping the agent's unit never
+//! touches them (`KillMode=process`). Everything is plain file writes under a directory, so the
+//! unit tests drive it against a tree of ordinary files.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -21,8 +22,8 @@ use std::path::{Path, PathBuf};
 /// The name of a step's cgroup inside its job's, before the step id (both hierarchies).
 pub(crate) const STEP_CGROUP: &str = "step_";
 
-/// The leaf the agent's own processes move to, beside its runs' subtree.
-pub(crate) const SUPERVISOR: &str = "supervisor";
+/// The tree of the agents' runs under the unified hierarchy's root.
+pub(crate) const TREE: &str = "tandem";
 
 /// The controllers the agent sets limits with, where its cgroup has them.
 const CONTROLLERS: [&str; 2] = ["memory", "cpu"];
@@ -35,44 +36,27 @@ pub(crate) fn step_leaf(step: u32) -> String {
     if step == control::BATCH_STEP { format!("{STEP_CGROUP}batch") } else { format!("{STEP_CGROUP}{step}") }
 }
 
-/// The agent's cgroup in the unified hierarchy mounted at one of `mounts`, from
-/// `/proc/self/cgroup`'s text, where that hierarchy has the memory controller to give (a pure
-/// v2 host; on a hybrid one the controllers are v1's). A cgroup already in [`SUPERVISOR`] (the
-/// agent moved itself there before a restart that kept its process) counts as its parent.
-pub(crate) fn own_cgroup(proc_self_cgroup: &str, mounts: &[&Path]) -> Option<PathBuf> {
-    let rel = proc_self_cgroup.lines().find_map(|l| l.strip_prefix("0::"))?.trim().trim_start_matches('/');
+/// The unified hierarchy's root among `mounts`, where this host is pure v2 (or its unified
+/// hierarchy has the memory controller to give: on a hybrid host the controllers are v1's) and
+/// `/proc/self/cgroup`'s text shows the v2 line.
+pub(crate) fn unified_root(proc_self_cgroup: &str, mounts: &[&Path]) -> Option<PathBuf> {
+    proc_self_cgroup.lines().find(|l| l.starts_with("0::"))?;
     let mount = mounts.iter().find(|m| m.join("cgroup.controllers").exists())?;
-    let mut own = mount.join(rel);
-    if own.file_name().is_some_and(|n| n == SUPERVISOR) {
-        own.pop();
-    }
-    let available = std::fs::read_to_string(own.join("cgroup.controllers")).ok()?;
-    available.split_whitespace().any(|c| c == "memory").then_some(own)
+    let available = std::fs::read_to_string(mount.join("cgroup.controllers")).ok()?;
+    available.split_whitespace().any(|c| c == "memory").then(|| mount.to_path_buf())
 }
 
-/// Makes the agent's subtree for its runs, `own/dir`, with the memory and CPU controllers
-/// enabled down to it, first moving `own`'s processes into [`SUPERVISOR`] (unless `own` is
-/// `mount`, the root cgroup). Returns the subtree.
-pub(crate) fn prepare(own: &Path, mount: &Path, dir: &str) -> std::io::Result<PathBuf> {
-    let available = std::fs::read_to_string(own.join("cgroup.controllers"))?;
+/// Makes the agent's subtree for its runs, `mount/tandem/dir`, with the memory and CPU
+/// controllers enabled from the root down to it (the root may hold processes; `tandem` and the
+/// subtree hold none). Returns the subtree.
+pub(crate) fn prepare(mount: &Path, dir: &str) -> std::io::Result<PathBuf> {
+    let available = std::fs::read_to_string(mount.join("cgroup.controllers"))?;
     let wanted: Vec<&str> = CONTROLLERS.into_iter().filter(|c| available.split_whitespace().any(|a| a == *c)).collect();
-    if own != mount {
-        let procs = std::fs::read_to_string(own.join("cgroup.procs"))?;
-        let pids: Vec<&str> = procs.split_whitespace().collect();
-        if !pids.is_empty() {
-            let leaf = own.join(SUPERVISOR);
-            make_dir(&leaf)?;
-            for pid in pids {
-                // One at a time, as the kernel takes them; one that ended meanwhile is gone.
-                match append(&leaf.join("cgroup.procs"), pid) {
-                    Err(e) if e.raw_os_error() == Some(nix::libc::ESRCH) => {}
-                    r => r?,
-                }
-            }
-        }
-        enable(own, &wanted)?;
-    }
-    let base = own.join(dir);
+    enable(mount, &wanted)?;
+    let tree = mount.join(TREE);
+    make_dir(&tree)?;
+    enable(&tree, &wanted)?;
+    let base = tree.join(dir);
     make_dir(&base)?;
     enable(&base, &wanted)?;
     Ok(base)
@@ -108,23 +92,22 @@ fn limit_memory(dir: &Path, bytes: u64) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Whether the kernel killed a process for memory in `leaf`'s cgroup or, for a step's leaf, in
-/// its run's (whose limit the step shares): `memory.events`' `oom_kill`.
+/// Whether the kernel killed a process of `leaf`'s cgroup for memory: `memory.events`'
+/// `oom_kill`, which counts a kill in the cgroup of its victim and every cgroup above it, so a
+/// kill under the run's limit is counted in the leaf of the step that lost the process (and no
+/// other step's).
 pub(crate) fn oom(leaf: &Path) -> bool {
-    let killed = |d: &Path| {
-        std::fs::read_to_string(d.join("memory.events"))
-            .unwrap_or_default()
-            .lines()
-            .any(|l| l.strip_prefix("oom_kill ").is_some_and(|n| n.trim() != "0"))
-    };
-    killed(leaf) || leaf.parent().is_some_and(|run| run.join("cgroup.freeze").exists() && killed(run))
+    std::fs::read_to_string(leaf.join("memory.events"))
+        .unwrap_or_default()
+        .lines()
+        .any(|l| l.strip_prefix("oom_kill ").is_some_and(|n| n.trim() != "0"))
 }
 
-/// Removes the empty subtrees (`tandem-NAME-PID`) that agents gone from `own` left; one that
+/// Removes the empty subtrees (`tandem-NAME-PID`) that agents gone left in `tree`; one that
 /// still holds a run (a task a restarted agent adopts, or an ended task's OOM count it has yet
-/// to read) stays.
-pub(crate) fn sweep(own: &Path) {
-    let Ok(entries) = std::fs::read_dir(own) else { return };
+/// to read) stays, until that agent has released it.
+pub(crate) fn sweep(tree: &Path) {
+    let Ok(entries) = std::fs::read_dir(tree) else { return };
     for e in entries.flatten() {
         let name = e.file_name().to_string_lossy().into_owned();
         let pid = name.strip_prefix("tandem-").and_then(|r| r.rsplit_once('-')).and_then(|(_, p)| p.parse::<u32>().ok());
@@ -182,36 +165,36 @@ mod tests {
     }
 
     #[test]
-    fn a_delegated_cgroup_gets_a_supervisor_leaf_and_runs_get_their_limits_in_leaves() {
+    fn runs_get_their_limits_in_leaves_of_a_tree_beside_the_units() {
         let tmp = std::env::temp_dir().join(format!("tandem-cgroup2-test-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&tmp);
         let mount = tmp.join("sys/fs/cgroup");
         cgroup(&mount, "cpuset cpu io memory pids", "1\n");
-        let own = mount.join("system.slice/tandem-agent.service");
-        cgroup(&own, "cpu memory pids", "4242\n4243\n");
-        // Found from /proc/self/cgroup's line, also once moved into the supervisor leaf.
+        std::fs::write(mount.join("cgroup.subtree_control"), "cpu memory pids").unwrap();
+        // Found from /proc/self/cgroup's v2 line where the root gives the memory controller.
         let unit = "0::/system.slice/tandem-agent.service\n";
-        assert_eq!(own_cgroup(unit, &[&tmp.join("nowhere"), &mount]), Some(own.clone()));
-        assert_eq!(own_cgroup("0::/system.slice/tandem-agent.service/supervisor\n", &[&mount]), Some(own.clone()));
+        assert_eq!(unified_root(unit, &[&tmp.join("nowhere"), &mount]), Some(mount.clone()));
         // A hybrid host: v1 lines, a unified hierarchy without the memory controller.
         let hybrid = tmp.join("hybrid");
         cgroup(&hybrid, "", "");
-        assert_eq!(own_cgroup("4:memory:/user.slice\n0::/user.slice\n", &[&hybrid]), None);
-        assert_eq!(own_cgroup("4:memory:/user.slice\n", &[&mount]), None);
+        assert_eq!(unified_root("4:memory:/user.slice\n0::/user.slice\n", &[&hybrid]), None);
+        assert_eq!(unified_root("4:memory:/user.slice\n", &[&mount]), None);
 
-        // The processes are moved (each pid a write of its own: here, the last stays), then
-        // the controllers go down to the runs' subtree.
-        cgroup(&own.join(SUPERVISOR), "cpu memory pids", "");
-        cgroup(&own.join("tandem-node1-77"), "cpu memory", "");
-        let base = prepare(&own, &mount, "tandem-node1-77").unwrap();
-        assert_eq!(base, own.join("tandem-node1-77"));
-        assert_eq!(read(own.join("supervisor/cgroup.procs")), "42424243");
-        assert_eq!(read(own.join("cgroup.subtree_control")), "+memory +cpu");
+        // The controllers go down to the runs' subtree; no process moves, and what the root
+        // enables already is not written again.
+        cgroup(&mount.join("tandem"), "cpu memory pids", "");
+        cgroup(&mount.join("tandem/tandem-node1-77"), "cpu memory", "");
+        let base = prepare(&mount, "tandem-node1-77").unwrap();
+        assert_eq!(base, mount.join("tandem/tandem-node1-77"));
+        assert_eq!(read(mount.join("cgroup.procs")), "1\n");
+        assert_eq!(read(mount.join("cgroup.subtree_control")), "cpu memory pids");
+        assert_eq!(read(mount.join("tandem/cgroup.subtree_control")), "+memory +cpu");
         assert_eq!(read(base.join("cgroup.subtree_control")), "+memory +cpu");
-        // Enabled already: nothing written again.
-        std::fs::write(own.join("cgroup.subtree_control"), "cpu memory").unwrap();
-        prepare(&own, &mount, "tandem-node1-77").unwrap();
-        assert_eq!(read(own.join("cgroup.subtree_control")), "cpu memory");
+        std::fs::write(mount.join("cgroup.subtree_control"), "pids").unwrap();
+        std::fs::write(mount.join("tandem/cgroup.subtree_control"), "memory cpu").unwrap();
+        prepare(&mount, "tandem-node1-77").unwrap();
+        assert_eq!(read(mount.join("cgroup.subtree_control")), "pids+memory +cpu");
+        assert_eq!(read(mount.join("tandem/cgroup.subtree_control")), "memory cpu");
 
         // A run of 2 CPUs and 1 GiB; its batch script in step_batch, a step with --mem of its
         // own in step_3.
@@ -230,19 +213,20 @@ mod tests {
         let step = create(&base, 12, 0, 3, 1 << 30, 2, 256 << 20).unwrap();
         assert_eq!(step, run.join("step_3"));
         assert_eq!(read(step.join("memory.max")), (256u64 << 20).to_string());
-        // OOM: the step's own limit, or the run's, which it shares.
+        // OOM: counted in the leaf whose process was killed (the kernel counts upwards too);
+        // another step's kill is not this one's.
         assert!(!oom(&step));
         std::fs::write(run.join("memory.events"), "oom 1\noom_kill 1\n").unwrap();
-        assert!(oom(&step) && oom(&leaf));
-        std::fs::write(run.join("memory.events"), "oom_kill 0\n").unwrap();
-        std::fs::write(step.join("memory.events"), "oom_kill 2\n").unwrap();
+        std::fs::write(step.join("memory.events"), "oom 1\noom_kill 1\n").unwrap();
         assert!(oom(&step) && !oom(&leaf));
 
-        // In the root cgroup, nothing is moved: the subtree is made beside.
-        cgroup(&mount.join("tandem-node2-78"), "cpu memory", "");
-        let b = prepare(&mount, &mount, "tandem-node2-78").unwrap();
-        assert_eq!(read(mount.join("cgroup.procs")), "1\n");
-        assert_eq!(read(b.join("cgroup.subtree_control")), "+memory +cpu");
+        // Agents gone leave empty subtrees: swept; one still holding a run stays.
+        std::fs::create_dir_all(mount.join("tandem/tandem-node1-999999999")).unwrap();
+        std::fs::create_dir_all(mount.join("tandem/tandem-node1-999999998/job_1_1")).unwrap();
+        sweep(&mount.join("tandem"));
+        assert!(!mount.join("tandem/tandem-node1-999999999").exists());
+        assert!(mount.join("tandem/tandem-node1-999999998").exists());
+        assert!(base.exists(), "its own");
         // A limit that cannot be written is an error the launch reports.
         std::fs::remove_dir_all(&run).unwrap();
         std::fs::create_dir_all(run.join("memory.max")).unwrap();

@@ -648,17 +648,16 @@ impl Cgroups {
             return Cgroups { base: Some(b), v2: false, freezer: crate::freezer::Freezer::detect(name) };
         }
         let mounts = [Path::new("/sys/fs/cgroup/unified"), Path::new("/sys/fs/cgroup")];
-        if let Some(own) = crate::cgroup2::own_cgroup(&own, &mounts) {
-            let mount = mounts.into_iter().find(|m| own.starts_with(m)).unwrap_or(Path::new("/sys/fs/cgroup"));
-            crate::cgroup2::sweep(&own);
-            match crate::cgroup2::prepare(&own, mount, &dir) {
+        if let Some(mount) = crate::cgroup2::unified_root(&own, &mounts) {
+            crate::cgroup2::sweep(&mount.join(crate::cgroup2::TREE));
+            match crate::cgroup2::prepare(&mount, &dir) {
                 Ok(base) => {
                     tracing::info!(node = %name, "cgroup v2: jobs' memory and CPUs are limited in {}", base.display());
                     return Cgroups { base: Some(base.clone()), v2: true, freezer: crate::freezer::Freezer::within(base) };
                 }
                 Err(e) => tracing::warn!(node = %name,
-                    "cannot set up cgroup v2 limits under {} ({e}): run the agent as root in a cgroup of its own (its systemd unit has Delegate=yes)",
-                    own.display()
+                    "cannot set up cgroup v2 limits under {} ({e}): the agent must run as root with /sys/fs/cgroup writable",
+                    mount.join(crate::cgroup2::TREE).display()
                 ),
             }
         }
@@ -939,7 +938,13 @@ pub(crate) fn launch(t: &Task, spool: &Path, tasks: &Tasks, cg: &Cgroups) -> Res
     let cgroup = cg.create(t);
     // Service replicas are never suspended. A container's runc (rootless) refuses to start in
     // a freezer cgroup it may not write to: container tasks are stopped by signal instead.
-    let freezer = if t.replica.is_none() && t.container.is_none() { cg.freezer.create(t.job, t.epoch) } else { None };
+    // On cgroup v2 the run's cgroup is the freezer of the tasks below it: a task whose cgroup
+    // could not be made is not there, and is stopped by signal instead.
+    let freezer = if t.replica.is_none() && t.container.is_none() && (cg.freezer.joined() || cgroup.is_some()) {
+        cg.freezer.create(t.job, t.epoch)
+    } else {
+        None
+    };
     // The record first: an agent that dies from here on finds the task again at its restart.
     let key = key_of(t);
     let rec = Record {

@@ -78,6 +78,10 @@ pub struct Options {
     /// The image cache's bound, e.g. `50G` (default: half the data directory's file system,
     /// at most 100 GiB).
     pub image_cache_size: Option<String>,
+    /// SIGTERM stops the node's tasks too, as SIGINT does (where whatever stops the agent then
+    /// kills its whole cgroup, the tasks' keepers included: a Kubernetes pod); otherwise SIGTERM
+    /// leaves them to their keepers for the agent's next start.
+    pub stop_tasks_on_sigterm: bool,
 }
 
 /// The image cache's default bound: half the file system of `data`, at most 100 GiB.
@@ -137,5 +141,6 @@ pub fn main(o: Options) -> Result<()> {
         addr: o.addr,
         features,
         registries,
+        stop_tasks_on_sigterm: o.stop_tasks_on_sigterm,
     }))
 }

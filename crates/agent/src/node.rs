@@ -48,6 +48,8 @@ pub(crate) struct AgentArgs {
     pub(crate) features: Vec<String>,
     /// How images are pulled.
     pub(crate) registries: image::Settings,
+    /// SIGTERM stops the tasks too (`--stop-tasks-on-sigterm`).
+    pub(crate) stop_tasks_on_sigterm: bool,
 }
 
 struct Running {
@@ -235,9 +237,7 @@ pub(crate) async fn run(a: AgentArgs) -> Result<()> {
             Now::Ended(st) => {
                 finished += 1;
                 let oom = cgroup.as_deref().is_some_and(Cgroups::oom);
-                if let Some(dir) = &cgroup {
-                    let _ = std::fs::remove_dir(dir);
-                }
+                remove_cgroup(cgroup.as_deref());
                 if key.step == BATCH_STEP {
                     let _ = std::fs::remove_file(script_path(&spool, key.job, key.epoch));
                 }
@@ -254,9 +254,7 @@ pub(crate) async fn run(a: AgentArgs) -> Result<()> {
                     crate::container::forget(&a.data, &key);
                 }
                 lost += 1;
-                if let Some(dir) = &cgroup {
-                    let _ = std::fs::remove_dir(dir);
-                }
+                remove_cgroup(cgroup.as_deref());
                 if key.step == BATCH_STEP {
                     let _ = std::fs::remove_file(script_path(&spool, key.job, key.epoch));
                 }
@@ -440,6 +438,10 @@ pub(crate) async fn run(a: AgentArgs) -> Result<()> {
             // its lease, their keepers end them). SIGINT (Ctrl-C, `tandem up` stopping): the
             // tasks are stopped too.
             _ = term.recv() => {
+                if a.stop_tasks_on_sigterm {
+                    shutdown(&tasks, &records);
+                    return Ok(());
+                }
                 tracing::info!(node = %a.name, tasks = tasks.len(), "stopping; the tasks stay with their keepers, and a start within the lease adopts them");
                 return Ok(());
             }
@@ -1087,6 +1089,18 @@ fn set_frozen(tasks: &HashMap<TaskKey, Running>, job: u64, epoch: u32, freeze: b
             let what = if freeze { "suspending" } else { "resuming" };
             tracing::info!(node = %node, "{what} job {job}: {}: {e}", d.display());
         }
+    }
+}
+
+/// Removes an ended task's cgroup found at a restart, and its run's above it where it was a
+/// step's (`rmdir` leaves one that still holds another task's).
+fn remove_cgroup(dir: Option<&std::path::Path>) {
+    let Some(dir) = dir else { return };
+    let _ = std::fs::remove_dir(dir);
+    if dir.file_name().is_some_and(|n| n.to_string_lossy().starts_with(crate::launch::STEP_CGROUP))
+        && let Some(run) = dir.parent()
+    {
+        let _ = std::fs::remove_dir(run);
     }
 }
 

@@ -2025,8 +2025,9 @@ impl Controller {
     /// Takes an agent's report of the batch steps it started, each with the second it
     /// started (at most `now`): a run whose first node reports its batch step started later
     /// than the scheduler decided (its launch waited, for the controller's disk say) has that
-    /// as its start, for accounting (`sacct`'s Start and Elapsed) and its time limit. Reports
-    /// of another node, an older run, or an earlier time change nothing.
+    /// as its start, for accounting (`sacct`'s Start and Elapsed) and its time limit. The first
+    /// report of a run is taken, while it runs unsuspended, and only when it is more than a
+    /// second later; reports of another node, an older run, or a second report change nothing.
     pub fn runs_started(&mut self, now: Time, node: &str, started: &[(TaskKey, Time)]) {
         for &(k, at) in started {
             if k.step != BATCH_STEP {
@@ -2034,11 +2035,18 @@ impl Controller {
             }
             let Some(j) = self.jobs.get_mut(&k.job) else { continue };
             let at = at.min(now);
+            // Once a run, from its first node, while it runs unsuspended. A start within a
+            // second of the decision stands (no write for the ordinary launch).
             if j.epoch != k.epoch
-                || !j.state.on_nodes()
+                || j.state != JobState::Running
+                || j.start_reported
+                || j.suspended_secs > 0
                 || j.allocs.first().is_none_or(|(n, _)| n != node)
-                || j.start.is_none_or(|s| s >= at)
             {
+                continue;
+            }
+            j.start_reported = true;
+            if j.start.is_none_or(|s| at <= s + 1) {
                 continue;
             }
             j.start = Some(at);
@@ -2637,7 +2645,7 @@ impl Controller {
         j.state = j.state.step(JobEvent::Start).expect("pending jobs start");
         j.start = Some(now);
         j.end = None;
-        (j.suspension, j.suspended_secs) = (None, 0);
+        (j.suspension, j.suspended_secs, j.start_reported) = (None, 0, false);
         j.epoch += 1;
         j.last_allocs = named.clone();
         j.allocs = named;

@@ -541,6 +541,10 @@ pub struct Job {
     /// `sacct`'s `Suspended`, taken out of its `Elapsed`).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub suspended_secs: Time,
+    /// The current run's start is the one its node reported (`Controller::runs_started`):
+    /// taken once a run.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub start_reported: bool,
 }
 
 fn is_zero(t: &Time) -> bool {
@@ -603,6 +607,7 @@ impl Job {
             restored: false,
             suspension: None,
             suspended_secs: 0,
+            start_reported: false,
         }
     }
 }

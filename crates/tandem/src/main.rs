@@ -213,6 +213,11 @@ enum Cmd {
         /// task runs are removed (default: half the data directory's file system, at most 100G).
         #[arg(long, env = "TANDEM_IMAGE_CACHE_SIZE")]
         image_cache_size: Option<String>,
+        /// SIGTERM stops the node's tasks too, as SIGINT does: for a supervisor that kills the
+        /// agent's whole cgroup once it exits (a Kubernetes pod). Without it, SIGTERM (systemctl
+        /// stop or restart, an upgrade) leaves the tasks to their keepers for the next start.
+        #[arg(long)]
+        stop_tasks_on_sigterm: bool,
     },
     /// The inference proxy: routes `/s/SERVICE/...` (or `Host: SERVICE`) to a ready replica,
     /// with balancing, retries and passive ejection; endpoints from the controller or `--static`.
@@ -616,6 +621,7 @@ fn main() -> std::process::ExitCode {
             registry_ca,
             cdi_spec_dirs,
             image_cache_size,
+            stop_tasks_on_sigterm,
         } => (
             "tandem agent",
             log.init()
@@ -635,6 +641,7 @@ fn main() -> std::process::ExitCode {
                         registry_ca,
                         cdi_spec_dirs,
                         image_cache_size,
+                        stop_tasks_on_sigterm,
                     })
                 })
                 .map(|_| 0),

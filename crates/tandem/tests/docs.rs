@@ -63,6 +63,22 @@ fn pages() -> Vec<(PathBuf, String)> {
     files.into_iter().map(|p| (p.strip_prefix(repo()).unwrap().to_path_buf(), std::fs::read_to_string(&p).unwrap())).collect()
 }
 
+/// A `tandem up`, ended as a reader ends it (Ctrl-C: it stops its daemons and their tasks),
+/// however the test ends; killed only if it does not stop.
+struct Up(std::process::Child);
+
+impl Drop for Up {
+    fn drop(&mut self) {
+        let _ = Command::new("kill").args(["-INT", &self.0.id().to_string()]).status();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while self.0.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 #[test]
 fn a_marker_needs_a_reason_and_only_shell_blocks_are_taken() {
     let md = "a\n<!-- not run: needs a GPU -->\n```sh\nnvidia-smi\n```\n```toml\nx = 1\n```\n```sh\nsinfo\n```\n<!-- not run: -->\n```sh\ntrue\n```\n";
@@ -101,18 +117,16 @@ fn every_shell_block_of_the_readme_and_the_book_runs_as_written() {
         }
         let path = format!("{}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", home.join(".local/bin").display());
         let log = std::fs::File::create(dir.join("up.log")).unwrap();
-        let mut up = Procs(vec![
-            Command::new(bin())
-                .args(["up", "--port", "0", "--no-hosts"])
-                .env_clear()
-                .env("HOME", &home)
-                .env("PATH", &path)
-                .current_dir(&work)
-                .stdout(log.try_clone().unwrap())
-                .stderr(log)
-                .spawn()
-                .unwrap(),
-        ]);
+        let mut up = Up(Command::new(bin())
+            .args(["up", "--port", "0", "--no-hosts"])
+            .env_clear()
+            .env("HOME", &home)
+            .env("PATH", &path)
+            .current_dir(&work)
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap());
         let env = home.join(".local/state/tandem/env");
         let deadline = Instant::now() + Duration::from_secs(60);
         let shell = |script: &str| {
@@ -133,7 +147,7 @@ fn every_shell_block_of_the_readme_and_the_book_runs_as_written() {
             if o.status.success() && idle(&String::from_utf8_lossy(&o.stdout)) {
                 break;
             }
-            let exited = up.0[0].try_wait().ok().flatten().is_some();
+            let exited = up.0.try_wait().ok().flatten().is_some();
             assert!(
                 !exited && Instant::now() < deadline,
                 "tandem up did not start:\n{}",
@@ -155,12 +169,6 @@ fn every_shell_block_of_the_readme_and_the_book_runs_as_written() {
                 std::fs::read_to_string(dir.join("up.log")).unwrap_or_default()
             );
             ran += 1;
-        }
-        // Ctrl-C, as a reader ends it.
-        let _ = Command::new("kill").args(["-INT", &up.0[0].id().to_string()]).status();
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while up.0[0].try_wait().ok().flatten().is_none() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(100));
         }
         drop(up);
         let _ = std::fs::remove_dir_all(&dir);

@@ -107,6 +107,30 @@ fn an_agent_upgraded_under_running_jobs_adopts_them_and_none_is_requeued() {
     assert!(log.contains("3 running (adopted)"), "{log}");
 }
 
+/// An agent in a Kubernetes pod (`--stop-tasks-on-sigterm`, as `deploy/kubernetes` runs it):
+/// the pod's deletion kills its whole cgroup once the agent exits, so SIGTERM stops the tasks
+/// first (they get SIGTERM, not a bare SIGKILL), and their runs are node failures for the
+/// controller, requeued.
+#[test]
+fn an_agent_told_to_stop_its_tasks_at_sigterm_stops_them() {
+    let mut c = Cluster::new("stopterm", 1, None, 30);
+    let server = format!("https://{}", c.addr);
+    c.agent_args = vec!["--stop-tasks-on-sigterm".into()];
+    c.stop_agent(0);
+    c.start_agent(0, &server);
+    c.wait_nodes(1);
+    let id =
+        c.sbatch(&["-c1", "-o", "t.out", "--wrap", "trap 'echo got TERM; exit 0' TERM; echo run=$SLURM_RESTART_COUNT; sleep 300 & wait"]);
+    wait_file(&c, "t.out", "run=0", 30);
+    c.stop_agent(0);
+    wait_file(&c, "t.out", "got TERM", 30);
+    c.start_agent(0, &server);
+    wait_file(&c, "t.out", "run=1", 30);
+    let j = c.job(id);
+    assert_eq!((j["JobState"].as_str(), j["Restarts"].as_str()), ("RUNNING", "1"), "{j:?}");
+    c.ok("scancel", &[&id.to_string()]);
+}
+
 #[test]
 fn a_task_that_outlives_its_agent_is_adopted_and_runs_once() {
     // A short lease: the adopted task outlives the fencing deadline its first agent gave its

@@ -73,6 +73,8 @@ pub struct Cluster {
     pub agent_server: Vec<String>,
     /// Each agent's `--features` (by index; none where missing or empty).
     pub features: Vec<String>,
+    /// More arguments for every agent started from now on.
+    pub agent_args: Vec<String>,
 }
 
 impl Cluster {
@@ -114,6 +116,7 @@ impl Cluster {
             gpus: gpus.map(str::to_string),
             agent_server: Vec::new(),
             features: features.iter().map(|f| f.to_string()).collect(),
+            agent_args: Vec::new(),
         };
         c.start_server();
         for i in 0..agents {
@@ -181,6 +184,7 @@ impl Cluster {
         if let Some(f) = self.features.get(i).filter(|f| !f.is_empty()) {
             cmd.args(["--features", f]);
         }
+        cmd.args(&self.agent_args);
         let child = cmd.spawn().unwrap();
         if self.agents.len() <= i {
             self.agents.resize_with(i + 1, || None);
