@@ -314,6 +314,11 @@ pub enum Event {
     },
 }
 
+/// Seconds past the scheduler's decision after which a run's reported start replaces it
+/// ([`Controller::runs_started`]): a launch that waited for the controller's disk or a
+/// restart, not the ordinary delay of a burst of launches.
+pub const LATE_START_S: Time = 5;
+
 /// A controller restored from a backup: every job the backup holds unfinished may have run, or
 /// ended, since it was taken. Each is marked [`Job::restored`]: a pending one is held (reason
 /// `Restored`), a running one waits for its agents' reports (a run still going settles it; one
@@ -2026,8 +2031,9 @@ impl Controller {
     /// started (at most `now`): a run whose first node reports its batch step started later
     /// than the scheduler decided (its launch waited, for the controller's disk say) has that
     /// as its start, for accounting (`sacct`'s Start and Elapsed) and its time limit. The first
-    /// report of a run is taken, while it runs unsuspended, and only when it is more than a
-    /// second later; reports of another node, an older run, or a second report change nothing.
+    /// report of a run is taken, while it runs unsuspended, and only when it is more than
+    /// [`LATE_START_S`] later; reports of another node, an older run, or a second report change
+    /// nothing.
     pub fn runs_started(&mut self, now: Time, node: &str, started: &[(TaskKey, Time)]) {
         for &(k, at) in started {
             if k.step != BATCH_STEP {
@@ -2035,8 +2041,9 @@ impl Controller {
             }
             let Some(j) = self.jobs.get_mut(&k.job) else { continue };
             let at = at.min(now);
-            // Once a run, from its first node, while it runs unsuspended. A start within a
-            // second of the decision stands (no write for the ordinary launch).
+            // Once a run, from its first node, while it runs unsuspended. A start within
+            // LATE_START_S of the decision stands: the ordinary launch, a backlog of launches
+            // (no write per job; Slurm's Start is the allocation's too).
             if j.epoch != k.epoch
                 || j.state != JobState::Running
                 || j.start_reported
@@ -2046,7 +2053,7 @@ impl Controller {
                 continue;
             }
             j.start_reported = true;
-            if j.start.is_none_or(|s| at <= s + 1) {
+            if j.start.is_none_or(|s| at <= s + LATE_START_S) {
                 continue;
             }
             j.start = Some(at);

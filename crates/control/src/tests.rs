@@ -266,7 +266,7 @@ fn a_run_whose_batch_step_started_late_counts_from_then_for_accounting_and_its_l
     // Once a run: a second report (a bug, or a node that lies) moves nothing.
     c.runs_started(41, "n0", &[(batch_key(1), 41)]);
     assert_eq!(c.job(1).unwrap().start, Some(33));
-    // The ordinary launch, within a second of the decision, is not written again.
+    // The ordinary launch, within LATE_START_S of the decision, is not written again.
     let mut quick = cluster(1, 0);
     quick.submit(0, spec(1), &batch(&["-t", "5"]), "a").unwrap();
     quick.tick(10);
