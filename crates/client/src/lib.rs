@@ -134,6 +134,10 @@ pub enum Target {
     Tls(String, Arc<rustls::ClientConfig>),
     /// Unix socket path.
     Unix(String),
+    /// Several controllers, one of which leads (`TANDEM_SERVER=ADDR,ADDR...`): a request goes
+    /// to the one that answered last, and moves on when that one cannot be reached or answers
+    /// as a standby (with the leader's address, which it then follows).
+    Several(Arc<Vec<Target>>),
 }
 
 use std::sync::Arc;
@@ -167,6 +171,10 @@ impl Target {
     /// Parses `https://host:port` (trusting the CA in `ca`, which it needs), `unix:///path` or
     /// `http://host:port`.
     pub fn parse_with_ca(s: &str, ca: Option<&std::path::Path>) -> Result<Target> {
+        if s.contains(',') {
+            let all = s.split(',').map(|one| Target::parse_with_ca(one.trim(), ca)).collect::<Result<Vec<_>>>()?;
+            return Ok(Target::Several(Arc::new(all)));
+        }
         if let Some(h) = s.strip_prefix("https://") {
             let h = h.trim_end_matches('/');
             if h.is_empty() || h.contains('/') {
@@ -199,6 +207,34 @@ impl Target {
             Target::Tcp(a) => format!("http://{a}"),
             Target::Tls(a, _) => format!("https://{a}"),
             Target::Unix(p) => format!("unix://{p}"),
+            Target::Several(all) => all.iter().map(Target::url).collect::<Vec<_>>().join(","),
+        }
+    }
+
+    /// The controllers it names (itself, for one).
+    pub fn members(&self) -> Vec<Target> {
+        match self {
+            Target::Several(all) => all.to_vec(),
+            one => vec![one.clone()],
+        }
+    }
+
+    /// The target a standby's answer points at: the member with that address, or over TCP (the
+    /// same scheme, with the same trust) the leader's address itself. `None` where it cannot be
+    /// followed (a Unix socket's caller has no token for TCP).
+    pub fn follow(&self, leader: &str) -> Option<Target> {
+        if let Target::Several(all) = self {
+            return all.iter().find_map(|t| t.follow(leader));
+        }
+        if self.url() == leader {
+            return Some(self.clone());
+        }
+        match self {
+            Target::Tcp(_) => leader.strip_prefix("http://").filter(|h| !h.is_empty() && !h.contains('/')).map(|h| Target::Tcp(h.into())),
+            Target::Tls(_, cfg) => {
+                leader.strip_prefix("https://").filter(|h| !h.is_empty() && !h.contains('/')).map(|h| Target::Tls(h.into(), cfg.clone()))
+            }
+            _ => None,
         }
     }
 
@@ -214,6 +250,15 @@ pub struct Reply {
     pub status: u16,
     /// Body.
     pub body: Bytes,
+    /// On a standby controller's answer: the leader's address (`wire::LEADER_HEADER`).
+    pub leader: Option<String>,
+}
+
+impl Reply {
+    /// Whether a standby controller answered (503, naming the leader where one leads).
+    pub fn standby(&self) -> bool {
+        self.status == 503 && (self.leader.is_some() || self.error().contains("is a standby"))
+    }
 }
 
 impl Reply {
@@ -286,15 +331,18 @@ async fn send_for(
     let mut tries = 0u32;
     // The controller's last refusal message, for the final error.
     let mut last: Option<String> = None;
+    let members = t.members();
     loop {
         tries += 1;
-        let outcome = send_once(t, method, path, bytes.clone(), headers).await;
+        let outcome = send_members(t, &members, method, path, &bytes, headers).await;
         let busy = match &outcome {
             Ok((r, true)) if r.status == 429 || r.status == 503 => {
                 last = Some(r.error());
                 r.error()
             }
             Err(Error::Connect { source, .. }) if source.kind() == std::io::ErrorKind::WouldBlock => source.to_string(),
+            // Several controllers, none reachable: one is taking over.
+            Err(Error::Connect { source, .. }) if members.len() > 1 => source.to_string(),
             // The refusal came before the request went out (hyper cancels a request whose
             // connection answered first): nothing was sent, so any method may go again.
             Err(Error::Http(e)) if e.is_canceled() => {
@@ -311,6 +359,58 @@ async fn send_for(
         tokio::time::sleep(wait).await;
         pause = (pause * 2).min(std::time::Duration::from_secs(1));
     }
+}
+
+/// The member of each list of controllers that answered last (by the list's address), tried
+/// first next time.
+static ANSWERED: std::sync::Mutex<Option<(String, String)>> = std::sync::Mutex::new(None);
+
+/// One try of [`send`] over the controllers `t` names: from the one that answered last, on to
+/// the next while one cannot be reached (nothing was sent) or answers as a standby (nothing was
+/// done), following a standby's word on who leads. The last outcome where none served.
+async fn send_members(
+    t: &Target,
+    members: &[Target],
+    method: &str,
+    path: &str,
+    bytes: &Bytes,
+    headers: &[(&str, &str)],
+) -> Result<(Reply, bool)> {
+    let key = t.url();
+    let first = ANSWERED.lock().ok().and_then(|a| a.as_ref().filter(|(k, _)| *k == key).map(|(_, m)| m.clone()));
+    let mut order: Vec<Target> = members.to_vec();
+    if let Some(i) = first.and_then(|f| order.iter().position(|m| m.url() == f)) {
+        order.rotate_left(i);
+    }
+    let mut tried: Vec<String> = Vec::new();
+    let mut i = 0;
+    let mut outcome = None;
+    while i < order.len() && tried.len() < members.len() + 2 {
+        let m = order[i].clone();
+        i += 1;
+        if tried.contains(&m.url()) {
+            continue;
+        }
+        tried.push(m.url());
+        let o = send_once(&m, method, path, bytes.clone(), headers).await;
+        match &o {
+            Err(Error::Connect { source, .. }) if source.kind() != std::io::ErrorKind::WouldBlock => {}
+            Ok((r, _)) if r.standby() => {
+                // Next: the leader it names.
+                if let Some(next) = r.leader.as_deref().and_then(|l| t.follow(l).or_else(|| m.follow(l))) {
+                    order.insert(i, next);
+                }
+            }
+            _ => {
+                if members.len() > 1 || tried.len() > 1 {
+                    *ANSWERED.lock().expect("lock") = Some((key, m.url()));
+                }
+                return o;
+            }
+        }
+        outcome = Some(o);
+    }
+    outcome.expect("at least one member")
 }
 
 /// Whether the connection closed (or was reset) before any of the answer came.
@@ -330,6 +430,9 @@ fn closed_before_reply(e: &hyper::Error) -> bool {
 
 /// One try of [`send`]: the reply, and whether it carried `Retry-After`.
 async fn send_once(t: &Target, method: &str, path: &str, bytes: Bytes, headers: &[(&str, &str)]) -> Result<(Reply, bool)> {
+    if let Target::Several(all) = t {
+        return Box::pin(send_members(t, all, method, path, &bytes, headers)).await;
+    }
     let mut req = Request::builder().method(method).uri(path).header("host", "tandem").header("content-type", "application/json");
     for (k, v) in headers {
         req = req.header(*k, *v);
@@ -339,13 +442,13 @@ async fn send_once(t: &Target, method: &str, path: &str, bytes: Bytes, headers: 
     {
         req = req.header("authorization", format!("Bearer {}", tok.trim()));
     }
-    let (status, body, retry) = connect_exchange(t, req.body(Full::new(bytes))?).await?;
-    Ok((Reply { status, body }, retry))
+    let (status, body, head) = connect_exchange(t, req.body(Full::new(bytes))?).await?;
+    Ok((Reply { status, body, leader: head.leader }, head.retry))
 }
 
 /// One request on a connection of its own to `t`: the reply's status, body, and whether it
 /// carried `Retry-After`.
-async fn connect_exchange<B>(t: &Target, req: Request<B>) -> Result<(u16, Bytes, bool)>
+async fn connect_exchange<B>(t: &Target, req: Request<B>) -> Result<(u16, Bytes, Head)>
 where
     B: hyper::body::Body + Send + 'static,
     B::Data: Send,
@@ -374,6 +477,13 @@ where
         Target::Unix(p) => {
             let s = tokio::net::UnixStream::connect(p).await.map_err(|source| Error::Connect { target: format!("unix://{p}"), source })?;
             exchange(NoSigPipe::new(s), req).await
+        }
+        Target::Several(all) => {
+            // A body that cannot be sent twice: to the member that answered last.
+            let key = t.url();
+            let last = ANSWERED.lock().ok().and_then(|a| a.as_ref().filter(|(k, _)| *k == key).map(|(_, m)| m.clone()));
+            let m = last.and_then(|l| all.iter().find(|m| m.url() == l)).unwrap_or(&all[0]);
+            Box::pin(connect_exchange(m, req)).await
         }
     }
 }
@@ -481,7 +591,20 @@ impl<S: Sock> tokio::io::AsyncWrite for NoSigPipe<S> {
 }
 
 /// One request on a fresh connection: the status, the body and whether `Retry-After` came.
-async fn exchange<S, B>(s: S, req: Request<B>) -> Result<(u16, Bytes, bool)>
+/// What an answer's head says beyond its status.
+struct Head {
+    /// It carried `Retry-After`.
+    retry: bool,
+    /// A standby's word on who leads.
+    leader: Option<String>,
+}
+
+/// The leader a standby's answer names.
+fn leader_of(h: &hyper::HeaderMap) -> Option<String> {
+    h.get(wire::LEADER_HEADER).and_then(|v| v.to_str().ok()).map(str::to_string)
+}
+
+async fn exchange<S, B>(s: S, req: Request<B>) -> Result<(u16, Bytes, Head)>
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
     B: hyper::body::Body + Send + 'static,
@@ -494,9 +617,9 @@ where
     });
     let resp = tx.send_request(req).await?;
     let status = resp.status().as_u16();
-    let retry = resp.headers().contains_key("retry-after");
+    let head = Head { retry: resp.headers().contains_key("retry-after"), leader: leader_of(resp.headers()) };
     let body = resp.into_body().collect().await?.to_bytes();
-    Ok((status, body, retry))
+    Ok((status, body, head))
 }
 
 /// Sends one request whose body is what `reader` yields until its end (an agent's upload of a
@@ -511,8 +634,8 @@ where
         req = req.header(*k, *v);
     }
     let req = req.body(ReadBody { reader, buf: vec![0; 32 << 10], done: false })?;
-    let (status, body, _) = connect_exchange(t, req).await?;
-    Ok(Reply { status, body })
+    let (status, body, head) = connect_exchange(t, req).await?;
+    Ok(Reply { status, body, leader: head.leader })
 }
 
 /// A request body read from an `AsyncRead` as it comes (chunked on HTTP/1.1).
@@ -665,8 +788,9 @@ impl H2Pool {
         tx.ready().await?;
         let resp = tx.send_request(req).await?;
         let status = resp.status().as_u16();
+        let leader = leader_of(resp.headers());
         let body = resp.into_body().collect().await?.to_bytes();
-        Ok(Reply { status, body })
+        Ok(Reply { status, body, leader })
     }
 }
 
@@ -675,18 +799,26 @@ impl H2Pool {
 /// handshake per heartbeat); over a Unix socket a connection per request.
 pub struct Conn {
     target: Target,
-    pool: Option<H2Pool>,
+    /// The controller requests go to now (of `target`'s, or one a standby named), with its
+    /// connection where it is over TCP.
+    current: std::sync::Mutex<(Target, Option<Arc<H2Pool>>)>,
+}
+
+/// The persistent connection to `t`, where it is over TCP.
+fn pool_of(t: &Target) -> Option<Arc<H2Pool>> {
+    match t {
+        Target::Tcp(a) => Some(Arc::new(H2Pool::new(a, None, 1, Vec::new()))),
+        Target::Tls(a, cfg) => Some(Arc::new(H2Pool::new(a, Some(cfg.clone()), 1, Vec::new()))),
+        Target::Unix(_) | Target::Several(_) => None,
+    }
 }
 
 impl Conn {
     /// A link to `target`; nothing is opened until the first request.
     pub fn new(target: Target) -> Conn {
-        let pool = match &target {
-            Target::Tcp(a) => Some(H2Pool::new(a, None, 1, Vec::new())),
-            Target::Tls(a, cfg) => Some(H2Pool::new(a, Some(cfg.clone()), 1, Vec::new())),
-            Target::Unix(_) => None,
-        };
-        Conn { target, pool }
+        let first = target.members().remove(0);
+        let pool = pool_of(&first);
+        Conn { target, current: std::sync::Mutex::new((first, pool)) }
     }
 
     /// Where it goes.
@@ -694,12 +826,45 @@ impl Conn {
         &self.target
     }
 
-    /// Sends one request.
+    /// The controller it sends to now.
+    pub fn current(&self) -> Target {
+        self.current.lock().expect("lock").0.clone()
+    }
+
+    /// Sends one request: to the controller that answered last; where it cannot be reached
+    /// (nothing was sent) or answers as a standby (nothing was done), on to the leader the
+    /// standby names, or to the next of several, each once. Where none serves, the last
+    /// outcome (the caller's own retry comes later).
     pub async fn send(&self, method: &str, path: &str, body: Option<&impl Serialize>, headers: &[(&str, &str)]) -> Result<Reply> {
-        match &self.pool {
-            Some(p) => p.send(0, method, path, body, headers).await,
-            None => send(&self.target, method, path, body, headers).await,
+        let members = self.target.members();
+        let mut outcome = None;
+        for _ in 0..members.len() + 2 {
+            let (cur, pool) = self.current.lock().expect("lock").clone();
+            let o = match &pool {
+                Some(p) => p.send(0, method, path, body, headers).await,
+                None => send(&cur, method, path, body, headers).await,
+            };
+            let next = match &o {
+                Err(Error::Connect { .. }) if members.len() > 1 => {
+                    let i = members.iter().position(|m| m.url() == cur.url()).map_or(0, |i| (i + 1) % members.len());
+                    Some(members[i].clone())
+                }
+                Ok(r) if r.standby() => match r.leader.as_deref().and_then(|l| self.target.follow(l).or_else(|| cur.follow(l))) {
+                    Some(t) if t.url() != cur.url() => Some(t),
+                    _ if members.len() > 1 => {
+                        let i = members.iter().position(|m| m.url() == cur.url()).map_or(0, |i| (i + 1) % members.len());
+                        Some(members[i].clone())
+                    }
+                    _ => None,
+                },
+                _ => None,
+            };
+            let Some(next) = next else { return o };
+            let pool = pool_of(&next);
+            *self.current.lock().expect("lock") = (next, pool);
+            outcome = Some(o);
         }
+        outcome.expect("one try at least")
     }
 }
 

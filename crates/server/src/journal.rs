@@ -114,6 +114,11 @@ impl Journal {
                     as u64;
             crate::failpoint::hit("commit-taken");
             let r = db.lock().expect("database lock").persist(&merged);
+            if let Err(store::StoreError::Deposed) = r {
+                // Another controller leads (etcd): nothing of this one's may go out any more.
+                tracing::error!("stepping down: {}", store::StoreError::Deposed);
+                std::process::exit(75);
+            }
             if r.is_ok() {
                 crate::failpoint::hit("commit-written");
             }

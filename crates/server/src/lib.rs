@@ -50,6 +50,57 @@ pub struct Options {
     pub insecure: bool,
     /// More names (DNS names or IP addresses) for the controller's TLS certificate.
     pub tls_san: Vec<String>,
+    /// Where the cluster's state is: `None` for the SQLite database in the data directory;
+    /// `etcd://HOST:PORT[,HOST:PORT...]` for etcd, with controllers that take over from each
+    /// other (builds with the `etcd` feature).
+    pub store: Option<String>,
+    /// The prefix of the cluster's keys in etcd.
+    pub etcd_prefix: String,
+    /// TLS to etcd: its CA, this controller's client certificate and key.
+    pub etcd_tls: Option<(PathBuf, PathBuf, PathBuf)>,
+    /// The leader's lease in etcd, in seconds.
+    pub etcd_lease: Option<u32>,
+}
+
+/// Where the controller keeps the cluster's state.
+#[derive(Debug, Clone)]
+enum Backend {
+    /// `DATA/state.db`.
+    Sqlite,
+    /// etcd, with `DATA/replica.db` its replica.
+    #[cfg(feature = "etcd")]
+    Etcd(store::etcd::Config),
+}
+
+/// The backend `o` names.
+fn backend(o: &Options) -> Result<Backend> {
+    let Some(url) = &o.store else {
+        if o.etcd_tls.is_some() || o.etcd_lease.is_some() {
+            bail!("the --etcd-* options go with --store etcd://HOST:PORT[,...]");
+        }
+        return Ok(Backend::Sqlite);
+    };
+    if url == "sqlite" {
+        return Ok(Backend::Sqlite);
+    }
+    #[cfg(feature = "etcd")]
+    {
+        let mut cfg = store::etcd::Config::parse(url, &o.etcd_prefix).map_err(|e| anyhow::anyhow!("--store {e}"))?;
+        if let Some((ca, cert, key)) = &o.etcd_tls {
+            cfg.tls = Some(store::etcd::Tls { ca: ca.clone(), cert: cert.clone(), key: key.clone() });
+        }
+        if let Some(l) = o.etcd_lease {
+            if l < 2 {
+                bail!("--etcd-lease must be at least 2 seconds (etcd's shortest lease is 1.5 s at its default settings)");
+            }
+            cfg.lease_ttl = i64::from(l);
+        }
+        Ok(Backend::Etcd(cfg))
+    }
+    #[cfg(not(feature = "etcd"))]
+    bail!(
+        "--store {url:?}: this build of tandem has no etcd backend; build it with `cargo build --release -p tandem --features etcd` (which needs protoc: apt-get install protobuf-compiler)"
+    )
 }
 
 /// The hidden command that runs the site's job-submit script for the controller.
@@ -64,6 +115,7 @@ pub fn job_submit_main(args: &[String]) -> i32 {
 /// Runs the controller until the process is stopped (on a runtime of its own).
 pub fn main(o: Options) -> Result<()> {
     failpoint::init();
+    let backend = backend(&o)?;
     let path = o.config.or_else(|| Some(o.data.join("tandem.toml")).filter(|p| p.exists()));
     let source = config::Source { path, lease: o.lease, kill_wait: o.kill_wait };
     let (settings, security, limits) = source.read()?;
@@ -86,7 +138,7 @@ pub fn main(o: Options) -> Result<()> {
         sans.push(listen.ip().to_string());
     }
     let tls = (!o.insecure).then_some(sans);
-    rt.block_on(run(ServerArgs { listen, held, data: o.data, settings, security, limits, tls, source }))
+    rt.block_on(run(ServerArgs { listen, held, data: o.data, settings, security, limits, tls, source, backend }))
 }
 
 /// Server settings, resolved.
@@ -103,6 +155,49 @@ struct ServerArgs {
     tls: Option<Vec<String>>,
     /// Where the configuration came from (`scontrol reconfigure` reads it again).
     source: config::Source,
+    /// Where the cluster's state is.
+    backend: Backend,
+}
+
+/// The controller's two listeners, bound.
+struct Bound {
+    tcp: TcpListener,
+    unix: UnixListener,
+    tls: Option<rustls::ServerConfig>,
+    local: SocketAddr,
+    /// The TCP port's address as clients reach it (`https://`, `http://` with --insecure).
+    url: String,
+}
+
+/// Binds the TCP port (or takes the inherited one) and the Unix socket, and writes `DATA/addr`.
+async fn bind(
+    held: &mut Option<std::net::TcpListener>,
+    listen: SocketAddr,
+    data: &std::path::Path,
+    tls: &Option<Vec<String>>,
+) -> Result<Bound> {
+    let tcp = match held.take() {
+        Some(l) => {
+            l.set_nonblocking(true)?;
+            TcpListener::from_std(l)?
+        }
+        None => TcpListener::bind(listen).await.with_context(|| format!("binding {listen}"))?,
+    };
+    let sock = data.join("tandem.sock");
+    let _ = std::fs::remove_file(&sock);
+    let unix = UnixListener::bind(&sock).with_context(|| format!("binding {}", sock.display()))?;
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o666))?;
+    let local = tcp.local_addr()?;
+    let tls = match tls {
+        Some(sans) => Some(tls::Ca::load_or_create(data)?.server_config(sans)?),
+        None => None,
+    };
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    tracing::info!("listening on {scheme}://{local} and unix://{}", sock.display());
+    private::write(&data.join("addr"), &local.to_string()).context("writing the address file")?;
+    let reach = if local.ip().is_unspecified() { SocketAddr::new(std::net::Ipv4Addr::LOCALHOST.into(), local.port()) } else { local };
+    Ok(Bound { tcp, unix, tls, local, url: format!("{scheme}://{reach}") })
 }
 
 #[macro_use]
@@ -111,6 +206,8 @@ mod accounting;
 #[doc(hidden)]
 pub mod config;
 mod failpoint;
+#[cfg(feature = "etcd")]
+mod ha;
 mod hook;
 mod jobs;
 mod journal;
@@ -173,7 +270,39 @@ async fn run(args: ServerArgs) -> Result<()> {
     // Everything the controller creates is its own alone (the socket is opened up below).
     nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o077));
     private::prepare_dir(&args.data)?;
-    let mut db = store::Store::open(&args.data.join("state.db")).context("opening the database")?;
+    let mut args = args;
+    // With etcd: the listeners first (a standby answers on them), then the state once this
+    // controller leads.
+    #[cfg_attr(not(feature = "etcd"), allow(unused_mut))]
+    let mut bound: Option<Bound> = None;
+    #[cfg_attr(not(feature = "etcd"), allow(unused_mut))]
+    let mut led_boot: Option<u64> = None;
+    let db = match args.backend.clone() {
+        Backend::Sqlite => store::Store::open(&args.data.join("state.db")).context("opening the database")?,
+        #[cfg(feature = "etcd")]
+        Backend::Etcd(cfg) => {
+            let endpoints = cfg.endpoints.join(",");
+            let remote = store::etcd::Remote::connect(cfg).with_context(|| format!("connecting to etcd at {endpoints}"))?;
+            let db = store::Store::open_replica(&args.data.join("replica.db"), remote).context("opening the replica database")?;
+            let db = Arc::new(Mutex::new(db));
+            let b = bind(&mut args.held, args.listen, &args.data, &args.tls).await?;
+            let led = ha::stand_by(db.clone(), &b.tcp, &b.unix, b.tls.clone(), b.url.clone()).await?;
+            bound = Some(b);
+            led_boot = Some(led.boot);
+            // The watch that shared it has stopped.
+            let mut db = db;
+            loop {
+                match Arc::try_unwrap(db) {
+                    Ok(m) => break m.into_inner().expect("store lock"),
+                    Err(d) => {
+                        db = d;
+                        tokio::task::yield_now().await;
+                    }
+                }
+            }
+        }
+    };
+    let mut db = db;
     if let Some(m) = db.migrated() {
         tracing::warn!(
             from = m.from,
@@ -187,20 +316,27 @@ async fn run(args: ServerArgs) -> Result<()> {
     let mut loaded = db.load().context("loading state")?;
     forget_secret(&args.data, &mut db, loaded.secret.clone())?;
     let restored = db.restored_from().context("reading the database")?;
-    // The start count is kept beside the database too (DATA/boot): where a backup is restored
-    // into the same directory, the file still knows the starts made since the backup.
-    let boot_file = args.data.join("boot");
-    let floor = std::fs::read_to_string(&boot_file).ok().and_then(|s| s.trim().parse::<u64>().ok()).unwrap_or(0);
-    // Past every start made since the backup was taken (agents skip orders numbered below what
-    // they acknowledged; proxies ignore views older than theirs).
-    let step = if restored.is_some() { store::RESTORE_BOOT_STEP } else { 1 };
-    let boot = db.next_boot_after(floor, step).context("recording this start")?;
+    let boot = match led_boot {
+        Some(b) => b,
+        None => {
+            // The start count is kept beside the database too (DATA/boot): where a backup is
+            // restored into the same directory, the file still knows the starts made since the
+            // backup.
+            let boot_file = args.data.join("boot");
+            let floor = std::fs::read_to_string(&boot_file).ok().and_then(|s| s.trim().parse::<u64>().ok()).unwrap_or(0);
+            // Past every start made since the backup was taken (agents skip orders numbered
+            // below what they acknowledged; proxies ignore views older than theirs).
+            let step = if restored.is_some() { store::RESTORE_BOOT_STEP } else { 1 };
+            let boot = db.next_boot_after(floor, step).context("recording this start")?;
+            private::write(&boot_file, &boot.to_string()).context("writing DATA/boot")?;
+            boot
+        }
+    };
     if boot >= 1 << 24 {
         anyhow::bail!(
             "the controller's start count is {boot}, at its limit (2^24: order numbers are the count times 2^40); this many starts means a restart loop or many restores: stop it, and report this"
         );
     }
-    private::write(&boot_file, &boot.to_string()).context("writing DATA/boot")?;
     // What a `tandem admin backup` cut short (a crash) left.
     for e in std::fs::read_dir(&args.data).into_iter().flatten().flatten() {
         let n = e.file_name().to_string_lossy().into_owned();
@@ -257,6 +393,10 @@ async fn run(args: ServerArgs) -> Result<()> {
     let db = Arc::new(Mutex::new(db));
     // The jobs' states as they are: their next change is logged, not their restart.
     let logged: HashMap<u64, model::JobState> = ctl.jobs().filter(|j| !j.state.is_final()).map(|j| (j.req.id.0, j.state)).collect();
+    let Bound { tcp, unix, tls, local, url } = match bound {
+        Some(b) => b,
+        None => bind(&mut args.held, args.listen, &args.data, &args.tls).await?,
+    };
     let app = App {
         inner: Arc::new(Mutex::new(Inner { ctl, job_seq: HashMap::new(), logged })),
         journal: journal::Journal::start(db.clone()),
@@ -273,7 +413,7 @@ async fn run(args: ServerArgs) -> Result<()> {
         tokens: Arc::new(token::Tokens::new(private::key(&args.data.join("jwt.key"))?.as_bytes())),
         gate: Arc::new(limits::Gate::new(args.limits, nix::unistd::geteuid().as_raw())),
         hook: Arc::new(hook::Hook::default()),
-        source: Arc::new(args.source),
+        source: Arc::new(args.source.clone()),
         endpoint: Arc::new(std::sync::OnceLock::new()),
         kube: Arc::new(Mutex::new(app::Views::new(boot))),
         outputs: Arc::new(app::Outputs::default()),
@@ -286,32 +426,11 @@ async fn run(args: ServerArgs) -> Result<()> {
         tracing::warn!("job_submit: {e}");
     }
     tokio::spawn(policy::reconfigure_on_sighup(app.clone()));
-    let tcp = match args.held {
-        Some(l) => {
-            l.set_nonblocking(true)?;
-            TcpListener::from_std(l)?
-        }
-        None => TcpListener::bind(args.listen).await.with_context(|| format!("binding {}", args.listen))?,
-    };
-    let sock = args.data.join("tandem.sock");
-    let _ = std::fs::remove_file(&sock);
-    let unix = UnixListener::bind(&sock).with_context(|| format!("binding {}", sock.display()))?;
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o666))?;
-    let local = tcp.local_addr()?;
-    let tls = match &args.tls {
-        Some(sans) => Some(tls::Ca::load_or_create(&args.data)?.server_config(sans)?),
-        None => None,
-    };
-    let scheme = if tls.is_some() { "https" } else { "http" };
-    tracing::info!("listening on {scheme}://{local} and unix://{}", sock.display());
-    private::write(&args.data.join("addr"), &local.to_string()).context("writing the address file")?;
-    let reach = if local.ip().is_unspecified() { SocketAddr::new(std::net::Ipv4Addr::LOCALHOST.into(), local.port()) } else { local };
     let ca_pem = match tls.is_some() {
         true => Some(std::fs::read_to_string(args.data.join("ca.pem")).context("reading the cluster CA's certificate")?),
         false => None,
     };
-    let _ = app.endpoint.set(app::Endpoint { url: format!("{scheme}://{reach}"), ca_pem, bound: local.ip() });
+    let _ = app.endpoint.set(app::Endpoint { url, ca_pem, bound: local.ip() });
     // Two accept loops, each its own task: a flood of one cannot hold the other back.
     let t1 = tokio::spawn(listen::serve_tcp(tcp, tls, router(app.clone()), app.clone()));
     let t2 = tokio::spawn(listen::serve_unix(unix, router(app.clone()), app.clone()));

@@ -6,6 +6,12 @@
 //! Jobs and nodes are stored as JSON documents beside the columns that `sacct`-style queries
 //! filter on (state, user, end time).
 
+#[cfg(feature = "etcd")]
+pub mod etcd;
+pub mod rec;
+
+pub use rec::Rec;
+
 use control::{ArrayRecord, Dirty, Job, NodeRec};
 use rusqlite::{Connection, OptionalExtension, params};
 use std::collections::{BTreeMap, BTreeSet};
@@ -20,6 +26,24 @@ pub enum StoreError {
     /// A stored document does not decode.
     #[error("database holds a record that does not decode: {0}")]
     Decode(#[from] serde_json::Error),
+    /// A key of the cluster's prefix in etcd that holds no record this build reads.
+    #[error("etcd holds a key this Tandem does not read: {0}")]
+    Key(String),
+    /// etcd failed (or did not answer in time): whether the commit happened is unknown.
+    #[error("etcd: {0}")]
+    Etcd(String),
+    /// This controller no longer leads: its leadership's key is gone from etcd, so its
+    /// transactions cannot commit.
+    #[error("this controller no longer leads (its election key is gone from etcd): it must stop")]
+    Deposed,
+    /// A record larger than etcd takes in one request.
+    #[error("the record {key} is {bytes} bytes: larger than the etcd backend stores (1.4 MB; etcd's default request limit is 1.5 MiB)")]
+    TooLarge {
+        /// Its key.
+        key: String,
+        /// Its size.
+        bytes: usize,
+    },
     /// The database was written by a newer Tandem, whose schema this one does not know.
     #[error(
         "the database is of schema {found}, written by a newer Tandem; this one reads schemas up to {reads}: run that version (or newer), or restore a backup taken by this one"
@@ -40,6 +64,9 @@ pub const SCHEMA: u32 = 2;
 
 /// Each schema's change from the one before, in order (`MIGRATIONS[i]` makes schema `i + 2`).
 const MIGRATIONS: &[&str] = &["CREATE INDEX IF NOT EXISTS jobs_end ON jobs(end_time);"];
+
+/// The `meta` key of the etcd revision a replica database holds (the etcd backend's).
+const REPLICA_REVISION: &str = "replica_revision";
 
 /// How far a controller restored from a backup moves its start count past the backup's: more
 /// starts than any controller makes between a backup and its restore (one a minute for 45
@@ -99,6 +126,10 @@ pub struct Store {
     conn: Connection,
     /// The migration made at open, if any.
     migrated: Option<Migrated>,
+    /// With the etcd backend: etcd, which every commit goes to first (this database is then its
+    /// replica).
+    #[cfg(feature = "etcd")]
+    remote: Option<etcd::Remote>,
 }
 
 /// Everything loaded at start.
@@ -205,7 +236,12 @@ impl Store {
         )?;
         tx.commit()?;
         let migrated = backup.map(|backup| Migrated { from: found, to: SCHEMA, backup });
-        Ok(Store { conn, migrated })
+        Ok(Store {
+            conn,
+            migrated,
+            #[cfg(feature = "etcd")]
+            remote: None,
+        })
     }
 
     /// The migration [`Store::open`] made, if the database was of an older schema.
@@ -223,8 +259,39 @@ impl Store {
     /// The restore is settled (the caller stored what it changed): the database is the
     /// controller's own again, and its next start an ordinary one.
     pub fn finish_restore(&mut self) -> Result<(), StoreError> {
-        self.conn.execute("DELETE FROM meta WHERE key = 'backup_taken'", [])?;
-        Ok(())
+        self.commit(vec![Rec::Meta("backup_taken".into(), None)])
+    }
+
+    /// Opens (creating if needed) the replica database at `path` of the cluster's state in
+    /// etcd, which every commit goes to first. It is filled by [`Store::sync`] (and a standby's
+    /// watch, [`etcd::follow`]); it needs no fsync of its own (etcd holds what is durable).
+    #[cfg(feature = "etcd")]
+    pub fn open_replica(path: &Path, remote: etcd::Remote) -> Result<Store, StoreError> {
+        let mut s = Store::open(path)?;
+        s.conn.pragma_update(None, "synchronous", "OFF")?;
+        s.remote = Some(remote);
+        Ok(s)
+    }
+
+    /// Reads the whole state from etcd into this replica (emptied first); returns the revision
+    /// read at. Refuses a state written by a newer Tandem.
+    #[cfg(feature = "etcd")]
+    pub fn sync(&mut self) -> Result<i64, StoreError> {
+        let Some(r) = self.remote.take() else { return Err(StoreError::Etcd("this store has no etcd".into())) };
+        let out = r.read_all(self);
+        self.remote = Some(r);
+        let rev = out?;
+        let found = self.meta("schema")?.map_or(SCHEMA, |v| v.parse().unwrap_or(u32::MAX));
+        if found > SCHEMA {
+            return Err(StoreError::Newer { found, reads: SCHEMA });
+        }
+        Ok(rev)
+    }
+
+    /// The etcd link, where this store has one.
+    #[cfg(feature = "etcd")]
+    pub fn remote(&mut self) -> Option<&mut etcd::Remote> {
+        self.remote.as_mut()
     }
 
     /// The database's schema (after [`Store::open`]: [`SCHEMA`]).
@@ -238,91 +305,140 @@ impl Store {
         if d.is_empty() {
             return Ok(());
         }
+        self.commit(rec::records(d)?)
+    }
+
+    /// Commits records: to etcd first where this store has it (then to this replica, with the
+    /// revision), or to this database.
+    fn commit(&mut self, recs: Vec<Rec>) -> Result<(), StoreError> {
+        #[cfg(feature = "etcd")]
+        if let Some(mut r) = self.remote.take() {
+            let out = r.commit(&recs, &|t| self.spent_before(t));
+            self.remote = Some(r);
+            let rev = out?;
+            return self.apply(&recs, Some(rev));
+        }
+        self.apply(&recs, None)
+    }
+
+    /// Writes records in one transaction, and with them (where given) the etcd revision they
+    /// bring this replica to ([`Store::replica_revision`]).
+    pub fn apply(&mut self, recs: &[Rec], revision: Option<i64>) -> Result<(), StoreError> {
         let tx = self.conn.transaction()?;
         {
-            let mut put = tx.prepare_cached(
+            let mut put_job = tx.prepare_cached(
                 "INSERT INTO jobs (id, state, user, end_time, data) VALUES (?1, ?2, ?3, ?4, ?5) \
                  ON CONFLICT(id) DO UPDATE SET state = excluded.state, end_time = excluded.end_time, data = excluded.data",
             )?;
-            for j in &d.jobs {
-                put.execute(params![j.req.id.0 as i64, j.state.slurm_name(), j.req.user, j.end, serde_json::to_string(j)?])?;
-            }
-            let mut put =
+            let mut put_array =
                 tx.prepare_cached("INSERT INTO arrays (id, data) VALUES (?1, ?2) ON CONFLICT(id) DO UPDATE SET data = excluded.data")?;
-            for a in &d.arrays {
-                put.execute(params![a.id() as i64, serde_json::to_string(a)?])?;
-            }
-            let mut put =
+            let mut put_node =
                 tx.prepare_cached("INSERT INTO nodes (name, data) VALUES (?1, ?2) ON CONFLICT(name) DO UPDATE SET data = excluded.data")?;
-            for n in &d.nodes {
-                put.execute(params![n.node.name, serde_json::to_string(n)?])?;
-            }
-            let mut put = tx
+            let mut put_service = tx
                 .prepare_cached("INSERT INTO services (name, data) VALUES (?1, ?2) ON CONFLICT(name) DO UPDATE SET data = excluded.data")?;
-            for s in &d.services {
-                put.execute(params![s.spec.name, serde_json::to_string(s)?])?;
+            let mut put_meta =
+                tx.prepare_cached("INSERT INTO meta (key, value) VALUES (?1, ?2) ON CONFLICT(key) DO UPDATE SET value = excluded.value")?;
+            for r in recs {
+                match r {
+                    Rec::Job(id, Some(j)) => {
+                        put_job.execute(params![*id as i64, j.state, j.user, j.end, j.data])?;
+                    }
+                    Rec::Job(id, None) => {
+                        tx.execute("DELETE FROM jobs WHERE id = ?1", params![*id as i64])?;
+                    }
+                    Rec::Array(id, Some(d)) => {
+                        put_array.execute(params![*id as i64, d])?;
+                    }
+                    Rec::Array(id, None) => {
+                        tx.execute("DELETE FROM arrays WHERE id = ?1", params![*id as i64])?;
+                    }
+                    Rec::Node(n, Some(d)) => {
+                        put_node.execute(params![n, d])?;
+                    }
+                    Rec::Node(n, None) => {
+                        tx.execute("DELETE FROM nodes WHERE name = ?1", params![n])?;
+                    }
+                    Rec::Service(n, Some(d)) => {
+                        put_service.execute(params![n, d])?;
+                    }
+                    Rec::Service(n, None) => {
+                        tx.execute("DELETE FROM services WHERE name = ?1", params![n])?;
+                    }
+                    Rec::Kube(kind, ns, name, Some(d)) => {
+                        tx.prepare_cached(
+                            "INSERT INTO kube_objects (kind, namespace, name, data) VALUES (?1, ?2, ?3, ?4) \
+                             ON CONFLICT(kind, namespace, name) DO UPDATE SET data = excluded.data",
+                        )?
+                        .execute(params![kind, ns, name, d])?;
+                    }
+                    Rec::Kube(kind, ns, name, None) => {
+                        tx.execute("DELETE FROM kube_objects WHERE kind = ?1 AND namespace = ?2 AND name = ?3", params![kind, ns, name])?;
+                    }
+                    Rec::Cred(k, Some(s)) => {
+                        tx.prepare_cached("INSERT OR REPLACE INTO credentials (holder, serial) VALUES (?1, ?2)")?
+                            .execute(params![k, *s as i64])?;
+                    }
+                    Rec::Cred(k, None) => {
+                        tx.execute("DELETE FROM credentials WHERE holder = ?1", params![k])?;
+                    }
+                    Rec::Spent(jti, Some(exp)) => {
+                        tx.prepare_cached("INSERT OR REPLACE INTO spent_joins (jti, exp) VALUES (?1, ?2)")?.execute(params![jti, exp])?;
+                    }
+                    Rec::Spent(jti, None) => {
+                        tx.execute("DELETE FROM spent_joins WHERE jti = ?1", params![jti])?;
+                    }
+                    Rec::ForgetSpent(t) => {
+                        tx.execute("DELETE FROM spent_joins WHERE exp <= ?1", params![t])?;
+                    }
+                    Rec::Meta(k, Some(v)) => {
+                        put_meta.execute(params![k, v])?;
+                    }
+                    Rec::Meta(k, None) => {
+                        tx.execute("DELETE FROM meta WHERE key = ?1", params![k])?;
+                    }
+                }
             }
-            let mut del = tx.prepare_cached("DELETE FROM services WHERE name = ?1")?;
-            for n in &d.removed_services {
-                del.execute(params![n])?;
-            }
-            let mut put = tx.prepare_cached(
-                "INSERT INTO kube_objects (kind, namespace, name, data) VALUES (?1, ?2, ?3, ?4) \
-                 ON CONFLICT(kind, namespace, name) DO UPDATE SET data = excluded.data",
-            )?;
-            let mut del = tx.prepare_cached("DELETE FROM kube_objects WHERE kind = ?1 AND namespace = ?2 AND name = ?3")?;
-            for ((kind, ns, name), o) in &d.kube {
-                match o {
-                    Some(o) => put.execute(params![kind, ns, name, serde_json::to_string(o)?])?,
-                    None => del.execute(params![kind, ns, name])?,
-                };
-            }
-            let mut del = tx.prepare_cached("DELETE FROM nodes WHERE name = ?1")?;
-            for n in &d.removed_nodes {
-                del.execute(params![n])?;
-            }
-            let mut put = tx.prepare_cached("INSERT OR REPLACE INTO credentials (holder, serial) VALUES (?1, ?2)")?;
-            let mut del = tx.prepare_cached("DELETE FROM credentials WHERE holder = ?1")?;
-            for (k, serial) in &d.creds.serials {
-                match serial {
-                    Some(s) => put.execute(params![k, *s as i64])?,
-                    None => del.execute(params![k])?,
-                };
-            }
-            if let Some(t) = d.creds.forget_spent_before {
-                tx.execute("DELETE FROM spent_joins WHERE exp <= ?1", params![t])?;
-            }
-            let mut put = tx.prepare_cached("INSERT OR REPLACE INTO spent_joins (jti, exp) VALUES (?1, ?2)")?;
-            for (jti, exp) in &d.creds.spent {
-                put.execute(params![jti, exp])?;
-            }
-            if let Some(n) = d.creds.next_serial {
-                tx.execute(
-                    "INSERT INTO meta (key, value) VALUES ('next_serial', ?1) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-                    params![n.to_string()],
-                )?;
-            }
-            if let Some(id) = d.next_id {
-                tx.execute(
-                    "INSERT INTO meta (key, value) VALUES ('next_id', ?1) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-                    params![id.to_string()],
-                )?;
-            }
-            if let Some(a) = &d.accounting {
-                tx.execute(
-                    "INSERT INTO meta (key, value) VALUES ('accounting', ?1) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-                    params![serde_json::to_string(a)?],
-                )?;
-            }
-            if let Some(r) = &d.reservations {
-                tx.execute(
-                    "INSERT INTO meta (key, value) VALUES ('reservations', ?1) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-                    params![serde_json::to_string(r)?],
-                )?;
+            if let Some(rev) = revision {
+                put_meta.execute(params![REPLICA_REVISION, rev.to_string()])?;
             }
         }
         tx.commit()?;
         Ok(())
+    }
+
+    /// The etcd revision this database is a replica of (`None`: it is no replica, or not yet
+    /// filled).
+    pub fn replica_revision(&self) -> Result<Option<i64>, StoreError> {
+        let v: Option<String> =
+            self.conn.query_row("SELECT value FROM meta WHERE key = ?1", params![REPLICA_REVISION], |r| r.get(0)).optional()?;
+        Ok(v.and_then(|v| v.parse().ok()))
+    }
+
+    /// Empties the database of the cluster's state (keeping its own schema), to be filled
+    /// again as a replica ([`Store::apply`]).
+    pub fn clear(&mut self) -> Result<(), StoreError> {
+        self.conn.execute_batch(
+            "BEGIN; DELETE FROM jobs; DELETE FROM arrays; DELETE FROM nodes; DELETE FROM services; DELETE FROM credentials;
+             DELETE FROM spent_joins; DELETE FROM kube_objects; DELETE FROM meta WHERE key != 'schema'; COMMIT;",
+        )?;
+        Ok(())
+    }
+
+    /// The expiries of spent join tokens that expired at or before `t`.
+    pub fn spent_before(&self, t: i64) -> Result<Vec<String>, StoreError> {
+        let mut stmt = self.conn.prepare_cached("SELECT jti FROM spent_joins WHERE exp <= ?1")?;
+        let rows = stmt.query_map(params![t], |r| r.get::<_, String>(0))?;
+        Ok(rows.collect::<Result<Vec<_>, _>>()?)
+    }
+
+    /// How many jobs have records of their own.
+    pub fn count_jobs(&self) -> Result<u64, StoreError> {
+        Ok(self.conn.query_row("SELECT count(*) FROM jobs", [], |r| r.get::<_, i64>(0))? as u64)
+    }
+
+    /// A setting of the cluster's (`meta`).
+    pub fn meta(&self, key: &str) -> Result<Option<String>, StoreError> {
+        Ok(self.conn.query_row("SELECT value FROM meta WHERE key = ?1", params![key], |r| r.get(0)).optional()?)
     }
 
     /// Counts this start of the controller and returns the count (1 for the first start). Order
@@ -336,6 +452,23 @@ impl Store {
     /// is behind the starts made since it was taken, and must pass them all
     /// ([`RESTORE_BOOT_STEP`]).
     pub fn next_boot_after(&mut self, floor: u64, step: u64) -> Result<u64, StoreError> {
+        #[cfg(feature = "etcd")]
+        if let Some(r) = &self.remote {
+            let stored = r.get("meta/boot")?.and_then(|v| String::from_utf8(v).ok()).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+            let n = stored.max(floor) + step.max(1);
+            let mut recs = vec![Rec::Meta("boot".into(), Some(n.to_string()))];
+            match r.get("meta/schema")?.and_then(|v| String::from_utf8(v).ok()) {
+                Some(v) => {
+                    let found = v.parse().unwrap_or(u32::MAX);
+                    if found > SCHEMA {
+                        return Err(StoreError::Newer { found, reads: SCHEMA });
+                    }
+                }
+                None => recs.push(Rec::Meta("schema".into(), Some(SCHEMA.to_string()))),
+            }
+            self.commit(recs)?;
+            return Ok(n);
+        }
         let tx = self.conn.transaction()?;
         let n: u64 = tx
             .query_row("SELECT value FROM meta WHERE key = 'boot'", [], |r| r.get::<_, String>(0))
@@ -355,8 +488,7 @@ impl Store {
     /// Removes the cluster secret an older version kept here: the database must not be a
     /// second copy of any secret (it lives in its own 0600 file, SECURITY.md).
     pub fn forget_secret(&mut self) -> Result<(), StoreError> {
-        self.conn.execute("DELETE FROM meta WHERE key = 'secret'", [])?;
-        Ok(())
+        self.commit(vec![Rec::Meta("secret".into(), None)])
     }
 
     /// Loads everything. A task of an array with a record of its own shares the array's one

@@ -161,6 +161,27 @@ enum Cmd {
         /// repeatable. Clients verify the name controller.tandem whatever they dial.
         #[arg(long = "tls-san", value_name = "NAME")]
         tls_san: Vec<String>,
+        /// Where the cluster's state is: `sqlite` (DATA/state.db, the default) or
+        /// etcd://HOST:PORT[,HOST:PORT...], where several controllers take over from each
+        /// other (builds with the `etcd` feature).
+        #[arg(long, env = "TANDEM_STORE", value_name = "URL")]
+        store: Option<String>,
+        /// The prefix of the cluster's keys in etcd.
+        #[arg(long, default_value = "/tandem", value_name = "PATH")]
+        etcd_prefix: String,
+        /// TLS to etcd: the CA that signed etcd's certificates (with --etcd-cert and --etcd-key).
+        #[arg(long, value_name = "PEM", requires_all = ["etcd_cert", "etcd_key"])]
+        etcd_ca: Option<PathBuf>,
+        /// This controller's client certificate for etcd.
+        #[arg(long, value_name = "PEM", requires = "etcd_ca")]
+        etcd_cert: Option<PathBuf>,
+        /// Its key (readable by the controller alone).
+        #[arg(long, value_name = "PEM", requires = "etcd_ca")]
+        etcd_key: Option<PathBuf>,
+        /// The leader's lease in etcd, in seconds (default 2): a leader not heard from for
+        /// this long is replaced, and one that cannot renew it in three quarters of it stops.
+        #[arg(long, value_name = "SECS")]
+        etcd_lease: Option<u32>,
     },
     /// The node daemon.
     Agent {
@@ -599,10 +620,44 @@ fn main() -> std::process::ExitCode {
                 .map(|_| 0)
             }),
         ),
-        Cmd::Server { log, listen, listen_fd, data, config, lease, kill_wait, insecure, tls_san } => (
+        Cmd::Server {
+            log,
+            listen,
+            listen_fd,
+            data,
+            config,
+            lease,
+            kill_wait,
+            insecure,
+            tls_san,
+            store,
+            etcd_prefix,
+            etcd_ca,
+            etcd_cert,
+            etcd_key,
+            etcd_lease,
+        } => (
             "tandem server",
             log.init().and_then(|()| {
-                server::main(server::Options { listen, listen_fd, data, config, lease, kill_wait, insecure, tls_san }).map(|_| 0)
+                let etcd_tls = match (etcd_ca, etcd_cert, etcd_key) {
+                    (Some(a), Some(c), Some(k)) => Some((a, c, k)),
+                    _ => None,
+                };
+                server::main(server::Options {
+                    listen,
+                    listen_fd,
+                    data,
+                    config,
+                    lease,
+                    kill_wait,
+                    insecure,
+                    tls_san,
+                    store,
+                    etcd_prefix,
+                    etcd_tls,
+                    etcd_lease,
+                })
+                .map(|_| 0)
             }),
         ),
         Cmd::Agent {

@@ -9,6 +9,7 @@
 //! names' lines of `/etc/hosts`: [`hosts`]): it links none of the daemons (it runs them as
 //! programs), so it depends on no other Tandem crate.
 
+pub mod etcd;
 pub mod hosts;
 
 use anyhow::{Context, Result, bail};

@@ -22,6 +22,10 @@ use slurmcli::BatchSpec;
 /// dial: the cluster CA issues it to the controller alone (SECURITY.md, N2).
 pub const CONTROLLER_NAME: &str = "controller.tandem";
 
+/// The header of a standby controller's answer (503) that names the leading controller's
+/// address; clients send their request there instead.
+pub const LEADER_HEADER: &str = "x-tandem-leader";
+
 /// `POST /v1/jobs`: a submission, parsed by the client from its command line and script.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SubmitRequest {

@@ -26,7 +26,7 @@ pub const ARROWS: &[(&str, &[&str])] = &[
     // the Kubernetes API's views of the wire's: pure
     ("k8s", &["wire"]),
     // adapters
-    ("store", &["control"]),
+    ("store", &["control", "model"]),
     ("exec", &[]),
     ("logging", &[]),
     ("pmix", &["pmi"]),

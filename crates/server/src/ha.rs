@@ -1,0 +1,199 @@
+//! Controllers that take over from each other, on etcd (`--store etcd://...`, `store::etcd`).
+//!
+//! A controller starts as a standby: it reads the cluster's state from etcd into its replica
+//! (`DATA/replica.db`) and keeps it current by watching, campaigns for leadership on a lease of
+//! its own, and answers every request on its ports with 503 and the leader's address
+//! (`x-tandem-leader`), which clients follow. Once it leads it raises the start count in its
+//! first fenced transaction, lets its watch catch up with that transaction, stops watching and
+//! goes on as any controller does after a restart, from its replica. It stops (exits) as soon
+//! as it cannot be sure of its lease, before etcd can let it expire: its supervisor starts it
+//! again, as a standby.
+
+use anyhow::{Context, Result};
+use axum::body::Bytes;
+use http_body_util::Full;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::net::{TcpListener, UnixListener};
+use tokio::sync::watch;
+
+/// The header of a standby's answer that names the leader.
+pub(crate) const LEADER_HEADER: &str = wire::LEADER_HEADER;
+
+/// How a controller on etcd stops when it can no longer lead (its supervisor starts it again).
+pub(crate) fn step_down(why: &str) -> ! {
+    tracing::error!("stepping down: {why}; exiting so that no order of this controller's goes out after another leads");
+    std::process::exit(75)
+}
+
+/// The answer of a standby: 503, `Retry-After`, and the leader's address where one leads.
+fn answer(leader: Option<&str>) -> hyper::Response<Full<Bytes>> {
+    let error = match leader {
+        Some(l) => format!("this controller is a standby: the leader is at {l}"),
+        None => "this controller is a standby, and no controller leads yet (an election is under way): try again".to_string(),
+    };
+    let body = serde_json::to_vec(&wire::ApiError { error, user_msg: None }).unwrap_or_default();
+    let mut r = hyper::Response::builder().status(503).header("content-type", "application/json").header("retry-after", "1");
+    if let Some(l) = leader.and_then(|l| hyper::header::HeaderValue::from_str(l).ok()) {
+        r = r.header(LEADER_HEADER, l);
+    }
+    r.body(Full::new(Bytes::from(body))).expect("a valid answer")
+}
+
+/// Serves a standby's answer on both ports until `stop` is set; the listeners stay the
+/// caller's (the leader serves them next). Connections still open when it stops are closed.
+pub(crate) async fn serve_standby(
+    tcp: &TcpListener,
+    unix: &UnixListener,
+    tls: Option<rustls::ServerConfig>,
+    leader: watch::Receiver<Option<String>>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let acceptor = tls.map(|c| tokio_rustls::TlsAcceptor::from(Arc::new(c)));
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let svc = {
+        let leader = leader.clone();
+        hyper::service::service_fn(move |_req: hyper::Request<hyper::body::Incoming>| {
+            let l = leader.borrow().clone();
+            async move { Ok::<_, std::convert::Infallible>(answer(l.as_deref())) }
+        })
+    };
+    loop {
+        tokio::select! {
+            _ = stop.wait_for(|s| *s) => break,
+            c = tcp.accept() => {
+                let Ok((s, _)) = c else { tokio::time::sleep(Duration::from_millis(20)).await; continue };
+                s.set_nodelay(true).ok();
+                let (svc, acceptor) = (svc.clone(), acceptor.clone());
+                let b = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+                match acceptor {
+                    Some(a) => {
+                        // The handshake is awaited in the connection's own task.
+                        let watcher = graceful.watcher();
+                        tokio::spawn(async move {
+                            let Ok(Ok(t)) = tokio::time::timeout(Duration::from_secs(5), a.accept(s)).await else { return };
+                            let conn = b.serve_connection(TokioIo::new(t), svc).into_owned();
+                            let _ = watcher.watch(conn).await;
+                        });
+                    }
+                    None => {
+                        let conn = graceful.watch(b.serve_connection(TokioIo::new(s), svc).into_owned());
+                        tokio::spawn(conn);
+                    }
+                }
+            }
+            c = unix.accept() => {
+                let Ok((s, _)) = c else { tokio::time::sleep(Duration::from_millis(20)).await; continue };
+                let b = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+                tokio::spawn(graceful.watch(b.serve_connection(TokioIo::new(s), svc.clone()).into_owned()));
+            }
+        }
+    }
+    let _ = tokio::time::timeout(Duration::from_secs(1), graceful.shutdown()).await;
+}
+
+/// What a controller that now leads has.
+pub(crate) struct Led {
+    /// The start count its first fenced transaction stored.
+    pub(crate) boot: u64,
+}
+
+/// Stands by until this controller leads: the replica filled and kept current, a standby's
+/// answer on the ports, the campaign. `url` is this controller's address (the election's
+/// value, which standbys give clients).
+pub(crate) async fn stand_by(
+    db: Arc<Mutex<store::Store>>,
+    tcp: &TcpListener,
+    unix: &UnixListener,
+    tls: Option<rustls::ServerConfig>,
+    url: String,
+) -> Result<Led> {
+    let (client, election, ttl, prefix) = {
+        let mut d = db.lock().expect("store lock");
+        let r = d.remote().expect("an etcd store");
+        (r.client(), r.election(), r.config().lease_ttl, r.config().prefix.clone())
+    };
+    let started = std::time::Instant::now();
+    let db2 = db.clone();
+    let rev = tokio::task::spawn_blocking(move || db2.lock().expect("store lock").sync())
+        .await?
+        .context("reading the cluster's state from etcd")?;
+    let (jobs, stored) = {
+        let d = db.lock().expect("store lock");
+        (d.count_jobs().unwrap_or(0), d.meta("boot").ok().flatten())
+    };
+    tracing::info!(
+        revision = rev,
+        jobs,
+        "read the cluster's state from etcd in {:.2} s (start count {}); standing by",
+        started.elapsed().as_secs_f64(),
+        stored.as_deref().unwrap_or("none yet")
+    );
+    // The replica kept current from the next revision on.
+    let (applied_tx, mut applied) = watch::channel(rev);
+    let follow = {
+        let (c, d) = (client.clone(), db.clone());
+        tokio::spawn(async move {
+            let why = store::etcd::follow(c, prefix, rev + 1, d, applied_tx).await;
+            step_down(&format!("watching etcd for the replica: {why}"));
+        })
+    };
+    // The lease this controller campaigns (and then leads) on, kept until it cannot be.
+    let lease = store::etcd::grant(&mut client.clone(), ttl).await.context("taking a lease from etcd")?;
+    tracing::info!(lease = format!("{:x}", lease.id), ttl_s = lease.ttl.as_secs(), "campaigning for leadership as {url}");
+    {
+        let (c, l) = (client.clone(), store::etcd::Lease { id: lease.id, ttl: lease.ttl });
+        tokio::spawn(async move {
+            let why = store::etcd::keep_alive(c, &l).await;
+            step_down(&why);
+        });
+    }
+    // Who leads, for the standby's answers.
+    let (leader_tx, leader_rx) = watch::channel(None);
+    let who = {
+        let (c, e) = (client.clone(), election.clone());
+        tokio::spawn(async move {
+            loop {
+                let l = store::etcd::leader(c.clone(), e.clone()).await;
+                leader_tx.send_if_modified(|v| {
+                    let changed = *v != l;
+                    *v = l.clone();
+                    changed
+                });
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+        })
+    };
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let serving = serve_standby(tcp, unix, tls, leader_rx, stop_rx);
+    let won = async {
+        let fence = store::etcd::campaign(client.clone(), election.clone(), url.clone(), lease.id).await.context("campaigning");
+        let _ = stop_tx.send(true);
+        fence
+    };
+    let (fence, ()) = tokio::join!(won, serving);
+    let fence = fence?;
+    who.abort();
+    let took = std::time::Instant::now();
+    // The first fenced transaction: the start count, past every one used before.
+    let db2 = db.clone();
+    let (boot, boot_rev) = tokio::task::spawn_blocking(move || {
+        let mut d = db2.lock().expect("store lock");
+        let floor = d.meta("boot").ok().flatten().and_then(|b| b.parse().ok()).unwrap_or(0);
+        d.remote().expect("an etcd store").set_fence(fence, floor + 1);
+        let boot = d.next_boot_after(floor, 1)?;
+        Ok::<_, store::StoreError>((boot, d.remote().expect("an etcd store").last_revision()))
+    })
+    .await?
+    .context("raising the start count in etcd")?;
+    // Everything the last leader committed is in the replica once the watch has passed the
+    // transaction just made.
+    tokio::time::timeout(Duration::from_secs(30), applied.wait_for(|r| *r >= boot_rev))
+        .await
+        .context("the replica did not catch up with etcd in 30 s")?
+        .context("the replica's watch stopped")?;
+    follow.abort();
+    tracing::info!(boot, "leading: took over in {:.3} s after winning the election", took.elapsed().as_secs_f64());
+    Ok(Led { boot })
+}

@@ -1,0 +1,695 @@
+//! The etcd backend: the cluster's state in etcd, committed by its quorum, for controllers that
+//! take over from each other.
+//!
+//! Every record ([`crate::rec`]) is one key below the cluster's prefix (`/tandem/` by default):
+//! `jobs/ID` (20 digits), `arrays/ID`, `nodes/NAME`, `services/NAME`, `kube/KIND/NS/NAME`,
+//! `creds/HOLDER`, `spent/JTI`, `meta/KEY`. Beside it each controller keeps a SQLite replica
+//! of the same records in its data directory ([`crate::Store`]): the leader writes it after
+//! each commit, a standby from what it watches. It answers what etcd has no index for (`sacct`'s
+//! finished jobs by user and end time, an array's tasks by id range), and a standby that takes
+//! over loads from it, warm, instead of reading everything from etcd again.
+//!
+//! **Commits.** One commit (the journal's group) is one etcd transaction when it fits etcd's
+//! defaults (`--max-txn-ops` 128, `--max-request-bytes` 1.5 MiB; this module keeps under
+//! [`MAX_OPS`] and [`MAX_BYTES`]). A larger group is staged: its records are written in pieces
+//! under `groups/G/N`, then one transaction writes `groups/G/done`, which is the commit (what
+//! is acknowledged); then the records are written to their keys and the group deleted. A reader
+//! (a standby's watch, a full read at start) applies a group's records at its `done` marker
+//! and ignores a group without one, so no reader sees part of a group; a leader that stops in
+//! the middle leaves a group that the next commit, or the next leader, deletes first.
+//!
+//! **Fencing.** Every transaction of the leader compares the creation revision of its
+//! election key (`election/LEASE`) with the one it won with: once its lease is gone (it lost
+//! etcd for longer than the TTL, or another controller leads), none of its writes can commit,
+//! and [`StoreError::Deposed`] says so.
+
+use crate::rec::{self, Rec};
+use crate::{Store, StoreError};
+use etcd_client::{Client, Compare, CompareOp, ConnectOptions, DeleteOptions, GetOptions, Txn, TxnOp, WatchOptions};
+use std::time::Duration;
+
+/// Most operations in one transaction (etcd's default `--max-txn-ops` is 128).
+pub const MAX_OPS: usize = 120;
+
+/// Most bytes of keys and values in one transaction (etcd's default `--max-request-bytes` is
+/// 1.5 MiB; the rest is left to the request's framing).
+pub const MAX_BYTES: usize = 1 << 20;
+
+/// The largest value one key holds, and the largest record this backend stores: a request
+/// with one such value stays under etcd's default 1.5 MiB.
+pub const MAX_VALUE: usize = 1_400_000;
+
+/// Where the cluster's state is, and how to reach it.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// etcd's client addresses: `host:port`.
+    pub endpoints: Vec<String>,
+    /// The cluster's keys are below this prefix (ends with `/`).
+    pub prefix: String,
+    /// Client certificates for etcd's TLS (`--client-cert-auth`): the CA that signed etcd's
+    /// certificates, this controller's certificate and key (PEM files).
+    pub tls: Option<Tls>,
+    /// The leader's lease, in seconds.
+    pub lease_ttl: i64,
+}
+
+/// TLS to etcd.
+#[derive(Debug, Clone)]
+pub struct Tls {
+    /// The CA certificate that signed etcd's.
+    pub ca: std::path::PathBuf,
+    /// This controller's client certificate.
+    pub cert: std::path::PathBuf,
+    /// Its key.
+    pub key: std::path::PathBuf,
+}
+
+/// The default lease of a controller's leadership, in seconds: a leader that does not renew
+/// it within this long is replaced. 2 s: etcd 3.4's shortest is 1.5 s (its election timeout
+/// times 1.5 at the default settings).
+pub const LEASE_TTL: i64 = 2;
+
+impl Config {
+    /// Reads `etcd://host:port[,host:port...]` (the `--store` value).
+    pub fn parse(url: &str, prefix: &str) -> Result<Config, String> {
+        let Some(rest) = url.strip_prefix("etcd://") else {
+            return Err(format!("{url:?}: expected etcd://HOST:PORT[,HOST:PORT...]"));
+        };
+        let endpoints: Vec<String> = rest.trim_end_matches('/').split(',').map(|s| s.trim().to_string()).collect();
+        for e in &endpoints {
+            let ok = e.rsplit_once(':').is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok_and(|p| p > 0) && !h.contains('/'));
+            if !ok {
+                return Err(format!("{url:?}: {e:?} is not HOST:PORT"));
+            }
+        }
+        let p = prefix.trim_end_matches('/');
+        if !p.starts_with('/') || p.len() < 2 || p.chars().any(|c| c.is_control() || c == ' ') {
+            return Err(format!("--etcd-prefix {prefix:?}: expected a path such as /tandem"));
+        }
+        Ok(Config { endpoints, prefix: format!("{p}/"), tls: None, lease_ttl: LEASE_TTL })
+    }
+}
+
+/// An etcd error, as a store error.
+fn e(x: etcd_client::Error) -> StoreError {
+    StoreError::Etcd(x.to_string())
+}
+
+/// The end of the range of keys that start with `p`.
+fn prefix_end(p: &[u8]) -> Vec<u8> {
+    let mut end = p.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    vec![0]
+}
+
+/// The leadership a controller's transactions compare on.
+#[derive(Debug, Clone)]
+pub struct Fence {
+    /// The election key it created.
+    pub key: Vec<u8>,
+    /// Its creation revision.
+    pub rev: i64,
+}
+
+/// The link to etcd a [`Store`] commits through.
+pub struct Remote {
+    /// Its own runtime (`None` once dropped).
+    rt: Option<tokio::runtime::Runtime>,
+    client: Client,
+    cfg: Config,
+    fence: Option<Fence>,
+    /// The number of the next staged group.
+    group: u64,
+    /// A staged commit may have left a group behind: the next commit deletes it first.
+    leftover: bool,
+    /// The revision of the last commit.
+    last: i64,
+}
+
+/// How long one call to etcd (a commit's transactions, a read) may take before it counts as
+/// failed. The election's campaign, which waits for the leader to go, has none.
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Runs `f` on the backend's runtime, from any thread (inside another runtime too), for
+/// [`CALL_TIMEOUT`] at most.
+fn block<T: Send>(
+    rt: &Option<tokio::runtime::Runtime>,
+    f: impl std::future::Future<Output = Result<T, StoreError>> + Send,
+) -> Result<T, StoreError> {
+    let rt = rt.as_ref().expect("a runtime until dropped");
+    let f = async {
+        tokio::time::timeout(CALL_TIMEOUT, f).await.unwrap_or_else(|_| Err(StoreError::Etcd(format!("no answer in {CALL_TIMEOUT:?}"))))
+    };
+    if tokio::runtime::Handle::try_current().is_ok() {
+        std::thread::scope(|s| s.spawn(|| rt.block_on(f)).join().expect("the etcd call panicked"))
+    } else {
+        rt.block_on(f)
+    }
+}
+
+impl Drop for Remote {
+    fn drop(&mut self) {
+        // Allowed from inside another runtime, unlike dropping it.
+        if let Some(rt) = self.rt.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+/// A piece of a staged group: its records, each as key, whether present, value.
+fn encode_piece(kvs: &[(String, Option<String>)]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for (k, v) in kvs {
+        out.extend_from_slice(&(k.len() as u32).to_le_bytes());
+        out.extend_from_slice(k.as_bytes());
+        match v {
+            Some(v) => {
+                out.push(1);
+                out.extend_from_slice(&(v.len() as u32).to_le_bytes());
+                out.extend_from_slice(v.as_bytes());
+            }
+            None => out.push(0),
+        }
+    }
+    out
+}
+
+fn decode_piece(mut b: &[u8]) -> Result<Vec<(String, Option<Vec<u8>>)>, StoreError> {
+    let bad = || StoreError::Key("groups/: a staged piece that does not decode".into());
+    let take = |b: &mut &[u8], n: usize| -> Result<Vec<u8>, StoreError> {
+        if b.len() < n {
+            return Err(bad());
+        }
+        let (h, t) = b.split_at(n);
+        *b = t;
+        Ok(h.to_vec())
+    };
+    let mut out = Vec::new();
+    while !b.is_empty() {
+        let n = u32::from_le_bytes(take(&mut b, 4)?.try_into().map_err(|_| bad())?) as usize;
+        let k = String::from_utf8(take(&mut b, n)?).map_err(|_| bad())?;
+        let v = match take(&mut b, 1)?[0] {
+            1 => {
+                let n = u32::from_le_bytes(take(&mut b, 4)?.try_into().map_err(|_| bad())?) as usize;
+                Some(take(&mut b, n)?)
+            }
+            _ => None,
+        };
+        out.push((k, v));
+    }
+    Ok(out)
+}
+
+/// The records of a group's pieces (in piece order).
+fn group_records(pieces: &std::collections::BTreeMap<u64, Vec<u8>>) -> Result<Vec<Rec>, StoreError> {
+    let mut out = Vec::new();
+    for p in pieces.values() {
+        for (k, v) in decode_piece(p)? {
+            if let Some(r) = rec::parse(&k, v.as_deref())? {
+                out.push(r);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// A key below `groups/`: the group and the piece (`None`: the group's `done` marker).
+fn group_key(rest: &str) -> Option<(u64, Option<u64>)> {
+    let (g, p) = rest.split_once('/')?;
+    let g = g.parse().ok()?;
+    if p == "done" { Some((g, None)) } else { Some((g, Some(p.parse().ok()?))) }
+}
+
+impl Remote {
+    /// Connects to etcd (it answers, or this fails after a few seconds).
+    pub fn connect(cfg: Config) -> Result<Remote, StoreError> {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("tandem-etcd")
+            .enable_all()
+            .build()
+            .map_err(|x| StoreError::Etcd(format!("starting its runtime: {x}")))?;
+        let mut opts = ConnectOptions::new()
+            .with_connect_timeout(Duration::from_secs(3))
+            .with_keep_alive(Duration::from_secs(1), Duration::from_secs(2))
+            .with_keep_alive_while_idle(true);
+        let scheme = if cfg.tls.is_some() { "https" } else { "http" };
+        if let Some(t) = &cfg.tls {
+            let read = |p: &std::path::Path| std::fs::read(p).map_err(|x| StoreError::Etcd(format!("reading {}: {x}", p.display())));
+            let tls = etcd_client::TlsOptions::new()
+                .ca_certificate(etcd_client::Certificate::from_pem(read(&t.ca)?))
+                .identity(etcd_client::Identity::from_pem(read(&t.cert)?, read(&t.key)?));
+            opts = opts.with_tls(tls);
+        }
+        let endpoints: Vec<String> = cfg.endpoints.iter().map(|h| format!("{scheme}://{h}")).collect();
+        let rt = Some(rt);
+        let client = block(&rt, async {
+            let mut c = Client::connect(&endpoints, Some(opts)).await.map_err(e)?;
+            // One read, so an etcd that does not answer is said now.
+            c.get("health", Some(GetOptions::new().with_count_only())).await.map_err(e)?;
+            Ok::<_, StoreError>(c)
+        })
+        .map_err(|x| StoreError::Etcd(format!("etcd at {}: {x}", endpoints.join(","))))?;
+        Ok(Remote { rt, client, cfg, fence: None, group: 0, leftover: true, last: 0 })
+    }
+
+    /// The client (for the election, the watch and the lease: they run on the caller's runtime).
+    pub fn client(&self) -> Client {
+        self.client.clone()
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    /// The election's name (its keys are below it).
+    pub fn election(&self) -> String {
+        format!("{}election", self.cfg.prefix)
+    }
+
+    /// The revision of the last commit.
+    pub fn last_revision(&self) -> i64 {
+        self.last
+    }
+
+    /// From now on every commit compares on this leadership.
+    pub fn set_fence(&mut self, f: Fence, boot: u64) {
+        self.fence = Some(f);
+        self.group = boot << 32;
+        self.leftover = true;
+    }
+
+    fn compare(&self) -> Vec<Compare> {
+        match &self.fence {
+            Some(f) => vec![Compare::create_revision(f.key.clone(), CompareOp::Equal, f.rev)],
+            None => Vec::new(),
+        }
+    }
+
+    /// One transaction of `ops` under the fence: its revision.
+    async fn txn(client: &mut Client, compare: Vec<Compare>, ops: Vec<TxnOp>) -> Result<i64, StoreError> {
+        let fenced = !compare.is_empty();
+        let r = client.txn(Txn::new().when(compare).and_then(ops)).await.map_err(e)?;
+        if fenced && !r.succeeded() {
+            return Err(StoreError::Deposed);
+        }
+        Ok(r.header().map_or(0, |h| h.revision()))
+    }
+
+    fn full(&self, k: &str) -> Vec<u8> {
+        format!("{}{k}", self.cfg.prefix).into_bytes()
+    }
+
+    /// Commits `recs` (the spent join tokens that expired before a time are `spent`'s: the
+    /// replica knows them); returns the revision the commit made. Refuses a record larger
+    /// than [`MAX_VALUE`] before anything is written.
+    pub fn commit(&mut self, recs: &[Rec], spent: &dyn Fn(i64) -> Result<Vec<String>, StoreError>) -> Result<i64, StoreError> {
+        let mut kvs: Vec<(String, Option<String>)> = Vec::with_capacity(recs.len());
+        for r in recs {
+            match r {
+                Rec::ForgetSpent(t) => {
+                    for jti in spent(*t)? {
+                        kvs.push(rec::key_value(&Rec::Spent(jti, None)).expect("a key"));
+                    }
+                }
+                r => kvs.push(rec::key_value(r).expect("a key")),
+            }
+        }
+        // etcd refuses a transaction that names a key twice: the last of each stands.
+        let mut seen = std::collections::HashSet::new();
+        let mut kvs: Vec<(String, Option<String>)> = kvs.into_iter().rev().filter(|(k, _)| seen.insert(k.clone())).collect();
+        kvs.reverse();
+        if let Some((k, v)) = kvs.iter().find(|(_, v)| v.as_ref().is_some_and(|v| v.len() > MAX_VALUE)) {
+            return Err(StoreError::TooLarge { key: k.clone(), bytes: v.as_ref().map_or(0, |v| v.len()) });
+        }
+        let bytes: usize = kvs.iter().map(|(k, v)| k.len() + self.cfg.prefix.len() + v.as_ref().map_or(0, |v| v.len())).sum();
+        let compare = self.compare();
+        let groups = self.full("groups/");
+        let groups_end = prefix_end(&groups);
+        let clear =
+            |ops: &mut Vec<TxnOp>| ops.push(TxnOp::delete(groups.clone(), Some(DeleteOptions::new().with_range(groups_end.clone()))));
+        let leftover = self.leftover;
+        let prefix = self.cfg.prefix.clone();
+        let ops_of = |kvs: &[(String, Option<String>)]| -> Vec<TxnOp> {
+            kvs.iter()
+                .map(|(k, v)| match v {
+                    Some(v) => TxnOp::put(format!("{prefix}{k}"), v.clone(), None),
+                    None => TxnOp::delete(format!("{prefix}{k}"), None),
+                })
+                .collect()
+        };
+        let mut client = self.client.clone();
+        if kvs.len() + usize::from(leftover) <= MAX_OPS && bytes <= MAX_BYTES {
+            let mut ops = Vec::new();
+            if leftover {
+                clear(&mut ops);
+            }
+            ops.extend(ops_of(&kvs));
+            let rev = block(&self.rt, Self::txn(&mut client, compare, ops))?;
+            self.leftover = false;
+            self.last = rev;
+            return Ok(rev);
+        }
+        // Staged: pieces, the marker (the commit), the keys, the group's deletion.
+        self.group += 1;
+        let g = self.group;
+        self.leftover = true;
+        let mut pieces: Vec<Vec<u8>> = Vec::new();
+        let mut cur: Vec<(String, Option<String>)> = Vec::new();
+        let mut size = 0;
+        for kv in &kvs {
+            let n = kv.0.len() + kv.1.as_ref().map_or(0, |v| v.len()) + 9;
+            if !cur.is_empty() && size + n > MAX_VALUE {
+                pieces.push(encode_piece(&std::mem::take(&mut cur)));
+                size = 0;
+            }
+            cur.push(kv.clone());
+            size += n;
+        }
+        if !cur.is_empty() {
+            pieces.push(encode_piece(&cur));
+        }
+        let batches: Vec<Vec<TxnOp>> = {
+            let mut out = Vec::new();
+            let (mut cur, mut size) = (Vec::new(), 0);
+            for kv in &kvs {
+                let n = kv.0.len() + self.cfg.prefix.len() + kv.1.as_ref().map_or(0, |v| v.len());
+                if !cur.is_empty() && (cur.len() >= MAX_OPS || size + n > MAX_BYTES) {
+                    out.push(ops_of(&std::mem::take(&mut cur)));
+                    size = 0;
+                }
+                cur.push(kv.clone());
+                size += n;
+            }
+            if !cur.is_empty() {
+                out.push(ops_of(&cur));
+            }
+            out
+        };
+        let piece_keys: Vec<Vec<u8>> = (0..pieces.len()).map(|i| self.full(&format!("groups/{g:020}/{i:06}"))).collect();
+        let done = self.full(&format!("groups/{g:020}/done"));
+        let rev = block(&self.rt, async {
+            if leftover {
+                // What an earlier group left (a leader that stopped in its middle).
+                let mut ops = Vec::new();
+                clear(&mut ops);
+                Self::txn(&mut client, compare.clone(), ops).await?;
+            }
+            for (k, p) in piece_keys.into_iter().zip(pieces) {
+                Self::txn(&mut client, compare.clone(), vec![TxnOp::put(k, p, None)]).await?;
+            }
+            let rev = Self::txn(&mut client, compare.clone(), vec![TxnOp::put(done, "", None)]).await?;
+            for ops in batches {
+                Self::txn(&mut client, compare.clone(), ops).await?;
+            }
+            let mut ops = Vec::new();
+            clear(&mut ops);
+            Self::txn(&mut client, compare.clone(), ops).await?;
+            Ok::<_, StoreError>(rev)
+        });
+        // Written to their keys and the group deleted: nothing is left behind.
+        if let Ok(r) = rev {
+            self.leftover = false;
+            self.last = r;
+        }
+        rev
+    }
+
+    /// Reads a key's value (below the prefix).
+    pub fn get(&self, k: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        let mut c = self.client.clone();
+        let key = self.full(k);
+        block(&self.rt, async move {
+            let r = c.get(key, None).await.map_err(e)?;
+            Ok(r.kvs().first().map(|kv| kv.value().to_vec()))
+        })
+    }
+
+    /// Reads every record at one revision, a page at a time, into `into` (emptied first);
+    /// returns the revision.
+    pub fn read_all(&self, into: &mut Store) -> Result<i64, StoreError> {
+        let mut c = self.client.clone();
+        let prefix = self.cfg.prefix.clone();
+        let end = prefix_end(prefix.as_bytes());
+        into.clear()?;
+        block(&self.rt, async move {
+            let mut from = prefix.clone().into_bytes();
+            let mut rev = 0i64;
+            let mut groups: std::collections::BTreeMap<u64, (bool, std::collections::BTreeMap<u64, Vec<u8>>)> = Default::default();
+            loop {
+                let mut o = GetOptions::new().with_range(end.clone()).with_limit(500);
+                if rev > 0 {
+                    o = o.with_revision(rev);
+                }
+                let r = c.get(from.clone(), Some(o)).await.map_err(e)?;
+                if rev == 0 {
+                    rev = r.header().map_or(0, |h| h.revision());
+                }
+                let mut recs = Vec::new();
+                for kv in r.kvs() {
+                    let k = String::from_utf8_lossy(kv.key());
+                    let rel = &k[prefix.len().min(k.len())..];
+                    if let Some(rest) = rel.strip_prefix("groups/") {
+                        if let Some((g, p)) = group_key(rest) {
+                            let e = groups.entry(g).or_default();
+                            match p {
+                                None => e.0 = true,
+                                Some(p) => {
+                                    e.1.insert(p, kv.value().to_vec());
+                                }
+                            }
+                        }
+                        continue;
+                    }
+                    if let Some(r) = rec::parse(rel, Some(kv.value()))? {
+                        recs.push(r);
+                    }
+                }
+                into.apply(&recs, None)?;
+                match r.kvs().last() {
+                    Some(last) if r.more() => {
+                        from = last.key().to_vec();
+                        from.push(0);
+                    }
+                    _ => break,
+                }
+            }
+            // Groups committed but not yet written to their keys.
+            for (done, pieces) in groups.values() {
+                if *done {
+                    into.apply(&group_records(pieces)?, None)?;
+                }
+            }
+            into.apply(&[], Some(rev))?;
+            Ok(rev)
+        })
+    }
+}
+
+/// What a standby's watch keeps of groups not yet committed.
+#[derive(Default)]
+pub struct Follower {
+    groups: std::collections::BTreeMap<u64, std::collections::BTreeMap<u64, Vec<u8>>>,
+}
+
+/// One change a watch saw: the key below the prefix, its value (`None`: deleted), and its
+/// revision.
+pub struct Change {
+    /// The key below the prefix.
+    pub key: String,
+    /// Its value; `None` when deleted.
+    pub value: Option<Vec<u8>>,
+    /// The revision of the change.
+    pub rev: i64,
+}
+
+impl Follower {
+    /// The records that `changes` (in revision order) commit: a group's at its marker, the
+    /// rest as they come.
+    pub fn records(&mut self, changes: Vec<Change>) -> Result<Vec<Rec>, StoreError> {
+        let mut out = Vec::new();
+        for c in changes {
+            if let Some(rest) = c.key.strip_prefix("groups/") {
+                match (group_key(rest), c.value) {
+                    (Some((g, Some(p))), Some(v)) => {
+                        self.groups.entry(g).or_default().insert(p, v);
+                    }
+                    (Some((g, None)), Some(_)) => {
+                        if let Some(pieces) = self.groups.remove(&g) {
+                            out.extend(group_records(&pieces)?);
+                        }
+                    }
+                    (Some((g, _)), None) => {
+                        self.groups.remove(&g);
+                    }
+                    _ => {}
+                }
+                continue;
+            }
+            if let Some(r) = rec::parse(&c.key, c.value.as_deref())? {
+                out.push(r);
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Watches the cluster's keys from revision `from` and applies what commits to the replica
+/// `db`, reporting each revision applied on `applied`; returns when the watch fails (the caller
+/// decides what follows).
+pub async fn follow(
+    mut client: Client,
+    prefix: String,
+    from: i64,
+    db: std::sync::Arc<std::sync::Mutex<Store>>,
+    applied: tokio::sync::watch::Sender<i64>,
+) -> StoreError {
+    let mut stream = match client.watch(prefix.clone(), Some(WatchOptions::new().with_prefix().with_start_revision(from))).await {
+        Ok(s) => s,
+        Err(x) => return e(x),
+    };
+    let mut f = Follower::default();
+    loop {
+        let resp = match stream.message().await {
+            Ok(Some(r)) => r,
+            Ok(None) => return StoreError::Etcd("the watch ended".into()),
+            Err(x) => return e(x),
+        };
+        if resp.canceled() {
+            return StoreError::Etcd(format!(
+                "the watch was cancelled (compacted at {}): {}",
+                resp.compact_revision(),
+                resp.cancel_reason()
+            ));
+        }
+        let mut changes = Vec::new();
+        let mut rev = 0;
+        for ev in resp.events() {
+            let Some(kv) = ev.kv() else { continue };
+            let k = String::from_utf8_lossy(kv.key());
+            let key = k.strip_prefix(prefix.as_str()).unwrap_or(&k).to_string();
+            let value = match ev.event_type() {
+                etcd_client::EventType::Put => Some(kv.value().to_vec()),
+                etcd_client::EventType::Delete => None,
+            };
+            rev = rev.max(kv.mod_revision());
+            changes.push(Change { key, value, rev: kv.mod_revision() });
+        }
+        if changes.is_empty() {
+            continue;
+        }
+        let r = f.records(changes).and_then(|recs| db.lock().expect("replica lock").apply(&recs, Some(rev)));
+        if let Err(x) = r {
+            return x;
+        }
+        applied.send_replace(rev);
+    }
+}
+
+/// A controller's lease, kept alive until it cannot be sure of it.
+pub struct Lease {
+    /// Its id.
+    pub id: i64,
+    /// Its TTL.
+    pub ttl: Duration,
+}
+
+/// Grants a lease of `ttl` seconds.
+pub async fn grant(client: &mut Client, ttl: i64) -> Result<Lease, StoreError> {
+    let r = client.lease_grant(ttl, None).await.map_err(e)?;
+    Ok(Lease { id: r.id(), ttl: Duration::from_secs(r.ttl().max(1) as u64) })
+}
+
+/// Keeps `lease` alive; returns (with why) as soon as its holder can no longer be sure that
+/// etcd still holds it: a renewal refused, or none confirmed for three quarters of its TTL,
+/// counted from when the last confirmed renewal was sent (so before etcd can let it expire).
+pub async fn keep_alive(mut client: Client, lease: &Lease) -> String {
+    let (mut keeper, mut stream) = match client.lease_keep_alive(lease.id).await {
+        Ok(x) => x,
+        Err(x) => return format!("renewing the lease: {x}"),
+    };
+    let mut sure_since = tokio::time::Instant::now();
+    let limit = lease.ttl.mul_f64(0.75);
+    loop {
+        let sent = tokio::time::Instant::now();
+        let deadline = sure_since + limit;
+        if sent >= deadline {
+            return format!("no renewal of the lease confirmed for {:?} (its TTL is {:?})", sent - sure_since, lease.ttl);
+        }
+        if let Err(x) = keeper.keep_alive().await {
+            return format!("renewing the lease: {x}");
+        }
+        match tokio::time::timeout_at(deadline, stream.message()).await {
+            Ok(Ok(Some(r))) if r.ttl() > 0 => sure_since = sent,
+            Ok(Ok(Some(_))) => return "the lease expired".into(),
+            Ok(Ok(None)) => return "the lease's renewal stream ended".into(),
+            Ok(Err(x)) => return format!("renewing the lease: {x}"),
+            Err(_) => {
+                return format!(
+                    "no renewal of the lease confirmed for {:?} (its TTL is {:?})",
+                    tokio::time::Instant::now() - sure_since,
+                    lease.ttl
+                );
+            }
+        }
+        tokio::time::sleep_until((sent + lease.ttl / 4).min(sure_since + limit)).await;
+    }
+}
+
+/// Campaigns for leadership with `value` (the controller's address) on `lease`; returns the
+/// fence once this controller leads.
+pub async fn campaign(mut client: Client, election: String, value: String, lease: i64) -> Result<Fence, StoreError> {
+    let r = client.campaign(election, value, lease).await.map_err(e)?;
+    let l = r.leader().ok_or_else(|| StoreError::Etcd("the campaign answered without a leader key".into()))?;
+    Ok(Fence { key: l.key().to_vec(), rev: l.rev() })
+}
+
+/// The current leader's value (its address), if one leads.
+pub async fn leader(mut client: Client, election: String) -> Option<String> {
+    match client.leader(election).await {
+        Ok(r) => r.kv().map(|kv| String::from_utf8_lossy(kv.value()).into_owned()),
+        Err(_) => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_store_url_reads_and_bad_ones_are_refused() {
+        let c = Config::parse("etcd://h1:2379,10.0.0.2:2380", "/tandem").unwrap();
+        assert_eq!((c.endpoints, c.prefix.as_str()), (vec!["h1:2379".to_string(), "10.0.0.2:2380".to_string()], "/tandem/"));
+        for bad in ["http://h:1", "etcd://", "etcd://h", "etcd://h:0", "etcd://h:x", "etcd://a/b:1"] {
+            assert!(Config::parse(bad, "/tandem").is_err(), "{bad}");
+        }
+        for bad in ["tandem", "/", "/a b", "/a\n"] {
+            assert!(Config::parse("etcd://h:1", bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_group_is_read_whole_at_its_marker_and_never_in_part() {
+        let kvs = vec![("jobs/00000000000000000001".to_string(), None), ("meta/next_id".to_string(), Some("5".to_string()))];
+        let piece = encode_piece(&kvs);
+        assert_eq!(decode_piece(&piece).unwrap().len(), 2);
+        assert!(decode_piece(&piece[..piece.len() - 1]).is_err());
+        let ch = |key: &str, value: Option<&[u8]>| Change { key: key.into(), value: value.map(<[u8]>::to_vec), rev: 1 };
+        let mut f = Follower::default();
+        // The pieces alone commit nothing; the marker commits them all; a group deleted
+        // without its marker (a leader that stopped) never does.
+        assert!(f.records(vec![ch("groups/00000000000000000007/000000", Some(&piece))]).unwrap().is_empty());
+        let got = f.records(vec![ch("groups/00000000000000000007/done", Some(b"")), ch("meta/boot", Some(b"3"))]).unwrap();
+        assert_eq!(got, vec![Rec::Job(1, None), Rec::Meta("next_id".into(), Some("5".into())), Rec::Meta("boot".into(), Some("3".into()))]);
+        assert!(f.records(vec![ch("groups/00000000000000000008/000000", Some(&piece))]).unwrap().is_empty());
+        assert!(f.records(vec![ch("groups/00000000000000000008/000000", None)]).unwrap().is_empty());
+        assert!(f.records(vec![ch("groups/00000000000000000008/done", Some(b""))]).unwrap().is_empty());
+        assert!(f.records(vec![ch("election/694d7f", Some(b"http://x"))]).unwrap().is_empty());
+    }
+}

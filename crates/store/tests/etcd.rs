@@ -1,0 +1,154 @@
+//! The etcd backend against a real etcd (Debian's etcd-server, started here on loopback):
+//! commits small and staged, the replica a full read makes, a standby's watch, and the fence.
+#![cfg(feature = "etcd")]
+
+use control::{Controller, Settings};
+use std::sync::{Arc, Mutex};
+use store::Store;
+use store::etcd::{self, Config, Remote};
+
+/// One etcd member on free loopback ports, stopped when dropped.
+struct Etcd {
+    child: std::process::Child,
+    client: String,
+    dir: std::path::PathBuf,
+}
+
+impl Drop for Etcd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+fn etcd(tag: &str) -> Option<Etcd> {
+    if std::process::Command::new("etcd").arg("--version").output().is_err() {
+        assert!(std::env::var_os("CI").is_none(), "etcd is not installed (.ci/run installs Debian's etcd-server)");
+        eprintln!("skipped: no etcd (apt-get install etcd-server)");
+        return None;
+    }
+    let dir = std::env::temp_dir().join(format!("tandem-store-etcd-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let (c, p) = (free_port(), free_port());
+    let client = format!("127.0.0.1:{c}");
+    let child = std::process::Command::new("etcd")
+        .args(["--name", "m0", "--data-dir"])
+        .arg(dir.join("data"))
+        .args(["--listen-client-urls", &format!("http://{client}"), "--advertise-client-urls", &format!("http://{client}")])
+        .args(["--listen-peer-urls", &format!("http://127.0.0.1:{p}"), "--initial-advertise-peer-urls", &format!("http://127.0.0.1:{p}")])
+        .args(["--initial-cluster", &format!("m0=http://127.0.0.1:{p}")])
+        .stdout(std::fs::File::create(dir.join("etcd.log")).unwrap())
+        .stderr(std::fs::File::create(dir.join("etcd.err")).unwrap())
+        .spawn()
+        .unwrap();
+    let e = Etcd { child, client, dir };
+    for _ in 0..100 {
+        if std::net::TcpStream::connect(&e.client).is_ok() {
+            return Some(e);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    panic!("etcd did not start: {}", std::fs::read_to_string(e.dir.join("etcd.err")).unwrap_or_default());
+}
+
+fn spec(name: &str, big: usize) -> (control::JobSpec, slurmcli::BatchSpec) {
+    let b = slurmcli::parse_sbatch(&[format!("--job-name={name}"), "--wrap=true".to_string()], 0, &mut |_| unreachable!()).unwrap();
+    (control::JobSpec::script(&format!("#!/bin/sh\n# {}\ntrue\n", "x".repeat(big))), b)
+}
+
+fn replica(e: &Etcd, dir: &std::path::Path, name: &str) -> Store {
+    let cfg = Config::parse(&format!("etcd://{}", e.client), "/t").unwrap();
+    Store::open_replica(&dir.join(name), Remote::connect(cfg).unwrap()).unwrap()
+}
+
+#[test]
+fn commits_small_and_staged_read_back_whole_and_a_watching_standby_keeps_the_same_state() {
+    let Some(e) = etcd("commits") else { return };
+    let dir = e.dir.clone();
+    let mut leader = replica(&e, &dir, "a.db");
+    assert_eq!(leader.sync().unwrap() > 0, true);
+    assert_eq!(leader.next_boot_after(0, 1).unwrap(), 1);
+    // A standby: a full read, then a watch from the next revision.
+    let mut standby = replica(&e, &dir, "b.db");
+    let from = standby.sync().unwrap() + 1;
+    let client = standby.remote().unwrap().client();
+    let standby = Arc::new(Mutex::new(standby));
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (tx, mut rx) = tokio::sync::watch::channel(0i64);
+    rt.spawn(etcd::follow(client, "/t/".into(), from, standby.clone(), tx));
+    let mut c = Controller::new(Settings::default());
+    c.register(0, model::Node::new("n0", 2, 1 << 30, 0), "127.0.0.1".into()).unwrap();
+    // One small commit (one transaction), then 600 jobs with 3 kB scripts: about 2 MB, more
+    // than one transaction holds, so staged.
+    let (s, b) = spec("small", 10);
+    c.submit(0, s, &b, "alice").unwrap();
+    leader.persist(&c.take_dirty()).unwrap();
+    for i in 0..600 {
+        let (s, b) = spec(&format!("j{i}"), 3000);
+        c.submit(0, s, &b, "bob").unwrap();
+    }
+    let big = c.take_dirty();
+    assert_eq!(big.jobs.len(), 600);
+    leader.persist(&big).unwrap();
+    let want = leader.load().unwrap();
+    assert_eq!((want.jobs.len(), want.nodes.len(), want.next_id), (601, 1, 602));
+    // A full read from etcd makes the same replica.
+    let mut third = replica(&e, &dir, "c.db");
+    third.sync().unwrap();
+    let got = third.load().unwrap();
+    assert_eq!((got.jobs, got.nodes.len(), got.next_id), (want.jobs.clone(), 1, want.next_id));
+    // The standby's watch caught up with every commit (the staged group whole).
+    let last = leader.replica_revision().unwrap().unwrap();
+    rt.block_on(async { tokio::time::timeout(std::time::Duration::from_secs(10), rx.wait_for(|r| *r >= last)).await.unwrap().unwrap() });
+    let watched = standby.lock().unwrap().load().unwrap();
+    assert_eq!((watched.jobs, watched.next_id), (want.jobs, want.next_id));
+    // Nothing of the group is left in etcd.
+    assert_eq!(leader.remote().unwrap().get("groups/").unwrap(), None);
+}
+
+#[test]
+fn a_deposed_leader_cannot_commit_and_its_successor_raises_the_boot_count() {
+    let Some(e) = etcd("fence") else { return };
+    let dir = e.dir.clone();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let mut a = replica(&e, &dir, "a.db");
+    let mut b = replica(&e, &dir, "b.db");
+    a.sync().unwrap();
+    b.sync().unwrap();
+    let (ca, cb) = (a.remote().unwrap().client(), b.remote().unwrap().client());
+    let election = a.remote().unwrap().election();
+    let la = rt.block_on(async { etcd::grant(&mut ca.clone(), 2).await }).unwrap();
+    let fa = rt.block_on(etcd::campaign(ca.clone(), election.clone(), "http://a".into(), la.id)).unwrap();
+    let boot = a.next_boot_after(0, 1).unwrap();
+    a.remote().unwrap().set_fence(fa, boot);
+    let boot = a.next_boot_after(0, 1).unwrap();
+    assert_eq!(boot, 2);
+    assert_eq!(rt.block_on(etcd::leader(cb.clone(), election.clone())).as_deref(), Some("http://a"));
+    // b waits while a leads; a's lease is let go (as if a lost etcd for its TTL).
+    let lb = rt.block_on(async { etcd::grant(&mut cb.clone(), 2).await }).unwrap();
+    let won = rt.spawn(etcd::campaign(cb.clone(), election.clone(), "http://b".into(), lb.id));
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert!(!won.is_finished(), "b does not lead while a does");
+    rt.block_on(async { ca.clone().lease_revoke(la.id).await }).unwrap();
+    let fb = rt.block_on(won).unwrap().unwrap();
+    let mut c = Controller::new(Settings::default());
+    let (s, bs) = spec("late", 1);
+    c.submit(0, s, &bs, "alice").unwrap();
+    let d = c.take_dirty();
+    assert!(matches!(a.persist(&d), Err(store::StoreError::Deposed)), "a no longer leads");
+    // b: a full read, then its first fenced commit raises the count past a's.
+    b.sync().unwrap();
+    b.remote().unwrap().set_fence(fb, 3);
+    assert_eq!(b.next_boot_after(0, 1).unwrap(), 3);
+    b.persist(&d).unwrap();
+    let mut r = replica(&e, &dir, "r.db");
+    r.sync().unwrap();
+    assert_eq!(r.load().unwrap().jobs.len(), 1, "b's commit, and none of a's after it was deposed");
+    assert_eq!(r.meta("boot").unwrap().as_deref(), Some("3"));
+}

@@ -1,0 +1,301 @@
+//! Controllers that take over from each other, on a real etcd: three members of Debian's
+//! etcd-server on loopback, two `tandem server --store etcd://...` (the second a standby), two
+//! agents and the Slurm commands, each given both controllers. The leader is killed (-9) in
+//! the middle of a stream of submissions with jobs running.
+mod common;
+
+use common::*;
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::process::{Child, Command, Output};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Two controllers on a three-member etcd, with agents; everything stopped when dropped.
+struct Ha {
+    dir: PathBuf,
+    work: PathBuf,
+    shims: PathBuf,
+    etcd: up::etcd::Etcd,
+    /// Each controller's TCP port, data directory and process.
+    ctl: Vec<(u16, PathBuf, Option<Child>)>,
+    agents: Procs,
+}
+
+impl Drop for Ha {
+    fn drop(&mut self) {
+        for a in &self.agents.0 {
+            kill_tree(a.id(), "-9");
+        }
+        for (_, _, c) in &mut self.ctl {
+            if let Some(mut c) = c.take() {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+/// The files every controller of a cluster shares (SECURITY.md): the cluster CA and the keys
+/// that sign user tokens and node credentials.
+const SHARED: [&str; 4] = ["ca.pem", "ca.key", "jwt.key", "nodes.key"];
+
+impl Ha {
+    fn start(tag: &str, agents: usize) -> Option<Ha> {
+        if !have("etcd") {
+            assert!(std::env::var_os("CI").is_none(), "etcd is not installed (.ci/run installs Debian's etcd-server)");
+            eprintln!("skipped: no etcd (apt-get install etcd-server)");
+            return None;
+        }
+        let dir = free_dir(tag);
+        let etcd = up::etcd::Etcd::start(&dir.join("etcd"), 3).unwrap();
+        let work = dir.join("work");
+        std::fs::create_dir_all(work.join("runs")).unwrap();
+        let shims = dir.join("bin");
+        assert!(Command::new(bin()).arg("shims").arg(&shims).output().unwrap().status.success());
+        let ctl = (1..=2).map(|i| (free_port(), dir.join(format!("c{i}")), None)).collect();
+        let mut ha = Ha { dir, work, shims, etcd, ctl, agents: Procs(Vec::new()) };
+        ha.start_controller(0);
+        ha.wait_leader(0);
+        // The second controller shares the first's CA and keys.
+        let (a, b) = (ha.ctl[0].1.clone(), ha.ctl[1].1.clone());
+        std::fs::create_dir_all(&b).unwrap();
+        for f in SHARED {
+            std::fs::copy(a.join(f), b.join(f)).unwrap();
+        }
+        ha.start_controller(1);
+        let servers = ha.tcp_servers();
+        for i in 0..agents {
+            let name = format!("node{}", i + 1);
+            let data = ha.dir.join(&name);
+            std::fs::create_dir_all(&data).unwrap();
+            let join = data.join("join-token");
+            std::fs::write(&join, ha.tandem_ok(&["token", "--join"])).unwrap();
+            let log = std::fs::File::create(ha.dir.join(format!("{name}.log"))).unwrap();
+            let child = Command::new(bin())
+                .args(["agent", "--server", &servers, "--name", &name, "--cpus", "4", "--memory", "4G", "--join-token-file"])
+                .arg(&join)
+                .arg("--ca")
+                .arg(a.join("ca.pem"))
+                .arg("--data")
+                .arg(&data)
+                .stdout(log.try_clone().unwrap())
+                .stderr(log)
+                .spawn()
+                .unwrap();
+            ha.agents.0.push(child);
+        }
+        ha.wait_nodes(agents);
+        Some(ha)
+    }
+
+    fn start_controller(&mut self, i: usize) {
+        let (port, data, _) = &self.ctl[i];
+        std::fs::create_dir_all(data).unwrap();
+        let _ = std::fs::remove_file(data.join("addr"));
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(self.dir.join(format!("c{}.log", i + 1))).unwrap();
+        let child = Command::new(bin())
+            .args(["server", "--listen", &format!("127.0.0.1:{port}"), "--lease", "30", "--kill-wait", "2", "--store", &self.etcd.url()])
+            .arg("--data")
+            .arg(data)
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        self.ctl[i].2 = Some(child);
+    }
+
+    /// Waits until controller `i` leads (it serves its Unix socket).
+    fn wait_leader(&self, i: usize) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let sock = format!("unix://{}", self.ctl[i].1.join("tandem.sock").display());
+        loop {
+            let o = Command::new(bin()).args(["token"]).env("TANDEM_SERVER", &sock).output().unwrap();
+            if o.status.success() {
+                return;
+            }
+            assert!(Instant::now() < deadline, "controller {} did not lead: {}", i + 1, self.log(&format!("c{}", i + 1)));
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn log(&self, name: &str) -> String {
+        std::fs::read_to_string(self.dir.join(format!("{name}.log"))).unwrap_or_default()
+    }
+
+    /// Every controller's Unix socket: what a user's `TANDEM_SERVER` names.
+    fn socks(&self) -> String {
+        self.ctl.iter().map(|(_, d, _)| format!("unix://{}", d.join("tandem.sock").display())).collect::<Vec<_>>().join(",")
+    }
+
+    fn tcp_servers(&self) -> String {
+        self.ctl.iter().map(|(p, _, _)| format!("https://127.0.0.1:{p}")).collect::<Vec<_>>().join(",")
+    }
+
+    fn run(&self, cmd: &str, args: &[&str]) -> Output {
+        let path = format!("{}:{}", self.shims.display(), std::env::var("PATH").unwrap_or_default());
+        Command::new(self.shims.join(cmd))
+            .args(args)
+            .current_dir(&self.work)
+            .env("TANDEM_SERVER", self.socks())
+            .env("PATH", path)
+            .output()
+            .unwrap()
+    }
+
+    fn ok(&self, cmd: &str, args: &[&str]) -> String {
+        let o = self.run(cmd, args);
+        assert!(o.status.success(), "{cmd} {args:?}: {}{}", String::from_utf8_lossy(&o.stderr), String::from_utf8_lossy(&o.stdout));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    }
+
+    fn tandem_ok(&self, args: &[&str]) -> String {
+        let o = Command::new(bin()).args(args).env("TANDEM_SERVER", self.socks()).output().unwrap();
+        assert!(o.status.success(), "tandem {args:?}: {}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    }
+
+    fn wait_nodes(&self, n: usize) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let out = self.ok("sinfo", &["-N", "-h", "-o", "%N %t"]);
+            if out.lines().filter(|l| l.ends_with(" idle") || l.ends_with(" mix") || l.ends_with(" alloc")).count() >= n {
+                return;
+            }
+            assert!(Instant::now() < deadline, "nodes did not register:\n{out}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn kill_controller(&mut self, i: usize) {
+        if let Some(mut c) = self.ctl[i].2.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// What one submission came to.
+#[derive(Clone, Debug)]
+enum Sub {
+    /// Acknowledged: the job id, and when.
+    Acked(u64, Instant),
+    /// The command failed: whether a job was made is not known.
+    Unknown(String),
+}
+
+#[test]
+fn the_leader_killed_during_a_thousand_submissions_loses_duplicates_and_reruns_nothing() {
+    let Some(ha) = Ha::start("ha-failover", 2) else { return };
+    let total: usize = std::env::var("TANDEM_HA_JOBS").ok().and_then(|v| v.parse().ok()).unwrap_or(1000);
+    let runs = ha.work.join("runs");
+    // A user's token from the first leader, for a request over TCP after it is gone.
+    let token = ha.tandem_ok(&["token"]).trim().trim_start_matches("export TANDEM_TOKEN=").to_string();
+    let ha = Arc::new(Mutex::new(ha));
+    let (socks, shims, work) = {
+        let h = ha.lock().unwrap();
+        (h.socks(), h.shims.clone(), h.work.clone())
+    };
+    let results: Arc<Mutex<BTreeMap<usize, Sub>>> = Arc::default();
+    let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let submitter = |results: Arc<Mutex<BTreeMap<usize, Sub>>>, next: Arc<std::sync::atomic::AtomicUsize>| {
+        let (socks, shims, work, runs) = (socks.clone(), shims.clone(), work.clone(), runs.clone());
+        std::thread::spawn(move || {
+            loop {
+                let k = next.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                if k >= total {
+                    return;
+                }
+                // Every tenth job runs for two seconds: some are running when the leader dies.
+                let sleep = if k % 10 == 0 { "sleep 2; " } else { "" };
+                let wrap = format!("{sleep}echo $SLURM_JOB_ID >> {}/$SLURM_JOB_ID", runs.display());
+                let o = Command::new(shims.join("sbatch"))
+                    .args(["--parsable", &format!("--job-name=s{k}"), "-o", "/dev/null", "--wrap", &wrap])
+                    .current_dir(&work)
+                    .env("TANDEM_SERVER", &socks)
+                    .output()
+                    .unwrap();
+                let r = match String::from_utf8_lossy(&o.stdout).trim().parse::<u64>() {
+                    Ok(id) if o.status.success() => Sub::Acked(id, Instant::now()),
+                    _ => Sub::Unknown(String::from_utf8_lossy(&o.stderr).into_owned()),
+                };
+                results.lock().unwrap().insert(k, r);
+            }
+        })
+    };
+    let threads: Vec<_> = (0..4).map(|_| submitter(results.clone(), next.clone())).collect();
+    // The leader dies a third of the way in.
+    while results.lock().unwrap().len() < total / 3 {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let killed = Instant::now();
+    ha.lock().unwrap().kill_controller(0);
+    for t in threads {
+        t.join().unwrap();
+    }
+    let results = results.lock().unwrap().clone();
+    let ha = Arc::try_unwrap(ha).ok().unwrap().into_inner().unwrap();
+    let acked: BTreeMap<usize, u64> =
+        results.iter().filter_map(|(k, r)| if let Sub::Acked(id, _) = r { Some((*k, *id)) } else { None }).collect();
+    let unknown: Vec<(usize, String)> =
+        results.iter().filter_map(|(k, r)| if let Sub::Unknown(e) = r { Some((*k, e.clone())) } else { None }).collect();
+    // Failover: the last acknowledgement before the kill to the first after it.
+    let before = results.values().filter_map(|r| if let Sub::Acked(_, t) = r { Some(*t) } else { None }).filter(|t| *t <= killed).max();
+    let after = results.values().filter_map(|r| if let Sub::Acked(_, t) = r { Some(*t) } else { None }).filter(|t| *t > killed).min();
+    let failover = match (before, after) {
+        (Some(b), Some(a)) => a.duration_since(b).as_secs_f64(),
+        _ => f64::NAN,
+    };
+    eprintln!(
+        "failover (lease TTL 2 s): {failover:.2} s from the old leader's last acknowledgement to the new one's first; {} acknowledged, {} unknown outcome(s): {unknown:?}",
+        acked.len(),
+        unknown.len()
+    );
+    assert!(acked.len() + unknown.len() == total && acked.len() >= total - 8, "{} acknowledged of {total}: {unknown:?}", acked.len());
+    // Every job finishes on the new leader.
+    let deadline = Instant::now() + Duration::from_secs(300);
+    let jobs = loop {
+        let out = ha.ok("sacct", &["-X", "-n", "-P", "-o", "JobID,JobName,State,Restarts"]);
+        let jobs: Vec<Vec<String>> = out.lines().map(|l| l.split('|').map(str::to_string).collect()).collect();
+        let done = jobs.iter().filter(|j| j[2] == "COMPLETED").count();
+        if jobs.iter().all(|j| !["PENDING", "RUNNING", "CONFIGURING", "COMPLETING"].contains(&j[2].as_str())) && !jobs.is_empty() {
+            break jobs;
+        }
+        assert!(Instant::now() < deadline, "{done} of {} done after 300 s:\n{}", jobs.len(), ha.log("c2"));
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    // 0 lost: every acknowledged job is there under its name; none duplicated: a name once at
+    // most (an unknown outcome's too); none run twice.
+    let mut by_name: HashMap<String, Vec<(u64, String, String)>> = HashMap::new();
+    for j in &jobs {
+        by_name.entry(j[1].clone()).or_default().push((j[0].parse().unwrap(), j[2].clone(), j[3].clone()));
+    }
+    for (k, id) in &acked {
+        let got = by_name.get(&format!("s{k}")).unwrap_or_else(|| panic!("acknowledged job {id} (s{k}) is lost"));
+        assert_eq!(got.len(), 1, "s{k} is stored more than once: {got:?}");
+        assert_eq!(got[0].0, *id);
+        assert_eq!((got[0].1.as_str(), got[0].2.as_str()), ("COMPLETED", "0"), "job {id}");
+        let ran = std::fs::read_to_string(runs.join(id.to_string())).unwrap_or_default();
+        assert_eq!(ran.lines().count(), 1, "job {id} ran {} times", ran.lines().count());
+    }
+    for (k, _) in &unknown {
+        assert!(by_name.get(&format!("s{k}")).is_none_or(|v| v.len() == 1), "s{k}");
+    }
+    assert_eq!(jobs.len(), by_name.len(), "no name twice");
+    // The first leader's user token still works over TCP, and both agents kept their
+    // credentials (nodes up, no join again).
+    let ca = ha.ctl[0].1.join("ca.pem");
+    let o = Command::new(ha.shims.join("squeue"))
+        .env("TANDEM_SERVER", ha.tcp_servers())
+        .env("TANDEM_CA", &ca)
+        .env("TANDEM_TOKEN", &token)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "squeue over TCP with the old leader's token: {}", String::from_utf8_lossy(&o.stderr));
+    ha.wait_nodes(2);
+    let c2 = ha.log("c2");
+    assert!(c2.contains("leading: took over"), "{c2}");
+}
