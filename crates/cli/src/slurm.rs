@@ -37,7 +37,10 @@ pub(crate) fn sbatch(args: &[String]) -> Result<i32> {
     let req = submission(batch)?;
     crate::common::check_script_size(&t, &req.batch.script)?;
     // Slurm's words before the controller's reason.
-    let reply = runtime()?.block_on(send(&t, "POST", "/v1/jobs", Some(&req), &[]))?;
+    // A key of its own, so that a retry after a broken connection (a controller's failover)
+    // cannot submit it twice.
+    let key = client::idempotency_key();
+    let reply = runtime()?.block_on(send(&t, "POST", "/v1/jobs", Some(&req), &[(wire::IDEMPOTENCY_HEADER, &key)]))?;
     crate::common::show_user_msg("sbatch", &reply);
     let r: SubmitResponse = reply.json().context("Batch job submission failed")?;
     if let Some(msg) = r.test_only {

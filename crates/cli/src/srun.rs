@@ -670,7 +670,8 @@ pub(crate) fn allocate(t: &Target, cmd: &str, opts: &[String], command: &[String
     let req = crate::common::submission(batch)?;
     // Slurm's words before the controller's reason.
     let failed = if cmd == "salloc" { "Job submit/allocate failed" } else { "Unable to allocate resources" };
-    let reply = rt.block_on(send(t, "POST", "/v1/jobs", Some(&req), &[]))?;
+    let key = client::idempotency_key();
+    let reply = rt.block_on(send(t, "POST", "/v1/jobs", Some(&req), &[(wire::IDEMPOTENCY_HEADER, &key)]))?;
     crate::common::show_user_msg(cmd, &reply);
     let r: SubmitResponse = reply.json().context(failed)?;
     let job = r.job_ids.first().copied().context("no job id returned")?;

@@ -301,6 +301,11 @@ impl Reply {
     }
 }
 
+/// A fresh idempotency key for a submission (`wire::IDEMPOTENCY_HEADER`): 128 random bits.
+pub fn idempotency_key() -> String {
+    format!("{:032x}", rand::random::<u128>())
+}
+
 /// How long [`send`] keeps retrying a controller that turns the connection away for load.
 pub const BUSY_RETRY: std::time::Duration = std::time::Duration::from_secs(30);
 
@@ -332,6 +337,11 @@ async fn send_for(
     // The controller's last refusal message, for the final error.
     let mut last: Option<String> = None;
     let members = t.members();
+    // A request that names itself for its retries may go again when its outcome is unknown.
+    let keyed = headers.iter().any(|(k, _)| k.eq_ignore_ascii_case(wire::IDEMPOTENCY_HEADER));
+    // Such a request whose outcome is unknown goes on being retried (a controller restarting
+    // refuses connections meanwhile) until it is answered or the budget is spent.
+    let mut unsure = false;
     loop {
         tries += 1;
         let outcome = send_members(t, &members, method, path, &bytes, headers).await;
@@ -342,13 +352,16 @@ async fn send_for(
             }
             Err(Error::Connect { source, .. }) if source.kind() == std::io::ErrorKind::WouldBlock => source.to_string(),
             // Several controllers, none reachable: one is taking over.
-            Err(Error::Connect { source, .. }) if members.len() > 1 => source.to_string(),
+            Err(Error::Connect { source, .. }) if members.len() > 1 || unsure => source.to_string(),
             // The refusal came before the request went out (hyper cancels a request whose
             // connection answered first): nothing was sent, so any method may go again.
             Err(Error::Http(e)) if e.is_canceled() => {
                 last.clone().unwrap_or_else(|| "the controller turned the connection away before the request was sent".into())
             }
-            Err(Error::Http(e)) if method == "GET" && closed_before_reply(e) => e.to_string(),
+            Err(Error::Http(e)) if (method == "GET" || keyed) && closed_before_reply(e) => {
+                unsure = keyed;
+                e.to_string()
+            }
             _ => return outcome.map(|(r, _)| r),
         };
         // Jittered: half to all of the pause, so refused clients do not come back together.

@@ -392,10 +392,21 @@ fn valid_node_name(name: &str) -> Result<(), Refused> {
     Ok(())
 }
 
+/// How long a submission's idempotency key is remembered, in seconds: a retry within it of the
+/// same submission by the same user (a client whose connection broke before the answer, across
+/// a controller's failover) answers with the jobs it made. 24 hours, as common HTTP APIs keep
+/// theirs.
+pub const IDEMPOTENCY_RETENTION: Time = 86_400;
+
 /// The controller.
 #[derive(Debug)]
 pub struct Controller {
     settings: Settings,
+    /// Submissions' idempotency keys, by user and key: the first job id and how many the
+    /// submission made, and when it was accepted (kept [`IDEMPOTENCY_RETENTION`]).
+    idempotency: HashMap<(String, String), (u64, u64, Time)>,
+    /// The same keys in the order they were accepted, to forget them.
+    idempotency_order: std::collections::VecDeque<(Time, String, String)>,
     jobs: BTreeMap<u64, Box<Job>>,
     nodes: Vec<NodeRec>,
     node_index: HashMap<String, usize>,
@@ -563,6 +574,8 @@ impl Controller {
     pub fn new(settings: Settings) -> Controller {
         Controller {
             settings,
+            idempotency: HashMap::new(),
+            idempotency_order: std::collections::VecDeque::new(),
             jobs: BTreeMap::new(),
             nodes: Vec::new(),
             node_index: HashMap::new(),
@@ -667,6 +680,11 @@ impl Controller {
         }
         c.nodes_changed();
         let age = c.settings.min_job_age;
+        let mut keyed: Vec<&Job> = jobs.iter().filter(|j| j.idempotency_key.is_some() && j.array.is_none()).collect();
+        keyed.sort_by_key(|j| j.req.submit_time);
+        for j in keyed.into_iter().cloned().collect::<Vec<_>>() {
+            c.remember_key(&j, 1, now);
+        }
         for mut j in jobs {
             if age > 0 && j.state.is_final() && j.end.is_some_and(|e| e < now - age) {
                 continue; // in the database for sacct; no longer in memory
@@ -1089,6 +1107,68 @@ impl Controller {
     /// so a large array is acknowledged without waiting for its tasks to be built in memory
     /// (as Slurm keeps a pending array as one record).
     pub fn accept(&mut self, now: Time, spec: JobSpec, batch: &BatchSpec, user: &str) -> Result<Vec<u64>, Refused> {
+        self.accept_keyed(now, spec, batch, user, None).map(|(ids, _)| ids)
+    }
+
+    /// [`Controller::accept`] of a submission that carries an idempotency key (the client's
+    /// own, for its retries: `Idempotency-Key`): a user's second submission with a key given
+    /// in the last [`IDEMPOTENCY_RETENTION`] makes nothing and answers with the first one's
+    /// job ids. Returns the ids, and whether they are a former submission's.
+    pub fn accept_once(
+        &mut self,
+        now: Time,
+        spec: JobSpec,
+        batch: &BatchSpec,
+        user: &str,
+        key: Option<&str>,
+    ) -> Result<(Vec<u64>, bool), Refused> {
+        self.accept_keyed(now, spec, batch, user, key)
+    }
+
+    /// Forgets the idempotency keys given before `now` less the retention.
+    fn forget_keys(&mut self, now: Time) {
+        while let Some((t, _, _)) = self.idempotency_order.front()
+            && *t < now - IDEMPOTENCY_RETENTION
+        {
+            let (t, u, k) = self.idempotency_order.pop_front().expect("a front");
+            if self.idempotency.get(&(u.clone(), k.clone())).is_some_and(|e| e.2 == t) {
+                self.idempotency.remove(&(u, k));
+            }
+        }
+    }
+
+    /// Remembers the idempotency key of a job (or an array's record) that has one: at
+    /// acceptance, and when state is loaded.
+    fn remember_key(&mut self, j: &Job, count: u64, now: Time) {
+        let Some(k) = &j.idempotency_key else { return };
+        let t = j.req.submit_time;
+        if t < now - IDEMPOTENCY_RETENTION {
+            return;
+        }
+        let id = j.array.as_ref().map_or(j.req.id.0, |a| a.array_job);
+        self.idempotency.insert((j.req.user.clone(), k.clone()), (id, count, t));
+        self.idempotency_order.push_back((t, j.req.user.clone(), k.clone()));
+    }
+
+    fn accept_keyed(
+        &mut self,
+        now: Time,
+        spec: JobSpec,
+        batch: &BatchSpec,
+        user: &str,
+        key: Option<&str>,
+    ) -> Result<(Vec<u64>, bool), Refused> {
+        if let Some(k) = key {
+            self.forget_keys(now);
+            if let Some(&(first, count, _)) = self.idempotency.get(&(user.to_string(), k.to_string())) {
+                return Ok(((first..first + count).collect(), true));
+            }
+        }
+        let ids = self.accept_new(now, spec, batch, user, key)?;
+        Ok((ids, false))
+    }
+
+    fn accept_new(&mut self, now: Time, spec: JobSpec, batch: &BatchSpec, user: &str, key: Option<&str>) -> Result<Vec<u64>, Refused> {
         let resv_batch = self.in_reservation_partition(batch);
         let batch = &*resv_batch;
         let part = self
@@ -1140,7 +1220,9 @@ impl Controller {
             // A heterogeneous job's later components have ids of their own (the leader's plus
             // the offset, `SLURM_JOB_ID_HET_GROUP_k`): no other job gets them.
             let ids = req.components() as u64;
-            self.jobs.insert(first, Box::new(Job { reason, ..Job::new(req, spec) }));
+            let job = Job { reason, idempotency_key: key.map(str::to_string), ..Job::new(req, spec) };
+            self.remember_key(&job, 1, now);
+            self.jobs.insert(first, Box::new(job));
             self.dirty_jobs.insert(first);
             self.next_id = first + ids;
             self.next_id_dirty = true;
@@ -1151,7 +1233,11 @@ impl Controller {
         let (min, max) = (a.indices[0], *a.indices.last().expect("non-empty"));
         let info = ArrayInfo { array_job: first, task: min, count: a.indices.len() as u32, min, max, max_running: a.max_running };
         req.array = Some(model::ArrayTask { array_job: JobId(first), task: min });
-        let record = ArrayRecord::new(Job { reason, array: Some(info), ..Job::new(req, spec) }, &a.indices);
+        let record = ArrayRecord::new(
+            Job { reason, array: Some(info), idempotency_key: key.map(str::to_string), ..Job::new(req, spec) },
+            &a.indices,
+        );
+        self.remember_key(&record.first, a.indices.len() as u64, now);
         let ids: Vec<u64> = (first..first + a.indices.len() as u64).collect();
         self.dirty_arrays.push(record.clone());
         self.unexpanded.push(record);

@@ -319,6 +319,11 @@ impl Controller {
     pub fn restore_arrays(&mut self, arrays: Vec<ArrayRecord>, stored: &BTreeSet<u64>, now: Time) {
         let w = self.settings.array_window.max(1);
         let age = self.settings.min_job_age;
+        let mut keyed: Vec<&ArrayRecord> = arrays.iter().filter(|r| r.first.idempotency_key.is_some()).collect();
+        keyed.sort_by_key(|r| r.first.req.submit_time);
+        for r in keyed.into_iter().cloned().collect::<Vec<_>>() {
+            self.remember_key(&r.first, r.count(), now);
+        }
         for record in arrays {
             let (id, count) = (record.id(), record.count());
             let last = stored.range(id..id + count).next_back().map_or(0, |&i| i - id + 1);

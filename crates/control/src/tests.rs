@@ -365,6 +365,34 @@ fn restore_renews_leases_and_keeps_running_jobs() {
 }
 
 #[test]
+fn a_submission_made_again_with_its_key_is_answered_with_its_jobs_for_a_day_across_a_restart() {
+    let mut c = cluster(1, 0);
+    let (a, _) = c.accept_once(10, spec(1), &batch(&[]), "alice", Some("k1")).unwrap();
+    assert_eq!(c.accept_once(11, spec(1), &batch(&[]), "alice", Some("k1")).unwrap(), (a.clone(), true));
+    // Another user's same key, and no key at all, are submissions of their own.
+    let (b, again) = c.accept_once(12, spec(2), &batch(&[]), "bob", Some("k1")).unwrap();
+    assert!(!again && b != a);
+    assert!(!c.accept_once(12, spec(1), &batch(&[]), "alice", None).unwrap().1);
+    // An array answers with all its tasks' ids.
+    let (arr, _) = c.accept_once(13, spec(1), &batch(&["--array=0-3"]), "alice", Some("k2")).unwrap();
+    assert_eq!(arr.len(), 4);
+    c.expand();
+    let d = c.take_dirty();
+    // A refused submission remembers nothing.
+    assert!(c.accept_once(14, spec(1), &batch(&["-p", "nope"]), "alice", Some("k3")).is_err());
+    // Restored from what was stored (a restart, a standby taking over): the keys hold.
+    let mut jobs: Vec<Job> = d.jobs.clone();
+    jobs.sort_by_key(|j| j.req.id.0);
+    let mut r = Controller::restore(Settings::default(), jobs, c.nodes().to_vec(), Vec::new(), d.next_id.unwrap(), 100, 2);
+    r.restore_arrays(d.arrays.clone(), &d.jobs.iter().map(|j| j.req.id.0).collect(), 100);
+    assert_eq!(r.accept_once(100, spec(1), &batch(&[]), "alice", Some("k1")).unwrap(), (a.clone(), true));
+    assert_eq!(r.accept_once(100, spec(1), &batch(&["--array=0-3"]), "alice", Some("k2")).unwrap(), (arr, true));
+    // A day later the key is forgotten.
+    let (late, again) = r.accept_once(10 + IDEMPOTENCY_RETENTION + 1, spec(1), &batch(&[]), "alice", Some("k1")).unwrap();
+    assert!(!again && late != a);
+}
+
+#[test]
 fn a_restored_backups_unfinished_jobs_are_held_or_settled_by_their_agent_never_run_again() {
     let mut c = cluster(1, 0);
     // 1 and 2 run (2 without --requeue), 3 waits (held by its user), 4 waits, 5 is over.

@@ -545,6 +545,11 @@ pub struct Job {
     /// taken once a run.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub start_reported: bool,
+    /// The idempotency key its submission carried (on the submission's first job, and an
+    /// array's record): a retry of the same submission by the same user answers with this job
+    /// instead of making another ([`crate::IDEMPOTENCY_RETENTION`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idempotency_key: Option<String>,
 }
 
 fn is_zero(t: &Time) -> bool {
@@ -608,6 +613,7 @@ impl Job {
             suspension: None,
             suspended_secs: 0,
             start_reported: false,
+            idempotency_key: None,
         }
     }
 }

@@ -256,10 +256,21 @@ async fn bounded_json_body(app: &App, headers: &HeaderMap, body: axum::body::Bod
     serde_json::from_slice(&bytes).map_err(|e| err(StatusCode::BAD_REQUEST, format!("malformed request: {e}")))
 }
 
+/// The submission's `Idempotency-Key` header, if it has one: 1 to 255 visible ASCII
+/// characters.
+fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, Response> {
+    let Some(v) = headers.get(wire::IDEMPOTENCY_HEADER) else { return Ok(None) };
+    match v.to_str() {
+        Ok(k) if !k.is_empty() && k.len() <= 255 && k.bytes().all(|b| b.is_ascii_graphic()) => Ok(Some(k.to_string())),
+        _ => Err(err(StatusCode::BAD_REQUEST, "Idempotency-Key: expected 1 to 255 visible ASCII characters (no spaces)".to_string())),
+    }
+}
+
 async fn submit(State(app): State<App>, ConnectInfo(peer): ConnectInfo<Peer>, headers: HeaderMap, body: axum::body::Body) -> Response {
     let uid = or_reply!(user_of(&app, &peer, &headers));
+    let key = or_reply!(idempotency_key(&headers));
     let req = or_reply!(bounded_json_body(&app, &headers, body).await);
-    match submit_as(&app, uid, req, None, None).await {
+    match submit_keyed(&app, uid, req, None, None, key).await {
         Ok(r) => Json(r).into_response(),
         Err(r) => r,
     }
@@ -275,6 +286,19 @@ pub(crate) async fn submit_as(
     req: SubmitRequest,
     kube: Option<control::kube::KubeObject>,
     retries: Option<u32>,
+) -> Result<SubmitResponse, Response> {
+    submit_keyed(app, uid, req, kube, retries, None).await
+}
+
+/// [`submit_as`], with the submission's idempotency key: a retry of a submission already
+/// accepted answers with its jobs ([`control::Controller::accept_once`]).
+async fn submit_keyed(
+    app: &App,
+    uid: u32,
+    req: SubmitRequest,
+    kube: Option<control::kube::KubeObject>,
+    retries: Option<u32>,
+    key: Option<String>,
 ) -> Result<SubmitResponse, Response> {
     macro_rules! or_reply {
         ($e:expr) => {
@@ -357,16 +381,22 @@ pub(crate) async fn submit_as(
         if let Some(o) = &kube {
             c.check_namespace(uid, &o.namespace)?;
         }
-        let ids = c.accept(t, spec, &b, &user)?;
-        if let (Some(mut o), Some(&id)) = (kube, ids.first()) {
+        let (ids, again) = c.accept_once(t, spec, &b, &user, key.as_deref())?;
+        if let (Some(mut o), Some(&id), false) = (kube, ids.first(), again) {
             o.data["job"] = serde_json::json!(id);
             c.put_kube_object(uid, o)?;
         }
-        Ok(ids)
+        Ok((ids, again))
     });
+    if let Ok((ids, true)) = &r {
+        tracing::info!(target: "server::jobs", job_id = ids.first().copied().unwrap_or(0), user = %user, "a submission made again (the same idempotency key): answered with its jobs");
+    }
+    let again = matches!(r, Ok((_, true)));
+    let r = r.map(|(ids, _)| ids);
     // Told before the commit is waited for, so that it comes before the job's start.
     if let Ok(ids) = &r
         && let Some(first) = ids.first()
+        && !again
     {
         tracing::info!(target: "server::jobs", job_id = first, user = %user, jobs = ids.len(), "job submitted");
         tracing::debug!(
@@ -389,6 +419,7 @@ pub(crate) async fn submit_as(
         return Err(unsaved);
     }
     match r {
+        Ok(ids) if again => Ok(SubmitResponse { job_ids: ids, test_only: None, user_msg }),
         Ok(ids) => {
             app.metrics.lock().expect("lock").submissions += ids.len() as u64;
             app.wake.notify_one();

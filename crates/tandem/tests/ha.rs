@@ -254,7 +254,8 @@ fn the_leader_killed_during_a_thousand_submissions_loses_duplicates_and_reruns_n
         acked.len(),
         unknown.len()
     );
-    assert!(acked.len() + unknown.len() == total && acked.len() >= total - 8, "{} acknowledged of {total}: {unknown:?}", acked.len());
+    // A command whose connection broke with the leader retries with its submission's key.
+    assert!(acked.len() == total, "{} acknowledged of {total}: {unknown:?}", acked.len());
     // Every job finishes on the new leader.
     let deadline = Instant::now() + Duration::from_secs(300);
     let jobs = loop {
@@ -298,4 +299,8 @@ fn the_leader_killed_during_a_thousand_submissions_loses_duplicates_and_reruns_n
     ha.wait_nodes(2);
     let c2 = ha.log("c2");
     assert!(c2.contains("leading: took over"), "{c2}");
+    eprintln!(
+        "submissions retried with their key and answered with the job made before the failover: {}",
+        c2.matches("made again").count()
+    );
 }

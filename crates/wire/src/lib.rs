@@ -26,6 +26,12 @@ pub const CONTROLLER_NAME: &str = "controller.tandem";
 /// address; clients send their request there instead.
 pub const LEADER_HEADER: &str = "x-tandem-leader";
 
+/// The header of a submission (`POST /v1/jobs`) that names it for its retries: the same user's
+/// second submission with the same key, within a day, makes nothing and is answered with the
+/// first one's jobs (the commands send a fresh random key with each submission and retry with
+/// it where a connection broke before the answer).
+pub const IDEMPOTENCY_HEADER: &str = "idempotency-key";
+
 /// `POST /v1/jobs`: a submission, parsed by the client from its command line and script.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SubmitRequest {
