@@ -121,6 +121,7 @@ pub fn run(a: FailoverArgs) -> Result<FailoverReport> {
         proxy_port: Some(0),
         hosts: None,
         daemon_args: Vec::new(),
+        ha: false,
     })?;
     let proxy = cluster.proxy.clone().context("the proxy did not start")?;
     let t = Target::parse(&cluster.server)?;

@@ -476,6 +476,7 @@ pub fn run(a: FloodArgs) -> Result<FloodReport> {
         proxy_port: None,
         hosts: None,
         daemon_args: Vec::new(),
+        ha: false,
     })?;
     let sock = cluster.data.join("controller/tandem.sock").display().to_string();
     let root = client::Target::parse(&cluster.server)?;

@@ -325,14 +325,35 @@ pub(crate) fn scontrol(args: &[String]) -> Result<i32> {
             Ok(0)
         }
         (Some("ping"), None, _) => {
+            // Each controller TANDEM_SERVER names, once: the one that leads is Slurm's primary,
+            // a standby its backup.
             let t = Target::from_env()?;
-            let up = runtime()?.block_on(send(&t, "GET", "/healthz", None::<&()>, &[])).is_ok_and(|r| r.status < 400);
-            println!(
-                "Slurmctld(primary) at {} is {}",
-                std::env::var("TANDEM_SERVER").unwrap_or_else(|_| "localhost".into()),
-                if up { "UP" } else { "DOWN" }
-            );
-            Ok(if up { 0 } else { 1 })
+            let rt = runtime()?;
+            let members = t.members();
+            let mut leading = false;
+            for m in &members {
+                let r = rt.block_on(client::probe(m, "GET", "/healthz"));
+                let (role, up) = match &r {
+                    Ok(r) if r.status < 400 => ("primary", true),
+                    Ok(r) if r.standby() => ("backup", true),
+                    _ => (if members.len() == 1 { "primary" } else { "unknown" }, false),
+                };
+                leading |= role == "primary" && up;
+                let at = if members.len() == 1 { std::env::var("TANDEM_SERVER").unwrap_or_else(|_| "localhost".into()) } else { m.url() };
+                let leader = match &r {
+                    Ok(r) if r.standby() => {
+                        r.leader.as_deref().map_or(", no controller leads yet".to_string(), |l| format!(", following {l}"))
+                    }
+                    _ => String::new(),
+                };
+                println!(
+                    "Slurmctld({role}) at {} is {}{}",
+                    slurmcli::visible(&at),
+                    if up { "UP" } else { "DOWN" },
+                    slurmcli::visible(&leader)
+                );
+            }
+            Ok(if leading { 0 } else { 1 })
         }
         _ => actions(&words),
     }

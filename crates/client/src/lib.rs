@@ -306,6 +306,13 @@ pub fn idempotency_key() -> String {
     format!("{:032x}", rand::random::<u128>())
 }
 
+/// One request to one controller (the first `t` names), tried once: no retry, no following
+/// (`scontrol ping`'s look at each controller in turn).
+pub async fn probe(t: &Target, method: &str, path: &str) -> Result<Reply> {
+    let one = t.members().remove(0);
+    send_once(&one, method, path, Bytes::new(), &[]).await.map(|(r, _)| r)
+}
+
 /// How long [`send`] keeps retrying a controller that turns the connection away for load.
 pub const BUSY_RETRY: std::time::Duration = std::time::Duration::from_secs(30);
 

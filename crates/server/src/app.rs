@@ -124,6 +124,9 @@ pub(crate) struct App {
     pub(crate) outputs: Arc<Outputs>,
     /// The data directory (the database's, for `tandem admin backup`).
     pub(crate) data: Arc<std::path::PathBuf>,
+    /// The largest job record the store takes (etcd's: one request of etcd's), checked before a
+    /// submission is accepted; `None`: no limit (SQLite).
+    pub(crate) record_limit: Option<usize>,
 }
 
 /// What a node sent.

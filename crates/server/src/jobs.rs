@@ -359,6 +359,19 @@ async fn submit_keyed(
         }),
         retries,
     };
+    // Where the state is in etcd a job's record is one value of etcd's: refused here, before
+    // anything is accepted, when it could not be stored.
+    if let Some(limit) = app.record_limit {
+        let size = serde_json::to_vec(&spec).map_or(usize::MAX, |v| v.len()) + serde_json::to_vec(&b).map_or(usize::MAX, |v| v.len());
+        if size > limit {
+            return Err(err(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!(
+                    "Batch job submission failed: the job's record would be {size} bytes (its script, environment and options); this cluster keeps its state in etcd, where a job's record is at most {limit} bytes"
+                ),
+            ));
+        }
+    }
     if b.test_only {
         let t = now();
         let checked = app.lock().ctl.check_submit(t, &b, uid, &user);

@@ -62,6 +62,11 @@ pub struct Options {
     pub etcd_lease: Option<u32>,
 }
 
+/// The largest job record a submission may make where the state is in etcd: a job's record
+/// (its script, environment and options, as JSON) is one etcd value, and etcd takes 1.5 MiB per
+/// request by default; the rest is left for the record's other fields.
+pub(crate) const RECORD_LIMIT: usize = 1_000_000;
+
 /// Where the controller keeps the cluster's state.
 #[derive(Debug, Clone)]
 enum Backend {
@@ -418,6 +423,11 @@ async fn run(args: ServerArgs) -> Result<()> {
         kube: Arc::new(Mutex::new(app::Views::new(boot))),
         outputs: Arc::new(app::Outputs::default()),
         data: Arc::new(args.data.clone()),
+        record_limit: match &args.backend {
+            Backend::Sqlite => None,
+            #[cfg(feature = "etcd")]
+            Backend::Etcd(_) => Some(RECORD_LIMIT),
+        },
     };
     // The site's job-submit script is loaded now, so an error in it is logged at once; the
     // controller serves either way (and refuses submissions while the script cannot be used).

@@ -118,6 +118,11 @@ enum Cmd {
         /// Leave /etc/hosts alone: add no lines for the node names (node1 ...), print no notice.
         #[arg(long)]
         no_hosts: bool,
+        /// Controllers that take over from each other: a three-member etcd in DATA/etcd
+        /// (Debian's etcd-server: apt-get install etcd-server) and two controllers on it (a
+        /// build with `--features etcd`).
+        #[arg(long)]
+        ha: bool,
     },
     /// Cluster administration: `tandem admin backup FILE`.
     Admin {
@@ -601,6 +606,7 @@ fn main() -> std::process::ExitCode {
             proxy_port,
             no_proxy,
             no_hosts,
+            ha,
         } => (
             "tandem up",
             log.init().and_then(|()| {
@@ -616,6 +622,7 @@ fn main() -> std::process::ExitCode {
                     proxy_port: (!no_proxy).then_some(proxy_port),
                     hosts: (!no_hosts).then(up::hosts::Hosts::system),
                     daemon_args: log.to_args(),
+                    ha,
                 })
                 .map(|_| 0)
             }),

@@ -192,6 +192,13 @@ fn the_leader_killed_during_a_thousand_submissions_loses_duplicates_and_reruns_n
     let Some(ha) = Ha::start("ha-failover", 2) else { return };
     let total: usize = std::env::var("TANDEM_HA_JOBS").ok().and_then(|v| v.parse().ok()).unwrap_or(1000);
     let runs = ha.work.join("runs");
+    // A job whose record etcd could not take (one value, one request) is refused before it is
+    // accepted, clearly, and nothing is stuck behind it.
+    let big = ha.work.join("big.sh");
+    std::fs::write(&big, format!("#!/bin/sh\n# {}\ntrue\n", "\u{1}".repeat(300_000))).unwrap();
+    let o = ha.run("sbatch", &[big.to_str().unwrap()]);
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && e.contains("keeps its state in etcd, where a job's record is at most"), "{e}");
     // A user's token from the first leader, for a request over TCP after it is gone.
     let token = ha.tandem_ok(&["token"]).trim().trim_start_matches("export TANDEM_TOKEN=").to_string();
     let ha = Arc::new(Mutex::new(ha));
@@ -226,6 +233,17 @@ fn the_leader_killed_during_a_thousand_submissions_loses_duplicates_and_reruns_n
             }
         })
     };
+    {
+        // scontrol ping: the leader is Slurm's primary, the standby its backup.
+        let h = ha.lock().unwrap();
+        let ping = h.ok("scontrol", &["ping"]);
+        let (a, b) = (h.ctl[0].1.join("tandem.sock"), h.ctl[1].1.join("tandem.sock"));
+        assert!(ping.contains(&format!("Slurmctld(primary) at unix://{} is UP", a.display())), "{ping}");
+        assert!(
+            ping.contains(&format!("Slurmctld(backup) at unix://{} is UP, following https://127.0.0.1:{}", b.display(), h.ctl[0].0)),
+            "{ping}"
+        );
+    }
     let threads: Vec<_> = (0..4).map(|_| submitter(results.clone(), next.clone())).collect();
     // The leader dies a third of the way in.
     while results.lock().unwrap().len() < total / 3 {
@@ -297,6 +315,12 @@ fn the_leader_killed_during_a_thousand_submissions_loses_duplicates_and_reruns_n
         .unwrap();
     assert!(o.status.success(), "squeue over TCP with the old leader's token: {}", String::from_utf8_lossy(&o.stderr));
     ha.wait_nodes(2);
+    let ping = ha.ok("scontrol", &["ping"]);
+    assert!(
+        ping.contains(" is DOWN")
+            && ping.contains(&format!("Slurmctld(primary) at unix://{} is UP", ha.ctl[1].1.join("tandem.sock").display())),
+        "{ping}"
+    );
     let c2 = ha.log("c2");
     assert!(c2.contains("leading: took over"), "{c2}");
     eprintln!(

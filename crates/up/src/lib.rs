@@ -43,6 +43,10 @@ pub struct UpArgs {
     pub hosts: Option<hosts::Hosts>,
     /// Options given to every daemon (`--log-level`, `--log-format`).
     pub daemon_args: Vec<String>,
+    /// Controllers that take over from each other (`--ha`): a three-member etcd (Debian's
+    /// etcd-server) in `DATA/etcd` and two controllers on it, `DATA/controller` and
+    /// `DATA/controller2` (a build with the `etcd` feature).
+    pub ha: bool,
 }
 
 /// Where every agent of a local cluster is reached, and what its node name resolves to.
@@ -98,6 +102,10 @@ const BACKOFF_START: Duration = Duration::from_millis(500);
 const BACKOFF_MAX: Duration = Duration::from_secs(30);
 const BACKOFF_RESET: Duration = Duration::from_secs(60);
 
+/// The files every controller of a cluster shares (SECURITY.md): the cluster CA's certificate
+/// and key, and the keys that sign users' tokens and nodes' credentials.
+pub const SHARED_FILES: [&str; 4] = ["ca.pem", "ca.key", "jwt.key", "nodes.key"];
+
 /// How to start one process of the cluster again (its log is appended to).
 type Respawn = Box<dyn Fn() -> Result<Child>>;
 
@@ -136,9 +144,22 @@ pub struct LocalCluster {
     /// What to tell the operator about the node names (they could not be added, or an earlier
     /// line of the hosts file names one of them otherwise), one line each.
     pub hosts_notes: Vec<String>,
+    /// The etcd members of a cluster started with `--ha` (stopped after the daemons).
+    pub etcd: Option<etcd::Etcd>,
+    /// The controllers' TCP addresses (two with `--ha`).
+    pub controllers: Vec<String>,
     /// `DATA/up.lock`, locked for the cluster's life: a second `tandem up` on the same data
     /// directory is refused before it touches anything (its logs included).
     _lock: std::fs::File,
+}
+
+impl Drop for LocalCluster {
+    fn drop(&mut self) {
+        // The daemons first (a controller that loses etcd steps down; agents keep running
+        // tasks), then etcd.
+        drop(Kids(std::mem::take(&mut self.kids.0)));
+        self.etcd.take();
+    }
 }
 
 impl LocalCluster {
@@ -196,6 +217,11 @@ impl LocalCluster {
         let mut text = format!("up {}\n", std::process::id());
         for (d, c) in self.daemons.iter().zip(&self.kids.0) {
             text.push_str(&format!("{} {}\n", d.name.replace(' ', "-"), c.id()));
+        }
+        if let Some(e) = &self.etcd {
+            for (m, pid) in e.members.iter().zip(e.pids()) {
+                text.push_str(&format!("{} {pid}\n", m.name));
+            }
         }
         write_file(&self.data.join("up.pid"), &text, 0o644)
     }
@@ -307,11 +333,16 @@ pub fn run(a: UpArgs) -> Result<()> {
     let data = c.data.clone();
     let proxy_line = c.proxy.as_ref().map_or(String::new(), |p| format!(", the inference proxy on http://{p} (/s/SERVICE/...)"));
     let env_line = std::fs::read_to_string(data.join("env"))?;
-    println!(
-        "Tandem is up: a controller on https://{}{proxy_line} and {agents} agent(s) (node1..node{agents}), data in {}",
-        c.addr,
-        data.display()
-    );
+    let controllers = match (&c.etcd, c.controllers.as_slice()) {
+        (Some(e), [one, two, ..]) => {
+            format!(
+                "two controllers on https://{one} and https://{two} (one leads, the other stands by; their state in etcd at {})",
+                e.url()
+            )
+        }
+        _ => format!("a controller on https://{}", c.addr),
+    };
+    println!("Tandem is up: {controllers}{proxy_line} and {agents} agent(s) (node1..node{agents}), data in {}", data.display());
     println!("In another shell:\n  {}\n  (or: source {})", env_line.trim().replace('\n', "\n  "), c.env.display());
     println!("Logs: {}/*.log. Ctrl-C stops the cluster.", data.display());
     // Its own lines go to its log (standard error, `--log-format`, `--log-level`), as the
@@ -361,46 +392,78 @@ pub fn start(a: UpArgs) -> Result<LocalCluster> {
     let mut kids = Kids(Vec::new());
     let mut daemons: Vec<Daemon> = Vec::new();
     let config = a.config.as_ref().map(|c| c.canonicalize().with_context(|| format!("reading {}", c.display()))).transpose()?;
-    // The controller's port, held here for the cluster's life: each run of the controller
-    // inherits the listening socket (`--listen-fd`), so the port is never free for another
-    // user to take while it restarts, and agents connecting meanwhile wait in its queue.
-    let held = std::sync::Arc::new(
-        exec::listen_tcp(std::net::SocketAddr::from((NODE_ADDR, a.port)), false)
-            .with_context(|| format!("cannot listen on {NODE_ADDR}:{} for the controller", a.port))?,
-    );
-    let server_cmd = {
-        let (exe, ctl_dir, lease, daemon_args) = (exe.clone(), ctl_dir.clone(), a.lease, daemon_args.clone());
-        move || {
-            use std::os::fd::AsFd;
-            let mut server = Command::new(&exe);
-            server.args(["server", "--listen-fd", &held.as_raw_fd().to_string(), "--data"]).arg(&ctl_dir).args(&daemon_args);
-            exec::pass_fds(&mut server, &[held.as_fd()]);
-            if let Some(l) = lease {
-                server.args(["--lease", &l.to_string()]);
-            }
-            if let Some(c) = &config {
-                server.arg("--config").arg(c);
-            }
-            server
-        }
+    // With --ha: etcd first, three members, then the controllers on it.
+    let etcd = match a.ha {
+        true => Some(etcd::Etcd::start(&data.join("etcd"), 3).context("starting etcd for --ha")?),
+        false => None,
     };
-    let mut server = server_cmd();
-    let f = log(&data, "controller", true)?;
-    kids.0.push(server.stdout(f.try_clone()?).stderr(f).spawn().context("starting the controller")?);
-    let addr = wait_for(&ctl_dir.join("addr"), &mut kids, "the controller")?;
-    daemons.push(Daemon {
-        name: "controller".into(),
-        respawn: {
-            let data = data.clone();
-            Box::new(move || {
-                let f = log(&data, "controller", false)?;
-                Ok(server_cmd().stdout(f.try_clone()?).stderr(f).spawn()?)
-            })
-        },
-        backoff: BACKOFF_START,
-        started: Instant::now(),
-        due: None,
-    });
+    let store = etcd.as_ref().map(etcd::Etcd::url);
+    let mut controllers = Vec::new();
+    let mut ctl_dirs = Vec::new();
+    for k in 0..if a.ha { 2 } else { 1 } {
+        let name = if k == 0 { "controller".to_string() } else { format!("controller{}", k + 1) };
+        let dir = data.join(&name);
+        subdir(&dir)?;
+        let _ = std::fs::remove_file(dir.join("addr"));
+        if k > 0 {
+            // Every controller of a cluster shares the first's CA and the keys that sign users'
+            // tokens and nodes' credentials (its first answer means it made them).
+            token(&exe, &ctl_dir.join("tandem.sock"), &["--lifespan", "60"]).context("waiting for the first controller to lead")?;
+            for f in SHARED_FILES {
+                let text = std::fs::read(ctl_dir.join(f)).with_context(|| format!("reading {}", ctl_dir.join(f).display()))?;
+                write_file(&dir.join(f), &String::from_utf8_lossy(&text), if f.ends_with(".pem") { 0o644 } else { 0o600 })?;
+            }
+        }
+        // The controller's port, held here for the cluster's life: each run of the controller
+        // inherits the listening socket (`--listen-fd`), so the port is never free for another
+        // user to take while it restarts, and agents connecting meanwhile wait in its queue.
+        let port = if k == 0 { a.port } else { 0 };
+        let held = std::sync::Arc::new(
+            exec::listen_tcp(std::net::SocketAddr::from((NODE_ADDR, port)), false)
+                .with_context(|| format!("cannot listen on {NODE_ADDR}:{port} for the controller"))?,
+        );
+        let server_cmd = {
+            let (exe, dir, lease, daemon_args, config, store) =
+                (exe.clone(), dir.clone(), a.lease, daemon_args.clone(), config.clone(), store.clone());
+            move || {
+                use std::os::fd::AsFd;
+                let mut server = Command::new(&exe);
+                server.args(["server", "--listen-fd", &held.as_raw_fd().to_string(), "--data"]).arg(&dir).args(&daemon_args);
+                exec::pass_fds(&mut server, &[held.as_fd()]);
+                if let Some(l) = lease {
+                    server.args(["--lease", &l.to_string()]);
+                }
+                if let Some(c) = &config {
+                    server.arg("--config").arg(c);
+                }
+                if let Some(s) = &store {
+                    server.args(["--store", s]);
+                }
+                server
+            }
+        };
+        let mut server = server_cmd();
+        let f = log(&data, &name, true)?;
+        kids.0.push(server.stdout(f.try_clone()?).stderr(f).spawn().with_context(|| format!("starting the {name}"))?);
+        controllers.push(wait_for(&dir.join("addr"), &mut kids, &format!("the {name}"))?);
+        daemons.push(Daemon {
+            name: name.clone(),
+            respawn: {
+                let data = data.clone();
+                Box::new(move || {
+                    let f = log(&data, &name, false)?;
+                    Ok(server_cmd().stdout(f.try_clone()?).stderr(f).spawn()?)
+                })
+            },
+            backoff: BACKOFF_START,
+            started: Instant::now(),
+            due: None,
+        });
+        ctl_dirs.push(dir);
+    }
+    let addr = controllers[0].clone();
+    // What agents and the proxy are given: every controller.
+    let servers = controllers.iter().map(|c| format!("https://{c}")).collect::<Vec<_>>().join(",");
     // Each agent joins with a single-use token of its own (a restarted one reuses the
     // credential it keeps); the proxy gets a credential.
     let sock = ctl_dir.join("tandem.sock");
@@ -427,11 +490,19 @@ pub fn start(a: UpArgs) -> Result<LocalCluster> {
         let join = dir.join("join-token");
         write_file(&join, &format!("{}\n", joins[i as usize - 1]), 0o600)?;
         let agent_cmd = {
-            let (exe, addr, name, ctl_dir, gpus, cpus, memory, daemon_args) =
-                (exe.clone(), addr.clone(), name.clone(), ctl_dir.clone(), a.gpus.clone(), a.cpus, a.memory.clone(), daemon_args.clone());
+            let (exe, servers, name, ctl_dir, gpus, cpus, memory, daemon_args) = (
+                exe.clone(),
+                servers.clone(),
+                name.clone(),
+                ctl_dir.clone(),
+                a.gpus.clone(),
+                a.cpus,
+                a.memory.clone(),
+                daemon_args.clone(),
+            );
             move || {
                 let mut c = Command::new(&exe);
-                c.args(["agent", "--server", &format!("https://{addr}"), "--name", &name, "--addr", &node_addr, "--join-token-file"])
+                c.args(["agent", "--server", &servers, "--name", &name, "--addr", &node_addr, "--join-token-file"])
                     .arg(&join)
                     .arg("--ca")
                     .arg(ctl_dir.join("ca.pem"))
@@ -469,11 +540,8 @@ pub fn start(a: UpArgs) -> Result<LocalCluster> {
         });
     }
     // The socket for this machine's users; the CA for clients over TCP (TANDEM_SERVER=https://).
-    let mut env_line = format!(
-        "export TANDEM_SERVER=unix://{}\nexport TANDEM_CA={}",
-        ctl_dir.join("tandem.sock").display(),
-        ctl_dir.join("ca.pem").display()
-    );
+    let socks = ctl_dirs.iter().map(|d| format!("unix://{}", d.join("tandem.sock").display())).collect::<Vec<_>>().join(",");
+    let mut env_line = format!("export TANDEM_SERVER={socks}\nexport TANDEM_CA={}", ctl_dir.join("ca.pem").display());
     let mut proxy = None;
     if let Some(port) = a.proxy_port {
         // The proxy's port, held here as the controller's is (a proxy restarting must not leave
@@ -502,7 +570,7 @@ pub fn start(a: UpArgs) -> Result<LocalCluster> {
         let issued = token(&exe, &sock, &["--proxy", "proxy"])?;
         write_file(&cred, &format!("{}\n", issued.first().context("tandem token --proxy printed nothing")?), 0o600)?;
         let proxy_cmd = {
-            let (exe, addr, ctl_dir, daemon_args) = (exe.clone(), addr.clone(), ctl_dir.clone(), daemon_args.clone());
+            let (exe, servers, ctl_dir, daemon_args) = (exe.clone(), servers.clone(), ctl_dir.clone(), daemon_args.clone());
             move || {
                 use std::os::fd::AsFd;
                 let mut p = Command::new(&exe);
@@ -510,7 +578,7 @@ pub fn start(a: UpArgs) -> Result<LocalCluster> {
                 for s in &socks {
                     p.args(["--listen-fd", &s.as_raw_fd().to_string()]);
                 }
-                p.args(["--server", &format!("https://{addr}"), "--credential-file"]).arg(&cred).arg("--ca").arg(ctl_dir.join("ca.pem"));
+                p.args(["--server", &servers, "--credential-file"]).arg(&cred).arg("--ca").arg(ctl_dir.join("ca.pem"));
                 let fds: Vec<_> = socks.iter().map(|s| s.as_fd()).collect();
                 exec::pass_fds(&mut p, &fds);
                 p
@@ -543,8 +611,22 @@ pub fn start(a: UpArgs) -> Result<LocalCluster> {
         }
         None => data.join("env"),
     };
-    let server = format!("unix://{}", ctl_dir.join("tandem.sock").display());
-    let c = LocalCluster { data, addr, server, proxy, env, agent_pids, kids, daemons, hosts_block, hosts_notes, _lock: lock };
+    let server = socks;
+    let c = LocalCluster {
+        data,
+        addr,
+        server,
+        proxy,
+        env,
+        agent_pids,
+        kids,
+        daemons,
+        hosts_block,
+        hosts_notes,
+        etcd,
+        controllers,
+        _lock: lock,
+    };
     c.write_pids()?;
     Ok(c)
 }
