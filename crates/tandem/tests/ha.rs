@@ -98,7 +98,8 @@ impl Ha {
         let _ = std::fs::remove_file(data.join("addr"));
         let log = std::fs::OpenOptions::new().create(true).append(true).open(self.dir.join(format!("c{}.log", i + 1))).unwrap();
         let child = Command::new(bin())
-            .args(["server", "--listen", &format!("127.0.0.1:{port}"), "--lease", "30", "--kill-wait", "2", "--store", &self.etcd.url()])
+            .args(["server", "--listen", &format!("127.0.0.1:{port}"), "--lease", "30", "--kill-wait", "2"])
+            .args(self.etcd.server_args())
             .arg("--data")
             .arg(data)
             .stdout(log.try_clone().unwrap())

@@ -683,6 +683,89 @@ fn state_secrets_and_spooled_scripts_are_unreadable_to_others() {
     std::fs::remove_dir_all(&f.root).ok();
 }
 
+#[test]
+fn the_clusters_state_in_etcd_is_out_of_another_users_reach() {
+    let Some((v, a)) = users() else { return };
+    if !common::have("etcd") {
+        assert!(std::env::var_os("CI").is_none(), "etcd is not installed (.ci/run installs Debian's etcd-server)");
+        eprintln!("skipped: no etcd (apt-get install etcd-server)");
+        return;
+    }
+    let root = root_dir("etcd");
+    let f = files(&root, &v, &a);
+    let up = Up::launch(&root, None, &["--no-proxy", "--ha"]);
+    let id = up.sbatch(&v, &f.victim_dir, &["-o", "/dev/null", "-J", "alices-secret-plan", "--wrap", "true"]);
+    up.wait_state(id, &["COMPLETED"]);
+    let etcd = up.dir.join("etcd");
+    let pki = etcd.join("pki");
+    // The attacker holds every public file: the etcd CA's certificate and a member's.
+    for p in ["ca.pem", "etcd1.pem"] {
+        let to = f.attacker_dir.join(p);
+        std::fs::copy(pki.join(p), &to).unwrap();
+        std::os::unix::fs::chown(&to, Some(a.uid), Some(a.gid)).unwrap();
+    }
+    // The first member's client address, from its command line.
+    let ps = Command::new("pgrep").args(["-af", "--", &format!("--data-dir {}", etcd.join("etcd1").display())]).output().unwrap();
+    let ps = String::from_utf8_lossy(&ps.stdout).into_owned();
+    let member = regex::Regex::new(r"--listen-client-urls https://(127\.0\.0\.1:\d+)").unwrap().captures(&ps).map(|c| c[1].to_string());
+    let member = member.unwrap_or_else(|| panic!("the member's address: {ps}"));
+    // etcd's JSON gateway: every key of the cluster's prefix (base64 of /tandem/ to /tandem0).
+    let body = r#"{"key":"L3RhbmRlbS8=","range_end":"L3RhbmRlbTA="}"#;
+    let url = format!("https://{member}/v3/kv/range");
+    // Positive control: with the controllers' client certificate (root's) the state reads.
+    let ok = Command::new("curl")
+        .args(["-s", "--cacert"])
+        .arg(pki.join("ca.pem"))
+        .arg("--cert")
+        .arg(pki.join("client.pem"))
+        .arg("--key")
+        .arg(pki.join("client.key"))
+        .args(["-X", "POST", "-d", body, &url])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&ok.stdout).contains("\"kvs\""), "{}", text(&ok));
+    // The attacker: without a client certificate TLS is refused, plain HTTP is no protocol
+    // there, and the keys cannot be read.
+    let cmds: Vec<Vec<String>> = vec![
+        vec![
+            "curl".into(),
+            "-sS".into(),
+            "--cacert".into(),
+            "ca.pem".into(),
+            "-X".into(),
+            "POST".into(),
+            "-d".into(),
+            body.into(),
+            url.clone(),
+        ],
+        vec![
+            "curl".into(),
+            "-sS".into(),
+            "--cacert".into(),
+            "ca.pem".into(),
+            "-X".into(),
+            "POST".into(),
+            "-d".into(),
+            r#"{"key":"L3RhbmRlbS9tZXRhL2Jvb3Q=","value":"OTk5"}"#.into(),
+            format!("https://{member}/v3/kv/put"),
+        ],
+        vec!["curl".into(), "-sS".into(), "-X".into(), "POST".into(), "-d".into(), body.into(), format!("http://{member}/v3/kv/range")],
+    ];
+    for c in &cmds {
+        let args: Vec<&str> = c.iter().map(String::as_str).collect();
+        let o = up.run(&a, &f.attacker_dir, &args);
+        assert!(!o.status.success() && !String::from_utf8_lossy(&o.stdout).contains("kvs"), "{c:?}: {}", text(&o));
+    }
+    for p in [pki.join("client.key"), pki.join("etcd1.key"), etcd.join("etcd1/member/snap/db")] {
+        let o = up.run(&a, &f.attacker_dir, &["cat", p.to_str().unwrap()]);
+        assert!(!o.status.success() && text(&o).contains("Permission denied"), "{}: {}", p.display(), text(&o));
+    }
+    assert_eq!(std::fs::metadata(&etcd).unwrap().mode() & 0o777, 0o700);
+    // What the attacker could not write did not happen: the state is as it was.
+    assert!(up.ok(&v, &f.victim_dir, &["sacct", "-X", "-n", "-o", "JobName%30"]).contains("alices-secret-plan"));
+    std::fs::remove_dir_all(&f.root).ok();
+}
+
 /// Base64url without padding (as in a JWT).
 fn b64url(s: &[u8]) -> String {
     const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";

@@ -3,6 +3,12 @@
 //! loopback, each with its own data directory (0700), started as programs and stopped with
 //! the cluster.
 //!
+//! Everything is over TLS with client certificates (etcd's `--client-cert-auth` and
+//! `--peer-client-cert-auth`): a CA of the cluster's etcd alone (`DIR/pki/ca.pem`, its key
+//! 0600), a certificate per member for clients and peers, and one client certificate
+//! (`DIR/pki/client.pem`, `client.key`, 0600) that only the controllers' user can read. Another
+//! user of the machine, holding every public file, can neither read nor write the state.
+//!
 //! Members run with etcd's default request limits, given explicitly so that they are stated:
 //! `--max-txn-ops 128` and `--max-request-bytes 1572864` (1.5 MiB), which the controller's
 //! commits keep under (`store::etcd`), and the default space quota of 2 GiB.
@@ -34,6 +40,59 @@ pub struct Etcd {
     pub members: Vec<Member>,
     dir: PathBuf,
     initial: String,
+    /// The CA that signed the members' certificates and the client's.
+    pub ca: PathBuf,
+    /// The controllers' client certificate and key.
+    pub client_cert: PathBuf,
+    /// Its key (0600).
+    pub client_key: PathBuf,
+}
+
+/// Writes `text` to `path` (created afresh with `mode`).
+fn put(path: &Path, text: &str, mode: u32) -> Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let _ = std::fs::remove_file(path);
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(mode)
+        .open(path)
+        .with_context(|| format!("writing {}", path.display()))?;
+    f.write_all(text.as_bytes())?;
+    Ok(())
+}
+
+/// Makes the CA, each member's certificate (for clients and peers, naming 127.0.0.1 and
+/// localhost) and the controllers' client certificate, in `pki` (0700).
+fn make_pki(pki: &Path, members: &[Member]) -> Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new().mode(0o700).recursive(true).create(pki).with_context(|| format!("making {}", pki.display()))?;
+    let mut ca = rcgen::CertificateParams::default();
+    ca.distinguished_name.push(rcgen::DnType::CommonName, "Tandem local etcd CA");
+    ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    ca.key_usages = vec![rcgen::KeyUsagePurpose::KeyCertSign, rcgen::KeyUsagePurpose::DigitalSignature];
+    let ca_key = rcgen::KeyPair::generate()?;
+    let ca_cert = ca.self_signed(&ca_key)?;
+    let issuer = rcgen::Issuer::new(ca, &ca_key);
+    put(&pki.join("ca.pem"), &ca_cert.pem(), 0o644)?;
+    let issue = |name: &str, cn: &str, server: bool| -> Result<()> {
+        let mut p = rcgen::CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()])?;
+        p.distinguished_name.push(rcgen::DnType::CommonName, cn);
+        p.extended_key_usages = if server {
+            vec![rcgen::ExtendedKeyUsagePurpose::ServerAuth, rcgen::ExtendedKeyUsagePurpose::ClientAuth]
+        } else {
+            vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth]
+        };
+        let key = rcgen::KeyPair::generate()?;
+        let cert = p.signed_by(&key, &issuer)?;
+        put(&pki.join(format!("{name}.pem")), &cert.pem(), 0o644)?;
+        put(&pki.join(format!("{name}.key")), &key.serialize_pem(), 0o600)
+    };
+    for m in members {
+        issue(&m.name, &m.name, true)?;
+    }
+    issue("client", "tandem-controller", false)
 }
 
 /// A free TCP port on loopback (bound, then let go).
@@ -47,7 +106,10 @@ impl Etcd {
         if Command::new("etcd").arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status().is_err() {
             bail!("no etcd program: install Debian's etcd-server (apt-get install etcd-server)");
         }
-        std::fs::create_dir_all(dir).with_context(|| format!("making {}", dir.display()))?;
+        // The controllers' user's alone: members' data, logs, keys.
+        use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+        std::fs::DirBuilder::new().mode(0o700).recursive(true).create(dir).with_context(|| format!("making {}", dir.display()))?;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
         let mut members = Vec::new();
         for i in 1..=n {
             let name = format!("etcd{i}");
@@ -59,8 +121,17 @@ impl Etcd {
                 child: None,
             });
         }
-        let initial = members.iter().map(|m| format!("{}=http://{}", m.name, m.peer)).collect::<Vec<_>>().join(",");
-        let mut e = Etcd { members, dir: dir.to_path_buf(), initial };
+        let initial = members.iter().map(|m| format!("{}=https://{}", m.name, m.peer)).collect::<Vec<_>>().join(",");
+        let pki = dir.join("pki");
+        make_pki(&pki, &members)?;
+        let mut e = Etcd {
+            members,
+            dir: dir.to_path_buf(),
+            initial,
+            ca: pki.join("ca.pem"),
+            client_cert: pki.join("client.pem"),
+            client_key: pki.join("client.key"),
+        };
         for i in 0..n {
             e.spawn(i)?;
         }
@@ -74,11 +145,27 @@ impl Etcd {
         let m = &mut self.members[i];
         let log = std::fs::OpenOptions::new().create(true).append(true).open(self.dir.join(format!("{}.log", m.name)))?;
         let state = if m.data.exists() { "existing" } else { "new" };
+        let pki = self.dir.join("pki");
+        let (cert, key, ca) = (pki.join(format!("{}.pem", m.name)), pki.join(format!("{}.key", m.name)), pki.join("ca.pem"));
         let child = Command::new("etcd")
             .args(["--name", &m.name, "--data-dir"])
             .arg(&m.data)
-            .args(["--listen-client-urls", &format!("http://{}", m.client), "--advertise-client-urls", &format!("http://{}", m.client)])
-            .args(["--listen-peer-urls", &format!("http://{}", m.peer), "--initial-advertise-peer-urls", &format!("http://{}", m.peer)])
+            .args(["--listen-client-urls", &format!("https://{}", m.client), "--advertise-client-urls", &format!("https://{}", m.client)])
+            .args(["--listen-peer-urls", &format!("https://{}", m.peer), "--initial-advertise-peer-urls", &format!("https://{}", m.peer)])
+            .arg("--client-cert-auth")
+            .arg("--trusted-ca-file")
+            .arg(&ca)
+            .arg("--cert-file")
+            .arg(&cert)
+            .arg("--key-file")
+            .arg(&key)
+            .arg("--peer-client-cert-auth")
+            .arg("--peer-trusted-ca-file")
+            .arg(&ca)
+            .arg("--peer-cert-file")
+            .arg(&cert)
+            .arg("--peer-key-file")
+            .arg(&key)
             .args(["--initial-cluster", &self.initial, "--initial-cluster-state", state, "--initial-cluster-token", "tandem-local"])
             .args(MEMBER_ARGS)
             .stdin(Stdio::null())
@@ -111,6 +198,21 @@ impl Etcd {
     /// The `--store` value naming every member.
     pub fn url(&self) -> String {
         format!("etcd://{}", self.members.iter().map(|m| m.client.as_str()).collect::<Vec<_>>().join(","))
+    }
+
+    /// The controller's options that name the store and its TLS.
+    pub fn server_args(&self) -> Vec<String> {
+        let p = |p: &Path| p.display().to_string();
+        vec![
+            "--store".into(),
+            self.url(),
+            "--etcd-ca".into(),
+            p(&self.ca),
+            "--etcd-cert".into(),
+            p(&self.client_cert),
+            "--etcd-key".into(),
+            p(&self.client_key),
+        ]
     }
 
     /// `kill -9` of member `i`.

@@ -397,7 +397,7 @@ pub fn start(a: UpArgs) -> Result<LocalCluster> {
         true => Some(etcd::Etcd::start(&data.join("etcd"), 3).context("starting etcd for --ha")?),
         false => None,
     };
-    let store = etcd.as_ref().map(etcd::Etcd::url);
+    let store = etcd.as_ref().map(etcd::Etcd::server_args);
     let mut controllers = Vec::new();
     let mut ctl_dirs = Vec::new();
     for k in 0..if a.ha { 2 } else { 1 } {
@@ -437,7 +437,7 @@ pub fn start(a: UpArgs) -> Result<LocalCluster> {
                     server.arg("--config").arg(c);
                 }
                 if let Some(s) = &store {
-                    server.args(["--store", s]);
+                    server.args(s);
                 }
                 server
             }
