@@ -93,6 +93,39 @@ pub(crate) async fn serve_standby(
     let _ = tokio::time::timeout(Duration::from_secs(1), graceful.shutdown()).await;
 }
 
+/// The files whose fingerprints (SHA-256, never the files) the cluster keeps in etcd
+/// (`meta/key_fingerprints`): every controller must hold the same ones.
+const SHARED: [&str; 4] = ["ca.pem", "ca.key", "jwt.key", "nodes.key"];
+
+/// The fingerprints of this controller's shared files, as stored (`none` for one it does not
+/// have: the CA of a controller without TLS).
+pub(crate) fn fingerprints(data: &std::path::Path) -> String {
+    use sha2::Digest;
+    let mut out = serde_json::Map::new();
+    for f in SHARED {
+        let v = match std::fs::read(data.join(f)) {
+            Ok(bytes) => sha2::Sha256::digest(bytes.trim_ascii()).iter().map(|b| format!("{b:02x}")).collect(),
+            Err(_) => "none".to_string(),
+        };
+        out.insert(f.to_string(), serde_json::Value::String(v));
+    }
+    serde_json::Value::Object(out).to_string()
+}
+
+/// Refuses to go on where the cluster has fingerprints of its CA and keys and this
+/// controller's files are missing or not the same: it would issue certificates, tokens and
+/// credentials no one else trusts.
+pub(crate) fn check_keys(db: &Mutex<store::Store>, data: &std::path::Path) -> Result<()> {
+    let Some(want) = db.lock().expect("store lock").meta("key_fingerprints")? else { return Ok(()) };
+    if fingerprints(data) != want {
+        anyhow::bail!(
+            "this controller's CA and keys are not the cluster's: copy ca.pem, ca.key, jwt.key and nodes.key from the data directory of another controller of this cluster into {} (mode 0600, the controller's user's), then start it again",
+            data.display()
+        );
+    }
+    Ok(())
+}
+
 /// What a controller that now leads has.
 pub(crate) struct Led {
     /// The start count its first fenced transaction stored.
@@ -104,6 +137,7 @@ pub(crate) struct Led {
 /// value, which standbys give clients).
 pub(crate) async fn stand_by(
     db: Arc<Mutex<store::Store>>,
+    data: &std::path::Path,
     tcp: &TcpListener,
     unix: &UnixListener,
     tls: Option<rustls::ServerConfig>,
@@ -130,6 +164,7 @@ pub(crate) async fn stand_by(
         started.elapsed().as_secs_f64(),
         stored.as_deref().unwrap_or("none yet")
     );
+    check_keys(&db, data)?;
     // The replica kept current from the next revision on.
     let (applied_tx, mut applied) = watch::channel(rev);
     let follow = {
@@ -194,6 +229,10 @@ pub(crate) async fn stand_by(
         .context("the replica did not catch up with etcd in 30 s")?
         .context("the replica's watch stopped")?;
     follow.abort();
+    // The CA and keys checked again: the cluster may have got them while this one stood by.
+    if let Err(e) = check_keys(&db, data) {
+        step_down(&format!("{e:#}"));
+    }
     tracing::info!(boot, "leading: took over in {:.3} s after winning the election", took.elapsed().as_secs_f64());
     Ok(Led { boot })
 }

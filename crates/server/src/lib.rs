@@ -291,7 +291,7 @@ async fn run(args: ServerArgs) -> Result<()> {
             let db = store::Store::open_replica(&args.data.join("replica.db"), remote).context("opening the replica database")?;
             let db = Arc::new(Mutex::new(db));
             let b = bind(&mut args.held, args.listen, &args.data, &args.tls).await?;
-            let led = ha::stand_by(db.clone(), &b.tcp, &b.unix, b.tls.clone(), b.url.clone()).await?;
+            let led = ha::stand_by(db.clone(), &args.data, &b.tcp, &b.unix, b.tls.clone(), b.url.clone()).await?;
             bound = Some(b);
             led_boot = Some(led.boot);
             // The watch that shared it has stopped.
@@ -429,6 +429,16 @@ async fn run(args: ServerArgs) -> Result<()> {
             Backend::Etcd(_) => Some(RECORD_LIMIT),
         },
     };
+    // With etcd: the cluster knows its CA and keys by their fingerprints from now on (the first
+    // leader made them above), and every controller is checked against them.
+    #[cfg(feature = "etcd")]
+    if matches!(args.backend, Backend::Etcd(_)) {
+        let fp = ha::fingerprints(&args.data);
+        let mut d = app.db.lock().expect("database lock");
+        if d.meta("key_fingerprints")?.as_deref() != Some(fp.as_str()) {
+            d.put_meta("key_fingerprints", Some(fp)).context("storing the keys' fingerprints in etcd")?;
+        }
+    }
     // The site's job-submit script is loaded now, so an error in it is logged at once; the
     // controller serves either way (and refuses submissions while the script cannot be used).
     let hook_cfg = hook::config_of(app.lock().ctl.settings());

@@ -431,6 +431,11 @@ impl Store {
         Ok(rows.collect::<Result<Vec<_>, _>>()?)
     }
 
+    /// Sets (or, with `None`, deletes) a setting of the cluster's, committed as any change.
+    pub fn put_meta(&mut self, key: &str, value: Option<String>) -> Result<(), StoreError> {
+        self.commit(vec![Rec::Meta(key.to_string(), value)])
+    }
+
     /// How many jobs have records of their own.
     pub fn count_jobs(&self) -> Result<u64, StoreError> {
         Ok(self.conn.query_row("SELECT count(*) FROM jobs", [], |r| r.get::<_, i64>(0))? as u64)
