@@ -41,12 +41,88 @@ fn answer(leader: Option<&str>) -> hyper::Response<Full<Bytes>> {
     r.body(Full::new(Bytes::from(body))).expect("a valid answer")
 }
 
+/// What a standby forwards its Unix socket's requests with: the cluster's token key (users'
+/// tokens are minted with it for the caller's uid, as the leader's own `tandem token` would) and
+/// the trust for the leader's TLS.
+#[derive(Clone)]
+pub(crate) struct Forward {
+    tokens: Arc<crate::token::Tokens>,
+    tls: Option<Arc<rustls::ClientConfig>>,
+}
+
+impl Forward {
+    /// From the data directory's `jwt.key` and `ca.pem`; `None` where there is no key yet (a
+    /// cluster that never had a leader: there is no one to forward to either).
+    pub(crate) fn of(data: &std::path::Path) -> Option<Forward> {
+        let key = std::fs::read_to_string(data.join("jwt.key")).ok().map(|k| k.trim().to_string()).filter(|k| k.len() >= 32)?;
+        let tls = client::tls_config(&data.join("ca.pem")).ok();
+        Some(Forward { tokens: Arc::new(crate::token::Tokens::new(key.as_bytes())), tls })
+    }
+}
+
+/// How long a token minted for a forwarded request lives, in seconds.
+const FORWARD_TOKEN_S: i64 = 120;
+
+/// A request on a standby's Unix socket, sent on to the leader at `leader` over TCP as the
+/// caller (`uid`) with a token of the caller's, minted here: the answer comes back as it
+/// streams. Upgrades (`kubectl exec`, `srun --pty`) are not forwarded.
+async fn forward(
+    f: &Forward,
+    leader: &str,
+    uid: u32,
+    req: hyper::Request<hyper::body::Incoming>,
+) -> Result<hyper::Response<axum::body::Body>, String> {
+    if req.headers().contains_key(hyper::header::UPGRADE) {
+        return Err("a standby does not forward an upgraded connection (exec, attach): use the leading controller's host".into());
+    }
+    let (tls, addr) = match (leader.strip_prefix("https://"), leader.strip_prefix("http://")) {
+        (Some(a), _) => (true, a.to_string()),
+        (None, Some(a)) => (false, a.to_string()),
+        _ => return Err(format!("the leader's address {leader:?} is not http(s)://HOST:PORT")),
+    };
+    let tcp = tokio::time::timeout(Duration::from_secs(5), tokio::net::TcpStream::connect(&addr))
+        .await
+        .map_err(|_| format!("the leader at {leader} did not answer in 5 s"))?
+        .map_err(|e| format!("the leader at {leader}: {e}"))?;
+    tcp.set_nodelay(true).ok();
+    let now = crate::app::now();
+    let token = f.tokens.issue(uid, now, now + FORWARD_TOKEN_S);
+    let (mut parts, body) = req.into_parts();
+    // The caller's identity is the one its socket shows: nothing it sent stands for another.
+    for h in ["authorization", "connection", "keep-alive", "proxy-connection", "te", "trailer", "upgrade", "host"] {
+        parts.headers.remove(h);
+    }
+    parts
+        .headers
+        .insert(hyper::header::AUTHORIZATION, hyper::header::HeaderValue::from_str(&format!("Bearer {token}")).map_err(|e| e.to_string())?);
+    parts.headers.insert(hyper::header::HOST, hyper::header::HeaderValue::from_static("tandem"));
+    let req = hyper::Request::from_parts(parts, body);
+    let resp = if tls {
+        let cfg = f.tls.clone().ok_or_else(|| "no cluster CA (ca.pem) to trust the leader with".to_string())?;
+        let name = rustls_pki_types::ServerName::try_from(wire::CONTROLLER_NAME).expect("a valid DNS name");
+        let s =
+            tokio_rustls::TlsConnector::from(cfg).connect(name, tcp).await.map_err(|e| format!("TLS to the leader at {leader}: {e}"))?;
+        let (mut tx, conn) = hyper::client::conn::http1::handshake(TokioIo::new(s)).await.map_err(|e| e.to_string())?;
+        tokio::spawn(conn);
+        tx.send_request(req).await
+    } else {
+        let (mut tx, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp)).await.map_err(|e| e.to_string())?;
+        tokio::spawn(conn);
+        tx.send_request(req).await
+    };
+    let resp = resp.map_err(|e| format!("the leader at {leader}: {e}"))?;
+    Ok(resp.map(axum::body::Body::new))
+}
+
 /// Serves a standby's answer on both ports until `stop` is set; the listeners stay the
-/// caller's (the leader serves them next). Connections still open when it stops are closed.
+/// caller's (the leader serves them next). Connections still open when it stops are closed. On
+/// the Unix socket, where users have no token, requests are forwarded to the leader as the
+/// caller (`forward`) once one leads and this controller has the cluster's keys.
 pub(crate) async fn serve_standby(
     tcp: &TcpListener,
     unix: &UnixListener,
     tls: Option<rustls::ServerConfig>,
+    fwd: Option<Forward>,
     leader: watch::Receiver<Option<String>>,
     mut stop: watch::Receiver<bool>,
 ) {
@@ -56,7 +132,7 @@ pub(crate) async fn serve_standby(
         let leader = leader.clone();
         hyper::service::service_fn(move |_req: hyper::Request<hyper::body::Incoming>| {
             let l = leader.borrow().clone();
-            async move { Ok::<_, std::convert::Infallible>(answer(l.as_deref())) }
+            async move { Ok::<_, std::convert::Infallible>(answer(l.as_deref()).map(axum::body::Body::new)) }
         })
     };
     loop {
@@ -85,8 +161,27 @@ pub(crate) async fn serve_standby(
             }
             c = unix.accept() => {
                 let Ok((s, _)) = c else { tokio::time::sleep(Duration::from_millis(20)).await; continue };
-                let b = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-                tokio::spawn(graceful.watch(b.serve_connection(TokioIo::new(s), svc.clone()).into_owned()));
+                let Ok(uid) = s.peer_cred().map(|c| c.uid()) else { continue };
+                let (leader, fwd) = (leader.clone(), fwd.clone());
+                let unix_svc = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+                    let (l, fwd) = (leader.borrow().clone(), fwd.clone());
+                    async move {
+                        let r = match (&l, &fwd) {
+                            (Some(l), Some(f)) => match forward(f, l, uid, req).await {
+                                Ok(r) => r,
+                                Err(e) => {
+                                    tracing::warn!("forwarding a request of uid {uid} to the leader: {e}");
+                                    answer(Some(l)).map(axum::body::Body::new)
+                                }
+                            },
+                            _ => answer(l.as_deref()).map(axum::body::Body::new),
+                        };
+                        Ok::<_, std::convert::Infallible>(r)
+                    }
+                });
+                // HTTP/1.1, as the leader's Unix socket.
+                let conn = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(s), unix_svc);
+                tokio::spawn(graceful.watch(conn));
             }
         }
     }
@@ -201,7 +296,7 @@ pub(crate) async fn stand_by(
         })
     };
     let (stop_tx, stop_rx) = watch::channel(false);
-    let serving = serve_standby(tcp, unix, tls, leader_rx, stop_rx);
+    let serving = serve_standby(tcp, unix, tls, Forward::of(data), leader_rx, stop_rx);
     let won = async {
         let fence = store::etcd::campaign(client.clone(), election.clone(), url.clone(), lease.id).await.context("campaigning");
         let _ = stop_tx.send(true);

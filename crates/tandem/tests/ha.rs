@@ -338,3 +338,60 @@ fn the_leader_killed_during_a_thousand_submissions_loses_duplicates_and_reruns_n
         c2.matches("made again").count()
     );
 }
+
+/// A command as `user` (through setpriv), on the standby's Unix socket alone.
+fn as_user(ha: &Ha, user: &str, sock: &str, args: &[&str]) -> Output {
+    let id = |flag: &str| String::from_utf8_lossy(&Command::new("id").args([flag, user]).output().unwrap().stdout).trim().to_string();
+    Command::new("setpriv")
+        .args(["--reuid", &id("-u"), "--regid", &id("-g"), "--init-groups"])
+        .arg(ha.shims.join(args[0]))
+        .args(&args[1..])
+        .current_dir("/")
+        .env_clear()
+        .env("PATH", format!("{}:/usr/bin:/bin", ha.shims.display()))
+        .env("TANDEM_SERVER", sock)
+        .env("HOME", "/nonexistent")
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn a_standbys_unix_socket_serves_its_users_as_themselves_through_the_leader() {
+    let users = ["tandem-alice", "tandem-mallory"];
+    let missing = !is_root() || !have("setpriv") || users.iter().any(|u| !Command::new("id").arg(u).output().unwrap().status.success());
+    if missing {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "this test runs as root with the users tandem-alice and tandem-mallory (.ci/run makes them)"
+        );
+        eprintln!("skipped: needs root, setpriv and the users tandem-alice and tandem-mallory");
+        return;
+    }
+    let Some(ha) = Ha::start("ha-forward", 1) else { return };
+    // The second controller stands by: only its socket is given.
+    let sock = format!("unix://{}", ha.ctl[1].1.join("tandem.sock").display());
+    let text = |o: &Output| format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    let o = as_user(&ha, "tandem-alice", &sock, &["sbatch", "--parsable", "-o", "/dev/null", "--wrap", "true"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let done: u64 = String::from_utf8_lossy(&o.stdout).trim().parse().unwrap();
+    let o = as_user(&ha, "tandem-alice", &sock, &["sbatch", "--parsable", "-H", "-o", "/dev/null", "--wrap", "true"]);
+    let held: u64 = String::from_utf8_lossy(&o.stdout).trim().parse().unwrap();
+    // The jobs are alice's, run as alice.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let o = as_user(&ha, "tandem-alice", &sock, &["sacct", "-X", "-n", "-P", "-o", "JobID,User,State", "-j", &done.to_string()]);
+        let t = String::from_utf8_lossy(&o.stdout).into_owned();
+        if t.contains("COMPLETED") {
+            assert_eq!(t.trim(), format!("{done}|tandem-alice|COMPLETED"));
+            break;
+        }
+        assert!(Instant::now() < deadline, "{}", text(&o));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // Mallory, on the same socket, is mallory: alice's job is not hers to cancel.
+    let o = as_user(&ha, "tandem-mallory", &sock, &["scancel", &held.to_string()]);
+    assert!(!o.status.success() && text(&o).contains("belongs to another user"), "{}", text(&o));
+    let o = as_user(&ha, "tandem-alice", &sock, &["scancel", &held.to_string()]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(ha.log("c2").contains("standing by") && !ha.log("c2").contains("leading"), "the second controller stood by all along");
+}
