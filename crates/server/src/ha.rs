@@ -166,8 +166,10 @@ pub(crate) async fn serve_standby(
                 let unix_svc = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
                     let (l, fwd) = (leader.borrow().clone(), fwd.clone());
                     async move {
+                        // Its health is its own (`scontrol ping` tells a standby from the leader).
+                        let own = req.uri().path() == "/healthz";
                         let r = match (&l, &fwd) {
-                            (Some(l), Some(f)) => match forward(f, l, uid, req).await {
+                            (Some(l), Some(f)) if !own => match forward(f, l, uid, req).await {
                                 Ok(r) => r,
                                 Err(e) => {
                                     tracing::warn!("forwarding a request of uid {uid} to the leader: {e}");
@@ -238,10 +240,10 @@ pub(crate) async fn stand_by(
     tls: Option<rustls::ServerConfig>,
     url: String,
 ) -> Result<Led> {
-    let (client, election, ttl, prefix) = {
+    let (client, members, election, ttl, prefix) = {
         let mut d = db.lock().expect("store lock");
         let r = d.remote().expect("an etcd store");
-        (r.client(), r.election(), r.config().lease_ttl, r.config().prefix.clone())
+        (r.client(), r.members(), r.election(), r.config().lease_ttl, r.config().prefix.clone())
     };
     let started = std::time::Instant::now();
     let db2 = db.clone();
@@ -273,7 +275,7 @@ pub(crate) async fn stand_by(
     let lease = store::etcd::grant(&mut client.clone(), ttl).await.context("taking a lease from etcd")?;
     tracing::info!(lease = format!("{:x}", lease.id), ttl_s = lease.ttl.as_secs(), "campaigning for leadership as {url}");
     {
-        let (c, l) = (client.clone(), store::etcd::Lease { id: lease.id, ttl: lease.ttl });
+        let (c, l) = (members, store::etcd::Lease { id: lease.id, ttl: lease.ttl });
         tokio::spawn(async move {
             let why = store::etcd::keep_alive(c, &l).await;
             step_down(&why);

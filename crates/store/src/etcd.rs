@@ -65,9 +65,10 @@ pub struct Tls {
 }
 
 /// The default lease of a controller's leadership, in seconds: a leader that does not renew
-/// it within this long is replaced. 2 s: etcd 3.4's shortest is 1.5 s (its election timeout
-/// times 1.5 at the default settings).
-pub const LEASE_TTL: i64 = 2;
+/// it within this long is replaced. 3 s: a leader gives up at four fifths of it (2.4 s), which
+/// outlasts etcd's own change of leader at its default settings (an election timeout of 1 s,
+/// randomised up to 2 s), so losing an etcd member costs no failover.
+pub const LEASE_TTL: i64 = 3;
 
 impl Config {
     /// Reads `etcd://host:port[,host:port...]` (the `--store` value).
@@ -95,6 +96,41 @@ fn e(x: etcd_client::Error) -> StoreError {
     StoreError::Etcd(x.to_string())
 }
 
+/// Whether a call that failed so may go again: etcd (or the member asked) was unreachable or
+/// without a leader, as opposed to refusing the request itself.
+fn transient(x: &etcd_client::Error) -> bool {
+    use tonic::Code;
+    match x {
+        etcd_client::Error::TransportError(_) | etcd_client::Error::IoError(_) => true,
+        etcd_client::Error::GRpcStatus(s) => {
+            matches!(
+                s.code(),
+                Code::Unavailable | Code::Unknown | Code::DeadlineExceeded | Code::Aborted | Code::Cancelled | Code::Internal
+            )
+        }
+        _ => false,
+    }
+}
+
+/// `call` until it succeeds, fails for good, or [`CALL_TIMEOUT`] (the caller's bound) ends it.
+async fn retry<T, F, Fut>(mut call: F) -> Result<T, StoreError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, etcd_client::Error>>,
+{
+    let mut pause = Duration::from_millis(20);
+    loop {
+        match call().await {
+            Ok(v) => return Ok(v),
+            Err(x) if transient(&x) => {
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_millis(250));
+            }
+            Err(x) => return Err(e(x)),
+        }
+    }
+}
+
 /// The end of the range of keys that start with `p`.
 fn prefix_end(p: &[u8]) -> Vec<u8> {
     let mut end = p.to_vec();
@@ -118,6 +154,8 @@ pub struct Fence {
 
 /// The link to etcd a [`Store`] commits through.
 pub struct Remote {
+    /// Each member on its own.
+    members: Members,
     /// Its own runtime (`None` once dropped).
     rt: Option<tokio::runtime::Runtime>,
     client: Client,
@@ -248,6 +286,7 @@ impl Remote {
         }
         let endpoints: Vec<String> = cfg.endpoints.iter().map(|h| format!("{scheme}://{h}")).collect();
         let rt = Some(rt);
+        let members = Members { endpoints: endpoints.clone(), opts: opts.clone() };
         let client = block(&rt, async {
             let mut c = Client::connect(&endpoints, Some(opts)).await.map_err(e)?;
             // One read, so an etcd that does not answer is said now.
@@ -255,12 +294,17 @@ impl Remote {
             Ok::<_, StoreError>(c)
         })
         .map_err(|x| StoreError::Etcd(format!("etcd at {}: {x}", endpoints.join(","))))?;
-        Ok(Remote { rt, client, cfg, fence: None, group: 0, leftover: true, last: 0 })
+        Ok(Remote { members, rt, client, cfg, fence: None, group: 0, leftover: true, last: 0 })
     }
 
     /// The client (for the election, the watch and the lease: they run on the caller's runtime).
     pub fn client(&self) -> Client {
         self.client.clone()
+    }
+
+    /// Each member on its own (for a lease's renewals).
+    pub fn members(&self) -> Members {
+        self.members.clone()
     }
 
     /// The configuration.
@@ -292,10 +336,17 @@ impl Remote {
         }
     }
 
-    /// One transaction of `ops` under the fence: its revision.
+    /// One transaction of `ops` under the fence: its revision. Tried again while etcd is
+    /// unreachable or between leaders (a member died; the call's time bounds it): a transaction
+    /// that did commit and is sent again writes the same values, so nothing doubles.
     async fn txn(client: &mut Client, compare: Vec<Compare>, ops: Vec<TxnOp>) -> Result<i64, StoreError> {
         let fenced = !compare.is_empty();
-        let r = client.txn(Txn::new().when(compare).and_then(ops)).await.map_err(e)?;
+        let txn = Txn::new().when(compare).and_then(ops);
+        let r = retry(|| {
+            let (mut c, t) = (client.clone(), txn.clone());
+            async move { c.txn(t).await }
+        })
+        .await?;
         if fenced && !r.succeeded() {
             return Err(StoreError::Deposed);
         }
@@ -423,10 +474,14 @@ impl Remote {
 
     /// Reads a key's value (below the prefix).
     pub fn get(&self, k: &str) -> Result<Option<Vec<u8>>, StoreError> {
-        let mut c = self.client.clone();
+        let c = self.client.clone();
         let key = self.full(k);
         block(&self.rt, async move {
-            let r = c.get(key, None).await.map_err(e)?;
+            let r = retry(|| {
+                let (mut c, k) = (c.clone(), key.clone());
+                async move { c.get(k, None).await }
+            })
+            .await?;
             Ok(r.kvs().first().map(|kv| kv.value().to_vec()))
         })
     }
@@ -434,7 +489,7 @@ impl Remote {
     /// Reads every record at one revision, a page at a time, into `into` (emptied first);
     /// returns the revision.
     pub fn read_all(&self, into: &mut Store) -> Result<i64, StoreError> {
-        let mut c = self.client.clone();
+        let c = self.client.clone();
         let prefix = self.cfg.prefix.clone();
         let end = prefix_end(prefix.as_bytes());
         into.clear()?;
@@ -447,7 +502,11 @@ impl Remote {
                 if rev > 0 {
                     o = o.with_revision(rev);
                 }
-                let r = c.get(from.clone(), Some(o)).await.map_err(e)?;
+                let r = retry(|| {
+                    let (mut c, f, o) = (c.clone(), from.clone(), o.clone());
+                    async move { c.get(f, Some(o)).await }
+                })
+                .await?;
                 if rev == 0 {
                     rev = r.header().map_or(0, |h| h.revision());
                 }
@@ -550,45 +609,60 @@ pub async fn follow(
     db: std::sync::Arc<std::sync::Mutex<Store>>,
     applied: tokio::sync::watch::Sender<i64>,
 ) -> StoreError {
-    let mut stream = match client.watch(prefix.clone(), Some(WatchOptions::new().with_prefix().with_start_revision(from))).await {
-        Ok(s) => s,
-        Err(x) => return e(x),
-    };
     let mut f = Follower::default();
+    // The next revision wanted: a watch that breaks (its member died) is opened again from it,
+    // on any member.
+    let mut next = from;
+    let mut failures = 0u32;
     loop {
-        let resp = match stream.message().await {
-            Ok(Some(r)) => r,
-            Ok(None) => return StoreError::Etcd("the watch ended".into()),
-            Err(x) => return e(x),
+        let mut stream = match client.watch(prefix.clone(), Some(WatchOptions::new().with_prefix().with_start_revision(next))).await {
+            Ok(s) => s,
+            Err(x) => {
+                failures += 1;
+                if failures > 600 {
+                    return e(x);
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
         };
-        if resp.canceled() {
-            return StoreError::Etcd(format!(
-                "the watch was cancelled (compacted at {}): {}",
-                resp.compact_revision(),
-                resp.cancel_reason()
-            ));
-        }
-        let mut changes = Vec::new();
-        let mut rev = 0;
-        for ev in resp.events() {
-            let Some(kv) = ev.kv() else { continue };
-            let k = String::from_utf8_lossy(kv.key());
-            let key = k.strip_prefix(prefix.as_str()).unwrap_or(&k).to_string();
-            let value = match ev.event_type() {
-                etcd_client::EventType::Put => Some(kv.value().to_vec()),
-                etcd_client::EventType::Delete => None,
+        loop {
+            let resp = match stream.message().await {
+                Ok(Some(r)) => r,
+                Ok(None) | Err(_) => break,
             };
-            rev = rev.max(kv.mod_revision());
-            changes.push(Change { key, value, rev: kv.mod_revision() });
+            failures = 0;
+            if resp.canceled() {
+                return StoreError::Etcd(format!(
+                    "the watch was cancelled (compacted at {}): {}",
+                    resp.compact_revision(),
+                    resp.cancel_reason()
+                ));
+            }
+            let mut changes = Vec::new();
+            let mut rev = 0;
+            for ev in resp.events() {
+                let Some(kv) = ev.kv() else { continue };
+                let k = String::from_utf8_lossy(kv.key());
+                let key = k.strip_prefix(prefix.as_str()).unwrap_or(&k).to_string();
+                let value = match ev.event_type() {
+                    etcd_client::EventType::Put => Some(kv.value().to_vec()),
+                    etcd_client::EventType::Delete => None,
+                };
+                rev = rev.max(kv.mod_revision());
+                changes.push(Change { key, value, rev: kv.mod_revision() });
+            }
+            if changes.is_empty() {
+                continue;
+            }
+            let r = f.records(changes).and_then(|recs| db.lock().expect("replica lock").apply(&recs, Some(rev)));
+            if let Err(x) = r {
+                return x;
+            }
+            next = rev + 1;
+            applied.send_replace(rev);
         }
-        if changes.is_empty() {
-            continue;
-        }
-        let r = f.records(changes).and_then(|recs| db.lock().expect("replica lock").apply(&recs, Some(rev)));
-        if let Err(x) = r {
-            return x;
-        }
-        applied.send_replace(rev);
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 
@@ -606,46 +680,137 @@ pub async fn grant(client: &mut Client, ttl: i64) -> Result<Lease, StoreError> {
     Ok(Lease { id: r.id(), ttl: Duration::from_secs(r.ttl().max(1) as u64) })
 }
 
+/// How to reach each etcd member on its own (a lease's renewals go to one member at a time,
+/// and move to the next when it fails).
+#[derive(Clone)]
+pub struct Members {
+    endpoints: Vec<String>,
+    opts: ConnectOptions,
+}
+
+impl Members {
+    /// Whether a majority of the members answer, within `within`, that they have no leader:
+    /// then no leader of etcd's can exist before now, and the one elected next extends every
+    /// lease by its whole TTL from its election, so no lease can expire in the meantime.
+    async fn leaderless(&self, within: Duration) -> bool {
+        let mut asks = tokio::task::JoinSet::new();
+        for ep in self.endpoints.clone() {
+            let opts = self.opts.clone().with_connect_timeout(within);
+            asks.spawn(async move {
+                let r = tokio::time::timeout(within, async {
+                    let mut c = Client::connect([ep.as_str()], Some(opts)).await?;
+                    c.status().await
+                })
+                .await;
+                matches!(r, Ok(Ok(s)) if s.leader() == 0)
+            });
+        }
+        let mut none = 0;
+        while let Some(r) = asks.join_next().await {
+            none += usize::from(r.unwrap_or(false));
+        }
+        none * 2 > self.endpoints.len()
+    }
+}
+
 /// Keeps `lease` alive; returns (with why) as soon as its holder can no longer be sure that
-/// etcd still holds it: a renewal refused, or none confirmed for three quarters of its TTL,
-/// counted from when the last confirmed renewal was sent (so before etcd can let it expire).
-pub async fn keep_alive(mut client: Client, lease: &Lease) -> String {
-    let (mut keeper, mut stream) = match client.lease_keep_alive(lease.id).await {
-        Ok(x) => x,
-        Err(x) => return format!("renewing the lease: {x}"),
-    };
+/// etcd still holds it: the lease gone, or no renewal confirmed for four fifths of its TTL,
+/// counted from when the last confirmed renewal was sent (so before etcd can let it expire:
+/// etcd counts the TTL from when it got that renewal). Renewals go to one member over a stream
+/// of its own; where it fails (the member died, or lost its leader), the next member is tried
+/// meanwhile. While a majority of the members say they have no leader (etcd is electing one),
+/// the time is not counted: etcd extends every lease by its TTL when its new leader is elected.
+pub async fn keep_alive(members: Members, lease: &Lease) -> String {
     let mut sure_since = tokio::time::Instant::now();
-    let limit = lease.ttl.mul_f64(0.75);
+    let limit = lease.ttl.mul_f64(0.8);
+    let lost = |since: tokio::time::Instant, last: &str| {
+        format!(
+            "no renewal of the lease confirmed for {:?} (its TTL is {:?}){}",
+            tokio::time::Instant::now() - since,
+            lease.ttl,
+            if last.is_empty() { String::new() } else { format!("; the last error: {last}") }
+        )
+    };
+    let mut last_error = String::new();
+    let n = members.endpoints.len().max(1);
+    let mut at = 0usize;
     loop {
-        let sent = tokio::time::Instant::now();
+        let now = tokio::time::Instant::now();
+        if at > 0 && members.leaderless(lease.ttl / 8).await {
+            sure_since = sure_since.max(now);
+        }
         let deadline = sure_since + limit;
-        if sent >= deadline {
-            return format!("no renewal of the lease confirmed for {:?} (its TTL is {:?})", sent - sure_since, lease.ttl);
+        if tokio::time::Instant::now() >= deadline {
+            return lost(sure_since, &last_error);
         }
-        if let Err(x) = keeper.keep_alive().await {
-            return format!("renewing the lease: {x}");
-        }
-        match tokio::time::timeout_at(deadline, stream.message()).await {
-            Ok(Ok(Some(r))) if r.ttl() > 0 => sure_since = sent,
-            Ok(Ok(Some(_))) => return "the lease expired".into(),
-            Ok(Ok(None)) => return "the lease's renewal stream ended".into(),
-            Ok(Err(x)) => return format!("renewing the lease: {x}"),
-            Err(_) => {
-                return format!(
-                    "no renewal of the lease confirmed for {:?} (its TTL is {:?})",
-                    tokio::time::Instant::now() - sure_since,
-                    lease.ttl
-                );
+        let endpoint = members.endpoints[at % n].clone();
+        at += 1;
+        let opts = members.opts.clone().with_connect_timeout(Duration::from_millis(300));
+        // A member that takes a quarter of the TTL to open a stream (it has no leader, it is
+        // starting) is left for the next.
+        let open_by = (tokio::time::Instant::now() + lease.ttl / 4).min(deadline);
+        let opened = tokio::time::timeout_at(open_by, async {
+            let mut c = Client::connect([endpoint.as_str()], Some(opts)).await?;
+            let (k, s) = c.lease_keep_alive(lease.id).await?;
+            Ok::<_, etcd_client::Error>((c, k, s))
+        })
+        .await;
+        // The client is kept while its stream is used (its connection goes with it).
+        let (_client, mut keeper, mut stream) = match opened {
+            Ok(Ok(x)) => x,
+            Ok(Err(x)) => {
+                last_error = format!("{endpoint}: {x}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
             }
+            Err(_) => {
+                last_error = format!("{endpoint}: no renewal stream opened in {:?}", lease.ttl / 4);
+                continue;
+            }
+        };
+        loop {
+            let sent = tokio::time::Instant::now();
+            let deadline = sure_since + limit;
+            if sent >= deadline {
+                return lost(sure_since, &last_error);
+            }
+            if let Err(x) = keeper.keep_alive().await {
+                last_error = format!("{endpoint}: {x}");
+                break;
+            }
+            // One renewal unanswered for a quarter of the TTL: the next member is asked.
+            let wait = (sent + lease.ttl / 4).min(deadline);
+            match tokio::time::timeout_at(wait, stream.message()).await {
+                Ok(Ok(Some(r))) if r.ttl() > 0 => sure_since = sent,
+                Ok(Ok(Some(_))) => return "the lease expired".into(),
+                Ok(Ok(None)) => {
+                    last_error = format!("{endpoint}: the renewal stream ended");
+                    break;
+                }
+                Ok(Err(x)) => {
+                    last_error = format!("{endpoint}: {x}");
+                    break;
+                }
+                Err(_) => {
+                    last_error = format!("{endpoint}: no answer to a renewal in {:?}", lease.ttl / 4);
+                    break;
+                }
+            }
+            tokio::time::sleep_until((sent + lease.ttl / 4).min(sure_since + limit)).await;
         }
-        tokio::time::sleep_until((sent + lease.ttl / 4).min(sure_since + limit)).await;
     }
 }
 
 /// Campaigns for leadership with `value` (the controller's address) on `lease`; returns the
 /// fence once this controller leads.
-pub async fn campaign(mut client: Client, election: String, value: String, lease: i64) -> Result<Fence, StoreError> {
-    let r = client.campaign(election, value, lease).await.map_err(e)?;
+pub async fn campaign(client: Client, election: String, value: String, lease: i64) -> Result<Fence, StoreError> {
+    // Again where the member asked died or lost its leader: a campaign on the same lease takes
+    // up the same place in the queue.
+    let r = retry(|| {
+        let (mut c, el, v) = (client.clone(), election.clone(), value.clone());
+        async move { c.campaign(el, v, lease).await }
+    })
+    .await?;
     let l = r.leader().ok_or_else(|| StoreError::Etcd("the campaign answered without a leader key".into()))?;
     Ok(Fence { key: l.key().to_vec(), rev: l.rev() })
 }

@@ -152,3 +152,20 @@ fn a_deposed_leader_cannot_commit_and_its_successor_raises_the_boot_count() {
     assert_eq!(r.load().unwrap().jobs.len(), 1, "b's commit, and none of a's after it was deposed");
     assert_eq!(r.meta("boot").unwrap().as_deref(), Some("3"));
 }
+
+#[test]
+fn a_kept_lease_outlives_its_ttl() {
+    let Some(e) = etcd("lease") else { return };
+    let dir = e.dir.clone();
+    let mut a = replica(&e, &dir, "a.db");
+    let members = a.remote().unwrap().members();
+    let mut c = a.remote().unwrap().client();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let lease = rt.block_on(etcd::grant(&mut c, 2)).unwrap();
+    let l = etcd::Lease { id: lease.id, ttl: lease.ttl };
+    let kept = rt.spawn(async move { etcd::keep_alive(members, &l).await });
+    std::thread::sleep(std::time::Duration::from_secs(4));
+    assert!(!kept.is_finished(), "{}", rt.block_on(kept).unwrap());
+    let ttl = rt.block_on(async { c.lease_time_to_live(lease.id, None).await }).unwrap().ttl();
+    assert!(ttl > 0, "the lease is alive: {ttl}");
+}

@@ -183,8 +183,8 @@ enum Cmd {
         /// Its key (readable by the controller alone).
         #[arg(long, value_name = "PEM", requires = "etcd_ca")]
         etcd_key: Option<PathBuf>,
-        /// The leader's lease in etcd, in seconds (default 2): a leader not heard from for
-        /// this long is replaced, and one that cannot renew it in three quarters of it stops.
+        /// The leader's lease in etcd, in seconds (default 3): a leader not heard from for
+        /// this long is replaced, and one that cannot renew it in four fifths of it stops.
         #[arg(long, value_name = "SECS")]
         etcd_lease: Option<u32>,
     },
