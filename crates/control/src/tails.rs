@@ -324,6 +324,8 @@ impl Controller {
         for r in keyed.into_iter().cloned().collect::<Vec<_>>() {
             self.remember_key(&r.first, r.count(), now);
         }
+        // Jobs' keys and arrays' in one order of time, so they are forgotten in it.
+        self.idempotency_order.make_contiguous().sort();
         for record in arrays {
             let (id, count) = (record.id(), record.count());
             let last = stored.range(id..id + count).next_back().map_or(0, |&i| i - id + 1);

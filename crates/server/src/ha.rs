@@ -66,24 +66,41 @@ const FORWARD_TOKEN_S: i64 = 120;
 /// A request on a standby's Unix socket, sent on to the leader at `leader` over TCP as the
 /// caller (`uid`) with a token of the caller's, minted here: the answer comes back as it
 /// streams. Upgrades (`kubectl exec`, `srun --pty`) are not forwarded.
+/// Why a forward failed: before the request went out (nothing was done: the caller may send
+/// it again), or after (the leader may have done it).
+enum Failed {
+    Before(String),
+    After(String),
+}
+
 async fn forward(
     f: &Forward,
     leader: &str,
     uid: u32,
     req: hyper::Request<hyper::body::Incoming>,
-) -> Result<hyper::Response<axum::body::Body>, String> {
+) -> Result<hyper::Response<axum::body::Body>, Failed> {
+    forward_inner(f, leader, uid, req).await
+}
+
+async fn forward_inner(
+    f: &Forward,
+    leader: &str,
+    uid: u32,
+    req: hyper::Request<hyper::body::Incoming>,
+) -> Result<hyper::Response<axum::body::Body>, Failed> {
+    let before = Failed::Before;
     if req.headers().contains_key(hyper::header::UPGRADE) {
-        return Err("a standby does not forward an upgraded connection (exec, attach): use the leading controller's host".into());
+        return Err(before("a standby does not forward an upgraded connection (exec, attach): use the leading controller's host".into()));
     }
     let (tls, addr) = match (leader.strip_prefix("https://"), leader.strip_prefix("http://")) {
         (Some(a), _) => (true, a.to_string()),
         (None, Some(a)) => (false, a.to_string()),
-        _ => return Err(format!("the leader's address {leader:?} is not http(s)://HOST:PORT")),
+        _ => return Err(before(format!("the leader's address {leader:?} is not http(s)://HOST:PORT"))),
     };
     let tcp = tokio::time::timeout(Duration::from_secs(5), tokio::net::TcpStream::connect(&addr))
         .await
-        .map_err(|_| format!("the leader at {leader} did not answer in 5 s"))?
-        .map_err(|e| format!("the leader at {leader}: {e}"))?;
+        .map_err(|_| before(format!("the leader at {leader} did not answer in 5 s")))?
+        .map_err(|e| before(format!("the leader at {leader}: {e}")))?;
     tcp.set_nodelay(true).ok();
     let now = crate::app::now();
     let token = f.tokens.issue(uid, now, now + FORWARD_TOKEN_S);
@@ -92,25 +109,29 @@ async fn forward(
     for h in ["authorization", "connection", "keep-alive", "proxy-connection", "te", "trailer", "upgrade", "host"] {
         parts.headers.remove(h);
     }
-    parts
-        .headers
-        .insert(hyper::header::AUTHORIZATION, hyper::header::HeaderValue::from_str(&format!("Bearer {token}")).map_err(|e| e.to_string())?);
+    parts.headers.insert(
+        hyper::header::AUTHORIZATION,
+        hyper::header::HeaderValue::from_str(&format!("Bearer {token}")).map_err(|e| before(e.to_string()))?,
+    );
     parts.headers.insert(hyper::header::HOST, hyper::header::HeaderValue::from_static("tandem"));
     let req = hyper::Request::from_parts(parts, body);
     let resp = if tls {
-        let cfg = f.tls.clone().ok_or_else(|| "no cluster CA (ca.pem) to trust the leader with".to_string())?;
+        let cfg = f.tls.clone().ok_or_else(|| before("no cluster CA (ca.pem) to trust the leader with".to_string()))?;
         let name = rustls_pki_types::ServerName::try_from(wire::CONTROLLER_NAME).expect("a valid DNS name");
-        let s =
-            tokio_rustls::TlsConnector::from(cfg).connect(name, tcp).await.map_err(|e| format!("TLS to the leader at {leader}: {e}"))?;
-        let (mut tx, conn) = hyper::client::conn::http1::handshake(TokioIo::new(s)).await.map_err(|e| e.to_string())?;
+        let s = tokio_rustls::TlsConnector::from(cfg)
+            .connect(name, tcp)
+            .await
+            .map_err(|e| before(format!("TLS to the leader at {leader}: {e}")))?;
+        let (mut tx, conn) = hyper::client::conn::http1::handshake(TokioIo::new(s)).await.map_err(|e| before(e.to_string()))?;
         tokio::spawn(conn);
         tx.send_request(req).await
     } else {
-        let (mut tx, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp)).await.map_err(|e| e.to_string())?;
+        let (mut tx, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp)).await.map_err(|e| before(e.to_string()))?;
         tokio::spawn(conn);
         tx.send_request(req).await
     };
-    let resp = resp.map_err(|e| format!("the leader at {leader}: {e}"))?;
+    // Sent: from here on the leader may have acted on it.
+    let resp = resp.map_err(|e| Failed::After(format!("the leader at {leader}: {e}")))?;
     Ok(resp.map(axum::body::Body::new))
 }
 
@@ -171,9 +192,24 @@ pub(crate) async fn serve_standby(
                         let r = match (&l, &fwd) {
                             (Some(l), Some(f)) if !own => match forward(f, l, uid, req).await {
                                 Ok(r) => r,
-                                Err(e) => {
+                                Err(Failed::Before(e)) => {
                                     tracing::warn!("forwarding a request of uid {uid} to the leader: {e}");
                                     answer(Some(l)).map(axum::body::Body::new)
+                                }
+                                Err(Failed::After(e)) => {
+                                    // Not a standby's answer: the caller must not take it as
+                                    // "nothing was done" and send it again.
+                                    tracing::warn!("forwarding a request of uid {uid} to the leader: {e}");
+                                    let body = serde_json::to_vec(&wire::ApiError {
+                                        error: format!("the request went to the leader, which did not answer ({e}): whether it was done is not known"),
+                                        user_msg: None,
+                                    })
+                                    .unwrap_or_default();
+                                    hyper::Response::builder()
+                                        .status(502)
+                                        .header("content-type", "application/json")
+                                        .body(axum::body::Body::from(body))
+                                        .expect("a valid answer")
                                 }
                             },
                             _ => answer(l.as_deref()).map(axum::body::Body::new),
@@ -250,10 +286,15 @@ pub(crate) async fn stand_by(
     let rev = tokio::task::spawn_blocking(move || db2.lock().expect("store lock").sync())
         .await?
         .context("reading the cluster's state from etcd")?;
-    let (jobs, stored) = {
-        let d = db.lock().expect("store lock");
-        (d.count_jobs().unwrap_or(0), d.meta("boot").ok().flatten())
+    let (jobs, stored, follower, skipped) = {
+        let mut d = db.lock().expect("store lock");
+        let (jobs, stored) = (d.count_jobs().unwrap_or(0), d.meta("boot").ok().flatten());
+        let r = d.remote().expect("an etcd store");
+        (jobs, stored, r.take_follower(), r.skipped())
     };
+    if skipped > 0 {
+        tracing::warn!("{skipped} key(s) below the cluster's prefix in etcd hold nothing this Tandem reads: left alone");
+    }
     tracing::info!(
         revision = rev,
         jobs,
@@ -267,15 +308,16 @@ pub(crate) async fn stand_by(
     let follow = {
         let (c, d) = (client.clone(), db.clone());
         tokio::spawn(async move {
-            let why = store::etcd::follow(c, prefix, rev + 1, d, applied_tx).await;
+            let why = store::etcd::follow(c, prefix, rev + 1, follower, d, applied_tx).await;
             step_down(&format!("watching etcd for the replica: {why}"));
         })
     };
     // The lease this controller campaigns (and then leads) on, kept until it cannot be.
     let lease = store::etcd::grant(&mut client.clone(), ttl).await.context("taking a lease from etcd")?;
     tracing::info!(lease = format!("{:x}", lease.id), ttl_s = lease.ttl.as_secs(), "campaigning for leadership as {url}");
+    let lease_id = lease.id;
     {
-        let (c, l) = (members, store::etcd::Lease { id: lease.id, ttl: lease.ttl });
+        let (c, l) = (members, lease);
         tokio::spawn(async move {
             let why = store::etcd::keep_alive(c, &l).await;
             step_down(&why);
@@ -300,7 +342,7 @@ pub(crate) async fn stand_by(
     let (stop_tx, stop_rx) = watch::channel(false);
     let serving = serve_standby(tcp, unix, tls, Forward::of(data), leader_rx, stop_rx);
     let won = async {
-        let fence = store::etcd::campaign(client.clone(), election.clone(), url.clone(), lease.id).await.context("campaigning");
+        let fence = store::etcd::campaign(client.clone(), election.clone(), url.clone(), lease_id).await.context("campaigning");
         let _ = stop_tx.send(true);
         fence
     };
@@ -314,6 +356,8 @@ pub(crate) async fn stand_by(
         let mut d = db2.lock().expect("store lock");
         let floor = d.meta("boot").ok().flatten().and_then(|b| b.parse().ok()).unwrap_or(0);
         d.remote().expect("an etcd store").set_fence(fence, floor + 1);
+        // What the last leader left half written: a committed group's records to their keys.
+        d.remote().expect("an etcd store").settle_groups()?;
         let boot = d.next_boot_after(floor, 1)?;
         Ok::<_, store::StoreError>((boot, d.remote().expect("an etcd store").last_revision()))
     })

@@ -113,7 +113,16 @@ impl Journal {
                 (merged.jobs.len() + merged.arrays.len() + merged.nodes.len() + merged.services.len() + merged.removed_services.len())
                     as u64;
             crate::failpoint::hit("commit-taken");
-            let r = db.lock().expect("database lock").persist(&merged);
+            let (r, oversized) = {
+                let mut d = db.lock().expect("database lock");
+                let r = d.persist(&merged);
+                (r, d.take_oversized())
+            };
+            for (key, bytes) in oversized {
+                tracing::error!(
+                    "the record {key} ({bytes} bytes) is larger than etcd takes (1.4 MB): it is kept by this controller only, and lost at a failover"
+                );
+            }
             if let Err(store::StoreError::Deposed) = r {
                 // Another controller leads (etcd): nothing of this one's may go out any more.
                 tracing::error!("stepping down: {}", store::StoreError::Deposed);

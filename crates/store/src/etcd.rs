@@ -167,6 +167,12 @@ pub struct Remote {
     leftover: bool,
     /// The revision of the last commit.
     last: i64,
+    /// Pieces of groups not yet committed at the last full read.
+    pending: Follower,
+    /// Keys the last full read could not read.
+    skipped: u64,
+    /// Records left out of commits for their size since last asked: key, bytes.
+    oversized: Vec<(String, usize)>,
 }
 
 /// How long one call to etcd (a commit's transactions, a read) may take before it counts as
@@ -179,10 +185,18 @@ fn block<T: Send>(
     rt: &Option<tokio::runtime::Runtime>,
     f: impl std::future::Future<Output = Result<T, StoreError>> + Send,
 ) -> Result<T, StoreError> {
+    block_for(CALL_TIMEOUT, rt, f)
+}
+
+/// [`block`] with a bound of its own (a staged commit's: one [`CALL_TIMEOUT`] per transaction).
+fn block_for<T: Send>(
+    limit: Duration,
+    rt: &Option<tokio::runtime::Runtime>,
+    f: impl std::future::Future<Output = Result<T, StoreError>> + Send,
+) -> Result<T, StoreError> {
     let rt = rt.as_ref().expect("a runtime until dropped");
-    let f = async {
-        tokio::time::timeout(CALL_TIMEOUT, f).await.unwrap_or_else(|_| Err(StoreError::Etcd(format!("no answer in {CALL_TIMEOUT:?}"))))
-    };
+    let f =
+        async move { tokio::time::timeout(limit, f).await.unwrap_or_else(|_| Err(StoreError::Etcd(format!("no answer in {limit:?}")))) };
     if tokio::runtime::Handle::try_current().is_ok() {
         std::thread::scope(|s| s.spawn(|| rt.block_on(f)).join().expect("the etcd call panicked"))
     } else {
@@ -199,8 +213,9 @@ impl Drop for Remote {
     }
 }
 
-/// A piece of a staged group: its records, each as key, whether present, value.
-fn encode_piece(kvs: &[(String, Option<String>)]) -> Vec<u8> {
+/// A piece of a staged group: its records, each as key, whether present, value (public for
+/// the tests that leave a group half written, as a leader that died would).
+pub fn encode_piece(kvs: &[(String, Option<String>)]) -> Vec<u8> {
     let mut out = Vec::new();
     for (k, v) in kvs {
         out.extend_from_slice(&(k.len() as u32).to_le_bytes());
@@ -294,7 +309,19 @@ impl Remote {
             Ok::<_, StoreError>(c)
         })
         .map_err(|x| StoreError::Etcd(format!("etcd at {}: {x}", endpoints.join(","))))?;
-        Ok(Remote { members, rt, client, cfg, fence: None, group: 0, leftover: true, last: 0 })
+        Ok(Remote {
+            members,
+            rt,
+            client,
+            cfg,
+            fence: None,
+            group: 0,
+            leftover: false,
+            last: 0,
+            pending: Follower::default(),
+            skipped: 0,
+            oversized: Vec::new(),
+        })
     }
 
     /// The client (for the election, the watch and the lease: they run on the caller's runtime).
@@ -326,7 +353,6 @@ impl Remote {
     pub fn set_fence(&mut self, f: Fence, boot: u64) {
         self.fence = Some(f);
         self.group = boot << 32;
-        self.leftover = true;
     }
 
     fn compare(&self) -> Vec<Compare> {
@@ -376,9 +402,15 @@ impl Remote {
         let mut seen = std::collections::HashSet::new();
         let mut kvs: Vec<(String, Option<String>)> = kvs.into_iter().rev().filter(|(k, _)| seen.insert(k.clone())).collect();
         kvs.reverse();
-        if let Some((k, v)) = kvs.iter().find(|(_, v)| v.as_ref().is_some_and(|v| v.len() > MAX_VALUE)) {
-            return Err(StoreError::TooLarge { key: k.clone(), bytes: v.as_ref().map_or(0, |v| v.len()) });
+        // A record larger than etcd takes cannot be stored: it is left out (and said), so it does
+        // not hold back every commit after it. Submissions are refused before they could make
+        // one; a job's record that grows past it (many steps) stays in this controller alone.
+        for (k, v) in &kvs {
+            if let Some(v) = v.as_ref().filter(|v| v.len() > MAX_VALUE) {
+                self.oversized.push((k.clone(), v.len()));
+            }
         }
+        kvs.retain(|(_, v)| v.as_ref().is_none_or(|v| v.len() <= MAX_VALUE));
         let bytes: usize = kvs.iter().map(|(k, v)| k.len() + self.cfg.prefix.len() + v.as_ref().map_or(0, |v| v.len())).sum();
         let compare = self.compare();
         let groups = self.full("groups/");
@@ -445,7 +477,8 @@ impl Remote {
         };
         let piece_keys: Vec<Vec<u8>> = (0..pieces.len()).map(|i| self.full(&format!("groups/{g:020}/{i:06}"))).collect();
         let done = self.full(&format!("groups/{g:020}/done"));
-        let rev = block(&self.rt, async {
+        let txns = batches.len() + piece_keys.len() + 3;
+        let rev = block_for(CALL_TIMEOUT * txns as u32, &self.rt, async {
             if leftover {
                 // What an earlier group left (a leader that stopped in its middle).
                 let mut ops = Vec::new();
@@ -488,12 +521,13 @@ impl Remote {
 
     /// Reads every record at one revision, a page at a time, into `into` (emptied first);
     /// returns the revision.
-    pub fn read_all(&self, into: &mut Store) -> Result<i64, StoreError> {
+    pub fn read_all(&mut self, into: &mut Store) -> Result<i64, StoreError> {
         let c = self.client.clone();
         let prefix = self.cfg.prefix.clone();
         let end = prefix_end(prefix.as_bytes());
         into.clear()?;
-        block(&self.rt, async move {
+        let (rev, pending, skipped) = block(&self.rt, async move {
+            let mut skipped = 0u64;
             let mut from = prefix.clone().into_bytes();
             let mut rev = 0i64;
             let mut groups: std::collections::BTreeMap<u64, (bool, std::collections::BTreeMap<u64, Vec<u8>>)> = Default::default();
@@ -526,8 +560,12 @@ impl Remote {
                         }
                         continue;
                     }
-                    if let Some(r) = rec::parse(rel, Some(kv.value()))? {
-                        recs.push(r);
+                    // A key this build does not read (another prefix's, a newer build's record)
+                    // is left alone, counted: the rest of the state still loads.
+                    match rec::parse(rel, Some(kv.value())) {
+                        Ok(Some(r)) => recs.push(r),
+                        Ok(None) => {}
+                        Err(_) => skipped += 1,
                     }
                 }
                 into.apply(&recs, None)?;
@@ -539,15 +577,75 @@ impl Remote {
                     _ => break,
                 }
             }
-            // Groups committed but not yet written to their keys.
-            for (done, pieces) in groups.values() {
-                if *done {
-                    into.apply(&group_records(pieces)?, None)?;
+            // Groups committed but not yet written to their keys; the pieces of one not yet
+            // committed go to the watch that follows, which commits them at their marker.
+            let mut pending = Follower::default();
+            for (g, (done, pieces)) in groups {
+                if done {
+                    into.apply(&group_records(&pieces)?, None)?;
+                } else {
+                    pending.groups.insert(g, pieces);
                 }
             }
             into.apply(&[], Some(rev))?;
-            Ok(rev)
-        })
+            Ok((rev, pending, skipped))
+        })?;
+        self.pending = pending;
+        self.skipped = skipped;
+        Ok(rev)
+    }
+
+    /// The pieces of groups not yet committed at the last full read, for the watch that
+    /// follows it ([`follow`]).
+    pub fn take_follower(&mut self) -> Follower {
+        std::mem::take(&mut self.pending)
+    }
+
+    /// The records left out of commits for their size since the last call: key, bytes.
+    pub fn take_oversized(&mut self) -> Vec<(String, usize)> {
+        std::mem::take(&mut self.oversized)
+    }
+
+    /// Keys the last full read did not read (not this build's, or not of this cluster).
+    pub fn skipped(&self) -> u64 {
+        self.skipped
+    }
+
+    /// Settles what a former leader left in `groups/` (the new leader's first step, under its
+    /// fence): a committed group's records written to their keys, then every group deleted.
+    /// Nothing was committed after a group still there (a leader clears its groups before its
+    /// next commit), so its records are the newest of their keys.
+    pub fn settle_groups(&mut self) -> Result<(), StoreError> {
+        let c = self.client.clone();
+        let groups = self.full("groups/");
+        let end = prefix_end(&groups);
+        let found = block(&self.rt, async move {
+            let r = retry(|| {
+                let (mut c, g, e) = (c.clone(), groups.clone(), end.clone());
+                async move { c.get(g, Some(GetOptions::new().with_range(e))).await }
+            })
+            .await?;
+            Ok(r.kvs().iter().map(|kv| (String::from_utf8_lossy(kv.key()).into_owned(), kv.value().to_vec())).collect::<Vec<_>>())
+        })?;
+        let mut committed: std::collections::BTreeMap<u64, (bool, std::collections::BTreeMap<u64, Vec<u8>>)> = Default::default();
+        for (k, v) in found {
+            if let Some((g, p)) = k.strip_prefix(&self.cfg.prefix).and_then(|r| r.strip_prefix("groups/")).and_then(group_key) {
+                let e = committed.entry(g).or_default();
+                match p {
+                    None => e.0 = true,
+                    Some(p) => {
+                        e.1.insert(p, v);
+                    }
+                }
+            }
+        }
+        let recs: Vec<Rec> =
+            committed.values().filter(|(done, _)| *done).map(|(_, p)| group_records(p)).collect::<Result<Vec<_>, _>>()?.concat();
+        // Written as a commit of their own (staged again where large): it clears the groups
+        // first, having read them.
+        self.leftover = true;
+        self.commit(&recs, &|_| Ok(Vec::new()))?;
+        Ok(())
     }
 }
 
@@ -591,7 +689,8 @@ impl Follower {
                 }
                 continue;
             }
-            if let Some(r) = rec::parse(&c.key, c.value.as_deref())? {
+            // A key this build does not read is left alone (as the full read does).
+            if let Ok(Some(r)) = rec::parse(&c.key, c.value.as_deref()) {
                 out.push(r);
             }
         }
@@ -606,10 +705,10 @@ pub async fn follow(
     mut client: Client,
     prefix: String,
     from: i64,
+    mut f: Follower,
     db: std::sync::Arc<std::sync::Mutex<Store>>,
     applied: tokio::sync::watch::Sender<i64>,
 ) -> StoreError {
-    let mut f = Follower::default();
     // The next revision wanted: a watch that breaks (its member died) is opened again from it,
     // on any member.
     let mut next = from;
@@ -672,12 +771,15 @@ pub struct Lease {
     pub id: i64,
     /// Its TTL.
     pub ttl: Duration,
+    /// When it was asked for (etcd counts its TTL from later).
+    pub asked: tokio::time::Instant,
 }
 
 /// Grants a lease of `ttl` seconds.
 pub async fn grant(client: &mut Client, ttl: i64) -> Result<Lease, StoreError> {
+    let asked = tokio::time::Instant::now();
     let r = client.lease_grant(ttl, None).await.map_err(e)?;
-    Ok(Lease { id: r.id(), ttl: Duration::from_secs(r.ttl().max(1) as u64) })
+    Ok(Lease { id: r.id(), ttl: Duration::from_secs(r.ttl().max(1) as u64), asked })
 }
 
 /// How to reach each etcd member on its own (a lease's renewals go to one member at a time,
@@ -721,7 +823,7 @@ impl Members {
 /// meanwhile. While a majority of the members say they have no leader (etcd is electing one),
 /// the time is not counted: etcd extends every lease by its TTL when its new leader is elected.
 pub async fn keep_alive(members: Members, lease: &Lease) -> String {
-    let mut sure_since = tokio::time::Instant::now();
+    let mut sure_since = lease.asked;
     let limit = lease.ttl.mul_f64(0.8);
     let lost = |since: tokio::time::Instant, last: &str| {
         format!(

@@ -277,7 +277,7 @@ impl Store {
     /// read at. Refuses a state written by a newer Tandem.
     #[cfg(feature = "etcd")]
     pub fn sync(&mut self) -> Result<i64, StoreError> {
-        let Some(r) = self.remote.take() else { return Err(StoreError::Etcd("this store has no etcd".into())) };
+        let Some(mut r) = self.remote.take() else { return Err(StoreError::Etcd("this store has no etcd".into())) };
         let out = r.read_all(self);
         self.remote = Some(r);
         let rev = out?;
@@ -434,6 +434,16 @@ impl Store {
     /// Sets (or, with `None`, deletes) a setting of the cluster's, committed as any change.
     pub fn put_meta(&mut self, key: &str, value: Option<String>) -> Result<(), StoreError> {
         self.commit(vec![Rec::Meta(key.to_string(), value)])
+    }
+
+    /// The records the etcd backend left out of commits for their size since the last call
+    /// (key, bytes); none with SQLite.
+    pub fn take_oversized(&mut self) -> Vec<(String, usize)> {
+        #[cfg(feature = "etcd")]
+        if let Some(r) = self.remote.as_mut() {
+            return r.take_oversized();
+        }
+        Vec::new()
     }
 
     /// How many jobs have records of their own.

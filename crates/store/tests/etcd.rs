@@ -78,10 +78,11 @@ fn commits_small_and_staged_read_back_whole_and_a_watching_standby_keeps_the_sam
     let mut standby = replica(&e, &dir, "b.db");
     let from = standby.sync().unwrap() + 1;
     let client = standby.remote().unwrap().client();
-    let standby = Arc::new(Mutex::new(standby));
     let rt = tokio::runtime::Runtime::new().unwrap();
     let (tx, mut rx) = tokio::sync::watch::channel(0i64);
-    rt.spawn(etcd::follow(client, "/t/".into(), from, standby.clone(), tx));
+    let follower = standby.remote().unwrap().take_follower();
+    let standby = Arc::new(Mutex::new(standby));
+    rt.spawn(etcd::follow(client, "/t/".into(), from, follower, standby.clone(), tx));
     let mut c = Controller::new(Settings::default());
     c.register(0, model::Node::new("n0", 2, 1 << 30, 0), "127.0.0.1".into()).unwrap();
     // One small commit (one transaction), then 600 jobs with 3 kB scripts: about 2 MB, more
@@ -162,10 +163,50 @@ fn a_kept_lease_outlives_its_ttl() {
     let mut c = a.remote().unwrap().client();
     let rt = tokio::runtime::Runtime::new().unwrap();
     let lease = rt.block_on(etcd::grant(&mut c, 2)).unwrap();
-    let l = etcd::Lease { id: lease.id, ttl: lease.ttl };
-    let kept = rt.spawn(async move { etcd::keep_alive(members, &l).await });
+    let id = lease.id;
+    let kept = rt.spawn(async move { etcd::keep_alive(members, &lease).await });
     std::thread::sleep(std::time::Duration::from_secs(4));
     assert!(!kept.is_finished(), "{}", rt.block_on(kept).unwrap());
-    let ttl = rt.block_on(async { c.lease_time_to_live(lease.id, None).await }).unwrap().ttl();
+    let ttl = rt.block_on(async { c.lease_time_to_live(id, None).await }).unwrap().ttl();
     assert!(ttl > 0, "the lease is alive: {ttl}");
+}
+
+#[test]
+fn a_group_a_dead_leader_committed_but_did_not_write_out_is_settled_by_the_next_and_seen_whole_by_a_standby() {
+    let Some(e) = etcd("settle") else { return };
+    let dir = e.dir.clone();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    // (The store is kept: its client runs on the store's runtime.)
+    let mut raw_store = replica(&e, &dir, "raw.db");
+    let mut raw = raw_store.remote().unwrap().client();
+    let put = |c: &mut etcd_client::Client, k: &str, v: Vec<u8>| rt.block_on(c.put(format!("/t/{k}"), v, None)).unwrap();
+    let piece = |id: u64| etcd::encode_piece(&[(format!("meta/next_id"), Some(id.to_string()))]);
+    // Group 5: committed (its marker), never written out. Group 6: a piece, no marker yet.
+    put(&mut raw, "meta/next_id", b"3".to_vec());
+    put(&mut raw, "groups/00000000000000000005/000000", piece(40));
+    put(&mut raw, "groups/00000000000000000005/done", Vec::new());
+    put(&mut raw, "groups/00000000000000000006/000000", piece(70));
+    // A standby reads now: group 5 is in its state, group 6 is not yet.
+    let mut standby = replica(&e, &dir, "s.db");
+    let from = standby.sync().unwrap() + 1;
+    assert_eq!(standby.meta("next_id").unwrap().as_deref(), Some("40"));
+    let (client, follower) = (standby.remote().unwrap().client(), standby.remote().unwrap().take_follower());
+    let standby = Arc::new(Mutex::new(standby));
+    let (tx, mut rx) = tokio::sync::watch::channel(0i64);
+    rt.spawn(etcd::follow(client, "/t/".into(), from, follower, standby.clone(), tx));
+    // Group 6's marker comes: the standby applies its piece, read before it started watching.
+    let r = put(&mut raw, "groups/00000000000000000006/done", Vec::new()).header().unwrap().revision();
+    rt.block_on(async { tokio::time::timeout(std::time::Duration::from_secs(10), rx.wait_for(|x| *x >= r)).await.unwrap().unwrap() });
+    assert_eq!(standby.lock().unwrap().meta("next_id").unwrap().as_deref(), Some("70"));
+    // A new leader settles both groups to their keys and deletes them.
+    let mut leader = replica(&e, &dir, "l.db");
+    leader.sync().unwrap();
+    let mut c = leader.remote().unwrap().client();
+    let lease = rt.block_on(etcd::grant(&mut c, 5)).unwrap();
+    let f = rt.block_on(etcd::campaign(c, leader.remote().unwrap().election(), "x".into(), lease.id)).unwrap();
+    leader.remote().unwrap().set_fence(f, 1);
+    leader.remote().unwrap().settle_groups().unwrap();
+    assert_eq!(leader.remote().unwrap().get("meta/next_id").unwrap().as_deref(), Some(&b"70"[..]));
+    let left = rt.block_on(raw.get("/t/groups/", Some(etcd_client::GetOptions::new().with_prefix()))).unwrap();
+    assert_eq!(left.kvs().len(), 0, "no group is left");
 }

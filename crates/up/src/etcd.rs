@@ -15,6 +15,9 @@
 //! heartbeat of 50 ms and an election timeout of 500 ms (etcd's defaults are 100 ms and 1 s,
 //! for networks between machines), so that etcd replaces a lost leader of its own well within
 //! the controller's lease (3 s, given up at 2.4 s): losing an etcd member costs no failover.
+//! History is compacted by etcd itself to the last 10,000 revisions (`--auto-compaction-mode
+//! revision`), so job churn does not fill the quota; a standby whose watch falls further behind
+//! than that starts again and reads the state afresh.
 
 use anyhow::{Context, Result, bail};
 use std::path::{Path, PathBuf};
@@ -33,6 +36,10 @@ pub const MEMBER_ARGS: &[&str] = &[
     "50",
     "--election-timeout",
     "500",
+    "--auto-compaction-mode",
+    "revision",
+    "--auto-compaction-retention",
+    "10000",
 ];
 
 /// One member.
