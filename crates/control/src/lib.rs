@@ -1107,7 +1107,7 @@ impl Controller {
     /// so a large array is acknowledged without waiting for its tasks to be built in memory
     /// (as Slurm keeps a pending array as one record).
     pub fn accept(&mut self, now: Time, spec: JobSpec, batch: &BatchSpec, user: &str) -> Result<Vec<u64>, Refused> {
-        self.accept_keyed(now, spec, batch, user, None).map(|(ids, _)| ids)
+        self.accept_new(now, spec, batch, user, None)
     }
 
     /// [`Controller::accept`] of a submission that carries an idempotency key (the client's
@@ -1122,7 +1122,14 @@ impl Controller {
         user: &str,
         key: Option<&str>,
     ) -> Result<(Vec<u64>, bool), Refused> {
-        self.accept_keyed(now, spec, batch, user, key)
+        if let Some(k) = key {
+            self.forget_keys(now);
+            if let Some(&(first, count, _)) = self.idempotency.get(&(user.to_string(), k.to_string())) {
+                return Ok(((first..first + count).collect(), true));
+            }
+        }
+        let ids = self.accept_new(now, spec, batch, user, key)?;
+        Ok((ids, false))
     }
 
     /// Forgets the idempotency keys given before `now` less the retention.
@@ -1148,24 +1155,6 @@ impl Controller {
         let id = j.array.as_ref().map_or(j.req.id.0, |a| a.array_job);
         self.idempotency.insert((j.req.user.clone(), k.clone()), (id, count, t));
         self.idempotency_order.push_back((t, j.req.user.clone(), k.clone()));
-    }
-
-    fn accept_keyed(
-        &mut self,
-        now: Time,
-        spec: JobSpec,
-        batch: &BatchSpec,
-        user: &str,
-        key: Option<&str>,
-    ) -> Result<(Vec<u64>, bool), Refused> {
-        if let Some(k) = key {
-            self.forget_keys(now);
-            if let Some(&(first, count, _)) = self.idempotency.get(&(user.to_string(), k.to_string())) {
-                return Ok(((first..first + count).collect(), true));
-            }
-        }
-        let ids = self.accept_new(now, spec, batch, user, key)?;
-        Ok((ids, false))
     }
 
     fn accept_new(&mut self, now: Time, spec: JobSpec, batch: &BatchSpec, user: &str, key: Option<&str>) -> Result<Vec<u64>, Refused> {

@@ -79,15 +79,6 @@ async fn forward(
     uid: u32,
     req: hyper::Request<hyper::body::Incoming>,
 ) -> Result<hyper::Response<axum::body::Body>, Failed> {
-    forward_inner(f, leader, uid, req).await
-}
-
-async fn forward_inner(
-    f: &Forward,
-    leader: &str,
-    uid: u32,
-    req: hyper::Request<hyper::body::Incoming>,
-) -> Result<hyper::Response<axum::body::Body>, Failed> {
     let before = Failed::Before;
     if req.headers().contains_key(hyper::header::UPGRADE) {
         return Err(before("a standby does not forward an upgraded connection (exec, attach): use the leading controller's host".into()));
