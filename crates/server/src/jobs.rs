@@ -1221,6 +1221,17 @@ tandem_array_tail_tasks {}
         "# HELP tandem_endpoint_view_version Version of the endpoint view proxies follow.\n# TYPE tandem_endpoint_view_version gauge\ntandem_endpoint_view_version {}\n",
         g.ctl.endpoint_version()
     ));
+    if let Some(st) = app.db.lock().expect("database lock").etcd_stats() {
+        s.push_str(&format!(
+            "# HELP tandem_leader Whether this controller leads (a standby answers no request, this one included).\n# TYPE tandem_leader gauge\ntandem_leader 1\n\
+             # HELP tandem_etcd_commits_total Group commits to etcd (one transaction, or one staged group).\n# TYPE tandem_etcd_commits_total counter\ntandem_etcd_commits_total {}\n\
+             # HELP tandem_etcd_transactions_total etcd transactions written.\n# TYPE tandem_etcd_transactions_total counter\ntandem_etcd_transactions_total {}\n\
+             # HELP tandem_etcd_staged_commits_total Group commits larger than one transaction, staged in pieces.\n# TYPE tandem_etcd_staged_commits_total counter\ntandem_etcd_staged_commits_total {}\n\
+             # HELP tandem_etcd_commit_seconds_total Time spent committing to etcd.\n# TYPE tandem_etcd_commit_seconds_total counter\ntandem_etcd_commit_seconds_total {:.6}\n\
+             # HELP tandem_etcd_oversized_records_total Records left out of etcd for their size (kept by this controller only).\n# TYPE tandem_etcd_oversized_records_total counter\ntandem_etcd_oversized_records_total {}\n",
+            st.commits, st.transactions, st.staged, st.seconds, st.oversized
+        ));
+    }
     let (txs, recs) = app.journal.stats();
     s.push_str(&format!(
         "# HELP tandem_db_commits_total Database transactions (group commits).\n# TYPE tandem_db_commits_total counter\ntandem_db_commits_total {txs}\n# HELP tandem_db_records_total Records written.\n# TYPE tandem_db_records_total counter\ntandem_db_records_total {recs}\n"

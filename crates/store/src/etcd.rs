@@ -173,6 +173,8 @@ pub struct Remote {
     skipped: u64,
     /// Records left out of commits for their size since last asked: key, bytes.
     oversized: Vec<(String, usize)>,
+    /// What it has done.
+    stats: crate::EtcdStats,
 }
 
 /// How long one call to etcd (a commit's transactions, a read) may take before it counts as
@@ -321,6 +323,7 @@ impl Remote {
             pending: Follower::default(),
             skipped: 0,
             oversized: Vec::new(),
+            stats: Default::default(),
         })
     }
 
@@ -408,6 +411,7 @@ impl Remote {
         for (k, v) in &kvs {
             if let Some(v) = v.as_ref().filter(|v| v.len() > MAX_VALUE) {
                 self.oversized.push((k.clone(), v.len()));
+                self.stats.oversized += 1;
             }
         }
         kvs.retain(|(_, v)| v.as_ref().is_none_or(|v| v.len() <= MAX_VALUE));
@@ -434,9 +438,13 @@ impl Remote {
                 clear(&mut ops);
             }
             ops.extend(ops_of(&kvs));
+            let started = std::time::Instant::now();
             let rev = block(&self.rt, Self::txn(&mut client, compare, ops))?;
             self.leftover = false;
             self.last = rev;
+            self.stats.commits += 1;
+            self.stats.transactions += 1;
+            self.stats.seconds += started.elapsed().as_secs_f64();
             return Ok(rev);
         }
         // Staged: pieces, the marker (the commit), the keys, the group's deletion.
@@ -478,6 +486,7 @@ impl Remote {
         let piece_keys: Vec<Vec<u8>> = (0..pieces.len()).map(|i| self.full(&format!("groups/{g:020}/{i:06}"))).collect();
         let done = self.full(&format!("groups/{g:020}/done"));
         let txns = batches.len() + piece_keys.len() + 3;
+        let started = std::time::Instant::now();
         let rev = block_for(CALL_TIMEOUT * txns as u32, &self.rt, async {
             if leftover {
                 // What an earlier group left (a leader that stopped in its middle).
@@ -501,6 +510,10 @@ impl Remote {
         if let Ok(r) = rev {
             self.leftover = false;
             self.last = r;
+            self.stats.commits += 1;
+            self.stats.staged += 1;
+            self.stats.transactions += (txns - 1 + usize::from(leftover)) as u64;
+            self.stats.seconds += started.elapsed().as_secs_f64();
         }
         rev
     }
@@ -599,6 +612,11 @@ impl Remote {
     /// follows it ([`follow`]).
     pub fn take_follower(&mut self) -> Follower {
         std::mem::take(&mut self.pending)
+    }
+
+    /// What it has done.
+    pub fn stats(&self) -> crate::EtcdStats {
+        self.stats
     }
 
     /// The records left out of commits for their size since the last call: key, bytes.

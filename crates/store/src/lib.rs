@@ -121,6 +121,21 @@ pub struct Migrated {
     pub backup: std::path::PathBuf,
 }
 
+/// What the etcd backend has done (for `/metrics`).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct EtcdStats {
+    /// Commits (group commits), each one transaction or one staged group.
+    pub commits: u64,
+    /// etcd transactions written.
+    pub transactions: u64,
+    /// Commits staged in pieces (larger than one transaction).
+    pub staged: u64,
+    /// Seconds spent committing to etcd, in all.
+    pub seconds: f64,
+    /// Records left out for their size.
+    pub oversized: u64,
+}
+
 /// The database.
 pub struct Store {
     conn: Connection,
@@ -444,6 +459,15 @@ impl Store {
             return r.take_oversized();
         }
         Vec::new()
+    }
+
+    /// What the etcd backend has done, where this store has one.
+    pub fn etcd_stats(&self) -> Option<EtcdStats> {
+        #[cfg(feature = "etcd")]
+        if let Some(r) = self.remote.as_ref() {
+            return Some(r.stats());
+        }
+        None
     }
 
     /// How many jobs have records of their own.

@@ -339,6 +339,25 @@ fn the_leader_killed_during_a_thousand_submissions_loses_duplicates_and_reruns_n
     );
     let c2 = ha.log("c2");
     assert!(c2.contains("leading: took over"), "{c2}");
+    // The new leader's metrics: it leads, and what its commits to etcd were.
+    let sock = ha.ctl[1].1.join("tandem.sock").display().to_string();
+    let (status, metrics) = raw_http(&sock, "GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n");
+    assert_eq!(status, 200, "{metrics}");
+    let value = |name: &str| -> f64 {
+        metrics.lines().find_map(|l| l.strip_prefix(&format!("{name} "))).and_then(|v| v.trim().parse().ok()).unwrap_or(-1.0)
+    };
+    assert_eq!(value("tandem_leader"), 1.0, "{metrics}");
+    assert!(
+        value("tandem_etcd_commits_total") > 0.0 && value("tandem_etcd_transactions_total") >= value("tandem_etcd_commits_total"),
+        "{metrics}"
+    );
+    eprintln!(
+        "the new leader's commits to etcd: {} in {} transactions ({} staged), {:.3} s in all",
+        value("tandem_etcd_commits_total"),
+        value("tandem_etcd_transactions_total"),
+        value("tandem_etcd_staged_commits_total"),
+        value("tandem_etcd_commit_seconds_total")
+    );
     eprintln!(
         "submissions retried with their key and answered with the job made before the failover: {}",
         c2.matches("made again").count()
