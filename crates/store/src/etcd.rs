@@ -532,9 +532,37 @@ impl Remote {
         })
     }
 
+    /// Refuses a prefix that lies within another cluster's: one whose parent paths hold a
+    /// cluster's schema key (`/a/meta/schema` for `/a/b/`). One within this prefix is found by
+    /// [`Remote::read_all`].
+    pub fn check_outer(&mut self) -> Result<(), StoreError> {
+        let ours = self.cfg.prefix.trim_end_matches('/').to_string();
+        let mut at = ours.as_str();
+        while let Some((parent, _)) = at.rsplit_once('/') {
+            if parent.is_empty() {
+                break;
+            }
+            let c = self.client.clone();
+            let key = format!("{parent}/meta/schema");
+            let found = block(&self.rt, async move {
+                retry(|| {
+                    let (mut c, k) = (c.clone(), key.clone());
+                    async move { c.get(k, Some(GetOptions::new().with_keys_only())).await }
+                })
+                .await
+            })?;
+            if !found.kvs().is_empty() {
+                return Err(StoreError::Nested { ours: ours.clone(), other: format!("{parent}/"), relation: "this prefix lies within it" });
+            }
+            at = parent;
+        }
+        Ok(())
+    }
+
     /// Reads every record at one revision, a page at a time, into `into` (emptied first);
     /// returns the revision.
     pub fn read_all(&mut self, into: &mut Store) -> Result<i64, StoreError> {
+        self.check_outer()?;
         let c = self.client.clone();
         let prefix = self.cfg.prefix.clone();
         let end = prefix_end(prefix.as_bytes());
@@ -573,8 +601,17 @@ impl Remote {
                         }
                         continue;
                     }
-                    // A key this build does not read (another prefix's, a newer build's record)
-                    // is left alone, counted: the rest of the state still loads.
+                    // Another cluster's schema key below this prefix: its prefix lies inside
+                    // this one's.
+                    if let Some(inner) = rel.strip_suffix("/meta/schema") {
+                        return Err(StoreError::Nested {
+                            ours: prefix.trim_end_matches('/').to_string(),
+                            other: format!("{prefix}{inner}"),
+                            relation: "lies within this prefix",
+                        });
+                    }
+                    // A key this build does not read (a newer build's record) is left alone,
+                    // counted: the rest of the state still loads.
                     match rec::parse(rel, Some(kv.value())) {
                         Ok(Some(r)) => recs.push(r),
                         Ok(None) => {}

@@ -44,6 +44,19 @@ pub enum StoreError {
         /// Its size.
         bytes: usize,
     },
+    /// The etcd prefix is inside another cluster's, or holds one: each cluster's keys must be
+    /// out of every other's range, or one would read (and a full read delete) the other's.
+    #[error(
+        "--etcd-prefix {ours}: {other} holds another Tandem cluster's keys, and {relation}; give each cluster a prefix that neither starts nor lies within another's, such as /tandem-a and /tandem-b"
+    )]
+    Nested {
+        /// This controller's prefix.
+        ours: String,
+        /// The other cluster's.
+        other: String,
+        /// How they overlap.
+        relation: &'static str,
+    },
     /// The database was written by a newer Tandem, whose schema this one does not know.
     #[error(
         "the database is of schema {found}, written by a newer Tandem; this one reads schemas up to {reads}: run that version (or newer), or restore a backup taken by this one"

@@ -210,3 +210,50 @@ fn a_group_a_dead_leader_committed_but_did_not_write_out_is_settled_by_the_next_
     let left = rt.block_on(raw.get("/t/groups/", Some(etcd_client::GetOptions::new().with_prefix()))).unwrap();
     assert_eq!(left.kvs().len(), 0, "no group is left");
 }
+
+fn replica_at(e: &Etcd, dir: &std::path::Path, name: &str, prefix: &str) -> Result<Store, store::StoreError> {
+    let cfg = Config::parse(&format!("etcd://{}", e.client), prefix).unwrap();
+    let mut s = Store::open_replica(&dir.join(name), Remote::connect(cfg).unwrap()).unwrap();
+    s.sync()?;
+    Ok(s)
+}
+
+#[test]
+fn two_clusters_on_one_etcd_are_independent_and_nested_prefixes_or_a_newer_schema_are_refused() {
+    let Some(e) = etcd("prefixes") else { return };
+    let dir = e.dir.clone();
+    // Two clusters side by side (one prefix the other's name with a suffix): each sees its own.
+    let mut a = replica_at(&e, &dir, "a.db", "/tandem").unwrap();
+    let mut b = replica_at(&e, &dir, "b.db", "/tandem-b/").unwrap();
+    assert_eq!((a.next_boot_after(0, 1).unwrap(), b.next_boot_after(0, 1).unwrap()), (1, 1));
+    for (s, n, user) in [(&mut a, 3, "alice"), (&mut b, 5, "bob")] {
+        let mut c = Controller::new(Settings::default());
+        for i in 0..n {
+            let (sp, bs) = spec(&format!("j{i}"), 1);
+            c.submit(0, sp, &bs, user).unwrap();
+        }
+        s.persist(&c.take_dirty()).unwrap();
+    }
+    assert_eq!(a.next_boot_after(0, 1).unwrap(), 2, "b's start count is its own");
+    let ra = replica_at(&e, &dir, "ra.db", "/tandem").unwrap().load().unwrap();
+    let rb = replica_at(&e, &dir, "rb.db", "/tandem-b").unwrap().load().unwrap();
+    assert_eq!((ra.jobs.len(), rb.jobs.len()), (3, 5));
+    assert!(ra.jobs.iter().all(|j| j.req.user == "alice") && rb.jobs.iter().all(|j| j.req.user == "bob"));
+    // A prefix within a cluster's is refused, and so is one that holds a cluster.
+    let inner = replica_at(&e, &dir, "in.db", "/tandem/inner").map(|_| ()).unwrap_err();
+    assert!(matches!(&inner, store::StoreError::Nested { other, .. } if other == "/tandem/"), "{inner}");
+    assert!(inner.to_string().contains("this prefix lies within it"), "{inner}");
+    let mut deep = replica_at(&e, &dir, "deep.db", "/outer/x/y").unwrap();
+    deep.next_boot_after(0, 1).unwrap();
+    let outer = replica_at(&e, &dir, "out.db", "/outer").map(|_| ()).unwrap_err();
+    assert!(matches!(&outer, store::StoreError::Nested { other, .. } if other == "/outer/x/y"), "{outer}");
+    // A cluster written by a newer schema: refused at its full read, and at a start.
+    let mut n = replica_at(&e, &dir, "n.db", "/newer").unwrap();
+    n.next_boot_after(0, 1).unwrap();
+    let mut c = n.remote().unwrap().client();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(c.put("/newer/meta/schema", "999", None)).unwrap();
+    let err = replica_at(&e, &dir, "n2.db", "/newer").map(|_| ()).unwrap_err();
+    assert!(matches!(err, store::StoreError::Newer { found: 999, .. }), "{err}");
+    assert!(matches!(n.next_boot_after(0, 1), Err(store::StoreError::Newer { found: 999, .. })));
+}
