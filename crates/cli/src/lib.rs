@@ -30,10 +30,12 @@ mod slurm;
 mod squeue;
 mod srun;
 mod stat;
+mod status;
 
 use anyhow::{Context, Result};
 
 pub use service::{RolloutCmd, ServiceCmd};
+pub use status::status;
 
 /// Tandem's version and the commit it was built from (`0.1.0 (commit 1a2b3c4d5e6f)`; `unknown`
 /// outside a git checkout): `tandem --version`.

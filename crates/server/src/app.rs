@@ -127,6 +127,8 @@ pub(crate) struct App {
     /// The largest job record the store takes (etcd's: one request of etcd's), checked before a
     /// submission is accepted; `None`: no limit (SQLite).
     pub(crate) record_limit: Option<usize>,
+    /// Since when this controller serves (with etcd: leads), Unix seconds (`tandem status`).
+    pub(crate) serving_since: i64,
 }
 
 /// What a node sent.

@@ -1221,7 +1221,11 @@ tandem_array_tail_tasks {}
         "# HELP tandem_endpoint_view_version Version of the endpoint view proxies follow.\n# TYPE tandem_endpoint_view_version gauge\ntandem_endpoint_view_version {}\n",
         g.ctl.endpoint_version()
     ));
-    if let Some(st) = app.db.lock().expect("database lock").etcd_stats() {
+    let (etcd_stats, leaderships) = {
+        let d = app.db.lock().expect("database lock");
+        (d.etcd_stats(), d.meta("leaderships").ok().flatten().unwrap_or_else(|| "0".into()))
+    };
+    if let Some(st) = etcd_stats {
         s.push_str(&format!(
             "# HELP tandem_leader Whether this controller leads (a standby answers no request, this one included).\n# TYPE tandem_leader gauge\ntandem_leader 1\n\
              # HELP tandem_etcd_commits_total Group commits to etcd (one transaction, or one staged group).\n# TYPE tandem_etcd_commits_total counter\ntandem_etcd_commits_total {}\n\
@@ -1231,6 +1235,28 @@ tandem_array_tail_tasks {}
              # HELP tandem_etcd_oversized_records_total Records left out of etcd for their size (kept by this controller only).\n# TYPE tandem_etcd_oversized_records_total counter\ntandem_etcd_oversized_records_total {}\n",
             st.commits, st.transactions, st.staged, st.seconds, st.oversized
         ));
+        s.push_str(&format!(
+            "# HELP tandem_leaderships_total Times a controller has taken the lead of this cluster (stored in etcd; the first included).\n# TYPE tandem_leaderships_total counter\ntandem_leaderships_total {leaderships}\n"
+        ));
+        s.push_str("# HELP tandem_etcd_commit_duration_seconds Commits to etcd by how long they took.\n# TYPE tandem_etcd_commit_duration_seconds histogram\n");
+        let mut acc = 0;
+        for (i, n) in st.latency.iter().enumerate() {
+            acc += n;
+            let le = store::LATENCY_BUCKETS.get(i).map_or("+Inf".to_string(), |b| b.to_string());
+            s.push_str(&format!("tandem_etcd_commit_duration_seconds_bucket{{le=\"{le}\"}} {acc}\n"));
+        }
+        s.push_str(&format!(
+            "tandem_etcd_commit_duration_seconds_sum {:.6}\ntandem_etcd_commit_duration_seconds_count {}\n",
+            st.seconds, st.commits
+        ));
+        s.push_str("# HELP tandem_etcd_commit_records Commits to etcd by how many records they held (group commit's batch size).\n# TYPE tandem_etcd_commit_records histogram\n");
+        let mut acc = 0;
+        for (i, n) in st.batch.iter().enumerate() {
+            acc += n;
+            let le = store::BATCH_BUCKETS.get(i).map_or("+Inf".to_string(), |b| b.to_string());
+            s.push_str(&format!("tandem_etcd_commit_records_bucket{{le=\"{le}\"}} {acc}\n"));
+        }
+        s.push_str(&format!("tandem_etcd_commit_records_sum {}\ntandem_etcd_commit_records_count {}\n", st.records, st.commits));
     }
     let (txs, recs) = app.journal.stats();
     s.push_str(&format!(
@@ -1250,6 +1276,77 @@ tandem_array_tail_tasks {}
     s.push_str(&app.hook.render());
     s.push_str(&app.gate.render());
     ([("content-type", "text/plain; version=0.0.4")], s).into_response()
+}
+
+/// `GET /v1/status` (`tandem status`): the controller that answers, its store and, with etcd,
+/// each member's health as it answers now (asked within a second, outside every lock).
+async fn status(State(app): State<App>, ConnectInfo(peer): ConnectInfo<Peer>, headers: HeaderMap) -> Response {
+    or_reply!(viewer_of(&app, &peer, &headers));
+    let (jobs_pending, jobs_running, nodes, nodes_up) = {
+        let g = app.lock();
+        let by = g.ctl.count_by_state();
+        let pending = by.get("PENDING").copied().unwrap_or(0) as u64;
+        let live: u64 = by
+            .iter()
+            .filter(|(k, _)| matches!(k.as_ref(), "RUNNING" | "SUSPENDED" | "COMPLETING" | "CONFIGURING"))
+            .map(|(_, v)| *v as u64)
+            .sum();
+        let all: Vec<_> = g.ctl.nodes().iter().filter(|n| !n.deleted).map(|n| n.node.state).collect();
+        (pending, live, all.len() as u64, all.iter().filter(|s| **s == model::NodeState::Up).count() as u64)
+    };
+    let (starts, etcd) = {
+        #[cfg_attr(not(feature = "etcd"), allow(unused_mut))]
+        let mut d = app.db.lock().expect("database lock");
+        let starts = d.meta("boot").ok().flatten().and_then(|v| v.parse().ok()).unwrap_or(0);
+        #[cfg(feature = "etcd")]
+        let etcd = {
+            let leaderships = d.meta("leaderships").ok().flatten().and_then(|v| v.parse().ok()).unwrap_or(0);
+            let stats = d.etcd_stats();
+            d.remote().map(|r| (r.config().prefix.clone(), r.members(), leaderships, stats.unwrap_or_default()))
+        };
+        #[cfg(not(feature = "etcd"))]
+        let etcd: Option<()> = None;
+        (starts, etcd)
+    };
+    #[cfg(feature = "etcd")]
+    let etcd = match etcd {
+        Some((prefix, members, leaderships, st)) => Some(EtcdStatus {
+            prefix,
+            leaderships,
+            commits: st.commits,
+            commit_seconds_mean: if st.commits > 0 { st.seconds / st.commits as f64 } else { 0.0 },
+            members: members
+                .status(Duration::from_secs(1))
+                .await
+                .into_iter()
+                .map(|m| EtcdMember {
+                    endpoint: m.endpoint,
+                    error: m.error,
+                    version: m.version,
+                    db_bytes: m.db_bytes,
+                    db_bytes_in_use: m.db_bytes_in_use,
+                    leader: m.leader,
+                    has_leader: m.has_leader,
+                    errors: m.errors,
+                })
+                .collect(),
+        }),
+        None => None,
+    };
+    #[cfg(not(feature = "etcd"))]
+    let etcd: Option<EtcdStatus> = etcd.map(|()| unreachable!("no etcd in this build"));
+    Json(ClusterStatus {
+        controller: app.endpoint.get().map(|e| e.url.clone()).unwrap_or_default(),
+        serving_since: app.serving_since,
+        starts,
+        store: if etcd.is_some() { "etcd" } else { "sqlite" }.into(),
+        etcd,
+        jobs_pending,
+        jobs_running,
+        nodes,
+        nodes_up,
+    })
+    .into_response()
 }
 
 /// `GET /healthz`: whether the controller answers; the one thing anyone may ask.
@@ -1273,6 +1370,7 @@ pub(crate) fn routes(r: Router<App>) -> Router<App> {
         .route("/v1/nodes/{name}", post(node_action))
         .route("/v1/history", get(history))
         .route("/v1/config", get(config))
+        .route("/v1/status", get(status))
         .route("/v1/priority", get(priorities))
         .route("/v1/shares", get(shares))
         .route("/v1/token", post(issue_token))

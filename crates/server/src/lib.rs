@@ -65,6 +65,7 @@ pub struct Options {
 /// The largest job record a submission may make where the state is in etcd: a job's record
 /// (its script, environment and options, as JSON) is one etcd value, and etcd takes 1.5 MiB per
 /// request by default; the rest is left for the record's other fields.
+#[cfg_attr(not(feature = "etcd"), allow(dead_code))]
 pub(crate) const RECORD_LIMIT: usize = 1_000_000;
 
 /// Where the controller keeps the cluster's state.
@@ -428,6 +429,7 @@ async fn run(args: ServerArgs) -> Result<()> {
             #[cfg(feature = "etcd")]
             Backend::Etcd(_) => Some(RECORD_LIMIT),
         },
+        serving_since: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64),
     };
     // With etcd: the cluster knows its CA and keys by their fingerprints from now on (the first
     // leader made them above), and every controller is checked against them.

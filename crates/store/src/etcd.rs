@@ -442,9 +442,8 @@ impl Remote {
             let rev = block(&self.rt, Self::txn(&mut client, compare, ops))?;
             self.leftover = false;
             self.last = rev;
-            self.stats.commits += 1;
             self.stats.transactions += 1;
-            self.stats.seconds += started.elapsed().as_secs_f64();
+            self.stats.observe(started.elapsed().as_secs_f64(), kvs.len());
             return Ok(rev);
         }
         // Staged: pieces, the marker (the commit), the keys, the group's deletion.
@@ -510,10 +509,9 @@ impl Remote {
         if let Ok(r) = rev {
             self.leftover = false;
             self.last = r;
-            self.stats.commits += 1;
             self.stats.staged += 1;
             self.stats.transactions += (txns - 1 + usize::from(leftover)) as u64;
-            self.stats.seconds += started.elapsed().as_secs_f64();
+            self.stats.observe(started.elapsed().as_secs_f64(), kvs.len());
         }
         rev
     }
@@ -845,7 +843,74 @@ pub struct Members {
     opts: ConnectOptions,
 }
 
+/// One etcd member as it answered (`tandem status`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct MemberStatus {
+    /// Its client address.
+    pub endpoint: String,
+    /// Why it did not answer, if it did not.
+    pub error: Option<String>,
+    /// etcd's version.
+    pub version: String,
+    /// Its database file, bytes, and of that in use (the rest is freed by a defragmentation).
+    pub db_bytes: i64,
+    /// Of `db_bytes`, in use.
+    pub db_bytes_in_use: i64,
+    /// Whether it is etcd's leader.
+    pub leader: bool,
+    /// Whether it knows of a leader at all.
+    pub has_leader: bool,
+    /// Its alarms and errors (`NOSPACE`: the quota is reached).
+    pub errors: Vec<String>,
+}
+
 impl Members {
+    /// Each member's status, asked of each on its own, within `within`.
+    pub async fn status(&self, within: Duration) -> Vec<MemberStatus> {
+        let mut asks = Vec::new();
+        for ep in self.endpoints.clone() {
+            let opts = self.opts.clone().with_connect_timeout(within);
+            asks.push(tokio::spawn(async move {
+                let r = tokio::time::timeout(within, async {
+                    let mut c = Client::connect([ep.as_str()], Some(opts)).await?;
+                    c.status().await
+                })
+                .await;
+                let mut m = MemberStatus {
+                    endpoint: ep,
+                    error: None,
+                    version: String::new(),
+                    db_bytes: 0,
+                    db_bytes_in_use: 0,
+                    leader: false,
+                    has_leader: false,
+                    errors: Vec::new(),
+                };
+                match r {
+                    Ok(Ok(s)) => {
+                        let me = s.header().map_or(0, |h| h.member_id());
+                        m.version = s.version().to_string();
+                        m.db_bytes = s.db_size();
+                        m.db_bytes_in_use = s.raft_used_db_size();
+                        m.leader = me != 0 && s.leader() == me;
+                        m.has_leader = s.leader() != 0;
+                        m.errors = s.errors().to_vec();
+                    }
+                    Ok(Err(x)) => m.error = Some(x.to_string()),
+                    Err(_) => m.error = Some(format!("no answer in {within:?}")),
+                }
+                m
+            }));
+        }
+        let mut out = Vec::new();
+        for a in asks {
+            if let Ok(m) = a.await {
+                out.push(m);
+            }
+        }
+        out
+    }
+
     /// Whether a majority of the members answer, within `within`, that they have no leader:
     /// then no leader of etcd's can exist before now, and the one elected next extends every
     /// lease by its whole TTL from its election, so no lease can expire in the meantime.

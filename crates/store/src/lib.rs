@@ -147,6 +147,29 @@ pub struct EtcdStats {
     pub seconds: f64,
     /// Records left out for their size.
     pub oversized: u64,
+    /// Records written (the sum of commits' sizes).
+    pub records: u64,
+    /// Commits by how long they took: one count per bound of [`LATENCY_BUCKETS`] (at most
+    /// that many seconds, above the bound before), and the last for longer ones.
+    pub latency: [u64; LATENCY_BUCKETS.len() + 1],
+    /// Commits by how many records they held: per bound of [`BATCH_BUCKETS`], as `latency`.
+    pub batch: [u64; BATCH_BUCKETS.len() + 1],
+}
+
+/// The bounds of [`EtcdStats::latency`]'s buckets, seconds.
+pub const LATENCY_BUCKETS: [f64; 12] = [0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0];
+/// The bounds of [`EtcdStats::batch`]'s buckets, records.
+pub const BATCH_BUCKETS: [u64; 10] = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000];
+
+impl EtcdStats {
+    /// Counts one commit of `records` records that took `seconds`.
+    pub fn observe(&mut self, seconds: f64, records: usize) {
+        self.commits += 1;
+        self.seconds += seconds;
+        self.records += records as u64;
+        self.latency[LATENCY_BUCKETS.iter().position(|b| seconds <= *b).unwrap_or(LATENCY_BUCKETS.len())] += 1;
+        self.batch[BATCH_BUCKETS.iter().position(|b| records as u64 <= *b).unwrap_or(BATCH_BUCKETS.len())] += 1;
+    }
 }
 
 /// The database.
@@ -508,7 +531,10 @@ impl Store {
         if let Some(r) = &self.remote {
             let stored = r.get("meta/boot")?.and_then(|v| String::from_utf8(v).ok()).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
             let n = stored.max(floor) + step.max(1);
-            let mut recs = vec![Rec::Meta("boot".into(), Some(n.to_string()))];
+            // Each call is a new leader's first transaction: counted (`tandem status`, metrics).
+            let led = r.get("meta/leaderships")?.and_then(|v| String::from_utf8(v).ok()).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+            let mut recs =
+                vec![Rec::Meta("boot".into(), Some(n.to_string())), Rec::Meta("leaderships".into(), Some((led + 1).to_string()))];
             match r.get("meta/schema")?.and_then(|v| String::from_utf8(v).ok()) {
                 Some(v) => {
                     let found = v.parse().unwrap_or(u32::MAX);

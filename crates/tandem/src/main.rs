@@ -387,6 +387,13 @@ enum Cmd {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// Which controller leads, what each one answers, and the store's health (with etcd, each
+    /// member's); exits 1 where none leads or etcd has no healthy majority.
+    Status {
+        /// One JSON document.
+        #[arg(long)]
+        json: bool,
+    },
     /// Per-factor priority of pending jobs (sprio).
     #[command(disable_help_flag = true)]
     Priority {
@@ -522,6 +529,7 @@ fn main() -> std::process::ExitCode {
         Cmd::Show { args } => ("scontrol", slurm("scontrol", &args)),
         Cmd::Run { args } => ("srun", slurm("srun", &args)),
         Cmd::Priority { args } => ("sprio", slurm("sprio", &args)),
+        Cmd::Status { json } => ("tandem status", cli::status(json)),
         Cmd::Sim(a) => ("tandem", simcmd::run(a).map(|_| 0)),
         Cmd::Service { cmd } => ("tandem service", cli::service(cmd)),
         Cmd::Bench { which } => ("tandem", bench::run(which).map(|_| 0)),

@@ -351,6 +351,21 @@ fn the_leader_killed_during_a_thousand_submissions_loses_duplicates_and_reruns_n
         value("tandem_etcd_commits_total") > 0.0 && value("tandem_etcd_transactions_total") >= value("tandem_etcd_commits_total"),
         "{metrics}"
     );
+    assert_eq!(value("tandem_leaderships_total"), 2.0, "the first leader and this one: {metrics}");
+    assert_eq!(value("tandem_etcd_commit_duration_seconds_count"), value("tandem_etcd_commits_total"), "{metrics}");
+    assert_eq!(value("tandem_etcd_commit_records_count"), value("tandem_etcd_commits_total"), "{metrics}");
+    assert!(metrics.contains("tandem_etcd_commit_duration_seconds_bucket{le=\"+Inf\"}"), "{metrics}");
+    // tandem status: the dead controller unreachable, the new one leading, etcd's three
+    // members healthy, two leaderships.
+    let st = ha.tandem_ok(&["status"]);
+    let (a, b) = (ha.ctl[0].1.join("tandem.sock"), ha.ctl[1].1.join("tandem.sock"));
+    assert!(st.contains(&format!("unix://{} ", a.display())) && st.contains("unreachable"), "{st}");
+    assert!(st.lines().any(|l| l.contains(&format!("unix://{}", b.display())) && l.ends_with("leads")), "{st}");
+    assert!(st.contains(&format!("Leader:     https://127.0.0.1:{}", ha.ctl[1].0)), "{st}");
+    assert!(st.contains("Store:      etcd, prefix /tandem/; 2 leadership(s) so far"), "{st}");
+    assert_eq!(st.matches(", etcd 3.").count(), 3, "{st}");
+    assert_eq!(st.matches("leader, etcd").count(), 1, "one etcd leader: {st}");
+    eprintln!("{st}");
     eprintln!(
         "the new leader's commits to etcd: {} in {} transactions ({} staged), {:.3} s in all",
         value("tandem_etcd_commits_total"),
@@ -452,6 +467,10 @@ fn losing_an_etcd_follower_and_bringing_it_back_is_not_seen_by_clients() {
             assert!(o.status.success(), "etcd member {} down: {}", m + 1, String::from_utf8_lossy(&o.stderr));
             ids.push(String::from_utf8_lossy(&o.stdout).trim().to_string());
         }
+        // tandem status says which member is gone, and that the store is still healthy.
+        let st = ha.tandem_ok(&["status"]);
+        assert_eq!(st.matches("unreachable").count(), 1, "{st}");
+        assert_eq!(st.matches(", etcd 3.").count(), 2, "{st}");
         ha.etcd.restart(m).unwrap();
     }
     let deadline = Instant::now() + Duration::from_secs(60);

@@ -202,6 +202,17 @@ fn query_commands_as_slurms() {
     assert!(conf.contains("ClusterName") && conf.contains("SLURM_VERSION           = 25.11.0"), "{conf}");
     assert!(conf.lines().any(|l| l.starts_with("TandemCommit            = ") && l.len() > 26), "{conf}");
     assert!(c.ok("scontrol", &["ping"]).contains("is UP"));
+    // tandem status: one controller on SQLite, leading, its nodes.
+    let st = c.tandem(&["status"]);
+    let text = String::from_utf8_lossy(&st.stdout);
+    assert!(st.status.success(), "{text}{}", String::from_utf8_lossy(&st.stderr));
+    assert!(text.contains(" leads\n") && text.contains("Store:      SQLite") && text.contains("Nodes:      2 up of 2"), "{text}");
+    let st = c.tandem(&["status", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&st.stdout).unwrap();
+    assert_eq!(
+        (v["healthy"].as_bool(), v["status"]["store"].as_str(), v["status"]["nodes_up"].as_u64()),
+        (Some(true), Some("sqlite"), Some(2))
+    );
     let v: serde_json::Value = serde_json::from_str(&c.ok("scontrol", &["show", "node", "node2", "--json"])).unwrap();
     assert_eq!(v["nodes"][0]["name"], "node2");
     let v: serde_json::Value = serde_json::from_str(&c.ok("scontrol", &["--json", "show", "partition"])).unwrap();

@@ -370,6 +370,68 @@ pub struct ResvCreated {
     pub name: String,
 }
 
+/// `GET /v1/status` (`tandem status`): the controller that answered (the leader, with etcd),
+/// its store, and the store's health.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ClusterStatus {
+    /// The controller's address (with etcd: the one standbys give clients).
+    pub controller: String,
+    /// Since when it serves (with etcd: since it took the lead), Unix seconds.
+    pub serving_since: i64,
+    /// The cluster's start count: raised by each start, and with etcd by each new leader.
+    pub starts: u64,
+    /// `sqlite` or `etcd`.
+    pub store: String,
+    /// With etcd: its prefix, members and figures.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub etcd: Option<EtcdStatus>,
+    /// Jobs pending.
+    pub jobs_pending: u64,
+    /// Jobs running (or suspended, or completing).
+    pub jobs_running: u64,
+    /// Nodes registered.
+    pub nodes: u64,
+    /// Of them, up.
+    pub nodes_up: u64,
+}
+
+/// [`ClusterStatus`]'s etcd part.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EtcdStatus {
+    /// The cluster's keys are below it.
+    pub prefix: String,
+    /// How many times a controller has taken the lead of this cluster (the first included).
+    pub leaderships: u64,
+    /// Commits this leader made, and their mean time, seconds.
+    pub commits: u64,
+    /// The mean time of those commits, seconds.
+    pub commit_seconds_mean: f64,
+    /// Each member, as it answered.
+    pub members: Vec<EtcdMember>,
+}
+
+/// One etcd member's answer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EtcdMember {
+    /// Its client address.
+    pub endpoint: String,
+    /// Why it did not answer (the fields below are then empty).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// etcd's version.
+    pub version: String,
+    /// Its database file, bytes.
+    pub db_bytes: i64,
+    /// Of that, in use (the rest is returned by a defragmentation).
+    pub db_bytes_in_use: i64,
+    /// Whether it is etcd's leader.
+    pub leader: bool,
+    /// Whether it knows of a leader.
+    pub has_leader: bool,
+    /// Its alarms and errors (`NOSPACE`: the space quota is reached).
+    pub errors: Vec<String>,
+}
+
 /// `GET /v1/config`: what `scontrol show config`, `show partition` and `sinfo` read.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct ConfigInfo {

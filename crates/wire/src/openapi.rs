@@ -357,6 +357,15 @@ pub const DOCUMENT: &str = r##"{
         }
       }
     },
+    "/v1/status": {
+      "get": {
+        "operationId": "status", "tags": ["nodes"], "summary": "The controller that answers, its store and the store's health (tandem status)",
+        "responses": {
+          "200": {"description": "Status", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ClusterStatus"}}}},
+          "401": {"$ref": "#/components/responses/Unauthenticated"}
+        }
+      }
+    },
     "/v1/priority": {
       "get": {
         "operationId": "priorities", "tags": ["jobs"], "summary": "Pending jobs' priorities, factor by factor (sprio)",
@@ -980,6 +989,29 @@ pub const DOCUMENT: &str = r##"{
         "reboot_program": {"type": "string", "description": "Slurm's RebootProgram (absent: none)"},
         "resume_timeout": {"$ref": "#/components/schemas/i64", "description": "Slurm's ResumeTimeout, seconds"},
         "log_filter": {"type": "string", "description": "The controller's log filter (SlurmctldDebug; absent from older controllers)"}}},
+      "ClusterStatus": {"type": "object", "additionalProperties": false,
+        "required": ["controller", "serving_since", "starts", "store", "jobs_pending", "jobs_running", "nodes", "nodes_up"], "properties": {
+        "controller": {"type": "string", "description": "The controller's address (with etcd: the leader's, as standbys give it)"},
+        "serving_since": {"$ref": "#/components/schemas/i64", "description": "Since when it serves (with etcd: leads), Unix seconds"},
+        "starts": {"$ref": "#/components/schemas/u64", "description": "The cluster's start count (raised by each start and each new leader)"},
+        "store": {"type": "string", "enum": ["sqlite", "etcd"]},
+        "etcd": {"$ref": "#/components/schemas/EtcdStatus"},
+        "jobs_pending": {"$ref": "#/components/schemas/u64"}, "jobs_running": {"$ref": "#/components/schemas/u64"},
+        "nodes": {"$ref": "#/components/schemas/u64"}, "nodes_up": {"$ref": "#/components/schemas/u64"}}},
+      "EtcdStatus": {"type": "object", "additionalProperties": false,
+        "required": ["prefix", "leaderships", "commits", "commit_seconds_mean", "members"], "properties": {
+        "prefix": {"type": "string"},
+        "leaderships": {"$ref": "#/components/schemas/u64", "description": "Times a controller has taken the lead of this cluster"},
+        "commits": {"$ref": "#/components/schemas/u64", "description": "Commits this leader made"},
+        "commit_seconds_mean": {"type": "number"},
+        "members": {"type": "array", "items": {"$ref": "#/components/schemas/EtcdMember"}}}},
+      "EtcdMember": {"type": "object", "additionalProperties": false,
+        "required": ["endpoint", "version", "db_bytes", "db_bytes_in_use", "leader", "has_leader", "errors"], "properties": {
+        "endpoint": {"type": "string"}, "error": {"type": "string", "description": "Why it did not answer"},
+        "version": {"type": "string"}, "db_bytes": {"$ref": "#/components/schemas/i64"},
+        "db_bytes_in_use": {"$ref": "#/components/schemas/i64", "description": "Of db_bytes, in use (the rest is returned by a defragmentation)"},
+        "leader": {"type": "boolean", "description": "Whether it is etcd's leader"}, "has_leader": {"type": "boolean"},
+        "errors": {"type": "array", "items": {"type": "string"}, "description": "Alarms (NOSPACE: the quota is reached)"}}},
       "PartitionInfo": {"type": "object", "additionalProperties": false,
         "required": ["name", "default", "default_time", "max_time", "priority_tier", "nodes"], "properties": {
         "name": {"type": "string"}, "default": {"type": "boolean"},
@@ -1921,6 +1953,35 @@ mod tests {
                     0,
                 )
                 .expect("valid")),
+            ),
+            (
+                "ClusterStatus",
+                v(&ClusterStatus {
+                    controller: "https://10.0.0.1:6817".into(),
+                    serving_since: 1_800_000_000,
+                    starts: 7,
+                    store: "etcd".into(),
+                    etcd: Some(EtcdStatus {
+                        prefix: "/tandem/".into(),
+                        leaderships: 3,
+                        commits: 1200,
+                        commit_seconds_mean: 0.004,
+                        members: vec![EtcdMember {
+                            endpoint: "10.0.0.2:2379".into(),
+                            error: Some("no answer in 1s".into()),
+                            version: String::new(),
+                            db_bytes: 0,
+                            db_bytes_in_use: 0,
+                            leader: false,
+                            has_leader: false,
+                            errors: vec![],
+                        }],
+                    }),
+                    jobs_pending: 10,
+                    jobs_running: 4,
+                    nodes: 2,
+                    nodes_up: 2,
+                }),
             ),
             (
                 "ConfigInfo",
