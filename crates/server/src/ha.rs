@@ -250,6 +250,35 @@ pub(crate) fn check_keys(db: &Mutex<store::Store>, data: &std::path::Path) -> Re
     Ok(())
 }
 
+/// The leader's upkeep of etcd, a round every `every` ([`store::etcd::upkeep`]): history
+/// compacted to the revision the round before saw, members with many free pages defragmented.
+/// A failed round is logged and tried again at the next.
+async fn upkeep(client: store::etcd::Client, members: store::etcd::Members, mark: String, every: Duration) {
+    let mut seen = 0i64;
+    loop {
+        tokio::time::sleep(every).await;
+        let r = store::etcd::upkeep(&client, &members, &mark, seen, store::etcd::DEFRAG_FREE).await;
+        match r {
+            Ok(u) => {
+                if let Some(rev) = u.compacted_to {
+                    tracing::info!(revision = rev, "etcd upkeep: history compacted");
+                }
+                for (m, before, after) in &u.defragmented {
+                    tracing::info!(member = %m, before, after, "etcd upkeep: member defragmented");
+                }
+                for (m, why) in &u.failed {
+                    tracing::warn!(member = %m, "etcd upkeep: defragmenting failed: {why}");
+                }
+            }
+            Err(e) => tracing::warn!("etcd upkeep: {e}"),
+        }
+        match store::etcd::revision(&client).await {
+            Ok(r) => seen = r,
+            Err(e) => tracing::warn!("etcd upkeep: reading the revision: {e}"),
+        }
+    }
+}
+
 /// What a controller that now leads has.
 pub(crate) struct Led {
     /// The start count its first fenced transaction stored.
@@ -267,11 +296,12 @@ pub(crate) async fn stand_by(
     tls: Option<rustls::ServerConfig>,
     url: String,
 ) -> Result<Led> {
-    let (client, members, election, ttl, prefix) = {
+    let (client, members, election, ttl, prefix, upkeep_every) = {
         let mut d = db.lock().expect("store lock");
         let r = d.remote().expect("an etcd store");
-        (r.client(), r.members(), r.election(), r.config().lease_ttl, r.config().prefix.clone())
+        (r.client(), r.members(), r.election(), r.config().lease_ttl, r.config().prefix.clone(), r.config().upkeep_every)
     };
+    let (members2, prefix2) = (members.clone(), prefix.clone());
     let started = std::time::Instant::now();
     let db2 = db.clone();
     let rev = tokio::task::spawn_blocking(move || db2.lock().expect("store lock").sync())
@@ -366,5 +396,8 @@ pub(crate) async fn stand_by(
         step_down(&format!("{e:#}"));
     }
     tracing::info!(boot, "leading: took over in {:.3} s after winning the election", took.elapsed().as_secs_f64());
+    if let Some(every) = upkeep_every {
+        tokio::spawn(upkeep(client, members2, format!("{prefix2}meta/upkeep"), every));
+    }
     Ok(Led { boot })
 }

@@ -60,6 +60,8 @@ pub struct Options {
     pub etcd_tls: Option<(PathBuf, PathBuf, PathBuf)>,
     /// The leader's lease in etcd, in seconds.
     pub etcd_lease: Option<u32>,
+    /// Seconds between the leader's rounds of etcd upkeep (0: none).
+    pub etcd_upkeep: Option<u32>,
 }
 
 /// The largest job record a submission may make where the state is in etcd: a job's record
@@ -81,7 +83,7 @@ enum Backend {
 /// The backend `o` names.
 fn backend(o: &Options) -> Result<Backend> {
     let Some(url) = &o.store else {
-        if o.etcd_tls.is_some() || o.etcd_lease.is_some() {
+        if o.etcd_tls.is_some() || o.etcd_lease.is_some() || o.etcd_upkeep.is_some() {
             bail!("the --etcd-* options go with --store etcd://HOST:PORT[,...]");
         }
         return Ok(Backend::Sqlite);
@@ -100,6 +102,9 @@ fn backend(o: &Options) -> Result<Backend> {
                 bail!("--etcd-lease must be at least 2 seconds (etcd's shortest lease is 1.5 s at its default settings)");
             }
             cfg.lease_ttl = i64::from(l);
+        }
+        if let Some(u) = o.etcd_upkeep {
+            cfg.upkeep_every = (u > 0).then(|| std::time::Duration::from_secs(u.into()));
         }
         Ok(Backend::Etcd(cfg))
     }

@@ -25,7 +25,8 @@
 
 use crate::rec::{self, Rec};
 use crate::{Store, StoreError};
-use etcd_client::{Client, Compare, CompareOp, ConnectOptions, DeleteOptions, GetOptions, Txn, TxnOp, WatchOptions};
+pub use etcd_client::Client;
+use etcd_client::{Compare, CompareOp, ConnectOptions, DeleteOptions, GetOptions, Txn, TxnOp, WatchOptions};
 use std::time::Duration;
 
 /// Most operations in one transaction (etcd's default `--max-txn-ops` is 128).
@@ -51,7 +52,17 @@ pub struct Config {
     pub tls: Option<Tls>,
     /// The leader's lease, in seconds.
     pub lease_ttl: i64,
+    /// How often the leader compacts etcd's history and defragments its members ([`upkeep`]);
+    /// `None`: never (a site whose etcd does its own).
+    pub upkeep_every: Option<Duration>,
 }
+
+/// [`Config::upkeep_every`]'s default.
+pub const UPKEEP_EVERY: Duration = Duration::from_secs(300);
+
+/// A member whose database file holds this many bytes more than its data (and at least a
+/// quarter more) is defragmented by [`upkeep`].
+pub const DEFRAG_FREE: i64 = 64 << 20;
 
 /// TLS to etcd.
 #[derive(Debug, Clone)]
@@ -87,7 +98,7 @@ impl Config {
         if !p.starts_with('/') || p.len() < 2 || p.chars().any(|c| c.is_control() || c == ' ') {
             return Err(format!("--etcd-prefix {prefix:?}: expected a path such as /tandem"));
         }
-        Ok(Config { endpoints, prefix: format!("{p}/"), tls: None, lease_ttl: LEASE_TTL })
+        Ok(Config { endpoints, prefix: format!("{p}/"), tls: None, lease_ttl: LEASE_TTL, upkeep_every: Some(UPKEEP_EVERY) })
     }
 }
 
@@ -841,6 +852,83 @@ pub async fn grant(client: &mut Client, ttl: i64) -> Result<Lease, StoreError> {
 pub struct Members {
     endpoints: Vec<String>,
     opts: ConnectOptions,
+}
+
+/// What one round of [`upkeep`] did.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Upkeep {
+    /// The revision history was compacted to (`None`: it already was, by etcd or another).
+    pub compacted_to: Option<i64>,
+    /// The members defragmented: address, database file's bytes before and after.
+    pub defragmented: Vec<(String, i64, i64)>,
+    /// The members whose defragmentation failed, with why.
+    pub failed: Vec<(String, String)>,
+}
+
+/// etcd's current revision.
+pub async fn revision(client: &Client) -> Result<i64, StoreError> {
+    let r = retry(|| {
+        let mut c = client.clone();
+        async move { c.get("\0", Some(GetOptions::new().with_keys_only().with_limit(1))).await }
+    })
+    .await?;
+    Ok(r.header().map_or(0, |h| h.revision()))
+}
+
+/// One round of the leader's upkeep of etcd, so that job churn never reaches its space quota:
+/// history compacted up to `compact_to` (the revision of the round before, so a standby's watch
+/// that lags by less than a round keeps its place), then each member whose database file holds
+/// at least `min_free` bytes more than its data, and a quarter more, defragmented: one at a
+/// time (a member answers nothing while it defragments), etcd's leader last. `mark` is the
+/// key (`PREFIX/meta/upkeep`) that then holds the revision compacted to.
+pub async fn upkeep(client: &Client, members: &Members, mark: &str, compact_to: i64, min_free: i64) -> Result<Upkeep, StoreError> {
+    let mut out = Upkeep::default();
+    if compact_to > 0 {
+        let r = retry(|| {
+            let mut c = client.clone();
+            async move { c.compact(compact_to, Some(etcd_client::CompactionOptions::new().with_physical())).await }
+        })
+        .await;
+        match r {
+            Ok(_) => out.compacted_to = Some(compact_to),
+            // Already compacted past it (etcd's own auto-compaction, an operator).
+            Err(StoreError::Etcd(e)) if e.contains("compacted") => {}
+            Err(e) => return Err(e),
+        }
+    }
+    if let Some(rev) = out.compacted_to {
+        // The pages a compaction freed are free (and counted so) from the next write on: one
+        // is made (`meta/upkeep`, the revision compacted to), and the members' backends commit
+        // it (every 100 ms by default).
+        retry(|| {
+            let (mut c, k) = (client.clone(), mark.to_string());
+            async move { c.put(k, rev.to_string(), None).await }
+        })
+        .await?;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    let mut due: Vec<MemberStatus> = members
+        .status(Duration::from_secs(5))
+        .await
+        .into_iter()
+        .filter(|m| m.error.is_none() && m.db_bytes - m.db_bytes_in_use >= min_free && (m.db_bytes - m.db_bytes_in_use) * 4 >= m.db_bytes)
+        .collect();
+    due.sort_by_key(|m| m.leader);
+    for m in due {
+        let opts = members.opts.clone().with_connect_timeout(Duration::from_secs(5)).with_timeout(Duration::from_secs(300));
+        let ep = m.endpoint.clone();
+        let r = async {
+            let mut c = Client::connect([ep.as_str()], Some(opts)).await?;
+            c.defragment().await?;
+            c.status().await
+        }
+        .await;
+        match r {
+            Ok(s) => out.defragmented.push((m.endpoint, m.db_bytes, s.db_size())),
+            Err(x) => out.failed.push((m.endpoint, x.to_string())),
+        }
+    }
+    Ok(out)
 }
 
 /// One etcd member as it answered (`tandem status`).

@@ -257,3 +257,41 @@ fn two_clusters_on_one_etcd_are_independent_and_nested_prefixes_or_a_newer_schem
     assert!(matches!(err, store::StoreError::Newer { found: 999, .. }), "{err}");
     assert!(matches!(n.next_boot_after(0, 1), Err(store::StoreError::Newer { found: 999, .. })));
 }
+
+#[test]
+fn upkeep_compacts_the_history_and_defragments_a_member_with_free_pages() {
+    let Some(e) = etcd("upkeep") else { return };
+    let dir = e.dir.clone();
+    let mut s = replica_at(&e, &dir, "u.db", "/u").unwrap();
+    let (mut c, members) = (s.remote().unwrap().client(), s.remote().unwrap().members());
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    // 20 MB of history on one key (a job's record rewritten as it runs, many times over).
+    let first = rt.block_on(etcd::revision(&c)).unwrap();
+    for i in 0..200 {
+        rt.block_on(c.put("/u/meta/churn", format!("{i}{}", "x".repeat(100_000)), None)).unwrap();
+    }
+    let rev = rt.block_on(etcd::revision(&c)).unwrap();
+    assert!(rev >= first + 200);
+    let before = rt.block_on(members.status(std::time::Duration::from_secs(5)));
+    assert!(before[0].db_bytes >= 10 << 20, "{before:?}");
+    // Nothing is due below the threshold, and a revision of 0 compacts nothing.
+    let none = rt.block_on(etcd::upkeep(&c, &members, "/u/meta/upkeep", 0, 1 << 40)).unwrap();
+    assert_eq!(none, etcd::Upkeep::default());
+    let u = rt.block_on(etcd::upkeep(&c, &members, "/u/meta/upkeep", rev, 1 << 20)).unwrap();
+    assert_eq!(u.compacted_to, Some(rev));
+    assert!(u.failed.is_empty(), "{u:?}");
+    assert_eq!(u.defragmented.len(), 1, "{u:?}");
+    let (_, was, now) = u.defragmented[0].clone();
+    assert!(now * 4 < was, "the file shrank: {was} to {now} bytes");
+    // The history before is gone; the newest value and the cluster's state are not.
+    let old = rt.block_on(c.get("/u/meta/churn", Some(etcd_client::GetOptions::new().with_revision(first + 1))));
+    assert!(old.unwrap_err().to_string().contains("compacted"));
+    let v = rt.block_on(c.get("/u/meta/churn", None)).unwrap();
+    assert!(v.kvs()[0].value().starts_with(b"199x"));
+    let v = rt.block_on(c.get("/u/meta/upkeep", None)).unwrap();
+    assert_eq!(v.kvs()[0].value(), rev.to_string().as_bytes());
+    // A round again: already compacted there, nothing to defragment.
+    let again = rt.block_on(etcd::upkeep(&c, &members, "/u/meta/upkeep", rev, 1 << 20)).unwrap();
+    assert_eq!((again.compacted_to, again.defragmented.len()), (None, 0));
+    drop(s);
+}

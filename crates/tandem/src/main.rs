@@ -187,6 +187,11 @@ enum Cmd {
         /// this long is replaced, and one that cannot renew it in four fifths of it stops.
         #[arg(long, value_name = "SECS")]
         etcd_lease: Option<u32>,
+        /// Seconds between the leader's rounds of etcd upkeep (default 300; 0: none, where etcd
+        /// compacts and defragments itself): history compacted to the round before's revision,
+        /// members holding 64 MiB or more of free pages defragmented one at a time.
+        #[arg(long, value_name = "SECS")]
+        etcd_upkeep: Option<u32>,
     },
     /// The node daemon.
     Agent {
@@ -651,6 +656,7 @@ fn main() -> std::process::ExitCode {
             etcd_cert,
             etcd_key,
             etcd_lease,
+            etcd_upkeep,
         } => (
             "tandem server",
             log.init().and_then(|()| {
@@ -671,6 +677,7 @@ fn main() -> std::process::ExitCode {
                     etcd_prefix,
                     etcd_tls,
                     etcd_lease,
+                    etcd_upkeep,
                 })
                 .map(|_| 0)
             }),
