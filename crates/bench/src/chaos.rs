@@ -66,6 +66,12 @@ pub struct ChaosArgs {
     /// finds in it; the load generator and the service's upstream stay this binary's.
     #[arg(long, value_name = "PATH")]
     pub daemons: Option<PathBuf>,
+    /// Keep the cluster's state in a three-member etcd (Debian's etcd-server) with two
+    /// controllers that take over from each other (the daemons built with `--features etcd`):
+    /// the controller faults hit the one that leads, and two kinds join them, the leader cut
+    /// off from etcd and an etcd member killed and restarted.
+    #[arg(long)]
+    pub etcd: bool,
 }
 
 /// Which way a partition cuts.
@@ -118,6 +124,20 @@ pub enum Fault {
         /// How long.
         ms: u64,
     },
+    /// With etcd: the leading controller cut off from every etcd member for `ms` (its
+    /// connections stalled both ways, as by a partition; clients still reach it). It must step
+    /// down within its lease; it is started again once it has.
+    CutLeader {
+        /// How long.
+        ms: u64,
+    },
+    /// With etcd: `kill -9` of etcd member `member` (1-based), started again after `down_ms`.
+    KillEtcd {
+        /// Which member.
+        member: u32,
+        /// How long it stays down.
+        down_ms: u64,
+    },
     /// A partition of agent `node` from the controller, for `ms`.
     Partition {
         /// Node number (1-based).
@@ -140,12 +160,17 @@ impl Fault {
             Fault::Partition { .. } => "partition one way",
             Fault::CrashAt { .. } => "controller crash at a failpoint",
             Fault::DiskFull { .. } => "controller's disk full",
+            Fault::CutLeader { .. } => "leader cut off from etcd",
+            Fault::KillEtcd { .. } => "kill -9 etcd member",
         }
     }
 }
 
-/// The fault schedule a seed gives: (milliseconds from the start, fault), one at a time.
-pub fn schedule(seed: u64, duration_ms: u64, agents: u32, lease_ms: u64) -> Vec<(u64, Fault)> {
+/// The fault schedule a seed gives: (milliseconds from the start, fault), one at a time. With
+/// etcd, a crash at a failpoint (whose controller, started again, now stands by) becomes an etcd
+/// member's loss, and a full disk (the controller's is only its replica) the leader's cut from
+/// etcd.
+pub fn schedule(seed: u64, duration_ms: u64, agents: u32, lease_ms: u64, etcd: bool) -> Vec<(u64, Fault)> {
     let mut rng = SmallRng::seed_from_u64(seed ^ 0x5eed_fa17);
     let mut at = 3_000u64;
     let mut out = Vec::new();
@@ -174,8 +199,14 @@ pub fn schedule(seed: u64, duration_ms: u64, agents: u32, lease_ms: u64) -> Vec<
                 ms: if rng.random_bool(0.5) { rng.random_range(500..lease_ms / 2) } else { lease_ms + rng.random_range(500..3_000) },
             },
         };
+        let f = match f {
+            Fault::CrashAt { down_ms, .. } if etcd => Fault::KillEtcd { member: rng.random_range(1..=3), down_ms: down_ms + 1_000 },
+            Fault::DiskFull { .. } if etcd => Fault::CutLeader { ms: rng.random_range(4_000..8_000) },
+            f => f,
+        };
         let length = match &f {
-            Fault::KillController { down_ms } | Fault::KillAgent { down_ms, .. } => *down_ms,
+            Fault::KillController { down_ms } | Fault::KillAgent { down_ms, .. } | Fault::KillEtcd { down_ms, .. } => *down_ms,
+            Fault::CutLeader { ms } => ms + 5_000,
             Fault::CrashAt { down_ms, .. } => down_ms + 15_000,
             Fault::Partition { ms, .. } | Fault::DiskFull { ms } => *ms,
             Fault::KillTask { .. } => 0,
@@ -235,6 +266,14 @@ pub struct ChaosReport {
     pub failpoint_crashes: u32,
     /// The binary has no failpoints (not a test build): those faults were plain restarts.
     pub failpoints_missing: bool,
+    /// Where the state was: `sqlite`, or `etcd` (three members, two controllers).
+    pub store: String,
+    /// With etcd: how many times a controller took the lead (the first included).
+    pub leaderships: Option<u64>,
+    /// With etcd: seconds from each cut of the leader from etcd until it had stepped down.
+    pub cut_step_down_s: Vec<f64>,
+    /// With etcd: the members' database files at the end, bytes (the largest).
+    pub etcd_db_bytes: Option<i64>,
     /// Violated invariants, each with the job's history.
     pub violations: Vec<String>,
 }
@@ -276,6 +315,9 @@ impl Net {
             sh(&["ip", "-n", &ns, "addr", "add", &format!("{}/24", net.node_ip(i)), "dev", &inner])?;
             sh(&["ip", "-n", &ns, "link", "set", &inner, "up"])?;
             sh(&["ip", "-n", &ns, "link", "set", "lo", "up"])?;
+            // Every address of the host is reached through the link (a controller advertises
+            // one address for all agents).
+            sh(&["ip", "-n", &ns, "route", "add", "default", "via", &net.host_ip(i)])?;
         }
         Ok(net)
     }
@@ -360,9 +402,16 @@ fn fill_disk(dir: &Path) -> Result<()> {
 struct Procs {
     exe: PathBuf,
     dir: PathBuf,
-    port: u16,
+    /// Each controller's TCP port (two with etcd).
+    ports: Vec<u16>,
     lease: u32,
-    server: Option<Child>,
+    /// Each controller's process.
+    servers: Vec<Option<Child>>,
+    /// With etcd: its members, and each controller's relays to them (how a cut is made).
+    etcd: Option<up::etcd::Etcd>,
+    relays: Vec<crate::relay::Relays>,
+    /// The address every agent reaches the host at (`--advertise`).
+    host: String,
     agents: Vec<Option<Child>>,
     proxy: Option<Child>,
     proxy_addr: String,
@@ -373,34 +422,40 @@ impl Procs {
         Ok(std::fs::OpenOptions::new().create(true).append(true).open(self.dir.join(format!("{name}.log")))?)
     }
 
-    fn start_server(&mut self) -> Result<()> {
-        self.start_server_with(None)
+    /// Controller `k`'s name (its data directory's and its log's).
+    fn ctl_name(k: usize) -> String {
+        if k == 0 { "controller".into() } else { format!("controller{}", k + 1) }
     }
 
-    /// Starts the controller, with failpoints armed (`TANDEM_FAILPOINTS`) if given.
-    fn start_server_with(&mut self, failpoints: Option<&str>) -> Result<()> {
-        let ctl = self.dir.join("controller");
+    fn start_server(&mut self, k: usize) -> Result<()> {
+        self.start_server_with(k, None)
+    }
+
+    /// Starts controller `k`, with failpoints armed (`TANDEM_FAILPOINTS`) if given.
+    fn start_server_with(&mut self, k: usize, failpoints: Option<&str>) -> Result<()> {
+        let name = Procs::ctl_name(k);
+        let ctl = self.dir.join(&name);
         let _ = std::fs::remove_file(ctl.join("addr"));
-        let f = self.log("controller")?;
+        let f = self.log(&name)?;
         let mut cmd = Command::new(&self.exe);
         match failpoints {
             Some(fp) => cmd.env("TANDEM_FAILPOINTS", fp),
             None => cmd.env_remove("TANDEM_FAILPOINTS"),
         };
-        let child = cmd
-            .args(["server", "--listen", &format!("0.0.0.0:{}", self.port), "--lease", &self.lease.to_string(), "--kill-wait", "2"])
-            .arg("--data")
-            .arg(&ctl)
-            .stdin(Stdio::null())
-            .stdout(f.try_clone()?)
-            .stderr(f)
-            .spawn()
-            .context("starting the controller")?;
-        self.server = Some(child);
+        cmd.args(["server", "--listen", &format!("0.0.0.0:{}", self.ports[k]), "--lease", &self.lease.to_string(), "--kill-wait", "2"]);
+        if let Some(e) = &self.etcd {
+            // etcd through this controller's relays; the rest as `tandem up --ha` gives it.
+            let mut args = e.server_args();
+            args[1] = format!("etcd://{}", self.relays[k].addrs.join(","));
+            cmd.args(args).args(["--advertise", &format!("{}:{}", self.host, self.ports[k])]);
+        }
+        let child =
+            cmd.arg("--data").arg(&ctl).stdin(Stdio::null()).stdout(f.try_clone()?).stderr(f).spawn().context("starting the controller")?;
+        self.servers[k] = Some(child);
         let deadline = Instant::now() + Duration::from_secs(30);
         while !ctl.join("addr").exists() {
             if Instant::now() > deadline {
-                bail!("the controller did not start; see {}/controller.log", self.dir.display());
+                bail!("the controller did not start; see {}/{name}.log", self.dir.display());
             }
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -415,7 +470,13 @@ impl Procs {
         let child = Command::new("ip")
             .args(["netns", "exec", &net.ns(i)])
             .arg(&self.exe)
-            .args(["agent", "--server", &format!("https://{}:{}", net.host_ip(i), self.port), "--name", &name])
+            .args([
+                "agent",
+                "--server",
+                &self.ports.iter().map(|p| format!("https://{}:{p}", net.host_ip(i))).collect::<Vec<_>>().join(","),
+                "--name",
+                &name,
+            ])
             .args(["--cpus", "2", "--memory", "2G", "--addr", &net.node_ip(i), "--join-token-file"])
             .arg(data.join("join-token"))
             .arg("--ca")
@@ -434,7 +495,14 @@ impl Procs {
     fn start_proxy(&mut self) -> Result<()> {
         let f = self.log("proxy")?;
         let child = Command::new(&self.exe)
-            .args(["proxy", "--listen", &self.proxy_addr, "--server", &format!("https://127.0.0.1:{}", self.port), "--credential-file"])
+            .args([
+                "proxy",
+                "--listen",
+                &self.proxy_addr,
+                "--server",
+                &self.ports.iter().map(|p| format!("https://127.0.0.1:{p}")).collect::<Vec<_>>().join(","),
+                "--credential-file",
+            ])
             .arg(self.dir.join("proxy.credential"))
             .arg("--ca")
             .arg(self.dir.join("controller/ca.pem"))
@@ -445,6 +513,25 @@ impl Procs {
             .context("starting the proxy")?;
         self.proxy = Some(child);
         Ok(())
+    }
+
+    /// The controller that leads: the one whose socket answers `/healthz` itself (a standby
+    /// answers 503); the first where there is one controller, or none answers.
+    fn leader(&self) -> usize {
+        use std::io::{Read, Write};
+        for k in 0..self.servers.len() {
+            let sock = self.dir.join(Procs::ctl_name(k)).join("tandem.sock");
+            let Ok(mut s) = std::os::unix::net::UnixStream::connect(&sock) else { continue };
+            let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+            let mut out = String::new();
+            if s.write_all(b"GET /healthz HTTP/1.0\r\nHost: x\r\n\r\n").is_ok()
+                && s.read_to_string(&mut out).is_ok()
+                && out.split_whitespace().nth(1) == Some("200")
+            {
+                return k;
+            }
+        }
+        0
     }
 
     fn kill(c: &mut Option<Child>) {
@@ -464,7 +551,9 @@ impl Drop for Procs {
             Procs::kill(&mut self.agents[a]);
         }
         Procs::kill(&mut self.proxy);
-        Procs::kill(&mut self.server);
+        for k in 0..self.servers.len() {
+            Procs::kill(&mut self.servers[k]);
+        }
         // Keepers adopted by a restarted agent are not its children, nor orphaned ones; their
         // tasks first (a service replica's command line does not name the run's directory).
         crate::procs::kill_keepers_matching(&format!("{}/node", self.dir.display()));
@@ -517,7 +606,7 @@ echo "end $SLURM_JOB_ID $SLURM_RESTART_COUNT $SLURMD_NODENAME $(date +%s%N)" >> 
 
 /// Prints the fault schedule of `a` (`--plan`).
 pub fn print_plan(a: &ChaosArgs) {
-    for (at, f) in schedule(a.seed, (a.duration * 1000.0) as u64, a.agents, a.lease as u64 * 1000) {
+    for (at, f) in schedule(a.seed, (a.duration * 1000.0) as u64, a.agents, a.lease as u64 * 1000, a.etcd) {
         println!("{:>7.1} s  {:<30} {f:?}", at as f64 / 1000.0, f.kind());
     }
 }
@@ -544,7 +633,7 @@ fn sweep() {
     for line in std::fs::read_to_string("/proc/mounts").unwrap_or_default().lines() {
         let at = line.split_whitespace().nth(1).unwrap_or("");
         if let Some(rest) = at.strip_prefix(&format!("{tmp}/tandem-chaos-"))
-            && let Some(run) = rest.strip_suffix("/controller")
+            && let Some(run) = rest.strip_suffix("/controller").or_else(|| rest.strip_suffix("/controller2"))
             && let Some((_, pid)) = run.rsplit_once('-')
             && dead(pid)
         {
@@ -590,7 +679,7 @@ pub fn run(a: ChaosArgs) -> Result<ChaosReport> {
 
     sweep();
     let lease_ms = a.lease as u64 * 1000;
-    let plan = schedule(a.seed, (a.duration * 1000.0) as u64, a.agents, lease_ms);
+    let plan = schedule(a.seed, (a.duration * 1000.0) as u64, a.agents, lease_ms, a.etcd);
     let dir = std::env::temp_dir().join(format!("tandem-chaos-{}-{}", a.seed, std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     for d in ["controller", "ledger", "work", "bin"] {
@@ -608,29 +697,55 @@ pub fn run(a: ChaosArgs) -> Result<ChaosReport> {
 fn run_in(a: &ChaosArgs, plan: &[(u64, Fault)], exe: &Path, own: &Path, dir: &Path) -> Result<ChaosReport> {
     let lease_ms = a.lease as u64 * 1000;
     let net = Net::new(a.agents)?;
-    let port = std::net::TcpListener::bind("0.0.0.0:0")?.local_addr()?.port();
+    let controllers = if a.etcd { 2 } else { 1 };
+    let ports: Vec<u16> =
+        (0..controllers).map(|_| Ok(std::net::TcpListener::bind("0.0.0.0:0")?.local_addr()?.port())).collect::<Result<_>>()?;
     let proxy_port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    // With etcd: three members, and for each controller a relay to each member.
+    let etcd = match a.etcd {
+        true => Some(up::etcd::Etcd::start(&dir.join("etcd"), 3).context("starting etcd (apt-get install etcd-server)")?),
+        false => None,
+    };
+    let relays = match &etcd {
+        Some(e) => {
+            let members: Vec<String> = e.members.iter().map(|m| m.client.clone()).collect();
+            (0..controllers).map(|_| crate::relay::Relays::start(&members)).collect::<Result<Vec<_>>>()?
+        }
+        None => Vec::new(),
+    };
     let mut p = Procs {
         exe: exe.to_path_buf(),
         dir: dir.to_path_buf(),
-        port,
+        ports: ports.clone(),
         lease: a.lease,
-        server: None,
+        servers: (0..controllers).map(|_| None).collect(),
+        etcd,
+        relays,
+        host: net.host_ip(1),
         agents: (0..a.agents).map(|_| None).collect(),
         proxy: None,
         proxy_addr: format!("127.0.0.1:{proxy_port}"),
     };
     // The controller's data directory is a small tmpfs of its own, which a fault fills.
     let _disk = Tmpfs::mount(&dir.join("controller"), "256m")?;
+    let _disk2 = match a.etcd {
+        true => {
+            std::fs::create_dir_all(dir.join("controller2"))?;
+            Some(Tmpfs::mount(&dir.join("controller2"), "256m")?)
+        }
+        false => None,
+    };
     // Inference above training: the service's replicas preempt batch jobs (requeued) when the
     // cluster is full, so a lost replica is replaced at once.
     std::fs::write(
         dir.join("controller/tandem.toml"),
         "[[qos]]\nname = \"normal\"\npreempt_tier = 0\ngrace_time = 1\n[[qos]]\nname = \"serve\"\npriority = 100\npreempt_tier = 2\n",
     )?;
-    p.start_server()?;
-    let sock = dir.join("controller/tandem.sock");
-    let server = format!("unix://{}", sock.display());
+    p.start_server(0)?;
+    let server = (0..controllers)
+        .map(|k| format!("unix://{}", dir.join(Procs::ctl_name(k)).join("tandem.sock").display()))
+        .collect::<Vec<_>>()
+        .join(",");
     let tandem = |args: &[&str]| -> Result<String> {
         let o = Command::new(exe).args(args).env("TANDEM_SERVER", &server).current_dir(dir.join("work")).stdin(Stdio::null()).output()?;
         if !o.status.success() {
@@ -639,6 +754,19 @@ fn run_in(a: &ChaosArgs, plan: &[(u64, Fault)], exe: &Path, own: &Path, dir: &Pa
         Ok(String::from_utf8_lossy(&o.stdout).into_owned())
     };
     let joins = tandem(&["token", "--join", "--count", &a.agents.to_string()])?;
+    if a.etcd {
+        // The second controller shares the first's CA and keys (it made them, and leads).
+        std::fs::write(dir.join("controller2/tandem.toml"), std::fs::read(dir.join("controller/tandem.toml"))?)?;
+        for f in up::SHARED_FILES {
+            let text = std::fs::read(dir.join("controller").join(f))?;
+            up::write_file(
+                &dir.join("controller2").join(f),
+                &String::from_utf8_lossy(&text),
+                if f.ends_with(".pem") { 0o644 } else { 0o600 },
+            )?;
+        }
+        p.start_server(1)?;
+    }
     for (i, t) in joins.lines().enumerate() {
         let d = dir.join(format!("node{}", i + 1));
         std::fs::create_dir_all(&d)?;
@@ -739,6 +867,7 @@ fn run_in(a: &ChaosArgs, plan: &[(u64, Fault)], exe: &Path, own: &Path, dir: &Pa
     let mut node_loss = Vec::new();
     let (mut crashes_seen, mut crashed_at, mut no_failpoints) = (0usize, 0u32, false);
     let mut violations = Vec::new();
+    let mut cut_step_down = Vec::new();
     let bound = Duration::from_millis(lease_ms + 2 * 1000 + 2_000);
     for (at, f) in plan {
         let due = start + Duration::from_millis(*at);
@@ -756,9 +885,42 @@ fn run_in(a: &ChaosArgs, plan: &[(u64, Fault)], exe: &Path, own: &Path, dir: &Pa
         let mut watch: Vec<(u64, u32)> = Vec::new();
         match f {
             Fault::KillController { down_ms } => {
-                Procs::kill(&mut p.server);
+                let k = p.leader();
+                Procs::kill(&mut p.servers[k]);
                 std::thread::sleep(Duration::from_millis(*down_ms));
-                p.start_server()?;
+                p.start_server(k)?;
+            }
+            Fault::CutLeader { ms } => {
+                // Cut off from etcd, the leader must stop before its lease can lapse (and so
+                // before another can lead); it is started again (as systemd would) once healed.
+                let k = p.leader();
+                p.relays[k].cut(true);
+                let cut_at = Instant::now();
+                let mut gone = None;
+                while cut_at.elapsed() < Duration::from_millis(*ms) {
+                    if gone.is_none() && p.servers[k].as_mut().is_some_and(|c| c.try_wait().ok().flatten().is_some()) {
+                        gone = Some(cut_at.elapsed().as_secs_f64());
+                    }
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                match gone {
+                    Some(s) => cut_step_down.push(s),
+                    None => violations.push(format!(
+                        "{} was cut off from etcd for {:.1} s (at {:.1} s) and did not step down",
+                        Procs::ctl_name(k),
+                        *ms as f64 / 1000.0,
+                        *at as f64 / 1000.0
+                    )),
+                }
+                p.relays[k].cut(false);
+                Procs::kill(&mut p.servers[k]);
+                p.start_server(k)?;
+            }
+            Fault::KillEtcd { member, down_ms } => {
+                let e = p.etcd.as_mut().expect("etcd faults only with etcd");
+                e.kill(*member as usize - 1);
+                std::thread::sleep(Duration::from_millis(*down_ms));
+                e.restart(*member as usize - 1)?;
             }
             Fault::KillAgent { node, with_tasks, down_ms } => {
                 let i = *node as usize - 1;
@@ -782,16 +944,20 @@ fn run_in(a: &ChaosArgs, plan: &[(u64, Fault)], exe: &Path, own: &Path, dir: &Pa
                 }
             }
             Fault::Partition { node, cut, ms } => {
-                net.cut(*node, *cut, port, true)?;
+                for port in &ports {
+                    net.cut(*node, *cut, *port, true)?;
+                }
                 std::thread::sleep(Duration::from_millis(*ms));
-                net.cut(*node, *cut, port, false)?;
+                for port in &ports {
+                    net.cut(*node, *cut, *port, false)?;
+                }
             }
             Fault::CrashAt { point, nth, down_ms } => {
                 // Restarted with the failpoint armed; it crashes there, or is killed after 15 s.
-                Procs::kill(&mut p.server);
-                p.start_server_with(Some(&format!("{point}={nth}")))?;
+                Procs::kill(&mut p.servers[0]);
+                p.start_server_with(0, Some(&format!("{point}={nth}")))?;
                 let deadline = Instant::now() + Duration::from_secs(15);
-                while Instant::now() < deadline && p.server.as_mut().is_some_and(|c| c.try_wait().ok().flatten().is_none()) {
+                while Instant::now() < deadline && p.servers[0].as_mut().is_some_and(|c| c.try_wait().ok().flatten().is_none()) {
                     std::thread::sleep(Duration::from_millis(50));
                 }
                 let log = std::fs::read_to_string(dir.join("controller.log")).unwrap_or_default();
@@ -801,9 +967,9 @@ fn run_in(a: &ChaosArgs, plan: &[(u64, Fault)], exe: &Path, own: &Path, dir: &Pa
                 } else if !log.contains("failpoints armed") {
                     no_failpoints = true;
                 }
-                Procs::kill(&mut p.server);
+                Procs::kill(&mut p.servers[0]);
                 std::thread::sleep(Duration::from_millis(*down_ms));
-                p.start_server()?;
+                p.start_server(0)?;
             }
             Fault::DiskFull { ms } => {
                 fill_disk(&dir.join("controller"))?;
@@ -913,6 +1079,7 @@ fn run_in(a: &ChaosArgs, plan: &[(u64, Fault)], exe: &Path, own: &Path, dir: &Pa
             violations.push(format!("node {} has {} CPUs allocated, but its running jobs hold {held}", n.name, n.cpus.1));
         }
     }
+    let status: Option<wire::ClusterStatus> = if a.etcd { api.get("/v1/status").ok() } else { None };
     let b = book.lock().expect("lock");
     violations.extend(check(&b, &jobs, &dir.join("ledger")));
     if !violations.is_empty() {
@@ -945,6 +1112,10 @@ fn run_in(a: &ChaosArgs, plan: &[(u64, Fault)], exe: &Path, own: &Path, dir: &Pa
         node_loss_recovery_s: node_loss,
         failpoint_crashes: crashed_at,
         failpoints_missing: no_failpoints,
+        store: if a.etcd { "etcd" } else { "sqlite" }.into(),
+        leaderships: status.as_ref().and_then(|s| s.etcd.as_ref()).map(|e| e.leaderships),
+        cut_step_down_s: cut_step_down,
+        etcd_db_bytes: status.as_ref().and_then(|s| s.etcd.as_ref()).and_then(|e| e.members.iter().map(|m| m.db_bytes).max()),
         violations,
     })
 }
@@ -1361,9 +1532,9 @@ mod tests {
 
     #[test]
     fn a_seed_gives_one_schedule_of_faults_within_the_run() {
-        let a = schedule(7, 300_000, 3, 6_000);
-        assert_eq!(a, schedule(7, 300_000, 3, 6_000));
-        assert_ne!(a, schedule(8, 300_000, 3, 6_000));
+        let a = schedule(7, 300_000, 3, 6_000, false);
+        assert_eq!(a, schedule(7, 300_000, 3, 6_000, false));
+        assert_ne!(a, schedule(8, 300_000, 3, 6_000, false));
         assert!(a.len() > 10 && a.iter().all(|(at, _)| *at < 300_000), "{a:?}");
         assert!(a.windows(2).all(|w| w[0].0 < w[1].0));
         for (_, f) in &a {
@@ -1373,7 +1544,15 @@ mod tests {
             }
         }
         // Every kind turns up in a long enough run.
-        let kinds: BTreeSet<&str> = schedule(1, 3_600_000, 3, 6_000).iter().map(|(_, f)| f.kind()).collect();
+        let kinds: BTreeSet<&str> = schedule(1, 3_600_000, 3, 6_000, false).iter().map(|(_, f)| f.kind()).collect();
         assert_eq!(kinds.len(), 8, "{kinds:?}");
+        // With etcd: the failpoint crashes and the full disk give way to etcd's faults.
+        let kinds: BTreeSet<&str> = schedule(1, 3_600_000, 3, 6_000, true).iter().map(|(_, f)| f.kind()).collect();
+        assert_eq!(kinds.len(), 8, "{kinds:?}");
+        assert!(
+            kinds.contains("leader cut off from etcd")
+                && kinds.contains("kill -9 etcd member")
+                && !kinds.contains("controller's disk full")
+        );
     }
 }

@@ -26,6 +26,7 @@ mod llmsim;
 mod loadgen;
 mod procs;
 mod proxy;
+mod relay;
 mod submit;
 mod upstream;
 

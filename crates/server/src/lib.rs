@@ -62,6 +62,29 @@ pub struct Options {
     pub etcd_lease: Option<u32>,
     /// Seconds between the leader's rounds of etcd upkeep (0: none).
     pub etcd_upkeep: Option<u32>,
+    /// The address clients are told to reach this controller at (`HOST:PORT`, or a URL of
+    /// the TCP port's scheme): what a standby answers while this one leads. Default: the
+    /// listening address, an unspecified one read as loopback.
+    pub advertise: Option<String>,
+}
+
+/// `--advertise`'s value as a URL of `scheme`.
+fn advertised(v: &str, scheme: &str) -> Result<String> {
+    let hostport = match v.split_once("://") {
+        Some((s, rest)) if s == scheme => rest,
+        Some((s, _)) => bail!("--advertise {v:?}: this controller's TCP port speaks {scheme}, not {s}"),
+        None => v,
+    };
+    let ok = hostport.rsplit_once(':').is_some_and(|(h, p)| {
+        !h.is_empty()
+            && p.parse::<u16>().is_ok_and(|p| p > 0)
+            && !h.contains(['/', '?', '#', '@'])
+            && !h.chars().any(|c| c.is_control() || c.is_whitespace())
+    });
+    if !ok {
+        bail!("--advertise {v:?}: expected HOST:PORT (or {scheme}://HOST:PORT), the address clients reach this controller's TCP port at");
+    }
+    Ok(format!("{scheme}://{hostport}"))
 }
 
 /// The largest job record a submission may make where the state is in etcd: a job's record
@@ -149,7 +172,14 @@ pub fn main(o: Options) -> Result<()> {
         sans.push(listen.ip().to_string());
     }
     let tls = (!o.insecure).then_some(sans);
-    rt.block_on(run(ServerArgs { listen, held, data: o.data, settings, security, limits, tls, source, backend }))
+    let advertise = o.advertise.as_deref().map(|v| advertised(v, if o.insecure { "http" } else { "https" })).transpose()?;
+    if advertise.is_none() && listen.ip().is_unspecified() && !matches!(backend, Backend::Sqlite) {
+        tracing::warn!(
+            "listening on every address without --advertise: while this controller leads, standbys send clients to 127.0.0.1:{}; give --advertise HOST:PORT (an address every client reaches)",
+            listen.port()
+        );
+    }
+    rt.block_on(run(ServerArgs { listen, held, data: o.data, settings, security, limits, tls, source, backend, advertise }))
 }
 
 /// Server settings, resolved.
@@ -168,6 +198,8 @@ struct ServerArgs {
     source: config::Source,
     /// Where the cluster's state is.
     backend: Backend,
+    /// `--advertise`, as a URL.
+    advertise: Option<String>,
 }
 
 /// The controller's two listeners, bound.
@@ -186,6 +218,7 @@ async fn bind(
     listen: SocketAddr,
     data: &std::path::Path,
     tls: &Option<Vec<String>>,
+    advertise: Option<String>,
 ) -> Result<Bound> {
     let tcp = match held.take() {
         Some(l) => {
@@ -208,7 +241,7 @@ async fn bind(
     tracing::info!("listening on {scheme}://{local} and unix://{}", sock.display());
     private::write(&data.join("addr"), &local.to_string()).context("writing the address file")?;
     let reach = if local.ip().is_unspecified() { SocketAddr::new(std::net::Ipv4Addr::LOCALHOST.into(), local.port()) } else { local };
-    Ok(Bound { tcp, unix, tls, local, url: format!("{scheme}://{reach}") })
+    Ok(Bound { tcp, unix, tls, local, url: advertise.unwrap_or_else(|| format!("{scheme}://{reach}")) })
 }
 
 #[macro_use]
@@ -296,7 +329,7 @@ async fn run(args: ServerArgs) -> Result<()> {
             let remote = store::etcd::Remote::connect(cfg).with_context(|| format!("connecting to etcd at {endpoints}"))?;
             let db = store::Store::open_replica(&args.data.join("replica.db"), remote).context("opening the replica database")?;
             let db = Arc::new(Mutex::new(db));
-            let b = bind(&mut args.held, args.listen, &args.data, &args.tls).await?;
+            let b = bind(&mut args.held, args.listen, &args.data, &args.tls, args.advertise.clone()).await?;
             let led = ha::stand_by(db.clone(), &args.data, &b.tcp, &b.unix, b.tls.clone(), b.url.clone()).await?;
             bound = Some(b);
             led_boot = Some(led.boot);
@@ -406,7 +439,7 @@ async fn run(args: ServerArgs) -> Result<()> {
     let logged: HashMap<u64, model::JobState> = ctl.jobs().filter(|j| !j.state.is_final()).map(|j| (j.req.id.0, j.state)).collect();
     let Bound { tcp, unix, tls, local, url } = match bound {
         Some(b) => b,
-        None => bind(&mut args.held, args.listen, &args.data, &args.tls).await?,
+        None => bind(&mut args.held, args.listen, &args.data, &args.tls, args.advertise.clone()).await?,
     };
     let app = App {
         inner: Arc::new(Mutex::new(Inner { ctl, job_seq: HashMap::new(), logged })),
@@ -538,4 +571,19 @@ async fn run(args: ServerArgs) -> Result<()> {
         r = t3 => r?,
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn advertise_takes_host_port_or_a_url_of_the_ports_scheme() {
+        assert_eq!(super::advertised("ctl1.example.org:7200", "https").unwrap(), "https://ctl1.example.org:7200");
+        assert_eq!(super::advertised("https://10.0.0.1:7200", "https").unwrap(), "https://10.0.0.1:7200");
+        assert_eq!(super::advertised("[::1]:7200", "http").unwrap(), "http://[::1]:7200");
+        for bad in ["ctl1", "ctl1:0", ":7200", "ctl1:x", "ctl1:7200/path", "a b:1", "u@h:1", "x\u{1b}:1"] {
+            assert!(super::advertised(bad, "https").is_err(), "{bad}");
+        }
+        let e = super::advertised("http://ctl1:7200", "https").unwrap_err().to_string();
+        assert!(e.contains("speaks https, not http"), "{e}");
+    }
 }

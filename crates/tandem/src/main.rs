@@ -192,6 +192,11 @@ enum Cmd {
         /// members holding 64 MiB or more of free pages defragmented one at a time.
         #[arg(long, value_name = "SECS")]
         etcd_upkeep: Option<u32>,
+        /// The address clients reach this controller's TCP port at, HOST:PORT (or
+        /// https://HOST:PORT): what standbys send clients to while it leads. Default: --listen,
+        /// an unspecified address read as 127.0.0.1; give it with several controllers.
+        #[arg(long, value_name = "HOST:PORT")]
+        advertise: Option<String>,
     },
     /// The node daemon.
     Agent {
@@ -657,6 +662,7 @@ fn main() -> std::process::ExitCode {
             etcd_key,
             etcd_lease,
             etcd_upkeep,
+            advertise,
         } => (
             "tandem server",
             log.init().and_then(|()| {
@@ -678,6 +684,7 @@ fn main() -> std::process::ExitCode {
                     etcd_tls,
                     etcd_lease,
                     etcd_upkeep,
+                    advertise,
                 })
                 .map(|_| 0)
             }),

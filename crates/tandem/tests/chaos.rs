@@ -52,6 +52,39 @@ fn regression_seeds_hold_every_invariant() {
 }
 
 #[test]
+fn an_etcd_seed_holds_every_invariant_across_controller_failovers() {
+    if let Err(why) = can_run() {
+        assert!(std::env::var("CI").is_err(), "the chaos harness cannot run under CI=true: {why}");
+        eprintln!("skipped: the chaos harness needs root, network namespaces, iptables and flock ({why})");
+        return;
+    }
+    if !have("etcd") {
+        assert!(std::env::var("CI").is_err(), "etcd is not installed (.ci/run installs Debian's etcd-server)");
+        eprintln!("skipped: no etcd (apt-get install etcd-server)");
+        return;
+    }
+    // Seed 9 with etcd: an agent killed with its tasks, the leading controller killed (the
+    // standby takes over), an etcd member killed, and the leader cut off from etcd (it steps
+    // down; the other takes over).
+    let o = Command::new(bin())
+        .args(["bench", "chaos", "--seed", "9", "--duration", "60", "--agents", "3", "--etcd", "--json"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    let r: serde_json::Value =
+        serde_json::from_str(text.trim()).unwrap_or_else(|e| panic!("no report ({e}):\n{text}\n{}", String::from_utf8_lossy(&o.stderr)));
+    eprintln!(
+        "chaos seed 9 on etcd: faults {}, {} jobs, {} runs, {} requests ({} failed), leaderships {}, cut leader stepped down after {} s, violations {}",
+        r["faults"], r["jobs"], r["runs"], r["requests"], r["requests_failed"], r["leaderships"], r["cut_step_down_s"], r["violations"]
+    );
+    assert!(o.status.success() && r["violations"].as_array().is_some_and(|v| v.is_empty()), "{r:#}");
+    assert_eq!(r["store"], "etcd", "{r:#}");
+    assert_eq!(r["leaderships"], 3, "the first leader, the one after the kill, the one after the cut: {r:#}");
+    assert_eq!(r["cut_step_down_s"].as_array().map(Vec::len), Some(1), "{r:#}");
+    assert!(r["runs"].as_u64().unwrap() > 0 && r["requests"].as_u64().unwrap() > 0 && r["requests_failed"] == 0, "{r:#}");
+}
+
+#[test]
 fn bad_arguments_are_refused_with_what_to_fix_and_a_plan_needs_nothing() {
     for bad in [&["--agents", "1"][..], &["--agents", "51"], &["--lease", "2"], &["--duration", "0"], &["--duration=-5"]] {
         let o = Command::new(bin()).args(["bench", "chaos"]).args(bad).output().unwrap();
