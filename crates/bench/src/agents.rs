@@ -71,6 +71,8 @@ pub struct Opts {
     pub services: (u32, u32),
     /// Plain HTTP/2 to an `--insecure` controller instead of TLS.
     pub insecure: bool,
+    /// The state in a three-member etcd on this machine (`--etcd`).
+    pub etcd: bool,
 }
 
 /// Percentiles of a latency sample, milliseconds.
@@ -122,6 +124,14 @@ pub struct Report {
     idle_window_s: f64,
     idle_controller_cpu_per_s: f64,
     idle_heartbeats_per_s: f64,
+    /// Durable commits (SQLite transactions or etcd commits) during the idle window: heartbeats
+    /// that change nothing write nothing.
+    idle_db_commits: u64,
+    /// `sqlite`, or `etcd` (three members on this machine).
+    store: &'static str,
+    /// With etcd: transactions written over the whole run, and their seconds.
+    etcd_transactions: u64,
+    etcd_commit_seconds: f64,
     submit_s: f64,
     submissions_per_s: f64,
     api_submit: Lat,
@@ -583,11 +593,16 @@ pub fn run(o: Opts) -> Result<Report> {
     std::fs::write(data.join("tandem.toml"), format!("lease = {lease}\nheartbeat = {heartbeat}\n"))?;
     let exe = std::env::current_exe()?;
     let mut procs = Procs(Vec::new());
+    let members = match o.etcd {
+        true => Some(up::etcd::Etcd::start(&dir.join("etcd"), 3).context("starting etcd (apt-get install etcd-server)")?),
+        false => None,
+    };
     procs.0.push(
         Command::new(&exe)
             .args(["server", "--listen", "127.0.0.1:0", "--data"])
             .arg(&data)
             .args(o.insecure.then_some("--insecure"))
+            .args(members.as_ref().map(up::etcd::Etcd::server_args).unwrap_or_default())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(dir.join("controller.log"))?)
             .spawn()
@@ -704,6 +719,11 @@ pub fn run(o: Opts) -> Result<Report> {
     let (cpu_reg, _) = proc_usage(&pid);
     eprintln!("bench agents: {} agents registered in {registration_s:.1} s", o.count);
     // 2. The idle cluster: the cost of heartbeats alone.
+    let commits = || -> f64 {
+        let m = rt.block_on(send(&unix, "GET", "/metrics", None::<&()>, &[])).ok().and_then(|r| r.ok().ok());
+        m.map_or(0.0, |m| metric(&String::from_utf8_lossy(&m.body), "tandem_db_commits_total"))
+    };
+    let commits0 = commits();
     let (idle_cpu0, _) = proc_usage(&pid);
     let hb0 = sh.heartbeats.load(Relaxed);
     let idle_t = Instant::now();
@@ -711,6 +731,7 @@ pub fn run(o: Opts) -> Result<Report> {
     let idle_s = idle_t.elapsed().as_secs_f64();
     let (idle_cpu1, _) = proc_usage(&pid);
     let idle_hb = sh.heartbeats.load(Relaxed) - hb0;
+    let idle_db_commits = (commits() - commits0).max(0.0) as u64;
     // 3. Services, then jobs: submitters and an observer at once.
     let (cpu_jobs0, _) = proc_usage(&pid);
     let job_start = Instant::now();
@@ -888,6 +909,10 @@ pub fn run(o: Opts) -> Result<Report> {
         idle_window_s: idle_s,
         idle_controller_cpu_per_s: if idle_s > 0.0 { (idle_cpu1 - idle_cpu0) / idle_s } else { 0.0 },
         idle_heartbeats_per_s: if idle_s > 0.0 { idle_hb as f64 / idle_s } else { 0.0 },
+        idle_db_commits,
+        store: if o.etcd { "etcd" } else { "sqlite" },
+        etcd_transactions: metric(&metrics_text, "tandem_etcd_transactions_total") as u64,
+        etcd_commit_seconds: metric(&metrics_text, "tandem_etcd_commit_seconds_total"),
         submit_s,
         submissions_per_s: o.jobs as f64 / submit_s.max(1e-9),
         api_submit: lat(std::mem::take(&mut *sub_lat.lock().expect("lock"))),
@@ -963,6 +988,10 @@ pub fn print(r: &Report) {
         "  idle cluster                    {:.2} controller CPU-s per s, {:.0} heartbeats/s (over {:.0} s)",
         r.idle_controller_cpu_per_s, r.idle_heartbeats_per_s, r.idle_window_s
     );
+    println!("  idle cluster's commits          {} ({}; heartbeats that change nothing write nothing)", r.idle_db_commits, r.store);
+    if r.store == "etcd" {
+        println!("  etcd                            {} transactions, {:.1} s in all", r.etcd_transactions, r.etcd_commit_seconds);
+    }
     println!("  submissions                     {:.1} s, {:.0} jobs/s", r.submit_s, r.submissions_per_s);
     println!("  API submit p50 / p99            {}", l(&r.api_submit));
     println!("  API get job p50 / p99           {}", l(&r.api_get_job));
@@ -1059,6 +1088,7 @@ mod tests {
             seed: 3,
             services: (0, 0),
             insecure: false,
+            etcd: false,
         };
         let (mut a, mut b) = (SmallRng::seed_from_u64(3), SmallRng::seed_from_u64(3));
         for _ in 0..200 {

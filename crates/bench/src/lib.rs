@@ -28,6 +28,7 @@ mod procs;
 mod proxy;
 mod relay;
 mod submit;
+mod takeover;
 mod upstream;
 
 pub use flood::{FLOOD_CMD, attacker as flood_attacker};
@@ -77,6 +78,27 @@ pub enum BenchCmd {
     /// ways and one way), checked against invariants: no job stuck, run twice, or run after its
     /// cancel; no submission lost; steady state within a bound; no failed request. Needs root.
     Chaos(crate::chaos::ChaosArgs),
+    /// A standby's takeover with many jobs stored in etcd: three members, two controllers,
+    /// agents; `--jobs` submitted one request each, `--finished` of them run to their end and
+    /// the rest held; then etcd's size, both controllers' RSS, `sacct` over the finished jobs,
+    /// and the time from `kill -9` of the leader to the next acknowledged submission.
+    Takeover {
+        /// Jobs submitted (one request each).
+        #[arg(long, default_value_t = 100_000)]
+        jobs: u32,
+        /// The share of them run to their end (the rest held pending).
+        #[arg(long, default_value_t = 0.9)]
+        finished: f64,
+        /// Node agents (separate processes, 16 CPUs each).
+        #[arg(long, default_value_t = 4)]
+        agents: u32,
+        /// API requests in flight at once.
+        #[arg(long, default_value_t = 32)]
+        concurrency: u32,
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
     /// Job throughput of a real local cluster: submissions per second (CLI loop and API),
     /// completed jobs per second, controller RSS and `squeue` latency with many jobs pending.
     Submit {
@@ -99,6 +121,10 @@ pub enum BenchCmd {
         /// views cost the batch system).
         #[arg(long, default_value_t = 0)]
         kube_watchers: u32,
+        /// Keep the state in a three-member etcd on this machine (Debian's etcd-server; the
+        /// daemons built with `--features etcd`), with a standby controller watching it.
+        #[arg(long)]
+        etcd: bool,
         /// Print one JSON object.
         #[arg(long)]
         json: bool,
@@ -160,6 +186,10 @@ pub enum BenchCmd {
         /// Plain HTTP/2 to an `--insecure` controller instead of TLS (to measure what TLS costs).
         #[arg(long)]
         insecure: bool,
+        /// Keep the state in a three-member etcd on this machine (Debian's etcd-server; the
+        /// daemons built with `--features etcd`).
+        #[arg(long)]
+        etcd: bool,
         /// Print one JSON object.
         #[arg(long)]
         json: bool,
@@ -272,11 +302,15 @@ pub fn run(cmd: BenchCmd) -> Result<()> {
             let r = crate::proxy::run(a)?;
             report(json, &r, crate::proxy::print)
         }
-        BenchCmd::Submit { jobs, cli_jobs, agents, cpus_per_agent, concurrency, kube_watchers, json } => {
+        BenchCmd::Takeover { jobs, finished, agents, concurrency, json } => {
+            let r = crate::takeover::run(jobs, finished, agents, concurrency)?;
+            report(json, &r, crate::takeover::print)
+        }
+        BenchCmd::Submit { jobs, cli_jobs, agents, cpus_per_agent, concurrency, kube_watchers, etcd, json } => {
             if jobs == 0 || agents == 0 || concurrency == 0 {
                 bail!("--jobs, --agents and --concurrency must be positive");
             }
-            let r = crate::submit::run(jobs, cli_jobs, agents, cpus_per_agent, concurrency, kube_watchers)?;
+            let r = crate::submit::run(jobs, cli_jobs, agents, cpus_per_agent, concurrency, kube_watchers, etcd)?;
             report(json, &r, crate::submit::print)
         }
         BenchCmd::Agents {
@@ -298,6 +332,7 @@ pub fn run(cmd: BenchCmd) -> Result<()> {
             timeout,
             seed,
             insecure,
+            etcd,
             json,
         } => {
             let (a, b) = run_time.split_once('-').unwrap_or((&run_time, &run_time));
@@ -324,6 +359,7 @@ pub fn run(cmd: BenchCmd) -> Result<()> {
                 seed,
                 services: (services, replicas),
                 insecure,
+                etcd,
             };
             let r = crate::agents::run(o)?;
             report(json, &r, crate::agents::print)

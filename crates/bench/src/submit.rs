@@ -78,7 +78,7 @@ async fn kube_watch(t: Target, stop: Arc<AtomicBool>, events: Arc<AtomicU64>) {
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use up::Kids as Procs;
 
-fn rss_mib(pid: u32) -> f64 {
+pub(crate) fn rss_mib(pid: u32) -> f64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
         .and_then(|s| {
@@ -92,7 +92,7 @@ fn median(mut v: Vec<f64>) -> f64 {
     v.get(v.len() / 2).copied().unwrap_or(0.0)
 }
 
-async fn wait_idle(t: &Target, pid: u32, rss: &mut f64) -> Result<()> {
+pub(crate) async fn wait_idle(t: &Target, pid: u32, rss: &mut f64) -> Result<()> {
     let deadline = Instant::now() + Duration::from_secs(3600);
     loop {
         *rss = rss.max(rss_mib(pid));
@@ -107,7 +107,7 @@ async fn wait_idle(t: &Target, pid: u32, rss: &mut f64) -> Result<()> {
     }
 }
 
-async fn submit_many(t: &Target, req: &SubmitRequest, n: u32, concurrency: u32) -> Result<()> {
+pub(crate) async fn submit_many(t: &Target, req: &SubmitRequest, n: u32, concurrency: u32) -> Result<()> {
     let sem = Arc::new(tokio::sync::Semaphore::new(concurrency as usize));
     let req = Arc::new(req.clone());
     let mut handles = Vec::with_capacity(n as usize);
@@ -127,17 +127,25 @@ async fn submit_many(t: &Target, req: &SubmitRequest, n: u32, concurrency: u32) 
 }
 
 /// Runs the benchmark.
-pub fn run(jobs: u32, cli_jobs: u32, agents: u32, cpus: u32, concurrency: u32, kube_watchers: u32) -> Result<Report> {
+pub fn run(jobs: u32, cli_jobs: u32, agents: u32, cpus: u32, concurrency: u32, kube_watchers: u32, etcd: bool) -> Result<Report> {
     let dir: PathBuf = std::env::temp_dir().join(format!("tandem-bench-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(dir.join("ctl"))?;
     let exe = std::env::current_exe()?;
     let mut procs = Procs(Vec::new());
     let log = |n: &str| std::fs::File::create(dir.join(n));
+    // With --etcd: three members (as `tandem up --ha` runs them), the controller on them, and
+    // a standby that keeps its replica by watching (started below, once the keys exist).
+    let members = match etcd {
+        true => Some(up::etcd::Etcd::start(&dir.join("etcd"), 3).context("starting etcd (apt-get install etcd-server)")?),
+        false => None,
+    };
+    let store: Vec<String> = members.as_ref().map(up::etcd::Etcd::server_args).unwrap_or_default();
     procs.0.push(
         Command::new(&exe)
             .args(["server", "--listen", "127.0.0.1:0", "--data"])
             .arg(dir.join("ctl"))
+            .args(&store)
             .stdout(Stdio::null())
             .stderr(log("controller.log")?)
             .spawn()
@@ -157,6 +165,23 @@ pub fn run(jobs: u32, cli_jobs: u32, agents: u32, cpus: u32, concurrency: u32, k
     let t = Target::parse(&sock)?;
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     let joins = rt.block_on(crate::join_tokens(&t, agents))?;
+    if etcd {
+        std::fs::create_dir_all(dir.join("ctl2"))?;
+        for f in up::SHARED_FILES {
+            let text = std::fs::read(dir.join("ctl").join(f))?;
+            up::write_file(&dir.join("ctl2").join(f), &String::from_utf8_lossy(&text), if f.ends_with(".pem") { 0o644 } else { 0o600 })?;
+        }
+        procs.0.push(
+            Command::new(&exe)
+                .args(["server", "--listen", "127.0.0.1:0", "--data"])
+                .arg(dir.join("ctl2"))
+                .args(&store)
+                .stdout(Stdio::null())
+                .stderr(log("standby.log")?)
+                .spawn()
+                .context("starting the standby")?,
+        );
+    }
     for i in 1..=agents {
         let d = dir.join(format!("node{i}"));
         std::fs::create_dir_all(&d)?;
@@ -290,7 +315,11 @@ pub fn run(jobs: u32, cli_jobs: u32, agents: u32, cpus: u32, concurrency: u32, k
         squeue_api_ms_median: median(api_ms),
         squeue_cli_ms_median: median(cli_ms),
         pending_for_squeue: jobs,
-        settings: "durable commits (SQLite WAL, synchronous=FULL), Unix-socket peer-credential identity, real process launches, lease 30 s",
+        settings: if etcd {
+            "durable commits (etcd, three members on this machine, TLS, and a standby controller watching), Unix-socket peer-credential identity, real process launches, lease 30 s"
+        } else {
+            "durable commits (SQLite WAL, synchronous=FULL), Unix-socket peer-credential identity, real process launches, lease 30 s"
+        },
         kube_watchers,
         kube_watch_events: events.load(Ordering::Relaxed),
         controller_cpu_s,

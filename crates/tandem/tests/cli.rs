@@ -274,6 +274,54 @@ fn bench_submit_smoke() {
 }
 
 #[test]
+fn benches_on_etcd_smoke() {
+    if Command::new("etcd").arg("--version").output().is_err() {
+        assert!(std::env::var_os("CI").is_none(), "etcd is not installed (.ci/run installs Debian's etcd-server)");
+        eprintln!("skipped: no etcd (apt-get install etcd-server)");
+        return;
+    }
+    let v = ok_json(&["bench", "submit", "--jobs", "10", "--cli-jobs", "3", "--agents", "2", "--cpus-per-agent", "4", "--etcd", "--json"]);
+    assert!(v["completed_jobs_per_s"].as_f64().unwrap() > 0.0 && v["settings"].as_str().unwrap().contains("etcd"), "{v}");
+    // The idle cluster's heartbeats write nothing to etcd.
+    let v = ok_json(&[
+        "bench",
+        "agents",
+        "--count",
+        "20",
+        "--jobs",
+        "4",
+        "--run-time",
+        "1-2",
+        "--max-gang",
+        "2",
+        "--idle",
+        "4",
+        "--heartbeat",
+        "1",
+        "--lease",
+        "30",
+        "--services",
+        "0",
+        "--timeout",
+        "300",
+        "--etcd",
+        "--json",
+    ]);
+    assert_eq!(
+        (v["store"].as_str(), v["all_complete"].as_bool(), v["idle_db_commits"].as_u64()),
+        (Some("etcd"), Some(true), Some(0)),
+        "{v}"
+    );
+    assert!(v["idle_heartbeats_per_s"].as_f64().unwrap() > 5.0 && v["etcd_transactions"].as_u64().unwrap() > 0, "{v}");
+    // A takeover with 40 jobs stored, 30 of them finished.
+    let v = ok_json(&["bench", "takeover", "--jobs", "40", "--finished", "0.75", "--agents", "1", "--json"]);
+    assert_eq!((v["finished"].as_u64(), v["held"].as_u64(), v["sacct_lines"].as_u64()), (Some(30), Some(10), Some(30)), "{v}");
+    assert_eq!(v["jobs_after_takeover"].as_u64(), Some(11), "the held jobs and the one acknowledged by the new leader: {v}");
+    assert!(v["takeover_s"].as_f64().unwrap() > 0.0 && v["etcd_db_bytes_max"].as_i64().unwrap() > 0, "{v}");
+    assert!(err(&["bench", "takeover", "--finished", "2"]).contains("between 0 and 1"));
+}
+
+#[test]
 fn shims_link_the_slurm_commands_to_tandem_slurm() {
     let dir = std::env::temp_dir().join(format!("tandem-shims-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
