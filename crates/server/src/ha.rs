@@ -373,17 +373,42 @@ pub(crate) async fn stand_by(
     let took = std::time::Instant::now();
     // The first fenced transaction: the start count, past every one used before.
     let db2 = db.clone();
+    // The highest start count this controller has known (DATA/boot, as with SQLite): one above
+    // etcd's means etcd's state went back in time (a snapshot restored).
+    let boot_file = data.join("boot");
+    let known: u64 = std::fs::read_to_string(&boot_file).ok().and_then(|s| s.trim().parse().ok()).unwrap_or(0);
     let (boot, boot_rev) = tokio::task::spawn_blocking(move || {
         let mut d = db2.lock().expect("store lock");
-        let floor = d.meta("boot").ok().flatten().and_then(|b| b.parse().ok()).unwrap_or(0);
+        let floor: u64 = d.meta("boot").ok().flatten().and_then(|b| b.parse().ok()).unwrap_or(0);
         d.remote().expect("an etcd store").set_fence(fence, floor + 1);
         // What the last leader left half written: a committed group's records to their keys.
         d.remote().expect("an etcd store").settle_groups()?;
-        let boot = d.next_boot_after(floor, 1)?;
+        // A state restored from an etcd snapshot (`etcdctl snapshot restore` gives the cluster
+        // a new id) is behind the starts, ids and runs made since: counted far past them, and
+        // marked restored, so its unfinished jobs are held until settled (as a restored SQLite
+        // backup's).
+        let live = d.remote().expect("an etcd store").cluster_id();
+        let stored = d.meta("etcd_cluster").ok().flatten();
+        let new_cluster = live != 0 && stored.as_deref().is_some_and(|s| s != format!("{live:x}"));
+        let restored = new_cluster || (floor > 0 && known > floor);
+        let boot = d.next_boot_after(floor.max(known), if restored { store::RESTORE_BOOT_STEP } else { 1 })?;
+        if restored {
+            let why = if new_cluster {
+                format!("etcd's cluster id is {live:x}, and the state was written on {}", stored.as_deref().unwrap_or_default())
+            } else {
+                format!("its start count is {floor}, and this controller has known {known}")
+            };
+            tracing::warn!("etcd's state was restored from a snapshot: {why}");
+            d.put_meta("backup_taken", Some("0".into()))?;
+        }
+        if stored.as_deref() != Some(format!("{live:x}").as_str()) && live != 0 {
+            d.put_meta("etcd_cluster", Some(format!("{live:x}")))?;
+        }
         Ok::<_, store::StoreError>((boot, d.remote().expect("an etcd store").last_revision()))
     })
     .await?
     .context("raising the start count in etcd")?;
+    crate::private::write(&boot_file, &boot.to_string()).context("writing DATA/boot")?;
     // Everything the last leader committed is in the replica once the watch has passed the
     // transaction just made.
     tokio::time::timeout(Duration::from_secs(30), applied.wait_for(|r| *r >= boot_rev))

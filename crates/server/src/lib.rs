@@ -405,7 +405,8 @@ async fn run(args: ServerArgs) -> Result<()> {
         tracing::warn!(
             jobs = jobs.len(),
             arrays = arrays.len(),
-            "restored from a backup taken at {taken} (unix time): {} job(s) and {} array(s) it holds unfinished are held (reason Restored) until their agents report them running or an operator releases or cancels them; new job ids start at {}; this start is counted {boot}",
+            "restored from {}: {} job(s) and {} array(s) it holds unfinished are held (reason Restored) until their agents report them running or an operator releases or cancels them; new job ids start at {}; this start is counted {boot}",
+            if taken > 0 { format!("a backup taken at {taken} (unix time)") } else { "an etcd snapshot".to_string() },
             jobs.len(),
             arrays.len(),
             loaded.next_id

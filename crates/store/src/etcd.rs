@@ -182,6 +182,8 @@ pub struct Remote {
     pending: Follower,
     /// Keys the last full read could not read.
     skipped: u64,
+    /// etcd's cluster id, as the last full read saw it.
+    cluster_id: u64,
     /// Records left out of commits for their size since last asked: key, bytes.
     oversized: Vec<(String, usize)>,
     /// What it has done.
@@ -333,6 +335,7 @@ impl Remote {
             last: 0,
             pending: Follower::default(),
             skipped: 0,
+            cluster_id: 0,
             oversized: Vec::new(),
             stats: Default::default(),
         })
@@ -576,7 +579,8 @@ impl Remote {
         let prefix = self.cfg.prefix.clone();
         let end = prefix_end(prefix.as_bytes());
         into.clear()?;
-        let (rev, pending, skipped) = block(&self.rt, async move {
+        let (rev, pending, skipped, cluster_id) = block(&self.rt, async move {
+            let mut cluster_id = 0u64;
             let mut skipped = 0u64;
             let mut from = prefix.clone().into_bytes();
             let mut rev = 0i64;
@@ -593,6 +597,7 @@ impl Remote {
                 .await?;
                 if rev == 0 {
                     rev = r.header().map_or(0, |h| h.revision());
+                    cluster_id = r.header().map_or(0, |h| h.cluster_id());
                 }
                 let mut recs = Vec::new();
                 for kv in r.kvs() {
@@ -647,10 +652,11 @@ impl Remote {
                 }
             }
             into.apply(&[], Some(rev))?;
-            Ok((rev, pending, skipped))
+            Ok((rev, pending, skipped, cluster_id))
         })?;
         self.pending = pending;
         self.skipped = skipped;
+        self.cluster_id = cluster_id;
         Ok(rev)
     }
 
@@ -668,6 +674,13 @@ impl Remote {
     /// The records left out of commits for their size since the last call: key, bytes.
     pub fn take_oversized(&mut self) -> Vec<(String, usize)> {
         std::mem::take(&mut self.oversized)
+    }
+
+    /// etcd's cluster id at the last full read. A snapshot restored with `etcdctl snapshot
+    /// restore` makes a cluster with a new id: where the id stored beside the state differs,
+    /// the state is a restored snapshot's.
+    pub fn cluster_id(&self) -> u64 {
+        self.cluster_id
     }
 
     /// Keys the last full read did not read (not this build's, or not of this cluster).

@@ -494,3 +494,58 @@ fn losing_an_etcd_follower_and_bringing_it_back_is_not_seen_by_clients() {
     let (c1, c2) = (ha.log("c1"), ha.log("c2"));
     assert!(!c1.contains("stepping down") && !c2.contains("leading:"), "{c1}\n{c2}");
 }
+
+#[test]
+fn a_cluster_restored_from_an_etcd_snapshot_counts_past_it_and_holds_what_it_had_unfinished() {
+    if !have("etcdctl") {
+        assert!(std::env::var_os("CI").is_none(), "etcdctl is not installed (.ci/run installs Debian's etcd-client)");
+        eprintln!("skipped: no etcdctl (apt-get install etcd-client)");
+        return;
+    }
+    let Some(mut ha) = Ha::start("ha-restore", 1) else { return };
+    // A job running and a job done when the snapshot is taken.
+    let done = ha.ok("sbatch", &["--parsable", "-o", "/dev/null", "--wrap", "true"]).trim().to_string();
+    let running = ha.ok("sbatch", &["--parsable", "-o", "/dev/null", "--wrap", "sleep 300"]).trim().to_string();
+    let state = |ha: &Ha, id: &str| ha.ok("squeue", &["-h", "-j", id, "-o", "%T %r"]).trim().to_string();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !state(&ha, &running).starts_with("RUNNING")
+        || !ha.ok("sacct", &["-X", "-n", "-P", "-j", &done, "-o", "State"]).contains("COMPLETED")
+    {
+        assert!(Instant::now() < deadline, "{}", state(&ha, &running));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let snap = ha.dir.join("snapshot.db");
+    ha.etcd.snapshot(&snap).unwrap();
+    // After it: a job made and finished, and a failover.
+    let after = ha.ok("sbatch", &["--parsable", "-o", "/dev/null", "--wrap", "true"]).trim().parse::<u64>().unwrap();
+    ha.kill_controller(0);
+    ha.wait_leader(1);
+    ha.start_controller(0);
+    // Everything stopped; etcd's members restored from the snapshot; the controllers started.
+    ha.kill_controller(0);
+    ha.kill_controller(1);
+    ha.etcd.restore(&snap).unwrap();
+    ha.start_controller(0);
+    ha.start_controller(1);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while ha.run("squeue", &["-h"]).status.code() != Some(0) {
+        assert!(Instant::now() < deadline, "no controller leads after the restore");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let logs = format!("{}{}", ha.log("c1"), ha.log("c2"));
+    assert!(logs.contains("etcd's state was restored from a snapshot"), "{logs}");
+    assert!(logs.contains("restored from an etcd snapshot: 1 job(s)"), "the job running at the snapshot is held: {logs}");
+    // The running job is held (Restored) until its agent reports it, then runs on: never twice.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !state(&ha, &running).starts_with("RUNNING") {
+        assert!(Instant::now() < deadline, "{}", state(&ha, &running));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let st = ha.tandem_ok(&["status"]);
+    let starts: u64 = st.split("start count ").nth(1).and_then(|r| r.split(')').next()).and_then(|n| n.parse().ok()).unwrap();
+    assert!(starts > 1 << 16, "counted past every start since the snapshot: {st}");
+    // Ids given after the snapshot are not given again.
+    let next = ha.ok("sbatch", &["--parsable", "-o", "/dev/null", "--hold", "--wrap", "true"]).trim().parse::<u64>().unwrap();
+    assert!(next > after, "{next} after {after}");
+    assert_eq!(ha.ok("sacct", &["-X", "-n", "-P", "-j", &running, "-o", "Restarts"]).trim(), "0", "never run twice");
+}

@@ -251,6 +251,69 @@ impl Etcd {
         self.wait(i)
     }
 
+    /// `etcdctl` with this cluster's TLS, against member `i`.
+    fn etcdctl(&self, i: usize) -> Command {
+        let mut c = Command::new("etcdctl");
+        c.env("ETCDCTL_API", "3")
+            .arg(format!("--endpoints=https://{}", self.members[i].client))
+            .arg(format!("--cacert={}", self.ca.display()))
+            .arg(format!("--cert={}", self.client_cert.display()))
+            .arg(format!("--key={}", self.client_key.display()));
+        c
+    }
+
+    /// Saves a snapshot of the cluster's data to `file` (`etcdctl snapshot save`, from the
+    /// first member that answers).
+    pub fn snapshot(&self, file: &Path) -> Result<()> {
+        let mut why = String::new();
+        for i in 0..self.members.len() {
+            let o =
+                self.etcdctl(i).args(["snapshot", "save"]).arg(file).output().context("running etcdctl (apt-get install etcd-client)")?;
+            if o.status.success() {
+                return Ok(());
+            }
+            why = String::from_utf8_lossy(&o.stderr).trim().to_string();
+        }
+        bail!("etcdctl snapshot save: {why}")
+    }
+
+    /// Replaces every member's data with the snapshot `file` (`etcdctl snapshot restore`,
+    /// with a new cluster token, so the restored cluster has an id of its own), and starts them
+    /// again: the members are stopped first.
+    pub fn restore(&mut self, file: &Path) -> Result<()> {
+        for i in 0..self.members.len() {
+            self.kill(i);
+        }
+        let token =
+            format!("tandem-restored-{}", std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()));
+        for i in 0..self.members.len() {
+            let m = &self.members[i];
+            let _ = std::fs::remove_dir_all(&m.data);
+            let o = Command::new("etcdctl")
+                .env("ETCDCTL_API", "3")
+                .args(["snapshot", "restore"])
+                .arg(file)
+                .args(["--name", &m.name, "--data-dir"])
+                .arg(&m.data)
+                .args(["--initial-cluster", &self.initial, "--initial-cluster-token", &token])
+                .args(["--initial-advertise-peer-urls", &format!("https://{}", m.peer)])
+                .output()
+                .context("running etcdctl (apt-get install etcd-client)")?;
+            if !o.status.success() {
+                bail!("etcdctl snapshot restore for {}: {}", m.name, String::from_utf8_lossy(&o.stderr).trim());
+            }
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&m.data, std::fs::Permissions::from_mode(0o700))?;
+        }
+        for i in 0..self.members.len() {
+            self.spawn(i)?;
+        }
+        for i in 0..self.members.len() {
+            self.wait(i)?;
+        }
+        Ok(())
+    }
+
     /// The members' process ids (for a supervisor's list).
     pub fn pids(&self) -> Vec<u32> {
         self.members.iter().filter_map(|m| m.child.as_ref().map(Child::id)).collect()
