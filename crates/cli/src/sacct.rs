@@ -198,6 +198,14 @@ pub(crate) fn sacct(args: &[String]) -> Result<i32> {
         users = Some(vec![uid.to_string()]);
     }
     let mut q = vec![format!("since={since}")];
+    // Jobs named: the controller reads those alone (by id, not every finished job), each by
+    // its number (an array task's N_K and a component's N+K are the job N's).
+    if let Some(w) = &ids {
+        let nums: Option<Vec<u64>> = w.iter().map(|x| x.split(['_', '+', '.']).next().and_then(|n| n.parse::<u64>().ok())).collect();
+        if let Some(nums) = nums.filter(|n| !n.is_empty() && n.len() <= 10_000) {
+            q.push(format!("jobs={}", nums.iter().map(u64::to_string).collect::<Vec<_>>().join(",")));
+        }
+    }
     // The controller filters by name; a uid is matched below.
     if let Some([u]) = users.as_deref()
         && !u.bytes().all(|b| b.is_ascii_digit())

@@ -338,11 +338,17 @@ pub(crate) async fn stand_by(
     tracing::info!(lease = format!("{:x}", lease.id), ttl_s = lease.ttl.as_secs(), "campaigning for leadership as {url}");
     let lease_id = lease.id;
     {
+        // On a thread and runtime of its own: a request that holds the controller's runtime
+        // busy (a large listing) must not delay the renewals, or the leader would step down
+        // for nothing.
         let (c, l) = (members, lease);
-        tokio::spawn(async move {
-            let why = store::etcd::keep_alive(c, &l).await;
+        std::thread::Builder::new().name("etcd-lease".into()).spawn(move || {
+            let why = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                Ok(rt) => rt.block_on(store::etcd::keep_alive(c, &l)),
+                Err(e) => format!("starting the lease's runtime: {e}"),
+            };
             step_down(&why);
-        });
+        })?;
     }
     // Who leads, for the standby's answers.
     let (leader_tx, leader_rx) = watch::channel(None);

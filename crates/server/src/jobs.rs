@@ -962,6 +962,8 @@ async fn node_action(
 struct HistoryQuery {
     user: Option<String>,
     since: Option<i64>,
+    /// Job numbers (`sacct -j`): those jobs and their arrays' tasks alone, read by id.
+    jobs: Option<String>,
 }
 
 async fn history(
@@ -972,6 +974,17 @@ async fn history(
 ) -> Response {
     let v = or_reply!(viewer_of(&app, &peer, &headers));
     let q = or_reply!(query(q));
+    let named: Option<Vec<u64>> = match q.jobs.as_deref() {
+        None => None,
+        Some(list) => {
+            let ids: Result<Vec<u64>, _> = list.split(',').map(|x| x.trim().parse::<u64>()).collect();
+            match ids {
+                Ok(ids) if !ids.is_empty() && ids.len() <= 10_000 => Some(ids),
+                _ => return err(StatusCode::BAD_REQUEST, format!("jobs={list:?}: expected up to 10,000 job numbers, comma-separated")),
+            }
+        }
+    };
+    let span = u64::from(app.lock().ctl.settings().max_array);
     // Running and pending jobs come from memory; finished ones from the accounting table, read
     // once everything seen in memory is durable (a job that ended in between is in both: the
     // table's final record wins).
@@ -981,6 +994,9 @@ async fn history(
             .ctl
             .jobs()
             .filter(|j| !j.state.is_final() && q.user.as_deref().is_none_or(|u| j.req.user == u) && v.sees(j.spec.uid))
+            .filter(|j| {
+                named.as_ref().is_none_or(|ids| ids.contains(&j.req.id.0) || j.array.as_ref().is_some_and(|a| ids.contains(&a.array_job)))
+            })
             .flat_map(|j| job_rows(&j, &v, &default_partition(&g.ctl)))
             .collect();
         (live, app.journal.last(), default_partition(&g.ctl))
@@ -988,17 +1004,25 @@ async fn history(
     if let Err(r) = app.settled(seq).await {
         return r;
     }
-    let stored = app.db.lock().expect("database lock").history(q.user.as_deref(), q.since.unwrap_or(0));
-    match stored {
-        Ok(jobs) => {
-            let mut out: Vec<JobInfo> = jobs.iter().filter(|j| v.sees(j.spec.uid)).flat_map(|j| job_rows(j, &v, &part)).collect();
-            let ended: std::collections::HashSet<u64> = out.iter().map(|j| j.id).collect();
-            out.extend(live.into_iter().filter(|j| !ended.contains(&j.id)));
-            out.sort_by_key(|j| j.id);
-            Json(out).into_response()
+    // Reading, decoding and encoding many finished jobs takes a while: off the runtime's
+    // threads, which serve everyone else meanwhile.
+    let db = app.db.clone();
+    let answer = tokio::task::spawn_blocking(move || {
+        let stored =
+            db.lock().expect("database lock").history_of(q.user.as_deref(), q.since.unwrap_or(0), named.as_deref().map(|ids| (ids, span)));
+        match stored {
+            Ok(jobs) => {
+                let mut out: Vec<JobInfo> = jobs.iter().filter(|j| v.sees(j.spec.uid)).flat_map(|j| job_rows(j, &v, &part)).collect();
+                let ended: std::collections::HashSet<u64> = out.iter().map(|j| j.id).collect();
+                out.extend(live.into_iter().filter(|j| !ended.contains(&j.id)));
+                out.sort_by_key(|j| j.id);
+                Json(out).into_response()
+            }
+            Err(e) => err(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
         }
-        Err(e) => err(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
-    }
+    })
+    .await;
+    answer.unwrap_or_else(|e| err(StatusCode::INTERNAL_SERVER_ERROR, format!("reading the history: {e}")))
 }
 
 async fn priorities(State(app): State<App>, ConnectInfo(peer): ConnectInfo<Peer>, headers: HeaderMap) -> Response {

@@ -137,6 +137,46 @@ fn backend(o: &Options) -> Result<Backend> {
     )
 }
 
+/// `tandem admin migrate`: the state in the SQLite database of the data directory `data`
+/// written into etcd below `prefix` (which must be empty), for controllers started with
+/// `--store URL` on it afterwards. The controller must be stopped. Returns what was written.
+pub fn migrate(data: &std::path::Path, url: &str, prefix: &str, tls: Option<(PathBuf, PathBuf, PathBuf)>) -> Result<String> {
+    let db = data.join("state.db");
+    if !db.exists() {
+        bail!("{}: no such database (give the data directory of a controller that ran on SQLite with --data)", db.display());
+    }
+    if std::os::unix::net::UnixStream::connect(data.join("tandem.sock")).is_ok() {
+        bail!("a controller is running on {}: stop it first (its state must not change while it is copied)", data.display());
+    }
+    #[cfg(feature = "etcd")]
+    {
+        let mut cfg = store::etcd::Config::parse(url, prefix).map_err(|e| anyhow::anyhow!("--store {e}"))?;
+        if let Some((ca, cert, key)) = tls {
+            cfg.tls = Some(store::etcd::Tls { ca, cert, key });
+        }
+        let endpoints = cfg.endpoints.join(",");
+        let prefix = cfg.prefix.clone();
+        let s = store::Store::open(&db).with_context(|| format!("opening {}", db.display()))?;
+        let recs = s.records_all().context("reading the database")?;
+        let jobs = recs.iter().filter(|r| matches!(r, store::rec::Rec::Job(..))).count();
+        let arrays = recs.iter().filter(|r| matches!(r, store::rec::Rec::Array(..))).count();
+        let nodes = recs.iter().filter(|r| matches!(r, store::rec::Rec::Node(..))).count();
+        let mut remote = store::etcd::Remote::connect(cfg).with_context(|| format!("connecting to etcd at {endpoints}"))?;
+        let n = remote.migrate_into(&recs).with_context(|| format!("writing into etcd at {endpoints} below {prefix}"))?;
+        Ok(format!(
+            "migrated {n} records ({jobs} jobs, {arrays} arrays, {nodes} nodes) from {} into etcd at {endpoints} below {prefix}: start the controllers with --store {url} --etcd-prefix {prefix} (this data directory's CA and keys with the first)",
+            db.display()
+        ))
+    }
+    #[cfg(not(feature = "etcd"))]
+    {
+        let _ = (url, prefix, tls);
+        bail!(
+            "this build of tandem has no etcd backend; build it with `cargo build --release -p tandem --features etcd` (which needs protoc: apt-get install protobuf-compiler)"
+        )
+    }
+}
+
 /// The hidden command that runs the site's job-submit script for the controller.
 pub const JOB_SUBMIT_CMD: &str = hook::WORKER_CMD;
 

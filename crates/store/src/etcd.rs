@@ -544,6 +544,60 @@ impl Remote {
         })
     }
 
+    /// Writes `recs`, a SQLite database's whole state ([`Store::records_all`]), below the
+    /// prefix (`tandem admin migrate`), which must hold nothing but what a migration cut short
+    /// left (deleted first). `meta/migrating` is written first and deleted last, and a
+    /// controller refuses to start while it is there ([`StoreError::Migrating`]); the records
+    /// go in commits of at most 2,000 (staged where larger than one transaction). Returns the
+    /// number of keys written.
+    pub fn migrate_into(&mut self, recs: &[Rec]) -> Result<usize, StoreError> {
+        self.check_outer()?;
+        let c = self.client.clone();
+        let prefix = self.cfg.prefix.clone();
+        let end = prefix_end(prefix.as_bytes());
+        let (found, cut_short) = block(&self.rt, {
+            let (c, prefix, end) = (c.clone(), prefix.clone(), end.clone());
+            async move {
+                let keys = retry(|| {
+                    let (mut c, p, e) = (c.clone(), prefix.clone(), end.clone());
+                    async move { c.get(p, Some(GetOptions::new().with_range(e).with_keys_only().with_limit(1))).await }
+                })
+                .await?;
+                let marker = retry(|| {
+                    let (mut c, k) = (c.clone(), format!("{prefix}meta/migrating"));
+                    async move { c.get(k, Some(GetOptions::new().with_keys_only())).await }
+                })
+                .await?;
+                Ok((keys.count(), marker.count() > 0))
+            }
+        })?;
+        if found > 0 && !cut_short {
+            return Err(StoreError::NotEmpty(prefix));
+        }
+        // What a migration cut short left, then the marker.
+        block(&self.rt, async move {
+            retry(|| {
+                let (mut c, p, e) = (c.clone(), prefix.clone(), end.clone());
+                async move {
+                    let txn = Txn::new().and_then(vec![
+                        TxnOp::delete(p.clone(), Some(DeleteOptions::new().with_range(e))),
+                        TxnOp::put(format!("{p}meta/migrating"), "1", None),
+                    ]);
+                    c.txn(txn).await
+                }
+            })
+            .await
+        })?;
+        let none = |_: i64| Ok(Vec::new());
+        let mut n = 0;
+        for chunk in recs.chunks(2_000) {
+            self.commit(chunk, &none)?;
+            n += chunk.len();
+        }
+        self.commit(&[Rec::Meta("migrating".into(), None)], &none)?;
+        Ok(n)
+    }
+
     /// Refuses a prefix that lies within another cluster's: one whose parent paths hold a
     /// cluster's schema key (`/a/meta/schema` for `/a/b/`). One within this prefix is found by
     /// [`Remote::read_all`].

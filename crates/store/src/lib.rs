@@ -57,6 +57,17 @@ pub enum StoreError {
         /// How they overlap.
         relation: &'static str,
     },
+    /// etcd's prefix already holds a cluster's state (`tandem admin migrate` writes only into
+    /// an empty one).
+    #[error(
+        "etcd already holds a cluster's state below {0}: a migration writes only below an empty prefix (give another --etcd-prefix, or remove that cluster's keys)"
+    )]
+    NotEmpty(String),
+    /// A migration into this prefix was cut short.
+    #[error(
+        "a migration into etcd (tandem admin migrate) was cut short: its state is incomplete; run the migration again (it starts over), then the controllers"
+    )]
+    Migrating,
     /// The database was written by a newer Tandem, whose schema this one does not know.
     #[error(
         "the database is of schema {found}, written by a newer Tandem; this one reads schemas up to {reads}: run that version (or newer), or restore a backup taken by this one"
@@ -336,6 +347,9 @@ impl Store {
         if found > SCHEMA {
             return Err(StoreError::Newer { found, reads: SCHEMA });
         }
+        if self.meta("migrating")?.is_some() {
+            return Err(StoreError::Migrating);
+        }
         Ok(rev)
     }
 
@@ -455,6 +469,50 @@ impl Store {
         }
         tx.commit()?;
         Ok(())
+    }
+
+    /// Every record of the cluster's state in this database, as they would be committed
+    /// (`tandem admin migrate`: a SQLite data directory into etcd). The replica's own
+    /// bookkeeping (its revision) is left out.
+    pub fn records_all(&self) -> Result<Vec<Rec>, StoreError> {
+        let mut out = Vec::new();
+        let c = &self.conn;
+        let mut q = c.prepare("SELECT id, state, user, end_time, data FROM jobs ORDER BY id")?;
+        for r in q.query_map([], |r| {
+            Ok((r.get::<_, i64>(0)?, rec::JobRow { state: r.get(1)?, user: r.get(2)?, end: r.get(3)?, data: r.get(4)? }))
+        })? {
+            let (id, row) = r?;
+            out.push(Rec::Job(id as u64, Some(row)));
+        }
+        let mut q = c.prepare("SELECT id, data FROM arrays ORDER BY id")?;
+        for r in q.query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?)))? {
+            let (id, d) = r?;
+            out.push(Rec::Array(id as u64, Some(d)));
+        }
+        for (table, key) in [("nodes", "name"), ("services", "name")] {
+            let mut q = c.prepare(&format!("SELECT {key}, data FROM {table} ORDER BY {key}"))?;
+            for r in q.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))? {
+                let (k, d) = r?;
+                out.push(if table == "nodes" { Rec::Node(k, Some(d)) } else { Rec::Service(k, Some(d)) });
+            }
+        }
+        let mut q = c.prepare("SELECT kind, namespace, name, data FROM kube_objects ORDER BY kind, namespace, name")?;
+        for r in q.query_map([], |r| Ok(Rec::Kube(r.get(0)?, r.get(1)?, r.get(2)?, Some(r.get(3)?))))? {
+            out.push(r?);
+        }
+        let mut q = c.prepare("SELECT holder, serial FROM credentials ORDER BY holder")?;
+        for r in q.query_map([], |r| Ok(Rec::Cred(r.get(0)?, Some(r.get::<_, i64>(1)? as u64))))? {
+            out.push(r?);
+        }
+        let mut q = c.prepare("SELECT jti, exp FROM spent_joins ORDER BY jti")?;
+        for r in q.query_map([], |r| Ok(Rec::Spent(r.get(0)?, Some(r.get(1)?))))? {
+            out.push(r?);
+        }
+        let mut q = c.prepare("SELECT key, value FROM meta WHERE key != ?1 ORDER BY key")?;
+        for r in q.query_map(params![REPLICA_REVISION], |r| Ok(Rec::Meta(r.get(0)?, Some(r.get(1)?))))? {
+            out.push(r?);
+        }
+        Ok(out)
     }
 
     /// The etcd revision this database is a replica of (`None`: it is no replica, or not yet
@@ -655,19 +713,53 @@ impl Store {
     /// with records of their own, and arrays' pending tasks cancelled together (from the
     /// arrays' records).
     pub fn history(&self, user: Option<&str>, since: i64) -> Result<Vec<Job>, StoreError> {
-        let mut stmt = self.conn.prepare(
-            "SELECT data FROM jobs WHERE state NOT IN ('PENDING', 'RUNNING') AND (?1 IS NULL OR user = ?1) AND COALESCE(end_time, 0) >= ?2 ORDER BY id",
-        )?;
-        let rows = stmt.query_map(params![user, since], |r| r.get::<_, String>(0))?;
+        self.history_of(user, since, None)
+    }
+
+    /// [`Store::history`], of the jobs named by `named` (numbers, and the span of ids after
+    /// each that its array's tasks may have) where given: each number's job and its array's
+    /// tasks, read by their ids (`sacct -j` among many finished jobs reads these alone).
+    pub fn history_of(&self, user: Option<&str>, since: i64, named: Option<(&[u64], u64)>) -> Result<Vec<Job>, StoreError> {
         let mut out: Vec<Job> = Vec::new();
-        for r in rows {
-            out.push(serde_json::from_str(&r?)?);
+        match named {
+            None => {
+                let mut stmt = self.conn.prepare(
+                    "SELECT data FROM jobs WHERE state NOT IN ('PENDING', 'RUNNING') AND (?1 IS NULL OR user = ?1) AND COALESCE(end_time, 0) >= ?2 ORDER BY id",
+                )?;
+                let rows = stmt.query_map(params![user, since], |r| r.get::<_, String>(0))?;
+                for r in rows {
+                    out.push(serde_json::from_str(&r?)?);
+                }
+            }
+            Some((ids, span)) => {
+                let mut stmt = self.conn.prepare(
+                    "SELECT id, data FROM jobs WHERE state NOT IN ('PENDING', 'RUNNING') AND (?1 IS NULL OR user = ?1) AND COALESCE(end_time, 0) >= ?2 AND id >= ?3 AND id <= ?4 ORDER BY id",
+                )?;
+                let mut seen = BTreeSet::new();
+                for &n in ids {
+                    let hi = n.saturating_add(span).min(i64::MAX as u64);
+                    for r in stmt.query_map(params![user, since, n.min(i64::MAX as u64) as i64, hi as i64], |r| {
+                        Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?))
+                    })? {
+                        let (id, data) = r?;
+                        if seen.contains(&(id as u64)) {
+                            continue;
+                        }
+                        let j: Job = serde_json::from_str(&data)?;
+                        if j.req.id.0 == n || j.array.as_ref().is_some_and(|a| a.array_job == n) {
+                            seen.insert(id as u64);
+                            out.push(j);
+                        }
+                    }
+                }
+                out.sort_by_key(|j| j.req.id.0);
+            }
         }
         let mut ids = self.conn.prepare("SELECT id FROM jobs WHERE id >= ?1 AND id < ?2")?;
         let mut more = false;
         for a in self.arrays()? {
             let Some(c) = a.cancelled else { continue };
-            if c.end < since || user.is_some_and(|u| u != a.first.req.user) {
+            if c.end < since || user.is_some_and(|u| u != a.first.req.user) || named.is_some_and(|(ids, _)| !ids.contains(&a.id())) {
                 continue;
             }
             let (id, count) = (a.id(), a.count());

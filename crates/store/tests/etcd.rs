@@ -295,3 +295,41 @@ fn upkeep_compacts_the_history_and_defragments_a_member_with_free_pages() {
     assert_eq!((again.compacted_to, again.defragmented.len()), (None, 0));
     drop(s);
 }
+
+#[test]
+fn a_sqlite_state_migrates_into_an_empty_prefix_whole_and_a_cut_short_migration_is_refused_then_redone() {
+    let Some(e) = etcd("migrate") else { return };
+    let dir = e.dir.clone();
+    // A SQLite database with 300 jobs, one of them with a large script, and its settings.
+    let mut sq = Store::open(&dir.join("state.db")).unwrap();
+    sq.next_boot().unwrap();
+    let mut c = Controller::new(Settings::default());
+    c.register(0, model::Node::new("n0", 2, 1 << 30, 0), "127.0.0.1".into()).unwrap();
+    for i in 0..300 {
+        let (s, b) = spec(&format!("j{i}"), if i == 7 { 200_000 } else { 10 });
+        c.submit(0, s, &b, "alice").unwrap();
+    }
+    sq.persist(&c.take_dirty()).unwrap();
+    let want = sq.load().unwrap();
+    let recs = sq.records_all().unwrap();
+    let cfg = Config::parse(&format!("etcd://{}", e.client), "/m").unwrap();
+    let mut r = Remote::connect(cfg).unwrap();
+    assert_eq!(r.migrate_into(&recs).unwrap(), recs.len());
+    let got = replica_at(&e, &dir, "r.db", "/m").unwrap();
+    let l = got.load().unwrap();
+    assert_eq!((l.jobs, l.nodes.len(), l.next_id), (want.jobs.clone(), 1, want.next_id));
+    assert_eq!(got.meta("boot").unwrap().as_deref(), Some("1"));
+    // Into a prefix that holds a cluster: refused.
+    assert!(matches!(r.migrate_into(&recs), Err(store::StoreError::NotEmpty(p)) if p == "/m/"));
+    // A migration cut short (its marker left): controllers refuse the state; run again, whole.
+    let mut got = got;
+    let mut client = got.remote().unwrap().client();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(client.put("/m/meta/migrating", "1", None)).unwrap();
+    rt.block_on(client.delete("/m/jobs/", Some(etcd_client::DeleteOptions::new().with_prefix()))).unwrap();
+    let err = replica_at(&e, &dir, "r2.db", "/m").map(|_| ()).unwrap_err();
+    assert!(matches!(err, store::StoreError::Migrating), "{err}");
+    assert_eq!(r.migrate_into(&recs).unwrap(), recs.len());
+    assert_eq!(replica_at(&e, &dir, "r3.db", "/m").unwrap().load().unwrap().jobs, want.jobs);
+    drop(got);
+}

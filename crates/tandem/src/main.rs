@@ -66,6 +66,30 @@ enum AdminCmd {
         /// Where (a new file, made 0600).
         file: PathBuf,
     },
+    /// Copy a stopped controller's SQLite state (DATA/state.db) into etcd below an empty
+    /// prefix, for controllers started with `--store etcd://...` afterwards (a build with
+    /// `--features etcd`). A migration cut short is run again; controllers refuse to start on
+    /// its incomplete state.
+    Migrate {
+        /// The controller's data directory.
+        #[arg(long, value_name = "DIR")]
+        data: PathBuf,
+        /// etcd://HOST:PORT[,HOST:PORT...].
+        #[arg(long, value_name = "URL")]
+        store: String,
+        /// The prefix of the cluster's keys in etcd.
+        #[arg(long, default_value = "/tandem", value_name = "PATH")]
+        etcd_prefix: String,
+        /// The CA that signed etcd's certificates (TLS to etcd).
+        #[arg(long, value_name = "PEM", requires_all = ["etcd_cert", "etcd_key"])]
+        etcd_ca: Option<PathBuf>,
+        /// The client certificate for etcd.
+        #[arg(long, value_name = "PEM", requires = "etcd_ca")]
+        etcd_cert: Option<PathBuf>,
+        /// Its key.
+        #[arg(long, value_name = "PEM", requires = "etcd_ca")]
+        etcd_key: Option<PathBuf>,
+    },
 }
 
 /// `tandem node ...`.
@@ -602,6 +626,13 @@ fn main() -> std::process::ExitCode {
         }
         Cmd::Node { cmd: NodeCmd::Delete { nodes } } => ("tandem node", cli::delete_nodes(&nodes)),
         Cmd::Admin { cmd: AdminCmd::Backup { file } } => ("tandem admin", cli::backup(&file)),
+        Cmd::Admin { cmd: AdminCmd::Migrate { data, store, etcd_prefix, etcd_ca, etcd_cert, etcd_key } } => (
+            "tandem admin migrate",
+            server::migrate(&data, &store, &etcd_prefix, etcd_ca.zip(etcd_cert).zip(etcd_key).map(|((a, c), k)| (a, c, k))).map(|msg| {
+                println!("{msg}");
+                0
+            }),
+        ),
         Cmd::Down { data } => (
             "tandem down",
             up::down(data).map(|lines| {

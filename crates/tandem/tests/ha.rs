@@ -549,3 +549,83 @@ fn a_cluster_restored_from_an_etcd_snapshot_counts_past_it_and_holds_what_it_had
     assert!(next > after, "{next} after {after}");
     assert_eq!(ha.ok("sacct", &["-X", "-n", "-P", "-j", &running, "-o", "Restarts"]).trim(), "0", "never run twice");
 }
+
+#[test]
+fn a_sqlite_controllers_state_migrates_into_etcd_and_a_controller_on_etcd_goes_on_from_it() {
+    if !have("etcd") {
+        assert!(std::env::var_os("CI").is_none(), "etcd is not installed (.ci/run installs Debian's etcd-server)");
+        return;
+    }
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = free_dir("ha-migrate");
+    let data = dir.join("ctl");
+    let shims = dir.join("bin");
+    assert!(Command::new(bin()).arg("shims").arg(&shims).output().unwrap().status.success());
+    let port = free_port();
+    let serve = |extra: &[String]| -> Child {
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(dir.join("ctl.log")).unwrap();
+        let _ = std::fs::remove_file(data.join("addr"));
+        let c = Command::new(bin())
+            .args(["server", "--listen", &format!("127.0.0.1:{port}"), "--data"])
+            .arg(&data)
+            .args(extra)
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while Command::new(shims.join("squeue"))
+            .env("TANDEM_SERVER", format!("unix://{}", data.join("tandem.sock").display()))
+            .output()
+            .map_or(true, |o| !o.status.success())
+        {
+            assert!(Instant::now() < deadline, "{}", std::fs::read_to_string(dir.join("ctl.log")).unwrap_or_default());
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        c
+    };
+    let run = |cmd: &str, args: &[&str]| -> String {
+        let o = Command::new(shims.join(cmd))
+            .args(args)
+            .env("TANDEM_SERVER", format!("unix://{}", data.join("tandem.sock").display()))
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{cmd} {args:?}: {}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8_lossy(&o.stdout).trim().to_string()
+    };
+    // On SQLite: two held jobs and a cancelled one.
+    let mut sqlite = serve(&[]);
+    let held: Vec<String> = (0..2).map(|_| run("sbatch", &["--parsable", "--hold", "-o", "/dev/null", "--wrap", "true"])).collect();
+    let cancelled = run("sbatch", &["--parsable", "--hold", "-o", "/dev/null", "--wrap", "true"]);
+    run("scancel", &[&cancelled]);
+    let migrate = |args: &[String]| Command::new(bin()).args(["admin", "migrate", "--data"]).arg(&data).args(args).output().unwrap();
+    let etcd = up::etcd::Etcd::start(&dir.join("etcd"), 1).unwrap();
+    let store = etcd.server_args();
+    let mig = store.clone();
+    // Refused while the controller runs.
+    let o = migrate(&mig);
+    assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("a controller is running"), "{o:?}");
+    let _ = sqlite.kill();
+    let _ = sqlite.wait();
+    let _ = std::fs::remove_file(data.join("tandem.sock"));
+    let o = migrate(&mig);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("(3 jobs, 0 arrays, 0 nodes)"), "{}", String::from_utf8_lossy(&o.stdout));
+    // Twice: refused, the prefix holds a cluster now.
+    let o = migrate(&mig);
+    assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("already holds a cluster's state below /tandem/"), "{o:?}");
+    // The controller on etcd, on the same data directory (its CA and keys), goes on.
+    let mut on_etcd = serve(&store);
+    let q = run("squeue", &["-h", "-o", "%i %r"]);
+    assert_eq!(q.lines().count(), 2, "{q}");
+    for id in &held {
+        assert!(q.contains(&format!("{id} JobHeldUser")), "{q}");
+    }
+    assert!(run("sacct", &["-X", "-n", "-P", "-j", &cancelled, "-o", "State"]).starts_with("CANCELLED"));
+    let next: u64 = run("sbatch", &["--parsable", "--hold", "-o", "/dev/null", "--wrap", "true"]).parse().unwrap();
+    assert_eq!(next, cancelled.parse::<u64>().unwrap() + 1, "ids go on");
+    let _ = on_etcd.kill();
+    let _ = on_etcd.wait();
+    drop(etcd);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -338,7 +338,8 @@ pub const DOCUMENT: &str = r##"{
         "operationId": "history", "tags": ["jobs"], "summary": "Accounting (sacct): finished jobs from the database, and the pending and running ones",
         "parameters": [
           {"name": "user", "in": "query", "description": "Only these users' (comma-separated names or uids)", "schema": {"type": "string"}},
-          {"name": "since", "in": "query", "description": "Finished jobs that ended at or after this Unix time", "schema": {"$ref": "#/components/schemas/i64"}}
+          {"name": "since", "in": "query", "description": "Finished jobs that ended at or after this Unix time", "schema": {"$ref": "#/components/schemas/i64"}},
+          {"name": "jobs", "in": "query", "description": "Only these jobs and their arrays' tasks (comma-separated job numbers, up to 10,000), read by id", "schema": {"type": "string", "pattern": "^[0-9]+(,[0-9]+)*$"}}
         ],
         "responses": {
           "200": {"description": "Jobs the caller may see, by id", "content": {"application/json": {"schema": {"type": "array", "items": {"$ref": "#/components/schemas/JobInfo"}}}}},
