@@ -579,11 +579,10 @@ impl Remote {
             retry(|| {
                 let (mut c, p, e) = (c.clone(), prefix.clone(), end.clone());
                 async move {
-                    let txn = Txn::new().and_then(vec![
-                        TxnOp::delete(p.clone(), Some(DeleteOptions::new().with_range(e))),
-                        TxnOp::put(format!("{p}meta/migrating"), "1", None),
-                    ]);
-                    c.txn(txn).await
+                    // Two steps: etcd takes no put within a range a transaction deletes. Cut
+                    // short between them, the prefix is empty.
+                    c.delete(p.clone(), Some(DeleteOptions::new().with_range(e))).await?;
+                    c.put(format!("{p}meta/migrating"), "1", None).await
                 }
             })
             .await
