@@ -78,6 +78,43 @@ async fn kube_watch(t: Target, stop: Arc<AtomicBool>, events: Arc<AtomicU64>) {
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use up::Kids as Procs;
 
+/// Starts agent `nodeI` (data in `dir/nodeI`, log `dir/nodeI.log`) with `cpus` CPUs, joining
+/// the controller at `addr` (its CA in `dir/ctl/ca.pem`) with `join`.
+pub(crate) fn spawn_agent(
+    exe: &std::path::Path,
+    dir: &std::path::Path,
+    i: u32,
+    addr: &str,
+    cpus: u32,
+    join: &str,
+) -> Result<std::process::Child> {
+    let d = dir.join(format!("node{i}"));
+    std::fs::create_dir_all(&d)?;
+    // The token is the caller's alone until the agent spends it.
+    up::write_file(&d.join("join-token"), join, 0o600)?;
+    Ok(Command::new(exe)
+        .args([
+            "agent",
+            "--server",
+            &format!("https://{addr}"),
+            "--name",
+            &format!("node{i}"),
+            "--cpus",
+            &cpus.to_string(),
+            "--memory",
+            "64G",
+        ])
+        .arg("--join-token-file")
+        .arg(d.join("join-token"))
+        .arg("--ca")
+        .arg(dir.join("ctl/ca.pem"))
+        .arg("--data")
+        .arg(&d)
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(dir.join(format!("node{i}.log")))?)
+        .spawn()?)
+}
+
 pub(crate) fn rss_mib(pid: u32) -> f64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
@@ -183,34 +220,7 @@ pub fn run(jobs: u32, cli_jobs: u32, agents: u32, cpus: u32, concurrency: u32, k
         );
     }
     for i in 1..=agents {
-        let d = dir.join(format!("node{i}"));
-        std::fs::create_dir_all(&d)?;
-        let join = d.join("join-token");
-        // The token is the caller's alone until the agent spends it.
-        up::write_file(&join, &joins[i as usize - 1], 0o600)?;
-        procs.0.push(
-            Command::new(&exe)
-                .args([
-                    "agent",
-                    "--server",
-                    &format!("https://{addr}"),
-                    "--name",
-                    &format!("node{i}"),
-                    "--cpus",
-                    &cpus.to_string(),
-                    "--memory",
-                    "64G",
-                    "--join-token-file",
-                ])
-                .arg(&join)
-                .arg("--ca")
-                .arg(dir.join("ctl/ca.pem"))
-                .arg("--data")
-                .arg(&d)
-                .stdout(Stdio::null())
-                .stderr(log(&format!("node{i}.log"))?)
-                .spawn()?,
-        );
+        procs.0.push(spawn_agent(&exe, &dir, i, &addr, cpus, &joins[i as usize - 1])?);
     }
     let mut rss = 0.0f64;
     rt.block_on(async {

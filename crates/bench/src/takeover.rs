@@ -91,22 +91,7 @@ pub fn run(jobs: u32, finished: f64, agents: u32, concurrency: u32) -> Result<Re
     procs.0.push(server("ctl2")?);
     let standby_pid = procs.0[1].id();
     for i in 1..=agents {
-        let d = dir.join(format!("node{i}"));
-        std::fs::create_dir_all(&d)?;
-        up::write_file(&d.join("join-token"), &joins[i as usize - 1], 0o600)?;
-        procs.0.push(
-            Command::new(&exe)
-                .args(["agent", "--server", &format!("https://{addr}"), "--name", &format!("node{i}"), "--cpus", "16", "--memory", "64G"])
-                .arg("--join-token-file")
-                .arg(d.join("join-token"))
-                .arg("--ca")
-                .arg(dir.join("ctl/ca.pem"))
-                .arg("--data")
-                .arg(&d)
-                .stdout(Stdio::null())
-                .stderr(log(&format!("node{i}.log"))?)
-                .spawn()?,
-        );
+        procs.0.push(crate::submit::spawn_agent(&exe, &dir, i, &addr, 16, &joins[i as usize - 1])?);
     }
     let work = dir.join("work");
     std::fs::create_dir_all(&work)?;

@@ -77,19 +77,36 @@ enum AdminCmd {
         /// etcd://HOST:PORT[,HOST:PORT...].
         #[arg(long, value_name = "URL")]
         store: String,
-        /// The prefix of the cluster's keys in etcd.
-        #[arg(long, default_value = "/tandem", value_name = "PATH")]
-        etcd_prefix: String,
-        /// The CA that signed etcd's certificates (TLS to etcd).
-        #[arg(long, value_name = "PEM", requires_all = ["etcd_cert", "etcd_key"])]
-        etcd_ca: Option<PathBuf>,
-        /// The client certificate for etcd.
-        #[arg(long, value_name = "PEM", requires = "etcd_ca")]
-        etcd_cert: Option<PathBuf>,
-        /// Its key.
-        #[arg(long, value_name = "PEM", requires = "etcd_ca")]
-        etcd_key: Option<PathBuf>,
+        #[command(flatten)]
+        etcd: EtcdArgs,
     },
+}
+
+/// Where a cluster's keys are in etcd, and TLS to it (`tandem server`, `tandem admin migrate`).
+#[derive(clap::Args)]
+struct EtcdArgs {
+    /// The prefix of the cluster's keys in etcd.
+    #[arg(long, default_value = "/tandem", value_name = "PATH")]
+    etcd_prefix: String,
+    /// TLS to etcd: the CA that signed etcd's certificates (with --etcd-cert and --etcd-key).
+    #[arg(long, value_name = "PEM", requires_all = ["etcd_cert", "etcd_key"])]
+    etcd_ca: Option<PathBuf>,
+    /// The controller's client certificate for etcd.
+    #[arg(long, value_name = "PEM", requires = "etcd_ca")]
+    etcd_cert: Option<PathBuf>,
+    /// Its key (readable by the controller's user alone).
+    #[arg(long, value_name = "PEM", requires = "etcd_ca")]
+    etcd_key: Option<PathBuf>,
+}
+
+impl EtcdArgs {
+    /// The TLS files, where given.
+    fn tls(&self) -> Option<(PathBuf, PathBuf, PathBuf)> {
+        match (&self.etcd_ca, &self.etcd_cert, &self.etcd_key) {
+            (Some(a), Some(c), Some(k)) => Some((a.clone(), c.clone(), k.clone())),
+            _ => None,
+        }
+    }
 }
 
 /// `tandem node ...`.
@@ -195,18 +212,8 @@ enum Cmd {
         /// other (builds with the `etcd` feature).
         #[arg(long, env = "TANDEM_STORE", value_name = "URL")]
         store: Option<String>,
-        /// The prefix of the cluster's keys in etcd.
-        #[arg(long, default_value = "/tandem", value_name = "PATH")]
-        etcd_prefix: String,
-        /// TLS to etcd: the CA that signed etcd's certificates (with --etcd-cert and --etcd-key).
-        #[arg(long, value_name = "PEM", requires_all = ["etcd_cert", "etcd_key"])]
-        etcd_ca: Option<PathBuf>,
-        /// This controller's client certificate for etcd.
-        #[arg(long, value_name = "PEM", requires = "etcd_ca")]
-        etcd_cert: Option<PathBuf>,
-        /// Its key (readable by the controller alone).
-        #[arg(long, value_name = "PEM", requires = "etcd_ca")]
-        etcd_key: Option<PathBuf>,
+        #[command(flatten)]
+        etcd: EtcdArgs,
         /// The leader's lease in etcd, in seconds (default 3): a leader not heard from for
         /// this long is replaced, and one that cannot renew it in four fifths of it stops.
         #[arg(long, value_name = "SECS")]
@@ -626,9 +633,9 @@ fn main() -> std::process::ExitCode {
         }
         Cmd::Node { cmd: NodeCmd::Delete { nodes } } => ("tandem node", cli::delete_nodes(&nodes)),
         Cmd::Admin { cmd: AdminCmd::Backup { file } } => ("tandem admin", cli::backup(&file)),
-        Cmd::Admin { cmd: AdminCmd::Migrate { data, store, etcd_prefix, etcd_ca, etcd_cert, etcd_key } } => (
+        Cmd::Admin { cmd: AdminCmd::Migrate { data, store, etcd } } => (
             "tandem admin migrate",
-            server::migrate(&data, &store, &etcd_prefix, etcd_ca.zip(etcd_cert).zip(etcd_key).map(|((a, c), k)| (a, c, k))).map(|msg| {
+            server::migrate(&data, &store, &etcd.etcd_prefix, etcd.tls()).map(|msg| {
                 println!("{msg}");
                 0
             }),
@@ -687,20 +694,14 @@ fn main() -> std::process::ExitCode {
             insecure,
             tls_san,
             store,
-            etcd_prefix,
-            etcd_ca,
-            etcd_cert,
-            etcd_key,
+            etcd,
             etcd_lease,
             etcd_upkeep,
             advertise,
         } => (
             "tandem server",
             log.init().and_then(|()| {
-                let etcd_tls = match (etcd_ca, etcd_cert, etcd_key) {
-                    (Some(a), Some(c), Some(k)) => Some((a, c, k)),
-                    _ => None,
-                };
+                let etcd_tls = etcd.tls();
                 server::main(server::Options {
                     listen,
                     listen_fd,
@@ -711,7 +712,7 @@ fn main() -> std::process::ExitCode {
                     insecure,
                     tls_san,
                     store,
-                    etcd_prefix,
+                    etcd_prefix: etcd.etcd_prefix,
                     etcd_tls,
                     etcd_lease,
                     etcd_upkeep,
