@@ -774,6 +774,12 @@ async fn attach_step(
     }
 }
 
+/// The largest a job's record may grow by its steps where the state is in etcd: below the
+/// 1.4 MB the etcd backend stores in one value.
+const STEP_RECORD_LIMIT: usize = 1_300_000;
+/// What a step's record holds beyond its request (its layout, state and times), at most.
+const STEP_SLACK: usize = 16 * 1024;
+
 async fn create_step(
     State(app): State<App>,
     ConnectInfo(peer): ConnectInfo<Peer>,
@@ -785,7 +791,18 @@ async fn create_step(
     let id = or_reply!(path(id));
     let s = or_reply!(json_body(body));
     let t = now();
+    // With etcd a job's record, its steps with it, is one value of etcd's: a step that would
+    // take it past what etcd stores is refused, before anything changes.
+    let grows = app.record_limit.map(|_| serde_json::to_vec(&s).map_or(usize::MAX, |v| v.len()) + STEP_SLACK);
     let made = app.with(|c| {
+        if let Some(adds) = grows {
+            let has = c.job(id).map_or(0, |j| serde_json::to_vec(&*j).map_or(usize::MAX, |v| v.len()));
+            if has.saturating_add(adds) > STEP_RECORD_LIMIT {
+                return Err(Refused::Invalid(format!(
+                    "Unable to create step for job {id}: the job's record would pass {STEP_RECORD_LIMIT} bytes with it (it holds {has}: its steps and their command lines); this cluster keeps its state in etcd, where a job's record is one value. Run fewer steps in this job, or the rest in another"
+                )));
+            }
+        }
         let step = c.create_step(t, uid, id, s.nodes, s.ntasks, s.ntasks_per_node, s.argv, s.spec)?;
         let layout = c.job(id).and_then(|j| j.steps.iter().find(|x| x.id == step).map(|x| x.layout.clone())).unwrap_or_default();
         Ok((step, layout))

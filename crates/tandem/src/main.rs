@@ -428,8 +428,10 @@ enum Cmd {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
-    /// Which controller leads, what each one answers, and the store's health (with etcd, each
-    /// member's); exits 1 where none leads or etcd has no healthy majority.
+    /// Which controller leads, and the store's health (etcd's members too).
+    ///
+    /// What each controller named in TANDEM_SERVER answers, then the leader's account of its
+    /// store; exits 1 where none leads or etcd has no healthy majority.
     Status {
         /// One JSON document.
         #[arg(long)]

@@ -629,3 +629,31 @@ fn a_sqlite_controllers_state_migrates_into_etcd_and_a_controller_on_etcd_goes_o
     drop(etcd);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_step_that_would_take_its_jobs_record_past_what_etcd_stores_is_refused_and_the_record_stays_in_etcd() {
+    let Some(ha) = Ha::start("ha-steps", 1) else { return };
+    let id = ha.ok("sbatch", &["--parsable", "-o", "/dev/null", "--wrap", "sleep 120"]).trim().to_string();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !ha.ok("squeue", &["-h", "-j", &id, "-o", "%T"]).contains("RUNNING") {
+        assert!(Instant::now() < deadline);
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // Steps whose command lines are 400 kB each: three fit in the job's record, a fourth not.
+    let big = "x".repeat(100_000);
+    let mut refused = None;
+    for k in 0..8 {
+        let o = ha.run("srun", &["--jobid", &id, "--overlap", "-n1", "true", &big, &big, &big, &big]);
+        if !o.status.success() {
+            refused = Some((k, String::from_utf8_lossy(&o.stderr).into_owned()));
+            break;
+        }
+    }
+    let (k, why) = refused.expect("a step is refused before the record passes what etcd stores");
+    assert!(k >= 2, "{k}: {why}");
+    assert!(why.contains(&format!("Unable to create step for job {id}: the job's record would pass 1300000 bytes")), "{why}");
+    // Every change of the job went to etcd: none was left out for its size.
+    let c1 = ha.log("c1");
+    assert!(!c1.contains("is larger than etcd takes"), "{c1}");
+    ha.ok("scancel", &[&id]);
+}
