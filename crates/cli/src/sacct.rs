@@ -202,8 +202,10 @@ pub(crate) fn sacct(args: &[String]) -> Result<i32> {
     // its number (an array task's N_K and a component's N+K are the job N's).
     if let Some(w) = &ids {
         let nums: Option<Vec<u64>> = w.iter().map(|x| x.split(['_', '+', '.']).next().and_then(|n| n.parse::<u64>().ok())).collect();
-        if let Some(nums) = nums.filter(|n| !n.is_empty() && n.len() <= 10_000) {
-            q.push(format!("jobs={}", nums.iter().map(u64::to_string).collect::<Vec<_>>().join(",")));
+        // (More than the query takes: every finished job, filtered here as before.)
+        let list = nums.filter(|n| !n.is_empty()).map(|n| n.iter().map(u64::to_string).collect::<Vec<_>>().join(","));
+        if let Some(list) = list.filter(|l| l.len() <= 19_999) {
+            q.push(format!("jobs={list}"));
         }
     }
     // The controller filters by name; a uid is matched below.

@@ -994,10 +994,17 @@ async fn history(
     let named: Option<Vec<u64>> = match q.jobs.as_deref() {
         None => None,
         Some(list) => {
-            let ids: Result<Vec<u64>, _> = list.split(',').map(|x| x.trim().parse::<u64>()).collect();
-            match ids {
-                Ok(ids) if !ids.is_empty() && ids.len() <= 10_000 => Some(ids),
-                _ => return err(StatusCode::BAD_REQUEST, format!("jobs={list:?}: expected up to 10,000 job numbers, comma-separated")),
+            // As the OpenAPI document says: numbers of 1 to 19 digits, 19,999 characters in all.
+            let ok = list.len() <= 19_999 && list.split(',').all(|x| (1..=19).contains(&x.len()) && x.bytes().all(|b| b.is_ascii_digit()));
+            match list.split(',').map(|x| x.parse::<u64>()).collect::<Result<Vec<u64>, _>>() {
+                Ok(ids) if ok => Some(ids),
+                _ => {
+                    let shown: String = list.chars().take(60).collect();
+                    return err(
+                        StatusCode::BAD_REQUEST,
+                        format!("jobs={shown:?}...: expected job numbers (1 to 19 digits) separated by commas, 19,999 characters at most"),
+                    );
+                }
             }
         }
     };

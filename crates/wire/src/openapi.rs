@@ -339,7 +339,7 @@ pub const DOCUMENT: &str = r##"{
         "parameters": [
           {"name": "user", "in": "query", "description": "Only these users' (comma-separated names or uids)", "schema": {"type": "string"}},
           {"name": "since", "in": "query", "description": "Finished jobs that ended at or after this Unix time", "schema": {"$ref": "#/components/schemas/i64"}},
-          {"name": "jobs", "in": "query", "description": "Only these jobs and their arrays' tasks (comma-separated job numbers, up to 10,000), read by id", "schema": {"type": "string", "pattern": "^[0-9]+(,[0-9]+)*$"}}
+          {"name": "jobs", "in": "query", "description": "Only these jobs and their arrays' tasks (comma-separated job numbers, up to 10,000), read by id", "schema": {"type": "string", "pattern": "^[0-9]{1,19}(,[0-9]{1,19})*$", "maxLength": 19999}}
         ],
         "responses": {
           "200": {"description": "Jobs the caller may see, by id", "content": {"application/json": {"schema": {"type": "array", "items": {"$ref": "#/components/schemas/JobInfo"}}}}},
