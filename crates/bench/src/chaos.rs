@@ -516,8 +516,26 @@ impl Procs {
     }
 
     /// The controller that leads: the one whose socket answers `/healthz` itself (a standby
-    /// answers 503); the first where there is one controller, or none answers.
+    /// answers 503), waited for up to 15 s (an election); the first where there is one
+    /// controller, or none came to lead.
     fn leader(&self) -> usize {
+        if self.servers.len() < 2 {
+            return 0;
+        }
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            if let Some(k) = self.leading() {
+                return k;
+            }
+            if Instant::now() > deadline {
+                return 0;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// [`Procs::leader`], asked once.
+    fn leading(&self) -> Option<usize> {
         use std::io::{Read, Write};
         for k in 0..self.servers.len() {
             let sock = self.dir.join(Procs::ctl_name(k)).join("tandem.sock");
@@ -528,10 +546,10 @@ impl Procs {
                 && s.read_to_string(&mut out).is_ok()
                 && out.split_whitespace().nth(1) == Some("200")
             {
-                return k;
+                return Some(k);
             }
         }
-        0
+        None
     }
 
     fn kill(c: &mut Option<Child>) {

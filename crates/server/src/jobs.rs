@@ -979,7 +979,9 @@ async fn node_action(
 struct HistoryQuery {
     user: Option<String>,
     since: Option<i64>,
-    /// Job numbers (`sacct -j`): those jobs and their arrays' tasks alone, read by id.
+    /// Job numbers (`sacct -j`): of the finished jobs, those and their arrays' tasks (and for a
+    /// number with no record of its own, the job and array just below it) alone, read by id;
+    /// the live ones are all listed (they are in memory).
     jobs: Option<String>,
 }
 
@@ -1018,9 +1020,6 @@ async fn history(
             .ctl
             .jobs()
             .filter(|j| !j.state.is_final() && q.user.as_deref().is_none_or(|u| j.req.user == u) && v.sees(j.spec.uid))
-            .filter(|j| {
-                named.as_ref().is_none_or(|ids| ids.contains(&j.req.id.0) || j.array.as_ref().is_some_and(|a| ids.contains(&a.array_job)))
-            })
             .flat_map(|j| job_rows(&j, &v, &default_partition(&g.ctl)))
             .collect();
         (live, app.journal.last(), default_partition(&g.ctl))

@@ -76,7 +76,10 @@ fn advertised(v: &str, scheme: &str) -> Result<String> {
         None => v,
     };
     let ok = hostport.rsplit_once(':').is_some_and(|(h, p)| {
+        // An IPv6 address goes in brackets, as in a URL.
+        let bare_v6 = h.contains(':') && !(h.starts_with('[') && h.ends_with(']'));
         !h.is_empty()
+            && !bare_v6
             && p.parse::<u16>().is_ok_and(|p| p > 0)
             && !h.contains(['/', '?', '#', '@'])
             && !h.chars().any(|c| c.is_control() || c.is_whitespace())
@@ -621,7 +624,7 @@ mod tests {
         assert_eq!(super::advertised("ctl1.example.org:7200", "https").unwrap(), "https://ctl1.example.org:7200");
         assert_eq!(super::advertised("https://10.0.0.1:7200", "https").unwrap(), "https://10.0.0.1:7200");
         assert_eq!(super::advertised("[::1]:7200", "http").unwrap(), "http://[::1]:7200");
-        for bad in ["ctl1", "ctl1:0", ":7200", "ctl1:x", "ctl1:7200/path", "a b:1", "u@h:1", "x\u{1b}:1"] {
+        for bad in ["ctl1", "ctl1:0", ":7200", "ctl1:x", "ctl1:7200/path", "a b:1", "u@h:1", "x\u{1b}:1", "::1:7200", "fe80::1:7200"] {
             assert!(super::advertised(bad, "https").is_err(), "{bad}");
         }
         let e = super::advertised("http://ctl1:7200", "https").unwrap_err().to_string();

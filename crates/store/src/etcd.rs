@@ -552,6 +552,15 @@ impl Remote {
     /// number of keys written.
     pub fn migrate_into(&mut self, recs: &[Rec]) -> Result<usize, StoreError> {
         self.check_outer()?;
+        // A record etcd cannot hold in one value is refused before anything is written (SQLite
+        // has no such bound).
+        for r in recs {
+            if let Some((key, Some(v))) = rec::key_value(r)
+                && v.len() > MAX_VALUE
+            {
+                return Err(StoreError::TooLarge { key, bytes: v.len() });
+            }
+        }
         let c = self.client.clone();
         let prefix = self.cfg.prefix.clone();
         let end = prefix_end(prefix.as_bytes());
@@ -668,21 +677,24 @@ impl Remote {
                         }
                         continue;
                     }
-                    // Another cluster's schema key below this prefix: its prefix lies inside
-                    // this one's.
-                    if let Some(inner) = rel.strip_suffix("/meta/schema") {
-                        return Err(StoreError::Nested {
-                            ours: prefix.trim_end_matches('/').to_string(),
-                            other: format!("{prefix}{inner}"),
-                            relation: "lies within this prefix",
-                        });
-                    }
                     // A key this build does not read (a newer build's record) is left alone,
-                    // counted: the rest of the state still loads.
+                    // counted: the rest of the state still loads; unless it is another
+                    // cluster's schema key, whose prefix then lies inside this one's (a record's
+                    // key of this cluster's that ends the same, a Kubernetes object named so,
+                    // is read as the record it is).
                     match rec::parse(rel, Some(kv.value())) {
                         Ok(Some(r)) => recs.push(r),
                         Ok(None) => {}
-                        Err(_) => skipped += 1,
+                        Err(_) => {
+                            if let Some(inner) = rel.strip_suffix("/meta/schema") {
+                                return Err(StoreError::Nested {
+                                    ours: prefix.trim_end_matches('/').to_string(),
+                                    other: format!("{prefix}{inner}"),
+                                    relation: "lies within this prefix",
+                                });
+                            }
+                            skipped += 1
+                        }
                     }
                 }
                 into.apply(&recs, None)?;
@@ -945,7 +957,7 @@ pub async fn revision(client: &Client) -> Result<i64, StoreError> {
 /// history compacted up to `compact_to` (the revision of the round before, so a standby's watch
 /// that lags by less than a round keeps its place), then each member whose database file holds
 /// at least `min_free` bytes more than its data, and a quarter more, defragmented: one at a
-/// time (a member answers nothing while it defragments), etcd's leader last. `mark` is the
+/// time (a member answers nothing while it defragments), etcd's followers only. `mark` is the
 /// key (`PREFIX/meta/upkeep`) that then holds the revision compacted to.
 pub async fn upkeep(client: &Client, members: &Members, mark: &str, compact_to: i64, min_free: i64) -> Result<Upkeep, StoreError> {
     let mut out = Upkeep::default();
@@ -973,13 +985,15 @@ pub async fn upkeep(client: &Client, members: &Members, mark: &str, compact_to: 
         .await?;
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
-    let mut due: Vec<MemberStatus> = members
+    let due: Vec<MemberStatus> = members
         .status(Duration::from_secs(5))
         .await
         .into_iter()
+        // Not etcd's leader: while a member defragments it applies nothing, and the leader's
+        // stall would hold every commit and lease renewal (a failover of the controllers).
+        .filter(|m| !m.leader)
         .filter(|m| m.error.is_none() && m.db_bytes - m.db_bytes_in_use >= min_free && (m.db_bytes - m.db_bytes_in_use) * 4 >= m.db_bytes)
         .collect();
-    due.sort_by_key(|m| m.leader);
     for m in due {
         let opts = members.opts.clone().with_connect_timeout(Duration::from_secs(5)).with_timeout(Duration::from_secs(300));
         let ep = m.endpoint.clone();

@@ -721,6 +721,30 @@ impl Store {
     /// tasks, read by their ids (`sacct -j` among many finished jobs reads these alone).
     pub fn history_of(&self, user: Option<&str>, since: i64, named: Option<(&[u64], u64)>) -> Result<Vec<Job>, StoreError> {
         let mut out: Vec<Job> = Vec::new();
+        // A number with no record of its own (a heterogeneous job's component N+K, an array's
+        // task without a record) is the job's or array's just below it: those are read too
+        // (the caller picks the rows it named).
+        let wanted: Option<BTreeSet<u64>> = match named {
+            None => None,
+            Some((ids, _)) => {
+                let mut w: BTreeSet<u64> = ids.iter().copied().collect();
+                for &n in ids {
+                    let n = n.min(i64::MAX as u64) as i64;
+                    let own: bool = self.conn.query_row("SELECT EXISTS(SELECT 1 FROM jobs WHERE id = ?1)", params![n], |r| r.get(0))?;
+                    if own {
+                        continue;
+                    }
+                    for table in ["jobs", "arrays"] {
+                        let below: Option<i64> = self
+                            .conn
+                            .query_row(&format!("SELECT id FROM {table} WHERE id < ?1 ORDER BY id DESC LIMIT 1"), params![n], |r| r.get(0))
+                            .optional()?;
+                        w.extend(below.map(|b| b as u64));
+                    }
+                }
+                Some(w)
+            }
+        };
         match named {
             None => {
                 let mut stmt = self.conn.prepare(
@@ -731,13 +755,19 @@ impl Store {
                     out.push(serde_json::from_str(&r?)?);
                 }
             }
-            Some((ids, span)) => {
+            Some((_, span)) => {
                 let mut stmt = self.conn.prepare(
                     "SELECT id, data FROM jobs WHERE state NOT IN ('PENDING', 'RUNNING') AND (?1 IS NULL OR user = ?1) AND COALESCE(end_time, 0) >= ?2 AND id >= ?3 AND id <= ?4 ORDER BY id",
                 )?;
                 let mut seen = BTreeSet::new();
-                for &n in ids {
-                    let hi = n.saturating_add(span).min(i64::MAX as u64);
+                for &n in wanted.as_ref().expect("with named") {
+                    // Only an array's tasks follow its id: a range read for arrays alone.
+                    let is_array: bool = self.conn.query_row(
+                        "SELECT EXISTS(SELECT 1 FROM arrays WHERE id = ?1) OR EXISTS(SELECT 1 FROM jobs WHERE id = ?1 AND instr(data, '\"array_job\"') > 0)",
+                        params![n.min(i64::MAX as u64) as i64],
+                        |r| r.get(0),
+                    )?;
+                    let hi = if is_array { n.saturating_add(span) } else { n }.min(i64::MAX as u64);
                     for r in stmt.query_map(params![user, since, n.min(i64::MAX as u64) as i64, hi as i64], |r| {
                         Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?))
                     })? {
@@ -759,7 +789,7 @@ impl Store {
         let mut more = false;
         for a in self.arrays()? {
             let Some(c) = a.cancelled else { continue };
-            if c.end < since || user.is_some_and(|u| u != a.first.req.user) || named.is_some_and(|(ids, _)| !ids.contains(&a.id())) {
+            if c.end < since || user.is_some_and(|u| u != a.first.req.user) || wanted.as_ref().is_some_and(|w| !w.contains(&a.id())) {
                 continue;
             }
             let (id, count) = (a.id(), a.count());
