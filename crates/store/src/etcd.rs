@@ -684,8 +684,7 @@ impl Remote {
                     // is read as the record it is).
                     match rec::parse(rel, Some(kv.value())) {
                         Ok(Some(r)) => recs.push(r),
-                        Ok(None) => {}
-                        Err(_) => {
+                        read => {
                             if let Some(inner) = rel.strip_suffix("/meta/schema") {
                                 return Err(StoreError::Nested {
                                     ours: prefix.trim_end_matches('/').to_string(),
@@ -693,7 +692,7 @@ impl Remote {
                                     relation: "lies within this prefix",
                                 });
                             }
-                            skipped += 1
+                            skipped += u64::from(read.is_err());
                         }
                     }
                 }

@@ -273,7 +273,7 @@ fn upkeep_compacts_the_history_and_leaves_etcds_leader_undefragmented() {
     let rev = rt.block_on(etcd::revision(&c)).unwrap();
     assert!(rev >= first + 200);
     let before = rt.block_on(members.status(std::time::Duration::from_secs(5)));
-    assert!(before[0].db_bytes >= 10 << 20, "{before:?}");
+    assert!(before[0].db_bytes >= 5 << 20, "{before:?}");
     // Nothing is due below the threshold, and a revision of 0 compacts nothing.
     let none = rt.block_on(etcd::upkeep(&c, &members, "/u/meta/upkeep", 0, 1 << 40)).unwrap();
     assert_eq!(none, etcd::Upkeep::default());
@@ -283,7 +283,16 @@ fn upkeep_compacts_the_history_and_leaves_etcds_leader_undefragmented() {
     // The one member is etcd's leader, which is not defragmented (its stall would hold every
     // commit); the pages the compaction freed are free in its file.
     assert!(u.defragmented.is_empty(), "{u:?}");
-    let after = rt.block_on(members.status(std::time::Duration::from_secs(5)));
+    // (Counted at the member's next backend commits.)
+    let mut after = Vec::new();
+    for _ in 0..50 {
+        after = rt.block_on(members.status(std::time::Duration::from_secs(5)));
+        if after[0].db_bytes_in_use * 4 < before[0].db_bytes {
+            break;
+        }
+        rt.block_on(c.put("/u/meta/tick", "1", None)).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
     assert!(after[0].db_bytes_in_use * 4 < before[0].db_bytes, "{before:?} {after:?}");
     // The history before is gone; the newest value and the cluster's state are not.
     let old = rt.block_on(c.get("/u/meta/churn", Some(etcd_client::GetOptions::new().with_revision(first + 1))));
