@@ -393,11 +393,18 @@ pub(crate) async fn stand_by(
         // a new id) is behind the starts, ids and runs made since: counted far past them, and
         // marked restored, so its unfinished jobs are held until settled (as a restored SQLite
         // backup's).
-        let live = d.remote().expect("an etcd store").cluster_id();
+        // A standby whose etcd was restored under it (its watch then sees nothing) reads the
+        // state again before it judges it.
+        let live = d.remote().expect("an etcd store").live_cluster_id()?;
+        let mut floor = floor;
+        if live != 0 && live != d.remote().expect("an etcd store").cluster_id() {
+            tracing::warn!("etcd's cluster id changed while this controller stood by: reading its state again");
+            d.sync()?;
+            floor = d.meta("boot").ok().flatten().and_then(|b| b.parse().ok()).unwrap_or(0);
+        }
         let stored = d.meta("etcd_cluster").ok().flatten();
         let new_cluster = live != 0 && stored.as_deref().is_some_and(|s| s != format!("{live:x}"));
         let restored = new_cluster || (floor > 0 && known > floor);
-        let boot = d.next_boot_after(floor.max(known), if restored { store::RESTORE_BOOT_STEP } else { 1 })?;
         if restored {
             let why = if new_cluster {
                 format!("etcd's cluster id is {live:x}, and the state was written on {}", stored.as_deref().unwrap_or_default())
@@ -405,11 +412,17 @@ pub(crate) async fn stand_by(
                 format!("its start count is {floor}, and this controller has known {known}")
             };
             tracing::warn!("etcd's state was restored from a snapshot: {why}");
-            d.put_meta("backup_taken", Some("0".into()))?;
         }
-        if stored.as_deref() != Some(format!("{live:x}").as_str()) && live != 0 {
-            d.put_meta("etcd_cluster", Some(format!("{live:x}")))?;
+        // One commit: the count, the restore's mark and the cluster's id (a crash leaves all or
+        // none of them).
+        let mut extra = Vec::new();
+        if restored {
+            extra.push(("backup_taken".to_string(), Some("0".to_string())));
         }
+        if live != 0 && stored.as_deref() != Some(format!("{live:x}").as_str()) {
+            extra.push(("etcd_cluster".to_string(), Some(format!("{live:x}"))));
+        }
+        let boot = d.next_boot_with(floor.max(known), if restored { store::RESTORE_BOOT_STEP } else { 1 }, extra)?;
         Ok::<_, store::StoreError>((boot, d.remote().expect("an etcd store").last_revision()))
     })
     .await?

@@ -160,7 +160,15 @@ pub fn migrate(data: &std::path::Path, url: &str, prefix: &str, tls: Option<(Pat
         let endpoints = cfg.endpoints.join(",");
         let prefix = cfg.prefix.clone();
         let s = store::Store::open(&db).with_context(|| format!("opening {}", db.display()))?;
-        let recs = s.records_all().context("reading the database")?;
+        let mut recs = s.records_all().context("reading the database")?;
+        // The start count: the larger of the database's and DATA/boot's (a restored backup's
+        // database is behind the file), and past every start since where the database is a
+        // backup not yet started (as its first start would have counted).
+        let stored: u64 = s.meta("boot")?.and_then(|b| b.parse().ok()).unwrap_or(0);
+        let file: u64 = std::fs::read_to_string(data.join("boot")).ok().and_then(|b| b.trim().parse().ok()).unwrap_or(0);
+        let boot = stored.max(file) + if s.restored_from()?.is_some() { store::RESTORE_BOOT_STEP } else { 0 };
+        recs.retain(|r| !matches!(r, store::rec::Rec::Meta(k, _) if k == "boot"));
+        recs.push(store::rec::Rec::Meta("boot".into(), Some(boot.to_string())));
         let jobs = recs.iter().filter(|r| matches!(r, store::rec::Rec::Job(..))).count();
         let arrays = recs.iter().filter(|r| matches!(r, store::rec::Rec::Array(..))).count();
         let nodes = recs.iter().filter(|r| matches!(r, store::rec::Rec::Node(..))).count();

@@ -740,6 +740,19 @@ impl Remote {
         std::mem::take(&mut self.oversized)
     }
 
+    /// etcd's cluster id as it answers now.
+    pub fn live_cluster_id(&self) -> Result<u64, StoreError> {
+        let c = self.client.clone();
+        let r = block(&self.rt, async move {
+            retry(|| {
+                let mut c = c.clone();
+                async move { c.get("\0", Some(GetOptions::new().with_keys_only().with_limit(1))).await }
+            })
+            .await
+        })?;
+        Ok(r.header().map_or(0, |h| h.cluster_id()))
+    }
+
     /// etcd's cluster id at the last full read. A snapshot restored with `etcdctl snapshot
     /// restore` makes a cluster with a new id: where the id stored beside the state differs,
     /// the state is a restored snapshot's.

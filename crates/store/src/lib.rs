@@ -585,6 +585,11 @@ impl Store {
     /// is behind the starts made since it was taken, and must pass them all
     /// ([`RESTORE_BOOT_STEP`]).
     pub fn next_boot_after(&mut self, floor: u64, step: u64) -> Result<u64, StoreError> {
+        self.next_boot_with(floor, step, Vec::new())
+    }
+
+    /// [`Store::next_boot_after`], with settings (`meta` keys) written in the same commit.
+    pub fn next_boot_with(&mut self, floor: u64, step: u64, extra: Vec<(String, Option<String>)>) -> Result<u64, StoreError> {
         #[cfg(feature = "etcd")]
         if let Some(r) = &self.remote {
             let stored = r.get("meta/boot")?.and_then(|v| String::from_utf8(v).ok()).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
@@ -593,6 +598,7 @@ impl Store {
             let led = r.get("meta/leaderships")?.and_then(|v| String::from_utf8(v).ok()).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
             let mut recs =
                 vec![Rec::Meta("boot".into(), Some(n.to_string())), Rec::Meta("leaderships".into(), Some((led + 1).to_string()))];
+            recs.extend(extra.iter().map(|(k, v)| Rec::Meta(k.clone(), v.clone())));
             match r.get("meta/schema")?.and_then(|v| String::from_utf8(v).ok()) {
                 Some(v) => {
                     let found = v.parse().unwrap_or(u32::MAX);
@@ -617,6 +623,15 @@ impl Store {
             "INSERT INTO meta (key, value) VALUES ('boot', ?1) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
             params![n.to_string()],
         )?;
+        for (k, v) in &extra {
+            match v {
+                Some(v) => tx.execute(
+                    "INSERT INTO meta (key, value) VALUES (?1, ?2) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                    params![k, v],
+                )?,
+                None => tx.execute("DELETE FROM meta WHERE key = ?1", params![k])?,
+            };
+        }
         tx.commit()?;
         Ok(n)
     }
