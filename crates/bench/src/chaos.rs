@@ -656,7 +656,7 @@ fn sweep() {
             && dead(pid)
         {
             let _ = Command::new("pkill").args(["-9", "-f", &format!("{tmp}/tandem-chaos-{run}/")]).status();
-            let _ = Command::new("umount").args(["-l", at]).status();
+            let _ = Command::new("umount").args(["-l", at]).stderr(Stdio::null()).status();
             pids.insert(pid.to_string());
         }
     }
@@ -764,13 +764,33 @@ fn run_in(a: &ChaosArgs, plan: &[(u64, Fault)], exe: &Path, own: &Path, dir: &Pa
         .map(|k| format!("unix://{}", dir.join(Procs::ctl_name(k)).join("tandem.sock").display()))
         .collect::<Vec<_>>()
         .join(",");
+    // What the controllers said last: a setup step that fails says why.
+    let tails = || -> String {
+        (0..controllers)
+            .map(|k| {
+                let name = Procs::ctl_name(k);
+                let text = std::fs::read_to_string(dir.join(format!("{name}.log"))).unwrap_or_default();
+                let lines: Vec<&str> = text.lines().collect();
+                format!("\n--- the last of {name}.log:\n{}", lines[lines.len().saturating_sub(15)..].join("\n"))
+            })
+            .collect()
+    };
     let tandem = |args: &[&str]| -> Result<String> {
         let o = Command::new(exe).args(args).env("TANDEM_SERVER", &server).current_dir(dir.join("work")).stdin(Stdio::null()).output()?;
         if !o.status.success() {
-            bail!("tandem {}: {}", args.join(" "), String::from_utf8_lossy(&o.stderr).trim());
+            bail!("tandem {}: {}{}", args.join(" "), String::from_utf8_lossy(&o.stderr).trim(), tails());
         }
         Ok(String::from_utf8_lossy(&o.stdout).into_owned())
     };
+    // With etcd the controller answers (as a standby) before it leads: the setup waits for it
+    // to lead (a user's token, which nothing counts, asked until one comes).
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while let Err(e) = tandem(&["token"]) {
+        if Instant::now() > deadline {
+            return Err(e.context("no controller led within 60 s"));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
     let joins = tandem(&["token", "--join", "--count", &a.agents.to_string()])?;
     if a.etcd {
         // The second controller shares the first's CA and keys (it made them, and leads).

@@ -139,7 +139,13 @@ pub(crate) async fn serve_standby(
     mut stop: watch::Receiver<bool>,
 ) {
     let acceptor = tls.map(|c| tokio_rustls::TlsAcceptor::from(Arc::new(c)));
+    // When this controller leads, its standby's connections end. HTTP/2 ones (told by ALPN)
+    // at once, with GOAWAY: their clients send what was not taken again. The rest (HTTP/1,
+    // one answer per connection here) are not cut: a request that was on its way as the
+    // election ended is answered (503, try again, or forwarded), never met with a reset its
+    // client cannot tell from a lost request; what is still open `LATE` after is closed.
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let late = hyper_util::server::graceful::GracefulShutdown::new();
     let svc = {
         let leader = leader.clone();
         hyper::service::service_fn(move |_req: hyper::Request<hyper::body::Incoming>| {
@@ -154,19 +160,21 @@ pub(crate) async fn serve_standby(
                 let Ok((s, _)) = c else { tokio::time::sleep(Duration::from_millis(20)).await; continue };
                 s.set_nodelay(true).ok();
                 let (svc, acceptor) = (svc.clone(), acceptor.clone());
-                let b = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+                let mut b = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+                b.http1().keep_alive(false).timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(LATE);
                 match acceptor {
                     Some(a) => {
                         // The handshake is awaited in the connection's own task.
-                        let watcher = graceful.watcher();
+                        let (now, later) = (graceful.watcher(), late.watcher());
                         tokio::spawn(async move {
                             let Ok(Ok(t)) = tokio::time::timeout(Duration::from_secs(5), a.accept(s)).await else { return };
+                            let h2 = t.get_ref().1.alpn_protocol() == Some(b"h2");
                             let conn = b.serve_connection(TokioIo::new(t), svc).into_owned();
-                            let _ = watcher.watch(conn).await;
+                            let _ = if h2 { now.watch(conn).await } else { later.watch(conn).await };
                         });
                     }
                     None => {
-                        let conn = graceful.watch(b.serve_connection(TokioIo::new(s), svc).into_owned());
+                        let conn = late.watch(b.serve_connection(TokioIo::new(s), svc).into_owned());
                         tokio::spawn(conn);
                     }
                 }
@@ -208,14 +216,26 @@ pub(crate) async fn serve_standby(
                         Ok::<_, std::convert::Infallible>(r)
                     }
                 });
-                // HTTP/1.1, as the leader's Unix socket.
-                let conn = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(s), unix_svc);
-                tokio::spawn(graceful.watch(conn));
+                // HTTP/1.1, as the leader's Unix socket; one answer per connection.
+                let conn = hyper::server::conn::http1::Builder::new()
+                    .keep_alive(false)
+                    .timer(hyper_util::rt::TokioTimer::new())
+                    .header_read_timeout(LATE)
+                    .serve_connection(TokioIo::new(s), unix_svc);
+                tokio::spawn(late.watch(conn));
             }
         }
     }
+    tokio::spawn(async move {
+        tokio::time::sleep(LATE).await;
+        let _ = tokio::time::timeout(Duration::from_secs(1), late.shutdown()).await;
+    });
     let _ = tokio::time::timeout(Duration::from_secs(1), graceful.shutdown()).await;
 }
+
+/// How long a standby's HTTP/1 connection has to send its request, and how long after the
+/// standby leads (or stops) the connections it took are left to end on their own.
+const LATE: Duration = Duration::from_secs(10);
 
 /// The files whose fingerprints (SHA-256, never the files) the cluster keeps in etcd
 /// (`meta/key_fingerprints`): every controller must hold the same ones.

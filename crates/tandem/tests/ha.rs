@@ -415,7 +415,7 @@ fn a_standbys_unix_socket_serves_its_users_as_themselves_through_the_leader() {
         eprintln!("skipped: needs root, setpriv and the users tandem-alice and tandem-mallory");
         return;
     }
-    let Some(ha) = Ha::start("ha-forward", 1) else { return };
+    let Some(mut ha) = Ha::start("ha-forward", 1) else { return };
     // The second controller stands by: only its socket is given.
     let sock = format!("unix://{}", ha.ctl[1].1.join("tandem.sock").display());
     let text = |o: &Output| format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
@@ -442,6 +442,33 @@ fn a_standbys_unix_socket_serves_its_users_as_themselves_through_the_leader() {
     let o = as_user(&ha, "tandem-alice", &sock, &["scancel", &held.to_string()]);
     assert!(o.status.success(), "{}", text(&o));
     assert!(ha.log("c2").contains("standing by") && !ha.log("c2").contains("leading"), "the second controller stood by all along");
+    // Connections the standby took before it led, their requests not yet sent (one over TLS,
+    // one on the Unix socket), are answered when those come after it leads, not cut: a client
+    // cannot tell a reset from a request lost, and would not send a submission again.
+    let mut tls = Command::new("openssl")
+        .args(["s_client", "-quiet", "-connect", &format!("127.0.0.1:{}", ha.ctl[1].0), "-CAfile"])
+        .arg(ha.ctl[1].1.join("ca.pem"))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut unix = std::os::unix::net::UnixStream::connect(ha.ctl[1].1.join("tandem.sock")).unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    ha.kill_controller(0);
+    ha.wait_leader(1);
+    let req = b"GET /healthz HTTP/1.1\r\nHost: tandem\r\nConnection: close\r\n\r\n";
+    use std::io::{Read, Write};
+    // (A connection cut before this write makes it fail: then there is no answer either.)
+    let _ = tls.stdin.take().unwrap().write_all(req);
+    let out = tls.wait_with_output().unwrap();
+    let answer = String::from_utf8_lossy(&out.stdout);
+    assert!(answer.starts_with("HTTP/1.1 "), "the TLS connection taken while standing by got no answer: {answer:?}");
+    let _ = unix.write_all(req);
+    unix.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut answer = String::new();
+    let _ = unix.read_to_string(&mut answer);
+    assert!(answer.starts_with("HTTP/1.1 "), "the Unix connection taken while standing by got no answer: {answer:?}");
 }
 
 /// The member of etcd's that leads now (by the last "became leader" its logs record).
