@@ -129,6 +129,12 @@ pub(crate) struct App {
     pub(crate) record_limit: Option<usize>,
     /// Since when this controller serves (with etcd: leads), Unix seconds (`tandem status`).
     pub(crate) serving_since: i64,
+    /// The controller's settings as last installed (at start, and by `scontrol reconfigure`),
+    /// for the checks a request makes before it takes the controller's lock (a body's bound, a
+    /// partition's AllowGroups): a submission takes that lock once, not three times. What
+    /// `sacctmgr` changes (QOS, accounts, users, associations) is not kept current in it: read
+    /// those under the lock.
+    pub(crate) settings: Arc<std::sync::RwLock<Arc<control::Settings>>>,
 }
 
 /// What a node sent.
@@ -350,6 +356,11 @@ impl App {
     /// The controller, locked, with every accepted array made into its tasks
     /// (`Controller::expand`): a submission is answered once its record is durable, and
     /// whoever takes the lock next, a read or the scheduler, builds the tasks first.
+    /// The controller's settings ([`App::settings`]), without its lock.
+    pub(crate) fn settings(&self) -> Arc<control::Settings> {
+        self.settings.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
     pub(crate) fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
         let mut g = self.inner.lock().expect("controller lock");
         g.ctl.expand();
@@ -450,8 +461,8 @@ pub(crate) fn user_name(uid: u32) -> String {
 /// partition's access (AllowAccounts, AllowQos) is the controller's to check.
 pub(crate) fn check_groups(app: &App, uid: u32, partition: Option<&str>) -> Result<(), Response> {
     let allowed = {
-        let g = app.inner.lock().expect("controller lock");
-        match g.ctl.settings().cluster.partition(partition) {
+        let s = app.settings();
+        match s.cluster.partition(partition) {
             Some(p) => match &p.allow_groups {
                 Some(a) => (p.name.clone(), a.clone()),
                 None => return Ok(()),

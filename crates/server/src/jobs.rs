@@ -238,7 +238,7 @@ pub(crate) fn default_partition(c: &control::Controller) -> String {
 /// reads that answer after its write fails.
 async fn bounded_json_body(app: &App, headers: &HeaderMap, body: axum::body::Body) -> Result<SubmitRequest, Response> {
     use http_body_util::BodyExt;
-    let max = app.lock().ctl.settings().max_script_size;
+    let max = app.settings().max_script_size;
     let limit = max.saturating_mul(2).saturating_add(1 << 20);
     // A declared length over the bound is refused before the body is read (a client waiting
     // for `100 Continue` gets the 413, not a connection cut mid-upload).

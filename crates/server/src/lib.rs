@@ -494,6 +494,7 @@ async fn run(args: ServerArgs) -> Result<()> {
         None => bind(&mut args.held, args.listen, &args.data, &args.tls, args.advertise.clone()).await?,
     };
     let app = App {
+        settings: Arc::new(std::sync::RwLock::new(Arc::new(ctl.settings().clone()))),
         inner: Arc::new(Mutex::new(Inner { ctl, job_seq: HashMap::new(), logged })),
         journal: journal::Journal::start(db.clone()),
         db,

@@ -325,6 +325,7 @@ pub(crate) async fn reconfigure(app: &App) -> Result<wire::Reconfigured, String>
     let (later, hook_cfg) = {
         let mut g = app.lock();
         let later = g.ctl.reconfigure(&new);
+        *app.settings.write().unwrap_or_else(|p| p.into_inner()) = std::sync::Arc::new(g.ctl.settings().clone());
         (later, crate::hook::config_of(g.ctl.settings()))
     };
     if !later.is_empty() {
