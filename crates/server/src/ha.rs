@@ -372,12 +372,18 @@ pub(crate) async fn stand_by(
     }
     // Who leads, for the standby's answers.
     let (leader_tx, leader_rx) = watch::channel(None);
+    let leader_tx = Arc::new(leader_tx);
+    // Set once this controller has won: what it then says of itself is not overwritten.
+    let led = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let who = {
-        let (c, e) = (client.clone(), election.clone());
+        let (c, e, leader_tx, led) = (client.clone(), election.clone(), leader_tx.clone(), led.clone());
         tokio::spawn(async move {
             loop {
                 let l = store::etcd::leader(c.clone(), e.clone()).await;
                 leader_tx.send_if_modified(|v| {
+                    if led.load(std::sync::atomic::Ordering::SeqCst) {
+                        return false;
+                    }
                     let changed = *v != l;
                     *v = l.clone();
                     changed
@@ -390,12 +396,17 @@ pub(crate) async fn stand_by(
     let serving = serve_standby(tcp, unix, tls, Forward::of(data), leader_rx, stop_rx);
     let won = async {
         let fence = store::etcd::campaign(client.clone(), election.clone(), url.clone(), lease_id).await.context("campaigning");
+        // What the standby's connections still open answer from now on: this controller leads.
+        if fence.is_ok() {
+            who.abort();
+            led.store(true, std::sync::atomic::Ordering::SeqCst);
+            leader_tx.send_replace(Some(url.clone()));
+        }
         let _ = stop_tx.send(true);
         fence
     };
     let (fence, ()) = tokio::join!(won, serving);
     let fence = fence?;
-    who.abort();
     let took = std::time::Instant::now();
     // The first fenced transaction: the start count, past every one used before.
     let db2 = db.clone();
