@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Where the CPU goes while `tandem bench submit` submits through the API, for several builds.
 
-Usage: bench/api-window.py ROUNDS NAME=PATH/TO/tandem ...   (as root; needs perf)
+Usage: bench/api-window.py ROUNDS [--whole] NAME=PATH/TO/tandem ...   (as root; needs perf)
 
 For each round and build in turn: `perf record -a -F 999` of the whole machine around one
 `tandem bench submit --jobs 3000 --cli-jobs 100 --agents 4 --json`. The bench client's samples
@@ -9,7 +9,8 @@ come in dense runs while it submits (gaps of 0.1 s or more end a run): the first
 than 50 samples is the API phase (3,000 jobs that run meanwhile), the last is the held phase
 (3,000 held jobs, then five listings). For each it prints the window and the CPU-seconds
 (samples / 999) by kind: the controller, the bench client, agents (`tandem`), keepers
-(`tandem-keeper`), the jobs (`job_*` scripts and what they run), the rest, and idle.
+(`tandem-keeper`), the jobs (`job_*` scripts and what they run), the rest, and idle. With
+`--whole`, the same for the whole run instead (its first column then completed jobs/s).
 """
 import collections
 import json
@@ -22,7 +23,8 @@ import time
 if len(sys.argv) < 3:
     sys.exit(__doc__)
 rounds = int(sys.argv[1])
-builds = [a.split("=", 1) for a in sys.argv[2:]]
+whole = "--whole" in sys.argv[2:]
+builds = [a.split("=", 1) for a in sys.argv[2:] if a != "--whole"]
 tmp = tempfile.mkdtemp(prefix="tandem-api-window-")
 kinds = ("controller", "client", "agents", "keepers", "jobs", "other", "idle")
 print("| build, round | API/s | window s | " + " | ".join(kinds) + " |")
@@ -60,7 +62,8 @@ for r in range(rounds):
             else:
                 runs[-1].append(t)
         big = [x for x in runs if len(x) > 50]
-        for phase, run in (("API", big[0]), ("held", big[-1])):
+        phases = (("whole", [rows[0][0], rows[-1][0]]),) if whole else (("API", big[0]), ("held", big[-1]))
+        for phase, run in phases:
             a, z = run[0], run[-1]
             c = collections.Counter()
             for t, pid, comm in rows:
@@ -70,7 +73,7 @@ for r in range(rounds):
                          else "jobs" if comm.startswith("job_") or comm in ("sh", "bash", "true", "sleep")
                          else "other")
                     c[k] += 1
-            rate = f"{report['api_submissions_per_s']:,.0f}" if phase == "API" else "(held)"
+            rate = {"API": f"{report['api_submissions_per_s']:,.0f}", "held": "(held)"}.get(phase, f"{report['completed_jobs_per_s']:,.1f} completed/s")
             print(f"| {name} {r + 1} {phase} | {rate} | {z - a:.3f} | " + " | ".join(f"{c[k] / 999:.2f}" for k in kinds) + " |")
         os.unlink(data)
 os.rmdir(tmp)
