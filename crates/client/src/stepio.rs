@@ -152,9 +152,8 @@ pub fn connector(ca_pem: &str) -> Result<tokio_rustls::TlsConnector, String> {
 
 /// 32 random bytes as 64 hex digits (the step's key).
 pub fn new_key() -> String {
-    use rand::Rng;
     let mut b = [0u8; 32];
-    rand::rng().fill_bytes(&mut b);
+    crate::kernel_random(&mut b);
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
