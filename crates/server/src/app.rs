@@ -353,14 +353,14 @@ pub(crate) fn admin_of(app: &App, peer: &Peer, headers: &HeaderMap) -> Result<u3
 }
 
 impl App {
-    /// The controller, locked, with every accepted array made into its tasks
-    /// (`Controller::expand`): a submission is answered once its record is durable, and
-    /// whoever takes the lock next, a read or the scheduler, builds the tasks first.
     /// The controller's settings ([`App::settings`]), without its lock.
     pub(crate) fn settings(&self) -> Arc<control::Settings> {
         self.settings.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
+    /// The controller, locked, with every accepted array made into its tasks
+    /// (`Controller::expand`): a submission is answered once its record is durable, and
+    /// whoever takes the lock next, a read or the scheduler, builds the tasks first.
     pub(crate) fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
         let mut g = self.inner.lock().expect("controller lock");
         g.ctl.expand();

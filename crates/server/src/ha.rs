@@ -127,9 +127,9 @@ async fn forward(
 }
 
 /// Serves a standby's answer on both ports until `stop` is set; the listeners stay the
-/// caller's (the leader serves them next). Connections still open when it stops are closed. On
-/// the Unix socket, where users have no token, requests are forwarded to the leader as the
-/// caller (`forward`) once one leads and this controller has the cluster's keys.
+/// caller's (the leader serves them next). Connections still open when it stops end as said
+/// below. On the Unix socket, where users have no token, requests are forwarded to the leader
+/// as the caller (`forward`) once one leads and this controller has the cluster's keys.
 pub(crate) async fn serve_standby(
     tcp: &TcpListener,
     unix: &UnixListener,
@@ -139,11 +139,13 @@ pub(crate) async fn serve_standby(
     mut stop: watch::Receiver<bool>,
 ) {
     let acceptor = tls.map(|c| tokio_rustls::TlsAcceptor::from(Arc::new(c)));
-    // When this controller leads, its standby's connections end. HTTP/2 ones (told by ALPN)
-    // at once, with GOAWAY: their clients send what was not taken again. The rest (HTTP/1,
-    // one answer per connection here) are not cut: a request that was on its way as the
-    // election ended is answered (503, try again, or forwarded), never met with a reset its
-    // client cannot tell from a lost request; what is still open `LATE` after is closed.
+    // When this controller leads, its standby's connections end. HTTP/2 ones (told by ALPN,
+    // or on plain TCP by the client's preface) at once, with GOAWAY: their clients send what
+    // was not taken again. The rest (HTTP/1, one answer per connection here) are not cut: a
+    // request that was on its way as the election ended is answered (503 naming this
+    // controller, or forwarded to it), never met with a reset its client cannot tell from a
+    // lost request. A TCP connection lasts `LATE` at most (a standby's answers are at once),
+    // a Unix one that sends no request in `LATE` is closed.
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let late = hyper_util::server::graceful::GracefulShutdown::new();
     let svc = {
@@ -155,6 +157,7 @@ pub(crate) async fn serve_standby(
     };
     loop {
         tokio::select! {
+            biased;
             _ = stop.wait_for(|s| *s) => break,
             c = tcp.accept() => {
                 let Ok((s, _)) = c else { tokio::time::sleep(Duration::from_millis(20)).await; continue };
@@ -170,12 +173,16 @@ pub(crate) async fn serve_standby(
                             let Ok(Ok(t)) = tokio::time::timeout(Duration::from_secs(5), a.accept(s)).await else { return };
                             let h2 = t.get_ref().1.alpn_protocol() == Some(b"h2");
                             let conn = b.serve_connection(TokioIo::new(t), svc).into_owned();
-                            let _ = if h2 { now.watch(conn).await } else { later.watch(conn).await };
+                            watched(h2, now, later, conn).await;
                         });
                     }
                     None => {
-                        let conn = late.watch(b.serve_connection(TokioIo::new(s), svc).into_owned());
-                        tokio::spawn(conn);
+                        let (now, later) = (graceful.watcher(), late.watcher());
+                        tokio::spawn(async move {
+                            let Some(h2) = h2_preface(&s).await else { return };
+                            let conn = b.serve_connection(TokioIo::new(s), svc).into_owned();
+                            watched(h2, now, later, conn).await;
+                        });
                     }
                 }
             }
@@ -226,16 +233,56 @@ pub(crate) async fn serve_standby(
             }
         }
     }
+    // Neither waits here: the leader serves the listeners meanwhile.
     tokio::spawn(async move {
         tokio::time::sleep(LATE).await;
         let _ = tokio::time::timeout(Duration::from_secs(1), late.shutdown()).await;
     });
-    let _ = tokio::time::timeout(Duration::from_secs(1), graceful.shutdown()).await;
+    tokio::spawn(async move {
+        let _ = tokio::time::timeout(Duration::from_secs(1), graceful.shutdown()).await;
+    });
 }
 
-/// How long a standby's HTTP/1 connection has to send its request, and how long after the
-/// standby leads (or stops) the connections it took are left to end on their own.
-const LATE: Duration = Duration::from_secs(10);
+/// How long a standby's connection has to send its request (a TCP one: to be done), and how
+/// long after the standby leads (or stops) the connections it took are left to end on their
+/// own.
+const LATE: Duration = Duration::from_secs(30);
+
+/// Serves a standby's TCP connection under the shutdown of its kind: HTTP/2 under `now`'s
+/// (GOAWAY as soon as it leads), the rest under `later`'s, for `LATE` at most. The watcher not
+/// taken is let go at once: a shutdown waits for every watcher of its own.
+async fn watched<C: hyper_util::server::graceful::GracefulConnection>(
+    h2: bool,
+    now: hyper_util::server::graceful::Watcher,
+    later: hyper_util::server::graceful::Watcher,
+    conn: C,
+) {
+    if h2 {
+        drop(later);
+        let _ = now.watch(conn).await;
+    } else {
+        drop(now);
+        let _ = tokio::time::timeout(LATE, later.watch(conn)).await;
+    }
+}
+
+/// Whether a plain TCP connection opens with HTTP/2's preface (`PRI * HTTP/2.0`, a client with
+/// prior knowledge) rather than an HTTP/1 request, read without taking it; `None` where it
+/// sends too little to tell within `LATE`, or closes.
+async fn h2_preface(s: &tokio::net::TcpStream) -> Option<bool> {
+    let deadline = tokio::time::Instant::now() + LATE;
+    let mut b = [0u8; 3];
+    loop {
+        let n = tokio::time::timeout_at(deadline, s.peek(&mut b)).await.ok()?.ok()?;
+        if n == 0 {
+            return None;
+        }
+        if n == b.len() || !b"PRI".starts_with(&b[..n]) {
+            return Some(&b[..n] == b"PRI");
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
 
 /// The files whose fingerprints (SHA-256, never the files) the cluster keeps in etcd
 /// (`meta/key_fingerprints`): every controller must hold the same ones.

@@ -445,8 +445,8 @@ fn a_standbys_unix_socket_serves_its_users_as_themselves_through_the_leader() {
     // Connections the standby took before it led, their requests not yet sent (one over TLS,
     // one on the Unix socket), are answered when those come after it leads, not cut: a client
     // cannot tell a reset from a request lost, and would not send a submission again.
-    let mut tls = Command::new("openssl")
-        .args(["s_client", "-quiet", "-connect", &format!("127.0.0.1:{}", ha.ctl[1].0), "-CAfile"])
+    let mut tls = Command::new("timeout")
+        .args(["60", "openssl", "s_client", "-quiet", "-connect", &format!("127.0.0.1:{}", ha.ctl[1].0), "-CAfile"])
         .arg(ha.ctl[1].1.join("ca.pem"))
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
@@ -457,18 +457,20 @@ fn a_standbys_unix_socket_serves_its_users_as_themselves_through_the_leader() {
     std::thread::sleep(Duration::from_millis(500));
     ha.kill_controller(0);
     ha.wait_leader(1);
-    let req = b"GET /healthz HTTP/1.1\r\nHost: tandem\r\nConnection: close\r\n\r\n";
     use std::io::{Read, Write};
-    // (A connection cut before this write makes it fail: then there is no answer either.)
-    let _ = tls.stdin.take().unwrap().write_all(req);
-    let out = tls.wait_with_output().unwrap();
-    let answer = String::from_utf8_lossy(&out.stdout);
-    assert!(answer.starts_with("HTTP/1.1 "), "the TLS connection taken while standing by got no answer: {answer:?}");
-    let _ = unix.write_all(req);
-    unix.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    // On the Unix socket: forwarded to the controller that now leads (itself), as root.
+    // (A connection cut before a write makes it fail: then there is no answer either.)
+    let _ = unix.write_all(b"GET /v1/nodes HTTP/1.1\r\nHost: tandem\r\nConnection: close\r\n\r\n");
+    unix.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
     let mut answer = String::new();
     let _ = unix.read_to_string(&mut answer);
-    assert!(answer.starts_with("HTTP/1.1 "), "the Unix connection taken while standing by got no answer: {answer:?}");
+    assert!(answer.starts_with("HTTP/1.1 200") && answer.contains("node1"), "the Unix connection taken while standing by: {answer:?}");
+    // Over TCP: a standby's answer that names this controller, which the client follows.
+    let _ = tls.stdin.take().unwrap().write_all(b"GET /v1/nodes HTTP/1.1\r\nHost: tandem\r\nConnection: close\r\n\r\n");
+    let out = tls.wait_with_output().unwrap();
+    let answer = String::from_utf8_lossy(&out.stdout).to_lowercase();
+    let itself = format!("x-tandem-leader: https://127.0.0.1:{}", ha.ctl[1].0);
+    assert!(answer.starts_with("http/1.1 503") && answer.contains(&itself), "the TLS connection taken while standing by: {answer:?}");
 }
 
 /// The member of etcd's that leads now (by the last "became leader" its logs record).
