@@ -446,6 +446,8 @@ struct Streamed {
     whole: bool,
     /// `data: [DONE]` came before the node was killed.
     done_before_kill: bool,
+    /// How reading the answer ended: `eof` (the proxy closed it), or the error and when.
+    end: String,
 }
 
 impl Streamed {
@@ -506,9 +508,18 @@ fn stream_through(
     );
     s.write_all(req.as_bytes()).unwrap();
     let (mut raw, mut buf, mut done_before_kill) = (Vec::new(), [0u8; 16384], false);
+    let (started, mut end) = (Instant::now(), String::new());
     loop {
         match s.read(&mut buf) {
-            Ok(0) | Err(_) => break,
+            Ok(0) => {
+                end = format!("eof after {:.1} s", started.elapsed().as_secs_f64());
+                break;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => {
+                end = format!("{e} after {:.1} s", started.elapsed().as_secs_f64());
+                break;
+            }
             Ok(n) => raw.extend_from_slice(&buf[..n]),
         }
         let text = String::from_utf8_lossy(&raw);
@@ -536,7 +547,7 @@ fn stream_through(
         out.extend_from_slice(chunk);
         rest = rest.get(nl + 4 + n..).unwrap_or(&[]);
     }
-    Streamed { replica, body: String::from_utf8_lossy(&out).into_owned(), whole, done_before_kill }
+    Streamed { replica, body: String::from_utf8_lossy(&out).into_owned(), whole, done_before_kill, end }
 }
 
 /// The requests of the streaming test to service `svc`: chat (with usage) and completions,
@@ -638,8 +649,9 @@ fn streams_survive_a_dying_node_with_resume_streams_and_break_without() {
     for ((got, want), (path, _)) in with.iter().zip(&reference).zip(&reqs) {
         assert!(
             got.whole && got.body.ends_with("data: [DONE]\n\n"),
-            "{path} from {}: broken:\n{}\nproxy log:\n{}",
+            "{path} from {}: broken ({}):\n{}\nproxy log:\n{}",
             got.replica,
+            got.end,
             got.body,
             c.log("proxy")
         );
@@ -699,7 +711,7 @@ fn streams_from_a_frozen_node_resume_once_the_node_is_declared_lost() {
     let got = stream_all(&p.addr, &reqs, 8, Some(&mut || kill_tree(pid, "-STOP")));
     let mut moved = 0;
     for ((got, want), (path, _)) in got.iter().zip(&reference).zip(&reqs) {
-        assert!(got.whole, "{path} from {}: broken:\n{}\nproxy log:\n{}", got.replica, got.body, c.log("proxy"));
+        assert!(got.whole, "{path} from {}: broken ({}):\n{}\nproxy log:\n{}", got.replica, got.end, got.body, c.log("proxy"));
         assert_eq!(got.events(), want.events(), "{path} from {}", got.replica);
         moved += usize::from(on_victim.contains(&got.replica) && !got.done_before_kill);
     }
