@@ -167,8 +167,12 @@ pub(crate) fn is_frozen(dir: &Path) -> bool {
 /// Removes a run's freezer cgroup once its last task here ended (thawed first: a frozen
 /// cgroup keeps any process left in it stopped).
 pub(crate) fn remove(dir: &Path) {
-    let _ = thaw(dir);
-    let _ = std::fs::remove_dir(dir);
+    // An empty cgroup is removed frozen or not; only one that still holds a process is thawed
+    // (and tried again), so the common case costs one `rmdir` and no look-up.
+    if std::fs::remove_dir(dir).is_err() {
+        let _ = thaw(dir);
+        let _ = std::fs::remove_dir(dir);
+    }
 }
 
 /// Every process of a cgroup directory and those below it.

@@ -85,12 +85,14 @@ fn start_time(pid: i32) -> Option<u64> {
     stat.rsplit_once(") ")?.1.split_whitespace().nth(19)?.parse().ok()
 }
 
-/// Clock ticks since boot now (`/proc/uptime`, in the unit of `/proc/PID/stat`'s start time).
+/// Clock ticks since boot now, in the unit of `/proc/PID/stat`'s start time: `CLOCK_BOOTTIME`,
+/// the clock of both that start time and `/proc/uptime` (read without a system call: this
+/// runs for every launch).
 fn ticks_now() -> Option<u64> {
-    let up = std::fs::read_to_string("/proc/uptime").ok()?;
-    let secs: f64 = up.split_whitespace().next()?.parse().ok()?;
+    let t = nix::time::clock_gettime(nix::time::ClockId::CLOCK_BOOTTIME).ok()?;
+    let centis = (t.tv_sec() as u64).checked_mul(100)? + t.tv_nsec() as u64 / 10_000_000;
     // USER_HZ = 100; a tick early, so a task started at once is never before it.
-    Some(((secs * 100.0) as u64).saturating_sub(1))
+    Some(centis.saturating_sub(1))
 }
 
 /// Whether process group `pgid` is a lost task's, recorded as `rec`: on this boot, and its
@@ -700,12 +702,13 @@ impl Cgroups {
 
     /// Whether the kernel killed a process of the task's cgroup for memory (v1's
     /// `memory.oom_control`, v2's `memory.events`).
+    /// Read once per task that ends: v1's file is tried first, with no look-up before it (a
+    /// path look-up in the cgroup file system costs about what the read does).
     pub(crate) fn oom(dir: &Path) -> bool {
-        if dir.join("memory.events").exists() {
-            return crate::cgroup2::oom(dir);
+        match std::fs::read_to_string(dir.join("memory.oom_control")) {
+            Ok(ctl) => ctl.lines().any(|l| l.strip_prefix("oom_kill ").is_some_and(|n| n.trim() != "0")),
+            Err(_) => crate::cgroup2::oom(dir),
         }
-        let ctl = std::fs::read_to_string(dir.join("memory.oom_control")).unwrap_or_default();
-        ctl.lines().any(|l| l.strip_prefix("oom_kill ").is_some_and(|n| n.trim() != "0"))
     }
 }
 
@@ -1188,6 +1191,22 @@ mod tests {
         assert!(lines <= 2 * 4 + LOG_SLACK + 1, "{lines} lines");
         assert!(tasks.book().next <= 6, "slots are reused: {}", tasks.book().next);
         std::fs::remove_dir_all(&data).ok();
+    }
+
+    #[test]
+    fn ticks_now_is_proc_uptimes_clock() {
+        let read = || -> u64 {
+            let up = std::fs::read_to_string("/proc/uptime").unwrap();
+            (up.split_whitespace().next().unwrap().parse::<f64>().unwrap() * 100.0) as u64
+        };
+        let (a, t, b) = (read(), ticks_now().unwrap(), read());
+        assert!(t + 2 >= a && t <= b + 1, "/proc/uptime {a}..{b} ticks, ticks_now {t}");
+        // A process started now starts no earlier than the ticks read before it.
+        let mut child = std::process::Command::new("sleep").arg("5").spawn().unwrap();
+        let started = start_time(child.id() as i32).unwrap();
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(started >= t, "started at {started}, ticks before it {t}");
     }
 
     #[test]

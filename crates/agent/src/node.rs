@@ -728,7 +728,7 @@ fn start_task(
     // A task of a suspended run: its run's freezer cgroup is thawed for the launch (a task
     // that joined a frozen cgroup would stop before its exec, and the launch wait for that
     // exec), and the run frozen again, the new task with it, once it has started.
-    let dir = cg.freezer.existing(t.job, t.epoch).filter(|_| frozen);
+    let dir = if frozen { cg.freezer.existing(t.job, t.epoch) } else { None };
     if let Some(d) = &dir {
         let _ = crate::freezer::thaw(d);
     }
