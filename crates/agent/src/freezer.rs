@@ -169,7 +169,7 @@ pub(crate) fn is_frozen(dir: &Path) -> bool {
 pub(crate) fn remove(dir: &Path) {
     // An empty cgroup is removed frozen or not; only one that still holds a process is thawed
     // (and tried again), so the common case costs one `rmdir` and no look-up.
-    if std::fs::remove_dir(dir).is_err() {
+    if std::fs::remove_dir(dir).is_err_and(|e| e.kind() != std::io::ErrorKind::NotFound) {
         let _ = thaw(dir);
         let _ = std::fs::remove_dir(dir);
     }
@@ -294,6 +294,40 @@ mod tests {
         if writable(&base) {
             freezes_a_setsid_child(base);
         }
+    }
+
+    /// `remove` takes an empty cgroup frozen or not, in one `rmdir`; one a process is left in
+    /// stays, thawed (a frozen cgroup would keep it stopped for ever).
+    #[test]
+    fn removing_a_frozen_cgroup_thaws_what_is_left_in_it() {
+        let base = PathBuf::from("/sys/fs/cgroup/freezer").join(format!("tandem-test-remove-{}", std::process::id()));
+        if !writable(&base) {
+            return;
+        }
+        let f = Freezer::at(base.clone());
+        let empty = f.create(1, 1).expect("freezer cgroup");
+        freeze(&empty).unwrap();
+        remove(&empty);
+        assert!(!empty.exists(), "an empty frozen cgroup is removed");
+        remove(&empty); // gone already: nothing to do, no error
+        let dir = f.create(2, 1).expect("freezer cgroup");
+        let procs_file = std::fs::OpenOptions::new().write(true).open(dir.join("cgroup.procs")).unwrap();
+        let mut cmd = std::process::Command::new("sleep");
+        cmd.arg("30");
+        let _report = exec::prepare(&mut cmd, exec::Setup { cgroup_procs: &[&procs_file], ..exec::Setup::default() }).unwrap();
+        let mut child = cmd.spawn().unwrap();
+        wait_for("the sleep in the cgroup", || procs(&dir).contains(&(child.id() as i32)));
+        freeze(&dir).unwrap();
+        wait_for("the cgroup frozen", || frozen_now(&dir));
+        remove(&dir);
+        assert!(dir.exists(), "a cgroup with a process left stays");
+        assert!(!is_frozen(&dir), "and is thawed");
+        child.kill().unwrap();
+        let _ = child.wait();
+        wait_for("the cgroup empty", || procs(&dir).is_empty());
+        remove(&dir);
+        assert!(!dir.exists());
+        let _ = std::fs::remove_dir(&base);
     }
 
     #[test]
