@@ -86,8 +86,8 @@ fn start_time(pid: i32) -> Option<u64> {
 }
 
 /// Clock ticks since boot now, in the unit of `/proc/PID/stat`'s start time: `CLOCK_BOOTTIME`,
-/// the clock of both that start time and `/proc/uptime` (read without a system call: this
-/// runs for every launch).
+/// the clock of both that start time and `/proc/uptime` (read through the vDSO, with no system
+/// call, on kernels 5.3 and later: this runs for every launch).
 fn ticks_now() -> Option<u64> {
     let t = nix::time::clock_gettime(nix::time::ClockId::CLOCK_BOOTTIME).ok()?;
     let centis = (t.tv_sec() as u64).checked_mul(100)? + t.tv_nsec() as u64 / 10_000_000;

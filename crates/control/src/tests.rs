@@ -218,6 +218,24 @@ fn impossible_submissions_are_refused_and_not_stored() {
     assert!(c.take_dirty().jobs.is_empty());
 }
 
+/// The check of a request's shape is remembered by its shape alone: shapes that differ in one
+/// field are checked each on its own, whatever was checked before them.
+#[test]
+fn a_remembered_check_answers_only_for_the_same_shape() {
+    let mut c = cluster(2, 4);
+    for round in 0..2 {
+        c.submit(0, spec(1), &batch(&["--gpus-per-node=4"]), "a").unwrap();
+        let e = c.submit(0, spec(1), &batch(&["--gpus-per-node=5"]), "a").unwrap_err();
+        assert!(e.to_string().contains("requested node configuration is not available"), "round {round}: {e}");
+        c.submit(0, spec(1), &batch(&["-N", "2"]), "a").unwrap();
+        let e = c.submit(0, spec(1), &batch(&["-N", "3"]), "a").unwrap_err();
+        assert!(e.to_string().contains("requests 3 nodes but the cluster has 2"), "round {round}: {e}");
+        c.submit(0, spec(1), &batch(&["-w", "n1"]), "a").unwrap();
+        assert!(c.submit(0, spec(1), &batch(&["-w", "n7"]), "a").is_err(), "round {round}");
+    }
+    assert_eq!(c.jobs().count(), 6);
+}
+
 #[test]
 fn only_the_owner_or_root_cancels() {
     let mut c = cluster(1, 0);
