@@ -95,12 +95,23 @@ struct CredClaims {
 /// for user tokens.
 pub(crate) struct NodeTokens {
     keys: Tokens,
+    /// Credentials already verified under these keys, by their exact text: what each says
+    /// (audience, name, serial). An agent presents the same credential with every heartbeat,
+    /// and verifying it costs two HMACs and a JSON parse; the same bytes under the same key
+    /// verify the same way, so a credential seen before is looked up instead. Only credentials
+    /// that verified are kept (a flood of forged ones cannot grow it), at most
+    /// [`VERIFIED_MAX`] (then it starts afresh). Revocation is not the signature's business:
+    /// the serial is checked against the ledger on every request, as before.
+    verified: std::sync::Mutex<std::collections::HashMap<String, (String, String, u64)>>,
 }
+
+/// The most verified credentials remembered (one per node and proxy of a large cluster).
+const VERIFIED_MAX: usize = 100_000;
 
 impl NodeTokens {
     /// Tokens signed with `key` (at least 32 bytes).
     pub(crate) fn new(key: &[u8]) -> NodeTokens {
-        NodeTokens { keys: Tokens::new(key) }
+        NodeTokens { keys: Tokens::new(key), verified: std::sync::Mutex::new(std::collections::HashMap::new()) }
     }
 
     fn sign<T: Serialize>(&self, claims: &T) -> String {
@@ -136,8 +147,21 @@ impl NodeTokens {
     /// for (a node's, or a proxy's when `proxy`). Whether the serial is still valid is the
     /// controller's to say.
     pub(crate) fn verify_credential(&self, token: &str, proxy: bool) -> Option<(String, u64)> {
-        let c: CredClaims = self.decode(token, &["aud", "sub"])?;
-        (c.aud == if proxy { PROXY } else { NODE }).then_some((c.sub, c.ser))
+        let want = if proxy { PROXY } else { NODE };
+        let known = self.verified.lock().expect("verified credentials").get(token).cloned();
+        let (aud, sub, ser) = match known {
+            Some(k) => k,
+            None => {
+                let c: CredClaims = self.decode(token, &["aud", "sub"])?;
+                let mut v = self.verified.lock().expect("verified credentials");
+                if v.len() >= VERIFIED_MAX {
+                    v.clear();
+                }
+                v.insert(token.to_string(), (c.aud.clone(), c.sub.clone(), c.ser));
+                (c.aud, c.sub, c.ser)
+            }
+        };
+        (aud == want).then_some((sub, ser))
     }
 }
 
@@ -228,5 +252,17 @@ mod tests {
         let spaced = format!("{}.{}", parts[0], b64(br#"{"aud":"tandem-node","sub":"n1","ser":7,"iat":100} "#));
         let sig = jsonwebtoken::crypto::sign(spaced.as_bytes(), &EncodingKey::from_secret(KEY).unwrap(), Algorithm::HS256).unwrap();
         assert_eq!(n.verify_credential(&format!("{spaced}.{sig}"), false), None, "not canonical");
+        // Verified once, remembered: the same answers again, forged ones never kept, and
+        // another key's verifier knows nothing of this one's.
+        assert_eq!(n.verified.lock().unwrap().len(), 2, "the two genuine credentials alone");
+        for _ in 0..2 {
+            assert_eq!(n.verify_credential(&c, false), Some(("n1".into(), 7)));
+            assert_eq!(n.verify_credential(&c, true), None);
+            assert_eq!(n.verify_credential(&p, true), Some(("edge".into(), 8)));
+            assert_eq!(n.verify_credential(&p, false), None);
+            assert_eq!(n.verify_credential(&format!("{spaced}.{sig}"), false), None);
+        }
+        assert_eq!(n.verified.lock().unwrap().len(), 2);
+        assert_eq!(NodeTokens::new(b"another key, also 32 bytes long!").verify_credential(&c, false), None);
     }
 }
