@@ -13,6 +13,8 @@ pub(crate) struct Freezer {
     /// Whether tasks join the run's freezer cgroup themselves (a hierarchy of its own), or
     /// are in a cgroup below it already (cgroup v2 with limits: the run's cgroup is both).
     joined: bool,
+    /// cgroup v1: emptied runs' freezer cgroups kept for the next runs ([`crate::spare`]).
+    spares: crate::spare::Spares,
 }
 
 /// Which interface a freezer cgroup has.
@@ -61,19 +63,22 @@ impl Freezer {
             if let Some(parent) = base.parent() {
                 sweep(parent);
             }
-            if std::fs::create_dir_all(&base).is_ok() && kind(&base).is_some() {
-                return Freezer { base: Some(base), joined: true };
+            if std::fs::create_dir_all(&base).is_ok()
+                && let Some(k) = kind(&base)
+            {
+                let spares = if k == Kind::V1 { crate::spare::Spares::in_dir(base.clone()) } else { crate::spare::Spares::off() };
+                return Freezer { base: Some(base), joined: true, spares };
             }
             let _ = std::fs::remove_dir(&base);
         }
         tracing::warn!(node = %name, "no writable freezer cgroup here; suspended jobs are stopped with SIGSTOP");
-        Freezer { base: None, joined: true }
+        Freezer { base: None, joined: true, spares: crate::spare::Spares::off() }
     }
 
     /// The runs' cgroups of cgroup v2 with limits ([`crate::cgroup2`]): each run's
     /// `job_J_E` under `base` is its freezer, and its tasks are in leaves below it.
     pub(crate) fn within(base: PathBuf) -> Freezer {
-        Freezer { base: Some(base), joined: false }
+        Freezer { base: Some(base), joined: false, spares: crate::spare::Spares::off() }
     }
 
     /// Whether a task joins its run's freezer cgroup (else it is below it).
@@ -84,26 +89,45 @@ impl Freezer {
     /// No freezer (tests).
     #[cfg(test)]
     pub(crate) fn none() -> Freezer {
-        Freezer { base: None, joined: true }
+        Freezer { base: None, joined: true, spares: crate::spare::Spares::off() }
     }
 
     /// A freezer of a given hierarchy's directory (tests).
     #[cfg(test)]
     pub(crate) fn at(base: PathBuf) -> Freezer {
-        Freezer { base: Some(base), joined: true }
+        Freezer { base: Some(base), joined: true, spares: crate::spare::Spares::off() }
+    }
+
+    /// A freezer of cgroup v1's hierarchy at `base` that keeps emptied runs' cgroups (tests).
+    #[cfg(test)]
+    pub(crate) fn v1_at(base: PathBuf) -> Freezer {
+        Freezer { base: Some(base.clone()), joined: true, spares: crate::spare::Spares::in_dir(base) }
     }
 
     /// A run's freezer cgroup, if it was made.
     pub(crate) fn existing(&self, job: u64, epoch: u32) -> Option<PathBuf> {
         let dir = self.base.as_ref()?.join(format!("job_{job}_{epoch}"));
-        dir.exists().then_some(dir)
+        crate::kfile::exists(self.spares.dir(), &dir).then_some(dir)
     }
 
     /// The freezer cgroup a run's tasks join (made if needed).
     pub(crate) fn create(&self, job: u64, epoch: u32) -> Option<PathBuf> {
-        let dir = self.base.as_ref()?.join(format!("job_{job}_{epoch}"));
+        let name = format!("job_{job}_{epoch}");
+        if let Some(crate::spare::Taken::Spare { dir, .. } | crate::spare::Taken::Exists(dir)) = self.spares.take(&name) {
+            return Some(dir);
+        }
+        let dir = self.base.as_ref()?.join(name);
         std::fs::create_dir_all(&dir).ok()?;
         Some(dir)
+    }
+
+    /// A run's freezer cgroup once its last task here ended: kept for the next run where it
+    /// is empty and thawed (cgroup v1), else [`remove`]d.
+    pub(crate) fn release(&self, dir: &Path) {
+        let thawed = |d: &Path| crate::kfile::read(self.spares.dir(), &d.join("freezer.state")).is_ok_and(|s| s.trim_ascii() == b"THAWED");
+        if !self.spares.keep(dir, 0, thawed) {
+            remove(dir);
+        }
     }
 }
 
@@ -328,6 +352,32 @@ mod tests {
         remove(&dir);
         assert!(!dir.exists());
         let _ = std::fs::remove_dir(&base);
+    }
+
+    /// cgroup v1: a run's emptied, thawed freezer cgroup is the next run's; a frozen one is
+    /// removed; the spares go with the agent.
+    #[test]
+    fn an_emptied_thawed_freezer_cgroup_is_the_next_runs_and_a_frozen_one_is_not() {
+        let base = PathBuf::from("/sys/fs/cgroup/freezer").join(format!("tandem-test-spares-{}", std::process::id()));
+        if !writable(&base) || kind(&base) != Some(Kind::V1) {
+            let _ = std::fs::remove_dir(&base);
+            return;
+        }
+        let f = Freezer::v1_at(base.clone());
+        let d1 = f.create(1, 1).expect("freezer cgroup");
+        f.release(&d1);
+        assert!(!d1.exists() && base.join("spare_0").exists(), "kept as a spare");
+        let d2 = f.create(2, 1).expect("freezer cgroup");
+        assert!(d2.exists() && !base.join("spare_0").exists(), "the spare is the next run's");
+        assert_eq!(f.existing(2, 1), Some(d2.clone()));
+        assert_eq!(f.existing(1, 1), None, "the first run's is gone");
+        freeze(&d2).unwrap();
+        f.release(&d2);
+        assert!(!d2.exists() && !base.join("spare_1").exists(), "a frozen cgroup is removed, not kept");
+        let d3 = f.create(3, 1).expect("freezer cgroup");
+        f.release(&d3);
+        drop(f);
+        std::fs::remove_dir(&base).expect("the spares went with the freezer");
     }
 
     #[test]

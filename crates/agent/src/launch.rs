@@ -81,7 +81,7 @@ enum LaunchRef<'a> {
 
 /// A process's start time, clock ticks since boot (`/proc/PID/stat`, field 22).
 fn start_time(pid: i32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let stat = crate::kfile::read_text(None, Path::new(&format!("/proc/{pid}/stat"))).ok()?;
     stat.rsplit_once(") ")?.1.split_whitespace().nth(19)?.parse().ok()
 }
 
@@ -629,7 +629,18 @@ pub(crate) struct Cgroups {
     v2: bool,
     /// Runs' freezer cgroups.
     pub(crate) freezer: crate::freezer::Freezer,
+    /// cgroup v1: emptied runs' memory cgroups kept for the next runs ([`crate::spare`]).
+    spares: crate::spare::Spares,
+    /// cgroup v1: the runs whose memory cgroup this agent made, with its memory limit (0: none)
+    /// and whether it may be kept as a spare when they end: no step's cgroup was made below it
+    /// and no container's.
+    runs: std::sync::Mutex<std::collections::HashMap<(u64, u32), (u64, bool)>>,
 }
+
+/// The most memory a run's cgroup may still be charged with (page cache its tasks read or
+/// wrote, kernel objects) when it ends and is kept for the next run: about what a short
+/// task leaves; one with more is removed, so no run starts charged with another's files.
+const SPARE_CHARGE: u64 = 4 << 20;
 
 impl Cgroups {
     pub(crate) fn detect(name: &str) -> Cgroups {
@@ -647,7 +658,10 @@ impl Cgroups {
             && std::fs::create_dir_all(&b).is_ok()
             && b.join("memory.limit_in_bytes").exists()
         {
-            return Cgroups { base: Some(b), v2: false, freezer: crate::freezer::Freezer::detect(name) };
+            if let Some(top) = b.parent() {
+                crate::spare::sweep(top);
+            }
+            return Cgroups::v1(Some(b.clone()), crate::spare::Spares::in_dir(b), crate::freezer::Freezer::detect(name));
         }
         let mounts = [Path::new("/sys/fs/cgroup/unified"), Path::new("/sys/fs/cgroup")];
         if let Some(mount) = crate::cgroup2::unified_root(&own, &mounts) {
@@ -655,7 +669,13 @@ impl Cgroups {
             match crate::cgroup2::prepare(&mount, &dir) {
                 Ok(base) => {
                     tracing::info!(node = %name, "cgroup v2: jobs' memory and CPUs are limited in {}", base.display());
-                    return Cgroups { base: Some(base.clone()), v2: true, freezer: crate::freezer::Freezer::within(base) };
+                    return Cgroups {
+                        base: Some(base.clone()),
+                        v2: true,
+                        freezer: crate::freezer::Freezer::within(base),
+                        spares: crate::spare::Spares::off(),
+                        runs: Default::default(),
+                    };
                 }
                 Err(e) => tracing::warn!(node = %name,
                     "cannot set up cgroup v2 limits under {} ({e}): the agent must run as root with /sys/fs/cgroup writable",
@@ -666,7 +686,12 @@ impl Cgroups {
         tracing::warn!(node = %name,
             "no writable cgroup memory controller here; tasks are tracked and killed by process group, without memory limits"
         );
-        Cgroups { base: None, v2: false, freezer: crate::freezer::Freezer::detect(name) }
+        Cgroups::v1(None, crate::spare::Spares::off(), crate::freezer::Freezer::detect(name))
+    }
+
+    /// cgroup v1's memory hierarchy at `base` (`None`: no memory cgroups).
+    pub(crate) fn v1(base: Option<PathBuf>, spares: crate::spare::Spares, freezer: crate::freezer::Freezer) -> Cgroups {
+        Cgroups { base, v2: false, freezer, spares, runs: Default::default() }
     }
 
     /// The cgroup a task joins: its job run's (`job_J_E`, with the job's memory limit), or
@@ -680,9 +705,38 @@ impl Cgroups {
                 .inspect_err(|e| tracing::warn!(job = t.job, step = t.step, "the task runs without its cgroup limits: {e}"))
                 .ok();
         }
-        let dir = base.join(format!("job_{}_{}", t.job, t.epoch));
-        std::fs::create_dir_all(&dir).ok()?;
-        Self::limit(&dir, t.mem_limit)?;
+        let name = format!("job_{}_{}", t.job, t.epoch);
+        let dir = match self.spares.take(&name) {
+            // A spare: its limit is set to the run's where it differs, else it is made afresh.
+            Some(crate::spare::Taken::Spare { dir, limit }) => match self.relimit(&dir, limit, t.mem_limit) {
+                Some(()) => dir,
+                None => {
+                    let _ = std::fs::remove_dir(&dir);
+                    std::fs::create_dir_all(&dir).ok()?;
+                    Self::limit(&dir, t.mem_limit)?;
+                    dir
+                }
+            },
+            Some(crate::spare::Taken::Exists(dir)) => {
+                Self::limit(&dir, t.mem_limit)?;
+                dir
+            }
+            None => {
+                let dir = base.join(name);
+                std::fs::create_dir_all(&dir).ok()?;
+                Self::limit(&dir, t.mem_limit)?;
+                dir
+            }
+        };
+        // Only root may change a cgroup's settings, and a task of root's may change any cgroup
+        // here, spares included: keeping them opens nothing to it. What would silently change
+        // the next run (its limit, its OOM killer) is set again or checked.
+        let reusable = step_mem == 0 && t.container.is_none();
+        {
+            let mut runs = self.runs.lock().expect("runs");
+            let run = runs.entry((t.job, t.epoch)).or_insert((t.mem_limit, true));
+            *run = (t.mem_limit, run.1 && reusable);
+        }
         if step_mem == 0 {
             return Some(dir);
         }
@@ -690,6 +744,44 @@ impl Cgroups {
         std::fs::create_dir_all(&step).ok()?;
         Self::limit(&step, step_mem)?;
         Some(step)
+    }
+
+    /// Sets a spare's memory limit from `old` to `new` (0: none), where they differ: the swap
+    /// limit, which may not be below the memory limit, first where the limit rises.
+    fn relimit(&self, dir: &Path, old: u64, new: u64) -> Option<()> {
+        if old == new {
+            return Some(());
+        }
+        let v = if new == 0 { "-1".to_string() } else { new.to_string() };
+        let (mem, sw) = (dir.join("memory.limit_in_bytes"), dir.join("memory.memsw.limit_in_bytes"));
+        let set = |f: &Path| crate::kfile::write(self.spares.dir(), f, v.as_bytes());
+        if new == 0 || (old != 0 && new > old) {
+            let _ = set(&sw);
+            set(&mem).ok()
+        } else {
+            set(&mem).ok()?;
+            let _ = set(&sw);
+            Some(())
+        }
+    }
+
+    /// A run's memory cgroup `dir` once its last task here ended (`clean`: its OOM killer as
+    /// the agent made it, [`Cgroups::oom_state`]): kept as a spare for the next run where it
+    /// may be, else removed (`rmdir`, which leaves one a process is still in).
+    pub(crate) fn release(&self, job: u64, epoch: u32, dir: &Path, clean: bool) {
+        let run = self.runs.lock().expect("runs").remove(&(job, epoch));
+        let kept = match run {
+            Some((limit, true)) if clean => self.spares.keep(dir, limit, |d| {
+                crate::kfile::read_text(self.spares.dir(), &d.join("memory.usage_in_bytes"))
+                    .ok()
+                    .and_then(|u| u.trim().parse::<u64>().ok())
+                    .is_some_and(|u| u <= SPARE_CHARGE)
+            }),
+            _ => false,
+        };
+        if !kept {
+            let _ = std::fs::remove_dir(dir);
+        }
     }
 
     fn limit(dir: &Path, limit: u64) -> Option<()> {
@@ -705,9 +797,25 @@ impl Cgroups {
     /// Read once per task that ends: v1's file is tried first, with no look-up before it (a
     /// path look-up in the cgroup file system costs about what the read does).
     pub(crate) fn oom(dir: &Path) -> bool {
-        match std::fs::read_to_string(dir.join("memory.oom_control")) {
-            Ok(ctl) => ctl.lines().any(|l| l.strip_prefix("oom_kill ").is_some_and(|n| n.trim() != "0")),
-            Err(_) => crate::cgroup2::oom(dir),
+        Self::oom_state(None, dir).0
+    }
+
+    /// [`Cgroups::oom_state`] of a cgroup of this agent's.
+    pub(crate) fn oom_state_of(&self, dir: &Path) -> (bool, bool) {
+        Self::oom_state(self.spares.dir(), dir)
+    }
+
+    /// [`Cgroups::oom`], and whether the cgroup's OOM killer is as the agent made it: never
+    /// fired and not turned off (`oom_kill_disable`, which root may write): a cgroup that may be
+    /// kept for the next run ([`Cgroups::release`]). On cgroup v2, never (none is kept).
+    pub(crate) fn oom_state(held: Option<&crate::kfile::Dir>, dir: &Path) -> (bool, bool) {
+        match crate::kfile::read_text(held, &dir.join("memory.oom_control")) {
+            Ok(ctl) => {
+                let field = |name: &str| ctl.lines().find_map(|l| l.strip_prefix(name)).map(str::trim);
+                let killed = field("oom_kill ").is_some_and(|n| n != "0");
+                (killed, !killed && field("oom_kill_disable ") == Some("0"))
+            }
+            Err(_) => (crate::cgroup2::oom(dir), false),
         }
     }
 }
@@ -783,14 +891,16 @@ pub(crate) fn script_path(spool: &Path, job: u64, epoch: u32) -> PathBuf {
 fn write_script(path: &Path, text: &str, uid: u32, gid: u32) -> Result<()> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
-    let _ = std::fs::remove_file(path);
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .custom_flags(nix::libc::O_NOFOLLOW)
-        .open(path)
-        .with_context(|| format!("writing {}", path.display()))?;
+    let create = || std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).custom_flags(nix::libc::O_NOFOLLOW).open(path);
+    // One left by an earlier launch of the run (its agent died) is replaced.
+    let mut f = match create() {
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            let _ = std::fs::remove_file(path);
+            create()
+        }
+        r => r,
+    }
+    .with_context(|| format!("writing {}", path.display()))?;
     f.write_all(text.as_bytes()).with_context(|| format!("writing {}", path.display()))?;
     if nix::unistd::geteuid().is_root() {
         nix::unistd::fchown(&f, Some(nix::unistd::Uid::from_raw(uid)), Some(nix::unistd::Gid::from_raw(gid)))
@@ -962,6 +1072,8 @@ pub(crate) fn launch(t: &Task, spool: &Path, tasks: &Tasks, cg: &Cgroups) -> Res
     let slot = match tasks.record(rec) {
         Ok(slot) => slot,
         Err(e) => {
+            // Not kept as spares: another task of the run may still be in them.
+            cg.runs.lock().expect("runs").remove(&(t.job, t.epoch));
             for dir in cgroup.iter().chain(&freezer) {
                 let _ = std::fs::remove_dir(dir);
             }
@@ -1130,7 +1242,7 @@ mod tests {
     async fn tasks_are_found_again_from_one_log_and_one_status_table() {
         let data = temp("found");
         let spool = data.join("spool");
-        let cg = Cgroups { base: None, v2: false, freezer: crate::freezer::Freezer::none() };
+        let cg = Cgroups::v1(None, crate::spare::Spares::off(), crate::freezer::Freezer::none());
         let tasks = Tasks::with_spawner(&data, Spawner::Here).unwrap();
         tasks.renew(exec::monotonic_ms() + 60_000);
         let (mut exits, _) = launch(&task(1, &["sh", "-c", "exit 3"], &data), &spool, &tasks, &cg).unwrap();
@@ -1190,6 +1302,90 @@ mod tests {
         let lines = std::fs::read_to_string(data.join("tasks/log")).unwrap().lines().count();
         assert!(lines <= 2 * 4 + LOG_SLACK + 1, "{lines} lines");
         assert!(tasks.book().next <= 6, "slots are reused: {}", tasks.book().next);
+        std::fs::remove_dir_all(&data).ok();
+    }
+
+    /// cgroup v1: a run's emptied memory cgroup is the next run's, its limit set to that run's
+    /// (none, lower, higher); one whose run the kernel killed for memory, one whose OOM killer
+    /// was turned off, one a step's cgroup was made in and one still charged with megabytes of
+    /// files are removed instead.
+    #[test]
+    fn an_emptied_memory_cgroup_is_the_next_runs_with_that_runs_limit() {
+        let base = PathBuf::from("/sys/fs/cgroup/memory").join(format!("tandem-spares-test-{}", std::process::id()));
+        if !nix::unistd::geteuid().is_root() || std::fs::create_dir_all(&base).is_err() || !base.join("memory.limit_in_bytes").exists() {
+            let _ = std::fs::remove_dir(&base);
+            eprintln!("skipped: needs root and cgroup v1's memory hierarchy");
+            return;
+        }
+        let data = temp("spares");
+        let cg = Cgroups::v1(Some(base.clone()), crate::spare::Spares::in_dir(base.clone()), crate::freezer::Freezer::none());
+        let of = |job: u64, mem: u64, uid: u32| Task { mem_limit: mem, uid, gid: uid, ..task(job, &["true"], &data) };
+        let read = |d: &Path, f: &str| std::fs::read_to_string(d.join(f)).map(|s| s.trim().to_string()).unwrap_or_default();
+        let limit = |d: &Path| read(d, "memory.limit_in_bytes").parse::<u64>().unwrap();
+        let swap = base.join("memory.memsw.limit_in_bytes").exists();
+        let spares =
+            || std::fs::read_dir(&base).unwrap().flatten().filter(|e| crate::spare::is_spare(&e.file_name().to_string_lossy())).count();
+        const MIB: u64 = 1 << 20;
+        // A run with 100 MiB: kept as a spare.
+        let d1 = cg.create(&of(1, 100 * MIB, 65534)).unwrap();
+        assert_eq!((d1.clone(), limit(&d1)), (base.join("job_1_1"), 100 * MIB));
+        cg.release(1, 1, &d1, true);
+        assert!(!d1.exists() && spares() == 1, "the emptied cgroup is a spare");
+        // The next run, with no limit: the spare, unlimited.
+        let d2 = cg.create(&of(2, 0, 65534)).unwrap();
+        assert_eq!(d2, base.join("job_2_1"));
+        assert_eq!(spares(), 0, "the spare is the run's cgroup");
+        assert!(limit(&d2) > 1 << 60, "no limit: {}", limit(&d2));
+        cg.release(2, 1, &d2, true);
+        // Lower (from none), then higher: the swap limit follows (set first when it rises).
+        for (job, mem) in [(3, 200 * MIB), (4, 300 * MIB)] {
+            let d = cg.create(&of(job, mem, 65534)).unwrap();
+            assert_eq!(spares(), 0);
+            assert_eq!(limit(&d), mem);
+            if swap {
+                assert_eq!(read(&d, "memory.memsw.limit_in_bytes"), mem.to_string());
+            }
+            // The kernel killed one of job 4's processes for memory: not kept.
+            cg.release(job, 1, &d, job != 4);
+            assert!(!d.exists());
+            assert_eq!(spares(), if job == 4 { 0 } else { 1 }, "job {job}");
+        }
+        // Root's run is kept; one whose OOM killer root turned off is not, nor a run with a
+        // step's cgroup below its own.
+        let d5 = cg.create(&of(5, 0, 0)).unwrap();
+        assert_eq!(Cgroups::oom_state(None, &d5), (false, true));
+        cg.release(5, 1, &d5, true);
+        assert_eq!(spares(), 1);
+        let d5 = cg.create(&of(5, 0, 0)).unwrap();
+        std::fs::write(d5.join("memory.oom_control"), "1").unwrap();
+        assert_eq!(Cgroups::oom_state(None, &d5), (false, false));
+        cg.release(5, 1, &d5, false);
+        let step = cg.create(&Task { step: 1, step_mem: 50 * MIB, ..of(6, 100 * MIB, 65534) }).unwrap();
+        assert_eq!(step, base.join("job_6_1").join("step_1"));
+        std::fs::remove_dir(&step).unwrap();
+        cg.release(6, 1, &base.join("job_6_1"), true);
+        assert!(!base.join("job_5_1").exists() && !base.join("job_6_1").exists() && spares() == 0);
+        // A run that left 8 MiB of files charged to its cgroup (on a tmpfs): removed.
+        let d7 = cg.create(&of(7, 0, 65534)).unwrap();
+        let file = PathBuf::from("/dev/shm").join(format!("tandem-spares-test-{}", std::process::id()));
+        let procs = std::fs::OpenOptions::new().write(true).open(d7.join("cgroup.procs")).unwrap();
+        let mut cmd = std::process::Command::new("sh");
+        cmd.args(["-c", &format!("head -c 8388608 /dev/zero > {}", file.display())]);
+        let _report = exec::prepare(&mut cmd, exec::Setup { cgroup_procs: &[&procs], ..exec::Setup::default() }).unwrap();
+        assert!(cmd.status().unwrap().success());
+        assert!(read(&d7, "memory.usage_in_bytes").parse::<u64>().unwrap() > SPARE_CHARGE);
+        cg.release(7, 1, &d7, true);
+        assert!(spares() == 0, "a cgroup charged with another run's files is not kept");
+        let _ = std::fs::remove_file(&file);
+        // Two runs kept, then the agent ends: its spares go with it.
+        for job in [8, 9] {
+            let d = cg.create(&of(job, 0, 65534)).unwrap();
+            cg.release(job, 1, &d, true);
+        }
+        assert_eq!(spares(), 1, "the second run took the first's spare");
+        drop(cg);
+        // The 8 MiB cgroup was left to the kernel (`rmdir` of a charged one succeeds in v1).
+        std::fs::remove_dir(&base).expect("the agent's directory is empty");
         std::fs::remove_dir_all(&data).ok();
     }
 

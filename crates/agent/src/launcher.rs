@@ -262,6 +262,30 @@ pub(crate) enum Fork {
     Command,
 }
 
+/// Opens a cgroup's `cgroup.procs` to write, looked up from its parent directory, held open
+/// for the next tasks (the agent's directory of the hierarchy: a cgroup's path runs six or
+/// more components deep, [`crate::kfile`]); along the whole path where that fails.
+fn open_procs(dir: &Path) -> std::io::Result<std::fs::File> {
+    static HELD: std::sync::Mutex<Vec<crate::kfile::Dir>> = std::sync::Mutex::new(Vec::new());
+    let file = dir.join("cgroup.procs");
+    if let Some(parent) = dir.parent() {
+        let mut held = HELD.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if !held.iter().any(|d| d.path() == parent) {
+            // A few per agent (its memory and freezer directories); more only in tests.
+            if held.len() >= 16 {
+                held.clear();
+            }
+            if let Ok(d) = crate::kfile::Dir::open(parent.to_path_buf()) {
+                held.push(d);
+            }
+        }
+        if let Some(f) = held.iter().find(|d| d.path() == parent).and_then(|d| crate::kfile::open_write(Some(d), &file).ok()) {
+            return Ok(f);
+        }
+    }
+    std::fs::OpenOptions::new().write(true).open(&file)
+}
+
 /// Spawns one task, kept (in the launcher; in unit tests, in the test process). `fds` are the
 /// descriptors the request came with. Returns the task's pid.
 pub(crate) fn spawn(r: &Request, fds: &[RawFd], table: &std::fs::File, how: Fork) -> Result<i32, Failure> {
@@ -272,10 +296,7 @@ pub(crate) fn spawn(r: &Request, fds: &[RawFd], table: &std::fs::File, how: Fork
     }
     let mut procs = Vec::new();
     for dir in &r.cgroups {
-        let f = std::fs::OpenOptions::new()
-            .write(true)
-            .open(dir.join("cgroup.procs"))
-            .map_err(|e| Failure { error: e, stage: Some(exec::Stage::Cgroup) })?;
+        let f = open_procs(dir).map_err(|e| Failure { error: e, stage: Some(exec::Stage::Cgroup) })?;
         procs.push(f);
     }
     let procs: Vec<&std::fs::File> = procs.iter().collect();

@@ -335,7 +335,7 @@ pub(crate) async fn run(a: AgentArgs) -> Result<()> {
     loop {
         // Collect exits that happened meanwhile.
         while let Ok((k, st)) = rx.try_recv() {
-            exits.extend(ended(&mut tasks, &mut fenced, &spool, k, st, &a.name));
+            exits.extend(ended(&mut tasks, &mut fenced, &spool, &cg, k, st, &a.name));
         }
         // Prologs and epilogs that ended: start the tasks that waited, or fail them.
         while let Ok(d) = srx.try_recv() {
@@ -424,7 +424,7 @@ pub(crate) async fn run(a: AgentArgs) -> Result<()> {
             // A task ended during the long poll: report it now.
             m = rx.recv() => {
                 if let Some((k, st)) = m {
-                    exits.extend(ended(&mut tasks, &mut fenced, &spool, k, st, &a.name));
+                    exits.extend(ended(&mut tasks, &mut fenced, &spool, &cg, k, st, &a.name));
                 }
                 None
             }
@@ -1010,21 +1010,22 @@ fn ended(
     tasks: &mut HashMap<TaskKey, Running>,
     fenced: &mut std::collections::HashSet<TaskKey>,
     spool: &std::path::Path,
+    cg: &Cgroups,
     k: TaskKey,
     st: Option<std::process::ExitStatus>,
     node: &str,
 ) -> Option<TaskExit> {
     let r = tasks.remove(&k)?;
-    let oom = r.cgroup.as_deref().is_some_and(Cgroups::oom);
+    let (oom, clean) = r.cgroup.as_deref().map_or((false, false), |d| cg.oom_state_of(d));
     if let Some((dir, named)) = &r.container {
         release_container(tasks, &k, dir, *named);
     }
     run_ended(tasks, spool.parent().unwrap_or(spool), &k);
-    release_cgroup(tasks, &k, r.cgroup);
+    release_cgroup(tasks, cg, &k, r.cgroup, clean);
     if let Some(dir) = &r.freezer
         && !tasks.keys().any(|o| o.job == k.job && o.epoch == k.epoch)
     {
-        crate::freezer::remove(dir);
+        cg.freezer.release(dir);
     }
     if k.step == BATCH_STEP {
         let _ = std::fs::remove_file(script_path(spool, k.job, k.epoch));
@@ -1104,9 +1105,10 @@ fn remove_cgroup(dir: Option<&std::path::Path>) {
     }
 }
 
-/// Removes a job run's cgroup once its last task on this node has ended, and a step's own
-/// (`srun --mem`) once the step's last task here has.
-fn release_cgroup(tasks: &HashMap<TaskKey, Running>, k: &TaskKey, dir: Option<PathBuf>) {
+/// Removes a job run's cgroup once its last task on this node has ended (or keeps it for the
+/// next run: [`Cgroups::release`]), and a step's own (`srun --mem`) once the step's last task
+/// here has.
+fn release_cgroup(tasks: &HashMap<TaskKey, Running>, cg: &Cgroups, k: &TaskKey, dir: Option<PathBuf>, clean: bool) {
     let Some(dir) = dir else { return };
     let of_step = dir.file_name().is_some_and(|n| n.to_string_lossy().starts_with(crate::launch::STEP_CGROUP));
     let job_left = tasks.keys().any(|o| o.job == k.job && o.epoch == k.epoch);
@@ -1115,10 +1117,10 @@ fn release_cgroup(tasks: &HashMap<TaskKey, Running>, k: &TaskKey, dir: Option<Pa
             let _ = std::fs::remove_dir(&dir);
         }
         if !job_left && let Some(parent) = dir.parent() {
-            let _ = std::fs::remove_dir(parent);
+            cg.release(k.job, k.epoch, parent, clean);
         }
     } else if !job_left {
-        let _ = std::fs::remove_dir(&dir);
+        cg.release(k.job, k.epoch, &dir, clean);
     }
 }
 

@@ -54,7 +54,7 @@ fn by_group() -> HashMap<i32, (u64, u64)> {
     for e in dir.flatten() {
         let name = e.file_name();
         let Some(pid) = name.to_str().filter(|n| n.bytes().all(|b| b.is_ascii_digit())) else { continue };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
+        let Ok(stat) = crate::kfile::read_text(None, std::path::Path::new(&format!("/proc/{pid}/stat"))) else { continue };
         if let Some((pgrp, pages, ticks)) = parse_stat(&stat) {
             let slot = out.entry(pgrp).or_default();
             slot.0 += pages;

@@ -2088,8 +2088,7 @@ impl Controller {
         running: &[TaskKey],
         exits: &[TaskExit],
     ) -> Result<Vec<(u64, Order)>, Refused> {
-        self.poll(now, name, ack)?;
-        let i = self.node_index[name];
+        let i = self.renew(now, name, ack)?;
         // A report older than one already taken (it acknowledges less) may lack a task that
         // the later one had: its exits are still news (each is taken once), its list is not.
         let stale = ack < self.nodes[i].acked;
@@ -2189,6 +2188,12 @@ impl Controller {
     /// acknowledges, and returns every order not yet acknowledged (the agent's report was
     /// taken when the heartbeat arrived).
     pub fn poll(&mut self, now: Time, name: &str, ack: u64) -> Result<Vec<(u64, Order)>, Refused> {
+        let i = self.renew(now, name, ack)?;
+        Ok(self.nodes[i].orders.clone())
+    }
+
+    /// [`Controller::poll`] but for its answer: the node's index.
+    fn renew(&mut self, now: Time, name: &str, ack: u64) -> Result<usize, Refused> {
         let &i = self.node_index.get(name).ok_or_else(|| Refused::NotFound(format!("node {name} is not registered")))?;
         let rec = &mut self.nodes[i];
         rec.orders.retain(|(seq, _)| *seq > ack);
@@ -2200,7 +2205,7 @@ impl Controller {
             self.dirty_nodes.insert(i);
             self.nodes_changed();
         }
-        Ok(self.nodes[i].orders.clone())
+        Ok(i)
     }
 
     fn task_exit(&mut self, now: Time, node: &str, e: &TaskExit) {
