@@ -133,19 +133,12 @@ impl Freezer {
 
 /// Removes what agents that are gone left in `parent` (the freezer hierarchy's directory of
 /// agents): each `tandem-NAME-PID` directory whose process no longer exists, with the run
-/// and step cgroups inside it that are empty. A cgroup that still holds a process (a task an
-/// agent started after a restart adopted) is left: `rmdir` refuses it. (Memory cgroups are not
-/// swept: a restarted agent reads an ended task's OOM count from its cgroup.)
+/// and step cgroups inside it that are empty (spares too). A cgroup that still holds a process
+/// (a task an agent started after a restart adopted) is left: `rmdir` refuses it. (Memory
+/// cgroups are swept of spares alone, [`crate::spare::sweep`]: a restarted agent reads an ended
+/// task's OOM count from its cgroup.)
 pub(crate) fn sweep(parent: &Path) {
-    let Ok(entries) = std::fs::read_dir(parent) else { return };
-    for e in entries.flatten() {
-        let name = e.file_name().to_string_lossy().into_owned();
-        let pid = name.strip_prefix("tandem-").and_then(|r| r.rsplit_once('-')).and_then(|(_, p)| p.parse::<u32>().ok());
-        let Some(pid) = pid else { continue };
-        if pid == std::process::id() || Path::new(&format!("/proc/{pid}")).exists() {
-            continue;
-        }
-        let dir = e.path();
+    for dir in crate::spare::gone_agents(parent) {
         for run in subdirs(&dir) {
             for step in subdirs(&run) {
                 let _ = std::fs::remove_dir(step);

@@ -130,25 +130,33 @@ pub(crate) fn is_spare(name: &str) -> bool {
     name.strip_prefix("spare_").is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
 }
 
-/// Removes the spares that agents now gone left in `hierarchy_dir` (each agent's
-/// `tandem-NAME-PID` directory in it), and each such directory that is then empty. Runs'
-/// cgroups stay (a restarted agent reads an ended task's OOM count from its).
+/// The directories that agents now gone left in `hierarchy_dir`: each `tandem-NAME-PID` whose
+/// process no longer exists.
+pub(crate) fn gone_agents(hierarchy_dir: &Path) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(hierarchy_dir) else { return Vec::new() };
+    entries
+        .flatten()
+        .filter(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let pid = name.strip_prefix("tandem-").and_then(|r| r.rsplit_once('-')).and_then(|(_, p)| p.parse::<u32>().ok());
+            pid.is_some_and(|pid| pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists())
+        })
+        .map(|e| e.path())
+        .collect()
+}
+
+/// Removes the spares that agents now gone left in `hierarchy_dir` ([`gone_agents`]), and each
+/// such directory that is then empty. Runs' cgroups stay (a restarted agent reads an ended
+/// task's OOM count from its).
 pub(crate) fn sweep(hierarchy_dir: &Path) {
-    let Ok(entries) = std::fs::read_dir(hierarchy_dir) else { return };
-    for e in entries.flatten() {
-        let name = e.file_name().to_string_lossy().into_owned();
-        let pid = name.strip_prefix("tandem-").and_then(|r| r.rsplit_once('-')).and_then(|(_, p)| p.parse::<u32>().ok());
-        let Some(pid) = pid else { continue };
-        if pid == std::process::id() || Path::new(&format!("/proc/{pid}")).exists() {
-            continue;
-        }
-        let Ok(inside) = std::fs::read_dir(e.path()) else { continue };
+    for dir in gone_agents(hierarchy_dir) {
+        let Ok(inside) = std::fs::read_dir(&dir) else { continue };
         for s in inside.flatten() {
             if is_spare(&s.file_name().to_string_lossy()) {
                 let _ = std::fs::remove_dir(s.path());
             }
         }
-        let _ = std::fs::remove_dir(e.path());
+        let _ = std::fs::remove_dir(&dir);
     }
 }
 
