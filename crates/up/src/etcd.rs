@@ -122,11 +122,40 @@ fn free_port() -> Result<u16> {
 }
 
 impl Etcd {
-    /// Starts `n` members under `dir` (`dir/NAME`) and waits until each answers.
+    /// Starts `n` members under `dir` (`dir/NAME`) and waits until each answers. Their ports
+    /// are free when picked but not held until etcd binds them: where another process took one
+    /// meanwhile (a member says `address already in use`) and the members are new, they are
+    /// started again on other ports, twice at most.
     pub fn start(dir: &Path, n: usize) -> Result<Etcd> {
         if Command::new("etcd").arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status().is_err() {
             bail!("no etcd program: install Debian's etcd-server (apt-get install etcd-server)");
         }
+        let names: Vec<String> = (1..=n).map(|i| format!("etcd{i}")).collect();
+        let fresh = names.iter().all(|m| !dir.join(m).exists());
+        let mut tries = 0;
+        loop {
+            match Self::start_once(dir, n) {
+                Ok(e) => return Ok(e),
+                Err(e) if fresh && tries < 2 && names.iter().any(|m| Self::port_taken(&dir.join(format!("{m}.log")))) => {
+                    tries += 1;
+                    tracing::debug!("starting etcd again on other ports: {e:#}");
+                    for m in &names {
+                        let _ = std::fs::remove_dir_all(dir.join(m));
+                        let _ = std::fs::remove_file(dir.join(format!("{m}.log")));
+                    }
+                    let _ = std::fs::remove_dir_all(dir.join("pki"));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Whether a member's log says a port it was given was taken.
+    fn port_taken(log: &Path) -> bool {
+        std::fs::read_to_string(log).is_ok_and(|l| l.contains("address already in use"))
+    }
+
+    fn start_once(dir: &Path, n: usize) -> Result<Etcd> {
         // The controllers' user's alone: members' data, logs, keys.
         use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
         std::fs::DirBuilder::new().mode(0o700).recursive(true).create(dir).with_context(|| format!("making {}", dir.display()))?;
@@ -325,5 +354,25 @@ impl Drop for Etcd {
         for i in 0..self.members.len() {
             self.kill(i);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// etcd's own words when a port it was given is taken (`listen tcp 127.0.0.1:P: bind:
+    /// address already in use`) are what starts the members again; any other failure is not.
+    #[test]
+    fn a_taken_port_is_told_from_other_failures() {
+        let d = std::env::temp_dir().join(format!("up-etcd-ports-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        let (taken, other) = (d.join("etcd2.log"), d.join("etcd1.log"));
+        std::fs::write(&taken, "2026-12-07 14:13:08.375938 C | etcdmain: listen tcp 127.0.0.1:34407: bind: address already in use\n")
+            .unwrap();
+        std::fs::write(&other, "2026-12-07 14:13:08.375938 C | etcdmain: cannot access data directory: permission denied\n").unwrap();
+        assert!(Etcd::port_taken(&taken));
+        assert!(!Etcd::port_taken(&other) && !Etcd::port_taken(&d.join("missing.log")));
+        std::fs::remove_dir_all(&d).unwrap();
     }
 }
